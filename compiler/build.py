@@ -1,0 +1,248 @@
+"""Syntax tree to typed graph IR: every check of the language, every error at once.
+
+`build(program, overrides)` declares axes, inputs, outputs and hints, resolves
+each equation (names, types, the einsum rule), emits its ops into a networkx
+DiGraph, then checks what only the whole diagram shows (outputs exist, every
+size can be determined) and warns about unused inputs and arrays.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from ..diagrams import ast, limits
+from ..diagrams.diagnostics import Collector, Label, NapkinError, Span, did_you_mean, error, warning
+from . import ir
+from .declare import Declarations, check_axes_list, declare, dtype_of
+from .einsum import across_functions, place_contractions
+from .resolve import ArrayInfo, Poisoned, RNode, Scope, resolve
+
+
+def build(program: ast.Program, overrides: dict[str, int] | None = None) -> tuple[nx.DiGraph, list]:
+    """Returns (graph IR, warnings); raises NapkinError with every error found."""
+    errors = Collector(program.source, limits.MAX_ERRORS)
+    decl = declare(program, dict(overrides or {}), errors)
+    g = nx.DiGraph()
+    scope = Scope(axes=decl.axes, arrays={}, later=dict(decl.equations), poisoned=set(),
+                  sizes=decl.sizes)
+    inputs: dict[str, int] = {}
+    for item in decl.inputs:
+        axes = tuple(a.text for a in item.axes)
+        n = ir.add_node(g, ir.Input(item.name.text, item.dtype.text), ir.ArrayType(axes, item.dtype.text),
+                        span=item.name.span)
+        inputs[item.name.text] = n
+        scope.arrays[item.name.text] = ArrayInfo(item.name.text, axes, "num", item.name.span, n)
+    failed_inputs = {n.text for s in program.statements if isinstance(s, ast.InputDecl)
+                     for n in (i.name for i in s.items)} - set(inputs)
+    scope.poisoned |= failed_inputs
+    arrays = dict(inputs)
+    equations = []
+    notes: list = []
+    for index, stmt in enumerate(program.statements):
+        if not isinstance(stmt, ast.Equation):
+            continue
+        scope.later.pop(stmt.name.text, None)
+        try:
+            info = _equation(g, scope, stmt, index, notes)
+        except Poisoned:
+            scope.poisoned.add(stmt.name.text)
+            continue
+        except NapkinError as exc:
+            scope.poisoned.add(stmt.name.text)
+            errors.add(exc)
+            continue
+        arrays[stmt.name.text] = info.node
+        equations.append(info)
+        if g.number_of_nodes() > limits.MAX_NODES:
+            errors.add(error("N0503", f"the diagram has over {limits.MAX_NODES:,} operations",
+                             stmt.span, help="split the diagram into smaller ones"))
+            errors.raise_if_any()
+    outputs = _outputs(g, decl, arrays, scope.poisoned, errors)
+    errors.raise_if_any()
+    g.graph.update(
+        source=program.source,
+        axes=_axes(decl),
+        inputs=inputs,
+        outputs=outputs,
+        arrays=arrays,
+        hints=tuple(decl.hints),
+        equations=tuple(equations),
+    )
+    _check_sizes_known(g, decl, errors)
+    errors.raise_if_any()
+    return g, notes + _unused(g, decl) + [w for e in equations for w in _broadcast_warnings(g, e)]
+
+
+def _equation(g: nx.DiGraph, scope: Scope, stmt: ast.Equation, index: int,
+              notes: list) -> ir.EquationInfo:
+    name = stmt.name
+    if name.text in ir.BUILTINS:
+        raise error("N0206", f"`{name.text}` is a built-in function and cannot name an array",
+                    name.span, help="choose another name")
+    if name.text in scope.axes:
+        raise error("N0202", f"`{name.text}` names both an axis and an array", name.span,
+                    labels=[Label(scope.axes[name.text], "the axis")], help="rename one of them")
+    if name.text in scope.arrays:
+        raise error("N0202", f"`{name.text}` is assigned twice", name.span,
+                    labels=[Label(scope.arrays[name.text].span, "first defined here")],
+                    help="every name is assigned once; give the new array its own name")
+    root = resolve(stmt.expr, scope)
+    if stmt.axes is None:
+        order = tuple(dict.fromkeys(a for a in _occurrences(root)))
+        raise error("N0205", f"`{name.text}` needs the axes that leave the box", name.span,
+                    help=f"write `{name.text}[{' '.join(order)}] = ...` (in the layout you want; "
+                         "drop the axes you mean to sum)")
+    check_axes_list(stmt.axes, scope.axes, stmt.axes_span, f"the left-hand side of `{name.text}`")
+    lhs = tuple(a.text for a in stmt.axes)
+    place_contractions(root, lhs)
+    for axis, node in across_functions(root):
+        notes.append(warning(
+            "N0704", f"`{axis}` is summed once over this whole product, including inside a "
+            "function", node.op_span or node.span,
+            help=f"if each product should contract `{axis}` on its own, rename it in one of them "
+                 f"(e.g. `X[t n] * W[n f]`) or split the equation"))
+    result = _emit(g, root, index)
+    vkind = root.vkind
+    out = ir.ArrayType(lhs, "bool" if vkind == "bool" else ir.INTERMEDIATE)
+    node = ir.add_node(g, ir.Assign(name.text), out, [result], span=stmt.span, stmt=index)
+    scope.arrays[name.text] = ArrayInfo(name.text, lhs, vkind, name.span, node)
+    contracted, reduced, normalised = _summed(root)
+    broadcast = tuple(a for a in lhs if a not in root.out)
+    return ir.EquationInfo(name.text, lhs, contracted, reduced, normalised, broadcast, node,
+                           stmt.span)
+
+
+def _occurrences(root: RNode):
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.kind in ("array", "index"):
+            yield from n.axes
+        stack.extend(reversed(n.children))
+
+
+def _summed(root: RNode) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Axes contracted, reduced and normalised (softmax) anywhere in an equation."""
+    found: dict[str, dict[str, None]] = {"contract": {}, "reduce": {}, "softmax": {}}
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        found["contract"].update(dict.fromkeys(n.contract))
+        if n.kind in ("reduce", "softmax"):
+            found[n.kind].update(dict.fromkeys(n.axes))
+        stack.extend(reversed(n.children))
+    return tuple(found["contract"]), tuple(found["reduce"]), tuple(found["softmax"])
+
+
+def _emit(g: nx.DiGraph, node: RNode, stmt: int) -> int:
+    """Add the ops of a resolved expression to the graph; returns the root's node id."""
+    args = [_emit(g, c, stmt) for c in node.children]
+    dtype = "bool" if node.vkind == "bool" else ir.INTERMEDIATE
+    out = ir.ArrayType(node.out, dtype)
+    if node.kind == "const":
+        return ir.add_node(g, ir.Const(node.value), out, span=node.span, stmt=stmt)
+    if node.kind == "index":
+        return ir.add_node(g, ir.Index(node.axes[0]), ir.ArrayType(node.out, "index"),
+                           span=node.span, stmt=stmt)
+    if node.kind == "size":
+        return ir.add_node(g, ir.SizeOf(node.axes[0]), out, span=node.span, stmt=stmt)
+    if node.kind == "array":
+        base = node.node
+        declared = ir.type_of(g, base)
+        if node.axes == declared.axes:
+            return base
+        view = ir.ArrayType(node.out, declared.dtype)
+        return ir.add_node(g, ir.View(node.axes), view, [base], span=node.span, stmt=stmt)
+    if node.kind == "map" and node.contract:
+        return ir.add_node(g, ir.Contract(node.contract), out, args, span=node.span, stmt=stmt)
+    if node.kind == "map":
+        return ir.add_node(g, ir.Map(node.fn), out, args, span=node.span, stmt=stmt)
+    if node.kind == "reduce":
+        return ir.add_node(g, ir.Reduce(node.fn, node.axes), out, args, span=node.span, stmt=stmt)
+    assert node.kind == "softmax"
+    return ir.add_node(g, ir.Softmax(node.axes), out, args, span=node.span, stmt=stmt)
+
+
+def _outputs(g: nx.DiGraph, decl: Declarations, arrays: dict[str, int], poisoned: set[str],
+             errors: Collector) -> dict[str, int]:
+    outputs: dict[str, int] = {}
+    first: dict[str, Span] = {}
+    for item in decl.outputs:
+        name = item.name.text
+        try:
+            if name in first:
+                raise error("N0202", f"`{name}` is listed as an output twice", item.name.span,
+                            labels=[Label(first[name], "first listed here")],
+                            help="list each output once")
+            first[name] = item.name.span
+            dtype = dtype_of(item.dtype, item.name, "output")
+            if name in poisoned:
+                continue
+            if name not in arrays:
+                raise error("N0203", f"output `{name}` is not defined", item.name.span,
+                            help=did_you_mean(name, arrays, "define it with an equation or "
+                                              "declare it with `in`"))
+            src = arrays[name]
+            if ir.type_of(g, src).dtype == "bool":
+                raise error("N0405", f"`{name}` is a boolean mask and cannot be stored as {dtype}",
+                            item.name.span, help=f"store a number: `{name}f[...] = where({name}, 1, 0)`")
+            axes = ir.type_of(g, src).axes
+            outputs[name] = ir.add_node(g, ir.Output(name, dtype), ir.ArrayType(axes, dtype), [src],
+                                        span=item.span)
+        except NapkinError as exc:
+            errors.add(exc)
+    if not decl.outputs:
+        src = errors.source
+        last = len(src.text.rstrip()) if src is not None else 0
+        end = src.span(max(last - 1, 0), last) if src is not None and last else None
+        errors.add(error("N0207", "the diagram declares no outputs", end,
+                         help="add a line such as `out Y: f16`"))
+    return outputs
+
+
+def _axes(decl: Declarations) -> dict[str, ir.Axis]:
+    return {name: ir.Axis(name, decl.sizes.size(name), decl.sizes.find(name), span)
+            for name, span in decl.axes.items()}
+
+
+def _check_sizes_known(g: nx.DiGraph, decl: Declarations, errors: Collector) -> None:
+    bound = {decl.sizes.find(a.text) for item in decl.inputs for a in item.axes}
+    reported = set()
+    for n in ir.order(g):
+        data = g.nodes[n]
+        axes = list(data["type"].axes)
+        op = data["op"]
+        if isinstance(op, (ir.SizeOf, ir.Index)):
+            axes.append(op.axis)
+        for axis in axes:
+            rep = decl.sizes.find(axis)
+            if decl.sizes.size(axis) is None and rep not in bound and axis not in reported:
+                reported.add(axis)
+                errors.add(error(
+                    "N0305", f"the size of axis `{axis}` cannot be determined", data["span"],
+                    labels=[Label(decl.axes[axis], "declared without a size")],
+                    help=f"no input has `{axis}`: give it a size (`axis {axis} = N`) or -D {axis}=N"))
+
+
+def _unused(g: nx.DiGraph, decl: Declarations) -> list:
+    found = []
+    for n in ir.order(g):
+        op = ir.op(g, n)
+        if g.out_degree(n):
+            continue
+        if isinstance(op, ir.Input):
+            found.append(warning("N0701", f"input `{op.name}` is never used", g.nodes[n]["span"],
+                                 help="remove it, or use it in an equation"))
+        elif isinstance(op, ir.Assign):
+            span = g.nodes[n]["span"]
+            found.append(warning("N0702", f"`{op.name}` is computed but never used", span,
+                                 help=f"add `out {op.name}: f32`, or remove the equation"))
+    return found
+
+
+def _broadcast_warnings(g: nx.DiGraph, info: ir.EquationInfo) -> list:
+    if not info.broadcast:
+        return []
+    axes = ", ".join(f"`{a}`" for a in info.broadcast)
+    return [warning("N0703", f"`{info.name}` does not depend on {axes}: it is repeated along it",
+                    info.span, help="remove the axis from the left-hand side if that is a typo")]

@@ -1,0 +1,167 @@
+"""Declarations: axes and their sizes, inputs, outputs, schedule hints, -D overrides.
+
+Collects every declaration of a program, checks each (names, sizes, dtypes),
+and reports every problem it finds in one go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..diagrams import ast, limits
+from ..diagrams.diagnostics import Collector, Label, NapkinError, Span, did_you_mean, error
+from .axes import SizeClasses
+from .ir import BUILTINS, FLOAT_DTYPES, HintInfo
+
+FUTURE_DTYPES = ("f8e4m3", "f8e5m2")
+
+
+@dataclass
+class Declarations:
+    axes: dict[str, Span] = field(default_factory=dict)
+    sizes: SizeClasses = field(default_factory=SizeClasses)
+    inputs: list[ast.InputItem] = field(default_factory=list)
+    outputs: list[ast.OutputItem] = field(default_factory=list)
+    hints: list[HintInfo] = field(default_factory=list)
+    equations: dict[str, Span] = field(default_factory=dict)  # name -> span of first definition
+
+
+def declare(program: ast.Program, overrides: dict[str, int], errors: Collector) -> Declarations:
+    decl = Declarations()
+    for stmt in program.statements:
+        if isinstance(stmt, ast.AxisDecl):
+            for item in stmt.items:
+                _guard(errors, _axis, decl, item)
+    for name, value in overrides.items():
+        _guard(errors, _override, decl, name, value)
+    for stmt in program.statements:
+        if isinstance(stmt, ast.InputDecl):
+            for item in stmt.items:
+                _guard(errors, _input, decl, item)
+        elif isinstance(stmt, ast.OutputDecl):
+            decl.outputs.extend(stmt.items)
+        elif isinstance(stmt, ast.Hint):
+            _guard(errors, _hint, decl, stmt)
+        elif isinstance(stmt, ast.Equation):
+            decl.equations.setdefault(stmt.name.text, stmt.name.span)
+    return decl
+
+
+def _guard(errors: Collector, fn, *args) -> None:
+    try:
+        fn(*args)
+    except NapkinError as exc:
+        errors.add(exc)
+
+
+def _reserved(name: ast.Name, what: str) -> None:
+    if name.text in BUILTINS:
+        raise error("N0206", f"`{name.text}` is a built-in function and cannot name {what}",
+                    name.span, help="choose another name")
+
+
+def _axis(decl: Declarations, item: ast.AxisItem) -> None:
+    name = item.name
+    _reserved(name, "an axis")
+    if name.text in decl.axes:
+        raise error("N0202", f"axis `{name.text}` is declared twice", name.span,
+                    labels=[Label(decl.axes[name.text], "first declared here")],
+                    help="declare each axis once")
+    decl.axes[name.text] = name.span
+    size = parse_size(item.size) if item.size is not None else None
+    decl.sizes.add(name.text, size, item.size.span if item.size else None)
+
+
+def parse_size(lit: ast.SizeLit) -> int:
+    """A size literal to a positive int, or N0304."""
+    text = lit.text
+    try:
+        value = float(text)
+    except ValueError:  # pragma: no cover - the grammar only admits numbers
+        value = float("nan")
+    if lit.negative or value <= 0:
+        shown = ("-" if lit.negative else "") + text
+        raise error("N0304", f"size `{shown}` is not positive", lit.span,
+                    help="sizes are whole numbers of at least 1")
+    if not value.is_integer():
+        raise error("N0304", f"size `{text}` is not a whole number", lit.span,
+                    help="sizes are whole numbers of at least 1")
+    if value > limits.MAX_SIZE:
+        raise error("N0304", f"size `{text}` is larger than the limit {limits.MAX_SIZE:,}",
+                    lit.span, help="sizes must fit in 64-bit index arithmetic")
+    return int(value)
+
+
+def _override(decl: Declarations, name: str, value: int) -> None:
+    if name not in decl.axes:
+        raise error("N0209", f"-D {name}={value}: the diagram has no axis `{name}`",
+                    help=did_you_mean(name, list(decl.axes), "axes: " + ", ".join(decl.axes)))
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limits.MAX_SIZE:
+        raise error("N0304", f"-D {name}={value}: a size must be a whole number of at least 1",
+                    help="for example -D d=128")
+    decl.sizes.add(name, value, None, why="set by -D")
+
+
+def _input(decl: Declarations, item: ast.InputItem) -> None:
+    name = item.name
+    _reserved(name, "an array")
+    if name.text in decl.axes:
+        raise error("N0202", f"`{name.text}` names both an axis and an input", name.span,
+                    labels=[Label(decl.axes[name.text], "the axis")], help="rename one of them")
+    for other in decl.inputs:
+        if other.name.text == name.text:
+            raise error("N0202", f"input `{name.text}` is declared twice", name.span,
+                        labels=[Label(other.name.span, "first declared here")],
+                        help="declare each input once")
+    check_axes_list(item.axes, decl.axes, item.axes_span, f"input `{name.text}`")
+    dtype_of(item.dtype, name, "input")
+    decl.inputs.append(item)
+
+
+def check_axes_list(axes: tuple[ast.Name, ...], declared: dict[str, Span], span: Span,
+                    what: str) -> None:
+    """Declared, distinct, and not too many: the axes of an input or a left-hand side."""
+    seen: dict[str, Span] = {}
+    for a in axes:
+        if a.text not in declared:
+            raise error("N0201", f"undeclared axis `{a.text}`", a.span,
+                        help=did_you_mean(a.text, list(declared), f"declare it: `axis {a.text}`"))
+        if a.text in seen:
+            raise error("N0306", f"axis `{a.text}` appears twice in {what}", a.span,
+                        labels=[Label(seen[a.text], "first here")],
+                        help="the axes of a stored array are distinct; use X[i i] in an "
+                             "expression for a diagonal")
+        seen[a.text] = a.span
+    if len(axes) > limits.MAX_RANK:
+        raise error("N0506", f"{what} has {len(axes)} axes; the limit is {limits.MAX_RANK}", span,
+                    help="merge axes that always travel together into one")
+
+
+def dtype_of(dtype: ast.Name | None, name: ast.Name, role: str) -> str:
+    if dtype is None:
+        raise error("N0401", f"{role} `{name.text}` has no dtype", name.span,
+                    help=f"write `{name.text}...: f16` (dtypes: {', '.join(FLOAT_DTYPES)})")
+    if dtype.text in FLOAT_DTYPES:
+        return dtype.text
+    if dtype.text in FUTURE_DTYPES:
+        raise error("N0401", f"dtype `{dtype.text}` is not supported yet", dtype.span,
+                    help=f"use one of {', '.join(FLOAT_DTYPES)}")
+    raise error("N0401", f"unknown dtype `{dtype.text}`", dtype.span,
+                help=did_you_mean(dtype.text, list(FLOAT_DTYPES),
+                                   f"dtypes are {', '.join(FLOAT_DTYPES)}"))
+
+
+def _hint(decl: Declarations, hint: ast.Hint) -> None:
+    if hint.axis.text not in decl.axes:
+        raise error("N0201", f"undeclared axis `{hint.axis.text}`", hint.axis.span,
+                    help=did_you_mean(hint.axis.text, list(decl.axes), "hints name declared axes"))
+    size = parse_size(hint.size)
+    level = hint.level.text if hint.level else None
+    for other in decl.hints:
+        if other.axis == hint.axis.text and other.level == level:
+            raise error("N0601", f"axis `{hint.axis.text}` already has a schedule hint"
+                        + (f" at `{level}`" if level else ""), hint.span,
+                        labels=[Label(other.span, "the first hint")] if other.span else [],
+                        help="give each axis one hint per memory level")
+    decl.hints.append(HintInfo(hint.kind, hint.axis.text, size, level, hint.span))
+

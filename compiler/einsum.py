@@ -1,0 +1,112 @@
+"""The einsum rule: where each axis that vanishes from an equation is summed.
+
+An axis free on the right but absent from the left is summed over at the
+smallest product of two or more array factors that contains all of its free
+occurrences. When that smallest subexpression is not such a product (the axis
+vanishes under `+`, under a function, or from a single factor) the diagram is
+rejected with a request for an explicit reduction.
+"""
+
+from __future__ import annotations
+
+from ..diagrams.diagnostics import NapkinError, error
+from .resolve import RNode
+
+_SYMBOL = {"add": "+", "sub": "-", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+           "eq": "==", "ne": "!=", "and": "and", "or": "or", "neg": "-", "not": "not"}
+
+
+def place_contractions(root: RNode, lhs: tuple[str, ...]) -> None:
+    """Mark `contract` on the nodes where vanishing axes are summed; set every `out`."""
+    keep = set(lhs)
+    for axis in sorted(root.free - keep, key=_first_occurrence_order(root)):
+        node = _lowest_common(root, axis)
+        if node.kind == "map" and node.fn == "mul":
+            node.contract = node.contract + (axis,)
+        else:
+            raise _vanishes(axis, node)
+    _assign_out(root)
+
+
+def _first_occurrence_order(root: RNode):
+    order: dict[str, int] = {}
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.kind in ("array", "index"):
+            for a in n.axes:
+                order.setdefault(a, len(order))
+        stack.extend(reversed(n.children))
+    return lambda a: order.get(a, len(order))
+
+
+def _lowest_common(root: RNode, axis: str) -> RNode:
+    node = root
+    while True:
+        holders = [c for c in node.children if axis in c.free]
+        if len(holders) != 1:
+            return node
+        node = holders[0]
+
+
+def _vanishes(axis: str, node: RNode) -> NapkinError:
+    keep_help = f"write `sum[{axis}](...)` around the part to sum, or keep `{axis}` on the left"
+    if node.kind in ("array", "index"):
+        what = f"`{node.array}`" if node.kind == "array" else "its index"
+        return error("N0301", f"axis `{axis}` is not on the left, and only {what} has it here: "
+                     "there is no product to contract it in", node.span, help=keep_help)
+    if node.kind == "map":
+        where = _SYMBOL.get(node.fn, node.fn)
+        shown = f"`{where}`"
+        if node.fn not in _SYMBOL:
+            shown = f"the function `{where}`"
+        return error("N0301", f"axis `{axis}` vanishes under {shown}, which is not a product",
+                     node.op_span or node.span, help=keep_help)
+    return error("N0301", f"axis `{axis}` vanishes inside `{node.fn}`", node.span, help=keep_help)
+
+
+def _assign_out(node: RNode) -> tuple[str, ...]:
+    if node.kind in ("array", "index"):
+        node.out = tuple(dict.fromkeys(node.axes))
+        return node.out
+    if node.kind in ("const", "size"):
+        node.out = ()
+        return node.out
+    axes: dict[str, None] = {}
+    for child in node.children:
+        axes.update(dict.fromkeys(_assign_out(child)))
+    drop = set(node.contract) | (set(node.axes) if node.kind == "reduce" else set())
+    node.out = tuple(a for a in axes if a not in drop)
+    return node.out
+
+
+def across_functions(root: RNode) -> list[tuple[str, RNode]]:
+    """Contractions that sum one axis over three or more factors, some inside a function.
+
+    `silu(X * Wg) * (X * Wu)` sums its model axis once over the whole product,
+    which is what the rule says but rarely what was meant: worth a warning.
+    """
+    found = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        for axis in node.contract:
+            leaves, hidden = _count(node, axis)
+            if leaves >= 3 and hidden:
+                found.append((axis, node))
+    return found
+
+
+def _count(node: RNode, axis: str) -> tuple[int, bool]:
+    """(array factors holding `axis` below `node`, whether one is under a non-product)."""
+    leaves, hidden = 0, False
+    stack = [(node, False)]
+    while stack:
+        n, under = stack.pop()
+        if n.kind in ("array", "index") and axis in n.axes:
+            leaves += 1
+            hidden = hidden or under
+        below = under or not (n.kind == "map" and n.fn == "mul")
+        stack.extend((c, below) for c in n.children if axis in c.free)
+    return leaves, hidden

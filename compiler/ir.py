@@ -1,0 +1,222 @@
+"""The graph IR: a networkx DiGraph of ops; edges carry the arrays between them.
+
+Node attributes:
+    op    -- a frozen dataclass below (what the box does)
+    type  -- ArrayType of the node's result (axes in layout order, dtype)
+    span  -- the diagram span the node came from (None for synthesised nodes)
+    stmt  -- index of the equation it belongs to (None for inputs/outputs)
+Edge attributes:
+    array -- the ArrayType carried (always the producer's type)
+    ports -- the operand positions of the consumer this producer feeds; one
+             edge serves both operands of `X * X`.
+
+Graph attributes (``g.graph``): ``axes`` (name -> Axis), ``inputs`` and
+``outputs`` (name -> node id, in declaration order), ``arrays`` (every named
+array -> node id), ``hints`` (tuple of Hint), ``equations`` (tuple of
+EquationInfo), ``source`` (the Source).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from ..diagrams.diagnostics import Span
+
+FLOAT_DTYPES = ("f32", "f16", "bf16")
+INTERMEDIATE = "f32"
+
+# Elementwise functions: name -> (argument kinds, result kind). "num" or "bool".
+FUNCTIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    **{f: (("num",), "num") for f in (
+        "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu",
+        "silu", "abs")},
+    "maximum": (("num", "num"), "num"),
+    "minimum": (("num", "num"), "num"),
+    "where": (("bool", "num", "num"), "num"),
+}
+# Operators as elementwise functions.
+OPERATORS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "+": ("add", ("num", "num"), "num"),
+    "-": ("sub", ("num", "num"), "num"),
+    "*": ("mul", ("num", "num"), "num"),
+    "/": ("div", ("num", "num"), "num"),
+    "<": ("lt", ("num", "num"), "bool"),
+    "<=": ("le", ("num", "num"), "bool"),
+    ">": ("gt", ("num", "num"), "bool"),
+    ">=": ("ge", ("num", "num"), "bool"),
+    "==": ("eq", ("num", "num"), "bool"),
+    "!=": ("ne", ("num", "num"), "bool"),
+    "and": ("and", ("bool", "bool"), "bool"),
+    "or": ("or", ("bool", "bool"), "bool"),
+}
+UNARY: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "-": ("neg", ("num",), "num"),
+    "+": ("pos", ("num",), "num"),
+    "not": ("not", ("bool",), "bool"),
+}
+REDUCTIONS = ("sum", "max", "min", "mean", "logsumexp")
+SPECIAL = ("softmax", "size")
+BUILTINS = frozenset(FUNCTIONS) | frozenset(REDUCTIONS) | frozenset(SPECIAL)
+
+
+@dataclass(frozen=True)
+class ArrayType:
+    axes: tuple[str, ...]
+    dtype: str  # f32 f16 bf16 (storage or compute), "bool", "index"
+
+    def __str__(self) -> str:
+        return f"[{' '.join(self.axes)}] {self.dtype}"
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    size: int | None       # static size, or None when read from the inputs
+    rep: str               # representative of its size class (axes forced equal)
+    span: Span | None
+
+
+@dataclass(frozen=True)
+class HintInfo:
+    kind: str              # "group" | "stream"
+    axis: str
+    size: int
+    level: str | None
+    span: Span | None
+
+
+@dataclass(frozen=True)
+class EquationInfo:
+    name: str
+    axes: tuple[str, ...]
+    contracted: tuple[str, ...]
+    reduced: tuple[str, ...]
+    normalised: tuple[str, ...]   # softmax axes
+    broadcast: tuple[str, ...]
+    node: int
+    span: Span | None
+
+
+# --- ops ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Const:
+    value: float
+
+
+@dataclass(frozen=True)
+class Index:
+    """The index along an axis (a bare axis name in an expression)."""
+
+    axis: str
+
+
+@dataclass(frozen=True)
+class SizeOf:
+    axis: str
+
+
+@dataclass(frozen=True)
+class View:
+    """Relabels an array's positions (`K[b h d x]`); a repeated label takes the diagonal."""
+
+    labels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Map:
+    """Elementwise function of its operands, broadcast by axis name."""
+
+    fn: str
+
+
+@dataclass(frozen=True)
+class Contract:
+    """Product of two operands summed over `axes` (the einsum rule)."""
+
+    axes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Reduce:
+    fn: str  # sum max min mean logsumexp
+    axes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Softmax:
+    axes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Assign:
+    """A named array: the equation's result in the layout its left-hand side gives."""
+
+    name: str
+
+
+Op = Input | Output | Const | Index | SizeOf | View | Map | Contract | Reduce | Softmax | Assign
+
+
+# --- access helpers ------------------------------------------------------------
+
+def op(g: nx.DiGraph, n: int):
+    return g.nodes[n]["op"]
+
+
+def type_of(g: nx.DiGraph, n: int) -> ArrayType:
+    return g.nodes[n]["type"]
+
+
+def operands(g: nx.DiGraph, n: int) -> list[int]:
+    """Operand node ids of `n` in port order."""
+    slots: dict[int, int] = {}
+    for u, _, data in g.in_edges(n, data=True):
+        for port in data["ports"]:
+            slots[port] = u
+    return [slots[i] for i in range(len(slots))]
+
+
+def order(g: nx.DiGraph) -> list[int]:
+    """A deterministic topological order (smallest id first among ready nodes)."""
+    return list(nx.lexicographical_topological_sort(g))
+
+
+def add_node(g: nx.DiGraph, payload, out: ArrayType, args=(), span: Span | None = None,
+             stmt: int | None = None) -> int:
+    n = g.number_of_nodes()
+    while n in g:
+        n += 1
+    g.add_node(n, op=payload, type=out, span=span, stmt=stmt)
+    for port, u in enumerate(args):
+        if g.has_edge(u, n):
+            g.edges[u, n]["ports"] = g.edges[u, n]["ports"] + (port,)
+        else:
+            g.add_edge(u, n, array=type_of(g, u), ports=(port,))
+    return n
+
+
+def size_of(g: nx.DiGraph, axis: str, sizes: dict[str, int] | None = None) -> int | None:
+    """Static size of an axis, or its bound size from `sizes` (keyed by axis or class rep)."""
+    info: Axis = g.graph["axes"][axis]
+    if info.size is not None:
+        return info.size
+    if sizes is not None:
+        if axis in sizes:
+            return sizes[axis]
+        return sizes.get(info.rep)
+    return None

@@ -1,0 +1,240 @@
+"""Name resolution and type checking of one equation's right-hand side.
+
+Turns the syntax tree of an expression into a tree of `RNode`s: each name
+resolved to an array, an axis index, a function or a reduction; each node with
+its value kind ("num" or "bool") and its free axes (those not bound by an
+explicit reduction). Contractions are placed afterwards by `einsum.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..diagrams import ast, limits
+from ..diagrams.diagnostics import Label, Span, did_you_mean, error
+from .axes import SizeClasses
+from .ir import BUILTINS, FUNCTIONS, OPERATORS, REDUCTIONS, UNARY
+
+
+class Poisoned(Exception):
+    """An equation uses a name whose own definition failed: report nothing more."""
+
+
+@dataclass
+class RNode:
+    kind: str            # const index size array map reduce softmax
+    span: Span
+    vkind: str = "num"   # num | bool
+    children: list["RNode"] = field(default_factory=list)
+    fn: str = ""         # map / reduce function
+    axes: tuple[str, ...] = ()   # array: labels; reduce/softmax: axes; index/size: (axis,)
+    value: float = 0.0
+    array: str = ""
+    node: int = -1               # array: the graph node holding it
+    op_span: Span | None = None  # the operator's own span (for messages)
+    free: frozenset = frozenset()   # free axes before contraction
+    contract: tuple[str, ...] = ()  # axes summed at this node (einsum rule)
+    out: tuple[str, ...] = ()       # result axes after contraction, in order
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    name: str
+    axes: tuple[str, ...]
+    vkind: str
+    span: Span
+    node: int
+
+
+@dataclass
+class Scope:
+    axes: dict[str, Span]                 # declared axes
+    arrays: dict[str, ArrayInfo]          # arrays defined so far
+    later: dict[str, Span]                # arrays defined further down
+    poisoned: set[str]
+    sizes: SizeClasses
+
+
+def resolve(expr: ast.Expr, scope: Scope) -> RNode:
+    node = _resolve(expr, scope)
+    _assign_free(node)
+    return node
+
+
+def _resolve(e: ast.Expr, scope: Scope) -> RNode:
+    if isinstance(e, ast.Number):
+        return RNode("const", e.span, value=e.value)
+    if isinstance(e, ast.Inf):
+        return RNode("const", e.span, value=float("inf"))
+    if isinstance(e, ast.UnOp):
+        fn, kinds, result = UNARY[e.op]
+        child = _resolve(e.operand, scope)
+        _expect(child, kinds[0], e.op)
+        if fn == "pos":
+            return child
+        return RNode("map", e.span, result, [child], fn=fn, op_span=e.op_span)
+    if isinstance(e, ast.BinOp):
+        fn, kinds, result = OPERATORS[e.op]
+        left, right = _resolve(e.left, scope), _resolve(e.right, scope)
+        _expect(left, kinds[0], e.op)
+        _expect(right, kinds[1], e.op)
+        return RNode("map", e.span, result, [left, right], fn=fn, op_span=e.op_span)
+    assert isinstance(e, ast.Ref)
+    if e.args is not None:
+        return _call(e, scope)
+    return _name(e, scope)
+
+
+def _expect(node: RNode, kind: str, where: str) -> None:
+    if node.vkind == kind:
+        return
+    if kind == "num":
+        raise error("N0402", f"`{where}` needs a number, but this is a boolean", node.span,
+                    help="turn a condition into a number with `where(cond, 1, 0)`")
+    raise error("N0403", f"`{where}` needs a boolean, but this is a number", node.span,
+                help="compare it to get a boolean, e.g. `X > 0`")
+
+
+def _name(e: ast.Ref, scope: Scope) -> RNode:
+    name = e.name.text
+    if name in scope.arrays:
+        return _array(e, scope.arrays[name], scope)
+    if name in scope.poisoned:
+        raise Poisoned(name)
+    if name in scope.axes:
+        if e.axes is not None:
+            raise error("N0208", f"`{name}` is an axis; its index takes no brackets", e.axes_span,
+                        help=f"write `{name}` alone for the index along it")
+        return RNode("index", e.span, axes=(name,))
+    if name in BUILTINS:
+        shape = f"{name}[axes](...)" if name in REDUCTIONS or name == "softmax" else f"{name}(...)"
+        raise error("N0208", f"`{name}` is a function, not a value", e.span, help=f"call it: `{shape}`")
+    if name in scope.later:
+        raise error("N0203", f"`{name}` is used before it is defined", e.span,
+                    labels=[Label(scope.later[name], "defined here, later")],
+                    help="move this equation below the one that defines it")
+    raise error("N0203", f"undefined name `{name}`", e.span,
+                help=did_you_mean(name, list(scope.arrays) + list(scope.axes),
+                              "declare it with `in` or define it with an equation first"))
+
+
+def _array(e: ast.Ref, info: ArrayInfo, scope: Scope) -> RNode:
+    if e.axes is None:
+        return RNode("array", e.span, info.vkind, array=info.name, axes=info.axes, node=info.node)
+    labels = tuple(a.text for a in e.axes)
+    if len(labels) != len(info.axes):
+        raise error("N0302", f"`{info.name}` has {len(info.axes)} axes "
+                    f"[{' '.join(info.axes)}], but {len(labels)} are named here", e.axes_span,
+                    labels=[Label(info.span, f"`{info.name}` defined with {len(info.axes)} axes")],
+                    help="name one axis per position of the array")
+    for a in e.axes:
+        _check_axis(a, scope)
+    for pos, (declared, label) in enumerate(zip(info.axes, labels)):
+        scope.sizes.union(label, declared, e.axes[pos].span,
+                          f"naming position {pos + 1} of `{info.name}` (`{declared}`) as `{label}`")
+    return RNode("array", e.span, info.vkind, array=info.name, axes=labels, node=info.node)
+
+
+def _check_axis(a: ast.Name, scope: Scope) -> None:
+    if a.text not in scope.axes:
+        raise error("N0201", f"undeclared axis `{a.text}`", a.span,
+                    help=did_you_mean(a.text, list(scope.axes), f"declare it: `axis {a.text}`"))
+
+
+def _call(e: ast.Ref, scope: Scope) -> RNode:
+    name = e.name.text
+    args = e.args or ()
+    if name in FUNCTIONS:
+        kinds, result = FUNCTIONS[name]
+        if e.axes is not None:
+            raise error("N0208", f"`{name}` is elementwise and takes no axes", e.axes_span,
+                        help=f"write `{name}(...)`")
+        _arity(e, len(kinds))
+        children = [_resolve(a, scope) for a in args]
+        for child, kind in zip(children, kinds):
+            _expect(child, kind, name)
+        return RNode("map", e.span, result, children, fn=name, op_span=e.name.span)
+    if name in REDUCTIONS or name == "softmax":
+        if e.axes is None or not e.axes:
+            raise error("N0208", f"`{name}` needs the axes it works along", e.span,
+                        help=f"write `{name}[x](...)`")
+        _arity(e, 1)
+        axes = _distinct_axes(e.axes, scope)
+        child = _resolve(args[0], scope)
+        _expect(child, "num", name)
+        _assign_free(child)
+        for a in e.axes:
+            if a.text not in child.free:
+                raise error("N0307", f"`{name}` works along `{a.text}`, but its argument does "
+                            "not have that axis", a.span,
+                            help=f"the argument has axes [{' '.join(sorted(child.free))}]")
+        kind = "softmax" if name == "softmax" else "reduce"
+        return RNode(kind, e.span, "num", [child], fn=name, axes=axes, op_span=e.name.span)
+    if name == "size":
+        if e.axes is not None:
+            raise error("N0208", "`size` takes an axis in parentheses", e.axes_span,
+                        help="write `size(d)`")
+        _arity(e, 1)
+        arg = args[0]
+        if not (isinstance(arg, ast.Ref) and arg.axes is None and arg.args is None):
+            raise error("N0208", "`size` takes the name of an axis", _span(arg),
+                        help="write `size(d)` for the size of axis `d`")
+        _check_axis(arg.name, scope)
+        return RNode("size", e.span, axes=(arg.name.text,))
+    if name in scope.arrays or name in scope.axes:
+        what = "an array" if name in scope.arrays else "an axis"
+        raise error("N0208", f"`{name}` is {what}, not a function", e.name.span,
+                    help="napkin has no implicit multiplication: write `*` between factors")
+    raise error("N0204", f"unknown function `{name}`", e.name.span,
+                help=did_you_mean(name, sorted(BUILTINS), "functions are " + ", ".join(sorted(BUILTINS))))
+
+
+def _arity(e: ast.Ref, n: int) -> None:
+    got = len(e.args or ())
+    if got != n:
+        plural = "s" if n != 1 else ""
+        raise error("N0404", f"`{e.name.text}` takes {n} argument{plural}, but {got} were given",
+                    e.span, help=_signature(e.name.text))
+
+
+def _signature(name: str) -> str:
+    if name == "where":
+        return "`where(cond, a, b)` picks `a` where `cond` holds, else `b`"
+    if name in ("maximum", "minimum"):
+        return f"`{name}(a, b)` is elementwise"
+    if name in REDUCTIONS or name == "softmax":
+        return f"`{name}[x](expr)` takes one expression"
+    if name == "size":
+        return "`size(d)` takes one axis"
+    return f"`{name}(x)` takes one argument"
+
+
+def _distinct_axes(names, scope: Scope) -> tuple[str, ...]:
+    seen: dict[str, Span] = {}
+    for a in names:
+        _check_axis(a, scope)
+        if a.text in seen:
+            raise error("N0306", f"axis `{a.text}` is listed twice", a.span,
+                        labels=[Label(seen[a.text], "first here")], help="list each axis once")
+        seen[a.text] = a.span
+    if len(seen) > limits.MAX_RANK:
+        raise error("N0506", f"{len(seen)} axes; the limit is {limits.MAX_RANK}", names[0].span,
+                    help="merge axes that always travel together into one")
+    return tuple(seen)
+
+
+def _span(e: ast.Expr) -> Span:
+    return e.span
+
+
+def _assign_free(node: RNode) -> frozenset:
+    """Free axes (before contraction) of every node below, children first."""
+    if node.free or node.kind in ("const", "size"):
+        return node.free
+    if node.kind in ("array", "index"):
+        node.free = frozenset(node.axes)
+        return node.free
+    inner = frozenset().union(*(_assign_free(c) for c in node.children))
+    node.free = inner - frozenset(node.axes) if node.kind == "reduce" else inner
+    return node.free
+

@@ -1,0 +1,256 @@
+"""Text to syntax tree: LALR parsing of each statement, spans kept, errors made friendly.
+
+The file is split into statements first (`split.py`), so one syntax error costs
+one statement, and every statement of the file is still parsed and reported.
+Conversion from lark's tree is iterative, so no input can exhaust the stack.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+
+from lark import Lark, Token, Tree
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+
+from . import ast, limits
+from .diagnostics import Collector, Diagnostic, NapkinError, Source, Span, error
+from .split import Chunk, split_statements
+from .syntax_errors import EXAMPLES, describe_expected, match
+
+GRAMMAR_PATH = Path(__file__).with_name("napkin.lark")
+
+
+@lru_cache(maxsize=1)
+def _lark() -> Lark:
+    return Lark(GRAMMAR_PATH.read_text(), parser="lalr", lexer="basic",
+                propagate_positions=True, maybe_placeholders=False)
+
+
+def decode(data: bytes, name: str = "<input>") -> Source:
+    """Bytes to a Source, or N0104 at the first byte that is not UTF-8."""
+    if len(data) > limits.MAX_SOURCE_BYTES:
+        raise _too_large(len(data), name)
+    try:
+        return Source(name, data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        good = Source(name, data[: exc.start].decode("utf-8"))
+        raise error("N0104", f"byte 0x{data[exc.start]:02x} at offset {exc.start} is not valid UTF-8",
+                    good.span(len(good.text), len(good.text)),
+                    help="save the diagram as UTF-8 text", source=good) from None
+
+
+def _too_large(size: int, name: str) -> NapkinError:
+    return error("N0501", f"{name} is {size:,} bytes; the limit is {limits.MAX_SOURCE_BYTES:,}",
+                 help="split the diagram into smaller ones")
+
+
+def parse(source: Source) -> ast.Program:
+    """Parse a whole diagram; raises NapkinError with every syntax error found."""
+    if len(source.text.encode("utf-8", "surrogatepass")) > limits.MAX_SOURCE_BYTES:
+        raise _too_large(len(source.text.encode("utf-8", "surrogatepass")), source.name)
+    chunks = split_statements(source.text)
+    if len(chunks) > limits.MAX_STATEMENTS:
+        c = chunks[limits.MAX_STATEMENTS]
+        raise error("N0503", f"the diagram has {len(chunks):,} statements; the limit is "
+                    f"{limits.MAX_STATEMENTS:,}", source.span(c.start, c.end),
+                    help="split the diagram into smaller ones", source=source)
+    errors = Collector(source, limits.MAX_ERRORS)
+    statements = []
+    for chunk in chunks:
+        try:
+            statements.append(_parse_statement(source, chunk))
+        except NapkinError as exc:
+            errors.add(exc)
+    errors.raise_if_any()
+    return ast.Program(tuple(statements), source)
+
+
+def _parse_statement(source: Source, chunk: Chunk) -> ast.Statement:
+    text = source.text[chunk.start:chunk.end]
+    line, col = source.position(chunk.start)
+    if chunk.max_depth > limits.MAX_DEPTH:
+        raise _too_deep(source.span(chunk.deepest), chunk.max_depth)
+    try:
+        tree = _lark().parse(text)
+    except UnexpectedInput as exc:
+        raise _syntax_error(source, chunk, text, exc) from None
+    except LarkError as exc:  # pragma: no cover - lark raises UnexpectedInput for bad text
+        raise error("N0102", f"syntax error: {exc}", source.span(chunk.start, chunk.end)) from None
+    return _Converter(source, chunk.start, line, col).convert(tree)
+
+
+def _too_deep(span: Span, depth: int) -> NapkinError:
+    return error("N0502", f"expression nested {depth} deep; the limit is {limits.MAX_DEPTH}",
+                 span, help="name intermediate results in separate equations")
+
+
+# --- syntax errors -----------------------------------------------------------
+
+def _syntax_error(source: Source, chunk: Chunk, text: str, exc: UnexpectedInput) -> NapkinError:
+    if isinstance(exc, UnexpectedCharacters):
+        offset = chunk.start + exc.pos_in_stream
+        ch = source.text[offset]
+        shown = ch if ch.isprintable() and not ch.isspace() else ch.encode("unicode_escape").decode()
+        help_text = "names are ASCII letters, digits and `_`; comments start with `#`"
+        if ch == ";":
+            help_text = "statements end at the end of the line; remove the `;`"
+        elif ch in "{}":
+            help_text = "use `(` and `)` to group, `[` and `]` for axes"
+        return error("N0101", f"unexpected character `{shown}`", source.span(offset),
+                     help=help_text, source=source)
+    assert isinstance(exc, UnexpectedToken)
+    token = exc.token
+    at_end = token.type == "$END"
+    if at_end:
+        offset = chunk.end
+        span = source.span(offset, offset)
+    else:
+        offset = chunk.start + token.start_pos
+        span = source.span(offset, chunk.start + token.end_pos)
+    label = _match(exc)
+    if at_end and chunk.unclosed is not None:
+        opener = source.text[chunk.unclosed]
+        closer = ")" if opener == "(" else "]"
+        return error("N0103", f"`{opener}` is never closed", source.span(chunk.unclosed),
+                     help=f"add the matching `{closer}`", source=source)
+    if label is not None:
+        message, help_text, _ = EXAMPLES[label]
+        code = "N0103" if at_end else "N0102"
+        return error(code, message, span, help=help_text, source=source)
+    expected = describe_expected(exc.expected)
+    if at_end:
+        return error("N0103", "statement ends too early", span,
+                     help=f"expected {expected}" if expected else None, source=source)
+    shown = token.value if len(token.value) <= 40 else token.value[:37] + "..."
+    return error("N0102", f"unexpected `{shown}`", span,
+                 help=f"expected {expected}" if expected else None, source=source)
+
+
+def _match(exc: UnexpectedInput) -> str | None:
+    return match(exc, _lark().parse)
+
+
+# --- lark tree to AST ----------------------------------------------------------
+
+class _Converter:
+    """Builds AST nodes from a lark tree bottom-up with an explicit stack."""
+
+    def __init__(self, source: Source, offset: int, line: int, col: int):
+        self.source = source
+        self.offset, self.line, self.col = offset, line, col
+
+    def span(self, item) -> Span:
+        if isinstance(item, Token):
+            raw = Span(item.start_pos, item.end_pos, item.line, item.column,
+                       item.end_line, item.end_column)
+        else:
+            m = item.meta
+            raw = Span(m.start_pos, m.end_pos, m.line, m.column, m.end_line, m.end_column)
+        return raw.shifted(self.offset, self.line, self.col)
+
+    def name(self, token: Token) -> ast.Name:
+        span = self.span(token)
+        if len(token.value) > limits.MAX_NAME_LENGTH:
+            raise error("N0504", f"name of {len(token.value)} characters; the limit is "
+                        f"{limits.MAX_NAME_LENGTH}", span, help="use a shorter name")
+        return ast.Name(str(token.value), span)
+
+    def convert(self, root: Tree):
+        done: dict[int, object] = {}
+        depth: dict[int, int] = {}
+        stack: list[tuple[object, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if isinstance(node, Token):
+                done[id(node)] = node
+                depth[id(node)] = 0
+                continue
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((child, False) for child in reversed(node.children))
+                continue
+            kids = [done[id(c)] for c in node.children]
+            d = 1 + max((depth[id(c)] for c in node.children), default=0)
+            if d > limits.MAX_DEPTH:
+                raise _too_deep(self.span(node), d)
+            depth[id(node)] = d
+            done[id(node)] = getattr(self, "rule_" + node.data)(node, kids)
+        return done[id(root)]
+
+    # statements
+    def rule_axis_decl(self, node, kids):
+        return ast.AxisDecl(tuple(kids[1:]), self.span(node))
+
+    def rule_axis_item(self, node, kids):
+        return ast.AxisItem(self.name(kids[0]), kids[1] if len(kids) > 1 else None)
+
+    def rule_size(self, node, kids):
+        negative = len(kids) == 2
+        return ast.SizeLit(str(kids[-1].value), negative, self.span(node))
+
+    def rule_input_decl(self, node, kids):
+        return ast.InputDecl(tuple(kids[1:]), self.span(node))
+
+    def rule_input_item(self, node, kids):
+        axes, axes_span = kids[1]
+        dtype = self.name(kids[2]) if len(kids) > 2 else None
+        return ast.InputItem(self.name(kids[0]), axes, axes_span, dtype, self.span(node))
+
+    def rule_output_decl(self, node, kids):
+        return ast.OutputDecl(tuple(kids[1:]), self.span(node))
+
+    def rule_output_item(self, node, kids):
+        dtype = self.name(kids[1]) if len(kids) > 1 else None
+        return ast.OutputItem(self.name(kids[0]), dtype, self.span(node))
+
+    def rule_hint(self, node, kids):
+        level = self.name(kids[5]) if len(kids) > 5 else None
+        return ast.Hint(str(kids[0].value), self.name(kids[1]), kids[3], level, self.span(node))
+
+    def rule_equation(self, node, kids):
+        axes, axes_span = kids[1] if len(kids) == 3 else (None, None)
+        return ast.Equation(self.name(kids[0]), axes, axes_span, kids[-1], self.span(node))
+
+    def rule_axis_list(self, node, kids):
+        return tuple(self.name(k) for k in kids), self.span(node)
+
+    def rule_call_args(self, node, kids):
+        return ("args", tuple(kids))
+
+    # expressions
+    def rule_number(self, node, kids):
+        tok = kids[0]
+        value = float(tok.value)
+        if not math.isfinite(value):
+            raise error("N0505", f"number `{_clip(tok.value)}` is too large for a float",
+                        self.span(tok), help="write `inf` for infinity")
+        return ast.Number(value, str(tok.value), self.span(tok))
+
+    def rule_inf(self, node, kids):
+        return ast.Inf(self.span(kids[0]))
+
+    def rule_ref(self, node, kids):
+        axes = axes_span = args = None
+        for k in kids[1:]:
+            if isinstance(k, tuple) and k and k[0] == "args":
+                args = k[1]
+            else:
+                axes, axes_span = k
+        return ast.Ref(self.name(kids[0]), axes, args, self.span(node), axes_span)
+
+    def rule_binop(self, node, kids):
+        left, op, right = kids
+        return ast.BinOp(str(op.value), left, right, self.span(node), self.span(op))
+
+    def rule_unop(self, node, kids):
+        op, operand = kids
+        return ast.UnOp(str(op.value), operand, self.span(node), self.span(op))
+
+
+def _clip(text: str, limit: int = 24) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+__all__ = ["parse", "decode", "Diagnostic"]

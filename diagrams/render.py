@@ -1,0 +1,145 @@
+"""Rendering diagnostics, rustc-style, once, for people (rich) or for tools (JSON).
+
+    error[N0301]: axis `d` vanishes under `+`
+      --> attention.napkin:5:14
+       |
+     5 | S[b h q x] = Q + K
+       |              ^^^^^ `d` is on both sides of this `+`
+       |
+       = help: write `sum[d](...)` to reduce it explicitly
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable
+
+from rich.console import Console
+from rich.text import Text
+
+from .diagnostics import Diagnostic, NapkinError, Span
+
+_STYLE = {"error": "bold red", "warning": "bold yellow"}
+_TAB = 4
+
+
+def _clean(text: str) -> str:
+    """Source text made safe to print: tabs expanded, control characters escaped."""
+    out = []
+    for ch in text:
+        if ch == "\t":
+            out.append(" " * _TAB)
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
+
+
+def _display_col(line_text: str, col: int) -> int:
+    """0-based display column of 1-based character column `col` after cleaning."""
+    return len(_clean(line_text[: max(col - 1, 0)]))
+
+
+def diagnostics_of(item) -> tuple[Diagnostic, ...]:
+    if isinstance(item, NapkinError):
+        return item.diagnostics
+    if isinstance(item, Diagnostic):
+        return (item,)
+    return tuple(item)
+
+
+def render_text(item) -> str:
+    """Plain text (no colour) of one error, diagnostic or list of diagnostics."""
+    console = Console(width=10_000, color_system=None, no_color=True, highlight=False,
+                      record=True, file=_Null())
+    render(item, console)
+    return console.export_text()
+
+
+class _Null:
+    def write(self, _):
+        return 0
+
+    def flush(self):
+        pass
+
+
+def render(item, console: Console) -> None:
+    for diag in diagnostics_of(item):
+        console.print(_render_one(diag), highlight=False, soft_wrap=True)
+
+
+def _render_one(d: Diagnostic) -> Text:
+    t = Text()
+    t.append(f"{d.severity}[{d.code}]", style=_STYLE.get(d.severity, "bold"))
+    t.append(": ", style="bold")
+    t.append(_clean(d.message), style="bold")
+    t.append("\n")
+    spans = []
+    if d.span is not None:
+        spans.append((d.span, None, True))
+    spans.extend((label.span, label.message, False) for label in d.labels)
+    src = d.source
+    lines = [s.line for s, _, _ in spans]
+    gutter = len(str(max(lines))) if lines else 1
+    pad = " " * gutter
+    if d.span is not None:
+        t.append(f"{pad}--> ", style="bold blue")
+        t.append(f"{_clean(d.location())}\n")
+    if src is not None and spans:
+        t.append(f"{pad} |\n", style="bold blue")
+        for line in sorted(set(lines)):
+            text = src.line_text(line)
+            t.append(f"{line:>{gutter}} | ", style="bold blue")
+            t.append(_clean(text) + "\n")
+            for span, message, primary in sorted((s for s in spans if s[0].line == line),
+                                                 key=lambda s: (not s[2], s[0].col)):
+                t.append(f"{pad} | ", style="bold blue")
+                t.append(_underline(text, span, primary, message),
+                         style=_STYLE.get(d.severity) if primary else "bold blue")
+                t.append("\n")
+        t.append(f"{pad} |\n", style="bold blue")
+    for note in d.notes:
+        t.append(f"{pad} = ", style="bold blue")
+        t.append("note: ", style="bold")
+        t.append(_clean(note) + "\n")
+    if d.help:
+        t.append(f"{pad} = ", style="bold blue")
+        t.append("help: ", style="bold")
+        t.append(_clean(d.help) + "\n")
+    t.rstrip()
+    return t
+
+
+def _underline(text: str, span: Span, primary: bool, message: str | None) -> str:
+    start = _display_col(text, span.col)
+    end_col = span.end_col if span.end_line == span.line else len(text) + 1
+    end = max(_display_col(text, end_col), start + 1)
+    mark = ("^" if primary else "-") * (end - start)
+    return " " * start + mark + (f" {_clean(message)}" if message else "")
+
+
+def to_json(items: Iterable[Diagnostic]) -> str:
+    """Diagnostics as a JSON array (for `--diagnostics json`)."""
+    out = []
+    for d in items:
+        entry = {
+            "severity": d.severity,
+            "code": d.code,
+            "message": d.message,
+            "file": d.source.name if d.source is not None else None,
+            "span": _span_json(d.span),
+            "labels": [{"span": _span_json(lb.span), "message": lb.message} for lb in d.labels],
+            "notes": list(d.notes),
+            "help": d.help,
+        }
+        out.append(entry)
+    return json.dumps(out, indent=2)
+
+
+def _span_json(span: Span | None):
+    if span is None:
+        return None
+    return {"line": span.line, "column": span.col, "end_line": span.end_line,
+            "end_column": span.end_col, "start": span.start, "end": span.end}

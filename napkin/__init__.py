@@ -1,0 +1,24 @@
+"""napkin: a compiler from neural circuit diagrams to IO-aware GPU kernels.
+
+    import napkin
+    d = napkin.load("attention")            # a path, a library name or diagram text
+    (O,) = napkin.run(d, Q, K, V)           # the reference executor (float64, rounded)
+
+Importing napkin loads neither CuPy nor PyTorch.
+"""
+
+from .diagrams.diagnostics import NapkinError
+
+__version__ = "0.1.0"
+__all__ = ["load", "run", "Diagram", "NapkinError", "__version__"]
+
+
+def __getattr__(name):
+    # The API pulls in the compiler and NumPy; keep `import napkin` itself light.
+    if name in ("load", "run"):
+        from . import api
+        return getattr(api, name)
+    if name == "Diagram":
+        from .compiler.diagram import Diagram
+        return Diagram
+    raise AttributeError(f"module 'napkin' has no attribute {name!r}")

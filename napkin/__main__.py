@@ -1,0 +1,6 @@
+"""`python -m napkin` is the `napkin` command."""
+
+from .cli import main
+
+if __name__ == "__main__":
+    main()

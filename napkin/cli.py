@@ -1,0 +1,74 @@
+"""The `napkin` command line: check, compile, run (explain, bench, draw come with later stages).
+
+Diagnostics go to stderr, artifacts to stdout. Exit status: 0 ok, 1 diagram
+errors, 2 usage errors, 3 backend unavailable, 101 internal error.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+from rich.console import Console
+
+from . import __version__
+from .cli_common import OUTPUT, diagram_options, load_diagram, reporter
+from .diagrams.diagnostics import NapkinError
+from .diagrams.render import render, to_json
+
+REPORT_URL = "https://github.com/napkin-compiler/napkin/issues"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="napkin")
+def cli() -> None:
+    """napkin: neural circuit diagrams to IO-aware GPU kernels."""
+
+
+def _register() -> None:
+    from .commands import check, compile_, run
+    for module in (check, compile_, run):
+        cli.add_command(module.command)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns (and exits with) the status."""
+    OUTPUT.reset()
+    status = _main(argv)
+    if argv is None:
+        sys.exit(status)
+    return status
+
+
+def _main(argv) -> int:
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        cli.main(args=argv, prog_name="napkin", standalone_mode=False)
+        OUTPUT.flush(err)
+        return 0
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        err.print("aborted")
+        return 1
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except NapkinError as exc:
+        OUTPUT.fail(exc)
+        OUTPUT.flush(err)
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+    except Exception:  # a bug in napkin, never a user mistake
+        err.print(traceback.format_exc(), markup=False, highlight=False)
+        err.print(f"error: internal error in napkin {__version__}: this is a bug; please report it "
+                  f"at {REPORT_URL} with the diagram and command that caused it", markup=False)
+        return 101
+
+
+__all__ = ["cli", "main", "diagram_options", "load_diagram", "reporter", "render", "to_json"]

@@ -1,0 +1,91 @@
+"""What every CLI command shares: the diagram argument, -D sizes, diagnostics output."""
+
+from __future__ import annotations
+
+import functools
+
+import click
+from rich.console import Console
+
+from .diagrams.diagnostics import Diagnostic, NapkinError, UsageError, error
+from .diagrams.render import render, to_json
+
+
+class _Output:
+    """Collects warnings and errors; prints them once, as text or JSON, to stderr."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.format = "human"
+        self.items: list[Diagnostic] = []
+
+    def warn(self, diagnostics) -> None:
+        self.items.extend(diagnostics)
+
+    def fail(self, exc: NapkinError) -> None:
+        self.items.extend(exc.diagnostics)
+
+    def flush(self, console: Console) -> None:
+        items, self.items = self.items, []
+        if self.format == "json":
+            console.file.write(to_json(items) + "\n")
+            return
+        render(items, console)
+
+
+OUTPUT = _Output()
+
+
+def reporter() -> _Output:
+    return OUTPUT
+
+
+def parse_assignments(values, option: str) -> dict[str, int]:
+    """`d=128` or `q=128,x=96` (repeatable) to {"d": 128, ...}."""
+    out: dict[str, int] = {}
+    for value in values:
+        for part in value.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            name, eq, num = part.partition("=")
+            name, num = name.strip(), num.strip()
+            if not eq or not name.isidentifier() or not (num.isdigit() and len(num) < 19):
+                raise UsageError(error(
+                    "N0804", f"{option} {part!r}: expected NAME=SIZE with a whole number",
+                    help=f"for example {option} d=128" + (",q=256" if option == "--shape" else ""))
+                    .diagnostics)
+            if name in out and out[name] != int(num):
+                raise UsageError(error("N0804", f"{option}: `{name}` is given twice",
+                                       help="give each axis one size").diagnostics)
+            out[name] = int(num)
+    return out
+
+
+def _set_format(ctx, param, value):
+    if value is not None:
+        OUTPUT.format = value
+    return value
+
+
+def diagram_options(fn):
+    """Adds DIAGRAM, -D NAME=SIZE and --diagnostics to a command."""
+    @click.argument("diagram", metavar="FILE|NAME")
+    @click.option("-D", "--define", "defines", multiple=True, metavar="NAME=SIZE",
+                  help="Fix or override an axis size (repeatable): -D d=128.")
+    @click.option("--diagnostics", type=click.Choice(["human", "json"]), default=None,
+                  expose_value=False, callback=_set_format, is_eager=True,
+                  help="How to print errors and warnings (to stderr).")
+    @functools.wraps(fn)
+    def wrapper(diagram, defines, **kwargs):
+        return fn(diagram=diagram, sizes=parse_assignments(defines, "-D"), **kwargs)
+    return wrapper
+
+
+def load_diagram(arg: str, sizes: dict[str, int]):
+    from .api import load
+    d = load(arg, **sizes)
+    OUTPUT.warn(d.warnings)
+    return d

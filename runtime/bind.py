@@ -1,0 +1,112 @@
+"""Binding a call's arrays to a diagram: which input is which, and the size of every axis.
+
+Checks, at run time, what only the arrays can tell: that every input is given
+once, that ranks match, and that every axis has one size across all inputs and
+agrees with its static size. Errors name the axis, both sizes and both places.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..compiler import ir
+from ..compiler.diagram import Diagram
+from ..diagrams.diagnostics import Label, did_you_mean, error
+
+
+@dataclass(frozen=True)
+class Bound:
+    arrays: dict[str, object]     # input name -> the caller's array (unconverted)
+    sizes: dict[str, int]         # every axis -> its size for this call
+
+
+def match_inputs(diagram: Diagram, args: tuple, named: dict) -> dict[str, object]:
+    """Positional arrays in declaration order, plus named ones; each input exactly once."""
+    sigs = diagram.inputs
+    names = [s.name for s in sigs]
+    if len(args) > len(names):
+        raise error("N0309", f"{len(args)} arrays given, but the diagram has {len(names)} inputs "
+                    f"({', '.join(names)})", help="pass one array per input, in declaration order")
+    given = dict(zip(names, args))
+    for key, value in named.items():
+        if key not in names:
+            raise error("N0309", f"the diagram has no input `{key}`",
+                        help=did_you_mean(key, names, "inputs: " + ", ".join(names)))
+        if key in given:
+            raise error("N0309", f"input `{key}` is given twice (by position and by name)",
+                        help="pass each input once")
+        given[key] = value
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise error("N0309", f"missing input{'s' if len(missing) > 1 else ''}: {', '.join(missing)}",
+                    help="inputs: " + ", ".join(f"{s.name}[{' '.join(s.axes)}]" for s in sigs))
+    return {n: given[n] for n in names}
+
+
+def bind_sizes(diagram: Diagram, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """The size of every axis, from static sizes and the inputs' shapes."""
+    g = diagram.ir
+    axes: dict[str, ir.Axis] = g.graph["axes"]
+    by_class: dict[str, tuple[int, str, int]] = {}  # rep -> (size, input name, position)
+    for sig in diagram.inputs:
+        shape = tuple(shapes[sig.name])
+        span = g.nodes[g.graph["inputs"][sig.name]]["span"]
+        if len(shape) != len(sig.axes):
+            raise error("N0308", f"input `{sig.name}` has {len(shape)} dimensions {shape}, but the "
+                        f"diagram declares {len(sig.axes)} [{' '.join(sig.axes)}]", span,
+                        help=f"pass an array of shape ({', '.join(sig.axes)})",
+                        source=g.graph["source"])
+        for pos, (axis, size) in enumerate(zip(sig.axes, shape)):
+            info = axes[axis]
+            src = g.graph["source"]
+            if info.size is not None and size != info.size:
+                why = (f"`{axis}` is {info.size}" if info.rep == axis or axes[info.rep].size is None
+                       else f"`{axis}` must equal `{info.rep}` = {info.size}")
+                raise error("N0308", f"input `{sig.name}` has size {size} along axis `{axis}` "
+                            f"(dimension {pos}), but {why}", span,
+                            labels=[Label(info.span, "declared here")] if info.span else [],
+                            help=f"pass an array whose dimension {pos} is {info.size}, or "
+                                 f"recompile with -D {axis}={size}", source=src)
+            seen = by_class.get(info.rep)
+            if seen is not None and seen[0] != size:
+                other, other_pos = seen[1], seen[2]
+                other_axis = next(s for s in diagram.inputs if s.name == other).axes[other_pos]
+                same = (f"axis `{axis}`" if other_axis == axis
+                        else f"axes `{other_axis}` and `{axis}` (which the diagram makes equal)")
+                raise error("N0308", f"inputs disagree on {same}: `{other}` has {seen[0]} "
+                            f"(dimension {other_pos}) but `{sig.name}` has {size} "
+                            f"(dimension {pos})", span,
+                            help="every array must have the same size along one axis", source=src)
+            by_class.setdefault(info.rep, (size, sig.name, pos))
+    sizes = {}
+    for name, info in axes.items():
+        if info.size is not None:
+            sizes[name] = info.size
+        elif info.rep in by_class:
+            sizes[name] = by_class[info.rep][0]
+    return sizes
+
+
+def to_numpy(name: str, value) -> np.ndarray:
+    """A caller's array as a NumPy array (CPU frameworks and GPU arrays with `.get()`)."""
+    if hasattr(value, "__cuda_array_interface__") and hasattr(value, "get"):
+        value = value.get()
+    elif hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().numpy()
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # any conversion failure is the caller's mistake
+        raise error("N0405", f"input `{name}` is not an array ({type(value).__name__}): {exc}",
+                    help="pass a NumPy array or anything np.asarray accepts") from None
+    if arr.dtype.kind not in "fiub" and arr.dtype.name != "bfloat16":
+        raise error("N0405", f"input `{name}` has dtype {arr.dtype}, which is not a real number type",
+                    help="pass float arrays (f32, f16 or bf16)")
+    return arr
+
+
+def bind(diagram: Diagram, args: tuple, named: dict) -> Bound:
+    arrays = match_inputs(diagram, args, named)
+    shapes = {n: tuple(a.shape) if hasattr(a, "shape") else np.shape(a) for n, a in arrays.items()}
+    return Bound(arrays, bind_sizes(diagram, shapes))

@@ -1,0 +1,62 @@
+"""The tolerance rule every backend is held to (testing.md, as FlashAttention's tests do).
+
+    max|out - ref64| <= 2 * max|naive_lowp - ref64| + floor(dtype)
+
+where `ref64` is the float64 reference on inputs already rounded to their
+storage dtypes and `naive_lowp` is the reference computed naively in low
+precision. NaN and infinities must appear in exactly the same places.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dtypes import EPS
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    error: float          # max |out - ref| over finite positions
+    budget: float
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def floor(dtype: str, scale: float) -> float:
+    """Absolute slack for one rounding to `dtype` of values of magnitude `scale`."""
+    return 2.0 * EPS[dtype] * max(1.0, scale)
+
+
+def check(out: np.ndarray, ref64: np.ndarray, naive: np.ndarray, dtype: str,
+          name: str = "output") -> Verdict:
+    out = np.asarray(out).astype(np.float64)
+    ref = np.asarray(ref64, dtype=np.float64)
+    naive = np.asarray(naive).astype(np.float64)
+    if out.shape != ref.shape:
+        return Verdict(False, np.inf, 0.0, f"{name}: shape {out.shape} != reference {ref.shape}")
+    for what, mask_out, mask_ref in (("NaN", np.isnan(out), np.isnan(ref)),
+                                     ("+inf", out == np.inf, ref == np.inf),
+                                     ("-inf", out == -np.inf, ref == -np.inf)):
+        if not np.array_equal(mask_out, mask_ref):
+            where = np.argwhere(mask_out != mask_ref)[:3].tolist()
+            return Verdict(False, np.inf, 0.0,
+                           f"{name}: {what} in different places (first at {where})")
+    finite = np.isfinite(ref)
+    if not finite.any():
+        return Verdict(True, 0.0, 0.0, f"{name}: no finite values; special values match")
+    err = float(np.max(np.abs(out[finite] - ref[finite])))
+    naive_err = float(np.max(np.abs(naive[finite] - ref[finite]), initial=0.0)) \
+        if np.isfinite(naive[finite]).all() else 0.0
+    scale = float(np.max(np.abs(ref[finite])))
+    budget = 2.0 * naive_err + floor(dtype, scale)
+    ok = err <= budget
+    idx = np.unravel_index(np.argmax(np.where(finite, np.abs(out - np.where(finite, ref, 0)), -1)),
+                           out.shape)
+    message = (f"{name}: max error {err:.3g} {'<=' if ok else '>'} budget {budget:.3g} "
+               f"(naive {dtype} error {naive_err:.3g}; worst at {tuple(int(i) for i in idx)})")
+    return Verdict(ok, err, budget, message)

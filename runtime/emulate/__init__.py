@@ -1,0 +1,1 @@
+"""CPU emulator of emitted CUDA (in progress)."""

@@ -1,0 +1,120 @@
+"""The reference executor: what a diagram means, computed with NumPy.
+
+`evaluate(diagram, inputs)` runs the typed IR in float64 on inputs first
+rounded to their storage dtypes: the oracle every compiled form is tested
+against. `precision="lowp"` instead computes each op in f32 and rounds its
+result to the diagram's least precise storage dtype (a naive low-precision
+evaluation, as frameworks do it), for error budgets.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..compiler import ir
+from ..compiler.diagram import Diagram
+from . import dtypes, elementwise
+from .bind import bind_sizes, to_numpy
+
+
+class _Val:
+    """An array with its axis labels (dimension i is axis labels[i])."""
+
+    __slots__ = ("data", "axes")
+
+    def __init__(self, data: np.ndarray, axes: tuple[str, ...]):
+        self.data, self.axes = data, axes
+
+    def aligned(self, axes: tuple[str, ...]) -> np.ndarray:
+        """View with dimensions in the order of `axes` (size 1 where this value lacks one)."""
+        mine = [a for a in axes if a in self.axes]
+        data = np.transpose(self.data, [self.axes.index(a) for a in mine]) if mine else self.data
+        shape = [data.shape[mine.index(a)] if a in self.axes else 1 for a in axes]
+        return data.reshape(shape)
+
+
+def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64",
+             sizes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Outputs by name: float64 (precision="f64") or storage dtype (precision="lowp")."""
+    if precision not in ("f64", "lowp"):
+        raise ValueError(f"precision must be 'f64' or 'lowp', not {precision!r}")
+    g = diagram.ir
+    arrays = {name: to_numpy(name, inputs[name]) for name in g.graph["inputs"]}
+    sizes = sizes or bind_sizes(diagram, {n: a.shape for n, a in arrays.items()})
+    lowp = precision == "lowp"
+    compute = np.float32 if lowp else np.float64
+    rounding = dtypes.lowest([s.dtype for s in diagram.inputs + diagram.outputs]) if lowp else None
+    values: dict[int, _Val] = {}
+    results: dict[str, np.ndarray] = {}
+    for n in ir.order(g):
+        op, out = ir.op(g, n), ir.type_of(g, n)
+        args = [values[a] for a in ir.operands(g, n)]
+        if isinstance(op, ir.Input):
+            stored = arrays[op.name].astype(dtypes.numpy_dtype(op.dtype))
+            values[n] = _Val(stored.astype(compute), out.axes)
+            continue
+        if isinstance(op, ir.Output):
+            data = args[0].aligned(out.axes)
+            results[op.name] = data.astype(dtypes.numpy_dtype(op.dtype)) if lowp else \
+                np.array(data, dtype=np.float64)
+            continue
+        val = _step(op, out, args, sizes, compute)
+        if rounding is not None and val.data.dtype.kind == "f" and not isinstance(op, ir.Index):
+            val.data = dtypes.round_to(val.data, rounding)
+        values[n] = val
+    return results
+
+
+def _step(op, out: ir.ArrayType, args: list[_Val], sizes: dict[str, int], compute) -> _Val:
+    if isinstance(op, ir.Const):
+        return _Val(np.asarray(op.value, dtype=compute), ())
+    if isinstance(op, ir.Index):
+        return _Val(np.arange(sizes[op.axis], dtype=compute), (op.axis,))
+    if isinstance(op, ir.SizeOf):
+        return _Val(np.asarray(sizes[op.axis], dtype=compute), ())
+    if isinstance(op, ir.View):
+        return _Val(_relabel(args[0].data, op.labels), out.axes)
+    if isinstance(op, ir.Map):
+        data = elementwise.apply(op.fn, [a.aligned(out.axes) for a in args])
+        full = tuple(sizes[a] for a in out.axes)
+        if data.dtype.kind == "f":
+            data = data.astype(compute, copy=False)
+        return _Val(np.broadcast_to(data, full), out.axes)
+    if isinstance(op, ir.Contract):
+        return _Val(_contract(args[0], args[1], out.axes).astype(compute, copy=False), out.axes)
+    if isinstance(op, ir.Reduce):
+        x = args[0]
+        dims = tuple(x.axes.index(a) for a in op.axes)
+        return _Val(elementwise.reduce(op.fn, x.data, dims).astype(compute, copy=False), out.axes)
+    if isinstance(op, ir.Softmax):
+        x = args[0]
+        dims = tuple(x.axes.index(a) for a in op.axes)
+        return _Val(elementwise.softmax(x.data, dims), x.axes)
+    if isinstance(op, ir.Assign):
+        data = args[0].aligned(out.axes)
+        full = tuple(sizes[a] for a in out.axes)
+        return _Val(np.ascontiguousarray(np.broadcast_to(data, full)), out.axes)
+    raise TypeError(f"no reference semantics for {op!r}")  # pragma: no cover
+
+
+def _ids(*label_lists) -> dict[str, int]:
+    ids: dict[str, int] = {}
+    for labels in label_lists:
+        for a in labels:
+            ids.setdefault(a, len(ids))
+    return ids
+
+
+def _relabel(data: np.ndarray, labels: tuple[str, ...]) -> np.ndarray:
+    """Positional relabelling; a repeated label takes the diagonal."""
+    unique = tuple(dict.fromkeys(labels))
+    if len(unique) == len(labels):
+        return data
+    ids = _ids(labels)
+    return np.einsum(data, [ids[a] for a in labels], [ids[a] for a in unique])
+
+
+def _contract(a: _Val, b: _Val, out_axes: tuple[str, ...]) -> np.ndarray:
+    ids = _ids(a.axes, b.axes)
+    return np.einsum(a.data, [ids[x] for x in a.axes], b.data, [ids[x] for x in b.axes],
+                     [ids[x] for x in out_axes], optimize=False)

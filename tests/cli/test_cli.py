@@ -1,0 +1,136 @@
+"""The command line: check, compile, run; exit statuses; no traceback for user mistakes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from napkin.cli import main
+
+
+def run_cli(capsys, *args):
+    capsys.readouterr()
+    status = main(list(args))
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_check_prints_the_summary(capsys):
+    status, out, err = run_cli(capsys, "check", "attention")
+    assert status == 0, err
+    assert "axes:    b=dynamic, h=dynamic, q=dynamic, x=dynamic, d=64" in out
+    assert "S[b h q x]  contracts d" in out and "P[b h q x]  softmax along x" in out
+    assert "O[b h q d]  contracts x" in out
+
+
+def test_check_with_define(capsys):
+    status, out, _ = run_cli(capsys, "check", "attention", "-D", "d=128")
+    assert status == 0 and "d=128" in out
+
+
+def test_compile_emit_ir_and_ast(capsys, tmp_path):
+    status, out, _ = run_cli(capsys, "compile", "matmul", "--emit", "ir")
+    assert status == 0 and "contract[k]" in out
+    status, out, _ = run_cli(capsys, "compile", "matmul", "--emit", "ast")
+    assert status == 0 and "Equation(name=Name(text='C'" in out
+    target = tmp_path / "m.ir"
+    status, out, _ = run_cli(capsys, "compile", "matmul", "-o", str(target))
+    assert status == 0 and out == "" and "contract[k]" in target.read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["m.ir"]
+
+
+def test_run_random_inputs_is_deterministic(capsys):
+    status, out1, err = run_cli(capsys, "run", "attention", "--shape", "b=2,h=3,q=37,x=50")
+    assert status == 0, err
+    assert out1.startswith("O  shape=(2, 3, 37, 64)  dtype=f16  sum=")
+    _, out2, _ = run_cli(capsys, "run", "attention", "--shape", "b=2,h=3,q=37,x=50")
+    _, out3, _ = run_cli(capsys, "run", "attention", "--shape", "b=2,h=3,q=37,x=50", "--seed", "1")
+    assert out1 == out2 != out3
+
+
+def test_run_npz_round_trip(capsys, tmp_path, rng):
+    A, B = rng.standard_normal((5, 7)).astype(np.float16), rng.standard_normal((7, 3)).astype(np.float16)
+    np.savez(tmp_path / "in.npz", A=A, B=B)
+    status, out, err = run_cli(capsys, "run", "matmul", "--inputs", str(tmp_path / "in.npz"),
+                               "--save", str(tmp_path / "out.npz"))
+    assert status == 0, err
+    with np.load(tmp_path / "out.npz") as saved:
+        assert saved.files == ["C"]
+        expected = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float16)
+        np.testing.assert_array_equal(saved["C"], expected)
+    assert "C  shape=(5, 3)  dtype=f16" in out
+
+
+def test_run_a_file_with_two_outputs(capsys, tmp_path):
+    path = tmp_path / "two.napkin"
+    path.write_text("axis a\nin X[a]: f32\nY[a] = X * 2\nZ[a] = X + 1\nout Y: f32, Z: bf16\n")
+    status, out, err = run_cli(capsys, "run", str(path), "--shape", "a=4",
+                               "--save", str(tmp_path / "o.npz"))
+    assert status == 0, err
+    assert out.count("shape=(4,)") == 2 and "dtype=bf16" in out
+    with np.load(tmp_path / "o.npz") as saved:
+        assert saved.files == ["Y", "Z"]
+
+
+@pytest.mark.parametrize("args, status, code", [
+    (["check", "nosuch"], 1, "N0801"),
+    (["run", "matmul"], 1, "N0805"),
+    (["run", "attention", "--shape", "q=x"], 2, "N0804"),
+    (["check", "attention", "-D", "e=3"], 1, "N0209"),
+    (["run", "matmul", "--backend", "warp"], 2, "N0808"),
+])
+def test_errors_exit_with_their_status(capsys, args, status, code):
+    got, out, err = run_cli(capsys, *args)
+    assert got == status and f"error[{code}]" in err and "Traceback" not in err and out == ""
+
+
+def test_bad_diagram_exits_1_with_rendered_error(capsys, tmp_path):
+    path = tmp_path / "bad.napkin"
+    path.write_text("axis a\nin X[a]: f32\nY[a] = X + W\nout Y: f32\n")
+    status, out, err = run_cli(capsys, "check", str(path))
+    assert status == 1 and out == ""
+    assert f"--> {path}:3:12" in err and "^" in err and "help:" in err
+
+
+def test_json_diagnostics(capsys, tmp_path):
+    path = tmp_path / "bad.napkin"
+    path.write_text("axis a\nin X[a]: f32, W[a]: f32\nY[a] = X * 2\nZ[a] = X Q\nout Y: f32\n")
+    status, _, err = run_cli(capsys, "check", str(path), "--diagnostics", "json")
+    assert status == 1
+    items = json.loads(err)
+    assert [(i["severity"], i["code"]) for i in items] == [("error", "N0102")]
+    assert items[0]["span"]["line"] == 4 and items[0]["file"] == str(path)
+
+
+def test_warnings_go_to_stderr_and_do_not_fail(capsys, tmp_path):
+    path = tmp_path / "warn.napkin"
+    path.write_text("axis a\nin X[a]: f32, W[a]: f32\nY[a] = X * 2\nout Y: f32\n")
+    status, out, err = run_cli(capsys, "check", str(path))
+    assert status == 0 and "warning[N0701]" in err and "warning[" not in out
+
+
+def test_usage_error_exits_2(capsys):
+    status, _, err = run_cli(capsys, "compile", "matmul", "--emit", "nonsense")
+    assert status == 2 and "Invalid value" in err
+
+
+def test_internal_error_exits_101_with_please_report(capsys, monkeypatch):
+    from napkin.commands import check
+    monkeypatch.setattr(check, "summary", lambda d: 1 / 0)
+    status, _, err = run_cli(capsys, "check", "matmul")
+    assert status == 101 and "please report" in err and "ZeroDivisionError" in err
+
+
+def test_console_script_and_module_entry_points(tmp_path):
+    for cmd in (["napkin"], [sys.executable, "-m", "napkin"]):
+        done = subprocess.run(cmd + ["check", "softmax"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "Y[r c]  softmax along c" in done.stdout
+    bad = tmp_path / "bad.napkin"
+    bad.write_bytes(b"axis a\nin X[a]: f32\nY[a] = \xff\n")
+    done = subprocess.run(["napkin", "run", str(bad)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "N0104" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,54 @@
+"""Shared fixtures: random generators, library diagrams, and the tolerance rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.runtime import compare, reference
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def within_budget():
+    """Assert that a backend's output meets the tolerance rule against the float64 oracle."""
+
+    def check(diagram, inputs: dict, outputs: dict) -> None:
+        ref = reference.evaluate(diagram, inputs)
+        naive = reference.evaluate(diagram, inputs, precision="lowp")
+        for sig in diagram.outputs:
+            verdict = compare.check(outputs[sig.name], ref[sig.name], naive[sig.name], sig.dtype,
+                                    sig.name)
+            assert verdict.ok, verdict.message
+
+    return check
+
+
+def load(text_or_name, **sizes):
+    return napkin.load(text_or_name, **sizes)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-goldens", action="store_true", default=False,
+                     help="Rewrite golden files (expected diagnostics, CUDA) from the current output.")
+
+
+@pytest.fixture
+def golden(request):
+    """Compare text with a golden file; `--update-goldens` rewrites the file instead."""
+    update = request.config.getoption("--update-goldens")
+
+    def check(path, text: str) -> None:
+        if update or not path.exists():
+            if not update:
+                pytest.fail(f"golden file {path} is missing; run pytest --update-goldens and review it")
+            path.write_text(text)
+            return
+        assert text == path.read_text(), f"output differs from {path}; review, then --update-goldens"
+
+    return check

@@ -1,0 +1,130 @@
+"""Every diagnostic code: listed in docs/errors.md, and a fixture whose rendered message is asserted.
+
+Diagram mistakes have a fixture diagram `errors/NXXXX.napkin`; the others (bytes,
+sizes at run time, command-line values, backends) are triggered below. Each
+renders to `errors/NXXXX.expected` exactly (`pytest --update-goldens` rewrites).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.cli import main
+from napkin.diagrams import parser
+from napkin.diagrams.codes import CODES
+from napkin.diagrams.diagnostics import NapkinError, Source
+from napkin.diagrams.render import render_text
+from napkin.runtime import nvrtc
+
+HERE = Path(__file__).parent / "errors"
+DOCS = Path(__file__).parents[2] / "docs" / "errors.md"
+
+
+def _raises(fn) -> str:
+    with pytest.raises(NapkinError) as exc:
+        fn()
+    return render_text(exc.value)
+
+
+def _cli(args, capsys, expected_status) -> str:
+    capsys.readouterr()
+    assert main(args) == expected_status
+    return capsys.readouterr().err
+
+
+def _no_nvrtc(monkeypatch):
+    real = importlib.import_module
+
+    def fake(name, *a, **k):
+        if name.startswith("cuda.bindings"):
+            raise ImportError("No module named 'cuda'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", fake)
+    monkeypatch.setattr(nvrtc, "_backend", None)
+    return _raises(nvrtc.version)
+
+
+def _inputs_file(tmp_path):
+    np.savez(tmp_path / "in.npz", A=np.ones((2, 3)), Z=np.ones(3))
+    return "in.npz"
+
+
+TRIGGERS = {
+    "N0104": lambda tp, cap, mp: _raises(lambda: parser.decode(b"axis a\nin X[a]: f\xff32\n", "bad.napkin")),
+    "N0209": lambda tp, cap, mp: _raises(lambda: napkin.load("matmul", kk=3)),
+    "N0308": lambda tp, cap, mp: _raises(lambda: napkin.run(
+        Source("shape.napkin", "axis a, b = 4\nin X[a b]: f32\nY[a b] = X * 2\nout Y: f32"),
+        np.ones((3, 5)))),
+    "N0309": lambda tp, cap, mp: _raises(lambda: napkin.run("attention", np.ones((1, 1, 2, 64)),
+                                                             np.ones((1, 1, 3, 64)))),
+    "N0501": lambda tp, cap, mp: _raises(lambda: parser.parse(Source("big.napkin", "#" * (2 << 20)))),
+    "N0503": lambda tp, cap, mp: _raises(lambda: parser.parse(Source(
+        "many.napkin", "axis a\n" + "\n".join(f"Y{i}[a] = 1" for i in range(10_001))))),
+    "N0801": lambda tp, cap, mp: _raises(lambda: napkin.load("atention")),
+    "N0802": lambda tp, cap, mp: _raises(lambda: nvrtc.validate_arch("sm_75")),
+    "N0803": lambda tp, cap, mp: _raises(lambda: nvrtc.validate_options(("-G",))),
+    "N0804": lambda tp, cap, mp: _cli(["run", "attention", "--shape", "q=x"], cap, 2),
+    "N0805": lambda tp, cap, mp: _cli(["run", "matmul"], cap, 1),
+    "N0806": lambda tp, cap, mp: (mp.chdir(tp), _cli(["run", "matmul", "--inputs", _inputs_file(tp)],
+                                                     cap, 1))[1],
+    "N0807": lambda tp, cap, mp: (mp.chdir(tp), _cli(["compile", "matmul", "-o", "no/such/dir/out.txt"],
+                                                     cap, 1))[1],
+    "N0808": lambda tp, cap, mp: _cli(["run", "matmul", "--backend", "gpu9000"], cap, 2),
+    "N0901": lambda tp, cap, mp: _no_nvrtc(mp),
+}
+
+
+def _fixture_codes():
+    return sorted(p.stem for p in HERE.glob("N*.napkin"))
+
+
+def test_every_code_has_exactly_one_fixture():
+    fixtures = set(_fixture_codes()) | set(TRIGGERS)
+    assert not set(_fixture_codes()) & set(TRIGGERS)
+    assert fixtures == set(CODES) - PENDING, sorted(set(CODES) ^ fixtures)
+
+
+def test_every_code_is_documented_with_its_current_fixture():
+    text = DOCS.read_text()
+    documented = set(re.findall(r"^## (N\d{4})\b", text, flags=re.M))
+    assert documented == set(CODES), sorted(documented ^ set(CODES))
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        code = section.split()[0]
+        example = re.search(r"```\n(.*?)\n```", section, flags=re.S)
+        expected = HERE / f"{code}.expected"
+        if expected.exists():
+            assert example and example.group(1) == expected.read_text().rstrip(), \
+                f"docs/errors.md shows an outdated example for {code}"
+
+
+# Codes whose fixtures arrive with the module that emits them.
+PENDING = {"N0902"} - set(TRIGGERS)
+
+
+@pytest.mark.parametrize("code", _fixture_codes())
+def test_diagram_fixture(code, golden):
+    path = HERE / f"{code}.napkin"
+    source = Source(path.name, path.read_text())
+    try:
+        d = napkin.load(source)
+    except NapkinError as exc:
+        diags = exc.diagnostics
+    else:
+        diags = d.warnings
+    assert diags and diags[0].code == code, [x.code for x in diags]
+    golden(HERE / f"{code}.expected", render_text(diags) + "\n")
+
+
+@pytest.mark.parametrize("code", sorted(TRIGGERS))
+def test_triggered_fixture(code, tmp_path, capsys, monkeypatch, golden):
+    text = TRIGGERS[code](tmp_path, capsys, monkeypatch)
+    assert f"[{code}]" in text.splitlines()[0], text
+    assert "Traceback" not in text
+    golden(HERE / f"{code}.expected", text.rstrip("\n") + "\n")

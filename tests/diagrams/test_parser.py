@@ -1,0 +1,144 @@
+"""The parser: statements, spans, continuation lines, several errors per run, limits."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from napkin.diagrams import ast, parser
+from napkin.diagrams.diagnostics import NapkinError, Source
+from napkin.diagrams.sources import library_names, library_source
+from napkin.diagrams.split import split_statements
+
+
+def parse(text: str) -> ast.Program:
+    return parser.parse(Source("t.napkin", text))
+
+
+def errors(text: str) -> list:
+    with pytest.raises(NapkinError) as exc:
+        parse(text)
+    return list(exc.value.diagnostics)
+
+
+@pytest.mark.parametrize("name", library_names())
+def test_library_parses(name):
+    program = parser.parse(library_source(name))
+    assert any(isinstance(s, ast.Equation) for s in program.statements)
+
+
+def test_statement_kinds_and_spans():
+    text = "axis a, d = 64\nin X[a d]: f16, W[d]: bf16\nY[a] = X * W\nout Y: f32\ngroup a by 32 at smem\n"
+    p = parse(text)
+    kinds = [type(s).__name__ for s in p.statements]
+    assert kinds == ["AxisDecl", "InputDecl", "Equation", "OutputDecl", "Hint"]
+    axis = p.statements[0]
+    assert [i.name.text for i in axis.items] == ["a", "d"] and axis.items[1].size.text == "64"
+    eq = p.statements[2]
+    assert (eq.span.line, eq.span.col, eq.span.end_col) == (3, 1, 13)
+    assert isinstance(eq.expr, ast.BinOp) and eq.expr.op == "*"
+    assert text[eq.expr.op_span.start:eq.expr.op_span.end] == "*"
+    hint = p.statements[4]
+    assert (hint.kind, hint.axis.text, hint.size.text, hint.level.text) == ("group", "a", "32", "smem")
+
+
+def test_spans_slice_the_source_exactly():
+    text = "axis a\nin X[a]: f32\n  Y[a] = exp(X) * 2  # comment\nout Y: f32\n"
+    p = parse(text)
+    eq = p.statements[2]
+    assert text[eq.span.start:eq.span.end] == "Y[a] = exp(X) * 2"
+    call = eq.expr.left
+    assert text[call.span.start:call.span.end] == "exp(X)"
+    assert (call.span.line, call.span.col) == (3, 10)
+
+
+def test_precedence():
+    p = parse("axis a\nY[a] = -a * 2 + 3 < 4 and not 1 > 2 or a == 0\n")
+    e = p.statements[1].expr
+    assert e.op == "or" and e.left.op == "and" and e.left.left.op == "<"
+    assert e.left.left.left.op == "+" and e.left.left.left.left.op == "*"
+    assert isinstance(e.left.left.left.left.left, ast.UnOp)
+    assert isinstance(e.left.right, ast.UnOp) and e.left.right.op == "not"
+
+
+def test_newlines_inside_brackets_continue_a_statement():
+    text = "axis a\nin X[a]: f32\nY[a] = maximum(X,\n    X * 2) + (X\n  - 1)\nout Y: f32\n"
+    p = parse(text)
+    assert len(p.statements) == 4
+    eq = p.statements[2]
+    assert (eq.span.line, eq.span.end_line) == (3, 5)
+
+
+def test_unclosed_bracket_does_not_swallow_the_file():
+    errs = errors("axis a\nin X[a]: f32\nY[a] = exp(X\nZ[a] = X +\nout Y: f32\n")
+    assert [(e.code, e.span.line) for e in errs] == [("N0103", 3), ("N0103", 4)]
+
+
+def test_several_errors_in_one_run():
+    errs = errors("axis a\nY[a] = X Z\nW[a] = $\nin X: f16\nV[a] = (1\n")
+    assert [e.span.line for e in errs] == [2, 3, 4, 5]
+    assert [e.code for e in errs] == ["N0102", "N0101", "N0102", "N0103"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("Y[a] = X Z", "missing operator"),
+    ("Y[a] = X +", "missing its right-hand side"),
+    ("Y[a] = X * * Z", "two operators in a row"),
+    ("Y[a] = a < b < c", "do not chain"),
+    ("Y[a] = where(a = b, X, Z)", "`=` inside an expression"),
+    ("Y[a] =", "nothing on its right-hand side"),
+    ("Y[a] = ()", "empty parentheses"),
+    ("in[a] = X", "keyword"),
+    ("input X[a]: f16", "unknown statement"),
+    ("axis d =", "size missing"),
+    ("axis d = x", "whole number"),
+    ("in X: f16", "axes in brackets"),
+    ("in X[a]:", "dtype missing"),
+    ("group q 128", "`by` and a size"),
+    ("Y[a] = X[a, b]", "only axis names"),
+])
+def test_friendly_syntax_messages(text, message):
+    (err,) = errors(text)
+    assert message in err.message, err.message
+    assert err.help
+
+
+def test_unexpected_token_lists_what_was_expected():
+    (err,) = errors("axis a b")
+    assert err.code == "N0102" and "expected" in err.help
+
+
+def test_control_characters_are_escaped_in_messages():
+    (err,) = errors("axis a\x00")
+    assert err.code == "N0101" and "\\x00" in err.message
+
+
+def test_deep_nesting_is_an_error_not_a_recursion_error():
+    start = time.perf_counter()
+    for text in ("Y[a] = " + "(" * 50_000 + "X" + ")" * 50_000,
+                 "Y[a] = " + "-" * 50_000 + "X",
+                 "Y[a] = " + " + ".join(["X"] * 50_000),
+                 "Y[a] = " + "exp(" * 50_000 + "X" + ")" * 50_000):
+        (err,) = errors(text)
+        assert err.code == "N0502"
+    assert time.perf_counter() - start < 20
+
+
+def test_nesting_at_the_limit_is_fine():
+    text = "axis a\nin X[a]: f32\nY[a] = " + "(" * 190 + "X" + ")" * 190 + "\nout Y: f32"
+    assert len(parse(text).statements) == 4
+
+
+def test_split_ignores_brackets_in_comments():
+    chunks = split_statements("axis a # (\nin X[a]: f32 # [[[\nY[a] = X\n")
+    assert len(chunks) == 3
+
+
+def test_crlf_line_endings():
+    p = parse("axis a\r\nin X[a]: f32\r\nY[a] = X * 2\r\nout Y: f32\r\n")
+    assert len(p.statements) == 4
+
+
+def test_empty_file_parses_to_nothing():
+    assert parse("").statements == () and parse("# only a comment\n\n").statements == ()
