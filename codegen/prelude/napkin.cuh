@@ -1,0 +1,201 @@
+// ---- napkin prelude: device helpers of every kernel napkin emits ----------------------------
+// Pasted verbatim at the top of each generated .cu file. Compiles with NVRTC (sm_80, sm_90)
+// and, with NAPKIN_EMULATE defined and napkin_emulate.h force-included, with g++ for the
+// CPU emulator, which provides its own definitions of the inline-PTX helpers below.
+#ifndef NAPKIN_PRELUDE_CUH
+#define NAPKIN_PRELUDE_CUH
+
+#ifndef NAPKIN_EMULATE
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#endif
+
+// NVRTC has no INFINITY/NAN macros.
+#define NAPKIN_INF (__int_as_float(0x7f800000))
+#define NAPKIN_NAN (__int_as_float(0x7fffffff))
+
+// ---- conversions (round to nearest even) ------------------------------------------------------
+__device__ __forceinline__ float napkin_to_float(float x) { return x; }
+__device__ __forceinline__ float napkin_to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float napkin_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T napkin_from_float(float x);
+template <> __device__ __forceinline__ float napkin_from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half napkin_from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 napkin_from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Two 16-bit values in one 32-bit register, `lo` in bits 0..15 (the mma fragment order).
+__device__ __forceinline__ unsigned napkin_pack_half2(float lo, float hi) {
+  return (unsigned)__half_as_ushort(__float2half_rn(lo)) | ((unsigned)__half_as_ushort(__float2half_rn(hi)) << 16);
+}
+__device__ __forceinline__ unsigned napkin_pack_bf162(float lo, float hi) {
+  return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+         ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+__device__ __forceinline__ float2 napkin_unpack_half2(unsigned v) {
+  return make_float2(__half2float(__ushort_as_half((unsigned short)(v & 0xffffu))),
+                     __half2float(__ushort_as_half((unsigned short)(v >> 16))));
+}
+__device__ __forceinline__ float2 napkin_unpack_bf162(unsigned v) {
+  return make_float2(__bfloat162float(__ushort_as_bfloat16((unsigned short)(v & 0xffffu))),
+                     __bfloat162float(__ushort_as_bfloat16((unsigned short)(v >> 16))));
+}
+
+#ifndef NAPKIN_EMULATE
+// ---- dynamic shared memory: `unsigned char* name`, 128-byte aligned; use inside a function ----
+#define NAPKIN_DYNAMIC_SMEM(name)                                            \
+  extern __shared__ __align__(128) unsigned char napkin_dynamic_smem_[];     \
+  unsigned char* name = napkin_dynamic_smem_
+
+__device__ __forceinline__ unsigned napkin_smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// ---- tensor cores: D = A*B + C, fragments as in the PTX ISA (mma.m16n8k16 / mma.m16n8k8) --------
+__device__ __forceinline__ void napkin_mma_m16n8k16_f16(float (&d)[4], const unsigned (&a)[4],
+                                                        const unsigned (&b)[2], const float (&c)[4]) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+        "f"(c[3]));
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void napkin_mma_m16n8k16_bf16(float (&d)[4], const unsigned (&a)[4],
+                                                         const unsigned (&b)[2], const float (&c)[4]) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+        "f"(c[3]));
+#else
+  __trap();
+#endif
+}
+
+// a, b hold tf32 values in .b32 registers (the low 13 mantissa bits are not used).
+__device__ __forceinline__ void napkin_mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4],
+                                                        const unsigned (&b)[2], const float (&c)[4]) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+        "f"(c[3]));
+#else
+  __trap();
+#endif
+}
+
+// ---- ldmatrix: smem_row is this lane's row address (lanes 8m..8m+7 address matrix m) -------------
+__device__ __forceinline__ void napkin_ldmatrix_x1(unsigned (&r)[1], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
+               : "=r"(r[0]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_ldmatrix_x2(unsigned (&r)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_ldmatrix_x4(unsigned (&r)[4], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_ldmatrix_x1_trans(unsigned (&r)[1], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
+               : "=r"(r[0]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_ldmatrix_x2_trans(unsigned (&r)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_ldmatrix_x4_trans(unsigned (&r)[4], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
+
+// ---- cp.async: global -> shared, asynchronous; bytes past src_bytes are zero-filled -------------
+__device__ __forceinline__ void napkin_cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(napkin_smem_addr(smem)), "l"(gmem), "r"(src_bytes) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_cp_async_8(void* smem, const void* gmem, int src_bytes = 8) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n"
+               :: "r"(napkin_smem_addr(smem)), "l"(gmem), "r"(src_bytes) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_cp_async_4(void* smem, const void* gmem, int src_bytes = 4) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+               :: "r"(napkin_smem_addr(smem)), "l"(gmem), "r"(src_bytes) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// Wait until at most N of this thread's most recent cp.async groups are still in flight.
+template <int N> __device__ __forceinline__ void napkin_cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+#endif
+}
+__device__ __forceinline__ void napkin_cp_async_wait_all() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// ---- 2^x, approximate (ex2.approx.f32) --------------------------------------------------------
+__device__ __forceinline__ float napkin_ex2(float x) {
+  float y;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+#endif  // !NAPKIN_EMULATE
+
+#endif  // NAPKIN_PRELUDE_CUH
+// ---- end of napkin prelude ---------------------------------------------------------------------

@@ -1,0 +1,128 @@
+// napkin CPU emulator: __syncthreads, cp.async bookkeeping, fences, atomics.
+#pragma once
+
+#include "napkin_emulate_fiber.h"
+
+namespace napkin_emu {
+
+// ---- cp.async (per-thread groups) ----------------------------------------------
+// A copy reads global memory when it is issued (napkin_emulate_ptx.h) but writes
+// shared memory only at the issuing thread's wait_group; copies never waited for
+// never land. A kernel that reads before waiting sees the old contents.
+
+// The shared-memory write, instrumented so that ThreadSanitizer sees it (at the wait).
+__attribute__((noinline)) inline void cp_write(unsigned char* dst, const unsigned char* data, int size) {
+  memcpy(dst, data, size_t(size));
+}
+
+NAPKIN_NO_TSAN inline void cp_push(Thread* t, const CpCopy& c) {
+  if (t->ncp == t->cpcap) {
+    t->cpcap = t->cpcap ? 2 * t->cpcap : 16;
+    t->cp = static_cast<CpCopy*>(realloc(t->cp, sizeof(CpCopy) * size_t(t->cpcap)));
+    if (!t->cp) fail("out of memory for cp.async copies");
+  }
+  t->cp[t->ncp++] = c;
+}
+
+NAPKIN_NO_TSAN inline void cp_land(Thread* t, long long below_group) {
+  int keep = 0;
+  for (int i = 0; i < t->ncp; ++i) {
+    const CpCopy c = t->cp[i];
+    if (c.group < below_group) cp_write(c.dst, c.data, c.size);
+    else t->cp[keep++] = c;
+  }
+  t->ncp = keep;
+}
+
+// ---- barriers -------------------------------------------------------------------
+NAPKIN_NO_TSAN inline int barrier(int pred, const char* file, int line) {
+  Thread* t = tl_thread;
+  Block* b = tl_block;
+  t->state = St::Barrier;
+  t->file = file;
+  t->line = line;
+  t->pred = pred != 0;
+  tsan_release(&t->tok_arrive);
+  yield(t, b);
+  tsan_acquire(&t->tok_resume);
+  return b->bar_result;
+}
+
+}  // namespace napkin_emu
+
+// ---- synchronization ------------------------------------------------------------------
+inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  napkin_emu::barrier(1, file, line);
+}
+inline int __syncthreads_count(int pred, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  return napkin_emu::barrier(pred, file, line);
+}
+inline int __syncthreads_and(int pred, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  return napkin_emu::barrier(pred, file, line) == napkin_emu::tl_block->nthreads;
+}
+inline int __syncthreads_or(int pred, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  return napkin_emu::barrier(pred, file, line) != 0;
+}
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+[[noreturn]] inline void __trap(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  napkin_emu::fail("%s:%d: __trap() called", file, line);
+}
+inline void __nanosleep(unsigned) {}
+inline long long clock64() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ---- atomics: real atomics, shared by every OS thread -------------------------------------
+namespace napkin_emu {
+template <class T> inline std::atomic_ref<T> aref(T* p) { return std::atomic_ref<T>(*p); }
+constexpr auto kOrder = std::memory_order_acq_rel;
+template <class T, class F> inline T atomic_update(T* p, F f) {
+  auto a = aref(p);
+  T old = a.load(std::memory_order_relaxed);
+  while (!a.compare_exchange_weak(old, f(old), kOrder, std::memory_order_relaxed)) {}
+  return old;
+}
+}  // namespace napkin_emu
+
+#define NAPKIN_ATOMIC_ADD(T)                                                                     \
+  inline T atomicAdd(T* p, T v) { return napkin_emu::aref(p).fetch_add(v, napkin_emu::kOrder); } \
+  inline T atomicAdd_block(T* p, T v) { return atomicAdd(p, v); }                               \
+  inline T atomicAdd_system(T* p, T v) { return atomicAdd(p, v); }
+NAPKIN_ATOMIC_ADD(int)
+NAPKIN_ATOMIC_ADD(unsigned int)
+NAPKIN_ATOMIC_ADD(unsigned long long)
+NAPKIN_ATOMIC_ADD(float)
+NAPKIN_ATOMIC_ADD(double)
+#undef NAPKIN_ATOMIC_ADD
+inline int atomicSub(int* p, int v) { return napkin_emu::aref(p).fetch_sub(v, napkin_emu::kOrder); }
+inline unsigned atomicSub(unsigned* p, unsigned v) { return napkin_emu::aref(p).fetch_sub(v, napkin_emu::kOrder); }
+#define NAPKIN_ATOMIC_BITS(T)                                                                               \
+  inline T atomicExch(T* p, T v) { return napkin_emu::aref(p).exchange(v, napkin_emu::kOrder); }            \
+  inline T atomicAnd(T* p, T v) { return napkin_emu::aref(p).fetch_and(v, napkin_emu::kOrder); }            \
+  inline T atomicOr(T* p, T v) { return napkin_emu::aref(p).fetch_or(v, napkin_emu::kOrder); }              \
+  inline T atomicXor(T* p, T v) { return napkin_emu::aref(p).fetch_xor(v, napkin_emu::kOrder); }            \
+  inline T atomicCAS(T* p, T cmp, T v) {                                                                    \
+    napkin_emu::aref(p).compare_exchange_strong(cmp, v, napkin_emu::kOrder, std::memory_order_relaxed);     \
+    return cmp;                                                                                             \
+  }
+NAPKIN_ATOMIC_BITS(int)
+NAPKIN_ATOMIC_BITS(unsigned int)
+NAPKIN_ATOMIC_BITS(unsigned long long)
+#undef NAPKIN_ATOMIC_BITS
+inline float atomicExch(float* p, float v) { return napkin_emu::aref(p).exchange(v, napkin_emu::kOrder); }
+#define NAPKIN_ATOMIC_MINMAX(T)                                                                         \
+  inline T atomicMax(T* p, T v) { return napkin_emu::atomic_update(p, [v](T o) { return o > v ? o : v; }); } \
+  inline T atomicMin(T* p, T v) { return napkin_emu::atomic_update(p, [v](T o) { return o < v ? o : v; }); }
+NAPKIN_ATOMIC_MINMAX(int)
+NAPKIN_ATOMIC_MINMAX(unsigned int)
+NAPKIN_ATOMIC_MINMAX(long long)
+NAPKIN_ATOMIC_MINMAX(unsigned long long)
+#undef NAPKIN_ATOMIC_MINMAX
+inline unsigned atomicInc(unsigned* p, unsigned v) {
+  return napkin_emu::atomic_update(p, [v](unsigned o) { return o >= v ? 0u : o + 1u; });
+}
+inline unsigned atomicDec(unsigned* p, unsigned v) {
+  return napkin_emu::atomic_update(p, [v](unsigned o) { return (o == 0 || o > v) ? v : o - 1u; });
+}

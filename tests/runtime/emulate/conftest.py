@@ -1,0 +1,42 @@
+"""Fixtures of the CPU emulator tests.
+
+Kernels live in kernels/*.cu; a test source is the prelude followed by the kernel
+file, exactly as generated code is laid out, so line numbers in reports count
+the prelude's lines too.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+
+KERNELS = Path(__file__).parent / "kernels"
+
+
+@pytest.fixture(scope="session")
+def prelude() -> str:
+    return (files("napkin.codegen") / "prelude" / "napkin.cuh").read_text()
+
+
+@pytest.fixture(scope="session")
+def kernel(prelude):
+    """kernel("name.cu") -> prelude + kernel text."""
+
+    def load(name: str) -> str:
+        return prelude + "\n" + (KERNELS / name).read_text()
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def line_of():
+    """line_of(source, marker) -> the 1-based line of the only line containing marker."""
+
+    def find(source: str, marker: str) -> int:
+        hits = [i + 1 for i, text in enumerate(source.splitlines()) if marker in text]
+        assert len(hits) == 1, (marker, hits)
+        return hits[0]
+
+    return find
