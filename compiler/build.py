@@ -109,7 +109,7 @@ def _equation(g: nx.DiGraph, scope: Scope, stmt: ast.Equation, index: int,
     contracted, reduced, normalised = _summed(root)
     broadcast = tuple(a for a in lhs if a not in root.out)
     return ir.EquationInfo(name.text, lhs, contracted, reduced, normalised, broadcast, node,
-                           stmt.span)
+                           stmt.span, index)
 
 
 def _occurrences(root: RNode):

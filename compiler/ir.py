@@ -57,6 +57,7 @@ UNARY: dict[str, tuple[str, tuple[str, ...], str]] = {
     "not": ("not", ("bool",), "bool"),
 }
 REDUCTIONS = ("sum", "max", "min", "mean", "logsumexp")
+INTERNAL_REDUCTIONS = ("var",)   # produced by canonicalisation, never written by users
 SPECIAL = ("softmax", "size")
 BUILTINS = frozenset(FUNCTIONS) | frozenset(REDUCTIONS) | frozenset(SPECIAL)
 
@@ -97,6 +98,7 @@ class EquationInfo:
     broadcast: tuple[str, ...]
     node: int
     span: Span | None
+    stmt: int = -1                # index of the statement in the file
 
 
 # --- ops ---------------------------------------------------------------------
@@ -153,7 +155,7 @@ class Contract:
 
 @dataclass(frozen=True)
 class Reduce:
-    fn: str  # sum max min mean logsumexp
+    fn: str  # sum max min mean logsumexp (and internal: var, the population variance)
     axes: tuple[str, ...]
 
 

@@ -69,7 +69,7 @@ def _check_op(g, n, op, out: ir.ArrayType, args: list[ir.ArrayType]) -> None:
                f"contract {n} sums an axis one operand lacks")
         _check(out.axes == tuple(a for a in union if a not in summed), f"contract {n} axes")
     elif isinstance(op, ir.Reduce):
-        _check(op.fn in ir.REDUCTIONS and set(op.axes) <= set(args[0].axes), f"reduce {n}")
+        _check(op.fn in ir.REDUCTIONS + ir.INTERNAL_REDUCTIONS and set(op.axes) <= set(args[0].axes), f"reduce {n}")
         _check(out.axes == tuple(a for a in args[0].axes if a not in op.axes), f"reduce {n} axes")
     elif isinstance(op, ir.Softmax):
         _check(set(op.axes) <= set(args[0].axes) and out.axes == args[0].axes, f"softmax {n}")

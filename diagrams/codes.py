@@ -45,6 +45,10 @@ CODES: dict[str, str] = {
     "N0506": "too many axes",
     # schedule hints and plans
     "N0601": "conflicting schedule hints",
+    "N0602": "unknown memory level",
+    "N0603": "plan does not fit in memory",
+    "N0604": "schedule not legal for this diagram",
+    "N0605": "unknown target",
     # warnings
     "N0701": "unused input",
     "N0702": "unused array",

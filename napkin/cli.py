@@ -27,8 +27,8 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from .commands import check, compile_, run
-    for module in (check, compile_, run):
+    from .commands import check, compile_, draw, explain, run
+    for module in (check, compile_, explain, run, draw):
         cli.add_command(module.command)
 
 

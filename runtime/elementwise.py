@@ -56,6 +56,12 @@ def reduce(fn: str, x: np.ndarray, axis: tuple[int, ...]) -> np.ndarray:
             count = int(np.prod([x.shape[a] for a in axis]))
             return np.sum(x, axis=axis) / x.dtype.type(count) if count else \
                 np.full(np.delete(x.shape, axis), np.nan, x.dtype)
+        if fn == "var":
+            count = int(np.prod([x.shape[a] for a in axis]))
+            if not count:
+                return np.full(np.delete(x.shape, axis), np.nan, x.dtype)
+            mu = np.sum(x, axis=axis, keepdims=True) / x.dtype.type(count)
+            return np.sum((x - mu) * (x - mu), axis=axis) / x.dtype.type(count)
         if fn == "logsumexp":
             m = np.max(x, axis=axis, initial=-np.inf, keepdims=True)
             shift = np.where(np.isfinite(m), m, 0.0).astype(x.dtype)

@@ -51,12 +51,37 @@ def _no_nvrtc(monkeypatch):
     return _raises(nvrtc.version)
 
 
+def _divergent_barrier():
+    from napkin.runtime import emulate
+    source = ('extern "C" __global__ void k(float* y) {\n'
+              '  if (threadIdx.x >= 16) return;\n'
+              '  __syncthreads();\n'
+              '  y[threadIdx.x] = 1.0f;\n'
+              '}\n')
+    emulate.run(source, {"k": (emulate.Param("ptr", "float"),)},
+                [emulate.Launch("k", (1, 1, 1), (32, 1, 1), 0, ("y",))],
+                {"y": np.zeros(32, np.float32)}, timeout_s=60)
+
+
 def _inputs_file(tmp_path):
     np.savez(tmp_path / "in.npz", A=np.ones((2, 3)), Z=np.ones(3))
     return "in.npz"
 
 
+ATTENTION = (Path(__file__).parents[2] / "diagrams" / "library" / "attention.napkin").read_text()
+
+
+def _plan(extra: str, target: str = "h100"):
+    from napkin.compiler.plan import plan
+    d = napkin.load(Source("hint.napkin", ATTENTION + extra))
+    return plan(d, target, {"b": 4, "h": 16, "q": 4096, "x": 4096})
+
+
 TRIGGERS = {
+    "N0602": lambda tp, cap, mp: _raises(lambda: _plan("group q by 32 at l3\n")),
+    "N0603": lambda tp, cap, mp: _raises(lambda: _plan("group q by 1024 at registers\n")),
+    "N0604": lambda tp, cap, mp: _raises(lambda: _plan("group x by 64\n")),
+    "N0605": lambda tp, cap, mp: _cli(["explain", "attention", "--target", "tpu"], cap, 2),
     "N0104": lambda tp, cap, mp: _raises(lambda: parser.decode(b"axis a\nin X[a]: f\xff32\n", "bad.napkin")),
     "N0209": lambda tp, cap, mp: _raises(lambda: napkin.load("matmul", kk=3)),
     "N0308": lambda tp, cap, mp: _raises(lambda: napkin.run(
@@ -78,6 +103,7 @@ TRIGGERS = {
                                                      cap, 1))[1],
     "N0808": lambda tp, cap, mp: _cli(["run", "matmul", "--backend", "gpu9000"], cap, 2),
     "N0901": lambda tp, cap, mp: _no_nvrtc(mp),
+    "N0902": lambda tp, cap, mp: _raises(_divergent_barrier),
 }
 
 
@@ -105,7 +131,7 @@ def test_every_code_is_documented_with_its_current_fixture():
 
 
 # Codes whose fixtures arrive with the module that emits them.
-PENDING = {"N0902"} - set(TRIGGERS)
+PENDING: set[str] = set()
 
 
 @pytest.mark.parametrize("code", _fixture_codes())

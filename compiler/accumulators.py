@@ -1,0 +1,207 @@
+"""Accumulators: what makes a reduction streamable (the paper's B(f(x), y) = f(x ++ y)).
+
+Each accumulator has a state, `init`, `update` with a chunk, `merge` of two
+partial states (which also allows splitting a reduced axis across groups) and
+`finalize`. The NumPy forms here are what the schedule interpreter runs and
+what the CUDA templates print in C; their meaning matches the reference
+executor exactly (NaN propagates, fully masked rows give 0, empty sums 0).
+
+States are tuples of arrays whose shape is the result's shape (the reduced
+axes removed); `update` takes the chunk with the reduced axes at `axis`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+NEG_INF = -np.inf
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    name: str
+    state: tuple[str, ...]           # what each state component holds (for explain)
+    init: Callable                   # (shape, dtype) -> state
+    update: Callable                 # (state, chunk..., axis) -> state
+    merge: Callable                  # (state, state) -> state
+    finalize: Callable               # state -> value
+
+
+def _full(shape, dtype, value):
+    return np.full(shape, value, dtype=dtype)
+
+
+def _safe(m):
+    """A running max usable as a shift: -inf (nothing seen yet) becomes 0."""
+    return np.where(m == NEG_INF, 0.0, m).astype(m.dtype)
+
+
+def _ignore(fn):
+    def wrapped(*args):
+        with np.errstate(all="ignore"):
+            return fn(*args)
+    return wrapped
+
+
+# --- sum, max, min, mean ---------------------------------------------------------
+
+SUM = Accumulator(
+    "sum", ("running sum",),
+    init=lambda shape, dt: (_full(shape, dt, 0.0),),
+    update=_ignore(lambda st, x, axis: (st[0] + np.sum(x, axis=axis),)),
+    merge=_ignore(lambda a, b: (a[0] + b[0],)),
+    finalize=lambda st: st[0],
+)
+
+MAX = Accumulator(
+    "max", ("running max",),
+    init=lambda shape, dt: (_full(shape, dt, NEG_INF),),
+    update=lambda st, x, axis: (np.maximum(st[0], np.max(x, axis=axis, initial=NEG_INF)),),
+    merge=lambda a, b: (np.maximum(a[0], b[0]),),
+    finalize=lambda st: st[0],
+)
+
+MIN = Accumulator(
+    "min", ("running min",),
+    init=lambda shape, dt: (_full(shape, dt, np.inf),),
+    update=lambda st, x, axis: (np.minimum(st[0], np.min(x, axis=axis, initial=np.inf)),),
+    merge=lambda a, b: (np.minimum(a[0], b[0]),),
+    finalize=lambda st: st[0],
+)
+
+
+def _count(x, axis):
+    return int(np.prod([x.shape[a] for a in axis]))
+
+
+MEAN = Accumulator(
+    "mean", ("running sum", "count"),
+    init=lambda shape, dt: (_full(shape, dt, 0.0), _full(shape, dt, 0.0)),
+    update=_ignore(lambda st, x, axis: (st[0] + np.sum(x, axis=axis), st[1] + _count(x, axis))),
+    merge=_ignore(lambda a, b: (a[0] + b[0], a[1] + b[1])),
+    finalize=_ignore(lambda st: np.where(st[1] > 0, st[0] / np.where(st[1] > 0, st[1], 1), np.nan)
+                     .astype(st[0].dtype)),
+)
+
+
+# --- variance (Welford / Chan) ------------------------------------------------------
+
+def _var_update(st, x, axis):
+    n = _count(x, axis)
+    if n == 0:
+        return st
+    mean_b = np.sum(x, axis=axis) / n
+    m2_b = np.sum((x - np.expand_dims(mean_b, axis)) ** 2, axis=axis)
+    return _var_merge(st, (_full(mean_b.shape, x.dtype, n), mean_b, m2_b))
+
+
+def _var_merge(a, b):
+    na, ma, qa = a
+    nb, mb, qb = b
+    n = na + nb
+    safe = np.where(n > 0, n, 1)
+    delta = mb - ma
+    mean = ma + delta * (nb / safe)
+    m2 = qa + qb + delta * delta * (na * nb / safe)
+    return n, mean, m2
+
+
+VARIANCE = Accumulator(
+    "variance", ("count", "running mean", "sum of squared deviations"),
+    init=lambda shape, dt: (_full(shape, dt, 0.0), _full(shape, dt, 0.0), _full(shape, dt, 0.0)),
+    update=_ignore(_var_update),
+    merge=_ignore(_var_merge),
+    finalize=_ignore(lambda st: np.where(st[0] > 0, st[2] / np.where(st[0] > 0, st[0], 1), np.nan)
+                     .astype(st[2].dtype)),
+)
+
+
+# --- logsumexp and softmax statistics ----------------------------------------------------
+
+def _lse_update(st, x, axis):
+    m, s = st
+    m_new = np.maximum(m, np.max(x, axis=axis, initial=NEG_INF))
+    shift = _safe(m_new)
+    s = s * np.exp(m - shift) + np.sum(np.exp(x - np.expand_dims(shift, axis)), axis=axis)
+    return m_new, s
+
+
+def _lse_merge(a, b):
+    m = np.maximum(a[0], b[0])
+    shift = _safe(m)
+    return m, a[1] * np.exp(a[0] - shift) + b[1] * np.exp(b[0] - shift)
+
+
+LOGSUMEXP = Accumulator(
+    "logsumexp", ("running max", "running sum of exp(x - max)"),
+    init=lambda shape, dt: (_full(shape, dt, NEG_INF), _full(shape, dt, 0.0)),
+    update=_ignore(_lse_update),
+    merge=_ignore(_lse_merge),
+    finalize=_ignore(lambda st: np.log(st[1]) + _safe(st[0])),
+)
+
+# Softmax alone streams in two passes: these statistics first, then exp(x - m) / l.
+SOFTMAX_STATS = Accumulator(
+    "softmax statistics", ("running max", "running sum of exp(x - max)"),
+    init=LOGSUMEXP.init, update=LOGSUMEXP.update, merge=LOGSUMEXP.merge,
+    finalize=lambda st: st,
+)
+
+
+def softmax_normalize(x, stats, axis):
+    """Second pass of a standalone softmax: exp(x - m) / l, 0 where the row is fully masked."""
+    m, l = (np.expand_dims(v, axis) for v in stats)
+    with np.errstate(all="ignore"):
+        p = np.exp(x - _safe(m)) / np.where(l == 0, 1, l)
+        return np.where(l == 0, 0.0, p).astype(x.dtype)
+
+
+# --- the softmax-contraction pair (online softmax, FlashAttention's state) ---------------
+
+def _sc_update(st, s, contract, axis):
+    """s: the chunk of scores; contract(p) contracts probabilities with the chunk of V."""
+    m, l, o = st
+    m_new = np.maximum(m, np.max(s, axis=axis, initial=NEG_INF))
+    shift = _safe(m_new)
+    scale = np.exp(m - shift)
+    p = np.exp(s - np.expand_dims(shift, axis))
+    l = l * scale + np.sum(p, axis=axis)
+    pv = contract(p)
+    return m_new, l, o * _expand_like(scale, o) + pv
+
+
+def _expand_like(v, o):
+    return v.reshape(v.shape + (1,) * (o.ndim - v.ndim))
+
+
+def _sc_merge(a, b):
+    m = np.maximum(a[0], b[0])
+    shift = _safe(m)
+    sa, sb = np.exp(a[0] - shift), np.exp(b[0] - shift)
+    return m, a[1] * sa + b[1] * sb, a[2] * _expand_like(sa, a[2]) + b[2] * _expand_like(sb, b[2])
+
+
+def _sc_finalize(st):
+    m, l, o = st
+    lo = _expand_like(l, o)
+    return np.where(lo == 0, 0.0, o / np.where(lo == 0, 1, lo)).astype(o.dtype)
+
+
+SOFTMAX_CONTRACT = Accumulator(
+    "online softmax", ("running max m", "running sum l", "rescaled output o"),
+    init=None,  # shapes of (m, l) and o differ: built by the interpreter
+    update=_ignore(_sc_update),
+    merge=_ignore(_sc_merge),
+    finalize=_ignore(_sc_finalize),
+)
+
+
+REDUCE = {"sum": SUM, "max": MAX, "min": MIN, "mean": MEAN, "var": VARIANCE,
+          "logsumexp": LOGSUMEXP}
+
+
+def for_reduce(fn: str) -> Accumulator:
+    return REDUCE[fn]

@@ -1,0 +1,143 @@
+"""Canonical form of the IR: one spelling for computations that stream the same way.
+
+- Softmax written out (`m = max[x](S)`, `E = exp(S - m)`, `l = sum[x](E)`, then
+  `E / l` or `E * V / l`) becomes `softmax[x](S)` (contracted with `V`), so
+  `attention_manual` fuses and plans exactly like `attention`.
+- `mean[c]((X - mean[c](X)) * (X - mean[c](X)))` becomes an internal variance
+  reduction of `X` (Welford's accumulator streams it in one pass).
+- Ops no output depends on are dropped.
+
+`canonicalize` is a pure function: it returns a new graph.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from . import ir
+
+
+def canonicalize(g: nx.DiGraph) -> nx.DiGraph:
+    """Rewrite the IR into canonical form (a copy)."""
+    g = g.copy()
+    changed = True
+    while changed:
+        changed = False
+        for n in ir.order(g):
+            if n in g and (_softmax(g, n) or _variance(g, n)):
+                changed = True
+                break
+    return dead_code(g)
+
+
+def dead_code(g: nx.DiGraph) -> nx.DiGraph:
+    """Drop nodes no output depends on (inputs stay: they are the signature)."""
+    live = set()
+    for n in g.graph["outputs"].values():
+        live |= nx.ancestors(g, n) | {n}
+    live |= set(g.graph["inputs"].values())
+    g.remove_nodes_from([n for n in list(g) if n not in live])
+    g.graph["arrays"] = {k: v for k, v in g.graph["arrays"].items() if v in g}
+    return g
+
+
+def through(g: nx.DiGraph, n: int) -> int:
+    """The node an array really comes from, looking through named arrays (Assign)."""
+    while isinstance(ir.op(g, n), ir.Assign) and ir.type_of(g, n).axes == \
+            ir.type_of(g, ir.operands(g, n)[0]).axes:
+        n = ir.operands(g, n)[0]
+    return n
+
+
+def _is(g, n, kind, fn=None) -> bool:
+    op = ir.op(g, n)
+    return isinstance(op, kind) and (fn is None or getattr(op, "fn", None) == fn)
+
+
+def _softmax_parts(g: nx.DiGraph, exp_node: int, denominator: int):
+    """(S, axes) when exp_node = exp(S - max[axes](S)) and denominator = sum[axes](exp_node)."""
+    den = through(g, denominator)
+    if not _is(g, den, ir.Reduce, "sum") or through(g, ir.operands(g, den)[0]) != exp_node:
+        return None
+    if not _is(g, exp_node, ir.Map, "exp"):
+        return None
+    sub = through(g, ir.operands(g, exp_node)[0])
+    if not _is(g, sub, ir.Map, "sub"):
+        return None
+    s, mx = ir.operands(g, sub)
+    mx = through(g, mx)
+    axes = ir.op(g, den).axes
+    if not _is(g, mx, ir.Reduce, "max") or set(ir.op(g, mx).axes) != set(axes):
+        return None
+    if through(g, ir.operands(g, mx)[0]) != through(g, s):
+        return None
+    if ir.type_of(g, exp_node).axes != ir.type_of(g, s).axes:
+        return None
+    return s, axes
+
+
+def _softmax(g: nx.DiGraph, n: int) -> bool:
+    if not _is(g, n, ir.Map, "div"):
+        return False
+    num, den = ir.operands(g, n)
+    span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
+    exp_node = through(g, num)
+    parts = _softmax_parts(g, exp_node, den)
+    if parts is not None:  # E / l
+        s, axes = parts
+        new = ir.add_node(g, ir.Softmax(axes), ir.ArrayType(ir.type_of(g, s).axes, ir.INTERMEDIATE),
+                          [s], span=span, stmt=stmt)
+        _replace(g, n, new)
+        return True
+    contract = through(g, num)
+    if not _is(g, contract, ir.Contract):
+        return False
+    args = ir.operands(g, contract)
+    for i, arg in enumerate(args):
+        parts = _softmax_parts(g, through(g, arg), den)
+        if parts is None or not set(parts[1]) <= set(ir.op(g, contract).axes):
+            continue
+        s, axes = parts
+        soft = ir.add_node(g, ir.Softmax(axes), ir.ArrayType(ir.type_of(g, s).axes, ir.INTERMEDIATE),
+                           [s], span=span, stmt=stmt)
+        new_args = list(args)
+        new_args[i] = soft
+        out = ir.type_of(g, contract)
+        if out.axes != ir.type_of(g, n).axes:
+            return False
+        new = ir.add_node(g, ir.op(g, contract), out, new_args, span=span, stmt=stmt)
+        _replace(g, n, new)
+        return True
+    return False
+
+
+def _variance(g: nx.DiGraph, n: int) -> bool:
+    if not _is(g, n, ir.Reduce, "mean"):
+        return False
+    sq = through(g, ir.operands(g, n)[0])
+    if not _is(g, sq, ir.Map, "mul"):
+        return False
+    a, b = (through(g, x) for x in ir.operands(g, sq))
+    if a != b or not _is(g, a, ir.Map, "sub"):
+        return False
+    x, mu = ir.operands(g, a)
+    mu = through(g, mu)
+    axes = ir.op(g, n).axes
+    if not _is(g, mu, ir.Reduce, "mean") or set(ir.op(g, mu).axes) != set(axes):
+        return False
+    if through(g, ir.operands(g, mu)[0]) != through(g, x):
+        return False
+    new = ir.add_node(g, ir.Reduce("var", axes), ir.type_of(g, n), [x],
+                      span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
+    _replace(g, n, new)
+    return True
+
+
+def _replace(g: nx.DiGraph, old: int, new: int) -> None:
+    """Point every consumer of `old` at `new`, then drop `old`."""
+    for _, consumer, data in list(g.out_edges(old, data=True)):
+        if g.has_edge(new, consumer):
+            g.edges[new, consumer]["ports"] += data["ports"]
+        else:
+            g.add_edge(new, consumer, array=ir.type_of(g, new), ports=data["ports"])
+    g.remove_node(old)

@@ -1,0 +1,105 @@
+"""The plan's columns: the order in which a kernel loads, computes and stores.
+
+Columns are the paper's device for counting memory: each column is a moment
+in the kernel, with the arrays resident at the fast level then and the values
+that cross into or out of it. M is the largest resident total over columns.
+An array is resident from the column that makes it (a load, a compute) until
+the column that last uses it, which consumes it (the paper's boxes turn their
+inputs into their outputs); a stored array is resident in its store column.
+When an axis streams, accumulators live through the whole kernel (the loop
+spans the columns).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from . import ir
+from .model import Model
+
+
+@dataclass(frozen=True)
+class Column:
+    label: str
+    resident: tuple[int, ...]     # indices into model.arrays
+    loads: tuple[int, ...]        # arrays crossing in at this column
+    stores: tuple[int, ...]       # arrays crossing out at this column
+    in_loop: bool = False         # runs once per chunk of the streamed axis
+
+
+def columns(g: nx.DiGraph, model: Model) -> tuple[Column, ...]:
+    arrays = model.arrays
+    by_node: dict[int, list[int]] = {}
+    for i, a in enumerate(arrays):
+        by_node.setdefault(a.node, []).append(i)
+    accumulators = tuple(i for i, a in enumerate(arrays) if a.role == "accumulator")
+    loads = [i for i, a in enumerate(arrays) if a.role == "load"]
+    stores = [i for i, a in enumerate(arrays) if a.role == "store"]
+    computed = [i for i, a in enumerate(arrays) if a.role in ("value", "accumulator")]
+    steps: list[tuple[str, list[int], list[int], list[int]]] = []
+    invariant = [i for i in loads if not arrays[i].streamed]
+    streamed = [i for i in loads if arrays[i].streamed]
+    if invariant:
+        steps.append(("load " + ", ".join(arrays[i].name for i in invariant), invariant, [], []))
+    if streamed:
+        steps.append(("load " + ", ".join(arrays[i].name for i in streamed), streamed, [], []))
+    for i in computed:
+        a = arrays[i]
+        if a.name.endswith(".stats"):
+            continue
+        steps.append((f"compute {a.name}", [], [i] + [j for j in by_node[a.node] if j != i
+                                                     and arrays[j].role != "store"], []))
+    if stores:
+        steps.append(("store " + ", ".join(arrays[i].name for i in stores), [], [], stores))
+    # liveness: first and last step each array is touched
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for s, (_, ld, made, st) in enumerate(steps):
+        for i in ld + made + st:
+            first.setdefault(i, s)
+            last[i] = s
+    for s, (_, _, made, _) in enumerate(steps):
+        for i in made:
+            node = arrays[i].node
+            for m in _operand_arrays(g, node, by_node, arrays):
+                last[m] = max(last.get(m, s), s)
+    for i in stores:
+        same = [j for j in by_node[arrays[i].node] if j != i]
+        for j in same:
+            last[j] = max(last.get(j, 0), len(steps) - 1)
+    streaming = model.streaming.axis is not None
+    out = []
+    for s, (label, ld, made, st) in enumerate(steps):
+        live = {i for i in first if first[i] == s or first[i] <= s < last[i]}
+        if streaming:
+            live |= set(accumulators)
+        stored_values = {j for i in st for j in by_node[arrays[i].node] if arrays[j].role != "store"}
+        live |= stored_values
+        live = sorted(i for i in live
+                      if not (arrays[i].role == "store" and _computed_here(i, arrays, by_node)))
+        in_loop = model.streaming.axis is not None and (
+            any(arrays[i].streamed for i in ld + made + st))
+        out.append(Column(label, tuple(live), tuple(ld), tuple(st), in_loop))
+    return tuple(out)
+
+
+def _computed_here(i, arrays, by_node) -> bool:
+    """A stored array also computed in the kernel is counted once (as the value)."""
+    return any(arrays[j].role in ("value", "accumulator") for j in by_node[arrays[i].node] if j != i)
+
+
+def _operand_arrays(g, node, by_node, arrays) -> list[int]:
+    """Arrays (of the model) that the op at `node` reads, looking through free and named ops."""
+    found, stack, seen = [], list(ir.operands(g, node)), set()
+    while stack:
+        m = stack.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        if m in by_node and any(arrays[j].role != "store" for j in by_node[m]):
+            found.extend(j for j in by_node[m] if arrays[j].role != "store")
+        else:
+            stack.extend(ir.operands(g, m))
+    return found

@@ -1,0 +1,158 @@
+"""`napkin explain`: the plan as a report, in the paper's notation (text) or as JSON.
+
+The report holds, per kernel, why it is split from its neighbours, the
+relabelled axes per level (`q -> g_q = 128`), the memory table (every buffer:
+role, shape in relabelled axes, level, bytes), M and H per level (symbolic and
+numeric), FLOPs, arithmetic intensity, predicted time and its bound; then the
+same figures for the unfused plan and what fusion saves.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from . import ir
+from .buffers import buffers
+from .formulas import relabelling, simplify, symbolic_cost
+from .plan import Plan
+
+
+def report(plan: Plan) -> dict:
+    tgt = plan.target
+    kernels = []
+    for kp in plan.kernels:
+        sym_values, tiles = symbolic_cost(kp, tgt, values=True)
+        sym_bytes, _ = symbolic_cost(kp, tgt, values=False)
+        levels = []
+        for lc, lv_sym, lb_sym in zip(kp.cost.levels[1:], sym_values.levels[1:], sym_bytes.levels[1:]):
+            axes = {r.axis: {"kind": r.kind, "size": r.size, "symbol": r.symbol}
+                    for r in relabelling(kp.choice, kp.model, plan.sizes, tgt.level_names)
+                    if r.level == lc.name}
+            levels.append({
+                "level": lc.name, "capacity_bytes": int(lc.capacity), "M_bytes": int(lc.M),
+                "H_bytes": float(lc.H), "units": float(lc.units), "time_seconds": float(lc.time),
+                "axes": axes,
+                "M_values_symbolic": str(simplify(lv_sym.M)),
+                "H_values_symbolic": str(simplify(lv_sym.H)),
+                "H_bytes_symbolic": str(simplify(lb_sym.H)),
+            })
+        flops_sym = sum(sym_values.flops.values(), sympy.Integer(0))
+        flops = float(sum(kp.cost.flops.values()))
+        top = kp.cost.levels[1]
+        kernels.append({
+            "name": kp.kernel.name,
+            "equations": [_eq_name(plan, s) for s in kp.kernel.equations],
+            "reason": kp.kernel.reason,
+            "streaming": _streaming(plan, kp),
+            "levels": levels,
+            "buffers": buffers(plan, kp),
+            "tiles": {str(k): int(v) for k, v in tiles.items()},
+            "flops": flops,
+            "flops_symbolic": str(simplify(flops_sym)),
+            "arithmetic_intensity": flops / float(top.H) if top.H else None,
+            "threads_per_block": float(kp.cost.threads),
+            "utilization": float(kp.cost.utilization),
+            "predicted_seconds": float(kp.cost.time),
+            "bound": kp.cost.bound,
+        })
+    unfused_h = sum(float(k.cost.levels[1].H) for k in plan.unfused)
+    unfused_t = sum(float(k.cost.time) for k in plan.unfused)
+    return {
+        "diagram": plan.diagram.name,
+        "target": tgt.name,
+        "target_description": tgt.description,
+        "sizes": {a: int(v) for a, v in plan.sizes.items()},
+        "dynamic": [a for a, s in plan.diagram.axes.items() if s is None],
+        "kernels": kernels,
+        "predicted_seconds": float(plan.time),
+        "H_bytes": sum(float(k.cost.levels[1].H) for k in plan.kernels),
+        "unfused": {"kernels": len(plan.unfused), "H_bytes": unfused_h,
+                    "predicted_seconds": unfused_t},
+    }
+
+
+def _eq_name(plan: Plan, stmt: int) -> str:
+    return next((e.name for e in plan.diagram.equations if e.stmt == stmt), f"#{stmt}")
+
+
+def _streaming(plan: Plan, kp) -> dict | None:
+    st = kp.model.streaming
+    if st.axis is None:
+        return None
+    g = plan.graph
+    kinds = []
+    for n, _ in st.reducers:
+        op = ir.op(g, n)
+        if n in dict(st.pairs).values():
+            kinds.append("online softmax (running max m, running sum l, rescaled output o)")
+        elif isinstance(op, ir.Reduce):
+            kinds.append({"sum": "running sum", "max": "running max", "min": "running min",
+                          "mean": "running sum and count", "var": "Welford (count, mean, M2)",
+                          "logsumexp": "running max and sum of exp"}[op.fn])
+        else:
+            kinds.append("running sum of products")
+    if st.stats:
+        kinds.append("softmax statistics, then a second pass to normalise")
+    return {"axis": st.axis, "passes": st.passes, "accumulators": kinds}
+
+
+def render_text(rep: dict) -> str:
+    lines = [f"napkin explain {rep['diagram']} on {rep['target']} ({rep['target_description']})"]
+    sizes = "  ".join(f"{a}={v}" for a, v in rep["sizes"].items())
+    note = " (dynamic axes at planning sizes; set them with --shape)" if rep["dynamic"] else ""
+    lines.append(f"sizes: {sizes}{note}")
+    for k in rep["kernels"]:
+        lines.append("")
+        lines.append(f"kernel {k['name']}: computes {', '.join(k['equations'])}")
+        if k["reason"]:
+            lines.append(f"  boundary: {k['reason']}")
+        st = k["streaming"]
+        if st:
+            passes = f" in {st['passes']} passes" if st["passes"] > 1 else ""
+            lines.append(f"  streams {st['axis']}{passes} through: " + "; ".join(st["accumulators"]))
+        for lv in k["levels"]:
+            parts = []
+            for a, info in lv["axes"].items():
+                if info["kind"] == "whole":
+                    parts.append(f"{a} whole ({info['size']})")
+                elif info["kind"] == "split":
+                    parts.append(f"{a} split over {info['symbol']} = {info['size']} threads")
+                else:
+                    parts.append(f"{a} -> {info['symbol']} = {info['size']}")
+            if parts:
+                lines.append(f"  {lv['level']:<10} " + "   ".join(parts))
+        lines.append("  memory:")
+        lines.append(f"    {'buffer':<14} {'role':<22} {'shape':<40} {'level':<10} {'bytes':>10}")
+        for b in k["buffers"]:
+            shape = "[" + " ".join(f"{n}={s}" if s is not None else n for n, s in b["shape"]) + "]"
+            lines.append(f"    {b['name']:<14} {b['role']:<22} {shape:<40} {b['level']:<10} "
+                         f"{b['bytes']:>10,}")
+        lines.append(f"    {'level':<10} {'M (bytes)':>12} {'capacity':>12} {'H (bytes)':>14}   H (values)")
+        for lv in k["levels"]:
+            lines.append(f"    {lv['level']:<10} {lv['M_bytes']:>12,} {lv['capacity_bytes']:>12,} "
+                         f"{lv['H_bytes']:>14.4g}   {lv['H_values_symbolic']}")
+        ai = k["arithmetic_intensity"]
+        lines.append(f"  FLOPs {k['flops']:.4g} = {k['flops_symbolic']}")
+        if ai is not None:
+            lines.append(f"  arithmetic intensity {ai:.3g} FLOP/byte of global traffic")
+        lines.append(f"  predicted {_fmt(k['predicted_seconds'])}, bound by {k['bound']}"
+                     f" ({k['threads_per_block']:.0f} threads per block, "
+                     f"{k['utilization']:.0%} of the GPU busy)")
+    lines.append("")
+    u = rep["unfused"]
+    lines.append(f"total: {len(rep['kernels'])} kernel(s), H = {rep['H_bytes']:.4g} bytes, "
+                 f"predicted {_fmt(rep['predicted_seconds'])}")
+    lines.append(f"unfused: {u['kernels']} kernel(s), H = {u['H_bytes']:.4g} bytes, "
+                 f"predicted {_fmt(u['predicted_seconds'])}")
+    if u["H_bytes"] > 0:
+        lines.append(f"fusion moves {1 - rep['H_bytes'] / u['H_bytes']:.0%} fewer bytes and is "
+                     f"{u['predicted_seconds'] / max(rep['predicted_seconds'], 1e-30):.2f}x faster")
+    return "\n".join(lines)
+
+
+def _fmt(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"

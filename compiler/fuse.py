@@ -1,0 +1,159 @@
+"""Fusion: which equations run as one kernel, and why each boundary is where it is.
+
+Every equation starts as its own kernel. Greedily, the producer-consumer pair
+whose fusion saves the most predicted time is merged, as long as merging keeps
+the kernel graph acyclic, until no merge helps. Any set of equations can form
+a legal kernel (a reduction that cannot stream in one pass takes another pass
+over its axis, recomputing what it needs): the fusion theorem shows up as the
+price of those passes, of recomputation, or of a footprint that does not fit,
+and that price is what decides, and what `explain` reports for each boundary.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from . import ir
+from .kernels import Kernel, build
+from .model import array_name
+
+Cluster = frozenset  # of statement indices
+
+
+def _statements(g: nx.DiGraph) -> dict[int, set[int]]:
+    out: dict[int, set[int]] = {}
+    for n, data in g.nodes(data=True):
+        if data["stmt"] is not None and not isinstance(data["op"], (ir.Input, ir.Output)):
+            out.setdefault(data["stmt"], set()).add(n)
+    return out
+
+
+def unfused_kernels(g: nx.DiGraph) -> list[Kernel]:
+    """One kernel per equation (the plan without fusion)."""
+    stmts = _statements(g)
+    ks = [build(g, "", nodes) for _, nodes in sorted(stmts.items())]
+    return _named(g, ks)
+
+
+def _named(g: nx.DiGraph, ks: list[Kernel]) -> list[Kernel]:
+    order = _topological(g, ks)
+    return [Kernel(f"k{i}", k.nodes, k.loads, k.stores, k.equations, k.reason)
+            for i, k in enumerate(order)]
+
+
+def _topological(g: nx.DiGraph, ks: list[Kernel]) -> list[Kernel]:
+    owner = {n: i for i, k in enumerate(ks) for n in k.nodes}
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(len(ks)))
+    for i, k in enumerate(ks):
+        for u in k.loads:
+            if u in owner and owner[u] != i:
+                dag.add_edge(owner[u], i)
+    return [ks[i] for i in nx.lexicographical_topological_sort(dag, key=lambda i: ks[i].equations)]
+
+
+def fuse(g: nx.DiGraph, planner) -> list[Kernel]:
+    stmts = _statements(g)
+    clusters: set[Cluster] = {frozenset([s]) for s in stmts}
+
+    def kernel(c: Cluster) -> Kernel:
+        return build(g, "k?", set().union(*(stmts[s] for s in c)))
+
+    def time(c: Cluster) -> float:
+        p = planner.plan(kernel(c), strict=False)
+        return float("inf") if p is None else p.cost.time
+
+    while True:
+        best = None
+        for p, c in sorted(_edges(g, stmts, clusters), key=lambda e: (sorted(e[0]), sorted(e[1]))):
+            if _creates_cycle(g, stmts, clusters, p, c):
+                continue
+            merged = p | c
+            gain = time(p) + time(c) - time(merged)
+            if gain > 1e-12 * max(time(p) + time(c), 1e-30) and (best is None or gain > best[0]):
+                best = (gain, p, c)
+        if best is None:
+            break
+        _, p, c = best
+        clusters -= {p, c}
+        clusters.add(p | c)
+    ks = []
+    for c in clusters:
+        k = kernel(c)
+        ks.append(Kernel(k.name, k.nodes, k.loads, k.stores, k.equations,
+                         _reasons(g, stmts, clusters, c, time, planner)))
+    return _named(g, ks)
+
+
+def _edges(g, stmts, clusters):
+    owner = {n: c for c in clusters for s in c for n in stmts[s]}
+    seen = set()
+    for c in clusters:
+        for s in c:
+            for n in stmts[s]:
+                for u in g.predecessors(n):
+                    p = owner.get(u)
+                    if p is not None and p != c and (p, c) not in seen:
+                        seen.add((p, c))
+                        yield p, c
+
+
+def _creates_cycle(g, stmts, clusters, p: Cluster, c: Cluster) -> bool:
+    """Merging p and c is illegal if another kernel lies on a path between them."""
+    owner = {n: cl for cl in clusters for s in cl for n in stmts[s]}
+    dag = nx.DiGraph()
+    for cl in clusters:
+        dag.add_node(cl)
+    for n, cl in owner.items():
+        for v in g.successors(n):
+            other = owner.get(v)
+            if other is not None and other != cl:
+                dag.add_edge(cl, other)
+    for path_start in dag.successors(p):
+        if path_start != c and nx.has_path(dag, path_start, c):
+            return True
+    return False
+
+
+def _reasons(g, stmts, clusters, c: Cluster, time, planner) -> str:
+    """Why this kernel does not also take in its neighbours."""
+    parts = []
+    for p, q in _edges(g, stmts, clusters):
+        if q != c:
+            continue
+        names = ", ".join(sorted({array_name(g, n) for n in build(
+            g, "", set().union(*(stmts[s] for s in p))).stores}))
+        merged = p | c
+        t_sep, t_fused = time(p) + time(c), time(merged)
+        if _creates_cycle(g, stmts, clusters, p, c):
+            why = "another kernel lies between them"
+        elif t_fused == float("inf"):
+            why = "no tiling of the fused kernel fits in memory"
+        else:
+            why = f"fused it would take {_fmt(t_fused)} instead of {_fmt(t_sep)}" + \
+                _factor(planner, g, stmts, p, c)
+        parts.append(f"{names} goes through global memory: {why}")
+    return "; ".join(parts)
+
+
+def _factor(planner, g, stmts, p, c) -> str:
+    merged = planner.plan(build(g, "", set().union(*(stmts[s] for s in p | c))), strict=False)
+    a = planner.plan(build(g, "", set().union(*(stmts[s] for s in p))), strict=False)
+    b = planner.plan(build(g, "", set().union(*(stmts[s] for s in c))), strict=False)
+    if merged is None or a is None or b is None:
+        return ""
+    flops = sum(merged.cost.flops.values())
+    separate = sum(a.cost.flops.values()) + sum(b.cost.flops.values())
+    if flops > 1.01 * separate:
+        return f" (it recomputes work: {flops / separate:.1f}x the arithmetic)"
+    if merged.model.streaming.passes > 1:
+        return f" (it needs {merged.model.streaming.passes} passes over {merged.model.streaming.axis})"
+    if merged.cost.utilization < 0.5 * min(a.cost.utilization, b.cost.utilization):
+        return f" (too few blocks to fill the GPU: {merged.cost.utilization:.0%} busy)"
+    return ""
+
+
+def _fmt(seconds: float) -> str:
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"

@@ -1,0 +1,107 @@
+"""Schedule hints (`group q by 128 [at LEVEL]`, `--group q=128 --stream x=64`) as fixed choices.
+
+A hint fixes one decision of the tile search for every kernel where it is
+legal: `group` for an axis the kernel weaves (it can be split across blocks or
+threads), `stream` for one it reduces. A hint legal in no kernel, or naming a
+level the target does not have, is an error at the hint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from ..diagrams.diagnostics import NapkinError, did_you_mean, error
+from .ir import HintInfo
+from .kernels import Kernel
+from .target import Target
+
+
+@dataclass(frozen=True)
+class Hint:
+    kind: str          # group | stream
+    axis: str
+    size: int
+    level: int         # index into target.levels (1: blocks, 2: threads)
+    info: HintInfo | None = None
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.axis} by {self.size}"
+
+
+def resolve(diagram_hints, overrides: dict, target: Target, axes) -> list[Hint]:
+    """Diagram hints, replaced by command-line ones for the same (kind, axis)."""
+    out: dict[tuple[str, str, int], Hint] = {}
+    for h in diagram_hints:
+        level = _level(target, h.level, h)
+        out[(h.kind, h.axis, level)] = Hint(h.kind, h.axis, h.size, level, h)
+    for kind in ("group", "stream"):
+        for axis, size in overrides.get(kind, {}).items():
+            if axis not in axes:
+                raise error("N0201", f"--{kind} {axis}={size}: the diagram has no axis `{axis}`",
+                            help=did_you_mean(axis, list(axes), "axes: " + ", ".join(axes)))
+            if size < 1:
+                raise error("N0304", f"--{kind} {axis}={size}: sizes are at least 1")
+            for key in [k for k in out if k[0] == kind and k[1] == axis and k[2] == 1]:
+                del out[key]
+            out[(kind, axis, 1)] = Hint(kind, axis, size, 1)
+    return list(out.values())
+
+
+def _level(target: Target, name: str | None, h: HintInfo) -> int:
+    if name is None:
+        return 1
+    names = target.level_names
+    if name in names[1:]:
+        return names.index(name)
+    raise error("N0602", f"target `{target.name}` has no memory level `{name}`", h.span,
+                help=did_you_mean(name, names[1:], "levels: " + ", ".join(names[1:])))
+
+
+def fixed_for(g: nx.DiGraph, k: Kernel, hints: list[Hint]) -> tuple[dict, list[Hint]]:
+    """The search's fixed decisions for kernel k, and the hints that applied."""
+    woven, reduced = set(k.woven(g)), set(k.reduced(g))
+    fixed: dict = {}
+    used = []
+    for h in hints:
+        if h.kind == "group" and h.axis in woven:
+            key = "group" if h.level == 1 else "thread"
+            fixed.setdefault(key, {})[h.axis] = h.size
+            used.append(h)
+        elif h.kind == "stream" and h.axis in reduced:
+            if h.level == 1:
+                if "stream" in fixed and fixed["stream"][0] != h.axis:
+                    raise _hint_error(h, f"kernel {k.name} can stream one axis; "
+                                         f"`{fixed['stream'][0]}` is already streamed",
+                                      "remove one of the stream hints")
+                fixed["stream"] = (h.axis, h.size)
+            else:
+                fixed["inner"] = (h.axis, h.size)
+            used.append(h)
+    return fixed, used
+
+
+def check_all_used(hints: list[Hint], used: set, g: nx.DiGraph, kernels) -> None:
+    for h in hints:
+        if h in used:
+            continue
+        roles = []
+        for k in kernels:
+            if h.axis in k.woven(g):
+                roles.append(f"woven in {k.name}")
+            elif h.axis in k.reduced(g):
+                roles.append(f"reduced in {k.name}")
+        if not roles:
+            why, fix = f"no kernel has axis `{h.axis}`", "remove the hint"
+        elif h.kind == "group":
+            why = f"`{h.axis}` is " + ", ".join(roles) + ": only woven axes can be grouped"
+            fix = f"stream it instead: `stream {h.axis} by {h.size}`"
+        else:
+            why = f"`{h.axis}` is " + ", ".join(roles) + ": only reduced axes can be streamed"
+            fix = f"group it instead: `group {h.axis} by {h.size}`"
+        raise _hint_error(h, f"`{h.describe()}` applies to no kernel: {why}", fix)
+
+
+def _hint_error(h: Hint, message: str, fix: str) -> NapkinError:
+    return error("N0604", message, h.info.span if h.info else None, help=fix)

@@ -1,0 +1,202 @@
+"""What a kernel holds and moves, independent of tile sizes: the input to the cost model.
+
+For a kernel and the axis it streams (if any), a `Model` lists every array the
+kernel touches with its axes, its bytes per value and its role:
+
+- load:        read from global memory (passes: how many times it streams in)
+- store:       written to global memory
+- value:       an intermediate computed in the kernel (resident per chunk)
+- accumulator: the running state of a reduction (one value per state slot)
+
+and the arithmetic of each op (FLOPs = product of the op's axis sizes times a
+per-element cost, on the engine that runs it). The cost model (`cost.py`)
+turns a model and tile sizes into M, H and time per memory level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from . import ir
+from .canonical import through
+from .kernels import Kernel, is_free
+from .passes import Streaming, stream
+
+BYTES = {"f32": 4, "f16": 2, "bf16": 2, "bool": 1, "index": 4}
+
+# FLOPs per element for ops other than contractions (which cost 2 per product term).
+ELEMENT_FLOPS = {"exp": 4, "exp2": 4, "log": 4, "log2": 4, "sqrt": 4, "rsqrt": 4, "tanh": 8,
+                 "sigmoid": 8, "gelu": 12, "silu": 8, "div": 4}
+
+
+@dataclass(frozen=True)
+class Array:
+    node: int
+    name: str                 # the diagram's name where it has one, else "%n"
+    role: str                 # load | store | value | accumulator
+    axes: tuple[str, ...]
+    bytes: int                # per value (per state slot for accumulators)
+    slots: int = 1            # accumulator state slots (online softmax: m, l + the output)
+    passes: int = 1           # loads: how many passes stream it in
+    streamed: bool = False    # has the streamed axis (resident one chunk at a time)
+
+    @property
+    def invariant(self) -> bool:
+        """A load the streaming loop does not touch: loaded once, kept resident across it."""
+        return self.role == "load" and not self.streamed
+
+
+@dataclass(frozen=True)
+class Work:
+    node: int
+    axes: tuple[str, ...]     # all axes the op iterates over
+    flops_per_point: int
+    engine: str               # "contraction" (may use tensor cores) or "simt"
+    dtype: str                # operand storage dtype, for the engine's rate
+    times: int = 1            # recomputed in several passes
+
+
+@dataclass(frozen=True)
+class Model:
+    kernel: Kernel
+    streaming: Streaming
+    arrays: tuple[Array, ...]
+    work: tuple[Work, ...]
+    woven: tuple[str, ...]
+    reduced: tuple[str, ...]
+    axes: tuple[str, ...]
+
+
+def array_name(g: nx.DiGraph, n: int) -> str:
+    """The diagram's name for an array, or `EQ:op` for an op inside equation EQ."""
+    op = ir.op(g, n)
+    if isinstance(op, (ir.Input, ir.Assign)):
+        return op.name
+    for v in g.successors(n):
+        if isinstance(ir.op(g, v), ir.Assign) and through(g, v) == n:
+            return ir.op(g, v).name
+    stmt = g.nodes[n]["stmt"]
+    eq = next((e.name for e in g.graph["equations"] if e.stmt == stmt), None)
+    what = type(op).__name__.lower()
+    if isinstance(op, ir.Map):
+        what = op.fn
+    elif isinstance(op, (ir.Reduce,)):
+        what = f"{op.fn}[{' '.join(op.axes)}]"
+    elif isinstance(op, (ir.Contract, ir.Softmax)):
+        what = f"{what}[{' '.join(op.axes)}]"
+    return f"{eq}:{what}" if eq else f"%{n}:{what}"
+
+
+def storage_dtype(g: nx.DiGraph, n: int) -> str:
+    """Dtype an array has in global memory: inputs and outputs their own, intermediates f32."""
+    op = ir.op(g, n)
+    if isinstance(op, ir.Input):
+        return op.dtype
+    for v in g.successors(n):
+        if isinstance(ir.op(g, v), ir.Output):
+            return ir.op(g, v).dtype
+    t = ir.type_of(g, n).dtype
+    return "f32" if t not in BYTES else t
+
+
+def build(g: nx.DiGraph, k: Kernel, axis: str | None) -> Model:
+    """The model of kernel `k` streaming `axis` (None: nothing streams)."""
+    st = stream(g, k, axis)
+    arrays: list[Array] = []
+    load_passes = {n: sum(n in p for p in st.loads) for n in k.loads}
+    members = set(k.nodes)
+    for n in k.loads:
+        t = ir.type_of(g, n)
+        users = [v for v in g.successors(n) if v in members]
+        if users and all(isinstance(ir.op(g, v), ir.View) for v in users):
+            continue  # only seen through views: counted there
+        streamed = axis is not None and axis in t.axes
+        arrays.append(Array(n, array_name(g, n), "load", t.axes, BYTES[storage_dtype(g, n)],
+                            passes=max(1, load_passes[n]) if streamed else 1, streamed=streamed))
+    reducers = st.reducer_pass()
+    pairs = dict(st.pairs)
+    stats = dict(st.stats)
+    for n in k.nodes:
+        op = ir.op(g, n)
+        if is_free(g, n) or n in pairs:
+            continue
+        t = ir.type_of(g, n)
+        if isinstance(op, ir.Assign) and through(g, n) != n:
+            continue  # a name for a value already counted
+        if isinstance(op, ir.View):
+            base = _view_base(g, n)
+            if base in k.loads:   # the same global array seen along other axes: loaded again
+                arrays.append(Array(n, array_name(g, base) + "[" + " ".join(op.labels) + "]",
+                                    "load", t.axes, BYTES[storage_dtype(g, base)],
+                                    streamed=axis is not None and axis in t.axes))
+            continue
+        streamed = axis is not None and axis in t.axes
+        if n in pairs.values():   # online softmax: the rescaled output, and (m, l) per row
+            arrays.append(Array(n, array_name(g, n), "accumulator", t.axes, 4))
+            soft = next(s for s, c in pairs.items() if c == n)
+            rows = tuple(a for a in t.axes if a in ir.type_of(g, soft).axes)
+            arrays.append(Array(n, array_name(g, n) + ".stats", "accumulator", rows, 4, slots=2))
+        elif n in reducers or (axis is None and _reduces(op)):
+            arrays.append(Array(n, array_name(g, n), "accumulator", t.axes, 4, slots=_slots(op)))
+        else:
+            arrays.append(Array(n, array_name(g, n), "value", t.axes, BYTES.get(t.dtype, 4),
+                                streamed=streamed))
+        if n in stats:
+            rows = tuple(a for a in t.axes if a != axis)
+            arrays.append(Array(n, array_name(g, n) + ".stats", "accumulator", rows, 4, slots=2))
+    for n in k.stores:
+        t = ir.type_of(g, n)
+        arrays.append(Array(through(g, n), array_name(g, n), "store", t.axes,
+                            BYTES[storage_dtype(g, n)],
+                            streamed=axis is not None and axis in t.axes))
+    times = {n: max(1, sum(n in p for p in st.per_chunk)) for n in k.nodes}
+    work = [w for n in k.nodes for w in _work(g, n, times.get(n, 1) if axis else 1)]
+    return Model(k, st, tuple(arrays), tuple(work), k.woven(g), k.reduced(g), k.axes(g))
+
+
+def _view_base(g: nx.DiGraph, n: int) -> int:
+    while isinstance(ir.op(g, n), ir.View):
+        n = ir.operands(g, n)[0]
+    return n
+
+
+def _reduces(op) -> bool:
+    return isinstance(op, (ir.Contract, ir.Reduce))
+
+
+def _slots(op) -> int:
+    if isinstance(op, ir.Reduce):
+        return {"mean": 2, "var": 3, "logsumexp": 2}.get(op.fn, 1)
+    return 1
+
+
+def _work(g: nx.DiGraph, n: int, times: int) -> list[Work]:
+    op = ir.op(g, n)
+    args = ir.operands(g, n)
+    if isinstance(op, ir.Contract):
+        axes = tuple(dict.fromkeys(a for m in args for a in ir.type_of(g, m).axes))
+        dtype = _operand_dtype(g, args)
+        return [Work(n, axes, 2, "contraction", dtype, times)]
+    if isinstance(op, (ir.Reduce, ir.Softmax)):
+        per = 5 if isinstance(op, ir.Softmax) or op.fn in ("logsumexp", "var") else 1
+        return [Work(n, ir.type_of(g, args[0]).axes, per, "simt", "f32", times)]
+    if isinstance(op, ir.Map):
+        return [Work(n, ir.type_of(g, n).axes, ELEMENT_FLOPS.get(op.fn, 1), "simt", "f32", times)]
+    return []
+
+
+def _operand_dtype(g: nx.DiGraph, args: list[int]) -> str:
+    """The storage dtype a contraction's operands come in: the least precise input reaching it."""
+    found = []
+    for m in args:
+        m = through(g, m)
+        op = ir.op(g, m)
+        if isinstance(op, ir.Input):
+            found.append(op.dtype)
+        elif isinstance(op, ir.View):
+            found.append(_operand_dtype(g, ir.operands(g, m)))
+        else:
+            found.append("f32")
+    return "f32" if "f32" in found else (found[0] if found else "f32")

@@ -1,0 +1,217 @@
+"""Plans: per kernel, the chosen groups and streams, and what each memory level holds and moves.
+
+`plan(diagram, target, sizes, overrides)` canonicalises the IR, fuses it into
+kernels (`fuse.py`), and for each kernel searches the streamed axis and the
+tile sizes that minimise predicted time within every level's capacity. Sizes
+of dynamic axes default to DEFAULT_SIZE for planning; `--shape` sets them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from ..diagrams.diagnostics import NapkinError, error
+from . import hints as hint_mod
+from . import ir
+from .canonical import canonicalize
+from .columns import Column, columns
+from .cost import Choice, Cost, evaluate
+from .diagram import Diagram
+from .kernels import Kernel
+from .model import Model, build
+from .search import search
+from .target import Target, load
+
+DEFAULT_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    kernel: Kernel
+    model: Model
+    columns: tuple[Column, ...]
+    choice: Choice
+    cost: Cost
+    hints: tuple[hint_mod.Hint, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    diagram: Diagram
+    graph: nx.DiGraph            # the canonical IR the kernels refer to
+    target: Target
+    sizes: dict                  # planning size of every axis
+    kernels: tuple[KernelPlan, ...]
+    unfused: tuple[KernelPlan, ...] = field(default=())
+    tensor_cores: bool = False
+
+    @property
+    def time(self) -> float:
+        return sum(k.cost.time for k in self.kernels)
+
+
+def planning_sizes(diagram: Diagram, shape: dict | None = None) -> dict[str, int]:
+    """Every axis's size: static, else from `shape` (by axis or its size class), else the default."""
+    shape = dict(shape or {})
+    axes = diagram.ir.graph["axes"]
+    by_rep = {}
+    for name, value in shape.items():
+        if name in axes:
+            by_rep[axes[name].rep] = value
+    out = {}
+    for name, info in axes.items():
+        if info.size is not None:
+            out[name] = info.size
+        else:
+            out[name] = shape.get(name, by_rep.get(info.rep, DEFAULT_SIZE))
+    return out
+
+
+def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,
+         overrides: dict | None = None, tensor_cores: bool = False, fusion: bool = True) -> Plan:
+    """The plan for a diagram on a target (see the module docstring)."""
+    from .fuse import fuse, unfused_kernels
+    tgt = target if isinstance(target, Target) else load(target)
+    sizes = planning_sizes(diagram, shape)
+    try:
+        g = canonicalize(diagram.ir)
+        hints = hint_mod.resolve(diagram.hints, overrides or {}, tgt, sizes)
+        planner = KernelPlanner(g, tgt, sizes, hints, tensor_cores)
+        kernels = fuse(g, planner) if fusion else unfused_kernels(g)
+        plans = tuple(planner.plan(k) for k in kernels)
+        hint_mod.check_all_used(hints, {h for p in plans for h in p.hints}, g, kernels)
+        base = unfused_kernels(g)
+        unfused = tuple(planner.plan(k, strict=False) for k in base)
+    except NapkinError as exc:
+        raise NapkinError(exc.diagnostics, diagram.source) from None
+    return Plan(diagram, g, tgt, sizes, plans, tuple(p for p in unfused if p is not None),
+                tensor_cores)
+
+
+class KernelPlanner:
+    """Plans single kernels, memoised (fusion asks about many candidate kernels)."""
+
+    def __init__(self, g: nx.DiGraph, target: Target, sizes: dict, hints, tensor_cores: bool):
+        self.g, self.target, self.sizes, self.hints = g, target, sizes, hints
+        self.tensor_cores = tensor_cores
+        self._memo: dict = {}
+
+    def plan(self, k: Kernel, strict: bool = True) -> KernelPlan | None:
+        key = (k.nodes, k.loads, k.stores)
+        if key not in self._memo:
+            self._memo[key] = self._plan(k)
+        found = self._memo[key]
+        if isinstance(found, _Infeasible):
+            if strict:
+                raise found.error(k, self.target)
+            return None
+        return KernelPlan(k, found.model, found.columns, found.choice, found.cost, found.hints)
+
+    def _plan(self, k: Kernel):
+        g = self.g
+        fixed, used = hint_mod.fixed_for(g, k, self.hints)
+        axes = [None] + list(k.reduced(g))
+        if "stream" in fixed:
+            axes = [fixed["stream"][0]]
+        best = None
+        tried = []
+        for axis in axes:
+            model = build(g, k, axis)
+            cols = columns(g, model)
+            found = search(model, cols, self.target, self.sizes, fixed, self.tensor_cores)
+            tried.append((model, cols))
+            if found is None:
+                continue
+            choice, cost = found
+            if best is None or (cost.time, axis is not None) < (best.cost.time, best.choice.stream is not None):
+                best = KernelPlan(k, model, cols, choice, cost, tuple(used))
+        if best is None:
+            return self._infeasible(k, tried, fixed, used)
+        return best
+
+    def _infeasible(self, k: Kernel, tried, fixed, used) -> "_Infeasible":
+        """Why no tiling fits: the smallest footprint found, and a hinted size that would fit."""
+        best = None
+        for model, cols in tried:
+            cost = self._minimal(model, cols, fixed)
+            over = [lc for lc in cost.levels[1:] if lc.M > lc.capacity]
+            if over and (best is None or over[0].M / over[0].capacity < best[1].M / best[1].capacity):
+                best = (model, over[0], cols)
+        if best is None:
+            return _Infeasible(None, 0, 0, "try a larger target", None)
+        model, lc, cols = best
+        for h in used:
+            key = {("group", 1): "group", ("group", 2): "thread",
+                   ("stream", 1): "stream", ("stream", 2): "inner"}[(h.kind, min(h.level, 2))]
+            size = h.size
+            while size > 1:
+                size //= 2
+                trial = {**fixed}
+                if key in ("group", "thread"):
+                    trial[key] = {**fixed.get(key, {}), h.axis: size}
+                else:
+                    trial[key] = (h.axis, size)
+                cost = self._minimal(model, cols, trial)
+                if all(x.M <= x.capacity for x in cost.levels[1:]):
+                    at = f" at {self.target.level_names[h.level]}" if h.level > 1 else ""
+                    return _Infeasible(lc.name, lc.M, lc.capacity,
+                                       f"`{h.kind} {h.axis} by {size}{at}` (or less) would fit", h)
+        return _Infeasible(lc.name, lc.M, lc.capacity,
+                           "make a whole axis smaller with -D, or stream it", None)
+
+    def _minimal(self, model: Model, cols, fixed) -> Cost:
+        """The cost of the smallest tiles the fixed choices allow."""
+        fixed_threads = fixed.get("thread", {})
+        group = {a: max(fixed.get("group", {}).get(a, 1), fixed_threads.get(a, 1))
+                 for a in model.woven}
+        stream = None
+        if model.streaming.axis:
+            stream = fixed["stream"] if fixed.get("stream") else (model.streaming.axis, 1)
+        thread = ()
+        if len(self.target.levels) > 2:
+            cap = self.target.max_threads_per_block
+            block = 1
+            for g in group.values():
+                block *= g
+            t = {a: fixed_threads.get(a, 1) for a in group}
+            for a in sorted(group, key=lambda a: -group[a]):
+                if a in fixed_threads:
+                    continue
+                while block > cap and t[a] < group[a]:
+                    t[a] *= 2
+                    block = 1
+                    for b, g in group.items():
+                        block *= -(-g // t[b])
+            thread = tuple(sorted(t.items()))
+        choice = Choice(tuple(sorted((a, g) for a, g in group.items() if g < self.sizes[a])),
+                        stream, thread, None, fixed.get("inner"))
+        return evaluate(model, cols, choice, self.sizes, self.target)
+
+
+@dataclass(frozen=True)
+class _Infeasible:
+    level: str | None
+    needed: float
+    capacity: float
+    fix: str
+    hint: object
+
+    def error(self, k: Kernel, target: Target) -> NapkinError:
+        span = self.hint.info.span if self.hint is not None and self.hint.info else None
+        if self.level is None:
+            return error("N0603", f"no tiling of kernel {k.name} fits the target {target.name}",
+                         span, help=self.fix)
+        return error("N0603", f"kernel {k.name} needs {int(self.needed):,} bytes of {self.level} "
+                     f"per {_unit(target, self.level)} even with the smallest tiles, but "
+                     f"{self.level} holds {int(self.capacity):,}", span, help=self.fix)
+
+
+def _unit(target: Target, level: str) -> str:
+    return target.level(level).unit or "unit"
+
+
+def node_name(g: nx.DiGraph, n: int) -> str:
+    op = ir.op(g, n)
+    return getattr(op, "name", f"%{n}")

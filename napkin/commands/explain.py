@@ -1,0 +1,35 @@
+"""`napkin explain FILE|NAME`: the plan napkin derives, in the paper's notation or as JSON."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..cli_common import diagram_options, load_diagram, parse_assignments
+from ..compiler import target as targets
+from ..compiler.explain import render_text, report
+from ..compiler.plan import plan
+
+
+@click.command("explain")
+@diagram_options
+@click.option("--target", "target_name", default=targets.DEFAULT, show_default=True,
+              help="Target: " + ", ".join(targets.names()) + " (two-level:M=BYTES sets M).")
+@click.option("--shape", "shapes", multiple=True, metavar="NAME=SIZE,...",
+              help="Sizes of dynamic axes to plan for (default: %d)." % 1024)
+@click.option("--group", "groups", multiple=True, metavar="AXIS=SIZE,...",
+              help="Fix group sizes at the block level: --group q=128.")
+@click.option("--stream", "streams", multiple=True, metavar="AXIS=SIZE,...",
+              help="Fix the streamed axis and its chunk: --stream x=64.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--no-fusion", is_flag=True, help="Plan one kernel per equation.")
+def command(diagram, sizes, target_name, shapes, groups, streams, as_json, no_fusion) -> None:
+    """Explain the plan: kernels, relabelled axes, memory per level, M, H, FLOPs and time."""
+    d = load_diagram(diagram, sizes)
+    tgt = targets.load(target_name)
+    overrides = {"group": parse_assignments(groups, "--group"),
+                 "stream": parse_assignments(streams, "--stream")}
+    p = plan(d, tgt, parse_assignments(shapes, "--shape"), overrides, fusion=not no_fusion)
+    rep = report(p)
+    click.echo(json.dumps(rep, indent=2) if as_json else render_text(rep))

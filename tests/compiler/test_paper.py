@@ -1,0 +1,216 @@
+"""The seven results of paper.md, reproduced by napkin's cost model (docs/cost-model.md).
+
+Counts are in values (not bytes) unless stated, on the paper's two-level model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import sympy
+
+import napkin
+from napkin.compiler import target as targets
+from napkin.compiler.canonical import canonicalize
+from napkin.compiler.columns import columns
+from napkin.compiler.cost import Choice, evaluate
+from napkin.compiler.fuse import unfused_kernels
+from napkin.compiler.kernels import build
+from napkin.compiler.model import build as build_model
+from napkin.compiler.plan import plan
+from napkin.compiler.search import search
+
+S = {n: sympy.Symbol(n, positive=True, integer=True)
+     for n in "a b c d q x w y g_a g_b g_c s_b g_q s_x t_a t_c".split()}
+
+
+def one_kernel(text):
+    d = napkin.load(text)
+    g = canonicalize(d.ir)
+    members = {n for n in g if g.nodes[n]["stmt"] is not None}
+    return g, build(g, "k0", members)
+
+
+def symbolic(g, k, stream, choice, target="two-level"):
+    model = build_model(g, k, stream)
+    cols = columns(g, model)
+    sizes = {a: S[a] for a in model.axes}
+    return evaluate(model, cols, choice, sizes, targets.load(target), symbolic=True, values=True), \
+        model, cols
+
+
+def column_values(cost_model, cols, choice, level=1):
+    """Resident values per column (for the paper's column tables)."""
+    from napkin.compiler.cost import covered, resident
+    model = cost_model
+    cov = covered(model, choice, {a: S[a] for a in model.axes}, 2)[level - 1]
+    sizes_at = []
+    for arr in model.arrays:
+        res = resident(arr, level, cov, choice, set(model.reduced))
+        v = 1
+        for a in arr.axes:
+            v *= res[a]
+        sizes_at.append(v * arr.slots)
+    return [sympy.expand(sum((sizes_at[i] for i in c.resident), 0)) for c in cols]
+
+
+def test_figure_9_unfused_softmax_then_contraction():
+    d = napkin.load("axis q, x, d\nin S[q x]: f32, V[x d]: f32\nP[q x] = softmax[x](S)\n"
+                    "O[q d] = P * V\nout O: f32")
+    g = canonicalize(d.ir)
+    transfers, M = [], []
+    for k in unfused_kernels(g):
+        model = build_model(g, k, None)
+        cols = columns(g, model)
+        for col in cols:
+            moved = sum(_vol(model.arrays[i]) for i in col.loads + col.stores)
+            if moved != 0:
+                transfers.append(sympy.expand(moved))
+        M.extend(column_values(model, cols, Choice()))
+    q, x, d_ = S["q"], S["x"], S["d"]
+    assert transfers == [q * x, q * x, q * x + x * d_, q * d_]
+    assert sympy.expand(sum(transfers)) == 3 * q * x + x * d_ + q * d_
+    assert q * x + x * d_ in M
+    for value in M:   # x > d: the largest column is q x + x d
+        assert (sympy.expand(q * x + x * d_ - value)).subs({q: 7, x: 9, d_: 5}) >= 0
+
+
+def _vol(arr):
+    v = 1
+    for a in arr.axes:
+        v *= S[a]
+    return v
+
+
+def test_figure_11_grouped_function_woven_over_a():
+    g, k = one_kernel("axis a, x, w, y = 16\nin A[a x]: f32, W[w]: f32\n"
+                      "Y[a y] = sum[x](A) * sum[w](W) + y\nout Y: f32")
+    choice = Choice((("a", S["g_a"]),))
+    cost, model, cols = symbolic(g, k, None, choice)
+    a, x, w, y, ga = S["a"], S["x"], S["w"], S["y"], S["g_a"]
+    assert sympy.simplify(cost.levels[1].H - (a * x + a * y + a * w / ga)) == 0
+    assert sympy.simplify(cost.levels[1].units - a / ga) == 0          # N = a / g_a
+    h_group = sympy.simplify(cost.levels[1].H / (a / ga))
+    assert sympy.simplify(h_group - (ga * (x + y) + w)) == 0
+    values = column_values(model, cols, choice)
+    assert values[0] == ga * x + w and values[-1] == ga * y           # load column, store column
+    m = cost.levels[1].M
+    point = {a: 64, x: 9, w: 5, y: 16, ga: 8}
+    assert float(m.subs(point)) >= max(8 * 9 + 5, 8 * 16)
+
+
+def test_figure_12_grouped_over_two_axes():
+    g, k = one_kernel("axis a, x, w, b, y = 4\nin A[a x]: f32, W[w b]: f32\n"
+                      "Y[a y b] = sum[x](A) * sum[w](W) + y\nout Y: f32")
+    choice = Choice((("a", S["g_a"]), ("b", S["g_b"])))
+    cost, model, cols = symbolic(g, k, None, choice)
+    a, b, x, w, y, ga, gb = (S[n] for n in "a b x w y g_a g_b".split())
+    assert sympy.simplify(cost.levels[1].H - (a * b * x / gb + a * b * w / ga + a * b * y)) == 0
+    assert sympy.simplify(cost.levels[1].units - a * b / (ga * gb)) == 0
+    values = column_values(model, cols, choice)
+    assert values[0] == ga * x + gb * w and values[-1] == ga * gb * y
+
+
+def test_matmul_memory_and_transfers():
+    g, k = one_kernel("axis a, b, c\nin A[a b]: f32, B[b c]: f32\nC[a c] = A * B\nout C: f32")
+    a, b, c, ga, gc, sb = (S[n] for n in "a b c g_a g_c s_b".split())
+    choice = Choice((("a", ga), ("c", gc)), ("b", sb))
+    cost, model, cols = symbolic(g, k, "b", choice)
+    assert sympy.simplify(cost.levels[1].M - (ga * gc + ga * sb + sb * gc)) == 0
+    assert sympy.simplify(cost.levels[1].H - (a * b * c / gc + a * b * c / ga + a * c)) == 0
+    # square tiles: H = 2abc/g + ac with M ~ g^2, so H ~ 2abc/sqrt(M) + ac
+    gg = sympy.Symbol("g", positive=True)
+    h_square = cost.levels[1].H.subs({ga: gg, gc: gg})
+    msym = sympy.Symbol("M", positive=True)
+    assert sympy.simplify(h_square.subs(gg, sympy.sqrt(msym)) - (2 * a * b * c / sympy.sqrt(msym) + a * c)) == 0
+
+
+def _optimum(text, stream, capacity, fine=True, shape=None, bytes_per_value=None):
+    d = napkin.load(text)
+    tgt = targets.load(f"two-level:M={capacity}")
+    g = canonicalize(d.ir)
+    members = {n for n in g if g.nodes[n]["stmt"] is not None}
+    k = build(g, "k0", members)
+    model = build_model(g, k, stream)
+    if bytes_per_value is not None:
+        import dataclasses
+        model = dataclasses.replace(model, arrays=tuple(
+            dataclasses.replace(arr, bytes=bytes_per_value) for arr in model.arrays))
+    cols = columns(g, model)
+    sizes = {a: (shape or {}).get(a, v) for a, v in
+             {a: (d.axes[a] or 65536) for a in model.axes}.items()}
+    choice, cost = search(model, cols, tgt, sizes, fine=fine)
+    return choice, cost
+
+
+MATMUL = "axis a, b, c\nin A[a b]: f32, B[b c]: f32\nC[a c] = A * B\nout C: f32"
+ATTENTION = ("axis q, x, d = 64\nin Q[q d]: f32, K[x d]: f32, V[x d]: f32\n"
+             "S[q x] = Q * K\nP[q x] = softmax[x](S)\nO[q d] = P * V\nout O: f32")
+
+
+def test_square_tiles_are_optimal():
+    # analytically: minimise abc/g_c + abc/g_a with g_a g_c = M  ->  g_a = g_c = sqrt(M)
+    a, b, c, ga = S["a"], S["b"], S["c"], S["g_a"]
+    m = sympy.Symbol("M", positive=True)
+    h = a * b * c / (m / ga) + a * b * c / ga
+    (best,) = sympy.solve(sympy.diff(h, ga), ga)
+    assert sympy.simplify(best - sympy.sqrt(m)) == 0
+    # and the search, on eight sizes per doubling, lands within one step of square
+    for capacity in (1 << 16, 1 << 18, 1 << 20):
+        choice, _ = _optimum(MATMUL, "b", capacity)
+        group = dict(choice.group)
+        assert max(group["a"], group["c"]) / min(group["a"], group["c"]) <= 1.1   # one step, rounded
+
+
+def _slope(text, stream, capacities, **kw):
+    hs = [float(_optimum(text, stream, m, **kw)[1].levels[1].H) for m in capacities]
+    xs, ys = np.log(capacities), np.log(hs)
+    return np.polyfit(xs, ys, 1)[0]
+
+
+def test_matmul_optimal_h_falls_as_m_to_the_minus_half():
+    slope = _slope(MATMUL, "b", [1 << 16, 1 << 18, 1 << 20, 1 << 22])
+    assert -0.56 < slope < -0.44, slope
+
+
+def test_attention_optimal_h_falls_as_m_to_the_minus_one():
+    slope = _slope(ATTENTION, "x", [1 << 18, 1 << 20, 1 << 22, 1 << 24],
+                   shape={"q": 1 << 20, "x": 1 << 20})
+    assert -1.08 < slope < -0.9, slope
+
+
+@pytest.mark.parametrize("text, stream, expected", [(ATTENTION, "x", 4.0), (MATMUL, "b", 2 ** 1.5)])
+def test_quantization_at_fixed_byte_capacity(text, stream, expected):
+    shape = {"q": 1 << 20, "x": 1 << 20} if stream == "x" else None
+    h16 = float(_optimum(text, stream, 1 << 22, shape=shape, bytes_per_value=2)[1].levels[1].H)
+    h8 = float(_optimum(text, stream, 1 << 22, shape=shape, bytes_per_value=1)[1].levels[1].H)
+    assert h16 / h8 == pytest.approx(expected, rel=0.06)
+
+
+def test_several_levels_add_weighted_by_inverse_bandwidth():
+    """Each level's term is the two-level count of the level below, one level down."""
+    g, k = one_kernel("axis a, b, c\nin A[a b]: f16, B[b c]: f16\nC[a c] = A * B\nout C: f16")
+    a, b, c, ga, gc, ta, tc, sb = (S[n] for n in "a b c g_a g_c t_a t_c s_b".split())
+    choice = Choice((("a", ga), ("c", gc)), ("b", sb), (("a", ta), ("c", tc)))
+    cost, _, _ = symbolic(g, k, "b", choice, target="h100")
+    blocks = a * c / (ga * gc)
+    per_block = ga * b * gc / tc + ga * b * gc / ta + ga * gc   # a g_a x b x g_c matmul, grouped by t
+    assert sympy.simplify(cost.levels[2].H - blocks * per_block) == 0
+    tgt = targets.load("h100")
+    io = sum(lc.H / tgt.levels[i].bandwidth for i, lc in enumerate(cost.levels) if i > 0)
+    expected = cost.levels[1].H / tgt.levels[1].bandwidth + cost.levels[2].H / tgt.levels[2].bandwidth
+    assert sympy.simplify(io - expected) == 0
+    assert cost.levels[0].H == 0          # the top level costs nothing
+
+
+def test_attention_on_h100_is_one_kernel_with_the_paper_h_per_head():
+    p = plan(napkin.load("attention"), "h100", {"b": 2, "h": 4, "q": 4096, "x": 4096})
+    assert len(p.kernels) == 1
+    from napkin.compiler.formulas import symbolic_cost
+    cost, tiles = symbolic_cost(p.kernels[0], p.target, values=True)
+    b, h, q, x, d, gq = (sympy.Symbol(n, positive=True, integer=True)
+                         for n in ("b", "h", "q", "x", "d", "g_q"))
+    assert sympy.simplify(cost.levels[1].H / (b * h) - (2 * q * d + 2 * q * x * d / gq)) == 0
+    assert math.isclose(tiles[gq], dict(p.kernels[0].choice.group)["q"])
