@@ -25,9 +25,15 @@ def report(plan: Plan) -> dict:
         sym_bytes, _ = symbolic_cost(kp, tgt, values=False)
         levels = []
         for lc, lv_sym, lb_sym in zip(kp.cost.levels[1:], sym_values.levels[1:], sym_bytes.levels[1:]):
-            axes = {r.axis: {"kind": r.kind, "size": r.size, "symbol": r.symbol}
-                    for r in relabelling(kp.choice, kp.model, plan.sizes, tgt.level_names)
-                    if r.level == lc.name}
+            axes = {}
+            for r in relabelling(kp.choice, kp.model, plan.sizes, tgt.level_names):
+                if r.level != lc.name:
+                    continue
+                entry = {"kind": "group" if r.kind == "split" else r.kind, "size": r.size,
+                         "symbol": r.symbol}
+                if r.kind == "split":   # a reduced axis grouped over threads: partial states merge
+                    entry["merge"] = True
+                axes[r.axis] = entry
             levels.append({
                 "level": lc.name, "capacity_bytes": int(lc.capacity), "M_bytes": int(lc.M),
                 "H_bytes": float(lc.H), "units": float(lc.units), "time_seconds": float(lc.time),
@@ -115,7 +121,7 @@ def render_text(rep: dict) -> str:
             for a, info in lv["axes"].items():
                 if info["kind"] == "whole":
                     parts.append(f"{a} whole ({info['size']})")
-                elif info["kind"] == "split":
+                elif info.get("merge"):
                     parts.append(f"{a} split over {info['symbol']} = {info['size']} threads")
                 else:
                     parts.append(f"{a} -> {info['symbol']} = {info['size']}")

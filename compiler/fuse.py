@@ -1,8 +1,9 @@
 """Fusion: which equations run as one kernel, and why each boundary is where it is.
 
-Every equation starts as its own kernel. Greedily, the producer-consumer pair
-whose fusion saves the most predicted time is merged, as long as merging keeps
-the kernel graph acyclic, until no merge helps. Any set of equations can form
+Every equation starts as its own kernel. Greedily, the pair of kernels whose
+fusion saves the most predicted time is merged (a producer and its consumer,
+or two kernels reading the same array), as long as merging keeps the kernel
+graph acyclic, until no merge helps. Any set of equations can form
 a legal kernel (a reduction that cannot stream in one pass takes another pass
 over its axis, recomputing what it needs): the fusion theorem shows up as the
 price of those passes, of recomputation, or of a footprint that does not fit,
@@ -60,13 +61,14 @@ def fuse(g: nx.DiGraph, planner) -> list[Kernel]:
         return build(g, "k?", set().union(*(stmts[s] for s in c)))
 
     def time(c: Cluster) -> float:
-        p = planner.plan(kernel(c), strict=False)
+        p = planner.plan(kernel(c), strict=False, quick=True)
         return float("inf") if p is None else p.cost.time
 
     while True:
         best = None
-        for p, c in sorted(_edges(g, stmts, clusters), key=lambda e: (sorted(e[0]), sorted(e[1]))):
-            if _creates_cycle(g, stmts, clusters, p, c):
+        for p, c in sorted(_edges(g, stmts, clusters, siblings=True),
+                           key=lambda e: (sorted(e[0]), sorted(e[1]))):
+            if _creates_cycle(g, stmts, clusters, p, c) or _creates_cycle(g, stmts, clusters, c, p):
                 continue
             merged = p | c
             gain = time(p) + time(c) - time(merged)
@@ -85,9 +87,11 @@ def fuse(g: nx.DiGraph, planner) -> list[Kernel]:
     return _named(g, ks)
 
 
-def _edges(g, stmts, clusters):
+def _edges(g, stmts, clusters, siblings: bool = False):
+    """Producer -> consumer pairs of clusters; with `siblings`, also pairs reading one array."""
     owner = {n: c for c in clusters for s in c for n in stmts[s]}
     seen = set()
+    readers: dict[int, list] = {}
     for c in clusters:
         for s in c:
             for n in stmts[s]:
@@ -96,6 +100,18 @@ def _edges(g, stmts, clusters):
                     if p is not None and p != c and (p, c) not in seen:
                         seen.add((p, c))
                         yield p, c
+                    if p is None or p != c:
+                        readers.setdefault(u, [])
+                        if c not in readers[u]:
+                            readers[u].append(c)
+    if siblings:
+        for cs in readers.values():
+            for i, a in enumerate(cs):
+                for b in cs[i + 1:]:
+                    pair = (a, b) if sorted(a) < sorted(b) else (b, a)
+                    if pair not in seen and (pair[1], pair[0]) not in seen:
+                        seen.add(pair)
+                        yield pair
 
 
 def _creates_cycle(g, stmts, clusters, p: Cluster, c: Cluster) -> bool:
@@ -121,8 +137,10 @@ def _reasons(g, stmts, clusters, c: Cluster, time, planner) -> str:
     for p, q in _edges(g, stmts, clusters):
         if q != c:
             continue
-        names = ", ".join(sorted({array_name(g, n) for n in build(
-            g, "", set().union(*(stmts[s] for s in p))).stores}))
+        stored = sorted({array_name(g, n) for n in build(
+            g, "", set().union(*(stmts[s] for s in p))).stores})
+        names = " and ".join([", ".join(stored[:-1]), stored[-1]] if len(stored) > 1 else stored)
+        verb = "go" if len(stored) > 1 else "goes"
         merged = p | c
         t_sep, t_fused = time(p) + time(c), time(merged)
         if _creates_cycle(g, stmts, clusters, p, c):
@@ -132,14 +150,15 @@ def _reasons(g, stmts, clusters, c: Cluster, time, planner) -> str:
         else:
             why = f"fused it would take {_fmt(t_fused)} instead of {_fmt(t_sep)}" + \
                 _factor(planner, g, stmts, p, c)
-        parts.append(f"{names} goes through global memory: {why}")
+        parts.append(f"{names} {verb} through global memory: {why}")
     return "; ".join(parts)
 
 
 def _factor(planner, g, stmts, p, c) -> str:
-    merged = planner.plan(build(g, "", set().union(*(stmts[s] for s in p | c))), strict=False)
-    a = planner.plan(build(g, "", set().union(*(stmts[s] for s in p))), strict=False)
-    b = planner.plan(build(g, "", set().union(*(stmts[s] for s in c))), strict=False)
+    def quick(stmt_set):
+        return planner.plan(build(g, "", set().union(*(stmts[s] for s in stmt_set))),
+                            strict=False, quick=True)
+    merged, a, b = quick(p | c), quick(p), quick(c)
     if merged is None or a is None or b is None:
         return ""
     flops = sum(merged.cost.flops.values())

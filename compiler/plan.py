@@ -98,10 +98,11 @@ class KernelPlanner:
         self.tensor_cores = tensor_cores
         self._memo: dict = {}
 
-    def plan(self, k: Kernel, strict: bool = True) -> KernelPlan | None:
-        key = (k.nodes, k.loads, k.stores)
+    def plan(self, k: Kernel, strict: bool = True, quick: bool = False) -> KernelPlan | None:
+        """The best plan of one kernel; `quick` searches a smaller space (fusion's estimates)."""
+        key = (k.nodes, k.loads, k.stores, quick)
         if key not in self._memo:
-            self._memo[key] = self._plan(k)
+            self._memo[key] = self._plan(k, quick)
         found = self._memo[key]
         if isinstance(found, _Infeasible):
             if strict:
@@ -109,7 +110,7 @@ class KernelPlanner:
             return None
         return KernelPlan(k, found.model, found.columns, found.choice, found.cost, found.hints)
 
-    def _plan(self, k: Kernel):
+    def _plan(self, k: Kernel, quick: bool = False):
         g = self.g
         fixed, used = hint_mod.fixed_for(g, k, self.hints)
         axes = [None] + list(k.reduced(g))
@@ -120,7 +121,8 @@ class KernelPlanner:
         for axis in axes:
             model = build(g, k, axis)
             cols = columns(g, model)
-            found = search(model, cols, self.target, self.sizes, fixed, self.tensor_cores)
+            found = search(model, cols, self.target, self.sizes, fixed, self.tensor_cores,
+                           quick=quick)
             tried.append((model, cols))
             if found is None:
                 continue
@@ -215,3 +217,17 @@ def _unit(target: Target, level: str) -> str:
 def node_name(g: nx.DiGraph, n: int) -> str:
     op = ir.op(g, n)
     return getattr(op, "name", f"%{n}")
+
+
+def with_choices(plan: Plan, choices) -> Plan:
+    """The same kernels with other decisions (for tests and fuzzing: any legal choice)."""
+    from .model import build as build_model
+    kernels = []
+    for kp, choice in zip(plan.kernels, choices):
+        axis = choice.stream[0] if choice.stream else None
+        model = build_model(plan.graph, kp.kernel, axis)
+        cols = columns(plan.graph, model)
+        cost = evaluate(model, cols, choice, plan.sizes, plan.target)
+        kernels.append(KernelPlan(kp.kernel, model, cols, choice, cost, kp.hints))
+    return Plan(plan.diagram, plan.graph, plan.target, plan.sizes, tuple(kernels), plan.unfused,
+                plan.tensor_cores)

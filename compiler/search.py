@@ -26,7 +26,7 @@ MAX_TILE = 256
 CHUNKS = (8, 16, 32, 64, 128, 256)
 THREAD_TILES = (1, 2, 4, 8)
 SPLITS = (2, 4, 8, 32, 128)
-MAX_POINTS = 60_000
+MAX_POINTS = 30_000
 
 
 def tiles(size: int, cap: int = MAX_TILE, per_octave: int = 1) -> list[int]:
@@ -62,7 +62,11 @@ def fits(cost: Cost) -> bool:
     return all(lc.M <= lc.capacity for lc in cost.levels[1:])
 
 
-def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bool = False):
+QUICK = {"thread": (1, 4), "split": (4, 32), "chunk": (16, 64)}
+
+
+def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bool = False,
+                quick: bool = False):
     cap = MAX_TILE if target.processors else 1 << 30   # the paper's model has no block limit
     octave = 8 if fine else 1
     reuse = reuse_axes(model)
@@ -82,14 +86,18 @@ def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bo
         chunk = [fixed["stream"][1]]
     else:
         chunk = chunks(sizes[axis], fine)
+        if quick:
+            chunk = [c for c in chunk if c in QUICK["chunk"]] or chunk[-1:]
     thread, splits = {}, [(-1, 1)]
     if len(target.levels) > 2:
         for a in model.woven:
             if "thread" in fixed:
                 thread[a] = [fixed["thread"].get(a, 1)]
             else:
-                thread[a] = [t for t in THREAD_TILES if t <= max(group[a])]
-        splits += [(i, w) for i in range(len(model.reduced)) for w in SPLITS]
+                tiles_ = QUICK["thread"] if quick else THREAD_TILES
+                thread[a] = [t for t in tiles_ if t <= max(group[a])]
+        ways = QUICK["split"] if quick else SPLITS
+        splits += [(i, w) for i in range(len(model.reduced)) for w in ways]
     return group, chunk, thread, splits
 
 
@@ -110,13 +118,13 @@ def _shrink(group: dict, thread: dict, chunk: list, splits: list) -> None:
 
 def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
            fixed: dict | None = None, tensor_cores: bool = False,
-           fine: bool = False) -> tuple[Choice, Cost] | None:
+           fine: bool = False, quick: bool = False) -> tuple[Choice, Cost] | None:
     """The best Choice for this model (its streamed axis is fixed), or None if nothing fits.
 
     `fine` searches eight sizes per doubling instead of powers of two (for the paper's
-    continuous optima)."""
+    continuous optima); `quick` searches fewer thread and chunk sizes (fusion's estimates)."""
     fixed = fixed or {}
-    group, chunk, thread, splits = _candidates(model, target, sizes, fixed, fine)
+    group, chunk, thread, splits = _candidates(model, target, sizes, fixed, fine, quick)
     _shrink(group, thread, chunk, splits)
     names = list(group) + [f"t:{a}" for a in thread]
     lists = list(group.values()) + list(thread.values())

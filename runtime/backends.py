@@ -41,4 +41,12 @@ def _reference(diagram: Diagram, inputs: dict, sizes: dict) -> dict[str, np.ndar
     return {s.name: out[s.name].astype(dtypes.numpy_dtype(s.dtype)) for s in diagram.outputs}
 
 
+def _interpret(diagram: Diagram, inputs: dict, sizes: dict) -> dict[str, np.ndarray]:
+    from ..compiler.plan import plan
+    from .interpret import interpret
+    out = interpret(plan(diagram, None, sizes), inputs)
+    return {s.name: out[s.name].astype(dtypes.numpy_dtype(s.dtype)) for s in diagram.outputs}
+
+
 register("reference", _reference)
+register("interpret", _interpret)

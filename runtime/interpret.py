@@ -1,0 +1,325 @@
+"""The schedule interpreter: runs a plan with NumPy exactly as its kernels would.
+
+Kernel by kernel, block by block over the grouped axes (tails included),
+chunk by chunk along the streamed axis, pass by pass, through the
+accumulators: online-softmax rescaling, Welford merges, the partial states of
+a reduced axis split across threads merged at the end. It computes in float64
+so that any difference from the reference executor is a scheduling mistake,
+not rounding.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..compiler import accumulators as acc
+from ..compiler import ir
+from ..compiler.canonical import through
+from ..compiler.plan import KernelPlan, Plan
+from . import dtypes, elementwise
+from .bind import bind_sizes, to_numpy
+
+
+class Region:
+    """The slice of every axis a block (and a chunk) covers."""
+
+    def __init__(self, sizes: dict[str, int], slices: dict[str, slice] | None = None):
+        self.sizes = sizes
+        self.slices = dict(slices or {})
+
+    def of(self, axis: str) -> slice:
+        return self.slices.get(axis, slice(0, self.sizes[axis]))
+
+    def extent(self, axis: str) -> int:
+        s = self.of(axis)
+        return s.stop - s.start
+
+    def with_(self, axis: str, s: slice) -> "Region":
+        return Region(self.sizes, {**self.slices, axis: s})
+
+
+def interpret(plan: Plan, inputs: dict[str, object]) -> dict[str, np.ndarray]:
+    """Outputs by name, in float64."""
+    g = plan.graph
+    arrays = {name: to_numpy(name, inputs[name]) for name in g.graph["inputs"]}
+    sizes = bind_sizes(plan.diagram, {n: a.shape for n, a in arrays.items()})
+    memory: dict[int, np.ndarray] = {}
+    for name, n in g.graph["inputs"].items():
+        stored = arrays[name].astype(dtypes.numpy_dtype(ir.op(g, n).dtype))
+        memory[n] = stored.astype(np.float64)
+    for kp in plan.kernels:
+        _run_kernel(g, kp, memory, sizes)
+    out = {}
+    for name, n in g.graph["outputs"].items():
+        src = ir.operands(g, n)[0]
+        out[name] = np.array(memory[src], dtype=np.float64)
+    return out
+
+
+def _run_kernel(g, kp: KernelPlan, memory: dict, sizes: dict) -> None:
+    k, choice = kp.kernel, kp.choice
+    for n in k.stores:
+        if n not in memory:
+            memory[n] = np.full(tuple(sizes[a] for a in ir.type_of(g, n).axes), np.nan)
+    group = dict(choice.group)
+    axes = list(group)
+    ranges = [[slice(i, min(i + group[a], sizes[a])) for i in range(0, sizes[a], group[a])]
+              for a in axes]
+    for tile in itertools.product(*ranges):
+        region = Region(sizes, dict(zip(axes, tile)))
+        _Block(g, kp, memory, region).run()
+
+
+class _Block:
+    def __init__(self, g, kp: KernelPlan, memory, region: Region):
+        self.g, self.kp, self.memory, self.region = g, kp, memory, region
+        self.k = kp.kernel
+        self.st = kp.model.streaming
+        self.split = kp.choice.split
+        self.values: dict[int, tuple[np.ndarray, tuple[str, ...]]] = {}
+        self.stats: dict[int, tuple] = {}     # softmax statistics finished in an earlier pass
+
+    # -- evaluation of one node over the current region ---------------------------
+    def value(self, n: int, region: Region):
+        """(array, axes) of node n over `region` (cached for nodes without the streamed axis)."""
+        g = self.g
+        axis = self.st.axis
+        cacheable = axis is None or axis not in ir.type_of(g, n).axes
+        if cacheable and n in self.values:
+            return self.values[n]
+        out = self._compute(n, region)
+        if cacheable:
+            self.values[n] = out
+        return out
+
+    def _compute(self, n: int, region: Region):
+        g = self.g
+        op, t = ir.op(g, n), ir.type_of(g, n)
+        if n not in self.k.nodes or isinstance(op, ir.Input):
+            data = self.memory[n][tuple(region.of(a) for a in t.axes)]
+            return data, t.axes
+        args = [self.value(m, region) for m in ir.operands(g, n)]
+        if isinstance(op, ir.Const):
+            return np.asarray(op.value, dtype=np.float64), ()
+        if isinstance(op, ir.Index):
+            s = region.of(op.axis)
+            return np.arange(s.start, s.stop, dtype=np.float64), (op.axis,)
+        if isinstance(op, ir.SizeOf):
+            return np.asarray(float(region.sizes[op.axis])), ()
+        if isinstance(op, ir.View):
+            from .reference import _relabel
+            return _relabel(args[0][0], op.labels), t.axes
+        if isinstance(op, ir.Map):
+            data = elementwise.apply(op.fn, [_align(v, t.axes) for v in args])
+            full = tuple(region.extent(a) for a in t.axes)
+            return np.broadcast_to(data, full), t.axes
+        if isinstance(op, ir.Assign):
+            full = tuple(region.extent(a) for a in t.axes)
+            return np.ascontiguousarray(np.broadcast_to(_align(args[0], t.axes), full)), t.axes
+        return self._reduction(n, region, args)
+
+    def _reduction(self, n: int, region: Region, args):
+        """A reduction over whole axes (not streamed here), split over threads if planned."""
+        g = self.g
+        op, t = ir.op(g, n), ir.type_of(g, n)
+        split = self.split if self.split and self.split[0] in op.axes else None
+        if isinstance(op, ir.Softmax):
+            x, axes = args[0]
+            dims = tuple(axes.index(a) for a in op.axes)
+            if n in self.stats:           # streamed: normalise with the earlier pass's statistics
+                return acc.softmax_normalize(x, self.stats[n], dims), axes
+            if split is None:
+                return elementwise.softmax(x, dims), axes
+            stats = _merge_parts(acc.SOFTMAX_STATS, x, axes, op.axes, split)
+            return acc.softmax_normalize(x, stats, dims), axes
+        if isinstance(op, ir.Reduce):
+            x, axes = args[0]
+            dims = tuple(axes.index(a) for a in op.axes)
+            if split is None:
+                return elementwise.reduce(op.fn, x, dims), t.axes
+            state = _merge_parts(acc.for_reduce(op.fn), x, axes, op.axes, split)
+            return acc.for_reduce(op.fn).finalize(state), t.axes
+        assert isinstance(op, ir.Contract)
+        if split is None:
+            return _contract(args[0], args[1], t.axes), t.axes
+        (a, aa), (b, ba) = args
+        r, ways = split
+        total = np.zeros(tuple(region.extent(x) for x in t.axes))
+        for part in range(ways):
+            pa = _take(a, aa, r, part, ways)
+            pb = _take(b, ba, r, part, ways)
+            total = total + _contract((pa, aa), (pb, ba), t.axes)
+        return total, t.axes
+
+    # -- the block's schedule ----------------------------------------------------
+    def run(self) -> None:
+        g, k, st = self.g, self.k, self.st
+        if st.axis is None:
+            for n in k.stores:
+                self._store(n, self.region)
+            return
+        r = st.axis
+        pairs = dict(st.pairs)
+        chunk = self.kp.choice.stream[1]
+        size = self.region.extent(r)
+        for p in range(st.passes):
+            states = {n: None for n, q in st.reducers if q == p}
+            stats = {n: None for n, q in st.stats if q == p}
+            for start in range(0, size, chunk):
+                region = self.region.with_(r, slice(start, min(start + chunk, size)))
+                for n in states:
+                    states[n] = self._update(n, states[n], region, pairs)
+                for n in stats:
+                    x, axes = self.value(ir.operands(g, n)[0], region)
+                    dims = tuple(axes.index(a) for a in ir.op(g, n).axes)
+                    shape = tuple(s for i, s in enumerate(x.shape) if i not in dims)
+                    running = stats[n] or acc.SOFTMAX_STATS.init(shape, np.float64)
+                    stats[n] = acc.SOFTMAX_STATS.update(running, x, dims)
+                for n in k.stores:
+                    if n in st.per_chunk[p] and r in ir.type_of(g, n).axes:
+                        self._store(n, region)
+            for n, state in states.items():
+                self.values[n] = (self._finalize(n, state, pairs), ir.type_of(g, n).axes)
+            self.stats.update(stats)
+        for n in k.stores:
+            if r not in ir.type_of(g, n).axes:
+                self._store(n, self.region)
+
+    def _split_for(self, axis):
+        return self.split if self.split and self.split[0] == axis else None
+
+    def _update(self, n: int, states, region: Region, pairs: dict):
+        """Fold one chunk into reducer n's accumulators: one running state per thread share."""
+        g = self.g
+        op = ir.op(g, n)
+        r = self.st.axis
+        split = self._split_for(r)
+        ways = split[1] if split else 1
+        states = states or [None] * ways
+        if isinstance(op, ir.Reduce):
+            accumulator = acc.for_reduce(op.fn)
+            x, axes = self.value(ir.operands(g, n)[0], region)
+            dims = tuple(axes.index(a) for a in op.axes)
+            shape = tuple(s for i, s in enumerate(x.shape) if i not in dims)
+            return [accumulator.update(st if st is not None else accumulator.init(shape, np.float64),
+                                       _take(x, axes, r, i, ways), dims)
+                    for i, st in enumerate(states)]
+        assert isinstance(op, ir.Contract)
+        soft = next((s for s, c in pairs.items() if c == n), None)
+        if soft is not None:
+            return self._online_softmax(n, soft, region, states, ways)
+        a, b = (self.value(m, region) for m in ir.operands(g, n))
+        out_axes = ir.type_of(g, n).axes
+        out = []
+        for i, st in enumerate(states):
+            part = _contract((_take(a[0], a[1], r, i, ways), a[1]),
+                             (_take(b[0], b[1], r, i, ways), b[1]), out_axes)
+            out.append((part,) if st is None else (st[0] + part,))
+        return out
+
+    def _online_softmax(self, n: int, soft: int, region: Region, states, ways: int):
+        """Update each thread share's online-softmax state (m, l, o) with one chunk."""
+        g = self.g
+        r = self.st.axis
+        s_vals, s_axes = self.value(ir.operands(g, soft)[0], region)
+        a_node, b_node = ir.operands(g, n)
+        other = b_node if through(g, a_node) == soft else a_node
+        v_vals, v_axes = self.value(other, region)
+        soft_axes = ir.op(g, soft).axes
+        rows = tuple(a for a in s_axes if a not in soft_axes)
+        o_axes = self._o_axes(n, rows)
+        order = [s_axes.index(a) for a in rows + soft_axes]
+        moved = tuple(range(len(rows), len(order)))
+        out = []
+        for i, st in enumerate(states):
+            s_rows = np.transpose(_take(s_vals, s_axes, r, i, ways), order)
+            vp = _take(v_vals, v_axes, r, i, ways)
+            if st is None:
+                shape = s_rows.shape[:len(rows)]
+                st = (np.full(shape, -np.inf), np.zeros(shape),
+                      np.zeros(shape + tuple(region.extent(a) for a in o_axes[len(rows):])))
+
+            def contract(p, vp=vp):
+                back = np.transpose(p, np.argsort(order))
+                return _contract((back, s_axes), (vp, v_axes), o_axes)
+
+            out.append(acc.SOFTMAX_CONTRACT.update(st, s_rows, contract, moved))
+        return out
+
+    def _o_axes(self, n: int, rows: tuple[str, ...]) -> tuple[str, ...]:
+        t_axes = ir.type_of(self.g, n).axes
+        return rows + tuple(a for a in t_axes if a not in rows)
+
+    def _finalize(self, n, states, pairs):
+        """Merge the thread shares' states, then finish the reduction."""
+        g = self.g
+        op = ir.op(g, n)
+        if isinstance(op, ir.Reduce):
+            accumulator = acc.for_reduce(op.fn)
+        elif n in pairs.values():
+            accumulator = acc.SOFTMAX_CONTRACT
+        else:
+            accumulator = acc.SUM
+        state = states[0]
+        for other in states[1:]:
+            state = accumulator.merge(state, other)
+        if isinstance(op, ir.Reduce):
+            return accumulator.finalize(state)
+        if n in pairs.values():
+            soft = next(s for s, c in pairs.items() if c == n)
+            s_axes = ir.type_of(g, ir.operands(g, soft)[0]).axes
+            rows = tuple(a for a in s_axes if a not in ir.op(g, soft).axes)
+            o_axes = self._o_axes(n, rows)
+            out = acc.SOFTMAX_CONTRACT.finalize(state)
+            return np.transpose(out, [o_axes.index(a) for a in ir.type_of(g, n).axes])
+        return state[0]
+
+    def _store(self, n: int, region: Region) -> None:
+        g = self.g
+        t = ir.type_of(g, n)
+        data, axes = self.value(n, region)
+        data = _align((data, axes), t.axes)
+        full = tuple(region.extent(a) for a in t.axes)
+        self.memory[n][tuple(region.of(a) for a in t.axes)] = np.broadcast_to(data, full)
+
+
+def _align(val, axes: tuple[str, ...]) -> np.ndarray:
+    data, have = val
+    have = tuple(have)
+    mine = [a for a in axes if a in have]
+    data = np.transpose(data, [have.index(a) for a in mine]) if mine else data
+    shape = [data.shape[mine.index(a)] if a in have else 1 for a in axes]
+    return np.reshape(data, shape)
+
+
+def _contract(a, b, out_axes):
+    from .reference import _contract as contract, _Val
+    return contract(_Val(a[0], tuple(a[1])), _Val(b[0], tuple(b[1])), tuple(out_axes))
+
+
+def _take(data, axes, axis, part, ways):
+    """Thread `part` of `ways`'s share of `axis` (strided, as threads split a loop)."""
+    if axis not in axes:
+        return data
+    index = [slice(None)] * len(axes)
+    index[list(axes).index(axis)] = slice(part, None, ways)
+    return data[tuple(index)]
+
+
+def _merge_parts(accumulator, x, axes, red_axes, split):
+    """Accumulate x over red_axes, in `ways` strided parts merged as threads would."""
+    dims = tuple(axes.index(a) for a in red_axes)
+    shape = tuple(s for i, s in enumerate(x.shape) if i not in dims)
+    if split is None or split[0] not in red_axes:
+        return accumulator.update(accumulator.init(shape, np.float64), x, dims)
+    r, ways = split
+    state = None
+    for part in range(ways):
+        xp = _take(x, axes, r, part, ways)
+        s = accumulator.update(accumulator.init(shape, np.float64), xp, dims)
+        state = s if state is None else accumulator.merge(state, s)
+    return state
+
+

@@ -1,0 +1,110 @@
+"""napkin explain: the report's content and JSON shape, fusion decisions and their reasons."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import napkin
+from napkin.cli import main
+from napkin.compiler.explain import report
+from napkin.compiler.plan import plan
+from napkin.diagrams.sources import library_names
+
+SHAPE = {"b": 2, "h": 8, "q": 4096, "x": 4096}
+
+
+def run_cli(capsys, *args):
+    capsys.readouterr()
+    status = main(list(args))
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_json_has_the_documented_fields(capsys):
+    status, out, err = run_cli(capsys, "explain", "attention", "--target", "h100",
+                               "--shape", "b=2,h=8,q=4096,x=4096", "--json")
+    assert status == 0, err
+    rep = json.loads(out)
+    assert rep["target"] == "h100"
+    (k,) = rep["kernels"]
+    for key in ("name", "levels", "buffers", "flops", "predicted_seconds", "bound"):
+        assert key in k
+    for lv in k["levels"]:
+        for key in ("level", "capacity_bytes", "M_bytes", "H_bytes", "axes"):
+            assert key in lv
+        for info in lv["axes"].values():
+            assert info["kind"] in ("group", "stream", "whole") and isinstance(info["size"], int)
+    smem = k["levels"][0]
+    assert smem["axes"]["q"]["kind"] == "group" and smem["axes"]["x"]["kind"] == "stream"
+    for b in k["buffers"]:
+        assert set(b) >= {"name", "role", "shape", "level", "bytes"}
+        assert all(isinstance(n, str) and (s is None or isinstance(s, int)) for n, s in b["shape"])
+    assert set(rep["unfused"]) >= {"H_bytes", "predicted_seconds"}
+    assert rep["unfused"]["H_bytes"] > rep["H_bytes"]
+
+
+def test_text_is_in_the_papers_notation(capsys):
+    status, out, _ = run_cli(capsys, "explain", "attention", "--shape", "b=2,h=8,q=4096,x=4096")
+    assert status == 0
+    assert "q -> g_q = " in out and "x -> s_x = " in out and "d whole (64)" in out
+    assert "online softmax" in out and "2*b*d*h*q*(g_q + x)/g_q" in out
+    assert "fusion moves" in out and "predicted" in out
+
+
+def test_group_and_stream_override_the_search(capsys):
+    status, out, _ = run_cli(capsys, "explain", "attention", "--shape", "b=2,h=8,q=4096,x=4096",
+                             "--group", "q=64", "--stream", "x=32", "--json")
+    k = json.loads(out)["kernels"][0]
+    assert k["levels"][0]["axes"]["q"]["size"] == 64 and k["levels"][0]["axes"]["x"]["size"] == 32
+
+
+def _shape_of(d):
+    return {a: SHAPE.get(a, 1024) for a, s in d.axes.items() if s is None}
+
+
+def test_attention_and_attention_manual_fuse_into_equal_plans():
+    plans = [plan(napkin.load(n), "h100", SHAPE) for n in ("attention", "attention_manual")]
+    assert [len(p.kernels) for p in plans] == [1, 1]
+    a, b = (p.kernels[0] for p in plans)
+    assert a.choice == b.choice
+    assert a.cost.time == b.cost.time and a.cost.levels == b.cost.levels
+    ra, rb = (report(p)["kernels"][0] for p in plans)
+    strip = lambda bs: [(x["role"], x["shape"], x["level"], x["bytes"]) for x in bs]  # noqa: E731
+    assert strip(ra["buffers"]) == strip(rb["buffers"])
+
+
+def test_mlp_boundary_is_explained():
+    p = plan(napkin.load("mlp"), "h100", {"t": 4096, "m": 4096, "f": 16384, "o": 4096})
+    assert len(p.kernels) == 2
+    reason = p.kernels[1].kernel.reason
+    assert reason.startswith("H goes through global memory") and "recomputes" in reason
+
+
+def test_layernorm_is_one_kernel_when_rows_fit():
+    p = plan(napkin.load("layernorm"), "h100", {"r": 4096, "c": 4096})
+    assert len(p.kernels) == 1 and p.kernels[0].model.streaming.passes == 1
+
+
+def test_layernorm_long_rows_need_two_passes_and_say_so():
+    p = plan(napkin.load("layernorm"), "h100", {"r": 4096, "c": 1 << 17})
+    if len(p.kernels) == 1:
+        st = p.kernels[0].model.streaming
+        assert st.axis == "c" and st.passes == 2
+    else:   # the statistics and the normalisation split: the boundary names the passes
+        assert "2 passes over c" in p.kernels[-1].kernel.reason
+        stats = p.kernels[0]
+        assert {"mu", "var"} <= set(report(p)["kernels"][0]["equations"])
+
+
+@pytest.mark.parametrize("name", library_names())
+@pytest.mark.parametrize("target", ["two-level", "a100", "h100", "h200", "hopper-toy"])
+def test_every_library_diagram_plans_on_every_target(name, target):
+    d = napkin.load(name)
+    p = plan(d, target, _shape_of(d))
+    assert p.kernels and p.time > 0
+    for kp in p.kernels:
+        assert all(lc.M <= lc.capacity for lc in kp.cost.levels[1:])
+    rep = report(p)
+    json.dumps(rep)
