@@ -101,14 +101,14 @@ def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bo
     return group, chunk, thread, splits
 
 
-def _shrink(group: dict, thread: dict, chunk: list, splits: list) -> None:
-    """Keep the grid under MAX_POINTS by thinning the longest candidate lists."""
+def _shrink(group: dict, thread: dict, chunk: list, splits: list, limit: int = MAX_POINTS) -> None:
+    """Keep the grid under `limit` points by thinning the longest candidate lists."""
     def count():
         n = len(chunk) * len(splits)
         for v in list(group.values()) + list(thread.values()):
             n *= len(v)
         return n
-    while count() > MAX_POINTS:
+    while count() > limit:
         lists = [v for v in list(group.values()) + list(thread.values()) if len(v) > 3]
         if not lists:
             break
@@ -125,7 +125,7 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
     continuous optima); `quick` searches fewer thread and chunk sizes (fusion's estimates)."""
     fixed = fixed or {}
     group, chunk, thread, splits = _candidates(model, target, sizes, fixed, fine, quick)
-    _shrink(group, thread, chunk, splits)
+    _shrink(group, thread, chunk, splits, MAX_POINTS * (10 if fine else 1))
     names = list(group) + [f"t:{a}" for a in thread]
     lists = list(group.values()) + list(thread.values())
     chunk_idx = len(lists)
