@@ -13,6 +13,7 @@ import sympy
 
 from . import ir
 from .buffers import buffers
+from .engine import engine_buffers
 from .formulas import relabelling, simplify, symbolic_cost
 from .plan import Plan
 
@@ -51,7 +52,7 @@ def report(plan: Plan) -> dict:
             "reason": kp.kernel.reason,
             "streaming": _streaming(plan, kp),
             "levels": levels,
-            "buffers": buffers(plan, kp),
+            "buffers": engine_buffers(plan, kp) or buffers(plan, kp),
             "tiles": {str(k): int(v) for k, v in tiles.items()},
             "flops": flops,
             "flops_symbolic": str(simplify(flops_sym)),
@@ -67,6 +68,7 @@ def report(plan: Plan) -> dict:
         "diagram": plan.diagram.name,
         "target": tgt.name,
         "target_description": tgt.description,
+        "gpu": bool(tgt.processors),
         "sizes": {a: int(v) for a, v in plan.sizes.items()},
         "dynamic": [a for a, s in plan.diagram.axes.items() if s is None],
         "kernels": kernels,
@@ -128,11 +130,11 @@ def render_text(rep: dict) -> str:
             if parts:
                 lines.append(f"  {lv['level']:<10} " + "   ".join(parts))
         lines.append("  memory:")
-        lines.append(f"    {'buffer':<14} {'role':<22} {'shape':<40} {'level':<10} {'bytes':>10}")
+        lines.append(f"    {'buffer':<14} {'role':<26} {'shape':<36} {'level':<10} {'bytes':>10}")
         for b in k["buffers"]:
             shape = "[" + " ".join(f"{n}={s}" if s is not None else n for n, s in b["shape"]) + "]"
-            lines.append(f"    {b['name']:<14} {b['role']:<22} {shape:<40} {b['level']:<10} "
-                         f"{b['bytes']:>10,}")
+            size = f"{b['bytes']:>10,}" if b["bytes"] is not None else f"{'symbolic':>10}"
+            lines.append(f"    {b['name']:<14} {b['role']:<26} {shape:<36} {b['level']:<10} {size}")
         lines.append(f"    {'level':<10} {'M (bytes)':>12} {'capacity':>12} {'H (bytes)':>14}   H (values)")
         for lv in k["levels"]:
             lines.append(f"    {lv['level']:<10} {lv['M_bytes']:>12,} {lv['capacity_bytes']:>12,} "
@@ -141,9 +143,9 @@ def render_text(rep: dict) -> str:
         lines.append(f"  FLOPs {k['flops']:.4g} = {k['flops_symbolic']}")
         if ai is not None:
             lines.append(f"  arithmetic intensity {ai:.3g} FLOP/byte of global traffic")
-        lines.append(f"  predicted {_fmt(k['predicted_seconds'])}, bound by {k['bound']}"
-                     f" ({k['threads_per_block']:.0f} threads per block, "
-                     f"{k['utilization']:.0%} of the GPU busy)")
+        busy = (f" ({k['threads_per_block']:.0f} threads per block, {k['utilization']:.0%} of "
+                f"the GPU busy)" if rep["gpu"] else "")
+        lines.append(f"  predicted {_fmt(k['predicted_seconds'])}, bound by {k['bound']}{busy}")
     lines.append("")
     u = rep["unfused"]
     lines.append(f"total: {len(rep['kernels'])} kernel(s), H = {rep['H_bytes']:.4g} bytes, "

@@ -214,3 +214,33 @@ def test_attention_on_h100_is_one_kernel_with_the_paper_h_per_head():
                          for n in ("b", "h", "q", "x", "d", "g_q"))
     assert sympy.simplify(cost.levels[1].H / (b * h) - (2 * q * d + 2 * q * x * d / gq)) == 0
     assert math.isclose(tiles[gq], dict(p.kernels[0].choice.group)["q"])
+
+
+SEED_TABLE = {   # the seed's table: role -> (shape as (label, size), location)
+    "A": ("tensor core primary source", [("w_q", 32), ("d", 64)], "registers"),
+    "B": ("stream", [("s_x", 16), ("d", 64)], "smem"),
+    "C": ("transposed", [("d", 64), ("s_x", 16)], "smem"),
+    "D": ("auxiliary", [("t_q", None), ("m l rescale", 3)], "registers"),
+    "E": ("output", [("t_q", None), ("d", 64)], "registers"),
+    "F": ("tensor core primary", [("m", 32), ("k", 8)], "registers"),
+    "G": ("tensor core secondary", [("k", 8), ("n", 16)], "registers"),
+    "H": ("tensor core accumulator", [("m", 32), ("n", 16)], "registers"),
+    "I": ("transfer cache", [("g_q", 32), ("s_x", 16)], "smem"),
+    "J": ("processed values", [("t_q", None), ("u_x", 8)], "registers"),
+    "K": ("subloop cache", [("g_q", 32), ("d'", 16)], "smem"),
+}
+
+
+def test_the_seed_table_on_the_toy_hopper(capsys):
+    import json
+
+    from napkin.cli import main
+    capsys.readouterr()
+    status = main(["explain", "attention", "--target", "hopper-toy", "-D", "d=64", "--group", "q=32",
+                   "--stream", "x=16", "--shape", "b=1,h=1,q=4096,x=4096", "--json"])
+    assert status == 0
+    (k,) = json.loads(capsys.readouterr().out)["kernels"]
+    got = sorted((b["role"], [tuple(s) for s in b["shape"]], b["level"]) for b in k["buffers"])
+    want = sorted((role, shape, level) for role, shape, level in SEED_TABLE.values())
+    assert got == want
+    assert all(b["level"] in ("registers", "smem") for b in k["buffers"])
