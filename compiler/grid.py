@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .columns import Column
-from .cost import LAUNCH_SECONDS, OVERLAP
+from .cost import ALIGN_PAD, LAUNCH_SECONDS, OVERLAP, register_capacity
 from .model import Model
 from .target import Target
 
@@ -52,8 +52,9 @@ def evaluate_grid(model: Model, cols: tuple[Column, ...], target: Target, sizes:
             for a in arr.axes:
                 if a == stream_axis:
                     res[a] = chunk if li == 1 else (inner_size if a == inner_axis else 1.0)
-                elif li == 2 and arr.role == "load" and a in reduced and \
-                        not (arr.invariant and stream_axis is not None):
+                elif li == 2 and a in reduced and (
+                        arr.role == "value" or
+                        arr.role == "load" and not (arr.invariant and stream_axis is not None)):
                     res[a] = inner_size if a == inner_axis else 1.0
                 else:
                     res[a] = cov[a]
@@ -89,6 +90,8 @@ def evaluate_grid(model: Model, cols: tuple[Column, ...], target: Target, sizes:
         sizes_at = [_prod(res[a] for a in arr.axes) * arr.bytes * arr.slots
                     if (last or arr.role == "load") else 0.0
                     for arr, res in zip(model.arrays, res_of)]
+        if target.processors and li < len(levels) - 1:
+            sizes_at = [s + ALIGN_PAD if (not np.isscalar(s) or s) else s for s in sizes_at]
         M = 0.0
         for col in cols:
             M = np.maximum(M, sum((sizes_at[i] for i in col.resident), 0.0))
@@ -111,6 +114,10 @@ def evaluate_grid(model: Model, cols: tuple[Column, ...], target: Target, sizes:
     overhead = LAUNCH_SECONDS if target.processors else 0.0
     out["time_total"] = (worst + OVERLAP * (total - worst)) / util + overhead
     out["threads"] = threads
+    caps = [lv.capacity_bytes for lv in levels[1:]]
+    if len(levels) > 2 and levels[-1].unit == "thread":
+        caps[-1] = register_capacity(target, caps[-1], threads)
+    out["capacity"] = caps
     return out
 
 

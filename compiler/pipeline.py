@@ -1,21 +1,11 @@
-"""The driver: one readable list of stages, each a function from one artifact to the next.
-
-    text --parse--> AST --build--> graph IR (checked, verified) --> ...
-
-Later stages (fuse, plan, lower, render, compile) append to `STAGES`; every
-stage's artifact can be printed with `napkin compile --emit NAME`.
-"""
+"""The front stages: text to syntax tree to checked graph IR (the driver is napkin.pipeline)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Callable
 
 from ..diagrams import ast, parser, sources
 from ..diagrams.diagnostics import Source
 from .build import build
 from .diagram import Diagram
-from .printer import format_ir
 from .verify import verify
 
 
@@ -32,29 +22,9 @@ def check(program: ast.Program, overrides: dict[str, int] | None = None) -> Diag
     return Diagram(graph, program.source, warnings, tuple(sorted((overrides or {}).items())))
 
 
-@dataclass(frozen=True)
-class Stage:
-    name: str          # the --emit name of its artifact
-    run: Callable
-    doc: str
-    show: Callable     # artifact -> text
-
-
-def _show_ast(program: ast.Program) -> str:
-    return "\n".join(repr(s) for s in program.statements) + "\n"
-
-
-STAGES: list[Stage] = [
-    Stage("ast", parse, "syntax tree with source spans", _show_ast),
-    Stage("ir", check, "checked graph IR: axes, dtypes, contractions resolved",
-          lambda d: format_ir(d.ir)),
-]
-
-
 def load(arg, **sizes: int) -> Diagram:
     """Parse and check a diagram given as a path, a library name or its text."""
     return check(parse(sources.resolve(arg)), sizes)
 
 
-def emit_names() -> list[str]:
-    return [s.name for s in STAGES]
+__all__ = ["check", "load", "parse"]

@@ -25,7 +25,7 @@ from .target import Target
 MAX_TILE = 256
 CHUNKS = (8, 16, 32, 64, 128, 256)
 THREAD_TILES = (1, 2, 4, 8)
-SPLITS = (2, 4, 8, 32, 128)
+SPLITS = (2, 4, 8, 16, 32)   # lanes of one warp: partial states merge by shuffles
 MAX_POINTS = 30_000
 
 
@@ -143,8 +143,8 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
     out = evaluate_grid(model, cols, target, sizes, gvals, chunks_, tvals, split_axis, ways,
                         fixed.get("inner"), tensor_cores)
     ok = np.ones(flat[0].shape, dtype=bool)
-    for lv, M in zip(target.levels[1:], out["M"]):
-        ok &= np.asarray(M) <= lv.capacity_bytes
+    for cap, M in zip(out["capacity"], out["M"]):
+        ok &= np.asarray(M) <= cap
     for a in thread:
         ok &= tvals[a] <= gvals[a]
     if len(target.levels) > 2:

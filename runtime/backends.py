@@ -48,5 +48,13 @@ def _interpret(diagram: Diagram, inputs: dict, sizes: dict) -> dict[str, np.ndar
     return {s.name: out[s.name].astype(dtypes.numpy_dtype(s.dtype)) for s in diagram.outputs}
 
 
+def _emulate(diagram: Diagram, inputs: dict, sizes: dict) -> dict[str, np.ndarray]:
+    from ..compiler.plan import plan
+    from .emulated import run_plan
+    out = run_plan(plan(diagram, None, sizes), inputs, sizes)
+    return {s.name: out[s.name] for s in diagram.outputs}
+
+
 register("reference", _reference)
 register("interpret", _interpret)
+register("emulate", _emulate)

@@ -197,5 +197,42 @@ __device__ __forceinline__ float napkin_ex2(float x) {
 }
 #endif  // !NAPKIN_EMULATE
 
+// ---- the language's elementwise functions, with its NaN semantics (docs/language.md) ---------
+// maximum/minimum propagate NaN (IEEE 754-2019 maximum), unlike fmaxf/fminf.
+__device__ __forceinline__ float napkin_max(float a, float b) {
+  return (a != a || b != b) ? NAPKIN_NAN : (a > b ? a : b);
+}
+__device__ __forceinline__ float napkin_min(float a, float b) {
+  return (a != a || b != b) ? NAPKIN_NAN : (a < b ? a : b);
+}
+__device__ __forceinline__ float napkin_relu(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
+__device__ __forceinline__ float napkin_sigmoid(float x) {
+  float z = expf(-fabsf(x));
+  return x >= 0.0f ? 1.0f / (1.0f + z) : z / (1.0f + z);
+}
+__device__ __forceinline__ float napkin_silu(float x) { return x * napkin_sigmoid(x); }
+__device__ __forceinline__ float napkin_gelu(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+// A running maximum usable as a shift: -inf (nothing seen yet, or a fully masked row) gives 0.
+__device__ __forceinline__ float napkin_shift(float m) { return m == -NAPKIN_INF ? 0.0f : m; }
+
+// ---- merging partial states across the `width` lanes of a split (butterfly, width <= 32) -----
+__device__ __forceinline__ float napkin_lanes_sum(float v, int width) {
+  for (int o = width / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o, width);
+  return v;
+}
+__device__ __forceinline__ float napkin_lanes_max(float v, int width) {
+  for (int o = width / 2; o > 0; o /= 2) v = napkin_max(v, __shfl_xor_sync(0xffffffffu, v, o, width));
+  return v;
+}
+__device__ __forceinline__ float napkin_lanes_min(float v, int width) {
+  for (int o = width / 2; o > 0; o /= 2) v = napkin_min(v, __shfl_xor_sync(0xffffffffu, v, o, width));
+  return v;
+}
+__device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask, 32);
+}
+
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------

@@ -38,7 +38,7 @@ def test_compile_emit_ir_and_ast(capsys, tmp_path):
     status, out, _ = run_cli(capsys, "compile", "matmul", "--emit", "ast")
     assert status == 0 and "Equation(name=Name(text='C'" in out
     target = tmp_path / "m.ir"
-    status, out, _ = run_cli(capsys, "compile", "matmul", "-o", str(target))
+    status, out, _ = run_cli(capsys, "compile", "matmul", "--emit", "ir", "-o", str(target))
     assert status == 0 and out == "" and "contract[k]" in target.read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["m.ir"]
 

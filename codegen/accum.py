@@ -1,0 +1,231 @@
+"""The accumulators of streamed reductions, in C: declare, update per position, merge, finish.
+
+These are the C forms of `compiler/accumulators.py` (which the interpreter
+runs): sum, max, min, mean, Welford's variance, logsumexp, softmax statistics,
+a contraction's running sum, and the online softmax of a softmax contracted
+over its axis (running max m and sum l per row, the output o rescaled).
+A state holds one value per position of the result's axes that the thread's
+point does not fix (a register array, length 1 when there are none). Lanes
+that split the streamed axis merge their states with butterfly shuffles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..compiler import ir
+from . import program as P
+
+# kind -> (per-row slots, per-position slots) and their initial values
+SLOTS = {
+    "sum": ((), ("s",)), "max": ((), ("s",)), "min": ((), ("s",)), "mean": ((), ("s", "c")),
+    "var": ((), ("n", "m", "q")), "logsumexp": ((), ("m", "s")), "stats": ((), ("m", "s")),
+    "contract": ((), ("a",)), "pair": (("m", "s"), ("o",)),
+}
+INIT = {"s": "0.0f", "c": "0.0f", "n": "0.0f", "q": "0.0f", "a": "0.0f", "o": "0.0f"}
+INIT_BY_KIND = {("max", "s"): "-NAPKIN_INF", ("min", "s"): "NAPKIN_INF",
+                ("logsumexp", "m"): "-NAPKIN_INF", ("stats", "m"): "-NAPKIN_INF",
+                ("pair", "m"): "-NAPKIN_INF", ("var", "m"): "0.0f"}
+
+
+@dataclass
+class State:
+    kind: str
+    rows: dict          # slot -> scalar variable
+    arrays: dict        # slot -> register array variable
+    extent: int         # length of the arrays
+    extra: list         # the axes the arrays run over
+
+
+def kind_of(lw, n: int, stats: bool) -> str:
+    if stats:
+        return "stats"
+    op = ir.op(lw.g, n)
+    if isinstance(op, ir.Reduce):
+        return op.fn
+    return "pair" if lw.paired_softmax(n) is not None else "contract"
+
+
+def _extra(lw, n: int, kind: str) -> list[str]:
+    if kind == "stats":
+        op = ir.op(lw.g, n)
+        rows = [a for a in ir.type_of(lw.g, n).axes if a not in op.axes]
+        return [a for a in rows if a not in lw.woven]
+    return lw.extra_axes(n)
+
+
+def extent_of(lw, axis: str) -> int:
+    bound = lw.plan.sizes[axis]
+    return -(-bound // lw.ways) if lw.split and lw.split[0] == axis else bound
+
+
+def declare(lw, n: int, pt: dict, stats: bool = False) -> State:
+    b = lw.b
+    kind = kind_of(lw, n, stats)
+    extra = _extra(lw, n, kind)
+    extent = 1
+    for a in extra:
+        extent *= extent_of(lw, a)
+    rows_slots, array_slots = SLOTS[kind]
+    rows, arrays = {}, {}
+    for slot in rows_slots:
+        rows[slot] = b.fresh("st")
+        b.emit(P.Decl("float", rows[slot], INIT_BY_KIND.get((kind, slot), INIT.get(slot, "0.0f"))))
+    for slot in array_slots:
+        arrays[slot] = b.fresh("st")
+        b.emit(P.Decl("float", arrays[slot], None, extent))
+        init = INIT_BY_KIND.get((kind, slot), INIT.get(slot, "0.0f"))
+        b.loop("z", "0", str(extent), "1", lambda v=arrays[slot], i=init: b.emit(P.Set(f"{v}[z]", i)))
+    return State(kind, rows, arrays, extent, extra)
+
+
+def local_index(lw, extra, scope) -> str:
+    """Index into a per-point register array over `extra` (row-major over local indices)."""
+    expr = None
+    for a in extra:
+        local = scope[a].local
+        expr = local if expr is None else f"({expr}) * {extent_of(lw, a)} + ({local})"
+    return expr or "0"
+
+
+def update(lw, n: int, st: State, scope: dict, stats: bool = False) -> None:
+    """Fold the value(s) at `scope` (one position of the streamed axis) into the state."""
+    g, b, em = lw.g, lw.b, lw.emitter
+    op = ir.op(g, n)
+    r = lw.st.axis
+    if st.kind == "pair":
+        _online_softmax(lw, n, st, scope)
+        return
+    args = ir.operands(g, n)
+    others = [a for a in op.axes if a != r]
+
+    def at(s):
+        idx = local_index(lw, st.extra, s)
+        lv = {slot: f"{var}[{idx}]" for slot, var in st.arrays.items()}
+
+        def fold(s2):
+            if st.kind == "contract":
+                x, y = (em.value(a, s2) for a in args)
+                b.emit(P.Set(lv["a"], f"{lv['a']} + {x} * {y}"))
+            else:
+                _fold(b, st.kind, lv, em.value(args[0], s2))
+        em._walk(others, s, fold, args)
+    lw._loops(st.extra, scope, at)
+
+
+def _online_softmax(lw, n: int, st: State, scope: dict) -> None:
+    g, b, em = lw.g, lw.b, lw.emitter
+    m, l = st.rows["m"], st.rows["s"]
+    soft = lw.paired_softmax(n)
+    score = em.value(ir.operands(g, soft)[0], scope)
+    m_new = b.value("float", f"napkin_max({m}, {score})")
+    shift = b.value("float", f"napkin_shift({m_new})")
+    scale = b.value("float", f"expf({m} - {shift})")
+    p = b.value("float", f"expf({score} - {shift})")
+    b.emit(P.Set(l, f"{l} * {scale} + {p}"))
+    b.emit(P.Set(m, m_new))
+    other = lw.other_operand(n, soft)
+
+    def add(s):
+        o = f"{st.arrays['o']}[{local_index(lw, st.extra, s)}]"
+        b.emit(P.Set(o, f"{o} * {scale} + {p} * {em.value(other, s)}"))
+    lw._loops(st.extra, scope, add)
+
+
+def _fold(b, kind: str, v: dict, x: str) -> None:
+    if kind == "sum":
+        b.emit(P.Set(v["s"], f"{v['s']} + {x}"))
+    elif kind in ("max", "min"):
+        b.emit(P.Set(v["s"], f"napkin_{kind}({v['s']}, {x})"))
+    elif kind == "mean":
+        b.emit(P.Set(v["s"], f"{v['s']} + {x}"))
+        b.emit(P.Set(v["c"], f"{v['c']} + 1.0f"))
+    elif kind == "var":   # Welford
+        d = b.value("float", f"{x} - {v['m']}")
+        b.emit(P.Set(v["n"], f"{v['n']} + 1.0f"))
+        b.emit(P.Set(v["m"], f"{v['m']} + {d} / {v['n']}"))
+        b.emit(P.Set(v["q"], f"{v['q']} + {d} * ({x} - {v['m']})"))
+    else:                 # logsumexp, softmax statistics: running max and rescaled sum
+        m_new = b.value("float", f"napkin_max({v['m']}, {x})")
+        shift = b.value("float", f"napkin_shift({m_new})")
+        b.emit(P.Set(v["s"], f"{v['s']} * expf({v['m']} - {shift}) + expf({x} - {shift})"))
+        b.emit(P.Set(v["m"], m_new))
+
+
+def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
+    """Merge the lanes' states (when they split the streamed axis) and register the result."""
+    b = lw.b
+    if merge and lw.ways > 1:
+        _merge(lw, st)
+    point = pt["scope"]
+    a = st.arrays
+    if st.kind == "stats":
+        lw.register_stats(n, point, a["m"], a["s"], st.extra)
+        return
+    if st.kind in ("sum", "max", "min"):
+        result = a["s"]
+    elif st.kind == "contract":
+        result = a["a"]
+    elif st.kind == "pair":
+        m, l = st.rows["m"], st.rows["s"]
+        inv = b.value("float", f"({l} == 0.0f ? 0.0f : 1.0f / {l})")
+        b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(f"{a['o']}[z]", f"{a['o']}[z] * {inv}")))
+        result = a["o"]
+    else:
+        result = b.fresh("res")
+        b.emit(P.Decl("float", result, None, st.extent))
+        formula = {"mean": "({c}[z] > 0.0f ? {s}[z] / {c}[z] : NAPKIN_NAN)",
+                   "var": "({n}[z] > 0.0f ? {q}[z] / {n}[z] : NAPKIN_NAN)",
+                   "logsumexp": "(logf({s}[z]) + napkin_shift({m}[z]))"}[st.kind]
+        b.loop("z", "0", str(st.extent), "1",
+               lambda: b.emit(P.Set(f"{result}[z]", formula.format(**a))))
+    lw.register(n, point, result, st.extra)
+
+
+def _merge(lw, st: State) -> None:
+    """Butterfly merge of the `ways` lanes' states (all lanes run it: after the chunk loop)."""
+    b, w = lw.b, lw.ways
+
+    def shfl(v):
+        return b.value("float", f"__shfl_xor_sync(0xffffffffu, {v}, off, {w})")
+
+    def step():
+        if st.kind == "pair":
+            m, l, o = st.rows["m"], st.rows["s"], st.arrays["o"]
+            mo, lo = shfl(m), shfl(l)
+            mm = b.value("float", f"napkin_max({m}, {mo})")
+            sh = b.value("float", f"napkin_shift({mm})")
+            sa = b.value("float", f"expf({m} - {sh})")
+            sb = b.value("float", f"expf({mo} - {sh})")
+            b.emit(P.Set(l, f"{l} * {sa} + {lo} * {sb}"))
+            b.emit(P.Set(m, mm))
+            b.loop("z", "0", str(st.extent), "1",
+                   lambda: b.emit(P.Set(f"{o}[z]", f"{o}[z] * {sa} + {shfl(f'{o}[z]')} * {sb}")))
+            return
+        b.loop("z", "0", str(st.extent), "1", lambda: _merge_one(b, st, shfl))
+
+    b.open()
+    step()
+    b.emit(P.For("off", str(w // 2), "off > 0", "off /= 2", b.close()))
+
+
+def _merge_one(b, st: State, shfl) -> None:
+    v = {slot: f"{var}[z]" for slot, var in st.arrays.items()}
+    o = {slot: shfl(lv) for slot, lv in v.items()}
+    if st.kind in ("sum", "mean", "contract"):
+        for slot in v:
+            b.emit(P.Set(v[slot], f"{v[slot]} + {o[slot]}"))
+    elif st.kind in ("max", "min"):
+        b.emit(P.Set(v["s"], f"napkin_{st.kind}({v['s']}, {o['s']})"))
+    elif st.kind == "var":   # Chan et al.
+        n2 = b.value("float", f"{v['n']} + {o['n']}")
+        safe = b.value("float", f"({n2} > 0.0f ? {n2} : 1.0f)")
+        d = b.value("float", f"{o['m']} - {v['m']}")
+        b.emit(P.Set(v["q"], f"{v['q']} + {o['q']} + {d} * {d} * ({v['n']} * {o['n']} / {safe})"))
+        b.emit(P.Set(v["m"], f"{v['m']} + {d} * ({o['n']} / {safe})"))
+        b.emit(P.Set(v["n"], n2))
+    else:                    # running max and rescaled sum
+        mm = b.value("float", f"napkin_max({v['m']}, {o['m']})")
+        sh = b.value("float", f"napkin_shift({mm})")
+        b.emit(P.Set(v["s"], f"{v['s']} * expf({v['m']} - {sh}) + {o['s']} * expf({o['m']} - {sh})"))
+        b.emit(P.Set(v["m"], mm))

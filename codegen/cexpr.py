@@ -1,0 +1,52 @@
+"""C spellings of the language's functions, operators, dtypes and numbers.
+
+Data, not logic: the lowering looks things up here and formats numbers with
+`float_literal`, so templates and the lowering never invent C text of their own.
+"""
+
+from __future__ import annotations
+
+import math
+
+CTYPE = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16"}
+
+# fn -> format string over the argument expressions {0}, {1}, {2}
+MAP = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "neg": "(-{0})",
+    "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
+    "eq": "({0} == {1})", "ne": "({0} != {1})",
+    "and": "({0} && {1})", "or": "({0} || {1})", "not": "(!{0})",
+    "exp": "expf({0})", "exp2": "exp2f({0})", "log": "logf({0})", "log2": "log2f({0})",
+    "sqrt": "sqrtf({0})", "rsqrt": "(1.0f / sqrtf({0}))", "tanh": "tanhf({0})",
+    "sigmoid": "napkin_sigmoid({0})", "relu": "napkin_relu({0})", "gelu": "napkin_gelu({0})",
+    "silu": "napkin_silu({0})", "abs": "fabsf({0})",
+    "maximum": "napkin_max({0}, {1})", "minimum": "napkin_min({0}, {1})",
+    "where": "({0} ? {1} : {2})",
+}
+
+BOOL_RESULT = {"lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not"}
+
+# Reductions: initial value and the combine of the running value with one element.
+REDUCE_INIT = {"sum": "0.0f", "max": "-NAPKIN_INF", "min": "NAPKIN_INF"}
+REDUCE_STEP = {"sum": "({acc} + {v})", "max": "napkin_max({acc}, {v})",
+               "min": "napkin_min({acc}, {v})"}
+LANES = {"sum": "napkin_lanes_sum", "max": "napkin_lanes_max", "min": "napkin_lanes_min"}
+
+
+def float_literal(value: float) -> str:
+    """A C float literal for any float, including inf and nan."""
+    if math.isnan(value):
+        return "NAPKIN_NAN"
+    if math.isinf(value):
+        return "NAPKIN_INF" if value > 0 else "(-NAPKIN_INF)"
+    text = repr(float(value))
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return text + "f" if "e" in text or "." in text else text + ".0f"
+
+
+def int_literal(value: int) -> str:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(value)
+    return str(value) if -2**31 <= value < 2**31 else f"{value}LL"

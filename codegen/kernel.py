@@ -1,0 +1,369 @@
+"""One kernel of a plan as a kernel program: threads, blocks, chunks, passes, accumulators.
+
+The block covers a tile of the grouped (woven) axes; each thread a small tile
+of it (unrolled points), and with a split, a share of one reduced axis walked
+with stride `w` by `w` adjacent lanes that merge their partial states by warp
+shuffles. Blocks loop grid-stride over all tiles, so any batch size fits the
+grid. When the plan streams an axis, each pass walks it chunk by chunk: the
+block stages every streamed input's chunk in shared memory (coalesced, tails
+zero-filled, barriers around), then each thread folds the chunk's positions
+into its accumulators (online softmax: running max, running sum, rescaled
+output); after the pass the lanes merge and the states finish. Stores are
+masked to the points inside the arrays.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..compiler import ir
+from ..compiler.canonical import through
+from . import accum, cexpr
+from . import program as P
+from .builder import Builder, Ix
+from .indexing import Layout
+from .scalar import Emitter
+
+ALIGN = 16   # bytes: every shared-memory buffer starts 16-byte aligned (vector copies)
+
+
+class KernelLowering:
+    def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
+        self.plan, self.kp = plan, kp
+        self.g = plan.graph
+        self.k = kp.kernel
+        self.model = kp.model
+        self.st = kp.model.streaming
+        self.choice = kp.choice
+        self.names = names            # node -> (param name, storage dtype) of global arrays
+        self.sizes = sizes            # axis -> C expression of its size
+        self.itype = index_type
+        self.b = Builder()
+        self.emitter = Emitter(self.b, self.g, self)
+        self.loads = set(self.k.loads)
+        self.woven = self._order(self.model.woven)
+        planned = plan.sizes
+        group = dict(self.choice.group)
+        self.tile = {a: group.get(a, planned[a]) for a in self.woven}
+        thread = dict(self.choice.thread)
+        self.ttile = {a: min(thread.get(a, 1), self.tile[a]) for a in self.woven}
+        self.split = self.choice.split
+        ways = self.split[1] if self.split else 1
+        self.ways = ways
+        self.tcount = {a: -(-self.tile[a] // self.ttile[a]) for a in self.woven}
+        real = math.prod(self.tcount.values()) * ways
+        self.threads = max(32, -(-real // 32) * 32)
+        self.registered_values: dict = {}
+        self.stats: dict = {}
+        self.staged: dict[int, tuple] = {}
+        self.smem: list[P.SharedBuffer] = []
+        self.smem_terms: list[tuple] = []
+        self.in_chunk = False
+        # streamed reductions: their values come from accumulators, never recomputed
+        self.stops = {n for n, _ in self.st.reducers} | {n for n, _ in self.st.pairs} | \
+            {n for n, _ in self.st.stats}
+
+    def _order(self, woven) -> list[str]:
+        """Woven axes, the contiguous axis of the first store last (fastest across threads)."""
+        layout = ir.type_of(self.g, self.k.stores[0]).axes if self.k.stores else ()
+        return sorted(woven, key=lambda a: (layout.index(a) if a in layout else -1, a))
+
+    # -- context for the emitter ----------------------------------------------------------
+    def size(self, axis: str) -> str:
+        return self.sizes[axis]
+
+    def walk(self, axis: str) -> tuple[str, str]:
+        if self.split and self.split[0] == axis:
+            return "lane", str(self.ways)
+        return "0", "1"
+
+    def lanes_over(self, axes) -> int:
+        return self.ways if self.split and self.split[0] in axes else 1
+
+    def _point_key(self, n: int, axes, scope) -> tuple:
+        return (n,) + tuple((a, scope[a].expr) for a in axes if a in self.woven)
+
+    def register(self, n: int, point: dict, value: str, extra) -> None:
+        """A finished reduction's value at a point: a register array over `extra`."""
+        key = self._point_key(n, ir.type_of(self.g, n).axes, point)
+        self.registered_values[key] = (value, list(extra))
+
+    def register_stats(self, n: int, point: dict, m: str, s: str, extra) -> None:
+        op = ir.op(self.g, n)
+        rows = [a for a in ir.type_of(self.g, n).axes if a not in op.axes]
+        self.stats[self._point_key(n, rows, point)] = (m, s, list(extra))
+
+    def softmax_stats(self, n: int, row: dict):
+        op = ir.op(self.g, n)
+        rows = [a for a in ir.type_of(self.g, n).axes if a not in op.axes]
+        entry = self.stats.get(self._point_key(n, rows, row))
+        if entry is None:
+            return None
+        m, s, extra = entry
+        idx = accum.local_index(self, extra, row)
+        return f"{m}[{idx}]", f"{s}[{idx}]"
+
+    def registered(self, n: int, scope: dict[str, Ix]):
+        entry = self.registered_values.get(self._point_key(n, ir.type_of(self.g, n).axes, scope))
+        if entry is None:
+            return None
+        value, extra = entry
+        if any(scope.get(a) is None or scope[a].local is None for a in extra):
+            return None
+        return f"{value}[{accum.local_index(self, extra, scope)}]"
+
+    def load(self, n: int, scope: dict[str, Ix]) -> str:
+        param, dtype = self.names[n]
+        axes = ir.type_of(self.g, n).axes
+        if n in self.staged and (self.in_chunk or self.st.axis not in axes):
+            buf, layout = self.staged[n]
+            return f"napkin_to_float({buf}[{layout.offset(scope, local=True)}])"
+        layout = Layout(axes, self.sizes, self.itype)
+        return f"napkin_to_float({param}[{layout.offset(scope)}])"
+
+    # -- the kernel ---------------------------------------------------------------------
+    def build(self, name: str) -> P.KernelProgram:
+        b = self.b
+        b.emit(P.Decl("const int", "tid", "(int)threadIdx.x"))
+        b.emit(P.Decl("const int", "lane", f"tid % {self.ways}"))
+        rest = "tid / " + str(self.ways)
+        for a in reversed(self.woven):
+            c = self._axis_var("tc", a)
+            b.emit(P.Decl("const int", c, f"({rest}) % {self.tcount[a]}"))
+            rest = f"({rest}) / {self.tcount[a]}"
+        real = math.prod(self.tcount.values()) * self.ways
+        b.emit(P.Decl("const bool", "tvalid", f"tid < {real}"))
+        nblocks = " * ".join([f"(long long)(({self.sizes[a]} + {self.tile[a] - 1}) / {self.tile[a]})"
+                              for a in self.woven]) or "1LL"
+        b.emit(P.Decl("const long long", "nblocks", nblocks))
+        b.loop("blk", "(long long)blockIdx.x", "nblocks", "(long long)gridDim.x",
+               self._block_body, ctype="long long")
+        return P.KernelProgram(name, (), self.threads, tuple(
+            (self.sizes[a], self.tile[a]) for a in self.woven), tuple(self.smem_terms),
+            tuple(self.smem), b.statements, self.itype, self.k.name)
+
+    def _axis_var(self, prefix: str, axis: str) -> str:
+        return f"{prefix}_{self.woven.index(axis)}"
+
+    def _block_body(self) -> None:
+        b = self.b
+        rest = "blk"
+        for a in reversed(self.woven):
+            nb = f"(long long)(({self.sizes[a]} + {self.tile[a] - 1}) / {self.tile[a]})"
+            o = self._axis_var("org", a)
+            b.emit(P.Decl(f"const {self.itype}", o, f"({self.itype})(({rest}) % {nb}) * {self.tile[a]}"))
+            rest = f"({rest}) / {nb}"
+        for a in self.woven:
+            base = self._axis_var("base", a)
+            b.emit(P.Decl(f"const {self.itype}", base,
+                          f"{self._axis_var('org', a)} + {self._axis_var('tc', a)} * {self.ttile[a]}"))
+        self.points = self._points()
+        invariant = sorted(n for n in self.loads
+                           if self.st.axis is None or self.st.axis not in ir.type_of(self.g, n).axes)
+        if invariant:
+            b.emit(P.Barrier())
+            for n in invariant:
+                self._stage(n, None)
+            b.emit(P.Barrier())
+        if self.st.axis is None:
+            self._epilogue()
+            return
+        for p in range(self.st.passes):
+            self._pass(p)
+        self._epilogue()
+
+    def _points(self) -> list[dict]:
+        """The thread's tile points: index expressions (clamped inside the arrays for reading)
+        and whether each point is in range (for stores)."""
+        ranges = [range(self.ttile[a]) for a in self.woven]
+        points = []
+        for combo in _product(ranges):
+            scope, checks = {}, ["tvalid"]
+            for a, i in zip(self.woven, combo):
+                raw = f"({self._axis_var('base', a)} + {i})"
+                top = f"({self.itype})({self.sizes[a]} - 1)"
+                scope[a] = Ix(f"({raw} < {top} ? {raw} : {top})")
+                within = f"{self._axis_var('tc', a)} * {self.ttile[a]} + {i}"
+                checks.append(f"({within} < {self.tile[a]})")
+                checks.append(f"({raw} < {self.sizes[a]})")
+            points.append({"scope": scope, "valid": " && ".join(checks)})
+        return points
+
+    # -- streaming passes ------------------------------------------------------------------
+    def _pass(self, p: int) -> None:
+        b, st, r = self.b, self.st, self.st.axis
+        reducers = [n for n, q in st.reducers if q == p]
+        stats = [n for n, q in st.stats if q == p]
+        states = {}
+        for pt_i, pt in enumerate(self.points):
+            for n in reducers + stats:
+                states[(n, pt_i)] = accum.declare(self, n, pt, n in stats)
+        chunk = self.choice.stream[1]
+        split_r = self.split and self.split[0] == r
+        loads = sorted(n for n in st.loads[p] if n in self.loads)
+
+        def chunk_body():
+            left = f"({self.itype})({self.sizes[r]}) - c0"
+            b.emit(P.Decl("const int", "clen", f"(int)({left} < {chunk} ? {left} : {chunk})"))
+            b.emit(P.Barrier())
+            for n in loads:
+                self._stage(n, p)
+            b.emit(P.Barrier())
+            start, step = ("lane", str(self.ways)) if split_r else ("0", "1")
+            b.loop("xl", start, "clen", step, position_body)
+
+        def position_body():
+            b.emit(P.Decl(f"const {self.itype}", "xg", f"c0 + xl"))
+            self.in_chunk = True
+            for pt_i, pt in enumerate(self.points):
+                scope = {**pt["scope"], r: Ix("xg")}
+                for n in reducers + stats:
+                    accum.update(self, n, states[(n, pt_i)], scope, n in stats)
+                for n in self.k.stores:
+                    if n in st.per_chunk[p] and r in ir.type_of(self.g, n).axes:
+                        self._store(n, scope, pt)
+            self.in_chunk = False
+
+        b.loop("c0", f"({self.itype})0", f"({self.itype})({self.sizes[r]})", str(chunk),
+               chunk_body, ctype=self.itype)
+        for pt_i, pt in enumerate(self.points):
+            for n in reducers + stats:
+                accum.finish(self, n, states[(n, pt_i)], pt, bool(split_r))
+
+    def _stage(self, n: int, p) -> None:
+        """Copy this block's tile of an input (its chunk, for a streamed one) to shared memory."""
+        if n not in self.staged:
+            axes = ir.type_of(self.g, n).axes
+            extents = {}
+            for a in axes:
+                if a in self.tile:
+                    extents[a] = str(self.tile[a])
+                elif a == self.st.axis:
+                    extents[a] = str(self.choice.stream[1])
+                else:
+                    extents[a] = self.sizes[a]
+            _, dtype = self.names[n]
+            name = f"sm{len(self.staged)}"
+            count = " * ".join(f"({extents[a]})" for a in axes) or "1"
+            offset = self._smem_offset()
+            self.smem.append(P.SharedBuffer(name, cexpr.CTYPE[dtype], offset, count))
+            self.smem_terms.append(self._smem_term(axes, extents, dtype))
+            origins = {a: self._axis_var("org", a) for a in axes if a in self.tile}
+            if self.st.axis in axes:
+                origins[self.st.axis] = "c0"
+            self.staged[n] = (name, Layout(axes, self.sizes, self.itype, extents, origins))
+        name, layout = self.staged[n]
+        param, dtype = self.names[n]
+        b = self.b
+        b.emit(P.Decl(f"{cexpr.CTYPE[dtype]}*", name,
+                      f"reinterpret_cast<{cexpr.CTYPE[dtype]}*>(smem + {self.smem[self._smem_index(name)].offset})"))
+        count = layout.count()
+
+        def body():
+            coords, valid = layout.unflatten("e", self.st.axis, "clen")
+            scope = {a: Ix(c) for a, c in coords.items()}
+            value = f"{param}[{Layout(layout.axes, self.sizes, self.itype).offset(scope)}]"
+            zero = f"napkin_from_float<{cexpr.CTYPE[dtype]}>(0.0f)"
+            b.emit(P.Set(f"{name}[e]", f"({valid}) ? {value} : {zero}"))
+        b.loop("e", "tid", count, f"{self.threads}", body)
+
+    def _smem_index(self, name: str) -> int:
+        return next(i for i, s in enumerate(self.smem) if s.name == name)
+
+    def _smem_offset(self) -> str:
+        if not self.smem:
+            return "0"
+        last = self.smem[-1]
+        size = {"float": 4, "__half": 2, "__nv_bfloat16": 2}[last.ctype]
+        return f"((({last.offset}) + ({last.count}) * {size} + {ALIGN - 1}) / {ALIGN} * {ALIGN})"
+
+    def _smem_term(self, axes, extents, dtype):
+        """(constant bytes, runtime size params...) of one buffer; each buffer starts at a
+        multiple of ALIGN bytes, so the program reserves ALIGN - 1 more per buffer."""
+        factor, params = {"f32": 4, "f16": 2, "bf16": 2}[dtype], []
+        for a in axes:
+            e = extents[a]
+            if e.isdigit():
+                factor *= int(e)
+            else:
+                params.append(e)
+        return (factor,) + tuple(params)
+
+    # -- epilogue and stores ---------------------------------------------------------------
+    def _epilogue(self) -> None:
+        r = self.st.axis
+        for pt in self.points:
+            for n in self.k.stores:
+                if r is None or r not in ir.type_of(self.g, n).axes:
+                    self._store(n, dict(pt["scope"]), pt)
+
+    def _store(self, n: int, scope: dict, pt: dict) -> None:
+        """Write node n at the point (looping over its axes beyond the thread's scope)."""
+        b = self.b
+        axes = ir.type_of(self.g, n).axes
+        free = [a for a in axes if a not in scope]
+        param, dtype = self.names[n]
+        layout = Layout(axes, self.sizes, self.itype)
+
+        def write(s):
+            v = self.emitter.value(n, s)
+            b.emit(P.If(pt["valid"], (P.Store(param, layout.offset(s), v, cexpr.CTYPE[dtype]),)))
+
+        if free:
+            self.emitter._hoist([n], free, scope)
+        self._loops(free, scope, write)
+
+    def _loops(self, axes, scope, fn) -> None:
+        """Loops over `axes` at a point, with register-array local indices.
+
+        A split axis is walked by the lanes with stride w; when its size is static the
+        trip count is too, and the loop unrolls, so register arrays stay in registers."""
+        if not axes:
+            fn(scope)
+            return
+        a, rest = axes[0], axes[1:]
+        k = self.b.fresh("k")
+        var = self.b.fresh("j")
+        static = self.sizes[a].isdigit()
+        split = self.split and self.split[0] == a
+        w = self.ways if split else 1
+        index = f"lane + {k} * {w}" if split else k
+        if static:
+            trips = -(-int(self.sizes[a]) // w)
+
+            def body():
+                self.b.emit(P.Decl("const int", var, index))
+                inner = self._scoped(lambda: self._loops(rest, {**scope, a: Ix(var, k)}, fn))
+                exact = not split or int(self.sizes[a]) % w == 0
+                self.b.emit(P.Block(inner) if exact else P.If(f"{var} < {self.sizes[a]}", inner))
+            self.b.emit(P.For(k, "0", f"{k} < {trips}", f"++{k}", self._scoped(body), True, "int"))
+            return
+
+        def dyn_body():
+            self.b.emit(P.Decl("const int", var, index))
+            self._loops(rest, {**scope, a: Ix(var, k)}, fn)
+        stop = f"{index} < {self.sizes[a]}"
+        self.b.emit(P.For(k, "0", stop, f"++{k}", self._scoped(dyn_body), False, "int"))
+
+    def _scoped(self, fn) -> tuple:
+        self.b.open()
+        fn()
+        return self.b.close()
+
+    def extra_axes(self, n: int) -> list[str]:
+        """Axes of a reducer's result the thread's point does not fix (held in registers)."""
+        return [a for a in ir.type_of(self.g, n).axes if a not in self.woven]
+
+    def paired_softmax(self, n: int):
+        return next((s for s, c in self.st.pairs if c == n), None)
+
+    def other_operand(self, n: int, soft: int) -> int:
+        a, b_ = ir.operands(self.g, n)
+        return b_ if through(self.g, a) == soft else a
+
+
+def _product(ranges):
+    out = [()]
+    for r in ranges:
+        out = [prev + (i,) for prev in out for i in r]
+    return out

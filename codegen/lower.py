@@ -1,0 +1,67 @@
+"""Plan to kernel program: names, parameters and sizes for every kernel of a plan.
+
+Global arrays are the inputs (in their storage dtypes), the intermediates one
+kernel stores for another (f32, as intermediates are computed), and the
+outputs (their storage dtypes). Runtime sizes are one `long long` parameter
+per class of dynamic axes; static sizes are constants in the code.
+"""
+
+from __future__ import annotations
+
+from ..compiler import ir
+from ..compiler.model import storage_dtype
+from ..compiler.plan import Plan
+from . import cexpr
+from . import program as P
+from .indexing import index_type
+from .kernel import KernelLowering
+
+
+def lower(plan: Plan) -> P.Program:
+    """The kernel program of every kernel of the plan, in launch order."""
+    g = plan.graph
+    axes = g.graph["axes"]
+    size_params: dict[str, str] = {}
+    sizes: dict[str, str] = {}
+    for name, info in axes.items():
+        if info.size is not None:
+            sizes[name] = cexpr.int_literal(info.size)
+        else:
+            if info.rep not in size_params:
+                size_params[info.rep] = f"n{len(size_params)}"
+            sizes[name] = size_params[info.rep]
+    dtypes = {}
+    for n in g.graph["inputs"].values():
+        dtypes[n] = ir.op(g, n).dtype
+    for kp in plan.kernels:
+        for n in kp.kernel.stores:
+            dtypes[n] = storage_dtype(g, n)
+    kernels = []
+    for i, kp in enumerate(plan.kernels):
+        names = {}
+        params = []
+        for n in kp.kernel.loads:
+            name = f"p{len(params)}"
+            names[n] = (name, dtypes[n])
+            params.append(P.Param(name, f"const {cexpr.CTYPE[dtypes[n]]}* __restrict__", "load",
+                                  _array(g, n), ir.type_of(g, n).axes))
+        for n in kp.kernel.stores:
+            name = f"p{len(params)}"
+            names[n] = (name, dtypes[n])
+            params.append(P.Param(name, f"{cexpr.CTYPE[dtypes[n]]}* __restrict__", "store",
+                                  _array(g, n), ir.type_of(g, n).axes))
+        for rep, name in size_params.items():
+            params.append(P.Param(name, "long long", "size", rep))
+        arrays = [ir.type_of(g, n).axes for n in kp.kernel.loads + kp.kernel.stores]
+        itype = index_type(arrays, plan.sizes)
+        body = KernelLowering(plan, kp, names, sizes, itype).build(f"napkin_{kp.kernel.name}")
+        kernels.append(P.KernelProgram(body.name, tuple(params), body.threads, body.blocks,
+                                       body.smem_bytes_formula, body.smem, body.body, itype,
+                                       kp.kernel.name))
+    buffers = tuple((_array(g, n), dtypes[n], ir.type_of(g, n).axes) for n in sorted(dtypes))
+    return P.Program(tuple(kernels), tuple((v, k) for k, v in size_params.items()), buffers)
+
+
+def _array(g, n: int) -> str:
+    op = ir.op(g, n)
+    return getattr(op, "name", f"%{n}")

@@ -1,0 +1,129 @@
+"""The kernel program: what the templates print, with every decision already made.
+
+A `Program` is a list of `KernelProgram`s launched in order. Each kernel
+program lists its parameters, how to size its launch from the runtime sizes,
+its shared-memory layout, and a body of statements. Statements are small
+frozen dataclasses; expressions are C text built in Python from generated
+identifiers and numbers only (no name from the diagram ever reaches them).
+New operations (tensor-core fragments, asynchronous copies, pipelines) are
+new statement kinds here and new cases in the template, not a second
+generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+# --- statements ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Line:
+    """`#line N` back to the diagram."""
+    line: int
+
+
+@dataclass(frozen=True)
+class Decl:
+    ctype: str
+    name: str
+    init: str | None = None
+    count: int | None = None          # an array of `count` elements
+
+
+@dataclass(frozen=True)
+class Set:
+    target: str
+    value: str
+
+
+@dataclass(frozen=True)
+class For:
+    """for (ctype var = start; cond; update) { body }"""
+    var: str
+    start: str
+    cond: str
+    update: str
+    body: tuple
+    unroll: bool = False
+    ctype: str = "int"
+
+
+@dataclass(frozen=True)
+class If:
+    cond: str
+    body: tuple
+    orelse: tuple = ()
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """__syncthreads(): every thread of the block reaches it (loops around it are uniform)."""
+
+
+@dataclass(frozen=True)
+class Store:
+    ptr: str
+    index: str
+    value: str
+    ctype: str
+
+
+@dataclass(frozen=True)
+class Block:
+    """A braced scope."""
+    body: tuple
+
+
+Stmt = Line | Decl | Set | For | If | Barrier | Store | Block
+
+
+# --- kernels -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Param:
+    name: str                 # generated: p0, p1, ... n0, n1, ...
+    ctype: str                # "const __half* __restrict__", "long long", ...
+    role: str                 # load | store | size
+    array: str = ""           # which diagram array (for metadata and errors, never emitted)
+    dims: tuple[str, ...] = ()  # axes of the array, in layout order
+
+
+@dataclass(frozen=True)
+class SharedBuffer:
+    name: str
+    ctype: str
+    offset: str               # byte offset in the dynamic shared memory (C expression)
+    count: str                # elements (C expression)
+
+
+@dataclass(frozen=True)
+class KernelProgram:
+    name: str                          # generated: napkin_k0 ...
+    params: tuple[Param, ...]
+    threads: int                       # blockDim.x
+    blocks: tuple[tuple[str, int], ...]    # (size param or static size, tile) per grouped axis
+    smem_bytes_formula: tuple          # ((param or None, factor), ...): bytes = sum of terms
+    smem: tuple[SharedBuffer, ...]
+    body: tuple
+    index_type: str                    # "int" or "long long"
+    kernel: str = ""                   # the plan's kernel name (k0 ...)
+
+    def smem_bytes(self, sizes: dict[str, int], align: int = 16) -> int:
+        """Dynamic shared memory for these runtime sizes: every buffer aligned to `align`."""
+        total = 0
+        for term in self.smem_bytes_formula:
+            value = term[0]
+            for name in term[1:]:
+                value *= sizes[name]
+            total = -(-total // align) * align + value
+        return total
+
+
+@dataclass(frozen=True)
+class Program:
+    kernels: tuple[KernelProgram, ...]
+    size_params: tuple[tuple[str, str], ...]     # (param name, axis) for every runtime size
+    buffers: tuple[tuple[str, str, tuple[str, ...]], ...] = field(default=())
+    # (array name, storage dtype, axes) of every global array: inputs, intermediates, outputs
+    lines: dict = field(default_factory=dict)

@@ -1,0 +1,53 @@
+"""Kernel programs to CUDA C through Jinja (StrictUndefined; the templates only print).
+
+The output is deterministic; it starts with the prelude (`prelude/napkin.cuh`)
+so that one file compiles with NVRTC and with the CPU emulator as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, is_dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from . import program as P
+
+HERE = Path(__file__).parent
+PRELUDE = HERE / "prelude" / "napkin.cuh"
+
+_KIND = {P.Line: "line", P.Decl: "decl", P.Set: "set", P.For: "for", P.If: "if",
+         P.Barrier: "barrier", P.Store: "store", P.Block: "block"}
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")),
+                              undefined=jinja2.StrictUndefined, autoescape=False,
+                              keep_trailing_newline=True, trim_blocks=False, lstrip_blocks=False)
+
+
+def _plain(x):
+    """Statements as dicts with a `kind` (what the template switches on)."""
+    if isinstance(x, tuple):
+        return [_plain(s) for s in x]
+    if is_dataclass(x) and type(x) in _KIND:
+        out = {f.name: _plain(getattr(x, f.name)) for f in fields(x)}
+        out["kind"] = _KIND[type(x)]
+        return out
+    return x
+
+
+def render(program: P.Program) -> str:
+    kernels = []
+    for k in program.kernels:
+        kernels.append({"name": k.name, "threads": k.threads, "index_type": k.index_type,
+                        "params": [{"name": p.name, "ctype": p.ctype} for p in k.params],
+                        "body": _plain(k.body)})
+    text = _env().get_template("kernels.cu.j2").render(
+        version=VERSION, prelude=PRELUDE.read_text().rstrip("\n"), kernels=kernels)
+    return text
+
+
+VERSION = "0.1.0"

@@ -1,0 +1,201 @@
+"""Scalar code for one point of an array: the value of any IR node at an index scope.
+
+`Emitter.value(node, scope)` emits the statements computing the node's value
+at the positions `scope` gives its axes and returns a C expression for it.
+Reductions over whole axes become loops (walking a split axis with stride
+`w` and merging the lanes' partial states by warp shuffles); their loop
+invariants are computed once, outside the loop. Values are cached per scope,
+so a node used twice at one point is computed once.
+"""
+
+from __future__ import annotations
+
+from ..compiler import ir
+from . import cexpr
+from . import program as P
+from .builder import Builder, Ix
+
+
+class Emitter:
+    def __init__(self, b: Builder, g, ctx):
+        self.b, self.g, self.ctx = b, g, ctx
+
+    # -- entry point ------------------------------------------------------------------
+    def value(self, n: int, scope: dict[str, Ix]) -> str:
+        g = self.g
+        axes = ir.type_of(g, n).axes
+        op = ir.op(g, n)
+        extra = (op.axis,) if isinstance(op, (ir.Index,)) else ()
+        key = (n,) + tuple((a, scope[a].expr) for a in axes + extra)
+        hit = self.b.cached(key)
+        if hit is not None:
+            return hit
+        found = self.ctx.registered(n, scope)
+        out = found if found is not None else self._compute(n, op, scope)
+        self.b.remember(key, out)
+        return out
+
+    def _compute(self, n: int, op, scope) -> str:
+        g, b = self.g, self.b
+        if isinstance(op, ir.Input) or n in self.ctx.loads:
+            return self.ctx.load(n, scope)
+        if isinstance(op, ir.Const):
+            return cexpr.float_literal(op.value)
+        if isinstance(op, ir.Index):
+            return f"((float)({scope[op.axis].expr}))"
+        if isinstance(op, ir.SizeOf):
+            return f"((float)({self.ctx.size(op.axis)}))"
+        args = ir.operands(g, n)
+        if isinstance(op, ir.View):
+            base = args[0]
+            declared = ir.type_of(g, base).axes
+            inner = dict(scope)
+            for axis, label in zip(declared, op.labels):
+                inner[axis] = scope[label]
+            return self.value(base, inner)
+        if isinstance(op, ir.Assign):
+            return self.value(args[0], scope)
+        if isinstance(op, ir.Map):
+            vals = [self.value(a, scope) for a in args]
+            ctype = "bool" if op.fn in cexpr.BOOL_RESULT else "float"
+            return b.value(ctype, cexpr.MAP[op.fn].format(*vals))
+        if isinstance(op, ir.Contract):
+            return self._contract(n, op, args, scope)
+        if isinstance(op, ir.Reduce):
+            return self._reduce(n, op, args, scope)
+        if isinstance(op, ir.Softmax):
+            return self._softmax(n, op, args, scope)
+        raise TypeError(f"cannot lower {op!r}")  # pragma: no cover
+
+    # -- reductions over whole axes ---------------------------------------------------------
+    def _hoist(self, roots, axes, scope) -> None:
+        """Compute, before a loop over `axes`, what its body needs that does not vary along them."""
+        g = self.g
+        seen, stack = set(), list(roots)
+        while stack:
+            m = stack.pop()
+            if m in seen:
+                continue
+            seen.add(m)
+            op = ir.op(g, m)
+            own = set(ir.type_of(g, m).axes) | ({op.axis} if isinstance(op, ir.Index) else set())
+            if isinstance(op, (ir.Const, ir.Index, ir.SizeOf, ir.Input)) or m in self.ctx.stops \
+                    or m in self.ctx.loads:
+                continue
+            if not own & set(axes) and own <= set(scope) and not isinstance(op, ir.Input) \
+                    and m not in self.ctx.loads:
+                self.value(m, scope)
+                continue
+            if isinstance(op, ir.Softmax):
+                rows = own - set(op.axes)
+                if not rows & set(axes) and rows <= set(scope):
+                    self._softmax_row(m, op, ir.operands(g, m), scope)
+            stack.extend(ir.operands(g, m))
+
+    def _walk(self, axes, scope, body, roots=()) -> None:
+        """Nested loops over `axes` (the split axis strided by lanes), calling body(scope)."""
+        if roots:
+            self._hoist(roots, axes, scope)
+        if not axes:
+            body(scope)
+            return
+        a, rest = axes[0], axes[1:]
+        var = self.b.fresh("j")
+        start, step = self.ctx.walk(a)
+        local = var if step == "1" else f"(({var}) / {step})"
+        self.b.loop(var, start, self.ctx.size(a), step,
+                    lambda: self._walk(rest, {**scope, a: Ix(var, local)}, body))
+
+    def _merge(self, a_axes, kind: str, var: str) -> None:
+        lanes = self.ctx.lanes_over(a_axes)
+        if lanes > 1:
+            self.b.emit(P.Set(var, f"{cexpr.LANES[kind]}({var}, {lanes})"))
+
+    def _contract(self, n, op, args, scope) -> str:
+        acc = self.b.fresh("acc")
+        self.b.emit(P.Decl("float", acc, "0.0f"))
+
+        def body(s):
+            x, y = (self.value(a, s) for a in args)
+            self.b.emit(P.Set(acc, f"{acc} + {x} * {y}"))
+        self._walk(op.axes, scope, body, args)
+        self._merge(op.axes, "sum", acc)
+        return acc
+
+    def _reduce(self, n, op, args, scope) -> str:
+        b = self.b
+        if op.fn in ("sum", "max", "min"):
+            acc = b.fresh("acc")
+            b.emit(P.Decl("float", acc, cexpr.REDUCE_INIT[op.fn]))
+
+            def body(s):
+                v = self.value(args[0], s)
+                b.emit(P.Set(acc, cexpr.REDUCE_STEP[op.fn].format(acc=acc, v=v)))
+            self._walk(op.axes, scope, body, args)
+            self._merge(op.axes, op.fn, acc)
+            return acc
+        if op.fn == "mean":
+            total, count = b.fresh("acc"), b.fresh("cnt")
+            b.emit(P.Decl("float", total, "0.0f"))
+            b.emit(P.Decl("float", count, "0.0f"))
+
+            def body(s):
+                v = self.value(args[0], s)
+                b.emit(P.Set(total, f"{total} + {v}"))
+                b.emit(P.Set(count, f"{count} + 1.0f"))
+            self._walk(op.axes, scope, body, args)
+            self._merge(op.axes, "sum", total)
+            self._merge(op.axes, "sum", count)
+            return b.value("float", f"({count} > 0.0f ? {total} / {count} : NAPKIN_NAN)")
+        if op.fn == "logsumexp":
+            m, s_ = self._lse(args[0], op.axes, scope)
+            return b.value("float", f"(logf({s_}) + napkin_shift({m}))")
+        if op.fn == "var":
+            mean = self._reduce_simple("mean", args[0], op.axes, scope)
+            acc = b.fresh("acc")
+            cnt = b.fresh("cnt")
+            b.emit(P.Decl("float", acc, "0.0f"))
+            b.emit(P.Decl("float", cnt, "0.0f"))
+
+            def body(s):
+                v = self.value(args[0], s)
+                b.emit(P.Set(acc, f"{acc} + ({v} - {mean}) * ({v} - {mean})"))
+                b.emit(P.Set(cnt, f"{cnt} + 1.0f"))
+            self._walk(op.axes, scope, body, args)
+            self._merge(op.axes, "sum", acc)
+            self._merge(op.axes, "sum", cnt)
+            return b.value("float", f"({cnt} > 0.0f ? {acc} / {cnt} : NAPKIN_NAN)")
+        raise TypeError(op.fn)  # pragma: no cover
+
+    def _reduce_simple(self, fn, arg, axes, scope) -> str:
+        return self._reduce(None, ir.Reduce(fn, axes), [arg], scope)
+
+    def _lse(self, arg, axes, scope) -> tuple[str, str]:
+        """(max, sum of exp(x - max)) of arg over axes: two loops, merged over lanes."""
+        b = self.b
+        m = self._reduce_simple("max", arg, axes, scope)
+        s_ = b.fresh("acc")
+        b.emit(P.Decl("float", s_, "0.0f"))
+
+        def body(s):
+            v = self.value(arg, s)
+            b.emit(P.Set(s_, f"{s_} + expf({v} - napkin_shift({m}))"))
+        self._walk(axes, scope, body, [arg])
+        self._merge(axes, "sum", s_)
+        return m, s_
+
+    def _softmax_row(self, n, op, args, scope) -> tuple[str, str]:
+        """(max, sum of exp) of a softmax's row, computed once per row."""
+        rows = [a for a in ir.type_of(self.g, n).axes if a not in op.axes]
+        row = {a: scope[a] for a in rows}
+        key = ("softmax-row", n) + tuple((a, row[a].expr) for a in rows)
+        stats = self.b.cached(key)
+        if stats is None:
+            stats = self.ctx.softmax_stats(n, row) or self._lse(args[0], op.axes, row)
+            self.b.remember(key, stats)
+        return stats
+
+    def _softmax(self, n, op, args, scope) -> str:
+        m, l = self._softmax_row(n, op, args, scope)
+        v = self.value(args[0], scope)
+        return self.b.value("float", f"({l} == 0.0f ? 0.0f : expf({v} - napkin_shift({m})) / {l})")
