@@ -18,7 +18,7 @@ import math
 
 from ..compiler import ir
 from ..compiler.canonical import through
-from . import accum, cexpr
+from . import accum, cexpr, masks
 from . import program as P
 from .builder import Builder, Ix
 from .indexing import Layout
@@ -202,9 +202,17 @@ class KernelLowering:
         split_r = self.split and self.split[0] == r
         loads = sorted(n for n in st.loads[p] if n in self.loads)
 
+        kinds = {n: accum.kind_of(self, n, n in stats) for n in reducers + stats}
+        per_chunk_stores = any(n in st.per_chunk[p] and r in ir.type_of(self.g, n).axes
+                               for n in self.k.stores)
+        skip = None if per_chunk_stores else masks.skip_test(self, reducers + stats, kinds,
+                                                                 self._box(r))
+
         def chunk_body():
             left = f"({self.itype})({self.sizes[r]}) - c0"
             b.emit(P.Decl("const int", "clen", f"(int)({left} < {chunk} ? {left} : {chunk})"))
+            if skip is not None:   # the mask hides this whole chunk from the block: skip it
+                b.emit(P.Continue(skip))
             b.emit(P.Barrier())
             for n in loads:
                 self._stage(n, p)
@@ -218,6 +226,7 @@ class KernelLowering:
             for pt_i, pt in enumerate(self.points):
                 scope = {**pt["scope"], r: Ix("xg")}
                 for n in reducers + stats:
+                    self.line(n)
                     accum.update(self, n, states[(n, pt_i)], scope, n in stats)
                 for n in self.k.stores:
                     if n in st.per_chunk[p] and r in ir.type_of(self.g, n).axes:
@@ -229,6 +238,21 @@ class KernelLowering:
         for pt_i, pt in enumerate(self.points):
             for n in reducers + stats:
                 accum.finish(self, n, states[(n, pt_i)], pt, bool(split_r))
+
+    def _box(self, r: str) -> dict:
+        """Index ranges the block covers (inclusive), the current chunk along r, sizes."""
+        box = {"#size": self.size}
+        for a in self.g.graph["axes"]:
+            if a in self.tile:
+                org = self._axis_var("org", a)
+                hi = f"{org} + {self.tile[a] - 1}"
+                top = f"({self.sizes[a]} - 1)"
+                box[a] = (org, f"({hi} < {top} ? {hi} : {top})")
+            elif a == r:
+                box[a] = ("c0", "c0 + clen - 1")
+            else:
+                box[a] = ("0", f"({self.sizes[a]} - 1)")
+        return box
 
     def _stage(self, n: int, p) -> None:
         """Copy this block's tile of an input (its chunk, for a streamed one) to shared memory."""
@@ -309,9 +333,16 @@ class KernelLowering:
             v = self.emitter.value(n, s)
             b.emit(P.If(pt["valid"], (P.Store(param, layout.offset(s), v, cexpr.CTYPE[dtype]),)))
 
+        self.line(n)
         if free:
             self.emitter._hoist([n], free, scope)
         self._loops(free, scope, write)
+
+    def line(self, n: int) -> None:
+        """`#line` back to the diagram line of node n (its equation)."""
+        span = self.g.nodes[n].get("span")
+        if span is not None:
+            self.b.emit(P.Line(span.line))
 
     def _loops(self, axes, scope, fn) -> None:
         """Loops over `axes` at a point, with register-array local indices.

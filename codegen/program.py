@@ -57,6 +57,12 @@ class If:
 
 
 @dataclass(frozen=True)
+class Continue:
+    """if (cond) continue; -- the same for every thread of the block where barriers follow."""
+    cond: str
+
+
+@dataclass(frozen=True)
 class Barrier:
     """__syncthreads(): every thread of the block reaches it (loops around it are uniform)."""
 
@@ -75,7 +81,7 @@ class Block:
     body: tuple
 
 
-Stmt = Line | Decl | Set | For | If | Barrier | Store | Block
+Stmt = Line | Decl | Set | For | If | Continue | Barrier | Store | Block
 
 
 # --- kernels -------------------------------------------------------------------

@@ -18,7 +18,7 @@ HERE = Path(__file__).parent
 PRELUDE = HERE / "prelude" / "napkin.cuh"
 
 _KIND = {P.Line: "line", P.Decl: "decl", P.Set: "set", P.For: "for", P.If: "if",
-         P.Barrier: "barrier", P.Store: "store", P.Block: "block"}
+         P.Barrier: "barrier", P.Store: "store", P.Block: "block", P.Continue: "continue"}
 
 
 @lru_cache(maxsize=1)

@@ -44,6 +44,8 @@ def _block(body, indent, lines) -> None:
             lines.append(f"{indent}{s.target} = {s.value}")
         elif isinstance(s, P.Store):
             lines.append(f"{indent}store {s.ptr}[{s.index}] <- {s.value} as {s.ctype}")
+        elif isinstance(s, P.Continue):
+            lines.append(f"{indent}skip the chunk if {s.cond}")
         elif isinstance(s, P.Barrier):
             lines.append(f"{indent}barrier")
         elif isinstance(s, P.Line):

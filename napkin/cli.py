@@ -1,4 +1,4 @@
-"""The `napkin` command line: check, compile, run (explain, bench, draw come with later stages).
+"""The `napkin` command line: check, explain, compile, run, draw.
 
 Diagnostics go to stderr, artifacts to stdout. Exit status: 0 ok, 1 diagram
 errors, 2 usage errors, 3 backend unavailable, 101 internal error.

@@ -134,3 +134,35 @@ def test_console_script_and_module_entry_points(tmp_path):
     bad.write_bytes(b"axis a\nin X[a]: f32\nY[a] = \xff\n")
     done = subprocess.run(["napkin", "run", str(bad)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "N0104" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_emulated_attention_matches_the_reference(capsys, tmp_path):
+    from napkin.runtime import compare
+    shape = "b=2,h=3,q=77,x=130"
+    for backend in ("emulate", "reference"):
+        status, out, err = run_cli(capsys, "run", "attention", "--backend", backend, "--shape", shape,
+                                   "--save", str(tmp_path / f"{backend}.npz"))
+        assert status == 0, err
+        assert out.startswith("O  shape=(2, 3, 77, 64)  dtype=f16")
+    with np.load(tmp_path / "emulate.npz") as e, np.load(tmp_path / "reference.npz") as r:
+        err = np.max(np.abs(e["O"].astype(np.float64) - r["O"].astype(np.float64)))
+        assert 0 < err < 4 * compare.floor("f16", 1.0)   # both rounded to f16 once
+
+
+def test_compile_emits_every_stage(capsys, tmp_path):
+    status, out, _ = run_cli(capsys, "compile", "attention")
+    assert status == 0 and 'extern "C" __global__' in out and "napkin_k0" in out
+    status, out, _ = run_cli(capsys, "compile", "attention", "--emit", "ptx", "--arch", "sm_90")
+    assert status == 0 and ".entry napkin_k0" in out and ".target sm_90" in out
+    status, _, _ = run_cli(capsys, "compile", "attention", "--emit", "cubin", "--arch", "sm_80",
+                           "-o", str(tmp_path / "a.cubin"))
+    assert status == 0 and (tmp_path / "a.cubin").read_bytes()[:4] == b"\x7fELF"
+    status, out, _ = run_cli(capsys, "compile", "mlp", "--emit", "kernels", "--shape",
+                             "t=4096,m=4096,f=16384,o=4096")
+    assert status == 0 and out.startswith("k0: H") and "boundary: H goes through" in out
+    status, out, _ = run_cli(capsys, "compile", "softmax", "--emit", "program")
+    assert status == 0 and "kernel napkin_k0" in out
+    status, out, _ = run_cli(capsys, "compile", "softmax", "--emit", "plan")
+    assert status == 0 and json.loads(out)["kernels"][0]["name"] == "k0"
+    status, _, err = run_cli(capsys, "compile", "softmax", "--emit", "ptx", "--arch", "sm_70")
+    assert status == 1 and "N0802" in err

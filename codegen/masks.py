@@ -1,0 +1,124 @@
+"""Skipping chunks a mask hides entirely (causal attention's upper triangle, windows).
+
+When every streamed reduction of a pass folds `where(cond, e, identity)` (the
+identity of its accumulator: -inf for maxima and softmax, 0 for sums) and
+`cond` is built from axis indices, sizes and constants, interval arithmetic
+over the block's index ranges and the chunk's tells whether `cond` can hold
+anywhere in the chunk; if it cannot, the whole block skips the chunk (loads,
+barriers and all: the test is the same for every thread). Skipping changes no
+value: a fully masked chunk leaves every accumulator as it was.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..compiler import ir
+
+IDENTITY = {"max": -math.inf, "logsumexp": -math.inf, "stats": -math.inf, "pair": -math.inf,
+            "sum": 0.0, "contract": 0.0}
+
+
+def constant(g, n: int) -> float | None:
+    """The value of a constant expression (no axes), else None."""
+    op = ir.op(g, n)
+    if isinstance(op, ir.Const):
+        return op.value
+    if isinstance(op, ir.Map) and op.fn == "neg":
+        v = constant(g, ir.operands(g, n)[0])
+        return None if v is None else -v
+    return None
+
+
+def masked_by(g, n: int, identity: float):
+    """The condition node when n is where(cond, e, identity) (through names), else None."""
+    while isinstance(ir.op(g, n), ir.Assign):   # a name (in any layout) of the same values
+        n = ir.operands(g, n)[0]
+    op = ir.op(g, n)
+    if isinstance(op, ir.Map) and op.fn == "where":
+        cond, _, other = ir.operands(g, n)
+        v = constant(g, other)
+        if v is not None and (v == identity or (math.isinf(v) and v == identity)):
+            return cond
+    return None
+
+
+def interval(g, n: int, box: dict):
+    """(lo, hi) C expressions (double) bounding a free index expression over `box`, or None."""
+    op = ir.op(g, n)
+    if isinstance(op, ir.Index):
+        lo, hi = box[op.axis]
+        return f"(double)({lo})", f"(double)({hi})"
+    if isinstance(op, ir.Const):
+        if not math.isfinite(op.value):
+            return None
+        return f"{op.value!r}", f"{op.value!r}"
+    if isinstance(op, ir.SizeOf):
+        size = box["#size"](op.axis)
+        return f"(double)({size})", f"(double)({size})"
+    if not isinstance(op, ir.Map):
+        return None
+    args = ir.operands(g, n)
+    if op.fn == "neg":
+        a = interval(g, args[0], box)
+        return None if a is None else (f"(-{a[1]})", f"(-{a[0]})")
+    if op.fn in ("add", "sub"):
+        a, b = (interval(g, x, box) for x in args)
+        if a is None or b is None:
+            return None
+        if op.fn == "add":
+            return f"({a[0]} + {b[0]})", f"({a[1]} + {b[1]})"
+        return f"({a[0]} - {b[1]})", f"({a[1]} - {b[0]})"
+    if op.fn == "mul":
+        for i in (0, 1):
+            c = constant(g, args[i])
+            if c is not None and math.isfinite(c):
+                a = interval(g, args[1 - i], box)
+                if a is None:
+                    return None
+                return (f"({c!r} * {a[0]})", f"({c!r} * {a[1]})") if c >= 0 else \
+                    (f"({c!r} * {a[1]})", f"({c!r} * {a[0]})")
+    return None
+
+
+def can_hold(g, n: int, box: dict) -> str | None:
+    """A C expression true when condition n can hold somewhere in `box` (None: unknown)."""
+    op = ir.op(g, n)
+    if not isinstance(op, ir.Map):
+        return None
+    args = ir.operands(g, n)
+    if op.fn in ("and", "or"):
+        a, b = (can_hold(g, x, box) for x in args)
+        if op.fn == "and":
+            return None if a is None or b is None else f"({a} && {b})"
+        return None if a is None or b is None else f"({a} || {b})"
+    if op.fn not in ("lt", "le", "gt", "ge", "eq"):
+        return None
+    a, b = (interval(g, x, box) for x in args)
+    if a is None or b is None:
+        return None
+    return {"lt": f"({a[0]} < {b[1]})", "le": f"({a[0]} <= {b[1]})",
+            "gt": f"({a[1]} > {b[0]})", "ge": f"({a[1]} >= {b[0]})",
+            "eq": f"({a[0]} <= {b[1]} && {b[0]} <= {a[1]})"}[op.fn]
+
+
+def skip_test(lw, reducers, kinds: dict, box: dict) -> str | None:
+    """C expression: true when the current chunk is masked for every reducer of the pass."""
+    g = lw.g
+    tests = []
+    for n in reducers:
+        kind = kinds[n]
+        if kind == "pair":
+            arg = ir.operands(g, lw.paired_softmax(n))[0]
+        elif kind in ("max", "logsumexp", "sum", "stats"):
+            arg = ir.operands(g, n)[0]
+        else:
+            return None
+        cond = masked_by(g, arg, IDENTITY[kind])
+        test = can_hold(g, cond, box) if cond is not None else None
+        if test is None:
+            return None
+        tests.append(test)
+    if not tests:
+        return None
+    return "!(" + " || ".join(tests) + ")"
