@@ -139,6 +139,12 @@ def render_text(rep: dict) -> str:
         for lv in k["levels"]:
             lines.append(f"    {lv['level']:<10} {lv['M_bytes']:>12,} {lv['capacity_bytes']:>12,} "
                          f"{lv['H_bytes']:>14.4g}   {lv['H_values_symbolic']}")
+        res = k.get("resources")
+        if res:
+            lines.append(f"  ptxas ({res['arch']}): {res['registers']} registers per thread, "
+                         f"{res['spill_stores'] + res['spill_loads']} bytes of spills, "
+                         f"{res['smem_bytes']:,} bytes of shared memory (plan: "
+                         f"{k['levels'][0]['M_bytes']:,}), {res['stack_bytes']} bytes of stack")
         ai = k["arithmetic_intensity"]
         lines.append(f"  FLOPs {k['flops']:.4g} = {k['flops_symbolic']}")
         if ai is not None:

@@ -24,7 +24,10 @@ from ..compiler.plan import plan
               help="Fix the streamed axis and its chunk: --stream x=64.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--no-fusion", is_flag=True, help="Plan one kernel per equation.")
-def command(diagram, sizes, target_name, shapes, groups, streams, as_json, no_fusion) -> None:
+@click.option("--arch", default=None,
+              help="Also compile with NVRTC for this arch and show ptxas's report beside the plan "
+                   "(default: the target's arch, when NVRTC is installed).")
+def command(diagram, sizes, target_name, shapes, groups, streams, as_json, no_fusion, arch) -> None:
     """Explain the plan: kernels, relabelled axes, memory per level, M, H, FLOPs and time."""
     d = load_diagram(diagram, sizes)
     tgt = targets.load(target_name)
@@ -32,4 +35,22 @@ def command(diagram, sizes, target_name, shapes, groups, streams, as_json, no_fu
                  "stream": parse_assignments(streams, "--stream")}
     p = plan(d, tgt, parse_assignments(shapes, "--shape"), overrides, fusion=not no_fusion)
     rep = report(p)
+    attach_resources(rep, p, arch or (tgt.arch if tgt.arch.startswith("sm_") else None), arch)
     click.echo(json.dumps(rep, indent=2) if as_json else render_text(rep))
+
+
+def attach_resources(rep: dict, p, arch: str | None, asked: str | None) -> None:
+    """ptxas's registers, spills and shared memory per kernel, when NVRTC is at hand."""
+    from ..codegen.lower import lower
+    from ..codegen.render import render
+    from ..runtime import nvrtc
+    if arch is None or (asked is None and not nvrtc.available()):
+        return
+    prog = lower(p)
+    compiled = nvrtc.compile(render(prog), arch=arch)
+    sizes = {param: p.sizes[axis] for param, axis in prog.size_params}
+    for k, kp in zip(rep["kernels"], prog.kernels):
+        r = compiled.resources[kp.name]
+        k["resources"] = {"arch": arch, "registers": r.registers, "spill_stores": r.spill_stores,
+                          "spill_loads": r.spill_loads, "stack_bytes": r.stack_bytes,
+                          "smem_bytes": r.smem_bytes + kp.smem_bytes(sizes)}

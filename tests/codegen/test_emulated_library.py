@@ -46,3 +46,31 @@ def test_attention_at_tile_edges(q, x):
 def test_causal_attention_with_fewer_queries_than_keys():
     d = library("causal_attention", "bf16")
     check(d, shape_of(d, q=5, x=70, b=1, h=1))
+
+
+@pytest.mark.parametrize("target", ["a100", "h200", "hopper-toy"])
+@pytest.mark.parametrize("name", ["attention", "layernorm", "mlp"])
+def test_other_targets_plans_emulated(name, target):
+    d = library(name, "bf16")
+    check(d, shape_of(d, b=1), target=target)
+
+
+def test_fully_masked_rows_give_zero_in_the_emitted_kernel():
+    import numpy as np
+
+    import napkin
+    text = ("axis b, h, q, x\naxis d = 16\nin Q[b h q d]: f16, K[b h x d]: f16, V[b h x d]: f16\n"
+            "S[b h q x] = where(q >= 5 and x <= q, Q * K, -inf)\n"
+            "P[b h q x] = softmax[x](S)\nO[b h q d] = P * V\nout O: f16")
+    d = napkin.load(text)
+    shape = {"b": 1, "h": 2, "q": 37, "x": 50}
+    p = check(d, shape)
+    inputs = random_inputs(d, shape, 5)
+    out = run_plan(p, inputs, p.sizes)["O"]
+    assert np.all(out[:, :, :5] == 0) and not np.isnan(out.astype(np.float32)).any()
+
+
+def test_unfused_plans_emulated():
+    d = library("attention", "f32")
+    p = check(d, shape_of(d, b=1, h=2), fusion=False)
+    assert len(p.kernels) == 3     # S and P go through global memory (f32)

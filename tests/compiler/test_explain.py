@@ -108,3 +108,8 @@ def test_every_library_diagram_plans_on_every_target(name, target):
         assert all(lc.M <= lc.capacity for lc in kp.cost.levels[1:])
     rep = report(p)
     json.dumps(rep)
+
+
+def test_explain_shows_ptxas_beside_the_plan(capsys):
+    status, out, _ = run_cli(capsys, "explain", "softmax", "--shape", "r=4096,c=4096", "--arch", "sm_80")
+    assert status == 0 and "ptxas (sm_80):" in out and "0 bytes of spills" in out
