@@ -66,6 +66,7 @@ CODES: dict[str, str] = {
     # backends and runtime
     "N0901": "backend unavailable",
     "N0902": "emulated kernel failed",
+    "N0903": "kernel argument does not match its signature",
 }
 
 

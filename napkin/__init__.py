@@ -10,14 +10,17 @@ Importing napkin loads neither CuPy nor PyTorch.
 from .diagrams.diagnostics import NapkinError
 
 __version__ = "0.1.0"
-__all__ = ["load", "run", "Diagram", "NapkinError", "__version__"]
+__all__ = ["load", "run", "compile", "Diagram", "Kernel", "NapkinError", "__version__"]
 
 
 def __getattr__(name):
     # The API pulls in the compiler and NumPy; keep `import napkin` itself light.
-    if name in ("load", "run"):
+    if name in ("load", "run", "compile"):
         from . import api
         return getattr(api, name)
+    if name == "Kernel":
+        from .runtime.kernel import Kernel
+        return Kernel
     if name == "Diagram":
         from .compiler.diagram import Diagram
         return Diagram

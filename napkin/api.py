@@ -22,6 +22,18 @@ def load(diagram, **sizes: int) -> Diagram:
     return pipeline.load(diagram, **sizes)
 
 
+def compile(diagram, target: str | None = None, arch: str | None = None, backend: str = "auto",
+            **sizes: int):
+    """Compile a diagram into a `Kernel` you call on arrays: `napkin.compile("attention")(Q, K, V)`.
+
+    `target` and `arch` default to the GPU's when there is one; `backend` is "auto"
+    (the GPU when CuPy sees one, else the reference executor), "cuda", "reference",
+    "interpret" or "emulate". Keyword arguments fix axis sizes (`d=64`).
+    """
+    from .runtime.kernel import Kernel
+    return Kernel(load(diagram, **sizes), target=target, arch=arch, backend=backend)
+
+
 def run(diagram, *arrays, backend: str = "reference", **named) -> tuple:
     """Run a diagram on arrays; returns a tuple of outputs in declaration order.
 

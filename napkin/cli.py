@@ -1,4 +1,4 @@
-"""The `napkin` command line: check, explain, compile, run, draw.
+"""The `napkin` command line: check, explain, compile, run, bench, draw, cache.
 
 Diagnostics go to stderr, artifacts to stdout. Exit status: 0 ok, 1 diagram
 errors, 2 usage errors, 3 backend unavailable, 101 internal error.
@@ -27,8 +27,8 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from .commands import check, compile_, draw, explain, run
-    for module in (check, compile_, explain, run, draw):
+    from .commands import bench, cache, check, compile_, draw, explain, run
+    for module in (check, compile_, explain, run, bench, draw, cache):
         cli.add_command(module.command)
 
 

@@ -104,6 +104,8 @@ TRIGGERS = {
     "N0808": lambda tp, cap, mp: _cli(["run", "matmul", "--backend", "gpu9000"], cap, 2),
     "N0901": lambda tp, cap, mp: _no_nvrtc(mp),
     "N0902": lambda tp, cap, mp: _raises(_divergent_barrier),
+    "N0903": lambda tp, cap, mp: _raises(lambda: napkin.compile("softmax", backend="reference")(
+        np.ones((4, 5), dtype=np.float32))),
 }
 
 

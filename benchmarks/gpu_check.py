@@ -1,0 +1,165 @@
+"""The GPU check: every library kernel checked on the GPU, attention and matmul timed.
+
+    python benchmarks/gpu_check.py --out DIR [--dry-run] [--quick]
+
+On one H200 it finishes in a few minutes: it compiles every library diagram,
+runs each on the GPU against the float64 reference (random data, odd shapes,
+outputs pre-filled with NaN so an unwritten element shows), times attention
+(b=4, h=16, q=x in 1k, 4k, 16k; d=64 and 128; f16 and bf16) against PyTorch's
+SDPA (flash and cuDNN backends) and matmul (4096^3, 8192^3) against cuBLAS,
+and writes DIR/gpu_check.json and a printed table.
+
+--dry-run does everything but the launches (plans, CUDA, NVRTC compiles,
+references), on any machine: CI runs it.
+
+On the device machine only Python, CuPy, PyTorch and Triton are installed:
+carry napkin's wheel and its dependencies' wheels (`pip wheel --no-deps .`
+here, plus `pip download` of lark, networkx, jinja2, markupsafe, sympy,
+mpmath, click, rich, markdown-it-py, mdurl, pygments, ml_dtypes, platformdirs
+for Python 3.12) and install them with `pip install --no-index --no-deps
+--target /tmp/site .whl/*.whl`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ATTENTION_SIZES = (1024, 4096, 16384)
+HEAD_DIMS = (64, 128)
+DTYPES = ("f16", "bf16")
+MATMUL_SIZES = (4096, 8192)
+CHECK_SHAPES = {"b": 2, "h": 3, "q": 77, "x": 130, "m": 65, "k": 97, "n": 33, "t": 31, "i": 47,
+                "o": 29, "r": 7, "c": 257, "f": 63, "g": 2}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--dry-run", action="store_true", help="everything but the launches")
+    ap.add_argument("--quick", action="store_true", help="the smallest timing shapes only")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    report = {"dry_run": args.dry_run, "checks": [], "timings": [], "errors": []}
+    gpu = None if args.dry_run else _gpu()
+    report["device"] = gpu
+    for entry in checks(args.dry_run):
+        report["checks"].append(entry)
+        _print_check(entry)
+    for entry in timings(args.dry_run, args.quick):
+        report["timings"].append(entry)
+        _print_timing(entry)
+    report["seconds"] = time.time() - started
+    (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
+    print(f"\nwrote {args.out / 'gpu_check.json'} in {report['seconds']:.0f} s")
+    failed = [c for c in report["checks"] if c.get("status") == "wrong"]
+    return 1 if failed else 0
+
+
+def _gpu():
+    import torch
+    if not torch.cuda.is_available():
+        raise SystemExit("no GPU: run with --dry-run")
+    return torch.cuda.get_device_name()
+
+
+def checks(dry_run: bool):
+    """Each library diagram at odd shapes: compile, and (on the GPU) compare with the reference."""
+    import napkin
+    from napkin.bench import check, variant
+    from napkin.diagrams.sources import library_names
+    from napkin.runtime.kernel import Kernel
+    for name in library_names():
+        for dtype in ("f32", "f16", "bf16"):
+            entry = {"diagram": name, "dtype": dtype}
+            try:
+                d = variant(name, dtype)
+                shape = {a: CHECK_SHAPES.get(a, 19) for a, s in d.axes.items() if s is None}
+                entry["shape"] = shape
+                if dry_run:
+                    k = Kernel(d, target="h200", arch="sm_90", backend="reference")
+                    res = _compile(k, shape)
+                    entry.update(status="compiled", resources=res)
+                    inputs = napkin.commands.run.random_inputs(d, shape, 1)
+                    napkin.runtime.reference.evaluate(d, inputs)
+                else:
+                    import torch
+                    k = Kernel(d, backend="cuda")
+                    verdicts = check(k, torch, d, shape)
+                    ok = all(v["ok"] for v in verdicts.values())
+                    entry.update(status="ok" if ok else "wrong", verdicts=verdicts)
+            except Exception as exc:   # keep going: one broken kernel must not hide the rest
+                entry.update(status="error", error=f"{type(exc).__name__}: {exc}",
+                             trace=traceback.format_exc()[-2000:])
+            yield entry
+
+
+def _compile(kernel, shape) -> dict:
+    """NVRTC resources for these sizes (no launch)."""
+    import napkin.commands.run  # noqa: F401  (random_inputs, used by the caller)
+    import napkin.runtime.reference  # noqa: F401
+    from napkin.runtime import nvrtc
+    if not nvrtc.available():
+        return {"nvrtc": "unavailable"}
+    binary = kernel.binary(shape)
+    return binary.resources
+
+
+def timings(dry_run: bool, quick: bool):
+    from napkin.bench import bench, variant
+    sizes = ATTENTION_SIZES[:1] if quick else ATTENTION_SIZES
+    for n in sizes:
+        for dhead in HEAD_DIMS:
+            for dtype in DTYPES:
+                shape = {"b": 4, "h": 16, "q": n, "x": n}
+                yield _time("attention", variant("attention", dtype, d=dhead), shape, dtype,
+                            dry_run, bench, extra={"d": dhead})
+    for n in MATMUL_SIZES[:1] if quick else MATMUL_SIZES:
+        yield _time("matmul", variant("matmul", "f16"), {"m": n, "k": n, "n": n}, "f16", dry_run, bench)
+
+
+def _time(name, d, shape, dtype, dry_run, bench, extra=None) -> dict:
+    entry = {"diagram": name, "shape": shape, "dtype": dtype, **(extra or {})}
+    try:
+        if dry_run:
+            from napkin.runtime.kernel import Kernel
+            k = Kernel(d, target="h200", arch="sm_90", backend="reference")
+            p = k.compiled_for(shape)[0]
+            entry.update(status="planned", predicted_seconds=p.time,
+                         flops=sum(float(sum(kp.cost.flops.values())) for kp in p.kernels),
+                         resources=_compile(k, shape))
+        else:
+            result = bench(d, shape, name=name)
+            entry.update(status="ok", correct=result["correct"], records=result["records"])
+    except Exception as exc:
+        entry.update(status="error", error=f"{type(exc).__name__}: {exc}",
+                     trace=traceback.format_exc()[-2000:])
+    return entry
+
+
+def _print_check(e) -> None:
+    print(f"check {e['diagram']:<18} {e['dtype']:<5} {e.get('status')}"
+          + (f"  {e.get('error', '')[:120]}" if e.get("status") == "error" else ""))
+    sys.stdout.flush()
+
+
+def _print_timing(e) -> None:
+    head = f"time  {e['diagram']:<10} {e['dtype']:<5} {json.dumps(e['shape'])}"
+    if e.get("status") == "planned":
+        print(f"{head}  planned, predicted {e['predicted_seconds']:.4g} s")
+    elif e.get("status") == "ok":
+        for r in e["records"]:
+            tf = f"{r['tflops']:.1f} TFLOP/s" if r.get("tflops") else ""
+            print(f"{head}  {r['source']:<11} {r['seconds'] * 1e3:9.3f} ms  {tf}")
+    else:
+        print(f"{head}  {e.get('status')}: {e.get('error', '')[:160]}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Checking a kernel call's arrays against its signature, before anything is launched.
+
+CuPy validates no kernel arguments (a Python float goes in as a double, a
+torch tensor as garbage), so every argument is checked here: dtype, shapes
+consistent per axis and with static sizes, contiguity, device, alignment, and
+no output overlapping an input. Each problem is a NapkinLaunchError naming the
+argument and what was expected.
+"""
+
+from __future__ import annotations
+
+from ..compiler.diagram import Diagram
+from ..diagrams.diagnostics import Diagnostic, NapkinError, NapkinLaunchError
+from .arrays import ArrayInfo, describe
+from .bind import bind_sizes
+
+
+def launch_error(message: str, help: str | None = None) -> NapkinLaunchError:
+    return NapkinLaunchError(Diagnostic("N0903", message, help=help))
+
+
+def check_inputs(diagram: Diagram, given: dict, device_required: bool) -> tuple[dict, dict]:
+    """(ArrayInfo per input, size of every axis), or NapkinLaunchError."""
+    infos = {}
+    devices = set()
+    for sig in diagram.inputs:
+        x = given[sig.name]
+        info = describe(x)
+        if info is None:
+            raise launch_error(f"input `{sig.name}` is a {type(x).__name__}, not an array",
+                               help="pass a NumPy or CuPy array or a PyTorch tensor")
+        if info.dtype != sig.dtype:
+            raise launch_error(f"input `{sig.name}` has dtype {info.dtype_text}; the kernel was "
+                               f"compiled for {sig.dtype}", help=f"convert it to {sig.dtype} first")
+        if not info.contiguous:
+            raise launch_error(f"input `{sig.name}` is not contiguous (strides {info.strides} for "
+                               f"shape {info.shape})", help="pass a contiguous copy (.contiguous() "
+                               "or ascontiguousarray)")
+        if device_required and info.device is None:
+            raise launch_error(f"input `{sig.name}` is in host memory; this kernel runs on the GPU",
+                               help="move it to the GPU (cupy.asarray or .cuda())")
+        if info.ptr % info.itemsize:
+            raise launch_error(f"input `{sig.name}` starts at address {info.ptr:#x}, not aligned to "
+                               f"{info.itemsize} bytes", help="pass an aligned (freshly allocated) array")
+        devices.add(info.device)
+        infos[sig.name] = info
+    if len(devices - {None}) > 1:
+        raise launch_error(f"inputs are on different devices ({sorted(d for d in devices if d is not None)})",
+                           help="put every input on one GPU")
+    try:
+        sizes = bind_sizes(diagram, {n: i.shape for n, i in infos.items()})
+    except NapkinError as exc:
+        raise NapkinLaunchError(exc.diagnostics) from None
+    return infos, sizes
+
+
+def check_outputs(diagram: Diagram, out, shapes: dict, inputs: dict[str, ArrayInfo]) -> list:
+    """The caller's preallocated outputs (`out=`), checked; returns them in output order."""
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    sigs = diagram.outputs
+    if len(outs) != len(sigs):
+        raise launch_error(f"out= has {len(outs)} arrays, but the diagram has {len(sigs)} outputs",
+                           help="pass one array per output, in declaration order")
+    for sig, o in zip(sigs, outs):
+        info = describe(o)
+        if info is None:
+            raise launch_error(f"out= for `{sig.name}` is a {type(o).__name__}, not an array")
+        if info.shape != shapes[sig.name]:
+            raise launch_error(f"out= for `{sig.name}` has shape {info.shape}; expected "
+                               f"{shapes[sig.name]}")
+        if info.dtype != sig.dtype:
+            raise launch_error(f"out= for `{sig.name}` has dtype {info.dtype_text}; expected {sig.dtype}")
+        if not info.contiguous:
+            raise launch_error(f"out= for `{sig.name}` is not contiguous")
+        for name, i in inputs.items():
+            if overlaps(info, i):
+                raise launch_error(f"out= for `{sig.name}` overlaps input `{name}`",
+                                   help="outputs must not alias inputs; pass a separate array")
+    return outs
+
+
+def overlaps(a: ArrayInfo, b: ArrayInfo) -> bool:
+    if a.device != b.device or not a.nbytes or not b.nbytes:
+        return False
+    return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes

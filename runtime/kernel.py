@@ -1,0 +1,204 @@
+"""`Kernel`: a diagram compiled once, called on arrays many times (what `napkin.compile` returns).
+
+A kernel plans for the sizes of each call (plans take milliseconds; equal
+sources share one compiled binary through the cache), checks every argument
+before launching, and returns outputs in the caller's own array type: NumPy
+for NumPy, CuPy for CuPy, PyTorch tensors (on PyTorch's current stream) for
+PyTorch. Backends: `cuda` (CuPy), `reference`, `interpret`, `emulate`;
+`auto` picks `cuda` when CuPy sees a GPU, else `reference`, and says so once.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..codegen.lower import lower
+from ..codegen.render import render
+from ..compiler import target as targets
+from ..compiler.diagram import Diagram
+from ..compiler.explain import render_text, report
+from ..compiler.plan import plan as make_plan
+from ..diagrams.diagnostics import UsageError, did_you_mean, error
+from . import backends, binaries
+from .arrays import describe, host_copy, is_device, like
+from .bind import match_inputs
+from .checks import check_inputs, check_outputs
+from .launches import make_launches
+
+log = logging.getLogger("napkin")
+BACKENDS = ("auto", "cuda", "reference", "interpret", "emulate")
+_SAID_AUTO = []
+
+
+class Kernel:
+    def __init__(self, diagram: Diagram, target: str | None = None, arch: str | None = None,
+                 backend: str = "auto", launcher=None, cache=None):
+        if backend not in BACKENDS:
+            raise UsageError(error("N0808", f"unknown backend `{backend}`",
+                                   help=did_you_mean(backend, BACKENDS, "backends: " + ", ".join(BACKENDS)))
+                             .diagnostics)
+        self.diagram = diagram
+        self._launcher = launcher
+        self._cache = cache
+        if backend == "auto":
+            backend = "cuda" if launcher is not None or _gpu() else "reference"
+            if backend == "reference" and not _SAID_AUTO:
+                _SAID_AUTO.append(True)
+                log.warning("napkin: no GPU found; running kernels with the reference backend")
+        self.backend = backend
+        device_target = device_arch = None
+        if backend == "cuda":
+            _, device_arch, device_target = self.launcher.device()
+        self.target = targets.load(target or device_target or targets.DEFAULT)
+        self.arch = arch or device_arch or (self.target.arch if self.target.arch.startswith("sm_")
+                                            else "sm_90")
+        self._compiled: dict = {}
+
+    @property
+    def launcher(self):
+        if self._launcher is None:
+            from .cuda import CupyLauncher
+            self._launcher = CupyLauncher()
+        return self._launcher
+
+    # -- what the kernel is -----------------------------------------------------------
+    def compiled_for(self, sizes: dict[str, int] | None = None):
+        """(plan, program, CUDA source) for these sizes (planning sizes when None)."""
+        key = tuple(sorted((sizes or {}).items()))
+        if key not in self._compiled:
+            dynamic = {a: s for a, s in (sizes or {}).items() if self.diagram.axes.get(a) is None}
+            p = make_plan(self.diagram, self.target, dynamic)
+            prog = lower(p)
+            self._compiled[key] = (p, prog, render(prog))
+        return self._compiled[key]
+
+    @property
+    def plan(self):
+        return self.compiled_for()[0]
+
+    @property
+    def source(self) -> str:
+        return self.compiled_for()[2]
+
+    def binary(self, sizes: dict[str, int] | None = None):
+        return binaries.get(self.compiled_for(sizes)[2], self.arch, cache=self._cache)
+
+    @property
+    def ptx(self) -> str:
+        return self.binary().ptx
+
+    @property
+    def resources(self) -> dict:
+        """Per kernel: registers, spills, stack and shared memory (ptxas and the launch)."""
+        p, prog, _ = self.compiled_for()
+        out = {}
+        res = self.binary().resources
+        sizes = {param: p.sizes[axis] for param, axis in prog.size_params}
+        for k in prog.kernels:
+            entry = dict(res[k.name])
+            entry["smem_bytes"] = entry["smem_bytes"] + k.smem_bytes(sizes)
+            out[k.name] = entry
+        return out
+
+    def explain(self) -> str:
+        return render_text(report(self.plan))
+
+    def __repr__(self) -> str:
+        return f"<napkin.Kernel {self.diagram.name} on {self.target.name} ({self.backend}, {self.arch})>"
+
+    # -- calling ------------------------------------------------------------------------
+    def __call__(self, *arrays, out=None, stream=None, **named):
+        given = match_inputs(self.diagram, arrays, named)
+        if self.backend == "cuda":
+            outs = self._cuda(given, out, stream)
+        else:
+            outs = self._host(given, out)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _host(self, given: dict, out) -> list:
+        infos, sizes = check_inputs(self.diagram, given, device_required=False)
+        template = next(iter(given.values()), None)
+        inputs = {n: host_copy(x) for n, x in given.items()}
+        if self.backend == "reference":
+            result = backends.get("reference")(self.diagram, inputs, sizes)
+        else:
+            from .emulated import run_plan
+            from .interpret import interpret
+            p = self.compiled_for(sizes)[0]
+            if self.backend == "interpret":
+                raw = interpret(p, inputs)
+                result = {s.name: raw[s.name] for s in self.diagram.outputs}
+            else:
+                result = run_plan(p, inputs, sizes)
+        from . import dtypes
+        outs = [result[s.name].astype(dtypes.numpy_dtype(s.dtype)) for s in self.diagram.outputs]
+        if out is not None:
+            shapes = {s.name: o.shape for s, o in zip(self.diagram.outputs, outs)}
+            targets_ = check_outputs(self.diagram, out, shapes, infos)
+            for t, o in zip(targets_, outs):
+                t[...] = like(t, o) if not isinstance(t, np.ndarray) else o
+            return targets_
+        return [like(template, o) for o in outs]
+
+    def _cuda(self, given: dict, out, stream) -> list:
+        launcher = self.launcher
+        infos, sizes = check_inputs(self.diagram, given, device_required=False)
+        template = next((x for x in given.values() if is_device(x)), None)
+        on_device = {n: (x if is_device(x) else launcher.to_device(host_copy(x)))
+                     for n, x in given.items()}
+        shapes = {s.name: tuple(sizes[a] for a in s.axes) for s in self.diagram.outputs}
+        outs = check_outputs(self.diagram, out, shapes, infos) if out is not None else \
+            [launcher.empty(shapes[s.name], s.dtype, template) for s in self.diagram.outputs]
+        if any(0 in shape for shape in shapes.values()):
+            return self._finish(outs, given, template)
+        p, prog, source = self.compiled_for(sizes)
+        launches = make_launches(prog, sizes, smem_limit=launcher.smem_limit())
+        binary = self._loadable(sizes, source)
+        pointers = self._buffers(p, prog, on_device, outs, shapes, template)
+        st = launcher.stream_for(template, stream)
+        for spec, kprog in zip(launches, prog.kernels):
+            if spec.blocks == 0:
+                continue
+            args = []
+            for param, value in zip(kprog.params, spec.args):
+                args.append(np.int64(value) if param.role == "size" else np.uint64(pointers[value]))
+            launcher.launch(binary, spec.kernel, spec.grid, spec.block, spec.smem_bytes, args, st)
+        return self._finish(outs, given, template)
+
+    def _loadable(self, sizes: dict, source: str):
+        """The cubin (napkin's NVRTC, through the cache), or a module CuPy compiles itself."""
+        from . import nvrtc
+        if nvrtc.available():
+            return self.binary(sizes).cubin
+        return self.launcher.module_from_source(source, self.arch)
+
+    def _buffers(self, p, prog, inputs: dict, outs: list, shapes, template) -> dict:
+        """Buffer name -> device pointer: inputs, outputs and the intermediates kernels share."""
+        from .launches import buffer_names
+        names = buffer_names(prog)
+        by_array = {s.name: o for s, o in zip(self.diagram.outputs, outs)}
+        self._keep = []
+        pointers = {}
+        for array, dtype, axes in prog.buffers:
+            if array in inputs:
+                arr = inputs[array]
+            elif array in by_array:
+                arr = by_array[array]
+            else:
+                arr = self.launcher.empty(tuple(p.sizes[a] for a in axes), dtype, template)
+                self._keep.append(arr)
+            pointers[names[array]] = describe(arr).ptr
+        return pointers
+
+    def _finish(self, outs: list, given: dict, template) -> list:
+        if template is not None:
+            return outs
+        # NumPy callers get NumPy back
+        return [self.launcher.to_host(o, s.dtype) for o, s in zip(outs, self.diagram.outputs)]
+
+
+def _gpu() -> bool:
+    from .cuda import gpu_present
+    return gpu_present()

@@ -1,0 +1,167 @@
+"""napkin.compile: Kernel objects on the CPU backends, and the launch path with a fake GPU
+(every argument check fires before any launch)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import napkin
+from napkin.diagrams.diagnostics import NapkinError, NapkinLaunchError
+from napkin.runtime.cache import Cache
+from napkin.runtime.kernel import Kernel
+
+from .fake_gpu import DeviceArray, FakeLauncher
+
+
+@pytest.fixture
+def qkv(rng):
+    return tuple(rng.standard_normal(s).astype(np.float16)
+                 for s in ((2, 3, 37, 64), (2, 3, 50, 64), (2, 3, 50, 64)))
+
+
+def test_compile_with_numpy_returns_the_reference(qkv):
+    k = napkin.compile("attention", d=64)
+    assert k.backend == "reference"
+    out = k(*qkv)
+    (expected,) = napkin.run("attention", *qkv)
+    assert isinstance(out, np.ndarray) and np.array_equal(out, expected)
+    assert np.array_equal(k(Q=qkv[0], K=qkv[1], V=qkv[2]), expected)
+
+
+def test_torch_cpu_tensors_in_torch_tensors_out(qkv):
+    k = napkin.compile("attention")
+    out = k(*(torch.from_numpy(a) for a in qkv))
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float16
+    (expected,) = napkin.run("attention", *qkv)
+    assert np.array_equal(out.numpy(), expected)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_other_cpu_backends(backend, qkv):
+    k = napkin.compile("attention", backend=backend)
+    (expected,) = napkin.run("attention", *qkv)
+    err = np.max(np.abs(k(*qkv).astype(np.float64) - expected.astype(np.float64)))
+    assert err < 5e-3
+
+
+def test_kernel_properties(qkv):
+    k = napkin.compile("softmax")
+    assert 'extern "C" __global__' in k.source and ".entry napkin_k0" in k.ptx
+    assert k.plan.kernels[0].kernel.name == "k0"
+    (res,) = k.resources.values()
+    assert res["spill_stores"] == 0 and res["registers"] > 0 and res["smem_bytes"] > 0
+    assert "kernel k0" in k.explain()
+
+
+def test_out_argument_on_cpu(qkv):
+    k = napkin.compile("attention")
+    target = np.full((2, 3, 37, 64), np.nan, dtype=np.float16)
+    k(*qkv, out=target)
+    assert not np.isnan(target).any()
+
+
+# -- the launch path, with a fake GPU ------------------------------------------------------
+
+def gpu_kernel(name="attention", tmp_path=None, **kw):
+    launcher = FakeLauncher(**kw)
+    cache = Cache(tmp_path / "cache") if tmp_path else None
+    return Kernel(napkin.load(name), backend="cuda", launcher=launcher, cache=cache), launcher
+
+
+def dev(*shape, typestr="<f2", **kw):
+    return DeviceArray(shape, typestr, **kw)
+
+
+def test_launch_passes_pointers_and_sizes_as_64_bit(tmp_path):
+    k, launcher = gpu_kernel(tmp_path=tmp_path)
+    Q, K, V = dev(2, 3, 37, 64), dev(2, 3, 50, 64), dev(2, 3, 50, 64)
+    out = k(Q, K, V)
+    assert isinstance(out, DeviceArray) and out.shape == (2, 3, 37, 64) and out.typestr == "<f2"
+    (launch,) = launcher.launches
+    assert launch["name"] == "napkin_k0" and launch["block"] == k.compiled_for(
+        {"b": 2, "h": 3, "q": 37, "x": 50})[1].kernels[0].threads
+    pointers = [a for a in launch["args"] if isinstance(a, np.uint64)]
+    sizes = [a for a in launch["args"] if isinstance(a, np.int64)]
+    assert pointers == [np.uint64(Q.ptr), np.uint64(K.ptr), np.uint64(V.ptr), np.uint64(out.ptr)]
+    assert sorted(int(s) for s in sizes) == sorted([2, 3, 37, 50])
+    assert isinstance(launch["binary"], bytes) and launch["binary"][:4] == b"\x7fELF"
+
+
+def test_target_and_arch_come_from_the_device(tmp_path):
+    k, _ = gpu_kernel(tmp_path=tmp_path, arch="sm_80", device_name="NVIDIA A100-SXM4-80GB")
+    assert k.arch == "sm_80" and k.target.name == "a100"
+
+
+BAD = {
+    "dtype": lambda: (dev(2, 3, 37, 64, typestr="<f4"), dev(2, 3, 50, 64), dev(2, 3, 50, 64)),
+    "contiguity": lambda: (dev(2, 3, 37, 64, strides=(2, 2 * 2, 2 * 6, 2 * 222)), dev(2, 3, 50, 64),
+                           dev(2, 3, 50, 64)),
+    "alignment": lambda: (dev(2, 3, 37, 64, ptr=(1 << 30) + 1), dev(2, 3, 50, 64), dev(2, 3, 50, 64)),
+    "device": lambda: (dev(2, 3, 37, 64), dev(2, 3, 50, 64, device=1), dev(2, 3, 50, 64)),
+    "axis sizes": lambda: (dev(2, 3, 37, 64), dev(2, 3, 50, 64), dev(2, 3, 51, 64)),
+    "static size": lambda: (dev(2, 3, 37, 32), dev(2, 3, 50, 32), dev(2, 3, 50, 32)),
+    "rank": lambda: (dev(3, 37, 64), dev(2, 3, 50, 64), dev(2, 3, 50, 64)),
+    "not an array": lambda: ([1.0], dev(2, 3, 50, 64), dev(2, 3, 50, 64)),
+}
+
+
+@pytest.mark.parametrize("problem", sorted(BAD))
+def test_every_check_fires_before_any_launch(problem, tmp_path):
+    k, launcher = gpu_kernel(tmp_path=tmp_path)
+    with pytest.raises(NapkinLaunchError) as exc:
+        k(*BAD[problem]())
+    assert launcher.launches == []
+    assert exc.value.diagnostics[0].code in ("N0903", "N0308")
+
+
+@pytest.mark.parametrize("problem", ["alias", "shape", "dtype", "count"])
+def test_out_checks(problem, tmp_path):
+    k, launcher = gpu_kernel(tmp_path=tmp_path)
+    Q, K, V = dev(2, 3, 37, 64), dev(2, 3, 50, 64), dev(2, 3, 50, 64)
+    out = {"alias": DeviceArray((2, 3, 37, 64), "<f2", ptr=Q.ptr + 128),
+           "shape": dev(2, 3, 36, 64), "dtype": dev(2, 3, 37, 64, typestr="<f4"),
+           "count": (dev(2, 3, 37, 64), dev(2, 3, 37, 64))}[problem]
+    with pytest.raises(NapkinLaunchError):
+        k(Q, K, V, out=out)
+    assert launcher.launches == []
+
+
+def test_missing_and_unknown_inputs_are_refused(tmp_path):
+    k, launcher = gpu_kernel(tmp_path=tmp_path)
+    with pytest.raises(NapkinError):
+        k(dev(2, 3, 37, 64), dev(2, 3, 50, 64))
+    with pytest.raises(NapkinError):
+        k(dev(2, 3, 37, 64), dev(2, 3, 50, 64), dev(2, 3, 50, 64), W=dev(1))
+    assert launcher.launches == []
+
+
+def test_zero_size_problems_launch_nothing(tmp_path):
+    k, launcher = gpu_kernel(tmp_path=tmp_path)
+    out = k(dev(2, 0, 37, 64), dev(2, 0, 50, 64), dev(2, 0, 50, 64))
+    assert out.shape == (2, 0, 37, 64) and launcher.launches == []
+
+
+def test_huge_batches_respect_the_grid_limit(tmp_path):
+    k, launcher = gpu_kernel(tmp_path=tmp_path)
+    k(dev(1 << 16, 1 << 15, 1, 64), dev(1 << 16, 1 << 15, 3, 64), dev(1 << 16, 1 << 15, 3, 64))
+    (launch,) = launcher.launches
+    assert 1 <= launch["grid"] <= 2**31 - 1
+
+
+def test_shared_memory_over_the_device_limit_is_refused(tmp_path):
+    k, launcher = gpu_kernel("matmul", tmp_path=tmp_path, smem_limit=1024)
+    with pytest.raises(NapkinError) as exc:
+        k(dev(300, 200), dev(200, 100))
+    assert exc.value.code == "N0603" and launcher.launches == []
+
+
+def test_multi_kernel_plans_launch_in_order_with_intermediates(tmp_path):
+    k, launcher = gpu_kernel("mlp", tmp_path=tmp_path)
+    X, W1, W2 = dev(4096, 4096), dev(4096, 16384), dev(16384, 4096)
+    k(X, W1, W2)
+    assert [l["name"] for l in launcher.launches] == ["napkin_k0", "napkin_k1"]
+    first, second = launcher.launches
+    h_pointer = first["args"][3]     # k0 stores H; k1 loads it
+    assert h_pointer in second["args"]
