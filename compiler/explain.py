@@ -71,6 +71,7 @@ def report(plan: Plan) -> dict:
         "gpu": bool(tgt.processors),
         "sizes": {a: int(v) for a, v in plan.sizes.items()},
         "dynamic": [a for a, s in plan.diagram.axes.items() if s is None],
+        "defaulted": list(plan.defaulted),
         "kernels": kernels,
         "predicted_seconds": float(plan.time),
         "H_bytes": sum(float(k.cost.levels[1].H) for k in plan.kernels),
@@ -107,7 +108,8 @@ def _streaming(plan: Plan, kp) -> dict | None:
 def render_text(rep: dict) -> str:
     lines = [f"napkin explain {rep['diagram']} on {rep['target']} ({rep['target_description']})"]
     sizes = "  ".join(f"{a}={v}" for a, v in rep["sizes"].items())
-    note = " (dynamic axes at planning sizes; set them with --shape)" if rep["dynamic"] else ""
+    note = (f" ({', '.join(rep['defaulted'])} at the default planning size; set sizes with --shape)"
+            if rep.get("defaulted") else "")
     lines.append(f"sizes: {sizes}{note}")
     for k in rep["kernels"]:
         lines.append("")

@@ -46,6 +46,7 @@ class Plan:
     kernels: tuple[KernelPlan, ...]
     unfused: tuple[KernelPlan, ...] = field(default=())
     tensor_cores: bool = False
+    defaulted: tuple[str, ...] = ()   # dynamic axes planned at DEFAULT_SIZE (no size given)
 
     @property
     def time(self) -> float:
@@ -86,8 +87,11 @@ def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | Non
         unfused = tuple(planner.plan(k, strict=False) for k in base)
     except NapkinError as exc:
         raise NapkinError(exc.diagnostics, diagram.source) from None
+    given = {diagram.ir.graph["axes"][a].rep for a in (shape or {}) if a in diagram.ir.graph["axes"]}
+    defaulted = tuple(a for a, info in diagram.ir.graph["axes"].items()
+                      if info.size is None and info.rep not in given)
     return Plan(diagram, g, tgt, sizes, plans, tuple(p for p in unfused if p is not None),
-                tensor_cores)
+                tensor_cores, defaulted)
 
 
 class KernelPlanner:
@@ -230,4 +234,4 @@ def with_choices(plan: Plan, choices) -> Plan:
         cost = evaluate(model, cols, choice, plan.sizes, plan.target)
         kernels.append(KernelPlan(kp.kernel, model, cols, choice, cost, kp.hints))
     return Plan(plan.diagram, plan.graph, plan.target, plan.sizes, tuple(kernels), plan.unfused,
-                plan.tensor_cores)
+                plan.tensor_cores, plan.defaulted)
