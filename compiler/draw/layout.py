@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from . import boxes, text
 from .model import Column, Structure
-from .scene import MARK, TEXT, Curve, Dot, Scene, Text
+from .scene import MARK, TEXT, Curve, Dot, Frame, Scene, Text
 
 
 @dataclass(frozen=True)
@@ -33,15 +33,17 @@ class Metrics:
     name_size: float = 12.0    # array names
     box_size: float = 11.0     # box labels
     caption_size: float = 13.0
+    kernel_gap: float = 30.0   # global memory between two kernels (the planned picture)
 
 
 Side = list[tuple[int, float]]   # (value id, top y) per array, top to bottom
 
 
 class Layout:
-    def __init__(self, s: Structure, m: Metrics | None = None):
+    def __init__(self, s: Structure, m: Metrics | None = None, gaps=()):
         self.s = s
         self.m = m or Metrics()
+        self.gaps = set(gaps)      # columns preceded by a stretch of global memory
         self.top = self.m.margin + self.m.caption
         self.bottom = self.top
 
@@ -105,8 +107,8 @@ class Layout:
         return max(rises, default=0.0)
 
     # --- text -----------------------------------------------------------------------
-    def wire_label(self, axis: str) -> str:
-        return self.s.label(axis) if axis else "scalar"
+    def wire_label(self, axis: str, v: int | None = None) -> str:
+        return self.s.label(axis, v) if axis else "scalar"
 
     def header(self, v: int) -> str:
         """An array's name over its wires; an input's with its dtype."""
@@ -114,21 +116,25 @@ class Layout:
         name = value.name or ""
         return f"{name} : {value.dtype}" if name and value.dtype else name
 
-    def stub_width(self, entries) -> float:
+    def stub_width(self, entries, inside: bool = False) -> float:
+        """`inside`: a box's result, labelled as it lives there (relabelled per value)."""
         m = self.m
         widest = 0.0
         for v, head in entries:
             widest = max(widest, text.width(head, m.name_size),
-                         *(text.width(self.wire_label(a), m.label_size) for a in self.rows(v)))
+                         *(text.width(self.wire_label(a, v if inside else None), m.label_size)
+                           for a in self.rows(v)))
         return max(28.0, widest + 2 * m.pad)
 
-    def labels(self, scene: Scene, v: int, top: float, x: float, head: str) -> None:
+    def labels(self, scene: Scene, v: int, top: float, x: float, head: str,
+               inside: bool = False) -> None:
         m = self.m
         if head:
             scene.add(Text("array-label", x, top + m.head - 6, head, size=m.name_size,
                            value=v, layer=TEXT))
         for i, a in enumerate(self.rows(v)):
-            scene.add(Text("axis-label", x, self.wire_y(top, i) - 5, self.wire_label(a),
+            scene.add(Text("axis-label", x, self.wire_y(top, i) - 5,
+                           self.wire_label(a, v if inside else None),
                            size=m.label_size, value=v, axis=a or None, layer=TEXT))
 
     # --- horizontal -----------------------------------------------------------------
@@ -185,7 +191,11 @@ class Layout:
         x += w
         self.caps(scene, inputs, s.unused_inputs, x)
         prev = inputs
-        for c in s.columns:
+        for k, c in enumerate(s.columns):
+            if k in self.gaps:
+                self.straight(scene, prev, x, x + m.kernel_gap)
+                x += m.kernel_gap
+            x0, before = x, tuple(prev)
             left, operands, right = self.column_sides(c, dict(prev))
             x += self.transition(scene, prev, left, x)
             body = boxes.body_width(c.box, m, self.steepest(c, operands, right))
@@ -194,17 +204,18 @@ class Layout:
             head = self.header(c.box.result)
             # the last box's result, when it is an output, is labelled once: at the outputs
             labelled = c is not s.columns[-1] or c.box.result not in {o.value for o in s.outputs}
-            stub = self.stub_width([(c.box.result, head)]) if labelled else 12.0
+            stub = self.stub_width([(c.box.result, head)], inside=True) if labelled else 12.0
             self.straight(scene, passing, x, x + body + stub)
             boxes.draw(scene, c.box, self, operands, result_top, x, x + body)
             x += body
             self.straight(scene, [(c.box.result, result_top)], x, x + stub)
             self.separators(scene, right, x, x + stub, near=c.box.result)
             if labelled:
-                self.labels(scene, c.box.result, result_top, x + m.pad, head)
+                self.labels(scene, c.box.result, result_top, x + m.pad, head, inside=True)
             x += stub
             self.caps(scene, right, c.ends, x)
             prev = [(v, t) for v, t in right if v not in c.ends]
+            scene.frames.append(Frame(x0, x, before, tuple(prev)))
         outs, y = self.stack([o.value for o in s.outputs], self.top, dict(prev))
         self.bottom = max(self.bottom, y - m.gap)
         x += self.transition(scene, prev, outs, x)
@@ -221,5 +232,6 @@ class Layout:
         return scene
 
 
-def layout(s: Structure, metrics: Metrics | None = None) -> Scene:
-    return Layout(s, metrics).place()
+def layout(s: Structure, metrics: Metrics | None = None, gaps=()) -> Scene:
+    """`gaps`: indices of columns to precede by a stretch of global memory (`kernel_gap`)."""
+    return Layout(s, metrics, gaps).place()

@@ -79,10 +79,15 @@ class Structure:
     unused_inputs: tuple[int, ...]
     columns: tuple[Column, ...]
     outputs: tuple[Output, ...]
-    # wire labels to show instead of `name=size` (a planned picture's `g_q`, `s_x`)
+    # wire labels to show instead of `name=size` (a planned picture's `g_q`, `s_x`): for every
+    # wire, and per value where a box labels its result (the level the value lives at)
     relabel: dict[str, str] = field(default_factory=dict)
+    relabel_values: dict[int, dict[str, str]] = field(default_factory=dict)
 
-    def label(self, axis: str) -> str:
+    def label(self, axis: str, value: int | None = None) -> str:
+        """A wire's label; `value`: the array it belongs to, labelled where a box makes it."""
+        if axis in self.relabel_values.get(value, {}):
+            return self.relabel_values[value][axis]
         if axis in self.relabel:
             return self.relabel[axis]
         return text.axis_label(axis, self.sizes.get(axis))
@@ -199,11 +204,24 @@ def _describe(g: nx.DiGraph, n: int, o, folded: set[int]):
     return "map", (), label, label if label == o.fn else f"{o.fn}: {label}"
 
 
-def structure(diagram) -> Structure:
-    """The columns, values and tuples of a diagram's picture."""
+def boxes(diagram) -> tuple[Box, ...]:
+    """The boxes of a diagram's picture, in the default (topological) order."""
+    b = _Builder(diagram.ir)
+    b.run()
+    return tuple(b.boxes)
+
+
+def structure(diagram, key=None) -> Structure:
+    """The columns, values and tuples of a diagram's picture.
+
+    `key(box)` reorders the columns (stably); it must keep every box after the boxes that
+    make its operands (the planned picture puts each kernel's boxes together).
+    """
     g = diagram.ir
     b = _Builder(g)
     b.run()
+    if key is not None:
+        b.boxes = [bx for _, bx in sorted(enumerate(b.boxes), key=lambda ib: (key(ib[1]), ib[0]))]
     uses: dict[int, list[int]] = {}
     for k, box in enumerate(b.boxes):
         for v in box.operands:

@@ -21,6 +21,10 @@ class Shape:
     axis: str | None = field(default=None, kw_only=True)    # the wire it belongs to
     title: str | None = field(default=None, kw_only=True)   # tooltip text
     layer: int = field(default=WIRE, kw_only=True)
+    # the planned picture: the memory level the shape is coloured by (index into the target's
+    # levels), and `data-*` attributes written on its element (array, kernel, level, ...)
+    level: int | None = field(default=None, kw_only=True)
+    data: tuple[tuple[str, str], ...] = field(default=(), kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -62,12 +66,24 @@ class Text(Shape):
     size: float = 11.0
 
 
+@dataclass(frozen=True)
+class Frame:
+    """Where one column of the picture lies: from the start of its transition to the end of its
+    stub, and the arrays (value, top y) on its left before the wires bend and on its right."""
+
+    x0: float
+    x1: float
+    before: tuple[tuple[int, float], ...]
+    after: tuple[tuple[int, float], ...]
+
+
 @dataclass
 class Scene:
     width: float
     height: float
     title: str
     shapes: list[Shape] = field(default_factory=list)
+    frames: list[Frame] = field(default_factory=list)    # one per column, left to right
 
     def add(self, shape: Shape) -> None:
         self.shapes.append(shape)

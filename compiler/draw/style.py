@@ -60,3 +60,49 @@ class Style:
 
 def _n(x: float) -> str:
     return format(x, "g")
+
+
+# The paper colours level 0 (global memory) black and level 1 orange; deeper levels get
+# other colours, in this order.
+LEVEL_COLOURS = ("#1b1b1b", "#e07b00", "#1f6fb4", "#2e9a4f", "#8e44ad", "#b03a48")
+
+PLANNED_ROLES = ("kernel", "kernel-label", "load", "store", "swatch", "legend", "table-head",
+                 "table-kernel", "table-cell", "table-total", "table-note")
+
+
+@dataclass(frozen=True)
+class PlannedStyle(Style):
+    """The planned picture: every array in the colour of the memory level it lives at."""
+
+    region_fill: str = "#f5f5f2"
+    region_stroke: str = "#b5b5ad"
+
+    def level_colour(self, level: int | None) -> str:
+        if level is None:
+            return self.muted
+        return LEVEL_COLOURS[level % len(LEVEL_COLOURS)]
+
+    def array_colour(self, shape: Shape) -> str:
+        return self.level_colour(shape.level)
+
+    def paint(self, shape: Shape) -> dict[str, str]:
+        role = shape.role
+        if role in ("array-label", "axis-label") and shape.level is not None:
+            attrs = super().paint(shape)
+            attrs["fill"] = self.level_colour(shape.level)
+            return attrs
+        if role == "kernel":
+            return {"fill": self.region_fill, "stroke": self.region_stroke, "stroke-width": "1",
+                    "stroke-dasharray": "5 3"}
+        if role in ("load", "store"):
+            return {"fill": self.level_colour(shape.level), "stroke": self.paper,
+                    "stroke-width": "1"}
+        if role == "swatch":
+            return {"stroke": self.level_colour(shape.level), "stroke-width": "3", "fill": "none"}
+        if role in ("kernel-label", "legend", "table-head", "table-kernel", "table-cell",
+                    "table-total", "table-note"):
+            attrs = {"fill": self.muted if role == "table-note" else self.ink}
+            if role in ("kernel-label", "table-head", "table-kernel", "table-total"):
+                attrs["font-weight"] = "bold"
+            return attrs
+        return super().paint(shape)

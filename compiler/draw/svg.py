@@ -19,7 +19,7 @@ def _attrs(pairs: dict[str, str]) -> str:
 
 
 def _element(tag: str, geometry: dict[str, str], shape: Shape, body: str = "") -> str:
-    attrs = {"class": shape.role, **geometry}
+    attrs = {"class": shape.role, **geometry, **{f"data-{k}": v for k, v in shape.data}}
     if shape.title:
         body = f"<title>{escape(shape.title)}</title>" + body
     if not body:

@@ -1,4 +1,9 @@
-"""`napkin explain FILE|NAME`: the plan napkin derives, in the paper's notation or as JSON."""
+"""`napkin explain FILE|NAME`: the plan napkin derives, in the paper's notation or as JSON.
+
+`--plot FILE.png` also draws each kernel's predicted point on the target's roofline (needs
+matplotlib: `pip install 'napkin[plot]'`), `--bench FILE.json` adds measured points from
+`napkin bench --json` (see compiler/draw/roofline.py for the format).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ from ..cli_common import diagram_options, load_diagram, parse_assignments
 from ..compiler import target as targets
 from ..compiler.explain import render_text, report
 from ..compiler.plan import plan
+from ..diagrams.diagnostics import UsageError, error
+from ..runtime.files import write_atomic
 
 
 @click.command("explain")
@@ -27,8 +34,23 @@ from ..compiler.plan import plan
 @click.option("--arch", default=None,
               help="Also compile with NVRTC for this arch and show ptxas's report beside the plan "
                    "(default: the target's arch, when NVRTC is installed).")
-def command(diagram, sizes, target_name, shapes, groups, streams, as_json, no_fusion, arch) -> None:
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw the kernels on the target's roofline into this PNG "
+                   "(needs pip install 'napkin[plot]').")
+@click.option("--bench", "bench_path", type=click.Path(dir_okay=False), default=None,
+              help="Add measured points to --plot from napkin bench --json results.")
+def command(diagram, sizes, target_name, shapes, groups, streams, as_json, no_fusion, arch,
+            plot_path, bench_path) -> None:
     """Explain the plan: kernels, relabelled axes, memory per level, M, H, FLOPs and time."""
+    bench = None
+    if bench_path and not plot_path:
+        raise UsageError(error("N0804", "--bench adds measured points to the roofline: it needs "
+                               "--plot", help="for example --plot roofline.png --bench b.json")
+                         .diagnostics)
+    if plot_path:   # fail before any work when the plot cannot be drawn
+        from ..compiler.draw import roofline
+        roofline.require()
+        bench = roofline.read_bench(bench_path) if bench_path else None
     d = load_diagram(diagram, sizes)
     tgt = targets.load(target_name)
     overrides = {"group": parse_assignments(groups, "--group"),
@@ -37,6 +59,8 @@ def command(diagram, sizes, target_name, shapes, groups, streams, as_json, no_fu
     rep = report(p)
     attach_resources(rep, p, arch or (tgt.arch if tgt.arch.startswith("sm_") else None), arch)
     click.echo(json.dumps(rep, indent=2) if as_json else render_text(rep))
+    if plot_path:
+        write_atomic(plot_path, roofline.png(rep, tgt, bench))
 
 
 def attach_resources(rep: dict, p, arch: str | None, asked: str | None) -> None:
