@@ -12,6 +12,15 @@ import numpy as np
 from ..diagrams.diagnostics import error
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)   # the only portable way to read it; done once, at import
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
     """Write to a temporary file beside `path`, then move it into place."""
     target = Path(path)
@@ -24,6 +33,8 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
                     help="check that the directory exists and is writable") from None
     try:
         with os.fdopen(fd, "wb") as f:
+            # mkstemp creates 0600; give the file the mode open() would (0666 less the umask)
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
