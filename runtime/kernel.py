@@ -105,6 +105,11 @@ class Kernel:
     def explain(self) -> str:
         return render_text(report(self.plan))
 
+    def _repr_svg_(self) -> str:
+        """The planned picture (arrays coloured by memory level, the M/H table), for Jupyter."""
+        from ..compiler.draw import draw_plan
+        return draw_plan(self.plan)
+
     def __repr__(self) -> str:
         return f"<napkin.Kernel {self.diagram.name} on {self.target.name} ({self.backend}, {self.arch})>"
 

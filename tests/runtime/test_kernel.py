@@ -55,6 +55,18 @@ def test_kernel_properties(qkv):
     assert "kernel k0" in k.explain()
 
 
+def test_kernel_shows_its_planned_picture_in_jupyter():
+    from xml.etree import ElementTree
+
+    from napkin.compiler.draw import draw_plan
+    k = napkin.compile("attention", target="h100")
+    svg = k._repr_svg_()
+    assert svg == draw_plan(k.plan)
+    root = ElementTree.fromstring(svg)
+    text = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
+    assert "attention on h100" in text and "s_x=" in text and "total k0" in text
+
+
 def test_out_argument_on_cpu(qkv):
     k = napkin.compile("attention")
     target = np.full((2, 3, 37, 64), np.nan, dtype=np.float16)

@@ -18,7 +18,7 @@ from napkin.compiler.draw.svg import to_svg
 from napkin.diagrams.sources import library_names
 
 
-GOLDENS = Path(__file__).with_name("goldens")
+GOLDENS = Path(__file__).parents[3] / "docs" / "pictures" / "library"   # shown in docs/library.md
 NS = "{http://www.w3.org/2000/svg}"
 LIBRARY = library_names()
 
@@ -206,3 +206,11 @@ def test_the_hooks_for_the_planned_picture():
     root = parse(to_svg(scene, Levels()))
     orange = [g for g in root.iter(f"{NS}g") if g.get("stroke") == "#e07b00"]
     assert orange and all(e.get("class") == "wire" for g in orange for e in g)
+
+
+def test_docs_show_every_library_diagram_as_written_and_planned():
+    page = (GOLDENS.parents[1] / "library.md").read_text()
+    for name in LIBRARY:
+        assert f"](pictures/library/{name}.svg)" in page, name
+        assert f"](pictures/library/planned/{name}.h100.svg)" in page, name
+        assert (GOLDENS / f"{name}.svg").exists() and (GOLDENS / "planned" / f"{name}.h100.svg").exists()

@@ -16,7 +16,7 @@ from napkin.compiler.explain import report
 from napkin.compiler.plan import plan
 from napkin.diagrams.sources import library_names
 
-GOLDENS = Path(__file__).with_name("goldens") / "planned"
+GOLDENS = Path(__file__).parents[3] / "docs" / "pictures" / "library" / "planned"
 NS = "{http://www.w3.org/2000/svg}"
 LIBRARY = library_names()
 TARGETS = ("h100", "two-level")
