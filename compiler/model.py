@@ -98,7 +98,7 @@ def storage_dtype(g: nx.DiGraph, n: int) -> str:
         if isinstance(ir.op(g, v), ir.Output):
             return ir.op(g, v).dtype
     t = ir.type_of(g, n).dtype
-    return "f32" if t not in BYTES else t
+    return t if t in ("f32", "f16", "bf16") else "f32"   # masks are stored as 0.0 / 1.0
 
 
 def build(g: nx.DiGraph, k: Kernel, axis: str | None) -> Model:

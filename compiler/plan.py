@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import networkx as nx
+import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
@@ -65,8 +66,12 @@ def planning_sizes(diagram: Diagram, shape: dict | None = None) -> dict[str, int
     for name, info in axes.items():
         if info.size is not None:
             out[name] = info.size
-        else:
-            out[name] = shape.get(name, by_rep.get(info.rep, DEFAULT_SIZE))
+            continue
+        value = shape.get(name, by_rep.get(info.rep, DEFAULT_SIZE))
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise error("N0304", f"size {value!r} of axis `{name}` is not a whole number",
+                        help="sizes of dynamic axes are whole numbers (0 for an empty axis)")
+        out[name] = max(1, int(value))   # an empty axis is planned as one position
     return out
 
 

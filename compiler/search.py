@@ -156,9 +156,12 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
     if not ok.any():
         return None
     time = np.where(ok, out["time_total"], np.inf)
-    size_key = sum(gvals.values()) + (chunks_ if chunks_ is not None else 0)
-    thread_key = sum(tvals.values()) if tvals else np.zeros_like(time)
-    best = np.lexsort((ways, thread_key, size_key, np.round(time, 15)))[0]
+    # every key has the grid's shape (a kernel without axes has no group or thread sizes)
+    size_key = np.broadcast_to(sum(gvals.values()) + (chunks_ if chunks_ is not None else 0),
+                               time.shape)
+    thread_key = np.broadcast_to(sum(tvals.values()), time.shape)
+    best = np.lexsort((np.broadcast_to(ways, time.shape), thread_key, size_key,
+                       np.round(time, 15)))[0]
     choice = _choice(model, sizes, gvals, tvals, chunks_, splits, split_choice, best, fixed)
     cost = evaluate(model, cols, choice, sizes, target, tensor_cores=tensor_cores)
     return choice, cost

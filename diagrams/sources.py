@@ -29,8 +29,8 @@ def read_file(path: str | os.PathLike) -> Source:
             raise error("N0501", f"{p} is {size:,} bytes; the limit is {limits.MAX_SOURCE_BYTES:,}",
                         help="split the diagram into smaller ones")
         data = p.read_bytes()
-    except OSError as exc:
-        raise error("N0801", f"cannot read {p}: {exc.strerror or exc}",
+    except (OSError, ValueError) as exc:   # ValueError: a NUL or a lone surrogate in the path
+        raise error("N0801", f"cannot read {p!s:.200}: {getattr(exc, 'strerror', None) or exc}",
                     help="check the path, or give a library name: " + ", ".join(library_names())) from None
     return decode(data, str(path))
 

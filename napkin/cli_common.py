@@ -52,7 +52,9 @@ def parse_assignments(values, option: str) -> dict[str, int]:
                 continue
             name, eq, num = part.partition("=")
             name, num = name.strip(), num.strip()
-            if not eq or not name.isidentifier() or not (num.isdigit() and len(num) < 19):
+            # ASCII digits only: str.isdigit() also admits '²' and other digits int() refuses
+            if not eq or not name.isidentifier() or not (num.isascii() and num.isdigit()
+                                                         and len(num) < 19):
                 raise UsageError(error(
                     "N0804", f"{option} {part!r}: expected NAME=SIZE with a whole number",
                     help=f"for example {option} d=128" + (",q=256" if option == "--shape" else ""))
