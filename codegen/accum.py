@@ -176,7 +176,8 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
         b.emit(P.Decl("float", result, None, st.extent))
         formula = {"mean": "({c}[z] > 0.0f ? {s}[z] / {c}[z] : NAPKIN_NAN)",
                    "var": "({n}[z] > 0.0f ? {q}[z] / {n}[z] : NAPKIN_NAN)",
-                   "logsumexp": "(logf({s}[z]) + napkin_shift({m}[z]))"}[st.kind]
+                   "logsumexp": "({m}[z] == NAPKIN_INF ? NAPKIN_INF : "
+                                "logf({s}[z]) + napkin_shift({m}[z]))"}[st.kind]
         b.loop("z", "0", str(st.extent), "1",
                lambda: b.emit(P.Set(f"{result}[z]", formula.format(**a))))
     lw.register(n, point, result, st.extra)

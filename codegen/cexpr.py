@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 CTYPE = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16"}
 
 # fn -> format string over the argument expressions {0}, {1}, {2}
@@ -35,12 +37,17 @@ LANES = {"sum": "napkin_lanes_sum", "max": "napkin_lanes_max", "min": "napkin_la
 
 
 def float_literal(value: float) -> str:
-    """A C float literal for any float, including inf and nan."""
+    """A C float literal for any float, including inf and nan.
+
+    The value is rounded to f32 first (kernels compute in f32): a constant beyond the f32
+    range is an infinity and one below it 0, never a literal NVRTC rejects as out of range."""
     if math.isnan(value):
         return "NAPKIN_NAN"
+    with np.errstate(over="ignore", under="ignore"):
+        value = float(np.float32(value))
     if math.isinf(value):
         return "NAPKIN_INF" if value > 0 else "(-NAPKIN_INF)"
-    text = repr(float(value))
+    text = str(np.float32(value))       # the shortest text that reads back as this f32
     if "e" not in text and "." not in text:
         text += ".0"
     return text + "f" if "e" in text or "." in text else text + ".0f"

@@ -14,8 +14,11 @@ from .builder import Ix
 INT_MAX = 2**31 - 1
 
 
-def index_type(arrays, sizes: dict[str, int], margin: int = 1) -> str:
-    """'int' when every offset (and every loop counter) fits, else 'long long'."""
+def index_type(arrays, sizes: dict[str, int], margin: int = 1, overshoot: int = 0) -> str:
+    """'int' when every offset (and every loop counter) fits, else 'long long'.
+
+    `overshoot`: how far past an axis's size an index may run before a bound stops it (a
+    tile's tail, a chunk loop's last step): sizes within it of 2^31 need 64 bits."""
     largest = 0
     for axes in arrays:
         count = 1
@@ -23,7 +26,7 @@ def index_type(arrays, sizes: dict[str, int], margin: int = 1) -> str:
             count *= max(1, sizes[a])
         largest = max(largest, count * margin)
     for a, s in sizes.items():
-        largest = max(largest, s * margin)
+        largest = max(largest, s * margin + overshoot)
     return "int" if largest <= INT_MAX else "long long"
 
 

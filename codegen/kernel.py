@@ -41,6 +41,9 @@ class KernelLowering:
         self.b = Builder()
         self.emitter = Emitter(self.b, self.g, self)
         self.loads = set(self.k.loads)
+        # loads read only through renaming views come from global memory (see load): unstaged
+        self.staging = {n for n in self.loads if not all(
+            isinstance(ir.op(self.g, v), ir.View) for v in self.g.successors(n) if v in kp.kernel.nodes)}
         self.woven = self._order(self.model.woven)
         planned = plan.sizes
         group = dict(self.choice.group)
@@ -59,6 +62,9 @@ class KernelLowering:
         self.smem: list[P.SharedBuffer] = []
         self.smem_terms: list[tuple] = []
         self.in_chunk = False
+        self.loop_guards: list = []   # in-range conditions of the split loops around a store
+        self.views = 0                # > 0 while the emitter evaluates inside a renaming view
+        self.serial = 0               # > 0 inside a loop the lanes share with ragged trips
         # streamed reductions: their values come from accumulators, never recomputed
         self.stops = {n for n, _ in self.st.reducers} | {n for n, _ in self.st.pairs} | \
             {n for n, _ in self.st.stats}
@@ -73,12 +79,13 @@ class KernelLowering:
         return self.sizes[axis]
 
     def walk(self, axis: str) -> tuple[str, str]:
-        if self.split and self.split[0] == axis:
+        """Lanes share the split axis, except in a loop they already share (ragged trips)."""
+        if self.split and self.split[0] == axis and not self.serial:
             return "lane", str(self.ways)
         return "0", "1"
 
     def lanes_over(self, axes) -> int:
-        return self.ways if self.split and self.split[0] in axes else 1
+        return self.ways if self.split and self.split[0] in axes and not self.serial else 1
 
     def _point_key(self, n: int, axes, scope) -> tuple:
         return (n,) + tuple((a, scope[a].expr) for a in axes if a in self.woven)
@@ -113,9 +120,10 @@ class KernelLowering:
         return f"{value}[{accum.local_index(self, extra, scope)}]"
 
     def load(self, n: int, scope: dict[str, Ix]) -> str:
+        """From its staged tile, or (inside a view, or not staged) from global memory."""
         param, dtype = self.names[n]
         axes = ir.type_of(self.g, n).axes
-        if n in self.staged and (self.in_chunk or self.st.axis not in axes):
+        if n in self.staged and not self.views and (self.in_chunk or self.st.axis not in axes):
             buf, layout = self.staged[n]
             return f"napkin_to_float({buf}[{layout.offset(scope, local=True)}])"
         layout = Layout(axes, self.sizes, self.itype)
@@ -133,7 +141,7 @@ class KernelLowering:
             rest = f"({rest}) / {self.tcount[a]}"
         real = math.prod(self.tcount.values()) * self.ways
         b.emit(P.Decl("const bool", "tvalid", f"tid < {real}"))
-        nblocks = " * ".join([f"(long long)(({self.sizes[a]} + {self.tile[a] - 1}) / {self.tile[a]})"
+        nblocks = " * ".join([f"(((long long)({self.sizes[a]}) + {self.tile[a] - 1}) / {self.tile[a]})"
                               for a in self.woven]) or "1LL"
         b.emit(P.Decl("const long long", "nblocks", nblocks))
         b.loop("blk", "(long long)blockIdx.x", "nblocks", "(long long)gridDim.x",
@@ -149,7 +157,7 @@ class KernelLowering:
         b = self.b
         rest = "blk"
         for a in reversed(self.woven):
-            nb = f"(long long)(({self.sizes[a]} + {self.tile[a] - 1}) / {self.tile[a]})"
+            nb = f"(((long long)({self.sizes[a]}) + {self.tile[a] - 1}) / {self.tile[a]})"
             o = self._axis_var("org", a)
             b.emit(P.Decl(f"const {self.itype}", o, f"({self.itype})(({rest}) % {nb}) * {self.tile[a]}"))
             rest = f"({rest}) / {nb}"
@@ -158,7 +166,7 @@ class KernelLowering:
             b.emit(P.Decl(f"const {self.itype}", base,
                           f"{self._axis_var('org', a)} + {self._axis_var('tc', a)} * {self.ttile[a]}"))
         self.points = self._points()
-        invariant = sorted(n for n in self.loads
+        invariant = sorted(n for n in self.staging
                            if self.st.axis is None or self.st.axis not in ir.type_of(self.g, n).axes)
         if invariant:
             b.emit(P.Barrier())
@@ -200,7 +208,7 @@ class KernelLowering:
                 states[(n, pt_i)] = accum.declare(self, n, pt, n in stats)
         chunk = self.choice.stream[1]
         split_r = self.split and self.split[0] == r
-        loads = sorted(n for n in st.loads[p] if n in self.loads)
+        loads = sorted(n for n in st.loads[p] if n in self.staging)
 
         kinds = {n: accum.kind_of(self, n, n in stats) for n in reducers + stats}
         per_chunk_stores = any(n in st.per_chunk[p] and r in ir.type_of(self.g, n).axes
@@ -222,7 +230,7 @@ class KernelLowering:
 
         def position_body():
             b.emit(P.Decl(f"const {self.itype}", "xg", f"c0 + xl"))
-            self.in_chunk = True
+            self.in_chunk, self.serial = True, self.serial + bool(split_r)
             for pt_i, pt in enumerate(self.points):
                 scope = {**pt["scope"], r: Ix("xg")}
                 for n in reducers + stats:
@@ -231,13 +239,14 @@ class KernelLowering:
                 for n in self.k.stores:
                     if n in st.per_chunk[p] and r in ir.type_of(self.g, n).axes:
                         self._store(n, scope, pt)
-            self.in_chunk = False
+            self.in_chunk, self.serial = False, self.serial - bool(split_r)
 
         b.loop("c0", f"({self.itype})0", f"({self.itype})({self.sizes[r]})", str(chunk),
                chunk_body, ctype=self.itype)
         for pt_i, pt in enumerate(self.points):
-            for n in reducers + stats:
-                accum.finish(self, n, states[(n, pt_i)], pt, bool(split_r))
+            for n in reducers + stats:   # lanes that split any axis the reducer reduces merge
+                merge = bool(self.split) and self.split[0] in ir.op(self.g, n).axes
+                accum.finish(self, n, states[(n, pt_i)], pt, merge)
 
     def _box(self, r: str) -> dict:
         """Index ranges the block covers (inclusive), the current chunk along r, sizes."""
@@ -329,9 +338,13 @@ class KernelLowering:
         param, dtype = self.names[n]
         layout = Layout(axes, self.sizes, self.itype)
 
+        # lanes splitting an axis the array lacks all hold its merged value: one writes it
+        valid = pt["valid"] + (" && lane == 0" if self.split and self.split[0] not in axes else "")
+
         def write(s):
             v = self.emitter.value(n, s)
-            b.emit(P.If(pt["valid"], (P.Store(param, layout.offset(s), v, cexpr.CTYPE[dtype]),)))
+            cond = " && ".join([valid] + [g for g in self.loop_guards if g])
+            b.emit(P.If(cond, (P.Store(param, layout.offset(s), v, cexpr.CTYPE[dtype]),)))
 
         self.line(n)
         if free:
@@ -347,34 +360,28 @@ class KernelLowering:
     def _loops(self, axes, scope, fn) -> None:
         """Loops over `axes` at a point, with register-array local indices.
 
-        A split axis is walked by the lanes with stride w; when its size is static the
-        trip count is too, and the loop unrolls, so register arrays stay in registers."""
+        Lanes walk a split axis with stride w, all the same trips (the body may shuffle):
+        past the end on a clamped index, `loop_guards` keeping them from storing. Static
+        sizes give static trip counts: unrolled, register arrays stay in registers."""
         if not axes:
             fn(scope)
             return
         a, rest = axes[0], axes[1:]
-        k = self.b.fresh("k")
-        var = self.b.fresh("j")
-        static = self.sizes[a].isdigit()
-        split = self.split and self.split[0] == a
-        w = self.ways if split else 1
-        index = f"lane + {k} * {w}" if split else k
-        if static:
-            trips = -(-int(self.sizes[a]) // w)
+        k, var, size = self.b.fresh("k"), self.b.fresh("j"), self.sizes[a]
+        static = size.isdigit()
+        w = self.ways if self.split and self.split[0] == a else 1
+        raw = f"lane + {k} * {w}" if w > 1 else k
+        ragged = w > 1 and not (static and int(size) % w == 0)
+        index = f"({raw} < {size} ? {raw} : {size} - 1)" if ragged else raw
 
-            def body():
-                self.b.emit(P.Decl("const int", var, index))
-                inner = self._scoped(lambda: self._loops(rest, {**scope, a: Ix(var, k)}, fn))
-                exact = not split or int(self.sizes[a]) % w == 0
-                self.b.emit(P.Block(inner) if exact else P.If(f"{var} < {self.sizes[a]}", inner))
-            self.b.emit(P.For(k, "0", f"{k} < {trips}", f"++{k}", self._scoped(body), True, "int"))
-            return
-
-        def dyn_body():
+        def body():
             self.b.emit(P.Decl("const int", var, index))
-            self._loops(rest, {**scope, a: Ix(var, k)}, fn)
-        stop = f"{index} < {self.sizes[a]}"
-        self.b.emit(P.For(k, "0", stop, f"++{k}", self._scoped(dyn_body), False, "int"))
+            self.loop_guards.append(f"({raw} < {size})" if ragged else None)
+            inner = self._scoped(lambda: self._loops(rest, {**scope, a: Ix(var, k)}, fn))
+            self.loop_guards.pop()
+            self.b.emit(P.Block(inner))
+        trips = str(-(-int(size) // w)) if static else (f"({size} + {w - 1}) / {w}" if w > 1 else size)
+        self.b.emit(P.For(k, "0", f"{k} < {trips}", f"++{k}", self._scoped(body), static, "int"))
 
     def _scoped(self, fn) -> tuple:
         self.b.open()

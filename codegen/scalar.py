@@ -52,7 +52,15 @@ class Emitter:
             inner = dict(scope)
             for axis, label in zip(declared, op.labels):
                 inner[axis] = scope[label]
-            return self.value(base, inner)
+            if tuple(declared) == tuple(op.labels):
+                return self.value(base, inner)
+            # staged tiles cover the ranges of the declared axes, not of the labels: what a
+            # view reads (through names and ops too) comes from global memory
+            self.ctx.views += 1
+            try:
+                return self.value(base, inner)
+            finally:
+                self.ctx.views -= 1
         if isinstance(op, ir.Assign):
             return self.value(args[0], scope)
         if isinstance(op, ir.Map):
@@ -103,8 +111,13 @@ class Emitter:
         var = self.b.fresh("j")
         start, step = self.ctx.walk(a)
         local = var if step == "1" else f"(({var}) / {step})"
-        self.b.loop(var, start, self.ctx.size(a), step,
-                    lambda: self._walk(rest, {**scope, a: Ix(var, local)}, body))
+        shared = step != "1"
+
+        def inner():
+            self.ctx.serial += shared     # nested reductions in a lane-strided loop: per lane
+            self._walk(rest, {**scope, a: Ix(var, local)}, body)
+            self.ctx.serial -= shared
+        self.b.loop(var, start, self.ctx.size(a), step, inner)
 
     def _merge(self, a_axes, kind: str, var: str) -> None:
         lanes = self.ctx.lanes_over(a_axes)
@@ -149,7 +162,9 @@ class Emitter:
             return b.value("float", f"({count} > 0.0f ? {total} / {count} : NAPKIN_NAN)")
         if op.fn == "logsumexp":
             m, s_ = self._lse(args[0], op.axes, scope)
-            return b.value("float", f"(logf({s_}) + napkin_shift({m}))")
+            # a row holding +inf: exp(inf - inf) made the sum NaN; the logsumexp is +inf
+            return b.value("float", f"({m} == NAPKIN_INF ? NAPKIN_INF : "
+                                    f"logf({s_}) + napkin_shift({m}))")
         if op.fn == "var":
             mean = self._reduce_simple("mean", args[0], op.axes, scope)
             acc = b.fresh("acc")

@@ -140,7 +140,8 @@ LOGSUMEXP = Accumulator(
     init=lambda shape, dt: (_full(shape, dt, NEG_INF), _full(shape, dt, 0.0)),
     update=_ignore(_lse_update),
     merge=_ignore(_lse_merge),
-    finalize=_ignore(lambda st: np.log(st[1]) + _safe(st[0])),
+    # a row holding +inf: its running sum is NaN (inf - inf), its logsumexp +inf
+    finalize=_ignore(lambda st: np.where(st[0] == np.inf, np.inf, np.log(st[1]) + _safe(st[0]))),
 )
 
 # Softmax alone streams in two passes: these statistics first, then exp(x - m) / l.

@@ -43,4 +43,6 @@ def run_plan(plan: Plan, inputs: dict[str, np.ndarray], sizes: dict[str, int],
                          timeout_s=timeout_s, smem_limit=int(plan.target.levels[1].capacity_bytes)
                          if plan.target.processors else 232448)
     names = buffer_names(program)
-    return {s.name: result[names[s.name]] for s in plan.diagram.outputs}
+    # (an output that is an input comes back in its buffer, which make_buffers made >= 1-d)
+    return {s.name: result[names[s.name]].reshape(tuple(int(sizes[a]) for a in s.axes))
+            for s in plan.diagram.outputs}

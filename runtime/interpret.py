@@ -78,20 +78,26 @@ class _Block:
         self.k = kp.kernel
         self.st = kp.model.streaming
         self.split = kp.choice.split
-        self.values: dict[int, tuple[np.ndarray, tuple[str, ...]]] = {}
+        self.values: dict[tuple, tuple[np.ndarray, tuple[str, ...]]] = {}
         self.stats: dict[int, tuple] = {}     # softmax statistics finished in an earlier pass
 
     # -- evaluation of one node over the current region ---------------------------
+    def _key(self, n: int, region: Region) -> tuple:
+        """Cache key: the node and the slices of its own axes (a view asks for other slices)."""
+        return (n,) + tuple((region.of(a).start, region.of(a).stop)
+                            for a in ir.type_of(self.g, n).axes)
+
     def value(self, n: int, region: Region):
         """(array, axes) of node n over `region` (cached for nodes without the streamed axis)."""
         g = self.g
         axis = self.st.axis
         cacheable = axis is None or axis not in ir.type_of(g, n).axes
-        if cacheable and n in self.values:
-            return self.values[n]
+        key = self._key(n, region)
+        if cacheable and key in self.values:
+            return self.values[key]
         out = self._compute(n, region)
         if cacheable:
-            self.values[n] = out
+            self.values[key] = out
         return out
 
     def _compute(self, n: int, region: Region):
@@ -100,6 +106,8 @@ class _Block:
         if n not in self.k.nodes or isinstance(op, ir.Input):
             data = self.memory[n][tuple(region.of(a) for a in t.axes)]
             return data, t.axes
+        if isinstance(op, ir.View):
+            return self._view(n, op, region), t.axes
         args = [self.value(m, region) for m in ir.operands(g, n)]
         if isinstance(op, ir.Const):
             return np.asarray(op.value, dtype=np.float64), ()
@@ -108,9 +116,6 @@ class _Block:
             return np.arange(s.start, s.stop, dtype=np.float64), (op.axis,)
         if isinstance(op, ir.SizeOf):
             return np.asarray(float(region.sizes[op.axis])), ()
-        if isinstance(op, ir.View):
-            from .reference import _relabel
-            return _relabel(args[0][0], op.labels), t.axes
         if isinstance(op, ir.Map):
             data = elementwise.apply(op.fn, [_align(v, t.axes) for v in args])
             full = tuple(region.extent(a) for a in t.axes)
@@ -119,6 +124,23 @@ class _Block:
             full = tuple(region.extent(a) for a in t.axes)
             return np.ascontiguousarray(np.broadcast_to(_align(args[0], t.axes), full)), t.axes
         return self._reduction(n, region, args)
+
+    def _view(self, n: int, op, region: Region) -> np.ndarray:
+        """Declared axis k of the base at label k's slice. A base computed here is computed
+        over whole declared axes (a softmax along one needs all of it), then cut; a load is
+        read at the labels' slices directly."""
+        from .reference import _relabel
+        base = ir.operands(self.g, n)[0]
+        declared = ir.type_of(self.g, base).axes
+        loaded = base not in self.k.nodes or isinstance(ir.op(self.g, base), ir.Input)
+        inner = {}
+        for d, lab in zip(declared, op.labels):
+            direct = loaded or d == lab
+            inner[d] = region.of(lab) if direct else slice(0, region.sizes[d])
+        data = self.value(base, Region(region.sizes, {**region.slices, **inner}))[0]
+        cut = tuple(slice(region.of(lab).start - inner[d].start, region.of(lab).stop - inner[d].start)
+                    for d, lab in zip(declared, op.labels))
+        return _relabel(data[cut], op.labels)
 
     def _reduction(self, n: int, region: Region, args):
         """A reduction over whole axes (not streamed here), split over threads if planned."""
@@ -181,7 +203,8 @@ class _Block:
                     if n in st.per_chunk[p] and r in ir.type_of(g, n).axes:
                         self._store(n, region)
             for n, state in states.items():
-                self.values[n] = (self._finalize(n, state, pairs), ir.type_of(g, n).axes)
+                self.values[self._key(n, self.region)] = (self._finalize(n, state, pairs),
+                                                          ir.type_of(g, n).axes)
             self.stats.update(stats)
         for n in k.stores:
             if r not in ir.type_of(g, n).axes:

@@ -258,11 +258,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   const int tc_1 = ((tid / 8) / 32) % 1;
   const int tc_0 = (((tid / 8) / 32) / 1) % 1;
   const bool tvalid = tid < 256;
-  const long long nblocks = (long long)((n0 + 0) / 1) * (long long)((n1 + 0) / 1) * (long long)((n2 + 255) / 256);
+  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 255) / 256);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const long long org_2 = (long long)((blk) % (long long)((n2 + 255) / 256)) * 256;
-    const long long org_1 = (long long)(((blk) / (long long)((n2 + 255) / 256)) % (long long)((n1 + 0) / 1)) * 1;
-    const long long org_0 = (long long)((((blk) / (long long)((n2 + 255) / 256)) / (long long)((n1 + 0) / 1)) % (long long)((n0 + 0) / 1)) * 1;
+    const long long org_2 = (long long)((blk) % (((long long)(n2) + 255) / 256)) * 256;
+    const long long org_1 = (long long)(((blk) / (((long long)(n2) + 255) / 256)) % (((long long)(n1) + 0) / 1)) * 1;
+    const long long org_0 = (long long)((((blk) / (((long long)(n2) + 255) / 256)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
     const long long base_0 = org_0 + tc_0 * 1;
     const long long base_1 = org_1 + tc_1 * 1;
     const long long base_2 = org_2 + tc_2 * 8;

@@ -257,11 +257,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   const int tc_1 = ((tid / 1) / 32) % 8;
   const int tc_0 = (((tid / 1) / 32) / 8) % 1;
   const bool tvalid = tid < 256;
-  const long long nblocks = (long long)((n0 + 0) / 1) * (long long)((n1 + 63) / 64) * (long long)((n3 + 255) / 256);
+  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 63) / 64) * (((long long)(n3) + 255) / 256);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_2 = (int)((blk) % (long long)((n3 + 255) / 256)) * 256;
-    const int org_1 = (int)(((blk) / (long long)((n3 + 255) / 256)) % (long long)((n1 + 63) / 64)) * 64;
-    const int org_0 = (int)((((blk) / (long long)((n3 + 255) / 256)) / (long long)((n1 + 63) / 64)) % (long long)((n0 + 0) / 1)) * 1;
+    const int org_2 = (int)((blk) % (((long long)(n3) + 255) / 256)) * 256;
+    const int org_1 = (int)(((blk) / (((long long)(n3) + 255) / 256)) % (((long long)(n1) + 63) / 64)) * 64;
+    const int org_0 = (int)((((blk) / (((long long)(n3) + 255) / 256)) / (((long long)(n1) + 63) / 64)) % (((long long)(n0) + 0) / 1)) * 1;
     const int base_0 = org_0 + tc_0 * 1;
     const int base_1 = org_1 + tc_1 * 8;
     const int base_2 = org_2 + tc_2 * 8;

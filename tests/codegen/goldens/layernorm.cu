@@ -254,9 +254,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   const int lane = tid % 32;
   const int tc_0 = (tid / 32) % 8;
   const bool tvalid = tid < 256;
-  const long long nblocks = (long long)((n0 + 7) / 8);
+  const long long nblocks = (((long long)(n0) + 7) / 8);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_0 = (int)((blk) % (long long)((n0 + 7) / 8)) * 8;
+    const int org_0 = (int)((blk) % (((long long)(n0) + 7) / 8)) * 8;
     const int base_0 = org_0 + tc_0 * 1;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
@@ -302,14 +302,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     acc2 = napkin_lanes_sum(acc2, 32);
     cnt2 = napkin_lanes_sum(cnt2, 32);
     const float v4 = (cnt2 > 0.0f ? acc2 / cnt2 : NAPKIN_NAN);
-    for (int k0 = 0; lane + k0 * 32 < n1; ++k0) {
-      const int j3 = lane + k0 * 32;
-      const float v5 = (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (n1) + (j3)]) - v4);
-      const float v6 = (v5 * v3);
-      const float v7 = (v6 * napkin_to_float(sm1[(int)(j3)]));
-      const float v8 = (v7 + napkin_to_float(sm2[(int)(j3)]));
-      if (tvalid && (tc_0 * 1 + 0 < 8) && ((base_0 + 0) < n0)) {
-        p3[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (j3)] = napkin_from_float<__half>(v8);
+    for (int k0 = 0; k0 < (n1 + 31) / 32; ++k0) {
+      const int j3 = (lane + k0 * 32 < n1 ? lane + k0 * 32 : n1 - 1);
+      {
+        const float v5 = (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (n1) + (j3)]) - v4);
+        const float v6 = (v5 * v3);
+        const float v7 = (v6 * napkin_to_float(sm1[(int)(j3)]));
+        const float v8 = (v7 + napkin_to_float(sm2[(int)(j3)]));
+        if (tvalid && (tc_0 * 1 + 0 < 8) && ((base_0 + 0) < n0) && (lane + k0 * 32 < n1)) {
+          p3[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (j3)] = napkin_from_float<__half>(v8);
+        }
       }
     }
   }

@@ -256,10 +256,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
   const int tc_1 = (tid / 1) % 16;
   const int tc_0 = ((tid / 1) / 16) % 8;
   const bool tvalid = tid < 128;
-  const long long nblocks = (long long)((n0 + 63) / 64) * (long long)((n2 + 63) / 64);
+  const long long nblocks = (((long long)(n0) + 63) / 64) * (((long long)(n2) + 63) / 64);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_1 = (int)((blk) % (long long)((n2 + 63) / 64)) * 64;
-    const int org_0 = (int)(((blk) / (long long)((n2 + 63) / 64)) % (long long)((n0 + 63) / 64)) * 64;
+    const int org_1 = (int)((blk) % (((long long)(n2) + 63) / 64)) * 64;
+    const int org_0 = (int)(((blk) / (((long long)(n2) + 63) / 64)) % (((long long)(n0) + 63) / 64)) * 64;
     const int base_0 = org_0 + tc_0 * 8;
     const int base_1 = org_1 + tc_1 * 4;
     __syncthreads();

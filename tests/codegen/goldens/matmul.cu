@@ -255,10 +255,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
   const int tc_1 = (tid / 2) % 8;
   const int tc_0 = ((tid / 2) / 8) % 8;
   const bool tvalid = tid < 128;
-  const long long nblocks = (long long)((n0 + 63) / 64) * (long long)((n2 + 63) / 64);
+  const long long nblocks = (((long long)(n0) + 63) / 64) * (((long long)(n2) + 63) / 64);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_1 = (int)((blk) % (long long)((n2 + 63) / 64)) * 64;
-    const int org_0 = (int)(((blk) / (long long)((n2 + 63) / 64)) % (long long)((n0 + 63) / 64)) * 64;
+    const int org_1 = (int)((blk) % (((long long)(n2) + 63) / 64)) * 64;
+    const int org_0 = (int)(((blk) / (((long long)(n2) + 63) / 64)) % (((long long)(n0) + 63) / 64)) * 64;
     const int base_0 = org_0 + tc_0 * 8;
     const int base_1 = org_1 + tc_1 * 8;
     float st0[1];
@@ -1174,259 +1174,259 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       }
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2)) {
+    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2) && lane == 0) {
       p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(st0[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2)) {
+    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2) && lane == 0) {
       p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(st1[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2)) {
+    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2) && lane == 0) {
       p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(st2[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2)) {
+    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2) && lane == 0) {
       p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(st3[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2)) {
+    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2) && lane == 0) {
       p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n2) + (((base_1 + 4) < (int)(n2 - 1) ? (base_1 + 4) : (int)(n2 - 1)))] = napkin_from_float<__half>(st4[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2)) {
+    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2) && lane == 0) {
       p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n2) + (((base_1 + 5) < (int)(n2 - 1) ? (base_1 + 5) : (int)(n2 - 1)))] = napkin_from_float<__half>(st5[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2)) {
+    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2) && lane == 0) {
       p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n2) + (((base_1 + 6) < (int)(n2 - 1) ? (base_1 + 6) : (int)(n2 - 1)))] = napkin_from_float<__half>(st6[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2)) {
+    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2) && lane == 0) {
       p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n2) + (((base_1 + 7) < (int)(n2 - 1) ? (base_1 + 7) : (int)(n2 - 1)))] = napkin_from_float<__half>(st7[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2)) {
+    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2) && lane == 0) {
       p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(st8[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2)) {
+    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2) && lane == 0) {
       p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(st9[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2)) {
+    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2) && lane == 0) {
       p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(st10[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2)) {
+    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2) && lane == 0) {
       p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(st11[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2)) {
+    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2) && lane == 0) {
       p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n2) + (((base_1 + 4) < (int)(n2 - 1) ? (base_1 + 4) : (int)(n2 - 1)))] = napkin_from_float<__half>(st12[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2)) {
+    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2) && lane == 0) {
       p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n2) + (((base_1 + 5) < (int)(n2 - 1) ? (base_1 + 5) : (int)(n2 - 1)))] = napkin_from_float<__half>(st13[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2)) {
+    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2) && lane == 0) {
       p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n2) + (((base_1 + 6) < (int)(n2 - 1) ? (base_1 + 6) : (int)(n2 - 1)))] = napkin_from_float<__half>(st14[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2)) {
+    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2) && lane == 0) {
       p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n2) + (((base_1 + 7) < (int)(n2 - 1) ? (base_1 + 7) : (int)(n2 - 1)))] = napkin_from_float<__half>(st15[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2)) {
+    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2) && lane == 0) {
       p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(st16[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2)) {
+    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2) && lane == 0) {
       p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(st17[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2)) {
+    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2) && lane == 0) {
       p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(st18[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2)) {
+    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2) && lane == 0) {
       p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(st19[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2)) {
+    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2) && lane == 0) {
       p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n2) + (((base_1 + 4) < (int)(n2 - 1) ? (base_1 + 4) : (int)(n2 - 1)))] = napkin_from_float<__half>(st20[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2)) {
+    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2) && lane == 0) {
       p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n2) + (((base_1 + 5) < (int)(n2 - 1) ? (base_1 + 5) : (int)(n2 - 1)))] = napkin_from_float<__half>(st21[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2)) {
+    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2) && lane == 0) {
       p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n2) + (((base_1 + 6) < (int)(n2 - 1) ? (base_1 + 6) : (int)(n2 - 1)))] = napkin_from_float<__half>(st22[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2)) {
+    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2) && lane == 0) {
       p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n2) + (((base_1 + 7) < (int)(n2 - 1) ? (base_1 + 7) : (int)(n2 - 1)))] = napkin_from_float<__half>(st23[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2)) {
+    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2) && lane == 0) {
       p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(st24[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2)) {
+    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2) && lane == 0) {
       p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(st25[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2)) {
+    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2) && lane == 0) {
       p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(st26[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2)) {
+    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2) && lane == 0) {
       p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(st27[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2)) {
+    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2) && lane == 0) {
       p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n2) + (((base_1 + 4) < (int)(n2 - 1) ? (base_1 + 4) : (int)(n2 - 1)))] = napkin_from_float<__half>(st28[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2)) {
+    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2) && lane == 0) {
       p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n2) + (((base_1 + 5) < (int)(n2 - 1) ? (base_1 + 5) : (int)(n2 - 1)))] = napkin_from_float<__half>(st29[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2)) {
+    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2) && lane == 0) {
       p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n2) + (((base_1 + 6) < (int)(n2 - 1) ? (base_1 + 6) : (int)(n2 - 1)))] = napkin_from_float<__half>(st30[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2)) {
+    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2) && lane == 0) {
       p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n2) + (((base_1 + 7) < (int)(n2 - 1) ? (base_1 + 7) : (int)(n2 - 1)))] = napkin_from_float<__half>(st31[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2)) {
+    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2) && lane == 0) {
       p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(st32[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2)) {
+    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2) && lane == 0) {
       p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(st33[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2)) {
+    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2) && lane == 0) {
       p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(st34[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2)) {
+    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2) && lane == 0) {
       p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(st35[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2)) {
+    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2) && lane == 0) {
       p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n2) + (((base_1 + 4) < (int)(n2 - 1) ? (base_1 + 4) : (int)(n2 - 1)))] = napkin_from_float<__half>(st36[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2)) {
+    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2) && lane == 0) {
       p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n2) + (((base_1 + 5) < (int)(n2 - 1) ? (base_1 + 5) : (int)(n2 - 1)))] = napkin_from_float<__half>(st37[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2)) {
+    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2) && lane == 0) {
       p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n2) + (((base_1 + 6) < (int)(n2 - 1) ? (base_1 + 6) : (int)(n2 - 1)))] = napkin_from_float<__half>(st38[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2)) {
+    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2) && lane == 0) {
       p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n2) + (((base_1 + 7) < (int)(n2 - 1) ? (base_1 + 7) : (int)(n2 - 1)))] = napkin_from_float<__half>(st39[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2)) {
+    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2) && lane == 0) {
       p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(st40[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2)) {
+    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2) && lane == 0) {
       p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(st41[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2)) {
+    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2) && lane == 0) {
       p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(st42[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2)) {
+    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2) && lane == 0) {
       p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(st43[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2)) {
+    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2) && lane == 0) {
       p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n2) + (((base_1 + 4) < (int)(n2 - 1) ? (base_1 + 4) : (int)(n2 - 1)))] = napkin_from_float<__half>(st44[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2)) {
+    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2) && lane == 0) {
       p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n2) + (((base_1 + 5) < (int)(n2 - 1) ? (base_1 + 5) : (int)(n2 - 1)))] = napkin_from_float<__half>(st45[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2)) {
+    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2) && lane == 0) {
       p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n2) + (((base_1 + 6) < (int)(n2 - 1) ? (base_1 + 6) : (int)(n2 - 1)))] = napkin_from_float<__half>(st46[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2)) {
+    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2) && lane == 0) {
       p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n2) + (((base_1 + 7) < (int)(n2 - 1) ? (base_1 + 7) : (int)(n2 - 1)))] = napkin_from_float<__half>(st47[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2)) {
+    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2) && lane == 0) {
       p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(st48[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2)) {
+    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2) && lane == 0) {
       p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(st49[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2)) {
+    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2) && lane == 0) {
       p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(st50[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2)) {
+    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2) && lane == 0) {
       p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(st51[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2)) {
+    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2) && lane == 0) {
       p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n2) + (((base_1 + 4) < (int)(n2 - 1) ? (base_1 + 4) : (int)(n2 - 1)))] = napkin_from_float<__half>(st52[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2)) {
+    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2) && lane == 0) {
       p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n2) + (((base_1 + 5) < (int)(n2 - 1) ? (base_1 + 5) : (int)(n2 - 1)))] = napkin_from_float<__half>(st53[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2)) {
+    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2) && lane == 0) {
       p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n2) + (((base_1 + 6) < (int)(n2 - 1) ? (base_1 + 6) : (int)(n2 - 1)))] = napkin_from_float<__half>(st54[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2)) {
+    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2) && lane == 0) {
       p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n2) + (((base_1 + 7) < (int)(n2 - 1) ? (base_1 + 7) : (int)(n2 - 1)))] = napkin_from_float<__half>(st55[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2)) {
+    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n2) && lane == 0) {
       p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(st56[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2)) {
+    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n2) && lane == 0) {
       p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(st57[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2)) {
+    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n2) && lane == 0) {
       p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(st58[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2)) {
+    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n2) && lane == 0) {
       p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(st59[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2)) {
+    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n2) && lane == 0) {
       p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n2) + (((base_1 + 4) < (int)(n2 - 1) ? (base_1 + 4) : (int)(n2 - 1)))] = napkin_from_float<__half>(st60[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2)) {
+    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n2) && lane == 0) {
       p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n2) + (((base_1 + 5) < (int)(n2 - 1) ? (base_1 + 5) : (int)(n2 - 1)))] = napkin_from_float<__half>(st61[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2)) {
+    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n2) && lane == 0) {
       p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n2) + (((base_1 + 6) < (int)(n2 - 1) ? (base_1 + 6) : (int)(n2 - 1)))] = napkin_from_float<__half>(st62[0]);
     }
 #line 7 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2)) {
+    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n2) && lane == 0) {
       p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n2) + (((base_1 + 7) < (int)(n2 - 1) ? (base_1 + 7) : (int)(n2 - 1)))] = napkin_from_float<__half>(st63[0]);
     }
   }

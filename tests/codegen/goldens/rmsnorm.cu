@@ -253,9 +253,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   const int lane = tid % 32;
   const int tc_0 = (tid / 32) % 8;
   const bool tvalid = tid < 256;
-  const long long nblocks = (long long)((n0 + 7) / 8);
+  const long long nblocks = (((long long)(n0) + 7) / 8);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_0 = (int)((blk) % (long long)((n0 + 7) / 8)) * 8;
+    const int org_0 = (int)((blk) % (((long long)(n0) + 7) / 8)) * 8;
     const int base_0 = org_0 + tc_0 * 1;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
@@ -280,12 +280,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const float v1 = (cnt0 > 0.0f ? acc0 / cnt0 : NAPKIN_NAN);
     const float v2 = (v1 + 1e-06f);
     const float v3 = (1.0f / sqrtf(v2));
-    for (int k0 = 0; lane + k0 * 32 < n1; ++k0) {
-      const int j1 = lane + k0 * 32;
-      const float v4 = (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (n1) + (j1)]) * v3);
-      const float v5 = (v4 * napkin_to_float(sm1[(int)(j1)]));
-      if (tvalid && (tc_0 * 1 + 0 < 8) && ((base_0 + 0) < n0)) {
-        p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (j1)] = napkin_from_float<__half>(v5);
+    for (int k0 = 0; k0 < (n1 + 31) / 32; ++k0) {
+      const int j1 = (lane + k0 * 32 < n1 ? lane + k0 * 32 : n1 - 1);
+      {
+        const float v4 = (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (n1) + (j1)]) * v3);
+        const float v5 = (v4 * napkin_to_float(sm1[(int)(j1)]));
+        if (tvalid && (tc_0 * 1 + 0 < 8) && ((base_0 + 0) < n0) && (lane + k0 * 32 < n1)) {
+          p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (j1)] = napkin_from_float<__half>(v5);
+        }
       }
     }
   }

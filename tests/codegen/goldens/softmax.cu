@@ -252,9 +252,9 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
   const int lane = tid % 32;
   const int tc_0 = (tid / 32) % 1;
   const bool tvalid = tid < 32;
-  const long long nblocks = (long long)((n0 + 0) / 1);
+  const long long nblocks = (((long long)(n0) + 0) / 1);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_0 = (int)((blk) % (long long)((n0 + 0) / 1)) * 1;
+    const int org_0 = (int)((blk) % (((long long)(n0) + 0) / 1)) * 1;
     const int base_0 = org_0 + tc_0 * 1;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
@@ -273,11 +273,13 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
       acc1 = acc1 + expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (n1) + (j1)]) - napkin_shift(acc0));
     }
     acc1 = napkin_lanes_sum(acc1, 32);
-    for (int k0 = 0; lane + k0 * 32 < n1; ++k0) {
-      const int j2 = lane + k0 * 32;
-      const float v0 = (acc1 == 0.0f ? 0.0f : expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (n1) + (j2)]) - napkin_shift(acc0)) / acc1);
-      if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0)) {
-        p1[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (j2)] = napkin_from_float<__half>(v0);
+    for (int k0 = 0; k0 < (n1 + 31) / 32; ++k0) {
+      const int j2 = (lane + k0 * 32 < n1 ? lane + k0 * 32 : n1 - 1);
+      {
+        const float v0 = (acc1 == 0.0f ? 0.0f : expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (n1) + (j2)]) - napkin_shift(acc0)) / acc1);
+        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (lane + k0 * 32 < n1)) {
+          p1[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (j2)] = napkin_from_float<__half>(v0);
+        }
       }
     }
   }
