@@ -1,0 +1,179 @@
+"""Differential checks shared by the fuzz tests and `benchmarks/fuzz.py`.
+
+A case is compiled (`plan` on a target, lowered, rendered), interpreted and
+emulated, and every output is compared with the float64 reference under the
+tolerance rule (`compare.check`: NaN and infinities in the same places).
+Failures are classified:
+
+    load     the generated diagram was rejected (a generator bug, or a front-end one)
+    compile  planning, lowering, rendering or g++ failed
+    run      the interpreter or the emulated kernel raised, crashed or timed out
+    compare  an output broke the tolerance rule
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import napkin
+from napkin.codegen.lower import lower
+from napkin.codegen.render import render
+from napkin.compiler.cost import Choice
+from napkin.compiler.plan import plan as make_plan
+from napkin.compiler.plan import with_choices
+from napkin.diagrams.diagnostics import NapkinError, Source
+from napkin.runtime import compare, reference
+from napkin.runtime.emulate.errors import BUILD, EmulatorError
+from napkin.runtime.emulated import run_plan
+from napkin.runtime.interpret import interpret
+
+from .gen import Case, inputs_for
+
+REGRESSIONS = Path(__file__).resolve().parent.parent / "regressions"
+KINDS = ("load", "compile", "run", "compare")
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: str          # load | compile | run | compare
+    backend: str       # interpret | emulate | plan | ...
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} error ({self.backend}): {self.message}"
+
+
+class Checked(Exception):
+    """A case failed; carries the Failure."""
+
+    def __init__(self, failure: Failure):
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+def _trace(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()[-3000:]
+
+
+def load_case(case: Case, defines: dict | None = None):
+    try:
+        return napkin.load(Source("<fuzz>", case.text), **(defines or {}))
+    except Exception as exc:  # noqa: BLE001 - generated diagrams are well typed: any error
+        raise Checked(Failure("load", "front end", _trace(exc))) from None
+
+
+def compare_outputs(d, got: dict, ref: dict, low: dict, backend: str) -> None:
+    for s in d.outputs:
+        out = got.get(s.name)
+        if out is None:
+            raise Checked(Failure("compare", backend, f"{s.name}: missing"))
+        verdict = compare.check(out, ref[s.name], low[s.name], s.dtype, s.name)
+        if not verdict.ok:
+            raise Checked(Failure("compare", backend, verdict.message))
+
+
+def run_backends(d, p, inputs: dict, sizes: dict, ref: dict, low: dict, *,
+                 emulate: bool = True, interp: bool = True, sanitize: str = "none",
+                 timeout_s: float = 120.0) -> None:
+    """Interpret and emulate one plan; raise Checked on the first failure."""
+    try:
+        program = lower(p)
+        render(program)
+    except Exception as exc:  # noqa: BLE001 - any exception here is a compile error
+        raise Checked(Failure("compile", "codegen", _trace(exc))) from None
+    if interp:
+        try:
+            got = interpret(p, inputs)
+        except Exception as exc:  # noqa: BLE001
+            raise Checked(Failure("run", "interpret", _trace(exc))) from None
+        compare_outputs(d, got, ref, low, "interpret")
+    if emulate:
+        try:
+            got = run_plan(p, inputs, sizes, sanitize=sanitize, timeout_s=timeout_s)
+        except EmulatorError as exc:
+            kind = "compile" if exc.kind == BUILD else "run"
+            raise Checked(Failure(kind, "emulate", _trace(exc)[:3000])) from None
+        except Exception as exc:  # noqa: BLE001
+            raise Checked(Failure("run", "emulate", _trace(exc))) from None
+        compare_outputs(d, got, ref, low, "emulate")
+
+
+def check_case(case: Case, *, target: str = "h100", emulate: bool = True,
+               sanitize: str = "none", choices=None, fusion: bool = True,
+               defines: dict | None = None) -> None:
+    """Load (with -D `defines`), plan (with `choices`: Choice per kernel, else the
+    planner's), interpret, emulate and compare a case (raises Checked)."""
+    d = load_case(case, defines)
+    inputs = inputs_for(d, case.shape, case.seed)
+    try:
+        p = make_plan(d, target, case.shape, fusion=fusion)
+        if choices is not None:
+            p = with_choices(p, choices)
+    except Exception as exc:  # noqa: BLE001 - a NapkinError here is a planning bug too
+        raise Checked(Failure("compile", "plan", _trace(exc))) from None
+    ref = reference.evaluate(d, inputs)
+    low = reference.evaluate(d, inputs, precision="lowp")
+    run_backends(d, p, inputs, p.sizes, ref, low, emulate=emulate, sanitize=sanitize)
+
+
+def save_regression(case: Case, failure: Failure, folder: Path = REGRESSIONS,
+                    **options) -> Path:
+    """Write the (shrunk) case as `<hash>.napkin` + `<hash>.json` (shape, seed, what failed,
+    and options: `choices`, `fusion`, `defines`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256((case.text + json.dumps(options, default=str)).encode()).hexdigest()[:12]
+    path = folder / f"fuzz-{key}.napkin"
+    path.write_text(case.text)
+    if "choices" in options:
+        options["choices"] = [{"group": c.group, "stream": c.stream, "thread": c.thread,
+                               "split": c.split} for c in options["choices"]]
+    meta = {"shape": case.shape, "seed": case.seed, "target": "h100", **options,
+            "failure": str(failure)[:2000]}
+    path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
+    return path
+
+
+def load_regression(path: Path) -> tuple[Case, dict]:
+    """A saved case and its options: target, fusion, sanitize, and optionally `choices`
+    (per kernel: group/thread lists of [axis, size], stream/split [axis, size] or null)."""
+    meta = json.loads(path.with_suffix(".json").read_text())
+    case = Case(path.read_text(), {k: int(v) for k, v in meta.get("shape", {}).items()},
+                int(meta.get("seed", 0)))
+    options = {"target": meta.get("target", "h100"), "fusion": meta.get("fusion", True),
+               "sanitize": meta.get("sanitize", "none"), "defines": meta.get("defines")}
+    if meta.get("choices") is not None:
+        options["choices"] = [_choice(c) for c in meta["choices"]]
+    return case, options
+
+
+def _choice(c: dict) -> Choice:
+    pairs = lambda v: tuple((a, int(n)) for a, n in v or ())     # noqa: E731
+    one = lambda v: (v[0], int(v[1])) if v else None             # noqa: E731
+    return Choice(pairs(c.get("group")), one(c.get("stream")), pairs(c.get("thread")),
+                  one(c.get("split")))
+
+
+class Recorder:
+    """Remembers the last failing case (Hypothesis replays the shrunk one last)."""
+
+    def __init__(self):
+        self.last: tuple[Case, Failure] | None = None
+
+    def check(self, case: Case, **kw) -> None:
+        try:
+            check_case(case, **kw)
+        except Checked as exc:
+            self.last = (case, exc.failure)
+            raise
+
+    def save(self) -> Path | None:
+        if self.last is None:
+            return None
+        return save_regression(*self.last)
+

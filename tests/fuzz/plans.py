@@ -1,0 +1,148 @@
+"""Random legal plans for the library diagrams (a Hypothesis strategy) and their check.
+
+Per kernel: a group tile per woven axis (1, tiles that do not divide the axis,
+the whole axis, larger than the axis), a thread tile within it, the streamed
+axis (any reduced axis, or none: every axis whole) and its chunk (1, odd,
+larger than the axis), and a reduced axis split over 2..32 lanes (powers of
+two, one warp, as the emulator's shuffles need). Legal: a block has at most 1024
+threads and the plan fits every memory level (registers, shared memory) by the
+cost model; over a capacity, the largest group tile is halved. Every plan runs through the interpreter and the emulator and is
+compared with the reference (tolerance rule) and with the default plan.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from hypothesis import strategies as st
+
+import napkin
+from napkin.compiler.columns import columns
+from napkin.compiler.cost import Choice, evaluate
+from napkin.compiler.model import build as build_model
+from napkin.compiler.plan import plan as make_plan
+from napkin.compiler.plan import with_choices
+from napkin.compiler.search import fits
+from napkin.diagrams.diagnostics import Source
+from napkin.diagrams.sources import library_source
+from napkin.runtime import compare, reference
+from napkin.runtime.interpret import interpret
+
+from .gen import Case, inputs_for
+from .harness import Checked, Failure, _trace, run_backends
+
+SMALL = (1, 2, 3, 5, 7, 9, 13, 17, 33)
+LANES = (2, 4, 8, 16, 32)
+MAX_THREADS = 1024
+
+
+def library(name: str, dtype: str, **sizes):
+    text = re.sub(r":\s*f16\b", f": {dtype}", library_source(name).text)
+    return napkin.load(Source(f"<library:{name}:{dtype}>", text), **sizes)
+
+
+def random_choice(draw, kp, plan) -> Choice:
+    """A random choice for kernel `kp` of `plan` within the target's capacities."""
+    model, sizes = kp.model, plan.sizes
+    woven, reduced = list(model.woven), list(model.reduced)
+    group, thread = [], []
+    for a in woven:
+        n = sizes[a]
+        g = draw(st.sampled_from([1, 2, 3, 4, 8, n, n + 1, max(1, n - 1)]))
+        t = draw(st.sampled_from([1, 2, 3, 4]))
+        group.append((a, g))
+        thread.append((a, min(t, g)))
+    stream = split = None
+    if reduced:
+        axis = draw(st.sampled_from([None] + reduced))
+        if axis is not None:
+            n = sizes[axis]
+            stream = (axis, draw(st.sampled_from([1, 2, 3, 8, n, n + 2])))
+        if draw(st.booleans()):
+            split = (draw(st.sampled_from(reduced)), draw(st.sampled_from(LANES)))
+    ways = split[1] if split else 1
+    tiles = dict(group)
+    per = dict(thread)
+    for _ in range(64):
+        # at most MAX_THREADS threads: coarsen the thread tiles of the largest groups
+        while ways * int(np.prod([-(-tiles[a] // per[a]) for a in woven] or [1])) > MAX_THREADS:
+            a = max(woven, key=lambda x: -(-tiles[x] // per[x]))
+            per[a] = min(tiles[a], per[a] * 2)
+        choice = Choice(tuple(sorted(tiles.items())), stream, tuple(sorted(per.items())), split)
+        if fits(cost_of(plan, kp, choice)):
+            return choice
+        # over a capacity (registers, shared memory): halve the largest group tile
+        big = [a for a in woven if tiles[a] > 1]
+        if not big:
+            break
+        a = max(big, key=lambda x: tiles[x])
+        tiles[a] = max(1, tiles[a] // 2)
+        per[a] = min(per[a], tiles[a])
+    return kp.choice          # nothing smaller fits: the planner's own choice
+
+
+def cost_of(plan, kp, choice: Choice):
+    model = build_model(plan.graph, kp.kernel, choice.stream[0] if choice.stream else None)
+    return evaluate(model, columns(plan.graph, model), choice, plan.sizes, plan.target)
+
+
+def library_text(name: str, dtype: str) -> str:
+    return re.sub(r":\s*f16\b", f": {dtype}", library_source(name).text)
+
+
+@st.composite
+def planned(draw, names):
+    """(diagram, shape, random plan, default plan, seed) for a library diagram."""
+    name = draw(st.sampled_from(list(names)))
+    dtype = draw(st.sampled_from(["f32", "f16", "bf16"]))
+    d = library(name, dtype)
+    if "d" in d.axes:
+        d = library(name, dtype, d=draw(st.sampled_from([8, 9, 16])))
+    shape = {a: draw(st.sampled_from(SMALL)) for a, s in d.axes.items() if s is None}
+    fused = draw(st.booleans())
+    default = make_plan(d, "h100", shape, fusion=fused)
+    choices = [random_choice(draw, kp, default) for kp in default.kernels]
+    return d, shape, with_choices(default, choices), default, draw(st.integers(0, 2**16)), fused
+
+
+def describe(case) -> str:
+    d, shape, p, _, seed, _ = case
+    return (f"{d.name} shape={shape} seed={seed} "
+            f"choices={[k.choice for k in p.kernels]} kernels={len(p.kernels)}")
+
+
+def as_regression(case) -> tuple:
+    """(Case, options) to save a failing random plan under tests/regressions/."""
+    d, shape, p, default, seed, fused = case
+    name, dtype = d.name.strip("<>").split(":")[1:3]
+    options = {"choices": [k.choice for k in p.kernels], "defines": dict(d.overrides) or None,
+               "fusion": fused}
+    return Case(f"# {d.name}\n" + library_text(name, dtype), shape, seed), options
+
+
+def check_plan(case, emulate: bool = True, sanitize: str = "none") -> None:
+    """Interpret and emulate a random plan; compare with the reference and the default plan."""
+    d, shape, p, default, seed, _ = case
+    inputs = inputs_for(d, shape, seed)
+    ref = reference.evaluate(d, inputs)
+    low = reference.evaluate(d, inputs, precision="lowp")
+    run_backends(d, p, inputs, p.sizes, ref, low, emulate=emulate, sanitize=sanitize)
+    try:
+        mine, theirs = interpret(p, inputs), interpret(default, inputs)
+    except Exception as exc:  # noqa: BLE001
+        raise Checked(Failure("run", "interpret", _trace(exc))) from None
+    for s in d.outputs:      # both in float64: the schedules must agree far below rounding
+        a, b = mine[s.name], theirs[s.name]
+        scale = max(1.0, float(np.max(np.abs(b), initial=0.0)))
+        if not np.array_equal(np.isnan(a), np.isnan(b)) or \
+                float(np.max(np.abs(a - b), initial=0.0)) > 1e-9 * scale:
+            raise Checked(Failure("compare", "interpret vs default plan",
+                                  f"{s.name}: max difference {np.max(np.abs(a - b)):.3g}"))
+
+
+def verdicts(d, got: dict, inputs: dict) -> list:
+    ref = reference.evaluate(d, inputs)
+    low = reference.evaluate(d, inputs, precision="lowp")
+    return [compare.check(got[s.name], ref[s.name], low[s.name], s.dtype, s.name)
+            for s in d.outputs]

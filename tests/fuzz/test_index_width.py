@@ -1,0 +1,121 @@
+"""Index width: at sizes whose element counts or offsets reach 2^31 (planned, never
+allocated), every integer expression of every kernel fits the chosen index type (an
+independent range analysis, widths.py), and the PTX computes in 64 bits when it must."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import napkin
+from napkin.codegen import lower as lower_mod
+from napkin.codegen.lower import lower
+from napkin.codegen.render import render
+from napkin.compiler.plan import plan
+from napkin.diagrams.sources import library_names
+from napkin.runtime import nvrtc
+from napkin.runtime.launches import size_values
+
+from .widths import check_kernel
+
+SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
+EDGE = 2**31
+ELEMENTWISE = "axis a\nin X[a]: f32\nY[a] = X * 2\nout Y: f32\n"
+SUM = "axis a\nin X[a]: f32\nY[] = sum[a](X)\nout Y: f32\n"
+STATIC_MATMUL = ("axis m = {m}, k = {k}, n = 64\nin A[m k]: f16\nin B[k n]: f16\n"
+                 "C[m n] = A * B\nout C: f16\n")
+
+CASES = [
+    (ELEMENTWISE, {"a": EDGE - 1}), (ELEMENTWISE, {"a": EDGE}), (ELEMENTWISE, {"a": EDGE - 2000}),
+    (SUM, {"a": EDGE - 1}), (SUM, {"a": EDGE - 2000}), (SUM, {"a": 3 * EDGE}),
+    ("axis a = 2147483647\nin X[a]: f32\nY[a] = X * 2\nout Y: f32\n", {}),
+    (STATIC_MATMUL.format(m=65536, k=32767), {}), (STATIC_MATMUL.format(m=65536, k=32768), {}),
+    ("matmul", {"m": 65536, "k": 32768, "n": 64}), ("matmul", {"m": 46341, "k": 46341, "n": 3}),
+    ("softmax", {"r": 2**16, "c": 2**15}), ("softmax", {"r": 2**16 - 1, "c": 2**15 + 1}),
+    ("layernorm", {"r": 2**17, "c": 2**14 - 1}), ("layernorm", {"r": 2**20, "c": 2**11}),
+    ("attention", {"b": 1, "h": 1, "q": 2**25, "x": 7}), ("attention", {"b": 2, "h": 4, "q": 2**22 - 1, "x": 9}),
+    ("causal_attention", {"b": 1, "h": 2, "q": 2**24, "x": 2**24}),
+    ("gqa_attention", {"b": 1, "g": 2, "r": 4, "q": 2**22, "x": 33}),
+]
+
+
+def problems_of(d, shape) -> tuple[list, list]:
+    p = plan(d, "h100", shape)
+    program = lower(p)
+    sizes = size_values(program, p.sizes)
+    found = [f"{k.name}: {msg}" for k in program.kernels for msg in check_kernel(k, sizes)]
+    return found, [k.index_type for k in program.kernels]
+
+
+@pytest.mark.parametrize("text, shape", CASES, ids=[f"{t.split()[0] if chr(10) not in t else t.split(chr(10))[0][:20]}-{s}"
+                                                    for t, s in CASES])
+def test_every_index_expression_fits_its_type(text, shape):
+    found, _ = problems_of(napkin.load(text), shape)
+    assert not found, found[:5]
+
+
+@st.composite
+def near_the_edge(draw):
+    name = draw(st.sampled_from(library_names()))
+    d = napkin.load(name)
+    dynamic = [a for a, s in d.axes.items() if s is None]
+    shape = {a: draw(st.integers(1, 300)) for a in dynamic}
+    target = draw(st.sampled_from([EDGE - 1, EDGE, EDGE + 1])) + draw(st.integers(-4096, 4096))
+    axis = draw(st.sampled_from(dynamic))
+    # the largest input gets about `target` elements by sizing one of its axes
+    sig = max(d.inputs, key=lambda s: s.axes.count(axis) and math.prod(
+        shape.get(a, d.axes[a] or 1) for a in s.axes))
+    others = math.prod(shape.get(a, d.axes[a] or 1) for a in sig.axes if a != axis) or 1
+    if axis in sig.axes:
+        shape[axis] = max(1, target // others)
+    return d, shape
+
+
+@settings(max_examples=max(1, int(25 * SCALE)), deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(near_the_edge())
+def test_random_shapes_at_the_edge(case):
+    d, shape = case
+    found, _ = problems_of(d, shape)
+    assert not found, (d.name, shape, found[:5])
+
+
+def _ptx(d, force_int: bool = False) -> str:
+    p = plan(d, "h100", {})
+    old = lower_mod.index_type
+    if force_int:
+        lower_mod.index_type = lambda *a, **k: "int"
+    try:
+        return nvrtc.compile(render(lower(p)), arch="sm_90", want_cubin=False).ptx
+    finally:
+        lower_mod.index_type = old
+
+
+def test_ptx_computes_offsets_in_64_bits_when_it_must():
+    """A matmul with 2^31 elements in A (static sizes): the kernel indexes with `long long`;
+    forced to `int`, the range analysis finds the overflow. The PTX of the first computes its
+    offsets in 64 bits (add/mul/mad .s64, no 32-bit index widened by mul.wide.s32); the
+    second widens 32-bit indices."""
+    d = napkin.load(STATIC_MATMUL.format(m=65536, k=32768))
+    found, types = problems_of(d, {})
+    assert not found and types == ["long long"]
+    old = lower_mod.index_type
+    lower_mod.index_type = lambda *a, **k: "int"
+    try:
+        p = plan(d, "h100", {})
+        program = lower(p)
+        assert any(check_kernel(k, size_values(program, p.sizes)) for k in program.kernels)
+    finally:
+        lower_mod.index_type = old
+    if not nvrtc.available():
+        return
+    wide = re.compile(r"\b(?:add|mul\.lo|mad\.lo)\.s64\b")
+    narrow = re.compile(r"\bmul\.wide\.s32\b")     # a 32-bit index widened to a byte offset
+    ptx64, ptx32 = _ptx(d), _ptx(d, force_int=True)
+    assert not narrow.search(ptx64) and len(wide.findall(ptx64)) > len(wide.findall(ptx32))
+    assert narrow.search(ptx32)

@@ -1,0 +1,66 @@
+"""Injection: hostile names and numbers through every field that carries one.
+
+Each (payload, field) ends in a clean NapkinError (exit status 1-3 on the command
+line, never 101) or in CUDA that does not depend on the payload's bytes and passes
+the token allowlist; NVRTC's PTX defines exactly the expected `.entry` points.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from napkin.codegen.lower import lower
+from napkin.codegen.render import render
+from napkin.compiler.plan import plan
+from napkin.diagrams.sources import library_names
+
+from .injection import ACCEPTED, API_FIELDS, CLI_FIELDS, attack, entry_problems, token_problems
+from .payloads import corpus
+from .plans import library
+
+PAYLOADS = corpus()
+CHUNKS = 4
+
+
+def test_the_corpus_is_large_enough():
+    assert len(PAYLOADS) >= 500
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+@pytest.mark.parametrize("fields", ["api", "cli"])
+def test_payloads_through_every_field(fields, chunk):
+    names = list(API_FIELDS) if fields == "api" else list(CLI_FIELDS)
+    outcomes = attack(PAYLOADS[chunk::CHUNKS], names)
+    assert len(outcomes) == len(PAYLOADS[chunk::CHUNKS]) * len(names)
+    leaks = [(o.field, o.problem) for o in outcomes if o.problem]
+    assert not leaks, leaks[:10]
+
+
+def test_accepted_payloads_compile_to_the_expected_entries():
+    attack(["p0", "threadIdx", "asm", "a" * 128, "2147483648", "1e-46", "3.5e38", "0.1"])
+    assert ACCEPTED
+    for cuda in list(ACCEPTED.values())[:6]:
+        assert not token_problems(cuda)
+        assert not entry_problems(cuda)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_library_kernels_pass_the_token_allowlist(dtype):
+    for name in library_names():
+        d = library(name, dtype)
+        shape = {a: 37 for a, s in d.axes.items() if s is None}
+        for fused in (True, False):
+            cuda = render(lower(plan(d, "h100", shape, fusion=fused)))
+            assert not token_problems(cuda), (name, fused, token_problems(cuda)[:5])
+            if dtype == "f16" and fused:
+                assert not entry_problems(cuda), name
+
+
+def test_the_allowlist_catches_what_it_should():
+    d = library("matmul", "f32")
+    cuda = render(lower(plan(d, "h100", {"m": 5, "n": 6, "k": 7})))
+    assert not token_problems(cuda)
+    for bad in ['asm("trap;");', "#include <stdio.h>", "/* x */", 'printf("x");', "system(0);",
+                "\u0430 = 1;", "// note"]:
+        edited = cuda.replace("const int tid", bad + "\n  const int tid", 1)
+        assert token_problems(edited), bad

@@ -1,0 +1,268 @@
+"""Index width: every integer expression of a kernel program against its C type.
+
+An independent range analysis of the emitted code. The integer declarations,
+loop variables (their last value too, one step past the bound) and every
+subscript of a kernel program are parsed (a small C-expression parser) and
+evaluated over intervals, with the runtime sizes at their planned values and
+threadIdx, blockIdx, lanes over their ranges. A 32-bit subexpression (no
+`long long` operand) whose interval leaves [-2^31, 2^31 - 1], or a value cast
+to `int` that does not fit, is an overflow the chosen `index_type` allows.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from napkin.codegen import program as P
+
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+
+_TOKEN = re.compile(r"\s*(?:(\d+)(LL|ll|u|U)?|([A-Za-z_][A-Za-z0-9_.]*)|(<=|>=|==|!=|&&|\|\||[-+*/%()<>?:!]))")
+
+
+@dataclass(frozen=True)
+class Val:
+    lo: int
+    hi: int
+    wide: bool        # 64-bit (long long) arithmetic
+
+    def union(self, other: "Val") -> "Val":
+        return Val(min(self.lo, other.lo), max(self.hi, other.hi), self.wide or other.wide)
+
+
+def _tokens(text: str) -> list[str]:
+    out, pos = [], 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            if text[pos:].strip() == "":
+                break
+            raise ValueError(f"cannot parse {text[pos:pos + 40]!r} in {text[:200]!r}")
+        pos = m.end()
+        if m.group(1):
+            out.append(("num", int(m.group(1)), bool(m.group(2) and m.group(2) in ("LL", "ll"))))
+        elif m.group(3):
+            out.append(("id", m.group(3)))
+        else:
+            out.append(("op", m.group(4)))
+    return out
+
+
+class Evaluator:
+    """Interval evaluation of one C expression; raises Overflow on a 32-bit overflow."""
+
+    def __init__(self, env: dict[str, Val], where: str, problems: list):
+        self.env, self.where, self.problems = env, where, problems
+
+    def run(self, text: str) -> Val:
+        self.toks, self.i, self.text = _tokens(text), 0, text
+        v = self.ternary()
+        if self.i != len(self.toks):
+            raise ValueError(f"trailing tokens in {text!r}")
+        return v[0]
+
+    # parser: each returns (Val, ast) where ast is a hashable shape used to spot min(a, b)
+    def peek(self):
+        return self.toks[self.i] if self.i < len(self.toks) else ("end",)
+
+    def take(self, op=None):
+        t = self.peek()
+        if op is not None and t != ("op", op):
+            raise ValueError(f"expected {op!r} in {self.text!r}")
+        self.i += 1
+        return t
+
+    def ternary(self):
+        cond = self.logic()
+        if self.peek() == ("op", "?"):
+            self.take("?")
+            a = self.ternary()
+            self.take(":")
+            b = self.ternary()
+            c = cond[1]
+            if isinstance(c, tuple) and c[0] in ("<", "<=") and {c[1], c[2]} == {a[1], b[1]}:
+                lo, hi = min(a[0].lo, b[0].lo), min(a[0].hi, b[0].hi)   # min(x, y)
+                return Val(lo, hi, a[0].wide or b[0].wide), ("?", c, a[1], b[1])
+            return a[0].union(b[0]), ("?", c, a[1], b[1])
+        return cond
+
+    def logic(self):
+        left = self.compare()
+        while self.peek() in (("op", "&&"), ("op", "||")):
+            op = self.take()[1]
+            right = self.compare()
+            left = (Val(0, 1, False), (op, left[1], right[1]))
+        return left
+
+    def compare(self):
+        left = self.additive()
+        if self.peek()[0] == "op" and self.peek()[1] in ("<", "<=", ">", ">=", "==", "!="):
+            op = self.take()[1]
+            right = self.additive()
+            return Val(0, 1, False), (op, left[1], right[1])
+        return left
+
+    def additive(self):
+        left = self.term()
+        while self.peek() in (("op", "+"), ("op", "-")):
+            op = self.take()[1]
+            right = self.term()
+            a, b = left[0], right[0]
+            v = Val(a.lo + b.lo, a.hi + b.hi, a.wide or b.wide) if op == "+" else \
+                Val(a.lo - b.hi, a.hi - b.lo, a.wide or b.wide)
+            left = (self.check(v), (op, left[1], right[1]))
+        return left
+
+    def term(self):
+        left = self.unary()
+        while self.peek() in (("op", "*"), ("op", "/"), ("op", "%")):
+            op = self.take()[1]
+            right = self.unary()
+            a, b = left[0], right[0]
+            wide = a.wide or b.wide
+            if op == "*":
+                c = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi]
+                v = Val(min(c), max(c), wide)
+            elif op == "/":
+                if b.lo <= 0 <= b.hi:
+                    raise ValueError(f"division by a range holding 0 in {self.text!r}")
+                c = [int(x / y) for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
+                v = Val(min(c + [0]) if a.lo <= 0 <= a.hi else min(c), max(c), wide)
+            else:
+                m = max(abs(b.lo), abs(b.hi)) - 1
+                v = Val(0 if a.lo >= 0 else -m, m if a.hi > 0 else 0, wide)
+                if a.lo >= 0 and a.hi <= m:
+                    v = Val(a.lo, a.hi, wide)
+            left = (self.check(v), (op, left[1], right[1]))
+        return left
+
+    def unary(self):
+        t = self.peek()
+        if t == ("op", "-"):
+            self.take()
+            v, ast = self.unary()
+            return self.check(Val(-v.hi, -v.lo, v.wide)), ("neg", ast)
+        if t == ("op", "!"):
+            self.take()
+            self.unary()
+            return Val(0, 1, False), ("!",)
+        if t == ("op", "(") and self.i + 2 < len(self.toks) and self.toks[self.i + 1][0] == "id" \
+                and self.toks[self.i + 1][1] in ("int", "long", "double", "unsigned") and \
+                self.toks[self.i + 2] in (("op", ")"), ("id", "long")):
+            self.take("(")
+            words = []
+            while self.peek() != ("op", ")"):
+                words.append(self.take()[1])
+            self.take(")")
+            v, ast = self.unary()
+            kind = " ".join(words)
+            if kind == "int":
+                if v.lo < INT_MIN or v.hi > INT_MAX:
+                    self.problems.append(f"{self.where}: (int) of [{v.lo}, {v.hi}] in "
+                                         f"{self.text[:160]}")
+                return Val(v.lo, v.hi, False), ast
+            return Val(v.lo, v.hi, True), ast
+        return self.primary()
+
+    def primary(self):
+        t = self.take()
+        if t[0] == "num":
+            return Val(t[1], t[1], t[2] or t[1] > INT_MAX), ("num", t[1])
+        if t[0] == "id":
+            if t[1] not in self.env:
+                raise ValueError(f"unknown variable {t[1]!r} in {self.text!r}")
+            return self.env[t[1]], ("id", t[1])
+        if t == ("op", "("):
+            v = self.ternary()
+            self.take(")")
+            return v
+        raise ValueError(f"unexpected {t} in {self.text!r}")
+
+    def check(self, v: Val) -> Val:
+        if not v.wide and (v.lo < INT_MIN or v.hi > INT_MAX):
+            self.problems.append(f"{self.where}: 32-bit [{v.lo}, {v.hi}] in {self.text[:160]}")
+        return v
+
+
+_SUBSCRIPT = re.compile(r"\b((?:p|sm|st|res)\d+)\[")
+
+
+def _subscripts(text: str) -> list[str]:
+    """The contents of every `name[...]` in an expression."""
+    out = []
+    for m in _SUBSCRIPT.finditer(text):
+        depth, j = 1, m.end()
+        while depth:
+            depth += {"[": 1, "]": -1}.get(text[j], 0)
+            j += 1
+        out.append(text[m.end():j - 1])
+    return out
+
+
+def check_kernel(k: P.KernelProgram, sizes: dict[str, int], max_grid: int = 2**31 - 1) -> list[str]:
+    """Overflows of 32-bit arithmetic in kernel `k` at these runtime sizes (param -> value)."""
+    env = {name: Val(v, v, True) for name, v in sizes.items()}
+    env["threadIdx.x"] = Val(0, k.threads - 1, False)
+    env["blockIdx.x"] = Val(0, max_grid - 1, False)
+    env["gridDim.x"] = Val(1, max_grid, False)
+    problems: list[str] = []
+    _walk(k.body, env, problems)
+    return problems
+
+
+def _eval(text: str, env, where: str, problems: list, numeric: bool = True) -> Val | None:
+    """Check the subscripts in `text`; when `numeric`, evaluate it (an integer expression)."""
+    for sub in _subscripts(text):
+        _eval(sub, env, where + " subscript", problems)
+    return Evaluator(env, where, problems).run(text) if numeric else None
+
+
+def _walk(body, env: dict, problems: list) -> None:
+    for s in body:
+        if isinstance(s, P.Decl):
+            integer = "int" in s.ctype.split() or "long" in s.ctype.split()
+            if s.init is None:
+                continue
+            value = _eval(s.init, env, f"{s.name} = ", problems, numeric=integer)
+            if integer and value is not None:
+                wide = "long" in s.ctype.split()
+                if not wide and (value.lo < INT_MIN or value.hi > INT_MAX):
+                    problems.append(f"int {s.name} holds [{value.lo}, {value.hi}]")
+                env[s.name] = Val(value.lo, value.hi, wide)
+        elif isinstance(s, P.Set):
+            _eval(s.target, env, "target", problems, numeric=False)
+            _eval(s.value, env, s.target, problems, numeric=False)
+        elif isinstance(s, P.Store):
+            _eval(s.index, env, f"store {s.ptr}", problems)
+            _eval(s.value, env, f"store {s.ptr}", problems, numeric=False)
+        elif isinstance(s, (P.If, P.Continue)):
+            _walk(getattr(s, "body", ()), env, problems)
+            _walk(getattr(s, "orelse", ()), env, problems)
+        elif isinstance(s, P.Block):
+            _walk(s.body, env, problems)
+        elif isinstance(s, P.For):
+            _for(s, env, problems)
+
+
+def _for(s: P.For, env: dict, problems: list) -> None:
+    wide = "long long" in s.ctype
+    start = _eval(s.start, env, f"{s.var} start", problems)
+    m = re.fullmatch(rf"{re.escape(s.var)} (<|>) (.+)", s.cond)
+    step = re.fullmatch(rf"(?:\+\+{re.escape(s.var)}|{re.escape(s.var)} \+= (.+)|"
+                        rf"{re.escape(s.var)} /= 2)", s.update)
+    if start is None or m is None or step is None:
+        problems.append(f"cannot analyse the loop over {s.var}: {s.cond}; {s.update}")
+        return
+    if m.group(1) == ">":                       # for (off = w / 2; off > 0; off /= 2)
+        env[s.var] = Val(1, max(1, start.hi), wide)
+    else:
+        bound = _eval(m.group(2), env, f"{s.var} bound", problems)
+        inc = _eval(step.group(1), env, f"{s.var} step", problems) if step.group(1) else Val(1, 1, False)
+        if bound is None or inc is None:
+            return
+        env[s.var] = Val(start.lo, max(start.lo, bound.hi - 1), wide)
+        last = bound.hi - 1 + inc.hi             # the value that ends the loop
+        if not wide and last > INT_MAX:
+            problems.append(f"loop {s.var} steps to {last} past INT_MAX ({s.cond})")
+    _walk(s.body, dict(env), problems)
