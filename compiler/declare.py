@@ -140,7 +140,10 @@ def check_axes_list(axes: tuple[ast.Name, ...], declared: dict[str, Span], span:
 def dtype_of(dtype: ast.Name | None, name: ast.Name, role: str) -> str:
     if dtype is None:
         raise error("N0401", f"{role} `{name.text}` has no dtype", name.span,
-                    help=f"write `{name.text}...: f16` (dtypes: {', '.join(FLOAT_DTYPES)})")
+                    help=f"give it one: `{'out' if role == 'output' else 'in'} {name.text}"
+                         f"{'' if role == 'output' else '[...]'}: f16` (dtypes: "
+                         f"{', '.join(FLOAT_DTYPES)}); items of one line share the dtype "
+                         "written after them")
     if dtype.text in FLOAT_DTYPES:
         return dtype.text
     if dtype.text in FUTURE_DTYPES:

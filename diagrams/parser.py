@@ -7,6 +7,7 @@ Conversion from lark's tree is iterative, so no input can exhaust the stack.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -191,7 +192,7 @@ class _Converter:
         return ast.SizeLit(str(kids[-1].value), negative, self.span(node))
 
     def rule_input_decl(self, node, kids):
-        return ast.InputDecl(tuple(kids[1:]), self.span(node))
+        return ast.InputDecl(_share_dtypes(kids[1:]), self.span(node))
 
     def rule_input_item(self, node, kids):
         axes, axes_span = kids[1]
@@ -199,7 +200,7 @@ class _Converter:
         return ast.InputItem(self.name(kids[0]), axes, axes_span, dtype, self.span(node))
 
     def rule_output_decl(self, node, kids):
-        return ast.OutputDecl(tuple(kids[1:]), self.span(node))
+        return ast.OutputDecl(_share_dtypes(kids[1:]), self.span(node))
 
     def rule_output_item(self, node, kids):
         dtype = self.name(kids[1]) if len(kids) > 1 else None
@@ -247,6 +248,18 @@ class _Converter:
     def rule_unop(self, node, kids):
         op, operand = kids
         return ast.UnOp(str(op.value), operand, self.span(node), self.span(op))
+
+
+def _share_dtypes(items) -> tuple:
+    """`in Q[..], K[..]: f16` and `out Y, Z: f32`: an item without a dtype takes the next
+    one written on its line (an item with its own keeps it)."""
+    out, dtype = [], None
+    for item in reversed(items):
+        if item.dtype is None and dtype is not None:
+            item = dataclasses.replace(item, dtype=dtype)
+        dtype = item.dtype
+        out.append(item)
+    return tuple(reversed(out))
 
 
 def _clip(text: str, limit: int = 24) -> str:

@@ -148,3 +148,17 @@ def test_graph_is_a_networkx_digraph():
     for _, data in d.ir.nodes(data=True):
         with pytest.raises(Exception):
             data["op"].__setattr__("name", "x")  # frozen payloads
+
+
+def test_shared_dtypes_reach_the_ir_and_the_outputs():
+    import numpy as np
+    d = napkin.load("axis a, b = 3\nin X[a b], W[b]: bf16\nY[a] = sum[b](X * W)\n"
+                    "Z[a b] = X\nout Y, Z: f16\n")
+    assert [(s.name, s.dtype) for s in d.inputs] == [("X", "bf16"), ("W", "bf16")]
+    assert [(s.name, s.dtype) for s in d.outputs] == [("Y", "f16"), ("Z", "f16")]
+    rng = np.random.default_rng(3)
+    # quarters are exact in bf16 and f16: the reference rounds inputs to their storage dtype
+    X, W = rng.integers(-8, 9, (5, 3)) / 4, rng.integers(-8, 9, 3) / 4
+    Y, Z = napkin.run(d, X, W, backend="reference")
+    np.testing.assert_allclose(Y, (X * W).sum(1), rtol=1e-12)
+    np.testing.assert_array_equal(Z, X)

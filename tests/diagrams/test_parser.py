@@ -142,3 +142,22 @@ def test_crlf_line_endings():
 
 def test_empty_file_parses_to_nothing():
     assert parse("").statements == () and parse("# only a comment\n\n").statements == ()
+
+
+def test_items_of_a_line_share_the_dtype_written_after_them():
+    p = parse("axis a\nin X[a], W[a]: f16, B[a]: bf16, C[a]: f32\nY[a] = X\nout Y, Z: f32, U\n")
+    dtypes = [(i.name.text, i.dtype.text if i.dtype else None)
+              for s in (p.statements[1], p.statements[3]) for i in s.items]
+    assert dtypes == [("X", "f16"), ("W", "f16"), ("B", "bf16"), ("C", "f32"),
+                      ("Y", "f32"), ("Z", "f32"), ("U", None)]
+    shared = p.statements[1].items[0].dtype       # the span of the dtype it shares
+    assert (shared.span.line, shared.span.col) == (2, 16)
+
+
+def test_a_last_item_without_dtype_is_an_error_at_it():
+    import napkin
+    with pytest.raises(NapkinError) as exc:
+        napkin.load(Source("t.napkin", "axis a\nin X[a]: f32\nY[a] = X\nZ[a] = X\nout Y: f16, Z\n"))
+    d = exc.value.diagnostics[0]
+    assert d.code == "N0401" and "`Z`" in d.message and (d.span.line, d.span.col) == (5, 13)
+    assert "out Z: f16" in d.help
