@@ -88,7 +88,7 @@ def _equation(g: nx.DiGraph, scope: Scope, stmt: ast.Equation, index: int,
                     help="every name is assigned once; give the new array its own name")
     root = resolve(stmt.expr, scope)
     if stmt.axes is None:
-        order = tuple(dict.fromkeys(a for a in _occurrences(root)))
+        order = tuple(dict.fromkeys(a for a in _occurrences(root) if a in root.free))
         raise error("N0205", f"`{name.text}` needs the axes that leave the box", name.span,
                     help=f"write `{name.text}[{' '.join(order)}] = ...` (in the layout you want; "
                          "drop the axes you mean to sum)")

@@ -162,3 +162,13 @@ def test_shared_dtypes_reach_the_ir_and_the_outputs():
     Y, Z = napkin.run(d, X, W, backend="reference")
     np.testing.assert_allclose(Y, (X * W).sum(1), rtol=1e-12)
     np.testing.assert_array_equal(Z, X)
+
+
+@pytest.mark.parametrize("line, axes", [("m = max[a](X)", "m[b]"), ("s = sum[a b](X * X)", "s[]"),
+                                        ("P = X * X", "P[a b]")])
+def test_missing_axes_help_lists_the_axes_that_leave_the_box(line, axes):
+    """Reduced axes are not among them (the help once suggested `m[a b]` for max[a](X))."""
+    with pytest.raises(NapkinError) as exc:
+        napkin.load(f"axis a, b = 5\nin X[a b]: f32\n{line}\nout Y: f32\n")
+    d = exc.value.diagnostics[0]
+    assert d.code == "N0205" and f"`{axes} = ...`" in d.help
