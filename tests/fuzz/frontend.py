@@ -132,3 +132,9 @@ TOKENS = ["axis", "in", "out", "group", "stream", "by", "at", "a", "b", "x", "X"
           "size", "#", "\n", " ", "\t", "\x00", "\u202e", "\ufeff", "\u0430", "\u00a0",
           "\U0001f600", "\ud800", "*/", "/*", "\"", "'", "\\"]
 SOUP = st.lists(st.sampled_from(TOKENS), max_size=80).map(" ".join)
+# whole statements shuffled with tokens: reaches the checks more often than token soup
+FRAGMENTS = ["axis a, b = 4, x\n", "in X[a b]: f32\n", "in W[b x]: f16\n", "Y[a x] = X * W\n",
+             "out Y: f32\n", "Z[a] = sum[b](X)\n", "group a by 2\n", "P[a b] = softmax[b](X)\n",
+             "M[a b] = where(a <= b, X, -inf)\n", "T[b a] = X[b a]\n", "out Z: f16\n",
+             "in V[a], U[b]: bf16\n", "out Y, Z: f32\n", "stream b by 3 at smem\n"]
+FRAGMENT_SOUP = st.lists(st.sampled_from(FRAGMENTS + TOKENS), max_size=25).map("".join)

@@ -9,7 +9,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from .frontend import (BYTES, PREAMBLE, SOUP, TEXT, TIME_BOUND_S, escape, grammar_statements,
+from .frontend import (BYTES, FRAGMENT_SOUP, PREAMBLE, SOUP, TEXT, TIME_BOUND_S, escape, grammar_statements,
                        huge_inputs, syntax_error, timed_escape)
 from .injection import cli
 
@@ -28,19 +28,25 @@ def test_grammar_statements_parse(statement):
     assert escape(PREAMBLE + statement) is None, statement
 
 
-@budget(1000)
+@budget(3000)
 @given(SOUP)
 def test_token_soup(text):
     assert escape(text) is None
 
 
-@budget(600)
+@budget(2500)
+@given(FRAGMENT_SOUP)
+def test_fragment_soup(text):
+    assert escape(text) is None
+
+
+@budget(1500)
 @given(TEXT)
 def test_random_text(text):
     assert escape(text) is None
 
 
-@budget(600)
+@budget(2000)
 @given(BYTES)
 def test_random_bytes(data):
     assert escape(data) is None
