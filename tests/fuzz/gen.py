@@ -268,8 +268,9 @@ class Gen:
     def product(self, depth) -> Node:
         """A product that contracts the axes its factors share (the einsum rule)."""
         a, b = self.expr(depth - 1), self.expr(depth - 1)
-        node = self.finish(Node("bin", [a, b], name="*"), fallback=True)
-        if node.op == "bin":
+        made = Node("bin", [a, b], name="*")
+        node = self.finish(made, fallback=True)
+        if node is made:        # (over budget, finish falls back to `a`: contract nothing)
             shared = sorted(a.free & b.free)
             node.contract = tuple(self.subset(shared, 1 if shared else 0, 2))
             node.cost *= self.volume(node.contract)
