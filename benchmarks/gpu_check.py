@@ -13,11 +13,11 @@ and writes DIR/gpu_check.json and a printed table.
 references), on any machine: CI runs it.
 
 On the device machine only Python, CuPy, PyTorch and Triton are installed:
-carry napkin's wheel and its dependencies' wheels (`pip wheel --no-deps .`
-here, plus `pip download` of lark, networkx, jinja2, markupsafe, sympy,
-mpmath, click, rich, markdown-it-py, mdurl, pygments, ml_dtypes, platformdirs
-for Python 3.12) and install them with `pip install --no-index --no-deps
---target /tmp/site .whl/*.whl`.
+`bash benchmarks/wheels.sh` here puts napkin's wheel and its dependencies'
+(for Python 3.12) in .whl/; carry that folder and run there
+
+    pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
+    PYTHONPATH=/tmp/site python benchmarks/gpu_check.py --out "$OUT"
 """
 
 from __future__ import annotations
