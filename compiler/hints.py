@@ -59,15 +59,18 @@ def _level(target: Target, name: str | None, h: HintInfo) -> int:
                 help=did_you_mean(name, names[1:], "levels: " + ", ".join(names[1:])))
 
 
-def fixed_for(g: nx.DiGraph, k: Kernel, hints: list[Hint]) -> tuple[dict, list[Hint]]:
-    """The search's fixed decisions for kernel k, and the hints that applied."""
+def fixed_for(g: nx.DiGraph, k: Kernel, hints: list[Hint],
+              sizes: dict | None = None) -> tuple[dict, list[Hint]]:
+    """The search's fixed decisions for kernel k, and the hints that applied. A size past
+    the axis's (planning) size means the whole axis."""
     woven, reduced = set(k.woven(g)), set(k.reduced(g))
     fixed: dict = {}
     used = []
     for h in hints:
+        size = min(h.size, sizes[h.axis]) if sizes and h.axis in sizes else h.size
         if h.kind == "group" and h.axis in woven:
             key = "group" if h.level == 1 else "thread"
-            fixed.setdefault(key, {})[h.axis] = h.size
+            fixed.setdefault(key, {})[h.axis] = size
             used.append(h)
         elif h.kind == "stream" and h.axis in reduced:
             if h.level == 1:
@@ -75,9 +78,9 @@ def fixed_for(g: nx.DiGraph, k: Kernel, hints: list[Hint]) -> tuple[dict, list[H
                     raise _hint_error(h, f"kernel {k.name} can stream one axis; "
                                          f"`{fixed['stream'][0]}` is already streamed",
                                       "remove one of the stream hints")
-                fixed["stream"] = (h.axis, h.size)
+                fixed["stream"] = (h.axis, size)
             else:
-                fixed["inner"] = (h.axis, h.size)
+                fixed["inner"] = (h.axis, size)
             used.append(h)
     return fixed, used
 

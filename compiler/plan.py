@@ -22,7 +22,7 @@ from .cost import Choice, Cost, evaluate
 from .diagram import Diagram
 from .kernels import Kernel
 from .model import Model, build
-from .search import search
+from .search import fits, search
 from .target import Target, load
 
 DEFAULT_SIZE = 1024
@@ -121,7 +121,7 @@ class KernelPlanner:
 
     def _plan(self, k: Kernel, quick: bool = False):
         g = self.g
-        fixed, used = hint_mod.fixed_for(g, k, self.hints)
+        fixed, used = hint_mod.fixed_for(g, k, self.hints, self.sizes)
         axes = [None] + list(k.reduced(g))
         if "stream" in fixed:
             axes = [fixed["stream"][0]]
@@ -150,12 +150,16 @@ class KernelPlanner:
             over = [lc for lc in cost.levels[1:] if lc.M > lc.capacity]
             if over and (best is None or over[0].M / over[0].capacity < best[1].M / best[1].capacity):
                 best = (model, over[0], cols)
-        if best is None:
+        if best is None:      # every level fits: the hints contradict the block's rules
+            if used:
+                return _Infeasible(None, 0, 0, (
+                    "a thread's tile (`group a by N at registers`) is at most its block's "
+                    f"group, a block has at most {self.target.max_threads_per_block} threads; "
+                    "relax or drop a hint"), used[0])
             return _Infeasible(None, 0, 0, "try a larger target", None)
         model, lc, cols = best
         for h in used:
-            key = {("group", 1): "group", ("group", 2): "thread",
-                   ("stream", 1): "stream", ("stream", 2): "inner"}[(h.kind, min(h.level, 2))]
+            key = _KEY[(h.kind, min(h.level, 2))]
             size = h.size
             while size > 1:
                 size //= 2
@@ -166,11 +170,42 @@ class KernelPlanner:
                     trial[key] = (h.axis, size)
                 cost = self._minimal(model, cols, trial)
                 if all(x.M <= x.capacity for x in cost.levels[1:]):
-                    at = f" at {self.target.level_names[h.level]}" if h.level > 1 else ""
                     return _Infeasible(lc.name, lc.M, lc.capacity,
-                                       f"`{h.kind} {h.axis} by {size}{at}` (or less) would fit", h)
+                                       f"`{h.kind} {h.axis} by {size}{self._at(h)}` (or less) "
+                                       "would fit", h)
+        if used:                 # no single hint suffices: all of them together?
+            trial, sized = self._halved(fixed, used)
+            while trial is not None:
+                if fits(self._minimal(model, cols, trial)):
+                    return _Infeasible(lc.name, lc.M, lc.capacity, " and ".join(
+                        f"`{h.kind} {h.axis} by {n}{self._at(h)}`" for h, n in sized)
+                        + " (or less) would fit", used[0])
+                trial, sized = self._halved(trial, used, sized)
+            return _Infeasible(lc.name, lc.M, lc.capacity,
+                               "relax the schedule hints, make a whole axis smaller with -D, "
+                               "or stream it", used[0])
         return _Infeasible(lc.name, lc.M, lc.capacity,
                            "make a whole axis smaller with -D, or stream it", None)
+
+    def _at(self, h) -> str:
+        return f" at {self.target.level_names[h.level]}" if h.level > 1 else ""
+
+    @staticmethod
+    def _halved(fixed: dict, used, sized=None):
+        """Every hinted size halved (None once all are 1), and the (hint, size) pairs."""
+        sized = sized or [(h, h.size) for h in used]
+        if all(n <= 1 for _, n in sized):
+            return None, sized
+        sized = [(h, max(1, n // 2)) for h, n in sized]
+        trial = {**fixed}
+        for h, n in sized:
+            key = _KEY[(h.kind, min(h.level, 2))]
+            if key in ("group", "thread"):
+                if h.axis in trial.get(key, {}):
+                    trial[key] = {**trial[key], h.axis: min(n, trial[key][h.axis])}
+            elif trial.get(key) and trial[key][0] == h.axis:
+                trial[key] = (h.axis, min(n, trial[key][1]))
+        return trial, sized
 
     def _minimal(self, model: Model, cols, fixed) -> Cost:
         """The cost of the smallest tiles the fixed choices allow."""
@@ -201,6 +236,11 @@ class KernelPlanner:
         return evaluate(model, cols, choice, self.sizes, self.target)
 
 
+# which fixed decision of the search a hint sets, by (kind, level: 1 blocks, 2 threads)
+_KEY = {("group", 1): "group", ("group", 2): "thread", ("stream", 1): "stream",
+        ("stream", 2): "inner"}
+
+
 @dataclass(frozen=True)
 class _Infeasible:
     level: str | None
@@ -212,8 +252,9 @@ class _Infeasible:
     def error(self, k: Kernel, target: Target) -> NapkinError:
         span = self.hint.info.span if self.hint is not None and self.hint.info else None
         if self.level is None:
-            return error("N0603", f"no tiling of kernel {k.name} fits the target {target.name}",
-                         span, help=self.fix)
+            why = " with these schedule hints" if self.hint is not None else ""
+            return error("N0603", f"no tiling of kernel {k.name} fits the target {target.name}"
+                         f"{why}", span, help=self.fix)
         return error("N0603", f"kernel {k.name} needs {int(self.needed):,} bytes of {self.level} "
                      f"per {_unit(target, self.level)} even with the smallest tiles, but "
                      f"{self.level} holds {int(self.capacity):,}", span, help=self.fix)

@@ -77,8 +77,10 @@ def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bo
     for a in model.woven:
         if a in fixed.get("group", {}):
             group[a] = [fixed["group"][a]]
-        else:
-            group[a] = tiles(sizes[a], cap, octave) if a in reuse else [1]
+        elif a in reuse:
+            group[a] = tiles(sizes[a], cap, octave)
+        else:      # no reuse: one position per block, or the thread tile a hint fixes
+            group[a] = [max(1, fixed.get("thread", {}).get(a, 1))]
     axis = model.streaming.axis
     if axis is None:
         chunk = [None]

@@ -1,0 +1,72 @@
+"""Schedule hints that fix thread tiles, sizes past the axis, and the errors of hints that
+leave no tiling: each at the hint's line with a hint that would fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.compiler.plan import plan
+from napkin.diagrams.diagnostics import NapkinError, Source
+from napkin.diagrams.sources import library_source
+from napkin.runtime import reference
+from napkin.runtime.interpret import interpret
+
+SHAPE = {"b": 2, "h": 3, "q": 37, "x": 45}
+
+
+def hinted(*hints, name="attention"):
+    text = library_source(name).text.rstrip("\n") + "\n" + "\n".join(hints) + "\n"
+    return napkin.load(Source("hinted.napkin", text)), text.count("\n") - len(hints) + 1
+
+
+def thread_tile(p, axis):
+    return dict(p.kernels[0].choice.thread)[axis]
+
+
+@pytest.mark.parametrize("hint, axis", [("group q by 2 at registers", "q"),
+                                        ("group b by 2 at registers", "b")])
+def test_a_thread_tile_on_an_axis_without_reuse_plans(hint, axis):
+    """The softmax-only kernel fusion weighs has no reuse of q or b: its block's group was
+    pinned to 1, under the hinted thread tile, and the plan failed with N0603."""
+    d, _ = hinted(hint)
+    p = plan(d, "h100", SHAPE)
+    assert len(p.kernels) == 1 and thread_tile(p, axis) == 2
+    rng = np.random.default_rng(5)
+    inputs = {n: rng.uniform(-1, 1, s).astype(np.float16) for n, s in
+              (("Q", (2, 3, 37, 64)), ("K", (2, 3, 45, 64)), ("V", (2, 3, 45, 64)))}
+    got, ref = interpret(p, inputs)["O"], reference.evaluate(d, inputs)["O"]
+    np.testing.assert_allclose(got, ref, atol=1e-12)
+
+
+def test_a_size_past_the_axis_means_the_whole_axis():
+    d, _ = hinted("group b by 1000 at registers", "group h by 1000 at registers")
+    p = plan(d, "h100", SHAPE)
+    assert thread_tile(p, "b") == 2 and thread_tile(p, "h") == 3
+
+
+def errors_of(d, shape):
+    with pytest.raises(NapkinError) as exc:
+        plan(d, "h100", shape)
+    return exc.value.diagnostics[0]
+
+
+def test_contradicting_hints_are_an_error_at_a_hint():
+    d, line = hinted("group q by 2", "group q by 8 at registers")
+    e = errors_of(d, SHAPE)
+    assert e.code == "N0603" and "with these schedule hints" in e.message
+    assert e.span.line == line and "at most its block's group" in e.help
+
+
+def test_hints_too_large_together_suggest_sizes_that_fit_together():
+    d, line = hinted("group q by 1000 at registers", "group h by 1000 at registers")
+    e = errors_of(d, {**SHAPE, "h": 300, "q": 137})
+    assert e.code == "N0603" and e.span.line == line
+    assert "`group q by" in e.help and "and `group h by" in e.help and "would fit" in e.help
+    # the sizes it suggests do fit
+    sizes = dict(s.split(" by ") for s in
+                 e.help.replace("`", "").replace(" at registers", "").replace("group ", "")
+                 .split(" (or less)")[0].split(" and "))
+    fixed, _ = hinted(*(f"group {a} by {n} at registers" for a, n in sizes.items()))
+    plan(fixed, "h100", {**SHAPE, "h": 300, "q": 137})
