@@ -39,6 +39,9 @@ class Kernel:
             raise UsageError(error("N0808", f"unknown backend `{backend}`",
                                    help=did_you_mean(backend, BACKENDS, "backends: " + ", ".join(BACKENDS)))
                              .diagnostics)
+        if arch is not None:           # a wrong arch is the caller's mistake now, not at .ptx
+            from .nvrtc import validate_arch
+            validate_arch(arch)
         self.diagram = diagram
         self._launcher = launcher
         self._cache = cache

@@ -177,3 +177,11 @@ def test_multi_kernel_plans_launch_in_order_with_intermediates(tmp_path):
     first, second = launcher.launches
     h_pointer = first["args"][3]     # k0 stores H; k1 loads it
     assert h_pointer in second["args"]
+
+
+@pytest.mark.parametrize("arch", ["sm_12", "bogus; rm -rf /", 90])
+def test_a_wrong_arch_is_refused_at_compile(arch):
+    """Not later, when .ptx or a launch first needs it."""
+    with pytest.raises(NapkinError) as exc:
+        napkin.compile("attention", arch=arch, backend="reference", d=64)
+    assert exc.value.diagnostics[0].code == "N0802"
