@@ -92,11 +92,11 @@ def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bo
             chunk = [c for c in chunk if c in QUICK["chunk"]] or chunk[-1:]
     thread, splits = {}, [(-1, 1)]
     if len(target.levels) > 2:
-        for a in model.woven:
-            if "thread" in fixed:
-                thread[a] = [fixed["thread"].get(a, 1)]
+        tiles_ = QUICK["thread"] if quick else THREAD_TILES
+        for a in model.woven:     # a hinted thread tile fixes its axis only
+            if a in fixed.get("thread", {}):
+                thread[a] = [fixed["thread"][a]]
             else:
-                tiles_ = QUICK["thread"] if quick else THREAD_TILES
                 thread[a] = [t for t in tiles_ if t <= max(group[a])]
         ways = QUICK["split"] if quick else SPLITS
         splits += [(i, w) for i in range(len(model.reduced)) for w in ways]

@@ -70,3 +70,10 @@ def test_hints_too_large_together_suggest_sizes_that_fit_together():
                  .split(" (or less)")[0].split(" and "))
     fixed, _ = hinted(*(f"group {a} by {n} at registers" for a, n in sizes.items()))
     plan(fixed, "h100", {**SHAPE, "h": 300, "q": 137})
+
+
+def test_a_thread_tile_hint_fixes_its_axis_only():
+    """The other axes' thread tiles are still searched (they were pinned to 1)."""
+    d, _ = hinted("group n by 2 at registers", name="matmul")
+    p = plan(d, "h100", {"m": 1024, "n": 1024, "k": 1024})
+    assert thread_tile(p, "n") == 2 and thread_tile(p, "m") > 1
