@@ -91,3 +91,18 @@ def load_diagram(arg: str, sizes: dict[str, int]):
     d = load(arg, **sizes)
     OUTPUT.warn(d.warnings)
     return d
+
+
+def picture_format(path: str | None, option: str, default: str) -> str | None:
+    """'svg' or 'png' from the suffix of the file given to `option` (`default` without one,
+    or for a device such as /dev/stdout); any other suffix is N0804."""
+    if path is None:
+        return None
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    suffix = name.rsplit(".", 1)[-1].lower() if "." in name.strip(".") else ""
+    if path.startswith("/dev/") or not suffix:
+        return default
+    if suffix in ("svg", "png"):
+        return suffix
+    raise UsageError(error("N0804", f"{option} {path!r:.80}: pictures are written as .svg or .png",
+                           help=f"for example {option} picture.svg (or .png)").diagnostics)

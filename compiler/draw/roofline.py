@@ -101,8 +101,9 @@ def _per_second(value: float, unit: str) -> str:
     return f"{value:.4g} {unit}/s"
 
 
-def png(rep: dict, target, bench: list[dict] | None = None) -> bytes:
-    """The roofline as PNG bytes (WIDTH x HEIGHT inches at DPI); `bench`: from read_bench."""
+def picture(rep: dict, target, bench: list[dict] | None = None, fmt: str = "png") -> bytes:
+    """The roofline as PNG or SVG bytes (WIDTH x HEIGHT inches at DPI); `bench`: from
+    read_bench."""
     Figure, Canvas = require()
     points, measured = predicted(rep), bench or []
     peaks, bandwidth = roofs(target)
@@ -146,5 +147,5 @@ def png(rep: dict, target, bench: list[dict] | None = None) -> bytes:
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
+    fig.savefig(buf, format=fmt, dpi=DPI, metadata={"Date": None} if fmt == "svg" else None)
     return buf.getvalue()

@@ -1,4 +1,5 @@
-"""`napkin draw FILE|NAME [--plan ...] [-o OUT.svg]`: the diagram as a picture (SVG).
+"""`napkin draw FILE|NAME [--plan ...] [-o OUT.svg|OUT.png]`: the diagram as a picture (SVG;
+PNG when the output's name says so, with the `plot` extra).
 
 With `--plan` (or any planning option) the picture is of the plan: arrays coloured by the
 memory level they live at, axes relabelled, kernels, loads and stores marked, and the table
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli_common import diagram_options, load_diagram, parse_assignments
+from ..cli_common import diagram_options, load_diagram, parse_assignments, picture_format
 from ..compiler import target as targets
 from ..compiler.draw import draw, draw_plan
 from ..runtime.files import write_atomic
@@ -18,7 +19,8 @@ from ..runtime.files import write_atomic
 @click.command("draw")
 @diagram_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the SVG to this file (atomically) instead of stdout.")
+              help="Write the picture to this file (atomically) instead of stdout: .svg, or "
+                   ".png (needs pip install 'napkin[plot]').")
 @click.option("--plan", "planned", is_flag=True,
               help="Draw the plan: arrays coloured by memory level, kernels, loads, stores, "
                    "and the table of M and H per column.")
@@ -35,6 +37,10 @@ from ..runtime.files import write_atomic
 def command(diagram: str, sizes: dict[str, int], output: str | None, planned: bool,
             target_name: str | None, shapes, groups, streams, no_fusion: bool) -> None:
     """Draw a diagram as an SVG neural circuit diagram, read left to right."""
+    fmt = picture_format(output, "-o", "svg")
+    if fmt == "png":        # fail before any work when the picture cannot be written
+        from ..compiler.draw import png
+        png.require()
     d = load_diagram(diagram, sizes)
     if planned or target_name or shapes or groups or streams or no_fusion:
         from ..compiler.plan import plan
@@ -46,6 +52,6 @@ def command(diagram: str, sizes: dict[str, int], output: str | None, planned: bo
     else:
         svg = draw(d)
     if output:
-        write_atomic(output, svg)
+        write_atomic(output, png.svg_to_png(svg) if fmt == "png" else svg)
     else:
         click.echo(svg, nl=False)

@@ -11,7 +11,7 @@ import json
 
 import click
 
-from ..cli_common import diagram_options, load_diagram, parse_assignments
+from ..cli_common import diagram_options, load_diagram, parse_assignments, picture_format
 from ..compiler import target as targets
 from ..compiler.explain import render_text, report
 from ..compiler.plan import plan
@@ -47,6 +47,7 @@ def command(diagram, sizes, target_name, shapes, groups, streams, as_json, no_fu
         raise UsageError(error("N0804", "--bench adds measured points to the roofline: it needs "
                                "--plot", help="for example --plot roofline.png --bench b.json")
                          .diagnostics)
+    fmt = picture_format(plot_path, "--plot", "png")
     if plot_path:   # fail before any work when the plot cannot be drawn
         from ..compiler.draw import roofline
         roofline.require()
@@ -60,7 +61,7 @@ def command(diagram, sizes, target_name, shapes, groups, streams, as_json, no_fu
     attach_resources(rep, p, arch or (tgt.arch if tgt.arch.startswith("sm_") else None), arch)
     click.echo(json.dumps(rep, indent=2) if as_json else render_text(rep))
     if plot_path:
-        write_atomic(plot_path, roofline.png(rep, tgt, bench))
+        write_atomic(plot_path, roofline.picture(rep, tgt, bench, fmt))
 
 
 def attach_resources(rep: dict, p, arch: str | None, asked: str | None) -> None:

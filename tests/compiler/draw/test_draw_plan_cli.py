@@ -119,3 +119,27 @@ def test_bench_needs_plot_and_a_good_file(capsys, tmp_path):
                                  "--bench", str(bad))
         assert status == 1 and "N0806" in err and words in err, err
         assert not (tmp_path / "r.png").exists()
+
+
+@pytest.mark.parametrize("args, name, magic", [
+    (("draw", "attention", "-o"), "a.png", b"\x89PNG\r\n\x1a\n"),
+    (("draw", "attention", "--plan", "-o"), "a.svg", b"<svg"),
+    (("draw", "attention", "-o"), "a", b"<svg"),                    # no suffix: SVG
+    (("explain", "attention", "--plot"), "r.svg", b"<?xml"),
+    (("explain", "attention", "--plot"), "r", b"\x89PNG\r\n\x1a\n"),  # no suffix: PNG
+])
+def test_pictures_are_written_in_the_format_their_name_says(capsys, tmp_path, args, name, magic):
+    """`draw -o a.png` wrote SVG text into a .png file."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / name
+    status, _, err = run_cli(capsys, *args, str(out))
+    assert status == 0, err
+    assert out.read_bytes().lstrip()[:len(magic)] == magic
+
+
+@pytest.mark.parametrize("args", [("draw", "attention", "-o"), ("explain", "attention", "--plot")])
+def test_other_picture_formats_are_refused_before_any_work(capsys, tmp_path, args):
+    out = tmp_path / "picture.jpg"
+    status, _, err = run_cli(capsys, *args, str(out))
+    assert status == 2 and "N0804" in err and ".svg or .png" in err
+    assert not out.exists()
