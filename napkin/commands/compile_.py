@@ -31,8 +31,7 @@ from ..runtime.files import write_atomic
 def command(diagram, sizes, emit, target_name, arch, shapes, groups, streams, output) -> None:
     """Compile a diagram and print the artifact of one stage (default: CUDA C)."""
     from ..runtime import nvrtc
-    if emit in ("ptx", "cubin"):
-        nvrtc.validate_arch(arch)
+    nvrtc.validate_arch(arch)     # even where the artifact does not use it: a typo is a typo
     options = Options(target=target_name, shape=tuple(sorted(parse_assignments(shapes, "--shape").items())),
                       groups=tuple(sorted(parse_assignments(groups, "--group").items())),
                       streams=tuple(sorted(parse_assignments(streams, "--stream").items())),

@@ -166,3 +166,5 @@ def test_compile_emits_every_stage(capsys, tmp_path):
     assert status == 0 and json.loads(out)["kernels"][0]["name"] == "k0"
     status, _, err = run_cli(capsys, "compile", "softmax", "--emit", "ptx", "--arch", "sm_70")
     assert status == 1 and "N0802" in err
+    status, _, err = run_cli(capsys, "compile", "softmax", "--arch", "sm_12")   # CUDA C too
+    assert status == 1 and "N0802" in err
