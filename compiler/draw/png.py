@@ -3,22 +3,18 @@ self-contained wheels, no system libraries); BackendUnavailable (N0901) without 
 
 from __future__ import annotations
 
-from ...diagrams.diagnostics import BackendUnavailable, Diagnostic
+from .extra import need
 
-INSTALL = "pip install 'napkin[plot]'"
+ZOOM = 2     # pixels per SVG unit: crisp on high-density screens
 
 
-def require():
-    try:
-        import resvg_py
-    except ImportError as exc:
-        raise BackendUnavailable(Diagnostic(
-            "N0901", f"resvg-py is not installed, and a .png picture needs it ({exc})",
-            help=f"install the plot extra: {INSTALL}, or write .svg")) from None
+def _resvg():
+    import resvg_py
     return resvg_py
 
 
-ZOOM = 2     # pixels per SVG unit: crisp on high-density screens
+def require():
+    return need(_resvg, "resvg-py", "a .png picture", ", or write .svg")
 
 
 def svg_to_png(svg: str) -> bytes:

@@ -24,23 +24,22 @@ import json
 import math
 from pathlib import Path
 
-from ...diagrams.diagnostics import BackendUnavailable, Diagnostic, error
+from ...diagrams.diagnostics import error
+from .extra import need
 
 WIDTH, HEIGHT, DPI = 8.0, 5.0, 100      # inches, dots per inch: an 800 x 500 PNG
 FREE = 1e30                             # a compute rate this high is no roof (two-level)
-INSTALL = "pip install 'napkin[plot]'"
+
+
+def _matplotlib():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    return Figure, FigureCanvasAgg
 
 
 def require():
     """matplotlib's Figure and Agg canvas; BackendUnavailable (N0901) when it is missing."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as exc:
-        raise BackendUnavailable(Diagnostic(
-            "N0901", f"matplotlib is not installed, and --plot needs it ({exc})",
-            help=f"install the plot extra: {INSTALL}")) from None
-    return Figure, FigureCanvasAgg
+    return need(_matplotlib, "matplotlib", "--plot")
 
 
 def read_bench(path: str) -> list[dict]:

@@ -143,3 +143,13 @@ def test_other_picture_formats_are_refused_before_any_work(capsys, tmp_path, arg
     status, _, err = run_cli(capsys, *args, str(out))
     assert status == 2 and "N0804" in err and ".svg or .png" in err
     assert not out.exists()
+
+
+def test_without_resvg_a_png_picture_exits_3_and_svg_still_works(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "resvg_py", None)
+    out = tmp_path / "a.png"
+    status, text, err = run_cli(capsys, "draw", "matmul", "-o", str(out))
+    assert status == 3 and "N0901" in err and "resvg-py" in err and "write .svg" in err
+    assert not out.exists() and "Traceback" not in err
+    status, _, err = run_cli(capsys, "draw", "matmul", "-o", str(tmp_path / "a.svg"))
+    assert status == 0, err
