@@ -1,0 +1,53 @@
+"""benchmarks/fuzz.py keeps working: each kind of random batch runs and counts what it tried,
+the fixed parts' cheap figures come out, and the report prints every figure the
+reliability page quotes. (The long run itself is `python benchmarks/fuzz.py --minutes N`.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def fuzz():
+    spec = importlib.util.spec_from_file_location("napkin_fuzz_script", ROOT / "benchmarks" / "fuzz.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("kind, examples", [("diagrams (interpreted)", 5), ("diagrams (emulated)", 1),
+                                            ("plans (interpreted)", 3),
+                                            ("front end (grammar, text, bytes)", 30)])
+def test_every_batch_kind_runs(fuzz, kind, examples):
+    assert kind in fuzz.BATCHES
+    result = fuzz.run_batch(kind, seed=11, examples=examples)
+    assert result["kind"] == kind and result["failures"] == [] and result["saved"] is None
+    assert result["tried"] == examples
+
+
+def test_the_report_prints_every_figure(fuzz, capsys):
+    figures = {"command": "python benchmarks/fuzz.py --minutes 1", "minutes": 1.0,
+               "index width": fuzz.index_width(), "saved regressions": [], "failure examples": [],
+               "injection": {"payloads": 3, "fields": 2, "cases": 6, "rejected": 4, "accepted": 2,
+                             "leaks": 0},
+               "mutation": {"caught": 9, "mutants": 10, "by mutant": {"dropped barrier": "caught"}},
+               "numeric edge cases": {"passed": 48, "failed": 0},
+               "huge front-end inputs": {"cases": 22, "escapes or too slow": 0,
+                                         "slowest": "x (1.00 s)"},
+               "random": {k: {"tried": 7, "failures": {}, "minutes": 0.1} for k in fuzz.BATCHES}}
+    assert figures["index width"]["overflows"] == 0
+    fuzz.report(figures)
+    out = capsys.readouterr().out
+    for needle in ("random diagrams emulated (and interpreted): 7, mismatches 0",
+                   "random plans emulated: 7, failures by class {'compile': 0, 'run': 0, 'compare': 0}",
+                   "non-NapkinError escapes 0", "leaks 0", "mutation score: 9/10",
+                   "numeric edge cases: 48 passed, 0 failed",
+                   f"index width: {figures['index width']['cases']} cases at 2^31, overflows 0"):
+        assert needle in out, out
