@@ -163,17 +163,18 @@ class Recorder:
     """Remembers the last failing case (Hypothesis replays the shrunk one last)."""
 
     def __init__(self):
-        self.last: tuple[Case, Failure] | None = None
+        self.last: tuple[Case, Failure, dict] | None = None
 
     def check(self, case: Case, **kw) -> None:
         try:
             check_case(case, **kw)
         except Checked as exc:
-            self.last = (case, exc.failure)
+            self.last = (case, exc.failure, {"target": kw["target"]} if "target" in kw else {})
             raise
 
-    def save(self) -> Path | None:
+    def save(self, folder: Path = REGRESSIONS) -> Path | None:
         if self.last is None:
             return None
-        return save_regression(*self.last)
+        case, failure, options = self.last
+        return save_regression(case, failure, folder, **options)
 

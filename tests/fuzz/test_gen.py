@@ -26,3 +26,18 @@ def test_a_product_over_budget_contracts_nothing(data):
     node = g.product(1)
     assert node is a and node.contract == ()
     assert g.contractions(node) == set()
+
+
+def test_a_saved_failure_replays_on_its_target(tmp_path):
+    import pytest
+
+    from .gen import Case
+    from .harness import Checked, Recorder, load_regression
+    recorder = Recorder()
+    case = Case("axis a\nin X[a]: f32\nY[a] = X +\nout Y: f32\n", {"a": 5}, 3)
+    with pytest.raises(Checked):
+        recorder.check(case, emulate=False, target="a100")
+    saved = recorder.save(tmp_path)
+    again, options = load_regression(saved)
+    assert again == case and options["target"] == "a100"
+    assert "load error" in (tmp_path / saved.name).with_suffix(".json").read_text()

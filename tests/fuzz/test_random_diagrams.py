@@ -1,4 +1,5 @@
-"""Random well-typed diagrams: compiled, interpreted, emulated, compared with the reference.
+"""Random well-typed diagrams on every target: compiled, interpreted, emulated, compared with
+the reference.
 
 A failure shrinks (Hypothesis) to a small diagram, which is saved under
 `tests/regressions/` (`.napkin` + `.json` with the shape and seed) and from then
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .gen import diagrams
 from .harness import Recorder
@@ -21,14 +23,19 @@ EMULATED = max(1, int(14 * SCALE))        # each builds the emitted CUDA with g+
 INTERPRETED = max(1, int(150 * SCALE))
 
 
+# the planner's targets; the paper's two-level model has no threads to emulate
+TARGETS = ("h100", "a100", "h200", "hopper-toy")
+
+
 def _run(examples: int, emulate: bool) -> None:
     recorder = Recorder()
+    targets = TARGETS if emulate else TARGETS + ("two-level",)
 
     @settings(max_examples=examples, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
-    @given(diagrams())
-    def check(case):
-        recorder.check(case, emulate=emulate)
+    @given(diagrams(), st.sampled_from(targets))
+    def check(case, target):
+        recorder.check(case, emulate=emulate, target=target)
 
     try:
         check()
