@@ -47,9 +47,10 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        cli.main(args=argv, prog_name="napkin", standalone_mode=False)
+        status = cli.main(args=argv, prog_name="napkin", standalone_mode=False)
         OUTPUT.flush(err)
-        return 0
+        # (click returns a command's `Exit(code)` as its value when not standalone)
+        return status if isinstance(status, int) and not isinstance(status, bool) else 0
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:

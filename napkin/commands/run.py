@@ -25,7 +25,10 @@ from ..runtime.files import save_npz
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--save", "save_path", type=click.Path(dir_okay=False), default=None,
               help="Save the outputs to this .npz file, keyed by output name.")
-def command(diagram, sizes, backend, inputs_path, shapes, seed, save_path) -> None:
+@click.option("--check", is_flag=True,
+              help="Also compare each output with the float64 reference under the tolerance "
+                   "rule and print its error and budget (exit 101 if one breaks it: a bug).")
+def command(diagram, sizes, backend, inputs_path, shapes, seed, save_path, check) -> None:
     """Run a diagram and print each output's shape and checksum."""
     from ..api import run
     backends.get(backend)
@@ -39,10 +42,30 @@ def command(diagram, sizes, backend, inputs_path, shapes, seed, save_path) -> No
         inputs = random_inputs(d, parse_assignments(shapes, "--shape"), seed)
     outputs = run(d, backend=backend, **inputs)
     named = {s.name: out for s, out in zip(d.outputs, outputs)}
+    verdicts = against_reference(d, inputs, named) if check else {}
     for name, out in named.items():
         click.echo(describe(name, out))
+        if name in verdicts:
+            v = verdicts[name]
+            click.echo(f"  {'matches' if v.ok else 'DOES NOT MATCH'} the float64 reference: "
+                       + v.message.split(": ", 1)[1])
     if save_path:
         save_npz(save_path, named)
+    if not all(v.ok for v in verdicts.values()):
+        from ..cli import REPORT_URL
+        click.echo(f"error: the {backend} backend does not match the float64 reference: this is "
+                   f"a bug in napkin; please report it at {REPORT_URL} with the diagram and "
+                   "command", err=True)
+        raise click.exceptions.Exit(101)
+
+
+def against_reference(d, inputs: dict, outputs: dict) -> dict:
+    """Each output's verdict under the tolerance rule (runtime/compare.py)."""
+    from ..runtime import compare, reference
+    ref = reference.evaluate(d, inputs)
+    low = reference.evaluate(d, inputs, precision="lowp")
+    return {s.name: compare.check(outputs[s.name], ref[s.name], low[s.name], s.dtype, s.name)
+            for s in d.outputs}
 
 
 def describe(name: str, out: np.ndarray) -> str:

@@ -168,3 +168,23 @@ def test_compile_emits_every_stage(capsys, tmp_path):
     assert status == 1 and "N0802" in err
     status, _, err = run_cli(capsys, "compile", "softmax", "--arch", "sm_12")   # CUDA C too
     assert status == 1 and "N0802" in err
+
+
+def test_run_check_compares_with_the_reference(capsys):
+    status, out, err = run_cli(capsys, "run", "attention", "--backend", "emulate", "--shape",
+                               "b=1,h=2,q=33,x=65", "--check")
+    assert status == 0, err
+    assert "  matches the float64 reference: max error" in out and "<= budget" in out
+
+
+def test_run_check_exits_101_on_a_mismatch(capsys, monkeypatch):
+    import napkin.api
+    real = napkin.api.run
+
+    def off_by_a_bit(d, *args, **kw):
+        return tuple(o + 0.5 for o in real(d, *args, **kw))
+    monkeypatch.setattr(napkin.api, "run", off_by_a_bit)
+    status, out, err = run_cli(capsys, "run", "softmax", "--shape", "r=3,c=17", "--check")
+    assert status == 101
+    assert "DOES NOT MATCH the float64 reference: max error 0.5 > budget" in out
+    assert "this is a bug in napkin; please report it" in err and "Traceback" not in err
