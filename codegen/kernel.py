@@ -377,7 +377,11 @@ class KernelLowering:
         def body():
             self.b.emit(P.Decl("const int", var, index))
             self.loop_guards.append(f"({raw} < {size})" if ragged else None)
+            # the lanes stand at different positions of `a` here: a reduction over `a` nested
+            # in the body (a view can make it depend on this position) runs per lane
+            self.serial += w > 1
             inner = self._scoped(lambda: self._loops(rest, {**scope, a: Ix(var, k)}, fn))
+            self.serial -= w > 1
             self.loop_guards.pop()
             self.b.emit(P.Block(inner))
         trips = str(-(-int(size) // w)) if static else (f"({size} + {w - 1}) / {w}" if w > 1 else size)

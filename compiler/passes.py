@@ -47,14 +47,17 @@ def reduces(g: nx.DiGraph, n: int, axis: str) -> bool:
 
 
 def softmax_pairs(g: nx.DiGraph, k: Kernel, axis: str) -> dict[int, int]:
-    """Softmax nodes over `axis` whose only use (through names) is a contraction over it."""
+    """Softmax nodes over `axis` whose only use (through names) is a contraction over it and
+    over every axis the softmax normalises (one it keeps, the output's rows would need the
+    statistics of other rows: the softmax then streams in two passes)."""
     members, stores = set(k.nodes), set(k.stores)
     pairs = {}
     for n in k.nodes:
         op = ir.op(g, n)
         if isinstance(op, ir.Softmax) and axis in op.axes:
             users = _users(g, n, members, stores)
-            if users is not None and len(users) == 1 and reduces(g, users[0], axis):
+            if users is not None and len(users) == 1 and reduces(g, users[0], axis) \
+                    and set(op.axes) <= set(ir.op(g, users[0]).axes):
                 pairs[n] = users[0]
     return pairs
 
