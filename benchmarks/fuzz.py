@@ -5,8 +5,8 @@
 Fixed parts first (about two minutes: the whole injection corpus through every field,
 the ten seeded code generation bugs, the numeric edge cases of softmax and attention,
 index widths at 2^31, huge front-end inputs), then, until the time is up, batches of random
-well-typed diagrams and random legal plans (interpreted and emulated) and random
-front-end input, spread over --jobs processes. A failure shrinks (Hypothesis) and
+well-typed diagrams and random legal plans (interpreted and emulated), random schedule
+hints and random front-end input, spread over --jobs processes. A failure shrinks (Hypothesis) and
 is saved under tests/regressions/. No GPU needed.
 """
 
@@ -30,7 +30,8 @@ BATCHES = {
     "diagrams (interpreted)": (0.10, 100),
     "plans (emulated)": (0.15, 8),
     "plans (interpreted)": (0.05, 30),
-    "front end (grammar, text, bytes)": (0.15, 500),
+    "hints (interpreted, some emulated)": (0.05, 40),
+    "front end (grammar, text, bytes)": (0.10, 500),
 }
 
 
@@ -86,6 +87,20 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
                 case, options = plans.as_regression(last[0])
                 return harness.save_regression(case, last[1], **options)
             return None
+    elif kind.startswith("hints"):
+        from tests.fuzz.hints import check_hinted, hinted
+        strategy = st.tuples(hinted(), st.integers(0, 9))
+
+        def body(item):
+            case, coin = item
+            if not shrinking[0]:
+                tried[0] += 1
+            try:
+                check_hinted(case, emulate=coin == 0)      # one in ten also emulated
+            except harness.Checked as exc:
+                note(exc.failure.kind, str(exc.failure), case[1])
+                raise
+        save = lambda: None   # noqa: E731 - the failing text is in the report
     else:
         strategy = st.one_of(frontend.grammar_statements().map(lambda s: ("grammar", s)),
                              frontend.SOUP.map(lambda s: ("soup", s)),
@@ -270,6 +285,7 @@ def report(f: dict) -> None:
     d_em, d_in = r["diagrams (emulated)"], r["diagrams (interpreted)"]
     p_em, p_in = r["plans (emulated)"], r["plans (interpreted)"]
     fe = r["front end (grammar, text, bytes)"]
+    hi = r["hints (interpreted, some emulated)"]
     inj, mut, edge = f["injection"], f["mutation"], f["numeric edge cases"]
     print("\n== figures ==")
     print(f"random diagrams emulated (and interpreted): {d_em['tried']}, mismatches "
@@ -279,6 +295,8 @@ def report(f: dict) -> None:
     for name, x in (("emulated", p_em), ("interpreted", p_in)):
         by = {k: x["failures"].get(k, 0) for k in ("compile", "run", "compare")}
         print(f"random plans {name}: {x['tried']}, failures by class {by}")
+    by = {k: hi["failures"].get(k, 0) for k in ("load", "compile", "run", "compare")}
+    print(f"random schedule hints: {hi['tried']}, failures by class {by}")
     huge = f["huge front-end inputs"]
     print(f"front-end inputs: {fe['tried']} random + {huge['cases']} huge; non-NapkinError "
           f"escapes {sum(fe['failures'].values()) + huge['escapes or too slow']}; "

@@ -24,6 +24,7 @@ def fuzz():
 
 @pytest.mark.parametrize("kind, examples", [("diagrams (interpreted)", 5), ("diagrams (emulated)", 1),
                                             ("plans (interpreted)", 3),
+                                            ("hints (interpreted, some emulated)", 4),
                                             ("front end (grammar, text, bytes)", 30)])
 def test_every_batch_kind_runs(fuzz, kind, examples):
     assert kind in fuzz.BATCHES
@@ -49,5 +50,6 @@ def test_the_report_prints_every_figure(fuzz, capsys):
                    "random plans emulated: 7, failures by class {'compile': 0, 'run': 0, 'compare': 0}",
                    "non-NapkinError escapes 0", "leaks 0", "mutation score: 9/10",
                    "numeric edge cases: 48 passed, 0 failed",
+                   "random schedule hints: 7, failures by class {'load': 0, 'compile': 0",
                    f"index width: {figures['index width']['cases']} cases at 2^31, overflows 0"):
         assert needle in out, out
