@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 # batch kind -> (share of the remaining time, examples per batch)
 BATCHES = {
-    "diagrams (emulated)": (0.55, 20),
-    "diagrams (interpreted)": (0.10, 100),
+    "diagrams (emulated)": (0.45, 20),
+    "diagrams (interpreted)": (0.20, 100),
     "plans (emulated)": (0.15, 8),
     "plans (interpreted)": (0.05, 30),
     "hints (interpreted, some emulated)": (0.05, 40),
