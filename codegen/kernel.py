@@ -6,7 +6,7 @@ with stride `w` by `w` adjacent lanes that merge their partial states by warp
 shuffles. Blocks loop grid-stride over all tiles, so any batch size fits the
 grid. When the plan streams an axis, each pass walks it chunk by chunk: the
 block stages every streamed input's chunk in shared memory (coalesced, tails
-zero-filled, barriers around), then each thread folds the chunk's positions
+zero-filled, barriers around; `staging.py`), then each thread folds the chunk's positions
 into its accumulators (online softmax: running max, running sum, rescaled
 output); after the pass the lanes merge and the states finish. Stores are
 masked to the points inside the arrays.
@@ -18,13 +18,11 @@ import math
 
 from ..compiler import ir
 from ..compiler.canonical import through
-from . import accum, cexpr, masks
+from . import accum, cexpr, masks, staging
 from . import program as P
 from .builder import Builder, Ix
 from .indexing import Layout
 from .scalar import Emitter
-
-ALIGN = 16   # bytes: every shared-memory buffer starts 16-byte aligned (vector copies)
 
 
 class KernelLowering:
@@ -171,7 +169,7 @@ class KernelLowering:
         if invariant:
             b.emit(P.Barrier())
             for n in invariant:
-                self._stage(n, None)
+                staging.stage(self, n)
             b.emit(P.Barrier())
         if self.st.axis is None:
             self._epilogue()
@@ -223,7 +221,7 @@ class KernelLowering:
                 b.emit(P.Continue(skip))
             b.emit(P.Barrier())
             for n in loads:
-                self._stage(n, p)
+                staging.stage(self, n)
             b.emit(P.Barrier())
             start, step = ("lane", str(self.ways)) if split_r else ("0", "1")
             b.loop("xl", start, "clen", step, position_body)
@@ -262,65 +260,6 @@ class KernelLowering:
             else:
                 box[a] = ("0", f"({self.sizes[a]} - 1)")
         return box
-
-    def _stage(self, n: int, p) -> None:
-        """Copy this block's tile of an input (its chunk, for a streamed one) to shared memory."""
-        if n not in self.staged:
-            axes = ir.type_of(self.g, n).axes
-            extents = {}
-            for a in axes:
-                if a in self.tile:
-                    extents[a] = str(self.tile[a])
-                elif a == self.st.axis:
-                    extents[a] = str(self.choice.stream[1])
-                else:
-                    extents[a] = self.sizes[a]
-            _, dtype = self.names[n]
-            name = f"sm{len(self.staged)}"
-            count = " * ".join(f"({extents[a]})" for a in axes) or "1"
-            offset = self._smem_offset()
-            self.smem.append(P.SharedBuffer(name, cexpr.CTYPE[dtype], offset, count))
-            self.smem_terms.append(self._smem_term(axes, extents, dtype))
-            origins = {a: self._axis_var("org", a) for a in axes if a in self.tile}
-            if self.st.axis in axes:
-                origins[self.st.axis] = "c0"
-            self.staged[n] = (name, Layout(axes, self.sizes, self.itype, extents, origins))
-        name, layout = self.staged[n]
-        param, dtype = self.names[n]
-        b = self.b
-        b.emit(P.Decl(f"{cexpr.CTYPE[dtype]}*", name,
-                      f"reinterpret_cast<{cexpr.CTYPE[dtype]}*>(smem + {self.smem[self._smem_index(name)].offset})"))
-        count = layout.count()
-
-        def body():
-            coords, valid = layout.unflatten("e", self.st.axis, "clen")
-            scope = {a: Ix(c) for a, c in coords.items()}
-            value = f"{param}[{Layout(layout.axes, self.sizes, self.itype).offset(scope)}]"
-            zero = f"napkin_from_float<{cexpr.CTYPE[dtype]}>(0.0f)"
-            b.emit(P.Set(f"{name}[e]", f"({valid}) ? {value} : {zero}"))
-        b.loop("e", "tid", count, f"{self.threads}", body)
-
-    def _smem_index(self, name: str) -> int:
-        return next(i for i, s in enumerate(self.smem) if s.name == name)
-
-    def _smem_offset(self) -> str:
-        if not self.smem:
-            return "0"
-        last = self.smem[-1]
-        size = {"float": 4, "__half": 2, "__nv_bfloat16": 2}[last.ctype]
-        return f"((({last.offset}) + ({last.count}) * {size} + {ALIGN - 1}) / {ALIGN} * {ALIGN})"
-
-    def _smem_term(self, axes, extents, dtype):
-        """(constant bytes, runtime size params...) of one buffer; each buffer starts at a
-        multiple of ALIGN bytes, so the program reserves ALIGN - 1 more per buffer."""
-        factor, params = {"f32": 4, "f16": 2, "bf16": 2}[dtype], []
-        for a in axes:
-            e = extents[a]
-            if e.isdigit():
-                factor *= int(e)
-            else:
-                params.append(e)
-        return (factor,) + tuple(params)
 
     # -- epilogue and stores ---------------------------------------------------------------
     def _epilogue(self) -> None:
