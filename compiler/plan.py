@@ -158,29 +158,25 @@ class KernelPlanner:
                     "relax or drop a hint"), used[0])
             return _Infeasible(None, 0, 0, "try a larger target", None)
         model, lc, cols = best
+
+        def fitting(pairs) -> bool:      # with these hinted sizes, do the smallest tiles fit?
+            return fits(self._minimal(model, cols, self._with_sizes(fixed, pairs)))
         for h in used:
-            key = _KEY[(h.kind, min(h.level, 2))]
             size = h.size
             while size > 1:
                 size //= 2
-                trial = {**fixed}
-                if key in ("group", "thread"):
-                    trial[key] = {**fixed.get(key, {}), h.axis: size}
-                else:
-                    trial[key] = (h.axis, size)
-                cost = self._minimal(model, cols, trial)
-                if all(x.M <= x.capacity for x in cost.levels[1:]):
+                if fitting([(h, size)]):
                     return _Infeasible(lc.name, lc.M, lc.capacity,
                                        f"`{h.kind} {h.axis} by {size}{self._at(h)}` (or less) "
                                        "would fit", h)
         if used:                 # no single hint suffices: all of them together?
-            trial, sized = self._halved(fixed, used)
-            while trial is not None:
-                if fits(self._minimal(model, cols, trial)):
+            sized = [(h, h.size) for h in used]
+            while any(n > 1 for _, n in sized):
+                sized = [(h, max(1, n // 2)) for h, n in sized]
+                if fitting(sized):
                     return _Infeasible(lc.name, lc.M, lc.capacity, " and ".join(
                         f"`{h.kind} {h.axis} by {n}{self._at(h)}`" for h, n in sized)
                         + " (or less) would fit", used[0])
-                trial, sized = self._halved(trial, used, sized)
             return _Infeasible(lc.name, lc.M, lc.capacity,
                                "relax the schedule hints, make a whole axis smaller with -D, "
                                "or stream it", used[0])
@@ -190,22 +186,16 @@ class KernelPlanner:
     def _at(self, h) -> str:
         return f" at {self.target.level_names[h.level]}" if h.level > 1 else ""
 
-    @staticmethod
-    def _halved(fixed: dict, used, sized=None):
-        """Every hinted size halved (None once all are 1), and the (hint, size) pairs."""
-        sized = sized or [(h, h.size) for h in used]
-        if all(n <= 1 for _, n in sized):
-            return None, sized
-        sized = [(h, max(1, n // 2)) for h, n in sized]
+    def _with_sizes(self, fixed: dict, pairs) -> dict:
+        """The fixed decisions with these (hint, size) pairs in place (past the axis: whole)."""
         trial = {**fixed}
-        for h, n in sized:
-            key = _KEY[(h.kind, min(h.level, 2))]
+        for h, n in pairs:
+            key, n = _KEY[(h.kind, min(h.level, 2))], min(n, self.sizes[h.axis])
             if key in ("group", "thread"):
-                if h.axis in trial.get(key, {}):
-                    trial[key] = {**trial[key], h.axis: min(n, trial[key][h.axis])}
-            elif trial.get(key) and trial[key][0] == h.axis:
-                trial[key] = (h.axis, min(n, trial[key][1]))
-        return trial, sized
+                trial[key] = {**trial.get(key, {}), h.axis: n}
+            else:
+                trial[key] = (h.axis, n)
+        return trial
 
     def _minimal(self, model: Model, cols, fixed) -> Cost:
         """The cost of the smallest tiles the fixed choices allow."""
