@@ -90,7 +90,7 @@ def random_inputs(torch, diagram, shape: dict, seed: int = 0) -> dict:
 
 def check(kernel, torch, diagram, shape: dict) -> dict:
     """Run at a reduced shape, outputs pre-filled with NaN; compare with the reference."""
-    from napkin.runtime import compare, reference
+    from napkin.runtime import compare
     small = {a: min(v, CHECK_LIMIT) for a, v in shape.items()}
     inputs = random_inputs(torch, diagram, small, seed=1)
     tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -101,14 +101,10 @@ def check(kernel, torch, diagram, shape: dict) -> dict:
     got = kernel(**inputs, out=tuple(outs) if len(outs) > 1 else outs[0])
     got = got if isinstance(got, tuple) else (got,)
     host = {n: t.float().cpu().numpy() for n, t in inputs.items()}
-    ref = reference.evaluate(diagram, host)
-    low = reference.evaluate(diagram, host, precision="lowp")
-    verdicts = {}
-    for s, o in zip(diagram.outputs, got):
-        v = compare.check(o.float().cpu().numpy(), ref[s.name], low[s.name], s.dtype, s.name)
-        verdicts[s.name] = {"ok": bool(v.ok), "error": v.error, "budget": v.budget,
-                            "message": v.message}
-    return verdicts
+    verdicts = compare.against_reference(
+        diagram, host, {s.name: o.float().cpu().numpy() for s, o in zip(diagram.outputs, got)})
+    return {n: {"ok": bool(v.ok), "error": v.error, "budget": v.budget, "message": v.message}
+            for n, v in verdicts.items()}
 
 
 def bench(diagram, shape: dict, name: str = "", baseline: str = "auto", warmup: int = 3,

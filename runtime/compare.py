@@ -60,3 +60,12 @@ def check(out: np.ndarray, ref64: np.ndarray, naive: np.ndarray, dtype: str,
     message = (f"{name}: max error {err:.3g} {'<=' if ok else '>'} budget {budget:.3g} "
                f"(naive {dtype} error {naive_err:.3g}; worst at {tuple(int(i) for i in idx)})")
     return Verdict(ok, err, budget, message)
+
+
+def against_reference(diagram, inputs: dict, outputs: dict) -> dict[str, Verdict]:
+    """Each output's verdict against the float64 reference of `inputs` (by output name)."""
+    from . import reference
+    ref = reference.evaluate(diagram, inputs)
+    low = reference.evaluate(diagram, inputs, precision="lowp")
+    return {s.name: check(np.asarray(outputs[s.name]), ref[s.name], low[s.name], s.dtype,
+                          s.name) for s in diagram.outputs}

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..cli_common import diagram_options, load_diagram, parse_assignments
 from ..diagrams.diagnostics import UsageError, did_you_mean, error
-from ..runtime import backends, dtypes
+from ..runtime import backends, compare, dtypes
 from ..runtime.files import save_npz
 
 
@@ -42,7 +42,7 @@ def command(diagram, sizes, backend, inputs_path, shapes, seed, save_path, check
         inputs = random_inputs(d, parse_assignments(shapes, "--shape"), seed)
     outputs = run(d, backend=backend, **inputs)
     named = {s.name: out for s, out in zip(d.outputs, outputs)}
-    verdicts = against_reference(d, inputs, named) if check else {}
+    verdicts = compare.against_reference(d, inputs, named) if check else {}
     for name, out in named.items():
         click.echo(describe(name, out))
         if name in verdicts:
@@ -57,15 +57,6 @@ def command(diagram, sizes, backend, inputs_path, shapes, seed, save_path, check
                    f"a bug in napkin; please report it at {REPORT_URL} with the diagram and "
                    "command", err=True)
         raise click.exceptions.Exit(101)
-
-
-def against_reference(d, inputs: dict, outputs: dict) -> dict:
-    """Each output's verdict under the tolerance rule (runtime/compare.py)."""
-    from ..runtime import compare, reference
-    ref = reference.evaluate(d, inputs)
-    low = reference.evaluate(d, inputs, precision="lowp")
-    return {s.name: compare.check(outputs[s.name], ref[s.name], low[s.name], s.dtype, s.name)
-            for s in d.outputs}
 
 
 def describe(name: str, out: np.ndarray) -> str:
