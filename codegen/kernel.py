@@ -139,6 +139,11 @@ class KernelLowering:
             rest = f"({rest}) / {self.tcount[a]}"
         real = math.prod(self.tcount.values()) * self.ways
         b.emit(P.Decl("const bool", "tvalid", f"tid < {real}"))
+        return self._grid(name)
+
+    def _grid(self, name: str) -> P.KernelProgram:
+        """Blocks walk every tile of the woven axes grid-stride (any batch fits the grid)."""
+        b = self.b
         nblocks = " * ".join([f"(((long long)({self.sizes[a]}) + {self.tile[a] - 1}) / {self.tile[a]})"
                               for a in self.woven]) or "1LL"
         b.emit(P.Decl("const long long", "nblocks", nblocks))
@@ -151,14 +156,19 @@ class KernelLowering:
     def _axis_var(self, prefix: str, axis: str) -> str:
         return f"{prefix}_{self.woven.index(axis)}"
 
-    def _block_body(self) -> None:
-        b = self.b
+    def _origins(self) -> None:
+        """org_i: where this block's tile starts along each woven axis."""
         rest = "blk"
         for a in reversed(self.woven):
             nb = f"(((long long)({self.sizes[a]}) + {self.tile[a] - 1}) / {self.tile[a]})"
             o = self._axis_var("org", a)
-            b.emit(P.Decl(f"const {self.itype}", o, f"({self.itype})(({rest}) % {nb}) * {self.tile[a]}"))
+            self.b.emit(P.Decl(f"const {self.itype}", o,
+                               f"({self.itype})(({rest}) % {nb}) * {self.tile[a]}"))
             rest = f"({rest}) / {nb}"
+
+    def _block_body(self) -> None:
+        b = self.b
+        self._origins()
         for a in self.woven:
             base = self._axis_var("base", a)
             b.emit(P.Decl(f"const {self.itype}", base,

@@ -29,6 +29,7 @@ class Decl:
     name: str
     init: str | None = None
     count: int | None = None          # an array of `count` elements
+    shape: tuple[int, ...] = ()       # or a multi-dimensional array (tensor-core fragments)
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,19 @@ class Store:
 
 
 @dataclass(frozen=True)
+class Call:
+    """fn(args...); -- a prelude helper (tensor-core fragments: ldmatrix, mma)."""
+    fn: str
+    args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Block:
     """A braced scope."""
     body: tuple
 
 
-Stmt = Line | Decl | Set | For | If | Continue | Barrier | Store | Block
+Stmt = Line | Decl | Set | For | If | Continue | Barrier | Store | Block | Call
 
 
 # --- kernels -------------------------------------------------------------------

@@ -18,7 +18,8 @@ HERE = Path(__file__).parent
 PRELUDE = HERE / "prelude" / "napkin.cuh"
 
 _KIND = {P.Line: "line", P.Decl: "decl", P.Set: "set", P.For: "for", P.If: "if",
-         P.Barrier: "barrier", P.Store: "store", P.Block: "block", P.Continue: "continue"}
+         P.Barrier: "barrier", P.Store: "store", P.Block: "block", P.Continue: "continue",
+         P.Call: "call"}
 
 
 @lru_cache(maxsize=1)

@@ -37,7 +37,7 @@ def _block(body, indent, lines) -> None:
         elif isinstance(s, P.Block):
             _block(s.body, indent, lines)
         elif isinstance(s, P.Decl):
-            size = f"[{s.count}]" if s.count is not None else ""
+            size = (f"[{s.count}]" if s.count is not None else "") + "".join(f"[{d}]" for d in s.shape)
             init = f" = {s.init}" if s.init is not None else ""
             lines.append(f"{indent}{s.ctype} {s.name}{size}{init}")
         elif isinstance(s, P.Set):
@@ -46,6 +46,8 @@ def _block(body, indent, lines) -> None:
             lines.append(f"{indent}store {s.ptr}[{s.index}] <- {s.value} as {s.ctype}")
         elif isinstance(s, P.Continue):
             lines.append(f"{indent}skip the chunk if {s.cond}")
+        elif isinstance(s, P.Call):
+            lines.append(f"{indent}{s.fn}({', '.join(s.args)})")
         elif isinstance(s, P.Barrier):
             lines.append(f"{indent}barrier")
         elif isinstance(s, P.Line):

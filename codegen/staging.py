@@ -49,7 +49,7 @@ def _allocate(lw, n: int) -> None:
     _, dtype = lw.names[n]
     name = f"sm{len(lw.staged)}"
     count = " * ".join(f"({extents[a]})" for a in axes) or "1"
-    lw.smem.append(P.SharedBuffer(name, cexpr.CTYPE[dtype], _next_offset(lw.smem), count))
+    lw.smem.append(P.SharedBuffer(name, cexpr.CTYPE[dtype], next_offset(lw.smem), count))
     lw.smem_terms.append(_bytes_term(axes, extents, dtype))
     origins = {a: lw._axis_var("org", a) for a in axes if a in lw.tile}
     if lw.st.axis in axes:
@@ -57,7 +57,7 @@ def _allocate(lw, n: int) -> None:
     lw.staged[n] = (name, Layout(axes, lw.sizes, lw.itype, extents, origins))
 
 
-def _next_offset(smem: list) -> str:
+def next_offset(smem: list) -> str:
     if not smem:
         return "0"
     last = smem[-1]
