@@ -15,6 +15,7 @@ from . import cexpr
 from . import program as P
 from .indexing import index_type
 from .kernel import KernelLowering
+from .mma import MmaLowering
 
 
 def lower(plan: Plan) -> P.Program:
@@ -57,7 +58,8 @@ def lower(plan: Plan) -> P.Program:
         steps = [t for _, t in c.group + c.thread] + [c.stream[1] if c.stream else 0,
                                                         c.split[1] if c.split else 0]
         itype = index_type(arrays, plan.sizes, overshoot=max(steps + [1024]))
-        body = KernelLowering(plan, kp, names, sizes, itype).build(f"napkin_{kp.kernel.name}")
+        lowering = MmaLowering if c.warps else KernelLowering   # tensor cores or SIMT
+        body = lowering(plan, kp, names, sizes, itype).build(f"napkin_{kp.kernel.name}")
         kernels.append(P.KernelProgram(body.name, tuple(params), body.threads, body.blocks,
                                        body.smem_bytes_formula, body.smem, body.body, itype,
                                        kp.kernel.name))

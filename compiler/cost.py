@@ -46,6 +46,8 @@ LAUNCH_SECONDS = 2e-6
 # count below the per-thread register file divided by this.
 REGISTER_HEADROOM = 2.0
 ALIGN_PAD = 16   # bytes of alignment padding a shared-memory buffer may need
+WARP = 32
+ROW_PAD = 8      # values after each row of a tensor-core tile in shared memory (bank spread)
 
 
 def register_capacity(target: Target, capacity: float, threads):
@@ -62,9 +64,10 @@ class Choice:
 
     group: tuple[tuple[str, int], ...] = ()      # level 1: woven axis -> tile (absent: whole)
     stream: tuple[str, int] | None = None        # level 1: streamed axis and chunk
-    thread: tuple[tuple[str, int], ...] = ()     # level 2: woven axis -> tile per thread
+    thread: tuple[tuple[str, int], ...] = ()     # level 2: woven axis -> tile per thread (warp)
     split: tuple[str, int] | None = None         # level 2: reduced axis split over threads
     inner: tuple[str, int] | None = None         # level 2: reduced axis streamed by each thread
+    warps: tuple[tuple[str, int], ...] = ()      # tensor cores: warps per block along row, col
 
 
 @dataclass(frozen=True)
@@ -167,8 +170,9 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice, sizes: dict
                     if (last or arr.role == "load") else 0
                     for arr, res in zip(model.arrays, res_of)]
         if not symbolic and not values and target.processors and not last:
-            # each shared-memory buffer starts 16-byte aligned
-            sizes_at = [s + ALIGN_PAD if s else s for s in sizes_at]
+            # each shared-memory buffer starts 16-byte aligned; tensor-core tiles pad their rows
+            sizes_at = [s + ALIGN_PAD + (_row_pad(arr, res) if choice.warps else 0) if s else s
+                        for s, arr, res in zip(sizes_at, model.arrays, res_of)]
         M = 0
         for col in cols:
             total = sum((sizes_at[i] for i in col.resident), 0)
@@ -179,11 +183,15 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice, sizes: dict
     compute = 0
     for engine, amount in flops.items():
         compute += amount / _rate(target, engine, tensor_cores)
-    threads = unit_counts[1] / unit_counts[0] if len(unit_counts) > 1 else 1
+    if choice.warps and not symbolic:   # fragments padded past the arrays compute all the same
+        compute *= _padding(choice, sizes)
+    # with tensor cores the register level's unit is a warp: its 32 lanes hold the fragments
+    lanes = WARP if choice.warps else 1
+    threads = lanes * unit_counts[1] / unit_counts[0] if len(unit_counts) > 1 else 1
     if len(results) > 2 and target.levels[-1].unit == "thread" and not symbolic:
         last = results[-1]
-        results[-1] = LevelCost(last.name, float(register_capacity(target, last.capacity, threads)),
-                                last.M, last.H, last.units, last.time)
+        per_unit = lanes * register_capacity(target, last.capacity, threads)
+        results[-1] = LevelCost(last.name, float(per_unit), last.M, last.H, last.units, last.time)
     if symbolic:
         terms = [compute] + [lc.time for lc in results[1:]]
         return Cost(tuple(results), flops, compute, sympy.Max(*terms), "", 1.0, threads)
@@ -194,6 +202,23 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice, sizes: dict
     overhead = LAUNCH_SECONDS if target.processors else 0.0
     return Cost(tuple(results), flops, compute, (worst + OVERLAP * rest) / util + overhead, bound,
                 util, threads)
+
+
+def _padding(choice: Choice, sizes: dict) -> float:
+    """Work a tensor-core tiling does over the work it needs: whole tiles and chunks."""
+    out = 1.0
+    for a, tile in list(choice.group) + ([choice.stream] if choice.stream else []):
+        if a in dict(choice.warps) or (choice.stream and a == choice.stream[0]):
+            out *= math.ceil(sizes[a] / tile) * tile / sizes[a]
+    return out
+
+
+def _row_pad(arr, res: dict):
+    """Bytes a tensor-core tile adds: ROW_PAD values after each row of its contiguous axis."""
+    tiled = [a for a in arr.axes if res[a] > 1]
+    if arr.role != "load" or not tiled:
+        return 0
+    return ROW_PAD * arr.bytes * _prod(res[a] for a in tiled[:-1])
 
 
 def _step(axis: str, choice: Choice, level: int):

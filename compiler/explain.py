@@ -12,6 +12,7 @@ from __future__ import annotations
 import sympy
 
 from . import ir
+from . import tensorcore
 from .buffers import buffers
 from .engine import engine_buffers
 from .formulas import relabelling, simplify, symbolic_cost
@@ -51,6 +52,7 @@ def report(plan: Plan) -> dict:
             "equations": [_eq_name(plan, s) for s in kp.kernel.equations],
             "reason": kp.kernel.reason,
             "streaming": _streaming(plan, kp),
+            "engine": _engine(plan, kp),
             "levels": levels,
             "buffers": engine_buffers(plan, kp) or buffers(plan, kp),
             "tiles": {str(k): int(v) for k, v in tiles.items()},
@@ -82,6 +84,24 @@ def report(plan: Plan) -> dict:
 
 def _eq_name(plan: Plan, stmt: int) -> str:
     return next((e.name for e in plan.diagram.equations if e.stmt == stmt), f"#{stmt}")
+
+
+def _engine(plan: Plan, kp) -> dict:
+    """What computes the kernel's contraction: tensor cores (how) or CUDA cores (why)."""
+    if kp.choice.warps:
+        found = tensorcore.site(plan.graph, kp.kernel, kp.model, plan.target)
+        wm, wn, tm, tn = tensorcore.warp_tile(kp.choice, found, plan.sizes)
+        fm, fn, fk = tensorcore.FRAGMENT
+        return {"kind": "tensor cores", "instruction": f"mma.sync.aligned.m{fm}n{fn}k{fk}",
+                "dtype": found.dtype, "accumulate": "f32", "rows": found.row, "cols": found.col,
+                "warps": [wm, wn], "warp_tile": [tm, tn], "fragments": [tm // fm, tn // fn]}
+    found = tensorcore.best_site(plan.graph, kp.kernel, plan.target)
+    if isinstance(found, tensorcore.Site):
+        why = ("tensor cores are off" if not plan.tensor_cores else
+               "predicted faster on the CUDA cores at these sizes")
+    else:
+        why = found
+    return {"kind": "cuda cores", "why": why}
 
 
 def _streaming(plan: Plan, kp) -> dict | None:
@@ -120,6 +140,15 @@ def render_text(rep: dict) -> str:
         if st:
             passes = f" in {st['passes']} passes" if st["passes"] > 1 else ""
             lines.append(f"  streams {st['axis']}{passes} through: " + "; ".join(st["accumulators"]))
+        eng = k["engine"]
+        if eng["kind"] == "tensor cores":
+            lines.append(f"  on tensor cores: {eng['instruction']} ({eng['dtype']} -> "
+                         f"{eng['accumulate']}), {eng['warps'][0]} x {eng['warps'][1]} warps "
+                         f"over {eng['rows']} x {eng['cols']}, each a {eng['warp_tile'][0]} x "
+                         f"{eng['warp_tile'][1]} tile of {eng['fragments'][0]} x "
+                         f"{eng['fragments'][1]} fragments (registers level: per warp)")
+        elif eng["why"] != "no contraction":
+            lines.append(f"  on CUDA cores: {eng['why']}")
         for lv in k["levels"]:
             parts = []
             for a, info in lv["axes"].items():

@@ -16,6 +16,7 @@ import numpy as np
 from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
+from . import tensorcore
 from .canonical import canonicalize
 from .columns import Column, columns
 from .cost import Choice, Cost, evaluate
@@ -76,7 +77,7 @@ def planning_sizes(diagram: Diagram, shape: dict | None = None) -> dict[str, int
 
 
 def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,
-         overrides: dict | None = None, tensor_cores: bool = False, fusion: bool = True) -> Plan:
+         overrides: dict | None = None, tensor_cores: bool = True, fusion: bool = True) -> Plan:
     """The plan for a diagram on a target (see the module docstring)."""
     from .fuse import fuse, unfused_kernels
     tgt = target if isinstance(target, Target) else load(target)
@@ -130,7 +131,7 @@ class KernelPlanner:
         for axis in axes:
             model = build(g, k, axis)
             cols = columns(g, model)
-            found = search(model, cols, self.target, self.sizes, fixed, self.tensor_cores,
+            found = search(model, cols, self.target, self.sizes, fixed, False,
                            quick=quick)
             tried.append((model, cols))
             if found is None:
@@ -138,8 +139,22 @@ class KernelPlanner:
             choice, cost = found
             if best is None or (cost.time, axis is not None) < (best.cost.time, best.choice.stream is not None):
                 best = KernelPlan(k, model, cols, choice, cost, tuple(used))
+        if self.tensor_cores:
+            best = self._tensor_cores(k, fixed, used, best)
         if best is None:
             return self._infeasible(k, tried, fixed, used)
+        return best
+
+    def _tensor_cores(self, k: Kernel, fixed, used, best):
+        """The tensor-core plan of an eligible kernel (tensorcore.py) when it beats `best`."""
+        where = tensorcore.best_site(self.g, k, self.target)
+        if not isinstance(where, tensorcore.Site):
+            return best
+        model = build(self.g, k, where.red)
+        cols = columns(self.g, model)
+        found = tensorcore.search(model, cols, self.target, self.sizes, where, fixed)
+        if found is not None and (best is None or found[1].time < best.cost.time):
+            best = KernelPlan(k, model, cols, found[0], found[1], tuple(used))
         return best
 
     def _infeasible(self, k: Kernel, tried, fixed, used) -> "_Infeasible":

@@ -23,15 +23,17 @@ def load(diagram, **sizes: int) -> Diagram:
 
 
 def compile(diagram, target: str | None = None, arch: str | None = None, backend: str = "auto",
-            **sizes: int):
+            tensor_cores: bool = True, **sizes: int):
     """Compile a diagram into a `Kernel` you call on arrays: `napkin.compile("attention")(Q, K, V)`.
 
     `target` and `arch` default to the GPU's when there is one; `backend` is "auto"
     (the GPU when CuPy sees one, else the reference executor), "cuda", "reference",
-    "interpret" or "emulate". Keyword arguments fix axis sizes (`d=64`).
+    "interpret" or "emulate". `tensor_cores=False` keeps every contraction on the CUDA
+    cores. Keyword arguments fix axis sizes (`d=64`).
     """
     from .runtime.kernel import Kernel
-    return Kernel(load(diagram, **sizes), target=target, arch=arch, backend=backend)
+    return Kernel(load(diagram, **sizes), target=target, arch=arch, backend=backend,
+                  tensor_cores=tensor_cores)
 
 
 def run(diagram, *arrays, backend: str = "reference", **named) -> tuple:

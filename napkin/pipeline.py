@@ -33,12 +33,14 @@ class Options:
     streams: tuple[tuple[str, int], ...] = ()
     arch: str = "sm_90"
     nvrtc_options: tuple[str, ...] = field(default=())
+    tensor_cores: bool = True                         # contractions may run on mma.sync
 
 
 def plan(diagram: Diagram, options: Options) -> Plan:
     """Kernels (fusion) and, per kernel, groups, streams and tiles for the target."""
     overrides = {"group": dict(options.groups), "stream": dict(options.streams)}
-    return make_plan(diagram, options.target, dict(options.shape), overrides)
+    return make_plan(diagram, options.target, dict(options.shape), overrides,
+                     tensor_cores=options.tensor_cores)
 
 
 def compiled(source: str, options: Options):

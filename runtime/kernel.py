@@ -34,7 +34,7 @@ _SAID_AUTO = []
 
 class Kernel:
     def __init__(self, diagram: Diagram, target: str | None = None, arch: str | None = None,
-                 backend: str = "auto", launcher=None, cache=None):
+                 backend: str = "auto", launcher=None, cache=None, tensor_cores: bool = True):
         if backend not in BACKENDS:
             raise UsageError(error("N0808", f"unknown backend `{backend}`",
                                    help=did_you_mean(backend, BACKENDS, "backends: " + ", ".join(BACKENDS)))
@@ -43,6 +43,7 @@ class Kernel:
             from .nvrtc import validate_arch
             validate_arch(arch)
         self.diagram = diagram
+        self.tensor_cores = tensor_cores
         self._launcher = launcher
         self._cache = cache
         if backend == "auto":
@@ -72,7 +73,7 @@ class Kernel:
         key = tuple(sorted((sizes or {}).items()))
         if key not in self._compiled:
             dynamic = {a: s for a, s in (sizes or {}).items() if self.diagram.axes.get(a) is None}
-            p = make_plan(self.diagram, self.target, dynamic)
+            p = make_plan(self.diagram, self.target, dynamic, tensor_cores=self.tensor_cores)
             prog = lower(p)
             self._compiled[key] = (p, prog, render(prog))
         return self._compiled[key]

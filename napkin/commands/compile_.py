@@ -26,16 +26,19 @@ from ..runtime.files import write_atomic
               help="Fix group sizes at the block level.")
 @click.option("--stream", "streams", multiple=True, metavar="AXIS=SIZE,...",
               help="Fix the streamed axis and its chunk.")
+@click.option("--tensor-cores/--no-tensor-cores", default=True, show_default=True,
+              help="Run eligible matrix products on mma.sync tensor cores.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the artifact to this file (atomically) instead of stdout.")
-def command(diagram, sizes, emit, target_name, arch, shapes, groups, streams, output) -> None:
+def command(diagram, sizes, emit, target_name, arch, shapes, groups, streams, tensor_cores,
+            output) -> None:
     """Compile a diagram and print the artifact of one stage (default: CUDA C)."""
     from ..runtime import nvrtc
     nvrtc.validate_arch(arch)     # even where the artifact does not use it: a typo is a typo
     options = Options(target=target_name, shape=tuple(sorted(parse_assignments(shapes, "--shape").items())),
                       groups=tuple(sorted(parse_assignments(groups, "--group").items())),
                       streams=tuple(sorted(parse_assignments(streams, "--stream").items())),
-                      arch=arch)
+                      arch=arch, tensor_cores=tensor_cores)
     artifact, warnings = run_until(diagram, emit, sizes, options)
     OUTPUT.warn(warnings)
     if output:

@@ -31,6 +31,8 @@ from ..runtime.files import write_atomic
               help="Fix the streamed axis and its chunk: --stream x=64.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--no-fusion", is_flag=True, help="Plan one kernel per equation.")
+@click.option("--tensor-cores/--no-tensor-cores", default=True, show_default=True,
+              help="Run eligible matrix products on mma.sync tensor cores.")
 @click.option("--arch", default=None,
               help="Also compile with NVRTC for this arch and show ptxas's report beside the plan "
                    "(default: the target's arch, when NVRTC is installed).")
@@ -39,8 +41,8 @@ from ..runtime.files import write_atomic
                    "(needs pip install 'napkin[plot]').")
 @click.option("--bench", "bench_path", type=click.Path(dir_okay=False), default=None,
               help="Add measured points to --plot from napkin bench --json results.")
-def command(diagram, sizes, target_name, shapes, groups, streams, as_json, no_fusion, arch,
-            plot_path, bench_path) -> None:
+def command(diagram, sizes, target_name, shapes, groups, streams, as_json, no_fusion,
+            tensor_cores, arch, plot_path, bench_path) -> None:
     """Explain the plan: kernels, relabelled axes, memory per level, M, H, FLOPs and time."""
     bench = None
     if bench_path and not plot_path:
@@ -56,7 +58,8 @@ def command(diagram, sizes, target_name, shapes, groups, streams, as_json, no_fu
     tgt = targets.load(target_name)
     overrides = {"group": parse_assignments(groups, "--group"),
                  "stream": parse_assignments(streams, "--stream")}
-    p = plan(d, tgt, parse_assignments(shapes, "--shape"), overrides, fusion=not no_fusion)
+    p = plan(d, tgt, parse_assignments(shapes, "--shape"), overrides, fusion=not no_fusion,
+             tensor_cores=tensor_cores)
     rep = report(p)
     attach_resources(rep, p, arch or (tgt.arch if tgt.arch.startswith("sm_") else None), arch)
     click.echo(json.dumps(rep, indent=2) if as_json else render_text(rep))

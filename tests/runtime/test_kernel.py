@@ -158,8 +158,9 @@ def test_zero_size_problems_launch_nothing(tmp_path):
 def test_huge_batches_respect_the_grid_limit(tmp_path):
     k, launcher = gpu_kernel(tmp_path=tmp_path)
     k(dev(1 << 16, 1 << 15, 1, 64), dev(1 << 16, 1 << 15, 3, 64), dev(1 << 16, 1 << 15, 3, 64))
-    (launch,) = launcher.launches
-    assert 1 <= launch["grid"] <= 2**31 - 1
+    assert launcher.launches   # decode shapes may unfuse S (its product on tensor cores)
+    for launch in launcher.launches:
+        assert 1 <= launch["grid"] <= 2**31 - 1
 
 
 def test_shared_memory_over_the_device_limit_is_refused(tmp_path):

@@ -239,8 +239,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 128 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
+// kernel 0: 256 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -252,453 +252,79 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
   NAPKIN_DYNAMIC_SMEM(smem);
   (void)smem;
   const int tid = (int)threadIdx.x;
-  const int lane = tid % 1;
-  const int tc_1 = (tid / 1) % 16;
-  const int tc_0 = ((tid / 1) / 16) % 8;
-  const bool tvalid = tid < 128;
-  const long long nblocks = (((long long)(n0) + 63) / 64) * (((long long)(n2) + 63) / 64);
+  const int lane = tid % 32;
+  const int wr = (tid / 32) / 2;
+  const int wc = (tid / 32) % 2;
+  const int fg = lane / 4;
+  const int fq = lane % 4;
+  const long long nblocks = (((long long)(n0) + 127) / 128) * (((long long)(n2) + 63) / 64);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_1 = (int)((blk) % (((long long)(n2) + 63) / 64)) * 64;
-    const int org_0 = (int)(((blk) / (((long long)(n2) + 63) / 64)) % (((long long)(n0) + 63) / 64)) * 64;
-    const int base_0 = org_0 + tc_0 * 8;
-    const int base_1 = org_1 + tc_1 * 4;
-    __syncthreads();
-    __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-    for (int e = tid; e < (64); e += 128) {
-      sm0[e] = ((org_1 + ((e) % (64))) < n2) ? p2[(int)((org_1 + ((e) % (64))))] : napkin_from_float<__half>(0.0f);
-    }
-    __syncthreads();
-    float st0[1];
+    const int org_0 = (int)(((blk) / (((long long)(n2) + 63) / 64)) % (((long long)(n0) + 127) / 128)) * 128;
+    float acc[2][4][4];
     #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st0[z] = 0.0f;
-    }
-    float st1[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st1[z] = 0.0f;
-    }
-    float st2[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st2[z] = 0.0f;
-    }
-    float st3[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st3[z] = 0.0f;
-    }
-    float st4[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st4[z] = 0.0f;
-    }
-    float st5[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st5[z] = 0.0f;
-    }
-    float st6[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st6[z] = 0.0f;
-    }
-    float st7[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st7[z] = 0.0f;
-    }
-    float st8[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st8[z] = 0.0f;
-    }
-    float st9[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st9[z] = 0.0f;
-    }
-    float st10[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st10[z] = 0.0f;
-    }
-    float st11[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st11[z] = 0.0f;
-    }
-    float st12[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st12[z] = 0.0f;
-    }
-    float st13[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st13[z] = 0.0f;
-    }
-    float st14[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st14[z] = 0.0f;
-    }
-    float st15[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st15[z] = 0.0f;
-    }
-    float st16[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st16[z] = 0.0f;
-    }
-    float st17[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st17[z] = 0.0f;
-    }
-    float st18[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st18[z] = 0.0f;
-    }
-    float st19[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st19[z] = 0.0f;
-    }
-    float st20[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st20[z] = 0.0f;
-    }
-    float st21[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st21[z] = 0.0f;
-    }
-    float st22[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st22[z] = 0.0f;
-    }
-    float st23[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st23[z] = 0.0f;
-    }
-    float st24[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st24[z] = 0.0f;
-    }
-    float st25[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st25[z] = 0.0f;
-    }
-    float st26[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st26[z] = 0.0f;
-    }
-    float st27[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st27[z] = 0.0f;
-    }
-    float st28[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st28[z] = 0.0f;
-    }
-    float st29[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st29[z] = 0.0f;
-    }
-    float st30[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st30[z] = 0.0f;
-    }
-    float st31[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st31[z] = 0.0f;
-    }
-    for (int c0 = (int)0; c0 < (int)(n1); c0 += 8) {
-      const int clen = (int)((int)(n1) - c0 < 8 ? (int)(n1) - c0 : 8);
-      __syncthreads();
-      __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + ((64)) * 2 + 15) / 16 * 16));
-      for (int e = tid; e < (64) * (8); e += 128) {
-        sm1[e] = (((e) % (8)) < clen && (c0 + ((e) % (8))) < n1 && (org_0 + ((((e) / (8))) % (64))) < n0) ? p0[((int)((org_0 + ((((e) / (8))) % (64))))) * (n1) + ((c0 + ((e) % (8))))] : napkin_from_float<__half>(0.0f);
+    for (int i0 = 0; i0 < 2; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 4; ++i1) {
+        #pragma unroll
+        for (int i2 = 0; i2 < 4; ++i2) {
+          acc[i0][i1][i2] = 0.0f;
+        }
       }
-      __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + ((64)) * 2 + 15) / 16 * 16)) + ((64) * (8)) * 2 + 15) / 16 * 16));
-      for (int e = tid; e < (8) * (64); e += 128) {
-        sm2[e] = ((org_1 + ((e) % (64))) < n2 && ((((e) / (64))) % (8)) < clen && (c0 + ((((e) / (64))) % (8))) < n1) ? p1[((int)((c0 + ((((e) / (64))) % (8))))) * (n2) + ((org_1 + ((e) % (64))))] : napkin_from_float<__half>(0.0f);
+    }
+    for (int c0 = (int)0; c0 < (int)(n1); c0 += 16) {
+      const int clen = (int)((int)(n1) - c0 < 16 ? (int)(n1) - c0 : 16);
+      __syncthreads();
+      __half* sm0 = reinterpret_cast<__half*>(smem + 0);
+      for (int e = tid; e < 2048; e += 256) {
+        const int eo = e / 16;
+        const int ei = e % 16;
+        sm0[eo * 24 + ei] = ((org_0 + eo) < n0 && ei < clen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + ei))] : napkin_from_float<__half>(0.0f);
+      }
+      __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + (3072) * 2 + 15) / 16 * 16));
+      for (int e = tid; e < 1024; e += 256) {
+        const int eo = e / 64;
+        const int ei = e % 64;
+        sm1[eo * 72 + ei] = ((org_1 + ei) < n2 && eo < clen) ? p1[((int)((c0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
       }
       __syncthreads();
-      for (int xl = 0; xl < clen; ++xl) {
-        const int xg = c0 + xl;
-#line 8 "napkin-diagram"
-        st0[0] = st0[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st1[0] = st1[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st2[0] = st2[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st3[0] = st3[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st4[0] = st4[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st5[0] = st5[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st6[0] = st6[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st7[0] = st7[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st8[0] = st8[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st9[0] = st9[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st10[0] = st10[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st11[0] = st11[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st12[0] = st12[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st13[0] = st13[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st14[0] = st14[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st15[0] = st15[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st16[0] = st16[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st17[0] = st17[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st18[0] = st18[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st19[0] = st19[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st20[0] = st20[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st21[0] = st21[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st22[0] = st22[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st23[0] = st23[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st24[0] = st24[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st25[0] = st25[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st26[0] = st26[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st27[0] = st27[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st28[0] = st28[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st29[0] = st29[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st30[0] = st30[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]);
-#line 8 "napkin-diagram"
-        st31[0] = st31[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm2[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]);
+      #pragma unroll
+      for (int kk = 0; kk < 1; ++kk) {
+        unsigned fa[2][4];
+        unsigned fb[4][2];
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          napkin_ldmatrix_x4(fa[i0], sm0 + (wr * 32 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+        }
+        #pragma unroll
+        for (int i1 = 0; i1 < 4; ++i1) {
+          napkin_ldmatrix_x2_trans(fb[i1], sm1 + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + wc * 32 + i1 * 8);
+        }
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 4; ++i1) {
+            napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
+          }
+        }
       }
     }
+    #pragma unroll
+    for (int i0 = 0; i0 < 2; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 4; ++i1) {
+        #pragma unroll
+        for (int i2 = 0; i2 < 4; ++i2) {
+          const int pt0 = org_0 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+          const int pt1 = org_1 + wc * 32 + i1 * 8 + fq * 2 + i2 % 2;
 #line 8 "napkin-diagram"
-    const float v0 = (st0[0] + napkin_to_float(sm0[(int)((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]));
-    const float v1 = napkin_gelu(v0);
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n2)) {
-      p3[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v1);
-    }
-#line 8 "napkin-diagram"
-    const float v2 = (st1[0] + napkin_to_float(sm0[(int)((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]));
-    const float v3 = napkin_gelu(v2);
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n2)) {
-      p3[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(v3);
-    }
-#line 8 "napkin-diagram"
-    const float v4 = (st2[0] + napkin_to_float(sm0[(int)((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]));
-    const float v5 = napkin_gelu(v4);
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n2)) {
-      p3[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(v5);
-    }
-#line 8 "napkin-diagram"
-    const float v6 = (st3[0] + napkin_to_float(sm0[(int)((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]));
-    const float v7 = napkin_gelu(v6);
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n2)) {
-      p3[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(v7);
-    }
-#line 8 "napkin-diagram"
-    const float v8 = (st4[0] + napkin_to_float(sm0[(int)((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]));
-    const float v9 = napkin_gelu(v8);
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n2)) {
-      p3[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v9);
-    }
-#line 8 "napkin-diagram"
-    const float v10 = (st5[0] + napkin_to_float(sm0[(int)((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]));
-    const float v11 = napkin_gelu(v10);
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n2)) {
-      p3[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(v11);
-    }
-#line 8 "napkin-diagram"
-    const float v12 = (st6[0] + napkin_to_float(sm0[(int)((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]));
-    const float v13 = napkin_gelu(v12);
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n2)) {
-      p3[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(v13);
-    }
-#line 8 "napkin-diagram"
-    const float v14 = (st7[0] + napkin_to_float(sm0[(int)((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]));
-    const float v15 = napkin_gelu(v14);
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n2)) {
-      p3[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(v15);
-    }
-#line 8 "napkin-diagram"
-    const float v16 = (st8[0] + napkin_to_float(sm0[(int)((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]));
-    const float v17 = napkin_gelu(v16);
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n2)) {
-      p3[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v17);
-    }
-#line 8 "napkin-diagram"
-    const float v18 = (st9[0] + napkin_to_float(sm0[(int)((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]));
-    const float v19 = napkin_gelu(v18);
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n2)) {
-      p3[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(v19);
-    }
-#line 8 "napkin-diagram"
-    const float v20 = (st10[0] + napkin_to_float(sm0[(int)((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]));
-    const float v21 = napkin_gelu(v20);
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n2)) {
-      p3[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(v21);
-    }
-#line 8 "napkin-diagram"
-    const float v22 = (st11[0] + napkin_to_float(sm0[(int)((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]));
-    const float v23 = napkin_gelu(v22);
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n2)) {
-      p3[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(v23);
-    }
-#line 8 "napkin-diagram"
-    const float v24 = (st12[0] + napkin_to_float(sm0[(int)((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]));
-    const float v25 = napkin_gelu(v24);
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n2)) {
-      p3[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v25);
-    }
-#line 8 "napkin-diagram"
-    const float v26 = (st13[0] + napkin_to_float(sm0[(int)((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]));
-    const float v27 = napkin_gelu(v26);
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n2)) {
-      p3[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(v27);
-    }
-#line 8 "napkin-diagram"
-    const float v28 = (st14[0] + napkin_to_float(sm0[(int)((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]));
-    const float v29 = napkin_gelu(v28);
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n2)) {
-      p3[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(v29);
-    }
-#line 8 "napkin-diagram"
-    const float v30 = (st15[0] + napkin_to_float(sm0[(int)((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]));
-    const float v31 = napkin_gelu(v30);
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n2)) {
-      p3[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(v31);
-    }
-#line 8 "napkin-diagram"
-    const float v32 = (st16[0] + napkin_to_float(sm0[(int)((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]));
-    const float v33 = napkin_gelu(v32);
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n2)) {
-      p3[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v33);
-    }
-#line 8 "napkin-diagram"
-    const float v34 = (st17[0] + napkin_to_float(sm0[(int)((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]));
-    const float v35 = napkin_gelu(v34);
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n2)) {
-      p3[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(v35);
-    }
-#line 8 "napkin-diagram"
-    const float v36 = (st18[0] + napkin_to_float(sm0[(int)((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]));
-    const float v37 = napkin_gelu(v36);
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n2)) {
-      p3[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(v37);
-    }
-#line 8 "napkin-diagram"
-    const float v38 = (st19[0] + napkin_to_float(sm0[(int)((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]));
-    const float v39 = napkin_gelu(v38);
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n2)) {
-      p3[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(v39);
-    }
-#line 8 "napkin-diagram"
-    const float v40 = (st20[0] + napkin_to_float(sm0[(int)((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]));
-    const float v41 = napkin_gelu(v40);
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n2)) {
-      p3[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v41);
-    }
-#line 8 "napkin-diagram"
-    const float v42 = (st21[0] + napkin_to_float(sm0[(int)((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]));
-    const float v43 = napkin_gelu(v42);
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n2)) {
-      p3[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(v43);
-    }
-#line 8 "napkin-diagram"
-    const float v44 = (st22[0] + napkin_to_float(sm0[(int)((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]));
-    const float v45 = napkin_gelu(v44);
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n2)) {
-      p3[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(v45);
-    }
-#line 8 "napkin-diagram"
-    const float v46 = (st23[0] + napkin_to_float(sm0[(int)((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]));
-    const float v47 = napkin_gelu(v46);
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n2)) {
-      p3[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(v47);
-    }
-#line 8 "napkin-diagram"
-    const float v48 = (st24[0] + napkin_to_float(sm0[(int)((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]));
-    const float v49 = napkin_gelu(v48);
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n2)) {
-      p3[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v49);
-    }
-#line 8 "napkin-diagram"
-    const float v50 = (st25[0] + napkin_to_float(sm0[(int)((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]));
-    const float v51 = napkin_gelu(v50);
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n2)) {
-      p3[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(v51);
-    }
-#line 8 "napkin-diagram"
-    const float v52 = (st26[0] + napkin_to_float(sm0[(int)((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]));
-    const float v53 = napkin_gelu(v52);
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n2)) {
-      p3[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(v53);
-    }
-#line 8 "napkin-diagram"
-    const float v54 = (st27[0] + napkin_to_float(sm0[(int)((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]));
-    const float v55 = napkin_gelu(v54);
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n2)) {
-      p3[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(v55);
-    }
-#line 8 "napkin-diagram"
-    const float v56 = (st28[0] + napkin_to_float(sm0[(int)((((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)) - org_1))]));
-    const float v57 = napkin_gelu(v56);
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n2)) {
-      p3[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n2) + (((base_1 + 0) < (int)(n2 - 1) ? (base_1 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v57);
-    }
-#line 8 "napkin-diagram"
-    const float v58 = (st29[0] + napkin_to_float(sm0[(int)((((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)) - org_1))]));
-    const float v59 = napkin_gelu(v58);
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n2)) {
-      p3[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n2) + (((base_1 + 1) < (int)(n2 - 1) ? (base_1 + 1) : (int)(n2 - 1)))] = napkin_from_float<__half>(v59);
-    }
-#line 8 "napkin-diagram"
-    const float v60 = (st30[0] + napkin_to_float(sm0[(int)((((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)) - org_1))]));
-    const float v61 = napkin_gelu(v60);
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n2)) {
-      p3[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n2) + (((base_1 + 2) < (int)(n2 - 1) ? (base_1 + 2) : (int)(n2 - 1)))] = napkin_from_float<__half>(v61);
-    }
-#line 8 "napkin-diagram"
-    const float v62 = (st31[0] + napkin_to_float(sm0[(int)((((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)) - org_1))]));
-    const float v63 = napkin_gelu(v62);
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n2)) {
-      p3[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n2) + (((base_1 + 3) < (int)(n2 - 1) ? (base_1 + 3) : (int)(n2 - 1)))] = napkin_from_float<__half>(v63);
+          const float v0 = (acc[i0][i1][i2] + napkin_to_float(p2[(int)((pt1 < (int)(n2 - 1) ? pt1 : (int)(n2 - 1)))]));
+          const float v1 = napkin_gelu(v0);
+          if ((pt0 < n0) && (pt1 < n2)) {
+            p3[((int)((pt0 < (int)(n0 - 1) ? pt0 : (int)(n0 - 1)))) * (n2) + ((pt1 < (int)(n2 - 1) ? pt1 : (int)(n2 - 1)))] = napkin_from_float<__half>(v1);
+          }
+        }
+      }
     }
   }
 }

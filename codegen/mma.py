@@ -1,0 +1,173 @@
+"""A tensor-core kernel: the contraction on mma.sync.m16n8k16, the epilogue per fragment element.
+
+The plan's `warps` (compiler/tensorcore.py) split the block's `BM x BN` tile
+into `wm x wn` warp tiles of `FM x FN` fragments (16 x 8 each). Per chunk of
+`BK` along the contracted axis, the block copies both operands' tiles into
+shared memory (rows padded by 8 halves so that ldmatrix's eight row addresses
+fall in different banks; positions outside the arrays are zeros, which add
+nothing), then each warp, per 16 of the chunk, loads its A fragments
+(`ldmatrix.x4`) and B fragments (`ldmatrix.x2`), transposed when the operand's
+contiguous axis is not the contracted one, and issues `FM x FN` mmas into f32
+accumulators. After the last chunk each lane holds, per fragment, rows `g` and
+`g + 8` and columns `2q, 2q + 1` of C (g = lane / 4, q = lane % 4, the PTX
+ISA's C layout); the scalar emitter computes the rest of the kernel (bias,
+activation, masks, the cast) at each of those points and stores the ones
+inside the arrays.
+"""
+
+from __future__ import annotations
+
+from ..compiler import ir
+from ..compiler import tensorcore as tc
+from . import cexpr, staging
+from . import program as P
+from .builder import Ix
+from .indexing import Layout
+from .kernel import KernelLowering
+
+FM, FN, FK = tc.FRAGMENT
+
+
+class MmaLowering(KernelLowering):
+    def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
+        super().__init__(plan, kp, names, sizes, index_type)
+        self.site = tc.site(self.g, self.k, self.model, plan.target)
+        if self.site is None:     # the planner only gives warps to eligible kernels
+            raise ValueError(f"kernel {self.k.name} has warps but no tensor-core contraction")
+        self.wm, self.wn, self.wtm, self.wtn = tc.warp_tile(self.choice, self.site, plan.sizes)
+        self.threads = self.wm * self.wn * 32
+        self.staging = set()       # the operands get their own padded tiles; others: global
+        self.value_of_c = None     # the accumulator element of the point being stored
+
+    def registered(self, n: int, scope: dict[str, Ix]):
+        return self.value_of_c if n == self.site.node else None
+
+    def build(self, name: str) -> P.KernelProgram:
+        b = self.b
+        b.emit(P.Decl("const int", "tid", "(int)threadIdx.x"))
+        b.emit(P.Decl("const int", "lane", "tid % 32"))
+        b.emit(P.Decl("const int", "wr", f"(tid / 32) / {self.wn}"))
+        b.emit(P.Decl("const int", "wc", f"(tid / 32) % {self.wn}"))
+        b.emit(P.Decl("const int", "fg", "lane / 4"))
+        b.emit(P.Decl("const int", "fq", "lane % 4"))
+        return self._grid(name)
+
+    # -- one block ---------------------------------------------------------------------------
+    def _block_body(self) -> None:
+        b, s = self.b, self.site
+        self._origins()
+        fm, fn = self.wtm // FM, self.wtn // FN
+        b.emit(P.Decl("float", "acc", shape=(fm, fn, 4)))
+        self._each([("i0", fm), ("i1", fn), ("i2", 4)], lambda: b.emit(P.Set("acc[i0][i1][i2]", "0.0f")))
+        tiles = [self._tile(s.a, s.row, self.tile[s.row]), self._tile(s.b, s.col, self.tile[s.col])]
+        chunk = self.choice.stream[1]
+
+        def chunk_body():
+            left = f"({self.itype})({self.sizes[s.red]}) - c0"
+            b.emit(P.Decl("const int", "clen", f"(int)({left} < {chunk} ? {left} : {chunk})"))
+            b.emit(P.Barrier())
+            for t in tiles:
+                self._copy(t)
+            b.emit(P.Barrier())
+            b.loop("kk", "0", str(chunk // FK), "1", lambda: self._step(tiles, fm, fn), unroll=True)
+
+        b.loop("c0", f"({self.itype})0", f"({self.itype})({self.sizes[s.red]})", str(chunk),
+               chunk_body, ctype=self.itype)
+        self._epilogue_mma(fm, fn)
+
+    def _tile(self, n: int, axis: str, extent: int) -> dict:
+        """A padded shared tile of operand n: [outer][inner + PAD], inner its contiguous axis."""
+        s = self.site
+        axes = ir.type_of(self.g, n).axes
+        inner = axis if axes.index(axis) > axes.index(s.red) else s.red
+        outer = s.red if inner == axis else axis
+        ext = {axis: extent, s.red: self.choice.stream[1]}
+        _, dtype = self.names[n]
+        name = f"sm{len(self.smem)}"
+        pitch = ext[inner] + tc.PAD
+        count = ext[outer] * pitch
+        self.smem.append(P.SharedBuffer(name, cexpr.CTYPE[dtype], staging.next_offset(self.smem), str(count)))
+        self.smem_terms.append((count * 2,))
+        return {"node": n, "name": name, "axis": axis, "inner": inner, "outer": outer,
+                "ext": ext, "pitch": pitch, "ctype": cexpr.CTYPE[dtype]}
+
+    def _copy(self, t: dict) -> None:
+        """Block-wide copy of this chunk of the operand into its tile (zeros outside)."""
+        b, s = self.b, self.site
+        param, _ = self.names[t["node"]]
+        inner, outer, ext = t["inner"], t["outer"], t["ext"]
+        b.emit(P.Decl(f"{t['ctype']}*", t["name"], f"reinterpret_cast<{t['ctype']}*>(smem + "
+                      f"{next(x.offset for x in self.smem if x.name == t['name'])})"))
+
+        def body():
+            b.emit(P.Decl("const int", "eo", f"e / {ext[inner]}"))
+            b.emit(P.Decl("const int", "ei", f"e % {ext[inner]}"))
+            local = {outer: "eo", inner: "ei"}
+            axis = t["axis"]
+            scope = {a: Ix(self._axis_var("org", a)) for a in s.batch}
+            scope[axis] = Ix(f"({self._axis_var('org', axis)} + {local[axis]})")
+            scope[s.red] = Ix(f"(c0 + {local[s.red]})")
+            valid = f"{scope[axis].expr} < {self.sizes[axis]} && {local[s.red]} < clen"
+            axes = ir.type_of(self.g, t["node"]).axes
+            value = f"{param}[{Layout(axes, self.sizes, self.itype).offset(scope)}]"
+            zero = f"napkin_from_float<{t['ctype']}>(0.0f)"
+            b.emit(P.Set(f"{t['name']}[eo * {t['pitch']} + ei]", f"({valid}) ? {value} : {zero}"))
+        b.loop("e", "tid", str(ext[outer] * ext[inner]), str(self.threads), body)
+
+    def _step(self, tiles, fm: int, fn: int) -> None:
+        """16 of the chunk: every warp loads its fragments and multiplies them."""
+        b, (ta, tb) = self.b, tiles
+        b.emit(P.Decl("unsigned", "fa", shape=(fm, 4)))
+        b.emit(P.Decl("unsigned", "fb", shape=(fn, 2)))
+        self._each([("i0", fm)], lambda: self._ldmatrix(ta, "fa[i0]", f"wr * {self.wtm} + i0 * {FM}", 4))
+        self._each([("i1", fn)], lambda: self._ldmatrix(tb, "fb[i1]", f"wc * {self.wtn} + i1 * {FN}", 2))
+        mma = f"napkin_mma_m16n8k16_{self.site.dtype}"
+        self._each([("i0", fm), ("i1", fn)], lambda: b.emit(
+            P.Call(mma, ("acc[i0][i1]", "fa[i0]", "fb[i1]", "acc[i0][i1]"))))
+
+    def _ldmatrix(self, t: dict, dest: str, first: str, count: int) -> None:
+        """Fragments of `count` 8x8 matrices from the tile: this lane's row address.
+
+        Lanes 8j..8j+7 address matrix j. A (x4): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15),
+        row-block fastest; B (x2): k 0-7 then 8-15 of 8 columns. Stored k-contiguous, a lane
+        addresses a row of the fragment axis; stored the other way, a row of k (.trans)."""
+        k0 = "kk * 16"
+        if count == 4:
+            row, k = f"{first} + lane % 16", f"{k0} + (lane / 16) * 8"
+            trow, tk = f"{first} + ((lane / 8) % 2) * 8", f"{k0} + lane % 8 + (lane / 16) * 8"
+        else:
+            row, k = f"{first} + lane % 8", f"{k0} + ((lane / 8) % 2) * 8"
+            trow, tk = first, f"{k0} + lane % 8 + ((lane / 8) % 2) * 8"
+        if t["inner"] == self.site.red:
+            address, suffix = f"({row}) * {t['pitch']} + {k}", ""
+        else:
+            address, suffix = f"({tk}) * {t['pitch']} + {trow}", "_trans"
+        self.b.emit(P.Call(f"napkin_ldmatrix_x{count}{suffix}", (dest, f"{t['name']} + {address}")))
+
+    # -- epilogue ----------------------------------------------------------------------------
+    def _epilogue_mma(self, fm: int, fn: int) -> None:
+        """Every accumulator element of the lane: its point, the stores of the kernel there."""
+        s = self.site
+
+        def point():
+            rows = {s.row: f"{self._axis_var('org', s.row)} + wr * {self.wtm} + i0 * {FM} + fg + (i2 / 2) * 8",
+                    s.col: f"{self._axis_var('org', s.col)} + wc * {self.wtn} + i1 * {FN} + fq * 2 + i2 % 2"}
+            scope, checks = {a: Ix(self._axis_var("org", a)) for a in s.batch}, []
+            for a, raw in rows.items():
+                v = self.b.value(self.itype, raw, "pt")
+                top = f"({self.itype})({self.sizes[a]} - 1)"
+                scope[a] = Ix(f"({v} < {top} ? {v} : {top})")
+                checks.append(f"({v} < {self.sizes[a]})")
+            self.value_of_c = "acc[i0][i1][i2]"
+            for n in self.k.stores:
+                self._store(n, dict(scope), {"valid": " && ".join(checks)})
+            self.value_of_c = None
+        self._each([("i0", fm), ("i1", fn), ("i2", 4)], point)
+
+    def _each(self, loops, body) -> None:
+        """Nested unrolled loops over static trip counts (fragment indices)."""
+        if not loops:
+            body()
+            return
+        (var, trips), rest = loops[0], loops[1:]
+        self.b.loop(var, "0", str(trips), "1", lambda: self._each(rest, body), unroll=True)

@@ -1,0 +1,188 @@
+"""Kernels whose contraction runs on tensor cores (mma.sync m16n8k16), and their warp tiling.
+
+A kernel is eligible when it streams the one axis of its only contraction,
+`C[batch.. row col] = sum over red of A[batch.. row red] * B[batch.. red col]`
+(axes in any order), whose two operands are loads of the same 16-bit dtype the
+target's engine multiplies (f16 or bf16); everything else in the kernel is
+elementwise over C's axes (an epilogue: bias, GELU, masks, a cast). Any other
+kernel keeps the SIMT path, so every diagram still compiles.
+
+The block takes a `BM x BN` tile of (row, col) and one position of each batch
+axis; its `wm x wn` warps each take a `BM/wm x BN/wn` warp tile of 16 x 8
+accumulator fragments; chunks of `BK` (a multiple of 16) along `red` are staged
+in shared memory and read into fragments with ldmatrix. For the cost model the
+register level's unit is the warp: the choice's `thread` tile is the warp tile
+(what one unit holds and loads from shared memory), its registers are its 32
+lanes' (cost.py), and the block has `32 wm wn` threads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from . import ir
+from .cost import ROW_PAD as PAD
+from .cost import Choice, Cost, evaluate
+from .model import BYTES, Model, build
+from .search import fits
+from .target import Target
+
+FRAGMENT = (16, 8, 16)                     # m, n, k of mma.sync.m16n8k16
+ROWS = (16, 32, 64, 128, 256)              # block tile candidates along row
+COLS = (8, 16, 32, 64, 128, 256)           # ... along col
+CHUNKS = (16, 32, 64)                      # ... along red (the streamed chunk)
+WARPS = (1, 2, 4, 8)
+MAX_ACCUMULATORS = 128                     # f32 accumulator registers per thread
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where the tensor cores apply in a kernel: the contraction and its operands' roles."""
+
+    node: int               # the contraction
+    a: int                  # operand holding `row` (mma's A fragments)
+    b: int                  # operand holding `col` (mma's B fragments)
+    row: str
+    col: str
+    red: str
+    batch: tuple[str, ...]
+    dtype: str              # f16 | bf16
+
+
+def site(g, kernel, model: Model, target: Target) -> Site | None:
+    """The kernel's tensor-core contraction, or None when it must stay SIMT (module doc)."""
+    found = examine(g, kernel, model, target)
+    return found if isinstance(found, Site) else None
+
+
+def examine(g, kernel, model: Model, target: Target) -> Site | str:
+    """The kernel's tensor-core contraction, or why its contraction stays on the CUDA cores."""
+    st = model.streaming
+    contractions = [n for n in kernel.nodes if isinstance(ir.op(g, n), ir.Contract)]
+    if not contractions:
+        return "no contraction"
+    others = [n for n in kernel.nodes if isinstance(ir.op(g, n), (ir.Reduce, ir.Softmax))]
+    if len(contractions) > 1 or others:
+        return (f"the kernel fuses {len(contractions)} contraction(s) with {len(others)} other "
+                "reduction(s); the tensor-core lowering takes one matrix product per kernel")
+    if st.pairs or st.stats or len(st.reducers) != 1 or st.passes != 1:
+        return "the contraction is not streamed"
+    node = contractions[0]
+    op = ir.op(g, node)
+    if st.axis is None or op.axes != (st.axis,) or set(model.reduced) != {st.axis}:
+        return "the contraction is not over the one streamed axis"
+    x, y = ir.operands(g, node)
+    loads = set(kernel.loads)
+    if x == y or x not in loads or y not in loads:
+        return "an operand is computed in the kernel, not loaded (tensor cores take staged tiles)"
+    dtype, other = _storage(g, x), _storage(g, y)
+    if not any("contraction" in e.computes and tuple(e.shapes[0]) == FRAGMENT
+               for e in target.engines):
+        return f"{target.name} has no mma.sync m16n8k16 tensor cores"
+    if dtype != other or dtype not in ("f16", "bf16") or not target.engine_for("contraction", dtype):
+        return (f"operands are {dtype} and {other}; mma.sync m16n8k16 takes two f16 or two bf16 "
+                "operands")
+    ax, ay = set(ir.type_of(g, x).axes), set(ir.type_of(g, y).axes)
+    out = ir.type_of(g, node).axes
+    only_x, only_y = ax - ay, ay - ax
+    if len(only_x) != 1 or len(only_y) != 1 or (ax & ay) - {st.axis} != set(out) - only_x - only_y:
+        return "each operand needs exactly one axis of its own (a matrix product, batched or not)"
+    (rx,), (ry,) = only_x, only_y
+    # the output's contiguous one of the two is `col`: a thread stores two adjacent columns
+    if out.index(rx) > out.index(ry):
+        x, y, rx, ry = y, x, ry, rx
+    for n in set(kernel.nodes) | set(kernel.stores):
+        if n not in loads and not set(ir.type_of(g, n).axes) <= set(out):
+            return "the kernel computes values over other axes than the product's"
+    batch = tuple(a for a in out if a not in (rx, ry))
+    return Site(node, x, y, rx, ry, st.axis, batch, dtype)
+
+
+def best_site(g, kernel, target: Target) -> Site | str:
+    """The kernel's tensor-core contraction with its contracted axis streamed, or why not."""
+    found: Site | str = "no contraction"
+    for axis in kernel.reduced(g):
+        found = examine(g, kernel, build(g, kernel, axis), target)
+        if isinstance(found, Site):
+            break
+    return found
+
+
+def _storage(g, n: int) -> str:
+    op = ir.op(g, n)
+    return op.dtype if isinstance(op, ir.Input) else "f32"
+
+
+def warp_tile(choice: Choice, site_: Site, sizes: dict) -> tuple[int, int, int, int]:
+    """(warps along row, along col, warp tile rows, warp tile cols) of a tensor-core choice."""
+    warps, tile = dict(choice.warps), dict(choice.thread)
+    return warps[site_.row], warps[site_.col], tile[site_.row], tile[site_.col]
+
+
+def smem_bytes(bm: int, bn: int, bk: int, dtype: str) -> int:
+    """Both staged tiles with their padded rows (whichever axis is contiguous, at most this)."""
+    per = BYTES[dtype]
+    a = max(bm * (bk + PAD), bk * (bm + PAD))
+    b = max(bn * (bk + PAD), bk * (bn + PAD))
+    return (a + b) * per + 32
+
+
+def search(model: Model, cols, target: Target, sizes: dict, s: Site,
+           fixed: dict) -> tuple[Choice, Cost] | None:
+    """The fastest tensor-core tiling of the kernel that fits, honouring block-level hints."""
+    if any(k in fixed for k in ("thread", "split", "inner")):
+        return None
+    hinted = dict(fixed.get("group", {}))
+    if "stream" in fixed and fixed["stream"][0] != s.red:
+        return None
+    chunk_fixed = fixed["stream"][1] if "stream" in fixed else None
+    best = None
+    for bm, bn, bk, wm, wn in _candidates(sizes, s):
+        if bk != (chunk_fixed or bk) or not all(
+                _matches(hinted.get(a), v, sizes[a]) for a, v in ((s.row, bm), (s.col, bn))):
+            continue
+        if any(hinted.get(a, 1) != 1 for a in s.batch) or any(
+                a not in (s.row, s.col, *s.batch) for a in hinted):
+            continue
+        if smem_bytes(bm, bn, bk, s.dtype) > target.levels[1].capacity_bytes:
+            continue
+        group = {s.row: bm, s.col: bn, **{a: 1 for a in s.batch}}
+        thread = {s.row: bm // wm, s.col: bn // wn, **{a: 1 for a in s.batch}}
+        choice = Choice(tuple(sorted((a, v) for a, v in group.items() if v < sizes[a] or a in (s.row, s.col))),
+                        (s.red, bk), tuple(sorted(thread.items())), None, None,
+                        tuple(sorted({s.row: wm, s.col: wn}.items())))
+        cost = evaluate(model, cols, choice, sizes, target, tensor_cores=True)
+        if not fits(cost):
+            continue
+        key = (round(cost.time, 15), -(bm * bn), bk, wm * wn)
+        if best is None or key < best[0]:
+            best = (key, choice, cost)
+    return None if best is None else (best[1], best[2])
+
+
+def _matches(hint: int | None, tile: int, size: int) -> bool:
+    """A block tile honours a group hint: equal, or both cover the whole axis."""
+    return hint is None or tile == hint or (hint >= size and tile >= size)
+
+
+def _candidates(sizes: dict, s: Site):
+    """Block tiles no larger than the axes need, warp tiles of whole fragments."""
+    fm, fn, fk = FRAGMENT
+    top = {a: max(f, 1 << math.ceil(math.log2(max(sizes[a], 1)))) for a, f in
+           ((s.row, fm), (s.col, fn), (s.red, fk))}
+    for bm in ROWS:
+        for bn in COLS:
+            for bk in CHUNKS:
+                if bm > top[s.row] or bn > top[s.col] or bk > top[s.red]:
+                    continue
+                for wm in WARPS:
+                    for wn in WARPS:
+                        if wm * wn not in WARPS or bm % (wm * fm) or bn % (wn * fn):
+                            continue
+                        if (bm // wm) * (bn // wn) // 32 > MAX_ACCUMULATORS:
+                            continue
+                        yield bm, bn, bk, wm, wn
+
+
+__all__ = ["Site", "site", "examine", "best_site", "search", "warp_tile", "smem_bytes", "FRAGMENT", "PAD"]

@@ -1,0 +1,172 @@
+"""Tensor-core kernels (mma.sync m16n8k16 from codegen/mma.py), run by the CPU emulator.
+
+Plans are made at large planning sizes, where the planner puts matrix products on
+the tensor cores, and the kernels then run at odd sizes next to tile multiples (a
+kernel's sizes are runtime parameters): every tail of a block tile, a warp tile, a
+fragment and a chunk is exercised. Results are compared with the float64 reference
+under testing.md's tolerance rule; the warp layouts and operand layouts a plan can
+take are run one by one, and seeded fragment bugs must be caught.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import napkin
+from napkin.codegen.lower import lower
+from napkin.codegen.render import render
+from napkin.commands.run import random_inputs
+from napkin.compiler.plan import plan
+from napkin.runtime import compare, reference
+from napkin.runtime.emulated import run_plan
+from napkin.runtime.interpret import interpret
+
+from .conftest import library, shape_of
+
+BIG = 2048
+
+
+def tc_plan(d, target="h100", **kw):
+    """The plan at large sizes (eligible products on tensor cores)."""
+    return plan(d, target, {a: BIG for a, s in d.axes.items() if s is None}, **kw)
+
+
+def verdicts(d, p, shape, seed=0, source_edit=None):
+    inputs = random_inputs(d, shape, seed)
+    if source_edit is None:
+        out = run_plan(p, inputs, shape)
+    else:
+        out = _run_edited(p, inputs, shape, source_edit)
+    ref = reference.evaluate(d, inputs)
+    low = reference.evaluate(d, inputs, precision="lowp")
+    return [compare.check(out[s.name], ref[s.name], low[s.name], s.dtype, s.name) for s in d.outputs]
+
+
+def assert_close(d, p, shape, seed=0):
+    for v in verdicts(d, p, shape, seed):
+        assert v.ok, v.message
+
+
+def on_tensor_cores(p) -> list:
+    return [kp for kp in p.kernels if kp.choice.warps]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", ["matmul", "batched_matmul", "linear_gelu", "mlp", "swiglu"])
+def test_library_products_on_tensor_cores_match_the_reference(name, dtype):
+    d = library(name, dtype)
+    p = tc_plan(d)
+    assert on_tensor_cores(p), [kp.choice for kp in p.kernels]
+    assert "napkin_mma_m16n8k16_" + dtype in render(lower(p))
+    assert_close(d, p, shape_of(d))
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (16, 16, 8), (17, 15, 9), (15, 17, 7),
+                                     (129, 65, 257), (64, 48, 128), (3, 200, 5)])
+def test_matmul_at_tile_edges(m, k, n):
+    d = library("matmul", "f16")
+    assert_close(d, tc_plan(d), {"m": m, "k": k, "n": n}, seed=m + k + n)
+
+
+LAYOUTS = {
+    "A[m k], B[k n]": "axis m, k, n\nin A[m k]: {t}\nin B[k n]: {t}\nC[m n] = A * B\nout C: {t}",
+    "A[k m], B[k n]": "axis m, k, n\nin A[k m]: {t}\nin B[k n]: {t}\nC[m n] = A * B\nout C: {t}",
+    "A[m k], B[n k]": "axis m, k, n\nin A[m k]: {t}\nin B[n k]: {t}\nC[m n] = A * B\nout C: {t}",
+    "A[k m], B[n k]": "axis m, k, n\nin A[k m]: {t}\nin B[n k]: {t}\nC[m n] = A * B\nout C: {t}",
+    "C[n m]": "axis m, k, n\nin A[m k]: {t}\nin B[k n]: {t}\nC[n m] = A * B\nout C: f32",
+    "batch inside": ("axis b, m, k, n\nin A[m b k]: {t}\nin B[b k n]: {t}\nC[b m n] = A * B\n"
+                     "out C: {t}"),
+    "batch between": ("axis b, m, k, n\nin A[k b m]: {t}\nin B[n b k]: {t}\nC[m b n] = A * B\n"
+                      "out C: {t}"),
+}
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_every_operand_layout(layout, dtype):
+    """Operands stored k-contiguous or not (ldmatrix plain or .trans), batch axes anywhere."""
+    d = napkin.load(LAYOUTS[layout].format(t=dtype))
+    p = tc_plan(d)
+    assert on_tensor_cores(p)
+    assert_close(d, p, {a: s for a, s in {"b": 3, "m": 37, "k": 41, "n": 19}.items() if a in d.axes})
+
+
+def test_epilogue_with_bias_masks_and_casts():
+    text = ("axis t, i, o\nin X[t i]: bf16\nin W[o i]: bf16\nin bias[o]: f32\n"
+            "Y[t o] = where(t >= o, gelu(X * W + bias) * 0.5, -1.0)\n"
+            "Z[o t] = sigmoid(X * W)\nout Y: bf16\nout Z: f32")
+    d = napkin.load(text)
+    p = tc_plan(d)
+    assert on_tensor_cores(p)
+    assert_close(d, p, {"t": 45, "i": 33, "o": 27})
+
+
+def with_warps(p, bm, bn, bk, wm, wn):
+    """The plan with its tensor-core kernel retiled: block bm x bn, chunk bk, wm x wn warps."""
+    (kp,) = p.kernels
+    c = kp.choice
+    row, col = (a for a, _ in c.warps)
+    group = tuple(sorted({**dict(c.group), row: bm, col: bn}.items()))
+    thread = tuple(sorted({**dict(c.thread), row: bm // wm, col: bn // wn}.items()))
+    choice = dataclasses.replace(c, group=group, thread=thread, stream=(c.stream[0], bk),
+                                 warps=((row, wm), (col, wn)))
+    return dataclasses.replace(p, kernels=(dataclasses.replace(kp, choice=choice),))
+
+
+@pytest.mark.parametrize("bm, bn, bk, wm, wn", [
+    (16, 8, 16, 1, 1), (32, 16, 32, 1, 2), (64, 16, 16, 2, 1), (64, 64, 64, 2, 2),
+    (128, 32, 32, 4, 2), (16, 256, 16, 1, 8), (64, 128, 32, 1, 4)])
+def test_every_warp_layout(bm, bn, bk, wm, wn):
+    d = library("matmul", "bf16")
+    p = with_warps(tc_plan(d), bm, bn, bk, wm, wn)
+    prog = lower(p)
+    assert prog.kernels[0].threads == 32 * wm * wn
+    assert_close(d, p, {"m": 70, "k": 83, "n": 50})
+
+
+def test_interpreter_runs_tensor_core_plans():
+    """The schedule interpreter reads a warp tile as the register level's unit."""
+    import numpy as np
+    d = library("linear_gelu", "f16")
+    p = tc_plan(d)
+    shape = {"t": 40, "i": 70, "o": 33}
+    inputs = random_inputs(d, shape, 3)
+    got = interpret(p, inputs)["Y"]
+    assert np.allclose(got, reference.evaluate(d, inputs)["Y"], rtol=1e-9, atol=1e-9)
+
+
+# -- seeded fragment bugs: each must give wrong values -----------------------------------------
+
+def _run_edited(p, inputs, shape, edit):
+    from napkin.runtime import emulate
+    from napkin.runtime.emulated import signatures
+    from napkin.runtime.launches import buffer_names, make_buffers, make_launches
+    prog = lower(p)
+    source = render(prog)
+    edited = edit(source)
+    assert edited != source, "the seeded bug did not change the source"
+    buffers = make_buffers(prog, inputs, shape, set(p.graph.graph["inputs"]))
+    launches = [emulate.Launch(s.kernel, (min(s.grid, 8), 1, 1), (s.block, 1, 1), s.smem_bytes,
+                               s.args) for s in make_launches(prog, shape)]
+    out = emulate.run(edited, signatures(prog), launches, buffers, timeout_s=240)
+    names = buffer_names(prog)
+    return {s.name: out[names[s.name]] for s in p.diagram.outputs}
+
+
+BUGS = {
+    "A fragment rows shifted": lambda s: s.replace("+ lane % 16) *", "+ (lane + 1) % 16) *", 1),
+    "B fragment without .trans": lambda s: s.replace("napkin_ldmatrix_x2_trans(fb", "napkin_ldmatrix_x2(fb"),
+    "rows g + 8 stored as g": lambda s: s.replace("+ fg + (i2 / 2) * 8", "+ fg", 1),
+    "columns 2q + 1 dropped": lambda s: s.replace("fq * 2 + i2 % 2", "fq * 2", 1),
+    "k halves swapped": lambda s: s.replace("(lane / 16) * 8", "(1 - lane / 16) * 8", 1),
+    "chunk tails not zeroed": lambda s: s.replace("&& ei < clen)", ")").replace("&& eo < clen)", ")"),
+}
+
+
+@pytest.mark.parametrize("bug", list(BUGS))
+def test_seeded_fragment_bugs_give_wrong_values(bug):
+    d = library("matmul", "f16")
+    p = tc_plan(d)
+    assert not all(verdicts(d, p, {"m": 37, "k": 41, "n": 29}, source_edit=BUGS[bug]))

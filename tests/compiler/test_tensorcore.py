@@ -1,0 +1,130 @@
+"""Which kernels the planner puts on tensor cores, with which tiles, and what explain says."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import napkin
+from napkin.compiler import tensorcore
+from napkin.compiler.cost import register_capacity
+from napkin.compiler.explain import report
+from napkin.compiler.plan import plan
+
+from .test_explain import run_cli
+
+SQUARE = {"m": 4096, "k": 4096, "n": 4096}
+
+
+def matmul(dtype="f16", a="A[m k]", b="B[k n]"):
+    return napkin.load(f"axis m, k, n\nin {a}: {dtype}\nin {b}: {dtype}\nC[m n] = A * B\nout C: {dtype}")
+
+
+def engine(p, i=0):
+    return report(p)["kernels"][i]["engine"]
+
+
+def test_a_large_product_runs_on_tensor_cores_within_the_rules():
+    p = plan(matmul(), "h100", SQUARE)
+    (kp,) = p.kernels
+    site = tensorcore.site(p.graph, kp.kernel, kp.model, p.target)
+    wm, wn, tm, tn = tensorcore.warp_tile(kp.choice, site, p.sizes)
+    group = dict(kp.choice.group)
+    assert (site.row, site.col, site.red) == ("m", "n", "k")
+    assert group["m"] == wm * tm and group["n"] == wn * tn
+    assert tm % 16 == 0 and tn % 8 == 0 and kp.choice.stream[1] % 16 == 0
+    assert wm * wn in (1, 2, 4, 8) and kp.cost.threads == 32 * wm * wn
+    assert tm * tn // 32 <= tensorcore.MAX_ACCUMULATORS
+    eng = engine(p)
+    assert eng["kind"] == "tensor cores" and eng["warps"] == [wm, wn]
+    assert eng["fragments"] == [tm // 16, tn // 8]
+
+
+def test_tensor_cores_are_predicted_faster_than_the_cuda_cores_at_scale():
+    fast = plan(matmul(), "h100", SQUARE)
+    slow = plan(matmul(), "h100", SQUARE, tensor_cores=False)
+    assert not slow.kernels[0].choice.warps
+    assert fast.time * 2 < slow.time
+    assert engine(slow)["why"] == "tensor cores are off"
+
+
+def test_tiny_products_stay_on_the_cuda_cores():
+    """Fragments of 16 x 8 padded around a 3 x 5 product waste most of the tensor cores."""
+    p = plan(matmul(), "h100", {"m": 3, "k": 7, "n": 5})
+    assert not p.kernels[0].choice.warps
+    assert engine(p)["why"] == "predicted faster on the CUDA cores at these sizes"
+
+
+@pytest.mark.parametrize("d, why", [
+    (matmul("f32"), "operands are f32 and f32"),
+    (napkin.load("axis m, k, n\nin A[m k]: f16\nin B[k n]: bf16\nC[m n] = A * B\nout C: f32"),
+     "operands are f16 and bf16"),
+    (napkin.load("axis m, k\nin A[m k]: f16\nin x[k]: f16\ny[m] = A * x\nout y: f16"),
+     "exactly one axis of its own"),
+    (napkin.load("axis m, k, n\nin A[m k]: f16\nin B[k n]: f16\nC[m n] = exp(A) * B\nout C: f16"),
+     "computed in the kernel"),
+    (napkin.load("attention"), "fuses 2 contraction(s) with 1 other reduction(s)"),
+])
+def test_kernels_that_stay_on_the_cuda_cores_say_why(d, why):
+    p = plan(d, "h100", {a: 4096 for a, s in d.axes.items() if s is None})
+    assert not any(kp.choice.warps for kp in p.kernels)
+    assert any(why in engine(p, i).get("why", "") for i in range(len(p.kernels))), report(p)
+
+
+@pytest.mark.parametrize("target", ["hopper-toy", "two-level"])
+def test_targets_without_mma_m16n8k16_stay_on_the_cuda_cores(target):
+    p = plan(matmul(), target, SQUARE)
+    assert not p.kernels[0].choice.warps
+    assert "tensor cores" in engine(p)["why"]
+
+
+def test_a100_and_h200_plan_tensor_cores_too():
+    for target in ("a100", "h200"):
+        assert plan(matmul("bf16"), target, SQUARE).kernels[0].choice.warps
+
+
+def test_block_hints_choose_the_tensor_core_tile_and_thread_hints_keep_simt():
+    d = napkin.load("axis m, k, n\nin A[m k]: f16\nin B[k n]: f16\n"
+                    "C[m n] = A * B\ngroup m by 32\nstream k by 64\nout C: f16")
+    (kp,) = plan(d, "h100", SQUARE).kernels
+    assert kp.choice.warps and dict(kp.choice.group)["m"] == 32 and kp.choice.stream == ("k", 64)
+    d = napkin.load("axis m, k, n\nin A[m k]: f16\nin B[k n]: f16\n"
+                    "C[m n] = A * B\ngroup m by 4 at registers\nout C: f16")
+    (kp,) = plan(d, "h100", SQUARE).kernels
+    assert not kp.choice.warps and dict(kp.choice.thread)["m"] == 4
+    d = napkin.load("axis m, k, n\nin A[m k]: f16\nin B[k n]: f16\n"
+                    "C[m n] = A * B\ngroup m by 24\nout C: f16")    # not whole fragments
+    (kp,) = plan(d, "h100", SQUARE).kernels
+    assert not kp.choice.warps and dict(kp.choice.group)["m"] == 24
+
+
+def test_the_plan_counts_padded_shared_rows_and_the_warp_level_registers():
+    (kp,) = plan(matmul(), "h100", SQUARE).kernels
+    group, bk = dict(kp.choice.group), kp.choice.stream[1]
+    smem = kp.cost.levels[1].M
+    # A [bm][bk + 8] and B [bk][bn + 8] halves, each 16-byte aligned
+    assert smem >= (group["m"] * (bk + 8) + bk * (group["n"] + 8)) * 2
+    # the register level's unit is a warp: 32 lanes' registers, the accumulators among them
+    regs, target = kp.cost.levels[2], plan(matmul(), "h100", SQUARE).target
+    lane = register_capacity(target, target.levels[-1].capacity_bytes, kp.cost.threads)
+    assert regs.capacity == pytest.approx(32 * lane)
+    tile = dict(kp.choice.thread)
+    assert tile["m"] * tile["n"] * 4 <= regs.M <= regs.capacity
+
+
+def test_explain_prints_the_engine_line(capsys):
+    status, out, _ = run_cli(capsys, "explain", "matmul", "--shape", "m=4096,k=4096,n=4096")
+    assert status == 0 and "on tensor cores: mma.sync.aligned.m16n8k16 (f16 -> f32)" in out
+    status, out, _ = run_cli(capsys, "explain", "matmul", "--shape", "m=4096,k=4096,n=4096",
+                             "--no-tensor-cores", "--json")
+    assert json.loads(out)["kernels"][0]["engine"] == {"kind": "cuda cores",
+                                                       "why": "tensor cores are off"}
+
+
+def test_compile_emits_mma_unless_told_not_to(capsys):
+    args = ("compile", "matmul", "--shape", "m=4096,k=4096,n=4096")
+    status, on, _ = run_cli(capsys, *args)
+    assert status == 0 and "napkin_mma_m16n8k16_f16(acc" in on and "napkin_ldmatrix_x4(fa" in on
+    status, off, _ = run_cli(capsys, *args, "--no-tensor-cores")
+    assert status == 0 and "napkin_mma" not in off.split("extern \"C\"", 1)[1]
