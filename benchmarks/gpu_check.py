@@ -126,10 +126,12 @@ def timings(dry_run: bool, quick: bool):
 def _time(name, d, shape, dtype, dry_run, bench, extra=None) -> dict:
     entry = {"diagram": name, "shape": shape, "dtype": dtype, **(extra or {})}
     try:
+        from napkin.compiler.explain import report
+        from napkin.runtime.kernel import Kernel
+        k = Kernel(d, target="h200", arch="sm_90", backend="reference")
+        p = k.compiled_for(shape)[0]
+        entry["engines"] = [kr["engine"]["kind"] for kr in report(p)["kernels"]]
         if dry_run:
-            from napkin.runtime.kernel import Kernel
-            k = Kernel(d, target="h200", arch="sm_90", backend="reference")
-            p = k.compiled_for(shape)[0]
             entry.update(status="planned", predicted_seconds=p.time,
                          flops=sum(float(sum(kp.cost.flops.values())) for kp in p.kernels),
                          resources=_compile(k, shape))
@@ -149,7 +151,8 @@ def _print_check(e) -> None:
 
 
 def _print_timing(e) -> None:
-    head = f"time  {e['diagram']:<10} {e['dtype']:<5} {json.dumps(e['shape'])}"
+    head = (f"time  {e['diagram']:<10} {e['dtype']:<5} {json.dumps(e['shape'])} "
+            f"[{', '.join(e.get('engines', []))}]")
     if e.get("status") == "planned":
         print(f"{head}  planned, predicted {e['predicted_seconds']:.4g} s")
     elif e.get("status") == "ok":
