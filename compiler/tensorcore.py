@@ -149,9 +149,9 @@ def search(model: Model, cols, target: Target, sizes: dict, s: Site,
             continue
         group = {s.row: bm, s.col: bn, **{a: 1 for a in s.batch}}
         thread = {s.row: bm // wm, s.col: bn // wn, **{a: 1 for a in s.batch}}
-        choice = Choice(tuple(sorted((a, v) for a, v in group.items() if v < sizes[a] or a in (s.row, s.col))),
-                        (s.red, bk), tuple(sorted(thread.items())), None, None,
-                        tuple(sorted({s.row: wm, s.col: wn}.items())))
+        kept = {a: v for a, v in group.items() if v < sizes[a] or a in (s.row, s.col)}
+        choice = Choice(tuple(sorted(kept.items())), (s.red, bk), tuple(sorted(thread.items())),
+                        warps=tuple(sorted({s.row: wm, s.col: wn}.items())))
         cost = evaluate(model, cols, choice, sizes, target, tensor_cores=True)
         if not fits(cost):
             continue
