@@ -2,7 +2,8 @@
 
 A kernel is eligible when it streams the one axis of its only contraction,
 `C[batch.. row col] = sum over red of A[batch.. row red] * B[batch.. red col]`
-(axes in any order), whose two operands are loads of the same 16-bit dtype the
+(axes in any order; an operand may lack some batch axes, as a weight shared by a
+batch does), whose two operands are loads of the same 16-bit dtype the
 target's engine multiplies (f16 or bf16); everything else in the kernel is
 elementwise over C's axes (an epilogue: bias, GELU, masks, a cast). Any other
 kernel keeps the SIMT path, so every diagram still compiles.
@@ -86,9 +87,11 @@ def examine(g, kernel, model: Model, target: Target) -> Site | str:
     ax, ay = set(ir.type_of(g, x).axes), set(ir.type_of(g, y).axes)
     out = ir.type_of(g, node).axes
     only_x, only_y = ax - ay, ay - ax
-    if len(only_x) != 1 or len(only_y) != 1 or (ax & ay) - {st.axis} != set(out) - only_x - only_y:
-        return "each operand needs exactly one axis of its own (a matrix product, batched or not)"
-    (rx,), (ry,) = only_x, only_y
+    if not only_x or not only_y:
+        return "each operand needs an axis of its own (a matrix product, not a matrix-vector one)"
+    # each operand's own axis nearest the output's contiguous end is its fragment axis; the
+    # rest (in one operand or both) are batch axes, one position per block
+    rx, ry = max(only_x, key=out.index), max(only_y, key=out.index)
     # the output's contiguous one of the two is `col`: a thread stores two adjacent columns
     if out.index(rx) > out.index(ry):
         x, y, rx, ry = y, x, ry, rx

@@ -78,6 +78,10 @@ LAYOUTS = {
     "C[n m]": "axis m, k, n\nin A[m k]: {t}\nin B[k n]: {t}\nC[n m] = A * B\nout C: f32",
     "batch inside": ("axis b, m, k, n\nin A[m b k]: {t}\nin B[b k n]: {t}\nC[b m n] = A * B\n"
                      "out C: {t}"),
+    "weight shared by the batch": ("axis b, m, k, n\nin A[b m k]: {t}\nin B[k n]: {t}\n"
+                                   "C[b m n] = A * B\nout C: {t}"),
+    "batch in one operand each": ("axis b, c, m, k, n\nin A[b m k]: {t}\nin B[k c n]: {t}\n"
+                                  "C[b c m n] = A * B\nout C: {t}"),
     "batch between": ("axis b, m, k, n\nin A[k b m]: {t}\nin B[n b k]: {t}\nC[m b n] = A * B\n"
                       "out C: {t}"),
 }
@@ -90,7 +94,7 @@ def test_every_operand_layout(layout, dtype):
     d = napkin.load(LAYOUTS[layout].format(t=dtype))
     p = tc_plan(d)
     assert on_tensor_cores(p)
-    assert_close(d, p, {a: s for a, s in {"b": 3, "m": 37, "k": 41, "n": 19}.items() if a in d.axes})
+    assert_close(d, p, {a: s for a, s in {"b": 3, "c": 2, "m": 37, "k": 41, "n": 19}.items() if a in d.axes})
 
 
 def test_epilogue_with_bias_masks_and_casts():

@@ -61,7 +61,7 @@ def test_tiny_products_stay_on_the_cuda_cores():
     (napkin.load("axis m, k, n\nin A[m k]: f16\nin B[k n]: bf16\nC[m n] = A * B\nout C: f32"),
      "operands are f16 and bf16"),
     (napkin.load("axis m, k\nin A[m k]: f16\nin x[k]: f16\ny[m] = A * x\nout y: f16"),
-     "exactly one axis of its own"),
+     "not a matrix-vector one"),
     (napkin.load("axis m, k, n\nin A[m k]: f16\nin B[k n]: f16\nC[m n] = exp(A) * B\nout C: f16"),
      "computed in the kernel"),
     (napkin.load("attention"), "fuses 2 contraction(s) with 1 other reduction(s)"),

@@ -33,8 +33,10 @@ TILINGS = [(bm, bn, bk, wm, wn) for bm in (16, 32, 64, 128) for bn in (8, 16, 32
 @st.composite
 def products(draw):
     batch = draw(st.sampled_from([(), ("b",), ("b", "c")]))
-    a = draw(st.permutations(("m", "k") + batch))
-    b = draw(st.permutations(("k", "n") + batch))
+    # each batch axis in both operands, or in one only (a weight shared by the batch)
+    where = [draw(st.sampled_from(["both", "A", "B"])) for _ in batch]
+    a = draw(st.permutations(("m", "k") + tuple(x for x, w in zip(batch, where) if w != "B")))
+    b = draw(st.permutations(("k", "n") + tuple(x for x, w in zip(batch, where) if w != "A")))
     c = draw(st.permutations(("m", "n") + batch))
     dtype = draw(st.sampled_from(["f16", "bf16"]))
     out = draw(st.sampled_from(["f16", "bf16", "f32"]))
