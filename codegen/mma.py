@@ -59,8 +59,9 @@ class MmaLowering(KernelLowering):
         fm, fn = self.wtm // FM, self.wtn // FN
         b.emit(P.Decl("float", "acc", shape=(fm, fn, 4)))
         self._each([("i0", fm), ("i1", fn), ("i2", 4)], lambda: b.emit(P.Set("acc[i0][i1][i2]", "0.0f")))
-        tiles = [self._tile(s.a, s.row, self.tile[s.row]), self._tile(s.b, s.col, self.tile[s.col])]
         chunk = self.choice.stream[1]
+        k = self.chunked(s.red)
+        tiles = [self._tile(s.a, self.grouped(s.row), k), self._tile(s.b, self.grouped(s.col), k)]
 
         def chunk_body():
             left = f"({self.itype})({self.sizes[s.red]}) - c0"
@@ -75,70 +76,85 @@ class MmaLowering(KernelLowering):
                chunk_body, ctype=self.itype)
         self._epilogue_mma(fm, fn)
 
-    def _tile(self, n: int, axis: str, extent: int) -> dict:
-        """A padded shared tile of operand n: [outer][inner + PAD], inner its contiguous axis."""
-        s = self.site
+    # -- shared tiles ------------------------------------------------------------------------
+    def grouped(self, axis: str) -> tuple:
+        """A tile axis covering the block's tile of a woven axis."""
+        org = self._axis_var("org", axis)
+        return axis, self.tile[axis], org, f"{org} + {{}} < {self.sizes[axis]}"
+
+    def chunked(self, axis: str) -> tuple:
+        """A tile axis covering the current chunk of the streamed axis."""
+        return axis, self.choice.stream[1], "c0", "{} < clen"
+
+    def whole(self, axis: str, extent: int) -> tuple:
+        """A tile axis covering all of a static axis."""
+        return axis, extent, None, None
+
+    def _tile(self, n: int, frag: tuple, k: tuple) -> dict:
+        """A padded shared tile of operand n over a fragment axis and the mma's k axis:
+        [outer][inner + PAD], inner the one of the two that is contiguous in the array."""
         axes = ir.type_of(self.g, n).axes
-        inner = axis if axes.index(axis) > axes.index(s.red) else s.red
-        outer = s.red if inner == axis else axis
-        ext = {axis: extent, s.red: self.choice.stream[1]}
+        inner, outer = (frag, k) if axes.index(frag[0]) > axes.index(k[0]) else (k, frag)
         _, dtype = self.names[n]
         name = f"sm{len(self.smem)}"
-        pitch = ext[inner] + tc.PAD
-        count = ext[outer] * pitch
-        self.smem.append(P.SharedBuffer(name, cexpr.CTYPE[dtype], staging.next_offset(self.smem), str(count)))
+        pitch = inner[1] + tc.PAD
+        count = outer[1] * pitch
+        self.smem.append(P.SharedBuffer(name, cexpr.CTYPE[dtype], staging.next_offset(self.smem),
+                                        str(count)))
         self.smem_terms.append((count * 2,))
-        return {"node": n, "name": name, "axis": axis, "inner": inner, "outer": outer,
-                "ext": ext, "pitch": pitch, "ctype": cexpr.CTYPE[dtype]}
+        return {"node": n, "name": name, "inner": inner, "outer": outer, "k": k[0],
+                "pitch": pitch, "ctype": cexpr.CTYPE[dtype]}
 
     def _copy(self, t: dict) -> None:
-        """Block-wide copy of this chunk of the operand into its tile (zeros outside)."""
-        b, s = self.b, self.site
+        """Block-wide copy of the operand's tile (this chunk) to shared memory, zeros outside."""
+        b = self.b
         param, _ = self.names[t["node"]]
-        inner, outer, ext = t["inner"], t["outer"], t["ext"]
+        inner, outer = t["inner"], t["outer"]
         b.emit(P.Decl(f"{t['ctype']}*", t["name"], f"reinterpret_cast<{t['ctype']}*>(smem + "
                       f"{next(x.offset for x in self.smem if x.name == t['name'])})"))
 
         def body():
-            b.emit(P.Decl("const int", "eo", f"e / {ext[inner]}"))
-            b.emit(P.Decl("const int", "ei", f"e % {ext[inner]}"))
-            local = {outer: "eo", inner: "ei"}
-            axis = t["axis"]
-            scope = {a: Ix(self._axis_var("org", a)) for a in s.batch}
-            scope[axis] = Ix(f"({self._axis_var('org', axis)} + {local[axis]})")
-            scope[s.red] = Ix(f"(c0 + {local[s.red]})")
-            valid = f"{scope[axis].expr} < {self.sizes[axis]} && {local[s.red]} < clen"
+            b.emit(P.Decl("const int", "eo", f"e / {inner[1]}"))
+            b.emit(P.Decl("const int", "ei", f"e % {inner[1]}"))
             axes = ir.type_of(self.g, t["node"]).axes
+            scope = {a: Ix(self._axis_var("org", a)) for a in axes if a in self.tile}
+            checks = []
+            for (axis, _, origin, bound), local in ((outer, "eo"), (inner, "ei")):
+                scope[axis] = Ix(f"({origin} + {local})" if origin else local)
+                if bound:
+                    checks.append(bound.format(local))
+            valid = " && ".join(checks) or "true"
             value = f"{param}[{Layout(axes, self.sizes, self.itype).offset(scope)}]"
             zero = f"napkin_from_float<{t['ctype']}>(0.0f)"
             b.emit(P.Set(f"{t['name']}[eo * {t['pitch']} + ei]", f"({valid}) ? {value} : {zero}"))
-        b.loop("e", "tid", str(ext[outer] * ext[inner]), str(self.threads), body)
+        b.loop("e", "tid", str(outer[1] * inner[1]), str(self.threads), body)
 
     def _step(self, tiles, fm: int, fn: int) -> None:
         """16 of the chunk: every warp loads its fragments and multiplies them."""
         b, (ta, tb) = self.b, tiles
         b.emit(P.Decl("unsigned", "fa", shape=(fm, 4)))
         b.emit(P.Decl("unsigned", "fb", shape=(fn, 2)))
-        self._each([("i0", fm)], lambda: self._ldmatrix(ta, "fa[i0]", f"wr * {self.wtm} + i0 * {FM}", 4))
-        self._each([("i1", fn)], lambda: self._ldmatrix(tb, "fb[i1]", f"wc * {self.wtn} + i1 * {FN}", 2))
+        self._each([("i0", fm)], lambda: self._ldmatrix(ta, "fa[i0]", f"wr * {self.wtm} + i0 * {FM}",
+                                                         "kk * 16", 4))
+        self._each([("i1", fn)], lambda: self._ldmatrix(tb, "fb[i1]", f"wc * {self.wtn} + i1 * {FN}",
+                                                         "kk * 16", 2))
         mma = f"napkin_mma_m16n8k16_{self.site.dtype}"
         self._each([("i0", fm), ("i1", fn)], lambda: b.emit(
             P.Call(mma, ("acc[i0][i1]", "fa[i0]", "fb[i1]", "acc[i0][i1]"))))
 
-    def _ldmatrix(self, t: dict, dest: str, first: str, count: int) -> None:
+    def _ldmatrix(self, t: dict, dest: str, first: str, k0: str, count: int) -> None:
         """Fragments of `count` 8x8 matrices from the tile: this lane's row address.
 
         Lanes 8j..8j+7 address matrix j. A (x4): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15),
         row-block fastest; B (x2): k 0-7 then 8-15 of 8 columns. Stored k-contiguous, a lane
         addresses a row of the fragment axis; stored the other way, a row of k (.trans)."""
-        k0 = "kk * 16"
         if count == 4:
             row, k = f"{first} + lane % 16", f"{k0} + (lane / 16) * 8"
             trow, tk = f"{first} + ((lane / 8) % 2) * 8", f"{k0} + lane % 8 + (lane / 16) * 8"
         else:
             row, k = f"{first} + lane % 8", f"{k0} + ((lane / 8) % 2) * 8"
             trow, tk = first, f"{k0} + lane % 8 + ((lane / 8) % 2) * 8"
-        if t["inner"] == self.site.red:
+        if t["inner"][0] == t["k"]:
             address, suffix = f"({row}) * {t['pitch']} + {k}", ""
         else:
             address, suffix = f"({tk}) * {t['pitch']} + {trow}", "_trans"
