@@ -14,6 +14,8 @@ from ..compiler.plan import Plan
 from . import cexpr
 from . import program as P
 from .indexing import index_type
+from ..compiler import tensorcore
+from .flash import FlashLowering
 from .kernel import KernelLowering
 from .mma import MmaLowering
 
@@ -58,13 +60,21 @@ def lower(plan: Plan) -> P.Program:
         steps = [t for _, t in c.group + c.thread] + [c.stream[1] if c.stream else 0,
                                                         c.split[1] if c.split else 0]
         itype = index_type(arrays, plan.sizes, overshoot=max(steps + [1024]))
-        lowering = MmaLowering if c.warps else KernelLowering   # tensor cores or SIMT
+        lowering = _lowering(plan, kp)
         body = lowering(plan, kp, names, sizes, itype).build(f"napkin_{kp.kernel.name}")
         kernels.append(P.KernelProgram(body.name, tuple(params), body.threads, body.blocks,
                                        body.smem_bytes_formula, body.smem, body.body, itype,
                                        kp.kernel.name))
     buffers = tuple((_array(g, n), dtypes[n], ir.type_of(g, n).axes) for n in sorted(dtypes))
     return P.Program(tuple(kernels), tuple((v, k) for k, v in size_params.items()), buffers)
+
+
+def _lowering(plan: Plan, kp):
+    """SIMT, a matrix product on tensor cores, or attention on tensor cores."""
+    if not kp.choice.warps:
+        return KernelLowering
+    site = tensorcore.site(plan.graph, kp.kernel, kp.model, plan.target)
+    return FlashLowering if isinstance(site, tensorcore.FlashSite) else MmaLowering
 
 
 def _array(g, n: int) -> str:

@@ -34,13 +34,16 @@ class MmaLowering(KernelLowering):
         self.site = tc.site(self.g, self.k, self.model, plan.target)
         if self.site is None:     # the planner only gives warps to eligible kernels
             raise ValueError(f"kernel {self.k.name} has warps but no tensor-core contraction")
-        self.wm, self.wn, self.wtm, self.wtn = tc.warp_tile(self.choice, self.site, plan.sizes)
-        self.threads = self.wm * self.wn * 32
         self.staging = set()       # the operands get their own padded tiles; others: global
-        self.value_of_c = None     # the accumulator element of the point being stored
+        self.values: dict = {}     # node -> the fragment element it is at the current point
+        self._warps()
+
+    def _warps(self) -> None:
+        self.wm, self.wn, self.wtm, self.wtn = tc.warp_tile(self.choice, self.site, self.plan.sizes)
+        self.threads = self.wm * self.wn * 32
 
     def registered(self, n: int, scope: dict[str, Ix]):
-        return self.value_of_c if n == self.site.node else None
+        return self.values.get(n)
 
     def build(self, name: str) -> P.KernelProgram:
         b = self.b
@@ -166,19 +169,25 @@ class MmaLowering(KernelLowering):
         s = self.site
 
         def point():
-            rows = {s.row: f"{self._axis_var('org', s.row)} + wr * {self.wtm} + i0 * {FM} + fg + (i2 / 2) * 8",
-                    s.col: f"{self._axis_var('org', s.col)} + wc * {self.wtn} + i1 * {FN} + fq * 2 + i2 % 2"}
-            scope, checks = {a: Ix(self._axis_var("org", a)) for a in s.batch}, []
-            for a, raw in rows.items():
-                v = self.b.value(self.itype, raw, "pt")
-                top = f"({self.itype})({self.sizes[a]} - 1)"
-                scope[a] = Ix(f"({v} < {top} ? {v} : {top})")
-                checks.append(f"({v} < {self.sizes[a]})")
-            self.value_of_c = "acc[i0][i1][i2]"
+            scope, valid = self._point({
+                s.row: f"{self._axis_var('org', s.row)} + wr * {self.wtm} + i0 * {FM} + fg + (i2 / 2) * 8",
+                s.col: f"{self._axis_var('org', s.col)} + wc * {self.wtn} + i1 * {FN} + fq * 2 + i2 % 2"})
+            self.values[s.node] = "acc[i0][i1][i2]"
             for n in self.k.stores:
-                self._store(n, dict(scope), {"valid": " && ".join(checks)})
-            self.value_of_c = None
+                self._store(n, scope, {"valid": valid})
+            self.values.clear()
         self._each([("i0", fm), ("i1", fn), ("i2", 4)], point)
+
+    def _point(self, raws: dict) -> tuple[dict, str]:
+        """A fragment element's scope (indices clamped inside the arrays) and in-range test,
+        from the raw index of each fragment axis; batch axes at the block's position."""
+        scope, checks = {a: Ix(self._axis_var("org", a)) for a in self.site.batch}, []
+        for a, raw in raws.items():
+            v = self.b.value(self.itype, raw, "pt")
+            top = f"({self.itype})({self.sizes[a]} - 1)"
+            scope[a] = Ix(f"({v} < {top} ? {v} : {top})")
+            checks.append(f"({v} < {self.sizes[a]})")
+        return scope, " && ".join(checks)
 
     def _each(self, loops, body) -> None:
         """Nested unrolled loops over static trip counts (fragment indices)."""

@@ -88,11 +88,19 @@ def _eq_name(plan: Plan, stmt: int) -> str:
 
 def _engine(plan: Plan, kp) -> dict:
     """What computes the kernel's contraction: tensor cores (how) or CUDA cores (why)."""
+    fm, fn, fk = tensorcore.FRAGMENT
+    instruction = f"mma.sync.aligned.m{fm}n{fn}k{fk}"
     if kp.choice.warps:
         found = tensorcore.site(plan.graph, kp.kernel, kp.model, plan.target)
+        if isinstance(found, tensorcore.FlashSite):
+            wm, tm = dict(kp.choice.warps)[found.row], dict(kp.choice.thread)[found.row]
+            return {"kind": "tensor cores", "algorithm": "FlashAttention-2",
+                    "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
+                    "rows": found.row, "cols": found.dv, "warps": [wm, 1],
+                    "warp_tile": [tm, found.width], "fragments": [tm // fm, found.width // fn]}
         wm, wn, tm, tn = tensorcore.warp_tile(kp.choice, found, plan.sizes)
-        fm, fn, fk = tensorcore.FRAGMENT
-        return {"kind": "tensor cores", "instruction": f"mma.sync.aligned.m{fm}n{fn}k{fk}",
+        return {"kind": "tensor cores", "algorithm": "matrix product",
+                "instruction": instruction,
                 "dtype": found.dtype, "accumulate": "f32", "rows": found.row, "cols": found.col,
                 "warps": [wm, wn], "warp_tile": [tm, tn], "fragments": [tm // fm, tn // fn]}
     found = tensorcore.best_site(plan.graph, kp.kernel, plan.target)
@@ -142,7 +150,8 @@ def render_text(rep: dict) -> str:
             lines.append(f"  streams {st['axis']}{passes} through: " + "; ".join(st["accumulators"]))
         eng = k["engine"]
         if eng["kind"] == "tensor cores":
-            lines.append(f"  on tensor cores: {eng['instruction']} ({eng['dtype']} -> "
+            what = "FlashAttention-2, " if eng["algorithm"] == "FlashAttention-2" else ""
+            lines.append(f"  on tensor cores: {what}{eng['instruction']} ({eng['dtype']} -> "
                          f"{eng['accumulate']}), {eng['warps'][0]} x {eng['warps'][1]} warps "
                          f"over {eng['rows']} x {eng['cols']}, each a {eng['warp_tile'][0]} x "
                          f"{eng['warp_tile'][1]} tile of {eng['fragments'][0]} x "

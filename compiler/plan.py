@@ -148,11 +148,11 @@ class KernelPlanner:
     def _tensor_cores(self, k: Kernel, fixed, used, best):
         """The tensor-core plan of an eligible kernel (tensorcore.py) when it beats `best`."""
         where = tensorcore.best_site(self.g, k, self.target)
-        if not isinstance(where, tensorcore.Site):
+        if isinstance(where, str):
             return best
         model = build(self.g, k, where.red)
         cols = columns(self.g, model)
-        found = tensorcore.search(model, cols, self.target, self.sizes, where, fixed)
+        found = tensorcore.search_site(model, cols, self.target, self.sizes, where, fixed)
         if found is not None and (best is None or found[1].time < best.cost.time):
             best = KernelPlan(k, model, cols, found[0], found[1], tuple(used))
         return best

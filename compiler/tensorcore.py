@@ -22,10 +22,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import ir
+from . import flash, ir
 from .cost import ROW_PAD as PAD
 from .cost import Choice, Cost, evaluate
-from .model import BYTES, Model, build
+from .flash import FlashSite
+from .model import BYTES, Model, build, storage_dtype
 from .search import fits
 from .target import Target
 
@@ -51,14 +52,27 @@ class Site:
     dtype: str              # f16 | bf16
 
 
-def site(g, kernel, model: Model, target: Target) -> Site | None:
-    """The kernel's tensor-core contraction, or None when it must stay SIMT (module doc)."""
+def has_mma(target: Target) -> bool:
+    return any("contraction" in e.computes and tuple(e.shapes[0]) == FRAGMENT
+               for e in target.engines)
+
+
+def site(g, kernel, model: Model, target: Target) -> Site | FlashSite | None:
+    """The kernel's tensor-core product or attention, or None when it must stay SIMT."""
     found = examine(g, kernel, model, target)
-    return found if isinstance(found, Site) else None
+    return found if isinstance(found, (Site, FlashSite)) else None
 
 
-def examine(g, kernel, model: Model, target: Target) -> Site | str:
-    """The kernel's tensor-core contraction, or why its contraction stays on the CUDA cores."""
+def examine(g, kernel, model: Model, target: Target) -> Site | FlashSite | str:
+    """The kernel's tensor-core product or attention, or why it stays on the CUDA cores."""
+    if not has_mma(target):
+        return f"{target.name} has no mma.sync m16n8k16 tensor cores"
+    attention = flash.examine(g, kernel, model, target, storage_dtype)
+    return attention if attention is not None else _product(g, kernel, model, target)
+
+
+def _product(g, kernel, model: Model, target: Target) -> Site | str:
+    """A plain (batched) matrix product with an epilogue, or why not."""
     st = model.streaming
     contractions = [n for n in kernel.nodes if isinstance(ir.op(g, n), ir.Contract)]
     if not contractions:
@@ -77,10 +91,7 @@ def examine(g, kernel, model: Model, target: Target) -> Site | str:
     loads = set(kernel.loads)
     if x == y or x not in loads or y not in loads:
         return "an operand is computed in the kernel, not loaded (tensor cores take staged tiles)"
-    dtype, other = _storage(g, x), _storage(g, y)
-    if not any("contraction" in e.computes and tuple(e.shapes[0]) == FRAGMENT
-               for e in target.engines):
-        return f"{target.name} has no mma.sync m16n8k16 tensor cores"
+    dtype, other = storage_dtype(g, x), storage_dtype(g, y)
     if dtype != other or dtype not in ("f16", "bf16") or not target.engine_for("contraction", dtype):
         return (f"operands are {dtype} and {other}; mma.sync m16n8k16 takes two f16 or two bf16 "
                 "operands")
@@ -102,19 +113,27 @@ def examine(g, kernel, model: Model, target: Target) -> Site | str:
     return Site(node, x, y, rx, ry, st.axis, batch, dtype)
 
 
-def best_site(g, kernel, target: Target) -> Site | str:
-    """The kernel's tensor-core contraction with its contracted axis streamed, or why not."""
-    found: Site | str = "no contraction"
+def best_site(g, kernel, target: Target) -> Site | FlashSite | str:
+    """The kernel's tensor-core product or attention, streaming the axis it needs, or why
+    not (for attention, the reason given with its keys streamed)."""
+    found: Site | FlashSite | str = "no contraction"
+    attention = False
     for axis in kernel.reduced(g):
-        found = examine(g, kernel, build(g, kernel, axis), target)
-        if isinstance(found, Site):
-            break
+        model = build(g, kernel, axis)
+        result = examine(g, kernel, model, target)
+        if isinstance(result, (Site, FlashSite)):
+            return result
+        if not attention:
+            found = result
+            attention = bool(model.streaming.pairs)
     return found
 
 
-def _storage(g, n: int) -> str:
-    op = ir.op(g, n)
-    return op.dtype if isinstance(op, ir.Input) else "f32"
+def search_site(model: Model, cols, target: Target, sizes: dict, where, fixed: dict):
+    """The fastest tensor-core tiling for a product or an attention site."""
+    if isinstance(where, FlashSite):
+        return flash.search(model, cols, target, sizes, where, fixed)
+    return search(model, cols, target, sizes, where, fixed)
 
 
 def warp_tile(choice: Choice, site_: Site, sizes: dict) -> tuple[int, int, int, int]:
@@ -188,4 +207,4 @@ def _candidates(sizes: dict, s: Site):
                         yield bm, bn, bk, wm, wn
 
 
-__all__ = ["Site", "site", "examine", "best_site", "search", "warp_tile", "smem_bytes", "FRAGMENT", "PAD"]
+__all__ = ["Site", "FlashSite", "site", "examine", "best_site", "search_site", "has_mma", "search", "warp_tile", "smem_bytes", "FRAGMENT", "PAD"]

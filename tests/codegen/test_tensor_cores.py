@@ -174,3 +174,118 @@ def test_seeded_fragment_bugs_give_wrong_values(bug):
     d = library("matmul", "f16")
     p = tc_plan(d)
     assert not all(verdicts(d, p, {"m": 37, "k": 41, "n": 29}, source_edit=BUGS[bug]))
+
+
+# -- attention: FlashAttention-2 on tensor cores (codegen/flash.py) ---------------------------
+
+ATTENTION_BIG = {"b": 4, "h": 16, "g": 4, "r": 4, "q": 4096, "x": 4096}
+
+
+def flash_plan(d, **kw):
+    p = plan(d, "h100", {a: v for a, v in ATTENTION_BIG.items() if a in d.axes}, **kw)
+    assert on_tensor_cores(p) and "napkin_pack_" in render(lower(p)), [k.choice for k in p.kernels]
+    return p
+
+
+def with_static(d, shape):
+    return {**shape, **{a: s for a, s in d.axes.items() if s is not None}}
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("name", ["attention", "causal_attention", "gqa_attention", "attention_manual"])
+def test_attention_on_tensor_cores_matches_the_reference(name, dtype):
+    d = library(name, dtype)
+    assert_close(d, flash_plan(d), with_static(d, shape_of(d)))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("q, x", [(1, 1), (16, 16), (17, 63), (64, 65), (5, 300), (300, 70)])
+def test_attention_at_tile_edges_on_tensor_cores(q, x, causal):
+    d = library("causal_attention" if causal else "attention", "f16")
+    assert_close(d, flash_plan(d), with_static(d, {"b": 1, "h": 2, "q": q, "x": x}), seed=q + x)
+
+
+@pytest.mark.parametrize("head", [16, 32, 128])
+def test_attention_head_sizes(head):
+    d = library("attention", "bf16", d=head)
+    assert_close(d, flash_plan(d), with_static(d, {"b": 1, "h": 2, "q": 45, "x": 70}))
+
+
+FLASH_LAYOUTS = {
+    "value width != head": "in Q[b q d]: {t}\nin K[b x d]: {t}\nin V[b x e]: {t}",
+    "transposed K and V": "in Q[b q d]: {t}\nin K[b d x]: {t}\nin V[b e x]: {t}",
+    "transposed Q": "in Q[b d q]: {t}\nin K[x b d]: {t}\nin V[x b e]: {t}",
+}
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("layout", list(FLASH_LAYOUTS))
+def test_attention_operand_layouts_and_epilogue(layout, dtype):
+    """ldmatrix plain or .trans for Q, K, V; a bias and a scale after O; an f32 output."""
+    text = ("axis b, q, x\naxis d = 32\naxis e = 24\n" + FLASH_LAYOUTS[layout].format(t=dtype)
+            + f"\nin bias[e]: {dtype}\nS[b q x] = where(x <= q + 3, Q * K * 0.2, -inf)\n"
+            "P[b q x] = softmax[x](S)\nO[b q e] = (P * V) * 2.0 + bias\nout O: f32")
+    d = napkin.load(text)
+    p = plan(d, "h100", {"b": 4, "q": 4096, "x": 4096})
+    assert on_tensor_cores(p)
+    assert_close(d, p, with_static(d, {"b": 2, "q": 41, "x": 77}))
+
+
+def test_fully_masked_rows_give_zero_on_tensor_cores():
+    import numpy as np
+    text = ("axis b, h, q, x\naxis d = 16\nin Q[b h q d]: f16, K[b h x d]: f16, V[b h x d]: f16\n"
+            "S[b h q x] = where(q >= 5 and x <= q, Q * K, -inf)\n"
+            "P[b h q x] = softmax[x](S)\nO[b h q d] = P * V\nout O: f16")
+    d = napkin.load(text)
+    p = flash_plan(d)
+    shape = with_static(d, {"b": 1, "h": 2, "q": 37, "x": 50})
+    assert_close(d, p, shape)
+    out = run_plan(p, random_inputs(d, shape, 5), shape)["O"]
+    assert np.all(out[:, :, :5] == 0) and not np.isnan(out.astype(np.float32)).any()
+
+
+def with_flash_tiles(p, bm, wm, chunk):
+    (kp,) = p.kernels
+    c = kp.choice
+    (row, _), = c.warps
+    choice = dataclasses.replace(
+        c, group=tuple(sorted({**dict(c.group), row: bm}.items())), stream=(c.stream[0], chunk),
+        thread=tuple(sorted({**dict(c.thread), row: bm // wm}.items())), warps=((row, wm),))
+    return dataclasses.replace(p, kernels=(dataclasses.replace(kp, choice=choice),))
+
+
+@pytest.mark.parametrize("bm, wm, chunk", [(16, 1, 16), (32, 1, 32), (64, 4, 128), (128, 4, 64),
+                                           (64, 2, 16)])
+def test_attention_warp_layouts(bm, wm, chunk):
+    d = library("causal_attention", "bf16")
+    p = with_flash_tiles(flash_plan(d), bm, wm, chunk)
+    assert lower(p).kernels[0].threads == 32 * wm
+    assert_close(d, p, with_static(d, {"b": 1, "h": 2, "q": 70, "x": 83}))
+
+
+def test_interpreter_runs_attention_plans_on_tensor_cores():
+    import numpy as np
+    d = library("causal_attention", "f16")
+    shape = {"b": 1, "h": 2, "q": 40, "x": 70}
+    inputs = random_inputs(d, shape, 2)
+    got = interpret(flash_plan(d), inputs)["O"]
+    assert np.allclose(got, reference.evaluate(d, inputs)["O"], rtol=1e-9, atol=1e-9)
+
+
+FLASH_BUGS = {
+    "row maximum not shared across the quad": lambda s: s.replace("napkin_lanes_max(mx, 4)", "mx"),
+    "row sums not added across the quad": lambda s: s.replace("napkin_lanes_sum(rl[i0][i1], 4)",
+                                                              "rl[i0][i1]"),
+    "output not rescaled": lambda s: s.replace("acc[i0][i2][2 * i1 + i3] * rs;",
+                                               "acc[i0][i2][2 * i1 + i3];"),
+    "P fragments in the wrong order": lambda s: s.replace("[2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]",
+                                                          "[2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]"),
+    "keys past the end not masked": lambda s: s.replace("< clen) ? v", "< 1073741824) ? v"),
+}
+
+
+@pytest.mark.parametrize("bug", list(FLASH_BUGS))
+def test_seeded_attention_bugs_give_wrong_values(bug):
+    d = library("attention", "f16")
+    shape = with_static(d, {"b": 1, "h": 2, "q": 37, "x": 150})   # several chunks
+    assert not all(verdicts(d, flash_plan(d), shape, source_edit=FLASH_BUGS[bug]))

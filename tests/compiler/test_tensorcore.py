@@ -64,11 +64,19 @@ def test_tiny_products_stay_on_the_cuda_cores():
      "not a matrix-vector one"),
     (napkin.load("axis m, k, n\nin A[m k]: f16\nin B[k n]: f16\nC[m n] = exp(A) * B\nout C: f16"),
      "computed in the kernel"),
-    (napkin.load("attention"), "fuses 2 contraction(s) with 1 other reduction(s)"),
+    (napkin.load("axis q, x\naxis d = 72\nin Q[q d]: f16\nin K[x d]: f16\nin V[x d]: f16\n"
+                 "S[q x] = Q * K\nP[q x] = softmax[x](S)\nO[q d] = P * V\nout O: f16"),
+     "`d` must be static and a multiple of 16"),
+    (napkin.load("axis q, x\naxis d = 64\nin Q[q d]: f32\nin K[x d]: f32\nin V[x d]: f32\n"
+                 "S[q x] = Q * K\nP[q x] = softmax[x](S)\nO[q d] = P * V\nout O: f32"),
+     "Q, K, V are f32"),
+    (napkin.load("axis q, x\naxis d = 64\nin Q[q d]: f16\nin K[x d]: f16\nin V[x d]: f16\n"
+                 "S[q x] = exp(Q) * K\nP[q x] = softmax[x](S)\nO[q d] = P * V\nout O: f16\n"
+                 "out P: f16"),
+     "fuses 2 contraction(s) with 1 other reduction(s)"),
 ])
 def test_kernels_that_stay_on_the_cuda_cores_say_why(d, why):
     p = plan(d, "h100", {a: 4096 for a, s in d.axes.items() if s is None})
-    assert not any(kp.choice.warps for kp in p.kernels)
     assert any(why in engine(p, i).get("why", "") for i in range(len(p.kernels))), report(p)
 
 
@@ -128,3 +136,31 @@ def test_compile_emits_mma_unless_told_not_to(capsys):
     assert status == 0 and "napkin_mma_m16n8k16_f16(acc" in on and "napkin_ldmatrix_x4(fa" in on
     status, off, _ = run_cli(capsys, *args, "--no-tensor-cores")
     assert status == 0 and "napkin_mma" not in off.split("extern \"C\"", 1)[1]
+
+
+ATTENTION = {"b": 4, "h": 16, "q": 4096, "x": 4096}
+
+
+@pytest.mark.parametrize("name", ["attention", "causal_attention", "attention_manual"])
+def test_attention_runs_flashattention_2_on_tensor_cores(name):
+    d = napkin.load(name)
+    p = plan(d, "h100", ATTENTION)
+    (kp,) = p.kernels
+    eng = engine(p)
+    assert eng["kind"] == "tensor cores" and eng["algorithm"] == "FlashAttention-2"
+    wm, tm = eng["warps"][0], eng["warp_tile"][0]
+    assert tm % 16 == 0 and dict(kp.choice.group)["q"] == wm * tm and kp.cost.threads == 32 * wm
+    assert kp.choice.stream[0] == "x" and kp.choice.stream[1] % 16 == 0
+    assert eng["warp_tile"][1] == 64 and eng["fragments"] == [tm // 16, 8]
+    simt = plan(d, "h100", ATTENTION, tensor_cores=False)
+    assert not simt.kernels[0].choice.warps and p.time * 1.5 < simt.time
+
+
+def test_attention_tiles_stay_within_the_registers_at_head_size_128():
+    from napkin.compiler import flash
+    p = plan(napkin.load("attention", d=128), "h100", ATTENTION)
+    (kp,) = p.kernels
+    site = tensorcore.site(p.graph, kp.kernel, kp.model, p.target)
+    assert isinstance(site, flash.FlashSite) and site.head == 128
+    fm = dict(kp.choice.thread)["q"] // 16
+    assert flash.registers(fm, kp.choice.stream[1], site) <= flash.MAX_REGISTERS

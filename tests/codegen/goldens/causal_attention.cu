@@ -253,393 +253,174 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   NAPKIN_DYNAMIC_SMEM(smem);
   (void)smem;
   const int tid = (int)threadIdx.x;
-  const int lane = tid % 8;
-  const int tc_2 = (tid / 8) % 32;
-  const int tc_1 = ((tid / 8) / 32) % 1;
-  const int tc_0 = (((tid / 8) / 32) / 1) % 1;
-  const bool tvalid = tid < 256;
+  const int lane = tid % 32;
+  const int wr = tid / 32;
+  const int fg = lane / 4;
+  const int fq = lane % 4;
   const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 255) / 256);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const long long org_2 = (long long)((blk) % (((long long)(n2) + 255) / 256)) * 256;
     const long long org_1 = (long long)(((blk) / (((long long)(n2) + 255) / 256)) % (((long long)(n1) + 0) / 1)) * 1;
     const long long org_0 = (long long)((((blk) / (((long long)(n2) + 255) / 256)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
-    const long long base_0 = org_0 + tc_0 * 1;
-    const long long base_1 = org_1 + tc_1 * 1;
-    const long long base_2 = org_2 + tc_2 * 8;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-    for (int e = tid; e < (1) * (1) * (256) * (64); e += 256) {
-      sm0[e] = (((e) % (64)) < 64 && (org_2 + ((((e) / (64))) % (256))) < n2 && (org_1 + ((((((e) / (64))) / (256))) % (1))) < n1 && (org_0 + ((((((((e) / (64))) / (256))) / (1))) % (1))) < n0) ? p0[((((long long)((org_0 + ((((((((e) / (64))) / (256))) / (1))) % (1))))) * (n1) + ((org_1 + ((((((e) / (64))) / (256))) % (1))))) * (n2) + ((org_2 + ((((e) / (64))) % (256))))) * (64) + (((e) % (64)))] : napkin_from_float<__half>(0.0f);
+    for (int e = tid; e < 16384; e += 256) {
+      const int eo = e / 64;
+      const int ei = e % 64;
+      sm0[eo * 72 + ei] = (org_2 + eo < n2) ? p0[((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
     }
     __syncthreads();
-    float st0 = -NAPKIN_INF;
-    float st1 = 0.0f;
-    float st2[8];
+    unsigned qa[2][4][4];
     #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st2[z] = 0.0f;
+    for (int i0 = 0; i0 < 2; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 4; ++i1) {
+        napkin_ldmatrix_x4(qa[i0][i1], sm0 + (wr * 32 + i0 * 16 + lane % 16) * 72 + i1 * 16 + (lane / 16) * 8);
+      }
     }
-    float st3 = -NAPKIN_INF;
-    float st4 = 0.0f;
-    float st5[8];
+    float acc[2][8][4];
+    float rm[2][2];
+    float rl[2][2];
     #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st5[z] = 0.0f;
+    for (int i0 = 0; i0 < 2; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 8; ++i1) {
+        #pragma unroll
+        for (int i2 = 0; i2 < 4; ++i2) {
+          acc[i0][i1][i2] = 0.0f;
+        }
+      }
     }
-    float st6 = -NAPKIN_INF;
-    float st7 = 0.0f;
-    float st8[8];
     #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st8[z] = 0.0f;
+    for (int i0 = 0; i0 < 2; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 2; ++i1) {
+        rm[i0][i1] = -NAPKIN_INF;
+        rl[i0][i1] = 0.0f;
+      }
     }
-    float st9 = -NAPKIN_INF;
-    float st10 = 0.0f;
-    float st11[8];
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st11[z] = 0.0f;
-    }
-    float st12 = -NAPKIN_INF;
-    float st13 = 0.0f;
-    float st14[8];
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st14[z] = 0.0f;
-    }
-    float st15 = -NAPKIN_INF;
-    float st16 = 0.0f;
-    float st17[8];
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st17[z] = 0.0f;
-    }
-    float st18 = -NAPKIN_INF;
-    float st19 = 0.0f;
-    float st20[8];
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st20[z] = 0.0f;
-    }
-    float st21 = -NAPKIN_INF;
-    float st22 = 0.0f;
-    float st23[8];
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st23[z] = 0.0f;
-    }
-    for (long long c0 = (long long)0; c0 < (long long)(n3); c0 += 8) {
-      const int clen = (int)((long long)(n3) - c0 < 8 ? (long long)(n3) - c0 : 8);
+    for (long long c0 = (long long)0; c0 < (long long)(n3); c0 += 64) {
+      const int clen = (int)((long long)(n3) - c0 < 64 ? (long long)(n3) - c0 : 64);
       if (!(((double)(c0) <= (double)((org_2 + 255 < (n2 - 1) ? org_2 + 255 : (n2 - 1)))))) continue;
       __syncthreads();
-      __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + ((1) * (1) * (256) * (64)) * 2 + 15) / 16 * 16));
-      for (int e = tid; e < (1) * (1) * (8) * (64); e += 256) {
-        sm1[e] = (((e) % (64)) < 64 && ((((e) / (64))) % (8)) < clen && (c0 + ((((e) / (64))) % (8))) < n3 && (org_1 + ((((((e) / (64))) / (8))) % (1))) < n1 && (org_0 + ((((((((e) / (64))) / (8))) / (1))) % (1))) < n0) ? p1[((((long long)((org_0 + ((((((((e) / (64))) / (8))) / (1))) % (1))))) * (n1) + ((org_1 + ((((((e) / (64))) / (8))) % (1))))) * (n3) + ((c0 + ((((e) / (64))) % (8))))) * (64) + (((e) % (64)))] : napkin_from_float<__half>(0.0f);
+      __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + (18432) * 2 + 15) / 16 * 16));
+      for (int e = tid; e < 4096; e += 256) {
+        const int eo = e / 64;
+        const int ei = e % 64;
+        sm1[eo * 72 + ei] = (eo < clen) ? p1[((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
       }
-      __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + ((1) * (1) * (256) * (64)) * 2 + 15) / 16 * 16)) + ((1) * (1) * (8) * (64)) * 2 + 15) / 16 * 16));
-      for (int e = tid; e < (1) * (1) * (8) * (64); e += 256) {
-        sm2[e] = (((e) % (64)) < 64 && ((((e) / (64))) % (8)) < clen && (c0 + ((((e) / (64))) % (8))) < n3 && (org_1 + ((((((e) / (64))) / (8))) % (1))) < n1 && (org_0 + ((((((((e) / (64))) / (8))) / (1))) % (1))) < n0) ? p2[((((long long)((org_0 + ((((((((e) / (64))) / (8))) / (1))) % (1))))) * (n1) + ((org_1 + ((((((e) / (64))) / (8))) % (1))))) * (n3) + ((c0 + ((((e) / (64))) % (8))))) * (64) + (((e) % (64)))] : napkin_from_float<__half>(0.0f);
+      __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (18432) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
+      for (int e = tid; e < 4096; e += 256) {
+        const int eo = e / 64;
+        const int ei = e % 64;
+        sm2[eo * 72 + ei] = (eo < clen) ? p2[((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
       }
       __syncthreads();
-      for (int xl = 0; xl < clen; ++xl) {
-        const long long xg = c0 + xl;
-#line 11 "napkin-diagram"
-        const bool v0 = (((float)(xg)) <= ((float)(((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))));
-        float acc0 = 0.0f;
-        for (int j0 = lane; j0 < 64; j0 += 8) {
-          acc0 = acc0 + napkin_to_float(sm0[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (256) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (64) + (j0)]) * napkin_to_float(sm1[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j0)]);
-        }
-        acc0 = napkin_lanes_sum(acc0, 8);
-        const float v1 = sqrtf(((float)(64)));
-        const float v2 = (acc0 / v1);
-        const float v3 = (-NAPKIN_INF);
-        const float v4 = (v0 ? v2 : v3);
-        const float v5 = napkin_max(st0, v4);
-        const float v6 = napkin_shift(v5);
-        const float v7 = expf(st0 - v6);
-        const float v8 = expf(v4 - v6);
-        st1 = st1 * v7 + v8;
-        st0 = v5;
+      float sc[2][8][4];
+      #pragma unroll
+      for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
-        for (int k0 = 0; k0 < 8; ++k0) {
-          const int j1 = lane + k0 * 8;
-          {
-            st2[k0] = st2[k0] * v7 + v8 * napkin_to_float(sm2[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j1)]);
+        for (int i1 = 0; i1 < 8; ++i1) {
+          float fz[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          #pragma unroll
+          for (int i2 = 0; i2 < 4; ++i2) {
+            unsigned fb[2];
+            napkin_ldmatrix_x2(fb, sm1 + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
+          }
+          #pragma unroll
+          for (int i3 = 0; i3 < 4; ++i3) {
+            sc[i0][i1][i3] = fz[i3];
           }
         }
-#line 11 "napkin-diagram"
-        const bool v9 = (((float)(xg)) <= ((float)(((base_2 + 1) < (long long)(n2 - 1) ? (base_2 + 1) : (long long)(n2 - 1)))));
-        float acc1 = 0.0f;
-        for (int j2 = lane; j2 < 64; j2 += 8) {
-          acc1 = acc1 + napkin_to_float(sm0[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (256) + ((((base_2 + 1) < (long long)(n2 - 1) ? (base_2 + 1) : (long long)(n2 - 1)) - org_2))) * (64) + (j2)]) * napkin_to_float(sm1[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j2)]);
-        }
-        acc1 = napkin_lanes_sum(acc1, 8);
-        const float v10 = (acc1 / v1);
-        const float v11 = (v9 ? v10 : v3);
-        const float v12 = napkin_max(st3, v11);
-        const float v13 = napkin_shift(v12);
-        const float v14 = expf(st3 - v13);
-        const float v15 = expf(v11 - v13);
-        st4 = st4 * v14 + v15;
-        st3 = v12;
+      }
+      #pragma unroll
+      for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
-        for (int k1 = 0; k1 < 8; ++k1) {
-          const int j3 = lane + k1 * 8;
-          {
-            st5[k1] = st5[k1] * v14 + v15 * napkin_to_float(sm2[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j3)]);
+        for (int i1 = 0; i1 < 8; ++i1) {
+          #pragma unroll
+          for (int i2 = 0; i2 < 4; ++i2) {
+            const long long pt0 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+            const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+#line 10 "napkin-diagram"
+            const bool v0 = (((float)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))) <= ((float)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
+            const float v1 = sqrtf(((float)(64)));
+            const float v2 = (sc[i0][i1][i2] / v1);
+            const float v3 = (-NAPKIN_INF);
+            const float v4 = (v0 ? v2 : v3);
+            sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v4 : -NAPKIN_INF;
           }
         }
-#line 11 "napkin-diagram"
-        const bool v16 = (((float)(xg)) <= ((float)(((base_2 + 2) < (long long)(n2 - 1) ? (base_2 + 2) : (long long)(n2 - 1)))));
-        float acc2 = 0.0f;
-        for (int j4 = lane; j4 < 64; j4 += 8) {
-          acc2 = acc2 + napkin_to_float(sm0[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (256) + ((((base_2 + 2) < (long long)(n2 - 1) ? (base_2 + 2) : (long long)(n2 - 1)) - org_2))) * (64) + (j4)]) * napkin_to_float(sm1[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j4)]);
-        }
-        acc2 = napkin_lanes_sum(acc2, 8);
-        const float v17 = (acc2 / v1);
-        const float v18 = (v16 ? v17 : v3);
-        const float v19 = napkin_max(st6, v18);
-        const float v20 = napkin_shift(v19);
-        const float v21 = expf(st6 - v20);
-        const float v22 = expf(v18 - v20);
-        st7 = st7 * v21 + v22;
-        st6 = v19;
+      }
+      #pragma unroll
+      for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
-        for (int k2 = 0; k2 < 8; ++k2) {
-          const int j5 = lane + k2 * 8;
-          {
-            st8[k2] = st8[k2] * v21 + v22 * napkin_to_float(sm2[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j5)]);
+        for (int i1 = 0; i1 < 2; ++i1) {
+          float mx = rm[i0][i1];
+          #pragma unroll
+          for (int i2 = 0; i2 < 8; ++i2) {
+            #pragma unroll
+            for (int i3 = 0; i3 < 2; ++i3) {
+              mx = napkin_max(mx, sc[i0][i2][2 * i1 + i3]);
+            }
+          }
+          mx = napkin_lanes_max(mx, 4);
+          const float sh = napkin_shift(mx);
+          const float rs = expf(rm[i0][i1] - sh);
+          rm[i0][i1] = mx;
+          float su = 0.0f;
+          #pragma unroll
+          for (int i2 = 0; i2 < 8; ++i2) {
+            #pragma unroll
+            for (int i3 = 0; i3 < 2; ++i3) {
+              sc[i0][i2][2 * i1 + i3] = expf(sc[i0][i2][2 * i1 + i3] - sh);
+              su = su + sc[i0][i2][2 * i1 + i3];
+            }
+          }
+          rl[i0][i1] = rl[i0][i1] * rs + su;
+          #pragma unroll
+          for (int i2 = 0; i2 < 8; ++i2) {
+            #pragma unroll
+            for (int i3 = 0; i3 < 2; ++i3) {
+              acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
+            }
           }
         }
-#line 11 "napkin-diagram"
-        const bool v23 = (((float)(xg)) <= ((float)(((base_2 + 3) < (long long)(n2 - 1) ? (base_2 + 3) : (long long)(n2 - 1)))));
-        float acc3 = 0.0f;
-        for (int j6 = lane; j6 < 64; j6 += 8) {
-          acc3 = acc3 + napkin_to_float(sm0[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (256) + ((((base_2 + 3) < (long long)(n2 - 1) ? (base_2 + 3) : (long long)(n2 - 1)) - org_2))) * (64) + (j6)]) * napkin_to_float(sm1[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j6)]);
-        }
-        acc3 = napkin_lanes_sum(acc3, 8);
-        const float v24 = (acc3 / v1);
-        const float v25 = (v23 ? v24 : v3);
-        const float v26 = napkin_max(st9, v25);
-        const float v27 = napkin_shift(v26);
-        const float v28 = expf(st9 - v27);
-        const float v29 = expf(v25 - v27);
-        st10 = st10 * v28 + v29;
-        st9 = v26;
+      }
+      #pragma unroll
+      for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
-        for (int k3 = 0; k3 < 8; ++k3) {
-          const int j7 = lane + k3 * 8;
-          {
-            st11[k3] = st11[k3] * v28 + v29 * napkin_to_float(sm2[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j7)]);
-          }
-        }
-#line 11 "napkin-diagram"
-        const bool v30 = (((float)(xg)) <= ((float)(((base_2 + 4) < (long long)(n2 - 1) ? (base_2 + 4) : (long long)(n2 - 1)))));
-        float acc4 = 0.0f;
-        for (int j8 = lane; j8 < 64; j8 += 8) {
-          acc4 = acc4 + napkin_to_float(sm0[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (256) + ((((base_2 + 4) < (long long)(n2 - 1) ? (base_2 + 4) : (long long)(n2 - 1)) - org_2))) * (64) + (j8)]) * napkin_to_float(sm1[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j8)]);
-        }
-        acc4 = napkin_lanes_sum(acc4, 8);
-        const float v31 = (acc4 / v1);
-        const float v32 = (v30 ? v31 : v3);
-        const float v33 = napkin_max(st12, v32);
-        const float v34 = napkin_shift(v33);
-        const float v35 = expf(st12 - v34);
-        const float v36 = expf(v32 - v34);
-        st13 = st13 * v35 + v36;
-        st12 = v33;
-        #pragma unroll
-        for (int k4 = 0; k4 < 8; ++k4) {
-          const int j9 = lane + k4 * 8;
-          {
-            st14[k4] = st14[k4] * v35 + v36 * napkin_to_float(sm2[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j9)]);
-          }
-        }
-#line 11 "napkin-diagram"
-        const bool v37 = (((float)(xg)) <= ((float)(((base_2 + 5) < (long long)(n2 - 1) ? (base_2 + 5) : (long long)(n2 - 1)))));
-        float acc5 = 0.0f;
-        for (int j10 = lane; j10 < 64; j10 += 8) {
-          acc5 = acc5 + napkin_to_float(sm0[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (256) + ((((base_2 + 5) < (long long)(n2 - 1) ? (base_2 + 5) : (long long)(n2 - 1)) - org_2))) * (64) + (j10)]) * napkin_to_float(sm1[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j10)]);
-        }
-        acc5 = napkin_lanes_sum(acc5, 8);
-        const float v38 = (acc5 / v1);
-        const float v39 = (v37 ? v38 : v3);
-        const float v40 = napkin_max(st15, v39);
-        const float v41 = napkin_shift(v40);
-        const float v42 = expf(st15 - v41);
-        const float v43 = expf(v39 - v41);
-        st16 = st16 * v42 + v43;
-        st15 = v40;
-        #pragma unroll
-        for (int k5 = 0; k5 < 8; ++k5) {
-          const int j11 = lane + k5 * 8;
-          {
-            st17[k5] = st17[k5] * v42 + v43 * napkin_to_float(sm2[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j11)]);
-          }
-        }
-#line 11 "napkin-diagram"
-        const bool v44 = (((float)(xg)) <= ((float)(((base_2 + 6) < (long long)(n2 - 1) ? (base_2 + 6) : (long long)(n2 - 1)))));
-        float acc6 = 0.0f;
-        for (int j12 = lane; j12 < 64; j12 += 8) {
-          acc6 = acc6 + napkin_to_float(sm0[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (256) + ((((base_2 + 6) < (long long)(n2 - 1) ? (base_2 + 6) : (long long)(n2 - 1)) - org_2))) * (64) + (j12)]) * napkin_to_float(sm1[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j12)]);
-        }
-        acc6 = napkin_lanes_sum(acc6, 8);
-        const float v45 = (acc6 / v1);
-        const float v46 = (v44 ? v45 : v3);
-        const float v47 = napkin_max(st18, v46);
-        const float v48 = napkin_shift(v47);
-        const float v49 = expf(st18 - v48);
-        const float v50 = expf(v46 - v48);
-        st19 = st19 * v49 + v50;
-        st18 = v47;
-        #pragma unroll
-        for (int k6 = 0; k6 < 8; ++k6) {
-          const int j13 = lane + k6 * 8;
-          {
-            st20[k6] = st20[k6] * v49 + v50 * napkin_to_float(sm2[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j13)]);
-          }
-        }
-#line 11 "napkin-diagram"
-        const bool v51 = (((float)(xg)) <= ((float)(((base_2 + 7) < (long long)(n2 - 1) ? (base_2 + 7) : (long long)(n2 - 1)))));
-        float acc7 = 0.0f;
-        for (int j14 = lane; j14 < 64; j14 += 8) {
-          acc7 = acc7 + napkin_to_float(sm0[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (256) + ((((base_2 + 7) < (long long)(n2 - 1) ? (base_2 + 7) : (long long)(n2 - 1)) - org_2))) * (64) + (j14)]) * napkin_to_float(sm1[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j14)]);
-        }
-        acc7 = napkin_lanes_sum(acc7, 8);
-        const float v52 = (acc7 / v1);
-        const float v53 = (v51 ? v52 : v3);
-        const float v54 = napkin_max(st21, v53);
-        const float v55 = napkin_shift(v54);
-        const float v56 = expf(st21 - v55);
-        const float v57 = expf(v53 - v55);
-        st22 = st22 * v56 + v57;
-        st21 = v54;
-        #pragma unroll
-        for (int k7 = 0; k7 < 8; ++k7) {
-          const int j15 = lane + k7 * 8;
-          {
-            st23[k7] = st23[k7] * v56 + v57 * napkin_to_float(sm2[((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (8) + ((xg - c0))) * (64) + (j15)]);
+        for (int i1 = 0; i1 < 4; ++i1) {
+          unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+          #pragma unroll
+          for (int i2 = 0; i2 < 8; ++i2) {
+            unsigned fb[2];
+            napkin_ldmatrix_x2_trans(fb, sm2 + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
+            napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
           }
         }
       }
     }
-    const float v58 = (st1 == 0.0f ? 0.0f : 1.0f / st1);
     #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st2[z] = st2[z] * v58;
-    }
-    const float v59 = (st4 == 0.0f ? 0.0f : 1.0f / st4);
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st5[z] = st5[z] * v59;
-    }
-    const float v60 = (st7 == 0.0f ? 0.0f : 1.0f / st7);
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st8[z] = st8[z] * v60;
-    }
-    const float v61 = (st10 == 0.0f ? 0.0f : 1.0f / st10);
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st11[z] = st11[z] * v61;
-    }
-    const float v62 = (st13 == 0.0f ? 0.0f : 1.0f / st13);
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st14[z] = st14[z] * v62;
-    }
-    const float v63 = (st16 == 0.0f ? 0.0f : 1.0f / st16);
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st17[z] = st17[z] * v63;
-    }
-    const float v64 = (st19 == 0.0f ? 0.0f : 1.0f / st19);
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st20[z] = st20[z] * v64;
-    }
-    const float v65 = (st22 == 0.0f ? 0.0f : 1.0f / st22);
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st23[z] = st23[z] * v65;
-    }
-#line 11 "napkin-diagram"
-    #pragma unroll
-    for (int k8 = 0; k8 < 8; ++k8) {
-      const int j16 = lane + k8 * 8;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 8 + 0 < 256) && ((base_2 + 0) < n2)) {
-          p3[((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (64) + (j16)] = napkin_from_float<__half>(st2[k8]);
-        }
+    for (int i0 = 0; i0 < 2; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 2; ++i1) {
+        rl[i0][i1] = napkin_lanes_sum(rl[i0][i1], 4);
+        rl[i0][i1] = rl[i0][i1] == 0.0f ? 0.0f : 1.0f / rl[i0][i1];
       }
     }
-#line 11 "napkin-diagram"
     #pragma unroll
-    for (int k9 = 0; k9 < 8; ++k9) {
-      const int j17 = lane + k9 * 8;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 8 + 1 < 256) && ((base_2 + 1) < n2)) {
-          p3[((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 1) < (long long)(n2 - 1) ? (base_2 + 1) : (long long)(n2 - 1)))) * (64) + (j17)] = napkin_from_float<__half>(st5[k9]);
-        }
-      }
-    }
+    for (int i0 = 0; i0 < 2; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 8; ++i1) {
+        #pragma unroll
+        for (int i2 = 0; i2 < 4; ++i2) {
+          const long long pt2 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+          const long long pt3 = i1 * 8 + fq * 2 + i2 % 2;
 #line 11 "napkin-diagram"
-    #pragma unroll
-    for (int k10 = 0; k10 < 8; ++k10) {
-      const int j18 = lane + k10 * 8;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 8 + 2 < 256) && ((base_2 + 2) < n2)) {
-          p3[((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 2) < (long long)(n2 - 1) ? (base_2 + 2) : (long long)(n2 - 1)))) * (64) + (j18)] = napkin_from_float<__half>(st8[k10]);
-        }
-      }
-    }
-#line 11 "napkin-diagram"
-    #pragma unroll
-    for (int k11 = 0; k11 < 8; ++k11) {
-      const int j19 = lane + k11 * 8;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 8 + 3 < 256) && ((base_2 + 3) < n2)) {
-          p3[((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 3) < (long long)(n2 - 1) ? (base_2 + 3) : (long long)(n2 - 1)))) * (64) + (j19)] = napkin_from_float<__half>(st11[k11]);
-        }
-      }
-    }
-#line 11 "napkin-diagram"
-    #pragma unroll
-    for (int k12 = 0; k12 < 8; ++k12) {
-      const int j20 = lane + k12 * 8;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 8 + 4 < 256) && ((base_2 + 4) < n2)) {
-          p3[((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 4) < (long long)(n2 - 1) ? (base_2 + 4) : (long long)(n2 - 1)))) * (64) + (j20)] = napkin_from_float<__half>(st14[k12]);
-        }
-      }
-    }
-#line 11 "napkin-diagram"
-    #pragma unroll
-    for (int k13 = 0; k13 < 8; ++k13) {
-      const int j21 = lane + k13 * 8;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 8 + 5 < 256) && ((base_2 + 5) < n2)) {
-          p3[((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 5) < (long long)(n2 - 1) ? (base_2 + 5) : (long long)(n2 - 1)))) * (64) + (j21)] = napkin_from_float<__half>(st17[k13]);
-        }
-      }
-    }
-#line 11 "napkin-diagram"
-    #pragma unroll
-    for (int k14 = 0; k14 < 8; ++k14) {
-      const int j22 = lane + k14 * 8;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 8 + 6 < 256) && ((base_2 + 6) < n2)) {
-          p3[((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 6) < (long long)(n2 - 1) ? (base_2 + 6) : (long long)(n2 - 1)))) * (64) + (j22)] = napkin_from_float<__half>(st20[k14]);
-        }
-      }
-    }
-#line 11 "napkin-diagram"
-    #pragma unroll
-    for (int k15 = 0; k15 < 8; ++k15) {
-      const int j23 = lane + k15 * 8;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 8 + 7 < 256) && ((base_2 + 7) < n2)) {
-          p3[((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 7) < (long long)(n2 - 1) ? (base_2 + 7) : (long long)(n2 - 1)))) * (64) + (j23)] = napkin_from_float<__half>(st23[k15]);
+          if ((pt2 < n2) && (pt3 < 64)) {
+            p3[((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))) * (64) + ((pt3 < (long long)(64 - 1) ? pt3 : (long long)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
+          }
         }
       }
     }

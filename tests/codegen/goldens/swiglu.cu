@@ -279,13 +279,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       for (int e = tid; e < 1024; e += 256) {
         const int eo = e / 16;
         const int ei = e % 16;
-        sm0[eo * 24 + ei] = ((org_0 + eo) < n0 && ei < clen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + ei))] : napkin_from_float<__half>(0.0f);
+        sm0[eo * 24 + ei] = (org_0 + eo < n0 && ei < clen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + ei))] : napkin_from_float<__half>(0.0f);
       }
       __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + (1536) * 2 + 15) / 16 * 16));
       for (int e = tid; e < 2048; e += 256) {
         const int eo = e / 128;
         const int ei = e % 128;
-        sm1[eo * 136 + ei] = ((org_1 + ei) < n2 && eo < clen) ? p1[((int)((c0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        sm1[eo * 136 + ei] = (eo < clen && org_1 + ei < n2) ? p1[((int)((c0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
       }
       __syncthreads();
       #pragma unroll
@@ -368,13 +368,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k1(
       for (int e = tid; e < 1024; e += 256) {
         const int eo = e / 16;
         const int ei = e % 16;
-        sm0[eo * 24 + ei] = ((org_0 + eo) < n0 && ei < clen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + ei))] : napkin_from_float<__half>(0.0f);
+        sm0[eo * 24 + ei] = (org_0 + eo < n0 && ei < clen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + ei))] : napkin_from_float<__half>(0.0f);
       }
       __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + (1536) * 2 + 15) / 16 * 16));
       for (int e = tid; e < 2048; e += 256) {
         const int eo = e / 128;
         const int ei = e % 128;
-        sm1[eo * 136 + ei] = ((org_1 + ei) < n2 && eo < clen) ? p1[((int)((c0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        sm1[eo * 136 + ei] = (eo < clen && org_1 + ei < n2) ? p1[((int)((c0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
       }
       __syncthreads();
       #pragma unroll

@@ -1,0 +1,168 @@
+"""Attention on tensor cores: FlashAttention-2 on mma.sync.m16n8k16 (compiler/flash.py).
+
+Per block: the block's rows of Q are copied to shared memory once and each warp keeps
+its `FM` 16-row slices as A fragments (`ldmatrix.x4`). Per chunk of `BC` keys, K and V
+are staged (padded rows, zeros outside); each warp computes its scores as C fragments
+(`FM x BC/8` mmas per 16 of the head), the scalar emitter applies the diagram's scale
+and masks at each element's (row, key) point (keys past the end are -inf), and the online
+softmax runs on the fragments: per row (g and g + 8 of each slice) the chunk's maximum
+across the 4 lanes of a quad, the rescale of the running sum and of the output
+accumulators, then the probabilities, packed to 16 bits, are the A fragments of `P V`
+(the C layout of two 8-key tiles is the A layout of one 16-key tile), multiplied with V's
+B fragments (`ldmatrix.x2`, transposed when V is head-contiguous). After the last chunk
+the quad adds its partial sums and each output element is `o / l` (0 for a fully masked
+row), at whose point the emitter computes the rest of the kernel and stores it.
+"""
+
+from __future__ import annotations
+
+from ..compiler import ir
+from . import masks
+from . import program as P
+from .kernel import KernelLowering
+from .mma import FK, FM, FN, MmaLowering
+
+
+class FlashLowering(MmaLowering):
+    def _warps(self) -> None:
+        s = self.site
+        self.wm, self.wn = dict(self.choice.warps)[s.row], 1
+        self.wtm = dict(self.choice.thread)[s.row]
+        self.threads = self.wm * 32
+
+    def build(self, name: str) -> P.KernelProgram:
+        b = self.b
+        b.emit(P.Decl("const int", "tid", "(int)threadIdx.x"))
+        b.emit(P.Decl("const int", "lane", "tid % 32"))
+        b.emit(P.Decl("const int", "wr", "tid / 32"))
+        b.emit(P.Decl("const int", "fg", "lane / 4"))
+        b.emit(P.Decl("const int", "fq", "lane % 4"))
+        return KernelLowering._grid(self, name)
+
+    def _block_body(self) -> None:
+        b, s = self.b, self.site
+        self._origins()
+        fm, chunk = self.wtm // FM, self.choice.stream[1]
+        hk, dv = s.head // FK, s.width // FN
+        qt = self._tile(s.q, self.grouped(s.row), self.whole(s.dk, s.head))
+        b.emit(P.Barrier())
+        self._copy(qt)
+        b.emit(P.Barrier())
+        b.emit(P.Decl("unsigned", "qa", shape=(fm, hk, 4)))
+        self._each([("i0", fm), ("i1", hk)], lambda: self._ldmatrix(
+            qt, "qa[i0][i1]", f"wr * {self.wtm} + i0 * {FM}", "i1 * 16", 4))
+        b.emit(P.Decl("float", "acc", shape=(fm, dv, 4)))
+        b.emit(P.Decl("float", "rm", shape=(fm, 2)))
+        b.emit(P.Decl("float", "rl", shape=(fm, 2)))
+        self._each([("i0", fm), ("i1", dv), ("i2", 4)], lambda: b.emit(P.Set("acc[i0][i1][i2]", "0.0f")))
+        self._each([("i0", fm), ("i1", 2)], lambda: (b.emit(P.Set("rm[i0][i1]", "-NAPKIN_INF")),
+                                                     b.emit(P.Set("rl[i0][i1]", "0.0f"))))
+        kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head))
+        vt = self._tile(s.v, self.whole(s.dv, s.width), self.chunked(s.red))
+        # a chunk the diagram's mask hides from every row of the block is skipped (causal)
+        skip = masks.skip_test(self, [s.out], {s.out: "pair"}, self._box(s.red))
+
+        def chunk_body():
+            left = f"({self.itype})({self.sizes[s.red]}) - c0"
+            b.emit(P.Decl("const int", "clen", f"(int)({left} < {chunk} ? {left} : {chunk})"))
+            if skip is not None:
+                b.emit(P.Continue(skip))
+            b.emit(P.Barrier())
+            self._copy(kt)
+            self._copy(vt)
+            b.emit(P.Barrier())
+            self._scores(kt, fm, chunk, hk)
+            self._softmax(fm, chunk, dv)
+            self._weighted(vt, fm, chunk, dv)
+
+        b.loop("c0", f"({self.itype})0", f"({self.itype})({self.sizes[s.red]})", str(chunk),
+               chunk_body, ctype=self.itype)
+        self._finish(fm, dv)
+
+    def _scores(self, kt: dict, fm: int, chunk: int, hk: int) -> None:
+        """S = Q K on the tensor cores, then the diagram's scale and masks per element."""
+        b, s = self.b, self.site
+        b.emit(P.Decl("float", "sc", shape=(fm, chunk // FN, 4)))
+
+        def tile():
+            b.emit(P.Decl("float", "fz", shape=(4,), init="{0.0f, 0.0f, 0.0f, 0.0f}"))
+
+            def step():
+                b.emit(P.Decl("unsigned", "fb", shape=(2,)))
+                self._ldmatrix(kt, "fb", f"i1 * {FN}", "i2 * 16", 2)
+                b.emit(P.Call(self._mma(), ("fz", "qa[i0][i2]", "fb", "fz")))
+            self._each([("i2", hk)], step)
+            self._each([("i3", 4)], lambda: b.emit(P.Set("sc[i0][i1][i3]", "fz[i3]")))
+        self._each([("i0", fm), ("i1", chunk // FN)], tile)
+        score = ir.operands(self.g, s.soft)[0]
+
+        def element():
+            key = f"c0 + i1 * {FN} + fq * 2 + i2 % 2"
+            scope, _ = self._point({s.row: self._row(), s.red: key})
+            self.values[s.scores] = "sc[i0][i1][i2]"
+            self.line(s.soft)
+            value = self.emitter.value(score, scope)
+            self.values.clear()
+            b.emit(P.Set("sc[i0][i1][i2]", f"(i1 * {FN} + fq * 2 + i2 % 2 < clen) ? {value} : -NAPKIN_INF"))
+        self._each([("i0", fm), ("i1", chunk // FN), ("i2", 4)], element)
+
+    def _row(self) -> str:
+        return f"{self._axis_var('org', self.site.row)} + wr * {self.wtm} + i0 * {FM} + fg + (i2 / 2) * 8"
+
+    def _softmax(self, fm: int, chunk: int, dv: int) -> None:
+        """The online softmax on the score fragments: rows g (slots 0, 1) and g + 8 (2, 3)."""
+        b = self.b
+
+        def row():
+            b.emit(P.Decl("float", "mx", "rm[i0][i1]"))
+            self._each([("i2", chunk // FN), ("i3", 2)], lambda: b.emit(
+                P.Set("mx", "napkin_max(mx, sc[i0][i2][2 * i1 + i3])")))
+            b.emit(P.Set("mx", "napkin_lanes_max(mx, 4)"))       # the quad holds the row
+            b.emit(P.Decl("const float", "sh", "napkin_shift(mx)"))
+            b.emit(P.Decl("const float", "rs", "expf(rm[i0][i1] - sh)"))
+            b.emit(P.Set("rm[i0][i1]", "mx"))
+            b.emit(P.Decl("float", "su", "0.0f"))
+
+            def prob():
+                b.emit(P.Set("sc[i0][i2][2 * i1 + i3]", "expf(sc[i0][i2][2 * i1 + i3] - sh)"))
+                b.emit(P.Set("su", "su + sc[i0][i2][2 * i1 + i3]"))
+            self._each([("i2", chunk // FN), ("i3", 2)], prob)
+            b.emit(P.Set("rl[i0][i1]", "rl[i0][i1] * rs + su"))
+            self._each([("i2", dv), ("i3", 2)], lambda: b.emit(
+                P.Set("acc[i0][i2][2 * i1 + i3]", "acc[i0][i2][2 * i1 + i3] * rs")))
+        self._each([("i0", fm), ("i1", 2)], row)
+
+    def _weighted(self, vt: dict, fm: int, chunk: int, dv: int) -> None:
+        """O += P V: the probabilities packed into A fragments, V's B fragments per 8 columns."""
+        b = self.b
+        pack = "napkin_pack_half2" if self.site.dtype == "f16" else "napkin_pack_bf162"
+
+        def ktile():
+            parts = [f"{pack}(sc[i0][2 * i1 + {t}][{2 * h}], sc[i0][2 * i1 + {t}][{2 * h + 1}])"
+                     for t in (0, 1) for h in (0, 1)]
+            b.emit(P.Decl("unsigned", "pa", shape=(4,), init="{" + ", ".join(parts) + "}"))
+
+            def column():
+                b.emit(P.Decl("unsigned", "fb", shape=(2,)))
+                self._ldmatrix(vt, "fb", f"i2 * {FN}", "i1 * 16", 2)
+                b.emit(P.Call(self._mma(), ("acc[i0][i2]", "pa", "fb", "acc[i0][i2]")))
+            self._each([("i2", dv)], column)
+        self._each([("i0", fm), ("i1", chunk // FK)], ktile)
+
+    def _finish(self, fm: int, dv: int) -> None:
+        """The quad's sums, then o / l at every output element and the kernel's stores."""
+        b, s = self.b, self.site
+        self._each([("i0", fm), ("i1", 2)], lambda: (
+            b.emit(P.Set("rl[i0][i1]", "napkin_lanes_sum(rl[i0][i1], 4)")),
+            b.emit(P.Set("rl[i0][i1]", "rl[i0][i1] == 0.0f ? 0.0f : 1.0f / rl[i0][i1]"))))
+
+        def point():
+            scope, valid = self._point({s.row: self._row(), s.dv: f"i1 * {FN} + fq * 2 + i2 % 2"})
+            self.values[s.out] = "acc[i0][i1][i2] * rl[i0][i2 / 2]"
+            for n in self.k.stores:
+                self._store(n, scope, {"valid": valid})
+            self.values.clear()
+        self._each([("i0", fm), ("i1", dv), ("i2", 4)], point)
+
+    def _mma(self) -> str:
+        return f"napkin_mma_m16n8k16_{self.site.dtype}"

@@ -1,0 +1,170 @@
+"""Attention on tensor cores: which fused kernels run FlashAttention-2 on mma.sync, and tiles.
+
+A kernel qualifies when it streams `x` through one online softmax paired with its
+contraction (the fused attention the planner derives):
+
+    S[batch.. row x] = f(sum over dk of Q[.. row dk] * K[.. x dk])   f elementwise
+    P = softmax[x](S)
+    O[batch.. row dv] = g(sum over x of P * V[.. x dv])               g elementwise
+
+with Q, K, V loads of one 16-bit dtype, `dk` static and a multiple of 16, `dv` static and
+a multiple of 8, and no other reduction or store in the kernel. `f` holds the scale and
+masks (from axis indices or loaded arrays), `g` the cast and any epilogue.
+
+The block takes `BM` rows (one position of each batch axis); each of its `wm` warps owns
+`BM / wm` rows as `16`-row fragments: their Q fragments stay in registers, the scores
+of a chunk of `BC` keys come out of the tensor cores as C fragments, the online softmax
+runs on them (row statistics across the 4 lanes of a quad), and the probabilities,
+packed to 16 bits, are the A fragments of `P V`. For the cost model the register level's
+unit is the warp (cost.py), as for a plain product.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ir
+from .canonical import through
+from .cost import ROW_PAD, Choice, Cost, evaluate
+from .model import BYTES, Model
+from .search import fits
+from .target import Target
+
+ROWS = (16, 32, 64, 128, 256)        # block rows
+CHUNKS = (16, 32, 64, 128)           # keys per chunk
+WARPS = (1, 2, 4, 8)
+MAX_REGISTERS = 160                  # fragment registers per lane (S, O, Q), of 255
+ELEMENTWISE = (ir.Map, ir.Assign, ir.Index, ir.Const, ir.SizeOf)
+
+
+@dataclass(frozen=True)
+class FlashSite:
+    scores: int             # S's contraction Q K
+    soft: int               # the softmax over x
+    out: int                # O's contraction P V
+    q: int
+    k: int
+    v: int
+    row: str                # Q's fragment axis
+    red: str                # the streamed axis x (K's and V's)
+    dk: str                 # contracted by Q K
+    dv: str                 # V's own axis: O's columns
+    batch: tuple[str, ...]
+    dtype: str
+    head: int               # size of dk
+    width: int              # size of dv
+
+
+def examine(g, kernel, model: Model, target: Target, storage) -> FlashSite | str | None:
+    """The kernel's attention on tensor cores, why not (a string), or None when the kernel
+    is no attention (no online softmax)."""
+    st = model.streaming
+    if len(st.pairs) != 1 or st.stats or st.passes != 1 or len(st.reducers) != 1:
+        return None
+    soft, out = st.pairs[0]
+    x = st.axis
+    chunk = set(st.per_chunk[0])
+    if any(n in chunk for n in kernel.stores):
+        return "the kernel stores a value of every chunk (P or S), not only O"
+    loads = set(kernel.loads)
+    contractions = [n for n in kernel.nodes if isinstance(ir.op(g, n), ir.Contract)]
+    scores = [n for n in contractions if n != out]
+    others = [n for n in kernel.nodes if isinstance(ir.op(g, n), (ir.Reduce, ir.Softmax))
+              and n != soft]
+    if len(scores) != 1 or others:
+        return "the scores are not one contraction (Q K) under elementwise operations"
+    scores = scores[0]
+    for n in kernel.nodes:
+        if n in loads or n in (scores, soft, out):
+            continue
+        if not isinstance(ir.op(g, n), ELEMENTWISE):
+            return "a view or another operation sits between the products and the softmax"
+    p_op, v = ir.operands(g, out)
+    if through(g, v) == soft:
+        p_op, v = v, p_op
+    q, k = ir.operands(g, scores)
+    if x in ir.type_of(g, q).axes:
+        q, k = k, q
+    if ir.op(g, scores).axes.__len__() != 1 or not {q, k, v} <= loads or len({q, k, v}) != 3:
+        return "Q, K and V must be loaded arrays (one contracted axis in Q K)"
+    dtypes = {storage(g, n) for n in (q, k, v)}
+    if len(dtypes) != 1 or not dtypes <= {"f16", "bf16"}:
+        return f"Q, K, V are {'/'.join(sorted(dtypes))}; mma.sync takes one 16-bit dtype"
+    (dtype,) = dtypes
+    if not target.engine_for("contraction", dtype):
+        return f"{target.name} has no tensor cores for {dtype}"
+    (dk,) = ir.op(g, scores).axes
+    aq, ak, av = (set(ir.type_of(g, n).axes) for n in (q, k, v))
+    o_axes = ir.type_of(g, out).axes
+    s_axes = set(ir.type_of(g, scores).axes)
+    own_q = [a for a in aq - ak - {dk} if a in o_axes]
+    own_v = av - s_axes
+    if x not in ak or x not in av or dk not in ak or not own_q or len(own_v) != 1:
+        return "the products are not Q[.. q d] K[.. x d] and P[.. q x] V[.. x e]"
+    (dv,) = own_v
+    row = max(own_q, key=o_axes.index)
+    sizes = g.graph["axes"]
+    head, width = sizes[dk].size, sizes[dv].size
+    if head is None or width is None or head % 16 or width % 8:
+        what = (f"`{dk}` must be static and a multiple of 16" if dk == dv else
+                f"`{dk}` and `{dv}` must be static, `{dk}` a multiple of 16 and `{dv}` of 8")
+        return f"the head size {what} (fix it with `axis {dk} = 64` or -D)"
+    for n in kernel.nodes:
+        if n not in chunk and n not in loads and not set(ir.type_of(g, n).axes) <= set(o_axes):
+            return "the kernel computes values over other axes than O's"
+    batch = tuple(a for a in o_axes if a not in (row, dv))
+    return FlashSite(scores, soft, out, q, k, v, row, x, dk, dv, batch, dtype, head, width)
+
+
+def registers(fm: int, chunk: int, site: FlashSite) -> int:
+    """Fragment registers per lane: scores, output accumulators, Q fragments."""
+    return fm * (chunk // 8) * 4 + fm * (site.width // 8) * 4 + fm * (site.head // 16) * 4
+
+
+def smem_bytes(bm: int, chunk: int, site: FlashSite) -> int:
+    per = BYTES[site.dtype]
+    return per * (bm * (site.head + ROW_PAD) + chunk * (site.head + ROW_PAD)
+                  + chunk * (site.width + ROW_PAD)) + 48
+
+
+def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
+           fixed: dict) -> tuple[Choice, Cost] | None:
+    """The fastest FlashAttention-2 tiling that fits, honouring block-level hints."""
+    if any(key in fixed for key in ("thread", "split", "inner")):
+        return None
+    if "stream" in fixed and fixed["stream"][0] != s.red:
+        return None
+    hinted = dict(fixed.get("group", {}))
+    if any(a not in (s.row, *s.batch) or (a in s.batch and v != 1) for a, v in hinted.items()):
+        return None
+    best = None
+    for bm in ROWS:
+        if s.row in hinted and bm != hinted[s.row] and not (hinted[s.row] >= sizes[s.row] <= bm):
+            continue
+        if bm > max(16, 1 << (sizes[s.row] - 1).bit_length()):
+            continue
+        for wm in WARPS:
+            if bm % (16 * wm) or bm // (16 * wm) > 2:
+                continue
+            for chunk in CHUNKS:
+                if "stream" in fixed and chunk != fixed["stream"][1]:
+                    continue
+                if registers(bm // (16 * wm), chunk, s) > MAX_REGISTERS:
+                    continue
+                if smem_bytes(bm, chunk, s) > target.levels[1].capacity_bytes:
+                    continue
+                group = {s.row: bm, **{a: 1 for a in s.batch}}
+                thread = {s.row: bm // wm, **{a: 1 for a in s.batch}}
+                kept = {a: v for a, v in group.items() if v < sizes[a] or a == s.row}
+                choice = Choice(tuple(sorted(kept.items())), (s.red, chunk),
+                                tuple(sorted(thread.items())), warps=((s.row, wm),))
+                cost = evaluate(model, cols, choice, sizes, target, tensor_cores=True)
+                if not fits(cost):
+                    continue
+                key = (round(cost.time, 15), -bm, -chunk, wm)
+                if best is None or key < best[0]:
+                    best = (key, choice, cost)
+    return None if best is None else (best[1], best[2])
+
+
+__all__ = ["FlashSite", "examine", "search", "registers", "smem_bytes"]
