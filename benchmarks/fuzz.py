@@ -6,7 +6,7 @@ Fixed parts first (about two minutes: the whole injection corpus through every f
 the ten seeded code generation bugs, the numeric edge cases of softmax and attention,
 index widths at 2^31, huge front-end inputs), then, until the time is up, batches of random
 well-typed diagrams and random legal plans (interpreted and emulated), random schedule
-hints, random matrix products forced onto tensor cores and random front-end input, spread over --jobs processes. A failure shrinks (Hypothesis) and
+hints, random matrix products and attention forced onto tensor cores and random front-end input, spread over --jobs processes. A failure shrinks (Hypothesis) and
 is saved under tests/regressions/. No GPU needed.
 """
 
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 # batch kind -> (share of the remaining time, examples per batch)
 BATCHES = {
     "diagrams (emulated)": (0.40, 20),
-    "tensor-core products (emulated)": (0.05, 10),
+    "tensor cores: products and attention (emulated)": (0.05, 10),
     "diagrams (interpreted)": (0.20, 100),
     "plans (emulated)": (0.15, 8),
     "plans (interpreted)": (0.05, 30),
@@ -88,15 +88,17 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
                 case, options = plans.as_regression(last[0])
                 return harness.save_regression(case, last[1], **options)
             return None
-    elif kind.startswith("tensor-core"):
+    elif kind.startswith("tensor cores"):
         from tests.fuzz import products
-        strategy = products.products()
+        strategy = st.one_of(products.products().map(lambda c: (products.check, c)),
+                             products.attentions().map(lambda c: (products.check_attention, c)))
 
-        def body(case):
+        def body(item):
+            check, case = item
             if not shrinking[0]:
                 tried[0] += 1
             try:
-                products.check(case)
+                check(case)
             except Exception as exc:   # a mismatch or a crash of the lowering: both failures
                 note("compare" if isinstance(exc, AssertionError) else "run", str(exc), case[0])
                 raise
@@ -300,7 +302,7 @@ def report(f: dict) -> None:
     p_em, p_in = r["plans (emulated)"], r["plans (interpreted)"]
     fe = r["front end (grammar, text, bytes)"]
     hi = r["hints (interpreted, some emulated)"]
-    tc = r["tensor-core products (emulated)"]
+    tc = r["tensor cores: products and attention (emulated)"]
     inj, mut, edge = f["injection"], f["mutation"], f["numeric edge cases"]
     print("\n== figures ==")
     print(f"random diagrams emulated (and interpreted): {d_em['tried']}, mismatches "
@@ -312,7 +314,8 @@ def report(f: dict) -> None:
         print(f"random plans {name}: {x['tried']}, failures by class {by}")
     by = {k: hi["failures"].get(k, 0) for k in ("load", "compile", "run", "compare")}
     print(f"random schedule hints: {hi['tried']}, failures by class {by}")
-    print(f"random products on tensor cores: {tc['tried']}, failures {tc['failures']}")
+    print(f"random products and attention on tensor cores: {tc['tried']}, failures "
+          f"{tc['failures']}")
     huge = f["huge front-end inputs"]
     print(f"front-end inputs: {fe['tried']} random + {huge['cases']} huge; non-NapkinError "
           f"escapes {sum(fe['failures'].values()) + huge['escapes or too slow']}; "

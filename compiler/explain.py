@@ -104,7 +104,7 @@ def _engine(plan: Plan, kp) -> dict:
                 "dtype": found.dtype, "accumulate": "f32", "rows": found.row, "cols": found.col,
                 "warps": [wm, wn], "warp_tile": [tm, tn], "fragments": [tm // fm, tn // fn]}
     found = tensorcore.best_site(plan.graph, kp.kernel, plan.target)
-    if isinstance(found, tensorcore.Site):
+    if not isinstance(found, str):
         why = ("tensor cores are off" if not plan.tensor_cores else
                "predicted faster on the CUDA cores at these sizes")
     else:

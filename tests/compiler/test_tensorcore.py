@@ -164,3 +164,9 @@ def test_attention_tiles_stay_within_the_registers_at_head_size_128():
     assert isinstance(site, flash.FlashSite) and site.head == 128
     fm = dict(kp.choice.thread)["q"] // 16
     assert flash.registers(fm, kp.choice.stream[1], site) <= flash.MAX_REGISTERS
+
+
+def test_small_attention_says_the_cuda_cores_are_predicted_faster():
+    p = plan(napkin.load("attention"), "h100", {"b": 2, "h": 3, "q": 77, "x": 130})
+    assert not p.kernels[0].choice.warps
+    assert engine(p)["why"] == "predicted faster on the CUDA cores at these sizes"

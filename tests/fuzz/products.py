@@ -17,7 +17,8 @@ from napkin.compiler import tensorcore
 from napkin.compiler.columns import columns
 from napkin.compiler.cost import Choice, evaluate
 from napkin.compiler.model import build
-from napkin.compiler.plan import plan
+from napkin.compiler import ir, kernels
+from napkin.compiler.plan import KernelPlan, plan
 from napkin.diagrams.diagnostics import Source
 from napkin.runtime import compare, reference
 from napkin.runtime.emulated import run_plan
@@ -80,4 +81,75 @@ def check(case) -> None:
     verdict = compare.check(out, reference.evaluate(d, inputs)["C"],
                             reference.evaluate(d, inputs, precision="lowp")["C"],
                             d.outputs[0].dtype, "C")
+    assert verdict.ok, (text, shape, tiling, verdict.message)
+
+
+# -- attention ------------------------------------------------------------------------------
+
+MASKS = ["{s}", "where(x <= q, {s}, -inf)", "where(x >= q + 2 or x < 1, {s}, -inf)",
+         "{s} + bias", "where(q >= 3, {s}, -inf)"]
+EPILOGUE_O = ["{o}", "{o} * 2.0 + 1.0", "relu({o})"]
+FLASH_TILINGS = [(bm, wm, bc) for bm in (16, 32, 64, 128) for wm in (1, 2, 4, 8)
+                 for bc in (16, 32, 64, 128) if bm % (16 * wm) == 0 and bm // (16 * wm) <= 2]
+
+
+@st.composite
+def attentions(draw):
+    """Attention with random layouts, batch axes shared or not by K and V, head sizes, masks."""
+    batch = draw(st.sampled_from([(), ("b",), ("b", "h")]))
+    kv_batch = tuple(a for a in batch if draw(st.booleans()) or a == "b")   # GQA: h only in Q
+    head = draw(st.sampled_from([16, 32, 48, 64]))
+    width = draw(st.sampled_from([8, 16, 24, 64]))
+    value = "d" if width == head and draw(st.booleans()) else "e"
+    qa = draw(st.permutations(("q", "d") + batch))
+    ka = draw(st.permutations(("x", "d") + kv_batch))
+    va = draw(st.permutations(("x", value) + kv_batch))
+    oa = draw(st.permutations(("q", value) + batch))
+    dtype = draw(st.sampled_from(["f16", "bf16"]))
+    scale = draw(st.sampled_from(["Q * K", "Q * K / sqrt(size(d))", "Q * K * 0.3"]))
+    mask = draw(st.sampled_from(MASKS)).format(s=scale)
+    out = draw(st.sampled_from(EPILOGUE_O)).format(o="P * V")
+    axes = ", ".join(("q", "x") + batch)
+    statics = f"axis d = {head}" + (f"\naxis e = {width}" if value == "e" else "")
+    sa = " ".join(a for a in qa if a != "d") + " x"
+    text = (f"axis {axes}\n{statics}\nin Q[{' '.join(qa)}]: {dtype}\nin K[{' '.join(ka)}]: {dtype}\n"
+            f"in V[{' '.join(va)}]: {dtype}\n"
+            + (f"in bias[q x]: {dtype}\n" if "bias" in mask else "")
+            + f"S[{sa}] = {mask}\nP[{sa}] = softmax[x](S)\nO[{' '.join(oa)}] = {out}\n"
+            f"out O: {draw(st.sampled_from(['f16', 'bf16', 'f32']))}")
+    sizes = {"q": draw(st.integers(1, 70)), "x": draw(st.integers(1, 150)),
+             "b": draw(st.integers(1, 2)), "h": draw(st.integers(1, 3))}
+    return text, {a: s for a, s in sizes.items() if a in ("q", "x") + batch}, \
+        draw(st.sampled_from(FLASH_TILINGS))
+
+
+def forced_attention(d, bm, wm, bc):
+    """All of the diagram in one kernel (whatever fusion would pick), planned as
+    FlashAttention-2 with this tiling."""
+    p = plan(d, "h100", {a: 4096 if a in ("q", "x") else 2 for a, s in d.axes.items() if s is None})
+    g = p.graph
+    kernel = kernels.build(g, "k0", {n for n, data in g.nodes(data=True) if data["stmt"] is not None
+                                     and not isinstance(data["op"], (ir.Input, ir.Output))})
+    model = build(g, kernel, "x")
+    site = tensorcore.site(g, kernel, model, p.target)
+    assert isinstance(site, tensorcore.FlashSite), tensorcore.examine(g, kernel, model, p.target)
+    group = {site.row: bm, **{a: 1 for a in site.batch}}
+    thread = {site.row: bm // wm, **{a: 1 for a in site.batch}}
+    choice = Choice(tuple(sorted(group.items())), ("x", bc), tuple(sorted(thread.items())),
+                    warps=((site.row, wm),))
+    cols = columns(p.graph, model)
+    cost = evaluate(model, cols, choice, p.sizes, p.target, tensor_cores=True)
+    return dataclasses.replace(p, kernels=(KernelPlan(kernel, model, cols, choice, cost),))
+
+
+def check_attention(case) -> None:
+    text, shape, tiling = case
+    d = napkin.load(Source("<fuzz>", text))
+    p = forced_attention(d, *tiling)
+    sizes = {**shape, **{a: s for a, s in d.axes.items() if s is not None}}
+    inputs = random_inputs(d, sizes, sum(shape.values()))
+    out = run_plan(p, inputs, sizes)["O"]
+    verdict = compare.check(out, reference.evaluate(d, inputs)["O"],
+                            reference.evaluate(d, inputs, precision="lowp")["O"],
+                            d.outputs[0].dtype, "O")
     assert verdict.ok, (text, shape, tiling, verdict.message)

@@ -25,6 +25,7 @@ def fuzz():
 @pytest.mark.parametrize("kind, examples", [("diagrams (interpreted)", 5), ("diagrams (emulated)", 1),
                                             ("plans (interpreted)", 3),
                                             ("hints (interpreted, some emulated)", 4),
+                                            ("tensor cores: products and attention (emulated)", 2),
                                             ("front end (grammar, text, bytes)", 30)])
 def test_every_batch_kind_runs(fuzz, kind, examples):
     assert kind in fuzz.BATCHES
@@ -51,5 +52,6 @@ def test_the_report_prints_every_figure(fuzz, capsys):
                    "non-NapkinError escapes 0", "leaks 0", "mutation score: 9/10",
                    "numeric edge cases: 48 passed, 0 failed",
                    "random schedule hints: 7, failures by class {'load': 0, 'compile': 0",
+                   "random products and attention on tensor cores: 7, failures {}",
                    f"index width: {figures['index width']['cases']} cases at 2^31, overflows 0"):
         assert needle in out, out

@@ -7,7 +7,7 @@ import os
 
 from hypothesis import HealthCheck, given, settings
 
-from .products import check, products
+from .products import attentions, check, check_attention, products
 
 SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
 
@@ -17,3 +17,10 @@ SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
 @given(products())
 def test_random_products_on_tensor_cores_match_the_reference(case):
     check(case)
+
+
+@settings(max_examples=max(1, int(20 * SCALE)), deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(attentions())
+def test_random_attention_on_tensor_cores_matches_the_reference(case):
+    check_attention(case)
