@@ -46,6 +46,20 @@ L[b q] = logsumexp[x](S)
 out O: DT, L: f32
 """
 
+# attention as the tensor cores take it (head size a multiple of 16, no second reduction)
+FLASH = """
+axis b, q, x
+axis d = 16
+in Q[b q d]: DT
+in K[b x d]: DT
+in V[b x d]: DT
+in M[b q x]: DT
+S[b q x] = where(M > 0, Q * K, -inf)
+P[b q x] = softmax[x](S)
+O[b q d] = P * V
+out O: DT
+"""
+
 # a causal mask with an offset: the first rows see no key at all (chunks skipped by index)
 CAUSAL = """
 axis b, q, x
@@ -92,16 +106,16 @@ def softmax_inputs(cols: int, dtype: str, seed: int = 0) -> dict:
     return {"X": X.astype(np_dt), "M": M.astype(np_dt)}
 
 
-def attention_inputs(nq: int, nx: int, dtype: str, seed: int = 0) -> dict:
+def attention_inputs(nq: int, nx: int, dtype: str, seed: int = 0, head: int = 8) -> dict:
     rng = np.random.default_rng(seed)
-    Q = rng.uniform(-1, 1, (1, nq, 8))
-    K = rng.uniform(-1, 1, (1, nx, 8))
-    V = rng.uniform(-1, 1, (1, nx, 8))
+    Q = rng.uniform(-1, 1, (1, nq, head))
+    K = rng.uniform(-1, 1, (1, nx, head))
+    V = rng.uniform(-1, 1, (1, nx, head))
     M = np.ones((1, nq, nx))
     M[0, 0] = 0                                       # fully masked
     M[0, 1] = 0
     M[0, 1, nx - 1] = 1                               # one unmasked key
-    Q[0, 2] = 1250.0                                  # logits +-1e4 (d = 8)
+    Q[0, 2] = 1e4 / head                              # logits +-1e4
     K[0, :, :] = np.where(K >= 0, 1.0, -1.0) if nx > 0 else K
     K[0, 0, 0] = 1.0                                  # so a +inf query meets a +inf logit
     pad = list(range(1, nx, 5))                       # padded keys: NaN, masked for every query
@@ -115,31 +129,36 @@ def attention_inputs(nq: int, nx: int, dtype: str, seed: int = 0) -> dict:
             "M": M.astype(np_dt)}
 
 
-def causal_inputs(nq: int, nx: int, dtype: str, seed: int = 0) -> dict:
+def causal_inputs(nq: int, nx: int, dtype: str, seed: int = 0, head: int = 8) -> dict:
     rng = np.random.default_rng(seed)
     np_dt = dtypes.numpy_dtype(dtype)
     return {n: rng.uniform(-1, 1, s).astype(np_dt)
-            for n, s in (("Q", (1, nq, 8)), ("K", (1, nx, 8)), ("V", (1, nx, 8)))}
+            for n, s in (("Q", (1, nq, head)), ("K", (1, nx, head)), ("V", (1, nx, head)))}
 
 
-def plans(d, shape: dict, streamed: Choice | None):
+def plans(d, shape: dict, streamed: Choice | None, tensor_cores: bool = False):
     p = make_plan(d, "h100", shape)
     out = [("planned", p)]
     if streamed is not None and len(p.kernels) == 1:
         out.append(("streamed and split", with_choices(p, [streamed])))
+    if tensor_cores:   # planned at large sizes (FlashAttention-2), run at these
+        big = make_plan(d, "h100", {a: 4096 if a in ("q", "x") else 64 for a in shape})
+        assert all(kp.choice.warps for kp in big.kernels), [kp.choice for kp in big.kernels]
+        out.append(("tensor cores", big))
     return out
 
 
 def run_all(d, inputs: dict, shape: dict, streamed: Choice | None = None,
-            emulate: bool = True) -> dict:
+            emulate: bool = True, tensor_cores: bool = False) -> dict:
     """Backend name -> outputs (float64), every one checked against the reference."""
     ref = reference.evaluate(d, inputs)
     low = reference.evaluate(d, inputs, precision="lowp")
     results = {"reference": ref}
-    for label, p in plans(d, shape, streamed):
+    sizes = {**shape, **{a: s for a, s in d.axes.items() if s is not None}}
+    for label, p in plans(d, shape, streamed, tensor_cores):
         runs = {f"interpret ({label})": lambda p=p: interpret(p, inputs)}
         if emulate:
-            runs[f"emulate ({label})"] = lambda p=p: run_plan(p, inputs, p.sizes)
+            runs[f"emulate ({label})"] = lambda p=p: run_plan(p, inputs, sizes)
         for name, fn in runs.items():
             got = fn()
             for s in d.outputs:
@@ -167,12 +186,12 @@ def softmax_expectations(out: dict, cols: int) -> None:
 
 
 def attention_expectations(out: dict, inputs: dict, nq: int, nx: int) -> None:
-    O, L = out["O"], out["L"]
+    O, L = out["O"], out.get("L")
     V = inputs["V"].astype(np.float64)
-    assert np.all(O[0, 0] == 0) and L[0, 0] == -np.inf            # fully masked
+    assert np.all(O[0, 0] == 0) and (L is None or L[0, 0] == -np.inf)   # fully masked
     if nx - 1 not in range(1, nx, 5):                            # the one key is not padding
         assert np.allclose(O[0, 1], V[0, nx - 1], atol=1e-2)
-    assert np.all(np.isfinite(O[0, 2])) and np.isfinite(L[0, 2])  # logits +-1e4
+    assert np.all(np.isfinite(O[0, 2])) and (L is None or np.isfinite(L[0, 2]))  # logits +-1e4
     rows = [r for r in range(nq) if r != 3 or nq <= 3]
     assert not np.isnan(O[0, rows]).any()                        # padded NaN keys never leak
     if nq > 3:

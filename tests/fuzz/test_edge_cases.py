@@ -6,7 +6,7 @@ import pytest
 
 from napkin.compiler.cost import Choice
 
-from .edges import (ATTENTION, CAUSAL, SOFTMAX, attention_expectations, attention_inputs,
+from .edges import (ATTENTION, CAUSAL, FLASH, SOFTMAX, attention_expectations, attention_inputs,
                     causal_inputs, diagram, run_all, softmax_expectations, softmax_inputs)
 
 DTYPES = ["f32", "f16", "bf16"]
@@ -47,4 +47,28 @@ def test_causal_rows_that_see_no_key_are_zero(dtype):
     shape = {"b": 1, "q": 19, "x": 30}
     streamed = Choice((("b", 1), ("q", 4)), ("x", 8), (("q", 1),), None)
     for name, out in run_all(d, inputs, shape, streamed).items():
+        assert (out["O"][0, :6] == 0).all(), name
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("nq, nx", [(6, 23), (4, 1), (19, 150)])
+def test_attention_edge_rows_on_tensor_cores(dtype, nq, nx):
+    """FlashAttention-2's fragments keep the language's semantics: masked rows 0, NaN keys
+    under the mask never leak, +-1e4 logits finite, a +inf query NaN."""
+    d = diagram(FLASH, dtype)
+    inputs = attention_inputs(nq, nx, dtype, head=16)
+    shape = {"b": 1, "q": nq, "x": nx}
+    for name, out in run_all(d, inputs, shape, tensor_cores=True).items():
+        try:
+            attention_expectations(out, inputs, nq, nx)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from exc
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_causal_rows_that_see_no_key_are_zero_on_tensor_cores(dtype):
+    d = diagram(CAUSAL.replace("axis d = 8", "axis d = 16"), dtype)
+    inputs = causal_inputs(19, 130, dtype, head=16)
+    shape = {"b": 1, "q": 19, "x": 130}
+    for name, out in run_all(d, inputs, shape, tensor_cores=True).items():
         assert (out["O"][0, :6] == 0).all(), name
