@@ -26,6 +26,7 @@ from .indexing import Layout
 from .kernel import KernelLowering
 
 FM, FN, FK = tc.FRAGMENT
+VECTOR = 8       # 16-bit values per 16-byte cp.async
 
 
 class MmaLowering(KernelLowering):
@@ -109,16 +110,48 @@ class MmaLowering(KernelLowering):
                 "pitch": pitch, "ctype": cexpr.CTYPE[dtype]}
 
     def _copy(self, t: dict) -> None:
-        """Block-wide copy of the operand's tile (this chunk) to shared memory, zeros outside."""
+        """Block-wide copy of the operand's tile (this chunk) to shared memory, zeros outside:
+        16 bytes at a time with cp.async when the rows allow it (the tile's inner axis is the
+        array's contiguous one, its size a multiple of 8 and the array 16-byte aligned; then
+        a vector is all inside or all outside the array), else one value at a time."""
+        b = self.b
+        b.emit(P.Decl(f"{t['ctype']}*", t["name"], f"reinterpret_cast<{t['ctype']}*>(smem + "
+                      f"{next(x.offset for x in self.smem if x.name == t['name'])})"))
+        scalar = self._scoped(lambda: self._copy_loop(t, 1))
+        aligned = self._aligned(t)
+        if aligned is None:
+            for s in scalar:
+                b.emit(s)
+            return
+
+        def vector():
+            self._copy_loop(t, VECTOR)
+            b.emit(P.Call("napkin_cp_async_wait_all", ()))
+        b.emit(P.If(aligned, self._scoped(vector), scalar))
+
+    def _aligned(self, t: dict) -> str | None:
+        """When 16-byte copies are possible: a runtime test, or None (never)."""
+        param, _ = self.names[t["node"]]
+        axes = ir.type_of(self.g, t["node"]).axes
+        axis, extent = t["inner"][0], t["inner"][1]
+        size = self.sizes[axis]
+        if axes[-1] != axis or extent % VECTOR or (size.isdigit() and int(size) % VECTOR):
+            return None
+        tests = [f"reinterpret_cast<unsigned long long>({param}) % 16 == 0"]
+        if not size.isdigit():
+            tests.append(f"{size} % {VECTOR} == 0")
+        return " && ".join(tests)
+
+    def _copy_loop(self, t: dict, vector: int) -> None:
         b = self.b
         param, _ = self.names[t["node"]]
         inner, outer = t["inner"], t["outer"]
-        b.emit(P.Decl(f"{t['ctype']}*", t["name"], f"reinterpret_cast<{t['ctype']}*>(smem + "
-                      f"{next(x.offset for x in self.smem if x.name == t['name'])})"))
+        per_row = inner[1] // vector
 
         def body():
-            b.emit(P.Decl("const int", "eo", f"e / {inner[1]}"))
-            b.emit(P.Decl("const int", "ei", f"e % {inner[1]}"))
+            b.emit(P.Decl("const int", "eo", f"e / {per_row}"))
+            b.emit(P.Decl("const int", "ei", f"e % {per_row}" if vector == 1 else
+                          f"(e % {per_row}) * {vector}"))
             axes = ir.type_of(self.g, t["node"]).axes
             scope = {a: Ix(self._axis_var("org", a)) for a in axes if a in self.tile}
             checks = []
@@ -127,10 +160,16 @@ class MmaLowering(KernelLowering):
                 if bound:
                     checks.append(bound.format(local))
             valid = " && ".join(checks) or "true"
-            value = f"{param}[{Layout(axes, self.sizes, self.itype).offset(scope)}]"
-            zero = f"napkin_from_float<{t['ctype']}>(0.0f)"
-            b.emit(P.Set(f"{t['name']}[eo * {t['pitch']} + ei]", f"({valid}) ? {value} : {zero}"))
-        b.loop("e", "tid", str(outer[1] * inner[1]), str(self.threads), body)
+            offset = Layout(axes, self.sizes, self.itype).offset(scope)
+            at = f"{t['name']} + eo * {t['pitch']} + ei"
+            if vector == 1:
+                zero = f"napkin_from_float<{t['ctype']}>(0.0f)"
+                b.emit(P.Set(f"{t['name']}[eo * {t['pitch']} + ei]",
+                             f"({valid}) ? {param}[{offset}] : {zero}"))
+            else:   # src-size 0 outside the arrays: zeros, nothing read
+                b.emit(P.Call("napkin_cp_async_16", (at, f"({valid}) ? {param} + ({offset}) : {param}",
+                                                     f"({valid}) ? 16 : 0")))
+        b.loop("e", "tid", str(outer[1] * per_row), str(self.threads), body)
 
     def _step(self, tiles, fm: int, fn: int) -> None:
         """16 of the chunk: every warp loads its fragments and multiplies them."""

@@ -33,7 +33,8 @@ from .target import Target
 ROWS = (16, 32, 64, 128, 256)        # block rows
 CHUNKS = (16, 32, 64, 128)           # keys per chunk
 WARPS = (1, 2, 4, 8)
-MAX_REGISTERS = 160                  # fragment registers per lane (S, O, Q), of 255
+MAX_REGISTERS = 128                  # fragment registers per lane (S, O, Q): the rest of 255 is
+                                     # addresses, copies and the softmax (ptxas: no spills)
 ELEMENTWISE = (ir.Map, ir.Assign, ir.Index, ir.Const, ir.SizeOf)
 
 

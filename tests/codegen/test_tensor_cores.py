@@ -176,6 +176,18 @@ def test_seeded_fragment_bugs_give_wrong_values(bug):
     assert not all(verdicts(d, p, {"m": 37, "k": 41, "n": 29}, source_edit=BUGS[bug]))
 
 
+def test_aligned_rows_take_the_16_byte_copies():
+    """Sizes that are multiples of 8 copy with cp.async: a bug there must show."""
+    d = library("matmul", "f16")
+    p = tc_plan(d)
+    shape = {"m": 37, "k": 48, "n": 40}
+    assert all(verdicts(d, p, shape))
+    half = lambda s: s.replace("? 16 : 0)", "? 8 : 0)")   # noqa: E731 - copy half of each vector
+    assert not all(verdicts(d, p, shape, source_edit=half))
+    odd = {"m": 37, "k": 41, "n": 29}                        # the scalar path is unaffected
+    assert all(verdicts(d, p, odd, source_edit=half))
+
+
 # -- attention: FlashAttention-2 on tensor cores (codegen/flash.py) ---------------------------
 
 ATTENTION_BIG = {"b": 4, "h": 16, "g": 4, "r": 4, "q": 4096, "x": 4096}

@@ -23,6 +23,8 @@ from napkin.diagrams.diagnostics import Source
 from napkin.runtime import compare, reference
 from napkin.runtime.emulated import run_plan
 
+# odd sizes, and multiples of 8 (rows 16-byte aligned: the cp.async copies)
+SIZES = st.one_of(st.integers(1, 80), st.sampled_from([8, 16, 24, 40, 64, 72]))
 EPILOGUES = ["{p}", "relu({p})", "gelu({p} + bias)", "where(m >= n, {p}, -2.0)",
              "{p} * 0.5 + bias", "sigmoid({p}) * bias"]
 TILINGS = [(bm, bn, bk, wm, wn) for bm in (16, 32, 64, 128) for bn in (8, 16, 32, 64, 128)
@@ -47,8 +49,8 @@ def products(draw):
             f"in bias[n]: {dtype}\nC[{' '.join(c)}] = {body}\nout C: {out}")
     if "bias" not in body:
         text = text.replace(f"in bias[n]: {dtype}\n", "")
-    sizes = {"m": draw(st.integers(1, 80)), "k": draw(st.integers(1, 90)),
-             "n": draw(st.integers(1, 70)), "b": draw(st.integers(1, 3)), "c": 2}
+    sizes = {"m": draw(SIZES), "k": draw(SIZES), "n": draw(SIZES),
+             "b": draw(st.integers(1, 3)), "c": 2}
     return text, {x: s for x, s in sizes.items() if x in ("m", "k", "n") + batch}, \
         draw(st.sampled_from(TILINGS))
 
@@ -117,7 +119,7 @@ def attentions(draw):
             + (f"in bias[q x]: {dtype}\n" if "bias" in mask else "")
             + f"S[{sa}] = {mask}\nP[{sa}] = softmax[x](S)\nO[{' '.join(oa)}] = {out}\n"
             f"out O: {draw(st.sampled_from(['f16', 'bf16', 'f32']))}")
-    sizes = {"q": draw(st.integers(1, 70)), "x": draw(st.integers(1, 150)),
+    sizes = {"q": draw(SIZES), "x": draw(st.one_of(SIZES, st.integers(90, 150))),
              "b": draw(st.integers(1, 2)), "h": draw(st.integers(1, 3))}
     return text, {a: s for a, s in sizes.items() if a in ("q", "x") + batch}, \
         draw(st.sampled_from(FLASH_TILINGS))

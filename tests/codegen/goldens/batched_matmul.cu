@@ -277,16 +277,34 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = (int)((int)(n2) - c0 < 64 ? (int)(n2) - c0 : 64);
       __syncthreads();
       __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-      for (int e = tid; e < 8192; e += 256) {
-        const int eo = e / 64;
-        const int ei = e % 64;
-        sm0[eo * 72 + ei] = (org_1 + eo < n1 && ei < clen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + ei))] : napkin_from_float<__half>(0.0f);
+      if (reinterpret_cast<unsigned long long>(p0) % 16 == 0 && n2 % 8 == 0) {
+        for (int e = tid; e < 1024; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16(sm0 + eo * 72 + ei, (org_1 + eo < n1 && ei < clen) ? p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + ei))) : p0, (org_1 + eo < n1 && ei < clen) ? 16 : 0);
+        }
+        napkin_cp_async_wait_all();
+      } else {
+        for (int e = tid; e < 8192; e += 256) {
+          const int eo = e / 64;
+          const int ei = e % 64;
+          sm0[eo * 72 + ei] = (org_1 + eo < n1 && ei < clen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + ei))] : napkin_from_float<__half>(0.0f);
+        }
       }
       __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
-      for (int e = tid; e < 8192; e += 256) {
-        const int eo = e / 128;
-        const int ei = e % 128;
-        sm1[eo * 136 + ei] = (eo < clen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + ((c0 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
+      if (reinterpret_cast<unsigned long long>(p1) % 16 == 0 && n3 % 8 == 0) {
+        for (int e = tid; e < 1024; e += 256) {
+          const int eo = e / 16;
+          const int ei = (e % 16) * 8;
+          napkin_cp_async_16(sm1 + eo * 136 + ei, (eo < clen && org_2 + ei < n3) ? p1 + ((((int)(org_0)) * (n2) + ((c0 + eo))) * (n3) + ((org_2 + ei))) : p1, (eo < clen && org_2 + ei < n3) ? 16 : 0);
+        }
+        napkin_cp_async_wait_all();
+      } else {
+        for (int e = tid; e < 8192; e += 256) {
+          const int eo = e / 128;
+          const int ei = e % 128;
+          sm1[eo * 136 + ei] = (eo < clen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + ((c0 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
+        }
       }
       __syncthreads();
       #pragma unroll

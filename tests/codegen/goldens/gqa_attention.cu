@@ -266,10 +266,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const long long org_0 = (long long)(((((blk) / (((long long)(n3) + 255) / 256)) / (((long long)(n2) + 0) / 1)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-    for (int e = tid; e < 16384; e += 256) {
-      const int eo = e / 64;
-      const int ei = e % 64;
-      sm0[eo * 72 + ei] = (org_3 + eo < n3) ? p0[(((((long long)(org_0)) * (n1) + (org_1)) * (n2) + (org_2)) * (n3) + ((org_3 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
+    if (reinterpret_cast<unsigned long long>(p0) % 16 == 0) {
+      for (int e = tid; e < 2048; e += 256) {
+        const int eo = e / 8;
+        const int ei = (e % 8) * 8;
+        napkin_cp_async_16(sm0 + eo * 72 + ei, (org_3 + eo < n3) ? p0 + ((((((long long)(org_0)) * (n1) + (org_1)) * (n2) + (org_2)) * (n3) + ((org_3 + eo))) * (64) + (ei)) : p0, (org_3 + eo < n3) ? 16 : 0);
+      }
+      napkin_cp_async_wait_all();
+    } else {
+      for (int e = tid; e < 16384; e += 256) {
+        const int eo = e / 64;
+        const int ei = e % 64;
+        sm0[eo * 72 + ei] = (org_3 + eo < n3) ? p0[(((((long long)(org_0)) * (n1) + (org_1)) * (n2) + (org_2)) * (n3) + ((org_3 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
+      }
     }
     __syncthreads();
     unsigned qa[2][4][4];
@@ -301,27 +310,45 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         rl[i0][i1] = 0.0f;
       }
     }
-    for (long long c0 = (long long)0; c0 < (long long)(n4); c0 += 64) {
-      const int clen = (int)((long long)(n4) - c0 < 64 ? (long long)(n4) - c0 : 64);
+    for (long long c0 = (long long)0; c0 < (long long)(n4); c0 += 32) {
+      const int clen = (int)((long long)(n4) - c0 < 32 ? (long long)(n4) - c0 : 32);
       __syncthreads();
       __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + (18432) * 2 + 15) / 16 * 16));
-      for (int e = tid; e < 4096; e += 256) {
-        const int eo = e / 64;
-        const int ei = e % 64;
-        sm1[eo * 72 + ei] = (eo < clen) ? p1[((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
+      if (reinterpret_cast<unsigned long long>(p1) % 16 == 0) {
+        for (int e = tid; e < 256; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16(sm1 + eo * 72 + ei, (eo < clen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + eo))) * (64) + (ei)) : p1, (eo < clen) ? 16 : 0);
+        }
+        napkin_cp_async_wait_all();
+      } else {
+        for (int e = tid; e < 2048; e += 256) {
+          const int eo = e / 64;
+          const int ei = e % 64;
+          sm1[eo * 72 + ei] = (eo < clen) ? p1[((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
+        }
       }
-      __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (18432) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
-      for (int e = tid; e < 4096; e += 256) {
-        const int eo = e / 64;
-        const int ei = e % 64;
-        sm2[eo * 72 + ei] = (eo < clen) ? p2[((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
+      __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (18432) * 2 + 15) / 16 * 16)) + (2304) * 2 + 15) / 16 * 16));
+      if (reinterpret_cast<unsigned long long>(p2) % 16 == 0) {
+        for (int e = tid; e < 256; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16(sm2 + eo * 72 + ei, (eo < clen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + eo))) * (64) + (ei)) : p2, (eo < clen) ? 16 : 0);
+        }
+        napkin_cp_async_wait_all();
+      } else {
+        for (int e = tid; e < 2048; e += 256) {
+          const int eo = e / 64;
+          const int ei = e % 64;
+          sm2[eo * 72 + ei] = (eo < clen) ? p2[((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
+        }
       }
       __syncthreads();
-      float sc[2][8][4];
+      float sc[2][4][4];
       #pragma unroll
       for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 8; ++i1) {
+        for (int i1 = 0; i1 < 4; ++i1) {
           float fz[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
@@ -338,7 +365,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       #pragma unroll
       for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 8; ++i1) {
+        for (int i1 = 0; i1 < 4; ++i1) {
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
             const long long pt0 = org_3 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
@@ -356,7 +383,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         for (int i1 = 0; i1 < 2; ++i1) {
           float mx = rm[i0][i1];
           #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
+          for (int i2 = 0; i2 < 4; ++i2) {
             #pragma unroll
             for (int i3 = 0; i3 < 2; ++i3) {
               mx = napkin_max(mx, sc[i0][i2][2 * i1 + i3]);
@@ -368,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           rm[i0][i1] = mx;
           float su = 0.0f;
           #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
+          for (int i2 = 0; i2 < 4; ++i2) {
             #pragma unroll
             for (int i3 = 0; i3 < 2; ++i3) {
               sc[i0][i2][2 * i1 + i3] = expf(sc[i0][i2][2 * i1 + i3] - sh);
@@ -388,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       #pragma unroll
       for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 4; ++i1) {
+        for (int i1 = 0; i1 < 2; ++i1) {
           unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
           #pragma unroll
           for (int i2 = 0; i2 < 8; ++i2) {

@@ -276,16 +276,34 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = (int)((int)(n1) - c0 < 16 ? (int)(n1) - c0 : 16);
       __syncthreads();
       __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-      for (int e = tid; e < 2048; e += 256) {
-        const int eo = e / 16;
-        const int ei = e % 16;
-        sm0[eo * 24 + ei] = (org_0 + eo < n0 && ei < clen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + ei))] : napkin_from_float<__half>(0.0f);
+      if (reinterpret_cast<unsigned long long>(p0) % 16 == 0 && n1 % 8 == 0) {
+        for (int e = tid; e < 256; e += 256) {
+          const int eo = e / 2;
+          const int ei = (e % 2) * 8;
+          napkin_cp_async_16(sm0 + eo * 24 + ei, (org_0 + eo < n0 && ei < clen) ? p0 + (((int)((org_0 + eo))) * (n1) + ((c0 + ei))) : p0, (org_0 + eo < n0 && ei < clen) ? 16 : 0);
+        }
+        napkin_cp_async_wait_all();
+      } else {
+        for (int e = tid; e < 2048; e += 256) {
+          const int eo = e / 16;
+          const int ei = e % 16;
+          sm0[eo * 24 + ei] = (org_0 + eo < n0 && ei < clen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + ei))] : napkin_from_float<__half>(0.0f);
+        }
       }
       __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + (3072) * 2 + 15) / 16 * 16));
-      for (int e = tid; e < 1024; e += 256) {
-        const int eo = e / 64;
-        const int ei = e % 64;
-        sm1[eo * 72 + ei] = (eo < clen && org_1 + ei < n2) ? p1[((int)((c0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+      if (reinterpret_cast<unsigned long long>(p1) % 16 == 0 && n2 % 8 == 0) {
+        for (int e = tid; e < 128; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16(sm1 + eo * 72 + ei, (eo < clen && org_1 + ei < n2) ? p1 + (((int)((c0 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < clen && org_1 + ei < n2) ? 16 : 0);
+        }
+        napkin_cp_async_wait_all();
+      } else {
+        for (int e = tid; e < 1024; e += 256) {
+          const int eo = e / 64;
+          const int ei = e % 64;
+          sm1[eo * 72 + ei] = (eo < clen && org_1 + ei < n2) ? p1[((int)((c0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        }
       }
       __syncthreads();
       #pragma unroll
