@@ -47,6 +47,7 @@ class FlashLowering(MmaLowering):
         qt = self._tile(s.q, self.grouped(s.row), self.whole(s.dk, s.head))
         b.emit(P.Barrier())
         self._copy(qt)
+        b.emit(P.Call("napkin_cp_async_wait_all", ()))
         b.emit(P.Barrier())
         b.emit(P.Decl("unsigned", "qa", shape=(fm, hk, 4)))
         self._each([("i0", fm), ("i1", hk)], lambda: self._ldmatrix(
@@ -59,24 +60,14 @@ class FlashLowering(MmaLowering):
                                                      b.emit(P.Set("rl[i0][i1]", "0.0f"))))
         kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head))
         vt = self._tile(s.v, self.whole(s.dv, s.width), self.chunked(s.red))
-        # a chunk the diagram's mask hides from every row of the block is skipped (causal)
+        # a chunk the diagram's mask hides from every row of the block is not computed (causal)
         skip = masks.skip_test(self, [s.out], {s.out: "pair"}, self._box(s.red))
 
-        def chunk_body():
-            left = f"({self.itype})({self.sizes[s.red]}) - c0"
-            b.emit(P.Decl("const int", "clen", f"(int)({left} < {chunk} ? {left} : {chunk})"))
-            if skip is not None:
-                b.emit(P.Continue(skip))
-            b.emit(P.Barrier())
-            self._copy(kt)
-            self._copy(vt)
-            b.emit(P.Barrier())
+        def compute():
             self._scores(kt, fm, chunk, hk)
             self._softmax(fm, chunk, dv)
             self._weighted(vt, fm, chunk, dv)
-
-        b.loop("c0", f"({self.itype})0", f"({self.itype})({self.sizes[s.red]})", str(chunk),
-               chunk_body, ctype=self.itype)
+        self._pipeline([kt, vt], compute, skip)
         self._finish(fm, dv)
 
     def _scores(self, kt: dict, fm: int, chunk: int, hk: int) -> None:

@@ -27,6 +27,7 @@ from .kernel import KernelLowering
 
 FM, FN, FK = tc.FRAGMENT
 VECTOR = 8       # 16-bit values per 16-byte cp.async
+CHUNK = "chunk"  # a tile axis's origin and bound: the chunk being copied
 
 
 class MmaLowering(KernelLowering):
@@ -63,22 +64,51 @@ class MmaLowering(KernelLowering):
         fm, fn = self.wtm // FM, self.wtn // FN
         b.emit(P.Decl("float", "acc", shape=(fm, fn, 4)))
         self._each([("i0", fm), ("i1", fn), ("i2", 4)], lambda: b.emit(P.Set("acc[i0][i1][i2]", "0.0f")))
-        chunk = self.choice.stream[1]
         k = self.chunked(s.red)
         tiles = [self._tile(s.a, self.grouped(s.row), k), self._tile(s.b, self.grouped(s.col), k)]
-
-        def chunk_body():
-            left = f"({self.itype})({self.sizes[s.red]}) - c0"
-            b.emit(P.Decl("const int", "clen", f"(int)({left} < {chunk} ? {left} : {chunk})"))
-            b.emit(P.Barrier())
-            for t in tiles:
-                self._copy(t)
-            b.emit(P.Barrier())
-            b.loop("kk", "0", str(chunk // FK), "1", lambda: self._step(tiles, fm, fn), unroll=True)
-
-        b.loop("c0", f"({self.itype})0", f"({self.itype})({self.sizes[s.red]})", str(chunk),
-               chunk_body, ctype=self.itype)
+        self._pipeline(tiles, lambda: b.loop(
+            "kk", "0", str(self.choice.stream[1] // FK), "1", lambda: self._step(tiles, fm, fn),
+            unroll=True))
         self._epilogue_mma(fm, fn)
+
+    def _pipeline(self, tiles, compute, skip: str | None = None) -> None:
+        """The chunk loop, two stages deep: while the block computes on one stage of the
+        streamed tiles, the copies of the next chunk fill the other (cp.async groups: one
+        per chunk, committed even when empty, so waiting for all but the newest one waits
+        for the current chunk). A chunk `skip` says the mask hides is copied, not computed."""
+        b, r = self.b, self.site.red
+        chunk, size = self.choice.stream[1], f"({self.itype})({self.sizes[r]})"
+
+        def length(start: str) -> str:
+            left = f"{size} - ({start})"
+            return f"(int)({left} < {chunk} ? {left} : {chunk})"
+
+        def first():
+            b.emit(P.Decl("const int", "nlen", length("0")))
+            for t in tiles:
+                self._copy(t, "0", f"({self.itype})0", "nlen")
+        b.emit(P.Block(self._scoped(first)))
+        b.emit(P.Call("napkin_cp_async_commit", ()))
+        b.emit(P.Decl("int", "stage", "0"))
+
+        def body():
+            b.emit(P.Decl("const int", "clen", length("c0")))
+
+            def prefetch():
+                b.emit(P.Decl("const int", "nlen", length(f"c0 + {chunk}")))
+                for t in tiles:
+                    self._copy(t, "(stage ^ 1)", f"c0 + {chunk}", "nlen")
+            b.emit(P.If(f"c0 + {chunk} < {size}", self._scoped(prefetch)))
+            b.emit(P.Call("napkin_cp_async_commit", ()))
+            b.emit(P.Call("napkin_cp_async_wait<1>", ()))
+            b.emit(P.Barrier())
+            if skip is None:
+                compute()
+            else:
+                b.emit(P.If(f"!({skip})", self._scoped(compute)))
+            b.emit(P.Barrier())
+            b.emit(P.Set("stage", "stage ^ 1"))
+        b.loop("c0", f"({self.itype})0", size, str(chunk), body, ctype=self.itype)
 
     # -- shared tiles ------------------------------------------------------------------------
     def grouped(self, axis: str) -> tuple:
@@ -87,8 +117,8 @@ class MmaLowering(KernelLowering):
         return axis, self.tile[axis], org, f"{org} + {{}} < {self.sizes[axis]}"
 
     def chunked(self, axis: str) -> tuple:
-        """A tile axis covering the current chunk of the streamed axis."""
-        return axis, self.choice.stream[1], "c0", "{} < clen"
+        """A tile axis covering a chunk of the streamed axis (which one: at the copy)."""
+        return axis, self.choice.stream[1], CHUNK, CHUNK
 
     def whole(self, axis: str, extent: int) -> tuple:
         """A tile axis covering all of a static axis."""
@@ -96,38 +126,45 @@ class MmaLowering(KernelLowering):
 
     def _tile(self, n: int, frag: tuple, k: tuple) -> dict:
         """A padded shared tile of operand n over a fragment axis and the mma's k axis:
-        [outer][inner + PAD], inner the one of the two that is contiguous in the array."""
+        [outer][inner + PAD], inner the one of the two that is contiguous in the array; two
+        stages of it when it holds a chunk (the pipeline), declared once per kernel."""
         axes = ir.type_of(self.g, n).axes
         inner, outer = (frag, k) if axes.index(frag[0]) > axes.index(k[0]) else (k, frag)
         _, dtype = self.names[n]
         name = f"sm{len(self.smem)}"
         pitch = inner[1] + tc.PAD
         count = outer[1] * pitch
-        self.smem.append(P.SharedBuffer(name, cexpr.CTYPE[dtype], staging.next_offset(self.smem),
-                                        str(count)))
-        self.smem_terms.append((count * 2,))
+        stages = 2 if CHUNK in (inner[2], outer[2]) else 1
+        ctype = cexpr.CTYPE[dtype]
+        self.smem.append(P.SharedBuffer(name, ctype, staging.next_offset(self.smem),
+                                        str(count * stages)))
+        self.smem_terms.append((count * stages * 2,))
+        self.b.emit(P.Decl(f"{ctype}* const", name, f"reinterpret_cast<{ctype}*>(smem + "
+                           f"{self.smem[-1].offset})"))
         return {"node": n, "name": name, "inner": inner, "outer": outer, "k": k[0],
-                "pitch": pitch, "ctype": cexpr.CTYPE[dtype]}
+                "pitch": pitch, "count": count, "ctype": ctype}
 
-    def _copy(self, t: dict) -> None:
-        """Block-wide copy of the operand's tile (this chunk) to shared memory, zeros outside:
-        16 bytes at a time with cp.async when the rows allow it (the tile's inner axis is the
-        array's contiguous one, its size a multiple of 8 and the array 16-byte aligned; then
-        a vector is all inside or all outside the array), else one value at a time."""
+    def at(self, t: dict, stage: str = "stage") -> str:
+        """The tile's stage in use (a streamed tile has two)."""
+        if CHUNK in (t["inner"][2], t["outer"][2]):
+            return f"({t['name']} + {stage} * {t['count']})"
+        return t["name"]
+
+    def _copy(self, t: dict, stage: str = "0", c0: str = "c0", clen: str = "clen") -> None:
+        """Block-wide copy of the operand's tile (the chunk at c0 of length clen, into this
+        stage) to shared memory, zeros outside: 16 bytes at a time with cp.async when the rows
+        allow it (the tile's inner axis is the array's contiguous one, its size a multiple of
+        8 and the array 16-byte aligned; then a vector is all inside or all outside the
+        array), else one value at a time. The caller commits and waits."""
         b = self.b
-        b.emit(P.Decl(f"{t['ctype']}*", t["name"], f"reinterpret_cast<{t['ctype']}*>(smem + "
-                      f"{next(x.offset for x in self.smem if x.name == t['name'])})"))
-        scalar = self._scoped(lambda: self._copy_loop(t, 1))
+        scalar = self._scoped(lambda: self._copy_loop(t, 1, stage, c0, clen))
         aligned = self._aligned(t)
         if aligned is None:
             for s in scalar:
                 b.emit(s)
             return
-
-        def vector():
-            self._copy_loop(t, VECTOR)
-            b.emit(P.Call("napkin_cp_async_wait_all", ()))
-        b.emit(P.If(aligned, self._scoped(vector), scalar))
+        b.emit(P.If(aligned, self._scoped(lambda: self._copy_loop(t, VECTOR, stage, c0, clen)),
+                    scalar))
 
     def _aligned(self, t: dict) -> str | None:
         """When 16-byte copies are possible: a runtime test, or None (never)."""
@@ -142,7 +179,7 @@ class MmaLowering(KernelLowering):
             tests.append(f"{size} % {VECTOR} == 0")
         return " && ".join(tests)
 
-    def _copy_loop(self, t: dict, vector: int) -> None:
+    def _copy_loop(self, t: dict, vector: int, stage: str, c0: str, clen: str) -> None:
         b = self.b
         param, _ = self.names[t["node"]]
         inner, outer = t["inner"], t["outer"]
@@ -156,16 +193,17 @@ class MmaLowering(KernelLowering):
             scope = {a: Ix(self._axis_var("org", a)) for a in axes if a in self.tile}
             checks = []
             for (axis, _, origin, bound), local in ((outer, "eo"), (inner, "ei")):
+                if origin == CHUNK:
+                    origin, bound = c0, f"{{}} < {clen}"
                 scope[axis] = Ix(f"({origin} + {local})" if origin else local)
                 if bound:
                     checks.append(bound.format(local))
             valid = " && ".join(checks) or "true"
             offset = Layout(axes, self.sizes, self.itype).offset(scope)
-            at = f"{t['name']} + eo * {t['pitch']} + ei"
+            at = f"{self.at(t, stage)} + eo * {t['pitch']} + ei"
             if vector == 1:
                 zero = f"napkin_from_float<{t['ctype']}>(0.0f)"
-                b.emit(P.Set(f"{t['name']}[eo * {t['pitch']} + ei]",
-                             f"({valid}) ? {param}[{offset}] : {zero}"))
+                b.emit(P.Set(f"({at})[0]", f"({valid}) ? {param}[{offset}] : {zero}"))
             else:   # src-size 0 outside the arrays: zeros, nothing read
                 b.emit(P.Call("napkin_cp_async_16", (at, f"({valid}) ? {param} + ({offset}) : {param}",
                                                      f"({valid}) ? 16 : 0")))
@@ -200,7 +238,7 @@ class MmaLowering(KernelLowering):
             address, suffix = f"({row}) * {t['pitch']} + {k}", ""
         else:
             address, suffix = f"({tk}) * {t['pitch']} + {trow}", "_trans"
-        self.b.emit(P.Call(f"napkin_ldmatrix_x{count}{suffix}", (dest, f"{t['name']} + {address}")))
+        self.b.emit(P.Call(f"napkin_ldmatrix_x{count}{suffix}", (dest, f"{self.at(t)} + {address}")))
 
     # -- epilogue ----------------------------------------------------------------------------
     def _epilogue_mma(self, fm: int, fn: int) -> None:

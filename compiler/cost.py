@@ -171,7 +171,9 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice, sizes: dict
                     for arr, res in zip(model.arrays, res_of)]
         if not symbolic and not values and target.processors and not last:
             # each shared-memory buffer starts 16-byte aligned; tensor-core tiles pad their rows
-            sizes_at = [s + ALIGN_PAD + (_row_pad(arr, res) if choice.warps else 0) if s else s
+            # and hold two stages of a streamed input (the next chunk is copied meanwhile)
+            sizes_at = [(s + _row_pad(arr, res)) * (2 if arr.streamed else 1) + ALIGN_PAD
+                        if s and choice.warps else s + ALIGN_PAD if s else s
                         for s, arr, res in zip(sizes_at, model.arrays, res_of)]
         M = 0
         for col in cols:

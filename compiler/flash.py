@@ -124,8 +124,8 @@ def registers(fm: int, chunk: int, site: FlashSite) -> int:
 
 def smem_bytes(bm: int, chunk: int, site: FlashSite) -> int:
     per = BYTES[site.dtype]
-    return per * (bm * (site.head + ROW_PAD) + chunk * (site.head + ROW_PAD)
-                  + chunk * (site.width + ROW_PAD)) + 48
+    return per * (bm * (site.head + ROW_PAD) + 2 * chunk * (site.head + ROW_PAD)
+                  + 2 * chunk * max(site.width + ROW_PAD, chunk + ROW_PAD)) + 48
 
 
 def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,

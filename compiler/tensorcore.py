@@ -143,11 +143,12 @@ def warp_tile(choice: Choice, site_: Site, sizes: dict) -> tuple[int, int, int, 
 
 
 def smem_bytes(bm: int, bn: int, bk: int, dtype: str) -> int:
-    """Both staged tiles with their padded rows (whichever axis is contiguous, at most this)."""
+    """Both staged tiles, two stages each, with their padded rows (whichever axis is
+    contiguous, at most this)."""
     per = BYTES[dtype]
     a = max(bm * (bk + PAD), bk * (bm + PAD))
     b = max(bn * (bk + PAD), bk * (bn + PAD))
-    return (a + b) * per + 32
+    return 2 * (a + b) * per + 32
 
 
 def search(model: Model, cols, target: Target, sizes: dict, s: Site,

@@ -59,20 +59,28 @@ def test_only_generated_identifiers_reach_the_c():
     assert '#line 6 "napkin-diagram"' in source
 
 
-def test_causal_attention_skips_fully_masked_key_chunks():
-    causal = render(lower(plan(napkin.load("causal_attention"), "h100")))
-    plain = render(lower(plan(napkin.load("attention"), "h100")))
-    assert "continue;" in causal and "continue;" not in plain
-    assert "(double)(c0) <= (double)(" in causal      # the chunk's first key against the block's last query
+@pytest.mark.parametrize("tensor_cores", [False, True])
+def test_causal_attention_skips_fully_masked_key_chunks(tensor_cores):
+    causal = render(lower(plan(napkin.load("causal_attention"), "h100", tensor_cores=tensor_cores)))
+    plain = render(lower(plan(napkin.load("attention"), "h100", tensor_cores=tensor_cores)))
+    # the chunk's first key against the block's last query: SIMT skips the chunk, the
+    # tensor-core pipeline copies it (the next stage's copies are in flight) but skips its mmas
+    test = "(double)(c0) <= (double)("
+    assert test in causal and test not in plain
+    skip = "continue;" if not tensor_cores else "if (!(!("
+    assert skip in causal and skip not in plain
 
 
 def test_sliding_window_skips_on_both_sides():
     text = ("axis b, h, q, x\naxis d = 64\nin Q[b h q d]: f16, K[b h x d]: f16, V[b h x d]: f16\n"
             "S[b h q x] = where(x <= q and q - x < 256, Q * K / sqrt(size(d)), -inf)\n"
             "P[b h q x] = softmax[x](S)\nO[b h q d] = P * V\nout O: f16")
-    source = render(lower(plan(napkin.load(text), "h100", {"b": 1, "h": 8, "q": 8192, "x": 8192})))
-    (skip,) = [line for line in source.splitlines() if "continue;" in line]
-    assert "&&" in skip and "256" in skip
+    for tensor_cores in (False, True):
+        source = render(lower(plan(napkin.load(text), "h100", {"b": 1, "h": 8, "q": 8192, "x": 8192},
+                                   tensor_cores=tensor_cores)))
+        (skip,) = [line for line in source.splitlines() if "(double)(c0)" in line]
+        assert "&&" in skip and "256" in skip
+        assert ("continue;" in skip) == (not tensor_cores)
 
 
 def test_index_width_follows_the_sizes():

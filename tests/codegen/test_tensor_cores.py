@@ -165,7 +165,7 @@ BUGS = {
     "rows g + 8 stored as g": lambda s: s.replace("+ fg + (i2 / 2) * 8", "+ fg", 1),
     "columns 2q + 1 dropped": lambda s: s.replace("fq * 2 + i2 % 2", "fq * 2", 1),
     "k halves swapped": lambda s: s.replace("(lane / 16) * 8", "(1 - lane / 16) * 8", 1),
-    "chunk tails not zeroed": lambda s: s.replace("< clen", "< 1073741824"),
+    "chunk tails not zeroed": lambda s: s.replace("< nlen", "< 1073741824"),
 }
 
 
@@ -301,3 +301,22 @@ def test_seeded_attention_bugs_give_wrong_values(bug):
     d = library("attention", "f16")
     shape = with_static(d, {"b": 1, "h": 2, "q": 37, "x": 150})   # several chunks
     assert not all(verdicts(d, flash_plan(d), shape, source_edit=FLASH_BUGS[bug]))
+
+
+PIPELINE_BUGS = {
+    "no wait for the current chunk's copies": lambda s: s.replace("napkin_cp_async_wait<1>();", ""),
+    "stages not swapped": lambda s: s.replace("stage = stage ^ 1;", ""),
+    "next chunk copied into the current stage": lambda s: s.replace("(stage ^ 1) *", "stage *"),
+}
+
+
+@pytest.mark.parametrize("name", ["matmul", "attention"])
+@pytest.mark.parametrize("bug", list(PIPELINE_BUGS))
+def test_seeded_pipeline_bugs_give_wrong_values(bug, name):
+    """Two stages: chunk c + 1 is copied (cp.async, 16-byte aligned sizes) while c is used."""
+    d = library(name, "f16")
+    p = tc_plan(d) if name == "matmul" else flash_plan(d)
+    shape = {"m": 37, "k": 144, "n": 40} if name == "matmul" else \
+        with_static(d, {"b": 1, "h": 2, "q": 37, "x": 200})
+    assert all(verdicts(d, p, shape))
+    assert not all(verdicts(d, p, shape, source_edit=PIPELINE_BUGS[bug]))

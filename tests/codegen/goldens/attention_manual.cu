@@ -262,22 +262,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const long long org_2 = (long long)((blk) % (((long long)(n2) + 255) / 256)) * 256;
     const long long org_1 = (long long)(((blk) / (((long long)(n2) + 255) / 256)) % (((long long)(n1) + 0) / 1)) * 1;
     const long long org_0 = (long long)((((blk) / (((long long)(n2) + 255) / 256)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
+    __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
-    __half* sm0 = reinterpret_cast<__half*>(smem + 0);
     if (reinterpret_cast<unsigned long long>(p0) % 16 == 0) {
       for (int e = tid; e < 2048; e += 256) {
         const int eo = e / 8;
         const int ei = (e % 8) * 8;
         napkin_cp_async_16(sm0 + eo * 72 + ei, (org_2 + eo < n2) ? p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo))) * (64) + (ei)) : p0, (org_2 + eo < n2) ? 16 : 0);
       }
-      napkin_cp_async_wait_all();
     } else {
       for (int e = tid; e < 16384; e += 256) {
         const int eo = e / 64;
         const int ei = e % 64;
-        sm0[eo * 72 + ei] = (org_2 + eo < n2) ? p0[((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
+        (sm0 + eo * 72 + ei)[0] = (org_2 + eo < n2) ? p0[((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
       }
     }
+    napkin_cp_async_wait_all();
     __syncthreads();
     unsigned qa[2][4][4];
     #pragma unroll
@@ -308,39 +308,72 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         rl[i0][i1] = 0.0f;
       }
     }
-    for (long long c0 = (long long)0; c0 < (long long)(n3); c0 += 32) {
-      const int clen = (int)((long long)(n3) - c0 < 32 ? (long long)(n3) - c0 : 32);
-      __syncthreads();
-      __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + (18432) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (18432) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (18432) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
+    {
+      const int nlen = (int)((long long)(n3) - (0) < 32 ? (long long)(n3) - (0) : 32);
       if (reinterpret_cast<unsigned long long>(p1) % 16 == 0) {
         for (int e = tid; e < 256; e += 256) {
           const int eo = e / 8;
           const int ei = (e % 8) * 8;
-          napkin_cp_async_16(sm1 + eo * 72 + ei, (eo < clen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + eo))) * (64) + (ei)) : p1, (eo < clen) ? 16 : 0);
+          napkin_cp_async_16((sm1 + 0 * 2304) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
         }
-        napkin_cp_async_wait_all();
       } else {
         for (int e = tid; e < 2048; e += 256) {
           const int eo = e / 64;
           const int ei = e % 64;
-          sm1[eo * 72 + ei] = (eo < clen) ? p1[((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 0 * 2304) + eo * 72 + ei)[0] = (eo < nlen) ? p1[((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
         }
       }
-      __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (18432) * 2 + 15) / 16 * 16)) + (2304) * 2 + 15) / 16 * 16));
       if (reinterpret_cast<unsigned long long>(p2) % 16 == 0) {
         for (int e = tid; e < 256; e += 256) {
           const int eo = e / 8;
           const int ei = (e % 8) * 8;
-          napkin_cp_async_16(sm2 + eo * 72 + ei, (eo < clen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + eo))) * (64) + (ei)) : p2, (eo < clen) ? 16 : 0);
+          napkin_cp_async_16((sm2 + 0 * 2304) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
         }
-        napkin_cp_async_wait_all();
       } else {
         for (int e = tid; e < 2048; e += 256) {
           const int eo = e / 64;
           const int ei = e % 64;
-          sm2[eo * 72 + ei] = (eo < clen) ? p2[((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
+          ((sm2 + 0 * 2304) + eo * 72 + ei)[0] = (eo < nlen) ? p2[((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
         }
       }
+    }
+    napkin_cp_async_commit();
+    int stage = 0;
+    for (long long c0 = (long long)0; c0 < (long long)(n3); c0 += 32) {
+      const int clen = (int)((long long)(n3) - (c0) < 32 ? (long long)(n3) - (c0) : 32);
+      if (c0 + 32 < (long long)(n3)) {
+        const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
+        if (reinterpret_cast<unsigned long long>(p1) % 16 == 0) {
+          for (int e = tid; e < 256; e += 256) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm1 + (stage ^ 1) * 2304) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+          }
+        } else {
+          for (int e = tid; e < 2048; e += 256) {
+            const int eo = e / 64;
+            const int ei = e % 64;
+            ((sm1 + (stage ^ 1) * 2304) + eo * 72 + ei)[0] = (eo < nlen) ? p1[((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
+          }
+        }
+        if (reinterpret_cast<unsigned long long>(p2) % 16 == 0) {
+          for (int e = tid; e < 256; e += 256) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm2 + (stage ^ 1) * 2304) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+          }
+        } else {
+          for (int e = tid; e < 2048; e += 256) {
+            const int eo = e / 64;
+            const int ei = e % 64;
+            ((sm2 + (stage ^ 1) * 2304) + eo * 72 + ei)[0] = (eo < nlen) ? p2[((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
+          }
+        }
+      }
+      napkin_cp_async_commit();
+      napkin_cp_async_wait<1>();
       __syncthreads();
       float sc[2][4][4];
       #pragma unroll
@@ -351,7 +384,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
             unsigned fb[2];
-            napkin_ldmatrix_x2(fb, sm1 + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
+            napkin_ldmatrix_x2(fb, (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
             napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
           }
           #pragma unroll
@@ -418,11 +451,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           #pragma unroll
           for (int i2 = 0; i2 < 8; ++i2) {
             unsigned fb[2];
-            napkin_ldmatrix_x2_trans(fb, sm2 + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
+            napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
             napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
           }
         }
       }
+      __syncthreads();
+      stage = stage ^ 1;
     }
     #pragma unroll
     for (int i0 = 0; i0 < 2; ++i0) {

@@ -273,51 +273,84 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         }
       }
     }
-    for (int c0 = (int)0; c0 < (int)(n2); c0 += 64) {
-      const int clen = (int)((int)(n2) - c0 < 64 ? (int)(n2) - c0 : 64);
-      __syncthreads();
-      __half* sm0 = reinterpret_cast<__half*>(smem + 0);
+    __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (10240) * 2 + 15) / 16 * 16));
+    {
+      const int nlen = (int)((int)(n2) - (0) < 32 ? (int)(n2) - (0) : 32);
       if (reinterpret_cast<unsigned long long>(p0) % 16 == 0 && n2 % 8 == 0) {
-        for (int e = tid; e < 1024; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16(sm0 + eo * 72 + ei, (org_1 + eo < n1 && ei < clen) ? p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + ei))) : p0, (org_1 + eo < n1 && ei < clen) ? 16 : 0);
+        for (int e = tid; e < 512; e += 256) {
+          const int eo = e / 4;
+          const int ei = (e % 4) * 8;
+          napkin_cp_async_16((sm0 + 0 * 5120) + eo * 40 + ei, (org_1 + eo < n1 && ei < nlen) ? p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + ei))) : p0, (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
         }
-        napkin_cp_async_wait_all();
       } else {
-        for (int e = tid; e < 8192; e += 256) {
-          const int eo = e / 64;
-          const int ei = e % 64;
-          sm0[eo * 72 + ei] = (org_1 + eo < n1 && ei < clen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + ei))] : napkin_from_float<__half>(0.0f);
+        for (int e = tid; e < 4096; e += 256) {
+          const int eo = e / 32;
+          const int ei = e % 32;
+          ((sm0 + 0 * 5120) + eo * 40 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
-      __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
       if (reinterpret_cast<unsigned long long>(p1) % 16 == 0 && n3 % 8 == 0) {
-        for (int e = tid; e < 1024; e += 256) {
+        for (int e = tid; e < 512; e += 256) {
           const int eo = e / 16;
           const int ei = (e % 16) * 8;
-          napkin_cp_async_16(sm1 + eo * 136 + ei, (eo < clen && org_2 + ei < n3) ? p1 + ((((int)(org_0)) * (n2) + ((c0 + eo))) * (n3) + ((org_2 + ei))) : p1, (eo < clen && org_2 + ei < n3) ? 16 : 0);
+          napkin_cp_async_16((sm1 + 0 * 4352) + eo * 136 + ei, (eo < nlen && org_2 + ei < n3) ? p1 + ((((int)(org_0)) * (n2) + (((int)0 + eo))) * (n3) + ((org_2 + ei))) : p1, (eo < nlen && org_2 + ei < n3) ? 16 : 0);
         }
-        napkin_cp_async_wait_all();
       } else {
-        for (int e = tid; e < 8192; e += 256) {
+        for (int e = tid; e < 4096; e += 256) {
           const int eo = e / 128;
           const int ei = e % 128;
-          sm1[eo * 136 + ei] = (eo < clen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + ((c0 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 0 * 4352) + eo * 136 + ei)[0] = (eo < nlen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + (((int)0 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
+    }
+    napkin_cp_async_commit();
+    int stage = 0;
+    for (int c0 = (int)0; c0 < (int)(n2); c0 += 32) {
+      const int clen = (int)((int)(n2) - (c0) < 32 ? (int)(n2) - (c0) : 32);
+      if (c0 + 32 < (int)(n2)) {
+        const int nlen = (int)((int)(n2) - (c0 + 32) < 32 ? (int)(n2) - (c0 + 32) : 32);
+        if (reinterpret_cast<unsigned long long>(p0) % 16 == 0 && n2 % 8 == 0) {
+          for (int e = tid; e < 512; e += 256) {
+            const int eo = e / 4;
+            const int ei = (e % 4) * 8;
+            napkin_cp_async_16((sm0 + (stage ^ 1) * 5120) + eo * 40 + ei, (org_1 + eo < n1 && ei < nlen) ? p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + 32 + ei))) : p0, (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
+          }
+        } else {
+          for (int e = tid; e < 4096; e += 256) {
+            const int eo = e / 32;
+            const int ei = e % 32;
+            ((sm0 + (stage ^ 1) * 5120) + eo * 40 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
+          }
+        }
+        if (reinterpret_cast<unsigned long long>(p1) % 16 == 0 && n3 % 8 == 0) {
+          for (int e = tid; e < 512; e += 256) {
+            const int eo = e / 16;
+            const int ei = (e % 16) * 8;
+            napkin_cp_async_16((sm1 + (stage ^ 1) * 4352) + eo * 136 + ei, (eo < nlen && org_2 + ei < n3) ? p1 + ((((int)(org_0)) * (n2) + ((c0 + 32 + eo))) * (n3) + ((org_2 + ei))) : p1, (eo < nlen && org_2 + ei < n3) ? 16 : 0);
+          }
+        } else {
+          for (int e = tid; e < 4096; e += 256) {
+            const int eo = e / 128;
+            const int ei = e % 128;
+            ((sm1 + (stage ^ 1) * 4352) + eo * 136 + ei)[0] = (eo < nlen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + ((c0 + 32 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
+          }
+        }
+      }
+      napkin_cp_async_commit();
+      napkin_cp_async_wait<1>();
       __syncthreads();
       #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
+      for (int kk = 0; kk < 2; ++kk) {
         unsigned fa[4][4];
         unsigned fb[4][2];
         #pragma unroll
         for (int i0 = 0; i0 < 4; ++i0) {
-          napkin_ldmatrix_x4(fa[i0], sm0 + (wr * 64 + i0 * 16 + lane % 16) * 72 + kk * 16 + (lane / 16) * 8);
+          napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 5120) + (wr * 64 + i0 * 16 + lane % 16) * 40 + kk * 16 + (lane / 16) * 8);
         }
         #pragma unroll
         for (int i1 = 0; i1 < 4; ++i1) {
-          napkin_ldmatrix_x2_trans(fb[i1], sm1 + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + i1 * 8);
+          napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 4352) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + i1 * 8);
         }
         #pragma unroll
         for (int i0 = 0; i0 < 4; ++i0) {
@@ -327,6 +360,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           }
         }
       }
+      __syncthreads();
+      stage = stage ^ 1;
     }
     #pragma unroll
     for (int i0 = 0; i0 < 4; ++i0) {
