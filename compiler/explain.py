@@ -155,7 +155,7 @@ def render_text(rep: dict) -> str:
                          f"{eng['accumulate']}), {eng['warps'][0]} x {eng['warps'][1]} warps "
                          f"over {eng['rows']} x {eng['cols']}, each a {eng['warp_tile'][0]} x "
                          f"{eng['warp_tile'][1]} tile of {eng['fragments'][0]} x "
-                         f"{eng['fragments'][1]} fragments (registers level: per warp)")
+                         f"{eng['fragments'][1]} fragments")
         elif eng["why"] != "no contraction":
             lines.append(f"  on CUDA cores: {eng['why']}")
         for lv in k["levels"]:
@@ -168,7 +168,9 @@ def render_text(rep: dict) -> str:
                 else:
                     parts.append(f"{a} -> {info['symbol']} = {info['size']}")
             if parts:
-                lines.append(f"  {lv['level']:<10} " + "   ".join(parts))
+                per_warp = eng["kind"] == "tensor cores" and lv is k["levels"][-1]
+                lines.append(f"  {lv['level']:<10} " + "   ".join(parts)
+                             + ("   (per warp)" if per_warp else ""))
         lines.append("  memory:")
         lines.append(f"    {'buffer':<14} {'role':<26} {'shape':<36} {'level':<10} {'bytes':>10}")
         for b in k["buffers"]:

@@ -208,4 +208,5 @@ def _candidates(sizes: dict, s: Site):
                         yield bm, bn, bk, wm, wn
 
 
-__all__ = ["Site", "FlashSite", "site", "examine", "best_site", "search_site", "has_mma", "search", "warp_tile", "smem_bytes", "FRAGMENT", "PAD"]
+__all__ = ["Site", "FlashSite", "site", "examine", "best_site", "search_site", "has_mma", "search",
+           "warp_tile", "smem_bytes", "FRAGMENT", "PAD"]
