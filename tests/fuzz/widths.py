@@ -243,6 +243,25 @@ def _walk(body, env: dict, problems: list) -> None:
             _walk(s.body, env, problems)
         elif isinstance(s, P.For):
             _for(s, env, problems)
+        elif isinstance(s, P.Call):   # fragments and copies: `pN + (offset)` is a global offset
+            for arg in s.args:
+                _eval(_as_subscripts(arg), env, f"{s.fn} argument", problems, numeric=False)
+
+
+def _as_subscripts(text: str) -> str:
+    """`... pN + (E) ...` (pointer arithmetic on a global array) as `pN[E]`, so that the
+    offset E is checked like any subscript."""
+    out, i = [], 0
+    for m in re.finditer(r"\b(p\d+) \+ \(", text):
+        if m.start() < i:
+            continue
+        depth, j = 1, m.end()
+        while depth and j < len(text):
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+        out.append(text[i:m.start()] + f"{m.group(1)}[{text[m.end():j - 1]}]")
+        i = j
+    return "".join(out) + text[i:]
 
 
 def _for(s: P.For, env: dict, problems: list) -> None:
