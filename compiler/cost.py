@@ -137,8 +137,7 @@ def walked(model: Model, cov: dict, res_of: list[dict]) -> set:
 
 
 def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice, sizes: dict,
-             target: Target, symbolic: bool = False, values: bool = False,
-             tensor_cores: bool = False) -> Cost:
+             target: Target, symbolic: bool = False, values: bool = False) -> Cost:
     """Costs of one kernel plan; `values=True` counts values instead of bytes."""
     levels = target.levels
     covs = covered(model, choice, sizes, len(levels))
@@ -170,10 +169,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice, sizes: dict
                     if (last or arr.role == "load") else 0
                     for arr, res in zip(model.arrays, res_of)]
         if not symbolic and not values and target.processors and not last:
-            # each shared-memory buffer starts 16-byte aligned; tensor-core tiles pad their rows
-            # and hold two stages of a streamed input (the next chunk is copied meanwhile)
-            sizes_at = [(s + _row_pad(arr, res)) * (2 if arr.streamed else 1) + ALIGN_PAD
-                        if s and choice.warps else s + ALIGN_PAD if s else s
+            sizes_at = [_buffer_bytes(s, arr, res, choice) if s else s
                         for s, arr, res in zip(sizes_at, model.arrays, res_of)]
         M = 0
         for col in cols:
@@ -184,7 +180,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice, sizes: dict
     flops = _flops(model, covs[0], choice, sizes)
     compute = 0
     for engine, amount in flops.items():
-        compute += amount / _rate(target, engine, tensor_cores)
+        compute += amount / _rate(target, engine, bool(choice.warps))
     if choice.warps and not symbolic:   # fragments padded past the arrays compute all the same
         compute *= _padding(choice, sizes)
     # with tensor cores the register level's unit is a warp: its 32 lanes hold the fragments
@@ -213,6 +209,14 @@ def _padding(choice: Choice, sizes: dict) -> float:
         if a in dict(choice.warps) or (choice.stream and a == choice.stream[0]):
             out *= math.ceil(sizes[a] / tile) * tile / sizes[a]
     return out
+
+
+def _buffer_bytes(values_bytes, arr, res: dict, choice: Choice):
+    """A shared-memory buffer as allocated: 16-byte aligned; a tensor-core tile also pads its
+    rows and holds two stages of a streamed input (the next chunk is copied meanwhile)."""
+    if not choice.warps:
+        return values_bytes + ALIGN_PAD
+    return (values_bytes + _row_pad(arr, res)) * (2 if arr.streamed else 1) + ALIGN_PAD
 
 
 def _row_pad(arr, res: dict):

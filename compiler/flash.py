@@ -23,11 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import ir
+from . import ir, warps
 from .canonical import through
-from .cost import ROW_PAD, Choice, Cost, evaluate
-from .model import BYTES, Model
-from .search import fits
+from .cost import Choice, Cost
+from .model import Model, storage_dtype
 from .target import Target
 
 ROWS = (16, 32, 64, 128, 256)        # block rows
@@ -56,7 +55,7 @@ class FlashSite:
     width: int              # size of dv
 
 
-def examine(g, kernel, model: Model, target: Target, storage) -> FlashSite | str | None:
+def examine(g, kernel, model: Model, target: Target) -> FlashSite | str | None:
     """The kernel's attention on tensor cores, why not (a string), or None when the kernel
     is no attention (no online softmax)."""
     st = model.streaming
@@ -86,9 +85,9 @@ def examine(g, kernel, model: Model, target: Target, storage) -> FlashSite | str
     q, k = ir.operands(g, scores)
     if x in ir.type_of(g, q).axes:
         q, k = k, q
-    if ir.op(g, scores).axes.__len__() != 1 or not {q, k, v} <= loads or len({q, k, v}) != 3:
+    if len(ir.op(g, scores).axes) != 1 or not {q, k, v} <= loads or len({q, k, v}) != 3:
         return "Q, K and V must be loaded arrays (one contracted axis in Q K)"
-    dtypes = {storage(g, n) for n in (q, k, v)}
+    dtypes = {storage_dtype(g, n) for n in (q, k, v)}
     if len(dtypes) != 1 or not dtypes <= {"f16", "bf16"}:
         return f"Q, K, V are {'/'.join(sorted(dtypes))}; mma.sync takes one 16-bit dtype"
     (dtype,) = dtypes
@@ -122,50 +121,31 @@ def registers(fm: int, chunk: int, site: FlashSite) -> int:
     return fm * (chunk // 8) * 4 + fm * (site.width // 8) * 4 + fm * (site.head // 16) * 4
 
 
-def smem_bytes(bm: int, chunk: int, site: FlashSite) -> int:
-    per = BYTES[site.dtype]
-    return per * (bm * (site.head + ROW_PAD) + 2 * chunk * (site.head + ROW_PAD)
-                  + 2 * chunk * max(site.width + ROW_PAD, chunk + ROW_PAD)) + 48
-
-
 def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
            fixed: dict) -> tuple[Choice, Cost] | None:
     """The fastest FlashAttention-2 tiling that fits, honouring block-level hints."""
-    if any(key in fixed for key in ("thread", "split", "inner")):
+    hints = warps.block_hints(fixed, s.red, (s.row,), s.batch)
+    if hints is None:
         return None
-    if "stream" in fixed and fixed["stream"][0] != s.red:
-        return None
-    hinted = dict(fixed.get("group", {}))
-    if any(a not in (s.row, *s.batch) or (a in s.batch and v != 1) for a, v in hinted.items()):
-        return None
-    best = None
-    for bm in ROWS:
-        if s.row in hinted and bm != hinted[s.row] and not (hinted[s.row] >= sizes[s.row] <= bm):
-            continue
-        if bm > max(16, 1 << (sizes[s.row] - 1).bit_length()):
-            continue
-        for wm in WARPS:
-            if bm % (16 * wm) or bm // (16 * wm) > 2:
+    hinted, fixed_chunk = hints
+
+    def candidates():
+        for bm in ROWS:
+            if not warps.matches(hinted.get(s.row), bm, sizes[s.row]) or \
+                    bm > warps.pow2_at_least(sizes[s.row], 16):
                 continue
-            for chunk in CHUNKS:
-                if "stream" in fixed and chunk != fixed["stream"][1]:
+            for wm in WARPS:
+                if bm % (16 * wm) or bm // (16 * wm) > 2:
                     continue
-                if registers(bm // (16 * wm), chunk, s) > MAX_REGISTERS:
-                    continue
-                if smem_bytes(bm, chunk, s) > target.levels[1].capacity_bytes:
-                    continue
-                group = {s.row: bm, **{a: 1 for a in s.batch}}
-                thread = {s.row: bm // wm, **{a: 1 for a in s.batch}}
-                kept = {a: v for a, v in group.items() if v < sizes[a] or a == s.row}
-                choice = Choice(tuple(sorted(kept.items())), (s.red, chunk),
-                                tuple(sorted(thread.items())), warps=((s.row, wm),))
-                cost = evaluate(model, cols, choice, sizes, target, tensor_cores=True)
-                if not fits(cost):
-                    continue
-                key = (round(cost.time, 15), -bm, -chunk, wm)
-                if best is None or key < best[0]:
-                    best = (key, choice, cost)
-    return None if best is None else (best[1], best[2])
+                for chunk in CHUNKS:
+                    if fixed_chunk not in (None, chunk) or \
+                            registers(bm // (16 * wm), chunk, s) > MAX_REGISTERS:
+                        continue
+                    ones = {a: 1 for a in s.batch}
+                    choice = warps.tiled_choice({s.row: bm, **ones}, sizes, (s.red, chunk),
+                                                {s.row: bm // wm, **ones}, {s.row: wm}, (s.row,))
+                    yield choice, (-bm, -chunk, wm)
+    return warps.cheapest(model, cols, target, sizes, candidates())
 
 
-__all__ = ["FlashSite", "examine", "search", "registers", "smem_bytes"]
+__all__ = ["FlashSite", "examine", "search", "registers"]

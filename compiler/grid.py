@@ -17,9 +17,9 @@ from .target import Target
 
 
 def evaluate_grid(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
-                  group: dict, chunk, thread: dict, split_axis, ways, inner,
-                  tensor_cores: bool = False) -> dict:
-    """Arrays (one entry per grid point) of time, M per level and thread count.
+                  group: dict, chunk, thread: dict, split_axis, ways, inner) -> dict:
+    """Arrays (one entry per grid point) of time, M per level and thread count (SIMT plans:
+    tensor-core tilings are searched by tensorcore.py and flash.py).
 
     group/thread: axis -> array of tiles (broadcastable); chunk, ways: arrays (or None);
     split_axis: array of indices into model.reduced (-1: no split) or None.
@@ -103,7 +103,7 @@ def evaluate_grid(model: Model, cols: tuple[Column, ...], target: Target, sizes:
     for w in model.work:
         points = _prod(S[a] for a in w.axes)
         redo = _prod(S[a] / cov1[a] for a in grouped if a not in w.axes)
-        rate = _rate(target, (w.engine, w.dtype), tensor_cores)
+        rate = _rate(target, (w.engine, w.dtype))
         compute = compute + w.flops_per_point * points * redo * w.times / rate
     threads = units[1] / units[0] if len(units) > 1 else 1.0
     util = _utilization(target, units[0], out["M"][0], threads)
@@ -128,9 +128,9 @@ def _prod(values):
     return out
 
 
-def _rate(target: Target, key, tensor_cores: bool) -> float:
+def _rate(target: Target, key) -> float:
     from .cost import _rate as rate
-    return rate(target, key, tensor_cores)
+    return rate(target, key, False)
 
 
 def _utilization(target: Target, blocks, smem, threads):

@@ -131,7 +131,7 @@ class KernelPlanner:
         for axis in axes:
             model = build(g, k, axis)
             cols = columns(g, model)
-            found = search(model, cols, self.target, self.sizes, fixed, False,
+            found = search(model, cols, self.target, self.sizes, fixed,
                            quick=quick)
             tried.append((model, cols))
             if found is None:
@@ -140,21 +140,21 @@ class KernelPlanner:
             if best is None or (cost.time, axis is not None) < (best.cost.time, best.choice.stream is not None):
                 best = KernelPlan(k, model, cols, choice, cost, tuple(used))
         if self.tensor_cores:
-            best = self._tensor_cores(k, fixed, used, best)
+            best = self._tensor_cores(k, tried, fixed, used, best)
         if best is None:
             return self._infeasible(k, tried, fixed, used)
         return best
 
-    def _tensor_cores(self, k: Kernel, fixed, used, best):
-        """The tensor-core plan of an eligible kernel (tensorcore.py) when it beats `best`."""
-        where = tensorcore.best_site(self.g, k, self.target)
-        if isinstance(where, str):
-            return best
-        model = build(self.g, k, where.red)
-        cols = columns(self.g, model)
-        found = tensorcore.search_site(model, cols, self.target, self.sizes, where, fixed)
-        if found is not None and (best is None or found[1].time < best.cost.time):
-            best = KernelPlan(k, model, cols, found[0], found[1], tuple(used))
+    def _tensor_cores(self, k: Kernel, tried, fixed, used, best):
+        """The tensor-core plan of an eligible kernel (tensorcore.py) when it beats `best`;
+        `tried`: the (model, columns) the SIMT search built, one per streamed axis."""
+        for model, cols in tried:
+            where = tensorcore.site(self.g, k, model, self.target)
+            if where is None:
+                continue
+            found = tensorcore.search_site(model, cols, self.target, self.sizes, where, fixed)
+            if found is not None and (best is None or found[1].time < best.cost.time):
+                best = KernelPlan(k, model, cols, found[0], found[1], tuple(used))
         return best
 
     def _infeasible(self, k: Kernel, tried, fixed, used) -> "_Infeasible":

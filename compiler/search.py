@@ -119,8 +119,8 @@ def _shrink(group: dict, thread: dict, chunk: list, splits: list, limit: int = M
 
 
 def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
-           fixed: dict | None = None, tensor_cores: bool = False,
-           fine: bool = False, quick: bool = False) -> tuple[Choice, Cost] | None:
+           fixed: dict | None = None, fine: bool = False,
+           quick: bool = False) -> tuple[Choice, Cost] | None:
     """The best Choice for this model (its streamed axis is fixed), or None if nothing fits.
 
     `fine` searches eight sizes per doubling instead of powers of two (for the paper's
@@ -143,7 +143,7 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
     split_axis = np.array([s[0] for s in splits])[split_choice] if len(splits) > 1 else None
     ways = np.array([s[1] for s in splits], dtype=float)[split_choice]
     out = evaluate_grid(model, cols, target, sizes, gvals, chunks_, tvals, split_axis, ways,
-                        fixed.get("inner"), tensor_cores)
+                        fixed.get("inner"))
     ok = np.ones(flat[0].shape, dtype=bool)
     for cap, M in zip(out["capacity"], out["M"]):
         ok &= np.asarray(M) <= cap
@@ -165,7 +165,7 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
     best = np.lexsort((np.broadcast_to(ways, time.shape), thread_key, size_key,
                        np.round(time, 15)))[0]
     choice = _choice(model, sizes, gvals, tvals, chunks_, splits, split_choice, best, fixed)
-    cost = evaluate(model, cols, choice, sizes, target, tensor_cores=tensor_cores)
+    cost = evaluate(model, cols, choice, sizes, target)
     return choice, cost
 
 

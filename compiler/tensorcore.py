@@ -19,18 +19,16 @@ lanes' (cost.py), and the block has `32 wm wn` threads.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from . import flash, ir
+from . import flash, ir, warps
 from .cost import ROW_PAD as PAD
-from .cost import Choice, Cost, evaluate
+from .cost import Choice, Cost
 from .flash import FlashSite
-from .model import BYTES, Model, build, storage_dtype
-from .search import fits
+from .model import Model, build, storage_dtype
 from .target import Target
+from .warps import FRAGMENT
 
-FRAGMENT = (16, 8, 16)                     # m, n, k of mma.sync.m16n8k16
 ROWS = (16, 32, 64, 128, 256)              # block tile candidates along row
 COLS = (8, 16, 32, 64, 128, 256)           # ... along col
 CHUNKS = (16, 32, 64)                      # ... along red (the streamed chunk)
@@ -67,7 +65,7 @@ def examine(g, kernel, model: Model, target: Target) -> Site | FlashSite | str:
     """The kernel's tensor-core product or attention, or why it stays on the CUDA cores."""
     if not has_mma(target):
         return f"{target.name} has no mma.sync m16n8k16 tensor cores"
-    attention = flash.examine(g, kernel, model, target, storage_dtype)
+    attention = flash.examine(g, kernel, model, target)
     return attention if attention is not None else _product(g, kernel, model, target)
 
 
@@ -142,58 +140,31 @@ def warp_tile(choice: Choice, site_: Site, sizes: dict) -> tuple[int, int, int, 
     return warps[site_.row], warps[site_.col], tile[site_.row], tile[site_.col]
 
 
-def smem_bytes(bm: int, bn: int, bk: int, dtype: str) -> int:
-    """Both staged tiles, two stages each, with their padded rows (whichever axis is
-    contiguous, at most this)."""
-    per = BYTES[dtype]
-    a = max(bm * (bk + PAD), bk * (bm + PAD))
-    b = max(bn * (bk + PAD), bk * (bn + PAD))
-    return 2 * (a + b) * per + 32
-
-
 def search(model: Model, cols, target: Target, sizes: dict, s: Site,
            fixed: dict) -> tuple[Choice, Cost] | None:
     """The fastest tensor-core tiling of the kernel that fits, honouring block-level hints."""
-    if any(k in fixed for k in ("thread", "split", "inner")):
+    hints = warps.block_hints(fixed, s.red, (s.row, s.col), s.batch)
+    if hints is None:
         return None
-    hinted = dict(fixed.get("group", {}))
-    if "stream" in fixed and fixed["stream"][0] != s.red:
-        return None
-    chunk_fixed = fixed["stream"][1] if "stream" in fixed else None
-    best = None
-    for bm, bn, bk, wm, wn in _candidates(sizes, s):
-        if bk != (chunk_fixed or bk) or not all(
-                _matches(hinted.get(a), v, sizes[a]) for a, v in ((s.row, bm), (s.col, bn))):
-            continue
-        if any(hinted.get(a, 1) != 1 for a in s.batch) or any(
-                a not in (s.row, s.col, *s.batch) for a in hinted):
-            continue
-        if smem_bytes(bm, bn, bk, s.dtype) > target.levels[1].capacity_bytes:
-            continue
-        group = {s.row: bm, s.col: bn, **{a: 1 for a in s.batch}}
-        thread = {s.row: bm // wm, s.col: bn // wn, **{a: 1 for a in s.batch}}
-        kept = {a: v for a, v in group.items() if v < sizes[a] or a in (s.row, s.col)}
-        choice = Choice(tuple(sorted(kept.items())), (s.red, bk), tuple(sorted(thread.items())),
-                        warps=tuple(sorted({s.row: wm, s.col: wn}.items())))
-        cost = evaluate(model, cols, choice, sizes, target, tensor_cores=True)
-        if not fits(cost):
-            continue
-        key = (round(cost.time, 15), -(bm * bn), bk, wm * wn)
-        if best is None or key < best[0]:
-            best = (key, choice, cost)
-    return None if best is None else (best[1], best[2])
+    hinted, chunk = hints
 
-
-def _matches(hint: int | None, tile: int, size: int) -> bool:
-    """A block tile honours a group hint: equal, or both cover the whole axis."""
-    return hint is None or tile == hint or (hint >= size and tile >= size)
+    def candidates():
+        for bm, bn, bk, wm, wn in _candidates(sizes, s):
+            if chunk not in (None, bk) or not all(warps.matches(hinted.get(a), v, sizes[a])
+                                                  for a, v in ((s.row, bm), (s.col, bn))):
+                continue
+            ones = {a: 1 for a in s.batch}
+            choice = warps.tiled_choice({s.row: bm, s.col: bn, **ones}, sizes, (s.red, bk),
+                                        {s.row: bm // wm, s.col: bn // wn, **ones},
+                                        {s.row: wm, s.col: wn}, (s.row, s.col))
+            yield choice, (-(bm * bn), bk, wm * wn)
+    return warps.cheapest(model, cols, target, sizes, candidates())
 
 
 def _candidates(sizes: dict, s: Site):
     """Block tiles no larger than the axes need, warp tiles of whole fragments."""
     fm, fn, fk = FRAGMENT
-    top = {a: max(f, 1 << math.ceil(math.log2(max(sizes[a], 1)))) for a, f in
-           ((s.row, fm), (s.col, fn), (s.red, fk))}
+    top = {a: warps.pow2_at_least(sizes[a], f) for a, f in ((s.row, fm), (s.col, fn), (s.red, fk))}
     for bm in ROWS:
         for bn in COLS:
             for bk in CHUNKS:
@@ -209,4 +180,4 @@ def _candidates(sizes: dict, s: Site):
 
 
 __all__ = ["Site", "FlashSite", "site", "examine", "best_site", "search_site", "has_mma", "search",
-           "warp_tile", "smem_bytes", "FRAGMENT", "PAD"]
+           "warp_tile", "FRAGMENT", "PAD"]

@@ -68,7 +68,7 @@ def forced(d, bm, bn, bk, wm, wn):
     choice = Choice(tuple(sorted(group.items())), ("k", bk), tuple(sorted(thread.items())),
                     warps=((site.row, wm), (site.col, wn)))
     cols = columns(p.graph, model)
-    cost = evaluate(model, cols, choice, p.sizes, p.target, tensor_cores=True)
+    cost = evaluate(model, cols, choice, p.sizes, p.target)
     kp = dataclasses.replace(kp, model=model, columns=cols, choice=choice, cost=cost)
     return dataclasses.replace(p, kernels=(kp,))
 
@@ -140,7 +140,7 @@ def forced_attention(d, bm, wm, bc):
     choice = Choice(tuple(sorted(group.items())), ("x", bc), tuple(sorted(thread.items())),
                     warps=((site.row, wm),))
     cols = columns(p.graph, model)
-    cost = evaluate(model, cols, choice, p.sizes, p.target, tensor_cores=True)
+    cost = evaluate(model, cols, choice, p.sizes, p.target)
     return dataclasses.replace(p, kernels=(KernelPlan(kernel, model, cols, choice, cost),))
 
 
