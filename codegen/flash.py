@@ -19,25 +19,14 @@ from __future__ import annotations
 from ..compiler import ir
 from . import masks
 from . import program as P
-from .kernel import KernelLowering
 from .mma import FK, FM, FN, MmaLowering
 
 
 class FlashLowering(MmaLowering):
-    def _warps(self) -> None:
-        s = self.site
-        self.wm, self.wn = dict(self.choice.warps)[s.row], 1
-        self.wtm = dict(self.choice.thread)[s.row]
-        self.threads = self.wm * 32
-
-    def build(self, name: str) -> P.KernelProgram:
-        b = self.b
-        b.emit(P.Decl("const int", "tid", "(int)threadIdx.x"))
-        b.emit(P.Decl("const int", "lane", "tid % 32"))
-        b.emit(P.Decl("const int", "wr", "tid / 32"))
-        b.emit(P.Decl("const int", "fg", "lane / 4"))
-        b.emit(P.Decl("const int", "fq", "lane % 4"))
-        return KernelLowering._grid(self, name)
+    def _warps(self) -> tuple[int, int, int, int]:
+        """Warps stack along the rows; each covers the whole value width."""
+        row = self.site.row
+        return dict(self.choice.warps)[row], 1, dict(self.choice.thread)[row], self.site.width
 
     def _block_body(self) -> None:
         b, s = self.b, self.site
@@ -52,12 +41,10 @@ class FlashLowering(MmaLowering):
         b.emit(P.Decl("unsigned", "qa", shape=(fm, hk, 4)))
         self._each([("i0", fm), ("i1", hk)], lambda: self._ldmatrix(
             qt, "qa[i0][i1]", f"wr * {self.wtm} + i0 * {FM}", "i1 * 16", 4))
-        b.emit(P.Decl("float", "acc", shape=(fm, dv, 4)))
+        b.emit(P.Decl("float", "acc", "{}", shape=(fm, dv, 4)))
         b.emit(P.Decl("float", "rm", shape=(fm, 2)))
-        b.emit(P.Decl("float", "rl", shape=(fm, 2)))
-        self._each([("i0", fm), ("i1", dv), ("i2", 4)], lambda: b.emit(P.Set("acc[i0][i1][i2]", "0.0f")))
-        self._each([("i0", fm), ("i1", 2)], lambda: (b.emit(P.Set("rm[i0][i1]", "-NAPKIN_INF")),
-                                                     b.emit(P.Set("rl[i0][i1]", "0.0f"))))
+        b.emit(P.Decl("float", "rl", "{}", shape=(fm, 2)))
+        self._each([("i0", fm), ("i1", 2)], lambda: b.emit(P.Set("rm[i0][i1]", "-NAPKIN_INF")))
         kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head))
         vt = self._tile(s.v, self.whole(s.dv, s.width), self.chunked(s.red))
         # a chunk the diagram's mask hides from every row of the block is not computed (causal)
@@ -76,7 +63,7 @@ class FlashLowering(MmaLowering):
         b.emit(P.Decl("float", "sc", shape=(fm, chunk // FN, 4)))
 
         def tile():
-            b.emit(P.Decl("float", "fz", shape=(4,), init="{0.0f, 0.0f, 0.0f, 0.0f}"))
+            b.emit(P.Decl("float", "fz", "{}", shape=(4,)))
 
             def step():
                 b.emit(P.Decl("unsigned", "fb", shape=(2,)))

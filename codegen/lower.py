@@ -60,8 +60,7 @@ def lower(plan: Plan) -> P.Program:
         steps = [t for _, t in c.group + c.thread] + [c.stream[1] if c.stream else 0,
                                                         c.split[1] if c.split else 0]
         itype = index_type(arrays, plan.sizes, overshoot=max(steps + [1024]))
-        lowering = _lowering(plan, kp)
-        body = lowering(plan, kp, names, sizes, itype).build(f"napkin_{kp.kernel.name}")
+        body = _lowering(plan, kp, names, sizes, itype).build(f"napkin_{kp.kernel.name}")
         kernels.append(P.KernelProgram(body.name, tuple(params), body.threads, body.blocks,
                                        body.smem_bytes_formula, body.smem, body.body, itype,
                                        kp.kernel.name))
@@ -69,12 +68,15 @@ def lower(plan: Plan) -> P.Program:
     return P.Program(tuple(kernels), tuple((v, k) for k, v in size_params.items()), buffers)
 
 
-def _lowering(plan: Plan, kp):
+def _lowering(plan: Plan, kp, names: dict, sizes: dict, itype: str) -> KernelLowering:
     """SIMT, a matrix product on tensor cores, or attention on tensor cores."""
     if not kp.choice.warps:
-        return KernelLowering
+        return KernelLowering(plan, kp, names, sizes, itype)
     site = tensorcore.site(plan.graph, kp.kernel, kp.model, plan.target)
-    return FlashLowering if isinstance(site, tensorcore.FlashSite) else MmaLowering
+    if site is None:     # the planner gives warps to eligible kernels only
+        raise ValueError(f"kernel {kp.kernel.name} has warps but no tensor-core contraction")
+    lowering = FlashLowering if isinstance(site, tensorcore.FlashSite) else MmaLowering
+    return lowering(plan, kp, names, sizes, itype, site)
 
 
 def _array(g, n: int) -> str:

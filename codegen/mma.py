@@ -17,6 +17,8 @@ inside the arrays.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..compiler import ir
 from ..compiler import tensorcore as tc
 from . import cexpr, staging
@@ -30,19 +32,27 @@ VECTOR = 8       # 16-bit values per 16-byte cp.async
 CHUNK = "chunk"  # a tile axis's origin and bound: the chunk being copied
 
 
+class TileAxis(NamedTuple):
+    """One axis of a shared tile: its extent, where it starts (C, or CHUNK: the chunk being
+    copied, or None: 0) and the in-range test of a local index `{}` (or CHUNK, or None)."""
+    name: str
+    extent: int
+    origin: str | None
+    bound: str | None
+
+
 class MmaLowering(KernelLowering):
-    def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
+    def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str, site):
         super().__init__(plan, kp, names, sizes, index_type)
-        self.site = tc.site(self.g, self.k, self.model, plan.target)
-        if self.site is None:     # the planner only gives warps to eligible kernels
-            raise ValueError(f"kernel {self.k.name} has warps but no tensor-core contraction")
+        self.site = site           # compiler/tensorcore.py: what runs on the tensor cores
         self.staging = set()       # the operands get their own padded tiles; others: global
         self.values: dict = {}     # node -> the fragment element it is at the current point
-        self._warps()
-
-    def _warps(self) -> None:
-        self.wm, self.wn, self.wtm, self.wtn = tc.warp_tile(self.choice, self.site, self.plan.sizes)
+        self.wm, self.wn, self.wtm, self.wtn = self._warps()
         self.threads = self.wm * self.wn * 32
+
+    def _warps(self) -> tuple[int, int, int, int]:
+        """(warps along rows, along columns, warp tile rows, warp tile columns)."""
+        return tc.warp_tile(self.choice, self.site, self.plan.sizes)
 
     def registered(self, n: int, scope: dict[str, Ix]):
         return self.values.get(n)
@@ -51,19 +61,23 @@ class MmaLowering(KernelLowering):
         b = self.b
         b.emit(P.Decl("const int", "tid", "(int)threadIdx.x"))
         b.emit(P.Decl("const int", "lane", "tid % 32"))
-        b.emit(P.Decl("const int", "wr", f"(tid / 32) / {self.wn}"))
-        b.emit(P.Decl("const int", "wc", f"(tid / 32) % {self.wn}"))
+        b.emit(P.Decl("const int", "wr", f"(tid / 32) / {self.wn}" if self.wn > 1 else "tid / 32"))
+        if self.wn > 1:
+            b.emit(P.Decl("const int", "wc", f"(tid / 32) % {self.wn}"))
         b.emit(P.Decl("const int", "fg", "lane / 4"))
         b.emit(P.Decl("const int", "fq", "lane % 4"))
         return self._grid(name)
+
+    def _warp_col(self) -> str:
+        """This warp's first column of the block tile (one warp across: 0)."""
+        return f"wc * {self.wtn}" if self.wn > 1 else "0"
 
     # -- one block ---------------------------------------------------------------------------
     def _block_body(self) -> None:
         b, s = self.b, self.site
         self._origins()
         fm, fn = self.wtm // FM, self.wtn // FN
-        b.emit(P.Decl("float", "acc", shape=(fm, fn, 4)))
-        self._each([("i0", fm), ("i1", fn), ("i2", 4)], lambda: b.emit(P.Set("acc[i0][i1][i2]", "0.0f")))
+        b.emit(P.Decl("float", "acc", "{}", shape=(fm, fn, 4)))
         k = self.chunked(s.red)
         tiles = [self._tile(s.a, self.grouped(s.row), k), self._tile(s.b, self.grouped(s.col), k)]
         self._pipeline(tiles, lambda: b.loop(
@@ -111,44 +125,42 @@ class MmaLowering(KernelLowering):
         b.loop("c0", f"({self.itype})0", size, str(chunk), body, ctype=self.itype)
 
     # -- shared tiles ------------------------------------------------------------------------
-    def grouped(self, axis: str) -> tuple:
+    def grouped(self, axis: str) -> TileAxis:
         """A tile axis covering the block's tile of a woven axis."""
         org = self._axis_var("org", axis)
-        return axis, self.tile[axis], org, f"{org} + {{}} < {self.sizes[axis]}"
+        return TileAxis(axis, self.tile[axis], org, f"{org} + {{}} < {self.sizes[axis]}")
 
-    def chunked(self, axis: str) -> tuple:
+    def chunked(self, axis: str) -> TileAxis:
         """A tile axis covering a chunk of the streamed axis (which one: at the copy)."""
-        return axis, self.choice.stream[1], CHUNK, CHUNK
+        return TileAxis(axis, self.choice.stream[1], CHUNK, CHUNK)
 
-    def whole(self, axis: str, extent: int) -> tuple:
+    def whole(self, axis: str, extent: int) -> TileAxis:
         """A tile axis covering all of a static axis."""
-        return axis, extent, None, None
+        return TileAxis(axis, extent, None, None)
 
-    def _tile(self, n: int, frag: tuple, k: tuple) -> dict:
+    def _tile(self, n: int, frag: TileAxis, k: TileAxis) -> dict:
         """A padded shared tile of operand n over a fragment axis and the mma's k axis:
         [outer][inner + PAD], inner the one of the two that is contiguous in the array; two
         stages of it when it holds a chunk (the pipeline), declared once per kernel."""
         axes = ir.type_of(self.g, n).axes
-        inner, outer = (frag, k) if axes.index(frag[0]) > axes.index(k[0]) else (k, frag)
+        inner, outer = (frag, k) if axes.index(frag.name) > axes.index(k.name) else (k, frag)
         _, dtype = self.names[n]
         name = f"sm{len(self.smem)}"
-        pitch = inner[1] + tc.PAD
-        count = outer[1] * pitch
-        stages = 2 if CHUNK in (inner[2], outer[2]) else 1
+        pitch = inner.extent + tc.PAD
+        count = outer.extent * pitch
+        stages = 2 if CHUNK in (inner.origin, outer.origin) else 1
         ctype = cexpr.CTYPE[dtype]
         self.smem.append(P.SharedBuffer(name, ctype, staging.next_offset(self.smem),
                                         str(count * stages)))
         self.smem_terms.append((count * stages * 2,))
         self.b.emit(P.Decl(f"{ctype}* const", name, f"reinterpret_cast<{ctype}*>(smem + "
                            f"{self.smem[-1].offset})"))
-        return {"node": n, "name": name, "inner": inner, "outer": outer, "k": k[0],
-                "pitch": pitch, "count": count, "ctype": ctype}
+        return {"node": n, "name": name, "inner": inner, "outer": outer, "k": k.name,
+                "pitch": pitch, "count": count, "stages": stages, "ctype": ctype}
 
     def at(self, t: dict, stage: str = "stage") -> str:
         """The tile's stage in use (a streamed tile has two)."""
-        if CHUNK in (t["inner"][2], t["outer"][2]):
-            return f"({t['name']} + {stage} * {t['count']})"
-        return t["name"]
+        return f"({t['name']} + {stage} * {t['count']})" if t["stages"] > 1 else t["name"]
 
     def _copy(self, t: dict, stage: str = "0", c0: str = "c0", clen: str = "clen") -> None:
         """Block-wide copy of the operand's tile (the chunk at c0 of length clen, into this
@@ -170,7 +182,7 @@ class MmaLowering(KernelLowering):
         """When 16-byte copies are possible: a runtime test, or None (never)."""
         param, _ = self.names[t["node"]]
         axes = ir.type_of(self.g, t["node"]).axes
-        axis, extent = t["inner"][0], t["inner"][1]
+        axis, extent = t["inner"].name, t["inner"].extent
         size = self.sizes[axis]
         if axes[-1] != axis or extent % VECTOR or (size.isdigit() and int(size) % VECTOR):
             return None
@@ -183,7 +195,7 @@ class MmaLowering(KernelLowering):
         b = self.b
         param, _ = self.names[t["node"]]
         inner, outer = t["inner"], t["outer"]
-        per_row = inner[1] // vector
+        per_row = inner.extent // vector
 
         def body():
             b.emit(P.Decl("const int", "eo", f"e / {per_row}"))
@@ -207,7 +219,7 @@ class MmaLowering(KernelLowering):
             else:   # src-size 0 outside the arrays: zeros, nothing read
                 b.emit(P.Call("napkin_cp_async_16", (at, f"({valid}) ? {param} + ({offset}) : {param}",
                                                      f"({valid}) ? 16 : 0")))
-        b.loop("e", "tid", str(outer[1] * per_row), str(self.threads), body)
+        b.loop("e", "tid", str(outer.extent * per_row), str(self.threads), body)
 
     def _step(self, tiles, fm: int, fn: int) -> None:
         """16 of the chunk: every warp loads its fragments and multiplies them."""
@@ -216,7 +228,7 @@ class MmaLowering(KernelLowering):
         b.emit(P.Decl("unsigned", "fb", shape=(fn, 2)))
         self._each([("i0", fm)], lambda: self._ldmatrix(ta, "fa[i0]", f"wr * {self.wtm} + i0 * {FM}",
                                                          "kk * 16", 4))
-        self._each([("i1", fn)], lambda: self._ldmatrix(tb, "fb[i1]", f"wc * {self.wtn} + i1 * {FN}",
+        self._each([("i1", fn)], lambda: self._ldmatrix(tb, "fb[i1]", f"{self._warp_col()} + i1 * {FN}",
                                                          "kk * 16", 2))
         mma = f"napkin_mma_m16n8k16_{self.site.dtype}"
         self._each([("i0", fm), ("i1", fn)], lambda: b.emit(
@@ -234,7 +246,7 @@ class MmaLowering(KernelLowering):
         else:
             row, k = f"{first} + lane % 8", f"{k0} + ((lane / 8) % 2) * 8"
             trow, tk = first, f"{k0} + lane % 8 + ((lane / 8) % 2) * 8"
-        if t["inner"][0] == t["k"]:
+        if t["inner"].name == t["k"]:
             address, suffix = f"({row}) * {t['pitch']} + {k}", ""
         else:
             address, suffix = f"({tk}) * {t['pitch']} + {trow}", "_trans"
@@ -248,7 +260,7 @@ class MmaLowering(KernelLowering):
         def point():
             scope, valid = self._point({
                 s.row: f"{self._axis_var('org', s.row)} + wr * {self.wtm} + i0 * {FM} + fg + (i2 / 2) * 8",
-                s.col: f"{self._axis_var('org', s.col)} + wc * {self.wtn} + i1 * {FN} + fq * 2 + i2 % 2"})
+                s.col: f"{self._axis_var('org', s.col)} + {self._warp_col()} + i1 * {FN} + fq * 2 + i2 % 2"})
             self.values[s.node] = "acc[i0][i1][i2]"
             for n in self.k.stores:
                 self._store(n, scope, {"valid": valid})

@@ -262,17 +262,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const int org_2 = (int)((blk) % (((long long)(n3) + 127) / 128)) * 128;
     const int org_1 = (int)(((blk) / (((long long)(n3) + 127) / 128)) % (((long long)(n1) + 127) / 128)) * 128;
     const int org_0 = (int)((((blk) / (((long long)(n3) + 127) / 128)) / (((long long)(n1) + 127) / 128)) % (((long long)(n0) + 0) / 1)) * 1;
-    float acc[4][4][4];
-    #pragma unroll
-    for (int i0 = 0; i0 < 4; ++i0) {
-      #pragma unroll
-      for (int i1 = 0; i1 < 4; ++i1) {
-        #pragma unroll
-        for (int i2 = 0; i2 < 4; ++i2) {
-          acc[i0][i1][i2] = 0.0f;
-        }
-      }
-    }
+    float acc[4][4][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (10240) * 2 + 15) / 16 * 16));
     {

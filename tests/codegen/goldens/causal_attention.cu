@@ -287,25 +287,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         napkin_ldmatrix_x4(qa[i0][i1], sm0 + (wr * 32 + i0 * 16 + lane % 16) * 72 + i1 * 16 + (lane / 16) * 8);
       }
     }
-    float acc[2][8][4];
+    float acc[2][8][4] = {};
     float rm[2][2];
-    float rl[2][2];
-    #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
-      #pragma unroll
-      for (int i1 = 0; i1 < 8; ++i1) {
-        #pragma unroll
-        for (int i2 = 0; i2 < 4; ++i2) {
-          acc[i0][i1][i2] = 0.0f;
-        }
-      }
-    }
+    float rl[2][2] = {};
     #pragma unroll
     for (int i0 = 0; i0 < 2; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 2; ++i1) {
         rm[i0][i1] = -NAPKIN_INF;
-        rl[i0][i1] = 0.0f;
       }
     }
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (18432) * 2 + 15) / 16 * 16));
@@ -381,7 +370,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         for (int i0 = 0; i0 < 2; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            float fz[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float fz[4] = {};
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
               unsigned fb[2];

@@ -260,17 +260,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_1 = (int)((blk) % (((long long)(n2) + 127) / 128)) * 128;
     const int org_0 = (int)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
-    float acc[2][4][4];
-    #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
-      #pragma unroll
-      for (int i1 = 0; i1 < 4; ++i1) {
-        #pragma unroll
-        for (int i2 = 0; i2 < 4; ++i2) {
-          acc[i0][i1][i2] = 0.0f;
-        }
-      }
-    }
+    float acc[2][4][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (3072) * 2 + 15) / 16 * 16));
     {
