@@ -107,15 +107,16 @@ def test_epilogue_with_bias_masks_and_casts():
     assert_close(d, p, {"t": 45, "i": 33, "o": 27})
 
 
-def with_warps(p, bm, bn, bk, wm, wn):
-    """The plan with its tensor-core kernel retiled: block bm x bn, chunk bk, wm x wn warps."""
+def retiled(p, chunk: int, tiles: dict):
+    """The plan with its tensor-core kernel retiled: `tiles` gives each fragment axis its
+    (block tile, warps along it); `chunk` the streamed chunk."""
     (kp,) = p.kernels
     c = kp.choice
-    row, col = (a for a, _ in c.warps)
-    group = tuple(sorted({**dict(c.group), row: bm, col: bn}.items()))
-    thread = tuple(sorted({**dict(c.thread), row: bm // wm, col: bn // wn}.items()))
-    choice = dataclasses.replace(c, group=group, thread=thread, stream=(c.stream[0], bk),
-                                 warps=((row, wm), (col, wn)))
+    group = {**dict(c.group), **{a: t for a, (t, _) in tiles.items()}}
+    thread = {**dict(c.thread), **{a: t // w for a, (t, w) in tiles.items()}}
+    choice = dataclasses.replace(c, group=tuple(sorted(group.items())),
+                                 thread=tuple(sorted(thread.items())), stream=(c.stream[0], chunk),
+                                 warps=tuple(sorted((a, w) for a, (_, w) in tiles.items())))
     return dataclasses.replace(p, kernels=(dataclasses.replace(kp, choice=choice),))
 
 
@@ -124,7 +125,7 @@ def with_warps(p, bm, bn, bk, wm, wn):
     (128, 32, 32, 4, 2), (16, 256, 16, 1, 8), (64, 128, 32, 1, 4)])
 def test_every_warp_layout(bm, bn, bk, wm, wn):
     d = library("matmul", "bf16")
-    p = with_warps(tc_plan(d), bm, bn, bk, wm, wn)
+    p = retiled(tc_plan(d), bk, {"m": (bm, wm), "n": (bn, wn)})
     prog = lower(p)
     assert prog.kernels[0].threads == 32 * wm * wn
     assert_close(d, p, {"m": 70, "k": 83, "n": 50})
@@ -256,21 +257,11 @@ def test_fully_masked_rows_give_zero_on_tensor_cores():
     assert np.all(out[:, :, :5] == 0) and not np.isnan(out.astype(np.float32)).any()
 
 
-def with_flash_tiles(p, bm, wm, chunk):
-    (kp,) = p.kernels
-    c = kp.choice
-    (row, _), = c.warps
-    choice = dataclasses.replace(
-        c, group=tuple(sorted({**dict(c.group), row: bm}.items())), stream=(c.stream[0], chunk),
-        thread=tuple(sorted({**dict(c.thread), row: bm // wm}.items())), warps=((row, wm),))
-    return dataclasses.replace(p, kernels=(dataclasses.replace(kp, choice=choice),))
-
-
 @pytest.mark.parametrize("bm, wm, chunk", [(16, 1, 16), (32, 1, 32), (64, 4, 128), (128, 4, 64),
                                            (64, 2, 16)])
 def test_attention_warp_layouts(bm, wm, chunk):
     d = library("causal_attention", "bf16")
-    p = with_flash_tiles(flash_plan(d), bm, wm, chunk)
+    p = retiled(flash_plan(d), chunk, {"q": (bm, wm)})
     assert lower(p).kernels[0].threads == 32 * wm
     assert_close(d, p, with_static(d, {"b": 1, "h": 2, "q": 70, "x": 83}))
 

@@ -164,6 +164,14 @@ def test_attention_tiles_stay_within_the_registers_at_head_size_128():
     assert isinstance(site, flash.FlashSite) and site.head == 128
     fm = dict(kp.choice.thread)["q"] // 16
     assert flash.registers(fm, kp.choice.stream[1], site) <= flash.MAX_REGISTERS
+    # the budget is what keeps ptxas from spilling, on both archs the targets name
+    from napkin.codegen.lower import lower
+    from napkin.codegen.render import render
+    from napkin.runtime import nvrtc
+    source = render(lower(p))
+    for arch in ("sm_80", "sm_90"):
+        (res,) = nvrtc.compile(source, arch=arch).resources.values()
+        assert res.spill_stores == 0 and res.spill_loads == 0 and res.registers <= 255, (arch, res)
 
 
 def test_small_attention_says_the_cuda_cores_are_predicted_faster():

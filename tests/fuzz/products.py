@@ -15,7 +15,8 @@ import napkin
 from napkin.commands.run import random_inputs
 from napkin.compiler import tensorcore
 from napkin.compiler.columns import columns
-from napkin.compiler.cost import Choice, evaluate
+from napkin.compiler import warps
+from napkin.compiler.cost import evaluate
 from napkin.compiler.model import build
 from napkin.compiler import ir, kernels
 from napkin.compiler.plan import KernelPlan, plan
@@ -62,15 +63,20 @@ def forced(d, bm, bn, bk, wm, wn):
     model = build(p.graph, kp.kernel, "k")
     site = tensorcore.site(p.graph, kp.kernel, model, p.target)
     assert site is not None and site.red == "k"
-    tiles = {site.row: bm, site.col: bn}
-    group = {**tiles, **{a: 1 for a in site.batch}}
-    thread = {site.row: bm // wm, site.col: bn // wn, **{a: 1 for a in site.batch}}
-    choice = Choice(tuple(sorted(group.items())), ("k", bk), tuple(sorted(thread.items())),
-                    warps=((site.row, wm), (site.col, wn)))
+    return _forced(p, kp.kernel, model, site, bk, {site.row: (bm, wm), site.col: (bn, wn)})
+
+
+def _forced(p, kernel, model, site, chunk: int, tiles: dict):
+    """The plan `p` as this one kernel with a tensor-core choice: `tiles` gives each
+    fragment axis its (block tile, warps); batch axes take one position per block."""
+    ones = {a: 1 for a in site.batch}
+    choice = warps.tiled_choice({**{a: t for a, (t, _) in tiles.items()}, **ones}, p.sizes,
+                                (site.red, chunk), {**{a: t // w for a, (t, w) in tiles.items()},
+                                                    **ones},
+                                {a: w for a, (_, w) in tiles.items()}, tuple(tiles))
     cols = columns(p.graph, model)
     cost = evaluate(model, cols, choice, p.sizes, p.target)
-    kp = dataclasses.replace(kp, model=model, columns=cols, choice=choice, cost=cost)
-    return dataclasses.replace(p, kernels=(kp,))
+    return dataclasses.replace(p, kernels=(KernelPlan(kernel, model, cols, choice, cost),))
 
 
 def check(case) -> None:
@@ -135,13 +141,7 @@ def forced_attention(d, bm, wm, bc):
     model = build(g, kernel, "x")
     site = tensorcore.site(g, kernel, model, p.target)
     assert isinstance(site, tensorcore.FlashSite), tensorcore.examine(g, kernel, model, p.target)
-    group = {site.row: bm, **{a: 1 for a in site.batch}}
-    thread = {site.row: bm // wm, **{a: 1 for a in site.batch}}
-    choice = Choice(tuple(sorted(group.items())), ("x", bc), tuple(sorted(thread.items())),
-                    warps=((site.row, wm),))
-    cols = columns(p.graph, model)
-    cost = evaluate(model, cols, choice, p.sizes, p.target)
-    return dataclasses.replace(p, kernels=(KernelPlan(kernel, model, cols, choice, cost),))
+    return _forced(p, kernel, model, site, bc, {site.row: (bm, wm)})
 
 
 def check_attention(case) -> None:
