@@ -29,10 +29,17 @@ def signatures(program: P.Program) -> dict:
 
 
 def run_plan(plan: Plan, inputs: dict[str, np.ndarray], sizes: dict[str, int],
-             sanitize: str = "none", timeout_s: float = 300.0) -> dict[str, np.ndarray]:
-    """Outputs by name, as the emitted kernels compute them (in storage dtypes)."""
+             sanitize: str = "none", timeout_s: float = 300.0,
+             edit=None) -> dict[str, np.ndarray]:
+    """Outputs by name, as the emitted kernels compute them (in storage dtypes). `edit`
+    rewrites the CUDA text first (seeded bugs: it must change it)."""
     program = lower(plan)
     source = render(program)
+    if edit is not None:
+        edited = edit(source)
+        if edited == source:
+            raise ValueError("the edit did not change the kernel source")
+        source = edited
     input_names = set(plan.graph.graph["inputs"])
     buffers = make_buffers(program, inputs, sizes, input_names)
     launches = [emulate.Launch(s.kernel, (s.grid if s.grid < EMULATOR_GRID else EMULATOR_GRID, 1, 1),
