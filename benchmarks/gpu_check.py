@@ -73,7 +73,7 @@ def checks(dry_run: bool):
     import napkin
     from napkin.bench import check, variant
     from napkin.diagrams.sources import library_names
-    from napkin.runtime.kernel import Kernel
+    from napkin.kernel import Kernel
     for name in library_names():
         for dtype in ("f32", "f16", "bf16"):
             entry = {"diagram": name, "dtype": dtype}
@@ -126,8 +126,8 @@ def timings(dry_run: bool, quick: bool):
 def _time(name, d, shape, dtype, dry_run, bench, extra=None) -> dict:
     entry = {"diagram": name, "shape": shape, "dtype": dtype, **(extra or {})}
     try:
-        from napkin.compiler.explain import report
-        from napkin.runtime.kernel import Kernel
+        from napkin.explain import report
+        from napkin.kernel import Kernel
         k = Kernel(d, target="h200", arch="sm_90", backend="reference")
         p = k.compiled_for(shape)[0]
         entry["engines"] = [kr["engine"]["kind"] for kr in report(p)["kernels"]]

@@ -55,11 +55,6 @@ class Diagram:
     def hints(self) -> tuple[ir.HintInfo, ...]:
         return self.ir.graph["hints"]
 
-    def _repr_svg_(self) -> str:
-        """The diagram as a picture, for Jupyter."""
-        from .draw import draw
-        return draw(self)
-
     def __repr__(self) -> str:
         ins = ", ".join(f"{s.name}[{' '.join(s.axes)}]: {s.dtype}" for s in self.inputs)
         outs = ", ".join(f"{s.name}[{' '.join(s.axes)}]: {s.dtype}" for s in self.outputs)

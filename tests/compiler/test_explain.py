@@ -8,7 +8,7 @@ import pytest
 
 import napkin
 from napkin.cli import main
-from napkin.compiler.explain import report
+from napkin.explain import report
 from napkin.compiler.plan import plan
 from napkin.diagrams.sources import library_names
 

@@ -9,7 +9,7 @@ import pytest
 import napkin
 from napkin.compiler import tensorcore
 from napkin.compiler.cost import register_capacity
-from napkin.compiler.explain import report
+from napkin.explain import report
 from napkin.compiler.plan import plan
 
 from .test_explain import run_cli

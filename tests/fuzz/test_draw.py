@@ -9,7 +9,7 @@ import xml.dom.minidom
 from hypothesis import HealthCheck, given, settings
 
 import napkin
-from napkin.compiler.draw import draw, draw_plan
+from napkin.draw import draw, draw_plan
 from napkin.compiler.plan import plan as make_plan
 from napkin.diagrams.diagnostics import Source
 

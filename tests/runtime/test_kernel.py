@@ -10,7 +10,7 @@ import torch
 import napkin
 from napkin.diagrams.diagnostics import NapkinError, NapkinLaunchError
 from napkin.runtime.cache import Cache
-from napkin.runtime.kernel import Kernel
+from napkin.kernel import Kernel
 
 from .fake_gpu import DeviceArray, FakeLauncher
 
@@ -58,7 +58,7 @@ def test_kernel_properties(qkv):
 def test_kernel_shows_its_planned_picture_in_jupyter():
     from xml.etree import ElementTree
 
-    from napkin.compiler.draw import draw_plan
+    from napkin.draw import draw_plan
     k = napkin.compile("attention", target="h100")
     svg = k._repr_svg_()
     assert svg == draw_plan(k.plan)

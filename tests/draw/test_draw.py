@@ -11,14 +11,14 @@ import resvg_py  # the test extra's SVG renderer (self-contained wheels)
 
 import napkin
 from napkin.compiler import ir
-from napkin.compiler.draw import Metrics, draw, layout, structure, text
-from napkin.compiler.draw.model import foldable
-from napkin.compiler.draw.scene import Scene, Text
-from napkin.compiler.draw.svg import to_svg
+from napkin.draw import Metrics, draw, layout, structure, text
+from napkin.draw.model import foldable
+from napkin.draw.scene import Scene, Text
+from napkin.draw.svg import to_svg
 from napkin.diagrams.sources import library_names
 
 
-GOLDENS = Path(__file__).parents[3] / "docs" / "pictures" / "library"   # shown in docs/library.md
+GOLDENS = Path(__file__).parents[2] / "docs" / "pictures" / "library"   # shown in docs/library.md
 NS = "{http://www.w3.org/2000/svg}"
 LIBRARY = library_names()
 
@@ -190,7 +190,7 @@ def test_the_hooks_for_the_planned_picture():
     """Relabelled wires are measured like any label; a style colours arrays by their value."""
     from dataclasses import replace
 
-    from napkin.compiler.draw import Style
+    from napkin.draw import Style
 
     d = napkin.load("attention")
     s = replace(structure(d), relabel={"q": "g_q", "x": "s_x"})

@@ -15,7 +15,7 @@ from .codegen.lower import lower
 from .codegen.render import render
 from .codegen.show import show
 from .compiler.diagram import Diagram
-from .compiler.explain import report
+from .explain import report
 from .compiler.pipeline import check, parse
 from .compiler.plan import Plan
 from .compiler.plan import plan as make_plan

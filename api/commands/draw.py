@@ -12,7 +12,7 @@ import click
 
 from ..cli_common import diagram_options, load_diagram, parse_assignments, picture_format
 from ..compiler import target as targets
-from ..compiler.draw import draw, draw_plan
+from ..draw import draw, draw_plan
 from ..runtime.files import write_atomic
 
 
@@ -39,7 +39,7 @@ def command(diagram: str, sizes: dict[str, int], output: str | None, planned: bo
     """Draw a diagram as an SVG neural circuit diagram, read left to right."""
     fmt = picture_format(output, "-o", "svg")
     if fmt == "png":        # fail before any work when the picture cannot be written
-        from ..compiler.draw import png
+        from ..draw import png
         png.require()
     d = load_diagram(diagram, sizes)
     if planned or target_name or shapes or groups or streams or no_fusion:

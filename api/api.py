@@ -9,6 +9,17 @@ from .runtime import backends
 from .runtime.bind import bind_sizes, match_inputs, to_numpy
 
 
+def _picture(diagram: Diagram) -> str:
+    """The diagram as a picture, for Jupyter."""
+    from .draw import draw
+    return draw(diagram)
+
+
+# Jupyter shows a diagram as its picture; pictures are presentation, so they are attached
+# here, above the compiler that defines the type.
+Diagram._repr_svg_ = _picture
+
+
 def load(diagram, **sizes: int) -> Diagram:
     """Parse and check a diagram: a path, a library name (`"attention"`) or its text.
 
@@ -31,7 +42,7 @@ def compile(diagram, target: str | None = None, arch: str | None = None, backend
     "interpret" or "emulate". `tensor_cores=False` keeps every contraction on the CUDA
     cores. Keyword arguments fix axis sizes (`d=64`).
     """
-    from .runtime.kernel import Kernel
+    from .kernel import Kernel
     return Kernel(load(diagram, **sizes), target=target, arch=arch, backend=backend,
                   tensor_cores=tensor_cores)
 

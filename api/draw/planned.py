@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import ir
-from ..canonical import through
+from ..compiler import ir
+from ..compiler.canonical import through
 from .model import Structure, structure
 from .scene import FILL, MARK, TEXT, Curve, Rect, Text
 

@@ -2,7 +2,7 @@
 
 `--plot FILE.png` also draws each kernel's predicted point on the target's roofline (needs
 matplotlib: `pip install 'napkin[plot]'`), `--bench FILE.json` adds measured points from
-`napkin bench --json` (see compiler/draw/roofline.py for the format).
+`napkin bench --json` (see api/draw/roofline.py for the format).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import click
 
 from ..cli_common import diagram_options, load_diagram, parse_assignments, picture_format
 from ..compiler import target as targets
-from ..compiler.explain import render_text, report
+from ..explain import render_text, report
 from ..compiler.plan import plan
 from ..diagrams.diagnostics import UsageError, error
 from ..runtime.files import write_atomic
@@ -51,7 +51,7 @@ def command(diagram, sizes, target_name, shapes, groups, streams, as_json, no_fu
                          .diagnostics)
     fmt = picture_format(plot_path, "--plot", "png")
     if plot_path:   # fail before any work when the plot cannot be drawn
-        from ..compiler.draw import roofline
+        from ..draw import roofline
         roofline.require()
         bench = roofline.read_bench(bench_path) if bench_path else None
     d = load_diagram(diagram, sizes)

@@ -24,7 +24,7 @@ import json
 import math
 from pathlib import Path
 
-from ...diagrams.diagnostics import error
+from ..diagrams.diagnostics import error
 from .extra import need
 
 WIDTH, HEIGHT, DPI = 8.0, 5.0, 100      # inches, dots per inch: an 800 x 500 PNG

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import napkin
 from napkin.cli import main
-from napkin.compiler.draw import draw
+from napkin.draw import draw
 
 
 def run_cli(capsys, *args):

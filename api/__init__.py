@@ -19,9 +19,9 @@ def __getattr__(name):
         from . import api
         return getattr(api, name)
     if name == "Kernel":
-        from .runtime.kernel import Kernel
+        from .kernel import Kernel
         return Kernel
     if name == "Diagram":
-        from .compiler.diagram import Diagram
+        from .api import Diagram
         return Diagram
     raise AttributeError(f"module 'napkin' has no attribute {name!r}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
-from .. import ir
+from ..compiler import ir
 from . import text
 
 # Box kinds. Contract, softmax and reduce act on some wires (`Box.acts`) and weave the rest.

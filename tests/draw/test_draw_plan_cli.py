@@ -11,12 +11,12 @@ import pytest
 
 import napkin
 from napkin.cli import main
-from napkin.compiler.draw import draw_plan
-from napkin.compiler.draw.roofline import DPI, HEIGHT, WIDTH, predicted, read_bench
-from napkin.compiler.explain import report
+from napkin.draw import draw_plan
+from napkin.draw.roofline import DPI, HEIGHT, WIDTH, predicted, read_bench
+from napkin.explain import report
 from napkin.compiler.plan import plan
 
-FIGURE9 = str(Path(__file__).parents[3] / "docs" / "examples" / "figure9.napkin")
+FIGURE9 = str(Path(__file__).parents[2] / "docs" / "examples" / "figure9.napkin")
 
 
 def run_cli(capsys, *args):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .runtime.kernel import Kernel
+from .kernel import Kernel
 
 _TORCH = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..cost import evaluate
+from ..compiler.cost import evaluate
 from . import text
 from .planned import axis_labels
 from .scene import MARK, TEXT, Curve, Rect, Text

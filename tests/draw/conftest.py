@@ -8,8 +8,8 @@ import zlib
 import numpy as np
 import pytest
 
-from napkin.compiler.draw import text
-from napkin.compiler.draw.scene import Scene, Text
+from napkin.draw import text
+from napkin.draw.scene import Scene, Text
 
 
 def png_pixels(data: bytes) -> np.ndarray:
@@ -69,7 +69,7 @@ def ink_boxes(scene: Scene):
 
 def assert_readable(scene: Scene) -> None:
     """No two texts overlap, every text and wire is inside the picture."""
-    from napkin.compiler.draw.scene import Curve
+    from napkin.draw.scene import Curve
     rects = ink_boxes(scene)
     for i, (x0, y0, x1, y1, t) in enumerate(rects):
         assert 0 <= x0 and x1 <= scene.width and 0 <= y0 and y1 <= scene.height, t

@@ -14,18 +14,18 @@ import logging
 
 import numpy as np
 
-from ..codegen.lower import lower
-from ..codegen.render import render
-from ..compiler import target as targets
-from ..compiler.diagram import Diagram
-from ..compiler.explain import render_text, report
-from ..compiler.plan import plan as make_plan
-from ..diagrams.diagnostics import UsageError, did_you_mean, error
-from . import backends, binaries
-from .arrays import describe, host_copy, is_device, like
-from .bind import match_inputs
-from .checks import check_inputs, check_outputs
-from .launches import make_launches
+from .codegen.lower import lower
+from .codegen.render import render
+from .compiler import target as targets
+from .compiler.diagram import Diagram
+from .explain import render_text, report
+from .compiler.plan import plan as make_plan
+from .diagrams.diagnostics import UsageError, did_you_mean, error
+from .runtime import backends, binaries
+from .runtime.arrays import describe, host_copy, is_device, like
+from .runtime.bind import match_inputs
+from .runtime.checks import check_inputs, check_outputs
+from .runtime.launches import make_launches
 
 log = logging.getLogger("napkin")
 BACKENDS = ("auto", "cuda", "reference", "interpret", "emulate")
@@ -40,7 +40,7 @@ class Kernel:
                                    help=did_you_mean(backend, BACKENDS, "backends: " + ", ".join(BACKENDS)))
                              .diagnostics)
         if arch is not None:           # a wrong arch is the caller's mistake now, not at .ptx
-            from .nvrtc import validate_arch
+            from .runtime.nvrtc import validate_arch
             validate_arch(arch)
         self.diagram = diagram
         self.tensor_cores = tensor_cores
@@ -63,7 +63,7 @@ class Kernel:
     @property
     def launcher(self):
         if self._launcher is None:
-            from .cuda import CupyLauncher
+            from .runtime.cuda import CupyLauncher
             self._launcher = CupyLauncher()
         return self._launcher
 
@@ -111,7 +111,7 @@ class Kernel:
 
     def _repr_svg_(self) -> str:
         """The planned picture (arrays coloured by memory level, the M/H table), for Jupyter."""
-        from ..compiler.draw import draw_plan
+        from .draw import draw_plan
         return draw_plan(self.plan)
 
     def __repr__(self) -> str:
@@ -133,15 +133,15 @@ class Kernel:
         if self.backend == "reference":
             result = backends.get("reference")(self.diagram, inputs, sizes)
         else:
-            from .emulated import run_plan
-            from .interpret import interpret
+            from .runtime.emulated import run_plan
+            from .runtime.interpret import interpret
             p = self.compiled_for(sizes)[0]
             if self.backend == "interpret":
                 raw = interpret(p, inputs)
                 result = {s.name: raw[s.name] for s in self.diagram.outputs}
             else:
                 result = run_plan(p, inputs, sizes)
-        from . import dtypes
+        from .runtime import dtypes
         outs = [result[s.name].astype(dtypes.numpy_dtype(s.dtype)) for s in self.diagram.outputs]
         if out is not None:
             shapes = {s.name: o.shape for s, o in zip(self.diagram.outputs, outs)}
@@ -178,14 +178,14 @@ class Kernel:
 
     def _loadable(self, sizes: dict, source: str):
         """The cubin (napkin's NVRTC, through the cache), or a module CuPy compiles itself."""
-        from . import nvrtc
+        from .runtime import nvrtc
         if nvrtc.available():
             return self.binary(sizes).cubin
         return self.launcher.module_from_source(source, self.arch)
 
     def _buffers(self, p, prog, inputs: dict, outs: list, shapes, template) -> dict:
         """Buffer name -> device pointer: inputs, outputs and the intermediates kernels share."""
-        from .launches import buffer_names
+        from .runtime.launches import buffer_names
         names = buffer_names(prog)
         by_array = {s.name: o for s, o in zip(self.diagram.outputs, outs)}
         self._keep = []
@@ -209,5 +209,5 @@ class Kernel:
 
 
 def _gpu() -> bool:
-    from .cuda import gpu_present
+    from .runtime.cuda import gpu_present
     return gpu_present()

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import sympy
 
-from . import ir
-from . import tensorcore
-from .buffers import buffers
-from .engine import engine_buffers
-from .formulas import relabelling, simplify, symbolic_cost
-from .plan import Plan
+from .compiler import ir
+from .compiler import tensorcore
+from .compiler.buffers import buffers
+from .compiler.engine import engine_buffers
+from .compiler.formulas import relabelling, simplify, symbolic_cost
+from .compiler.plan import Plan
 
 
 def report(plan: Plan) -> dict:

@@ -112,7 +112,7 @@ def bench(diagram, shape: dict, name: str = "", baseline: str = "auto", warmup: 
     """Correctness, then timings of napkin's kernels and of the baselines (needs a GPU)."""
     import torch
 
-    from napkin.runtime.kernel import Kernel
+    from napkin.kernel import Kernel
     kernel = Kernel(diagram, backend="cuda")
     verdicts = check(kernel, torch, diagram, shape)
     inputs = random_inputs(torch, diagram, shape)

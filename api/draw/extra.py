@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ...diagrams.diagnostics import BackendUnavailable, Diagnostic
+from ..diagrams.diagnostics import BackendUnavailable, Diagnostic
 
 INSTALL = "pip install 'napkin[plot]'"
 

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import napkin
-from napkin.compiler.draw import Metrics, draw, layout, structure, text
-from napkin.compiler.draw.scene import Text
+from napkin.draw import Metrics, draw, layout, structure, text
+from napkin.draw.scene import Text
 from napkin.diagrams.diagnostics import NapkinError
 
 HEADER = "axis a, b, c, d = 4\nin X[a b]: f16\nin W[b c]: f16\nin v[b]: f32\n"

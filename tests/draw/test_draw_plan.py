@@ -10,18 +10,18 @@ import pytest
 import resvg_py
 
 import napkin
-from napkin.compiler.draw import LEVEL_COLOURS, draw_plan, plan_scene
-from napkin.compiler.draw.table import column_costs, number
-from napkin.compiler.explain import report
+from napkin.draw import LEVEL_COLOURS, draw_plan, plan_scene
+from napkin.draw.table import column_costs, number
+from napkin.explain import report
 from napkin.compiler.plan import plan
 from napkin.diagrams.sources import library_names
 
-GOLDENS = Path(__file__).parents[3] / "docs" / "pictures" / "library" / "planned"
+GOLDENS = Path(__file__).parents[2] / "docs" / "pictures" / "library" / "planned"
 NS = "{http://www.w3.org/2000/svg}"
 LIBRARY = library_names()
 TARGETS = ("h100", "two-level")
 CASES = [(n, t) for t in TARGETS for n in LIBRARY]
-FIGURE9 = Path(__file__).parents[3] / "docs" / "examples" / "figure9.napkin"
+FIGURE9 = Path(__file__).parents[2] / "docs" / "examples" / "figure9.napkin"
 
 
 @pytest.fixture(scope="module")

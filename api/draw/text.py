@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from .. import ir
+from ..compiler import ir
 
 MONO_ADVANCE = 0.62   # advance of one character, in ems (DejaVu Sans Mono: 0.602)
 
