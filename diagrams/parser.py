@@ -10,23 +10,22 @@ from __future__ import annotations
 import dataclasses
 import math
 from functools import lru_cache
-from pathlib import Path
 
 from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from . import ast, limits
+from . import ast, limits, tables
 from .diagnostics import Collector, Diagnostic, NapkinError, Source, Span, error
 from .split import Chunk, split_statements
 from .syntax_errors import EXAMPLES, describe_expected, match
 
-GRAMMAR_PATH = Path(__file__).with_name("napkin.lark")
+GRAMMAR_PATH = tables.GRAMMAR_PATH
 
 
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
-    return Lark(GRAMMAR_PATH.read_text(), parser="lalr", lexer="basic",
-                propagate_positions=True, maybe_placeholders=False)
+    # the shipped LALR tables when they match the grammar, else built from it (tables.py)
+    return tables.load()
 
 
 def decode(data: bytes, name: str = "<input>") -> Source:
