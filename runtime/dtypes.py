@@ -1,37 +1,60 @@
-"""Storage dtypes as NumPy dtypes (bf16 through ml_dtypes), and rounding to them."""
+"""Storage dtypes as NumPy dtypes (bf16 through ml_dtypes), and rounding to them.
+
+ml_dtypes takes most of a second to import, so it is imported the first time a bf16 dtype is
+asked for (or met), not when this module is.
+"""
 
 from __future__ import annotations
 
-import ml_dtypes
+import sys
+from functools import lru_cache
+
 import numpy as np
 
-NUMPY: dict[str, np.dtype] = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-}
 # Bits of precision (mantissa + implicit bit): orders dtypes from least to most precise.
 PRECISION = {"bf16": 8, "f16": 11, "f32": 24}
-# Unit roundoff of each dtype.
-EPS = {name: float(ml_dtypes.finfo(dt).eps) for name, dt in NUMPY.items()}
+# Unit roundoff of each dtype (its machine epsilon, 2^(1 - precision), as ml_dtypes.finfo says).
+EPS = {name: 2.0 ** (1 - bits) for name, bits in PRECISION.items()}
+
+_PLAIN: dict[str, np.dtype] = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16)}
+
+
+@lru_cache(maxsize=1)
+def _all() -> dict[str, np.dtype]:
+    import ml_dtypes
+    return {"f32": _PLAIN["f32"], "f16": _PLAIN["f16"], "bf16": np.dtype(ml_dtypes.bfloat16)}
+
+
+def __getattr__(name):
+    if name == "NUMPY":     # every storage dtype by name (imports ml_dtypes)
+        return _all()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def numpy_dtype(name: str) -> np.dtype:
-    return NUMPY[name]
+    return _PLAIN[name] if name in _PLAIN else _all()[name]
 
 
 def name_of(dtype) -> str | None:
     """napkin's name for a NumPy dtype, or None."""
-    dtype = np.dtype(dtype)
-    for name, dt in NUMPY.items():
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:       # perhaps "bfloat16", a name NumPy knows once ml_dtypes is loaded
+        _all()
+        dtype = np.dtype(dtype)
+    for name, dt in _PLAIN.items():
         if dt == dtype:
             return name
+    # a bf16 dtype exists only once ml_dtypes is imported: no need to import it to say no
+    if "ml_dtypes" in sys.modules and _all()["bf16"] == dtype:
+        return "bf16"
     return None
 
 
 def round_to(x: np.ndarray, name: str) -> np.ndarray:
     """Round to the storage dtype and back to the array's own float dtype."""
-    return np.asarray(x).astype(NUMPY[name]).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+    return np.asarray(x).astype(numpy_dtype(name)).astype(
+        x.dtype if x.dtype.kind == "f" else np.float64)
 
 
 def lowest(names) -> str:
