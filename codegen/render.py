@@ -10,8 +10,6 @@ from dataclasses import fields, is_dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import jinja2
-
 from . import program as P
 
 HERE = Path(__file__).parent
@@ -23,7 +21,8 @@ _KIND = {P.Line: "line", P.Decl: "decl", P.Set: "set", P.For: "for", P.If: "if",
 
 
 @lru_cache(maxsize=1)
-def _env() -> jinja2.Environment:
+def _env():
+    import jinja2   # when CUDA is rendered, not when the module is imported (napkin explain)
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")),
                               undefined=jinja2.StrictUndefined, autoescape=False,
                               keep_trailing_newline=True, trim_blocks=False, lstrip_blocks=False)

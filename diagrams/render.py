@@ -12,12 +12,13 @@
 from __future__ import annotations
 
 import json
-from typing import Iterable
-
-from rich.console import Console
-from rich.text import Text
+from typing import TYPE_CHECKING, Iterable
 
 from .diagnostics import Diagnostic, NapkinError, Span
+
+if TYPE_CHECKING:   # rich is imported when there is something to print, not with this module
+    from rich.console import Console
+    from rich.text import Text
 
 _STYLE = {"error": "bold red", "warning": "bold yellow"}
 _TAB = 4
@@ -51,6 +52,7 @@ def diagnostics_of(item) -> tuple[Diagnostic, ...]:
 
 def render_text(item) -> str:
     """Plain text (no colour) of one error, diagnostic or list of diagnostics."""
+    from rich.console import Console
     console = Console(width=10_000, color_system=None, no_color=True, highlight=False,
                       record=True, file=_Null())
     render(item, console)
@@ -71,6 +73,7 @@ def render(item, console: Console) -> None:
 
 
 def _render_one(d: Diagnostic) -> Text:
+    from rich.text import Text
     t = Text()
     t.append(f"{d.severity}[{d.code}]", style=_STYLE.get(d.severity, "bold"))
     t.append(": ", style="bold")
