@@ -10,7 +10,6 @@ secondary labelled spans, and a `help:` line. Rendering happens once, in
 from __future__ import annotations
 
 import bisect
-import difflib
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -204,5 +203,6 @@ class Collector:
 
 def did_you_mean(name: str, candidates, fallback: str | None = None) -> str | None:
     """A "did you mean `x`?" hint for a misspelt name, else the fallback."""
+    import difflib   # on the error path only
     close = difflib.get_close_matches(name, list(candidates), n=1)
     return f"did you mean `{close[0]}`?" if close else fallback

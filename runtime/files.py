@@ -6,10 +6,12 @@ import io
 import os
 import tempfile
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..diagrams.diagnostics import error
+
+if TYPE_CHECKING:   # NumPy is imported by save_npz, not by the commands that only write text
+    import numpy as np
 
 
 def _read_umask() -> int:
@@ -56,6 +58,7 @@ def _discard(tmp: str) -> None:
 
 
 def save_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
+    import numpy as np
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     write_atomic(path, buf.getvalue())
