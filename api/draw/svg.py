@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
-from xml.sax.saxutils import escape, quoteattr
-
 from .scene import Curve, Dot, Polygon, Rect, Scene, Shape, Text
 from .style import Style
+
+# escape and quoteattr as xml.sax.saxutils writes them (tested equal there): that module
+# imports urllib, http.client and ssl, tens of milliseconds for three replacements
+_TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+_ATTR = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "\n": "&#10;", "\r": "&#13;",
+                       "\t": "&#9;"})
+
+
+def escape(data: str) -> str:
+    return data.translate(_TEXT)
+
+
+def quoteattr(data: str) -> str:
+    data = data.translate(_ATTR)
+    if '"' not in data:
+        return f'"{data}"'
+    if "'" not in data:
+        return f"'{data}'"
+    return '"' + data.replace('"', "&quot;") + '"'
 
 
 def num(x: float) -> str:
