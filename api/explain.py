@@ -134,6 +134,11 @@ def _streaming(plan: Plan, kp) -> dict | None:
 
 
 def render_text(rep: dict) -> str:
+    units = _model_units(rep)         # None on a GPU: predicted times are seconds
+
+    def fmt(seconds: float) -> str:
+        return _fmt(seconds) if units is None else f"{seconds:.3g} model time units"
+
     lines = [f"napkin explain {rep['diagram']} on {rep['target']} ({rep['target_description']})"]
     sizes = "  ".join(f"{a}={v}" for a, v in rep["sizes"].items())
     note = (f" ({', '.join(rep['defaulted'])} at the default planning size; set sizes with --shape)"
@@ -193,17 +198,41 @@ def render_text(rep: dict) -> str:
             lines.append(f"  arithmetic intensity {ai:.3g} FLOP/byte of global traffic")
         busy = (f" ({k['threads_per_block']:.0f} threads per block, {k['utilization']:.0%} of "
                 f"the GPU busy)" if rep["gpu"] else "")
-        lines.append(f"  predicted {_fmt(k['predicted_seconds'])}, bound by {k['bound']}{busy}")
+        lines.append(f"  predicted {fmt(k['predicted_seconds'])}, bound by {k['bound']}{busy}")
     lines.append("")
     u = rep["unfused"]
     lines.append(f"total: {len(rep['kernels'])} kernel(s), H = {rep['H_bytes']:.4g} bytes, "
-                 f"predicted {_fmt(rep['predicted_seconds'])}")
+                 f"predicted {fmt(rep['predicted_seconds'])}")
     lines.append(f"unfused: {u['kernels']} kernel(s), H = {u['H_bytes']:.4g} bytes, "
-                 f"predicted {_fmt(u['predicted_seconds'])}")
+                 f"predicted {fmt(u['predicted_seconds'])}")
     if u["H_bytes"] > 0:
         lines.append(f"fusion moves {1 - rep['H_bytes'] / u['H_bytes']:.0%} fewer bytes and is "
                      f"{u['predicted_seconds'] / max(rep['predicted_seconds'], 1e-30):.2f}x faster")
+    if units:
+        lines.append(units)
     return "\n".join(lines)
+
+
+def _model_units(rep: dict) -> str | None:
+    """What a predicted time means on a target that is not a GPU (no processors: the paper's
+    two-level model), read from the target's data; None on a GPU, where times are seconds."""
+    if rep["gpu"]:
+        return None
+    from .compiler import target as targets
+    from .diagrams.diagnostics import UsageError
+    try:
+        tgt = targets.load(rep["target"])
+    except UsageError:
+        bandwidths = set()
+    else:
+        bandwidths = {lv.bandwidth for lv in tgt.levels if lv.bandwidth is not None}
+    if len(bandwidths) == 1:
+        (bw,) = bandwidths
+        per = "1 byte" if bw == 1 else f"{bw:g} bytes"
+        moved = f"bytes moved / a bandwidth of {per} per unit"
+    else:
+        moved = "bytes moved / each level's bandwidth"
+    return f"times are in model time units ({moved}), not seconds: {rep['target']} has no clock"
 
 
 def _fmt(seconds: float) -> str:
