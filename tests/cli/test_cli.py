@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,14 +128,27 @@ def test_internal_error_exits_101_with_please_report(capsys, monkeypatch):
     assert status == 101 and "please report" in err and "ZeroDivisionError" in err
 
 
+def _console_script() -> str:
+    """The `napkin` script installed with this interpreter (not whatever PATH finds: the
+    tests must not depend on an activated virtual environment)."""
+    names = ("napkin.exe", "napkin") if os.name == "nt" else ("napkin",)
+    folders = [Path(sysconfig.get_path("scripts")), Path(sys.executable).parent]
+    for folder in folders:
+        for name in names:
+            if (folder / name).is_file():
+                return str(folder / name)
+    pytest.fail(f"no napkin console script in {[str(f) for f in folders]}: is napkin installed?")
+
+
 def test_console_script_and_module_entry_points(tmp_path):
-    for cmd in (["napkin"], [sys.executable, "-m", "napkin"]):
+    script = _console_script()
+    for cmd in ([script], [sys.executable, "-m", "napkin"]):
         done = subprocess.run(cmd + ["check", "softmax"], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert "Y[r c]  softmax along c" in done.stdout
     bad = tmp_path / "bad.napkin"
     bad.write_bytes(b"axis a\nin X[a]: f32\nY[a] = \xff\n")
-    done = subprocess.run(["napkin", "run", str(bad)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([script, "run", str(bad)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "N0104" in done.stderr and "Traceback" not in done.stderr
 
 
