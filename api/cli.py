@@ -6,11 +6,11 @@ errors, 2 usage errors, 3 backend unavailable, 101 internal error.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import traceback
 
 import click
-from rich.console import Console
 
 from . import __version__
 from .cli_common import OUTPUT, diagram_options, load_diagram, reporter
@@ -20,19 +20,46 @@ from .diagrams.render import render, to_json
 REPORT_URL = "https://github.com/napkin-compiler/napkin/issues"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Each command's module, imported when the command runs (or --help lists them all): `napkin
+# check` does not pay for the planner, NumPy or the drawing code that other commands import.
+COMMANDS = {"check": "check", "compile": "compile_", "explain": "explain", "run": "run",
+            "bench": "bench", "draw": "draw", "cache": "cache"}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx, name: str):
+        if name not in self.commands:
+            # an unknown name loads them all, so that click suggests the nearest one as before
+            for cmd_name in ([name] if name in COMMANDS else COMMANDS):
+                if cmd_name not in self.commands:
+                    module = importlib.import_module(f".commands.{COMMANDS[cmd_name]}", __package__)
+                    self.add_command(module.command, cmd_name)
+        return self.commands.get(name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="napkin")
 def cli() -> None:
     """napkin: neural circuit diagrams to IO-aware GPU kernels."""
 
 
-def _register() -> None:
-    from .commands import bench, cache, check, compile_, draw, explain, run
-    for module in (check, compile_, explain, run, bench, draw, cache):
-        cli.add_command(module.command)
+class _Stderr:
+    """rich's Console on stderr, made when something is printed (rich takes tens of
+    milliseconds to import; a run with nothing to report never imports it)."""
 
+    def __init__(self):
+        self._console = None
 
-_register()
+    def __getattr__(self, name):
+        if self._console is None:
+            if name == "file":          # --diagnostics json writes to the file directly
+                return sys.stderr
+            from rich.console import Console
+            self._console = Console(stderr=True, highlight=False, soft_wrap=True)
+        return getattr(self._console, name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv) -> int:
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = _Stderr()
     try:
         status = cli.main(args=argv, prog_name="napkin", standalone_mode=False)
         OUTPUT.flush(err)

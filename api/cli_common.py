@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 
 from .diagrams.diagnostics import Diagnostic, NapkinError, UsageError, error
 from .diagrams.render import render, to_json
+
+if TYPE_CHECKING:   # rich loads only when there is something to print (see cli._Stderr)
+    from rich.console import Console
 
 
 class _Output:
@@ -87,7 +90,9 @@ def diagram_options(fn):
 
 
 def load_diagram(arg: str, sizes: dict[str, int]):
-    from .api import load
+    # napkin.load of a name, path or text, without napkin.api (which imports NumPy for
+    # napkin.run): `napkin check` needs the front end only
+    from .compiler.pipeline import load
     d = load(arg, **sizes)
     OUTPUT.warn(d.warnings)
     return d
