@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import PurePath
 
-from . import table
 from .layout import Layout, Metrics, layout
 from .model import Structure, structure
 from .planned import BAND, Placement, decorate, gaps, order_key
@@ -78,5 +77,6 @@ def plan_scene(plan, report: dict, metrics: Metrics | None = None) -> Scene:
     lay = Layout(s, m, gaps(s, placement))
     scene = lay.place()
     decorate(scene, s, placement, lay, band_top=m.margin + m.caption - BAND - 2)
+    from . import table     # the cost model: loaded for planned pictures only
     table.add(scene, plan, report, m.margin)
     return scene
