@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from .compiler import pipeline
 from .compiler.diagram import Diagram
 from .diagrams.diagnostics import did_you_mean, error
-from .runtime import backends
-from .runtime.bind import bind_sizes, match_inputs, to_numpy
+from .runtime import dtypes
+from .runtime.bind import match_inputs, to_numpy
 
 
 def _picture(diagram: Diagram) -> str:
@@ -34,26 +36,40 @@ def load(diagram, **sizes: int) -> Diagram:
 
 
 def compile(diagram, target: str | None = None, arch: str | None = None, backend: str = "auto",
-            tensor_cores: bool = True, **sizes: int):
-    """Compile a diagram into a `Kernel` you call on arrays: `napkin.compile("attention")(Q, K, V)`.
+            engine: str = "auto", group: dict | None = None, stream: dict | None = None,
+            fusion: bool = True, **sizes: int):
+    """Compile a diagram into a `Kernel` you call on arrays: `napkin.compile("attention")(Q, K, V)`
+    returns the tuple of outputs, as `napkin.run` does.
 
     `target` and `arch` default to the GPU's when there is one; `backend` is "auto"
     (the GPU when CuPy sees one, else the reference executor), "cuda", "reference",
-    "interpret" or "emulate". `tensor_cores=False` keeps every contraction on the CUDA
-    cores. Keyword arguments fix axis sizes (`d=64`).
+    "interpret" or "emulate". `engine` is "auto" (the planner chooses per kernel),
+    "tensor-cores" (every kernel with a contraction on mma.sync, or N0606 saying why one
+    cannot) or "cuda-cores". `group={"q": 128}` and `stream={"x": 64}` are schedule hints,
+    as `--group`/`--stream` on the command line. Other keyword arguments fix axis sizes
+    (`d=64`).
     """
+    from .backends import check_backend
     from .kernel import Kernel
-    return Kernel(load(diagram, **sizes), target=target, arch=arch, backend=backend,
-                  tensor_cores=tensor_cores)
+    from .pipeline import Options
+    check_backend(backend)
+    options = Options.make(target=target, arch=arch, group=group, stream=stream, engine=engine,
+                           fusion=fusion)
+    return Kernel(load(diagram, **sizes), options, backend=backend)
 
 
-def run(diagram, *arrays, backend: str = "reference", **named) -> tuple:
+def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
+        engine: str = "auto", **named) -> tuple:
     """Run a diagram on arrays; returns a tuple of outputs in declaration order.
 
     Inputs go positionally in declaration order or by name; other keyword
-    arguments naming axes fix their sizes (`d=128`).
+    arguments naming axes fix their sizes (`d=128`). `backend`, `target` and `engine`
+    are as for `napkin.compile`.
     """
-    fn = backends.get(backend)
+    from .backends import check_backend
+    from .kernel import Kernel
+    from .pipeline import Options
+    check_backend(backend)
     d = load(diagram)
     input_names = {s.name for s in d.inputs}
     sizes = {k: v for k, v in named.items() if k not in input_names}
@@ -65,7 +81,9 @@ def run(diagram, *arrays, backend: str = "reference", **named) -> tuple:
     if sizes:
         d = load(d, **sizes)
     given = match_inputs(d, arrays, {k: v for k, v in named.items() if k in input_names})
-    inputs = {name: to_numpy(name, value) for name, value in given.items()}
-    bound = bind_sizes(d, {name: a.shape for name, a in inputs.items()})
-    out = fn(d, inputs, bound)
-    return tuple(out[s.name] for s in d.outputs)
+    # any real array is taken, stored in the input's dtype first (as the reference reads it)
+    stored = {s.name: dtypes.numpy_dtype(s.dtype) for s in d.inputs}
+    inputs = {name: np.ascontiguousarray(to_numpy(name, value).astype(stored[name], copy=False))
+              for name, value in given.items()}
+    kernel = Kernel(d, Options.make(target=target, engine=engine), backend=backend)
+    return kernel(**inputs)

@@ -13,12 +13,9 @@ import traceback
 import click
 
 from . import __version__
-from .cli_common import OUTPUT, diagram_options, load_diagram, reporter
+from .cli_common import OUTPUT, REPORT_URL, diagram_options, load_diagram
 from .diagrams.diagnostics import NapkinError
 from .diagrams.render import render, to_json
-
-REPORT_URL = "https://github.com/napkin-compiler/napkin/issues"
-
 
 # Each command's module, imported when the command runs (or --help lists them all): `napkin
 # check` does not pay for the planner, NumPy or the drawing code that other commands import.
@@ -99,4 +96,4 @@ def _main(argv) -> int:
         return 101
 
 
-__all__ = ["cli", "main", "diagram_options", "load_diagram", "reporter", "render", "to_json"]
+__all__ = ["cli", "main", "diagram_options", "load_diagram", "render", "to_json"]

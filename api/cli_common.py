@@ -13,6 +13,8 @@ from .diagrams.render import render, to_json
 if TYPE_CHECKING:   # rich loads only when there is something to print (see cli._Stderr)
     from rich.console import Console
 
+REPORT_URL = "https://github.com/napkin-compiler/napkin/issues"
+
 
 class _Output:
     """Collects warnings and errors; prints them once, as text or JSON, to stderr."""
@@ -39,10 +41,6 @@ class _Output:
 
 
 OUTPUT = _Output()
-
-
-def reporter() -> _Output:
-    return OUTPUT
 
 
 def parse_assignments(values, option: str) -> dict[str, int]:
@@ -87,6 +85,51 @@ def diagram_options(fn):
     def wrapper(diagram, defines, **kwargs):
         return fn(diagram=diagram, sizes=parse_assignments(defines, "-D"), **kwargs)
     return wrapper
+
+
+ENGINE_HELP = ("Where contractions run: auto (the planner chooses per kernel), tensor-cores "
+               "(every kernel with a contraction on mma.sync, or an error saying why one "
+               "cannot), cuda-cores.")
+
+
+def planning_options(default_target: str | None = None, arch: str | None = None):
+    """Adds --target, --shape, --group, --stream, --engine, --no-fusion (and --arch when `arch`
+    is the help of its default) to a command, which receives them as one checked
+    `options: napkin.pipeline.Options` and `planned: bool` (whether any was given)."""
+    from .compiler import target as targets
+
+    def decorate(fn):
+        @click.option("--target", "target_name", default=default_target,
+                      show_default=default_target is not None,
+                      help="Target to plan for: " + ", ".join(targets.names())
+                      + " (two-level:M=BYTES sets M)" + ("" if default_target else
+                                                         f"; default {targets.DEFAULT}") + ".")
+        @click.option("--shape", "shapes", multiple=True, metavar="NAME=SIZE,...",
+                      help="Sizes of dynamic axes to plan for (default: 1024 each).")
+        @click.option("--group", "groups", multiple=True, metavar="AXIS=SIZE,...",
+                      help="Fix group sizes at the block level: --group q=128.")
+        @click.option("--stream", "streams", multiple=True, metavar="AXIS=SIZE,...",
+                      help="Fix the streamed axis and its chunk: --stream x=64.")
+        @click.option("--engine", type=click.Choice(["auto", "tensor-cores", "cuda-cores"]),
+                      default="auto", show_default=True, help=ENGINE_HELP)
+        @click.option("--no-fusion", is_flag=True, help="Plan one kernel per equation.")
+        @functools.wraps(fn)
+        def wrapper(target_name, shapes, groups, streams, engine, no_fusion, **kwargs):
+            from .pipeline import Options
+            planned = bool(target_name != default_target or shapes or groups or streams
+                           or engine != "auto" or no_fusion)
+            options = Options.make(
+                target=target_name, arch=kwargs.pop("arch", None),
+                shape=parse_assignments(shapes, "--shape"),
+                defines=kwargs.get("sizes"),
+                group=parse_assignments(groups, "--group"),
+                stream=parse_assignments(streams, "--stream"), engine=engine,
+                fusion=not no_fusion)
+            return fn(options=options, planned=planned, **kwargs)
+        if arch is not None:
+            wrapper = click.option("--arch", default=None, help=arch)(wrapper)
+        return wrapper
+    return decorate
 
 
 def load_diagram(arg: str, sizes: dict[str, int]):

@@ -16,10 +16,12 @@ from .compiler import tensorcore
 from .compiler.buffers import buffers
 from .compiler.engine import engine_buffers
 from .compiler.formulas import relabelling, simplify, symbolic_cost
-from .compiler.plan import Plan
+from .compiler.plan import Plan, baseline
 
 
-def report(plan: Plan) -> dict:
+def report(plan: Plan, compare: bool = True) -> dict:
+    """The plan as a dict (what --json prints); `compare`: also plan the unfused baseline
+    (one kernel per equation) and report what fusion saves (explain asks; draw does not)."""
     tgt = plan.target
     kernels = []
     for kp in plan.kernels:
@@ -59,14 +61,12 @@ def report(plan: Plan) -> dict:
             "flops": flops,
             "flops_symbolic": str(simplify(flops_sym)),
             "arithmetic_intensity": flops / float(top.H) if top.H else None,
-            "threads_per_block": float(kp.cost.threads),
+            "threads_per_block": kp.schedule.threads,
             "utilization": float(kp.cost.utilization),
             "predicted_seconds": float(kp.cost.time),
             "bound": kp.cost.bound,
         })
-    unfused_h = sum(float(k.cost.levels[1].H) for k in plan.unfused)
-    unfused_t = sum(float(k.cost.time) for k in plan.unfused)
-    return {
+    out = {
         "diagram": plan.diagram.name,
         "target": tgt.name,
         "target_description": tgt.description,
@@ -77,9 +77,13 @@ def report(plan: Plan) -> dict:
         "kernels": kernels,
         "predicted_seconds": float(plan.time),
         "H_bytes": sum(float(k.cost.levels[1].H) for k in plan.kernels),
-        "unfused": {"kernels": len(plan.unfused), "H_bytes": unfused_h,
-                    "predicted_seconds": unfused_t},
     }
+    if compare:
+        base = baseline(plan)
+        out["unfused"] = {"kernels": len(base),
+                          "H_bytes": sum(float(k.cost.levels[1].H) for k in base),
+                          "predicted_seconds": sum(float(k.cost.time) for k in base)}
+    return out
 
 
 def _eq_name(plan: Plan, stmt: int) -> str:
@@ -90,15 +94,15 @@ def _engine(plan: Plan, kp) -> dict:
     """What computes the kernel's contraction: tensor cores (how) or CUDA cores (why)."""
     fm, fn, fk = tensorcore.FRAGMENT
     instruction = f"mma.sync.aligned.m{fm}n{fn}k{fk}"
-    if kp.choice.warps:
-        found = tensorcore.site(plan.graph, kp.kernel, kp.model, plan.target)
+    sched = kp.schedule
+    if sched.tensor_cores:
+        found = sched.site
+        wm, wn, tm, tn = sched.warp_layout()
         if isinstance(found, tensorcore.FlashSite):
-            wm, tm = dict(kp.choice.warps)[found.row], dict(kp.choice.thread)[found.row]
             return {"kind": "tensor cores", "algorithm": "FlashAttention-2",
                     "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
                     "rows": found.row, "cols": found.dv, "warps": [wm, 1],
                     "warp_tile": [tm, found.width], "fragments": [tm // fm, found.width // fn]}
-        wm, wn, tm, tn = tensorcore.warp_tile(kp.choice, found, plan.sizes)
         return {"kind": "tensor cores", "algorithm": "matrix product",
                 "instruction": instruction,
                 "dtype": found.dtype, "accumulate": "f32", "rows": found.row, "cols": found.col,
@@ -200,9 +204,11 @@ def render_text(rep: dict) -> str:
                 f"the GPU busy)" if rep["gpu"] else "")
         lines.append(f"  predicted {fmt(k['predicted_seconds'])}, bound by {k['bound']}{busy}")
     lines.append("")
-    u = rep["unfused"]
     lines.append(f"total: {len(rep['kernels'])} kernel(s), H = {rep['H_bytes']:.4g} bytes, "
                  f"predicted {fmt(rep['predicted_seconds'])}")
+    u = rep.get("unfused")
+    if u is None:
+        return "\n".join(lines + ([units] if units else []))
     lines.append(f"unfused: {u['kernels']} kernel(s), H = {u['H_bytes']:.4g} bytes, "
                  f"predicted {fmt(u['predicted_seconds'])}")
     if u["H_bytes"] > 0:

@@ -11,39 +11,35 @@ PyTorch. Backends: `cuda` (CuPy), `reference`, `interpret`, `emulate`;
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 
-from .codegen.lower import lower
-from .codegen.render import render
 from .compiler import target as targets
 from .compiler.diagram import Diagram
 from .explain import render_text, report
-from .compiler.plan import plan as make_plan
 from .diagrams.diagnostics import UsageError, did_you_mean, error
-from .runtime import backends, binaries
+from . import pipeline
+from .backends import check_backend
+from .pipeline import Options
+from .runtime import binaries
 from .runtime.arrays import describe, host_copy, is_device, like
 from .runtime.bind import match_inputs
 from .runtime.checks import check_inputs, check_outputs
 from .runtime.launches import make_launches
 
 log = logging.getLogger("napkin")
-BACKENDS = ("auto", "cuda", "reference", "interpret", "emulate")
 _SAID_AUTO = []
 
 
 class Kernel:
-    def __init__(self, diagram: Diagram, target: str | None = None, arch: str | None = None,
-                 backend: str = "auto", launcher=None, cache=None, tensor_cores: bool = True):
-        if backend not in BACKENDS:
-            raise UsageError(error("N0808", f"unknown backend `{backend}`",
-                                   help=did_you_mean(backend, BACKENDS, "backends: " + ", ".join(BACKENDS)))
-                             .diagnostics)
-        if arch is not None:           # a wrong arch is the caller's mistake now, not at .ptx
-            from .runtime.nvrtc import validate_arch
-            validate_arch(arch)
+    """A diagram compiled for `options` (napkin.pipeline.Options), run on `backend`."""
+
+    def __init__(self, diagram: Diagram, options: Options | None = None, backend: str = "auto",
+                 launcher=None, cache=None):
+        check_backend(backend)
+        options = options or Options()
         self.diagram = diagram
-        self.tensor_cores = tensor_cores
         self._launcher = launcher
         self._cache = cache
         if backend == "auto":
@@ -52,13 +48,19 @@ class Kernel:
                 _SAID_AUTO.append(True)
                 log.warning("napkin: no GPU found; running kernels with the reference backend")
         self.backend = backend
-        device_target = device_arch = None
-        if backend == "cuda":
-            _, device_arch, device_target = self.launcher.device()
-        self.target = targets.load(target or device_target or targets.DEFAULT)
-        self.arch = arch or device_arch or (self.target.arch if self.target.arch.startswith("sm_")
-                                            else "sm_90")
+        if backend == "cuda" and (options.target is None or options.arch is None):
+            _, device_arch, device_target = self.launcher.device()   # plan for the GPU at hand
+            options = replace(options, target=options.target or device_target,
+                              arch=options.arch or device_arch)
+        self.options = options
+        self.target = targets.load(options.target_name)
+        self.arch = options.arch_for(self.target)
         self._compiled: dict = {}
+        self._last: dict | None = None     # the sizes of the last call (explain() reads them)
+
+    @property
+    def tensor_cores(self) -> bool:
+        return self.options.engine != "cuda-cores"
 
     @property
     def launcher(self):
@@ -73,32 +75,33 @@ class Kernel:
         key = tuple(sorted((sizes or {}).items()))
         if key not in self._compiled:
             dynamic = {a: s for a, s in (sizes or {}).items() if self.diagram.axes.get(a) is None}
-            p = make_plan(self.diagram, self.target, dynamic, tensor_cores=self.tensor_cores)
-            prog = lower(p)
-            self._compiled[key] = (p, prog, render(prog))
+            options = replace(self.options, shape=tuple(sorted(
+                {**dict(self.options.shape), **dynamic}.items())))
+            self._compiled[key] = pipeline.source(self.diagram, options)
         return self._compiled[key]
 
     @property
     def plan(self):
-        return self.compiled_for()[0]
+        return self.compiled_for(self._last)[0]
 
     @property
     def source(self) -> str:
-        return self.compiled_for()[2]
+        return self.compiled_for(self._last)[2]
 
     def binary(self, sizes: dict[str, int] | None = None):
-        return binaries.get(self.compiled_for(sizes)[2], self.arch, cache=self._cache)
+        return binaries.get(self.compiled_for(sizes)[2], self.arch,
+                            self.options.nvrtc_options, cache=self._cache)
 
     @property
     def ptx(self) -> str:
-        return self.binary().ptx
+        return self.binary(self._last).ptx
 
     @property
     def resources(self) -> dict:
         """Per kernel: registers, spills, stack and shared memory (ptxas and the launch)."""
-        p, prog, _ = self.compiled_for()
+        p, prog, _ = self.compiled_for(self._last)
         out = {}
-        res = self.binary().resources
+        res = self.binary(self._last).resources
         sizes = {param: p.sizes[axis] for param, axis in prog.size_params}
         for k in prog.kernels:
             entry = dict(res[k.name])
@@ -106,8 +109,16 @@ class Kernel:
             out[k.name] = entry
         return out
 
-    def explain(self) -> str:
-        return render_text(report(self.plan))
+    def explain(self, **sizes: int) -> str:
+        """The plan for these sizes of the dynamic axes; without them, for the sizes of the last
+        call (before any call: the planning default, as the text says)."""
+        unknown = [a for a in sizes if a not in self.diagram.axes]
+        if unknown:
+            raise error("N0309", f"`{unknown[0]}` is not an axis of the diagram",
+                        help=did_you_mean(unknown[0], list(self.diagram.axes),
+                                          "axes: " + ", ".join(self.diagram.axes)))
+        chosen = {**(self._last or {}), **sizes} if (sizes or self._last) else None
+        return render_text(report(self.compiled_for(chosen)[0]))
 
     def _repr_svg_(self) -> str:
         """The planned picture (arrays coloured by memory level, the M/H table), for Jupyter."""
@@ -118,29 +129,30 @@ class Kernel:
         return f"<napkin.Kernel {self.diagram.name} on {self.target.name} ({self.backend}, {self.arch})>"
 
     # -- calling ------------------------------------------------------------------------
-    def __call__(self, *arrays, out=None, stream=None, **named):
+    def __call__(self, *arrays, out=None, stream=None, **named) -> tuple:
+        """The outputs, a tuple in declaration order (as napkin.run returns them)."""
         given = match_inputs(self.diagram, arrays, named)
         if self.backend == "cuda":
             outs = self._cuda(given, out, stream)
         else:
             outs = self._host(given, out)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return tuple(outs)
 
     def _host(self, given: dict, out) -> list:
         infos, sizes = check_inputs(self.diagram, given, device_required=False)
         template = next(iter(given.values()), None)
         inputs = {n: host_copy(x) for n, x in given.items()}
+        self._last = sizes
         if self.backend == "reference":
-            result = backends.get("reference")(self.diagram, inputs, sizes)
+            from .runtime import reference
+            result = reference.evaluate(self.diagram, inputs, sizes=sizes)
         else:
-            from .runtime.emulated import run_plan
-            from .runtime.interpret import interpret
             p = self.compiled_for(sizes)[0]
             if self.backend == "interpret":
-                raw = interpret(p, inputs)
-                result = {s.name: raw[s.name] for s in self.diagram.outputs}
+                from .runtime.interpret import interpret
+                result = interpret(p, inputs)
             else:
-                result = run_plan(p, inputs, sizes)
+                result = pipeline.run_plan(p, inputs, sizes)
         from .runtime import dtypes
         outs = [result[s.name].astype(dtypes.numpy_dtype(s.dtype)) for s in self.diagram.outputs]
         if out is not None:
@@ -160,6 +172,7 @@ class Kernel:
         shapes = {s.name: tuple(sizes[a] for a in s.axes) for s in self.diagram.outputs}
         outs = check_outputs(self.diagram, out, shapes, infos) if out is not None else \
             [launcher.empty(shapes[s.name], s.dtype, template) for s in self.diagram.outputs]
+        self._last = sizes
         if any(0 in shape for shape in shapes.values()):
             return self._finish(outs, given, template)
         p, prog, source = self.compiled_for(sizes)

@@ -1,102 +1,227 @@
-"""The driver: one readable list of stages, each a function from one artifact to the next.
+"""The driver: the stages as data, each a function from one artifact to the next.
 
-    text --parse--> AST --check--> graph IR --fuse--> kernels --plan--> Plan
-         --lower--> kernel program --render--> CUDA C --NVRTC--> PTX, cubin
+    text --parse--> AST --check--> Diagram --fuse--> kernels --tile--> Plan
+         --lower--> kernel program --render--> CUDA C --nvrtc--> PTX, cubin
 
-Every stage's artifact can be printed with `napkin compile --emit NAME`.
+Every entry point (`napkin compile/explain/run/draw/bench`, `napkin.compile`,
+`Kernel`, the CPU backends) runs the stages through `through`, with one
+frozen `Options` (target, arch, sizes, hints, engine, fusion) that is also
+their cache key; no other module sequences plan -> lower -> render. Every
+stage's artifact can be printed with `napkin compile --emit NAME`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
-from .codegen.lower import lower
-from .codegen.render import render
-from .codegen.show import show
-from .compiler.diagram import Diagram
-from .explain import report
-from .compiler.pipeline import check, parse
-from .compiler.plan import Plan
-from .compiler.plan import plan as make_plan
-from .compiler.printer import format_ir
-from .diagrams import sources
+from .compiler import target as targets
+from .compiler.plan import ENGINES, check_engine
+
+
+def _pairs(mapping) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(dict(mapping or {}).items()))
 
 
 @dataclass(frozen=True)
 class Options:
     """Everything a compile depends on (and so its cache key): one frozen object."""
 
-    target: str | None = None
-    shape: tuple[tuple[str, int], ...] = ()          # planning sizes of dynamic axes
-    groups: tuple[tuple[str, int], ...] = ()
-    streams: tuple[tuple[str, int], ...] = ()
-    arch: str = "sm_90"
+    target: str | None = None                         # a target name (two-level:M=... too);
+                                                      # None: the GPU's, else targets.DEFAULT
+    arch: str | None = None                           # NVRTC's arch; None: the target's
+    shape: tuple[tuple[str, int], ...] = ()           # planning sizes of dynamic axes
+    defines: tuple[tuple[str, int], ...] = ()         # -D sizes the check stage fixes
+    groups: tuple[tuple[str, int], ...] = ()          # --group hints (block level)
+    streams: tuple[tuple[str, int], ...] = ()         # --stream hints
+    engine: str = "auto"                              # auto | tensor-cores | cuda-cores
+    fusion: bool = True
     nvrtc_options: tuple[str, ...] = field(default=())
-    tensor_cores: bool = True                         # contractions may run on mma.sync
+
+    @classmethod
+    def make(cls, target: str | None = None, arch: str | None = None, shape=None, defines=None,
+             group=None, stream=None, engine: str = "auto", fusion: bool = True,
+             nvrtc_options=()) -> "Options":
+        """Options from plain values (dicts of sizes and hints), checked."""
+        if target is not None:
+            targets.load(target)               # N0605 now, not at the first plan
+        if arch is not None:
+            from .runtime.nvrtc import validate_arch
+            validate_arch(arch)
+        return cls(target, arch, _pairs(shape), _pairs(defines),
+                   _pairs(group), _pairs(stream), check_engine(engine), bool(fusion),
+                   tuple(nvrtc_options))
+
+    def with_shape(self, shape) -> "Options":
+        return replace(self, shape=_pairs(shape))
+
+    @property
+    def overrides(self) -> dict:
+        return {"group": dict(self.groups), "stream": dict(self.streams)}
+
+    @property
+    def target_name(self) -> str:
+        return self.target or targets.DEFAULT
+
+    def arch_for(self, target) -> str:
+        """The arch to compile for: the one given, else the target's (sm_90 for a model)."""
+        return self.arch or (target.arch if target.arch.startswith("sm_") else "sm_90")
 
 
-def plan(diagram: Diagram, options: Options) -> Plan:
-    """Kernels (fusion) and, per kernel, groups, streams and tiles for the target."""
-    overrides = {"group": dict(options.groups), "stream": dict(options.streams)}
-    return make_plan(diagram, options.target, dict(options.shape), overrides,
-                     tensor_cores=options.tensor_cores)
+# -- the stages -------------------------------------------------------------------------------
+
+def _parse(arg, options: Options):
+    from .compiler.pipeline import parse
+    from .diagrams import sources
+    return parse(sources.resolve(arg))
 
 
-def compiled(source: str, options: Options):
-    """PTX and cubin for the exact arch, through NVRTC (no GPU needed)."""
-    from .runtime import nvrtc
-    return nvrtc.compile(source, arch=options.arch, options=options.nvrtc_options)
+def _check(tree, options: Options):
+    from .compiler.pipeline import check
+    return check(tree, dict(options.defines))
+
+
+def _fuse(diagram, options: Options):
+    from .compiler.plan import fuse_kernels, prepare
+    problem = prepare(diagram, options.target_name, dict(options.shape), options.overrides)
+    return fuse_kernels(problem, options.engine, options.fusion)
+
+
+def _tile(fused, options: Options):
+    from .compiler.plan import tile
+    return tile(fused)
+
+
+def _lower(plan, options: Options):
+    from .codegen.lower import lower
+    return lower(plan)
+
+
+def _render(program, options: Options):
+    from .codegen.render import render
+    return render(program)
+
+
+def _compile(source: str, options: Options, cache=None):
+    """PTX, cubin and ptxas's report for the exact arch (NVRTC, through the disk cache)."""
+    from .runtime import binaries
+    arch = options.arch_for(targets.load(options.target_name))
+    return binaries.get(source, arch, options.nvrtc_options, cache=cache)
+
+
+def _show_ast(tree) -> str:
+    return "\n".join(repr(s) for s in tree.statements) + "\n"
+
+
+def _show_ir(diagram) -> str:
+    from .compiler.printer import format_ir
+    return format_ir(diagram.ir)
+
+
+def _show_kernels(fused) -> str:
+    diagram = fused.problem.diagram
+    lines = []
+    for k in fused.kernels:
+        eqs = ", ".join(e.name for e in diagram.equations if e.stmt in k.equations)
+        lines.append(f"{k.name}: {eqs}")
+        if k.reason:
+            lines.append(f"  boundary: {k.reason}")
+    return "\n".join(lines) + "\n"
+
+
+def _show_plan(plan) -> str:
+    from .explain import report
+    return json.dumps(report(plan), indent=2) + "\n"
+
+
+def _show_program(program) -> str:
+    from .codegen.show import show
+    return show(program)
 
 
 @dataclass(frozen=True)
 class Stage:
-    name: str          # the --emit name of its artifact
+    name: str                                   # the artifact's name
     doc: str
+    run: Callable                               # (previous artifact, Options) -> artifact
+    emits: tuple[tuple[str, Callable], ...]     # --emit names and how each prints
 
 
-STAGES: list[Stage] = [
-    Stage("ast", "syntax tree with source spans"),
-    Stage("ir", "checked graph IR: axes, dtypes, contractions resolved"),
-    Stage("kernels", "the fused kernels and why each boundary is there"),
-    Stage("plan", "groups, streams and tiles per level, M, H and predicted time (JSON)"),
-    Stage("program", "the kernel program the templates print"),
-    Stage("cuda", "CUDA C"),
-    Stage("ptx", "PTX from NVRTC"),
-    Stage("cubin", "cubin from NVRTC (binary)"),
-]
+STAGES: tuple[Stage, ...] = (
+    Stage("ast", "syntax tree with source spans", _parse, (("ast", _show_ast),)),
+    Stage("ir", "checked graph IR: axes, dtypes, contractions resolved", _check,
+          (("ir", _show_ir),)),
+    Stage("kernels", "the fused kernels and why each boundary is there", _fuse,
+          (("kernels", _show_kernels),)),
+    Stage("plan", "per kernel a checked schedule: engine, groups, streams, tiles, warps; M, H "
+          "and predicted time (JSON)", _tile, (("plan", _show_plan),)),
+    Stage("program", "the kernel program the templates print", _lower,
+          (("program", _show_program),)),
+    Stage("cuda", "CUDA C", _render, (("cuda", lambda text: text),)),
+    Stage("binary", "PTX and cubin from NVRTC, and ptxas's report", _compile,
+          (("ptx", lambda b: b.ptx), ("cubin", lambda b: b.cubin))),
+)
+_INDEX = {s.name: i for i, s in enumerate(STAGES)}
 
 
 def emit_names() -> list[str]:
-    return [s.name for s in STAGES]
+    return [name for s in STAGES for name, _ in s.emits]
 
 
-def run_until(arg, emit: str, sizes: dict[str, int], options: Options):
-    """(artifact of stage `emit` as text or bytes, warnings) for a diagram."""
-    tree = parse(sources.resolve(arg))
-    if emit == "ast":
-        return "\n".join(repr(s) for s in tree.statements) + "\n", ()
-    diagram = check(tree, sizes)
-    if emit == "ir":
-        return format_ir(diagram.ir), diagram.warnings
-    p = plan(diagram, options)
-    if emit == "kernels":
-        lines = []
-        for kp in p.kernels:
-            eqs = ", ".join(e.name for e in diagram.equations if e.stmt in kp.kernel.equations)
-            lines.append(f"{kp.kernel.name}: {eqs}")
-            if kp.kernel.reason:
-                lines.append(f"  boundary: {kp.kernel.reason}")
-        return "\n".join(lines) + "\n", diagram.warnings
-    if emit == "plan":
-        return json.dumps(report(p), indent=2) + "\n", diagram.warnings
-    prog = lower(p)
-    if emit == "program":
-        return show(prog), diagram.warnings
-    text = render(prog)
-    if emit == "cuda":
-        return text, diagram.warnings
-    result = compiled(text, options)
-    if emit == "ptx":
-        return result.ptx, diagram.warnings
-    return result.cubin, diagram.warnings
+def stage_of(emit: str) -> Stage:
+    return next(s for s in STAGES if emit in dict(s.emits))
+
+
+def through(artifact, after: str | None, until: str, options: Options, cache=None) -> dict:
+    """Run the stages after the one named `after` (None: start from a diagram's path, name or
+    text) up to and including `until`; every artifact made, by stage name."""
+    start = 0 if after is None else _INDEX[after] + 1
+    out = {}
+    for s in STAGES[start:_INDEX[until] + 1]:
+        artifact = s.run(artifact, options, cache) if s.name == "binary" else s.run(artifact, options)
+        out[s.name] = artifact
+    return out
+
+
+def emit(arg, name: str, options: Options):
+    """(artifact `name` as text or bytes, warnings) for a diagram given as path, name or text."""
+    stage = stage_of(name)
+    made = through(arg, None, stage.name, options)
+    warnings = made["ir"].warnings if "ir" in made else ()
+    return dict(stage.emits)[name](made[stage.name]), warnings
+
+
+def plan(diagram, options: Options):
+    """The plan of a checked diagram."""
+    return through(diagram, "ir", "plan", options)["plan"]
+
+
+def source(diagram, options: Options) -> tuple:
+    """(plan, kernel program, CUDA C) of a checked diagram."""
+    made = through(diagram, "ir", "cuda", options)
+    return made["plan"], made["program"], made["cuda"]
+
+
+def lowered(plan) -> tuple:
+    """(kernel program, CUDA C) of a plan made elsewhere (with_choices, the fuzzers)."""
+    made = through(plan, "plan", "cuda", Options())
+    return made["program"], made["cuda"]
+
+
+def run_plan(plan, inputs: dict, sizes: dict, sanitize: str = "none", timeout_s: float = 300.0,
+             edit=None) -> dict:
+    """Outputs by name, as the emitted kernels of `plan` compute them on the CPU emulator (in
+    storage dtypes). `edit` rewrites the CUDA text first (seeded bugs: it must change it)."""
+    from .runtime.emulated import run_program
+    program, text = lowered(plan)
+    if edit is not None:
+        edited = edit(text)
+        if edited == text:
+            raise ValueError("the edit did not change the kernel source")
+        text = edited
+    return run_program(plan, program, text, inputs, sizes, sanitize=sanitize, timeout_s=timeout_s)
+
+
+__all__ = ["Options", "STAGES", "Stage", "ENGINES", "emit", "emit_names", "through", "plan",
+           "source", "lowered", "run_plan"]

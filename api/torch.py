@@ -22,17 +22,21 @@ def op(kernel: Kernel, qualname: str):
     args = ", ".join(f"Tensor a{i}" for i in range(len(ins)))
     result = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
     torch.library.define(qualname, f"({args}) -> {result}")
-    reference = Kernel(diagram, backend="reference")
+    reference = Kernel(diagram, kernel.options, backend="reference")
     gpu = {}
 
+    def single(got: tuple):
+        """A kernel returns a tuple; the op's schema has one Tensor for one output."""
+        return got[0] if len(outs) == 1 else got
+
     def on_cpu(*tensors):
-        got = reference(*tensors)
-        return got if isinstance(got, tuple) or len(outs) == 1 else tuple(got)
+        return single(reference(*tensors))
 
     def on_cuda(*tensors):
         if "kernel" not in gpu:
-            gpu["kernel"] = kernel if kernel.backend == "cuda" else Kernel(diagram, backend="cuda")
-        return gpu["kernel"](*tensors)
+            gpu["kernel"] = kernel if kernel.backend == "cuda" else \
+                Kernel(diagram, kernel.options, backend="cuda")
+        return single(gpu["kernel"](*tensors))
 
     def fake(*tensors):
         dims = _dims(diagram, tensors)

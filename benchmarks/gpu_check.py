@@ -74,6 +74,7 @@ def checks(dry_run: bool):
     from napkin.bench import check, variant
     from napkin.diagrams.sources import library_names
     from napkin.kernel import Kernel
+    from napkin.pipeline import Options
     for name in library_names():
         for dtype in ("f32", "f16", "bf16"):
             entry = {"diagram": name, "dtype": dtype}
@@ -82,7 +83,7 @@ def checks(dry_run: bool):
                 shape = {a: CHECK_SHAPES.get(a, 19) for a, s in d.axes.items() if s is None}
                 entry["shape"] = shape
                 if dry_run:
-                    k = Kernel(d, target="h200", arch="sm_90", backend="reference")
+                    k = Kernel(d, Options(target="h200", arch="sm_90"), backend="reference")
                     res = _compile(k, shape)
                     entry.update(status="compiled", resources=res)
                     inputs = napkin.commands.run.random_inputs(d, shape, 1)
@@ -128,7 +129,8 @@ def _time(name, d, shape, dtype, dry_run, bench, extra=None) -> dict:
     try:
         from napkin.explain import report
         from napkin.kernel import Kernel
-        k = Kernel(d, target="h200", arch="sm_90", backend="reference")
+        from napkin.pipeline import Options
+        k = Kernel(d, Options(target="h200", arch="sm_90"), backend="reference")
         p = k.compiled_for(shape)[0]
         entry["engines"] = [kr["engine"]["kind"] for kr in report(p)["kernels"]]
         if dry_run:

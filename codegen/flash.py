@@ -23,11 +23,6 @@ from .mma import FK, FM, FN, MmaLowering
 
 
 class FlashLowering(MmaLowering):
-    def _warps(self) -> tuple[int, int, int, int]:
-        """Warps stack along the rows; each covers the whole value width."""
-        row = self.site.row
-        return dict(self.choice.warps)[row], 1, dict(self.choice.thread)[row], self.site.width
-
     def _block_body(self) -> None:
         b, s = self.b, self.site
         self._origins()

@@ -14,7 +14,6 @@ masked to the points inside the arrays.
 
 from __future__ import annotations
 
-import math
 
 from ..compiler import ir
 from ..compiler.canonical import through
@@ -43,17 +42,13 @@ class KernelLowering:
         self.staging = {n for n in self.loads if not all(
             isinstance(ir.op(self.g, v), ir.View) for v in self.g.successors(n) if v in kp.kernel.nodes)}
         self.woven = self._order(self.model.woven)
-        planned = plan.sizes
-        group = dict(self.choice.group)
-        self.tile = {a: group.get(a, planned[a]) for a in self.woven}
-        thread = dict(self.choice.thread)
-        self.ttile = {a: min(thread.get(a, 1), self.tile[a]) for a in self.woven}
-        self.split = self.choice.split
-        ways = self.split[1] if self.split else 1
-        self.ways = ways
+        sched = kp.schedule           # compiler/schedule.py: every decision, checked once
+        self.tile = {a: sched.block_tile()[a] for a in self.woven}
+        self.ttile = {a: sched.thread_tile()[a] for a in self.woven}
+        self.split = sched.split
+        self.ways = self.split[1] if self.split else 1
         self.tcount = {a: -(-self.tile[a] // self.ttile[a]) for a in self.woven}
-        real = math.prod(self.tcount.values()) * ways
-        self.threads = max(32, -(-real // 32) * 32)
+        self.threads = sched.threads
         self.registered_values: dict = {}
         self.stats: dict = {}
         self.staged: dict[int, tuple] = {}
@@ -137,8 +132,7 @@ class KernelLowering:
             c = self._axis_var("tc", a)
             b.emit(P.Decl("const int", c, f"({rest}) % {self.tcount[a]}"))
             rest = f"({rest}) / {self.tcount[a]}"
-        real = math.prod(self.tcount.values()) * self.ways
-        b.emit(P.Decl("const bool", "tvalid", f"tid < {real}"))
+        b.emit(P.Decl("const bool", "tvalid", f"tid < {self.kp.schedule.lanes}"))
         return self._grid(name)
 
     def _grid(self, name: str) -> P.KernelProgram:

@@ -14,7 +14,7 @@ from ..compiler.plan import Plan
 from . import cexpr
 from . import program as P
 from .indexing import index_type
-from ..compiler import tensorcore
+from ..compiler import schedule as schedules
 from .flash import FlashLowering
 from .kernel import KernelLowering
 from .mma import MmaLowering
@@ -69,14 +69,11 @@ def lower(plan: Plan) -> P.Program:
 
 
 def _lowering(plan: Plan, kp, names: dict, sizes: dict, itype: str) -> KernelLowering:
-    """SIMT, a matrix product on tensor cores, or attention on tensor cores."""
-    if not kp.choice.warps:
-        return KernelLowering(plan, kp, names, sizes, itype)
-    site = tensorcore.site(plan.graph, kp.kernel, kp.model, plan.target)
-    if site is None:     # the planner gives warps to eligible kernels only
-        raise ValueError(f"kernel {kp.kernel.name} has warps but no tensor-core contraction")
-    lowering = FlashLowering if isinstance(site, tensorcore.FlashSite) else MmaLowering
-    return lowering(plan, kp, names, sizes, itype, site)
+    """SIMT, a matrix product on tensor cores, or attention on tensor cores: the engine the
+    kernel's schedule names."""
+    lowering = {schedules.SIMT: KernelLowering, schedules.PRODUCT: MmaLowering,
+                schedules.ATTENTION: FlashLowering}[kp.schedule.engine]
+    return lowering(plan, kp, names, sizes, itype)
 
 
 def _array(g, n: int) -> str:

@@ -42,17 +42,16 @@ class TileAxis(NamedTuple):
 
 
 class MmaLowering(KernelLowering):
-    def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str, site):
+    def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
         super().__init__(plan, kp, names, sizes, index_type)
-        self.site = site           # compiler/tensorcore.py: what runs on the tensor cores
+        self.site = kp.schedule.site   # compiler/tensorcore.py: what runs on the tensor cores
         self.staging = set()       # the operands get their own padded tiles; others: global
         self.values: dict = {}     # node -> the fragment element it is at the current point
         self.wm, self.wn, self.wtm, self.wtn = self._warps()
-        self.threads = self.wm * self.wn * 32
 
     def _warps(self) -> tuple[int, int, int, int]:
         """(warps along rows, along columns, warp tile rows, warp tile columns)."""
-        return tc.warp_tile(self.choice, self.site, self.plan.sizes)
+        return self.kp.schedule.warp_layout()
 
     def registered(self, n: int, scope: dict[str, Ix]):
         return self.values.get(n)

@@ -1,9 +1,18 @@
 """Plans: per kernel, the chosen groups and streams, and what each memory level holds and moves.
 
-`plan(diagram, target, sizes, overrides)` canonicalises the IR, fuses it into
-kernels (`fuse.py`), and for each kernel searches the streamed axis and the
-tile sizes that minimise predicted time within every level's capacity. Sizes
-of dynamic axes default to DEFAULT_SIZE for planning; `--shape` sets them.
+Planning is three stages the driver (`napkin.pipeline`) runs in turn, each a
+function of the one before:
+
+    prepare   the canonical IR, the planning size of every axis, the schedule hints
+    fuse      the kernels (`fuse.py`), priced by quick estimates of each candidate
+    tile      per kernel, the streamed axis, the tile sizes and the engine that
+              minimise predicted time within every level's capacity, as a checked
+              `Schedule` (schedule.py)
+
+`plan(diagram, target, sizes, overrides)` runs all three. Sizes of dynamic axes
+default to DEFAULT_SIZE for planning; `--shape` sets them. `baseline(plan)` is
+the unfused plan (one kernel per equation) that `explain` compares with; no
+other stage computes it.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import numpy as np
 from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
+from . import schedule as schedules
 from . import tensorcore
 from .canonical import canonicalize
 from .columns import Column, columns
@@ -23,10 +33,12 @@ from .cost import Choice, Cost, evaluate
 from .diagram import Diagram
 from .kernels import Kernel
 from .model import Model, build
+from .schedule import Schedule
 from .search import fits, search
 from .target import Target, load
 
 DEFAULT_SIZE = 1024
+ENGINES = ("auto", "tensor-cores", "cuda-cores")
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,21 @@ class KernelPlan:
     choice: Choice
     cost: Cost
     hints: tuple[hint_mod.Hint, ...] = ()
+    schedule: Schedule | None = None     # None only inside the planner's search (see below)
+
+    def __post_init__(self):
+        # a plan that leaves the planner has the schedule of its own choice: one built by
+        # kernel_plan (or with_choices), never a stale one from dataclasses.replace
+        if self.schedule is not None and self.schedule.choice != self.choice:
+            raise ValueError(f"kernel {self.kernel.name}: the schedule was built for another "
+                             "choice; make plans with plan.with_choices or plan.kernel_plan")
+
+
+def kernel_plan(g: nx.DiGraph, k: Kernel, model: Model, cols, choice: Choice, cost: Cost,
+                hints, sizes: dict, target: Target, sched: Schedule | None = None) -> KernelPlan:
+    """A kernel's plan with its checked schedule (N0604 if the choice is not legal)."""
+    sched = sched or schedules.build(g, k, model, choice, sizes, target)
+    return KernelPlan(k, model, tuple(cols), choice, cost, tuple(hints), sched)
 
 
 @dataclass(frozen=True)
@@ -46,13 +73,37 @@ class Plan:
     target: Target
     sizes: dict                  # planning size of every axis
     kernels: tuple[KernelPlan, ...]
-    unfused: tuple[KernelPlan, ...] = field(default=())
-    tensor_cores: bool = False
+    engine: str = "auto"         # auto | tensor-cores | cuda-cores (what the planner was told)
     defaulted: tuple[str, ...] = ()   # dynamic axes planned at DEFAULT_SIZE (no size given)
+    hints: tuple = ()            # the resolved schedule hints (baseline() plans with them)
 
     @property
     def time(self) -> float:
         return sum(k.cost.time for k in self.kernels)
+
+    @property
+    def tensor_cores(self) -> bool:
+        """Whether contractions were allowed on tensor cores."""
+        return self.engine != "cuda-cores"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What planning starts from: the canonical IR, sizes, target and resolved hints."""
+    diagram: Diagram
+    graph: nx.DiGraph
+    target: Target
+    sizes: dict
+    hints: tuple
+    defaulted: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Fused:
+    """The kernels fusion chose, and the planner that priced them (its estimates memoised)."""
+    problem: Problem
+    kernels: tuple[Kernel, ...]
+    planner: "KernelPlanner"
 
 
 def planning_sizes(diagram: Diagram, shape: dict | None = None) -> dict[str, int]:
@@ -76,36 +127,85 @@ def planning_sizes(diagram: Diagram, shape: dict | None = None) -> dict[str, int
     return out
 
 
-def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,
-         overrides: dict | None = None, tensor_cores: bool = True, fusion: bool = True) -> Plan:
-    """The plan for a diagram on a target (see the module docstring)."""
-    from .fuse import fuse, unfused_kernels
-    tgt = target if isinstance(target, Target) else load(target)
-    sizes = planning_sizes(diagram, shape)
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        from ..diagrams.diagnostics import UsageError, did_you_mean
+        raise UsageError(error("N0804", f"unknown engine `{engine}`",
+                               help=did_you_mean(engine, ENGINES, "engines: " + ", ".join(ENGINES)))
+                         .diagnostics)
+    return engine
+
+
+def _in_diagram(diagram: Diagram, fn):
+    """Run a stage; its errors point into the diagram's source."""
     try:
-        g = canonicalize(diagram.ir)
-        hints = hint_mod.resolve(diagram.hints, overrides or {}, tgt, sizes)
-        planner = KernelPlanner(g, tgt, sizes, hints, tensor_cores)
-        kernels = fuse(g, planner) if fusion else unfused_kernels(g)
-        plans = tuple(planner.plan(k) for k in kernels)
-        hint_mod.check_all_used(hints, {h for p in plans for h in p.hints}, g, kernels)
-        base = unfused_kernels(g)
-        unfused = tuple(planner.plan(k, strict=False) for k in base)
+        return fn()
     except NapkinError as exc:
         raise NapkinError(exc.diagnostics, diagram.source) from None
-    given = {diagram.ir.graph["axes"][a].rep for a in (shape or {}) if a in diagram.ir.graph["axes"]}
-    defaulted = tuple(a for a, info in diagram.ir.graph["axes"].items()
-                      if info.size is None and info.rep not in given)
-    return Plan(diagram, g, tgt, sizes, plans, tuple(p for p in unfused if p is not None),
-                tensor_cores, defaulted)
+
+
+def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,
+            overrides: dict | None = None) -> Problem:
+    """Stage `prepare`: canonical IR, planning sizes, resolved hints."""
+    tgt = target if isinstance(target, Target) else load(target)
+    sizes = planning_sizes(diagram, shape)
+
+    def run():
+        g = canonicalize(diagram.ir)
+        return g, tuple(hint_mod.resolve(diagram.hints, overrides or {}, tgt, sizes))
+    g, hints = _in_diagram(diagram, run)
+    axes = diagram.ir.graph["axes"]
+    given = {axes[a].rep for a in (shape or {}) if a in axes}
+    defaulted = tuple(a for a, info in axes.items() if info.size is None and info.rep not in given)
+    return Problem(diagram, g, tgt, sizes, hints, defaulted)
+
+
+def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True) -> Fused:
+    """Stage `fuse`: the kernels (one per equation without fusion)."""
+    from .fuse import fuse, unfused_kernels
+    planner = KernelPlanner(problem.graph, problem.target, problem.sizes, problem.hints,
+                            check_engine(engine))
+    kernels = _in_diagram(problem.diagram, lambda: fuse(problem.graph, planner) if fusion
+                          else unfused_kernels(problem.graph))
+    return Fused(problem, tuple(kernels), planner)
+
+
+def tile(fused: Fused) -> Plan:
+    """Stage `tile`: every kernel's schedule, cost and hints used."""
+    pr = fused.problem
+
+    def run():
+        plans = tuple(fused.planner.plan(k) for k in fused.kernels)
+        hint_mod.check_all_used(list(pr.hints), {h for p in plans for h in p.hints}, pr.graph,
+                                list(fused.kernels))
+        return plans
+    plans = _in_diagram(pr.diagram, run)
+    return Plan(pr.diagram, pr.graph, pr.target, pr.sizes, plans, fused.planner.engine,
+                pr.defaulted, pr.hints)
+
+
+def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,
+         overrides: dict | None = None, engine: str = "auto", fusion: bool = True) -> Plan:
+    """The plan for a diagram on a target: prepare, fuse, tile (see the module docstring)."""
+    return tile(fuse_kernels(prepare(diagram, target, shape, overrides), engine, fusion))
+
+
+def baseline(p: Plan) -> tuple[KernelPlan, ...]:
+    """The unfused plan of the same problem (one kernel per equation), for comparison; kernels
+    that have no legal tiling on their own are left out."""
+    from .fuse import unfused_kernels
+    planner = KernelPlanner(p.graph, p.target, p.sizes, p.hints, p.engine)
+    found = _in_diagram(p.diagram, lambda: [planner.plan(k, strict=False)
+                                            for k in unfused_kernels(p.graph)])
+    return tuple(kp for kp in found if kp is not None)
 
 
 class KernelPlanner:
     """Plans single kernels, memoised (fusion asks about many candidate kernels)."""
 
-    def __init__(self, g: nx.DiGraph, target: Target, sizes: dict, hints, tensor_cores: bool):
-        self.g, self.target, self.sizes, self.hints = g, target, sizes, hints
-        self.tensor_cores = tensor_cores
+    def __init__(self, g: nx.DiGraph, target: Target, sizes: dict, hints, engine: str = "auto"):
+        self.g, self.target, self.sizes, self.hints = g, target, sizes, list(hints)
+        self.engine = engine
         self._memo: dict = {}
 
     def plan(self, k: Kernel, strict: bool = True, quick: bool = False) -> KernelPlan | None:
@@ -114,11 +214,12 @@ class KernelPlanner:
         if key not in self._memo:
             self._memo[key] = self._plan(k, quick)
         found = self._memo[key]
-        if isinstance(found, _Infeasible):
+        if isinstance(found, (_Infeasible, _NotOnTensorCores)):
             if strict:
                 raise found.error(k, self.target)
             return None
-        return KernelPlan(k, found.model, found.columns, found.choice, found.cost, found.hints)
+        return kernel_plan(self.g, k, found.model, found.columns, found.choice, found.cost,
+                           found.hints, self.sizes, self.target)
 
     def _plan(self, k: Kernel, quick: bool = False):
         g = self.g
@@ -139,15 +240,42 @@ class KernelPlanner:
             choice, cost = found
             if best is None or (cost.time, axis is not None) < (best.cost.time, best.choice.stream is not None):
                 best = KernelPlan(k, model, cols, choice, cost, tuple(used))
-        if self.tensor_cores:
-            best = self._tensor_cores(k, tried, fixed, used, best)
+        if self.engine != "cuda-cores":
+            # forced onto tensor cores: the final plan of a kernel with a contraction; fusion's
+            # quick estimates price candidates as auto does, so a kernel that would ship at
+            # scale is the kernel forced at any size
+            forced = self.engine == "tensor-cores" and not quick
+            on_tc = self._tensor_cores(k, tried, fixed, used, None if forced else best)
+            if forced and on_tc is None and self._has_contraction(k):
+                return _NotOnTensorCores(self._why_not(k, tried))
+            if on_tc is not None:
+                best = on_tc
         if best is None:
             return self._infeasible(k, tried, fixed, used)
         return best
 
+    def _has_contraction(self, k: Kernel) -> bool:
+        return any(isinstance(ir.op(self.g, n), ir.Contract) for n in k.nodes)
+
+    def _why_not(self, k: Kernel, tried) -> str:
+        """Why no tensor-core plan: the reason of the model that comes closest (an attention's
+        with its keys streamed), or that no tensor-core tiling fits the hints and memory."""
+        reasons = []
+        for model, _ in tried:
+            found = tensorcore.examine(self.g, k, model, self.target)
+            if not isinstance(found, str):
+                return "no tensor-core tiling of it fits the memory and the schedule hints"
+            reasons.append((not model.streaming.pairs, found))
+        if k.reduced(self.g):
+            best = tensorcore.best_site(self.g, k, self.target)
+            if isinstance(best, str):
+                return best
+        return min(reasons)[1] if reasons else "no contraction"
+
     def _tensor_cores(self, k: Kernel, tried, fixed, used, best):
-        """The tensor-core plan of an eligible kernel (tensorcore.py) when it beats `best`;
-        `tried`: the (model, columns) the SIMT search built, one per streamed axis."""
+        """The tensor-core plan of an eligible kernel (tensorcore.py) when it beats `best`
+        (any, when `best` is None); `tried`: the (model, columns) the SIMT search built, one
+        per streamed axis."""
         for model, cols in tried:
             where = tensorcore.site(self.g, k, model, self.target)
             if where is None:
@@ -265,24 +393,47 @@ class _Infeasible:
                      f"{self.level} holds {int(self.capacity):,}", span, help=self.fix)
 
 
+@dataclass(frozen=True)
+class _NotOnTensorCores:
+    why: str
+
+    def error(self, k: Kernel, target: Target) -> NapkinError:
+        return error("N0606", f"kernel {k.name} cannot run on tensor cores: {self.why}",
+                     help="--engine auto lets the planner choose, --engine cuda-cores keeps "
+                          "every kernel on the CUDA cores")
+
+
 def _unit(target: Target, level: str) -> str:
     return target.level(level).unit or "unit"
 
 
-def node_name(g: nx.DiGraph, n: int) -> str:
-    op = ir.op(g, n)
-    return getattr(op, "name", f"%{n}")
-
-
 def with_choices(plan: Plan, choices) -> Plan:
-    """The same kernels with other decisions (for tests and fuzzing: any legal choice)."""
-    from .model import build as build_model
+    """The same kernels with other decisions, one Choice per kernel, each checked (N0604 when
+    a choice is not a legal schedule of its kernel); for tests, fuzzing and hand tuning."""
+    choices = list(choices)
+    if len(choices) != len(plan.kernels):
+        raise error("N0604", f"{len(choices)} choice(s) for {len(plan.kernels)} kernel(s)",
+                    help="give one choice per kernel, in launch order")
     kernels = []
     for kp, choice in zip(plan.kernels, choices):
+        if not isinstance(choice, Choice):
+            raise error("N0604", f"kernel {kp.kernel.name}: {choice!r} is not a Choice",
+                        help="build it with napkin.compiler.cost.Choice")
+        if choice.stream is not None and (not isinstance(choice.stream, tuple)
+                                          or len(choice.stream) != 2):
+            raise error("N0604", f"kernel {kp.kernel.name}: stream {choice.stream!r} is not "
+                        "(axis, chunk)", help="for example stream=('x', 64)")
         axis = choice.stream[0] if choice.stream else None
-        model = build_model(plan.graph, kp.kernel, axis)
+        if axis is not None and axis not in kp.kernel.reduced(plan.graph):
+            raise error("N0604", f"schedule of kernel {kp.kernel.name} is not legal: it streams "
+                        f"`{axis}`, which the kernel does not reduce",
+                        help="stream one of: " + (", ".join(kp.kernel.reduced(plan.graph))
+                                                  or "nothing (this kernel reduces no axis)"))
+        model = build(plan.graph, kp.kernel, axis)
         cols = columns(plan.graph, model)
+        sched = schedules.build(plan.graph, kp.kernel, model, choice, plan.sizes, plan.target)
         cost = evaluate(model, cols, choice, plan.sizes, plan.target)
-        kernels.append(KernelPlan(kp.kernel, model, cols, choice, cost, kp.hints))
-    return Plan(plan.diagram, plan.graph, plan.target, plan.sizes, tuple(kernels), plan.unfused,
-                plan.tensor_cores, plan.defaulted)
+        kernels.append(kernel_plan(plan.graph, kp.kernel, model, cols, choice, cost, kp.hints,
+                                   plan.sizes, plan.target, sched))
+    return Plan(plan.diagram, plan.graph, plan.target, plan.sizes, tuple(kernels), plan.engine,
+                plan.defaulted, plan.hints)

@@ -49,6 +49,7 @@ CODES: dict[str, str] = {
     "N0603": "plan does not fit in memory",
     "N0604": "schedule not legal for this diagram",
     "N0605": "unknown target",
+    "N0606": "kernel cannot run on tensor cores",
     # warnings
     "N0701": "unused input",
     "N0702": "unused array",

@@ -31,7 +31,7 @@ class ArrayInfo:
 
     @property
     def contiguous(self) -> bool:
-        if self.strides is None:
+        if self.strides is None or 0 in self.shape:    # an empty array has no layout to break
             return True
         expected, step = [], 1
         for n in reversed(self.shape):

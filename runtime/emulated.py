@@ -5,8 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..codegen import program as P
-from ..codegen.lower import lower
-from ..codegen.render import render
 from ..compiler.plan import Plan
 from . import emulate
 from .launches import buffer_names, make_buffers, make_launches
@@ -28,18 +26,11 @@ def signatures(program: P.Program) -> dict:
     return out
 
 
-def run_plan(plan: Plan, inputs: dict[str, np.ndarray], sizes: dict[str, int],
-             sanitize: str = "none", timeout_s: float = 300.0,
-             edit=None) -> dict[str, np.ndarray]:
-    """Outputs by name, as the emitted kernels compute them (in storage dtypes). `edit`
-    rewrites the CUDA text first (seeded bugs: it must change it)."""
-    program = lower(plan)
-    source = render(program)
-    if edit is not None:
-        edited = edit(source)
-        if edited == source:
-            raise ValueError("the edit did not change the kernel source")
-        source = edited
+def run_program(plan: Plan, program: P.Program, source: str, inputs: dict[str, np.ndarray],
+                sizes: dict[str, int], sanitize: str = "none",
+                timeout_s: float = 300.0) -> dict[str, np.ndarray]:
+    """Outputs by name, as the emitted kernels compute them (in storage dtypes): `program` and
+    `source` are the plan's, lowered and rendered by the driver (napkin.pipeline.run_plan)."""
     input_names = set(plan.graph.graph["inputs"])
     buffers = make_buffers(program, inputs, sizes, input_names)
     launches = [emulate.Launch(s.kernel, (s.grid if s.grid < EMULATOR_GRID else EMULATOR_GRID, 1, 1),

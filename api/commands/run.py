@@ -8,16 +8,23 @@ import zipfile
 import click
 import numpy as np
 
-from ..cli_common import diagram_options, load_diagram, parse_assignments
+from ..cli_common import ENGINE_HELP, REPORT_URL, diagram_options, load_diagram, parse_assignments
+from ..compiler import target as targets
 from ..diagrams.diagnostics import UsageError, did_you_mean, error
-from ..runtime import backends, compare, dtypes
+from ..backends import BACKENDS, check_backend
+from ..runtime import compare, dtypes
 from ..runtime.files import save_npz
 
 
 @click.command("run")
 @diagram_options
 @click.option("--backend", default="reference", show_default=True,
-              help="Where to run: " + ", ".join(backends.names()) + ".")
+              help="Where to run: " + "; ".join(f"{k} ({v})" for k, v in BACKENDS.items()) + ".")
+@click.option("--target", "target_name", default=None,
+              help="Target the interpret, emulate and cuda backends plan for (default: the "
+                   "GPU's, else " + targets.DEFAULT + ").")
+@click.option("--engine", type=click.Choice(["auto", "tensor-cores", "cuda-cores"]),
+              default="auto", show_default=True, help=ENGINE_HELP)
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), default=None,
               help=".npz file whose keys are the input names.")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=SIZE,...",
@@ -28,10 +35,11 @@ from ..runtime.files import save_npz
 @click.option("--check", is_flag=True,
               help="Also compare each output with the float64 reference under the tolerance "
                    "rule and print its error and budget (exit 101 if one breaks it: a bug).")
-def command(diagram, sizes, backend, inputs_path, shapes, seed, save_path, check) -> None:
+def command(diagram, sizes, backend, target_name, engine, inputs_path, shapes, seed, save_path,
+            check) -> None:
     """Run a diagram and print each output's shape and checksum."""
     from ..api import run
-    backends.get(backend)
+    check_backend(backend)
     d = load_diagram(diagram, sizes)
     if inputs_path:
         if shapes:
@@ -40,7 +48,7 @@ def command(diagram, sizes, backend, inputs_path, shapes, seed, save_path, check
         inputs = read_inputs(inputs_path, [s.name for s in d.inputs])
     else:
         inputs = random_inputs(d, parse_assignments(shapes, "--shape"), seed)
-    outputs = run(d, backend=backend, **inputs)
+    outputs = run(d, backend=backend, target=target_name, engine=engine, **inputs)
     named = {s.name: out for s, out in zip(d.outputs, outputs)}
     verdicts = compare.against_reference(d, inputs, named) if check else {}
     for name, out in named.items():
@@ -52,7 +60,6 @@ def command(diagram, sizes, backend, inputs_path, shapes, seed, save_path, check
     if save_path:
         save_npz(save_path, named)
     if not all(v.ok for v in verdicts.values()):
-        from ..cli import REPORT_URL
         click.echo(f"error: the {backend} backend does not match the float64 reference: this is "
                    f"a bug in napkin; please report it at {REPORT_URL} with the diagram and "
                    "command", err=True)

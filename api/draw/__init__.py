@@ -59,7 +59,7 @@ def draw_plan(plan, *, report: dict | None = None, style: Style | None = None,
     M and H per column underneath. `report`: the plan's explain report, if already made."""
     if report is None:
         from ..explain import report as explain
-        report = explain(plan)
+        report = explain(plan, compare=False)
     scene = plan_scene(plan, report, metrics)
     desc = (_signature(scene.title, plan.diagram) + f"; {len(report['kernels'])} kernel(s), "
             f"{report['H_bytes']:.6g} bytes of global traffic")

@@ -61,8 +61,8 @@ def test_only_generated_identifiers_reach_the_c():
 
 @pytest.mark.parametrize("tensor_cores", [False, True])
 def test_causal_attention_skips_fully_masked_key_chunks(tensor_cores):
-    causal = render(lower(plan(napkin.load("causal_attention"), "h100", tensor_cores=tensor_cores)))
-    plain = render(lower(plan(napkin.load("attention"), "h100", tensor_cores=tensor_cores)))
+    causal = render(lower(plan(napkin.load("causal_attention"), "h100", engine="auto" if tensor_cores else "cuda-cores")))
+    plain = render(lower(plan(napkin.load("attention"), "h100", engine="auto" if tensor_cores else "cuda-cores")))
     # the chunk's first key against the block's last query: SIMT skips the chunk, the
     # tensor-core pipeline copies it (the next stage's copies are in flight) but skips its mmas
     test = "(double)(c0) <= (double)("
@@ -77,7 +77,7 @@ def test_sliding_window_skips_on_both_sides():
             "P[b h q x] = softmax[x](S)\nO[b h q d] = P * V\nout O: f16")
     for tensor_cores in (False, True):
         source = render(lower(plan(napkin.load(text), "h100", {"b": 1, "h": 8, "q": 8192, "x": 8192},
-                                   tensor_cores=tensor_cores)))
+                                   engine="auto" if tensor_cores else "cuda-cores")))
         (skip,) = [line for line in source.splitlines() if "(double)(c0)" in line]
         assert "&&" in skip and "256" in skip
         assert ("continue;" in skip) == (not tensor_cores)

@@ -13,7 +13,7 @@ from napkin.commands.run import random_inputs
 from napkin.compiler.plan import plan
 from napkin.diagrams.sources import library_names
 from napkin.runtime import compare, reference
-from napkin.runtime.emulated import run_plan
+from napkin.pipeline import run_plan
 
 from .conftest import library, shape_of
 

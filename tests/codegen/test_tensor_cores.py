@@ -18,9 +18,9 @@ import napkin
 from napkin.codegen.lower import lower
 from napkin.codegen.render import render
 from napkin.commands.run import random_inputs
-from napkin.compiler.plan import plan
+from napkin.compiler.plan import plan, with_choices
 from napkin.runtime import compare, reference
-from napkin.runtime.emulated import run_plan
+from napkin.pipeline import run_plan
 from napkin.runtime.interpret import interpret
 
 from .conftest import library, shape_of
@@ -112,7 +112,7 @@ def retiled(p, chunk: int, tiles: dict):
     choice = dataclasses.replace(c, group=tuple(sorted(group.items())),
                                  thread=tuple(sorted(thread.items())), stream=(c.stream[0], chunk),
                                  warps=tuple(sorted((a, w) for a, (_, w) in tiles.items())))
-    return dataclasses.replace(p, kernels=(dataclasses.replace(kp, choice=choice),))
+    return with_choices(p, [choice])
 
 
 @pytest.mark.parametrize("bm, bn, bk, wm, wn", [

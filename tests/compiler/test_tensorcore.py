@@ -43,7 +43,7 @@ def test_a_large_product_runs_on_tensor_cores_within_the_rules():
 
 def test_tensor_cores_are_predicted_faster_than_the_cuda_cores_at_scale():
     fast = plan(matmul(), "h100", SQUARE)
-    slow = plan(matmul(), "h100", SQUARE, tensor_cores=False)
+    slow = plan(matmul(), "h100", SQUARE, engine="cuda-cores")
     assert not slow.kernels[0].choice.warps
     assert fast.time * 2 < slow.time
     assert engine(slow)["why"] == "tensor cores are off"
@@ -125,7 +125,7 @@ def test_explain_prints_the_engine_line(capsys):
     status, out, _ = run_cli(capsys, "explain", "matmul", "--shape", "m=4096,k=4096,n=4096")
     assert status == 0 and "on tensor cores: mma.sync.aligned.m16n8k16 (f16 -> f32)" in out
     status, out, _ = run_cli(capsys, "explain", "matmul", "--shape", "m=4096,k=4096,n=4096",
-                             "--no-tensor-cores", "--json")
+                             "--engine", "cuda-cores", "--json")
     assert json.loads(out)["kernels"][0]["engine"] == {"kind": "cuda cores",
                                                        "why": "tensor cores are off"}
 
@@ -134,7 +134,7 @@ def test_compile_emits_mma_unless_told_not_to(capsys):
     args = ("compile", "matmul", "--shape", "m=4096,k=4096,n=4096")
     status, on, _ = run_cli(capsys, *args)
     assert status == 0 and "napkin_mma_m16n8k16_f16(acc" in on and "napkin_ldmatrix_x4(fa" in on
-    status, off, _ = run_cli(capsys, *args, "--no-tensor-cores")
+    status, off, _ = run_cli(capsys, *args, "--engine", "cuda-cores")
     assert status == 0 and "napkin_mma" not in off.split("extern \"C\"", 1)[1]
 
 
@@ -152,7 +152,7 @@ def test_attention_runs_flashattention_2_on_tensor_cores(name):
     assert tm % 16 == 0 and dict(kp.choice.group)["q"] == wm * tm and kp.cost.threads == 32 * wm
     assert kp.choice.stream[0] == "x" and kp.choice.stream[1] % 16 == 0
     assert eng["warp_tile"][1] == 64 and eng["fragments"] == [tm // 16, 8]
-    simt = plan(d, "h100", ATTENTION, tensor_cores=False)
+    simt = plan(d, "h100", ATTENTION, engine="cuda-cores")
     assert not simt.kernels[0].choice.warps and p.time * 1.5 < simt.time
 
 

@@ -19,7 +19,7 @@ from napkin.compiler.cost import Choice
 from napkin.compiler.plan import plan as make_plan
 from napkin.compiler.plan import with_choices
 from napkin.runtime import compare, dtypes, reference
-from napkin.runtime.emulated import run_plan
+from napkin.pipeline import run_plan
 from napkin.runtime.interpret import interpret
 
 SOFTMAX = """

@@ -30,7 +30,7 @@ from napkin.compiler.plan import with_choices
 from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.runtime import compare, reference
 from napkin.runtime.emulate.errors import BUILD, EmulatorError
-from napkin.runtime.emulated import run_plan
+from napkin.pipeline import run_plan
 from napkin.runtime.interpret import interpret
 
 from .gen import Case, inputs_for

@@ -17,10 +17,10 @@ from napkin.compiler import ir, kernels, tensorcore, warps
 from napkin.compiler.columns import columns
 from napkin.compiler.cost import evaluate
 from napkin.compiler.model import build
-from napkin.compiler.plan import KernelPlan, plan
+from napkin.compiler.plan import kernel_plan, plan
 from napkin.diagrams.diagnostics import Source
 from napkin.runtime import compare
-from napkin.runtime.emulated import run_plan
+from napkin.pipeline import run_plan
 
 # odd sizes, and multiples of 8 (rows 16-byte aligned: the cp.async copies)
 SIZES = st.one_of(st.integers(1, 80), st.sampled_from([8, 16, 24, 40, 64, 72]))
@@ -74,7 +74,8 @@ def _forced(p, kernel, model, site, chunk: int, tiles: dict):
                                 {a: w for a, (_, w) in tiles.items()}, tuple(tiles))
     cols = columns(p.graph, model)
     cost = evaluate(model, cols, choice, p.sizes, p.target)
-    return dataclasses.replace(p, kernels=(KernelPlan(kernel, model, cols, choice, cost),))
+    kp = kernel_plan(p.graph, kernel, model, cols, choice, cost, (), p.sizes, p.target)
+    return dataclasses.replace(p, kernels=(kp,))
 
 
 def check(case) -> None:

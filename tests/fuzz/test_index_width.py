@@ -88,7 +88,7 @@ def test_random_shapes_at_the_edge(case):
 def _ptx(d, force_int: bool = False) -> str:
     # the CUDA-core kernel: a tensor-core one also widens its 32-bit shared-memory offsets
     # (tiles of a few KiB) into generic pointers, which this PTX test cannot tell apart
-    p = plan(d, "h100", {}, tensor_cores=False)
+    p = plan(d, "h100", {}, engine="cuda-cores")
     old = lower_mod.index_type
     if force_int:
         lower_mod.index_type = lambda *a, **k: "int"

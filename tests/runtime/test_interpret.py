@@ -53,7 +53,8 @@ def planned(draw, name):
             stream = (axis, draw(st.sampled_from([1, 2, 3, tile, p.sizes[axis] + 2])))
         split = None
         if reduced and draw(st.booleans()):
-            split = (draw(st.sampled_from(list(reduced))), draw(st.sampled_from([2, 3, 4])))
+            # (lanes of a split merge by warp shuffles: a power of two, as the Schedule checks)
+            split = (draw(st.sampled_from(list(reduced))), draw(st.sampled_from([2, 4, 8])))
         choices.append(Choice(tuple(group), stream, (), split))
     return d, with_choices(p, choices), shape, draw(st.integers(0, 2**16))
 

@@ -1,0 +1,173 @@
+"""The schedule of one kernel: the one artifact between planning and code generation.
+
+A `Schedule` holds every decision the lowering, the interpreter, the emulator,
+explain and draw need, made once by the planner (or by `plan.with_choices`)
+and checked when it is built: the engine (CUDA cores, a matrix product on
+tensor cores, attention as FlashAttention-2) and its site, each woven axis's
+block tile (whole axes included), the streamed axis and its chunk, each
+thread's (or, on tensor cores, each warp's) tile, a reduced axis split across
+threads, the warps, and the threads a block is launched with. `build` refuses
+a choice the lowering cannot honour with a NapkinError (N0604) that says which
+rule it breaks; nothing downstream derives any of these again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..diagrams.diagnostics import NapkinError, error
+from .cost import Choice
+from .model import Model
+from .target import Target
+from .tensorcore import FlashSite, Site, examine
+from .warps import FRAGMENT
+
+WARP = 32
+SPLIT_WAYS = (2, 4, 8, 16, 32)     # lanes of one warp whose partial states merge by shuffles
+WARP_COUNTS = (1, 2, 4, 8)
+
+SIMT, PRODUCT, ATTENTION = "cuda cores", "tensor-core product", "attention"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    engine: str                               # SIMT, PRODUCT or ATTENTION
+    site: Site | FlashSite | None             # the tensor-core site (None on CUDA cores)
+    tile: tuple[tuple[str, int], ...]         # woven axis -> block tile (whole: the axis size)
+    stream: tuple[str, int] | None            # streamed axis and chunk
+    thread: tuple[tuple[str, int], ...]       # woven axis -> a thread's (a warp's) tile
+    split: tuple[str, int] | None             # reduced axis split over `ways` lanes
+    inner: tuple[str, int] | None             # reduced axis each thread streams
+    warps: tuple[tuple[str, int], ...]        # tensor cores: warps per block along axes
+    threads: int                              # threads per block, as launched
+    lanes: int                                # threads doing distinct work (<= threads)
+    choice: Choice                            # what it was built from (KernelPlan checks)
+
+    @property
+    def tensor_cores(self) -> bool:
+        return self.site is not None
+
+    def block_tile(self) -> dict[str, int]:
+        return dict(self.tile)
+
+    def thread_tile(self) -> dict[str, int]:
+        return dict(self.thread)
+
+    def warp_layout(self) -> tuple[int, int, int, int]:
+        """Tensor cores: (warps along row, along col, warp tile rows, warp tile cols); an
+        attention's warps stack along the rows, each covering the whole value width."""
+        w, t, s = dict(self.warps), dict(self.thread), self.site
+        if isinstance(s, FlashSite):
+            return w[s.row], 1, t[s.row], s.width
+        return w[s.row], w[s.col], t[s.row], t[s.col]
+
+
+def _refuse(kernel: str, rule: str) -> NapkinError:
+    return error("N0604", f"schedule of kernel {kernel} is not legal: {rule}",
+                 help="choose tiles within these rules, or let the planner choose")
+
+
+def build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target) -> Schedule:
+    """The checked schedule of `choice` for `kernel` (see the module docstring)."""
+    name = kernel.name
+    woven, reduced = list(model.woven), list(model.reduced)
+    for field_name, pairs in (("group", choice.group), ("thread", choice.thread),
+                              ("warps", choice.warps)):
+        axes = [a for a, _ in pairs]
+        if len(set(axes)) != len(axes):
+            raise _refuse(name, f"{field_name} names an axis twice ({', '.join(axes)})")
+        for a, v in pairs:
+            if a not in woven:
+                raise _refuse(name, f"{field_name} tiles `{a}`, which is not a woven axis of "
+                              f"the kernel (woven: {', '.join(woven) or 'none'})")
+            _positive(name, f"{field_name} {a}", v)
+    tile = {a: int(dict(choice.group).get(a, sizes[a])) for a in woven}
+    thread = {a: int(v) for a, v in choice.thread}
+    for a, t in thread.items():
+        if t > tile[a]:
+            raise _refuse(name, f"the thread tile of `{a}` ({t}) exceeds its block tile "
+                          f"({tile[a]}): a thread's tile is at most its block's")
+    stream_axis = model.streaming.axis
+    if choice.stream is not None:
+        a, chunk = choice.stream
+        if a != stream_axis:
+            raise _refuse(name, f"it streams `{a}` but the kernel's model streams "
+                          f"{'`' + str(stream_axis) + '`' if stream_axis else 'nothing'}")
+        _positive(name, f"the chunk of `{a}`", chunk)
+    elif stream_axis is not None:
+        raise _refuse(name, f"the model streams `{stream_axis}` but the choice gives no chunk")
+    for field_name, pair in (("split", choice.split), ("inner", choice.inner)):
+        if pair is None:
+            continue
+        a, v = pair
+        if a not in reduced:
+            raise _refuse(name, f"{field_name} `{a}` is not a reduced axis of the kernel "
+                          f"(reduced: {', '.join(reduced) or 'none'})")
+        _positive(name, f"{field_name} {a}", v)
+    if choice.split is not None and choice.split[1] not in SPLIT_WAYS:
+        raise _refuse(name, f"split `{choice.split[0]}` over {choice.split[1]} lanes: the lanes "
+                      f"of a split merge by warp shuffles, so they are one of "
+                      f"{', '.join(map(str, SPLIT_WAYS))}")
+    if choice.warps:
+        return _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread)
+    ways = choice.split[1] if choice.split else 1
+    lanes = math.prod(-(-tile[a] // min(thread.get(a, 1), tile[a])) for a in woven) * ways
+    threads = max(WARP, -(-lanes // WARP) * WARP)
+    _threads(name, threads, target)
+    return Schedule(SIMT, None, tuple(sorted(tile.items())), choice.stream,
+                    tuple(sorted((a, min(thread.get(a, 1), tile[a])) for a in woven)),
+                    choice.split, choice.inner, (), threads, lanes, choice)
+
+
+def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Schedule:
+    name = kernel.name
+    found = examine(g, kernel, model, target)
+    if isinstance(found, str):
+        raise _refuse(name, f"it gives warps (tensor cores) but {found}")
+    if choice.split is not None or choice.inner is not None:
+        raise _refuse(name, "a tensor-core schedule neither splits nor streams a reduced axis "
+                      "within a warp")
+    fm, fn, fk = FRAGMENT
+    warps = dict(choice.warps)
+    tiled = (found.row,) if isinstance(found, FlashSite) else (found.row, found.col)
+    if set(warps) != set(tiled):
+        raise _refuse(name, f"warps are laid along {', '.join(warps)}; this site needs "
+                      f"{', '.join(tiled)}")
+    count = math.prod(warps.values())
+    if count not in WARP_COUNTS:
+        raise _refuse(name, f"{count} warps per block: one of {WARP_COUNTS}")
+    for a, frag in zip(tiled, (fm, fn)):
+        t = thread.get(a)
+        if t is None or t % frag or tile[a] != warps[a] * t:
+            raise _refuse(name, f"along `{a}` the block tile ({tile[a]}) must be its "
+                          f"{warps[a]} warp(s) times a warp tile of whole {frag}-wide "
+                          f"fragments (warp tile {t})")
+    for a in found.batch:
+        if tile[a] != 1:
+            raise _refuse(name, f"batch axis `{a}` is one position per block (tile {tile[a]})")
+    if choice.stream is None or choice.stream[1] % fk:
+        raise _refuse(name, f"the streamed chunk must be a multiple of {fk} (the mma's k)")
+    engine = ATTENTION if isinstance(found, FlashSite) else PRODUCT
+    threads = count * WARP
+    _threads(name, threads, target)
+    return Schedule(engine, found, tuple(sorted(tile.items())), choice.stream,
+                    tuple(sorted(thread.items())), None, None, tuple(sorted(warps.items())),
+                    threads, threads, choice)
+
+
+def _positive(kernel: str, what: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise _refuse(kernel, f"{what} is {value!r}: tiles, chunks and counts are whole "
+                      "numbers of at least 1")
+
+
+def _threads(kernel: str, threads: int, target: Target) -> None:
+    cap = target.max_threads_per_block
+    if target.processors and threads > cap:
+        raise _refuse(kernel, f"a block of {threads} threads; {target.name} allows {cap}")
+
+
+__all__ = ["Schedule", "build", "SIMT", "PRODUCT", "ATTENTION"]

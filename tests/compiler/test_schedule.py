@@ -1,0 +1,147 @@
+"""The Schedule: built once per kernel, checked on construction; with_choices refuses every
+illegal schedule with N0604 naming the rule (one test per invariant), and the lowering reads
+the schedule's decisions (threads, engine, warps) instead of deriving them."""
+
+from __future__ import annotations
+
+import pytest
+
+import napkin
+from napkin.codegen.lower import lower
+from napkin.compiler.cost import Choice
+from napkin.compiler.plan import plan, with_choices
+from napkin.diagrams.diagnostics import NapkinError
+
+BIG = {"m": 2048, "k": 2048, "n": 2048}
+
+
+@pytest.fixture(scope="module")
+def softmax():
+    return plan(napkin.load("softmax"), "h100", {"r": 37, "c": 130})
+
+
+@pytest.fixture(scope="module")
+def matmul():
+    p = plan(napkin.load("matmul"), "h100", BIG)
+    assert p.kernels[0].schedule.tensor_cores
+    return p
+
+
+def refused(p, choice: Choice) -> str:
+    with pytest.raises(NapkinError) as exc:
+        with_choices(p, [choice])
+    assert exc.value.code == "N0604"
+    return exc.value.diagnostics[0].message
+
+
+def test_planned_schedules_are_legal_and_agree_with_the_lowering(softmax, matmul):
+    for p in (softmax, matmul):
+        prog = lower(p)
+        for kp, k in zip(p.kernels, prog.kernels):
+            assert k.threads == kp.schedule.threads
+            assert kp.schedule.threads % 32 == 0 and kp.schedule.lanes <= kp.schedule.threads
+    assert matmul.kernels[0].schedule.engine == "tensor-core product"
+    assert softmax.kernels[0].schedule.engine == "cuda cores"
+
+
+def test_a_legal_choice_is_accepted(softmax):
+    p = with_choices(softmax, [Choice((("r", 4),), ("c", 32), (("r", 1),), ("c", 8))])
+    s = p.kernels[0].schedule
+    assert s.block_tile() == {"r": 4} and s.stream == ("c", 32) and s.split == ("c", 8)
+    assert s.lanes == 32 and s.threads == 32
+
+
+def test_group_on_an_axis_that_is_not_woven(softmax):
+    assert "not a woven axis" in refused(softmax, Choice((("c", 4),)))
+
+
+def test_a_tile_of_zero(softmax):
+    assert "at least 1" in refused(softmax, Choice((("r", 0),)))
+
+
+def test_a_tile_that_is_not_a_whole_number(softmax):
+    assert "at least 1" in refused(softmax, Choice((("r", 2.5),)))
+
+
+def test_an_axis_tiled_twice(softmax):
+    assert "twice" in refused(softmax, Choice((("r", 2), ("r", 4))))
+
+
+def test_thread_tile_larger_than_the_block_tile(softmax):
+    assert "exceeds its block tile" in refused(softmax, Choice((("r", 2),), None, (("r", 4),)))
+
+
+def test_streaming_an_axis_the_kernel_does_not_reduce(softmax):
+    assert "does not reduce" in refused(softmax, Choice((("r", 2),), ("r", 4)))
+
+
+def test_a_chunk_of_zero(softmax):
+    assert "at least 1" in refused(softmax, Choice((("r", 2),), ("c", 0)))
+
+
+def test_a_split_of_an_axis_that_is_not_reduced(softmax):
+    assert "not a reduced axis" in refused(softmax, Choice((("r", 2),), None, (), ("r", 4)))
+
+
+def test_a_split_over_a_lane_count_shuffles_cannot_merge(softmax):
+    assert "warp shuffles" in refused(softmax, Choice((("r", 2),), None, (), ("c", 3)))
+
+
+def test_more_threads_than_a_block_holds(softmax):
+    assert "allows 1024" in refused(softmax, Choice((("r", 37),), None, (), ("c", 32)))
+
+
+def test_warps_on_a_kernel_with_no_tensor_core_site(softmax):
+    assert "gives warps" in refused(softmax, Choice((("r", 16),), None, (("r", 16),), None, None,
+                                                    (("r", 1),)))
+
+
+def _mm(group, chunk, thread, warps) -> Choice:
+    return Choice(tuple(sorted(group.items())), ("k", chunk), tuple(sorted(thread.items())),
+                  warps=tuple(sorted(warps.items())))
+
+
+def test_a_tensor_core_schedule_is_accepted(matmul):
+    p = with_choices(matmul, [_mm({"m": 64, "n": 64}, 32, {"m": 32, "n": 32}, {"m": 2, "n": 2})])
+    s = p.kernels[0].schedule
+    assert s.threads == 128 and s.warp_layout() == (2, 2, 32, 32)
+
+
+def test_a_chunk_that_is_not_a_multiple_of_the_mma_k(matmul):
+    assert "multiple of 16" in refused(
+        matmul, _mm({"m": 64, "n": 64}, 24, {"m": 32, "n": 32}, {"m": 2, "n": 2}))
+
+
+def test_warp_tiles_that_are_not_whole_fragments(matmul):
+    assert "whole" in refused(
+        matmul, _mm({"m": 48, "n": 64}, 32, {"m": 24, "n": 32}, {"m": 2, "n": 2}))
+
+
+def test_a_block_tile_that_is_not_its_warps_tiles(matmul):
+    assert "warp(s) times" in refused(
+        matmul, _mm({"m": 128, "n": 64}, 32, {"m": 32, "n": 32}, {"m": 2, "n": 2}))
+
+
+def test_warps_along_the_wrong_axes(matmul):
+    assert "this site needs" in refused(
+        matmul, _mm({"m": 64, "n": 64}, 32, {"m": 32, "n": 32}, {"m": 4}))
+
+
+def test_a_warp_count_the_lowering_does_not_take(matmul):
+    assert "warps per block" in refused(
+        matmul, _mm({"m": 48, "n": 64}, 32, {"m": 16, "n": 64}, {"m": 3, "n": 1}))
+
+
+def test_a_split_on_tensor_cores(matmul):
+    c = _mm({"m": 64, "n": 64}, 32, {"m": 32, "n": 32}, {"m": 2, "n": 2})
+    from dataclasses import replace
+    assert "neither splits" in refused(matmul, replace(c, split=("k", 4)))
+
+
+def test_one_choice_per_kernel_and_only_choices(softmax):
+    with pytest.raises(NapkinError) as exc:
+        with_choices(softmax, [])
+    assert exc.value.code == "N0604" and "one choice per kernel" in exc.value.diagnostics[0].help
+    with pytest.raises(NapkinError) as exc:
+        with_choices(softmax, [{"group": {"r": 2}}])
+    assert "is not a Choice" in exc.value.diagnostics[0].message

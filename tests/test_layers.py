@@ -1,0 +1,79 @@
+"""The dependency order, module by module: the layers point one way (the api folder, the
+`napkin` package itself, last), and no module imports, even inside a function, a module
+that imports it back (the cycle compiler/diagram -> draw -> explain -> plan -> diagram, and
+commands/run -> cli, are gone)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).parents[1]
+LAYERS = ["diagrams", "compiler", "codegen", "runtime", "api"]
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    if parts[0] == "api":
+        parts = parts[1:]
+    return ".".join(["napkin", *parts])
+
+
+def _package(path: Path) -> list[str]:
+    mod = _module(path).split(".")
+    return mod if path.name == "__init__.py" else mod[:-1]
+
+
+def graph() -> nx.DiGraph:
+    """Module -> module it imports (anywhere in the file), for napkin's own modules."""
+    files = {_module(p): p for top in LAYERS for p in (ROOT / top).rglob("*.py")}
+    g = nx.DiGraph()
+    g.add_nodes_from(files)
+    for mod, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = _package(path)[:len(_package(path)) - node.level + 1]
+                    full = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    full = node.module or ""
+                subs = [f"{full}.{a.name}" for a in node.names]
+                # `from . import x` of a submodule imports x (the package only initialises)
+                targets = subs if all(s in files for s in subs) else [full] + subs
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            for t in targets:
+                if t in files and t != mod:
+                    g.add_edge(mod, t)
+    return g
+
+
+def layer(mod: str) -> int:
+    parts = mod.split(".")
+    if len(parts) > 1 and parts[1] in LAYERS[:-1]:
+        return LAYERS.index(parts[1])
+    return len(LAYERS) - 1
+
+
+def test_layers_import_only_themselves_and_earlier_layers():
+    g = graph()
+    bad = [f"{a} -> {b}" for a, b in g.edges if layer(b) > layer(a)]
+    assert not bad, bad
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    g = graph()
+    cycles = list(nx.simple_cycles(g))
+    assert not cycles, [" -> ".join(c + c[:1]) for c in cycles[:5]]
+
+
+def test_presentation_lives_outside_the_compiler():
+    for top in ("compiler", "codegen", "runtime"):
+        assert not (ROOT / top / "draw").exists() and not (ROOT / top / "explain.py").exists()
+    assert (ROOT / "api" / "explain.py").exists() and (ROOT / "api" / "draw").is_dir()
