@@ -1,6 +1,7 @@
 """The command line imports what a command uses: `napkin check` neither NumPy, sympy, jinja2
-nor rich; `napkin compile --emit cuda` neither NVRTC nor rich; and output is unchanged by it
-(the command list, help, suggestions, diagnostics as text and JSON)."""
+nor rich; `napkin explain` neither jinja2 nor NVRTC (without --ptxas); `napkin compile --emit
+cuda` neither NVRTC nor rich; and output is unchanged by it (the command list, help,
+suggestions, diagnostics as text and JSON)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,13 @@ def test_check_with_json_diagnostics_prints_them_without_rich(tmp_path):
     modules, _, err = loaded_after("check", "attention", "--diagnostics", "json",
                                    cwd=str(tmp_path))
     assert json.loads(err) == [] and "rich" not in modules
+
+
+def test_explain_loads_neither_jinja_nor_nvrtc(tmp_path):
+    modules, out, _ = loaded_after("explain", "attention", cwd=str(tmp_path))
+    assert "attention" in out
+    bad = modules & {"jinja2", "rich", "ml_dtypes", "matplotlib", "cupy", "torch", "cuda"}
+    assert not bad, bad
 
 
 def test_compile_to_cuda_loads_no_nvrtc_and_no_rich(tmp_path):
