@@ -5,9 +5,9 @@
 
 For every library diagram on each target it prints, in this process:
 
-  plan ms    the median of --runs calls of plan(diagram, target) (default sizes)
+  plan ms    the median of --runs plans of the checked diagram (fuse and tile, default sizes)
   cuda ms    the median of --runs diagram -> CUDA compiles from the source text: parse,
-             check, plan, lower, render (no NVRTC)
+             check, fuse, tile, lower, render (no NVRTC)
 
 and, in fresh processes started from a temporary directory, the median wall time of
 --cli-runs runs of `napkin check NAME`, `napkin explain NAME --target T` and `napkin compile
@@ -41,26 +41,27 @@ TARGETS = ("a100", "h100", "h200")
 
 
 def compiler() -> SimpleNamespace:
-    """The public in-process calls this benchmark times, in one place: repoint them here when
-    the driver's API changes (napkin.pipeline.plan(diagram, options) and friends)."""
-    from napkin.codegen.lower import lower
-    from napkin.codegen.render import render
-    from napkin.compiler import target as targets
-    from napkin.compiler.pipeline import check, parse
-    from napkin.compiler.plan import plan
+    """The public in-process calls this benchmark times, in one place (repoint them here when
+    the driver's API changes): napkin.pipeline, the driver every command goes through."""
+    from napkin import pipeline
     from napkin.diagrams import sources
 
-    def load(name):
-        return check(parse(sources.resolve(name)))
+    def options(target):
+        return pipeline.Options.make(target=target)
 
-    def plan_for(diagram, target):
-        return plan(diagram, targets.load(target), {})
+    def load(name):
+        """Parse and check."""
+        return pipeline.through(name, None, "ir", pipeline.Options())["ir"]
+
+    def plan(diagram, target):
+        """Fuse and tile (default sizes)."""
+        return pipeline.plan(diagram, options(target))
 
     def cuda(name, target):
-        """Diagram -> CUDA C: parse, check, plan, lower, render."""
-        return render(lower(plan_for(load(name), target)))
+        """Diagram -> CUDA C: parse, check, fuse, tile, lower, render."""
+        return pipeline.through(name, None, "cuda", options(target))["cuda"]
 
-    return SimpleNamespace(load=load, plan=plan_for, cuda=cuda, names=sources.library_names)
+    return SimpleNamespace(load=load, plan=plan, cuda=cuda, names=sources.library_names)
 
 
 def median_ms(fn, runs: int) -> float:
