@@ -9,7 +9,7 @@ Importing napkin loads neither CuPy nor PyTorch.
 
 from .diagrams.diagnostics import NapkinError
 
-__version__ = "0.1.0"
+from .diagrams.version import VERSION as __version__
 __all__ = ["load", "run", "compile", "Diagram", "Kernel", "NapkinError", "__version__"]
 
 

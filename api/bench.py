@@ -148,5 +148,3 @@ def baselines(torch, timer, name, diagram, inputs, flops, moved, which: str) -> 
     return out
 
 
-def np_median(xs) -> float:
-    return float(np.median(xs))

@@ -140,4 +140,3 @@ class Program:
     size_params: tuple[tuple[str, str], ...]     # (param name, axis) for every runtime size
     buffers: tuple[tuple[str, str, tuple[str, ...]], ...] = field(default=())
     # (array name, storage dtype, axes) of every global array: inputs, intermediates, outputs
-    lines: dict = field(default_factory=dict)

@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import program as P
+from ..diagrams.version import VERSION
 
 HERE = Path(__file__).parent
 PRELUDE = HERE / "prelude" / "napkin.cuh"
@@ -50,4 +51,3 @@ def render(program: P.Program) -> str:
     return text
 
 
-VERSION = "0.1.0"

@@ -148,7 +148,8 @@ def _reasons(g, stmts, clusters, c: Cluster, time, planner) -> str:
         elif t_fused == float("inf"):
             why = "no tiling of the fused kernel fits in memory"
         else:
-            why = f"fused it would take {_fmt(t_fused)} instead of {_fmt(t_sep)}" + \
+            fmt = _fmt if planner.target.processors else _units
+            why = f"fused it would take {fmt(t_fused)} instead of {fmt(t_sep)}" + \
                 _factor(planner, g, stmts, p, c)
         parts.append(f"{names} {verb} through global memory: {why}")
     return "; ".join(parts)
@@ -170,6 +171,11 @@ def _factor(planner, g, stmts, p, c) -> str:
     if merged.cost.utilization < 0.5 * min(a.cost.utilization, b.cost.utilization):
         return f" (too few blocks to fill the GPU: {merged.cost.utilization:.0%} busy)"
     return ""
+
+
+def _units(t: float) -> str:
+    """A model without a clock (the paper's two-level target) predicts in its own units."""
+    return f"{t:.3g} model time units"
 
 
 def _fmt(seconds: float) -> str:

@@ -212,13 +212,3 @@ def add_node(g: nx.DiGraph, payload, out: ArrayType, args=(), span: Span | None 
     return n
 
 
-def size_of(g: nx.DiGraph, axis: str, sizes: dict[str, int] | None = None) -> int | None:
-    """Static size of an axis, or its bound size from `sizes` (keyed by axis or class rep)."""
-    info: Axis = g.graph["axes"][axis]
-    if info.size is not None:
-        return info.size
-    if sizes is not None:
-        if axis in sizes:
-            return sizes[axis]
-        return sizes.get(info.rep)
-    return None

@@ -81,7 +81,3 @@ def build(g: nx.DiGraph, name: str, members: set[int], reason: str = "") -> Kern
     return Kernel(name, tuple(order), tuple(loads), tuple(stores), tuple(stmts), reason)
 
 
-def compute_nodes(g: nx.DiGraph, k: Kernel) -> list[int]:
-    """Ops that do arithmetic (not free expressions, views or names)."""
-    return [n for n in k.nodes
-            if not is_free(g, n) and not isinstance(ir.op(g, n), (ir.View, ir.Assign))]

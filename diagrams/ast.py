@@ -152,14 +152,3 @@ def children(expr: Expr) -> tuple[Expr, ...]:
     return ()
 
 
-def postorder(expr: Expr):
-    """Yield every node below and including `expr`, children first, without recursion."""
-    stack: list[tuple[Expr, bool]] = [(expr, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            yield node
-            continue
-        stack.append((node, True))
-        for child in reversed(children(node)):
-            stack.append((child, False))

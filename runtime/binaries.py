@@ -14,8 +14,8 @@ from pathlib import Path
 
 from . import nvrtc
 from .cache import Cache
+from ..diagrams.version import VERSION
 
-VERSION = "0.1.0"
 CODEGEN = Path(__file__).parents[1] / "codegen"
 
 

@@ -77,3 +77,31 @@ def test_presentation_lives_outside_the_compiler():
     for top in ("compiler", "codegen", "runtime"):
         assert not (ROOT / top / "draw").exists() and not (ROOT / top / "explain.py").exists()
     assert (ROOT / "api" / "explain.py").exists() and (ROOT / "api" / "draw").is_dir()
+
+
+def test_the_source_tree_root_shadows_no_package():
+    """No root folder is named `napkin`: from the repository root, `import napkin` finds the
+    installed package (editable or not), not a partial folder."""
+    import subprocess
+    import sys
+    assert not (ROOT / "napkin").exists()
+    done = subprocess.run([sys.executable, "-c", "import napkin, napkin.diagrams, napkin.cli"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_one_version_string():
+    import tomllib
+
+    import napkin
+    from napkin.codegen import render
+    from napkin.diagrams.version import VERSION
+    from napkin.runtime import binaries
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in config["project"] and "version" in config["project"]["dynamic"]
+    assert config["tool"]["setuptools"]["dynamic"]["version"]["attr"] == \
+        "napkin.diagrams.version.VERSION"
+    assert napkin.__version__ == render.VERSION == binaries.VERSION == VERSION
+    hits = [p for top in LAYERS for p in (ROOT / top).rglob("*.py")
+            if f'"{VERSION}"' in p.read_text() and p.name != "version.py"]
+    assert not hits, hits

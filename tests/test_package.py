@@ -25,7 +25,7 @@ def test_every_package_directory_is_listed_in_pyproject():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     mapping = config["package-dir"]
     listed = set(config["packages"])
-    for top in ("napkin", "diagrams", "compiler", "codegen", "runtime"):
+    for top in ("api", "diagrams", "compiler", "codegen", "runtime"):
         for init in (ROOT / top).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT).as_posix()
             name = next((pkg for pkg, path in mapping.items() if path == rel), None)

@@ -30,5 +30,5 @@ def command(diagram, sizes, emit_name, options, planned, output) -> None:
     elif isinstance(artifact, bytes):
         sys.stdout.buffer.write(artifact)
         sys.stdout.buffer.flush()
-    else:
-        click.echo(artifact, nl=False)
+    else:   # (a text artifact ends its last line on a terminal; -o writes it as it is)
+        click.echo(artifact, nl=not artifact.endswith("\n"))
