@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compiler import pipeline
+from .compiler import front
 from .compiler.diagram import Diagram
 from .diagrams.diagnostics import did_you_mean, error
 from .runtime import dtypes
@@ -31,8 +31,8 @@ def load(diagram, **sizes: int) -> Diagram:
         if not sizes:
             return diagram
         merged = {**dict(diagram.overrides), **sizes}
-        return pipeline.check(pipeline.parse(diagram.source), merged)
-    return pipeline.load(diagram, **sizes)
+        return front.check(front.parse(diagram.source), merged)
+    return front.load(diagram, **sizes)
 
 
 def compile(diagram, target: str | None = None, arch: str | None = None, backend: str = "auto",

@@ -135,7 +135,7 @@ def planning_options(default_target: str | None = None, arch: str | None = None)
 def load_diagram(arg: str, sizes: dict[str, int]):
     # napkin.load of a name, path or text, without napkin.api (which imports NumPy for
     # napkin.run): `napkin check` needs the front end only
-    from .compiler.pipeline import load
+    from .compiler.front import load
     d = load(arg, **sizes)
     OUTPUT.warn(d.warnings)
     return d

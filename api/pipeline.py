@@ -72,13 +72,13 @@ class Options:
 # -- the stages -------------------------------------------------------------------------------
 
 def _parse(arg, options: Options):
-    from .compiler.pipeline import parse
+    from .compiler.front import parse
     from .diagrams import sources
     return parse(sources.resolve(arg))
 
 
 def _check(tree, options: Options):
-    from .compiler.pipeline import check
+    from .compiler.front import check
     return check(tree, dict(options.defines))
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import networkx as nx
 
 from . import ir
-from .kernels import Kernel, build
+from .kernels import FusedKernel, build
 from .model import array_name
 
 Cluster = frozenset  # of statement indices
@@ -29,20 +29,20 @@ def _statements(g: nx.DiGraph) -> dict[int, set[int]]:
     return out
 
 
-def unfused_kernels(g: nx.DiGraph) -> list[Kernel]:
+def unfused_kernels(g: nx.DiGraph) -> list[FusedKernel]:
     """One kernel per equation (the plan without fusion)."""
     stmts = _statements(g)
     ks = [build(g, "", nodes) for _, nodes in sorted(stmts.items())]
     return _named(g, ks)
 
 
-def _named(g: nx.DiGraph, ks: list[Kernel]) -> list[Kernel]:
+def _named(g: nx.DiGraph, ks: list[FusedKernel]) -> list[FusedKernel]:
     order = _topological(g, ks)
-    return [Kernel(f"k{i}", k.nodes, k.loads, k.stores, k.equations, k.reason)
+    return [FusedKernel(f"k{i}", k.nodes, k.loads, k.stores, k.equations, k.reason)
             for i, k in enumerate(order)]
 
 
-def _topological(g: nx.DiGraph, ks: list[Kernel]) -> list[Kernel]:
+def _topological(g: nx.DiGraph, ks: list[FusedKernel]) -> list[FusedKernel]:
     owner = {n: i for i, k in enumerate(ks) for n in k.nodes}
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(ks)))
@@ -53,11 +53,11 @@ def _topological(g: nx.DiGraph, ks: list[Kernel]) -> list[Kernel]:
     return [ks[i] for i in nx.lexicographical_topological_sort(dag, key=lambda i: ks[i].equations)]
 
 
-def fuse(g: nx.DiGraph, planner) -> list[Kernel]:
+def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
     stmts = _statements(g)
     clusters: set[Cluster] = {frozenset([s]) for s in stmts}
 
-    def kernel(c: Cluster) -> Kernel:
+    def kernel(c: Cluster) -> FusedKernel:
         return build(g, "k?", set().union(*(stmts[s] for s in c)))
 
     def time(c: Cluster) -> float:
@@ -82,7 +82,7 @@ def fuse(g: nx.DiGraph, planner) -> list[Kernel]:
     ks = []
     for c in clusters:
         k = kernel(c)
-        ks.append(Kernel(k.name, k.nodes, k.loads, k.stores, k.equations,
+        ks.append(FusedKernel(k.name, k.nodes, k.loads, k.stores, k.equations,
                          _reasons(g, stmts, clusters, c, time, planner)))
     return _named(g, ks)
 

@@ -14,7 +14,7 @@ import networkx as nx
 
 from ..diagrams.diagnostics import NapkinError, did_you_mean, error
 from .ir import HintInfo
-from .kernels import Kernel
+from .kernels import FusedKernel
 from .target import Target
 
 
@@ -59,7 +59,7 @@ def _level(target: Target, name: str | None, h: HintInfo) -> int:
                 help=did_you_mean(name, names[1:], "levels: " + ", ".join(names[1:])))
 
 
-def fixed_for(g: nx.DiGraph, k: Kernel, hints: list[Hint],
+def fixed_for(g: nx.DiGraph, k: FusedKernel, hints: list[Hint],
               sizes: dict | None = None) -> tuple[dict, list[Hint]]:
     """The search's fixed decisions for kernel k, and the hints that applied. A size past
     the axis's (planning) size means the whole axis."""

@@ -19,7 +19,10 @@ FREE_LEAVES = (ir.Const, ir.Index, ir.SizeOf)
 
 
 @dataclass(frozen=True)
-class Kernel:
+class FusedKernel:
+    """A kernel as fusion defines it: the IR nodes it computes, what it loads and stores (the
+    runnable object napkin.compile returns is napkin.kernel.Kernel)."""
+
     name: str                    # generated: k0, k1, ...
     nodes: tuple[int, ...]       # ops computed here, topological (free leaves included)
     loads: tuple[int, ...]       # nodes read from global memory
@@ -61,7 +64,7 @@ def is_free(g: nx.DiGraph, n: int) -> bool:
     return isinstance(op, ir.Map) and all(is_free(g, m) for m in ir.operands(g, n))
 
 
-def build(g: nx.DiGraph, name: str, members: set[int], reason: str = "") -> Kernel:
+def build(g: nx.DiGraph, name: str, members: set[int], reason: str = "") -> FusedKernel:
     """A kernel from the ops in `members`; the free expressions they use are added."""
     members = {n for n in members if not is_free(g, n)}
     stack = [u for n in members for u in g.predecessors(n)]
@@ -78,6 +81,6 @@ def build(g: nx.DiGraph, name: str, members: set[int], reason: str = "") -> Kern
     order = [n for n in ir.order(g) if n in members]
     stmts = sorted({g.nodes[n]["stmt"] for n in members
                     if g.nodes[n]["stmt"] is not None and not is_free(g, n)})
-    return Kernel(name, tuple(order), tuple(loads), tuple(stores), tuple(stmts), reason)
+    return FusedKernel(name, tuple(order), tuple(loads), tuple(stores), tuple(stmts), reason)
 
 

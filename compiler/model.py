@@ -21,7 +21,7 @@ import networkx as nx
 
 from . import ir
 from .canonical import through
-from .kernels import Kernel, is_free
+from .kernels import FusedKernel, is_free
 from .passes import Streaming, stream
 
 BYTES = {"f32": 4, "f16": 2, "bf16": 2, "bool": 1, "index": 4}
@@ -60,7 +60,7 @@ class Work:
 
 @dataclass(frozen=True)
 class Model:
-    kernel: Kernel
+    kernel: FusedKernel
     streaming: Streaming
     arrays: tuple[Array, ...]
     work: tuple[Work, ...]
@@ -101,7 +101,7 @@ def storage_dtype(g: nx.DiGraph, n: int) -> str:
     return t if t in ("f32", "f16", "bf16") else "f32"   # masks are stored as 0.0 / 1.0
 
 
-def build(g: nx.DiGraph, k: Kernel, axis: str | None) -> Model:
+def build(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
     """The model of kernel `k` streaming `axis` (None: nothing streams)."""
     st = stream(g, k, axis)
     arrays: list[Array] = []

@@ -20,7 +20,7 @@ import networkx as nx
 
 from . import ir
 from .canonical import through
-from .kernels import Kernel
+from .kernels import FusedKernel
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def reduces(g: nx.DiGraph, n: int, axis: str) -> bool:
     return isinstance(op, (ir.Contract, ir.Reduce)) and axis in op.axes
 
 
-def softmax_pairs(g: nx.DiGraph, k: Kernel, axis: str) -> dict[int, int]:
+def softmax_pairs(g: nx.DiGraph, k: FusedKernel, axis: str) -> dict[int, int]:
     """Softmax nodes over `axis` whose only use (through names) is a contraction over it and
     over every axis the softmax normalises (one it keeps, the output's rows would need the
     statistics of other rows: the softmax then streams in two passes)."""
@@ -79,7 +79,7 @@ def _users(g: nx.DiGraph, n: int, members: set[int], stores: set[int]) -> list[i
     return users
 
 
-def stream(g: nx.DiGraph, k: Kernel, axis: str | None) -> Streaming:
+def stream(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Streaming:
     """The pass structure of kernel `k` when `axis` is streamed (None: nothing streams)."""
     if axis is None:
         return Streaming(None, 1, (frozenset(),), (frozenset(),), (), (), ())

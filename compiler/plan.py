@@ -31,7 +31,7 @@ from .canonical import canonicalize
 from .columns import Column, columns
 from .cost import Choice, Cost, evaluate
 from .diagram import Diagram
-from .kernels import Kernel
+from .kernels import FusedKernel
 from .model import Model, build
 from .schedule import Schedule
 from .search import fits, search
@@ -43,7 +43,7 @@ ENGINES = ("auto", "tensor-cores", "cuda-cores")
 
 @dataclass(frozen=True)
 class KernelPlan:
-    kernel: Kernel
+    kernel: FusedKernel
     model: Model
     columns: tuple[Column, ...]
     choice: Choice
@@ -59,7 +59,7 @@ class KernelPlan:
                              "choice; make plans with plan.with_choices or plan.kernel_plan")
 
 
-def kernel_plan(g: nx.DiGraph, k: Kernel, model: Model, cols, choice: Choice, cost: Cost,
+def kernel_plan(g: nx.DiGraph, k: FusedKernel, model: Model, cols, choice: Choice, cost: Cost,
                 hints, sizes: dict, target: Target, sched: Schedule | None = None) -> KernelPlan:
     """A kernel's plan with its checked schedule (N0604 if the choice is not legal)."""
     sched = sched or schedules.build(g, k, model, choice, sizes, target)
@@ -102,7 +102,7 @@ class Problem:
 class Fused:
     """The kernels fusion chose, and the planner that priced them (its estimates memoised)."""
     problem: Problem
-    kernels: tuple[Kernel, ...]
+    kernels: tuple[FusedKernel, ...]
     planner: "KernelPlanner"
 
 
@@ -208,7 +208,7 @@ class KernelPlanner:
         self.engine = engine
         self._memo: dict = {}
 
-    def plan(self, k: Kernel, strict: bool = True, quick: bool = False) -> KernelPlan | None:
+    def plan(self, k: FusedKernel, strict: bool = True, quick: bool = False) -> KernelPlan | None:
         """The best plan of one kernel; `quick` searches a smaller space (fusion's estimates)."""
         key = (k.nodes, k.loads, k.stores, quick)
         if key not in self._memo:
@@ -221,7 +221,7 @@ class KernelPlanner:
         return kernel_plan(self.g, k, found.model, found.columns, found.choice, found.cost,
                            found.hints, self.sizes, self.target)
 
-    def _plan(self, k: Kernel, quick: bool = False):
+    def _plan(self, k: FusedKernel, quick: bool = False):
         g = self.g
         fixed, used = hint_mod.fixed_for(g, k, self.hints, self.sizes)
         axes = [None] + list(k.reduced(g))
@@ -254,10 +254,10 @@ class KernelPlanner:
             return self._infeasible(k, tried, fixed, used)
         return best
 
-    def _has_contraction(self, k: Kernel) -> bool:
+    def _has_contraction(self, k: FusedKernel) -> bool:
         return any(isinstance(ir.op(self.g, n), ir.Contract) for n in k.nodes)
 
-    def _why_not(self, k: Kernel, tried) -> str:
+    def _why_not(self, k: FusedKernel, tried) -> str:
         """Why no tensor-core plan: the reason of the model that comes closest (an attention's
         with its keys streamed), or that no tensor-core tiling fits the hints and memory."""
         reasons = []
@@ -272,7 +272,7 @@ class KernelPlanner:
                 return best
         return min(reasons)[1] if reasons else "no contraction"
 
-    def _tensor_cores(self, k: Kernel, tried, fixed, used, best):
+    def _tensor_cores(self, k: FusedKernel, tried, fixed, used, best):
         """The tensor-core plan of an eligible kernel (tensorcore.py) when it beats `best`
         (any, when `best` is None); `tried`: the (model, columns) the SIMT search built, one
         per streamed axis."""
@@ -285,7 +285,7 @@ class KernelPlanner:
                 best = KernelPlan(k, model, cols, found[0], found[1], tuple(used))
         return best
 
-    def _infeasible(self, k: Kernel, tried, fixed, used) -> "_Infeasible":
+    def _infeasible(self, k: FusedKernel, tried, fixed, used) -> "_Infeasible":
         """Why no tiling fits: the smallest footprint found, and a hinted size that would fit."""
         best = None
         for model, cols in tried:
@@ -382,7 +382,7 @@ class _Infeasible:
     fix: str
     hint: object
 
-    def error(self, k: Kernel, target: Target) -> NapkinError:
+    def error(self, k: FusedKernel, target: Target) -> NapkinError:
         span = self.hint.info.span if self.hint is not None and self.hint.info else None
         if self.level is None:
             why = " with these schedule hints" if self.hint is not None else ""
@@ -397,7 +397,7 @@ class _Infeasible:
 class _NotOnTensorCores:
     why: str
 
-    def error(self, k: Kernel, target: Target) -> NapkinError:
+    def error(self, k: FusedKernel, target: Target) -> NapkinError:
         return error("N0606", f"kernel {k.name} cannot run on tensor cores: {self.why}",
                      help="--engine auto lets the planner choose, --engine cuda-cores keeps "
                           "every kernel on the CUDA cores")

@@ -1,4 +1,5 @@
-"""The front stages: text to syntax tree to checked graph IR (the driver is napkin.pipeline)."""
+"""The front stages: text to syntax tree to checked graph IR (napkin.pipeline, the driver,
+runs them)."""
 
 from __future__ import annotations
 
