@@ -125,3 +125,11 @@ def test_the_check_command_reports_up_to_date():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "up to date" in done.stdout
+
+
+def test_the_tables_ship_in_the_wheel():
+    import tomllib
+    from pathlib import Path
+    pyproject = Path(__file__).parents[2] / "pyproject.toml"
+    data = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]
+    assert tables.TABLES_PATH.name in data["napkin.diagrams"]
