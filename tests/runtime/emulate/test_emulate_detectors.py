@@ -112,7 +112,9 @@ def test_divergent_barrier_is_reported_not_hung(kernel, line_of):
     message, elapsed = _fault(kernel, launch, bufs)
     line = line_of(kernel("barrier_bugs.cu"), "// DIVERGENT")
     assert f"kernel.cu:{line}: divergent __syncthreads: 100 of 128 threads wait here but 28 have exited" in message
-    assert elapsed < 5.0
+    # reported when it happens, not when the 20 s timeout fires (that would be kind "timeout"):
+    # ~0.1 s normally; the wall-clock bound is generous for a loaded machine
+    assert elapsed < 15.0
 
 
 def test_mismatched_barriers_are_reported(kernel, line_of):
@@ -148,4 +150,6 @@ def test_a_hang_is_killed_at_the_timeout(kernel):
             {"flag": np.zeros(1, np.int32)}, timeout_s=1.5)
     assert exc.value.kind == "timeout"
     assert "did not finish within 1.5 s" in str(exc.value)
-    assert time.perf_counter() - start < 10.0
+    # killed at the timeout rather than left running: ~1.6 s normally; the wall-clock bound
+    # (20x) only has to tell a kill from a hang on a loaded machine
+    assert time.perf_counter() - start < 30.0

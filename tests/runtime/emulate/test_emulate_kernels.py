@@ -48,7 +48,9 @@ def test_tiled_matmul_256_runs_in_about_a_second(kernel, rng):
     A, B, out = _matmul(kernel, 256, 256, 64, rng)
     elapsed = time.perf_counter() - start
     np.testing.assert_allclose(out["C"], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
-    assert elapsed < 10.0, f"256x256x64 matmul took {elapsed:.2f} s"
+    # ~0.3 s normally: the wall-clock bound (100x) catches a pathological emulator (a spinning
+    # barrier, a build without optimisation), not a slowdown of a few times on a loaded machine
+    assert elapsed < 30.0, f"256x256x64 matmul took {elapsed:.2f} s"
 
 
 def test_row_softmax_with_warp_shuffles(kernel, rng):
