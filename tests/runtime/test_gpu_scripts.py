@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 from napkin.cli import main
+from napkin.diagrams.sources import library_names
 
 ROOT = Path(__file__).parents[2]
+
+
+def _gpu_check():
+    spec = importlib.util.spec_from_file_location("napkin_gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_check_cases_cover_every_diagram_and_dtype():
+    script = _gpu_check()
+    cases = script.check_cases(library_names())
+    assert len(cases) == 3 * len(library_names()) == len(set(cases))
+    sample = script.check_cases(library_names(), sample=True)
+    assert [n for n, _ in sample] == list(library_names()) and set(sample) <= set(cases)
+    assert {t for _, t in sample} == {"f32", "f16", "bf16"}
 
 
 def test_bench_without_a_gpu_exits_3(capsys):
@@ -18,13 +36,16 @@ def test_bench_without_a_gpu_exits_3(capsys):
 
 
 def test_gpu_check_dry_run(tmp_path):
+    # --sample: every library diagram and every dtype once (12 NVRTC compiles, not 36; each
+    # library kernel's compile for f16 and f32 is also tests/codegen/test_compile_library's)
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run",
-                           "--quick", "--out", str(tmp_path)], capture_output=True, text=True,
-                          timeout=600)
+                           "--quick", "--sample", "--out", str(tmp_path)], capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert report["dry_run"] is True
-    assert len(report["checks"]) == 36
+    assert report["dry_run"] is True and report["sample"] is True
+    assert [c["diagram"] for c in report["checks"]] == list(library_names())
+    assert {c["dtype"] for c in report["checks"]} == {"f32", "f16", "bf16"}
     assert all(c["status"] == "compiled" for c in report["checks"]), \
         [c for c in report["checks"] if c["status"] != "compiled"][:1]
     for c in report["checks"]:
