@@ -41,11 +41,11 @@ def engine_buffers(plan, kp) -> list[dict] | None:
         return None
     m, n_frag, k_frag = eng.shapes[0]
     smem, regs = target.levels[1].name, target.levels[-1].name
-    group = dict(kp.choice.group)
-    stream_axis, chunk = kp.choice.stream if kp.choice.stream else (None, None)
-    rows = [a for a in kp.model.woven if group.get(a, sizes[a]) > 1]
+    group = kp.schedule.block_tile()
+    stream_axis, chunk = kp.schedule.stream if kp.schedule.stream else (None, None)
+    rows = [a for a in kp.model.woven if group[a] > 1]
     row = rows[0] if rows else None
-    row_tile = group.get(row, sizes[row]) if row else 1
+    row_tile = group[row] if row else 1
     loads = set(kp.kernel.loads)
     out: list[dict] = []
 

@@ -51,7 +51,12 @@ class Schedule:
         return self.site is not None
 
     def block_tile(self) -> dict[str, int]:
+        """Every woven axis's block tile (a whole axis: its size)."""
         return dict(self.tile)
+
+    def grouped(self) -> dict[str, int]:
+        """The axes blocks are tiled along, as chosen (the other woven axes are whole)."""
+        return dict(self.choice.group)
 
     def thread_tile(self) -> dict[str, int]:
         return dict(self.thread)

@@ -59,11 +59,11 @@ def interpret(plan: Plan, inputs: dict[str, object]) -> dict[str, np.ndarray]:
 
 
 def _run_kernel(g, kp: KernelPlan, memory: dict, sizes: dict) -> None:
-    k, choice = kp.kernel, kp.choice
+    k, sched = kp.kernel, kp.schedule       # compiler/schedule.py: the planner's decisions
     for n in k.stores:
         if n not in memory:
             memory[n] = np.full(tuple(sizes[a] for a in ir.type_of(g, n).axes), np.nan)
-    group = dict(choice.group)
+    group = sched.grouped()
     axes = list(group)
     ranges = [[slice(i, min(i + group[a], sizes[a])) for i in range(0, sizes[a], group[a])]
               for a in axes]
@@ -77,7 +77,7 @@ class _Block:
         self.g, self.kp, self.memory, self.region = g, kp, memory, region
         self.k = kp.kernel
         self.st = kp.model.streaming
-        self.split = kp.choice.split
+        self.split = kp.schedule.split
         self.values: dict[tuple, tuple[np.ndarray, tuple[str, ...]]] = {}
         self.stats: dict[int, tuple] = {}     # softmax statistics finished in an earlier pass
 
@@ -184,7 +184,7 @@ class _Block:
             return
         r = st.axis
         pairs = dict(st.pairs)
-        chunk = self.kp.choice.stream[1]
+        chunk = self.kp.schedule.stream[1]
         size = self.region.extent(r)
         for p in range(st.passes):
             states = {n: None for n, q in st.reducers if q == p}

@@ -55,7 +55,13 @@ def planned(draw, name):
         if reduced and draw(st.booleans()):
             # (lanes of a split merge by warp shuffles: a power of two, as the Schedule checks)
             split = (draw(st.sampled_from(list(reduced))), draw(st.sampled_from([2, 4, 8])))
-        choices.append(Choice(tuple(group), stream, (), split))
+        # one thread per position: a block holds at most 1024 threads (the Schedule checks it)
+        ways = split[1] if split else 1
+        tiles = dict(group)
+        while ways * int(np.prod(list(tiles.values()) or [1])) > 1024:
+            a = max(tiles, key=tiles.get)
+            tiles[a] = max(1, tiles[a] // 2)
+        choices.append(Choice(tuple((a, tiles[a]) for a, _ in group), stream, (), split))
     return d, with_choices(p, choices), shape, draw(st.integers(0, 2**16))
 
 
