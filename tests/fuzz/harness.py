@@ -22,10 +22,8 @@ from pathlib import Path
 import numpy as np
 
 import napkin
-from napkin.codegen.lower import lower
-from napkin.codegen.render import render
+from napkin import pipeline
 from napkin.compiler.cost import Choice
-from napkin.compiler.plan import plan as make_plan
 from napkin.compiler.plan import with_choices
 from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.runtime import compare, reference
@@ -83,8 +81,7 @@ def run_backends(d, p, inputs: dict, sizes: dict, ref: dict, low: dict, *,
                  timeout_s: float = 120.0) -> None:
     """Interpret and emulate one plan; raise Checked on the first failure."""
     try:
-        program = lower(p)
-        render(program)
+        pipeline.lowered(p)
     except Exception as exc:  # noqa: BLE001 - any exception here is a compile error
         raise Checked(Failure("compile", "codegen", _trace(exc))) from None
     if interp:
@@ -112,7 +109,8 @@ def check_case(case: Case, *, target: str = "h100", emulate: bool = True,
     d = load_case(case, defines)
     inputs = inputs_for(d, case.shape, case.seed)
     try:
-        p = make_plan(d, target, case.shape, fusion=fusion)
+        p = pipeline.plan(d, pipeline.Options.make(target=target, shape=case.shape,
+                                                   fusion=fusion))
         if choices is not None:
             p = with_choices(p, choices)
     except Exception as exc:  # noqa: BLE001 - a NapkinError here is a planning bug too
