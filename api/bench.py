@@ -108,12 +108,13 @@ def check(kernel, torch, diagram, shape: dict) -> dict:
 
 
 def bench(diagram, shape: dict, name: str = "", baseline: str = "auto", warmup: int = 3,
-          reps: int = 15) -> dict:
-    """Correctness, then timings of napkin's kernels and of the baselines (needs a GPU)."""
+          reps: int = 15, options=None) -> dict:
+    """Correctness, then timings of napkin's kernels and of the baselines (needs a GPU);
+    `options`: the driver's Options (target, engine, hints), the GPU's target by default."""
     import torch
 
     from napkin.kernel import Kernel
-    kernel = Kernel(diagram, backend="cuda")
+    kernel = Kernel(diagram, options, backend="cuda")
     verdicts = check(kernel, torch, diagram, shape)
     inputs = random_inputs(torch, diagram, shape)
     timer = Timer(torch, warmup, reps)

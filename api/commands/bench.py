@@ -8,7 +8,7 @@ import json
 
 import click
 
-from ..cli_common import diagram_options, parse_assignments
+from ..cli_common import ENGINE_HELP, diagram_options, parse_assignments
 from ..runtime.files import write_atomic
 
 
@@ -21,19 +21,26 @@ from ..runtime.files import write_atomic
 @click.option("--baseline", type=click.Choice(["auto", "sdpa", "cublas", "none"]), default="auto",
               show_default=True, help="What to time beside napkin.")
 @click.option("--reps", type=int, default=15, show_default=True, help="Timed runs (median).")
+@click.option("--target", "target_name", default=None,
+              help="Target to plan for (default: the GPU's).")
+@click.option("--engine", type=click.Choice(["auto", "tensor-cores", "cuda-cores"]),
+              default="auto", show_default=True, help=ENGINE_HELP)
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Records (kernel, source, seconds, flops, bytes, ...) for napkin explain --bench.")
-def command(diagram, sizes, shapes, dtype, baseline, reps, csv_path, json_path) -> None:
+def command(diagram, sizes, shapes, dtype, baseline, reps, target_name, engine, csv_path,
+            json_path) -> None:
     """Check a compiled diagram on the GPU, then time it beside PyTorch/cuBLAS baselines."""
     from ..bench import bench, variant
+    from ..pipeline import Options
+    options = Options.make(target=target_name, engine=engine)
     from ..runtime.cuda import gpu_present, unavailable
     if not gpu_present():
         raise unavailable("napkin bench needs an NVIDIA GPU that CuPy can see")
     shape = parse_assignments(shapes, "--shape")
     d = variant(diagram, dtype, **sizes)
     result = bench(d, shape, name=diagram if "/" not in diagram else d.name, baseline=baseline,
-                   reps=reps)
+                   reps=reps, options=options)
     for name, v in result["correct"].items():
         click.echo(f"check {name}: {'ok' if v['ok'] else 'WRONG'} ({v['message']})")
     click.echo(f"{'source':<12} {'seconds':>12} {'TFLOP/s':>9} {'GB/s':>9} {'predicted':>12}")
