@@ -23,9 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import ir, warps
 from .canonical import through
-from .cost import Choice, Cost
+from .cost import Choice, Choices, Cost
 from .model import Model, storage_dtype
 from .target import Target
 
@@ -35,6 +37,9 @@ WARPS = (1, 2, 4, 8)
 MAX_REGISTERS = 128                  # fragment registers per lane (S, O, Q): the rest of 255 is
                                      # addresses, copies and the softmax (ptxas: no spills)
 ELEMENTWISE = (ir.Map, ir.Assign, ir.Index, ir.Const, ir.SizeOf)
+# (block rows, warps, keys per chunk) in search order: each warp one or two 16-row fragments
+TILINGS = np.array([(bm, wm, chunk) for bm in ROWS for wm in WARPS for chunk in CHUNKS
+                    if not bm % (16 * wm) and bm // (16 * wm) <= 2])
 
 
 @dataclass(frozen=True)
@@ -116,8 +121,9 @@ def examine(g, kernel, model: Model, target: Target) -> FlashSite | str | None:
     return FlashSite(scores, soft, out, q, k, v, row, x, dk, dv, batch, dtype, head, width)
 
 
-def registers(fm: int, chunk: int, site: FlashSite) -> int:
-    """Fragment registers per lane: scores, output accumulators, Q fragments."""
+def registers(fm, chunk, site: FlashSite):
+    """Fragment registers per lane: scores, output accumulators, Q fragments (per entry of
+    arrays of fragments and chunks)."""
     return fm * (chunk // 8) * 4 + fm * (site.width // 8) * 4 + fm * (site.head // 16) * 4
 
 
@@ -128,24 +134,19 @@ def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
     if hints is None:
         return None
     hinted, fixed_chunk = hints
-
-    def candidates():
-        for bm in ROWS:
-            if not warps.matches(hinted.get(s.row), bm, sizes[s.row]) or \
-                    bm > warps.pow2_at_least(sizes[s.row], 16):
-                continue
-            for wm in WARPS:
-                if bm % (16 * wm) or bm // (16 * wm) > 2:
-                    continue
-                for chunk in CHUNKS:
-                    if fixed_chunk not in (None, chunk) or \
-                            registers(bm // (16 * wm), chunk, s) > MAX_REGISTERS:
-                        continue
-                    ones = {a: 1 for a in s.batch}
-                    choice = warps.tiled_choice({s.row: bm, **ones}, sizes, (s.red, chunk),
-                                                {s.row: bm // wm, **ones}, {s.row: wm}, (s.row,))
-                    yield choice, (-bm, -chunk, wm)
-    return warps.cheapest(model, cols, target, sizes, candidates())
+    bm, wm, chunk = TILINGS.T
+    keep = warps.matches(hinted.get(s.row), bm, sizes[s.row]) & \
+        (bm <= warps.pow2_at_least(sizes[s.row], 16)) & \
+        (fixed_chunk is None or chunk == fixed_chunk) & \
+        (registers(bm // (16 * wm), chunk, s) <= MAX_REGISTERS)
+    keep = np.broadcast_to(keep, bm.shape)
+    if not keep.any():
+        return None
+    bm, wm, chunk = (v[keep].astype(float) for v in (bm, wm, chunk))
+    ones = tuple((a, 1) for a in s.batch)
+    candidates = Choices(((s.row, bm),) + ones, (s.red, chunk), ((s.row, bm / wm),) + ones,
+                         (), None, ((s.row, wm),))
+    return warps.cheapest(model, cols, target, sizes, candidates, (-bm, -chunk, wm))
 
 
 __all__ = ["FlashSite", "examine", "search", "registers"]

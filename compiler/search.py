@@ -7,18 +7,21 @@ axes and which reduced axis, if any, is split across how many threads (their
 partial states then merge, as in a warp reduction). Woven axes every load
 has gain nothing from bigger groups, so they stay at 1 (except the contiguous
 axis of an elementwise kernel, for coalescing). Every combination of powers
-of two is evaluated at once (`grid.py`); the fastest that fits wins, ties
-going to smaller tiles, so the result is deterministic.
+of two is a candidate: those a block cannot take (a thread's tile larger
+than its group, more threads than a block holds) are left out, the rest form
+one candidate set (`cost.Choices`: the tilings by the chunks by the splits,
+an open mesh) that `cost.evaluate` costs in one vectorised call. The fastest
+that fits wins, ties going to smaller tiles, so the result is deterministic.
 """
 
 from __future__ import annotations
 
+import functools
 
 import numpy as np
 
 from .columns import Column
-from .cost import Choice, Cost, evaluate
-from .grid import evaluate_grid
+from .cost import Choice, Choices, Cost, evaluate, fastest, fits
 from .model import Model
 from .target import Target
 
@@ -31,12 +34,17 @@ MAX_POINTS = 30_000
 
 def tiles(size: int, cap: int = MAX_TILE, per_octave: int = 1) -> list[int]:
     """Powers of two up to min(size, cap) (finer: `per_octave` steps per doubling), and size."""
+    return list(_tiles(size, cap, per_octave))
+
+
+@functools.lru_cache(maxsize=4096)
+def _tiles(size: int, cap: int, per_octave: int) -> tuple[int, ...]:
     top = min(size, cap)
     out = sorted({round(2 ** (i / per_octave)) for i in range(0, 40 * per_octave)
                   if round(2 ** (i / per_octave)) <= top})
     if size <= cap and size not in out:
         out.append(size)
-    return out or [1]
+    return tuple(out or [1])
 
 
 def chunks(size: int, fine: bool = False) -> list[int]:
@@ -56,10 +64,6 @@ def contiguous_axis(model: Model) -> str | None:
         if arr.role == "store" and arr.axes and arr.axes[-1] in model.woven:
             return arr.axes[-1]
     return None
-
-
-def fits(cost: Cost) -> bool:
-    return all(lc.M <= lc.capacity for lc in cost.levels[1:])
 
 
 QUICK = {"thread": (1, 4), "split": (4, 32), "chunk": (16, 64)}
@@ -126,56 +130,77 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
     `fine` searches eight sizes per doubling instead of powers of two (for the paper's
     continuous optima); `quick` searches fewer thread and chunk sizes (fusion's estimates)."""
     fixed = fixed or {}
+    found = _candidate_set(model, target, sizes, fixed, fine, quick)
+    if found is None:
+        return None
+    candidates, shape, ties = found
+    out = evaluate(model, cols, candidates, sizes, target)
+    ok = fits(out)
+    if len(target.levels) > 2:
+        ok = ok & (out.threads <= target.max_threads_per_block)
+        stream = dict([candidates.stream]) if candidates.stream else {}
+        for a, ways in candidates.split:     # no more threads share an axis than it has
+            ok = ok & (ways <= stream.get(a, float(sizes[a])))
+    best = fastest(out, ok, ties, shape)
+    if best is None:
+        return None
+    return _choice(model, sizes, candidates.at(best, shape), fixed), out.at(best, shape)
+
+
+def _candidate_set(model: Model, target: Target, sizes: dict, fixed: dict, fine: bool,
+                   quick: bool):
+    """(the candidates, their shape, the keys breaking ties in time), or None: every tiling
+    a block can take, by every chunk, by every split (an open mesh: a size varies along its
+    own dimension, and the model's terms broadcast)."""
     group, chunk, thread, splits = _candidates(model, target, sizes, fixed, fine, quick)
     _shrink(group, thread, chunk, splits, MAX_POINTS * (10 if fine else 1))
-    names = list(group) + [f"t:{a}" for a in thread]
-    lists = list(group.values()) + list(thread.values())
-    chunk_idx = len(lists)
-    lists.append([c if c is not None else 0 for c in chunk])
-    split_idx = len(lists)
-    lists.append(list(range(len(splits))))
-    mesh = np.meshgrid(*[np.asarray(v, dtype=float) for v in lists], indexing="ij")
-    flat = [m.ravel() for m in mesh]
-    gvals = {a: flat[i] for i, a in enumerate(group)}
-    tvals = {a: flat[len(group) + i] for i, a in enumerate(thread)}
-    chunks_ = flat[chunk_idx] if model.streaming.axis is not None else None
-    split_choice = flat[split_idx].astype(int)
-    split_axis = np.array([s[0] for s in splits])[split_choice] if len(splits) > 1 else None
-    ways = np.array([s[1] for s in splits], dtype=float)[split_choice]
-    out = evaluate_grid(model, cols, target, sizes, gvals, chunks_, tvals, split_axis, ways,
-                        fixed.get("inner"))
-    ok = np.ones(flat[0].shape, dtype=bool)
-    for cap, M in zip(out["capacity"], out["M"]):
-        ok &= np.asarray(M) <= cap
-    for a in thread:
-        ok &= tvals[a] <= gvals[a]
-    if len(target.levels) > 2:
-        ok &= np.asarray(out["threads"]) <= target.max_threads_per_block
-        if split_axis is not None:
-            for i, a in enumerate(model.reduced):
-                extent = chunks_ if a == model.streaming.axis else float(sizes[a])
-                ok &= (split_axis != i) | (ways <= extent)
-    if not ok.any():
+    gvals, tvals = _tilings(group, thread, target)
+    if gvals is None:
         return None
-    time = np.where(ok, out["time_total"], np.inf)
-    # every key has the grid's shape (a kernel without axes has no group or thread sizes)
-    size_key = np.broadcast_to(sum(gvals.values()) + (chunks_ if chunks_ is not None else 0),
-                               time.shape)
-    thread_key = np.broadcast_to(sum(tvals.values()), time.shape)
-    best = np.lexsort((np.broadcast_to(ways, time.shape), thread_key, size_key,
-                       np.round(time, 15)))[0]
-    choice = _choice(model, sizes, gvals, tvals, chunks_, splits, split_choice, best, fixed)
-    cost = evaluate(model, cols, choice, sizes, target)
-    return choice, cost
+    count = len(next(iter(gvals.values()), [0]))
+    gvals = {a: v.reshape(-1, 1, 1) for a, v in gvals.items()}
+    tvals = {a: v.reshape(-1, 1, 1) for a, v in tvals.items()}
+    chunks_ = np.asarray([c if c is not None else 0 for c in chunk], dtype=float).reshape(1, -1, 1)
+    split_axis = np.array([s[0] for s in splits]).reshape(1, 1, -1)
+    ways = np.array([s[1] for s in splits], dtype=float).reshape(1, 1, -1)
+    axis = model.streaming.axis
+    candidates = Choices(tuple(gvals.items()), (axis, chunks_) if axis is not None else None,
+                         tuple(tvals.items()),
+                         tuple((a, np.where(split_axis == i, ways, 1.0))
+                               for i, a in enumerate(model.reduced) if len(splits) > 1),
+                         fixed.get("inner"))
+    shape = np.broadcast_shapes(candidates.shape, (count, len(chunk), len(splits)))
+    # ties go to smaller tiles, then smaller thread tiles, then fewer ways
+    ties = (sum(gvals.values()) + (chunks_ if axis is not None else 0), sum(tvals.values()), ways)
+    return candidates, shape, ties
 
 
-def _choice(model, sizes, gvals, tvals, chunks_, splits, split_choice, i, fixed) -> Choice:
-    group = tuple(sorted((a, int(v[i])) for a, v in gvals.items() if int(v[i]) < sizes[a]))
-    stream = (model.streaming.axis, int(chunks_[i])) if model.streaming.axis is not None else None
-    thread = tuple(sorted((a, int(v[i])) for a, v in tvals.items()))
-    s_axis, ways = splits[int(split_choice[i])]
-    split = (model.reduced[s_axis], ways) if s_axis >= 0 else None
-    return Choice(group, stream, thread, split, fixed.get("inner"))
+def _tilings(group: dict, thread: dict, target: Target):
+    """(group sizes, thread tiles): 1-d arrays over every combination of the candidate lists
+    (in their mesh order) that a block can take: a thread's tile at most its group's, and no
+    more threads than a block holds before any split (which only adds threads). (None, None)
+    when there is none."""
+    lists = [np.asarray(v, dtype=float) for v in list(group.values()) + list(thread.values())]
+    mesh = [m.ravel() for m in np.meshgrid(*lists, indexing="ij")] if lists else []
+    gvals, tvals = dict(zip(group, mesh)), dict(zip(thread, mesh[len(group):]))
+    keep, threads = True, 1.0
+    for a, t in tvals.items():
+        keep = keep & (t <= gvals[a])
+        threads = threads * (gvals[a] / t)
+    if len(target.levels) > 2:    # a margin: the model's own count decides at the boundary
+        keep = keep & (threads <= target.max_threads_per_block * (1 + 1e-9))
+    if np.ndim(keep) == 0:      # no thread level (or no axis): every group combination
+        return (gvals, tvals) if keep else (None, None)
+    if not keep.any():
+        return None, None
+    return {a: v[keep] for a, v in gvals.items()}, {a: v[keep] for a, v in tvals.items()}
+
+
+def _choice(model: Model, sizes: dict, one: Choice, fixed: dict) -> Choice:
+    """A candidate as the plan records it: whole axes are not groups, thread tiles sorted."""
+    group = tuple(sorted((a, g) for a, g in one.group if g < sizes[a]))
+    stream = one.stream if model.streaming.axis is not None else None
+    return Choice(group, stream, tuple(sorted(one.thread)), one.split, fixed.get("inner"))
 
 
 __all__ = ["search", "tiles", "chunks", "reuse_axes", "fits"]

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import flash, ir, warps
 from .cost import ROW_PAD as PAD
-from .cost import Choice, Cost
+from .cost import Choice, Choices, Cost
 from .flash import FlashSite
 from .model import Model, build, storage_dtype
 from .target import Target
@@ -34,6 +36,13 @@ COLS = (8, 16, 32, 64, 128, 256)           # ... along col
 CHUNKS = (16, 32, 64)                      # ... along red (the streamed chunk)
 WARPS = (1, 2, 4, 8)
 MAX_ACCUMULATORS = 128                     # f32 accumulator registers per thread
+# rows (bm, bn, bk, wm, wn) in search order: block tiles of whole warp tiles, warp tiles of
+# whole fragments, accumulators within their register budget
+TILINGS = np.array([(bm, bn, bk, wm, wn) for bm in ROWS for bn in COLS for bk in CHUNKS
+                    for wm in WARPS for wn in WARPS
+                    if wm * wn in WARPS and not bm % (wm * FRAGMENT[0])
+                    and not bn % (wn * FRAGMENT[1])
+                    and (bm // wm) * (bn // wn) // 32 <= MAX_ACCUMULATORS])
 
 
 @dataclass(frozen=True)
@@ -147,36 +156,25 @@ def search(model: Model, cols, target: Target, sizes: dict, s: Site,
     if hints is None:
         return None
     hinted, chunk = hints
+    bm, bn, bk, wm, wn = _candidates(sizes, s).T.astype(float)
+    keep = warps.matches(hinted.get(s.row), bm, sizes[s.row]) & \
+        warps.matches(hinted.get(s.col), bn, sizes[s.col]) & (chunk is None or bk == chunk)
+    keep = np.broadcast_to(keep, bm.shape)
+    if not keep.any():
+        return None
+    bm, bn, bk, wm, wn = (v[keep] for v in (bm, bn, bk, wm, wn))
+    ones = tuple((a, 1) for a in s.batch)
+    candidates = Choices(((s.row, bm), (s.col, bn)) + ones, (s.red, bk),
+                         ((s.row, bm / wm), (s.col, bn / wn)) + ones, (), None,
+                         ((s.row, wm), (s.col, wn)))
+    return warps.cheapest(model, cols, target, sizes, candidates, (-(bm * bn), bk, wm * wn))
 
-    def candidates():
-        for bm, bn, bk, wm, wn in _candidates(sizes, s):
-            if chunk not in (None, bk) or not all(warps.matches(hinted.get(a), v, sizes[a])
-                                                  for a, v in ((s.row, bm), (s.col, bn))):
-                continue
-            ones = {a: 1 for a in s.batch}
-            choice = warps.tiled_choice({s.row: bm, s.col: bn, **ones}, sizes, (s.red, bk),
-                                        {s.row: bm // wm, s.col: bn // wn, **ones},
-                                        {s.row: wm, s.col: wn}, (s.row, s.col))
-            yield choice, (-(bm * bn), bk, wm * wn)
-    return warps.cheapest(model, cols, target, sizes, candidates())
 
-
-def _candidates(sizes: dict, s: Site):
-    """Block tiles no larger than the axes need, warp tiles of whole fragments."""
+def _candidates(sizes: dict, s: Site) -> np.ndarray:
+    """The tilings (rows of TILINGS) whose block tiles are no larger than the axes need."""
     fm, fn, fk = FRAGMENT
-    top = {a: warps.pow2_at_least(sizes[a], f) for a, f in ((s.row, fm), (s.col, fn), (s.red, fk))}
-    for bm in ROWS:
-        for bn in COLS:
-            for bk in CHUNKS:
-                if bm > top[s.row] or bn > top[s.col] or bk > top[s.red]:
-                    continue
-                for wm in WARPS:
-                    for wn in WARPS:
-                        if wm * wn not in WARPS or bm % (wm * fm) or bn % (wn * fn):
-                            continue
-                        if (bm // wm) * (bn // wn) // 32 > MAX_ACCUMULATORS:
-                            continue
-                        yield bm, bn, bk, wm, wn
+    top = [warps.pow2_at_least(sizes[a], f) for a, f in ((s.row, fm), (s.col, fn), (s.red, fk))]
+    return TILINGS[np.all(TILINGS[:, :3] <= top, axis=1)]
 
 
 __all__ = ["Site", "FlashSite", "site", "examine", "best_site", "search_site", "has_mma", "search",

@@ -1,11 +1,11 @@
 """What the two tensor-core searches share (tensorcore.py: products, flash.py: attention):
-the fragment, which block-level hints they can honour, and the cheapest tiling that fits."""
+the fragment, which block-level hints they can honour, and the cheapest tiling that fits
+(every candidate costed in one vectorised evaluation)."""
 
 from __future__ import annotations
 
-from .cost import Choice, Cost, evaluate
+from .cost import Choice, Choices, Cost, evaluate, fastest, fits
 from .model import Model
-from .search import fits
 from .target import Target
 
 FRAGMENT = (16, 8, 16)                     # m, n, k of mma.sync.m16n8k16
@@ -25,9 +25,12 @@ def block_hints(fixed: dict, red: str, tiled: tuple[str, ...], batch: tuple[str,
     return hinted, fixed["stream"][1] if "stream" in fixed else None
 
 
-def matches(hint: int | None, tile: int, size: int) -> bool:
-    """A block tile honours a group hint: equal, or both cover the whole axis."""
-    return hint is None or tile == hint or (hint >= size and tile >= size)
+def matches(hint: int | None, tile, size: int):
+    """A block tile honours a group hint: equal, or both cover the whole axis (per entry
+    of an array of tiles)."""
+    if hint is None:
+        return True
+    return (tile == hint) | ((hint >= size) & (tile >= size))
 
 
 def pow2_at_least(size: int, least: int) -> int:
@@ -35,19 +38,20 @@ def pow2_at_least(size: int, least: int) -> int:
     return max(least, 1 << (max(size, 1) - 1).bit_length())
 
 
-def cheapest(model: Model, cols, target: Target, sizes: dict, candidates):
-    """The fastest (Choice, Cost) among (Choice, tie-break key) candidates whose footprint
-    fits every level (shared memory with padded rows and both stages, a warp's registers),
-    or None."""
-    best = None
-    for choice, tie in candidates:
-        cost = evaluate(model, cols, choice, sizes, target)
-        if not fits(cost):
-            continue
-        key = (round(cost.time, 15),) + tuple(tie)
-        if best is None or key < best[0]:
-            best = (key, choice, cost)
-    return None if best is None else (best[1], best[2])
+def cheapest(model: Model, cols, target: Target, sizes: dict, candidates: Choices, ties):
+    """The fastest (Choice, Cost) of a candidate set of tilings whose footprint fits every
+    level (shared memory with padded rows and both stages, a warp's registers), or None.
+    `ties`: arrays breaking equal times, the first deciding first (smallest wins, then the
+    earliest candidate)."""
+    cost = evaluate(model, cols, candidates, sizes, target)
+    best = fastest(cost, fits(cost), ties, candidates.shape)
+    if best is None:
+        return None
+    one = candidates.at(best)
+    warps = dict(one.warps)
+    choice = tiled_choice(dict(one.group), sizes, one.stream, dict(one.thread), warps,
+                          tuple(warps))
+    return choice, cost.at(best, candidates.shape)
 
 
 def tiled_choice(group: dict, sizes: dict, stream: tuple, thread: dict, warps: dict,
