@@ -73,9 +73,24 @@ class Mutant:
     name: str
     edit: Callable[[str], str] | None = None          # applied to the rendered CUDA
     patch: Callable[[], contextlib.AbstractContextManager] | None = None   # during lowering
+    caught_by: str = ""     # the check that caught it in the last long run (score's try_first)
+
+
+_UNMUTATED: dict = {}
 
 
 def source_of(check: Check, mutant: Mutant | None = None):
+    """(diagram, plan, program, CUDA) of a check, with a mutant switched on; the unmutated
+    ones are computed once per process (score compares every mutant's source with them)."""
+    if mutant is None:
+        key = repr(check)            # (a Check holds a dict: not hashable)
+        if key not in _UNMUTATED:
+            _UNMUTATED[key] = _source_of(check, None)
+        return _UNMUTATED[key]
+    return _source_of(check, mutant)
+
+
+def _source_of(check: Check, mutant: Mutant | None):
     d = check.load()
     p = make_plan(d, "h100", check.shape)
     if check.choices is not None:
@@ -88,9 +103,10 @@ def source_of(check: Check, mutant: Mutant | None = None):
     return d, p, program, source
 
 
-def run_check(check: Check, mutant: Mutant | None = None, timeout_s: float = 120.0) -> str:
-    """'' when the check passes, else why it failed."""
-    d, p, program, source = source_of(check, mutant)
+def run_check(check: Check, mutant: Mutant | None = None, timeout_s: float = 120.0,
+              built=None) -> str:
+    """'' when the check passes, else why it failed (`built`: source_of's answer, if known)."""
+    d, p, program, source = built or source_of(check, mutant)
     inputs = inputs_for(d, check.shape, 7)
     buffers = make_buffers(program, inputs, p.sizes, set(p.graph.graph["inputs"]))
     launches = [emulate.Launch(s.kernel, (min(s.grid, 8), 1, 1), (s.block, 1, 1), s.smem_bytes,
@@ -208,33 +224,47 @@ def _skip_guard():
 MUTANTS = [
     Mutant("off-by-one tail (the last chunk one short)",
            edit=_sub(r"const int clen = \(int\)\((.*?) - c0 < (\d+) \? (.*?) - c0 : (\d+)\);",
-                     r"const int clen = (int)(\1 - c0 - 1 < \2 ? \3 - c0 - 1 : \4);")),
-    Mutant("dropped barrier (after staging a chunk)", edit=_drop_chunk_barrier),
-    Mutant("wrong stride (row stride + 1)", patch=_wrong_stride),
+                     r"const int clen = (int)(\1 - c0 - 1 < \2 ? \3 - c0 - 1 : \4);"),
+           caught_by="attention f32"),
+    Mutant("dropped barrier (after staging a chunk)", edit=_drop_chunk_barrier,
+           caught_by="attention f32"),
+    Mutant("wrong stride (row stride + 1)", patch=_wrong_stride,
+           caught_by="matmul f32, k split over 32 lanes"),
     Mutant("dropped mask (staging reads past the tail)",
            edit=_sub(r"(sm\d+)\[e\] = \((.*?)\) \? (p\d+\[.*?\]) : napkin_from_float<(\w+)>\(0\.0f\);",
-                     r"\1[e] = \3;")),
+                     r"\1[e] = \3;"),
+           caught_by="attention f16, AddressSanitizer"),
     Mutant("missing rescale in online softmax",
-           edit=_sub(r"(st\d+\[k\d+\]) = \1 \* (v\d+) \+", r"\1 = \1 +")),
-    Mutant("f16 accumulation", patch=_f16_accumulation),
-    Mutant("wrong split merge (max instead of sum)", patch=_wrong_split_merge),
-    Mutant("wrong Welford merge (no cross term)", edit=_wrong_welford_merge),
-    Mutant("dropped chunk-skip guard (start of chunk)", patch=_skip_guard),
+           edit=_sub(r"(st\d+\[k\d+\]) = \1 \* (v\d+) \+", r"\1 = \1 +"),
+           caught_by="attention f32"),
+    Mutant("f16 accumulation", patch=_f16_accumulation,
+           caught_by="attention f32"),
+    Mutant("wrong split merge (max instead of sum)", patch=_wrong_split_merge,
+           caught_by="matmul f32, k split over 32 lanes"),
+    Mutant("wrong Welford merge (no cross term)", edit=_wrong_welford_merge,
+           caught_by="layernorm f32, c streamed and split"),
+    Mutant("dropped chunk-skip guard (start of chunk)", patch=_skip_guard,
+           caught_by="causal attention, chunks skipped"),
     Mutant("wrong clamp (to the size, not size - 1)",
            edit=_sub(r"\? \(base_(\d+) \+ (\d+)\) : \((int|long long)\)\((\w+) - 1\)\)",
-                     r"? (base_\1 + \2) : (\3)(\4))")),
+                     r"? (base_\1 + \2) : (\3)(\4))"),
+           caught_by="attention f32"),
 ]
 
 
-def score(mutant: Mutant, checks=SUITE) -> tuple[str, bool]:
-    """(the first check that caught it or why not, whether it changed any source)."""
-    base = {c.name: source_of(c)[3] for c in checks}
+def score(mutant: Mutant, checks=SUITE, try_first: str = "") -> tuple[str, bool]:
+    """(the first check that caught it or why not, whether it changed any source).
+
+    `try_first` names a check to run before the others (CI passes the mutant's caught_by,
+    saving the emulator builds of the checks it passes); whether a mutant is caught does not
+    depend on the order, only which check is named and how many are built."""
     changed = False
-    for c in checks:
-        if source_of(c, mutant)[3] == base[c.name]:
+    for c in sorted(checks, key=lambda c: c.name != try_first):
+        built = source_of(c, mutant)
+        if built[3] == source_of(c)[3]:
             continue
         changed = True
-        why = run_check(c, mutant)
+        why = run_check(c, mutant, built=built)
         if why:
             return f"{c.name}: {why}", True
     return "not caught", changed
