@@ -28,8 +28,12 @@ def test_compiles_without_spills_within_the_plans_shared_memory(name, dtype):
         prog = lower(p)
         source = render(prog)
         sizes = {param: p.sizes[axis] for param, axis in prog.size_params}
+        names = [k.name for k in prog.kernels]
+        assert names == [f"napkin_k{i}" for i in range(len(names))]
         for arch in ("sm_80", "sm_90"):
             compiled = nvrtc.compile(source, arch=arch)
+            # the PTX defines exactly the kernels the program declares (no extra entry)
+            assert sorted(compiled.kernels) == sorted(names), (arch, compiled.kernels)
             for k, kp in zip(prog.kernels, p.kernels):
                 r = compiled.resources[k.name]
                 assert r.spill_stores == 0 and r.spill_loads == 0, (arch, k.name, r)

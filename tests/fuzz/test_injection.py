@@ -46,14 +46,14 @@ def test_accepted_payloads_compile_to_the_expected_entries():
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_library_kernels_pass_the_token_allowlist(dtype):
+    # (that NVRTC's PTX of every library kernel has exactly the declared entries is checked
+    # where those kernels are compiled anyway, tests/codegen/test_compile_library.py)
     for name in library_names():
         d = library(name, dtype)
         shape = {a: 37 for a, s in d.axes.items() if s is None}
         for fused in (True, False):
             cuda = render(lower(plan(d, "h100", shape, fusion=fused)))
             assert not token_problems(cuda), (name, fused, token_problems(cuda)[:5])
-            if dtype == "f16" and fused:
-                assert not entry_problems(cuda), name
 
 
 def test_the_allowlist_catches_what_it_should():
