@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from .compiler import front
 from .compiler.diagram import Diagram
 from .diagrams.diagnostics import did_you_mean, error
-from .runtime import dtypes
-from .runtime.bind import match_inputs, to_numpy
 
 
 def _picture(diagram: Diagram) -> str:
@@ -66,9 +62,13 @@ def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
     arguments naming axes fix their sizes (`d=128`). `backend`, `target` and `engine`
     are as for `napkin.compile`.
     """
+    import numpy as np
+
     from .backends import check_backend
     from .kernel import Kernel
     from .pipeline import Options
+    from .runtime import dtypes
+    from .runtime.bind import match_inputs, to_numpy
     check_backend(backend)
     d = load(diagram)
     input_names = {s.name for s in d.inputs}
