@@ -18,7 +18,7 @@ from .gen import diagrams
 SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
 
 
-@settings(max_examples=max(1, int(40 * SCALE)), deadline=None, database=None,
+@settings(max_examples=max(1, int(20 * SCALE)), deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(diagrams())
 def test_random_diagrams_draw(case):

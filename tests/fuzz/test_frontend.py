@@ -5,48 +5,51 @@ only NapkinError may escape, and every input answers within a bound."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from .frontend import (BYTES, FRAGMENT_SOUP, PREAMBLE, SOUP, TEXT, TIME_BOUND_S, escape, grammar_statements,
-                       huge_inputs, syntax_error, timed_escape)
+from .frontend import (BYTES, FRAGMENT_SOUP, PREAMBLE, SOUP, TEXT, escape, grammar_statements,
+                       huge_inputs, syntax_error)
 from .injection import cli
 
 SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
 
 
 def budget(n: int) -> settings:
+    """CI's slice (a few seconds each); benchmarks/fuzz.py draws from the same strategies
+    for minutes."""
     return settings(max_examples=max(1, int(n * SCALE)), deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
 
 
-@budget(600)
+@budget(250)
 @given(grammar_statements())
 def test_grammar_statements_parse(statement):
     assert syntax_error(statement) is None, statement
     assert escape(PREAMBLE + statement) is None, statement
 
 
-@budget(3000)
+@budget(1000)
 @given(SOUP)
 def test_token_soup(text):
     assert escape(text) is None
 
 
-@budget(2500)
+@budget(1000)
 @given(FRAGMENT_SOUP)
 def test_fragment_soup(text):
     assert escape(text) is None
 
 
-@budget(1500)
+@budget(1000)
 @given(TEXT)
 def test_random_text(text):
     assert escape(text) is None
 
 
-@budget(2000)
+@budget(1000)
 @given(BYTES)
 def test_random_bytes(data):
     assert escape(data) is None
@@ -55,11 +58,21 @@ def test_random_bytes(data):
 HUGE = huge_inputs()
 
 
+# A bound that catches a hang or a super-linear blow-up, not a slowdown: the slowest input
+# (50,000 nested comparisons, 100,000 axes) takes ~4 s of CPU, the bound is 60 s. It is CPU
+# time of this process, not the wall clock, which a loaded CI machine stretches several
+# times (30 s wall for 4.3 s CPU was seen). The wall-clock figure (slowest input, inputs over
+# frontend.TIME_BOUND_S) is benchmarks/fuzz.py's.
+HANG_BOUND_CPU_S = 60.0
+
+
 @pytest.mark.parametrize("name", list(HUGE))
 def test_huge_inputs_answer_in_time(name):
-    found, seconds = timed_escape(HUGE[name])
+    start = time.process_time()
+    found = escape(HUGE[name])
+    seconds = time.process_time() - start
     assert found is None, found
-    assert seconds < TIME_BOUND_S, f"{name} took {seconds:.1f} s"
+    assert seconds < HANG_BOUND_CPU_S, f"{name} took {seconds:.1f} s of CPU"
 
 
 def test_a_10_mb_file_through_the_command_line(tmp_path):

@@ -21,7 +21,7 @@ def _check(case, emulate: bool) -> None:
         raise AssertionError(f"{exc.failure}\n{case[1]}") from None
 
 
-@settings(max_examples=max(1, int(150 * SCALE)), deadline=None, database=None,
+@settings(max_examples=max(1, int(60 * SCALE)), deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(hinted())
 def test_hints_interpreted(case):

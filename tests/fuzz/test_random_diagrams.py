@@ -19,8 +19,9 @@ from .gen import diagrams
 from .harness import Recorder
 
 SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
-EMULATED = max(1, int(14 * SCALE))        # each builds the emitted CUDA with g++ (~1.5 s)
-INTERPRETED = max(1, int(150 * SCALE))
+# a slice for CI (NAPKIN_FUZZ_SCALE multiplies it); benchmarks/fuzz.py runs the same strategy for minutes
+EMULATED = max(1, int(5 * SCALE))         # each builds the emitted CUDA with g++ (~1.5 s)
+INTERPRETED = max(1, int(60 * SCALE))
 
 
 # the planner's targets; the paper's two-level model has no threads to emulate
