@@ -19,7 +19,8 @@ from .gen import diagrams
 from .harness import Recorder
 
 SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
-# a slice for CI (NAPKIN_FUZZ_SCALE multiplies it); benchmarks/fuzz.py runs the same strategy for minutes
+# a slice for CI (NAPKIN_FUZZ_SCALE multiplies it); benchmarks/fuzz.py runs the same
+# strategy for minutes
 EMULATED = max(1, int(5 * SCALE))         # each builds the emitted CUDA with g++ (~1.5 s)
 INTERPRETED = max(1, int(60 * SCALE))
 

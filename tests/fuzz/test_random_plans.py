@@ -14,7 +14,8 @@ from .harness import Checked, save_regression
 from .plans import as_regression, check_plan, describe, planned
 
 SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
-# a slice for CI (NAPKIN_FUZZ_SCALE multiplies it); benchmarks/fuzz.py runs the same strategy for minutes
+# a slice for CI (NAPKIN_FUZZ_SCALE multiplies it); benchmarks/fuzz.py runs the same
+# strategy for minutes
 EMULATED = max(1, int(5 * SCALE))
 INTERPRETED = max(1, int(20 * SCALE))
 

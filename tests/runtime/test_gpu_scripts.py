@@ -15,7 +15,8 @@ ROOT = Path(__file__).parents[2]
 
 
 def _gpu_check():
-    spec = importlib.util.spec_from_file_location("napkin_gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+    path = ROOT / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("napkin_gpu_check", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
