@@ -9,14 +9,13 @@ same figures for the unfused plan and what fusion saves.
 
 from __future__ import annotations
 
-import sympy
-
 from .compiler import ir
 from .compiler import tensorcore
 from .compiler.buffers import buffers
 from .compiler.engine import engine_buffers
-from .compiler.formulas import relabelling, simplify, symbolic_cost
+from .compiler.formulas import relabelling, tile_values
 from .compiler.plan import Plan, baseline
+from .figures import figures
 
 
 def report(plan: Plan, compare: bool = True) -> dict:
@@ -25,10 +24,9 @@ def report(plan: Plan, compare: bool = True) -> dict:
     tgt = plan.target
     kernels = []
     for kp in plan.kernels:
-        sym_values, tiles = symbolic_cost(kp, tgt, values=True)
-        sym_bytes, _ = symbolic_cost(kp, tgt, values=False)
+        fig = figures(kp, tgt)
         levels = []
-        for lc, lv_sym, lb_sym in zip(kp.cost.levels[1:], sym_values.levels[1:], sym_bytes.levels[1:]):
+        for lc, (m_values, h_values, h_bytes) in zip(kp.cost.levels[1:], fig["levels"]):
             axes = {}
             for r in relabelling(kp.choice, kp.model, plan.sizes, tgt.level_names):
                 if r.level != lc.name:
@@ -42,11 +40,10 @@ def report(plan: Plan, compare: bool = True) -> dict:
                 "level": lc.name, "capacity_bytes": int(lc.capacity), "M_bytes": int(lc.M),
                 "H_bytes": float(lc.H), "units": float(lc.units), "time_seconds": float(lc.time),
                 "axes": axes,
-                "M_values_symbolic": str(simplify(lv_sym.M)),
-                "H_values_symbolic": str(simplify(lv_sym.H)),
-                "H_bytes_symbolic": str(simplify(lb_sym.H)),
+                "M_values_symbolic": m_values,
+                "H_values_symbolic": h_values,
+                "H_bytes_symbolic": h_bytes,
             })
-        flops_sym = sum(sym_values.flops.values(), sympy.Integer(0))
         flops = float(sum(kp.cost.flops.values()))
         top = kp.cost.levels[1]
         kernels.append({
@@ -57,9 +54,9 @@ def report(plan: Plan, compare: bool = True) -> dict:
             "engine": _engine(plan, kp),
             "levels": levels,
             "buffers": engine_buffers(plan, kp) or buffers(plan, kp),
-            "tiles": {str(k): int(v) for k, v in tiles.items()},
+            "tiles": {name: int(v) for name, v in tile_values(kp.choice).items()},
             "flops": flops,
-            "flops_symbolic": str(simplify(flops_sym)),
+            "flops_symbolic": fig["flops"],
             "arithmetic_intensity": flops / float(top.H) if top.H else None,
             "threads_per_block": kp.schedule.threads,
             "utilization": float(kp.cost.utilization),

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sympy
-
 from .cost import Choice, Cost, evaluate
 
 
@@ -34,6 +32,7 @@ class Relabel:
 
 
 def axis_symbols(axes) -> dict:
+    import sympy        # (sympy loads only where formulas are made: explain, draw's table)
     return {a: sympy.Symbol(a, positive=True, integer=True) for a in axes}
 
 
@@ -62,8 +61,32 @@ def relabelling(choice: Choice, model, sizes: dict, level_names) -> list[Relabel
     return out
 
 
+def tile_values(choice: Choice) -> dict[str, int]:
+    """Tile symbol name -> chosen value, in the order symbolic_choice makes them (no sympy)."""
+    out = {f"g_{a}": g for a, g in choice.group if g > 1}
+    if choice.stream:
+        out[f"s_{choice.stream[0]}"] = choice.stream[1]
+    out.update({f"t_{a}": t for a, t in choice.thread if t > 1})
+    if choice.split:
+        out[f"w_{choice.split[0]}"] = choice.split[1]
+    if choice.inner:
+        out[f"u_{choice.inner[0]}"] = choice.inner[1]
+    return out
+
+
+def skeleton(choice: Choice) -> tuple:
+    """What the symbolic formulas of a choice depend on: which tiles are symbols (tiles of 1
+    are written as 1) and the warps; not the tile values."""
+    return (tuple((a, g > 1) for a, g in choice.group),
+            choice.stream[0] if choice.stream else None,
+            tuple((a, t > 1) for a, t in choice.thread),
+            choice.split[0] if choice.split else None,
+            choice.inner[0] if choice.inner else None, tuple(choice.warps))
+
+
 def symbolic_choice(choice: Choice) -> tuple[Choice, dict]:
     """The choice with every non-trivial tile replaced by its symbol; symbol -> value."""
+    import sympy
     values = {}
 
     def sym(name, v):
@@ -96,6 +119,7 @@ def simplify(expr):
     """The printed form of a formula: factored. (sympy.factor alone gives the same text as
     factor(simplify(.)) on every formula of the library, 978 of them on four targets at two
     sizes, eleven times faster, and without simplify's import of sympy.physics.units.)"""
+    import sympy
     try:
         return sympy.factor(expr)
     except Exception:  # sympy can fail on Max of many terms; keep it as is

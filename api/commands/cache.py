@@ -28,7 +28,11 @@ def listing() -> None:
         if entry is None:
             click.echo(f"{path.name}  damaged (will be rebuilt)")
         else:
-            key = entry.key or {}
+            key = entry.key if isinstance(entry.key, dict) else {}
+            if key.get("kind") == "explain-figures":      # explain's formulas (api/figures.py)
+                click.echo(f"{path.name[:16]}  {'formulas':<8} {len(entry.payload):>9,} bytes  "
+                           f"napkin {key.get('napkin', '?')}  (explain)")
+                continue
             click.echo(f"{path.name[:16]}  {key.get('arch', '?'):<8} {len(entry.payload):>9,} bytes  "
                        f"napkin {key.get('napkin', '?')}  nvrtc {'.'.join(map(str, key.get('nvrtc', [])))}")
     click.echo(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
