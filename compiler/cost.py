@@ -310,9 +310,14 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         H = _sum(moved)
         last = li == len(levels) - 1
         held = {}          # array index -> what one unit holds of it (arrays counted here)
+        extents: dict = {}  # the product of resident extents, once per distinct product
         for i, (arr, res) in enumerate(zip(model.arrays, res_of)):
             if last or arr.role == "load":     # (bytes: a power of two)
-                size = _prod(res[a] for a in arr.axes) * ((1 if values else arr.bytes) * arr.slots)
+                factors = [res[a] for a in arr.axes]
+                key = tuple(id(f) if isinstance(f, np.ndarray) else f for f in factors)
+                if key not in extents:
+                    extents[key] = _prod(factors)
+                size = extents[key] * ((1 if values else arr.bytes) * arr.slots)
                 if not symbolic and not values and target.processors and not last:
                     size = _buffer_bytes(size, arr, res, choice, ops)
                 held[i] = size
@@ -354,7 +359,8 @@ def _columns(cols, held: dict, symbolic: bool) -> list[tuple[int, ...]]:
     sets = list(dict.fromkeys(tuple(i for i in col.resident if i in held) for col in cols))
     if symbolic:
         return sets
-    return [s for s in sets if not any(set(s) < set(t) for t in sets)]
+    members = [frozenset(s) for s in sets]
+    return [s for s, m in zip(sets, members) if not any(m < other for other in members)]
 
 
 def _bound(levels, terms) -> str:
@@ -372,6 +378,8 @@ def fastest(cost: Cost, ok, ties, shape: tuple[int, ...]) -> int | None:
     tied = np.flatnonzero(time == time.min())
     if time[tied[0]] == np.inf:
         return None
+    if len(tied) == 1:
+        return int(tied[0])
     where = np.unravel_index(tied, shape)
     keys = [np.broadcast_to(entries(t, where), tied.shape) for t in reversed(ties)]
     return int(tied[np.lexsort(keys)[0]])
@@ -512,8 +520,8 @@ def utilization(target: Target, blocks, smem, threads):
     if not target.processors:
         return 1.0
     cap = target.levels[1].capacity_bytes
-    per_sm = np.minimum(np.clip(np.floor(cap / np.maximum(smem, 1)), 1, 32),   # whole blocks
-                        np.clip(np.floor(2048 / np.maximum(threads, 1)), 1, 32))
+    fit = np.minimum(cap / np.maximum(smem, 1), 2048 / np.maximum(threads, 1))
+    per_sm = np.minimum(np.maximum(np.floor(fit), 1), 32)     # whole blocks, 1 to 32
     procs = target.processors
     slots = procs * per_sm
     waves = np.ceil(blocks / slots)

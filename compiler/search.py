@@ -180,20 +180,34 @@ def _tilings(group: dict, thread: dict, target: Target):
     (in their mesh order) that a block can take: a thread's tile at most its group's, and no
     more threads than a block holds before any split (which only adds threads). (None, None)
     when there is none."""
-    lists = [np.asarray(v, dtype=float) for v in list(group.values()) + list(thread.values())]
-    mesh = [m.ravel() for m in np.meshgrid(*lists, indexing="ij")] if lists else []
-    gvals, tvals = dict(zip(group, mesh)), dict(zip(thread, mesh[len(group):]))
-    keep, threads = True, 1.0
-    for a, t in tvals.items():
-        keep = keep & (t <= gvals[a])
-        threads = threads * (gvals[a] / t)
-    if len(target.levels) > 2:    # a margin: the model's own count decides at the boundary
-        keep = keep & (threads <= target.max_threads_per_block * (1 + 1e-9))
-    if np.ndim(keep) == 0:      # no thread level (or no axis): every group combination
-        return (gvals, tvals) if keep else (None, None)
-    if not keep.any():
+    limit = target.max_threads_per_block if len(target.levels) > 2 else None
+    found = _combinations(tuple(map(tuple, group.values())), tuple(map(tuple, thread.values())),
+                          limit)
+    if found is None:
         return None, None
-    return {a: v[keep] for a, v in gvals.items()}, {a: v[keep] for a, v in tvals.items()}
+    return dict(zip(group, found)), dict(zip(thread, found[len(group):]))
+
+
+@functools.lru_cache(maxsize=1024)
+def _combinations(group: tuple, thread: tuple, limit: int | None):
+    """_tilings on the lists alone (a thread list per group list, the same axes first)."""
+    lists = [np.asarray(v, dtype=float) for v in group + thread]
+    if not lists:
+        return ()
+    mesh = np.ix_(*lists)
+    keep, threads = True, 1.0
+    for g, t in zip(mesh, mesh[len(group):]):
+        keep = keep & (t <= g)
+        threads = threads * (g / t)
+    if limit is not None:     # a margin: the model's own count decides at the boundary
+        keep = keep & (threads <= limit * (1 + 1e-9))
+    where = np.nonzero(np.broadcast_to(keep, tuple(len(v) for v in lists)))
+    if not len(where[0]):
+        return None
+    out = tuple(v[i] for v, i in zip(lists, where))
+    for v in out:
+        v.flags.writeable = False        # shared by every search with these lists
+    return out
 
 
 def _choice(model: Model, sizes: dict, one: Choice, fixed: dict) -> Choice:
