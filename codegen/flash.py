@@ -26,7 +26,7 @@ class FlashLowering(MmaLowering):
     def _block_body(self) -> None:
         b, s = self.b, self.site
         self._origins()
-        fm, chunk = self.wtm // FM, self.choice.stream[1]
+        fm, chunk = self.wtm // FM, self.kp.schedule.stream[1]
         hk, dv = s.head // FK, s.width // FN
         qt = self._tile(s.q, self.grouped(s.row), self.whole(s.dk, s.head))
         b.emit(P.Barrier())

@@ -31,7 +31,6 @@ class KernelLowering:
         self.k = kp.kernel
         self.model = kp.model
         self.st = kp.model.streaming
-        self.choice = kp.choice
         self.names = names            # node -> (param name, storage dtype) of global arrays
         self.sizes = sizes            # axis -> C expression of its size
         self.itype = index_type
@@ -208,7 +207,7 @@ class KernelLowering:
         for pt_i, pt in enumerate(self.points):
             for n in reducers + stats:
                 states[(n, pt_i)] = accum.declare(self, n, pt, n in stats)
-        chunk = self.choice.stream[1]
+        chunk = self.kp.schedule.stream[1]
         split_r = self.split and self.split[0] == r
         loads = sorted(n for n in st.loads[p] if n in self.staging)
 

@@ -56,9 +56,9 @@ def lower(plan: Plan) -> P.Program:
         for rep, name in size_params.items():
             params.append(P.Param(name, "long long", "size", rep))
         arrays = [ir.type_of(g, n).axes for n in kp.kernel.loads + kp.kernel.stores]
-        c = kp.choice
-        steps = [t for _, t in c.group + c.thread] + [c.stream[1] if c.stream else 0,
-                                                        c.split[1] if c.split else 0]
+        s = kp.schedule
+        steps = [*s.grouped().values(), *(t for _, t in s.thread)] + \
+            [s.stream[1] if s.stream else 0, s.split[1] if s.split else 0]
         itype = index_type(arrays, plan.sizes, overshoot=max(steps + [1024]))
         body = _lowering(plan, kp, names, sizes, itype).build(f"napkin_{kp.kernel.name}")
         kernels.append(P.KernelProgram(body.name, tuple(params), body.threads, body.blocks,

@@ -80,7 +80,7 @@ class MmaLowering(KernelLowering):
         k = self.chunked(s.red)
         tiles = [self._tile(s.a, self.grouped(s.row), k), self._tile(s.b, self.grouped(s.col), k)]
         self._pipeline(tiles, lambda: b.loop(
-            "kk", "0", str(self.choice.stream[1] // FK), "1", lambda: self._step(tiles, fm, fn),
+            "kk", "0", str(self.kp.schedule.stream[1] // FK), "1", lambda: self._step(tiles, fm, fn),
             unroll=True))
         self._epilogue_mma(fm, fn)
 
@@ -90,7 +90,7 @@ class MmaLowering(KernelLowering):
         per chunk, committed even when empty, so waiting for all but the newest one waits
         for the current chunk). A chunk `skip` says the mask hides is copied, not computed."""
         b, r = self.b, self.site.red
-        chunk, size = self.choice.stream[1], f"({self.itype})({self.sizes[r]})"
+        chunk, size = self.kp.schedule.stream[1], f"({self.itype})({self.sizes[r]})"
 
         def length(start: str) -> str:
             left = f"{size} - ({start})"
@@ -131,7 +131,7 @@ class MmaLowering(KernelLowering):
 
     def chunked(self, axis: str) -> TileAxis:
         """A tile axis covering a chunk of the streamed axis (which one: at the copy)."""
-        return TileAxis(axis, self.choice.stream[1], CHUNK, CHUNK)
+        return TileAxis(axis, self.kp.schedule.stream[1], CHUNK, CHUNK)
 
     def whole(self, axis: str, extent: int) -> TileAxis:
         """A tile axis covering all of a static axis."""

@@ -43,7 +43,7 @@ def _allocate(lw, n: int) -> None:
         if a in lw.tile:
             extents[a] = str(lw.tile[a])
         elif a == lw.st.axis:
-            extents[a] = str(lw.choice.stream[1])
+            extents[a] = str(lw.kp.schedule.stream[1])
         else:
             extents[a] = lw.sizes[a]
     _, dtype = lw.names[n]
