@@ -37,9 +37,7 @@ class KernelLowering:
         self.b = Builder()
         self.emitter = Emitter(self.b, self.g, self)
         self.loads = set(self.k.loads)
-        # loads read only through renaming views come from global memory (see load): unstaged
-        self.staging = {n for n in self.loads if not all(
-            isinstance(ir.op(self.g, v), ir.View) for v in self.g.successors(n) if v in kp.kernel.nodes)}
+        self.staging = set(kp.schedule.staged)   # loads the block copies to shared memory
         self.woven = self._order(self.model.woven)
         sched = kp.schedule           # compiler/schedule.py: every decision, checked once
         self.tile = {a: sched.block_tile()[a] for a in self.woven}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
+from . import ir
 from .cost import Choice
 from .model import Model
 from .target import Target
@@ -45,6 +46,8 @@ class Schedule:
     threads: int                              # threads per block, as launched
     lanes: int                                # threads doing distinct work (<= threads)
     choice: Choice                            # what it was built from (KernelPlan checks)
+    staged: frozenset[int] = frozenset()      # loads a SIMT block copies to shared memory
+                                              # (tensor cores: the site's operand tiles instead)
 
     @property
     def tensor_cores(self) -> bool:
@@ -124,7 +127,15 @@ def build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target) 
     _threads(name, threads, target)
     return Schedule(SIMT, None, tuple(sorted(tile.items())), choice.stream,
                     tuple(sorted((a, min(thread.get(a, 1), tile[a])) for a in woven)),
-                    choice.split, choice.inner, (), threads, lanes, choice)
+                    choice.split, choice.inner, (), threads, lanes, choice, _staged(g, kernel))
+
+
+def _staged(g, kernel) -> frozenset[int]:
+    """The loads a SIMT block stages in shared memory: all but those read only through
+    renaming views (a view reads at other positions than the block's tile: from global)."""
+    members = set(kernel.nodes)
+    return frozenset(n for n in kernel.loads if not all(
+        isinstance(ir.op(g, v), ir.View) for v in g.successors(n) if v in members))
 
 
 def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Schedule:
