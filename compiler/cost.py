@@ -31,9 +31,11 @@ registers on a GPU), input tiles at every level they pass through.
 - a `Choice` of sympy symbols with `symbolic=True`: the formulas `explain`
   prints, so the printed formulas are the ones the planner optimises.
 
-Where the model branches on a size (is a load streamed in, which term bounds
-the time, how many blocks fit an SM) it selects per candidate (`np.where`);
-sympy is imported on the symbolic path only.
+Where the model branches on a size (is a load streamed in, does a unit walk an
+axis, how many blocks fit an SM) it selects per candidate (`np.where`); terms
+that depend on a few sizes only keep the shape of those (arrays broadcast).
+`fastest` picks a search's winner from a candidate set's costs. sympy is
+imported on the symbolic path only.
 """
 
 from __future__ import annotations
