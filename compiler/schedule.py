@@ -169,8 +169,10 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
     engine = ATTENTION if isinstance(found, FlashSite) else PRODUCT
     threads = count * WARP
     _threads(name, threads, target)
+    # a warp's tile along each woven axis (1 where the choice gives none: batch, value width)
+    per_warp = {a: thread.get(a, 1) for a in tile}
     return Schedule(engine, found, tuple(sorted(tile.items())), choice.stream,
-                    tuple(sorted(thread.items())), None, None, tuple(sorted(warps.items())),
+                    tuple(sorted(per_warp.items())), None, None, tuple(sorted(warps.items())),
                     threads, threads, choice)
 
 
