@@ -335,7 +335,12 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         compute = compute * _padding(choice, sizes)
     # with tensor cores the register level's unit is a warp: its 32 lanes hold the fragments
     lanes = WARP if choice.warps else 1
-    threads = lanes * unit_counts[1] / unit_counts[0] if len(unit_counts) > 1 else 1
+    active = lanes * unit_counts[1] / unit_counts[0] if len(unit_counts) > 1 else 1
+    # the block as launched (compiler/schedule.py): whole threads per axis, whole warps; the
+    # register file and the SM's thread slots are shared by these, latency is hidden by the
+    # active ones
+    threads = active if symbolic or len(covs) < 2 or choice.warps else \
+        _launched(model, covs)
     if len(results) > 2 and target.levels[-1].unit == "thread" and not symbolic:
         last = results[-1]
         per_unit = lanes * register_capacity(target, last.capacity, threads)
@@ -343,7 +348,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     if symbolic:
         terms = [compute] + [lc.time for lc in results[1:]]
         return Cost(tuple(results), flops, compute, ops.sympy.Max(*terms), "", 1.0, threads)
-    util = utilization(target, unit_counts[0], results[1].M, threads)
+    util = utilization(target, unit_counts[0], results[1].M, threads, active)
     terms = [compute] + [lc.time for lc in results[1:]]
     worst = functools.reduce(ops.maximum, terms)
     rest = _sum(terms) - worst
@@ -516,11 +521,21 @@ def _rate(target: Target, key, tensor_cores: bool) -> float:
     return target.rate("simt_f32") or 1.0
 
 
-def utilization(target: Target, blocks, smem, threads):
+def _launched(model: Model, covs: list[dict]):
+    """Threads per block as launched: each axis's thread count rounded up to whole threads,
+    the block to whole warps (at least one)."""
+    count = _prod(np.ceil(np.asarray(covs[0][a] / covs[1][a], dtype=float) - 1e-9)
+                  for a in model.axes)
+    return np.maximum(WARP, np.ceil(count / WARP) * WARP)
+
+
+def utilization(target: Target, blocks, smem, threads, active=None):
     """Fraction of the machine a launch keeps busy: idle SMs, the last partial wave, and
-    too few threads per SM to hide memory latency (fewer than 256)."""
+    too few active threads per SM to hide memory latency (fewer than 256). `threads`: per
+    block as launched (what the SM's 2048 thread slots hold), `active`: those with work."""
     if not target.processors:
         return 1.0
+    active = threads if active is None else active
     cap = target.levels[1].capacity_bytes
     fit = np.minimum(cap / np.maximum(smem, 1), 2048 / np.maximum(threads, 1))
     per_sm = np.minimum(np.maximum(np.floor(fit), 1), 32)     # whole blocks, 1 to 32
@@ -530,5 +545,5 @@ def utilization(target: Target, blocks, smem, threads):
     # blocks / procs when some SMs idle, 1 when one wave holds them all, else the last wave's
     # share: blocks / (waves * the slots a wave fills)
     busy = blocks / (waves * np.minimum(slots, np.maximum(blocks, procs)))
-    occupancy = np.minimum(1.0, np.minimum(per_sm, np.ceil(blocks / procs)) * threads / 256)
+    occupancy = np.minimum(1.0, np.minimum(per_sm, np.ceil(blocks / procs)) * active / 256)
     return np.maximum(busy * occupancy, 1e-6)

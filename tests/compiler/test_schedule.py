@@ -145,3 +145,24 @@ def test_one_choice_per_kernel_and_only_choices(softmax):
     with pytest.raises(NapkinError) as exc:
         with_choices(softmax, [{"group": {"r": 2}}])
     assert "is not a Choice" in exc.value.diagnostics[0].message
+
+
+@pytest.mark.parametrize("target", ["a100", "h100"])
+def test_the_cost_model_counts_the_threads_the_block_is_launched_with(target):
+    from napkin.diagrams.sources import library_names
+    for name in library_names():
+        d = napkin.load(name)
+        for shape in ({}, {a: 4096 for a, s in d.axes.items() if s is None},
+                      {a: 77 for a, s in d.axes.items() if s is None}):
+            for kp in plan(d, target, shape).kernels:
+                assert float(kp.cost.threads) == kp.schedule.threads, (name, shape, kp.choice)
+
+
+def test_blocks_under_a_warp_are_launched_as_one(softmax):
+    """8 threads of work: the block is a warp (32 threads hold the registers and SM slots)."""
+    p = with_choices(softmax, [Choice((("r", 1),), ("c", 8), (("r", 1),), ("c", 8))])
+    kp = p.kernels[0]
+    assert kp.schedule.lanes == 8 and kp.schedule.threads == 32 == float(kp.cost.threads)
+    odd = with_choices(softmax, [Choice((("r", 5),), None, (("r", 2),), ("c", 16))])
+    kp = odd.kernels[0]     # 3 thread rows (2, 2, 1 of r) x 16 lanes: 48 active, 64 launched
+    assert kp.schedule.lanes == 48 and kp.schedule.threads == 64 == float(kp.cost.threads)
