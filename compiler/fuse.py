@@ -15,7 +15,7 @@ from __future__ import annotations
 import networkx as nx
 
 from . import ir
-from .kernels import FusedKernel, build
+from .kernels import FusedKernel, fused_kernel
 from .model import array_name
 
 Cluster = frozenset  # of statement indices
@@ -32,7 +32,7 @@ def _statements(g: nx.DiGraph) -> dict[int, set[int]]:
 def unfused_kernels(g: nx.DiGraph) -> list[FusedKernel]:
     """One kernel per equation (the plan without fusion)."""
     stmts = _statements(g)
-    ks = [build(g, "", nodes) for _, nodes in sorted(stmts.items())]
+    ks = [fused_kernel(g, "", nodes) for _, nodes in sorted(stmts.items())]
     return _named(g, ks)
 
 
@@ -58,7 +58,7 @@ def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
     clusters: set[Cluster] = {frozenset([s]) for s in stmts}
 
     def kernel(c: Cluster) -> FusedKernel:
-        return build(g, "k?", set().union(*(stmts[s] for s in c)))
+        return fused_kernel(g, "k?", set().union(*(stmts[s] for s in c)))
 
     def time(c: Cluster) -> float:
         p = planner.plan(kernel(c), strict=False, quick=True)
@@ -137,7 +137,7 @@ def _reasons(g, stmts, clusters, c: Cluster, time, planner) -> str:
     for p, q in _edges(g, stmts, clusters):
         if q != c:
             continue
-        stored = sorted({array_name(g, n) for n in build(
+        stored = sorted({array_name(g, n) for n in fused_kernel(
             g, "", set().union(*(stmts[s] for s in p))).stores})
         names = " and ".join([", ".join(stored[:-1]), stored[-1]] if len(stored) > 1 else stored)
         verb = "go" if len(stored) > 1 else "goes"
@@ -157,7 +157,7 @@ def _reasons(g, stmts, clusters, c: Cluster, time, planner) -> str:
 
 def _factor(planner, g, stmts, p, c) -> str:
     def quick(stmt_set):
-        return planner.plan(build(g, "", set().union(*(stmts[s] for s in stmt_set))),
+        return planner.plan(fused_kernel(g, "", set().union(*(stmts[s] for s in stmt_set))),
                             strict=False, quick=True)
     merged, a, b = quick(p | c), quick(p), quick(c)
     if merged is None or a is None or b is None:

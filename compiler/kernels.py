@@ -64,7 +64,7 @@ def is_free(g: nx.DiGraph, n: int) -> bool:
     return isinstance(op, ir.Map) and all(is_free(g, m) for m in ir.operands(g, n))
 
 
-def build(g: nx.DiGraph, name: str, members: set[int], reason: str = "") -> FusedKernel:
+def fused_kernel(g: nx.DiGraph, name: str, members: set[int], reason: str = "") -> FusedKernel:
     """A kernel from the ops in `members`; the free expressions they use are added."""
     members = {n for n in members if not is_free(g, n)}
     stack = [u for n in members for u in g.predecessors(n)]

@@ -101,7 +101,7 @@ def storage_dtype(g: nx.DiGraph, n: int) -> str:
     return t if t in ("f32", "f16", "bf16") else "f32"   # masks are stored as 0.0 / 1.0
 
 
-def build(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
+def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
     """The model of kernel `k` streaming `axis` (None: nothing streams)."""
     st = stream(g, k, axis)
     arrays: list[Array] = []

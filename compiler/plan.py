@@ -32,7 +32,7 @@ from .columns import Column, columns
 from .cost import Choice, Cost, evaluate
 from .diagram import Diagram
 from .kernels import FusedKernel
-from .model import Model, build
+from .model import Model, kernel_model
 from .schedule import Schedule
 from .search import fits, search
 from .target import Target, load
@@ -230,7 +230,7 @@ class KernelPlanner:
         best = None
         tried = []
         for axis in axes:
-            model = build(g, k, axis)
+            model = kernel_model(g, k, axis)
             cols = columns(g, model)
             found = search(model, cols, self.target, self.sizes, fixed,
                            quick=quick)
@@ -429,7 +429,7 @@ def with_choices(plan: Plan, choices) -> Plan:
                         f"`{axis}`, which the kernel does not reduce",
                         help="stream one of: " + (", ".join(kp.kernel.reduced(plan.graph))
                                                   or "nothing (this kernel reduces no axis)"))
-        model = build(plan.graph, kp.kernel, axis)
+        model = kernel_model(plan.graph, kp.kernel, axis)
         cols = columns(plan.graph, model)
         sched = schedules.build(plan.graph, kp.kernel, model, choice, plan.sizes, plan.target)
         cost = evaluate(model, cols, choice, plan.sizes, plan.target)

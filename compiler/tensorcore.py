@@ -27,7 +27,7 @@ from . import flash, ir, warps
 from .cost import ROW_PAD as PAD
 from .cost import Choice, Choices, Cost
 from .flash import FlashSite
-from .model import Model, build, storage_dtype
+from .model import Model, kernel_model, storage_dtype
 from .target import Target
 from .warps import FRAGMENT
 
@@ -126,7 +126,7 @@ def best_site(g, kernel, target: Target) -> Site | FlashSite | str:
     found: Site | FlashSite | str = "no contraction"
     attention = False
     for axis in kernel.reduced(g):
-        model = build(g, kernel, axis)
+        model = kernel_model(g, kernel, axis)
         result = examine(g, kernel, model, target)
         if isinstance(result, (Site, FlashSite)):
             return result

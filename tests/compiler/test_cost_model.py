@@ -18,7 +18,7 @@ import napkin
 from napkin.compiler import flash, search, tensorcore
 from napkin.compiler.columns import columns
 from napkin.compiler.cost import Choice, Choices, Cost, evaluate, fits
-from napkin.compiler.model import build
+from napkin.compiler.model import kernel_model
 from napkin.compiler.plan import plan
 from napkin.diagrams.sources import library_names
 
@@ -49,7 +49,7 @@ def models(name: str, tname: str):
     p = plan(d, tname, small_shape(d))
     for kp in p.kernels:
         for axis in (None,) + tuple(kp.kernel.reduced(p.graph)):
-            model = build(p.graph, kp.kernel, axis)
+            model = kernel_model(p.graph, kp.kernel, axis)
             yield (f"{kp.kernel.name} streaming {axis}", p.graph, kp.kernel, model,
                    columns(p.graph, model), p.sizes, p.target)
 

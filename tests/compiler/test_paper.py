@@ -17,8 +17,8 @@ from napkin.compiler.canonical import canonicalize
 from napkin.compiler.columns import columns
 from napkin.compiler.cost import Choice, evaluate
 from napkin.compiler.fuse import unfused_kernels
-from napkin.compiler.kernels import build
-from napkin.compiler.model import build as build_model
+from napkin.compiler.kernels import fused_kernel
+from napkin.compiler.model import kernel_model as build_model
 from napkin.compiler.plan import plan
 from napkin.compiler.search import search
 
@@ -30,7 +30,7 @@ def one_kernel(text):
     d = napkin.load(text)
     g = canonicalize(d.ir)
     members = {n for n in g if g.nodes[n]["stmt"] is not None}
-    return g, build(g, "k0", members)
+    return g, fused_kernel(g, "k0", members)
 
 
 def symbolic(g, k, stream, choice, target="two-level"):
@@ -132,7 +132,7 @@ def _optimum(text, stream, capacity, fine=True, shape=None, bytes_per_value=None
     tgt = targets.load(f"two-level:M={capacity}")
     g = canonicalize(d.ir)
     members = {n for n in g if g.nodes[n]["stmt"] is not None}
-    k = build(g, "k0", members)
+    k = fused_kernel(g, "k0", members)
     model = build_model(g, k, stream)
     if bytes_per_value is not None:
         import dataclasses

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import napkin
 from napkin.compiler.columns import columns
 from napkin.compiler.cost import Choice, evaluate
-from napkin.compiler.model import build as build_model
+from napkin.compiler.model import kernel_model as build_model
 from napkin.compiler.plan import plan as make_plan
 from napkin.compiler.plan import with_choices
 from napkin.compiler.search import fits

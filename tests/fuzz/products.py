@@ -16,7 +16,7 @@ from napkin.commands.run import random_inputs
 from napkin.compiler import ir, kernels, tensorcore, warps
 from napkin.compiler.columns import columns
 from napkin.compiler.cost import evaluate
-from napkin.compiler.model import build
+from napkin.compiler.model import kernel_model
 from napkin.compiler.plan import kernel_plan, plan
 from napkin.diagrams.diagnostics import Source
 from napkin.runtime import compare
@@ -58,7 +58,7 @@ def forced(d, bm, bn, bk, wm, wn):
     """The diagram's one kernel, planned on tensor cores with this tiling."""
     p = plan(d, "h100", {a: 1024 for a, s in d.axes.items() if s is None})
     (kp,) = p.kernels
-    model = build(p.graph, kp.kernel, "k")
+    model = kernel_model(p.graph, kp.kernel, "k")
     site = tensorcore.site(p.graph, kp.kernel, model, p.target)
     assert site is not None and site.red == "k"
     return _forced(p, kp.kernel, model, site, bk, {site.row: (bm, wm), site.col: (bn, wn)})
@@ -130,9 +130,9 @@ def forced_attention(d, bm, wm, bc):
     FlashAttention-2 with this tiling."""
     p = plan(d, "h100", {a: 4096 if a in ("q", "x") else 2 for a, s in d.axes.items() if s is None})
     g = p.graph
-    kernel = kernels.build(g, "k0", {n for n, data in g.nodes(data=True) if data["stmt"] is not None
+    kernel = kernels.fused_kernel(g, "k0", {n for n, data in g.nodes(data=True) if data["stmt"] is not None
                                      and not isinstance(data["op"], (ir.Input, ir.Output))})
-    model = build(g, kernel, "x")
+    model = kernel_model(g, kernel, "x")
     site = tensorcore.site(g, kernel, model, p.target)
     assert isinstance(site, tensorcore.FlashSite), tensorcore.examine(g, kernel, model, p.target)
     return _forced(p, kernel, model, site, bc, {site.row: (bm, wm)})
