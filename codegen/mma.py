@@ -85,7 +85,8 @@ class MmaLowering(KernelLowering):
         self._epilogue_mma(fm, fn)
 
     def _pipeline(self, tiles, compute, skip: str | None = None) -> None:
-        """The chunk loop, two stages deep: while the block computes on one stage of the
+        """The chunk loop, two stages deep (the schedule's `stages`; this loop is written for
+        two, as compiler/cost.PIPELINE is): while the block computes on one stage of the
         streamed tiles, the copies of the next chunk fill the other (cp.async groups: one
         per chunk, committed even when empty, so waiting for all but the newest one waits
         for the current chunk). A chunk `skip` says the mask hides is copied, not computed."""
@@ -147,7 +148,7 @@ class MmaLowering(KernelLowering):
         name = f"sm{len(self.smem)}"
         pitch = inner.extent + tc.PAD
         count = outer.extent * pitch
-        stages = 2 if CHUNK in (inner.origin, outer.origin) else 1
+        stages = self.kp.schedule.stages if CHUNK in (inner.origin, outer.origin) else 1
         ctype = cexpr.CTYPE[dtype]
         self.smem.append(P.SharedBuffer(name, ctype, staging.next_offset(self.smem),
                                         str(count * stages)))

@@ -62,6 +62,7 @@ LAUNCH_SECONDS = 2e-6
 REGISTER_HEADROOM = 2.0
 ALIGN_PAD = 16   # bytes of alignment padding a shared-memory buffer may need
 WARP = 32
+PIPELINE = 2     # stages of a tensor-core kernel's streamed tiles (the Schedule's `stages`)
 ROW_PAD = 8      # values after each row of a tensor-core tile in shared memory (bank spread)
 
 
@@ -436,7 +437,7 @@ def _buffer_bytes(values_bytes, arr, res: dict, choice: Choices, ops):
     rows and holds two stages of a streamed input (the next chunk is copied meanwhile)."""
     if not choice.warps:
         return values_bytes + ALIGN_PAD
-    return (values_bytes + _row_pad(arr, res, ops)) * (2 if arr.streamed else 1) + ALIGN_PAD
+    return (values_bytes + _row_pad(arr, res, ops)) * (PIPELINE if arr.streamed else 1) + ALIGN_PAD
 
 
 def _row_pad(arr, res: dict, ops):

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
 from . import ir
-from .cost import Choice
+from .cost import PIPELINE, Choice
 from .model import Model
 from .target import Target
 from .tensorcore import FlashSite, Site, examine
@@ -48,6 +48,7 @@ class Schedule:
     choice: Choice                            # what it was built from (KernelPlan checks)
     staged: frozenset[int] = frozenset()      # loads a SIMT block copies to shared memory
                                               # (tensor cores: the site's operand tiles instead)
+    stages: int = 1                           # pipeline depth of streamed shared tiles
 
     @property
     def tensor_cores(self) -> bool:
@@ -173,7 +174,7 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
     per_warp = {a: thread.get(a, 1) for a in tile}
     return Schedule(engine, found, tuple(sorted(tile.items())), choice.stream,
                     tuple(sorted(per_warp.items())), None, None, tuple(sorted(warps.items())),
-                    threads, threads, choice)
+                    threads, threads, choice, stages=PIPELINE)
 
 
 def _positive(kernel: str, what: str, value) -> None:
