@@ -90,6 +90,10 @@ def diagram_options(fn):
 ENGINE_HELP = ("Where contractions run: auto (the planner chooses per kernel), tensor-cores "
                "(every kernel with a contraction on mma.sync, or an error saying why one "
                "cannot), cuda-cores.")
+# --engine, as every command that plans takes it
+engine_option = click.option("--engine", type=click.Choice(["auto", "tensor-cores",
+                                                            "cuda-cores"]),
+                             default="auto", show_default=True, help=ENGINE_HELP)
 
 
 def planning_options(default_target: str | None = None, arch: str | None = None):
@@ -110,8 +114,7 @@ def planning_options(default_target: str | None = None, arch: str | None = None)
                       help="Fix group sizes at the block level: --group q=128.")
         @click.option("--stream", "streams", multiple=True, metavar="AXIS=SIZE,...",
                       help="Fix the streamed axis and its chunk: --stream x=64.")
-        @click.option("--engine", type=click.Choice(["auto", "tensor-cores", "cuda-cores"]),
-                      default="auto", show_default=True, help=ENGINE_HELP)
+        @engine_option
         @click.option("--no-fusion", is_flag=True, help="Plan one kernel per equation.")
         @functools.wraps(fn)
         def wrapper(target_name, shapes, groups, streams, engine, no_fusion, **kwargs):

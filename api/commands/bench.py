@@ -8,7 +8,7 @@ import json
 
 import click
 
-from ..cli_common import ENGINE_HELP, diagram_options, parse_assignments
+from ..cli_common import diagram_options, engine_option, parse_assignments
 from ..runtime.files import write_atomic
 
 
@@ -23,8 +23,7 @@ from ..runtime.files import write_atomic
 @click.option("--reps", type=int, default=15, show_default=True, help="Timed runs (median).")
 @click.option("--target", "target_name", default=None,
               help="Target to plan for (default: the GPU's).")
-@click.option("--engine", type=click.Choice(["auto", "tensor-cores", "cuda-cores"]),
-              default="auto", show_default=True, help=ENGINE_HELP)
+@engine_option
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Records (kernel, source, seconds, flops, bytes, ...) for napkin explain --bench.")

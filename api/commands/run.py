@@ -8,7 +8,7 @@ import zipfile
 import click
 import numpy as np
 
-from ..cli_common import ENGINE_HELP, REPORT_URL, diagram_options, load_diagram, parse_assignments
+from ..cli_common import REPORT_URL, diagram_options, engine_option, load_diagram, parse_assignments
 from ..compiler import target as targets
 from ..diagrams.diagnostics import UsageError, did_you_mean, error
 from ..backends import BACKENDS, check_backend
@@ -23,8 +23,7 @@ from ..runtime.files import save_npz
 @click.option("--target", "target_name", default=None,
               help="Target the interpret, emulate and cuda backends plan for (default: the "
                    "GPU's, else " + targets.DEFAULT + ").")
-@click.option("--engine", type=click.Choice(["auto", "tensor-cores", "cuda-cores"]),
-              default="auto", show_default=True, help=ENGINE_HELP)
+@engine_option
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), default=None,
               help=".npz file whose keys are the input names.")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=SIZE,...",
