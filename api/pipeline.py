@@ -179,7 +179,8 @@ def through(artifact, after: str | None, until: str, options: Options, cache=Non
     start = 0 if after is None else _INDEX[after] + 1
     out = {}
     for s in STAGES[start:_INDEX[until] + 1]:
-        artifact = s.run(artifact, options, cache) if s.name == "binary" else s.run(artifact, options)
+        extra = (cache,) if s.name == "binary" else ()     # (NVRTC's disk cache)
+        artifact = s.run(artifact, options, *extra)
         out[s.name] = artifact
     return out
 
