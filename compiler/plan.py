@@ -17,7 +17,7 @@ other stage computes it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 import numpy as np
@@ -207,6 +207,19 @@ class KernelPlanner:
         self.g, self.target, self.sizes, self.hints = g, target, sizes, list(hints)
         self.engine = engine
         self._memo: dict = {}
+        self._models: dict = {}
+
+    def _model(self, k: FusedKernel, axis: str | None):
+        """The kernel's cost model and columns when `axis` streams (fusion's quick estimate and
+        the final plan of a kernel share them)."""
+        key = (k.nodes, k.loads, k.stores, axis)
+        if key not in self._models:
+            model = kernel_model(self.g, k, axis)
+            self._models[key] = (model, columns(self.g, model))
+        model, cols = self._models[key]
+        if model.kernel != k:          # the same nodes under the kernel's final name
+            model = replace(model, kernel=k)
+        return model, cols
 
     def plan(self, k: FusedKernel, strict: bool = True, quick: bool = False) -> KernelPlan | None:
         """The best plan of one kernel; `quick` searches a smaller space (fusion's estimates)."""
@@ -230,8 +243,7 @@ class KernelPlanner:
         best = None
         tried = []
         for axis in axes:
-            model = kernel_model(g, k, axis)
-            cols = columns(g, model)
+            model, cols = self._model(k, axis)
             found = search(model, cols, self.target, self.sizes, fixed,
                            quick=quick)
             tried.append((model, cols))
