@@ -28,7 +28,7 @@ def test_hints_interpreted(case):
     _check(case, emulate=False)
 
 
-@settings(max_examples=max(1, int(10 * SCALE)), deadline=None, database=None,
+@settings(max_examples=max(1, int(5 * SCALE)), deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(hinted())
 def test_hints_emulated(case):
