@@ -8,36 +8,31 @@ and accumulators live at the lowest level (a thread's registers on a GPU).
 
 from __future__ import annotations
 
-from .cost import covered, resident
-
 ROLE = {"load": "input tile", "value": "intermediate", "accumulator": "accumulator"}
 
 
 def buffers(plan, kp) -> list[dict]:
-    model, choice, sizes, tgt = kp.model, kp.choice, plan.sizes, plan.target
-    nlevels = len(tgt.levels)
-    covs = covered(model, choice, sizes, nlevels)
-    reduced = set(model.reduced)
+    """The memory table, from the schedule's placements (compiler/schedule.py)."""
+    choice, sizes, tgt = kp.choice, plan.sizes, plan.target
+    model = kp.model
+    by_node = {arr.node: arr for arr in model.arrays}
     out = []
-    for li in range(1, nlevels):
-        last = li == nlevels - 1
-        level = tgt.levels[li].name
-        cov = covs[li - 1]
-        for arr in model.arrays:
-            if arr.role == "store" or (arr.role != "load" and not last):
-                continue
-            res = resident(arr, li, cov, choice, reduced)
-            shape = [[_label(a, li, choice, sizes, res[a], cov[a]), _int(res[a])] for a in arr.axes]
-            count = 1
-            for v in res.values():
-                count *= v
-            role = ROLE[arr.role]
-            if arr.name.endswith(".stats"):
-                role = "softmax state (m, l)" if arr.slots == 2 else role
-            elif arr.role == "load" and li > 1:
-                role = "input slice" if arr.invariant else "operand (streamed)"
-            out.append({"name": arr.name, "role": role, "shape": shape, "level": level,
-                        "bytes": int(count * arr.bytes * arr.slots)})
+    for pl in kp.schedule.placements:
+        arr = by_node[pl.node]
+        held, cov = dict(pl.held), dict(pl.covered)
+        shape = [[_label(a, pl.level, choice, sizes, held[a], cov[a]), _int(held[a])]
+                 for a, _ in pl.held]
+        count = 1
+        for v in held.values():
+            count *= v
+        role = ROLE[pl.role]
+        if pl.name.endswith(".stats"):
+            role = "softmax state (m, l)" if pl.slots == 2 else role
+        elif pl.role == "load" and pl.level > 1:
+            role = "input slice" if arr.invariant else "operand (streamed)"
+        out.append({"name": pl.name, "role": role, "shape": shape,
+                    "level": tgt.levels[pl.level].name,
+                    "bytes": int(count * pl.bytes * pl.slots)})
     return out
 
 

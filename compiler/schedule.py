@@ -14,13 +14,13 @@ rule it breaks; nothing downstream derives any of these again.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
 from . import ir
-from .cost import PIPELINE, Choice
+from .cost import PIPELINE, Choice, covered, resident
 from .model import Model
 from .target import Target
 from .tensorcore import FlashSite, Site, examine
@@ -31,6 +31,22 @@ SPLIT_WAYS = (2, 4, 8, 16, 32)     # lanes of one warp whose partial states merg
 WARP_COUNTS = (1, 2, 4, 8)
 
 SIMT, PRODUCT, ATTENTION = "cuda cores", "tensor-core product", "attention"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One of the kernel's arrays at one memory level (cost.resident's rule, the cost
+    model's own): what one unit of the level holds at once and what it covers over its
+    life. Input tiles live at every level they pass through, values and accumulators at the
+    lowest; stores go straight to global memory."""
+    node: int
+    name: str
+    role: str                                 # load | value | accumulator
+    level: int                                # index into the target's levels (1, 2, ...)
+    held: tuple[tuple[str, float], ...]       # axis -> extent held at once
+    covered: tuple[tuple[str, float], ...]    # axis -> extent covered (the unit's share)
+    bytes: int                                # per value (per state slot)
+    slots: int                                # accumulator state slots
 
 
 @dataclass(frozen=True)
@@ -49,6 +65,7 @@ class Schedule:
     staged: frozenset[int] = frozenset()      # loads a SIMT block copies to shared memory
                                               # (tensor cores: the site's operand tiles instead)
     stages: int = 1                           # pipeline depth of streamed shared tiles
+    placements: tuple[Placement, ...] = ()    # every array at every level it lives at
 
     @property
     def tensor_cores(self) -> bool:
@@ -81,6 +98,29 @@ def _refuse(kernel: str, rule: str) -> NapkinError:
 
 def build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target) -> Schedule:
     """The checked schedule of `choice` for `kernel` (see the module docstring)."""
+    sched = _build(g, kernel, model, choice, sizes, target)
+    return replace(sched, placements=placements(model, choice, sizes, target))
+
+
+def placements(model: Model, choice: Choice, sizes: dict, target: Target) -> tuple:
+    """Where each array lives, level by level (see Placement)."""
+    nlevels = len(target.levels)
+    covs = covered(model, choice, sizes, nlevels)
+    reduced = set(model.reduced)
+    out = []
+    for li in range(1, nlevels):
+        cov = covs[li - 1]
+        for arr in model.arrays:
+            if arr.role == "store" or (arr.role != "load" and li != nlevels - 1):
+                continue
+            res = resident(arr, li, cov, choice, reduced)
+            out.append(Placement(arr.node, arr.name, arr.role, li,
+                                 tuple((a, res[a]) for a in arr.axes),
+                                 tuple((a, cov[a]) for a in arr.axes), arr.bytes, arr.slots))
+    return tuple(out)
+
+
+def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target) -> Schedule:
     name = kernel.name
     woven, reduced = list(model.woven), list(model.reduced)
     for field_name, pairs in (("group", choice.group), ("thread", choice.thread),

@@ -166,3 +166,22 @@ def test_blocks_under_a_warp_are_launched_as_one(softmax):
     odd = with_choices(softmax, [Choice((("r", 5),), None, (("r", 2),), ("c", 16))])
     kp = odd.kernels[0]     # 3 thread rows (2, 2, 1 of r) x 16 lanes: 48 active, 64 launched
     assert kp.schedule.lanes == 48 and kp.schedule.threads == 64 == float(kp.cost.threads)
+
+
+def test_placements_say_where_each_array_lives():
+    """Attention planned for the CUDA cores at 4096: Q's tile (g_q x d) and K's chunk
+    (s_x x d) in shared memory, values and the online softmax's state in registers, no store."""
+    d = napkin.load("attention")
+    p = plan(d, "h100", {"b": 1, "h": 2, "q": 4096, "x": 4096}, engine="cuda-cores")
+    (kp,) = p.kernels
+    s = kp.schedule
+    by = {(pl.name, pl.level): pl for pl in s.placements}
+    group, (axis, chunk) = dict(kp.choice.group), kp.choice.stream
+    assert axis == "x"
+    assert dict(by[("Q", 1)].held) == {"b": 1, "h": 1, "q": group["q"], "d": 64}
+    assert dict(by[("K", 1)].held) == {"b": 1, "h": 1, "x": chunk, "d": 64}
+    last = len(p.target.levels) - 1
+    assert {pl.level for pl in s.placements if pl.role != "load"} == {last}
+    assert not any(pl.name == "O" and pl.role == "store" for pl in s.placements)
+    from napkin.compiler.buffers import buffers
+    assert [b["name"] for b in buffers(p, kp)] == [pl.name for pl in s.placements]
