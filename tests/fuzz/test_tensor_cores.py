@@ -14,14 +14,14 @@ SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
 # same strategies for minutes
 
 
-@settings(max_examples=max(1, int(10 * SCALE)), deadline=None, database=None,
+@settings(max_examples=max(1, int(6 * SCALE)), deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(products())
 def test_random_products_on_tensor_cores_match_the_reference(case):
     check(case)
 
 
-@settings(max_examples=max(1, int(8 * SCALE)), deadline=None, database=None,
+@settings(max_examples=max(1, int(5 * SCALE)), deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(attentions())
 def test_random_attention_on_tensor_cores_matches_the_reference(case):
