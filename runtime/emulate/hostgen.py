@@ -1,12 +1,11 @@
-"""The generated host `main`: one launcher per kernel signature, then the runtime's
-`host_main` (napkin_emulate_runtime.cpp), which reads the spec file."""
+"""The generated host `main`: one launcher per kernel signature, then a call of the
+runtime's `host_main` (napkin_emulate_runtime.cpp, linked in), which reads the spec file."""
 
 from __future__ import annotations
 
 from .spec import Param
 
 KERNEL_FILE = "kernel.cu"
-RUNTIME_FILE = "napkin_emulate_runtime.cpp"
 
 _SCALAR_CTYPES = {"i32": "int", "i64": "long long", "f32": "float"}
 
@@ -20,7 +19,7 @@ def _argument(i: int, p: Param) -> str:
 
 def host_main_source(signatures: dict[str, tuple[Param, ...]]) -> str:
     """C++ text of main.cpp for kernels with these (already checked) signatures."""
-    lines = [f'#include "{KERNEL_FILE}"', f'#include "{RUNTIME_FILE}"', ""]
+    lines = [f'#include "{KERNEL_FILE}"', ""]
     entries = []
     for k, (name, params) in enumerate(signatures.items()):
         args = ", ".join(_argument(i, p) for i, p in enumerate(params))

@@ -201,50 +201,19 @@ constexpr int kErrorExit = 86;
 
 inline unsigned char* dynamic_smem() { return tl_block->smem; }
 
+// ---- the host side (napkin_emulate_runtime.cpp, compiled once per flag set) --------
+// The generated main.cpp lists its kernels in a KernelEntry table and calls host_main.
+struct KernelEntry {
+  const char* name;
+  void (*call)(void* const* args);
+};
+int host_main(int argc, char** argv, const KernelEntry* kernels, int nkernels);
+
 // ---- fiber switching -----------------------------------------------------------
 #if defined(__x86_64__)
 extern "C" void napkin_emu_switch(void** save_sp, void* to_sp);
 extern "C" void napkin_emu_trampoline();
-// Saves callee-saved registers, MXCSR and the x87 control word on the current
-// stack, stores the stack pointer, and resumes the other context the same way.
-asm(R"(
-  .pushsection .text
-  .globl napkin_emu_switch
-  .type napkin_emu_switch,@function
-  .p2align 4
-napkin_emu_switch:
-  pushq %rbp
-  pushq %rbx
-  pushq %r12
-  pushq %r13
-  pushq %r14
-  pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
-  movq %rsp, (%rdi)
-  movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
-  popq %r15
-  popq %r14
-  popq %r13
-  popq %r12
-  popq %rbx
-  popq %rbp
-  ret
-  .size napkin_emu_switch, .-napkin_emu_switch
-  .globl napkin_emu_trampoline
-  .type napkin_emu_trampoline,@function
-  .p2align 4
-napkin_emu_trampoline:
-  movq %r12, %rdi
-  callq *%r13
-  ud2
-  .size napkin_emu_trampoline, .-napkin_emu_trampoline
-  .popsection
-)");
+// Defined once, in napkin_emulate_runtime.cpp (its own translation unit).
 #endif
 
 // Scheduler -> fiber t; returns when t switches back.

@@ -1,7 +1,8 @@
 // napkin CPU emulator: block scheduler, launches and the host main.
 //
-// #included once by the generated main.cpp, after the kernel source (which was
-// compiled with napkin_emulate.h force-included). Blocks of a launch are spread
+// Its own translation unit, compiled once per flag set and linked with each kernel's
+// main.cpp (see build.py); the declarations it shares with the kernel side are in
+// napkin_emulate_fiber.h. Blocks of a launch are spread
 // over a few OS threads ("workers"); each worker runs its blocks one at a time,
 // the block's threads as fibers (see napkin_emulate_fiber.h).
 #include "napkin_emulate.h"
@@ -9,10 +10,49 @@
 
 namespace napkin_emu {
 
-struct KernelEntry {
-  const char* name;
-  void (*call)(void* const* args);
-};
+#if defined(__x86_64__)
+// Saves callee-saved registers, MXCSR and the x87 control word on the current
+// stack, stores the stack pointer, and resumes the other context the same way.
+asm(R"(
+  .pushsection .text
+  .globl napkin_emu_switch
+  .type napkin_emu_switch,@function
+  .p2align 4
+napkin_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size napkin_emu_switch, .-napkin_emu_switch
+  .globl napkin_emu_trampoline
+  .type napkin_emu_trampoline,@function
+  .p2align 4
+napkin_emu_trampoline:
+  movq %r12, %rdi
+  callq *%r13
+  ud2
+  .size napkin_emu_trampoline, .-napkin_emu_trampoline
+  .popsection
+)");
+#endif
+
 
 #if NAPKIN_ASAN || NAPKIN_TSAN
 constexpr size_t kStackSize = size_t(1) << 20;
@@ -289,7 +329,7 @@ static void run_launch(const KernelEntry& k, const LaunchSpec& L, int workers, s
 //   launches M           then M lines: <kernel> gx gy gz bx by bz smem nargs tok...
 // where tok is b<buffer> | i<int32> | l<int64> | f<float bits, hex>.
 // Every buffer is read from its file before the launches and written back after.
-inline int host_main(int argc, char** argv, const KernelEntry* kernels, int nkernels) {
+int host_main(int argc, char** argv, const KernelEntry* kernels, int nkernels) {
   if (argc != 2) fail("usage: %s SPEC", argv[0]);
   FILE* f = fopen(argv[1], "r");
   if (!f) fail("cannot open spec file %s", argv[1]);

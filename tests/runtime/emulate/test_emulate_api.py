@@ -5,6 +5,7 @@ builds are cached, launches run in order and inputs are left alone."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -153,9 +154,28 @@ def test_builds_are_cached_by_source_and_sanitizer(kernel, monkeypatch, tmp_path
     launch = Launch("scale_guarded", (1, 1, 1), (64, 1, 1), 0, ("x", "y", 64))
     _scale(kernel, [launch], x)
     first = sorted(tmp_path.iterdir())
-    assert len(first) == 1 and first[0].suffix == ".emu"
+    # one binary, and one folder of what every build with these flags shares
+    assert [p.suffix for p in first] == [".emu", ""] and first[1].name.startswith("support-")
+    assert sorted(p.name for p in first[1].iterdir()) == ["napkin_emulate.h.gch", "runtime.o"]
     stamp = first[0].stat().st_mtime_ns
     np.testing.assert_array_equal(_scale(kernel, [launch], x)["y"], 2 * x)
     assert sorted(tmp_path.iterdir()) == first and first[0].stat().st_mtime_ns == stamp
     _scale(kernel, [launch], x, sanitize="address")
-    assert len(list(tmp_path.iterdir())) == 2  # another build; no leftover build or run folders
+    # another binary and its own support folder; no leftover build or run folders
+    after = sorted(p.suffix or p.name[:8] for p in tmp_path.iterdir())
+    assert after == [".emu", ".emu", "support-", "support-"]
+
+
+def test_kernel_builds_use_the_precompiled_header(monkeypatch, tmp_path):
+    # g++ -H marks a precompiled header it used with "!"; one it found but could not use
+    # with "x". A flag that differs between the header's build and the kernel's would
+    # silently double the CPU time of every emulator build.
+    b = emulate_build
+    monkeypatch.setenv("NAPKIN_EMULATOR_CACHE", str(tmp_path))
+    flags = b.BASE_FLAGS + b.SANITIZER_FLAGS["none"]
+    support = b._support(tmp_path, flags, b.CXX)
+    (tmp_path / "k.cpp").write_text("__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n")
+    proc = subprocess.run([b.CXX, *flags, f"-I{support}", f"-I{b.HERE}", "-include", b.HEADER.name,
+                           "-H", "-fsyntax-only", "k.cpp"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert f"! {support / b.HEADER.name}.gch" in proc.stderr.splitlines()
