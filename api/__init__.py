@@ -10,7 +10,8 @@ Importing napkin loads neither CuPy nor PyTorch.
 from .diagrams.diagnostics import NapkinError
 
 from .diagrams.version import VERSION as __version__
-__all__ = ["load", "run", "compile", "Diagram", "Kernel", "NapkinError", "__version__"]
+__all__ = ["load", "run", "compile", "grad", "statistics", "Diagram", "Kernel", "NapkinError",
+           "__version__"]
 
 
 def __getattr__(name):
@@ -18,6 +19,9 @@ def __getattr__(name):
     if name in ("load", "run", "compile"):
         from . import api
         return getattr(api, name)
+    if name in ("grad", "statistics"):
+        from . import gradient
+        return getattr(gradient, name)
     if name == "Kernel":
         from .kernel import Kernel
         return Kernel

@@ -64,6 +64,7 @@ CODES: dict[str, str] = {
     "N0806": "unreadable or mismatched inputs file",
     "N0807": "cannot write output file",
     "N0808": "unknown backend",
+    "N0810": "no gradient for this input",
     # backends and runtime
     "N0901": "backend unavailable",
     "N0902": "emulated kernel failed",

@@ -34,8 +34,13 @@ class _Val:
 
 
 def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64",
-             sizes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
-    """Outputs by name: float64 (precision="f64") or storage dtype (precision="lowp")."""
+             sizes: dict[str, int] | None = None, exact: bool = False) -> dict[str, np.ndarray]:
+    """Outputs by name: float64 (precision="f64") or storage dtype (precision="lowp").
+
+    With `exact` (f64 only) the inputs are taken as the float64 values given instead of
+    being rounded to their storage dtype first: the diagram as a function of real
+    numbers, what a finite-difference check of its gradient differentiates.
+    """
     if precision not in ("f64", "lowp"):
         raise ValueError(f"precision must be 'f64' or 'lowp', not {precision!r}")
     g = diagram.ir
@@ -50,7 +55,8 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
         op, out = ir.op(g, n), ir.type_of(g, n)
         args = [values[a] for a in ir.operands(g, n)]
         if isinstance(op, ir.Input):
-            stored = arrays[op.name].astype(dtypes.numpy_dtype(op.dtype))
+            stored = arrays[op.name] if exact and not lowp else \
+                arrays[op.name].astype(dtypes.numpy_dtype(op.dtype))
             values[n] = _Val(stored.astype(compute), out.axes)
             continue
         if isinstance(op, ir.Output):

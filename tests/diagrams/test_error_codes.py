@@ -104,6 +104,7 @@ TRIGGERS = {
     "N0807": lambda tp, cap, mp: (mp.chdir(tp), _cli(["compile", "matmul", "-o", "no/such/dir/out.txt"],
                                                      cap, 1))[1],
     "N0808": lambda tp, cap, mp: _cli(["run", "matmul", "--backend", "gpu9000"], cap, 2),
+    "N0810": lambda tp, cap, mp: _cli(["grad", "softmax", "--wrt", "Z"], cap, 1),
     "N0901": lambda tp, cap, mp: _no_nvrtc(mp),
     "N0902": lambda tp, cap, mp: _raises(_divergent_barrier),
     "N0903": lambda tp, cap, mp: _raises(lambda: napkin.compile("softmax", backend="reference")(

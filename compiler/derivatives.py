@@ -1,0 +1,78 @@
+"""The local rule of reverse-mode differentiation for every elementwise function.
+
+`partials(fn, arg, value, grad)` gives, for each operand of `fn`, its contribution
+to the operand's cotangent (None where no gradient flows: conditions, comparisons).
+Texts are napkin expressions, fully parenthesised; `grad` is the text of the
+result's cotangent. Broadcasting is by name, so a contribution may still carry axes its
+operand lacks; the caller sums them away.
+
+Conventions (written down in docs/gradients.md): `relu`, `abs`, `maximum` and
+`minimum` take the derivative of the branch they choose, ties to the first operand
+of `maximum`/`minimum` and to 0 for `relu`/`abs` at 0; `where` passes the cotangent
+to the chosen branch only, so a NaN under a mask never reaches a gradient.
+"""
+
+from __future__ import annotations
+
+LN2 = "0.6931471805599453"
+SQRT_2_OVER_PI = "0.7978845608028654"   # gelu is the tanh form (runtime/elementwise.py)
+GELU_CUBIC = "0.044715"
+
+
+def partials(fn: str, arg, value, grad: str) -> list:
+    """One thunk per operand giving its contribution's text (None: no gradient flows).
+
+    `arg(i)` and `value()` give the texts of operand i and of the result; they are
+    called only by the thunks the caller runs, so a forward value is recomputed in the
+    backward only where a rule needs it.
+    """
+    g = grad
+    if fn in ("add", "pos"):
+        return [lambda: g, lambda: g][:1 if fn == "pos" else 2]
+    if fn == "sub":
+        return [lambda: g, lambda: f"(-{g})"]
+    if fn == "neg":
+        return [lambda: f"(-{g})"]
+    if fn == "mul":
+        return [lambda: f"({g} * {arg(1)})", lambda: f"({g} * {arg(0)})"]
+    if fn == "div":
+        return [lambda: f"({g} / {arg(1)})", lambda: f"(-(({g} * {arg(0)}) / ({arg(1)} * {arg(1)})))"]
+    if fn in _UNARY:
+        return [lambda: _UNARY[fn](arg(0), value, g)]
+    if fn in ("maximum", "minimum"):
+        op = ">=" if fn == "maximum" else "<="
+        first = lambda: f"({arg(0)} {op} {arg(1)})"   # noqa: E731
+        return [lambda: f"where({first()}, {g}, 0)", lambda: f"where({first()}, 0, {g})"]
+    if fn == "where":
+        return [None, lambda: f"where({arg(0)}, {g}, 0)", lambda: f"where({arg(0)}, 0, {g})"]
+    return [None, None, None]      # comparisons, and, or, not: boolean results
+
+
+def _gelu(x: str, y, g: str) -> str:
+    t = f"tanh({SQRT_2_OVER_PI} * ({x} + {GELU_CUBIC} * {x} * {x} * {x}))"
+    slope = f"({SQRT_2_OVER_PI} * (1 + 3 * {GELU_CUBIC} * {x} * {x}))"
+    return f"({g} * (0.5 * (1 + {t}) + 0.5 * {x} * (1 - {t} * {t}) * {slope}))"
+
+
+def _silu(x: str, y, g: str) -> str:
+    s = f"sigmoid({x})"
+    return f"({g} * {s} * (1 + {x} * (1 - {s})))"
+
+
+_UNARY = {
+    "exp": lambda x, y, g: f"({g} * {y()})",
+    "exp2": lambda x, y, g: f"({g} * {y()} * {LN2})",
+    "log": lambda x, y, g: f"({g} / {x})",
+    "log2": lambda x, y, g: f"({g} / ({x} * {LN2}))",
+    "sqrt": lambda x, y, g: f"({g} * 0.5 / {y()})",
+    "rsqrt": lambda x, y, g: f"({g} * (-0.5) * {y()} / {x})",
+    "tanh": lambda x, y, g: f"({g} * (1 - {y()} * {y()}))",
+    "sigmoid": lambda x, y, g: f"({g} * {y()} * (1 - {y()}))",
+    "relu": lambda x, y, g: f"where({x} > 0, {g}, 0)",
+    "abs": lambda x, y, g: f"where({x} > 0, {g}, where({x} < 0, (-{g}), 0))",
+    "gelu": _gelu,
+    "silu": _silu,
+}
+
+DIFFERENTIABLE = frozenset(_UNARY) | {"add", "pos", "sub", "neg", "mul", "div", "maximum", "minimum",
+                                       "where"}

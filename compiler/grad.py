@@ -1,0 +1,471 @@
+"""The gradient of a diagram as another diagram (reverse mode on the checked IR).
+
+`gradient_text(d, wrt)` returns the `.napkin` text of the backward diagram: its
+inputs are the forward's inputs followed by one cotangent `d<OUT>` per output (in
+the output's dtype); its outputs are `d<IN>` for each differentiated input, in that
+input's dtype. The forward values the rules need are recomputed by equations copied
+from the forward (as the user wrote them, so they fuse the same way); each rule is
+in `compiler/derivatives.py` (elementwise) or below (contractions, reductions,
+softmax, views). The text goes through the ordinary front end, so the result is a
+checked diagram like any other, which the same planner fuses and tiles.
+
+With `saved=True` the backward also takes, for every softmax, the row logsumexp
+of its argument (`<P>_lse`, which `statistics_text` adds to the forward as an extra
+output) and recomputes the probabilities from it elementwise, `exp(S - lse)`,
+instead of normalising rows again; and where a softmax feeds one contraction (`O =
+P * V`), the row term `sum[x](dP * P)` becomes `sum[d](dO * O)` with O a saved
+output, as FlashAttention-2's backward computes it: no N x N array is reduced twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from ..diagrams.diagnostics import error
+from . import ir
+from .derivatives import partials
+from .diagram import Diagram
+
+_ELEMENTWISE = (ir.Map, ir.Const, ir.Index, ir.SizeOf)
+_KEYWORDS = {"axis", "in", "out", "group", "stream", "by", "at", "and", "or", "not", "inf", "size"}
+_INLINE_LIMIT = 48          # an adjoint longer than this gets a name of its own
+
+
+@dataclass
+class _Expr:
+    text: str
+    axes: frozenset
+    sums: bool = False      # holds a contraction (a product that sums an axis)
+    mask: str | None = None  # a condition outside which this cotangent is exactly 0 (from `where`)
+    layout: tuple = ()       # a named array's axes in its layout order (for positional renaming)
+
+
+@dataclass
+class _Sweep:
+    g: nx.DiGraph
+    saved: bool
+    taken: set = field(default_factory=set)
+    names: dict = field(default_factory=dict)        # forward node -> its name in the text
+    alias: dict = field(default_factory=dict)        # node -> the Assign naming the same value
+    needed: set = field(default_factory=set)         # forward nodes whose equations are copied
+    equations: list = field(default_factory=list)    # backward equations, in order
+    extra_inputs: list = field(default_factory=list)  # (name, axes, dtype)
+    lse: dict = field(default_factory=dict)          # softmax node -> its saved logsumexp's name
+    row: dict = field(default_factory=dict)          # softmax node -> its row term from saved values
+
+    def fresh(self, base: str) -> str:
+        name = base
+        while name in self.taken:
+            name += "_"
+        self.taken.add(name)
+        return name
+
+    def axes(self, n: int) -> tuple[str, ...]:
+        return ir.type_of(self.g, n).axes
+
+    # --- forward values ------------------------------------------------------------
+    def value(self, n: int) -> str:
+        """Text of a forward node's value inside a backward expression."""
+        n = self.alias.get(n, n)
+        op = ir.op(self.g, n)
+        if n not in self.names and not isinstance(op, _ELEMENTWISE):
+            self.names[n] = self.fresh(f"t{n}")
+        if n in self.names:
+            self.needed.add(n)
+            return self.names[n]
+        text = self.inline(n)
+        if len(text) > _INLINE_LIMIT and isinstance(op, ir.Map):   # recomputed once, by name
+            self.names[n] = self.fresh(f"t{n}")
+            self.needed.add(n)
+            return self.names[n]
+        return text
+
+    def inline(self, n: int, sub=None) -> str:
+        """Text of an elementwise node, its operands given by `sub` (default: `value`)."""
+        op, args = ir.op(self.g, n), ir.operands(self.g, n)
+        if isinstance(op, ir.Const):
+            v = op.value
+            text = "inf" if v == float("inf") else "-inf" if v == float("-inf") else repr(float(v))
+            return f"({text})" if text.startswith("-") else text
+        if isinstance(op, ir.Index):
+            return op.axis
+        if isinstance(op, ir.SizeOf):
+            return f"size({op.axis})"
+        if isinstance(op, ir.Map):
+            return _call(op.fn, [(sub or self.value)(a) for a in args])
+        raise AssertionError(op)  # pragma: no cover - value() names every other node
+
+    def within(self, a: int, stmt) -> str:
+        """Operand text inside a copied forward equation: what the user wrote in the same
+        statement stays inline (so it fuses and contracts as before), the rest by name."""
+        a = self.alias.get(a, a)
+        if a in self.names or ir.op(self.g, a).__class__ is ir.Input or self.g.nodes[a]["stmt"] != stmt:
+            return self.value(a)
+        if isinstance(ir.op(self.g, a), _ELEMENTWISE):
+            return self.inline(a, lambda b: self.within(b, stmt))
+        return _wrap(self.definition(a))
+
+    def definition(self, n: int) -> str:
+        """The right-hand side of a named forward node's copied equation."""
+        op, args = ir.op(self.g, n), ir.operands(self.g, n)
+        stmt = self.g.nodes[n]["stmt"]
+        sub = lambda a: self.within(a, stmt)     # noqa: E731
+        if isinstance(op, ir.Assign):
+            o = args[0]
+            return self.definition(o) if self.alias.get(o) == n else sub(o)
+        if isinstance(op, ir.Contract):
+            a, b = args
+            return _product(sub(a), self.axes(a), sub(b), self.axes(b), self.axes(n)).text
+        if isinstance(op, ir.Reduce):
+            return f"{op.fn}[{' '.join(op.axes)}]({_strip(sub(args[0]))})"
+        if isinstance(op, ir.Softmax):
+            x = sub(args[0])
+            if n in self.lse:
+                return f"where({self.lse[n]} == -inf, 0, exp({x} - {self.lse[n]}))"
+            return f"softmax[{' '.join(op.axes)}]({_strip(x)})"
+        if isinstance(op, ir.View):
+            return f"{self.value(args[0])}[{' '.join(op.labels)}]"
+        return self.inline(n, sub)
+
+    # --- cotangents ------------------------------------------------------------------
+    def named(self, expr: _Expr, base: str, axes: tuple[str, ...]) -> _Expr:
+        name = self.fresh(base)
+        self.equations.append(f"{name}[{' '.join(axes)}] = {_strip(expr.text)}")
+        return _Expr(name, frozenset(axes), mask=expr.mask, layout=tuple(axes))
+
+    def plain(self, text: str, axes, base: str) -> str:
+        """A name for an expression (itself when it is one)."""
+        if text.isidentifier():
+            return text
+        order = [a for a in self.g.graph["axes"] if a in set(axes)]
+        return self.named(_Expr(text, frozenset(axes)), base, tuple(order)).text
+
+    def total(self, n: int, parts: list[_Expr], base: str, force_name: bool = False,
+              own: bool = False) -> _Expr:
+        """The cotangent of node n: the sum of its contributions, named when it must be."""
+        axes = self.axes(n)
+        if len(parts) > 1:
+            parts = [self.named(p, f"g{n}", tuple(a for a in axes if a in p.axes)) if p.sums else p
+                     for p in parts]
+            expr = _Expr("(" + " + ".join(p.text for p in parts) + ")", frozenset().union(*(p.axes for p in parts)))
+        else:
+            expr = parts[0]
+        simple = expr.text.isidentifier()
+        if simple and not own and (expr.layout or not force_name):
+            return expr
+        if force_name or (not simple and (expr.sums or len(expr.text) > _INLINE_LIMIT)):
+            return self.named(expr, base, axes)
+        return expr
+
+
+def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = False) -> str:
+    """The backward diagram of `d` as napkin text (see the module docstring)."""
+    g = d.ir
+    sw, active, wrt, cotangents = _setup(d, wrt, saved)
+    grads: dict[int, list[_Expr]] = {}
+    for (c, _, _), n in zip(cotangents, g.graph["outputs"].values()):
+        if n in active:
+            grads.setdefault(n, []).append(_Expr(c, frozenset(sw.axes(n)), layout=sw.axes(n)))
+    for n in reversed(ir.order(g)):
+        if n not in grads or isinstance(ir.op(g, n), ir.Input):
+            continue
+        op = ir.op(g, n)
+        label = sw.names.get(n) if isinstance(op, (ir.Assign, ir.Input)) else None
+        gr = sw.total(n, grads.pop(n), f"d{label}" if label else f"g{n}",
+                      force_name=isinstance(op, (ir.Assign, ir.View)))
+        for a, part in _rule(sw, n, gr, active):
+            if part is not None:
+                grads.setdefault(a, []).append(_reduce_to(part, sw.axes(a)))
+    results = []
+    for name in wrt:
+        n = g.graph["inputs"][name]
+        gr = sw.total(n, grads[n], f"d{name}", force_name=True, own=True)
+        results.append((gr.text, ir.op(g, n).dtype))
+    lines = _header(d, sw, f"The gradient of {d.name}, derived by `napkin grad` (reverse mode on the checked IR).",
+                    "Inputs: the forward's inputs, then one cotangent per output"
+                    + (" and the saved statistics." if sw.extra_inputs else "."))
+    for name, axes, dtype in cotangents + sw.extra_inputs:
+        lines.append(f"in {name}[{' '.join(axes)}]: {dtype}")
+    lines += ["", *_forward(sw), "", *sw.equations, ""]
+    lines.append("out " + ", ".join(f"{name}: {dtype}" for name, dtype in results))
+    return "\n".join(lines) + "\n"
+
+
+def statistics_text(d: Diagram) -> str:
+    """The forward diagram with, as extra f32 outputs, the row logsumexp of every softmax
+    (named as `gradient_text(..., saved=True)` reads them)."""
+    g = d.ir
+    sw, _, _, _ = _setup(d, None, True)
+    lse, sw.lse = sw.lse, {}
+    for n in g.nodes:
+        if isinstance(ir.op(g, n), ir.Assign):
+            sw.needed.add(n)
+    extra = []
+    for n, name in lse.items():
+        op = ir.op(g, n)
+        row = tuple(a for a in sw.axes(n) if a not in op.axes)
+        extra.append(f"{name}[{' '.join(row)}] = logsumexp[{' '.join(op.axes)}]"
+                     f"({_strip(sw.value(ir.operands(g, n)[0]))})")
+    lines = _header(d, sw, f"{d.name} with the statistics its saved gradient reads (napkin grad --saved).", "")
+    lines += ["", *_forward(sw), *extra, ""]
+    outs = [f"{name}: {ir.op(g, n).dtype}" for name, n in g.graph["outputs"].items()]
+    lines.append("out " + ", ".join(outs + [f"{name}: f32" for name in lse.values()]))
+    return "\n".join(lines) + "\n"
+
+
+def _setup(d: Diagram, wrt, saved: bool):
+    g = d.ir
+    inputs, outputs = g.graph["inputs"], g.graph["outputs"]
+    floats = [name for name, n in inputs.items() if ir.op(g, n).dtype in ir.FLOAT_DTYPES]
+    # gradients flow through numbers only: not into a `where`'s condition or a comparison
+    numbers = g.subgraph(n for n in g.nodes if ir.type_of(g, n).dtype != "bool")
+    reach = {name: nx.descendants(numbers, inputs[name]) for name in floats}
+    out_nodes = set(outputs.values())
+    if wrt is None:
+        wrt = tuple(name for name in floats if reach[name] & out_nodes)
+    for name in wrt:
+        if name not in inputs:
+            raise error("N0810", f"`{name}` is not an input of {d.name}",
+                        help="inputs: " + ", ".join(inputs) if inputs else None)
+        if name not in floats:
+            raise error("N0810", f"`{name}` is not a floating-point input: it has no gradient")
+        if not reach[name] & out_nodes:
+            raise error("N0810", f"no output of {d.name} depends on `{name}`: its gradient is zero",
+                        help="leave it out of --wrt")
+    if not wrt:
+        raise error("N0810", f"no output of {d.name} depends on a floating-point input: "
+                    "there is nothing to differentiate")
+    sw = _Sweep(g, saved)
+    sw.taken |= set(g.graph["axes"]) | set(g.graph["arrays"]) | set(inputs) | set(outputs) | _KEYWORDS \
+        | ir.BUILTINS
+    for name, n in inputs.items():
+        sw.names[n] = name
+    for n in g.nodes:
+        op = ir.op(g, n)
+        if isinstance(op, ir.Assign):
+            sw.names[n] = op.name
+            o = ir.operands(g, n)[0]
+            if not isinstance(ir.op(g, o), _ELEMENTWISE + (ir.Input,)) and _same_axes(g, n, o) \
+                    and g.out_degree(o) == 1:
+                sw.alias[o] = n
+    active = set().union(*(reach[name] | {inputs[name]} for name in wrt)) & \
+        set().union(*(nx.ancestors(numbers, o) | {o} for o in outputs.values()))
+    cotangents, cotangent = [], {}
+    for name, n in outputs.items():
+        c = cotangent[n] = sw.fresh(f"d{name}")
+        cotangents.append((c, sw.axes(n), ir.op(g, n).dtype))
+    if saved:
+        _plan_saved(sw, active, cotangent)
+    return sw, active, wrt, cotangents
+
+
+def _header(d: Diagram, sw: _Sweep, title: str, subtitle: str) -> list[str]:
+    g = sw.g
+    lines = [f"# {title}"] + ([f"# {subtitle}"] if subtitle else []) + [""]
+    lines.append("axis " + ", ".join(name + (f" = {a.size}" if a.size is not None else "")
+                                     for name, a in g.graph["axes"].items()))
+    lines.append("")
+    for name, n in g.graph["inputs"].items():
+        lines.append(f"in {name}[{' '.join(sw.axes(n))}]: {ir.op(g, n).dtype}")
+    return lines
+
+
+def _forward(sw: _Sweep) -> list[str]:
+    """The forward equations the text reads, and what they read, in forward order."""
+    g = sw.g
+    texts: dict[int, str] = {}
+    todo = set(sw.needed)
+    while todo:
+        n = todo.pop()
+        if n in texts or isinstance(ir.op(g, n), ir.Input):
+            continue
+        before = set(sw.needed)
+        texts[n] = sw.definition(n)
+        todo |= sw.needed - before
+    return [f"{sw.names[n]}[{' '.join(sw.axes(n))}] = {_strip(texts[n])}" for n in ir.order(g) if n in texts]
+
+
+def _rule(sw: _Sweep, n: int, gr: _Expr, active: set):
+    """(operand, contribution) pairs: the local rule of node n applied to its cotangent."""
+    g = sw.g
+    op, args = ir.op(g, n), ir.operands(g, n)
+    axes = lambda m: sw.axes(m)          # noqa: E731
+    if isinstance(op, (ir.Assign, ir.Output)):
+        return [(args[0], gr)]
+    if isinstance(op, ir.Map):
+        thunks = partials(op.fn, lambda i: sw.value(args[i]), lambda: sw.value(n), gr.text)
+        out = []
+        for i, (a, thunk) in enumerate(zip(args, thunks)):
+            if thunk is None or a not in active:
+                continue
+            text, mask = thunk(), gr.mask
+            if op.fn == "where":        # the branch's own condition; the cotangent is 0 elsewhere
+                c = sw.value(args[0]) if i == 1 else f"(not {sw.value(args[0])})"
+                mask = f"({mask} and {c})" if mask else c
+            elif mask and not _linear(sw, op.fn, args, i):
+                text = f"where({mask}, {text}, 0)"   # a NaN the forward makes outside the mask stays there
+            out.append((a, _Expr(text, frozenset(axes(n)), gr.sums, mask,
+                                 gr.layout if text == gr.text else ())))
+        return out
+    if isinstance(op, ir.Contract):
+        a, b = args
+        out = []
+        for mine, other in ((a, b), (b, a)):
+            if mine in active:
+                ov = sw.value(other)
+                # a factor that is more than a name is named, so the sum is a plain product
+                # (no N0704: the summed axis is not inside a function)
+                g_, o_ = (sw.plain(e, ax, f"g{n}") for e, ax in ((gr.text, gr.axes), (ov, axes(other))))
+                out.append((mine, _product(g_, tuple(gr.axes), o_, axes(other), axes(mine))))
+        return out
+    if isinstance(op, ir.Reduce):
+        x = args[0]
+        over = " ".join(op.axes)
+        if op.fn == "sum":
+            return [(x, gr)]
+        if op.fn == "mean":
+            count = " * ".join(f"size({a})" for a in op.axes)
+            return [(x, _Expr(f"({gr.text} / ({count}))", gr.axes, gr.sums))]
+        xv, yv = sw.value(x), sw.value(n)
+        if op.fn in ("max", "min"):
+            hit = f"({xv} == {yv})"
+            t = f"(where({hit}, {gr.text}, 0) / sum[{over}](where({hit}, 1, 0)))"
+        elif op.fn == "logsumexp":
+            t = f"({gr.text} * where({xv} > -inf, exp({xv} - {yv}), 0))"
+        else:  # pragma: no cover - var exists only after canonicalisation
+            raise AssertionError(op.fn)
+        return [(x, _Expr(t, frozenset(axes(x)), gr.sums))]
+    if isinstance(op, ir.Softmax):
+        x = args[0]
+        y = sw.value(n)
+        if n in sw.row:     # the saved form, named once: FlashAttention's D
+            name, row_axes, text = sw.row.pop(n)
+            sw.equations.append(f"{name}[{' '.join(row_axes)}] = {text}")
+            sw.row[n] = (name, row_axes, text)
+            row = name
+        else:
+            row = f"sum[{' '.join(op.axes)}]({gr.text} * {y})"
+        return [(x, _Expr(f"({y} * ({gr.text} - {row}))", frozenset(axes(x)), gr.sums))]
+    if isinstance(op, ir.View):
+        return [(args[0], _unview(sw, args[0], op.labels, n, gr))]
+    return []
+
+
+def _unview(sw: _Sweep, x: int, labels: tuple[str, ...], n: int, gr: _Expr) -> _Expr:
+    """Cotangent of a relabelled (transposed, renamed, diagonal) reference to array x."""
+    mine = sw.axes(x)
+    first: dict[str, str] = {}
+    conds = []
+    for label, a in zip(labels, mine):
+        if label in first:
+            conds.append(f"({first[label]} == {a})")
+        else:
+            first[label] = a
+    assert gr.layout, gr         # total() names a view's cotangent
+    text = f"{gr.text}[{' '.join(first[u] for u in gr.layout)}]"
+    for c in conds:
+        text = f"where({c}, {text}, 0)"
+    return _Expr(text, frozenset(mine))
+
+
+def _plan_saved(sw: _Sweep, active: set, cotangent: dict[int, str]) -> None:
+    """Saved statistics: a logsumexp input per softmax, and FlashAttention's row term."""
+    g = sw.g
+    for n in ir.order(g):
+        op = ir.op(g, n)
+        if not isinstance(op, ir.Softmax) or n not in active:
+            continue
+        holder = sw.alias.get(n, n)
+        lse = sw.fresh(f"{sw.names.get(holder, f't{n}')}_lse")
+        sw.extra_inputs.append((lse, tuple(a for a in sw.axes(n) if a not in op.axes), "f32"))
+        sw.lse[n] = lse
+        # P feeds only one contraction over the softmax axes, whose result feeds only an
+        # output: then sum[x](dP * P) = sum[d](dO * O), with O the saved output.
+        users = list(g.successors(holder))
+        if len(users) != 1 or not isinstance(ir.op(g, users[0]), ir.Contract) or \
+                set(ir.op(g, users[0]).axes) != set(op.axes):
+            continue
+        c = users[0]
+        c_holder = sw.alias.get(c, c)
+        outs = list(g.successors(c_holder))
+        if len(outs) != 1 or not isinstance(ir.op(g, outs[0]), ir.Output) or \
+                not _same_axes(g, c_holder, c):
+            continue
+        out = outs[0]
+        saved = sw.fresh(f"{ir.op(g, out).name}_saved")
+        sw.extra_inputs.append((saved, sw.axes(out), ir.op(g, out).dtype))
+        other = " ".join(a for a in sw.axes(c) if a not in sw.axes(n))
+        sw.row[n] = (sw.fresh("D"), tuple(a for a in sw.axes(n) if a not in op.axes),
+                     f"sum[{other}]({cotangent[out]} * {saved})")
+
+
+def _product(a: str, a_axes, b: str, b_axes, out_axes) -> _Expr:
+    """`a * b` summed over the axes missing from `out_axes` (the einsum rule); an axis only
+    one factor has is summed inside that factor first, so the product stays a contraction."""
+    a_axes, b_axes, out = set(a_axes), set(b_axes), set(out_axes)
+    summed = (a_axes | b_axes) - out
+    only_a, only_b = (summed & a_axes) - b_axes, (summed & b_axes) - a_axes
+    if only_a:
+        a = f"sum[{' '.join(sorted(only_a))}]({_strip(a)})"
+    if only_b:
+        b = f"sum[{' '.join(sorted(only_b))}]({_strip(b)})"
+    return _Expr(f"({a} * {b})", frozenset((a_axes | b_axes) - summed), bool(summed - only_a - only_b))
+
+
+def _linear(sw: _Sweep, fn: str, args: list[int], i: int) -> bool:
+    """Whether operand i's partial is the cotangent times a constant (no NaN to gate)."""
+    if fn in ("add", "sub", "neg", "pos"):
+        return True
+    if fn in ("mul", "div"):
+        others = [a for j, a in enumerate(args) if j != i] if fn == "mul" else [args[1]]
+        return all(_constant(sw.g, a) for a in others) and (fn == "mul" or i == 0)
+    return False
+
+
+def _constant(g: nx.DiGraph, n: int) -> bool:
+    op = ir.op(g, n)
+    if isinstance(op, (ir.Const, ir.SizeOf)):
+        return op.value not in (0.0,) if isinstance(op, ir.Const) else True
+    return isinstance(op, ir.Map) and op.fn != "div" and all(_constant(g, a) for a in ir.operands(g, n))
+
+
+def _reduce_to(part: _Expr, axes: tuple[str, ...]) -> _Expr:
+    extra = part.axes - set(axes)
+    if not extra:
+        return part
+    return _Expr(f"sum[{' '.join(sorted(extra))}]({_strip(part.text)})", part.axes - extra, part.sums)  # mask summed away
+
+
+def _same_axes(g: nx.DiGraph, a: int, b: int) -> bool:
+    return set(ir.type_of(g, a).axes) == set(ir.type_of(g, b).axes)
+
+
+_OPS = {v[0]: k for k, v in ir.OPERATORS.items()}
+_UN = {v[0]: k for k, v in ir.UNARY.items()}
+
+
+def _call(fn: str, args: list[str]) -> str:
+    if fn in _OPS:
+        return f"({args[0]} {_OPS[fn]} {args[1]})"
+    if fn in _UN:
+        return f"({_UN[fn]} {args[0]})" if fn == "not" else f"({_UN[fn]}{args[0]})"
+    return f"{fn}({', '.join(_strip(a) for a in args)})"
+
+
+def _wrap(text: str) -> str:
+    return text if _strip(text) != text else f"({text})"
+
+
+def _strip(text: str) -> str:
+    """Drop one pair of outer parentheses when they enclose the whole text."""
+    if text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and i < len(text) - 1:
+                return text
+        return text[1:-1]
+    return text

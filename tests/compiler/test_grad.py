@@ -1,0 +1,196 @@
+"""The derived backward diagrams against central finite differences of the float64 reference
+and against independent NumPy formulas (FlashAttention's backward, layernorm's, softmax's)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.diagrams.diagnostics import NapkinError
+from napkin.diagrams.sources import library_names
+from napkin.runtime.reference import evaluate
+
+# odd sizes for every axis, static ones overridden too
+SIZES = {"b": 2, "h": 3, "g": 2, "r": 3, "q": 5, "x": 7, "d": 5, "m": 5, "n": 3, "k": 6, "t": 4,
+         "i": 5, "o": 3, "f": 6, "c": 7}
+
+
+def _random_inputs(d, rng, sizes):
+    return {s.name: rng.standard_normal([sizes[a] for a in s.axes]) for s in d.inputs}
+
+
+def _sized(name):
+    d = napkin.load(name)
+    static = {a: SIZES[a] for a, size in d.axes.items() if size is not None}
+    return napkin.load(name, **static), {a: SIZES[a] for a in d.axes}
+
+
+def _loss(d, inputs, cot):
+    out = evaluate(d, inputs, exact=True)
+    return sum(float(np.sum(out[name] * cot[f"d{name}"])) for name in out)
+
+
+def _check_against_finite_differences(d, grad, inputs, cot, rng, eps=1e-6):
+    got = evaluate(grad, {**inputs, **cot}, exact=True)
+    assert set(got) == {f"d{s.name}" for s in d.inputs if f"d{s.name}" in got} and got
+    for name, g in got.items():
+        x = inputs[name[1:]]
+        v = rng.standard_normal(x.shape)
+        plus = _loss(d, {**inputs, name[1:]: x + eps * v}, cot)
+        minus = _loss(d, {**inputs, name[1:]: x - eps * v}, cot)
+        fd = (plus - minus) / (2 * eps)
+        exact = float(np.sum(g * v))
+        assert abs(fd - exact) <= 1e-6 * max(1.0, abs(fd)), (name, fd, exact)
+
+
+@pytest.mark.parametrize("name", library_names())
+def test_library_gradients_match_finite_differences(name):
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    d, sizes = _sized(name)
+    grad = napkin.grad(d)
+    assert all(w.code == "N0703" for w in grad.warnings), grad.warnings
+    inputs = _random_inputs(d, rng, sizes)
+    cot = {f"d{s.name}": rng.standard_normal([sizes[a] for a in s.axes]) for s in d.outputs}
+    _check_against_finite_differences(d, grad, inputs, cot, rng)
+
+
+def _attention_reference(Q, K, V, dO, causal):
+    """FlashAttention-2's backward written out in NumPy (Dao 2023, Algorithm 2)."""
+    d = Q.shape[-1]
+    S = Q @ np.swapaxes(K, -1, -2) / np.sqrt(d)
+    if causal:
+        S = np.where(np.arange(K.shape[-2])[None, :] <= np.arange(Q.shape[-2])[:, None], S, -np.inf)
+    P = np.exp(S - S.max(-1, keepdims=True))
+    P /= P.sum(-1, keepdims=True)
+    O = P @ V
+    dV = np.swapaxes(P, -1, -2) @ dO
+    dP = dO @ np.swapaxes(V, -1, -2)
+    D = np.sum(dO * O, -1, keepdims=True)
+    dS = P * (dP - D)
+    dQ = dS @ K / np.sqrt(d)
+    dK = np.swapaxes(dS, -1, -2) @ Q / np.sqrt(d)
+    return O, dQ, dK, dV, np.log(np.exp(S - S.max(-1, keepdims=True)).sum(-1)) + S.max(-1)
+
+
+@pytest.mark.parametrize("name,causal", [("attention", False), ("causal_attention", True)])
+@pytest.mark.parametrize("saved", [False, True])
+def test_attention_gradient_is_flashattentions(name, causal, saved):
+    rng = np.random.default_rng(7)
+    Q, K, V = (rng.standard_normal((2, 3, n, 5)) for n in (9, 11, 11))
+    dO = rng.standard_normal((2, 3, 9, 5))
+    O, dQ, dK, dV, lse = _attention_reference(Q, K, V, dO, causal)
+    inputs = {"Q": Q, "K": K, "V": V, "dO": dO}
+    grad = napkin.grad(name, saved=saved, d=5)
+    if saved:
+        stats = evaluate(napkin.statistics(name, d=5), {"Q": Q, "K": K, "V": V}, exact=True)
+        np.testing.assert_allclose(stats["P_lse"], lse, rtol=1e-12)
+        inputs |= {"P_lse": stats["P_lse"], "O_saved": stats["O"]}
+        assert "softmax" not in grad.source.text     # P recomputed from the saved logsumexp
+    got = evaluate(grad, inputs, exact=True)
+    for key, want in (("dQ", dQ), ("dK", dK), ("dV", dV)):
+        np.testing.assert_allclose(got[key], want, rtol=1e-10, atol=1e-12)
+
+
+def test_gqa_gradient_sums_over_the_query_heads_of_a_group():
+    rng = np.random.default_rng(3)
+    Q = rng.standard_normal((1, 2, 3, 4, 5))
+    K, V = rng.standard_normal((2, 1, 2, 6, 5))
+    dO = rng.standard_normal(Q.shape)
+    _, dQ, dK, dV, _ = _attention_reference(Q, K[:, :, None], V[:, :, None], dO, False)
+    got = evaluate(napkin.grad("gqa_attention", d=5), {"Q": Q, "K": K, "V": V, "dO": dO}, exact=True)
+    np.testing.assert_allclose(got["dQ"], dQ, rtol=1e-10)
+    np.testing.assert_allclose(got["dK"], dK.sum(2), rtol=1e-10)
+    np.testing.assert_allclose(got["dV"], dV.sum(2), rtol=1e-10)
+
+
+def test_layernorm_and_softmax_gradients_are_the_textbook_formulas():
+    rng = np.random.default_rng(11)
+    X, dY = rng.standard_normal((2, 5, 13))
+    gamma, beta = rng.standard_normal((2, 13))
+    mu = X.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt(((X - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+    xhat = (X - mu) * rstd
+    dxhat = dY * gamma
+    dX = rstd * (dxhat - dxhat.mean(-1, keepdims=True) - xhat * (dxhat * xhat).mean(-1, keepdims=True))
+    got = evaluate(napkin.grad("layernorm"), {"X": X, "gamma": gamma, "beta": beta, "dY": dY}, exact=True)
+    np.testing.assert_allclose(got["dX"], dX, rtol=1e-9)
+    np.testing.assert_allclose(got["dgamma"], (dY * xhat).sum(0), rtol=1e-10)
+    np.testing.assert_allclose(got["dbeta"], dY.sum(0), rtol=1e-12)
+    Y = np.exp(X - X.max(-1, keepdims=True))
+    Y /= Y.sum(-1, keepdims=True)
+    got = evaluate(napkin.grad("softmax"), {"X": X, "dY": dY}, exact=True)
+    np.testing.assert_allclose(got["dX"], Y * (dY - (dY * Y).sum(-1, keepdims=True)), rtol=1e-10)
+
+
+MASKED_LOG = """
+axis r, c
+in X[r c]: f32
+in M[r c]: f32
+Y[r c] = where(M > 0, log(X) * X, 0)
+Z[r] = sum[c](where(c < 3, X, 0) * M)
+out Y, Z: f32
+"""
+
+
+def test_nan_under_a_mask_never_reaches_a_gradient():
+    rng = np.random.default_rng(5)
+    M = rng.standard_normal((4, 6))
+    X = np.where(M > 0, rng.uniform(0.5, 2, (4, 6)), 0.0)     # log(0) * 0 = NaN where masked
+    X[:, 4] = np.where(M[:, 4] > 0, X[:, 4], np.nan)          # NaN where both branches mask it
+    dY, dZ = rng.standard_normal((4, 6)), rng.standard_normal(4)
+    got = evaluate(napkin.grad(MASKED_LOG, wrt="X"), {"X": X, "M": M, "dY": dY, "dZ": dZ}, exact=True)["dX"]
+    want = np.where(M > 0, dY * (np.log(np.where(M > 0, X, 1)) + 1), 0) + \
+        np.where(np.arange(6) < 3, dZ[:, None] * M, 0)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_the_gradient_is_a_diagram_that_checks_and_names_its_arrays():
+    g = napkin.grad("attention")
+    assert [s.name for s in g.inputs] == ["Q", "K", "V", "dO"]
+    assert [(s.name, s.dtype) for s in g.outputs] == [("dQ", "f16"), ("dK", "f16"), ("dV", "f16")]
+    again = napkin.load(g.source.text)       # the printed text is an ordinary diagram
+    assert [s.name for s in again.outputs] == ["dQ", "dK", "dV"]
+    assert [s.name for s in napkin.grad("attention", wrt=["K"]).outputs] == ["dK"]
+
+
+@pytest.mark.parametrize("wrt,message", [
+    ("Z", "`Z` is not an input"),
+    ("M", "no output of"),
+])
+def test_wrong_wrt_is_a_clear_error(wrt, message):
+    text = "axis r\nin X[r]: f32\nin M[r]: f32\nY[r] = exp(X)\nout Y: f32\n"
+    with pytest.raises(NapkinError) as e:
+        napkin.grad(text, wrt=wrt)
+    assert e.value.diagnostics[0].code == "N0810" and message in str(e.value)
+
+
+def test_napkin_grad_command_prints_writes_and_checks(tmp_path, capsys, monkeypatch):
+    from napkin.cli import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["grad", "attention", "--wrt", "Q,K"]) == 0
+    printed = capsys.readouterr().out
+    assert "out dQ: f16, dK: f16\n" in printed and "dV" not in printed
+    assert main(["grad", "attention", "--saved", "-o", "back.napkin"]) == 0
+    text = (tmp_path / "back.napkin").read_text()
+    assert "in P_lse[b h q]: f32" in text and "softmax" not in text
+    assert main(["check", "back.napkin"]) == 0         # an ordinary diagram on disk
+    assert main(["grad", "softmax", "--wrt", "Z"]) == 1
+    assert "N0810" in capsys.readouterr().err
+    assert not (tmp_path / "Z").exists()
+
+
+@pytest.mark.parametrize("saved", [False, True])
+def test_attention_gradient_kernels_run_on_the_emulator(saved):
+    # the backward compiled like any diagram: CUDA emitted, run by the CPU emulator, against
+    # FlashAttention-2's formulas in float64 (odd sizes: 13 queries, 21 keys, d = 16)
+    rng = np.random.default_rng(2)
+    Q, K, V = (rng.standard_normal((1, 2, n, 16)).astype(np.float16) for n in (13, 21, 21))
+    dO = rng.standard_normal((1, 2, 13, 16)).astype(np.float16)
+    O, dQ, dK, dV, lse = _attention_reference(*(a.astype(np.float64) for a in (Q, K, V, dO)), False)
+    args = [Q, K, V, dO] + ([lse.astype(np.float32), O.astype(np.float16)] if saved else [])
+    got = napkin.run(napkin.grad("attention", saved=saved, d=16), *args, backend="emulate")
+    for g, want in zip(got, (dQ, dK, dV)):
+        assert g.dtype == np.float16
+        np.testing.assert_allclose(g.astype(np.float64), want, atol=2e-2 * np.abs(want).max(), rtol=0)

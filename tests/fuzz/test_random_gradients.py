@@ -1,0 +1,60 @@
+"""Gradients of random well-typed diagrams (the fuzzers' generator) against central finite
+differences of the float64 reference. A direction on which two step sizes disagree with each
+other crosses a kink (relu, abs, max, a mask boundary) and is not a test of the rules."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, assume, given, settings
+
+import napkin
+from napkin.diagrams.diagnostics import NapkinError, Source
+from napkin.runtime.reference import evaluate
+
+from .gen import diagrams
+
+EXAMPLES = max(1, int(40 * float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))))
+
+
+def _directional(d, inputs, cot, name, v, eps):
+    def loss(x):
+        out = evaluate(d, {**inputs, name: x}, exact=True)
+        return sum(float(np.sum(out[k] * cot[f"d{k}"])) for k in out)
+    return (loss(inputs[name] + eps * v) - loss(inputs[name] - eps * v)) / (2 * eps)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(diagrams())
+def test_random_diagram_gradients_match_finite_differences(case):
+    d = napkin.load(Source("<fuzz>", case.text))
+    rng = np.random.default_rng(case.seed)
+    axes = d.ir.graph["axes"]
+    by_rep = {axes[a].rep: s for a, s in case.shape.items() if a in axes}
+    size = {a: info.size if info.size is not None else case.shape.get(a, by_rep.get(info.rep))
+            for a, info in axes.items()}
+    inputs = {s.name: rng.uniform(0.2, 1.0, [size[a] for a in s.axes]) * rng.choice([-1, 1])
+              for s in d.inputs}
+    out = evaluate(d, inputs, exact=True)
+    assume(all(np.isfinite(o).all() for o in out.values()))
+    cot = {f"d{s.name}": rng.standard_normal([size[a] for a in s.axes]) for s in d.outputs}
+    checked = 0
+    for s in d.inputs:
+        try:
+            grad = napkin.grad(d, wrt=[s.name])
+        except NapkinError as exc:      # no output depends on it
+            assert exc.diagnostics[0].code == "N0810", exc
+            continue
+        names = [c.name for c in grad.inputs[len(d.inputs):]]
+        (g,) = evaluate(grad, {**inputs, **dict(zip(names, cot.values()))}, exact=True).values()
+        v = rng.standard_normal(inputs[s.name].shape)
+        coarse = _directional(d, inputs, cot, s.name, v, 1e-5)
+        fine = _directional(d, inputs, cot, s.name, v, 1e-6)
+        scale = max(1.0, abs(fine))
+        if abs(coarse - fine) > 1e-4 * scale:       # a kink between the two steps
+            continue
+        exact = float(np.sum(g * v))
+        assert abs(fine - exact) <= 1e-5 * scale, (s.name, fine, exact, grad.source.text)
+        checked += 1
+    assume(checked)
