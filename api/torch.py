@@ -2,8 +2,10 @@
 
 The op has a fake (shape-only) implementation, the reference executor as its
 CPU kernel and the compiled CUDA kernel on GPUs, so it works under
-torch.compile and with `torch.library.opcheck`. Importing this module imports
-PyTorch; `import napkin` does not.
+torch.compile and with `torch.library.opcheck`. It is differentiable: its backward
+is the op `<qualname>_backward` made the same way from `napkin.grad` of the
+diagram (registered with `torch.library.register_autograd`), so `loss.backward()`
+through it works. Importing this module imports PyTorch; `import napkin` does not.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ from .kernel import Kernel
 _TORCH = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
-def op(kernel: Kernel, qualname: str):
-    """Register `kernel` as the custom op `qualname` ("namespace::name"); returns the op."""
+def op(kernel: Kernel, qualname: str, differentiable: bool = True):
+    """Register `kernel` as the custom op `qualname` ("namespace::name"); returns the op.
+
+    With `differentiable` (and a floating-point input some output depends on), the gradient
+    diagram is compiled with the same options and backend and registered as its backward.
+    """
     diagram = kernel.diagram
     ins, outs = diagram.inputs, diagram.outputs
     args = ", ".join(f"Tensor a{i}" for i in range(len(ins)))
@@ -39,15 +45,53 @@ def op(kernel: Kernel, qualname: str):
         return single(gpu["kernel"](*tensors))
 
     def fake(*tensors):
-        dims = _dims(diagram, tensors)
-        made = [tensors[0].new_empty([dims[a] for a in s.axes], dtype=_TORCH[s.dtype]) for s in outs]
+        made = _outputs_like(diagram, tensors)
         return made[0] if len(made) == 1 else tuple(made)
 
     torch.library.impl(qualname, "cpu")(on_cpu)
     torch.library.impl(qualname, "cuda")(on_cuda)
     torch.library.register_fake(qualname)(fake)
     namespace, name = qualname.split("::")
-    return getattr(getattr(torch.ops, namespace), name).default
+    registered = getattr(getattr(torch.ops, namespace), name).default
+    if differentiable:
+        _register_backward(kernel, qualname)
+    return registered
+
+
+def _register_backward(kernel: Kernel, qualname: str) -> None:
+    from .diagrams.diagnostics import NapkinError
+    from .gradient import grad
+    diagram = kernel.diagram
+    try:
+        backward_diagram = grad(diagram)
+    except NapkinError:         # nothing differentiable: the op stays without a backward
+        return
+    backward = op(Kernel(backward_diagram, kernel.options, backend=kernel.backend),
+                  f"{qualname}_backward", differentiable=False)
+    names = [s.name for s in diagram.inputs]
+    wrt = [names.index(s.name[1:]) if s.name[1:] in names else None for s in backward_diagram.outputs]
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def backward_fn(ctx, *cotangents):
+        inputs = ctx.saved_tensors
+        outs = [c.contiguous() if c is not None else torch.zeros_like(o) for c, o in
+                zip(cotangents, _outputs_like(diagram, inputs))]
+        got = backward(*inputs, *outs)
+        got = (got,) if not isinstance(got, tuple) else got
+        grads = [None] * len(inputs)
+        for g, i in zip(got, wrt):
+            grads[i] = g
+        return tuple(grads)
+
+    torch.library.register_autograd(qualname, backward_fn, setup_context=setup_context)
+
+
+def _outputs_like(diagram, tensors) -> list:
+    """Empty tensors of the outputs' shapes and dtypes (symbolic under fake tensors)."""
+    dims = _dims(diagram, tensors)
+    return [tensors[0].new_empty([dims[a] for a in s.axes], dtype=_TORCH[s.dtype]) for s in diagram.outputs]
 
 
 def _dims(diagram, tensors) -> dict:
