@@ -33,7 +33,7 @@ def load(diagram, **sizes: int) -> Diagram:
 
 def compile(diagram, target: str | None = None, arch: str | None = None, backend: str = "auto",
             engine: str = "auto", group: dict | None = None, stream: dict | None = None,
-            fusion: bool = True, **sizes: int):
+            fusion: bool = True, save_for_backward: bool = False, **sizes: int):
     """Compile a diagram into a `Kernel` you call on arrays: `napkin.compile("attention")(Q, K, V)`
     returns the tuple of outputs, as `napkin.run` does.
 
@@ -43,7 +43,8 @@ def compile(diagram, target: str | None = None, arch: str | None = None, backend
     "tensor-cores" (every kernel with a contraction on mma.sync, or N0606 saying why one
     cannot) or "cuda-cores". `group={"q": 128}` and `stream={"x": 64}` are schedule hints,
     as `--group`/`--stream` on the command line. Other keyword arguments fix axis sizes
-    (`d=64`).
+    (`d=64`). `save_for_backward=True` compiles `napkin.statistics(diagram)`: the outputs, then
+    each softmax's row logsumexp, which `napkin.grad(diagram, saved=True)` reads.
     """
     from .backends import check_backend
     from .kernel import Kernel
@@ -51,7 +52,11 @@ def compile(diagram, target: str | None = None, arch: str | None = None, backend
     check_backend(backend)
     options = Options.make(target=target, arch=arch, group=group, stream=stream, engine=engine,
                            fusion=fusion)
-    return Kernel(load(diagram, **sizes), options, backend=backend)
+    d = load(diagram, **sizes)
+    if save_for_backward:
+        from .gradient import statistics
+        d = statistics(d)
+    return Kernel(d, options, backend=backend)
 
 
 def run(diagram, *arrays, backend: str = "reference", target: str | None = None,

@@ -194,3 +194,13 @@ def test_attention_gradient_kernels_run_on_the_emulator(saved):
     for g, want in zip(got, (dQ, dK, dV)):
         assert g.dtype == np.float16
         np.testing.assert_allclose(g.astype(np.float64), want, atol=2e-2 * np.abs(want).max(), rtol=0)
+
+
+def test_compile_save_for_backward_adds_the_row_logsumexp():
+    rng = np.random.default_rng(4)
+    Q, K, V = (rng.standard_normal((1, 2, n, 8)).astype(np.float16) for n in (11, 19, 19))
+    O, P_lse = napkin.compile("causal_attention", backend="interpret", save_for_backward=True, d=8)(Q, K, V)
+    want_O, _, _, _, lse = _attention_reference(*(a.astype(np.float64) for a in (Q, K, V, Q)), True)
+    assert P_lse.dtype == np.float32 and P_lse.shape == (1, 2, 11)
+    np.testing.assert_allclose(P_lse, lse, rtol=1e-5)
+    np.testing.assert_allclose(O.astype(np.float64), want_O, atol=5e-3)
