@@ -1,0 +1,141 @@
+"""The main loop of a kernel's SASS and its instruction mix (static counts, no GPU).
+
+The rule (issue 14, the way napkin's and Triton's kernels are compared): the main
+loop is the innermost backward-branch loop holding the most HMMA (HGMMA on sm_90a);
+without tensor instructions, the innermost loop with the most instructions. Every
+instruction in its address range counts once, both sides of its branches; NOPs and
+never-executed `@!PT` instructions do not.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from dataclasses import dataclass
+
+# `/*0a80*/  @P0 BRA `(.L_x_12) ;` or `BRA 0x1f0` ; cuobjdump or nvdisasm
+_LINE = re.compile(r"^\s*/\*([0-9a-fA-F]{4,})\*/\s+(?:\{\s*)?(@!?U?P(?:T|\d+)\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)"
+                   r"(.*)$")
+_TARGET = re.compile(r"(?:0x)([0-9a-fA-F]+)|`?\(\.L_x_(\d+)\)`?")
+_LABEL = re.compile(r"^\s*\.L_x_(\d+):")
+_FUNCTION = re.compile(r"^\s*(?:Function : |\.text\.)(\S+?):?\s*$")
+
+TENSOR = ("HMMA", "HGMMA", "IMMA", "BMMA")
+
+# instruction classes, first match wins
+CLASSES = (
+    ("mma", TENSOR),
+    ("ldsm", ("LDSM",)),
+    ("ldgsts", ("LDGSTS", "LDGDEPBAR")),
+    ("smem", ("LDS", "STS", "LDSU")),
+    ("global", ("LDG", "STG", "LD", "ST", "RED", "ATOM", "ATOMG")),
+    ("shfl", ("SHFL",)),
+    ("mufu", ("MUFU",)),
+    ("fp32", ("FADD", "FMUL", "FFMA", "FMNMX", "FSETP", "FSEL", "FCHK", "FSET", "FRND", "FMUL32I",
+              "FADD32I", "FFMA32I", "HADD2", "HMUL2", "HFMA2", "HMNMX2", "HSETP2", "DADD", "DMUL", "DFMA",
+              "DSETP")),
+    ("convert", ("F2F", "F2FP", "F2I", "I2F", "I2FP", "F2IP")),
+    ("barrier", ("BAR", "DEPBAR", "MEMBAR", "WARPSYNC", "ERRBAR", "ARRIVES", "SYNCS")),
+    ("control", ("BRA", "BSSY", "BSYNC", "EXIT", "RET", "CALL", "JMP", "BREAK", "BPT", "YIELD", "WARPGROUP")),
+)
+
+
+@dataclass(frozen=True)
+class Instruction:
+    address: int
+    opcode: str          # with modifiers: "HMMA.16816.F32"
+    predicate: str       # "" or "@P0", "@!PT"
+    target: int | None   # a branch's target address
+
+
+@dataclass(frozen=True)
+class Loop:
+    start: int
+    end: int             # address of the backward branch
+    instructions: tuple[Instruction, ...]
+
+    def counts(self) -> "collections.Counter[str]":
+        """Instructions per class (see CLASSES; "int" for integer/address arithmetic and moves)."""
+        return collections.Counter(classify(i.opcode) for i in self.instructions)
+
+    @property
+    def mma(self) -> int:
+        return sum(1 for i in self.instructions if i.opcode.split(".")[0] in TENSOR)
+
+
+def classify(opcode: str) -> str:
+    base = opcode.split(".")[0]
+    for name, ops in CLASSES:
+        if base in ops:
+            return name
+    return "int"
+
+
+def functions(sass: str) -> dict[str, list[Instruction]]:
+    """Each kernel's instructions, by function name, in address order."""
+    out: dict[str, list[Instruction]] = {}
+    labels: dict[str, dict[str, int]] = {}
+    current = None
+    pending: list[str] = []
+    for line in sass.splitlines():
+        f = _FUNCTION.match(line)
+        if f:
+            current = f.group(1)
+            out.setdefault(current, [])
+            labels.setdefault(current, {})
+            continue
+        lab = _LABEL.match(line)
+        if lab and current is not None:
+            pending.append(lab.group(1))
+            continue
+        m = _LINE.match(line)
+        if not m or current is None:
+            continue
+        address = int(m.group(1), 16)
+        for name in pending:
+            labels[current][name] = address
+        pending = []
+        opcode, rest = m.group(3), m.group(4)
+        target = None
+        if opcode.split(".")[0] == "BRA":
+            t = _TARGET.search(rest)
+            if t:
+                target = int(t.group(1), 16) if t.group(1) else -int(t.group(2)) - 1   # label: resolved below
+        out[current].append(Instruction(address, opcode, (m.group(2) or "").strip(), target))
+    for name, insns in out.items():     # nvdisasm's labels to addresses
+        resolved = []
+        for i in insns:
+            if i.target is not None and i.target < 0:
+                i = Instruction(i.address, i.opcode, i.predicate, labels[name].get(str(-i.target - 1)))
+            resolved.append(i)
+        out[name] = resolved
+    return out
+
+
+def loops(insns: list[Instruction]) -> list[Loop]:
+    """Every backward branch's loop: from its target to the branch, counted instructions only."""
+    found = []
+    for i in insns:
+        if i.target is not None and i.target <= i.address and i.predicate != "@!PT":
+            body = tuple(j for j in insns if i.target <= j.address <= i.address
+                         and not j.opcode.startswith("NOP") and j.predicate != "@!PT")
+            found.append(Loop(i.target, i.address, body))
+    return found
+
+
+def main_loop(sass: str, function: str | None = None) -> Loop | None:
+    """The main loop of `function` (default: the kernel with the most tensor instructions)."""
+    funcs = functions(sass)
+    if not funcs:
+        return None
+    if function is None:
+        function = max(funcs, key=lambda f: (sum(1 for i in funcs[f] if i.opcode.split(".")[0] in TENSOR),
+                                             len(funcs[f])))
+    candidates = loops(funcs[function])
+    if not candidates:
+        return None
+    most = max(lp.mma for lp in candidates)
+    if most:
+        best = [lp for lp in candidates if lp.mma == most]
+        return min(best, key=lambda lp: lp.end - lp.start)      # the innermost of them
+    return max(candidates, key=lambda lp: (len(lp.instructions), -(lp.end - lp.start)))
