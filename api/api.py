@@ -23,11 +23,6 @@ def load(diagram, **sizes: int) -> Diagram:
 
     Keyword arguments fix or override axis sizes, like `-D d=128` on the command line.
     """
-    if isinstance(diagram, Diagram):
-        if not sizes:
-            return diagram
-        merged = {**dict(diagram.overrides), **sizes}
-        return front.check(front.parse(diagram.source), merged)
     return front.load(diagram, **sizes)
 
 

@@ -23,8 +23,7 @@ def grad(diagram, wrt=None, saved: bool = False, **sizes: int) -> Diagram:
     result is an output, that output (`O_saved`): it recomputes the probabilities elementwise
     instead of normalising rows again, as FlashAttention's backward does.
     """
-    from .api import load
-    d = load(diagram, **sizes)
+    d = front.load(diagram, **sizes)
     names = tuple(w.strip() for w in wrt.split(",") if w.strip()) if isinstance(wrt, str) else \
         tuple(wrt) if wrt is not None else None
     return _checked(f"grad:{_short(d.name)}", gradient_text(d, names, saved))
@@ -32,9 +31,8 @@ def grad(diagram, wrt=None, saved: bool = False, **sizes: int) -> Diagram:
 
 def statistics(diagram, **sizes: int) -> Diagram:
     """The forward diagram with the statistics `grad(..., saved=True)` reads as extra outputs."""
-    from .api import load
     from .compiler.grad import statistics_text
-    d = load(diagram, **sizes)
+    d = front.load(diagram, **sizes)
     return _checked(f"stats:{_short(d.name)}", statistics_text(d))
 
 

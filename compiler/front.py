@@ -24,7 +24,10 @@ def check(program: ast.Program, overrides: dict[str, int] | None = None) -> Diag
 
 
 def load(arg, **sizes: int) -> Diagram:
-    """Parse and check a diagram given as a path, a library name or its text."""
+    """Parse and check a diagram given as a path, a library name or its text; a Diagram as it
+    is, or checked again with these sizes over its own."""
+    if isinstance(arg, Diagram):
+        return arg if not sizes else check(parse(arg.source), {**dict(arg.overrides), **sizes})
     return check(parse(sources.resolve(arg)), sizes)
 
 
