@@ -16,10 +16,16 @@ row), at whose point the emitter computes the rest of the kernel and stores it.
 
 from __future__ import annotations
 
+import math
+
 from ..compiler import ir
 from . import masks
 from . import program as P
+from .cexpr import float_literal
 from .mma import FK, FM, FN, MmaLowering
+
+# exp(x) = 2^(x log2 e): the softmax runs in base 2 (one FFMA and one MUFU.EX2 per score)
+LOG2E = float_literal(math.log2(math.e))
 
 
 class FlashLowering(MmaLowering):
@@ -83,21 +89,29 @@ class FlashLowering(MmaLowering):
         return f"{self._axis_var('org', self.site.row)} + wr * {self.wtm} + i0 * {FM} + fg + (i2 / 2) * 8"
 
     def _softmax(self, fm: int, chunk: int, dv: int) -> None:
-        """The online softmax on the score fragments: rows g (slots 0, 1) and g + 8 (2, 3)."""
+        """The online softmax on the score fragments: rows g (slots 0, 1) and g + 8 (2, 3).
+
+        As FlashAttention-2 does it: the row maximum by fmaxf (one FMNMX per score), the
+        probabilities as 2^(s log2 e - m log2 e), one FFMA and one MUFU.EX2 (ex2.approx.ftz)
+        per score. fmaxf skips a NaN score, which then makes its probability NaN, and through
+        the row's sum and P V its whole output row, as the language's NaN rule asks; a score
+        the diagram's mask hides is -inf before any of this, so a NaN under a mask stays hidden.
+        """
         b = self.b
 
         def row():
             b.emit(P.Decl("float", "mx", "rm[i0][i1]"))
             self._each([("i2", chunk // FN), ("i3", 2)], lambda: b.emit(
-                P.Set("mx", "napkin_max(mx, sc[i0][i2][2 * i1 + i3])")))
+                P.Set("mx", "fmaxf(mx, sc[i0][i2][2 * i1 + i3])")))
             b.emit(P.Set("mx", "napkin_lanes_max(mx, 4)"))       # the quad holds the row
             b.emit(P.Decl("const float", "sh", "napkin_shift(mx)"))
-            b.emit(P.Decl("const float", "rs", "expf(rm[i0][i1] - sh)"))
+            b.emit(P.Decl("const float", "rs", f"napkin_ex2((rm[i0][i1] - sh) * {LOG2E})"))
+            b.emit(P.Decl("const float", "sl", f"-sh * {LOG2E}"))
             b.emit(P.Set("rm[i0][i1]", "mx"))
             b.emit(P.Decl("float", "su", "0.0f"))
 
             def prob():
-                b.emit(P.Set("sc[i0][i2][2 * i1 + i3]", "expf(sc[i0][i2][2 * i1 + i3] - sh)"))
+                b.emit(P.Set("sc[i0][i2][2 * i1 + i3]", f"napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], {LOG2E}, sl))"))
                 b.emit(P.Set("su", "su + sc[i0][i2][2 * i1 + i3]"))
             self._each([("i2", chunk // FN), ("i3", 2)], prob)
             b.emit(P.Set("rl[i0][i1]", "rl[i0][i1] * rs + su"))

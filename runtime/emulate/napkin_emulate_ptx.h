@@ -130,4 +130,8 @@ inline void napkin_cp_async_wait_all() {
   napkin_cp_async_wait<0>();
 }
 
-inline float napkin_ex2(float x) { return exp2f(x); }
+// ex2.approx.ftz.f32: 2^x with subnormal results flushed to 0
+inline float napkin_ex2(float x) {
+  const float y = exp2f(x);
+  return y < FLT_MIN ? 0.0f : y;
+}
