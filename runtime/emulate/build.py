@@ -2,8 +2,11 @@
 
 A build is keyed by a hash of everything that goes into it: the kernel source,
 the generated main, the emulator's headers and runtime, the flags (sanitizer
-included) and the compiler's version. Binaries land in the cache atomically
-(built in a private folder, then `os.replace`d into place).
+included) and the compiler's version. It is compiled in a private folder inside
+the cache folder (store.py: trusted, else private), sealed, made 0700 and
+`os.replace`d into place, then verified again; a cached build is used only when
+`store.verified` accepts it, else it is built anew (never executed). A cache
+folder that cannot be written (full, read-only) costs a private build and a warning.
 
 What every build with the same flags shares is built once and kept beside the
 binaries (`support-<key>/`): `napkin_emulate.h` precompiled (g++ finds the
@@ -23,7 +26,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .. import trusted
 from .errors import BUILD, EmulatorError, no_compiler
+from .store import SUFFIX, cache_dir, seal, verified
 from .hostgen import KERNEL_FILE, host_main_source
 
 CXX = "g++"
@@ -41,21 +46,6 @@ SANITIZER_FLAGS = {
                 "-fno-omit-frame-pointer"),
     "thread": ("-g", "-fsanitize=thread"),
 }
-
-
-def cache_dir() -> Path:
-    """Where built emulators are kept: $NAPKIN_EMULATOR_CACHE, else the user's cache folder.
-
-    The one place that reads the environment variable.
-    """
-    explicit = os.environ.get("NAPKIN_EMULATOR_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    existing = next((p for p in (base, *base.parents) if p.exists()), None)
-    if existing is None or not os.access(existing, os.W_OK):
-        base = Path(tempfile.gettempdir())
-    return base / "napkin" / "emulator"
 
 
 @functools.lru_cache(maxsize=None)
@@ -121,10 +111,23 @@ def build(source: str, signatures, sanitize: str, *, cxx: str | None = None) -> 
     flags = BASE_FLAGS + SANITIZER_FLAGS[sanitize]
     key = build_key(source, main, flags, sanitize, cxx)
     root = cache_dir()
-    target = root / f"{key}.emu"
-    if target.exists():
+    target = root / f"{key}{SUFFIX}"
+    if verified(target):
         return target
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        return _build_in(root, target, source, main, flags, cxx)
+    except OSError as exc:      # a full or read-only cache folder: build privately instead
+        fallback = trusted.private_dir("emulator")
+        if root == fallback:
+            raise EmulatorError(BUILD, f"cannot write the emulator build in {root}: "
+                                       f"{exc.strerror or exc}") from None
+        trusted.warn_once(f"cannot write the emulator cache in {root} ({exc.strerror or exc}); "
+                          f"building in {fallback} for this process only")
+        private = fallback / target.name
+        return private if verified(private) else _build_in(fallback, private, source, main, flags, cxx)
+
+
+def _build_in(root: Path, target: Path, source: str, main: str, flags, cxx: str) -> Path:
     support = _support(root, flags, cxx)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
     try:
@@ -133,7 +136,13 @@ def build(source: str, signatures, sanitize: str, *, cxx: str | None = None) -> 
         cmd = [cxx, *flags, f"-I{support}", f"-I{HERE}", "-include", HEADER.name, "main.cpp",
                str(support / RUNTIME_OBJECT), "-o", "emu"]
         _compile(cmd, work, cxx, "the kernel")
-        os.replace(work / "emu", target)
+        image = work / "emu"
+        image.write_bytes(seal(image.read_bytes()))
+        os.chmod(image, 0o700)
+        os.replace(image, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if not verified(target):
+        raise EmulatorError(BUILD, f"the emulator build {target} changed after it was written",
+                            help="check who else writes to the emulator cache folder")
     return target
