@@ -61,13 +61,16 @@ def _emulator_texts() -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(HERE.iterdir()) if p.suffix in (".h", ".cpp")}
 
 
-def _key(**parts) -> str:
-    blob = json.dumps({"v": BUILD_VERSION, "emulator": _emulator_texts(), **parts}, sort_keys=True)
+def _key(texts: dict[str, str], **parts) -> str:
+    blob = json.dumps({"v": BUILD_VERSION, "emulator": texts, **parts}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def build_key(source: str, main: str, flags: tuple[str, ...], sanitize: str, cxx: str) -> str:
-    return _key(source=source, main=main, flags=flags, sanitize=sanitize, cxx=compiler_version(cxx))
+def build_key(source: str, main: str, flags: tuple[str, ...], sanitize: str, cxx: str,
+              texts: dict[str, str] | None = None) -> str:
+    texts = _emulator_texts() if texts is None else texts
+    return _key(texts, source=source, main=main, flags=flags, sanitize=sanitize,
+                cxx=compiler_version(cxx))
 
 
 def _compile(cmd: list[str], cwd: Path, cxx: str, what: str) -> None:
@@ -83,16 +86,21 @@ def _compile(cmd: list[str], cwd: Path, cxx: str, what: str) -> None:
                             report=proc.stderr, help=f"command: {' '.join(cmd)}")
 
 
-def _support(root: Path, flags: tuple[str, ...], cxx: str) -> Path:
-    """The folder every build with these flags shares (precompiled header, runtime object)."""
-    final = root / f"support-{_key(flags=flags, cxx=compiler_version(cxx))}"
+def _support(root: Path, flags: tuple[str, ...], cxx: str, texts: dict[str, str]) -> Path:
+    """The folder every build with these flags shares: a copy of the very header texts the
+    keys hash (g++ had read the checkout's headers again, so headers edited while a build ran
+    went into a binary cached under the old headers' key), the header precompiled from that
+    copy and the runtime object compiled from it."""
+    final = root / f"support-{_key(texts, flags=flags, cxx=compiler_version(cxx))}"
     if (final / RUNTIME_OBJECT).exists():
         return final
     work = Path(tempfile.mkdtemp(prefix="support-build-", dir=root))
     try:
-        _compile([cxx, *flags, "-x", "c++-header", str(HEADER), "-o", f"{HEADER.name}.gch"], work, cxx,
-                 "the emulator header")
-        _compile([cxx, *flags, f"-I{HERE}", "-c", str(RUNTIME), "-o", RUNTIME_OBJECT], work, cxx,
+        for name, text in texts.items():
+            (work / name).write_text(text)
+        _compile([cxx, *flags, "-x", "c++-header", HEADER.name, "-o", f"{HEADER.name}.gch"], work,
+                 cxx, "the emulator header")
+        _compile([cxx, *flags, "-I.", "-c", RUNTIME.name, "-o", RUNTIME_OBJECT], work, cxx,
                  "the emulator runtime")
         try:
             os.rename(work, final)  # atomic; a folder another process finished first is kept
@@ -109,13 +117,14 @@ def build(source: str, signatures, sanitize: str, *, cxx: str | None = None) -> 
     cxx = cxx or CXX
     main = host_main_source(signatures)
     flags = BASE_FLAGS + SANITIZER_FLAGS[sanitize]
-    key = build_key(source, main, flags, sanitize, cxx)
+    texts = _emulator_texts()       # read once: every key and every compilation see these
+    key = build_key(source, main, flags, sanitize, cxx, texts)
     root = cache_dir()
     target = root / f"{key}{SUFFIX}"
     if verified(target):
         return target
     try:
-        return _build_in(root, target, source, main, flags, cxx)
+        return _build_in(root, target, source, main, texts, flags, cxx)
     except OSError as exc:      # a full or read-only cache folder: build privately instead
         fallback = trusted.private_dir("emulator")
         if root == fallback:
@@ -124,16 +133,19 @@ def build(source: str, signatures, sanitize: str, *, cxx: str | None = None) -> 
         trusted.warn_once(f"cannot write the emulator cache in {root} ({exc.strerror or exc}); "
                           f"building in {fallback} for this process only")
         private = fallback / target.name
-        return private if verified(private) else _build_in(fallback, private, source, main, flags, cxx)
+        return (private if verified(private)
+                else _build_in(fallback, private, source, main, texts, flags, cxx))
 
 
-def _build_in(root: Path, target: Path, source: str, main: str, flags, cxx: str) -> Path:
-    support = _support(root, flags, cxx)
+def _build_in(root: Path, target: Path, source: str, main: str, texts: dict[str, str], flags,
+              cxx: str) -> Path:
+    support = _support(root, flags, cxx, texts)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
     try:
         (work / KERNEL_FILE).write_text(source)
         (work / "main.cpp").write_text(main)
-        cmd = [cxx, *flags, f"-I{support}", f"-I{HERE}", "-include", HEADER.name, "main.cpp",
+        # only the support folder's copy of the headers (and its .gch) can be read
+        cmd = [cxx, *flags, f"-I{support}", "-include", HEADER.name, "main.cpp",
                str(support / RUNTIME_OBJECT), "-o", "emu"]
         _compile(cmd, work, cxx, "the kernel")
         image = work / "emu"

@@ -9,7 +9,9 @@ import logging
 import os
 import shutil
 import stat
+import subprocess
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,3 +150,29 @@ def test_a_full_folder_warns_and_answers(kernel, tmp_path, monkeypatch, caplog, 
         np.testing.assert_array_equal(_run(kernel, x), _expected(x))
     assert os.strerror(errno.ENOSPC) in caplog.text and "for this process only" in caplog.text
     assert not list(cache.iterdir())                        # nothing half-written left behind
+
+
+def test_the_compiler_reads_the_headers_the_key_was_made_of(tmp_path, monkeypatch):
+    # headers edited while a build runs (a checkout being worked on) must not reach a binary
+    # cached under the old headers' key: g++ reads a private copy of the texts that were hashed
+    # (here they differ from the files on disk, as after such an edit)
+    texts = {name: text + "\n// as hashed\n" for name, text in emulate_build._emulator_texts().items()}
+    monkeypatch.setattr(emulate_build, "_emulator_texts", lambda: dict(texts))
+    monkeypatch.setattr(emulate_build, "cache_dir", lambda: tmp_path)
+    read = []
+
+    def gxx(cmd, cwd, **kw):
+        """Records the header and runtime texts each g++ call would read, and writes its output."""
+        dirs = [Path(cwd)] + [Path(cwd) / a[2:] for a in cmd if a.startswith("-I")]
+        assert not any(d.resolve() == emulate_build.HERE for d in dirs), cmd
+        for name in (emulate_build.HEADER.name, emulate_build.RUNTIME.name):
+            found = next((d / name for d in dirs if (d / name).exists()), None)
+            if found is not None and (name in cmd or "-include" in cmd):
+                read.append((name, found.read_text()))
+        (Path(cwd) / cmd[cmd.index("-o") + 1]).write_bytes(b"\x7fELF built")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+    monkeypatch.setattr(subprocess, "run", gxx)
+    monkeypatch.setattr(emulate_build, "compiler_version", lambda cxx: "g++ (test)")
+    target = emulate_build.build("source", TAIL_SIG, "none")
+    assert store.verified(target)
+    assert len(read) >= 3 and all(text == texts[name] for name, text in read)
