@@ -122,13 +122,7 @@ class Cache:
         self._memory.clear()
         if not self.on_disk:
             return n
-        for path in [p for p, _ in self.entries()] + self._temporaries():
-            try:
-                os.unlink(path)
-                n += 1
-            except OSError:
-                pass
-        return n
+        return n + trusted.remove([p for p, _ in self.entries()] + self._temporaries())
 
 
 def encode(entry: Entry) -> bytes:

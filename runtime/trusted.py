@@ -153,6 +153,18 @@ def write(path: Path, data: bytes, mode: int = 0o600) -> None:
         raise
 
 
+def remove(paths) -> int:
+    """Unlink each of `paths` (files napkin has recognised as its own); how many went."""
+    n = 0
+    for path in paths:
+        try:
+            os.unlink(path)
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
 def regular_files(path: Path):
     """(name, path) of the regular files directly in `path` (no symlinks, FIFOs or folders);
     nothing when the folder cannot be read."""

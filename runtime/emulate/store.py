@@ -83,11 +83,4 @@ def entries(root: Path) -> list[tuple[Path, bool, int]]:
 
 def clear(root: Path) -> int:
     """Delete napkin's builds in `root` (nothing else); how many were removed."""
-    n = 0
-    for path, _, _ in entries(root):
-        try:
-            os.unlink(path)
-            n += 1
-        except OSError:
-            pass
-    return n
+    return trusted.remove(path for path, _, _ in entries(root))
