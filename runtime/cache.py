@@ -92,19 +92,11 @@ class Cache:
         if not self.on_disk:
             return out
         for name, path in trusted.regular_files(self.path):
+            if name.startswith(trusted.TEMP_PREFIX) or trusted.read(path, len(MAGIC)) != MAGIC:
+                continue                    # not napkin's (read no further than the magic)
             data = trusted.read(path)
-            if data is not None and data.startswith(MAGIC) and not name.startswith(trusted.TEMP_PREFIX):
-                out.append((path, decode(data)))
+            out.append((path, decode(data) if data is not None else None))
         return out
-
-    def others(self) -> int:
-        """How many things in the folder are not napkin's entries (left alone by `clear`)."""
-        if not self.on_disk:
-            return 0
-        try:
-            return len(os.listdir(self.path)) - len(self.entries()) - len(self._temporaries())
-        except OSError:
-            return 0
 
     def _temporaries(self) -> list[Path]:
         """Napkin's own half-written files (a process killed while writing)."""
