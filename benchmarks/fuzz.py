@@ -9,11 +9,11 @@ well-typed diagrams and random legal plans (interpreted and emulated), random sc
 hints, random matrix products and attention forced onto tensor cores and random front-end input, spread over --jobs processes. A failure shrinks (Hypothesis) and
 is saved under tests/regressions/. No GPU needed.
 
-Every kind is started once before any kind runs twice, and then the kind furthest below its
-share of the time gets the next worker, counting the time of batches still running (on a
-loaded machine long emulated batches had otherwise kept looking starved and taken every
-worker: four kinds ran no example in 25 minutes). A kind that still ran no example fails
-the run (exit status 1). A huge input that ends in a clean error but slowly is counted as
+Every kind is started once before any kind runs twice (past the deadline if need be), and
+then the kind furthest below its share of the time gets the next worker, counting the time
+of batches still running (on a loaded machine long emulated batches had otherwise kept
+looking starved and taken every worker: four kinds ran no example in 25 minutes). A kind
+that still ran no example fails the run (exit status 1). A huge input that ends in a clean error but slowly is counted as
 slow, not as an escape.
 """
 
@@ -288,7 +288,7 @@ def main() -> None:
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         running = {}
         while True:
-            while len(running) < args.jobs and time.time() < deadline:
+            while len(running) < args.jobs and (time.time() < deadline or not all(started.values())):
                 now = time.time()
                 used = dict(spent)
                 for k, began in running.values():
