@@ -4,13 +4,16 @@ CuPy validates no kernel arguments (a Python float goes in as a double, a
 torch tensor as garbage), so every argument is checked here: dtype, shapes
 consistent per axis and with static sizes, contiguity, device, alignment, and
 no output overlapping an input. Each problem is a NapkinLaunchError naming the
-argument and what was expected.
+argument and what was expected. `check_fits` refuses (N0310) a call whose outputs would not
+fit in the machine's memory, before anything is allocated.
 """
 
 from __future__ import annotations
 
+import os
+
 from ..compiler.diagram import Diagram
-from ..diagrams.diagnostics import Diagnostic, NapkinError, NapkinLaunchError
+from ..diagrams.diagnostics import Diagnostic, NapkinError, NapkinLaunchError, error
 from .arrays import ArrayInfo, describe
 from .bind import bind_sizes
 
@@ -87,7 +90,6 @@ def overlaps(a: ArrayInfo, b: ArrayInfo) -> bool:
 
 def memory_bytes() -> int | None:
     """This machine's physical memory, or None where it cannot be read."""
-    import os
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
@@ -98,7 +100,6 @@ def check_fits(what: str, arrays: list[tuple[str, tuple[str, ...], tuple[int, ..
                limit: int | None = None) -> None:
     """N0310 before anything is allocated when `arrays` ((name, axes, shape, itemsize) each)
     would not fit in memory together; the message names the largest array and its axes."""
-    from ..diagrams.diagnostics import error
     limit = memory_bytes() if limit is None else limit
     sizes = [(itemsize * _product(shape), name, axes, shape) for name, axes, shape, itemsize in arrays]
     total = sum(s[0] for s in sizes)
