@@ -57,6 +57,9 @@ def listing() -> None:
     for path, intact, size in builds:
         state = "emulator" if intact else "damaged (will be rebuilt)"
         click.echo(f"{shown(path.name[:16]):<16}  {state:<8} {size:>9,} bytes")
+    for path, intact in store.folders(emulator):       # what builds of one flag set share
+        click.echo(f"{shown(path.name[:16]):<16}  {'support' if intact else 'damaged (will be rebuilt)'}")
+        builds.append(path)
     n = len(rows) + len(builds)
     click.echo(f"{n} entr{'y' if n == 1 else 'ies'} ({len(rows)} kernel cache, {len(builds)} "
                "emulator)")

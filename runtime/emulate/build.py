@@ -28,7 +28,8 @@ from pathlib import Path
 
 from .. import trusted
 from .errors import BUILD, EmulatorError, no_compiler
-from .store import SUFFIX, cache_dir, seal, verified
+from .store import (SUFFIX, cache_dir, discard_folder, seal, seal_folder, verified,
+                    verified_folder)
 from .hostgen import KERNEL_FILE, host_main_source
 
 CXX = "g++"
@@ -92,7 +93,7 @@ def _support(root: Path, flags: tuple[str, ...], cxx: str, texts: dict[str, str]
     went into a binary cached under the old headers' key), the header precompiled from that
     copy and the runtime object compiled from it."""
     final = root / f"support-{_key(texts, flags=flags, cxx=compiler_version(cxx))}"
-    if (final / RUNTIME_OBJECT).exists():
+    if verified_folder(final):      # (what every build links: checked like a binary)
         return final
     work = Path(tempfile.mkdtemp(prefix="support-build-", dir=root))
     try:
@@ -102,13 +103,20 @@ def _support(root: Path, flags: tuple[str, ...], cxx: str, texts: dict[str, str]
                  cxx, "the emulator header")
         _compile([cxx, *flags, "-I.", "-c", RUNTIME.name, "-o", RUNTIME_OBJECT], work, cxx,
                  "the emulator runtime")
+        seal_folder(work)
+        if os.path.lexists(final) and not verified_folder(final):
+            discard_folder(final)   # planted, damaged or half-deleted: never linked
         try:
             os.rename(work, final)  # atomic; a folder another process finished first is kept
         except OSError:
-            if not (final / RUNTIME_OBJECT).exists():
+            if not verified_folder(final):
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if not verified_folder(final):
+        raise EmulatorError(BUILD, f"the emulator support folder {final} changed after it was "
+                                   "written",
+                            help="check who else writes to the emulator cache folder")
     return final
 
 

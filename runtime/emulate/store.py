@@ -5,18 +5,32 @@ rule accepts it (else a private folder of this process's, with one warning). A b
 sealed: its ELF image, then the SHA-256 of the image, then a magic line (the loader ignores
 bytes past the image). `verified` is what every run checks first; `entries` and `clear`
 (for `napkin cache`) see only sealed files, so nothing else in the folder is touched.
+
+What every build with one set of flags links or includes (build.py's `support-<key>/`
+folder: the headers, the precompiled header, the runtime object) is sealed as a folder: a
+manifest (magic, the SHA-256 of the rest, then name, size and SHA-256 of every file) written
+before the folder is moved into place; `verified_folder` accepts it only when it holds
+exactly those files, each intact, private and regular, before every build that uses it (the
+66 MB hash of the precompiled header is done once per process while the files' inode,
+size and change times stay the same).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
+import stat
 from pathlib import Path
 
 from .. import trusted
 
 SEAL = b"\nNAPKIN-EMULATOR-1\n"
 SUFFIX = ".emu"
+MANIFEST = "napkin-support.manifest"
+MANIFEST_MAGIC = b"NAPKIN-SUPPORT-1\n"
+_CHECKED: dict[str, tuple] = {}        # folder -> the stat facts it was verified with
 
 
 def configured_dir() -> Path:
@@ -59,6 +73,96 @@ def verified(path: Path) -> bool:
             return False
 
 
+def _digest(path: Path) -> str | None:
+    fd = trusted.open_private(path)
+    if fd is None:
+        return None
+    h = hashlib.sha256()
+    with os.fdopen(fd, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def seal_folder(folder: Path) -> None:
+    """Write the manifest of every file in `folder` (before it is moved into place)."""
+    files = {name: [path.stat().st_size, _digest(path)] for name, path in trusted.regular_files(folder)}
+    body = json.dumps(files, sort_keys=True).encode()
+    (folder / MANIFEST).write_bytes(MANIFEST_MAGIC + hashlib.sha256(body).digest() + body)
+
+
+def _facts(folder: Path) -> tuple | None:
+    """What must not change for a verified folder to stay verified (None: not a folder of
+    regular files this user alone can write)."""
+    try:
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or trusted.problem(folder) is not None:
+            return None
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        facts = [(st.st_ino, st.st_mtime_ns, st.st_ctime_ns)]
+        for e in entries:
+            est = e.stat(follow_symlinks=False)
+            if not stat.S_ISREG(est.st_mode):
+                return None
+            facts.append((e.name, est.st_ino, est.st_size, est.st_mtime_ns, est.st_ctime_ns))
+        return tuple(facts)
+    except OSError:
+        return None
+
+
+def verified_folder(folder: Path) -> bool:
+    """Whether `folder` holds exactly its manifest's files, each private, regular and intact."""
+    facts = _facts(folder)
+    if facts is None:
+        return False
+    if _CHECKED.get(str(folder)) == facts:
+        return True
+    data = trusted.read(folder / MANIFEST)
+    start = len(MANIFEST_MAGIC) + 32
+    if data is None or not data.startswith(MANIFEST_MAGIC) or \
+            hashlib.sha256(data[start:]).digest() != data[len(MANIFEST_MAGIC):start]:
+        return False
+    try:
+        files = json.loads(data[start:])
+    except (ValueError, RecursionError):
+        return False
+    names = {name for name, _ in trusted.regular_files(folder)} - {MANIFEST}
+    if not isinstance(files, dict) or set(files) != names:
+        return False
+    for name, expected in files.items():
+        path = folder / name
+        if not isinstance(expected, list) or [path.lstat().st_size, _digest(path)] != expected:
+            return False
+    _CHECKED[str(folder)] = facts
+    return True
+
+
+def discard_folder(folder: Path) -> None:
+    """Move a folder that failed `verified_folder` out of the way and delete it."""
+    aside = folder.with_name(f".napkin-discard-{os.getpid()}-{folder.name}")
+    try:
+        os.rename(folder, aside)
+    except OSError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def folders(root: Path) -> list[tuple[Path, bool]]:
+    """(path, intact) of every support folder napkin sealed in `root`."""
+    out = []
+    try:
+        with os.scandir(root) as it:
+            found = sorted(e.path for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return out
+    for path in map(Path, found):
+        head = trusted.read(path / MANIFEST, len(MANIFEST_MAGIC))
+        if head == MANIFEST_MAGIC:
+            out.append((path, verified_folder(path)))
+    return out
+
+
 def _tail(path: Path) -> bytes | None:
     fd = trusted.open_private(path)
     if fd is None:
@@ -82,5 +186,9 @@ def entries(root: Path) -> list[tuple[Path, bool, int]]:
 
 
 def clear(root: Path) -> int:
-    """Delete napkin's builds in `root` (nothing else); how many were removed."""
-    return trusted.remove(path for path, _, _ in entries(root))
+    """Delete napkin's builds and support folders in `root` (nothing else); how many went."""
+    n = trusted.remove(path for path, _, _ in entries(root))
+    for path, _ in folders(root):
+        discard_folder(path)
+        n += not path.exists()
+    return n

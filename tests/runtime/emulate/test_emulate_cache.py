@@ -176,3 +176,66 @@ def test_the_compiler_reads_the_headers_the_key_was_made_of(tmp_path, monkeypatc
     target = emulate_build.build("source", TAIL_SIG, "none")
     assert store.verified(target)
     assert len(read) >= 3 and all(text == texts[name] for name, text in read)
+
+
+def _support_folder(root: Path) -> Path:
+    """A sealed folder shaped like build.py's support folder (without running g++)."""
+    folder = root / "support-x"
+    work = root / "work"
+    work.mkdir(mode=0o700)
+    for name, data in (("napkin_emulate.h", b"// header\n"), ("napkin_emulate.h.gch", b"gch" * 1000),
+                       ("runtime.o", b"\x7fELF runtime")):
+        (work / name).write_bytes(data)
+    store.seal_folder(work)
+    os.rename(work, folder)
+    return folder
+
+
+SUPPORT_DAMAGE = {
+    "runtime object replaced": lambda f: (f / "runtime.o").write_bytes(b"\x7fELF planted"),
+    "header truncated": lambda f: (f / "napkin_emulate.h").write_bytes(b"// hea"),
+    "file planted beside (an include g++ would find first)": lambda f: (f / "cstdio").write_text("x"),
+    "file removed": lambda f: (f / "napkin_emulate.h.gch").unlink(),
+    "manifest edited": lambda f: (f / store.MANIFEST).write_bytes(
+        (f / store.MANIFEST).read_bytes().replace(b"runtime.o", b"runtime.O")),
+    "writable by others": lambda f: (f / "runtime.o").chmod(0o666),
+    "a FIFO beside": lambda f: os.mkfifo(f / "pipe"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(SUPPORT_DAMAGE))
+def test_a_damaged_support_folder_is_never_linked(tmp_path, damage):
+    folder = _support_folder(tmp_path)
+    assert store.verified_folder(folder)
+    SUPPORT_DAMAGE[damage](folder)
+    assert not store.verified_folder(folder)
+
+
+def test_a_linked_or_foreign_support_folder_is_refused(tmp_path, monkeypatch):
+    folder = _support_folder(tmp_path)
+    link = tmp_path / "support-link"
+    link.symlink_to(folder)
+    assert store.verified_folder(folder) and not store.verified_folder(link)
+    store._CHECKED.clear()
+    _foreign(folder / "runtime.o", monkeypatch)
+    assert not store.verified_folder(folder)
+
+
+def test_a_planted_support_folder_is_replaced_by_a_fresh_one(tmp_path, monkeypatch):
+    texts = emulate_build._emulator_texts()
+    monkeypatch.setattr(emulate_build, "compiler_version", lambda cxx: "g++ (test)")
+    flags = emulate_build.BASE_FLAGS
+    compiled = []
+
+    def gxx(cmd, cwd, cxx, what):               # build.py's g++ runner, without g++
+        compiled.append(what)
+        (Path(cwd) / cmd[cmd.index("-o") + 1]).write_bytes(b"\x7fELF " + what.encode())
+    monkeypatch.setattr(emulate_build, "_compile", gxx)
+    first = emulate_build._support(tmp_path, flags, "g++", texts)
+    assert store.verified_folder(first) and len(compiled) == 2
+    assert emulate_build._support(tmp_path, flags, "g++", texts) == first and len(compiled) == 2
+    (first / "runtime.o").write_bytes(b"\x7fELF planted: would be linked into every build")
+    again = emulate_build._support(tmp_path, flags, "g++", texts)
+    assert again == first and len(compiled) == 4 and store.verified_folder(again)
+    assert (again / "runtime.o").read_bytes() == b"\x7fELF the emulator runtime"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]    # nothing left aside
