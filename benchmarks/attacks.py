@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import stat
 import sys
 import tempfile
@@ -32,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 ROWS: list[tuple[str, int, str]] = []
-BROKEN = ("EXECUTED", "WRONG", "HUNG", "USED")
+BROKEN = ("EXECUTED", "LINKED", "WRONG", "HUNG", "USED")
 
 
 def row(kind: str, tried: int, outcome: str) -> None:
@@ -119,6 +120,34 @@ def emulator(work: Path, rng: random.Random, tries: int) -> None:
         + ("; foreign owner needs root: not tried" if os.getuid() else "") + ")")
     link.unlink()
     probe.unlink()
+    (support,) = [f for f, _ in store.folders(cache)]
+    planted = b"\x7fELF planted: linked into every build"
+    (support / "runtime.o").write_bytes(planted)
+    r = np.random.default_rng(1).standard_normal((3, 17)).astype(np.float16)
+    g = np.random.default_rng(2).standard_normal(17).astype(np.float16)
+    with quiet():
+        got = napkin.compile("rmsnorm", backend="emulate")(r, g)[0].astype(np.float64)
+    r64, g64 = r.astype(np.float64), g.astype(np.float64)
+    want = r64 / np.sqrt((r64 ** 2).mean(axis=1, keepdims=True) + 1e-6) * g64
+    ok = (np.abs(got - want).max() < 1e-2 and (support / "runtime.o").read_bytes() != planted
+          and store.verified_folder(support))
+    row("emulator support folder (linked into every build): runtime object replaced (end to "
+        "end, another kernel)", 1, "rebuilt, never linked; result correct" if ok
+        else "LINKED or wrong result")
+    beside = {"a header planted beside (cstdio)": lambda: (support / "cstdio").write_text("x"),
+              "manifest edited": lambda: (support / store.MANIFEST).write_bytes(
+                  (support / store.MANIFEST).read_bytes()[:-2] + b"}}"),
+              "precompiled header truncated": lambda: os.truncate(support / "napkin_emulate.h.gch", 1000)}
+    accepted = 0
+    backup = work / "support-backup"
+    shutil.copytree(support, backup)
+    for name, make in beside.items():
+        make()
+        accepted += store.verified_folder(support)
+        shutil.rmtree(support)
+        shutil.copytree(backup, support)              # the intact folder again, for the next one
+    shutil.rmtree(backup)
+    row("emulator support folder: " + ", ".join(beside), len(beside), f"{accepted} accepted")
     shared = work / "shared"
     shared.mkdir()
     shared.chmod(0o777)
