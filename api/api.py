@@ -67,8 +67,7 @@ def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
     from .backends import check_backend
     from .kernel import Kernel
     from .pipeline import Options
-    from .runtime import dtypes
-    from .runtime.bind import match_inputs, to_numpy
+    from .runtime.bind import bind_sizes, match_inputs, stored, to_numpy
     check_backend(backend)
     d = load(diagram)
     input_names = {s.name for s in d.inputs}
@@ -81,9 +80,10 @@ def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
     if sizes:
         d = load(d, **sizes)
     given = match_inputs(d, arrays, {k: v for k, v in named.items() if k in input_names})
-    # any real array is taken, stored in the input's dtype first (as the reference reads it)
-    stored = {s.name: dtypes.numpy_dtype(s.dtype) for s in d.inputs}
-    inputs = {name: np.ascontiguousarray(to_numpy(name, value).astype(stored[name], copy=False))
+    bind_sizes(d, {n: np.shape(v) for n, v in given.items()})    # shapes first, before any copy
+    # any real array is taken, in the input's dtype (converted only when that is exact)
+    declared = {s.name: s.dtype for s in d.inputs}
+    inputs = {name: np.ascontiguousarray(stored(name, to_numpy(name, value), declared[name]))
               for name, value in given.items()}
     kernel = Kernel(d, Options.make(target=target, engine=engine), backend=backend)
     return kernel(**inputs)

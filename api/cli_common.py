@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .diagrams.diagnostics import Diagnostic, NapkinError, UsageError, error
+from .diagrams.limits import MAX_SIZE
 from .diagrams.render import render, to_json
 
 if TYPE_CHECKING:   # rich loads only when there is something to print (see cli._Stderr)
@@ -60,6 +61,10 @@ def parse_assignments(values, option: str) -> dict[str, int]:
                     "N0804", f"{option} {part!r}: expected NAME=SIZE with a whole number",
                     help=f"for example {option} d=128" + (",q=256" if option == "--shape" else ""))
                     .diagnostics)
+            if int(num) > MAX_SIZE:
+                raise UsageError(error(
+                    "N0804", f"{option} {part!r}: larger than the limit {MAX_SIZE:,} (2^40)",
+                    help="sizes must fit in 64-bit index arithmetic").diagnostics)
             if name in out and out[name] != int(num):
                 raise UsageError(error("N0804", f"{option}: `{name}` is given twice",
                                        help="give each axis one size").diagnostics)

@@ -75,8 +75,5 @@ def figures(kp, target, cache=None) -> dict:
         if _valid(found, levels):
             return found
     found = compute(kp, target)
-    try:
-        cache.put(k, {}, json.dumps(found).encode())
-    except OSError:        # a full or read-only cache: explain still answers
-        pass
+    cache.put(k, {}, json.dumps(found).encode())   # (a full or read-only cache warns, once)
     return found

@@ -22,10 +22,10 @@ from .diagrams.diagnostics import UsageError, did_you_mean, error
 from . import pipeline
 from .backends import check_backend
 from .pipeline import Options
-from .runtime import binaries
+from .runtime import binaries, dtypes
 from .runtime.arrays import describe, host_copy, is_device, like
-from .runtime.bind import match_inputs
-from .runtime.checks import check_inputs, check_outputs
+from .runtime.bind import match_inputs, stored
+from .runtime.checks import check_fits, check_inputs, check_outputs
 from .runtime.launches import make_launches
 
 log = logging.getLogger("napkin")
@@ -132,6 +132,10 @@ class Kernel:
     def __call__(self, *arrays, out=None, stream=None, **named) -> tuple:
         """The outputs, a tuple in declaration order (as napkin.run returns them)."""
         given = match_inputs(self.diagram, arrays, named)
+        declared = {s.name: s.dtype for s in self.diagram.inputs}
+        # a NumPy array of another dtype is converted when that is exact, as napkin.run does
+        given = {n: stored(n, x, declared[n]) if isinstance(x, np.ndarray) else x
+                 for n, x in given.items()}
         if self.backend == "cuda":
             outs = self._cuda(given, out, stream)
         else:
@@ -140,6 +144,9 @@ class Kernel:
 
     def _host(self, given: dict, out) -> list:
         infos, sizes = check_inputs(self.diagram, given, device_required=False)
+        check_fits("the outputs", [(s.name, s.axes, tuple(sizes[a] for a in s.axes),
+                                    dtypes.numpy_dtype(s.dtype).itemsize)
+                                   for s in self.diagram.outputs])
         template = next(iter(given.values()), None)
         inputs = {n: host_copy(x) for n, x in given.items()}
         self._last = sizes
@@ -153,7 +160,6 @@ class Kernel:
                 result = interpret(p, inputs)
             else:
                 result = pipeline.run_plan(p, inputs, sizes)
-        from .runtime import dtypes
         outs = [result[s.name].astype(dtypes.numpy_dtype(s.dtype)) for s in self.diagram.outputs]
         if out is not None:
             shapes = {s.name: o.shape for s, o in zip(self.diagram.outputs, outs)}

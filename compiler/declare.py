@@ -96,7 +96,10 @@ def _override(decl: Declarations, name: str, value: int) -> None:
     if name not in decl.axes:
         raise error("N0209", f"-D {name}={value}: the diagram has no axis `{name}`",
                     help=did_you_mean(name, list(decl.axes), "axes: " + ", ".join(decl.axes)))
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limits.MAX_SIZE:
+    if isinstance(value, int) and not isinstance(value, bool) and value > limits.MAX_SIZE:
+        raise error("N0304", f"-D {name}={value}: larger than the limit {limits.MAX_SIZE:,} (2^40)",
+                    help="sizes must fit in 64-bit index arithmetic")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise error("N0304", f"-D {name}={value}: a size must be a whole number of at least 1",
                     help="for example -D d=128")
     decl.sizes.add(name, value, None, why="set by -D")

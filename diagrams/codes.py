@@ -30,6 +30,7 @@ CODES: dict[str, str] = {
     "N0307": "reduction over an axis its argument does not have",
     "N0308": "input shape does not match the diagram",
     "N0309": "missing or unexpected input",
+    "N0310": "too large for this machine's memory",
     # types
     "N0401": "unknown dtype",
     "N0402": "boolean where a number is needed",

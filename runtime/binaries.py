@@ -58,16 +58,26 @@ def get(source: str, arch: str, options: tuple[str, ...] = (), cache: Cache | No
     cache = cache if cache is not None else default_cache()
     k = key(source, arch, options)
     entry = cache.get(k)
-    if entry is not None:
+    if entry is not None and _well_formed(entry.meta):
         meta = entry.meta
         return Binary(entry.payload, meta["ptx"], meta["resources"], meta.get("log", ""), arch, True)
     compiled = nvrtc.compile(source, arch=arch, options=options)
-    resources = {name: {"registers": r.registers, "spill_stores": r.spill_stores,
-                        "spill_loads": r.spill_loads, "stack_bytes": r.stack_bytes,
-                        "smem_bytes": r.smem_bytes}
+    resources = {name: {f: getattr(r, f) for f in RESOURCE_FIELDS}
                  for name, r in compiled.resources.items()}
     cache.put(k, {"ptx": compiled.ptx, "resources": resources, "log": compiled.log}, compiled.cubin)
     return Binary(compiled.cubin, compiled.ptx, resources, compiled.log, arch, False)
+
+
+RESOURCE_FIELDS = ("registers", "spill_stores", "spill_loads", "stack_bytes", "smem_bytes")
+
+
+def _well_formed(meta: dict) -> bool:
+    """Whether an intact entry's metadata is what `get` writes (else it is compiled anew)."""
+    resources = meta.get("resources")
+    return (isinstance(meta.get("ptx"), str) and isinstance(meta.get("log", ""), str)
+            and isinstance(resources, dict)
+            and all(isinstance(r, dict) and all(type(r.get(f)) is int for f in RESOURCE_FIELDS)
+                    for r in resources.values()))
 
 
 _DEFAULT: Cache | None = None

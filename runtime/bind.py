@@ -13,6 +13,7 @@ import numpy as np
 
 from ..compiler import ir
 from ..compiler.diagram import Diagram
+from ..diagrams import limits
 from ..diagrams.diagnostics import Label, did_you_mean, error
 
 
@@ -61,6 +62,10 @@ def bind_sizes(diagram: Diagram, shapes: dict[str, tuple[int, ...]]) -> dict[str
         for pos, (axis, size) in enumerate(zip(sig.axes, shape)):
             info = axes[axis]
             src = g.graph["source"]
+            if size > limits.MAX_SIZE:
+                raise error("N0308", f"input `{sig.name}` has size {size:,} along axis `{axis}` "
+                            f"(dimension {pos}), more than the limit {limits.MAX_SIZE:,} (2^40)",
+                            span, help="sizes must fit in 64-bit index arithmetic", source=src)
             if info.size is not None and size != info.size:
                 why = (f"`{axis}` is {info.size}" if info.rep == axis or axes[info.rep].size is None
                        else f"`{axis}` must equal `{info.rep}` = {info.size}")
@@ -104,6 +109,29 @@ def to_numpy(name: str, value) -> np.ndarray:
         raise error("N0405", f"input `{name}` has dtype {arr.dtype}, which is not a real number type",
                     help="pass float arrays (f32, f16 or bf16)")
     return arr
+
+
+def stored(name: str, arr: np.ndarray, dtype: str) -> np.ndarray:
+    """`arr` in the input's declared dtype: as it is, or converted when the conversion is exact
+    for every one of its values (f16 data held in f64, small integers, booleans); anything
+    else is N0405, on every path (napkin.run, --inputs, compiled kernels)."""
+    from . import dtypes
+    want = dtypes.numpy_dtype(dtype)
+    if arr.dtype == want:
+        return arr
+    with np.errstate(all="ignore"):
+        converted = arr.astype(want)
+        back = converted.astype(arr.dtype)
+        finite = np.isfinite(converted.astype(np.float64)) | ~np.isfinite(arr.astype(np.float64))
+    exact = finite & ((back == arr) | (np.isnan(arr.astype(np.float64))
+                                       & np.isnan(converted.astype(np.float64))))
+    if not exact.all():
+        where = tuple(int(i) for i in np.argwhere(~exact)[0])
+        raise error("N0405", f"input `{name}` has dtype {arr.dtype}, and {dtype} cannot hold its "
+                    f"value {arr[where].item()!r} at {where} exactly",
+                    help=f"pass {dtype} data (napkin converts only when every value is kept "
+                         f"exactly): for example .astype({want.name!r}) to round it yourself")
+    return converted
 
 
 def bind(diagram: Diagram, args: tuple, named: dict) -> Bound:

@@ -4,13 +4,16 @@ CuPy validates no kernel arguments (a Python float goes in as a double, a
 torch tensor as garbage), so every argument is checked here: dtype, shapes
 consistent per axis and with static sizes, contiguity, device, alignment, and
 no output overlapping an input. Each problem is a NapkinLaunchError naming the
-argument and what was expected.
+argument and what was expected. `check_fits` refuses (N0310) a call whose outputs would not
+fit in the machine's memory, before anything is allocated.
 """
 
 from __future__ import annotations
 
+import os
+
 from ..compiler.diagram import Diagram
-from ..diagrams.diagnostics import Diagnostic, NapkinError, NapkinLaunchError
+from ..diagrams.diagnostics import Diagnostic, NapkinError, NapkinLaunchError, error
 from .arrays import ArrayInfo, describe
 from .bind import bind_sizes
 
@@ -83,3 +86,41 @@ def overlaps(a: ArrayInfo, b: ArrayInfo) -> bool:
     if a.device != b.device or not a.nbytes or not b.nbytes:
         return False
     return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
+
+
+def memory_bytes() -> int | None:
+    """This machine's physical memory, or None where it cannot be read."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits(what: str, arrays: list[tuple[str, tuple[str, ...], tuple[int, ...], int]],
+               limit: int | None = None) -> None:
+    """N0310 before anything is allocated when `arrays` ((name, axes, shape, itemsize) each)
+    would not fit in memory together; the message names the largest array and its axes."""
+    limit = memory_bytes() if limit is None else limit
+    sizes = [(itemsize * _product(shape), name, axes, shape) for name, axes, shape, itemsize in arrays]
+    total = sum(s[0] for s in sizes)
+    if limit is None or total <= limit or not sizes:
+        return
+    nbytes, name, axes, shape = max(sizes)
+    dims = ", ".join(f"{a}={n:,}" for a, n in zip(axes, shape))
+    raise error("N0310", f"{what} need {_bytes(total)}, more than this machine's memory "
+                f"({_bytes(limit)}); the largest is `{name}` ({dims}: {_bytes(nbytes)})",
+                help="use smaller sizes for " + ", ".join(f"`{a}`" for a in axes))
+
+
+def _product(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"

@@ -1,9 +1,18 @@
-"""Writing files so that nothing half-written is ever left on disk."""
+"""Writing output files (-o, --save, --json, ...) so that nothing half-written is left on disk.
+
+Where the path is (or a symlink leads to) a regular file or nothing, the data goes to a
+temporary file beside it, which is then moved into place: a reader sees the old file or the
+new one, never part of one, and a symlink keeps pointing at its (replaced) target. Anything
+else, a device (`/dev/null`, `/dev/stdout`), a FIFO or a socket, is opened and written as it
+is, never replaced. `check_output` says before any work is done whether a path can be
+written at all.
+"""
 
 from __future__ import annotations
 
 import io
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +21,8 @@ from ..diagrams.diagnostics import error
 
 if TYPE_CHECKING:   # NumPy is imported by save_npz, not by the commands that only write text
     import numpy as np
+
+HELP = "check that the directory exists and is writable"
 
 
 def _read_umask() -> int:
@@ -23,16 +34,60 @@ def _read_umask() -> int:
 _UMASK = _read_umask()
 
 
+def _cannot(target, why) -> Exception:
+    return error("N0807", f"cannot write {target}: {why}", help=HELP)
+
+
+def _where(path: str | os.PathLike) -> tuple[Path, bool]:
+    """(the path to write, whether to write it in place): a symlink to a regular file (or to
+    nothing yet) is followed to its target; only a regular file or a new one is replaced."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return Path(os.path.realpath(path)), False
+    except OSError as exc:
+        raise _cannot(path, exc.strerror or exc) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise _cannot(path, "it is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        return Path(path), True       # a device or FIFO, reached through any links
+    return Path(os.path.realpath(path)), False
+
+
+def check_output(path: str | os.PathLike | None) -> None:
+    """N0807 now, before any work, if `path` cannot be written (a missing or unwritable
+    directory, a directory in the way, a file that cannot be opened for writing)."""
+    if path is None:
+        return
+    target, in_place = _where(path)
+    if in_place:
+        ok = os.access(target, os.W_OK)
+    else:
+        parent = target.parent
+        if not parent.is_dir():
+            raise _cannot(path, f"the directory {Path(path).parent} does not exist")
+        ok = os.access(parent, os.W_OK | os.X_OK)
+    if not ok:
+        raise _cannot(path, "permission denied")
+
+
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
-    """Write to a temporary file beside `path`, then move it into place."""
-    target = Path(path)
+    """Write `data` to `path`: atomically for a (new) regular file, in place for a device or
+    a FIFO; N0807 on any failure, with nothing half-written left behind."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    target, in_place = _where(path)
+    if in_place:
+        try:
+            with open(target, "wb") as f:
+                f.write(payload)
+        except OSError as exc:
+            raise _cannot(path, exc.strerror or exc) from None
+        return
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
                                    dir=target.parent if str(target.parent) else ".")
     except OSError as exc:
-        raise error("N0807", f"cannot write {target}: {exc.strerror or exc}",
-                    help="check that the directory exists and is writable") from None
+        raise _cannot(path, exc.strerror or exc) from None
     try:
         with os.fdopen(fd, "wb") as f:
             # mkstemp creates 0600; give the file the mode open() would (0666 less the umask)
@@ -43,8 +98,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
         os.replace(tmp, target)
     except OSError as exc:
         _discard(tmp)
-        raise error("N0807", f"cannot write {target}: {exc.strerror or exc}",
-                    help="check that the directory exists and is writable") from None
+        raise _cannot(path, exc.strerror or exc) from None
     except BaseException:
         _discard(tmp)
         raise
@@ -58,6 +112,8 @@ def _discard(tmp: str) -> None:
 
 
 def save_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
+    """The arrays as an .npz file, keyed by name (bf16, which .npy cannot name, is stored as
+    its raw 2-byte patterns, |V2; `napkin run --inputs` reads it back as bf16)."""
     import numpy as np
     buf = io.BytesIO()
     np.savez(buf, **arrays)

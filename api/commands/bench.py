@@ -9,7 +9,7 @@ import json
 import click
 
 from ..cli_common import diagram_options, engine_option, parse_assignments
-from ..runtime.files import write_atomic
+from ..runtime.files import check_output, write_atomic
 
 
 @click.command("bench")
@@ -33,6 +33,8 @@ def command(diagram, sizes, shapes, dtype, baseline, reps, target_name, engine, 
     from ..bench import bench, variant
     from ..pipeline import Options
     options = Options.make(target=target_name, engine=engine)
+    check_output(json_path)
+    check_output(csv_path)
     from ..runtime.cuda import gpu_present, unavailable
     if not gpu_present():
         raise unavailable("napkin bench needs an NVIDIA GPU that CuPy can see")

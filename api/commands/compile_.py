@@ -9,7 +9,7 @@ import click
 from ..cli_common import OUTPUT, diagram_options, planning_options
 from ..compiler import target as targets
 from ..pipeline import emit, emit_names
-from ..runtime.files import write_atomic
+from ..runtime.files import check_output, write_atomic
 
 
 @click.command("compile")
@@ -20,9 +20,10 @@ from ..runtime.files import write_atomic
                   arch="GPU architecture for ptx/cubin (sm_80, sm_86, sm_89, sm_90, sm_90a, ...; "
                        "default: the target's).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the artifact to this file (atomically) instead of stdout.")
+              help="Write the artifact to this file (atomically) instead of stdout (a device or FIFO is written as it is).")
 def command(diagram, sizes, emit_name, options, planned, output) -> None:
     """Compile a diagram and print the artifact of one stage (default: CUDA C)."""
+    check_output(output)
     artifact, warnings = emit(diagram, emit_name, options)
     OUTPUT.warn(warnings)
     if output:

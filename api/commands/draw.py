@@ -12,7 +12,7 @@ import click
 
 from ..cli_common import diagram_options, load_diagram, picture_format, planning_options
 from ..draw import draw, draw_plan
-from ..runtime.files import write_atomic
+from ..runtime.files import check_output, write_atomic
 
 
 @click.command("draw")
@@ -28,6 +28,7 @@ def command(diagram: str, sizes: dict[str, int], output: str | None, plan_flag: 
             options, planned: bool) -> None:
     """Draw a diagram as an SVG neural circuit diagram, read left to right."""
     fmt = picture_format(output, "-o", "svg")
+    check_output(output)
     if fmt == "png":        # fail before any work when the picture cannot be written
         from ..draw import png
         png.require()

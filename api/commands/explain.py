@@ -16,7 +16,7 @@ import click
 from ..cli_common import diagram_options, load_diagram, picture_format, planning_options
 from ..compiler import target as targets
 from ..diagrams.diagnostics import UsageError, error
-from ..runtime.files import write_atomic
+from ..runtime.files import check_output, write_atomic
 
 
 @click.command("explain")
@@ -43,6 +43,7 @@ def command(diagram, sizes, options, planned, as_json, ptxas, plot_path, bench_p
                                "--plot", help="for example --plot roofline.png --bench b.json")
                          .diagnostics)
     fmt = picture_format(plot_path, "--plot", "png")
+    check_output(plot_path)
     if plot_path:   # fail before any work when the plot cannot be drawn
         from ..draw import roofline
         roofline.require()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import zipfile
 
 import click
@@ -11,9 +12,11 @@ import numpy as np
 from ..cli_common import REPORT_URL, diagram_options, engine_option, load_diagram, parse_assignments
 from ..compiler import target as targets
 from ..diagrams.diagnostics import UsageError, did_you_mean, error
+from ..diagrams.limits import MAX_SIZE
 from ..backends import BACKENDS, check_backend
 from ..runtime import compare, dtypes
-from ..runtime.files import save_npz
+from ..runtime.checks import check_fits
+from ..runtime.files import check_output, save_npz
 
 
 @click.command("run")
@@ -39,12 +42,13 @@ def command(diagram, sizes, backend, target_name, engine, inputs_path, shapes, s
     """Run a diagram and print each output's shape and checksum."""
     from ..api import run
     check_backend(backend)
+    check_output(save_path)
     d = load_diagram(diagram, sizes)
     if inputs_path:
         if shapes:
             raise UsageError(error("N0804", "--shape is for random inputs; --inputs gives the "
                                    "shapes already", help="drop --shape").diagnostics)
-        inputs = read_inputs(inputs_path, [s.name for s in d.inputs])
+        inputs = read_inputs(inputs_path, d)
     else:
         inputs = random_inputs(d, parse_assignments(shapes, "--shape"), seed)
     outputs = run(d, backend=backend, target=target_name, engine=engine, **inputs)
@@ -72,13 +76,13 @@ def describe(name: str, out: np.ndarray) -> str:
     return f"{name}  shape={tuple(out.shape)}  dtype={dtype}  sum={total:.9g}  sha256={digest}"
 
 
-def read_inputs(path: str, names: list[str]) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise error("N0806", f"cannot read inputs from {path}: {exc}",
-                    help="give an .npz file written by numpy.savez") from None
+def read_inputs(path: str, d) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file keyed by input name (or, for a diagram with one input, an
+    .npy file), their headers checked before anything is read: each array's size against the
+    language's limit and against the bytes the file holds for it. bf16 arrays, which .npy
+    stores as raw 2-byte patterns (|V2, as --save writes them), are read back as bf16."""
+    names = [s.name for s in d.inputs]
+    arrays = _load(path, names)
     unknown = [k for k in arrays if k not in names]
     if unknown:
         raise error("N0806", f"{path} has arrays the diagram does not take: {', '.join(unknown)}",
@@ -87,7 +91,55 @@ def read_inputs(path: str, names: list[str]) -> dict[str, np.ndarray]:
     if missing:
         raise error("N0806", f"{path} lacks input{'s' if len(missing) > 1 else ''} "
                     f"{', '.join(missing)}", help="its keys must be the input names: " + ", ".join(names))
+    declared = {s.name: s.dtype for s in d.inputs}
+    for name, arr in arrays.items():
+        if arr.dtype.kind == "V" and arr.dtype.itemsize == 2 and declared[name] == "bf16":
+            arrays[name] = arr.view(dtypes.numpy_dtype("bf16"))
     return arrays
+
+
+def _load(path: str, names: list[str]) -> dict[str, np.ndarray]:
+    unreadable = (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError)
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                for info in z.infolist():
+                    with z.open(info) as member:
+                        _check_header(path, info.filename, member, info.file_size)
+            with np.load(path, allow_pickle=False) as data:
+                return {k: data[k] for k in data.files}
+        with open(path, "rb") as f:
+            _check_header(path, "", f, os.fstat(f.fileno()).st_size)
+        if len(names) != 1:
+            raise error("N0806", f"{path} is an .npy file (one array), but the diagram has "
+                        f"{len(names)} inputs", help="give an .npz file: numpy.savez(path, "
+                        + ", ".join(f"{n}=..." for n in names) + ")")
+        return {names[0]: np.load(path, allow_pickle=False)}
+    except unreadable as exc:
+        raise error("N0806", f"cannot read inputs from {path}: {exc}",
+                    help="give an .npz file written by numpy.savez") from None
+
+
+def _check_header(path: str, member: str, f, stored: int) -> None:
+    """N0806 if the array header in `f` declares more than the limits or than `stored` holds."""
+    where = f"{path}" + (f" ({member})" if member else "")
+    version = np.lib.format.read_magic(f)
+    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+            else np.lib.format.read_array_header_2_0)
+    shape, _, dtype = read(f)
+    if dtype.hasobject:
+        raise ValueError(f"{where} holds Python objects, not numbers")
+    n = 1
+    for axis, size in enumerate(shape):
+        if size > MAX_SIZE:
+            raise error("N0806", f"{where}: dimension {axis} is {size:,}, more than the limit "
+                        f"{MAX_SIZE:,} (2^40)", help="give arrays of smaller sizes")
+        n *= size
+    if n * dtype.itemsize > stored:
+        raise error("N0806", f"{where}: the header declares shape {shape} ({n * dtype.itemsize:,} "
+                    f"bytes of {dtype}), but the file holds only {stored:,} bytes",
+                    help="the file is truncated or its header was edited; write it again "
+                         "with numpy.savez")
 
 
 def random_inputs(d, shape: dict[str, int], seed: int) -> dict[str, np.ndarray]:
@@ -112,10 +164,10 @@ def random_inputs(d, shape: dict[str, int], seed: int) -> dict[str, np.ndarray]:
         raise error("N0805", "random inputs need the size of " + ", ".join(f"`{a}`" for a in needed),
                     help="give them with --shape " + ",".join(f"{a}=N" for a in needed)
                     + ", or pass --inputs FILE.npz")
+    dims = {s.name: tuple(axes[a].size if axes[a].size is not None else by_class[axes[a].rep]
+                          for a in s.axes) for s in d.inputs}
+    # (made in float64, then stored: 8 bytes an element while one input is being made)
+    check_fits("the random inputs", [(s.name, s.axes, dims[s.name], 8) for s in d.inputs])
     rng = np.random.default_rng(seed)
-    out = {}
-    for s in d.inputs:
-        dims = tuple(axes[a].size if axes[a].size is not None else by_class[axes[a].rep]
-                     for a in s.axes)
-        out[s.name] = rng.standard_normal(dims).astype(dtypes.numpy_dtype(s.dtype))
-    return out
+    return {s.name: rng.standard_normal(dims[s.name]).astype(dtypes.numpy_dtype(s.dtype))
+            for s in d.inputs}

@@ -9,7 +9,8 @@ sanitizers) and api.run for the options.
 """
 
 from .api import run
-from .build import HEADER, cache_dir
+from .build import HEADER
+from .store import cache_dir
 from .errors import EmulatorError
 from .spec import CTYPES, Launch, Param
 

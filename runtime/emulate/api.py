@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .build import SANITIZER_FLAGS, build, cache_dir
+from .. import trusted
+from .build import SANITIZER_FLAGS, build
 from .errors import bad_arguments
 from .process import run_emulator
 from .spec import Launch, Param, check_signatures, read_buffers, write_spec
@@ -39,8 +40,10 @@ def run(source: str, signatures: dict[str, tuple[Param, ...]], launches: list[La
         raise bad_arguments(f"smem_limit must be a non-negative int, not {smem_limit!r}")
     check_signatures(signatures)
     binary = build(source, signatures, sanitize)
-    root = cache_dir()
-    folder = Path(tempfile.mkdtemp(prefix="run-", dir=root))
+    try:    # beside the binary (a trusted folder); a full one: this process's private folder
+        folder = Path(tempfile.mkdtemp(prefix="run-", dir=binary.parent))
+    except OSError:
+        folder = Path(tempfile.mkdtemp(prefix="run-", dir=trusted.private_dir("emulator")))
     try:
         spec = folder / "spec.txt"
         files = write_spec(spec, folder, signatures, list(launches), buffers, workers=workers,

@@ -2,8 +2,11 @@
 
 A build is keyed by a hash of everything that goes into it: the kernel source,
 the generated main, the emulator's headers and runtime, the flags (sanitizer
-included) and the compiler's version. Binaries land in the cache atomically
-(built in a private folder, then `os.replace`d into place).
+included) and the compiler's version. It is compiled in a private folder inside
+the cache folder (store.py: trusted, else private), sealed, made 0700 and
+`os.replace`d into place, then verified again; a cached build is used only when
+`store.verified` accepts it, else it is built anew (never executed). A cache
+folder that cannot be written (full, read-only) costs a private build and a warning.
 
 What every build with the same flags shares is built once and kept beside the
 binaries (`support-<key>/`): `napkin_emulate.h` precompiled (g++ finds the
@@ -23,7 +26,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .. import trusted
 from .errors import BUILD, EmulatorError, no_compiler
+from .store import (SUFFIX, cache_dir, discard_folder, seal, seal_folder, verified,
+                    verified_folder)
 from .hostgen import KERNEL_FILE, host_main_source
 
 CXX = "g++"
@@ -43,21 +49,6 @@ SANITIZER_FLAGS = {
 }
 
 
-def cache_dir() -> Path:
-    """Where built emulators are kept: $NAPKIN_EMULATOR_CACHE, else the user's cache folder.
-
-    The one place that reads the environment variable.
-    """
-    explicit = os.environ.get("NAPKIN_EMULATOR_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    existing = next((p for p in (base, *base.parents) if p.exists()), None)
-    if existing is None or not os.access(existing, os.W_OK):
-        base = Path(tempfile.gettempdir())
-    return base / "napkin" / "emulator"
-
-
 @functools.lru_cache(maxsize=None)
 def compiler_version(cxx: str) -> str:
     path = shutil.which(cxx)
@@ -71,13 +62,16 @@ def _emulator_texts() -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(HERE.iterdir()) if p.suffix in (".h", ".cpp")}
 
 
-def _key(**parts) -> str:
-    blob = json.dumps({"v": BUILD_VERSION, "emulator": _emulator_texts(), **parts}, sort_keys=True)
+def _key(texts: dict[str, str], **parts) -> str:
+    blob = json.dumps({"v": BUILD_VERSION, "emulator": texts, **parts}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def build_key(source: str, main: str, flags: tuple[str, ...], sanitize: str, cxx: str) -> str:
-    return _key(source=source, main=main, flags=flags, sanitize=sanitize, cxx=compiler_version(cxx))
+def build_key(source: str, main: str, flags: tuple[str, ...], sanitize: str, cxx: str,
+              texts: dict[str, str] | None = None) -> str:
+    texts = _emulator_texts() if texts is None else texts
+    return _key(texts, source=source, main=main, flags=flags, sanitize=sanitize,
+                cxx=compiler_version(cxx))
 
 
 def _compile(cmd: list[str], cwd: Path, cxx: str, what: str) -> None:
@@ -93,24 +87,36 @@ def _compile(cmd: list[str], cwd: Path, cxx: str, what: str) -> None:
                             report=proc.stderr, help=f"command: {' '.join(cmd)}")
 
 
-def _support(root: Path, flags: tuple[str, ...], cxx: str) -> Path:
-    """The folder every build with these flags shares (precompiled header, runtime object)."""
-    final = root / f"support-{_key(flags=flags, cxx=compiler_version(cxx))}"
-    if (final / RUNTIME_OBJECT).exists():
+def _support(root: Path, flags: tuple[str, ...], cxx: str, texts: dict[str, str]) -> Path:
+    """The folder every build with these flags shares: a copy of the very header texts the
+    keys hash (g++ had read the checkout's headers again, so headers edited while a build ran
+    went into a binary cached under the old headers' key), the header precompiled from that
+    copy and the runtime object compiled from it."""
+    final = root / f"support-{_key(texts, flags=flags, cxx=compiler_version(cxx))}"
+    if verified_folder(final):      # (what every build links: checked like a binary)
         return final
     work = Path(tempfile.mkdtemp(prefix="support-build-", dir=root))
     try:
-        _compile([cxx, *flags, "-x", "c++-header", str(HEADER), "-o", f"{HEADER.name}.gch"], work, cxx,
-                 "the emulator header")
-        _compile([cxx, *flags, f"-I{HERE}", "-c", str(RUNTIME), "-o", RUNTIME_OBJECT], work, cxx,
+        for name, text in texts.items():
+            (work / name).write_text(text)
+        _compile([cxx, *flags, "-x", "c++-header", HEADER.name, "-o", f"{HEADER.name}.gch"], work,
+                 cxx, "the emulator header")
+        _compile([cxx, *flags, "-I.", "-c", RUNTIME.name, "-o", RUNTIME_OBJECT], work, cxx,
                  "the emulator runtime")
+        seal_folder(work)
+        if os.path.lexists(final) and not verified_folder(final):
+            discard_folder(final)   # planted, damaged or half-deleted: never linked
         try:
             os.rename(work, final)  # atomic; a folder another process finished first is kept
         except OSError:
-            if not (final / RUNTIME_OBJECT).exists():
+            if not verified_folder(final):
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if not verified_folder(final):
+        raise EmulatorError(BUILD, f"the emulator support folder {final} changed after it was "
+                                   "written",
+                            help="check who else writes to the emulator cache folder")
     return final
 
 
@@ -119,21 +125,44 @@ def build(source: str, signatures, sanitize: str, *, cxx: str | None = None) -> 
     cxx = cxx or CXX
     main = host_main_source(signatures)
     flags = BASE_FLAGS + SANITIZER_FLAGS[sanitize]
-    key = build_key(source, main, flags, sanitize, cxx)
+    texts = _emulator_texts()       # read once: every key and every compilation see these
+    key = build_key(source, main, flags, sanitize, cxx, texts)
     root = cache_dir()
-    target = root / f"{key}.emu"
-    if target.exists():
+    target = root / f"{key}{SUFFIX}"
+    if verified(target):
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    support = _support(root, flags, cxx)
+    try:
+        return _build_in(root, target, source, main, texts, flags, cxx)
+    except OSError as exc:      # a full or read-only cache folder: build privately instead
+        fallback = trusted.private_dir("emulator")
+        if root == fallback:
+            raise EmulatorError(BUILD, f"cannot write the emulator build in {root}: "
+                                       f"{exc.strerror or exc}") from None
+        trusted.warn_once(f"cannot write the emulator cache in {root} ({exc.strerror or exc}); "
+                          f"building in {fallback} for this process only")
+        private = fallback / target.name
+        return (private if verified(private)
+                else _build_in(fallback, private, source, main, texts, flags, cxx))
+
+
+def _build_in(root: Path, target: Path, source: str, main: str, texts: dict[str, str], flags,
+              cxx: str) -> Path:
+    support = _support(root, flags, cxx, texts)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
     try:
         (work / KERNEL_FILE).write_text(source)
         (work / "main.cpp").write_text(main)
-        cmd = [cxx, *flags, f"-I{support}", f"-I{HERE}", "-include", HEADER.name, "main.cpp",
+        # only the support folder's copy of the headers (and its .gch) can be read
+        cmd = [cxx, *flags, f"-I{support}", "-include", HEADER.name, "main.cpp",
                str(support / RUNTIME_OBJECT), "-o", "emu"]
         _compile(cmd, work, cxx, "the kernel")
-        os.replace(work / "emu", target)
+        image = work / "emu"
+        image.write_bytes(seal(image.read_bytes()))
+        os.chmod(image, 0o700)
+        os.replace(image, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if not verified(target):
+        raise EmulatorError(BUILD, f"the emulator build {target} changed after it was written",
+                            help="check who else writes to the emulator cache folder")
     return target

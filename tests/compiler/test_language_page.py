@@ -29,7 +29,9 @@ out O: f16
 
 
 def rnd(rng, *shape):
-    return rng.standard_normal(shape)
+    """float64 arrays whose values f16 (and so f32) hold exactly: napkin.run converts them
+    (an inexact conversion is refused, N0405)."""
+    return rng.standard_normal(shape).astype(np.float16).astype(np.float64)
 
 
 def ev(text, **arrays):

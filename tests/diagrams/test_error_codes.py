@@ -51,6 +51,12 @@ def _no_nvrtc(monkeypatch):
     return _raises(nvrtc.version)
 
 
+def _memory(monkeypatch, nbytes: int) -> None:
+    """The machine's memory as N0310 sees it, fixed so that the message is the same anywhere."""
+    from napkin.runtime import checks
+    monkeypatch.setattr(checks, "memory_bytes", lambda: nbytes)
+
+
 def _divergent_barrier():
     from napkin.runtime import emulate
     source = ('extern "C" __global__ void k(float* y) {\n'
@@ -91,6 +97,9 @@ TRIGGERS = {
         np.ones((3, 5)))),
     "N0309": lambda tp, cap, mp: _raises(lambda: napkin.run("attention", np.ones((1, 1, 2, 64)),
                                                              np.ones((1, 1, 3, 64)))),
+    "N0310": lambda tp, cap, mp: _raises(lambda: (_memory(mp, 16 * 10**9), napkin.run(
+        "axis a, b\nin X[a]: f32\nin Y[b]: f32\nZ[a b] = X * Y\nout Z: f32",
+        np.ones(3_000_000, np.float32), np.ones(3_000_000, np.float32)))),
     "N0501": lambda tp, cap, mp: _raises(lambda: parser.parse(Source("big.napkin", "#" * (2 << 20)))),
     "N0503": lambda tp, cap, mp: _raises(lambda: parser.parse(Source(
         "many.napkin", "axis a\n" + "\n".join(f"Y{i}[a] = 1" for i in range(10_001))))),
@@ -108,7 +117,7 @@ TRIGGERS = {
     "N0901": lambda tp, cap, mp: _no_nvrtc(mp),
     "N0902": lambda tp, cap, mp: _raises(_divergent_barrier),
     "N0903": lambda tp, cap, mp: _raises(lambda: napkin.compile("softmax", backend="reference")(
-        np.ones((4, 5), dtype=np.float32))),
+        np.ones((5, 4), dtype=np.float16).T)),
 }
 
 

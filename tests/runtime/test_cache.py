@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import logging
 import multiprocessing as mp
 import os
+import random
+import threading
+import time
 
 import pytest
 
 from napkin.cli import main
 from napkin.runtime import binaries
 from napkin.runtime.cache import MAGIC, Cache, decode, encode
+from napkin.runtime.emulate import store
 
 SOURCE = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] = %d.0f; }\n'
 
@@ -128,12 +134,168 @@ def test_created_private(tmp_path):
 
 def test_cache_commands(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("NAPKIN_CACHE_DIR", str(tmp_path / "kc"))
+    monkeypatch.setenv("NAPKIN_EMULATOR_CACHE", str(tmp_path / "emu"))
     binaries.get(SOURCE % 7, "sm_80", cache=Cache(tmp_path / "kc"))
+    (tmp_path / "emu").mkdir(mode=0o700)
+    build = tmp_path / "emu" / ("a" * 64 + store.SUFFIX)
+    build.write_bytes(store.seal(b"\x7fELF an image"))
+    build.chmod(0o700)
     assert main(["cache", "dir"]) == 0
-    assert capsys.readouterr().out.strip() == str(tmp_path / "kc")
+    assert capsys.readouterr().out.split() == ["kernels", str(tmp_path / "kc"),
+                                               "emulator", str(tmp_path / "emu")]
     assert main(["cache", "list"]) == 0
     out = capsys.readouterr().out
-    assert "sm_80" in out and "1 entry" in out
+    assert "sm_80" in out and "emulator" in out and "2 entries (1 kernel cache, 1 emulator)" in out
     assert main(["cache", "clear"]) == 0
-    assert "removed 1 file" in capsys.readouterr().out
-    assert not list((tmp_path / "kc").glob("*.entry"))
+    assert "removed 2 files" in capsys.readouterr().out
+    assert not list((tmp_path / "kc").glob("*.entry")) and not build.exists()
+
+
+def _sealed(header: bytes, payload: bytes = b"") -> bytes:
+    """An entry whose checksum is right whatever its header says (what a bug, not a bit flip,
+    could write)."""
+    body = len(header).to_bytes(8, "little") + header + payload
+    return MAGIC + hashlib.sha256(body).digest() + body
+
+
+def test_every_flipped_bit_of_a_real_entry_is_detected(tmp_path):
+    cache = Cache(tmp_path)
+    binaries.get(SOURCE % 8, "sm_80", cache=cache)
+    (path,) = tmp_path.glob("*.entry")
+    data = path.read_bytes()
+    assert decode(data) is not None
+    rng = random.Random(8)
+    for at in range(len(data)):      # every byte: magic, checksum, header (registers, PTX), cubin
+        flipped = bytearray(data)
+        flipped[at] ^= 1 << rng.randrange(8)
+        assert decode(bytes(flipped)) is None, at
+    edited = data.replace(b'"registers": ', b'"registers": 9')
+    assert edited != data and decode(edited) is None
+
+
+@pytest.mark.parametrize("header", [
+    b"[" * 200_000, b'{"key": [1, 2], "meta": {}, "length": 0}', b'{"key": {}, "meta": [], "length": 0}',
+    b'{"key": {}, "meta": {}}', b"\xff\xfe not text", b"null", b"1e999999"])
+def test_malformed_headers_are_ignored_never_raised(tmp_path, header):
+    assert decode(_sealed(header)) is None
+    cache = Cache(tmp_path)
+    key = binaries.key(SOURCE % 9, "sm_80")
+    cache._file(key).write_bytes(_sealed(header))
+    assert cache.get(key) is None
+    assert not binaries.get(SOURCE % 9, "sm_80", cache=cache).cached
+
+
+def test_intact_entries_with_wrong_metadata_are_compiled_anew(tmp_path):
+    cache = Cache(tmp_path)
+    key = binaries.key(SOURCE % 10, "sm_80")
+    cache.put(key, {"ptx": 3, "resources": {"k": {"registers": "many"}}}, b"cubin")
+    fresh = binaries.get(SOURCE % 10, "sm_80", cache=cache)
+    assert not fresh.cached and fresh.cubin[:4] == b"\x7fELF"
+    assert fresh.resources["k"]["registers"] > 0
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+def test_a_full_or_read_only_cache_warns_once_and_answers(tmp_path, monkeypatch, caplog, code):
+    expected = binaries.get(SOURCE % 11, "sm_80", cache=Cache(tmp_path / "reference"))
+    cache = Cache(tmp_path / "kc")
+    real = os.replace
+
+    def refuse(src, dst, *a, **k):       # the move into place, as a full or read-only disk fails it
+        raise OSError(code, os.strerror(code))
+    monkeypatch.setattr(os, "replace", refuse)
+    with caplog.at_level(logging.WARNING, logger="napkin"):
+        first = binaries.get(SOURCE % 11, "sm_80", cache=cache)
+        again = binaries.get(SOURCE % 11, "sm_80", cache=cache)
+    monkeypatch.setattr(os, "replace", real)
+    assert (first.cubin, first.resources) == (expected.cubin, expected.resources) and not first.cached
+    assert again.cached and again.cubin == expected.cubin        # kept in memory instead
+    assert caplog.text.count(os.strerror(code)) == 1
+    assert not list((tmp_path / "kc").iterdir())                   # no temporary left behind
+
+
+def test_a_readonly_directory_for_real(tmp_path):
+    if os.getuid() == 0:
+        pytest.skip("root writes to a 0500 directory regardless; the test above simulates it")
+    d = tmp_path / "ro"
+    d.mkdir(mode=0o700)
+    cache = Cache(d)
+    d.chmod(0o500)
+    try:
+        cache.put({"a": 1}, {}, b"x")
+        assert cache.get({"a": 1}).payload == b"x" and not list(d.iterdir())
+    finally:
+        d.chmod(0o700)
+
+
+def _junk(folder):
+    """Every kind of thing that can sit in a cache folder and is not napkin's entry."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    os.mkfifo(folder / "pipe.entry")
+    (folder / "dir.entry").mkdir()
+    (folder / "meeting.entry").write_text("notes of a meeting")
+    (folder / ".tmp-draft.txt").write_text("a draft")
+    (folder / ".napkin-tmp-user").write_text("not napkin's magic")
+    (folder / "ctl\x1b[31m\x07.entry").write_bytes(MAGIC + b"\x00" * 50)     # napkin's, damaged
+    (folder / "listkey.entry").write_bytes(_sealed(b'{"key": [1], "meta": {}, "length": 0}'))
+    (folder / "deep.entry").write_bytes(_sealed(b"[" * 200_000))
+    outside = folder.parent / "outside.entry"
+    outside.write_bytes(_sealed(b'{"key": {"arch": "sm_80"}, "meta": {}, "length": 0}'))
+    (folder / "link.entry").symlink_to(outside)
+    (folder / "dangling.entry").symlink_to(folder / "nowhere")
+    for i in range(200):
+        (folder / f"{i:03}.entry").write_bytes(bytes(random.Random(i).randrange(256) for _ in range(64)))
+    return outside
+
+
+def test_list_answers_on_junk_within_a_second_and_clear_leaves_it(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "kc"
+    outside = _junk(folder)
+    monkeypatch.setenv("NAPKIN_CACHE_DIR", str(folder))
+    monkeypatch.setenv("NAPKIN_EMULATOR_CACHE", str(tmp_path / "emu"))
+    (tmp_path / "emu").mkdir(mode=0o700)
+    os.mkfifo(tmp_path / "emu" / "pipe.emu")
+    (tmp_path / "emu" / "script.emu").write_text("#!/bin/sh\n")
+    binaries.get(SOURCE % 12, "sm_80", cache=Cache(folder))
+    done = []
+    worker = threading.Thread(target=lambda: done.append(main(["cache", "list"])), daemon=True)
+    start = time.monotonic()
+    worker.start()
+    worker.join(timeout=10)
+    elapsed = time.monotonic() - start
+    assert done == [0] and elapsed < 1.0, elapsed
+    out = capsys.readouterr().out
+    assert "\\x1b[31m\\x07" in out and "\x1b" not in out and "\x07" not in out
+    assert "4 entries (4 kernel cache, 0 emulator)" in out     # the real one and three damaged
+    before = sorted(p.name for p in folder.iterdir())
+    assert main(["cache", "clear"]) == 0
+    assert "removed 4 files" in capsys.readouterr().out
+    after = sorted(p.name for p in folder.iterdir())
+    assert set(before) - set(after) == {"ctl\x1b[31m\x07.entry", "listkey.entry", "deep.entry",
+                                        Cache(folder)._file(binaries.key(SOURCE % 12, "sm_80")).name}
+    assert outside.exists() and (folder / "link.entry").is_symlink()
+    assert (folder / "meeting.entry").read_text() == "notes of a meeting"
+    assert (folder / ".tmp-draft.txt").exists() and (folder / ".napkin-tmp-user").exists()
+    assert sorted(p.name for p in (tmp_path / "emu").iterdir()) == ["pipe.emu", "script.emu"]
+
+
+def test_an_untrusted_parent_is_refused(tmp_path):
+    from napkin.runtime import trusted
+    parent = tmp_path / "open"
+    parent.mkdir()
+    parent.chmod(0o777)                  # others could rename the cache folder away and replace it
+    assert not Cache(parent / "kc").on_disk
+    assert "can be written by other users" in trusted.problem(parent / "kc")
+    parent.chmod(0o1777)                 # sticky, as /tmp: they cannot
+    assert Cache(parent / "kc2").on_disk
+
+
+def test_a_foreign_owned_entry_is_not_read(tmp_path, monkeypatch):
+    from napkin.runtime import trusted
+    cache = Cache(tmp_path)
+    key = {"a": 1}
+    cache.put(key, {}, b"payload")
+    if os.getuid() == 0:
+        os.chown(cache._file(key), 54321, 54321)
+    else:
+        monkeypatch.setattr(trusted, "_uid", lambda: os.getuid() + 1)
+    assert cache.get(key) is None

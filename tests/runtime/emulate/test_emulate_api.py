@@ -14,7 +14,7 @@ import pytest
 import napkin.runtime.emulate.build as emulate_build
 from napkin.diagrams.diagnostics import BackendUnavailable
 from napkin.runtime import nvrtc
-from napkin.runtime.emulate import EmulatorError, Launch, Param, run
+from napkin.runtime.emulate import EmulatorError, Launch, Param, run, store
 
 F32, CF32 = Param("ptr", "float"), Param("ptr", "float", const=True)
 I32 = Param("i32", "")
@@ -156,7 +156,10 @@ def test_builds_are_cached_by_source_and_sanitizer(kernel, monkeypatch, tmp_path
     first = sorted(tmp_path.iterdir())
     # one binary, and one folder of what every build with these flags shares
     assert [p.suffix for p in first] == [".emu", ""] and first[1].name.startswith("support-")
-    assert sorted(p.name for p in first[1].iterdir()) == ["napkin_emulate.h.gch", "runtime.o"]
+    # (with the copy of the headers the keys hash, from which both were compiled, and the
+    # manifest that seals them)
+    assert sorted(p.name for p in first[1].iterdir()) == sorted(
+        ["napkin_emulate.h.gch", "runtime.o", store.MANIFEST, *emulate_build._emulator_texts()])
     stamp = first[0].stat().st_mtime_ns
     np.testing.assert_array_equal(_scale(kernel, [launch], x)["y"], 2 * x)
     assert sorted(tmp_path.iterdir()) == first and first[0].stat().st_mtime_ns == stamp
@@ -173,9 +176,9 @@ def test_kernel_builds_use_the_precompiled_header(monkeypatch, tmp_path):
     b = emulate_build
     monkeypatch.setenv("NAPKIN_EMULATOR_CACHE", str(tmp_path))
     flags = b.BASE_FLAGS + b.SANITIZER_FLAGS["none"]
-    support = b._support(tmp_path, flags, b.CXX)
+    support = b._support(tmp_path, flags, b.CXX, b._emulator_texts())
     (tmp_path / "k.cpp").write_text("__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n")
-    proc = subprocess.run([b.CXX, *flags, f"-I{support}", f"-I{b.HERE}", "-include", b.HEADER.name,
+    proc = subprocess.run([b.CXX, *flags, f"-I{support}", "-include", b.HEADER.name,
                            "-H", "-fsyntax-only", "k.cpp"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert f"! {support / b.HEADER.name}.gch" in proc.stderr.splitlines()
