@@ -29,7 +29,7 @@ EXPECTED_PTX = {"mma.cu": ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
                 "ldmatrix_mma.cu": ("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16",),
                 "cp_async.cu": ("cp.async.cg.shared.global", "cp.async.ca.shared.global",
                                 "cp.async.wait_group 1", "cp.async.commit_group"),
-                "convert.cu": ("ex2.approx.f32",)}
+                "convert.cu": ("ex2.approx.ftz.f32",)}
 
 
 def _kernel_files():
