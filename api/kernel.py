@@ -207,7 +207,7 @@ class Kernel:
         from .runtime.launches import buffer_names
         names = buffer_names(prog)
         by_array = {s.name: o for s, o in zip(self.diagram.outputs, outs)}
-        self._keep = []
+        self._keep, self._copy_back = [], []
         pointers = {}
         for array, dtype, axes in prog.buffers:
             if array in inputs:
@@ -217,10 +217,23 @@ class Kernel:
             else:
                 arr = self.launcher.empty(tuple(p.sizes[a] for a in axes), dtype, template)
                 self._keep.append(arr)
+            if describe(arr).ptr % prog.alignment:
+                # the kernels read and write at aligned addresses only (Program.alignment):
+                # an array the caller placed elsewhere goes through an aligned copy
+                staged = self.launcher.empty(tuple(p.sizes[a] for a in axes), dtype, template)
+                if array in by_array:
+                    self._copy_back.append((arr, staged))
+                else:
+                    self.launcher.copy(staged, arr)
+                self._keep.append(staged)
+                arr = staged
             pointers[names[array]] = describe(arr).ptr
         return pointers
 
     def _finish(self, outs: list, given: dict, template) -> list:
+        for dst, staged in getattr(self, "_copy_back", ()):
+            self.launcher.copy(dst, staged)
+        self._copy_back = []
         if template is not None:
             return outs
         # NumPy callers get NumPy back

@@ -140,3 +140,7 @@ class Program:
     size_params: tuple[tuple[str, str], ...]     # (param name, axis) for every runtime size
     buffers: tuple[tuple[str, str, tuple[str, ...]], ...] = field(default=())
     # (array name, storage dtype, axes) of every global array: inputs, intermediates, outputs
+    alignment: int = 16
+    # bytes every pointer argument is aligned to: the 16-byte cp.async copies of the tensor-
+    # core kernels rely on it, so the kernels test sizes, never addresses; the launchers stage
+    # an array the caller gives at another address through an aligned copy

@@ -10,10 +10,18 @@ so a node used twice at one point is computed once.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from ..compiler import ir
 from . import cexpr
 from . import program as P
 from .builder import Builder, Ix
+
+# what a constant divisor may be made of (folded in f32, as the kernel would compute it)
+_FOLDABLE = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+             "neg": np.negative, "sqrt": np.sqrt, "rsqrt": lambda x: np.float32(1) / np.sqrt(x)}
 
 
 class Emitter:
@@ -34,6 +42,23 @@ class Emitter:
         out = found if found is not None else self._compute(n, op, scope)
         self.b.remember(key, out)
         return out
+
+    def _static(self, n: int) -> float | None:
+        """The f32 value of a constant subexpression (numbers and static sizes under + - * /,
+        sqrt, rsqrt), or None."""
+        op = ir.op(self.g, n)
+        if isinstance(op, ir.Const):
+            return float(np.float32(op.value))
+        if isinstance(op, ir.SizeOf):
+            size = self.ctx.size(op.axis)
+            return float(np.float32(int(size))) if str(size).isdigit() else None
+        if isinstance(op, ir.Map) and op.fn in _FOLDABLE:
+            args = [self._static(a) for a in ir.operands(self.g, n)]
+            if any(a is None for a in args):
+                return None
+            with np.errstate(all="ignore"):
+                return float(_FOLDABLE[op.fn](*(np.float32(a) for a in args)))
+        return None
 
     def _compute(self, n: int, op, scope) -> str:
         g, b = self.g, self.b
@@ -64,6 +89,12 @@ class Emitter:
         if isinstance(op, ir.Assign):
             return self.value(args[0], scope)
         if isinstance(op, ir.Map):
+            divisor = self._static(args[1]) if op.fn == "div" else None
+            if divisor is not None and divisor != 0 and math.isfinite(divisor):
+                # x / c by a constant as x * (1/c) (1/c computed here): one FMUL where an IEEE
+                # division is MUFU.RCP, a Newton step and a slow-path check (within an ulp)
+                return b.value("float", f"({self.value(args[0], scope)} * "
+                                        f"{cexpr.float_literal(1.0 / divisor)})")
             vals = [self.value(a, scope) for a in args]
             ctype = "bool" if op.fn in cexpr.BOOL_RESULT else "float"
             return b.value(ctype, cexpr.MAP[op.fn].format(*vals))

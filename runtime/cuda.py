@@ -74,6 +74,14 @@ class CupyLauncher:
             return self.cupy.empty(tuple(shape), dtype=np.uint16)
         return self.cupy.empty(tuple(shape), dtype=dtypes.numpy_dtype(dtype))
 
+    def copy(self, dst, src) -> None:
+        """dst[...] = src on the device (the same shape and dtype; CuPy or torch)."""
+        from .arrays import is_torch
+        if is_torch(dst):
+            dst.copy_(src)
+        else:
+            dst[...] = src
+
     def to_device(self, host: np.ndarray):
         if host.dtype == dtypes.numpy_dtype("bf16"):
             return self.cupy.asarray(host.view(np.uint16))

@@ -347,6 +347,8 @@ int host_main(int argc, char** argv, const KernelEntry* kernels, int nkernels) {
     paths[i] = path;
     bufs[i] = static_cast<unsigned char*>(malloc(sizes[i]));  // exact size: overreads are caught by ASan
     if (!bufs[i] && sizes[i]) fail("cannot allocate %zu bytes", sizes[i]);
+    // kernels assume 16-byte-aligned pointer arguments (codegen Program.alignment), as on a GPU
+    if (reinterpret_cast<uintptr_t>(bufs[i]) % 16) fail("buffer %d is not 16-byte aligned", i);
     FILE* bf = fopen(path, "rb");
     if (!bf || fread(bufs[i], 1, sizes[i], bf) != sizes[i]) fail("cannot read buffer file %s", path);
     fclose(bf);

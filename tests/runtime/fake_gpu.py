@@ -33,6 +33,7 @@ class FakeLauncher:
     def __init__(self, smem_limit=232448, arch="sm_90", device_name="NVIDIA H100 80GB HBM3"):
         from napkin.runtime.cuda import _TARGETS
         self.launches = []
+        self.copies = []
         self._smem = smem_limit
         target = next((t for key, t in _TARGETS if key in device_name), "h100")
         self._device = (device_name, arch, target)
@@ -45,6 +46,9 @@ class FakeLauncher:
 
     def empty(self, shape, dtype, template):
         return DeviceArray(shape, _TYPESTR[dtype])
+
+    def copy(self, dst, src):
+        self.copies.append((dst.ptr, src.ptr))
 
     def to_device(self, host):
         return DeviceArray(host.shape, {np.dtype(np.float32): "<f4", np.dtype(np.float16): "<f2"}

@@ -101,6 +101,23 @@ def test_launch_passes_pointers_and_sizes_as_64_bit(tmp_path):
     assert isinstance(launch["binary"], bytes) and launch["binary"][:4] == b"\x7fELF"
 
 
+def test_arrays_off_16_byte_addresses_go_through_aligned_copies(tmp_path):
+    # the kernels' 16-byte cp.async copies assume aligned pointers (Program.alignment): an
+    # input or out= array at an element-aligned but not 16-byte-aligned address is staged
+    k, launcher = gpu_kernel(tmp_path=tmp_path)
+    Q = dev(2, 3, 37, 64, ptr=(1 << 31) + 2)
+    K, V = dev(2, 3, 50, 64), dev(2, 3, 50, 64)
+    out = dev(2, 3, 37, 64, ptr=(1 << 32) + 6)
+    k(Q, K, V, out=(out,))
+    (launch,) = launcher.launches
+    pointers = [int(a) for a in launch["args"] if isinstance(a, np.uint64)]
+    assert all(ptr % 16 == 0 for ptr in pointers)
+    assert pointers[1:3] == [K.ptr, V.ptr]                 # aligned arrays are passed as they are
+    assert pointers[0] != Q.ptr and pointers[3] != out.ptr
+    # Q copied in before the launch, the output copied back after it
+    assert launcher.copies == [(pointers[0], Q.ptr), (out.ptr, pointers[3])]
+
+
 def test_target_and_arch_come_from_the_device(tmp_path):
     k, _ = gpu_kernel(tmp_path=tmp_path, arch="sm_80", device_name="NVIDIA A100-SXM4-80GB")
     assert k.arch == "sm_80" and k.target.name == "a100"

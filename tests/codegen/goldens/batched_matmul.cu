@@ -267,7 +267,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (10240) * 2 + 15) / 16 * 16));
     {
       const int nlen = (int)((int)(n2) - (0) < 32 ? (int)(n2) - (0) : 32);
-      if (reinterpret_cast<unsigned long long>(p0) % 16 == 0 && n2 % 8 == 0) {
+      if (n2 % 8 == 0) {
         for (int e = tid; e < 512; e += 256) {
           const int eo = e / 4;
           const int ei = (e % 4) * 8;
@@ -280,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           ((sm0 + 0 * 5120) + eo * 40 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
-      if (reinterpret_cast<unsigned long long>(p1) % 16 == 0 && n3 % 8 == 0) {
+      if (n3 % 8 == 0) {
         for (int e = tid; e < 512; e += 256) {
           const int eo = e / 16;
           const int ei = (e % 16) * 8;
@@ -300,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = (int)((int)(n2) - (c0) < 32 ? (int)(n2) - (c0) : 32);
       if (c0 + 32 < (int)(n2)) {
         const int nlen = (int)((int)(n2) - (c0 + 32) < 32 ? (int)(n2) - (c0 + 32) : 32);
-        if (reinterpret_cast<unsigned long long>(p0) % 16 == 0 && n2 % 8 == 0) {
+        if (n2 % 8 == 0) {
           for (int e = tid; e < 512; e += 256) {
             const int eo = e / 4;
             const int ei = (e % 4) * 8;
@@ -313,7 +313,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             ((sm0 + (stage ^ 1) * 5120) + eo * 40 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
-        if (reinterpret_cast<unsigned long long>(p1) % 16 == 0 && n3 % 8 == 0) {
+        if (n3 % 8 == 0) {
           for (int e = tid; e < 512; e += 256) {
             const int eo = e / 16;
             const int ei = (e % 16) * 8;

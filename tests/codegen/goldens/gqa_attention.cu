@@ -266,18 +266,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const long long org_0 = (long long)(((((blk) / (((long long)(n3) + 255) / 256)) / (((long long)(n2) + 0) / 1)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
-    if (reinterpret_cast<unsigned long long>(p0) % 16 == 0) {
-      for (int e = tid; e < 2048; e += 256) {
-        const int eo = e / 8;
-        const int ei = (e % 8) * 8;
-        napkin_cp_async_16(sm0 + eo * 72 + ei, (org_3 + eo < n3) ? p0 + ((((((long long)(org_0)) * (n1) + (org_1)) * (n2) + (org_2)) * (n3) + ((org_3 + eo))) * (64) + (ei)) : p0, (org_3 + eo < n3) ? 16 : 0);
-      }
-    } else {
-      for (int e = tid; e < 16384; e += 256) {
-        const int eo = e / 64;
-        const int ei = e % 64;
-        (sm0 + eo * 72 + ei)[0] = (org_3 + eo < n3) ? p0[(((((long long)(org_0)) * (n1) + (org_1)) * (n2) + (org_2)) * (n3) + ((org_3 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
-      }
+    for (int e = tid; e < 2048; e += 256) {
+      const int eo = e / 8;
+      const int ei = (e % 8) * 8;
+      napkin_cp_async_16(sm0 + eo * 72 + ei, (org_3 + eo < n3) ? p0 + ((((((long long)(org_0)) * (n1) + (org_1)) * (n2) + (org_2)) * (n3) + ((org_3 + eo))) * (64) + (ei)) : p0, (org_3 + eo < n3) ? 16 : 0);
     }
     napkin_cp_async_wait_all();
     __syncthreads();
@@ -303,31 +295,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (18432) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
     {
       const int nlen = (int)((long long)(n4) - (0) < 32 ? (long long)(n4) - (0) : 32);
-      if (reinterpret_cast<unsigned long long>(p1) % 16 == 0) {
-        for (int e = tid; e < 256; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + 0 * 2304) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
-        }
-      } else {
-        for (int e = tid; e < 2048; e += 256) {
-          const int eo = e / 64;
-          const int ei = e % 64;
-          ((sm1 + 0 * 2304) + eo * 72 + ei)[0] = (eo < nlen) ? p1[((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
-        }
+      for (int e = tid; e < 256; e += 256) {
+        const int eo = e / 8;
+        const int ei = (e % 8) * 8;
+        napkin_cp_async_16((sm1 + 0 * 2304) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
       }
-      if (reinterpret_cast<unsigned long long>(p2) % 16 == 0) {
-        for (int e = tid; e < 256; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm2 + 0 * 2304) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
-        }
-      } else {
-        for (int e = tid; e < 2048; e += 256) {
-          const int eo = e / 64;
-          const int ei = e % 64;
-          ((sm2 + 0 * 2304) + eo * 72 + ei)[0] = (eo < nlen) ? p2[((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
-        }
+      for (int e = tid; e < 256; e += 256) {
+        const int eo = e / 8;
+        const int ei = (e % 8) * 8;
+        napkin_cp_async_16((sm2 + 0 * 2304) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
       }
     }
     napkin_cp_async_commit();
@@ -336,31 +312,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = (int)((long long)(n4) - (c0) < 32 ? (long long)(n4) - (c0) : 32);
       if (c0 + 32 < (long long)(n4)) {
         const int nlen = (int)((long long)(n4) - (c0 + 32) < 32 ? (long long)(n4) - (c0 + 32) : 32);
-        if (reinterpret_cast<unsigned long long>(p1) % 16 == 0) {
-          for (int e = tid; e < 256; e += 256) {
-            const int eo = e / 8;
-            const int ei = (e % 8) * 8;
-            napkin_cp_async_16((sm1 + (stage ^ 1) * 2304) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 32 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
-          }
-        } else {
-          for (int e = tid; e < 2048; e += 256) {
-            const int eo = e / 64;
-            const int ei = e % 64;
-            ((sm1 + (stage ^ 1) * 2304) + eo * 72 + ei)[0] = (eo < nlen) ? p1[((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 32 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
-          }
+        for (int e = tid; e < 256; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16((sm1 + (stage ^ 1) * 2304) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 32 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
         }
-        if (reinterpret_cast<unsigned long long>(p2) % 16 == 0) {
-          for (int e = tid; e < 256; e += 256) {
-            const int eo = e / 8;
-            const int ei = (e % 8) * 8;
-            napkin_cp_async_16((sm2 + (stage ^ 1) * 2304) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 32 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
-          }
-        } else {
-          for (int e = tid; e < 2048; e += 256) {
-            const int eo = e / 64;
-            const int ei = e % 64;
-            ((sm2 + (stage ^ 1) * 2304) + eo * 72 + ei)[0] = (eo < nlen) ? p2[((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 32 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
-          }
+        for (int e = tid; e < 256; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16((sm2 + (stage ^ 1) * 2304) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 32 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
         }
       }
       napkin_cp_async_commit();
@@ -393,9 +353,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             const long long pt0 = org_3 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
             const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
-            const float v0 = sqrtf(((float)(64)));
-            const float v1 = (sc[i0][i1][i2] / v0);
-            sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v1 : -NAPKIN_INF;
+            const float v0 = (sc[i0][i1][i2] * 0.125f);
+            sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v0 : -NAPKIN_INF;
           }
         }
       }

@@ -266,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (6144) * 2 + 15) / 16 * 16));
     {
       const int nlen = (int)((int)(n1) - (0) < 16 ? (int)(n1) - (0) : 16);
-      if (reinterpret_cast<unsigned long long>(p0) % 16 == 0 && n1 % 8 == 0) {
+      if (n1 % 8 == 0) {
         for (int e = tid; e < 256; e += 256) {
           const int eo = e / 2;
           const int ei = (e % 2) * 8;
@@ -279,7 +279,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           ((sm0 + 0 * 3072) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
-      if (reinterpret_cast<unsigned long long>(p1) % 16 == 0 && n2 % 8 == 0) {
+      if (n2 % 8 == 0) {
         for (int e = tid; e < 128; e += 256) {
           const int eo = e / 8;
           const int ei = (e % 8) * 8;
@@ -299,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = (int)((int)(n1) - (c0) < 16 ? (int)(n1) - (c0) : 16);
       if (c0 + 16 < (int)(n1)) {
         const int nlen = (int)((int)(n1) - (c0 + 16) < 16 ? (int)(n1) - (c0 + 16) : 16);
-        if (reinterpret_cast<unsigned long long>(p0) % 16 == 0 && n1 % 8 == 0) {
+        if (n1 % 8 == 0) {
           for (int e = tid; e < 256; e += 256) {
             const int eo = e / 2;
             const int ei = (e % 2) * 8;
@@ -312,7 +312,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             ((sm0 + (stage ^ 1) * 3072) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
-        if (reinterpret_cast<unsigned long long>(p1) % 16 == 0 && n2 % 8 == 0) {
+        if (n2 % 8 == 0) {
           for (int e = tid; e < 128; e += 256) {
             const int eo = e / 8;
             const int ei = (e % 8) * 8;
