@@ -51,15 +51,17 @@ class FlashLowering(MmaLowering):
         # a chunk the diagram's mask hides from every row of the block is not computed (causal)
         skip = masks.skip_test(self, [s.out], {s.out: "pair"}, self._box(s.red))
 
-        def compute():
-            self._scores(kt, fm, chunk, hk)
+        def compute(tail: bool):
+            self._scores(kt, fm, chunk, hk, tail)
             self._softmax(fm, chunk, dv)
             self._weighted(vt, fm, chunk, dv)
-        self._pipeline([kt, vt], compute, skip)
+        # full chunks in the loop, with no bounds test per score; a partial last one after it
+        self._pipeline([kt, vt], compute, skip, peel=True)
         self._finish(fm, dv)
 
-    def _scores(self, kt: dict, fm: int, chunk: int, hk: int) -> None:
-        """S = Q K on the tensor cores, then the diagram's scale and masks per element."""
+    def _scores(self, kt: dict, fm: int, chunk: int, hk: int, tail: bool) -> None:
+        """S = Q K on the tensor cores, then the diagram's scale and masks per element (and,
+        in a partial chunk, -inf past the last key)."""
         b, s = self.b, self.site
         b.emit(P.Decl("float", "sc", shape=(fm, chunk // FN, 4)))
 
@@ -82,7 +84,8 @@ class FlashLowering(MmaLowering):
             self.line(s.soft)
             value = self.emitter.value(score, scope)
             self.values.clear()
-            b.emit(P.Set("sc[i0][i1][i2]", f"(i1 * {FN} + fq * 2 + i2 % 2 < clen) ? {value} : -NAPKIN_INF"))
+            b.emit(P.Set("sc[i0][i1][i2]", f"(i1 * {FN} + fq * 2 + i2 % 2 < clen) ? {value} : -NAPKIN_INF"
+                         if tail else value))
         self._each([("i0", fm), ("i1", chunk // FN), ("i2", 4)], element)
 
     def _row(self) -> str:

@@ -79,17 +79,21 @@ class MmaLowering(KernelLowering):
         b.emit(P.Decl("float", "acc", "{}", shape=(fm, fn, 4)))
         k = self.chunked(s.red)
         tiles = [self._tile(s.a, self.grouped(s.row), k), self._tile(s.b, self.grouped(s.col), k)]
-        self._pipeline(tiles, lambda: b.loop(
+        self._pipeline(tiles, lambda tail: b.loop(
             "kk", "0", str(self.kp.schedule.stream[1] // FK), "1", lambda: self._step(tiles, fm, fn),
             unroll=True))
         self._epilogue_mma(fm, fn)
 
-    def _pipeline(self, tiles, compute, skip: str | None = None) -> None:
+    def _pipeline(self, tiles, compute, skip: str | None = None, peel: bool = False) -> None:
         """The chunk loop, two stages deep (the schedule's `stages`; this loop is written for
         two, as compiler/cost.PIPELINE is): while the block computes on one stage of the
         streamed tiles, the copies of the next chunk fill the other (cp.async groups: one
         per chunk, committed even when empty, so waiting for all but the newest one waits
-        for the current chunk). A chunk `skip` says the mask hides is copied, not computed."""
+        for the current chunk). A chunk `skip` says the mask hides is copied, not computed.
+
+        `compute(tail)` emits the work on one chunk; `tail` says the chunk may be partial.
+        With `peel`, the loop runs over the full chunks only (`clen` is the chunk, so no
+        per-element bounds test) and a partial last chunk runs once after it."""
         b, r = self.b, self.site.red
         chunk, size = self.kp.schedule.stream[1], f"({self.itype})({self.sizes[r]})"
 
@@ -105,8 +109,8 @@ class MmaLowering(KernelLowering):
         b.emit(P.Call("napkin_cp_async_commit", ()))
         b.emit(P.Decl("int", "stage", "0"))
 
-        def body():
-            b.emit(P.Decl("const int", "clen", length("c0")))
+        def body(tail: bool):
+            b.emit(P.Decl("const int", "clen", length("c0") if tail else str(chunk)))
 
             def prefetch():
                 b.emit(P.Decl("const int", "nlen", length(f"c0 + {chunk}")))
@@ -117,12 +121,21 @@ class MmaLowering(KernelLowering):
             b.emit(P.Call("napkin_cp_async_wait<1>", ()))
             b.emit(P.Barrier())
             if skip is None:
-                compute()
+                compute(tail)
             else:
-                b.emit(P.If(f"!({skip})", self._scoped(compute)))
+                b.emit(P.If(f"!({skip})", self._scoped(lambda: compute(tail))))
             b.emit(P.Barrier())
             b.emit(P.Set("stage", "stage ^ 1"))
-        b.loop("c0", f"({self.itype})0", size, str(chunk), body, ctype=self.itype)
+        if not peel:
+            b.loop("c0", f"({self.itype})0", size, str(chunk), lambda: body(True), ctype=self.itype)
+            return
+        b.emit(P.Decl(f"const {self.itype}", "cfull", f"{size} / {chunk} * {chunk}"))
+        b.loop("c0", f"({self.itype})0", "cfull", str(chunk), lambda: body(False), ctype=self.itype)
+
+        def last():
+            b.emit(P.Decl(f"const {self.itype}", "c0", "cfull"))
+            body(True)
+        b.emit(P.If(f"cfull < {size}", self._scoped(last)))
 
     # -- shared tiles ------------------------------------------------------------------------
     def grouped(self, axis: str) -> TileAxis:

@@ -1,7 +1,8 @@
 """The main loop of a kernel's SASS and its instruction mix (static counts, no GPU).
 
 The rule (issue 14, the way napkin's and Triton's kernels are compared): the main
-loop is the innermost backward-branch loop holding the most HMMA (HGMMA on sm_90a);
+loop is, of the innermost backward-branch loops holding HMMA (HGMMA on sm_90a), the one
+holding the most;
 without tensor instructions, the innermost loop with the most instructions. Every
 instruction in its address range counts once, both sides of its branches; NOPs and
 never-executed `@!PT` instructions do not.
@@ -134,8 +135,11 @@ def main_loop(sass: str, function: str | None = None) -> Loop | None:
     candidates = loops(funcs[function])
     if not candidates:
         return None
-    most = max(lp.mma for lp in candidates)
-    if most:
-        best = [lp for lp in candidates if lp.mma == most]
-        return min(best, key=lambda lp: lp.end - lp.start)      # the innermost of them
+    with_mma = [lp for lp in candidates if lp.mma]
+    if with_mma:
+        # innermost: no other loop with tensor instructions inside it (a loop over blocks
+        # around the chunk loop, and a peeled last chunk, are not the main loop)
+        inner = [lp for lp in with_mma if not any(o is not lp and lp.start <= o.start and o.end <= lp.end
+                                                   for o in with_mma)]
+        return max(inner, key=lambda lp: (lp.mma, -(lp.end - lp.start)))
     return max(candidates, key=lambda lp: (len(lp.instructions), -(lp.end - lp.start)))

@@ -197,7 +197,8 @@ def test_attention_on_tensor_cores_matches_the_reference(name, dtype):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("q, x", [(1, 1), (16, 16), (17, 63), (64, 65), (5, 300), (300, 70)])
+@pytest.mark.parametrize("q, x", [(1, 1), (16, 16), (17, 63), (64, 65), (5, 300), (300, 70),
+                                  (40, 256)])   # 256: whole chunks only, no partial last one
 def test_attention_at_tile_edges_on_tensor_cores(q, x, causal):
     d = library("causal_attention" if causal else "attention", "f16")
     assert_close(d, flash_plan(d), with_static(d, {"b": 1, "h": 2, "q": q, "x": x}), seed=q + x)
