@@ -55,12 +55,13 @@ def compile(diagram, target: str | None = None, arch: str | None = None, backend
 
 
 def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
-        engine: str = "auto", **named) -> tuple:
+        engine: str = "auto", group: dict | None = None, stream: dict | None = None,
+        **named) -> tuple:
     """Run a diagram on arrays; returns a tuple of outputs in declaration order.
 
     Inputs go positionally in declaration order or by name; other keyword
-    arguments naming axes fix their sizes (`d=128`). `backend`, `target` and `engine`
-    are as for `napkin.compile`.
+    arguments naming axes fix their sizes (`d=128`). `backend`, `target`, `engine` and
+    the schedule hints `group`/`stream` are as for `napkin.compile`.
     """
     import numpy as np
 
@@ -85,5 +86,6 @@ def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
     declared = {s.name: s.dtype for s in d.inputs}
     inputs = {name: np.ascontiguousarray(stored(name, to_numpy(name, value), declared[name]))
               for name, value in given.items()}
-    kernel = Kernel(d, Options.make(target=target, engine=engine), backend=backend)
+    kernel = Kernel(d, Options.make(target=target, engine=engine, group=group, stream=stream),
+                    backend=backend)
     return kernel(**inputs)

@@ -27,6 +27,10 @@ from ..runtime.files import check_output, save_npz
               help="Target the interpret, emulate and cuda backends plan for (default: the "
                    "GPU's, else " + targets.DEFAULT + ").")
 @engine_option
+@click.option("--group", "groups", multiple=True, metavar="AXIS=SIZE,...",
+              help="Fix group sizes at the block level: --group q=128.")
+@click.option("--stream", "streams", multiple=True, metavar="AXIS=SIZE,...",
+              help="Fix the streamed axis and its chunk: --stream x=64.")
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), default=None,
               help=".npz file whose keys are the input names.")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=SIZE,...",
@@ -37,8 +41,8 @@ from ..runtime.files import check_output, save_npz
 @click.option("--check", is_flag=True,
               help="Also compare each output with the float64 reference under the tolerance "
                    "rule and print its error and budget (exit 101 if one breaks it: a bug).")
-def command(diagram, sizes, backend, target_name, engine, inputs_path, shapes, seed, save_path,
-            check) -> None:
+def command(diagram, sizes, backend, target_name, engine, groups, streams, inputs_path, shapes, seed,
+            save_path, check) -> None:
     """Run a diagram and print each output's shape and checksum."""
     from ..api import run
     check_backend(backend)
@@ -51,7 +55,9 @@ def command(diagram, sizes, backend, target_name, engine, inputs_path, shapes, s
         inputs = read_inputs(inputs_path, d)
     else:
         inputs = random_inputs(d, parse_assignments(shapes, "--shape"), seed)
-    outputs = run(d, backend=backend, target=target_name, engine=engine, **inputs)
+    outputs = run(d, backend=backend, target=target_name, engine=engine,
+                  group=parse_assignments(groups, "--group"), stream=parse_assignments(streams, "--stream"),
+                  **inputs)
     named = {s.name: out for s, out in zip(d.outputs, outputs)}
     verdicts = compare.against_reference(d, inputs, named) if check else {}
     for name, out in named.items():

@@ -204,3 +204,12 @@ def test_run_check_exits_101_on_a_mismatch(capsys, monkeypatch):
     assert status == 101
     assert "DOES NOT MATCH the float64 reference: max error 0.5 > budget" in out
     assert "this is a bug in napkin; please report it" in err and "Traceback" not in err
+
+
+def test_run_takes_schedule_hints(capsys):
+    # the hints reach the planner: a legal one runs and checks, an illegal one is its error
+    args = ["run", "attention", "--backend", "interpret", "--shape", "b=1,h=1,q=37,x=70"]
+    assert main(args + ["--stream", "x=16", "--group", "q=16", "--check"]) == 0
+    assert "matches the float64 reference" in capsys.readouterr().out
+    assert main(args + ["--stream", "q=64"]) == 1
+    assert "N0604" in capsys.readouterr().err
