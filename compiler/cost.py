@@ -190,6 +190,11 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     reduced = set(model.reduced)
     results = [LevelCost(levels[0].name, levels[0].capacity_bytes, 0, 0, 1, 0)]
     unit_counts, uniques, helds = [], [], []
+    # the share of (block, chunk) pairs a mask lets the kernel compute (masking.py): a chunk
+    # it skips is not read into registers (nor, on the CUDA cores, into shared memory)
+    fraction = 1.0 if symbolic or not choice.stream else computed_fraction(
+        model.mask, sizes, {**dict(choice.group), choice.stream[0]: choice.stream[1]})
+    skips_copies = not choice.warps
     for li, lv in enumerate(levels[1:], start=1):
         cov = covs[li - 1]
         across = {a: sizes[a] / cov[a] for a in model.axes}   # units side by side along a
@@ -212,6 +217,9 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                          and (not arr.used_over or a in arr.used_over)]
                 if steps:
                     vol = ops.where(any_of(gaps.values()), vol * prod(steps), vol)
+                if arr.streamed and fraction is not None and (li > 1 or skips_copies) \
+                        and not (isinstance(fraction, float) and fraction == 1.0):
+                    vol = vol * fraction
                 coalesce = 1 if symbolic or values or li > 1 else _sectors(arr, cov, target)
                 moved.append(vol * (width * coalesce))     # (width: a power of two)
                 unique.append(once * (width * coalesce))
@@ -239,8 +247,6 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
             M = ops.maximum(M, total(held[i] for i in together))
         time = H / lv.bandwidth if lv.bandwidth else 0
         results.append(LevelCost(lv.name, lv.capacity_bytes, M, H, units, time))
-    fraction = 1.0 if symbolic or not choice.stream else computed_fraction(
-        model.mask, sizes, {**dict(choice.group), choice.stream[0]: choice.stream[1]})
     flops = _flops(model, covs[0], choice, sizes, fraction)
     # with tensor cores the register level's unit is a warp: its 32 lanes hold the fragments
     lanes = WARP if choice.warps else 1

@@ -219,8 +219,11 @@ def _work(g: nx.DiGraph, n: int, times: int) -> list[Work]:
         what = "softmax" if isinstance(op, ir.Softmax) else op.fn
         return [Work(n, ir.type_of(g, args[0]).axes, per, "simt", "f32", times, what)]
     if isinstance(op, ir.Map):
-        return [Work(n, ir.type_of(g, n).axes, ELEMENT_FLOPS.get(op.fn, 1), "simt", "f32", times,
-                     op.fn)]
+        fn = op.fn
+        if fn == "div" and is_free(g, args[1]) and not ir.type_of(g, args[1]).axes:
+            fn = "mul"        # by a constant (a scale): the compiler multiplies by its inverse
+        return [Work(n, ir.type_of(g, n).axes, ELEMENT_FLOPS.get(fn, 1), "simt", "f32", times,
+                     fn)]
     return []
 
 

@@ -145,3 +145,48 @@ def test_the_memory_table_counts_bytes_as_m_does(name, target, shape):
                 for pl, b in zip(kp.schedule.placements, rows) if pl.level == 1]
         M = max(sum(n for i, n in smem if i in c.resident) for c in kp.columns)
         assert M == kp.cost.levels[1].M
+
+
+def _model_check():
+    import importlib.util
+    import sys
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "model_check.py"
+    spec = importlib.util.spec_from_file_location("napkin_model_check", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_main_loop_counts_of_a_sass_listing():
+    """The loop parser on a listing: the outer loop with HMMA, every instruction once."""
+    listing = "\n".join([
+        "        /*0000*/                   MOV R1, c[0x0][0x28] ;",
+        "        /*0010*/                   HMMA.16816.F32 R4, R8, R12, R4 ;",
+        "        /*0020*/                   FFMA R2, R3, R4, R5 ;",
+        "        /*0030*/                   MUFU.EX2 R6, R7 ;",
+        "        /*0040*/              @!P0 BRA 0x20 ;",
+        "        /*0050*/                   IMAD R2, R3, R4, R5 ;",
+        "        /*0060*/              @!P0 BRA 0x10 ;",
+        "        /*0070*/                   EXIT ;"])
+    got = _model_check().loop_counts(listing)
+    assert dict(got) == {"tensor": 1, "fp32": 1, "mufu": 1, "other": 3}
+
+
+def test_the_instruction_table_matches_the_sass_of_napkins_attention():
+    """Per warp per chunk of napkin's own FlashAttention-2 cubin (sm_90, static SASS), the
+    model counts the HMMA exactly and the FP32-pipe and MUFU instructions within 30%."""
+    from napkin.diagrams.diagnostics import BackendUnavailable
+    from napkin.runtime import sass
+    try:
+        sass.find_tool("cuobjdump")
+    except BackendUnavailable:
+        pytest.skip("cuobjdump is not installed (pip install 'napkin[test]')")
+    shape = {"b": 2, "h": 4, "q": 1024, "x": 1024}
+    p = plan(napkin.load("attention", d=64), "h100", shape)
+    row = _model_check()._sass(p)
+    static, model = row["static_loop_instructions"], row["model_loop_instructions"]
+    assert static["tensor"] == pytest.approx(model["tensor"], rel=1e-9)
+    for k in ("fp32", "mufu"):
+        assert static[k] == pytest.approx(model[k], rel=0.3), (k, static, model)
