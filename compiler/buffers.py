@@ -8,7 +8,7 @@ and accumulators live at the lowest level (a thread's registers on a GPU).
 
 from __future__ import annotations
 
-from .cost import buffer_bytes
+from .memory import buffer_bytes
 
 ROLE = {"load": "input tile", "value": "intermediate", "accumulator": "accumulator"}
 

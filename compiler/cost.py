@@ -36,6 +36,12 @@ axis, how many blocks fit an SM) it selects per candidate (`np.where`); terms
 that depend on a few sizes only keep the shape of those (arrays broadcast).
 `fastest` picks a search's winner from a candidate set's costs. sympy is
 imported on the symbolic path only.
+
+The concepts it combines live beside it: `choices.py` (the decisions and the arithmetic
+on numbers, arrays and symbols), `issue.py` (compute time from the instructions a kernel
+issues), `occupancy.py` (registers, blocks per SM, the fraction of the GPU busy),
+`memory.py` (shared-memory buffers as allocated; HBM and L2), `masking.py` (chunks a mask
+hides).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from . import issue, occupancy
 from .columns import Column
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
 from .masking import computed_fraction
+from .memory import allocated, l2_split, sectors
 from .model import Model
 from .target import Target
 
@@ -58,11 +65,7 @@ from .target import Target
 # plus a launch.
 OVERLAP = 0.05
 LAUNCH_SECONDS = 2e-6
-ALIGN_PAD = 16   # bytes of alignment padding a shared-memory buffer may need
 WARP = 32
-PIPELINE = 2     # stages of a tensor-core kernel's streamed tiles (the Schedule's `stages`)
-ROW_PAD = 8      # values after each row of a tensor-core tile in shared memory (bank spread)
-L2_SHARE = 0.5   # of L2 a wave's re-used tiles may fill and still hit (the rest streams)
 # the compute limits (compiler/issue.py) by the names `bound` gives them
 COMPUTE = {"compute": "compute", "issue": "issue slots", "tensor": "tensor cores",
            "fp32": "the FP32 pipe", "mufu": "MUFU (exp, rsqrt, division)"}
@@ -220,7 +223,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                 if arr.streamed and fraction is not None and (li > 1 or skips_copies) \
                         and not (isinstance(fraction, float) and fraction == 1.0):
                     vol = vol * fraction
-                coalesce = 1 if symbolic or values or li > 1 else _sectors(arr, cov, target)
+                coalesce = 1 if symbolic or values or li > 1 else sectors(arr, cov, target)
                 moved.append(vol * (width * coalesce))     # (width: a power of two)
                 unique.append(once * (width * coalesce))
             elif arr.role == "store":
@@ -239,7 +242,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                     extents[key] = prod(factors)
                 size = extents[key] * ((1 if values else arr.bytes) * arr.slots)
                 if not symbolic and not values and target.processors and not last:
-                    size = _buffer_bytes(size, arr, res, choice, ops)
+                    size = allocated(size, arr, res, choice, ops)
                 held[i] = size
         helds.append((held, across))
         M = 0
@@ -285,7 +288,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     for lc in results[1:]:
         named[f"{lc.name} bandwidth"] = lc.time
     if target.l2_bytes and len(results) > 1:
-        hbm, l2 = _l2(results[1], uniques[0], helds[0], model, unit_counts[0],
+        hbm, l2 = l2_split(results[1], uniques[0], helds[0], model, unit_counts[0],
                       target.processors * per_sm, target, ops)
         named.pop(f"{results[1].name} bandwidth")
         named = {"compute": compute, "HBM bandwidth": hbm, "L2 bandwidth": l2,
@@ -302,26 +305,6 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                 compute, time, None, util, threads, tuple(named.items()),
                 tuple(parts.items()), regs, per_sm, limit)
     return _plain(replace(cost, bound=cost.name_bound()) if scalar else cost)
-
-
-def _l2(lc: LevelCost, unique, placed, model: Model, blocks, slots, target: Target, ops):
-    """(HBM seconds, L2 seconds) of the traffic into shared memory: unique bytes come from
-    HBM; the re-loads hit L2 when what a wave of resident blocks holds of the loads at once
-    (distinct slices only) fits half of it (the other half serves the streaming traffic),
-    else they come from HBM too."""
-    held, across = placed
-    concurrent = np.minimum(blocks, slots)
-    wave = 0
-    for i, size in held.items():
-        arr = model.arrays[i]
-        distinct = prod(across[a] for a in arr.axes)
-        wave = wave + np.minimum(concurrent, distinct) * size
-    fits_l2 = wave <= L2_SHARE * target.l2_bytes
-    reloads = np.maximum(lc.H - unique, 0)
-    hbm_bw = target.levels[1].bandwidth
-    hbm = ops.where(fits_l2, np.minimum(unique, lc.H), lc.H) / hbm_bw
-    l2 = ops.where(fits_l2, reloads, 0) / target.l2_bandwidth
-    return number(hbm), number(l2)
 
 
 def _columns(cols, held: dict, symbolic: bool) -> list[tuple[int, ...]]:
@@ -375,32 +358,6 @@ def _padding(choice: Choices, sizes: dict):
     return out
 
 
-def buffer_bytes(values_bytes, arr, res: dict, choice: Choice) -> int:
-    """One shared-memory buffer as M counts it (alignment, padded rows, stages)."""
-    return int(_buffer_bytes(values_bytes, arr, res, Choices.of(choice), NUMBERS))
-
-
-def _buffer_bytes(values_bytes, arr, res: dict, choice: Choices, ops):
-    """A shared-memory buffer as allocated: 16-byte aligned; a tensor-core tile also pads its
-    rows and holds two stages of a streamed input (the next chunk is copied meanwhile)."""
-    if not choice.warps:
-        return values_bytes + ALIGN_PAD
-    return (values_bytes + _row_pad(arr, res, ops)) * (PIPELINE if arr.streamed else 1) + ALIGN_PAD
-
-
-def _row_pad(arr, res: dict, ops):
-    """Bytes a tensor-core tile adds: ROW_PAD values after each row of its contiguous axis
-    (its last axis held more than once: rows are the product of the tiled axes before it)."""
-    if arr.role != "load":
-        return 0
-    rows, later = 1, False
-    for a in reversed(arr.axes):
-        tiled = res[a] > 1
-        rows = ops.where(tiled & later, res[a], 1) * rows
-        later = later | tiled
-    return ops.where(later, ROW_PAD * arr.bytes * rows, 0)
-
-
 def _step(axis: str, choice: Choices, level: int):
     """How far one loop step moves along a walked axis."""
     if level == 1 and choice.stream and choice.stream[0] == axis:
@@ -408,14 +365,6 @@ def _step(axis: str, choice: Choices, level: int):
     if level == 2 and choice.inner and choice.inner[0] == axis:
         return choice.inner[1]
     return 1
-
-
-def _sectors(arr, cov, target: Target):
-    """Loads along a row shorter than a 32-byte sector waste the rest of the sector."""
-    if not arr.axes or target.coalescing_bytes <= 1 or arr.bytes <= 0:   # (covered: > 0)
-        return 1.0
-    row = cov[arr.axes[-1]] * arr.bytes
-    return NUMBERS.ceil(row / 32) * 32 / row
 
 
 def _flops(model: Model, level1: dict, choice: Choices, sizes: dict, fraction=1.0) -> dict:

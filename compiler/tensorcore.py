@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import flash, ir, warps
-from .cost import ROW_PAD as PAD
+from .memory import ROW_PAD as PAD
 from .cost import Choice, Choices, Cost, evaluate, fits
 from .flash import FlashSite
 from .model import Model, kernel_model, storage_dtype
