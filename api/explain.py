@@ -199,6 +199,11 @@ def render_text(rep: dict) -> str:
                          f"{res['spill_stores'] + res['spill_loads']} bytes of spills, "
                          f"{res['smem_bytes']:,} bytes of shared memory (plan: "
                          f"{k['levels'][0]['M_bytes']:,}), {res['stack_bytes']} bytes of stack")
+            if "blocks_per_sm" in res:
+                lines.append(f"    with ptxas's registers: {res['blocks_per_sm']} block(s) per SM "
+                             f"limited by {res['occupancy_limit']} (plan: "
+                             f"{k.get('registers_estimated')} registers, "
+                             f"{k.get('blocks_per_sm')} block(s) per SM)")
         ai = k["arithmetic_intensity"]
         lines.append(f"  FLOPs {k['flops']:.4g} = {k['flops_symbolic']}")
         if ai is not None:
