@@ -10,8 +10,8 @@ and what limits them, and, on h100, the published figures beside it (no GPU: eve
 number is labelled `model`, `static` (from the cubin) or `published`).
 
 --sass adds, per kernel, an issue-slot estimate from the SASS of napkin's own cubin
-(NVRTC and cuobjdump, no GPU): the warp instructions of the main (chunk) loop body,
-counted statically (every path of the body once, nested loops once), times the chunks
+(NVRTC and cuobjdump, no GPU): the warp instructions of the chunk loop
+(`loop_counts`), counted statically (every path of the body once), times the chunks
 and warps the plan launches, over the schedulers' issue rate; beside it the model's own
 issue-slot term. It is a check of self-consistency, not a measurement: calibration
 against measured times needs a GPU (benchmarks/gpu_check.py).
@@ -32,7 +32,6 @@ import argparse
 import collections
 import json
 import math
-import re
 import sys
 
 SEQ = (512, 1024, 2048, 4096, 8192, 16384)
@@ -43,11 +42,6 @@ PUBLISHED = {   # (d, N): {source: TFLOP/s}, FlashAttention-3 paper Figure 5 (no
           "FA3": (467, 565, 625, 638, 646, 648)},
 }
 CUBLAS_APPROX = {8192: 750}      # approximate, see the module docstring
-FP32 = ("FADD", "FMUL", "FFMA", "FSEL", "FSETP", "FMNMX", "FCHK", "F2FP", "FSWZADD")
-CLASSES = {"HMMA": "tensor", "MUFU": "mufu", "LDSM": "lsu", "LDS": "lsu", "STS": "lsu",
-           "LDGSTS": "lsu", "LDG": "lsu", "STG": "lsu", "SHFL": "lsu"}
-_INSN = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:\{\s*)?(?:@!?U?P(?:T|\d+)\s+)?"
-                   r"([A-Z][A-Z0-9_.]*)(.*?);")
 
 
 def attention_shapes():
@@ -95,27 +89,27 @@ def _row(p, label: str, flops: float) -> dict:
 
 
 def loop_counts(sass_text: str) -> collections.Counter:
-    """Instruction classes of the main loop's body: the outermost backward branch whose body
-    holds tensor instructions (else the longest loop), every instruction once."""
-    insns = [(int(m.group(1), 16), m.group(2), m.group(3))
-             for m in map(_INSN.match, sass_text.splitlines()) if m]
-    loops = []
-    for address, op, rest in insns:
-        target = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
-        if target and int(target.group(1), 16) < address:
-            loops.append((int(target.group(1), 16), address))
-    if not loops:
+    """Instruction classes of the chunk loop, what the cost model counts per chunk: the
+    outermost backward-branch loop holding the most HMMA (runtime/mainloop.py parses the
+    listing; its main loop is the innermost such loop, which may leave out per-chunk work
+    around it). tensor (HMMA), fp32 (the FP32 pipe, with F2FP packing), mufu, and every
+    counted instruction."""
+    from napkin.runtime import mainloop
+    funcs = mainloop.functions(sass_text)
+    if not funcs:
         return collections.Counter()
-
-    def body(lo, hi):
-        return [op for a, op, _ in insns if lo <= a <= hi]
-    with_mma = [lp for lp in loops if any(op.startswith("HMMA") for op in body(*lp))]
-    lo, hi = max(with_mma or loops, key=lambda lp: lp[1] - lp[0])
-    out = collections.Counter()
-    for op in body(lo, hi):
-        base = op.split(".")[0]
-        out[CLASSES.get(base, "fp32" if base in FP32 else "other")] += 1
-    return out
+    insns = max(funcs.values(), key=lambda f: sum(i.opcode.startswith("HMMA") for i in f))
+    found = mainloop.loops(insns)
+    if not found:
+        return collections.Counter()
+    most = max(lp.mma for lp in found)
+    loop = max((lp for lp in found if lp.mma == most), key=lambda lp: lp.end - lp.start)
+    counts = loop.counts()
+    packs = sum(1 for i in loop.instructions if i.opcode.startswith("F2FP"))
+    inner = mainloop.main_loop(sass_text)
+    return collections.Counter({"tensor": counts["mma"], "fp32": counts["fp32"] + packs,
+                                "mufu": counts["mufu"], "all": len(loop.instructions),
+                                "main loop": len(inner.instructions) if inner else 0})
 
 
 def _sass(p) -> dict:
@@ -131,7 +125,7 @@ def _sass(p) -> dict:
     chunks = math.ceil(p.sizes[sched.stream[0]] / sched.stream[1]) if sched.stream else 1
     blocks = float(kp.cost.levels[1].units)
     warps = math.ceil(sched.threads / 32)
-    per_loop = sum(counts.values())
+    per_loop = counts["all"]
     rate = p.target.per_second("schedulers")
     est = blocks * warps * chunks * per_loop / rate if rate else None
     # the model's own counts per warp per chunk, from its compute terms (issue.py)
@@ -200,7 +194,8 @@ def _print(rows_: list[dict]) -> None:
             cells = []
             for k in ("tensor", "fp32", "mufu"):
                 cells.append(f"{k} {st.get(k, 0)}/{mo[k]:.0f}")
-            cells.append(f"all {sum(st.values())}/{mo['issue']:.0f}")
+            cells.append(f"all {st.get('all', 0)}/{mo['issue']:.0f} "
+                         f"(issue 14's main loop: {st.get('main loop', 0)})")
             print(f"  {r['target']:6} {r['case']:30} " + "  ".join(cells))
 
 

@@ -32,9 +32,13 @@ HMMA_FLOPS = 2 * 16 * 8 * 16       # one mma.sync.m16n8k16
 LDSM_BYTES = 512                   # ldmatrix.x4: 32 lanes x 16 bytes
 ITERATION = 12                     # warp instructions per warp per chunk: 2 barriers,
                                    # cp.async commit and wait, loop test and branch, pointers
-COPY = 6                           # lane instructions per copy into shared memory (address,
-                                   # bounds predicate, the LDGSTS / LDG+STS itself)
-COPY_BYTES = {True: 16, False: 4}  # bytes per copy: tensor-core tiles (cp.async 16 B), SIMT
+# lane instructions per copy into shared memory, and the bytes one copies. A tensor-core
+# tile's cp.async of 16 B (codegen/mma.py): the element's row and column from its index,
+# two bounds tests, the source row times the stride in 64 bits, two selects (address and
+# size), the padded destination, the LDGSTS: about 15. A CUDA-core element: address, bound,
+# LDG and STS: about 6.
+COPY = {True: 15, False: 6}
+COPY_BYTES = {True: 16, False: 4}
 
 # lane instructions per element: (fp32, mufu, other). expf is IEEE (no fast math): range
 # reduction by FFMA, MUFU.EX2, the exponent by integer ops; division is MUFU.RCP and a
@@ -85,7 +89,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         mufu.append(amount * per[1])
         other.append(amount * per[2])
     lanes = total(fp32) + total(mufu) + total(other)
-    copies = H[0] / COPY_BYTES[tensor] * COPY
+    copies = H[0] / COPY_BYTES[tensor] * COPY[tensor]
     if tensor:
         warp_instr = total(tensor_flops) / HMMA_FLOPS + (H[1] if len(H) > 1 else 0) / LDSM_BYTES
     else:

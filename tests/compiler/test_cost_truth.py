@@ -159,21 +159,6 @@ def _model_check():
     return module
 
 
-def test_the_main_loop_counts_of_a_sass_listing():
-    """The loop parser on a listing: the outer loop with HMMA, every instruction once."""
-    listing = "\n".join([
-        "        /*0000*/                   MOV R1, c[0x0][0x28] ;",
-        "        /*0010*/                   HMMA.16816.F32 R4, R8, R12, R4 ;",
-        "        /*0020*/                   FFMA R2, R3, R4, R5 ;",
-        "        /*0030*/                   MUFU.EX2 R6, R7 ;",
-        "        /*0040*/              @!P0 BRA 0x20 ;",
-        "        /*0050*/                   IMAD R2, R3, R4, R5 ;",
-        "        /*0060*/              @!P0 BRA 0x10 ;",
-        "        /*0070*/                   EXIT ;"])
-    got = _model_check().loop_counts(listing)
-    assert dict(got) == {"tensor": 1, "fp32": 1, "mufu": 1, "other": 3}
-
-
 def test_the_instruction_table_matches_the_sass_of_napkins_attention():
     """Per warp per chunk of napkin's own FlashAttention-2 cubin (sm_90, static SASS), the
     model counts the HMMA exactly and the FP32-pipe and MUFU instructions within 30%."""
