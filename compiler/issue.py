@@ -56,11 +56,15 @@ INSTRUCTIONS = {
     "softmax": (16, 2, 4),
 }
 DEFAULT = (1, 0, 0)
-# FlashAttention-2 on tensor cores, per score (the softmax on C fragments, the rescale of
-# the O fragments, packing P to 16 bits, the bounds selects of a partial chunk): the SASS
-# of the chunk loop of napkin's attention (sm_90, d=64, 32 keys x 32 rows per warp) holds
-# 752 FP32-pipe and 43 MUFU instructions per 32 scores per lane
-FLASH_SCORE = (22, 1.3, 3)
+# FlashAttention-2 on tensor cores (the softmax on C fragments in base 2: FMNMX, FFMA and
+# MUFU.EX2, the row sums, packing P to 16 bits, the bounds selects of a partial chunk; per
+# chunk, the rescale of the O fragments and each row's rescaling exps), fitted to the SASS
+# of napkin's attention chunk loop (sm_90; d 64 and 128, 16 or 32 rows and 16 to 128 keys
+# per warp; within 16%): per lane and chunk, FP32 = 5.1 per score + 4.9 per O element the
+# lane holds, MUFU = 1 per score + 4 per 16 rows
+FLASH_SCORE = (4.1, 1.0, 3)        # per score, beside the scale's multiply (its own op)
+FLASH_RESCALE = 4.9                # FP32 per O element per chunk
+FLASH_ROW_EXPS = 4 / 16            # MUFU per row per lane per chunk (the warp's 32 lanes)
 
 
 def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, units: list,
@@ -88,6 +92,14 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         fp32.append(amount * per[0])
         mufu.append(amount * per[1])
         other.append(amount * per[2])
+    chunks = 1
+    if stream is not None:
+        chunks = NUMBERS.ceil(sizes[stream] / choice.stream[1]) * model.streaming.passes
+    if tensor and model.streaming.pairs:      # per chunk computed: rescale O, rows' exps
+        rows, width = _flash_block(model, choice, sizes)
+        per_block = units[0] * chunks * fraction
+        fp32.append(per_block * rows * width * FLASH_RESCALE)
+        mufu.append(per_block * rows * WARP * FLASH_ROW_EXPS)
     lanes = total(fp32) + total(mufu) + total(other)
     copies = H[0] / COPY_BYTES[tensor] * COPY[tensor]
     if tensor:
@@ -95,9 +107,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     else:
         lanes = lanes + ((H[1] if len(H) > 1 else 0) / 4)        # LDS of the operands
         warp_instr = 0
-    chunks = 1
     if stream is not None:
-        chunks = NUMBERS.ceil(sizes[stream] / choice.stream[1]) * model.streaming.passes
         if not tensor:
             chunks = chunks * fraction      # a CUDA-core block skips a hidden chunk whole
             copies = copies * fraction
@@ -109,6 +119,15 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
            "fp32": _per(target, "fp32_lanes", total(fp32)),
            "mufu": _per(target, "mufu_lanes", total(mufu))}
     return out
+
+
+def _flash_block(model, choice, sizes: dict):
+    """(rows, O's width) of a FlashAttention-2 block: the row axis's tile, and the extent of
+    the output accumulator along its other axes (the batch axes hold one position)."""
+    (row,) = [a for a, _ in choice.warps]
+    thread = dict(choice.thread)
+    acc = next(a for a in model.arrays if a.role == "accumulator" and a.slots == 1)
+    return dict(choice.group)[row], prod(sizes[a] for a in acc.axes if a not in thread)
 
 
 def _per(target: Target, name: str, amount):
