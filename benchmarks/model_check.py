@@ -10,8 +10,8 @@ and what limits them, and, on h100, the published figures beside it (no GPU: eve
 number is labelled `model`, `static` (from the cubin) or `published`).
 
 --sass adds, per kernel, an issue-slot estimate from the SASS of napkin's own cubin
-(NVRTC and cuobjdump, no GPU): the warp instructions of the chunk loop
-(`loop_counts`), counted statically (every path of the body once), times the chunks
+(NVRTC and cuobjdump, no GPU): the warp instructions of the main loop
+(runtime/mainloop.py), counted statically (every path of the body once), times the chunks
 and warps the plan launches, over the schedulers' issue rate; beside it the model's own
 issue-slot term. It is a check of self-consistency, not a measurement: calibration
 against measured times needs a GPU (benchmarks/gpu_check.py).
@@ -89,27 +89,17 @@ def _row(p, label: str, flops: float) -> dict:
 
 
 def loop_counts(sass_text: str) -> collections.Counter:
-    """Instruction classes of the chunk loop, what the cost model counts per chunk: the
-    outermost backward-branch loop holding the most HMMA (runtime/mainloop.py parses the
-    listing; its main loop is the innermost such loop, which may leave out per-chunk work
-    around it). tensor (HMMA), fp32 (the FP32 pipe, with F2FP packing), mufu, and every
-    counted instruction."""
+    """Instruction classes of the main loop, the loop over whole chunks (runtime/mainloop.py's
+    rule, issue 14's): tensor (HMMA), fp32 (the FP32 pipe, with F2FP packing), mufu, and
+    every counted instruction."""
     from napkin.runtime import mainloop
-    funcs = mainloop.functions(sass_text)
-    if not funcs:
+    loop = mainloop.main_loop(sass_text)
+    if loop is None:
         return collections.Counter()
-    insns = max(funcs.values(), key=lambda f: sum(i.opcode.startswith("HMMA") for i in f))
-    found = mainloop.loops(insns)
-    if not found:
-        return collections.Counter()
-    most = max(lp.mma for lp in found)
-    loop = max((lp for lp in found if lp.mma == most), key=lambda lp: lp.end - lp.start)
     counts = loop.counts()
     packs = sum(1 for i in loop.instructions if i.opcode.startswith("F2FP"))
-    inner = mainloop.main_loop(sass_text)
     return collections.Counter({"tensor": counts["mma"], "fp32": counts["fp32"] + packs,
-                                "mufu": counts["mufu"], "all": len(loop.instructions),
-                                "main loop": len(inner.instructions) if inner else 0})
+                                "mufu": counts["mufu"], "all": len(loop.instructions)})
 
 
 def _sass(p) -> dict:
@@ -194,8 +184,7 @@ def _print(rows_: list[dict]) -> None:
             cells = []
             for k in ("tensor", "fp32", "mufu"):
                 cells.append(f"{k} {st.get(k, 0)}/{mo[k]:.0f}")
-            cells.append(f"all {st.get('all', 0)}/{mo['issue']:.0f} "
-                         f"(issue 14's main loop: {st.get('main loop', 0)})")
+            cells.append(f"all {st.get('all', 0)}/{mo['issue']:.0f}")
             print(f"  {r['target']:6} {r['case']:30} " + "  ".join(cells))
 
 

@@ -57,14 +57,19 @@ INSTRUCTIONS = {
 }
 DEFAULT = (1, 0, 0)
 # FlashAttention-2 on tensor cores (the softmax on C fragments in base 2: FMNMX, FFMA and
-# MUFU.EX2, the row sums, packing P to 16 bits, the bounds selects of a partial chunk; per
-# chunk, the rescale of the O fragments and each row's rescaling exps), fitted to the SASS
-# of napkin's attention chunk loop (sm_90; d 64 and 128, 16 or 32 rows and 16 to 128 keys
-# per warp; within 16%): per lane and chunk, FP32 = 5.1 per score + 4.9 per O element the
-# lane holds, MUFU = 1 per score + 4 per 16 rows
-FLASH_SCORE = (4.1, 1.0, 3)        # per score, beside the scale's multiply (its own op)
-FLASH_RESCALE = 4.9                # FP32 per O element per chunk
-FLASH_ROW_EXPS = 4 / 16            # MUFU per row per lane per chunk (the warp's 32 lanes)
+# MUFU.EX2, the row sums, packing P to 16 bits; per chunk, the rescale of the O fragments
+# and each row's rescaling exps), fitted to the main loop of napkin's attention
+# (runtime/mainloop.py: the loop over whole chunks; sm_90; d 64 and 128, 16 or 32 rows and
+# 16 to 128 keys per warp; FP32 within 10%, MUFU exact): per lane and chunk, FP32 = 4.65 per
+# score + 1.65 per O element the lane holds, MUFU = 1 per score + 2 per 16 rows
+FLASH_SCORE = (3.65, 1.0, 0)       # per score, beside the scale's multiply (its own op)
+FLASH_RESCALE = 1.65               # FP32 per O element per chunk
+FLASH_ROW_EXPS = 2 / 16            # MUFU per row per lane per chunk (the warp's 32 lanes)
+# ... and the rest of that loop (integer and address arithmetic of the copies and of the
+# fragments' ldmatrix, LDSM and LDGSTS themselves, loop control), within 6%: per warp and
+# chunk 463 instructions + 1.32 per HMMA; this replaces COPY, ITERATION and the LDSM count
+FLASH_CHUNK = 463
+FLASH_PER_HMMA = 1.32
 
 
 def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, units: list,
@@ -111,8 +116,13 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         if not tensor:
             chunks = chunks * fraction      # a CUDA-core block skips a hidden chunk whole
             copies = copies * fraction
-    warp_instr = warp_instr + (lanes + copies) / (WARP * lane_share) \
-        + units[0] * warps_per_block * chunks * ITERATION
+    if tensor and model.streaming.pairs:      # the fitted loop of FlashAttention-2
+        hmma = total(tensor_flops) / HMMA_FLOPS
+        warp_instr = hmma * (1 + FLASH_PER_HMMA) + lanes / WARP \
+            + units[0] * warps_per_block * chunks * fraction * FLASH_CHUNK  # (computed)
+    else:
+        warp_instr = warp_instr + (lanes + copies) / (WARP * lane_share) \
+            + units[0] * warps_per_block * chunks * ITERATION
     rate = target.rate(f"tensor_{_tensor_dtype(model)}") if tensor else None
     out = {"tensor": total(tensor_flops) / rate if rate else 0,
            "issue": _per(target, "schedulers", warp_instr),

@@ -58,7 +58,7 @@ def test_causal_attention_is_charged_for_the_chunks_it_computes_only():
     """At the same tiling, the causal kernel's compute and register reads are those of the
     (block, chunk) pairs it keeps (about half); its copies into shared memory are all of
     them, since the tensor-core lowering copies a hidden chunk (codegen/mma.py), so its
-    time is bounded by those (L2) and is not half."""
+    time is bounded by those (L2) and is not half; at N = 4096 it is at most 0.65x."""
     full = attention()
     causal = attention(name="causal_attention")
     c = evaluate(causal.model, causal.columns, full.choice, {**BIG, "d": 64},
@@ -70,7 +70,7 @@ def test_causal_attention_is_charged_for_the_chunks_it_computes_only():
     assert parts["tensor"] == pytest.approx(keep * whole["tensor"], rel=1e-9)
     assert c.levels[1].H == full.cost.levels[1].H                # copied all the same
     assert c.levels[2].H < 0.6 * full.cost.levels[2].H          # read into registers: not
-    assert causal.cost.time <= 0.75 * full.cost.time
+    assert causal.cost.time <= 0.65 * full.cost.time
 
 
 @pytest.mark.parametrize("q, x, tile, chunk", [(1000, 1000, 64, 32), (77, 130, 16, 8),
