@@ -62,6 +62,12 @@ def report(plan: Plan, compare: bool = True) -> dict:
             "utilization": float(kp.cost.utilization),
             "predicted_seconds": float(kp.cost.time),
             "bound": kp.cost.bound,
+            "terms_seconds": {k: float(v) for k, v in kp.cost.terms},
+            "compute_seconds": {k: float(v) for k, v in kp.cost.compute_parts},
+            "registers_estimated": (None if kp.cost.registers is None
+                                    else int(round(float(kp.cost.registers)))),
+            "blocks_per_sm": int(kp.cost.blocks_per_sm),
+            "occupancy_limit": kp.cost.occupancy_limit,
         })
     out = {
         "diagram": plan.diagram.name,
@@ -193,12 +199,21 @@ def render_text(rep: dict) -> str:
                          f"{res['spill_stores'] + res['spill_loads']} bytes of spills, "
                          f"{res['smem_bytes']:,} bytes of shared memory (plan: "
                          f"{k['levels'][0]['M_bytes']:,}), {res['stack_bytes']} bytes of stack")
+            if "blocks_per_sm" in res:
+                lines.append(f"    with ptxas's registers: {res['blocks_per_sm']} block(s) per SM "
+                             f"limited by {res['occupancy_limit']} (plan: "
+                             f"{k.get('registers_estimated')} registers, "
+                             f"{k.get('blocks_per_sm')} block(s) per SM)")
         ai = k["arithmetic_intensity"]
         lines.append(f"  FLOPs {k['flops']:.4g} = {k['flops_symbolic']}")
         if ai is not None:
             lines.append(f"  arithmetic intensity {ai:.3g} FLOP/byte of global traffic")
-        busy = (f" ({k['threads_per_block']:.0f} threads per block, {k['utilization']:.0%} of "
-                f"the GPU busy)" if rep["gpu"] else "")
+        regs = (f", about {k['registers_estimated']} registers per thread"
+                if k.get("registers_estimated") else "")
+        blocks = k.get("blocks_per_sm", 1)
+        busy = (f" ({k['threads_per_block']:.0f} threads per block{regs}, {blocks} block"
+                f"{'s' if blocks != 1 else ''} per SM limited by {k.get('occupancy_limit')}, "
+                f"{k['utilization']:.0%} of the GPU busy)" if rep["gpu"] else "")
         lines.append(f"  predicted {fmt(k['predicted_seconds'])}, bound by {k['bound']}{busy}")
     lines.append("")
     lines.append(f"total: {len(rep['kernels'])} kernel(s), H = {rep['H_bytes']:.4g} bytes, "

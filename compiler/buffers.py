@@ -8,6 +8,8 @@ and accumulators live at the lowest level (a thread's registers on a GPU).
 
 from __future__ import annotations
 
+from .memory import buffer_bytes
+
 ROLE = {"load": "input tile", "value": "intermediate", "accumulator": "accumulator"}
 
 
@@ -20,8 +22,10 @@ def buffers(plan, kp) -> list[dict]:
     for pl in kp.schedule.placements:
         arr = by_node[pl.node]
         held, cov = dict(pl.held), dict(pl.covered)
+        # a grouped axis whose group is 1 (one position per block) is no dimension of a buffer
+        ones = {a for a, g in choice.group if g == 1}
         shape = [[_label(a, pl.level, choice, sizes, held[a], cov[a]), _int(held[a])]
-                 for a, _ in pl.held]
+                 for a, _ in pl.held if a not in ones]
         count = 1
         for v in held.values():
             count *= v
@@ -30,9 +34,11 @@ def buffers(plan, kp) -> list[dict]:
             role = "softmax state (m, l)" if pl.slots == 2 else role
         elif pl.role == "load" and pl.level > 1:
             role = "input slice" if arr.invariant else "operand (streamed)"
+        size = count * pl.bytes * pl.slots
+        if tgt.processors and pl.level < len(tgt.levels) - 1:   # as M counts it: aligned,
+            size = buffer_bytes(size, arr, held, choice)         # padded rows, stages
         out.append({"name": pl.name, "role": role, "shape": shape,
-                    "level": tgt.levels[pl.level].name,
-                    "bytes": int(count * pl.bytes * pl.slots)})
+                    "level": tgt.levels[pl.level].name, "bytes": int(size)})
     return out
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from . import ir
 from .canonical import through
+from .model import BYTES, storage_dtype
 
 
 def engine_for(target, kp):
@@ -42,6 +43,9 @@ def engine_buffers(plan, kp) -> list[dict] | None:
     m, n_frag, k_frag = eng.shapes[0]
     smem, regs = target.levels[1].name, target.levels[-1].name
     group = kp.schedule.block_tile()
+    # what one block covers of each axis: a batch axis grouped by 1 is one position, not a
+    # dimension of any buffer (only the stream's chunk and the block's tiles are)
+    sizes = {**sizes, **group}
     stream_axis, chunk = kp.schedule.stream if kp.schedule.stream else (None, None)
     rows = [a for a in kp.model.woven if group[a] > 1]
     row = rows[0] if rows else None
@@ -49,12 +53,16 @@ def engine_buffers(plan, kp) -> list[dict] | None:
     loads = set(kp.kernel.loads)
     out: list[dict] = []
 
-    def add(name, role, shape, level):
+    def add(name, role, shape, level, width=4):
         count = 1
         for _, s in shape:
             count *= s if s is not None else 1
         out.append({"name": name, "role": role, "shape": shape, "level": level,
-                    "bytes": count * 4 if all(s is not None for _, s in shape) else None})
+                    "bytes": count * width if all(s is not None for _, s in shape) else None})
+
+    def bytes_of(n):          # bytes per value of a loaded array (results are f32)
+        return BYTES[storage_dtype(g, n)] if n in loads else 4
+    operand_width = 4
 
     stream_extent = 0
     stream_names = []
@@ -73,9 +81,11 @@ def engine_buffers(plan, kp) -> list[dict] | None:
                     extent *= sizes[x]
                 stream_extent = max(stream_extent, extent)
         pt = ir.type_of(g, primary)
+        if operand_width == 4 and (primary in loads or secondary in loads):
+            operand_width = bytes_of(primary if primary in loads else secondary)
         if primary in loads and stream_axis not in pt.axes:
             add(ir.op(g, primary).name, "tensor core primary source",
-                [[f"w_{row}", row_tile]] + [[x, sizes[x]] for x in red], regs)
+                [[f"w_{row}", row_tile]] + [[x, sizes[x]] for x in red], regs, bytes_of(primary))
         elif primary not in loads:
             add(_name(g, primary), "processed values",
                 [[f"t_{row}", None], [f"u_{stream_axis}", k_frag]], regs)
@@ -84,7 +94,7 @@ def engine_buffers(plan, kp) -> list[dict] | None:
             other = [x for x in st.axes if x not in red and sizes[x] > 1]
             add(ir.op(g, secondary).name + "^T", "transposed",
                 [[x, sizes[x]] for x in red] + [[_lab(x, stream_axis), _ext(x, stream_axis, chunk, sizes)]
-                                                for x in other], smem)
+                                                for x in other], smem, bytes_of(secondary))
         free = [x for x in ir.type_of(g, c).axes if x != row and sizes[x] > 1]
         width = 1
         for x in free:
@@ -98,9 +108,10 @@ def engine_buffers(plan, kp) -> list[dict] | None:
                 + [[f"{x}'", n_frag] for x in free[-1:]], smem)
     if stream_names:
         add("/".join(dict.fromkeys(stream_names)), "stream",
-            [[f"s_{stream_axis}", chunk]] + _rest(kp, stream_axis, sizes, plan), smem)
-    add("F", "tensor core primary", [["m", m], ["k", k_frag]], regs)
-    add("G", "tensor core secondary", [["k", k_frag], ["n", n_frag]], regs)
+            [[f"s_{stream_axis}", chunk]] + _rest(kp, stream_axis, sizes, plan), smem,
+            max(bytes_of(n) for n in kp.kernel.loads if stream_axis in ir.type_of(g, n).axes))
+    add("F", "tensor core primary", [["m", m], ["k", k_frag]], regs, operand_width)
+    add("G", "tensor core secondary", [["k", k_frag], ["n", n_frag]], regs, operand_width)
     add("H", "tensor core accumulator", [["m", m], ["n", n_frag]], regs)
     for s, cn in kp.model.streaming.pairs:
         out_axes = [x for x in ir.type_of(g, cn).axes if x != row and sizes[x] > 1]

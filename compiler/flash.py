@@ -130,6 +130,15 @@ def registers(fm, chunk, site: FlashSite):
 def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
            fixed: dict) -> tuple[Choice, Cost] | None:
     """The fastest FlashAttention-2 tiling that fits, honouring block-level hints."""
+    found = candidate_set(sizes, s, fixed)
+    if found is None:
+        return None
+    return warps.cheapest(model, cols, target, sizes, *found)
+
+
+def candidate_set(sizes: dict, s: FlashSite, fixed: dict):
+    """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
+    or None."""
     hints = warps.block_hints(fixed, s.red, (s.row,), s.batch)
     if hints is None:
         return None
@@ -146,7 +155,7 @@ def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
     ones = tuple((a, 1) for a in s.batch)
     candidates = Choices(((s.row, bm),) + ones, (s.red, chunk), ((s.row, bm / wm),) + ones,
                          (), None, ((s.row, wm),))
-    return warps.cheapest(model, cols, target, sizes, candidates, (-bm, -chunk, wm))
+    return candidates, (-bm, -chunk, wm)
 
 
 __all__ = ["FlashSite", "examine", "search", "registers"]

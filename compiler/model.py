@@ -41,6 +41,8 @@ class Array:
     slots: int = 1            # accumulator state slots (online softmax: m, l + the output)
     passes: int = 1           # loads: how many passes stream it in
     streamed: bool = False    # has the streamed axis (resident one chunk at a time)
+    used_over: tuple[str, ...] = ()   # loads: the axes the ops reading it iterate over (a
+                                      # load is read again only along a walk of one of these)
 
     @property
     def invariant(self) -> bool:
@@ -56,6 +58,8 @@ class Work:
     engine: str               # "contraction" (may use tensor cores) or "simt"
     dtype: str                # operand storage dtype, for the engine's rate
     times: int = 1            # recomputed in several passes
+    op: str = ""              # what it is, for the instruction table (compiler/issue.py):
+                              # contract, softmax, a Map's fn, a Reduce's fn
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,8 @@ class Model:
     woven: tuple[str, ...]
     reduced: tuple[str, ...]
     axes: tuple[str, ...]
+    mask: tuple | None = None   # the condition hiding whole chunks from the streamed
+                                # reductions (masking.py's expression), None: no such mask
 
 
 def array_name(g: nx.DiGraph, n: int) -> str:
@@ -114,7 +120,8 @@ def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
             continue  # only seen through views: counted there
         streamed = axis is not None and axis in t.axes
         arrays.append(Array(n, array_name(g, n), "load", t.axes, BYTES[storage_dtype(g, n)],
-                            passes=max(1, load_passes[n]) if streamed else 1, streamed=streamed))
+                            passes=max(1, load_passes[n]) if streamed else 1, streamed=streamed,
+                            used_over=_used_over(g, n, members)))
     reducers = st.reducer_pass()
     pairs = dict(st.pairs)
     stats = dict(st.stats)
@@ -130,7 +137,8 @@ def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
             if base in k.loads:   # the same global array seen along other axes: loaded again
                 arrays.append(Array(n, array_name(g, base) + "[" + " ".join(op.labels) + "]",
                                     "load", t.axes, BYTES[storage_dtype(g, base)],
-                                    streamed=axis is not None and axis in t.axes))
+                                    streamed=axis is not None and axis in t.axes,
+                                    used_over=_used_over(g, n, members)))
             continue
         streamed = axis is not None and axis in t.axes
         if n in pairs.values():   # online softmax: the rescaled output, and (m, l) per row
@@ -153,7 +161,34 @@ def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
                             streamed=axis is not None and axis in t.axes))
     times = {n: max(1, sum(n in p for p in st.per_chunk)) for n in k.nodes}
     work = [w for n in k.nodes for w in _work(g, n, times.get(n, 1) if axis else 1)]
-    return Model(k, st, tuple(arrays), tuple(work), k.woven(g), k.reduced(g), k.axes(g))
+    from .masking import chunk_mask
+    return Model(k, st, tuple(arrays), tuple(work), k.woven(g), k.reduced(g), k.axes(g),
+                 chunk_mask(g, st) if axis is not None else None)
+
+
+def _used_over(g: nx.DiGraph, n: int, members: set) -> tuple[str, ...]:
+    """The axes the kernel's ops reading load `n` iterate over (through names): a contraction
+    its operands' axes, a reduction its input's, anything else its result's."""
+    out: dict = {}
+    todo, seen = [n], set()
+    while todo:
+        m = todo.pop()
+        for v in g.successors(m):
+            if v not in members or v in seen:
+                continue
+            seen.add(v)
+            op = ir.op(g, v)
+            if isinstance(op, ir.Assign):
+                todo.append(v)
+                continue
+            if isinstance(op, ir.Contract):
+                axes = [a for x in ir.operands(g, v) for a in ir.type_of(g, x).axes]
+            elif isinstance(op, (ir.Reduce, ir.Softmax)):
+                axes = list(ir.type_of(g, m).axes)
+            else:
+                axes = list(ir.type_of(g, v).axes)
+            out.update(dict.fromkeys(axes))
+    return tuple(out)
 
 
 def _view_base(g: nx.DiGraph, n: int) -> int:
@@ -178,12 +213,17 @@ def _work(g: nx.DiGraph, n: int, times: int) -> list[Work]:
     if isinstance(op, ir.Contract):
         axes = tuple(dict.fromkeys(a for m in args for a in ir.type_of(g, m).axes))
         dtype = _operand_dtype(g, args)
-        return [Work(n, axes, 2, "contraction", dtype, times)]
+        return [Work(n, axes, 2, "contraction", dtype, times, "contract")]
     if isinstance(op, (ir.Reduce, ir.Softmax)):
         per = 5 if isinstance(op, ir.Softmax) or op.fn in ("logsumexp", "var") else 1
-        return [Work(n, ir.type_of(g, args[0]).axes, per, "simt", "f32", times)]
+        what = "softmax" if isinstance(op, ir.Softmax) else op.fn
+        return [Work(n, ir.type_of(g, args[0]).axes, per, "simt", "f32", times, what)]
     if isinstance(op, ir.Map):
-        return [Work(n, ir.type_of(g, n).axes, ELEMENT_FLOPS.get(op.fn, 1), "simt", "f32", times)]
+        fn = op.fn
+        if fn == "div" and is_free(g, args[1]) and not ir.type_of(g, args[1]).axes:
+            fn = "mul"        # by a constant (a scale): the compiler multiplies by its inverse
+        return [Work(n, ir.type_of(g, n).axes, ELEMENT_FLOPS.get(fn, 1), "simt", "f32", times,
+                     fn)]
     return []
 
 

@@ -20,7 +20,8 @@ import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
 from . import ir
-from .cost import PIPELINE, Choice, covered, resident
+from .cost import Choice, covered, resident
+from .memory import PIPELINE
 from .model import Model
 from .target import Target
 from .tensorcore import FlashSite, Site, examine

@@ -54,6 +54,9 @@ class Target:
     compute: tuple[tuple[str, float], ...]   # (rate name, FLOP/s)
     levels: tuple[Level, ...]
     engines: tuple[Engine, ...] = ()
+    per_clock: tuple[tuple[str, float], ...] = ()   # [issue]: per SM per clock (instructions)
+    l2_bytes: float = 0.0        # [l2]: capacity (0: no L2 modelled)
+    l2_bandwidth: float = 0.0    # [l2]: bytes/s from L2 into the SMs
 
     def level(self, name: str) -> Level:
         for lv in self.levels:
@@ -63,6 +66,11 @@ class Target:
 
     def rate(self, name: str) -> float | None:
         return dict(self.compute).get(name)
+
+    def per_second(self, name: str) -> float | None:
+        """An [issue] throughput (per SM per clock) over the whole GPU, per second."""
+        per = dict(self.per_clock).get(name)
+        return per * self.processors * self.clock_hz if per and self.processors else None
 
     @property
     def level_names(self) -> tuple[str, ...]:
@@ -109,7 +117,10 @@ def load(spec: str | None = None) -> Target:
         registers_per_processor=int(data["registers_per_processor"]),
         coalescing_bytes=int(data["coalescing_bytes"]),
         compute=tuple(sorted((k, float(v)) for k, v in data["compute"].items())),
-        levels=tuple(levels), engines=engines)
+        levels=tuple(levels), engines=engines,
+        per_clock=tuple(sorted((k, float(v)) for k, v in data.get("issue", {}).items())),
+        l2_bytes=float(data.get("l2", {}).get("capacity_bytes", 0)),
+        l2_bandwidth=float(data.get("l2", {}).get("bandwidth", 0)))
 
 
 def _params(spec: str, params: str):

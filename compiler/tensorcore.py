@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import flash, ir, warps
-from .cost import ROW_PAD as PAD
-from .cost import Choice, Choices, Cost
+from .memory import ROW_PAD as PAD
+from .cost import Choice, Choices, Cost, evaluate, fits
 from .flash import FlashSite
 from .model import Model, kernel_model, storage_dtype
 from .target import Target
@@ -152,6 +152,37 @@ def warp_tile(choice: Choice, site_: Site, sizes: dict) -> tuple[int, int, int, 
 def search(model: Model, cols, target: Target, sizes: dict, s: Site,
            fixed: dict) -> tuple[Choice, Cost] | None:
     """The fastest tensor-core tiling of the kernel that fits, honouring block-level hints."""
+    found = candidate_set(sizes, s, fixed)
+    if found is None:
+        return None
+    return warps.cheapest(model, cols, target, sizes, *found)
+
+
+def ranked(model: Model, cols, target: Target, sizes: dict, where, count: int = 8,
+           fixed: dict | None = None) -> list[tuple[Choice, Cost]]:
+    """The `count` fastest tilings that fit, fastest first, as the search costs them (what
+    benchmarks/gpu_check.py times to check the model's ranking)."""
+    module = flash if isinstance(where, FlashSite) else None
+    found = (module.candidate_set if module else candidate_set)(sizes, where, fixed or {})
+    if found is None:
+        return []
+    candidates, _ = found
+    cost = evaluate(model, cols, candidates, sizes, target)
+    time = np.broadcast_to(np.where(fits(cost), cost.time, np.inf), candidates.shape).ravel()
+    out = []
+    for i in np.argsort(time, kind="stable")[:count]:
+        if not np.isfinite(time[i]):
+            break
+        one = candidates.at(int(i))
+        w = dict(one.warps)
+        out.append((warps.tiled_choice(dict(one.group), sizes, one.stream, dict(one.thread), w,
+                                       tuple(w)), cost.at(int(i), candidates.shape)))
+    return out
+
+
+def candidate_set(sizes: dict, s: Site, fixed: dict):
+    """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
+    or None."""
     hints = warps.block_hints(fixed, s.red, (s.row, s.col), s.batch)
     if hints is None:
         return None
@@ -167,7 +198,7 @@ def search(model: Model, cols, target: Target, sizes: dict, s: Site,
     candidates = Choices(((s.row, bm), (s.col, bn)) + ones, (s.red, bk),
                          ((s.row, bm / wm), (s.col, bn / wn)) + ones, (), None,
                          ((s.row, wm), (s.col, wn)))
-    return warps.cheapest(model, cols, target, sizes, candidates, (-(bm * bn), bk, wm * wn))
+    return candidates, (-(bm * bn), bk, wm * wn)
 
 
 def _candidates(sizes: dict, s: Site) -> np.ndarray:
@@ -178,4 +209,5 @@ def _candidates(sizes: dict, s: Site) -> np.ndarray:
 
 
 __all__ = ["Site", "FlashSite", "site", "examine", "best_site", "search_site", "has_mma", "search",
+           "ranked",
            "warp_tile", "FRAGMENT", "PAD"]

@@ -70,3 +70,12 @@ def attach_resources(rep: dict, p, options) -> None:
                           "spill_stores": r["spill_stores"], "spill_loads": r["spill_loads"],
                           "stack_bytes": r["stack_bytes"],
                           "smem_bytes": r["smem_bytes"] + kp.smem_bytes(sizes)}
+        k["resources"].update(recheck(p, k, r["registers"]))
+
+
+def recheck(p, k: dict, registers: int) -> dict:
+    """The plan's occupancy re-checked with ptxas's registers in place of the estimate."""
+    from ..compiler.occupancy import LIMITS, blocks_per_sm
+    smem = k["levels"][0]["M_bytes"] if p.target.processors else 0
+    per_sm, which = blocks_per_sm(p.target, smem, k["threads_per_block"], registers)
+    return {"blocks_per_sm": int(per_sm), "occupancy_limit": LIMITS[int(which)]}

@@ -113,3 +113,11 @@ def test_every_library_diagram_plans_on_every_target(name, target):
 def test_explain_shows_ptxas_beside_the_plan(capsys):
     status, out, _ = run_cli(capsys, "explain", "softmax", "--shape", "r=4096,c=4096", "--arch", "sm_80")
     assert status == 0 and "ptxas (sm_80):" in out and "0 bytes of spills" in out
+    # the occupancy re-checked with ptxas's registers: at most 32 blocks of 32 threads here,
+    # and never more than the register file holds
+    import re
+    found = re.search(r"ptxas \(sm_80\): (\d+) registers.*\n.*with ptxas's registers: (\d+) "
+                      r"block\(s\) per SM limited by (\w+)", out)
+    assert found, out
+    registers, blocks = int(found.group(1)), int(found.group(2))
+    assert 1 <= blocks <= 32 and blocks * 32 * -(-registers // 8) * 8 <= 65536

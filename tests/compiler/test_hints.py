@@ -61,7 +61,7 @@ def test_contradicting_hints_are_an_error_at_a_hint():
 
 def test_hints_too_large_together_suggest_sizes_that_fit_together():
     d, line = hinted("group q by 1000 at registers", "group h by 1000 at registers")
-    e = errors_of(d, {**SHAPE, "h": 300, "q": 137})
+    e = errors_of(d, {**SHAPE, "h": 300, "q": 157})
     assert e.code == "N0603" and e.span.line == line
     assert "`group q by" in e.help and "and `group h by" in e.help and "would fit" in e.help
     # the sizes it suggests do fit
@@ -69,7 +69,7 @@ def test_hints_too_large_together_suggest_sizes_that_fit_together():
                  e.help.replace("`", "").replace(" at registers", "").replace("group ", "")
                  .split(" (or less)")[0].split(" and "))
     fixed, _ = hinted(*(f"group {a} by {n} at registers" for a, n in sizes.items()))
-    plan(fixed, "h100", {**SHAPE, "h": 300, "q": 137})
+    plan(fixed, "h100", {**SHAPE, "h": 300, "q": 157})
 
 
 def test_a_thread_tile_hint_fixes_its_axis_only():

@@ -231,13 +231,17 @@ SEED_TABLE = {   # the seed's table: role -> (shape as (label, size), location)
 }
 
 
-def test_the_seed_table_on_the_toy_hopper(capsys):
+@pytest.mark.parametrize("shape", [["--shape", "b=1,h=1,q=4096,x=4096"],
+                                   ["--shape", "b=3,h=5,q=4096,x=4096"],
+                                   []])      # the default planning sizes: b = h = 1024
+def test_the_seed_table_on_the_toy_hopper(capsys, shape):
+    """With or without batch axes: a batch axis grouped by 1 is in no buffer's shape."""
     import json
 
     from napkin.cli import main
     capsys.readouterr()
     status = main(["explain", "attention", "--target", "hopper-toy", "-D", "d=64", "--group", "q=32",
-                   "--stream", "x=16", "--shape", "b=1,h=1,q=4096,x=4096", "--json"])
+                   "--stream", "x=16", *shape, "--json"])
     assert status == 0
     (k,) = json.loads(capsys.readouterr().out)["kernels"]
     got = sorted((b["role"], [tuple(s) for s in b["shape"]], b["level"]) for b in k["buffers"])

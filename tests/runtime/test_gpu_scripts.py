@@ -54,3 +54,23 @@ def test_gpu_check_dry_run(tmp_path):
             assert res["spill_stores"] == 0
     assert {t["diagram"] for t in report["timings"]} == {"attention", "matmul"}
     assert all(t["status"] == "planned" and t["predicted_seconds"] > 0 for t in report["timings"])
+    # the ranking check: the model's top candidates and the chosen plan, each lowered
+    assert [r["diagram"] for r in report["ranking"]] == ["attention", "attention", "matmul"]
+    for r in report["ranking"]:
+        assert r["status"] == "planned", r
+        times = [c["predicted_seconds"] for c in r["candidates"]]
+        assert 8 <= len(times) <= 9 and sum(c["chosen"] for c in r["candidates"]) == 1
+        assert times[:8] == sorted(times[:8]) and min(times) == next(
+            c["predicted_seconds"] for c in r["candidates"] if c["chosen"])
+
+
+def test_kendall_tau_against_sign_matrices():
+    import numpy as np
+    tau = _gpu_check().kendall_tau
+    rng = np.random.default_rng(7)
+    for n in (2, 5, 9):
+        xs, ys = rng.random(n), rng.random(n)
+        sx, sy = np.sign(xs[:, None] - xs[None, :]), np.sign(ys[:, None] - ys[None, :])
+        expected = (sx * sy).sum() / (n * (n - 1))
+        assert abs(tau(list(xs), list(ys)) - expected) < 1e-12
+    assert tau([1, 2, 3], [1, 2, 3]) == 1.0 and tau([1, 2, 3], [3, 2, 1]) == -1.0

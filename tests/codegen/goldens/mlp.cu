@@ -263,66 +263,66 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const int org_0 = (int)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
     float acc[2][4][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (3072) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (5120) * 2 + 15) / 16 * 16));
     {
-      const int nlen = (int)((int)(n1) - (0) < 16 ? (int)(n1) - (0) : 16);
+      const int nlen = (int)((int)(n1) - (0) < 32 ? (int)(n1) - (0) : 32);
       if (n1 % 8 == 0) {
-        for (int e = tid; e < 128; e += 256) {
-          const int eo = e / 2;
-          const int ei = (e % 2) * 8;
-          napkin_cp_async_16((sm0 + 0 * 1536) + eo * 24 + ei, (org_0 + eo < n0 && ei < nlen) ? p0 + (((int)((org_0 + eo))) * (n1) + (((int)0 + ei))) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
-        }
-      } else {
-        for (int e = tid; e < 1024; e += 256) {
-          const int eo = e / 16;
-          const int ei = e % 16;
-          ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
-        }
-      }
-      if (n2 % 8 == 0) {
         for (int e = tid; e < 256; e += 256) {
-          const int eo = e / 16;
-          const int ei = (e % 16) * 8;
-          napkin_cp_async_16((sm1 + 0 * 2176) + eo * 136 + ei, (eo < nlen && org_1 + ei < n2) ? p1 + (((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          const int eo = e / 4;
+          const int ei = (e % 4) * 8;
+          napkin_cp_async_16((sm0 + 0 * 2560) + eo * 40 + ei, (org_0 + eo < n0 && ei < nlen) ? p0 + (((int)((org_0 + eo))) * (n1) + (((int)0 + ei))) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
         }
       } else {
         for (int e = tid; e < 2048; e += 256) {
+          const int eo = e / 32;
+          const int ei = e % 32;
+          ((sm0 + 0 * 2560) + eo * 40 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
+        }
+      }
+      if (n2 % 8 == 0) {
+        for (int e = tid; e < 512; e += 256) {
+          const int eo = e / 16;
+          const int ei = (e % 16) * 8;
+          napkin_cp_async_16((sm1 + 0 * 4352) + eo * 136 + ei, (eo < nlen && org_1 + ei < n2) ? p1 + (((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+        }
+      } else {
+        for (int e = tid; e < 4096; e += 256) {
           const int eo = e / 128;
           const int ei = e % 128;
-          ((sm1 + 0 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 0 * 4352) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
     }
     napkin_cp_async_commit();
     int stage = 0;
-    for (int c0 = (int)0; c0 < (int)(n1); c0 += 16) {
-      const int clen = (int)((int)(n1) - (c0) < 16 ? (int)(n1) - (c0) : 16);
-      if (c0 + 16 < (int)(n1)) {
-        const int nlen = (int)((int)(n1) - (c0 + 16) < 16 ? (int)(n1) - (c0 + 16) : 16);
+    for (int c0 = (int)0; c0 < (int)(n1); c0 += 32) {
+      const int clen = (int)((int)(n1) - (c0) < 32 ? (int)(n1) - (c0) : 32);
+      if (c0 + 32 < (int)(n1)) {
+        const int nlen = (int)((int)(n1) - (c0 + 32) < 32 ? (int)(n1) - (c0 + 32) : 32);
         if (n1 % 8 == 0) {
-          for (int e = tid; e < 128; e += 256) {
-            const int eo = e / 2;
-            const int ei = (e % 2) * 8;
-            napkin_cp_async_16((sm0 + (stage ^ 1) * 1536) + eo * 24 + ei, (org_0 + eo < n0 && ei < nlen) ? p0 + (((int)((org_0 + eo))) * (n1) + ((c0 + 16 + ei))) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
-          }
-        } else {
-          for (int e = tid; e < 1024; e += 256) {
-            const int eo = e / 16;
-            const int ei = e % 16;
-            ((sm0 + (stage ^ 1) * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
-          }
-        }
-        if (n2 % 8 == 0) {
           for (int e = tid; e < 256; e += 256) {
-            const int eo = e / 16;
-            const int ei = (e % 16) * 8;
-            napkin_cp_async_16((sm1 + (stage ^ 1) * 2176) + eo * 136 + ei, (eo < nlen && org_1 + ei < n2) ? p1 + (((int)((c0 + 16 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            const int eo = e / 4;
+            const int ei = (e % 4) * 8;
+            napkin_cp_async_16((sm0 + (stage ^ 1) * 2560) + eo * 40 + ei, (org_0 + eo < n0 && ei < nlen) ? p0 + (((int)((org_0 + eo))) * (n1) + ((c0 + 32 + ei))) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         } else {
           for (int e = tid; e < 2048; e += 256) {
+            const int eo = e / 32;
+            const int ei = e % 32;
+            ((sm0 + (stage ^ 1) * 2560) + eo * 40 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
+          }
+        }
+        if (n2 % 8 == 0) {
+          for (int e = tid; e < 512; e += 256) {
+            const int eo = e / 16;
+            const int ei = (e % 16) * 8;
+            napkin_cp_async_16((sm1 + (stage ^ 1) * 4352) + eo * 136 + ei, (eo < nlen && org_1 + ei < n2) ? p1 + (((int)((c0 + 32 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          }
+        } else {
+          for (int e = tid; e < 4096; e += 256) {
             const int eo = e / 128;
             const int ei = e % 128;
-            ((sm1 + (stage ^ 1) * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm1 + (stage ^ 1) * 4352) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
       }
@@ -330,16 +330,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       napkin_cp_async_wait<1>();
       __syncthreads();
       #pragma unroll
-      for (int kk = 0; kk < 1; ++kk) {
+      for (int kk = 0; kk < 2; ++kk) {
         unsigned fa[2][4];
         unsigned fb[4][2];
         #pragma unroll
         for (int i0 = 0; i0 < 2; ++i0) {
-          napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 32 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+          napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 2560) + (wr * 32 + i0 * 16 + lane % 16) * 40 + kk * 16 + (lane / 16) * 8);
         }
         #pragma unroll
         for (int i1 = 0; i1 < 4; ++i1) {
-          napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + i1 * 8);
+          napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 4352) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + i1 * 8);
         }
         #pragma unroll
         for (int i0 = 0; i0 < 2; ++i0) {
@@ -714,148 +714,148 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k1(
     for (int z = 0; z < 1; ++z) {
       st63[z] = 0.0f;
     }
-    for (int c0 = (int)0; c0 < (int)(n2); c0 += 8) {
-      const int clen = (int)((int)(n2) - c0 < 8 ? (int)(n2) - c0 : 8);
+    for (int c0 = (int)0; c0 < (int)(n2); c0 += 256) {
+      const int clen = (int)((int)(n2) - c0 < 256 ? (int)(n2) - c0 : 256);
       __syncthreads();
       __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-      for (int e = tid; e < (8) * (64); e += 128) {
-        sm0[e] = ((org_1 + ((e) % (64))) < n3 && ((((e) / (64))) % (8)) < clen && (c0 + ((((e) / (64))) % (8))) < n2) ? p0[((int)((c0 + ((((e) / (64))) % (8))))) * (n3) + ((org_1 + ((e) % (64))))] : napkin_from_float<__half>(0.0f);
+      for (int e = tid; e < (256) * (64); e += 128) {
+        sm0[e] = ((org_1 + ((e) % (64))) < n3 && ((((e) / (64))) % (256)) < clen && (c0 + ((((e) / (64))) % (256))) < n2) ? p0[((int)((c0 + ((((e) / (64))) % (256))))) * (n3) + ((org_1 + ((e) % (64))))] : napkin_from_float<__half>(0.0f);
       }
-      float* sm1 = reinterpret_cast<float*>(smem + (((0) + ((8) * (64)) * 2 + 15) / 16 * 16));
-      for (int e = tid; e < (64) * (8); e += 128) {
-        sm1[e] = (((e) % (8)) < clen && (c0 + ((e) % (8))) < n2 && (org_0 + ((((e) / (8))) % (64))) < n0) ? p1[((int)((org_0 + ((((e) / (8))) % (64))))) * (n2) + ((c0 + ((e) % (8))))] : napkin_from_float<float>(0.0f);
+      float* sm1 = reinterpret_cast<float*>(smem + (((0) + ((256) * (64)) * 2 + 15) / 16 * 16));
+      for (int e = tid; e < (64) * (256); e += 128) {
+        sm1[e] = (((e) % (256)) < clen && (c0 + ((e) % (256))) < n2 && (org_0 + ((((e) / (256))) % (64))) < n0) ? p1[((int)((org_0 + ((((e) / (256))) % (64))))) * (n2) + ((c0 + ((e) % (256))))] : napkin_from_float<float>(0.0f);
       }
       __syncthreads();
       for (int xl = lane; xl < clen; xl += 2) {
         const int xg = c0 + xl;
 #line 9 "napkin-diagram"
-        st0[0] = st0[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
+        st0[0] = st0[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st1[0] = st1[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
+        st1[0] = st1[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st2[0] = st2[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
+        st2[0] = st2[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st3[0] = st3[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
+        st3[0] = st3[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st4[0] = st4[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
+        st4[0] = st4[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st5[0] = st5[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
+        st5[0] = st5[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st6[0] = st6[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
+        st6[0] = st6[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st7[0] = st7[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
+        st7[0] = st7[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st8[0] = st8[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
+        st8[0] = st8[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st9[0] = st9[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
+        st9[0] = st9[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st10[0] = st10[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
+        st10[0] = st10[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st11[0] = st11[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
+        st11[0] = st11[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st12[0] = st12[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
+        st12[0] = st12[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st13[0] = st13[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
+        st13[0] = st13[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st14[0] = st14[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
+        st14[0] = st14[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st15[0] = st15[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
+        st15[0] = st15[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st16[0] = st16[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
+        st16[0] = st16[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st17[0] = st17[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
+        st17[0] = st17[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st18[0] = st18[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
+        st18[0] = st18[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st19[0] = st19[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
+        st19[0] = st19[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st20[0] = st20[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
+        st20[0] = st20[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st21[0] = st21[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
+        st21[0] = st21[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st22[0] = st22[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
+        st22[0] = st22[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st23[0] = st23[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
+        st23[0] = st23[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st24[0] = st24[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
+        st24[0] = st24[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st25[0] = st25[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
+        st25[0] = st25[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st26[0] = st26[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
+        st26[0] = st26[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st27[0] = st27[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
+        st27[0] = st27[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st28[0] = st28[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
+        st28[0] = st28[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st29[0] = st29[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
+        st29[0] = st29[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st30[0] = st30[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
+        st30[0] = st30[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st31[0] = st31[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
+        st31[0] = st31[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st32[0] = st32[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
+        st32[0] = st32[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st33[0] = st33[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
+        st33[0] = st33[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st34[0] = st34[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
+        st34[0] = st34[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st35[0] = st35[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
+        st35[0] = st35[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st36[0] = st36[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
+        st36[0] = st36[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st37[0] = st37[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
+        st37[0] = st37[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st38[0] = st38[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
+        st38[0] = st38[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st39[0] = st39[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
+        st39[0] = st39[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st40[0] = st40[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
+        st40[0] = st40[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st41[0] = st41[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
+        st41[0] = st41[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st42[0] = st42[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
+        st42[0] = st42[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st43[0] = st43[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
+        st43[0] = st43[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st44[0] = st44[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
+        st44[0] = st44[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st45[0] = st45[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
+        st45[0] = st45[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st46[0] = st46[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
+        st46[0] = st46[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st47[0] = st47[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
+        st47[0] = st47[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st48[0] = st48[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
+        st48[0] = st48[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st49[0] = st49[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
+        st49[0] = st49[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st50[0] = st50[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
+        st50[0] = st50[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st51[0] = st51[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
+        st51[0] = st51[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st52[0] = st52[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
+        st52[0] = st52[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st53[0] = st53[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
+        st53[0] = st53[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st54[0] = st54[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
+        st54[0] = st54[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st55[0] = st55[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
+        st55[0] = st55[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st56[0] = st56[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
+        st56[0] = st56[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st57[0] = st57[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
+        st57[0] = st57[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st58[0] = st58[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
+        st58[0] = st58[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st59[0] = st59[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
+        st59[0] = st59[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st60[0] = st60[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
+        st60[0] = st60[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st61[0] = st61[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
+        st61[0] = st61[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st62[0] = st62[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
+        st62[0] = st62[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
 #line 9 "napkin-diagram"
-        st63[0] = st63[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (8) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
+        st63[0] = st63[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
       }
     }
     for (int off = 1; off > 0; off /= 2) {

@@ -1,0 +1,214 @@
+"""The cost model beside published measurements and beside the SASS of napkin's own kernels.
+
+    python benchmarks/model_check.py [--targets h100,h200] [--sass] [--registers] [--json FILE]
+
+For attention (d = 64 and 128, N = 512 .. 16k with b * N = 16k and h * d = 2048, as in
+the FlashAttention-3 paper's benchmark; causal and not; f16) and matmul (4096^3, 8192^3)
+it prints, per target, the plan's predicted time and TFLOP/s (FlashAttention's count:
+4 b h N^2 d, halved when causal; 2 m k n), the bound it hit, registers and blocks per SM
+and what limits them, and, on h100, the published figures beside it (no GPU: every
+number is labelled `model`, `static` (from the cubin) or `published`).
+
+--sass adds, per kernel, an issue-slot estimate from the SASS of napkin's own cubin
+(NVRTC and cuobjdump, no GPU): the warp instructions of the main loop
+(runtime/mainloop.py), counted statically (every path of the body once), times the chunks
+and warps the plan launches, over the schedulers' issue rate; beside it the model's own
+issue-slot term. It is a check of self-consistency, not a measurement: calibration
+against measured times needs a GPU (benchmarks/gpu_check.py).
+
+--registers prints ptxas's registers per thread beside occupancy.py's estimate for every
+library kernel (the evidence the estimate was fitted to).
+
+Published figures (forward pass, f16, non-causal, H100 80GB SXM5, TFLOP/s; read off the
+bar labels of Figure 5 of Shah et al., "FlashAttention-3: Fast and Accurate Attention
+with Asynchrony and Low-precision", 2024, arXiv:2407.08608; the same setup: b * N = 16k,
+h * d = 2048). cuBLAS f16 GEMM on H100 SXM5: about 750 TFLOP/s at 8192^3 is the commonly
+reported figure (not from a paper table: marked approximate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import sys
+
+SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+PUBLISHED = {   # (d, N): {source: TFLOP/s}, FlashAttention-3 paper Figure 5 (non-causal)
+    64: {"FA2": (282, 306, 318, 321, 322, 324), "cuDNN": (335, 373, 395, 408, 412, 413),
+         "FA3": (333, 392, 460, 476, 496, 497)},
+    128: {"FA2": (309, 350, 362, 368, 370, 370), "cuDNN": (497, 574, 617, 609, 600, 595),
+          "FA3": (467, 565, 625, 638, 646, 648)},
+}
+CUBLAS_APPROX = {8192: 750}      # approximate, see the module docstring
+
+
+def attention_shapes():
+    for d in (64, 128):
+        for n in SEQ:
+            yield d, n, {"b": 16384 // n, "h": 2048 // d, "q": n, "x": n}
+
+
+def rows(targets: list[str], sass: bool) -> list[dict]:
+    import napkin
+    from napkin.compiler.plan import plan
+    out = []
+    for tname in targets:
+        for causal in (False, True):
+            for i, (d, n, shape) in enumerate(attention_shapes()):
+                name = "causal_attention" if causal else "attention"
+                p = plan(napkin.load(name, d=d), tname, shape)
+                flops = 4 * shape["b"] * shape["h"] * n * n * d / (2 if causal else 1)
+                row = _row(p, f"attention d={d} N={n}{' causal' if causal else ''}", flops)
+                if tname == "h100" and not causal:
+                    row["published"] = {k: v[SEQ.index(n)] for k, v in PUBLISHED[d].items()}
+                if sass:
+                    row.update(_sass(p))
+                out.append(row)
+        for m in (4096, 8192):
+            p = plan(napkin.load("matmul"), tname, {"m": m, "k": m, "n": m})
+            row = _row(p, f"matmul {m}^3", 2.0 * m ** 3)
+            if tname == "h100" and m in CUBLAS_APPROX:
+                row["published"] = {"cuBLAS (approx.)": CUBLAS_APPROX[m]}
+            if sass:
+                row.update(_sass(p))
+            out.append(row)
+    return out
+
+
+def _row(p, label: str, flops: float) -> dict:
+    kp = max(p.kernels, key=lambda k: k.cost.time)
+    time = p.time
+    return {"target": p.target.name, "case": label, "engine": kp.schedule.engine,
+            "model_seconds": time, "model_tflops": flops / time / 1e12,
+            "bound": kp.cost.bound, "registers_model": kp.cost.registers,
+            "blocks_per_sm": kp.cost.blocks_per_sm, "limit": kp.cost.occupancy_limit,
+            "model_issue_seconds": dict(kp.cost.compute_parts).get("issue"),
+            "model_compute_seconds": kp.cost.compute_time}
+
+
+def loop_counts(sass_text: str) -> collections.Counter:
+    """Instruction classes of the main loop, the loop over whole chunks (runtime/mainloop.py's
+    rule, issue 14's): tensor (HMMA), fp32 (the FP32 pipe, with F2FP packing), mufu, and
+    every counted instruction."""
+    from napkin.runtime import mainloop
+    loop = mainloop.main_loop(sass_text)
+    if loop is None:
+        return collections.Counter()
+    counts = loop.counts()
+    packs = sum(1 for i in loop.instructions if i.opcode.startswith("F2FP"))
+    return collections.Counter({"tensor": counts["mma"], "fp32": counts["fp32"] + packs,
+                                "mufu": counts["mufu"], "all": len(loop.instructions)})
+
+
+def _sass(p) -> dict:
+    """The static issue-slot estimate of the plan's slowest kernel (see the docstring)."""
+    from napkin import pipeline
+    from napkin.runtime import sass
+    options = pipeline.Options.make(target=p.target.name)
+    made = pipeline.through(p, "plan", "binary", options)
+    binary = made["binary"]
+    counts = loop_counts(sass.disassemble(binary.cubin))
+    kp = max(p.kernels, key=lambda k: k.cost.time)
+    sched = kp.schedule
+    chunks = math.ceil(p.sizes[sched.stream[0]] / sched.stream[1]) if sched.stream else 1
+    blocks = float(kp.cost.levels[1].units)
+    warps = math.ceil(sched.threads / 32)
+    per_loop = counts["all"]
+    rate = p.target.per_second("schedulers")
+    est = blocks * warps * chunks * per_loop / rate if rate else None
+    # the model's own counts per warp per chunk, from its compute terms (issue.py)
+    parts, tgt = dict(kp.cost.compute_parts), p.target
+    from napkin.compiler.masking import computed_fraction
+    computed = 1.0
+    if sched.stream:          # the model counts the chunks a mask lets the kernel compute
+        computed = computed_fraction(kp.model.mask, p.sizes,
+                                     {**dict(kp.choice.group), sched.stream[0]: sched.stream[1]})
+    loops = blocks * warps * chunks * computed
+    dtype = "bf16" if "bf16" in {w.dtype for w in kp.model.work} else "f16"
+    model = {"tensor": parts.get("tensor", 0) * (tgt.rate(f"tensor_{dtype}") or 0) / 4096 / loops,
+             "fp32": parts.get("fp32", 0) * tgt.per_second("fp32_lanes") / 32 / loops,
+             "mufu": parts.get("mufu", 0) * tgt.per_second("mufu_lanes") / 32 / loops,
+             "issue": parts.get("issue", 0) * rate / loops}
+    return {"static_loop_instructions": dict(counts), "static_issue_seconds": est,
+            "model_loop_instructions": model}
+
+
+def registers_table() -> list[dict]:
+    """ptxas's registers per thread beside the estimate, every library kernel on h100 at the
+    default sizes and at 4096."""
+    import napkin
+    from napkin import pipeline
+    from napkin.compiler.plan import plan
+    from napkin.diagrams.sources import library_names
+    out = []
+    options = pipeline.Options.make(target="h100")
+    for name in library_names():
+        d = napkin.load(name)
+        reps = sorted({i.rep for i in d.ir.graph["axes"].values() if i.size is None})
+        for shape in ({}, {a: 4096 for a in reps}):
+            p = plan(d, "h100", shape)
+            made = pipeline.through(p, "plan", "binary", options)
+            for kp, kk in zip(p.kernels, made["program"].kernels):
+                r = made["binary"].resources[kk.name]
+                out.append({"diagram": name, "shape": "default" if not shape else "4096",
+                            "kernel": kp.kernel.name, "engine": kp.schedule.engine,
+                            "threads": kp.schedule.threads, "ptxas": r["registers"],
+                            "spills": r["spill_stores"] + r["spill_loads"],
+                            "model": round(float(kp.cost.registers), 1)})
+    return out
+
+
+def _print(rows_: list[dict]) -> None:
+    print(f"{'target':6} {'case':30} {'engine':12} {'model us':>9} {'model TF/s':>10} "
+          f"{'bound':22} {'regs':>5} {'blk/SM':>6} {'limit':13} {'published TF/s':24} "
+          f"{'static/model issue':>18}")
+    for r in rows_:
+        pub = " ".join(f"{k} {v}" for k, v in r.get("published", {}).items())
+        ratio = ""
+        if r.get("static_issue_seconds") and r.get("model_issue_seconds"):
+            ratio = f"{r['static_issue_seconds'] / r['model_issue_seconds']:.2f}"
+        regs = "" if r["registers_model"] is None else f"{r['registers_model']:.0f}"
+        print(f"{r['target']:6} {r['case']:30} {r['engine'][:12]:12} "
+              f"{r['model_seconds'] * 1e6:9.1f} {r['model_tflops']:10.0f} {r['bound'][:22]:22} "
+              f"{regs:>5} {r['blocks_per_sm']:6.0f} {r['limit']:13} {pub:24} {ratio:>18}")
+    print("model: napkin's cost model; published: measured, cited in the docstring; "
+          "static: from the cubin's SASS without running it")
+    sassed = [r for r in rows_ if r.get("static_loop_instructions")]
+    if sassed:
+        print("\nper warp per chunk (main loop): static SASS vs model, by class "
+              "(tensor = HMMA, fp32 and mufu per lane, all = every warp instruction)")
+        for r in sassed:
+            st, mo = r["static_loop_instructions"], r["model_loop_instructions"]
+            cells = []
+            for k in ("tensor", "fp32", "mufu"):
+                cells.append(f"{k} {st.get(k, 0)}/{mo[k]:.0f}")
+            cells.append(f"all {st.get('all', 0)}/{mo['issue']:.0f}")
+            print(f"  {r['target']:6} {r['case']:30} " + "  ".join(cells))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--targets", default="h100,h200")
+    ap.add_argument("--sass", action="store_true", help="static SASS issue-slot estimates")
+    ap.add_argument("--registers", action="store_true", help="ptxas registers vs the estimate")
+    ap.add_argument("--json", help="also write the rows as JSON to this file")
+    args = ap.parse_args(argv)
+    if args.registers:
+        table = registers_table()
+        for r in table:
+            print(f"{r['diagram']:16} {r['shape']:8} {r['kernel']:4} {r['engine']:20} "
+                  f"threads {r['threads']:4}  ptxas {r['ptxas']:3} (static)  "
+                  f"model {r['model']:6.1f}  spills {r['spills']}")
+        return 0
+    found = rows(args.targets.split(","), args.sass)
+    _print(found)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(found, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

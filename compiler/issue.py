@@ -1,0 +1,158 @@
+"""Compute time from what the kernel issues: instructions per element per engine, issue slots.
+
+Each op of a kernel costs, per element it computes, lane-instructions of three classes
+(the table below, counted from what the lowering emits: `codegen/cexpr.py`,
+`codegen/accum.py`, `codegen/scalar.py`, `codegen/flash.py`, `codegen/mma.py`):
+
+- `fp32`: FADD/FMUL/FFMA/FMNMX/FSEL/FSETP (the FP32 pipe),
+- `mufu`: MUFU.EX2/LG2/RSQ/RCP/TANH (the special-function unit, 16 lanes/clock/SM),
+- `other`: integer and address arithmetic, conversions, moves, predicates.
+
+A tensor-core kernel issues its products as HMMA (one per 16x8x16 fragment product) and
+its shared-memory reads as LDSM (one per 512 bytes a warp reads); a CUDA-core kernel reads
+its operands with one LDS lane per 4-byte value the register level moves (the model's
+register-level H). Every chunk costs each warp a fixed loop overhead (barriers, cp.async
+commit and wait, the loop and its pointers) and every copy into shared memory its address
+arithmetic. What shares the warp schedulers' issue slots adds up; each pipe (tensor, FP32,
+MUFU) is also a limit of its own; compute time is the largest of these (the rates per SM
+per clock are in the target's `[issue]` table, the tensor rate in `[compute]`).
+
+The table is static evidence: `benchmarks/model_check.py` compares it with the SASS of
+napkin's own cubins (cuobjdump, no GPU). Calibrate against measured times on a GPU
+(`benchmarks/gpu_check.py`).
+"""
+
+from __future__ import annotations
+
+from .choices import NUMBERS, prod, total
+from .target import Target
+
+WARP = 32
+HMMA_FLOPS = 2 * 16 * 8 * 16       # one mma.sync.m16n8k16
+LDSM_BYTES = 512                   # ldmatrix.x4: 32 lanes x 16 bytes
+ITERATION = 12                     # warp instructions per warp per chunk: 2 barriers,
+                                   # cp.async commit and wait, loop test and branch, pointers
+# lane instructions per copy into shared memory, and the bytes one copies. A tensor-core
+# tile's cp.async of 16 B (codegen/mma.py): the element's row and column from its index,
+# two bounds tests, the source row times the stride in 64 bits, two selects (address and
+# size), the padded destination, the LDGSTS: about 15. A CUDA-core element: address, bound,
+# LDG and STS: about 6.
+COPY = {True: 15, False: 6}
+COPY_BYTES = {True: 16, False: 4}
+
+# lane instructions per element: (fp32, mufu, other). expf is IEEE (no fast math): range
+# reduction by FFMA, MUFU.EX2, the exponent by integer ops; division is MUFU.RCP and a
+# Newton step with its check.
+INSTRUCTIONS = {
+    "contract": (1, 0, 0.5), "add": (1, 0, 0), "sub": (1, 0, 0), "mul": (1, 0, 0),
+    "neg": (1, 0, 0), "max": (1, 0, 0.5), "min": (1, 0, 0.5), "where": (1, 0, 0),
+    "lt": (1, 0, 0), "le": (1, 0, 0), "gt": (1, 0, 0), "ge": (1, 0, 0), "eq": (1, 0, 0),
+    "and": (0, 0, 1), "or": (0, 0, 1), "not": (0, 0, 1), "abs": (1, 0, 0),
+    "div": (6, 1, 1), "exp": (6, 1, 2), "exp2": (2, 1, 0), "log": (8, 1, 2),
+    "log2": (3, 1, 1), "sqrt": (4, 1, 1), "rsqrt": (2, 1, 0), "tanh": (10, 1, 2),
+    "sigmoid": (8, 2, 2), "silu": (9, 2, 2), "gelu": (18, 2, 2),
+    "sum": (1, 0, 0.5), "mean": (2, 0, 0.5), "var": (4, 0, 1), "logsumexp": (10, 2, 2),
+    # online softmax on CUDA cores per score: max, two rescaling exps, the sum
+    "softmax": (16, 2, 4),
+}
+DEFAULT = (1, 0, 0)
+# FlashAttention-2 on tensor cores (the softmax on C fragments in base 2: FMNMX, FFMA and
+# MUFU.EX2, the row sums, packing P to 16 bits; per chunk, the rescale of the O fragments
+# and each row's rescaling exps), fitted to the main loop of napkin's attention
+# (runtime/mainloop.py: the loop over whole chunks; sm_90; d 64 and 128, 16 or 32 rows and
+# 16 to 128 keys per warp; FP32 within 10%, MUFU exact): per lane and chunk, FP32 = 4.65 per
+# score + 1.65 per O element the lane holds, MUFU = 1 per score + 2 per 16 rows
+FLASH_SCORE = (3.65, 1.0, 0)       # per score, beside the scale's multiply (its own op)
+FLASH_RESCALE = 1.65               # FP32 per O element per chunk
+FLASH_ROW_EXPS = 2 / 16            # MUFU per row per lane per chunk (the warp's 32 lanes)
+# ... and the rest of that loop (integer and address arithmetic of the copies and of the
+# fragments' ldmatrix, LDSM and LDGSTS themselves, loop control), within 6%: per warp and
+# chunk 463 instructions + 1.32 per HMMA; this replaces COPY, ITERATION and the LDSM count
+FLASH_CHUNK = 463
+FLASH_PER_HMMA = 1.32
+
+
+def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, units: list,
+            warps_per_block, lane_share, fraction, symbolic: bool = False) -> dict:
+    """Seconds each compute limit takes: `issue` (every warp instruction), `tensor`, `fp32`,
+    `mufu` (their pipes). `H`: bytes into each level below the top, `units`: units of each,
+    `warps_per_block`: warps a block runs, `lane_share`: the share of their lanes with work,
+    `fraction`: the share of chunks computed (masked chunks skipped)."""
+    tensor = bool(choice.warps)
+    grouped = {a for a, _ in choice.group}
+    stream = choice.stream[0] if choice.stream else None
+    fp32, mufu, other, tensor_flops = [], [], [], []
+    for w in model.work:
+        points = prod(sizes[a] for a in w.axes)
+        redo = prod(sizes[a] / level1[a] for a in model.axes if a in grouped and a not in w.axes)
+        amount = points * redo * w.times
+        if stream in w.axes:
+            amount = amount * fraction
+        if tensor and w.engine == "contraction":
+            tensor_flops.append(amount * w.flops_per_point)
+            continue
+        per = INSTRUCTIONS.get(w.op, DEFAULT)
+        if tensor and model.streaming.pairs and w.op == "softmax":
+            per = FLASH_SCORE
+        fp32.append(amount * per[0])
+        mufu.append(amount * per[1])
+        other.append(amount * per[2])
+    chunks = 1
+    if stream is not None:
+        chunks = NUMBERS.ceil(sizes[stream] / choice.stream[1]) * model.streaming.passes
+    if tensor and model.streaming.pairs:      # per chunk computed: rescale O, rows' exps
+        rows, width = _flash_block(model, choice, sizes)
+        per_block = units[0] * chunks * fraction
+        fp32.append(per_block * rows * width * FLASH_RESCALE)
+        mufu.append(per_block * rows * WARP * FLASH_ROW_EXPS)
+    lanes = total(fp32) + total(mufu) + total(other)
+    copies = H[0] / COPY_BYTES[tensor] * COPY[tensor]
+    if tensor:
+        warp_instr = total(tensor_flops) / HMMA_FLOPS + (H[1] if len(H) > 1 else 0) / LDSM_BYTES
+    else:
+        lanes = lanes + ((H[1] if len(H) > 1 else 0) / 4)        # LDS of the operands
+        warp_instr = 0
+    if stream is not None:
+        if not tensor:
+            chunks = chunks * fraction      # a CUDA-core block skips a hidden chunk whole
+            copies = copies * fraction
+    if tensor and model.streaming.pairs:      # the fitted loop of FlashAttention-2
+        hmma = total(tensor_flops) / HMMA_FLOPS
+        warp_instr = hmma * (1 + FLASH_PER_HMMA) + lanes / WARP \
+            + units[0] * warps_per_block * chunks * fraction * FLASH_CHUNK  # (computed)
+    else:
+        warp_instr = warp_instr + (lanes + copies) / (WARP * lane_share) \
+            + units[0] * warps_per_block * chunks * ITERATION
+    rate = target.rate(f"tensor_{_tensor_dtype(model)}") if tensor else None
+    out = {"tensor": total(tensor_flops) / rate if rate else 0,
+           "issue": _per(target, "schedulers", warp_instr),
+           "fp32": _per(target, "fp32_lanes", total(fp32)),
+           "mufu": _per(target, "mufu_lanes", total(mufu))}
+    return out
+
+
+def _flash_block(model, choice, sizes: dict):
+    """(rows, O's width) of a FlashAttention-2 block: the row axis's tile, and the extent of
+    the output accumulator along its other axes (the batch axes hold one position)."""
+    (row,) = [a for a, _ in choice.warps]
+    thread = dict(choice.thread)
+    acc = next(a for a in model.arrays if a.role == "accumulator" and a.slots == 1)
+    return dict(choice.group)[row], prod(sizes[a] for a in acc.axes if a not in thread)
+
+
+def _per(target: Target, name: str, amount):
+    rate = target.per_second(name)
+    return amount / rate if rate else 0
+
+
+def _tensor_dtype(model) -> str:
+    """The 16-bit dtype a tensor-core kernel's products run in: the site's operands' (the
+    lowering packs attention's probabilities P to it for P V)."""
+    found = [w.dtype for w in model.work if w.engine == "contraction"
+             and w.dtype in ("f16", "bf16")]
+    return found[0] if found else "f32"
+
+
+def simt_only(target: Target) -> bool:
+    """Whether the target has no issue table (the paper's model: compute by FLOP rates)."""
+    return not target.per_clock

@@ -1,0 +1,182 @@
+"""Chunks a mask hides entirely: what the cost model does not charge (causal attention).
+
+The lowering skips a chunk of the streamed axis when every streamed reduction folds
+`where(cond, e, identity)` and `cond`, built from axis indices, sizes and constants,
+cannot hold anywhere in the block's index ranges and the chunk's (codegen/masks.py: the
+tensor-core attention copies such a chunk and does not compute it; the CUDA-core kernel
+skips it whole). `chunk_mask` reads that condition off the IR as a small expression;
+`computed_fraction` gives, per candidate tiling, the share of (block, chunk) pairs the
+kernel computes, by the same interval test on every pair (sampled evenly past 512 ranges
+per axis).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from . import ir
+
+SAMPLES = 512
+_CMP = ("lt", "le", "gt", "ge", "eq")
+
+
+def chunk_mask(g, st) -> tuple | None:
+    """The condition under which a chunk is computed (an expression of tuples), or None when
+    the kernel never skips one."""
+    pairs = dict(st.pairs)
+    soft_of = {c: s for s, c in pairs.items()}
+    conds = []
+    for n, _ in st.reducers:
+        op = ir.op(g, n)
+        if n in soft_of:
+            arg, identity = ir.operands(g, soft_of[n])[0], -math.inf
+        elif isinstance(op, ir.Reduce) and op.fn in ("max", "logsumexp", "sum"):
+            arg, identity = ir.operands(g, n)[0], 0.0 if op.fn == "sum" else -math.inf
+        else:
+            return None
+        cond = _masked_by(g, arg, identity)
+        expr = _expr(g, cond) if cond is not None else None
+        if expr is None:
+            return None
+        conds.append(expr)
+    for s, _ in st.stats:
+        cond = _masked_by(g, ir.operands(g, s)[0], -math.inf)
+        expr = _expr(g, cond) if cond is not None else None
+        if expr is None:
+            return None
+        conds.append(expr)
+    if not conds:
+        return None
+    out = conds[0]
+    for c in conds[1:]:
+        out = ("or", out, c)
+    return out
+
+
+def _names(g, n: int) -> int:
+    """Through names (in any layout) to the op that makes the values."""
+    while isinstance(ir.op(g, n), ir.Assign):
+        n = ir.operands(g, n)[0]
+    return n
+
+
+def _masked_by(g, n: int, identity: float):
+    n = _names(g, n)
+    op = ir.op(g, n)
+    if isinstance(op, ir.Map) and op.fn == "where":
+        cond, _, other = ir.operands(g, n)
+        v = _constant(g, other)
+        if v is not None and v == identity:
+            return cond
+    return None
+
+
+def _constant(g, n: int):
+    op = ir.op(g, n)
+    if isinstance(op, ir.Const):
+        return op.value
+    if isinstance(op, ir.Map) and op.fn == "neg":
+        v = _constant(g, ir.operands(g, n)[0])
+        return None if v is None else -v
+    return None
+
+
+def _expr(g, n: int):
+    """The condition or index expression at n as tuples, or None when it is not one of
+    indices, sizes and constants."""
+    n = _names(g, n)
+    op = ir.op(g, n)
+    if isinstance(op, ir.Index):
+        return ("index", op.axis)
+    if isinstance(op, ir.SizeOf):
+        return ("size", op.axis)
+    if isinstance(op, ir.Const):
+        return ("const", op.value) if math.isfinite(op.value) else None
+    if not isinstance(op, ir.Map) or op.fn not in ("neg", "add", "sub", "mul", "and", "or") + _CMP:
+        return None
+    args = [_expr(g, m) for m in ir.operands(g, n)]
+    if any(a is None for a in args):
+        return None
+    if op.fn == "mul" and not any(a[0] == "const" for a in args):
+        return None
+    return (op.fn, *args)
+
+
+def axes_of(expr) -> tuple[str, ...]:
+    """The axes whose index the expression reads, in a fixed order."""
+    if expr[0] == "index":
+        return (expr[1],)
+    if expr[0] in ("size", "const"):
+        return ()
+    return tuple(sorted({a for e in expr[1:] for a in axes_of(e)}))
+
+
+def computed_fraction(mask, sizes: dict, tiles: dict):
+    """The share of (block, chunk) pairs computed, per candidate: `tiles` gives each masked
+    axis's extent per block (a grouped axis's tile, the streamed axis's chunk; a number or
+    an array broadcasting to the candidates), an axis not in it is whole. 1.0 without a
+    mask."""
+    if mask is None:
+        return 1.0
+    axes = axes_of(mask)
+    if not axes:
+        return 1.0
+    values = [np.asarray(tiles.get(a, sizes[a]), dtype=float) for a in axes]
+    shape = np.broadcast_shapes(*(v.shape for v in values))
+    flat = [np.broadcast_to(v, shape).ravel() for v in values]
+    size_key = tuple(sorted((a, int(v)) for a, v in sizes.items()))
+    out = np.array([_fraction(mask, size_key, tuple(zip(axes, map(int, t))))
+                    for t in zip(*flat)], dtype=float).reshape(shape)
+    return out.item() if out.ndim == 0 else out
+
+
+@functools.lru_cache(maxsize=4096)
+def _fraction(mask, size_key: tuple, extents: tuple) -> float:
+    sizes = dict(size_key)
+    ranges = []
+    for a, e in extents:
+        n = sizes[a]
+        starts = np.arange(0, n, max(e, 1), dtype=float)
+        if len(starts) > SAMPLES:
+            starts = starts[np.linspace(0, len(starts) - 1, SAMPLES).astype(int)]
+        ranges.append((starts, np.minimum(starts + max(e, 1), n) - 1))
+    grids = np.meshgrid(*[np.arange(len(r[0])) for r in ranges], indexing="ij")
+    box = {a: (r[0][i], r[1][i]) for (a, _), r, i in zip(extents, ranges, grids)}
+    held = _holds(mask, box, sizes)
+    return float(np.mean(np.broadcast_to(held, grids[0].shape))) if grids else 1.0
+
+
+def _interval(e, box: dict, sizes: dict):
+    kind = e[0]
+    if kind == "index":
+        return box[e[1]]
+    if kind == "size":
+        return float(sizes[e[1]]), float(sizes[e[1]])
+    if kind == "const":
+        return float(e[1]), float(e[1])
+    if kind == "neg":
+        lo, hi = _interval(e[1], box, sizes)
+        return -hi, -lo
+    a, b = _interval(e[1], box, sizes), _interval(e[2], box, sizes)
+    if kind == "add":
+        return a[0] + b[0], a[1] + b[1]
+    if kind == "sub":
+        return a[0] - b[1], a[1] - b[0]
+    ends = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])    # mul by a constant
+    return np.minimum.reduce(ends), np.maximum.reduce(ends)
+
+
+def _holds(e, box: dict, sizes: dict):
+    """Whether condition e can hold somewhere in the box (per box of the grid)."""
+    kind = e[0]
+    if kind in ("and", "or"):
+        a, b = _holds(e[1], box, sizes), _holds(e[2], box, sizes)
+        return (a & b) if kind == "and" else (a | b)
+    if kind not in _CMP:
+        return True
+    a, b = _interval(e[1], box, sizes), _interval(e[2], box, sizes)
+    return {"lt": lambda: a[0] < b[1], "le": lambda: a[0] <= b[1], "gt": lambda: a[1] > b[0],
+            "ge": lambda: a[1] >= b[0], "eq": lambda: (a[0] <= b[1]) & (b[0] <= a[1])}[kind]()

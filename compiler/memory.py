@@ -1,0 +1,76 @@
+"""Shared memory as allocated, and where the bytes entering it come from.
+
+- `allocated`: a shared-memory buffer as the lowering allocates it: 16-byte aligned; a
+  tensor-core tile also pads its rows (bank spread) and holds two stages of a streamed
+  input (the next chunk is copied meanwhile);
+- `sectors`: loads along a row shorter than a 32-byte sector waste the rest of it;
+- `l2_split`: of the traffic into shared memory, the unique bytes come from HBM and the
+  re-loads from L2 when what a wave of resident blocks holds of the loads fits (the cost
+  model's L2 level, docs/cost-model.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .choices import NUMBERS, Choice, Choices, number, prod
+from .target import Target
+
+ALIGN_PAD = 16   # bytes of alignment padding a shared-memory buffer may need
+PIPELINE = 2     # stages of a tensor-core kernel's streamed tiles (the Schedule's `stages`)
+ROW_PAD = 8      # values after each row of a tensor-core tile in shared memory (bank spread)
+L2_SHARE = 0.5   # of L2 a wave's re-used tiles may fill and still hit (the rest streams)
+
+
+def buffer_bytes(values_bytes, arr, res: dict, choice: Choice) -> int:
+    """One shared-memory buffer as M counts it (alignment, padded rows, stages)."""
+    return int(allocated(values_bytes, arr, res, Choices.of(choice), NUMBERS))
+
+
+def allocated(values_bytes, arr, res: dict, choice: Choices, ops):
+    """A shared-memory buffer as allocated: 16-byte aligned; a tensor-core tile also pads its
+    rows and holds two stages of a streamed input (the next chunk is copied meanwhile)."""
+    if not choice.warps:
+        return values_bytes + ALIGN_PAD
+    return (values_bytes + _row_pad(arr, res, ops)) * (PIPELINE if arr.streamed else 1) + ALIGN_PAD
+
+
+def _row_pad(arr, res: dict, ops):
+    """Bytes a tensor-core tile adds: ROW_PAD values after each row of its contiguous axis
+    (its last axis held more than once: rows are the product of the tiled axes before it)."""
+    if arr.role != "load":
+        return 0
+    rows, later = 1, False
+    for a in reversed(arr.axes):
+        tiled = res[a] > 1
+        rows = ops.where(tiled & later, res[a], 1) * rows
+        later = later | tiled
+    return ops.where(later, ROW_PAD * arr.bytes * rows, 0)
+
+
+def sectors(arr, cov, target: Target):
+    """Loads along a row shorter than a 32-byte sector waste the rest of the sector."""
+    if not arr.axes or target.coalescing_bytes <= 1 or arr.bytes <= 0:   # (covered: > 0)
+        return 1.0
+    row = cov[arr.axes[-1]] * arr.bytes
+    return NUMBERS.ceil(row / 32) * 32 / row
+
+
+def l2_split(lc, unique, placed, model, blocks, slots, target: Target, ops):
+    """(HBM seconds, L2 seconds) of the traffic into shared memory: unique bytes come from
+    HBM; the re-loads hit L2 when what a wave of resident blocks holds of the loads at once
+    (distinct slices only) fits half of it (the other half serves the streaming traffic),
+    else they come from HBM too."""
+    held, across = placed
+    concurrent = np.minimum(blocks, slots)
+    wave = 0
+    for i, size in held.items():
+        arr = model.arrays[i]
+        distinct = prod(across[a] for a in arr.axes)
+        wave = wave + np.minimum(concurrent, distinct) * size
+    fits_l2 = wave <= L2_SHARE * target.l2_bytes
+    reloads = np.maximum(lc.H - unique, 0)
+    hbm_bw = target.levels[1].bandwidth
+    hbm = ops.where(fits_l2, np.minimum(unique, lc.H), lc.H) / hbm_bw
+    l2 = ops.where(fits_l2, reloads, 0) / target.l2_bandwidth
+    return number(hbm), number(l2)

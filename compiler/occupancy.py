@@ -1,0 +1,122 @@
+"""Occupancy: registers per thread, blocks per SM, and the fraction of the GPU a launch keeps busy.
+
+Registers per thread are estimated per engine as `base + slope * values`, fitted to what
+ptxas reports for napkin's own kernels (NVRTC, sm_90, `runtime/ptxas.py`; the fit and its
+data are in `benchmarks/model_check.py --registers`):
+
+- CUDA cores: `values` = the register level's footprint in 4-byte words (the model's M).
+  ptxas: 42 at 1 word, 48-54 at 3, 58 at 5, 71 at 9, 146-166 at 76.
+- a tensor-core product: `values` = a warp tile's fragment registers per lane
+  (accumulators `tm tn / 32`, A `tm / 4`, B `tn / 4`); ptxas: 124 at 48, 150-168 at 88.
+- FlashAttention-2: `values` = flash.registers (S, O, Q fragments per lane);
+  ptxas: 170 at 80, 186 at 104, 210-244 at 112, 238-255 at 128.
+
+A plan fits the register level when its estimate is at most what a thread may have
+(255, and the register file over the block's threads); on the SM, registers are allocated
+in units of 8 per thread (256 per warp), and the blocks an SM holds are the fewest that
+registers, shared memory and thread slots allow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .choices import prod
+from .target import Target
+
+WARP = 32
+# engine -> (base, slope) of the register estimate (the module docstring)
+REGISTERS = {"cuda cores": (45.0, 1.5), "product": (80.0, 0.9), "attention": (40.0, 1.65)}
+ALLOCATION = 8          # registers per thread are allocated in units of 8 (256 per warp)
+MAX_BLOCKS = 32         # resident blocks per SM (CC 8.0 and 9.0)
+THREAD_SLOTS = 2048     # resident threads per SM
+LATENCY_THREADS = 256   # active threads per SM that hide memory latency
+LIMITS = ("registers", "shared memory", "threads", "blocks")
+
+
+def engine_of(model, choice) -> str:
+    if not choice.warps:
+        return "cuda cores"
+    return "attention" if model.streaming.pairs else "product"
+
+
+def fragment_values(model, choice, sizes: dict):
+    """A tensor-core warp's fragment registers per lane (per candidate)."""
+    thread = dict(choice.thread)
+    warped = [a for a, _ in choice.warps]
+    if model.streaming.pairs:       # FlashAttention-2: S, O and Q fragments (flash.registers)
+        (row,) = warped
+        tm = thread[row]
+        chunk = choice.stream[1]
+        acc = next(a for a in model.arrays if a.role == "accumulator" and a.slots == 1)
+        q = next(a for a in model.arrays if a.invariant and row in a.axes)
+        width = prod(sizes[a] for a in acc.axes if a not in thread)
+        head = prod(sizes[a] for a in q.axes if a not in thread)
+        return tm / 16 * (chunk / 8 * 4 + width / 8 * 4 + head / 16 * 4)
+    tm, tn = (thread[a] for a in warped[:2]) if len(warped) > 1 else (thread[warped[0]], 8)
+    return tm * tn / WARP + tm / 4 + tn / 4
+
+
+def registers(model, choice, sizes: dict, level_M):
+    """Estimated registers per thread (per candidate): `level_M` is the register level's M
+    (bytes per thread; per warp with tensor cores)."""
+    engine = engine_of(model, choice)
+    base, slope = REGISTERS[engine]
+    values = level_M / 4 if engine == "cuda cores" else fragment_values(model, choice, sizes)
+    return base + slope * values
+
+
+def register_limit(target: Target, threads):
+    """Registers a thread may have when a block has `threads` threads."""
+    per_thread = target.registers_per_processor / np.maximum(threads, 1)
+    return np.minimum(target.max_registers_per_thread, per_thread)
+
+
+def register_capacity(target: Target, model, choice, sizes: dict, level_M, threads):
+    """The register level's capacity as the footprint (bytes per unit, like M) the registers
+    allow: M fits it exactly when the estimate is within the limit."""
+    engine = engine_of(model, choice)
+    base, slope = REGISTERS[engine]
+    limit = register_limit(target, threads)
+    if engine == "cuda cores":
+        return np.maximum(limit - base, 0) / slope * 4
+    est = base + slope * fragment_values(model, choice, sizes)
+    return level_M * limit / est
+
+
+def blocks_per_sm(target: Target, smem, threads, regs):
+    """(blocks an SM holds, the index into LIMITS of what limits them), per candidate."""
+    cap = target.levels[1].capacity_bytes
+    by_smem = np.floor(cap / np.maximum(smem, 1))
+    by_threads = np.floor(THREAD_SLOTS / np.maximum(threads, 1))
+    if regs is None or not target.registers_per_processor:
+        by_regs = np.full(np.shape(by_smem), np.inf)
+    else:
+        per_warp = np.ceil(np.maximum(regs, 1) / ALLOCATION) * ALLOCATION * WARP
+        warps = np.ceil(np.maximum(threads, 1) / WARP)
+        by_regs = np.floor(np.floor(target.registers_per_processor / per_warp) / warps)
+    options = np.stack(np.broadcast_arrays(by_regs, by_smem, by_threads,
+                                           np.full(np.shape(by_smem), float(MAX_BLOCKS))))
+    which = np.argmin(options, axis=0)
+    per_sm = np.maximum(np.min(options, axis=0), 1)
+    return per_sm, which
+
+
+def utilization(target: Target, blocks, smem, threads, active=None, regs=None):
+    """Fraction of the machine a launch keeps busy: idle SMs, the last partial wave, and
+    too few active threads per SM to hide memory latency (fewer than 256). `threads`: per
+    block as launched (what the SM's thread slots and registers hold), `active`: those with
+    work, `regs`: registers per thread (None: not counted)."""
+    if not target.processors:
+        return 1.0
+    active = threads if active is None else active
+    per_sm, _ = blocks_per_sm(target, smem, threads, regs)
+    procs = target.processors
+    slots = procs * per_sm
+    waves = np.ceil(blocks / slots)
+    # blocks / procs when some SMs idle, 1 when one wave holds them all, else the last wave's
+    # share: blocks / (waves * the slots a wave fills)
+    busy = blocks / (waves * np.minimum(slots, np.maximum(blocks, procs)))
+    occupancy = np.minimum(1.0, np.minimum(per_sm, np.ceil(blocks / procs)) * active
+                           / LATENCY_THREADS)
+    return np.maximum(busy * occupancy, 1e-6)

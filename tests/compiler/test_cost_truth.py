@@ -1,0 +1,189 @@
+"""The cost model against independent counts: products on the engine the lowering uses,
+masked chunks not charged, the bias charged once, occupancy from registers, and the
+figures the issue's done-when names (explain on h100)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.compiler import masking, occupancy
+from napkin.compiler import target as targets
+from napkin.compiler.cost import evaluate
+from napkin.compiler.plan import plan
+
+BIG = {"b": 4, "h": 16, "q": 4096, "x": 4096}
+BIAS = ("axis b, h, q, x\naxis d = 64\nin Q[b h q d]: f16\nin K[b h x d]: f16\n"
+        "in V[b h x d]: f16\nin B[b h q x]: f16\n"
+        "S[b h q x] = Q * K / sqrt(size(d)) + B\nP[b h q x] = softmax[x](S)\n"
+        "O[b h q d] = P * V\nout O: f16")
+
+
+def attention(shape=BIG, name="attention", target="h100"):
+    (kp,) = plan(napkin.load(name, d=64), target, shape).kernels
+    return kp
+
+
+def tflops(kp, shape) -> float:
+    """FlashAttention's convention: 4 b h q x d FLOP (the two products)."""
+    return 4 * shape["b"] * shape["h"] * shape["q"] * shape["x"] * 64 / kp.cost.time / 1e12
+
+
+def test_long_attention_is_predicted_on_tensor_cores_between_150_and_500_tflops():
+    kp = attention()
+    assert kp.schedule.engine == "attention"
+    assert 150 <= tflops(kp, BIG) <= 500
+
+
+def test_one_head_of_long_attention_runs_on_tensor_cores_too():
+    assert attention({"b": 1, "h": 1, "q": 4096, "x": 4096}).schedule.engine == "attention"
+
+
+def test_p_v_runs_at_the_tensor_rate_of_the_packed_dtype():
+    """Both products (Q K and P V, P packed to f16) at mma.sync's f16 rate: the tensor term
+    is 4 b h q x d FLOP over the rate, times the padding of whole tiles (none here)."""
+    kp = attention()
+    rate = targets.load("h100").rate("tensor_f16")
+    expected = 4 * 4 * 16 * 4096 * 4096 * 64 / rate
+    assert dict(kp.cost.compute_parts)["tensor"] == pytest.approx(expected, rel=1e-12)
+    # the mma.sync rate is kept apart from the wgmma peak
+    h100 = targets.load("h100")
+    assert h100.rate("tensor_f16") < h100.rate("wgmma_f16")
+
+
+def test_causal_attention_is_charged_for_the_chunks_it_computes_only():
+    """At the same tiling, the causal kernel's compute and register reads are those of the
+    (block, chunk) pairs it keeps (about half); its copies into shared memory are all of
+    them, since the tensor-core lowering copies a hidden chunk (codegen/mma.py), so its
+    time is bounded by those (L2) and is not half; at N = 4096 it is at most 0.65x."""
+    full = attention()
+    causal = attention(name="causal_attention")
+    c = evaluate(causal.model, causal.columns, full.choice, {**BIG, "d": 64},
+                 targets.load("h100"))
+    keep = masking.computed_fraction(causal.model.mask, BIG,
+                                     {"q": dict(full.choice.group)["q"], "x": full.choice.stream[1]})
+    assert 0.5 < keep < 0.55
+    parts, whole = dict(c.compute_parts), dict(full.cost.compute_parts)
+    assert parts["tensor"] == pytest.approx(keep * whole["tensor"], rel=1e-9)
+    assert c.levels[1].H == full.cost.levels[1].H                # copied all the same
+    assert c.levels[2].H < 0.6 * full.cost.levels[2].H          # read into registers: not
+    assert causal.cost.time <= 0.65 * full.cost.time
+
+
+@pytest.mark.parametrize("q, x, tile, chunk", [(1000, 1000, 64, 32), (77, 130, 16, 8),
+                                                (4096, 4096, 128, 64), (130, 77, 32, 128)])
+def test_the_computed_fraction_counts_the_pairs_a_causal_mask_keeps(q, x, tile, chunk):
+    """Against a brute-force count: block [q0, q0 + tile) keeps chunk [x0, x0 + chunk) when
+    some x <= q in it, i.e. x0 <= min(q0 + tile, q) - 1."""
+    mask = ("le", ("index", "x"), ("index", "q"))
+    got = masking.computed_fraction(mask, {"q": q, "x": x}, {"q": tile, "x": chunk})
+    q0 = np.arange(0, q, tile)[:, None]
+    x0 = np.arange(0, x, chunk)[None, :]
+    expected = np.mean(x0 <= np.minimum(q0 + tile, q) - 1)
+    assert got == pytest.approx(expected, abs=1e-12)
+    # per candidate: an array of tiles gives each its own fraction
+    many = masking.computed_fraction(mask, {"q": q, "x": x},
+                                     {"q": np.array([tile, tile]), "x": chunk})
+    assert np.allclose(many, expected)
+
+
+def test_causal_attention_reads_its_mask():
+    kp = attention(name="causal_attention")
+    assert kp.model.mask == ("le", ("index", "x"), ("index", "q"))
+    assert attention().model.mask is None
+
+
+def test_an_additive_bias_is_loaded_once_per_score():
+    """With S = Q K / sqrt(d) + B, the register level moves B once per score (b h q x values
+    of 2 bytes) on top of what the plan without it moves, at the same choice."""
+    shape = {"b": 2, "h": 3, "q": 1000, "x": 1000}
+    biased = plan(napkin.load(BIAS), "h100", shape)
+    plain = plan(napkin.load("attention", d=64), "h100", shape)
+    (kb,), (kp,) = biased.kernels, plain.kernels
+    assert kb.schedule.engine == "attention"
+    cost = evaluate(kp.model, kp.columns, kb.choice, plain.sizes, plain.target)
+    extra = kb.cost.levels[2].H - cost.levels[2].H
+    assert extra == pytest.approx(2 * 3 * 1000 * 1000 * 2, rel=1e-12)
+
+
+def test_blocks_per_sm_count_registers_shared_memory_and_threads():
+    h100 = targets.load("h100")
+    for regs, threads, smem in [(251, 256, 55_000), (124, 256, 20_000), (60, 128, 100_000),
+                                (40, 1024, 8_000), (200, 64, 1_000)]:
+        per_warp = math.ceil(regs / 8) * 8 * 32
+        by_regs = (65536 // per_warp) // math.ceil(threads / 32)
+        by_smem = 232448 // smem
+        by_threads = 2048 // threads
+        expected = min(by_regs, by_smem, by_threads, 32)
+        got, which = occupancy.blocks_per_sm(h100, smem, threads, regs)
+        assert got == expected
+        limits = [by_regs, by_smem, by_threads, 32]
+        assert occupancy.LIMITS[int(which)] == occupancy.LIMITS[limits.index(expected)]
+
+
+def test_long_attention_holds_one_block_per_sm_by_registers():
+    kp = attention()
+    assert kp.cost.blocks_per_sm == 1 and kp.cost.occupancy_limit == "registers"
+
+
+def test_matmul_8192_is_not_bound_by_hbm_reloads():
+    d = napkin.load("matmul")
+    (kp,) = plan(d, "h100", {"m": 8192, "k": 8192, "n": 8192}).kernels
+    assert kp.cost.bound != "HBM bandwidth"
+    hbm = dict(kp.cost.terms)["HBM bandwidth"]
+    unique = (2 * 8192 * 8192 * 2 + 8192 * 8192 * 2) / targets.load("h100").levels[1].bandwidth
+    assert hbm == pytest.approx(unique, rel=0.05)       # unique traffic only (and sectors)
+
+
+@pytest.mark.parametrize("name, target, shape", [
+    ("attention", "h100", BIG), ("matmul", "a100", {"m": 77, "k": 130, "n": 77}),
+    ("softmax", "h200", {"r": 130, "c": 77}), ("layernorm", "h100", {"r": 4096, "c": 4096}),
+    ("gqa_attention", "h100", {})])
+def test_the_memory_table_counts_bytes_as_m_does(name, target, shape):
+    """Every row's bytes are what M counts of it (16-byte alignment, padded rows and two
+    stages of a tensor-core tile), so the rows of the largest column add up to M; no row
+    lists an axis grouped by 1."""
+    from napkin.compiler.buffers import buffers
+    p = plan(napkin.load(name), target, shape)
+    for kp in p.kernels:
+        rows = buffers(p, kp)
+        ones = {a for a, g in kp.choice.group if g == 1}
+        assert not any(label in ones for b in rows for label, _ in b["shape"])
+        index = {(a.node, a.name): i for i, a in enumerate(kp.model.arrays)}
+        smem = [(index[(pl.node, pl.name)], b["bytes"])
+                for pl, b in zip(kp.schedule.placements, rows) if pl.level == 1]
+        M = max(sum(n for i, n in smem if i in c.resident) for c in kp.columns)
+        assert M == kp.cost.levels[1].M
+
+
+def _model_check():
+    import importlib.util
+    import sys
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "model_check.py"
+    spec = importlib.util.spec_from_file_location("napkin_model_check", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_instruction_table_matches_the_sass_of_napkins_attention():
+    """Per warp per chunk of napkin's own FlashAttention-2 cubin (sm_90, static SASS), the
+    model counts the HMMA exactly and the FP32-pipe and MUFU instructions within 30%."""
+    from napkin.diagrams.diagnostics import BackendUnavailable
+    from napkin.runtime import sass
+    try:
+        sass.find_tool("cuobjdump")
+    except BackendUnavailable:
+        pytest.skip("cuobjdump is not installed (pip install 'napkin[test]')")
+    shape = {"b": 2, "h": 4, "q": 1024, "x": 1024}
+    p = plan(napkin.load("attention", d=64), "h100", shape)
+    row = _model_check()._sass(p)
+    static, model = row["static_loop_instructions"], row["model_loop_instructions"]
+    assert static["tensor"] == pytest.approx(model["tensor"], rel=1e-9)
+    for k in ("fp32", "mufu"):
+        assert static[k] == pytest.approx(model[k], rel=0.3), (k, static, model)
