@@ -79,9 +79,23 @@ class MmaLowering(KernelLowering):
         b.emit(P.Decl("float", "acc", "{}", shape=(fm, fn, 4)))
         k = self.chunked(s.red)
         tiles = [self._tile(s.a, self.grouped(s.row), k), self._tile(s.b, self.grouped(s.col), k)]
-        self._pipeline(tiles, lambda tail: b.loop(
-            "kk", "0", str(self.kp.schedule.stream[1] // FK), "1", lambda: self._step(tiles, fm, fn),
-            unroll=True))
+
+        def pipeline():
+            self._pipeline(tiles, lambda tail: b.loop(
+                "kk", "0", str(self.kp.schedule.stream[1] // FK), "1", lambda: self._step(tiles, fm, fn),
+                unroll=True))
+        # rows whose length is a runtime size: the size test decides once, outside the chunk
+        # loop, which of two loops runs (16-byte copies, or one value at a time)
+        tests = sorted({a for a in map(self._aligned, tiles) if isinstance(a, str)})
+        if tests:
+            self._copies = "vector"
+            vector = self._scoped(pipeline)
+            self._copies = "scalar"
+            scalar = self._scoped(pipeline)
+            self._copies = None
+            b.emit(P.If(" && ".join(tests), vector, scalar))
+        else:
+            pipeline()
         self._epilogue_mma(fm, fn)
 
     def _pipeline(self, tiles, compute, skip: str | None = None, peel: bool = False) -> None:
@@ -185,6 +199,8 @@ class MmaLowering(KernelLowering):
         vector = self._scoped(lambda: self._copy_loop(t, VECTOR, stage, c0, clen))
         scalar = self._scoped(lambda: self._copy_loop(t, 1, stage, c0, clen))
         aligned = self._aligned(t)
+        if isinstance(aligned, str) and getattr(self, "_copies", None):
+            aligned = True if self._copies == "vector" else None     # decided outside the loop
         chosen = vector if aligned is True else scalar if aligned is None else None
         if chosen is not None:
             for s in chosen:

@@ -2,7 +2,7 @@
 
 The rule (issue 14, the way napkin's and Triton's kernels are compared): the main
 loop is, of the innermost backward-branch loops holding HMMA (HGMMA on sm_90a), the one
-holding the most;
+holding the most (of a loop specialised for 16-byte and for scalar copies, the first);
 without tensor instructions, the innermost loop with the most instructions. Every
 instruction in its address range counts once, both sides of its branches; NOPs and
 never-executed `@!PT` instructions do not.
@@ -141,5 +141,7 @@ def main_loop(sass: str, function: str | None = None) -> Loop | None:
         # around the chunk loop, and a peeled last chunk, are not the main loop)
         inner = [lp for lp in with_mma if not any(o is not lp and lp.start <= o.start and o.end <= lp.end
                                                    for o in with_mma)]
-        return max(inner, key=lambda lp: (lp.mma, -(lp.end - lp.start)))
+        # a tie is one loop specialised two ways (16-byte or scalar copies, chosen once by a
+        # size test): the one with the cp.async copies is the fast path
+        return max(inner, key=lambda lp: (lp.mma, lp.counts()["ldgsts"], -(lp.end - lp.start)))
     return max(candidates, key=lambda lp: (len(lp.instructions), -(lp.end - lp.start)))

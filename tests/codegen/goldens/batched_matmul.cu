@@ -265,93 +265,120 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (6144) * 2 + 15) / 16 * 16));
-    {
-      const int nlen = (int)((int)(n2) - (0) < 16 ? (int)(n2) - (0) : 16);
-      if (n2 % 8 == 0) {
+    if (n2 % 8 == 0 && n3 % 8 == 0) {
+      {
+        const int nlen = (int)((int)(n2) - (0) < 16 ? (int)(n2) - (0) : 16);
         for (int e = tid; e < 256; e += 256) {
           const int eo = e / 2;
           const int ei = (e % 2) * 8;
           napkin_cp_async_16((sm0 + 0 * 3072) + eo * 24 + ei, (org_1 + eo < n1 && ei < nlen) ? p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + ei))) : p0, (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
         }
-      } else {
-        for (int e = tid; e < 2048; e += 256) {
-          const int eo = e / 16;
-          const int ei = e % 16;
-          ((sm0 + 0 * 3072) + eo * 24 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
-        }
-      }
-      if (n3 % 8 == 0) {
         for (int e = tid; e < 512; e += 256) {
           const int eo = e / 32;
           const int ei = (e % 32) * 8;
           napkin_cp_async_16((sm1 + 0 * 4224) + eo * 264 + ei, (eo < nlen && org_2 + ei < n3) ? p1 + ((((int)(org_0)) * (n2) + (((int)0 + eo))) * (n3) + ((org_2 + ei))) : p1, (eo < nlen && org_2 + ei < n3) ? 16 : 0);
         }
-      } else {
+      }
+      napkin_cp_async_commit();
+      int stage = 0;
+      for (int c0 = (int)0; c0 < (int)(n2); c0 += 16) {
+        const int clen = (int)((int)(n2) - (c0) < 16 ? (int)(n2) - (c0) : 16);
+        if (c0 + 16 < (int)(n2)) {
+          const int nlen = (int)((int)(n2) - (c0 + 16) < 16 ? (int)(n2) - (c0 + 16) : 16);
+          for (int e = tid; e < 256; e += 256) {
+            const int eo = e / 2;
+            const int ei = (e % 2) * 8;
+            napkin_cp_async_16((sm0 + (stage ^ 1) * 3072) + eo * 24 + ei, (org_1 + eo < n1 && ei < nlen) ? p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + 16 + ei))) : p0, (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
+          }
+          for (int e = tid; e < 512; e += 256) {
+            const int eo = e / 32;
+            const int ei = (e % 32) * 8;
+            napkin_cp_async_16((sm1 + (stage ^ 1) * 4224) + eo * 264 + ei, (eo < nlen && org_2 + ei < n3) ? p1 + ((((int)(org_0)) * (n2) + ((c0 + 16 + eo))) * (n3) + ((org_2 + ei))) : p1, (eo < nlen && org_2 + ei < n3) ? 16 : 0);
+          }
+        }
+        napkin_cp_async_commit();
+        napkin_cp_async_wait<1>();
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < 1; ++kk) {
+          unsigned fa[4][4];
+          unsigned fb[8][2];
+          #pragma unroll
+          for (int i0 = 0; i0 < 4; ++i0) {
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 3072) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+          }
+          #pragma unroll
+          for (int i1 = 0; i1 < 8; ++i1) {
+            napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 4224) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 264 + wc * 64 + i1 * 8);
+          }
+          #pragma unroll
+          for (int i0 = 0; i0 < 4; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 8; ++i1) {
+              napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
+            }
+          }
+        }
+        __syncthreads();
+        stage = stage ^ 1;
+      }
+    } else {
+      {
+        const int nlen = (int)((int)(n2) - (0) < 16 ? (int)(n2) - (0) : 16);
+        for (int e = tid; e < 2048; e += 256) {
+          const int eo = e / 16;
+          const int ei = e % 16;
+          ((sm0 + 0 * 3072) + eo * 24 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
+        }
         for (int e = tid; e < 4096; e += 256) {
           const int eo = e / 256;
           const int ei = e % 256;
           ((sm1 + 0 * 4224) + eo * 264 + ei)[0] = (eo < nlen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + (((int)0 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
-    }
-    napkin_cp_async_commit();
-    int stage = 0;
-    for (int c0 = (int)0; c0 < (int)(n2); c0 += 16) {
-      const int clen = (int)((int)(n2) - (c0) < 16 ? (int)(n2) - (c0) : 16);
-      if (c0 + 16 < (int)(n2)) {
-        const int nlen = (int)((int)(n2) - (c0 + 16) < 16 ? (int)(n2) - (c0 + 16) : 16);
-        if (n2 % 8 == 0) {
-          for (int e = tid; e < 256; e += 256) {
-            const int eo = e / 2;
-            const int ei = (e % 2) * 8;
-            napkin_cp_async_16((sm0 + (stage ^ 1) * 3072) + eo * 24 + ei, (org_1 + eo < n1 && ei < nlen) ? p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + 16 + ei))) : p0, (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
-          }
-        } else {
+      napkin_cp_async_commit();
+      int stage = 0;
+      for (int c0 = (int)0; c0 < (int)(n2); c0 += 16) {
+        const int clen = (int)((int)(n2) - (c0) < 16 ? (int)(n2) - (c0) : 16);
+        if (c0 + 16 < (int)(n2)) {
+          const int nlen = (int)((int)(n2) - (c0 + 16) < 16 ? (int)(n2) - (c0 + 16) : 16);
           for (int e = tid; e < 2048; e += 256) {
             const int eo = e / 16;
             const int ei = e % 16;
             ((sm0 + (stage ^ 1) * 3072) + eo * 24 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
           }
-        }
-        if (n3 % 8 == 0) {
-          for (int e = tid; e < 512; e += 256) {
-            const int eo = e / 32;
-            const int ei = (e % 32) * 8;
-            napkin_cp_async_16((sm1 + (stage ^ 1) * 4224) + eo * 264 + ei, (eo < nlen && org_2 + ei < n3) ? p1 + ((((int)(org_0)) * (n2) + ((c0 + 16 + eo))) * (n3) + ((org_2 + ei))) : p1, (eo < nlen && org_2 + ei < n3) ? 16 : 0);
-          }
-        } else {
           for (int e = tid; e < 4096; e += 256) {
             const int eo = e / 256;
             const int ei = e % 256;
             ((sm1 + (stage ^ 1) * 4224) + eo * 264 + ei)[0] = (eo < nlen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + ((c0 + 16 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
-      }
-      napkin_cp_async_commit();
-      napkin_cp_async_wait<1>();
-      __syncthreads();
-      #pragma unroll
-      for (int kk = 0; kk < 1; ++kk) {
-        unsigned fa[4][4];
-        unsigned fb[8][2];
+        napkin_cp_async_commit();
+        napkin_cp_async_wait<1>();
+        __syncthreads();
         #pragma unroll
-        for (int i0 = 0; i0 < 4; ++i0) {
-          napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 3072) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
-        }
-        #pragma unroll
-        for (int i1 = 0; i1 < 8; ++i1) {
-          napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 4224) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 264 + wc * 64 + i1 * 8);
-        }
-        #pragma unroll
-        for (int i0 = 0; i0 < 4; ++i0) {
+        for (int kk = 0; kk < 1; ++kk) {
+          unsigned fa[4][4];
+          unsigned fb[8][2];
+          #pragma unroll
+          for (int i0 = 0; i0 < 4; ++i0) {
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 3072) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+          }
           #pragma unroll
           for (int i1 = 0; i1 < 8; ++i1) {
-            napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
+            napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 4224) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 264 + wc * 64 + i1 * 8);
+          }
+          #pragma unroll
+          for (int i0 = 0; i0 < 4; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 8; ++i1) {
+              napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
+            }
           }
         }
+        __syncthreads();
+        stage = stage ^ 1;
       }
-      __syncthreads();
-      stage = stage ^ 1;
     }
     #pragma unroll
     for (int i0 = 0; i0 < 4; ++i0) {
