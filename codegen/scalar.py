@@ -65,11 +65,13 @@ class Emitter:
         if isinstance(op, ir.Input) or n in self.ctx.loads:
             return self.ctx.load(n, scope)
         if isinstance(op, ir.Const):
+            if self.kind(n) == "int":
+                return cexpr.int_literal(int(op.value))
             return cexpr.float_literal(op.value)
         if isinstance(op, ir.Index):
-            return f"((float)({scope[op.axis].expr}))"
+            return f"((long long)({scope[op.axis].expr}))"
         if isinstance(op, ir.SizeOf):
-            return f"((float)({self.ctx.size(op.axis)}))"
+            return f"((long long)({self.ctx.size(op.axis)}))"
         args = ir.operands(g, n)
         if isinstance(op, ir.View):
             base = args[0]
@@ -93,11 +95,13 @@ class Emitter:
             if divisor is not None and divisor != 0 and math.isfinite(divisor):
                 # x / c by a constant as x * (1/c) (1/c computed here): one FMUL where an IEEE
                 # division is MUFU.RCP, a Newton step and a slow-path check (within an ulp)
-                return b.value("float", f"({self.value(args[0], scope)} * "
+                return b.value("float", f"({self._as(args[0], scope, 'float')} * "
                                         f"{cexpr.float_literal(1.0 / divisor)})")
-            vals = [self.value(a, scope) for a in args]
-            ctype = "bool" if op.fn in cexpr.BOOL_RESULT else "float"
-            return b.value(ctype, cexpr.MAP[op.fn].format(*vals))
+            kind = self.kind(n)
+            wants = self._operand_kinds(op.fn, kind, args)
+            vals = [self._as(a, scope, want) for a, want in zip(args, wants)]
+            spelling = cexpr.INT_MAP.get(op.fn) if kind == "int" else None
+            return b.value(cexpr.CKIND[kind], (spelling or cexpr.MAP[op.fn]).format(*vals))
         if isinstance(op, ir.Contract):
             return self._contract(n, op, args, scope)
         if isinstance(op, ir.Reduce):
@@ -105,6 +109,30 @@ class Emitter:
         if isinstance(op, ir.Softmax):
             return self._softmax(n, op, args, scope)
         raise TypeError(f"cannot lower {op!r}")  # pragma: no cover
+
+    # -- value kinds (docs/language.md: integers in 64 bits, promoted to float when mixed) ----
+    def kind(self, n: int) -> str:
+        return ir.kind_of_dtype(ir.type_of(self.g, n).dtype)
+
+    def _operand_kinds(self, fn: str, kind: str, args) -> list:
+        """The kind each operand of a map is read as (None: as it is)."""
+        if fn in ("float", "int", "and", "or", "not"):
+            return [None] * len(args)
+        if fn == "where":
+            return [None, kind, kind]
+        if fn in cexpr.BOOL_RESULT:   # comparisons: in float when either side is a float
+            mixed = any(self.kind(a) == "float" for a in args)
+            return ["float" if mixed else None] * len(args)
+        return [kind] * len(args)
+
+    def _as(self, m: int, scope, want) -> str:
+        """The value of m, converted to a float where one is wanted and m is an integer."""
+        if want != "float" or self.kind(m) != "int":
+            return self.value(m, scope)
+        op = ir.op(self.g, m)
+        if isinstance(op, ir.Const):
+            return cexpr.float_literal(op.value)
+        return f"((float)({self.value(m, scope)}))"
 
     # -- reductions over whole axes ---------------------------------------------------------
     def _hoist(self, roots, axes, scope) -> None:

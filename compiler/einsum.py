@@ -43,8 +43,8 @@ def _first_occurrence_order(root: RNode):
 def _lowest_common(root: RNode, axis: str) -> RNode:
     node = root
     while True:
-        if node.kind == "softmax" and axis in node.axes:
-            return node      # summed below it, the softmax would lose the axis it normalises
+        if node.kind in ("softmax", "scan") and axis in node.axes:
+            return node      # summed below it, the softmax (scan) would lose the axis it runs along
         holders = [c for c in node.children if axis in c.free]
         if len(holders) != 1:
             return node

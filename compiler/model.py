@@ -24,7 +24,7 @@ from .canonical import through
 from .kernels import FusedKernel, is_free
 from .passes import Streaming, stream
 
-BYTES = {"f32": 4, "f16": 2, "bf16": 2, "bool": 1, "index": 4}
+BYTES = {"f32": 4, "f16": 2, "bf16": 2, "bool": 1, "index": 4, "i32": 4, "i64": 8}
 
 # FLOPs per element for ops other than contractions (which cost 2 per product term).
 ELEMENT_FLOPS = {"exp": 4, "exp2": 4, "log": 4, "log2": 4, "sqrt": 4, "rsqrt": 4, "tanh": 8,
@@ -96,7 +96,8 @@ def array_name(g: nx.DiGraph, n: int) -> str:
 
 
 def storage_dtype(g: nx.DiGraph, n: int) -> str:
-    """Dtype an array has in global memory: inputs and outputs their own, intermediates f32."""
+    """Dtype an array has in global memory: inputs and outputs their own, intermediates f32
+    (integer ones i64)."""
     op = ir.op(g, n)
     if isinstance(op, ir.Input):
         return op.dtype
@@ -104,6 +105,8 @@ def storage_dtype(g: nx.DiGraph, n: int) -> str:
         if isinstance(ir.op(g, v), ir.Output):
             return ir.op(g, v).dtype
     t = ir.type_of(g, n).dtype
+    if t == "i64":
+        return t
     return t if t in ("f32", "f16", "bf16") else "f32"   # masks are stored as 0.0 / 1.0
 
 

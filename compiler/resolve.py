@@ -2,7 +2,7 @@
 
 Turns the syntax tree of an expression into a tree of `RNode`s: each name
 resolved to an array, an axis index, a function or a reduction; each node with
-its value kind ("num" or "bool") and its free axes (those not bound by an
+its value kind ("float", "int" or "bool") and its free axes (those not bound by an
 explicit reduction). Contractions are placed afterwards by `einsum.py`.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..diagrams import ast, limits
 from ..diagrams.diagnostics import Label, Span, did_you_mean, error
 from .axes import SizeClasses
-from .ir import BUILTINS, FUNCTIONS, OPERATORS, REDUCTIONS, UNARY
+from .ir import BUILTINS, FUNCTIONS, INDEX_REDUCTIONS, OPERATORS, REDUCTIONS, SCANS, UNARY
 
 
 class Poisoned(Exception):
@@ -24,7 +24,7 @@ class Poisoned(Exception):
 class RNode:
     kind: str            # const index size array map reduce softmax
     span: Span
-    vkind: str = "num"   # num | bool
+    vkind: str = "float"   # float | int | bool
     children: list["RNode"] = field(default_factory=list)
     fn: str = ""         # map / reduce function
     axes: tuple[str, ...] = ()   # array: labels; reduce/softmax: axes; index/size: (axis,)
@@ -35,6 +35,7 @@ class RNode:
     free: frozenset = frozenset()   # free axes before contraction
     contract: tuple[str, ...] = ()  # axes summed at this node (einsum rule)
     out: tuple[str, ...] = ()       # result axes after contraction, in order
+    rule: str = ""                  # map: the signature's result kind ("same": by the arguments)
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def resolve(expr: ast.Expr, scope: Scope) -> RNode:
 
 def _resolve(e: ast.Expr, scope: Scope) -> RNode:
     if isinstance(e, ast.Number):
-        return RNode("const", e.span, value=e.value)
+        return RNode("const", e.span, "int" if _is_integer(e.text) else "float", value=e.value)
     if isinstance(e, ast.Inf):
         return RNode("const", e.span, value=float("inf"))
     if isinstance(e, ast.UnOp):
@@ -72,25 +73,53 @@ def _resolve(e: ast.Expr, scope: Scope) -> RNode:
         _expect(child, kinds[0], e.op)
         if fn == "pos":
             return child
-        return RNode("map", e.span, result, [child], fn=fn, op_span=e.op_span)
+        return RNode("map", e.span, _result(result, [child]), [child], fn=fn, op_span=e.op_span,
+                     rule=result)
     if isinstance(e, ast.BinOp):
         fn, kinds, result = OPERATORS[e.op]
         left, right = _resolve(e.left, scope), _resolve(e.right, scope)
         _expect(left, kinds[0], e.op)
         _expect(right, kinds[1], e.op)
-        return RNode("map", e.span, result, [left, right], fn=fn, op_span=e.op_span)
+        return RNode("map", e.span, _result(result, [left, right]), [left, right], fn=fn,
+                     op_span=e.op_span, rule=result)
     assert isinstance(e, ast.Ref)
     if e.args is not None:
         return _call(e, scope)
     return _name(e, scope)
 
 
+def _is_integer(text: str) -> bool:
+    """`2` is an integer literal; `2.0`, `.5` and `1e3` are floats."""
+    return text.isdigit()
+
+
+def _result(kind: str, args: list[RNode]) -> str:
+    """The value kind of a result: "same" is int when every numeric argument is an int."""
+    if kind != "same":
+        return kind
+    nums = [a.vkind for a in args if a.vkind != "bool"]
+    return "int" if nums and all(k == "int" for k in nums) else "float"
+
+
+def retype(node: RNode) -> str:
+    """Value kinds again once contractions are placed: a contraction is a sum, computed in
+    floating point whatever its factors are (as every reduction but argmax/argmin)."""
+    for child in node.children:
+        retype(child)
+    if node.kind == "map":
+        if node.contract:
+            node.vkind = "float"
+        elif node.rule == "same":
+            node.vkind = _result("same", node.children)
+    return node.vkind
+
+
 def _expect(node: RNode, kind: str, where: str) -> None:
-    if node.vkind == kind:
+    if kind == "any" or node.vkind == kind or (kind == "num" and node.vkind != "bool"):
         return
     if kind == "num":
         raise error("N0402", f"`{where}` needs a number, but this is a boolean", node.span,
-                    help="turn a condition into a number with `where(cond, 1, 0)`")
+                    help="turn a condition into a number with `where(cond, 1, 0)` or `int(cond)`")
     raise error("N0403", f"`{where}` needs a boolean, but this is a number", node.span,
                 help="compare it to get a boolean, e.g. `X > 0`")
 
@@ -105,9 +134,10 @@ def _name(e: ast.Ref, scope: Scope) -> RNode:
         if e.axes is not None:
             raise error("N0208", f"`{name}` is an axis; its index takes no brackets", e.axes_span,
                         help=f"write `{name}` alone for the index along it")
-        return RNode("index", e.span, axes=(name,))
+        return RNode("index", e.span, "int", axes=(name,))
     if name in BUILTINS:
-        shape = f"{name}[axes](...)" if name in REDUCTIONS or name == "softmax" else f"{name}(...)"
+        shape = f"{name}[axes](...)" if name in REDUCTIONS + SCANS or name == "softmax" \
+            else f"{name}(...)"
         raise error("N0208", f"`{name}` is a function, not a value", e.span, help=f"call it: `{shape}`")
     if name in scope.later:
         raise error("N0203", f"`{name}` is used before it is defined", e.span,
@@ -153,8 +183,9 @@ def _call(e: ast.Ref, scope: Scope) -> RNode:
         children = [_resolve(a, scope) for a in args]
         for child, kind in zip(children, kinds):
             _expect(child, kind, name)
-        return RNode("map", e.span, result, children, fn=name, op_span=e.name.span)
-    if name in REDUCTIONS or name == "softmax":
+        return RNode("map", e.span, _result(result, children), children, fn=name,
+                     op_span=e.name.span, rule=result)
+    if name in REDUCTIONS + SCANS or name == "softmax":
         if e.axes is None or not e.axes:
             raise error("N0208", f"`{name}` needs the axes it works along", e.span,
                         help=f"write `{name}[x](...)`")
@@ -168,8 +199,12 @@ def _call(e: ast.Ref, scope: Scope) -> RNode:
                 raise error("N0307", f"`{name}` works along `{a.text}`, but its argument does "
                             "not have that axis", a.span,
                             help=f"the argument has axes [{' '.join(sorted(child.free))}]")
-        kind = "softmax" if name == "softmax" else "reduce"
-        return RNode(kind, e.span, "num", [child], fn=name, axes=axes, op_span=e.name.span)
+        if name in INDEX_REDUCTIONS + SCANS and len(axes) != 1:
+            raise error("N0208", f"`{name}` works along one axis, but {len(axes)} are named",
+                        e.axes_span, help=f"write `{name}[x](...)`")
+        kind = "softmax" if name == "softmax" else "scan" if name in SCANS else "reduce"
+        vkind = "int" if name in INDEX_REDUCTIONS else "float"
+        return RNode(kind, e.span, vkind, [child], fn=name, axes=axes, op_span=e.name.span)
     if name == "size":
         if e.axes is not None:
             raise error("N0208", "`size` takes an axis in parentheses", e.axes_span,
@@ -180,7 +215,7 @@ def _call(e: ast.Ref, scope: Scope) -> RNode:
             raise error("N0208", "`size` takes the name of an axis", _span(arg),
                         help="write `size(d)` for the size of axis `d`")
         _check_axis(arg.name, scope)
-        return RNode("size", e.span, axes=(arg.name.text,))
+        return RNode("size", e.span, "int", axes=(arg.name.text,))
     if name in scope.arrays or name in scope.axes:
         what = "an array" if name in scope.arrays else "an axis"
         raise error("N0208", f"`{name}` is {what}, not a function", e.name.span,
@@ -200,9 +235,9 @@ def _arity(e: ast.Ref, n: int) -> None:
 def _signature(name: str) -> str:
     if name == "where":
         return "`where(cond, a, b)` picks `a` where `cond` holds, else `b`"
-    if name in ("maximum", "minimum"):
+    if name in ("maximum", "minimum", "mod", "pow"):
         return f"`{name}(a, b)` is elementwise"
-    if name in REDUCTIONS or name == "softmax":
+    if name in REDUCTIONS + SCANS or name == "softmax":
         return f"`{name}[x](expr)` takes one expression"
     if name == "size":
         return "`size(d)` takes one axis"

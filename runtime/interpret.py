@@ -43,26 +43,37 @@ class Region:
 def interpret(plan: Plan, inputs: dict[str, object]) -> dict[str, np.ndarray]:
     """Outputs by name, in float64."""
     g = plan.graph
-    arrays = {name: to_numpy(name, inputs[name]) for name in g.graph["inputs"]}
+    arrays = {name: to_numpy(name, inputs[name], ir.op(g, n).dtype)
+              for name, n in g.graph["inputs"].items()}
     sizes = bind_sizes(plan.diagram, {n: a.shape for n, a in arrays.items()})
     memory: dict[int, np.ndarray] = {}
     for name, n in g.graph["inputs"].items():
-        stored = arrays[name].astype(dtypes.numpy_dtype(ir.op(g, n).dtype))
-        memory[n] = stored.astype(np.float64)
+        dtype = ir.op(g, n).dtype
+        stored = arrays[name].astype(dtypes.numpy_dtype(dtype))
+        memory[n] = elementwise.as_kind(stored, ir.kind_of_dtype(dtype))
     for kp in plan.kernels:
         _run_kernel(g, kp, memory, sizes)
     out = {}
     for name, n in g.graph["outputs"].items():
         src = ir.operands(g, n)[0]
-        out[name] = np.array(memory[src], dtype=np.float64)
+        dtype = ir.op(g, n).dtype
+        out[name] = memory[src].astype(dtypes.numpy_dtype(dtype)) if dtype in ir.INT_DTYPES \
+            else np.array(memory[src], dtype=np.float64)
     return out
+
+
+# What a stored array holds before a kernel writes it: a value no kernel computes by mistake.
+_UNWRITTEN = {"float": np.nan, "int": np.iinfo(np.int64).min, "bool": False}
 
 
 def _run_kernel(g, kp: KernelPlan, memory: dict, sizes: dict) -> None:
     k, sched = kp.kernel, kp.schedule       # compiler/schedule.py: the planner's decisions
     for n in k.stores:
         if n not in memory:
-            memory[n] = np.full(tuple(sizes[a] for a in ir.type_of(g, n).axes), np.nan)
+            t = ir.type_of(g, n)
+            kind = ir.kind_of_dtype(t.dtype)
+            memory[n] = elementwise.as_kind(np.full(tuple(sizes[a] for a in t.axes),
+                                                    _UNWRITTEN[kind]), kind)
     group = sched.grouped()
     axes = list(group)
     ranges = [[slice(i, min(i + group[a], sizes[a])) for i in range(0, sizes[a], group[a])]
@@ -109,17 +120,18 @@ class _Block:
         if isinstance(op, ir.View):
             return self._view(n, op, region), t.axes
         args = [self.value(m, region) for m in ir.operands(g, n)]
+        kind = ir.kind_of_dtype(t.dtype)
         if isinstance(op, ir.Const):
-            return np.asarray(op.value, dtype=np.float64), ()
+            return elementwise.as_kind(op.value, kind), ()
         if isinstance(op, ir.Index):
             s = region.of(op.axis)
-            return np.arange(s.start, s.stop, dtype=np.float64), (op.axis,)
+            return np.arange(s.start, s.stop, dtype=np.int64), (op.axis,)
         if isinstance(op, ir.SizeOf):
-            return np.asarray(float(region.sizes[op.axis])), ()
+            return np.asarray(region.sizes[op.axis], dtype=np.int64), ()
         if isinstance(op, ir.Map):
             data = elementwise.apply(op.fn, [_align(v, t.axes) for v in args])
             full = tuple(region.extent(a) for a in t.axes)
-            return np.broadcast_to(data, full), t.axes
+            return np.broadcast_to(elementwise.as_kind(data, kind), full), t.axes
         if isinstance(op, ir.Assign):
             full = tuple(region.extent(a) for a in t.axes)
             return np.ascontiguousarray(np.broadcast_to(_align(args[0], t.axes), full)), t.axes
@@ -148,7 +160,7 @@ class _Block:
         op, t = ir.op(g, n), ir.type_of(g, n)
         split = self.split if self.split and self.split[0] in op.axes else None
         if isinstance(op, ir.Softmax):
-            x, axes = args[0]
+            x, axes = _floats(args[0])
             dims = tuple(axes.index(a) for a in op.axes)
             if n in self.stats:           # streamed: normalise with the earlier pass's statistics
                 return acc.softmax_normalize(x, self.stats[n], dims), axes
@@ -157,7 +169,7 @@ class _Block:
             stats = _merge_parts(acc.SOFTMAX_STATS, x, axes, op.axes, split)
             return acc.softmax_normalize(x, stats, dims), axes
         if isinstance(op, ir.Reduce):
-            x, axes = args[0]
+            x, axes = args[0] if op.fn in ir.INDEX_REDUCTIONS else _floats(args[0])
             dims = tuple(axes.index(a) for a in op.axes)
             if split is None:
                 return elementwise.reduce(op.fn, x, dims), t.axes
@@ -194,7 +206,7 @@ class _Block:
                 for n in states:
                     states[n] = self._update(n, states[n], region, pairs)
                 for n in stats:
-                    x, axes = self.value(ir.operands(g, n)[0], region)
+                    x, axes = _floats(self.value(ir.operands(g, n)[0], region))
                     dims = tuple(axes.index(a) for a in ir.op(g, n).axes)
                     shape = tuple(s for i, s in enumerate(x.shape) if i not in dims)
                     running = stats[n] or acc.SOFTMAX_STATS.init(shape, np.float64)
@@ -224,6 +236,7 @@ class _Block:
         if isinstance(op, ir.Reduce):
             accumulator = acc.for_reduce(op.fn)
             x, axes = self.value(ir.operands(g, n)[0], region)
+            x = x if op.fn in ir.INDEX_REDUCTIONS else elementwise.as_kind(x, "float")
             dims = tuple(axes.index(a) for a in op.axes)
             shape = tuple(s for i, s in enumerate(x.shape) if i not in dims)
             return [accumulator.update(st if st is not None else accumulator.init(shape, np.float64),
@@ -306,6 +319,11 @@ class _Block:
         data = _align((data, axes), t.axes)
         full = tuple(region.extent(a) for a in t.axes)
         self.memory[n][tuple(region.of(a) for a in t.axes)] = np.broadcast_to(data, full)
+
+
+def _floats(val):
+    """(array, axes) with the array as float64: what every reduction but argmax/argmin reads."""
+    return elementwise.as_kind(val[0], "float"), val[1]
 
 
 def _align(val, axes: tuple[str, ...]) -> np.ndarray:
