@@ -125,6 +125,10 @@ class Emitter:
             return ["float" if mixed else None] * len(args)
         return [kind] * len(args)
 
+    def number(self, m: int, scope) -> str:
+        """The value of m as a float: what every reduction but argmax/argmin folds."""
+        return self._as(m, scope, "float")
+
     def _as(self, m: int, scope, want) -> str:
         """The value of m, converted to a float where one is wanted and m is an integer."""
         if want != "float" or self.kind(m) != "int":
@@ -188,7 +192,7 @@ class Emitter:
         self.b.emit(P.Decl("float", acc, "0.0f"))
 
         def body(s):
-            x, y = (self.value(a, s) for a in args)
+            x, y = (self.number(a, s) for a in args)
             self.b.emit(P.Set(acc, f"{acc} + {x} * {y}"))
         self._walk(op.axes, scope, body, args)
         self._merge(op.axes, "sum", acc)
@@ -196,12 +200,14 @@ class Emitter:
 
     def _reduce(self, n, op, args, scope) -> str:
         b = self.b
+        if op.fn in ir.INDEX_REDUCTIONS:
+            return self._arg_reduce(op, args, scope)
         if op.fn in ("sum", "max", "min"):
             acc = b.fresh("acc")
             b.emit(P.Decl("float", acc, cexpr.REDUCE_INIT[op.fn]))
 
             def body(s):
-                v = self.value(args[0], s)
+                v = self.number(args[0], s)
                 b.emit(P.Set(acc, cexpr.REDUCE_STEP[op.fn].format(acc=acc, v=v)))
             self._walk(op.axes, scope, body, args)
             self._merge(op.axes, op.fn, acc)
@@ -212,7 +218,7 @@ class Emitter:
             b.emit(P.Decl("float", count, "0.0f"))
 
             def body(s):
-                v = self.value(args[0], s)
+                v = self.number(args[0], s)
                 b.emit(P.Set(total, f"{total} + {v}"))
                 b.emit(P.Set(count, f"{count} + 1.0f"))
             self._walk(op.axes, scope, body, args)
@@ -232,7 +238,7 @@ class Emitter:
             b.emit(P.Decl("float", cnt, "0.0f"))
 
             def body(s):
-                v = self.value(args[0], s)
+                v = self.number(args[0], s)
                 b.emit(P.Set(acc, f"{acc} + ({v} - {mean}) * ({v} - {mean})"))
                 b.emit(P.Set(cnt, f"{cnt} + 1.0f"))
             self._walk(op.axes, scope, body, args)
@@ -240,6 +246,23 @@ class Emitter:
             self._merge(op.axes, "sum", cnt)
             return b.value("float", f"({cnt} > 0.0f ? {acc} / {cnt} : NAPKIN_NAN)")
         raise TypeError(op.fn)  # pragma: no cover
+
+    def _arg_reduce(self, op, args, scope) -> str:
+        """argmax/argmin over one whole axis: the best value and its first position."""
+        b = self.b
+        (axis,) = op.axes
+        best, pos = b.fresh("acc"), b.fresh("pos")
+        b.emit(P.Decl("float", best, cexpr.ARG_INIT[op.fn]))
+        b.emit(P.Decl("long long", pos, "NAPKIN_NO_POSITION"))
+
+        def body(s):
+            x = self.number(args[0], s)
+            b.emit(P.Call(f"napkin_{op.fn}_fold", (best, pos, x, f"((long long)({s[axis].expr}))")))
+        self._walk(op.axes, scope, body, args)
+        lanes = self.ctx.lanes_over(op.axes)
+        if lanes > 1:
+            b.emit(P.Call(f"napkin_lanes_{op.fn}", (best, pos, str(lanes))))
+        return b.value("long long", f"({pos} == NAPKIN_NO_POSITION ? -1LL : {pos})")
 
     def _reduce_simple(self, fn, arg, axes, scope) -> str:
         return self._reduce(None, ir.Reduce(fn, axes), [arg], scope)
@@ -252,7 +275,7 @@ class Emitter:
         b.emit(P.Decl("float", s_, "0.0f"))
 
         def body(s):
-            v = self.value(arg, s)
+            v = self.number(arg, s)
             b.emit(P.Set(s_, f"{s_} + expf({v} - napkin_shift({m}))"))
         self._walk(axes, scope, body, [arg])
         self._merge(axes, "sum", s_)
@@ -271,5 +294,5 @@ class Emitter:
 
     def _softmax(self, n, op, args, scope) -> str:
         m, l = self._softmax_row(n, op, args, scope)
-        v = self.value(args[0], scope)
+        v = self.number(args[0], scope)
         return self.b.value("float", f"({l} == 0.0f ? 0.0f : expf({v} - napkin_shift({m})) / {l})")

@@ -206,7 +206,7 @@ def _reduces(op) -> bool:
 
 def _slots(op) -> int:
     if isinstance(op, ir.Reduce):
-        return {"mean": 2, "var": 3, "logsumexp": 2}.get(op.fn, 1)
+        return {"mean": 2, "var": 3, "logsumexp": 2, "argmax": 2, "argmin": 2}.get(op.fn, 1)
     return 1
 
 

@@ -172,8 +172,12 @@ class _Block:
             x, axes = args[0] if op.fn in ir.INDEX_REDUCTIONS else _floats(args[0])
             dims = tuple(axes.index(a) for a in op.axes)
             if split is None:
-                return elementwise.reduce(op.fn, x, dims), t.axes
-            state = _merge_parts(acc.for_reduce(op.fn), x, axes, op.axes, split)
+                out = elementwise.reduce(op.fn, x, dims)
+                if op.fn in ir.INDEX_REDUCTIONS:    # positions along the whole axis
+                    out = np.where(out >= 0, out + region.of(op.axes[0]).start, out)
+                return out, t.axes
+            state = _merge_parts(acc.for_reduce(op.fn), x, axes, op.axes, split,
+                                 region.of(split[0]).start)
             return acc.for_reduce(op.fn).finalize(state), t.axes
         assert isinstance(op, ir.Contract)
         if split is None:
@@ -239,8 +243,10 @@ class _Block:
             x = x if op.fn in ir.INDEX_REDUCTIONS else elementwise.as_kind(x, "float")
             dims = tuple(axes.index(a) for a in op.axes)
             shape = tuple(s for i, s in enumerate(x.shape) if i not in dims)
-            return [accumulator.update(st if st is not None else accumulator.init(shape, np.float64),
-                                       _take(x, axes, r, i, ways), dims)
+            chunk = region.of(r)
+            return [_fold(accumulator, st if st is not None else accumulator.init(shape, np.float64),
+                          _take(x, axes, r, i, ways), dims,
+                          np.arange(chunk.start, chunk.stop)[i::ways])
                     for i, st in enumerate(states)]
         assert isinstance(op, ir.Contract)
         soft = next((s for s, c in pairs.items() if c == n), None)
@@ -349,17 +355,27 @@ def _take(data, axes, axis, part, ways):
     return data[tuple(index)]
 
 
-def _merge_parts(accumulator, x, axes, red_axes, split):
-    """Accumulate x over red_axes, in `ways` strided parts merged as threads would."""
+def _fold(accumulator, state, x, dims, positions):
+    """accumulator.update, with the elements' positions along the axis for argmax/argmin."""
+    if accumulator.positional:
+        return accumulator.update(state, x, dims, positions)
+    return accumulator.update(state, x, dims)
+
+
+def _merge_parts(accumulator, x, axes, red_axes, split, start=0):
+    """Accumulate x over red_axes, in `ways` strided parts merged as threads would (the split
+    axis's positions start at `start`)."""
     dims = tuple(axes.index(a) for a in red_axes)
     shape = tuple(s for i, s in enumerate(x.shape) if i not in dims)
+    positions = np.arange(start, start + x.shape[dims[0]])   # along the (one) axis of an argmax
     if split is None or split[0] not in red_axes:
-        return accumulator.update(accumulator.init(shape, np.float64), x, dims)
+        return _fold(accumulator, accumulator.init(shape, np.float64), x, dims, positions)
     r, ways = split
     state = None
     for part in range(ways):
         xp = _take(x, axes, r, part, ways)
-        s = accumulator.update(accumulator.init(shape, np.float64), xp, dims)
+        s = _fold(accumulator, accumulator.init(shape, np.float64), xp, dims,
+                  positions[part::ways])
         state = s if state is None else accumulator.merge(state, s)
     return state
 

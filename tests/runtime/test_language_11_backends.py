@@ -93,3 +93,43 @@ def test_a_document_mask_from_integer_ids(backend, rng):
     np.testing.assert_allclose(O, want, rtol=2e-5, atol=2e-6)
     assert np.all(O[doc == doc[0]] == 0)
     np.testing.assert_array_equal(n, same.sum(1))
+
+
+ARG = """\
+axis t, v
+in Z[t v]: f32
+best[t] = argmax[v](Z)
+worst[t] = argmin[v](Z)
+out best, worst: i32
+"""
+
+
+def arg_inputs(rng):
+    """Few distinct values (many ties), a few NaN, and a row with nothing but -inf."""
+    Z = rng.integers(-3, 4, (23, 37)).astype(np.float32)
+    Z[rng.random(Z.shape) < 0.02] = np.nan
+    Z[5] = -np.inf
+    return {"Z": Z}
+
+
+def choices():
+    from napkin.compiler.search import Choice
+    return [Choice((("t", 2),), ("v", 4), (), None),          # streamed: a running (value, position)
+            Choice((("t", 3),), None, (), ("v", 8)),          # split over lanes: merged by shuffles
+            Choice((("t", 2),), ("v", 5), (), ("v", 4))]      # both: lanes of each chunk, then merged
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_argmax_and_argmin_stream_and_merge(backend, rng):
+    from napkin.compiler.plan import plan, with_choices
+    from napkin.pipeline import run_plan
+    from napkin.runtime.interpret import interpret
+    d = napkin.load(ARG)
+    a = arg_inputs(rng)
+    Z = a["Z"]
+    p = plan(d, "h100", {"t": 23, "v": 37})
+    cases = [with_choices(p, [c]) for c in choices()]
+    for q in cases if backend == "interpret" else cases[-1:]:     # one emulator build
+        out = interpret(q, a) if backend == "interpret" else run_plan(q, a, q.sizes)
+        np.testing.assert_array_equal(out["best"], np.argmax(Z, axis=1))
+        np.testing.assert_array_equal(out["worst"], np.argmin(Z, axis=1))

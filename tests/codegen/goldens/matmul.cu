@@ -250,6 +250,15 @@ __device__ __forceinline__ float napkin_mod(float a, float b) {
   float r = fmodf(a, b);
   return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : (r == 0.0f ? copysignf(0.0f, b) : r);
 }
+// argmax/argmin: fold (w, j) into the best value v and its position i. Ties go to the smaller
+// position, a NaN beats every number (the first NaN wins); nothing seen: i is NAPKIN_NO_POSITION.
+#define NAPKIN_NO_POSITION 9223372036854775807LL
+__device__ __forceinline__ void napkin_argmax_fold(float& v, long long& i, float w, long long j) {
+  if (w != w ? (v == v || j < i) : (v == v && (w > v || (w == v && j < i)))) { v = w; i = j; }
+}
+__device__ __forceinline__ void napkin_argmin_fold(float& v, long long& i, float w, long long j) {
+  if (w != w ? (v == v || j < i) : (v == v && (w < v || (w == v && j < i)))) { v = w; i = j; }
+}
 // A running maximum usable as a shift: -inf (nothing seen yet, or a fully masked row) gives 0.
 __device__ __forceinline__ float napkin_shift(float m) { return m == -NAPKIN_INF ? 0.0f : m; }
 
@@ -265,6 +274,20 @@ __device__ __forceinline__ float napkin_lanes_max(float v, int width) {
 __device__ __forceinline__ float napkin_lanes_min(float v, int width) {
   for (int o = width / 2; o > 0; o /= 2) v = napkin_min(v, __shfl_xor_sync(0xffffffffu, v, o, width));
   return v;
+}
+__device__ __forceinline__ void napkin_lanes_argmax(float& v, long long& i, int width) {
+  for (int o = width / 2; o > 0; o /= 2) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o, width);
+    long long j = __shfl_xor_sync(0xffffffffu, i, o, width);
+    napkin_argmax_fold(v, i, w, j);
+  }
+}
+__device__ __forceinline__ void napkin_lanes_argmin(float& v, long long& i, int width) {
+  for (int o = width / 2; o > 0; o /= 2) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o, width);
+    long long j = __shfl_xor_sync(0xffffffffu, i, o, width);
+    napkin_argmin_fold(v, i, w, j);
+  }
 }
 __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
   return __shfl_xor_sync(0xffffffffu, v, lane_mask, 32);
