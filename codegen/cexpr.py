@@ -44,6 +44,8 @@ BOOL_RESULT = {"lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not"}
 REDUCE_INIT = {"sum": "0.0f", "max": "-NAPKIN_INF", "min": "NAPKIN_INF"}
 REDUCE_STEP = {"sum": "({acc} + {v})", "max": "napkin_max({acc}, {v})",
                "min": "napkin_min({acc}, {v})"}
+SCAN_INIT = {"cumsum": "0.0f", "cumprod": "1.0f"}
+SCAN_STEP = {"cumsum": "({acc} + {v})", "cumprod": "({acc} * {v})"}
 ARG_INIT = {"argmax": "-NAPKIN_INF", "argmin": "NAPKIN_INF"}   # with no position yet
 LANES = {"sum": "napkin_lanes_sum", "max": "napkin_lanes_max", "min": "napkin_lanes_min"}
 

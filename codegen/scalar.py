@@ -108,6 +108,8 @@ class Emitter:
             return self._reduce(n, op, args, scope)
         if isinstance(op, ir.Softmax):
             return self._softmax(n, op, args, scope)
+        if isinstance(op, ir.Scan):
+            return self._scan(op, args, scope)
         raise TypeError(f"cannot lower {op!r}")  # pragma: no cover
 
     # -- value kinds (docs/language.md: integers in 64 bits, promoted to float when mixed) ----
@@ -263,6 +265,26 @@ class Emitter:
         if lanes > 1:
             b.emit(P.Call(f"napkin_lanes_{op.fn}", (best, pos, str(lanes))))
         return b.value("long long", f"({pos} == NAPKIN_NO_POSITION ? -1LL : {pos})")
+
+    def _scan(self, op, args, scope) -> str:
+        """cumsum/cumprod at one position: the fold of every position up to it, read as a view
+        reads (from global memory: staged tiles and chunks cover the block's positions only)."""
+        b = self.b
+        (axis,) = op.axes
+        acc = b.fresh("acc")
+        b.emit(P.Decl("float", acc, cexpr.SCAN_INIT[op.fn]))
+        var = b.fresh("j")
+
+        def body():
+            v = self.number(args[0], {**scope, axis: Ix(var)})
+            b.emit(P.Set(acc, cexpr.SCAN_STEP[op.fn].format(acc=acc, v=v)))
+        self.ctx.views += 1
+        try:
+            self._hoist(args, (axis,), scope)
+            b.loop(var, "0", f"({scope[axis].expr}) + 1", "1", body, ctype="long long")
+        finally:
+            self.ctx.views -= 1
+        return acc
 
     def _reduce_simple(self, fn, arg, axes, scope) -> str:
         return self._reduce(None, ir.Reduce(fn, axes), [arg], scope)

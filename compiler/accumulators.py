@@ -253,6 +253,34 @@ SOFTMAX_CONTRACT = Accumulator(
 )
 
 
+# --- scans: a carried prefix ---------------------------------------------------------------
+# cumsum / cumprod along one axis, chunk by chunk: the state is the running total of the
+# chunks before (0 or 1 at first); `step` gives the chunk's inclusive prefixes and the new
+# total; two lanes' totals merge by the same operation (a + b, a * b), so a lane's prefixes
+# are finished by adding (multiplying) the merged totals of the lanes before it.
+
+
+@dataclass(frozen=True)
+class ScanAccumulator:
+    name: str
+    identity: float
+    step: Callable                   # (total, chunk, axis) -> (prefixes of the chunk, new total)
+    merge: Callable                  # (total, total) -> total
+
+
+def _scan_step(cum, combine):
+    def step(total, x, axis):
+        prefixes = combine(np.expand_dims(total, axis), cum(x, axis=axis))
+        last = np.take(prefixes, [-1], axis=axis).squeeze(axis) if x.shape[axis] else total
+        return prefixes, last
+    return _ignore(step)
+
+
+CUMSUM = ScanAccumulator("cumsum", 0.0, _scan_step(np.cumsum, np.add), _ignore(np.add))
+CUMPROD = ScanAccumulator("cumprod", 1.0, _scan_step(np.cumprod, np.multiply), _ignore(np.multiply))
+SCAN = {"cumsum": CUMSUM, "cumprod": CUMPROD}
+
+
 REDUCE = {"sum": SUM, "max": MAX, "min": MIN, "mean": MEAN, "var": VARIANCE,
           "logsumexp": LOGSUMEXP, "argmax": ARGMAX, "argmin": ARGMIN}
 

@@ -119,6 +119,8 @@ class _Block:
             return data, t.axes
         if isinstance(op, ir.View):
             return self._view(n, op, region), t.axes
+        if isinstance(op, ir.Scan):
+            return self._scan(n, op, region)
         args = [self.value(m, region) for m in ir.operands(g, n)]
         kind = ir.kind_of_dtype(t.dtype)
         if isinstance(op, ir.Const):
@@ -136,6 +138,18 @@ class _Block:
             full = tuple(region.extent(a) for a in t.axes)
             return np.ascontiguousarray(np.broadcast_to(_align(args[0], t.axes), full)), t.axes
         return self._reduction(n, region, args)
+
+    def _scan(self, n: int, op, region: Region):
+        """A prefix at a position reads every position before it: the operand from the axis's
+        start (as a view reads it, whatever the block's tile or chunk), scanned, then cut."""
+        (axis,) = op.axes
+        cut = region.of(axis)
+        operand = ir.operands(self.g, n)[0]
+        x, axes = _floats(self.value(operand, region.with_(axis, slice(0, cut.stop))))
+        scan, dim = acc.SCAN[op.fn], axes.index(axis)
+        shape = tuple(s for i, s in enumerate(x.shape) if i != dim)
+        prefixes = scan.step(np.full(shape, scan.identity), x, dim)[0]
+        return np.take(prefixes, np.arange(cut.start, cut.stop), axis=dim), axes
 
     def _view(self, n: int, op, region: Region) -> np.ndarray:
         """Declared axis k of the base at label k's slice. A base computed here is computed

@@ -37,3 +37,24 @@ def test_arg_accumulators_split_and_merged(fn, ways, chunk, rng):
 def test_an_empty_arg_state_finishes_as_minus_one():
     st = acc.ARGMAX.init((3,), np.float64)
     np.testing.assert_array_equal(acc.ARGMAX.finalize(st), [-1, -1, -1])
+
+
+@pytest.mark.parametrize("fn", ["cumsum", "cumprod"])
+def test_scan_accumulators_carry_a_prefix_across_chunks_and_lanes(fn, rng):
+    """Chunk by chunk with a carried total, and lanes (contiguous parts) whose totals merge:
+    the prefixes are NumPy's cumsum/cumprod."""
+    scan = acc.SCAN[fn]
+    x = rng.uniform(0.5, 1.5, (3, 17))
+    want = np.cumsum(x, 1) if fn == "cumsum" else np.cumprod(x, 1)
+    total, parts = np.full(3, scan.identity), []
+    for start in range(0, 17, 5):
+        prefix, total = scan.step(total, x[:, start:start + 5], 1)
+        parts.append(prefix)
+    np.testing.assert_allclose(np.concatenate(parts, 1), want, rtol=1e-12)
+    np.testing.assert_allclose(total, want[:, -1], rtol=1e-12)
+    # two lanes: each scans its half from the identity; the second is finished with the first's total
+    left, t_left = scan.step(np.full(3, scan.identity), x[:, :8], 1)
+    right, t_right = scan.step(np.full(3, scan.identity), x[:, 8:], 1)
+    fixed, _ = scan.step(t_left, x[:, 8:], 1)
+    np.testing.assert_allclose(fixed, want[:, 8:], rtol=1e-12)
+    np.testing.assert_allclose(scan.merge(t_left, t_right), want[:, -1], rtol=1e-12)

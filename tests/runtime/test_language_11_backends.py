@@ -133,3 +133,51 @@ def test_argmax_and_argmin_stream_and_merge(backend, rng):
         out = interpret(q, a) if backend == "interpret" else run_plan(q, a, q.sizes)
         np.testing.assert_array_equal(out["best"], np.argmax(Z, axis=1))
         np.testing.assert_array_equal(out["worst"], np.argmin(Z, axis=1))
+
+
+SCANS = """\
+axis t, v
+in Z[t v]: f32
+C[t v] = cumsum[v](Z)
+P[t v] = cumprod[v](1 + Z / 10)
+s[t] = sum[v](cumsum[v](Z) * Z)
+out C, P, s: f32
+"""
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret"])
+def test_scans_on_the_reference_and_interpreter(backend, rng):
+    Z = rng.standard_normal((23, 37)).astype(np.float32)
+    z = Z.astype(np.float64)
+    want = (np.cumsum(z, 1), np.cumprod(1 + z / 10, 1), (np.cumsum(z, 1) * z).sum(1))
+    for got, w in zip(napkin.run(SCANS, Z, backend=backend), want):
+        np.testing.assert_allclose(got, w, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("choice, backend", [((("t", 2), ("v", 5)), "interpret"),
+                                             ((("t", 3), ("v", 4)), "interpret"),
+                                             ((("t", 3), ("v", 4)), "emulate")])
+def test_scans_under_tiles_chunks_and_splits(choice, backend, rng):
+    """Streamed and split along the scanned axis (and grouped where a kernel weaves it): a
+    prefix still reads every position before its block's tile or chunk."""
+    from napkin.compiler.plan import plan, with_choices
+    from napkin.compiler.search import Choice
+    from napkin.pipeline import run_plan
+    from napkin.runtime.interpret import interpret
+    d = napkin.load(SCANS)
+    a = {"Z": rng.standard_normal((23, 37)).astype(np.float32)}
+    p = plan(d, "h100", {"t": 23, "v": 37})
+    group = dict(choice)
+    picks = []
+    for kp in p.kernels:
+        grouped = tuple((x, group[x]) for x in kp.model.woven if x in group)
+        stream = ("v", 4) if "v" in kp.model.reduced else None
+        split = ("v", 2) if "v" in kp.model.reduced else None
+        picks.append(Choice(grouped, stream, (), split))
+    q = with_choices(p, picks)
+    assert any(kp.schedule.stream for kp in q.kernels)
+    ref = reference.evaluate(d, a)
+    got = interpret(q, a) if backend == "interpret" else run_plan(q, a, q.sizes)
+    tol = 1e-12 if backend == "interpret" else 2e-5
+    for name in ("C", "P", "s"):
+        np.testing.assert_allclose(got[name], ref[name], rtol=tol, atol=tol)
