@@ -50,7 +50,7 @@ def _op_text(op) -> str:
         return f"map {op.fn}"
     if isinstance(op, ir.Contract):
         return f"contract[{' '.join(op.axes)}]"
-    if isinstance(op, ir.Reduce):
+    if isinstance(op, (ir.Reduce, ir.Scan)):
         return f"{op.fn}[{' '.join(op.axes)}]"
     if isinstance(op, ir.Softmax):
         return f"softmax[{' '.join(op.axes)}]"

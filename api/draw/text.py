@@ -59,7 +59,7 @@ def formula(g: nx.DiGraph, n: int, holes: dict[int, str], top: bool = True) -> s
             sym = UNARY_SYMBOLS[o.fn]
             return f"{sym} {args[0]}" if sym == "not" else f"{sym}{args[0]}"
         return f"{o.fn}({', '.join(args)})"
-    if isinstance(o, ir.Reduce):
+    if isinstance(o, (ir.Reduce, ir.Scan)):
         return f"{o.fn}[{' '.join(o.axes)}]({args[0]})"
     if isinstance(o, ir.Softmax):
         return f"softmax[{' '.join(o.axes)}]({args[0]})"
