@@ -33,7 +33,8 @@ MAP = {
     "where": "({0} ? {1} : {2})",
     "erf": "erff({0})", "log1p": "log1pf({0})", "expm1": "expm1f({0})", "sin": "sinf({0})",
     "cos": "cosf({0})", "floor": "floorf({0})", "ceil": "ceilf({0})", "mod": "napkin_mod({0}, {1})",
-    "pow": "powf({0}, {1})", "float": "((float)({0}))", "int": "napkin_to_int({0})",
+    "pow": "powf({0}, {1})",
+    "floordiv": "napkin_floordiv({0}, {1})", "float": "((float)({0}))", "int": "napkin_to_int({0})",
 }
 # Where an integer argument changes the C spelling (the others are overloaded or operators).
 INT_MAP = {"abs": "napkin_abs({0})", "floor": "({0})", "ceil": "({0})"}

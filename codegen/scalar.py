@@ -88,6 +88,8 @@ class Emitter:
                 return self.value(base, inner)
             finally:
                 self.ctx.views -= 1
+        if isinstance(op, ir.Gather):
+            return self._gather(op, args, scope)
         if isinstance(op, ir.Assign):
             return self.value(args[0], scope)
         if isinstance(op, ir.Map):
@@ -265,6 +267,24 @@ class Emitter:
         if lanes > 1:
             b.emit(P.Call(f"napkin_lanes_{op.fn}", (best, pos, str(lanes))))
         return b.value("long long", f"({pos} == NAPKIN_NO_POSITION ? -1LL : {pos})")
+
+    def _gather(self, op, args, scope) -> str:
+        """The array at the positions' values, read as a view reads (from global memory); a
+        position outside its axis is clamped to the nearest row (docs/language.md)."""
+        base, index = args[0], iter(args[1:])
+        inner = dict(scope)
+        for axis, label in zip(ir.type_of(self.g, base).axes, op.labels):
+            if label is not None:
+                inner[axis] = scope[label]
+            else:
+                i = self.value(next(index), scope)
+                inner[axis] = Ix(self.b.value("long long", f"napkin_clamp_index({i}, "
+                                                           f"{self.ctx.size(axis)})", "ix"))
+        self.ctx.views += 1
+        try:
+            return self.value(base, inner)
+        finally:
+            self.ctx.views -= 1
 
     def _scan(self, op, args, scope) -> str:
         """cumsum/cumprod at one position: the fold of every position up to it, read as a view

@@ -150,6 +150,9 @@ def _emit(g: nx.DiGraph, node: RNode, stmt: int) -> int:
     if node.kind == "array":
         base = node.node
         declared = ir.type_of(g, base)
+        if node.children:           # a gather: the array, then an index per computed position
+            return ir.add_node(g, ir.Gather(node.positions), ir.ArrayType(node.out, declared.dtype),
+                               [base] + args, span=node.span, stmt=stmt)
         if node.axes == declared.axes:
             return base
         view = ir.ArrayType(node.out, declared.dtype)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..diagrams.diagnostics import NapkinError, error
 from .resolve import RNode
 
-_SYMBOL = {"add": "+", "sub": "-", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+_SYMBOL = {"add": "+", "sub": "-", "div": "/", "floordiv": "//", "pow": "**", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
            "eq": "==", "ne": "!=", "and": "and", "or": "or", "neg": "-", "not": "not"}
 
 
@@ -69,6 +69,8 @@ def _vanishes(axis: str, node: RNode) -> NapkinError:
 
 def _assign_out(node: RNode) -> tuple[str, ...]:
     if node.kind in ("array", "index"):
+        for child in node.children:      # the positions of a gather
+            _assign_out(child)
         node.out = tuple(dict.fromkeys(node.axes))
         return node.out
     if node.kind in ("const", "size"):

@@ -53,6 +53,7 @@ OPERATORS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "-": ("sub", ("num", "num"), "same"),
     "*": ("mul", ("num", "num"), "same"),
     "/": ("div", ("num", "num"), "float"),
+    "//": ("floordiv", ("num", "num"), "same"),
     "**": ("pow", ("num", "num"), "float"),
     "<": ("lt", ("num", "num"), "bool"),
     "<=": ("le", ("num", "num"), "bool"),
@@ -167,6 +168,25 @@ class View:
 
 
 @dataclass(frozen=True)
+class Gather:
+    """Reads an array at computed positions (`E[tok[t] m]`): operand 0 is the array, then one
+    integer index per computed position, in order. `labels[k]` names the axis position k is
+    read along (a renaming, as a View), or is None where an index operand gives it."""
+
+    labels: tuple[str | None, ...]
+
+
+def gather_axes(labels, index_axes) -> tuple[str, ...]:
+    """The axes of a gather's result: each position's, in order (an index's own axes for a
+    computed position)."""
+    found: dict[str, None] = {}
+    it = iter(index_axes)
+    for label in labels:
+        found.update(dict.fromkeys((label,) if label is not None else next(it)))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
 class Map:
     """Elementwise function of its operands, broadcast by axis name."""
 
@@ -206,7 +226,7 @@ class Assign:
     name: str
 
 
-Op = Input | Output | Const | Index | SizeOf | View | Map | Contract | Reduce | Scan | Softmax | Assign
+Op = Input | Output | Const | Index | SizeOf | View | Gather | Map | Contract | Reduce | Scan | Softmax | Assign
 
 
 # --- access helpers ------------------------------------------------------------

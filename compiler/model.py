@@ -119,8 +119,8 @@ def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
     for n in k.loads:
         t = ir.type_of(g, n)
         users = [v for v in g.successors(n) if v in members]
-        if users and all(isinstance(ir.op(g, v), ir.View) for v in users):
-            continue  # only seen through views: counted there
+        if users and all(isinstance(ir.op(g, v), ir.View) or _gathers_from(g, v, n) for v in users):
+            continue  # only seen through views or gathered: counted there
         streamed = axis is not None and axis in t.axes
         arrays.append(Array(n, array_name(g, n), "load", t.axes, BYTES[storage_dtype(g, n)],
                             passes=max(1, load_passes[n]) if streamed else 1, streamed=streamed,
@@ -143,6 +143,14 @@ def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
                                     streamed=axis is not None and axis in t.axes,
                                     used_over=_used_over(g, n, members)))
             continue
+        if isinstance(op, ir.Gather):
+            base = ir.operands(g, n)[0]
+            if base in k.loads:   # the rows the positions ask for, each read from global memory
+                shown = " ".join(lab or "*" for lab in op.labels)
+                arrays.append(Array(n, f"{array_name(g, base)}[{shown}]", "load", t.axes,
+                                    BYTES[storage_dtype(g, base)],
+                                    streamed=axis is not None and axis in t.axes))
+                continue
         streamed = axis is not None and axis in t.axes
         if n in pairs.values():   # online softmax: the rescaled output, and (m, l) per row
             arrays.append(Array(n, array_name(g, n), "accumulator", t.axes, 4))
@@ -192,6 +200,12 @@ def _used_over(g: nx.DiGraph, n: int, members: set) -> tuple[str, ...]:
                 axes = list(ir.type_of(g, v).axes)
             out.update(dict.fromkeys(axes))
     return tuple(out)
+
+
+def _gathers_from(g: nx.DiGraph, v: int, n: int) -> bool:
+    """Whether v gathers from array n (n is its operand 0, not one of its positions)."""
+    return isinstance(ir.op(g, v), ir.Gather) and ir.operands(g, v)[0] == n \
+        and n not in ir.operands(g, v)[1:]
 
 
 def _view_base(g: nx.DiGraph, n: int) -> int:

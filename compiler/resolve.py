@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ..diagrams import ast, limits
 from ..diagrams.diagnostics import Label, Span, did_you_mean, error
 from .axes import SizeClasses
+from . import ir
 from .ir import BUILTINS, FUNCTIONS, INDEX_REDUCTIONS, OPERATORS, REDUCTIONS, SCANS, UNARY
 
 
@@ -36,6 +37,7 @@ class RNode:
     contract: tuple[str, ...] = ()  # axes summed at this node (einsum rule)
     out: tuple[str, ...] = ()       # result axes after contraction, in order
     rule: str = ""                  # map: the signature's result kind ("same": by the arguments)
+    positions: tuple = ()           # a gather (array with children): label or None per position
 
 
 @dataclass(frozen=True)
@@ -151,18 +153,70 @@ def _name(e: ast.Ref, scope: Scope) -> RNode:
 def _array(e: ast.Ref, info: ArrayInfo, scope: Scope) -> RNode:
     if e.axes is None:
         return RNode("array", e.span, info.vkind, array=info.name, axes=info.axes, node=info.node)
-    labels = tuple(a.text for a in e.axes)
-    if len(labels) != len(info.axes):
+    e = ast.Ref(e.name, _split_positions(e.axes, scope), e.args, e.span, e.axes_span)
+    if len(e.axes) != len(info.axes):
         raise error("N0302", f"`{info.name}` has {len(info.axes)} axes "
-                    f"[{' '.join(info.axes)}], but {len(labels)} are named here", e.axes_span,
+                    f"[{' '.join(info.axes)}], but {len(e.axes)} are named here", e.axes_span,
                     labels=[Label(info.span, f"`{info.name}` defined with {len(info.axes)} axes")],
                     help="name one axis per position of the array")
-    for a in e.axes:
-        _check_axis(a, scope)
-    for pos, (declared, label) in enumerate(zip(info.axes, labels)):
-        scope.sizes.union(label, declared, e.axes[pos].span,
-                          f"naming position {pos + 1} of `{info.name}` (`{declared}`) as `{label}`")
-    return RNode("array", e.span, info.vkind, array=info.name, axes=labels, node=info.node)
+    positions, children = [], []
+    for pos, (declared, p) in enumerate(zip(info.axes, e.axes)):
+        if isinstance(p, ast.Name):
+            _check_axis(p, scope)
+            scope.sizes.union(p.text, declared, p.span,
+                              f"naming position {pos + 1} of `{info.name}` (`{declared}`) as `{p.text}`")
+            positions.append(p.text)
+        else:
+            children.append(_position(p, pos, declared, info, scope))
+            positions.append(None)
+    if not children:
+        return RNode("array", e.span, info.vkind, array=info.name, axes=tuple(positions),
+                     node=info.node)
+    order = [tuple(a for a in dict.fromkeys(_axes_in(c)) if a in c.free) for c in children]
+    axes = ir.gather_axes(positions, order)
+    return RNode("array", e.span, info.vkind, children, array=info.name, axes=axes,
+                 node=info.node, positions=tuple(positions))
+
+
+def _split_positions(positions, scope: Scope) -> tuple:
+    """`b (x // 2)` parses as a call of `b`; an axis is no function: it is the position `b`,
+    then the parenthesised position `x // 2`."""
+    out = []
+    for p in positions:
+        if isinstance(p, ast.Ref) and p.args is not None and p.axes is None \
+                and p.name.text in scope.axes and p.name.text not in scope.arrays:
+            if len(p.args) != 1:
+                raise error("N0208", f"`{p.name.text}` is an axis, not a function", p.span,
+                            help="a position is an axis, a call, an indexed array or one "
+                                 "parenthesised expression")
+            out += [p.name, p.args[0]]
+        else:
+            out.append(p)
+    return tuple(out)
+
+
+def _position(p: ast.Expr, pos: int, declared: str, info: ArrayInfo, scope: Scope) -> RNode:
+    """A computed position of a gather: an integer expression."""
+    child = _resolve(p, scope)
+    _assign_free(child)
+    if child.vkind != "int":
+        what = "a boolean" if child.vkind == "bool" else "a floating-point value"
+        raise error("N0406", f"position {pos + 1} of `{info.name}` (along `{declared}`) must be "
+                    f"an integer, but this is {what}", p.span,
+                    help="positions are integers: integer arrays, axis indices, `size`, `mod` "
+                         "and `+ - *` of them; convert a float with `int(...)` (e.g. "
+                         "`int(floor(x / 2))`)")
+    return child
+
+
+def _axes_in(node: RNode):
+    """Axis names in a resolved expression, in the order they are written."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.kind in ("array", "index"):
+            yield from n.axes
+        stack.extend(reversed(n.children))
 
 
 def _check_axis(a: ast.Name, scope: Scope) -> None:
@@ -190,6 +244,7 @@ def _call(e: ast.Ref, scope: Scope) -> RNode:
             raise error("N0208", f"`{name}` needs the axes it works along", e.span,
                         help=f"write `{name}[x](...)`")
         _arity(e, 1)
+        _names_only(e)
         axes = _distinct_axes(e.axes, scope)
         child = _resolve(args[0], scope)
         _expect(child, "num", name)
@@ -242,6 +297,13 @@ def _signature(name: str) -> str:
     if name == "size":
         return "`size(d)` takes one axis"
     return f"`{name}(x)` takes one argument"
+
+
+def _names_only(e: ast.Ref) -> None:
+    for p in e.axes:
+        if not isinstance(p, ast.Name):
+            raise error("N0208", f"`{e.name.text}` takes the names of the axes it works along",
+                        p.span, help=f"write `{e.name.text}[x](...)`")
 
 
 def _distinct_axes(names, scope: Scope) -> tuple[str, ...]:

@@ -60,6 +60,12 @@ def _check_op(g, n, op, out: ir.ArrayType, args: list[ir.ArrayType]) -> None:
     elif isinstance(op, ir.View):
         _check(len(op.labels) == len(args[0].axes), f"view {n} rank")
         _check(out.axes == tuple(dict.fromkeys(op.labels)), f"view {n} axes")
+    elif isinstance(op, ir.Gather):
+        computed = [lab for lab in op.labels if lab is None]
+        _check(len(op.labels) == len(args[0].axes) and len(computed) == len(args) - 1,
+               f"gather {n} positions")
+        _check(all(ir.kind_of_dtype(t.dtype) == "int" for t in args[1:]), f"gather {n} index kind")
+        _check(out.axes == ir.gather_axes(op.labels, [t.axes for t in args[1:]]), f"gather {n} axes")
     elif isinstance(op, ir.Map):
         _check(out.axes == union, f"map {n} axes {out.axes} != {union}")
         arity = len(ir.FUNCTIONS[op.fn][0]) if op.fn in ir.FUNCTIONS else (

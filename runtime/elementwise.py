@@ -66,6 +66,7 @@ MAP = {
     "expm1": np.expm1, "sin": np.sin, "cos": np.cos,
     "floor": _keep_int(np.floor), "ceil": _keep_int(np.ceil), "mod": np.mod,   # the sign of b, as Python's %; an integer mod 0 is 0, a float NaN
     "pow": lambda a, b: np.power(_float(a), _float(b)),
+    "floordiv": np.floor_divide,   # toward -inf, as Python's //; an integer // 0 is 0
     "float": _float, "int": _to_int,
 }
 
@@ -79,6 +80,21 @@ def as_kind(data, kind: str, compute=np.float64) -> np.ndarray:
     data = np.asarray(data)
     want = np.dtype(CASTS.get(kind, compute))
     return data if data.dtype == want else data.astype(want)
+
+
+class OutOfRange(Exception):
+    """A gathered position outside its axis: (position k, the index, the axis's size, where)."""
+
+
+def gather(base: np.ndarray, index: list[np.ndarray]) -> np.ndarray:
+    """base[index[0], index[1], ...] (broadcast), every index checked against its axis first:
+    an out-of-range read is an error on the CPU backends, never a wrap or a clamp."""
+    for k, ix in enumerate(index):
+        bad = (ix < 0) | (ix >= base.shape[k])
+        if np.any(bad):
+            at = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            raise OutOfRange(k, int(ix[at]), base.shape[k], at)
+    return base[tuple(index)]
 
 
 def apply(fn: str, args: list[np.ndarray]) -> np.ndarray:

@@ -121,6 +121,8 @@ class _Block:
             return self._view(n, op, region), t.axes
         if isinstance(op, ir.Scan):
             return self._scan(n, op, region)
+        if isinstance(op, ir.Gather):
+            return self._gather(n, op, region), t.axes
         args = [self.value(m, region) for m in ir.operands(g, n)]
         kind = ir.kind_of_dtype(t.dtype)
         if isinstance(op, ir.Const):
@@ -138,6 +140,26 @@ class _Block:
             full = tuple(region.extent(a) for a in t.axes)
             return np.ascontiguousarray(np.broadcast_to(_align(args[0], t.axes), full)), t.axes
         return self._reduction(n, region, args)
+
+    def _gather(self, n: int, op, region: Region) -> np.ndarray:
+        """The array at computed positions: read whole (any row may be asked for), indexed by
+        the positions' values over the region."""
+        from .reference import gathered
+        g = self.g
+        base, *index = ir.operands(g, n)
+        axes = ir.type_of(g, n).axes
+        declared = ir.type_of(g, base).axes
+        if base not in self.k.nodes or isinstance(ir.op(g, base), ir.Input):
+            data = self.memory[base]
+        else:
+            whole = {d: slice(0, region.sizes[d]) for d in declared}
+            data = self.value(base, Region(region.sizes, {**region.slices, **whole}))[0]
+        values = [elementwise.as_kind(_align(self.value(m, region), axes), "int") for m in index]
+        ranges = [_align((np.arange(region.of(lab).start, region.of(lab).stop), (lab,)), axes)
+                  for lab in op.labels if lab is not None]
+        offsets = {a: region.of(a).start for a in axes}
+        out = gathered(g, n, data, op.labels, values, ranges, offsets)
+        return np.broadcast_to(out, tuple(region.extent(a) for a in axes))
 
     def _scan(self, n: int, op, region: Region):
         """A prefix at a position reads every position before it: the operand from the axis's

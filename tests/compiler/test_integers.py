@@ -164,3 +164,16 @@ def test_calls_refuse_arrays_of_the_wrong_kind(declared, given, ok):
             with pytest.raises(NapkinError) as exc:
                 napkin.run(text, arr, backend=backend)
             assert exc.value.code == "N0405" and declared in str(exc.value)
+
+
+def test_every_diagram_on_the_language_page_checks():
+    """The page's examples (the first diagram and those of 1.1) parse and check as written;
+    test_gathers.py and the tests above compute them."""
+    from pathlib import Path
+    import re
+    page = (Path(__file__).parents[2] / "docs" / "language.md").read_text()
+    blocks = re.findall(r"```\n(.*?)```", page, flags=re.S)
+    assert len(blocks) >= 4
+    for text in blocks:
+        napkin.load(text)
+    assert CROSS_ENTROPY in blocks and DOCUMENT_MASK in blocks

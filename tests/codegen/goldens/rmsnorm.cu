@@ -259,6 +259,17 @@ __device__ __forceinline__ void napkin_argmax_fold(float& v, long long& i, float
 __device__ __forceinline__ void napkin_argmin_fold(float& v, long long& i, float w, long long j) {
   if (w != w ? (v == v || j < i) : (v == v && (w < v || (w == v && j < i)))) { v = w; i = j; }
 }
+// a // b rounds toward -inf (Python's //); an integer // 0 is 0.
+__device__ __forceinline__ long long napkin_floordiv(long long a, long long b) {
+  if (b == 0) return 0;
+  long long q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+__device__ __forceinline__ float napkin_floordiv(float a, float b) { return floorf(a / b); }
+// A gathered position outside its axis reads the nearest row (the CPU backends raise an error).
+__device__ __forceinline__ long long napkin_clamp_index(long long i, long long n) {
+  return i < 0 ? 0 : (i >= n ? n - 1 : i);
+}
 // A running maximum usable as a shift: -inf (nothing seen yet, or a fully masked row) gives 0.
 __device__ __forceinline__ float napkin_shift(float m) { return m == -NAPKIN_INF ? 0.0f : m; }
 
