@@ -96,3 +96,22 @@ def test_the_sliding_window_and_documents_mask_something(rng):
         causal = attention(inputs["Q"], inputs["K"], inputs["V"], lambda s: s,
                            np.arange(37)[None, :] <= np.arange(37)[:, None])
         assert np.max(np.abs(want["O"] - causal)) > 0.1
+
+
+def test_alibi_attention_on_tensor_cores_emulated():
+    """f16 on the flash (mma.sync) kernel, its biases computed from the head and position
+    indices inside the score tile; the tolerance rule against the float64 reference."""
+    from napkin.commands.run import random_inputs
+    from napkin.compiler.plan import plan
+    from napkin.pipeline import run_plan
+    from napkin.runtime import compare, reference
+    d = napkin.load("alibi_attention")
+    shape = {"b": 1, "h": 2, "q": 70, "x": 70}
+    p = plan(d, "h100", shape, engine="tensor-cores")
+    assert [k.schedule.engine for k in p.kernels] == ["attention"]
+    inputs = random_inputs(d, shape, 3)
+    out = run_plan(p, inputs, p.sizes)["O"]
+    ref = reference.evaluate(d, inputs)["O"]
+    low = reference.evaluate(d, inputs, precision="lowp")["O"]
+    verdict = compare.check(out, ref, low, "f16", "O")
+    assert verdict.ok, verdict.message
