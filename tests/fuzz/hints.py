@@ -20,7 +20,7 @@ from .harness import Checked, Failure, run_backends
 
 HINT_CODES = {"N0601", "N0602", "N0603", "N0604"}
 SIZES = {"b": 2, "h": 2, "q": 37, "x": 45, "m": 33, "n": 31, "k": 40, "r": 9, "c": 70, "t": 13,
-         "i": 24, "o": 17, "g": 2, "d": 64, "f": 29}
+         "i": 24, "o": 17, "g": 2, "d": 64, "f": 29, "v": 19}
 
 
 @st.composite
