@@ -209,10 +209,10 @@ __device__ __forceinline__ void napkin_cp_async_wait_all() {
 #endif
 }
 
-// ---- 2^x, approximate (ex2.approx.f32) --------------------------------------------------------
+// ---- 2^x, approximate (ex2.approx.ftz.f32: one MUFU.EX2; results below 2^-126 are 0) -------
 __device__ __forceinline__ float napkin_ex2(float x) {
   float y;
-  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 #endif  // !NAPKIN_EMULATE
@@ -481,19 +481,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
-                mx = napkin_max(mx, sc[i0][i2][2 * i1 + i3]);
+                mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
               }
             }
             mx = napkin_lanes_max(mx, 4);
             const float sh = napkin_shift(mx);
-            const float rs = expf(rm[i0][i1] - sh);
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
+            const float sl = -sh * 1.442695f;
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
-                sc[i0][i2][2 * i1 + i3] = expf(sc[i0][i2][2 * i1 + i3] - sh);
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
                 su = su + sc[i0][i2][2 * i1 + i3];
               }
             }

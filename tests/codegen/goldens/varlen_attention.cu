@@ -209,10 +209,10 @@ __device__ __forceinline__ void napkin_cp_async_wait_all() {
 #endif
 }
 
-// ---- 2^x, approximate (ex2.approx.f32) --------------------------------------------------------
+// ---- 2^x, approximate (ex2.approx.ftz.f32: one MUFU.EX2; results below 2^-126 are 0) -------
 __device__ __forceinline__ float napkin_ex2(float x) {
   float y;
-  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 #endif  // !NAPKIN_EMULATE
