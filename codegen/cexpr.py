@@ -32,7 +32,7 @@ MAP = {
     "maximum": "napkin_max({0}, {1})", "minimum": "napkin_min({0}, {1})",
     "where": "({0} ? {1} : {2})",
     "erf": "erff({0})", "log1p": "log1pf({0})", "expm1": "expm1f({0})", "sin": "sinf({0})",
-    "cos": "cosf({0})", "floor": "floorf({0})", "ceil": "ceilf({0})", "mod": "napkin_mod({0}, {1})",
+    "cos": "cosf({0})", "floor": "napkin_to_int(floorf({0}))", "ceil": "napkin_to_int(ceilf({0}))", "mod": "napkin_mod({0}, {1})",
     "pow": "powf({0}, {1})",
     "floordiv": "napkin_floordiv({0}, {1})", "float": "((float)({0}))", "int": "napkin_to_int({0})",
 }

@@ -102,7 +102,8 @@ class Emitter:
             kind = self.kind(n)
             wants = self._operand_kinds(op.fn, kind, args)
             vals = [self._as(a, scope, want) for a, want in zip(args, wants)]
-            spelling = cexpr.INT_MAP.get(op.fn) if kind == "int" else None
+            ints = all(self.kind(a) == "int" for a in args)
+            spelling = cexpr.INT_MAP.get(op.fn) if ints else None
             return b.value(cexpr.CKIND[kind], (spelling or cexpr.MAP[op.fn]).format(*vals))
         if isinstance(op, ir.Contract):
             return self._contract(n, op, args, scope)

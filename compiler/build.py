@@ -198,8 +198,8 @@ def _outputs(g: nx.DiGraph, decl: Declarations, arrays: dict[str, int], poisoned
                             f"as {dtype}", item.name.span,
                             labels=[Label(g.nodes[src]["span"], f"`{name}` is computed here")],
                             help="napkin never converts floats to integers silently: convert "
-                                 "explicitly with `int(...)` (toward zero; `int(floor(...))` rounds "
-                                 "down), or store it as f32")
+                                 "explicitly with `int(...)` (toward zero) or `floor(...)`, or store "
+                                 "it as f32")
             axes = ir.type_of(g, src).axes
             outputs[name] = ir.add_node(g, ir.Output(name, dtype), ir.ArrayType(axes, dtype), [src],
                                         span=item.span)

@@ -38,7 +38,8 @@ FUNCTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     **{f: (("num",), "float") for f in (
         "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu",
         "silu", "erf", "log1p", "expm1", "sin", "cos")},
-    **{f: (("num",), "same") for f in ("relu", "abs", "floor", "ceil")},
+    **{f: (("num",), "same") for f in ("relu", "abs")},
+    **{f: (("num",), "int") for f in ("floor", "ceil")},   # as Python's math.floor
     "maximum": (("num", "num"), "same"),
     "minimum": (("num", "num"), "same"),
     "mod": (("num", "num"), "same"),

@@ -205,7 +205,7 @@ def _position(p: ast.Expr, pos: int, declared: str, info: ArrayInfo, scope: Scop
                     f"an integer, but this is {what}", p.span,
                     help="positions are integers: integer arrays, axis indices, `size`, `mod` "
                          "and `+ - *` of them; convert a float with `int(...)` (e.g. "
-                         "`int(floor(x / 2))`)")
+                         "`floor(x / 2)` or `x // 2`)")
     return child
 
 

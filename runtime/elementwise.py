@@ -64,7 +64,7 @@ MAP = {
     "where": np.where,
     "erf": lambda x: _erf(_float(x)).astype(_float(x).dtype), "log1p": np.log1p,
     "expm1": np.expm1, "sin": np.sin, "cos": np.cos,
-    "floor": _keep_int(np.floor), "ceil": _keep_int(np.ceil), "mod": np.mod,   # the sign of b, as Python's %; an integer mod 0 is 0, a float NaN
+    "floor": _keep_int(lambda x: _to_int(np.floor(x))), "ceil": _keep_int(lambda x: _to_int(np.ceil(x))), "mod": np.mod,   # the sign of b, as Python's %; an integer mod 0 is 0, a float NaN
     "pow": lambda a, b: np.power(_float(a), _float(b)),
     "floordiv": np.floor_divide,   # toward -inf, as Python's //; an integer // 0 is 0
     "float": _float, "int": _to_int,

@@ -25,13 +25,14 @@ out R: f32
 
 PAGED = """\
 # Decoding one query per sequence over a paged KV cache: key x of sequence b lives in
-# page pages[b x // P], row mod(x, P) (a computed position inside a position: in parentheses).
+# page pages[b x // P], row mod(x, P) (floor gives an integer; `x // size(P)` in parentheses is
+# the same position).
 axis b, h, x, d, n, p
 axis P = 4
 in Q[b h d]: f32
 in Kc[n p h d]: f32, Vc[n p h d]: f32
 in pages[b p]: i32
-S[b h x] = Kc[pages[b (x // size(P))] mod(x, size(P)) h d] * Q / sqrt(size(d))
+S[b h x] = Kc[pages[b floor(x / size(P))] mod(x, size(P)) h d] * Q / sqrt(size(d))
 O[b h d] = softmax[x](S) * Vc[pages[b (x // size(P))] mod(x, size(P)) h d]
 out O: f32
 """
