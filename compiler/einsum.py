@@ -111,6 +111,7 @@ def _count(node: RNode, axis: str) -> tuple[int, bool]:
         if n.kind in ("array", "index") and axis in n.axes:
             leaves += 1
             hidden = hidden or under
+            continue                 # (a gather is one factor, whatever its positions hold)
         below = under or not (n.kind == "map" and n.fn == "mul")
         stack.extend((c, below) for c in n.children if axis in c.free)
     return leaves, hidden

@@ -107,7 +107,8 @@ class Placement:
             return 0, self.display(v)
         t = self.plan_node(v)
         loaded = t is not None and (t in self.loads[k] or (       # an input, or a view of one
-            isinstance(ir.op(self.g, t), ir.View) and _view_base(self.g, t) in self.loads[k]))
+            isinstance(ir.op(self.g, t), (ir.View, ir.Gather))
+            and _view_base(self.g, t) in self.loads[k]))
         if not loaded and self.made_in.get(v) != k:
             return 0, self.display(v)           # in global memory; this kernel does not touch it
         name = self._array(k, t, loaded, v) or self.display(v)
@@ -124,7 +125,7 @@ class Placement:
             return None
         g, arrays = self.g, self.plan.kernels[k].model.arrays
         for a in arrays:
-            if a.role == "load" and a.node == v and isinstance(ir.op(g, v), ir.View):
+            if a.role == "load" and a.node == v and isinstance(ir.op(g, v), (ir.View, ir.Gather)):
                 return a.name
         for a in arrays:
             if a.role != "store" and through(g, a.node) == t:
@@ -158,7 +159,8 @@ class Placement:
 
 
 def _view_base(g, n: int) -> int:
-    while isinstance(ir.op(g, n), ir.View):
+    """The array a view (or a gather) reads."""
+    while isinstance(ir.op(g, n), (ir.View, ir.Gather)):
         n = ir.operands(g, n)[0]
     return through(g, n)
 

@@ -1,5 +1,5 @@
 """The library diagrams of language 1.1 (integer labels, erf, soft-capping, ALiBi, sliding
-windows, document ids) on every CPU backend, against NumPy formulas written independently
+windows, document ids, embedding lookups, rotate-half) on every CPU backend, against NumPy formulas written independently
 here, on odd sizes next to tile multiples: one emulator build per diagram (in f32, so that
 the comparison is with the formula itself, not with a rounded reference)."""
 
@@ -14,8 +14,8 @@ import pytest
 import napkin
 from napkin.diagrams.sources import library_source
 
-NEW = ("alibi_attention", "cross_entropy", "gelu_erf", "sliding_window_attention",
-       "softcap_attention", "varlen_attention")
+NEW = ("alibi_attention", "cross_entropy", "embedding", "gelu_erf", "rope",
+       "sliding_window_attention", "softcap_attention", "varlen_attention")
 
 
 def load(name: str, **sizes):
@@ -55,6 +55,16 @@ def case(name: str, rng):
         hh = X.astype(np.float64) @ W.astype(np.float64)
         erf = np.vectorize(math.erf)(hh / math.sqrt(2))
         return load(name), dict(X=X, W=W), {"Y": 0.5 * hh * (1 + erf)}
+    if name == "embedding":
+        E, tok = f32(rng, 53, 24), rng.integers(0, 53, 37).astype(np.int32)
+        tok[:2] = [0, 52]                                    # the first and the last row
+        return load(name), dict(E=E, tok=tok), {"X": E.astype(np.float64)[tok]}
+    if name == "rope":
+        X, ang = f32(rng, 29, 3, 16), rng.uniform(0, 2 * math.pi, (29, 16))
+        C, S = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+        x = X.astype(np.float64)
+        rotated = np.concatenate([-x[..., 8:], x[..., :8]], axis=-1)
+        return load(name), dict(X=X, C=C, S=S), {"R": x * C[:, None] + rotated * S[:, None]}
     Q, K, V = f32(rng, b, h, q, d), f32(rng, b, h, q, d), f32(rng, b, h, q, d)
     if name == "softcap_attention":
         Q, K = Q * 30, K * 30           # scores in the hundreds: the cap matters
