@@ -332,18 +332,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const long long org_0 = (long long)((((blk) / (((long long)(n2) + 255) / 256)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
-    if (reinterpret_cast<unsigned long long>(p0) % 16 == 0) {
-      for (int e = tid; e < 2048; e += 256) {
-        const int eo = e / 8;
-        const int ei = (e % 8) * 8;
-        napkin_cp_async_16(sm0 + eo * 72 + ei, (org_2 + eo < n2) ? p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo))) * (64) + (ei)) : p0, (org_2 + eo < n2) ? 16 : 0);
-      }
-    } else {
-      for (int e = tid; e < 16384; e += 256) {
-        const int eo = e / 64;
-        const int ei = e % 64;
-        (sm0 + eo * 72 + ei)[0] = (org_2 + eo < n2) ? p0[((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
-      }
+    for (int e = tid; e < 2048; e += 256) {
+      const int eo = e / 8;
+      const int ei = (e % 8) * 8;
+      napkin_cp_async_16(sm0 + eo * 72 + ei, (org_2 + eo < n2) ? p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo))) * (64) + (ei)) : p0, (org_2 + eo < n2) ? 16 : 0);
     }
     napkin_cp_async_wait_all();
     __syncthreads();
@@ -369,64 +361,33 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (18432) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
     {
       const int nlen = (int)((long long)(n3) - (0) < 32 ? (long long)(n3) - (0) : 32);
-      if (reinterpret_cast<unsigned long long>(p1) % 16 == 0) {
-        for (int e = tid; e < 256; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + 0 * 2304) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
-        }
-      } else {
-        for (int e = tid; e < 2048; e += 256) {
-          const int eo = e / 64;
-          const int ei = e % 64;
-          ((sm1 + 0 * 2304) + eo * 72 + ei)[0] = (eo < nlen) ? p1[((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
-        }
+      for (int e = tid; e < 256; e += 256) {
+        const int eo = e / 8;
+        const int ei = (e % 8) * 8;
+        napkin_cp_async_16((sm1 + 0 * 2304) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
       }
-      if (reinterpret_cast<unsigned long long>(p2) % 16 == 0) {
-        for (int e = tid; e < 256; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm2 + 0 * 2304) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
-        }
-      } else {
-        for (int e = tid; e < 2048; e += 256) {
-          const int eo = e / 64;
-          const int ei = e % 64;
-          ((sm2 + 0 * 2304) + eo * 72 + ei)[0] = (eo < nlen) ? p2[((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
-        }
+      for (int e = tid; e < 256; e += 256) {
+        const int eo = e / 8;
+        const int ei = (e % 8) * 8;
+        napkin_cp_async_16((sm2 + 0 * 2304) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
       }
     }
     napkin_cp_async_commit();
     int stage = 0;
-    for (long long c0 = (long long)0; c0 < (long long)(n3); c0 += 32) {
-      const int clen = (int)((long long)(n3) - (c0) < 32 ? (long long)(n3) - (c0) : 32);
+    const long long cfull = (long long)(n3) / 32 * 32;
+    for (long long c0 = (long long)0; c0 < cfull; c0 += 32) {
+      const int clen = 32;
       if (c0 + 32 < (long long)(n3)) {
         const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
-        if (reinterpret_cast<unsigned long long>(p1) % 16 == 0) {
-          for (int e = tid; e < 256; e += 256) {
-            const int eo = e / 8;
-            const int ei = (e % 8) * 8;
-            napkin_cp_async_16((sm1 + (stage ^ 1) * 2304) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
-          }
-        } else {
-          for (int e = tid; e < 2048; e += 256) {
-            const int eo = e / 64;
-            const int ei = e % 64;
-            ((sm1 + (stage ^ 1) * 2304) + eo * 72 + ei)[0] = (eo < nlen) ? p1[((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
-          }
+        for (int e = tid; e < 256; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16((sm1 + (stage ^ 1) * 2304) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
         }
-        if (reinterpret_cast<unsigned long long>(p2) % 16 == 0) {
-          for (int e = tid; e < 256; e += 256) {
-            const int eo = e / 8;
-            const int ei = (e % 8) * 8;
-            napkin_cp_async_16((sm2 + (stage ^ 1) * 2304) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
-          }
-        } else {
-          for (int e = tid; e < 2048; e += 256) {
-            const int eo = e / 64;
-            const int ei = e % 64;
-            ((sm2 + (stage ^ 1) * 2304) + eo * 72 + ei)[0] = (eo < nlen) ? p2[((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo))) * (64) + (ei)] : napkin_from_float<__half>(0.0f);
-          }
+        for (int e = tid; e < 256; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16((sm2 + (stage ^ 1) * 2304) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
         }
       }
       napkin_cp_async_commit();
@@ -461,19 +422,134 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
               const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
               const bool v0 = (((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))) <= ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
-              const float v1 = sqrtf(((float)(((long long)(64)))));
-              const float v2 = (sc[i0][i1][i2] / v1);
-              const long long v3 = (-8);
-              const long long v4 = (((long long)(org_1)) + 1);
-              const long long v5 = (v3 * v4);
-              const float v6 = (((float)(v5)) / ((float)(((long long)(n1)))));
-              const float v7 = powf(2.0f, v6);
-              const long long v8 = (((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))) - ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
-              const float v9 = (v7 * ((float)(v8)));
-              const float v10 = (v2 + v9);
-              const float v11 = (-NAPKIN_INF);
-              const float v12 = (v0 ? v10 : v11);
-              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v12 : -NAPKIN_INF;
+              const float v1 = (sc[i0][i1][i2] * 0.125f);
+              const long long v2 = (-8);
+              const long long v3 = (((long long)(org_1)) + 1);
+              const long long v4 = (v2 * v3);
+              const float v5 = (((float)(v4)) / ((float)(((long long)(n1)))));
+              const float v6 = powf(2.0f, v5);
+              const long long v7 = (((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))) - ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
+              const float v8 = (v6 * ((float)(v7)));
+              const float v9 = (v1 + v8);
+              const float v10 = (-NAPKIN_INF);
+              const float v11 = (v0 ? v9 : v10);
+              sc[i0][i1][i2] = v11;
+            }
+          }
+        }
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 2; ++i1) {
+            float mx = rm[i0][i1];
+            #pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
+              }
+            }
+            mx = napkin_lanes_max(mx, 4);
+            const float sh = napkin_shift(mx);
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
+            const float sl = -sh * 1.442695f;
+            rm[i0][i1] = mx;
+            float su = 0.0f;
+            #pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+                su = su + sc[i0][i2][2 * i1 + i3];
+              }
+            }
+            rl[i0][i1] = rl[i0][i1] * rs + su;
+            #pragma unroll
+            for (int i2 = 0; i2 < 8; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
+              }
+            }
+          }
+        }
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 2; ++i1) {
+            unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+            #pragma unroll
+            for (int i2 = 0; i2 < 8; ++i2) {
+              unsigned fb[2];
+              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
+              napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
+            }
+          }
+        }
+      }
+      __syncthreads();
+      stage = stage ^ 1;
+    }
+    if (cfull < (long long)(n3)) {
+      const long long c0 = cfull;
+      const int clen = (int)((long long)(n3) - (c0) < 32 ? (long long)(n3) - (c0) : 32);
+      if (c0 + 32 < (long long)(n3)) {
+        const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
+        for (int e = tid; e < 256; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16((sm1 + (stage ^ 1) * 2304) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+        }
+        for (int e = tid; e < 256; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16((sm2 + (stage ^ 1) * 2304) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        }
+      }
+      napkin_cp_async_commit();
+      napkin_cp_async_wait<1>();
+      __syncthreads();
+      if (!(!(((double)(c0) <= (double)((org_2 + 255 < (n2 - 1) ? org_2 + 255 : (n2 - 1))))))) {
+        float sc[2][4][4];
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 4; ++i1) {
+            float fz[4] = {};
+            #pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) {
+              unsigned fb[2];
+              napkin_ldmatrix_x2(fb, (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
+            }
+            #pragma unroll
+            for (int i3 = 0; i3 < 4; ++i3) {
+              sc[i0][i1][i3] = fz[i3];
+            }
+          }
+        }
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 4; ++i1) {
+            #pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) {
+              const long long pt2 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+              const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+#line 10 "napkin-diagram"
+              const bool v12 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
+              const float v13 = (sc[i0][i1][i2] * 0.125f);
+              const long long v14 = (-8);
+              const long long v15 = (((long long)(org_1)) + 1);
+              const long long v16 = (v14 * v15);
+              const float v17 = (((float)(v16)) / ((float)(((long long)(n1)))));
+              const float v18 = powf(2.0f, v17);
+              const long long v19 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) - ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
+              const float v20 = (v18 * ((float)(v19)));
+              const float v21 = (v13 + v20);
+              const float v22 = (-NAPKIN_INF);
+              const float v23 = (v12 ? v21 : v22);
+              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v23 : -NAPKIN_INF;
             }
           }
         }
@@ -544,11 +620,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       for (int i1 = 0; i1 < 8; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const long long pt2 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
-          const long long pt3 = i1 * 8 + fq * 2 + i2 % 2;
+          const long long pt4 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+          const long long pt5 = i1 * 8 + fq * 2 + i2 % 2;
 #line 11 "napkin-diagram"
-          if ((pt2 < n2) && (pt3 < 64)) {
-            p3[((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))) * (64) + ((pt3 < (long long)(64 - 1) ? pt3 : (long long)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
+          if ((pt4 < n2) && (pt5 < 64)) {
+            p3[((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))) * (64) + ((pt5 < (long long)(64 - 1) ? pt5 : (long long)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
           }
         }
       }

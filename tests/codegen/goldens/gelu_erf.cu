@@ -333,7 +333,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (3072) * 2 + 15) / 16 * 16));
     {
       const int nlen = (int)((int)(n1) - (0) < 16 ? (int)(n1) - (0) : 16);
-      if (reinterpret_cast<unsigned long long>(p0) % 16 == 0 && n1 % 8 == 0) {
+      if (n1 % 8 == 0) {
         for (int e = tid; e < 128; e += 256) {
           const int eo = e / 2;
           const int ei = (e % 2) * 8;
@@ -346,7 +346,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
-      if (reinterpret_cast<unsigned long long>(p1) % 16 == 0 && n2 % 8 == 0) {
+      if (n2 % 8 == 0) {
         for (int e = tid; e < 256; e += 256) {
           const int eo = e / 16;
           const int ei = (e % 16) * 8;
@@ -366,7 +366,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = (int)((int)(n1) - (c0) < 16 ? (int)(n1) - (c0) : 16);
       if (c0 + 16 < (int)(n1)) {
         const int nlen = (int)((int)(n1) - (c0 + 16) < 16 ? (int)(n1) - (c0 + 16) : 16);
-        if (reinterpret_cast<unsigned long long>(p0) % 16 == 0 && n1 % 8 == 0) {
+        if (n1 % 8 == 0) {
           for (int e = tid; e < 128; e += 256) {
             const int eo = e / 2;
             const int ei = (e % 2) * 8;
@@ -379,7 +379,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             ((sm0 + (stage ^ 1) * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
-        if (reinterpret_cast<unsigned long long>(p1) % 16 == 0 && n2 % 8 == 0) {
+        if (n2 % 8 == 0) {
           for (int e = tid; e < 256; e += 256) {
             const int eo = e / 16;
             const int ei = (e % 16) * 8;
@@ -429,13 +429,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           const int pt1 = org_1 + wc * 32 + i1 * 8 + fq * 2 + i2 % 2;
 #line 8 "napkin-diagram"
           const float v0 = (0.5f * acc[i0][i1][i2]);
-          const float v1 = sqrtf(2.0f);
-          const float v2 = (acc[i0][i1][i2] / v1);
-          const float v3 = erff(v2);
-          const float v4 = (1.0f + v3);
-          const float v5 = (v0 * v4);
+          const float v1 = (acc[i0][i1][i2] * 0.70710677f);
+          const float v2 = erff(v1);
+          const float v3 = (1.0f + v2);
+          const float v4 = (v0 * v3);
           if ((pt0 < n0) && (pt1 < n2)) {
-            p2[((int)((pt0 < (int)(n0 - 1) ? pt0 : (int)(n0 - 1)))) * (n2) + ((pt1 < (int)(n2 - 1) ? pt1 : (int)(n2 - 1)))] = napkin_from_float<__half>(v5);
+            p2[((int)((pt0 < (int)(n0 - 1) ? pt0 : (int)(n0 - 1)))) * (n2) + ((pt1 < (int)(n2 - 1) ? pt1 : (int)(n2 - 1)))] = napkin_from_float<__half>(v4);
           }
         }
       }

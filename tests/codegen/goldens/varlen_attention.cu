@@ -419,232 +419,231 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           acc0 = acc0 + napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + (j0)]) * napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j0)]);
         }
         acc0 = napkin_lanes_sum(acc0, 8);
-        const float v3 = sqrtf(((float)(((long long)(64)))));
-        const float v4 = (acc0 / v3);
-        const float v5 = (-NAPKIN_INF);
-        const float v6 = (v2 ? v4 : v5);
-        const float v7 = napkin_max(st0, v6);
-        const float v8 = napkin_shift(v7);
-        const float v9 = expf(st0 - v8);
-        const float v10 = expf(v6 - v8);
-        st1 = st1 * v9 + v10;
-        st0 = v7;
+        const float v3 = (acc0 * 0.125f);
+        const float v4 = (-NAPKIN_INF);
+        const float v5 = (v2 ? v3 : v4);
+        const float v6 = napkin_max(st0, v5);
+        const float v7 = napkin_shift(v6);
+        const float v8 = expf(st0 - v7);
+        const float v9 = expf(v5 - v7);
+        st1 = st1 * v8 + v9;
+        st0 = v6;
         #pragma unroll
         for (int k0 = 0; k0 < 8; ++k0) {
           const int j1 = lane + k0 * 8;
           {
-            st2[k0] = st2[k0] * v9 + v10 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j1)]);
+            st2[k0] = st2[k0] * v8 + v9 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j1)]);
           }
         }
 #line 13 "napkin-diagram"
-        const bool v11 = (napkin_to_int(p3[(int)(((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
-        const bool v12 = (((long long)(xg)) <= ((long long)(((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))));
-        const bool v13 = (v11 && v12);
+        const bool v10 = (napkin_to_int(p3[(int)(((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
+        const bool v11 = (((long long)(xg)) <= ((long long)(((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))));
+        const bool v12 = (v10 && v11);
         float acc1 = 0.0f;
         for (int j2 = lane; j2 < 64; j2 += 8) {
           acc1 = acc1 + napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + (j2)]) * napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j2)]);
         }
         acc1 = napkin_lanes_sum(acc1, 8);
-        const float v14 = (acc1 / v3);
-        const float v15 = (v13 ? v14 : v5);
-        const float v16 = napkin_max(st3, v15);
-        const float v17 = napkin_shift(v16);
-        const float v18 = expf(st3 - v17);
-        const float v19 = expf(v15 - v17);
-        st4 = st4 * v18 + v19;
-        st3 = v16;
+        const float v13 = (acc1 * 0.125f);
+        const float v14 = (v12 ? v13 : v4);
+        const float v15 = napkin_max(st3, v14);
+        const float v16 = napkin_shift(v15);
+        const float v17 = expf(st3 - v16);
+        const float v18 = expf(v14 - v16);
+        st4 = st4 * v17 + v18;
+        st3 = v15;
         #pragma unroll
         for (int k1 = 0; k1 < 8; ++k1) {
           const int j3 = lane + k1 * 8;
           {
-            st5[k1] = st5[k1] * v18 + v19 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j3)]);
+            st5[k1] = st5[k1] * v17 + v18 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j3)]);
           }
         }
 #line 13 "napkin-diagram"
-        const bool v20 = (napkin_to_int(p3[(int)(((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
-        const bool v21 = (((long long)(xg)) <= ((long long)(((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))));
-        const bool v22 = (v20 && v21);
+        const bool v19 = (napkin_to_int(p3[(int)(((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
+        const bool v20 = (((long long)(xg)) <= ((long long)(((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))));
+        const bool v21 = (v19 && v20);
         float acc2 = 0.0f;
         for (int j4 = lane; j4 < 64; j4 += 8) {
           acc2 = acc2 + napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + (j4)]) * napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j4)]);
         }
         acc2 = napkin_lanes_sum(acc2, 8);
-        const float v23 = (acc2 / v3);
-        const float v24 = (v22 ? v23 : v5);
-        const float v25 = napkin_max(st6, v24);
-        const float v26 = napkin_shift(v25);
-        const float v27 = expf(st6 - v26);
-        const float v28 = expf(v24 - v26);
-        st7 = st7 * v27 + v28;
-        st6 = v25;
+        const float v22 = (acc2 * 0.125f);
+        const float v23 = (v21 ? v22 : v4);
+        const float v24 = napkin_max(st6, v23);
+        const float v25 = napkin_shift(v24);
+        const float v26 = expf(st6 - v25);
+        const float v27 = expf(v23 - v25);
+        st7 = st7 * v26 + v27;
+        st6 = v24;
         #pragma unroll
         for (int k2 = 0; k2 < 8; ++k2) {
           const int j5 = lane + k2 * 8;
           {
-            st8[k2] = st8[k2] * v27 + v28 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j5)]);
+            st8[k2] = st8[k2] * v26 + v27 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j5)]);
           }
         }
 #line 13 "napkin-diagram"
-        const bool v29 = (napkin_to_int(p3[(int)(((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
-        const bool v30 = (((long long)(xg)) <= ((long long)(((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))));
-        const bool v31 = (v29 && v30);
+        const bool v28 = (napkin_to_int(p3[(int)(((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
+        const bool v29 = (((long long)(xg)) <= ((long long)(((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))));
+        const bool v30 = (v28 && v29);
         float acc3 = 0.0f;
         for (int j6 = lane; j6 < 64; j6 += 8) {
           acc3 = acc3 + napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + (j6)]) * napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j6)]);
         }
         acc3 = napkin_lanes_sum(acc3, 8);
-        const float v32 = (acc3 / v3);
-        const float v33 = (v31 ? v32 : v5);
-        const float v34 = napkin_max(st9, v33);
-        const float v35 = napkin_shift(v34);
-        const float v36 = expf(st9 - v35);
-        const float v37 = expf(v33 - v35);
-        st10 = st10 * v36 + v37;
-        st9 = v34;
+        const float v31 = (acc3 * 0.125f);
+        const float v32 = (v30 ? v31 : v4);
+        const float v33 = napkin_max(st9, v32);
+        const float v34 = napkin_shift(v33);
+        const float v35 = expf(st9 - v34);
+        const float v36 = expf(v32 - v34);
+        st10 = st10 * v35 + v36;
+        st9 = v33;
         #pragma unroll
         for (int k3 = 0; k3 < 8; ++k3) {
           const int j7 = lane + k3 * 8;
           {
-            st11[k3] = st11[k3] * v36 + v37 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j7)]);
+            st11[k3] = st11[k3] * v35 + v36 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j7)]);
           }
         }
 #line 13 "napkin-diagram"
-        const bool v38 = (napkin_to_int(p3[(int)(((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
-        const bool v39 = (((long long)(xg)) <= ((long long)(((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))));
-        const bool v40 = (v38 && v39);
+        const bool v37 = (napkin_to_int(p3[(int)(((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
+        const bool v38 = (((long long)(xg)) <= ((long long)(((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))));
+        const bool v39 = (v37 && v38);
         float acc4 = 0.0f;
         for (int j8 = lane; j8 < 64; j8 += 8) {
           acc4 = acc4 + napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + (j8)]) * napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j8)]);
         }
         acc4 = napkin_lanes_sum(acc4, 8);
-        const float v41 = (acc4 / v3);
-        const float v42 = (v40 ? v41 : v5);
-        const float v43 = napkin_max(st12, v42);
-        const float v44 = napkin_shift(v43);
-        const float v45 = expf(st12 - v44);
-        const float v46 = expf(v42 - v44);
-        st13 = st13 * v45 + v46;
-        st12 = v43;
+        const float v40 = (acc4 * 0.125f);
+        const float v41 = (v39 ? v40 : v4);
+        const float v42 = napkin_max(st12, v41);
+        const float v43 = napkin_shift(v42);
+        const float v44 = expf(st12 - v43);
+        const float v45 = expf(v41 - v43);
+        st13 = st13 * v44 + v45;
+        st12 = v42;
         #pragma unroll
         for (int k4 = 0; k4 < 8; ++k4) {
           const int j9 = lane + k4 * 8;
           {
-            st14[k4] = st14[k4] * v45 + v46 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j9)]);
+            st14[k4] = st14[k4] * v44 + v45 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j9)]);
           }
         }
 #line 13 "napkin-diagram"
-        const bool v47 = (napkin_to_int(p3[(int)(((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
-        const bool v48 = (((long long)(xg)) <= ((long long)(((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))));
-        const bool v49 = (v47 && v48);
+        const bool v46 = (napkin_to_int(p3[(int)(((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
+        const bool v47 = (((long long)(xg)) <= ((long long)(((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))));
+        const bool v48 = (v46 && v47);
         float acc5 = 0.0f;
         for (int j10 = lane; j10 < 64; j10 += 8) {
           acc5 = acc5 + napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + (j10)]) * napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j10)]);
         }
         acc5 = napkin_lanes_sum(acc5, 8);
-        const float v50 = (acc5 / v3);
-        const float v51 = (v49 ? v50 : v5);
-        const float v52 = napkin_max(st15, v51);
-        const float v53 = napkin_shift(v52);
-        const float v54 = expf(st15 - v53);
-        const float v55 = expf(v51 - v53);
-        st16 = st16 * v54 + v55;
-        st15 = v52;
+        const float v49 = (acc5 * 0.125f);
+        const float v50 = (v48 ? v49 : v4);
+        const float v51 = napkin_max(st15, v50);
+        const float v52 = napkin_shift(v51);
+        const float v53 = expf(st15 - v52);
+        const float v54 = expf(v50 - v52);
+        st16 = st16 * v53 + v54;
+        st15 = v51;
         #pragma unroll
         for (int k5 = 0; k5 < 8; ++k5) {
           const int j11 = lane + k5 * 8;
           {
-            st17[k5] = st17[k5] * v54 + v55 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j11)]);
+            st17[k5] = st17[k5] * v53 + v54 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j11)]);
           }
         }
 #line 13 "napkin-diagram"
-        const bool v56 = (napkin_to_int(p3[(int)(((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
-        const bool v57 = (((long long)(xg)) <= ((long long)(((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))));
-        const bool v58 = (v56 && v57);
+        const bool v55 = (napkin_to_int(p3[(int)(((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
+        const bool v56 = (((long long)(xg)) <= ((long long)(((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))));
+        const bool v57 = (v55 && v56);
         float acc6 = 0.0f;
         for (int j12 = lane; j12 < 64; j12 += 8) {
           acc6 = acc6 + napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + (j12)]) * napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j12)]);
         }
         acc6 = napkin_lanes_sum(acc6, 8);
-        const float v59 = (acc6 / v3);
-        const float v60 = (v58 ? v59 : v5);
-        const float v61 = napkin_max(st18, v60);
-        const float v62 = napkin_shift(v61);
-        const float v63 = expf(st18 - v62);
-        const float v64 = expf(v60 - v62);
-        st19 = st19 * v63 + v64;
-        st18 = v61;
+        const float v58 = (acc6 * 0.125f);
+        const float v59 = (v57 ? v58 : v4);
+        const float v60 = napkin_max(st18, v59);
+        const float v61 = napkin_shift(v60);
+        const float v62 = expf(st18 - v61);
+        const float v63 = expf(v59 - v61);
+        st19 = st19 * v62 + v63;
+        st18 = v60;
         #pragma unroll
         for (int k6 = 0; k6 < 8; ++k6) {
           const int j13 = lane + k6 * 8;
           {
-            st20[k6] = st20[k6] * v63 + v64 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j13)]);
+            st20[k6] = st20[k6] * v62 + v63 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j13)]);
           }
         }
 #line 13 "napkin-diagram"
-        const bool v65 = (napkin_to_int(p3[(int)(((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
-        const bool v66 = (((long long)(xg)) <= ((long long)(((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))));
-        const bool v67 = (v65 && v66);
+        const bool v64 = (napkin_to_int(p3[(int)(((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))]) == napkin_to_int(sm3[(int)((xg - c0))]));
+        const bool v65 = (((long long)(xg)) <= ((long long)(((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))));
+        const bool v66 = (v64 && v65);
         float acc7 = 0.0f;
         for (int j14 = lane; j14 < 64; j14 += 8) {
           acc7 = acc7 + napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + (j14)]) * napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j14)]);
         }
         acc7 = napkin_lanes_sum(acc7, 8);
-        const float v68 = (acc7 / v3);
-        const float v69 = (v67 ? v68 : v5);
-        const float v70 = napkin_max(st21, v69);
-        const float v71 = napkin_shift(v70);
-        const float v72 = expf(st21 - v71);
-        const float v73 = expf(v69 - v71);
-        st22 = st22 * v72 + v73;
-        st21 = v70;
+        const float v67 = (acc7 * 0.125f);
+        const float v68 = (v66 ? v67 : v4);
+        const float v69 = napkin_max(st21, v68);
+        const float v70 = napkin_shift(v69);
+        const float v71 = expf(st21 - v70);
+        const float v72 = expf(v68 - v70);
+        st22 = st22 * v71 + v72;
+        st21 = v69;
         #pragma unroll
         for (int k7 = 0; k7 < 8; ++k7) {
           const int j15 = lane + k7 * 8;
           {
-            st23[k7] = st23[k7] * v72 + v73 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j15)]);
+            st23[k7] = st23[k7] * v71 + v72 * napkin_to_float(sm2[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (128) + ((xg - c0))) * (64) + (j15)]);
           }
         }
       }
     }
-    const float v74 = (st1 == 0.0f ? 0.0f : 1.0f / st1);
+    const float v73 = (st1 == 0.0f ? 0.0f : 1.0f / st1);
     #pragma unroll
     for (int z = 0; z < 8; ++z) {
-      st2[z] = st2[z] * v74;
+      st2[z] = st2[z] * v73;
     }
-    const float v75 = (st4 == 0.0f ? 0.0f : 1.0f / st4);
+    const float v74 = (st4 == 0.0f ? 0.0f : 1.0f / st4);
     #pragma unroll
     for (int z = 0; z < 8; ++z) {
-      st5[z] = st5[z] * v75;
+      st5[z] = st5[z] * v74;
     }
-    const float v76 = (st7 == 0.0f ? 0.0f : 1.0f / st7);
+    const float v75 = (st7 == 0.0f ? 0.0f : 1.0f / st7);
     #pragma unroll
     for (int z = 0; z < 8; ++z) {
-      st8[z] = st8[z] * v76;
+      st8[z] = st8[z] * v75;
     }
-    const float v77 = (st10 == 0.0f ? 0.0f : 1.0f / st10);
+    const float v76 = (st10 == 0.0f ? 0.0f : 1.0f / st10);
     #pragma unroll
     for (int z = 0; z < 8; ++z) {
-      st11[z] = st11[z] * v77;
+      st11[z] = st11[z] * v76;
     }
-    const float v78 = (st13 == 0.0f ? 0.0f : 1.0f / st13);
+    const float v77 = (st13 == 0.0f ? 0.0f : 1.0f / st13);
     #pragma unroll
     for (int z = 0; z < 8; ++z) {
-      st14[z] = st14[z] * v78;
+      st14[z] = st14[z] * v77;
     }
-    const float v79 = (st16 == 0.0f ? 0.0f : 1.0f / st16);
+    const float v78 = (st16 == 0.0f ? 0.0f : 1.0f / st16);
     #pragma unroll
     for (int z = 0; z < 8; ++z) {
-      st17[z] = st17[z] * v79;
+      st17[z] = st17[z] * v78;
     }
-    const float v80 = (st19 == 0.0f ? 0.0f : 1.0f / st19);
+    const float v79 = (st19 == 0.0f ? 0.0f : 1.0f / st19);
     #pragma unroll
     for (int z = 0; z < 8; ++z) {
-      st20[z] = st20[z] * v80;
+      st20[z] = st20[z] * v79;
     }
-    const float v81 = (st22 == 0.0f ? 0.0f : 1.0f / st22);
+    const float v80 = (st22 == 0.0f ? 0.0f : 1.0f / st22);
     #pragma unroll
     for (int z = 0; z < 8; ++z) {
-      st23[z] = st23[z] * v81;
+      st23[z] = st23[z] * v80;
     }
 #line 13 "napkin-diagram"
     #pragma unroll
