@@ -62,7 +62,7 @@ MAP = {
     "gelu": _gelu, "silu": lambda x: x * _sigmoid(x), "abs": np.abs,
     "maximum": np.maximum, "minimum": np.minimum,
     "where": np.where,
-    "erf": lambda x: _erf(_float(x)).astype(_float(x).dtype), "log1p": np.log1p,
+    "erf": lambda x: np.asarray(_erf(_float(x)), dtype=_float(x).dtype), "log1p": np.log1p,
     "expm1": np.expm1, "sin": np.sin, "cos": np.cos,
     "floor": _keep_int(lambda x: _to_int(np.floor(x))), "ceil": _keep_int(lambda x: _to_int(np.ceil(x))), "mod": np.mod,   # the sign of b, as Python's %; an integer mod 0 is 0, a float NaN
     "pow": lambda a, b: np.power(_float(a), _float(b)),
