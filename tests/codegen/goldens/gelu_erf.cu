@@ -331,93 +331,120 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     float acc[2][4][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (3072) * 2 + 15) / 16 * 16));
-    {
-      const int nlen = (int)((int)(n1) - (0) < 16 ? (int)(n1) - (0) : 16);
-      if (n1 % 8 == 0) {
+    if (n1 % 8 == 0 && n2 % 8 == 0) {
+      {
+        const int nlen = (int)((int)(n1) - (0) < 16 ? (int)(n1) - (0) : 16);
         for (int e = tid; e < 128; e += 256) {
           const int eo = e / 2;
           const int ei = (e % 2) * 8;
           napkin_cp_async_16((sm0 + 0 * 1536) + eo * 24 + ei, (org_0 + eo < n0 && ei < nlen) ? p0 + (((int)((org_0 + eo))) * (n1) + (((int)0 + ei))) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
         }
-      } else {
-        for (int e = tid; e < 1024; e += 256) {
-          const int eo = e / 16;
-          const int ei = e % 16;
-          ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
-        }
-      }
-      if (n2 % 8 == 0) {
         for (int e = tid; e < 256; e += 256) {
           const int eo = e / 16;
           const int ei = (e % 16) * 8;
           napkin_cp_async_16((sm1 + 0 * 2176) + eo * 136 + ei, (eo < nlen && org_1 + ei < n2) ? p1 + (((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
         }
-      } else {
+      }
+      napkin_cp_async_commit();
+      int stage = 0;
+      for (int c0 = (int)0; c0 < (int)(n1); c0 += 16) {
+        const int clen = (int)((int)(n1) - (c0) < 16 ? (int)(n1) - (c0) : 16);
+        if (c0 + 16 < (int)(n1)) {
+          const int nlen = (int)((int)(n1) - (c0 + 16) < 16 ? (int)(n1) - (c0 + 16) : 16);
+          for (int e = tid; e < 128; e += 256) {
+            const int eo = e / 2;
+            const int ei = (e % 2) * 8;
+            napkin_cp_async_16((sm0 + (stage ^ 1) * 1536) + eo * 24 + ei, (org_0 + eo < n0 && ei < nlen) ? p0 + (((int)((org_0 + eo))) * (n1) + ((c0 + 16 + ei))) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          }
+          for (int e = tid; e < 256; e += 256) {
+            const int eo = e / 16;
+            const int ei = (e % 16) * 8;
+            napkin_cp_async_16((sm1 + (stage ^ 1) * 2176) + eo * 136 + ei, (eo < nlen && org_1 + ei < n2) ? p1 + (((int)((c0 + 16 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          }
+        }
+        napkin_cp_async_commit();
+        napkin_cp_async_wait<1>();
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < 1; ++kk) {
+          unsigned fa[2][4];
+          unsigned fb[4][2];
+          #pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 32 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+          }
+          #pragma unroll
+          for (int i1 = 0; i1 < 4; ++i1) {
+            napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + i1 * 8);
+          }
+          #pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 4; ++i1) {
+              napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
+            }
+          }
+        }
+        __syncthreads();
+        stage = stage ^ 1;
+      }
+    } else {
+      {
+        const int nlen = (int)((int)(n1) - (0) < 16 ? (int)(n1) - (0) : 16);
+        for (int e = tid; e < 1024; e += 256) {
+          const int eo = e / 16;
+          const int ei = e % 16;
+          ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
+        }
         for (int e = tid; e < 2048; e += 256) {
           const int eo = e / 128;
           const int ei = e % 128;
           ((sm1 + 0 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
-    }
-    napkin_cp_async_commit();
-    int stage = 0;
-    for (int c0 = (int)0; c0 < (int)(n1); c0 += 16) {
-      const int clen = (int)((int)(n1) - (c0) < 16 ? (int)(n1) - (c0) : 16);
-      if (c0 + 16 < (int)(n1)) {
-        const int nlen = (int)((int)(n1) - (c0 + 16) < 16 ? (int)(n1) - (c0 + 16) : 16);
-        if (n1 % 8 == 0) {
-          for (int e = tid; e < 128; e += 256) {
-            const int eo = e / 2;
-            const int ei = (e % 2) * 8;
-            napkin_cp_async_16((sm0 + (stage ^ 1) * 1536) + eo * 24 + ei, (org_0 + eo < n0 && ei < nlen) ? p0 + (((int)((org_0 + eo))) * (n1) + ((c0 + 16 + ei))) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
-          }
-        } else {
+      napkin_cp_async_commit();
+      int stage = 0;
+      for (int c0 = (int)0; c0 < (int)(n1); c0 += 16) {
+        const int clen = (int)((int)(n1) - (c0) < 16 ? (int)(n1) - (c0) : 16);
+        if (c0 + 16 < (int)(n1)) {
+          const int nlen = (int)((int)(n1) - (c0 + 16) < 16 ? (int)(n1) - (c0 + 16) : 16);
           for (int e = tid; e < 1024; e += 256) {
             const int eo = e / 16;
             const int ei = e % 16;
             ((sm0 + (stage ^ 1) * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
           }
-        }
-        if (n2 % 8 == 0) {
-          for (int e = tid; e < 256; e += 256) {
-            const int eo = e / 16;
-            const int ei = (e % 16) * 8;
-            napkin_cp_async_16((sm1 + (stage ^ 1) * 2176) + eo * 136 + ei, (eo < nlen && org_1 + ei < n2) ? p1 + (((int)((c0 + 16 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
-          }
-        } else {
           for (int e = tid; e < 2048; e += 256) {
             const int eo = e / 128;
             const int ei = e % 128;
             ((sm1 + (stage ^ 1) * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
-      }
-      napkin_cp_async_commit();
-      napkin_cp_async_wait<1>();
-      __syncthreads();
-      #pragma unroll
-      for (int kk = 0; kk < 1; ++kk) {
-        unsigned fa[2][4];
-        unsigned fb[4][2];
+        napkin_cp_async_commit();
+        napkin_cp_async_wait<1>();
+        __syncthreads();
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
-          napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 32 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
-        }
-        #pragma unroll
-        for (int i1 = 0; i1 < 4; ++i1) {
-          napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + i1 * 8);
-        }
-        #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int kk = 0; kk < 1; ++kk) {
+          unsigned fa[2][4];
+          unsigned fb[4][2];
+          #pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 32 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+          }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
+            napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + i1 * 8);
+          }
+          #pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 4; ++i1) {
+              napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
+            }
           }
         }
+        __syncthreads();
+        stage = stage ^ 1;
       }
-      __syncthreads();
-      stage = stage ^ 1;
     }
     #pragma unroll
     for (int i0 = 0; i0 < 2; ++i0) {
