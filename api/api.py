@@ -82,7 +82,8 @@ def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
         d = load(d, **sizes)
     given = match_inputs(d, arrays, {k: v for k, v in named.items() if k in input_names})
     bind_sizes(d, {n: np.shape(v) for n, v in given.items()})    # shapes first, before any copy
-    # any real array is taken, in the input's dtype (converted only when that is exact)
+    # any real array is taken, in the input's dtype (converted only when that is exact, and
+    # never from floats to integers or booleans)
     declared = {s.name: s.dtype for s in d.inputs}
     inputs = {name: np.ascontiguousarray(stored(name, to_numpy(name, value), declared[name]))
               for name, value in given.items()}

@@ -14,7 +14,8 @@ import torch
 
 from .kernel import Kernel
 
-_TORCH = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+_TORCH = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+          "i32": torch.int32, "i64": torch.int64}
 
 
 def op(kernel: Kernel, qualname: str, differentiable: bool = True):

@@ -21,11 +21,15 @@ SLOTS = {
     "sum": ((), ("s",)), "max": ((), ("s",)), "min": ((), ("s",)), "mean": ((), ("s", "c")),
     "var": ((), ("n", "m", "q")), "logsumexp": ((), ("m", "s")), "stats": ((), ("m", "s")),
     "contract": ((), ("a",)), "pair": (("m", "s"), ("o",)),
+    "argmax": ((), ("s", "i")), "argmin": ((), ("s", "i")),
 }
+SLOT_CTYPE = {"i": "long long"}     # a position; every other slot is a float
 INIT = {"s": "0.0f", "c": "0.0f", "n": "0.0f", "q": "0.0f", "a": "0.0f", "o": "0.0f"}
 INIT_BY_KIND = {("max", "s"): "-NAPKIN_INF", ("min", "s"): "NAPKIN_INF",
                 ("logsumexp", "m"): "-NAPKIN_INF", ("stats", "m"): "-NAPKIN_INF",
-                ("pair", "m"): "-NAPKIN_INF", ("var", "m"): "0.0f"}
+                ("pair", "m"): "-NAPKIN_INF", ("var", "m"): "0.0f",
+                ("argmax", "s"): "-NAPKIN_INF", ("argmin", "s"): "NAPKIN_INF",
+                ("argmax", "i"): "NAPKIN_NO_POSITION", ("argmin", "i"): "NAPKIN_NO_POSITION"}
 
 
 @dataclass
@@ -73,7 +77,7 @@ def declare(lw, n: int, pt: dict, stats: bool = False) -> State:
         b.emit(P.Decl("float", rows[slot], INIT_BY_KIND.get((kind, slot), INIT.get(slot, "0.0f"))))
     for slot in array_slots:
         arrays[slot] = b.fresh("st")
-        b.emit(P.Decl("float", arrays[slot], None, extent))
+        b.emit(P.Decl(SLOT_CTYPE.get(slot, "float"), arrays[slot], None, extent))
         init = INIT_BY_KIND.get((kind, slot), INIT.get(slot, "0.0f"))
         b.loop("z", "0", str(extent), "1", lambda v=arrays[slot], i=init: b.emit(P.Set(f"{v}[z]", i)))
     return State(kind, rows, arrays, extent, extra)
@@ -105,10 +109,13 @@ def update(lw, n: int, st: State, scope: dict, stats: bool = False) -> None:
 
         def fold(s2):
             if st.kind == "contract":
-                x, y = (em.value(a, s2) for a in args)
+                x, y = (em.number(a, s2) for a in args)
                 b.emit(P.Set(lv["a"], f"{lv['a']} + {x} * {y}"))
+            elif st.kind in ir.INDEX_REDUCTIONS:
+                b.emit(P.Call(f"napkin_{st.kind}_fold", (lv["s"], lv["i"], em.number(args[0], s2),
+                                                         f"((long long)({s2[r].expr}))")))
             else:
-                _fold(b, st.kind, lv, em.value(args[0], s2))
+                _fold(b, st.kind, lv, em.number(args[0], s2))
         em._walk(others, s, fold, args)
     lw._loops(st.extra, scope, at)
 
@@ -117,7 +124,7 @@ def _online_softmax(lw, n: int, st: State, scope: dict) -> None:
     g, b, em = lw.g, lw.b, lw.emitter
     m, l = st.rows["m"], st.rows["s"]
     soft = lw.paired_softmax(n)
-    score = em.value(ir.operands(g, soft)[0], scope)
+    score = em.number(ir.operands(g, soft)[0], scope)
     m_new = b.value("float", f"napkin_max({m}, {score})")
     shift = b.value("float", f"napkin_shift({m_new})")
     scale = b.value("float", f"expf({m} - {shift})")
@@ -128,7 +135,7 @@ def _online_softmax(lw, n: int, st: State, scope: dict) -> None:
 
     def add(s):
         o = f"{st.arrays['o']}[{local_index(lw, st.extra, s)}]"
-        b.emit(P.Set(o, f"{o} * {scale} + {p} * {em.value(other, s)}"))
+        b.emit(P.Set(o, f"{o} * {scale} + {p} * {em.number(other, s)}"))
     lw._loops(st.extra, scope, add)
 
 
@@ -164,6 +171,11 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
         return
     if st.kind in ("sum", "max", "min"):
         result = a["s"]
+    elif st.kind in ir.INDEX_REDUCTIONS:
+        result = b.fresh("res")
+        b.emit(P.Decl("long long", result, None, st.extent))
+        b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(
+            f"{result}[z]", f"({a['i']}[z] == NAPKIN_NO_POSITION ? -1LL : {a['i']}[z])")))
     elif st.kind == "contract":
         result = a["a"]
     elif st.kind == "pair":
@@ -187,8 +199,8 @@ def _merge(lw, st: State) -> None:
     """Butterfly merge of the `ways` lanes' states (all lanes run it: after the chunk loop)."""
     b, w = lw.b, lw.ways
 
-    def shfl(v):
-        return b.value("float", f"__shfl_xor_sync(0xffffffffu, {v}, off, {w})")
+    def shfl(v, ctype="float"):
+        return b.value(ctype, f"__shfl_xor_sync(0xffffffffu, {v}, off, {w})")
 
     def step():
         if st.kind == "pair":
@@ -212,12 +224,14 @@ def _merge(lw, st: State) -> None:
 
 def _merge_one(b, st: State, shfl) -> None:
     v = {slot: f"{var}[z]" for slot, var in st.arrays.items()}
-    o = {slot: shfl(lv) for slot, lv in v.items()}
+    o = {slot: shfl(lv, SLOT_CTYPE.get(slot, "float")) for slot, lv in v.items()}
     if st.kind in ("sum", "mean", "contract"):
         for slot in v:
             b.emit(P.Set(v[slot], f"{v[slot]} + {o[slot]}"))
     elif st.kind in ("max", "min"):
         b.emit(P.Set(v["s"], f"napkin_{st.kind}({v['s']}, {o['s']})"))
+    elif st.kind in ir.INDEX_REDUCTIONS:
+        b.emit(P.Call(f"napkin_{st.kind}_fold", (v["s"], v["i"], o["s"], o["i"])))
     elif st.kind == "var":   # Chan et al.
         n2 = b.value("float", f"{v['n']} + {o['n']}")
         safe = b.value("float", f"({n2} > 0.0f ? {n2} : 1.0f)")

@@ -10,7 +10,13 @@ import math
 
 import numpy as np
 
-CTYPE = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16"}
+CTYPE = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16", "i32": "int",
+         "i64": "long long", "bool": "bool"}
+# The C type a value of each kind is computed in (docs/language.md: integers in 64 bits).
+CKIND = {"float": "float", "int": "long long", "bool": "bool"}
+# How a stored element of each kind becomes a value, and a value a stored element.
+LOAD = {"float": "napkin_to_float", "int": "napkin_to_int", "bool": "napkin_to_bool"}
+STORE = {"float": "napkin_from_float", "int": "napkin_from_int", "bool": "napkin_from_float"}
 
 # fn -> format string over the argument expressions {0}, {1}, {2}
 MAP = {
@@ -25,7 +31,13 @@ MAP = {
     "silu": "napkin_silu({0})", "abs": "fabsf({0})",
     "maximum": "napkin_max({0}, {1})", "minimum": "napkin_min({0}, {1})",
     "where": "({0} ? {1} : {2})",
+    "erf": "erff({0})", "log1p": "log1pf({0})", "expm1": "expm1f({0})", "sin": "sinf({0})",
+    "cos": "cosf({0})", "floor": "napkin_to_int(floorf({0}))", "ceil": "napkin_to_int(ceilf({0}))", "mod": "napkin_mod({0}, {1})",
+    "pow": "powf({0}, {1})",
+    "floordiv": "napkin_floordiv({0}, {1})", "float": "((float)({0}))", "int": "napkin_to_int({0})",
 }
+# Where an integer argument changes the C spelling (the others are overloaded or operators).
+INT_MAP = {"abs": "napkin_abs({0})", "floor": "({0})", "ceil": "({0})"}
 
 BOOL_RESULT = {"lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not"}
 
@@ -33,6 +45,9 @@ BOOL_RESULT = {"lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not"}
 REDUCE_INIT = {"sum": "0.0f", "max": "-NAPKIN_INF", "min": "NAPKIN_INF"}
 REDUCE_STEP = {"sum": "({acc} + {v})", "max": "napkin_max({acc}, {v})",
                "min": "napkin_min({acc}, {v})"}
+SCAN_INIT = {"cumsum": "0.0f", "cumprod": "1.0f"}
+SCAN_STEP = {"cumsum": "({acc} + {v})", "cumprod": "({acc} * {v})"}
+ARG_INIT = {"argmax": "-NAPKIN_INF", "argmin": "NAPKIN_INF"}   # with no position yet
 LANES = {"sum": "napkin_lanes_sum", "max": "napkin_lanes_max", "min": "napkin_lanes_min"}
 
 

@@ -113,11 +113,12 @@ class KernelLowering:
         """From its staged tile, or (inside a view, or not staged) from global memory."""
         param, dtype = self.names[n]
         axes = ir.type_of(self.g, n).axes
+        load = cexpr.LOAD[ir.kind_of_dtype(dtype)]
         if n in self.staged and not self.views and (self.in_chunk or self.st.axis not in axes):
             buf, layout = self.staged[n]
-            return f"napkin_to_float({buf}[{layout.offset(scope, local=True)}])"
+            return f"{load}({buf}[{layout.offset(scope, local=True)}])"
         layout = Layout(axes, self.sizes, self.itype)
-        return f"napkin_to_float({param}[{layout.offset(scope)}])"
+        return f"{load}({param}[{layout.offset(scope)}])"
 
     # -- the kernel ---------------------------------------------------------------------
     def build(self, name: str) -> P.KernelProgram:
@@ -281,10 +282,15 @@ class KernelLowering:
         # lanes splitting an axis the array lacks all hold its merged value: one writes it
         valid = pt["valid"] + (" && lane == 0" if self.split and self.split[0] not in axes else "")
 
+        kind = ir.kind_of_dtype(dtype)
+
         def write(s):
             v = self.emitter.value(n, s)
+            if kind == "float" and self.emitter.kind(n) == "int":
+                v = f"((float)({v}))"
             cond = " && ".join([valid] + [g for g in self.loop_guards if g])
-            b.emit(P.If(cond, (P.Store(param, layout.offset(s), v, cexpr.CTYPE[dtype]),)))
+            b.emit(P.If(cond, (P.Store(param, layout.offset(s), v, cexpr.CTYPE[dtype],
+                                       cexpr.STORE[kind]),)))
 
         self.line(n)
         if free:

@@ -74,6 +74,7 @@ class Store:
     index: str
     value: str
     ctype: str
+    convert: str = "napkin_from_float"   # napkin_from_int for an integer array
 
 
 @dataclass(frozen=True)

@@ -65,11 +65,13 @@ class Emitter:
         if isinstance(op, ir.Input) or n in self.ctx.loads:
             return self.ctx.load(n, scope)
         if isinstance(op, ir.Const):
+            if self.kind(n) == "int":
+                return cexpr.int_literal(int(op.value))
             return cexpr.float_literal(op.value)
         if isinstance(op, ir.Index):
-            return f"((float)({scope[op.axis].expr}))"
+            return f"((long long)({scope[op.axis].expr}))"
         if isinstance(op, ir.SizeOf):
-            return f"((float)({self.ctx.size(op.axis)}))"
+            return f"((long long)({self.ctx.size(op.axis)}))"
         args = ir.operands(g, n)
         if isinstance(op, ir.View):
             base = args[0]
@@ -86,6 +88,8 @@ class Emitter:
                 return self.value(base, inner)
             finally:
                 self.ctx.views -= 1
+        if isinstance(op, ir.Gather):
+            return self._gather(op, args, scope)
         if isinstance(op, ir.Assign):
             return self.value(args[0], scope)
         if isinstance(op, ir.Map):
@@ -93,18 +97,51 @@ class Emitter:
             if divisor is not None and divisor != 0 and math.isfinite(divisor):
                 # x / c by a constant as x * (1/c) (1/c computed here): one FMUL where an IEEE
                 # division is MUFU.RCP, a Newton step and a slow-path check (within an ulp)
-                return b.value("float", f"({self.value(args[0], scope)} * "
+                return b.value("float", f"({self._as(args[0], scope, 'float')} * "
                                         f"{cexpr.float_literal(1.0 / divisor)})")
-            vals = [self.value(a, scope) for a in args]
-            ctype = "bool" if op.fn in cexpr.BOOL_RESULT else "float"
-            return b.value(ctype, cexpr.MAP[op.fn].format(*vals))
+            kind = self.kind(n)
+            wants = self._operand_kinds(op.fn, kind, args)
+            vals = [self._as(a, scope, want) for a, want in zip(args, wants)]
+            ints = all(self.kind(a) == "int" for a in args)
+            spelling = cexpr.INT_MAP.get(op.fn) if ints else None
+            return b.value(cexpr.CKIND[kind], (spelling or cexpr.MAP[op.fn]).format(*vals))
         if isinstance(op, ir.Contract):
             return self._contract(n, op, args, scope)
         if isinstance(op, ir.Reduce):
             return self._reduce(n, op, args, scope)
         if isinstance(op, ir.Softmax):
             return self._softmax(n, op, args, scope)
+        if isinstance(op, ir.Scan):
+            return self._scan(op, args, scope)
         raise TypeError(f"cannot lower {op!r}")  # pragma: no cover
+
+    # -- value kinds (docs/language.md: integers in 64 bits, promoted to float when mixed) ----
+    def kind(self, n: int) -> str:
+        return ir.kind_of_dtype(ir.type_of(self.g, n).dtype)
+
+    def _operand_kinds(self, fn: str, kind: str, args) -> list:
+        """The kind each operand of a map is read as (None: as it is)."""
+        if fn in ("float", "int", "and", "or", "not"):
+            return [None] * len(args)
+        if fn == "where":
+            return [None, kind, kind]
+        if fn in cexpr.BOOL_RESULT:   # comparisons: in float when either side is a float
+            mixed = any(self.kind(a) == "float" for a in args)
+            return ["float" if mixed else None] * len(args)
+        return [kind] * len(args)
+
+    def number(self, m: int, scope) -> str:
+        """The value of m as a float: what every reduction but argmax/argmin folds."""
+        return self._as(m, scope, "float")
+
+    def _as(self, m: int, scope, want) -> str:
+        """The value of m, converted to a float where one is wanted and m is an integer."""
+        if want != "float" or self.kind(m) != "int":
+            return self.value(m, scope)
+        op = ir.op(self.g, m)
+        if isinstance(op, ir.Const):
+            return cexpr.float_literal(op.value)
+        return f"((float)({self.value(m, scope)}))"
 
     # -- reductions over whole axes ---------------------------------------------------------
     def _hoist(self, roots, axes, scope) -> None:
@@ -160,7 +197,7 @@ class Emitter:
         self.b.emit(P.Decl("float", acc, "0.0f"))
 
         def body(s):
-            x, y = (self.value(a, s) for a in args)
+            x, y = (self.number(a, s) for a in args)
             self.b.emit(P.Set(acc, f"{acc} + {x} * {y}"))
         self._walk(op.axes, scope, body, args)
         self._merge(op.axes, "sum", acc)
@@ -168,12 +205,14 @@ class Emitter:
 
     def _reduce(self, n, op, args, scope) -> str:
         b = self.b
+        if op.fn in ir.INDEX_REDUCTIONS:
+            return self._arg_reduce(op, args, scope)
         if op.fn in ("sum", "max", "min"):
             acc = b.fresh("acc")
             b.emit(P.Decl("float", acc, cexpr.REDUCE_INIT[op.fn]))
 
             def body(s):
-                v = self.value(args[0], s)
+                v = self.number(args[0], s)
                 b.emit(P.Set(acc, cexpr.REDUCE_STEP[op.fn].format(acc=acc, v=v)))
             self._walk(op.axes, scope, body, args)
             self._merge(op.axes, op.fn, acc)
@@ -184,7 +223,7 @@ class Emitter:
             b.emit(P.Decl("float", count, "0.0f"))
 
             def body(s):
-                v = self.value(args[0], s)
+                v = self.number(args[0], s)
                 b.emit(P.Set(total, f"{total} + {v}"))
                 b.emit(P.Set(count, f"{count} + 1.0f"))
             self._walk(op.axes, scope, body, args)
@@ -204,7 +243,7 @@ class Emitter:
             b.emit(P.Decl("float", cnt, "0.0f"))
 
             def body(s):
-                v = self.value(args[0], s)
+                v = self.number(args[0], s)
                 b.emit(P.Set(acc, f"{acc} + ({v} - {mean}) * ({v} - {mean})"))
                 b.emit(P.Set(cnt, f"{cnt} + 1.0f"))
             self._walk(op.axes, scope, body, args)
@@ -212,6 +251,61 @@ class Emitter:
             self._merge(op.axes, "sum", cnt)
             return b.value("float", f"({cnt} > 0.0f ? {acc} / {cnt} : NAPKIN_NAN)")
         raise TypeError(op.fn)  # pragma: no cover
+
+    def _arg_reduce(self, op, args, scope) -> str:
+        """argmax/argmin over one whole axis: the best value and its first position."""
+        b = self.b
+        (axis,) = op.axes
+        best, pos = b.fresh("acc"), b.fresh("pos")
+        b.emit(P.Decl("float", best, cexpr.ARG_INIT[op.fn]))
+        b.emit(P.Decl("long long", pos, "NAPKIN_NO_POSITION"))
+
+        def body(s):
+            x = self.number(args[0], s)
+            b.emit(P.Call(f"napkin_{op.fn}_fold", (best, pos, x, f"((long long)({s[axis].expr}))")))
+        self._walk(op.axes, scope, body, args)
+        lanes = self.ctx.lanes_over(op.axes)
+        if lanes > 1:
+            b.emit(P.Call(f"napkin_lanes_{op.fn}", (best, pos, str(lanes))))
+        return b.value("long long", f"({pos} == NAPKIN_NO_POSITION ? -1LL : {pos})")
+
+    def _gather(self, op, args, scope) -> str:
+        """The array at the positions' values, read as a view reads (from global memory); a
+        position outside its axis is clamped to the nearest row (docs/language.md)."""
+        base, index = args[0], iter(args[1:])
+        inner = dict(scope)
+        for axis, label in zip(ir.type_of(self.g, base).axes, op.labels):
+            if label is not None:
+                inner[axis] = scope[label]
+            else:
+                i = self.value(next(index), scope)
+                inner[axis] = Ix(self.b.value("long long", f"napkin_clamp_index({i}, "
+                                                           f"{self.ctx.size(axis)})", "ix"))
+        self.ctx.views += 1
+        try:
+            return self.value(base, inner)
+        finally:
+            self.ctx.views -= 1
+
+    def _scan(self, op, args, scope) -> str:
+        """cumsum/cumprod at one position: the fold of every position up to it, read as a view
+        reads (from global memory: staged tiles and chunks cover the block's positions only)."""
+        b = self.b
+        (axis,) = op.axes
+        acc = b.fresh("acc")
+        b.emit(P.Decl("float", acc, cexpr.SCAN_INIT[op.fn]))
+        var = b.fresh("j")
+
+        def body():
+            v = self.number(args[0], {**scope, axis: Ix(var)})
+            b.emit(P.Set(acc, cexpr.SCAN_STEP[op.fn].format(acc=acc, v=v)))
+        self.ctx.views += 1
+        try:
+            self._hoist(args, (axis,), scope)
+            b.loop(var, "0", f"({scope[axis].expr}) + 1", "1", body, ctype="long long")
+        finally:
+            self.ctx.views -= 1
+        return acc
 
     def _reduce_simple(self, fn, arg, axes, scope) -> str:
         return self._reduce(None, ir.Reduce(fn, axes), [arg], scope)
@@ -224,7 +318,7 @@ class Emitter:
         b.emit(P.Decl("float", s_, "0.0f"))
 
         def body(s):
-            v = self.value(arg, s)
+            v = self.number(arg, s)
             b.emit(P.Set(s_, f"{s_} + expf({v} - napkin_shift({m}))"))
         self._walk(axes, scope, body, [arg])
         self._merge(axes, "sum", s_)
@@ -243,5 +337,5 @@ class Emitter:
 
     def _softmax(self, n, op, args, scope) -> str:
         m, l = self._softmax_row(n, op, args, scope)
-        v = self.value(args[0], scope)
+        v = self.number(args[0], scope)
         return self.b.value("float", f"({l} == 0.0f ? 0.0f : expf({v} - napkin_shift({m})) / {l})")

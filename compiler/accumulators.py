@@ -28,6 +28,7 @@ class Accumulator:
     update: Callable                 # (state, chunk..., axis) -> state
     merge: Callable                  # (state, state) -> state
     finalize: Callable               # state -> value
+    positional: bool = False         # update also takes the positions of the chunk's elements
 
 
 def _full(shape, dtype, value):
@@ -85,6 +86,58 @@ MEAN = Accumulator(
     finalize=_ignore(lambda st: np.where(st[1] > 0, st[0] / np.where(st[1] > 0, st[1], 1), np.nan)
                      .astype(st[0].dtype)),
 )
+
+
+# --- argmax, argmin: the best value and its first position ---------------------------------
+# Ties go to the smaller position and a NaN beats every number (the first NaN wins), as
+# NumPy's argmax/argmin; the empty state holds no position (NO_POSITION) and finishes as -1.
+# Because the choice depends only on (value, position) pairs, merging is order-free.
+
+NO_POSITION = np.iinfo(np.int64).max
+
+
+def _better(sign):
+    def better(v, i, w, j):
+        """Where (w, j) beats (v, i)."""
+        nan_v, nan_w = np.isnan(v), np.isnan(w)
+        with np.errstate(invalid="ignore"):
+            wins = (sign * w > sign * v) | ((w == v) & (j < i))
+        return np.where(nan_w, ~nan_v | (j < i), ~nan_v & wins)
+    return better
+
+
+def _arg_update(better):
+    def update(st, x, axis, positions):
+        (a,) = axis
+        v, i = st
+        moved = np.moveaxis(x, a, -1)
+        for k in range(moved.shape[-1]):          # one position at a time, as a thread folds
+            w, j = moved[..., k], positions[k]
+            take = better(v, i, w, j)
+            v, i = np.where(take, w, v), np.where(take, j, i)
+        return v, i
+    return update
+
+
+def _arg_merge(better):
+    def merge(a, b):
+        take = better(a[0], a[1], b[0], b[1])
+        return np.where(take, b[0], a[0]), np.where(take, b[1], a[1])
+    return merge
+
+
+def _arg(name, sign, start):
+    better = _better(sign)
+    return Accumulator(
+        name, ("best value", "its first position"),
+        init=lambda shape, dt: (_full(shape, dt, start), _full(shape, np.int64, NO_POSITION)),
+        update=_arg_update(better), merge=_arg_merge(better),
+        finalize=lambda st: np.where(st[1] == NO_POSITION, -1, st[1]).astype(np.int64),
+        positional=True)
+
+
+ARGMAX = _arg("argmax", 1.0, NEG_INF)
+ARGMIN = _arg("argmin", -1.0, np.inf)
 
 
 # --- variance (Welford / Chan) ------------------------------------------------------
@@ -200,8 +253,36 @@ SOFTMAX_CONTRACT = Accumulator(
 )
 
 
+# --- scans: a carried prefix ---------------------------------------------------------------
+# cumsum / cumprod along one axis, chunk by chunk: the state is the running total of the
+# chunks before (0 or 1 at first); `step` gives the chunk's inclusive prefixes and the new
+# total; two lanes' totals merge by the same operation (a + b, a * b), so a lane's prefixes
+# are finished by adding (multiplying) the merged totals of the lanes before it.
+
+
+@dataclass(frozen=True)
+class ScanAccumulator:
+    name: str
+    identity: float
+    step: Callable                   # (total, chunk, axis) -> (prefixes of the chunk, new total)
+    merge: Callable                  # (total, total) -> total
+
+
+def _scan_step(cum, combine):
+    def step(total, x, axis):
+        prefixes = combine(np.expand_dims(total, axis), cum(x, axis=axis))
+        last = np.take(prefixes, [-1], axis=axis).squeeze(axis) if x.shape[axis] else total
+        return prefixes, last
+    return _ignore(step)
+
+
+CUMSUM = ScanAccumulator("cumsum", 0.0, _scan_step(np.cumsum, np.add), _ignore(np.add))
+CUMPROD = ScanAccumulator("cumprod", 1.0, _scan_step(np.cumprod, np.multiply), _ignore(np.multiply))
+SCAN = {"cumsum": CUMSUM, "cumprod": CUMPROD}
+
+
 REDUCE = {"sum": SUM, "max": MAX, "min": MIN, "mean": MEAN, "var": VARIANCE,
-          "logsumexp": LOGSUMEXP}
+          "logsumexp": LOGSUMEXP, "argmax": ARGMAX, "argmin": ARGMIN}
 
 
 def for_reduce(fn: str) -> Accumulator:

@@ -15,7 +15,7 @@ from ..diagrams.diagnostics import Collector, Label, NapkinError, Span, did_you_
 from . import ir
 from .declare import Declarations, check_axes_list, declare, dtype_of
 from .einsum import across_functions, place_contractions
-from .resolve import ArrayInfo, Poisoned, RNode, Scope, resolve
+from .resolve import ArrayInfo, Poisoned, RNode, Scope, resolve, retype
 
 
 def build(program: ast.Program, overrides: dict[str, int] | None = None) -> tuple[nx.DiGraph, list]:
@@ -31,7 +31,8 @@ def build(program: ast.Program, overrides: dict[str, int] | None = None) -> tupl
         n = ir.add_node(g, ir.Input(item.name.text, item.dtype.text), ir.ArrayType(axes, item.dtype.text),
                         span=item.name.span)
         inputs[item.name.text] = n
-        scope.arrays[item.name.text] = ArrayInfo(item.name.text, axes, "num", item.name.span, n)
+        scope.arrays[item.name.text] = ArrayInfo(item.name.text, axes,
+                                                 ir.kind_of_dtype(item.dtype.text), item.name.span, n)
     failed_inputs = {n.text for s in program.statements if isinstance(s, ast.InputDecl)
                      for n in (i.name for i in s.items)} - set(inputs)
     scope.poisoned |= failed_inputs
@@ -95,6 +96,7 @@ def _equation(g: nx.DiGraph, scope: Scope, stmt: ast.Equation, index: int,
     check_axes_list(stmt.axes, scope.axes, stmt.axes_span, f"the left-hand side of `{name.text}`")
     lhs = tuple(a.text for a in stmt.axes)
     place_contractions(root, lhs)
+    retype(root)
     for axis, node in across_functions(root):
         notes.append(warning(
             "N0704", f"`{axis}` is summed once over this whole product, including inside a "
@@ -103,7 +105,7 @@ def _equation(g: nx.DiGraph, scope: Scope, stmt: ast.Equation, index: int,
                  f"(e.g. `X[t n] * W[n f]`) or split the equation"))
     result = _emit(g, root, index)
     vkind = root.vkind
-    out = ir.ArrayType(lhs, "bool" if vkind == "bool" else ir.INTERMEDIATE)
+    out = ir.ArrayType(lhs, ir.dtype_of_kind(vkind))
     node = ir.add_node(g, ir.Assign(name.text), out, [result], span=stmt.span, stmt=index)
     scope.arrays[name.text] = ArrayInfo(name.text, lhs, vkind, name.span, node)
     contracted, reduced, normalised = _summed(root)
@@ -137,8 +139,7 @@ def _summed(root: RNode) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, .
 def _emit(g: nx.DiGraph, node: RNode, stmt: int) -> int:
     """Add the ops of a resolved expression to the graph; returns the root's node id."""
     args = [_emit(g, c, stmt) for c in node.children]
-    dtype = "bool" if node.vkind == "bool" else ir.INTERMEDIATE
-    out = ir.ArrayType(node.out, dtype)
+    out = ir.ArrayType(node.out, ir.dtype_of_kind(node.vkind))
     if node.kind == "const":
         return ir.add_node(g, ir.Const(node.value), out, span=node.span, stmt=stmt)
     if node.kind == "index":
@@ -149,6 +150,9 @@ def _emit(g: nx.DiGraph, node: RNode, stmt: int) -> int:
     if node.kind == "array":
         base = node.node
         declared = ir.type_of(g, base)
+        if node.children:           # a gather: the array, then an index per computed position
+            return ir.add_node(g, ir.Gather(node.positions), ir.ArrayType(node.out, declared.dtype),
+                               [base] + args, span=node.span, stmt=stmt)
         if node.axes == declared.axes:
             return base
         view = ir.ArrayType(node.out, declared.dtype)
@@ -159,6 +163,8 @@ def _emit(g: nx.DiGraph, node: RNode, stmt: int) -> int:
         return ir.add_node(g, ir.Map(node.fn), out, args, span=node.span, stmt=stmt)
     if node.kind == "reduce":
         return ir.add_node(g, ir.Reduce(node.fn, node.axes), out, args, span=node.span, stmt=stmt)
+    if node.kind == "scan":
+        return ir.add_node(g, ir.Scan(node.fn, node.axes), out, args, span=node.span, stmt=stmt)
     assert node.kind == "softmax"
     return ir.add_node(g, ir.Softmax(node.axes), out, args, span=node.span, stmt=stmt)
 
@@ -183,9 +189,17 @@ def _outputs(g: nx.DiGraph, decl: Declarations, arrays: dict[str, int], poisoned
                             help=did_you_mean(name, arrays, "define it with an equation or "
                                               "declare it with `in`"))
             src = arrays[name]
-            if ir.type_of(g, src).dtype == "bool":
+            kind = ir.kind_of_dtype(ir.type_of(g, src).dtype)
+            if kind == "bool":
                 raise error("N0405", f"`{name}` is a boolean mask and cannot be stored as {dtype}",
                             item.name.span, help=f"store a number: `{name}f[...] = where({name}, 1, 0)`")
+            if kind == "float" and dtype in ir.INT_DTYPES:
+                raise error("N0406", f"`{name}` holds floating-point values and cannot be stored "
+                            f"as {dtype}", item.name.span,
+                            labels=[Label(g.nodes[src]["span"], f"`{name}` is computed here")],
+                            help="napkin never converts floats to integers silently: convert "
+                                 "explicitly with `int(...)` (toward zero) or `floor(...)`, or store "
+                                 "it as f32")
             axes = ir.type_of(g, src).axes
             outputs[name] = ir.add_node(g, ir.Output(name, dtype), ir.ArrayType(axes, dtype), [src],
                                         span=item.span)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ..diagrams import ast, limits
 from ..diagrams.diagnostics import Collector, Label, NapkinError, Span, did_you_mean, error
 from .axes import SizeClasses
-from .ir import BUILTINS, FLOAT_DTYPES, HintInfo
+from .ir import BUILTINS, INPUT_DTYPES, OUTPUT_DTYPES, HintInfo
 
 FUTURE_DTYPES = ("f8e4m3", "f8e5m2")
 
@@ -141,20 +141,24 @@ def check_axes_list(axes: tuple[ast.Name, ...], declared: dict[str, Span], span:
 
 
 def dtype_of(dtype: ast.Name | None, name: ast.Name, role: str) -> str:
+    allowed = OUTPUT_DTYPES if role == "output" else INPUT_DTYPES
     if dtype is None:
         raise error("N0401", f"{role} `{name.text}` has no dtype", name.span,
                     help=f"give it one: `{'out' if role == 'output' else 'in'} {name.text}"
                          f"{'' if role == 'output' else '[...]'}: f16` (dtypes: "
-                         f"{', '.join(FLOAT_DTYPES)}); items of one line share the dtype "
+                         f"{', '.join(allowed)}); items of one line share the dtype "
                          "written after them")
-    if dtype.text in FLOAT_DTYPES:
+    if dtype.text in allowed:
         return dtype.text
     if dtype.text in FUTURE_DTYPES:
         raise error("N0401", f"dtype `{dtype.text}` is not supported yet", dtype.span,
-                    help=f"use one of {', '.join(FLOAT_DTYPES)}")
+                    help=f"use one of {', '.join(allowed)}")
+    if dtype.text == "bool":
+        raise error("N0401", f"an output cannot be stored as `bool`", dtype.span,
+                    help=f"store a mask as a number: `{name.text}i[...] = int(M)` with `: i32`")
+    alike = [d for d in allowed if d[:1] == dtype.text[:1]] or list(allowed)  # f64: a float
     raise error("N0401", f"unknown dtype `{dtype.text}`", dtype.span,
-                help=did_you_mean(dtype.text, list(FLOAT_DTYPES),
-                                   f"dtypes are {', '.join(FLOAT_DTYPES)}"))
+                help=did_you_mean(dtype.text, alike, f"dtypes are {', '.join(allowed)}"))
 
 
 def _hint(decl: Declarations, hint: ast.Hint) -> None:

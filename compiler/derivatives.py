@@ -45,7 +45,20 @@ def partials(fn: str, arg, value, grad: str) -> list:
         return [lambda: f"where({first()}, {g}, 0)", lambda: f"where({first()}, 0, {g})"]
     if fn == "where":
         return [None, lambda: f"where({arg(0)}, {g}, 0)", lambda: f"where({arg(0)}, 0, {g})"]
-    return [None, None, None]      # comparisons, and, or, not: boolean results
+    if fn in ("pow", "mod"):
+        return _BINARY[fn](arg, value, g)
+    # comparisons, and, or, not (boolean results); floor, ceil, //, int (piecewise constant:
+    # derivative 0 almost everywhere)
+    return [None, None, None]
+
+
+_BINARY = {
+    "pow": lambda arg, y, g: [lambda: f"({g} * {arg(1)} * pow({arg(0)}, {arg(1)} - 1))",
+                              lambda: f"({g} * {y()} * log({arg(0)}))"],
+    # mod(a, b) = a - b * floor(a / b)
+    "mod": lambda arg, y, g: [lambda: g, lambda: f"(-({g} * floor({arg(0)} / {arg(1)})))"],
+}
+TWO_OVER_SQRT_PI = "1.1283791670955126"
 
 
 def _gelu(x: str, y, g: str) -> str:
@@ -72,7 +85,13 @@ _UNARY = {
     "abs": lambda x, y, g: f"where({x} > 0, {g}, where({x} < 0, (-{g}), 0))",
     "gelu": _gelu,
     "silu": _silu,
+    "erf": lambda x, y, g: f"({g} * {TWO_OVER_SQRT_PI} * exp(-({x} * {x})))",
+    "log1p": lambda x, y, g: f"({g} / (1 + {x}))",
+    "expm1": lambda x, y, g: f"({g} * ({y()} + 1))",
+    "sin": lambda x, y, g: f"({g} * cos({x}))",
+    "cos": lambda x, y, g: f"(-({g} * sin({x})))",
+    "float": lambda x, y, g: g,
 }
 
-DIFFERENTIABLE = frozenset(_UNARY) | {"add", "pos", "sub", "neg", "mul", "div", "maximum", "minimum",
-                                       "where"}
+DIFFERENTIABLE = frozenset(_UNARY) | frozenset(_BINARY) | {
+    "add", "pos", "sub", "neg", "mul", "div", "maximum", "minimum", "where"}

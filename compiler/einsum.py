@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..diagrams.diagnostics import NapkinError, error
 from .resolve import RNode
 
-_SYMBOL = {"add": "+", "sub": "-", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+_SYMBOL = {"add": "+", "sub": "-", "div": "/", "floordiv": "//", "pow": "**", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
            "eq": "==", "ne": "!=", "and": "and", "or": "or", "neg": "-", "not": "not"}
 
 
@@ -43,8 +43,8 @@ def _first_occurrence_order(root: RNode):
 def _lowest_common(root: RNode, axis: str) -> RNode:
     node = root
     while True:
-        if node.kind == "softmax" and axis in node.axes:
-            return node      # summed below it, the softmax would lose the axis it normalises
+        if node.kind in ("softmax", "scan") and axis in node.axes:
+            return node      # summed below it, the softmax (scan) would lose the axis it runs along
         holders = [c for c in node.children if axis in c.free]
         if len(holders) != 1:
             return node
@@ -69,6 +69,8 @@ def _vanishes(axis: str, node: RNode) -> NapkinError:
 
 def _assign_out(node: RNode) -> tuple[str, ...]:
     if node.kind in ("array", "index"):
+        for child in node.children:      # the positions of a gather
+            _assign_out(child)
         node.out = tuple(dict.fromkeys(node.axes))
         return node.out
     if node.kind in ("const", "size"):
@@ -109,6 +111,7 @@ def _count(node: RNode, axis: str) -> tuple[int, bool]:
         if n.kind in ("array", "index") and axis in n.axes:
             leaves += 1
             hidden = hidden or under
+            continue                 # (a gather is one factor, whatever its positions hold)
         below = under or not (n.kind == "map" and n.fn == "mul")
         stack.extend((c, below) for c in n.children if axis in c.free)
     return leaves, hidden

@@ -219,8 +219,9 @@ def _setup(d: Diagram, wrt, saved: bool):
     g = d.ir
     inputs, outputs = g.graph["inputs"], g.graph["outputs"]
     floats = [name for name, n in inputs.items() if ir.op(g, n).dtype in ir.FLOAT_DTYPES]
-    # gradients flow through numbers only: not into a `where`'s condition or a comparison
-    numbers = g.subgraph(n for n in g.nodes if ir.type_of(g, n).dtype != "bool")
+    # gradients flow through floats only: not into a `where`'s condition, a comparison or an
+    # integer (a position, argmax, int(...))
+    numbers = g.subgraph(n for n in g.nodes if ir.kind_of_dtype(ir.type_of(g, n).dtype) == "float")
     reach = {name: nx.descendants(numbers, inputs[name]) for name in floats}
     out_nodes = set(outputs.values())
     if wrt is None:
@@ -350,6 +351,11 @@ def _rule(sw: _Sweep, n: int, gr: _Expr, active: set):
         return [(x, _Expr(f"({y} * ({gr.text} - {row}))", frozenset(axes(x)), gr.sums))]
     if isinstance(op, ir.View):
         return [(args[0], _unview(sw, args[0], op.labels, n, gr))]
+    if isinstance(op, (ir.Scan, ir.Gather)):
+        what = op.fn if isinstance(op, ir.Scan) else "a gather (a computed position)"
+        raise error("N0810", f"no gradient through {what} yet", g.nodes[n]["span"],
+                    help="differentiate with respect to inputs that do not reach it (--wrt), "
+                         "or write the backward by hand", source=g.graph["source"])
     return []
 
 

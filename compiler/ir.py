@@ -25,23 +25,37 @@ import networkx as nx
 from ..diagrams.diagnostics import Span
 
 FLOAT_DTYPES = ("f32", "f16", "bf16")
+INT_DTYPES = ("i32", "i64")
+INPUT_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
+OUTPUT_DTYPES = FLOAT_DTYPES + INT_DTYPES
 INTERMEDIATE = "f32"
+INT_INTERMEDIATE = "i64"   # integers are computed in 64 bits
 
-# Elementwise functions: name -> (argument kinds, result kind). "num" or "bool".
+# Value kinds of the type rules (docs/language.md): "float", "int" or "bool". In the
+# signatures below an argument kind "num" takes an int or a float, "any" also a boolean;
+# a result kind "same" is int when every numeric argument is an int, else float.
 FUNCTIONS: dict[str, tuple[tuple[str, ...], str]] = {
-    **{f: (("num",), "num") for f in (
-        "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu",
-        "silu", "abs")},
-    "maximum": (("num", "num"), "num"),
-    "minimum": (("num", "num"), "num"),
-    "where": (("bool", "num", "num"), "num"),
+    **{f: (("num",), "float") for f in (
+        "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu",
+        "silu", "erf", "log1p", "expm1", "sin", "cos")},
+    **{f: (("num",), "same") for f in ("relu", "abs")},
+    **{f: (("num",), "int") for f in ("floor", "ceil")},   # as Python's math.floor
+    "maximum": (("num", "num"), "same"),
+    "minimum": (("num", "num"), "same"),
+    "mod": (("num", "num"), "same"),
+    "pow": (("num", "num"), "float"),
+    "where": (("bool", "num", "num"), "same"),
+    "float": (("any",), "float"),
+    "int": (("any",), "int"),
 }
 # Operators as elementwise functions.
 OPERATORS: dict[str, tuple[str, tuple[str, ...], str]] = {
-    "+": ("add", ("num", "num"), "num"),
-    "-": ("sub", ("num", "num"), "num"),
-    "*": ("mul", ("num", "num"), "num"),
-    "/": ("div", ("num", "num"), "num"),
+    "+": ("add", ("num", "num"), "same"),
+    "-": ("sub", ("num", "num"), "same"),
+    "*": ("mul", ("num", "num"), "same"),
+    "/": ("div", ("num", "num"), "float"),
+    "//": ("floordiv", ("num", "num"), "same"),
+    "**": ("pow", ("num", "num"), "float"),
     "<": ("lt", ("num", "num"), "bool"),
     "<=": ("le", ("num", "num"), "bool"),
     ">": ("gt", ("num", "num"), "bool"),
@@ -52,20 +66,35 @@ OPERATORS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "or": ("or", ("bool", "bool"), "bool"),
 }
 UNARY: dict[str, tuple[str, tuple[str, ...], str]] = {
-    "-": ("neg", ("num",), "num"),
-    "+": ("pos", ("num",), "num"),
+    "-": ("neg", ("num",), "same"),
+    "+": ("pos", ("num",), "same"),
     "not": ("not", ("bool",), "bool"),
 }
-REDUCTIONS = ("sum", "max", "min", "mean", "logsumexp")
+REDUCTIONS = ("sum", "max", "min", "mean", "logsumexp", "argmax", "argmin")
+INDEX_REDUCTIONS = ("argmax", "argmin")     # their result is an integer position
+SCANS = ("cumsum", "cumprod")               # reductions that keep their axis (prefixes)
 INTERNAL_REDUCTIONS = ("var",)   # produced by canonicalisation, never written by users
 SPECIAL = ("softmax", "size")
-BUILTINS = frozenset(FUNCTIONS) | frozenset(REDUCTIONS) | frozenset(SPECIAL)
+BUILTINS = frozenset(FUNCTIONS) | frozenset(REDUCTIONS) | frozenset(SCANS) | frozenset(SPECIAL)
+
+
+def kind_of_dtype(dtype: str) -> str:
+    """The value kind an array of this dtype holds: "bool", "int" or "float"."""
+    if dtype == "bool":
+        return "bool"
+    return "int" if dtype in INT_DTYPES or dtype == "index" else "float"
+
+
+def dtype_of_kind(kind: str) -> str:
+    """The dtype an intermediate of this value kind is computed in."""
+    return {"bool": "bool", "int": INT_INTERMEDIATE}.get(kind, INTERMEDIATE)
+
 
 
 @dataclass(frozen=True)
 class ArrayType:
     axes: tuple[str, ...]
-    dtype: str  # f32 f16 bf16 (storage or compute), "bool", "index"
+    dtype: str  # f32 f16 bf16 i32 i64 (storage or compute), "bool", "index"
 
     def __str__(self) -> str:
         return f"[{' '.join(self.axes)}] {self.dtype}"
@@ -140,6 +169,25 @@ class View:
 
 
 @dataclass(frozen=True)
+class Gather:
+    """Reads an array at computed positions (`E[tok[t] m]`): operand 0 is the array, then one
+    integer index per computed position, in order. `labels[k]` names the axis position k is
+    read along (a renaming, as a View), or is None where an index operand gives it."""
+
+    labels: tuple[str | None, ...]
+
+
+def gather_axes(labels, index_axes) -> tuple[str, ...]:
+    """The axes of a gather's result: each position's, in order (an index's own axes for a
+    computed position)."""
+    found: dict[str, None] = {}
+    it = iter(index_axes)
+    for label in labels:
+        found.update(dict.fromkeys((label,) if label is not None else next(it)))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
 class Map:
     """Elementwise function of its operands, broadcast by axis name."""
 
@@ -160,6 +208,14 @@ class Reduce:
 
 
 @dataclass(frozen=True)
+class Scan:
+    """Inclusive prefixes along one axis (`cumsum`, `cumprod`): the axis is kept."""
+
+    fn: str
+    axes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Softmax:
     axes: tuple[str, ...]
 
@@ -171,7 +227,7 @@ class Assign:
     name: str
 
 
-Op = Input | Output | Const | Index | SizeOf | View | Map | Contract | Reduce | Softmax | Assign
+Op = Input | Output | Const | Index | SizeOf | View | Gather | Map | Contract | Reduce | Scan | Softmax | Assign
 
 
 # --- access helpers ------------------------------------------------------------

@@ -24,7 +24,7 @@ from .canonical import through
 from .kernels import FusedKernel, is_free
 from .passes import Streaming, stream
 
-BYTES = {"f32": 4, "f16": 2, "bf16": 2, "bool": 1, "index": 4}
+BYTES = {"f32": 4, "f16": 2, "bf16": 2, "bool": 1, "index": 4, "i32": 4, "i64": 8}
 
 # FLOPs per element for ops other than contractions (which cost 2 per product term).
 ELEMENT_FLOPS = {"exp": 4, "exp2": 4, "log": 4, "log2": 4, "sqrt": 4, "rsqrt": 4, "tanh": 8,
@@ -96,7 +96,8 @@ def array_name(g: nx.DiGraph, n: int) -> str:
 
 
 def storage_dtype(g: nx.DiGraph, n: int) -> str:
-    """Dtype an array has in global memory: inputs and outputs their own, intermediates f32."""
+    """Dtype an array has in global memory: inputs and outputs their own, intermediates f32
+    (integer ones i64)."""
     op = ir.op(g, n)
     if isinstance(op, ir.Input):
         return op.dtype
@@ -104,6 +105,8 @@ def storage_dtype(g: nx.DiGraph, n: int) -> str:
         if isinstance(ir.op(g, v), ir.Output):
             return ir.op(g, v).dtype
     t = ir.type_of(g, n).dtype
+    if t == "i64":
+        return t
     return t if t in ("f32", "f16", "bf16") else "f32"   # masks are stored as 0.0 / 1.0
 
 
@@ -116,8 +119,8 @@ def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
     for n in k.loads:
         t = ir.type_of(g, n)
         users = [v for v in g.successors(n) if v in members]
-        if users and all(isinstance(ir.op(g, v), ir.View) for v in users):
-            continue  # only seen through views: counted there
+        if users and all(isinstance(ir.op(g, v), ir.View) or _gathers_from(g, v, n) for v in users):
+            continue  # only seen through views or gathered: counted there
         streamed = axis is not None and axis in t.axes
         arrays.append(Array(n, array_name(g, n), "load", t.axes, BYTES[storage_dtype(g, n)],
                             passes=max(1, load_passes[n]) if streamed else 1, streamed=streamed,
@@ -140,6 +143,14 @@ def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
                                     streamed=axis is not None and axis in t.axes,
                                     used_over=_used_over(g, n, members)))
             continue
+        if isinstance(op, ir.Gather):
+            base = ir.operands(g, n)[0]
+            if base in k.loads:   # the rows the positions ask for, each read from global memory
+                shown = " ".join(lab or "*" for lab in op.labels)
+                arrays.append(Array(n, f"{array_name(g, base)}[{shown}]", "load", t.axes,
+                                    BYTES[storage_dtype(g, base)],
+                                    streamed=axis is not None and axis in t.axes))
+                continue
         streamed = axis is not None and axis in t.axes
         if n in pairs.values():   # online softmax: the rescaled output, and (m, l) per row
             arrays.append(Array(n, array_name(g, n), "accumulator", t.axes, 4))
@@ -191,6 +202,12 @@ def _used_over(g: nx.DiGraph, n: int, members: set) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _gathers_from(g: nx.DiGraph, v: int, n: int) -> bool:
+    """Whether v gathers from array n (n is its operand 0, not one of its positions)."""
+    return isinstance(ir.op(g, v), ir.Gather) and ir.operands(g, v)[0] == n \
+        and n not in ir.operands(g, v)[1:]
+
+
 def _view_base(g: nx.DiGraph, n: int) -> int:
     while isinstance(ir.op(g, n), ir.View):
         n = ir.operands(g, n)[0]
@@ -203,7 +220,7 @@ def _reduces(op) -> bool:
 
 def _slots(op) -> int:
     if isinstance(op, ir.Reduce):
-        return {"mean": 2, "var": 3, "logsumexp": 2}.get(op.fn, 1)
+        return {"mean": 2, "var": 3, "logsumexp": 2, "argmax": 2, "argmin": 2}.get(op.fn, 1)
     return 1
 
 

@@ -46,11 +46,13 @@ def _op_text(op) -> str:
         return f"size {op.axis}"
     if isinstance(op, ir.View):
         return f"view [{' '.join(op.labels)}]"
+    if isinstance(op, ir.Gather):
+        return f"gather [{' '.join(lab or '*' for lab in op.labels)}]"
     if isinstance(op, ir.Map):
         return f"map {op.fn}"
     if isinstance(op, ir.Contract):
         return f"contract[{' '.join(op.axes)}]"
-    if isinstance(op, ir.Reduce):
+    if isinstance(op, (ir.Reduce, ir.Scan)):
         return f"{op.fn}[{' '.join(op.axes)}]"
     if isinstance(op, ir.Softmax):
         return f"softmax[{' '.join(op.axes)}]"

@@ -2,7 +2,7 @@
 
 Turns the syntax tree of an expression into a tree of `RNode`s: each name
 resolved to an array, an axis index, a function or a reduction; each node with
-its value kind ("num" or "bool") and its free axes (those not bound by an
+its value kind ("float", "int" or "bool") and its free axes (those not bound by an
 explicit reduction). Contractions are placed afterwards by `einsum.py`.
 """
 
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from ..diagrams import ast, limits
 from ..diagrams.diagnostics import Label, Span, did_you_mean, error
 from .axes import SizeClasses
-from .ir import BUILTINS, FUNCTIONS, OPERATORS, REDUCTIONS, UNARY
+from . import ir
+from .ir import BUILTINS, FUNCTIONS, INDEX_REDUCTIONS, OPERATORS, REDUCTIONS, SCANS, UNARY
 
 
 class Poisoned(Exception):
@@ -24,7 +25,7 @@ class Poisoned(Exception):
 class RNode:
     kind: str            # const index size array map reduce softmax
     span: Span
-    vkind: str = "num"   # num | bool
+    vkind: str = "float"   # float | int | bool
     children: list["RNode"] = field(default_factory=list)
     fn: str = ""         # map / reduce function
     axes: tuple[str, ...] = ()   # array: labels; reduce/softmax: axes; index/size: (axis,)
@@ -35,6 +36,8 @@ class RNode:
     free: frozenset = frozenset()   # free axes before contraction
     contract: tuple[str, ...] = ()  # axes summed at this node (einsum rule)
     out: tuple[str, ...] = ()       # result axes after contraction, in order
+    rule: str = ""                  # map: the signature's result kind ("same": by the arguments)
+    positions: tuple = ()           # a gather (array with children): label or None per position
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ def resolve(expr: ast.Expr, scope: Scope) -> RNode:
 
 def _resolve(e: ast.Expr, scope: Scope) -> RNode:
     if isinstance(e, ast.Number):
-        return RNode("const", e.span, value=e.value)
+        return RNode("const", e.span, "int" if _is_integer(e.text) else "float", value=e.value)
     if isinstance(e, ast.Inf):
         return RNode("const", e.span, value=float("inf"))
     if isinstance(e, ast.UnOp):
@@ -72,25 +75,53 @@ def _resolve(e: ast.Expr, scope: Scope) -> RNode:
         _expect(child, kinds[0], e.op)
         if fn == "pos":
             return child
-        return RNode("map", e.span, result, [child], fn=fn, op_span=e.op_span)
+        return RNode("map", e.span, _result(result, [child]), [child], fn=fn, op_span=e.op_span,
+                     rule=result)
     if isinstance(e, ast.BinOp):
         fn, kinds, result = OPERATORS[e.op]
         left, right = _resolve(e.left, scope), _resolve(e.right, scope)
         _expect(left, kinds[0], e.op)
         _expect(right, kinds[1], e.op)
-        return RNode("map", e.span, result, [left, right], fn=fn, op_span=e.op_span)
+        return RNode("map", e.span, _result(result, [left, right]), [left, right], fn=fn,
+                     op_span=e.op_span, rule=result)
     assert isinstance(e, ast.Ref)
     if e.args is not None:
         return _call(e, scope)
     return _name(e, scope)
 
 
+def _is_integer(text: str) -> bool:
+    """`2` is an integer literal; `2.0`, `.5` and `1e3` are floats."""
+    return text.isdigit()
+
+
+def _result(kind: str, args: list[RNode]) -> str:
+    """The value kind of a result: "same" is int when every numeric argument is an int."""
+    if kind != "same":
+        return kind
+    nums = [a.vkind for a in args if a.vkind != "bool"]
+    return "int" if nums and all(k == "int" for k in nums) else "float"
+
+
+def retype(node: RNode) -> str:
+    """Value kinds again once contractions are placed: a contraction is a sum, computed in
+    floating point whatever its factors are (as every reduction but argmax/argmin)."""
+    for child in node.children:
+        retype(child)
+    if node.kind == "map":
+        if node.contract:
+            node.vkind = "float"
+        elif node.rule == "same":
+            node.vkind = _result("same", node.children)
+    return node.vkind
+
+
 def _expect(node: RNode, kind: str, where: str) -> None:
-    if node.vkind == kind:
+    if kind == "any" or node.vkind == kind or (kind == "num" and node.vkind != "bool"):
         return
     if kind == "num":
         raise error("N0402", f"`{where}` needs a number, but this is a boolean", node.span,
-                    help="turn a condition into a number with `where(cond, 1, 0)`")
+                    help="turn a condition into a number with `where(cond, 1, 0)` or `int(cond)`")
     raise error("N0403", f"`{where}` needs a boolean, but this is a number", node.span,
                 help="compare it to get a boolean, e.g. `X > 0`")
 
@@ -105,9 +136,10 @@ def _name(e: ast.Ref, scope: Scope) -> RNode:
         if e.axes is not None:
             raise error("N0208", f"`{name}` is an axis; its index takes no brackets", e.axes_span,
                         help=f"write `{name}` alone for the index along it")
-        return RNode("index", e.span, axes=(name,))
+        return RNode("index", e.span, "int", axes=(name,))
     if name in BUILTINS:
-        shape = f"{name}[axes](...)" if name in REDUCTIONS or name == "softmax" else f"{name}(...)"
+        shape = f"{name}[axes](...)" if name in REDUCTIONS + SCANS or name == "softmax" \
+            else f"{name}(...)"
         raise error("N0208", f"`{name}` is a function, not a value", e.span, help=f"call it: `{shape}`")
     if name in scope.later:
         raise error("N0203", f"`{name}` is used before it is defined", e.span,
@@ -121,18 +153,70 @@ def _name(e: ast.Ref, scope: Scope) -> RNode:
 def _array(e: ast.Ref, info: ArrayInfo, scope: Scope) -> RNode:
     if e.axes is None:
         return RNode("array", e.span, info.vkind, array=info.name, axes=info.axes, node=info.node)
-    labels = tuple(a.text for a in e.axes)
-    if len(labels) != len(info.axes):
+    e = ast.Ref(e.name, _split_positions(e.axes, scope), e.args, e.span, e.axes_span)
+    if len(e.axes) != len(info.axes):
         raise error("N0302", f"`{info.name}` has {len(info.axes)} axes "
-                    f"[{' '.join(info.axes)}], but {len(labels)} are named here", e.axes_span,
+                    f"[{' '.join(info.axes)}], but {len(e.axes)} are named here", e.axes_span,
                     labels=[Label(info.span, f"`{info.name}` defined with {len(info.axes)} axes")],
                     help="name one axis per position of the array")
-    for a in e.axes:
-        _check_axis(a, scope)
-    for pos, (declared, label) in enumerate(zip(info.axes, labels)):
-        scope.sizes.union(label, declared, e.axes[pos].span,
-                          f"naming position {pos + 1} of `{info.name}` (`{declared}`) as `{label}`")
-    return RNode("array", e.span, info.vkind, array=info.name, axes=labels, node=info.node)
+    positions, children = [], []
+    for pos, (declared, p) in enumerate(zip(info.axes, e.axes)):
+        if isinstance(p, ast.Name):
+            _check_axis(p, scope)
+            scope.sizes.union(p.text, declared, p.span,
+                              f"naming position {pos + 1} of `{info.name}` (`{declared}`) as `{p.text}`")
+            positions.append(p.text)
+        else:
+            children.append(_position(p, pos, declared, info, scope))
+            positions.append(None)
+    if not children:
+        return RNode("array", e.span, info.vkind, array=info.name, axes=tuple(positions),
+                     node=info.node)
+    order = [tuple(a for a in dict.fromkeys(_axes_in(c)) if a in c.free) for c in children]
+    axes = ir.gather_axes(positions, order)
+    return RNode("array", e.span, info.vkind, children, array=info.name, axes=axes,
+                 node=info.node, positions=tuple(positions))
+
+
+def _split_positions(positions, scope: Scope) -> tuple:
+    """`b (x // 2)` parses as a call of `b`; an axis is no function: it is the position `b`,
+    then the parenthesised position `x // 2`."""
+    out = []
+    for p in positions:
+        if isinstance(p, ast.Ref) and p.args is not None and p.axes is None \
+                and p.name.text in scope.axes and p.name.text not in scope.arrays:
+            if len(p.args) != 1:
+                raise error("N0208", f"`{p.name.text}` is an axis, not a function", p.span,
+                            help="a position is an axis, a call, an indexed array or one "
+                                 "parenthesised expression")
+            out += [p.name, p.args[0]]
+        else:
+            out.append(p)
+    return tuple(out)
+
+
+def _position(p: ast.Expr, pos: int, declared: str, info: ArrayInfo, scope: Scope) -> RNode:
+    """A computed position of a gather: an integer expression."""
+    child = _resolve(p, scope)
+    _assign_free(child)
+    if child.vkind != "int":
+        what = "a boolean" if child.vkind == "bool" else "a floating-point value"
+        raise error("N0406", f"position {pos + 1} of `{info.name}` (along `{declared}`) must be "
+                    f"an integer, but this is {what}", p.span,
+                    help="positions are integers: integer arrays, axis indices, `size`, `mod` "
+                         "and `+ - *` of them; convert a float with `int(...)` (e.g. "
+                         "`floor(x / 2)` or `x // 2`)")
+    return child
+
+
+def _axes_in(node: RNode):
+    """Axis names in a resolved expression, in the order they are written."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.kind in ("array", "index"):
+            yield from n.axes
+        stack.extend(reversed(n.children))
 
 
 def _check_axis(a: ast.Name, scope: Scope) -> None:
@@ -153,12 +237,14 @@ def _call(e: ast.Ref, scope: Scope) -> RNode:
         children = [_resolve(a, scope) for a in args]
         for child, kind in zip(children, kinds):
             _expect(child, kind, name)
-        return RNode("map", e.span, result, children, fn=name, op_span=e.name.span)
-    if name in REDUCTIONS or name == "softmax":
+        return RNode("map", e.span, _result(result, children), children, fn=name,
+                     op_span=e.name.span, rule=result)
+    if name in REDUCTIONS + SCANS or name == "softmax":
         if e.axes is None or not e.axes:
             raise error("N0208", f"`{name}` needs the axes it works along", e.span,
                         help=f"write `{name}[x](...)`")
         _arity(e, 1)
+        _names_only(e)
         axes = _distinct_axes(e.axes, scope)
         child = _resolve(args[0], scope)
         _expect(child, "num", name)
@@ -168,8 +254,12 @@ def _call(e: ast.Ref, scope: Scope) -> RNode:
                 raise error("N0307", f"`{name}` works along `{a.text}`, but its argument does "
                             "not have that axis", a.span,
                             help=f"the argument has axes [{' '.join(sorted(child.free))}]")
-        kind = "softmax" if name == "softmax" else "reduce"
-        return RNode(kind, e.span, "num", [child], fn=name, axes=axes, op_span=e.name.span)
+        if name in INDEX_REDUCTIONS + SCANS and len(axes) != 1:
+            raise error("N0208", f"`{name}` works along one axis, but {len(axes)} are named",
+                        e.axes_span, help=f"write `{name}[x](...)`")
+        kind = "softmax" if name == "softmax" else "scan" if name in SCANS else "reduce"
+        vkind = "int" if name in INDEX_REDUCTIONS else "float"
+        return RNode(kind, e.span, vkind, [child], fn=name, axes=axes, op_span=e.name.span)
     if name == "size":
         if e.axes is not None:
             raise error("N0208", "`size` takes an axis in parentheses", e.axes_span,
@@ -180,7 +270,7 @@ def _call(e: ast.Ref, scope: Scope) -> RNode:
             raise error("N0208", "`size` takes the name of an axis", _span(arg),
                         help="write `size(d)` for the size of axis `d`")
         _check_axis(arg.name, scope)
-        return RNode("size", e.span, axes=(arg.name.text,))
+        return RNode("size", e.span, "int", axes=(arg.name.text,))
     if name in scope.arrays or name in scope.axes:
         what = "an array" if name in scope.arrays else "an axis"
         raise error("N0208", f"`{name}` is {what}, not a function", e.name.span,
@@ -200,13 +290,20 @@ def _arity(e: ast.Ref, n: int) -> None:
 def _signature(name: str) -> str:
     if name == "where":
         return "`where(cond, a, b)` picks `a` where `cond` holds, else `b`"
-    if name in ("maximum", "minimum"):
+    if name in ("maximum", "minimum", "mod", "pow"):
         return f"`{name}(a, b)` is elementwise"
-    if name in REDUCTIONS or name == "softmax":
+    if name in REDUCTIONS + SCANS or name == "softmax":
         return f"`{name}[x](expr)` takes one expression"
     if name == "size":
         return "`size(d)` takes one axis"
     return f"`{name}(x)` takes one argument"
+
+
+def _names_only(e: ast.Ref) -> None:
+    for p in e.axes:
+        if not isinstance(p, ast.Name):
+            raise error("N0208", f"`{e.name.text}` takes the names of the axes it works along",
+                        p.span, help=f"write `{e.name.text}[x](...)`")
 
 
 def _distinct_axes(names, scope: Scope) -> tuple[str, ...]:

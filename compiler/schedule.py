@@ -174,10 +174,11 @@ def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target)
 
 def _staged(g, kernel) -> frozenset[int]:
     """The loads a SIMT block stages in shared memory: all but those read only through
-    renaming views (a view reads at other positions than the block's tile: from global)."""
+    renaming views or gathers (they read at other positions than the block's tile: from
+    global memory)."""
     members = set(kernel.nodes)
     return frozenset(n for n in kernel.loads if not all(
-        isinstance(ir.op(g, v), ir.View) for v in g.successors(n) if v in members))
+        isinstance(ir.op(g, v), (ir.View, ir.Gather)) for v in g.successors(n) if v in members))
 
 
 def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Schedule:

@@ -12,7 +12,7 @@ class IRInvariantError(AssertionError):
 
 
 _ARITY = {ir.Input: 0, ir.Const: 0, ir.Index: 0, ir.SizeOf: 0, ir.View: 1, ir.Contract: 2,
-          ir.Reduce: 1, ir.Softmax: 1, ir.Assign: 1, ir.Output: 1}
+          ir.Reduce: 1, ir.Scan: 1, ir.Softmax: 1, ir.Assign: 1, ir.Output: 1}
 
 
 def verify(g: nx.DiGraph) -> None:
@@ -47,10 +47,12 @@ def _check_op(g, n, op, out: ir.ArrayType, args: list[ir.ArrayType]) -> None:
         _check(len(args) == _ARITY[kind], f"node {n} ({kind.__name__}) has {len(args)} operands")
     union = tuple(dict.fromkeys(a for t in args for a in t.axes))
     if isinstance(op, ir.Input):
-        _check(out.dtype == op.dtype and out.dtype in ir.FLOAT_DTYPES, f"input {n} dtype")
+        _check(out.dtype == op.dtype and out.dtype in ir.INPUT_DTYPES, f"input {n} dtype")
     elif isinstance(op, ir.Output):
-        _check(out.axes == args[0].axes and out.dtype in ir.FLOAT_DTYPES, f"output {n}")
+        _check(out.axes == args[0].axes and out.dtype in ir.OUTPUT_DTYPES, f"output {n}")
         _check(args[0].dtype != "bool", f"output {n} stores a boolean")
+        _check(out.dtype not in ir.INT_DTYPES or ir.kind_of_dtype(args[0].dtype) == "int",
+               f"output {n} stores floats as integers")
     elif isinstance(op, (ir.Const, ir.SizeOf)):
         _check(out.axes == (), f"scalar node {n} has axes")
     elif isinstance(op, ir.Index):
@@ -58,6 +60,12 @@ def _check_op(g, n, op, out: ir.ArrayType, args: list[ir.ArrayType]) -> None:
     elif isinstance(op, ir.View):
         _check(len(op.labels) == len(args[0].axes), f"view {n} rank")
         _check(out.axes == tuple(dict.fromkeys(op.labels)), f"view {n} axes")
+    elif isinstance(op, ir.Gather):
+        computed = [lab for lab in op.labels if lab is None]
+        _check(len(op.labels) == len(args[0].axes) and len(computed) == len(args) - 1,
+               f"gather {n} positions")
+        _check(all(ir.kind_of_dtype(t.dtype) == "int" for t in args[1:]), f"gather {n} index kind")
+        _check(out.axes == ir.gather_axes(op.labels, [t.axes for t in args[1:]]), f"gather {n} axes")
     elif isinstance(op, ir.Map):
         _check(out.axes == union, f"map {n} axes {out.axes} != {union}")
         arity = len(ir.FUNCTIONS[op.fn][0]) if op.fn in ir.FUNCTIONS else (
@@ -70,7 +78,10 @@ def _check_op(g, n, op, out: ir.ArrayType, args: list[ir.ArrayType]) -> None:
         _check(out.axes == tuple(a for a in union if a not in summed), f"contract {n} axes")
     elif isinstance(op, ir.Reduce):
         _check(op.fn in ir.REDUCTIONS + ir.INTERNAL_REDUCTIONS and set(op.axes) <= set(args[0].axes), f"reduce {n}")
+        _check(len(op.axes) == 1 or op.fn not in ir.INDEX_REDUCTIONS, f"{op.fn} {n} over several axes")
         _check(out.axes == tuple(a for a in args[0].axes if a not in op.axes), f"reduce {n} axes")
+    elif isinstance(op, ir.Scan):
+        _check(op.fn in ir.SCANS and len(op.axes) == 1 and out.axes == args[0].axes, f"scan {n}")
     elif isinstance(op, ir.Softmax):
         _check(set(op.axes) <= set(args[0].axes) and out.axes == args[0].axes, f"softmax {n}")
     elif isinstance(op, ir.Assign):

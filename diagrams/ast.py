@@ -43,10 +43,11 @@ class Inf:
 
 @dataclass(frozen=True)
 class Ref:
-    """`NAME`, `NAME[axes]`, `NAME(args)` or `NAME[axes](args)`."""
+    """`NAME`, `NAME[axes]`, `NAME(args)` or `NAME[axes](args)`. A position in the brackets is
+    an axis name, or (a gather, `E[tok[t] m]`) an integer expression."""
 
     name: Name
-    axes: tuple[Name, ...] | None
+    axes: tuple["Name | Expr", ...] | None
     args: tuple["Expr", ...] | None
     span: Span
     axes_span: Span | None = None

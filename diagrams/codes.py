@@ -37,6 +37,8 @@ CODES: dict[str, str] = {
     "N0403": "number where a boolean is needed",
     "N0404": "wrong number of arguments",
     "N0405": "array has the wrong dtype",
+    "N0406": "floating-point value where an integer is needed",
+    "N0407": "gathered position out of range",
     # limits
     "N0501": "file too large",
     "N0502": "expression nested too deeply",

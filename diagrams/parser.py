@@ -216,6 +216,12 @@ class _Converter:
     def rule_axis_list(self, node, kids):
         return tuple(self.name(k) for k in kids), self.span(node)
 
+    def rule_positions(self, node, kids):
+        return tuple(kids), self.span(node)
+
+    def rule_axis_position(self, node, kids):
+        return self.name(kids[0])
+
     def rule_call_args(self, node, kids):
         return ("args", tuple(kids))
 

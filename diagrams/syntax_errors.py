@@ -109,7 +109,7 @@ TERMINALS: dict[str, str] = {
     "AXIS": "`axis`", "IN": "`in`", "OUT": "`out`", "GROUP": "`group`", "STREAM": "`stream`",
     "BY": "`by`", "AT": "`at`", "AND": "`and`", "OR": "`or`", "NOT": "`not`", "INF": "`inf`",
     "NAME": "a name", "NUMBER": "a number", "COMPARE": "a comparison", "PLUS": "`+`",
-    "MINUS": "`-`", "STAR": "`*`", "SLASH": "`/`", "_EQUAL": "`=`", "_COLON": "`:`",
+    "MINUS": "`-`", "STAR": "`*`", "POW": "`**`", "FLOORDIV": "`//`", "SLASH": "`/`", "_EQUAL": "`=`", "_COLON": "`:`",
     "_COMMA": "`,`", "_LPAR": "`(`", "_RPAR": "`)`", "_LSQB": "`[`", "_RSQB": "`]`",
     "$END": "the end of the statement",
 }

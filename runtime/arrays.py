@@ -13,16 +13,17 @@ import numpy as np
 
 from . import dtypes
 
-_TYPESTR = {"<f4": "f32", "<f2": "f16", "|V2": None}
-_TORCH = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16"}
-_NUMPY_ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2}
+_TYPESTR = {"<f4": "f32", "<f2": "f16", "|V2": None, "<i4": "i32", "<i8": "i64", "|b1": "bool"}
+_TORCH = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16",
+          "torch.int32": "i32", "torch.int64": "i64", "torch.bool": "bool"}
+_NUMPY_ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i64": 8, "bool": 1}
 
 
 @dataclass(frozen=True)
 class ArrayInfo:
     kind: str                       # numpy | cuda (an __cuda_array_interface__ object) | torch
     shape: tuple[int, ...]
-    dtype: str | None               # f32 f16 bf16, or None (something else)
+    dtype: str | None               # f32 f16 bf16 i32 i64 bool, or None (something else)
     dtype_text: str                 # what the caller's dtype is called, for messages
     strides: tuple[int, ...] | None  # in elements; None when C-contiguous
     ptr: int

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compiler import ir
+from . import dtypes
 from ..compiler.diagram import Diagram
 from ..diagrams import limits
 from ..diagrams.diagnostics import Label, did_you_mean, error
@@ -94,8 +95,9 @@ def bind_sizes(diagram: Diagram, shapes: dict[str, tuple[int, ...]]) -> dict[str
     return sizes
 
 
-def to_numpy(name: str, value) -> np.ndarray:
-    """A caller's array as a NumPy array (CPU frameworks and GPU arrays with `.get()`)."""
+def to_numpy(name: str, value, declared: str | None = None) -> np.ndarray:
+    """A caller's array as a NumPy array (CPU frameworks and GPU arrays with `.get()`), checked
+    against the input's declared dtype when one is given (no float becomes an integer)."""
     if hasattr(value, "__cuda_array_interface__") and hasattr(value, "get"):
         value = value.get()
     elif hasattr(value, "detach") and hasattr(value, "cpu"):
@@ -108,17 +110,31 @@ def to_numpy(name: str, value) -> np.ndarray:
     if arr.dtype.kind not in "fiub" and arr.dtype.name != "bfloat16":
         raise error("N0405", f"input `{name}` has dtype {arr.dtype}, which is not a real number type",
                     help="pass float arrays (f32, f16 or bf16)")
+    if declared is not None:
+        check_kind(name, arr, declared)
     return arr
+
+
+def check_kind(name: str, arr: np.ndarray, declared: str) -> None:
+    """N0405 unless the array's kind may become the declared dtype's: no float is ever taken
+    for an integer input, nor a number for a boolean one, even when its values would fit."""
+    if not dtypes.accepts(declared, arr.dtype):
+        want = {"bool": "booleans (np.bool_)", "i32": "integers (np.int32)",
+                "i64": "integers (np.int64)"}.get(declared, "numbers")
+        raise error("N0405", f"input `{name}` is declared {declared}, but the array holds "
+                    f"{arr.dtype}", help=f"pass {want}; napkin never converts floats to integers "
+                    "or numbers to booleans silently (convert the array yourself, or change the "
+                    "input's dtype in the diagram)")
 
 
 def stored(name: str, arr: np.ndarray, dtype: str) -> np.ndarray:
     """`arr` in the input's declared dtype: as it is, or converted when the conversion is exact
     for every one of its values (f16 data held in f64, small integers, booleans); anything
     else is N0405, on every path (napkin.run, --inputs, compiled kernels)."""
-    from . import dtypes
     want = dtypes.numpy_dtype(dtype)
     if arr.dtype == want:
         return arr
+    check_kind(name, arr, dtype)
     with np.errstate(all="ignore"):
         converted = arr.astype(want)
         back = converted.astype(arr.dtype)

@@ -34,6 +34,8 @@ def floor(dtype: str, scale: float) -> float:
 
 def check(out: np.ndarray, ref64: np.ndarray, naive: np.ndarray, dtype: str,
           name: str = "output") -> Verdict:
+    if dtype in ("i32", "i64"):       # integers are exact on every backend
+        return _exact(np.asarray(out), np.asarray(ref64), name)
     out = np.asarray(out).astype(np.float64)
     ref = np.asarray(ref64, dtype=np.float64)
     naive = np.asarray(naive).astype(np.float64)
@@ -60,6 +62,17 @@ def check(out: np.ndarray, ref64: np.ndarray, naive: np.ndarray, dtype: str,
     message = (f"{name}: max error {err:.3g} {'<=' if ok else '>'} budget {budget:.3g} "
                f"(naive {dtype} error {naive_err:.3g}; worst at {tuple(int(i) for i in idx)})")
     return Verdict(ok, err, budget, message)
+
+
+def _exact(out: np.ndarray, ref: np.ndarray, name: str) -> Verdict:
+    if out.shape != ref.shape:
+        return Verdict(False, np.inf, 0.0, f"{name}: shape {out.shape} != reference {ref.shape}")
+    wrong = np.argwhere(out.astype(np.int64) != ref.astype(np.int64))
+    if len(wrong):
+        first = tuple(int(i) for i in wrong[0])
+        return Verdict(False, np.inf, 0.0, f"{name}: {len(wrong)} integers differ (first at "
+                       f"{first}: {out[first]} != {ref[first]})")
+    return Verdict(True, 0.0, 0.0, f"{name}: every integer equal")
 
 
 def against_reference(diagram, inputs: dict, outputs: dict) -> dict[str, Verdict]:

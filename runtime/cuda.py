@@ -68,7 +68,8 @@ class CupyLauncher:
         from .arrays import is_torch
         if template is not None and is_torch(template):
             import torch
-            tdtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+            tdtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+                      "i32": torch.int32, "i64": torch.int64, "bool": torch.bool}[dtype]
             return torch.empty(tuple(shape), dtype=tdtype, device=template.device)
         if dtype == "bf16":   # CuPy has no bfloat16: raw 16-bit storage
             return self.cupy.empty(tuple(shape), dtype=np.uint16)

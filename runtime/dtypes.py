@@ -16,13 +16,17 @@ PRECISION = {"bf16": 8, "f16": 11, "f32": 24}
 # Unit roundoff of each dtype (its machine epsilon, 2^(1 - precision), as ml_dtypes.finfo says).
 EPS = {name: 2.0 ** (1 - bits) for name, bits in PRECISION.items()}
 
-_PLAIN: dict[str, np.dtype] = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16)}
+_PLAIN: dict[str, np.dtype] = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
+                               "i32": np.dtype(np.int32), "i64": np.dtype(np.int64),
+                               "bool": np.dtype(np.bool_)}
+FLOATS = ("f32", "f16", "bf16")
+INTEGERS = ("i32", "i64")
 
 
 @lru_cache(maxsize=1)
 def _all() -> dict[str, np.dtype]:
     import ml_dtypes
-    return {"f32": _PLAIN["f32"], "f16": _PLAIN["f16"], "bf16": np.dtype(ml_dtypes.bfloat16)}
+    return {**_PLAIN, "bf16": np.dtype(ml_dtypes.bfloat16)}
 
 
 def __getattr__(name):
@@ -49,6 +53,18 @@ def name_of(dtype) -> str | None:
     if "ml_dtypes" in sys.modules and _all()["bf16"] == dtype:
         return "bf16"
     return None
+
+
+def accepts(name: str, dtype) -> bool:
+    """Whether an array of NumPy `dtype` may be passed for an input declared `name`: floats
+    of any precision for a float input (rounded to it), integers (or booleans) for an integer
+    input, booleans for a boolean one. A float never becomes an integer silently."""
+    kind = np.dtype(dtype).kind
+    if name == "bool":
+        return kind == "b"
+    if name in INTEGERS:
+        return kind in "iub"
+    return kind in "fiub" or np.dtype(dtype).name == "bfloat16"
 
 
 def round_to(x: np.ndarray, name: str) -> np.ndarray:

@@ -8,6 +8,8 @@ row is -inf).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 _SQRT_2_OVER_PI = np.sqrt(2.0 / np.pi)
@@ -23,6 +25,31 @@ def _gelu(x):
     return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
 
 
+_erf = np.frompyfunc(math.erf, 1, 1)
+_I64 = np.iinfo(np.int64)
+
+
+def _float(x):
+    """An integer or boolean array as float64 (floats keep their precision)."""
+    x = np.asarray(x)
+    return x if x.dtype.kind == "f" else x.astype(np.float64)
+
+
+def _to_int(x):
+    """`int(x)`: toward zero; NaN gives 0 and values past the int64 range saturate."""
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        return x.astype(np.int64)
+    t = np.trunc(np.where(np.isnan(x), 0.0, np.clip(x, -2.0 ** 62, 2.0 ** 62)))
+    out = t.astype(np.int64)
+    out = np.where(x >= 2.0 ** 63, _I64.max, out)
+    return np.where(x < -(2.0 ** 63), _I64.min, out)
+
+
+def _keep_int(fn):
+    return lambda x: x if np.asarray(x).dtype.kind in "iub" else fn(x)
+
+
 MAP = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
     "neg": np.negative,
@@ -35,7 +62,39 @@ MAP = {
     "gelu": _gelu, "silu": lambda x: x * _sigmoid(x), "abs": np.abs,
     "maximum": np.maximum, "minimum": np.minimum,
     "where": np.where,
+    "erf": lambda x: np.asarray(_erf(_float(x)), dtype=_float(x).dtype), "log1p": np.log1p,
+    "expm1": np.expm1, "sin": np.sin, "cos": np.cos,
+    "floor": _keep_int(lambda x: _to_int(np.floor(x))), "ceil": _keep_int(lambda x: _to_int(np.ceil(x))), "mod": np.mod,   # the sign of b, as Python's %; an integer mod 0 is 0, a float NaN
+    "pow": lambda a, b: np.power(_float(a), _float(b)),
+    "floordiv": np.floor_divide,   # toward -inf, as Python's //; an integer // 0 is 0
+    "float": _float, "int": _to_int,
 }
+
+# The value kind a result is held in: every backend casts a map's result to the kind the
+# type rules give it (an int result is int64, a bool one bool, a float one its float type).
+CASTS = {"int": np.int64, "bool": np.bool_}
+
+
+def as_kind(data, kind: str, compute=np.float64) -> np.ndarray:
+    """`data` in the NumPy dtype that holds values of `kind` ("float": `compute`)."""
+    data = np.asarray(data)
+    want = np.dtype(CASTS.get(kind, compute))
+    return data if data.dtype == want else data.astype(want)
+
+
+class OutOfRange(Exception):
+    """A gathered position outside its axis: (position k, the index, the axis's size, where)."""
+
+
+def gather(base: np.ndarray, index: list[np.ndarray]) -> np.ndarray:
+    """base[index[0], index[1], ...] (broadcast), every index checked against its axis first:
+    an out-of-range read is an error on the CPU backends, never a wrap or a clamp."""
+    for k, ix in enumerate(index):
+        bad = (ix < 0) | (ix >= base.shape[k])
+        if np.any(bad):
+            at = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            raise OutOfRange(k, int(ix[at]), base.shape[k], at)
+    return base[tuple(index)]
 
 
 def apply(fn: str, args: list[np.ndarray]) -> np.ndarray:
@@ -46,6 +105,8 @@ def apply(fn: str, args: list[np.ndarray]) -> np.ndarray:
 def reduce(fn: str, x: np.ndarray, axis: tuple[int, ...]) -> np.ndarray:
     """Reduce along the given dimensions."""
     with np.errstate(all="ignore"):
+        if fn in ("argmax", "argmin"):
+            return arg_reduce(fn, x, axis[0])
         if fn == "sum":
             return np.sum(x, axis=axis)
         if fn == "max":
@@ -68,6 +129,20 @@ def reduce(fn: str, x: np.ndarray, axis: tuple[int, ...]) -> np.ndarray:
             out = np.log(np.sum(np.exp(x - shift), axis=axis, keepdims=True)) + shift
             return np.squeeze(out, axis=axis)
     raise ValueError(fn)
+
+
+def arg_reduce(fn: str, x: np.ndarray, axis: int) -> np.ndarray:
+    """The first position of the largest (argmax) or smallest (argmin) value along `axis`:
+    ties go to the smallest index, a NaN wins (its first position), an empty axis gives -1."""
+    if x.shape[axis] == 0:
+        return np.full(np.delete(x.shape, axis), -1, np.int64)
+    return (np.argmax if fn == "argmax" else np.argmin)(x, axis=axis).astype(np.int64)
+
+
+def scan(fn: str, x: np.ndarray, axis: int) -> np.ndarray:
+    """Inclusive prefix sums (cumsum) or products (cumprod) along `axis`."""
+    with np.errstate(all="ignore"):
+        return (np.cumsum if fn == "cumsum" else np.cumprod)(x, axis=axis)
 
 
 def softmax(x: np.ndarray, axis: tuple[int, ...]) -> np.ndarray:

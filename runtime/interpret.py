@@ -43,26 +43,37 @@ class Region:
 def interpret(plan: Plan, inputs: dict[str, object]) -> dict[str, np.ndarray]:
     """Outputs by name, in float64."""
     g = plan.graph
-    arrays = {name: to_numpy(name, inputs[name]) for name in g.graph["inputs"]}
+    arrays = {name: to_numpy(name, inputs[name], ir.op(g, n).dtype)
+              for name, n in g.graph["inputs"].items()}
     sizes = bind_sizes(plan.diagram, {n: a.shape for n, a in arrays.items()})
     memory: dict[int, np.ndarray] = {}
     for name, n in g.graph["inputs"].items():
-        stored = arrays[name].astype(dtypes.numpy_dtype(ir.op(g, n).dtype))
-        memory[n] = stored.astype(np.float64)
+        dtype = ir.op(g, n).dtype
+        stored = arrays[name].astype(dtypes.numpy_dtype(dtype))
+        memory[n] = elementwise.as_kind(stored, ir.kind_of_dtype(dtype))
     for kp in plan.kernels:
         _run_kernel(g, kp, memory, sizes)
     out = {}
     for name, n in g.graph["outputs"].items():
         src = ir.operands(g, n)[0]
-        out[name] = np.array(memory[src], dtype=np.float64)
+        dtype = ir.op(g, n).dtype
+        out[name] = memory[src].astype(dtypes.numpy_dtype(dtype)) if dtype in ir.INT_DTYPES \
+            else np.array(memory[src], dtype=np.float64)
     return out
+
+
+# What a stored array holds before a kernel writes it: a value no kernel computes by mistake.
+_UNWRITTEN = {"float": np.nan, "int": np.iinfo(np.int64).min, "bool": False}
 
 
 def _run_kernel(g, kp: KernelPlan, memory: dict, sizes: dict) -> None:
     k, sched = kp.kernel, kp.schedule       # compiler/schedule.py: the planner's decisions
     for n in k.stores:
         if n not in memory:
-            memory[n] = np.full(tuple(sizes[a] for a in ir.type_of(g, n).axes), np.nan)
+            t = ir.type_of(g, n)
+            kind = ir.kind_of_dtype(t.dtype)
+            memory[n] = elementwise.as_kind(np.full(tuple(sizes[a] for a in t.axes),
+                                                    _UNWRITTEN[kind]), kind)
     group = sched.grouped()
     axes = list(group)
     ranges = [[slice(i, min(i + group[a], sizes[a])) for i in range(0, sizes[a], group[a])]
@@ -108,22 +119,59 @@ class _Block:
             return data, t.axes
         if isinstance(op, ir.View):
             return self._view(n, op, region), t.axes
+        if isinstance(op, ir.Scan):
+            return self._scan(n, op, region)
+        if isinstance(op, ir.Gather):
+            return self._gather(n, op, region), t.axes
         args = [self.value(m, region) for m in ir.operands(g, n)]
+        kind = ir.kind_of_dtype(t.dtype)
         if isinstance(op, ir.Const):
-            return np.asarray(op.value, dtype=np.float64), ()
+            return elementwise.as_kind(op.value, kind), ()
         if isinstance(op, ir.Index):
             s = region.of(op.axis)
-            return np.arange(s.start, s.stop, dtype=np.float64), (op.axis,)
+            return np.arange(s.start, s.stop, dtype=np.int64), (op.axis,)
         if isinstance(op, ir.SizeOf):
-            return np.asarray(float(region.sizes[op.axis])), ()
+            return np.asarray(region.sizes[op.axis], dtype=np.int64), ()
         if isinstance(op, ir.Map):
             data = elementwise.apply(op.fn, [_align(v, t.axes) for v in args])
             full = tuple(region.extent(a) for a in t.axes)
-            return np.broadcast_to(data, full), t.axes
+            return np.broadcast_to(elementwise.as_kind(data, kind), full), t.axes
         if isinstance(op, ir.Assign):
             full = tuple(region.extent(a) for a in t.axes)
             return np.ascontiguousarray(np.broadcast_to(_align(args[0], t.axes), full)), t.axes
         return self._reduction(n, region, args)
+
+    def _gather(self, n: int, op, region: Region) -> np.ndarray:
+        """The array at computed positions: read whole (any row may be asked for), indexed by
+        the positions' values over the region."""
+        from .reference import gathered
+        g = self.g
+        base, *index = ir.operands(g, n)
+        axes = ir.type_of(g, n).axes
+        declared = ir.type_of(g, base).axes
+        if base not in self.k.nodes or isinstance(ir.op(g, base), ir.Input):
+            data = self.memory[base]
+        else:
+            whole = {d: slice(0, region.sizes[d]) for d in declared}
+            data = self.value(base, Region(region.sizes, {**region.slices, **whole}))[0]
+        values = [elementwise.as_kind(_align(self.value(m, region), axes), "int") for m in index]
+        ranges = [_align((np.arange(region.of(lab).start, region.of(lab).stop), (lab,)), axes)
+                  for lab in op.labels if lab is not None]
+        offsets = {a: region.of(a).start for a in axes}
+        out = gathered(g, n, data, op.labels, values, ranges, offsets)
+        return np.broadcast_to(out, tuple(region.extent(a) for a in axes))
+
+    def _scan(self, n: int, op, region: Region):
+        """A prefix at a position reads every position before it: the operand from the axis's
+        start (as a view reads it, whatever the block's tile or chunk), scanned, then cut."""
+        (axis,) = op.axes
+        cut = region.of(axis)
+        operand = ir.operands(self.g, n)[0]
+        x, axes = _floats(self.value(operand, region.with_(axis, slice(0, cut.stop))))
+        scan, dim = acc.SCAN[op.fn], axes.index(axis)
+        shape = tuple(s for i, s in enumerate(x.shape) if i != dim)
+        prefixes = scan.step(np.full(shape, scan.identity), x, dim)[0]
+        return np.take(prefixes, np.arange(cut.start, cut.stop), axis=dim), axes
 
     def _view(self, n: int, op, region: Region) -> np.ndarray:
         """Declared axis k of the base at label k's slice. A base computed here is computed
@@ -148,7 +196,7 @@ class _Block:
         op, t = ir.op(g, n), ir.type_of(g, n)
         split = self.split if self.split and self.split[0] in op.axes else None
         if isinstance(op, ir.Softmax):
-            x, axes = args[0]
+            x, axes = _floats(args[0])
             dims = tuple(axes.index(a) for a in op.axes)
             if n in self.stats:           # streamed: normalise with the earlier pass's statistics
                 return acc.softmax_normalize(x, self.stats[n], dims), axes
@@ -157,11 +205,15 @@ class _Block:
             stats = _merge_parts(acc.SOFTMAX_STATS, x, axes, op.axes, split)
             return acc.softmax_normalize(x, stats, dims), axes
         if isinstance(op, ir.Reduce):
-            x, axes = args[0]
+            x, axes = args[0] if op.fn in ir.INDEX_REDUCTIONS else _floats(args[0])
             dims = tuple(axes.index(a) for a in op.axes)
             if split is None:
-                return elementwise.reduce(op.fn, x, dims), t.axes
-            state = _merge_parts(acc.for_reduce(op.fn), x, axes, op.axes, split)
+                out = elementwise.reduce(op.fn, x, dims)
+                if op.fn in ir.INDEX_REDUCTIONS:    # positions along the whole axis
+                    out = np.where(out >= 0, out + region.of(op.axes[0]).start, out)
+                return out, t.axes
+            state = _merge_parts(acc.for_reduce(op.fn), x, axes, op.axes, split,
+                                 region.of(split[0]).start)
             return acc.for_reduce(op.fn).finalize(state), t.axes
         assert isinstance(op, ir.Contract)
         if split is None:
@@ -194,7 +246,7 @@ class _Block:
                 for n in states:
                     states[n] = self._update(n, states[n], region, pairs)
                 for n in stats:
-                    x, axes = self.value(ir.operands(g, n)[0], region)
+                    x, axes = _floats(self.value(ir.operands(g, n)[0], region))
                     dims = tuple(axes.index(a) for a in ir.op(g, n).axes)
                     shape = tuple(s for i, s in enumerate(x.shape) if i not in dims)
                     running = stats[n] or acc.SOFTMAX_STATS.init(shape, np.float64)
@@ -224,10 +276,13 @@ class _Block:
         if isinstance(op, ir.Reduce):
             accumulator = acc.for_reduce(op.fn)
             x, axes = self.value(ir.operands(g, n)[0], region)
+            x = x if op.fn in ir.INDEX_REDUCTIONS else elementwise.as_kind(x, "float")
             dims = tuple(axes.index(a) for a in op.axes)
             shape = tuple(s for i, s in enumerate(x.shape) if i not in dims)
-            return [accumulator.update(st if st is not None else accumulator.init(shape, np.float64),
-                                       _take(x, axes, r, i, ways), dims)
+            chunk = region.of(r)
+            return [_fold(accumulator, st if st is not None else accumulator.init(shape, np.float64),
+                          _take(x, axes, r, i, ways), dims,
+                          np.arange(chunk.start, chunk.stop)[i::ways])
                     for i, st in enumerate(states)]
         assert isinstance(op, ir.Contract)
         soft = next((s for s, c in pairs.items() if c == n), None)
@@ -308,6 +363,11 @@ class _Block:
         self.memory[n][tuple(region.of(a) for a in t.axes)] = np.broadcast_to(data, full)
 
 
+def _floats(val):
+    """(array, axes) with the array as float64: what every reduction but argmax/argmin reads."""
+    return elementwise.as_kind(val[0], "float"), val[1]
+
+
 def _align(val, axes: tuple[str, ...]) -> np.ndarray:
     data, have = val
     have = tuple(have)
@@ -331,17 +391,27 @@ def _take(data, axes, axis, part, ways):
     return data[tuple(index)]
 
 
-def _merge_parts(accumulator, x, axes, red_axes, split):
-    """Accumulate x over red_axes, in `ways` strided parts merged as threads would."""
+def _fold(accumulator, state, x, dims, positions):
+    """accumulator.update, with the elements' positions along the axis for argmax/argmin."""
+    if accumulator.positional:
+        return accumulator.update(state, x, dims, positions)
+    return accumulator.update(state, x, dims)
+
+
+def _merge_parts(accumulator, x, axes, red_axes, split, start=0):
+    """Accumulate x over red_axes, in `ways` strided parts merged as threads would (the split
+    axis's positions start at `start`)."""
     dims = tuple(axes.index(a) for a in red_axes)
     shape = tuple(s for i, s in enumerate(x.shape) if i not in dims)
+    positions = np.arange(start, start + x.shape[dims[0]])   # along the (one) axis of an argmax
     if split is None or split[0] not in red_axes:
-        return accumulator.update(accumulator.init(shape, np.float64), x, dims)
+        return _fold(accumulator, accumulator.init(shape, np.float64), x, dims, positions)
     r, ways = split
     state = None
     for part in range(ways):
         xp = _take(x, axes, r, part, ways)
-        s = accumulator.update(accumulator.init(shape, np.float64), xp, dims)
+        s = _fold(accumulator, accumulator.init(shape, np.float64), xp, dims,
+                  positions[part::ways])
         state = s if state is None else accumulator.merge(state, s)
     return state
 

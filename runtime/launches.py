@@ -48,7 +48,9 @@ def make_buffers(program: P.Program, inputs: dict[str, np.ndarray], sizes: dict[
         if array in input_names:
             out[names[array]] = np.ascontiguousarray(inputs[array]).astype(np_dtype, copy=False)
         else:
-            out[names[array]] = np.full(tuple(int(sizes[a]) for a in axes), np.nan, dtype=np_dtype)
+            fill = np.nan if np_dtype.kind == "f" or np_dtype.name == "bfloat16" else \
+                (0 if np_dtype.kind == "b" else np.iinfo(np_dtype).min)   # never computed
+            out[names[array]] = np.full(tuple(int(sizes[a]) for a in axes), fill, dtype=np_dtype)
     return out
 
 

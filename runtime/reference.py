@@ -14,6 +14,7 @@ import numpy as np
 from ..compiler import ir
 from ..compiler.diagram import Diagram
 from . import dtypes, elementwise
+from ..diagrams.diagnostics import error
 from .bind import bind_sizes, to_numpy
 
 
@@ -44,7 +45,8 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
     if precision not in ("f64", "lowp"):
         raise ValueError(f"precision must be 'f64' or 'lowp', not {precision!r}")
     g = diagram.ir
-    arrays = {name: to_numpy(name, inputs[name]) for name in g.graph["inputs"]}
+    arrays = {name: to_numpy(name, inputs[name], ir.op(g, n).dtype)
+              for name, n in g.graph["inputs"].items()}
     sizes = sizes or bind_sizes(diagram, {n: a.shape for n, a in arrays.items()})
     lowp = precision == "lowp"
     compute = np.float32 if lowp else np.float64
@@ -55,14 +57,24 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
         op, out = ir.op(g, n), ir.type_of(g, n)
         args = [values[a] for a in ir.operands(g, n)]
         if isinstance(op, ir.Input):
-            stored = arrays[op.name] if exact and not lowp else \
+            exact_values = exact and not lowp and ir.kind_of_dtype(op.dtype) == "float"
+            stored = arrays[op.name] if exact_values else \
                 arrays[op.name].astype(dtypes.numpy_dtype(op.dtype))
-            values[n] = _Val(stored.astype(compute), out.axes)
+            values[n] = _Val(elementwise.as_kind(stored, ir.kind_of_dtype(op.dtype), compute),
+                             out.axes)
             continue
         if isinstance(op, ir.Output):
             data = args[0].aligned(out.axes)
-            results[op.name] = data.astype(dtypes.numpy_dtype(op.dtype)) if lowp else \
-                np.array(data, dtype=np.float64)
+            integer = op.dtype in ir.INT_DTYPES
+            results[op.name] = data.astype(dtypes.numpy_dtype(op.dtype)) if lowp or integer \
+                else np.array(data, dtype=np.float64)
+            continue
+        if isinstance(op, ir.Gather):
+            index = [a.aligned(out.axes) for a in args[1:]]
+            labels = [_Val(np.arange(sizes[lab]), (lab,)).aligned(out.axes)
+                      for lab in op.labels if lab is not None]
+            values[n] = _Val(np.broadcast_to(gathered(g, n, args[0].data, op.labels, index, labels),
+                                             tuple(sizes[a] for a in out.axes)), out.axes)
             continue
         val = _step(op, out, args, sizes, compute)
         if rounding is not None and val.data.dtype.kind == "f" and not isinstance(op, ir.Index):
@@ -72,35 +84,74 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
 
 
 def _step(op, out: ir.ArrayType, args: list[_Val], sizes: dict[str, int], compute) -> _Val:
+    kind = ir.kind_of_dtype(out.dtype)
     if isinstance(op, ir.Const):
-        return _Val(np.asarray(op.value, dtype=compute), ())
+        return _Val(elementwise.as_kind(op.value, kind, compute), ())
     if isinstance(op, ir.Index):
-        return _Val(np.arange(sizes[op.axis], dtype=compute), (op.axis,))
+        return _Val(np.arange(sizes[op.axis], dtype=np.int64), (op.axis,))
     if isinstance(op, ir.SizeOf):
-        return _Val(np.asarray(sizes[op.axis], dtype=compute), ())
+        return _Val(np.asarray(sizes[op.axis], dtype=np.int64), ())
     if isinstance(op, ir.View):
         return _Val(_relabel(args[0].data, op.labels), out.axes)
     if isinstance(op, ir.Map):
         data = elementwise.apply(op.fn, [a.aligned(out.axes) for a in args])
         full = tuple(sizes[a] for a in out.axes)
-        if data.dtype.kind == "f":
-            data = data.astype(compute, copy=False)
-        return _Val(np.broadcast_to(data, full), out.axes)
+        return _Val(np.broadcast_to(elementwise.as_kind(data, kind, compute), full), out.axes)
     if isinstance(op, ir.Contract):
         return _Val(_contract(args[0], args[1], out.axes).astype(compute, copy=False), out.axes)
     if isinstance(op, ir.Reduce):
         x = args[0]
         dims = tuple(x.axes.index(a) for a in op.axes)
-        return _Val(elementwise.reduce(op.fn, x.data, dims).astype(compute, copy=False), out.axes)
+        data = x.data if op.fn in ir.INDEX_REDUCTIONS else elementwise.as_kind(x.data, "float", compute)
+        return _Val(elementwise.as_kind(elementwise.reduce(op.fn, data, dims), kind, compute),
+                    out.axes)
+    if isinstance(op, ir.Scan):
+        x = args[0]
+        data = elementwise.as_kind(x.data, "float", compute)
+        return _Val(elementwise.scan(op.fn, data, x.axes.index(op.axes[0])), x.axes)
     if isinstance(op, ir.Softmax):
         x = args[0]
         dims = tuple(x.axes.index(a) for a in op.axes)
-        return _Val(elementwise.softmax(x.data, dims), x.axes)
+        return _Val(elementwise.softmax(elementwise.as_kind(x.data, "float", compute), dims), x.axes)
     if isinstance(op, ir.Assign):
         data = args[0].aligned(out.axes)
         full = tuple(sizes[a] for a in out.axes)
         return _Val(np.ascontiguousarray(np.broadcast_to(data, full)), out.axes)
     raise TypeError(f"no reference semantics for {op!r}")  # pragma: no cover
+
+
+def gathered(g, n: int, base: np.ndarray, labels, index: list, ranges: list,
+             offsets: dict | None = None) -> np.ndarray:
+    """Gather node n: `base` at the computed `index` arrays (in order) and the `ranges` of its
+    labelled positions (all aligned to the result's axes); an index out of its axis is N0407
+    at the gather's span, naming the position, the index and where it was computed
+    (`offsets`: the start of each result axis in this region)."""
+    it, rt, full = iter(index), iter(ranges), []
+    for lab in labels:
+        full.append(next(rt) if lab is not None else next(it))
+    try:
+        return elementwise.gather(base, full)
+    except elementwise.OutOfRange as exc:
+        k, value, size, at = exc.args
+        out_axes = ir.type_of(g, n).axes
+        base_node, *index_nodes = ir.operands(g, n)
+        name = getattr(ir.op(g, base_node), "name", None) or _array_name(g, base_node)
+        axis = ir.type_of(g, base_node).axes[k]
+        varies = ir.type_of(g, index_nodes[labels[:k].count(None)]).axes   # the index's axes
+        shown = ", ".join(f"{a}={int(i) + (offsets or {}).get(a, 0)}"
+                          for a, i in zip(out_axes, at) if a in varies)
+        raise error("N0407", f"position {k + 1} of `{name}` is {value} at {shown or 'every point'}"
+                    f", outside its axis `{axis}` of size {size}", g.nodes[n]["span"],
+                    help=f"a gathered position must be in 0..{size - 1}; check the index "
+                         "arrays (on a GPU such a read is clamped to the nearest row)",
+                    source=g.graph["source"]) from None
+
+
+def _array_name(g, n: int) -> str:
+    for name, m in g.graph["arrays"].items():
+        if m == n:
+            return name
+    return f"%{n}"
 
 
 def _ids(*label_lists) -> dict[str, int]:

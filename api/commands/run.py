@@ -149,7 +149,8 @@ def _check_header(path: str, member: str, f, stored: int) -> None:
 
 
 def random_inputs(d, shape: dict[str, int], seed: int) -> dict[str, np.ndarray]:
-    """Standard normal inputs in their storage dtypes; dynamic sizes from `shape`."""
+    """Standard normal inputs in their storage dtypes (integers: uniform below the smallest axis
+    size and 8, booleans: fair coins); dynamic sizes from `shape`."""
     axes = d.ir.graph["axes"]
     for name in shape:
         if name not in axes:
@@ -175,5 +176,15 @@ def random_inputs(d, shape: dict[str, int], seed: int) -> dict[str, np.ndarray]:
     # (made in float64, then stored: 8 bytes an element while one input is being made)
     check_fits("the random inputs", [(s.name, s.axes, dims[s.name], 8) for s in d.inputs])
     rng = np.random.default_rng(seed)
-    return {s.name: rng.standard_normal(dims[s.name]).astype(dtypes.numpy_dtype(s.dtype))
-            for s in d.inputs}
+    # integers below every axis's size: in range as labels or as positions along any axis
+    high = max(1, min([v for d_ in dims.values() for v in d_] + [a.size for a in axes.values()
+                                                                   if a.size is not None] + [8]))
+    return {s.name: _random(rng, s.dtype, dims[s.name], high) for s in d.inputs}
+
+
+def _random(rng, dtype: str, dims: tuple, high: int) -> np.ndarray:
+    if dtype == "bool":
+        return rng.random(dims) < 0.5
+    if dtype in ("i32", "i64"):
+        return rng.integers(0, high, dims).astype(dtypes.numpy_dtype(dtype))
+    return rng.standard_normal(dims).astype(dtypes.numpy_dtype(dtype))

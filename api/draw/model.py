@@ -200,6 +200,11 @@ def _describe(g: nx.DiGraph, n: int, o, folded: set[int]):
         return "reduce", o.axes, o.fn, f"{o.fn} over " + " ".join(o.axes)
     if isinstance(o, ir.Softmax):
         return "softmax", o.axes, "softmax", "softmax along " + " ".join(o.axes)
+    if isinstance(o, ir.Gather):
+        shown = " ".join(lab or "*" for lab in o.labels)
+        return "map", (), "gather", f"gather [{shown}] (* : a computed position)"
+    if isinstance(o, ir.Scan):     # keeps its axis, as a softmax does
+        return "softmax", o.axes, o.fn, f"{o.fn} along " + " ".join(o.axes)
     label = text.map_label(g, n, folded)
     return "map", (), label, label if label == o.fn else f"{o.fn}: {label}"
 

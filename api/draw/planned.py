@@ -106,21 +106,27 @@ class Placement:
         if k is None:
             return 0, self.display(v)
         t = self.plan_node(v)
-        loaded = t is not None and t in self.loads[k]
+        loaded = t is not None and (t in self.loads[k] or (       # an input, or a view of one
+            isinstance(ir.op(self.g, t), (ir.View, ir.Gather))
+            and _view_base(self.g, t) in self.loads[k]))
         if not loaded and self.made_in.get(v) != k:
             return 0, self.display(v)           # in global memory; this kernel does not touch it
-        name = self._array(k, t, loaded) or self.display(v)
+        name = self._array(k, t, loaded, v) or self.display(v)
         found = self._buffers(k, name)
         if found:
             level, name = min(found) if loaded else max(found)
             return level, name
         return (1 if loaded else len(self.levels) - 1), name
 
-    def _array(self, k: int, t: int | None, loaded: bool) -> str | None:
-        """The plan model's name for node `t` in kernel `k` (`S:contract[d]`, `O`, `K[d x]`)."""
+    def _array(self, k: int, t: int | None, loaded: bool, v: int | None = None) -> str | None:
+        """The plan model's name for node `t` in kernel `k` (`S:contract[d]`, `O`, `K[d x]`);
+        drawn array `v` itself first (a view of an input loaded beside the input: `doc[q]`)."""
         if t is None:
             return None
         g, arrays = self.g, self.plan.kernels[k].model.arrays
+        for a in arrays:
+            if a.role == "load" and a.node == v and isinstance(ir.op(g, v), (ir.View, ir.Gather)):
+                return a.name
         for a in arrays:
             if a.role != "store" and through(g, a.node) == t:
                 return a.name
@@ -153,7 +159,8 @@ class Placement:
 
 
 def _view_base(g, n: int) -> int:
-    while isinstance(ir.op(g, n), ir.View):
+    """The array a view (or a gather) reads."""
+    while isinstance(ir.op(g, n), (ir.View, ir.Gather)):
         n = ir.operands(g, n)[0]
     return through(g, n)
 

@@ -59,7 +59,7 @@ def formula(g: nx.DiGraph, n: int, holes: dict[int, str], top: bool = True) -> s
             sym = UNARY_SYMBOLS[o.fn]
             return f"{sym} {args[0]}" if sym == "not" else f"{sym}{args[0]}"
         return f"{o.fn}({', '.join(args)})"
-    if isinstance(o, ir.Reduce):
+    if isinstance(o, (ir.Reduce, ir.Scan)):
         return f"{o.fn}[{' '.join(o.axes)}]({args[0]})"
     if isinstance(o, ir.Softmax):
         return f"softmax[{' '.join(o.axes)}]({args[0]})"
@@ -67,6 +67,9 @@ def formula(g: nx.DiGraph, n: int, holes: dict[int, str], top: bool = True) -> s
         return f"{args[0]} * {args[1]}" if top else f"({args[0]} * {args[1]})"
     if isinstance(o, ir.View):
         return f"{args[0]}[{' '.join(o.labels)}]"
+    if isinstance(o, ir.Gather):
+        rest = iter(args[1:])
+        return f"{args[0]}[{' '.join(lab or next(rest) for lab in o.labels)}]"
     raise TypeError(f"no text for {o!r}")  # pragma: no cover - every op is covered above
 
 

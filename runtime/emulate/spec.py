@@ -24,6 +24,7 @@ CTYPES: dict[str, np.dtype] = {
     "unsigned int": np.dtype(np.uint32),
     "unsigned char": np.dtype(np.uint8),
     "long long": np.dtype(np.int64),
+    "bool": np.dtype(np.bool_),
     "double": np.dtype(np.float64),
 }
 

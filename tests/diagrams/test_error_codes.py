@@ -95,6 +95,10 @@ TRIGGERS = {
     "N0308": lambda tp, cap, mp: _raises(lambda: napkin.run(
         Source("shape.napkin", "axis a, b = 4\nin X[a b]: f32\nY[a b] = X * 2\nout Y: f32"),
         np.ones((3, 5)))),
+    "N0407": lambda tp, cap, mp: _raises(lambda: napkin.run(
+        Source("lookup.napkin", "axis t, v, m\nin E[v m]: f32\nin tok[t]: i32\n"
+               "Y[t m] = E[tok[t] m]\nout Y: f32"), np.ones((5, 3), np.float32),
+        np.array([0, 4, 5, 1], np.int32))),
     "N0309": lambda tp, cap, mp: _raises(lambda: napkin.run("attention", np.ones((1, 1, 2, 64)),
                                                              np.ones((1, 1, 3, 64)))),
     "N0310": lambda tp, cap, mp: _raises(lambda: (_memory(mp, 16 * 10**9), napkin.run(

@@ -33,7 +33,7 @@ CAP = 2.0e4                # |value| of any node (f16 holds 65504)
 WORK = 2.0e7               # an equation's work, nested reductions multiplied (emulator time)
 EXP_ARG = 8.0
 UNARY = ("tanh", "sigmoid", "relu", "gelu", "silu", "abs", "exp", "exp2", "log", "log2", "sqrt",
-         "rsqrt", "neg")
+         "rsqrt", "neg", "erf", "sin", "cos")
 REDUCTIONS = ("sum", "max", "min", "mean", "logsumexp")
 CONSTS = (0.5, 2.0, 1.5, 0.25, 3.0, 0.125, 1e-3, 0.1)
 CMPS = ("<", "<=", ">", ">=", "==", "!=")
@@ -471,7 +471,7 @@ class Gen:
                 arg.scale *= 2
                 arg.bound /= 2
             return math.exp(arg.bound) if fn == "exp" else 2.0 ** arg.bound
-        if fn in ("tanh", "sigmoid"):
+        if fn in ("tanh", "sigmoid", "erf", "sin", "cos"):
             return 1.0
         if fn in ("log", "log2"):
             return max(1.5, math.log(b[0] + 1) + 1)

@@ -20,7 +20,7 @@ from .harness import Checked, Failure, run_backends
 
 HINT_CODES = {"N0601", "N0602", "N0603", "N0604"}
 SIZES = {"b": 2, "h": 2, "q": 37, "x": 45, "m": 33, "n": 31, "k": 40, "r": 9, "c": 70, "t": 13,
-         "i": 24, "o": 17, "g": 2, "d": 64, "f": 29}
+         "i": 24, "o": 17, "g": 2, "d": 64, "f": 29, "v": 19, "e": 16}
 
 
 @st.composite
@@ -43,7 +43,8 @@ def check_hinted(case, emulate: bool) -> None:
     first_hint_line = text.count("\n") - len(hints) + 1
     try:
         d = napkin.load(Source("hinted.napkin", text))
-        shape = {a: SIZES[a] for a, size in d.axes.items() if size is None}
+        reps = d.ir.graph["axes"]     # axes the diagram makes equal (varlen's q, x): one size
+        shape = {a: SIZES[reps[a].rep] for a, size in d.axes.items() if size is None}
         p = make_plan(d, "h100", shape)
     except NapkinError as exc:
         for diag in exc.diagnostics:

@@ -38,8 +38,9 @@ KEYWORDS = {"const", "int", "float", "double", "bool", "long", "unsigned", "void
             "__restrict__", "__half", "__nv_bfloat16", "true", "false"}
 BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "x", "__syncthreads",
             "__shfl_xor_sync", "expf", "exp2f", "logf", "log2f", "sqrtf", "tanhf", "fabsf",
-            "fmaxf", "fmaf"}
-GENERATED = re.compile(r"(?:p|n|v|st|sm|acc|cnt|res|j|k|z|e|c|i|pt|tc_|org_|base_|napkin_k)\d+|"
+            "fmaxf", "fmaf", "erff", "log1pf", "expm1f", "sinf", "cosf", "floorf", "ceilf",
+            "powf"}
+GENERATED = re.compile(r"(?:p|n|v|st|sm|acc|cnt|res|j|k|z|e|c|i|pt|pos|ix|tc_|org_|base_|napkin_k)\d+|"
                        r"e|z|tid|lane|tvalid|nblocks|blk|smem|off|xl|xg|clen|"
                        r"acc|fa|fb|fg|fq|wr|wc|eo|ei|kk|nlen|stage|qa|rm|rl|sc|fz|mx|sh|sl|rs|su|pa|cfull")
 # (the last line: tensor-core kernels)

@@ -100,7 +100,10 @@ def planned(draw, names):
     d = library(name, dtype)
     if "d" in d.axes:
         d = library(name, dtype, d=draw(st.sampled_from([8, 9, 16])))
-    shape = {a: draw(st.sampled_from(SMALL)) for a, s in d.axes.items() if s is None}
+    reps = d.ir.graph["axes"]                 # axes the diagram makes equal share one size
+    drawn = {r: draw(st.sampled_from(SMALL)) for r in dict.fromkeys(
+        reps[a].rep for a, s in d.axes.items() if s is None)}
+    shape = {a: drawn[reps[a].rep] for a, s in d.axes.items() if s is None}
     fused = draw(st.booleans())
     default = make_plan(d, "h100", shape, fusion=fused)
     choices = [random_choice(draw, kp, default) for kp in default.kernels]

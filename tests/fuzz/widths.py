@@ -224,7 +224,13 @@ def _walk(body, env: dict, problems: list) -> None:
             integer = "int" in s.ctype.split() or "long" in s.ctype.split()
             if s.init is None:
                 continue
-            value = _eval(s.init, env, f"{s.name} = ", problems, numeric=integer)
+            if integer and _DATA.search(s.init):
+                value = _data(s.init, env, s.name, problems)
+            else:
+                value = _eval(s.init, env, f"{s.name} = ", problems, numeric=integer)
+            if not integer:     # a boolean (a condition) or a float: known to an integer only
+                env[s.name] = Val(0, 1, False) if "bool" in s.ctype.split() else \
+                    Val(-(2**63), 2**63 - 1, True)
             if integer and value is not None:
                 wide = "long" in s.ctype.split()
                 if not wide and (value.lo < INT_MIN or value.hi > INT_MAX):
@@ -246,6 +252,24 @@ def _walk(body, env: dict, problems: list) -> None:
         elif isinstance(s, P.Call):   # fragments and copies: `pN + (offset)` is a global offset
             for arg in s.args:
                 _eval(_as_subscripts(arg), env, f"{s.fn} argument", problems, numeric=False)
+
+
+# An integer computed from data (language 1.1: a load of an integer array, int(...), mod, a
+# gathered position): any 64-bit value, except a position clamped to its axis.
+_DATA = re.compile(r"\bnapkin_\w+\(|\b(?:p|sm)\d+\[")
+_CLAMP = re.compile(r"napkin_clamp_index\((.*), (\w+)\)")
+
+
+def _data(text: str, env: dict, name: str, problems: list) -> Val:
+    for sub in _subscripts(text):
+        _eval(sub, env, f"{name} = subscript", problems)
+    m = _CLAMP.fullmatch(text.strip())
+    if m:
+        n = env.get(m.group(2)) or (Val(int(m.group(2)), int(m.group(2)), True)
+                                     if m.group(2).isdigit() else None)
+        if n is not None:
+            return Val(0, max(0, n.hi - 1), True)
+    return Val(-(2**63), 2**63 - 1, True)
 
 
 def _as_subscripts(text: str) -> str:

@@ -27,6 +27,24 @@ template <> __device__ __forceinline__ __half napkin_from_float<__half>(float x)
 template <> __device__ __forceinline__ __nv_bfloat16 napkin_from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
+// (integer and boolean arrays are staged with napkin_from_float<T>(0.0f) as a zero fill too)
+template <> __device__ __forceinline__ int napkin_from_float<int>(float x) { return (int)x; }
+template <> __device__ __forceinline__ long long napkin_from_float<long long>(float x) { return (long long)x; }
+template <> __device__ __forceinline__ bool napkin_from_float<bool>(float x) { return x != 0.0f; }
+
+// Integers are computed in 64 bits; booleans load as they are.
+__device__ __forceinline__ long long napkin_to_int(int x) { return x; }
+__device__ __forceinline__ long long napkin_to_int(long long x) { return x; }
+__device__ __forceinline__ long long napkin_to_int(bool x) { return x ? 1 : 0; }
+// int(x) of a float: toward zero; NaN gives 0, values past the int64 range saturate.
+__device__ __forceinline__ long long napkin_to_int(float x) {
+  if (x != x) return 0;
+  if (x >= 9.2233720368547758e18f) return 9223372036854775807LL;
+  if (x <= -9.2233720368547758e18f) return (-9223372036854775807LL - 1);
+  return (long long)x;
+}
+__device__ __forceinline__ bool napkin_to_bool(bool x) { return x; }
+template <typename T> __device__ __forceinline__ T napkin_from_int(long long x) { return (T)x; }
 
 // Two 16-bit values in one 32-bit register, `lo` in bits 0..15 (the mma fragment order).
 __device__ __forceinline__ unsigned napkin_pack_half2(float lo, float hi) {
@@ -216,6 +234,42 @@ __device__ __forceinline__ float napkin_silu(float x) { return x * napkin_sigmoi
 __device__ __forceinline__ float napkin_gelu(float x) {
   return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
+// Integer versions (no NaN), and the functions of language 1.1.
+__device__ __forceinline__ long long napkin_max(long long a, long long b) { return a > b ? a : b; }
+__device__ __forceinline__ long long napkin_min(long long a, long long b) { return a < b ? a : b; }
+__device__ __forceinline__ long long napkin_relu(long long x) { return x > 0 ? x : 0; }
+__device__ __forceinline__ long long napkin_abs(long long x) { return x < 0 ? -x : x; }
+__device__ __forceinline__ float napkin_abs(float x) { return fabsf(x); }
+// mod(a, b) takes the sign of b (Python's %); an integer mod 0 is 0, a float mod 0 NaN.
+__device__ __forceinline__ long long napkin_mod(long long a, long long b) {
+  if (b == 0) return 0;
+  long long r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+__device__ __forceinline__ float napkin_mod(float a, float b) {
+  float r = fmodf(a, b);
+  return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : (r == 0.0f ? copysignf(0.0f, b) : r);
+}
+// argmax/argmin: fold (w, j) into the best value v and its position i. Ties go to the smaller
+// position, a NaN beats every number (the first NaN wins); nothing seen: i is NAPKIN_NO_POSITION.
+#define NAPKIN_NO_POSITION 9223372036854775807LL
+__device__ __forceinline__ void napkin_argmax_fold(float& v, long long& i, float w, long long j) {
+  if (w != w ? (v == v || j < i) : (v == v && (w > v || (w == v && j < i)))) { v = w; i = j; }
+}
+__device__ __forceinline__ void napkin_argmin_fold(float& v, long long& i, float w, long long j) {
+  if (w != w ? (v == v || j < i) : (v == v && (w < v || (w == v && j < i)))) { v = w; i = j; }
+}
+// a // b rounds toward -inf (Python's //); an integer // 0 is 0.
+__device__ __forceinline__ long long napkin_floordiv(long long a, long long b) {
+  if (b == 0) return 0;
+  long long q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+__device__ __forceinline__ float napkin_floordiv(float a, float b) { return floorf(a / b); }
+// A gathered position outside its axis reads the nearest row (the CPU backends raise an error).
+__device__ __forceinline__ long long napkin_clamp_index(long long i, long long n) {
+  return i < 0 ? 0 : (i >= n ? n - 1 : i);
+}
 // A running maximum usable as a shift: -inf (nothing seen yet, or a fully masked row) gives 0.
 __device__ __forceinline__ float napkin_shift(float m) { return m == -NAPKIN_INF ? 0.0f : m; }
 
@@ -231,6 +285,20 @@ __device__ __forceinline__ float napkin_lanes_max(float v, int width) {
 __device__ __forceinline__ float napkin_lanes_min(float v, int width) {
   for (int o = width / 2; o > 0; o /= 2) v = napkin_min(v, __shfl_xor_sync(0xffffffffu, v, o, width));
   return v;
+}
+__device__ __forceinline__ void napkin_lanes_argmax(float& v, long long& i, int width) {
+  for (int o = width / 2; o > 0; o /= 2) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o, width);
+    long long j = __shfl_xor_sync(0xffffffffu, i, o, width);
+    napkin_argmax_fold(v, i, w, j);
+  }
+}
+__device__ __forceinline__ void napkin_lanes_argmin(float& v, long long& i, int width) {
+  for (int o = width / 2; o > 0; o /= 2) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o, width);
+    long long j = __shfl_xor_sync(0xffffffffu, i, o, width);
+    napkin_argmin_fold(v, i, w, j);
+  }
 }
 __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
   return __shfl_xor_sync(0xffffffffu, v, lane_mask, 32);

@@ -1,0 +1,143 @@
+"""Gathers (computed positions, docs/language.md): embedding lookups, rotate-half and a page
+table, on the reference, the interpreter and the emitted CUDA (one emulator build each),
+against NumPy; out-of-range positions are errors on the reference and the interpreter and are
+clamped by the emitted CUDA; the diagnostics for positions that are not integers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.diagrams.diagnostics import NapkinError
+
+ROPE = """\
+axis t, v, m
+in E[v m]: f32               # the embedding table
+in tok[t]: i32               # token ids
+in C[t m]: f32, S[t m]: f32  # cos and sin of the rotary angles
+X[t m] = E[tok[t] m]
+R[t m] = X * C + where(m < size(m) // 2, -1, 1) * X[t mod(m + size(m) // 2, size(m))] * S
+out R: f32
+"""
+
+PAGED = """\
+# Decoding one query per sequence over a paged KV cache: key x of sequence b lives in
+# page pages[b x // P], row mod(x, P) (floor gives an integer; `x // size(P)` in parentheses is
+# the same position).
+axis b, h, x, d, n, p
+axis P = 4
+in Q[b h d]: f32
+in Kc[n p h d]: f32, Vc[n p h d]: f32
+in pages[b p]: i32
+S[b h x] = Kc[pages[b floor(x / size(P))] mod(x, size(P)) h d] * Q / sqrt(size(d))
+O[b h d] = softmax[x](S) * Vc[pages[b (x // size(P))] mod(x, size(P)) h d]
+out O: f32
+"""
+
+
+def rope_inputs(rng, t=37, v=53, m=16):
+    angles = rng.uniform(0, 2 * math.pi, (t, m)).astype(np.float32)
+    return {"E": rng.standard_normal((v, m)).astype(np.float32),
+            "tok": rng.integers(0, v, t).astype(np.int32),
+            "C": np.cos(angles), "S": np.sin(angles)}
+
+
+def rope_numpy(a):
+    x = a["E"].astype(np.float64)[a["tok"]]
+    half = x.shape[1] // 2
+    rotated = np.concatenate([-x[:, half:], x[:, :half]], axis=1)
+    return x * a["C"] + rotated * a["S"]
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret", "emulate"])
+def test_embedding_and_rotate_half(backend, rng):
+    a = rope_inputs(rng)
+    (R,) = napkin.run(ROPE, **a, backend=backend)
+    np.testing.assert_allclose(R, rope_numpy(a), rtol=1e-5, atol=1e-6)
+
+
+def paged_inputs(rng, b=3, h=2, x=13, d=8, pages_total=17, P=4):
+    per_seq = -(-x // P)
+    table = rng.permutation(pages_total)[:b * per_seq].reshape(b, per_seq).astype(np.int32)
+    return {"Q": rng.standard_normal((b, h, d)).astype(np.float32),
+            "Kc": rng.standard_normal((pages_total, P, h, d)).astype(np.float32),
+            "Vc": rng.standard_normal((pages_total, P, h, d)).astype(np.float32),
+            "pages": table}, x
+
+
+def paged_numpy(a, x):
+    P = a["Kc"].shape[1]
+    pos = np.arange(x)
+    page = a["pages"][:, pos // P]                       # [b x]
+    K = a["Kc"].astype(np.float64)[page, pos % P]         # [b x h d]
+    V = a["Vc"].astype(np.float64)[page, pos % P]
+    s = np.einsum("bxhd,bhd->bhx", K, a["Q"].astype(np.float64)) / math.sqrt(K.shape[-1])
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bhx,bxhd->bhd", p, V)
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret", "emulate"])
+def test_paged_kv_decode(backend, rng):
+    """x is not the size of any input: it is given (-D x=13), and the page table's p is
+    only the number of pages each sequence holds."""
+    a, x = paged_inputs(rng)
+    d = napkin.load(PAGED, x=x)
+    (O,) = napkin.run(d, **a, backend=backend)
+    np.testing.assert_allclose(O, paged_numpy(a, x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [53, -1])
+@pytest.mark.parametrize("backend", ["reference", "interpret"])
+def test_an_out_of_range_position_is_an_error_on_the_cpu_backends(backend, bad, rng):
+    a = rope_inputs(rng)
+    a["tok"][7] = bad
+    with pytest.raises(NapkinError) as exc:
+        napkin.run(ROPE, **a, backend=backend)
+    diag = exc.value.diagnostics[0]
+    assert diag.code == "N0407" and f"is {bad} at t=7" in diag.message and "size 53" in diag.message
+    assert diag.span.line == 5
+
+
+def test_the_emitted_cuda_clamps_an_out_of_range_position(rng):
+    a = rope_inputs(rng)
+    a["tok"][7], a["tok"][9] = 53, -4
+    (R,) = napkin.run(ROPE, **a, backend="emulate")
+    clamped = dict(a, tok=np.clip(a["tok"], 0, 52))
+    np.testing.assert_allclose(R, rope_numpy(clamped), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("position, culprit", [
+    ("(x / 2)", "x / 2"),          # real division
+    ("F[x]", "F[x]"),              # a gather through a float array
+    ("(x < 2)", "x < 2"),          # a boolean
+])
+def test_a_position_must_be_an_integer(position, culprit):
+    text = f"axis x, v\nin E[v]: f32\nin F[x]: f32\nY[x] = E[{position}] + F\nout Y: f32"
+    with pytest.raises(NapkinError) as exc:
+        napkin.load(text)
+    diag = exc.value.diagnostics[0]
+    assert diag.code == "N0406" and "position 1 of `E`" in diag.message and "int(" in diag.help
+    line = text.splitlines()[3]
+    assert line[diag.span.col - 1:].startswith(culprit)
+
+
+def test_an_axis_before_parentheses_is_two_positions(rng):
+    X = rng.standard_normal((3, 5)).astype(np.float32)
+    (Y,) = napkin.run("axis t, m\nin X[t m]: f32\nY[t m] = X[t (mod(m + 1, size(m)))]\nout Y: f32", X)
+    np.testing.assert_array_equal(Y, np.roll(X, -1, axis=1))
+
+
+def test_reductions_take_axis_names_only():
+    with pytest.raises(NapkinError) as exc:
+        napkin.load("axis t, m\nin X[t m]: f32\nY[t] = sum[mod(m, 2)](X)\nout Y: f32")
+    assert exc.value.code == "N0208"
+
+
+def test_the_language_page_shows_this_rope():
+    from pathlib import Path
+    page = (Path(__file__).parents[2] / "docs" / "language.md").read_text()
+    assert f"```\n{ROPE}```" in page

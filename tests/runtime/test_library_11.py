@@ -1,0 +1,127 @@
+"""The library diagrams of language 1.1 (integer labels, erf, soft-capping, ALiBi, sliding
+windows, document ids, embedding lookups, rotate-half) on every CPU backend, against NumPy formulas written independently
+here, on odd sizes next to tile multiples: one emulator build per diagram (in f32, so that
+the comparison is with the formula itself, not with a rounded reference)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.diagrams.sources import library_source
+
+NEW = ("alibi_attention", "cross_entropy", "embedding", "gelu_erf", "rope",
+       "sliding_window_attention", "softcap_attention", "varlen_attention")
+
+
+def load(name: str, **sizes):
+    """The library diagram with its f16 arrays in f32."""
+    text = re.sub(r":\s*f16\b", ": f32", library_source(name).text)
+    return napkin.load(text, **sizes)
+
+
+def f32(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def attention(Q, K, V, scores, mask):
+    """softmax over keys of scores(s) where mask, else -inf, times V; a fully masked row is 0."""
+    Q, K, V = (a.astype(np.float64) for a in (Q, K, V))
+    s = np.einsum("...qd,...xd->...qx", Q, K) / math.sqrt(Q.shape[-1])
+    s = np.where(mask, scores(s), -np.inf)
+    m = s.max(-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0))
+    l = e.sum(-1, keepdims=True)
+    p = np.where(l > 0, e / np.where(l > 0, l, 1), 0)
+    return np.einsum("...qx,...xd->...qd", p, V)
+
+
+def case(name: str, rng):
+    """(diagram, inputs, expected outputs) at odd sizes."""
+    b, h, q, d = 1, 3, 37, 64
+    qi, xi = np.arange(q)[:, None], np.arange(q)[None, :]
+    if name == "cross_entropy":
+        t, v = 29, 67
+        Z, label = f32(rng, t, v) * 3, rng.integers(0, v, t).astype(np.int32)
+        z = Z.astype(np.float64)
+        lse = np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1)
+        return load(name), dict(Z=Z, label=label), {"L": lse - z[np.arange(t), label]}
+    if name == "gelu_erf":
+        X, W = f32(rng, 31, 47), f32(rng, 47, 29)
+        hh = X.astype(np.float64) @ W.astype(np.float64)
+        erf = np.vectorize(math.erf)(hh / math.sqrt(2))
+        return load(name), dict(X=X, W=W), {"Y": 0.5 * hh * (1 + erf)}
+    if name == "embedding":
+        E, tok = f32(rng, 53, 24), rng.integers(0, 53, 37).astype(np.int32)
+        tok[:2] = [0, 52]                                    # the first and the last row
+        return load(name), dict(E=E, tok=tok), {"X": E.astype(np.float64)[tok]}
+    if name == "rope":
+        X, ang = f32(rng, 29, 3, 16), rng.uniform(0, 2 * math.pi, (29, 16))
+        C, S = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+        x = X.astype(np.float64)
+        rotated = np.concatenate([-x[..., 8:], x[..., :8]], axis=-1)
+        return load(name), dict(X=X, C=C, S=S), {"R": x * C[:, None] + rotated * S[:, None]}
+    Q, K, V = f32(rng, b, h, q, d), f32(rng, b, h, q, d), f32(rng, b, h, q, d)
+    if name == "softcap_attention":
+        Q, K = Q * 30, K * 30           # scores in the hundreds: the cap matters
+        want = attention(Q, K, V, lambda s: 50 * np.tanh(s / 50), True)
+        return load(name), dict(Q=Q, K=K, V=V), {"O": want}
+    if name == "alibi_attention":
+        slope = 2.0 ** (-8.0 * (np.arange(h) + 1) / h)
+        want = attention(Q, K, V, lambda s: s + slope[:, None, None] * (xi - qi), xi <= qi)
+        return load(name), dict(Q=Q, K=K, V=V), {"O": want}
+    if name == "sliding_window_attention":
+        w = 9
+        want = attention(Q, K, V, lambda s: s, (xi <= qi) & (qi - xi < w))
+        return load(name, w=w), dict(Q=Q, K=K, V=V), {"O": want}
+    assert name == "varlen_attention"
+    Q, K, V = Q[0], K[0], V[0]
+    lengths = [1, 12, 0, 17, 7]       # a single token, an empty document, odd lengths
+    doc = np.repeat(np.arange(len(lengths)), lengths).astype(np.int32)
+    assert len(doc) == q
+    same = doc[:, None] == doc[None, :]
+    want = attention(Q, K, V, lambda s: s, same & (xi <= qi))
+    return load(name), dict(Q=Q, K=K, V=V, doc=doc), {"O": want}
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret", "emulate"])
+@pytest.mark.parametrize("name", NEW)
+def test_new_library_diagram_matches_numpy(name, backend, rng):
+    d, inputs, want = case(name, rng)
+    got = dict(zip([s.name for s in d.outputs], napkin.run(d, **inputs, backend=backend)))
+    for key, expected in want.items():
+        tol = 1e-6 if backend == "reference" else 2e-5       # f32 outputs; f32 kernels
+        scale = max(1.0, float(np.max(np.abs(expected))))
+        np.testing.assert_allclose(got[key], expected, rtol=tol, atol=tol * scale)
+
+
+def test_the_sliding_window_and_documents_mask_something(rng):
+    """The cases above are not plain causal attention in disguise."""
+    for name in ("sliding_window_attention", "varlen_attention"):
+        d, inputs, want = case(name, rng)
+        causal = attention(inputs["Q"], inputs["K"], inputs["V"], lambda s: s,
+                           np.arange(37)[None, :] <= np.arange(37)[:, None])
+        assert np.max(np.abs(want["O"] - causal)) > 0.1
+
+
+def test_alibi_attention_on_tensor_cores_emulated():
+    """f16 on the flash (mma.sync) kernel, its biases computed from the head and position
+    indices inside the score tile; the tolerance rule against the float64 reference."""
+    from napkin.commands.run import random_inputs
+    from napkin.compiler.plan import plan
+    from napkin.pipeline import run_plan
+    from napkin.runtime import compare, reference
+    d = napkin.load("alibi_attention")
+    shape = {"b": 1, "h": 2, "q": 70, "x": 70}
+    p = plan(d, "h100", shape, engine="tensor-cores")
+    assert [k.schedule.engine for k in p.kernels] == ["attention"]
+    inputs = random_inputs(d, shape, 3)
+    out = run_plan(p, inputs, p.sizes)["O"]
+    ref = reference.evaluate(d, inputs)["O"]
+    low = reference.evaluate(d, inputs, precision="lowp")["O"]
+    verdict = compare.check(out, ref, low, "f16", "O")
+    assert verdict.ok, verdict.message
