@@ -57,13 +57,45 @@ def fragment_values(model, choice, sizes: dict):
     return tm * tn / WARP + tm / 4 + tn / 4
 
 
+# FlashAttention-2: registers per score a lane holds, per elementwise op of the scores beyond
+# the first (masks, biases, caps live per score while the chunk's row maxima are taken). ptxas
+# at 64 scores per lane (sm_90): scale only 194, causal (+2 ops) 255, alibi (+5) 255 with
+# spills, softcap (+3) 255
+SCORE_OP_REGISTERS = 0.2
+
+
+def score_ops(model, choice) -> int:
+    """Elementwise ops per score beyond the first, on the streamed axis (attention)."""
+    stream = choice.stream[0] if choice.stream else None
+    ops = [w for w in model.work if stream in w.axes and w.engine != "contraction"
+           and w.op not in ("softmax",)]
+    return max(0, len(ops) - 1)
+
+
+# CUDA cores, a softmax paired with a contraction (online softmax, rescaling every
+# accumulator per chunk): registers per word of the register level beyond the fit's slope.
+# ptxas (sm_90): varlen_attention's paired kernel at 92 words held 255 and spilled 204 bytes
+# where the plain fit says 183
+PAIRED_SLOPE = 1.0
+
+
+def _extra(model, choice, engine: str, level_M=0.0):
+    if engine == "cuda cores":
+        return PAIRED_SLOPE * level_M / 4 if model.streaming.pairs else 0.0
+    if engine != "attention":
+        return 0.0
+    (row,) = [a for a, _ in choice.warps]
+    scores = dict(choice.thread)[row] * choice.stream[1] / WARP
+    return SCORE_OP_REGISTERS * score_ops(model, choice) * scores
+
+
 def registers(model, choice, sizes: dict, level_M):
     """Estimated registers per thread (per candidate): `level_M` is the register level's M
     (bytes per thread; per warp with tensor cores)."""
     engine = engine_of(model, choice)
     base, slope = REGISTERS[engine]
     values = level_M / 4 if engine == "cuda cores" else fragment_values(model, choice, sizes)
-    return base + slope * values
+    return base + slope * values + _extra(model, choice, engine, level_M)
 
 
 def register_limit(target: Target, threads):
@@ -79,8 +111,9 @@ def register_capacity(target: Target, model, choice, sizes: dict, level_M, threa
     base, slope = REGISTERS[engine]
     limit = register_limit(target, threads)
     if engine == "cuda cores":
-        return np.maximum(limit - base, 0) / slope * 4
-    est = base + slope * fragment_values(model, choice, sizes)
+        paired = PAIRED_SLOPE if model.streaming.pairs else 0.0
+        return np.maximum(limit - base, 0) / (slope + paired) * 4
+    est = base + slope * fragment_values(model, choice, sizes) + _extra(model, choice, engine)
     return level_M * limit / est
 
 

@@ -358,52 +358,52 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       }
     }
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (18432) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
     {
-      const int nlen = (int)((long long)(n3) - (0) < 128 ? (long long)(n3) - (0) : 128);
-      for (int e = tid; e < 1024; e += 256) {
+      const int nlen = (int)((long long)(n3) - (0) < 64 ? (long long)(n3) - (0) : 64);
+      for (int e = tid; e < 512; e += 256) {
         const int eo = e / 8;
         const int ei = (e % 8) * 8;
-        napkin_cp_async_16((sm1 + 0 * 9216) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+        napkin_cp_async_16((sm1 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
       }
-      for (int e = tid; e < 1024; e += 256) {
+      for (int e = tid; e < 512; e += 256) {
         const int eo = e / 8;
         const int ei = (e % 8) * 8;
-        napkin_cp_async_16((sm2 + 0 * 9216) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        napkin_cp_async_16((sm2 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
       }
     }
     napkin_cp_async_commit();
     int stage = 0;
-    const long long cfull = (long long)(n3) / 128 * 128;
-    for (long long c0 = (long long)0; c0 < cfull; c0 += 128) {
-      const int clen = 128;
-      if (c0 + 128 < (long long)(n3)) {
-        const int nlen = (int)((long long)(n3) - (c0 + 128) < 128 ? (long long)(n3) - (c0 + 128) : 128);
-        for (int e = tid; e < 1024; e += 256) {
+    const long long cfull = (long long)(n3) / 64 * 64;
+    for (long long c0 = (long long)0; c0 < cfull; c0 += 64) {
+      const int clen = 64;
+      if (c0 + 64 < (long long)(n3)) {
+        const int nlen = (int)((long long)(n3) - (c0 + 64) < 64 ? (long long)(n3) - (c0 + 64) : 64);
+        for (int e = tid; e < 512; e += 256) {
           const int eo = e / 8;
           const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + (stage ^ 1) * 9216) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+          napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
         }
-        for (int e = tid; e < 1024; e += 256) {
+        for (int e = tid; e < 512; e += 256) {
           const int eo = e / 8;
           const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm2 + (stage ^ 1) * 9216) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+          napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
         }
       }
       napkin_cp_async_commit();
       napkin_cp_async_wait<1>();
       __syncthreads();
       if (!(!(((double)(c0) <= (double)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
-        float sc[1][16][4];
+        float sc[1][8][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 16; ++i1) {
+          for (int i1 = 0; i1 < 8; ++i1) {
             float fz[4] = {};
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
               unsigned fb[2];
-              napkin_ldmatrix_x2(fb, (sm1 + stage * 9216) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
+              napkin_ldmatrix_x2(fb, (sm1 + stage * 4608) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
               napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
             }
             #pragma unroll
@@ -415,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 16; ++i1) {
+          for (int i1 = 0; i1 < 8; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
               const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
@@ -443,7 +443,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           for (int i1 = 0; i1 < 2; ++i1) {
             float mx = rm[i0][i1];
             #pragma unroll
-            for (int i2 = 0; i2 < 16; ++i2) {
+            for (int i2 = 0; i2 < 8; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
@@ -456,7 +456,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
-            for (int i2 = 0; i2 < 16; ++i2) {
+            for (int i2 = 0; i2 < 8; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
@@ -476,12 +476,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
+          for (int i1 = 0; i1 < 4; ++i1) {
             unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
             #pragma unroll
             for (int i2 = 0; i2 < 8; ++i2) {
               unsigned fb[2];
-              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 9216) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
+              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 4608) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
               napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
             }
           }
@@ -492,34 +492,34 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     }
     if (cfull < (long long)(n3)) {
       const long long c0 = cfull;
-      const int clen = (int)((long long)(n3) - (c0) < 128 ? (long long)(n3) - (c0) : 128);
-      if (c0 + 128 < (long long)(n3)) {
-        const int nlen = (int)((long long)(n3) - (c0 + 128) < 128 ? (long long)(n3) - (c0 + 128) : 128);
-        for (int e = tid; e < 1024; e += 256) {
+      const int clen = (int)((long long)(n3) - (c0) < 64 ? (long long)(n3) - (c0) : 64);
+      if (c0 + 64 < (long long)(n3)) {
+        const int nlen = (int)((long long)(n3) - (c0 + 64) < 64 ? (long long)(n3) - (c0 + 64) : 64);
+        for (int e = tid; e < 512; e += 256) {
           const int eo = e / 8;
           const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + (stage ^ 1) * 9216) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+          napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
         }
-        for (int e = tid; e < 1024; e += 256) {
+        for (int e = tid; e < 512; e += 256) {
           const int eo = e / 8;
           const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm2 + (stage ^ 1) * 9216) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+          napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
         }
       }
       napkin_cp_async_commit();
       napkin_cp_async_wait<1>();
       __syncthreads();
       if (!(!(((double)(c0) <= (double)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
-        float sc[1][16][4];
+        float sc[1][8][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 16; ++i1) {
+          for (int i1 = 0; i1 < 8; ++i1) {
             float fz[4] = {};
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
               unsigned fb[2];
-              napkin_ldmatrix_x2(fb, (sm1 + stage * 9216) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
+              napkin_ldmatrix_x2(fb, (sm1 + stage * 4608) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
               napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
             }
             #pragma unroll
@@ -531,7 +531,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 16; ++i1) {
+          for (int i1 = 0; i1 < 8; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
               const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
@@ -559,7 +559,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           for (int i1 = 0; i1 < 2; ++i1) {
             float mx = rm[i0][i1];
             #pragma unroll
-            for (int i2 = 0; i2 < 16; ++i2) {
+            for (int i2 = 0; i2 < 8; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
@@ -572,7 +572,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
-            for (int i2 = 0; i2 < 16; ++i2) {
+            for (int i2 = 0; i2 < 8; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
@@ -592,12 +592,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
+          for (int i1 = 0; i1 < 4; ++i1) {
             unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
             #pragma unroll
             for (int i2 = 0; i2 < 8; ++i2) {
               unsigned fb[2];
-              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 9216) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
+              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 4608) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
               napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
             }
           }

@@ -412,8 +412,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   }
 }
 
-// kernel 1: 64 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
+// kernel 1: 256 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(256, 1) napkin_k1(
     const __half* __restrict__ p0,
     const float* __restrict__ p1,
     __half* __restrict__ p2,
@@ -423,18 +423,18 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
   NAPKIN_DYNAMIC_SMEM(smem);
   (void)smem;
   const int tid = (int)threadIdx.x;
-  const int lane = tid % 1;
-  const int tc_2 = (tid / 1) % 8;
-  const int tc_1 = ((tid / 1) / 8) % 8;
-  const int tc_0 = (((tid / 1) / 8) / 8) % 1;
-  const bool tvalid = tid < 64;
+  const int lane = tid % 2;
+  const int tc_2 = (tid / 2) % 8;
+  const int tc_1 = ((tid / 2) / 8) % 16;
+  const int tc_0 = (((tid / 2) / 8) / 16) % 1;
+  const bool tvalid = tid < 256;
   const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 63) / 64) * (((long long)(64) + 63) / 64);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_2 = (int)((blk) % (((long long)(64) + 63) / 64)) * 64;
     const int org_1 = (int)(((blk) / (((long long)(64) + 63) / 64)) % (((long long)(n1) + 63) / 64)) * 64;
     const int org_0 = (int)((((blk) / (((long long)(64) + 63) / 64)) / (((long long)(n1) + 63) / 64)) % (((long long)(n0) + 0) / 1)) * 1;
     const int base_0 = org_0 + tc_0 * 1;
-    const int base_1 = org_1 + tc_1 * 8;
+    const int base_1 = org_1 + tc_1 * 4;
     const int base_2 = org_2 + tc_2 * 8;
     float st0 = -NAPKIN_INF;
     float st1 = 0.0f;
@@ -660,1333 +660,1045 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
     for (int z = 0; z < 1; ++z) {
       st95[z] = 0.0f;
     }
-    float st96 = -NAPKIN_INF;
-    float st97 = 0.0f;
-    float st98[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st98[z] = 0.0f;
-    }
-    float st99 = -NAPKIN_INF;
-    float st100 = 0.0f;
-    float st101[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st101[z] = 0.0f;
-    }
-    float st102 = -NAPKIN_INF;
-    float st103 = 0.0f;
-    float st104[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st104[z] = 0.0f;
-    }
-    float st105 = -NAPKIN_INF;
-    float st106 = 0.0f;
-    float st107[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st107[z] = 0.0f;
-    }
-    float st108 = -NAPKIN_INF;
-    float st109 = 0.0f;
-    float st110[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st110[z] = 0.0f;
-    }
-    float st111 = -NAPKIN_INF;
-    float st112 = 0.0f;
-    float st113[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st113[z] = 0.0f;
-    }
-    float st114 = -NAPKIN_INF;
-    float st115 = 0.0f;
-    float st116[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st116[z] = 0.0f;
-    }
-    float st117 = -NAPKIN_INF;
-    float st118 = 0.0f;
-    float st119[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st119[z] = 0.0f;
-    }
-    float st120 = -NAPKIN_INF;
-    float st121 = 0.0f;
-    float st122[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st122[z] = 0.0f;
-    }
-    float st123 = -NAPKIN_INF;
-    float st124 = 0.0f;
-    float st125[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st125[z] = 0.0f;
-    }
-    float st126 = -NAPKIN_INF;
-    float st127 = 0.0f;
-    float st128[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st128[z] = 0.0f;
-    }
-    float st129 = -NAPKIN_INF;
-    float st130 = 0.0f;
-    float st131[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st131[z] = 0.0f;
-    }
-    float st132 = -NAPKIN_INF;
-    float st133 = 0.0f;
-    float st134[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st134[z] = 0.0f;
-    }
-    float st135 = -NAPKIN_INF;
-    float st136 = 0.0f;
-    float st137[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st137[z] = 0.0f;
-    }
-    float st138 = -NAPKIN_INF;
-    float st139 = 0.0f;
-    float st140[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st140[z] = 0.0f;
-    }
-    float st141 = -NAPKIN_INF;
-    float st142 = 0.0f;
-    float st143[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st143[z] = 0.0f;
-    }
-    float st144 = -NAPKIN_INF;
-    float st145 = 0.0f;
-    float st146[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st146[z] = 0.0f;
-    }
-    float st147 = -NAPKIN_INF;
-    float st148 = 0.0f;
-    float st149[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st149[z] = 0.0f;
-    }
-    float st150 = -NAPKIN_INF;
-    float st151 = 0.0f;
-    float st152[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st152[z] = 0.0f;
-    }
-    float st153 = -NAPKIN_INF;
-    float st154 = 0.0f;
-    float st155[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st155[z] = 0.0f;
-    }
-    float st156 = -NAPKIN_INF;
-    float st157 = 0.0f;
-    float st158[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st158[z] = 0.0f;
-    }
-    float st159 = -NAPKIN_INF;
-    float st160 = 0.0f;
-    float st161[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st161[z] = 0.0f;
-    }
-    float st162 = -NAPKIN_INF;
-    float st163 = 0.0f;
-    float st164[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st164[z] = 0.0f;
-    }
-    float st165 = -NAPKIN_INF;
-    float st166 = 0.0f;
-    float st167[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st167[z] = 0.0f;
-    }
-    float st168 = -NAPKIN_INF;
-    float st169 = 0.0f;
-    float st170[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st170[z] = 0.0f;
-    }
-    float st171 = -NAPKIN_INF;
-    float st172 = 0.0f;
-    float st173[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st173[z] = 0.0f;
-    }
-    float st174 = -NAPKIN_INF;
-    float st175 = 0.0f;
-    float st176[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st176[z] = 0.0f;
-    }
-    float st177 = -NAPKIN_INF;
-    float st178 = 0.0f;
-    float st179[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st179[z] = 0.0f;
-    }
-    float st180 = -NAPKIN_INF;
-    float st181 = 0.0f;
-    float st182[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st182[z] = 0.0f;
-    }
-    float st183 = -NAPKIN_INF;
-    float st184 = 0.0f;
-    float st185[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st185[z] = 0.0f;
-    }
-    float st186 = -NAPKIN_INF;
-    float st187 = 0.0f;
-    float st188[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st188[z] = 0.0f;
-    }
-    float st189 = -NAPKIN_INF;
-    float st190 = 0.0f;
-    float st191[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st191[z] = 0.0f;
-    }
-    for (int c0 = (int)0; c0 < (int)(n1); c0 += 64) {
-      const int clen = (int)((int)(n1) - c0 < 64 ? (int)(n1) - c0 : 64);
+    for (int c0 = (int)0; c0 < (int)(n1); c0 += 256) {
+      const int clen = (int)((int)(n1) - c0 < 256 ? (int)(n1) - c0 : 256);
       __syncthreads();
       __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-      for (int e = tid; e < (1) * (64) * (64); e += 64) {
-        sm0[e] = ((org_2 + ((e) % (64))) < 64 && ((((e) / (64))) % (64)) < clen && (c0 + ((((e) / (64))) % (64))) < n1 && (org_0 + ((((((e) / (64))) / (64))) % (1))) < n0) ? p0[(((int)((org_0 + ((((((e) / (64))) / (64))) % (1))))) * (n1) + ((c0 + ((((e) / (64))) % (64))))) * (64) + ((org_2 + ((e) % (64))))] : napkin_from_float<__half>(0.0f);
+      for (int e = tid; e < (1) * (256) * (64); e += 256) {
+        sm0[e] = ((org_2 + ((e) % (64))) < 64 && ((((e) / (64))) % (256)) < clen && (c0 + ((((e) / (64))) % (256))) < n1 && (org_0 + ((((((e) / (64))) / (256))) % (1))) < n0) ? p0[(((int)((org_0 + ((((((e) / (64))) / (256))) % (1))))) * (n1) + ((c0 + ((((e) / (64))) % (256))))) * (64) + ((org_2 + ((e) % (64))))] : napkin_from_float<__half>(0.0f);
       }
-      float* sm1 = reinterpret_cast<float*>(smem + (((0) + ((1) * (64) * (64)) * 2 + 15) / 16 * 16));
-      for (int e = tid; e < (1) * (64) * (64); e += 64) {
-        sm1[e] = (((e) % (64)) < clen && (c0 + ((e) % (64))) < n1 && (org_1 + ((((e) / (64))) % (64))) < n1 && (org_0 + ((((((e) / (64))) / (64))) % (1))) < n0) ? p1[(((int)((org_0 + ((((((e) / (64))) / (64))) % (1))))) * (n1) + ((org_1 + ((((e) / (64))) % (64))))) * (n1) + ((c0 + ((e) % (64))))] : napkin_from_float<float>(0.0f);
+      float* sm1 = reinterpret_cast<float*>(smem + (((0) + ((1) * (256) * (64)) * 2 + 15) / 16 * 16));
+      for (int e = tid; e < (1) * (64) * (256); e += 256) {
+        sm1[e] = (((e) % (256)) < clen && (c0 + ((e) % (256))) < n1 && (org_1 + ((((e) / (256))) % (64))) < n1 && (org_0 + ((((((e) / (256))) / (64))) % (1))) < n0) ? p1[(((int)((org_0 + ((((((e) / (256))) / (64))) % (1))))) * (n1) + ((org_1 + ((((e) / (256))) % (64))))) * (n1) + ((c0 + ((e) % (256))))] : napkin_from_float<float>(0.0f);
       }
       __syncthreads();
-      for (int xl = 0; xl < clen; ++xl) {
+      for (int xl = lane; xl < clen; xl += 2) {
         const int xg = c0 + xl;
 #line 13 "napkin-diagram"
-        const float v0 = napkin_max(st0, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v0 = napkin_max(st0, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v1 = napkin_shift(v0);
         const float v2 = expf(st0 - v1);
-        const float v3 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v1);
+        const float v3 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v1);
         st1 = st1 * v2 + v3;
         st0 = v0;
-        st2[0] = st2[0] * v2 + v3 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)) - org_2))]);
+        st2[0] = st2[0] * v2 + v3 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v4 = napkin_max(st3, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v4 = napkin_max(st3, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v5 = napkin_shift(v4);
         const float v6 = expf(st3 - v5);
-        const float v7 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v5);
+        const float v7 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v5);
         st4 = st4 * v6 + v7;
         st3 = v4;
-        st5[0] = st5[0] * v6 + v7 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)) - org_2))]);
+        st5[0] = st5[0] * v6 + v7 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v8 = napkin_max(st6, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v8 = napkin_max(st6, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v9 = napkin_shift(v8);
         const float v10 = expf(st6 - v9);
-        const float v11 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v9);
+        const float v11 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v9);
         st7 = st7 * v10 + v11;
         st6 = v8;
-        st8[0] = st8[0] * v10 + v11 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)) - org_2))]);
+        st8[0] = st8[0] * v10 + v11 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v12 = napkin_max(st9, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v12 = napkin_max(st9, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v13 = napkin_shift(v12);
         const float v14 = expf(st9 - v13);
-        const float v15 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v13);
+        const float v15 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v13);
         st10 = st10 * v14 + v15;
         st9 = v12;
-        st11[0] = st11[0] * v14 + v15 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)) - org_2))]);
+        st11[0] = st11[0] * v14 + v15 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v16 = napkin_max(st12, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v16 = napkin_max(st12, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v17 = napkin_shift(v16);
         const float v18 = expf(st12 - v17);
-        const float v19 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v17);
+        const float v19 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v17);
         st13 = st13 * v18 + v19;
         st12 = v16;
-        st14[0] = st14[0] * v18 + v19 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)) - org_2))]);
+        st14[0] = st14[0] * v18 + v19 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v20 = napkin_max(st15, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v20 = napkin_max(st15, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v21 = napkin_shift(v20);
         const float v22 = expf(st15 - v21);
-        const float v23 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v21);
+        const float v23 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v21);
         st16 = st16 * v22 + v23;
         st15 = v20;
-        st17[0] = st17[0] * v22 + v23 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)) - org_2))]);
+        st17[0] = st17[0] * v22 + v23 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v24 = napkin_max(st18, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v24 = napkin_max(st18, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v25 = napkin_shift(v24);
         const float v26 = expf(st18 - v25);
-        const float v27 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v25);
+        const float v27 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v25);
         st19 = st19 * v26 + v27;
         st18 = v24;
-        st20[0] = st20[0] * v26 + v27 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)) - org_2))]);
+        st20[0] = st20[0] * v26 + v27 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v28 = napkin_max(st21, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v28 = napkin_max(st21, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v29 = napkin_shift(v28);
         const float v30 = expf(st21 - v29);
-        const float v31 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v29);
+        const float v31 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v29);
         st22 = st22 * v30 + v31;
         st21 = v28;
-        st23[0] = st23[0] * v30 + v31 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)) - org_2))]);
+        st23[0] = st23[0] * v30 + v31 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v32 = napkin_max(st24, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v32 = napkin_max(st24, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v33 = napkin_shift(v32);
         const float v34 = expf(st24 - v33);
-        const float v35 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v33);
+        const float v35 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v33);
         st25 = st25 * v34 + v35;
         st24 = v32;
-        st26[0] = st26[0] * v34 + v35 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)) - org_2))]);
+        st26[0] = st26[0] * v34 + v35 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v36 = napkin_max(st27, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v36 = napkin_max(st27, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v37 = napkin_shift(v36);
         const float v38 = expf(st27 - v37);
-        const float v39 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v37);
+        const float v39 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v37);
         st28 = st28 * v38 + v39;
         st27 = v36;
-        st29[0] = st29[0] * v38 + v39 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)) - org_2))]);
+        st29[0] = st29[0] * v38 + v39 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v40 = napkin_max(st30, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v40 = napkin_max(st30, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v41 = napkin_shift(v40);
         const float v42 = expf(st30 - v41);
-        const float v43 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v41);
+        const float v43 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v41);
         st31 = st31 * v42 + v43;
         st30 = v40;
-        st32[0] = st32[0] * v42 + v43 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)) - org_2))]);
+        st32[0] = st32[0] * v42 + v43 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v44 = napkin_max(st33, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v44 = napkin_max(st33, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v45 = napkin_shift(v44);
         const float v46 = expf(st33 - v45);
-        const float v47 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v45);
+        const float v47 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v45);
         st34 = st34 * v46 + v47;
         st33 = v44;
-        st35[0] = st35[0] * v46 + v47 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)) - org_2))]);
+        st35[0] = st35[0] * v46 + v47 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v48 = napkin_max(st36, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v48 = napkin_max(st36, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v49 = napkin_shift(v48);
         const float v50 = expf(st36 - v49);
-        const float v51 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v49);
+        const float v51 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v49);
         st37 = st37 * v50 + v51;
         st36 = v48;
-        st38[0] = st38[0] * v50 + v51 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)) - org_2))]);
+        st38[0] = st38[0] * v50 + v51 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v52 = napkin_max(st39, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v52 = napkin_max(st39, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v53 = napkin_shift(v52);
         const float v54 = expf(st39 - v53);
-        const float v55 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v53);
+        const float v55 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v53);
         st40 = st40 * v54 + v55;
         st39 = v52;
-        st41[0] = st41[0] * v54 + v55 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)) - org_2))]);
+        st41[0] = st41[0] * v54 + v55 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v56 = napkin_max(st42, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v56 = napkin_max(st42, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v57 = napkin_shift(v56);
         const float v58 = expf(st42 - v57);
-        const float v59 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v57);
+        const float v59 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v57);
         st43 = st43 * v58 + v59;
         st42 = v56;
-        st44[0] = st44[0] * v58 + v59 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)) - org_2))]);
+        st44[0] = st44[0] * v58 + v59 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v60 = napkin_max(st45, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v60 = napkin_max(st45, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v61 = napkin_shift(v60);
         const float v62 = expf(st45 - v61);
-        const float v63 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v61);
+        const float v63 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v61);
         st46 = st46 * v62 + v63;
         st45 = v60;
-        st47[0] = st47[0] * v62 + v63 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)) - org_2))]);
+        st47[0] = st47[0] * v62 + v63 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v64 = napkin_max(st48, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v64 = napkin_max(st48, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v65 = napkin_shift(v64);
         const float v66 = expf(st48 - v65);
-        const float v67 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v65);
+        const float v67 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v65);
         st49 = st49 * v66 + v67;
         st48 = v64;
-        st50[0] = st50[0] * v66 + v67 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)) - org_2))]);
+        st50[0] = st50[0] * v66 + v67 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v68 = napkin_max(st51, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v68 = napkin_max(st51, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v69 = napkin_shift(v68);
         const float v70 = expf(st51 - v69);
-        const float v71 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v69);
+        const float v71 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v69);
         st52 = st52 * v70 + v71;
         st51 = v68;
-        st53[0] = st53[0] * v70 + v71 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)) - org_2))]);
+        st53[0] = st53[0] * v70 + v71 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v72 = napkin_max(st54, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v72 = napkin_max(st54, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v73 = napkin_shift(v72);
         const float v74 = expf(st54 - v73);
-        const float v75 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v73);
+        const float v75 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v73);
         st55 = st55 * v74 + v75;
         st54 = v72;
-        st56[0] = st56[0] * v74 + v75 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)) - org_2))]);
+        st56[0] = st56[0] * v74 + v75 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v76 = napkin_max(st57, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v76 = napkin_max(st57, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v77 = napkin_shift(v76);
         const float v78 = expf(st57 - v77);
-        const float v79 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v77);
+        const float v79 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v77);
         st58 = st58 * v78 + v79;
         st57 = v76;
-        st59[0] = st59[0] * v78 + v79 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)) - org_2))]);
+        st59[0] = st59[0] * v78 + v79 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v80 = napkin_max(st60, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v80 = napkin_max(st60, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v81 = napkin_shift(v80);
         const float v82 = expf(st60 - v81);
-        const float v83 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v81);
+        const float v83 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v81);
         st61 = st61 * v82 + v83;
         st60 = v80;
-        st62[0] = st62[0] * v82 + v83 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)) - org_2))]);
+        st62[0] = st62[0] * v82 + v83 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v84 = napkin_max(st63, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v84 = napkin_max(st63, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v85 = napkin_shift(v84);
         const float v86 = expf(st63 - v85);
-        const float v87 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v85);
+        const float v87 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v85);
         st64 = st64 * v86 + v87;
         st63 = v84;
-        st65[0] = st65[0] * v86 + v87 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)) - org_2))]);
+        st65[0] = st65[0] * v86 + v87 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v88 = napkin_max(st66, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v88 = napkin_max(st66, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v89 = napkin_shift(v88);
         const float v90 = expf(st66 - v89);
-        const float v91 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v89);
+        const float v91 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v89);
         st67 = st67 * v90 + v91;
         st66 = v88;
-        st68[0] = st68[0] * v90 + v91 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)) - org_2))]);
+        st68[0] = st68[0] * v90 + v91 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v92 = napkin_max(st69, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v92 = napkin_max(st69, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v93 = napkin_shift(v92);
         const float v94 = expf(st69 - v93);
-        const float v95 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v93);
+        const float v95 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v93);
         st70 = st70 * v94 + v95;
         st69 = v92;
-        st71[0] = st71[0] * v94 + v95 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)) - org_2))]);
+        st71[0] = st71[0] * v94 + v95 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v96 = napkin_max(st72, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v96 = napkin_max(st72, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v97 = napkin_shift(v96);
         const float v98 = expf(st72 - v97);
-        const float v99 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v97);
+        const float v99 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v97);
         st73 = st73 * v98 + v99;
         st72 = v96;
-        st74[0] = st74[0] * v98 + v99 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)) - org_2))]);
+        st74[0] = st74[0] * v98 + v99 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v100 = napkin_max(st75, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v100 = napkin_max(st75, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v101 = napkin_shift(v100);
         const float v102 = expf(st75 - v101);
-        const float v103 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v101);
+        const float v103 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v101);
         st76 = st76 * v102 + v103;
         st75 = v100;
-        st77[0] = st77[0] * v102 + v103 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)) - org_2))]);
+        st77[0] = st77[0] * v102 + v103 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v104 = napkin_max(st78, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v104 = napkin_max(st78, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v105 = napkin_shift(v104);
         const float v106 = expf(st78 - v105);
-        const float v107 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v105);
+        const float v107 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v105);
         st79 = st79 * v106 + v107;
         st78 = v104;
-        st80[0] = st80[0] * v106 + v107 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)) - org_2))]);
+        st80[0] = st80[0] * v106 + v107 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v108 = napkin_max(st81, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v108 = napkin_max(st81, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v109 = napkin_shift(v108);
         const float v110 = expf(st81 - v109);
-        const float v111 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v109);
+        const float v111 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v109);
         st82 = st82 * v110 + v111;
         st81 = v108;
-        st83[0] = st83[0] * v110 + v111 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)) - org_2))]);
+        st83[0] = st83[0] * v110 + v111 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v112 = napkin_max(st84, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v112 = napkin_max(st84, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v113 = napkin_shift(v112);
         const float v114 = expf(st84 - v113);
-        const float v115 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v113);
+        const float v115 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v113);
         st85 = st85 * v114 + v115;
         st84 = v112;
-        st86[0] = st86[0] * v114 + v115 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)) - org_2))]);
+        st86[0] = st86[0] * v114 + v115 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v116 = napkin_max(st87, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v116 = napkin_max(st87, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v117 = napkin_shift(v116);
         const float v118 = expf(st87 - v117);
-        const float v119 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v117);
+        const float v119 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v117);
         st88 = st88 * v118 + v119;
         st87 = v116;
-        st89[0] = st89[0] * v118 + v119 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)) - org_2))]);
+        st89[0] = st89[0] * v118 + v119 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v120 = napkin_max(st90, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v120 = napkin_max(st90, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v121 = napkin_shift(v120);
         const float v122 = expf(st90 - v121);
-        const float v123 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v121);
+        const float v123 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v121);
         st91 = st91 * v122 + v123;
         st90 = v120;
-        st92[0] = st92[0] * v122 + v123 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)) - org_2))]);
+        st92[0] = st92[0] * v122 + v123 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)) - org_2))]);
 #line 13 "napkin-diagram"
-        const float v124 = napkin_max(st93, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
+        const float v124 = napkin_max(st93, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]));
         const float v125 = napkin_shift(v124);
         const float v126 = expf(st93 - v125);
-        const float v127 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v125);
+        const float v127 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (256) + ((xg - c0))]) - v125);
         st94 = st94 * v126 + v127;
         st93 = v124;
-        st95[0] = st95[0] * v126 + v127 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v128 = napkin_max(st96, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v129 = napkin_shift(v128);
-        const float v130 = expf(st96 - v129);
-        const float v131 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v129);
-        st97 = st97 * v130 + v131;
-        st96 = v128;
-        st98[0] = st98[0] * v130 + v131 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v132 = napkin_max(st99, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v133 = napkin_shift(v132);
-        const float v134 = expf(st99 - v133);
-        const float v135 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v133);
-        st100 = st100 * v134 + v135;
-        st99 = v132;
-        st101[0] = st101[0] * v134 + v135 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v136 = napkin_max(st102, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v137 = napkin_shift(v136);
-        const float v138 = expf(st102 - v137);
-        const float v139 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v137);
-        st103 = st103 * v138 + v139;
-        st102 = v136;
-        st104[0] = st104[0] * v138 + v139 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v140 = napkin_max(st105, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v141 = napkin_shift(v140);
-        const float v142 = expf(st105 - v141);
-        const float v143 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v141);
-        st106 = st106 * v142 + v143;
-        st105 = v140;
-        st107[0] = st107[0] * v142 + v143 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v144 = napkin_max(st108, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v145 = napkin_shift(v144);
-        const float v146 = expf(st108 - v145);
-        const float v147 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v145);
-        st109 = st109 * v146 + v147;
-        st108 = v144;
-        st110[0] = st110[0] * v146 + v147 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v148 = napkin_max(st111, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v149 = napkin_shift(v148);
-        const float v150 = expf(st111 - v149);
-        const float v151 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v149);
-        st112 = st112 * v150 + v151;
-        st111 = v148;
-        st113[0] = st113[0] * v150 + v151 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v152 = napkin_max(st114, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v153 = napkin_shift(v152);
-        const float v154 = expf(st114 - v153);
-        const float v155 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v153);
-        st115 = st115 * v154 + v155;
-        st114 = v152;
-        st116[0] = st116[0] * v154 + v155 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v156 = napkin_max(st117, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v157 = napkin_shift(v156);
-        const float v158 = expf(st117 - v157);
-        const float v159 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v157);
-        st118 = st118 * v158 + v159;
-        st117 = v156;
-        st119[0] = st119[0] * v158 + v159 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v160 = napkin_max(st120, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v161 = napkin_shift(v160);
-        const float v162 = expf(st120 - v161);
-        const float v163 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v161);
-        st121 = st121 * v162 + v163;
-        st120 = v160;
-        st122[0] = st122[0] * v162 + v163 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v164 = napkin_max(st123, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v165 = napkin_shift(v164);
-        const float v166 = expf(st123 - v165);
-        const float v167 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v165);
-        st124 = st124 * v166 + v167;
-        st123 = v164;
-        st125[0] = st125[0] * v166 + v167 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v168 = napkin_max(st126, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v169 = napkin_shift(v168);
-        const float v170 = expf(st126 - v169);
-        const float v171 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v169);
-        st127 = st127 * v170 + v171;
-        st126 = v168;
-        st128[0] = st128[0] * v170 + v171 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v172 = napkin_max(st129, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v173 = napkin_shift(v172);
-        const float v174 = expf(st129 - v173);
-        const float v175 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v173);
-        st130 = st130 * v174 + v175;
-        st129 = v172;
-        st131[0] = st131[0] * v174 + v175 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v176 = napkin_max(st132, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v177 = napkin_shift(v176);
-        const float v178 = expf(st132 - v177);
-        const float v179 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v177);
-        st133 = st133 * v178 + v179;
-        st132 = v176;
-        st134[0] = st134[0] * v178 + v179 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v180 = napkin_max(st135, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v181 = napkin_shift(v180);
-        const float v182 = expf(st135 - v181);
-        const float v183 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v181);
-        st136 = st136 * v182 + v183;
-        st135 = v180;
-        st137[0] = st137[0] * v182 + v183 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v184 = napkin_max(st138, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v185 = napkin_shift(v184);
-        const float v186 = expf(st138 - v185);
-        const float v187 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v185);
-        st139 = st139 * v186 + v187;
-        st138 = v184;
-        st140[0] = st140[0] * v186 + v187 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v188 = napkin_max(st141, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v189 = napkin_shift(v188);
-        const float v190 = expf(st141 - v189);
-        const float v191 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v189);
-        st142 = st142 * v190 + v191;
-        st141 = v188;
-        st143[0] = st143[0] * v190 + v191 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v192 = napkin_max(st144, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v193 = napkin_shift(v192);
-        const float v194 = expf(st144 - v193);
-        const float v195 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v193);
-        st145 = st145 * v194 + v195;
-        st144 = v192;
-        st146[0] = st146[0] * v194 + v195 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v196 = napkin_max(st147, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v197 = napkin_shift(v196);
-        const float v198 = expf(st147 - v197);
-        const float v199 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v197);
-        st148 = st148 * v198 + v199;
-        st147 = v196;
-        st149[0] = st149[0] * v198 + v199 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v200 = napkin_max(st150, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v201 = napkin_shift(v200);
-        const float v202 = expf(st150 - v201);
-        const float v203 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v201);
-        st151 = st151 * v202 + v203;
-        st150 = v200;
-        st152[0] = st152[0] * v202 + v203 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v204 = napkin_max(st153, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v205 = napkin_shift(v204);
-        const float v206 = expf(st153 - v205);
-        const float v207 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v205);
-        st154 = st154 * v206 + v207;
-        st153 = v204;
-        st155[0] = st155[0] * v206 + v207 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v208 = napkin_max(st156, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v209 = napkin_shift(v208);
-        const float v210 = expf(st156 - v209);
-        const float v211 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v209);
-        st157 = st157 * v210 + v211;
-        st156 = v208;
-        st158[0] = st158[0] * v210 + v211 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v212 = napkin_max(st159, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v213 = napkin_shift(v212);
-        const float v214 = expf(st159 - v213);
-        const float v215 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v213);
-        st160 = st160 * v214 + v215;
-        st159 = v212;
-        st161[0] = st161[0] * v214 + v215 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v216 = napkin_max(st162, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v217 = napkin_shift(v216);
-        const float v218 = expf(st162 - v217);
-        const float v219 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v217);
-        st163 = st163 * v218 + v219;
-        st162 = v216;
-        st164[0] = st164[0] * v218 + v219 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v220 = napkin_max(st165, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v221 = napkin_shift(v220);
-        const float v222 = expf(st165 - v221);
-        const float v223 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v221);
-        st166 = st166 * v222 + v223;
-        st165 = v220;
-        st167[0] = st167[0] * v222 + v223 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v224 = napkin_max(st168, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v225 = napkin_shift(v224);
-        const float v226 = expf(st168 - v225);
-        const float v227 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v225);
-        st169 = st169 * v226 + v227;
-        st168 = v224;
-        st170[0] = st170[0] * v226 + v227 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v228 = napkin_max(st171, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v229 = napkin_shift(v228);
-        const float v230 = expf(st171 - v229);
-        const float v231 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v229);
-        st172 = st172 * v230 + v231;
-        st171 = v228;
-        st173[0] = st173[0] * v230 + v231 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v232 = napkin_max(st174, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v233 = napkin_shift(v232);
-        const float v234 = expf(st174 - v233);
-        const float v235 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v233);
-        st175 = st175 * v234 + v235;
-        st174 = v232;
-        st176[0] = st176[0] * v234 + v235 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v236 = napkin_max(st177, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v237 = napkin_shift(v236);
-        const float v238 = expf(st177 - v237);
-        const float v239 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v237);
-        st178 = st178 * v238 + v239;
-        st177 = v236;
-        st179[0] = st179[0] * v238 + v239 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v240 = napkin_max(st180, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v241 = napkin_shift(v240);
-        const float v242 = expf(st180 - v241);
-        const float v243 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v241);
-        st181 = st181 * v242 + v243;
-        st180 = v240;
-        st182[0] = st182[0] * v242 + v243 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v244 = napkin_max(st183, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v245 = napkin_shift(v244);
-        const float v246 = expf(st183 - v245);
-        const float v247 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v245);
-        st184 = st184 * v246 + v247;
-        st183 = v244;
-        st185[0] = st185[0] * v246 + v247 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v248 = napkin_max(st186, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v249 = napkin_shift(v248);
-        const float v250 = expf(st186 - v249);
-        const float v251 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v249);
-        st187 = st187 * v250 + v251;
-        st186 = v248;
-        st188[0] = st188[0] * v250 + v251 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)) - org_2))]);
-#line 13 "napkin-diagram"
-        const float v252 = napkin_max(st189, napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]));
-        const float v253 = napkin_shift(v252);
-        const float v254 = expf(st189 - v253);
-        const float v255 = expf(napkin_to_float(sm1[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (64) + ((xg - c0))]) - v253);
-        st190 = st190 * v254 + v255;
-        st189 = v252;
-        st191[0] = st191[0] * v254 + v255 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (64) + ((xg - c0))) * (64) + ((((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)) - org_2))]);
+        st95[0] = st95[0] * v126 + v127 * napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))) * (64) + ((((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)) - org_2))]);
       }
     }
-    const float v256 = (st1 == 0.0f ? 0.0f : 1.0f / st1);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st2[z] = st2[z] * v256;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v128 = __shfl_xor_sync(0xffffffffu, st0, off, 2);
+      const float v129 = __shfl_xor_sync(0xffffffffu, st1, off, 2);
+      const float v130 = napkin_max(st0, v128);
+      const float v131 = napkin_shift(v130);
+      const float v132 = expf(st0 - v131);
+      const float v133 = expf(v128 - v131);
+      st1 = st1 * v132 + v129 * v133;
+      st0 = v130;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v134 = __shfl_xor_sync(0xffffffffu, st2[z], off, 2);
+        st2[z] = st2[z] * v132 + v134 * v133;
+      }
     }
-    const float v257 = (st4 == 0.0f ? 0.0f : 1.0f / st4);
+    const float v135 = (st1 == 0.0f ? 0.0f : 1.0f / st1);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st5[z] = st5[z] * v257;
+      st2[z] = st2[z] * v135;
     }
-    const float v258 = (st7 == 0.0f ? 0.0f : 1.0f / st7);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st8[z] = st8[z] * v258;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v136 = __shfl_xor_sync(0xffffffffu, st3, off, 2);
+      const float v137 = __shfl_xor_sync(0xffffffffu, st4, off, 2);
+      const float v138 = napkin_max(st3, v136);
+      const float v139 = napkin_shift(v138);
+      const float v140 = expf(st3 - v139);
+      const float v141 = expf(v136 - v139);
+      st4 = st4 * v140 + v137 * v141;
+      st3 = v138;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v142 = __shfl_xor_sync(0xffffffffu, st5[z], off, 2);
+        st5[z] = st5[z] * v140 + v142 * v141;
+      }
     }
-    const float v259 = (st10 == 0.0f ? 0.0f : 1.0f / st10);
+    const float v143 = (st4 == 0.0f ? 0.0f : 1.0f / st4);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st11[z] = st11[z] * v259;
+      st5[z] = st5[z] * v143;
     }
-    const float v260 = (st13 == 0.0f ? 0.0f : 1.0f / st13);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st14[z] = st14[z] * v260;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v144 = __shfl_xor_sync(0xffffffffu, st6, off, 2);
+      const float v145 = __shfl_xor_sync(0xffffffffu, st7, off, 2);
+      const float v146 = napkin_max(st6, v144);
+      const float v147 = napkin_shift(v146);
+      const float v148 = expf(st6 - v147);
+      const float v149 = expf(v144 - v147);
+      st7 = st7 * v148 + v145 * v149;
+      st6 = v146;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v150 = __shfl_xor_sync(0xffffffffu, st8[z], off, 2);
+        st8[z] = st8[z] * v148 + v150 * v149;
+      }
     }
-    const float v261 = (st16 == 0.0f ? 0.0f : 1.0f / st16);
+    const float v151 = (st7 == 0.0f ? 0.0f : 1.0f / st7);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st17[z] = st17[z] * v261;
+      st8[z] = st8[z] * v151;
     }
-    const float v262 = (st19 == 0.0f ? 0.0f : 1.0f / st19);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st20[z] = st20[z] * v262;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v152 = __shfl_xor_sync(0xffffffffu, st9, off, 2);
+      const float v153 = __shfl_xor_sync(0xffffffffu, st10, off, 2);
+      const float v154 = napkin_max(st9, v152);
+      const float v155 = napkin_shift(v154);
+      const float v156 = expf(st9 - v155);
+      const float v157 = expf(v152 - v155);
+      st10 = st10 * v156 + v153 * v157;
+      st9 = v154;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v158 = __shfl_xor_sync(0xffffffffu, st11[z], off, 2);
+        st11[z] = st11[z] * v156 + v158 * v157;
+      }
     }
-    const float v263 = (st22 == 0.0f ? 0.0f : 1.0f / st22);
+    const float v159 = (st10 == 0.0f ? 0.0f : 1.0f / st10);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st23[z] = st23[z] * v263;
+      st11[z] = st11[z] * v159;
     }
-    const float v264 = (st25 == 0.0f ? 0.0f : 1.0f / st25);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st26[z] = st26[z] * v264;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v160 = __shfl_xor_sync(0xffffffffu, st12, off, 2);
+      const float v161 = __shfl_xor_sync(0xffffffffu, st13, off, 2);
+      const float v162 = napkin_max(st12, v160);
+      const float v163 = napkin_shift(v162);
+      const float v164 = expf(st12 - v163);
+      const float v165 = expf(v160 - v163);
+      st13 = st13 * v164 + v161 * v165;
+      st12 = v162;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v166 = __shfl_xor_sync(0xffffffffu, st14[z], off, 2);
+        st14[z] = st14[z] * v164 + v166 * v165;
+      }
     }
-    const float v265 = (st28 == 0.0f ? 0.0f : 1.0f / st28);
+    const float v167 = (st13 == 0.0f ? 0.0f : 1.0f / st13);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st29[z] = st29[z] * v265;
+      st14[z] = st14[z] * v167;
     }
-    const float v266 = (st31 == 0.0f ? 0.0f : 1.0f / st31);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st32[z] = st32[z] * v266;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v168 = __shfl_xor_sync(0xffffffffu, st15, off, 2);
+      const float v169 = __shfl_xor_sync(0xffffffffu, st16, off, 2);
+      const float v170 = napkin_max(st15, v168);
+      const float v171 = napkin_shift(v170);
+      const float v172 = expf(st15 - v171);
+      const float v173 = expf(v168 - v171);
+      st16 = st16 * v172 + v169 * v173;
+      st15 = v170;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v174 = __shfl_xor_sync(0xffffffffu, st17[z], off, 2);
+        st17[z] = st17[z] * v172 + v174 * v173;
+      }
     }
-    const float v267 = (st34 == 0.0f ? 0.0f : 1.0f / st34);
+    const float v175 = (st16 == 0.0f ? 0.0f : 1.0f / st16);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st35[z] = st35[z] * v267;
+      st17[z] = st17[z] * v175;
     }
-    const float v268 = (st37 == 0.0f ? 0.0f : 1.0f / st37);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st38[z] = st38[z] * v268;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v176 = __shfl_xor_sync(0xffffffffu, st18, off, 2);
+      const float v177 = __shfl_xor_sync(0xffffffffu, st19, off, 2);
+      const float v178 = napkin_max(st18, v176);
+      const float v179 = napkin_shift(v178);
+      const float v180 = expf(st18 - v179);
+      const float v181 = expf(v176 - v179);
+      st19 = st19 * v180 + v177 * v181;
+      st18 = v178;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v182 = __shfl_xor_sync(0xffffffffu, st20[z], off, 2);
+        st20[z] = st20[z] * v180 + v182 * v181;
+      }
     }
-    const float v269 = (st40 == 0.0f ? 0.0f : 1.0f / st40);
+    const float v183 = (st19 == 0.0f ? 0.0f : 1.0f / st19);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st41[z] = st41[z] * v269;
+      st20[z] = st20[z] * v183;
     }
-    const float v270 = (st43 == 0.0f ? 0.0f : 1.0f / st43);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st44[z] = st44[z] * v270;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v184 = __shfl_xor_sync(0xffffffffu, st21, off, 2);
+      const float v185 = __shfl_xor_sync(0xffffffffu, st22, off, 2);
+      const float v186 = napkin_max(st21, v184);
+      const float v187 = napkin_shift(v186);
+      const float v188 = expf(st21 - v187);
+      const float v189 = expf(v184 - v187);
+      st22 = st22 * v188 + v185 * v189;
+      st21 = v186;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v190 = __shfl_xor_sync(0xffffffffu, st23[z], off, 2);
+        st23[z] = st23[z] * v188 + v190 * v189;
+      }
     }
-    const float v271 = (st46 == 0.0f ? 0.0f : 1.0f / st46);
+    const float v191 = (st22 == 0.0f ? 0.0f : 1.0f / st22);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st47[z] = st47[z] * v271;
+      st23[z] = st23[z] * v191;
     }
-    const float v272 = (st49 == 0.0f ? 0.0f : 1.0f / st49);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st50[z] = st50[z] * v272;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v192 = __shfl_xor_sync(0xffffffffu, st24, off, 2);
+      const float v193 = __shfl_xor_sync(0xffffffffu, st25, off, 2);
+      const float v194 = napkin_max(st24, v192);
+      const float v195 = napkin_shift(v194);
+      const float v196 = expf(st24 - v195);
+      const float v197 = expf(v192 - v195);
+      st25 = st25 * v196 + v193 * v197;
+      st24 = v194;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v198 = __shfl_xor_sync(0xffffffffu, st26[z], off, 2);
+        st26[z] = st26[z] * v196 + v198 * v197;
+      }
     }
-    const float v273 = (st52 == 0.0f ? 0.0f : 1.0f / st52);
+    const float v199 = (st25 == 0.0f ? 0.0f : 1.0f / st25);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st53[z] = st53[z] * v273;
+      st26[z] = st26[z] * v199;
     }
-    const float v274 = (st55 == 0.0f ? 0.0f : 1.0f / st55);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st56[z] = st56[z] * v274;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v200 = __shfl_xor_sync(0xffffffffu, st27, off, 2);
+      const float v201 = __shfl_xor_sync(0xffffffffu, st28, off, 2);
+      const float v202 = napkin_max(st27, v200);
+      const float v203 = napkin_shift(v202);
+      const float v204 = expf(st27 - v203);
+      const float v205 = expf(v200 - v203);
+      st28 = st28 * v204 + v201 * v205;
+      st27 = v202;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v206 = __shfl_xor_sync(0xffffffffu, st29[z], off, 2);
+        st29[z] = st29[z] * v204 + v206 * v205;
+      }
     }
-    const float v275 = (st58 == 0.0f ? 0.0f : 1.0f / st58);
+    const float v207 = (st28 == 0.0f ? 0.0f : 1.0f / st28);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st59[z] = st59[z] * v275;
+      st29[z] = st29[z] * v207;
     }
-    const float v276 = (st61 == 0.0f ? 0.0f : 1.0f / st61);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st62[z] = st62[z] * v276;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v208 = __shfl_xor_sync(0xffffffffu, st30, off, 2);
+      const float v209 = __shfl_xor_sync(0xffffffffu, st31, off, 2);
+      const float v210 = napkin_max(st30, v208);
+      const float v211 = napkin_shift(v210);
+      const float v212 = expf(st30 - v211);
+      const float v213 = expf(v208 - v211);
+      st31 = st31 * v212 + v209 * v213;
+      st30 = v210;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v214 = __shfl_xor_sync(0xffffffffu, st32[z], off, 2);
+        st32[z] = st32[z] * v212 + v214 * v213;
+      }
     }
-    const float v277 = (st64 == 0.0f ? 0.0f : 1.0f / st64);
+    const float v215 = (st31 == 0.0f ? 0.0f : 1.0f / st31);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st65[z] = st65[z] * v277;
+      st32[z] = st32[z] * v215;
     }
-    const float v278 = (st67 == 0.0f ? 0.0f : 1.0f / st67);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st68[z] = st68[z] * v278;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v216 = __shfl_xor_sync(0xffffffffu, st33, off, 2);
+      const float v217 = __shfl_xor_sync(0xffffffffu, st34, off, 2);
+      const float v218 = napkin_max(st33, v216);
+      const float v219 = napkin_shift(v218);
+      const float v220 = expf(st33 - v219);
+      const float v221 = expf(v216 - v219);
+      st34 = st34 * v220 + v217 * v221;
+      st33 = v218;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v222 = __shfl_xor_sync(0xffffffffu, st35[z], off, 2);
+        st35[z] = st35[z] * v220 + v222 * v221;
+      }
     }
-    const float v279 = (st70 == 0.0f ? 0.0f : 1.0f / st70);
+    const float v223 = (st34 == 0.0f ? 0.0f : 1.0f / st34);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st71[z] = st71[z] * v279;
+      st35[z] = st35[z] * v223;
     }
-    const float v280 = (st73 == 0.0f ? 0.0f : 1.0f / st73);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st74[z] = st74[z] * v280;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v224 = __shfl_xor_sync(0xffffffffu, st36, off, 2);
+      const float v225 = __shfl_xor_sync(0xffffffffu, st37, off, 2);
+      const float v226 = napkin_max(st36, v224);
+      const float v227 = napkin_shift(v226);
+      const float v228 = expf(st36 - v227);
+      const float v229 = expf(v224 - v227);
+      st37 = st37 * v228 + v225 * v229;
+      st36 = v226;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v230 = __shfl_xor_sync(0xffffffffu, st38[z], off, 2);
+        st38[z] = st38[z] * v228 + v230 * v229;
+      }
     }
-    const float v281 = (st76 == 0.0f ? 0.0f : 1.0f / st76);
+    const float v231 = (st37 == 0.0f ? 0.0f : 1.0f / st37);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st77[z] = st77[z] * v281;
+      st38[z] = st38[z] * v231;
     }
-    const float v282 = (st79 == 0.0f ? 0.0f : 1.0f / st79);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st80[z] = st80[z] * v282;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v232 = __shfl_xor_sync(0xffffffffu, st39, off, 2);
+      const float v233 = __shfl_xor_sync(0xffffffffu, st40, off, 2);
+      const float v234 = napkin_max(st39, v232);
+      const float v235 = napkin_shift(v234);
+      const float v236 = expf(st39 - v235);
+      const float v237 = expf(v232 - v235);
+      st40 = st40 * v236 + v233 * v237;
+      st39 = v234;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v238 = __shfl_xor_sync(0xffffffffu, st41[z], off, 2);
+        st41[z] = st41[z] * v236 + v238 * v237;
+      }
     }
-    const float v283 = (st82 == 0.0f ? 0.0f : 1.0f / st82);
+    const float v239 = (st40 == 0.0f ? 0.0f : 1.0f / st40);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st83[z] = st83[z] * v283;
+      st41[z] = st41[z] * v239;
     }
-    const float v284 = (st85 == 0.0f ? 0.0f : 1.0f / st85);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st86[z] = st86[z] * v284;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v240 = __shfl_xor_sync(0xffffffffu, st42, off, 2);
+      const float v241 = __shfl_xor_sync(0xffffffffu, st43, off, 2);
+      const float v242 = napkin_max(st42, v240);
+      const float v243 = napkin_shift(v242);
+      const float v244 = expf(st42 - v243);
+      const float v245 = expf(v240 - v243);
+      st43 = st43 * v244 + v241 * v245;
+      st42 = v242;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v246 = __shfl_xor_sync(0xffffffffu, st44[z], off, 2);
+        st44[z] = st44[z] * v244 + v246 * v245;
+      }
     }
-    const float v285 = (st88 == 0.0f ? 0.0f : 1.0f / st88);
+    const float v247 = (st43 == 0.0f ? 0.0f : 1.0f / st43);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st89[z] = st89[z] * v285;
+      st44[z] = st44[z] * v247;
     }
-    const float v286 = (st91 == 0.0f ? 0.0f : 1.0f / st91);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st92[z] = st92[z] * v286;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v248 = __shfl_xor_sync(0xffffffffu, st45, off, 2);
+      const float v249 = __shfl_xor_sync(0xffffffffu, st46, off, 2);
+      const float v250 = napkin_max(st45, v248);
+      const float v251 = napkin_shift(v250);
+      const float v252 = expf(st45 - v251);
+      const float v253 = expf(v248 - v251);
+      st46 = st46 * v252 + v249 * v253;
+      st45 = v250;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v254 = __shfl_xor_sync(0xffffffffu, st47[z], off, 2);
+        st47[z] = st47[z] * v252 + v254 * v253;
+      }
     }
-    const float v287 = (st94 == 0.0f ? 0.0f : 1.0f / st94);
+    const float v255 = (st46 == 0.0f ? 0.0f : 1.0f / st46);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st95[z] = st95[z] * v287;
+      st47[z] = st47[z] * v255;
     }
-    const float v288 = (st97 == 0.0f ? 0.0f : 1.0f / st97);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st98[z] = st98[z] * v288;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v256 = __shfl_xor_sync(0xffffffffu, st48, off, 2);
+      const float v257 = __shfl_xor_sync(0xffffffffu, st49, off, 2);
+      const float v258 = napkin_max(st48, v256);
+      const float v259 = napkin_shift(v258);
+      const float v260 = expf(st48 - v259);
+      const float v261 = expf(v256 - v259);
+      st49 = st49 * v260 + v257 * v261;
+      st48 = v258;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v262 = __shfl_xor_sync(0xffffffffu, st50[z], off, 2);
+        st50[z] = st50[z] * v260 + v262 * v261;
+      }
     }
-    const float v289 = (st100 == 0.0f ? 0.0f : 1.0f / st100);
+    const float v263 = (st49 == 0.0f ? 0.0f : 1.0f / st49);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st101[z] = st101[z] * v289;
+      st50[z] = st50[z] * v263;
     }
-    const float v290 = (st103 == 0.0f ? 0.0f : 1.0f / st103);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st104[z] = st104[z] * v290;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v264 = __shfl_xor_sync(0xffffffffu, st51, off, 2);
+      const float v265 = __shfl_xor_sync(0xffffffffu, st52, off, 2);
+      const float v266 = napkin_max(st51, v264);
+      const float v267 = napkin_shift(v266);
+      const float v268 = expf(st51 - v267);
+      const float v269 = expf(v264 - v267);
+      st52 = st52 * v268 + v265 * v269;
+      st51 = v266;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v270 = __shfl_xor_sync(0xffffffffu, st53[z], off, 2);
+        st53[z] = st53[z] * v268 + v270 * v269;
+      }
     }
-    const float v291 = (st106 == 0.0f ? 0.0f : 1.0f / st106);
+    const float v271 = (st52 == 0.0f ? 0.0f : 1.0f / st52);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st107[z] = st107[z] * v291;
+      st53[z] = st53[z] * v271;
     }
-    const float v292 = (st109 == 0.0f ? 0.0f : 1.0f / st109);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st110[z] = st110[z] * v292;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v272 = __shfl_xor_sync(0xffffffffu, st54, off, 2);
+      const float v273 = __shfl_xor_sync(0xffffffffu, st55, off, 2);
+      const float v274 = napkin_max(st54, v272);
+      const float v275 = napkin_shift(v274);
+      const float v276 = expf(st54 - v275);
+      const float v277 = expf(v272 - v275);
+      st55 = st55 * v276 + v273 * v277;
+      st54 = v274;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v278 = __shfl_xor_sync(0xffffffffu, st56[z], off, 2);
+        st56[z] = st56[z] * v276 + v278 * v277;
+      }
     }
-    const float v293 = (st112 == 0.0f ? 0.0f : 1.0f / st112);
+    const float v279 = (st55 == 0.0f ? 0.0f : 1.0f / st55);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st113[z] = st113[z] * v293;
+      st56[z] = st56[z] * v279;
     }
-    const float v294 = (st115 == 0.0f ? 0.0f : 1.0f / st115);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st116[z] = st116[z] * v294;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v280 = __shfl_xor_sync(0xffffffffu, st57, off, 2);
+      const float v281 = __shfl_xor_sync(0xffffffffu, st58, off, 2);
+      const float v282 = napkin_max(st57, v280);
+      const float v283 = napkin_shift(v282);
+      const float v284 = expf(st57 - v283);
+      const float v285 = expf(v280 - v283);
+      st58 = st58 * v284 + v281 * v285;
+      st57 = v282;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v286 = __shfl_xor_sync(0xffffffffu, st59[z], off, 2);
+        st59[z] = st59[z] * v284 + v286 * v285;
+      }
     }
-    const float v295 = (st118 == 0.0f ? 0.0f : 1.0f / st118);
+    const float v287 = (st58 == 0.0f ? 0.0f : 1.0f / st58);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st119[z] = st119[z] * v295;
+      st59[z] = st59[z] * v287;
     }
-    const float v296 = (st121 == 0.0f ? 0.0f : 1.0f / st121);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st122[z] = st122[z] * v296;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v288 = __shfl_xor_sync(0xffffffffu, st60, off, 2);
+      const float v289 = __shfl_xor_sync(0xffffffffu, st61, off, 2);
+      const float v290 = napkin_max(st60, v288);
+      const float v291 = napkin_shift(v290);
+      const float v292 = expf(st60 - v291);
+      const float v293 = expf(v288 - v291);
+      st61 = st61 * v292 + v289 * v293;
+      st60 = v290;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v294 = __shfl_xor_sync(0xffffffffu, st62[z], off, 2);
+        st62[z] = st62[z] * v292 + v294 * v293;
+      }
     }
-    const float v297 = (st124 == 0.0f ? 0.0f : 1.0f / st124);
+    const float v295 = (st61 == 0.0f ? 0.0f : 1.0f / st61);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st125[z] = st125[z] * v297;
+      st62[z] = st62[z] * v295;
     }
-    const float v298 = (st127 == 0.0f ? 0.0f : 1.0f / st127);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st128[z] = st128[z] * v298;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v296 = __shfl_xor_sync(0xffffffffu, st63, off, 2);
+      const float v297 = __shfl_xor_sync(0xffffffffu, st64, off, 2);
+      const float v298 = napkin_max(st63, v296);
+      const float v299 = napkin_shift(v298);
+      const float v300 = expf(st63 - v299);
+      const float v301 = expf(v296 - v299);
+      st64 = st64 * v300 + v297 * v301;
+      st63 = v298;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v302 = __shfl_xor_sync(0xffffffffu, st65[z], off, 2);
+        st65[z] = st65[z] * v300 + v302 * v301;
+      }
     }
-    const float v299 = (st130 == 0.0f ? 0.0f : 1.0f / st130);
+    const float v303 = (st64 == 0.0f ? 0.0f : 1.0f / st64);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st131[z] = st131[z] * v299;
+      st65[z] = st65[z] * v303;
     }
-    const float v300 = (st133 == 0.0f ? 0.0f : 1.0f / st133);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st134[z] = st134[z] * v300;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v304 = __shfl_xor_sync(0xffffffffu, st66, off, 2);
+      const float v305 = __shfl_xor_sync(0xffffffffu, st67, off, 2);
+      const float v306 = napkin_max(st66, v304);
+      const float v307 = napkin_shift(v306);
+      const float v308 = expf(st66 - v307);
+      const float v309 = expf(v304 - v307);
+      st67 = st67 * v308 + v305 * v309;
+      st66 = v306;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v310 = __shfl_xor_sync(0xffffffffu, st68[z], off, 2);
+        st68[z] = st68[z] * v308 + v310 * v309;
+      }
     }
-    const float v301 = (st136 == 0.0f ? 0.0f : 1.0f / st136);
+    const float v311 = (st67 == 0.0f ? 0.0f : 1.0f / st67);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st137[z] = st137[z] * v301;
+      st68[z] = st68[z] * v311;
     }
-    const float v302 = (st139 == 0.0f ? 0.0f : 1.0f / st139);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st140[z] = st140[z] * v302;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v312 = __shfl_xor_sync(0xffffffffu, st69, off, 2);
+      const float v313 = __shfl_xor_sync(0xffffffffu, st70, off, 2);
+      const float v314 = napkin_max(st69, v312);
+      const float v315 = napkin_shift(v314);
+      const float v316 = expf(st69 - v315);
+      const float v317 = expf(v312 - v315);
+      st70 = st70 * v316 + v313 * v317;
+      st69 = v314;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v318 = __shfl_xor_sync(0xffffffffu, st71[z], off, 2);
+        st71[z] = st71[z] * v316 + v318 * v317;
+      }
     }
-    const float v303 = (st142 == 0.0f ? 0.0f : 1.0f / st142);
+    const float v319 = (st70 == 0.0f ? 0.0f : 1.0f / st70);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st143[z] = st143[z] * v303;
+      st71[z] = st71[z] * v319;
     }
-    const float v304 = (st145 == 0.0f ? 0.0f : 1.0f / st145);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st146[z] = st146[z] * v304;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v320 = __shfl_xor_sync(0xffffffffu, st72, off, 2);
+      const float v321 = __shfl_xor_sync(0xffffffffu, st73, off, 2);
+      const float v322 = napkin_max(st72, v320);
+      const float v323 = napkin_shift(v322);
+      const float v324 = expf(st72 - v323);
+      const float v325 = expf(v320 - v323);
+      st73 = st73 * v324 + v321 * v325;
+      st72 = v322;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v326 = __shfl_xor_sync(0xffffffffu, st74[z], off, 2);
+        st74[z] = st74[z] * v324 + v326 * v325;
+      }
     }
-    const float v305 = (st148 == 0.0f ? 0.0f : 1.0f / st148);
+    const float v327 = (st73 == 0.0f ? 0.0f : 1.0f / st73);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st149[z] = st149[z] * v305;
+      st74[z] = st74[z] * v327;
     }
-    const float v306 = (st151 == 0.0f ? 0.0f : 1.0f / st151);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st152[z] = st152[z] * v306;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v328 = __shfl_xor_sync(0xffffffffu, st75, off, 2);
+      const float v329 = __shfl_xor_sync(0xffffffffu, st76, off, 2);
+      const float v330 = napkin_max(st75, v328);
+      const float v331 = napkin_shift(v330);
+      const float v332 = expf(st75 - v331);
+      const float v333 = expf(v328 - v331);
+      st76 = st76 * v332 + v329 * v333;
+      st75 = v330;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v334 = __shfl_xor_sync(0xffffffffu, st77[z], off, 2);
+        st77[z] = st77[z] * v332 + v334 * v333;
+      }
     }
-    const float v307 = (st154 == 0.0f ? 0.0f : 1.0f / st154);
+    const float v335 = (st76 == 0.0f ? 0.0f : 1.0f / st76);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st155[z] = st155[z] * v307;
+      st77[z] = st77[z] * v335;
     }
-    const float v308 = (st157 == 0.0f ? 0.0f : 1.0f / st157);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st158[z] = st158[z] * v308;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v336 = __shfl_xor_sync(0xffffffffu, st78, off, 2);
+      const float v337 = __shfl_xor_sync(0xffffffffu, st79, off, 2);
+      const float v338 = napkin_max(st78, v336);
+      const float v339 = napkin_shift(v338);
+      const float v340 = expf(st78 - v339);
+      const float v341 = expf(v336 - v339);
+      st79 = st79 * v340 + v337 * v341;
+      st78 = v338;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v342 = __shfl_xor_sync(0xffffffffu, st80[z], off, 2);
+        st80[z] = st80[z] * v340 + v342 * v341;
+      }
     }
-    const float v309 = (st160 == 0.0f ? 0.0f : 1.0f / st160);
+    const float v343 = (st79 == 0.0f ? 0.0f : 1.0f / st79);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st161[z] = st161[z] * v309;
+      st80[z] = st80[z] * v343;
     }
-    const float v310 = (st163 == 0.0f ? 0.0f : 1.0f / st163);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st164[z] = st164[z] * v310;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v344 = __shfl_xor_sync(0xffffffffu, st81, off, 2);
+      const float v345 = __shfl_xor_sync(0xffffffffu, st82, off, 2);
+      const float v346 = napkin_max(st81, v344);
+      const float v347 = napkin_shift(v346);
+      const float v348 = expf(st81 - v347);
+      const float v349 = expf(v344 - v347);
+      st82 = st82 * v348 + v345 * v349;
+      st81 = v346;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v350 = __shfl_xor_sync(0xffffffffu, st83[z], off, 2);
+        st83[z] = st83[z] * v348 + v350 * v349;
+      }
     }
-    const float v311 = (st166 == 0.0f ? 0.0f : 1.0f / st166);
+    const float v351 = (st82 == 0.0f ? 0.0f : 1.0f / st82);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st167[z] = st167[z] * v311;
+      st83[z] = st83[z] * v351;
     }
-    const float v312 = (st169 == 0.0f ? 0.0f : 1.0f / st169);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st170[z] = st170[z] * v312;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v352 = __shfl_xor_sync(0xffffffffu, st84, off, 2);
+      const float v353 = __shfl_xor_sync(0xffffffffu, st85, off, 2);
+      const float v354 = napkin_max(st84, v352);
+      const float v355 = napkin_shift(v354);
+      const float v356 = expf(st84 - v355);
+      const float v357 = expf(v352 - v355);
+      st85 = st85 * v356 + v353 * v357;
+      st84 = v354;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v358 = __shfl_xor_sync(0xffffffffu, st86[z], off, 2);
+        st86[z] = st86[z] * v356 + v358 * v357;
+      }
     }
-    const float v313 = (st172 == 0.0f ? 0.0f : 1.0f / st172);
+    const float v359 = (st85 == 0.0f ? 0.0f : 1.0f / st85);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st173[z] = st173[z] * v313;
+      st86[z] = st86[z] * v359;
     }
-    const float v314 = (st175 == 0.0f ? 0.0f : 1.0f / st175);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st176[z] = st176[z] * v314;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v360 = __shfl_xor_sync(0xffffffffu, st87, off, 2);
+      const float v361 = __shfl_xor_sync(0xffffffffu, st88, off, 2);
+      const float v362 = napkin_max(st87, v360);
+      const float v363 = napkin_shift(v362);
+      const float v364 = expf(st87 - v363);
+      const float v365 = expf(v360 - v363);
+      st88 = st88 * v364 + v361 * v365;
+      st87 = v362;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v366 = __shfl_xor_sync(0xffffffffu, st89[z], off, 2);
+        st89[z] = st89[z] * v364 + v366 * v365;
+      }
     }
-    const float v315 = (st178 == 0.0f ? 0.0f : 1.0f / st178);
+    const float v367 = (st88 == 0.0f ? 0.0f : 1.0f / st88);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st179[z] = st179[z] * v315;
+      st89[z] = st89[z] * v367;
     }
-    const float v316 = (st181 == 0.0f ? 0.0f : 1.0f / st181);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st182[z] = st182[z] * v316;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v368 = __shfl_xor_sync(0xffffffffu, st90, off, 2);
+      const float v369 = __shfl_xor_sync(0xffffffffu, st91, off, 2);
+      const float v370 = napkin_max(st90, v368);
+      const float v371 = napkin_shift(v370);
+      const float v372 = expf(st90 - v371);
+      const float v373 = expf(v368 - v371);
+      st91 = st91 * v372 + v369 * v373;
+      st90 = v370;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v374 = __shfl_xor_sync(0xffffffffu, st92[z], off, 2);
+        st92[z] = st92[z] * v372 + v374 * v373;
+      }
     }
-    const float v317 = (st184 == 0.0f ? 0.0f : 1.0f / st184);
+    const float v375 = (st91 == 0.0f ? 0.0f : 1.0f / st91);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st185[z] = st185[z] * v317;
+      st92[z] = st92[z] * v375;
     }
-    const float v318 = (st187 == 0.0f ? 0.0f : 1.0f / st187);
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st188[z] = st188[z] * v318;
+    for (int off = 1; off > 0; off /= 2) {
+      const float v376 = __shfl_xor_sync(0xffffffffu, st93, off, 2);
+      const float v377 = __shfl_xor_sync(0xffffffffu, st94, off, 2);
+      const float v378 = napkin_max(st93, v376);
+      const float v379 = napkin_shift(v378);
+      const float v380 = expf(st93 - v379);
+      const float v381 = expf(v376 - v379);
+      st94 = st94 * v380 + v377 * v381;
+      st93 = v378;
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v382 = __shfl_xor_sync(0xffffffffu, st95[z], off, 2);
+        st95[z] = st95[z] * v380 + v382 * v381;
+      }
     }
-    const float v319 = (st190 == 0.0f ? 0.0f : 1.0f / st190);
+    const float v383 = (st94 == 0.0f ? 0.0f : 1.0f / st94);
     #pragma unroll
     for (int z = 0; z < 1; ++z) {
-      st191[z] = st191[z] * v319;
+      st95[z] = st95[z] * v383;
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 0 < 64) && ((base_2 + 0) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 0 < 64) && ((base_2 + 0) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)))) * (64) + (((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)))] = napkin_from_float<__half>(st2[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 1 < 64) && ((base_2 + 1) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 1 < 64) && ((base_2 + 1) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)))) * (64) + (((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)))] = napkin_from_float<__half>(st5[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 2 < 64) && ((base_2 + 2) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 2 < 64) && ((base_2 + 2) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)))) * (64) + (((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)))] = napkin_from_float<__half>(st8[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 3 < 64) && ((base_2 + 3) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 3 < 64) && ((base_2 + 3) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)))) * (64) + (((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)))] = napkin_from_float<__half>(st11[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 4 < 64) && ((base_2 + 4) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 4 < 64) && ((base_2 + 4) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)))) * (64) + (((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)))] = napkin_from_float<__half>(st14[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 5 < 64) && ((base_2 + 5) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 5 < 64) && ((base_2 + 5) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)))) * (64) + (((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)))] = napkin_from_float<__half>(st17[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 6 < 64) && ((base_2 + 6) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 6 < 64) && ((base_2 + 6) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)))) * (64) + (((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)))] = napkin_from_float<__half>(st20[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 7 < 64) && ((base_2 + 7) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 0 < 64) && ((base_1 + 0) < n1) && (tc_2 * 8 + 7 < 64) && ((base_2 + 7) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)))) * (64) + (((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)))] = napkin_from_float<__half>(st23[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 0 < 64) && ((base_2 + 0) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 0 < 64) && ((base_2 + 0) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))) * (64) + (((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)))] = napkin_from_float<__half>(st26[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 1 < 64) && ((base_2 + 1) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 1 < 64) && ((base_2 + 1) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))) * (64) + (((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)))] = napkin_from_float<__half>(st29[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 2 < 64) && ((base_2 + 2) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 2 < 64) && ((base_2 + 2) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))) * (64) + (((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)))] = napkin_from_float<__half>(st32[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 3 < 64) && ((base_2 + 3) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 3 < 64) && ((base_2 + 3) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))) * (64) + (((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)))] = napkin_from_float<__half>(st35[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 4 < 64) && ((base_2 + 4) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 4 < 64) && ((base_2 + 4) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))) * (64) + (((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)))] = napkin_from_float<__half>(st38[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 5 < 64) && ((base_2 + 5) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 5 < 64) && ((base_2 + 5) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))) * (64) + (((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)))] = napkin_from_float<__half>(st41[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 6 < 64) && ((base_2 + 6) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 6 < 64) && ((base_2 + 6) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))) * (64) + (((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)))] = napkin_from_float<__half>(st44[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 7 < 64) && ((base_2 + 7) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 1 < 64) && ((base_1 + 1) < n1) && (tc_2 * 8 + 7 < 64) && ((base_2 + 7) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))) * (64) + (((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)))] = napkin_from_float<__half>(st47[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 0 < 64) && ((base_2 + 0) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 0 < 64) && ((base_2 + 0) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))) * (64) + (((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)))] = napkin_from_float<__half>(st50[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 1 < 64) && ((base_2 + 1) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 1 < 64) && ((base_2 + 1) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))) * (64) + (((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)))] = napkin_from_float<__half>(st53[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 2 < 64) && ((base_2 + 2) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 2 < 64) && ((base_2 + 2) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))) * (64) + (((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)))] = napkin_from_float<__half>(st56[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 3 < 64) && ((base_2 + 3) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 3 < 64) && ((base_2 + 3) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))) * (64) + (((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)))] = napkin_from_float<__half>(st59[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 4 < 64) && ((base_2 + 4) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 4 < 64) && ((base_2 + 4) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))) * (64) + (((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)))] = napkin_from_float<__half>(st62[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 5 < 64) && ((base_2 + 5) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 5 < 64) && ((base_2 + 5) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))) * (64) + (((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)))] = napkin_from_float<__half>(st65[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 6 < 64) && ((base_2 + 6) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 6 < 64) && ((base_2 + 6) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))) * (64) + (((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)))] = napkin_from_float<__half>(st68[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 7 < 64) && ((base_2 + 7) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 2 < 64) && ((base_1 + 2) < n1) && (tc_2 * 8 + 7 < 64) && ((base_2 + 7) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))) * (64) + (((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)))] = napkin_from_float<__half>(st71[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 0 < 64) && ((base_2 + 0) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 0 < 64) && ((base_2 + 0) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))) * (64) + (((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)))] = napkin_from_float<__half>(st74[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 1 < 64) && ((base_2 + 1) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 1 < 64) && ((base_2 + 1) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))) * (64) + (((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)))] = napkin_from_float<__half>(st77[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 2 < 64) && ((base_2 + 2) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 2 < 64) && ((base_2 + 2) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))) * (64) + (((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)))] = napkin_from_float<__half>(st80[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 3 < 64) && ((base_2 + 3) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 3 < 64) && ((base_2 + 3) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))) * (64) + (((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)))] = napkin_from_float<__half>(st83[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 4 < 64) && ((base_2 + 4) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 4 < 64) && ((base_2 + 4) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))) * (64) + (((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)))] = napkin_from_float<__half>(st86[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 5 < 64) && ((base_2 + 5) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 5 < 64) && ((base_2 + 5) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))) * (64) + (((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)))] = napkin_from_float<__half>(st89[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 6 < 64) && ((base_2 + 6) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 6 < 64) && ((base_2 + 6) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))) * (64) + (((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)))] = napkin_from_float<__half>(st92[0]);
     }
 #line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 7 < 64) && ((base_2 + 7) < 64)) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 4 + 3 < 64) && ((base_1 + 3) < n1) && (tc_2 * 8 + 7 < 64) && ((base_2 + 7) < 64) && lane == 0) {
       p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))) * (64) + (((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)))] = napkin_from_float<__half>(st95[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n1) && (tc_2 * 8 + 0 < 64) && ((base_2 + 0) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))) * (64) + (((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)))] = napkin_from_float<__half>(st98[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n1) && (tc_2 * 8 + 1 < 64) && ((base_2 + 1) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))) * (64) + (((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)))] = napkin_from_float<__half>(st101[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n1) && (tc_2 * 8 + 2 < 64) && ((base_2 + 2) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))) * (64) + (((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)))] = napkin_from_float<__half>(st104[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n1) && (tc_2 * 8 + 3 < 64) && ((base_2 + 3) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))) * (64) + (((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)))] = napkin_from_float<__half>(st107[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n1) && (tc_2 * 8 + 4 < 64) && ((base_2 + 4) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))) * (64) + (((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)))] = napkin_from_float<__half>(st110[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n1) && (tc_2 * 8 + 5 < 64) && ((base_2 + 5) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))) * (64) + (((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)))] = napkin_from_float<__half>(st113[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n1) && (tc_2 * 8 + 6 < 64) && ((base_2 + 6) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))) * (64) + (((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)))] = napkin_from_float<__half>(st116[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n1) && (tc_2 * 8 + 7 < 64) && ((base_2 + 7) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))) * (64) + (((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)))] = napkin_from_float<__half>(st119[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n1) && (tc_2 * 8 + 0 < 64) && ((base_2 + 0) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))) * (64) + (((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)))] = napkin_from_float<__half>(st122[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n1) && (tc_2 * 8 + 1 < 64) && ((base_2 + 1) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))) * (64) + (((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)))] = napkin_from_float<__half>(st125[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n1) && (tc_2 * 8 + 2 < 64) && ((base_2 + 2) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))) * (64) + (((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)))] = napkin_from_float<__half>(st128[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n1) && (tc_2 * 8 + 3 < 64) && ((base_2 + 3) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))) * (64) + (((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)))] = napkin_from_float<__half>(st131[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n1) && (tc_2 * 8 + 4 < 64) && ((base_2 + 4) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))) * (64) + (((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)))] = napkin_from_float<__half>(st134[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n1) && (tc_2 * 8 + 5 < 64) && ((base_2 + 5) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))) * (64) + (((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)))] = napkin_from_float<__half>(st137[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n1) && (tc_2 * 8 + 6 < 64) && ((base_2 + 6) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))) * (64) + (((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)))] = napkin_from_float<__half>(st140[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n1) && (tc_2 * 8 + 7 < 64) && ((base_2 + 7) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))) * (64) + (((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)))] = napkin_from_float<__half>(st143[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n1) && (tc_2 * 8 + 0 < 64) && ((base_2 + 0) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))) * (64) + (((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)))] = napkin_from_float<__half>(st146[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n1) && (tc_2 * 8 + 1 < 64) && ((base_2 + 1) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))) * (64) + (((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)))] = napkin_from_float<__half>(st149[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n1) && (tc_2 * 8 + 2 < 64) && ((base_2 + 2) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))) * (64) + (((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)))] = napkin_from_float<__half>(st152[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n1) && (tc_2 * 8 + 3 < 64) && ((base_2 + 3) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))) * (64) + (((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)))] = napkin_from_float<__half>(st155[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n1) && (tc_2 * 8 + 4 < 64) && ((base_2 + 4) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))) * (64) + (((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)))] = napkin_from_float<__half>(st158[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n1) && (tc_2 * 8 + 5 < 64) && ((base_2 + 5) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))) * (64) + (((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)))] = napkin_from_float<__half>(st161[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n1) && (tc_2 * 8 + 6 < 64) && ((base_2 + 6) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))) * (64) + (((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)))] = napkin_from_float<__half>(st164[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n1) && (tc_2 * 8 + 7 < 64) && ((base_2 + 7) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))) * (64) + (((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)))] = napkin_from_float<__half>(st167[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n1) && (tc_2 * 8 + 0 < 64) && ((base_2 + 0) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))) * (64) + (((base_2 + 0) < (int)(64 - 1) ? (base_2 + 0) : (int)(64 - 1)))] = napkin_from_float<__half>(st170[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n1) && (tc_2 * 8 + 1 < 64) && ((base_2 + 1) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))) * (64) + (((base_2 + 1) < (int)(64 - 1) ? (base_2 + 1) : (int)(64 - 1)))] = napkin_from_float<__half>(st173[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n1) && (tc_2 * 8 + 2 < 64) && ((base_2 + 2) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))) * (64) + (((base_2 + 2) < (int)(64 - 1) ? (base_2 + 2) : (int)(64 - 1)))] = napkin_from_float<__half>(st176[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n1) && (tc_2 * 8 + 3 < 64) && ((base_2 + 3) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))) * (64) + (((base_2 + 3) < (int)(64 - 1) ? (base_2 + 3) : (int)(64 - 1)))] = napkin_from_float<__half>(st179[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n1) && (tc_2 * 8 + 4 < 64) && ((base_2 + 4) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))) * (64) + (((base_2 + 4) < (int)(64 - 1) ? (base_2 + 4) : (int)(64 - 1)))] = napkin_from_float<__half>(st182[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n1) && (tc_2 * 8 + 5 < 64) && ((base_2 + 5) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))) * (64) + (((base_2 + 5) < (int)(64 - 1) ? (base_2 + 5) : (int)(64 - 1)))] = napkin_from_float<__half>(st185[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n1) && (tc_2 * 8 + 6 < 64) && ((base_2 + 6) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))) * (64) + (((base_2 + 6) < (int)(64 - 1) ? (base_2 + 6) : (int)(64 - 1)))] = napkin_from_float<__half>(st188[0]);
-    }
-#line 13 "napkin-diagram"
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n1) && (tc_2 * 8 + 7 < 64) && ((base_2 + 7) < 64)) {
-      p2[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))) * (64) + (((base_2 + 7) < (int)(64 - 1) ? (base_2 + 7) : (int)(64 - 1)))] = napkin_from_float<__half>(st191[0]);
     }
   }
 }
