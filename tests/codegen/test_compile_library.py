@@ -23,6 +23,7 @@ GOLDENS = Path(__file__).parent / "goldens"
 @pytest.mark.parametrize("name", library_names())
 def test_compiles_without_spills_within_the_plans_shared_memory(name, dtype):
     d = library(name, dtype)
+    seen = {}
     for shape in ({}, shape_of(d)):
         p = plan(d, "h100", shape)
         prog = lower(p)
@@ -30,8 +31,11 @@ def test_compiles_without_spills_within_the_plans_shared_memory(name, dtype):
         sizes = {param: p.sizes[axis] for param, axis in prog.size_params}
         names = [k.name for k in prog.kernels]
         assert names == [f"napkin_k{i}" for i in range(len(names))]
-        for arch in ("sm_80", "sm_90"):
-            compiled = nvrtc.compile(source, arch=arch)
+        # f16 on both architectures; f32 (CUDA cores only, no arch-specific instructions) on one
+        for arch in ("sm_80", "sm_90") if dtype != "f32" else ("sm_90",):
+            if (source, arch) not in seen:      # the same kernels at both shapes: compiled once
+                seen[source, arch] = nvrtc.compile(source, arch=arch)
+            compiled = seen[source, arch]
             # the PTX defines exactly the kernels the program declares (no extra entry)
             assert sorted(compiled.kernels) == sorted(names), (arch, compiled.kernels)
             for k, kp in zip(prog.kernels, p.kernels):

@@ -2,11 +2,13 @@
 
 Every library diagram, fused and unfused, with random group sizes, streamed
 axes, chunks and thread splits (1, T-1, T+1 and primes next to tiles T):
-600 cases per run. A wrong rescale, a dropped tail or a bad merge shows up as
+20 random plans per library diagram in CI. A wrong rescale, a dropped tail or a bad merge shows up as
 a difference far above float64 rounding.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -21,7 +23,9 @@ from napkin.diagrams.sources import library_names
 from napkin.runtime.interpret import interpret
 from napkin.runtime.reference import evaluate
 
-CASES_PER_DIAGRAM = 50
+# 21 library diagrams: 20 random plans each in CI (NAPKIN_FUZZ_SCALE multiplies it;
+# benchmarks/fuzz.py runs random plans for as long as it is given)
+CASES_PER_DIAGRAM = max(1, int(20 * float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))))
 
 
 @st.composite

@@ -40,3 +40,23 @@ def line_of():
         return hits[0]
 
     return find
+
+
+@pytest.fixture
+def seed_support():
+    """seed(folder): copy the support folders (precompiled header, runtime object) that this
+    run's own emulator cache already holds into a fresh cache folder, so a test about a fresh
+    cache does not pay g++ for them again (about 4 CPU-s each). A folder not built yet is not
+    copied: the test then builds it as usual."""
+    import shutil
+
+    from napkin.runtime.emulate import build
+    source = build.cache_dir()
+
+    def seed(folder: Path) -> None:
+        if not source.is_dir() or source == folder:
+            return
+        for support in source.glob("support-*"):
+            if support.is_dir() and not support.is_symlink() and not (folder / support.name).exists():
+                shutil.copytree(support, folder / support.name, copy_function=shutil.copy2)
+    return seed

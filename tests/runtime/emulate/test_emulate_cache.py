@@ -53,9 +53,10 @@ def _foreign(path, monkeypatch):
         monkeypatch.setattr(trusted, "_uid", lambda: os.lstat(path).st_uid + 1)
 
 
-def test_a_planted_build_is_never_executed(kernel, tmp_path, monkeypatch, rng):
+def test_a_planted_build_is_never_executed(kernel, tmp_path, monkeypatch, rng, seed_support):
     cache = tmp_path / "emu"
     cache.mkdir(mode=0o700)
+    seed_support(cache)
     monkeypatch.setenv("NAPKIN_EMULATOR_CACHE", str(cache))
     marker = tmp_path / "planted-ran"
     planted = cache / _target(kernel)
@@ -103,7 +104,9 @@ def _flip(data: bytes, at: int) -> bytes:
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
-def test_a_damaged_build_is_built_anew_not_executed(sealed_build, tmp_path, monkeypatch, damage):
+def test_a_damaged_build_is_built_anew_not_executed(sealed_build, tmp_path, monkeypatch, damage,
+                                                   seed_support):
+    seed_support(tmp_path)
     copy = tmp_path / sealed_build.name
     shutil.copy2(sealed_build, copy)
     assert store.verified(copy)
