@@ -14,33 +14,10 @@ from __future__ import annotations
 import math
 
 from ..compiler import ir
+from ..compiler.masking import constant, masked_by
 
 IDENTITY = {"max": -math.inf, "logsumexp": -math.inf, "stats": -math.inf, "pair": -math.inf,
             "sum": 0.0, "contract": 0.0}
-
-
-def constant(g, n: int) -> float | None:
-    """The value of a constant expression (no axes), else None."""
-    op = ir.op(g, n)
-    if isinstance(op, ir.Const):
-        return op.value
-    if isinstance(op, ir.Map) and op.fn == "neg":
-        v = constant(g, ir.operands(g, n)[0])
-        return None if v is None else -v
-    return None
-
-
-def masked_by(g, n: int, identity: float):
-    """The condition node when n is where(cond, e, identity) (through names), else None."""
-    while isinstance(ir.op(g, n), ir.Assign):   # a name (in any layout) of the same values
-        n = ir.operands(g, n)[0]
-    op = ir.op(g, n)
-    if isinstance(op, ir.Map) and op.fn == "where":
-        cond, _, other = ir.operands(g, n)
-        v = constant(g, other)
-        if v is not None and (v == identity or (math.isinf(v) and v == identity)):
-            return cond
-    return None
 
 
 def interval(g, n: int, box: dict):

@@ -37,13 +37,13 @@ def chunk_mask(g, st) -> tuple | None:
             arg, identity = ir.operands(g, n)[0], 0.0 if op.fn == "sum" else -math.inf
         else:
             return None
-        cond = _masked_by(g, arg, identity)
+        cond = masked_by(g, arg, identity)
         expr = _expr(g, cond) if cond is not None else None
         if expr is None:
             return None
         conds.append(expr)
     for s, _ in st.stats:
-        cond = _masked_by(g, ir.operands(g, s)[0], -math.inf)
+        cond = masked_by(g, ir.operands(g, s)[0], -math.inf)
         expr = _expr(g, cond) if cond is not None else None
         if expr is None:
             return None
@@ -63,23 +63,25 @@ def _names(g, n: int) -> int:
     return n
 
 
-def _masked_by(g, n: int, identity: float):
+def masked_by(g, n: int, identity: float):
+    """The condition node when n is where(cond, e, identity) (through names), else None."""
     n = _names(g, n)
     op = ir.op(g, n)
     if isinstance(op, ir.Map) and op.fn == "where":
         cond, _, other = ir.operands(g, n)
-        v = _constant(g, other)
+        v = constant(g, other)
         if v is not None and v == identity:
             return cond
     return None
 
 
-def _constant(g, n: int):
+def constant(g, n: int) -> float | None:
+    """The value of a constant expression (a number, or minus one), else None."""
     op = ir.op(g, n)
     if isinstance(op, ir.Const):
         return op.value
     if isinstance(op, ir.Map) and op.fn == "neg":
-        v = _constant(g, ir.operands(g, n)[0])
+        v = constant(g, ir.operands(g, n)[0])
         return None if v is None else -v
     return None
 
