@@ -65,8 +65,8 @@ class Emitter:
         if isinstance(op, ir.Input) or n in self.ctx.loads:
             return self.ctx.load(n, scope)
         if isinstance(op, ir.Const):
-            if self.kind(n) == "int":
-                return cexpr.int_literal(int(op.value))
+            if self.kind(n) == "int":     # integers are long long in kernels: napkin_abs(2LL)
+                return f"((long long){cexpr.int_literal(int(op.value))})"
             return cexpr.float_literal(op.value)
         if isinstance(op, ir.Index):
             return f"((long long)({scope[op.axis].expr}))"

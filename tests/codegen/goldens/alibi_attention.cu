@@ -423,8 +423,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
 #line 10 "napkin-diagram"
               const bool v0 = (((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))) <= ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
               const float v1 = (sc[i0][i1][i2] * 0.125f);
-              const long long v2 = (-8);
-              const long long v3 = (((long long)(org_1)) + 1);
+              const long long v2 = (-((long long)8));
+              const long long v3 = (((long long)(org_1)) + ((long long)1));
               const long long v4 = (v2 * v3);
               const float v5 = (((float)(v4)) / ((float)(((long long)(n1)))));
               const float v6 = powf(2.0f, v5);
@@ -539,8 +539,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
 #line 10 "napkin-diagram"
               const bool v12 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
               const float v13 = (sc[i0][i1][i2] * 0.125f);
-              const long long v14 = (-8);
-              const long long v15 = (((long long)(org_1)) + 1);
+              const long long v14 = (-((long long)8));
+              const long long v15 = (((long long)(org_1)) + ((long long)1));
               const long long v16 = (v14 * v15);
               const float v17 = (((float)(v16)) / ((float)(((long long)(n1)))));
               const float v18 = powf(2.0f, v17);

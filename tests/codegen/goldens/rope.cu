@@ -349,11 +349,11 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     __syncthreads();
 #line 9 "napkin-diagram"
     const float v0 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
-    const long long v1 = napkin_floordiv(((long long)(n2)), 2);
+    const long long v1 = napkin_floordiv(((long long)(n2)), ((long long)2));
     const bool v2 = (((long long)(((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)))) < v1);
-    const long long v3 = (-1);
-    const long long v4 = (v2 ? v3 : 1);
-    const long long v5 = napkin_floordiv(((long long)(n2)), 2);
+    const long long v3 = (-((long long)1));
+    const long long v4 = (v2 ? v3 : ((long long)1));
+    const long long v5 = napkin_floordiv(((long long)(n2)), ((long long)2));
     const long long v6 = (((long long)(((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)))) + v5);
     const long long v7 = napkin_mod(v6, ((long long)(n2)));
     const long long ix0 = napkin_clamp_index(v7, n2);
