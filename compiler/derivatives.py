@@ -14,6 +14,8 @@ to the chosen branch only, so a NaN under a mask never reaches a gradient.
 
 from __future__ import annotations
 
+from . import ir
+
 LN2 = "0.6931471805599453"
 SQRT_2_OVER_PI = "0.7978845608028654"   # gelu is the tanh form (runtime/elementwise.py)
 GELU_CUBIC = "0.044715"
@@ -95,3 +97,20 @@ _UNARY = {
 
 DIFFERENTIABLE = frozenset(_UNARY) | frozenset(_BINARY) | {
     "add", "pos", "sub", "neg", "mul", "div", "maximum", "minimum", "where"}
+
+
+def linear(g, fn: str, args: list[int], i: int) -> bool:
+    """Whether operand i's partial is the cotangent times a constant (no NaN to gate)."""
+    if fn in ("add", "sub", "neg", "pos"):
+        return True
+    if fn in ("mul", "div"):
+        others = [a for j, a in enumerate(args) if j != i] if fn == "mul" else [args[1]]
+        return all(_constant(g, a) for a in others) and (fn == "mul" or i == 0)
+    return False
+
+
+def _constant(g, n: int) -> bool:
+    op = ir.op(g, n)
+    if isinstance(op, (ir.Const, ir.SizeOf)):
+        return op.value not in (0.0,) if isinstance(op, ir.Const) else True
+    return isinstance(op, ir.Map) and op.fn != "div" and all(_constant(g, a) for a in ir.operands(g, n))

@@ -25,21 +25,13 @@ import networkx as nx
 
 from ..diagrams.diagnostics import error
 from . import ir
-from .derivatives import partials
+from .derivatives import linear, partials
 from .diagram import Diagram
+from .gradtext import Expr, call, header, product, reduce_to, strip, wrap
 
 _ELEMENTWISE = (ir.Map, ir.Const, ir.Index, ir.SizeOf)
 _KEYWORDS = {"axis", "in", "out", "group", "stream", "by", "at", "and", "or", "not", "inf", "size"}
 _INLINE_LIMIT = 48          # an adjoint longer than this gets a name of its own
-
-
-@dataclass
-class _Expr:
-    text: str
-    axes: frozenset
-    sums: bool = False      # holds a contraction (a product that sums an axis)
-    mask: str | None = None  # a condition outside which this cotangent is exactly 0 (from `where`)
-    layout: tuple = ()       # a named array's axes in its layout order (for positional renaming)
 
 
 @dataclass
@@ -94,7 +86,7 @@ class _Sweep:
         if isinstance(op, ir.SizeOf):
             return f"size({op.axis})"
         if isinstance(op, ir.Map):
-            return _call(op.fn, [(sub or self.value)(a) for a in args])
+            return call(op.fn, [(sub or self.value)(a) for a in args])
         raise AssertionError(op)  # pragma: no cover - value() names every other node
 
     def within(self, a: int, stmt) -> str:
@@ -105,7 +97,7 @@ class _Sweep:
             return self.value(a)
         if isinstance(ir.op(self.g, a), _ELEMENTWISE):
             return self.inline(a, lambda b: self.within(b, stmt))
-        return _wrap(self.definition(a))
+        return wrap(self.definition(a))
 
     def definition(self, n: int) -> str:
         """The right-hand side of a named forward node's copied equation."""
@@ -117,39 +109,39 @@ class _Sweep:
             return self.definition(o) if self.alias.get(o) == n else sub(o)
         if isinstance(op, ir.Contract):
             a, b = args
-            return _product(sub(a), self.axes(a), sub(b), self.axes(b), self.axes(n)).text
+            return product(sub(a), self.axes(a), sub(b), self.axes(b), self.axes(n)).text
         if isinstance(op, ir.Reduce):
-            return f"{op.fn}[{' '.join(op.axes)}]({_strip(sub(args[0]))})"
+            return f"{op.fn}[{' '.join(op.axes)}]({strip(sub(args[0]))})"
         if isinstance(op, ir.Softmax):
             x = sub(args[0])
             if n in self.lse:
                 return f"where({self.lse[n]} == -inf, 0, exp({x} - {self.lse[n]}))"
-            return f"softmax[{' '.join(op.axes)}]({_strip(x)})"
+            return f"softmax[{' '.join(op.axes)}]({strip(x)})"
         if isinstance(op, ir.View):
             return f"{self.value(args[0])}[{' '.join(op.labels)}]"
         return self.inline(n, sub)
 
     # --- cotangents ------------------------------------------------------------------
-    def named(self, expr: _Expr, base: str, axes: tuple[str, ...]) -> _Expr:
+    def named(self, expr: Expr, base: str, axes: tuple[str, ...]) -> Expr:
         name = self.fresh(base)
-        self.equations.append(f"{name}[{' '.join(axes)}] = {_strip(expr.text)}")
-        return _Expr(name, frozenset(axes), mask=expr.mask, layout=tuple(axes))
+        self.equations.append(f"{name}[{' '.join(axes)}] = {strip(expr.text)}")
+        return Expr(name, frozenset(axes), mask=expr.mask, layout=tuple(axes))
 
     def plain(self, text: str, axes, base: str) -> str:
         """A name for an expression (itself when it is one)."""
         if text.isidentifier():
             return text
         order = [a for a in self.g.graph["axes"] if a in set(axes)]
-        return self.named(_Expr(text, frozenset(axes)), base, tuple(order)).text
+        return self.named(Expr(text, frozenset(axes)), base, tuple(order)).text
 
-    def total(self, n: int, parts: list[_Expr], base: str, force_name: bool = False,
-              own: bool = False) -> _Expr:
+    def total(self, n: int, parts: list[Expr], base: str, force_name: bool = False,
+              own: bool = False) -> Expr:
         """The cotangent of node n: the sum of its contributions, named when it must be."""
         axes = self.axes(n)
         if len(parts) > 1:
             parts = [self.named(p, f"g{n}", tuple(a for a in axes if a in p.axes)) if p.sums else p
                      for p in parts]
-            expr = _Expr("(" + " + ".join(p.text for p in parts) + ")", frozenset().union(*(p.axes for p in parts)))
+            expr = Expr("(" + " + ".join(p.text for p in parts) + ")", frozenset().union(*(p.axes for p in parts)))
         else:
             expr = parts[0]
         simple = expr.text.isidentifier()
@@ -164,10 +156,10 @@ def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = 
     """The backward diagram of `d` as napkin text (see the module docstring)."""
     g = d.ir
     sw, active, wrt, cotangents = _setup(d, wrt, saved)
-    grads: dict[int, list[_Expr]] = {}
+    grads: dict[int, list[Expr]] = {}
     for (c, _, _), n in zip(cotangents, g.graph["outputs"].values()):
         if n in active:
-            grads.setdefault(n, []).append(_Expr(c, frozenset(sw.axes(n)), layout=sw.axes(n)))
+            grads.setdefault(n, []).append(Expr(c, frozenset(sw.axes(n)), layout=sw.axes(n)))
     for n in reversed(ir.order(g)):
         if n not in grads or isinstance(ir.op(g, n), ir.Input):
             continue
@@ -177,13 +169,13 @@ def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = 
                       force_name=isinstance(op, (ir.Assign, ir.View)))
         for a, part in _rule(sw, n, gr, active):
             if part is not None:
-                grads.setdefault(a, []).append(_reduce_to(part, sw.axes(a)))
+                grads.setdefault(a, []).append(reduce_to(part, sw.axes(a)))
     results = []
     for name in wrt:
         n = g.graph["inputs"][name]
         gr = sw.total(n, grads[n], f"d{name}", force_name=True, own=True)
         results.append((gr.text, ir.op(g, n).dtype))
-    lines = _header(d, sw, f"The gradient of {d.name}, derived by `napkin grad` (reverse mode on the checked IR).",
+    lines = header(sw.g, f"The gradient of {d.name}, derived by `napkin grad` (reverse mode on the checked IR).",
                     "Inputs: the forward's inputs, then one cotangent per output"
                     + (" and the saved statistics." if sw.extra_inputs else "."))
     for name, axes, dtype in cotangents + sw.extra_inputs:
@@ -207,8 +199,8 @@ def statistics_text(d: Diagram) -> str:
         op = ir.op(g, n)
         row = tuple(a for a in sw.axes(n) if a not in op.axes)
         extra.append(f"{name}[{' '.join(row)}] = logsumexp[{' '.join(op.axes)}]"
-                     f"({_strip(sw.value(ir.operands(g, n)[0]))})")
-    lines = _header(d, sw, f"{d.name} with the statistics its saved gradient reads (napkin grad --saved).", "")
+                     f"({strip(sw.value(ir.operands(g, n)[0]))})")
+    lines = header(sw.g, f"{d.name} with the statistics its saved gradient reads (napkin grad --saved).", "")
     lines += ["", *_forward(sw), *extra, ""]
     outs = [f"{name}: {ir.op(g, n).dtype}" for name, n in g.graph["outputs"].items()]
     lines.append("out " + ", ".join(outs + [f"{name}: f32" for name in lse.values()]))
@@ -262,17 +254,6 @@ def _setup(d: Diagram, wrt, saved: bool):
     return sw, active, wrt, cotangents
 
 
-def _header(d: Diagram, sw: _Sweep, title: str, subtitle: str) -> list[str]:
-    g = sw.g
-    lines = [f"# {title}"] + ([f"# {subtitle}"] if subtitle else []) + [""]
-    lines.append("axis " + ", ".join(name + (f" = {a.size}" if a.size is not None else "")
-                                     for name, a in g.graph["axes"].items()))
-    lines.append("")
-    for name, n in g.graph["inputs"].items():
-        lines.append(f"in {name}[{' '.join(sw.axes(n))}]: {ir.op(g, n).dtype}")
-    return lines
-
-
 def _forward(sw: _Sweep) -> list[str]:
     """The forward equations the text reads, and what they read, in forward order."""
     g = sw.g
@@ -285,10 +266,10 @@ def _forward(sw: _Sweep) -> list[str]:
         before = set(sw.needed)
         texts[n] = sw.definition(n)
         todo |= sw.needed - before
-    return [f"{sw.names[n]}[{' '.join(sw.axes(n))}] = {_strip(texts[n])}" for n in ir.order(g) if n in texts]
+    return [f"{sw.names[n]}[{' '.join(sw.axes(n))}] = {strip(texts[n])}" for n in ir.order(g) if n in texts]
 
 
-def _rule(sw: _Sweep, n: int, gr: _Expr, active: set):
+def _rule(sw: _Sweep, n: int, gr: Expr, active: set):
     """(operand, contribution) pairs: the local rule of node n applied to its cotangent."""
     g = sw.g
     op, args = ir.op(g, n), ir.operands(g, n)
@@ -305,9 +286,9 @@ def _rule(sw: _Sweep, n: int, gr: _Expr, active: set):
             if op.fn == "where":        # the branch's own condition; the cotangent is 0 elsewhere
                 c = sw.value(args[0]) if i == 1 else f"(not {sw.value(args[0])})"
                 mask = f"({mask} and {c})" if mask else c
-            elif mask and not _linear(sw, op.fn, args, i):
+            elif mask and not linear(sw.g, op.fn, args, i):
                 text = f"where({mask}, {text}, 0)"   # a NaN the forward makes outside the mask stays there
-            out.append((a, _Expr(text, frozenset(axes(n)), gr.sums, mask,
+            out.append((a, Expr(text, frozenset(axes(n)), gr.sums, mask,
                                  gr.layout if text == gr.text else ())))
         return out
     if isinstance(op, ir.Contract):
@@ -319,7 +300,7 @@ def _rule(sw: _Sweep, n: int, gr: _Expr, active: set):
                 # a factor that is more than a name is named, so the sum is a plain product
                 # (no N0704: the summed axis is not inside a function)
                 g_, o_ = (sw.plain(e, ax, f"g{n}") for e, ax in ((gr.text, gr.axes), (ov, axes(other))))
-                out.append((mine, _product(g_, tuple(gr.axes), o_, axes(other), axes(mine))))
+                out.append((mine, product(g_, tuple(gr.axes), o_, axes(other), axes(mine))))
         return out
     if isinstance(op, ir.Reduce):
         x = args[0]
@@ -328,7 +309,7 @@ def _rule(sw: _Sweep, n: int, gr: _Expr, active: set):
             return [(x, gr)]
         if op.fn == "mean":
             count = " * ".join(f"size({a})" for a in op.axes)
-            return [(x, _Expr(f"({gr.text} / ({count}))", gr.axes, gr.sums))]
+            return [(x, Expr(f"({gr.text} / ({count}))", gr.axes, gr.sums))]
         xv, yv = sw.value(x), sw.value(n)
         if op.fn in ("max", "min"):
             hit = f"({xv} == {yv})"
@@ -337,7 +318,7 @@ def _rule(sw: _Sweep, n: int, gr: _Expr, active: set):
             t = f"({gr.text} * where({xv} > -inf, exp({xv} - {yv}), 0))"
         else:  # pragma: no cover - var exists only after canonicalisation
             raise AssertionError(op.fn)
-        return [(x, _Expr(t, frozenset(axes(x)), gr.sums))]
+        return [(x, Expr(t, frozenset(axes(x)), gr.sums))]
     if isinstance(op, ir.Softmax):
         x = args[0]
         y = sw.value(n)
@@ -348,7 +329,7 @@ def _rule(sw: _Sweep, n: int, gr: _Expr, active: set):
             row = name
         else:
             row = f"sum[{' '.join(op.axes)}]({gr.text} * {y})"
-        return [(x, _Expr(f"({y} * ({gr.text} - {row}))", frozenset(axes(x)), gr.sums))]
+        return [(x, Expr(f"({y} * ({gr.text} - {row}))", frozenset(axes(x)), gr.sums))]
     if isinstance(op, ir.View):
         return [(args[0], _unview(sw, args[0], op.labels, n, gr))]
     if isinstance(op, (ir.Scan, ir.Gather)):
@@ -359,7 +340,7 @@ def _rule(sw: _Sweep, n: int, gr: _Expr, active: set):
     return []
 
 
-def _unview(sw: _Sweep, x: int, labels: tuple[str, ...], n: int, gr: _Expr) -> _Expr:
+def _unview(sw: _Sweep, x: int, labels: tuple[str, ...], n: int, gr: Expr) -> Expr:
     """Cotangent of a relabelled (transposed, renamed, diagonal) reference to array x."""
     mine = sw.axes(x)
     first: dict[str, str] = {}
@@ -373,7 +354,7 @@ def _unview(sw: _Sweep, x: int, labels: tuple[str, ...], n: int, gr: _Expr) -> _
     text = f"{gr.text}[{' '.join(first[u] for u in gr.layout)}]"
     for c in conds:
         text = f"where({c}, {text}, 0)"
-    return _Expr(text, frozenset(mine))
+    return Expr(text, frozenset(mine))
 
 
 def _plan_saved(sw: _Sweep, active: set, cotangent: dict[int, str]) -> None:
@@ -407,71 +388,5 @@ def _plan_saved(sw: _Sweep, active: set, cotangent: dict[int, str]) -> None:
                      f"sum[{other}]({cotangent[out]} * {saved})")
 
 
-def _product(a: str, a_axes, b: str, b_axes, out_axes) -> _Expr:
-    """`a * b` summed over the axes missing from `out_axes` (the einsum rule); an axis only
-    one factor has is summed inside that factor first, so the product stays a contraction."""
-    a_axes, b_axes, out = set(a_axes), set(b_axes), set(out_axes)
-    summed = (a_axes | b_axes) - out
-    only_a, only_b = (summed & a_axes) - b_axes, (summed & b_axes) - a_axes
-    if only_a:
-        a = f"sum[{' '.join(sorted(only_a))}]({_strip(a)})"
-    if only_b:
-        b = f"sum[{' '.join(sorted(only_b))}]({_strip(b)})"
-    return _Expr(f"({a} * {b})", frozenset((a_axes | b_axes) - summed), bool(summed - only_a - only_b))
-
-
-def _linear(sw: _Sweep, fn: str, args: list[int], i: int) -> bool:
-    """Whether operand i's partial is the cotangent times a constant (no NaN to gate)."""
-    if fn in ("add", "sub", "neg", "pos"):
-        return True
-    if fn in ("mul", "div"):
-        others = [a for j, a in enumerate(args) if j != i] if fn == "mul" else [args[1]]
-        return all(_constant(sw.g, a) for a in others) and (fn == "mul" or i == 0)
-    return False
-
-
-def _constant(g: nx.DiGraph, n: int) -> bool:
-    op = ir.op(g, n)
-    if isinstance(op, (ir.Const, ir.SizeOf)):
-        return op.value not in (0.0,) if isinstance(op, ir.Const) else True
-    return isinstance(op, ir.Map) and op.fn != "div" and all(_constant(g, a) for a in ir.operands(g, n))
-
-
-def _reduce_to(part: _Expr, axes: tuple[str, ...]) -> _Expr:
-    extra = part.axes - set(axes)
-    if not extra:
-        return part
-    return _Expr(f"sum[{' '.join(sorted(extra))}]({_strip(part.text)})", part.axes - extra, part.sums)  # mask summed away
-
-
 def _same_axes(g: nx.DiGraph, a: int, b: int) -> bool:
     return set(ir.type_of(g, a).axes) == set(ir.type_of(g, b).axes)
-
-
-_OPS = {v[0]: k for k, v in ir.OPERATORS.items()}
-_UN = {v[0]: k for k, v in ir.UNARY.items()}
-
-
-def _call(fn: str, args: list[str]) -> str:
-    if fn in _OPS:
-        return f"({args[0]} {_OPS[fn]} {args[1]})"
-    if fn in _UN:
-        return f"({_UN[fn]} {args[0]})" if fn == "not" else f"({_UN[fn]}{args[0]})"
-    return f"{fn}({', '.join(_strip(a) for a in args)})"
-
-
-def _wrap(text: str) -> str:
-    return text if _strip(text) != text else f"({text})"
-
-
-def _strip(text: str) -> str:
-    """Drop one pair of outer parentheses when they enclose the whole text."""
-    if text.startswith("(") and text.endswith(")"):
-        depth = 0
-        for i, ch in enumerate(text):
-            depth += ch == "("
-            depth -= ch == ")"
-            if depth == 0 and i < len(text) - 1:
-                return text
-        return text[1:-1]
-    return text
