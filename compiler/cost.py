@@ -41,7 +41,7 @@ The concepts it combines live beside it: `choices.py` (the decisions and the ari
 on numbers, arrays and symbols), `issue.py` (compute time from the instructions a kernel
 issues), `occupancy.py` (registers, blocks per SM, the fraction of the GPU busy),
 `memory.py` (shared-memory buffers as allocated; HBM and L2), `masking.py` (chunks a mask
-hides).
+hides), `extents.py` (the covered and resident extents above).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ import numpy as np
 
 from . import issue, occupancy
 from .columns import Column
+from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
 from .masking import computed_fraction
 from .memory import allocated, l2_split, sectors
@@ -134,50 +135,6 @@ class Cost:
                    None if self.registers is None else pick(self.registers),
                    pick(self.blocks_per_sm), pick(self.limit))
         return one if one.bound is not None else replace(one, bound=one.name_bound())
-
-
-def covered(model: Model, choice: Choice | Choices, sizes: dict, nlevels: int) -> list[dict]:
-    """Per level below the top: axis -> extent one unit covers over its lifetime."""
-    choice = Choices.of(choice)
-    group, threads = dict(choice.group), dict(choice.thread)
-    level1 = {a: group.get(a, sizes[a]) for a in model.axes}
-    out = [level1]
-    if nlevels > 2:
-        level2 = dict(level1)
-        for a, t in threads.items():
-            level2[a] = t
-        for a, w in choice.split:
-            level2[a] = level1[a] / w
-        out.append(level2)
-    return out
-
-
-def resident(arr, level: int, cov: dict, choice: Choice | Choices, reduced) -> dict:
-    """Axis -> extent of `arr` held at once by one unit of `level` (1: block, 2: thread)."""
-    stream_axis, chunk = choice.stream if choice.stream else (None, None)
-    inner_axis, inner = choice.inner if choice.inner else (None, 1)
-    out = {}
-    for a in arr.axes:
-        if a == stream_axis:
-            out[a] = chunk if level == 1 else (inner if a == inner_axis else 1)
-        elif level == 2 and a in reduced and (
-                arr.role == "value" or
-                arr.role == "load" and not (arr.invariant and stream_axis is not None)):
-            out[a] = inner if a == inner_axis else 1
-        else:
-            out[a] = cov[a]
-    return out
-
-
-def walked(model: Model, short: list) -> dict:
-    """Axis -> whether a unit walks it in a loop (per candidate): some load holds less of it
-    than it covers (`short`: per array, axis -> whether it holds less; None but for loads).
-    In the order of model.axes."""
-    out: dict = {}
-    for gaps in short:
-        for a, gap in (gaps or {}).items():
-            out.setdefault(a, []).append(gap)
-    return {a: any_of(out[a]) for a in model.axes if a in out}
 
 
 def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, sizes: dict,

@@ -17,53 +17,25 @@ other stage computes it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
-from . import ir
 from . import schedule as schedules
-from . import tensorcore
 from .canonical import canonicalize
-from .columns import Column, columns
-from .cost import Choice, Cost, evaluate
+from .columns import columns
+from .cost import Choice, evaluate
 from .diagram import Diagram
+from .kernel_plan import KernelPlan, KernelPlanner, kernel_plan
 from .kernels import FusedKernel
-from .model import Model, kernel_model
-from .schedule import Schedule
-from .search import fits, search
+from .model import kernel_model
 from .target import Target, load
 
 DEFAULT_SIZE = 1024
 ENGINES = ("auto", "tensor-cores", "cuda-cores")
-
-
-@dataclass(frozen=True)
-class KernelPlan:
-    kernel: FusedKernel
-    model: Model
-    columns: tuple[Column, ...]
-    choice: Choice
-    cost: Cost
-    hints: tuple[hint_mod.Hint, ...] = ()
-    schedule: Schedule | None = None     # None only inside the planner's search (see below)
-
-    def __post_init__(self):
-        # a plan that leaves the planner has the schedule of its own choice: one built by
-        # kernel_plan (or with_choices), never a stale one from dataclasses.replace
-        if self.schedule is not None and self.schedule.choice != self.choice:
-            raise ValueError(f"kernel {self.kernel.name}: the schedule was built for another "
-                             "choice; make plans with plan.with_choices or plan.kernel_plan")
-
-
-def kernel_plan(g: nx.DiGraph, k: FusedKernel, model: Model, cols, choice: Choice, cost: Cost,
-                hints, sizes: dict, target: Target, sched: Schedule | None = None) -> KernelPlan:
-    """A kernel's plan with its checked schedule (N0604 if the choice is not legal)."""
-    sched = sched or schedules.build(g, k, model, choice, sizes, target)
-    return KernelPlan(k, model, tuple(cols), choice, cost, tuple(hints), sched)
 
 
 @dataclass(frozen=True)
@@ -198,225 +170,6 @@ def baseline(p: Plan) -> tuple[KernelPlan, ...]:
     found = _in_diagram(p.diagram, lambda: [planner.plan(k, strict=False)
                                             for k in unfused_kernels(p.graph)])
     return tuple(kp for kp in found if kp is not None)
-
-
-class KernelPlanner:
-    """Plans single kernels, memoised (fusion asks about many candidate kernels)."""
-
-    def __init__(self, g: nx.DiGraph, target: Target, sizes: dict, hints, engine: str = "auto"):
-        self.g, self.target, self.sizes, self.hints = g, target, sizes, list(hints)
-        self.engine = engine
-        self._memo: dict = {}
-        self._models: dict = {}
-
-    def _model(self, k: FusedKernel, axis: str | None):
-        """The kernel's cost model and columns when `axis` streams (fusion's quick estimate and
-        the final plan of a kernel share them)."""
-        key = (k.nodes, k.loads, k.stores, axis)
-        if key not in self._models:
-            model = kernel_model(self.g, k, axis)
-            self._models[key] = (model, columns(self.g, model))
-        model, cols = self._models[key]
-        if model.kernel != k:          # the same nodes under the kernel's final name
-            model = replace(model, kernel=k)
-        return model, cols
-
-    def plan(self, k: FusedKernel, strict: bool = True, quick: bool = False) -> KernelPlan | None:
-        """The best plan of one kernel; `quick` searches a smaller space (fusion's estimates)."""
-        key = (k.nodes, k.loads, k.stores, quick)
-        if key not in self._memo:
-            self._memo[key] = self._plan(k, quick)
-        found = self._memo[key]
-        if isinstance(found, (_Infeasible, _NotOnTensorCores)):
-            if strict:
-                raise found.error(k, self.target)
-            return None
-        return kernel_plan(self.g, k, found.model, found.columns, found.choice, found.cost,
-                           found.hints, self.sizes, self.target)
-
-    def _plan(self, k: FusedKernel, quick: bool = False):
-        g = self.g
-        fixed, used = hint_mod.fixed_for(g, k, self.hints, self.sizes)
-        axes = [None] + list(k.reduced(g))
-        if "stream" in fixed:
-            axes = [fixed["stream"][0]]
-        best = None
-        tried = []
-        for axis in axes:
-            model, cols = self._model(k, axis)
-            found = search(model, cols, self.target, self.sizes, fixed,
-                           quick=quick)
-            tried.append((model, cols))
-            if found is None:
-                continue
-            choice, cost = found
-            if best is None or (cost.time, axis is not None) < (best.cost.time, best.choice.stream is not None):
-                best = KernelPlan(k, model, cols, choice, cost, tuple(used))
-        if self.engine != "cuda-cores":
-            # forced onto tensor cores: the final plan of a kernel with a contraction; fusion's
-            # quick estimates price candidates as auto does, so a kernel that would ship at
-            # scale is the kernel forced at any size
-            forced = self.engine == "tensor-cores" and not quick
-            on_tc = self._tensor_cores(k, tried, fixed, used, None if forced else best)
-            if forced and on_tc is None and self._has_contraction(k):
-                return _NotOnTensorCores(self._why_not(k, tried))
-            if on_tc is not None:
-                best = on_tc
-        if best is None:
-            return self._infeasible(k, tried, fixed, used)
-        return best
-
-    def _has_contraction(self, k: FusedKernel) -> bool:
-        return any(isinstance(ir.op(self.g, n), ir.Contract) for n in k.nodes)
-
-    def _why_not(self, k: FusedKernel, tried) -> str:
-        """Why no tensor-core plan: the reason of the model that comes closest (an attention's
-        with its keys streamed), or that no tensor-core tiling fits the hints and memory."""
-        reasons = []
-        for model, _ in tried:
-            found = tensorcore.examine(self.g, k, model, self.target)
-            if not isinstance(found, str):
-                return "no tensor-core tiling of it fits the memory and the schedule hints"
-            reasons.append((not model.streaming.pairs, found))
-        if k.reduced(self.g):
-            best = tensorcore.best_site(self.g, k, self.target)
-            if isinstance(best, str):
-                return best
-        return min(reasons)[1] if reasons else "no contraction"
-
-    def _tensor_cores(self, k: FusedKernel, tried, fixed, used, best):
-        """The tensor-core plan of an eligible kernel (tensorcore.py) when it beats `best`
-        (any, when `best` is None); `tried`: the (model, columns) the SIMT search built, one
-        per streamed axis."""
-        for model, cols in tried:
-            where = tensorcore.site(self.g, k, model, self.target)
-            if where is None:
-                continue
-            found = tensorcore.search_site(model, cols, self.target, self.sizes, where, fixed)
-            if found is not None and (best is None or found[1].time < best.cost.time):
-                best = KernelPlan(k, model, cols, found[0], found[1], tuple(used))
-        return best
-
-    def _infeasible(self, k: FusedKernel, tried, fixed, used) -> "_Infeasible":
-        """Why no tiling fits: the smallest footprint found, and a hinted size that would fit."""
-        best = None
-        for model, cols in tried:
-            cost = self._minimal(model, cols, fixed)
-            over = [lc for lc in cost.levels[1:] if lc.M > lc.capacity]
-            if over and (best is None or over[0].M / over[0].capacity < best[1].M / best[1].capacity):
-                best = (model, over[0], cols)
-        if best is None:      # every level fits: the hints contradict the block's rules
-            if used:
-                return _Infeasible(None, 0, 0, (
-                    "a thread's tile (`group a by N at registers`) is at most its block's "
-                    f"group, a block has at most {self.target.max_threads_per_block} threads; "
-                    "relax or drop a hint"), used[0])
-            return _Infeasible(None, 0, 0, "try a larger target", None)
-        model, lc, cols = best
-
-        def fitting(pairs) -> bool:      # with these hinted sizes, do the smallest tiles fit?
-            return fits(self._minimal(model, cols, self._with_sizes(fixed, pairs)))
-        for h in used:
-            size = h.size
-            while size > 1:
-                size //= 2
-                if fitting([(h, size)]):
-                    return _Infeasible(lc.name, lc.M, lc.capacity,
-                                       f"`{h.kind} {h.axis} by {size}{self._at(h)}` (or less) "
-                                       "would fit", h)
-        if used:                 # no single hint suffices: all of them together?
-            sized = [(h, h.size) for h in used]
-            while any(n > 1 for _, n in sized):
-                sized = [(h, max(1, n // 2)) for h, n in sized]
-                if fitting(sized):
-                    return _Infeasible(lc.name, lc.M, lc.capacity, " and ".join(
-                        f"`{h.kind} {h.axis} by {n}{self._at(h)}`" for h, n in sized)
-                        + " (or less) would fit", used[0])
-            return _Infeasible(lc.name, lc.M, lc.capacity,
-                               "relax the schedule hints, make a whole axis smaller with -D, "
-                               "or stream it", used[0])
-        return _Infeasible(lc.name, lc.M, lc.capacity,
-                           "make a whole axis smaller with -D, or stream it", None)
-
-    def _at(self, h) -> str:
-        return f" at {self.target.level_names[h.level]}" if h.level > 1 else ""
-
-    def _with_sizes(self, fixed: dict, pairs) -> dict:
-        """The fixed decisions with these (hint, size) pairs in place (past the axis: whole)."""
-        trial = {**fixed}
-        for h, n in pairs:
-            key, n = _KEY[(h.kind, min(h.level, 2))], min(n, self.sizes[h.axis])
-            if key in ("group", "thread"):
-                trial[key] = {**trial.get(key, {}), h.axis: n}
-            else:
-                trial[key] = (h.axis, n)
-        return trial
-
-    def _minimal(self, model: Model, cols, fixed) -> Cost:
-        """The cost of the smallest tiles the fixed choices allow."""
-        fixed_threads = fixed.get("thread", {})
-        group = {a: max(fixed.get("group", {}).get(a, 1), fixed_threads.get(a, 1))
-                 for a in model.woven}
-        stream = None
-        if model.streaming.axis:
-            stream = fixed["stream"] if fixed.get("stream") else (model.streaming.axis, 1)
-        thread = ()
-        if len(self.target.levels) > 2:
-            cap = self.target.max_threads_per_block
-            block = 1
-            for g in group.values():
-                block *= g
-            t = {a: fixed_threads.get(a, 1) for a in group}
-            for a in sorted(group, key=lambda a: -group[a]):
-                if a in fixed_threads:
-                    continue
-                while block > cap and t[a] < group[a]:
-                    t[a] *= 2
-                    block = 1
-                    for b, g in group.items():
-                        block *= -(-g // t[b])
-            thread = tuple(sorted(t.items()))
-        choice = Choice(tuple(sorted((a, g) for a, g in group.items() if g < self.sizes[a])),
-                        stream, thread, None, fixed.get("inner"))
-        return evaluate(model, cols, choice, self.sizes, self.target)
-
-
-# which fixed decision of the search a hint sets, by (kind, level: 1 blocks, 2 threads)
-_KEY = {("group", 1): "group", ("group", 2): "thread", ("stream", 1): "stream",
-        ("stream", 2): "inner"}
-
-
-@dataclass(frozen=True)
-class _Infeasible:
-    level: str | None
-    needed: float
-    capacity: float
-    fix: str
-    hint: object
-
-    def error(self, k: FusedKernel, target: Target) -> NapkinError:
-        span = self.hint.info.span if self.hint is not None and self.hint.info else None
-        if self.level is None:
-            why = " with these schedule hints" if self.hint is not None else ""
-            return error("N0603", f"no tiling of kernel {k.name} fits the target {target.name}"
-                         f"{why}", span, help=self.fix)
-        return error("N0603", f"kernel {k.name} needs {int(self.needed):,} bytes of {self.level} "
-                     f"per {_unit(target, self.level)} even with the smallest tiles, but "
-                     f"{self.level} holds {int(self.capacity):,}", span, help=self.fix)
-
-
-@dataclass(frozen=True)
-class _NotOnTensorCores:
-    why: str
-
-    def error(self, k: FusedKernel, target: Target) -> NapkinError:
-        return error("N0606", f"kernel {k.name} cannot run on tensor cores: {self.why}",
-                     help="--engine auto lets the planner choose, --engine cuda-cores keeps "
-                          "every kernel on the CUDA cores")
-
-
-def _unit(target: Target, level: str) -> str:
-    return target.level(level).unit or "unit"
 
 
 def with_choices(plan: Plan, choices) -> Plan:

@@ -20,7 +20,8 @@ import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
 from . import ir
-from .cost import Choice, covered, resident
+from .cost import Choice
+from .extents import covered, resident
 from .memory import PIPELINE
 from .model import Model
 from .target import Target
@@ -36,7 +37,7 @@ SIMT, PRODUCT, ATTENTION = "cuda cores", "tensor-core product", "attention"
 
 @dataclass(frozen=True)
 class Placement:
-    """One of the kernel's arrays at one memory level (cost.resident's rule, the cost
+    """One of the kernel's arrays at one memory level (extents.resident's rule, the cost
     model's own): what one unit of the level holds at once and what it covers over its
     life. Input tiles live at every level they pass through, values and accumulators at the
     lowest; stores go straight to global memory."""

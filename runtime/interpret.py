@@ -18,7 +18,8 @@ from ..compiler import accumulators as acc
 from ..compiler import ir
 from ..compiler.canonical import through
 from ..compiler.plan import KernelPlan, Plan
-from . import dtypes, elementwise
+from . import dtypes, elementwise, labelled
+from .splits import fold, fold_split, take
 from .bind import bind_sizes, to_numpy
 
 
@@ -177,7 +178,6 @@ class _Block:
         """Declared axis k of the base at label k's slice. A base computed here is computed
         over whole declared axes (a softmax along one needs all of it), then cut; a load is
         read at the labels' slices directly."""
-        from .reference import _relabel
         base = ir.operands(self.g, n)[0]
         declared = ir.type_of(self.g, base).axes
         loaded = base not in self.k.nodes or isinstance(ir.op(self.g, base), ir.Input)
@@ -188,7 +188,7 @@ class _Block:
         data = self.value(base, Region(region.sizes, {**region.slices, **inner}))[0]
         cut = tuple(slice(region.of(lab).start - inner[d].start, region.of(lab).stop - inner[d].start)
                     for d, lab in zip(declared, op.labels))
-        return _relabel(data[cut], op.labels)
+        return labelled.relabel(data[cut], op.labels)
 
     def _reduction(self, n: int, region: Region, args):
         """A reduction over whole axes (not streamed here), split over threads if planned."""
@@ -202,7 +202,7 @@ class _Block:
                 return acc.softmax_normalize(x, self.stats[n], dims), axes
             if split is None:
                 return elementwise.softmax(x, dims), axes
-            stats = _merge_parts(acc.SOFTMAX_STATS, x, axes, op.axes, split)
+            stats = fold_split(acc.SOFTMAX_STATS, x, axes, op.axes, split)
             return acc.softmax_normalize(x, stats, dims), axes
         if isinstance(op, ir.Reduce):
             x, axes = args[0] if op.fn in ir.INDEX_REDUCTIONS else _floats(args[0])
@@ -212,7 +212,7 @@ class _Block:
                 if op.fn in ir.INDEX_REDUCTIONS:    # positions along the whole axis
                     out = np.where(out >= 0, out + region.of(op.axes[0]).start, out)
                 return out, t.axes
-            state = _merge_parts(acc.for_reduce(op.fn), x, axes, op.axes, split,
+            state = fold_split(acc.for_reduce(op.fn), x, axes, op.axes, split,
                                  region.of(split[0]).start)
             return acc.for_reduce(op.fn).finalize(state), t.axes
         assert isinstance(op, ir.Contract)
@@ -222,8 +222,8 @@ class _Block:
         r, ways = split
         total = np.zeros(tuple(region.extent(x) for x in t.axes))
         for part in range(ways):
-            pa = _take(a, aa, r, part, ways)
-            pb = _take(b, ba, r, part, ways)
+            pa = take(a, aa, r, part, ways)
+            pb = take(b, ba, r, part, ways)
             total = total + _contract((pa, aa), (pb, ba), t.axes)
         return total, t.axes
 
@@ -280,8 +280,8 @@ class _Block:
             dims = tuple(axes.index(a) for a in op.axes)
             shape = tuple(s for i, s in enumerate(x.shape) if i not in dims)
             chunk = region.of(r)
-            return [_fold(accumulator, st if st is not None else accumulator.init(shape, np.float64),
-                          _take(x, axes, r, i, ways), dims,
+            return [fold(accumulator, st if st is not None else accumulator.init(shape, np.float64),
+                          take(x, axes, r, i, ways), dims,
                           np.arange(chunk.start, chunk.stop)[i::ways])
                     for i, st in enumerate(states)]
         assert isinstance(op, ir.Contract)
@@ -292,8 +292,8 @@ class _Block:
         out_axes = ir.type_of(g, n).axes
         out = []
         for i, st in enumerate(states):
-            part = _contract((_take(a[0], a[1], r, i, ways), a[1]),
-                             (_take(b[0], b[1], r, i, ways), b[1]), out_axes)
+            part = _contract((take(a[0], a[1], r, i, ways), a[1]),
+                             (take(b[0], b[1], r, i, ways), b[1]), out_axes)
             out.append((part,) if st is None else (st[0] + part,))
         return out
 
@@ -312,8 +312,8 @@ class _Block:
         moved = tuple(range(len(rows), len(order)))
         out = []
         for i, st in enumerate(states):
-            s_rows = np.transpose(_take(s_vals, s_axes, r, i, ways), order)
-            vp = _take(v_vals, v_axes, r, i, ways)
+            s_rows = np.transpose(take(s_vals, s_axes, r, i, ways), order)
+            vp = take(v_vals, v_axes, r, i, ways)
             if st is None:
                 shape = s_rows.shape[:len(rows)]
                 st = (np.full(shape, -np.inf), np.zeros(shape),
@@ -369,50 +369,10 @@ def _floats(val):
 
 
 def _align(val, axes: tuple[str, ...]) -> np.ndarray:
-    data, have = val
-    have = tuple(have)
-    mine = [a for a in axes if a in have]
-    data = np.transpose(data, [have.index(a) for a in mine]) if mine else data
-    shape = [data.shape[mine.index(a)] if a in have else 1 for a in axes]
-    return np.reshape(data, shape)
+    """(array, axes) in the order of `axes`, size 1 where it lacks one."""
+    return labelled.Labelled(val[0], tuple(val[1])).aligned(tuple(axes))
 
 
 def _contract(a, b, out_axes):
-    from .reference import _contract as contract, _Val
-    return contract(_Val(a[0], tuple(a[1])), _Val(b[0], tuple(b[1])), tuple(out_axes))
-
-
-def _take(data, axes, axis, part, ways):
-    """Thread `part` of `ways`'s share of `axis` (strided, as threads split a loop)."""
-    if axis not in axes:
-        return data
-    index = [slice(None)] * len(axes)
-    index[list(axes).index(axis)] = slice(part, None, ways)
-    return data[tuple(index)]
-
-
-def _fold(accumulator, state, x, dims, positions):
-    """accumulator.update, with the elements' positions along the axis for argmax/argmin."""
-    if accumulator.positional:
-        return accumulator.update(state, x, dims, positions)
-    return accumulator.update(state, x, dims)
-
-
-def _merge_parts(accumulator, x, axes, red_axes, split, start=0):
-    """Accumulate x over red_axes, in `ways` strided parts merged as threads would (the split
-    axis's positions start at `start`)."""
-    dims = tuple(axes.index(a) for a in red_axes)
-    shape = tuple(s for i, s in enumerate(x.shape) if i not in dims)
-    positions = np.arange(start, start + x.shape[dims[0]])   # along the (one) axis of an argmax
-    if split is None or split[0] not in red_axes:
-        return _fold(accumulator, accumulator.init(shape, np.float64), x, dims, positions)
-    r, ways = split
-    state = None
-    for part in range(ways):
-        xp = _take(x, axes, r, part, ways)
-        s = _fold(accumulator, accumulator.init(shape, np.float64), xp, dims,
-                  positions[part::ways])
-        state = s if state is None else accumulator.merge(state, s)
-    return state
-
-
+    return labelled.contract(labelled.Labelled(a[0], tuple(a[1])), labelled.Labelled(b[0], tuple(b[1])),
+                             tuple(out_axes))

@@ -16,22 +16,7 @@ from ..compiler.diagram import Diagram
 from . import dtypes, elementwise
 from ..diagrams.diagnostics import error
 from .bind import bind_sizes, to_numpy
-
-
-class _Val:
-    """An array with its axis labels (dimension i is axis labels[i])."""
-
-    __slots__ = ("data", "axes")
-
-    def __init__(self, data: np.ndarray, axes: tuple[str, ...]):
-        self.data, self.axes = data, axes
-
-    def aligned(self, axes: tuple[str, ...]) -> np.ndarray:
-        """View with dimensions in the order of `axes` (size 1 where this value lacks one)."""
-        mine = [a for a in axes if a in self.axes]
-        data = np.transpose(self.data, [self.axes.index(a) for a in mine]) if mine else self.data
-        shape = [data.shape[mine.index(a)] if a in self.axes else 1 for a in axes]
-        return data.reshape(shape)
+from .labelled import Labelled, contract, relabel
 
 
 def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64",
@@ -51,7 +36,7 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
     lowp = precision == "lowp"
     compute = np.float32 if lowp else np.float64
     rounding = dtypes.lowest([s.dtype for s in diagram.inputs + diagram.outputs]) if lowp else None
-    values: dict[int, _Val] = {}
+    values: dict[int, Labelled] = {}
     results: dict[str, np.ndarray] = {}
     for n in ir.order(g):
         op, out = ir.op(g, n), ir.type_of(g, n)
@@ -60,7 +45,7 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
             exact_values = exact and not lowp and ir.kind_of_dtype(op.dtype) == "float"
             stored = arrays[op.name] if exact_values else \
                 arrays[op.name].astype(dtypes.numpy_dtype(op.dtype))
-            values[n] = _Val(elementwise.as_kind(stored, ir.kind_of_dtype(op.dtype), compute),
+            values[n] = Labelled(elementwise.as_kind(stored, ir.kind_of_dtype(op.dtype), compute),
                              out.axes)
             continue
         if isinstance(op, ir.Output):
@@ -71,9 +56,9 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
             continue
         if isinstance(op, ir.Gather):
             index = [a.aligned(out.axes) for a in args[1:]]
-            labels = [_Val(np.arange(sizes[lab]), (lab,)).aligned(out.axes)
+            labels = [Labelled(np.arange(sizes[lab]), (lab,)).aligned(out.axes)
                       for lab in op.labels if lab is not None]
-            values[n] = _Val(np.broadcast_to(gathered(g, n, args[0].data, op.labels, index, labels),
+            values[n] = Labelled(np.broadcast_to(gathered(g, n, args[0].data, op.labels, index, labels),
                                              tuple(sizes[a] for a in out.axes)), out.axes)
             continue
         val = _step(op, out, args, sizes, compute)
@@ -83,40 +68,40 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
     return results
 
 
-def _step(op, out: ir.ArrayType, args: list[_Val], sizes: dict[str, int], compute) -> _Val:
+def _step(op, out: ir.ArrayType, args: list[Labelled], sizes: dict[str, int], compute) -> Labelled:
     kind = ir.kind_of_dtype(out.dtype)
     if isinstance(op, ir.Const):
-        return _Val(elementwise.as_kind(op.value, kind, compute), ())
+        return Labelled(elementwise.as_kind(op.value, kind, compute), ())
     if isinstance(op, ir.Index):
-        return _Val(np.arange(sizes[op.axis], dtype=np.int64), (op.axis,))
+        return Labelled(np.arange(sizes[op.axis], dtype=np.int64), (op.axis,))
     if isinstance(op, ir.SizeOf):
-        return _Val(np.asarray(sizes[op.axis], dtype=np.int64), ())
+        return Labelled(np.asarray(sizes[op.axis], dtype=np.int64), ())
     if isinstance(op, ir.View):
-        return _Val(_relabel(args[0].data, op.labels), out.axes)
+        return Labelled(relabel(args[0].data, op.labels), out.axes)
     if isinstance(op, ir.Map):
         data = elementwise.apply(op.fn, [a.aligned(out.axes) for a in args])
         full = tuple(sizes[a] for a in out.axes)
-        return _Val(np.broadcast_to(elementwise.as_kind(data, kind, compute), full), out.axes)
+        return Labelled(np.broadcast_to(elementwise.as_kind(data, kind, compute), full), out.axes)
     if isinstance(op, ir.Contract):
-        return _Val(_contract(args[0], args[1], out.axes).astype(compute, copy=False), out.axes)
+        return Labelled(contract(args[0], args[1], out.axes).astype(compute, copy=False), out.axes)
     if isinstance(op, ir.Reduce):
         x = args[0]
         dims = tuple(x.axes.index(a) for a in op.axes)
         data = x.data if op.fn in ir.INDEX_REDUCTIONS else elementwise.as_kind(x.data, "float", compute)
-        return _Val(elementwise.as_kind(elementwise.reduce(op.fn, data, dims), kind, compute),
+        return Labelled(elementwise.as_kind(elementwise.reduce(op.fn, data, dims), kind, compute),
                     out.axes)
     if isinstance(op, ir.Scan):
         x = args[0]
         data = elementwise.as_kind(x.data, "float", compute)
-        return _Val(elementwise.scan(op.fn, data, x.axes.index(op.axes[0])), x.axes)
+        return Labelled(elementwise.scan(op.fn, data, x.axes.index(op.axes[0])), x.axes)
     if isinstance(op, ir.Softmax):
         x = args[0]
         dims = tuple(x.axes.index(a) for a in op.axes)
-        return _Val(elementwise.softmax(elementwise.as_kind(x.data, "float", compute), dims), x.axes)
+        return Labelled(elementwise.softmax(elementwise.as_kind(x.data, "float", compute), dims), x.axes)
     if isinstance(op, ir.Assign):
         data = args[0].aligned(out.axes)
         full = tuple(sizes[a] for a in out.axes)
-        return _Val(np.ascontiguousarray(np.broadcast_to(data, full)), out.axes)
+        return Labelled(np.ascontiguousarray(np.broadcast_to(data, full)), out.axes)
     raise TypeError(f"no reference semantics for {op!r}")  # pragma: no cover
 
 
@@ -152,26 +137,3 @@ def _array_name(g, n: int) -> str:
         if m == n:
             return name
     return f"%{n}"
-
-
-def _ids(*label_lists) -> dict[str, int]:
-    ids: dict[str, int] = {}
-    for labels in label_lists:
-        for a in labels:
-            ids.setdefault(a, len(ids))
-    return ids
-
-
-def _relabel(data: np.ndarray, labels: tuple[str, ...]) -> np.ndarray:
-    """Positional relabelling; a repeated label takes the diagonal."""
-    unique = tuple(dict.fromkeys(labels))
-    if len(unique) == len(labels):
-        return data
-    ids = _ids(labels)
-    return np.einsum(data, [ids[a] for a in labels], [ids[a] for a in unique])
-
-
-def _contract(a: _Val, b: _Val, out_axes: tuple[str, ...]) -> np.ndarray:
-    ids = _ids(a.axes, b.axes)
-    return np.einsum(a.data, [ids[x] for x in a.axes], b.data, [ids[x] for x in b.axes],
-                     [ids[x] for x in out_axes], optimize=False)

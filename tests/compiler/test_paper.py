@@ -43,7 +43,7 @@ def symbolic(g, k, stream, choice, target="two-level"):
 
 def column_values(cost_model, cols, choice, level=1):
     """Resident values per column (for the paper's column tables)."""
-    from napkin.compiler.cost import covered, resident
+    from napkin.compiler.extents import covered, resident
     model = cost_model
     cov = covered(model, choice, {a: S[a] for a in model.axes}, 2)[level - 1]
     sizes_at = []
