@@ -37,7 +37,8 @@ def _loss(d, inputs, cot):
 
 def _check_against_finite_differences(d, grad, inputs, cot, rng, eps=1e-6):
     got = evaluate(grad, {**inputs, **cot}, exact=True)
-    assert set(got) == {f"d{s.name}" for s in d.inputs if f"d{s.name}" in got} and got
+    # a gradient for every floating-point input (integer labels, ids and indices have none)
+    assert set(got) == {f"d{s.name}" for s in d.inputs if s.dtype in ("f32", "f16", "bf16")}
     for name, g in got.items():
         x = inputs[name[1:]]
         v = rng.standard_normal(x.shape)
