@@ -184,7 +184,7 @@ class Kernel:
         p, prog, source = self.compiled_for(sizes)
         launches = make_launches(prog, sizes, smem_limit=launcher.smem_limit())
         binary = self._loadable(sizes, source)
-        pointers = self._buffers(p, prog, on_device, outs, shapes, template)
+        pointers, copy_back = self._buffers(p, prog, on_device, outs, shapes, template)
         st = launcher.stream_for(template, stream)
         for spec, kprog in zip(launches, prog.kernels):
             if spec.blocks == 0:
@@ -193,6 +193,8 @@ class Kernel:
             for param, value in zip(kprog.params, spec.args):
                 args.append(np.int64(value) if param.role == "size" else np.uint64(pointers[value]))
             launcher.launch(binary, spec.kernel, spec.grid, spec.block, spec.smem_bytes, args, st)
+        for dst, staged in copy_back:        # out= arrays the kernels wrote through aligned copies
+            launcher.copy(dst, staged)
         return self._finish(outs, given, template)
 
     def _loadable(self, sizes: dict, source: str):
@@ -202,12 +204,13 @@ class Kernel:
             return self.binary(sizes).cubin
         return self.launcher.module_from_source(source, self.arch)
 
-    def _buffers(self, p, prog, inputs: dict, outs: list, shapes, template) -> dict:
-        """Buffer name -> device pointer: inputs, outputs and the intermediates kernels share."""
+    def _buffers(self, p, prog, inputs: dict, outs: list, shapes, template) -> tuple[dict, list]:
+        """(buffer name -> device pointer, [(out= array, its aligned copy)]): inputs, outputs and
+        the intermediates kernels share."""
         from .runtime.launches import buffer_names
         names = buffer_names(prog)
         by_array = {s.name: o for s, o in zip(self.diagram.outputs, outs)}
-        self._keep, self._copy_back = [], []
+        self._keep, copy_back = [], []
         pointers = {}
         for array, dtype, axes in prog.buffers:
             if array in inputs:
@@ -222,18 +225,15 @@ class Kernel:
                 # an array the caller placed elsewhere goes through an aligned copy
                 staged = self.launcher.empty(tuple(p.sizes[a] for a in axes), dtype, template)
                 if array in by_array:
-                    self._copy_back.append((arr, staged))
+                    copy_back.append((arr, staged))
                 else:
                     self.launcher.copy(staged, arr)
                 self._keep.append(staged)
                 arr = staged
             pointers[names[array]] = describe(arr).ptr
-        return pointers
+        return pointers, copy_back
 
     def _finish(self, outs: list, given: dict, template) -> list:
-        for dst, staged in getattr(self, "_copy_back", ()):
-            self.launcher.copy(dst, staged)
-        self._copy_back = []
         if template is not None:
             return outs
         # NumPy callers get NumPy back
