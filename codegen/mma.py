@@ -80,30 +80,28 @@ class MmaLowering(KernelLowering):
         k = self.chunked(s.red)
         tiles = [self._tile(s.a, self.grouped(s.row), k), self._tile(s.b, self.grouped(s.col), k)]
 
-        def pipeline():
+        def pipeline(vector: bool | None = None):
             self._pipeline(tiles, lambda tail: b.loop(
                 "kk", "0", str(self.kp.schedule.stream[1] // FK), "1", lambda: self._step(tiles, fm, fn),
-                unroll=True))
+                unroll=True), vector=vector)
         # rows whose length is a runtime size: the size test decides once, outside the chunk
         # loop, which of two loops runs (16-byte copies, or one value at a time)
         tests = sorted({a for a in map(self._aligned, tiles) if isinstance(a, str)})
         if tests:
-            self._copies = "vector"
-            vector = self._scoped(pipeline)
-            self._copies = "scalar"
-            scalar = self._scoped(pipeline)
-            self._copies = None
-            b.emit(P.If(" && ".join(tests), vector, scalar))
+            b.emit(P.If(" && ".join(tests), self._scoped(lambda: pipeline(True)),
+                        self._scoped(lambda: pipeline(False))))
         else:
             pipeline()
         self._epilogue_mma(fm, fn)
 
-    def _pipeline(self, tiles, compute, skip: str | None = None, peel: bool = False) -> None:
+    def _pipeline(self, tiles, compute, skip: str | None = None, peel: bool = False,
+                  vector: bool | None = None) -> None:
         """The chunk loop, two stages deep (the schedule's `stages`; this loop is written for
         two, as compiler/cost.PIPELINE is): while the block computes on one stage of the
         streamed tiles, the copies of the next chunk fill the other (cp.async groups: one
         per chunk, committed even when empty, so waiting for all but the newest one waits
         for the current chunk). A chunk `skip` says the mask hides is copied, not computed.
+        `vector` (True/False) fixes the copies' width where a size test chose it outside.
 
         `compute(tail)` emits the work on one chunk; `tail` says the chunk may be partial.
         With `peel`, the loop runs over the full chunks only (`clen` is the chunk, so no
@@ -118,7 +116,7 @@ class MmaLowering(KernelLowering):
         def first():
             b.emit(P.Decl("const int", "nlen", length("0")))
             for t in tiles:
-                self._copy(t, "0", f"({self.itype})0", "nlen")
+                self._copy(t, "0", f"({self.itype})0", "nlen", vector)
         b.emit(P.Block(self._scoped(first)))
         b.emit(P.Call("napkin_cp_async_commit", ()))
         b.emit(P.Decl("int", "stage", "0"))
@@ -129,7 +127,7 @@ class MmaLowering(KernelLowering):
             def prefetch():
                 b.emit(P.Decl("const int", "nlen", length(f"c0 + {chunk}")))
                 for t in tiles:
-                    self._copy(t, "(stage ^ 1)", f"c0 + {chunk}", "nlen")
+                    self._copy(t, "(stage ^ 1)", f"c0 + {chunk}", "nlen", vector)
             b.emit(P.If(f"c0 + {chunk} < {size}", self._scoped(prefetch)))
             b.emit(P.Call("napkin_cp_async_commit", ()))
             b.emit(P.Call("napkin_cp_async_wait<1>", ()))
@@ -189,24 +187,22 @@ class MmaLowering(KernelLowering):
         """The tile's stage in use (a streamed tile has two)."""
         return f"({t['name']} + {stage} * {t['count']})" if t["stages"] > 1 else t["name"]
 
-    def _copy(self, t: dict, stage: str = "0", c0: str = "c0", clen: str = "clen") -> None:
+    def _copy(self, t: dict, stage: str = "0", c0: str = "c0", clen: str = "clen",
+              vector: bool | None = None) -> None:
         """Block-wide copy of the operand's tile (the chunk at c0 of length clen, into this
         stage) to shared memory, zeros outside: 16 bytes at a time with cp.async when the rows
         allow it (the tile's inner axis is the array's contiguous one, its size a multiple of
         8 and the array 16-byte aligned; then a vector is all inside or all outside the
         array), else one value at a time. The caller commits and waits."""
         b = self.b
-        vector = self._scoped(lambda: self._copy_loop(t, VECTOR, stage, c0, clen))
-        scalar = self._scoped(lambda: self._copy_loop(t, 1, stage, c0, clen))
         aligned = self._aligned(t)
-        if isinstance(aligned, str) and getattr(self, "_copies", None):
-            aligned = True if self._copies == "vector" else None     # decided outside the loop
-        chosen = vector if aligned is True else scalar if aligned is None else None
-        if chosen is not None:
-            for s in chosen:
-                b.emit(s)
+        if isinstance(aligned, str) and vector is not None:
+            aligned = True if vector else None          # the size test ran outside the loop
+        if aligned is True or aligned is None:
+            self._copy_loop(t, VECTOR if aligned else 1, stage, c0, clen)
             return
-        b.emit(P.If(aligned, vector, scalar))
+        b.emit(P.If(aligned, self._scoped(lambda: self._copy_loop(t, VECTOR, stage, c0, clen)),
+                    self._scoped(lambda: self._copy_loop(t, 1, stage, c0, clen))))
 
     def _aligned(self, t: dict) -> str | bool | None:
         """When 16-byte copies are possible: always (True), by a runtime test of a size, or
