@@ -61,7 +61,7 @@ def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
         return fused_kernel(g, "k?", set().union(*(stmts[s] for s in c)))
 
     def time(c: Cluster) -> float:
-        p = planner.plan(kernel(c), strict=False, quick=True)
+        p = planner.estimate(kernel(c))
         return float("inf") if p is None else p.cost.time
 
     while True:
@@ -157,8 +157,7 @@ def _reasons(g, stmts, clusters, c: Cluster, time, planner) -> str:
 
 def _factor(planner, g, stmts, p, c) -> str:
     def quick(stmt_set):
-        return planner.plan(fused_kernel(g, "", set().union(*(stmts[s] for s in stmt_set))),
-                            strict=False, quick=True)
+        return planner.estimate(fused_kernel(g, "", set().union(*(stmts[s] for s in stmt_set))))
     merged, a, b = quick(p | c), quick(p), quick(c)
     if merged is None or a is None or b is None:
         return ""

@@ -70,12 +70,21 @@ class KernelPlanner:
             model = replace(model, kernel=k)
         return model, cols
 
-    def plan(self, k: FusedKernel, strict: bool = True, quick: bool = False) -> KernelPlan | None:
-        """The best plan of one kernel; `quick` searches a smaller space (fusion's estimates)."""
+    def _found(self, k: FusedKernel, quick: bool):
         key = (k.nodes, k.loads, k.stores, quick)
         if key not in self._memo:
             self._memo[key] = self._plan(k, quick)
-        found = self._memo[key]
+        return self._memo[key]
+
+    def estimate(self, k: FusedKernel) -> KernelPlan | None:
+        """Fusion's quick estimate of one kernel (a smaller search): its model, choice and cost,
+        with no Schedule built; None when no tiling fits."""
+        found = self._found(k, quick=True)
+        return None if isinstance(found, (_Infeasible, _NotOnTensorCores)) else found
+
+    def plan(self, k: FusedKernel, strict: bool = True) -> KernelPlan | None:
+        """The best plan of one kernel, with its checked Schedule."""
+        found = self._found(k, quick=False)
         if isinstance(found, (_Infeasible, _NotOnTensorCores)):
             if strict:
                 raise found.error(k, self.target)
