@@ -17,6 +17,7 @@ import numpy as np
 
 from .compiler import target as targets
 from .compiler.diagram import Diagram
+from .compiler.split import complete_sizes
 from .explain import render_text, report
 from .diagrams.diagnostics import UsageError, did_you_mean, error
 from . import pipeline
@@ -182,7 +183,8 @@ class Kernel:
         if any(0 in shape for shape in shapes.values()):
             return self._finish(outs, given, template)
         p, prog, source = self.compiled_for(sizes)
-        launches = make_launches(prog, sizes, smem_limit=launcher.smem_limit())
+        launches = make_launches(prog, complete_sizes(p.graph, sizes),
+                                 smem_limit=launcher.smem_limit())
         binary = self._loadable(sizes, source)
         pointers, copy_back = self._buffers(p, prog, on_device, outs, shapes, template)
         st = launcher.stream_for(template, stream)

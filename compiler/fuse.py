@@ -71,6 +71,8 @@ def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
             if _creates_cycle(g, stmts, clusters, p, c) or _creates_cycle(g, stmts, clusters, c, p):
                 continue
             merged = p | c
+            if _splits_apart(g, merged):
+                continue
             gain = time(p) + time(c) - time(merged)
             if gain > 1e-12 * max(time(p) + time(c), 1e-30) and (best is None or gain > best[0]):
                 best = (gain, p, c)
@@ -114,6 +116,13 @@ def _edges(g, stmts, clusters, siblings: bool = False):
                         yield pair
 
 
+def _splits_apart(g, cluster: Cluster) -> bool:
+    """A split's partial states and their merge stay in two kernels (split.py): fused, the
+    merge would reduce the splits inside each block, which is the unsplit plan again."""
+    info = g.graph.get("split")
+    return info is not None and any(a in cluster and b in cluster for a, b in info.apart)
+
+
 def _creates_cycle(g, stmts, clusters, p: Cluster, c: Cluster) -> bool:
     """Merging p and c is illegal if another kernel lies on a path between them."""
     owner = {n: cl for cl in clusters for s in cl for n in stmts[s]}
@@ -145,6 +154,8 @@ def _reasons(g, stmts, clusters, c: Cluster, time, planner) -> str:
         t_sep, t_fused = time(p) + time(c), time(merged)
         if _creates_cycle(g, stmts, clusters, p, c):
             why = "another kernel lies between them"
+        elif _splits_apart(g, p | c):
+            why = "the merge of split partial states is its own kernel"
         elif t_fused == float("inf"):
             why = "no tiling of the fused kernel fits in memory"
         else:

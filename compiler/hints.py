@@ -20,7 +20,7 @@ from .target import Target
 
 @dataclass(frozen=True)
 class Hint:
-    kind: str          # group | stream
+    kind: str          # group | stream | split (splitting.py reads splits, not the search)
     axis: str
     size: int
     level: int         # index into target.levels (1: blocks, 2: threads)
@@ -36,7 +36,7 @@ def resolve(diagram_hints, overrides: dict, target: Target, axes) -> list[Hint]:
     for h in diagram_hints:
         level = _level(target, h.level, h)
         out[(h.kind, h.axis, level)] = Hint(h.kind, h.axis, h.size, level, h)
-    for kind in ("group", "stream"):
+    for kind in ("group", "stream", "split"):
         for axis, size in overrides.get(kind, {}).items():
             if axis not in axes:
                 raise error("N0201", f"--{kind} {axis}={size}: the diagram has no axis `{axis}`",

@@ -106,6 +106,7 @@ class Axis:
     size: int | None       # static size, or None when read from the inputs
     rep: str               # representative of its size class (axes forced equal)
     span: Span | None
+    derived: tuple[str, int] | None = None   # a split's share: ceil(size(source) / parts)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ other stage computes it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 import numpy as np
@@ -25,6 +25,8 @@ import numpy as np
 from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import schedule as schedules
+from . import splitting
+from .splitting import SplitChoice
 from .canonical import canonicalize
 from .columns import columns
 from .cost import Choice, evaluate
@@ -48,6 +50,7 @@ class Plan:
     engine: str = "auto"         # auto | tensor-cores | cuda-cores (what the planner was told)
     defaulted: tuple[str, ...] = ()   # dynamic axes planned at DEFAULT_SIZE (no size given)
     hints: tuple = ()            # the resolved schedule hints (baseline() plans with them)
+    split: "SplitChoice | None" = None   # a reduced axis split across blocks (splitting.py)
 
     @property
     def time(self) -> float:
@@ -76,6 +79,7 @@ class Fused:
     problem: Problem
     kernels: tuple[FusedKernel, ...]
     planner: "KernelPlanner"
+    split: "SplitChoice | None" = None
 
 
 def planning_sizes(diagram: Diagram, shape: dict | None = None) -> dict[str, int]:
@@ -133,13 +137,20 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
 
 
 def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True) -> Fused:
-    """Stage `fuse`: the kernels (one per equation without fusion)."""
+    """Stage `fuse`: the kernels (one per equation without fusion), and the split of a reduced
+    axis across blocks when one is hinted or predicted faster (splitting.py)."""
     from .fuse import fuse, unfused_kernels
-    planner = KernelPlanner(problem.graph, problem.target, problem.sizes, problem.hints,
-                            check_engine(engine))
-    kernels = _in_diagram(problem.diagram, lambda: fuse(problem.graph, planner) if fusion
-                          else unfused_kernels(problem.graph))
-    return Fused(problem, tuple(kernels), planner)
+    check_engine(engine)
+
+    def fused(pr: Problem) -> Fused:
+        planner = KernelPlanner(pr.graph, pr.target, pr.sizes, pr.hints, engine)
+        kernels = fuse(pr.graph, planner) if fusion else unfused_kernels(pr.graph)
+        return Fused(pr, tuple(kernels), planner)
+    forced = tuple((h.axis, h.size, h.info.span if h.info else None)
+                   for h in problem.hints if h.kind == "split")
+    rest = replace(problem, hints=tuple(h for h in problem.hints if h.kind != "split"))
+    found, choice = _in_diagram(problem.diagram, lambda: splitting.choose(rest, fused, forced))
+    return replace(found, split=choice)
 
 
 def tile(fused: Fused) -> Plan:
@@ -153,7 +164,7 @@ def tile(fused: Fused) -> Plan:
         return plans
     plans = _in_diagram(pr.diagram, run)
     return Plan(pr.diagram, pr.graph, pr.target, pr.sizes, plans, fused.planner.engine,
-                pr.defaulted, pr.hints)
+                pr.defaulted, pr.hints, fused.split)
 
 
 def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,
@@ -201,4 +212,4 @@ def with_choices(plan: Plan, choices) -> Plan:
         kernels.append(kernel_plan(plan.graph, kp.kernel, model, cols, choice, cost, kp.hints,
                                    plan.sizes, plan.target, sched))
     return Plan(plan.diagram, plan.graph, plan.target, plan.sizes, tuple(kernels), plan.engine,
-                plan.defaulted, plan.hints)
+                plan.defaulted, plan.hints, plan.split)

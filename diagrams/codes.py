@@ -53,6 +53,7 @@ CODES: dict[str, str] = {
     "N0604": "schedule not legal for this diagram",
     "N0605": "unknown target",
     "N0606": "kernel cannot run on tensor cores",
+    "N0607": "axis cannot be split",
     # warnings
     "N0701": "unused input",
     "N0702": "unused array",

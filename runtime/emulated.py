@@ -6,6 +6,7 @@ import numpy as np
 
 from ..codegen import program as P
 from ..compiler.plan import Plan
+from ..compiler.split import complete_sizes
 from . import emulate
 from .launches import buffer_names, make_buffers, make_launches
 
@@ -32,6 +33,7 @@ def run_program(plan: Plan, program: P.Program, source: str, inputs: dict[str, n
     """Outputs by name, as the emitted kernels compute them (in storage dtypes): `program` and
     `source` are the plan's, lowered and rendered by the driver (napkin.pipeline.run_plan)."""
     input_names = set(plan.graph.graph["inputs"])
+    sizes = complete_sizes(plan.graph, sizes)     # a split's axes too
     buffers = make_buffers(program, inputs, sizes, input_names)
     launches = [emulate.Launch(s.kernel, (s.grid if s.grid < EMULATOR_GRID else EMULATOR_GRID, 1, 1),
                                (s.block, 1, 1), s.smem_bytes, s.args)

@@ -20,6 +20,7 @@ from ..compiler.canonical import through
 from ..compiler.plan import KernelPlan, Plan
 from . import dtypes, elementwise, labelled
 from .splits import fold, fold_split, take
+from ..compiler.split import complete_sizes
 from .bind import bind_sizes, to_numpy
 
 
@@ -46,7 +47,7 @@ def interpret(plan: Plan, inputs: dict[str, object]) -> dict[str, np.ndarray]:
     g = plan.graph
     arrays = {name: to_numpy(name, inputs[name], ir.op(g, n).dtype)
               for name, n in g.graph["inputs"].items()}
-    sizes = bind_sizes(plan.diagram, {n: a.shape for n, a in arrays.items()})
+    sizes = complete_sizes(g, bind_sizes(plan.diagram, {n: a.shape for n, a in arrays.items()}))
     memory: dict[int, np.ndarray] = {}
     for name, n in g.graph["inputs"].items():
         dtype = ir.op(g, n).dtype

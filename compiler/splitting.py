@@ -1,0 +1,142 @@
+"""Which reduced axis to split across blocks, and into how many splits (part of stage `fuse`).
+
+A plan whose kernels leave SMs idle (decode attention: one query row per head;
+a long reduction at batch 1; a skinny matrix product) can group a reduced axis
+across blocks (`split.py`): each block streams its share through the
+accumulator and a merge kernel combines the partial states. The candidates
+are the reduced axes that merge, of the kernels the model predicts under-fill
+the GPU, split into 2, 4, 8, ... parts (at most one split per `MIN_SHARE`
+positions, at most `MAX_PARTS`); each is fused and priced by the same quick
+estimates fusion uses (the partial states' traffic and the merge kernel
+included), and the fastest plan wins, unsplit included. A hint (`split x by 8`,
+`--split x=8`, `split={"x": 8}`) fixes the split instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..diagrams.diagnostics import error
+from . import split as splits
+
+UNDERFILLED = 0.75     # a kernel busy below this fraction of the GPU invites a split
+MIN_SHARE = 32         # positions of the split axis per split, at least
+MAX_PARTS = 256
+
+
+@dataclass(frozen=True)
+class SplitChoice:
+    """The split a plan runs with, and what it gained (quick estimates, for explain)."""
+    axis: str
+    parts: int
+    part_axis: str
+    share_axis: str
+    share: int                   # positions per split at the planning size
+    partials: tuple[str, ...]    # the partial-state arrays
+    forced: bool                 # given by a hint, not chosen
+    time: float                  # predicted (quick estimates) with the split
+    unsplit_time: float | None   # the best unsplit plan's, when it has one
+
+
+def split_problem(problem, axis: str, parts: int, span=None):
+    """The problem with `axis` split in `parts` (a NapkinError N0607 when it cannot be)."""
+    try:
+        g = splits.split(problem.graph, axis, parts)
+    except splits.NotSplittable as exc:
+        raise splits.refuse(axis, str(exc), span) from None
+    info = g.graph["split"]
+    hints = tuple(replace(h, axis=info.share_axis) if h.kind == "stream" and h.axis == axis
+                  else h for h in problem.hints)
+    return replace(problem, graph=g, sizes=splits.complete_sizes(g, problem.sizes), hints=hints)
+
+
+def total(fused) -> float:
+    times = [fused.planner.estimate(k) for k in fused.kernels]
+    return float("inf") if any(t is None for t in times) else sum(t.cost.time for t in times)
+
+
+def candidates(fused) -> dict[str, int]:
+    """Reduced axes of under-filled kernels that split, each with the split count a search
+    starts from: the power of two nearest half what fills the GPU's block slots (the
+    kernel's blocks times the splits against SMs times the blocks an SM holds)."""
+    problem, planner = fused.problem, fused.planner
+    if not problem.target.processors:
+        return {}
+    g = problem.graph
+    out: dict[str, int] = {}
+    for k in fused.kernels:
+        est = planner.estimate(k)
+        if est is None or est.cost.utilization >= UNDERFILLED:
+            continue
+        group = dict(est.choice.group)
+        blocks = 1
+        for a in est.model.woven:
+            blocks *= -(-problem.sizes[a] // group.get(a, problem.sizes[a]))
+        slots = problem.target.processors * max(1, int(est.cost.blocks_per_sm))
+        start = 2
+        while start * 2 * blocks * 2 <= slots:
+            start *= 2
+        for a in k.reduced(g):
+            if a in g.graph["axes"] and a not in out and splits.splittable(g, a) is None \
+                    and problem.sizes[a] >= 2 * MIN_SHARE:
+                out[a] = min(start, _most(problem.sizes[a]))
+    return out
+
+
+def _most(size: int) -> int:
+    parts = 2
+    while parts * 2 <= MAX_PARTS and size >= parts * 2 * MIN_SHARE:
+        parts *= 2
+    return parts
+
+
+def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
+    """(the fused kernels to plan, their SplitChoice or None). `fuse(problem)` is the fusion
+    stage; `forced` are the split hints: (axis, parts, span)."""
+    if len(forced) > 1:
+        raise error("N0607", "one split per diagram: the hints split "
+                    + ", ".join(f"`{a}`" for a, _, _ in forced), forced[1][2],
+                    help="keep one split hint")
+    if forced:
+        axis, parts, span = forced[0]
+        if axis not in problem.graph.graph["axes"]:
+            raise error("N0201", f"split {axis}: the diagram has no axis `{axis}`", span)
+        fused = fuse(split_problem(problem, axis, parts, span))
+        return fused, _choice(fused, axis, parts, True, None)
+    base = fuse(problem)
+    best, best_time, best_key = base, total(base), None
+    unsplit = best_time
+    for axis, start in candidates(base).items():
+        # a walk over powers of two from `start`: up while faster, else down while faster
+        tried: dict[int, tuple] = {}
+
+        def price(parts: int):
+            if parts not in tried:
+                fused = fuse(split_problem(problem, axis, parts))
+                tried[parts] = (total(fused), fused)
+            return tried[parts][0]
+        here = start
+        price(here)
+        for step in (2, 0.5):
+            while True:
+                nxt = int(here * step)
+                if nxt < 2 or nxt > _most(problem.sizes[axis]) or price(nxt) >= price(here):
+                    break
+                here = nxt
+        t, fused = tried[here]
+        if t < best_time * (1 - 1e-9):
+            best, best_time, best_key = fused, t, (axis, here)
+    if best_key is None:
+        return base, None
+    return best, _choice(best, best_key[0], best_key[1], False,
+                         unsplit if unsplit != float("inf") else None)
+
+
+def _choice(fused, axis: str, parts: int, forced: bool, unsplit) -> SplitChoice:
+    info = fused.problem.graph.graph["split"]
+    return SplitChoice(axis, parts, info.part_axis, info.share_axis,
+                       fused.problem.sizes[info.share_axis], info.partials, forced,
+                       total(fused), unsplit)
+
+
+__all__ = ["SplitChoice", "choose", "split_problem", "candidates", "total"]
