@@ -28,7 +28,8 @@ def load(diagram, **sizes: int) -> Diagram:
 
 def compile(diagram, target: str | None = None, arch: str | None = None, backend: str = "auto",
             engine: str = "auto", group: dict | None = None, stream: dict | None = None,
-            fusion: bool = True, save_for_backward: bool = False, **sizes: int):
+            fusion: bool = True, save_for_backward: bool = False, split: dict | None = None,
+            **sizes: int):
     """Compile a diagram into a `Kernel` you call on arrays: `napkin.compile("attention")(Q, K, V)`
     returns the tuple of outputs, as `napkin.run` does.
 
@@ -37,7 +38,9 @@ def compile(diagram, target: str | None = None, arch: str | None = None, backend
     "interpret" or "emulate". `engine` is "auto" (the planner chooses per kernel),
     "tensor-cores" (every kernel with a contraction on mma.sync, or N0606 saying why one
     cannot) or "cuda-cores". `group={"q": 128}` and `stream={"x": 64}` are schedule hints,
-    as `--group`/`--stream` on the command line. Other keyword arguments fix axis sizes
+    as `--group`/`--stream` on the command line; `split={"x": 8}` splits a reduced axis
+    across 8 blocks and merges their partial states (`--split x=8`; by default the planner
+    splits where it predicts a gain). Other keyword arguments fix axis sizes
     (`d=64`). `save_for_backward=True` compiles `napkin.statistics(diagram)`: the outputs, then
     each softmax's row logsumexp, which `napkin.grad(diagram, saved=True)` reads.
     """
@@ -46,7 +49,7 @@ def compile(diagram, target: str | None = None, arch: str | None = None, backend
     from .pipeline import Options
     check_backend(backend)
     options = Options.make(target=target, arch=arch, group=group, stream=stream, engine=engine,
-                           fusion=fusion)
+                           fusion=fusion, split=split)
     d = load(diagram, **sizes)
     if save_for_backward:
         from .gradient import statistics
@@ -56,12 +59,12 @@ def compile(diagram, target: str | None = None, arch: str | None = None, backend
 
 def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
         engine: str = "auto", group: dict | None = None, stream: dict | None = None,
-        **named) -> tuple:
+        split: dict | None = None, **named) -> tuple:
     """Run a diagram on arrays; returns a tuple of outputs in declaration order.
 
     Inputs go positionally in declaration order or by name; other keyword
     arguments naming axes fix their sizes (`d=128`). `backend`, `target`, `engine` and
-    the schedule hints `group`/`stream` are as for `napkin.compile`.
+    the schedule hints `group`/`stream`/`split` are as for `napkin.compile`.
     """
     import numpy as np
 
@@ -87,6 +90,7 @@ def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
     declared = {s.name: s.dtype for s in d.inputs}
     inputs = {name: np.ascontiguousarray(stored(name, to_numpy(name, value), declared[name]))
               for name, value in given.items()}
-    kernel = Kernel(d, Options.make(target=target, engine=engine, group=group, stream=stream),
+    kernel = Kernel(d, Options.make(target=target, engine=engine, group=group, stream=stream,
+                                    split=split),
                     backend=backend)
     return kernel(**inputs)

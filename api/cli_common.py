@@ -101,6 +101,10 @@ engine_option = click.option("--engine", type=click.Choice(["auto", "tensor-core
                              default="auto", show_default=True, help=ENGINE_HELP)
 
 
+SPLIT_HELP = ("Split a reduced axis across blocks and merge their partial states: "
+              "--split x=8 (default: the planner splits when it predicts a gain).")
+
+
 def planning_options(default_target: str | None = None, arch: str | None = None):
     """Adds --target, --shape, --group, --stream, --engine, --no-fusion (and --arch when `arch`
     is the help of its default) to a command, which receives them as one checked
@@ -119,20 +123,22 @@ def planning_options(default_target: str | None = None, arch: str | None = None)
                       help="Fix group sizes at the block level: --group q=128.")
         @click.option("--stream", "streams", multiple=True, metavar="AXIS=SIZE,...",
                       help="Fix the streamed axis and its chunk: --stream x=64.")
+        @click.option("--split", "splits", multiple=True, metavar="AXIS=COUNT",
+                      help=SPLIT_HELP)
         @engine_option
         @click.option("--no-fusion", is_flag=True, help="Plan one kernel per equation.")
         @functools.wraps(fn)
-        def wrapper(target_name, shapes, groups, streams, engine, no_fusion, **kwargs):
+        def wrapper(target_name, shapes, groups, streams, splits, engine, no_fusion, **kwargs):
             from .pipeline import Options
             planned = bool(target_name != default_target or shapes or groups or streams
-                           or engine != "auto" or no_fusion)
+                           or splits or engine != "auto" or no_fusion)
             options = Options.make(
                 target=target_name, arch=kwargs.pop("arch", None),
                 shape=parse_assignments(shapes, "--shape"),
                 defines=kwargs.get("sizes"),
                 group=parse_assignments(groups, "--group"),
                 stream=parse_assignments(streams, "--stream"), engine=engine,
-                fusion=not no_fusion)
+                fusion=not no_fusion, split=parse_assignments(splits, "--split"))
             return fn(options=options, planned=planned, **kwargs)
         if arch is not None:
             wrapper = click.option("--arch", default=None, help=arch)(wrapper)

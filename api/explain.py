@@ -78,6 +78,7 @@ def report(plan: Plan, compare: bool = True) -> dict:
         "dynamic": [a for a, s in plan.diagram.axes.items() if s is None],
         "defaulted": list(plan.defaulted),
         "kernels": kernels,
+        "split": _split(plan),
         "predicted_seconds": float(plan.time),
         "H_bytes": sum(float(k.cost.levels[1].H) for k in plan.kernels),
     }
@@ -90,7 +91,48 @@ def report(plan: Plan, compare: bool = True) -> dict:
 
 
 def _eq_name(plan: Plan, stmt: int) -> str:
-    return next((e.name for e in plan.diagram.equations if e.stmt == stmt), f"#{stmt}")
+    """The equation's name (a split's partial side: `O.part`)."""
+    return next((e.name for e in plan.graph.graph["equations"] if e.stmt == stmt), f"#{stmt}")
+
+
+def _split(plan: Plan) -> dict | None:
+    """The split of a reduced axis across blocks: its relabelling, the partial-state arrays
+    (in global memory between the partial and the merge kernels), and what it gained."""
+    s = plan.split
+    if s is None:
+        return None
+    from .runtime.dtypes import numpy_dtype
+    g = plan.graph
+    partials = []
+    for name in s.partials:
+        t = ir.type_of(g, g.graph["arrays"][name])
+        count = 1
+        for a in t.axes:
+            count *= plan.sizes[a]
+        partials.append({"name": name, "shape": [[a, int(plan.sizes[a])] for a in t.axes],
+                         "dtype": t.dtype, "level": plan.target.level_names[0],
+                         "bytes": int(count * numpy_dtype(t.dtype).itemsize)})
+    merging = [kp.kernel.name for kp in plan.kernels if s.part_axis in kp.kernel.reduced(g)]
+    return {"axis": s.axis, "parts": s.parts, "part_axis": s.part_axis,
+            "share_axis": s.share_axis, "share": s.share, "hinted": s.forced,
+            "partials": partials, "merged_by": merging,
+            "estimated_seconds": s.time, "unsplit_estimated_seconds": s.unsplit_time}
+
+
+def _split_lines(sp: dict, fmt) -> list[str]:
+    how = "hinted" if sp["hinted"] else "chosen by the planner"
+    lines = [f"split: {sp['axis']} -> {sp['part_axis']} = {sp['parts']} splits x "
+             f"{sp['share_axis']} = {sp['share']} ({how})"]
+    for b in sp["partials"]:
+        shape = "[" + " ".join(f"{a}={n}" for a, n in b["shape"]) + "]"
+        lines.append(f"  partial state  {b['name']:<12} {shape} {b['dtype']} in {b['level']}, "
+                     f"{b['bytes']:,} bytes")
+    lines.append(f"  merged by kernel {', '.join(sp['merged_by']) or '(none)'}")
+    if sp["unsplit_estimated_seconds"] is not None:
+        t, u = sp["estimated_seconds"], sp["unsplit_estimated_seconds"]
+        lines.append(f"  quick estimates: {fmt(t)} split, {fmt(u)} for the best unsplit plan "
+                     f"({u / max(t, 1e-30):.2f}x)")
+    return lines
 
 
 def _engine(plan: Plan, kp) -> dict:
@@ -151,6 +193,8 @@ def render_text(rep: dict) -> str:
     note = (f" ({', '.join(rep['defaulted'])} at the default planning size; set sizes with --shape)"
             if rep.get("defaulted") else "")
     lines.append(f"sizes: {sizes}{note}")
+    if rep.get("split"):
+        lines.extend(_split_lines(rep["split"], fmt))
     for k in rep["kernels"]:
         lines.append("")
         lines.append(f"kernel {k['name']}: computes {', '.join(k['equations'])}")

@@ -35,6 +35,7 @@ class Options:
     defines: tuple[tuple[str, int], ...] = ()         # -D sizes the check stage fixes
     groups: tuple[tuple[str, int], ...] = ()          # --group hints (block level)
     streams: tuple[tuple[str, int], ...] = ()         # --stream hints
+    splits: tuple[tuple[str, int], ...] = ()          # --split hints (splits across blocks)
     engine: str = "auto"                              # auto | tensor-cores | cuda-cores
     fusion: bool = True
     nvrtc_options: tuple[str, ...] = field(default=())
@@ -42,7 +43,7 @@ class Options:
     @classmethod
     def make(cls, target: str | None = None, arch: str | None = None, shape=None, defines=None,
              group=None, stream=None, engine: str = "auto", fusion: bool = True,
-             nvrtc_options=()) -> "Options":
+             nvrtc_options=(), split=None) -> "Options":
         """Options from plain values (dicts of sizes and hints), checked."""
         if target is not None:
             targets.load(target)               # N0605 now, not at the first plan
@@ -50,15 +51,16 @@ class Options:
             from .runtime.nvrtc import validate_arch
             validate_arch(arch)
         return cls(target, arch, _pairs(shape), _pairs(defines),
-                   _pairs(group), _pairs(stream), check_engine(engine), bool(fusion),
-                   tuple(nvrtc_options))
+                   _pairs(group), _pairs(stream), _pairs(split), check_engine(engine),
+                   bool(fusion), tuple(nvrtc_options))
 
     def with_shape(self, shape) -> "Options":
         return replace(self, shape=_pairs(shape))
 
     @property
     def overrides(self) -> dict:
-        return {"group": dict(self.groups), "stream": dict(self.streams)}
+        return {"group": dict(self.groups), "stream": dict(self.streams),
+                "split": dict(self.splits)}
 
     @property
     def target_name(self) -> str:

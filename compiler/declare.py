@@ -167,8 +167,12 @@ def _hint(decl: Declarations, hint: ast.Hint) -> None:
                     help=did_you_mean(hint.axis.text, list(decl.axes), "hints name declared axes"))
     size = parse_size(hint.size)
     level = hint.level.text if hint.level else None
+    if hint.kind == "split" and level is not None:
+        raise error("N0602", f"`split {hint.axis.text}` takes no level: the splits are blocks",
+                    hint.level.span, help=f"write `split {hint.axis.text} by {size}`")
     for other in decl.hints:
-        if other.axis == hint.axis.text and other.level == level:
+        if other.axis == hint.axis.text and other.level == level and \
+                (other.kind == "split") == (hint.kind == "split"):
             raise error("N0601", f"axis `{hint.axis.text}` already has a schedule hint"
                         + (f" at `{level}`" if level else ""), hint.span,
                         labels=[Label(other.span, "the first hint")] if other.span else [],

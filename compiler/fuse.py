@@ -55,7 +55,6 @@ def _topological(g: nx.DiGraph, ks: list[FusedKernel]) -> list[FusedKernel]:
 
 def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
     stmts = _statements(g)
-    clusters: set[Cluster] = {frozenset([s]) for s in stmts}
 
     def kernel(c: Cluster) -> FusedKernel:
         return fused_kernel(g, "k?", set().union(*(stmts[s] for s in c)))
@@ -64,6 +63,53 @@ def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
         p = planner.estimate(kernel(c))
         return float("inf") if p is None else p.cost.time
 
+    starts = [{frozenset([s]) for s in stmts}]
+    seeded = _partial_side(g, stmts)
+    if seeded is not None:
+        # a split's partial side (scores, probabilities and partial states) is often only
+        # worth fusing whole: pairwise steps through it may each lose, so greedy fusion also
+        # starts from it merged, and the cheaper result is kept
+        starts.append({seeded} | {frozenset([s]) for s in stmts if s not in seeded})
+    results = [_greedy(g, stmts, set(start), time) for start in starts]
+    clusters = min(results, key=lambda cs: sum(time(c) for c in cs))
+    ks = []
+    for c in clusters:
+        k = kernel(c)
+        ks.append(FusedKernel(k.name, k.nodes, k.loads, k.stores, k.equations,
+                         _reasons(g, stmts, clusters, c, time, planner)))
+    return _named(g, ks)
+
+
+def regroup(g: nx.DiGraph, groups) -> list[FusedKernel]:
+    """Kernels of these statement groups (another fusion's, on a graph with the same
+    statements), named in launch order; no boundary reasons (for pricing only)."""
+    stmts = _statements(g)
+    return _named(g, [fused_kernel(g, "k?", set().union(*(stmts[s] for s in grp if s in stmts)))
+                      for grp in groups])
+
+
+def _partial_side(g, stmts) -> Cluster | None:
+    """The statements computing over a split's share axis, when they form a legal kernel."""
+    info = g.graph.get("split")
+    if info is None:
+        return None
+    side = frozenset(s for s, nodes in stmts.items()
+                     if any(info.share_axis in ir.type_of(g, n).axes for n in nodes))
+    if len(side) < 2:
+        return None
+    rest = {frozenset([s]) for s in stmts if s not in side}
+    owner = {n: cl for cl in rest | {side} for s in cl for n in stmts[s]}
+    dag = nx.DiGraph()
+    for n, cl in owner.items():
+        dag.add_node(cl)
+        for v in g.successors(n):
+            if owner.get(v, cl) != cl:
+                dag.add_edge(cl, owner[v])
+    return side if nx.is_directed_acyclic_graph(dag) else None
+
+
+def _greedy(g, stmts, clusters: set, time) -> set:
+    """Merge the pair of clusters whose fusion saves the most predicted time, until none does."""
     while True:
         best = None
         for p, c in sorted(_edges(g, stmts, clusters, siblings=True),
@@ -73,20 +119,19 @@ def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
             merged = p | c
             if _splits_apart(g, merged):
                 continue
-            gain = time(p) + time(c) - time(merged)
-            if gain > 1e-12 * max(time(p) + time(c), 1e-30) and (best is None or gain > best[0]):
+            apart, together = time(p) + time(c), time(merged)
+            if together == float("inf"):
+                continue
+            gain = apart - together       # infinite when a side has no tiling of its own
+            floor = 0.0 if apart == float("inf") else 1e-12 * max(apart, 1e-30)
+            if gain > floor and (best is None or gain > best[0]):
                 best = (gain, p, c)
         if best is None:
             break
         _, p, c = best
         clusters -= {p, c}
         clusters.add(p | c)
-    ks = []
-    for c in clusters:
-        k = kernel(c)
-        ks.append(FusedKernel(k.name, k.nodes, k.loads, k.stores, k.equations,
-                         _reasons(g, stmts, clusters, c, time, planner)))
-    return _named(g, ks)
+    return clusters
 
 
 def _edges(g, stmts, clusters, siblings: bool = False):

@@ -30,7 +30,7 @@ from .diagram import Diagram
 from .gradtext import Expr, call, header, product, reduce_to, strip, wrap
 
 _ELEMENTWISE = (ir.Map, ir.Const, ir.Index, ir.SizeOf)
-_KEYWORDS = {"axis", "in", "out", "group", "stream", "by", "at", "and", "or", "not", "inf", "size"}
+_KEYWORDS = {"axis", "in", "out", "group", "stream", "split", "by", "at", "and", "or", "not", "inf", "size"}
 _INLINE_LIMIT = 48          # an adjoint longer than this gets a name of its own
 
 

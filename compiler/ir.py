@@ -111,7 +111,7 @@ class Axis:
 
 @dataclass(frozen=True)
 class HintInfo:
-    kind: str              # "group" | "stream"
+    kind: str              # "group" | "stream" | "split"
     axis: str
     size: int
     level: str | None

@@ -139,12 +139,17 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
 def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True) -> Fused:
     """Stage `fuse`: the kernels (one per equation without fusion), and the split of a reduced
     axis across blocks when one is hinted or predicted faster (splitting.py)."""
-    from .fuse import fuse, unfused_kernels
+    from .fuse import fuse, regroup, unfused_kernels
     check_engine(engine)
 
-    def fused(pr: Problem) -> Fused:
+    def fused(pr: Problem, like: Fused | None = None) -> Fused:
+        """Fusion of `pr`; with `like`, the same statements grouped as in `like` (a split of
+        another count: its kernels priced without searching the fusion again)."""
         planner = KernelPlanner(pr.graph, pr.target, pr.sizes, pr.hints, engine)
-        kernels = fuse(pr.graph, planner) if fusion else unfused_kernels(pr.graph)
+        if like is not None:
+            kernels = regroup(pr.graph, [k.equations for k in like.kernels])
+        else:
+            kernels = fuse(pr.graph, planner) if fusion else unfused_kernels(pr.graph)
         return Fused(pr, tuple(kernels), planner)
     forced = tuple((h.axis, h.size, h.info.span if h.info else None)
                    for h in problem.hints if h.kind == "split")

@@ -18,7 +18,9 @@ and the merge kernel like any other:
     var[x] e          -> the split sum of squared deviations from the split mean / size(x)
     A B over x        -> sum[p_x](where(valid, A, 0) where(valid, B, 0) over s_x)
     softmax[x](S) V   -> O_p = softmax[s_x](S') V' and L_p = logsumexp[s_x](S') per split,
-                         then softmax[p_x](L_p) O_p over p_x   (S' = where(valid, S, -inf))
+                         then softmax[p_x](L_p) O_p over p_x   (S' = where(valid, S, -inf);
+                         L_p is stored broadcast over O's value axes, so the partial kernel
+                         stores arrays of one shape and keeps those axes woven)
 
 The merge of the softmax-contraction pair is the online softmax's merge of
 (m, l, o) states in the form the language already has: a split whose keys
@@ -177,8 +179,7 @@ class _Region:
         self.sinks = [n for n in ir.order(g) if n not in carries and _merges_over(g, n, axis)
                       and any(u in carries for u in ir.operands(g, n))]
         if not self.sinks:
-            raise NotSplittable(f"no reduction over `{axis}` merges (sum, max, min, mean, "
-                                "logsumexp, a variance or a contraction)")
+            raise NotSplittable(f"no reduction over `{axis}` merges partial states")
         inside: set[int] = set()
         stack = [u for n in self.sinks for u in ir.operands(g, n) if u in carries]
         while stack:
@@ -543,8 +544,9 @@ class _Rewrite:
         o_part = self.assign(self.fresh(f"{name}.part"), o, o_axes, part)
         lse = self.add(ir.Reduce("logsumexp", (self.s,)), ir.ArrayType(
             tuple(a for a in ir.type_of(g, scores).axes if a != self.s), t.dtype), [scores], part)
-        rows = tuple(a for a in ir.type_of(g, lse).axes if a != self.p)
-        l_part = self.assign(self.fresh(f"{name}.lse"), lse, (self.p,) + rows, part)
+        # stored over O's axes (broadcast along the value axes), so that the partial kernel
+        # stores arrays of one shape: its value axes stay woven (tiled across threads)
+        l_part = self.assign(self.fresh(f"{name}.lse"), lse, o_axes, part)
         w = self.add(ir.Softmax((self.p,)), ir.type_of(g, l_part), [l_part], merge_stmt)
         union = tuple(dict.fromkeys(ir.type_of(g, w).axes + o_axes))
         merged = self.add(ir.Contract((self.p,)), ir.ArrayType(
@@ -566,8 +568,9 @@ def _equation_name(g, stmt) -> str | None:
 
 def refuse(axis: str, why: str, span=None) -> NapkinError:
     return error("N0607", f"cannot split `{axis}`: {why}", span,
-                 help="split an axis that only reductions consume (sum, max, min, mean, "
-                      "logsumexp, a contraction, or a softmax contracted over it)")
+                 help="split an axis that a sum, max, min, mean, logsumexp, variance or "
+                      "contraction reduces (a softmax over it: only when contracted over it); "
+                      "or drop the hint and let the planner choose")
 
 
 __all__ = ["split", "splittable", "complete_sizes", "share", "SplitInfo", "NotSplittable",

@@ -5,10 +5,12 @@ a long reduction at batch 1; a skinny matrix product) can group a reduced axis
 across blocks (`split.py`): each block streams its share through the
 accumulator and a merge kernel combines the partial states. The candidates
 are the reduced axes that merge, of the kernels the model predicts under-fill
-the GPU, split into 2, 4, 8, ... parts (at most one split per `MIN_SHARE`
-positions, at most `MAX_PARTS`); each is fused and priced by the same quick
-estimates fusion uses (the partial states' traffic and the merge kernel
-included), and the fastest plan wins, unsplit included. A hint (`split x by 8`,
+the GPU (or of every kernel when the outputs are few), split into a power of two of parts (at least `MIN_SHARE` positions per
+split, at most `MAX_PARTS` splits): the counts of `COARSE`, the one that would
+fill the GPU's block slots, then the best one's two neighbours. Each is fused
+and priced by the same quick estimates fusion uses (the partial states'
+traffic and the merge kernel included), and the fastest plan wins, unsplit
+included. A hint (`split x by 8`,
 `--split x=8`, `split={"x": 8}`) fixes the split instead.
 """
 
@@ -17,11 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..diagrams.diagnostics import error
+from . import ir
 from . import split as splits
 
-UNDERFILLED = 0.75     # a kernel busy below this fraction of the GPU invites a split
+UNDERFILLED = 0.75     # a kernel busy below this fraction of the GPU invites a split,
+FEW_OUTPUTS = 1024     # and so do outputs of at most this many values per SM (a plan may
+                       # keep SMs busy without a split by re-reading its inputs)
 MIN_SHARE = 32         # positions of the split axis per split, at least
+LONG = 1024            # the planner splits reductions at least this long (hints: any)
 MAX_PARTS = 256
+COARSE = (4, 16, 64, 256)   # split counts priced first; the best one's neighbours next
 
 
 @dataclass(frozen=True)
@@ -63,10 +70,17 @@ def candidates(fused) -> dict[str, int]:
     if not problem.target.processors:
         return {}
     g = problem.graph
+    outputs = 0
+    for n in g.graph["outputs"].values():
+        count = 1
+        for a in ir.type_of(g, n).axes:
+            count *= problem.sizes[a]
+        outputs += count
+    few = outputs <= problem.target.processors * FEW_OUTPUTS
     out: dict[str, int] = {}
     for k in fused.kernels:
         est = planner.estimate(k)
-        if est is None or est.cost.utilization >= UNDERFILLED:
+        if est is None or (est.cost.utilization >= UNDERFILLED and not few):
             continue
         group = dict(est.choice.group)
         blocks = 1
@@ -78,7 +92,7 @@ def candidates(fused) -> dict[str, int]:
             start *= 2
         for a in k.reduced(g):
             if a in g.graph["axes"] and a not in out and splits.splittable(g, a) is None \
-                    and problem.sizes[a] >= 2 * MIN_SHARE:
+                    and problem.sizes[a] >= LONG:
                 out[a] = min(start, _most(problem.sizes[a]))
     return out
 
@@ -92,7 +106,8 @@ def _most(size: int) -> int:
 
 def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
     """(the fused kernels to plan, their SplitChoice or None). `fuse(problem)` is the fusion
-    stage; `forced` are the split hints: (axis, parts, span)."""
+    stage, `fuse(problem, like)` groups the statements as `like` does; `forced` are the
+    split hints: (axis, parts, span)."""
     if len(forced) > 1:
         raise error("N0607", "one split per diagram: the hints split "
                     + ", ".join(f"`{a}`" for a, _, _ in forced), forced[1][2],
@@ -102,34 +117,45 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
         if axis not in problem.graph.graph["axes"]:
             raise error("N0201", f"split {axis}: the diagram has no axis `{axis}`", span)
         fused = fuse(split_problem(problem, axis, parts, span))
-        return fused, _choice(fused, axis, parts, True, None)
+        unsplit = total(fuse(problem))          # what explain compares the split with
+        return fused, _choice(fused, axis, parts, True,
+                              unsplit if unsplit != float("inf") else None)
     base = fuse(problem)
     best, best_time, best_key = base, total(base), None
     unsplit = best_time
     for axis, start in candidates(base).items():
-        # a walk over powers of two from `start`: up while faster, else down while faster
-        tried: dict[int, tuple] = {}
+        # the kernels fusion makes of the fewest and the most splits tried, priced at the
+        # other counts (the statements are the same), then fused again at the best count
+        most = _most(problem.sizes[axis])
+        coarse = sorted({min(start, most)} | {p for p in COARSE if p <= most})
+        templates = {fuse(split_problem(problem, axis, p)).kernels: p
+                     for p in {coarse[0], coarse[-1]}}
+        tried: dict[int, float] = {}
 
-        def price(parts: int):
+        def price(parts: int) -> float:
             if parts not in tried:
-                fused = fuse(split_problem(problem, axis, parts))
-                tried[parts] = (total(fused), fused)
-            return tried[parts][0]
-        here = start
-        price(here)
-        for step in (2, 0.5):
-            while True:
-                nxt = int(here * step)
-                if nxt < 2 or nxt > _most(problem.sizes[axis]) or price(nxt) >= price(here):
-                    break
-                here = nxt
-        t, fused = tried[here]
+                pr = split_problem(problem, axis, parts)
+                tried[parts] = min(total(fuse(pr, _Like(ks))) for ks in templates)
+            return tried[parts]
+        here = min(coarse, key=price)
+        for nxt in (here // 2, here * 2):          # then the neighbours of the best
+            if 2 <= nxt <= most:
+                price(nxt)
+        here = min(tried, key=price)
+        fused = fuse(split_problem(problem, axis, here))
+        t = total(fused)
         if t < best_time * (1 - 1e-9):
             best, best_time, best_key = fused, t, (axis, here)
     if best_key is None:
         return base, None
     return best, _choice(best, best_key[0], best_key[1], False,
                          unsplit if unsplit != float("inf") else None)
+
+
+@dataclass(frozen=True)
+class _Like:
+    """Another fusion's kernels, for `fuse(problem, like)`."""
+    kernels: tuple
 
 
 def _choice(fused, axis: str, parts: int, forced: bool, unsplit) -> SplitChoice:

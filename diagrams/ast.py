@@ -117,7 +117,7 @@ class OutputDecl:
 
 @dataclass(frozen=True)
 class Hint:
-    kind: str  # "group" | "stream"
+    kind: str  # "group" | "stream" | "split"
     axis: Name
     size: SizeLit
     level: Name | None

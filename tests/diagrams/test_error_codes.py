@@ -90,6 +90,7 @@ TRIGGERS = {
     "N0605": lambda tp, cap, mp: _cli(["explain", "attention", "--target", "tpu"], cap, 2),
     "N0606": lambda tp, cap, mp: _cli(["explain", "mlp", "--engine",
                                        "tensor-cores"], cap, 1),
+    "N0607": lambda tp, cap, mp: _raises(lambda: _plan("split q by 8\n")),
     "N0104": lambda tp, cap, mp: _raises(lambda: parser.decode(b"axis a\nin X[a]: f\xff32\n", "bad.napkin")),
     "N0209": lambda tp, cap, mp: _raises(lambda: napkin.load("matmul", kk=3)),
     "N0308": lambda tp, cap, mp: _raises(lambda: napkin.run(

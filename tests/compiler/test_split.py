@@ -1,0 +1,214 @@
+"""Split reductions (compiler/split.py, splitting.py): a reduced axis grouped across blocks.
+
+The rewrite is checked as meaning (the float64 reference of the split graph against the
+reference of the diagram, for every library diagram and axis that splits, with split
+counts that do not divide the axis and counts past it: empty splits), then as plans
+(interpreter and emulator against the float64 oracle under the tolerance rule), then as
+the planner's choice and what explain, the hints and the errors say.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.commands.run import random_inputs
+from napkin.compiler import split as sp
+from napkin.compiler.canonical import canonicalize
+from napkin.compiler.diagram import Diagram
+from napkin.compiler.plan import plan
+from napkin.compiler.verify import verify
+from napkin.diagrams.diagnostics import NapkinError
+from napkin.runtime import reference
+from napkin.runtime.bind import bind_sizes
+from napkin.runtime.interpret import interpret
+
+LIBRARY = ["attention", "attention_manual", "causal_attention", "gqa_attention",
+           "alibi_attention", "softcap_attention", "sliding_window_attention",
+           "varlen_attention", "softmax", "rmsnorm", "layernorm", "matmul", "batched_matmul",
+           "mlp", "swiglu", "linear_gelu", "gelu_erf", "cross_entropy"]
+
+
+def _shape(d, rng, low=2, high=9):
+    axes = d.ir.graph["axes"]
+    by_rep: dict[str, int] = {}
+    return {a: by_rep.setdefault(info.rep, int(rng.integers(low, high)))
+            for a, info in axes.items() if info.size is None}
+
+
+@pytest.mark.parametrize("name", LIBRARY)
+def test_the_split_graph_means_what_the_diagram_means(name, rng):
+    d = napkin.load(name)
+    g = canonicalize(d.ir)
+    inputs = random_inputs(d, _shape(d, rng, 3, 12), 7)
+    want = reference.evaluate(d, inputs)
+    sizes = bind_sizes(d, {k: np.shape(v) for k, v in inputs.items()})
+    splittable = [a for a in g.graph["axes"] if sp.splittable(g, a) is None]
+    assert splittable, f"{name}: no axis splits"
+    for axis in splittable:
+        for parts in (1, 2, 3, sizes[axis] + 3):          # past the axis: empty splits
+            g2 = sp.split(g, axis, parts)
+            verify(g2)
+            info = g2.graph["split"]
+            assert (info.axis, info.parts) == (axis, parts) and info.partials
+            full = sp.complete_sizes(g2, sizes)
+            assert full[info.share_axis] == -(-sizes[axis] // parts)
+            got = reference.evaluate(Diagram(g2, d.source), inputs, sizes=full)
+            for out in want:
+                np.testing.assert_allclose(got[out], want[out], rtol=1e-9, atol=1e-9,
+                                           err_msg=f"{name} split {axis} by {parts}")
+
+
+def test_what_does_not_split_says_why():
+    g = canonicalize(napkin.load("attention").ir)
+    assert "no reduction over `q`" in sp.splittable(g, "q")
+    scan = canonicalize(napkin.load("axis t, v\nin Z[t v]: f32\n"
+                                    "s[t] = sum[v](cumsum[v](Z))\nout s: f32\n").ir)
+    assert "scanned" in sp.splittable(scan, "v")
+    best = canonicalize(napkin.load("axis t, v\nin Z[t v]: f32\nb[t] = argmax[v](Z)\n"
+                                    "out b: i32\n").ir)
+    assert "no reduction over `v` merges" in sp.splittable(best, "v")
+    with pytest.raises(sp.NotSplittable):
+        sp.split(g, "x", 0)
+
+
+MASKED_DECODE = """\
+axis b, h, q, x
+axis d = 16
+in Q[b h q d], K[b h x d], V[b h x d]: f32
+in start[b]: i32
+S[b h q x] = where(x >= start, Q * K / sqrt(size(d)), -inf)
+P[b h q x] = softmax[x](S)
+O[b h q d] = P * V
+out O: f32
+"""
+
+
+def test_fully_masked_splits_weigh_nothing_and_masked_rows_give_zero(rng):
+    """A decode step whose first splits see only masked keys (and one batch row masked
+    everywhere): the merge never makes NaN, and matches the reference."""
+    d = napkin.load(MASKED_DECODE)
+    shape = {"b": 3, "h": 2, "q": 1, "x": 61}
+    inputs = random_inputs(d, shape, 3)
+    inputs["start"] = np.array([0, 40, 61], dtype=np.int32)     # row 2: no key at all
+    p = plan(d, "h100", shape, {"split": {"x": 7}})
+    assert p.split and p.split.parts == 7
+    out = interpret(p, inputs)["O"]
+    want = reference.evaluate(d, inputs)["O"]
+    assert not np.isnan(out).any()
+    np.testing.assert_array_equal(out[2], 0.0)
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+
+
+def test_nan_in_one_split_reaches_its_row_only(rng):
+    d = napkin.load("attention", d=16)
+    shape = {"b": 1, "h": 2, "q": 3, "x": 50}
+    inputs = random_inputs(d, shape, 5)
+    inputs["K"][0, 1, 33, 4] = np.nan
+    p = plan(d, "h100", shape, {"split": {"x": 4}})
+    out = interpret(p, inputs)["O"]
+    assert np.isnan(out[0, 1]).all() and not np.isnan(out[0, 0]).any()
+
+
+@pytest.mark.parametrize("name, axis, parts", [
+    ("attention", "x", 3), ("causal_attention", "x", 5), ("gqa_attention", "x", 64),
+    ("sliding_window_attention", "x", 4), ("softmax", "c", 3), ("rmsnorm", "c", 7),
+    ("layernorm", "c", 5), ("matmul", "k", 3), ("batched_matmul", "k", 2),
+    ("cross_entropy", "v", 4), ("mlp", "f", 3), ("swiglu", "m", 2)])
+def test_split_plans_interpret_within_the_tolerance_rule(name, axis, parts, rng, within_budget):
+    d = napkin.load(name)
+    shape = _shape(d, rng, 5, 13)
+    shape[axis] = 37 if d.axes[axis] is None else shape.get(axis)
+    shape = {a: v for a, v in shape.items() if v is not None}
+    inputs = random_inputs(d, shape, 11)
+    p = plan(d, "h100", shape, {"split": {axis: parts}})
+    assert p.split is not None and p.split.forced
+    g = p.graph
+    partial = [kp.kernel.name for kp in p.kernels if p.split.share_axis in kp.kernel.reduced(g)]
+    merging = [kp.kernel.name for kp in p.kernels if p.split.part_axis in kp.kernel.reduced(g)]
+    assert partial and merging and not set(partial) & set(merging)
+    within_budget(d, inputs, interpret(p, inputs))
+
+
+@pytest.mark.parametrize("name, axis, parts", [
+    ("attention", "x", 3), ("causal_attention", "x", 6), ("layernorm", "c", 5),
+    ("matmul", "k", 3), ("softmax", "c", 40)])
+def test_split_plans_run_on_the_emulator_within_the_tolerance_rule(name, axis, parts, rng,
+                                                                   within_budget):
+    from napkin.pipeline import run_plan
+    d = napkin.load(name)
+    shape = _shape(d, rng, 3, 7)
+    if d.axes[axis] is None:
+        shape[axis] = 37
+    inputs = random_inputs(d, shape, 13)
+    p = plan(d, "h100", shape, {"split": {axis: parts}})
+    within_budget(d, inputs, run_plan(p, inputs, p.sizes))
+
+
+def test_the_planner_splits_decode_attention_near_the_cost_of_reading_k_and_v():
+    """h200 (HBM 4.8 TB/s in the target): one query per head, 32k keys: the plan is one fused
+    attention over split keys plus its merge, predicted within 1.5x of reading K and V
+    once (a model figure). GQA with 8 query heads per key head packs the heads into a
+    block's rows; on the CUDA cores it is bound by issue slots at about 1.53x (split
+    attention on tensor cores is not lowered yet: docs/splits.md), held here below 1.6x."""
+    from napkin.compiler.target import load
+    hbm = load("h200").levels[1].bandwidth         # global memory -> the SMs
+    for name, shape, bound in [("attention", {"b": 1, "h": 8, "q": 1, "x": 32768}, 1.5),
+                               ("gqa_attention", {"b": 1, "g": 8, "r": 8, "q": 1, "x": 32768},
+                                1.6)]:
+        d = napkin.load(name, d=128)
+        p = plan(d, "h200", shape)
+        assert p.split is not None and p.split.axis == "x" and not p.split.forced, name
+        heads = shape.get("h", shape.get("g"))
+        kv = 2 * shape["b"] * heads * shape["x"] * 128 * 2
+        assert p.time <= bound * kv / hbm, (name, p.time, kv / hbm)
+        assert p.split.unsplit_time is not None and p.time < p.split.unsplit_time
+        fused = [kp for kp in p.kernels if p.split.share_axis in kp.kernel.reduced(p.graph)]
+        assert len(fused) == 1 and len(p.kernels) == 2, name
+        if name == "gqa_attention":
+            assert fused[0].schedule.block_tile()["r"] == 8      # the heads share K and V
+
+
+def test_full_gpus_do_not_split():
+    p = plan(napkin.load("attention", d=64), "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
+    assert p.split is None
+    p = plan(napkin.load("matmul"), "h100", {"m": 4096, "n": 4096, "k": 4096})
+    assert p.split is None
+
+
+def test_split_hints_in_the_diagram_on_the_command_line_and_in_the_api(capsys, rng):
+    from napkin.cli import main
+    hinted = napkin.load("axis r, c\nin X[r c]: f32\nsplit c by 6\nY[r] = logsumexp[c](X)\n"
+                         "out Y: f32\n")
+    p = plan(hinted, "h100", {"r": 3, "c": 50})
+    assert p.split.forced and (p.split.axis, p.split.parts) == ("c", 6)
+    assert main(["explain", "softmax", "--target", "h100", "--shape", "r=4,c=4096",
+                 "--split", "c=8"]) == 0
+    out = capsys.readouterr().out
+    assert "split: c -> p_c = 8 splits x s_c = 512 (hinted)" in out
+    assert "partial state  Y.part" in out and "merged by kernel" in out
+    assert "for the best unsplit plan" in out
+    k = napkin.compile("rmsnorm", backend="interpret", split={"c": 5})
+    X = rng.standard_normal((3, 41)).astype(np.float16)
+    g = rng.standard_normal(41).astype(np.float16)
+    (Y,) = k(X, g)
+    split = k.compiled_for({"r": 3, "c": 41})[0].split
+    assert split is not None and split.parts == 5
+    (want,) = napkin.run("rmsnorm", X, g)
+    np.testing.assert_allclose(Y.astype(np.float64), want.astype(np.float64), atol=2e-2)
+
+
+@pytest.mark.parametrize("text, code, where", [
+    ("axis r, c\nin X[r c]: f32\nsplit r by 4\nY[r] = sum[c](X)\nout Y: f32\n", "N0607", "split r"),
+    ("axis r, c\nin X[r c]: f32\nsplit c by 4 at smem\nY[r] = sum[c](X)\nout Y: f32\n", "N0602",
+     "smem"),
+    ("axis r, c\nin X[r c]: f32\nsplit c by 4\nsplit r by 2\nY[r] = sum[c](X)\nout Y: f32\n",
+     "N0607", "split r"),
+])
+def test_split_hint_mistakes_point_at_the_hint(text, code, where):
+    with pytest.raises(NapkinError) as exc:
+        plan(napkin.load(text), "h100", {"r": 8, "c": 64})
+    diag = exc.value.diagnostics[0]
+    assert diag.code == code
+    assert diag.span is not None and where in text[diag.span.start:diag.span.end]
