@@ -122,10 +122,10 @@ def _show_ir(diagram) -> str:
 
 
 def _show_kernels(fused) -> str:
-    diagram = fused.problem.diagram
+    equations = fused.problem.graph.graph["equations"]     # a split's partial sides too
     lines = []
     for k in fused.kernels:
-        eqs = ", ".join(e.name for e in diagram.equations if e.stmt in k.equations)
+        eqs = ", ".join(e.name for e in equations if e.stmt in k.equations)
         lines.append(f"{k.name}: {eqs}")
         if k.reason:
             lines.append(f"  boundary: {k.reason}")

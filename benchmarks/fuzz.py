@@ -72,6 +72,7 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
     from tests.fuzz import frontend, gen, harness, plans
 
     tried = [0]
+    splits = [0]            # random plans with a reduced axis split across blocks
     failures: list = []
     shrinking = [False]
 
@@ -100,6 +101,7 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
         def body(case):
             if not shrinking[0]:
                 tried[0] += 1
+                splits[0] += case[2].split is not None
             try:
                 plans.check_plan(case, emulate=emulate)
             except harness.Checked as exc:
@@ -168,7 +170,7 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
         test()
     except Exception:  # noqa: BLE001 - the failure is recorded; keep the shrunk case
         saved = save()
-    return {"kind": kind, "tried": tried[0], "failures": failures,
+    return {"kind": kind, "tried": tried[0], "splits": splits[0], "failures": failures,
             "saved": str(saved) if saved else None}
 
 
@@ -279,6 +281,7 @@ def main() -> None:
         print(f"{name}: {json.dumps(figures[name], default=str)}", flush=True)
     deadline = max(deadline, time.time() + 30)      # the random part runs at least 30 s
     totals = {k: 0 for k in BATCHES}
+    split_totals = {k: 0 for k in BATCHES}
     classes = {k: collections.Counter() for k in BATCHES}
     examples, saved = [], []
     spent = {k: 0.0 for k in BATCHES}
@@ -311,13 +314,16 @@ def main() -> None:
                     result = {"tried": 0, "failures": [("batch crashed", repr(exc)[:300], "")],
                               "saved": None}
                 totals[kind] += result["tried"]
+                split_totals[kind] += result.get("splits", 0)
                 for fkind, message, case in result["failures"]:
                     classes[kind][fkind] += 1
                     examples.append(f"[{kind}] {message}\n{case}")
                 if result["saved"]:
                     saved.append(result["saved"])
     figures["random"] = {k: {"tried": totals[k], "failures": dict(classes[k]),
-                             "minutes": round(spent[k] / 60, 1)} for k in BATCHES}
+                             "minutes": round(spent[k] / 60, 1),
+                             **({"split plans": split_totals[k]} if k.startswith("plans") else {})}
+                         for k in BATCHES}
     figures["saved regressions"] = saved
     figures["failure examples"] = examples[:10]
     figures["minutes"] = round((time.time() - start) / 60, 1)
@@ -344,7 +350,8 @@ def report(f: dict) -> None:
           f"{sum(d_in['failures'].values())} {d_in['failures']}")
     for name, x in (("emulated", p_em), ("interpreted", p_in)):
         by = {k: x["failures"].get(k, 0) for k in ("compile", "run", "compare")}
-        print(f"random plans {name}: {x['tried']}, failures by class {by}")
+        print(f"random plans {name}: {x['tried']} ({x.get('split plans', 0)} with a split "
+              f"across blocks), failures by class {by}")
     by = {k: hi["failures"].get(k, 0) for k in ("load", "compile", "run", "compare")}
     print(f"random schedule hints: {hi['tried']}, failures by class {by}")
     print(f"random products and attention on tensor cores: {tc['tried']}, failures "

@@ -9,6 +9,12 @@ outputs pre-filled with NaN so an unwritten element shows), times attention
 SDPA (flash and cuDNN backends) and matmul (4096^3, 8192^3) against cuBLAS,
 and writes DIR/gpu_check.json and a printed table.
 
+It times decode attention (`decode`: one query per head, h = 32 query heads on 8 key-value
+heads as gqa_attention with r = 4, d = 128, f16, b in 1/8/32, keys x in 4k/32k/128k) against
+SDPA (enable_gqa) and, where installed, FlashAttention's `flash_attn_with_kvcache`, and
+reports each one's achieved HBM bandwidth (K and V bytes over the time) as a fraction of the
+target's peak, beside the plan's split (docs/splits.md) and predicted time.
+
 It also checks the cost model's ranking (`ranking`): for attention d=64 and 128 at
 N = 4096 (b=4, h=16, f16) and matmul 4096^3, it times the model's 8 fastest candidate
 tilings (compiler/tensorcore.ranked) and the chosen one, and reports each kernel's error
@@ -67,6 +73,10 @@ def main(argv=None) -> int:
     for entry in timings(args.dry_run, args.quick):
         report["timings"].append(entry)
         _print_timing(entry)
+    report["decode"] = []
+    for entry in decode(args.dry_run, args.quick):
+        report["decode"].append(entry)
+        _print_decode(entry)
     report["ranking"] = []
     for entry in ranking(args.dry_run):
         report["ranking"].append(entry)
@@ -171,6 +181,82 @@ def _time(name, d, shape, dtype, dry_run, bench, extra=None) -> dict:
         entry.update(status="error", error=f"{type(exc).__name__}: {exc}",
                      trace=traceback.format_exc()[-2000:])
     return entry
+
+
+DECODE_BATCHES = (1, 8, 32)
+DECODE_KEYS = (4096, 32768, 131072)
+DECODE_HEADS = (8, 4)          # key-value heads g, query heads per key-value head r: h = 32
+
+
+def decode(dry_run: bool, quick: bool):
+    """Decode attention (q = 1): napkin's plan (split keys) against SDPA and flash-attn."""
+    from napkin.bench import variant
+    from napkin.compiler.target import load
+    g, r = DECODE_HEADS
+    peak = load("h200").levels[1].bandwidth
+    for b in DECODE_BATCHES[:1] if quick else DECODE_BATCHES:
+        for x in DECODE_KEYS[:1] if quick else DECODE_KEYS:
+            shape = {"b": b, "g": g, "r": r, "q": 1, "x": x}
+            entry = {"diagram": "gqa_attention", "shape": shape, "d": 128, "dtype": "f16",
+                     "kv_bytes": 2 * b * g * x * 128 * 2, "peak_bytes_per_second": peak}
+            try:
+                entry.update(_decode(variant("gqa_attention", "f16", d=128), shape, dry_run,
+                                     entry["kv_bytes"], peak))
+            except Exception as exc:
+                entry.update(status="error", error=f"{type(exc).__name__}: {exc}",
+                             trace=traceback.format_exc()[-2000:])
+            yield entry
+
+
+def _decode(d, shape, dry_run, kv_bytes, peak) -> dict:
+    from napkin.kernel import Kernel
+    from napkin.pipeline import Options
+    k = Kernel(d, Options(target="h200", arch="sm_90"), backend="reference" if dry_run else "cuda")
+    p = k.compiled_for(shape)[0]
+    out = {"predicted_seconds": p.time, "kernels": len(p.kernels),
+           "split": None if p.split is None else {"axis": p.split.axis, "parts": p.split.parts}}
+    if dry_run:
+        out.update(status="planned", resources=_compile(k, shape))
+        return out
+    import torch
+    from napkin.bench import Timer, check, random_inputs
+    out["correct"] = check(k, torch, d, {**shape, "x": min(shape["x"], 1000)})
+    inputs = random_inputs(torch, d, shape)
+    timer = Timer(torch)
+    q, kk, v = inputs["Q"], inputs["K"], inputs["V"]
+    b, g, r, _, _ = q.shape
+    records = {"napkin": timer(lambda: k(**inputs))}
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+    q4 = q.reshape(b, g * r, 1, 128)
+    try:
+        records["sdpa"] = timer(lambda: sdpa(q4, kk, v, enable_gqa=True))
+    except (RuntimeError, TypeError) as exc:
+        out["sdpa_error"] = str(exc)[:200]
+    try:
+        from flash_attn import flash_attn_with_kvcache
+        qf = q4.transpose(1, 2).contiguous()                 # [b 1 h d]
+        kf, vf = (t.transpose(1, 2).contiguous() for t in (kk, v))   # [b x g d]
+        records["flash_attn_with_kvcache"] = timer(lambda: flash_attn_with_kvcache(qf, kf, vf))
+    except ImportError:
+        out["flash_attn"] = "not installed"
+    out["records"] = {name: {"seconds": s, "hbm_fraction": kv_bytes / s / peak}
+                      for name, s in records.items()}
+    out["status"] = "ok"
+    return out
+
+
+def _print_decode(e) -> None:
+    s = e["shape"]
+    head = f"decode b={s['b']} x={s['x']}"
+    if e.get("status") == "error":
+        print(f"{head}: ERROR {e['error']}")
+        return
+    split = e.get("split")
+    how = f"split {split['axis']} by {split['parts']}" if split else "unsplit"
+    line = f"{head}: {e['kernels']} kernel(s), {how}, predicted {e['predicted_seconds'] * 1e6:.1f} us"
+    for name, rec in (e.get("records") or {}).items():
+        line += f"; {name} {rec['seconds'] * 1e6:.1f} us ({rec['hbm_fraction']:.0%} of HBM peak)"
+    print(line)
 
 
 RANKED = 8

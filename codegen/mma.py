@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..compiler import ir
+from ..compiler import ir, split
 from ..compiler import tensorcore as tc
 from . import cexpr, staging
 from . import program as P
@@ -169,7 +169,7 @@ class MmaLowering(KernelLowering):
         stages of it when it holds a chunk (the pipeline), declared once per kernel."""
         axes = ir.type_of(self.g, n).axes
         inner, outer = (frag, k) if axes.index(frag.name) > axes.index(k.name) else (k, frag)
-        _, dtype = self.names[n]
+        _, dtype = self.names[self._source(n)[0]]
         name = f"sm{len(self.smem)}"
         pitch = inner.extent + tc.PAD
         count = outer.extent * pitch
@@ -215,9 +215,16 @@ class MmaLowering(KernelLowering):
             return None
         return True if size.isdigit() else f"{size} % {VECTOR} == 0"
 
+    def _source(self, n: int) -> tuple[int, object]:
+        """(the global array operand n is copied from, the split it is a window of or None):
+        a split's window (compiler/split.py) is a tile of its base's rows at p_x * size(s_x)."""
+        found = split.window(self.g, n)
+        return (n, None) if found is None else found
+
     def _copy_loop(self, t: dict, vector: int, stage: str, c0: str, clen: str) -> None:
         b = self.b
-        param, _ = self.names[t["node"]]
+        base, window = self._source(t["node"])
+        param, _ = self.names[base]
         inner, outer = t["inner"], t["outer"]
         per_row = inner.extent // vector
 
@@ -234,6 +241,13 @@ class MmaLowering(KernelLowering):
                 scope[axis] = Ix(f"({origin} + {local})" if origin else local)
                 if bound:
                     checks.append(bound.format(local))
+            if window is not None:      # the base's row x = p_x * size(s_x) + s_x, zeros past x
+                row = (f"(({self.itype}){scope[window.part_axis].expr} * "
+                       f"({self.itype})({self.sizes[window.share_axis]}) + "
+                       f"{scope[window.share_axis].expr})")
+                checks.append(f"{row} < ({self.itype})({self.sizes[window.axis]})")
+                scope = {**scope, window.axis: Ix(row)}
+                axes = ir.type_of(self.g, base).axes
             valid = " && ".join(checks) or "true"
             offset = Layout(axes, self.sizes, self.itype).offset(scope)
             at = f"{self.at(t, stage)} + eo * {t['pitch']} + ei"

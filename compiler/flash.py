@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ir, warps
+from . import ir, split, warps
 from .canonical import through
 from .cost import Choice, Choices, Cost
 from .model import Model, storage_dtype
@@ -58,16 +58,21 @@ class FlashSite:
     dtype: str
     head: int               # size of dk
     width: int              # size of dv
+    lse: tuple[int, ...] = ()    # logsumexp[x] of the softmax's scores, also stored (a split's
+                                 # partial state: compiler/split.py): m + log l per row
 
 
 def examine(g, kernel, model: Model, target: Target) -> FlashSite | str | None:
     """The kernel's attention on tensor cores, why not (a string), or None when the kernel
     is no attention (no online softmax)."""
     st = model.streaming
-    if len(st.pairs) != 1 or st.stats or st.passes != 1 or len(st.reducers) != 1:
+    if len(st.pairs) != 1 or st.stats or st.passes != 1:
         return None
     soft, out = st.pairs[0]
     x = st.axis
+    lse = tuple(n for n, _ in st.reducers if n != out and _row_logsumexp(g, n, soft, x))
+    if len(st.reducers) != 1 + len(lse):
+        return None
     chunk = set(st.per_chunk[0])
     if any(n in chunk for n in kernel.stores):
         return "the kernel stores a value of every chunk (P or S), not only O"
@@ -75,22 +80,24 @@ def examine(g, kernel, model: Model, target: Target) -> FlashSite | str | None:
     contractions = [n for n in kernel.nodes if isinstance(ir.op(g, n), ir.Contract)]
     scores = [n for n in contractions if n != out]
     others = [n for n in kernel.nodes if isinstance(ir.op(g, n), (ir.Reduce, ir.Softmax))
-              and n != soft]
+              and n != soft and n not in lse]
     if len(scores) != 1 or others:
         return "the scores are not one contraction (Q K) under elementwise operations"
     scores = scores[0]
     for n in kernel.nodes:
-        if n in loads or n in (scores, soft, out):
+        if n in loads or n in (scores, soft, out) or n in lse or split.window(g, n):
             continue
         if not isinstance(ir.op(g, n), ELEMENTWISE):
             return "a view or another operation sits between the products and the softmax"
     p_op, v = ir.operands(g, out)
     if through(g, v) == soft:
         p_op, v = v, p_op
+    v = split.unmasked(g, v)       # a split's window of V: its rows past x are zero-filled
     q, k = ir.operands(g, scores)
     if x in ir.type_of(g, q).axes:
         q, k = k, q
-    if len(ir.op(g, scores).axes) != 1 or not {q, k, v} <= loads or len({q, k, v}) != 3:
+    read = {n for n in (q, k, v) if n in loads or (split.window(g, n) or (None,))[0] in loads}
+    if len(ir.op(g, scores).axes) != 1 or read != {q, k, v} or len({q, k, v}) != 3:
         return "Q, K and V must be loaded arrays (one contracted axis in Q K)"
     dtypes = {storage_dtype(g, n) for n in (q, k, v)}
     if len(dtypes) != 1 or not dtypes <= {"f16", "bf16"}:
@@ -118,7 +125,14 @@ def examine(g, kernel, model: Model, target: Target) -> FlashSite | str | None:
         if n not in chunk and n not in loads and not set(ir.type_of(g, n).axes) <= set(o_axes):
             return "the kernel computes values over other axes than O's"
     batch = tuple(a for a in o_axes if a not in (row, dv))
-    return FlashSite(scores, soft, out, q, k, v, row, x, dk, dv, batch, dtype, head, width)
+    return FlashSite(scores, soft, out, q, k, v, row, x, dk, dv, batch, dtype, head, width, lse)
+
+
+def _row_logsumexp(g, n: int, soft: int, x: str) -> bool:
+    """n is logsumexp[x] of the scores the softmax normalises (its m + log l)."""
+    op = ir.op(g, n)
+    return isinstance(op, ir.Reduce) and op.fn == "logsumexp" and op.axes == (x,) and \
+        through(g, ir.operands(g, n)[0]) == through(g, ir.operands(g, soft)[0])
 
 
 def registers(fm, chunk, site: FlashSite):

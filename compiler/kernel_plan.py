@@ -125,7 +125,12 @@ class KernelPlanner:
         return best
 
     def _has_contraction(self, k: FusedKernel) -> bool:
-        return any(isinstance(ir.op(self.g, n), ir.Contract) for n in k.nodes)
+        """A contraction of the diagram's (a split's merge over its splits does not count:
+        it is napkin's, and too small for the tensor cores)."""
+        info = self.g.graph.get("split")
+        return any(isinstance(ir.op(self.g, n), ir.Contract) and
+                   (info is None or info.part_axis not in ir.op(self.g, n).axes)
+                   for n in k.nodes)
 
     def _why_not(self, k: FusedKernel, tried) -> str:
         """Why no tensor-core plan: the reason of the model that comes closest (an attention's

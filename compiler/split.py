@@ -63,6 +63,9 @@ class SplitInfo:
     share_axis: str    # s_x
     partials: tuple[str, ...]     # the partial-state arrays (O.part, O.lse, ...)
     apart: tuple[tuple[int, int], ...] = ()   # (partial statement, its merge's): never fused
+    windows: tuple[int, ...] = ()    # the gathers through which arrays enter the split: each
+                                     # reads its base at p_x * size(s_x) + s_x (clamped), a
+                                     # window of rows a lowering may copy as a tile instead
 
 
 class NotSplittable(Exception):
@@ -328,9 +331,11 @@ class _Rewrite:
         g.graph["axes"] = {**g.graph["axes"],
                            self.p: ir.Axis(self.p, self.parts, self.p, None),
                            self.s: _share_axis(g, self.s, self.x, self.parts)}
+        g = dead_code(g)
         g.graph["split"] = SplitInfo(self.x, self.parts, self.p, self.s, tuple(self.partials),
-                                     tuple((part, merge) for merge, part in self.part_stmt.items()))
-        return dead_code(g)
+                                     tuple((part, merge) for merge, part in self.part_stmt.items()),
+                                     tuple(sorted(n for n in self.gathers.values() if n in g)))
+        return g
 
     def _statements(self) -> None:
         """Each statement holding a reduction over x gets a partial statement: what in it
@@ -573,5 +578,26 @@ def refuse(axis: str, why: str, span=None) -> NapkinError:
                       "or drop the hint and let the planner choose")
 
 
-__all__ = ["split", "splittable", "complete_sizes", "share", "SplitInfo", "NotSplittable",
+def window(g: nx.DiGraph, n: int):
+    """(base node, split) when n is a split's window gather (SplitInfo.windows), else None."""
+    info = g.graph.get("split")
+    if info is None or n not in info.windows:
+        return None
+    return ir.operands(g, n)[0], info
+
+
+def unmasked(g: nx.DiGraph, n: int) -> int:
+    """The window under a `where(valid, window, 0)` mask (a lowering that zero-fills the rows
+    past the axis needs no mask), else n."""
+    op = ir.op(g, n)
+    if isinstance(op, ir.Map) and op.fn == "where":
+        cond, value, fill = ir.operands(g, n)
+        from .kernels import is_free
+        if is_free(g, cond) and isinstance(ir.op(g, fill), ir.Const) and \
+                ir.op(g, fill).value == 0 and window(g, value) is not None:
+            return value
+    return n
+
+
+__all__ = ["split", "splittable", "window", "unmasked", "complete_sizes", "share", "SplitInfo", "NotSplittable",
            "refuse", "MERGEABLE"]

@@ -212,3 +212,31 @@ def test_split_hint_mistakes_point_at_the_hint(text, code, where):
     diag = exc.value.diagnostics[0]
     assert diag.code == code
     assert diag.span is not None and where in text[diag.span.start:diag.span.end]
+
+
+@pytest.mark.parametrize("name, shape, parts", [
+    ("attention", {"b": 1, "h": 2, "q": 37, "x": 77}, 3),
+    ("causal_attention", {"b": 1, "h": 1, "q": 40, "x": 100}, 4),
+    ("attention", {"b": 1, "h": 1, "q": 16, "x": 33}, 8)])          # splits past the keys
+def test_split_attention_on_tensor_cores_runs_on_the_emulator(name, shape, parts, within_budget):
+    """FlashAttention-2 over a window of the keys per block (the K and V tiles copied from
+    rows p_x * size(s_x) + s_x, zeros past x) that also stores its rows' logsumexp; the merge
+    on the CUDA cores."""
+    from napkin.pipeline import run_plan
+    d = napkin.load(name, d=16)
+    p = plan(d, "h100", shape, {"split": {"x": parts}}, engine="tensor-cores")
+    assert [kp.schedule.engine for kp in p.kernels] == ["attention", "cuda cores"]
+    assert p.kernels[0].schedule.site.lse
+    inputs = random_inputs(d, shape, 3)
+    within_budget(d, inputs, run_plan(p, inputs, p.sizes))
+    within_budget(d, inputs, interpret(p, inputs))
+
+
+def test_batch_one_long_attention_splits_on_tensor_cores():
+    """b=1, h=1, q=x=4096, d=128 on h200: unsplit, FlashAttention-2 has 32 blocks of 128 rows
+    (24% of the SMs busy); the planner splits the keys and stays on the tensor cores."""
+    d = napkin.load("attention", d=128)
+    p = plan(d, "h200", {"b": 1, "h": 1, "q": 4096, "x": 4096})
+    assert p.split is not None and p.split.axis == "x"
+    assert p.kernels[0].schedule.engine == "attention"
+    assert p.time < p.split.unsplit_time

@@ -103,14 +103,14 @@ def run_backends(d, p, inputs: dict, sizes: dict, ref: dict, low: dict, *,
 
 def check_case(case: Case, *, target: str = "h100", emulate: bool = True,
                sanitize: str = "none", choices=None, fusion: bool = True,
-               defines: dict | None = None) -> None:
+               defines: dict | None = None, split: dict | None = None) -> None:
     """Load (with -D `defines`), plan (with `choices`: Choice per kernel, else the
     planner's), interpret, emulate and compare a case (raises Checked)."""
     d = load_case(case, defines)
     inputs = inputs_for(d, case.shape, case.seed)
     try:
         p = pipeline.plan(d, pipeline.Options.make(target=target, shape=case.shape,
-                                                   fusion=fusion))
+                                                   fusion=fusion, split=split))
         if choices is not None:
             p = with_choices(p, choices)
     except Exception as exc:  # noqa: BLE001 - a NapkinError here is a planning bug too
@@ -123,7 +123,7 @@ def check_case(case: Case, *, target: str = "h100", emulate: bool = True,
 def save_regression(case: Case, failure: Failure, folder: Path = REGRESSIONS,
                     **options) -> Path:
     """Write the (shrunk) case as `<hash>.napkin` + `<hash>.json` (shape, seed, what failed,
-    and options: `choices`, `fusion`, `defines`)."""
+    and options: `choices`, `fusion`, `defines`, `split`)."""
     folder.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256((case.text + json.dumps(options, default=str)).encode()).hexdigest()[:12]
     path = folder / f"fuzz-{key}.napkin"
@@ -144,7 +144,8 @@ def load_regression(path: Path) -> tuple[Case, dict]:
     case = Case(path.read_text(), {k: int(v) for k, v in meta.get("shape", {}).items()},
                 int(meta.get("seed", 0)))
     options = {"target": meta.get("target", "h100"), "fusion": meta.get("fusion", True),
-               "sanitize": meta.get("sanitize", "none"), "defines": meta.get("defines")}
+               "sanitize": meta.get("sanitize", "none"), "defines": meta.get("defines"),
+               "split": meta.get("split")}
     if meta.get("choices") is not None:
         options["choices"] = [_choice(c) for c in meta["choices"]]
     return case, options

@@ -105,12 +105,28 @@ def planned(draw, names):
         reps[a].rep for a, s in d.axes.items() if s is None)}
     shape = {a: drawn[reps[a].rep] for a, s in d.axes.items() if s is None}
     fused = draw(st.booleans())
-    default = make_plan(d, "h100", shape, fusion=fused)
+    split = draw(split_hint(d, shape))
+    default = make_plan(d, "h100", shape, {"split": split} if split else None, fusion=fused)
     choices = [random_choice(draw, kp, default) for kp in default.kernels]
     # the interpreter walks blocks and chunks in Python: tile 1 over several axes of 33
     # (35,937 blocks x 33 chunks) ran for over an hour in one case
     assume(sum(_steps(c, default.sizes) for c in choices) <= MAX_STEPS)
     return d, shape, with_choices(default, choices), default, draw(st.integers(0, 2**16)), fused
+
+
+@st.composite
+def split_hint(draw, d, shape):
+    """Half the time a split of a reduced axis across blocks (compiler/split.py), by counts
+    that do not divide the axis, equal it or pass it (empty splits); else none."""
+    from napkin.compiler.canonical import canonicalize
+    from napkin.compiler.split import splittable
+    g = canonicalize(d.ir)
+    axes = [a for a in g.graph["axes"] if splittable(g, a) is None]
+    if not axes or not draw(st.booleans()):
+        return None
+    axis = draw(st.sampled_from(axes))
+    n = shape.get(axis) or d.axes[axis]
+    return {axis: draw(st.sampled_from([1, 2, 3, 5, n, n + 2]))}
 
 
 MAX_STEPS = 20_000      # blocks x chunks the interpreter walks, over a plan's kernels
@@ -126,7 +142,8 @@ def _steps(c, sizes: dict) -> int:
 
 def describe(case) -> str:
     d, shape, p, _, seed, _ = case
-    return (f"{d.name} shape={shape} seed={seed} "
+    split = f" split={p.split.axis}:{p.split.parts}" if p.split else ""
+    return (f"{d.name} shape={shape} seed={seed}{split} "
             f"choices={[k.choice for k in p.kernels]} kernels={len(p.kernels)}")
 
 
@@ -136,6 +153,8 @@ def as_regression(case) -> tuple:
     name, dtype = d.name.strip("<>").split(":")[1:3]
     options = {"choices": [k.choice for k in p.kernels], "defines": dict(d.overrides) or None,
                "fusion": fused}
+    if p.split is not None:
+        options["split"] = {p.split.axis: p.split.parts}
     return Case(f"# {d.name}\n" + library_text(name, dtype), shape, seed), options
 
 

@@ -54,6 +54,10 @@ def test_gpu_check_dry_run(tmp_path):
             assert res["spill_stores"] == 0
     assert {t["diagram"] for t in report["timings"]} == {"attention", "matmul"}
     assert all(t["status"] == "planned" and t["predicted_seconds"] > 0 for t in report["timings"])
+    # decode attention (q = 1, 32 query heads on 8 key-value heads): planned with split keys
+    (dec,) = report["decode"]
+    assert dec["status"] == "planned" and dec["split"]["axis"] == "x", dec
+    assert dec["predicted_seconds"] > dec["kv_bytes"] / dec["peak_bytes_per_second"]
     # the ranking check: the model's top candidates and the chosen plan, each lowered
     assert [r["diagram"] for r in report["ranking"]] == ["attention", "attention", "matmul"]
     for r in report["ranking"]:
