@@ -116,9 +116,17 @@ class KernelLowering:
         load = cexpr.LOAD[ir.kind_of_dtype(dtype)]
         if n in self.staged and not self.views and (self.in_chunk or self.st.axis not in axes):
             buf, layout = self.staged[n]
-            return f"{load}({buf}[{layout.offset(scope, local=True)}])"
+            return self._as_kind(n, dtype, f"{load}({buf}[{layout.offset(scope, local=True)}])")
         layout = Layout(axes, self.sizes, self.itype)
-        return f"{load}({param}[{layout.offset(scope)}])"
+        return self._as_kind(n, dtype, f"{load}({param}[{layout.offset(scope)}])")
+
+    def _as_kind(self, n: int, dtype: str, value: str) -> str:
+        """An integer result an earlier kernel stored in a float output (`out E: f16`) is read
+        back as the integer the IR computes with (the store was of a whole number)."""
+        if ir.kind_of_dtype(ir.type_of(self.g, n).dtype) == "int" and \
+                ir.kind_of_dtype(dtype) == "float":
+            return f"((long long)rintf({value}))"
+        return value
 
     # -- the kernel ---------------------------------------------------------------------
     def build(self, name: str) -> P.KernelProgram:

@@ -158,17 +158,40 @@ def _choice(c: dict) -> Choice:
                   one(c.get("split")))
 
 
+def drawn_split(case: Case) -> dict | None:
+    """For one case in three (by its seed), a split of one of the diagram's reduced axes that
+    merge, by 1 to 7 (docs/splits.md); else None."""
+    if case.seed % 3:
+        return None
+    try:
+        d = load_case(case)
+    except Exception:      # noqa: BLE001 - check_case reports a diagram that does not load
+        return None
+    from napkin.compiler.canonical import canonicalize
+    from napkin.compiler.split import splittable
+    g = canonicalize(d.ir)
+    axes = sorted(a for a in g.graph["axes"] if splittable(g, a) is None)
+    if not axes:
+        return None
+    return {axes[case.seed // 3 % len(axes)]: 1 + case.seed // 7 % 7}
+
+
 class Recorder:
     """Remembers the last failing case (Hypothesis replays the shrunk one last)."""
 
     def __init__(self):
         self.last: tuple[Case, Failure, dict] | None = None
 
-    def check(self, case: Case, **kw) -> None:
+    def check(self, case: Case, splits: bool = False, **kw) -> None:
+        """check_case; with `splits`, one case in three plans a split of a reduced axis
+        across blocks (drawn from the case's seed: `drawn_split`)."""
+        if splits:
+            kw["split"] = drawn_split(case)
         try:
             check_case(case, **kw)
         except Checked as exc:
-            self.last = (case, exc.failure, {"target": kw["target"]} if "target" in kw else {})
+            options = {k: kw[k] for k in ("target", "split") if kw.get(k) is not None}
+            self.last = (case, exc.failure, options)
             raise
 
     def save(self, folder: Path = REGRESSIONS) -> Path | None:

@@ -37,7 +37,7 @@ def _run(examples: int, emulate: bool) -> None:
               suppress_health_check=list(HealthCheck))
     @given(diagrams(), st.sampled_from(targets))
     def check(case, target):
-        recorder.check(case, emulate=emulate, target=target)
+        recorder.check(case, emulate=emulate, target=target, splits=True)
 
     try:
         check()
