@@ -112,13 +112,13 @@ def test_nan_in_one_split_reaches_its_row_only(rng):
 
 
 @pytest.mark.parametrize("name, axis, parts", [
-    ("attention", "x", 3), ("causal_attention", "x", 5), ("gqa_attention", "x", 64),
+    ("attention", "x", 3), ("causal_attention", "x", 5), ("gqa_attention", "x", 40),
     ("sliding_window_attention", "x", 4), ("softmax", "c", 3), ("rmsnorm", "c", 7),
     ("layernorm", "c", 5), ("matmul", "k", 3), ("batched_matmul", "k", 2),
     ("cross_entropy", "v", 4), ("mlp", "f", 3), ("swiglu", "m", 2)])
 def test_split_plans_interpret_within_the_tolerance_rule(name, axis, parts, rng, within_budget):
     d = napkin.load(name)
-    shape = _shape(d, rng, 5, 13)
+    shape = _shape(d, rng, 2, 6)       # the interpreter walks every block and chunk in Python
     shape[axis] = 37 if d.axes[axis] is None else shape.get(axis)
     shape = {a: v for a, v in shape.items() if v is not None}
     inputs = random_inputs(d, shape, 11)
