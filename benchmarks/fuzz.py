@@ -89,7 +89,7 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
             if not shrinking[0]:
                 tried[0] += 1
             try:
-                recorder.check(case, emulate=emulate)
+                recorder.check(case, emulate=emulate, splits=True)
             except harness.Checked as exc:
                 note(exc.failure.kind, str(exc.failure), case.describe())
                 raise

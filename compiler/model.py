@@ -146,7 +146,10 @@ def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
         if isinstance(op, ir.Gather):
             base = ir.operands(g, n)[0]
             if base in k.loads:   # the rows the positions ask for, each read from global memory
-                shown = " ".join(lab or "*" for lab in op.labels)
+                info = g.graph.get("split")
+                window = info is not None and n in info.windows    # a split's rows of x
+                shown = " ".join(lab or (f"({info.part_axis} {info.share_axis})" if window
+                                         else "*") for lab in op.labels)
                 arrays.append(Array(n, f"{array_name(g, base)}[{shown}]", "load", t.axes,
                                     BYTES[storage_dtype(g, base)],
                                     streamed=axis is not None and axis in t.axes))

@@ -43,6 +43,13 @@ class Placement:
         for i, kp in enumerate(plan.kernels):
             for n in kp.kernel.nodes:
                 self.owner.setdefault(n, i)
+        # a box the plan rewrote (a split's partial side: compiler/split.py) belongs to the
+        # kernel that runs its equation (the merge's, for the equation a split cuts in two)
+        self.by_stmt: dict[int, int] = {}
+        for i, kp in enumerate(plan.kernels):
+            for s in kp.kernel.equations:
+                self.by_stmt.setdefault(s, i)
+        self.stmt_of = {n: d["stmt"] for n, d in diagram.ir.nodes(data=True)}
         base = structure(diagram)
         self.values = base.values
         self.kernel_of: dict[int, int | None] = {}     # box node -> kernel index
@@ -62,6 +69,8 @@ class Placement:
         for i in reversed(range(len(boxes))):
             bx = boxes[i]
             k = self.owner.get(bx.node) if bx.node in self.g else None
+            if k is None and self.plan.split is not None:
+                k = self.by_stmt.get(self.stmt_of.get(bx.node))
             if k is None:   # removed by canonicalisation: with the first box that uses it
                 cands = [kern[j] for j in users.get(bx.result, ()) if kern[j] is not None]
                 if out_kernel.get(bx.result) is not None:
