@@ -142,15 +142,13 @@ class FlashLowering(MmaLowering):
     def _finish(self, fm: int, dv: int) -> None:
         """The quad's sums, then o / l at every output element and the kernel's stores."""
         b, s = self.b, self.site
-        self._each([("i0", fm), ("i1", 2)], lambda: b.emit(
-            P.Set("rl[i0][i1]", "napkin_lanes_sum(rl[i0][i1], 4)")))
         if s.lse:      # the row's logsumexp m + log l (-inf for a row with no key)
             b.emit(P.Decl("float", "lse", shape=(fm, 2)))
-            self._each([("i0", fm), ("i1", 2)], lambda: b.emit(
-                P.Set("lse[i0][i1]", "rl[i0][i1] == 0.0f ? -NAPKIN_INF : rm[i0][i1] + "
-                      "logf(rl[i0][i1])")))
-        self._each([("i0", fm), ("i1", 2)], lambda: b.emit(
-            P.Set("rl[i0][i1]", "rl[i0][i1] == 0.0f ? 0.0f : 1.0f / rl[i0][i1]")))
+        self._each([("i0", fm), ("i1", 2)], lambda: (
+            b.emit(P.Set("rl[i0][i1]", "napkin_lanes_sum(rl[i0][i1], 4)")),
+            s.lse and b.emit(P.Set("lse[i0][i1]", "rl[i0][i1] == 0.0f ? -NAPKIN_INF : "
+                                   "rm[i0][i1] + logf(rl[i0][i1])")),
+            b.emit(P.Set("rl[i0][i1]", "rl[i0][i1] == 0.0f ? 0.0f : 1.0f / rl[i0][i1]"))))
 
         def point():
             scope, valid = self._point({s.row: self._row(), s.dv: f"i1 * {FN} + fq * 2 + i2 % 2"})

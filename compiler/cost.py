@@ -159,6 +159,10 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         cov = covs[li - 1]
         across = {a: sizes[a] / cov[a] for a in model.axes}   # units side by side along a
         units = prod(across.values())
+        # the units whose reads an array's traffic repeats: at least one along each axis (a
+        # tile larger than its axis, a 16-row fragment over one query row, still reads
+        # everything the axis's one unit needs)
+        repeats = across if symbolic else {a: np.maximum(r, 1.0) for a, r in across.items()}
         unit_counts.append(units)
         res_of = [resident(arr, li, cov, choice, reduced) for arr in model.arrays]
         short = [{a: ops.differ(res[a], cov[a]) for a in arr.axes} if arr.role == "load"
@@ -169,7 +173,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
             width = 1 if values else arr.bytes
             if arr.role == "load":
                 once = prod(sizes[a] for a in arr.axes) * arr.passes
-                vol = once * prod(across[a] for a in model.axes if a not in arr.axes)
+                vol = once * prod(repeats[a] for a in model.axes if a not in arr.axes)
                 # not resident: read again at every step of a walk along an axis it lacks
                 # that the ops reading it iterate over
                 steps = [ops.where(w, cov[a] / _step(a, choice, li), 1)

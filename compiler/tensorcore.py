@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import flash, ir, warps
+from . import flash, ir, split, warps
+from .kernels import is_free
 from .memory import ROW_PAD as PAD
 from .cost import Choice, Choices, Cost, evaluate, fits
 from .flash import FlashSite
@@ -94,9 +95,13 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
     op = ir.op(g, node)
     if st.axis is None or op.axes != (st.axis,) or set(model.reduced) != {st.axis}:
         return "the contraction is not over the one streamed axis"
-    x, y = ir.operands(g, node)
+    masked = ir.operands(g, node)
+    x, y = (split.unmasked(g, n) for n in masked)   # a split's windows: zeros past x
     loads = set(kernel.loads)
-    if x == y or x not in loads or y not in loads:
+
+    def loaded(n) -> bool:
+        return n in loads or (split.window(g, n) or (None,))[0] in loads
+    if x == y or not loaded(x) or not loaded(y):
         return "an operand is computed in the kernel, not loaded (tensor cores take staged tiles)"
     dtype, other = storage_dtype(g, x), storage_dtype(g, y)
     if dtype != other or dtype not in ("f16", "bf16") or not target.engine_for("contraction", dtype):
@@ -113,8 +118,12 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
     # the output's contiguous one of the two is `col`: a thread stores two adjacent columns
     if out.index(rx) > out.index(ry):
         x, y, rx, ry = y, x, ry, rx
+    skipped = loads | {x, y} | set(masked)
+    windows = x != masked[0] or y != masked[1] or split.window(g, x) or split.window(g, y)
     for n in set(kernel.nodes) | set(kernel.stores):
-        if n not in loads and not set(ir.type_of(g, n).axes) <= set(out):
+        if n in skipped or (windows and is_free(g, n)):      # the windows' position and mask
+            continue
+        if not set(ir.type_of(g, n).axes) <= set(out):
             return "the kernel computes values over other axes than the product's"
     batch = tuple(a for a in out if a not in (rx, ry))
     return Site(node, x, y, rx, ry, st.axis, batch, dtype)

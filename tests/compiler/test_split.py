@@ -240,3 +240,27 @@ def test_batch_one_long_attention_splits_on_tensor_cores():
     assert p.split is not None and p.split.axis == "x"
     assert p.kernels[0].schedule.engine == "attention"
     assert p.time < p.split.unsplit_time
+
+
+@pytest.mark.parametrize("name, parts", [("matmul", 3), ("batched_matmul", 4)])
+def test_split_k_on_tensor_cores_runs_on_the_emulator(name, parts, rng, within_budget):
+    """Split-K: each block's k tiles copied from its window of A's and B's rows (zeros past
+    k, so the masks the rewrite puts on the operands hold already), the partial products
+    summed by the merge on the CUDA cores."""
+    from napkin.pipeline import run_plan
+    d = napkin.load(name)
+    shape = {a: 33 for a, s in d.axes.items() if s is None}
+    shape.update(m=40, k=301) if name == "matmul" else None
+    p = plan(d, "h100", shape, {"split": {"k": parts}}, engine="tensor-cores")
+    assert [kp.schedule.engine for kp in p.kernels] == ["tensor-core product", "cuda cores"]
+    inputs = random_inputs(d, shape, 5)
+    within_budget(d, inputs, run_plan(p, inputs, p.sizes))
+
+
+def test_skinny_products_with_a_long_k_split_on_tensor_cores():
+    d = napkin.load("matmul")
+    for shape in ({"m": 128, "n": 128, "k": 65536}, {"m": 16, "n": 512, "k": 65536}):
+        p = plan(d, "h200", shape)
+        assert p.split is not None and p.split.axis == "k", shape
+        assert p.kernels[0].schedule.engine == "tensor-core product", shape
+        assert p.time < p.split.unsplit_time / 2, shape
