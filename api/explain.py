@@ -152,7 +152,7 @@ def _engine(plan: Plan, kp) -> dict:
                 "instruction": instruction,
                 "dtype": found.dtype, "accumulate": "f32", "rows": found.row, "cols": found.col,
                 "warps": [wm, wn], "warp_tile": [tm, tn], "fragments": [tm // fm, tn // fn]}
-    found = tensorcore.best_site(plan.graph, kp.kernel, plan.target)
+    found = tensorcore.best_site(plan.graph, kp.kernel, plan.target, plan.sizes)
     if not isinstance(found, str):
         why = ("tensor cores are off" if not plan.tensor_cores else
                "predicted faster on the CUDA cores at these sizes")

@@ -32,6 +32,7 @@ from .model import Model, storage_dtype
 from .target import Target
 
 ROWS = (16, 32, 64, 128, 256)        # block rows
+FRAG_ROWS = 16                       # rows of an mma.sync fragment
 CHUNKS = (16, 32, 64, 128)           # keys per chunk
 WARPS = (1, 2, 4, 8)
 MAX_REGISTERS = 128                  # fragment registers per lane (S, O, Q): the rest of 255 is
@@ -62,7 +63,8 @@ class FlashSite:
                                  # partial state: compiler/split.py): m + log l per row
 
 
-def examine(g, kernel, model: Model, target: Target) -> FlashSite | str | None:
+def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
+            ) -> FlashSite | str | None:
     """The kernel's attention on tensor cores, why not (a string), or None when the kernel
     is no attention (no online softmax)."""
     st = model.streaming
@@ -114,7 +116,11 @@ def examine(g, kernel, model: Model, target: Target) -> FlashSite | str | None:
     if x not in ak or x not in av or dk not in ak or not own_q or len(own_v) != 1:
         return "the products are not Q[.. q d] K[.. x d] and P[.. q x] V[.. x e]"
     (dv,) = own_v
-    row = max(own_q, key=o_axes.index)
+    # the fragment rows: Q's own axis nearest O's contiguous end, unless it is shorter than a
+    # fragment at the planning sizes and another is longer (decode with GQA: the query heads
+    # `r` of one key-value head fill the rows where `q` is 1)
+    row = max(own_q, key=lambda a: (min((sizes or {}).get(a, FRAG_ROWS), FRAG_ROWS),
+                                    o_axes.index(a)))
     sizes = g.graph["axes"]
     head, width = sizes[dk].size, sizes[dv].size
     if head is None or width is None or head % 16 or width % 8:

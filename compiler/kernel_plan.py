@@ -137,12 +137,12 @@ class KernelPlanner:
         with its keys streamed), or that no tensor-core tiling fits the hints and memory."""
         reasons = []
         for model, _ in tried:
-            found = tensorcore.examine(self.g, k, model, self.target)
+            found = tensorcore.examine(self.g, k, model, self.target, self.sizes)
             if not isinstance(found, str):
                 return "no tensor-core tiling of it fits the memory and the schedule hints"
             reasons.append((not model.streaming.pairs, found))
         if k.reduced(self.g):
-            best = tensorcore.best_site(self.g, k, self.target)
+            best = tensorcore.best_site(self.g, k, self.target, self.sizes)
             if isinstance(best, str):
                 return best
         return min(reasons)[1] if reasons else "no contraction"
@@ -152,7 +152,7 @@ class KernelPlanner:
         (any, when `best` is None); `tried`: the (model, columns) the SIMT search built, one
         per streamed axis."""
         for model, cols in tried:
-            where = tensorcore.site(self.g, k, model, self.target)
+            where = tensorcore.site(self.g, k, model, self.target, self.sizes)
             if where is None:
                 continue
             found = tensorcore.search_site(model, cols, self.target, self.sizes, where, fixed)

@@ -65,17 +65,20 @@ def has_mma(target: Target) -> bool:
                for e in target.engines)
 
 
-def site(g, kernel, model: Model, target: Target) -> Site | FlashSite | None:
+def site(g, kernel, model: Model, target: Target, sizes: dict | None = None
+         ) -> Site | FlashSite | None:
     """The kernel's tensor-core product or attention, or None when it must stay SIMT."""
-    found = examine(g, kernel, model, target)
+    found = examine(g, kernel, model, target, sizes)
     return found if isinstance(found, (Site, FlashSite)) else None
 
 
-def examine(g, kernel, model: Model, target: Target) -> Site | FlashSite | str:
-    """The kernel's tensor-core product or attention, or why it stays on the CUDA cores."""
+def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
+            ) -> Site | FlashSite | str:
+    """The kernel's tensor-core product or attention, or why it stays on the CUDA cores
+    (`sizes`: the planning sizes, which choose an attention's fragment rows)."""
     if not has_mma(target):
         return f"{target.name} has no mma.sync m16n8k16 tensor cores"
-    attention = flash.examine(g, kernel, model, target)
+    attention = flash.examine(g, kernel, model, target, sizes)
     return attention if attention is not None else _product(g, kernel, model, target)
 
 
@@ -129,14 +132,14 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
     return Site(node, x, y, rx, ry, st.axis, batch, dtype)
 
 
-def best_site(g, kernel, target: Target) -> Site | FlashSite | str:
+def best_site(g, kernel, target: Target, sizes: dict | None = None) -> Site | FlashSite | str:
     """The kernel's tensor-core product or attention, streaming the axis it needs, or why
     not (for attention, the reason given with its keys streamed)."""
     found: Site | FlashSite | str = "no contraction"
     attention = False
     for axis in kernel.reduced(g):
         model = kernel_model(g, kernel, axis)
-        result = examine(g, kernel, model, target)
+        result = examine(g, kernel, model, target, sizes)
         if isinstance(result, (Site, FlashSite)):
             return result
         if not attention:
