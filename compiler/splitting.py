@@ -11,7 +11,7 @@ fill the GPU's block slots, then the best one's two neighbours. Each is fused
 and priced by the same quick estimates fusion uses (the partial states'
 traffic and the merge kernel included), and the fastest plan wins, unsplit
 included. A hint (`split x by 8`,
-`--split x=8`, `split={"x": 8}`) fixes the split instead.
+`--split x=8`, `split={"x": 8}`) fixes the split instead; `split x by 1` keeps the plan unsplit.
 """
 
 from __future__ import annotations
@@ -116,6 +116,8 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
         axis, parts, span = forced[0]
         if axis not in problem.graph.graph["axes"]:
             raise error("N0201", f"split {axis}: the diagram has no axis `{axis}`", span)
+        if parts == 1:                  # `split x by 1`: one split is no split (and no search)
+            return fuse(problem), None
         fused = fuse(split_problem(problem, axis, parts, span))
         unsplit = total(fuse(problem))          # what explain compares the split with
         return fused, _choice(fused, axis, parts, True,
