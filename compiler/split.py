@@ -31,9 +31,10 @@ reduction over x is cut in two: the partial side becomes a new statement
 merge is always its own kernel's work. Readers of x that are not reductions (an output
 keeping x, the normalising pass of a norm) go on reading the original arrays;
 a standalone softmax over x is first written as exp(S - logsumexp[x](S)) so its
-statistics split. An axis that is scanned, moved by a view, or normalised by a
-softmax over several axes before its reduction is not split (`splittable` says
-why).
+statistics split. An axis that is scanned, moved by a view, normalised by a
+softmax over several axes before its reduction, or reduced by a reduction that
+reads another reduction over it (`sum[x](X - mean[x](X))`) is not split
+(`splittable` says why).
 
 `split(g, axis, parts)` is a pure function: it returns a new graph.
 """
@@ -183,6 +184,10 @@ class _Region:
                       and any(u in carries for u in ir.operands(g, n))]
         if not self.sinks:
             raise NotSplittable(f"no reduction over `{axis}` merges partial states")
+        for n in self.sinks:
+            if any(m in self.sinks for m in nx.ancestors(g, n)):
+                raise NotSplittable(f"a reduction over `{axis}` reads another one's result "
+                                    "(its partial states would wait for the other's merge)")
         inside: set[int] = set()
         stack = [u for n in self.sinks for u in ir.operands(g, n) if u in carries]
         while stack:

@@ -24,6 +24,7 @@ from napkin.runtime import reference
 from napkin.runtime.bind import bind_sizes
 from napkin.runtime.interpret import interpret
 
+ROOT = __import__("pathlib").Path(__file__).parents[2]
 LIBRARY = ["attention", "attention_manual", "causal_attention", "gqa_attention",
            "alibi_attention", "softcap_attention", "sliding_window_attention",
            "varlen_attention", "softmax", "rmsnorm", "layernorm", "matmul", "batched_matmul",
@@ -69,6 +70,12 @@ def test_what_does_not_split_says_why():
     best = canonicalize(napkin.load("axis t, v\nin Z[t v]: f32\nb[t] = argmax[v](Z)\n"
                                     "out b: i32\n").ir)
     assert "no reduction over `v` merges" in sp.splittable(best, "v")
+    nested = canonicalize(napkin.load(
+        (ROOT / "tests" / "regressions" / "fuzz-8850a0da1bb3.napkin").read_text()).ir)
+    assert "reads another one's result" in sp.splittable(nested, "i")
+    centred = canonicalize(napkin.load("axis t, v\nin Z[t v]: f32\n"
+                                       "s[t] = sum[v](Z - max[v](Z))\nout s: f32\n").ir)
+    assert "reads another one's result" in sp.splittable(centred, "v")
     with pytest.raises(sp.NotSplittable):
         sp.split(g, "x", 0)
 

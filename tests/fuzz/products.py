@@ -128,7 +128,8 @@ def attentions(draw):
 def forced_attention(d, bm, wm, bc):
     """All of the diagram in one kernel (whatever fusion would pick), planned as
     FlashAttention-2 with this tiling."""
-    p = plan(d, "h100", {a: 4096 if a in ("q", "x") else 2 for a, s in d.axes.items() if s is None})
+    p = plan(d, "h100", {a: 4096 if a in ("q", "x") else 2 for a, s in d.axes.items() if s is None},
+             {"split": {"x": 1}})          # unsplit: the whole attention in one kernel
     g = p.graph
     kernel = kernels.fused_kernel(g, "k0", {n for n, data in g.nodes(data=True) if data["stmt"] is not None
                                      and not isinstance(data["op"], (ir.Input, ir.Output))})
