@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import networkx as nx
+import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, did_you_mean, error
 from .ir import HintInfo
@@ -41,8 +42,9 @@ def resolve(diagram_hints, overrides: dict, target: Target, axes) -> list[Hint]:
             if axis not in axes:
                 raise error("N0201", f"--{kind} {axis}={size}: the diagram has no axis `{axis}`",
                             help=did_you_mean(axis, list(axes), "axes: " + ", ".join(axes)))
-            if size < 1:
-                raise error("N0304", f"--{kind} {axis}={size}: sizes are at least 1")
+            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+                raise error("N0304", f"--{kind} {axis}={size!r}: sizes are whole numbers of "
+                            "at least 1", help=f"for example {kind}={{{axis!r}: 8}}")
             for key in [k for k in out if k[0] == kind and k[1] == axis and k[2] == 1]:
                 del out[key]
             out[(kind, axis, 1)] = Hint(kind, axis, size, 1)

@@ -271,3 +271,13 @@ def test_skinny_products_with_a_long_k_split_on_tensor_cores():
         assert p.split is not None and p.split.axis == "k", shape
         assert p.kernels[0].schedule.engine == "tensor-core product", shape
         assert p.time < p.split.unsplit_time / 2, shape
+
+
+@pytest.mark.parametrize("hints", [{"split": {"c": "8"}}, {"group": {"r": 2.5}},
+                                   {"stream": {"c": True}}, {"split": {"c": 0}}])
+def test_hint_values_from_python_are_checked(hints):
+    """napkin.compile(split=..., group=..., stream=...) takes whole numbers of at least 1: a
+    string, a float or a boolean is N0304, not a TypeError."""
+    with pytest.raises(NapkinError) as exc:
+        napkin.compile("softmax", backend="interpret", **hints).compiled_for({"r": 4, "c": 64})
+    assert exc.value.diagnostics[0].code == "N0304"
