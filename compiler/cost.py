@@ -242,9 +242,10 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     if symbolic:
         terms = [compute] + [lc.time for lc in results[1:]]
         return Cost(tuple(results), flops, compute, ops.sympy.Max(*terms), "", 1.0, threads)
-    util = occupancy.utilization(target, unit_counts[0], results[1].M, threads, active, regs)
     per_sm, limit = occupancy.blocks_per_sm(target, results[1].M, threads, regs) \
         if target.processors else (1, 3)
+    util = occupancy.utilization(target, unit_counts[0], results[1].M, threads, active, regs,
+                                 per_sm)
     named = {"compute": compute}
     for lc in results[1:]:
         named[f"{lc.name} bandwidth"] = lc.time

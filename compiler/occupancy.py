@@ -128,14 +128,20 @@ def blocks_per_sm(target: Target, smem, threads, regs):
         per_warp = np.ceil(np.maximum(regs, 1) / ALLOCATION) * ALLOCATION * WARP
         warps = np.ceil(np.maximum(threads, 1) / WARP)
         by_regs = np.floor(np.floor(target.registers_per_processor / per_warp) / warps)
-    options = np.stack(np.broadcast_arrays(by_regs, by_smem, by_threads,
-                                           np.full(np.shape(by_smem), float(MAX_BLOCKS))))
-    which = np.argmin(options, axis=0)
-    per_sm = np.maximum(np.min(options, axis=0), 1)
-    return per_sm, which
+    # the first of the fewest, in LIMITS order (np.argmin over the four, without stacking
+    # them at the candidates' shape; a NaN would be argmin's pick: the slow path keeps that)
+    fewest, which = by_regs, np.zeros(np.shape(by_regs), dtype=np.intp)
+    for i, by in enumerate((by_smem, by_threads, float(MAX_BLOCKS)), start=1):
+        fewer = by < fewest
+        fewest, which = np.where(fewer, by, fewest), np.where(fewer, i, which)
+    if np.isnan(fewest).any():
+        options = np.stack(np.broadcast_arrays(by_regs, by_smem, by_threads,
+                                               np.full(np.shape(by_smem), float(MAX_BLOCKS))))
+        return np.maximum(np.min(options, axis=0), 1), np.argmin(options, axis=0)
+    return np.maximum(fewest, 1)[()], which[()]
 
 
-def utilization(target: Target, blocks, smem, threads, active=None, regs=None):
+def utilization(target: Target, blocks, smem, threads, active=None, regs=None, per_sm=None):
     """Fraction of the machine a launch keeps busy: idle SMs, the last partial wave, and
     too few active threads per SM to hide memory latency (fewer than 256). `threads`: per
     block as launched (what the SM's thread slots and registers hold), `active`: those with
@@ -143,7 +149,8 @@ def utilization(target: Target, blocks, smem, threads, active=None, regs=None):
     if not target.processors:
         return 1.0
     active = threads if active is None else active
-    per_sm, _ = blocks_per_sm(target, smem, threads, regs)
+    if per_sm is None:      # (`per_sm`: blocks_per_sm's count when the caller has it)
+        per_sm, _ = blocks_per_sm(target, smem, threads, regs)
     procs = target.processors
     slots = procs * per_sm
     waves = np.ceil(blocks / slots)
