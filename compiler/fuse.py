@@ -12,6 +12,8 @@ and that price is what decides, and what `explain` reports for each boundary.
 
 from __future__ import annotations
 
+import functools
+
 import networkx as nx
 
 from . import ir
@@ -56,6 +58,7 @@ def _topological(g: nx.DiGraph, ks: list[FusedKernel]) -> list[FusedKernel]:
 def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
     stmts = _statements(g)
 
+    @functools.cache     # (each cluster's kernel is asked for again at every merge step)
     def kernel(c: Cluster) -> FusedKernel:
         return fused_kernel(g, "k?", set().union(*(stmts[s] for s in c)))
 

@@ -128,10 +128,13 @@ def computed_fraction(mask, sizes: dict, tiles: dict):
         return 1.0
     values = [np.asarray(tiles.get(a, sizes[a]), dtype=float) for a in axes]
     shape = np.broadcast_shapes(*(v.shape for v in values))
-    flat = [np.broadcast_to(v, shape).ravel() for v in values]
+    flat = np.stack([np.broadcast_to(v, shape).ravel() for v in values], axis=1)
     size_key = tuple(sorted((a, int(v)) for a, v in sizes.items()))
-    out = np.array([_fraction(mask, size_key, tuple(zip(axes, map(int, t))))
-                    for t in zip(*flat)], dtype=float).reshape(shape)
+    # once per distinct combination of extents (candidates share most of them)
+    distinct, inverse = np.unique(flat, axis=0, return_inverse=True)
+    found = np.array([_fraction(mask, size_key, tuple(zip(axes, map(int, t))))
+                      for t in distinct], dtype=float)
+    out = found[inverse.reshape(-1)].reshape(shape)
     return out.item() if out.ndim == 0 else out
 
 
