@@ -272,7 +272,25 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
 def _columns(cols, held: dict, symbolic: bool) -> list[tuple[int, ...]]:
     """The columns whose totals M is the largest of, as the arrays counted at this level:
     each distinct set once, and on numbers only the sets no other set contains (sizes are
-    never negative, so a contained set never totals more)."""
+    never negative, so a contained set never totals more). Memoised: they depend on the
+    kernel's columns and on which arrays a level counts, not on the sizes."""
+    if not isinstance(cols, tuple):
+        return _column_sets(cols, held, symbolic)
+    key = (id(cols), tuple(held), symbolic)
+    found = _COLUMN_SETS.get(key)
+    if found is None or found[0] is not cols:
+        if len(_COLUMN_SETS) > 4096:
+            _COLUMN_SETS.clear()
+        found = _COLUMN_SETS[key] = (cols, _column_sets(cols, held, symbolic))
+    return found[1]
+
+
+# (id of the columns, arrays counted, symbolic) -> (the columns, their sets): holding the
+# columns keeps their id from being reused while the entry lives
+_COLUMN_SETS: dict = {}
+
+
+def _column_sets(cols, held, symbolic: bool) -> list[tuple[int, ...]]:
     sets = list(dict.fromkeys(tuple(i for i in col.resident if i in held) for col in cols))
     if symbolic:
         return sets
