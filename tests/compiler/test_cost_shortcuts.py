@@ -1,0 +1,133 @@
+"""The shortcuts the cost model takes for speed give what the plain computation gives:
+blocks per SM without stacking the four limits, a mask's computed share once per distinct
+combination of extents, the column sets M is the largest of memoised per kernel, and
+utilization given the blocks per SM it would count itself. Each is checked against the
+plain form, written out here, on random inputs with many ties and repeats."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.compiler import cost, masking, occupancy
+from napkin.compiler import target as targets
+from napkin.compiler.columns import columns
+from napkin.compiler.model import kernel_model
+from napkin.compiler.plan import plan
+
+GPUS = ("a100", "h100", "h200")
+
+
+def blocks_per_sm_plain(target, smem, threads, regs):
+    """blocks_per_sm as np.argmin over the four limits stacked at the candidates' shape."""
+    cap = target.levels[1].capacity_bytes
+    by_smem = np.floor(cap / np.maximum(smem, 1))
+    by_threads = np.floor(occupancy.THREAD_SLOTS / np.maximum(threads, 1))
+    if regs is None or not target.registers_per_processor:
+        by_regs = np.full(np.shape(by_smem), np.inf)
+    else:
+        per_warp = np.ceil(np.maximum(regs, 1) / occupancy.ALLOCATION) * occupancy.ALLOCATION \
+            * occupancy.WARP
+        warps = np.ceil(np.maximum(threads, 1) / occupancy.WARP)
+        by_regs = np.floor(np.floor(target.registers_per_processor / per_warp) / warps)
+    options = np.stack(np.broadcast_arrays(by_regs, by_smem, by_threads,
+                                           np.full(np.shape(by_smem), float(occupancy.MAX_BLOCKS))))
+    return np.maximum(np.min(options, axis=0), 1), np.argmin(options, axis=0)
+
+
+@pytest.mark.parametrize("tname", GPUS)
+def test_blocks_per_sm_is_the_first_fewest_of_the_four_limits(tname):
+    target = targets.load(tname)
+    rng = np.random.default_rng(GPUS.index(tname))
+    cap = target.levels[1].capacity_bytes
+    for _ in range(40):
+        # open-mesh shapes like a candidate set's, sizes that often tie between limits
+        smem = rng.choice([1.0, cap / 8, cap / 4, cap / 3, cap / 2, cap, 2 * cap], (7, 1, 1))
+        threads = rng.choice([32.0, 64, 128, 256, 512, 1024], (1, 5, 1))
+        regs = rng.choice([32.0, 40, 64, 128, 255], (7, 1, 3))
+        for r in (regs, None):
+            got, which = occupancy.blocks_per_sm(target, smem, threads, r)
+            want, want_which = blocks_per_sm_plain(target, smem, threads, r)
+            assert np.shape(got) == np.shape(want) and np.shape(which) == np.shape(want_which)
+            assert np.array_equal(got, want) and np.array_equal(which, want_which)
+
+
+def test_blocks_per_sm_of_one_choice_are_numbers():
+    target = targets.load("h100")
+    for smem, threads, regs in ((4096.0, 128.0, 64.0), (1, 1024, None), (2e5, 32.0, 255.0)):
+        got, which = occupancy.blocks_per_sm(target, smem, threads, regs)
+        want, want_which = blocks_per_sm_plain(target, smem, threads, regs)
+        assert np.ndim(got) == 0 and np.ndim(which) == 0
+        assert float(got) == float(want) and int(which) == int(want_which)
+        assert occupancy.LIMITS[int(which)] == occupancy.LIMITS[int(want_which)]
+
+
+def test_utilization_given_the_blocks_per_sm_is_utilization():
+    target = targets.load("h200")
+    rng = np.random.default_rng(3)
+    blocks = rng.choice([1.0, 7, 132, 1000, 1e5], (6, 1))
+    smem = rng.choice([1024.0, 5e4, 2e5], (1, 4))
+    threads, regs = rng.choice([32.0, 128, 512], (6, 4)), rng.choice([40.0, 128], (6, 4))
+    per_sm, _ = occupancy.blocks_per_sm(target, smem, threads, regs)
+    assert np.array_equal(occupancy.utilization(target, blocks, smem, threads, None, regs, per_sm),
+                          occupancy.utilization(target, blocks, smem, threads, None, regs))
+
+
+def masked_models():
+    """(model, sizes) of every library kernel whose chunks a mask hides, on each GPU."""
+    out = []
+    for name in ("causal_attention", "sliding_window_attention"):
+        for tname in ("h100",):
+            p = plan(napkin.load(name), tname, {})
+            for kp in p.kernels:
+                for axis in kp.kernel.reduced(p.graph):
+                    model = kernel_model(p.graph, kp.kernel, axis)
+                    if model.mask is not None and masking.axes_of(model.mask):
+                        out.append((f"{name} {kp.kernel.name} {axis}", model, p.sizes))
+    return out
+
+
+def test_a_masks_share_is_computed_per_candidate_as_alone():
+    found = masked_models()
+    assert found, "no library kernel with a mask"
+    rng = np.random.default_rng(0)
+    for label, model, sizes in found:
+        axes = masking.axes_of(model.mask)
+        # repeats (the searches' meshes), fractional and broadcasting extents
+        tiles = {a: rng.choice([1.0, 16, 64, 100.5, 128, 4096], (6, 1) if i % 2 else (1, 5))
+                 for i, a in enumerate(axes)}
+        got = masking.computed_fraction(model.mask, sizes, tiles)
+        shape = np.broadcast_shapes(*(np.shape(v) for v in tiles.values()))
+        assert np.shape(got) == shape, label
+        for where in np.ndindex(shape):
+            alone = masking.computed_fraction(
+                model.mask, sizes, {a: float(np.broadcast_to(v, shape)[where])
+                                    for a, v in tiles.items()})
+            assert isinstance(alone, float) and got[where] == alone, (label, where)
+
+
+def column_sets_plain(cols, held, symbolic):
+    sets = list(dict.fromkeys(tuple(i for i in col.resident if i in held) for col in cols))
+    if symbolic:
+        return sets
+    return [s for s in sets if not any(set(s) < set(o) for o in sets)]
+
+
+@pytest.mark.parametrize("name", ["attention", "layernorm", "mlp", "swiglu", "cross_entropy"])
+def test_the_memoised_column_sets_are_the_column_sets(name):
+    p = plan(napkin.load(name), "h100", {})
+    rng = np.random.default_rng(len(name))
+    for kp in p.kernels:
+        for axis in (None,) + tuple(kp.kernel.reduced(p.graph)):
+            model = kernel_model(p.graph, kp.kernel, axis)
+            cols = columns(p.graph, model)
+            for _ in range(6):
+                held = {int(i): None for i in rng.choice(len(model.arrays),
+                                                         rng.integers(0, len(model.arrays) + 1),
+                                                         replace=False)}
+                for symbolic in (False, True):
+                    want = column_sets_plain(cols, held, symbolic)
+                    assert cost._columns(cols, held, symbolic) == want   # computed
+                    assert cost._columns(cols, held, symbolic) == want   # memoised
+                    assert cost._columns(list(cols), held, symbolic) == want
