@@ -62,8 +62,8 @@ def _valid(found, levels: int) -> bool:
 def figures(kp, target, cache=None) -> dict:
     """The kernel's figures: from the cache when an intact entry exists, else computed (and
     stored when the cache can take it)."""
-    from .runtime import binaries
-    cache = cache if cache is not None else binaries.default_cache()
+    from .runtime.cache import default_cache     # (not binaries: no NVRTC module to load)
+    cache = cache if cache is not None else default_cache()
     k = key(kp, target)
     levels = len(kp.cost.levels) - 1
     entry = cache.get(k)

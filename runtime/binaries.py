@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import nvrtc
-from .cache import Cache
+from .cache import Cache, default_cache
 from ..diagrams.version import VERSION
 
 CODEGEN = Path(__file__).parents[1] / "codegen"
@@ -79,12 +79,3 @@ def _well_formed(meta: dict) -> bool:
             and all(isinstance(r, dict) and all(type(r.get(f)) is int for f in RESOURCE_FIELDS)
                     for r in resources.values()))
 
-
-_DEFAULT: Cache | None = None
-
-
-def default_cache() -> Cache:
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = Cache()
-    return _DEFAULT

@@ -117,6 +117,17 @@ class Cache:
         return n + trusted.remove([p for p, _ in self.entries()] + self._temporaries())
 
 
+_DEFAULT: Cache | None = None
+
+
+def default_cache() -> Cache:
+    """The process's cache (NVRTC's binaries and explain's figures share it)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = Cache()
+    return _DEFAULT
+
+
 def encode(entry: Entry) -> bytes:
     header = json.dumps({"key": entry.key, "meta": entry.meta, "length": len(entry.payload)},
                         sort_keys=True).encode()
