@@ -56,31 +56,37 @@ class FusedKernel:
                      if a not in reduced and all(a in s for s in stored))
 
 
-def is_free(g: nx.DiGraph, n: int) -> bool:
-    """Constants, sizes, axis indices and arithmetic on them only: recomputed wherever used."""
+def is_free(g: nx.DiGraph, n: int, memo: dict | None = None) -> bool:
+    """Constants, sizes, axis indices and arithmetic on them only: recomputed wherever used.
+    `memo` (node -> answer, for one graph as it is) spares re-walking shared subexpressions."""
+    if memo is not None and n in memo:
+        return memo[n]
     op = ir.op(g, n)
-    if isinstance(op, FREE_LEAVES):
-        return True
-    return isinstance(op, ir.Map) and all(is_free(g, m) for m in ir.operands(g, n))
+    free = isinstance(op, FREE_LEAVES) or (
+        isinstance(op, ir.Map) and all(is_free(g, m, memo) for m in ir.operands(g, n)))
+    if memo is not None:
+        memo[n] = free
+    return free
 
 
 def fused_kernel(g: nx.DiGraph, name: str, members: set[int], reason: str = "") -> FusedKernel:
     """A kernel from the ops in `members`; the free expressions they use are added."""
-    members = {n for n in members if not is_free(g, n)}
+    free: dict = {}
+    members = {n for n in members if not is_free(g, n, free)}
     stack = [u for n in members for u in g.predecessors(n)]
     while stack:
         u = stack.pop()
-        if u not in members and is_free(g, u):
+        if u not in members and is_free(g, u, free):
             members.add(u)
             stack.extend(g.predecessors(u))
     outputs = set(g.graph["outputs"].values())
     loads = sorted({u for n in members for u in g.predecessors(n) if u not in members})
     stores = sorted(n for n in members
                     if any(v not in members or v in outputs for v in g.successors(n))
-                    and not is_free(g, n))
+                    and not is_free(g, n, free))
     order = [n for n in ir.order(g) if n in members]
     stmts = sorted({g.nodes[n]["stmt"] for n in members
-                    if g.nodes[n]["stmt"] is not None and not is_free(g, n)})
+                    if g.nodes[n]["stmt"] is not None and not is_free(g, n, free)})
     return FusedKernel(name, tuple(order), tuple(loads), tuple(stores), tuple(stmts), reason)
 
 

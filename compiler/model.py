@@ -126,11 +126,12 @@ def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
                             passes=max(1, load_passes[n]) if streamed else 1, streamed=streamed,
                             used_over=_used_over(g, n, members)))
     reducers = st.reducer_pass()
+    free: dict = {}       # is_free's answers (the graph does not change while modelled)
     pairs = dict(st.pairs)
     stats = dict(st.stats)
     for n in k.nodes:
         op = ir.op(g, n)
-        if is_free(g, n) or n in pairs:
+        if is_free(g, n, free) or n in pairs:
             continue
         t = ir.type_of(g, n)
         if isinstance(op, ir.Assign) and through(g, n) != n:
