@@ -26,7 +26,8 @@ UNDERFILLED = 0.75     # a kernel busy below this fraction of the GPU invites a 
 FEW_OUTPUTS = 1024     # and so do outputs of at most this many values per SM (a plan may
                        # keep SMs busy without a split by re-reading its inputs)
 MIN_SHARE = 32         # positions of the split axis per split, at least
-LONG = 1024            # the planner splits reductions at least this long (hints: any)
+LONG = 4096            # the planner splits reductions at least this long (hints: any); the
+                       # library at its default sizes (1024) prices no split
 MAX_PARTS = 256
 COARSE = (4, 16, 64, 256)   # split counts priced first; the best one's neighbours next
 
