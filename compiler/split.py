@@ -395,6 +395,11 @@ class _Rewrite:
         args = ir.operands(g, n)
         if not any(u in self.inside for u in args):
             return -1 - n                       # an entry: gathered where read (`_read`)
+        if isinstance(op, ir.Assign):
+            # a name inside the region is its value: no statement stores a split copy of a
+            # named array (its own statement may have no reduction to fuse with, and then
+            # has to store the array whole and split at once, which no tiling holds)
+            return self.primed[args[0]]
         new_args = [self._read(u, stmt) for u in args]
         new_types = [ir.type_of(g, u) for u in new_args]
         t = ir.type_of(g, n)
@@ -415,20 +420,15 @@ class _Rewrite:
             axes = tuple(a for a in union if a not in op.axes)
         elif isinstance(op, ir.Reduce):
             axes = tuple(a for a in new_types[0].axes if a not in op.axes)
-        elif isinstance(op, ir.Assign) and t.axes != ir.type_of(g, args[0]).axes:
-            axes = self.retype(t).axes           # a layout the diagram gave: kept
         else:                                    # maps, scans, softmax over other axes,
             axes = union                         # pass-through names
-        node = self.add(op, ir.ArrayType(axes, t.dtype), new_args, stmt, span=g.nodes[n]["span"])
-        if isinstance(op, ir.Assign):
-            g.graph["arrays"] = {**g.graph["arrays"], op.name: node}
-        return node
+        return self.add(op, ir.ArrayType(axes, t.dtype), new_args, stmt, span=g.nodes[n]["span"])
 
     def _read(self, u: int, stmt) -> int:
         if u not in self.inside:
             return u
         v = self.primed[u]
-        return self._entry(u, stmt) if v < 0 else v
+        return self._entry(-1 - v, stmt) if v < 0 else v     # an entry (or a name of one)
 
     def _sink(self, n: int) -> None:
         g, op = self.g, ir.op(self.g, n)

@@ -124,7 +124,7 @@ def test_a_candidate_set_costs_each_candidate_as_its_choice_alone(name, tname):
     rng = np.random.default_rng(CASES.index((name, tname)))
     for label, g, kernel, model, cols, sizes, target in models(name, tname):
         sets = [simt_candidates(model, sizes, target, rng, 48)]
-        site = tensorcore.site(g, kernel, model, target)
+        site = tensorcore.site(g, kernel, model, target, sizes)
         if site is not None:
             sets.append(tensor_core_candidates(model, sizes, site, rng, 48))
         for candidates in sets:
@@ -143,7 +143,7 @@ def test_a_search_records_the_cost_of_its_choice_alone(name, tname):
     they record (whole axes dropped, tiles sorted)."""
     for label, g, kernel, model, cols, sizes, target in models(name, tname):
         found = [search.search(model, cols, target, sizes, quick=quick) for quick in (False, True)]
-        site = tensorcore.site(g, kernel, model, target)
+        site = tensorcore.site(g, kernel, model, target, sizes)
         if site is not None:
             found.append(tensorcore.search_site(model, cols, target, sizes, site, {}))
         for choice, cost in filter(None, found):

@@ -29,7 +29,7 @@ def engine(p, i=0):
 def test_a_large_product_runs_on_tensor_cores_within_the_rules():
     p = plan(matmul(), "h100", SQUARE)
     (kp,) = p.kernels
-    site = tensorcore.site(p.graph, kp.kernel, kp.model, p.target)
+    site = tensorcore.site(p.graph, kp.kernel, kp.model, p.target, p.sizes)
     wm, wn, tm, tn = tensorcore.warp_tile(kp.choice, site, p.sizes)
     group = dict(kp.choice.group)
     assert (site.row, site.col, site.red) == ("m", "n", "k")
@@ -171,7 +171,7 @@ def test_attention_tiles_stay_within_the_registers_at_head_size_128():
     from napkin.compiler import flash
     p = plan(napkin.load("attention", d=128), "h100", ATTENTION)
     (kp,) = p.kernels
-    site = tensorcore.site(p.graph, kp.kernel, kp.model, p.target)
+    site = tensorcore.site(p.graph, kp.kernel, kp.model, p.target, p.sizes)
     assert isinstance(site, flash.FlashSite) and site.head == 128
     fm = dict(kp.choice.thread)["q"] // 16
     assert flash.registers(fm, kp.choice.stream[1], site) <= flash.MAX_REGISTERS

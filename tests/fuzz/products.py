@@ -59,7 +59,7 @@ def forced(d, bm, bn, bk, wm, wn):
     p = plan(d, "h100", {a: 1024 for a, s in d.axes.items() if s is None})
     (kp,) = p.kernels
     model = kernel_model(p.graph, kp.kernel, "k")
-    site = tensorcore.site(p.graph, kp.kernel, model, p.target)
+    site = tensorcore.site(p.graph, kp.kernel, model, p.target, p.sizes)
     assert site is not None and site.red == "k"
     return _forced(p, kp.kernel, model, site, bk, {site.row: (bm, wm), site.col: (bn, wn)})
 
@@ -134,8 +134,9 @@ def forced_attention(d, bm, wm, bc):
     kernel = kernels.fused_kernel(g, "k0", {n for n, data in g.nodes(data=True) if data["stmt"] is not None
                                      and not isinstance(data["op"], (ir.Input, ir.Output))})
     model = kernel_model(g, kernel, "x")
-    site = tensorcore.site(g, kernel, model, p.target)
-    assert isinstance(site, tensorcore.FlashSite), tensorcore.examine(g, kernel, model, p.target)
+    site = tensorcore.site(g, kernel, model, p.target, p.sizes)
+    assert isinstance(site, tensorcore.FlashSite), tensorcore.examine(g, kernel, model, p.target,
+                                                                      p.sizes)
     return _forced(p, kernel, model, site, bc, {site.row: (bm, wm)})
 
 
