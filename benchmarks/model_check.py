@@ -88,50 +88,141 @@ def _row(p, label: str, flops: float) -> dict:
             "model_compute_seconds": kp.cost.compute_time}
 
 
-def loop_counts(sass_text: str) -> collections.Counter:
+def loop_counts(sass_text: str, function: str | None = None, trips: list | None = None
+                ) -> collections.Counter:
     """Instruction classes of the main loop, the loop over whole chunks (runtime/mainloop.py's
-    rule, issue 14's): tensor (HMMA), fp32 (the FP32 pipe, with F2FP packing), mufu, and
-    every counted instruction."""
+    rule, issue 14's): tensor (HMMA), fp32 (the FP32 pipe, with F2FP packing), mufu, every
+    counted instruction (`all`, static: every path once), `hidden`: those a chunk the mask
+    hides runs (all but the compute the kernel branches around, codegen/mma.py's
+    `if (!skip)`), and, given `trips` (copies per thread of each copy statement, from the
+    CUDA: copy_trips), `run` and `run_hidden`: the same with each copy loop counted as a trip
+    of t copies runs it (setup + t x each, copy_loops) instead of its static code."""
     from napkin.runtime import mainloop
-    loop = mainloop.main_loop(sass_text)
+    loop = mainloop.main_loop(sass_text, function)
     if loop is None:
         return collections.Counter()
     counts = loop.counts()
     packs = sum(1 for i in loop.instructions if i.opcode.startswith("F2FP"))
-    return collections.Counter({"tensor": counts["mma"], "fp32": counts["fp32"] + packs,
-                                "mufu": counts["mufu"], "all": len(loop.instructions)})
+    out = collections.Counter({"tensor": counts["mma"], "fp32": counts["fp32"] + packs,
+                               "mufu": counts["mufu"], "all": len(loop.instructions),
+                               "hidden": len(loop.instructions) - len(skipped(loop))})
+    found = copy_loops(loop)
+    if trips is not None and found and len(found) == len(trips):
+        delta = sum(c["setup"] + t * c["each"] - c["static"] for c, t in zip(found, trips))
+        out["run"], out["run_hidden"] = out["all"] + delta, out["hidden"] + delta
+        out["copy_loops"] = len(found)
+    else:                     # no copy loop told apart: the static count stands
+        out["run"], out["run_hidden"] = out["all"], out["hidden"]
+    return out
+
+
+def copy_loops(loop) -> list[dict]:
+    """The copies into shared memory in `loop`, one per copy statement of the lowering
+    (`for (e = tid; e < N; e += threads)` of cp.async, codegen/mma.py), as nvcc compiles a
+    loop whose trip count it cannot know: up to three peeled copies, then a loop unrolled by
+    four. Per statement: `static`, the instructions of its code (from the end of the one
+    before, or the loop's start, to its unrolled loop's backward branch), `each`, those of
+    one copy (the unrolled loop over its LDGSTS), and `setup`, the rest (static less one
+    `each` per LDGSTS)."""
+    from napkin.runtime import mainloop
+    body = loop.instructions
+    inner = [i for i in body if i.target is not None and i.target <= i.address
+             and i.address < loop.end and i.predicate != "@!PT"]
+    out, start = [], loop.start
+    for br in sorted(inner, key=lambda i: i.address):
+        unrolled = [i for i in body if br.target <= i.address <= br.address]
+        n = sum(1 for i in unrolled if i.opcode.startswith("LDGSTS"))
+        if not n or any(i.opcode.split(".")[0] in mainloop.TENSOR for i in unrolled):
+            continue
+        code = [i for i in body if start <= i.address <= br.address]
+        if any(i.opcode.split(".")[0] in mainloop.TENSOR for i in code):
+            code = [i for i in code if i.address >= max(
+                j.address for j in code if j.opcode.split(".")[0] in mainloop.TENSOR)]
+        ldgsts = sum(1 for i in code if i.opcode.startswith("LDGSTS"))
+        each = len(unrolled) / n
+        out.append({"static": len(code), "each": each, "setup": len(code) - ldgsts * each,
+                    "ldgsts": ldgsts})
+        start = br.address + 1
+    return out
+
+
+def kernel_source(cuda: str, name: str) -> str:
+    """The text of kernel `name` in a .cu file of several: from its `__global__` to the next."""
+    import re
+    at = re.search(r"__global__[^{;]*?\b" + re.escape(name) + r"\(", cuda)
+    if at is None:
+        return ""
+    end = cuda.find("__global__", at.end())
+    return cuda[at.start():end if end >= 0 else len(cuda)]
+
+
+def copy_trips(cuda: str) -> list[int]:
+    """Copies each thread makes per chunk, per copy statement of the chunk loop, read off the
+    emitted CUDA: `for (int e = tid; e < N; e += T)` holding a cp.async, ceil(N / T)."""
+    import re
+    at = cuda.find("for (int c0 = ")
+    if at < 0:
+        return []
+    end = cuda.find("napkin_cp_async_commit", at)
+    found = re.findall(r"for \(int e = tid; e < (\d+); e \+= (\d+)\) \{\s*(?:[^{}]*?)napkin_cp_async_16",
+                       cuda[at:end])
+    return [math.ceil(int(n) / int(t)) for n, t in found]
+
+
+def skipped(loop) -> list:
+    """The instructions of `loop` inside the innermost forward branch that jumps over all its
+    tensor instructions (a hidden chunk's skip), or none when no branch does."""
+    from napkin.runtime import mainloop
+    mma = [i.address for i in loop.instructions if i.opcode.split(".")[0] in mainloop.TENSOR]
+    if not mma:
+        return []
+    around = [(i.address, i.target) for i in loop.instructions
+              if i.target is not None and i.target > i.address and i.address < min(mma)
+              and i.target > max(mma) and i.target <= loop.end]
+    if not around:
+        return []
+    start, end = min(around, key=lambda r: r[1] - r[0])
+    return [i for i in loop.instructions if start < i.address < end]
 
 
 def _sass(p) -> dict:
-    """The static issue-slot estimate of the plan's slowest kernel (see the docstring)."""
+    """The static issue-slot estimate of the plan's slowest kernel (see the docstring): every
+    chunk runs the main loop's copies and iteration, a chunk the mask lets the kernel compute
+    (masking.py's share) also the rest."""
     from napkin import pipeline
     from napkin.runtime import sass
     options = pipeline.Options.make(target=p.target.name)
     made = pipeline.through(p, "plan", "binary", options)
     binary = made["binary"]
-    counts = loop_counts(sass.disassemble(binary.cubin))
     kp = max(p.kernels, key=lambda k: k.cost.time)
+    index = p.kernels.index(kp)
+    name = made["program"].kernels[index].name
+    counts = loop_counts(sass.disassemble(binary.cubin), name,
+                         copy_trips(kernel_source(made["cuda"], name)))
     sched = kp.schedule
     chunks = math.ceil(p.sizes[sched.stream[0]] / sched.stream[1]) if sched.stream else 1
     blocks = float(kp.cost.levels[1].units)
     warps = math.ceil(sched.threads / 32)
-    per_loop = counts["all"]
-    rate = p.target.per_second("schedulers")
-    est = blocks * warps * chunks * per_loop / rate if rate else None
-    # the model's own counts per warp per chunk, from its compute terms (issue.py)
-    parts, tgt = dict(kp.cost.compute_parts), p.target
     from napkin.compiler.masking import computed_fraction
     computed = 1.0
-    if sched.stream:          # the model counts the chunks a mask lets the kernel compute
+    if sched.stream:          # the share of chunks a mask lets the kernel compute
         computed = computed_fraction(kp.model.mask, p.sizes,
                                      {**dict(kp.choice.group), sched.stream[0]: sched.stream[1]})
+    per_chunk = computed * counts["run"] + (1 - computed) * counts["run_hidden"]
+    rate = p.target.per_second("schedulers")
+    est = blocks * warps * chunks * per_chunk / rate if rate else None
+    # the model's own counts per warp per chunk, from its compute terms (issue.py): the
+    # classes per computed chunk, all instructions per chunk
+    parts, tgt = dict(kp.cost.compute_parts), p.target
     loops = blocks * warps * chunks * computed
     dtype = "bf16" if "bf16" in {w.dtype for w in kp.model.work} else "f16"
     model = {"tensor": parts.get("tensor", 0) * (tgt.rate(f"tensor_{dtype}") or 0) / 4096 / loops,
              "fp32": parts.get("fp32", 0) * tgt.per_second("fp32_lanes") / 32 / loops,
              "mufu": parts.get("mufu", 0) * tgt.per_second("mufu_lanes") / 32 / loops,
-             "issue": parts.get("issue", 0) * rate / loops}
-    return {"static_loop_instructions": dict(counts), "static_issue_seconds": est,
+             "issue": parts.get("issue", 0) * rate / (blocks * warps * chunks)}
+    static = dict(counts)
+    static["per_chunk"] = per_chunk
+    return {"static_loop_instructions": static, "static_issue_seconds": est,
             "model_loop_instructions": model}
 
 
@@ -184,7 +275,7 @@ def _print(rows_: list[dict]) -> None:
             cells = []
             for k in ("tensor", "fp32", "mufu"):
                 cells.append(f"{k} {st.get(k, 0)}/{mo[k]:.0f}")
-            cells.append(f"all {st.get('all', 0)}/{mo['issue']:.0f}")
+            cells.append(f"all per chunk {st.get('per_chunk', 0):.0f}/{mo['issue']:.0f}")
             print(f"  {r['target']:6} {r['case']:30} " + "  ".join(cells))
 
 

@@ -30,15 +30,28 @@ from .target import Target
 WARP = 32
 HMMA_FLOPS = 2 * 16 * 8 * 16       # one mma.sync.m16n8k16
 LDSM_BYTES = 512                   # ldmatrix.x4: 32 lanes x 16 bytes
-ITERATION = 12                     # warp instructions per warp per chunk: 2 barriers,
-                                   # cp.async commit and wait, loop test and branch, pointers
-# lane instructions per copy into shared memory, and the bytes one copies. A tensor-core
-# tile's cp.async of 16 B (codegen/mma.py): the element's row and column from its index,
-# two bounds tests, the source row times the stride in 64 bits, two selects (address and
-# size), the padded destination, the LDGSTS: about 15. A CUDA-core element: address, bound,
-# LDG and STS: about 6.
-COPY = {True: 15, False: 6}
-COPY_BYTES = {True: 16, False: 4}
+# A tensor-core kernel's chunk, per warp (codegen/mma.py's pipeline), counted in the SASS of
+# the library's matmul and attention main loops (sm_90, benchmarks/model_check.py): the
+# iteration (cp.async commit and wait, two barriers, the stage flip, the loop test) ...
+ITERATION_TENSOR = 20
+# ... and each tile copied into shared memory: a copy loop `for (e = tid; e < N; e +=
+# threads)` of 16-byte cp.async, `t = ceil(N / threads)` copies per thread, costs a warp
+# COPY_SETUP + t COPY_EACH instructions: each copy is an LDGSTS with about 30 integer and
+# control instructions (row and column of the element, two bounds tests, the 64-bit source
+# address, two selects, the padded destination). nvcc cannot know t (it depends on tid), so
+# it compiles up to three peeled copies and a loop unrolled by four: the static code of one
+# copy loop is about 225 instructions whatever t is, of which a trip of t runs these. Fitted
+# to matmul's and attention's copy loops (model_check.copy_loops: setup 0 to 24, each 29.5
+# to 34). A copy of a tile the mask hides is made all the same.
+COPY_SETUP = 15
+COPY_EACH = 31
+COPY_BYTES_TENSOR = 16
+ITERATION = 12                     # a CUDA-core kernel's chunk: warp instructions per warp
+                                   # (barriers, the loop test and branch, pointers)
+# lane instructions per copy into shared memory of one element of a CUDA-core kernel
+# (address, bound, LDG and STS), and the bytes one copies
+COPY = 6
+COPY_BYTES = 4
 
 # lane instructions per element: (fp32, mufu, other). expf is IEEE (no fast math): range
 # reduction by FFMA, MUFU.EX2, the exponent by integer ops; division is MUFU.RCP and a
@@ -65,10 +78,9 @@ DEFAULT = (1, 0, 0)
 FLASH_SCORE = (3.65, 1.0, 0)       # per score, beside the scale's multiply (its own op)
 FLASH_RESCALE = 1.65               # FP32 per O element per chunk
 FLASH_ROW_EXPS = 2 / 16            # MUFU per row per lane per chunk (the warp's 32 lanes)
-# ... and the rest of that loop (integer and address arithmetic of the copies and of the
-# fragments' ldmatrix, LDSM and LDGSTS themselves, loop control), within 6%: per warp and
-# chunk 463 instructions + 1.32 per HMMA; this replaces COPY, ITERATION and the LDSM count
-FLASH_CHUNK = 463
+# ... and the fragments' ldmatrix addresses and LDSM themselves, within 6%: 1.32 per HMMA
+# beside it; the copies and the iteration are COPY_LOOP and ITERATION_TENSOR (FLASH_CHUNK,
+# the fit of the whole rest of the loop per chunk, 463, is their 20 + 2 x 225 for K and V)
 FLASH_PER_HMMA = 1.32
 
 
@@ -106,22 +118,35 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         fp32.append(per_block * rows * width * FLASH_RESCALE)
         mufu.append(per_block * rows * WARP * FLASH_ROW_EXPS)
     lanes = total(fp32) + total(mufu) + total(other)
-    copies = H[0] / COPY_BYTES[tensor] * COPY[tensor]
+    hmma = total(tensor_flops) / HMMA_FLOPS
     if tensor:
-        warp_instr = total(tensor_flops) / HMMA_FLOPS + (H[1] if len(H) > 1 else 0) / LDSM_BYTES
+        # every chunk (hidden or not) copies each streamed tile; the loads a block keeps are
+        # copied once, before the loop
+        threads = warps_per_block * WARP
+        chunk = dict([choice.stream]) if choice.stream else {}
+        per_chunk, once = ITERATION_TENSOR, 0
+        for a in model.arrays:
+            if a.role != "load":
+                continue
+            tile = prod(chunk.get(x, level1[x]) for x in a.axes) * a.bytes
+            copy = COPY_SETUP + NUMBERS.ceil(tile / COPY_BYTES_TENSOR / threads) * COPY_EACH
+            if a.streamed:
+                per_chunk = per_chunk + copy
+            else:
+                once = once + copy
+        copies = units[0] * warps_per_block * (chunks * per_chunk + once)
+        if model.streaming.pairs:     # the fitted loop of FlashAttention-2 (computed chunks)
+            warp_instr = hmma * (1 + FLASH_PER_HMMA) + lanes / WARP + copies
+        else:
+            ldsm = (H[1] if len(H) > 1 else 0) / LDSM_BYTES
+            warp_instr = hmma + ldsm + lanes / (WARP * lane_share) + copies
     else:
+        copies = H[0] / COPY_BYTES * COPY
         lanes = lanes + ((H[1] if len(H) > 1 else 0) / 4)        # LDS of the operands
-        warp_instr = 0
-    if stream is not None:
-        if not tensor:
+        if stream is not None:
             chunks = chunks * fraction      # a CUDA-core block skips a hidden chunk whole
             copies = copies * fraction
-    if tensor and model.streaming.pairs:      # the fitted loop of FlashAttention-2
-        hmma = total(tensor_flops) / HMMA_FLOPS
-        warp_instr = hmma * (1 + FLASH_PER_HMMA) + lanes / WARP \
-            + units[0] * warps_per_block * chunks * fraction * FLASH_CHUNK  # (computed)
-    else:
-        warp_instr = warp_instr + (lanes + copies) / (WARP * lane_share) \
+        warp_instr = (lanes + copies) / (WARP * lane_share) \
             + units[0] * warps_per_block * chunks * ITERATION
     rate = target.rate(f"tensor_{_tensor_dtype(model)}") if tensor else None
     out = {"tensor": total(tensor_flops) / rate if rate else 0,
