@@ -160,12 +160,12 @@ def copy_trips(cuda: str) -> list[int]:
     """Copies each thread makes per chunk, per copy statement of the chunk loop, read off the
     emitted CUDA: `for (int e = tid; e < N; e += T)` holding a cp.async, ceil(N / T)."""
     import re
-    at = cuda.find("for (int c0 = ")
-    if at < 0:
+    start = re.search(r"for \((?:int|long long) c0 = ", cuda)
+    if start is None:
         return []
-    end = cuda.find("napkin_cp_async_commit", at)
-    found = re.findall(r"for \(int e = tid; e < (\d+); e \+= (\d+)\) \{\s*(?:[^{}]*?)napkin_cp_async_16",
-                       cuda[at:end])
+    end = cuda.find("napkin_cp_async_commit", start.end())
+    found = re.findall(r"for \((?:int|long long) e = tid; e < (\d+); e \+= (\d+)\) \{\s*"
+                       r"(?:[^{}]*?)napkin_cp_async_16", cuda[start.end():end])
     return [math.ceil(int(n) / int(t)) for n, t in found]
 
 

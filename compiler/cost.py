@@ -245,7 +245,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     per_sm, limit = occupancy.blocks_per_sm(target, results[1].M, threads, regs) \
         if target.processors else (1, 3)
     util = occupancy.utilization(target, unit_counts[0], results[1].M, threads, active, regs,
-                                 per_sm)
+                                 per_sm, occupancy.in_flight(model, choice, covs[0]))
     named = {"compute": compute}
     for lc in results[1:]:
         named[f"{lc.name} bandwidth"] = lc.time

@@ -76,6 +76,11 @@ DEFAULT = (1, 0, 0)
 # 16 to 128 keys per warp; FP32 within 10%, MUFU exact): per lane and chunk, FP32 = 4.65 per
 # score + 1.65 per O element the lane holds, MUFU = 1 per score + 2 per 16 rows
 FLASH_SCORE = (3.65, 1.0, 0)       # per score, beside the scale's multiply (its own op)
+# an op of the row and key positions only (a mask's `x <= q`, ALiBi's `x - q`) evaluated on
+# the score fragments: each element's row and key from the lane and the fragment (integer
+# IMAD/IADD), the test (ISETP) or its conversion (I2F), a select: per score and lane, fitted
+# to causal attention's main loop (359 instructions over attention's per 64 scores a lane)
+FLASH_INDEX = (0, 0, 5.5)
 FLASH_RESCALE = 1.65               # FP32 per O element per chunk
 FLASH_ROW_EXPS = 2 / 16            # MUFU per row per lane per chunk (the warp's 32 lanes)
 # ... and the fragments' ldmatrix addresses and LDSM themselves, within 6%: 1.32 per HMMA
@@ -94,6 +99,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     grouped = {a for a, _ in choice.group}
     stream = choice.stream[0] if choice.stream else None
     fp32, mufu, other, tensor_flops = [], [], [], []
+    index_axes = {a for a, _ in choice.warps} | ({stream} if stream else set())
     for w in model.work:
         points = prod(sizes[a] for a in w.axes)
         redo = prod(sizes[a] / level1[a] for a in model.axes if a in grouped and a not in w.axes)
@@ -106,6 +112,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         per = INSTRUCTIONS.get(w.op, DEFAULT)
         if tensor and model.streaming.pairs and w.op == "softmax":
             per = FLASH_SCORE
+        elif tensor and model.streaming.pairs and w.axes and set(w.axes) <= index_axes:
+            per = FLASH_INDEX          # an op of positions only, on the score fragments
         fp32.append(amount * per[0])
         mufu.append(amount * per[1])
         other.append(amount * per[2])

@@ -31,6 +31,12 @@ ALLOCATION = 8          # registers per thread are allocated in units of 8 (256 
 MAX_BLOCKS = 32         # resident blocks per SM (CC 8.0 and 9.0)
 THREAD_SLOTS = 2048     # resident threads per SM
 LATENCY_THREADS = 256   # active threads per SM that hide memory latency
+# A cp.async pipeline (the tensor-core kernels) hides latency by the bytes it keeps in
+# flight, not by its threads: the next chunk's tiles are copied while this one is computed.
+# Little's law: an SM needs its share of the HBM bandwidth times the latency in flight. The
+# latency is an assumption of the order microbenchmarks report for HBM on A100/H100 (several
+# hundred ns), not a measured figure: CALIBRATE on a GPU (benchmarks/gpu_check.py).
+LATENCY_SECONDS = 700e-9
 LIMITS = ("registers", "shared memory", "threads", "blocks")
 
 
@@ -141,11 +147,24 @@ def blocks_per_sm(target: Target, smem, threads, regs):
     return np.maximum(fewest, 1)[()], which[()]
 
 
-def utilization(target: Target, blocks, smem, threads, active=None, regs=None, per_sm=None):
+def in_flight(model, choice, level1: dict):
+    """Bytes a tensor-core block keeps in flight: one chunk of each tile it streams into
+    shared memory (None for the CUDA cores, whose loads are not pipelined)."""
+    if not choice.warps or not choice.stream:
+        return None
+    chunk = dict([choice.stream])
+    return sum(prod(chunk.get(x, level1[x]) for x in a.axes) * a.bytes
+               for a in model.arrays if a.role == "load" and a.streamed)
+
+
+def utilization(target: Target, blocks, smem, threads, active=None, regs=None, per_sm=None,
+                flight=None):
     """Fraction of the machine a launch keeps busy: idle SMs, the last partial wave, and
-    too few active threads per SM to hide memory latency (fewer than 256). `threads`: per
-    block as launched (what the SM's thread slots and registers hold), `active`: those with
-    work, `regs`: registers per thread (None: not counted)."""
+    too little memory parallelism per SM to hide latency: fewer than 256 active threads,
+    unless the blocks keep enough bytes in flight (`flight` per block, in_flight; Little's
+    law with LATENCY_SECONDS). `threads`: per block as launched (what the SM's thread slots
+    and registers hold), `active`: those with work, `regs`: registers per thread (None: not
+    counted)."""
     if not target.processors:
         return 1.0
     active = threads if active is None else active
@@ -157,6 +176,10 @@ def utilization(target: Target, blocks, smem, threads, active=None, regs=None, p
     # blocks / procs when some SMs idle, 1 when one wave holds them all, else the last wave's
     # share: blocks / (waves * the slots a wave fills)
     busy = blocks / (waves * np.minimum(slots, np.maximum(blocks, procs)))
-    occupancy = np.minimum(1.0, np.minimum(per_sm, np.ceil(blocks / procs)) * active
-                           / LATENCY_THREADS)
+    resident = np.minimum(per_sm, np.ceil(blocks / procs))
+    occupancy = np.minimum(1.0, resident * active / LATENCY_THREADS)
+    bandwidth = target.levels[1].bandwidth if len(target.levels) > 1 else None
+    if flight is not None and bandwidth:
+        needed = bandwidth / procs * LATENCY_SECONDS
+        occupancy = np.maximum(occupancy, np.minimum(1.0, resident * flight / needed))
     return np.maximum(busy * occupancy, 1e-6)

@@ -61,7 +61,7 @@ def test_causal_attention_is_charged_for_the_chunks_it_computes_only():
     """At the same tiling, the causal kernel's compute and register reads are those of the
     (block, chunk) pairs it keeps (about half); its copies into shared memory are all of
     them, since the tensor-core lowering copies a hidden chunk (codegen/mma.py), so its
-    time is bounded by those (L2) and is not half; at N = 4096 it is at most 0.65x."""
+    time is bounded by those and is not half."""
     full = attention()
     causal = attention(name="causal_attention")
     c = evaluate(causal.model, causal.columns, full.choice, {**BIG, "d": 64},
@@ -73,7 +73,16 @@ def test_causal_attention_is_charged_for_the_chunks_it_computes_only():
     assert parts["tensor"] == pytest.approx(keep * whole["tensor"], rel=1e-9)
     assert c.levels[1].H == full.cost.levels[1].H                # copied all the same
     assert c.levels[2].H < 0.6 * full.cost.levels[2].H          # read into registers: not
-    assert causal.cost.time <= 0.65 * full.cost.time
+    assert causal.cost.time < full.cost.time
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the tensor-core lowering copies every chunk, hidden or not (codegen/mma.py's pipeline "
+    "branches around the compute only), and the issue slots of those copy loops (about "
+    "15 + 31 t a warp, SASS) are counted now: causal is predicted about 0.85x at N = 4096 "
+    "until the chunk loop stops at the diagonal"))
+def test_causal_attention_at_4096_is_predicted_at_most_065x_the_non_causal_time():
+    assert attention(name="causal_attention").cost.time <= 0.65 * attention().cost.time
 
 
 @pytest.mark.parametrize("q, x, tile, chunk", [(1000, 1000, 64, 32), (77, 130, 16, 8),
@@ -190,3 +199,57 @@ def test_the_instruction_table_matches_the_sass_of_napkins_attention():
     assert static["tensor"] == pytest.approx(model["tensor"], rel=1e-9)
     for k in ("fp32", "mufu"):
         assert static[k] == pytest.approx(model[k], rel=0.3), (k, static, model)
+
+
+def _need_disassembler():
+    from napkin.diagrams.diagnostics import BackendUnavailable
+    from napkin.runtime import sass
+    try:
+        sass.find_tool("cuobjdump")
+    except BackendUnavailable:
+        pytest.skip("cuobjdump is not installed (pip install 'napkin[test]')")
+
+
+TENSOR_KERNELS = [
+    ("matmul", {}, {"m": 4096, "k": 4096, "n": 4096}), ("matmul", {}, {}),
+    ("batched_matmul", {}, {}), ("linear_gelu", {}, {}),
+    ("attention", {"d": 64}, {"b": 2, "h": 4, "q": 1024, "x": 1024}),
+    ("attention", {"d": 128}, {"b": 2, "h": 4, "q": 1024, "x": 1024}),
+    ("causal_attention", {"d": 64}, {"b": 2, "h": 4, "q": 1024, "x": 1024}),
+    ("alibi_attention", {}, {}), ("sliding_window_attention", {}, {}),
+    ("softcap_attention", {}, {}), ("gqa_attention", {}, {}),
+    pytest.param("varlen_attention", {}, {}, marks=pytest.mark.xfail(
+        strict=True, reason="its gathered document ids (LDG per score) are not in issue.py's "
+                            "table: the SASS estimate is about 3x the model's")),
+]
+
+
+@pytest.mark.parametrize("name, defines, shape", TENSOR_KERNELS)
+def test_the_issue_slots_follow_the_sass_of_each_tensor_core_kernel(name, defines, shape):
+    """The model's issue-slot time is within 30% of the SASS estimate of napkin's own cubin
+    (the main loop's instructions, each copy loop as its trip runs it, hidden chunks as what
+    they run, times chunks, warps and blocks, over 4 schedulers per SM: model_check._sass),
+    and its HMMA per chunk are the cubin's."""
+    _need_disassembler()
+    p = plan(napkin.load(name, **defines), "h100", shape)
+    kp = max(p.kernels, key=lambda k: k.cost.time)
+    assert kp.schedule.engine in ("attention", "tensor-core product")
+    row = _model_check()._sass(p)
+    model = dict(kp.cost.compute_parts)["issue"]
+    assert row["static_issue_seconds"] == pytest.approx(model, rel=0.3), (row, model)
+    static, per = row["static_loop_instructions"], row["model_loop_instructions"]
+    assert static["tensor"] == pytest.approx(per["tensor"], rel=1e-6)
+    assert static["copy_loops"] >= 2          # the copy loops were told apart and weighted
+
+
+def test_copy_trips_are_read_off_the_chunk_loop():
+    """Hand-made CUDA: the prologue's copy is not the chunk loop's; 1024 over 256 threads is 4
+    copies a thread, 130 over 128 is 2."""
+    cuda = ("for (int e = tid; e < 512; e += 256) { const int eo = e / 8; napkin_cp_async_16(a); }\n"
+            "for (long long c0 = (long long)0; c0 < n; c0 += 64) {\n"
+            "  for (int e = tid; e < 1024; e += 256) {\n    const int eo = e / 8;\n"
+            "    napkin_cp_async_16(b);\n  }\n"
+            "  for (int e = tid; e < 130; e += 128) { napkin_cp_async_16(c); }\n"
+            "  napkin_cp_async_commit();\n"
+            "  for (int e = tid; e < 4096; e += 256) { napkin_cp_async_16(d); }\n}\n")
+    assert _model_check().copy_trips(cuda) == [4, 2]

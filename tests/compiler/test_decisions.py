@@ -12,22 +12,43 @@ import napkin
 from napkin.compiler.plan import plan
 
 SMS = 132                      # h100
+FRAGMENT = 16                  # rows of one mma.sync fragment (m16n8k16)
 HEADS = ((1, 1), (2, 4), (32, 16))          # b * h = 1, 8, 512
-LENGTHS = (130, 1024, 16384)
+LENGTHS = (1, 16, 130, 1024, 16384)
+
+
+def more_than_a_few_tiles(bh: int, q: int, x: int) -> bool:
+    """Larger than a few tiles, for FlashAttention-2's 16-row fragments: every head has at
+    least one whole fragment of rows (q >= 16; fewer rows, decoding, pad a fragment with up
+    to 15 empty rows, and either engine may win: not asserted), there is at least one
+    fragment per SM over all heads (b h ceil(q / 16) >= 132), and a few 64-key chunks to
+    stream (x >= 128)."""
+    return q >= FRAGMENT and bh * -(-q // FRAGMENT) >= SMS and x >= 128
 
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_attention_runs_flashattention_2_wherever_there_are_enough_rows(d):
-    """Enough rows: at least one 16-row fragment per SM (b h q >= 16 * 132), and a few
-    chunks of keys (x >= 128)."""
+    """The grid's few-row shapes (q = 1 and 16) are planned too; where the rule above holds
+    the plan is the one FlashAttention-2 kernel, and the grid holds such few-row shapes."""
     diagram = napkin.load("attention", d=d)
-    wrong = []
+    wrong, few_rows = [], 0
     for (b, h), q, x in itertools.product(HEADS, LENGTHS, LENGTHS):
         p = plan(diagram, "h100", {"b": b, "h": h, "q": q, "x": x})
         engines = [kp.schedule.engine for kp in p.kernels]
-        if b * h * q >= 16 * SMS and x >= 128 and engines != ["attention"]:
-            wrong.append(((b * h, q, x), engines))
+        if more_than_a_few_tiles(b * h, q, x):
+            few_rows += q == FRAGMENT
+            if engines != ["attention"]:
+                wrong.append(((b * h, q, x), engines))
     assert not wrong, wrong
+    assert few_rows == 3            # b h = 512 with 16 rows a head, x = 130, 1024, 16384
+
+
+def test_the_few_tiles_rule_against_hand_counts():
+    assert more_than_a_few_tiles(512, 16, 1024)          # 512 fragments
+    assert not more_than_a_few_tiles(512, 1, 16384)      # a decode step: 1 row of 16
+    assert not more_than_a_few_tiles(8, 130, 16384)      # 8 x 9 = 72 fragments < 132 SMs
+    assert more_than_a_few_tiles(1, 16384, 130)          # 1024 fragments
+    assert not more_than_a_few_tiles(512, 1024, 16)      # one chunk of keys
 
 
 def test_tiny_attention_stays_on_the_cuda_cores():
@@ -52,17 +73,32 @@ def test_matmul_runs_on_tensor_cores_wherever_the_output_is_more_than_a_few_tile
     assert small.schedule.engine == "cuda cores"
 
 
+COMPUTE_NAMES = {"issue": "issue slots", "tensor": "tensor cores", "fp32": "the FP32 pipe",
+                 "mufu": "MUFU (exp, rsqrt, division)"}
+
+
+def _largest_term(k: dict) -> str:
+    """The bound by hand: the largest of the memory terms and the compute limits."""
+    terms = {n: t for n, t in k["terms_seconds"].items() if n != "compute"}
+    terms.update({COMPUTE_NAMES[n]: t for n, t in k["compute_seconds"].items()})
+    return max(terms, key=terms.get)
+
+
 def test_explain_names_the_bound_and_the_occupancy_limit(capsys):
+    import json
+    import re
     from napkin.cli import main
     capsys.readouterr()
-    assert main(["explain", "attention", "-D", "d=64", "--shape", "b=4,h=16,q=4096,x=4096"]) == 0
+    args = ["explain", "attention", "-D", "d=64", "--shape", "b=4,h=16,q=4096,x=4096"]
+    assert main(args) == 0
     out = capsys.readouterr().out
-    assert "bound by issue slots" in out
     assert "1 block per SM limited by registers" in out
+    assert main(args + ["--json"]) == 0
+    (k,) = json.loads(capsys.readouterr().out)["kernels"]
+    (named,) = re.findall(r"predicted [\d.]+ \w+, bound by (.+?) \(", out)
+    assert named == k["bound"] == _largest_term(k)
     assert main(["explain", "softmax", "--shape", "r=4096,c=4096", "--json"]) == 0
-    import json
     (k,) = json.loads(capsys.readouterr().out)["kernels"]
     assert k["occupancy_limit"] in ("registers", "shared memory", "threads", "blocks")
-    assert k["bound"] in {name for name in k["terms_seconds"]} | {
-        "issue slots", "tensor cores", "the FP32 pipe", "MUFU (exp, rsqrt, division)"}
+    assert k["bound"] == _largest_term(k)
     assert k["predicted_seconds"] >= max(k["terms_seconds"].values())
