@@ -1,6 +1,7 @@
 """The cost model beside published measurements and beside the SASS of napkin's own kernels.
 
-    python benchmarks/model_check.py [--targets h100,h200] [--sass] [--registers] [--json FILE]
+    python benchmarks/model_check.py [--targets h100,h200] [--sass] [--kernels] [--registers]
+                                     [--json FILE]
 
 For attention (d = 64 and 128, N = 512 .. 16k with b * N = 16k and h * d = 2048, as in
 the FlashAttention-3 paper's benchmark; causal and not; f16) and matmul (4096^3, 8192^3)
@@ -190,14 +191,18 @@ def _sass(p) -> dict:
     chunk runs the main loop's copies and iteration, a chunk the mask lets the kernel compute
     (masking.py's share) also the rest."""
     from napkin import pipeline
-    from napkin.runtime import sass
     options = pipeline.Options.make(target=p.target.name)
     made = pipeline.through(p, "plan", "binary", options)
-    binary = made["binary"]
     kp = max(p.kernels, key=lambda k: k.cost.time)
-    index = p.kernels.index(kp)
+    return kernel_sass(p, made, p.kernels.index(kp))
+
+
+def kernel_sass(p, made, index: int) -> dict:
+    """_sass for kernel `index` of a plan compiled through to its binary (`made`)."""
+    from napkin.runtime import sass
+    kp = p.kernels[index]
     name = made["program"].kernels[index].name
-    counts = loop_counts(sass.disassemble(binary.cubin), name,
+    counts = loop_counts(sass.disassemble(made["binary"].cubin), name,
                          copy_trips(kernel_source(made["cuda"], name)))
     sched = kp.schedule
     chunks = math.ceil(p.sizes[sched.stream[0]] / sched.stream[1]) if sched.stream else 1
@@ -224,6 +229,36 @@ def _sass(p) -> dict:
     static["per_chunk"] = per_chunk
     return {"static_loop_instructions": static, "static_issue_seconds": est,
             "model_loop_instructions": model}
+
+
+def kernels_table(target: str = "h100") -> list[dict]:
+    """Every library kernel at the default sizes and at 4096: the model's issue-slot and
+    compute time beside the SASS estimate (kernel_sass). The estimate's rule (the main loop
+    once per chunk, copy loops by their trips) describes the tensor-core pipelines; a CUDA-core
+    kernel's chunk holds inner loops over elements (copies, lanes over a chunk) whose trips
+    the rule does not weight, so its rows are printed but not a check."""
+    import napkin
+    from napkin import pipeline
+    from napkin.compiler.plan import plan
+    from napkin.diagrams.sources import library_names
+    options = pipeline.Options.make(target=target)
+    out = []
+    for name in library_names():
+        d = napkin.load(name)
+        reps = sorted({i.rep for i in d.ir.graph["axes"].values() if i.size is None})
+        for shape in ({}, {a: 4096 for a in reps}):
+            p = plan(d, target, shape)
+            made = pipeline.through(p, "plan", "binary", options)
+            for i, kp in enumerate(p.kernels):
+                r = kernel_sass(p, made, i)
+                issue = dict(kp.cost.compute_parts).get("issue")
+                out.append({"diagram": name, "shape": "default" if not shape else "4096",
+                            "kernel": kp.kernel.name, "engine": kp.schedule.engine,
+                            "model_issue_seconds": issue,
+                            "model_compute_seconds": kp.cost.compute_time,
+                            "static_issue_seconds": r["static_issue_seconds"],
+                            "checked": kp.schedule.engine != "cuda cores"})
+    return out
 
 
 def registers_table() -> list[dict]:
@@ -284,8 +319,24 @@ def main(argv=None) -> int:
     ap.add_argument("--targets", default="h100,h200")
     ap.add_argument("--sass", action="store_true", help="static SASS issue-slot estimates")
     ap.add_argument("--registers", action="store_true", help="ptxas registers vs the estimate")
+    ap.add_argument("--kernels", action="store_true",
+                    help="every library kernel: model issue slots vs the SASS estimate")
     ap.add_argument("--json", help="also write the rows as JSON to this file")
     args = ap.parse_args(argv)
+    if args.kernels:
+        table = kernels_table(args.targets.split(",")[0])
+        print(f"{'diagram':25} {'shape':8} {'kernel':4} {'engine':20} {'model issue us':>14} "
+              f"{'model compute us':>16} {'SASS issue us':>13} {'SASS/model':>10}")
+        for r in table:
+            ratio = r["static_issue_seconds"] / r["model_issue_seconds"]
+            mark = ("" if abs(ratio - 1) <= 0.3 else "  > 30%") if r["checked"] else \
+                "  (CUDA cores: not weighted)"
+            print(f"{r['diagram']:25} {r['shape']:8} {r['kernel']:4} {r['engine']:20} "
+                  f"{r['model_issue_seconds'] * 1e6:14.3f} {r['model_compute_seconds'] * 1e6:16.3f} "
+                  f"{r['static_issue_seconds'] * 1e6:13.3f} {ratio:10.2f}{mark}")
+        print("model: napkin's cost model (issue.py); SASS: static, from the cubin without "
+              "running it")
+        return 0
     if args.registers:
         table = registers_table()
         for r in table:
