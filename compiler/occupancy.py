@@ -8,6 +8,7 @@ data are in `benchmarks/model_check.py --registers`):
   ptxas: 42 at 1 word, 48-54 at 3, 58 at 5, 71 at 9, 146-166 at 76.
 - a tensor-core product: `values` = a warp tile's fragment registers per lane
   (accumulators `tm tn / 32`, A `tm / 4`, B `tn / 4`); ptxas: 124 at 48, 150-168 at 88.
+  An epilogue op that needs registers of its own adds them (EPILOGUE_REGISTERS: erf).
 - FlashAttention-2: `values` = flash.registers (S, O, Q fragments per lane);
   ptxas: 170 at 80, 186 at 104, 210-244 at 112, 238-255 at 128.
 
@@ -38,6 +39,10 @@ LATENCY_THREADS = 256   # active threads per SM that hide memory latency
 # hundred ns), not a measured figure: CALIBRATE on a GPU (benchmarks/gpu_check.py).
 LATENCY_SECONDS = 700e-9
 LIMITS = ("registers", "shared memory", "threads", "blocks")
+# a tensor-core product's epilogue op that holds registers of its own while the fragments
+# are live: erff's polynomial and its range tests (ptxas, sm_80 and sm_90: gelu_erf at 64x64
+# warp tiles uses 255 and spills 20-40 bytes where matmul at the same tiles uses 234)
+EPILOGUE_REGISTERS = {"erf": 32.0}
 
 
 def engine_of(model, choice) -> str:
@@ -88,8 +93,9 @@ PAIRED_SLOPE = 1.0
 def _extra(model, choice, engine: str, level_M=0.0):
     if engine == "cuda cores":
         return PAIRED_SLOPE * level_M / 4 if model.streaming.pairs else 0.0
-    if engine != "attention":
-        return 0.0
+    if engine == "product":
+        return sum(EPILOGUE_REGISTERS.get(w.op, 0.0) for w in model.work
+                   if w.engine != "contraction")
     (row,) = [a for a, _ in choice.warps]
     scores = dict(choice.thread)[row] * choice.stream[1] / WARP
     return SCORE_OP_REGISTERS * score_ops(model, choice) * scores

@@ -84,8 +84,9 @@ def test_sliding_window_skips_on_both_sides():
             "S[b h q x] = where(x <= q and q - x < 256, Q * K / sqrt(size(d)), -inf)\n"
             "P[b h q x] = softmax[x](S)\nO[b h q d] = P * V\nout O: f16")
     for tensor_cores in (False, True):
+        # (forced: with every hidden chunk's copies charged, auto picks the CUDA cores here)
         source = render(lower(plan(napkin.load(text), "h100", {"b": 1, "h": 8, "q": 8192, "x": 8192},
-                                   engine="auto" if tensor_cores else "cuda-cores")))
+                                   engine="tensor-cores" if tensor_cores else "cuda-cores")))
         # one test per chunk loop (the tensor-core kernel also runs a partial last chunk after
         # its loop of full ones, with the same test)
         skips = {line.strip() for line in source.splitlines() if "(double)(c0)" in line}

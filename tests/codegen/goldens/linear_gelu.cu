@@ -307,8 +307,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 256 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
+// kernel 0: 64 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -321,67 +321,66 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   (void)smem;
   const int tid = (int)threadIdx.x;
   const int lane = tid % 32;
-  const int wr = (tid / 32) / 2;
-  const int wc = (tid / 32) % 2;
+  const int wr = tid / 32;
   const int fg = lane / 4;
   const int fq = lane % 4;
   const long long nblocks = (((long long)(n0) + 127) / 128) * (((long long)(n2) + 63) / 64);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_1 = (int)((blk) % (((long long)(n2) + 63) / 64)) * 64;
     const int org_0 = (int)(((blk) / (((long long)(n2) + 63) / 64)) % (((long long)(n0) + 127) / 128)) * 128;
-    float acc[2][4][4] = {};
+    float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (10240) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (18432) * 2 + 15) / 16 * 16));
     if (n1 % 8 == 0 && n2 % 8 == 0) {
       {
-        const int nlen = (int)((int)(n1) - (0) < 32 ? (int)(n1) - (0) : 32);
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 4;
-          const int ei = (e % 4) * 8;
-          napkin_cp_async_16((sm0 + 0 * 5120) + eo * 40 + ei, (org_0 + eo < n0 && ei < nlen) ? p0 + (((int)((org_0 + eo))) * (n1) + (((int)0 + ei))) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
-        }
-        for (int e = tid; e < 256; e += 256) {
+        const int nlen = (int)((int)(n1) - (0) < 64 ? (int)(n1) - (0) : 64);
+        for (int e = tid; e < 1024; e += 64) {
           const int eo = e / 8;
           const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + 0 * 2304) + eo * 72 + ei, (eo < nlen && org_1 + ei < n2) ? p1 + (((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          napkin_cp_async_16((sm0 + 0 * 9216) + eo * 72 + ei, (org_0 + eo < n0 && ei < nlen) ? p0 + (((int)((org_0 + eo))) * (n1) + (((int)0 + ei))) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+        }
+        for (int e = tid; e < 512; e += 64) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16((sm1 + 0 * 4608) + eo * 72 + ei, (eo < nlen && org_1 + ei < n2) ? p1 + (((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
         }
       }
       napkin_cp_async_commit();
       int stage = 0;
-      for (int c0 = (int)0; c0 < (int)(n1); c0 += 32) {
-        const int clen = (int)((int)(n1) - (c0) < 32 ? (int)(n1) - (c0) : 32);
-        if (c0 + 32 < (int)(n1)) {
-          const int nlen = (int)((int)(n1) - (c0 + 32) < 32 ? (int)(n1) - (c0 + 32) : 32);
-          for (int e = tid; e < 512; e += 256) {
-            const int eo = e / 4;
-            const int ei = (e % 4) * 8;
-            napkin_cp_async_16((sm0 + (stage ^ 1) * 5120) + eo * 40 + ei, (org_0 + eo < n0 && ei < nlen) ? p0 + (((int)((org_0 + eo))) * (n1) + ((c0 + 32 + ei))) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
-          }
-          for (int e = tid; e < 256; e += 256) {
+      for (int c0 = (int)0; c0 < (int)(n1); c0 += 64) {
+        const int clen = (int)((int)(n1) - (c0) < 64 ? (int)(n1) - (c0) : 64);
+        if (c0 + 64 < (int)(n1)) {
+          const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
+          for (int e = tid; e < 1024; e += 64) {
             const int eo = e / 8;
             const int ei = (e % 8) * 8;
-            napkin_cp_async_16((sm1 + (stage ^ 1) * 2304) + eo * 72 + ei, (eo < nlen && org_1 + ei < n2) ? p1 + (((int)((c0 + 32 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16((sm0 + (stage ^ 1) * 9216) + eo * 72 + ei, (org_0 + eo < n0 && ei < nlen) ? p0 + (((int)((org_0 + eo))) * (n1) + ((c0 + 64 + ei))) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          }
+          for (int e = tid; e < 512; e += 64) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen && org_1 + ei < n2) ? p1 + (((int)((c0 + 64 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
         napkin_cp_async_commit();
         napkin_cp_async_wait<1>();
         __syncthreads();
         #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          unsigned fa[2][4];
-          unsigned fb[4][2];
+        for (int kk = 0; kk < 4; ++kk) {
+          unsigned fa[4][4];
+          unsigned fb[8][2];
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 5120) + (wr * 32 + i0 * 16 + lane % 16) * 40 + kk * 16 + (lane / 16) * 8);
+          for (int i0 = 0; i0 < 4; ++i0) {
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 9216) + (wr * 64 + i0 * 16 + lane % 16) * 72 + kk * 16 + (lane / 16) * 8);
           }
           #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 2304) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + wc * 32 + i1 * 8);
+          for (int i1 = 0; i1 < 8; ++i1) {
+            napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 4608) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + 0 + i1 * 8);
           }
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
+          for (int i0 = 0; i0 < 4; ++i0) {
             #pragma unroll
-            for (int i1 = 0; i1 < 4; ++i1) {
+            for (int i1 = 0; i1 < 8; ++i1) {
               napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
             }
           }
@@ -391,54 +390,54 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       }
     } else {
       {
-        const int nlen = (int)((int)(n1) - (0) < 32 ? (int)(n1) - (0) : 32);
-        for (int e = tid; e < 4096; e += 256) {
-          const int eo = e / 32;
-          const int ei = e % 32;
-          ((sm0 + 0 * 5120) + eo * 40 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
-        }
-        for (int e = tid; e < 2048; e += 256) {
+        const int nlen = (int)((int)(n1) - (0) < 64 ? (int)(n1) - (0) : 64);
+        for (int e = tid; e < 8192; e += 64) {
           const int eo = e / 64;
           const int ei = e % 64;
-          ((sm1 + 0 * 2304) + eo * 72 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 0 * 9216) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
+        }
+        for (int e = tid; e < 4096; e += 64) {
+          const int eo = e / 64;
+          const int ei = e % 64;
+          ((sm1 + 0 * 4608) + eo * 72 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
       int stage = 0;
-      for (int c0 = (int)0; c0 < (int)(n1); c0 += 32) {
-        const int clen = (int)((int)(n1) - (c0) < 32 ? (int)(n1) - (c0) : 32);
-        if (c0 + 32 < (int)(n1)) {
-          const int nlen = (int)((int)(n1) - (c0 + 32) < 32 ? (int)(n1) - (c0 + 32) : 32);
-          for (int e = tid; e < 4096; e += 256) {
-            const int eo = e / 32;
-            const int ei = e % 32;
-            ((sm0 + (stage ^ 1) * 5120) + eo * 40 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
-          }
-          for (int e = tid; e < 2048; e += 256) {
+      for (int c0 = (int)0; c0 < (int)(n1); c0 += 64) {
+        const int clen = (int)((int)(n1) - (c0) < 64 ? (int)(n1) - (c0) : 64);
+        if (c0 + 64 < (int)(n1)) {
+          const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
+          for (int e = tid; e < 8192; e += 64) {
             const int eo = e / 64;
             const int ei = e % 64;
-            ((sm1 + (stage ^ 1) * 2304) + eo * 72 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm0 + (stage ^ 1) * 9216) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 64 + ei))] : napkin_from_float<__half>(0.0f);
+          }
+          for (int e = tid; e < 4096; e += 64) {
+            const int eo = e / 64;
+            const int ei = e % 64;
+            ((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 64 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
         napkin_cp_async_commit();
         napkin_cp_async_wait<1>();
         __syncthreads();
         #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          unsigned fa[2][4];
-          unsigned fb[4][2];
+        for (int kk = 0; kk < 4; ++kk) {
+          unsigned fa[4][4];
+          unsigned fb[8][2];
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 5120) + (wr * 32 + i0 * 16 + lane % 16) * 40 + kk * 16 + (lane / 16) * 8);
+          for (int i0 = 0; i0 < 4; ++i0) {
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 9216) + (wr * 64 + i0 * 16 + lane % 16) * 72 + kk * 16 + (lane / 16) * 8);
           }
           #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 2304) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + wc * 32 + i1 * 8);
+          for (int i1 = 0; i1 < 8; ++i1) {
+            napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 4608) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + 0 + i1 * 8);
           }
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
+          for (int i0 = 0; i0 < 4; ++i0) {
             #pragma unroll
-            for (int i1 = 0; i1 < 4; ++i1) {
+            for (int i1 = 0; i1 < 8; ++i1) {
               napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
             }
           }
@@ -448,13 +447,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       }
     }
     #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       #pragma unroll
-      for (int i1 = 0; i1 < 4; ++i1) {
+      for (int i1 = 0; i1 < 8; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const int pt0 = org_0 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
-          const int pt1 = org_1 + wc * 32 + i1 * 8 + fq * 2 + i2 % 2;
+          const int pt0 = org_0 + wr * 64 + i0 * 16 + fg + (i2 / 2) * 8;
+          const int pt1 = org_1 + 0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 8 "napkin-diagram"
           const float v0 = (acc[i0][i1][i2] + napkin_to_float(p2[(int)((pt1 < (int)(n2 - 1) ? pt1 : (int)(n2 - 1)))]));
           const float v1 = napkin_gelu(v0);
