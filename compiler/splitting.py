@@ -81,13 +81,18 @@ def candidates(fused) -> dict[str, int]:
     out: dict[str, int] = {}
     for k in fused.kernels:
         est = planner.estimate(k)
-        if est is None or (est.cost.utilization >= UNDERFILLED and not few):
+        if est is None:
             continue
         group = dict(est.choice.group)
         blocks = 1
         for a in est.model.woven:
             blocks *= -(-problem.sizes[a] // group.get(a, problem.sizes[a]))
         slots = problem.target.processors * max(1, int(est.cost.blocks_per_sm))
+        # busy by the model, but in less than one wave of its block slots: small blocks
+        # that a split of the reduction could make larger (issue 13's latency hiding by a
+        # cp.async pipeline's bytes in flight lets a 2-warp block keep an SM busy)
+        if est.cost.utilization >= UNDERFILLED and not few and blocks >= slots:
+            continue
         start = 2
         while start * 2 * blocks * 2 <= slots:
             start *= 2
