@@ -395,7 +395,9 @@ class _Rewrite:
         args = ir.operands(g, n)
         if not any(u in self.inside for u in args):
             return -1 - n                       # an entry: gathered where read (`_read`)
-        if isinstance(op, ir.Assign):
+        broadcasts = isinstance(op, ir.Assign) and \
+            set(ir.type_of(g, n).axes) != set(ir.type_of(g, args[0]).axes)
+        if isinstance(op, ir.Assign) and not broadcasts:
             # a name inside the region is its value: no statement stores a split copy of a
             # named array (its own statement may have no reduction to fuse with, and then
             # has to store the array whole and split at once, which no tiling holds)
@@ -420,6 +422,8 @@ class _Rewrite:
             axes = tuple(a for a in union if a not in op.axes)
         elif isinstance(op, ir.Reduce):
             axes = tuple(a for a in new_types[0].axes if a not in op.axes)
+        elif broadcasts:                         # a name that adds axes: its layout, kept
+            axes = self.retype(ir.type_of(g, n)).axes
         else:                                    # maps, scans, softmax over other axes,
             axes = union                         # pass-through names
         return self.add(op, ir.ArrayType(axes, t.dtype), new_args, stmt, span=g.nodes[n]["span"])
