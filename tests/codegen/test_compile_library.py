@@ -32,7 +32,8 @@ def test_compiles_without_spills_within_the_plans_shared_memory(name, dtype):
         names = [k.name for k in prog.kernels]
         assert names == [f"napkin_k{i}" for i in range(len(names))]
         # f16 on both architectures; f32 (CUDA cores only, no arch-specific instructions) on one
-        for arch in ("sm_80", "sm_90") if dtype != "f32" else ("sm_90",):
+        # (sm_80 at the default shape only: its register allocation follows sm_90's)
+        for arch in ("sm_80", "sm_90") if dtype != "f32" and not shape else ("sm_90",):
             if (source, arch) not in seen:      # the same kernels at both shapes: compiled once
                 seen[source, arch] = nvrtc.compile(source, arch=arch)
             compiled = seen[source, arch]

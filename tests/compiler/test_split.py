@@ -139,8 +139,7 @@ def test_split_plans_interpret_within_the_tolerance_rule(name, axis, parts, rng,
 
 
 @pytest.mark.parametrize("name, axis, parts", [
-    ("attention", "x", 3), ("causal_attention", "x", 6), ("layernorm", "c", 5),
-    ("matmul", "k", 3), ("softmax", "c", 40)])
+    ("causal_attention", "x", 6), ("layernorm", "c", 5), ("softmax", "c", 40)])
 def test_split_plans_run_on_the_emulator_within_the_tolerance_rule(name, axis, parts, rng,
                                                                    within_budget):
     from napkin.pipeline import run_plan
@@ -221,7 +220,6 @@ def test_split_hint_mistakes_point_at_the_hint(text, code, where):
 
 
 @pytest.mark.parametrize("name, shape, parts", [
-    ("attention", {"b": 1, "h": 2, "q": 37, "x": 77}, 3),
     ("gqa_attention", {"b": 1, "g": 2, "r": 5, "q": 1, "x": 77}, 3),     # rows: the heads r
     ("causal_attention", {"b": 1, "h": 1, "q": 40, "x": 100}, 4),
     ("attention", {"b": 1, "h": 1, "q": 16, "x": 33}, 8)])          # splits past the keys
@@ -249,7 +247,7 @@ def test_batch_one_long_attention_splits_on_tensor_cores():
     assert p.time < p.split.unsplit_time
 
 
-@pytest.mark.parametrize("name, parts", [("matmul", 3), ("batched_matmul", 4)])
+@pytest.mark.parametrize("name, parts", [("batched_matmul", 4)])
 def test_split_k_on_tensor_cores_runs_on_the_emulator(name, parts, rng, within_budget):
     """Split-K: each block's k tiles copied from its window of A's and B's rows (zeros past
     k, so the masks the rewrite puts on the operands hold already), the partial products
