@@ -279,3 +279,27 @@ def test_hint_values_from_python_are_checked(hints):
     with pytest.raises(NapkinError) as exc:
         napkin.compile("softmax", backend="interpret", **hints).compiled_for({"r": 4, "c": 64})
     assert exc.value.diagnostics[0].code == "N0304"
+
+
+SCALE = float(__import__("os").environ.get("NAPKIN_FUZZ_SCALE", "1"))
+
+
+@pytest.mark.skipif(SCALE < 2, reason="every library diagram emulated split: NAPKIN_FUZZ_SCALE>=2 "
+                                      "(the default suite emulates the sample above)")
+@pytest.mark.parametrize("name", LIBRARY)
+def test_every_library_split_runs_on_the_emulator(name, rng, within_budget):
+    """Each library diagram split along its longest axis that splits (a dynamic one first),
+    by 5 (which divides none of the sizes), emulated and compared with the float64 oracle."""
+    from napkin.pipeline import run_plan
+    d = napkin.load(name)
+    g = canonicalize(d.ir)
+    axes = [a for a in g.graph["axes"] if sp.splittable(g, a) is None]
+    axis = max(axes, key=lambda a: (d.axes[a] is None, a))
+    shape = _shape(d, rng, 3, 7)
+    if d.axes[axis] is None:
+        rep = d.ir.graph["axes"][axis].rep
+        shape = {a: 37 if d.ir.graph["axes"][a].rep == rep else v for a, v in shape.items()}
+    p = plan(d, "h100", shape, {"split": {axis: 5}})
+    assert p.split is not None and p.split.parts == 5
+    inputs = random_inputs(d, shape, 7)
+    within_budget(d, inputs, run_plan(p, inputs, p.sizes))
