@@ -13,6 +13,7 @@ from .compiler import ir
 from .compiler import tensorcore
 from .compiler.buffers import buffers
 from .compiler.engine import engine_buffers
+from .compiler.model import array_name
 from .compiler.formulas import relabelling, tile_values
 from .compiler.plan import Plan, baseline
 from .figures import figures
@@ -148,6 +149,16 @@ def _engine(plan: Plan, kp) -> dict:
                     "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
                     "rows": found.row, "cols": found.dv, "warps": [wm, 1],
                     "warp_tile": [tm, found.width], "fragments": [tm // fm, found.width // fn]}
+        if isinstance(found, tensorcore.ChainSite):
+            g = plan.graph
+            width = max(p.width for p in found.outs)
+            return {"kind": "tensor cores", "algorithm": "chain of products",
+                    "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
+                    "rows": found.row, "cols": found.outs[0].e, "warps": [wm, 1],
+                    "warp_tile": [tm, width], "fragments": [tm // fm, width // fn],
+                    "streamed": found.red,
+                    "scores": [array_name(g, s.node) for s in found.scores],
+                    "outputs": [array_name(g, p.node) for p in found.outs]}
         return {"kind": "tensor cores", "algorithm": "matrix product",
                 "instruction": instruction,
                 "dtype": found.dtype, "accumulate": "f32", "rows": found.row, "cols": found.col,
@@ -207,6 +218,10 @@ def render_text(rep: dict) -> str:
         eng = k["engine"]
         if eng["kind"] == "tensor cores":
             what = "FlashAttention-2, " if eng["algorithm"] == "FlashAttention-2" else ""
+            if eng["algorithm"] == "chain of products":
+                what = (f"a chain of products (per chunk of {eng['streamed']}: "
+                        f"{', '.join(eng['scores'])}, then {', '.join(eng['outputs'])} over "
+                        f"it), ")
             lines.append(f"  on tensor cores: {what}{eng['instruction']} ({eng['dtype']} -> "
                          f"{eng['accumulate']}), {eng['warps'][0]} x {eng['warps'][1]} warps "
                          f"over {eng['rows']} x {eng['cols']}, each a {eng['warp_tile'][0]} x "

@@ -15,6 +15,7 @@ from . import cexpr
 from . import program as P
 from .indexing import index_type
 from ..compiler import schedule as schedules
+from .chain import ChainLowering
 from .flash import FlashLowering
 from .kernel import KernelLowering
 from .mma import MmaLowering
@@ -72,7 +73,7 @@ def _lowering(plan: Plan, kp, names: dict, sizes: dict, itype: str) -> KernelLow
     """SIMT, a matrix product on tensor cores, or attention on tensor cores: the engine the
     kernel's schedule names."""
     lowering = {schedules.SIMT: KernelLowering, schedules.PRODUCT: MmaLowering,
-                schedules.ATTENTION: FlashLowering}[kp.schedule.engine]
+                schedules.ATTENTION: FlashLowering, schedules.CHAIN: ChainLowering}[kp.schedule.engine]
     return lowering(plan, kp, names, sizes, itype)
 
 

@@ -159,23 +159,30 @@ def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
 def candidate_set(sizes: dict, s: FlashSite, fixed: dict):
     """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
     or None."""
-    hints = warps.block_hints(fixed, s.red, (s.row,), s.batch)
+    return row_tilings(sizes, s.row, s.red, s.batch, fixed,
+                       lambda fm, chunk: registers(fm, chunk, s) <= MAX_REGISTERS)
+
+
+def row_tilings(sizes: dict, row: str, red: str, batch: tuple[str, ...], fixed: dict, fits):
+    """The (block rows, warps, chunk) tilings of a kernel whose warps stack along `row`
+    (attention, chain.py) that the hints allow and whose fragments `fits(fm, chunk)` (per
+    entry), as a candidate set with its tie-breaking keys, or None."""
+    hints = warps.block_hints(fixed, red, (row,), batch)
     if hints is None:
         return None
     hinted, fixed_chunk = hints
     bm, wm, chunk = TILINGS.T
-    keep = warps.matches(hinted.get(s.row), bm, sizes[s.row]) & \
-        (bm <= warps.pow2_at_least(sizes[s.row], 16)) & \
-        (fixed_chunk is None or chunk == fixed_chunk) & \
-        (registers(bm // (16 * wm), chunk, s) <= MAX_REGISTERS)
+    keep = warps.matches(hinted.get(row), bm, sizes[row]) & \
+        (bm <= warps.pow2_at_least(sizes[row], 16)) & \
+        (fixed_chunk is None or chunk == fixed_chunk) & fits(bm // (16 * wm), chunk)
     keep = np.broadcast_to(keep, bm.shape)
     if not keep.any():
         return None
     bm, wm, chunk = (v[keep].astype(float) for v in (bm, wm, chunk))
-    ones = tuple((a, 1) for a in s.batch)
-    candidates = Choices(((s.row, bm),) + ones, (s.red, chunk), ((s.row, bm / wm),) + ones,
-                         (), None, ((s.row, wm),))
+    ones = tuple((a, 1) for a in batch)
+    candidates = Choices(((row, bm),) + ones, (red, chunk), ((row, bm / wm),) + ones,
+                         (), None, ((row, wm),))
     return candidates, (-bm, -chunk, wm)
 
 
-__all__ = ["FlashSite", "examine", "search", "registers"]
+__all__ = ["FlashSite", "examine", "search", "registers", "row_tilings"]

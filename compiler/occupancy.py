@@ -27,7 +27,8 @@ from .target import Target
 
 WARP = 32
 # engine -> (base, slope) of the register estimate (the module docstring)
-REGISTERS = {"cuda cores": (45.0, 1.5), "product": (80.0, 0.9), "attention": (40.0, 1.65)}
+REGISTERS = {"cuda cores": (45.0, 1.5), "product": (80.0, 0.9), "attention": (40.0, 1.65),
+             "chain": (40.0, 1.65)}
 ALLOCATION = 8          # registers per thread are allocated in units of 8 (256 per warp)
 MAX_BLOCKS = 32         # resident blocks per SM (CC 8.0 and 9.0)
 THREAD_SLOTS = 2048     # resident threads per SM
@@ -48,7 +49,10 @@ EPILOGUE_REGISTERS = {"erf": 32.0}
 def engine_of(model, choice) -> str:
     if not choice.warps:
         return "cuda cores"
-    return "attention" if model.streaming.pairs else "product"
+    if model.streaming.pairs:
+        return "attention"
+    # a product's warps tile its rows and columns; a chain's (chain.py) stack along the rows
+    return "product" if len(choice.warps) > 1 else "chain"
 
 
 def fragment_values(model, choice, sizes: dict):
@@ -64,6 +68,13 @@ def fragment_values(model, choice, sizes: dict):
         width = prod(sizes[a] for a in acc.axes if a not in thread)
         head = prod(sizes[a] for a in q.axes if a not in thread)
         return tm / 16 * (chunk / 8 * 4 + width / 8 * 4 + head / 16 * 4)
+    if len(warped) == 1 and choice.stream:    # a chain: chain.registers
+        (row,) = warped
+        outs = {n for n, _ in model.streaming.reducers}
+        scores = sum(1 for w in model.work if w.engine == "contraction" and w.node not in outs)
+        widths = sum(prod(sizes[a] for a in acc.axes if a not in thread)
+                     for acc in model.arrays if acc.role == "accumulator")
+        return thread[row] / 16 * (scores * choice.stream[1] / 8 * 4 + widths / 8 * 4) + 4
     tm, tn = (thread[a] for a in warped[:2]) if len(warped) > 1 else (thread[warped[0]], 8)
     return tm * tn / WARP + tm / 4 + tn / 4
 
@@ -96,6 +107,8 @@ def _extra(model, choice, engine: str, level_M=0.0):
     if engine == "product":
         return sum(EPILOGUE_REGISTERS.get(w.op, 0.0) for w in model.work
                    if w.engine != "contraction")
+    if engine == "chain":
+        return 0.0
     (row,) = [a for a, _ in choice.warps]
     scores = dict(choice.thread)[row] * choice.stream[1] / WARP
     return SCORE_OP_REGISTERS * score_ops(model, choice) * scores

@@ -25,14 +25,15 @@ from .extents import covered, resident
 from .memory import PIPELINE
 from .model import Model
 from .target import Target
-from .tensorcore import FlashSite, Site, examine
+from .tensorcore import ChainSite, FlashSite, Site, examine
 from .warps import FRAGMENT
 
 WARP = 32
 SPLIT_WAYS = (2, 4, 8, 16, 32)     # lanes of one warp whose partial states merge by shuffles
 WARP_COUNTS = (1, 2, 4, 8)
 
-SIMT, PRODUCT, ATTENTION = "cuda cores", "tensor-core product", "attention"
+SIMT, PRODUCT, ATTENTION, CHAIN = "cuda cores", "tensor-core product", "attention", \
+    "chain of products"
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,8 @@ class Placement:
 
 @dataclass(frozen=True)
 class Schedule:
-    engine: str                               # SIMT, PRODUCT or ATTENTION
-    site: Site | FlashSite | None             # the tensor-core site (None on CUDA cores)
+    engine: str                               # SIMT, PRODUCT, ATTENTION or CHAIN
+    site: Site | FlashSite | ChainSite | None  # the tensor-core site (None: CUDA cores)
     tile: tuple[tuple[str, int], ...]         # woven axis -> block tile (whole: the axis size)
     stream: tuple[str, int] | None            # streamed axis and chunk
     thread: tuple[tuple[str, int], ...]       # woven axis -> a thread's (a warp's) tile
@@ -86,10 +87,13 @@ class Schedule:
 
     def warp_layout(self) -> tuple[int, int, int, int]:
         """Tensor cores: (warps along row, along col, warp tile rows, warp tile cols); an
-        attention's warps stack along the rows, each covering the whole value width."""
+        attention's warps stack along the rows, each covering the whole value width (a
+        chain's: every output's whole width, 0 here)."""
         w, t, s = dict(self.warps), dict(self.thread), self.site
         if isinstance(s, FlashSite):
             return w[s.row], 1, t[s.row], s.width
+        if isinstance(s, ChainSite):
+            return w[s.row], 1, t[s.row], 0
         return w[s.row], w[s.col], t[s.row], t[s.col]
 
 
@@ -192,7 +196,7 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
                       "within a warp")
     fm, fn, fk = FRAGMENT
     warps = dict(choice.warps)
-    tiled = (found.row,) if isinstance(found, FlashSite) else (found.row, found.col)
+    tiled = (found.row,) if isinstance(found, (FlashSite, ChainSite)) else (found.row, found.col)
     if set(warps) != set(tiled):
         raise _refuse(name, f"warps are laid along {', '.join(warps)}; this site needs "
                       f"{', '.join(tiled)}")
@@ -210,7 +214,8 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
             raise _refuse(name, f"batch axis `{a}` is one position per block (tile {tile[a]})")
     if choice.stream is None or choice.stream[1] % fk:
         raise _refuse(name, f"the streamed chunk must be a multiple of {fk} (the mma's k)")
-    engine = ATTENTION if isinstance(found, FlashSite) else PRODUCT
+    engine = ATTENTION if isinstance(found, FlashSite) else CHAIN \
+        if isinstance(found, ChainSite) else PRODUCT
     threads = count * WARP
     _threads(name, threads, target)
     # a warp's tile along each woven axis (1 where the choice gives none: batch, value width)
@@ -232,4 +237,4 @@ def _threads(kernel: str, threads: int, target: Target) -> None:
         raise _refuse(kernel, f"a block of {threads} threads; {target.name} allows {cap}")
 
 
-__all__ = ["Schedule", "build", "SIMT", "PRODUCT", "ATTENTION"]
+__all__ = ["Schedule", "build", "SIMT", "PRODUCT", "ATTENTION", "CHAIN"]

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import flash, ir, split, warps
+from . import chain, flash, ir, split, warps
+from .chain import ChainSite
 from .kernels import is_free
 from .memory import ROW_PAD as PAD
 from .cost import Choice, Choices, Cost, evaluate, fits
@@ -65,21 +66,28 @@ def has_mma(target: Target) -> bool:
                for e in target.engines)
 
 
+SITES = (Site, FlashSite, ChainSite)
+
+
 def site(g, kernel, model: Model, target: Target, sizes: dict | None = None
-         ) -> Site | FlashSite | None:
-    """The kernel's tensor-core product or attention, or None when it must stay SIMT."""
+         ) -> Site | FlashSite | ChainSite | None:
+    """The kernel's tensor-core product, attention or chain of products, or None when it
+    must stay SIMT."""
     found = examine(g, kernel, model, target, sizes)
-    return found if isinstance(found, (Site, FlashSite)) else None
+    return found if isinstance(found, SITES) else None
 
 
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
-            ) -> Site | FlashSite | str:
-    """The kernel's tensor-core product or attention, or why it stays on the CUDA cores
-    (`sizes`: the planning sizes, which choose an attention's fragment rows)."""
+            ) -> Site | FlashSite | ChainSite | str:
+    """The kernel's tensor-core product, attention or chain of products, or why it stays
+    on the CUDA cores (`sizes`: the planning sizes, which choose the fragment rows)."""
     if not has_mma(target):
         return f"{target.name} has no mma.sync m16n8k16 tensor cores"
     attention = flash.examine(g, kernel, model, target, sizes)
-    return attention if attention is not None else _product(g, kernel, model, target)
+    if attention is not None:
+        return attention
+    chained = chain.examine(g, kernel, model, target, sizes)
+    return chained if chained is not None else _product(g, kernel, model, target)
 
 
 def _product(g, kernel, model: Model, target: Target) -> Site | str:
@@ -132,15 +140,16 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
     return Site(node, x, y, rx, ry, st.axis, batch, dtype)
 
 
-def best_site(g, kernel, target: Target, sizes: dict | None = None) -> Site | FlashSite | str:
+def best_site(g, kernel, target: Target, sizes: dict | None = None
+              ) -> Site | FlashSite | ChainSite | str:
     """The kernel's tensor-core product or attention, streaming the axis it needs, or why
     not (for attention, the reason given with its keys streamed)."""
-    found: Site | FlashSite | str = "no contraction"
+    found: Site | FlashSite | ChainSite | str = "no contraction"
     attention = False
     for axis in kernel.reduced(g):
         model = kernel_model(g, kernel, axis)
         result = examine(g, kernel, model, target, sizes)
-        if isinstance(result, (Site, FlashSite)):
+        if isinstance(result, SITES):
             return result
         if not attention:
             found = result
@@ -149,9 +158,11 @@ def best_site(g, kernel, target: Target, sizes: dict | None = None) -> Site | Fl
 
 
 def search_site(model: Model, cols, target: Target, sizes: dict, where, fixed: dict):
-    """The fastest tensor-core tiling for a product or an attention site."""
+    """The fastest tensor-core tiling for a product, an attention or a chain site."""
     if isinstance(where, FlashSite):
         return flash.search(model, cols, target, sizes, where, fixed)
+    if isinstance(where, ChainSite):
+        return chain.search(model, cols, target, sizes, where, fixed)
     return search(model, cols, target, sizes, where, fixed)
 
 
@@ -174,7 +185,8 @@ def ranked(model: Model, cols, target: Target, sizes: dict, where, count: int = 
            fixed: dict | None = None) -> list[tuple[Choice, Cost]]:
     """The `count` fastest tilings that fit, fastest first, as the search costs them (what
     benchmarks/gpu_check.py times to check the model's ranking)."""
-    module = flash if isinstance(where, FlashSite) else None
+    module = flash if isinstance(where, FlashSite) else chain if isinstance(where, ChainSite) \
+        else None
     found = (module.candidate_set if module else candidate_set)(sizes, where, fixed or {})
     if found is None:
         return []
@@ -220,6 +232,6 @@ def _candidates(sizes: dict, s: Site) -> np.ndarray:
     return TILINGS[np.all(TILINGS[:, :3] <= top, axis=1)]
 
 
-__all__ = ["Site", "FlashSite", "site", "examine", "best_site", "search_site", "has_mma", "search",
+__all__ = ["Site", "FlashSite", "ChainSite", "SITES", "site", "examine", "best_site", "search_site", "has_mma", "search",
            "ranked",
            "warp_tile", "FRAGMENT", "PAD"]

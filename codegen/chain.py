@@ -1,0 +1,125 @@
+"""A chain of products on tensor cores: scores of a chunk feeding products over it (compiler/chain.py).
+
+Per block: the stationary operands' tiles (the block's rows) are copied to shared memory
+once. Per chunk of `BC` positions of the streamed axis, every streamed operand is staged
+once (padded rows, zeros outside; an array both a score's B and an output's C is one tile
+read both ways), each warp computes every score tile as C fragments (`FM x BC/8` mmas per
+16 of its contracted axis, the A fragments by ldmatrix.x4 from the stationary tile), and
+then, per output and per 16 of the chunk, the scalar emitter evaluates the output's chunk
+value at the 8 elements a lane holds of two 8-wide C tiles (0 past the streamed axis's
+end in a partial chunk: a zero-filled row of C times an infinity would be NaN), packs them
+to 16 bits as an A fragment, and multiplies it with C's B fragments (`ldmatrix.x2`,
+transposed when C is contiguous along its own axis) into the output's f32 accumulators.
+After the last chunk the emitter computes the rest of the kernel at every accumulator
+element and stores it.
+"""
+
+from __future__ import annotations
+
+from ..compiler import ir
+from . import program as P
+from .mma import FK, FM, FN, MmaLowering
+
+
+class ChainLowering(MmaLowering):
+    def _block_body(self) -> None:
+        b, s = self.b, self.site
+        self._origins()
+        fm = self.wtm // FM
+        stationary = {}
+        for sc in s.scores:
+            if sc.a not in stationary:
+                stationary[sc.a] = self._tile(sc.a, self.grouped(s.row), self.whole(sc.dk, sc.head))
+        b.emit(P.Barrier())          # the previous tile's readers are done with shared memory
+        for t in stationary.values():
+            self._copy(t)
+        b.emit(P.Call("napkin_cp_async_wait_all", ()))
+        b.emit(P.Barrier())
+        streamed: dict[int, dict] = {}
+        for sc in s.scores:
+            if sc.b not in streamed:
+                streamed[sc.b] = self._tile(sc.b, self.chunked(s.red), self.whole(sc.dk, sc.head))
+        for p in s.outs:
+            if p.c not in streamed:
+                streamed[p.c] = self._tile(p.c, self.whole(p.e, p.width), self.chunked(s.red))
+        for i, p in enumerate(s.outs):
+            b.emit(P.Decl("float", f"acc{i}", "{}", shape=(fm, p.width // FN, 4)))
+        chunk = self.kp.schedule.stream[1]
+
+        def compute(tail: bool):
+            for j, sc in enumerate(s.scores):
+                self._score(j, sc, stationary[sc.a], dict(streamed[sc.b], k=sc.dk), fm, chunk)
+            for i, p in enumerate(s.outs):
+                self._output(i, p, dict(streamed[p.c], k=s.red), fm, chunk, tail)
+        self._pipeline(list(streamed.values()), compute, peel=True)
+        self._finish(fm)
+
+    def _score(self, j: int, sc, ta: dict, tb: dict, fm: int, chunk: int) -> None:
+        """S_j = A_j B_j over its contracted axis: C fragments of the chunk."""
+        b = self.b
+        name = f"sc{j}"
+        b.emit(P.Decl("float", name, "{}", shape=(fm, chunk // FN, 4)))
+
+        def step():
+            b.emit(P.Decl("unsigned", "fa", shape=(4,)))
+            self._ldmatrix(ta, "fa", f"wr * {self.wtm} + i0 * {FM}", "i2 * 16", 4)
+
+            def column():
+                b.emit(P.Decl("unsigned", "fb", shape=(2,)))
+                self._ldmatrix(tb, "fb", f"i1 * {FN}", "i2 * 16", 2)
+                b.emit(P.Call(self._mma(), (f"{name}[i0][i1]", "fa", "fb", f"{name}[i0][i1]")))
+            self._each([("i1", chunk // FN)], column)
+        self._each([("i0", fm), ("i2", sc.head // FK)], step)
+
+    def _output(self, i: int, p, tc: dict, fm: int, chunk: int, tail: bool) -> None:
+        """O_i += T_i C_i: T_i at the lane's elements of each 16 of the chunk, packed."""
+        b, s = self.b, self.site
+        pack = "napkin_pack_half2" if s.dtype == "f16" else "napkin_pack_bf162"
+
+        def ktile():
+            b.emit(P.Decl("float", "tv", shape=(2, 4)))
+
+            def element():
+                key = f"(2 * i1 + i3) * {FN} + fq * 2 + i4 % 2"
+                scope, _ = self._point({s.row: self._row("i4"), s.red: f"c0 + {key}"})
+                for j, sc in enumerate(s.scores):
+                    self.values[sc.node] = f"sc{j}[i0][2 * i1 + i3][i4]"
+                self.line(p.node)
+                value = self.emitter.value(p.t, scope)
+                self.values.clear()
+                b.emit(P.Set("tv[i3][i4]", f"({key} < clen) ? {value} : 0.0f" if tail else value))
+            self._each([("i3", 2), ("i4", 4)], element)
+            parts = [f"{pack}(tv[{t}][{2 * h}], tv[{t}][{2 * h + 1}])" for t in (0, 1) for h in (0, 1)]
+            b.emit(P.Decl("unsigned", "pa", shape=(4,), init="{" + ", ".join(parts) + "}"))
+
+            def column():
+                b.emit(P.Decl("unsigned", "fb", shape=(2,)))
+                self._ldmatrix(tc, "fb", f"i2 * {FN}", "i1 * 16", 2)
+                b.emit(P.Call(self._mma(), (f"acc{i}[i0][i2]", "pa", "fb", f"acc{i}[i0][i2]")))
+            self._each([("i2", p.width // FN)], column)
+        self._each([("i0", fm), ("i1", chunk // FK)], ktile)
+
+    def _row(self, slot: str) -> str:
+        return (f"{self._axis_var('org', self.site.row)} + wr * {self.wtm} + i0 * {FM} + fg + "
+                f"({slot} / 2) * 8")
+
+    def _finish(self, fm: int) -> None:
+        """Every accumulator element of the lane: the stores over its output's axis there."""
+        b, s = self.b, self.site
+        for e in dict.fromkeys(p.e for p in s.outs):
+            outs = [(i, p) for i, p in enumerate(s.outs) if p.e == e]
+            width = outs[0][1].width
+            stores = [n for n in self.k.stores if e in ir.type_of(self.g, n).axes]
+
+            def point():
+                scope, valid = self._point({s.row: self._row("i2"),
+                                            e: f"i1 * {FN} + fq * 2 + i2 % 2"})
+                for i, p in outs:
+                    self.values[p.node] = f"acc{i}[i0][i1][i2]"
+                for n in stores:
+                    self._store(n, scope, {"valid": valid})
+                self.values.clear()
+            self._each([("i0", fm), ("i1", width // FN), ("i2", 4)], point)
+
+    def _mma(self) -> str:
+        return f"napkin_mma_m16n8k16_{self.site.dtype}"

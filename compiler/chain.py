@@ -1,0 +1,217 @@
+"""Chains of matrix products on tensor cores: products of a chunk feeding products over it.
+
+A kernel qualifies when it streams `red` through matrix products only, every one of
+them fed, chunk by chunk, by elementwise functions of products over a static axis:
+
+    S_j[batch.. row red] = sum over dk_j of A_j[.. row dk_j] * B_j[.. red dk_j]   (scores)
+    T_i[batch.. row red] = f_i(S_1, S_2, .., loads, indices)                      elementwise
+    O_i[batch.. row e_i] = g_i(sum over red of T_i * C_i[.. red e_i])             (outputs)
+
+with every A, B, C a load of one 16-bit dtype, every `dk` static and a multiple of 16,
+every `e` static and a multiple of 8, and no other reduction (no softmax: attention is
+flash.py's). FlashAttention's backward is this twice: with the keys' rows stationary
+(rows `x`, `q` streamed) S^T = K Q, dP^T = V dO, dS^T = P^T (dP^T - D) and dK += dS^T Q,
+dV += P^T dO; with the queries' rows (rows `q`, `x` streamed) the same scores and
+dQ += dS K. So is an MLP streamed over its hidden axis (S = X W1, T = gelu(S), O += T W2).
+
+The block takes `BM` rows (one position of each batch axis); each of its `wm` warps owns
+`BM / wm` rows as 16-row fragments. The stationary operands A are copied to shared memory
+once and read into A fragments (ldmatrix.x4) each chunk; per chunk the streamed operands
+(B and C: one shared tile per array, read both ways) are staged, every score tile comes
+out of the tensor cores as C fragments, each T_i is evaluated at its elements (0 past the
+last position of `red`), packed to 16 bits as the A fragments of `T_i C_i` (the C layout
+of two 8-wide tiles is the A layout of one 16-wide tile), and accumulated into O_i's f32
+fragments. For the cost model the register level's unit is the warp, as for the other
+tensor-core kernels (cost.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from . import flash, ir, warps
+from .cost import Choice, Cost
+from .kernels import is_free
+from .model import Model, storage_dtype
+from .target import Target
+
+MAX_REGISTERS = flash.MAX_REGISTERS      # fragment registers per lane: scores and outputs
+PACKED = 4                               # registers of one packed A fragment of T_i
+
+
+@dataclass(frozen=True)
+class Score:
+    node: int               # the contraction S_j = A_j B_j over dk
+    a: int                  # the stationary operand (row, dk)
+    b: int                  # the streamed operand (red, dk)
+    dk: str
+    head: int               # size of dk
+
+
+@dataclass(frozen=True)
+class Product:
+    node: int               # the contraction O_i = T_i C_i over red
+    t: int                  # the chunk's value (row, red)
+    c: int                  # the streamed operand (red, e)
+    e: str
+    width: int              # size of e
+
+
+@dataclass(frozen=True)
+class ChainSite:
+    row: str                # the fragment rows (woven)
+    red: str                # the streamed axis
+    batch: tuple[str, ...]
+    dtype: str
+    scores: tuple[Score, ...]
+    outs: tuple[Product, ...]
+
+
+def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
+            ) -> ChainSite | str | None:
+    """The kernel's chain of products on tensor cores, why not (a string), or None when
+    the kernel has fewer than two contractions (a product or no product at all)."""
+    contractions = [n for n in kernel.nodes if isinstance(ir.op(g, n), ir.Contract)]
+    if len(contractions) < 2:
+        return None
+    st = model.streaming
+    red = st.axis
+    if red is None or st.pairs or st.stats or st.passes != 1:
+        return "the kernel's products are not streamed in one pass"
+    outs = [n for n, _ in st.reducers]
+    if any(not isinstance(ir.op(g, n), ir.Contract) or ir.op(g, n).axes != (red,)
+           for n in outs):
+        return f"a streamed reduction over `{red}` is not a matrix product"
+    others = [n for n in kernel.nodes if isinstance(ir.op(g, n), (ir.Reduce, ir.Softmax))]
+    if others:
+        return "the kernel fuses products with other reductions"
+    loads = set(kernel.loads)
+    scores = [n for n in contractions if n not in outs]
+    if not scores:
+        return "no product of the chunk feeds the streamed products"
+    woven = set(model.woven)
+    found = [_score(g, n, red, loads) for n in scores]
+    if any(isinstance(f, str) for f in found):
+        return next(f for f in found if isinstance(f, str))
+    # the rows: a woven axis of every stationary operand and every output
+    candidates = woven.intersection(*(set(ir.type_of(g, s.a).axes) for s in found),
+                                    *(set(ir.type_of(g, n).axes) for n in outs))
+    if not candidates:
+        return "the products share no row axis"
+    o_axes = ir.type_of(g, outs[0]).axes
+    row = max(candidates, key=lambda a: (min((sizes or {}).get(a, flash.FRAG_ROWS),
+                                             flash.FRAG_ROWS), o_axes.index(a)))
+    axes = g.graph["axes"]
+    products = []
+    for n in outs:
+        t, c = ir.operands(g, n)
+        if t in loads:
+            t, c = c, t
+        if c not in loads or t in loads:
+            return "a streamed product does not take one loaded operand"
+        t_axes, c_axes, n_axes = (set(ir.type_of(g, m).axes) for m in (t, c, n))
+        own = (c_axes & n_axes) - t_axes - {row}
+        if red not in c_axes or red not in t_axes or row not in t_axes or len(own) != 1:
+            return "a streamed product is not T[.. row red] C[.. red e]"
+        (e,) = own
+        width = axes[e].size
+        if width is None or width % 8:
+            return f"`{e}` must be static and a multiple of 8 (fix it with `axis {e} = 64` or -D)"
+        products.append(Product(n, t, c, e, width))
+    # the batch axes: one position per block (an output's own axis is whole in the block)
+    own_axes = {p.e for p in products}
+    batch = tuple(a for a in o_axes if a in woven and a != row and a not in own_axes)
+    chunk_axes = set(batch) | {row, red}
+    for p in products:
+        if not set(ir.type_of(g, p.node).axes) <= set(batch) | {row, p.e} or \
+                not set(ir.type_of(g, p.t).axes) <= chunk_axes or \
+                not set(ir.type_of(g, p.c).axes) <= set(batch) | {red, p.e}:
+            return "a streamed product is not T[.. row red] C[.. red e]"
+    scored = []
+    for s in found:
+        if not set(ir.type_of(g, s.node).axes) <= chunk_axes or \
+                not set(ir.type_of(g, s.a).axes) <= set(batch) | {row, s.dk} or \
+                not set(ir.type_of(g, s.b).axes) <= set(batch) | {red, s.dk}:
+            return "a product of the chunk is not A[.. row d] B[.. red d]"
+        head = axes[s.dk].size
+        if head is None or head % 16:
+            return (f"`{s.dk}` must be static and a multiple of 16 (fix it with "
+                    f"`axis {s.dk} = 64` or -D)")
+        scored.append(Score(s.node, s.a, s.b, s.dk, head))
+    dtypes = {storage_dtype(g, n) for s in scored for n in (s.a, s.b)} | \
+        {storage_dtype(g, p.c) for p in products}
+    if len(dtypes) != 1 or not dtypes <= {"f16", "bf16"}:
+        return f"the products' operands are {'/'.join(sorted(dtypes))}; mma.sync takes one " \
+            "16-bit dtype"
+    (dtype,) = dtypes
+    if not target.engine_for("contraction", dtype):
+        return f"{target.name} has no tensor cores for {dtype}"
+    why = _elementwise(g, kernel, loads, chunk_axes, set(batch) | {row}, products)
+    if why:
+        return why
+    return ChainSite(row, red, batch, dtype, tuple(scored), tuple(products))
+
+
+def _score(g, n: int, red: str, loads: set):
+    """A product of the chunk: its stationary and streamed operands (loads), or why not."""
+    op = ir.op(g, n)
+    u, v = ir.operands(g, n)
+    if len(op.axes) != 1 or u not in loads or v not in loads or u == v:
+        return "a product of the chunk does not contract two loaded arrays over one axis"
+    if red in ir.type_of(g, u).axes:
+        u, v = v, u
+    if red in ir.type_of(g, u).axes or red not in ir.type_of(g, v).axes:
+        return f"a product of the chunk needs one operand over `{red}` and one without it"
+    return Score(n, u, v, op.axes[0], 0)
+
+
+def _elementwise(g, kernel, loads, chunk_axes, rows, products) -> str | None:
+    """Why the rest of the kernel is not elementwise on the chunk or on the outputs."""
+    outs = {p.node for p in products}
+    for n in kernel.nodes:
+        if n in loads or isinstance(ir.op(g, n), ir.Contract) or is_free(g, n):
+            continue
+        if not isinstance(ir.op(g, n), flash.ELEMENTWISE):
+            return "a view or another operation sits between the products"
+        axes = set(ir.type_of(g, n).axes)
+        if not (axes <= chunk_axes or any(axes <= rows | {p.e} for p in products)):
+            return "the kernel computes values over other axes than its products'"
+    by_e = {p.node: p.e for p in products}
+    for n in kernel.stores:
+        axes = ir.type_of(g, n).axes
+        own = set(axes) - rows
+        if len(own) != 1 or not own <= {p.e for p in products}:
+            return "the kernel stores a value of every chunk, or one over no output's axes"
+        (e,) = own
+        feeding = nx.ancestors(g, n) & outs | ({n} & outs)
+        if any(by_e[o] != e for o in feeding) or not feeding:
+            return "a stored value is not made of the products of its own axes"
+    return None
+
+
+def registers(fm, chunk, site: ChainSite):
+    """Fragment registers per lane (per entry of arrays of fragments and chunks): every score
+    tile of the chunk, every output's accumulators, one packed A fragment."""
+    return fm * (len(site.scores) * (chunk // 8) * 4
+                 + sum(p.width // 8 * 4 for p in site.outs)) + PACKED
+
+
+def search(model: Model, cols, target: Target, sizes: dict, s: ChainSite,
+           fixed: dict) -> tuple[Choice, Cost] | None:
+    """The fastest tiling of the chain that fits, honouring block-level hints."""
+    found = candidate_set(sizes, s, fixed)
+    if found is None:
+        return None
+    return warps.cheapest(model, cols, target, sizes, *found)
+
+
+def candidate_set(sizes: dict, s: ChainSite, fixed: dict):
+    """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
+    or None: FlashAttention-2's rows and chunks, within the chain's register budget."""
+    return flash.row_tilings(sizes, s.row, s.red, s.batch, fixed,
+                             lambda fm, chunk: registers(fm, chunk, s) <= MAX_REGISTERS)
+
+
+__all__ = ["ChainSite", "Score", "Product", "examine", "search", "candidate_set", "registers"]

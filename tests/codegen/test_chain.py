@@ -1,0 +1,120 @@
+"""Chains of products on tensor cores (compiler/chain.py, codegen/chain.py), run by the emulator.
+
+FlashAttention's backward halves (dQ with the queries' rows, dK and dV with the keys'
+rows) and an MLP streamed over its hidden axis are planned at large sizes, where the
+planner puts them on the tensor cores as one chain kernel each, then run at odd sizes (a
+partial block of rows, a partial last chunk) against FlashAttention-2's backward formulas
+in float64 and the float64 reference under testing.md's tolerance rule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.commands.run import random_inputs
+from napkin.explain import render_text, report
+from napkin.compiler import chain, schedule
+from napkin.compiler.fuse import _statements
+from napkin.compiler.kernels import fused_kernel
+from napkin.compiler.model import array_name, kernel_model
+from napkin.compiler.plan import plan, prepare
+from napkin.pipeline import run_plan
+from napkin.runtime import compare
+
+from ..compiler.test_grad import _attention_reference
+
+BIG = {"b": 2, "h": 4, "q": 2048, "x": 2048}
+
+
+def chains(p) -> list:
+    return [kp for kp in p.kernels if kp.schedule.engine == schedule.CHAIN]
+
+
+def attention_inputs(shape, d, causal, seed):
+    """Q, K, V, dO and the forward's saved statistics (float64 formulas, then rounded)."""
+    rng = np.random.default_rng(seed)
+    b, h, q, x = (shape[a] for a in "bhqx")
+    Q, dO = (rng.standard_normal((b, h, q, d)).astype(np.float16) for _ in range(2))
+    K, V = (rng.standard_normal((b, h, x, d)).astype(np.float16) for _ in range(2))
+    O, dQ, dK, dV, lse = _attention_reference(*(a.astype(np.float64) for a in (Q, K, V, dO)), causal)
+    inputs = {"Q": Q, "K": K, "V": V, "dO": dO, "P_lse": lse.astype(np.float32),
+              "O_saved": O.astype(np.float16)}
+    return inputs, {"dQ": dQ, "dK": dK, "dV": dV}
+
+
+@pytest.mark.parametrize("name, wrt, shape", [
+    ("attention", "Q", {"b": 1, "h": 2, "q": 77, "x": 130}),
+    ("attention", "K,V", {"b": 1, "h": 1, "q": 45, "x": 19}),
+    ("causal_attention", "Q", {"b": 1, "h": 1, "q": 70, "x": 70}),
+])
+def test_attention_backward_halves_are_chains_that_match(name, wrt, shape):
+    d = napkin.grad(name, wrt=tuple(wrt.split(",")), saved=True, d=64)
+    p = plan(d, "h100", BIG)
+    (kp,) = chains(p)                  # one kernel: scores, probabilities, dS, the products
+    assert {"S", "P", "dP", "dS"} <= {array_name(p.graph, n) for n in kp.kernel.nodes}
+    stored = {array_name(p.graph, n) for k in p.kernels for n in k.kernel.stores}
+    assert not stored & {"S", "P", "dP", "dS"}, stored   # nothing N x N in global memory
+    inputs, want = attention_inputs(shape, 64, name.startswith("causal"), seed=sum(shape.values()))
+    out = run_plan(p, inputs, shape, timeout_s=240)
+    for k, v in compare.against_reference(d, inputs, out).items():
+        assert v.ok, v.message
+    for k, got in out.items():
+        w = want[k]
+        np.testing.assert_allclose(np.asarray(got, np.float64), w, rtol=0,
+                                   atol=2e-2 * np.abs(w).max())
+
+
+MLP = """axis t, f, d = 32, e = 16
+in X[t d]: f16
+in W1[d f]: f16
+in W2[f e]: f16
+H[t f] = X * W1
+Y[t e] = tanh(H) * W2
+out Y: f32"""
+
+
+def test_a_two_layer_product_streamed_over_its_hidden_axis():
+    d = napkin.load(MLP)
+    p = plan(d, "h100", {"t": 4096, "f": 4096})
+    (kp,) = chains(p)
+    site = kp.schedule.site
+    assert (site.row, site.red) == ("t", "f")
+    shape = {"t": 37, "f": 83}
+    inputs = random_inputs(d, shape, 3)
+    out = run_plan(p, inputs, shape, timeout_s=240)
+    for v in compare.against_reference(d, inputs, out).values():
+        assert v.ok, v.message
+
+
+def test_seeded_chain_bug_gives_wrong_values():
+    # the two 8-wide C tiles of the chunk value swapped in the packed A fragment
+    d = napkin.load(MLP)
+    p = plan(d, "h100", {"t": 4096, "f": 4096})
+    assert chains(p)
+    shape = {"t": 21, "f": 40}
+    inputs = random_inputs(d, shape, 5)
+
+    def edit(src: str) -> str:
+        assert "napkin_pack_half2(tv[0][0], tv[0][1])" in src
+        return src.replace("napkin_pack_half2(tv[0][0], tv[0][1])",
+                           "napkin_pack_half2(tv[1][0], tv[1][1])")
+    out = run_plan(p, inputs, shape, timeout_s=240, edit=edit)
+    assert not all(v.ok for v in compare.against_reference(d, inputs, out).values())
+
+
+def test_explain_names_the_chain_and_why_not():
+    d = napkin.grad("attention", wrt=("Q",), saved=True, d=64)
+    text = render_text(report(plan(d, "h100", BIG)))
+    assert "a chain of products (per chunk of x" in text and "then dQ over it" in text
+    # a head size the fragments cannot take: the chain says why not
+    odd = napkin.grad("attention", wrt=("Q",), saved=True, d=40)
+    pr = prepare(odd, "h100", BIG)
+    g = pr.graph
+    stmts = _statements(g)
+    members = set().union(*(nodes for nodes in stmts.values()
+                            if not {array_name(g, n) for n in nodes} & {"D", "D:mul"}))
+    k = fused_kernel(g, "k", members)
+    why = chain.examine(g, k, kernel_model(g, k, "x"), pr.target, pr.sizes)
+    assert why == "`d` must be static and a multiple of 16 (fix it with `axis d = 64` or -D)"
