@@ -10,6 +10,8 @@ value at the 8 elements a lane holds of two 8-wide C tiles (0 past the streamed 
 end in a partial chunk: a zero-filled row of C times an infinity would be NaN), packs them
 to 16 bits as an A fragment, and multiplies it with C's B fragments (`ldmatrix.x2`,
 transposed when C is contiguous along its own axis) into the output's f32 accumulators.
+A chunk in which the diagram's mask zeroes every output's chunk value (compiler/masking.
+zero_unless: causal attention's backward above the diagonal) is copied, not computed.
 After the last chunk the emitter computes the rest of the kernel at every accumulator
 element and stores it.
 """
@@ -17,6 +19,7 @@ element and stores it.
 from __future__ import annotations
 
 from ..compiler import ir
+from . import masks
 from . import program as P
 from .mma import FK, FM, FN, MmaLowering
 
@@ -51,7 +54,10 @@ class ChainLowering(MmaLowering):
                 self._score(j, sc, stationary[sc.a], dict(streamed[sc.b], k=sc.dk), fm, chunk)
             for i, p in enumerate(s.outs):
                 self._output(i, p, dict(streamed[p.c], k=s.red), fm, chunk, tail)
-        self._pipeline(list(streamed.values()), compute, peel=True)
+        # a chunk the diagram's mask zeroes for every output is copied, not computed (causal)
+        skip = masks.skip_test(self, [p.node for p in s.outs], {p.node: "contract" for p in s.outs},
+                               self._box(s.red))
+        self._pipeline(list(streamed.values()), compute, skip, peel=True)
         self._finish(fm)
 
     def _score(self, j: int, sc, ta: dict, tb: dict, fm: int, chunk: int) -> None:

@@ -1,7 +1,8 @@
 """Skipping chunks a mask hides entirely (causal attention's upper triangle, windows).
 
 When every streamed reduction of a pass folds `where(cond, e, identity)` (the
-identity of its accumulator: -inf for maxima and softmax, 0 for sums) and
+identity of its accumulator: -inf for maxima and softmax, 0 for sums; for a contraction,
+an operand that is 0 outside `cond`: compiler/masking.zero_unless) and
 `cond` is built from axis indices, sizes and constants, interval arithmetic
 over the block's index ranges and the chunk's tells whether `cond` can hold
 anywhere in the chunk; if it cannot, the whole block skips the chunk (loads,
@@ -14,7 +15,7 @@ from __future__ import annotations
 import math
 
 from ..compiler import ir
-from ..compiler.masking import constant, masked_by
+from ..compiler.masking import constant, masked_by, product_mask
 
 IDENTITY = {"max": -math.inf, "logsumexp": -math.inf, "stats": -math.inf, "pair": -math.inf,
             "sum": 0.0, "contract": 0.0}
@@ -89,9 +90,11 @@ def skip_test(lw, reducers, kinds: dict, box: dict) -> str | None:
             arg = ir.operands(g, lw.paired_softmax(n))[0]
         elif kind in ("max", "logsumexp", "sum", "stats"):
             arg = ir.operands(g, n)[0]
+        elif kind == "contract":         # a product one of whose operands the mask zeroes
+            arg = None
         else:
             return None
-        cond = masked_by(g, arg, IDENTITY[kind])
+        cond = product_mask(g, n) if arg is None else masked_by(g, arg, IDENTITY[kind])
         test = can_hold(g, cond, box) if cond is not None else None
         if test is None:
             return None

@@ -72,21 +72,22 @@ class ChainSite:
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
             ) -> ChainSite | str | None:
     """The kernel's chain of products on tensor cores, why not (a string), or None when
-    the kernel has fewer than two contractions (a product or no product at all)."""
+    the kernel is no chain: fewer than two contractions (a product or no product at all),
+    or another reduction beside them (the plain product's reason says so)."""
     contractions = [n for n in kernel.nodes if isinstance(ir.op(g, n), ir.Contract)]
     if len(contractions) < 2:
         return None
     st = model.streaming
+    others = [n for n in kernel.nodes if isinstance(ir.op(g, n), (ir.Reduce, ir.Softmax))]
+    if others or st.pairs or st.stats:
+        return None                # attention's (flash.py), or no tensor-core kernel at all
     red = st.axis
-    if red is None or st.pairs or st.stats or st.passes != 1:
+    if red is None or st.passes != 1:
         return "the kernel's products are not streamed in one pass"
     outs = [n for n, _ in st.reducers]
     if any(not isinstance(ir.op(g, n), ir.Contract) or ir.op(g, n).axes != (red,)
            for n in outs):
         return f"a streamed reduction over `{red}` is not a matrix product"
-    others = [n for n in kernel.nodes if isinstance(ir.op(g, n), (ir.Reduce, ir.Softmax))]
-    if others:
-        return "the kernel fuses products with other reductions"
     loads = set(kernel.loads)
     scores = [n for n in contractions if n not in outs]
     if not scores:

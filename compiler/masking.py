@@ -32,12 +32,13 @@ def chunk_mask(g, st) -> tuple | None:
     for n, _ in st.reducers:
         op = ir.op(g, n)
         if n in soft_of:
-            arg, identity = ir.operands(g, soft_of[n])[0], -math.inf
+            cond = masked_by(g, ir.operands(g, soft_of[n])[0], -math.inf)
         elif isinstance(op, ir.Reduce) and op.fn in ("max", "logsumexp", "sum"):
-            arg, identity = ir.operands(g, n)[0], 0.0 if op.fn == "sum" else -math.inf
+            cond = masked_by(g, ir.operands(g, n)[0], 0.0 if op.fn == "sum" else -math.inf)
+        elif isinstance(op, ir.Contract):
+            cond = product_mask(g, n)
         else:
             return None
-        cond = masked_by(g, arg, identity)
         expr = _expr(g, cond) if cond is not None else None
         if expr is None:
             return None
@@ -73,6 +74,73 @@ def masked_by(g, n: int, identity: float):
         if v is not None and v == identity:
             return cond
     return None
+
+
+def product_mask(g, n: int):
+    """The condition outside of which contraction n adds nothing: one operand is 0 there
+    (`zero_unless`), else None."""
+    for m in ir.operands(g, n):
+        cond = zero_unless(g, m)
+        if cond is not None:
+            return cond
+    return None
+
+
+def zero_unless(g, n: int):
+    """A condition node outside of which the value of n is 0, or None when none is known:
+    `where(c, e, 0)` (c), `where(c, 0, e)` (e's), products and quotients (either factor's,
+    the dividend's), negation, and `exp` of a value that is -inf outside c (`where(c, e,
+    -inf)`, shifted by another term or scaled by a positive constant). What is known is
+    for finite operands: an infinity or NaN in the other factor, or in the term that
+    shifts an exponent, at a position outside c is not seen (as FlashAttention's chunk
+    skipping does not see one in V under a causal mask)."""
+    n = _names(g, n)
+    op = ir.op(g, n)
+    if not isinstance(op, ir.Map):
+        return None
+    args = ir.operands(g, n)
+    if op.fn == "where":
+        cond, e, other = args
+        if constant(g, other) == 0.0:
+            return cond
+        if constant(g, e) == 0.0:
+            return zero_unless(g, other)
+        return None
+    if op.fn == "mul":
+        return _either(zero_unless(g, args[0]), lambda: zero_unless(g, args[1]))
+    if op.fn in ("div", "neg"):
+        return zero_unless(g, args[0])
+    if op.fn == "exp":
+        return _minus_infinity_unless(g, args[0])
+    return None
+
+
+def _minus_infinity_unless(g, n: int):
+    """A condition node outside of which n is -inf (for finite other terms), or None."""
+    n = _names(g, n)
+    op = ir.op(g, n)
+    if not isinstance(op, ir.Map):
+        return None
+    args = ir.operands(g, n)
+    if op.fn == "where":
+        cond, _, other = args
+        return cond if constant(g, other) == -math.inf else None
+    if op.fn in ("add", "sub"):
+        return _either(_minus_infinity_unless(g, args[0]), lambda: (
+            _minus_infinity_unless(g, args[1]) if op.fn == "add" else None))
+    if op.fn in ("mul", "div"):
+        c = constant(g, args[1])
+        if c is not None and math.isfinite(c) and c > 0:
+            return _minus_infinity_unless(g, args[0])
+        c = constant(g, args[0])
+        if op.fn == "mul" and c is not None and math.isfinite(c) and c > 0:
+            return _minus_infinity_unless(g, args[1])
+    return None
+
+
+def _either(found, otherwise):
+    """`found` (a node, possibly 0) unless None, else what `otherwise()` finds."""
+    return found if found is not None else otherwise()
 
 
 def constant(g, n: int) -> float | None:

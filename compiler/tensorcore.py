@@ -99,7 +99,8 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
     others = [n for n in kernel.nodes if isinstance(ir.op(g, n), (ir.Reduce, ir.Softmax))]
     if len(contractions) > 1 or others:
         return (f"the kernel fuses {len(contractions)} contraction(s) with {len(others)} other "
-                "reduction(s); the tensor-core lowering takes one matrix product per kernel")
+                "reduction(s); on tensor cores a kernel is one matrix product, an attention, or a "
+                "chain of products with no other reduction")
     if st.pairs or st.stats or len(st.reducers) != 1 or st.passes != 1:
         return "the contraction is not streamed"
     node = contractions[0]
