@@ -11,8 +11,8 @@ end in a partial chunk: a zero-filled row of C times an infinity would be NaN), 
 to 16 bits as an A fragment, and multiplies it with C's B fragments (`ldmatrix.x2`,
 transposed when C is contiguous along its own axis) into the output's f32 accumulators.
 A chunk in which the diagram's mask zeroes every output's chunk value (compiler/masking.
-zero_unless: causal attention's backward above the diagonal) is copied, not computed.
-After the last chunk the emitter computes the rest of the kernel at every accumulator
+zero_unless: causal attention's backward above the diagonal) is neither copied nor
+computed. After the last chunk the emitter computes the rest of the kernel at every accumulator
 element and stores it.
 """
 
@@ -54,9 +54,11 @@ class ChainLowering(MmaLowering):
                 self._score(j, sc, stationary[sc.a], dict(streamed[sc.b], k=sc.dk), fm, chunk)
             for i, p in enumerate(s.outs):
                 self._output(i, p, dict(streamed[p.c], k=s.red), fm, chunk, tail)
-        # a chunk the diagram's mask zeroes for every output is copied, not computed (causal)
-        skip = masks.skip_test(self, [p.node for p in s.outs], {p.node: "contract" for p in s.outs},
-                               self._box(s.red))
+        # a chunk the diagram's mask zeroes for every output is neither copied nor computed
+        def skip(start: str, length: str):
+            return masks.skip_test(self, [p.node for p in s.outs],
+                                   {p.node: "contract" for p in s.outs},
+                                   self._box(s.red, start, length))
         self._pipeline(list(streamed.values()), compute, skip, peel=True)
         self._finish(fm)
 

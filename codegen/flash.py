@@ -48,8 +48,10 @@ class FlashLowering(MmaLowering):
         self._each([("i0", fm), ("i1", 2)], lambda: b.emit(P.Set("rm[i0][i1]", "-NAPKIN_INF")))
         kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head))
         vt = self._tile(s.v, self.whole(s.dv, s.width), self.chunked(s.red))
-        # a chunk the diagram's mask hides from every row of the block is not computed (causal)
-        skip = masks.skip_test(self, [s.out], {s.out: "pair"}, self._box(s.red))
+        # a chunk the diagram's mask hides from every row of the block is neither copied nor
+        # computed (causal)
+        def skip(start: str, length: str):
+            return masks.skip_test(self, [s.out], {s.out: "pair"}, self._box(s.red, start, length))
 
         def compute(tail: bool):
             self._scores(kt, fm, chunk, hk, tail)

@@ -256,8 +256,9 @@ class KernelLowering:
                 merge = bool(self.split) and self.split[0] in ir.op(self.g, n).axes
                 accum.finish(self, n, states[(n, pt_i)], pt, merge)
 
-    def _box(self, r: str) -> dict:
-        """Index ranges the block covers (inclusive), the current chunk along r, sizes."""
+    def _box(self, r: str, start: str = "c0", length: str = "clen") -> dict:
+        """Index ranges the block covers (inclusive), the chunk along r (the current one, or
+        the one at `start` of `length`), sizes."""
         box = {"#size": self.size}
         for a in self.g.graph["axes"]:
             if a in self.tile:
@@ -266,7 +267,7 @@ class KernelLowering:
                 top = f"({self.sizes[a]} - 1)"
                 box[a] = (org, f"({hi} < {top} ? {hi} : {top})")
             elif a == r:
-                box[a] = ("c0", "c0 + clen - 1")
+                box[a] = (start, f"{start} + {length} - 1")
             else:
                 box[a] = ("0", f"({self.sizes[a]} - 1)")
         return box

@@ -22,40 +22,63 @@ IDENTITY = {"max": -math.inf, "logsumexp": -math.inf, "stats": -math.inf, "pair"
 
 
 def interval(g, n: int, box: dict):
-    """(lo, hi) C expressions (double) bounding a free index expression over `box`, or None."""
+    """(lo, hi) C expressions bounding a free index expression over `box`, or None: 64-bit
+    integers while every term is an index, a size or a whole constant (no conversions in
+    the chunk loop), else doubles."""
+    found = _bounds(g, n, box)
+    if found is None:
+        return None
+    lo, hi, whole = found
+    return (lo, hi) if whole else (_real(lo, whole), _real(hi, whole))
+
+
+def _real(e: str, whole: bool) -> str:
+    return f"(double)({e})" if whole else e
+
+
+def _bounds(g, n: int, box: dict):
+    """(lo, hi, whole): the bounds, and whether they are integers (`long long`)."""
     op = ir.op(g, n)
     if isinstance(op, ir.Index):
         lo, hi = box[op.axis]
-        return f"(double)({lo})", f"(double)({hi})"
+        return f"(long long)({lo})", f"(long long)({hi})", True
     if isinstance(op, ir.Const):
         if not math.isfinite(op.value):
             return None
-        return f"{op.value!r}", f"{op.value!r}"
+        if float(op.value).is_integer() and abs(op.value) < 2 ** 53:
+            return f"{int(op.value)}LL", f"{int(op.value)}LL", True
+        return f"{op.value!r}", f"{op.value!r}", False
     if isinstance(op, ir.SizeOf):
         size = box["#size"](op.axis)
-        return f"(double)({size})", f"(double)({size})"
+        return f"(long long)({size})", f"(long long)({size})", True
     if not isinstance(op, ir.Map):
         return None
     args = ir.operands(g, n)
     if op.fn == "neg":
-        a = interval(g, args[0], box)
-        return None if a is None else (f"(-{a[1]})", f"(-{a[0]})")
+        a = _bounds(g, args[0], box)
+        return None if a is None else (f"(-{a[1]})", f"(-{a[0]})", a[2])
     if op.fn in ("add", "sub"):
-        a, b = (interval(g, x, box) for x in args)
+        a, b = (_bounds(g, x, box) for x in args)
         if a is None or b is None:
             return None
+        whole = a[2] and b[2]
+        a0, a1, b0, b1 = (v if whole else _real(v, w) for v, w in
+                          ((a[0], a[2]), (a[1], a[2]), (b[0], b[2]), (b[1], b[2])))
         if op.fn == "add":
-            return f"({a[0]} + {b[0]})", f"({a[1]} + {b[1]})"
-        return f"({a[0]} - {b[1]})", f"({a[1]} - {b[0]})"
+            return f"({a0} + {b0})", f"({a1} + {b1})", whole
+        return f"({a0} - {b1})", f"({a1} - {b0})", whole
     if op.fn == "mul":
         for i in (0, 1):
             c = constant(g, args[i])
             if c is not None and math.isfinite(c):
-                a = interval(g, args[1 - i], box)
+                a = _bounds(g, args[1 - i], box)
                 if a is None:
                     return None
-                return (f"({c!r} * {a[0]})", f"({c!r} * {a[1]})") if c >= 0 else \
-                    (f"({c!r} * {a[1]})", f"({c!r} * {a[0]})")
+                whole = a[2] and float(c).is_integer() and abs(c) < 2 ** 31
+                k = f"{int(c)}LL" if whole else f"{c!r}"
+                lo, hi = (a[0], a[1]) if whole else (_real(a[0], a[2]), _real(a[1], a[2]))
+                return (f"({k} * {lo})", f"({k} * {hi})", whole) if c >= 0 else \
+                    (f"({k} * {hi})", f"({k} * {lo})", whole)
     return None
 
 

@@ -94,13 +94,15 @@ class MmaLowering(KernelLowering):
             pipeline()
         self._epilogue_mma(fm, fn)
 
-    def _pipeline(self, tiles, compute, skip: str | None = None, peel: bool = False,
+    def _pipeline(self, tiles, compute, skip=None, peel: bool = False,
                   vector: bool | None = None) -> None:
         """The chunk loop, two stages deep (the schedule's `stages`; this loop is written for
         two, as compiler/cost.PIPELINE is): while the block computes on one stage of the
         streamed tiles, the copies of the next chunk fill the other (cp.async groups: one
         per chunk, committed even when empty, so waiting for all but the newest one waits
-        for the current chunk). A chunk `skip` says the mask hides is copied, not computed.
+        for the current chunk). A chunk the mask hides (`skip(start, length)`: the C test that
+        the chunk at `start` of `length` is hidden, or None) is neither copied nor computed:
+        the prefetch tests the next chunk, the compute the current one.
         `vector` (True/False) fixes the copies' width where a size test chose it outside.
 
         `compute(tail)` emits the work on one chunk; `tail` says the chunk may be partial.
@@ -113,10 +115,23 @@ class MmaLowering(KernelLowering):
             left = f"{size} - ({start})"
             return f"(int)({left} < {chunk} ? {left} : {chunk})"
 
+        def hidden(start: str, count: str):
+            return skip(start, count) if skip is not None else None
+
+        def copies(stage: str, start: str, count: str):
+            test = hidden(start, count)
+
+            def each():
+                for t in tiles:
+                    self._copy(t, stage, start, count, vector)
+            if test is None:
+                each()
+            else:
+                b.emit(P.If(f"!({test})", self._scoped(each)))
+
         def first():
             b.emit(P.Decl("const int", "nlen", length("0")))
-            for t in tiles:
-                self._copy(t, "0", f"({self.itype})0", "nlen", vector)
+            copies("0", f"({self.itype})0", "nlen")
         b.emit(P.Block(self._scoped(first)))
         b.emit(P.Call("napkin_cp_async_commit", ()))
         b.emit(P.Decl("int", "stage", "0"))
@@ -126,16 +141,16 @@ class MmaLowering(KernelLowering):
 
             def prefetch():
                 b.emit(P.Decl("const int", "nlen", length(f"c0 + {chunk}")))
-                for t in tiles:
-                    self._copy(t, "(stage ^ 1)", f"c0 + {chunk}", "nlen", vector)
+                copies("(stage ^ 1)", f"c0 + {chunk}", "nlen")
             b.emit(P.If(f"c0 + {chunk} < {size}", self._scoped(prefetch)))
             b.emit(P.Call("napkin_cp_async_commit", ()))
             b.emit(P.Call("napkin_cp_async_wait<1>", ()))
             b.emit(P.Barrier())
-            if skip is None:
+            test = hidden("c0", "clen")
+            if test is None:
                 compute(tail)
             else:
-                b.emit(P.If(f"!({skip})", self._scoped(lambda: compute(tail))))
+                b.emit(P.If(f"!({test})", self._scoped(lambda: compute(tail))))
             b.emit(P.Barrier())
             b.emit(P.Set("stage", "stage ^ 1"))
         if not peel:

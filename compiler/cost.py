@@ -151,10 +151,9 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     results = [LevelCost(levels[0].name, levels[0].capacity_bytes, 0, 0, 1, 0)]
     unit_counts, uniques, helds = [], [], []
     # the share of (block, chunk) pairs a mask lets the kernel compute (masking.py): a chunk
-    # it skips is not read into registers (nor, on the CUDA cores, into shared memory)
+    # it skips is not read into shared memory nor into registers
     fraction = 1.0 if symbolic or not choice.stream else computed_fraction(
         model.mask, sizes, {**dict(choice.group), choice.stream[0]: choice.stream[1]})
-    skips_copies = not choice.warps
     for li, lv in enumerate(levels[1:], start=1):
         cov = covs[li - 1]
         across = {a: sizes[a] / cov[a] for a in model.axes}   # units side by side along a
@@ -181,7 +180,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                          and (not arr.used_over or a in arr.used_over)]
                 if steps:
                     vol = ops.where(any_of(gaps.values()), vol * prod(steps), vol)
-                if arr.streamed and fraction is not None and (li > 1 or skips_copies) \
+                if arr.streamed and fraction is not None \
                         and not (isinstance(fraction, float) and fraction == 1.0):
                     vol = vol * fraction
                 coalesce = 1 if symbolic or values or li > 1 else sectors(arr, cov, target)

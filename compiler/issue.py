@@ -128,11 +128,11 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     lanes = total(fp32) + total(mufu) + total(other)
     hmma = total(tensor_flops) / HMMA_FLOPS
     if tensor:
-        # every chunk (hidden or not) copies each streamed tile; the loads a block keeps are
-        # copied once, before the loop
+        # every chunk runs the loop's iteration, a chunk the mask does not hide also copies
+        # each streamed tile; the loads a block keeps are copied once, before the loop
         threads = warps_per_block * WARP
         chunk = dict([choice.stream]) if choice.stream else {}
-        per_chunk, once = ITERATION_TENSOR, 0
+        per_chunk, once = 0, 0
         for a in model.arrays:
             if a.role != "load":
                 continue
@@ -142,7 +142,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                 per_chunk = per_chunk + copy
             else:
                 once = once + copy
-        copies = units[0] * warps_per_block * (chunks * per_chunk + once)
+        copies = units[0] * warps_per_block * (chunks * (ITERATION_TENSOR + fraction * per_chunk)
+                                               + once)
         if model.streaming.pairs:     # the fitted loop of FlashAttention-2 (computed chunks)
             warp_instr = hmma * (1 + FLASH_PER_HMMA) + lanes / WARP + copies
         else:

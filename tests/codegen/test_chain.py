@@ -61,7 +61,7 @@ def test_attention_backward_halves_are_chains_that_match(name, wrt, shape):
     stored = {array_name(p.graph, n) for k in p.kernels for n in k.kernel.stores}
     assert not stored & {"S", "P", "dP", "dS"}, stored   # nothing N x N in global memory
     causal = name.startswith("causal")
-    assert ("if (!(!(((double)" in render(lower(p))) == causal   # masked chunks skipped
+    assert ("if (!(!(((long long)" in render(lower(p))) == causal   # masked chunks skipped
     inputs, want = attention_inputs(shape, 64, causal, seed=sum(shape.values()))
     out = run_plan(p, inputs, shape, timeout_s=240)
     for k, v in compare.against_reference(d, inputs, out).items():
@@ -136,7 +136,7 @@ def test_seeded_skip_bug_gives_wrong_values():
     chunk = chains(p)[0].schedule.stream[1]
 
     def edit(src: str) -> str:
-        assert "if (!(!(((double)(c0) <=" in src
-        return src.replace("if (!(!(((double)(c0) <=", f"if (!(!(((double)(c0) + {chunk} <=")
+        assert "if (!(!(((long long)(c0) <=" in src
+        return src.replace("if (!(!(((long long)(c0) <=", f"if (!(!(((long long)(c0) + {chunk} <=")
     out = run_plan(p, inputs, shape, timeout_s=240, edit=edit)
     assert not all(v.ok for v in compare.against_reference(d, inputs, out).values())

@@ -72,10 +72,12 @@ def test_only_generated_identifiers_reach_the_c():
 def test_causal_attention_skips_fully_masked_key_chunks(tensor_cores):
     causal = render(lower(plan(napkin.load("causal_attention"), "h100", engine="auto" if tensor_cores else "cuda-cores")))
     plain = render(lower(plan(napkin.load("attention"), "h100", engine="auto" if tensor_cores else "cuda-cores")))
-    # the chunk's first key against the block's last query: SIMT skips the chunk, the
-    # tensor-core pipeline copies it (the next stage's copies are in flight) but skips its mmas
-    test = "(double)(c0) <= (double)("
+    # the chunk's first key against the block's last query, in 64-bit integers: SIMT skips
+    # the chunk, the tensor-core pipeline skips its mmas and, testing the next chunk, its
+    # prefetch
+    test = "(long long)(c0) <= (long long)("
     assert test in causal and test not in plain
+    assert ("(long long)(c0 + " in causal) == tensor_cores
     skip = "continue;" if not tensor_cores else "if (!(!("
     assert skip in causal and skip not in plain
 
@@ -85,12 +87,12 @@ def test_sliding_window_skips_on_both_sides():
             "S[b h q x] = where(x <= q and q - x < 256, Q * K / sqrt(size(d)), -inf)\n"
             "P[b h q x] = softmax[x](S)\nO[b h q d] = P * V\nout O: f16")
     for tensor_cores in (False, True):
-        # (forced: with every hidden chunk's copies charged, auto picks the CUDA cores here)
+        # (each engine forced: both lowerings skip on both sides)
         source = render(lower(plan(napkin.load(text), "h100", {"b": 1, "h": 8, "q": 8192, "x": 8192},
                                    engine="tensor-cores" if tensor_cores else "cuda-cores")))
         # one test per chunk loop (the tensor-core kernel also runs a partial last chunk after
         # its loop of full ones, with the same test)
-        skips = {line.strip() for line in source.splitlines() if "(double)(c0)" in line}
+        skips = {line.strip() for line in source.splitlines() if "(long long)(c0)" in line}
         (skip,) = skips
         assert "&&" in skip and "256" in skip
         assert ("continue;" in skip) == (not tensor_cores)

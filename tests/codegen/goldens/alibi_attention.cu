@@ -361,15 +361,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
     {
       const int nlen = (int)((long long)(n3) - (0) < 64 ? (long long)(n3) - (0) : 64);
-      for (int e = tid; e < 512; e += 256) {
-        const int eo = e / 8;
-        const int ei = (e % 8) * 8;
-        napkin_cp_async_16((sm1 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
-      }
-      for (int e = tid; e < 512; e += 256) {
-        const int eo = e / 8;
-        const int ei = (e % 8) * 8;
-        napkin_cp_async_16((sm2 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+      if (!(!(((long long)((long long)0) <= (long long)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
+        for (int e = tid; e < 512; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16((sm1 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+        }
+        for (int e = tid; e < 512; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16((sm2 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        }
       }
     }
     napkin_cp_async_commit();
@@ -379,21 +381,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = 64;
       if (c0 + 64 < (long long)(n3)) {
         const int nlen = (int)((long long)(n3) - (c0 + 64) < 64 ? (long long)(n3) - (c0 + 64) : 64);
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
-        }
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        if (!(!(((long long)(c0 + 64) <= (long long)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
+          for (int e = tid; e < 512; e += 256) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+          }
+          for (int e = tid; e < 512; e += 256) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+          }
         }
       }
       napkin_cp_async_commit();
       napkin_cp_async_wait<1>();
       __syncthreads();
-      if (!(!(((double)(c0) <= (double)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
+      if (!(!(((long long)(c0) <= (long long)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
         float sc[1][8][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
@@ -495,21 +499,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = (int)((long long)(n3) - (c0) < 64 ? (long long)(n3) - (c0) : 64);
       if (c0 + 64 < (long long)(n3)) {
         const int nlen = (int)((long long)(n3) - (c0 + 64) < 64 ? (long long)(n3) - (c0 + 64) : 64);
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
-        }
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        if (!(!(((long long)(c0 + 64) <= (long long)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
+          for (int e = tid; e < 512; e += 256) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+          }
+          for (int e = tid; e < 512; e += 256) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+          }
         }
       }
       napkin_cp_async_commit();
       napkin_cp_async_wait<1>();
       __syncthreads();
-      if (!(!(((double)(c0) <= (double)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
+      if (!(!(((long long)(c0) <= (long long)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
         float sc[1][8][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {

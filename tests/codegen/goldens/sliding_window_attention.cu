@@ -307,8 +307,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 256 threads per block, long long indices
-extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
+// kernel 0: 128 threads per block, long long indices
+extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -325,14 +325,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   const int wr = tid / 32;
   const int fg = lane / 4;
   const int fq = lane % 4;
-  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 127) / 128);
+  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 63) / 64);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const long long org_2 = (long long)((blk) % (((long long)(n2) + 127) / 128)) * 128;
-    const long long org_1 = (long long)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n1) + 0) / 1)) * 1;
-    const long long org_0 = (long long)((((blk) / (((long long)(n2) + 127) / 128)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
+    const long long org_2 = (long long)((blk) % (((long long)(n2) + 63) / 64)) * 64;
+    const long long org_1 = (long long)(((blk) / (((long long)(n2) + 63) / 64)) % (((long long)(n1) + 0) / 1)) * 1;
+    const long long org_0 = (long long)((((blk) / (((long long)(n2) + 63) / 64)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
-    for (int e = tid; e < 1024; e += 256) {
+    for (int e = tid; e < 512; e += 128) {
       const int eo = e / 8;
       const int ei = (e % 8) * 8;
       napkin_cp_async_16(sm0 + eo * 72 + ei, (org_2 + eo < n2) ? p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo))) * (64) + (ei)) : p0, (org_2 + eo < n2) ? 16 : 0);
@@ -357,19 +357,21 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         rm[i0][i1] = -NAPKIN_INF;
       }
     }
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4608) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
     {
       const int nlen = (int)((long long)(n3) - (0) < 64 ? (long long)(n3) - (0) : 64);
-      for (int e = tid; e < 512; e += 256) {
-        const int eo = e / 8;
-        const int ei = (e % 8) * 8;
-        napkin_cp_async_16((sm1 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
-      }
-      for (int e = tid; e < 512; e += 256) {
-        const int eo = e / 8;
-        const int ei = (e % 8) * 8;
-        napkin_cp_async_16((sm2 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+      if (!(!((((long long)((long long)0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1)))) && (((long long)(org_2) - (long long)((long long)0 + nlen - 1)) < (long long)(128)))))) {
+        for (int e = tid; e < 512; e += 128) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16((sm1 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+        }
+        for (int e = tid; e < 512; e += 128) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16((sm2 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        }
       }
     }
     napkin_cp_async_commit();
@@ -379,21 +381,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = 64;
       if (c0 + 64 < (long long)(n3)) {
         const int nlen = (int)((long long)(n3) - (c0 + 64) < 64 ? (long long)(n3) - (c0 + 64) : 64);
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
-        }
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        if (!(!((((long long)(c0 + 64) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + 64 + nlen - 1)) < (long long)(128)))))) {
+          for (int e = tid; e < 512; e += 128) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+          }
+          for (int e = tid; e < 512; e += 128) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+          }
         }
       }
       napkin_cp_async_commit();
       napkin_cp_async_wait<1>();
       __syncthreads();
-      if (!(!((((double)(c0) <= (double)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1)))) && (((double)(org_2) - (double)(c0 + clen - 1)) < (double)(128)))))) {
+      if (!(!((((long long)(c0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + clen - 1)) < (long long)(128)))))) {
         float sc[1][8][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
@@ -490,21 +494,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = (int)((long long)(n3) - (c0) < 64 ? (long long)(n3) - (c0) : 64);
       if (c0 + 64 < (long long)(n3)) {
         const int nlen = (int)((long long)(n3) - (c0 + 64) < 64 ? (long long)(n3) - (c0 + 64) : 64);
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
-        }
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        if (!(!((((long long)(c0 + 64) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + 64 + nlen - 1)) < (long long)(128)))))) {
+          for (int e = tid; e < 512; e += 128) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+          }
+          for (int e = tid; e < 512; e += 128) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+          }
         }
       }
       napkin_cp_async_commit();
       napkin_cp_async_wait<1>();
       __syncthreads();
-      if (!(!((((double)(c0) <= (double)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1)))) && (((double)(org_2) - (double)(c0 + clen - 1)) < (double)(128)))))) {
+      if (!(!((((long long)(c0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + clen - 1)) < (long long)(128)))))) {
         float sc[1][8][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
