@@ -214,9 +214,9 @@ def _skip_guard():
     chunks the diagonal crosses are skipped."""
     old = kernel_mod.KernelLowering._box
 
-    def box(self, r):
-        out = old(self, r)
-        out[r] = ("c0 + clen - 1", "c0 + clen - 1")
+    def box(self, r, start="c0", length="clen"):
+        out = old(self, r, start, length)
+        out[r] = (f"{start} + {length} - 1", f"{start} + {length} - 1")
         return out
     return _patched(kernel_mod.KernelLowering, "_box", box)
 
