@@ -5,7 +5,10 @@ CPU kernel and the compiled CUDA kernel on GPUs, so it works under
 torch.compile and with `torch.library.opcheck`. It is differentiable: its backward
 is the op `<qualname>_backward` made the same way from `napkin.grad` of the
 diagram (registered with `torch.library.register_autograd`), so `loss.backward()`
-through it works. Importing this module imports PyTorch; `import napkin` does not.
+through it works. Where the diagram has a softmax, the backward is FlashAttention's:
+the op `<qualname>_statistics` (`napkin.statistics`: the forward with each softmax's row
+logsumexp) and then the saved gradient (`napkin.grad(..., saved=True)`), which recomputes
+the probabilities blockwise instead of storing them. Importing this module imports PyTorch; `import napkin` does not.
 """
 
 from __future__ import annotations
@@ -60,15 +63,27 @@ def op(kernel: Kernel, qualname: str, differentiable: bool = True):
 
 
 def _register_backward(kernel: Kernel, qualname: str) -> None:
+    from .compiler.grad import saved_sources
     from .diagrams.diagnostics import NapkinError
-    from .gradient import grad
+    from .gradient import grad, statistics
     diagram = kernel.diagram
     try:
-        backward_diagram = grad(diagram)
+        sources = saved_sources(diagram)
+        backward_diagram = grad(diagram, saved=bool(sources))
     except NapkinError:         # nothing differentiable: the op stays without a backward
         return
     backward = op(Kernel(backward_diagram, kernel.options, backend=kernel.backend),
                   f"{qualname}_backward", differentiable=False)
+    # FlashAttention's backward: the softmaxes' row logsumexps (and the attention output)
+    # from the statistics kernel, the forward again with them as extra outputs (O(N) memory),
+    # then the probabilities recomputed blockwise, never an N x N array
+    stats = None
+    if sources:
+        stats_diagram = statistics(diagram)
+        stats = op(Kernel(stats_diagram, kernel.options, backend=kernel.backend),
+                   f"{qualname}_statistics", differentiable=False)
+        produced = [s.name for s in stats_diagram.outputs]
+        picks = [produced.index(source) for _, source in sources]
     names = [s.name for s in diagram.inputs]
     wrt = [names.index(s.name[1:]) if s.name[1:] in names else None for s in backward_diagram.outputs]
 
@@ -79,7 +94,12 @@ def _register_backward(kernel: Kernel, qualname: str) -> None:
         inputs = ctx.saved_tensors
         outs = [c.contiguous() if c is not None else torch.zeros_like(o) for c, o in
                 zip(cotangents, _outputs_like(diagram, inputs))]
-        got = backward(*inputs, *outs)
+        extra = []
+        if stats is not None:
+            made = stats(*inputs)
+            made = (made,) if not isinstance(made, tuple) else made
+            extra = [made[i] for i in picks]
+        got = backward(*inputs, *outs, *extra)
         got = (got,) if not isinstance(got, tuple) else got
         grads = [None] * len(inputs)
         for g, i in zip(got, wrt):

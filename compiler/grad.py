@@ -46,6 +46,7 @@ class _Sweep:
     extra_inputs: list = field(default_factory=list)  # (name, axes, dtype)
     lse: dict = field(default_factory=dict)          # softmax node -> its saved logsumexp's name
     row: dict = field(default_factory=dict)          # softmax node -> its row term from saved values
+    sources: dict = field(default_factory=dict)      # saved input -> the statistics output it is
 
     def fresh(self, base: str) -> str:
         name = base
@@ -183,6 +184,13 @@ def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = 
     lines += ["", *_forward(sw), "", *sw.equations, ""]
     lines.append("out " + ", ".join(f"{name}: {dtype}" for name, dtype in results))
     return "\n".join(lines) + "\n"
+
+
+def saved_sources(d: Diagram) -> tuple[tuple[str, str], ...]:
+    """For the saved gradient of every input (`gradient_text(d, None, saved=True)`): each
+    extra input's name and the output of `statistics_text(d)` it takes, in input order."""
+    sw, _, _, _ = _setup(d, None, True)
+    return tuple((name, sw.sources[name]) for name, _, _ in sw.extra_inputs)
 
 
 def statistics_text(d: Diagram) -> str:
@@ -368,6 +376,7 @@ def _plan_saved(sw: _Sweep, active: set, cotangent: dict[int, str]) -> None:
         lse = sw.fresh(f"{sw.names.get(holder, f't{n}')}_lse")
         sw.extra_inputs.append((lse, tuple(a for a in sw.axes(n) if a not in op.axes), "f32"))
         sw.lse[n] = lse
+        sw.sources[lse] = lse
         # P feeds only one contraction over the softmax axes, whose result feeds only an
         # output: then sum[x](dP * P) = sum[d](dO * O), with O the saved output.
         users = list(g.successors(holder))
@@ -383,6 +392,7 @@ def _plan_saved(sw: _Sweep, active: set, cotangent: dict[int, str]) -> None:
         out = outs[0]
         saved = sw.fresh(f"{ir.op(g, out).name}_saved")
         sw.extra_inputs.append((saved, sw.axes(out), ir.op(g, out).dtype))
+        sw.sources[saved] = ir.op(g, out).name
         other = " ".join(a for a in sw.axes(c) if a not in sw.axes(n))
         sw.row[n] = (sw.fresh("D"), tuple(a for a in sw.axes(n) if a not in op.axes),
                      f"sum[{other}]({cotangent[out]} * {saved})")

@@ -236,3 +236,12 @@ def test_no_gradient_through_scans_and_gathers_yet(rhs):
     with pytest.raises(NapkinError) as exc:
         napkin.grad(d)
     assert exc.value.code == "N0810" and "no gradient through" in str(exc.value)
+
+
+def test_saved_sources_name_what_the_statistics_diagram_gives():
+    from napkin.compiler.grad import saved_sources
+    d = napkin.load("attention")
+    assert saved_sources(d) == (("P_lse", "P_lse"), ("O_saved", "O"))
+    outs = [s.name for s in napkin.statistics("attention").outputs]
+    assert outs == ["O", "P_lse"]
+    assert saved_sources(napkin.load("layernorm")) == ()     # no softmax: nothing saved

@@ -34,6 +34,12 @@ def test_backward_through_the_op_matches_pytorchs_autograd_and_passes_opcheck():
     for mine, theirs in ((q, q2), (k, k2), (v, v2)):
         torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
     assert set(torch.library.opcheck(op, (q, k, v)).values()) == {"SUCCESS"}
+    # FlashAttention's backward: the statistics op (O and the row logsumexp), then the saved
+    # gradient, which takes them instead of normalising the rows again
+    stats = torch.ops.napkin_grad_tests.att_statistics(q.detach(), k.detach(), v.detach())
+    assert [tuple(t.shape) for t in stats] == [(2, 5, 3), (2, 5)]
+    lse = torch.logsumexp(torch.einsum("bqd,bxd->bqx", q, k) / 3 ** 0.5, dim=-1)
+    torch.testing.assert_close(stats[1], lse.detach(), rtol=1e-5, atol=1e-6)
 
 
 def test_a_tiny_attention_layer_trains_the_same_as_plain_pytorch():
