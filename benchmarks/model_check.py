@@ -107,14 +107,49 @@ def loop_counts(sass_text: str, function: str | None = None, trips: list | None 
     out = collections.Counter({"tensor": counts["mma"], "fp32": counts["fp32"] + packs,
                                "mufu": counts["mufu"], "all": len(loop.instructions),
                                "hidden": len(loop.instructions) - len(skipped(loop))})
+    # a chunk computes one of two versions of its scores (codegen/flash.py: without the mask
+    # where it holds everywhere, with it where it cuts): each path counts its own version
+    small, large = versions(loop)
+    out["inside_version"], out["cut_version"] = small, large
     found = copy_loops(loop)
     if trips is not None and found and len(found) == len(trips):
-        delta = sum(c["setup"] + t * c["each"] - c["static"] for c, t in zip(found, trips))
+        runs = [c["setup"] + t * c["each"] for c, t in zip(found, trips)]
+        delta = sum(r - c["static"] for c, r in zip(found, runs))
         out["run"], out["run_hidden"] = out["all"] + delta, out["hidden"] + delta
+        # a hidden chunk does not prefetch a hidden next one (codegen/mma.py): its copies
+        # run where the next chunk is computed, which the computed chunks' count holds
+        out["run_hidden"] -= sum(runs)
         out["copy_loops"] = len(found)
     else:                     # no copy loop told apart: the static count stands
         out["run"], out["run_hidden"] = out["all"], out["hidden"]
+    out["run_cut"], out["run_inside"] = out["run"] - small, out["run"] - large
     return out
+
+
+def versions(loop) -> tuple[int, int]:
+    """(instructions of the smaller, of the larger) of two alternatives the loop branches
+    between, `if (t) {A} else {B}` with no tensor instruction in either (a conditional
+    forward branch to B, whose previous instruction branches forward past B), the largest
+    such pair; (0, 0) when there is none."""
+    from napkin.runtime import mainloop
+    body = loop.instructions
+    at = {i.address: k for k, i in enumerate(body)}
+    best = (0, 0)
+    for k, b in enumerate(body):
+        if b.target is None or b.target <= b.address or not b.predicate or b.target not in at:
+            continue
+        t = at[b.target]
+        jump = body[t - 1] if t > 0 else None
+        if jump is None or jump.target is None or jump.target <= jump.address or jump.predicate \
+                or jump.target not in at:
+            continue
+        first, second = body[k + 1:t], body[t:at[jump.target]]
+        if any(i.opcode.split(".")[0] in mainloop.TENSOR for i in first + second):
+            continue
+        pair = tuple(sorted((len(first), len(second))))
+        if sum(pair) > sum(best):
+            best = pair
+    return best
 
 
 def copy_loops(loop) -> list[dict]:
@@ -209,11 +244,17 @@ def kernel_sass(p, made, index: int) -> dict:
     blocks = float(kp.cost.levels[1].units)
     warps = math.ceil(sched.threads / 32)
     from napkin.compiler.masking import computed_fraction
-    computed = 1.0
-    if sched.stream:          # the share of chunks a mask lets the kernel compute
-        computed = computed_fraction(kp.model.mask, p.sizes,
-                                     {**dict(kp.choice.group), sched.stream[0]: sched.stream[1]})
-    per_chunk = computed * counts["run"] + (1 - computed) * counts["run_hidden"]
+    from napkin.compiler.masking import cut_fraction
+    computed, cut = 1.0, 1.0
+    if sched.stream:          # the share of chunks a mask lets the kernel compute, and cuts
+        tiles = {**dict(kp.choice.group), sched.stream[0]: sched.stream[1]}
+        computed = computed_fraction(kp.model.mask, p.sizes, tiles)
+        cut = cut_fraction(kp.model.mask, p.sizes, tiles)
+    if counts["inside_version"]:
+        run = cut * counts["run_cut"] + (computed - cut) * counts["run_inside"]
+    else:
+        run = computed * counts["run"]
+    per_chunk = run + (1 - computed) * counts["run_hidden"]
     rate = p.target.per_second("schedulers")
     est = blocks * warps * chunks * per_chunk / rate if rate else None
     # the model's own counts per warp per chunk, from its compute terms (issue.py): the

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ..compiler import ir
+from ..compiler import ir, masking
 from . import masks
 from . import program as P
 from .cexpr import float_literal
@@ -63,7 +63,8 @@ class FlashLowering(MmaLowering):
 
     def _scores(self, kt: dict, fm: int, chunk: int, hk: int, tail: bool) -> None:
         """S = Q K on the tensor cores, then the diagram's scale and masks per element (and,
-        in a partial chunk, -inf past the last key)."""
+        in a partial chunk, -inf past the last key). A full chunk the mask holds everywhere
+        in (below causal's diagonal) takes its condition as `true`: no mask per score."""
         b, s = self.b, self.site
         b.emit(P.Decl("float", "sc", shape=(fm, chunk // FN, 4)))
 
@@ -79,16 +80,27 @@ class FlashLowering(MmaLowering):
         self._each([("i0", fm), ("i1", chunk // FN)], tile)
         score = ir.operands(self.g, s.soft)[0]
 
-        def element():
+        cond = masking.paired_condition(self.g, self.st)
+
+        def element(inside: bool):
             key = f"c0 + i1 * {FN} + fq * 2 + i2 % 2"
             scope, _ = self._point({s.row: self._row(), s.red: key})
             self.values[s.scores] = "sc[i0][i1][i2]"
+            if inside:
+                self.values[cond] = "true"
             self.line(s.soft)
             value = self.emitter.value(score, scope)
             self.values.clear()
             b.emit(P.Set("sc[i0][i1][i2]", f"(i1 * {FN} + fq * 2 + i2 % 2 < clen) ? {value} : -NAPKIN_INF"
                          if tail else value))
-        self._each([("i0", fm), ("i1", chunk // FN), ("i2", 4)], element)
+
+        def elements(inside: bool = False):
+            self._each([("i0", fm), ("i1", chunk // FN), ("i2", 4)], lambda: element(inside))
+        whole = None if cond is None or tail else masks.must_hold(self.g, cond, self._box(s.red))
+        if whole is None:
+            elements()
+        else:
+            b.emit(P.If(whole, self._scoped(lambda: elements(True)), self._scoped(elements)))
 
     def _row(self) -> str:
         return f"{self._axis_var('org', self.site.row)} + wr * {self.wtm} + i0 * {FM} + fg + (i2 / 2) * 8"

@@ -103,6 +103,28 @@ def can_hold(g, n: int, box: dict) -> str | None:
             "eq": f"({a[0]} <= {b[1]} && {b[0]} <= {a[1]})"}[op.fn]
 
 
+def must_hold(g, n: int, box: dict) -> str | None:
+    """A C expression true when condition n holds everywhere in `box` (None: unknown)."""
+    op = ir.op(g, n)
+    if not isinstance(op, ir.Map):
+        return None
+    args = ir.operands(g, n)
+    if op.fn in ("and", "or"):
+        a, b = (must_hold(g, x, box) for x in args)
+        if op.fn == "and":
+            return None if a is None or b is None else f"({a} && {b})"
+        known = [t for t in (a, b) if t is not None]
+        return f"({' || '.join(known)})" if known else None
+    if op.fn not in ("lt", "le", "gt", "ge", "eq"):
+        return None
+    a, b = (interval(g, x, box) for x in args)
+    if a is None or b is None:
+        return None
+    return {"lt": f"({a[1]} < {b[0]})", "le": f"({a[1]} <= {b[0]})",
+            "gt": f"({a[0]} > {b[1]})", "ge": f"({a[0]} >= {b[1]})",
+            "eq": f"({a[0]} == {a[1]} && {b[0]} == {b[1]} && {a[0]} == {b[0]})"}[op.fn]
+
+
 def skip_test(lw, reducers, kinds: dict, box: dict) -> str | None:
     """C expression: true when the current chunk is masked for every reducer of the pass."""
     g = lw.g

@@ -55,7 +55,7 @@ from . import issue, occupancy
 from .columns import Column
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
-from .masking import computed_fraction
+from .masking import computed_fraction, cut_fraction
 from .memory import allocated, l2_split, sectors
 from .model import Model
 from .target import Target
@@ -224,9 +224,13 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                         for engine, amount in flops.items())
         parts = {"compute": compute}
     else:
+        # FlashAttention-2 evaluates its mask in the chunks the mask cuts only (codegen/flash.py)
+        cut = cut_fraction(model.mask, sizes, {**dict(choice.group),
+                                               choice.stream[0]: choice.stream[1]}) \
+            if choice.warps and choice.stream and model.streaming.pairs else None
         parts = issue.compute(model, choice, sizes, target, covs[0],
                               [lc.H for lc in results[1:]], unit_counts,
-                              np.ceil(threads / WARP), active / threads, fraction)
+                              np.ceil(threads / WARP), active / threads, fraction, cut=cut)
         compute = functools.reduce(ops.maximum, parts.values())
     if choice.warps and not symbolic:   # fragments padded past the arrays compute all the same
         compute = compute * _padding(choice, sizes)

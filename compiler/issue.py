@@ -90,11 +90,12 @@ FLASH_PER_HMMA = 1.32
 
 
 def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, units: list,
-            warps_per_block, lane_share, fraction, symbolic: bool = False) -> dict:
+            warps_per_block, lane_share, fraction, symbolic: bool = False, cut=None) -> dict:
     """Seconds each compute limit takes: `issue` (every warp instruction), `tensor`, `fp32`,
     `mufu` (their pipes). `H`: bytes into each level below the top, `units`: units of each,
     `warps_per_block`: warps a block runs, `lane_share`: the share of their lanes with work,
-    `fraction`: the share of chunks computed (masked chunks skipped)."""
+    `fraction`: the share of chunks computed (masked chunks skipped), `cut`: the share the
+    mask cuts (computed, not held everywhere: attention evaluates its mask there only)."""
     tensor = bool(choice.warps)
     grouped = {a for a, _ in choice.group}
     stream = choice.stream[0] if choice.stream else None
@@ -114,6 +115,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             per = FLASH_SCORE
         elif tensor and model.streaming.pairs and w.axes and set(w.axes) <= index_axes:
             per = FLASH_INDEX          # an op of positions only, on the score fragments
+            if cut is not None and stream in w.axes and w.node in model.mask_nodes:
+                amount = points * redo * w.times * cut    # the mask: where it cuts the chunk
         fp32.append(amount * per[0])
         mufu.append(amount * per[1])
         other.append(amount * per[2])

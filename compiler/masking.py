@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import math
 
+import networkx as nx
 import numpy as np
 
 from . import ir
@@ -55,6 +56,24 @@ def chunk_mask(g, st) -> tuple | None:
     for c in conds[1:]:
         out = ("or", out, c)
     return out
+
+
+def paired_condition(g, st) -> int | None:
+    """The condition node of an online softmax's mask `where(cond, S, -inf)` (the one pair of
+    an attention kernel), or None."""
+    if len(st.pairs) != 1:
+        return None
+    soft, _ = st.pairs[0]
+    return masked_by(g, ir.operands(g, soft)[0], -math.inf)
+
+
+def condition_nodes(g, st) -> frozenset:
+    """The ops computing an attention's mask condition (paired_condition and what it is made
+    of, down to indices, sizes and constants)."""
+    cond = paired_condition(g, st)
+    if cond is None or _expr(g, cond) is None:
+        return frozenset()
+    return frozenset({cond} | nx.ancestors(g, cond))
 
 
 def _names(g, n: int) -> int:
@@ -177,6 +196,8 @@ def _expr(g, n: int):
 
 def axes_of(expr) -> tuple[str, ...]:
     """The axes whose index the expression reads, in a fixed order."""
+    if expr[0] == "cut":
+        return axes_of(expr[1])
     if expr[0] == "index":
         return (expr[1],)
     if expr[0] in ("size", "const"):
@@ -206,6 +227,16 @@ def computed_fraction(mask, sizes: dict, tiles: dict):
     return out.item() if out.ndim == 0 else out
 
 
+def cut_fraction(mask, sizes: dict, tiles: dict):
+    """The share of (block, chunk) pairs the mask cuts: computed, with the condition failing
+    somewhere in them (the diagonal of causal attention), per candidate as
+    `computed_fraction`; the rest of the computed pairs hold it everywhere (their scores
+    need no mask). 1.0 without a mask (every pair evaluates whatever the kernel computes)."""
+    if mask is None or not axes_of(mask):
+        return 1.0
+    return computed_fraction(("cut", mask), sizes, tiles)
+
+
 @functools.lru_cache(maxsize=4096)
 def _fraction(mask, size_key: tuple, extents: tuple) -> float:
     sizes = dict(size_key)
@@ -218,7 +249,10 @@ def _fraction(mask, size_key: tuple, extents: tuple) -> float:
         ranges.append((starts, np.minimum(starts + max(e, 1), n) - 1))
     grids = np.meshgrid(*[np.arange(len(r[0])) for r in ranges], indexing="ij")
     box = {a: (r[0][i], r[1][i]) for (a, _), r, i in zip(extents, ranges, grids)}
-    held = _holds(mask, box, sizes)
+    if mask[0] == "cut":       # computed, and not held everywhere
+        held = _holds(mask[1], box, sizes) & _fails(mask[1], box, sizes)
+    else:
+        held = _holds(mask, box, sizes)
     return float(np.mean(np.broadcast_to(held, grids[0].shape))) if grids else 1.0
 
 
@@ -253,3 +287,17 @@ def _holds(e, box: dict, sizes: dict):
     a, b = _interval(e[1], box, sizes), _interval(e[2], box, sizes)
     return {"lt": lambda: a[0] < b[1], "le": lambda: a[0] <= b[1], "gt": lambda: a[1] > b[0],
             "ge": lambda: a[1] >= b[0], "eq": lambda: (a[0] <= b[1]) & (b[0] <= a[1])}[kind]()
+
+
+def _fails(e, box: dict, sizes: dict):
+    """Whether condition e can fail somewhere in the box (per box of the grid)."""
+    kind = e[0]
+    if kind in ("and", "or"):
+        a, b = _fails(e[1], box, sizes), _fails(e[2], box, sizes)
+        return (a | b) if kind == "and" else (a & b)
+    if kind not in _CMP:
+        return True
+    a, b = _interval(e[1], box, sizes), _interval(e[2], box, sizes)
+    return {"lt": lambda: a[1] >= b[0], "le": lambda: a[1] > b[0], "gt": lambda: a[0] <= b[1],
+            "ge": lambda: a[0] < b[1],
+            "eq": lambda: ~((a[0] == a[1]) & (b[0] == b[1]) & (a[0] == b[0]))}[kind]()

@@ -73,6 +73,8 @@ class Model:
     axes: tuple[str, ...]
     mask: tuple | None = None   # the condition hiding whole chunks from the streamed
                                 # reductions (masking.py's expression), None: no such mask
+    mask_nodes: frozenset = frozenset()   # attention: the ops of its softmax's mask condition
+                                          # (evaluated only where the mask cuts a chunk)
 
 
 def array_name(g: nx.DiGraph, n: int) -> str:
@@ -176,9 +178,10 @@ def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
                             streamed=axis is not None and axis in t.axes))
     times = {n: max(1, sum(n in p for p in st.per_chunk)) for n in k.nodes}
     work = [w for n in k.nodes for w in _work(g, n, times.get(n, 1) if axis else 1)]
-    from .masking import chunk_mask
+    from .masking import chunk_mask, condition_nodes
     return Model(k, st, tuple(arrays), tuple(work), k.woven(g), k.reduced(g), k.axes(g),
-                 chunk_mask(g, st) if axis is not None else None)
+                 chunk_mask(g, st) if axis is not None else None,
+                 condition_nodes(g, st) if axis is not None else frozenset())
 
 
 def _used_over(g: nx.DiGraph, n: int, members: set) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ take are run one by one, and seeded fragment bugs must be caught.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -297,3 +298,28 @@ def test_seeded_pipeline_bugs_give_wrong_values(bug, name):
         with_static(d, {"b": 1, "h": 2, "q": 37, "x": 200})
     assert all(verdicts(d, p, shape))
     assert not all(verdicts(d, p, shape, source_edit=PIPELINE_BUGS[bug]))
+
+
+CAUSAL_BUGS = {
+    # every full chunk taken for one below the diagonal: the mask is dropped where it cuts
+    "the mask dropped in every full chunk": lambda s: re.sub(
+        r"if \(\(\(long long\)\(c0 \+ clen - 1\) <= \(long long\)\(org_\d+\)\)\)", "if (true)", s),
+    # the prefetch's skip test read as the chunk's own: a chunk it needs is not copied
+    "the prefetch skipped one chunk early": lambda s: s.replace(
+        "(long long)(c0 + 128) <=", "(long long)(c0 + 256) <=").replace(
+        "(long long)(c0 + 64) <=", "(long long)(c0 + 128) <="),
+}
+
+
+@pytest.mark.parametrize("bug", list(CAUSAL_BUGS))
+def test_seeded_causal_bugs_give_wrong_values(bug):
+    """Causal attention: chunks below the diagonal computed without the mask, hidden chunks
+    neither copied nor computed (blocks of rows at tile multiples and odd sizes)."""
+    d = library("causal_attention", "f16")
+    p = flash_plan(d)
+    shape = with_static(d, {"b": 1, "h": 1, "q": 300, "x": 300})
+    source = render(lower(p))
+    assert "if (((long long)(c0 + clen - 1) <= (long long)(org_" in source
+    assert all(verdicts(d, p, shape))
+    assert CAUSAL_BUGS[bug](source) != source
+    assert not all(verdicts(d, p, shape, source_edit=CAUSAL_BUGS[bug]))

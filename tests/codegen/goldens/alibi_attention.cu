@@ -416,28 +416,55 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             }
           }
         }
-        #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        if (((long long)(c0 + clen - 1) <= (long long)(org_2))) {
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
+          for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-              const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+            for (int i1 = 0; i1 < 8; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+                const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
-              const bool v0 = (((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))) <= ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
-              const float v1 = (sc[i0][i1][i2] * 0.125f);
-              const long long v2 = (-((long long)8));
-              const long long v3 = (((long long)(org_1)) + ((long long)1));
-              const long long v4 = (v2 * v3);
-              const float v5 = (((float)(v4)) / ((float)(((long long)(n1)))));
-              const float v6 = powf(2.0f, v5);
-              const long long v7 = (((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))) - ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
-              const float v8 = (v6 * ((float)(v7)));
-              const float v9 = (v1 + v8);
-              const float v10 = (-NAPKIN_INF);
-              const float v11 = (v0 ? v9 : v10);
-              sc[i0][i1][i2] = v11;
+                const float v0 = (sc[i0][i1][i2] * 0.125f);
+                const long long v1 = (-((long long)8));
+                const long long v2 = (((long long)(org_1)) + ((long long)1));
+                const long long v3 = (v1 * v2);
+                const float v4 = (((float)(v3)) / ((float)(((long long)(n1)))));
+                const float v5 = powf(2.0f, v4);
+                const long long v6 = (((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))) - ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
+                const float v7 = (v5 * ((float)(v6)));
+                const float v8 = (v0 + v7);
+                const float v9 = (-NAPKIN_INF);
+                const float v10 = (true ? v8 : v9);
+                sc[i0][i1][i2] = v10;
+              }
+            }
+          }
+        } else {
+          #pragma unroll
+          for (int i0 = 0; i0 < 1; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 8; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+                const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+#line 10 "napkin-diagram"
+                const bool v11 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
+                const float v12 = (sc[i0][i1][i2] * 0.125f);
+                const long long v13 = (-((long long)8));
+                const long long v14 = (((long long)(org_1)) + ((long long)1));
+                const long long v15 = (v13 * v14);
+                const float v16 = (((float)(v15)) / ((float)(((long long)(n1)))));
+                const float v17 = powf(2.0f, v16);
+                const long long v18 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) - ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
+                const float v19 = (v17 * ((float)(v18)));
+                const float v20 = (v12 + v19);
+                const float v21 = (-NAPKIN_INF);
+                const float v22 = (v11 ? v20 : v21);
+                sc[i0][i1][i2] = v22;
+              }
             }
           }
         }
@@ -540,22 +567,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           for (int i1 = 0; i1 < 8; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-              const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+              const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+              const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
-              const bool v12 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
-              const float v13 = (sc[i0][i1][i2] * 0.125f);
-              const long long v14 = (-((long long)8));
-              const long long v15 = (((long long)(org_1)) + ((long long)1));
-              const long long v16 = (v14 * v15);
-              const float v17 = (((float)(v16)) / ((float)(((long long)(n1)))));
-              const float v18 = powf(2.0f, v17);
-              const long long v19 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) - ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
-              const float v20 = (v18 * ((float)(v19)));
-              const float v21 = (v13 + v20);
-              const float v22 = (-NAPKIN_INF);
-              const float v23 = (v12 ? v21 : v22);
-              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v23 : -NAPKIN_INF;
+              const bool v23 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
+              const float v24 = (sc[i0][i1][i2] * 0.125f);
+              const long long v25 = (-((long long)8));
+              const long long v26 = (((long long)(org_1)) + ((long long)1));
+              const long long v27 = (v25 * v26);
+              const float v28 = (((float)(v27)) / ((float)(((long long)(n1)))));
+              const float v29 = powf(2.0f, v28);
+              const long long v30 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) - ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
+              const float v31 = (v29 * ((float)(v30)));
+              const float v32 = (v24 + v31);
+              const float v33 = (-NAPKIN_INF);
+              const float v34 = (v23 ? v32 : v33);
+              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v34 : -NAPKIN_INF;
             }
           }
         }
@@ -626,11 +653,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       for (int i1 = 0; i1 < 8; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-          const long long pt5 = i1 * 8 + fq * 2 + i2 % 2;
+          const long long pt6 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+          const long long pt7 = i1 * 8 + fq * 2 + i2 % 2;
 #line 11 "napkin-diagram"
-          if ((pt4 < n2) && (pt5 < 64)) {
-            p3[((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))) * (64) + ((pt5 < (long long)(64 - 1) ? pt5 : (long long)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
+          if ((pt6 < n2) && (pt7 < 64)) {
+            p3[((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((pt6 < (long long)(n2 - 1) ? pt6 : (long long)(n2 - 1)))) * (64) + ((pt7 < (long long)(64 - 1) ? pt7 : (long long)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
           }
         }
       }

@@ -416,20 +416,39 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             }
           }
         }
-        #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        if (((long long)(c0 + clen - 1) <= (long long)(org_2))) {
           #pragma unroll
-          for (int i1 = 0; i1 < 16; ++i1) {
+          for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-              const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+            for (int i1 = 0; i1 < 16; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+                const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
-              const bool v0 = (((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))) <= ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
-              const float v1 = (sc[i0][i1][i2] * 0.125f);
-              const float v2 = (-NAPKIN_INF);
-              const float v3 = (v0 ? v1 : v2);
-              sc[i0][i1][i2] = v3;
+                const float v0 = (sc[i0][i1][i2] * 0.125f);
+                const float v1 = (-NAPKIN_INF);
+                const float v2 = (true ? v0 : v1);
+                sc[i0][i1][i2] = v2;
+              }
+            }
+          }
+        } else {
+          #pragma unroll
+          for (int i0 = 0; i0 < 1; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 16; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+                const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+#line 10 "napkin-diagram"
+                const bool v3 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
+                const float v4 = (sc[i0][i1][i2] * 0.125f);
+                const float v5 = (-NAPKIN_INF);
+                const float v6 = (v3 ? v4 : v5);
+                sc[i0][i1][i2] = v6;
+              }
             }
           }
         }
@@ -532,14 +551,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           for (int i1 = 0; i1 < 16; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-              const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+              const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+              const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
-              const bool v4 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
-              const float v5 = (sc[i0][i1][i2] * 0.125f);
-              const float v6 = (-NAPKIN_INF);
-              const float v7 = (v4 ? v5 : v6);
-              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v7 : -NAPKIN_INF;
+              const bool v7 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
+              const float v8 = (sc[i0][i1][i2] * 0.125f);
+              const float v9 = (-NAPKIN_INF);
+              const float v10 = (v7 ? v8 : v9);
+              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v10 : -NAPKIN_INF;
             }
           }
         }
@@ -610,11 +629,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       for (int i1 = 0; i1 < 8; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-          const long long pt5 = i1 * 8 + fq * 2 + i2 % 2;
+          const long long pt6 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+          const long long pt7 = i1 * 8 + fq * 2 + i2 % 2;
 #line 11 "napkin-diagram"
-          if ((pt4 < n2) && (pt5 < 64)) {
-            p3[((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))) * (64) + ((pt5 < (long long)(64 - 1) ? pt5 : (long long)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
+          if ((pt6 < n2) && (pt7 < 64)) {
+            p3[((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((pt6 < (long long)(n2 - 1) ? pt6 : (long long)(n2 - 1)))) * (64) + ((pt7 < (long long)(64 - 1) ? pt7 : (long long)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
           }
         }
       }

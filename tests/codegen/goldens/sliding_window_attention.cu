@@ -416,23 +416,42 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             }
           }
         }
-        #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        if ((((long long)(c0 + clen - 1) <= (long long)(org_2)) && (((long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))) - (long long)(c0)) < (long long)(128)))) {
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
+          for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-              const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+            for (int i1 = 0; i1 < 8; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+                const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 11 "napkin-diagram"
-              const bool v0 = (((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))) <= ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
-              const long long v1 = (((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))) - ((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))));
-              const bool v2 = (v1 < ((long long)(128)));
-              const bool v3 = (v0 && v2);
-              const float v4 = (sc[i0][i1][i2] * 0.125f);
-              const float v5 = (-NAPKIN_INF);
-              const float v6 = (v3 ? v4 : v5);
-              sc[i0][i1][i2] = v6;
+                const float v0 = (sc[i0][i1][i2] * 0.125f);
+                const float v1 = (-NAPKIN_INF);
+                const float v2 = (true ? v0 : v1);
+                sc[i0][i1][i2] = v2;
+              }
+            }
+          }
+        } else {
+          #pragma unroll
+          for (int i0 = 0; i0 < 1; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 8; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+                const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+#line 11 "napkin-diagram"
+                const bool v3 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
+                const long long v4 = (((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))) - ((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))));
+                const bool v5 = (v4 < ((long long)(128)));
+                const bool v6 = (v3 && v5);
+                const float v7 = (sc[i0][i1][i2] * 0.125f);
+                const float v8 = (-NAPKIN_INF);
+                const float v9 = (v6 ? v7 : v8);
+                sc[i0][i1][i2] = v9;
+              }
             }
           }
         }
@@ -535,17 +554,17 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           for (int i1 = 0; i1 < 8; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-              const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+              const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+              const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 11 "napkin-diagram"
-              const bool v7 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
-              const long long v8 = (((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))) - ((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))));
-              const bool v9 = (v8 < ((long long)(128)));
-              const bool v10 = (v7 && v9);
-              const float v11 = (sc[i0][i1][i2] * 0.125f);
-              const float v12 = (-NAPKIN_INF);
-              const float v13 = (v10 ? v11 : v12);
-              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v13 : -NAPKIN_INF;
+              const bool v10 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
+              const long long v11 = (((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))) - ((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))));
+              const bool v12 = (v11 < ((long long)(128)));
+              const bool v13 = (v10 && v12);
+              const float v14 = (sc[i0][i1][i2] * 0.125f);
+              const float v15 = (-NAPKIN_INF);
+              const float v16 = (v13 ? v14 : v15);
+              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v16 : -NAPKIN_INF;
             }
           }
         }
@@ -616,11 +635,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       for (int i1 = 0; i1 < 8; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-          const long long pt5 = i1 * 8 + fq * 2 + i2 % 2;
+          const long long pt6 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+          const long long pt7 = i1 * 8 + fq * 2 + i2 % 2;
 #line 12 "napkin-diagram"
-          if ((pt4 < n2) && (pt5 < 64)) {
-            p3[((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))) * (64) + ((pt5 < (long long)(64 - 1) ? pt5 : (long long)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
+          if ((pt6 < n2) && (pt7 < 64)) {
+            p3[((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((pt6 < (long long)(n2 - 1) ? pt6 : (long long)(n2 - 1)))) * (64) + ((pt7 < (long long)(64 - 1) ? pt7 : (long long)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
           }
         }
       }
