@@ -29,6 +29,9 @@ class FusedKernel:
     stores: tuple[int, ...]      # nodes written to global memory
     equations: tuple[int, ...]   # statement indices fused here
     reason: str = ""             # why the kernel ends where it does (explain)
+    recomputed: tuple[int, ...] = ()   # of `equations`, those another kernel also computes
+                                       # and stores: computed here from this kernel's loads
+                                       # instead of loaded (fuse.py: recomputation)
 
     def axes(self, g: nx.DiGraph) -> tuple[str, ...]:
         seen: dict[str, None] = {}
@@ -69,8 +72,16 @@ def is_free(g: nx.DiGraph, n: int, memo: dict | None = None) -> bool:
     return free
 
 
-def fused_kernel(g: nx.DiGraph, name: str, members: set[int], reason: str = "") -> FusedKernel:
-    """A kernel from the ops in `members`; the free expressions they use are added."""
+def fused_kernel(g: nx.DiGraph, name: str, members: set[int], reason: str = "",
+                 needed: set[int] | frozenset | None = None,
+                 recomputed: tuple[int, ...] = ()) -> FusedKernel:
+    """A kernel from the ops in `members`; the free expressions they use are added.
+
+    It stores what an op outside it reads, and the outputs. Kernels that overlap (a statement
+    computed in two of them) say instead which nodes each stores: `needed`, the members that
+    a kernel not computing them reads or that are outputs this kernel owns (fuse.py decides
+    which kernel owns what); `recomputed` names the statements it computes but does not own.
+    """
     free: dict = {}
     members = {n for n in members if not is_free(g, n, free)}
     stack = [u for n in members for u in g.predecessors(n)]
@@ -81,12 +92,35 @@ def fused_kernel(g: nx.DiGraph, name: str, members: set[int], reason: str = "") 
             stack.extend(g.predecessors(u))
     outputs = set(g.graph["outputs"].values())
     loads = sorted({u for n in members for u in g.predecessors(n) if u not in members})
-    stores = sorted(n for n in members
-                    if any(v not in members or v in outputs for v in g.successors(n))
-                    and not is_free(g, n, free))
+    if needed is None:
+        stores = sorted(n for n in members
+                        if any(v not in members or v in outputs for v in g.successors(n))
+                        and not is_free(g, n, free))
+    else:
+        stores = sorted(n for n in members if n in needed and not is_free(g, n, free))
     order = [n for n in ir.order(g) if n in members]
     stmts = sorted({g.nodes[n]["stmt"] for n in members
                     if g.nodes[n]["stmt"] is not None and not is_free(g, n, free)})
-    return FusedKernel(name, tuple(order), tuple(loads), tuple(stores), tuple(stmts), reason)
+    return FusedKernel(name, tuple(order), tuple(loads), tuple(stores), tuple(stmts), reason,
+                       tuple(sorted(recomputed)))
 
 
+
+def check_stores(g: nx.DiGraph, kernels) -> None:
+    """Kernels in launch order, overlapping or not: every node is stored by at most one
+    kernel, what a kernel loads is an input or stored by an earlier kernel, and every output
+    is stored (an internal error otherwise: napkin's bug, never the diagram's)."""
+    stored: dict[int, str] = {}
+    for k in kernels:
+        for u in k.loads:
+            if not isinstance(ir.op(g, u), ir.Input) and u not in stored:
+                raise AssertionError(f"kernel {k.name} loads node {u}, which no earlier kernel "
+                                     "stores")
+        for n in k.stores:
+            if n in stored:
+                raise AssertionError(f"node {n} is stored by kernels {stored[n]} and {k.name}")
+            stored[n] = k.name
+    for name, o in g.graph["outputs"].items():
+        for u in g.predecessors(o):
+            if not isinstance(ir.op(g, u), ir.Input) and u not in stored:
+                raise AssertionError(f"output {name} (node {u}) is stored by no kernel")
