@@ -8,19 +8,33 @@ a legal kernel (a reduction that cannot stream in one pass takes another pass
 over its axis, recomputing what it needs): the fusion theorem shows up as the
 price of those passes, of recomputation, or of a footprint that does not fit,
 and that price is what decides, and what `explain` reports for each boundary.
+
+Then recomputation across kernels: a kernel that loads an intermediate another kernel
+stores may compute it again instead, from what that producer loads (the upstream closure
+of the intermediate's statements within the producer). Such a duplication is kept when the
+predicted total time of the kernels is lower (the producer no longer storing the
+intermediate when nobody else loads it, or disappearing when it then stores nothing), until
+none helps: FlashAttention's backward, whose dQ kernel recomputes S, P, dP and dS rather
+than reading dS. Kernels may then overlap; every statement has one owner, the kernel that
+stores its arrays when an output or another kernel not computing them needs them.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import networkx as nx
 
 from . import ir
-from .kernels import FusedKernel, fused_kernel
+from .kernels import FusedKernel, check_stores, fused_kernel, is_free
 from .model import array_name
 
 Cluster = frozenset  # of statement indices
+# A layout: the kernels as (cluster, copies) pairs, `copies` the statements of `cluster` that
+# another kernel owns (and stores when needed): computed here again rather than loaded.
+Layout = tuple
+RELATIVE = 1e-9      # a recomputation is kept when it saves more than this share of the time
 
 
 def _statements(g: nx.DiGraph) -> dict[int, set[int]]:
@@ -39,19 +53,21 @@ def unfused_kernels(g: nx.DiGraph) -> list[FusedKernel]:
 
 
 def _named(g: nx.DiGraph, ks: list[FusedKernel]) -> list[FusedKernel]:
-    order = _topological(g, ks)
-    return [FusedKernel(f"k{i}", k.nodes, k.loads, k.stores, k.equations, k.reason)
-            for i, k in enumerate(order)]
+    out = [replace(k, name=f"k{i}") for i, k in enumerate(_topological(g, ks))]
+    check_stores(g, out)
+    return out
 
 
 def _topological(g: nx.DiGraph, ks: list[FusedKernel]) -> list[FusedKernel]:
-    owner = {n: i for i, k in enumerate(ks) for n in k.nodes}
+    """Launch order: a kernel after the kernels that store what it loads (with overlapping
+    kernels, the one that stores a node, not every one that computes it)."""
+    storer = {n: i for i, k in enumerate(ks) for n in k.stores}
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(ks)))
     for i, k in enumerate(ks):
         for u in k.loads:
-            if u in owner and owner[u] != i:
-                dag.add_edge(owner[u], i)
+            if u in storer and storer[u] != i:
+                dag.add_edge(storer[u], i)
     return [ks[i] for i in nx.lexicographical_topological_sort(dag, key=lambda i: ks[i].equations)]
 
 
@@ -63,8 +79,7 @@ def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
         return fused_kernel(g, "k?", set().union(*(stmts[s] for s in c)))
 
     def time(c: Cluster) -> float:
-        p = planner.estimate(kernel(c))
-        return float("inf") if p is None else p.cost.time
+        return _time(planner, kernel(c))
 
     starts = [{frozenset([s]) for s in stmts}]
     seeded = _partial_side(g, stmts)
@@ -75,20 +90,182 @@ def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
         starts.append({seeded} | {frozenset([s]) for s in stmts if s not in seeded})
     results = [_greedy(g, stmts, set(start), time) for start in starts]
     clusters = min(results, key=lambda cs: sum(time(c) for c in cs))
+    lay = _Layouts(g, stmts, kernel, planner)
+    layout = lay.recompute(tuple(sorted(((c, frozenset()) for c in clusters),
+                                        key=lambda e: sorted(e[0]))))
     ks = []
-    for c in clusters:
-        k = kernel(c)
-        ks.append(FusedKernel(k.name, k.nodes, k.loads, k.stores, k.equations,
-                         _reasons(g, stmts, clusters, c, time, planner)))
+    for i, k in enumerate(lay.kernels(layout)):
+        reason = "; ".join(r for r in (_reasons(lay, layout, i),
+                                       _recomputes(lay, layout, i)) if r)
+        ks.append(replace(k, reason=reason))
     return _named(g, ks)
 
 
 def regroup(g: nx.DiGraph, groups) -> list[FusedKernel]:
     """Kernels of these statement groups (another fusion's, on a graph with the same
-    statements), named in launch order; no boundary reasons (for pricing only)."""
+    statements), named in launch order; no boundary reasons (for pricing only). A group is
+    (a kernel's statements, those of them it recomputes: `FusedKernel.recomputed`)."""
     stmts = _statements(g)
-    return _named(g, [fused_kernel(g, "k?", set().union(*(stmts[s] for s in grp if s in stmts)))
-                      for grp in groups])
+    layout = tuple((frozenset(s for s in eqs if s in stmts),
+                    frozenset(s for s in copies if s in stmts)) for eqs, copies in groups)
+
+    @functools.cache
+    def kernel(c: Cluster) -> FusedKernel:
+        return fused_kernel(g, "k?", set().union(*(stmts[s] for s in c)))
+    return _named(g, _Layouts(g, stmts, kernel, None).kernels(layout))
+
+
+def _time(planner, k: FusedKernel) -> float:
+    p = planner.estimate(k)
+    return float("inf") if p is None else p.cost.time
+
+
+class _Layouts:
+    """Kernels that may overlap: their stores by ownership, their times, and the search for
+    recomputations that pay (see the module docstring)."""
+
+    def __init__(self, g, stmts, kernel, planner):
+        self.g, self.stmts, self.kernel, self.planner = g, stmts, kernel, planner
+        self.free: dict = {}
+        self.outputs = frozenset(u for o in g.graph["outputs"].values()
+                                 for u in g.predecessors(o))
+        self._overlapping = functools.cache(self._overlapping_kernel)
+
+    def _overlapping_kernel(self, c: Cluster, copies: Cluster, needed: frozenset) -> FusedKernel:
+        nodes = set().union(*(self.stmts[s] for s in c))
+        return fused_kernel(self.g, "k?", nodes, needed=needed, recomputed=tuple(copies))
+
+    def owners(self, layout: Layout) -> dict[int, int]:
+        """Node -> the kernel owning its statement."""
+        return {n: i for i, (c, copies) in enumerate(layout) for s in c - copies
+                for n in self.stmts[s]}
+
+    def needed(self, layout: Layout) -> list[frozenset]:
+        """Per kernel, what it must store: the nodes it owns that an output is, or that a
+        kernel not computing them loads."""
+        owner = self.owners(layout)
+        need: list[set] = [set() for _ in layout]
+        for c, _ in layout:
+            for u in self.kernel(c).loads:        # (what a kernel loads is not what it stores)
+                if u in owner:
+                    need[owner[u]].add(u)
+        for u in self.outputs:
+            if u in owner:
+                need[owner[u]].add(u)
+        return [frozenset(x) for x in need]
+
+    def kernels(self, layout: Layout) -> list[FusedKernel]:
+        """The layout's kernels; disjoint ones exactly as fusion builds them (each storing what
+        a successor outside it reads)."""
+        if not any(copies for _, copies in layout):
+            return [self.kernel(c) for c, _ in layout]
+        needed = self.needed(layout)
+        return [self._overlapping(c, copies, needed[i])
+                for i, (c, copies) in enumerate(layout)]
+
+    def time(self, layout: Layout, i: int | None = None) -> float:
+        """The predicted time of kernel `i` of the layout, or of all of them."""
+        ks = self.kernels(layout)
+        if i is not None:
+            return _time(self.planner, ks[i])
+        return sum(_time(self.planner, k) for k in ks)
+
+    def pruned(self, layout: Layout) -> Layout:
+        """Without the kernels that store nothing (everything they computed is recomputed
+        where it is needed); what such a kernel owned passes to the first that recomputes it."""
+        while True:
+            needed = self.needed(layout)
+            dead = next((i for i, nd in enumerate(needed) if not nd), None)
+            if dead is None:
+                return layout
+            c, copies = layout[dead]
+            rest = [e for j, e in enumerate(layout) if j != dead]
+            for s in sorted(c - copies):
+                for j, (c2, copies2) in enumerate(rest):
+                    if s in copies2:
+                        rest[j] = (c2, copies2 - {s})
+                        break
+            layout = tuple(rest)
+
+    def upstream(self, producer: Cluster, nodes) -> Cluster:
+        """The statements of `producer` that compute `nodes`, and those they need from it
+        (stopping at what the producer loads; free expressions are recomputed anyway)."""
+        g, stmts = self.g, self.stmts
+        inside = {n: s for s in producer for n in stmts[s]}
+        todo = sorted({inside[u] for u in nodes})
+        out: set = set()
+        while todo:
+            s = todo.pop()
+            if s in out:
+                continue
+            out.add(s)
+            for n in stmts[s]:
+                for u in g.predecessors(n):
+                    t = inside.get(u)
+                    if t is not None and t not in out and not is_free(g, u, self.free):
+                        todo.append(t)
+        return frozenset(out)
+
+    def candidates(self, layout: Layout):
+        """(grown consumer, layout) for every kernel that loads intermediates another kernel
+        stores: each such array's closure duplicated into it, and all of one producer's."""
+        ks = self.kernels(layout)
+        owner = self.owners(layout)
+        for ci, k in enumerate(ks):
+            loaded: dict[int, list[int]] = {}
+            for u in k.loads:
+                pi = owner.get(u)
+                if pi is not None and pi != ci:
+                    loaded.setdefault(pi, []).append(u)
+            c, copies = layout[ci]
+            for pi in sorted(loaded):
+                us = loaded[pi]
+                for chosen in [[u] for u in us] + ([us] if len(us) > 1 else []):
+                    add = self.upstream(layout[pi][0], chosen)
+                    grown = c | add
+                    if grown == c or _splits_apart(self.g, grown):
+                        continue
+                    entry = (grown, copies | (add - c))
+                    yield grown, self.pruned(layout[:ci] + (entry,) + layout[ci + 1:])
+
+    def recompute(self, layout: Layout) -> Layout:
+        """Duplicate producers' statements into consumers while that lowers the predicted
+        total time, the best duplication first."""
+        current = self.time(layout)
+        if current == float("inf"):
+            return layout
+        while True:
+            known = {k: _time(self.planner, k) for k in self.kernels(layout)}
+            best = None
+            for grown, cand in self.candidates(layout):
+                # the first of equally good duplications wins (the candidates' order is fixed)
+                bound = current * (1 - RELATIVE) if best is None else best[0]
+                t = self._total_below(cand, grown, known, bound)
+                if t is not None:
+                    best = (t, cand)
+            if best is None:
+                return layout
+            current, layout = best
+
+    def _total_below(self, layout: Layout, first: Cluster, known: dict, bound: float):
+        """The layout's total time if below `bound`, else None. The kernels it shares with
+        the layout before (`known`: kernel -> time) are not estimated again; the new ones (a
+        duplication changes few: the consumer, the producer, what died) are estimated the
+        grown consumer (`first`) first, stopping once the sum reaches the bound."""
+        ks = self.kernels(layout)
+        total = sum(known[k] for k in ks if k in known)
+        fresh = sorted((k for k in ks if k not in known),
+                       key=lambda k: -len(first.intersection(k.equations)))
+        for k in fresh:
+            if total >= bound:
+                return None
+            total += _time(self.planner, k)
+        return total if total < bound else None
+
+    def without_copies(self, layout: Layout, i: int) -> Layout:
+        """The layout with kernel `i` loading what it recomputes."""
+        c, copies = layout[i]
+        return layout[:i] + ((c - copies, frozenset()),) + layout[i + 1:]
 
 
 def _partial_side(g, stmts) -> Cluster | None:
@@ -137,15 +314,21 @@ def _greedy(g, stmts, clusters: set, time) -> set:
     return clusters
 
 
-def _edges(g, stmts, clusters, siblings: bool = False):
-    """Producer -> consumer pairs of clusters; with `siblings`, also pairs reading one array."""
-    owner = {n: c for c in clusters for s in c for n in stmts[s]}
+def _edges(g, stmts, clusters, siblings: bool = False, owned: dict | None = None):
+    """Producer -> consumer pairs of clusters; with `siblings`, also pairs reading one array.
+    With `owned` (cluster -> the statements it owns) the clusters may overlap: a cluster reads
+    from the owner of what it does not compute itself."""
+    owner = {n: c for c in clusters for s in (c if owned is None else owned[c])
+             for n in stmts[s]}
     seen = set()
     readers: dict[int, list] = {}
     for c in clusters:
+        inside = None if owned is None else {n for s in c for n in stmts[s]}
         for s in c:
             for n in stmts[s]:
                 for u in g.predecessors(n):
+                    if inside is not None and u in inside:
+                        continue
                     p = owner.get(u)
                     if p is not None and p != c and (p, c) not in seen:
                         seen.add((p, c))
@@ -171,36 +354,60 @@ def _splits_apart(g, cluster: Cluster) -> bool:
     return info is not None and any(a in cluster and b in cluster for a, b in info.apart)
 
 
-def _creates_cycle(g, stmts, clusters, p: Cluster, c: Cluster) -> bool:
-    """Merging p and c is illegal if another kernel lies on a path between them."""
-    owner = {n: cl for cl in clusters for s in cl for n in stmts[s]}
+def _creates_cycle(g, stmts, clusters, p: Cluster, c: Cluster, owned: dict | None = None) -> bool:
+    """Merging p and c is illegal if another kernel lies on a path between them (`owned` as
+    for `_edges`)."""
     dag = nx.DiGraph()
     for cl in clusters:
         dag.add_node(cl)
-    for n, cl in owner.items():
-        for v in g.successors(n):
-            other = owner.get(v)
-            if other is not None and other != cl:
-                dag.add_edge(cl, other)
+    if owned is None:
+        owner = {n: cl for cl in clusters for s in cl for n in stmts[s]}
+        for n, cl in owner.items():
+            for v in g.successors(n):
+                other = owner.get(v)
+                if other is not None and other != cl:
+                    dag.add_edge(cl, other)
+    else:
+        inside = {cl: {n for s in cl for n in stmts[s]} for cl in clusters}
+        where: dict[int, list] = {}
+        for cl in clusters:
+            for n in inside[cl]:
+                where.setdefault(n, []).append(cl)
+        for cl in clusters:
+            for s in owned[cl]:
+                for n in stmts[s]:
+                    for v in g.successors(n):
+                        for other in where.get(v, ()):
+                            if n not in inside[other]:
+                                dag.add_edge(cl, other)
     for path_start in dag.successors(p):
         if path_start != c and nx.has_path(dag, path_start, c):
             return True
     return False
 
 
-def _reasons(g, stmts, clusters, c: Cluster, time, planner) -> str:
-    """Why this kernel does not also take in its neighbours."""
+def _join(names: list[str]) -> str:
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+def _reasons(lay: _Layouts, layout: Layout, i: int) -> str:
+    """Why kernel `i` of the layout does not also take in its neighbours."""
+    g, stmts, planner = lay.g, lay.stmts, lay.planner
+    clusters = [c for c, _ in layout]
+    owned = {c: c - copies for c, copies in layout} if any(cp for _, cp in layout) else None
+    ks = lay.kernels(layout)
+    index = {cl: j for j, cl in enumerate(clusters)}
+    c = clusters[i]
     parts = []
-    for p, q in _edges(g, stmts, clusters):
+    for p, q in _edges(g, stmts, clusters, owned=owned):
         if q != c:
             continue
-        stored = sorted({array_name(g, n) for n in fused_kernel(
-            g, "", set().union(*(stmts[s] for s in p))).stores})
-        names = " and ".join([", ".join(stored[:-1]), stored[-1]] if len(stored) > 1 else stored)
+        j = index[p]
+        stored = sorted({array_name(g, n) for n in ks[j].stores})
         verb = "go" if len(stored) > 1 else "goes"
-        merged = p | c
-        t_sep, t_fused = time(p) + time(c), time(merged)
-        if _creates_cycle(g, stmts, clusters, p, c):
+        merged = _merged(layout, j, i)
+        t_sep, t_fused = lay.time(layout, j) + lay.time(layout, i), lay.time(merged, 0)
+        if _creates_cycle(g, stmts, clusters, p, c, owned):
             why = "another kernel lies between them"
         elif _splits_apart(g, p | c):
             why = "the merge of split partial states is its own kernel"
@@ -209,15 +416,40 @@ def _reasons(g, stmts, clusters, c: Cluster, time, planner) -> str:
         else:
             fmt = _fmt if planner.target.processors else _units
             why = f"fused it would take {fmt(t_fused)} instead of {fmt(t_sep)}" + \
-                _factor(planner, g, stmts, p, c)
-        parts.append(f"{names} {verb} through global memory: {why}")
+                _factor(planner, lay.kernels(merged)[0], ks[j], ks[i])
+        parts.append(f"{_join(stored)} {verb} through global memory: {why}")
     return "; ".join(parts)
 
 
-def _factor(planner, g, stmts, p, c) -> str:
-    def quick(stmt_set):
-        return planner.estimate(fused_kernel(g, "", set().union(*(stmts[s] for s in stmt_set))))
-    merged, a, b = quick(p | c), quick(p), quick(c)
+def _merged(layout: Layout, j: int, i: int) -> Layout:
+    """The layout with kernels j and i fused (first)."""
+    (p, cp), (c, cc) = layout[j], layout[i]
+    copies = (cp | cc) - (p - cp) - (c - cc)
+    return ((p | c, copies),) + tuple(e for k, e in enumerate(layout) if k not in (i, j))
+
+
+def _recomputes(lay: _Layouts, layout: Layout, i: int) -> str:
+    """What kernel `i` recomputes rather than loads, and what that saves."""
+    c, copies = layout[i]
+    if not copies:
+        return ""
+    g = lay.g
+    eqs = {e.stmt: e.name for e in g.graph["equations"]}
+    names = [eqs.get(s, f"#{s}") for s in sorted(copies)]
+    before = lay.without_copies(layout, i)
+    now_loads = set(lay.kernels(layout)[i].loads)
+    before_loads = lay.kernels(before)[i].loads
+    instead = list(dict.fromkeys(array_name(g, n) for n in before_loads if n not in now_loads))
+    sources = list(dict.fromkeys(array_name(g, n) for n in lay.kernels(layout)[i].loads
+                                 if n not in before_loads))
+    fmt = _fmt if lay.planner.target.processors else _units
+    source = f" from {_join(sources)}" if sources else ""
+    return (f"recomputes {_join(names)}{source} rather than loading {_join(instead)} (all "
+            f"kernels {fmt(lay.time(layout))} instead of {fmt(lay.time(before))})")
+
+
+def _factor(planner, merged: FusedKernel, pk: FusedKernel, ck: FusedKernel) -> str:
+    merged, a, b = planner.estimate(merged), planner.estimate(pk), planner.estimate(ck)
     if merged is None or a is None or b is None:
         return ""
     flops = sum(merged.cost.flops.values())

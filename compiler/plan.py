@@ -147,7 +147,7 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True) ->
         another count: its kernels priced without searching the fusion again)."""
         planner = KernelPlanner(pr.graph, pr.target, pr.sizes, pr.hints, engine)
         if like is not None:
-            kernels = regroup(pr.graph, [k.equations for k in like.kernels])
+            kernels = regroup(pr.graph, [(k.equations, k.recomputed) for k in like.kernels])
         else:
             kernels = fuse(pr.graph, planner) if fusion else unfused_kernels(pr.graph)
         return Fused(pr, tuple(kernels), planner)
