@@ -50,6 +50,9 @@ def report(plan: Plan, compare: bool = True) -> dict:
         kernels.append({
             "name": kp.kernel.name,
             "equations": [_eq_name(plan, s) for s in kp.kernel.equations],
+            # of those, the ones another kernel also computes (and stores): recomputed here
+            # from this kernel's loads rather than loaded (compiler/fuse.py)
+            "recomputes": [_eq_name(plan, s) for s in kp.kernel.recomputed],
             "reason": kp.kernel.reason,
             "streaming": _streaming(plan, kp),
             "engine": _engine(plan, kp),

@@ -126,7 +126,8 @@ def _show_kernels(fused) -> str:
     lines = []
     for k in fused.kernels:
         eqs = ", ".join(e.name for e in equations if e.stmt in k.equations)
-        lines.append(f"{k.name}: {eqs}")
+        again = ", ".join(e.name for e in equations if e.stmt in k.recomputed)
+        lines.append(f"{k.name}: {eqs}" + (f" (recomputes {again})" if again else ""))
         if k.reason:
             lines.append(f"  boundary: {k.reason}")
     return "\n".join(lines) + "\n"

@@ -39,7 +39,13 @@ class Placement:
         self.names = [kp.kernel.name for kp in plan.kernels]
         self.loads = [{through(g, n) for n in kp.kernel.loads} for kp in plan.kernels]
         self.stores = [{through(g, n) for n in kp.kernel.stores} for kp in plan.kernels]
+        self.computes = [{through(g, n) for n in kp.kernel.nodes} for kp in plan.kernels]
+        # a box is drawn in one kernel: the one that stores its array when kernels overlap
+        # (another kernel recomputing it colours it at its own level: `where`), else the first
         self.owner: dict[int, int] = {}
+        for i, kp in enumerate(plan.kernels):
+            for n in kp.kernel.stores:
+                self.owner.setdefault(n, i)
         for i, kp in enumerate(plan.kernels):
             for n in kp.kernel.nodes:
                 self.owner.setdefault(n, i)
@@ -118,7 +124,7 @@ class Placement:
         loaded = t is not None and (t in self.loads[k] or (       # an input, or a view of one
             isinstance(ir.op(self.g, t), (ir.View, ir.Gather))
             and _view_base(self.g, t) in self.loads[k]))
-        if not loaded and self.made_in.get(v) != k:
+        if not loaded and self.made_in.get(v) != k and (t is None or t not in self.computes[k]):
             return 0, self.display(v)           # in global memory; this kernel does not touch it
         name = self._array(k, t, loaded, v) or self.display(v)
         found = self._buffers(k, name)
@@ -247,7 +253,11 @@ def decorate(scene, s: Structure, placement: Placement, lay, band_top: float) ->
             what += f"; streams {kr['streaming']['axis']}"
         fills.append(Rect("kernel", x0, band_top, x1 - x0, bottom - band_top, title=what,
                           layer=FILL, data=(("kernel", kr["name"]),)))
-        shapes.append(Text("kernel-label", x0 + 5, band_top + 14, kr["name"], size=11.0,
+        label = kr["name"]
+        if kr.get("recomputes"):          # computed again here rather than loaded (fuse.py)
+            label += " recomputes " + ", ".join(kr["recomputes"])
+            what += "; recomputes " + ", ".join(kr["recomputes"])
+        shapes.append(Text("kernel-label", x0 + 5, band_top + 14, label, size=11.0,
                            layer=TEXT))
         # a load where the kernel begins; a store just after it ends, on global memory
         for role, x, side, moved in (("load", x0 + 1, first.before, placement.loads[k]),
