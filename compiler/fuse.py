@@ -13,15 +13,19 @@ Then recomputation across kernels: a kernel that loads an intermediate another k
 stores may compute it again instead, from what that producer loads (the upstream closure
 of the intermediate's statements within the producer). Such a duplication is kept when the
 predicted total time of the kernels is lower (the producer no longer storing the
-intermediate when nobody else loads it, or disappearing when it then stores nothing), until
-none helps: FlashAttention's backward, whose dQ kernel recomputes S, P, dP and dS rather
-than reading dS. Kernels may then overlap; every statement has one owner, the kernel that
-stores its arrays when an output or another kernel not computing them needs them.
+intermediate when nobody else loads it, dropping what it then computes for nothing, or
+disappearing when it stores nothing), until none helps; once kernels overlap, merging two
+is tried again too (the kernel that lay between them may be gone). FlashAttention's
+backward is the example: its dK, dV kernel recomputes S, P, dP and dS rather than reading
+what the dQ kernel computed. Kernels may then overlap; every statement has one owner, the
+kernel that stores its arrays when an output or another kernel not computing them needs
+them.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import replace
 
 import networkx as nx
@@ -91,8 +95,8 @@ def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
     results = [_greedy(g, stmts, set(start), time) for start in starts]
     clusters = min(results, key=lambda cs: sum(time(c) for c in cs))
     lay = _Layouts(g, stmts, kernel, planner)
-    layout = lay.recompute(tuple(sorted(((c, frozenset()) for c in clusters),
-                                        key=lambda e: sorted(e[0]))))
+    layout = lay.settled(lay.recompute(tuple(sorted(((c, frozenset()) for c in clusters),
+                                                    key=lambda e: sorted(e[0])))))
     ks = []
     for i, k in enumerate(lay.kernels(layout)):
         reason = "; ".join(r for r in (_reasons(lay, layout, i),
@@ -171,21 +175,26 @@ class _Layouts:
         return sum(_time(self.planner, k) for k in ks)
 
     def pruned(self, layout: Layout) -> Layout:
-        """Without the kernels that store nothing (everything they computed is recomputed
-        where it is needed); what such a kernel owned passes to the first that recomputes it."""
+        """Without what no longer needs computing: in each kernel, the statements nothing it
+        stores depends on (another kernel recomputes what they were stored for), and the
+        kernels left with none. A statement a kernel owned passes to the first kernel that
+        recomputes it."""
         while True:
             needed = self.needed(layout)
-            dead = next((i for i, nd in enumerate(needed) if not nd), None)
-            if dead is None:
+            for i, (c, copies) in enumerate(layout):
+                live = self.upstream(c, needed[i])
+                if live != c:
+                    break
+            else:
                 return layout
-            c, copies = layout[dead]
-            rest = [e for j, e in enumerate(layout) if j != dead]
-            for s in sorted(c - copies):
+            rest = list(layout)
+            rest[i] = (live, copies & live)
+            for s in sorted((c - copies) - live):
                 for j, (c2, copies2) in enumerate(rest):
                     if s in copies2:
                         rest[j] = (c2, copies2 - {s})
                         break
-            layout = tuple(rest)
+            layout = tuple(e for e in rest if e[0])
 
     def upstream(self, producer: Cluster, nodes) -> Cluster:
         """The statements of `producer` that compute `nodes`, and those they need from it
@@ -228,17 +237,36 @@ class _Layouts:
                     entry = (grown, copies | (add - c))
                     yield grown, self.pruned(layout[:ci] + (entry,) + layout[ci + 1:])
 
+    def merges(self, layout: Layout):
+        """(merged cluster, layout) for the pairs of kernels greedy fusion would try (producer
+        and consumer, or two readers of one array) that can merge. Only once kernels overlap:
+        a duplication can take away the kernel that lay between two, whose merge then pays
+        (disjoint kernels are greedy fusion's, where no merge helps)."""
+        if not any(copies for _, copies in layout):
+            return
+        clusters = [c for c, _ in layout]
+        owned = {c: c - copies for c, copies in layout}
+        index = {c: i for i, c in enumerate(clusters)}
+        pairs = _edges(self.g, self.stmts, clusters, siblings=True, owned=owned)
+        for p, c in sorted(pairs, key=lambda e: (sorted(e[0]), sorted(e[1]))):
+            if _splits_apart(self.g, p | c) or \
+                    _creates_cycle(self.g, self.stmts, clusters, p, c, owned) or \
+                    _creates_cycle(self.g, self.stmts, clusters, c, p, owned):
+                continue
+            yield p | c, self.pruned(_merged(layout, index[p], index[c]))
+
     def recompute(self, layout: Layout) -> Layout:
         """Duplicate producers' statements into consumers while that lowers the predicted
-        total time, the best duplication first."""
+        total time, the best duplication first (and, once kernels overlap, merge two kernels
+        when that is better still)."""
         current = self.time(layout)
         if current == float("inf"):
             return layout
         while True:
             known = {k: _time(self.planner, k) for k in self.kernels(layout)}
             best = None
-            for grown, cand in self.candidates(layout):
-                # the first of equally good duplications wins (the candidates' order is fixed)
+            for grown, cand in itertools.chain(self.candidates(layout), self.merges(layout)):
+                # the first of equally good moves wins (the candidates' order is fixed)
                 bound = current * (1 - RELATIVE) if best is None else best[0]
                 t = self._total_below(cand, grown, known, bound)
                 if t is not None:
@@ -266,6 +294,43 @@ class _Layouts:
         """The layout with kernel `i` loading what it recomputes."""
         c, copies = layout[i]
         return layout[:i] + ((c - copies, frozenset()),) + layout[i + 1:]
+
+    def settled(self, layout: Layout) -> Layout:
+        """The same kernels, a statement that several compute and none stores owned by the
+        first of them to launch (the others recompute it: what explain says). Ownership
+        decides only stores, so nothing else changes."""
+        ks = self.kernels(layout)
+        if not any(copies for _, copies in layout):
+            return layout
+        position = {id(k): r for r, k in enumerate(_topological(self.g, ks))}
+        stored = {n for k in ks for n in k.stores}
+        where: dict[int, list[int]] = {}
+        for i, (c, _) in enumerate(layout):
+            for s in c:
+                where.setdefault(s, []).append(i)
+        copies = [set(cp) for _, cp in layout]
+        for s, holders in where.items():
+            if len(holders) < 2 or any(n in stored for n in self.stmts[s]):
+                continue
+            first = min(holders, key=lambda i: position[id(ks[i])])
+            for i in holders:
+                (copies[i].discard if i == first else copies[i].add)(s)
+        return tuple((c, frozenset(cp)) for (c, _), cp in zip(layout, copies))
+
+    def valid(self, layout: Layout) -> bool:
+        """Whether the layout's kernels can launch in some order: what each loads, an input
+        or stored by another, with no cycle among them."""
+        ks = self.kernels(layout)
+        storer = {n: i for i, k in enumerate(ks) for n in k.stores}
+        dag = nx.DiGraph()
+        dag.add_nodes_from(range(len(ks)))
+        for i, k in enumerate(ks):
+            for u in k.loads:
+                if u in storer:
+                    dag.add_edge(storer[u], i)
+                elif not isinstance(ir.op(self.g, u), ir.Input):
+                    return False
+        return nx.is_directed_acyclic_graph(dag)
 
 
 def _partial_side(g, stmts) -> Cluster | None:
@@ -443,9 +508,12 @@ def _recomputes(lay: _Layouts, layout: Layout, i: int) -> str:
     sources = list(dict.fromkeys(array_name(g, n) for n in lay.kernels(layout)[i].loads
                                  if n not in before_loads))
     fmt = _fmt if lay.planner.target.processors else _units
-    source = f" from {_join(sources)}" if sources else ""
-    return (f"recomputes {_join(names)}{source} rather than loading {_join(instead)} (all "
-            f"kernels {fmt(lay.time(layout))} instead of {fmt(lay.time(before))})")
+    what = f"recomputes {_join(names)}" + (f" from {_join(sources)}" if sources else "")
+    if not lay.valid(before):       # loading them would wait on a kernel that waits on this one
+        return what + " (loading them would make a cycle of kernels)"
+    t_now, t_before = lay.time(layout), lay.time(before)
+    return (f"{what} rather than loading {_join(instead)} (all kernels {fmt(t_now)} instead "
+            f"of {fmt(t_before)})")
 
 
 def _factor(planner, merged: FusedKernel, pk: FusedKernel, ck: FusedKernel) -> str:
