@@ -1,0 +1,237 @@
+"""Recomputation across kernels (compiler/fuse.py): a kernel that would load an intermediate
+another kernel stores computes it again from that kernel's loads when the planner predicts the
+kernels faster so. The plans it makes (overlapping kernels: a statement computed in two), their
+stores, explain's words, and the interpreter and the emitted CUDA (CPU emulator) against the
+float64 reference on odd sizes."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.compiler import fuse
+from napkin.compiler.kernels import check_stores, fused_kernel
+from napkin.compiler.plan import plan
+from napkin.diagrams.sources import library_names
+from napkin.explain import render_text, report
+from napkin.runtime import reference
+from napkin.runtime.interpret import interpret
+
+# A is cheap (elementwise on X) and read along both axes: one kernel cannot reduce both rows
+# and columns, so one of the two would load A from global memory; reading X again and
+# recomputing A costs the same loads and saves A's store and reload.
+ROWS_AND_COLUMNS = """\
+axis r, c
+in X[r c]: f32
+A[r c] = exp(X) * X
+s[r] = sum[c](A)
+t[c] = sum[r](A)
+out s, t: f32
+"""
+
+LARGE = {"r": 4096, "c": 4096}
+
+
+def _stmt(p, name):
+    return next(e.stmt for e in p.graph.graph["equations"] if e.name == name)
+
+
+def _node(p, name):
+    return p.graph.graph["arrays"][name]
+
+
+def _stored(p):
+    return {n for kp in p.kernels for n in kp.kernel.stores}
+
+
+def test_a_cheap_intermediate_read_by_two_kernels_is_recomputed_not_stored():
+    p = plan(napkin.load(ROWS_AND_COLUMNS), "h100", LARGE)
+    a = _stmt(p, "A")
+    assert len(p.kernels) == 2
+    assert all(a in kp.kernel.equations for kp in p.kernels)          # both compute A
+    assert [kp.kernel.recomputed for kp in p.kernels].count((a,)) == 1
+    assert _node(p, "A") not in _stored(p)                              # nobody stores it
+    assert all(_node(p, "A") not in kp.kernel.loads for kp in p.kernels)
+    assert all(kp.kernel.loads == (p.graph.graph["inputs"]["X"],) for kp in p.kernels)
+    check_stores(p.graph, [kp.kernel for kp in p.kernels])
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_a_recomputing_plan_runs_as_the_reference_says(backend, rng, within_budget):
+    d = napkin.load(ROWS_AND_COLUMNS)
+    X = rng.standard_normal((37, 45)).astype(np.float32)
+    # napkin.run plans for the call's sizes: the recomputing plan there too
+    small = plan(d, "h100", {"r": 37, "c": 45})
+    assert any(kp.kernel.recomputed for kp in small.kernels)
+    s, t = napkin.run(d, X, backend=backend)
+    within_budget(d, {"X": X}, {"s": s, "t": t})
+    # and the plan made for large sizes, on the same odd-sized arrays
+    p = plan(d, "h100", LARGE)
+    if backend == "interpret":
+        out = interpret(p, {"X": X})
+    else:
+        from napkin.pipeline import run_plan
+        out = run_plan(p, {"X": X}, {"r": 37, "c": 45})
+    within_budget(d, {"X": X}, out)
+
+
+def test_explain_says_what_a_kernel_recomputes_and_what_it_saves():
+    p = plan(napkin.load(ROWS_AND_COLUMNS), "h100", LARGE)
+    text = render_text(report(p))
+    line = next(ln for ln in text.splitlines() if "recomputes" in ln)
+    assert "recomputes A from X rather than loading A (all kernels " in line
+    before, after = line.split("all kernels ")[1].split(" instead of ")
+    assert float(before.split()[0]) < float(after.split()[0])           # both in us
+    rep = report(p)
+    assert sorted(k["recomputes"] for k in rep["kernels"]) == [[], ["A"]]
+
+
+def test_the_planned_picture_names_what_a_kernel_recomputes():
+    from napkin.draw import draw_plan
+    p = plan(napkin.load(ROWS_AND_COLUMNS), "h100", LARGE)
+    name = next(kp.kernel.name for kp in p.kernels if kp.kernel.recomputed)
+    assert f"{name} recomputes A" in draw_plan(p)
+
+
+# FlashAttention's backward at a head dimension small enough that recomputing S, P, dP and
+# dS costs less on CUDA cores than writing and reading the N x N dS and P (at d = 64 it does
+# not: see below)
+def _attention_backward(d):
+    return napkin.grad(napkin.load("attention", d=d), saved=True)
+
+
+ATTENTION = {"b": 4, "h": 16, "q": 1024, "x": 1024}
+
+
+def test_the_attention_backward_recomputes_the_scores_in_the_dk_dv_kernel():
+    """FlashAttention-2's backward: a dQ kernel and a dK, dV kernel, each computing S, P, dP
+    and dS from the inputs and the saved statistics (the dK and dV kernels, apart after the
+    first duplications, then merge: nothing lies between them any more)."""
+    p = plan(_attention_backward(4), "h100", ATTENTION, engine="cuda-cores")
+    eqs = {e.stmt: e.name for e in p.graph.graph["equations"]}
+    kernels = [(tuple(eqs[s] for s in kp.kernel.equations),
+                tuple(eqs[s] for s in kp.kernel.recomputed)) for kp in p.kernels]
+    assert kernels == [(("S", "P", "dP", "D", "dS", "g3", "dQ"), ()),
+                       (("S", "P", "dP", "D", "dS", "g3_", "dK", "dV"),
+                        ("S", "P", "dP", "D", "dS"))]
+    stored = {p.graph.nodes[n]["op"].name for n in _stored(p)
+              if hasattr(p.graph.nodes[n]["op"], "name")}
+    assert not {"S", "P", "dP", "dS"} & stored
+    inputs = set(p.graph.graph["inputs"].values())
+    assert all(set(kp.kernel.loads) <= inputs for kp in p.kernels)     # no kernel waits
+    check_stores(p.graph, [kp.kernel for kp in p.kernels])
+
+
+def _attention_inputs(rng, sizes, d):
+    b, h, q, x = (sizes[a] for a in "bhqx")
+    Q, K, V, dO = (rng.standard_normal(shape).astype(np.float16) for shape in
+                   ((b, h, q, d), (b, h, x, d), (b, h, x, d), (b, h, q, d)))
+    stats = reference.evaluate(napkin.statistics(napkin.load("attention", d=d)),
+                               {"Q": Q, "K": K, "V": V})
+    return {"Q": Q, "K": K, "V": V, "dO": dO, "P_lse": stats["P_lse"].astype(np.float32),
+            "O_saved": stats["O"].astype(np.float16)}
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_overlapping_attention_backward_kernels_give_reference_values(backend, rng,
+                                                                       within_budget):
+    grad = _attention_backward(4)
+    p = plan(grad, "h100", ATTENTION, engine="cuda-cores")
+    assert any(kp.kernel.recomputed for kp in p.kernels)
+    sizes = {"b": 2, "h": 3, "q": 37, "x": 29, "d": 4}
+    inputs = _attention_inputs(rng, sizes, 4)
+    if backend == "interpret":
+        out = interpret(p, inputs)
+    else:
+        from napkin.pipeline import run_plan
+        out = run_plan(p, inputs, sizes)
+    within_budget(grad, inputs, out)
+
+
+def test_the_attention_backward_at_d64_on_cuda_cores_keeps_storing_ds():
+    """Recomputing S, P, dP and dS in the dQ kernel costs more on CUDA cores at d = 64 than
+    reading dS: the plan is greedy fusion's, dS stored by one kernel and loaded by the other."""
+    p = plan(_attention_backward(64), "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096},
+             engine="cuda-cores")
+    assert not any(kp.kernel.recomputed for kp in p.kernels)
+    ds = _node(p, "dS")
+    assert [kp.kernel.name for kp in p.kernels if ds in kp.kernel.stores] == ["k1"]
+    assert [kp.kernel.name for kp in p.kernels if ds in kp.kernel.loads] == ["k2"]
+    assert "recomputes" not in render_text(report(p))
+
+
+def test_explain_compares_the_recomputing_plan_with_loading():
+    p = plan(_attention_backward(4), "h100", ATTENTION, engine="cuda-cores")
+    reason = p.kernels[1].kernel.reason
+    assert reason.startswith("recomputes S, P, dP, D and dS from ")
+    assert "rather than loading P and dS (all kernels " in reason
+
+
+def _greedy_only(monkeypatch):
+    monkeypatch.setattr(fuse._Layouts, "recompute", lambda self, layout: layout)
+
+
+@pytest.mark.parametrize("name", ["attention", "layernorm", "mlp", "softmax"])
+def test_plans_recomputation_does_not_help_are_greedy_fusions(name, monkeypatch):
+    """Diagrams whose kernels gain nothing from recomputing keep exactly the plan greedy fusion
+    makes (benchmarks/record_plans.py checks the whole library at three shapes)."""
+    d = napkin.load(name)
+    with_search = plan(d, "h100")
+    _greedy_only(monkeypatch)
+    without = plan(d, "h100")
+    assert [kp.kernel for kp in with_search.kernels] == [kp.kernel for kp in without.kernels]
+    assert [kp.choice for kp in with_search.kernels] == [kp.choice for kp in without.kernels]
+
+
+def test_a_merge_that_a_duplication_makes_legal_is_taken(monkeypatch):
+    """layernorm's backward: greedy fusion stops at three kernels (dX's kernel loads dD from
+    the dgamma kernel, which loads D from the statistics kernel); once dX's kernel recomputes
+    dD, nothing lies between it and the statistics kernel, and merging them pays."""
+    d = napkin.grad(napkin.load("layernorm"))
+    shape = {"r": 4096, "c": 4096}
+    p = plan(d, "h100", shape)
+    eqs = {e.stmt: e.name for e in p.graph.graph["equations"]}
+    assert [[eqs[s] for s in kp.kernel.equations] for kp in p.kernels] == \
+        [["mu", "D", "var", "g11", "dD", "dmu", "dX"], ["dgamma", "dbeta"]]
+    _greedy_only(monkeypatch)
+    greedy = plan(d, "h100", shape)
+    assert len(greedy.kernels) == 3 and p.time < 0.75 * greedy.time
+
+
+@pytest.mark.parametrize("name", library_names())
+def test_ownership_stores_what_fusion_stores_for_disjoint_kernels(name):
+    """The stores overlapping kernels take (by ownership: `needed`) are the stores of
+    `fused_kernel`'s default for kernels that do not overlap."""
+    p = plan(napkin.load(name), "h100")
+    g = p.graph
+    stmts = fuse._statements(g)
+
+    @functools.cache
+    def kernel(c):
+        return fused_kernel(g, "k?", set().union(*(stmts[s] for s in c)))
+    lay = fuse._Layouts(g, stmts, kernel, None)
+    layout = tuple((frozenset(kp.kernel.equations), frozenset()) for kp in p.kernels)
+    for kp, needed in zip(p.kernels, lay.needed(layout)):
+        nodes = set().union(*(stmts[s] for s in kp.kernel.equations))
+        assert fused_kernel(g, "k?", nodes, needed=needed).stores == kp.kernel.stores
+
+
+def test_regroup_rebuilds_overlapping_kernels():
+    """A split priced at another count regroups the statements as the fusion found them
+    (compiler/splitting.py): overlapping kernels keep their stores and loads."""
+    p = plan(_attention_backward(4), "h100", ATTENTION, engine="cuda-cores")
+    again = fuse.regroup(p.graph, [(kp.kernel.equations, kp.kernel.recomputed)
+                                   for kp in p.kernels])
+    assert [(k.nodes, k.loads, k.stores, k.recomputed) for k in again] == \
+        [(kp.kernel.nodes, kp.kernel.loads, kp.kernel.stores, kp.kernel.recomputed)
+         for kp in p.kernels]
+
+
+def test_recomputation_is_deterministic():
+    d = _attention_backward(4)
+    first = plan(d, "h100", ATTENTION, engine="cuda-cores")
+    second = plan(d, "h100", ATTENTION, engine="cuda-cores")
+    assert [kp.kernel for kp in first.kernels] == [kp.kernel for kp in second.kernels]
