@@ -11,7 +11,8 @@ and that price is what decides, and what `explain` reports for each boundary.
 
 Then recomputation across kernels: a kernel that loads an intermediate another kernel
 stores may compute it again instead, from what that producer loads (the upstream closure
-of the intermediate's statements within the producer). Such a duplication is kept when the
+of the intermediate's statements within the producer), or from the inputs through every
+kernel (loading only intermediates smaller than it). Such a duplication is kept when the
 predicted total time of the kernels is lower (the producer no longer storing the
 intermediate when nobody else loads it, dropping what it then computes for nothing, or
 disappearing when it stores nothing), until none helps; once kernels overlap, merging two
@@ -215,9 +216,44 @@ class _Layouts:
                         todo.append(t)
         return frozenset(out)
 
+    def elements(self, n: int) -> int:
+        count = 1
+        for a in ir.type_of(self.g, n).axes:
+            count *= self.planner.sizes[a]
+        return count
+
+    def deep(self, layout: Layout, c: Cluster, nodes) -> Cluster:
+        """The statements computing `nodes` and, through every kernel, those they need, down
+        to the inputs, what `c` computes, and the intermediates smaller than the largest of
+        `nodes` (loaded: recomputing an array to save loading a smaller one does not pay):
+        the scores a kernel recomputes from the inputs rather than from a kernel's
+        probabilities, a row statistic loaded."""
+        g, stmts = self.g, self.stmts
+        where = {n: s for cl, _ in layout for s in cl for n in stmts[s]}
+        owned = {s for cl, copies in layout for s in cl - copies}
+        inside = {n for s in c for n in stmts[s]}
+        limit = max(self.elements(u) for u in nodes)
+        todo = sorted({where[u] for u in nodes})
+        out: set = set()
+        while todo:
+            s = todo.pop()
+            if s in out or s in c:
+                continue
+            out.add(s)
+            for n in stmts[s]:
+                for u in g.predecessors(n):
+                    t = where.get(u)
+                    if t is None or t in out or u in inside or is_free(g, u, self.free):
+                        continue
+                    if t in owned and self.elements(u) < limit:
+                        continue            # loaded from its owner
+                    todo.append(t)
+        return frozenset(out)
+
     def candidates(self, layout: Layout):
         """(grown consumer, layout) for every kernel that loads intermediates another kernel
-        stores: each such array's closure duplicated into it, and all of one producer's."""
+        stores: each such array's closure within its producer duplicated into it, and all of
+        one producer's; and each array's closure through every kernel (`deep`)."""
         ks = self.kernels(layout)
         owner = self.owners(layout)
         for ci, k in enumerate(ks):
@@ -227,33 +263,55 @@ class _Layouts:
                 if pi is not None and pi != ci:
                     loaded.setdefault(pi, []).append(u)
             c, copies = layout[ci]
+            tried = set()
             for pi in sorted(loaded):
                 us = loaded[pi]
                 for chosen in [[u] for u in us] + ([us] if len(us) > 1 else []):
-                    add = self.upstream(layout[pi][0], chosen)
-                    grown = c | add
-                    if grown == c or _splits_apart(self.g, grown):
-                        continue
-                    entry = (grown, copies | (add - c))
-                    yield grown, self.pruned(layout[:ci] + (entry,) + layout[ci + 1:])
+                    local = self.upstream(layout[pi][0], chosen)
+                    for add, checked in ((local, True),
+                                         (self.deep(layout, c, chosen) | local, False)):
+                        grown = c | add
+                        if grown == c or grown in tried or _splits_apart(self.g, grown):
+                            continue
+                        tried.add(grown)
+                        entry = (grown, copies | (add - c))
+                        cand = self.pruned(layout[:ci] + (entry,) + layout[ci + 1:])
+                        # loads within the producer's closure come from kernels before it;
+                        # through every kernel, one could wait on this consumer
+                        if checked or self.valid(cand):
+                            yield grown, cand
 
     def merges(self, layout: Layout):
         """(merged cluster, layout) for the pairs of kernels greedy fusion would try (producer
-        and consumer, or two readers of one array) that can merge. Only once kernels overlap:
-        a duplication can take away the kernel that lay between two, whose merge then pays
-        (disjoint kernels are greedy fusion's, where no merge helps)."""
+        and consumer, or two readers of one array), and a kernel with one that also computes
+        (recomputes) what it loads, that can merge. Only once kernels overlap: a duplication
+        can take away the kernel that lay between two, or compute an array a second time
+        where another kernel could use it, and the merge then pays (disjoint kernels are
+        greedy fusion's, where no merge helps)."""
         if not any(copies for _, copies in layout):
             return
         clusters = [c for c, _ in layout]
         owned = {c: c - copies for c, copies in layout}
         index = {c: i for i, c in enumerate(clusters)}
-        pairs = _edges(self.g, self.stmts, clusters, siblings=True, owned=owned)
+        pairs = set(_edges(self.g, self.stmts, clusters, siblings=True, owned=owned))
+        computed: dict[int, list[Cluster]] = {}
+        for c in clusters:
+            for s in c:
+                for n in self.stmts[s]:
+                    computed.setdefault(n, []).append(c)
+        for c, k in zip(clusters, self.kernels(layout)):
+            for u in k.loads:
+                for p in computed.get(u, ()):
+                    if p != c and (c, p) not in pairs:
+                        pairs.add((p, c))
         for p, c in sorted(pairs, key=lambda e: (sorted(e[0]), sorted(e[1]))):
             if _splits_apart(self.g, p | c) or \
                     _creates_cycle(self.g, self.stmts, clusters, p, c, owned) or \
                     _creates_cycle(self.g, self.stmts, clusters, c, p, owned):
                 continue
-            yield p | c, self.pruned(_merged(layout, index[p], index[c]))
+            merged = self.pruned(_merged(layout, index[p], index[c]))
+            if self.valid(merged):
+                yield p | c, merged
 
     def recompute(self, layout: Layout) -> Layout:
         """Duplicate producers' statements into consumers while that lowers the predicted
