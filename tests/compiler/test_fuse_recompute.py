@@ -151,6 +151,39 @@ def test_overlapping_attention_backward_kernels_give_reference_values(backend, r
     within_budget(grad, inputs, out)
 
 
+TENSOR_CORES = {"b": 2, "h": 4, "q": 2048, "x": 2048}
+
+
+@pytest.mark.parametrize("name", ["attention", "causal_attention"])
+def test_the_saved_attention_backward_on_tensor_cores_is_flashattention2s(name, rng,
+                                                                           within_budget):
+    """At d = 64 with the tensor cores, the chain lowering (compiler/chain.py) makes each half
+    of the backward one kernel: the row statistic D, then dQ's kernel and dK and dV's, both
+    computing S, P, dP and dS from the inputs (the second recomputing them: reached through
+    every kernel, `_Layouts.deep`), nothing N x N in global memory. Run on odd sizes."""
+    from napkin.compiler import schedule
+    from napkin.compiler.model import array_name
+    from napkin.pipeline import run_plan
+    grad = napkin.grad(napkin.load(name, d=64), saved=True)
+    p = plan(grad, "h100", TENSOR_CORES)
+    eqs = {e.stmt: e.name for e in p.graph.graph["equations"]}
+    assert [(kp.schedule.engine, [eqs[s] for s in kp.kernel.recomputed],
+             sorted(array_name(p.graph, n) for n in kp.kernel.stores)) for kp in p.kernels] == \
+        [(schedule.SIMT, [], ["D"]), (schedule.CHAIN, [], ["dQ"]),
+         (schedule.CHAIN, ["S", "P", "dP", "dS"], ["dK", "dV"])]
+    stats = napkin.statistics(napkin.load(name, d=64))
+    (forward,) = plan(stats, "h100", TENSOR_CORES).kernels    # FlashAttention with its lse
+    assert forward.schedule.engine == schedule.ATTENTION
+    sizes = {"b": 1, "h": 2, "q": 77, "x": 130, "d": 64}
+    Q, dO = (rng.standard_normal((1, 2, 77, 64)).astype(np.float16) for _ in range(2))
+    K, V = (rng.standard_normal((1, 2, 130, 64)).astype(np.float16) for _ in range(2))
+    saved = reference.evaluate(stats, {"Q": Q, "K": K, "V": V})
+    inputs = {"Q": Q, "K": K, "V": V, "dO": dO, "P_lse": saved["P_lse"].astype(np.float32),
+              "O_saved": saved["O"].astype(np.float16)}
+    within_budget(grad, inputs, run_plan(p, inputs, sizes, timeout_s=240))
+    within_budget(grad, inputs, interpret(p, inputs))
+
+
 def test_the_attention_backward_at_d64_on_cuda_cores_keeps_storing_ds():
     """Recomputing S, P, dP and dS in the dQ kernel costs more on CUDA cores at d = 64 than
     reading dS: the plan is greedy fusion's, dS stored by one kernel and loaded by the other."""
