@@ -31,7 +31,7 @@ def grad(diagram, wrt=None, saved: bool = False, **sizes: int) -> Diagram:
 
 def statistics(diagram, **sizes: int) -> Diagram:
     """The forward diagram with the statistics `grad(..., saved=True)` reads as extra outputs."""
-    from .compiler.grad import statistics_text
+    from .compiler.statistics import statistics_text
     d = front.load(diagram, **sizes)
     return _checked(f"stats:{_short(d.name)}", statistics_text(d))
 

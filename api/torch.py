@@ -63,7 +63,7 @@ def op(kernel: Kernel, qualname: str, differentiable: bool = True):
 
 
 def _register_backward(kernel: Kernel, qualname: str) -> None:
-    from .compiler.grad import saved_sources
+    from .compiler.statistics import saved_sources
     from .diagrams.diagnostics import NapkinError
     from .gradient import grad, statistics
     diagram = kernel.diagram

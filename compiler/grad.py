@@ -10,7 +10,7 @@ softmax, views). The text goes through the ordinary front end, so the result is 
 checked diagram like any other, which the same planner fuses and tiles.
 
 With `saved=True` the backward also takes, for every softmax, the row logsumexp
-of its argument (`<P>_lse`, which `statistics_text` adds to the forward as an extra
+of its argument (`<P>_lse`, which `statistics.statistics_text` adds to the forward as an extra
 output) and recomputes the probabilities from it elementwise, `exp(S - lse)`,
 instead of normalising rows again; and where a softmax feeds one contraction (`O =
 P * V`), the row term `sum[x](dP * P)` becomes `sum[d](dO * O)` with O a saved
@@ -183,35 +183,6 @@ def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = 
         lines.append(f"in {name}[{' '.join(axes)}]: {dtype}")
     lines += ["", *_forward(sw), "", *sw.equations, ""]
     lines.append("out " + ", ".join(f"{name}: {dtype}" for name, dtype in results))
-    return "\n".join(lines) + "\n"
-
-
-def saved_sources(d: Diagram) -> tuple[tuple[str, str], ...]:
-    """For the saved gradient of every input (`gradient_text(d, None, saved=True)`): each
-    extra input's name and the output of `statistics_text(d)` it takes, in input order."""
-    sw, _, _, _ = _setup(d, None, True)
-    return tuple((name, sw.sources[name]) for name, _, _ in sw.extra_inputs)
-
-
-def statistics_text(d: Diagram) -> str:
-    """The forward diagram with, as extra f32 outputs, the row logsumexp of every softmax
-    (named as `gradient_text(..., saved=True)` reads them)."""
-    g = d.ir
-    sw, _, _, _ = _setup(d, None, True)
-    lse, sw.lse = sw.lse, {}
-    for n in g.nodes:
-        if isinstance(ir.op(g, n), ir.Assign):
-            sw.needed.add(n)
-    extra = []
-    for n, name in lse.items():
-        op = ir.op(g, n)
-        row = tuple(a for a in sw.axes(n) if a not in op.axes)
-        extra.append(f"{name}[{' '.join(row)}] = logsumexp[{' '.join(op.axes)}]"
-                     f"({strip(sw.value(ir.operands(g, n)[0]))})")
-    lines = header(sw.g, f"{d.name} with the statistics its saved gradient reads (napkin grad --saved).", "")
-    lines += ["", *_forward(sw), *extra, ""]
-    outs = [f"{name}: {ir.op(g, n).dtype}" for name, n in g.graph["outputs"].items()]
-    lines.append("out " + ", ".join(outs + [f"{name}: f32" for name in lse.values()]))
     return "\n".join(lines) + "\n"
 
 

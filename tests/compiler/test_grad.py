@@ -239,7 +239,7 @@ def test_no_gradient_through_scans_and_gathers_yet(rhs):
 
 
 def test_saved_sources_name_what_the_statistics_diagram_gives():
-    from napkin.compiler.grad import saved_sources
+    from napkin.compiler.statistics import saved_sources
     d = napkin.load("attention")
     assert saved_sources(d) == (("P_lse", "P_lse"), ("O_saved", "O"))
     outs = [s.name for s in napkin.statistics("attention").outputs]

@@ -1,0 +1,104 @@
+"""Statements grouped into kernels (clusters), and the graph between them: what fusion
+(fuse.py) and recomputation across kernels (recompute.py) both walk."""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from . import ir
+from .kernels import FusedKernel
+
+Cluster = frozenset  # of statement indices
+
+
+def _statements(g: nx.DiGraph) -> dict[int, set[int]]:
+    out: dict[int, set[int]] = {}
+    for n, data in g.nodes(data=True):
+        if data["stmt"] is not None and not isinstance(data["op"], (ir.Input, ir.Output)):
+            out.setdefault(data["stmt"], set()).add(n)
+    return out
+
+
+def _topological(g: nx.DiGraph, ks: list[FusedKernel]) -> list[FusedKernel]:
+    """Launch order: a kernel after the kernels that store what it loads (with overlapping
+    kernels, the one that stores a node, not every one that computes it)."""
+    storer = {n: i for i, k in enumerate(ks) for n in k.stores}
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(len(ks)))
+    for i, k in enumerate(ks):
+        for u in k.loads:
+            if u in storer and storer[u] != i:
+                dag.add_edge(storer[u], i)
+    return [ks[i] for i in nx.lexicographical_topological_sort(dag, key=lambda i: ks[i].equations)]
+
+
+def _edges(g, stmts, clusters, siblings: bool = False, owned: dict | None = None):
+    """Producer -> consumer pairs of clusters; with `siblings`, also pairs reading one array.
+    With `owned` (cluster -> the statements it owns) the clusters may overlap: a cluster reads
+    from the owner of what it does not compute itself."""
+    owner = {n: c for c in clusters for s in (c if owned is None else owned[c])
+             for n in stmts[s]}
+    seen = set()
+    readers: dict[int, list] = {}
+    for c in clusters:
+        inside = None if owned is None else {n for s in c for n in stmts[s]}
+        for s in c:
+            for n in stmts[s]:
+                for u in g.predecessors(n):
+                    if inside is not None and u in inside:
+                        continue
+                    p = owner.get(u)
+                    if p is not None and p != c and (p, c) not in seen:
+                        seen.add((p, c))
+                        yield p, c
+                    if p is None or p != c:
+                        readers.setdefault(u, [])
+                        if c not in readers[u]:
+                            readers[u].append(c)
+    if siblings:
+        for cs in readers.values():
+            for i, a in enumerate(cs):
+                for b in cs[i + 1:]:
+                    pair = (a, b) if sorted(a) < sorted(b) else (b, a)
+                    if pair not in seen and (pair[1], pair[0]) not in seen:
+                        seen.add(pair)
+                        yield pair
+
+
+def _splits_apart(g, cluster: Cluster) -> bool:
+    """A split's partial states and their merge stay in two kernels (split.py): fused, the
+    merge would reduce the splits inside each block, which is the unsplit plan again."""
+    info = g.graph.get("split")
+    return info is not None and any(a in cluster and b in cluster for a, b in info.apart)
+
+
+def _creates_cycle(g, stmts, clusters, p: Cluster, c: Cluster, owned: dict | None = None) -> bool:
+    """Merging p and c is illegal if another kernel lies on a path between them (`owned` as
+    for `_edges`)."""
+    dag = nx.DiGraph()
+    for cl in clusters:
+        dag.add_node(cl)
+    if owned is None:
+        owner = {n: cl for cl in clusters for s in cl for n in stmts[s]}
+        for n, cl in owner.items():
+            for v in g.successors(n):
+                other = owner.get(v)
+                if other is not None and other != cl:
+                    dag.add_edge(cl, other)
+    else:
+        inside = {cl: {n for s in cl for n in stmts[s]} for cl in clusters}
+        where: dict[int, list] = {}
+        for cl in clusters:
+            for n in inside[cl]:
+                where.setdefault(n, []).append(cl)
+        for cl in clusters:
+            for s in owned[cl]:
+                for n in stmts[s]:
+                    for v in g.successors(n):
+                        for other in where.get(v, ()):
+                            if n not in inside[other]:
+                                dag.add_edge(cl, other)
+    for path_start in dag.successors(p):
+        if path_start != c and nx.has_path(dag, path_start, c):
+            return True
+    return False
