@@ -84,10 +84,18 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     if not has_mma(target):
         return f"{target.name} has no mma.sync m16n8k16 tensor cores"
     attention = flash.examine(g, kernel, model, target, sizes)
-    if attention is not None:
-        return attention
-    chained = chain.examine(g, kernel, model, target, sizes)
-    return chained if chained is not None else _product(g, kernel, model, target)
+    found = attention if attention is not None else chain.examine(g, kernel, model, target, sizes)
+    found = found if found is not None else _product(g, kernel, model, target)
+    if isinstance(found, str):
+        return found
+    # the blocks tile the site's rows, columns and batch axes: every array the kernel stores
+    # must have them (a kernel also storing `t[q]` beside `S[h q x]` cannot group h or x)
+    tiled = {found.row, *found.batch} | ({found.col} if isinstance(found, Site) else set())
+    lacking = sorted(tiled - set(model.woven))
+    if lacking:
+        return (f"the kernel also stores arrays without `{lacking[0]}`, which the tensor-core "
+                "blocks tile")
+    return found
 
 
 def _product(g, kernel, model: Model, target: Target) -> Site | str:

@@ -191,3 +191,31 @@ def test_small_attention_says_the_cuda_cores_are_predicted_faster():
     p = plan(napkin.load("attention"), "h100", {"b": 1, "h": 1, "q": 16, "x": 130})
     assert not p.kernels[0].choice.warps
     assert engine(p)["why"] == "predicted faster on the CUDA cores at these sizes"
+
+
+STORES_A_ROW_TOO = """\
+axis h, q, x
+axis d = 64
+in Q[h q d]: f16
+in K[h x d]: f16
+in doc[x]: i32
+t[q] = doc[q] + 1
+S[h q x] = where(t == doc, Q * K, 0)
+out S: f32, t: i32
+"""
+
+
+def test_a_kernel_storing_an_array_without_the_products_axes_stays_on_the_cuda_cores():
+    """Blocks on tensor cores tile the product's rows, columns and batch axes; a kernel that
+    also stores `t[q]` cannot group h or x (it was N0604 from the schedule instead: the
+    plain gradient of varlen_attention on h100)."""
+    from napkin.compiler.model import kernel_model
+    d = napkin.load(STORES_A_ROW_TOO)
+    p = plan(d, "h100", {"h": 8, "q": 4096, "x": 4096})
+    ops = {n for n in p.graph.nodes if not isinstance(ir.op(p.graph, n), (ir.Input, ir.Output))}
+    whole = fused_kernel(p.graph, "all", ops)
+    why = tensorcore.examine(p.graph, whole, kernel_model(p.graph, whole, "d"), p.target,
+                             p.sizes)
+    assert why == "the kernel also stores arrays without `h`, which the tensor-core blocks tile"
+    grad = napkin.grad("varlen_attention")
+    assert plan(grad, "h100").time > 0          # every kernel with a legal schedule
