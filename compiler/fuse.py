@@ -70,10 +70,22 @@ def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
         # starts from it merged, and the cheaper result is kept
         starts.append({seeded} | {frozenset([s]) for s in stmts if s not in seeded})
     results = [_greedy(g, stmts, set(start), time) for start in starts]
-    clusters = min(results, key=lambda cs: sum(time(c) for c in cs))
+    apart = _statistics(g, stmts, planner.sizes)
+    if apart:
+        # a row statistic (a reduction to far fewer values: a logsumexp, D = sum(dO * O)) that
+        # greedy fusion merges into its N x N consumer saves a few bytes and can block the
+        # recomputation that pays most (the backward of attention from its inputs: without
+        # the statistics in kernels of their own, no consumer recomputes the probabilities);
+        # so greedy fusion also runs keeping each statistic apart from its consumers, and the
+        # start whose recomputed layout is fastest is kept
+        results.append(_greedy(g, stmts, {frozenset([s]) for s in stmts}, time,
+                               lambda p, c: any(v in c for s in p for v in apart.get(s, ()))))
     lay = _Layouts(g, stmts, kernel, planner)
-    layout = lay.settled(lay.recompute(tuple(sorted(((c, frozenset()) for c in clusters),
-                                                    key=lambda e: sorted(e[0])))))
+    layouts = []
+    for clusters in dict.fromkeys(frozenset(cs) for cs in results):
+        layouts.append(lay.settled(lay.recompute(tuple(sorted(((c, frozenset()) for c in clusters),
+                                                              key=lambda e: sorted(e[0]))))))
+    layout = min(layouts, key=lay.time) if len(layouts) > 1 else layouts[0]
     ks = []
     for i, k in enumerate(lay.kernels(layout)):
         reason = "; ".join(r for r in (_reasons(lay, layout, i),
@@ -116,13 +128,40 @@ def _partial_side(g, stmts) -> Cluster | None:
     return side if nx.is_directed_acyclic_graph(dag) else None
 
 
-def _greedy(g, stmts, clusters: set, time) -> set:
-    """Merge the pair of clusters whose fusion saves the most predicted time, until none does."""
+def _statistics(g, stmts, sizes) -> dict[int, set[int]]:
+    """Statements computing a reduction to at most 1/16 of the values it reads, with the
+    statements that read it: {statistic statement: its consumers' statements}."""
+    def count(n):
+        out = 1
+        for a in ir.type_of(g, n).axes:
+            out *= sizes.get(a, 1)
+        return out
+    out: dict[int, set[int]] = {}
+    for s, nodes in stmts.items():
+        for n in nodes:
+            if not isinstance(ir.op(g, n), (ir.Reduce, ir.Contract, ir.Softmax)) or \
+                    not getattr(ir.op(g, n), "axes", ()):
+                continue
+            if 16 * count(n) > max(count(a) for a in ir.operands(g, n)):
+                continue
+            readers = {g.nodes[v]["stmt"] for v in nx.descendants(g, n)
+                       if g.nodes[v]["stmt"] not in (None, s)} & set(stmts)
+            direct = {g.nodes[v]["stmt"] for u in nodes for v in g.successors(u)} - {s, None}
+            if direct & readers:
+                out.setdefault(s, set()).update(direct & readers)
+    return out
+
+
+def _greedy(g, stmts, clusters: set, time, keep_apart=None) -> set:
+    """Merge the pair of clusters whose fusion saves the most predicted time, until none does
+    (`keep_apart(p, c)`: a pair never to merge)."""
     while True:
         best = None
         for p, c in sorted(_edges(g, stmts, clusters, siblings=True),
                            key=lambda e: (sorted(e[0]), sorted(e[1]))):
             if _creates_cycle(g, stmts, clusters, p, c) or _creates_cycle(g, stmts, clusters, c, p):
+                continue
+            if keep_apart is not None and (keep_apart(p, c) or keep_apart(c, p)):
                 continue
             merged = p | c
             if _splits_apart(g, merged):

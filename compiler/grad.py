@@ -15,6 +15,13 @@ output) and recomputes the probabilities from it elementwise, `exp(S - lse)`,
 instead of normalising rows again; and where a softmax feeds one contraction (`O =
 P * V`), the row term `sum[x](dP * P)` becomes `sum[d](dO * O)` with O a saved
 output, as FlashAttention-2's backward computes it: no N x N array is reduced twice.
+
+Without `saved` the backward computes the same statistics itself, as equations before its
+first use: `P_lse = logsumexp[x](S)`, and for the one-contraction case the forward's output
+again, `O = softmax[x](S) * V`, so D is `sum[d](dO * O)`. The probabilities are then
+elementwise in S and a row vector, which the planner recomputes in every kernel that needs
+them (FlashAttention's backward with its forward run again), instead of a row-normalised
+N x N array that only one kernel can produce.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ class _Sweep:
     lse: dict = field(default_factory=dict)          # softmax node -> its saved logsumexp's name
     row: dict = field(default_factory=dict)          # softmax node -> its row term from saved values
     sources: dict = field(default_factory=dict)      # saved input -> the statistics output it is
+    before: dict = field(default_factory=dict)       # forward node -> equations copied before its own
+    first: list = field(default_factory=list)        # equations before the backward's own
 
     def fresh(self, base: str) -> str:
         name = base
@@ -63,6 +72,9 @@ class _Sweep:
         """Text of a forward node's value inside a backward expression."""
         n = self.alias.get(n, n)
         op = ir.op(self.g, n)
+        if n not in self.names and isinstance(op, ir.View) and \
+                isinstance(ir.op(self.g, ir.operands(self.g, n)[0]), ir.Input):
+            return f"{self.value(ir.operands(self.g, n)[0])}[{' '.join(op.labels)}]"  # no copy
         if n not in self.names and not isinstance(op, _ELEMENTWISE):
             self.names[n] = self.fresh(f"t{n}")
         if n in self.names:
@@ -181,7 +193,7 @@ def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = 
                     + (" and the saved statistics." if sw.extra_inputs else "."))
     for name, axes, dtype in cotangents + sw.extra_inputs:
         lines.append(f"in {name}[{' '.join(axes)}]: {dtype}")
-    lines += ["", *_forward(sw), "", *sw.equations, ""]
+    lines += ["", *_forward(sw), *sw.first, "", *sw.equations, ""]
     lines.append("out " + ", ".join(f"{name}: {dtype}" for name, dtype in results))
     return "\n".join(lines) + "\n"
 
@@ -228,8 +240,7 @@ def _setup(d: Diagram, wrt, saved: bool):
     for name, n in outputs.items():
         c = cotangent[n] = sw.fresh(f"d{name}")
         cotangents.append((c, sw.axes(n), ir.op(g, n).dtype))
-    if saved:
-        _plan_saved(sw, active, cotangent)
+    _plan_statistics(sw, active, cotangent)
     return sw, active, wrt, cotangents
 
 
@@ -245,7 +256,8 @@ def _forward(sw: _Sweep) -> list[str]:
         before = set(sw.needed)
         texts[n] = sw.definition(n)
         todo |= sw.needed - before
-    return [f"{sw.names[n]}[{' '.join(sw.axes(n))}] = {strip(texts[n])}" for n in ir.order(g) if n in texts]
+    return [line for n in ir.order(g) if n in texts
+            for line in (*sw.before.get(n, ()), f"{sw.names[n]}[{' '.join(sw.axes(n))}] = {strip(texts[n])}")]
 
 
 def _rule(sw: _Sweep, n: int, gr: Expr, active: set):
@@ -336,8 +348,9 @@ def _unview(sw: _Sweep, x: int, labels: tuple[str, ...], n: int, gr: Expr) -> Ex
     return Expr(text, frozenset(mine))
 
 
-def _plan_saved(sw: _Sweep, active: set, cotangent: dict[int, str]) -> None:
-    """Saved statistics: a logsumexp input per softmax, and FlashAttention's row term."""
+def _plan_statistics(sw: _Sweep, active: set, cotangent: dict[int, str]) -> None:
+    """Each softmax's row logsumexp (a saved input, or an equation before the probabilities),
+    and FlashAttention's row term where the softmax feeds one contraction into an output."""
     g = sw.g
     for n in ir.order(g):
         op = ir.op(g, n)
@@ -345,9 +358,15 @@ def _plan_saved(sw: _Sweep, active: set, cotangent: dict[int, str]) -> None:
             continue
         holder = sw.alias.get(n, n)
         lse = sw.fresh(f"{sw.names.get(holder, f't{n}')}_lse")
-        sw.extra_inputs.append((lse, tuple(a for a in sw.axes(n) if a not in op.axes), "f32"))
+        row = tuple(a for a in sw.axes(n) if a not in op.axes)
+        over = " ".join(op.axes)
+        x = sw.value(ir.operands(g, n)[0])
+        if sw.saved:
+            sw.extra_inputs.append((lse, row, "f32"))
+            sw.sources[lse] = lse
+        else:
+            sw.before.setdefault(holder, []).append(f"{lse}[{' '.join(row)}] = logsumexp[{over}]({strip(x)})")
         sw.lse[n] = lse
-        sw.sources[lse] = lse
         # P feeds only one contraction over the softmax axes, whose result feeds only an
         # output: then sum[x](dP * P) = sum[d](dO * O), with O the saved output.
         users = list(g.successors(holder))
@@ -361,12 +380,18 @@ def _plan_saved(sw: _Sweep, active: set, cotangent: dict[int, str]) -> None:
                 not _same_axes(g, c_holder, c):
             continue
         out = outs[0]
-        saved = sw.fresh(f"{ir.op(g, out).name}_saved")
-        sw.extra_inputs.append((saved, sw.axes(out), ir.op(g, out).dtype))
-        sw.sources[saved] = ir.op(g, out).name
+        if sw.saved:
+            o = sw.fresh(f"{ir.op(g, out).name}_saved")
+            sw.extra_inputs.append((o, sw.axes(out), ir.op(g, out).dtype))
+            sw.sources[o] = ir.op(g, out).name
+        else:       # the forward's output again, its softmax online (one FlashAttention pass)
+            o = sw.names[c_holder] if c_holder in sw.names else sw.fresh(ir.op(g, out).name)
+            a, b = ir.operands(g, c)
+            text = lambda m: f"softmax[{over}]({strip(x)})" if m == holder else sw.value(m)  # noqa: E731
+            o_text = product(text(a), sw.axes(a), text(b), sw.axes(b), sw.axes(c)).text
+            sw.first.append(f"{o}[{' '.join(sw.axes(c))}] = {strip(o_text)}")
         other = " ".join(a for a in sw.axes(c) if a not in sw.axes(n))
-        sw.row[n] = (sw.fresh("D"), tuple(a for a in sw.axes(n) if a not in op.axes),
-                     f"sum[{other}]({cotangent[out]} * {saved})")
+        sw.row[n] = (sw.fresh("D"), row, f"sum[{other}]({cotangent[out]} * {o})")
 
 
 def _same_axes(g: nx.DiGraph, a: int, b: int) -> bool:

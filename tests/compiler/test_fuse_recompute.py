@@ -13,6 +13,7 @@ import pytest
 
 import napkin
 from napkin.compiler import fuse
+from napkin.compiler.model import array_name
 from napkin.compiler.kernels import check_stores, fused_kernel
 from napkin.compiler.plan import plan
 from napkin.diagrams.sources import library_names
@@ -184,6 +185,40 @@ def test_the_saved_attention_backward_on_tensor_cores_is_flashattention2s(name, 
     within_budget(grad, inputs, interpret(p, inputs))
 
 
+@pytest.mark.parametrize("name", ["attention", "causal_attention"])
+def test_the_plain_attention_backward_is_flashattention2s_with_its_forward_again(name, rng,
+                                                                                within_budget):
+    """Without saved statistics the gradient computes them itself (compiler/grad.py): the
+    logsumexp and the forward's output again, then D and the two chains. Greedy fusion alone
+    would merge D into an N x N kernel and block the recomputation; the start that keeps the
+    row statistics apart (fuse._statistics) reaches FlashAttention's kernels: one
+    FlashAttention-2 forward storing O and the logsumexp, D, then dQ's and dK and dV's chains,
+    nothing N x N in global memory. Run on odd sizes against the float64 reference."""
+    from napkin.compiler import schedule
+    from napkin.pipeline import run_plan
+    grad = napkin.grad(napkin.load(name, d=64))
+    lines = grad.source.text.splitlines()
+    assert "P_lse[b h q] = logsumexp[x](S)" in lines
+    assert "D[b h q] = sum[d](dO * O)" in lines
+    p = plan(grad, "h100", TENSOR_CORES)
+    eqs = {e.stmt: e.name for e in p.graph.graph["equations"]}
+    assert [(kp.schedule.engine, sorted(array_name(p.graph, n) for n in kp.kernel.stores))
+            for kp in p.kernels] == \
+        [(schedule.ATTENTION, ["O", "P_lse"]), (schedule.SIMT, ["D"]),
+         (schedule.CHAIN, ["dQ"]), (schedule.CHAIN, ["dK", "dV"])]
+    assert [eqs[s] for s in p.kernels[3].kernel.recomputed] == ["S", "P", "dP", "dS"]
+    for kp in p.kernels:
+        for n in kp.kernel.stores:
+            assert not {"q", "x"} <= set(p.graph.nodes[n]["type"].axes), array_name(p.graph, n)
+    Q, dO = (rng.standard_normal((1, 2, 77, 64)).astype(np.float16) for _ in range(2))
+    K, V = (rng.standard_normal((1, 2, 130, 64)).astype(np.float16) for _ in range(2))
+    inputs = {"Q": Q, "K": K, "V": V, "dO": dO}
+    within_budget(grad, inputs, interpret(p, inputs))
+    if name == "attention":
+        sizes = {"b": 1, "h": 2, "q": 77, "x": 130, "d": 64}
+        within_budget(grad, inputs, run_plan(p, inputs, sizes, timeout_s=240))
+
+
 def test_the_attention_backward_at_d64_on_cuda_cores_keeps_storing_ds():
     """Recomputing S, P, dP and dS in the dQ kernel costs more on CUDA cores at d = 64 than
     reading dS: the plan is greedy fusion's, dS stored by one kernel and loaded by the other."""
@@ -222,13 +257,16 @@ def test_plans_recomputation_does_not_help_are_greedy_fusions(name, monkeypatch)
 def test_a_merge_that_a_duplication_makes_legal_is_taken(monkeypatch):
     """layernorm's backward: greedy fusion stops at three kernels (dX's kernel loads dD from
     the dgamma kernel, which loads D from the statistics kernel); once dX's kernel recomputes
-    dD, nothing lies between it and the statistics kernel, and merging them pays."""
+    dD, nothing lies between it and the statistics kernel, and merging them pays. (The
+    dgamma kernel then computes D = X - mu again from X rather than loading it.)"""
     d = napkin.grad(napkin.load("layernorm"))
     shape = {"r": 4096, "c": 4096}
     p = plan(d, "h100", shape)
     eqs = {e.stmt: e.name for e in p.graph.graph["equations"]}
     assert [[eqs[s] for s in kp.kernel.equations] for kp in p.kernels] == \
-        [["mu", "D", "var", "g11", "dD", "dmu", "dX"], ["dgamma", "dbeta"]]
+        [["mu", "D", "var", "g11", "dD", "dmu", "dX"], ["D", "dgamma", "dbeta"]]
+    assert [[eqs[s] for s in kp.kernel.recomputed] for kp in p.kernels] == [[], ["D"]]
+    assert "D" not in {array_name(p.graph, n) for n in p.kernels[1].kernel.loads}
     _greedy_only(monkeypatch)
     greedy = plan(d, "h100", shape)
     assert len(greedy.kernels) == 3 and p.time < 0.75 * greedy.time
