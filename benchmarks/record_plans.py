@@ -50,11 +50,12 @@ def choice_json(choice: Choice) -> dict:
 
 
 def record_one(name: str, tname: str, shape_name: str) -> list[dict]:
-    """Each kernel's equations, choice and predicted time."""
+    """Each kernel's equations, those of them it recomputes, choice and predicted time."""
     d = napkin.load(name)
     p = plan(d, targets.load(tname), shapes(d)[shape_name])
     return [{"kernel": kp.kernel.name, "equations": list(kp.kernel.equations),
-             "choice": choice_json(kp.choice), "time": float(kp.cost.time)}
+             "recomputed": list(kp.kernel.recomputed), "choice": choice_json(kp.choice),
+             "time": float(kp.cost.time)}
             for kp in p.kernels]
 
 
@@ -79,7 +80,7 @@ def differences(recorded: list[dict], now: list[dict]) -> list[str]:
         return [f"{len(recorded)} kernels recorded, {len(now)} now"]
     out = []
     for r, n in zip(recorded, now):
-        for field in ("kernel", "equations", "choice"):
+        for field in ("kernel", "equations", "recomputed", "choice"):
             if r[field] != n[field]:
                 out.append(f"{r['kernel']}: {field} {r[field]} recorded, {n[field]} now")
         if not math.isclose(r["time"], n["time"], rel_tol=RELATIVE, abs_tol=0.0):

@@ -391,7 +391,8 @@ def _plan_statistics(sw: _Sweep, active: set, cotangent: dict[int, str]) -> None
             o_text = product(text(a), sw.axes(a), text(b), sw.axes(b), sw.axes(c)).text
             sw.first.append(f"{o}[{' '.join(sw.axes(c))}] = {strip(o_text)}")
         other = " ".join(a for a in sw.axes(c) if a not in sw.axes(n))
-        sw.row[n] = (sw.fresh("D"), row, f"sum[{other}]({cotangent[out]} * {o})")
+        term = f"sum[{other}]({cotangent[out]} * {o})" if other else f"{cotangent[out]} * {o}"
+        sw.row[n] = (sw.fresh("D"), row, term)
 
 
 def _same_axes(g: nx.DiGraph, a: int, b: int) -> bool:

@@ -245,3 +245,34 @@ def test_saved_sources_name_what_the_statistics_diagram_gives():
     outs = [s.name for s in napkin.statistics("attention").outputs]
     assert outs == ["O", "P_lse"]
     assert saved_sources(napkin.load("layernorm")) == ()     # no softmax: nothing saved
+
+
+WEIGHTED_BY_A_SOFTMAX = """\
+axis i = 5, j = 3
+in X[i j]: f32
+Y[j] = (X + X) * softmax[i](X)
+out Y: f32
+"""
+
+
+@pytest.mark.parametrize("saved", [False, True])
+def test_a_softmax_contracted_into_an_output_of_only_its_rows(saved):
+    """The contraction `(X + X) * softmax[i](X)` keeps no axis beside the softmax's rows, so
+    FlashAttention's row term is a product, not a sum over no axis (it was `sum[](dY * Y)`,
+    N0208, found by tests/fuzz/test_random_gradients.py)."""
+    rng = np.random.default_rng(5)
+    d = napkin.load(WEIGHTED_BY_A_SOFTMAX)
+    grad = napkin.grad(d, saved=saved)
+    assert "D[j] = dY * " in grad.source.text
+    X = rng.standard_normal((5, 3))
+    cot = {"dY": rng.standard_normal(3)}
+    if not saved:
+        _check_against_finite_differences(d, grad, {"X": X}, cot, rng)
+        return
+    from napkin.compiler.statistics import saved_sources
+    stats = evaluate(napkin.statistics(d), {"X": X}, exact=True)
+    extra = {name: stats[source] for name, source in saved_sources(d)}
+    assert sorted(extra) == ["Y_saved", "t2_lse"]
+    got = evaluate(grad, {"X": X, **cot, **extra}, exact=True)
+    plain = evaluate(napkin.grad(d), {"X": X, **cot}, exact=True)
+    np.testing.assert_allclose(got["dX"], plain["dX"], rtol=1e-12, atol=1e-12)
