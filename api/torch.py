@@ -5,10 +5,12 @@ CPU kernel and the compiled CUDA kernel on GPUs, so it works under
 torch.compile and with `torch.library.opcheck`. It is differentiable: its backward
 is the op `<qualname>_backward` made the same way from `napkin.grad` of the
 diagram (registered with `torch.library.register_autograd`), so `loss.backward()`
-through it works. Where the diagram has a softmax, the backward is FlashAttention's:
-the op `<qualname>_statistics` (`napkin.statistics`: the forward with each softmax's row
-logsumexp) and then the saved gradient (`napkin.grad(..., saved=True)`), which recomputes
-the probabilities blockwise instead of storing them. Importing this module imports PyTorch; `import napkin` does not.
+through it works. Where the diagram has a softmax, the op is FlashAttention's: it runs
+`<qualname>_statistics` (`napkin.statistics`: the forward with each softmax's row
+logsumexp as an extra output, O(N) memory) and returns the diagram's outputs, keeping the
+logsumexps for the backward, the saved gradient (`napkin.grad(..., saved=True)`), which
+recomputes the probabilities blockwise instead of storing them or running the forward
+again. Importing this module imports PyTorch; `import napkin` does not.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ def op(kernel: Kernel, qualname: str, differentiable: bool = True):
     diagram is compiled with the same options and backend and registered as its backward.
     """
     diagram = kernel.diagram
-    ins, outs = diagram.inputs, diagram.outputs
-    args = ", ".join(f"Tensor a{i}" for i in range(len(ins)))
-    result = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
-    torch.library.define(qualname, f"({args}) -> {result}")
+    if differentiable:
+        sources = _saved_sources(diagram)
+        if sources:
+            return _through_statistics(kernel, qualname, sources)
+    outs = diagram.outputs
+    torch.library.define(qualname, _schema(diagram))
     reference = Kernel(diagram, kernel.options, backend="reference")
     gpu = {}
 
@@ -62,49 +66,103 @@ def op(kernel: Kernel, qualname: str, differentiable: bool = True):
     return registered
 
 
-def _register_backward(kernel: Kernel, qualname: str) -> None:
+def _schema(diagram) -> str:
+    args = ", ".join(f"Tensor a{i}" for i in range(len(diagram.inputs)))
+    outs = diagram.outputs
+    return f"({args}) -> " + ("Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")")
+
+
+def _saved_sources(diagram):
+    """What the saved gradient takes from the statistics forward (none: no softmax, or
+    nothing to differentiate)."""
     from .compiler.statistics import saved_sources
     from .diagrams.diagnostics import NapkinError
-    from .gradient import grad, statistics
+    try:
+        return saved_sources(diagram)
+    except NapkinError:
+        return ()
+
+
+def _gradient_op(kernel: Kernel, qualname: str, saved: bool):
+    """The backward op and, per output it returns, the input it is the gradient of (None:
+    nothing differentiable, the op has no backward)."""
+    from .diagrams.diagnostics import NapkinError
+    from .gradient import grad
     diagram = kernel.diagram
     try:
-        sources = saved_sources(diagram)
-        backward_diagram = grad(diagram, saved=bool(sources))
+        backward_diagram = grad(diagram, saved=saved)
     except NapkinError:         # nothing differentiable: the op stays without a backward
-        return
+        return None, None
     backward = op(Kernel(backward_diagram, kernel.options, backend=kernel.backend),
                   f"{qualname}_backward", differentiable=False)
-    # FlashAttention's backward: the softmaxes' row logsumexps (and the attention output)
-    # from the statistics kernel, the forward again with them as extra outputs (O(N) memory),
-    # then the probabilities recomputed blockwise, never an N x N array
-    stats = None
-    if sources:
-        stats_diagram = statistics(diagram)
-        stats = op(Kernel(stats_diagram, kernel.options, backend=kernel.backend),
-                   f"{qualname}_statistics", differentiable=False)
-        produced = [s.name for s in stats_diagram.outputs]
-        picks = [produced.index(source) for _, source in sources]
     names = [s.name for s in diagram.inputs]
-    wrt = [names.index(s.name[1:]) if s.name[1:] in names else None for s in backward_diagram.outputs]
+    return backward, [names.index(s.name[1:]) if s.name[1:] in names else None
+                      for s in backward_diagram.outputs]
+
+
+def _gradients(wrt, got, n_inputs: int) -> tuple:
+    got = (got,) if not isinstance(got, tuple) else got
+    grads = [None] * n_inputs
+    for g, i in zip(got, wrt):
+        grads[i] = g
+    return tuple(grads)
+
+
+def _cotangents(diagram, cotangents, inputs) -> list:
+    return [c.contiguous() if c is not None else torch.zeros_like(o) for c, o in
+            zip(cotangents, _outputs_like(diagram, inputs))]
+
+
+def _through_statistics(kernel: Kernel, qualname: str, sources):
+    """FlashAttention's pair: the op `qualname` returns the first outputs of the
+    differentiable op `<qualname>_statistics` (the forward with its row logsumexps, which
+    autograd keeps), whose backward is the saved gradient."""
+    from .gradient import statistics
+    diagram = kernel.diagram
+    stats_diagram = statistics(diagram)
+    stats = op(Kernel(stats_diagram, kernel.options, backend=kernel.backend),
+               f"{qualname}_statistics", differentiable=False)
+    produced = [s.name for s in stats_diagram.outputs]
+    picks = [produced.index(source) for _, source in sources]
+    n_out = len(diagram.outputs)
+    backward, wrt = _gradient_op(kernel, qualname, saved=True)
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs, *(output[i] for i in picks))
+        ctx.mark_non_differentiable(*output[n_out:])   # the logsumexps are internal
+
+    def backward_fn(ctx, *cotangents):
+        *inputs, = ctx.saved_tensors
+        inputs, extra = inputs[:len(inputs) - len(picks)], inputs[len(inputs) - len(picks):]
+        outs = _cotangents(diagram, cotangents[:n_out], inputs)
+        return _gradients(wrt, backward(*inputs, *outs, *extra), len(inputs))
+
+    torch.library.register_autograd(f"{qualname}_statistics", backward_fn,
+                                    setup_context=setup_context)
+    torch.library.define(qualname, _schema(diagram))
+
+    def forward(*tensors):
+        made = stats(*tensors)
+        return made[0] if n_out == 1 else tuple(made[:n_out])
+
+    torch.library.impl(qualname, "CompositeImplicitAutograd")(forward)
+    namespace, name = qualname.split("::")
+    return getattr(getattr(torch.ops, namespace), name).default
+
+
+def _register_backward(kernel: Kernel, qualname: str) -> None:
+    diagram = kernel.diagram
+    backward, wrt = _gradient_op(kernel, qualname, saved=False)
+    if backward is None:
+        return
 
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs)
 
     def backward_fn(ctx, *cotangents):
         inputs = ctx.saved_tensors
-        outs = [c.contiguous() if c is not None else torch.zeros_like(o) for c, o in
-                zip(cotangents, _outputs_like(diagram, inputs))]
-        extra = []
-        if stats is not None:
-            made = stats(*inputs)
-            made = (made,) if not isinstance(made, tuple) else made
-            extra = [made[i] for i in picks]
-        got = backward(*inputs, *outs, *extra)
-        got = (got,) if not isinstance(got, tuple) else got
-        grads = [None] * len(inputs)
-        for g, i in zip(got, wrt):
-            grads[i] = g
-        return tuple(grads)
+        outs = _cotangents(diagram, cotangents, inputs)
+        return _gradients(wrt, backward(*inputs, *outs), len(inputs))
 
     torch.library.register_autograd(qualname, backward_fn, setup_context=setup_context)
 

@@ -68,3 +68,34 @@ def test_a_tiny_attention_layer_trains_the_same_as_plain_pytorch():
     torch.testing.assert_close(torch.tensor(our_losses), torch.tensor(their_losses), rtol=1e-4, atol=1e-6)
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_the_backward_reads_the_forwards_statistics_instead_of_running_it_again():
+    """The op runs its statistics forward once (O and the row logsumexp, which autograd
+    keeps); the backward is the saved gradient alone, as FlashAttention's: counted at the
+    dispatcher, every napkin op the forward and the backward call."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Calls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.namespace == "napkin_grad_tests":
+                self.names.append(func.name().split("::")[1].split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    op = napkin_torch.op(napkin.compile(ATTENTION_F64, backend="reference"),
+                         "napkin_grad_tests::once")
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(s, generator=g, requires_grad=True) for s in ((1, 4, 3), (1, 6, 3), (1, 6, 3)))
+    dO = torch.randn(1, 4, 3, generator=g)
+    with Calls() as calls:
+        out = op(q, k, v)
+        out.backward(dO)
+    assert calls.names == ["once_statistics", "once_backward"]
+    q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    torch.nn.functional.scaled_dot_product_attention(q2, k2, v2).backward(dO)
+    for mine, theirs in ((q, q2), (k, k2), (v, v2)):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
