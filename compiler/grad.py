@@ -138,7 +138,7 @@ class _Sweep:
     def named(self, expr: Expr, base: str, axes: tuple[str, ...]) -> Expr:
         name = self.fresh(base)
         self.equations.append(f"{name}[{' '.join(axes)}] = {strip(expr.text)}")
-        return Expr(name, frozenset(axes), mask=expr.mask, layout=tuple(axes))
+        return Expr(name, frozenset(axes), mask=expr.mask, layout=tuple(axes), mask_axes=expr.mask_axes)
 
     def plain(self, text: str, axes, base: str) -> str:
         """A name for an expression (itself when it is one)."""
@@ -268,19 +268,32 @@ def _rule(sw: _Sweep, n: int, gr: Expr, active: set):
     if isinstance(op, (ir.Assign, ir.Output)):
         return [(args[0], gr)]
     if isinstance(op, ir.Map):
-        thunks = partials(op.fn, lambda i: sw.value(args[i]), lambda: sw.value(n), gr.text)
+        used: set[int] = set()        # the forward values a partial's text reads: its axes
+
+        def use(m: int) -> str:
+            used.add(m)
+            return sw.value(m)
+        thunks = partials(op.fn, lambda i: use(args[i]), lambda: use(n), gr.text)
         out = []
         for i, (a, thunk) in enumerate(zip(args, thunks)):
             if thunk is None or a not in active:
                 continue
-            text, mask = thunk(), gr.mask
+            used.clear()
+            text, mask, mask_axes = thunk(), gr.mask, gr.mask_axes
             if op.fn == "where":        # the branch's own condition; the cotangent is 0 elsewhere
                 c = sw.value(args[0]) if i == 1 else f"(not {sw.value(args[0])})"
                 mask = f"({mask} and {c})" if mask else c
+                mask_axes = mask_axes | set(axes(args[0]))
             elif mask and not linear(sw.g, op.fn, args, i):
                 text = f"where({mask}, {text}, 0)"   # a NaN the forward makes outside the mask stays there
-            out.append((a, Expr(text, frozenset(axes(n)), gr.sums, mask,
-                                 gr.layout if text == gr.text else ())))
+                used.add(-1)
+            # the axes the text has: a cotangent broadcast along an axis (the operand of a
+            # sum) does not have it, and summing it later would be a sum along no axis
+            present = set(gr.axes).union(*(axes(m) for m in used if m >= 0))
+            present |= mask_axes if -1 in used else set()
+            out.append((a, Expr(text, frozenset(present), gr.sums, mask,
+                                 gr.layout if text == gr.text else (), frozenset(mask_axes),
+                                 over=frozenset(axes(n)) | frozenset(present))))
         return out
     if isinstance(op, ir.Contract):
         a, b = args

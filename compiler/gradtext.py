@@ -16,6 +16,10 @@ class Expr:
     sums: bool = False      # holds a contraction (a product that sums an axis)
     mask: str | None = None  # a condition outside which this cotangent is exactly 0 (from `where`)
     layout: tuple = ()       # a named array's axes in its layout order (for positional renaming)
+    mask_axes: frozenset = frozenset()   # the axes of `mask`
+    over: frozenset | None = None        # the axes it stands for when it is broadcast along
+                                         # more than `axes` (the text has): a sum along one of
+                                         # those is a product with its size
 
 
 def product(a: str, a_axes, b: str, b_axes, out_axes) -> Expr:
@@ -32,10 +36,17 @@ def product(a: str, a_axes, b: str, b_axes, out_axes) -> Expr:
 
 
 def reduce_to(part: Expr, axes: tuple[str, ...]) -> Expr:
-    extra = part.axes - set(axes)
+    extra = (part.over or part.axes) - set(axes)
     if not extra:
-        return part
-    return Expr(f"sum[{' '.join(sorted(extra))}]({strip(part.text)})", part.axes - extra, part.sums)  # mask summed away
+        return part if part.over is None else Expr(part.text, part.axes, part.sums, part.mask,
+                                                   part.layout, part.mask_axes)
+    summed, repeated = sorted(extra & part.axes), sorted(extra - part.axes)
+    text = part.text
+    if summed:          # (the mask is summed away)
+        text = f"sum[{' '.join(summed)}]({strip(text)})"
+    if repeated:        # a sum of a value repeated along the axis: the value times its size
+        text = f"({text} * {' * '.join(f'size({a})' for a in repeated)})"
+    return Expr(text, part.axes - extra, part.sums)
 
 
 _OPS = {v[0]: k for k, v in ir.OPERATORS.items()}

@@ -276,3 +276,21 @@ def test_a_softmax_contracted_into_an_output_of_only_its_rows(saved):
     got = evaluate(grad, {"X": X, **cot, **extra}, exact=True)
     plain = evaluate(napkin.grad(d), {"X": X, **cot}, exact=True)
     np.testing.assert_allclose(got["dX"], plain["dX"], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("text", [
+    # the cotangent of X0 + X0[j] is repeated along i (the operand of sum[i]): what reaches
+    # the view X0[j] is size(i) times it, not a sum along an axis it lacks (N0307, found by
+    # tests/fuzz/test_random_gradients.py)
+    "axis i = 3, j = 3, k = 2\nin X0[i]: f32\nE0[k j] = sum[i]((X0 + X0[j]))\nout E0: f32\n",
+    "axis i = 3, j = 3\nin X[i]: f32\nin W[j]: f32\nY[j] = sum[i](X[j] * W + X)\nout Y: f32\n",
+    "axis i = 3, j = 4\nin X[j]: f32\nY[i] = sum[j](where(X > 0, X * X, -X) + 1)\nout Y: f32\n",
+])
+def test_gradients_of_values_repeated_along_a_summed_axis(text):
+    rng = np.random.default_rng(11)
+    d = napkin.load(text)
+    grad = napkin.grad(d)
+    sizes = {a: s for a, s in d.axes.items()}
+    inputs = _random_inputs(d, rng, sizes)
+    cot = {f"d{s.name}": rng.standard_normal([sizes[a] for a in s.axes]) for s in d.outputs}
+    _check_against_finite_differences(d, grad, inputs, cot, rng)
