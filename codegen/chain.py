@@ -10,7 +10,8 @@ value at the 8 elements a lane holds of two 8-wide C tiles (0 past the streamed 
 end in a partial chunk: a zero-filled row of C times an infinity would be NaN), packs them
 to 16 bits as an A fragment, and multiplies it with C's B fragments (`ldmatrix.x2`,
 transposed when C is contiguous along its own axis) into the output's f32 accumulators.
-A chunk in which the diagram's mask zeroes every output's chunk value (compiler/masking.
+Arrays over the rows only (a saved logsumexp, D) are read into registers once, before the
+chunks. A chunk in which the diagram's mask zeroes every output's chunk value (compiler/masking.
 zero_unless: causal attention's backward above the diagonal) is neither copied nor
 computed. After the last chunk the emitter computes the rest of the kernel at every accumulator
 element and stores it.
@@ -19,6 +20,7 @@ element and stores it.
 from __future__ import annotations
 
 from ..compiler import ir
+from ..compiler.model import storage_dtype
 from . import masks
 from . import program as P
 from .mma import FK, FM, FN, MmaLowering
@@ -47,6 +49,7 @@ class ChainLowering(MmaLowering):
                 streamed[p.c] = self._tile(p.c, self.whole(p.e, p.width), self.chunked(s.red))
         for i, p in enumerate(s.outs):
             b.emit(P.Decl("float", f"acc{i}", "{}", shape=(fm, p.width // FN, 4)))
+        self.rows = self._row_vectors(fm)
         chunk = self.kp.schedule.stream[1]
 
         def compute(tail: bool):
@@ -92,6 +95,7 @@ class ChainLowering(MmaLowering):
                 scope, _ = self._point({s.row: self._row("i4"), s.red: f"c0 + {key}"})
                 for j, sc in enumerate(s.scores):
                     self.values[sc.node] = f"sc{j}[i0][2 * i1 + i3][i4]"
+                self.values.update((n, f"{name}[i0][i4 / 2]") for n, name in self.rows.items())
                 self.line(p.node)
                 value = self.emitter.value(p.t, scope)
                 self.values.clear()
@@ -107,13 +111,32 @@ class ChainLowering(MmaLowering):
             self._each([("i2", p.width // FN)], column)
         self._each([("i0", fm), ("i1", chunk // FK)], ktile)
 
+    def _row_vectors(self, fm: int) -> dict[int, str]:
+        """Loaded arrays over the fragment rows and batch axes only (a saved logsumexp, D):
+        read once per lane and row into registers, not at every element of every chunk."""
+        s = self.site
+        keep = {s.row, *s.batch}
+        out: dict[int, str] = {}
+        for n in self.k.loads:
+            axes = set(ir.type_of(self.g, n).axes)
+            if s.row not in axes or not axes <= keep or storage_dtype(self.g, n) not in ir.FLOAT_DTYPES:
+                continue
+            name = out[n] = f"rv{len(out)}"
+            self.b.emit(P.Decl("float", name, shape=(fm, 2)))
+
+            def fill(n=n, name=name):
+                scope, _ = self._point({s.row: self._row("(2 * i5)")})
+                self.b.emit(P.Set(f"{name}[i0][i5]", self.emitter.value(n, scope)))
+            self._each([("i0", fm), ("i5", 2)], fill)
+        return out
+
     def _row(self, slot: str) -> str:
         return (f"{self._axis_var('org', self.site.row)} + wr * {self.wtm} + i0 * {FM} + fg + "
                 f"({slot} / 2) * 8")
 
     def _finish(self, fm: int) -> None:
         """Every accumulator element of the lane: the stores over its output's axis there."""
-        b, s = self.b, self.site
+        s = self.site
         for e in dict.fromkeys(p.e for p in s.outs):
             outs = [(i, p) for i, p in enumerate(s.outs) if p.e == e]
             width = outs[0][1].width
@@ -124,6 +147,7 @@ class ChainLowering(MmaLowering):
                                             e: f"i1 * {FN} + fq * 2 + i2 % 2"})
                 for i, p in outs:
                     self.values[p.node] = f"acc{i}[i0][i1][i2]"
+                self.values.update((n, f"{name}[i0][i2 / 2]") for n, name in self.rows.items())
                 for n in stores:
                     self._store(n, scope, {"valid": valid})
                 self.values.clear()

@@ -140,3 +140,22 @@ def test_seeded_skip_bug_gives_wrong_values():
         return src.replace("if (!(!(((long long)(c0) <=", f"if (!(!(((long long)(c0) + {chunk} <=")
     out = run_plan(p, inputs, shape, timeout_s=240, edit=edit)
     assert not all(v.ok for v in compare.against_reference(d, inputs, out).values())
+
+
+def test_row_vectors_are_read_once_and_a_seeded_row_bug_gives_wrong_values():
+    """dQ's chain reads the saved logsumexp and D (arrays over its rows only) into registers
+    before the chunks, two rows per lane and fragment (fg and fg + 8), and every element
+    of every chunk reads them there; taking the first row's value for both gives wrong
+    values."""
+    d = napkin.grad("attention", wrt=("Q",), saved=True, d=64)
+    p = plan(d, "h100", BIG)
+    (kp,) = chains(p)
+    src = render(lower(p))
+    assert "rv0[i0][i4 / 2]" in src and "rv1[i0][i4 / 2]" in src
+    shape = {"b": 1, "h": 1, "q": 40, "x": 24}
+    inputs, _ = attention_inputs(shape, 64, False, seed=9)
+
+    def edit(source: str) -> str:
+        return source.replace("rv0[i0][i4 / 2]", "rv0[i0][0]")
+    out = run_plan(p, inputs, shape, timeout_s=240, edit=edit)
+    assert not all(v.ok for v in compare.against_reference(d, inputs, out).values())
