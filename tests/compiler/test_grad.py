@@ -285,6 +285,10 @@ def test_a_softmax_contracted_into_an_output_of_only_its_rows(saved):
     "axis i = 3, j = 3, k = 2\nin X0[i]: f32\nE0[k j] = sum[i]((X0 + X0[j]))\nout E0: f32\n",
     "axis i = 3, j = 3\nin X[i]: f32\nin W[j]: f32\nY[j] = sum[i](X[j] * W + X)\nout Y: f32\n",
     "axis i = 3, j = 4\nin X[j]: f32\nY[i] = sum[j](where(X > 0, X * X, -X) + 1)\nout Y: f32\n",
+    # tests/regressions/open/grad-view-sum.napkin until now (the renaming view X2[j i] beside
+    # X2 under sum[i])
+    "axis i = 64, j = 2, k = 64\nin X2[j k]: f32\nE2[j k] = (sum[i]((X2[j i] + X2)) + X2)\n"
+    "out E2: f32\n",
 ])
 def test_gradients_of_values_repeated_along_a_summed_axis(text):
     rng = np.random.default_rng(11)
