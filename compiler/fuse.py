@@ -78,8 +78,11 @@ def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
         # the statistics in kernels of their own, no consumer recomputes the probabilities);
         # so greedy fusion also runs keeping each statistic apart from its consumers, and the
         # start whose recomputed layout is fastest is kept
-        results.append(_greedy(g, stmts, {frozenset([s]) for s in stmts}, time,
-                               lambda p, c: any(v in c for s in p for v in apart.get(s, ()))))
+        def keep_apart(p, c) -> bool:
+            return any(v in c for s in p for v in apart.get(s, ()))
+        # (a first start whose kernels already keep them apart is what the second would give)
+        if any(keep_apart(frozenset([s]), c) for c in results[0] for s in c):
+            results.append(_greedy(g, stmts, {frozenset([s]) for s in stmts}, time, keep_apart))
     lay = _Layouts(g, stmts, kernel, planner)
     layouts = []
     for clusters in dict.fromkeys(frozenset(cs) for cs in results):
