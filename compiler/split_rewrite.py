@@ -127,6 +127,7 @@ class Rewrite:
     # -- the rewrite ------------------------------------------------------------------------
     def run(self) -> nx.DiGraph:
         g = self.g
+        before = set(g.nodes)
         self._statements()
         for n in self.r.nodes:
             self.primed[n] = self._prime(n)
@@ -136,6 +137,7 @@ class Rewrite:
                            self.p: ir.Axis(self.p, self.parts, self.p, None),
                            self.s: _share_axis(g, self.s, self.x, self.parts)}
         g = dead_code(g)
+        _separate_copies(g, before, set(self.part_stmt), set(self.part_stmt.values()))
         g.graph["split"] = SplitInfo(self.x, self.parts, self.p, self.s, tuple(self.partials),
                                      tuple((part, merge) for merge, part in self.part_stmt.items()),
                                      tuple(sorted(n for n in self.gathers.values() if n in g)))
@@ -377,3 +379,35 @@ def _share_axis(g, name: str, source: str, parts: int) -> ir.Axis:
 
 def _equation_name(g, stmt) -> str | None:
     return next((e.name for e in g.graph["equations"] if e.stmt == stmt), None)
+
+
+def _separate_copies(g: nx.DiGraph, before: set, merges: set, parts: set) -> None:
+    """A statement that computes both an array still read whole (by the last pass of a
+    standalone softmax) and values over the split axes gets a second statement, so that no
+    kernel has to store both (they share no axis to tile): outside the partial and merge
+    statements the copy over the split axes moves (`<name>.split`, fusing with the partial
+    kernel that reads it); in a partial statement the whole array does (`<name>.whole`)."""
+    eqs = list(g.graph["equations"])
+    by_stmt = {e.stmt: e for e in eqs}
+    old, new = {}, {}
+    for n, data in g.nodes(data=True):
+        stmt = data["stmt"]
+        if stmt is None or stmt in merges or isinstance(data["op"], (ir.Input, ir.Output)):
+            continue
+        (old if n in before else new).setdefault(stmt, []).append(n)
+    nxt = max([e.stmt for e in eqs] + [d["stmt"] for _, d in g.nodes(data=True)
+                                       if d["stmt"] is not None] + [-1]) + 1
+    for stmt in sorted(set(old) & set(new)):
+        moved, suffix = (old[stmt], "whole") if stmt in parts else (new[stmt], "split")
+        if stmt in parts and not any(v for n in moved for v in g.successors(n)
+                                     if g.nodes[v]["stmt"] != stmt):
+            continue        # read by the partial alone: it stays there
+        for n in moved:
+            g.nodes[n]["stmt"] = nxt
+        info = by_stmt.get(stmt)
+        if info is not None:
+            eqs.append(ir.EquationInfo(f"{info.name.removesuffix('.part')}.{suffix}", info.axes,
+                                       info.contracted, info.reduced, info.normalised,
+                                       info.broadcast, info.node, info.span, nxt))
+        nxt += 1
+    g.graph["equations"] = tuple(eqs)
