@@ -185,6 +185,10 @@ class MmaLowering(KernelLowering):
         axes = ir.type_of(self.g, n).axes
         inner, outer = (frag, k) if axes.index(frag.name) > axes.index(k.name) else (k, frag)
         _, dtype = self.names[self._source(n)[0]]
+        # an f32 intermediate beside a 16-bit operand is rounded as it is staged
+        # (compiler/tensorcore._rounded): the tile holds the product's dtype
+        convert = dtype != self.site.dtype
+        dtype = self.site.dtype
         name = f"sm{len(self.smem)}"
         pitch = inner.extent + tc.PAD
         count = outer.extent * pitch
@@ -196,7 +200,8 @@ class MmaLowering(KernelLowering):
         self.b.emit(P.Decl(f"{ctype}* const", name, f"reinterpret_cast<{ctype}*>(smem + "
                            f"{self.smem[-1].offset})"))
         return {"node": n, "name": name, "inner": inner, "outer": outer, "k": k.name,
-                "pitch": pitch, "count": count, "stages": stages, "ctype": ctype}
+                "pitch": pitch, "count": count, "stages": stages, "ctype": ctype,
+                "convert": convert}
 
     def at(self, t: dict, stage: str = "stage") -> str:
         """The tile's stage in use (a streamed tile has two)."""
@@ -226,8 +231,9 @@ class MmaLowering(KernelLowering):
         axes = ir.type_of(self.g, t["node"]).axes
         axis, extent = t["inner"].name, t["inner"].extent
         size = self.sizes[axis]
-        if axes[-1] != axis or extent % VECTOR or (size.isdigit() and int(size) % VECTOR):
-            return None
+        if t["convert"] or axes[-1] != axis or extent % VECTOR or \
+                (size.isdigit() and int(size) % VECTOR):
+            return None         # (a rounded copy goes one value at a time)
         return True if size.isdigit() else f"{size} % {VECTOR} == 0"
 
     def _source(self, n: int) -> tuple[int, object]:
@@ -268,7 +274,10 @@ class MmaLowering(KernelLowering):
             at = f"{self.at(t, stage)} + eo * {t['pitch']} + ei"
             if vector == 1:
                 zero = f"napkin_from_float<{t['ctype']}>(0.0f)"
-                b.emit(P.Set(f"({at})[0]", f"({valid}) ? {param}[{offset}] : {zero}"))
+                value = f"{param}[{offset}]"
+                if t["convert"]:
+                    value = f"napkin_from_float<{t['ctype']}>({value})"
+                b.emit(P.Set(f"({at})[0]", f"({valid}) ? {value} : {zero}"))
             else:   # src-size 0 outside the arrays: zeros, nothing read
                 b.emit(P.Call("napkin_cp_async_16", (at, f"({valid}) ? {param} + ({offset}) : {param}",
                                                      f"({valid}) ? 16 : 0")))

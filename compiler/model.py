@@ -252,7 +252,9 @@ def _work(g: nx.DiGraph, n: int, times: int) -> list[Work]:
 
 
 def _operand_dtype(g: nx.DiGraph, args: list[int]) -> str:
-    """The storage dtype a contraction's operands come in: the least precise input reaching it."""
+    """The storage dtype a contraction's operands come in: the least precise input reaching it
+    (an intermediate beside a 16-bit input is rounded to it on the tensor cores:
+    tensorcore._rounded)."""
     found = []
     for m in args:
         m = through(g, m)
@@ -261,6 +263,4 @@ def _operand_dtype(g: nx.DiGraph, args: list[int]) -> str:
             found.append(op.dtype)
         elif isinstance(op, ir.View):
             found.append(_operand_dtype(g, ir.operands(g, m)))
-        else:
-            found.append("f32")
-    return "f32" if "f32" in found else (found[0] if found else "f32")
+    return "f32" if "f32" in found or not found else found[0]

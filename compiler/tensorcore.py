@@ -29,6 +29,7 @@ from .kernels import is_free
 from .memory import ROW_PAD as PAD
 from .cost import Choice, Choices, Cost, evaluate, fits
 from .flash import FlashSite
+from .canonical import through
 from .model import Model, kernel_model, storage_dtype
 from .target import Target
 from .warps import FRAGMENT
@@ -124,6 +125,7 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
     if x == y or not loaded(x) or not loaded(y):
         return "an operand is computed in the kernel, not loaded (tensor cores take staged tiles)"
     dtype, other = storage_dtype(g, x), storage_dtype(g, y)
+    dtype, other = _rounded(g, x, dtype, other), _rounded(g, y, other, dtype)
     if dtype != other or dtype not in ("f16", "bf16") or not target.engine_for("contraction", dtype):
         return (f"operands are {dtype} and {other}; mma.sync m16n8k16 takes two f16 or two bf16 "
                 "operands")
@@ -147,6 +149,17 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
             return "the kernel computes values over other axes than the product's"
     batch = tuple(a for a in out if a not in (rx, ry))
     return Site(node, x, y, rx, ry, st.axis, batch, dtype)
+
+
+def _rounded(g, n: int, dtype: str, other: str) -> str:
+    """The dtype operand n enters the product in: an f32 intermediate (stored by another
+    kernel: a gradient's cotangent, a hidden activation) beside a 16-bit operand is rounded
+    to that dtype as it is staged, as the chain's chunk values and FlashAttention's P are;
+    an f32 input is the user's and stays f32 (then the product stays on the CUDA cores)."""
+    if dtype == "f32" and other in ("f16", "bf16") and \
+            not isinstance(ir.op(g, through(g, n)), (ir.Input, ir.View)):
+        return other
+    return dtype
 
 
 def best_site(g, kernel, target: Target, sizes: dict | None = None

@@ -323,3 +323,34 @@ def test_seeded_causal_bugs_give_wrong_values(bug):
     assert all(verdicts(d, p, shape))
     assert CAUSAL_BUGS[bug](source) != source
     assert not all(verdicts(d, p, shape, source_edit=CAUSAL_BUGS[bug]))
+
+
+@pytest.mark.parametrize("name", ["mlp", "swiglu"])
+def test_products_of_a_gradient_with_f32_cotangents_run_on_tensor_cores(name):
+    """A cotangent or hidden activation is an f32 intermediate; beside a 16-bit operand it is
+    rounded to that dtype as it is staged (compiler/tensorcore._rounded, as the chain's chunk
+    values and FlashAttention's P are), so the backward's products (dX, dW1, dW2) run on the
+    tensor cores rather than at the CUDA cores' f32 rate. Run at odd sizes against the
+    float64 reference."""
+    d = napkin.load(name)
+    dyn = [a for a, s in d.axes.items() if s is None]
+    g = napkin.grad(d)
+    p = plan(g, "h100", {a: 4096 for a in dyn})
+    eqs = {e.stmt: e.name for e in p.graph.graph["equations"]}
+    products = [kp for kp in p.kernels if any(
+        type(p.graph.nodes[n]["op"]).__name__ == "Contract" for n in kp.kernel.nodes)]
+    assert products and all(kp.choice.warps for kp in products), \
+        [([eqs[s] for s in kp.kernel.equations], kp.schedule.engine) for kp in products]
+    src = render(lower(p))
+    assert "napkin_from_float<__half>(p" in src          # the f32 operand rounded as staged
+    small = dict(zip(dyn, (37, 45, 29, 23)))
+    inputs = random_inputs(g, small, 3)
+    for v in compare.against_reference(g, inputs, run_plan(p, inputs, small, timeout_s=300)).values():
+        assert v.ok, v.message
+
+
+def test_an_f32_input_is_not_rounded_for_the_tensor_cores():
+    """The user's own f32 operand stays f32: its product stays on the CUDA cores."""
+    d = napkin.load("axis m, k, n\nin A[m k]: f32\nin B[k n]: f16\nC[m n] = A * B\nout C: f32")
+    p = plan(d, "h100", {"m": 4096, "k": 4096, "n": 4096})
+    assert not p.kernels[0].choice.warps

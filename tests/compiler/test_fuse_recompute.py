@@ -242,7 +242,10 @@ def _greedy_only(monkeypatch):
     monkeypatch.setattr(fuse._Layouts, "recompute", lambda self, layout: layout)
 
 
-@pytest.mark.parametrize("name", ["attention", "layernorm", "mlp", "softmax"])
+# (plain attention is not one of them since P V of a stored P is priced on the tensor cores:
+# greedy fusion alone keeps S, P and O apart, and recomputing S then merging reaches
+# FlashAttention, the same final plan)
+@pytest.mark.parametrize("name", ["causal_attention", "layernorm", "mlp", "softmax"])
 def test_plans_recomputation_does_not_help_are_greedy_fusions(name, monkeypatch):
     """Diagrams whose kernels gain nothing from recomputing keep exactly the plan greedy fusion
     makes (benchmarks/record_plans.py checks the whole library at three shapes)."""
@@ -269,7 +272,9 @@ def test_a_merge_that_a_duplication_makes_legal_is_taken(monkeypatch):
     assert "D" not in {array_name(p.graph, n) for n in p.kernels[1].kernel.loads}
     _greedy_only(monkeypatch)
     greedy = plan(d, "h100", shape)
-    assert len(greedy.kernels) == 3 and p.time < 0.75 * greedy.time
+    # (greedy fusion alone: 3 kernels, or the split of dgamma and dbeta over r with its
+    # partials when that is faster than them)
+    assert len(greedy.kernels) >= 3 and p.time < 0.75 * greedy.time
 
 
 @pytest.mark.parametrize("name", library_names())

@@ -466,8 +466,8 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
   }
 }
 
-// kernel 1: 128 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(128, 1) napkin_k1(
+// kernel 1: 64 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
     const __half* __restrict__ p0,
     const float* __restrict__ p1,
     __half* __restrict__ p2,
@@ -479,1183 +479,147 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k1(
   NAPKIN_DYNAMIC_SMEM(smem);
   (void)smem;
   const int tid = (int)threadIdx.x;
-  const int lane = tid % 2;
-  const int tc_1 = (tid / 2) % 8;
-  const int tc_0 = ((tid / 2) / 8) % 8;
-  const bool tvalid = tid < 128;
-  const long long nblocks = (((long long)(n0) + 63) / 64) * (((long long)(n3) + 63) / 64);
+  const int lane = tid % 32;
+  const int wr = (tid / 32) / 2;
+  const int wc = (tid / 32) % 2;
+  const int fg = lane / 4;
+  const int fq = lane % 4;
+  const long long nblocks = (((long long)(n0) + 63) / 64) * (((long long)(n3) + 127) / 128);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_1 = (int)((blk) % (((long long)(n3) + 63) / 64)) * 64;
-    const int org_0 = (int)(((blk) / (((long long)(n3) + 63) / 64)) % (((long long)(n0) + 63) / 64)) * 64;
-    const int base_0 = org_0 + tc_0 * 8;
-    const int base_1 = org_1 + tc_1 * 8;
-    float st0[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st0[z] = 0.0f;
-    }
-    float st1[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st1[z] = 0.0f;
-    }
-    float st2[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st2[z] = 0.0f;
-    }
-    float st3[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st3[z] = 0.0f;
-    }
-    float st4[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st4[z] = 0.0f;
-    }
-    float st5[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st5[z] = 0.0f;
-    }
-    float st6[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st6[z] = 0.0f;
-    }
-    float st7[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st7[z] = 0.0f;
-    }
-    float st8[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st8[z] = 0.0f;
-    }
-    float st9[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st9[z] = 0.0f;
-    }
-    float st10[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st10[z] = 0.0f;
-    }
-    float st11[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st11[z] = 0.0f;
-    }
-    float st12[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st12[z] = 0.0f;
-    }
-    float st13[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st13[z] = 0.0f;
-    }
-    float st14[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st14[z] = 0.0f;
-    }
-    float st15[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st15[z] = 0.0f;
-    }
-    float st16[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st16[z] = 0.0f;
-    }
-    float st17[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st17[z] = 0.0f;
-    }
-    float st18[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st18[z] = 0.0f;
-    }
-    float st19[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st19[z] = 0.0f;
-    }
-    float st20[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st20[z] = 0.0f;
-    }
-    float st21[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st21[z] = 0.0f;
-    }
-    float st22[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st22[z] = 0.0f;
-    }
-    float st23[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st23[z] = 0.0f;
-    }
-    float st24[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st24[z] = 0.0f;
-    }
-    float st25[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st25[z] = 0.0f;
-    }
-    float st26[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st26[z] = 0.0f;
-    }
-    float st27[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st27[z] = 0.0f;
-    }
-    float st28[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st28[z] = 0.0f;
-    }
-    float st29[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st29[z] = 0.0f;
-    }
-    float st30[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st30[z] = 0.0f;
-    }
-    float st31[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st31[z] = 0.0f;
-    }
-    float st32[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st32[z] = 0.0f;
-    }
-    float st33[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st33[z] = 0.0f;
-    }
-    float st34[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st34[z] = 0.0f;
-    }
-    float st35[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st35[z] = 0.0f;
-    }
-    float st36[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st36[z] = 0.0f;
-    }
-    float st37[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st37[z] = 0.0f;
-    }
-    float st38[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st38[z] = 0.0f;
-    }
-    float st39[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st39[z] = 0.0f;
-    }
-    float st40[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st40[z] = 0.0f;
-    }
-    float st41[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st41[z] = 0.0f;
-    }
-    float st42[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st42[z] = 0.0f;
-    }
-    float st43[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st43[z] = 0.0f;
-    }
-    float st44[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st44[z] = 0.0f;
-    }
-    float st45[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st45[z] = 0.0f;
-    }
-    float st46[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st46[z] = 0.0f;
-    }
-    float st47[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st47[z] = 0.0f;
-    }
-    float st48[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st48[z] = 0.0f;
-    }
-    float st49[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st49[z] = 0.0f;
-    }
-    float st50[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st50[z] = 0.0f;
-    }
-    float st51[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st51[z] = 0.0f;
-    }
-    float st52[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st52[z] = 0.0f;
-    }
-    float st53[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st53[z] = 0.0f;
-    }
-    float st54[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st54[z] = 0.0f;
-    }
-    float st55[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st55[z] = 0.0f;
-    }
-    float st56[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st56[z] = 0.0f;
-    }
-    float st57[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st57[z] = 0.0f;
-    }
-    float st58[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st58[z] = 0.0f;
-    }
-    float st59[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st59[z] = 0.0f;
-    }
-    float st60[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st60[z] = 0.0f;
-    }
-    float st61[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st61[z] = 0.0f;
-    }
-    float st62[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st62[z] = 0.0f;
-    }
-    float st63[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st63[z] = 0.0f;
-    }
-    for (int c0 = (int)0; c0 < (int)(n2); c0 += 256) {
-      const int clen = (int)((int)(n2) - c0 < 256 ? (int)(n2) - c0 : 256);
-      __syncthreads();
-      __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-      for (int e = tid; e < (256) * (64); e += 128) {
-        sm0[e] = ((org_1 + ((e) % (64))) < n3 && ((((e) / (64))) % (256)) < clen && (c0 + ((((e) / (64))) % (256))) < n2) ? p0[((int)((c0 + ((((e) / (64))) % (256))))) * (n3) + ((org_1 + ((e) % (64))))] : napkin_from_float<__half>(0.0f);
-      }
-      float* sm1 = reinterpret_cast<float*>(smem + (((0) + ((256) * (64)) * 2 + 15) / 16 * 16));
-      for (int e = tid; e < (64) * (256); e += 128) {
-        sm1[e] = (((e) % (256)) < clen && (c0 + ((e) % (256))) < n2 && (org_0 + ((((e) / (256))) % (64))) < n0) ? p1[((int)((org_0 + ((((e) / (256))) % (64))))) * (n2) + ((c0 + ((e) % (256))))] : napkin_from_float<float>(0.0f);
-      }
-      __syncthreads();
-      for (int xl = lane; xl < clen; xl += 2) {
-        const int xg = c0 + xl;
-#line 9 "napkin-diagram"
-        st0[0] = st0[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st1[0] = st1[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st2[0] = st2[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st3[0] = st3[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st4[0] = st4[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st5[0] = st5[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st6[0] = st6[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st7[0] = st7[0] + napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st8[0] = st8[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st9[0] = st9[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st10[0] = st10[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st11[0] = st11[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st12[0] = st12[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st13[0] = st13[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st14[0] = st14[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st15[0] = st15[0] + napkin_to_float(sm1[((int)((((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st16[0] = st16[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st17[0] = st17[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st18[0] = st18[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st19[0] = st19[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st20[0] = st20[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st21[0] = st21[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st22[0] = st22[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st23[0] = st23[0] + napkin_to_float(sm1[((int)((((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st24[0] = st24[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st25[0] = st25[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st26[0] = st26[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st27[0] = st27[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st28[0] = st28[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st29[0] = st29[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st30[0] = st30[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st31[0] = st31[0] + napkin_to_float(sm1[((int)((((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st32[0] = st32[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st33[0] = st33[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st34[0] = st34[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st35[0] = st35[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st36[0] = st36[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st37[0] = st37[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st38[0] = st38[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st39[0] = st39[0] + napkin_to_float(sm1[((int)((((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st40[0] = st40[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st41[0] = st41[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st42[0] = st42[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st43[0] = st43[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st44[0] = st44[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st45[0] = st45[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st46[0] = st46[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st47[0] = st47[0] + napkin_to_float(sm1[((int)((((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st48[0] = st48[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st49[0] = st49[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st50[0] = st50[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st51[0] = st51[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st52[0] = st52[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st53[0] = st53[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st54[0] = st54[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st55[0] = st55[0] + napkin_to_float(sm1[((int)((((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st56[0] = st56[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st57[0] = st57[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st58[0] = st58[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st59[0] = st59[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st60[0] = st60[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st61[0] = st61[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st62[0] = st62[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)) - org_1))]);
-#line 9 "napkin-diagram"
-        st63[0] = st63[0] + napkin_to_float(sm1[((int)((((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) * napkin_to_float(sm0[((int)((xg - c0))) * (64) + ((((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)) - org_1))]);
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v0 = __shfl_xor_sync(0xffffffffu, st0[z], off, 2);
-        st0[z] = st0[z] + v0;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v1 = __shfl_xor_sync(0xffffffffu, st1[z], off, 2);
-        st1[z] = st1[z] + v1;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v2 = __shfl_xor_sync(0xffffffffu, st2[z], off, 2);
-        st2[z] = st2[z] + v2;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v3 = __shfl_xor_sync(0xffffffffu, st3[z], off, 2);
-        st3[z] = st3[z] + v3;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v4 = __shfl_xor_sync(0xffffffffu, st4[z], off, 2);
-        st4[z] = st4[z] + v4;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v5 = __shfl_xor_sync(0xffffffffu, st5[z], off, 2);
-        st5[z] = st5[z] + v5;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v6 = __shfl_xor_sync(0xffffffffu, st6[z], off, 2);
-        st6[z] = st6[z] + v6;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v7 = __shfl_xor_sync(0xffffffffu, st7[z], off, 2);
-        st7[z] = st7[z] + v7;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v8 = __shfl_xor_sync(0xffffffffu, st8[z], off, 2);
-        st8[z] = st8[z] + v8;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v9 = __shfl_xor_sync(0xffffffffu, st9[z], off, 2);
-        st9[z] = st9[z] + v9;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v10 = __shfl_xor_sync(0xffffffffu, st10[z], off, 2);
-        st10[z] = st10[z] + v10;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v11 = __shfl_xor_sync(0xffffffffu, st11[z], off, 2);
-        st11[z] = st11[z] + v11;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v12 = __shfl_xor_sync(0xffffffffu, st12[z], off, 2);
-        st12[z] = st12[z] + v12;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v13 = __shfl_xor_sync(0xffffffffu, st13[z], off, 2);
-        st13[z] = st13[z] + v13;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v14 = __shfl_xor_sync(0xffffffffu, st14[z], off, 2);
-        st14[z] = st14[z] + v14;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v15 = __shfl_xor_sync(0xffffffffu, st15[z], off, 2);
-        st15[z] = st15[z] + v15;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v16 = __shfl_xor_sync(0xffffffffu, st16[z], off, 2);
-        st16[z] = st16[z] + v16;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v17 = __shfl_xor_sync(0xffffffffu, st17[z], off, 2);
-        st17[z] = st17[z] + v17;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v18 = __shfl_xor_sync(0xffffffffu, st18[z], off, 2);
-        st18[z] = st18[z] + v18;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v19 = __shfl_xor_sync(0xffffffffu, st19[z], off, 2);
-        st19[z] = st19[z] + v19;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v20 = __shfl_xor_sync(0xffffffffu, st20[z], off, 2);
-        st20[z] = st20[z] + v20;
+    const int org_1 = (int)((blk) % (((long long)(n3) + 127) / 128)) * 128;
+    const int org_0 = (int)(((blk) / (((long long)(n3) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
+    float acc[4][8][4] = {};
+    __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
+    if (n3 % 8 == 0) {
+      {
+        const int nlen = (int)((int)(n2) - (0) < 64 ? (int)(n2) - (0) : 64);
+        for (int e = tid; e < 4096; e += 64) {
+          const int eo = e / 64;
+          const int ei = e % 64;
+          ((sm0 + 0 * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + (((int)0 + ei))]) : napkin_from_float<__half>(0.0f);
+        }
+        for (int e = tid; e < 1024; e += 64) {
+          const int eo = e / 16;
+          const int ei = (e % 16) * 8;
+          napkin_cp_async_16((sm1 + 0 * 8704) + eo * 136 + ei, (eo < nlen && org_1 + ei < n3) ? p0 + (((int)(((int)0 + eo))) * (n3) + ((org_1 + ei))) : p0, (eo < nlen && org_1 + ei < n3) ? 16 : 0);
+        }
+      }
+      napkin_cp_async_commit();
+      int stage = 0;
+      for (int c0 = (int)0; c0 < (int)(n2); c0 += 64) {
+        const int clen = (int)((int)(n2) - (c0) < 64 ? (int)(n2) - (c0) : 64);
+        if (c0 + 64 < (int)(n2)) {
+          const int nlen = (int)((int)(n2) - (c0 + 64) < 64 ? (int)(n2) - (c0 + 64) : 64);
+          for (int e = tid; e < 4096; e += 64) {
+            const int eo = e / 64;
+            const int ei = e % 64;
+            ((sm0 + (stage ^ 1) * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + ((c0 + 64 + ei))]) : napkin_from_float<__half>(0.0f);
+          }
+          for (int e = tid; e < 1024; e += 64) {
+            const int eo = e / 16;
+            const int ei = (e % 16) * 8;
+            napkin_cp_async_16((sm1 + (stage ^ 1) * 8704) + eo * 136 + ei, (eo < nlen && org_1 + ei < n3) ? p0 + (((int)((c0 + 64 + eo))) * (n3) + ((org_1 + ei))) : p0, (eo < nlen && org_1 + ei < n3) ? 16 : 0);
+          }
+        }
+        napkin_cp_async_commit();
+        napkin_cp_async_wait<1>();
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          unsigned fa[4][4];
+          unsigned fb[8][2];
+          #pragma unroll
+          for (int i0 = 0; i0 < 4; ++i0) {
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 4608) + (wr * 64 + i0 * 16 + lane % 16) * 72 + kk * 16 + (lane / 16) * 8);
+          }
+          #pragma unroll
+          for (int i1 = 0; i1 < 8; ++i1) {
+            napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 8704) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + i1 * 8);
+          }
+          #pragma unroll
+          for (int i0 = 0; i0 < 4; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 8; ++i1) {
+              napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
+            }
+          }
+        }
+        __syncthreads();
+        stage = stage ^ 1;
+      }
+    } else {
+      {
+        const int nlen = (int)((int)(n2) - (0) < 64 ? (int)(n2) - (0) : 64);
+        for (int e = tid; e < 4096; e += 64) {
+          const int eo = e / 64;
+          const int ei = e % 64;
+          ((sm0 + 0 * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + (((int)0 + ei))]) : napkin_from_float<__half>(0.0f);
+        }
+        for (int e = tid; e < 8192; e += 64) {
+          const int eo = e / 128;
+          const int ei = e % 128;
+          ((sm1 + 0 * 8704) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)(((int)0 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        }
+      }
+      napkin_cp_async_commit();
+      int stage = 0;
+      for (int c0 = (int)0; c0 < (int)(n2); c0 += 64) {
+        const int clen = (int)((int)(n2) - (c0) < 64 ? (int)(n2) - (c0) : 64);
+        if (c0 + 64 < (int)(n2)) {
+          const int nlen = (int)((int)(n2) - (c0 + 64) < 64 ? (int)(n2) - (c0 + 64) : 64);
+          for (int e = tid; e < 4096; e += 64) {
+            const int eo = e / 64;
+            const int ei = e % 64;
+            ((sm0 + (stage ^ 1) * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + ((c0 + 64 + ei))]) : napkin_from_float<__half>(0.0f);
+          }
+          for (int e = tid; e < 8192; e += 64) {
+            const int eo = e / 128;
+            const int ei = e % 128;
+            ((sm1 + (stage ^ 1) * 8704) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)((c0 + 64 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          }
+        }
+        napkin_cp_async_commit();
+        napkin_cp_async_wait<1>();
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          unsigned fa[4][4];
+          unsigned fb[8][2];
+          #pragma unroll
+          for (int i0 = 0; i0 < 4; ++i0) {
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 4608) + (wr * 64 + i0 * 16 + lane % 16) * 72 + kk * 16 + (lane / 16) * 8);
+          }
+          #pragma unroll
+          for (int i1 = 0; i1 < 8; ++i1) {
+            napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 8704) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + i1 * 8);
+          }
+          #pragma unroll
+          for (int i0 = 0; i0 < 4; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 8; ++i1) {
+              napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
+            }
+          }
+        }
+        __syncthreads();
+        stage = stage ^ 1;
+      }
+    }
+    #pragma unroll
+    for (int i0 = 0; i0 < 4; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 8; ++i1) {
+        #pragma unroll
+        for (int i2 = 0; i2 < 4; ++i2) {
+          const int pt0 = org_0 + wr * 64 + i0 * 16 + fg + (i2 / 2) * 8;
+          const int pt1 = org_1 + wc * 64 + i1 * 8 + fq * 2 + i2 % 2;
+#line 9 "napkin-diagram"
+          if ((pt0 < n0) && (pt1 < n3)) {
+            p2[((int)((pt0 < (int)(n0 - 1) ? pt0 : (int)(n0 - 1)))) * (n3) + ((pt1 < (int)(n3 - 1) ? pt1 : (int)(n3 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2]);
+          }
+        }
       }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v21 = __shfl_xor_sync(0xffffffffu, st21[z], off, 2);
-        st21[z] = st21[z] + v21;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v22 = __shfl_xor_sync(0xffffffffu, st22[z], off, 2);
-        st22[z] = st22[z] + v22;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v23 = __shfl_xor_sync(0xffffffffu, st23[z], off, 2);
-        st23[z] = st23[z] + v23;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v24 = __shfl_xor_sync(0xffffffffu, st24[z], off, 2);
-        st24[z] = st24[z] + v24;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v25 = __shfl_xor_sync(0xffffffffu, st25[z], off, 2);
-        st25[z] = st25[z] + v25;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v26 = __shfl_xor_sync(0xffffffffu, st26[z], off, 2);
-        st26[z] = st26[z] + v26;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v27 = __shfl_xor_sync(0xffffffffu, st27[z], off, 2);
-        st27[z] = st27[z] + v27;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v28 = __shfl_xor_sync(0xffffffffu, st28[z], off, 2);
-        st28[z] = st28[z] + v28;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v29 = __shfl_xor_sync(0xffffffffu, st29[z], off, 2);
-        st29[z] = st29[z] + v29;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v30 = __shfl_xor_sync(0xffffffffu, st30[z], off, 2);
-        st30[z] = st30[z] + v30;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v31 = __shfl_xor_sync(0xffffffffu, st31[z], off, 2);
-        st31[z] = st31[z] + v31;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v32 = __shfl_xor_sync(0xffffffffu, st32[z], off, 2);
-        st32[z] = st32[z] + v32;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v33 = __shfl_xor_sync(0xffffffffu, st33[z], off, 2);
-        st33[z] = st33[z] + v33;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v34 = __shfl_xor_sync(0xffffffffu, st34[z], off, 2);
-        st34[z] = st34[z] + v34;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v35 = __shfl_xor_sync(0xffffffffu, st35[z], off, 2);
-        st35[z] = st35[z] + v35;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v36 = __shfl_xor_sync(0xffffffffu, st36[z], off, 2);
-        st36[z] = st36[z] + v36;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v37 = __shfl_xor_sync(0xffffffffu, st37[z], off, 2);
-        st37[z] = st37[z] + v37;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v38 = __shfl_xor_sync(0xffffffffu, st38[z], off, 2);
-        st38[z] = st38[z] + v38;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v39 = __shfl_xor_sync(0xffffffffu, st39[z], off, 2);
-        st39[z] = st39[z] + v39;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v40 = __shfl_xor_sync(0xffffffffu, st40[z], off, 2);
-        st40[z] = st40[z] + v40;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v41 = __shfl_xor_sync(0xffffffffu, st41[z], off, 2);
-        st41[z] = st41[z] + v41;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v42 = __shfl_xor_sync(0xffffffffu, st42[z], off, 2);
-        st42[z] = st42[z] + v42;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v43 = __shfl_xor_sync(0xffffffffu, st43[z], off, 2);
-        st43[z] = st43[z] + v43;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v44 = __shfl_xor_sync(0xffffffffu, st44[z], off, 2);
-        st44[z] = st44[z] + v44;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v45 = __shfl_xor_sync(0xffffffffu, st45[z], off, 2);
-        st45[z] = st45[z] + v45;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v46 = __shfl_xor_sync(0xffffffffu, st46[z], off, 2);
-        st46[z] = st46[z] + v46;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v47 = __shfl_xor_sync(0xffffffffu, st47[z], off, 2);
-        st47[z] = st47[z] + v47;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v48 = __shfl_xor_sync(0xffffffffu, st48[z], off, 2);
-        st48[z] = st48[z] + v48;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v49 = __shfl_xor_sync(0xffffffffu, st49[z], off, 2);
-        st49[z] = st49[z] + v49;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v50 = __shfl_xor_sync(0xffffffffu, st50[z], off, 2);
-        st50[z] = st50[z] + v50;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v51 = __shfl_xor_sync(0xffffffffu, st51[z], off, 2);
-        st51[z] = st51[z] + v51;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v52 = __shfl_xor_sync(0xffffffffu, st52[z], off, 2);
-        st52[z] = st52[z] + v52;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v53 = __shfl_xor_sync(0xffffffffu, st53[z], off, 2);
-        st53[z] = st53[z] + v53;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v54 = __shfl_xor_sync(0xffffffffu, st54[z], off, 2);
-        st54[z] = st54[z] + v54;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v55 = __shfl_xor_sync(0xffffffffu, st55[z], off, 2);
-        st55[z] = st55[z] + v55;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v56 = __shfl_xor_sync(0xffffffffu, st56[z], off, 2);
-        st56[z] = st56[z] + v56;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v57 = __shfl_xor_sync(0xffffffffu, st57[z], off, 2);
-        st57[z] = st57[z] + v57;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v58 = __shfl_xor_sync(0xffffffffu, st58[z], off, 2);
-        st58[z] = st58[z] + v58;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v59 = __shfl_xor_sync(0xffffffffu, st59[z], off, 2);
-        st59[z] = st59[z] + v59;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v60 = __shfl_xor_sync(0xffffffffu, st60[z], off, 2);
-        st60[z] = st60[z] + v60;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v61 = __shfl_xor_sync(0xffffffffu, st61[z], off, 2);
-        st61[z] = st61[z] + v61;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v62 = __shfl_xor_sync(0xffffffffu, st62[z], off, 2);
-        st62[z] = st62[z] + v62;
-      }
-    }
-    for (int off = 1; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v63 = __shfl_xor_sync(0xffffffffu, st63[z], off, 2);
-        st63[z] = st63[z] + v63;
-      }
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n3) + (((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)))] = napkin_from_float<__half>(st0[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n3) + (((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)))] = napkin_from_float<__half>(st1[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n3) + (((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)))] = napkin_from_float<__half>(st2[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n3) + (((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)))] = napkin_from_float<__half>(st3[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n3) + (((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)))] = napkin_from_float<__half>(st4[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n3) + (((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)))] = napkin_from_float<__half>(st5[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n3) + (((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)))] = napkin_from_float<__half>(st6[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 0 < 64) && ((base_0 + 0) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n3) + (((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)))] = napkin_from_float<__half>(st7[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n3) + (((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)))] = napkin_from_float<__half>(st8[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n3) + (((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)))] = napkin_from_float<__half>(st9[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n3) + (((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)))] = napkin_from_float<__half>(st10[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n3) + (((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)))] = napkin_from_float<__half>(st11[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n3) + (((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)))] = napkin_from_float<__half>(st12[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n3) + (((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)))] = napkin_from_float<__half>(st13[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n3) + (((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)))] = napkin_from_float<__half>(st14[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 1 < 64) && ((base_0 + 1) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 1) < (int)(n0 - 1) ? (base_0 + 1) : (int)(n0 - 1)))) * (n3) + (((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)))] = napkin_from_float<__half>(st15[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n3) + (((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)))] = napkin_from_float<__half>(st16[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n3) + (((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)))] = napkin_from_float<__half>(st17[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n3) + (((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)))] = napkin_from_float<__half>(st18[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n3) + (((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)))] = napkin_from_float<__half>(st19[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n3) + (((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)))] = napkin_from_float<__half>(st20[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n3) + (((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)))] = napkin_from_float<__half>(st21[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n3) + (((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)))] = napkin_from_float<__half>(st22[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 2 < 64) && ((base_0 + 2) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 2) < (int)(n0 - 1) ? (base_0 + 2) : (int)(n0 - 1)))) * (n3) + (((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)))] = napkin_from_float<__half>(st23[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n3) + (((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)))] = napkin_from_float<__half>(st24[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n3) + (((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)))] = napkin_from_float<__half>(st25[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n3) + (((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)))] = napkin_from_float<__half>(st26[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n3) + (((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)))] = napkin_from_float<__half>(st27[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n3) + (((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)))] = napkin_from_float<__half>(st28[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n3) + (((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)))] = napkin_from_float<__half>(st29[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n3) + (((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)))] = napkin_from_float<__half>(st30[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 3 < 64) && ((base_0 + 3) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 3) < (int)(n0 - 1) ? (base_0 + 3) : (int)(n0 - 1)))) * (n3) + (((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)))] = napkin_from_float<__half>(st31[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n3) + (((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)))] = napkin_from_float<__half>(st32[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n3) + (((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)))] = napkin_from_float<__half>(st33[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n3) + (((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)))] = napkin_from_float<__half>(st34[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n3) + (((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)))] = napkin_from_float<__half>(st35[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n3) + (((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)))] = napkin_from_float<__half>(st36[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n3) + (((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)))] = napkin_from_float<__half>(st37[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n3) + (((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)))] = napkin_from_float<__half>(st38[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 4 < 64) && ((base_0 + 4) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 4) < (int)(n0 - 1) ? (base_0 + 4) : (int)(n0 - 1)))) * (n3) + (((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)))] = napkin_from_float<__half>(st39[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n3) + (((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)))] = napkin_from_float<__half>(st40[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n3) + (((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)))] = napkin_from_float<__half>(st41[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n3) + (((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)))] = napkin_from_float<__half>(st42[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n3) + (((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)))] = napkin_from_float<__half>(st43[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n3) + (((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)))] = napkin_from_float<__half>(st44[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n3) + (((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)))] = napkin_from_float<__half>(st45[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n3) + (((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)))] = napkin_from_float<__half>(st46[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 5 < 64) && ((base_0 + 5) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 5) < (int)(n0 - 1) ? (base_0 + 5) : (int)(n0 - 1)))) * (n3) + (((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)))] = napkin_from_float<__half>(st47[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n3) + (((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)))] = napkin_from_float<__half>(st48[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n3) + (((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)))] = napkin_from_float<__half>(st49[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n3) + (((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)))] = napkin_from_float<__half>(st50[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n3) + (((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)))] = napkin_from_float<__half>(st51[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n3) + (((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)))] = napkin_from_float<__half>(st52[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n3) + (((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)))] = napkin_from_float<__half>(st53[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n3) + (((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)))] = napkin_from_float<__half>(st54[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 6 < 64) && ((base_0 + 6) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 6) < (int)(n0 - 1) ? (base_0 + 6) : (int)(n0 - 1)))) * (n3) + (((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)))] = napkin_from_float<__half>(st55[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n3) + (((base_1 + 0) < (int)(n3 - 1) ? (base_1 + 0) : (int)(n3 - 1)))] = napkin_from_float<__half>(st56[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n3) + (((base_1 + 1) < (int)(n3 - 1) ? (base_1 + 1) : (int)(n3 - 1)))] = napkin_from_float<__half>(st57[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n3) + (((base_1 + 2) < (int)(n3 - 1) ? (base_1 + 2) : (int)(n3 - 1)))] = napkin_from_float<__half>(st58[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n3) + (((base_1 + 3) < (int)(n3 - 1) ? (base_1 + 3) : (int)(n3 - 1)))] = napkin_from_float<__half>(st59[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n3) + (((base_1 + 4) < (int)(n3 - 1) ? (base_1 + 4) : (int)(n3 - 1)))] = napkin_from_float<__half>(st60[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n3) + (((base_1 + 5) < (int)(n3 - 1) ? (base_1 + 5) : (int)(n3 - 1)))] = napkin_from_float<__half>(st61[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n3) + (((base_1 + 6) < (int)(n3 - 1) ? (base_1 + 6) : (int)(n3 - 1)))] = napkin_from_float<__half>(st62[0]);
-    }
-#line 9 "napkin-diagram"
-    if (tvalid && (tc_0 * 8 + 7 < 64) && ((base_0 + 7) < n0) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < n3) && lane == 0) {
-      p2[((int)(((base_0 + 7) < (int)(n0 - 1) ? (base_0 + 7) : (int)(n0 - 1)))) * (n3) + (((base_1 + 7) < (int)(n3 - 1) ? (base_1 + 7) : (int)(n3 - 1)))] = napkin_from_float<__half>(st63[0]);
     }
   }
 }
