@@ -354,3 +354,21 @@ def test_an_f32_input_is_not_rounded_for_the_tensor_cores():
     d = napkin.load("axis m, k, n\nin A[m k]: f32\nin B[k n]: f16\nC[m n] = A * B\nout C: f32")
     p = plan(d, "h100", {"m": 4096, "k": 4096, "n": 4096})
     assert not p.kernels[0].choice.warps
+
+
+@pytest.mark.parametrize("q", [45, 130])
+def test_varlen_attention_is_flashattention_with_its_document_mask(q):
+    """varlen_attention's mask reads the document ids at renamed positions (doc[q] beside
+    doc[x]); FlashAttention evaluates it at every score like an index mask. Packed documents
+    of random lengths (a row whose document starts at it sees itself only), odd sizes."""
+    import numpy as np
+    d = library("varlen_attention", "f16")
+    p = flash_plan(d)
+    assert len(p.kernels) == 1
+    rng = np.random.default_rng(q)
+    shape = with_static(d, {"h": 3, "q": q, "x": q})
+    inputs = random_inputs(d, shape, q)
+    inputs["doc"] = np.sort(rng.integers(0, 5, q)).astype(np.int32)
+    out = run_plan(p, inputs, shape, timeout_s=240)
+    for v in compare.against_reference(d, inputs, out).values():
+        assert v.ok, v.message
