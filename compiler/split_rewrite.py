@@ -11,6 +11,7 @@ import networkx as nx
 import numpy as np
 
 from . import ir
+from .kernels import is_free
 from .canonical import dead_code, through
 from .split_region import Region, redirect
 
@@ -137,7 +138,8 @@ class Rewrite:
                            self.p: ir.Axis(self.p, self.parts, self.p, None),
                            self.s: _share_axis(g, self.s, self.x, self.parts)}
         g = dead_code(g)
-        _separate_copies(g, before, set(self.part_stmt), set(self.part_stmt.values()))
+        if _separate_copies(g, before, set(self.part_stmt), set(self.part_stmt.values())):
+            g = dead_code(g)        # what only the moved copy read is computed there now
         g.graph["split"] = SplitInfo(self.x, self.parts, self.p, self.s, tuple(self.partials),
                                      tuple((part, merge) for merge, part in self.part_stmt.items()),
                                      tuple(sorted(n for n in self.gathers.values() if n in g)))
@@ -381,7 +383,7 @@ def _equation_name(g, stmt) -> str | None:
     return next((e.name for e in g.graph["equations"] if e.stmt == stmt), None)
 
 
-def _separate_copies(g: nx.DiGraph, before: set, merges: set, parts: set) -> None:
+def _separate_copies(g: nx.DiGraph, before: set, merges: set, parts: set) -> bool:
     """A statement that computes both an array still read whole (by the last pass of a
     standalone softmax) and values over the split axes gets a second statement, so that no
     kernel has to store both (they share no axis to tile): outside the partial and merge
@@ -394,7 +396,10 @@ def _separate_copies(g: nx.DiGraph, before: set, merges: set, parts: set) -> Non
         stmt = data["stmt"]
         if stmt is None or stmt in merges or isinstance(data["op"], (ir.Input, ir.Output)):
             continue
-        (old if n in before else new).setdefault(stmt, []).append(n)
+        if n not in before:
+            new.setdefault(stmt, []).append(n)
+        elif not is_free(g, n):     # (constants and sizes are computed wherever they are read)
+            old.setdefault(stmt, []).append(n)
     nxt = max([e.stmt for e in eqs] + [d["stmt"] for _, d in g.nodes(data=True)
                                        if d["stmt"] is not None] + [-1]) + 1
     for stmt in sorted(set(old) & set(new)):
@@ -404,6 +409,8 @@ def _separate_copies(g: nx.DiGraph, before: set, merges: set, parts: set) -> Non
             continue        # read by the partial alone: it stays there
         for n in moved:
             g.nodes[n]["stmt"] = nxt
+        if suffix == "split":
+            _own_copies(g, moved, stmt, nxt)
         info = by_stmt.get(stmt)
         if info is not None:
             eqs.append(ir.EquationInfo(f"{info.name.removesuffix('.part')}.{suffix}", info.axes,
@@ -411,3 +418,27 @@ def _separate_copies(g: nx.DiGraph, before: set, merges: set, parts: set) -> Non
                                        info.broadcast, info.node, info.span, nxt))
         nxt += 1
     g.graph["equations"] = tuple(eqs)
+    return bool(set(old) & set(new))
+
+
+def _own_copies(g: nx.DiGraph, moved: list, stmt: int, new: int) -> None:
+    """The moved copy computes for itself what it read of the statement it left (a shared
+    scalar such as `X1 / 2`): that statement would otherwise store it beside its array, and
+    no kernel tiles a scalar and an array together."""
+    made: dict[int, int] = {}
+
+    def copy(u: int) -> int:
+        if u not in made:
+            args = [copy(a) if g.nodes[a]["stmt"] == stmt else a for a in ir.operands(g, u)]
+            made[u] = ir.add_node(g, ir.op(g, u), ir.type_of(g, u), args,
+                                  span=g.nodes[u]["span"], stmt=new)
+        return made[u]
+    for m in moved:
+        for u in [a for a in ir.operands(g, m) if g.nodes[a]["stmt"] == stmt]:
+            ports = g.edges[u, m]["ports"]
+            c = copy(u)
+            g.remove_edge(u, m)
+            if g.has_edge(c, m):
+                g.edges[c, m]["ports"] = g.edges[c, m]["ports"] + ports
+            else:
+                g.add_edge(c, m, array=ir.type_of(g, c), ports=ports)
