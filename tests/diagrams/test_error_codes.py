@@ -32,6 +32,16 @@ def _raises(fn) -> str:
     return render_text(exc.value)
 
 
+# an f32 input times an f16 weight: the user's f32 is never rounded for the tensor cores
+MIXED = "axis t, m, o\nin X[t m]: f32\nin W[m o]: f16\nY[t o] = X * W\nout Y: f32\n"
+
+
+def _write(folder, name: str, text: str) -> str:
+    path = folder / name
+    path.write_text(text)
+    return str(path)
+
+
 def _cli(args, capsys, expected_status) -> str:
     capsys.readouterr()
     assert main(args) == expected_status
@@ -88,7 +98,7 @@ TRIGGERS = {
     "N0603": lambda tp, cap, mp: _raises(lambda: _plan("group q by 1024 at registers\n")),
     "N0604": lambda tp, cap, mp: _raises(lambda: _plan("group x by 64\n")),
     "N0605": lambda tp, cap, mp: _cli(["explain", "attention", "--target", "tpu"], cap, 2),
-    "N0606": lambda tp, cap, mp: _cli(["explain", "mlp", "--engine",
+    "N0606": lambda tp, cap, mp: _cli(["explain", _write(tp, "mixed.napkin", MIXED), "--engine",
                                        "tensor-cores"], cap, 1),
     "N0607": lambda tp, cap, mp: _raises(lambda: _plan("split q by 8\n")),
     "N0104": lambda tp, cap, mp: _raises(lambda: parser.decode(b"axis a\nin X[a]: f\xff32\n", "bad.napkin")),
