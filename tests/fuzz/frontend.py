@@ -95,9 +95,10 @@ def _deep(n: int) -> dict:
     }
 
 
-def huge_inputs() -> dict:
-    """Name -> text or bytes: nesting to 50,000, 10 MB files, 100,000 equations, long names."""
-    out = {f"nested 50,000 deep: {k}": v for k, v in _deep(50_000).items()}
+def huge_inputs(depth: int = 50_000) -> dict:
+    """Name -> text or bytes: nesting to 50,000 (or `depth`), 10 MB files, 100,000 equations,
+    long names."""
+    out = {f"nested {depth:,} deep: {k}": v for k, v in _deep(depth).items()}
     ten = 10_000_000
     out.update({
         "10 MB comment": "axis a\n# " + "x" * ten + "\n",
