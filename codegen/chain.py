@@ -20,7 +20,6 @@ element and stores it.
 from __future__ import annotations
 
 from ..compiler import ir
-from ..compiler.model import storage_dtype
 from . import masks
 from . import program as P
 from .mma import FK, FM, FN, MmaLowering
@@ -49,7 +48,7 @@ class ChainLowering(MmaLowering):
                 streamed[p.c] = self._tile(p.c, self.whole(p.e, p.width), self.chunked(s.red))
         for i, p in enumerate(s.outs):
             b.emit(P.Decl("float", f"acc{i}", "{}", shape=(fm, p.width // FN, 4)))
-        self.rows = self._row_vectors(fm)
+        self.rows = self._row_vectors(fm, self._row)
         chunk = self.kp.schedule.stream[1]
 
         def compute(tail: bool):
@@ -110,25 +109,6 @@ class ChainLowering(MmaLowering):
                 b.emit(P.Call(self._mma(), (f"acc{i}[i0][i2]", "pa", "fb", f"acc{i}[i0][i2]")))
             self._each([("i2", p.width // FN)], column)
         self._each([("i0", fm), ("i1", chunk // FK)], ktile)
-
-    def _row_vectors(self, fm: int) -> dict[int, str]:
-        """Loaded arrays over the fragment rows and batch axes only (a saved logsumexp, D):
-        read once per lane and row into registers, not at every element of every chunk."""
-        s = self.site
-        keep = {s.row, *s.batch}
-        out: dict[int, str] = {}
-        for n in self.k.loads:
-            axes = set(ir.type_of(self.g, n).axes)
-            if s.row not in axes or not axes <= keep or storage_dtype(self.g, n) not in ir.FLOAT_DTYPES:
-                continue
-            name = out[n] = f"rv{len(out)}"
-            self.b.emit(P.Decl("float", name, shape=(fm, 2)))
-
-            def fill(n=n, name=name):
-                scope, _ = self._point({s.row: self._row("(2 * i5)")})
-                self.b.emit(P.Set(f"{name}[i0][i5]", self.emitter.value(n, scope)))
-            self._each([("i0", fm), ("i5", 2)], fill)
-        return out
 
     def _row(self, slot: str) -> str:
         return (f"{self._axis_var('org', self.site.row)} + wr * {self.wtm} + i0 * {FM} + fg + "

@@ -46,6 +46,7 @@ class FlashLowering(MmaLowering):
         b.emit(P.Decl("float", "rm", shape=(fm, 2)))
         b.emit(P.Decl("float", "rl", "{}", shape=(fm, 2)))
         self._each([("i0", fm), ("i1", 2)], lambda: b.emit(P.Set("rm[i0][i1]", "-NAPKIN_INF")))
+        self.rows = self._row_vectors(fm, self._row)
         kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head))
         vt = self._tile(s.v, self.whole(s.dv, s.width), self.chunked(s.red))
         # a chunk the diagram's mask hides from every row of the block is neither copied nor
@@ -86,6 +87,7 @@ class FlashLowering(MmaLowering):
             key = f"c0 + i1 * {FN} + fq * 2 + i2 % 2"
             scope, _ = self._point({s.row: self._row(), s.red: key})
             self.values[s.scores] = "sc[i0][i1][i2]"
+            self.values.update((n, f"{name}[i0][i2 / 2]") for n, name in self.rows.items())
             if inside:
                 self.values[cond] = "true"
             self.line(s.soft)
@@ -102,8 +104,9 @@ class FlashLowering(MmaLowering):
         else:
             b.emit(P.If(whole, self._scoped(lambda: elements(True)), self._scoped(elements)))
 
-    def _row(self) -> str:
-        return f"{self._axis_var('org', self.site.row)} + wr * {self.wtm} + i0 * {FM} + fg + (i2 / 2) * 8"
+    def _row(self, slot: str = "i2") -> str:
+        return (f"{self._axis_var('org', self.site.row)} + wr * {self.wtm} + i0 * {FM} + fg + "
+                f"({slot} / 2) * 8")
 
     def _softmax(self, fm: int, chunk: int, dv: int) -> None:
         """The online softmax on the score fragments: rows g (slots 0, 1) and g + 8 (2, 3).

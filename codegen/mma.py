@@ -329,6 +329,31 @@ class MmaLowering(KernelLowering):
             self.values.clear()
         self._each([("i0", fm), ("i1", fn), ("i2", 4)], point)
 
+    def _row_vectors(self, fm: int, row) -> dict[int, str]:
+        """Values over the fragment rows and batch axes only that the kernel loads (a saved
+        logsumexp, D) or reads at renamed positions of a load (varlen's doc[q]): read once per
+        lane and row into registers before the chunks, not at every element of every chunk.
+        `row(slot)`: the row of a lane's fragment slot (slots 0, 1: row fg; 2, 3: fg + 8)."""
+        s = self.site
+        keep = {s.row, *s.batch}
+        found = [n for n in self.k.loads] + [
+            n for n in self.k.nodes if isinstance(ir.op(self.g, n), ir.View)
+            and ir.operands(self.g, n)[0] in self.k.loads]
+        out: dict[int, str] = {}
+        for n in found:
+            axes = set(ir.type_of(self.g, n).axes)
+            if s.row not in axes or not axes <= keep:
+                continue
+            name = out[n] = f"rv{len(out)}"
+            kind = ir.kind_of_dtype(ir.type_of(self.g, n).dtype)
+            self.b.emit(P.Decl(cexpr.CKIND[kind], name, shape=(fm, 2)))
+
+            def fill(n=n, name=name):
+                scope, _ = self._point({s.row: row("(2 * i5)")})
+                self.b.emit(P.Set(f"{name}[i0][i5]", self.emitter.value(n, scope)))
+            self._each([("i0", fm), ("i5", 2)], fill)
+        return out
+
     def _point(self, raws: dict) -> tuple[dict, str]:
         """A fragment element's scope (indices clamped inside the arrays) and in-range test,
         from the raw index of each fragment axis; batch axes at the block's position."""

@@ -355,6 +355,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         rm[i0][i1] = -NAPKIN_INF;
       }
     }
+    long long rv0[1][2];
+    #pragma unroll
+    for (int i0 = 0; i0 < 1; ++i0) {
+      #pragma unroll
+      for (int i5 = 0; i5 < 2; ++i5) {
+        const int pt0 = org_1 + wr * 16 + i0 * 16 + fg + ((2 * i5) / 2) * 8;
+        rv0[i0][i5] = napkin_to_int(p3[(int)((pt0 < (int)(n1 - 1) ? pt0 : (int)(n1 - 1)))]);
+      }
+    }
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
     {
@@ -415,11 +424,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         for (int i1 = 0; i1 < 8; ++i1) {
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            const int pt0 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-            const int pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+            const int pt1 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+            const int pt2 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 12 "napkin-diagram"
-            const bool v0 = (napkin_to_int(p3[(int)((pt0 < (int)(n1 - 1) ? pt0 : (int)(n1 - 1)))]) == napkin_to_int(p3[(int)((pt1 < (int)(n1 - 1) ? pt1 : (int)(n1 - 1)))]));
-            const bool v1 = (((long long)((pt1 < (int)(n1 - 1) ? pt1 : (int)(n1 - 1)))) <= ((long long)((pt0 < (int)(n1 - 1) ? pt0 : (int)(n1 - 1)))));
+            const bool v0 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))]));
+            const bool v1 = (((long long)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))) <= ((long long)((pt1 < (int)(n1 - 1) ? pt1 : (int)(n1 - 1)))));
             const bool v2 = (v0 && v1);
             const float v3 = (sc[i0][i1][i2] * 0.125f);
             const float v4 = (-NAPKIN_INF);
@@ -523,11 +532,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         for (int i1 = 0; i1 < 8; ++i1) {
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            const int pt2 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-            const int pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+            const int pt3 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+            const int pt4 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 12 "napkin-diagram"
-            const bool v6 = (napkin_to_int(p3[(int)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))]) == napkin_to_int(p3[(int)((pt3 < (int)(n1 - 1) ? pt3 : (int)(n1 - 1)))]));
-            const bool v7 = (((long long)((pt3 < (int)(n1 - 1) ? pt3 : (int)(n1 - 1)))) <= ((long long)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))));
+            const bool v6 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))]));
+            const bool v7 = (((long long)((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))) <= ((long long)((pt3 < (int)(n1 - 1) ? pt3 : (int)(n1 - 1)))));
             const bool v8 = (v6 && v7);
             const float v9 = (sc[i0][i1][i2] * 0.125f);
             const float v10 = (-NAPKIN_INF);
@@ -602,11 +611,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       for (int i1 = 0; i1 < 8; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const int pt4 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-          const int pt5 = i1 * 8 + fq * 2 + i2 % 2;
+          const int pt5 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+          const int pt6 = i1 * 8 + fq * 2 + i2 % 2;
 #line 13 "napkin-diagram"
-          if ((pt4 < n1) && (pt5 < 64)) {
-            p4[(((int)(org_0)) * (n1) + ((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))) * (64) + ((pt5 < (int)(64 - 1) ? pt5 : (int)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
+          if ((pt5 < n1) && (pt6 < 64)) {
+            p4[(((int)(org_0)) * (n1) + ((pt5 < (int)(n1 - 1) ? pt5 : (int)(n1 - 1)))) * (64) + ((pt6 < (int)(64 - 1) ? pt6 : (int)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
           }
         }
       }
