@@ -147,11 +147,11 @@ def _statistics(g, stmts, sizes) -> dict[int, set[int]]:
                 continue
             if 16 * count(n) > max(count(a) for a in ir.operands(g, n)):
                 continue
-            readers = {g.nodes[v]["stmt"] for v in nx.descendants(g, n)
-                       if g.nodes[v]["stmt"] not in (None, s)} & set(stmts)
-            direct = {g.nodes[v]["stmt"] for u in nodes for v in g.successors(u)} - {s, None}
-            if direct & readers:
-                out.setdefault(s, set()).update(direct & readers)
+            readers = {g.nodes[v]["stmt"] for u in nodes for v in g.successors(u)} & \
+                set(stmts) - {s}
+            if readers:
+                out[s] = readers
+            break
     return out
 
 
