@@ -304,7 +304,7 @@ def _rule(sw: _Sweep, n: int, gr: Expr, active: set):
                 # a factor that is more than a name is named, so the sum is a plain product
                 # (no N0704: the summed axis is not inside a function)
                 g_, o_ = (sw.plain(e, ax, f"g{n}") for e, ax in ((gr.text, gr.axes), (ov, axes(other))))
-                out.append((mine, product(g_, tuple(gr.axes), o_, axes(other), axes(mine))))
+                out.append((mine, _contribution(sw, n, mine, g_, tuple(gr.axes), o_, axes(other))))
         return out
     if isinstance(op, ir.Reduce):
         x = args[0]
@@ -342,6 +342,26 @@ def _rule(sw: _Sweep, n: int, gr: Expr, active: set):
                     help="differentiate with respect to inputs that do not reach it (--wrt), "
                          "or write the backward by hand", source=g.graph["source"])
     return []
+
+
+def _contribution(sw: _Sweep, n: int, mine: int, g_: str, g_axes, o_: str, o_axes) -> Expr:
+    """The product of a cotangent and the other factor, over the axes `mine` has. Where it
+    sums several axes both factors have (dK of grouped-query attention: the query heads r
+    and the queries q), it is a named partial over the last declared of them, kept along the
+    others, and then a sum over those (FlashAttention-2's GQA backward: dK per query head,
+    then summed): a kernel can stream one axis through the tensor cores, and fusion may still
+    merge the two statements into one reduction over all of them."""
+    mine_axes = sw.axes(mine)
+    shared = [a for a in sw.g.graph["axes"]
+              if a in set(g_axes) & set(o_axes) and a not in mine_axes]
+    if len(shared) < 2:
+        return product(g_, g_axes, o_, o_axes, mine_axes)
+    rest = shared[:-1]
+    kept = tuple(a for a in sw.g.graph["axes"] if a in set(mine_axes) | set(rest))
+    label = sw.names.get(mine)
+    partial = sw.named(product(g_, g_axes, o_, o_axes, kept),
+                       f"d{label}_{''.join(rest)}" if label else f"g{n}", kept)
+    return Expr(f"sum[{' '.join(rest)}]({partial.text})", frozenset(mine_axes))
 
 
 def _unview(sw: _Sweep, x: int, labels: tuple[str, ...], n: int, gr: Expr) -> Expr:

@@ -311,3 +311,35 @@ def test_recomputation_is_deterministic():
     first = plan(d, "h100", ATTENTION, engine="cuda-cores")
     second = plan(d, "h100", ATTENTION, engine="cuda-cores")
     assert [kp.kernel for kp in first.kernels] == [kp.kernel for kp in second.kernels]
+
+
+@pytest.mark.parametrize("saved", [False, True])
+def test_the_gqa_backward_keeps_nothing_n_by_n_in_global_memory(saved, rng, within_budget):
+    """Grouped-query attention's dK and dV sum over the query heads r and the queries q; the
+    gradient writes them as a partial per query head (dK_r, a chain streaming q) and a sum
+    over r, as FlashAttention-2's GQA backward does, so the dK/dV kernel recomputes S, P, dP
+    and dS on the tensor cores and nothing N x N goes through global memory (it stored S and
+    dP before). Run on odd sizes against the float64 reference."""
+    from napkin.compiler import schedule
+    from napkin.pipeline import run_plan
+    d = napkin.load("gqa_attention", d=64)
+    grad = napkin.grad(d, saved=saved)
+    assert "dK_r[b g r x d] = g3_ * Q" in grad.source.text.splitlines()
+    p = plan(grad, "h100", {"b": 2, "g": 8, "r": 4, "q": 2048, "x": 2048})
+    for kp in p.kernels:
+        for n in kp.kernel.stores:
+            assert not {"q", "x"} <= set(p.graph.nodes[n]["type"].axes), array_name(p.graph, n)
+    eqs = {e.stmt: e.name for e in p.graph.graph["equations"]}
+    chains = [[eqs[s] for s in kp.kernel.equations] for kp in p.kernels
+              if kp.schedule.engine == schedule.CHAIN]
+    assert any("dK_r" in c and "dV_r" in c for c in chains), chains
+    sizes = {"b": 1, "g": 2, "r": 3, "q": 37, "x": 45}
+    Q, dO = (rng.standard_normal((1, 2, 3, 37, 64)).astype(np.float16) for _ in range(2))
+    K, V = (rng.standard_normal((1, 2, 45, 64)).astype(np.float16) for _ in range(2))
+    inputs = {"Q": Q, "K": K, "V": V, "dO": dO}
+    if saved:
+        stats = reference.evaluate(napkin.statistics(d), {"Q": Q, "K": K, "V": V})
+        inputs.update(P_lse=stats["P_lse"].astype(np.float32), O_saved=stats["O"].astype(np.float16))
+    within_budget(grad, inputs, interpret(p, inputs))
+    if not saved:
+        within_budget(grad, inputs, run_plan(p, inputs, {**sizes, "d": 64}, timeout_s=240))
