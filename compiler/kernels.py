@@ -59,6 +59,25 @@ class FusedKernel:
                      if a not in reduced and all(a in s for s in stored))
 
 
+def relabelled(g: nx.DiGraph, k: FusedKernel, held=()) -> frozenset:
+    """Axes a view in the kernel reads at another axis's position of a value the kernel
+    computes, and the axes whose index it reads them at (`E7[k j j]` reads E7's `i` at `j`'s
+    index: both): a thread holds such a value for its own positions only, and a lane split
+    makes an index a lane's slot, so no reduced one of them may be split over lanes. Only
+    views of values that come from `held` (the streamed reductions, whose per-thread states
+    run over those axes) count."""
+    nodes, held = set(k.nodes), set(held)
+    out = set()
+    for n in k.nodes:
+        op = ir.op(g, n)
+        if isinstance(op, ir.View) and ir.operands(g, n)[0] in nodes and \
+                held & (nx.ancestors(g, ir.operands(g, n)[0]) | {ir.operands(g, n)[0]}):
+            for a, label in zip(ir.type_of(g, ir.operands(g, n)[0]).axes, op.labels):
+                if a != label:      # the position of `a` indexed by `label`'s index
+                    out.update((a, label))
+    return frozenset(out)
+
+
 def is_free(g: nx.DiGraph, n: int, memo: dict | None = None) -> bool:
     """Constants, sizes, axis indices and arithmetic on them only: recomputed wherever used.
     `memo` (node -> answer, for one graph as it is) spares re-walking shared subexpressions."""

@@ -21,7 +21,7 @@ import networkx as nx
 
 from . import ir
 from .canonical import through
-from .kernels import FusedKernel, is_free
+from .kernels import FusedKernel, is_free, relabelled
 from .passes import Streaming, stream
 
 BYTES = {"f32": 4, "f16": 2, "bf16": 2, "bool": 1, "index": 4, "i32": 4, "i64": 8}
@@ -75,6 +75,8 @@ class Model:
                                 # reductions (masking.py's expression), None: no such mask
     mask_nodes: frozenset = frozenset()   # attention: the ops of its softmax's mask condition
                                           # (evaluated only where the mask cuts a chunk)
+    relabelled: frozenset = frozenset()   # axes a view reads at another's position
+                                          # (kernels.relabelled: never split over lanes)
 
 
 def array_name(g: nx.DiGraph, n: int) -> str:
@@ -181,7 +183,8 @@ def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
     from .masking import chunk_mask, condition_nodes
     return Model(k, st, tuple(arrays), tuple(work), k.woven(g), k.reduced(g), k.axes(g),
                  chunk_mask(g, st) if axis is not None else None,
-                 condition_nodes(g, st) if axis is not None else frozenset())
+                 condition_nodes(g, st) if axis is not None else frozenset(),
+                 relabelled(g, k, (n for n, _ in st.reducers)))
 
 
 def _used_over(g: nx.DiGraph, n: int, members: set) -> tuple[str, ...]:

@@ -162,6 +162,10 @@ def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target)
             raise _refuse(name, f"{field_name} `{a}` is not a reduced axis of the kernel "
                           f"(reduced: {', '.join(reduced) or 'none'})")
         _positive(name, f"{field_name} {a}", v)
+    if choice.split is not None and choice.split[0] in model.relabelled:
+        raise _refuse(name, f"split `{choice.split[0]}` over lanes: a view reads the kernel's "
+                      f"values at another axis's position of `{choice.split[0]}`, which another "
+                      "lane holds")
     if choice.split is not None and choice.split[1] not in SPLIT_WAYS:
         raise _refuse(name, f"split `{choice.split[0]}` over {choice.split[1]} lanes: the lanes "
                       f"of a split merge by warp shuffles, so they are one of "

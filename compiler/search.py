@@ -103,7 +103,9 @@ def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bo
             else:
                 thread[a] = [t for t in tiles_ if t <= max(group[a])]
         ways = QUICK["split"] if quick else SPLITS
-        splits += [(i, w) for i in range(len(model.reduced)) for w in ways]
+        # (an axis a view reads at another's position stays in one lane: kernels.relabelled)
+        splits += [(i, w) for i, a in enumerate(model.reduced) if a not in model.relabelled
+                   for w in ways]
     return group, chunk, thread, splits
 
 

@@ -185,3 +185,21 @@ def test_placements_say_where_each_array_lives():
     assert not any(pl.name == "O" and pl.role == "store" for pl in s.placements)
     from napkin.compiler.buffers import buffers
     assert [b["name"] for b in buffers(p, kp)] == [pl.name for pl in s.placements]
+
+
+def test_a_lane_split_of_an_axis_a_view_reads_at_another_position():
+    """`maximum(E7, E7[k j j])` reads E7 (a streamed reduction's value) at `j`'s index for its
+    `i`: with `i` or `j` split over lanes a lane's slot would stand for the index, and the
+    value may be another lane's (tests/regressions/fuzz-fca6ef222104 was off by 0.074 so):
+    the search never proposes it and the schedule refuses it."""
+    from napkin.compiler.model import kernel_model
+    from pathlib import Path
+    case = Path(__file__).parents[1] / "regressions" / "fuzz-fca6ef222104.napkin"
+    p = plan(napkin.load(case.read_text()), "h100")
+    (kp,) = p.kernels
+    streamed = kernel_model(p.graph, kp.kernel, "l")      # E7 sums l: its state over i, j
+    assert {"i", "j"} <= streamed.relabelled and {"i", "j"} <= set(streamed.reduced)
+    c = kp.choice
+    assert not (c.stream and c.split and c.split[0] in ("i", "j")), c
+    bad = Choice((("k", 16),), ("l", 2), (("k", 1),), ("i", 2))
+    assert "another lane holds" in refused(p, bad)
