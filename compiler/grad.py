@@ -34,6 +34,7 @@ from ..diagrams.diagnostics import error
 from . import ir
 from .derivatives import linear, partials
 from .diagram import Diagram
+from .gradstats import plan_statistics, same_axes
 from .gradtext import Expr, call, header, product, reduce_to, strip, wrap
 
 _ELEMENTWISE = (ir.Map, ir.Const, ir.Index, ir.SizeOf)
@@ -231,7 +232,7 @@ def _setup(d: Diagram, wrt, saved: bool):
         if isinstance(op, ir.Assign):
             sw.names[n] = op.name
             o = ir.operands(g, n)[0]
-            if not isinstance(ir.op(g, o), _ELEMENTWISE + (ir.Input,)) and _same_axes(g, n, o) \
+            if not isinstance(ir.op(g, o), _ELEMENTWISE + (ir.Input,)) and same_axes(g, n, o) \
                     and g.out_degree(o) == 1:
                 sw.alias[o] = n
     active = set().union(*(reach[name] | {inputs[name]} for name in wrt)) & \
@@ -240,7 +241,7 @@ def _setup(d: Diagram, wrt, saved: bool):
     for name, n in outputs.items():
         c = cotangent[n] = sw.fresh(f"d{name}")
         cotangents.append((c, sw.axes(n), ir.op(g, n).dtype))
-    _plan_statistics(sw, active, cotangent)
+    plan_statistics(sw, active, cotangent)
     return sw, active, wrt, cotangents
 
 
@@ -379,54 +380,3 @@ def _unview(sw: _Sweep, x: int, labels: tuple[str, ...], n: int, gr: Expr) -> Ex
     for c in conds:
         text = f"where({c}, {text}, 0)"
     return Expr(text, frozenset(mine))
-
-
-def _plan_statistics(sw: _Sweep, active: set, cotangent: dict[int, str]) -> None:
-    """Each softmax's row logsumexp (a saved input, or an equation before the probabilities),
-    and FlashAttention's row term where the softmax feeds one contraction into an output."""
-    g = sw.g
-    for n in ir.order(g):
-        op = ir.op(g, n)
-        if not isinstance(op, ir.Softmax) or n not in active:
-            continue
-        holder = sw.alias.get(n, n)
-        lse = sw.fresh(f"{sw.names.get(holder, f't{n}')}_lse")
-        row = tuple(a for a in sw.axes(n) if a not in op.axes)
-        over = " ".join(op.axes)
-        x = sw.value(ir.operands(g, n)[0])
-        if sw.saved:
-            sw.extra_inputs.append((lse, row, "f32"))
-            sw.sources[lse] = lse
-        else:
-            sw.before.setdefault(holder, []).append(f"{lse}[{' '.join(row)}] = logsumexp[{over}]({strip(x)})")
-        sw.lse[n] = lse
-        # P feeds only one contraction over the softmax axes, whose result feeds only an
-        # output: then sum[x](dP * P) = sum[d](dO * O), with O the saved output.
-        users = list(g.successors(holder))
-        if len(users) != 1 or not isinstance(ir.op(g, users[0]), ir.Contract) or \
-                set(ir.op(g, users[0]).axes) != set(op.axes):
-            continue
-        c = users[0]
-        c_holder = sw.alias.get(c, c)
-        outs = list(g.successors(c_holder))
-        if len(outs) != 1 or not isinstance(ir.op(g, outs[0]), ir.Output) or \
-                not _same_axes(g, c_holder, c):
-            continue
-        out = outs[0]
-        if sw.saved:
-            o = sw.fresh(f"{ir.op(g, out).name}_saved")
-            sw.extra_inputs.append((o, sw.axes(out), ir.op(g, out).dtype))
-            sw.sources[o] = ir.op(g, out).name
-        else:       # the forward's output again, its softmax online (one FlashAttention pass)
-            o = sw.names[c_holder] if c_holder in sw.names else sw.fresh(ir.op(g, out).name)
-            a, b = ir.operands(g, c)
-            text = lambda m: f"softmax[{over}]({strip(x)})" if m == holder else sw.value(m)  # noqa: E731
-            o_text = product(text(a), sw.axes(a), text(b), sw.axes(b), sw.axes(c)).text
-            sw.first.append(f"{o}[{' '.join(sw.axes(c))}] = {strip(o_text)}")
-        other = " ".join(a for a in sw.axes(c) if a not in sw.axes(n))
-        term = f"sum[{other}]({cotangent[out]} * {o})" if other else f"{cotangent[out]} * {o}"
-        sw.row[n] = (sw.fresh("D"), row, term)
-
-
-def _same_axes(g: nx.DiGraph, a: int, b: int) -> bool:
-    return set(ir.type_of(g, a).axes) == set(ir.type_of(g, b).axes)
