@@ -199,8 +199,10 @@ class _Block:
         if isinstance(op, ir.Softmax):
             x, axes = _floats(args[0])
             dims = tuple(axes.index(a) for a in op.axes)
-            if n in self.stats:           # streamed: normalise with the earlier pass's statistics
-                return acc.softmax_normalize(x, self.stats[n], dims), axes
+            if n in self.stats:
+                if self._own_rows(n, region):     # normalise with the earlier pass's statistics
+                    return acc.softmax_normalize(x, self.stats[n], dims), axes
+                return self._whole_softmax(n, region)
             if split is None:
                 return elementwise.softmax(x, dims), axes
             stats = fold_split(acc.SOFTMAX_STATS, x, axes, op.axes, split)
@@ -227,6 +229,23 @@ class _Block:
             pb = take(b, ba, r, part, ways)
             total = total + _contract((pa, aa), (pb, ba), t.axes)
         return total, t.axes
+
+    def _own_rows(self, n: int, region: Region) -> bool:
+        """Whether `region` asks for the rows this block streamed softmax n's statistics over
+        (a view may read the softmax at other rows: another block's, which it recomputes)."""
+        t, op = ir.type_of(self.g, n), ir.op(self.g, n)
+        return all(region.of(a) == self.region.of(a) for a in t.axes if a not in op.axes)
+
+    def _whole_softmax(self, n: int, region: Region):
+        """Softmax n at rows other than the block's: over the whole softmax axes, then cut."""
+        op = ir.op(self.g, n)
+        whole = {a: slice(0, region.sizes[a]) for a in op.axes}
+        x, axes = _floats(self.value(ir.operands(self.g, n)[0],
+                                     Region(region.sizes, {**region.slices, **whole})))
+        out = elementwise.softmax(x, tuple(axes.index(a) for a in op.axes))
+        cut = tuple(slice(region.of(a).start, region.of(a).stop) if a in op.axes else slice(None)
+                    for a in axes)
+        return out[cut], axes
 
     # -- the block's schedule ----------------------------------------------------
     def run(self) -> None:
