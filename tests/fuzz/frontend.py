@@ -95,9 +95,9 @@ def _deep(n: int) -> dict:
     }
 
 
-def huge_inputs(depth: int = 50_000) -> dict:
-    """Name -> text or bytes: nesting to 50,000 (or `depth`), 10 MB files, 100,000 equations,
-    long names."""
+def huge_inputs(depth: int = 50_000, count: int = 100_000) -> dict:
+    """Name -> text or bytes: nesting to 50,000 (or `depth`), 10 MB files, 100,000 (or `count`)
+    equations and axes, long names."""
     out = {f"nested {depth:,} deep: {k}": v for k, v in _deep(depth).items()}
     ten = 10_000_000
     out.update({
@@ -106,10 +106,10 @@ def huge_inputs(depth: int = 50_000) -> dict:
         "10 MB name": "axis " + "a" * ten,
         "10 MB number": "axis a = " + "9" * ten,
         "10 MB one line of tokens": "axis a\nin X[a]: f32\nY[a] = X" + " + X" * (ten // 4),
-        "100,000 equations (14 bytes each)": "axis a\nin X[a]: f32\n" + "".join(
-            f"E{i}[a] = X\n" for i in range(100_000)) + "out E0: f32\n",
-        "100,000 equations (4 bytes each)": "Y=X\n" * 100_000,
-        "100,000 axes in one declaration": "axis " + ", ".join(f"a{i}" for i in range(100_000)),
+        f"{count:,} equations (14 bytes each)": "axis a\nin X[a]: f32\n" + "".join(
+            f"E{i}[a] = X\n" for i in range(count)) + "out E0: f32\n",
+        f"{count:,} equations (4 bytes each)": "Y=X\n" * count,
+        f"{count:,} axes in one declaration": "axis " + ", ".join(f"a{i}" for i in range(count)),
         "1 MiB number": "axis a = " + "9" * ((1 << 20) - 20),
         "1 MiB of newlines": "\n" * ((1 << 20) - 1),
         "1 MiB of open brackets": "Y[a] = " + "[" * ((1 << 20) - 10),

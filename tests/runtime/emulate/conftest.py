@@ -42,9 +42,9 @@ def line_of():
     return find
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def seed_support():
-    """seed(folder): copy the support folders (precompiled header, runtime object) that this
+    """seed(folder): link or copy the support folders (precompiled header, runtime object) that this
     run's own emulator cache already holds into a fresh cache folder, so a test about a fresh
     cache does not pay g++ for them again (about 4 CPU-s each). A folder not built yet is not
     copied: the test then builds it as usual."""
@@ -58,5 +58,16 @@ def seed_support():
             return
         for support in source.glob("support-*"):
             if support.is_dir() and not support.is_symlink() and not (folder / support.name).exists():
-                shutil.copytree(support, folder / support.name, copy_function=shutil.copy2)
+                shutil.copytree(support, folder / support.name, copy_function=_link_or_copy)
     return seed
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """A hard link (the support folders are ~70 MB each, and no test writes into them; copying
+    them cost about a CPU-second a test), else a copy (another file system)."""
+    import os
+    import shutil
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

@@ -71,10 +71,11 @@ def test_a_planted_build_is_never_executed(kernel, tmp_path, monkeypatch, rng, s
 
 
 @pytest.fixture(scope="module")
-def sealed_build(kernel, tmp_path_factory):
+def sealed_build(kernel, tmp_path_factory, seed_support):
     """A real, sealed build (made by the planted test's run or anew) to damage in copies."""
     folder = tmp_path_factory.mktemp("emu")
     os.chmod(folder, 0o700)
+    seed_support(folder)
     old = os.environ.get("NAPKIN_EMULATOR_CACHE")
     os.environ["NAPKIN_EMULATOR_CACHE"] = str(folder)
     try:
