@@ -43,6 +43,21 @@ def load(text_or_name, **sizes):
     return napkin.load(text_or_name, **sizes)
 
 
+# Parameters marked `thorough` (pytest.param(..., marks=pytest.mark.thorough)) and tests so
+# marked run with NAPKIN_FUZZ_SCALE >= 2 only: more of what the default run already covers
+# (another target of the same family, more payloads), kept out of CI's CPU budget.
+THOROUGH = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1")) >= 2
+
+
+def pytest_collection_modifyitems(config, items):
+    if THOROUGH:
+        return
+    skip = pytest.mark.skip(reason="thorough: runs with NAPKIN_FUZZ_SCALE>=2")
+    for item in items:
+        if item.get_closest_marker("thorough") is not None:
+            item.add_marker(skip)
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-goldens", action="store_true", default=False,
                      help="Rewrite golden files (expected diagnostics, CUDA) from the current output.")

@@ -12,7 +12,10 @@ from .. import trusted
 from .build import SANITIZER_FLAGS, build
 from .errors import bad_arguments
 from .process import run_emulator
-from .spec import Launch, Param, check_signatures, read_buffers, write_spec
+from .spec import Launch, Param, check_signatures, read_buffers, threads, write_spec
+
+# launches over this many threads (all blocks) are built at -O1, fewer at -O0 (build.flags_for)
+OPTIMIZE_ABOVE_THREADS = 8192
 
 
 def run(source: str, signatures: dict[str, tuple[Param, ...]], launches: list[Launch],
@@ -39,14 +42,16 @@ def run(source: str, signatures: dict[str, tuple[Param, ...]], launches: list[La
     if not isinstance(smem_limit, int) or smem_limit < 0:
         raise bad_arguments(f"smem_limit must be a non-negative int, not {smem_limit!r}")
     check_signatures(signatures)
-    binary = build(source, signatures, sanitize)
+    launches = list(launches)
+    # -O0 where the build is most of the cost: launches of few threads (checks, tests)
+    binary = build(source, signatures, sanitize, optimize=threads(launches) > OPTIMIZE_ABOVE_THREADS)
     try:    # beside the binary (a trusted folder); a full one: this process's private folder
         folder = Path(tempfile.mkdtemp(prefix="run-", dir=binary.parent))
     except OSError:
         folder = Path(tempfile.mkdtemp(prefix="run-", dir=trusted.private_dir("emulator")))
     try:
         spec = folder / "spec.txt"
-        files = write_spec(spec, folder, signatures, list(launches), buffers, workers=workers,
+        files = write_spec(spec, folder, signatures, launches, buffers, workers=workers,
                            smem_limit=smem_limit)
         run_emulator(binary, folder, spec, timeout_s)
         return read_buffers(files, buffers)

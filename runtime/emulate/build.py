@@ -40,13 +40,23 @@ RUNTIME_OBJECT = "runtime.o"
 BUILD_VERSION = 2
 COMPILE_TIMEOUT_S = 600
 
-BASE_FLAGS = ("-std=c++20", "-O1", "-fno-strict-aliasing", "-pthread", "-w", "-DNAPKIN_EMULATE")
+BASE_FLAGS = ("-std=c++20", "-fno-strict-aliasing", "-pthread", "-w", "-DNAPKIN_EMULATE")
+# the optimisation level is `flags_for`'s (api.py chooses it from the launches' threads)
 SANITIZER_FLAGS = {
     "none": (),
     "address": ("-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
                 "-fno-omit-frame-pointer"),
     "thread": ("-g", "-fsanitize=thread"),
 }
+
+
+def flags_for(sanitize: str, optimize: bool = True) -> tuple[str, ...]:
+    """g++'s flags for a build: -O1 when `optimize` or sanitized, else -O0. -O0 builds a
+    kernel in about 60% of -O1's CPU time (0.24 s against 0.37 s for attention) and runs it
+    about half as fast; sanitizer builds stay at -O1 (what AddressSanitizer recommends, and
+    each level is another precompiled header to build)."""
+    level = "-O1" if optimize or sanitize != "none" else "-O0"
+    return BASE_FLAGS + (level,) + SANITIZER_FLAGS[sanitize]
 
 
 @functools.lru_cache(maxsize=None)
@@ -120,11 +130,13 @@ def _support(root: Path, flags: tuple[str, ...], cxx: str, texts: dict[str, str]
     return final
 
 
-def build(source: str, signatures, sanitize: str, *, cxx: str | None = None) -> Path:
-    """Path of the emulator binary for this source and these signatures, building it if needed."""
+def build(source: str, signatures, sanitize: str, *, cxx: str | None = None,
+          optimize: bool = True) -> Path:
+    """Path of the emulator binary for this source and these signatures, building it if needed
+    (at -O0 when not `optimize` and not sanitized: `flags_for`)."""
     cxx = cxx or CXX
     main = host_main_source(signatures)
-    flags = BASE_FLAGS + SANITIZER_FLAGS[sanitize]
+    flags = flags_for(sanitize, optimize)
     texts = _emulator_texts()       # read once: every key and every compilation see these
     key = build_key(source, main, flags, sanitize, cxx, texts)
     root = cache_dir()

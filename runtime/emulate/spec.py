@@ -73,6 +73,19 @@ def _dim3(what: str, value) -> tuple[int, int, int]:
     return value
 
 
+def threads(launches) -> int:
+    """The threads `launches` run over all their blocks (each launch checked as
+    `launch_line` checks it)."""
+    total = 0
+    for launch in launches:
+        if not isinstance(launch, Launch):
+            raise bad_arguments(f"launches must hold Launch objects, not {launch!r}")
+        gx, gy, gz = _dim3(f"{launch.kernel}: grid", launch.grid)
+        bx, by, bz = _dim3(f"{launch.kernel}: block", launch.block)
+        total += gx * gy * gz * bx * by * bz
+    return total
+
+
 def _scalar_token(kernel: str, i: int, param: Param, value) -> str:
     if param.kind == "f32":
         if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):

@@ -99,7 +99,8 @@ def test_layernorm_long_rows_need_two_passes_and_say_so():
 
 
 @pytest.mark.parametrize("name", library_names())
-@pytest.mark.parametrize("target", ["two-level", "a100", "h100", "h200", "hopper-toy"])
+@pytest.mark.parametrize("target", ["two-level", "a100", "h100",
+                                    pytest.param("h200", marks=pytest.mark.thorough), "hopper-toy"])
 def test_every_library_diagram_plans_on_every_target(name, target):
     d = napkin.load(name)
     p = plan(d, target, _shape_of(d))

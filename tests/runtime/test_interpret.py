@@ -23,9 +23,9 @@ from napkin.diagrams.sources import library_names
 from napkin.runtime.interpret import interpret
 from napkin.runtime.reference import evaluate
 
-# 20 library diagrams: 12 random plans each in CI (NAPKIN_FUZZ_SCALE multiplies it;
+# 20 library diagrams: 6 random plans each in CI (NAPKIN_FUZZ_SCALE multiplies it;
 # benchmarks/fuzz.py runs random plans for as long as it is given)
-CASES_PER_DIAGRAM = max(1, int(12 * float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))))
+CASES_PER_DIAGRAM = max(1, int(6 * float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))))
 
 
 @st.composite

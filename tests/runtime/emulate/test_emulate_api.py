@@ -184,7 +184,7 @@ def test_kernel_builds_use_the_precompiled_header(monkeypatch, tmp_path, seed_su
     b = emulate_build
     seed_support(tmp_path)
     monkeypatch.setenv("NAPKIN_EMULATOR_CACHE", str(tmp_path))
-    flags = b.BASE_FLAGS + b.SANITIZER_FLAGS["none"]
+    flags = b.flags_for("none", optimize=False)
     support = b._support(tmp_path, flags, b.CXX, b._emulator_texts())
     (tmp_path / "k.cpp").write_text("__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n")
     proc = subprocess.run([b.CXX, *flags, f"-I{support}", "-include", b.HEADER.name,

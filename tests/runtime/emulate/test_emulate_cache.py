@@ -39,7 +39,7 @@ def _expected(x):
 
 def _target(kernel) -> str:
     """The cache file name the build of tail_read.cu gets."""
-    flags = emulate_build.BASE_FLAGS + emulate_build.SANITIZER_FLAGS["none"]
+    flags = emulate_build.flags_for("none", optimize=False)
     key = emulate_build.build_key(kernel("tail_read.cu"), host_main_source(TAIL_SIG), flags, "none",
                                   emulate_build.CXX)
     return key + store.SUFFIX
@@ -228,7 +228,7 @@ def test_a_linked_or_foreign_support_folder_is_refused(tmp_path, monkeypatch):
 def test_a_planted_support_folder_is_replaced_by_a_fresh_one(tmp_path, monkeypatch):
     texts = emulate_build._emulator_texts()
     monkeypatch.setattr(emulate_build, "compiler_version", lambda cxx: "g++ (test)")
-    flags = emulate_build.BASE_FLAGS
+    flags = emulate_build.flags_for("none")
     compiled = []
 
     def gxx(cmd, cwd, cxx, what):               # build.py's g++ runner, without g++
