@@ -193,7 +193,13 @@ def _streaming(plan: Plan, kp) -> dict | None:
             kinds.append("running sum of products")
     if st.stats:
         kinds.append("softmax statistics, then a second pass to normalise")
-    return {"axis": st.axis, "passes": st.passes, "accumulators": kinds}
+    out = {"axis": st.axis, "passes": st.passes, "accumulators": kinds, "skips": None}
+    if kp.model.mask is not None:      # chunks the mask hides entirely are skipped
+        from .compiler.masking import describe
+        shown, data = describe(kp.model.mask)
+        out["skips"] = {"condition": shown, "data_conjunct": data,
+                        "computed_fraction": float(kp.cost.computed)}
+    return out
 
 
 def render_text(rep: dict) -> str:
@@ -218,6 +224,13 @@ def render_text(rep: dict) -> str:
         if st:
             passes = f" in {st['passes']} passes" if st["passes"] > 1 else ""
             lines.append(f"  streams {st['axis']}{passes} through: " + "; ".join(st["accumulators"]))
+            sk = st.get("skips")
+            if sk:
+                data = " (the rest of the mask, read from data, is tested per score)" \
+                    if sk["data_conjunct"] else ""
+                lines.append(f"  skips the chunks of {st['axis']} where {sk['condition']} holds "
+                             f"nowhere: computes {sk['computed_fraction']:.0%} of the (block, "
+                             f"chunk) pairs{data}")
         eng = k["engine"]
         if eng["kind"] == "tensor cores":
             what = "FlashAttention-2, " if eng["algorithm"] == "FlashAttention-2" else ""

@@ -90,8 +90,9 @@ def can_hold(g, n: int, box: dict) -> str | None:
     args = ir.operands(g, n)
     if op.fn in ("and", "or"):
         a, b = (can_hold(g, x, box) for x in args)
-        if op.fn == "and":
-            return None if a is None or b is None else f"({a} && {b})"
+        if op.fn == "and":      # cannot hold where either side cannot: an unknown side may
+            known = [t for t in (a, b) if t is not None]    # (compiler/masking._condition)
+            return None if not known else f"({' && '.join(known)})"
         return None if a is None or b is None else f"({a} || {b})"
     if op.fn not in ("lt", "le", "gt", "ge", "eq"):
         return None

@@ -97,6 +97,8 @@ class Cost:
     registers: object = None      # estimated registers per thread (occupancy.py)
     blocks_per_sm: object = 1     # resident blocks per SM
     limit: object = 3             # what limits them: an index into occupancy.LIMITS
+    computed: object = 1.0        # the share of (block, chunk) pairs computed: the rest a mask
+                                  # hides entirely, and the kernel skips (masking.py)
 
     def level(self, name: str) -> LevelCost:
         return next(lv for lv in self.levels if lv.name == name)
@@ -133,7 +135,7 @@ class Cost:
                    tuple((k, pick(v)) for k, v in self.terms),
                    tuple((k, pick(v)) for k, v in self.compute_parts),
                    None if self.registers is None else pick(self.registers),
-                   pick(self.blocks_per_sm), pick(self.limit))
+                   pick(self.blocks_per_sm), pick(self.limit), pick(self.computed))
         return one if one.bound is not None else replace(one, bound=one.name_bound())
 
 
@@ -268,7 +270,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     scalar = not any(isinstance(t, np.ndarray) for t in terms + list(parts.values()))
     cost = Cost(tuple(_plain(lc) for lc in results), {k: number(v) for k, v in flops.items()},
                 compute, time, None, util, threads, tuple(named.items()),
-                tuple(parts.items()), regs, per_sm, limit)
+                tuple(parts.items()), regs, per_sm, limit, fraction)
     return _plain(replace(cost, bound=cost.name_bound()) if scalar else cost)
 
 

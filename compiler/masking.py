@@ -40,13 +40,13 @@ def chunk_mask(g, st) -> tuple | None:
             cond = product_mask(g, n)
         else:
             return None
-        expr = _expr(g, cond) if cond is not None else None
+        expr = readable(g, cond) if cond is not None else None
         if expr is None:
             return None
         conds.append(expr)
     for s, _ in st.stats:
         cond = masked_by(g, ir.operands(g, s)[0], -math.inf)
-        expr = _expr(g, cond) if cond is not None else None
+        expr = readable(g, cond) if cond is not None else None
         if expr is None:
             return None
         conds.append(expr)
@@ -173,6 +173,34 @@ def constant(g, n: int) -> float | None:
     return None
 
 
+UNKNOWN = ("unknown",)      # a conjunct read from data (a gather): may hold, may fail anywhere
+
+
+def _condition(g, n: int):
+    """The condition at n as `_expr` reads it, except that a conjunct `_expr` cannot read (a
+    comparison of gathered values: varlen's `doc[q] == doc[x]`) is UNKNOWN, which may hold
+    anywhere: `a and b` cannot hold where `a` cannot, whatever `b` is (so varlen attention
+    still skips the chunks its `x <= q` hides). None when nothing of it can be read. (The
+    lowering's `codegen/masks.can_hold` reads a conjunction the same way.)"""
+    n = _names(g, n)
+    op = ir.op(g, n)
+    if isinstance(op, ir.Map) and op.fn in ("and", "or"):
+        a, b = (_condition(g, m) for m in ir.operands(g, n))
+        if op.fn == "or":
+            return None if {a, b} & {None, UNKNOWN} else ("or", a, b)
+        if {a, b} <= {None, UNKNOWN}:
+            return None
+        return ("and", UNKNOWN if a is None else a, UNKNOWN if b is None else b)
+    found = _expr(g, n)
+    return UNKNOWN if found is None else found
+
+
+def readable(g, cond: int):
+    """`_condition` of a mask's condition node, or None when no part of it can be read."""
+    found = _condition(g, cond)
+    return None if found is None or found == UNKNOWN else found
+
+
 def _expr(g, n: int):
     """The condition or index expression at n as tuples, or None when it is not one of
     indices, sizes and constants."""
@@ -192,6 +220,38 @@ def _expr(g, n: int):
     if op.fn == "mul" and not any(a[0] == "const" for a in args):
         return None
     return (op.fn, *args)
+
+
+_SHOWN = {"add": "+", "sub": "-", "mul": "*", "and": "and", "or": "or", "lt": "<", "le": "<=",
+          "gt": ">", "ge": ">=", "eq": "=="}
+
+
+def describe(expr) -> tuple[str, bool]:
+    """(the readable part of a chunk mask in the diagram's notation, whether a part read
+    from data was left out): `(("and", UNKNOWN, ("le", x, q)))` is ("x <= q", True)."""
+    if expr == UNKNOWN:
+        return "", True
+    kind = expr[0]
+    if kind == "index":
+        return expr[1], False
+    if kind == "size":
+        return f"size({expr[1]})", False
+    if kind == "const":
+        v = expr[1]
+        return (str(int(v)) if float(v).is_integer() else repr(v)), False
+    if kind == "neg":
+        inner, left = describe(expr[1])
+        return f"-{inner}", left
+    if kind == "cut":
+        return describe(expr[1])
+    parts = [describe(e) for e in expr[1:]]
+    left = any(lo for _, lo in parts)
+    shown = [t for t, _ in parts if t]
+    if kind == "and" and len(shown) == 1:
+        return shown[0], left
+    inner = f" {_SHOWN[kind]} ".join(f"({t})" if kind in ("and", "or") and " " in t else t
+                                     for t in shown)
+    return inner, left
 
 
 def axes_of(expr) -> tuple[str, ...]:

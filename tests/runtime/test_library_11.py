@@ -125,3 +125,80 @@ def test_alibi_attention_on_tensor_cores_emulated():
     low = reference.evaluate(d, inputs, precision="lowp")["O"]
     verdict = compare.check(out, ref, low, "f16", "O")
     assert verdict.ok, verdict.message
+
+
+# Documents of mixed lengths packed into 203 tokens (a single token, an empty document, one
+# longer than a 64-key chunk, documents across chunk and block boundaries): with several
+# chunks per block, the chunks above the diagonal are skipped.
+DOC_LENGTHS = [1, 70, 0, 57, 2, 73]
+VARLEN_MASKS = {
+    "documents first": "doc[q] == doc[x] and x <= q",
+    "positions first": "x <= q and doc[q] == doc[x]",
+    # an `or` with a condition read from data may hold anywhere: nothing may be skipped
+    "or": "doc[q] == doc[x] or x <= q",
+}
+
+
+def _varlen(cond: str):
+    return napkin.load("axis h, q, x\naxis d = 64\n"
+                       "in Q[h q d]: f16, K[h x d]: f16, V[h x d]: f16\nin doc[x]: i32\n"
+                       f"S[h q x] = where({cond}, Q * K / sqrt(size(d)), -inf)\n"
+                       "P[h q x] = softmax[x](S)\nO[h q d] = P * V\nout O: f16")
+
+
+@pytest.mark.parametrize("engine", ["tensor-cores", "cuda-cores"])
+@pytest.mark.parametrize("mask", list(VARLEN_MASKS))
+def test_document_masks_skip_only_what_their_positions_hide(mask, engine, rng):
+    """A conjunction skips the chunks its readable part (`x <= q`) hides, whatever the
+    unreadable part (a comparison of gathered document ids) says; a disjunction with such a
+    part skips nothing. Emulated against the float64 reference by the tolerance rule, and
+    against the NumPy formula."""
+    from napkin.codegen.lower import lower
+    from napkin.codegen.render import render
+    from napkin.compiler.plan import plan
+    from napkin.pipeline import run_plan
+    from napkin.runtime import compare, reference
+    d = _varlen(VARLEN_MASKS[mask])
+    n = sum(DOC_LENGTHS)
+    shape = {"h": 2, "q": n, "x": n}
+    p = plan(d, "h100", shape, engine=engine)
+    assert [k.schedule.engine for k in p.kernels] == \
+        ["attention" if engine == "tensor-cores" else "cuda cores"]
+    source = render(lower(p))
+    skips = [line for line in source.splitlines() if "(long long)(c0" in line
+             and ("if (!(!(" in line or "continue;" in line)]
+    assert bool(skips) == (mask != "or"), skips
+    assert (p.kernels[0].model.mask is None) == (mask == "or")
+    doc = np.repeat(np.arange(len(DOC_LENGTHS)), DOC_LENGTHS).astype(np.int32)
+    Q, K, V = (rng.standard_normal((2, n, 64)).astype(np.float16) for _ in range(3))
+    inputs = dict(Q=Q, K=K, V=V, doc=doc)
+    out = run_plan(p, inputs, p.sizes)["O"]
+    ref = reference.evaluate(d, inputs)["O"]
+    low = reference.evaluate(d, inputs, precision="lowp")["O"]
+    verdict = compare.check(out, ref, low, "f16", "O")
+    assert verdict.ok, verdict.message
+    qi, xi = np.arange(n)[:, None], np.arange(n)[None, :]
+    same = doc[:, None] == doc[None, :]
+    visible = (same | (xi <= qi)) if mask == "or" else (same & (xi <= qi))
+    want = attention(Q.astype(np.float64), K.astype(np.float64), V.astype(np.float64),
+                     lambda s: s, visible)
+    np.testing.assert_allclose(out.astype(np.float64), want, atol=2e-2)
+
+
+def test_varlen_attention_is_predicted_to_skip_the_upper_triangle():
+    """Packed into 16k tokens, the documents' causal part hides half of the (block, chunk)
+    pairs; the model charges only the computed ones (as for causal attention: the document
+    comparison is still made on every computed score), and explain says so."""
+    from napkin.explain import render_text, report
+    from napkin.compiler.plan import plan
+    shape = {"h": 16, "q": 16384, "x": 16384}
+    varlen = plan(napkin.load("varlen_attention"), "h100", shape)
+    dense = plan(_varlen("doc[q] == doc[x]"), "h100", shape)
+    (kp,) = varlen.kernels
+    assert kp.model.mask is not None and dense.kernels[0].model.mask is None
+    assert abs(kp.cost.computed - 0.5) < 0.01 and dense.kernels[0].cost.computed == 1.0
+    assert varlen.time < 0.85 * dense.time
+    text = render_text(report(varlen, compare=False))
+    assert "skips the chunks of x where x <= q holds nowhere: computes 50% of the" in text
+    assert "read from data" in text
+    assert "skips" not in render_text(report(dense, compare=False))

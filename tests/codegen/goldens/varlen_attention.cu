@@ -368,15 +368,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
     {
       const int nlen = (int)((int)(n1) - (0) < 64 ? (int)(n1) - (0) : 64);
-      for (int e = tid; e < 512; e += 256) {
-        const int eo = e / 8;
-        const int ei = (e % 8) * 8;
-        napkin_cp_async_16((sm1 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + ((((int)(org_0)) * (n1) + (((int)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
-      }
-      for (int e = tid; e < 512; e += 256) {
-        const int eo = e / 8;
-        const int ei = (e % 8) * 8;
-        napkin_cp_async_16((sm2 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + ((((int)(org_0)) * (n1) + (((int)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+      if (!(!((((long long)((int)0) <= (long long)((org_1 + 127 < (n1 - 1) ? org_1 + 127 : (n1 - 1)))))))) {
+        for (int e = tid; e < 512; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16((sm1 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + ((((int)(org_0)) * (n1) + (((int)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+        }
+        for (int e = tid; e < 512; e += 256) {
+          const int eo = e / 8;
+          const int ei = (e % 8) * 8;
+          napkin_cp_async_16((sm2 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + ((((int)(org_0)) * (n1) + (((int)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        }
       }
     }
     napkin_cp_async_commit();
@@ -386,103 +388,107 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = 64;
       if (c0 + 64 < (int)(n1)) {
         const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
-        }
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        if (!(!((((long long)(c0 + 64) <= (long long)((org_1 + 127 < (n1 - 1) ? org_1 + 127 : (n1 - 1)))))))) {
+          for (int e = tid; e < 512; e += 256) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+          }
+          for (int e = tid; e < 512; e += 256) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+          }
         }
       }
       napkin_cp_async_commit();
       napkin_cp_async_wait<1>();
       __syncthreads();
-      float sc[1][8][4];
-      #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
+      if (!(!((((long long)(c0) <= (long long)((org_1 + 127 < (n1 - 1) ? org_1 + 127 : (n1 - 1)))))))) {
+        float sc[1][8][4];
         #pragma unroll
-        for (int i1 = 0; i1 < 8; ++i1) {
-          float fz[4] = {};
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
-            unsigned fb[2];
-            napkin_ldmatrix_x2(fb, (sm1 + stage * 4608) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-            napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
-          }
-          #pragma unroll
-          for (int i3 = 0; i3 < 4; ++i3) {
-            sc[i0][i1][i3] = fz[i3];
+          for (int i1 = 0; i1 < 8; ++i1) {
+            float fz[4] = {};
+            #pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) {
+              unsigned fb[2];
+              napkin_ldmatrix_x2(fb, (sm1 + stage * 4608) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
+            }
+            #pragma unroll
+            for (int i3 = 0; i3 < 4; ++i3) {
+              sc[i0][i1][i3] = fz[i3];
+            }
           }
         }
-      }
-      #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 8; ++i1) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
-            const int pt1 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-            const int pt2 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+          for (int i1 = 0; i1 < 8; ++i1) {
+            #pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) {
+              const int pt1 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+              const int pt2 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 12 "napkin-diagram"
-            const bool v0 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))]));
-            const bool v1 = (((long long)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))) <= ((long long)((pt1 < (int)(n1 - 1) ? pt1 : (int)(n1 - 1)))));
-            const bool v2 = (v0 && v1);
-            const float v3 = (sc[i0][i1][i2] * 0.125f);
-            const float v4 = (-NAPKIN_INF);
-            const float v5 = (v2 ? v3 : v4);
-            sc[i0][i1][i2] = v5;
-          }
-        }
-      }
-      #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
-        #pragma unroll
-        for (int i1 = 0; i1 < 2; ++i1) {
-          float mx = rm[i0][i1];
-          #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
-            #pragma unroll
-            for (int i3 = 0; i3 < 2; ++i3) {
-              mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
-            }
-          }
-          mx = napkin_lanes_max(mx, 4);
-          const float sh = napkin_shift(mx);
-          const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-          const float sl = -sh * 1.442695f;
-          rm[i0][i1] = mx;
-          float su = 0.0f;
-          #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
-            #pragma unroll
-            for (int i3 = 0; i3 < 2; ++i3) {
-              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
-              su = su + sc[i0][i2][2 * i1 + i3];
-            }
-          }
-          rl[i0][i1] = rl[i0][i1] * rs + su;
-          #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
-            #pragma unroll
-            for (int i3 = 0; i3 < 2; ++i3) {
-              acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
+              const bool v0 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))]));
+              const bool v1 = (((long long)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))) <= ((long long)((pt1 < (int)(n1 - 1) ? pt1 : (int)(n1 - 1)))));
+              const bool v2 = (v0 && v1);
+              const float v3 = (sc[i0][i1][i2] * 0.125f);
+              const float v4 = (-NAPKIN_INF);
+              const float v5 = (v2 ? v3 : v4);
+              sc[i0][i1][i2] = v5;
             }
           }
         }
-      }
-      #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 4; ++i1) {
-          unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
-            unsigned fb[2];
-            napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 4608) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
-            napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
+          for (int i1 = 0; i1 < 2; ++i1) {
+            float mx = rm[i0][i1];
+            #pragma unroll
+            for (int i2 = 0; i2 < 8; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
+              }
+            }
+            mx = napkin_lanes_max(mx, 4);
+            const float sh = napkin_shift(mx);
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
+            const float sl = -sh * 1.442695f;
+            rm[i0][i1] = mx;
+            float su = 0.0f;
+            #pragma unroll
+            for (int i2 = 0; i2 < 8; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+                su = su + sc[i0][i2][2 * i1 + i3];
+              }
+            }
+            rl[i0][i1] = rl[i0][i1] * rs + su;
+            #pragma unroll
+            for (int i2 = 0; i2 < 8; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
+              }
+            }
+          }
+        }
+        #pragma unroll
+        for (int i0 = 0; i0 < 1; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 4; ++i1) {
+            unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+            #pragma unroll
+            for (int i2 = 0; i2 < 8; ++i2) {
+              unsigned fb[2];
+              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 4608) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
+              napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
+            }
           }
         }
       }
@@ -494,103 +500,107 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = (int)((int)(n1) - (c0) < 64 ? (int)(n1) - (c0) : 64);
       if (c0 + 64 < (int)(n1)) {
         const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
-        }
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        if (!(!((((long long)(c0 + 64) <= (long long)((org_1 + 127 < (n1 - 1) ? org_1 + 127 : (n1 - 1)))))))) {
+          for (int e = tid; e < 512; e += 256) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+          }
+          for (int e = tid; e < 512; e += 256) {
+            const int eo = e / 8;
+            const int ei = (e % 8) * 8;
+            napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+          }
         }
       }
       napkin_cp_async_commit();
       napkin_cp_async_wait<1>();
       __syncthreads();
-      float sc[1][8][4];
-      #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
+      if (!(!((((long long)(c0) <= (long long)((org_1 + 127 < (n1 - 1) ? org_1 + 127 : (n1 - 1)))))))) {
+        float sc[1][8][4];
         #pragma unroll
-        for (int i1 = 0; i1 < 8; ++i1) {
-          float fz[4] = {};
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
-            unsigned fb[2];
-            napkin_ldmatrix_x2(fb, (sm1 + stage * 4608) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-            napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
-          }
-          #pragma unroll
-          for (int i3 = 0; i3 < 4; ++i3) {
-            sc[i0][i1][i3] = fz[i3];
+          for (int i1 = 0; i1 < 8; ++i1) {
+            float fz[4] = {};
+            #pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) {
+              unsigned fb[2];
+              napkin_ldmatrix_x2(fb, (sm1 + stage * 4608) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
+            }
+            #pragma unroll
+            for (int i3 = 0; i3 < 4; ++i3) {
+              sc[i0][i1][i3] = fz[i3];
+            }
           }
         }
-      }
-      #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 8; ++i1) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
-            const int pt3 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-            const int pt4 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+          for (int i1 = 0; i1 < 8; ++i1) {
+            #pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) {
+              const int pt3 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+              const int pt4 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 12 "napkin-diagram"
-            const bool v6 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))]));
-            const bool v7 = (((long long)((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))) <= ((long long)((pt3 < (int)(n1 - 1) ? pt3 : (int)(n1 - 1)))));
-            const bool v8 = (v6 && v7);
-            const float v9 = (sc[i0][i1][i2] * 0.125f);
-            const float v10 = (-NAPKIN_INF);
-            const float v11 = (v8 ? v9 : v10);
-            sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v11 : -NAPKIN_INF;
-          }
-        }
-      }
-      #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
-        #pragma unroll
-        for (int i1 = 0; i1 < 2; ++i1) {
-          float mx = rm[i0][i1];
-          #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
-            #pragma unroll
-            for (int i3 = 0; i3 < 2; ++i3) {
-              mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
-            }
-          }
-          mx = napkin_lanes_max(mx, 4);
-          const float sh = napkin_shift(mx);
-          const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-          const float sl = -sh * 1.442695f;
-          rm[i0][i1] = mx;
-          float su = 0.0f;
-          #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
-            #pragma unroll
-            for (int i3 = 0; i3 < 2; ++i3) {
-              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
-              su = su + sc[i0][i2][2 * i1 + i3];
-            }
-          }
-          rl[i0][i1] = rl[i0][i1] * rs + su;
-          #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
-            #pragma unroll
-            for (int i3 = 0; i3 < 2; ++i3) {
-              acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
+              const bool v6 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))]));
+              const bool v7 = (((long long)((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))) <= ((long long)((pt3 < (int)(n1 - 1) ? pt3 : (int)(n1 - 1)))));
+              const bool v8 = (v6 && v7);
+              const float v9 = (sc[i0][i1][i2] * 0.125f);
+              const float v10 = (-NAPKIN_INF);
+              const float v11 = (v8 ? v9 : v10);
+              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v11 : -NAPKIN_INF;
             }
           }
         }
-      }
-      #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 4; ++i1) {
-          unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
-            unsigned fb[2];
-            napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 4608) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
-            napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
+          for (int i1 = 0; i1 < 2; ++i1) {
+            float mx = rm[i0][i1];
+            #pragma unroll
+            for (int i2 = 0; i2 < 8; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
+              }
+            }
+            mx = napkin_lanes_max(mx, 4);
+            const float sh = napkin_shift(mx);
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
+            const float sl = -sh * 1.442695f;
+            rm[i0][i1] = mx;
+            float su = 0.0f;
+            #pragma unroll
+            for (int i2 = 0; i2 < 8; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+                su = su + sc[i0][i2][2 * i1 + i3];
+              }
+            }
+            rl[i0][i1] = rl[i0][i1] * rs + su;
+            #pragma unroll
+            for (int i2 = 0; i2 < 8; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
+              }
+            }
+          }
+        }
+        #pragma unroll
+        for (int i0 = 0; i0 < 1; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 4; ++i1) {
+            unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+            #pragma unroll
+            for (int i2 = 0; i2 < 8; ++i2) {
+              unsigned fb[2];
+              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 4608) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
+              napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
+            }
           }
         }
       }
