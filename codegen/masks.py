@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from ..compiler import ir
-from ..compiler.masking import constant, masked_by, product_mask
+from ..compiler.masking import constant, masked_by, product_mask, through_names
 
 IDENTITY = {"max": -math.inf, "logsumexp": -math.inf, "stats": -math.inf, "pair": -math.inf,
             "sum": 0.0, "contract": 0.0}
@@ -38,6 +38,7 @@ def _real(e: str, whole: bool) -> str:
 
 def _bounds(g, n: int, box: dict):
     """(lo, hi, whole): the bounds, and whether they are integers (`long long`)."""
+    n = through_names(g, n)     # a named mask (`M[q x] = x <= q`) as the model reads it
     op = ir.op(g, n)
     if isinstance(op, ir.Index):
         lo, hi = box[op.axis]
@@ -84,6 +85,7 @@ def _bounds(g, n: int, box: dict):
 
 def can_hold(g, n: int, box: dict) -> str | None:
     """A C expression true when condition n can hold somewhere in `box` (None: unknown)."""
+    n = through_names(g, n)
     op = ir.op(g, n)
     if not isinstance(op, ir.Map):
         return None
@@ -106,6 +108,7 @@ def can_hold(g, n: int, box: dict) -> str | None:
 
 def must_hold(g, n: int, box: dict) -> str | None:
     """A C expression true when condition n holds everywhere in `box` (None: unknown)."""
+    n = through_names(g, n)
     op = ir.op(g, n)
     if not isinstance(op, ir.Map):
         return None

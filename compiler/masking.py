@@ -76,7 +76,7 @@ def condition_nodes(g, st) -> frozenset:
     return frozenset({cond} | nx.ancestors(g, cond))
 
 
-def _names(g, n: int) -> int:
+def through_names(g, n: int) -> int:
     """Through names (in any layout) to the op that makes the values."""
     while isinstance(ir.op(g, n), ir.Assign):
         n = ir.operands(g, n)[0]
@@ -85,7 +85,7 @@ def _names(g, n: int) -> int:
 
 def masked_by(g, n: int, identity: float):
     """The condition node when n is where(cond, e, identity) (through names), else None."""
-    n = _names(g, n)
+    n = through_names(g, n)
     op = ir.op(g, n)
     if isinstance(op, ir.Map) and op.fn == "where":
         cond, _, other = ir.operands(g, n)
@@ -113,7 +113,7 @@ def zero_unless(g, n: int):
     for finite operands: an infinity or NaN in the other factor, or in the term that
     shifts an exponent, at a position outside c is not seen (as FlashAttention's chunk
     skipping does not see one in V under a causal mask)."""
-    n = _names(g, n)
+    n = through_names(g, n)
     op = ir.op(g, n)
     if not isinstance(op, ir.Map):
         return None
@@ -136,7 +136,7 @@ def zero_unless(g, n: int):
 
 def _minus_infinity_unless(g, n: int):
     """A condition node outside of which n is -inf (for finite other terms), or None."""
-    n = _names(g, n)
+    n = through_names(g, n)
     op = ir.op(g, n)
     if not isinstance(op, ir.Map):
         return None
@@ -182,7 +182,7 @@ def _condition(g, n: int):
     anywhere: `a and b` cannot hold where `a` cannot, whatever `b` is (so varlen attention
     still skips the chunks its `x <= q` hides). None when nothing of it can be read. (The
     lowering's `codegen/masks.can_hold` reads a conjunction the same way.)"""
-    n = _names(g, n)
+    n = through_names(g, n)
     op = ir.op(g, n)
     if isinstance(op, ir.Map) and op.fn in ("and", "or"):
         a, b = (_condition(g, m) for m in ir.operands(g, n))
@@ -204,7 +204,7 @@ def readable(g, cond: int):
 def _expr(g, n: int):
     """The condition or index expression at n as tuples, or None when it is not one of
     indices, sizes and constants."""
-    n = _names(g, n)
+    n = through_names(g, n)
     op = ir.op(g, n)
     if isinstance(op, ir.Index):
         return ("index", op.axis)

@@ -202,3 +202,29 @@ def test_varlen_attention_is_predicted_to_skip_the_upper_triangle():
     assert "skips the chunks of x where x <= q holds nowhere: computes 50% of the" in text
     assert "read from data" in text
     assert "skips" not in render_text(report(dense, compare=False))
+
+
+@pytest.mark.parametrize("engine", ["tensor-cores", "cuda-cores"])
+def test_a_named_mask_skips_as_the_model_says(engine, rng):
+    """`M[q x] = x <= q` then `where(M, ...)`: the lowering reads the condition through the
+    name as the model does (it had charged half the chunks and the kernel computed them all)."""
+    from napkin.codegen.lower import lower
+    from napkin.codegen.render import render
+    from napkin.compiler.plan import plan
+    from napkin.pipeline import run_plan
+    from napkin.runtime import compare, reference
+    d = napkin.load("axis h, q, x\naxis d = 64\n"
+                    "in Q[h q d]: f16, K[h x d]: f16, V[h x d]: f16\nM[q x] = x <= q\n"
+                    "S[h q x] = where(M, Q * K / sqrt(size(d)), -inf)\n"
+                    "P[h q x] = softmax[x](S)\nO[h q d] = P * V\nout O: f16")
+    shape = {"h": 2, "q": 203, "x": 203}
+    p = plan(d, "h100", shape, engine=engine)
+    assert p.kernels[0].model.mask is not None and p.kernels[0].cost.computed < 1.0
+    source = render(lower(p))
+    assert any("(long long)(c0" in line and ("if (!(!(" in line or "continue;" in line)
+               for line in source.splitlines())
+    inputs = {k: rng.standard_normal((2, 203, 64)).astype(np.float16) for k in "QKV"}
+    out = run_plan(p, inputs, p.sizes)["O"]
+    verdict = compare.check(out, reference.evaluate(d, inputs)["O"],
+                            reference.evaluate(d, inputs, precision="lowp")["O"], "f16", "O")
+    assert verdict.ok, verdict.message
