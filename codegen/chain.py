@@ -11,7 +11,8 @@ end in a partial chunk: a zero-filled row of C times an infinity would be NaN), 
 to 16 bits as an A fragment, and multiplies it with C's B fragments (`ldmatrix.x2`,
 transposed when C is contiguous along its own axis) into the output's f32 accumulators.
 Arrays over the rows only (a saved logsumexp, D) are read into registers once, before the
-chunks. A chunk in which the diagram's mask zeroes every output's chunk value (compiler/masking.
+chunks; 4-byte arrays over the streamed axis only (the same ones in the dK/dV kernel, which
+streams the queries) are staged per chunk beside the tiles and read from shared memory. A chunk in which the diagram's mask zeroes every output's chunk value (compiler/masking.
 zero_unless: causal attention's backward above the diagonal) is neither copied nor
 computed. After the last chunk the emitter computes the rest of the kernel at every accumulator
 element and stores it.
@@ -46,6 +47,8 @@ class ChainLowering(MmaLowering):
         for p in s.outs:
             if p.c not in streamed:
                 streamed[p.c] = self._tile(p.c, self.whole(p.e, p.width), self.chunked(s.red))
+        self.columns = {t["node"]: t for t in map(
+            lambda n: self._vector(n, s.red), self._column_vectors())}
         for i, p in enumerate(s.outs):
             b.emit(P.Decl("float", f"acc{i}", "{}", shape=(fm, p.width // FN, 4)))
         self.rows = self._row_vectors(fm, self._row)
@@ -61,7 +64,8 @@ class ChainLowering(MmaLowering):
             return masks.skip_test(self, [p.node for p in s.outs],
                                    {p.node: "contract" for p in s.outs},
                                    self._box(s.red, start, length))
-        self._pipeline(list(streamed.values()), compute, skip, peel=True)
+        self._pipeline(list(streamed.values()) + list(self.columns.values()), compute, skip,
+                       peel=True)
         self._finish(fm)
 
     def _score(self, j: int, sc, ta: dict, tb: dict, fm: int, chunk: int) -> None:
@@ -95,6 +99,7 @@ class ChainLowering(MmaLowering):
                 for j, sc in enumerate(s.scores):
                     self.values[sc.node] = f"sc{j}[i0][2 * i1 + i3][i4]"
                 self.values.update((n, f"{name}[i0][i4 / 2]") for n, name in self.rows.items())
+                self.values.update((n, f"{self.at(t)}[{key}]") for n, t in self.columns.items())
                 self.line(p.node)
                 value = self.emitter.value(p.t, scope)
                 self.values.clear()
@@ -109,6 +114,25 @@ class ChainLowering(MmaLowering):
                 b.emit(P.Call(self._mma(), (f"acc{i}[i0][i2]", "pa", "fb", f"acc{i}[i0][i2]")))
             self._each([("i2", p.width // FN)], column)
         self._each([("i0", fm), ("i1", chunk // FK)], ktile)
+
+    def _column_vectors(self) -> list[int]:
+        """The loads over the streamed axis and batch axes only, of 4-byte values, that the
+        kernel reads as they are (no view or gather of them, no split window): staged per
+        chunk (`MmaLowering._vector`)."""
+        s = self.site
+        keep = {s.red, *s.batch}
+        out = []
+        for n in self.k.loads:
+            axes = ir.type_of(self.g, n).axes
+            if s.red not in axes or not set(axes) <= keep or self._source(n)[1] is not None:
+                continue
+            if self.names[n][1] not in ("f32", "i32"):
+                continue
+            if any(isinstance(ir.op(self.g, m), (ir.View, ir.Gather))
+                   for m in self.g.successors(n) if m in self.k.nodes):
+                continue
+            out.append(n)
+        return out
 
     def _row(self, slot: str) -> str:
         return (f"{self._axis_var('org', self.site.row)} + wr * {self.wtm} + i0 * {FM} + fg + "

@@ -203,6 +203,47 @@ class MmaLowering(KernelLowering):
                 "pitch": pitch, "count": count, "stages": stages, "ctype": ctype,
                 "convert": convert}
 
+    def _vector(self, n: int, axis: str) -> dict:
+        """Two stages of a chunk of a 4-byte array over the streamed `axis` and the block's
+        batch axes only (the dK/dV kernel's saved logsumexp and D, over the queries it
+        streams), staged beside the operands' tiles by cp.async (`_copy`), read from shared
+        memory at each element instead of from global memory at every element of every
+        chunk (the schedule holds them in shared memory)."""
+        param, dtype = self.names[n]
+        chunk = self.kp.schedule.stream[1]
+        stages = self.kp.schedule.stages
+        ctype = cexpr.CTYPE[dtype]
+        name = f"sm{len(self.smem)}"
+        self.smem.append(P.SharedBuffer(name, ctype, staging.next_offset(self.smem),
+                                        str(chunk * stages)))
+        self.smem_terms.append((chunk * stages * 4,))
+        self.b.emit(P.Decl(f"{ctype}* const", name, f"reinterpret_cast<{ctype}*>(smem + "
+                           f"{self.smem[-1].offset})"))
+        return {"node": n, "name": name, "vector": axis, "param": param, "count": chunk,
+                "stages": stages}
+
+    def _copy_vector(self, t: dict, stage: str, c0: str, clen: str) -> None:
+        """The chunk at c0 of a staged vector (`_vector`): 4 bytes a thread, zeros past clen."""
+        b = self.b
+        axes = ir.type_of(self.g, t["node"]).axes
+
+        def body():
+            scope = {a: Ix(self._axis_var("org", a)) for a in axes if a != t["vector"]}
+            scope[t["vector"]] = Ix(f"({c0} + e)")
+            offset = Layout(axes, self.sizes, self.itype).offset(scope)
+            param = t["param"]
+            b.emit(P.Call("napkin_cp_async_4", (f"{self.at(t, stage)} + e",
+                                                f"(e < {clen}) ? {param} + ({offset}) : {param}",
+                                                f"(e < {clen}) ? 4 : 0")))
+        if t["count"] > self.threads:
+            b.loop("e", "tid", str(t["count"]), str(self.threads), body)
+            return
+
+        def once():         # one value a thread at most: no loop for nvcc to peel and unroll
+            b.emit(P.Decl("const int", "e", "tid"))
+            body()
+        b.emit(P.If(f"tid < {t['count']}", self._scoped(once)))
+
     def at(self, t: dict, stage: str = "stage") -> str:
         """The tile's stage in use (a streamed tile has two)."""
         return f"({t['name']} + {stage} * {t['count']})" if t["stages"] > 1 else t["name"]
@@ -215,6 +256,9 @@ class MmaLowering(KernelLowering):
         8 and the array 16-byte aligned; then a vector is all inside or all outside the
         array), else one value at a time. The caller commits and waits."""
         b = self.b
+        if "vector" in t:
+            self._copy_vector(t, stage, c0, clen)
+            return
         aligned = self._aligned(t)
         if isinstance(aligned, str) and vector is not None:
             aligned = True if vector else None          # the size test ran outside the loop

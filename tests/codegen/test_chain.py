@@ -9,6 +9,8 @@ in float64 and the float64 reference under testing.md's tolerance rule.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -70,6 +72,23 @@ def test_attention_backward_halves_are_chains_that_match(name, wrt, shape):
         w = want[k]
         np.testing.assert_allclose(np.asarray(got, np.float64), w, rtol=0,
                                    atol=2e-2 * np.abs(w).max())
+
+
+def test_the_key_half_stages_the_query_statistics_per_chunk():
+    """dK, dV stream the queries: the saved logsumexp and D (4-byte values over the queries)
+    are copied per chunk beside Q and dO (one cp.async.4 a thread, no copy loop) and read from
+    shared memory, not from global memory at every element of every chunk; the query half
+    holds them per row in registers (issue 14)."""
+    d = napkin.grad("attention", wrt=("K", "V"), saved=True, d=64)
+    p = plan(d, "h100", BIG)
+    (kp,) = chains(p)
+    source = render(lower(p))
+    copies = re.findall(r"napkin_cp_async_4\([^;]*?\? (p\d+) \+ \([^;]*?: (p\d+), ", source)
+    assert len(copies) == 6, copies      # lse and D: the first chunk, then two prefetches
+    assert source.count("if (tid < 32) {") == 6
+    # every other read of their parameters is none: only the declaration and the copies
+    for param in {a for a, _ in copies}:
+        assert len(re.findall(rf"\b{param}\b", source)) == 1 + 2 * sum(a == param for a, _ in copies)
 
 
 MLP = """axis t, f, d = 32, e = 16
