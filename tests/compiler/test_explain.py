@@ -94,7 +94,6 @@ def test_layernorm_long_rows_need_two_passes_and_say_so():
         assert st.axis == "c" and st.passes == 2
     else:   # the statistics and the normalisation split: the boundary names the passes
         assert "2 passes over c" in p.kernels[-1].kernel.reason
-        stats = p.kernels[0]
         assert {"mu", "var"} <= set(report(p)["kernels"][0]["equations"])
 
 
