@@ -167,15 +167,42 @@ class FlashLowering(MmaLowering):
                                    "rm[i0][i1] + logf(rl[i0][i1])")),
             b.emit(P.Set("rl[i0][i1]", "rl[i0][i1] == 0.0f ? 0.0f : 1.0f / rl[i0][i1]"))))
 
+        # the sums over O's columns after the stream (D = sum[d](dO * O)): each lane adds its
+        # columns of the row, then the quad adds the lanes' (as the row sums above)
+        sums = {n: f"es{j}" for j, n in enumerate(s.epilogue)}
+        # stores over the rows only (the logsumexp, the sums): once a row, in the loop below
+        of_rows = {n for n in self.k.stores
+                   if masking.through_names(self.g, n) in set(sums) | set(s.lse)}
+        for name in sums.values():
+            b.emit(P.Decl("float", name, "{}", shape=(fm, 2)))
+
         def point():
             scope, valid = self._point({s.row: self._row(), s.dv: f"i1 * {FN} + fq * 2 + i2 % 2"})
             self.values[s.out] = "acc[i0][i1][i2] * rl[i0][i2 / 2]"
             for n in s.lse:
                 self.values[n] = "lse[i0][i2 / 2]"
+            for n, name in sums.items():
+                term = self.emitter.value(ir.operands(self.g, n)[0], scope)
+                b.emit(P.Set(f"{name}[i0][i2 / 2]", f"{name}[i0][i2 / 2] + (({valid}) ? "
+                                                     f"(float)({term}) : 0.0f)"))
             for n in self.k.stores:
-                self._store(n, scope, {"valid": valid})
+                if n not in of_rows:
+                    self._store(n, scope, {"valid": valid})
             self.values.clear()
         self._each([("i0", fm), ("i1", dv), ("i2", 4)], point)
+        if not of_rows:
+            return
+
+        def row():
+            for name in sums.values():
+                b.emit(P.Set(f"{name}[i0][i1]", f"napkin_lanes_sum({name}[i0][i1], 4)"))
+            scope, valid = self._point({s.row: self._row("(2 * i1)")})
+            self.values.update((n, f"{name}[i0][i1]") for n, name in sums.items())
+            self.values.update((n, "lse[i0][i1]") for n in s.lse)
+            for n in sorted(of_rows):   # one lane of the quad writes the row's value (the
+                self._store(n, scope, {"valid": f"{valid} && fq == 0"})   # 4 lanes hold it)
+            self.values.clear()
+        self._each([("i0", fm), ("i1", 2)], row)
 
     def _mma(self) -> str:
         return f"napkin_mma_m16n8k16_{self.site.dtype}"

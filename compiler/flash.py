@@ -8,7 +8,9 @@ contraction (the fused attention the planner derives):
     O[batch.. row dv] = g(sum over x of P * V[.. x dv])               g elementwise
 
 with Q, K, V loads of one 16-bit dtype, `dk` static and a multiple of 16, `dv` static and
-a multiple of 8, and no other reduction or store in the kernel. `f` holds the scale and
+a multiple of 8, and no other reduction or store in the kernel but sums over `dv` of O's
+elementwise functions after the stream, only stored (the backward's `D = sum[d](dO * O)`:
+the epilogue adds them per row, `FlashSite.epilogue`). `f` holds the scale and
 masks (from axis indices or loaded arrays), `g` the cast and any epilogue.
 
 The block takes `BM` rows (one position of each batch axis); each of its `wm` warps owns
@@ -61,6 +63,8 @@ class FlashSite:
     width: int              # size of dv
     lse: tuple[int, ...] = ()    # logsumexp[x] of the softmax's scores, also stored (a split's
                                  # partial state: compiler/split.py): m + log l per row
+    epilogue: tuple[int, ...] = ()   # sums over dv of O's elementwise functions, after the
+                                     # stream (the backward's D = sum[d](dO * O)): per row
 
 
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
@@ -81,13 +85,16 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     loads = set(kernel.loads)
     contractions = [n for n in kernel.nodes if isinstance(ir.op(g, n), ir.Contract)]
     scores = [n for n in contractions if n != out]
+    # sums after the stream (none of the chunk's values): checked below as the epilogue
+    after = tuple(n for n in kernel.nodes if isinstance(ir.op(g, n), ir.Reduce) and n not in chunk
+                  and n not in lse and ir.op(g, n).fn == "sum")
     others = [n for n in kernel.nodes if isinstance(ir.op(g, n), (ir.Reduce, ir.Softmax))
-              and n != soft and n not in lse]
+              and n != soft and n not in lse and n not in after]
     if len(scores) != 1 or others:
         return "the scores are not one contraction (Q K) under elementwise operations"
     scores = scores[0]
     for n in kernel.nodes:
-        if n in loads or n in (scores, soft, out) or n in lse or split.window(g, n):
+        if n in loads or n in (scores, soft, out) or n in lse or n in after or split.window(g, n):
             continue
         if isinstance(ir.op(g, n), ir.View) and ir.operands(g, n)[0] in loads:
             continue         # a loaded array read at renamed positions (doc[q] beside doc[x])
@@ -133,7 +140,27 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
         if n not in chunk and n not in loads and not set(ir.type_of(g, n).axes) <= set(o_axes):
             return "the kernel computes values over other axes than O's"
     batch = tuple(a for a in o_axes if a not in (row, dv))
-    return FlashSite(scores, soft, out, q, k, v, row, x, dk, dv, batch, dtype, head, width, lse)
+    for n in after:
+        if ir.op(g, n).axes != (dv,) or \
+                tuple(a for a in o_axes if a != dv) != ir.type_of(g, n).axes or \
+                ir.operands(g, n)[0] in chunk:
+            return "a sum after the stream is not one over O's columns of O's rows"
+        if any(not isinstance(ir.op(g, m), ir.Assign) for m in _readers(g, n, kernel.nodes)):
+            return "a sum after the stream is read by other operations than its stores"
+    return FlashSite(scores, soft, out, q, k, v, row, x, dk, dv, batch, dtype, head, width, lse,
+                     after)
+
+
+def _readers(g, n: int, members) -> set:
+    """The kernel's nodes that read n, through its names."""
+    out, todo = set(), [n]
+    while todo:
+        for m in g.successors(todo.pop()):
+            if m in members and m not in out:
+                out.add(m)
+                if isinstance(ir.op(g, m), ir.Assign):
+                    todo.append(m)
+    return out
 
 
 def _row_logsumexp(g, n: int, soft: int, x: str) -> bool:
