@@ -250,6 +250,31 @@ def test_the_attention_backward_at_the_issues_size_is_three_kernels():
     assert k0.count("&& fq == 0") >= 2
 
 
+@pytest.mark.parametrize("name", ["gqa_attention", "sliding_window_attention",
+                                  pytest.param("softcap_attention", marks=pytest.mark.thorough),
+                                  pytest.param("alibi_attention", marks=pytest.mark.thorough)])
+def test_attention_variants_sum_d_in_the_forwards_epilogue(name):
+    """The plain gradients of the library's attention variants, planned at 2048: the forward
+    on FlashAttention-2 with D summed in its epilogue, then the chains (GQA's partials per
+    query head summed after them); emulated at odd sizes against the float64 reference."""
+    from napkin.commands.run import random_inputs
+    from napkin.compiler import schedule
+    from napkin.pipeline import run_plan
+    from napkin.runtime import compare
+    g = napkin.grad(napkin.load(name))
+    big = {a: 4 if a in ("b", "h", "g", "r") else 2048 for a, s in g.axes.items() if s is None}
+    p = plan(g, "h100", big)
+    first = p.kernels[0]
+    assert first.schedule.engine == schedule.ATTENTION and len(first.schedule.site.epilogue) == 1
+    assert [kp.schedule.engine for kp in p.kernels[1:3]] == [schedule.CHAIN] * 2
+    small = {a: {"q": 37, "x": 45}.get(a, 2) for a in big}
+    inputs = random_inputs(g, small, 3)
+    static = {a: v for a, v in g.axes.items() if v is not None}
+    out = run_plan(p, inputs, {**static, **small}, timeout_s=600)
+    for k, v in compare.against_reference(g, inputs, out).items():
+        assert v.ok, v.message
+
+
 @pytest.mark.thorough
 def test_the_three_backward_kernels_are_race_free_and_right():
     """ThreadSanitizer over the three kernels at odd sizes (the rows' stores of the forward
