@@ -248,6 +248,9 @@ def test_the_attention_backward_at_the_issues_size_is_three_kernels():
     source = render(lower(p))
     k0 = source[:source.index("napkin_k1(")]
     assert k0.count("&& fq == 0") >= 2
+    from napkin.runtime import nvrtc
+    for k, r in nvrtc.compile(source, arch="sm_90").resources.items():   # no spills (ptxas)
+        assert r.spill_stores == 0 and r.spill_loads == 0, (k, r)
 
 
 @pytest.mark.parametrize("name", ["gqa_attention", "sliding_window_attention",
