@@ -18,6 +18,8 @@ from .split_statements import separate_copies
 _FILL = {"sum": 0.0, "mean": 0.0, "var": 0.0, "max": -np.inf, "logsumexp": -np.inf,
          "min": np.inf}
 
+INT_FILL = float(2 ** 62)    # beyond any position or i32 value; exact in f64 and i64
+
 
 @dataclass(frozen=True)
 class SplitInfo:
@@ -272,8 +274,12 @@ class Rewrite:
         if op.fn == "var":
             return self._variance(src, op, axes, t, part, merge_stmt, name)
         if op.fn in ("max", "min") and ir.kind_of_dtype(ir.type_of(g, src).dtype) != "float":
-            partial = self._partial(src, op.fn, axes, t.dtype, part)  # clamped reads repeat a
-        else:                                                         # real position: harmless
+            # past the axis, a clamped read repeats a real position, but an index of the axis
+            # does not (`max[j](j)`: 98 for j < 97 in parts of 33): those positions take a
+            # value below (max) or above (min) any real one
+            fill = -INT_FILL if op.fn == "max" else INT_FILL
+            partial = self._partial(self.masked(src, fill, part), op.fn, axes, t.dtype, part)
+        else:
             fn = "sum" if op.fn == "mean" else op.fn
             partial = self._partial(self.masked(src, _FILL[op.fn], part), fn, axes, t.dtype, part)
         stored = self._store(partial, f"{name}.part", part)
