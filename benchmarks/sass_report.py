@@ -50,6 +50,8 @@ NAPKIN = [
     ("matmul 4096^3", "matmul", {"m": 4096, "n": 4096, "k": 4096}, {}),
     ("matmul 8192^3", "matmul", {"m": 8192, "n": 8192, "k": 8192}, {}),
     ("linear_gelu 4096^3", "linear_gelu", {"t": 4096, "i": 4096, "o": 4096}, {}),
+    # the plain gradient of attention: the forward (with D), the dQ and the dK/dV chains
+    ("attention backward d=64", "grad:attention", LONG, {"d": 64}),
 ]
 
 
@@ -68,6 +70,10 @@ def occupancy(arch: str, registers: int, threads: int, smem: int) -> tuple[int, 
 def napkin_rows(arch: str, target: str) -> list[dict]:
     rows = []
     for label, name, shape, defines in NAPKIN:
+        scored = "attention" in name or "causal" in name       # scores per warp and chunk
+        if name.startswith("grad:"):      # the gradient's diagram text, its sizes set in it
+            import napkin
+            name, defines = napkin.grad(napkin.load(name[5:], **defines)).source.text, {}
         made = through(name, None, "binary", Options.make(target=target, arch=arch, shape=shape,
                                                           defines=defines))
         binary, program, plan = made["binary"], made["program"], made["plan"]
@@ -83,7 +89,7 @@ def napkin_rows(arch: str, target: str) -> list[dict]:
                    "stack": res["stack_bytes"],
                    "smem": smem, "threads": k.threads}
             row.update(_loop_figures(loop, k.threads, arch, res["registers"], smem,
-                                     _scores(kp) if "attention" in name or "causal" in name else None))
+                                     _scores(kp) if scored else None))
             rows.append(row)
     return rows
 

@@ -47,8 +47,7 @@ class ChainLowering(MmaLowering):
         for p in s.outs:
             if p.c not in streamed:
                 streamed[p.c] = self._tile(p.c, self.whole(p.e, p.width), self.chunked(s.red))
-        self.columns = {t["node"]: t for t in map(
-            lambda n: self._vector(n, s.red), self._column_vectors())}
+        self.columns = {n: self._vector(n, s.red) for n in self._column_vectors()}
         for i, p in enumerate(s.outs):
             b.emit(P.Decl("float", f"acc{i}", "{}", shape=(fm, p.width // FN, 4)))
         self.rows = self._row_vectors(fm, self._row)

@@ -171,8 +171,8 @@ class FlashLowering(MmaLowering):
         # columns of the row, then the quad adds the lanes' (as the row sums above)
         sums = {n: f"es{j}" for j, n in enumerate(s.epilogue)}
         # stores over the rows only (the logsumexp, the sums): once a row, in the loop below
-        of_rows = {n for n in self.k.stores
-                   if masking.through_names(self.g, n) in set(sums) | set(s.lse)}
+        per_row = set(sums) | set(s.lse)
+        of_rows = {n for n in self.k.stores if masking.through_names(self.g, n) in per_row}
         for name in sums.values():
             b.emit(P.Decl("float", name, "{}", shape=(fm, 2)))
 

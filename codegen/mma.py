@@ -17,31 +17,18 @@ inside the arrays.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-from ..compiler import ir, split
+from ..compiler import ir
 from ..compiler import tensorcore as tc
-from . import cexpr, staging
+from . import cexpr
 from . import program as P
 from .builder import Ix
-from .indexing import Layout
 from .kernel import KernelLowering
+from .tiles import SharedTiles
 
 FM, FN, FK = tc.FRAGMENT
-VECTOR = 8       # 16-bit values per 16-byte cp.async
-CHUNK = "chunk"  # a tile axis's origin and bound: the chunk being copied
 
 
-class TileAxis(NamedTuple):
-    """One axis of a shared tile: its extent, where it starts (C, or CHUNK: the chunk being
-    copied, or None: 0) and the in-range test of a local index `{}` (or CHUNK, or None)."""
-    name: str
-    extent: int
-    origin: str | None
-    bound: str | None
-
-
-class MmaLowering(KernelLowering):
+class MmaLowering(SharedTiles, KernelLowering):
     def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
         super().__init__(plan, kp, names, sizes, index_type)
         self.site = kp.schedule.site   # compiler/tensorcore.py: what runs on the tensor cores
@@ -163,169 +150,6 @@ class MmaLowering(KernelLowering):
             b.emit(P.Decl(f"const {self.itype}", "c0", "cfull"))
             body(True)
         b.emit(P.If(f"cfull < {size}", self._scoped(last)))
-
-    # -- shared tiles ------------------------------------------------------------------------
-    def grouped(self, axis: str) -> TileAxis:
-        """A tile axis covering the block's tile of a woven axis."""
-        org = self._axis_var("org", axis)
-        return TileAxis(axis, self.tile[axis], org, f"{org} + {{}} < {self.sizes[axis]}")
-
-    def chunked(self, axis: str) -> TileAxis:
-        """A tile axis covering a chunk of the streamed axis (which one: at the copy)."""
-        return TileAxis(axis, self.kp.schedule.stream[1], CHUNK, CHUNK)
-
-    def whole(self, axis: str, extent: int) -> TileAxis:
-        """A tile axis covering all of a static axis."""
-        return TileAxis(axis, extent, None, None)
-
-    def _tile(self, n: int, frag: TileAxis, k: TileAxis) -> dict:
-        """A padded shared tile of operand n over a fragment axis and the mma's k axis:
-        [outer][inner + PAD], inner the one of the two that is contiguous in the array; two
-        stages of it when it holds a chunk (the pipeline), declared once per kernel."""
-        axes = ir.type_of(self.g, n).axes
-        inner, outer = (frag, k) if axes.index(frag.name) > axes.index(k.name) else (k, frag)
-        _, dtype = self.names[self._source(n)[0]]
-        # an f32 intermediate beside a 16-bit operand is rounded as it is staged
-        # (compiler/tensorcore._rounded): the tile holds the product's dtype
-        convert = dtype != self.site.dtype
-        dtype = self.site.dtype
-        name = f"sm{len(self.smem)}"
-        pitch = inner.extent + tc.PAD
-        count = outer.extent * pitch
-        stages = self.kp.schedule.stages if CHUNK in (inner.origin, outer.origin) else 1
-        ctype = cexpr.CTYPE[dtype]
-        self.smem.append(P.SharedBuffer(name, ctype, staging.next_offset(self.smem),
-                                        str(count * stages)))
-        self.smem_terms.append((count * stages * 2,))
-        self.b.emit(P.Decl(f"{ctype}* const", name, f"reinterpret_cast<{ctype}*>(smem + "
-                           f"{self.smem[-1].offset})"))
-        return {"node": n, "name": name, "inner": inner, "outer": outer, "k": k.name,
-                "pitch": pitch, "count": count, "stages": stages, "ctype": ctype,
-                "convert": convert}
-
-    def _vector(self, n: int, axis: str) -> dict:
-        """Two stages of a chunk of a 4-byte array over the streamed `axis` and the block's
-        batch axes only (the dK/dV kernel's saved logsumexp and D, over the queries it
-        streams), staged beside the operands' tiles by cp.async (`_copy`), read from shared
-        memory at each element instead of from global memory at every element of every
-        chunk (the schedule holds them in shared memory)."""
-        param, dtype = self.names[n]
-        chunk = self.kp.schedule.stream[1]
-        stages = self.kp.schedule.stages
-        ctype = cexpr.CTYPE[dtype]
-        name = f"sm{len(self.smem)}"
-        self.smem.append(P.SharedBuffer(name, ctype, staging.next_offset(self.smem),
-                                        str(chunk * stages)))
-        self.smem_terms.append((chunk * stages * 4,))
-        self.b.emit(P.Decl(f"{ctype}* const", name, f"reinterpret_cast<{ctype}*>(smem + "
-                           f"{self.smem[-1].offset})"))
-        return {"node": n, "name": name, "vector": axis, "param": param, "count": chunk,
-                "stages": stages}
-
-    def _copy_vector(self, t: dict, stage: str, c0: str, clen: str) -> None:
-        """The chunk at c0 of a staged vector (`_vector`): 4 bytes a thread, zeros past clen."""
-        b = self.b
-        axes = ir.type_of(self.g, t["node"]).axes
-
-        def body():
-            scope = {a: Ix(self._axis_var("org", a)) for a in axes if a != t["vector"]}
-            scope[t["vector"]] = Ix(f"({c0} + e)")
-            offset = Layout(axes, self.sizes, self.itype).offset(scope)
-            param = t["param"]
-            b.emit(P.Call("napkin_cp_async_4", (f"{self.at(t, stage)} + e",
-                                                f"(e < {clen}) ? {param} + ({offset}) : {param}",
-                                                f"(e < {clen}) ? 4 : 0")))
-        if t["count"] > self.threads:
-            b.loop("e", "tid", str(t["count"]), str(self.threads), body)
-            return
-
-        def once():         # one value a thread at most: no loop for nvcc to peel and unroll
-            b.emit(P.Decl("const int", "e", "tid"))
-            body()
-        b.emit(P.If(f"tid < {t['count']}", self._scoped(once)))
-
-    def at(self, t: dict, stage: str = "stage") -> str:
-        """The tile's stage in use (a streamed tile has two)."""
-        return f"({t['name']} + {stage} * {t['count']})" if t["stages"] > 1 else t["name"]
-
-    def _copy(self, t: dict, stage: str = "0", c0: str = "c0", clen: str = "clen",
-              vector: bool | None = None) -> None:
-        """Block-wide copy of the operand's tile (the chunk at c0 of length clen, into this
-        stage) to shared memory, zeros outside: 16 bytes at a time with cp.async when the rows
-        allow it (the tile's inner axis is the array's contiguous one, its size a multiple of
-        8 and the array 16-byte aligned; then a vector is all inside or all outside the
-        array), else one value at a time. The caller commits and waits."""
-        b = self.b
-        if "vector" in t:
-            self._copy_vector(t, stage, c0, clen)
-            return
-        aligned = self._aligned(t)
-        if isinstance(aligned, str) and vector is not None:
-            aligned = True if vector else None          # the size test ran outside the loop
-        if aligned is True or aligned is None:
-            self._copy_loop(t, VECTOR if aligned else 1, stage, c0, clen)
-            return
-        b.emit(P.If(aligned, self._scoped(lambda: self._copy_loop(t, VECTOR, stage, c0, clen)),
-                    self._scoped(lambda: self._copy_loop(t, 1, stage, c0, clen))))
-
-    def _aligned(self, t: dict) -> str | bool | None:
-        """When 16-byte copies are possible: always (True), by a runtime test of a size, or
-        never (None). Every pointer argument is 16-byte aligned (Program.alignment: the
-        launchers see to it), so only the rows' length decides."""
-        axes = ir.type_of(self.g, t["node"]).axes
-        axis, extent = t["inner"].name, t["inner"].extent
-        size = self.sizes[axis]
-        if t["convert"] or axes[-1] != axis or extent % VECTOR or \
-                (size.isdigit() and int(size) % VECTOR):
-            return None         # (a rounded copy goes one value at a time)
-        return True if size.isdigit() else f"{size} % {VECTOR} == 0"
-
-    def _source(self, n: int) -> tuple[int, object]:
-        """(the global array operand n is copied from, the split it is a window of or None):
-        a split's window (compiler/split.py) is a tile of its base's rows at p_x * size(s_x)."""
-        found = split.window(self.g, n)
-        return (n, None) if found is None else found
-
-    def _copy_loop(self, t: dict, vector: int, stage: str, c0: str, clen: str) -> None:
-        b = self.b
-        base, window = self._source(t["node"])
-        param, _ = self.names[base]
-        inner, outer = t["inner"], t["outer"]
-        per_row = inner.extent // vector
-
-        def body():
-            b.emit(P.Decl("const int", "eo", f"e / {per_row}"))
-            b.emit(P.Decl("const int", "ei", f"e % {per_row}" if vector == 1 else
-                          f"(e % {per_row}) * {vector}"))
-            axes = ir.type_of(self.g, t["node"]).axes
-            scope = {a: Ix(self._axis_var("org", a)) for a in axes if a in self.tile}
-            checks = []
-            for (axis, _, origin, bound), local in ((outer, "eo"), (inner, "ei")):
-                if origin == CHUNK:
-                    origin, bound = c0, f"{{}} < {clen}"
-                scope[axis] = Ix(f"({origin} + {local})" if origin else local)
-                if bound:
-                    checks.append(bound.format(local))
-            if window is not None:      # the base's row x = p_x * size(s_x) + s_x, zeros past x
-                row = (f"(({self.itype}){scope[window.part_axis].expr} * "
-                       f"({self.itype})({self.sizes[window.share_axis]}) + "
-                       f"{scope[window.share_axis].expr})")
-                checks.append(f"{row} < ({self.itype})({self.sizes[window.axis]})")
-                scope = {**scope, window.axis: Ix(row)}
-                axes = ir.type_of(self.g, base).axes
-            valid = " && ".join(checks) or "true"
-            offset = Layout(axes, self.sizes, self.itype).offset(scope)
-            at = f"{self.at(t, stage)} + eo * {t['pitch']} + ei"
-            if vector == 1:
-                zero = f"napkin_from_float<{t['ctype']}>(0.0f)"
-                value = f"{param}[{offset}]"
-                if t["convert"]:
-                    value = f"napkin_from_float<{t['ctype']}>({value})"
-                b.emit(P.Set(f"({at})[0]", f"({valid}) ? {value} : {zero}"))
-            else:   # src-size 0 outside the arrays: zeros, nothing read
-                b.emit(P.Call("napkin_cp_async_16", (at, f"({valid}) ? {param} + ({offset}) : {param}",
-                                                     f"({valid}) ? 16 : 0")))
-        b.loop("e", "tid", str(outer.extent * per_row), str(self.threads), body)
 
     def _step(self, tiles, fm: int, fn: int) -> None:
         """16 of the chunk: every warp loads its fragments and multiplies them."""
