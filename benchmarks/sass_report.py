@@ -95,12 +95,13 @@ def napkin_rows(arch: str, target: str) -> list[dict]:
 
 
 def _scores(kp) -> int | None:
-    """Attention scores one warp computes per main-loop iteration: the block's query rows
-    (the library's query axes q and r) times the key chunk, over the block's warps."""
+    """Attention scores one warp computes per main-loop iteration: the block's rows (the
+    library's query axes q and r, or a chain's row axis) times the chunk, over the warps."""
     s = kp.schedule
     if not s.stream:
         return None
-    rows = math.prod(t for a, t in s.tile if a in ("q", "r"))
+    row = getattr(s.site, "row", None)     # a chain's rows: the keys in the dK/dV half
+    rows = math.prod(t for a, t in s.tile if a in ("q", "r") or a == row)
     warps = math.prod(w for _, w in s.warps) if s.warps else max(1, s.threads // 32)
     return rows * s.stream[1] // warps
 
