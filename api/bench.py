@@ -14,7 +14,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-import numpy as np
 
 ATTENTION = {"attention": False, "attention_manual": False, "causal_attention": True}
 MATMUL = ("matmul", "batched_matmul")

@@ -19,7 +19,7 @@ from .compiler import target as targets
 from .compiler.diagram import Diagram
 from .compiler.split import complete_sizes
 from .explain import render_text, report
-from .diagrams.diagnostics import UsageError, did_you_mean, error
+from .diagrams.diagnostics import did_you_mean, error
 from . import pipeline
 from .backends import check_backend
 from .pipeline import Options

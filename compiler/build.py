@@ -8,7 +8,7 @@ size can be determined) and warns about unused inputs and arrays.
 
 from __future__ import annotations
 
-import networkx as nx
+from .graph import DiGraph
 
 from ..diagrams import ast, limits
 from ..diagrams.diagnostics import Collector, Label, NapkinError, Span, did_you_mean, error, warning
@@ -18,11 +18,11 @@ from .einsum import across_functions, place_contractions
 from .resolve import ArrayInfo, Poisoned, RNode, Scope, resolve, retype
 
 
-def build(program: ast.Program, overrides: dict[str, int] | None = None) -> tuple[nx.DiGraph, list]:
+def build(program: ast.Program, overrides: dict[str, int] | None = None) -> tuple[DiGraph, list]:
     """Returns (graph IR, warnings); raises NapkinError with every error found."""
     errors = Collector(program.source, limits.MAX_ERRORS)
     decl = declare(program, dict(overrides or {}), errors)
-    g = nx.DiGraph()
+    g = DiGraph()
     scope = Scope(axes=decl.axes, arrays={}, later=dict(decl.equations), poisoned=set(),
                   sizes=decl.sizes)
     inputs: dict[str, int] = {}
@@ -74,7 +74,7 @@ def build(program: ast.Program, overrides: dict[str, int] | None = None) -> tupl
     return g, notes + _unused(g, decl) + [w for e in equations for w in _broadcast_warnings(g, e)]
 
 
-def _equation(g: nx.DiGraph, scope: Scope, stmt: ast.Equation, index: int,
+def _equation(g: DiGraph, scope: Scope, stmt: ast.Equation, index: int,
               notes: list) -> ir.EquationInfo:
     name = stmt.name
     if name.text in ir.BUILTINS:
@@ -136,7 +136,7 @@ def _summed(root: RNode) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, .
     return tuple(found["contract"]), tuple(found["reduce"]), tuple(found["softmax"])
 
 
-def _emit(g: nx.DiGraph, node: RNode, stmt: int) -> int:
+def _emit(g: DiGraph, node: RNode, stmt: int) -> int:
     """Add the ops of a resolved expression to the graph; returns the root's node id."""
     args = [_emit(g, c, stmt) for c in node.children]
     out = ir.ArrayType(node.out, ir.dtype_of_kind(node.vkind))
@@ -169,7 +169,7 @@ def _emit(g: nx.DiGraph, node: RNode, stmt: int) -> int:
     return ir.add_node(g, ir.Softmax(node.axes), out, args, span=node.span, stmt=stmt)
 
 
-def _outputs(g: nx.DiGraph, decl: Declarations, arrays: dict[str, int], poisoned: set[str],
+def _outputs(g: DiGraph, decl: Declarations, arrays: dict[str, int], poisoned: set[str],
              errors: Collector) -> dict[str, int]:
     outputs: dict[str, int] = {}
     first: dict[str, Span] = {}
@@ -219,7 +219,7 @@ def _axes(decl: Declarations) -> dict[str, ir.Axis]:
             for name, span in decl.axes.items()}
 
 
-def _check_sizes_known(g: nx.DiGraph, decl: Declarations, errors: Collector) -> None:
+def _check_sizes_known(g: DiGraph, decl: Declarations, errors: Collector) -> None:
     bound = {decl.sizes.find(a.text) for item in decl.inputs for a in item.axes}
     reported = set()
     for n in ir.order(g):
@@ -238,7 +238,7 @@ def _check_sizes_known(g: nx.DiGraph, decl: Declarations, errors: Collector) -> 
                     help=f"no input has `{axis}`: give it a size (`axis {axis} = N`) or -D {axis}=N"))
 
 
-def _unused(g: nx.DiGraph, decl: Declarations) -> list:
+def _unused(g: DiGraph, decl: Declarations) -> list:
     found = []
     for n in ir.order(g):
         op = ir.op(g, n)
@@ -254,7 +254,7 @@ def _unused(g: nx.DiGraph, decl: Declarations) -> list:
     return found
 
 
-def _broadcast_warnings(g: nx.DiGraph, info: ir.EquationInfo) -> list:
+def _broadcast_warnings(g: DiGraph, info: ir.EquationInfo) -> list:
     if not info.broadcast:
         return []
     axes = ", ".join(f"`{a}`" for a in info.broadcast)

@@ -12,12 +12,12 @@
 
 from __future__ import annotations
 
-import networkx as nx
+from .graph import DiGraph, ancestors
 
 from . import ir
 
 
-def canonicalize(g: nx.DiGraph) -> nx.DiGraph:
+def canonicalize(g: DiGraph) -> DiGraph:
     """Rewrite the IR into canonical form (a copy)."""
     g = g.copy()
     changed = True
@@ -30,18 +30,18 @@ def canonicalize(g: nx.DiGraph) -> nx.DiGraph:
     return dead_code(g)
 
 
-def dead_code(g: nx.DiGraph) -> nx.DiGraph:
+def dead_code(g: DiGraph) -> DiGraph:
     """Drop nodes no output depends on (inputs stay: they are the signature)."""
     live = set()
     for n in g.graph["outputs"].values():
-        live |= nx.ancestors(g, n) | {n}
+        live |= ancestors(g, n) | {n}
     live |= set(g.graph["inputs"].values())
     g.remove_nodes_from([n for n in list(g) if n not in live])
     g.graph["arrays"] = {k: v for k, v in g.graph["arrays"].items() if v in g}
     return g
 
 
-def through(g: nx.DiGraph, n: int) -> int:
+def through(g: DiGraph, n: int) -> int:
     """The node an array really comes from, looking through named arrays (Assign)."""
     while isinstance(ir.op(g, n), ir.Assign) and ir.type_of(g, n).axes == \
             ir.type_of(g, ir.operands(g, n)[0]).axes:
@@ -54,7 +54,7 @@ def _is(g, n, kind, fn=None) -> bool:
     return isinstance(op, kind) and (fn is None or getattr(op, "fn", None) == fn)
 
 
-def _softmax_parts(g: nx.DiGraph, exp_node: int, denominator: int):
+def _softmax_parts(g: DiGraph, exp_node: int, denominator: int):
     """(S, axes) when exp_node = exp(S - max[axes](S)) and denominator = sum[axes](exp_node)."""
     den = through(g, denominator)
     if not _is(g, den, ir.Reduce, "sum") or through(g, ir.operands(g, den)[0]) != exp_node:
@@ -76,7 +76,7 @@ def _softmax_parts(g: nx.DiGraph, exp_node: int, denominator: int):
     return s, axes
 
 
-def _softmax(g: nx.DiGraph, n: int) -> bool:
+def _softmax(g: DiGraph, n: int) -> bool:
     if not _is(g, n, ir.Map, "div"):
         return False
     num, den = ir.operands(g, n)
@@ -111,7 +111,7 @@ def _softmax(g: nx.DiGraph, n: int) -> bool:
     return False
 
 
-def _variance(g: nx.DiGraph, n: int) -> bool:
+def _variance(g: DiGraph, n: int) -> bool:
     if not _is(g, n, ir.Reduce, "mean"):
         return False
     sq = through(g, ir.operands(g, n)[0])
@@ -133,7 +133,7 @@ def _variance(g: nx.DiGraph, n: int) -> bool:
     return True
 
 
-def _replace(g: nx.DiGraph, old: int, new: int) -> None:
+def _replace(g: DiGraph, old: int, new: int) -> None:
     """Point every consumer of `old` at `new`, then drop `old`."""
     for _, consumer, data in list(g.out_edges(old, data=True)):
         if g.has_edge(new, consumer):

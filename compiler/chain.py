@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
+from .graph import ancestors
 
 from . import flash, ir, warps
 from .cost import Choice, Cost
@@ -186,7 +186,7 @@ def _elementwise(g, kernel, loads, chunk_axes, rows, products) -> str | None:
         if len(own) != 1 or not own <= {p.e for p in products}:
             return "the kernel stores a value of every chunk, or one over no output's axes"
         (e,) = own
-        feeding = nx.ancestors(g, n) & outs | ({n} & outs)
+        feeding = ancestors(g, n) & outs | ({n} & outs)
         if any(by_e[o] != e for o in feeding) or not feeding:
             return "a stored value is not made of the products of its own axes"
     return None

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import networkx as nx
+from .graph import DiGraph, has_path, topological_order
 
 from . import ir
 from .kernels import FusedKernel
@@ -11,7 +11,7 @@ from .kernels import FusedKernel
 Cluster = frozenset  # of statement indices
 
 
-def _statements(g: nx.DiGraph) -> dict[int, set[int]]:
+def _statements(g: DiGraph) -> dict[int, set[int]]:
     out: dict[int, set[int]] = {}
     for n, data in g.nodes(data=True):
         if data["stmt"] is not None and not isinstance(data["op"], (ir.Input, ir.Output)):
@@ -19,17 +19,17 @@ def _statements(g: nx.DiGraph) -> dict[int, set[int]]:
     return out
 
 
-def _topological(g: nx.DiGraph, ks: list[FusedKernel]) -> list[FusedKernel]:
+def _topological(g: DiGraph, ks: list[FusedKernel]) -> list[FusedKernel]:
     """Launch order: a kernel after the kernels that store what it loads (with overlapping
     kernels, the one that stores a node, not every one that computes it)."""
     storer = {n: i for i, k in enumerate(ks) for n in k.stores}
-    dag = nx.DiGraph()
+    dag = DiGraph()
     dag.add_nodes_from(range(len(ks)))
     for i, k in enumerate(ks):
         for u in k.loads:
             if u in storer and storer[u] != i:
                 dag.add_edge(storer[u], i)
-    return [ks[i] for i in nx.lexicographical_topological_sort(dag, key=lambda i: ks[i].equations)]
+    return [ks[i] for i in topological_order(dag, key=lambda i: ks[i].equations)]
 
 
 def _edges(g, stmts, clusters, siblings: bool = False, owned: dict | None = None):
@@ -75,7 +75,7 @@ def _splits_apart(g, cluster: Cluster) -> bool:
 def _creates_cycle(g, stmts, clusters, p: Cluster, c: Cluster, owned: dict | None = None) -> bool:
     """Merging p and c is illegal if another kernel lies on a path between them (`owned` as
     for `_edges`)."""
-    dag = nx.DiGraph()
+    dag = DiGraph()
     for cl in clusters:
         dag.add_node(cl)
     if owned is None:
@@ -99,6 +99,6 @@ def _creates_cycle(g, stmts, clusters, p: Cluster, c: Cluster, owned: dict | Non
                             if n not in inside[other]:
                                 dag.add_edge(cl, other)
     for path_start in dag.successors(p):
-        if path_start != c and nx.has_path(dag, path_start, c):
+        if path_start != c and has_path(dag, path_start, c):
             return True
     return False

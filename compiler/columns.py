@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
+from .graph import DiGraph
 
 from . import ir
 from .model import Model
@@ -29,7 +29,7 @@ class Column:
     in_loop: bool = False         # runs once per chunk of the streamed axis
 
 
-def columns(g: nx.DiGraph, model: Model) -> tuple[Column, ...]:
+def columns(g: DiGraph, model: Model) -> tuple[Column, ...]:
     arrays = model.arrays
     by_node: dict[int, list[int]] = {}
     for i, a in enumerate(arrays):

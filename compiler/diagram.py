@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import networkx as nx
+from .graph import DiGraph
 
 from ..diagrams.diagnostics import Diagnostic, Source
 from . import ir
@@ -21,7 +21,7 @@ class ArraySig:
 
 @dataclass(frozen=True, eq=False)
 class Diagram:
-    ir: nx.DiGraph
+    ir: DiGraph
     source: Source
     warnings: tuple[Diagnostic, ...] = ()
     overrides: tuple[tuple[str, int], ...] = field(default=())

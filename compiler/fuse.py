@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-import networkx as nx
+from .graph import DiGraph, is_dag
 
 from . import ir
 from .kernels import FusedKernel, check_stores, fused_kernel
@@ -39,20 +39,20 @@ from .clusters import (Cluster, _creates_cycle, _edges, _splits_apart, _statemen
 from .recompute import Layout, _Layouts, _merged, _time
 
 
-def unfused_kernels(g: nx.DiGraph) -> list[FusedKernel]:
+def unfused_kernels(g: DiGraph) -> list[FusedKernel]:
     """One kernel per equation (the plan without fusion)."""
     stmts = _statements(g)
     ks = [fused_kernel(g, "", nodes) for _, nodes in sorted(stmts.items())]
     return _named(g, ks)
 
 
-def _named(g: nx.DiGraph, ks: list[FusedKernel]) -> list[FusedKernel]:
+def _named(g: DiGraph, ks: list[FusedKernel]) -> list[FusedKernel]:
     out = [replace(k, name=f"k{i}") for i, k in enumerate(_topological(g, ks))]
     check_stores(g, out)
     return out
 
 
-def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
+def fuse(g: DiGraph, planner) -> list[FusedKernel]:
     stmts = _statements(g)
 
     @functools.cache     # (each cluster's kernel is asked for again at every merge step)
@@ -97,7 +97,7 @@ def fuse(g: nx.DiGraph, planner) -> list[FusedKernel]:
     return _named(g, ks)
 
 
-def regroup(g: nx.DiGraph, groups) -> list[FusedKernel]:
+def regroup(g: DiGraph, groups) -> list[FusedKernel]:
     """Kernels of these statement groups (another fusion's, on a graph with the same
     statements), named in launch order; no boundary reasons (for pricing only). A group is
     (a kernel's statements, those of them it recomputes: `FusedKernel.recomputed`)."""
@@ -122,13 +122,13 @@ def _partial_side(g, stmts) -> Cluster | None:
         return None
     rest = {frozenset([s]) for s in stmts if s not in side}
     owner = {n: cl for cl in rest | {side} for s in cl for n in stmts[s]}
-    dag = nx.DiGraph()
+    dag = DiGraph()
     for n, cl in owner.items():
         dag.add_node(cl)
         for v in g.successors(n):
             if owner.get(v, cl) != cl:
                 dag.add_edge(cl, owner[v])
-    return side if nx.is_directed_acyclic_graph(dag) else None
+    return side if is_dag(dag) else None
 
 
 def _statistics(g, stmts, sizes) -> dict[int, set[int]]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import networkx as nx
+from .graph import DiGraph, ancestors, descendants
 
 from ..diagrams.diagnostics import error
 from . import ir
@@ -44,7 +44,7 @@ _INLINE_LIMIT = 48          # an adjoint longer than this gets a name of its own
 
 @dataclass
 class _Sweep:
-    g: nx.DiGraph
+    g: DiGraph
     saved: bool
     taken: set = field(default_factory=set)
     names: dict = field(default_factory=dict)        # forward node -> its name in the text
@@ -206,7 +206,7 @@ def _setup(d: Diagram, wrt, saved: bool):
     # gradients flow through floats only: not into a `where`'s condition, a comparison or an
     # integer (a position, argmax, int(...))
     numbers = g.subgraph(n for n in g.nodes if ir.kind_of_dtype(ir.type_of(g, n).dtype) == "float")
-    reach = {name: nx.descendants(numbers, inputs[name]) for name in floats}
+    reach = {name: descendants(numbers, inputs[name]) for name in floats}
     out_nodes = set(outputs.values())
     if wrt is None:
         wrt = tuple(name for name in floats if reach[name] & out_nodes)
@@ -236,7 +236,7 @@ def _setup(d: Diagram, wrt, saved: bool):
                     and g.out_degree(o) == 1:
                 sw.alias[o] = n
     active = set().union(*(reach[name] | {inputs[name]} for name in wrt)) & \
-        set().union(*(nx.ancestors(numbers, o) | {o} for o in outputs.values()))
+        set().union(*(ancestors(numbers, o) | {o} for o in outputs.values()))
     cotangents, cotangent = [], {}
     for name, n in outputs.items():
         c = cotangent[n] = sw.fresh(f"d{name}")

@@ -6,7 +6,7 @@ probabilities that read them."""
 
 from __future__ import annotations
 
-import networkx as nx
+from .graph import DiGraph
 
 from . import ir
 from .gradtext import product, strip
@@ -59,5 +59,5 @@ def plan_statistics(sw, active: set, cotangent: dict[int, str]) -> None:
         sw.row[n] = (sw.fresh("D"), row, term)
 
 
-def same_axes(g: nx.DiGraph, a: int, b: int) -> bool:
+def same_axes(g: DiGraph, a: int, b: int) -> bool:
     return set(ir.type_of(g, a).axes) == set(ir.type_of(g, b).axes)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
+from .graph import DiGraph
 import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, did_you_mean, error
@@ -61,7 +61,7 @@ def _level(target: Target, name: str | None, h: HintInfo) -> int:
                 help=did_you_mean(name, names[1:], "levels: " + ", ".join(names[1:])))
 
 
-def fixed_for(g: nx.DiGraph, k: FusedKernel, hints: list[Hint],
+def fixed_for(g: DiGraph, k: FusedKernel, hints: list[Hint],
               sizes: dict | None = None) -> tuple[dict, list[Hint]]:
     """The search's fixed decisions for kernel k, and the hints that applied. A size past
     the axis's (planning) size means the whole axis."""
@@ -87,7 +87,7 @@ def fixed_for(g: nx.DiGraph, k: FusedKernel, hints: list[Hint],
     return fixed, used
 
 
-def check_all_used(hints: list[Hint], used: set, g: nx.DiGraph, kernels) -> None:
+def check_all_used(hints: list[Hint], used: set, g: DiGraph, kernels) -> None:
     for h in hints:
         if h in used:
             continue

@@ -1,4 +1,4 @@
-"""The graph IR: a networkx DiGraph of ops; edges carry the arrays between them.
+"""The graph IR: a DiGraph of ops (compiler/graph.py); edges carry the arrays between them.
 
 Node attributes:
     op    -- a frozen dataclass below (what the box does)
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
+from .graph import DiGraph, topological_order
 
 from ..diagrams.diagnostics import Span
 
@@ -233,15 +233,15 @@ Op = Input | Output | Const | Index | SizeOf | View | Gather | Map | Contract | 
 
 # --- access helpers ------------------------------------------------------------
 
-def op(g: nx.DiGraph, n: int):
+def op(g: DiGraph, n: int):
     return g.nodes[n]["op"]
 
 
-def type_of(g: nx.DiGraph, n: int) -> ArrayType:
+def type_of(g: DiGraph, n: int) -> ArrayType:
     return g.nodes[n]["type"]
 
 
-def operands(g: nx.DiGraph, n: int) -> list[int]:
+def operands(g: DiGraph, n: int) -> list[int]:
     """Operand node ids of `n` in port order."""
     slots: dict[int, int] = {}
     for u, _, data in g.in_edges(n, data=True):
@@ -250,12 +250,12 @@ def operands(g: nx.DiGraph, n: int) -> list[int]:
     return [slots[i] for i in range(len(slots))]
 
 
-def order(g: nx.DiGraph) -> list[int]:
+def order(g: DiGraph) -> list[int]:
     """A deterministic topological order (smallest id first among ready nodes)."""
-    return list(nx.lexicographical_topological_sort(g))
+    return list(topological_order(g))
 
 
-def add_node(g: nx.DiGraph, payload, out: ArrayType, args=(), span: Span | None = None,
+def add_node(g: DiGraph, payload, out: ArrayType, args=(), span: Span | None = None,
              stmt: int | None = None) -> int:
     n = g.number_of_nodes()
     while n in g:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import networkx as nx
+from .graph import DiGraph
 
 from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
@@ -42,7 +42,7 @@ class KernelPlan:
                              "choice; make plans with plan.with_choices or plan.kernel_plan")
 
 
-def kernel_plan(g: nx.DiGraph, k: FusedKernel, model: Model, cols, choice: Choice, cost: Cost,
+def kernel_plan(g: DiGraph, k: FusedKernel, model: Model, cols, choice: Choice, cost: Cost,
                 hints, sizes: dict, target: Target, sched: Schedule | None = None) -> KernelPlan:
     """A kernel's plan with its checked schedule (N0604 if the choice is not legal)."""
     sched = sched or schedules.build(g, k, model, choice, sizes, target)
@@ -52,7 +52,7 @@ def kernel_plan(g: nx.DiGraph, k: FusedKernel, model: Model, cols, choice: Choic
 class KernelPlanner:
     """Plans single kernels, memoised (fusion asks about many candidate kernels)."""
 
-    def __init__(self, g: nx.DiGraph, target: Target, sizes: dict, hints, engine: str = "auto"):
+    def __init__(self, g: DiGraph, target: Target, sizes: dict, hints, engine: str = "auto"):
         self.g, self.target, self.sizes, self.hints = g, target, sizes, list(hints)
         self.engine = engine
         self._memo: dict = {}

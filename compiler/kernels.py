@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
+from .graph import DiGraph, ancestors
 
 from . import ir
 
@@ -33,7 +33,7 @@ class FusedKernel:
                                        # and stores: computed here from this kernel's loads
                                        # instead of loaded (fuse.py: recomputation)
 
-    def axes(self, g: nx.DiGraph) -> tuple[str, ...]:
+    def axes(self, g: DiGraph) -> tuple[str, ...]:
         seen: dict[str, None] = {}
         for n in self.loads + self.nodes:
             seen.update(dict.fromkeys(ir.type_of(g, n).axes))
@@ -42,7 +42,7 @@ class FusedKernel:
                 seen[op.axis] = None
         return tuple(seen)
 
-    def reduced(self, g: nx.DiGraph) -> tuple[str, ...]:
+    def reduced(self, g: DiGraph) -> tuple[str, ...]:
         """Axes some op of this kernel reduces or normalises over."""
         out: dict[str, None] = {}
         for n in self.nodes:
@@ -51,7 +51,7 @@ class FusedKernel:
                 out.update(dict.fromkeys(op.axes))
         return tuple(out)
 
-    def woven(self, g: nx.DiGraph) -> tuple[str, ...]:
+    def woven(self, g: DiGraph) -> tuple[str, ...]:
         """Axes that can be grouped: in every stored array, reduced nowhere here."""
         reduced = set(self.reduced(g))
         stored = [set(ir.type_of(g, n).axes) for n in self.stores]
@@ -59,7 +59,7 @@ class FusedKernel:
                      if a not in reduced and all(a in s for s in stored))
 
 
-def relabelled(g: nx.DiGraph, k: FusedKernel, held=()) -> frozenset:
+def relabelled(g: DiGraph, k: FusedKernel, held=()) -> frozenset:
     """Axes a view in the kernel reads at another axis's position of a value the kernel
     computes, and the axes whose index it reads them at (`E7[k j j]` reads E7's `i` at `j`'s
     index: both): a thread holds such a value for its own positions only, and a lane split
@@ -71,14 +71,14 @@ def relabelled(g: nx.DiGraph, k: FusedKernel, held=()) -> frozenset:
     for n in k.nodes:
         op = ir.op(g, n)
         if isinstance(op, ir.View) and ir.operands(g, n)[0] in nodes and \
-                held & (nx.ancestors(g, ir.operands(g, n)[0]) | {ir.operands(g, n)[0]}):
+                held & (ancestors(g, ir.operands(g, n)[0]) | {ir.operands(g, n)[0]}):
             for a, label in zip(ir.type_of(g, ir.operands(g, n)[0]).axes, op.labels):
                 if a != label:      # the position of `a` indexed by `label`'s index
                     out.update((a, label))
     return frozenset(out)
 
 
-def is_free(g: nx.DiGraph, n: int, memo: dict | None = None) -> bool:
+def is_free(g: DiGraph, n: int, memo: dict | None = None) -> bool:
     """Constants, sizes, axis indices and arithmetic on them only: recomputed wherever used.
     `memo` (node -> answer, for one graph as it is) spares re-walking shared subexpressions."""
     if memo is not None and n in memo:
@@ -91,7 +91,7 @@ def is_free(g: nx.DiGraph, n: int, memo: dict | None = None) -> bool:
     return free
 
 
-def fused_kernel(g: nx.DiGraph, name: str, members: set[int], reason: str = "",
+def fused_kernel(g: DiGraph, name: str, members: set[int], reason: str = "",
                  needed: set[int] | frozenset | None = None,
                  recomputed: tuple[int, ...] = ()) -> FusedKernel:
     """A kernel from the ops in `members`; the free expressions they use are added.
@@ -125,7 +125,7 @@ def fused_kernel(g: nx.DiGraph, name: str, members: set[int], reason: str = "",
 
 
 
-def check_stores(g: nx.DiGraph, kernels) -> None:
+def check_stores(g: DiGraph, kernels) -> None:
     """Kernels in launch order, overlapping or not: every node is stored by at most one
     kernel, what a kernel loads is an input or stored by an earlier kernel, and every output
     is stored (an internal error otherwise: napkin's bug, never the diagram's)."""

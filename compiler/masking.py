@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 
-import networkx as nx
+from .graph import ancestors
 import numpy as np
 
 from . import ir
@@ -73,7 +73,7 @@ def condition_nodes(g, st) -> frozenset:
     cond = paired_condition(g, st)
     if cond is None or _expr(g, cond) is None:
         return frozenset()
-    return frozenset({cond} | nx.ancestors(g, cond))
+    return frozenset({cond} | ancestors(g, cond))
 
 
 def through_names(g, n: int) -> int:

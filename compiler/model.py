@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
+from .graph import DiGraph
 
 from . import ir
 from .canonical import through
@@ -79,7 +79,7 @@ class Model:
                                           # (kernels.relabelled: never split over lanes)
 
 
-def array_name(g: nx.DiGraph, n: int) -> str:
+def array_name(g: DiGraph, n: int) -> str:
     """The diagram's name for an array, or `EQ:op` for an op inside equation EQ."""
     op = ir.op(g, n)
     if isinstance(op, (ir.Input, ir.Assign)):
@@ -99,7 +99,7 @@ def array_name(g: nx.DiGraph, n: int) -> str:
     return f"{eq}:{what}" if eq else f"%{n}:{what}"
 
 
-def storage_dtype(g: nx.DiGraph, n: int) -> str:
+def storage_dtype(g: DiGraph, n: int) -> str:
     """Dtype an array has in global memory: inputs and outputs their own, intermediates f32
     (integer ones i64)."""
     op = ir.op(g, n)
@@ -114,7 +114,7 @@ def storage_dtype(g: nx.DiGraph, n: int) -> str:
     return t if t in ("f32", "f16", "bf16") else "f32"   # masks are stored as 0.0 / 1.0
 
 
-def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
+def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
     """The model of kernel `k` streaming `axis` (None: nothing streams)."""
     st = stream(g, k, axis)
     arrays: list[Array] = []
@@ -187,7 +187,7 @@ def kernel_model(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Model:
                  relabelled(g, k, (n for n, _ in st.reducers)))
 
 
-def _used_over(g: nx.DiGraph, n: int, members: set) -> tuple[str, ...]:
+def _used_over(g: DiGraph, n: int, members: set) -> tuple[str, ...]:
     """The axes the kernel's ops reading load `n` iterate over (through names): a contraction
     its operands' axes, a reduction its input's, anything else its result's."""
     out: dict = {}
@@ -212,13 +212,13 @@ def _used_over(g: nx.DiGraph, n: int, members: set) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _gathers_from(g: nx.DiGraph, v: int, n: int) -> bool:
+def _gathers_from(g: DiGraph, v: int, n: int) -> bool:
     """Whether v gathers from array n (n is its operand 0, not one of its positions)."""
     return isinstance(ir.op(g, v), ir.Gather) and ir.operands(g, v)[0] == n \
         and n not in ir.operands(g, v)[1:]
 
 
-def _view_base(g: nx.DiGraph, n: int) -> int:
+def _view_base(g: DiGraph, n: int) -> int:
     while isinstance(ir.op(g, n), ir.View):
         n = ir.operands(g, n)[0]
     return n
@@ -234,7 +234,7 @@ def _slots(op) -> int:
     return 1
 
 
-def _work(g: nx.DiGraph, n: int, times: int) -> list[Work]:
+def _work(g: DiGraph, n: int, times: int) -> list[Work]:
     op = ir.op(g, n)
     args = ir.operands(g, n)
     if isinstance(op, ir.Contract):
@@ -254,7 +254,7 @@ def _work(g: nx.DiGraph, n: int, times: int) -> list[Work]:
     return []
 
 
-def _operand_dtype(g: nx.DiGraph, args: list[int]) -> str:
+def _operand_dtype(g: DiGraph, args: list[int]) -> str:
     """The storage dtype a contraction's operands come in: the least precise input reaching it
     (an intermediate beside a 16-bit input is rounded to it on the tensor cores:
     tensorcore._rounded)."""

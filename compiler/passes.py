@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
+from .graph import DiGraph
 
 from . import ir
 from .canonical import through
@@ -37,16 +37,16 @@ class Streaming:
         return dict(self.reducers)
 
 
-def carries(g: nx.DiGraph, n: int, axis: str) -> bool:
+def carries(g: DiGraph, n: int, axis: str) -> bool:
     return axis in ir.type_of(g, n).axes
 
 
-def reduces(g: nx.DiGraph, n: int, axis: str) -> bool:
+def reduces(g: DiGraph, n: int, axis: str) -> bool:
     op = ir.op(g, n)
     return isinstance(op, (ir.Contract, ir.Reduce)) and axis in op.axes
 
 
-def softmax_pairs(g: nx.DiGraph, k: FusedKernel, axis: str) -> dict[int, int]:
+def softmax_pairs(g: DiGraph, k: FusedKernel, axis: str) -> dict[int, int]:
     """Softmax nodes over `axis` whose only use (through names) is a contraction over it and
     over every axis the softmax normalises (one it keeps, the output's rows would need the
     statistics of other rows: the softmax then streams in two passes)."""
@@ -62,7 +62,7 @@ def softmax_pairs(g: nx.DiGraph, k: FusedKernel, axis: str) -> dict[int, int]:
     return pairs
 
 
-def _users(g: nx.DiGraph, n: int, members: set[int], stores: set[int]) -> list[int] | None:
+def _users(g: DiGraph, n: int, members: set[int], stores: set[int]) -> list[int] | None:
     """Consumers of n, looking through names; None if n (or a name of it) leaves the kernel."""
     users, frontier = [], [n]
     while frontier:
@@ -79,7 +79,7 @@ def _users(g: nx.DiGraph, n: int, members: set[int], stores: set[int]) -> list[i
     return users
 
 
-def stream(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Streaming:
+def stream(g: DiGraph, k: FusedKernel, axis: str | None) -> Streaming:
     """The pass structure of kernel `k` when `axis` is streamed (None: nothing streams)."""
     if axis is None:
         return Streaming(None, 1, (frozenset(),), (frozenset(),), (), (), ())
@@ -122,7 +122,7 @@ def stream(g: nx.DiGraph, k: FusedKernel, axis: str | None) -> Streaming:
                      tuple(sorted(pairs.items())), tuple(sorted(stats.items())))
 
 
-def _closure(g: nx.DiGraph, roots: list[int], pass_of: dict[int, int]) -> set[int]:
+def _closure(g: DiGraph, roots: list[int], pass_of: dict[int, int]) -> set[int]:
     """Axis-carrying nodes needed (recomputed if need be) to produce `roots`."""
     seen: set[int] = set()
     stack = list(roots)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import networkx as nx
+from .graph import DiGraph
 import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
@@ -43,7 +43,7 @@ ENGINES = ("auto", "tensor-cores", "cuda-cores")
 @dataclass(frozen=True)
 class Plan:
     diagram: Diagram
-    graph: nx.DiGraph            # the canonical IR the kernels refer to
+    graph: DiGraph            # the canonical IR the kernels refer to
     target: Target
     sizes: dict                  # planning size of every axis
     kernels: tuple[KernelPlan, ...]
@@ -66,7 +66,7 @@ class Plan:
 class Problem:
     """What planning starts from: the canonical IR, sizes, target and resolved hints."""
     diagram: Diagram
-    graph: nx.DiGraph
+    graph: DiGraph
     target: Target
     sizes: dict
     hints: tuple

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import networkx as nx
+from .graph import DiGraph
 
 from . import ir
 
 
-def format_ir(g: nx.DiGraph) -> str:
+def format_ir(g: DiGraph) -> str:
     lines = []
     axes = g.graph["axes"]
     parts = []

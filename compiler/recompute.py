@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import itertools
 
-import networkx as nx
+from .graph import DiGraph, is_dag
 
 from . import ir
 from .clusters import Cluster, _creates_cycle, _edges, _splits_apart, _topological
@@ -278,7 +278,7 @@ class _Layouts:
         or stored by another, with no cycle among them."""
         ks = self.kernels(layout)
         storer = {n: i for i, k in enumerate(ks) for n in k.stores}
-        dag = nx.DiGraph()
+        dag = DiGraph()
         dag.add_nodes_from(range(len(ks)))
         for i, k in enumerate(ks):
             for u in k.loads:
@@ -286,7 +286,7 @@ class _Layouts:
                     dag.add_edge(storer[u], i)
                 elif not isinstance(ir.op(self.g, u), ir.Input):
                     return False
-        return nx.is_directed_acyclic_graph(dag)
+        return is_dag(dag)
 
 
 def _merged(layout: Layout, j: int, i: int) -> Layout:

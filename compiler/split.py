@@ -41,7 +41,7 @@ reads another reduction over it (`sum[x](X - mean[x](X))`) is not split
 
 from __future__ import annotations
 
-import networkx as nx
+from .graph import DiGraph
 import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
@@ -50,7 +50,7 @@ from .split_region import MERGEABLE, NotSplittable, Region, normalisations
 from .split_rewrite import Rewrite, SplitInfo, share, split_axes
 
 
-def complete_sizes(g: nx.DiGraph, sizes: dict) -> dict:
+def complete_sizes(g: DiGraph, sizes: dict) -> dict:
     """`sizes` with every axis of `g` the diagram itself does not size (a split's p_x and
     s_x): the one place derived sizes are computed (run time and planning alike)."""
     out = dict(sizes)
@@ -65,7 +65,7 @@ def complete_sizes(g: nx.DiGraph, sizes: dict) -> dict:
     return out
 
 
-def splittable(g: nx.DiGraph, axis: str) -> str | None:
+def splittable(g: DiGraph, axis: str) -> str | None:
     """None when `axis` can be split, else why not."""
     try:
         Region(normalisations(g.copy(), axis), axis)
@@ -74,7 +74,7 @@ def splittable(g: nx.DiGraph, axis: str) -> str | None:
     return None
 
 
-def split(g: nx.DiGraph, axis: str, parts: int) -> nx.DiGraph:
+def split(g: DiGraph, axis: str, parts: int) -> DiGraph:
     """The graph with reduced axis `axis` split in `parts` (see the module docstring)."""
     if isinstance(parts, bool) or not isinstance(parts, (int, np.integer)) or parts < 1:
         raise NotSplittable(f"a split count is a whole number of at least 1, not {parts!r}")
@@ -89,7 +89,7 @@ def refuse(axis: str, why: str, span=None) -> NapkinError:
                       "or drop the hint and let the planner choose")
 
 
-def window(g: nx.DiGraph, n: int):
+def window(g: DiGraph, n: int):
     """(base node, split) when n is a split's window gather (SplitInfo.windows), else None."""
     info = g.graph.get("split")
     if info is None or n not in info.windows:
@@ -97,7 +97,7 @@ def window(g: nx.DiGraph, n: int):
     return ir.operands(g, n)[0], info
 
 
-def unmasked(g: nx.DiGraph, n: int) -> int:
+def unmasked(g: DiGraph, n: int) -> int:
     """The window under a `where(valid, window, 0)` mask (a lowering that zero-fills the rows
     past the axis needs no mask), else n."""
     op = ir.op(g, n)

@@ -5,7 +5,7 @@ statistics are a reduction (`normalisations`)."""
 
 from __future__ import annotations
 
-import networkx as nx
+from .graph import DiGraph, ancestors
 import numpy as np
 
 from . import ir
@@ -18,7 +18,7 @@ class NotSplittable(Exception):
     """Why an axis cannot be split (a reason for explain and for N0607)."""
 
 
-def normalisations(g: nx.DiGraph, axis: str) -> nx.DiGraph:
+def normalisations(g: DiGraph, axis: str) -> DiGraph:
     """A softmax over `axis` alone that no contraction over `axis` takes (a standalone softmax,
     whose output keeps the axis) becomes where(L == -inf, 0, exp(S - L)) with
     L = logsumexp[axis](S): the statistics are then a reduction that splits, and the
@@ -51,7 +51,7 @@ def normalisations(g: nx.DiGraph, axis: str) -> nx.DiGraph:
     return g
 
 
-def redirect(g: nx.DiGraph, n: int, result: int) -> None:
+def redirect(g: DiGraph, n: int, result: int) -> None:
     """Every reader of n reads `result` instead."""
     for v in list(g.successors(n)):
         ports = g.edges[n, v]["ports"]
@@ -70,7 +70,7 @@ class Region:
     feed them (the region, rebuilt over the split axes). Other readers of those nodes (an
     output keeping `axis`, a normalisation pass) go on reading the originals."""
 
-    def __init__(self, g: nx.DiGraph, axis: str):
+    def __init__(self, g: DiGraph, axis: str):
         self.g, self.axis = g, axis
         if axis not in g.graph["axes"]:
             raise NotSplittable(f"the diagram has no axis `{axis}`")
@@ -80,7 +80,7 @@ class Region:
         if not self.sinks:
             raise NotSplittable(f"no reduction over `{axis}` merges partial states")
         for n in self.sinks:
-            if any(m in self.sinks for m in nx.ancestors(g, n)):
+            if any(m in self.sinks for m in ancestors(g, n)):
                 raise NotSplittable(f"a reduction over `{axis}` reads another one's result "
                                     "(its partial states would wait for the other's merge)")
         inside: set[int] = set()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
+from .graph import DiGraph, ancestors
 import numpy as np
 
 from . import ir
@@ -35,7 +35,7 @@ class SplitInfo:
                                      # window of rows a lowering may copy as a tile instead
 
 
-def split_axes(g: nx.DiGraph, axis: str) -> tuple[str, str]:
+def split_axes(g: DiGraph, axis: str) -> tuple[str, str]:
     """Fresh names for the two axes of a split of `axis` (`p_x`, `s_x`)."""
     taken = set(g.graph["axes"]) | set(g.graph["arrays"])
     names = []
@@ -54,7 +54,7 @@ def share(size: int, parts: int) -> int:
 
 
 class Rewrite:
-    def __init__(self, g: nx.DiGraph, region: Region, parts: int):
+    def __init__(self, g: DiGraph, region: Region, parts: int):
         self.g, self.r, self.parts = g, region, parts
         self.x = region.axis
         self.p, self.s = split_axes(g, self.x)
@@ -128,7 +128,7 @@ class Rewrite:
         return out
 
     # -- the rewrite ------------------------------------------------------------------------
-    def run(self) -> nx.DiGraph:
+    def run(self) -> DiGraph:
         g = self.g
         before = set(g.nodes)
         self._statements()
@@ -173,7 +173,7 @@ class Rewrite:
         for stmt, part in self.part_stmt.items():
             feeding = set()
             for n in sinks_of[stmt]:
-                feeding |= nx.ancestors(g, n)
+                feeding |= ancestors(g, n)
             for u in feeding:
                 if g.nodes[u]["stmt"] == stmt:
                     g.nodes[u]["stmt"] = part

@@ -4,13 +4,13 @@ that share no axis to tile."""
 
 from __future__ import annotations
 
-import networkx as nx
+from .graph import DiGraph
 
 from . import ir
 from .kernels import is_free
 
 
-def separate_copies(g: nx.DiGraph, before: set, merges: set, parts: set) -> bool:
+def separate_copies(g: DiGraph, before: set, merges: set, parts: set) -> bool:
     """A statement that computes both an array still read whole (by the last pass of a
     standalone softmax) and values over the split axes gets a second statement, so that no
     kernel has to store both (they share no axis to tile): outside the partial and merge
@@ -48,7 +48,7 @@ def separate_copies(g: nx.DiGraph, before: set, merges: set, parts: set) -> bool
     return bool(set(old) & set(new))
 
 
-def _own_copies(g: nx.DiGraph, moved: list, stmt: int, new: int) -> None:
+def _own_copies(g: DiGraph, moved: list, stmt: int, new: int) -> None:
     """The moved copy computes for itself what it read of the statement it left (a shared
     scalar such as `X1 / 2`): that statement would otherwise store it beside its array, and
     no kernel tiles a scalar and an array together."""

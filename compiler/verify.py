@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import networkx as nx
+from .graph import DiGraph, is_dag
 
 from . import ir
 
@@ -15,9 +15,9 @@ _ARITY = {ir.Input: 0, ir.Const: 0, ir.Index: 0, ir.SizeOf: 0, ir.View: 1, ir.Co
           ir.Reduce: 1, ir.Scan: 1, ir.Softmax: 1, ir.Assign: 1, ir.Output: 1}
 
 
-def verify(g: nx.DiGraph) -> None:
+def verify(g: DiGraph) -> None:
     """Raise IRInvariantError unless `g` is a well-formed, well-typed napkin IR."""
-    _check(nx.is_directed_acyclic_graph(g), "the graph has a cycle")
+    _check(is_dag(g), "the graph has a cycle")
     axes = g.graph.get("axes")
     _check(isinstance(axes, dict), "graph has no axes table")
     for key in ("inputs", "outputs", "arrays", "hints", "equations", "source"):

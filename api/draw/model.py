@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import networkx as nx
+from ..compiler.graph import DiGraph
 
 from ..compiler import ir
 from . import text
@@ -93,7 +93,7 @@ class Structure:
         return text.axis_label(axis, self.sizes.get(axis))
 
 
-def foldable(g: nx.DiGraph) -> set[int]:
+def foldable(g: DiGraph) -> set[int]:
     """Nodes whose value holds no array data: constants, sizes, indices and what combines them."""
     out: set[int] = set()
     for n in ir.order(g):
@@ -107,7 +107,7 @@ def foldable(g: nx.DiGraph) -> set[int]:
 
 
 class _Builder:
-    def __init__(self, g: nx.DiGraph):
+    def __init__(self, g: DiGraph):
         self.g = g
         self.folded = foldable(g)
         self.canon: dict[int, int] = {}
@@ -192,7 +192,7 @@ def _links(value: Value, result_axes: tuple[str, ...]):
         yield Link(value.id, a, a if a in result_axes else None)
 
 
-def _describe(g: nx.DiGraph, n: int, o, folded: set[int]):
+def _describe(g: DiGraph, n: int, o, folded: set[int]):
     """kind, acted-on axes, label, words."""
     if isinstance(o, ir.Contract):
         return "contract", o.axes, "", "contract " + " ".join(o.axes)

@@ -6,7 +6,7 @@ width is its length times a fixed advance. Nothing here knows about positions.
 
 from __future__ import annotations
 
-import networkx as nx
+from ..compiler.graph import DiGraph
 
 from ..compiler import ir
 
@@ -35,7 +35,7 @@ def axis_label(name: str, size: int | None) -> str:
     return name if size is None else f"{name}={size}"
 
 
-def formula(g: nx.DiGraph, n: int, holes: dict[int, str], top: bool = True) -> str:
+def formula(g: DiGraph, n: int, holes: dict[int, str], top: bool = True) -> str:
     """Text of the expression rooted at `n`; nodes in `holes` are shown as their given text."""
     if n in holes:
         return holes[n]
@@ -73,7 +73,7 @@ def formula(g: nx.DiGraph, n: int, holes: dict[int, str], top: bool = True) -> s
     raise TypeError(f"no text for {o!r}")  # pragma: no cover - every op is covered above
 
 
-def map_label(g: nx.DiGraph, n: int, folded: set[int]) -> str:
+def map_label(g: DiGraph, n: int, folded: set[int]) -> str:
     """The label of an elementwise box: its function, or a formula when constants are folded in.
 
     `gelu`, `+`; `· / sqrt(size(d))` when an operand is a constant expression;
