@@ -17,16 +17,11 @@ import heapq
 from collections.abc import Callable, Hashable, Iterable, Iterator
 
 
-class _Nodes:
-    """`g.nodes`: iterate the nodes, `g.nodes[n]` their attribute dict, `g.nodes(data=True)`."""
+class _OverNodes:
+    """Iteration, length and membership over a `_node` dict (the graph and its node view)."""
 
-    __slots__ = ("_node",)
-
-    def __init__(self, node: dict):
-        self._node = node
-
-    def __getitem__(self, n) -> dict:
-        return self._node[n]
+    __slots__ = ()
+    _node: dict
 
     def __iter__(self) -> Iterator:
         return iter(self._node)
@@ -36,6 +31,18 @@ class _Nodes:
 
     def __contains__(self, n) -> bool:
         return n in self._node
+
+
+class _Nodes(_OverNodes):
+    """`g.nodes`: iterate the nodes, `g.nodes[n]` their attribute dict, `g.nodes(data=True)`."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: dict):
+        self._node = node
+
+    def __getitem__(self, n) -> dict:
+        return self._node[n]
 
     def __call__(self, data: bool | str = False, default=None):
         if data is False:
@@ -76,7 +83,7 @@ class _Edges:
         return list(self)
 
 
-class DiGraph:
+class DiGraph(_OverNodes):
     """A directed graph with attribute dicts on the graph (`graph`), nodes and edges."""
 
     def __init__(self):
@@ -93,15 +100,6 @@ class DiGraph:
     @property
     def edges(self) -> _Edges:
         return _Edges(self._succ)
-
-    def __iter__(self) -> Iterator:
-        return iter(self._node)
-
-    def __len__(self) -> int:
-        return len(self._node)
-
-    def __contains__(self, n) -> bool:
-        return n in self._node
 
     def number_of_nodes(self) -> int:
         return len(self._node)
