@@ -19,6 +19,7 @@ import torch
 
 from .kernel import Kernel
 
+_DISCRETE = ("i32", "i64", "bool")       # dtypes with no gradient
 _TORCH = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
           "i32": torch.int32, "i64": torch.int64}
 
@@ -109,8 +110,11 @@ def _gradients(wrt, got, n_inputs: int) -> tuple:
 
 
 def _cotangents(diagram, cotangents, inputs) -> list:
-    return [c.contiguous() if c is not None else torch.zeros_like(o) for c, o in
-            zip(cotangents, _outputs_like(diagram, inputs))]
+    """The gradient's cotangent inputs: one per floating-point output (an integer output
+    passes no gradient back), zeros where autograd gives None."""
+    return [c.contiguous() if c is not None else torch.zeros_like(o) for c, o, s in
+            zip(cotangents, _outputs_like(diagram, inputs), diagram.outputs)
+            if s.dtype not in _DISCRETE]
 
 
 def _through_statistics(kernel: Kernel, qualname: str, sources):

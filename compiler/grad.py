@@ -93,7 +93,9 @@ class _Sweep:
         op, args = ir.op(self.g, n), ir.operands(self.g, n)
         if isinstance(op, ir.Const):
             v = op.value
-            text = "inf" if v == float("inf") else "-inf" if v == float("-inf") else repr(float(v))
+            integer = ir.kind_of_dtype(ir.type_of(self.g, n).dtype) == "int"
+            text = "inf" if v == float("inf") else "-inf" if v == float("-inf") else \
+                str(int(v)) if integer else repr(float(v))
             return f"({text})" if text.startswith("-") else text
         if isinstance(op, ir.Index):
             return op.axis
@@ -124,7 +126,7 @@ class _Sweep:
         if isinstance(op, ir.Contract):
             a, b = args
             return product(sub(a), self.axes(a), sub(b), self.axes(b), self.axes(n)).text
-        if isinstance(op, ir.Reduce):
+        if isinstance(op, (ir.Reduce, ir.Scan)):
             return f"{op.fn}[{' '.join(op.axes)}]({strip(sub(args[0]))})"
         if isinstance(op, ir.Softmax):
             x = sub(args[0])
@@ -133,6 +135,11 @@ class _Sweep:
             return f"softmax[{' '.join(op.axes)}]({strip(x)})"
         if isinstance(op, ir.View):
             return f"{self.value(args[0])}[{' '.join(op.labels)}]"
+        if isinstance(op, ir.Gather):            # computed positions, each parenthesised
+            index = iter(args[1:])
+            positions = [label if label is not None else f"({strip(sub(next(index)))})"
+                         for label in op.labels]
+            return f"{self.value(args[0])}[{' '.join(positions)}]"
         return self.inline(n, sub)
 
     # --- cotangents ------------------------------------------------------------------
@@ -171,7 +178,7 @@ def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = 
     g = d.ir
     sw, active, wrt, cotangents = _setup(d, wrt, saved)
     grads: dict[int, list[Expr]] = {}
-    for (c, _, _), n in zip(cotangents, g.graph["outputs"].values()):
+    for (c, _, _), n in zip(cotangents, _floating(g).values()):
         if n in active:
             grads.setdefault(n, []).append(Expr(c, frozenset(sw.axes(n)), layout=sw.axes(n)))
     for n in reversed(ir.order(g)):
@@ -235,14 +242,22 @@ def _setup(d: Diagram, wrt, saved: bool):
             if not isinstance(ir.op(g, o), _ELEMENTWISE + (ir.Input,)) and same_axes(g, n, o) \
                     and g.out_degree(o) == 1:
                 sw.alias[o] = n
+    # an integer output (argmax, a position) passes no gradient back: it has no cotangent
+    floating = _floating(g)
     active = set().union(*(reach[name] | {inputs[name]} for name in wrt)) & \
-        set().union(*(ancestors(numbers, o) | {o} for o in outputs.values()))
+        set().union(*(ancestors(numbers, o) | {o} for o in floating.values()))
     cotangents, cotangent = [], {}
-    for name, n in outputs.items():
+    for name, n in floating.items():
         c = cotangent[n] = sw.fresh(f"d{name}")
         cotangents.append((c, sw.axes(n), ir.op(g, n).dtype))
     plan_statistics(sw, active, cotangent)
     return sw, active, wrt, cotangents
+
+
+def _floating(g) -> dict[str, int]:
+    """The outputs a gradient flows back from: the floating-point ones, by name."""
+    return {name: n for name, n in g.graph["outputs"].items()
+            if ir.kind_of_dtype(ir.type_of(g, n).dtype) == "float"}
 
 
 def _forward(sw: _Sweep) -> list[str]:

@@ -180,16 +180,22 @@ def _array(e: ast.Ref, info: ArrayInfo, scope: Scope) -> RNode:
 
 def _split_positions(positions, scope: Scope) -> tuple:
     """`b (x // 2)` parses as a call of `b`; an axis is no function: it is the position `b`,
-    then the parenthesised position `x // 2`."""
+    then the parenthesised position `x // 2`. Likewise `pages[b] (x // 2)`, an indexed array
+    then a parenthesised position: an indexed array is no function either."""
     out = []
     for p in positions:
-        if isinstance(p, ast.Ref) and p.args is not None and p.axes is None \
-                and p.name.text in scope.axes and p.name.text not in scope.arrays:
+        axis = p.axes is None and p.name.text in scope.axes and p.name.text not in scope.arrays \
+            if isinstance(p, ast.Ref) else False
+        indexed = isinstance(p, ast.Ref) and p.axes is not None
+        if isinstance(p, ast.Ref) and p.args is not None and (axis or indexed):
             if len(p.args) != 1:
-                raise error("N0208", f"`{p.name.text}` is an axis, not a function", p.span,
+                what = "an axis" if axis else "an indexed array"
+                raise error("N0208", f"`{p.name.text}` is {what}, not a function", p.span,
                             help="a position is an axis, a call, an indexed array or one "
                                  "parenthesised expression")
-            out += [p.name, p.args[0]]
+            first = p.name if axis else ast.Ref(p.name, p.axes, None,
+                                                p.name.span.merge(p.axes_span), p.axes_span)
+            out += [first, p.args[0]]
         else:
             out.append(p)
     return tuple(out)

@@ -4,7 +4,12 @@ Every construct of the language appears: elementwise functions and operators,
 comparisons and `where` masks built from axis indices, `size()`, positional
 renaming (transposes, diagonals), contractions by the einsum rule, every
 reduction (several axes at once too), softmax, masked maxima and softmax with
-`-inf`, several outputs, f32/f16/bf16, scalars and broadcast left-hand sides.
+`-inf`, several outputs, f32/f16/bf16, scalars and broadcast left-hand sides;
+language 1.1's integer and boolean inputs (`in I0[i]: i32`, `in B0[i j]: bool`),
+gathers (a position computed from an integer array, a reversal, a halving, a
+`mod` or a clamp: always inside its axis), integer equations (`argmax`/`argmin`
+of exactly computed values, `mod`, `//`, `int`, `floor`), scans (`cumsum`,
+`cumprod`), `log1p`, `expm1`, `pow`, and integer outputs (`out E2: i32`).
 
 Values stay bounded so that nothing overflows (or hits a domain edge) by
 accident: each node carries a bound on |value| computed after the einsum rule
@@ -13,12 +18,15 @@ divided by a power of two (exact), `exp` arguments are kept below 8, `log`,
 `sqrt`, `rsqrt` and divisions only see values >= 0.5. Comparisons only look
 at values every backend computes exactly (axis indices, sizes, inputs,
 dyadic constants). Arrays that may hold -inf/+inf (masked maxima) are only
-stored or clamped. Inputs are uniform in [-1, 1] (never zero or constant).
+stored or clamped. Float inputs are uniform in [-1, 1] (never zero or constant);
+an integer input holds integers in the range its comment line in the text gives
+(`# I0 holds integers in [0, 7)`), so a saved case replays with the same values.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,16 +35,18 @@ from hypothesis import strategies as st
 SIZES = (2, 3, 1, 7, 31, 64, 97, 128, 257)
 AXIS_NAMES = ("i", "j", "k", "l", "m", "n", "p", "r")
 DTYPES = ("f32", "f16", "bf16")
+INT_DTYPES = ("i32", "i64")
 ARRAY_BUDGET = 4096        # elements of any stored array
 EQ_BUDGET = 1 << 15        # points of one equation's iteration space
 CAP = 2.0e4                # |value| of any node (f16 holds 65504)
 WORK = 2.0e7               # an equation's work, nested reductions multiplied (emulator time)
 EXP_ARG = 8.0
 UNARY = ("tanh", "sigmoid", "relu", "gelu", "silu", "abs", "exp", "exp2", "log", "log2", "sqrt",
-         "rsqrt", "neg", "erf", "sin", "cos")
+         "rsqrt", "neg", "erf", "sin", "cos", "log1p", "expm1")
 REDUCTIONS = ("sum", "max", "min", "mean", "logsumexp")
 CONSTS = (0.5, 2.0, 1.5, 0.25, 3.0, 0.125, 1e-3, 0.1)
 CMPS = ("<", "<=", ">", ">=", "==", "!=")
+_RANGE = re.compile(r"^# (\w+) holds integers in \[(-?\d+), (-?\d+)\)$", re.M)
 
 
 @dataclass(eq=False)
@@ -55,6 +65,7 @@ class Node:
     scale: int = 1              # the node's value is divided by this power of two
     bound: float = 0.0
     cost: float = 1.0           # work to compute one element (nested reductions multiply)
+    irange: tuple = ()          # an integer node: (lo, hi) with lo <= value < hi, where known
 
 
 @dataclass(eq=False)
@@ -67,6 +78,9 @@ class Array:
     special: str = ""           # may hold infinities
     masked: str = ""            # "-inf"/"0": where(cond, e, identity) (a reduction's argument)
     cost: float = 1.0           # work to recompute one element where it is used (fusion)
+    integer: bool = False       # holds integers (an integer input or an integer equation)
+    irange: tuple = ()          # integers: (lo, hi) with lo <= value < hi, where known
+    dtype: str = ""             # inputs: the declared dtype
 
 
 @dataclass(frozen=True)
@@ -120,8 +134,18 @@ class Gen:
             axes = self.axes_within(names, ARRAY_BUDGET, 0, 3)
             dt = self.pick(DTYPES)
             self.dtypes_used.add(dt)
-            self.arrays.append(Array(f"X{i}", tuple(axes), bound=1.0, exact=True))
-            self.arrays[-1].dtype = dt
+            self.arrays.append(Array(f"X{i}", tuple(axes), bound=1.0, exact=True, dtype=dt))
+        if self.coin(0.35):              # integer inputs: page tables, labels, document ids
+            for i in range(self.int(1, 2)):
+                axes = self.axes_within(names, ARRAY_BUDGET, 0, 2)
+                lo = self.pick([0, 0, 0, -3])
+                hi = self.pick(sorted({2, 5, *self.sizes.values()}))
+                self.arrays.append(Array(f"I{i}", tuple(axes), bound=float(max(1, -lo, hi - 1)),
+                                         exact=True, integer=True, irange=(lo, hi),
+                                         dtype=self.pick(INT_DTYPES)))
+        if self.coin(0.15):              # a mask that arrives as data
+            axes = self.axes_within(names, ARRAY_BUDGET, 0, 2)
+            self.arrays.append(Array("B0", tuple(axes), kind="bool", exact=True, dtype="bool"))
         used = {a for arr in self.arrays for a in arr.axes}
         for a in names:        # a dynamic axis must get its size from an input
             if a not in used:
@@ -146,16 +170,25 @@ class Gen:
         if self.equations and self.equations[-1][0] in [a.name for a in num] and \
                 all(c.name != self.equations[-1][0] for c in chosen) and self.coin(0.7):
             chosen[0] = next(a for a in num if a.name == self.equations[-1][0])
-        return [(a, self.pick(DTYPES)) for a in dict.fromkeys(chosen)]
+        return [(a, self.pick(INT_DTYPES) if a.integer and self.coin(0.6) else self.pick(DTYPES))
+                for a in dict.fromkeys(chosen)]
 
     # -- equations ---------------------------------------------------------------------
     def equation(self, name: str) -> None:
-        form = self.int(0, 9)
+        form = self.int(0, 10)
         if form == 9:                    # a named boolean mask
             root = self.cond(2)
             lhs = self.lhs(root, set())
             self.equations.append((name, lhs, self.text(root)))
             self.arrays.append(Array(name, tuple(lhs), kind="bool"))
+            return
+        if form == 10:                   # an integer equation (exact on every backend)
+            root = self.integer(2)
+            lhs = self.lhs(root, set())
+            self.bounds(root)
+            self.equations.append((name, lhs, self.text(root)))
+            self.arrays.append(Array(name, tuple(lhs), bound=root.bound, exact=True,
+                                     integer=True, irange=root.irange))
             return
         masked = ""
         if form == 7:                    # a masked maximum or minimum, stored as it is
@@ -225,7 +258,7 @@ class Gen:
             return self.finish(Node("const", value=self.pick(CONSTS), exact=True))
         return self.finish(Node("size", name=self.pick(sorted(self.sizes)), exact=True))
 
-    def ref(self, arr: Array) -> Node:
+    def ref(self, arr: Array, gather: bool = True) -> Node:
         labels = list(arr.axes)
         if labels and self.coin(0.25):        # positional renaming: transpose, diagonal, rename
             for pos, a in enumerate(arr.axes):
@@ -233,13 +266,106 @@ class Gen:
                         and self.static[b] == self.static[a]]
                 if len(same) > 1 and self.coin(0.6):
                     labels[pos] = self.pick(same)
-        return self.finish(Node("ref", name=arr.name, labels=tuple(labels), exact=arr.exact,
-                                special=arr.special))
+        plain = self.finish(Node("ref", name=arr.name, labels=tuple(labels), exact=arr.exact,
+                                 special=arr.special))
+        if not (gather and labels and self.coin(0.2)):
+            return plain
+        kids = []                             # a gather: some positions computed
+        for pos, a in enumerate(arr.axes):
+            if self.coin(0.5) or (pos == len(arr.axes) - 1 and not kids):
+                kids.append(self.position(a))
+                labels[pos] = None
+        node = self.finish(Node("ref", kids, name=arr.name, labels=tuple(labels),
+                                exact=arr.exact, special=arr.special))
+        return node if self.volume(node.free) <= ARRAY_BUDGET else plain
+
+    def position(self, axis: str) -> Node:
+        """An integer expression whose value lies in [0, size(axis)): a position to read at."""
+        n = self.sizes[axis]
+        direct = [a for a in self.arrays if a.integer and a.irange and a.irange[0] >= 0
+                  and a.irange[1] <= n]
+        choice = self.int(0, 4)
+        if direct and choice == 0:            # a page table, a token id: read as it is
+            return self.ref(self.pick(direct), gather=False)
+        last = self.finish(Node("bin", [self.size_of(axis), self.const(1)], name="-"))
+        if choice == 1:                       # a reversal: (size(a) - 1) - b, size(b) <= size(a)
+            b = self.pick([b for b in sorted(self.sizes) if self.sizes[b] <= n])
+            return self.finish(Node("bin", [last, self.index(b)], name="-"))
+        if choice == 2:                       # halving: b // 2 with (size(b) - 1) // 2 < size(a)
+            fits = [b for b in sorted(self.sizes) if (self.sizes[b] - 1) // 2 < n]
+            if fits:
+                return self.finish(Node("bin", [self.index(self.pick(fits)), self.const(2)],
+                                        name="//"))
+        e = self.any_integer()
+        if choice == 3:                       # a clamp into the axis
+            low = self.finish(Node("fn", [e, self.const(0)], name="maximum"))
+            return self.finish(Node("fn", [low, last], name="minimum"))
+        return self.finish(Node("fn", [e, self.size_of(axis)], name="mod"))
+
+    def any_integer(self) -> Node:
+        """An integer expression of modest size, of any sign (a position before its wrap)."""
+        ints = [a for a in self.arrays if a.integer]
+        choice = self.int(0, 3)
+        if ints and choice == 0:
+            return self.ref(self.pick(ints), gather=False)
+        axes = sorted(self.sizes)
+        if choice == 1:
+            return self.finish(Node("bin", [self.index(self.pick(axes)),
+                                            self.index(self.pick(axes))], name="+"))
+        floats = [a for a in self.arrays if a.name.startswith("X")]
+        if choice == 2 and floats:            # int() of an exactly read float, toward zero
+            scaled = self.finish(Node("bin", [self.ref(self.pick(floats), gather=False),
+                                              self.const(8)], name="*"))
+            return self.finish(Node("fn", [scaled], name="int"))
+        return self.finish(Node("bin", [self.index(self.pick(axes)), self.const(3)], name="*"))
+
+    def integer(self, depth: int) -> Node:
+        """An integer expression computed exactly everywhere: argmax/argmin of exactly
+        computed values, mod, floor division, floor, clamps and integer inputs."""
+        choice = self.int(0, 5)
+        if choice <= 1:
+            arg = self.exact_num() if self.coin(0.5) else self.ref(self.pick(
+                [a for a in self.arrays if a.exact and a.kind == "num"]))
+            if arg.free:
+                axis = self.pick(sorted(arg.free))
+                node = self.finish(Node("red", [arg], name=self.pick(["argmax", "argmin"]),
+                                        labels=(axis,)))
+                node.irange = (0, self.sizes[axis])
+                return node
+        if choice == 2:
+            axis = self.pick(sorted(self.sizes))
+            node = self.finish(Node("fn", [self.any_integer(), self.size_of(axis)], name="mod"))
+            node.irange = (0, self.sizes[axis])
+            return node
+        if choice == 3:
+            return self.finish(Node("bin", [self.any_integer(), self.const(self.pick([2, 3, -2]))],
+                                    name="//"))
+        if choice == 4:                       # floor of an exact quotient
+            q = self.finish(Node("bin", [self.index(self.pick(sorted(self.sizes))),
+                                         self.const(4.0)], name="/"))
+            return self.finish(Node("fn", [q], name="floor"))
+        if depth > 0:
+            return self.finish(Node("fn", [self.integer(depth - 1), self.integer(depth - 1)],
+                                    name=self.pick(["maximum", "minimum"])), fallback=True)
+        return self.any_integer()
+
+    def index(self, axis: str) -> Node:
+        return self.finish(Node("idx", name=axis, exact=True))
+
+    def size_of(self, axis: str) -> Node:
+        return self.finish(Node("size", name=axis, exact=True))
+
+    def const(self, value) -> Node:
+        return self.finish(Node("const", value=value, exact=True))
 
     def expr(self, depth: int) -> Node:
         if depth <= 0 or self.coin(0.25):
             return self.leaf()
-        kind = self.int(0, 9)
+        kind = self.int(0, 11)
+        if kind == 10:
+            return self.scan(depth)
+        if kind == 11:
+            return self.power(depth) if self.coin(0.5) else self.integer(depth - 1)
         if kind <= 2:
             return self.binary(depth)
         if kind == 3:
@@ -292,7 +418,7 @@ class Gen:
     def unary(self, depth) -> Node:
         fn = self.pick(UNARY)
         arg = self.expr(depth - 1)
-        if fn in ("log", "log2", "sqrt", "rsqrt"):      # keep the argument >= 0.5
+        if fn in ("log", "log2", "sqrt", "rsqrt", "log1p"):      # keep the argument >= 0.5
             arg = self.finish(Node("bin", [self.finish(Node("fn", [arg], name="abs")),
                                           self.finish(Node("const", value=0.5))], name="+"))
         return self.finish(Node("fn", [arg], name=fn))
@@ -303,6 +429,24 @@ class Gen:
             return arg
         axes = self.subset(sorted(arg.free), 1, 3)
         return self.finish(Node("red", [arg], name=self.pick(REDUCTIONS), labels=tuple(axes)))
+
+    def scan(self, depth) -> Node:
+        """cumsum / cumprod along one axis (kept); cumprod's argument is scaled into [-1, 1]."""
+        arg = self.expr(depth - 1)
+        if not arg.free:
+            return arg
+        return self.finish(Node("scan", [arg], name=self.pick(["cumsum", "cumprod"]),
+                                labels=(self.pick(sorted(arg.free)),)))
+
+    def power(self, depth) -> Node:
+        """pow(|e| + 0.5, c) or (|e| + 0.5) ** c: a positive base, a small exponent."""
+        base = self.finish(Node("bin", [self.finish(Node("fn", [self.expr(depth - 1)],
+                                                         name="abs")),
+                                        self.finish(Node("const", value=0.5))], name="+"))
+        exponent = self.finish(Node("const", value=self.pick([2, 3, 0.5, -1, 1.5])))
+        if self.coin(0.5):
+            return self.finish(Node("bin", [base, exponent], name="**"))
+        return self.finish(Node("fn", [base, exponent], name="pow"))
 
     def softmax(self, depth) -> Node:
         arg = self.expr(depth - 1)
@@ -364,7 +508,7 @@ class Gen:
                 right = self.finish(Node("idx", name=self.pick(axes), exact=True))
             return self.finish(Node("bin", [left, right], name=op, exact=True), fallback=True)
         if choice == 3:
-            inputs = [a for a in self.arrays if a.exact]
+            inputs = [a for a in self.arrays if a.exact and a.kind == "num"]
             if inputs:
                 return self.ref(self.pick(inputs))
         if choice == 4:
@@ -391,8 +535,9 @@ class Gen:
         """Free axes and iteration space; a combination over budget falls back to its first
         operand."""
         arrays = {a.name: a for a in self.arrays}
-        if node.op == "ref":
-            node.free = frozenset(node.labels)
+        if node.op == "ref":               # named positions, and the axes of computed ones
+            node.free = frozenset(a for a in node.labels if a is not None).union(
+                *(k.free for k in node.kids))
             node.kind = arrays[node.name].kind
         elif node.op == "idx":
             node.free = frozenset([node.name])
@@ -405,7 +550,7 @@ class Gen:
         node.every = frozenset(node.free).union(*(k.every for k in node.kids))
         if node.op == "ref":
             node.cost = arrays[node.name].cost
-        elif node.op in ("red", "soft"):
+        elif node.op in ("red", "soft", "scan"):
             node.cost = self.volume(node.labels) * node.kids[0].cost
         elif node.kids:
             node.cost = sum(k.cost for k in node.kids)
@@ -451,8 +596,19 @@ class Gen:
             return max(b[1], b[2])
         if op == "soft":
             return 1.0
+        if op == "scan":
+            n = self.volume(node.labels)
+            if node.name == "cumsum":
+                return b[0] * n
+            arg = node.kids[0]
+            while arg.bound > 1.0:             # a product of values in [-1, 1] stays there
+                arg.scale *= 2
+                arg.bound /= 2
+            return 1.0
         if op == "red":
             n = self.volume(node.labels)
+            if node.name in ("argmax", "argmin"):
+                return float(max(1, n - 1))
             if node.name == "sum":
                 return b[0] * n
             if node.name == "logsumexp":
@@ -463,17 +619,27 @@ class Gen:
                 return b[0] + b[1]
             if node.name == "*":
                 return b[0] * b[1] * self.volume(node.contract)
+            if node.name == "//":
+                return b[0] + 1.0
+            if node.name == "**":
+                return _power_bound(b[0], node.kids[1].value)
             return b[0] / 0.5
         fn = node.name
-        if fn in ("exp", "exp2"):
+        if fn == "pow":
+            return _power_bound(b[0], node.kids[1].value)
+        if fn == "mod":
+            return max(1.0, b[1])
+        if fn in ("int", "float", "floor", "ceil"):
+            return b[0] + 1.0
+        if fn in ("exp", "exp2", "expm1"):
             arg = node.kids[0]
             while arg.bound > EXP_ARG:
                 arg.scale *= 2
                 arg.bound /= 2
-            return math.exp(arg.bound) if fn == "exp" else 2.0 ** arg.bound
+            return 2.0 ** arg.bound if fn == "exp2" else math.exp(arg.bound)
         if fn in ("tanh", "sigmoid", "erf", "sin", "cos"):
             return 1.0
-        if fn in ("log", "log2"):
+        if fn in ("log", "log2", "log1p"):
             return max(1.5, math.log(b[0] + 1) + 1)
         if fn == "sqrt":
             return math.sqrt(b[0]) + 1
@@ -495,7 +661,10 @@ class Gen:
         if op == "ref":
             arr = next(a for a in self.arrays if a.name == node.name)
             if tuple(node.labels) != arr.axes:
-                return f"{node.name}[{' '.join(node.labels)}]"
+                computed = iter(node.kids)
+                positions = [a if a is not None else _position(self.text(next(computed)))
+                             for a in node.labels]
+                return f"{node.name}[{' '.join(positions)}]"
             return node.name
         if op in ("idx",):
             return node.name
@@ -514,7 +683,7 @@ class Gen:
             return f"(not {kids[0]})"
         if op == "where":
             return f"where({kids[0]}, {kids[1]}, {kids[2]})"
-        if op == "red":
+        if op in ("red", "scan"):
             return f"{node.name}[{' '.join(node.labels)}]({kids[0]})"
         assert op == "soft"
         return f"softmax[{' '.join(node.labels)}]({kids[0]})"
@@ -528,8 +697,11 @@ class Gen:
         if stat:
             lines.append("axis " + ", ".join(f"{a} = {self.sizes[a]}" for a in stat))
         for arr in self.arrays:
-            if arr.name.startswith("X"):
+            if arr.dtype:
                 lines.append(f"in {arr.name}[{' '.join(arr.axes)}]: {arr.dtype}")
+        for arr in self.arrays:
+            if arr.dtype in INT_DTYPES:
+                lines.append(f"# {arr.name} holds integers in [{arr.irange[0]}, {arr.irange[1]})")
         for name, lhs, text in self.equations:
             lines.append(f"{name}[{' '.join(lhs)}] = {text}")
         lines.append("out " + ", ".join(f"{a.name}: {dt}" for a, dt in outs))
@@ -545,6 +717,19 @@ def _number(v: float) -> str:
     if v == int(v):
         return str(int(v))
     return repr(v)
+
+
+def _power_bound(base: float, exponent: float) -> float:
+    """|base ** exponent| for a base in [0.5, base]."""
+    return max(base ** exponent, 0.5 ** exponent)
+
+
+def _position(text: str) -> str:
+    """A computed position as the grammar takes it: a call, an indexed array, or else
+    parenthesised."""
+    if re.fullmatch(r"[A-Za-z_]\w*(\(.*\)|\[[^\]]*\])", text):
+        return text
+    return f"({text})"
 
 
 def _walk(node: Node):
@@ -573,15 +758,24 @@ def diagrams(draw) -> Case:
 
 
 def inputs_for(diagram, shape: dict, seed: int) -> dict[str, np.ndarray]:
-    """Uniform inputs in [-1, 1] in their storage dtypes (never zero, never constant)."""
+    """Uniform inputs in [-1, 1] in their storage dtypes (never zero, never constant);
+    integers uniform in the range the text's comment gives them, booleans fair coins."""
     from napkin.runtime import dtypes
     axes = diagram.ir.graph["axes"]
     by_rep = {axes[a].rep: s for a, s in shape.items() if a in axes}
+    ranges = {m[1]: (int(m[2]), int(m[3])) for m in _RANGE.finditer(diagram.source.text)}
     rng = np.random.default_rng(seed)
     out = {}
     for s in diagram.inputs:
         dims = tuple(axes[a].size if axes[a].size is not None else
                      shape.get(a, by_rep.get(axes[a].rep)) for a in s.axes)
+        if s.dtype == "bool":
+            out[s.name] = rng.random(dims) < 0.5
+            continue
+        if s.dtype in INT_DTYPES:
+            lo, hi = ranges.get(s.name, (0, 2))
+            out[s.name] = rng.integers(lo, hi, dims).astype(dtypes.numpy_dtype(s.dtype))
+            continue
         data = rng.uniform(-1.0, 1.0, dims)
         data = np.where(np.abs(data) < 1e-3, 0.5, data)
         out[s.name] = data.astype(dtypes.numpy_dtype(s.dtype))

@@ -131,6 +131,20 @@ def test_an_axis_before_parentheses_is_two_positions(rng):
     np.testing.assert_array_equal(Y, np.roll(X, -1, axis=1))
 
 
+def test_an_indexed_array_before_parentheses_is_two_positions(rng):
+    """`I[t] (m // 2)` parses as a call of `I[t]`; it is the gather `I[t]`, then `m // 2` (the
+    random-diagram fuzzer wrote it, and N0302 said one position where there are two)."""
+    X = rng.standard_normal((7, 3)).astype(np.float32)
+    idx = rng.integers(0, 7, 4).astype(np.int32)
+    text = ("axis t, m, r\naxis k = 5\nin X[t m]: f32\nin I[r]: i32\n"
+            "Y[r k] = X[I[r] (k // 2)]\nout Y: f32")
+    (Y,) = napkin.run(text, X, idx)
+    np.testing.assert_array_equal(Y, X[idx][:, np.arange(5) // 2])
+    with pytest.raises(NapkinError) as exc:
+        napkin.load(text.replace("(k // 2)", "(k // 2, 1)"))
+    assert exc.value.code == "N0208" and "indexed array, not a function" in str(exc.value)
+
+
 def test_reductions_take_axis_names_only():
     with pytest.raises(NapkinError) as exc:
         napkin.load("axis t, m\nin X[t m]: f32\nY[t] = sum[mod(m, 2)](X)\nout Y: f32")
