@@ -743,8 +743,8 @@ def _walk(node: Node):
 def _lowest_common(root: Node, axis: str) -> Node:
     node = root
     while True:
-        if node.op == "soft" and axis in node.labels:
-            return node          # the einsum rule cannot sum inside a softmax over the axis
+        if node.op in ("soft", "scan") and axis in node.labels:
+            return node          # the einsum rule cannot sum inside a softmax or scan over the axis
         holders = [c for c in node.kids if axis in c.free]
         if len(holders) != 1:
             return node
