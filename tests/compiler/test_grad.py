@@ -298,3 +298,24 @@ def test_gradients_of_values_repeated_along_a_summed_axis(text):
     inputs = _random_inputs(d, rng, sizes)
     cot = {f"d{s.name}": rng.standard_normal([sizes[a] for a in s.axes]) for s in d.outputs}
     _check_against_finite_differences(d, grad, inputs, cot, rng)
+
+
+def test_an_integer_output_has_no_cotangent_and_a_gathered_condition_is_copied():
+    """argmax's integer output passes no gradient back (it once got a cotangent input and broke
+    the walk over the graph); a gather inside a `where`'s condition is copied into the backward
+    (it once raised an internal error); the gradient matches the hand-derived formula."""
+    import numpy as np
+    from napkin.runtime.reference import evaluate
+    text = ("axis i = 5\nin X[i]: f32\nin I0[]: i32\n"
+            "Y[i] = where(i < X[(I0 // 2)] * 4 + 2, X * X, 0)\nbest[] = argmax[i](X)\n"
+            "out Y: f32, best: i32\n")
+    d = napkin.load(text)
+    grad = napkin.grad(d)
+    assert [s.name for s in grad.inputs] == ["X", "I0", "dY"] and "dbest" not in grad.source.text
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-1, 1, 5)
+    I0 = np.int32(3)
+    dY = rng.standard_normal(5)
+    (dX,) = evaluate(grad, {"X": X, "I0": I0, "dY": dY}, exact=True).values()
+    keep = np.arange(5) < X[3 // 2] * 4 + 2
+    np.testing.assert_allclose(dX, np.where(keep, 2 * X * dY, 0), rtol=1e-12)
