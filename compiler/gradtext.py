@@ -78,11 +78,14 @@ def strip(text: str) -> str:
     return text
 
 
-def header(g, title: str, subtitle: str) -> list[str]:
-    """A derived diagram's opening lines: comments, its axes (static sizes kept), its inputs."""
+def header(g, title: str, subtitle: str, copies: dict | None = None) -> list[str]:
+    """A derived diagram's opening lines: comments, its axes (static sizes kept; `copies`:
+    new axes, each as large as the axis it names), its inputs."""
     lines = [f"# {title}"] + ([f"# {subtitle}"] if subtitle else []) + [""]
+    axes = dict(g.graph["axes"])
+    axes.update({new: axes[old] for new, old in (copies or {}).items()})
     lines.append("axis " + ", ".join(name + (f" = {a.size}" if a.size is not None else "")
-                                     for name, a in g.graph["axes"].items()))
+                                     for name, a in axes.items()))
     lines.append("")
     for name, n in g.graph["inputs"].items():
         lines.append(f"in {name}[{' '.join(ir.type_of(g, n).axes)}]: {ir.op(g, n).dtype}")
