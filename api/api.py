@@ -88,7 +88,7 @@ def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
     # any real array is taken, in the input's dtype (converted only when that is exact, and
     # never from floats to integers or booleans)
     declared = {s.name: s.dtype for s in d.inputs}
-    inputs = {name: np.ascontiguousarray(stored(name, to_numpy(name, value), declared[name]))
+    inputs = {name: np.asarray(stored(name, to_numpy(name, value), declared[name]), order="C")
               for name, value in given.items()}
     kernel = Kernel(d, Options.make(target=target, engine=engine, group=group, stream=stream,
                                     split=split),

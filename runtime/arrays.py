@@ -104,7 +104,7 @@ def like(template, data: np.ndarray):
         if data.dtype == dtypes.numpy_dtype("bf16"):
             t = torch.from_numpy(data.astype(np.float32)).to(torch.bfloat16)
         else:
-            t = torch.from_numpy(np.ascontiguousarray(data))
+            t = torch.from_numpy(np.asarray(data, order="C"))
         return t.to(template.device)
     if hasattr(template, "__cuda_array_interface__") and type(template).__module__.startswith("cupy"):
         import cupy

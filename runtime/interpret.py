@@ -140,7 +140,7 @@ class _Block:
             return np.broadcast_to(elementwise.as_kind(data, kind), full), t.axes
         if isinstance(op, ir.Assign):
             full = tuple(region.extent(a) for a in t.axes)
-            return np.ascontiguousarray(np.broadcast_to(_align(args[0], t.axes), full)), t.axes
+            return np.asarray(np.broadcast_to(_align(args[0], t.axes), full), order="C"), t.axes
         return self._reduction(n, region, args)
 
     def _gather(self, n: int, op, region: Region) -> np.ndarray:

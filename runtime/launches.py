@@ -46,7 +46,7 @@ def make_buffers(program: P.Program, inputs: dict[str, np.ndarray], sizes: dict[
     for array, dtype, axes in program.buffers:
         np_dtype = dtypes.numpy_dtype(dtype)
         if array in input_names:
-            out[names[array]] = np.ascontiguousarray(inputs[array]).astype(np_dtype, copy=False)
+            out[names[array]] = np.asarray(inputs[array], order="C").astype(np_dtype, copy=False)
         else:
             fill = np.nan if np_dtype.kind == "f" or np_dtype.name == "bfloat16" else \
                 (0 if np_dtype.kind == "b" else np.iinfo(np_dtype).min)   # never computed

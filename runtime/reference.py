@@ -101,7 +101,7 @@ def _step(op, out: ir.ArrayType, args: list[Labelled], sizes: dict[str, int], co
     if isinstance(op, ir.Assign):
         data = args[0].aligned(out.axes)
         full = tuple(sizes[a] for a in out.axes)
-        return Labelled(np.ascontiguousarray(np.broadcast_to(data, full)), out.axes)
+        return Labelled(np.asarray(np.broadcast_to(data, full), order="C"), out.axes)
     raise TypeError(f"no reference semantics for {op!r}")  # pragma: no cover
 
 

@@ -46,6 +46,32 @@ def test_other_cpu_backends(backend, qkv):
     assert err < 5e-3
 
 
+SCALARS = """\
+axis i
+in X[i]: f32
+in k[]: i32
+in s[]: f32
+Y[i] = X[(k)] * s + X
+T[] = sum[i](X)
+out Y: f32, T: f32
+"""
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret", "emulate"])
+def test_scalar_inputs_as_0_d_arrays_numpy_scalars_and_numbers(backend):
+    """A scalar input is a 0-d array, a NumPy scalar or a Python number, by position or by
+    name (np.ascontiguousarray made them shape (1,), refused as N0308); scalar outputs are
+    0-d. Against NumPy."""
+    X = np.array([0.5, -1.25, 2.0, 3.5, -0.75], np.float32)
+    want_Y, want_T = X[3] * 1.5 + X, X.sum()
+    for args, named in (((X, np.array(3, np.int32), np.float32(1.5)), {}),
+                        ((), {"X": X, "k": 3, "s": 1.5})):
+        Y, T = napkin.run(SCALARS, *args, **named, backend=backend)
+        assert T.shape == () and Y.shape == (5,)
+        np.testing.assert_allclose(Y, want_Y, rtol=1e-6)
+        np.testing.assert_allclose(T, want_T, rtol=1e-6)
+
+
 def test_kernel_properties(qkv):
     k = napkin.compile("softmax")
     assert 'extern "C" __global__' in k.source and ".entry napkin_k0" in k.ptx
