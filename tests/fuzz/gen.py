@@ -6,10 +6,12 @@ renaming (transposes, diagonals), contractions by the einsum rule, every
 reduction (several axes at once too), softmax, masked maxima and softmax with
 `-inf`, several outputs, f32/f16/bf16, scalars and broadcast left-hand sides;
 language 1.1's integer and boolean inputs (`in I0[i]: i32`, `in B0[i j]: bool`),
-gathers (a position computed from an integer array, a reversal, a halving, a
-`mod` or a clamp: always inside its axis), integer equations (`argmax`/`argmin`
-of exactly computed values, `mod`, `//`, `int`, `floor`), scans (`cumsum`,
-`cumprod`), `log1p`, `expm1`, `pow`, and integer outputs (`out E2: i32`).
+gathers (a position computed from an integer array, itself read at computed
+positions once deep, a reversal, a halving, a `mod` or a clamp: always inside its
+axis), integer equations (`argmax`/`argmin` of exactly computed values, `mod`, `//`,
+`int`, `floor`), scans (`cumsum`, `cumprod`), `log1p`, `expm1`, `pow`, and integer
+outputs (`out E2: i32`). `tests/fuzz/test_out_of_range.py` puts positions outside their
+axes on purpose.
 
 Values stay bounded so that nothing overflows (or hits a domain edge) by
 accident: each node carries a bound on |value| computed after the einsum rule
@@ -129,6 +131,7 @@ class Gen:
         self.sizes = {a: self.pick(SIZES) for a in names}
         self.static = {a: self.coin(0.4) for a in names}
         self.arrays: list[Array] = []
+        self.depth = 0                  # gathers whose positions are being drawn (nest one deep)
         self.dtypes_used = set()
         for i in range(self.int(1, 3)):
             axes = self.axes_within(names, ARRAY_BUDGET, 0, 3)
@@ -271,10 +274,12 @@ class Gen:
         if not (gather and labels and self.coin(0.2)):
             return plain
         kids = []                             # a gather: some positions computed
+        self.depth += 1
         for pos, a in enumerate(arr.axes):
             if self.coin(0.5) or (pos == len(arr.axes) - 1 and not kids):
                 kids.append(self.position(a))
                 labels[pos] = None
+        self.depth -= 1
         node = self.finish(Node("ref", kids, name=arr.name, labels=tuple(labels),
                                 exact=arr.exact, special=arr.special))
         return node if self.volume(node.free) <= ARRAY_BUDGET else plain
@@ -285,8 +290,9 @@ class Gen:
         direct = [a for a in self.arrays if a.integer and a.irange and a.irange[0] >= 0
                   and a.irange[1] <= n]
         choice = self.int(0, 4)
-        if direct and choice == 0:            # a page table, a token id: read as it is
-            return self.ref(self.pick(direct), gather=False)
+        if direct and choice == 0:            # a page table, a token id: read as it is, or
+            # itself at computed positions, once (a page table read at x // P: paged KV)
+            return self.ref(self.pick(direct), gather=self.depth < 2)
         last = self.finish(Node("bin", [self.size_of(axis), self.const(1)], name="-"))
         if choice == 1:                       # a reversal: (size(a) - 1) - b, size(b) <= size(a)
             b = self.pick([b for b in sorted(self.sizes) if self.sizes[b] <= n])
