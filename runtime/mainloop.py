@@ -63,6 +63,26 @@ class Loop:
     def mma(self) -> int:
         return sum(1 for i in self.instructions if i.opcode.split(".")[0] in TENSOR)
 
+    @property
+    def hmma_16816(self) -> float:
+        """The tensor instructions as warp-level m16n8k16 HMMA equivalents: an HMMA.16816 is
+        one, an HMMA.1688 a half, a warpgroup's HGMMA.64xNx16 (issued by each of its four
+        warps) N / 8: one HMMA's multiply-adds per warp. Ratios per HMMA stay comparable
+        between mma.sync and wgmma kernels."""
+        total = 0.0
+        for i in self.instructions:
+            base, *mods = i.opcode.split(".")
+            if base not in TENSOR:
+                continue
+            shape = re.fullmatch(r"(\d+)x(\d+)x(\d+)", mods[0]) if mods else None
+            if base == "HGMMA" and shape:
+                total += int(shape[2]) / 8 * int(shape[3]) / 16
+            elif base == "HMMA" and mods and mods[0] == "1688":
+                total += 0.5
+            else:
+                total += 1
+        return total
+
 
 def classify(opcode: str) -> str:
     base = opcode.split(".")[0]

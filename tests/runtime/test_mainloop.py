@@ -35,6 +35,16 @@ def test_the_innermost_loop_with_the_most_hmma_is_the_main_loop():
     assert mainloop.classify("IMAD.WIDE.U32") == "int"
 
 
+def test_tensor_instructions_count_as_m16n8k16_hmma_equivalents():
+    """An HGMMA.64x128x16 is issued by each warp of its warpgroup and does 16 x 128 x 16
+    multiply-adds per warp: 16 HMMA.16816's; an HMMA.1688 is half of one."""
+    ops = ["HMMA.16816.F32", "HMMA.1688.F32", "HGMMA.64x128x16.F32", "HGMMA.64x64x16.F32", "FFMA"]
+    loop = mainloop.Loop(0, 0x40, tuple(mainloop.Instruction(16 * i, op, "", None)
+                                       for i, op in enumerate(ops)))
+    assert loop.mma == 4
+    assert loop.hmma_16816 == 1 + 0.5 + 16 + 8
+
+
 def test_a_real_tensor_core_product_loop():
     from napkin.pipeline import Options, through
     from napkin.runtime import sass
