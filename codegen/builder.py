@@ -54,12 +54,14 @@ class Builder:
         return name
 
     def loop(self, var: str, start: str, stop: str, step: str = "1", body_fn=None,
-             unroll: bool = False, ctype: str = "int") -> None:
-        """A for-loop whose body `body_fn()` emits into a fresh scope."""
+             unroll: bool | None = None, ctype: str = "int") -> None:
+        """A for-loop whose body `body_fn()` emits into a fresh scope; unrolled when asked,
+        or (unroll None) when it counts from 0 to at most 64 by ones."""
         self.open()
         body_fn()
         update = f"++{var}" if step == "1" else f"{var} += {step}"
-        unroll = unroll or (start == "0" and stop.isdigit() and step == "1" and int(stop) <= 64)
+        if unroll is None:
+            unroll = start == "0" and stop.isdigit() and step == "1" and int(stop) <= 64
         self.emit(P.For(var, start, f"{var} < {stop}", update, self.close(), unroll, ctype))
 
     @property

@@ -19,6 +19,7 @@ from .builder import Ix
 from .indexing import Layout
 
 VECTOR = 8       # 16-bit values per 16-byte cp.async
+UNROLLED = 8     # copy rounds per thread unrolled whole (more: a loop, as the fallback's 64)
 CHUNK = "chunk"  # a tile axis's origin and bound: the chunk being copied
 
 
@@ -103,7 +104,7 @@ class SharedTiles:
                                                 f"(e < {clen}) ? {param} + ({offset}) : {param}",
                                                 f"(e < {clen}) ? 4 : 0")))
         if t["count"] > self.threads:
-            b.loop("e", "tid", str(t["count"]), str(self.threads), body)
+            self._each_thread(t["count"], body)
             return
 
         def once():         # one value a thread at most: no loop for nvcc to peel and unroll
@@ -159,29 +160,21 @@ class SharedTiles:
         param, _ = self.names[base]
         inner, outer = t["inner"], t["outer"]
         per_row = inner.extent // vector
+        count = outer.extent * per_row
+        if vector > 1 and window is None and self.threads % per_row == 0:
+            self._copy_rows(t, per_row, stage, c0, clen)
+            return
 
         def body():
-            b.emit(P.Decl("const int", "eo", f"e / {per_row}"))
-            b.emit(P.Decl("const int", "ei", f"e % {per_row}" if vector == 1 else
-                          f"(e % {per_row}) * {vector}"))
-            axes = ir.type_of(self.g, t["node"]).axes
-            scope = {a: Ix(self._axis_var("org", a)) for a in axes if a in self.tile}
-            checks = []
-            for (axis, _, origin, bound), local in ((outer, "eo"), (inner, "ei")):
-                if origin == CHUNK:
-                    origin, bound = c0, f"{{}} < {clen}"
-                scope[axis] = Ix(f"({origin} + {local})" if origin else local)
-                if bound:
-                    checks.append(bound.format(local))
-            if window is not None:      # the base's row x = p_x * size(s_x) + s_x, zeros past x
-                row = (f"(({self.itype}){scope[window.part_axis].expr} * "
-                       f"({self.itype})({self.sizes[window.share_axis]}) + "
-                       f"{scope[window.share_axis].expr})")
-                checks.append(f"{row} < ({self.itype})({self.sizes[window.axis]})")
-                scope = {**scope, window.axis: Ix(row)}
-                axes = ir.type_of(self.g, base).axes
-            valid = " && ".join(checks) or "true"
-            offset = Layout(axes, self.sizes, self.itype).offset(scope)
+            if self.threads % per_row == 0:   # each thread keeps its column: rows step evenly
+                b.emit(P.Decl("const int", "eo", f"tid / {per_row} + r * {self.threads // per_row}"))
+                b.emit(P.Decl("const int", "ei", f"tid % {per_row}" if vector == 1 else
+                              f"(tid % {per_row}) * {vector}"))
+            else:
+                b.emit(P.Decl("const int", "eo", f"e / {per_row}"))
+                b.emit(P.Decl("const int", "ei", f"e % {per_row}" if vector == 1 else
+                              f"(e % {per_row}) * {vector}"))
+            valid, offset = self._element(t, "eo", "ei", c0, clen, window)
             at = f"{self.at(t, stage)} + eo * {t['pitch']} + ei"
             if vector == 1:
                 zero = f"napkin_from_float<{t['ctype']}>(0.0f)"
@@ -192,4 +185,74 @@ class SharedTiles:
             else:   # src-size 0 outside the arrays: zeros, nothing read
                 b.emit(P.Call("napkin_cp_async_16", (at, f"({valid}) ? {param} + ({offset}) : {param}",
                                                      f"({valid}) ? 16 : 0")))
-        b.loop("e", "tid", str(outer.extent * per_row), str(self.threads), body)
+        self._each_thread(count, body, index=self.threads % per_row != 0)
+
+    def _copy_rows(self, t: dict, per_row: int, stage: str, c0: str, clen: str) -> None:
+        """The 16-byte copy when every thread keeps one column of vectors and steps down the
+        rows (threads a multiple of the vectors per row): its source and destination are
+        computed once, then advance by a constant per round (one 64-bit add, not an index
+        computed anew per cp.async); each round tests only its row."""
+        b = self.b
+        param, _ = self.names[t["node"]]
+        rows = self.threads // per_row
+        axes = ir.type_of(self.g, t["node"]).axes
+        after = axes[axes.index(t["outer"].name) + 1:]
+        stride = " * ".join(f"({self.itype})({self.sizes[a]})" for a in after) or f"({self.itype})1"
+
+        def block():
+            b.emit(P.Decl("const int", "ei", f"(tid % {per_row}) * {VECTOR}"))
+            b.emit(P.Decl("const int", "eo0", f"tid / {per_row}"))
+            _, first = self._element(t, "eo0", "ei", c0, clen, None)
+            b.emit(P.Decl("const auto", "cps", f"{param} + ({first})"))
+            b.emit(P.Decl(f"{t['ctype']}* const", "cpd", f"{self.at(t, stage)} + eo0 * {t['pitch']} + ei"))
+
+            def each():
+                b.emit(P.Decl("const int", "eo", f"eo0 + r * {rows}"))
+                valid, _ = self._element(t, "eo", "ei", c0, clen, None)
+                src = f"cps + ({self.itype})(r * {rows}) * {stride}"
+                b.emit(P.Call("napkin_cp_async_16", (f"cpd + r * {rows * t['pitch']}",
+                                                     f"({valid}) ? {src} : {param}",
+                                                     f"({valid}) ? 16 : 0")))
+            self._each_thread(t["outer"].extent * per_row, each, index=False)
+        b.emit(P.Block(self._scoped(block)))
+
+    def _element(self, t: dict, eo: str, ei: str, c0: str, clen: str, window) -> tuple[str, str]:
+        """(the in-range test, the offset in the source array) of the tile's element at
+        local row eo and column ei (C names)."""
+        base = self._source(t["node"])[0]
+        axes = ir.type_of(self.g, t["node"]).axes
+        scope = {a: Ix(self._axis_var("org", a)) for a in axes if a in self.tile}
+        checks = []
+        for (axis, _, origin, bound), local in ((t["outer"], eo), (t["inner"], ei)):
+            if origin == CHUNK:
+                origin, bound = c0, f"{{}} < {clen}"
+            scope[axis] = Ix(f"({origin} + {local})" if origin else local)
+            if bound:
+                checks.append(bound.format(local))
+        if window is not None:      # the base's row x = p_x * size(s_x) + s_x, zeros past x
+            row = (f"(({self.itype}){scope[window.part_axis].expr} * "
+                   f"({self.itype})({self.sizes[window.share_axis]}) + "
+                   f"{scope[window.share_axis].expr})")
+            checks.append(f"{row} < ({self.itype})({self.sizes[window.axis]})")
+            scope = {**scope, window.axis: Ix(row)}
+            axes = ir.type_of(self.g, base).axes
+        return " && ".join(checks) or "true", Layout(axes, self.sizes, self.itype).offset(scope)
+
+    def _each_thread(self, count: int, body, index: bool = True) -> None:
+        """`body` for e = tid, tid + threads, ... below count, as a loop of a fixed trip count
+        (r) that nvcc unrolls whole up to UNROLLED rounds: `for (e = tid; e < count; e +=
+        threads)` has a trip count it cannot know (tid's range), and gets a remainder
+        prologue and a rolled body, some eighty instructions per copy in the main loop.
+        (Unrolled, the one-value-at-a-time fallback's 64 or 128 loads would all be in
+        flight at once, and spill.) A partial last round tests e. `index`: the body reads e (else only r)."""
+        b = self.b
+        rounds = -(-count // self.threads)
+
+        def each():
+            if index or count % self.threads:
+                b.emit(P.Decl("const int", "e", f"tid + r * {self.threads}"))
+            if count % self.threads:
+                b.emit(P.If(f"e < {count}", self._scoped(body)))
+            else:
+                body()
+        b.loop("r", "0", str(rounds), "1", each, unroll=rounds <= UNROLLED)

@@ -334,15 +334,26 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     if (n1 % 8 == 0 && n2 % 8 == 0) {
       {
         const int nlen = (int)((int)(n1) - (0) < 64 ? (int)(n1) - (0) : 64);
-        for (int e = tid; e < 512; e += 64) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm0 + 0 * 4608) + eo * 72 + ei, (org_0 + eo < n0 && ei < nlen) ? p0 + (((int)((org_0 + eo))) * (n1) + (((int)0 + ei))) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const auto cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + ei)));
+          __half* const cpd = (sm0 + 0 * 4608) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 8; ++r) {
+            const int eo = eo0 + r * 8;
+            napkin_cp_async_16(cpd + r * 576, (org_0 + eo < n0 && ei < nlen) ? cps + (int)(r * 8) * (int)(n1) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          }
         }
-        for (int e = tid; e < 1024; e += 64) {
-          const int eo = e / 16;
-          const int ei = (e % 16) * 8;
-          napkin_cp_async_16((sm1 + 0 * 8704) + eo * 136 + ei, (eo < nlen && org_1 + ei < n2) ? p1 + (((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+        {
+          const int ei = (tid % 16) * 8;
+          const int eo0 = tid / 16;
+          const auto cps = p1 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
+          __half* const cpd = (sm1 + 0 * 8704) + eo0 * 136 + ei;
+          for (int r = 0; r < 16; ++r) {
+            const int eo = eo0 + r * 4;
+            napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n2) ? cps + (int)(r * 4) * (int)(n2) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          }
         }
       }
       napkin_cp_async_commit();
@@ -351,15 +362,26 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         const int clen = (int)((int)(n1) - (c0) < 64 ? (int)(n1) - (c0) : 64);
         if (c0 + 64 < (int)(n1)) {
           const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
-          for (int e = tid; e < 512; e += 64) {
-            const int eo = e / 8;
-            const int ei = (e % 8) * 8;
-            napkin_cp_async_16((sm0 + (stage ^ 1) * 4608) + eo * 72 + ei, (org_0 + eo < n0 && ei < nlen) ? p0 + (((int)((org_0 + eo))) * (n1) + ((c0 + 64 + ei))) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          {
+            const int ei = (tid % 8) * 8;
+            const int eo0 = tid / 8;
+            const auto cps = p0 + (((int)((org_0 + eo0))) * (n1) + ((c0 + 64 + ei)));
+            __half* const cpd = (sm0 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+            #pragma unroll
+            for (int r = 0; r < 8; ++r) {
+              const int eo = eo0 + r * 8;
+              napkin_cp_async_16(cpd + r * 576, (org_0 + eo < n0 && ei < nlen) ? cps + (int)(r * 8) * (int)(n1) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            }
           }
-          for (int e = tid; e < 1024; e += 64) {
-            const int eo = e / 16;
-            const int ei = (e % 16) * 8;
-            napkin_cp_async_16((sm1 + (stage ^ 1) * 8704) + eo * 136 + ei, (eo < nlen && org_1 + ei < n2) ? p1 + (((int)((c0 + 64 + eo))) * (n2) + ((org_1 + ei))) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          {
+            const int ei = (tid % 16) * 8;
+            const int eo0 = tid / 16;
+            const auto cps = p1 + (((int)((c0 + 64 + eo0))) * (n2) + ((org_1 + ei)));
+            __half* const cpd = (sm1 + (stage ^ 1) * 8704) + eo0 * 136 + ei;
+            for (int r = 0; r < 16; ++r) {
+              const int eo = eo0 + r * 4;
+              napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n2) ? cps + (int)(r * 4) * (int)(n2) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            }
           }
         }
         napkin_cp_async_commit();
@@ -391,12 +413,13 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     } else {
       {
         const int nlen = (int)((int)(n1) - (0) < 64 ? (int)(n1) - (0) : 64);
-        for (int e = tid; e < 4096; e += 64) {
-          const int eo = e / 64;
-          const int ei = e % 64;
+        for (int r = 0; r < 64; ++r) {
+          const int eo = tid / 64 + r * 1;
+          const int ei = tid % 64;
           ((sm0 + 0 * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
-        for (int e = tid; e < 8192; e += 64) {
+        for (int r = 0; r < 128; ++r) {
+          const int e = tid + r * 64;
           const int eo = e / 128;
           const int ei = e % 128;
           ((sm1 + 0 * 8704) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
@@ -408,12 +431,13 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         const int clen = (int)((int)(n1) - (c0) < 64 ? (int)(n1) - (c0) : 64);
         if (c0 + 64 < (int)(n1)) {
           const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
-          for (int e = tid; e < 4096; e += 64) {
-            const int eo = e / 64;
-            const int ei = e % 64;
+          for (int r = 0; r < 64; ++r) {
+            const int eo = tid / 64 + r * 1;
+            const int ei = tid % 64;
             ((sm0 + (stage ^ 1) * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 64 + ei))] : napkin_from_float<__half>(0.0f);
           }
-          for (int e = tid; e < 8192; e += 64) {
+          for (int r = 0; r < 128; ++r) {
+            const int e = tid + r * 64;
             const int eo = e / 128;
             const int ei = e % 128;
             ((sm1 + (stage ^ 1) * 8704) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 64 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);

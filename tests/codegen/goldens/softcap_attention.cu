@@ -332,10 +332,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const long long org_0 = (long long)((((blk) / (((long long)(n2) + 127) / 128)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
-    for (int e = tid; e < 1024; e += 256) {
-      const int eo = e / 8;
-      const int ei = (e % 8) * 8;
-      napkin_cp_async_16(sm0 + eo * 72 + ei, (org_2 + eo < n2) ? p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo))) * (64) + (ei)) : p0, (org_2 + eo < n2) ? 16 : 0);
+    {
+      const int ei = (tid % 8) * 8;
+      const int eo0 = tid / 8;
+      const auto cps = p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo0))) * (64) + (ei));
+      __half* const cpd = sm0 + eo0 * 72 + ei;
+      #pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int eo = eo0 + r * 32;
+        napkin_cp_async_16(cpd + r * 2304, (org_2 + eo < n2) ? cps + (long long)(r * 32) * (long long)(64) : p0, (org_2 + eo < n2) ? 16 : 0);
+      }
     }
     napkin_cp_async_wait_all();
     __syncthreads();
@@ -361,15 +367,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
     {
       const int nlen = (int)((long long)(n3) - (0) < 64 ? (long long)(n3) - (0) : 64);
-      for (int e = tid; e < 512; e += 256) {
-        const int eo = e / 8;
-        const int ei = (e % 8) * 8;
-        napkin_cp_async_16((sm1 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+      {
+        const int ei = (tid % 8) * 8;
+        const int eo0 = tid / 8;
+        const auto cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
+        __half* const cpd = (sm1 + 0 * 4608) + eo0 * 72 + ei;
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (long long)(r * 32) * (long long)(64) : p1, (eo < nlen) ? 16 : 0);
+        }
       }
-      for (int e = tid; e < 512; e += 256) {
-        const int eo = e / 8;
-        const int ei = (e % 8) * 8;
-        napkin_cp_async_16((sm2 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+      {
+        const int ei = (tid % 8) * 8;
+        const int eo0 = tid / 8;
+        const auto cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
+        __half* const cpd = (sm2 + 0 * 4608) + eo0 * 72 + ei;
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (long long)(r * 32) * (long long)(64) : p2, (eo < nlen) ? 16 : 0);
+        }
       }
     }
     napkin_cp_async_commit();
@@ -379,15 +397,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = 64;
       if (c0 + 64 < (long long)(n3)) {
         const int nlen = (int)((long long)(n3) - (c0 + 64) < 64 ? (long long)(n3) - (c0 + 64) : 64);
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const auto cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (long long)(r * 32) * (long long)(64) : p1, (eo < nlen) ? 16 : 0);
+          }
         }
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const auto cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (long long)(r * 32) * (long long)(64) : p2, (eo < nlen) ? 16 : 0);
+          }
         }
       }
       napkin_cp_async_commit();
@@ -485,15 +515,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = (int)((long long)(n3) - (c0) < 64 ? (long long)(n3) - (c0) : 64);
       if (c0 + 64 < (long long)(n3)) {
         const int nlen = (int)((long long)(n3) - (c0 + 64) < 64 ? (long long)(n3) - (c0 + 64) : 64);
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const auto cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (long long)(r * 32) * (long long)(64) : p1, (eo < nlen) ? 16 : 0);
+          }
         }
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const auto cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (long long)(r * 32) * (long long)(64) : p2, (eo < nlen) ? 16 : 0);
+          }
         }
       }
       napkin_cp_async_commit();

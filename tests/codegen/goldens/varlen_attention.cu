@@ -330,10 +330,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const int org_0 = (int)(((blk) / (((long long)(n1) + 127) / 128)) % (((long long)(n0) + 0) / 1)) * 1;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
-    for (int e = tid; e < 1024; e += 256) {
-      const int eo = e / 8;
-      const int ei = (e % 8) * 8;
-      napkin_cp_async_16(sm0 + eo * 72 + ei, (org_1 + eo < n1) ? p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo))) * (64) + (ei)) : p0, (org_1 + eo < n1) ? 16 : 0);
+    {
+      const int ei = (tid % 8) * 8;
+      const int eo0 = tid / 8;
+      const auto cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (64) + (ei));
+      __half* const cpd = sm0 + eo0 * 72 + ei;
+      #pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int eo = eo0 + r * 32;
+        napkin_cp_async_16(cpd + r * 2304, (org_1 + eo < n1) ? cps + (int)(r * 32) * (int)(64) : p0, (org_1 + eo < n1) ? 16 : 0);
+      }
     }
     napkin_cp_async_wait_all();
     __syncthreads();
@@ -369,15 +375,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     {
       const int nlen = (int)((int)(n1) - (0) < 64 ? (int)(n1) - (0) : 64);
       if (!(!((((long long)((int)0) <= (long long)((org_1 + 127 < (n1 - 1) ? org_1 + 127 : (n1 - 1)))))))) {
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm1 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + ((((int)(org_0)) * (n1) + (((int)0 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const auto cps = p1 + ((((int)(org_0)) * (n1) + (((int)0 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + 0 * 4608) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (int)(r * 32) * (int)(64) : p1, (eo < nlen) ? 16 : 0);
+          }
         }
-        for (int e = tid; e < 512; e += 256) {
-          const int eo = e / 8;
-          const int ei = (e % 8) * 8;
-          napkin_cp_async_16((sm2 + 0 * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + ((((int)(org_0)) * (n1) + (((int)0 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const auto cps = p2 + ((((int)(org_0)) * (n1) + (((int)0 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + 0 * 4608) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (int)(r * 32) * (int)(64) : p2, (eo < nlen) ? 16 : 0);
+          }
         }
       }
     }
@@ -389,15 +407,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       if (c0 + 64 < (int)(n1)) {
         const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
         if (!(!((((long long)(c0 + 64) <= (long long)((org_1 + 127 < (n1 - 1) ? org_1 + 127 : (n1 - 1)))))))) {
-          for (int e = tid; e < 512; e += 256) {
-            const int eo = e / 8;
-            const int ei = (e % 8) * 8;
-            napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+          {
+            const int ei = (tid % 8) * 8;
+            const int eo0 = tid / 8;
+            const auto cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 32;
+              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (int)(r * 32) * (int)(64) : p1, (eo < nlen) ? 16 : 0);
+            }
           }
-          for (int e = tid; e < 512; e += 256) {
-            const int eo = e / 8;
-            const int ei = (e % 8) * 8;
-            napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+          {
+            const int ei = (tid % 8) * 8;
+            const int eo0 = tid / 8;
+            const auto cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 32;
+              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (int)(r * 32) * (int)(64) : p2, (eo < nlen) ? 16 : 0);
+            }
           }
         }
       }
@@ -501,15 +531,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       if (c0 + 64 < (int)(n1)) {
         const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
         if (!(!((((long long)(c0 + 64) <= (long long)((org_1 + 127 < (n1 - 1) ? org_1 + 127 : (n1 - 1)))))))) {
-          for (int e = tid; e < 512; e += 256) {
-            const int eo = e / 8;
-            const int ei = (e % 8) * 8;
-            napkin_cp_async_16((sm1 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo))) * (64) + (ei)) : p1, (eo < nlen) ? 16 : 0);
+          {
+            const int ei = (tid % 8) * 8;
+            const int eo0 = tid / 8;
+            const auto cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 32;
+              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (int)(r * 32) * (int)(64) : p1, (eo < nlen) ? 16 : 0);
+            }
           }
-          for (int e = tid; e < 512; e += 256) {
-            const int eo = e / 8;
-            const int ei = (e % 8) * 8;
-            napkin_cp_async_16((sm2 + (stage ^ 1) * 4608) + eo * 72 + ei, (eo < nlen) ? p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo))) * (64) + (ei)) : p2, (eo < nlen) ? 16 : 0);
+          {
+            const int ei = (tid % 8) * 8;
+            const int eo0 = tid / 8;
+            const auto cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 32;
+              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (int)(r * 32) * (int)(64) : p2, (eo < nlen) ? 16 : 0);
+            }
           }
         }
       }
