@@ -144,21 +144,28 @@ class _Block:
         return self._reduction(n, region, args)
 
     def _gather(self, n: int, op, region: Region) -> np.ndarray:
-        """The array at computed positions: read whole (any row may be asked for), indexed by
-        the positions' values over the region."""
+        """The array at computed positions, indexed by the positions' values over the region.
+        An input is read whole (any row may be asked for). An array this kernel computes is
+        taken over the whole of each axis read at a computed position, and over the region's
+        range of the axis a labelled position names: the block has only its own tile of
+        that (a reduction streamed here finished for the block's rows alone)."""
         from .reference import gathered
         g = self.g
         base, *index = ir.operands(g, n)
         axes = ir.type_of(g, n).axes
         declared = ir.type_of(g, base).axes
+        starts = [0] * len(declared)
         if base not in self.k.nodes or isinstance(ir.op(g, base), ir.Input):
             data = self.memory[base]
         else:
-            whole = {d: slice(0, region.sizes[d]) for d in declared}
-            data = self.value(base, Region(region.sizes, {**region.slices, **whole}))[0]
+            slices = {}
+            for k, (d, lab) in enumerate(zip(declared, op.labels)):
+                slices[d] = slice(0, region.sizes[d]) if lab is None else region.of(lab)
+                starts[k] = slices[d].start
+            data = self.value(base, Region(region.sizes, {**region.slices, **slices}))[0]
         values = [elementwise.as_kind(_align(self.value(m, region), axes), "int") for m in index]
-        ranges = [_align((np.arange(region.of(lab).start, region.of(lab).stop), (lab,)), axes)
-                  for lab in op.labels if lab is not None]
+        ranges = [_align((np.arange(region.of(lab).start, region.of(lab).stop) - start, (lab,)), axes)
+                  for lab, start in zip(op.labels, starts) if lab is not None]
         offsets = {a: region.of(a).start for a in axes}
         out = gathered(g, n, data, op.labels, values, ranges, offsets)
         return np.broadcast_to(out, tuple(region.extent(a) for a in axes))

@@ -155,3 +155,29 @@ def test_the_language_page_shows_this_rope():
     from pathlib import Path
     page = (Path(__file__).parents[2] / "docs" / "language.md").read_text()
     assert f"```\n{ROPE}```" in page
+
+
+GATHERED_REDUCTION = """\
+axis i = 17, j = 33, l = 2
+in I0[i j]: i32
+E2[l j] = sum[i](where(i >= j, i, 0)) + l
+E4[i j] = E2[mod(I0, size(l)) j]
+out E4: f32
+"""
+
+
+@pytest.mark.parametrize("chunk", [None, 8, 16, 17])
+def test_a_gathered_reduction_streamed_in_the_same_kernel(chunk):
+    """E2, a sum streamed over i, read at a computed position by E4, whose own axis i the
+    block tiles: the interpreter took E2 over all of j, which the block had not streamed
+    (its sum over i then covered one chunk: 16 short at i=17, chunks of 16). Found by
+    benchmarks/fuzz.py."""
+    rng = np.random.default_rng(3)
+    I0 = rng.integers(0, 64, (17, 33)).astype(np.int32)
+    i, j = np.arange(17)[:, None], np.arange(33)[None, :]
+    E2 = np.where(i >= j, i, 0).sum(0)[None, :] + np.arange(2)[:, None]      # [l j]
+    want = E2[I0 % 2, j]
+    for backend in ("reference", "interpret"):
+        (E4,) = napkin.run(GATHERED_REDUCTION, I0, backend=backend,
+                           stream={"i": chunk} if chunk else None)
+        np.testing.assert_array_equal(E4, want)
