@@ -45,9 +45,19 @@ def _shape(tree):
 
 
 def _statements():
+    """Every statement of the library, a statement continued while a bracket is open
+    (paged_attention's `where(...,` then its value) as one text."""
     for name in library_names():
-        yield from (line for line in library_source(name).text.splitlines()
-                    if line.strip() and not line.lstrip().startswith("#"))
+        pending, depth = "", 0
+        for line in library_source(name).text.splitlines():
+            if not pending and (not line.strip() or line.lstrip().startswith("#")):
+                continue
+            pending += ("\n" if pending else "") + line
+            code = line.split("#")[0]
+            depth += code.count("(") + code.count("[") - code.count(")") - code.count("]")
+            if depth == 0:
+                yield pending
+                pending = ""
 
 
 def _failure(parse, text):

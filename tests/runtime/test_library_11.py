@@ -1,7 +1,8 @@
 """The library diagrams of language 1.1 (integer labels, erf, soft-capping, ALiBi, sliding
-windows, document ids, embedding lookups, rotate-half) on every CPU backend, against NumPy formulas written independently
-here, on odd sizes next to tile multiples: one emulator build per diagram (in f32, so that
-the comparison is with the formula itself, not with a rounded reference)."""
+windows, document ids, embedding lookups, rotate-half, a paged KV cache) on every CPU backend,
+against NumPy formulas written independently here, on odd sizes next to tile multiples: one
+emulator build per diagram (in f32, so that the comparison is with the formula itself, not
+with a rounded reference; paged_attention has a second, split over its keys)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 import napkin
 from napkin.diagrams.sources import library_source
 
-NEW = ("alibi_attention", "cross_entropy", "embedding", "gelu_erf", "rope",
+NEW = ("alibi_attention", "cross_entropy", "embedding", "gelu_erf", "paged_attention", "rope",
        "sliding_window_attention", "softcap_attention", "varlen_attention")
 
 
@@ -65,6 +66,11 @@ def case(name: str, rng):
         x = X.astype(np.float64)
         rotated = np.concatenate([-x[..., 8:], x[..., :8]], axis=-1)
         return load(name), dict(X=X, C=C, S=S), {"R": x * C[:, None] + rotated * S[:, None]}
+    if name == "paged_attention":
+        # one decode query per sequence; 37 keys: 3 pages of 16, the last one partial, and not
+        # a multiple of any tile; lengths: a single key, none (a fully masked row), every key
+        # and past them, an odd one inside the last page
+        return paged_case(rng, b=5, g=2, r=3, q=1, n=17, x=37, P=16, lengths=[1, 0, 37, 40, 23])
     Q, K, V = f32(rng, b, h, q, d), f32(rng, b, h, q, d), f32(rng, b, h, q, d)
     if name == "softcap_attention":
         Q, K = Q * 30, K * 30           # scores in the hundreds: the cap matters
@@ -88,6 +94,24 @@ def case(name: str, rng):
     return load(name), dict(Q=Q, K=K, V=V, doc=doc), {"O": want}
 
 
+def paged_case(rng, b, g, r, q, n, x, P, lengths, d=64):
+    """paged_attention at x keys and pages of P rows: a page table of distinct pages in random
+    order (the pages past a sequence's length still valid rows of the cache), and the output
+    of the keys gathered into place by NumPy."""
+    j = -(-x // P)
+    Q, Kc, Vc = f32(rng, b, g, r, q, d), f32(rng, n, P, g, d), f32(rng, n, P, g, d)
+    pages = rng.permutation(n)[:b * j].reshape(b, j).astype(np.int32)
+    length = np.array(lengths, dtype=np.int32)
+    pos = np.arange(x)
+    at = pages[:, pos // P], pos % P                     # [b x]: page and row of each key
+    K = np.moveaxis(Kc[at], 1, 2)[:, :, None]            # [b g 1 x d]: shared by the r heads
+    V = np.moveaxis(Vc[at], 1, 2)[:, :, None]
+    visible = (pos[None, :] < length[:, None])[:, None, None, None, :]
+    want = attention(Q, K, V, lambda s: s, visible)
+    return (load("paged_attention", x=x, j=j, P=P), dict(Q=Q, Kc=Kc, Vc=Vc, pages=pages,
+                                                       len=length), {"O": want})
+
+
 @pytest.mark.parametrize("backend", ["reference", "interpret", "emulate"])
 @pytest.mark.parametrize("name", NEW)
 def test_new_library_diagram_matches_numpy(name, backend, rng):
@@ -106,6 +130,52 @@ def test_the_sliding_window_and_documents_mask_something(rng):
         causal = attention(inputs["Q"], inputs["K"], inputs["V"], lambda s: s,
                            np.arange(37)[None, :] <= np.arange(37)[:, None])
         assert np.max(np.abs(want["O"] - causal)) > 0.1
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret", "emulate"])
+def test_paged_attention_with_several_queries_and_small_pages(backend, rng):
+    """Three queries per sequence (speculative decoding's few), pages of 4 rows over 50 keys
+    (13 pages, the last one half full), 4 query heads per key/value head; a fully masked
+    sequence gives 0 (docs/language.md: a fully masked softmax row is 0, not NaN). The keys
+    split in two shares of 25 (flash-decoding, as the plan at decode sizes does), so that the
+    split's gathers and the merge of partial states are run too."""
+    d, inputs, want = paged_case(rng, b=3, g=3, r=4, q=3, n=41, x=50, P=4, lengths=[50, 7, 0])
+    (O,) = napkin.run(d, **inputs, backend=backend, split={"x": 2})
+    tol = 1e-6 if backend == "reference" else 2e-5       # as above
+    scale = max(1.0, float(np.max(np.abs(want["O"]))))
+    np.testing.assert_allclose(O, want["O"], rtol=tol, atol=tol * scale)
+    assert np.all(O[2] == 0)
+
+
+def test_the_page_table_and_the_lengths_matter(rng):
+    """The paged case above is not attention over the cache's rows in order, nor unmasked."""
+    d, inputs, want = case("paged_attention", rng)
+    in_order = dict(inputs, pages=np.arange(inputs["pages"].size, dtype=np.int32)
+                    .reshape(inputs["pages"].shape))
+    every_key = dict(inputs, len=np.full_like(inputs["len"], 37))
+    for other in (in_order, every_key):
+        (O,) = napkin.run(d, **other)
+        assert np.max(np.abs(O - want["O"])) > 0.1
+    assert np.all(want["O"][1] == 0) and np.all(np.isfinite(want["O"]))
+
+
+def test_paged_attention_decodes_in_one_fused_kernel_split_over_the_keys():
+    """At q=1 (8 sequences, 8 key/value heads of 8 query heads each, 4096 keys in pages of 16
+    of a 32k-page cache) the scores and probabilities stay on chip: one kernel computes S, A
+    and the partial states of a split of x (flash-decoding), a second merges them; each
+    gathered key's row (d = 64 halves) is whole 32-byte sectors."""
+    from napkin.compiler.model import array_name
+    from napkin.compiler.plan import plan
+    from napkin.explain import report
+    p = plan(napkin.load("paged_attention"), "h100", {"b": 8, "g": 8, "r": 8, "q": 1, "n": 32768})
+    rep = report(p)
+    assert rep["split"]["axis"] == "x" and rep["split"]["merged_by"] == ["k1"]
+    assert [k["equations"] for k in rep["kernels"]] == [["S", "A", "O.part"], ["O"]]
+    stored = [[array_name(p.graph, n) for n in kp.kernel.stores] for kp in p.kernels]
+    assert stored == [["O.part", "O.lse"], ["O"]]
+    rows = {b["name"]: b for b in rep["kernels"][0]["buffers"] if b["role"] == "input tile"}
+    for name in ("Kc[* * g d]", "Vc[* * g d]"):
+        assert dict(rows[name]["shape"])["d"] == 64     # whole rows of d: 128 bytes, 4 sectors
 
 
 def test_alibi_attention_on_tensor_cores_emulated():

@@ -74,10 +74,10 @@ VERSION_1 = ["matmul", "batched_matmul", "linear_gelu", "softmax", "layernorm", 
              "attention", "attention_manual", "causal_attention", "gqa_attention", "mlp", "swiglu"]
 
 
-def test_library_is_the_twenty_of_the_language_page():
+def test_library_is_the_twenty_one_of_the_language_page():
     assert library_names() == sorted(VERSION_1 + [
         "cross_entropy", "gelu_erf", "softcap_attention", "alibi_attention",
-        "sliding_window_attention", "varlen_attention", "embedding", "rope"])
+        "sliding_window_attention", "varlen_attention", "embedding", "rope", "paged_attention"])
 
 
 @pytest.mark.parametrize("name", VERSION_1)
