@@ -15,7 +15,7 @@ from napkin.runtime.reference import evaluate
 
 # odd sizes for every axis, static ones overridden too
 SIZES = {"b": 2, "h": 3, "g": 2, "r": 3, "q": 5, "x": 7, "d": 5, "m": 5, "n": 3, "k": 6, "t": 4,
-         "i": 5, "o": 3, "f": 6, "c": 7, "v": 6, "w": 3, "p": 2, "s": 3, "e": 6}
+         "i": 5, "o": 3, "f": 6, "c": 7, "v": 6, "w": 3, "p": 2, "s": 3, "e": 6, "P": 2, "j": 4}
 
 
 def _random_inputs(d, rng, sizes):
