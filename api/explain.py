@@ -188,7 +188,9 @@ def _streaming(plan: Plan, kp) -> dict | None:
         elif isinstance(op, ir.Reduce):
             kinds.append({"sum": "running sum", "max": "running max", "min": "running min",
                           "mean": "running sum and count", "var": "Welford (count, mean, M2)",
-                          "logsumexp": "running max and sum of exp"}[op.fn])
+                          "logsumexp": "running max and sum of exp",
+                          "argmax": "running max and its first position",
+                          "argmin": "running min and its first position"}[op.fn])
         else:
             kinds.append("running sum of products")
     if st.stats:

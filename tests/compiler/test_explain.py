@@ -121,3 +121,19 @@ def test_explain_shows_ptxas_beside_the_plan(capsys):
     assert found, out
     registers, blocks = int(found.group(1)), int(found.group(2))
     assert 1 <= blocks <= 32 and blocks * 32 * -(-registers // 8) * 8 <= 65536
+
+
+@pytest.mark.parametrize("fn, words", [
+    ("sum", "running sum"), ("max", "running max"), ("min", "running min"),
+    ("mean", "running sum and count"), ("logsumexp", "running max and sum of exp"),
+    ("argmax", "running max and its first position"), ("argmin", "running min and its first position"),
+])
+def test_every_streamed_reduction_is_named_in_explain(fn, words):
+    """A row too long for one block is streamed through the reduction's accumulator, and
+    explain names it (argmax and argmin had no name: a KeyError, an internal error)."""
+    dtype = "i32" if fn.startswith("arg") else "f32"
+    d = napkin.load(f"axis t, v\nin Z[t v]: f32\nY[t] = {fn}[v](Z)\nout Y: {dtype}\n")
+    p = plan(d, "h100", {"t": 4096, "v": 1 << 17})     # rows enough to fill the GPU: no split
+    (kernel,) = report(p)["kernels"]
+    assert kernel["streaming"]["axis"] == "v", kernel["streaming"]
+    assert kernel["streaming"]["accumulators"] == [words]
