@@ -194,15 +194,22 @@ def kernel_source(cuda: str, name: str) -> str:
 
 def copy_trips(cuda: str) -> list[int]:
     """Copies each thread makes per chunk, per copy statement of the chunk loop, read off the
-    emitted CUDA: `for (int e = tid; e < N; e += T)` holding a cp.async, ceil(N / T)."""
+    emitted CUDA: `for (int r = 0; r < R; ++r) { ... }` holding a cp.async
+    (codegen/tiles.py), R."""
     import re
     start = re.search(r"for \((?:int|long long) c0 = ", cuda)
     if start is None:
         return []
     end = cuda.find("napkin_cp_async_commit", start.end())
-    found = re.findall(r"for \((?:int|long long) e = tid; e < (\d+); e \+= (\d+)\) \{\s*"
-                       r"(?:[^{}]*?)napkin_cp_async_16", cuda[start.end():end])
-    return [math.ceil(int(n) / int(t)) for n, t in found]
+    text, out = cuda[start.end():end], []
+    for m in re.finditer(r"for \(int r = 0; r < (\d+); \+\+r\) \{", text):
+        depth, j = 1, m.end()
+        while depth and j < len(text):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        if "napkin_cp_async_16" in text[m.end():j]:
+            out.append(int(m[1]))
+    return out
 
 
 def skipped(loop) -> list:

@@ -54,7 +54,7 @@ class Builder:
         return name
 
     def loop(self, var: str, start: str, stop: str, step: str = "1", body_fn=None,
-             unroll: bool | None = None, ctype: str = "int") -> None:
+             unroll: bool | int | None = None, ctype: str = "int") -> None:
         """A for-loop whose body `body_fn()` emits into a fresh scope; unrolled when asked,
         or (unroll None) when it counts from 0 to at most 64 by ones."""
         self.open()

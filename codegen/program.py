@@ -46,7 +46,7 @@ class For:
     cond: str
     update: str
     body: tuple
-    unroll: bool = False
+    unroll: bool | int = False     # True: `#pragma unroll`; a count n: `#pragma unroll n`
     ctype: str = "int"
 
 

@@ -203,13 +203,13 @@ class SharedTiles:
             b.emit(P.Decl("const int", "ei", f"(tid % {per_row}) * {VECTOR}"))
             b.emit(P.Decl("const int", "eo0", f"tid / {per_row}"))
             _, first = self._element(t, "eo0", "ei", c0, clen, None)
-            b.emit(P.Decl("const auto", "cps", f"{param} + ({first})"))
+            b.emit(P.Decl(f"const {t['ctype']}* const", "cps", f"{param} + ({first})"))
             b.emit(P.Decl(f"{t['ctype']}* const", "cpd", f"{self.at(t, stage)} + eo0 * {t['pitch']} + ei"))
 
             def each():
                 b.emit(P.Decl("const int", "eo", f"eo0 + r * {rows}"))
                 valid, _ = self._element(t, "eo", "ei", c0, clen, None)
-                src = f"cps + ({self.itype})(r * {rows}) * {stride}"
+                src = f"cps + (({self.itype})(r * {rows}) * {stride})"
                 b.emit(P.Call("napkin_cp_async_16", (f"cpd + r * {rows * t['pitch']}",
                                                      f"({valid}) ? {src} : {param}",
                                                      f"({valid}) ? 16 : 0")))
@@ -255,4 +255,7 @@ class SharedTiles:
                 b.emit(P.If(f"e < {count}", self._scoped(body)))
             else:
                 body()
-        b.loop("r", "0", str(rounds), "1", each, unroll=rounds <= UNROLLED)
+        # (more rounds: `#pragma unroll 1`, a loop nvcc keeps rolled: unrolled by its own
+        # heuristics, the copies' addresses would be live at once beside a whole chunk's
+        # scores and spill)
+        b.loop("r", "0", str(rounds), "1", each, unroll=True if rounds <= UNROLLED else 1)

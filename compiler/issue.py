@@ -34,17 +34,15 @@ LDSM_BYTES = 512                   # ldmatrix.x4: 32 lanes x 16 bytes
 # the library's matmul and attention main loops (sm_90, benchmarks/model_check.py): the
 # iteration (cp.async commit and wait, two barriers, the stage flip, the loop test) ...
 ITERATION_TENSOR = 20
-# ... and each tile copied into shared memory: a copy loop `for (e = tid; e < N; e +=
-# threads)` of 16-byte cp.async, `t = ceil(N / threads)` copies per thread, costs a warp
-# COPY_SETUP + t COPY_EACH instructions: each copy is an LDGSTS with about 30 integer and
-# control instructions (row and column of the element, two bounds tests, the 64-bit source
-# address, two selects, the padded destination). nvcc cannot know t (it depends on tid), so
-# it compiles up to three peeled copies and a loop unrolled by four: the static code of one
-# copy loop is about 225 instructions whatever t is, of which a trip of t runs these. Fitted
-# to matmul's and attention's copy loops (model_check.copy_loops: setup 0 to 24, each 29.5
-# to 34). A copy of a tile the mask hides is made all the same.
-COPY_SETUP = 15
-COPY_EACH = 31
+# ... and each tile copied into shared memory: `t = ceil(N / threads)` 16-byte cp.async per
+# thread in a loop of fixed trip count that nvcc unrolls (codegen/tiles._copy_rows), costing
+# a warp COPY_SETUP + t COPY_EACH instructions: the thread's first source and destination
+# (64-bit pointer, padded shared offset), then per copy its row test, two selects and a
+# constant step. Fitted to the unrolled main loops of matmul and attention (sm_90,
+# benchmarks/model_check.py; the loop from tid of before cost 15 + 31 t: a remainder
+# prologue and an index per copy). A copy of a tile the mask hides is made all the same.
+COPY_SETUP = 10
+COPY_EACH = 8
 COPY_BYTES_TENSOR = 16
 ITERATION = 12                     # a CUDA-core kernel's chunk: warp instructions per warp
                                    # (barriers, the loop test and branch, pointers)

@@ -99,11 +99,11 @@ def _ptx(d, force_int: bool = False) -> str:
 
 
 def test_ptx_computes_offsets_in_64_bits_when_it_must():
-    """A matmul with 2^31 elements in A (static sizes): the kernel indexes with `long long`;
+    """A matmul with 2^32 elements in A (static sizes): the kernel indexes with `long long`;
     forced to `int`, the range analysis finds the overflow. The PTX of the first computes its
     offsets in 64 bits (add/mul/mad .s64, no 32-bit index widened by mul.wide.s32); the
     second widens 32-bit indices."""
-    d = napkin.load(STATIC_MATMUL.format(m=65536, k=32768))
+    d = napkin.load(STATIC_MATMUL.format(m=131072, k=32768))   # a row offset passes 2^31
     found, types = problems_of(d, {})
     assert not found and types == ["long long"]
     old = lower_mod.index_type
@@ -113,9 +113,10 @@ def test_ptx_computes_offsets_in_64_bits_when_it_must():
         program = lower(p)
         found = [x for k in program.kernels for x in check_kernel(k, size_values(program, p.sizes))]
         assert found
-        # on tensor cores, the 16-byte copies' global offsets (call arguments) are checked too
+        # on tensor cores, the 16-byte copies' global offsets are checked too: each thread's
+        # first source (`cps = pN + (offset)`) and its steps (call arguments)
         assert p.kernels[0].choice.warps
-        assert any("napkin_cp_async_16 argument" in x for x in found), found
+        assert any("cps = " in x or "napkin_cp_async_16 argument" in x for x in found), found
     finally:
         lower_mod.index_type = old
     if not nvrtc.available():

@@ -185,7 +185,7 @@ class Evaluator:
         return v
 
 
-_SUBSCRIPT = re.compile(r"\b((?:p|sm|st|res)\d+)\[")
+_SUBSCRIPT = re.compile(r"\b((?:p|sm|st|res)\d+|cps)\[")
 
 
 def _subscripts(text: str) -> list[str]:
@@ -226,8 +226,9 @@ def _walk(body, env: dict, problems: list) -> None:
                 continue
             if integer and _DATA.search(s.init):
                 value = _data(s.init, env, s.name, problems)
-            else:
-                value = _eval(s.init, env, f"{s.name} = ", problems, numeric=integer)
+            else:   # (a pointer's `pN + (offset)`: the offset checked as a subscript)
+                value = _eval(s.init if integer else _as_subscripts(s.init), env, f"{s.name} = ",
+                              problems, numeric=integer)
             if not integer:     # a boolean (a condition) or a float: known to an integer only
                 env[s.name] = Val(0, 1, False) if "bool" in s.ctype.split() else \
                     Val(-(2**63), 2**63 - 1, True)
@@ -276,7 +277,7 @@ def _as_subscripts(text: str) -> str:
     """`... pN + (E) ...` (pointer arithmetic on a global array) as `pN[E]`, so that the
     offset E is checked like any subscript."""
     out, i = [], 0
-    for m in re.finditer(r"\b(p\d+) \+ \(", text):
+    for m in re.finditer(r"\b(p\d+|cps) \+ \(", text):
         if m.start() < i:
             continue
         depth, j = 1, m.end()

@@ -339,23 +339,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         {
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
-          const auto cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (n2) + (((int)0 + ei)));
+          const __half* const cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (n2) + (((int)0 + ei)));
           __half* const cpd = (sm0 + 0 * 3072) + eo0 * 24 + ei;
           #pragma unroll
           for (int r = 0; r < 1; ++r) {
             const int eo = eo0 + r * 128;
-            napkin_cp_async_16(cpd + r * 3072, (org_1 + eo < n1 && ei < nlen) ? cps + (int)(r * 128) * (int)(n2) : p0, (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 3072, (org_1 + eo < n1 && ei < nlen) ? cps + ((int)(r * 128) * (int)(n2)) : p0, (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 32) * 8;
           const int eo0 = tid / 32;
-          const auto cps = p1 + ((((int)(org_0)) * (n2) + (((int)0 + eo0))) * (n3) + ((org_2 + ei)));
+          const __half* const cps = p1 + ((((int)(org_0)) * (n2) + (((int)0 + eo0))) * (n3) + ((org_2 + ei)));
           __half* const cpd = (sm1 + 0 * 4224) + eo0 * 264 + ei;
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 2112, (eo < nlen && org_2 + ei < n3) ? cps + (int)(r * 8) * (int)(n3) : p1, (eo < nlen && org_2 + ei < n3) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 2112, (eo < nlen && org_2 + ei < n3) ? cps + ((int)(r * 8) * (int)(n3)) : p1, (eo < nlen && org_2 + ei < n3) ? 16 : 0);
           }
         }
       }
@@ -368,23 +368,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           {
             const int ei = (tid % 2) * 8;
             const int eo0 = tid / 2;
-            const auto cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (n2) + ((c0 + 16 + ei)));
+            const __half* const cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (n2) + ((c0 + 16 + ei)));
             __half* const cpd = (sm0 + (stage ^ 1) * 3072) + eo0 * 24 + ei;
             #pragma unroll
             for (int r = 0; r < 1; ++r) {
               const int eo = eo0 + r * 128;
-              napkin_cp_async_16(cpd + r * 3072, (org_1 + eo < n1 && ei < nlen) ? cps + (int)(r * 128) * (int)(n2) : p0, (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 3072, (org_1 + eo < n1 && ei < nlen) ? cps + ((int)(r * 128) * (int)(n2)) : p0, (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 32) * 8;
             const int eo0 = tid / 32;
-            const auto cps = p1 + ((((int)(org_0)) * (n2) + ((c0 + 16 + eo0))) * (n3) + ((org_2 + ei)));
+            const __half* const cps = p1 + ((((int)(org_0)) * (n2) + ((c0 + 16 + eo0))) * (n3) + ((org_2 + ei)));
             __half* const cpd = (sm1 + (stage ^ 1) * 4224) + eo0 * 264 + ei;
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 2112, (eo < nlen && org_2 + ei < n3) ? cps + (int)(r * 8) * (int)(n3) : p1, (eo < nlen && org_2 + ei < n3) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 2112, (eo < nlen && org_2 + ei < n3) ? cps + ((int)(r * 8) * (int)(n3)) : p1, (eo < nlen && org_2 + ei < n3) ? 16 : 0);
             }
           }
         }
@@ -423,6 +423,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           const int ei = tid % 16;
           ((sm0 + 0 * 3072) + eo * 24 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
+        #pragma unroll 1
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 256 + r * 1;
           const int ei = tid % 256;
@@ -441,6 +442,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             const int ei = tid % 16;
             ((sm0 + (stage ^ 1) * 3072) + eo * 24 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
           }
+          #pragma unroll 1
           for (int r = 0; r < 16; ++r) {
             const int eo = tid / 256 + r * 1;
             const int ei = tid % 256;

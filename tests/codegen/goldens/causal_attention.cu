@@ -335,12 +335,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     {
       const int ei = (tid % 8) * 8;
       const int eo0 = tid / 8;
-      const auto cps = p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo0))) * (64) + (ei));
+      const __half* const cps = p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo0))) * (64) + (ei));
       __half* const cpd = sm0 + eo0 * 72 + ei;
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int eo = eo0 + r * 32;
-        napkin_cp_async_16(cpd + r * 2304, (org_2 + eo < n2) ? cps + (long long)(r * 32) * (long long)(64) : p0, (org_2 + eo < n2) ? 16 : 0);
+        napkin_cp_async_16(cpd + r * 2304, (org_2 + eo < n2) ? cps + ((long long)(r * 32) * (long long)(64)) : p0, (org_2 + eo < n2) ? 16 : 0);
       }
     }
     napkin_cp_async_wait_all();
@@ -371,23 +371,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const auto cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
           __half* const cpd = (sm1 + 0 * 9216) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (long long)(r * 32) * (long long)(64) : p1, (eo < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + ((long long)(r * 32) * (long long)(64)) : p1, (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const auto cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
           __half* const cpd = (sm2 + 0 * 9216) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (long long)(r * 32) * (long long)(64) : p2, (eo < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + ((long long)(r * 32) * (long long)(64)) : p2, (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -403,23 +403,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
+            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
             __half* const cpd = (sm1 + (stage ^ 1) * 9216) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (long long)(r * 32) * (long long)(64) : p1, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + ((long long)(r * 32) * (long long)(64)) : p1, (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
+            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
             __half* const cpd = (sm2 + (stage ^ 1) * 9216) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (long long)(r * 32) * (long long)(64) : p2, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + ((long long)(r * 32) * (long long)(64)) : p2, (eo < nlen) ? 16 : 0);
             }
           }
         }
@@ -544,23 +544,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
+            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
             __half* const cpd = (sm1 + (stage ^ 1) * 9216) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (long long)(r * 32) * (long long)(64) : p1, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + ((long long)(r * 32) * (long long)(64)) : p1, (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
+            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
             __half* const cpd = (sm2 + (stage ^ 1) * 9216) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (long long)(r * 32) * (long long)(64) : p2, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + ((long long)(r * 32) * (long long)(64)) : p2, (eo < nlen) ? 16 : 0);
             }
           }
         }

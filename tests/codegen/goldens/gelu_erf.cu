@@ -337,23 +337,23 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const auto cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + ei)));
+          const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + ei)));
           __half* const cpd = (sm0 + 0 * 4608) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1152, (org_0 + eo < n0 && ei < nlen) ? cps + (int)(r * 16) * (int)(n1) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 1152, (org_0 + eo < n0 && ei < nlen) ? cps + ((int)(r * 16) * (int)(n1)) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
-          const auto cps = p1 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
+          const __half* const cps = p1 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
           __half* const cpd = (sm1 + 0 * 8704) + eo0 * 136 + ei;
           #pragma unroll
           for (int r = 0; r < 8; ++r) {
             const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 1088, (eo < nlen && org_1 + ei < n2) ? cps + (int)(r * 8) * (int)(n2) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 1088, (eo < nlen && org_1 + ei < n2) ? cps + ((int)(r * 8) * (int)(n2)) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -366,23 +366,23 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p0 + (((int)((org_0 + eo0))) * (n1) + ((c0 + 64 + ei)));
+            const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + ((c0 + 64 + ei)));
             __half* const cpd = (sm0 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, (org_0 + eo < n0 && ei < nlen) ? cps + (int)(r * 16) * (int)(n1) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 1152, (org_0 + eo < n0 && ei < nlen) ? cps + ((int)(r * 16) * (int)(n1)) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 16) * 8;
             const int eo0 = tid / 16;
-            const auto cps = p1 + (((int)((c0 + 64 + eo0))) * (n2) + ((org_1 + ei)));
+            const __half* const cps = p1 + (((int)((c0 + 64 + eo0))) * (n2) + ((org_1 + ei)));
             __half* const cpd = (sm1 + (stage ^ 1) * 8704) + eo0 * 136 + ei;
             #pragma unroll
             for (int r = 0; r < 8; ++r) {
               const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 1088, (eo < nlen && org_1 + ei < n2) ? cps + (int)(r * 8) * (int)(n2) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 1088, (eo < nlen && org_1 + ei < n2) ? cps + ((int)(r * 8) * (int)(n2)) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
             }
           }
         }
@@ -415,11 +415,13 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     } else {
       {
         const int nlen = (int)((int)(n1) - (0) < 64 ? (int)(n1) - (0) : 64);
+        #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
           const int eo = tid / 64 + r * 2;
           const int ei = tid % 64;
           ((sm0 + 0 * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
+        #pragma unroll 1
         for (int r = 0; r < 64; ++r) {
           const int eo = tid / 128 + r * 1;
           const int ei = tid % 128;
@@ -432,11 +434,13 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const int clen = (int)((int)(n1) - (c0) < 64 ? (int)(n1) - (c0) : 64);
         if (c0 + 64 < (int)(n1)) {
           const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
+          #pragma unroll 1
           for (int r = 0; r < 32; ++r) {
             const int eo = tid / 64 + r * 2;
             const int ei = tid % 64;
             ((sm0 + (stage ^ 1) * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 64 + ei))] : napkin_from_float<__half>(0.0f);
           }
+          #pragma unroll 1
           for (int r = 0; r < 64; ++r) {
             const int eo = tid / 128 + r * 1;
             const int ei = tid % 128;

@@ -307,8 +307,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 128 threads per block, long long indices
-extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
+// kernel 0: 64 threads per block, long long indices
+extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -325,22 +325,22 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
   const int wr = tid / 32;
   const int fg = lane / 4;
   const int fq = lane % 4;
-  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 63) / 64);
+  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 31) / 32);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const long long org_2 = (long long)((blk) % (((long long)(n2) + 63) / 64)) * 64;
-    const long long org_1 = (long long)(((blk) / (((long long)(n2) + 63) / 64)) % (((long long)(n1) + 0) / 1)) * 1;
-    const long long org_0 = (long long)((((blk) / (((long long)(n2) + 63) / 64)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
+    const long long org_2 = (long long)((blk) % (((long long)(n2) + 31) / 32)) * 32;
+    const long long org_1 = (long long)(((blk) / (((long long)(n2) + 31) / 32)) % (((long long)(n1) + 0) / 1)) * 1;
+    const long long org_0 = (long long)((((blk) / (((long long)(n2) + 31) / 32)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
     {
       const int ei = (tid % 8) * 8;
       const int eo0 = tid / 8;
-      const auto cps = p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo0))) * (64) + (ei));
+      const __half* const cps = p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo0))) * (64) + (ei));
       __half* const cpd = sm0 + eo0 * 72 + ei;
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int eo = eo0 + r * 16;
-        napkin_cp_async_16(cpd + r * 1152, (org_2 + eo < n2) ? cps + (long long)(r * 16) * (long long)(64) : p0, (org_2 + eo < n2) ? 16 : 0);
+        const int eo = eo0 + r * 8;
+        napkin_cp_async_16(cpd + r * 576, (org_2 + eo < n2) ? cps + ((long long)(r * 8) * (long long)(64)) : p0, (org_2 + eo < n2) ? 16 : 0);
       }
     }
     napkin_cp_async_wait_all();
@@ -363,63 +363,63 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         rm[i0][i1] = -NAPKIN_INF;
       }
     }
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4608) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (2304) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (2304) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
     {
-      const int nlen = (int)((long long)(n3) - (0) < 64 ? (long long)(n3) - (0) : 64);
-      if (!(!((((long long)((long long)0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1)))) && (((long long)(org_2) - (long long)((long long)0 + nlen - 1)) < (long long)(128)))))) {
+      const int nlen = (int)((long long)(n3) - (0) < 32 ? (long long)(n3) - (0) : 32);
+      if (!(!((((long long)((long long)0) <= (long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1)))) && (((long long)(org_2) - (long long)((long long)0 + nlen - 1)) < (long long)(128)))))) {
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const auto cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + 0 * 4608) + eo0 * 72 + ei;
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + (long long)(r * 16) * (long long)(64) : p1, (eo < nlen) ? 16 : 0);
+            const int eo = eo0 + r * 8;
+            napkin_cp_async_16(cpd + r * 576, (eo < nlen) ? cps + ((long long)(r * 8) * (long long)(64)) : p1, (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const auto cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + 0 * 4608) + eo0 * 72 + ei;
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + (long long)(r * 16) * (long long)(64) : p2, (eo < nlen) ? 16 : 0);
+            const int eo = eo0 + r * 8;
+            napkin_cp_async_16(cpd + r * 576, (eo < nlen) ? cps + ((long long)(r * 8) * (long long)(64)) : p2, (eo < nlen) ? 16 : 0);
           }
         }
       }
     }
     napkin_cp_async_commit();
     int stage = 0;
-    const long long cfull = (long long)(n3) / 64 * 64;
-    for (long long c0 = (long long)0; c0 < cfull; c0 += 64) {
-      const int clen = 64;
-      if (c0 + 64 < (long long)(n3)) {
-        const int nlen = (int)((long long)(n3) - (c0 + 64) < 64 ? (long long)(n3) - (c0 + 64) : 64);
-        if (!(!((((long long)(c0 + 64) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + 64 + nlen - 1)) < (long long)(128)))))) {
+    const long long cfull = (long long)(n3) / 32 * 32;
+    for (long long c0 = (long long)0; c0 < cfull; c0 += 32) {
+      const int clen = 32;
+      if (c0 + 32 < (long long)(n3)) {
+        const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
+        if (!(!((((long long)(c0 + 32) <= (long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + 32 + nlen - 1)) < (long long)(128)))))) {
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + (long long)(r * 16) * (long long)(64) : p1, (eo < nlen) ? 16 : 0);
+              const int eo = eo0 + r * 8;
+              napkin_cp_async_16(cpd + r * 576, (eo < nlen) ? cps + ((long long)(r * 8) * (long long)(64)) : p1, (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + (long long)(r * 16) * (long long)(64) : p2, (eo < nlen) ? 16 : 0);
+              const int eo = eo0 + r * 8;
+              napkin_cp_async_16(cpd + r * 576, (eo < nlen) ? cps + ((long long)(r * 8) * (long long)(64)) : p2, (eo < nlen) ? 16 : 0);
             }
           }
         }
@@ -427,17 +427,17 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       napkin_cp_async_commit();
       napkin_cp_async_wait<1>();
       __syncthreads();
-      if (!(!((((long long)(c0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + clen - 1)) < (long long)(128)))))) {
-        float sc[1][8][4];
+      if (!(!((((long long)(c0) <= (long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + clen - 1)) < (long long)(128)))))) {
+        float sc[1][4][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
+          for (int i1 = 0; i1 < 4; ++i1) {
             float fz[4] = {};
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
               unsigned fb[2];
-              napkin_ldmatrix_x2(fb, (sm1 + stage * 4608) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
+              napkin_ldmatrix_x2(fb, (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
               napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
             }
             #pragma unroll
@@ -446,11 +446,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             }
           }
         }
-        if ((((long long)(c0 + clen - 1) <= (long long)(org_2)) && (((long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))) - (long long)(c0)) < (long long)(128)))) {
+        if ((((long long)(c0 + clen - 1) <= (long long)(org_2)) && (((long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1))) - (long long)(c0)) < (long long)(128)))) {
           #pragma unroll
           for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
-            for (int i1 = 0; i1 < 8; ++i1) {
+            for (int i1 = 0; i1 < 4; ++i1) {
               #pragma unroll
               for (int i2 = 0; i2 < 4; ++i2) {
                 const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
@@ -467,7 +467,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           #pragma unroll
           for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
-            for (int i1 = 0; i1 < 8; ++i1) {
+            for (int i1 = 0; i1 < 4; ++i1) {
               #pragma unroll
               for (int i2 = 0; i2 < 4; ++i2) {
                 const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
@@ -491,7 +491,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           for (int i1 = 0; i1 < 2; ++i1) {
             float mx = rm[i0][i1];
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
+            for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
@@ -504,7 +504,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
+            for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
@@ -524,12 +524,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
+          for (int i1 = 0; i1 < 2; ++i1) {
             unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
             #pragma unroll
             for (int i2 = 0; i2 < 8; ++i2) {
               unsigned fb[2];
-              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 4608) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
+              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
               napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
             }
           }
@@ -540,30 +540,30 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     }
     if (cfull < (long long)(n3)) {
       const long long c0 = cfull;
-      const int clen = (int)((long long)(n3) - (c0) < 64 ? (long long)(n3) - (c0) : 64);
-      if (c0 + 64 < (long long)(n3)) {
-        const int nlen = (int)((long long)(n3) - (c0 + 64) < 64 ? (long long)(n3) - (c0 + 64) : 64);
-        if (!(!((((long long)(c0 + 64) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + 64 + nlen - 1)) < (long long)(128)))))) {
+      const int clen = (int)((long long)(n3) - (c0) < 32 ? (long long)(n3) - (c0) : 32);
+      if (c0 + 32 < (long long)(n3)) {
+        const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
+        if (!(!((((long long)(c0 + 32) <= (long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + 32 + nlen - 1)) < (long long)(128)))))) {
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + (long long)(r * 16) * (long long)(64) : p1, (eo < nlen) ? 16 : 0);
+              const int eo = eo0 + r * 8;
+              napkin_cp_async_16(cpd + r * 576, (eo < nlen) ? cps + ((long long)(r * 8) * (long long)(64)) : p1, (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + (long long)(r * 16) * (long long)(64) : p2, (eo < nlen) ? 16 : 0);
+              const int eo = eo0 + r * 8;
+              napkin_cp_async_16(cpd + r * 576, (eo < nlen) ? cps + ((long long)(r * 8) * (long long)(64)) : p2, (eo < nlen) ? 16 : 0);
             }
           }
         }
@@ -571,17 +571,17 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       napkin_cp_async_commit();
       napkin_cp_async_wait<1>();
       __syncthreads();
-      if (!(!((((long long)(c0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + clen - 1)) < (long long)(128)))))) {
-        float sc[1][8][4];
+      if (!(!((((long long)(c0) <= (long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + clen - 1)) < (long long)(128)))))) {
+        float sc[1][4][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
+          for (int i1 = 0; i1 < 4; ++i1) {
             float fz[4] = {};
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
               unsigned fb[2];
-              napkin_ldmatrix_x2(fb, (sm1 + stage * 4608) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
+              napkin_ldmatrix_x2(fb, (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
               napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
             }
             #pragma unroll
@@ -593,7 +593,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
+          for (int i1 = 0; i1 < 4; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
               const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
@@ -616,7 +616,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           for (int i1 = 0; i1 < 2; ++i1) {
             float mx = rm[i0][i1];
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
+            for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
@@ -629,7 +629,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
+            for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
@@ -649,12 +649,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
+          for (int i1 = 0; i1 < 2; ++i1) {
             unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
             #pragma unroll
             for (int i2 = 0; i2 < 8; ++i2) {
               unsigned fb[2];
-              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 4608) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
+              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
               napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
             }
           }

@@ -338,22 +338,23 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const auto cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + ei)));
+          const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + ei)));
           __half* const cpd = (sm0 + 0 * 4608) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 8; ++r) {
             const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, (org_0 + eo < n0 && ei < nlen) ? cps + (int)(r * 8) * (int)(n1) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 576, (org_0 + eo < n0 && ei < nlen) ? cps + ((int)(r * 8) * (int)(n1)) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
-          const auto cps = p1 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
+          const __half* const cps = p1 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
           __half* const cpd = (sm1 + 0 * 8704) + eo0 * 136 + ei;
+          #pragma unroll 1
           for (int r = 0; r < 16; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n2) ? cps + (int)(r * 4) * (int)(n2) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n2) ? cps + ((int)(r * 4) * (int)(n2)) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -366,22 +367,23 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p0 + (((int)((org_0 + eo0))) * (n1) + ((c0 + 64 + ei)));
+            const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + ((c0 + 64 + ei)));
             __half* const cpd = (sm0 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 8; ++r) {
               const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 576, (org_0 + eo < n0 && ei < nlen) ? cps + (int)(r * 8) * (int)(n1) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 576, (org_0 + eo < n0 && ei < nlen) ? cps + ((int)(r * 8) * (int)(n1)) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 16) * 8;
             const int eo0 = tid / 16;
-            const auto cps = p1 + (((int)((c0 + 64 + eo0))) * (n2) + ((org_1 + ei)));
+            const __half* const cps = p1 + (((int)((c0 + 64 + eo0))) * (n2) + ((org_1 + ei)));
             __half* const cpd = (sm1 + (stage ^ 1) * 8704) + eo0 * 136 + ei;
+            #pragma unroll 1
             for (int r = 0; r < 16; ++r) {
               const int eo = eo0 + r * 4;
-              napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n2) ? cps + (int)(r * 4) * (int)(n2) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n2) ? cps + ((int)(r * 4) * (int)(n2)) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
             }
           }
         }
@@ -414,11 +416,13 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     } else {
       {
         const int nlen = (int)((int)(n1) - (0) < 64 ? (int)(n1) - (0) : 64);
+        #pragma unroll 1
         for (int r = 0; r < 64; ++r) {
           const int eo = tid / 64 + r * 1;
           const int ei = tid % 64;
           ((sm0 + 0 * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
+        #pragma unroll 1
         for (int r = 0; r < 128; ++r) {
           const int e = tid + r * 64;
           const int eo = e / 128;
@@ -432,11 +436,13 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         const int clen = (int)((int)(n1) - (c0) < 64 ? (int)(n1) - (c0) : 64);
         if (c0 + 64 < (int)(n1)) {
           const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
+          #pragma unroll 1
           for (int r = 0; r < 64; ++r) {
             const int eo = tid / 64 + r * 1;
             const int ei = tid % 64;
             ((sm0 + (stage ^ 1) * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 64 + ei))] : napkin_from_float<__half>(0.0f);
           }
+          #pragma unroll 1
           for (int r = 0; r < 128; ++r) {
             const int e = tid + r * 64;
             const int eo = e / 128;
@@ -521,22 +527,23 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const auto cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + ei)));
+          const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + ei)));
           __half* const cpd = (sm0 + 0 * 4608) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 8; ++r) {
             const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, (org_0 + eo < n0 && ei < nlen) ? cps + (int)(r * 8) * (int)(n1) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 576, (org_0 + eo < n0 && ei < nlen) ? cps + ((int)(r * 8) * (int)(n1)) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
-          const auto cps = p1 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
+          const __half* const cps = p1 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
           __half* const cpd = (sm1 + 0 * 8704) + eo0 * 136 + ei;
+          #pragma unroll 1
           for (int r = 0; r < 16; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n2) ? cps + (int)(r * 4) * (int)(n2) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n2) ? cps + ((int)(r * 4) * (int)(n2)) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -549,22 +556,23 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p0 + (((int)((org_0 + eo0))) * (n1) + ((c0 + 64 + ei)));
+            const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + ((c0 + 64 + ei)));
             __half* const cpd = (sm0 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 8; ++r) {
               const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 576, (org_0 + eo < n0 && ei < nlen) ? cps + (int)(r * 8) * (int)(n1) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 576, (org_0 + eo < n0 && ei < nlen) ? cps + ((int)(r * 8) * (int)(n1)) : p0, (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 16) * 8;
             const int eo0 = tid / 16;
-            const auto cps = p1 + (((int)((c0 + 64 + eo0))) * (n2) + ((org_1 + ei)));
+            const __half* const cps = p1 + (((int)((c0 + 64 + eo0))) * (n2) + ((org_1 + ei)));
             __half* const cpd = (sm1 + (stage ^ 1) * 8704) + eo0 * 136 + ei;
+            #pragma unroll 1
             for (int r = 0; r < 16; ++r) {
               const int eo = eo0 + r * 4;
-              napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n2) ? cps + (int)(r * 4) * (int)(n2) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n2) ? cps + ((int)(r * 4) * (int)(n2)) : p1, (eo < nlen && org_1 + ei < n2) ? 16 : 0);
             }
           }
         }
@@ -597,11 +605,13 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
     } else {
       {
         const int nlen = (int)((int)(n1) - (0) < 64 ? (int)(n1) - (0) : 64);
+        #pragma unroll 1
         for (int r = 0; r < 64; ++r) {
           const int eo = tid / 64 + r * 1;
           const int ei = tid % 64;
           ((sm0 + 0 * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
+        #pragma unroll 1
         for (int r = 0; r < 128; ++r) {
           const int e = tid + r * 64;
           const int eo = e / 128;
@@ -615,11 +625,13 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
         const int clen = (int)((int)(n1) - (c0) < 64 ? (int)(n1) - (c0) : 64);
         if (c0 + 64 < (int)(n1)) {
           const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
+          #pragma unroll 1
           for (int r = 0; r < 64; ++r) {
             const int eo = tid / 64 + r * 1;
             const int ei = tid % 64;
             ((sm0 + (stage ^ 1) * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 64 + ei))] : napkin_from_float<__half>(0.0f);
           }
+          #pragma unroll 1
           for (int r = 0; r < 128; ++r) {
             const int e = tid + r * 64;
             const int eo = e / 128;
@@ -702,6 +714,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
     if (n3 % 8 == 0) {
       {
         const int nlen = (int)((int)(n2) - (0) < 64 ? (int)(n2) - (0) : 64);
+        #pragma unroll 1
         for (int r = 0; r < 64; ++r) {
           const int eo = tid / 64 + r * 1;
           const int ei = tid % 64;
@@ -710,11 +723,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
-          const auto cps = p0 + (((int)(((int)0 + eo0))) * (n3) + ((org_1 + ei)));
+          const __half* const cps = p0 + (((int)(((int)0 + eo0))) * (n3) + ((org_1 + ei)));
           __half* const cpd = (sm1 + 0 * 8704) + eo0 * 136 + ei;
+          #pragma unroll 1
           for (int r = 0; r < 16; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n3) ? cps + (int)(r * 4) * (int)(n3) : p0, (eo < nlen && org_1 + ei < n3) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n3) ? cps + ((int)(r * 4) * (int)(n3)) : p0, (eo < nlen && org_1 + ei < n3) ? 16 : 0);
           }
         }
       }
@@ -724,6 +738,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
         const int clen = (int)((int)(n2) - (c0) < 64 ? (int)(n2) - (c0) : 64);
         if (c0 + 64 < (int)(n2)) {
           const int nlen = (int)((int)(n2) - (c0 + 64) < 64 ? (int)(n2) - (c0 + 64) : 64);
+          #pragma unroll 1
           for (int r = 0; r < 64; ++r) {
             const int eo = tid / 64 + r * 1;
             const int ei = tid % 64;
@@ -732,11 +747,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
           {
             const int ei = (tid % 16) * 8;
             const int eo0 = tid / 16;
-            const auto cps = p0 + (((int)((c0 + 64 + eo0))) * (n3) + ((org_1 + ei)));
+            const __half* const cps = p0 + (((int)((c0 + 64 + eo0))) * (n3) + ((org_1 + ei)));
             __half* const cpd = (sm1 + (stage ^ 1) * 8704) + eo0 * 136 + ei;
+            #pragma unroll 1
             for (int r = 0; r < 16; ++r) {
               const int eo = eo0 + r * 4;
-              napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n3) ? cps + (int)(r * 4) * (int)(n3) : p0, (eo < nlen && org_1 + ei < n3) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 544, (eo < nlen && org_1 + ei < n3) ? cps + ((int)(r * 4) * (int)(n3)) : p0, (eo < nlen && org_1 + ei < n3) ? 16 : 0);
             }
           }
         }
@@ -769,11 +785,13 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
     } else {
       {
         const int nlen = (int)((int)(n2) - (0) < 64 ? (int)(n2) - (0) : 64);
+        #pragma unroll 1
         for (int r = 0; r < 64; ++r) {
           const int eo = tid / 64 + r * 1;
           const int ei = tid % 64;
           ((sm0 + 0 * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + (((int)0 + ei))]) : napkin_from_float<__half>(0.0f);
         }
+        #pragma unroll 1
         for (int r = 0; r < 128; ++r) {
           const int e = tid + r * 64;
           const int eo = e / 128;
@@ -787,11 +805,13 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
         const int clen = (int)((int)(n2) - (c0) < 64 ? (int)(n2) - (c0) : 64);
         if (c0 + 64 < (int)(n2)) {
           const int nlen = (int)((int)(n2) - (c0 + 64) < 64 ? (int)(n2) - (c0 + 64) : 64);
+          #pragma unroll 1
           for (int r = 0; r < 64; ++r) {
             const int eo = tid / 64 + r * 1;
             const int ei = tid % 64;
             ((sm0 + (stage ^ 1) * 4608) + eo * 72 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + ((c0 + 64 + ei))]) : napkin_from_float<__half>(0.0f);
           }
+          #pragma unroll 1
           for (int r = 0; r < 128; ++r) {
             const int e = tid + r * 64;
             const int eo = e / 128;

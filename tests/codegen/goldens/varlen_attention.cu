@@ -307,8 +307,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 256 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
+// kernel 0: 128 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -324,21 +324,21 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   const int wr = tid / 32;
   const int fg = lane / 4;
   const int fq = lane % 4;
-  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 127) / 128);
+  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 63) / 64);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_1 = (int)((blk) % (((long long)(n1) + 127) / 128)) * 128;
-    const int org_0 = (int)(((blk) / (((long long)(n1) + 127) / 128)) % (((long long)(n0) + 0) / 1)) * 1;
+    const int org_1 = (int)((blk) % (((long long)(n1) + 63) / 64)) * 64;
+    const int org_0 = (int)(((blk) / (((long long)(n1) + 63) / 64)) % (((long long)(n0) + 0) / 1)) * 1;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
     {
       const int ei = (tid % 8) * 8;
       const int eo0 = tid / 8;
-      const auto cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (64) + (ei));
+      const __half* const cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (64) + (ei));
       __half* const cpd = sm0 + eo0 * 72 + ei;
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int eo = eo0 + r * 32;
-        napkin_cp_async_16(cpd + r * 2304, (org_1 + eo < n1) ? cps + (int)(r * 32) * (int)(64) : p0, (org_1 + eo < n1) ? 16 : 0);
+        const int eo = eo0 + r * 16;
+        napkin_cp_async_16(cpd + r * 1152, (org_1 + eo < n1) ? cps + ((int)(r * 16) * (int)(64)) : p0, (org_1 + eo < n1) ? 16 : 0);
       }
     }
     napkin_cp_async_wait_all();
@@ -370,31 +370,31 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         rv0[i0][i5] = napkin_to_int(p3[(int)((pt0 < (int)(n1 - 1) ? pt0 : (int)(n1 - 1)))]);
       }
     }
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4608) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
     {
       const int nlen = (int)((int)(n1) - (0) < 64 ? (int)(n1) - (0) : 64);
-      if (!(!((((long long)((int)0) <= (long long)((org_1 + 127 < (n1 - 1) ? org_1 + 127 : (n1 - 1)))))))) {
+      if (!(!((((long long)((int)0) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const auto cps = p1 + ((((int)(org_0)) * (n1) + (((int)0 + eo0))) * (64) + (ei));
+          const __half* const cps = p1 + ((((int)(org_0)) * (n1) + (((int)0 + eo0))) * (64) + (ei));
           __half* const cpd = (sm1 + 0 * 4608) + eo0 * 72 + ei;
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (int)(r * 32) * (int)(64) : p1, (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 4; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p1, (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const auto cps = p2 + ((((int)(org_0)) * (n1) + (((int)0 + eo0))) * (64) + (ei));
+          const __half* const cps = p2 + ((((int)(org_0)) * (n1) + (((int)0 + eo0))) * (64) + (ei));
           __half* const cpd = (sm2 + 0 * 4608) + eo0 * 72 + ei;
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (int)(r * 32) * (int)(64) : p2, (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 4; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p2, (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -406,27 +406,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = 64;
       if (c0 + 64 < (int)(n1)) {
         const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
-        if (!(!((((long long)(c0 + 64) <= (long long)((org_1 + 127 < (n1 - 1) ? org_1 + 127 : (n1 - 1)))))))) {
+        if (!(!((((long long)(c0 + 64) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
+            const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
             __half* const cpd = (sm1 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (int)(r * 32) * (int)(64) : p1, (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 4; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p1, (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
+            const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
             __half* const cpd = (sm2 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (int)(r * 32) * (int)(64) : p2, (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 4; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p2, (eo < nlen) ? 16 : 0);
             }
           }
         }
@@ -434,7 +434,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       napkin_cp_async_commit();
       napkin_cp_async_wait<1>();
       __syncthreads();
-      if (!(!((((long long)(c0) <= (long long)((org_1 + 127 < (n1 - 1) ? org_1 + 127 : (n1 - 1)))))))) {
+      if (!(!((((long long)(c0) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
         float sc[1][8][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
@@ -530,27 +530,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       const int clen = (int)((int)(n1) - (c0) < 64 ? (int)(n1) - (c0) : 64);
       if (c0 + 64 < (int)(n1)) {
         const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
-        if (!(!((((long long)(c0 + 64) <= (long long)((org_1 + 127 < (n1 - 1) ? org_1 + 127 : (n1 - 1)))))))) {
+        if (!(!((((long long)(c0 + 64) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
+            const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
             __half* const cpd = (sm1 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (int)(r * 32) * (int)(64) : p1, (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 4; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p1, (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const auto cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
+            const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
             __half* const cpd = (sm2 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + (int)(r * 32) * (int)(64) : p2, (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 4; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p2, (eo < nlen) ? 16 : 0);
             }
           }
         }
@@ -558,7 +558,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       napkin_cp_async_commit();
       napkin_cp_async_wait<1>();
       __syncthreads();
-      if (!(!((((long long)(c0) <= (long long)((org_1 + 127 < (n1 - 1) ? org_1 + 127 : (n1 - 1)))))))) {
+      if (!(!((((long long)(c0) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
         float sc[1][8][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
