@@ -292,3 +292,9 @@ def test_readme_from_python(capsys):
     within_tolerance(d, inputs, "O", O)
     assert np.array_equal(ns["exact"], reference.evaluate(d, inputs)["O"])   # the float64 oracle
     assert ns["exact"].dtype == np.float64
+
+
+def test_the_readme_names_every_library_diagram():
+    from napkin.diagrams.sources import library_names
+    text = README.read_text().split("`NAME` is one of", 1)[1].split("\n\n", 1)[0]
+    assert sorted(set(library_names()) - set(re.findall(r"`(\w+)`", text))) == []
