@@ -204,6 +204,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                     extents[key] = prod(factors)
                 size = extents[key] * ((1 if values else arr.bytes) * arr.slots)
                 if not symbolic and not values and target.processors and not last:
+                    if arr.unstaged and not choice.warps:   # read from global memory
+                        continue
                     size = allocated(size, arr, res, choice, ops)
                 held[i] = size
         helds.append((held, across))

@@ -43,6 +43,9 @@ class Array:
     streamed: bool = False    # has the streamed axis (resident one chunk at a time)
     used_over: tuple[str, ...] = ()   # loads: the axes the ops reading it iterate over (a
                                       # load is read again only along a walk of one of these)
+    unstaged: bool = False    # loads read at other positions than the block's tile (a view
+                              # or a gather): a CUDA-core block reads them from global memory
+                              # (schedule._staged), so they hold no shared memory there
 
     @property
     def invariant(self) -> bool:
@@ -146,7 +149,7 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                 arrays.append(Array(n, array_name(g, base) + "[" + " ".join(op.labels) + "]",
                                     "load", t.axes, BYTES[storage_dtype(g, base)],
                                     streamed=axis is not None and axis in t.axes,
-                                    used_over=_used_over(g, n, members)))
+                                    used_over=_used_over(g, n, members), unstaged=True))
             continue
         if isinstance(op, ir.Gather):
             base = ir.operands(g, n)[0]
@@ -157,7 +160,7 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                                          else "*") for lab in op.labels)
                 arrays.append(Array(n, f"{array_name(g, base)}[{shown}]", "load", t.axes,
                                     BYTES[storage_dtype(g, base)],
-                                    streamed=axis is not None and axis in t.axes))
+                                    streamed=axis is not None and axis in t.axes, unstaged=True))
                 continue
         streamed = axis is not None and axis in t.axes
         if n in pairs.values():   # online softmax: the rescaled output, and (m, l) per row

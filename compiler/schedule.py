@@ -119,6 +119,8 @@ def placements(model: Model, choice: Choice, sizes: dict, target: Target) -> tup
         for arr in model.arrays:
             if arr.role == "store" or (arr.role != "load" and li != nlevels - 1):
                 continue
+            if arr.unstaged and not choice.warps and target.processors and li != nlevels - 1:
+                continue    # a CUDA-core block reads it from global memory (_staged)
             res = resident(arr, li, cov, choice, reduced)
             out.append(Placement(arr.node, arr.name, arr.role, li,
                                  tuple((a, res[a]) for a in arr.axes),

@@ -271,3 +271,27 @@ def test_copy_trips_are_read_off_the_chunk_loop():
             "  napkin_cp_async_commit();\n"
             "  for (int r = 0; r < 16; ++r) { napkin_cp_async_16(d); }\n}\n")
     assert _model_check().copy_trips(cuda) == [4, 2]
+
+
+@pytest.mark.parametrize("name, shape", [
+    ("paged_attention", {"b": 8, "g": 8, "r": 8, "q": 1, "n": 32768}),
+    ("embedding", {"t": 4096, "v": 32000, "m": 1024}),
+    ("rope", {"t": 4096, "h": 32, "e": 128}),
+])
+def test_gathered_arrays_hold_no_shared_memory_on_the_cuda_cores(name, shape):
+    """A CUDA-core block reads an array at gathered (or renamed) positions from global memory
+    (compiler/schedule._staged): the model's shared memory is what the kernel allocates, to
+    the 16-byte alignment of each buffer (the paged K and V tiles were 256 KiB the kernel
+    never had, and decided the occupancy: 3 blocks per SM where 4 fit by registers), and the
+    memory table lists no shared tile of them."""
+    from napkin.codegen.lower import lower
+    from napkin.explain import report
+    p = plan(napkin.load(name), "h100", shape)
+    prog = lower(p)
+    sizes = {param: p.sizes[axis] for param, axis in prog.size_params}
+    for k, kp in zip(prog.kernels, p.kernels):
+        assert kp.schedule.engine == "cuda cores"
+        allocated = k.smem_bytes(sizes)
+        assert allocated <= kp.cost.levels[1].M <= allocated + 16 * len(kp.model.arrays)
+    for kernel in report(p)["kernels"]:
+        assert not [b for b in kernel["buffers"] if "[" in b["name"] and b["level"] == "smem"]

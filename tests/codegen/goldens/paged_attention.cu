@@ -406,8 +406,8 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     for (int z = 0; z < 4; ++z) {
       st23[z] = 0.0f;
     }
-    for (long long c0 = (long long)0; c0 < (long long)(4096); c0 += 64) {
-      const int clen = (int)((long long)(4096) - c0 < 64 ? (long long)(4096) - c0 : 64);
+    for (long long c0 = (long long)0; c0 < (long long)(4096); c0 += 256) {
+      const int clen = (int)((long long)(4096) - c0 < 256 ? (long long)(4096) - c0 : 256);
       __syncthreads();
       __syncthreads();
       for (int xl = 0; xl < clen; ++xl) {
