@@ -47,6 +47,12 @@ class FlashLowering(MmaLowering):
         b.emit(P.Decl("float", "rl", "{}", shape=(fm, 2)))
         self._each([("i0", fm), ("i1", 2)], lambda: b.emit(P.Set("rm[i0][i1]", "-NAPKIN_INF")))
         self.rows = self._row_vectors(fm, self._row)
+        self.scaled, self.log2e = self._scale(), LOG2E
+        if self.scaled is not None:     # the softmax's positive scale, in its exponent's FFMA
+            node, factor = self.scaled
+            b.emit(P.Decl("const float", "qks", factor))
+            b.emit(P.Decl("const float", "qkl", f"qks * {LOG2E}"))
+            self.log2e = "qkl"
         kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head))
         vt = self._tile(s.v, self.whole(s.dv, s.width), self.chunked(s.red))
         # a chunk the diagram's mask hides from every row of the block is neither copied nor
@@ -87,6 +93,8 @@ class FlashLowering(MmaLowering):
             key = f"c0 + i1 * {FN} + fq * 2 + i2 % 2"
             scope, _ = self._point({s.row: self._row(), s.red: key})
             self.values[s.scores] = "sc[i0][i1][i2]"
+            if self.scaled is not None:         # the scores unscaled: qkl scales them below
+                self.values[self.scaled[0]] = "sc[i0][i1][i2]"
             self.values.update((n, f"{name}[i0][i2 / 2]") for n, name in self.rows.items())
             if inside:
                 self.values[cond] = "true"
@@ -125,13 +133,13 @@ class FlashLowering(MmaLowering):
                 P.Set("mx", "fmaxf(mx, sc[i0][i2][2 * i1 + i3])")))
             b.emit(P.Set("mx", "napkin_lanes_max(mx, 4)"))       # the quad holds the row
             b.emit(P.Decl("const float", "sh", "napkin_shift(mx)"))
-            b.emit(P.Decl("const float", "rs", f"napkin_ex2((rm[i0][i1] - sh) * {LOG2E})"))
-            b.emit(P.Decl("const float", "sl", f"-sh * {LOG2E}"))
+            b.emit(P.Decl("const float", "rs", f"napkin_ex2((rm[i0][i1] - sh) * {self.log2e})"))
+            b.emit(P.Decl("const float", "sl", f"-sh * {self.log2e}"))
             b.emit(P.Set("rm[i0][i1]", "mx"))
             b.emit(P.Decl("float", "su", "0.0f"))
 
             def prob():
-                b.emit(P.Set("sc[i0][i2][2 * i1 + i3]", f"napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], {LOG2E}, sl))"))
+                b.emit(P.Set("sc[i0][i2][2 * i1 + i3]", f"napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], {self.log2e}, sl))"))
                 b.emit(P.Set("su", "su + sc[i0][i2][2 * i1 + i3]"))
             self._each([("i2", chunk // FN), ("i3", 2)], prob)
             b.emit(P.Set("rl[i0][i1]", "rl[i0][i1] * rs + su"))
@@ -164,7 +172,7 @@ class FlashLowering(MmaLowering):
         self._each([("i0", fm), ("i1", 2)], lambda: (
             b.emit(P.Set("rl[i0][i1]", "napkin_lanes_sum(rl[i0][i1], 4)")),
             s.lse and b.emit(P.Set("lse[i0][i1]", "rl[i0][i1] == 0.0f ? -NAPKIN_INF : "
-                                   "rm[i0][i1] + logf(rl[i0][i1])")),
+                                   f"rm[i0][i1]{' * qks' if self.scaled else ''} + logf(rl[i0][i1])")),
             b.emit(P.Set("rl[i0][i1]", "rl[i0][i1] == 0.0f ? 0.0f : 1.0f / rl[i0][i1]"))))
 
         # the sums over O's columns after the stream (D = sum[d](dO * O)): each lane adds its
@@ -206,3 +214,20 @@ class FlashLowering(MmaLowering):
 
     def _mma(self) -> str:
         return f"napkin_mma_m16n8k16_{self.site.dtype}"
+
+    def _scale(self):
+        """(the node, the C factor) of the softmax's positive scale (compiler/masking.
+        softmax_scale, decided on the kernel's model): the scores stay unscaled in registers
+        (their row maximum too: a positive factor keeps the order) and the factor joins
+        log2(e) in the exponent's one FFMA, one FMUL per score fewer (FlashAttention-2's
+        softmax_scale_log2). None when the argument is not the scores times a scalar."""
+        node = self.kp.model.scale
+        if node is None:
+            return None
+        op, (a, c) = ir.op(self.g, node), ir.operands(self.g, node)
+        if masking.through_names(self.g, a) != self.site.scores:
+            a, c = c, a
+        if masking.through_names(self.g, a) != self.site.scores:    # (not this site's scores)
+            return None
+        factor = self.emitter.value(c, {})
+        return node, (f"1.0f / ({factor})" if op.fn == "div" else f"({factor})")

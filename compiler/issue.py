@@ -73,7 +73,8 @@ DEFAULT = (1, 0, 0)
 # (runtime/mainloop.py: the loop over whole chunks; sm_90; d 64 and 128, 16 or 32 rows and
 # 16 to 128 keys per warp; FP32 within 10%, MUFU exact): per lane and chunk, FP32 = 4.65 per
 # score + 1.65 per O element the lane holds, MUFU = 1 per score + 2 per 16 rows
-FLASH_SCORE = (3.65, 1.0, 0)       # per score, beside the scale's multiply (its own op)
+FLASH_SCORE = (3.65, 1.0, 0)       # per score; the scale `Q K / sqrt(d)` is in its FFMA
+                                   # (Model.scale: charged nothing), a bias is its own op
 # an op of the row and key positions only (a mask's `x <= q`, ALiBi's `x - q`) evaluated on
 # the score fragments: each element's row and key from the lane and the fragment (integer
 # IMAD/IADD), the test (ISETP) or its conversion (I2F), a select: per score and lane, fitted
@@ -109,6 +110,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             tensor_flops.append(amount * w.flops_per_point)
             continue
         per = INSTRUCTIONS.get(w.op, DEFAULT)
+        if tensor and w.node == model.scale:      # folded into the exponent's FFMA
+            continue
         if tensor and model.streaming.pairs and w.op == "softmax":
             per = FLASH_SCORE
         elif tensor and model.streaming.pairs and w.axes and set(w.axes) <= index_axes:

@@ -361,3 +361,38 @@ def _fails(e, box: dict, sizes: dict):
     return {"lt": lambda: a[1] >= b[0], "le": lambda: a[1] > b[0], "gt": lambda: a[0] <= b[1],
             "ge": lambda: a[0] < b[1],
             "eq": lambda: ~((a[0] == a[1]) & (b[0] == b[1]) & (a[0] == b[0]))}[kind]()
+
+
+def softmax_scale(g, soft: int) -> int | None:
+    """The node `X * c` or `X / c` (c a positive scalar: sizes, positive constants, their
+    products, quotients and square roots) that a softmax's argument is, maybe under a mask
+    `where(cond, ., -inf)`, with X a contraction: FlashAttention's softmax scale. A positive
+    factor keeps the row's order, so the attention kernel folds it into its exponent
+    (codegen/flash.py) and the issue model charges it nothing (compiler/issue.py). None when
+    the argument is anything else (a bias added, a cap)."""
+    arg = through_names(g, ir.operands(g, soft)[0])
+    if masked_by(g, arg, -math.inf) is not None:
+        arg = through_names(g, ir.operands(g, arg)[1])
+    op = ir.op(g, arg)
+    if not isinstance(op, ir.Map) or op.fn not in ("mul", "div"):
+        return None
+    a, c = ir.operands(g, arg)
+    if op.fn == "mul" and not isinstance(ir.op(g, through_names(g, a)), ir.Contract):
+        a, c = c, a
+    if not isinstance(ir.op(g, through_names(g, a)), ir.Contract) or not _positive_scalar(g, c):
+        return None
+    return arg
+
+
+def _positive_scalar(g, n: int) -> bool:
+    if ir.type_of(g, n).axes:
+        return False
+    n = through_names(g, n)
+    op = ir.op(g, n)
+    if isinstance(op, ir.SizeOf):
+        return True
+    if isinstance(op, ir.Const):
+        return math.isfinite(op.value) and op.value > 0
+    if isinstance(op, ir.Map) and op.fn in ("sqrt", "rsqrt", "mul", "div"):
+        return all(_positive_scalar(g, m) for m in ir.operands(g, n))
+    return False

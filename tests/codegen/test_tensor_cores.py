@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import numpy as np
 import pytest
 
 import napkin
@@ -270,7 +271,7 @@ FLASH_BUGS = {
                                                "acc[i0][i2][2 * i1 + i3];"),
     "P fragments in the wrong order": lambda s: s.replace("[2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]",
                                                           "[2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]"),
-    "keys past the end not masked": lambda s: s.replace("< clen) ? v", "< 1073741824) ? v"),
+    "keys past the end not masked": lambda s: s.replace("i2 % 2 < clen) ? ", "i2 % 2 < 1073741824) ? "),
 }
 
 
@@ -372,3 +373,41 @@ def test_varlen_attention_is_flashattention_with_its_document_mask(q):
     out = run_plan(p, inputs, shape, timeout_s=240)
     for v in compare.against_reference(d, inputs, out).values():
         assert v.ok, v.message
+
+
+SCALED = """\
+axis b, h, q, x
+axis d = 16
+in Q[b h q d]: f16
+in K[b h x d]: f16
+in V[b h x d]: f16
+S[b h q x] = where(x <= q + 3, Q * K {scale}, -inf)
+P[b h q x] = softmax[x](S)
+O[b h q d] = P * V
+out O: f32
+"""
+
+
+@pytest.mark.parametrize("scale, folded", [
+    ("/ sqrt(size(d))", True), ("* 0.75", True), ("* (0.0 - 0.5)", False), ("* 1.0 + 0.25", False),
+])
+def test_the_softmax_scale_is_folded_into_the_exponent_only_when_positive(scale, folded):
+    """`Q * K / sqrt(size(d))` under a mask: the scores stay unscaled and the factor joins
+    log2(e) in the exponent's FFMA (qkl); a negative factor (it reverses the row's order) or
+    a shift is no factor and is applied per score. Emulated against the float64 reference,
+    and the statistics forward's logsumexp (the row maximum unscaled: m * scale + log l)."""
+    text = SCALED.format(scale=scale)
+    d = napkin.load(text)
+    p = plan(d, "h100", {"b": 1, "h": 2, "q": 37, "x": 45}, engine="tensor-cores")
+    source = render(lower(p))
+    assert ("napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl))" in source) == folded
+    rng = np.random.default_rng(8)
+    Q, K, V = (rng.standard_normal((1, 2, n, 16)).astype(np.float16) for n in (37, 45, 45))
+    (want,) = napkin.run(d, Q, K, V, backend="reference")
+    (got,) = napkin.run(d, Q, K, V, backend="emulate", target="h100", engine="tensor-cores")
+    np.testing.assert_allclose(got, want, atol=5e-3, rtol=0)
+    if folded:
+        O, lse = napkin.compile(text, backend="emulate", target="h100", engine="tensor-cores",
+                                save_for_backward=True)(Q, K, V)
+        _, want_lse = napkin.compile(text, save_for_backward=True)(Q, K, V)
+        np.testing.assert_allclose(lse, want_lse, atol=2e-3, rtol=0)

@@ -363,6 +363,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         rm[i0][i1] = -NAPKIN_INF;
       }
     }
+    const float v0 = sqrtf(((float)(((long long)(64)))));
+    const float qks = 1.0f / (v0);
+    const float qkl = qks * 1.442695f;
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (18432) * 2 + 15) / 16 * 16));
     {
@@ -456,9 +459,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
                 const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
                 const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
-                const float v0 = (sc[i0][i1][i2] * 0.125f);
                 const float v1 = (-NAPKIN_INF);
-                const float v2 = (true ? v0 : v1);
+                const float v2 = (true ? sc[i0][i1][i2] : v1);
                 sc[i0][i1][i2] = v2;
               }
             }
@@ -474,10 +476,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
                 const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
                 const bool v3 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
-                const float v4 = (sc[i0][i1][i2] * 0.125f);
-                const float v5 = (-NAPKIN_INF);
-                const float v6 = (v3 ? v4 : v5);
-                sc[i0][i1][i2] = v6;
+                const float v4 = (-NAPKIN_INF);
+                const float v5 = (v3 ? sc[i0][i1][i2] : v4);
+                sc[i0][i1][i2] = v5;
               }
             }
           }
@@ -496,15 +497,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             }
             mx = napkin_lanes_max(mx, 4);
             const float sh = napkin_shift(mx);
-            const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-            const float sl = -sh * 1.442695f;
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+            const float sl = -sh * qkl;
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
             for (int i2 = 0; i2 < 16; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
-                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
                 su = su + sc[i0][i2][2 * i1 + i3];
               }
             }
@@ -596,11 +597,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
               const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
               const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
-              const bool v7 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
-              const float v8 = (sc[i0][i1][i2] * 0.125f);
-              const float v9 = (-NAPKIN_INF);
-              const float v10 = (v7 ? v8 : v9);
-              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v10 : -NAPKIN_INF;
+              const bool v6 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
+              const float v7 = (-NAPKIN_INF);
+              const float v8 = (v6 ? sc[i0][i1][i2] : v7);
+              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v8 : -NAPKIN_INF;
             }
           }
         }
@@ -618,15 +618,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             }
             mx = napkin_lanes_max(mx, 4);
             const float sh = napkin_shift(mx);
-            const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-            const float sl = -sh * 1.442695f;
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+            const float sl = -sh * qkl;
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
             for (int i2 = 0; i2 < 16; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
-                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
                 su = su + sc[i0][i2][2 * i1 + i3];
               }
             }

@@ -365,6 +365,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         rm[i0][i1] = -NAPKIN_INF;
       }
     }
+    const float v0 = sqrtf(((float)(((long long)(64)))));
+    const float qks = 1.0f / (v0);
+    const float qkl = qks * 1.442695f;
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (18432) * 2 + 15) / 16 * 16));
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (18432) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
     {
@@ -452,8 +455,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             const long long pt0 = org_3 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
             const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
-            const float v0 = (sc[i0][i1][i2] * 0.125f);
-            sc[i0][i1][i2] = v0;
+            sc[i0][i1][i2] = sc[i0][i1][i2];
           }
         }
       }
@@ -471,15 +473,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           }
           mx = napkin_lanes_max(mx, 4);
           const float sh = napkin_shift(mx);
-          const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-          const float sl = -sh * 1.442695f;
+          const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+          const float sl = -sh * qkl;
           rm[i0][i1] = mx;
           float su = 0.0f;
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
             #pragma unroll
             for (int i3 = 0; i3 < 2; ++i3) {
-              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
               su = su + sc[i0][i2][2 * i1 + i3];
             }
           }
@@ -567,8 +569,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             const long long pt2 = org_3 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
             const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
-            const float v1 = (sc[i0][i1][i2] * 0.125f);
-            sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v1 : -NAPKIN_INF;
+            sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? sc[i0][i1][i2] : -NAPKIN_INF;
           }
         }
       }
@@ -586,15 +587,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           }
           mx = napkin_lanes_max(mx, 4);
           const float sh = napkin_shift(mx);
-          const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-          const float sl = -sh * 1.442695f;
+          const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+          const float sl = -sh * qkl;
           rm[i0][i1] = mx;
           float su = 0.0f;
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
             #pragma unroll
             for (int i3 = 0; i3 < 2; ++i3) {
-              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
               su = su + sc[i0][i2][2 * i1 + i3];
             }
           }

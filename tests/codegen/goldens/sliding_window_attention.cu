@@ -363,6 +363,9 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         rm[i0][i1] = -NAPKIN_INF;
       }
     }
+    const float v0 = sqrtf(((float)(((long long)(64)))));
+    const float qks = 1.0f / (v0);
+    const float qkl = qks * 1.442695f;
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (2304) * 2 + 15) / 16 * 16));
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (2304) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
     {
@@ -456,9 +459,8 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
                 const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
                 const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 11 "napkin-diagram"
-                const float v0 = (sc[i0][i1][i2] * 0.125f);
                 const float v1 = (-NAPKIN_INF);
-                const float v2 = (true ? v0 : v1);
+                const float v2 = (true ? sc[i0][i1][i2] : v1);
                 sc[i0][i1][i2] = v2;
               }
             }
@@ -477,10 +479,9 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
                 const long long v4 = (((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))) - ((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))));
                 const bool v5 = (v4 < ((long long)(128)));
                 const bool v6 = (v3 && v5);
-                const float v7 = (sc[i0][i1][i2] * 0.125f);
-                const float v8 = (-NAPKIN_INF);
-                const float v9 = (v6 ? v7 : v8);
-                sc[i0][i1][i2] = v9;
+                const float v7 = (-NAPKIN_INF);
+                const float v8 = (v6 ? sc[i0][i1][i2] : v7);
+                sc[i0][i1][i2] = v8;
               }
             }
           }
@@ -499,15 +500,15 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             }
             mx = napkin_lanes_max(mx, 4);
             const float sh = napkin_shift(mx);
-            const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-            const float sl = -sh * 1.442695f;
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+            const float sl = -sh * qkl;
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
-                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
                 su = su + sc[i0][i2][2 * i1 + i3];
               }
             }
@@ -599,14 +600,13 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
               const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
               const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 11 "napkin-diagram"
-              const bool v10 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
-              const long long v11 = (((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))) - ((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))));
-              const bool v12 = (v11 < ((long long)(128)));
-              const bool v13 = (v10 && v12);
-              const float v14 = (sc[i0][i1][i2] * 0.125f);
-              const float v15 = (-NAPKIN_INF);
-              const float v16 = (v13 ? v14 : v15);
-              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v16 : -NAPKIN_INF;
+              const bool v9 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
+              const long long v10 = (((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))) - ((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))));
+              const bool v11 = (v10 < ((long long)(128)));
+              const bool v12 = (v9 && v11);
+              const float v13 = (-NAPKIN_INF);
+              const float v14 = (v12 ? sc[i0][i1][i2] : v13);
+              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v14 : -NAPKIN_INF;
             }
           }
         }
@@ -624,15 +624,15 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             }
             mx = napkin_lanes_max(mx, 4);
             const float sh = napkin_shift(mx);
-            const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-            const float sl = -sh * 1.442695f;
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+            const float sl = -sh * qkl;
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
-                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
                 su = su + sc[i0][i2][2 * i1 + i3];
               }
             }

@@ -370,6 +370,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         rv0[i0][i5] = napkin_to_int(p3[(int)((pt0 < (int)(n1 - 1) ? pt0 : (int)(n1 - 1)))]);
       }
     }
+    const float v0 = sqrtf(((float)(((long long)(64)))));
+    const float qks = 1.0f / (v0);
+    const float qkl = qks * 1.442695f;
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4608) * 2 + 15) / 16 * 16));
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
     {
@@ -462,12 +465,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
               const int pt1 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
               const int pt2 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 12 "napkin-diagram"
-              const bool v0 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))]));
-              const bool v1 = (((long long)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))) <= ((long long)((pt1 < (int)(n1 - 1) ? pt1 : (int)(n1 - 1)))));
-              const bool v2 = (v0 && v1);
-              const float v3 = (sc[i0][i1][i2] * 0.125f);
+              const bool v1 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))]));
+              const bool v2 = (((long long)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))) <= ((long long)((pt1 < (int)(n1 - 1) ? pt1 : (int)(n1 - 1)))));
+              const bool v3 = (v1 && v2);
               const float v4 = (-NAPKIN_INF);
-              const float v5 = (v2 ? v3 : v4);
+              const float v5 = (v3 ? sc[i0][i1][i2] : v4);
               sc[i0][i1][i2] = v5;
             }
           }
@@ -486,15 +488,15 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             }
             mx = napkin_lanes_max(mx, 4);
             const float sh = napkin_shift(mx);
-            const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-            const float sl = -sh * 1.442695f;
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+            const float sl = -sh * qkl;
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
             for (int i2 = 0; i2 < 8; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
-                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
                 su = su + sc[i0][i2][2 * i1 + i3];
               }
             }
@@ -589,10 +591,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
               const bool v6 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))]));
               const bool v7 = (((long long)((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))) <= ((long long)((pt3 < (int)(n1 - 1) ? pt3 : (int)(n1 - 1)))));
               const bool v8 = (v6 && v7);
-              const float v9 = (sc[i0][i1][i2] * 0.125f);
-              const float v10 = (-NAPKIN_INF);
-              const float v11 = (v8 ? v9 : v10);
-              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v11 : -NAPKIN_INF;
+              const float v9 = (-NAPKIN_INF);
+              const float v10 = (v8 ? sc[i0][i1][i2] : v9);
+              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v10 : -NAPKIN_INF;
             }
           }
         }
@@ -610,15 +611,15 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             }
             mx = napkin_lanes_max(mx, 4);
             const float sh = napkin_shift(mx);
-            const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-            const float sl = -sh * 1.442695f;
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+            const float sl = -sh * qkl;
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
             for (int i2 = 0; i2 < 8; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
-                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
                 su = su + sc[i0][i2][2 * i1 + i3];
               }
             }
