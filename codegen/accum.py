@@ -179,7 +179,7 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
     elif st.kind == "contract":
         result = a["a"]
     elif st.kind == "pair":
-        m, l = st.rows["m"], st.rows["s"]
+        l = st.rows["s"]
         inv = b.value("float", f"({l} == 0.0f ? 0.0f : 1.0f / {l})")
         b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(f"{a['o']}[z]", f"{a['o']}[z] * {inv}")))
         result = a["o"]

@@ -237,7 +237,7 @@ class KernelLowering:
             b.loop("xl", start, "clen", step, position_body)
 
         def position_body():
-            b.emit(P.Decl(f"const {self.itype}", "xg", f"c0 + xl"))
+            b.emit(P.Decl(f"const {self.itype}", "xg", "c0 + xl"))
             self.in_chunk, self.serial = True, self.serial + bool(split_r)
             for pt_i, pt in enumerate(self.points):
                 scope = {**pt["scope"], r: Ix("xg")}

@@ -154,7 +154,7 @@ def dtype_of(dtype: ast.Name | None, name: ast.Name, role: str) -> str:
         raise error("N0401", f"dtype `{dtype.text}` is not supported yet", dtype.span,
                     help=f"use one of {', '.join(allowed)}")
     if dtype.text == "bool":
-        raise error("N0401", f"an output cannot be stored as `bool`", dtype.span,
+        raise error("N0401", "an output cannot be stored as `bool`", dtype.span,
                     help=f"store a mask as a number: `{name.text}i[...] = int(M)` with `: i32`")
     alike = [d for d in allowed if d[:1] == dtype.text[:1]] or list(allowed)  # f64: a float
     raise error("N0401", f"unknown dtype `{dtype.text}`", dtype.span,

@@ -32,7 +32,7 @@ def normalisations(g: DiGraph, axis: str) -> DiGraph:
         if any(isinstance(ir.op(g, v), ir.Contract) and ir.op(g, v).axes == (axis,)
                for v in users):
             continue
-        t, stmt, span = ir.type_of(g, n), g.nodes[n]["stmt"], g.nodes[n]["span"]
+        stmt, span = g.nodes[n]["stmt"], g.nodes[n]["span"]
         scores = ir.operands(g, n)[0]
         st = ir.type_of(g, scores)
         f = ir.INTERMEDIATE

@@ -19,13 +19,12 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 import napkin
 from napkin import pipeline
 from napkin.compiler.cost import Choice
 from napkin.compiler.plan import with_choices
-from napkin.diagrams.diagnostics import NapkinError, Source
+from napkin.diagrams.diagnostics import Source
 from napkin.runtime import compare, reference
 from napkin.runtime.emulate.errors import BUILD, EmulatorError
 from napkin.pipeline import run_plan

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 import os
 import re
 import tempfile
@@ -24,7 +23,6 @@ import numpy as np
 import napkin
 from napkin.codegen.lower import lower
 from napkin.codegen.render import PRELUDE, render
-from napkin.compiler import ir
 from napkin.compiler.plan import plan as make_plan
 from napkin.diagrams.codes import CODES
 from napkin.diagrams.diagnostics import NapkinError, Source

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from napkin.codegen import accum, cexpr, masks
+from napkin.codegen import accum, cexpr
 from napkin.codegen import indexing, scalar
 from napkin.codegen import kernel as kernel_mod
 from napkin.codegen.lower import lower
