@@ -36,6 +36,10 @@ MAP = {
     "pow": "powf({0}, {1})",
     "floordiv": "napkin_floordiv({0}, {1})", "float": "((float)({0}))", "int": "napkin_to_int({0})",
 }
+# exp as 2^(x log2 e) on the special-function unit (ex2.approx.ftz: an FMUL and a MUFU.EX2
+# where expf is a range reduction of some eight instructions), relative error ~2^-22: for
+# values rounded to 16 bits next (codegen/chain.py's operands of a product)
+FAST = {"exp": "napkin_ex2(({0}) * 1.442695f)"}
 # Where an integer argument changes the C spelling (the others are overloaded or operators).
 INT_MAP = {"abs": "napkin_abs({0})", "floor": "({0})", "ceil": "({0})"}
 

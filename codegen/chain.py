@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from ..compiler import ir
 from . import masks
+from . import cexpr
 from . import program as P
 from .mma import FK, FM, FN, MmaLowering
 
@@ -100,7 +101,9 @@ class ChainLowering(MmaLowering):
                 self.values.update((n, f"{name}[i0][i4 / 2]") for n, name in self.rows.items())
                 self.values.update((n, f"{self.at(t)}[{key}]") for n, t in self.columns.items())
                 self.line(p.node)
+                self.emitter.fast = cexpr.FAST      # (T_i is rounded to 16 bits for the mma)
                 value = self.emitter.value(p.t, scope)
+                self.emitter.fast = {}
                 self.values.clear()
                 b.emit(P.Set("tv[i3][i4]", f"({key} < clen) ? {value} : 0.0f" if tail else value))
             self._each([("i3", 2), ("i4", 4)], element)

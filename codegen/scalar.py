@@ -27,6 +27,9 @@ _FOLDABLE = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.di
 class Emitter:
     def __init__(self, b: Builder, g, ctx):
         self.b, self.g, self.ctx = b, g, ctx
+        # spellings in force instead of cexpr.MAP's (a tensor-core chain's operands, rounded
+        # to 16 bits for the next product, take exp as ex2.approx: codegen/chain.py)
+        self.fast: dict[str, str] = {}
 
     # -- entry point ------------------------------------------------------------------
     def value(self, n: int, scope: dict[str, Ix]) -> str:
@@ -104,7 +107,8 @@ class Emitter:
             vals = [self._as(a, scope, want) for a, want in zip(args, wants)]
             ints = all(self.kind(a) == "int" for a in args)
             spelling = cexpr.INT_MAP.get(op.fn) if ints else None
-            return b.value(cexpr.CKIND[kind], (spelling or cexpr.MAP[op.fn]).format(*vals))
+            spelling = spelling or self.fast.get(op.fn) or cexpr.MAP[op.fn]
+            return b.value(cexpr.CKIND[kind], spelling.format(*vals))
         if isinstance(op, ir.Contract):
             return self._contract(n, op, args, scope)
         if isinstance(op, ir.Reduce):

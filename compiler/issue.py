@@ -67,6 +67,7 @@ INSTRUCTIONS = {
     "softmax": (16, 2, 4),
 }
 DEFAULT = (1, 0, 0)
+CHAIN_EXP = (1, 1, 0)              # FMUL by log2(e) and MUFU.EX2 (a chain's operands)
 # FlashAttention-2 on tensor cores (the softmax on C fragments in base 2: FMNMX, FFMA and
 # MUFU.EX2, the row sums, packing P to 16 bits; per chunk, the rescale of the O fragments
 # and each row's rescaling exps), fitted to the main loop of napkin's attention
@@ -96,6 +97,9 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     `fraction`: the share of chunks computed (masked chunks skipped), `cut`: the share the
     mask cuts (computed, not held everywhere: attention evaluates its mask there only)."""
     tensor = bool(choice.warps)
+    # a chain of products on tensor cores (codegen/chain.py: the backward's dQ and dK/dV)
+    chain = tensor and not model.streaming.pairs and \
+        sum(w.engine == "contraction" for w in model.work) >= 2
     grouped = {a for a, _ in choice.group}
     stream = choice.stream[0] if choice.stream else None
     fp32, mufu, other, tensor_flops = [], [], [], []
@@ -112,6 +116,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         per = INSTRUCTIONS.get(w.op, DEFAULT)
         if tensor and w.node == model.scale:      # folded into the exponent's FFMA
             continue
+        if chain and w.op == "exp":     # a chain's operand takes exp as ex2.approx (cexpr.FAST)
+            per = CHAIN_EXP
         if tensor and model.streaming.pairs and w.op == "softmax":
             per = FLASH_SCORE
         elif tensor and model.streaming.pairs and w.axes and set(w.axes) <= index_axes:
