@@ -223,7 +223,7 @@ def test_the_plain_attention_backward_is_flashattention2s_with_its_forward_again
 def test_the_attention_backward_at_the_issues_size_is_three_kernels():
     """Issue 16's case (b=4, h=16, q=x=4096, d=64 on h100): the forward on FlashAttention-2
     with D = sum[d](dO * O) summed in its epilogue (O never stored), then the two chains;
-    nothing N x N in global memory. H is about 6x the forward's (issue 16 asks 3x): the
+    nothing N x N in global memory. H is about 5x the forward's (issue 16 asks 3x): the
     forward alone now plans FlashAttention-2's 32 query rows per warp (256 per block), which
     halves its K and V traffic, while the backward's kernels keep 16 (its recomputed forward
     holds D's epilogue too, its chains two products' fragments); at the forward's former 16
