@@ -30,6 +30,7 @@ class Emitter:
         # spellings in force instead of cexpr.MAP's (a tensor-core chain's operands, rounded
         # to 16 bits for the next product, take exp as ex2.approx: codegen/chain.py)
         self.fast: dict[str, str] = {}
+        self.scans = 0      # scan loops open around the point (their trip counts are per thread)
 
     # -- entry point ------------------------------------------------------------------
     def value(self, n: int, scope: dict[str, Ix]) -> str:
@@ -194,7 +195,7 @@ class Emitter:
     def _merge(self, a_axes, kind: str, var: str) -> None:
         lanes = self.ctx.lanes_over(a_axes)
         if lanes > 1:
-            self.b.emit(P.Set(var, f"{cexpr.LANES[kind]}({var}, {lanes})"))
+            self.b.emit(P.Set(var, f"{cexpr.LANES[kind]}({var}, {lanes}{self._lane_mask(lanes)})"))
 
     def _contract(self, n, op, args, scope) -> str:
         acc = self.b.fresh("acc")
@@ -270,7 +271,7 @@ class Emitter:
         self._walk(op.axes, scope, body, args)
         lanes = self.ctx.lanes_over(op.axes)
         if lanes > 1:
-            b.emit(P.Call(f"napkin_lanes_{op.fn}", (best, pos, str(lanes))))
+            b.emit(P.Call(f"napkin_lanes_{op.fn}", (best, pos, f"{lanes}{self._lane_mask(lanes)}")))
         return b.value("long long", f"({pos} == NAPKIN_NO_POSITION ? -1LL : {pos})")
 
     def _gather(self, op, args, scope) -> str:
@@ -304,12 +305,19 @@ class Emitter:
             v = self.number(args[0], {**scope, axis: Ix(var)})
             b.emit(P.Set(acc, cexpr.SCAN_STEP[op.fn].format(acc=acc, v=v)))
         self.ctx.views += 1
+        self.scans += 1
         try:
             self._hoist(args, (axis,), scope)
             b.loop(var, "0", f"({scope[axis].expr}) + 1", "1", body, ctype="long long")
         finally:
             self.ctx.views -= 1
+            self.scans -= 1
         return acc
+
+    def _lane_mask(self, lanes) -> str:
+        """The shuffle mask argument of a merge over `lanes`: the group's own inside a scan's
+        loop (napkin_group_mask), else none (the full warp)."""
+        return f", napkin_group_mask({lanes})" if self.scans else ""
 
     def _reduce_simple(self, fn, arg, axes, scope) -> str:
         return self._reduce(None, ir.Reduce(fn, axes), [arg], scope)

@@ -274,29 +274,37 @@ __device__ __forceinline__ long long napkin_clamp_index(long long i, long long n
 __device__ __forceinline__ float napkin_shift(float m) { return m == -NAPKIN_INF ? 0.0f : m; }
 
 // ---- merging partial states across the `width` lanes of a split (butterfly, width <= 32) -----
-__device__ __forceinline__ float napkin_lanes_sum(float v, int width) {
-  for (int o = width / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o, width);
+// The lanes of the caller's group of `width` (aligned, as a shuffle's width divides the
+// warp): the mask of a merge inside a scan's prefix loop, which runs to each thread's own
+// position: the group shares the trip count, the rest of the warp may not, and a full-warp
+// mask would wait on lanes that never come (a hang on a GPU, undefined behaviour). Elsewhere
+// the full mask (a computed mask costs the hot loops of attention: WARPSYNC and the mask).
+__device__ __forceinline__ unsigned napkin_group_mask(int width) {
+  return width >= 32 ? 0xffffffffu : ((1u << width) - 1u) << ((threadIdx.x % 32u) / width * width);
+}
+__device__ __forceinline__ float napkin_lanes_sum(float v, int width, unsigned mask = 0xffffffffu) {
+  for (int o = width / 2; o > 0; o /= 2) v += __shfl_xor_sync(mask, v, o, width);
   return v;
 }
-__device__ __forceinline__ float napkin_lanes_max(float v, int width) {
-  for (int o = width / 2; o > 0; o /= 2) v = napkin_max(v, __shfl_xor_sync(0xffffffffu, v, o, width));
+__device__ __forceinline__ float napkin_lanes_max(float v, int width, unsigned mask = 0xffffffffu) {
+  for (int o = width / 2; o > 0; o /= 2) v = napkin_max(v, __shfl_xor_sync(mask, v, o, width));
   return v;
 }
-__device__ __forceinline__ float napkin_lanes_min(float v, int width) {
-  for (int o = width / 2; o > 0; o /= 2) v = napkin_min(v, __shfl_xor_sync(0xffffffffu, v, o, width));
+__device__ __forceinline__ float napkin_lanes_min(float v, int width, unsigned mask = 0xffffffffu) {
+  for (int o = width / 2; o > 0; o /= 2) v = napkin_min(v, __shfl_xor_sync(mask, v, o, width));
   return v;
 }
-__device__ __forceinline__ void napkin_lanes_argmax(float& v, long long& i, int width) {
+__device__ __forceinline__ void napkin_lanes_argmax(float& v, long long& i, int width, unsigned mask = 0xffffffffu) {
   for (int o = width / 2; o > 0; o /= 2) {
-    float w = __shfl_xor_sync(0xffffffffu, v, o, width);
-    long long j = __shfl_xor_sync(0xffffffffu, i, o, width);
+    float w = __shfl_xor_sync(mask, v, o, width);
+    long long j = __shfl_xor_sync(mask, i, o, width);
     napkin_argmax_fold(v, i, w, j);
   }
 }
-__device__ __forceinline__ void napkin_lanes_argmin(float& v, long long& i, int width) {
+__device__ __forceinline__ void napkin_lanes_argmin(float& v, long long& i, int width, unsigned mask = 0xffffffffu) {
   for (int o = width / 2; o > 0; o /= 2) {
-    float w = __shfl_xor_sync(0xffffffffu, v, o, width);
-    long long j = __shfl_xor_sync(0xffffffffu, i, o, width);
+    float w = __shfl_xor_sync(mask, v, o, width);
+    long long j = __shfl_xor_sync(mask, i, o, width);
     napkin_argmin_fold(v, i, w, j);
   }
 }
