@@ -63,6 +63,15 @@ class Rewrite:
         self.gathers: dict[tuple[int, int | None], int] = {}
         self.partials: list[str] = []
         self.part_stmt: dict[int, int] = {}
+        # the nodes a gather's computed positions are made of: x read there is clamped into
+        # the axis (the rows past it, in the last splits, are masked out; unclamped, a
+        # position such as `size(i) - 1 - x` would read outside its array on the CPU
+        # backends), elsewhere it is p_x * size(s_x) + s_x (the chunk-skip masks read it)
+        self.in_positions = set()
+        for n in region.nodes:
+            if isinstance(ir.op(g, n), ir.Gather):
+                for m in ir.operands(g, n)[1:]:
+                    self.in_positions |= ancestors(g, m) | {m}
 
     # -- types and small builders ----------------------------------------------------------
     def retype(self, t: ir.ArrayType) -> ir.ArrayType:
@@ -196,7 +205,7 @@ class Rewrite:
         g, op = self.g, ir.op(self.g, n)
         stmt = g.nodes[n]["stmt"]
         if isinstance(op, ir.Index):
-            return self.position(stmt)
+            return self.clamped(stmt) if n in self.in_positions else self.position(stmt)
         args = ir.operands(g, n)
         if not any(u in self.inside for u in args):
             return -1 - n                       # an entry: gathered where read (`_read`)
