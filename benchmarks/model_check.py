@@ -30,10 +30,13 @@ reported figure (not from a paper table: marked approximate).
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import math
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sass_loops import copy_trips, kernel_source, loop_counts  # noqa: E402
 
 SEQ = (512, 1024, 2048, 4096, 8192, 16384)
 PUBLISHED = {   # (d, N): {source: TFLOP/s}, FlashAttention-3 paper Figure 5 (non-causal)
@@ -87,145 +90,6 @@ def _row(p, label: str, flops: float) -> dict:
             "blocks_per_sm": kp.cost.blocks_per_sm, "limit": kp.cost.occupancy_limit,
             "model_issue_seconds": dict(kp.cost.compute_parts).get("issue"),
             "model_compute_seconds": kp.cost.compute_time}
-
-
-def loop_counts(sass_text: str, function: str | None = None, trips: list | None = None
-                ) -> collections.Counter:
-    """Instruction classes of the main loop, the loop over whole chunks (runtime/mainloop.py's
-    rule, issue 14's): tensor (HMMA), fp32 (the FP32 pipe, with F2FP packing), mufu, every
-    counted instruction (`all`, static: every path once), `hidden`: those a chunk the mask
-    hides runs (all but the compute the kernel branches around, codegen/mma.py's
-    `if (!skip)`), and, given `trips` (copies per thread of each copy statement, from the
-    CUDA: copy_trips), `run` and `run_hidden`: the same with each copy loop counted as a trip
-    of t copies runs it (setup + t x each, copy_loops) instead of its static code."""
-    from napkin.runtime import mainloop
-    loop = mainloop.main_loop(sass_text, function)
-    if loop is None:
-        return collections.Counter()
-    counts = loop.counts()
-    packs = sum(1 for i in loop.instructions if i.opcode.startswith("F2FP"))
-    out = collections.Counter({"tensor": counts["mma"], "fp32": counts["fp32"] + packs,
-                               "mufu": counts["mufu"], "all": len(loop.instructions),
-                               "hidden": len(loop.instructions) - len(skipped(loop))})
-    # a chunk computes one of two versions of its scores (codegen/flash.py: without the mask
-    # where it holds everywhere, with it where it cuts): each path counts its own version
-    small, large = versions(loop)
-    out["inside_version"], out["cut_version"] = small, large
-    found = copy_loops(loop)
-    if trips is not None and found and len(found) == len(trips):
-        runs = [c["setup"] + t * c["each"] for c, t in zip(found, trips)]
-        delta = sum(r - c["static"] for c, r in zip(found, runs))
-        out["run"], out["run_hidden"] = out["all"] + delta, out["hidden"] + delta
-        # a hidden chunk does not prefetch a hidden next one (codegen/mma.py): its copies
-        # run where the next chunk is computed, which the computed chunks' count holds
-        out["run_hidden"] -= sum(runs)
-        out["copy_loops"] = len(found)
-    else:                     # no copy loop told apart: the static count stands
-        out["run"], out["run_hidden"] = out["all"], out["hidden"]
-    out["run_cut"], out["run_inside"] = out["run"] - small, out["run"] - large
-    return out
-
-
-def versions(loop) -> tuple[int, int]:
-    """(instructions of the smaller, of the larger) of two alternatives the loop branches
-    between, `if (t) {A} else {B}` with no tensor instruction in either (a conditional
-    forward branch to B, whose previous instruction branches forward past B), the largest
-    such pair; (0, 0) when there is none."""
-    from napkin.runtime import mainloop
-    body = loop.instructions
-    at = {i.address: k for k, i in enumerate(body)}
-    best = (0, 0)
-    for k, b in enumerate(body):
-        if b.target is None or b.target <= b.address or not b.predicate or b.target not in at:
-            continue
-        t = at[b.target]
-        jump = body[t - 1] if t > 0 else None
-        if jump is None or jump.target is None or jump.target <= jump.address or jump.predicate \
-                or jump.target not in at:
-            continue
-        first, second = body[k + 1:t], body[t:at[jump.target]]
-        if any(i.opcode.split(".")[0] in mainloop.TENSOR for i in first + second):
-            continue
-        pair = tuple(sorted((len(first), len(second))))
-        if sum(pair) > sum(best):
-            best = pair
-    return best
-
-
-def copy_loops(loop) -> list[dict]:
-    """The copies into shared memory in `loop`, one per copy statement of the lowering
-    (`for (e = tid; e < N; e += threads)` of cp.async, codegen/mma.py), as nvcc compiles a
-    loop whose trip count it cannot know: up to three peeled copies, then a loop unrolled by
-    four. Per statement: `static`, the instructions of its code (from the end of the one
-    before, or the loop's start, to its unrolled loop's backward branch), `each`, those of
-    one copy (the unrolled loop over its LDGSTS), and `setup`, the rest (static less one
-    `each` per LDGSTS)."""
-    from napkin.runtime import mainloop
-    body = loop.instructions
-    inner = [i for i in body if i.target is not None and i.target <= i.address
-             and i.address < loop.end and i.predicate != "@!PT"]
-    out, start = [], loop.start
-    for br in sorted(inner, key=lambda i: i.address):
-        unrolled = [i for i in body if br.target <= i.address <= br.address]
-        n = sum(1 for i in unrolled if i.opcode.startswith("LDGSTS"))
-        if not n or any(i.opcode.split(".")[0] in mainloop.TENSOR for i in unrolled):
-            continue
-        code = [i for i in body if start <= i.address <= br.address]
-        if any(i.opcode.split(".")[0] in mainloop.TENSOR for i in code):
-            code = [i for i in code if i.address >= max(
-                j.address for j in code if j.opcode.split(".")[0] in mainloop.TENSOR)]
-        ldgsts = sum(1 for i in code if i.opcode.startswith("LDGSTS"))
-        each = len(unrolled) / n
-        out.append({"static": len(code), "each": each, "setup": len(code) - ldgsts * each,
-                    "ldgsts": ldgsts})
-        start = br.address + 1
-    return out
-
-
-def kernel_source(cuda: str, name: str) -> str:
-    """The text of kernel `name` in a .cu file of several: from its `__global__` to the next."""
-    import re
-    at = re.search(r"__global__[^{;]*?\b" + re.escape(name) + r"\(", cuda)
-    if at is None:
-        return ""
-    end = cuda.find("__global__", at.end())
-    return cuda[at.start():end if end >= 0 else len(cuda)]
-
-
-def copy_trips(cuda: str) -> list[int]:
-    """Copies each thread makes per chunk, per copy statement of the chunk loop, read off the
-    emitted CUDA: `for (int r = 0; r < R; ++r) { ... }` holding a cp.async
-    (codegen/tiles.py), R."""
-    import re
-    start = re.search(r"for \((?:int|long long) c0 = ", cuda)
-    if start is None:
-        return []
-    end = cuda.find("napkin_cp_async_commit", start.end())
-    text, out = cuda[start.end():end], []
-    for m in re.finditer(r"for \(int r = 0; r < (\d+); \+\+r\) \{", text):
-        depth, j = 1, m.end()
-        while depth and j < len(text):
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            j += 1
-        if "napkin_cp_async_16" in text[m.end():j]:
-            out.append(int(m[1]))
-    return out
-
-
-def skipped(loop) -> list:
-    """The instructions of `loop` inside the innermost forward branch that jumps over all its
-    tensor instructions (a hidden chunk's skip), or none when no branch does."""
-    from napkin.runtime import mainloop
-    mma = [i.address for i in loop.instructions if i.opcode.split(".")[0] in mainloop.TENSOR]
-    if not mma:
-        return []
-    around = [(i.address, i.target) for i in loop.instructions
-              if i.target is not None and i.target > i.address and i.address < min(mma)
-              and i.target > max(mma) and i.target <= loop.end]
-    if not around:
-        return []
-    start, end = min(around, key=lambda r: r[1] - r[0])
-    return [i for i in loop.instructions if start < i.address < end]
 
 
 def _sass(p) -> dict:

@@ -34,6 +34,7 @@ from ..diagrams.diagnostics import error
 from . import ir
 from .derivatives import linear, partials
 from .diagram import Diagram
+from .gradpositions import ungather, unscan, unview
 from .gradstats import plan_statistics, same_axes
 from .gradtext import Expr, call, header, product, reduce_to, strip, wrap
 
@@ -111,23 +112,6 @@ class _Sweep:
         if isinstance(op, ir.Map):
             return call(op.fn, [(sub or self.value)(a) for a in args])
         raise AssertionError(op)  # pragma: no cover - value() names every other node
-
-    def renamed(self, n: int, ren: dict) -> str:
-        """Text of a forward value with its axes renamed by `ren` (an index expression read
-        along a fresh axis): elementwise nodes inline, named arrays and inputs as views."""
-        if not set(self.axes(n)) & set(ren):
-            return self.value(n)
-        n = self.alias.get(n, n)
-        op = ir.op(self.g, n)
-        if isinstance(op, ir.Index):
-            return ren[op.axis]
-        if n not in self.names and isinstance(op, ir.View) and \
-                isinstance(ir.op(self.g, ir.operands(self.g, n)[0]), ir.Input):
-            source = self.value(ir.operands(self.g, n)[0])
-            return f"{source}[{' '.join(ren.get(a, a) for a in op.labels)}]"
-        if n not in self.names and isinstance(op, ir.Map):
-            return self.inline(n, lambda a: self.renamed(a, ren))
-        return f"{self.value(n)}[{' '.join(ren.get(a, a) for a in self.axes(n))}]"
 
     def within(self, a: int, stmt) -> str:
         """Operand text inside a copied forward equation: what the user wrote in the same
@@ -375,11 +359,11 @@ def _rule(sw: _Sweep, n: int, gr: Expr, active: set):
             row = f"sum[{' '.join(op.axes)}]({gr.text} * {y})"
         return [(x, Expr(f"({y} * ({gr.text} - {row}))", frozenset(axes(x)), gr.sums))]
     if isinstance(op, ir.View):
-        return [(args[0], _unview(sw, args[0], op.labels, n, gr))]
+        return [(args[0], unview(sw, args[0], op.labels, n, gr))]
     if isinstance(op, ir.Gather):
-        return [(args[0], _ungather(sw, n, gr))] if args[0] in active else []
+        return [(args[0], ungather(sw, n, gr))] if args[0] in active else []
     if isinstance(op, ir.Scan):
-        return [(args[0], _unscan(sw, n, gr))]
+        return [(args[0], unscan(sw, n, gr))]
     return []
 
 
@@ -401,78 +385,3 @@ def _contribution(sw: _Sweep, n: int, mine: int, g_: str, g_axes, o_: str, o_axe
     partial = sw.named(product(g_, g_axes, o_, o_axes, kept),
                        f"d{label}_{''.join(rest)}" if label else f"g{n}", kept)
     return Expr(f"sum[{' '.join(rest)}]({partial.text})", frozenset(mine_axes))
-
-
-def _unview(sw: _Sweep, x: int, labels: tuple[str, ...], n: int, gr: Expr) -> Expr:
-    """Cotangent of a relabelled (transposed, renamed, diagonal) reference to array x."""
-    mine = sw.axes(x)
-    first: dict[str, str] = {}
-    conds = []
-    for label, a in zip(labels, mine):
-        if label in first:
-            conds.append(f"({first[label]} == {a})")
-        else:
-            first[label] = a
-    assert gr.layout, gr         # total() names a view's cotangent
-    text = f"{gr.text}[{' '.join(first[u] for u in gr.layout)}]"
-    for c in conds:
-        text = f"where({c}, {text}, 0)"
-    return Expr(text, frozenset(mine))
-
-
-def _ungather(sw: _Sweep, n: int, gr: Expr) -> Expr:
-    """Cotangent of a read at computed positions, `Y[r] = A[p_1(r) .. p_k(r)]`: a masked sum,
-    `dA[a] = sum over r of where(p_1(r) == a_1 and .., dY[r], 0)` (a scatter-add written as
-    a reduction). An axis of Y read unchanged at A's own position (`t` in `X[t (e + 1)]`) is
-    kept; every other axis of Y is summed, under a fresh name where A has an axis of the
-    same name (rotate-half: `sum[e_](where(mod(e_ + .., ..) == e, dY[t e_], 0))`)."""
-    op, args = ir.op(sw.g, n), ir.operands(sw.g, n)
-    mine = sw.axes(args[0])
-    kept = {label for label, a in zip(op.labels, mine) if label == a}
-    summed = [r for r in sw.axes(n) if r not in kept]
-    ren = {r: sw.fresh_axis(r) for r in summed if r in mine}
-    conds, index = [], iter(args[1:])
-    for label, a in zip(op.labels, mine):
-        if label is None:
-            conds.append(f"({strip(sw.renamed(next(index), ren))} == {a})")
-        elif label != a:
-            conds.append(f"({ren.get(label, label)} == {a})")
-    gr = _in_full(sw, n, gr)
-    text = f"{gr.text}[{' '.join(ren.get(u, u) for u in gr.layout)}]" if gr.layout else gr.text
-    if conds:
-        text = f"where({' and '.join(conds)}, {text}, 0)"
-    if summed:
-        text = f"sum[{' '.join(ren.get(r, r) for r in summed)}]({text})"
-    return Expr(text, frozenset(mine))
-
-
-def _in_full(sw: _Sweep, n: int, gr: Expr) -> Expr:
-    """The cotangent of n as a named array with all of n's axes: read at positions of its
-    own (a renamed or reversed axis must be one it has, and a fresh axis takes its size
-    from it), also where the cotangent is broadcast along some of them."""
-    if set(gr.layout) == set(sw.axes(n)) and (gr.layout or not gr.axes):
-        return gr
-    return sw.named(gr, f"g{n}", sw.axes(n))
-
-
-def _unscan(sw: _Sweep, n: int, gr: Expr) -> Expr:
-    """Cotangent of an inclusive scan along x. `cumsum`: the suffix sums of dY, a cumsum of
-    dY read backwards, read backwards (linear). `cumprod`: `dA[x] = sum over x_ >= x of
-    dY[x_] * (the product of A up to x_ without A[x])`, exact where A has zeros (the usual
-    `sum(dY * Y) / A` is not), at the cost of an x by x array per row."""
-    op, args = ir.op(sw.g, n), ir.operands(sw.g, n)
-    (x,) = op.axes
-    gr = _in_full(sw, n, gr)
-    layout = gr.layout
-    if op.fn == "cumsum":
-        back = " ".join(f"(size({x}) - 1 - {x})" if a == x else a for a in layout)
-        suffix = sw.named(Expr(f"cumsum[{x}]({gr.text}[{back}])", frozenset(layout)), f"g{n}", layout)
-        return Expr(f"{suffix.text}[{back}]", frozenset(layout))
-    assert op.fn == "cumprod", op.fn
-    up = sw.fresh_axis(x)
-    ren = {x: up}
-    others = sw.named(Expr(f"cumprod[{up}](where({up} == {x}, 1, {sw.renamed(args[0], ren)}))",
-                           frozenset(layout) | {up}), f"g{n}",
-                      tuple(ren.get(a, a) for a in layout) + (x,))
-    dy = f"{gr.text}[{' '.join(ren.get(a, a) for a in layout)}]"
-    return Expr(f"sum[{up}](where({up} >= {x}, {dy} * {others.text}, 0))", frozenset(layout))

@@ -22,24 +22,8 @@ from . import dtypes, elementwise, labelled
 from .splits import fold, fold_split, take
 from ..compiler.split import complete_sizes
 from .bind import bind_sizes, to_numpy
-
-
-class Region:
-    """The slice of every axis a block (and a chunk) covers."""
-
-    def __init__(self, sizes: dict[str, int], slices: dict[str, slice] | None = None):
-        self.sizes = sizes
-        self.slices = dict(slices or {})
-
-    def of(self, axis: str) -> slice:
-        return self.slices.get(axis, slice(0, self.sizes[axis]))
-
-    def extent(self, axis: str) -> int:
-        s = self.of(axis)
-        return s.stop - s.start
-
-    def with_(self, axis: str, s: slice) -> "Region":
-        return Region(self.sizes, {**self.slices, axis: s})
+from .reads import OtherPositions
+from .region import Region, _align, _floats
 
 
 def interpret(plan: Plan, inputs: dict[str, object]) -> dict[str, np.ndarray]:
@@ -85,7 +69,7 @@ def _run_kernel(g, kp: KernelPlan, memory: dict, sizes: dict) -> None:
         _Block(g, kp, memory, region).run()
 
 
-class _Block:
+class _Block(OtherPositions):
     def __init__(self, g, kp: KernelPlan, memory, region: Region):
         self.g, self.kp, self.memory, self.region = g, kp, memory, region
         self.k = kp.kernel
@@ -142,61 +126,6 @@ class _Block:
             full = tuple(region.extent(a) for a in t.axes)
             return np.asarray(np.broadcast_to(_align(args[0], t.axes), full), order="C"), t.axes
         return self._reduction(n, region, args)
-
-    def _gather(self, n: int, op, region: Region) -> np.ndarray:
-        """The array at computed positions, indexed by the positions' values over the region.
-        An input is read whole (any row may be asked for). An array this kernel computes is
-        taken over the whole of each axis read at a computed position, and over the region's
-        range of the axis a labelled position names: the block has only its own tile of
-        that (a reduction streamed here finished for the block's rows alone)."""
-        from .reference import gathered
-        g = self.g
-        base, *index = ir.operands(g, n)
-        axes = ir.type_of(g, n).axes
-        declared = ir.type_of(g, base).axes
-        starts = [0] * len(declared)
-        if base not in self.k.nodes or isinstance(ir.op(g, base), ir.Input):
-            data = self.memory[base]
-        else:
-            slices = {}
-            for k, (d, lab) in enumerate(zip(declared, op.labels)):
-                slices[d] = slice(0, region.sizes[d]) if lab is None else region.of(lab)
-                starts[k] = slices[d].start
-            data = self.value(base, Region(region.sizes, {**region.slices, **slices}))[0]
-        values = [elementwise.as_kind(_align(self.value(m, region), axes), "int") for m in index]
-        ranges = [_align((np.arange(region.of(lab).start, region.of(lab).stop) - start, (lab,)), axes)
-                  for lab, start in zip(op.labels, starts) if lab is not None]
-        offsets = {a: region.of(a).start for a in axes}
-        out = gathered(g, n, data, op.labels, values, ranges, offsets)
-        return np.broadcast_to(out, tuple(region.extent(a) for a in axes))
-
-    def _scan(self, n: int, op, region: Region):
-        """A prefix at a position reads every position before it: the operand from the axis's
-        start (as a view reads it, whatever the block's tile or chunk), scanned, then cut."""
-        (axis,) = op.axes
-        cut = region.of(axis)
-        operand = ir.operands(self.g, n)[0]
-        x, axes = _floats(self.value(operand, region.with_(axis, slice(0, cut.stop))))
-        scan, dim = acc.SCAN[op.fn], axes.index(axis)
-        shape = tuple(s for i, s in enumerate(x.shape) if i != dim)
-        prefixes = scan.step(np.full(shape, scan.identity), x, dim)[0]
-        return np.take(prefixes, np.arange(cut.start, cut.stop), axis=dim), axes
-
-    def _view(self, n: int, op, region: Region) -> np.ndarray:
-        """Declared axis k of the base at label k's slice. A base computed here is computed
-        over whole declared axes (a softmax along one needs all of it), then cut; a load is
-        read at the labels' slices directly."""
-        base = ir.operands(self.g, n)[0]
-        declared = ir.type_of(self.g, base).axes
-        loaded = base not in self.k.nodes or isinstance(ir.op(self.g, base), ir.Input)
-        inner = {}
-        for d, lab in zip(declared, op.labels):
-            direct = loaded or d == lab
-            inner[d] = region.of(lab) if direct else slice(0, region.sizes[d])
-        data = self.value(base, Region(region.sizes, {**region.slices, **inner}))[0]
-        cut = tuple(slice(region.of(lab).start - inner[d].start, region.of(lab).stop - inner[d].start)
-                    for d, lab in zip(declared, op.labels))
-        return labelled.relabel(data[cut], op.labels)
 
     def _reduction(self, n: int, region: Region, args):
         """A reduction over whole axes (not streamed here), split over threads if planned."""
@@ -388,16 +317,6 @@ class _Block:
         data = _align((data, axes), t.axes)
         full = tuple(region.extent(a) for a in t.axes)
         self.memory[n][tuple(region.of(a) for a in t.axes)] = np.broadcast_to(data, full)
-
-
-def _floats(val):
-    """(array, axes) with the array as float64: what every reduction but argmax/argmin reads."""
-    return elementwise.as_kind(val[0], "float"), val[1]
-
-
-def _align(val, axes: tuple[str, ...]) -> np.ndarray:
-    """(array, axes) in the order of `axes`, size 1 where it lacks one."""
-    return labelled.Labelled(val[0], tuple(val[1])).aligned(tuple(axes))
 
 
 def _contract(a, b, out_axes):
