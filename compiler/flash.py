@@ -76,7 +76,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
         return None
     soft, out = st.pairs[0]
     x = st.axis
-    lse = tuple(n for n, _ in st.reducers if n != out and _row_logsumexp(g, n, soft, x))
+    lse = model.lse
     if len(st.reducers) != 1 + len(lse):
         return None
     chunk = set(st.per_chunk[0])
@@ -161,13 +161,6 @@ def _readers(g, n: int, members) -> set:
                 if isinstance(ir.op(g, m), ir.Assign):
                     todo.append(m)
     return out
-
-
-def _row_logsumexp(g, n: int, soft: int, x: str) -> bool:
-    """n is logsumexp[x] of the scores the softmax normalises (its m + log l)."""
-    op = ir.op(g, n)
-    return isinstance(op, ir.Reduce) and op.fn == "logsumexp" and op.axes == (x,) and \
-        through(g, ir.operands(g, n)[0]) == through(g, ir.operands(g, soft)[0])
 
 
 def registers(fm, chunk, site: FlashSite):

@@ -114,8 +114,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             tensor_flops.append(amount * w.flops_per_point)
             continue
         per = INSTRUCTIONS.get(w.op, DEFAULT)
-        if tensor and w.node == model.scale:      # folded into the exponent's FFMA
-            continue
+        if tensor and (w.node == model.scale or w.node in model.lse):
+            continue        # folded into the exponent's FFMA; the softmax's own state
         if chain and w.op == "exp":     # a chain's operand takes exp as ex2.approx (cexpr.FAST)
             per = CHAIN_EXP
         if tensor and model.streaming.pairs and w.op == "softmax":

@@ -19,6 +19,7 @@ from .graph import ancestors
 import numpy as np
 
 from . import ir
+from .canonical import through
 
 SAMPLES = 512
 _CMP = ("lt", "le", "gt", "ge", "eq")
@@ -361,6 +362,24 @@ def _fails(e, box: dict, sizes: dict):
     return {"lt": lambda: a[1] >= b[0], "le": lambda: a[1] > b[0], "gt": lambda: a[0] <= b[1],
             "ge": lambda: a[0] < b[1],
             "eq": lambda: ~((a[0] == a[1]) & (b[0] == b[1]) & (a[0] == b[0]))}[kind]()
+
+
+def row_logsumexps(g, st) -> tuple[int, ...]:
+    """The streamed reducers that are `logsumexp[x]` of the scores the kernel's one online
+    softmax normalises: their value is the softmax's final state per row (m + log l), so
+    the attention kernel stores it without a reduction of its own (codegen/flash.py) and
+    the issue model charges it nothing per score (compiler/issue.py)."""
+    if len(st.pairs) != 1:
+        return ()
+    soft, out = st.pairs[0]
+    scores = through(g, ir.operands(g, soft)[0])
+    found = []
+    for n, _ in st.reducers:
+        op = ir.op(g, n)
+        if n != out and isinstance(op, ir.Reduce) and op.fn == "logsumexp" and \
+                op.axes == (st.axis,) and through(g, ir.operands(g, n)[0]) == scores:
+            found.append(n)
+    return tuple(found)
 
 
 def softmax_scale(g, soft: int) -> int | None:

@@ -83,6 +83,8 @@ class Model:
     scale: int | None = None    # attention: its softmax's positive scale `Q K / sqrt(d)`
                                 # (masking.softmax_scale), folded into the exponent on
                                 # tensor cores
+    lse: tuple[int, ...] = ()   # attention: logsumexp[x] of its softmax's scores, the
+                                # softmax's final state per row (masking.row_logsumexps)
 
 
 def array_name(g: DiGraph, n: int) -> str:
@@ -186,12 +188,13 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                             streamed=axis is not None and axis in t.axes))
     times = {n: max(1, sum(n in p for p in st.per_chunk)) for n in k.nodes}
     work = [w for n in k.nodes for w in _work(g, n, times.get(n, 1) if axis else 1)]
-    from .masking import chunk_mask, condition_nodes, softmax_scale
+    from .masking import chunk_mask, condition_nodes, row_logsumexps, softmax_scale
     return Model(k, st, tuple(arrays), tuple(work), k.woven(g), k.reduced(g), k.axes(g),
                  chunk_mask(g, st) if axis is not None else None,
                  condition_nodes(g, st) if axis is not None else frozenset(),
                  relabelled(g, k, (n for n, _ in st.reducers)),
-                 softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else None)
+                 softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else None,
+                 row_logsumexps(g, st) if axis is not None else ())
 
 
 def _used_over(g: DiGraph, n: int, members: set) -> tuple[str, ...]:

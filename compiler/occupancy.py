@@ -87,10 +87,11 @@ SCORE_OP_REGISTERS = 0.2
 
 
 def score_ops(model, choice) -> int:
-    """Elementwise ops per score beyond the first, on the streamed axis (attention)."""
+    """Elementwise ops per score beyond the first, on the streamed axis (attention); the
+    row logsumexp is the softmax's own state (masking.row_logsumexps), no op per score."""
     stream = choice.stream[0] if choice.stream else None
     ops = [w for w in model.work if stream in w.axes and w.engine != "contraction"
-           and w.op not in ("softmax",)]
+           and w.op not in ("softmax",) and w.node not in model.lse]
     return max(0, len(ops) - 1)
 
 
