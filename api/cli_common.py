@@ -127,23 +127,48 @@ def planning_options(default_target: str | None = None, arch: str | None = None)
                       help=SPLIT_HELP)
         @engine_option
         @click.option("--no-fusion", is_flag=True, help="Plan one kernel per equation.")
+        @click.option("--data", "data", multiple=True, metavar="NAME=FILE",
+                      help="Values of an integer or boolean input to plan on (.npy, or .npz "
+                           "with the key NAME): the model counts the chunks a mask read from "
+                           "it skips (varlen's document ids): --data doc=docs.npy.")
         @functools.wraps(fn)
-        def wrapper(target_name, shapes, groups, streams, splits, engine, no_fusion, **kwargs):
+        def wrapper(target_name, shapes, groups, streams, splits, engine, no_fusion, data,
+                    **kwargs):
             from .pipeline import Options
             planned = bool(target_name != default_target or shapes or groups or streams
-                           or splits or engine != "auto" or no_fusion)
+                           or splits or engine != "auto" or no_fusion or data)
             options = Options.make(
                 target=target_name, arch=kwargs.pop("arch", None),
                 shape=parse_assignments(shapes, "--shape"),
                 defines=kwargs.get("sizes"),
                 group=parse_assignments(groups, "--group"),
                 stream=parse_assignments(streams, "--stream"), engine=engine,
-                fusion=not no_fusion, split=parse_assignments(splits, "--split"))
+                fusion=not no_fusion, split=parse_assignments(splits, "--split"),
+                data=read_planning_data(data))
             return fn(options=options, planned=planned, **kwargs)
         if arch is not None:
             wrapper = click.option("--arch", default=None, help=arch)(wrapper)
         return wrapper
     return decorate
+
+
+def read_planning_data(values) -> dict:
+    """`--data NAME=FILE` (repeatable) to {name: array}: an .npy file, or the key NAME of an
+    .npz file (N0804 for a malformed value, N0806 for a file that cannot be read)."""
+    out = {}
+    for value in values:
+        name, eq, path = value.partition("=")
+        name, path = name.strip(), path.strip()
+        if not eq or not name.isidentifier() or not path:
+            raise UsageError(error("N0804", f"--data {value!r}: expected NAME=FILE",
+                                   help="for example --data doc=docs.npy").diagnostics)
+        from .runtime.npyfiles import load_arrays
+        arrays = load_arrays(path, [name])
+        if name not in arrays:
+            raise error("N0806", f"{path} has no array `{name}`",
+                        help=f"its keys: {', '.join(sorted(arrays)) or 'none'}")
+        out[name] = arrays[name]
+    return out
 
 
 def load_diagram(arg: str, sizes: dict[str, int]):

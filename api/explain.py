@@ -197,10 +197,12 @@ def _streaming(plan: Plan, kp) -> dict | None:
         kinds.append("softmax statistics, then a second pass to normalise")
     out = {"axis": st.axis, "passes": st.passes, "accumulators": kinds, "skips": None}
     if kp.model.mask is not None:      # chunks the mask hides entirely are skipped
-        from .compiler.masking import describe
+        from .compiler.masking import data_inputs, describe
         shown, data = describe(kp.model.mask)
+        given, missing = data_inputs(kp.model.mask)
         out["skips"] = {"condition": shown, "data_conjunct": data,
-                        "computed_fraction": float(kp.cost.computed)}
+                        "computed_fraction": float(kp.cost.computed),
+                        "data_given": list(given), "data_missing": list(missing)}
     return out
 
 
@@ -233,6 +235,16 @@ def render_text(rep: dict) -> str:
                 lines.append(f"  skips the chunks of {st['axis']} where {sk['condition']} holds "
                              f"nowhere: computes {sk['computed_fraction']:.0%} of the (block, "
                              f"chunk) pairs{data}")
+                if sk.get("data_given") or sk.get("data_missing"):
+                    read = ", ".join(sk["data_given"] + sk["data_missing"])
+                    how = (f"counted on the values given for {', '.join(sk['data_given'])}"
+                           if sk["data_given"] else "")
+                    if sk["data_missing"]:
+                        how += ("; " if how else "") + (
+                            f"no values given for {', '.join(sk['data_missing'])}: counted as "
+                            f"holding anywhere (--data NAME=FILE.npy plans on them)")
+                    lines.append(f"    each block bounds its chunks by {read} first (a "
+                                 f"prologue over {st['axis']}): {how}")
         eng = k["engine"]
         if eng["kind"] == "tensor cores":
             what = "FlashAttention-2, " if eng["algorithm"] == "FlashAttention-2" else ""

@@ -39,20 +39,26 @@ class Options:
     engine: str = "auto"                              # auto | tensor-cores | cuda-cores
     fusion: bool = True
     nvrtc_options: tuple[str, ...] = field(default=())
+    data: tuple = ()                                  # (name, masking.PlanningData): values
+                                                      # of integer inputs the model plans on
 
     @classmethod
     def make(cls, target: str | None = None, arch: str | None = None, shape=None, defines=None,
              group=None, stream=None, engine: str = "auto", fusion: bool = True,
-             nvrtc_options=(), split=None) -> "Options":
-        """Options from plain values (dicts of sizes and hints), checked."""
+             nvrtc_options=(), split=None, data=None) -> "Options":
+        """Options from plain values (dicts of sizes and hints; `data`: input name -> the
+        values of an integer or boolean input to plan on), checked."""
         if target is not None:
             targets.load(target)               # N0605 now, not at the first plan
         if arch is not None:
             from .runtime.nvrtc import validate_arch
             validate_arch(arch)
+        from .compiler.masking import PlanningData
+        planning = tuple(sorted((k, v if isinstance(v, PlanningData) else PlanningData(k, v))
+                                for k, v in dict(data or {}).items()))
         return cls(target, arch, _pairs(shape), _pairs(defines),
                    _pairs(group), _pairs(stream), _pairs(split), check_engine(engine),
-                   bool(fusion), tuple(nvrtc_options))
+                   bool(fusion), tuple(nvrtc_options), planning)
 
     def with_shape(self, shape) -> "Options":
         return replace(self, shape=_pairs(shape))
@@ -86,7 +92,8 @@ def _check(tree, options: Options):
 
 def _fuse(diagram, options: Options):
     from .compiler.plan import fuse_kernels, prepare
-    problem = prepare(diagram, options.target_name, dict(options.shape), options.overrides)
+    problem = prepare(diagram, options.target_name, dict(options.shape), options.overrides,
+                      dict(options.data))
     return fuse_kernels(problem, options.engine, options.fusion)
 
 

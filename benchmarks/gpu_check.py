@@ -117,7 +117,8 @@ def checks(dry_run: bool, sample: bool = False):
         entry = {"diagram": name, "dtype": dtype}
         try:
             d = variant(name, dtype)
-            shape = {a: CHECK_SHAPES.get(a, 19) for a, s in d.axes.items() if s is None}
+            axes = d.ir.graph["axes"]     # axes the diagram makes one size take their class's
+            shape = {a: CHECK_SHAPES.get(axes[a].rep, 19) for a, s in d.axes.items() if s is None}
             entry["shape"] = shape
             if dry_run:
                 k = Kernel(d, Options(target="h200", arch="sm_90"), backend="reference")

@@ -60,12 +60,17 @@ class ChainLowering(MmaLowering):
             for i, p in enumerate(s.outs):
                 self._output(i, p, dict(streamed[p.c], k=s.red), fm, chunk, tail)
         # a chunk the diagram's mask zeroes for every output is neither copied nor computed
+        outs = [p.node for p in s.outs]
+        kinds = {p.node: "contract" for p in s.outs}
+        span = masks.data_span(self, outs, kinds, self.wm * self.wn * 32, s.red,
+                                s.batch)
+        known = {"#data": span[2]} if span else {}
+
         def skip(start: str, length: str):
-            return masks.skip_test(self, [p.node for p in s.outs],
-                                   {p.node: "contract" for p in s.outs},
-                                   self._box(s.red, start, length))
+            return masks.skip_test(self, outs, kinds,
+                                   dict(self._box(s.red, start, length), **known))
         self._pipeline(list(streamed.values()) + list(self.columns.values()), compute, skip,
-                       peel=True)
+                       peel=True, span=span[:2] if span else None)
         self._finish(fm)
 
     def _score(self, j: int, sc, ta: dict, tb: dict, fm: int, chunk: int) -> None:

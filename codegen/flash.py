@@ -57,15 +57,21 @@ class FlashLowering(MmaLowering):
         vt = self._tile(s.v, self.whole(s.dv, s.width), self.chunked(s.red))
         # a chunk the diagram's mask hides from every row of the block is neither copied nor
         # computed (causal)
+        span = masks.data_span(self, [s.out], {s.out: "pair"}, self.wm * self.wn * 32, s.red,
+                                s.batch)
+        known = {"#data": span[2]} if span else {}
+        self.known, self.run = known, span[3] if span else None
+
         def skip(start: str, length: str):
-            return masks.skip_test(self, [s.out], {s.out: "pair"}, self._box(s.red, start, length))
+            return masks.skip_test(self, [s.out], {s.out: "pair"},
+                                   dict(self._box(s.red, start, length), **known))
 
         def compute(tail: bool):
             self._scores(kt, fm, chunk, hk, tail)
             self._softmax(fm, chunk, dv)
             self._weighted(vt, fm, chunk, dv)
         # full chunks in the loop, with no bounds test per score; a partial last one after it
-        self._pipeline([kt, vt], compute, skip, peel=True)
+        self._pipeline([kt, vt], compute, skip, peel=True, span=span[:2] if span else None)
         self._finish(fm, dv)
 
     def _scores(self, kt: dict, fm: int, chunk: int, hk: int, tail: bool) -> None:
@@ -106,7 +112,11 @@ class FlashLowering(MmaLowering):
 
         def elements(inside: bool = False):
             self._each([("i0", fm), ("i1", chunk // FN), ("i2", 4)], lambda: element(inside))
-        whole = None if cond is None or tail else masks.must_hold(self.g, cond, self._box(s.red))
+        whole = None if cond is None or tail else \
+            masks.must_hold(self.g, cond, dict(self._box(s.red), **self.known))
+        if whole is None and self.run is not None and cond is not None and not tail:
+            run, first, last = self.run     # a chunk inside the block's run (masks.data_span)
+            whole = f"({run} && (long long)c0 >= {first} && (long long)c0 + {chunk - 1} <= {last})"
         if whole is None:
             elements()
         else:

@@ -221,8 +221,12 @@ class KernelLowering:
         kinds = {n: accum.kind_of(self, n, n in stats) for n in reducers + stats}
         per_chunk_stores = any(n in st.per_chunk[p] and r in ir.type_of(self.g, n).axes
                                for n in self.k.stores)
+        span = None if per_chunk_stores else masks.data_span(
+            self, reducers + stats, kinds, self.threads, r,
+            [a for a in self.woven if self.tile[a] == 1])
+        known = {"#data": span[2]} if span else {}
         skip = None if per_chunk_stores else masks.skip_test(self, reducers + stats, kinds,
-                                                                 self._box(r))
+                                                                 dict(self._box(r), **known))
 
         def chunk_body():
             left = f"({self.itype})({self.sizes[r]}) - c0"
@@ -249,8 +253,8 @@ class KernelLowering:
                         self._store(n, scope, pt)
             self.in_chunk, self.serial = False, self.serial - bool(split_r)
 
-        b.loop("c0", f"({self.itype})0", f"({self.itype})({self.sizes[r]})", str(chunk),
-               chunk_body, ctype=self.itype)
+        first, end = span[:2] if span else (f"({self.itype})0", f"({self.itype})({self.sizes[r]})")
+        b.loop("c0", first, end, str(chunk), chunk_body, ctype=self.itype)
         for pt_i, pt in enumerate(self.points):
             for n in reducers + stats:   # lanes that split any axis the reducer reduces merge
                 merge = bool(self.split) and self.split[0] in ir.op(self.g, n).axes

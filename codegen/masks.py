@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 
 from ..compiler import ir
-from ..compiler.masking import constant, masked_by, product_mask, through_names
+from ..compiler.masking import constant, data_leaf, masked_by, product_mask, through_names
+from . import program as P
 
 IDENTITY = {"max": -math.inf, "logsumexp": -math.inf, "stats": -math.inf, "pair": -math.inf,
             "sum": 0.0, "contract": 0.0}
@@ -40,6 +41,9 @@ def _bounds(g, n: int, box: dict):
     """(lo, hi, whole): the bounds, and whether they are integers (`long long`)."""
     n = through_names(g, n)     # a named mask (`M[q x] = x <= q`) as the model reads it
     op = ir.op(g, n)
+    known = box.get("#data", {}).get(n)     # an integer input's bounds (data_span)
+    if known is not None:
+        return f"(long long)({known[0]})", f"(long long)({known[1]})", True
     if isinstance(op, ir.Index):
         lo, hi = box[op.axis]
         return f"(long long)({lo})", f"(long long)({hi})", True
@@ -87,6 +91,9 @@ def can_hold(g, n: int, box: dict) -> str | None:
     """A C expression true when condition n can hold somewhere in `box` (None: unknown)."""
     n = through_names(g, n)
     op = ir.op(g, n)
+    known = box.get("#data", {}).get(n)      # a boolean input as the condition
+    if known is not None:
+        return f"((long long)({known[1]}) > 0)"
     if not isinstance(op, ir.Map):
         return None
     args = ir.operands(g, n)
@@ -129,10 +136,10 @@ def must_hold(g, n: int, box: dict) -> str | None:
             "eq": f"({a[0]} == {a[1]} && {b[0]} == {b[1]} && {a[0]} == {b[0]})"}[op.fn]
 
 
-def skip_test(lw, reducers, kinds: dict, box: dict) -> str | None:
-    """C expression: true when the current chunk is masked for every reducer of the pass."""
-    g = lw.g
-    tests = []
+def conditions(g, lw, reducers, kinds: dict) -> list | None:
+    """The condition node outside of which each reducer of the pass folds nothing, or None
+    when one has none (its chunks are never skipped)."""
+    conds = []
     for n in reducers:
         kind = kinds[n]
         if kind == "pair":
@@ -144,10 +151,158 @@ def skip_test(lw, reducers, kinds: dict, box: dict) -> str | None:
         else:
             return None
         cond = product_mask(g, n) if arg is None else masked_by(g, arg, IDENTITY[kind])
-        test = can_hold(g, cond, box) if cond is not None else None
-        if test is None:
+        if cond is None:
             return None
-        tests.append(test)
-    if not tests:
+        conds.append(cond)
+    return conds or None
+
+
+def skip_test(lw, reducers, kinds: dict, box: dict) -> str | None:
+    """C expression: true when the current chunk is masked for every reducer of the pass."""
+    conds = conditions(lw.g, lw, reducers, kinds)
+    if conds is None:
+        return None
+    tests = [can_hold(lw.g, c, box) for c in conds]
+    if any(t is None for t in tests):
         return None
     return "!(" + " || ".join(tests) + ")"
+
+
+def _leaves(g, n: int, found: dict) -> None:
+    """The data leaves the condition at n compares (masking.data_leaf), by node."""
+    n = through_names(g, n)
+    leaf = data_leaf(g, n)
+    if leaf is not None:
+        found[n] = leaf
+        return
+    if isinstance(ir.op(g, n), ir.Map):
+        for m in ir.operands(g, n):
+            _leaves(g, m, found)
+
+
+LEAST, MOST = "(-9223372036854775807LL - 1)", "9223372036854775807LL"
+
+
+def data_span(lw, reducers, kinds: dict, threads: int, r: str, single):
+    """For a mask read from integer inputs (varlen's `doc[q] == doc[x]`, a padding mask's
+    `x < len[b]`): emits the block's prologue and returns (first, end, bounds), else None.
+
+    The prologue takes each input read over the block's rows and batch axes only (doc[q])
+    to its least and greatest value over the block; then every thread tests its share of
+    the streamed axis's positions, one position at a time (an input read along it, doc[x],
+    at its value there), and the block keeps the first and the last position where some
+    reducer's condition may hold: `first` (rounded down to a chunk) and `end` bound the
+    chunk loop, whose chunks outside never run (FlexAttention's block mask, computed by
+    the block itself). `bounds` gives the per-chunk test the block's intervals; `run`,
+    (flag, first, last): the positions where every condition holds for every row of the
+    block, when they are one run (a chunk inside it needs no mask per score). The model
+    counts the chunks the same way (compiler/masking._fraction)."""
+    g = lw.g
+    conds = conditions(g, lw, reducers, kinds)
+    if conds is None or threads % 32:
+        return None
+    leaves: dict = {}
+    for c in conds:
+        _leaves(g, c, leaves)
+    # inputs this kernel reads itself (a mask of an array made in an earlier kernel is seen
+    # through it, as the model sees it)
+    leaves = {n: lf for n, lf in leaves.items() if lf[0] in lw.k.loads
+              and (n == lf[0] or n in lw.k.nodes)}
+    single = set(single)
+    along = {n: lf for n, lf in leaves.items() if r in lf[2] and set(lf[2]) - {r} <= single}
+    # read over the block: one position of every axis but at most one (its range in the block)
+    rows = {n: lf for n, lf in leaves.items() if r not in lf[2]
+            and len(set(lf[2]) - single) <= 1}
+    if not along and not rows:
+        return None
+    b = lw.b
+    red = b.fresh("sred")
+    warps = -(-threads // 32)
+    lw.smem.append(P.SharedBuffer(red, "long long", _next(lw), str(2 * warps)))
+    lw.smem_terms.append((16 * warps,))
+    b.emit(P.Decl("long long* const", red, f"reinterpret_cast<long long*>(smem + "
+                                          f"{lw.smem[-1].offset})"))
+    block = lw._box(r)
+    bounds = {}
+    for i, (n, lf) in enumerate(rows.items()):
+        lo, hi = f"dlo{i}", f"dhi{i}"
+        b.emit(P.Decl("long long", lo, MOST))
+        b.emit(P.Decl("long long", hi, LEAST))
+        (row,) = set(lf[2]) - single or {None}
+
+        def fill(n=n, lo=lo, hi=hi, row=row):
+            scope = _scope(lw, single, {row: "dt"} if row else {})
+            v = b.value("long long", f"(long long)({lw.emitter.value(n, scope)})", "dv")
+            b.emit(P.Set(lo, f"napkin_min({lo}, {v})"))
+            b.emit(P.Set(hi, f"napkin_max({hi}, {v})"))
+        first, top = (block[row][0], f"({block[row][1]}) + 1") if row else ("0", "1")
+        b.loop("dt", f"(long long)({first}) + tid", top, str(threads), fill, ctype="long long")
+        b.emit(P.Call("napkin_block_range", (lo, hi, red)))
+        bounds[n] = (lo, hi)
+    size = f"(long long)({lw.sizes[r]})"
+    b.emit(P.Decl("long long", "pfirst", size))      # (none: the axis's size, and plast -1)
+    b.emit(P.Decl("long long", "plast", "-1"))
+    # ... and where it holds for every row of the block (every reducer's condition): a
+    # chunk inside a run of such positions needs no mask per score (FlashAttention's
+    # chunks below the diagonal, here inside one document)
+    b.emit(P.Decl("long long", "mfirst", size))
+    b.emit(P.Decl("long long", "mlast", "-1"))
+    b.emit(P.Decl("long long", "mcount", "0"))
+
+    def test(box):
+        tests = [can_hold(g, c, box) for c in conds]
+        return None if any(t is None for t in tests) else " || ".join(tests)
+
+    def position():
+        # the test without the inputs read along the axis first (causal's `x <= q`): their
+        # values are read only where the rest may hold
+        here = dict(bounds)
+        early = test(dict(lw._box(r, "dp", "1"), **{"#data": here}))
+
+        def full():
+            scope = _scope(lw, single, {r: "dp"})
+            for n in along:
+                v = b.value("long long", f"(long long)({lw.emitter.value(n, scope)})", "dv")
+                here[n] = (v, v)
+            box = dict(lw._box(r, "dp", "1"), **{"#data": here})
+            b.emit(P.If(test(box) or "true",
+                        (P.Set("pfirst", "napkin_min(pfirst, dp)"),
+                         P.Set("plast", "napkin_max(plast, dp)"))))
+            musts = [must_hold(g, c, box) for c in conds]
+            if all(m is not None for m in musts):
+                b.emit(P.If(" && ".join(musts),
+                            (P.Set("mfirst", "napkin_min(mfirst, dp)"),
+                             P.Set("mlast", "napkin_max(mlast, dp)"), P.Set("mcount", "mcount + 1"))))
+        if early is None:
+            full()
+        else:
+            b.emit(P.If(early, lw._scoped(full)))
+    b.loop("dp", "(long long)tid", size, str(threads), position, ctype="long long")
+    b.emit(P.Call("napkin_block_range", ("pfirst", "plast", red)))
+    b.emit(P.Call("napkin_block_range", ("mfirst", "mlast", red)))
+    # a run only when every position between its first and last is one (no hole)
+    b.emit(P.Decl("const bool", "mrun",
+                  f"napkin_block_sum(mcount, {red}) == mlast - mfirst + 1 && mlast >= 0"))
+    chunk = lw.kp.schedule.stream[1]
+    b.emit(P.Decl(f"const {lw.itype}", "cfirst",
+                  f"({lw.itype})(plast < 0 ? 0 : pfirst / {chunk} * {chunk})"))
+    up = f"(plast / {chunk} + 1) * {chunk}"
+    b.emit(P.Decl(f"const {lw.itype}", "cend", f"({lw.itype})(plast < 0 ? 0 : "
+                  f"({up} < {size} ? {up} : {size}))"))
+    return "cfirst", "cend", bounds, ("mrun", "mfirst", "mlast")
+
+
+def _scope(lw, single, raws: dict) -> dict:
+    """The scope of a read in the prologue: the block's position along the `single` axes,
+    each raw index clamped inside its axis."""
+    from .builder import Ix
+    scope = {a: Ix(lw._axis_var("org", a)) for a in single}
+    for a, raw in raws.items():
+        top = f"({lw.itype})({lw.sizes[a]} - 1)"
+        scope[a] = Ix(f"(({lw.itype})({raw}) < {top} ? ({lw.itype})({raw}) : {top})")
+    return scope
+
+
+def _next(lw) -> str:
+    from .staging import next_offset
+    return next_offset(lw.smem)

@@ -82,7 +82,7 @@ class MmaLowering(SharedTiles, KernelLowering):
         self._epilogue_mma(fm, fn)
 
     def _pipeline(self, tiles, compute, skip=None, peel: bool = False,
-                  vector: bool | None = None) -> None:
+                  vector: bool | None = None, span: tuple[str, str] | None = None) -> None:
         """The chunk loop, two stages deep (the schedule's `stages`; this loop is written for
         two, as compiler/cost.PIPELINE is): while the block computes on one stage of the
         streamed tiles, the copies of the next chunk fill the other (cp.async groups: one
@@ -94,9 +94,13 @@ class MmaLowering(SharedTiles, KernelLowering):
 
         `compute(tail)` emits the work on one chunk; `tail` says the chunk may be partial.
         With `peel`, the loop runs over the full chunks only (`clen` is the chunk, so no
-        per-element bounds test) and a partial last chunk runs once after it."""
+        per-element bounds test) and a partial last chunk runs once after it. `span`: C
+        names of the first chunk's start and the end of the chunks to run (masks.data_span:
+        a chunk-aligned start, an end that is a chunk multiple or the axis's size); else
+        every chunk of the axis."""
         b, r = self.b, self.site.red
         chunk, size = self.kp.schedule.stream[1], f"({self.itype})({self.sizes[r]})"
+        start0, end = span if span is not None else (f"({self.itype})0", size)
 
         def length(start: str) -> str:
             left = f"{size} - ({start})"
@@ -117,8 +121,11 @@ class MmaLowering(SharedTiles, KernelLowering):
                 b.emit(P.If(f"!({test})", self._scoped(each)))
 
         def first():
-            b.emit(P.Decl("const int", "nlen", length("0")))
-            copies("0", f"({self.itype})0", "nlen")
+            b.emit(P.Decl("const int", "nlen", length(start0)))
+            if span is None:
+                copies("0", start0, "nlen")
+            else:
+                b.emit(P.If(f"{start0} < {end}", self._scoped(lambda: copies("0", start0, "nlen"))))
         b.emit(P.Block(self._scoped(first)))
         b.emit(P.Call("napkin_cp_async_commit", ()))
         b.emit(P.Decl("int", "stage", "0"))
@@ -129,7 +136,7 @@ class MmaLowering(SharedTiles, KernelLowering):
             def prefetch():
                 b.emit(P.Decl("const int", "nlen", length(f"c0 + {chunk}")))
                 copies("(stage ^ 1)", f"c0 + {chunk}", "nlen")
-            b.emit(P.If(f"c0 + {chunk} < {size}", self._scoped(prefetch)))
+            b.emit(P.If(f"c0 + {chunk} < {end}", self._scoped(prefetch)))
             b.emit(P.Call("napkin_cp_async_commit", ()))
             b.emit(P.Call("napkin_cp_async_wait<1>", ()))
             b.emit(P.Barrier())
@@ -141,15 +148,16 @@ class MmaLowering(SharedTiles, KernelLowering):
             b.emit(P.Barrier())
             b.emit(P.Set("stage", "stage ^ 1"))
         if not peel:
-            b.loop("c0", f"({self.itype})0", size, str(chunk), lambda: body(True), ctype=self.itype)
+            b.loop("c0", start0, end, str(chunk), lambda: body(True), ctype=self.itype)
             return
-        b.emit(P.Decl(f"const {self.itype}", "cfull", f"{size} / {chunk} * {chunk}"))
-        b.loop("c0", f"({self.itype})0", "cfull", str(chunk), lambda: body(False), ctype=self.itype)
+        b.emit(P.Decl(f"const {self.itype}", "cfull", f"{end} / {chunk} * {chunk}"))
+        b.loop("c0", start0, "cfull", str(chunk), lambda: body(False), ctype=self.itype)
 
         def last():
             b.emit(P.Decl(f"const {self.itype}", "c0", "cfull"))
             body(True)
-        b.emit(P.If(f"cfull < {size}", self._scoped(last)))
+        b.emit(P.If(f"cfull < {end}" if span is None else f"cfull < {end} && {start0} < {end}",
+                    self._scoped(last)))
 
     def _step(self, tiles, fm: int, fn: int) -> None:
         """16 of the chunk: every warp loads its fragments and multiplies them."""

@@ -55,7 +55,7 @@ from . import issue, occupancy
 from .columns import Column
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
-from .masking import computed_fraction, cut_fraction
+from .masking import computed_fraction, cut_fraction, iterated_fraction, spans
 from .memory import allocated, l2_split, sectors
 from .model import Model
 from .target import Target
@@ -232,9 +232,16 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         cut = cut_fraction(model.mask, sizes, {**dict(choice.group),
                                                choice.stream[0]: choice.stream[1]}) \
             if choice.warps and choice.stream and model.streaming.pairs else None
+        tiles = {**dict(choice.group), choice.stream[0]: choice.stream[1]} \
+            if choice.stream else {}
+        # a mask read from data bounds the chunk loop (codegen/masks.data_span): its chunks
+        # outside are not iterated, and its prologue scans the streamed axis once per block
+        span = (iterated_fraction(model.mask, sizes, tiles), sizes[choice.stream[0]]) \
+            if choice.stream and spans(model.mask) else None
         parts = issue.compute(model, choice, sizes, target, covs[0],
                               [lc.H for lc in results[1:]], unit_counts,
-                              np.ceil(threads / WARP), active / threads, fraction, cut=cut)
+                              np.ceil(threads / WARP), active / threads, fraction, cut=cut,
+                              span=span)
         compute = functools.reduce(ops.maximum, parts.values())
     if choice.warps and not symbolic:   # fragments padded past the arrays compute all the same
         compute = compute * _padding(choice, sizes)

@@ -87,10 +87,18 @@ FLASH_ROW_EXPS = 2 / 16            # MUFU per row per lane per chunk (the warp's
 # beside it; the copies and the iteration are COPY_LOOP and ITERATION_TENSOR (FLASH_CHUNK,
 # the fit of the whole rest of the loop per chunk, 463, is their 20 + 2 x 225 for K and V)
 FLASH_PER_HMMA = 1.32
+# A mask read from data (codegen/masks.data_span): the block's prologue tests its share of the
+# streamed axis's positions (the loop, the index test, the load where it may hold, the
+# comparisons, the running least and greatest: per position and lane), then takes the least
+# and greatest over the block twice (shuffles, two barriers, the warps' values: per warp).
+# Counted from the emitted C, not yet from SASS: CALIBRATE (benchmarks/model_check.py).
+SPAN_POSITION = 10
+SPAN_REDUCE = 2 * 30
 
 
 def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, units: list,
-            warps_per_block, lane_share, fraction, symbolic: bool = False, cut=None) -> dict:
+            warps_per_block, lane_share, fraction, symbolic: bool = False, cut=None,
+            span=None) -> dict:
     """Seconds each compute limit takes: `issue` (every warp instruction), `tensor`, `fp32`,
     `mufu` (their pipes). `H`: bytes into each level below the top, `units`: units of each,
     `warps_per_block`: warps a block runs, `lane_share`: the share of their lanes with work,
@@ -152,8 +160,9 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                 per_chunk = per_chunk + copy
             else:
                 once = once + copy
-        copies = units[0] * warps_per_block * (chunks * (ITERATION_TENSOR + fraction * per_chunk)
-                                               + once)
+        visited = chunks * (span[0] if span else 1)
+        copies = units[0] * warps_per_block * (visited * ITERATION_TENSOR + chunks * fraction *
+                                               per_chunk + once)
         if model.streaming.pairs:     # the fitted loop of FlashAttention-2 (computed chunks)
             warp_instr = hmma * (1 + FLASH_PER_HMMA) + lanes / WARP + copies
         else:
@@ -167,6 +176,10 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             copies = copies * fraction
         warp_instr = (lanes + copies) / (WARP * lane_share) \
             + units[0] * warps_per_block * chunks * ITERATION
+    if span is not None:            # the prologue of a loop bounded by data, per block
+        threads = warps_per_block * WARP
+        warp_instr = warp_instr + units[0] * warps_per_block * (
+            NUMBERS.ceil(span[1] / threads) * SPAN_POSITION + SPAN_REDUCE)
     rate = target.rate(f"tensor_{_tensor_dtype(model)}") if tensor else None
     out = {"tensor": total(tensor_flops) / rate if rate else 0,
            "issue": _per(target, "schedulers", warp_instr),

@@ -190,8 +190,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
     work = [w for n in k.nodes for w in _work(g, n, times.get(n, 1) if axis else 1)]
     from .masking import chunk_mask, condition_nodes, row_logsumexps, softmax_scale
     return Model(k, st, tuple(arrays), tuple(work), k.woven(g), k.reduced(g), k.axes(g),
-                 chunk_mask(g, st) if axis is not None else None,
-                 condition_nodes(g, st) if axis is not None else frozenset(),
+                 chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None,
+                 condition_nodes(g, st, k.loads, k.nodes) if axis is not None else frozenset(),
                  relabelled(g, k, (n for n, _ in st.reducers)),
                  softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else None,
                  row_logsumexps(g, st) if axis is not None else ())

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
+from . import ir
 from . import schedule as schedules
 from . import splitting
 from .splitting import SplitChoice
@@ -86,10 +87,15 @@ def planning_sizes(diagram: Diagram, shape: dict | None = None) -> dict[str, int
     """Every axis's size: static, else from `shape` (by axis or its size class), else the default."""
     shape = dict(shape or {})
     axes = diagram.ir.graph["axes"]
-    by_rep = {}
+    by_rep, named = {}, {}
     for name, value in shape.items():
         if name in axes:
-            by_rep[axes[name].rep] = value
+            rep = axes[name].rep
+            if rep in by_rep and by_rep[rep] != value:
+                raise error("N0303", f"sizes {named[rep]}={by_rep[rep]} and {name}={value} for "
+                            f"axes the diagram forces to one size", help=f"give `{named[rep]}` "
+                            f"and `{name}` one size (the diagram reads one along the other)")
+            by_rep[rep], named[rep] = value, name
     out = {}
     for name, info in axes.items():
         if info.size is not None:
@@ -100,6 +106,36 @@ def planning_sizes(diagram: Diagram, shape: dict | None = None) -> dict[str, int
             raise error("N0304", f"size {value!r} of axis `{name}` is not a whole number",
                         help="sizes of dynamic axes are whole numbers (0 for an empty axis)")
         out[name] = max(1, int(value))   # an empty axis is planned as one position
+    return out
+
+
+def planning_data(diagram: Diagram, sizes: dict, data: dict) -> dict:
+    """name -> masking.PlanningData, checked: each an integer or boolean input, of the shape
+    its axes have at the planning sizes (N0608 otherwise)."""
+    from .masking import DATA_DTYPES, PlanningData
+    inputs = {ir.op(diagram.ir, n).name: n for n in diagram.ir.nodes
+              if isinstance(ir.op(diagram.ir, n), ir.Input)}
+    out = {}
+    for name, values in data.items():
+        values = values.values if isinstance(values, PlanningData) else values
+        n = inputs.get(name)
+        if n is None or ir.op(diagram.ir, n).dtype not in DATA_DTYPES:
+            usable = sorted(k for k, m in inputs.items()
+                            if ir.op(diagram.ir, m).dtype in DATA_DTYPES)
+            raise error("N0608", f"planning data for `{name}`, which is not an integer or "
+                        "boolean input of the diagram",
+                        help="data for planning is given for integer or boolean inputs: " +
+                        (", ".join(usable) if usable else "this diagram has none"))
+        axes = ir.type_of(diagram.ir, n).axes
+        want = tuple(sizes[a] for a in axes)
+        arr = np.asarray(values)
+        if arr.shape != want or not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool):
+            raise error("N0608", f"planning data for `{name}` has shape {arr.shape} and dtype "
+                        f"{arr.dtype}; `{name}[{' '.join(axes)}]` is {want} at the planning "
+                        "sizes", diagram.ir.nodes[n].get("span"),
+                        help="give integer values of the input's shape at the sizes "
+                        "planned for (--shape)")
+        out[name] = PlanningData(name, arr)
     return out
 
 
@@ -121,13 +157,17 @@ def _in_diagram(diagram: Diagram, fn):
 
 
 def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,
-            overrides: dict | None = None) -> Problem:
-    """Stage `prepare`: canonical IR, planning sizes, resolved hints."""
+            overrides: dict | None = None, data: dict | None = None) -> Problem:
+    """Stage `prepare`: canonical IR, planning sizes, resolved hints, and the values of
+    integer or boolean inputs given for planning (`data`: name -> array; the model counts the
+    chunks a mask read from them skips, masking.py)."""
     tgt = target if isinstance(target, Target) else load(target)
     sizes = planning_sizes(diagram, shape)
 
     def run():
         g = canonicalize(diagram.ir)
+        if data:
+            g.graph["data"] = planning_data(diagram, sizes, data)
         return g, tuple(hint_mod.resolve(diagram.hints, overrides or {}, tgt, sizes))
     g, hints = _in_diagram(diagram, run)
     axes = diagram.ir.graph["axes"]
@@ -173,9 +213,10 @@ def tile(fused: Fused) -> Plan:
 
 
 def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,
-         overrides: dict | None = None, engine: str = "auto", fusion: bool = True) -> Plan:
+         overrides: dict | None = None, engine: str = "auto", fusion: bool = True,
+         data: dict | None = None) -> Plan:
     """The plan for a diagram on a target: prepare, fuse, tile (see the module docstring)."""
-    return tile(fuse_kernels(prepare(diagram, target, shape, overrides), engine, fusion))
+    return tile(fuse_kernels(prepare(diagram, target, shape, overrides, data), engine, fusion))
 
 
 def baseline(p: Plan) -> tuple[KernelPlan, ...]:

@@ -54,6 +54,7 @@ CODES: dict[str, str] = {
     "N0605": "unknown target",
     "N0606": "kernel cannot run on tensor cores",
     "N0607": "axis cannot be split",
+    "N0608": "planning data does not fit the diagram",
     # warnings
     "N0701": "unused input",
     "N0702": "unused array",

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import zipfile
 
 import click
 import numpy as np
@@ -13,11 +11,11 @@ from ..cli_common import (REPORT_URL, SPLIT_HELP, diagram_options, engine_option
                           parse_assignments)
 from ..compiler import target as targets
 from ..diagrams.diagnostics import UsageError, did_you_mean, error
-from ..diagrams.limits import MAX_SIZE
 from ..backends import BACKENDS, check_backend
 from ..runtime import compare, dtypes
 from ..runtime.checks import check_fits
 from ..runtime.files import check_output, save_npz
+from ..runtime.npyfiles import load_arrays
 
 
 @click.command("run")
@@ -91,7 +89,7 @@ def read_inputs(path: str, d) -> dict[str, np.ndarray]:
     language's limit and against the bytes the file holds for it. bf16 arrays, which .npy
     stores as raw 2-byte patterns (|V2, as --save writes them), are read back as bf16."""
     names = [s.name for s in d.inputs]
-    arrays = _load(path, names)
+    arrays = load_arrays(path, names)
     unknown = [k for k in arrays if k not in names]
     if unknown:
         raise error("N0806", f"{path} has arrays the diagram does not take: {', '.join(unknown)}",
@@ -105,50 +103,6 @@ def read_inputs(path: str, d) -> dict[str, np.ndarray]:
         if arr.dtype.kind == "V" and arr.dtype.itemsize == 2 and declared[name] == "bf16":
             arrays[name] = arr.view(dtypes.numpy_dtype("bf16"))
     return arrays
-
-
-def _load(path: str, names: list[str]) -> dict[str, np.ndarray]:
-    unreadable = (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError)
-    try:
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as z:
-                for info in z.infolist():
-                    with z.open(info) as member:
-                        _check_header(path, info.filename, member, info.file_size)
-            with np.load(path, allow_pickle=False) as data:
-                return {k: data[k] for k in data.files}
-        with open(path, "rb") as f:
-            _check_header(path, "", f, os.fstat(f.fileno()).st_size)
-        if len(names) != 1:
-            raise error("N0806", f"{path} is an .npy file (one array), but the diagram has "
-                        f"{len(names)} inputs", help="give an .npz file: numpy.savez(path, "
-                        + ", ".join(f"{n}=..." for n in names) + ")")
-        return {names[0]: np.load(path, allow_pickle=False)}
-    except unreadable as exc:
-        raise error("N0806", f"cannot read inputs from {path}: {exc}",
-                    help="give an .npz file written by numpy.savez") from None
-
-
-def _check_header(path: str, member: str, f, stored: int) -> None:
-    """N0806 if the array header in `f` declares more than the limits or than `stored` holds."""
-    where = f"{path}" + (f" ({member})" if member else "")
-    version = np.lib.format.read_magic(f)
-    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-            else np.lib.format.read_array_header_2_0)
-    shape, _, dtype = read(f)
-    if dtype.hasobject:
-        raise ValueError(f"{where} holds Python objects, not numbers")
-    n = 1
-    for axis, size in enumerate(shape):
-        if size > MAX_SIZE:
-            raise error("N0806", f"{where}: dimension {axis} is {size:,}, more than the limit "
-                        f"{MAX_SIZE:,} (2^40)", help="give arrays of smaller sizes")
-        n *= size
-    if n * dtype.itemsize > stored:
-        raise error("N0806", f"{where}: the header declares shape {shape} ({n * dtype.itemsize:,} "
-                    f"bytes of {dtype}), but the file holds only {stored:,} bytes",
-                    help="the file is truncated or its header was edited; write it again "
-                         "with numpy.savez")
 
 
 def random_inputs(d, shape: dict[str, int], seed: int) -> dict[str, np.ndarray]:
@@ -167,7 +121,14 @@ def random_inputs(d, shape: dict[str, int], seed: int) -> dict[str, np.ndarray]:
             raise UsageError(error("N0804", f"--shape {name}={size}, but `{name}` is {info.size} "
                                    "in the diagram", help=f"use -D {name}={size} to change it")
                              .diagnostics)
-        by_class[info.rep] = size
+        if info.rep in by_class and by_class[info.rep][0] != size:
+            other = by_class[info.rep][1]
+            raise UsageError(error("N0804", f"--shape {other}={by_class[info.rep][0]} and "
+                                   f"{name}={size}, but the diagram makes `{other}` and "
+                                   f"`{name}` one size", help=f"give `{other}` and `{name}` "
+                                   "one size (or only one of them)").diagnostics)
+        by_class[info.rep] = (size, name)
+    by_class = {rep: size for rep, (size, _) in by_class.items()}
     needed = sorted({a for s in d.inputs for a in s.axes
                      if axes[a].size is None and axes[a].rep not in by_class})
     if needed:

@@ -101,6 +101,10 @@ TRIGGERS = {
     "N0606": lambda tp, cap, mp: _cli(["explain", _write(tp, "mixed.napkin", MIXED), "--engine",
                                        "tensor-cores"], cap, 1),
     "N0607": lambda tp, cap, mp: _raises(lambda: _plan("split q by 8\n")),
+    "N0608": lambda tp, cap, mp: _raises(lambda: __import__("napkin.compiler.plan").compiler.plan
+                                         .plan(napkin.load("varlen_attention"), "h100",
+                                               {"q": 100, "x": 100},
+                                               data={"doc": np.zeros(99, np.int32)})),
     "N0104": lambda tp, cap, mp: _raises(lambda: parser.decode(b"axis a\nin X[a]: f\xff32\n", "bad.napkin")),
     "N0209": lambda tp, cap, mp: _raises(lambda: napkin.load("matmul", kk=3)),
     "N0308": lambda tp, cap, mp: _raises(lambda: napkin.run(

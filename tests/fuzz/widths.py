@@ -221,7 +221,7 @@ def _eval(text: str, env, where: str, problems: list, numeric: bool = True) -> V
 def _walk(body, env: dict, problems: list) -> None:
     for s in body:
         if isinstance(s, P.Decl):
-            integer = "int" in s.ctype.split() or "long" in s.ctype.split()
+            integer = ("int" in s.ctype.split() or "long" in s.ctype.split()) and "*" not in s.ctype
             if s.init is None:
                 continue
             if integer and _DATA.search(s.init):

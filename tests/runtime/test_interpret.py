@@ -33,8 +33,9 @@ def planned(draw, name):
     d = napkin.load(name)
     tile = draw(st.sampled_from([2, 3, 4, 8]))
     near = [1, tile - 1, tile, tile + 1, 5, 7, 11]
-    shape = {a: draw(st.sampled_from([n for n in near if n >= 1]))
-             for a, s in d.axes.items() if s is None}
+    reps = {a: d.ir.graph["axes"][a].rep for a, s in d.axes.items() if s is None}
+    drawn = {r: draw(st.sampled_from([n for n in near if n >= 1])) for r in dict.fromkeys(reps.values())}
+    shape = {a: drawn[r] for a, r in reps.items()}      # one size per class (varlen: q ~ x)
     small = {}
     if "d" in d.axes:                    # keep attention's head size small
         small["d"] = draw(st.sampled_from([3, 8, 9]))

@@ -294,6 +294,34 @@ __device__ __forceinline__ float napkin_lanes_min(float v, int width, unsigned m
   for (int o = width / 2; o > 0; o /= 2) v = napkin_min(v, __shfl_xor_sync(mask, v, o, width));
   return v;
 }
+// The block's least `lo` and greatest `hi` (each thread's own first): across each warp by
+// shuffles, then across the warps through `red` (two per warp, shared memory); every thread
+// of the block (whole warps, all of them here) gets both (codegen/masks.data_span).
+__device__ __forceinline__ void napkin_block_range(long long& lo, long long& hi, long long* red) {
+  for (int o = 16; o > 0; o /= 2) {
+    lo = napkin_min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = napkin_max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  const int w = (int)threadIdx.x / 32, warps = ((int)blockDim.x + 31) / 32;
+  __syncthreads();                       // every warp has read an earlier call's values
+  if (threadIdx.x % 32 == 0) { red[2 * w] = lo; red[2 * w + 1] = hi; }
+  __syncthreads();
+  for (int i = 0; i < warps; ++i) {
+    lo = napkin_min(lo, red[2 * i]);
+    hi = napkin_max(hi, red[2 * i + 1]);
+  }
+}
+// The block's sum of one long long per thread, through `red` as napkin_block_range does.
+__device__ __forceinline__ long long napkin_block_sum(long long v, long long* red) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int w = (int)threadIdx.x / 32, warps = ((int)blockDim.x + 31) / 32;
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) red[2 * w] = v;
+  __syncthreads();
+  long long total = 0;
+  for (int i = 0; i < warps; ++i) total += red[2 * i];
+  return total;
+}
 __device__ __forceinline__ void napkin_lanes_argmax(float& v, long long& i, int width, unsigned mask = 0xffffffffu) {
   for (int o = width / 2; o > 0; o /= 2) {
     float w = __shfl_xor_sync(mask, v, o, width);
@@ -341,7 +369,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (18432) * 2 + 15) / 16 * 16));
     if (n1 % 8 == 0 && n2 % 8 == 0) {
       {
-        const int nlen = (int)((int)(n1) - (0) < 64 ? (int)(n1) - (0) : 64);
+        const int nlen = (int)((int)(n1) - ((int)0) < 64 ? (int)(n1) - ((int)0) : 64);
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
@@ -422,7 +450,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       }
     } else {
       {
-        const int nlen = (int)((int)(n1) - (0) < 64 ? (int)(n1) - (0) : 64);
+        const int nlen = (int)((int)(n1) - ((int)0) < 64 ? (int)(n1) - ((int)0) : 64);
         #pragma unroll 1
         for (int r = 0; r < 128; ++r) {
           const int eo = tid / 64 + r * 1;

@@ -294,6 +294,34 @@ __device__ __forceinline__ float napkin_lanes_min(float v, int width, unsigned m
   for (int o = width / 2; o > 0; o /= 2) v = napkin_min(v, __shfl_xor_sync(mask, v, o, width));
   return v;
 }
+// The block's least `lo` and greatest `hi` (each thread's own first): across each warp by
+// shuffles, then across the warps through `red` (two per warp, shared memory); every thread
+// of the block (whole warps, all of them here) gets both (codegen/masks.data_span).
+__device__ __forceinline__ void napkin_block_range(long long& lo, long long& hi, long long* red) {
+  for (int o = 16; o > 0; o /= 2) {
+    lo = napkin_min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = napkin_max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  const int w = (int)threadIdx.x / 32, warps = ((int)blockDim.x + 31) / 32;
+  __syncthreads();                       // every warp has read an earlier call's values
+  if (threadIdx.x % 32 == 0) { red[2 * w] = lo; red[2 * w + 1] = hi; }
+  __syncthreads();
+  for (int i = 0; i < warps; ++i) {
+    lo = napkin_min(lo, red[2 * i]);
+    hi = napkin_max(hi, red[2 * i + 1]);
+  }
+}
+// The block's sum of one long long per thread, through `red` as napkin_block_range does.
+__device__ __forceinline__ long long napkin_block_sum(long long v, long long* red) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int w = (int)threadIdx.x / 32, warps = ((int)blockDim.x + 31) / 32;
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) red[2 * w] = v;
+  __syncthreads();
+  long long total = 0;
+  for (int i = 0; i < warps; ++i) total += red[2 * i];
+  return total;
+}
 __device__ __forceinline__ void napkin_lanes_argmax(float& v, long long& i, int width, unsigned mask = 0xffffffffu) {
   for (int o = width / 2; o > 0; o /= 2) {
     float w = __shfl_xor_sync(mask, v, o, width);
@@ -414,8 +442,41 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     for (int z = 0; z < 4; ++z) {
       st23[z] = 0.0f;
     }
-    for (long long c0 = (long long)0; c0 < (long long)(4096); c0 += 256) {
+    long long* const sred0 = reinterpret_cast<long long*>(smem + ((((((0) + ((1) * (1) * (1) * (16) * (64)) * 2 + 15) / 16 * 16)) + ((1)) * 4 + 15) / 16 * 16));
+    long long dlo0 = 9223372036854775807LL;
+    long long dhi0 = (-9223372036854775807LL - 1);
+    for (long long dt = (long long)(0) + tid; dt < 1; dt += 32) {
+      const long long dv0 = (long long)(napkin_to_int(sm1[(long long)((org_0 - org_0))]));
+      dlo0 = napkin_min(dlo0, dv0);
+      dhi0 = napkin_max(dhi0, dv0);
+    }
+    napkin_block_range(dlo0, dhi0, sred0);
+    long long pfirst = (long long)(4096);
+    long long plast = -1;
+    long long mfirst = (long long)(4096);
+    long long mlast = -1;
+    long long mcount = 0;
+    for (long long dp = (long long)tid; dp < (long long)(4096); dp += 32) {
+      if (((long long)(dp) < (long long)(dhi0))) {
+        if (((long long)(dp) < (long long)(dhi0))) {
+          pfirst = napkin_min(pfirst, dp);
+          plast = napkin_max(plast, dp);
+        }
+        if (((long long)(dp + 1 - 1) < (long long)(dlo0))) {
+          mfirst = napkin_min(mfirst, dp);
+          mlast = napkin_max(mlast, dp);
+          mcount = mcount + 1;
+        }
+      }
+    }
+    napkin_block_range(pfirst, plast, sred0);
+    napkin_block_range(mfirst, mlast, sred0);
+    const bool mrun = napkin_block_sum(mcount, sred0) == mlast - mfirst + 1 && mlast >= 0;
+    const long long cfirst = (long long)(plast < 0 ? 0 : pfirst / 256 * 256);
+    const long long cend = (long long)(plast < 0 ? 0 : ((plast / 256 + 1) * 256 < (long long)(4096) ? (plast / 256 + 1) * 256 : (long long)(4096)));
+    for (long long c0 = cfirst; c0 < cend; c0 += 256) {
       const int clen = (int)((long long)(4096) - c0 < 256 ? (long long)(4096) - c0 : 256);
+      if (!(((long long)(c0) < (long long)(dhi0)))) continue;
       __syncthreads();
       __syncthreads();
       for (int xl = 0; xl < clen; ++xl) {

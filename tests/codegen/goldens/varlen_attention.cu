@@ -294,6 +294,34 @@ __device__ __forceinline__ float napkin_lanes_min(float v, int width, unsigned m
   for (int o = width / 2; o > 0; o /= 2) v = napkin_min(v, __shfl_xor_sync(mask, v, o, width));
   return v;
 }
+// The block's least `lo` and greatest `hi` (each thread's own first): across each warp by
+// shuffles, then across the warps through `red` (two per warp, shared memory); every thread
+// of the block (whole warps, all of them here) gets both (codegen/masks.data_span).
+__device__ __forceinline__ void napkin_block_range(long long& lo, long long& hi, long long* red) {
+  for (int o = 16; o > 0; o /= 2) {
+    lo = napkin_min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = napkin_max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  const int w = (int)threadIdx.x / 32, warps = ((int)blockDim.x + 31) / 32;
+  __syncthreads();                       // every warp has read an earlier call's values
+  if (threadIdx.x % 32 == 0) { red[2 * w] = lo; red[2 * w + 1] = hi; }
+  __syncthreads();
+  for (int i = 0; i < warps; ++i) {
+    lo = napkin_min(lo, red[2 * i]);
+    hi = napkin_max(hi, red[2 * i + 1]);
+  }
+}
+// The block's sum of one long long per thread, through `red` as napkin_block_range does.
+__device__ __forceinline__ long long napkin_block_sum(long long v, long long* red) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int w = (int)threadIdx.x / 32, warps = ((int)blockDim.x + 31) / 32;
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) red[2 * w] = v;
+  __syncthreads();
+  long long total = 0;
+  for (int i = 0; i < warps; ++i) total += red[2 * i];
+  return total;
+}
 __device__ __forceinline__ void napkin_lanes_argmax(float& v, long long& i, int width, unsigned mask = 0xffffffffu) {
   for (int o = width / 2; o > 0; o /= 2) {
     float w = __shfl_xor_sync(mask, v, o, width);
@@ -383,39 +411,74 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     const float qkl = qks * 1.442695f;
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4608) * 2 + 15) / 16 * 16));
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
-    {
-      const int nlen = (int)((int)(n1) - (0) < 64 ? (int)(n1) - (0) : 64);
-      if (!(!((((long long)((int)0) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
-        {
-          const int ei = (tid % 8) * 8;
-          const int eo0 = tid / 8;
-          const __half* const cps = p1 + ((((int)(org_0)) * (n1) + (((int)0 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + 0 * 4608) + eo0 * 72 + ei;
-          #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p1, (eo < nlen) ? 16 : 0);
-          }
+    long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
+    long long dlo0 = 9223372036854775807LL;
+    long long dhi0 = (-9223372036854775807LL - 1);
+    for (long long dt = (long long)(org_1) + tid; dt < ((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1))) + 1; dt += 128) {
+      const long long dv0 = (long long)(napkin_to_int(p3[(int)(((int)(dt) < (int)(n1 - 1) ? (int)(dt) : (int)(n1 - 1)))]));
+      dlo0 = napkin_min(dlo0, dv0);
+      dhi0 = napkin_max(dhi0, dv0);
+    }
+    napkin_block_range(dlo0, dhi0, sred0);
+    long long pfirst = (long long)(n1);
+    long long plast = -1;
+    long long mfirst = (long long)(n1);
+    long long mlast = -1;
+    long long mcount = 0;
+    for (long long dp = (long long)tid; dp < (long long)(n1); dp += 128) {
+      if ((((long long)(dp) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))) {
+        const long long dv1 = (long long)(napkin_to_int(p3[(int)(((int)(dp) < (int)(n1 - 1) ? (int)(dp) : (int)(n1 - 1)))]));
+        if ((((long long)(dlo0) <= (long long)(dv1) && (long long)(dv1) <= (long long)(dhi0)) && ((long long)(dp) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))) {
+          pfirst = napkin_min(pfirst, dp);
+          plast = napkin_max(plast, dp);
         }
-        {
-          const int ei = (tid % 8) * 8;
-          const int eo0 = tid / 8;
-          const __half* const cps = p2 + ((((int)(org_0)) * (n1) + (((int)0 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + 0 * 4608) + eo0 * 72 + ei;
-          #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p2, (eo < nlen) ? 16 : 0);
+        if ((((long long)(dlo0) == (long long)(dhi0) && (long long)(dv1) == (long long)(dv1) && (long long)(dlo0) == (long long)(dv1)) && ((long long)(dp + 1 - 1) <= (long long)(org_1)))) {
+          mfirst = napkin_min(mfirst, dp);
+          mlast = napkin_max(mlast, dp);
+          mcount = mcount + 1;
+        }
+      }
+    }
+    napkin_block_range(pfirst, plast, sred0);
+    napkin_block_range(mfirst, mlast, sred0);
+    const bool mrun = napkin_block_sum(mcount, sred0) == mlast - mfirst + 1 && mlast >= 0;
+    const int cfirst = (int)(plast < 0 ? 0 : pfirst / 64 * 64);
+    const int cend = (int)(plast < 0 ? 0 : ((plast / 64 + 1) * 64 < (long long)(n1) ? (plast / 64 + 1) * 64 : (long long)(n1)));
+    {
+      const int nlen = (int)((int)(n1) - (cfirst) < 64 ? (int)(n1) - (cfirst) : 64);
+      if (cfirst < cend) {
+        if (!(!((((long long)(cfirst) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
+          {
+            const int ei = (tid % 8) * 8;
+            const int eo0 = tid / 8;
+            const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((cfirst + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + 0 * 4608) + eo0 * 72 + ei;
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p1, (eo < nlen) ? 16 : 0);
+            }
+          }
+          {
+            const int ei = (tid % 8) * 8;
+            const int eo0 = tid / 8;
+            const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((cfirst + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + 0 * 4608) + eo0 * 72 + ei;
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p2, (eo < nlen) ? 16 : 0);
+            }
           }
         }
       }
     }
     napkin_cp_async_commit();
     int stage = 0;
-    const int cfull = (int)(n1) / 64 * 64;
-    for (int c0 = (int)0; c0 < cfull; c0 += 64) {
+    const int cfull = cend / 64 * 64;
+    for (int c0 = cfirst; c0 < cfull; c0 += 64) {
       const int clen = 64;
-      if (c0 + 64 < (int)(n1)) {
+      if (c0 + 64 < cend) {
         const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
         if (!(!((((long long)(c0 + 64) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
           {
@@ -464,21 +527,39 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             }
           }
         }
-        #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        if ((mrun && (long long)c0 >= mfirst && (long long)c0 + 63 <= mlast)) {
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
+          for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              const int pt1 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-              const int pt2 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+            for (int i1 = 0; i1 < 8; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                const int pt1 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+                const int pt2 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 12 "napkin-diagram"
-              const bool v1 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))]));
-              const bool v2 = (((long long)((pt2 < (int)(n1 - 1) ? pt2 : (int)(n1 - 1)))) <= ((long long)((pt1 < (int)(n1 - 1) ? pt1 : (int)(n1 - 1)))));
-              const bool v3 = (v1 && v2);
-              const float v4 = (-NAPKIN_INF);
-              const float v5 = (v3 ? sc[i0][i1][i2] : v4);
-              sc[i0][i1][i2] = v5;
+                const float v1 = (-NAPKIN_INF);
+                const float v2 = (true ? sc[i0][i1][i2] : v1);
+                sc[i0][i1][i2] = v2;
+              }
+            }
+          }
+        } else {
+          #pragma unroll
+          for (int i0 = 0; i0 < 1; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 8; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                const int pt3 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+                const int pt4 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+#line 12 "napkin-diagram"
+                const bool v3 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))]));
+                const bool v4 = (((long long)((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))) <= ((long long)((pt3 < (int)(n1 - 1) ? pt3 : (int)(n1 - 1)))));
+                const bool v5 = (v3 && v4);
+                const float v6 = (-NAPKIN_INF);
+                const float v7 = (v5 ? sc[i0][i1][i2] : v6);
+                sc[i0][i1][i2] = v7;
+              }
             }
           }
         }
@@ -535,10 +616,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       __syncthreads();
       stage = stage ^ 1;
     }
-    if (cfull < (int)(n1)) {
+    if (cfull < cend && cfirst < cend) {
       const int c0 = cfull;
       const int clen = (int)((int)(n1) - (c0) < 64 ? (int)(n1) - (c0) : 64);
-      if (c0 + 64 < (int)(n1)) {
+      if (c0 + 64 < cend) {
         const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
         if (!(!((((long long)(c0 + 64) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
           {
@@ -593,15 +674,15 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           for (int i1 = 0; i1 < 8; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              const int pt3 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-              const int pt4 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+              const int pt5 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+              const int pt6 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 12 "napkin-diagram"
-              const bool v6 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))]));
-              const bool v7 = (((long long)((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))) <= ((long long)((pt3 < (int)(n1 - 1) ? pt3 : (int)(n1 - 1)))));
-              const bool v8 = (v6 && v7);
-              const float v9 = (-NAPKIN_INF);
-              const float v10 = (v8 ? sc[i0][i1][i2] : v9);
-              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v10 : -NAPKIN_INF;
+              const bool v8 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt6 < (int)(n1 - 1) ? pt6 : (int)(n1 - 1)))]));
+              const bool v9 = (((long long)((pt6 < (int)(n1 - 1) ? pt6 : (int)(n1 - 1)))) <= ((long long)((pt5 < (int)(n1 - 1) ? pt5 : (int)(n1 - 1)))));
+              const bool v10 = (v8 && v9);
+              const float v11 = (-NAPKIN_INF);
+              const float v12 = (v10 ? sc[i0][i1][i2] : v11);
+              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v12 : -NAPKIN_INF;
             }
           }
         }
@@ -672,11 +753,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       for (int i1 = 0; i1 < 8; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const int pt5 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-          const int pt6 = i1 * 8 + fq * 2 + i2 % 2;
+          const int pt7 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+          const int pt8 = i1 * 8 + fq * 2 + i2 % 2;
 #line 13 "napkin-diagram"
-          if ((pt5 < n1) && (pt6 < 64)) {
-            p4[(((int)(org_0)) * (n1) + ((pt5 < (int)(n1 - 1) ? pt5 : (int)(n1 - 1)))) * (64) + ((pt6 < (int)(64 - 1) ? pt6 : (int)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
+          if ((pt7 < n1) && (pt8 < 64)) {
+            p4[(((int)(org_0)) * (n1) + ((pt7 < (int)(n1 - 1) ? pt7 : (int)(n1 - 1)))) * (64) + ((pt8 < (int)(64 - 1) ? pt8 : (int)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
           }
         }
       }
