@@ -166,3 +166,23 @@ def test_axes_of_one_size_class_take_one_size(capsys):
     assert plan(d, "h100", {"h": 2, "q": 77}).sizes["x"] == 77
     assert main(["run", "varlen_attention", "--shape", "h=2,q=77,x=130"]) == 2
     assert "the diagram makes `q` and `x` one size" in capsys.readouterr().err
+
+
+def test_packed_documents_are_predicted_as_fast_as_one_by_one(rng):
+    """Issue 18's case: 16 documents of mixed lengths packed into 16k tokens (h=16, d=64,
+    h100), planned on their ids, within 1.3x of causal attention over the documents one by
+    one (model figures: benchmarks/varlen_check.py prints them)."""
+    from napkin.compiler.plan import plan
+    from napkin.explain import render_text, report
+    raw = rng.lognormal(0.0, 0.8, 16)
+    lengths = np.maximum(1, np.round(raw / raw.sum() * 16384)).astype(int)
+    lengths[-1] += 16384 - lengths.sum()
+    doc = np.repeat(np.arange(16), lengths).astype(np.int32)
+    packed = plan(napkin.load("varlen_attention"), "h100", {"h": 16, "q": 16384, "x": 16384},
+                  data={"doc": doc})
+    causal = napkin.load("causal_attention", d=64)
+    alone = sum(plan(causal, "h100", {"b": 1, "h": 16, "q": int(n), "x": int(n)}).time
+                for n in lengths)
+    assert packed.time < 1.3 * alone, (packed.time, alone)
+    text = render_text(report(packed, compare=False))
+    assert "each block bounds its chunks by doc first" in text
