@@ -106,12 +106,33 @@ def _equation(g: DiGraph, scope: Scope, stmt: ast.Equation, index: int,
     result = _emit(g, root, index)
     vkind = root.vkind
     out = ir.ArrayType(lhs, ir.dtype_of_kind(vkind))
-    node = ir.add_node(g, ir.Assign(name.text), out, [result], span=stmt.span, stmt=index)
+    storage = _storage(stmt, vkind)
+    node = ir.add_node(g, ir.Assign(name.text, storage), out, [result], span=stmt.span, stmt=index)
     scope.arrays[name.text] = ArrayInfo(name.text, lhs, vkind, name.span, node)
     contracted, reduced, normalised = _summed(root)
     broadcast = tuple(a for a in lhs if a not in root.out)
     return ir.EquationInfo(name.text, lhs, contracted, reduced, normalised, broadcast, node,
                            stmt.span, index)
+
+
+def _storage(stmt: ast.Equation, vkind: str) -> str | None:
+    """The storage dtype an equation declares (`H[t f]: bf16 = ...`), checked as an output's
+    is: a float in a float dtype or an integer dtype... never a float as an integer, never a
+    boolean mask as a number (N0401, N0405, N0406); None when it declares none."""
+    if stmt.dtype is None:
+        return None
+    name = stmt.name
+    dtype = dtype_of(stmt.dtype, name, "output")
+    if vkind == "bool":
+        raise error("N0405", f"`{name.text}` is a boolean mask and cannot be stored as {dtype}",
+                    stmt.dtype.span, help="drop the dtype (a mask is kept as it is), or store "
+                    f"a number: `{name.text}f[...] = where({name.text}, 1, 0)`")
+    if vkind == "float" and dtype in ir.INT_DTYPES:
+        raise error("N0406", f"`{name.text}` holds floating-point values and cannot be stored "
+                    f"as {dtype}", stmt.dtype.span,
+                    help="napkin never converts floats to integers silently: convert explicitly "
+                         "with `int(...)` or `floor(...)`, or store it as f16, bf16 or f32")
+    return dtype
 
 
 def _occurrences(root: RNode):
@@ -200,6 +221,13 @@ def _outputs(g: DiGraph, decl: Declarations, arrays: dict[str, int], poisoned: s
                             help="napkin never converts floats to integers silently: convert "
                                  "explicitly with `int(...)` (toward zero) or `floor(...)`, or store "
                                  "it as f32")
+            declared = ir.op(g, src).dtype if isinstance(ir.op(g, src), ir.Assign) else None
+            if declared is not None and declared != dtype:
+                raise error("N0405", f"`{name}` is declared {declared} but output as {dtype}",
+                            item.name.span, labels=[Label(g.nodes[src]["span"],
+                                                          f"`{name}` is declared {declared} here")],
+                            help="give the array one dtype: the same in both places, or only "
+                                 "in `out`")
             axes = ir.type_of(g, src).axes
             outputs[name] = ir.add_node(g, ir.Output(name, dtype), ir.ArrayType(axes, dtype), [src],
                                         span=item.span)

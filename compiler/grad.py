@@ -280,8 +280,14 @@ def _forward(sw: _Sweep) -> list[str]:
         before = set(sw.needed)
         texts[n] = sw.definition(n)
         todo |= sw.needed - before
+    def declared(n: int) -> str:       # a forward array's declared storage dtype, kept
+        from .model import storage_dtype
+        named = [m for m in [n, *g.successors(n)] if isinstance(ir.op(g, m), ir.Assign)
+                 and ir.op(g, m).dtype is not None]
+        return f": {storage_dtype(g, n)}" if named else ""
     return [line for n in ir.order(g) if n in texts
-            for line in (*sw.before.get(n, ()), f"{sw.names[n]}[{' '.join(sw.axes(n))}] = {strip(texts[n])}")]
+            for line in (*sw.before.get(n, ()),
+                         f"{sw.names[n]}[{' '.join(sw.axes(n))}]{declared(n)} = {strip(texts[n])}")]
 
 
 def _rule(sw: _Sweep, n: int, gr: Expr, active: set):

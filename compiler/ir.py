@@ -226,6 +226,7 @@ class Assign:
     """A named array: the equation's result in the layout its left-hand side gives."""
 
     name: str
+    dtype: str | None = None    # declared storage dtype (`H[t f]: bf16 = ...`), else f32
 
 
 Op = Input | Output | Const | Index | SizeOf | View | Gather | Map | Contract | Reduce | Scan | Softmax | Assign

@@ -57,5 +57,5 @@ def _op_text(op) -> str:
     if isinstance(op, ir.Softmax):
         return f"softmax[{' '.join(op.axes)}]"
     if isinstance(op, ir.Assign):
-        return f"assign {op.name}"
+        return f"assign {op.name}" + (f" (stored {op.dtype})" if op.dtype else "")
     raise TypeError(op)  # pragma: no cover

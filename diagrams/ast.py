@@ -131,6 +131,7 @@ class Equation:
     axes_span: Span | None
     expr: Expr
     span: Span
+    dtype: Name | None = None     # `H[t f]: bf16 = ...`: its storage dtype across kernels
 
 
 Statement = AxisDecl | InputDecl | OutputDecl | Hint | Equation

@@ -210,8 +210,13 @@ class _Converter:
         return ast.Hint(str(kids[0].value), self.name(kids[1]), kids[3], level, self.span(node))
 
     def rule_equation(self, node, kids):
-        axes, axes_span = kids[1] if len(kids) == 3 else (None, None)
-        return ast.Equation(self.name(kids[0]), axes, axes_span, kids[-1], self.span(node))
+        axes, axes_span, dtype = None, None, None
+        for k in kids[1:-1]:         # [axes] and `: dtype`, each optional
+            if isinstance(k, tuple):
+                axes, axes_span = k
+            else:
+                dtype = self.name(k)
+        return ast.Equation(self.name(kids[0]), axes, axes_span, kids[-1], self.span(node), dtype)
 
     def rule_axis_list(self, node, kids):
         return tuple(self.name(k) for k in kids), self.span(node)

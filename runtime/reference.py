@@ -35,7 +35,10 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
     sizes = sizes or bind_sizes(diagram, {n: a.shape for n, a in arrays.items()})
     lowp = precision == "lowp"
     compute = np.float32 if lowp else np.float64
-    rounding = dtypes.lowest([s.dtype for s in diagram.inputs + diagram.outputs]) if lowp else None
+    declared = [ir.op(g, n).dtype for n in g.nodes if isinstance(ir.op(g, n), ir.Assign)
+                and ir.op(g, n).dtype is not None]     # intermediates stored as declared
+    rounding = dtypes.lowest([s.dtype for s in diagram.inputs + diagram.outputs] + declared) \
+        if lowp else None
     values: dict[int, Labelled] = {}
     results: dict[str, np.ndarray] = {}
     for n in ir.order(g):
