@@ -55,7 +55,7 @@ from . import issue, occupancy
 from .columns import Column
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
-from .masking import computed_fraction, cut_fraction, iterated_fraction, spans
+from .masking import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
 from .memory import allocated, l2_split, sectors
 from .model import Model
 from .target import Target
@@ -266,6 +266,9 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     if target.l2_bytes and len(results) > 1:
         hbm, l2 = l2_split(results[1], uniques[0], helds[0], model, unit_counts[0],
                       target.processors * per_sm, target, ops)
+        if choice.stream and spans(model.mask):   # the prologue's reads along the axis
+            l2 = l2 + unit_counts[0] * sizes[choice.stream[0]] * along_bytes(model.mask) \
+                / target.l2_bandwidth
         named.pop(f"{results[1].name} bandwidth")
         named = {"compute": compute, "HBM bandwidth": hbm, "L2 bandwidth": l2,
                  **{k: v for k, v in named.items() if k != "compute"}}

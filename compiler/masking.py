@@ -371,6 +371,13 @@ def spans(mask) -> bool:
     return mask is not None and bool(_leaves(mask))
 
 
+def along_bytes(mask) -> int:
+    """Bytes per position of the inputs a bounded loop's prologue reads along the streamed
+    axis (codegen/masks.data_span reads each once per position and block, from L2)."""
+    leaves = _leaves(mask) if mask is not None else ()
+    return 4 * len({(lf[1], lf[2]) for lf in leaves if lf[4] in lf[2]})
+
+
 @functools.lru_cache(maxsize=4096)
 def _fraction(mask, size_key: tuple, extents: tuple, what: str = "computed") -> float:
     sizes, ext = dict(size_key), {a: max(int(e), 1) for a, e in extents}
