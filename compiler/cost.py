@@ -69,7 +69,9 @@ LAUNCH_SECONDS = 2e-6
 WARP = 32
 # the compute limits (compiler/issue.py) by the names `bound` gives them
 COMPUTE = {"compute": "compute", "issue": "issue slots", "tensor": "tensor cores",
-           "fp32": "the FP32 pipe", "mufu": "MUFU (exp, rsqrt, division)"}
+           "fp32": "the FP32 pipe", "mufu": "MUFU (exp, rsqrt, division)",
+           "dependent": "the instructions waiting on the products",
+           "chained": "the products and what waits on them in each warp"}
 
 
 @dataclass(frozen=True)
@@ -258,6 +260,12 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         return Cost(tuple(results), flops, compute, ops.sympy.Max(*terms), "", 1.0, threads)
     per_sm, limit = occupancy.blocks_per_sm(target, results[1].M, threads, regs) \
         if target.processors else (1, 3)
+    if not issue.simt_only(target) and choice.warps and "dependent" in parts:
+        # the products' dependence within a warp (issue.serial): its own compute part
+        chained = ops.maximum(parts["tensor"], parts["issue"]) + \
+            issue.serial(parts, target, np.ceil(threads / WARP), per_sm)
+        parts = {**parts, "chained": chained}
+        compute = ops.maximum(compute, chained)
     util = occupancy.utilization(target, unit_counts[0], results[1].M, threads, active, regs,
                                  per_sm, occupancy.in_flight(model, choice, covs[0]))
     named = {"compute": compute}

@@ -24,6 +24,8 @@ napkin's own cubins (cuobjdump, no GPU). Calibrate against measured times on a G
 
 from __future__ import annotations
 
+import numpy as np
+
 from .choices import NUMBERS, prod, total
 from .target import Target
 
@@ -165,9 +167,11 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                                                per_chunk + once)
         if model.streaming.pairs:     # the fitted loop of FlashAttention-2 (computed chunks)
             warp_instr = hmma * (1 + FLASH_PER_HMMA) + lanes / WARP + copies
+            dependent = lanes / WARP
         else:
             ldsm = (H[1] if len(H) > 1 else 0) / LDSM_BYTES
             warp_instr = hmma + ldsm + lanes / (WARP * lane_share) + copies
+            dependent = lanes / (WARP * lane_share) if chain else 0
     else:
         copies = H[0] / COPY_BYTES * COPY
         lanes = lanes + ((H[1] if len(H) > 1 else 0) / 4)        # LDS of the operands
@@ -185,7 +189,28 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
            "issue": _per(target, "schedulers", warp_instr),
            "fp32": _per(target, "fp32_lanes", total(fp32)),
            "mufu": _per(target, "mufu_lanes", total(mufu))}
+    if tensor and (model.streaming.pairs or chain):
+        # what waits on the products within a warp (the softmax, a chain's elementwise
+        # operands): never more than the issue slots, so no limit of its own (serial())
+        out["dependent"] = _per(target, "schedulers", dependent)
     return out
+
+
+# Within a warp of FlashAttention-2 (and of a chain of products) the softmax waits for the
+# chunk's scores and the next products wait for the softmax: the tensor pipe and the
+# instructions that depend on it overlap only across the warps a scheduler holds. With W
+# warps per scheduler, the model adds min(tensor, dependent) / W to the slower of the two
+# (W = 1: no overlap at all; many warps: almost full). An assumption of the order that
+# FlashAttention-2's published H100 figures imply (282-324 TFLOP/s at d 64 with 2 warps per
+# scheduler, against 543 predicted with full overlap): CALIBRATE on a GPU
+# (benchmarks/gpu_check.py).
+def serial(parts: dict, target: Target, warps_per_block, blocks_per_sm):
+    """Seconds added to the compute time for the products' dependence within a warp."""
+    if "dependent" not in parts:
+        return 0.0
+    schedulers = dict(target.per_clock).get("schedulers", 4)
+    per_scheduler = np.maximum(warps_per_block * blocks_per_sm / schedulers, 1)
+    return np.minimum(parts["tensor"], parts["dependent"]) / per_scheduler
 
 
 def _flash_block(model, choice, sizes: dict):
