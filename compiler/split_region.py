@@ -11,7 +11,7 @@ import numpy as np
 from . import ir
 from .canonical import through
 
-MERGEABLE = ("sum", "max", "min", "logsumexp", "mean", "var")
+MERGEABLE = ("sum", "max", "min", "logsumexp", "mean", "var", "argmax", "argmin")
 
 
 class NotSplittable(Exception):

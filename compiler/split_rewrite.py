@@ -282,6 +282,8 @@ class Rewrite:
         axes = tuple(self.s if a == self.x else a for a in op.axes)
         if op.fn == "var":
             return self._variance(src, op, axes, t, part, merge_stmt, name)
+        if op.fn in ("argmax", "argmin"):
+            return self._arg(src, op, axes, t, part, merge_stmt, name)
         if op.fn in ("max", "min") and ir.kind_of_dtype(ir.type_of(g, src).dtype) != "float":
             # past the axis, a clamped read repeats a real position, but an index of the axis
             # does not (`max[j](j)`: 98 for j < 97 in parts of 33): those positions take a
@@ -297,6 +299,32 @@ class Rewrite:
         if op.fn == "mean":
             return self.map("div", [total, self._count(op.axes, merge_stmt)], t.dtype, merge_stmt)
         return total
+
+    def _arg(self, src, op, axes, t, part, merge_stmt, name) -> int:
+        """argmax (argmin): per split its best value and the position of its first (a NaN
+        beats every number, as in the accumulator); merged by the first split holding the
+        best value (argmax[p] of the values), whose position is read there. Ties keep the
+        smallest position: within a split by argmax's own rule, across splits because an
+        earlier split holds smaller positions; positions past the axis hold a value below
+        (above) any real one, so an empty split is never taken."""
+        g = self.g
+        best = "max" if op.fn == "argmax" else "min"
+        integer = ir.kind_of_dtype(ir.type_of(g, src).dtype) != "float"
+        fill = (-INT_FILL if best == "max" else INT_FILL) if integer else _FILL[best]
+        vals = self.masked(src, fill, part)
+        value_t = ir.type_of(g, vals).dtype
+        value = self._store(self._partial(vals, best, axes, value_t, part), f"{name}.part", part)
+        first = self._partial(vals, op.fn, axes, t.dtype, part)
+        i = ir.INT_INTERMEDIATE
+        p = self.add(ir.Index(self.p), ir.ArrayType((self.p,), "index"), [], part)
+        offset = self.map("mul", [p, self.size(self.s, part)], i, part)
+        where = self._store(self.map("add", [first, offset], t.dtype, part), f"{name}.at", part)
+        chosen = self.add(ir.Reduce(op.fn, (self.p,)),
+                          ir.ArrayType(tuple(a for a in ir.type_of(g, value).axes
+                                             if a != self.p), t.dtype), [value], merge_stmt)
+        labels = tuple(None if a == self.p else a for a in ir.type_of(g, where).axes)
+        return self.add(ir.Gather(labels), ir.ArrayType(ir.gather_axes(
+            labels, [ir.type_of(g, chosen).axes]), t.dtype), [where, chosen], merge_stmt)
 
     def _partial(self, src: int, fn: str, axes, dtype: str, stmt) -> int:
         kept = tuple(a for a in ir.type_of(self.g, src).axes if a not in axes)
