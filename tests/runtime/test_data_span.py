@@ -186,3 +186,29 @@ def test_packed_documents_are_predicted_as_fast_as_one_by_one(rng):
     assert packed.time < 1.3 * alone, (packed.time, alone)
     text = render_text(report(packed, compare=False))
     assert "each block bounds its chunks by doc first" in text
+
+
+def test_the_backward_chains_bound_their_loops_by_a_padding_mask():
+    """The gradient of attention over padded sequences (`x < len[b]`, causal): the forward
+    and both chains of products bound their chunk loops by len (a block of keys past the
+    sequence's end runs none: its dK and dV rows are 0); emulated against the float64
+    reference at odd sizes, one sequence shorter than a block."""
+    from napkin.commands.run import random_inputs
+    from napkin.compiler.plan import plan
+    from napkin.pipeline import lowered, run_plan
+    from napkin.runtime import compare
+    d = napkin.load("axis b, h, q, x\naxis d = 64\nin Q[b h q d], K[b h x d], V[b h x d]: f16\n"
+                    "in len[b]: i32\n"
+                    "S[b h q x] = where(x < len[b] and x <= q, Q * K / sqrt(size(d)), -inf)\n"
+                    "P[b h q x] = softmax[x](S)\nO[b h q d] = P * V\nout O: f16\n")
+    g = napkin.grad(d)
+    p = plan(g, "h100", {"b": 2, "h": 2, "q": 2048, "x": 2048})
+    assert [kp.schedule.engine for kp in p.kernels] == ["attention", "chain of products",
+                                                         "chain of products"]
+    assert lowered(p)[1].count("napkin_block_range(pfirst") == 3
+    inputs = random_inputs(g, {"b": 2, "h": 2, "q": 150, "x": 150}, 3)
+    inputs["len"] = np.array([37, 150], np.int32)
+    out = run_plan(p, inputs, {"b": 2, "h": 2, "q": 150, "x": 150, "d": 64}, timeout_s=600)
+    for k, v in compare.against_reference(g, inputs, out).items():
+        assert v.ok, v.message
+    assert not out["dK"][0, :, 37:].any() and not out["dV"][0, :, 37:].any()
