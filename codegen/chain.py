@@ -103,7 +103,7 @@ class ChainLowering(MmaLowering):
                 scope, _ = self._point({s.row: self._row("i4"), s.red: f"c0 + {key}"})
                 for j, sc in enumerate(s.scores):
                     self.values[sc.node] = f"sc{j}[i0][2 * i1 + i3][i4]"
-                self.values.update((n, f"{name}[i0][i4 / 2]") for n, name in self.rows.items())
+                self._rows_at(scope, "i4")
                 self.values.update((n, f"{self.at(t)}[{key}]") for n, t in self.columns.items())
                 self.line(p.node)
                 self.emitter.fast = cexpr.FAST      # (T_i is rounded to 16 bits for the mma)
@@ -158,7 +158,7 @@ class ChainLowering(MmaLowering):
                                             e: f"i1 * {FN} + fq * 2 + i2 % 2"})
                 for i, p in outs:
                     self.values[p.node] = f"acc{i}[i0][i1][i2]"
-                self.values.update((n, f"{name}[i0][i2 / 2]") for n, name in self.rows.items())
+                self._rows_at(scope, "i2")
                 for n in stores:
                     self._store(n, scope, {"valid": valid})
                 self.values.clear()

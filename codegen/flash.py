@@ -101,7 +101,7 @@ class FlashLowering(MmaLowering):
             self.values[s.scores] = "sc[i0][i1][i2]"
             if self.scaled is not None:         # the scores unscaled: qkl scales them below
                 self.values[self.scaled[0]] = "sc[i0][i1][i2]"
-            self.values.update((n, f"{name}[i0][i2 / 2]") for n, name in self.rows.items())
+            self._rows_at(scope, "i2")
             if inside:
                 self.values[cond] = "true"
             self.line(s.soft)

@@ -34,6 +34,8 @@ class MmaLowering(SharedTiles, KernelLowering):
         self.site = kp.schedule.site   # compiler/tensorcore.py: what runs on the tensor cores
         self.staging = set()       # the operands get their own padded tiles; others: global
         self.values: dict = {}     # node -> the fragment element it is at the current point
+        self.rows: dict = {}       # node -> its row vector (_row_vectors)
+        self.row_scope: dict | None = None   # the point the row vectors are registered at
         self.wm, self.wn, self.wtm, self.wtn = self._warps()
 
     def _warps(self) -> tuple[int, int, int, int]:
@@ -41,7 +43,17 @@ class MmaLowering(SharedTiles, KernelLowering):
         return self.kp.schedule.warp_layout()
 
     def registered(self, n: int, scope: dict[str, Ix]):
-        return self.values.get(n)
+        value = self.values.get(n)
+        if value is not None and n in self.rows and self.row_scope is not None and any(
+                scope.get(a) != self.row_scope.get(a) for a in ir.type_of(self.g, n).axes):
+            return None    # a row vector holds n at the fragment's row, not where a view of
+                           # n reads it (the dK/dV chain's doc[q] beside doc[x] of its rows)
+        return value
+
+    def _rows_at(self, scope: dict, slot: str) -> None:
+        """Register the row vectors at the element of `scope` (their slot index `slot`)."""
+        self.row_scope = scope
+        self.values.update((n, f"{name}[i0][{slot} / 2]") for n, name in self.rows.items())
 
     def build(self, name: str) -> P.KernelProgram:
         b = self.b

@@ -174,6 +174,8 @@ def _elementwise(g, kernel, loads, chunk_axes, rows, products) -> str | None:
     for n in kernel.nodes:
         if n in loads or isinstance(ir.op(g, n), ir.Contract) or is_free(g, n):
             continue
+        if isinstance(ir.op(g, n), ir.View) and ir.operands(g, n)[0] in loads:
+            continue         # a loaded array read at renamed positions (doc[q] beside doc[x])
         if not isinstance(ir.op(g, n), flash.ELEMENTWISE):
             return "a view or another operation sits between the products"
         axes = set(ir.type_of(g, n).axes)

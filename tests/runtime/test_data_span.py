@@ -212,3 +212,32 @@ def test_the_backward_chains_bound_their_loops_by_a_padding_mask():
     for k, v in compare.against_reference(g, inputs, out).items():
         assert v.ok, v.message
     assert not out["dK"][0, :, 37:].any() and not out["dV"][0, :, 37:].any()
+
+
+def test_the_varlen_gradient_is_flashattention2s_three_kernels(rng):
+    """varlen's gradient plans as attention's does (the chains read doc at renamed positions:
+    chain._elementwise takes views of loads): the forward again with D, then dQ's and dK and
+    dV's chains, nothing N x N in global memory, each bounding its loop by the documents. In
+    dK and dV's chain the rows are keys: doc[x] is a row vector there and doc[q] a view of
+    the same input over the streamed queries, which must not be read from the row vector
+    (MmaLowering.registered). Emulated against the float64 reference."""
+    from napkin.commands.run import random_inputs
+    from napkin.compiler.plan import plan
+    from napkin.pipeline import lowered, run_plan
+    from napkin.runtime import compare
+    g = napkin.grad(napkin.load("varlen_attention"))
+    p = plan(g, "h100", {"h": 2, "q": 2048, "x": 2048})
+    assert [kp.schedule.engine for kp in p.kernels] == ["attention", "chain of products",
+                                                         "chain of products"]
+    for kp in p.kernels:
+        for n in kp.kernel.stores:
+            assert not {"q", "x"} <= set(p.graph.nodes[n]["type"].axes)
+    assert lowered(p)[1].count("napkin_block_range(pfirst") == 3
+    lengths = [1, 70, 0, 57, 2, 73, 40]
+    doc = np.repeat(np.arange(len(lengths)), lengths).astype(np.int32)
+    n = len(doc)
+    inputs = random_inputs(g, {"h": 2, "q": n, "x": n}, 3)
+    inputs["doc"] = doc
+    out = run_plan(p, inputs, {"h": 2, "q": n, "x": n, "d": 64}, timeout_s=600)
+    for k, v in compare.against_reference(g, inputs, out).items():
+        assert v.ok, v.message
