@@ -277,7 +277,6 @@ def varlen(dry_run: bool, quick: bool):
     SDPA's is_causal): the measured ratio beside the model's (benchmarks/varlen_check.py)."""
     sys.path.insert(0, str(Path(__file__).parent))
     from varlen_check import mixes
-    import napkin
     from napkin.bench import variant
     from napkin.compiler.plan import plan
     tokens, heads = 16384, 16
@@ -297,14 +296,14 @@ def varlen(dry_run: bool, quick: bool):
             if dry_run:
                 entry["status"] = "planned"
             else:
-                entry.update(_varlen_times(napkin, d, causal, doc, lengths, shape))
+                entry.update(_varlen_times(d, causal, doc, lengths, shape))
         except Exception as exc:
             entry.update(status="error", error=f"{type(exc).__name__}: {exc}",
                          trace=traceback.format_exc()[-2000:])
         yield entry
 
 
-def _varlen_times(napkin, d, causal, doc, lengths, shape) -> dict:
+def _varlen_times(d, causal, doc, lengths, shape) -> dict:
     import torch
     from napkin.bench import Timer, random_inputs
     from napkin.kernel import Kernel
