@@ -197,7 +197,8 @@ def _streaming(plan: Plan, kp) -> dict | None:
         kinds.append("softmax statistics, then a second pass to normalise")
     out = {"axis": st.axis, "passes": st.passes, "accumulators": kinds, "skips": None}
     if kp.model.mask is not None:      # chunks the mask hides entirely are skipped
-        from .compiler.masking import data_inputs, describe
+        from .compiler.fractions import data_inputs
+        from .compiler.masking import describe
         shown, data = describe(kp.model.mask)
         given, missing = data_inputs(kp.model.mask)
         out["skips"] = {"condition": shown, "data_conjunct": data,

@@ -114,7 +114,7 @@ def kernel_sass(p, made, index: int) -> dict:
     chunks = math.ceil(p.sizes[sched.stream[0]] / sched.stream[1]) if sched.stream else 1
     blocks = float(kp.cost.levels[1].units)
     warps = math.ceil(sched.threads / 32)
-    from napkin.compiler.masking import cut_fraction
+    from napkin.compiler.fractions import cut_fraction
     computed, cut = 1.0, 1.0
     if sched.stream:          # the share of chunks a mask lets the kernel compute, and cuts
         tiles = {**dict(kp.choice.group), sched.stream[0]: sched.stream[1]}

@@ -196,7 +196,7 @@ def data_span(lw, reducers, kinds: dict, threads: int, r: str, single):
     the block itself). `bounds` gives the per-chunk test the block's intervals; `run`,
     (flag, first, last): the positions where every condition holds for every row of the
     block, when they are one run (a chunk inside it needs no mask per score). The model
-    counts the chunks the same way (compiler/masking._fraction)."""
+    counts the chunks the same way (compiler/fractions._fraction)."""
     g = lw.g
     conds = conditions(g, lw, reducers, kinds)
     if conds is None or threads % 32:

@@ -55,7 +55,7 @@ from . import issue, occupancy
 from .columns import Column
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
-from .masking import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
+from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
 from .memory import allocated, l2_split, sectors
 from .model import Model
 from .target import Target

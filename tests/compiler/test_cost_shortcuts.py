@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import napkin
-from napkin.compiler import cost, masking, occupancy
+from napkin.compiler import cost, fractions, occupancy
 from napkin.compiler import target as targets
 from napkin.compiler.columns import columns
 from napkin.compiler.model import kernel_model
@@ -83,7 +83,7 @@ def masked_models():
             for kp in p.kernels:
                 for axis in kp.kernel.reduced(p.graph):
                     model = kernel_model(p.graph, kp.kernel, axis)
-                    if model.mask is not None and masking.axes_of(model.mask):
+                    if model.mask is not None and fractions.axes_of(model.mask):
                         out.append((f"{name} {kp.kernel.name} {axis}", model, p.sizes))
     return out
 
@@ -93,15 +93,15 @@ def test_a_masks_share_is_computed_per_candidate_as_alone():
     assert found, "no library kernel with a mask"
     rng = np.random.default_rng(0)
     for label, model, sizes in found:
-        axes = masking.axes_of(model.mask)
+        axes = fractions.axes_of(model.mask)
         # repeats (the searches' meshes), fractional and broadcasting extents
         tiles = {a: rng.choice([1.0, 16, 64, 100.5, 128, 4096], (6, 1) if i % 2 else (1, 5))
                  for i, a in enumerate(axes)}
-        got = masking.computed_fraction(model.mask, sizes, tiles)
+        got = fractions.computed_fraction(model.mask, sizes, tiles)
         shape = np.broadcast_shapes(*(np.shape(v) for v in tiles.values()))
         assert np.shape(got) == shape, label
         for where in np.ndindex(shape):
-            alone = masking.computed_fraction(
+            alone = fractions.computed_fraction(
                 model.mask, sizes, {a: float(np.broadcast_to(v, shape)[where])
                                     for a, v in tiles.items()})
             assert isinstance(alone, float) and got[where] == alone, (label, where)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import napkin
-from napkin.compiler import masking, occupancy
+from napkin.compiler import fractions, occupancy
 from napkin.compiler import target as targets
 from napkin.compiler.cost import evaluate
 from napkin.compiler.plan import plan
@@ -71,7 +71,7 @@ def test_causal_attention_is_charged_for_the_chunks_it_computes_only():
     causal = attention(name="causal_attention")
     c = evaluate(causal.model, causal.columns, full.choice, {**BIG, "d": 64},
                  targets.load("h100"))
-    keep = masking.computed_fraction(causal.model.mask, BIG,
+    keep = fractions.computed_fraction(causal.model.mask, BIG,
                                      {"q": dict(full.choice.group)["q"], "x": full.choice.stream[1]})
     assert 0.5 < keep < 0.55
     parts, whole = dict(c.compute_parts), dict(full.cost.compute_parts)
@@ -95,13 +95,13 @@ def test_the_computed_fraction_counts_the_pairs_a_causal_mask_keeps(q, x, tile, 
     """Against a brute-force count: block [q0, q0 + tile) keeps chunk [x0, x0 + chunk) when
     some x <= q in it, i.e. x0 <= min(q0 + tile, q) - 1."""
     mask = ("le", ("index", "x"), ("index", "q"))
-    got = masking.computed_fraction(mask, {"q": q, "x": x}, {"q": tile, "x": chunk})
+    got = fractions.computed_fraction(mask, {"q": q, "x": x}, {"q": tile, "x": chunk})
     q0 = np.arange(0, q, tile)[:, None]
     x0 = np.arange(0, x, chunk)[None, :]
     expected = np.mean(x0 <= np.minimum(q0 + tile, q) - 1)
     assert got == pytest.approx(expected, abs=1e-12)
     # per candidate: an array of tiles gives each its own fraction
-    many = masking.computed_fraction(mask, {"q": q, "x": x},
+    many = fractions.computed_fraction(mask, {"q": q, "x": x},
                                      {"q": np.array([tile, tile]), "x": chunk})
     assert np.allclose(many, expected)
 
