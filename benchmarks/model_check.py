@@ -137,6 +137,15 @@ def kernel_sass(p, made, index: int) -> dict:
              "mufu": parts.get("mufu", 0) * tgt.per_second("mufu_lanes") / 32 / loops,
              "issue": parts.get("issue", 0) * rate / (blocks * warps * chunks)}
     static = dict(counts)
+    # nvcc may unroll the chunk loop (two chunks per trip of the loop it keeps, since the
+    # pipeline has one barrier per chunk): the main loop then holds that many chunks' HMMA
+    ratio = counts["tensor"] / model["tensor"] if model["tensor"] else 1.0
+    unrolled = round(ratio) if ratio >= 1.99 and abs(ratio - round(ratio)) < 0.01 else 1
+    if unrolled > 1:
+        per_chunk /= unrolled
+        est = est / unrolled if est is not None else None
+        static = {k: v / unrolled if isinstance(v, (int, float)) else v for k, v in static.items()}
+        static["unrolled"] = unrolled
     static["per_chunk"] = per_chunk
     return {"static_loop_instructions": static, "static_issue_seconds": est,
             "model_loop_instructions": model}

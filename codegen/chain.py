@@ -83,11 +83,11 @@ class ChainLowering(MmaLowering):
             b.emit(P.Decl("unsigned", "fa", shape=(4,)))
             self._ldmatrix(ta, "fa", f"wr * {self.wtm} + i0 * {FM}", "i2 * 16", 4)
 
-            def column():
-                b.emit(P.Decl("unsigned", "fb", shape=(2,)))
-                self._ldmatrix(tb, "fb", f"i1 * {FN}", "i2 * 16", 2)
-                b.emit(P.Call(self._mma(), (f"{name}[i0][i1]", "fa", "fb", f"{name}[i0][i1]")))
-            self._each([("i1", chunk // FN)], column)
+            b.emit(P.Decl("unsigned", "fb", shape=(2, 2)))
+            self._b_fragments(tb, chunk // FN, lambda i: f"fb[{i} % 2]", lambda i: f"{i} * {FN}",
+                              lambda i: "i2 * 16", "i1",
+                              body=lambda i: b.emit(P.Call(self._mma(), (
+                                  f"{name}[i0][{i}]", "fa", f"fb[{i} % 2]", f"{name}[i0][{i}]"))))
         self._each([("i0", fm), ("i2", sc.head // FK)], step)
 
     def _output(self, i: int, p, tc: dict, fm: int, chunk: int, tail: bool) -> None:
@@ -115,11 +115,11 @@ class ChainLowering(MmaLowering):
             parts = [f"{pack}(tv[{t}][{2 * h}], tv[{t}][{2 * h + 1}])" for t in (0, 1) for h in (0, 1)]
             b.emit(P.Decl("unsigned", "pa", shape=(4,), init="{" + ", ".join(parts) + "}"))
 
-            def column():
-                b.emit(P.Decl("unsigned", "fb", shape=(2,)))
-                self._ldmatrix(tc, "fb", f"i2 * {FN}", "i1 * 16", 2)
-                b.emit(P.Call(self._mma(), (f"acc{i}[i0][i2]", "pa", "fb", f"acc{i}[i0][i2]")))
-            self._each([("i2", p.width // FN)], column)
+            b.emit(P.Decl("unsigned", "fb", shape=(2, 2)))
+            self._b_fragments(tc, p.width // FN, lambda j: f"fb[{j} % 2]", lambda j: f"{j} * {FN}",
+                              lambda j: "i1 * 16", "i2",
+                              body=lambda j: b.emit(P.Call(self._mma(), (
+                                  f"acc{i}[i0][{j}]", "pa", f"fb[{j} % 2]", f"acc{i}[i0][{j}]"))))
         self._each([("i0", fm), ("i1", chunk // FK)], ktile)
 
     def _column_vectors(self) -> list[int]:

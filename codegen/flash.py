@@ -83,12 +83,11 @@ class FlashLowering(MmaLowering):
 
         def tile():
             b.emit(P.Decl("float", "fz", "{}", shape=(4,)))
-
-            def step():
-                b.emit(P.Decl("unsigned", "fb", shape=(2,)))
-                self._ldmatrix(kt, "fb", f"i1 * {FN}", "i2 * 16", 2)
-                b.emit(P.Call(self._mma(), ("fz", "qa[i0][i2]", "fb", "fz")))
-            self._each([("i2", hk)], step)
+            b.emit(P.Decl("unsigned", "fb", shape=(2, 2)))
+            self._b_fragments(kt, hk, lambda i: f"fb[{i} % 2]", lambda i: f"i1 * {FN}",
+                              lambda i: f"{i} * 16", "i2", along="k",
+                              body=lambda i: b.emit(P.Call(self._mma(), (
+                                  "fz", f"qa[i0][{i}]", f"fb[{i} % 2]", "fz"))))
             self._each([("i3", 4)], lambda: b.emit(P.Set("sc[i0][i1][i3]", "fz[i3]")))
         self._each([("i0", fm), ("i1", chunk // FN)], tile)
         score = ir.operands(self.g, s.soft)[0]
@@ -167,11 +166,11 @@ class FlashLowering(MmaLowering):
                      for t in (0, 1) for h in (0, 1)]
             b.emit(P.Decl("unsigned", "pa", shape=(4,), init="{" + ", ".join(parts) + "}"))
 
-            def column():
-                b.emit(P.Decl("unsigned", "fb", shape=(2,)))
-                self._ldmatrix(vt, "fb", f"i2 * {FN}", "i1 * 16", 2)
-                b.emit(P.Call(self._mma(), ("acc[i0][i2]", "pa", "fb", "acc[i0][i2]")))
-            self._each([("i2", dv)], column)
+            b.emit(P.Decl("unsigned", "fb", shape=(2, 2)))
+            self._b_fragments(vt, dv, lambda i: f"fb[{i} % 2]", lambda i: f"{i} * {FN}",
+                              lambda i: "i1 * 16", "i2",
+                              body=lambda i: b.emit(P.Call(self._mma(), (
+                                  f"acc[i0][{i}]", "pa", f"fb[{i} % 2]", f"acc[i0][{i}]"))))
         self._each([("i0", fm), ("i1", chunk // FK)], ktile)
 
     def _finish(self, fm: int, dv: int) -> None:

@@ -96,10 +96,12 @@ class MmaLowering(SharedTiles, KernelLowering):
     def _pipeline(self, tiles, compute, skip=None, peel: bool = False,
                   vector: bool | None = None, span: tuple[str, str] | None = None) -> None:
         """The chunk loop, two stages deep (the schedule's `stages`; this loop is written for
-        two, as compiler/cost.PIPELINE is): while the block computes on one stage of the
-        streamed tiles, the copies of the next chunk fill the other (cp.async groups: one
-        per chunk, committed even when empty, so waiting for all but the newest one waits
-        for the current chunk). A chunk the mask hides (`skip(start, length)`: the C test that
+        two, as compiler/cost.PIPELINE is), one barrier per chunk: each chunk waits for its
+        own copies (cp.async groups: one per chunk, committed even when empty), then the
+        barrier makes every thread's copies visible and says every warp is done with the
+        other stage (the previous chunk), so the copies of the next chunk go there while the
+        block computes on this one. A barrier before the first copies keeps them from
+        overwriting what the block's previous tile still reads. A chunk the mask hides (`skip(start, length)`: the C test that
         the chunk at `start` of `length` is hidden, or None) is neither copied nor computed:
         the prefetch tests the next chunk, the compute the current one.
         `vector` (True/False) fixes the copies' width where a size test chose it outside.
@@ -133,6 +135,7 @@ class MmaLowering(SharedTiles, KernelLowering):
                 b.emit(P.If(f"!({test})", self._scoped(each)))
 
         def first():
+            b.emit(P.Barrier())     # the previous tile's readers are done with both stages
             b.emit(P.Decl("const int", "nlen", length(start0)))
             if span is None:
                 copies("0", start0, "nlen")
@@ -148,16 +151,15 @@ class MmaLowering(SharedTiles, KernelLowering):
             def prefetch():
                 b.emit(P.Decl("const int", "nlen", length(f"c0 + {chunk}")))
                 copies("(stage ^ 1)", f"c0 + {chunk}", "nlen")
+            b.emit(P.Call("napkin_cp_async_wait<0>", ()))
+            b.emit(P.Barrier())
             b.emit(P.If(f"c0 + {chunk} < {end}", self._scoped(prefetch)))
             b.emit(P.Call("napkin_cp_async_commit", ()))
-            b.emit(P.Call("napkin_cp_async_wait<1>", ()))
-            b.emit(P.Barrier())
             test = hidden("c0", "clen")
             if test is None:
                 compute(tail)
             else:
                 b.emit(P.If(f"!({test})", self._scoped(lambda: compute(tail))))
-            b.emit(P.Barrier())
             b.emit(P.Set("stage", "stage ^ 1"))
         if not peel:
             b.loop("c0", start0, end, str(chunk), lambda: body(True), ctype=self.itype)
@@ -178,11 +180,50 @@ class MmaLowering(SharedTiles, KernelLowering):
         b.emit(P.Decl("unsigned", "fb", shape=(fn, 2)))
         self._each([("i0", fm)], lambda: self._ldmatrix(ta, "fa[i0]", f"wr * {self.wtm} + i0 * {FM}",
                                                          "kk * 16", 4))
-        self._each([("i1", fn)], lambda: self._ldmatrix(tb, "fb[i1]", f"{self._warp_col()} + i1 * {FN}",
-                                                         "kk * 16", 2))
+        self._b_fragments(tb, fn, lambda i: f"fb[{i}]", lambda i: f"{self._warp_col()} + {i} * {FN}",
+                          lambda i: "kk * 16", "i1")
         mma = f"napkin_mma_m16n8k16_{self.site.dtype}"
         self._each([("i0", fm), ("i1", fn)], lambda: b.emit(
             P.Call(mma, ("acc[i0][i1]", "fa[i0]", "fb[i1]", "acc[i0][i1]"))))
+
+    def _b_fragments(self, t: dict, count: int, dest, first, k0, var: str, along: str = "n",
+                     body=None) -> None:
+        """`count` B fragments of the tile, fragment i at `dest(i)` from column `first(i)` and
+        k `k0(i)` (C, of the loop index `var`): two by one ldmatrix.x4 (`_ldmatrix_pair`; the
+        pair's second is the next 8 columns, or the next 16 of k with along="k"), an odd last
+        one by ldmatrix.x2; `body(i)`, when given, runs after each pair's or single's load
+        for the fragments loaded (the products that read them)."""
+        pairs, odd = divmod(count, 2)
+
+        def pair():
+            i0, i1 = f"(2 * {var})", f"(2 * {var} + 1)"
+            self._ldmatrix_pair(t, dest(i0), dest(i1), first(i0), k0(i0), along)
+            if body is not None:
+                body(i0)
+                body(i1)
+        if pairs:
+            self._each([(var, pairs)], pair)
+        if odd:
+            last = str(count - 1)
+            self._ldmatrix(t, dest(last), first(last), k0(last), 2)
+            if body is not None:
+                body(last)
+
+    def _ldmatrix_pair(self, t: dict, dest0: str, dest1: str, first: str, k0: str,
+                       along: str) -> None:
+        """Two B fragments by one ldmatrix.x4: matrices 0, 1 (k 0-7, 8-15 of 8 columns from
+        `first`) into dest0, matrices 2, 3 into dest1: the next 8 columns (along="n") or the
+        next 16 of k (along="k"). Lanes 16-31 address the second fragment's rows."""
+        col = [first] + (["(lane / 16) * 8"] if along == "n" else [])
+        kk = [k0] + (["(lane / 16) * 16"] if along == "k" else [])
+        if t["inner"].name == t["k"]:
+            row, k = " + ".join(col + ["lane % 8"]), " + ".join(kk + ["((lane / 8) % 2) * 8"])
+            address, suffix = f"({row}) * {t['pitch']} + {k}", ""
+        else:
+            trow, tk = " + ".join(col), " + ".join(kk + ["lane % 8", "((lane / 8) % 2) * 8"])
+            address, suffix = f"({tk}) * {t['pitch']} + {trow}", "_trans"
+        self.b.emit(P.Call(f"napkin_ldmatrix_x4_pair{suffix}",
+                           (dest0, dest1, f"{self.at(t)} + {address}")))
 
     def _ldmatrix(self, t: dict, dest: str, first: str, k0: str, count: int) -> None:
         """Fragments of `count` 8x8 matrices from the tile: this lane's row address.

@@ -21,6 +21,11 @@ from .indexing import Layout
 VECTOR = 8       # 16-bit values per 16-byte cp.async
 UNROLLED = 8     # copy rounds per thread unrolled whole (more: a loop, as the fallback's 64)
 CHUNK = "chunk"  # a tile axis's origin and bound: the chunk being copied
+# A copy outside the arrays is a cp.async of src-size 0: it writes zeros and reads nothing,
+# so its source address is passed as computed, past the array or not (as Triton's masked
+# async copies do), never dereferenced; the emulator checks that no byte is read there
+# (runtime/emulate: the source is tested only when src-size > 0). Selecting a safe pointer
+# instead cost two SEL and two MOV per copy in the main loop.
 
 
 class TileAxis(NamedTuple):
@@ -101,8 +106,7 @@ class SharedTiles:
             offset = Layout(axes, self.sizes, self.itype).offset(scope)
             param = t["param"]
             b.emit(P.Call("napkin_cp_async_4", (f"{self.at(t, stage)} + e",
-                                                f"(e < {clen}) ? {param} + ({offset}) : {param}",
-                                                f"(e < {clen}) ? 4 : 0")))
+                                                f"{param} + ({offset})", f"(e < {clen}) ? 4 : 0")))
         if t["count"] > self.threads:
             self._each_thread(t["count"], body)
             return
@@ -182,8 +186,8 @@ class SharedTiles:
                 if t["convert"]:
                     value = f"napkin_from_float<{t['ctype']}>({value})"
                 b.emit(P.Set(f"({at})[0]", f"({valid}) ? {value} : {zero}"))
-            else:   # src-size 0 outside the arrays: zeros, nothing read
-                b.emit(P.Call("napkin_cp_async_16", (at, f"({valid}) ? {param} + ({offset}) : {param}",
+            else:   # src-size 0 outside the arrays: zeros, nothing read (see CHUNK)
+                b.emit(P.Call("napkin_cp_async_16", (at, f"{param} + ({offset})",
                                                      f"({valid}) ? 16 : 0")))
         self._each_thread(count, body, index=self.threads % per_row != 0)
 
@@ -210,8 +214,7 @@ class SharedTiles:
                 b.emit(P.Decl("const int", "eo", f"eo0 + r * {rows}"))
                 valid, _ = self._element(t, "eo", "ei", c0, clen, None)
                 src = f"cps + (({self.itype})(r * {rows}) * {stride})"
-                b.emit(P.Call("napkin_cp_async_16", (f"cpd + r * {rows * t['pitch']}",
-                                                     f"({valid}) ? {src} : {param}",
+                b.emit(P.Call("napkin_cp_async_16", (f"cpd + r * {rows * t['pitch']}", src,
                                                      f"({valid}) ? 16 : 0")))
             self._each_thread(t["outer"].extent * per_row, each, index=False)
         b.emit(P.Block(self._scoped(block)))

@@ -260,12 +260,18 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         return Cost(tuple(results), flops, compute, ops.sympy.Max(*terms), "", 1.0, threads)
     per_sm, limit = occupancy.blocks_per_sm(target, results[1].M, threads, regs) \
         if target.processors else (1, 3)
-    if not issue.simt_only(target) and choice.warps and "dependent" in parts:
-        # the products' dependence within a warp (issue.serial): its own compute part
-        chained = ops.maximum(parts["tensor"], parts["issue"]) + \
-            issue.serial(parts, target, np.ceil(threads / WARP), per_sm)
+    if not issue.simt_only(target) and choice.warps:
+        # what the tensor pipe waits for in each warp: the products' dependents
+        # (issue.serial) and the chunks' barriers (issue.barriers, less what the other
+        # resident blocks issue meanwhile): a compute part of its own
+        waits = issue.serial(parts, target, np.ceil(threads / WARP), per_sm) + issue.barriers(
+            model, choice, sizes, target, unit_counts[0], span) / per_sm
+        chained = ops.maximum(parts["tensor"], parts["issue"]) + waits
         parts = {**parts, "chained": chained}
         compute = ops.maximum(compute, chained)
+    # each wave of resident blocks waits for its first tiles (issue.fill): beside the launch
+    filled = 0.0 if issue.simt_only(target) else issue.fill(
+        model, choice, target, covs[0], unit_counts[0], per_sm, occupancy.LATENCY_SECONDS)
     util = occupancy.utilization(target, unit_counts[0], results[1].M, threads, active, regs,
                                  per_sm, occupancy.in_flight(model, choice, covs[0]))
     named = {"compute": compute}
@@ -286,7 +292,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     worst = functools.reduce(ops.maximum, terms)
     rest = total(terms) - worst
     overhead = LAUNCH_SECONDS if target.processors else 0.0
-    time = (worst + OVERLAP * rest) / util + overhead
+    time = (worst + OVERLAP * rest) / util + filled + overhead
     scalar = not any(isinstance(t, np.ndarray) for t in terms + list(parts.values()))
     cost = Cost(tuple(_plain(lc) for lc in results), {k: number(v) for k, v in flops.items()},
                 compute, time, None, util, threads, tuple(named.items()),

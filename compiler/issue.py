@@ -34,17 +34,19 @@ HMMA_FLOPS = 2 * 16 * 8 * 16       # one mma.sync.m16n8k16
 LDSM_BYTES = 512                   # ldmatrix.x4: 32 lanes x 16 bytes
 # A tensor-core kernel's chunk, per warp (codegen/mma.py's pipeline), counted in the SASS of
 # the library's matmul and attention main loops (sm_90, benchmarks/model_check.py): the
-# iteration (cp.async commit and wait, two barriers, the stage flip, the loop test) ...
+# iteration (cp.async commit and wait, the barrier, the stage flip, the loop test) ...
 ITERATION_TENSOR = 20
 # ... and each tile copied into shared memory: `t = ceil(N / threads)` 16-byte cp.async per
 # thread in a loop of fixed trip count that nvcc unrolls (codegen/tiles._copy_rows), costing
 # a warp COPY_SETUP + t COPY_EACH instructions: the thread's first source and destination
-# (64-bit pointer, padded shared offset), then per copy its row test, two selects and a
-# constant step. Fitted to the unrolled main loops of matmul and attention (sm_90,
+# (64-bit pointer, padded shared offset), then per copy its row test, the select of its
+# src-size and a constant step (the source is not selected: codegen/tiles, CHUNK's note).
+# Fitted to the unrolled main loops of matmul and attention (sm_90,
 # benchmarks/model_check.py; the loop from tid of before cost 15 + 31 t: a remainder
-# prologue and an index per copy). A copy of a tile the mask hides is made all the same.
+# prologue and an index per copy; two pointer selects per copy cost 8 t). A copy of a
+# tile the mask hides is made all the same.
 COPY_SETUP = 10
-COPY_EACH = 8
+COPY_EACH = 6
 COPY_BYTES_TENSOR = 16
 ITERATION = 12                     # a CUDA-core kernel's chunk: warp instructions per warp
                                    # (barriers, the loop test and branch, pointers)
@@ -85,10 +87,11 @@ FLASH_SCORE = (3.65, 1.0, 0)       # per score; the scale `Q K / sqrt(d)` is in 
 FLASH_INDEX = (0, 0, 5.5)
 FLASH_RESCALE = 1.65               # FP32 per O element per chunk
 FLASH_ROW_EXPS = 2 / 16            # MUFU per row per lane per chunk (the warp's 32 lanes)
-# ... and the fragments' ldmatrix addresses and LDSM themselves, within 6%: 1.32 per HMMA
-# beside it; the copies and the iteration are COPY_LOOP and ITERATION_TENSOR (FLASH_CHUNK,
+# ... and the fragments' ldmatrix addresses and LDSM themselves: 0.82 per HMMA beside it
+# (K's and V's B fragments two per ldmatrix.x4, half an LDSM per HMMA; 1.32 when each was
+# its own ldmatrix.x2); the copies and the iteration are COPY_LOOP and ITERATION_TENSOR (FLASH_CHUNK,
 # the fit of the whole rest of the loop per chunk, 463, is their 20 + 2 x 225 for K and V)
-FLASH_PER_HMMA = 1.32
+FLASH_PER_HMMA = 0.82
 # A mask read from data (codegen/masks.data_span): the block's prologue tests its share of the
 # streamed axis's positions (the loop, the index test, the load where it may hold, the
 # comparisons, the running least and greatest: per position and lane), then takes the least
@@ -211,6 +214,50 @@ def serial(parts: dict, target: Target, warps_per_block, blocks_per_sm):
     schedulers = dict(target.per_clock).get("schedulers", 4)
     per_scheduler = np.maximum(warps_per_block * blocks_per_sm / schedulers, 1)
     return np.minimum(parts["tensor"], parts["dependent"]) / per_scheduler
+
+
+# A tensor-core kernel's chunk loop waits at its barriers: the warps of a block meet there,
+# and the tensor pipe idles from the last product before a barrier to the first after it
+# (the barrier itself, then the first fragments' ldmatrix from shared memory, a latency of
+# some 30 cycles on Ampere and Hopper), unless another resident block issues meanwhile. An
+# assumption of the order microbenchmarks report for both latencies (Abdelkhalik et al.,
+# "Demystifying the Nvidia Ampere Architecture through Microbenchmarking", 2022; Luo et al.,
+# arXiv:2402.13499, 2024), not a measured figure: CALIBRATE on a GPU
+# (benchmarks/gpu_check.py). Per barrier of the pipeline (codegen/mma.MmaLowering._pipeline):
+BARRIER_CYCLES = 30
+BARRIERS_PER_CHUNK = 1
+# ... and each block's pipeline fills before its first chunk computes: the loads' first tiles
+# arrive after the memory latency (occupancy.LATENCY_SECONDS) at the SM's share of the HBM
+# bandwidth. Larger chunks pay fewer barriers and a longer fill: the chunk and k-step are a
+# trade-off of the two (issue 13), no longer a tie (`barriers`, `fill`).
+
+
+def barriers(model, choice, sizes: dict, target: Target, blocks, span=None):
+    """Seconds the tensor pipe idles at the chunks' barriers over the whole GPU, as if one
+    block ran per SM at a time (the caller divides by the resident blocks, whose work fills
+    each other's idle time); 0 for the CUDA cores (their barriers are in ITERATION, and
+    their many resident blocks hide them)."""
+    if not choice.warps or not choice.stream or not target.processors or not target.clock_hz:
+        return 0.0
+    visited = NUMBERS.ceil(sizes[choice.stream[0]] / choice.stream[1]) * \
+        model.streaming.passes * (span[0] if span else 1)
+    return blocks * visited * BARRIERS_PER_CHUNK * BARRIER_CYCLES / \
+        (target.clock_hz * target.processors)
+
+
+def fill(model, choice, target: Target, level1: dict, blocks, per_sm, latency: float):
+    """Seconds a kernel waits for its blocks' first tiles, on either engine: the memory
+    latency, then the tiles at the SM's share of the HBM bandwidth, once per wave of
+    resident blocks (the blocks resident together wait together). Wall-clock time: the
+    caller adds it beside the launch, not within what idle SMs stretch."""
+    if not target.processors:
+        return 0.0
+    chunk = dict([choice.stream]) if choice.stream else {}
+    first = sum(prod(chunk.get(x, level1[x]) for x in a.axes) * a.bytes
+                for a in model.arrays if a.role == "load")
+    bandwidth = target.levels[1].bandwidth if len(target.levels) > 1 else None
+    waves = NUMBERS.ceil(blocks / (target.processors * per_sm))
+    return waves * (latency + (first / (bandwidth / target.processors) if bandwidth else 0))
 
 
 def _flash_block(model, choice, sizes: dict):

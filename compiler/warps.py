@@ -42,9 +42,10 @@ def cheapest(model: Model, cols, target: Target, sizes: dict, candidates: Choice
     """The fastest (Choice, Cost) of a candidate set of tilings whose footprint fits every
     level (shared memory with padded rows and both stages, a warp's registers), or None.
     `ties`: arrays breaking equal times, the first deciding first (smallest wins, then the
-    earliest candidate)."""
+    earliest candidate), after the compute time: of two tilings a memory bound predicts
+    equal, the one whose pipes have more slack (fewer barriers, fewer copies) wins."""
     cost = evaluate(model, cols, candidates, sizes, target)
-    best = fastest(cost, fits(cost), ties, candidates.shape)
+    best = fastest(cost, fits(cost), (cost.compute_time, *ties), candidates.shape)
     if best is None:
         return None
     one = candidates.at(best)

@@ -104,6 +104,20 @@ NAPKIN_LDMATRIX(napkin_ldmatrix_x1_trans, 1, true)
 NAPKIN_LDMATRIX(napkin_ldmatrix_x2_trans, 2, true)
 NAPKIN_LDMATRIX(napkin_ldmatrix_x4_trans, 4, true)
 #undef NAPKIN_LDMATRIX
+#define NAPKIN_LDMATRIX_PAIR(NAME, TRANS)                                                         \
+  inline void NAME(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row,                      \
+                   const char* file = __builtin_FILE(), int line = __builtin_LINE()) {            \
+    unsigned r[4];                                                                                \
+    napkin_emu::ldmatrix<4>(r, smem_row, TRANS, file, line);                                      \
+    a[0] = r[0];                                                                                  \
+    a[1] = r[1];                                                                                  \
+    b[0] = r[2];                                                                                  \
+    b[1] = r[3];                                                                                  \
+  }
+NAPKIN_LDMATRIX_PAIR(napkin_ldmatrix_x4_pair, false)
+NAPKIN_LDMATRIX_PAIR(napkin_ldmatrix_x4_pair_trans, true)
+#undef NAPKIN_LDMATRIX_PAIR
+
 
 inline void napkin_cp_async_16(void* smem, const void* gmem, int src_bytes = 16,
                                const char* file = __builtin_FILE(), int line = __builtin_LINE()) {

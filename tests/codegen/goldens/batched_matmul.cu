@@ -166,6 +166,23 @@ __device__ __forceinline__ void napkin_ldmatrix_x4_trans(unsigned (&r)[4], const
   __trap();
 #endif
 }
+// two B fragments (m16n8k16) by one ldmatrix.x4: matrices 0, 1 into a, 2, 3 into b
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair_trans(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
 
 // ---- cp.async: global -> shared, asynchronous; bytes past src_bytes are zero-filled -------------
 __device__ __forceinline__ void napkin_cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {
@@ -371,6 +388,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (6144) * 2 + 15) / 16 * 16));
     if (n2 % 8 == 0 && n3 % 8 == 0) {
       {
+        __syncthreads();
         const int nlen = (int)((int)(n2) - ((int)0) < 16 ? (int)(n2) - ((int)0) : 16);
         {
           const int ei = (tid % 2) * 8;
@@ -380,7 +398,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           #pragma unroll
           for (int r = 0; r < 1; ++r) {
             const int eo = eo0 + r * 128;
-            napkin_cp_async_16(cpd + r * 3072, (org_1 + eo < n1 && ei < nlen) ? cps + ((int)(r * 128) * (int)(n2)) : p0, (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 3072, cps + ((int)(r * 128) * (int)(n2)), (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
           }
         }
         {
@@ -391,7 +409,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 2112, (eo < nlen && org_2 + ei < n3) ? cps + ((int)(r * 8) * (int)(n3)) : p1, (eo < nlen && org_2 + ei < n3) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 2112, cps + ((int)(r * 8) * (int)(n3)), (eo < nlen && org_2 + ei < n3) ? 16 : 0);
           }
         }
       }
@@ -399,6 +417,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       int stage = 0;
       for (int c0 = (int)0; c0 < (int)(n2); c0 += 16) {
         const int clen = (int)((int)(n2) - (c0) < 16 ? (int)(n2) - (c0) : 16);
+        napkin_cp_async_wait<0>();
+        __syncthreads();
         if (c0 + 16 < (int)(n2)) {
           const int nlen = (int)((int)(n2) - (c0 + 16) < 16 ? (int)(n2) - (c0 + 16) : 16);
           {
@@ -409,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             #pragma unroll
             for (int r = 0; r < 1; ++r) {
               const int eo = eo0 + r * 128;
-              napkin_cp_async_16(cpd + r * 3072, (org_1 + eo < n1 && ei < nlen) ? cps + ((int)(r * 128) * (int)(n2)) : p0, (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 3072, cps + ((int)(r * 128) * (int)(n2)), (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
             }
           }
           {
@@ -420,13 +440,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 2112, (eo < nlen && org_2 + ei < n3) ? cps + ((int)(r * 8) * (int)(n3)) : p1, (eo < nlen && org_2 + ei < n3) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 2112, cps + ((int)(r * 8) * (int)(n3)), (eo < nlen && org_2 + ei < n3) ? 16 : 0);
             }
           }
         }
         napkin_cp_async_commit();
-        napkin_cp_async_wait<1>();
-        __syncthreads();
         #pragma unroll
         for (int kk = 0; kk < 1; ++kk) {
           unsigned fa[4][4];
@@ -436,8 +454,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 3072) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
           }
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
-            napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 4224) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 264 + wc * 64 + i1 * 8);
+          for (int i1 = 0; i1 < 4; ++i1) {
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 4224) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 264 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
@@ -447,11 +465,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             }
           }
         }
-        __syncthreads();
         stage = stage ^ 1;
       }
     } else {
       {
+        __syncthreads();
         const int nlen = (int)((int)(n2) - ((int)0) < 16 ? (int)(n2) - ((int)0) : 16);
         #pragma unroll
         for (int r = 0; r < 8; ++r) {
@@ -470,6 +488,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       int stage = 0;
       for (int c0 = (int)0; c0 < (int)(n2); c0 += 16) {
         const int clen = (int)((int)(n2) - (c0) < 16 ? (int)(n2) - (c0) : 16);
+        napkin_cp_async_wait<0>();
+        __syncthreads();
         if (c0 + 16 < (int)(n2)) {
           const int nlen = (int)((int)(n2) - (c0 + 16) < 16 ? (int)(n2) - (c0 + 16) : 16);
           #pragma unroll
@@ -486,8 +506,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           }
         }
         napkin_cp_async_commit();
-        napkin_cp_async_wait<1>();
-        __syncthreads();
         #pragma unroll
         for (int kk = 0; kk < 1; ++kk) {
           unsigned fa[4][4];
@@ -497,8 +515,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 3072) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
           }
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
-            napkin_ldmatrix_x2_trans(fb[i1], (sm1 + stage * 4224) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 264 + wc * 64 + i1 * 8);
+          for (int i1 = 0; i1 < 4; ++i1) {
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 4224) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 264 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
@@ -508,7 +526,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             }
           }
         }
-        __syncthreads();
         stage = stage ^ 1;
       }
     }

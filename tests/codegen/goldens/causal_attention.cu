@@ -166,6 +166,23 @@ __device__ __forceinline__ void napkin_ldmatrix_x4_trans(unsigned (&r)[4], const
   __trap();
 #endif
 }
+// two B fragments (m16n8k16) by one ldmatrix.x4: matrices 0, 1 into a, 2, 3 into b
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair_trans(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
 
 // ---- cp.async: global -> shared, asynchronous; bytes past src_bytes are zero-filled -------------
 __device__ __forceinline__ void napkin_cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {
@@ -343,8 +360,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 256 threads per block, long long indices
-extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
+// kernel 0: 128 threads per block, long long indices
+extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -361,11 +378,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   const int wr = tid / 32;
   const int fg = lane / 4;
   const int fq = lane % 4;
-  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 127) / 128);
+  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 63) / 64);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const long long org_2 = (long long)((blk) % (((long long)(n2) + 127) / 128)) * 128;
-    const long long org_1 = (long long)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n1) + 0) / 1)) * 1;
-    const long long org_0 = (long long)((((blk) / (((long long)(n2) + 127) / 128)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
+    const long long org_2 = (long long)((blk) % (((long long)(n2) + 63) / 64)) * 64;
+    const long long org_1 = (long long)(((blk) / (((long long)(n2) + 63) / 64)) % (((long long)(n1) + 0) / 1)) * 1;
+    const long long org_0 = (long long)((((blk) / (((long long)(n2) + 63) / 64)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
     {
@@ -375,8 +392,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       __half* const cpd = sm0 + eo0 * 72 + ei;
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int eo = eo0 + r * 32;
-        napkin_cp_async_16(cpd + r * 2304, (org_2 + eo < n2) ? cps + ((long long)(r * 32) * (long long)(64)) : p0, (org_2 + eo < n2) ? 16 : 0);
+        const int eo = eo0 + r * 16;
+        napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (org_2 + eo < n2) ? 16 : 0);
       }
     }
     napkin_cp_async_wait_all();
@@ -402,82 +419,84 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const float v0 = sqrtf(((float)(((long long)(64)))));
     const float qks = 1.0f / (v0);
     const float qkl = qks * 1.442695f;
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (18432) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4608) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4608) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
     {
-      const int nlen = (int)((long long)(n3) - ((long long)0) < 128 ? (long long)(n3) - ((long long)0) : 128);
-      if (!(!(((long long)((long long)0) <= (long long)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
+      __syncthreads();
+      const int nlen = (int)((long long)(n3) - ((long long)0) < 32 ? (long long)(n3) - ((long long)0) : 32);
+      if (!(!(((long long)((long long)0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + 0 * 9216) + eo0 * 72 + ei;
+          __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + ((long long)(r * 32) * (long long)(64)) : p1, (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + 0 * 9216) + eo0 * 72 + ei;
+          __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + ((long long)(r * 32) * (long long)(64)) : p2, (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
     }
     napkin_cp_async_commit();
     int stage = 0;
-    const long long cfull = (long long)(n3) / 128 * 128;
-    for (long long c0 = (long long)0; c0 < cfull; c0 += 128) {
-      const int clen = 128;
-      if (c0 + 128 < (long long)(n3)) {
-        const int nlen = (int)((long long)(n3) - (c0 + 128) < 128 ? (long long)(n3) - (c0 + 128) : 128);
-        if (!(!(((long long)(c0 + 128) <= (long long)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
+    const long long cfull = (long long)(n3) / 32 * 32;
+    for (long long c0 = (long long)0; c0 < cfull; c0 += 32) {
+      const int clen = 32;
+      napkin_cp_async_wait<0>();
+      __syncthreads();
+      if (c0 + 32 < (long long)(n3)) {
+        const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
+        if (!(!(((long long)(c0 + 32) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + (stage ^ 1) * 9216) + eo0 * 72 + ei;
+            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + ((long long)(r * 32) * (long long)(64)) : p1, (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + (stage ^ 1) * 9216) + eo0 * 72 + ei;
+            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + ((long long)(r * 32) * (long long)(64)) : p2, (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
             }
           }
         }
       }
       napkin_cp_async_commit();
-      napkin_cp_async_wait<1>();
-      __syncthreads();
-      if (!(!(((long long)(c0) <= (long long)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
-        float sc[1][16][4];
+      if (!(!(((long long)(c0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
+        float sc[1][4][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 16; ++i1) {
+          for (int i1 = 0; i1 < 4; ++i1) {
             float fz[4] = {};
+            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              unsigned fb[2];
-              napkin_ldmatrix_x2(fb, (sm1 + stage * 9216) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
+            for (int i2 = 0; i2 < 2; ++i2) {
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
             }
             #pragma unroll
             for (int i3 = 0; i3 < 4; ++i3) {
@@ -489,7 +508,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           #pragma unroll
           for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
-            for (int i1 = 0; i1 < 16; ++i1) {
+            for (int i1 = 0; i1 < 4; ++i1) {
               #pragma unroll
               for (int i2 = 0; i2 < 4; ++i2) {
                 const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
@@ -505,7 +524,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           #pragma unroll
           for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
-            for (int i1 = 0; i1 < 16; ++i1) {
+            for (int i1 = 0; i1 < 4; ++i1) {
               #pragma unroll
               for (int i2 = 0; i2 < 4; ++i2) {
                 const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
@@ -525,7 +544,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           for (int i1 = 0; i1 < 2; ++i1) {
             float mx = rm[i0][i1];
             #pragma unroll
-            for (int i2 = 0; i2 < 16; ++i2) {
+            for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
@@ -538,7 +557,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
-            for (int i2 = 0; i2 < 16; ++i2) {
+            for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
@@ -558,65 +577,66 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
+          for (int i1 = 0; i1 < 2; ++i1) {
             unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
-              unsigned fb[2];
-              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 9216) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
-              napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
+            for (int i2 = 0; i2 < 4; ++i2) {
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
             }
           }
         }
       }
-      __syncthreads();
       stage = stage ^ 1;
     }
     if (cfull < (long long)(n3)) {
       const long long c0 = cfull;
-      const int clen = (int)((long long)(n3) - (c0) < 128 ? (long long)(n3) - (c0) : 128);
-      if (c0 + 128 < (long long)(n3)) {
-        const int nlen = (int)((long long)(n3) - (c0 + 128) < 128 ? (long long)(n3) - (c0 + 128) : 128);
-        if (!(!(((long long)(c0 + 128) <= (long long)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
+      const int clen = (int)((long long)(n3) - (c0) < 32 ? (long long)(n3) - (c0) : 32);
+      napkin_cp_async_wait<0>();
+      __syncthreads();
+      if (c0 + 32 < (long long)(n3)) {
+        const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
+        if (!(!(((long long)(c0 + 32) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + (stage ^ 1) * 9216) + eo0 * 72 + ei;
+            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + ((long long)(r * 32) * (long long)(64)) : p1, (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + (stage ^ 1) * 9216) + eo0 * 72 + ei;
+            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 2304, (eo < nlen) ? cps + ((long long)(r * 32) * (long long)(64)) : p2, (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
             }
           }
         }
       }
       napkin_cp_async_commit();
-      napkin_cp_async_wait<1>();
-      __syncthreads();
-      if (!(!(((long long)(c0) <= (long long)((org_2 + 127 < (n2 - 1) ? org_2 + 127 : (n2 - 1))))))) {
-        float sc[1][16][4];
+      if (!(!(((long long)(c0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
+        float sc[1][4][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 16; ++i1) {
+          for (int i1 = 0; i1 < 4; ++i1) {
             float fz[4] = {};
+            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              unsigned fb[2];
-              napkin_ldmatrix_x2(fb, (sm1 + stage * 9216) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
+            for (int i2 = 0; i2 < 2; ++i2) {
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
             }
             #pragma unroll
             for (int i3 = 0; i3 < 4; ++i3) {
@@ -627,7 +647,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 16; ++i1) {
+          for (int i1 = 0; i1 < 4; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
               const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
@@ -646,7 +666,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           for (int i1 = 0; i1 < 2; ++i1) {
             float mx = rm[i0][i1];
             #pragma unroll
-            for (int i2 = 0; i2 < 16; ++i2) {
+            for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
@@ -659,7 +679,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
-            for (int i2 = 0; i2 < 16; ++i2) {
+            for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
@@ -679,18 +699,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
+          for (int i1 = 0; i1 < 2; ++i1) {
             unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
-              unsigned fb[2];
-              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 9216) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
-              napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
+            for (int i2 = 0; i2 < 4; ++i2) {
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
             }
           }
         }
       }
-      __syncthreads();
       stage = stage ^ 1;
     }
     #pragma unroll

@@ -166,6 +166,23 @@ __device__ __forceinline__ void napkin_ldmatrix_x4_trans(unsigned (&r)[4], const
   __trap();
 #endif
 }
+// two B fragments (m16n8k16) by one ldmatrix.x4: matrices 0, 1 into a, 2, 3 into b
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair_trans(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
 
 // ---- cp.async: global -> shared, asynchronous; bytes past src_bytes are zero-filled -------------
 __device__ __forceinline__ void napkin_cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {
@@ -343,8 +360,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 128 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
+// kernel 0: 32 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const __half* __restrict__ p0,
     const int* __restrict__ p1,
     __half* __restrict__ p2,
@@ -355,44 +372,81 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
   (void)smem;
   const int tid = (int)threadIdx.x;
   const int lane = tid % 32;
-  const int tc_0 = (tid / 32) % 4;
-  const bool tvalid = tid < 128;
-  const long long nblocks = (((long long)(n0) + 3) / 4);
+  const int tc_0 = (tid / 32) % 1;
+  const bool tvalid = tid < 32;
+  const long long nblocks = (((long long)(n0) + 0) / 1);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_0 = (int)((blk) % (((long long)(n0) + 3) / 4)) * 4;
+    const int org_0 = (int)((blk) % (((long long)(n0) + 0) / 1)) * 1;
     const int base_0 = org_0 + tc_0 * 1;
     __syncthreads();
-    __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-    for (int e = tid; e < (4) * (n1); e += 128) {
-      sm0[e] = (((e) % (n1)) < n1 && (org_0 + ((((e) / (n1))) % (4))) < n0) ? p0[((int)((org_0 + ((((e) / (n1))) % (4))))) * (n1) + (((e) % (n1)))] : napkin_from_float<__half>(0.0f);
-    }
-    int* sm1 = reinterpret_cast<int*>(smem + (((0) + ((4) * (n1)) * 2 + 15) / 16 * 16));
-    for (int e = tid; e < (4); e += 128) {
-      sm1[e] = ((org_0 + ((e) % (4))) < n0) ? p1[(int)((org_0 + ((e) % (4))))] : napkin_from_float<int>(0.0f);
+    int* sm0 = reinterpret_cast<int*>(smem + 0);
+    for (int e = tid; e < (1); e += 32) {
+      sm0[e] = ((org_0 + ((e) % (1))) < n0) ? p1[(int)((org_0 + ((e) % (1))))] : napkin_from_float<int>(0.0f);
     }
     __syncthreads();
+    float st0[1];
+    #pragma unroll
+    for (int z = 0; z < 1; ++z) {
+      st0[z] = -NAPKIN_INF;
+    }
+    float st1[1];
+    #pragma unroll
+    for (int z = 0; z < 1; ++z) {
+      st1[z] = 0.0f;
+    }
+    float st2[1];
+    #pragma unroll
+    for (int z = 0; z < 1; ++z) {
+      st2[z] = 0.0f;
+    }
+    for (int c0 = (int)0; c0 < (int)(n1); c0 += 256) {
+      const int clen = (int)((int)(n1) - c0 < 256 ? (int)(n1) - c0 : 256);
+      __syncthreads();
+      __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + ((1)) * 4 + 15) / 16 * 16));
+      for (int e = tid; e < (1) * (256); e += 32) {
+        sm1[e] = (((e) % (256)) < clen && (c0 + ((e) % (256))) < n1 && (org_0 + ((((e) / (256))) % (1))) < n0) ? p0[((int)((org_0 + ((((e) / (256))) % (1))))) * (n1) + ((c0 + ((e) % (256))))] : napkin_from_float<__half>(0.0f);
+      }
+      __syncthreads();
+      for (int xl = lane; xl < clen; xl += 32) {
+        const int xg = c0 + xl;
 #line 7 "napkin-diagram"
-    float acc0 = -NAPKIN_INF;
-    for (int j0 = lane; j0 < n1; j0 += 32) {
-      acc0 = napkin_max(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (n1) + (j0)]));
+        const float v0 = napkin_max(st0[0], napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]));
+        const float v1 = napkin_shift(v0);
+        st1[0] = st1[0] * expf(st0[0] - v1) + expf(napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) - v1);
+        st0[0] = v0;
+#line 7 "napkin-diagram"
+        const bool v2 = (((long long)(xg)) == napkin_to_int(sm0[(int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))]));
+        const float v3 = (v2 ? napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) : 0.0f);
+        st2[0] = st2[0] + v3;
+      }
     }
-    acc0 = napkin_lanes_max(acc0, 32);
-    float acc1 = 0.0f;
-    for (int j1 = lane; j1 < n1; j1 += 32) {
-      acc1 = acc1 + expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (n1) + (j1)]) - napkin_shift(acc0));
+    for (int off = 16; off > 0; off /= 2) {
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v4 = __shfl_xor_sync(0xffffffffu, st0[z], off, 32);
+        const float v5 = __shfl_xor_sync(0xffffffffu, st1[z], off, 32);
+        const float v6 = napkin_max(st0[z], v4);
+        const float v7 = napkin_shift(v6);
+        st1[z] = st1[z] * expf(st0[z] - v7) + v5 * expf(v4 - v7);
+        st0[z] = v6;
+      }
     }
-    acc1 = napkin_lanes_sum(acc1, 32);
-    const float v0 = (acc0 == NAPKIN_INF ? NAPKIN_INF : logf(acc1) + napkin_shift(acc0));
-    float acc2 = 0.0f;
-    for (int j2 = lane; j2 < n1; j2 += 32) {
-      const bool v1 = (((long long)(j2)) == napkin_to_int(sm1[(int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))]));
-      const float v2 = (v1 ? napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (n1) + (j2)]) : 0.0f);
-      acc2 = (acc2 + v2);
+    float res0[1];
+    #pragma unroll
+    for (int z = 0; z < 1; ++z) {
+      res0[z] = (st0[z] == NAPKIN_INF ? NAPKIN_INF : logf(st1[z]) + napkin_shift(st0[z]));
     }
-    acc2 = napkin_lanes_sum(acc2, 32);
-    const float v3 = (v0 - acc2);
-    if (tvalid && (tc_0 * 1 + 0 < 4) && ((base_0 + 0) < n0) && lane == 0) {
-      p2[(int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))] = napkin_from_float<__half>(v3);
+    for (int off = 16; off > 0; off /= 2) {
+      #pragma unroll
+      for (int z = 0; z < 1; ++z) {
+        const float v8 = __shfl_xor_sync(0xffffffffu, st2[z], off, 32);
+        st2[z] = st2[z] + v8;
+      }
+    }
+#line 7 "napkin-diagram"
+    const float v9 = (res0[0] - st2[0]);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && lane == 0) {
+      p2[(int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))] = napkin_from_float<__half>(v9);
     }
   }
 }

@@ -166,6 +166,23 @@ __device__ __forceinline__ void napkin_ldmatrix_x4_trans(unsigned (&r)[4], const
   __trap();
 #endif
 }
+// two B fragments (m16n8k16) by one ldmatrix.x4: matrices 0, 1 into a, 2, 3 into b
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair_trans(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
 
 // ---- cp.async: global -> shared, asynchronous; bytes past src_bytes are zero-filled -------------
 __device__ __forceinline__ void napkin_cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {
@@ -343,8 +360,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 128 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
+// kernel 0: 32 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -356,23 +373,23 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
   (void)smem;
   const int tid = (int)threadIdx.x;
   const int lane = tid % 32;
-  const int tc_0 = (tid / 32) % 4;
-  const bool tvalid = tid < 128;
-  const long long nblocks = (((long long)(n0) + 3) / 4);
+  const int tc_0 = (tid / 32) % 1;
+  const bool tvalid = tid < 32;
+  const long long nblocks = (((long long)(n0) + 0) / 1);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_0 = (int)((blk) % (((long long)(n0) + 3) / 4)) * 4;
+    const int org_0 = (int)((blk) % (((long long)(n0) + 0) / 1)) * 1;
     const int base_0 = org_0 + tc_0 * 1;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-    for (int e = tid; e < (4) * (n1); e += 128) {
-      sm0[e] = (((e) % (n1)) < n1 && (org_0 + ((((e) / (n1))) % (4))) < n0) ? p0[((int)((org_0 + ((((e) / (n1))) % (4))))) * (n1) + (((e) % (n1)))] : napkin_from_float<__half>(0.0f);
+    for (int e = tid; e < (1) * (n1); e += 32) {
+      sm0[e] = (((e) % (n1)) < n1 && (org_0 + ((((e) / (n1))) % (1))) < n0) ? p0[((int)((org_0 + ((((e) / (n1))) % (1))))) * (n1) + (((e) % (n1)))] : napkin_from_float<__half>(0.0f);
     }
-    __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + ((4) * (n1)) * 2 + 15) / 16 * 16));
-    for (int e = tid; e < (n1); e += 128) {
+    __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + ((1) * (n1)) * 2 + 15) / 16 * 16));
+    for (int e = tid; e < (n1); e += 32) {
       sm1[e] = (((e) % (n1)) < n1) ? p1[(int)(((e) % (n1)))] : napkin_from_float<__half>(0.0f);
     }
-    __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + ((4) * (n1)) * 2 + 15) / 16 * 16)) + ((n1)) * 2 + 15) / 16 * 16));
-    for (int e = tid; e < (n1); e += 128) {
+    __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + ((1) * (n1)) * 2 + 15) / 16 * 16)) + ((n1)) * 2 + 15) / 16 * 16));
+    for (int e = tid; e < (n1); e += 32) {
       sm2[e] = (((e) % (n1)) < n1) ? p2[(int)(((e) % (n1)))] : napkin_from_float<__half>(0.0f);
     }
     __syncthreads();
@@ -413,7 +430,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const float v6 = (v5 * v3);
         const float v7 = (v6 * napkin_to_float(sm1[(int)(j3)]));
         const float v8 = (v7 + napkin_to_float(sm2[(int)(j3)]));
-        if (tvalid && (tc_0 * 1 + 0 < 4) && ((base_0 + 0) < n0) && (lane + k0 * 32 < n1)) {
+        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (lane + k0 * 32 < n1)) {
           p3[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (j3)] = napkin_from_float<__half>(v8);
         }
       }

@@ -166,6 +166,23 @@ __device__ __forceinline__ void napkin_ldmatrix_x4_trans(unsigned (&r)[4], const
   __trap();
 #endif
 }
+// two B fragments (m16n8k16) by one ldmatrix.x4: matrices 0, 1 into a, 2, 3 into b
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair_trans(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
 
 // ---- cp.async: global -> shared, asynchronous; bytes past src_bytes are zero-filled -------------
 __device__ __forceinline__ void napkin_cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {
@@ -472,10 +489,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     napkin_block_range(pfirst, plast, sred0);
     napkin_block_range(mfirst, mlast, sred0);
     const bool mrun = napkin_block_sum(mcount, sred0) == mlast - mfirst + 1 && mlast >= 0;
-    const long long cfirst = (long long)(plast < 0 ? 0 : pfirst / 256 * 256);
-    const long long cend = (long long)(plast < 0 ? 0 : ((plast / 256 + 1) * 256 < (long long)(4096) ? (plast / 256 + 1) * 256 : (long long)(4096)));
-    for (long long c0 = cfirst; c0 < cend; c0 += 256) {
-      const int clen = (int)((long long)(4096) - c0 < 256 ? (long long)(4096) - c0 : 256);
+    const long long cfirst = (long long)(plast < 0 ? 0 : pfirst / 64 * 64);
+    const long long cend = (long long)(plast < 0 ? 0 : ((plast / 64 + 1) * 64 < (long long)(4096) ? (plast / 64 + 1) * 64 : (long long)(4096)));
+    for (long long c0 = cfirst; c0 < cend; c0 += 64) {
+      const int clen = (int)((long long)(4096) - c0 < 64 ? (long long)(4096) - c0 : 64);
       if (!(((long long)(c0) < (long long)(dhi0)))) continue;
       __syncthreads();
       __syncthreads();

@@ -166,6 +166,23 @@ __device__ __forceinline__ void napkin_ldmatrix_x4_trans(unsigned (&r)[4], const
   __trap();
 #endif
 }
+// two B fragments (m16n8k16) by one ldmatrix.x4: matrices 0, 1 into a, 2, 3 into b
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair_trans(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
 
 // ---- cp.async: global -> shared, asynchronous; bytes past src_bytes are zero-filled -------------
 __device__ __forceinline__ void napkin_cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {
@@ -376,7 +393,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int eo = eo0 + r * 8;
-        napkin_cp_async_16(cpd + r * 576, (org_2 + eo < n2) ? cps + ((long long)(r * 8) * (long long)(64)) : p0, (org_2 + eo < n2) ? 16 : 0);
+        napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (org_2 + eo < n2) ? 16 : 0);
       }
     }
     napkin_cp_async_wait_all();
@@ -405,6 +422,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (2304) * 2 + 15) / 16 * 16));
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (2304) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
     {
+      __syncthreads();
       const int nlen = (int)((long long)(n3) - ((long long)0) < 32 ? (long long)(n3) - ((long long)0) : 32);
       if (!(!((((long long)((long long)0) <= (long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1)))) && (((long long)(org_2) - (long long)((long long)0 + nlen - 1)) < (long long)(128)))))) {
         {
@@ -415,7 +433,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, (eo < nlen) ? cps + ((long long)(r * 8) * (long long)(64)) : p1, (eo < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
@@ -426,7 +444,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, (eo < nlen) ? cps + ((long long)(r * 8) * (long long)(64)) : p2, (eo < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -436,6 +454,8 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     const long long cfull = (long long)(n3) / 32 * 32;
     for (long long c0 = (long long)0; c0 < cfull; c0 += 32) {
       const int clen = 32;
+      napkin_cp_async_wait<0>();
+      __syncthreads();
       if (c0 + 32 < (long long)(n3)) {
         const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
         if (!(!((((long long)(c0 + 32) <= (long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + 32 + nlen - 1)) < (long long)(128)))))) {
@@ -447,7 +467,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 576, (eo < nlen) ? cps + ((long long)(r * 8) * (long long)(64)) : p1, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
             }
           }
           {
@@ -458,14 +478,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 576, (eo < nlen) ? cps + ((long long)(r * 8) * (long long)(64)) : p2, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
             }
           }
         }
       }
       napkin_cp_async_commit();
-      napkin_cp_async_wait<1>();
-      __syncthreads();
       if (!(!((((long long)(c0) <= (long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + clen - 1)) < (long long)(128)))))) {
         float sc[1][4][4];
         #pragma unroll
@@ -473,11 +491,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
             float fz[4] = {};
+            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              unsigned fb[2];
-              napkin_ldmatrix_x2(fb, (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
+            for (int i2 = 0; i2 < 2; ++i2) {
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
             }
             #pragma unroll
             for (int i3 = 0; i3 < 4; ++i3) {
@@ -563,21 +582,23 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
             unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
-              unsigned fb[2];
-              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
-              napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
+            for (int i2 = 0; i2 < 4; ++i2) {
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
             }
           }
         }
       }
-      __syncthreads();
       stage = stage ^ 1;
     }
     if (cfull < (long long)(n3)) {
       const long long c0 = cfull;
       const int clen = (int)((long long)(n3) - (c0) < 32 ? (long long)(n3) - (c0) : 32);
+      napkin_cp_async_wait<0>();
+      __syncthreads();
       if (c0 + 32 < (long long)(n3)) {
         const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
         if (!(!((((long long)(c0 + 32) <= (long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + 32 + nlen - 1)) < (long long)(128)))))) {
@@ -589,7 +610,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 576, (eo < nlen) ? cps + ((long long)(r * 8) * (long long)(64)) : p1, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
             }
           }
           {
@@ -600,14 +621,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 576, (eo < nlen) ? cps + ((long long)(r * 8) * (long long)(64)) : p2, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
             }
           }
         }
       }
       napkin_cp_async_commit();
-      napkin_cp_async_wait<1>();
-      __syncthreads();
       if (!(!((((long long)(c0) <= (long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1)))) && (((long long)(org_2) - (long long)(c0 + clen - 1)) < (long long)(128)))))) {
         float sc[1][4][4];
         #pragma unroll
@@ -615,11 +634,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
             float fz[4] = {};
+            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              unsigned fb[2];
-              napkin_ldmatrix_x2(fb, (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
+            for (int i2 = 0; i2 < 2; ++i2) {
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
             }
             #pragma unroll
             for (int i3 = 0; i3 < 4; ++i3) {
@@ -687,16 +707,16 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
             unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
-              unsigned fb[2];
-              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
-              napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
+            for (int i2 = 0; i2 < 4; ++i2) {
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
             }
           }
         }
       }
-      __syncthreads();
       stage = stage ^ 1;
     }
     #pragma unroll

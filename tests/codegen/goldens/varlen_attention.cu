@@ -166,6 +166,23 @@ __device__ __forceinline__ void napkin_ldmatrix_x4_trans(unsigned (&r)[4], const
   __trap();
 #endif
 }
+// two B fragments (m16n8k16) by one ldmatrix.x4: matrices 0, 1 into a, 2, 3 into b
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_ldmatrix_x4_pair_trans(unsigned (&a)[2], unsigned (&b)[2], const void* smem_row) {
+#if __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(b[0]), "=r"(b[1]) : "r"(napkin_smem_addr(smem_row)) : "memory");
+#else
+  __trap();
+#endif
+}
 
 // ---- cp.async: global -> shared, asynchronous; bytes past src_bytes are zero-filled -------------
 __device__ __forceinline__ void napkin_cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {
@@ -374,7 +391,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int eo = eo0 + r * 16;
-        napkin_cp_async_16(cpd + r * 1152, (org_1 + eo < n1) ? cps + ((int)(r * 16) * (int)(64)) : p0, (org_1 + eo < n1) ? 16 : 0);
+        napkin_cp_async_16(cpd + r * 1152, cps + ((int)(r * 16) * (int)(64)), (org_1 + eo < n1) ? 16 : 0);
       }
     }
     napkin_cp_async_wait_all();
@@ -410,8 +427,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     const float qks = 1.0f / (v0);
     const float qkl = qks * 1.442695f;
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4608) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
-    long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4608) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
+    long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (4608) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
     long long dlo0 = 9223372036854775807LL;
     long long dhi0 = (-9223372036854775807LL - 1);
     for (long long dt = (long long)(org_1) + tid; dt < ((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1))) + 1; dt += 128) {
@@ -442,32 +459,33 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     napkin_block_range(pfirst, plast, sred0);
     napkin_block_range(mfirst, mlast, sred0);
     const bool mrun = napkin_block_sum(mcount, sred0) == mlast - mfirst + 1 && mlast >= 0;
-    const int cfirst = (int)(plast < 0 ? 0 : pfirst / 64 * 64);
-    const int cend = (int)(plast < 0 ? 0 : ((plast / 64 + 1) * 64 < (long long)(n1) ? (plast / 64 + 1) * 64 : (long long)(n1)));
+    const int cfirst = (int)(plast < 0 ? 0 : pfirst / 32 * 32);
+    const int cend = (int)(plast < 0 ? 0 : ((plast / 32 + 1) * 32 < (long long)(n1) ? (plast / 32 + 1) * 32 : (long long)(n1)));
     {
-      const int nlen = (int)((int)(n1) - (cfirst) < 64 ? (int)(n1) - (cfirst) : 64);
+      __syncthreads();
+      const int nlen = (int)((int)(n1) - (cfirst) < 32 ? (int)(n1) - (cfirst) : 32);
       if (cfirst < cend) {
         if (!(!((((long long)(cfirst) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
             const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((cfirst + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + 0 * 4608) + eo0 * 72 + ei;
+            __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
+            for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p1, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 1152, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
             const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((cfirst + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + 0 * 4608) + eo0 * 72 + ei;
+            __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
+            for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p2, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 1152, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
             }
           }
         }
@@ -475,51 +493,52 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     }
     napkin_cp_async_commit();
     int stage = 0;
-    const int cfull = cend / 64 * 64;
-    for (int c0 = cfirst; c0 < cfull; c0 += 64) {
-      const int clen = 64;
-      if (c0 + 64 < cend) {
-        const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
-        if (!(!((((long long)(c0 + 64) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
+    const int cfull = cend / 32 * 32;
+    for (int c0 = cfirst; c0 < cfull; c0 += 32) {
+      const int clen = 32;
+      napkin_cp_async_wait<0>();
+      __syncthreads();
+      if (c0 + 32 < cend) {
+        const int nlen = (int)((int)(n1) - (c0 + 32) < 32 ? (int)(n1) - (c0 + 32) : 32);
+        if (!(!((((long long)(c0 + 32) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+            const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 32 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
+            for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p1, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 1152, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+            const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 32 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
+            for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p2, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 1152, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
             }
           }
         }
       }
       napkin_cp_async_commit();
-      napkin_cp_async_wait<1>();
-      __syncthreads();
       if (!(!((((long long)(c0) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
-        float sc[1][8][4];
+        float sc[1][4][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
+          for (int i1 = 0; i1 < 4; ++i1) {
             float fz[4] = {};
+            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              unsigned fb[2];
-              napkin_ldmatrix_x2(fb, (sm1 + stage * 4608) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
+            for (int i2 = 0; i2 < 2; ++i2) {
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
             }
             #pragma unroll
             for (int i3 = 0; i3 < 4; ++i3) {
@@ -527,11 +546,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             }
           }
         }
-        if ((mrun && (long long)c0 >= mfirst && (long long)c0 + 63 <= mlast)) {
+        if ((mrun && (long long)c0 >= mfirst && (long long)c0 + 31 <= mlast)) {
           #pragma unroll
           for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
-            for (int i1 = 0; i1 < 8; ++i1) {
+            for (int i1 = 0; i1 < 4; ++i1) {
               #pragma unroll
               for (int i2 = 0; i2 < 4; ++i2) {
                 const int pt1 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
@@ -547,7 +566,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           #pragma unroll
           for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
-            for (int i1 = 0; i1 < 8; ++i1) {
+            for (int i1 = 0; i1 < 4; ++i1) {
               #pragma unroll
               for (int i2 = 0; i2 < 4; ++i2) {
                 const int pt3 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
@@ -569,7 +588,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           for (int i1 = 0; i1 < 2; ++i1) {
             float mx = rm[i0][i1];
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
+            for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
@@ -582,7 +601,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
+            for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
@@ -602,65 +621,66 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
+          for (int i1 = 0; i1 < 2; ++i1) {
             unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
-              unsigned fb[2];
-              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 4608) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
-              napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
+            for (int i2 = 0; i2 < 4; ++i2) {
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
             }
           }
         }
       }
-      __syncthreads();
       stage = stage ^ 1;
     }
     if (cfull < cend && cfirst < cend) {
       const int c0 = cfull;
-      const int clen = (int)((int)(n1) - (c0) < 64 ? (int)(n1) - (c0) : 64);
-      if (c0 + 64 < cend) {
-        const int nlen = (int)((int)(n1) - (c0 + 64) < 64 ? (int)(n1) - (c0 + 64) : 64);
-        if (!(!((((long long)(c0 + 64) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
+      const int clen = (int)((int)(n1) - (c0) < 32 ? (int)(n1) - (c0) : 32);
+      napkin_cp_async_wait<0>();
+      __syncthreads();
+      if (c0 + 32 < cend) {
+        const int nlen = (int)((int)(n1) - (c0 + 32) < 32 ? (int)(n1) - (c0 + 32) : 32);
+        if (!(!((((long long)(c0 + 32) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+            const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 32 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
+            for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p1, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 1152, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 64 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+            const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 32 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
+            for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, (eo < nlen) ? cps + ((int)(r * 16) * (int)(64)) : p2, (eo < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 1152, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
             }
           }
         }
       }
       napkin_cp_async_commit();
-      napkin_cp_async_wait<1>();
-      __syncthreads();
       if (!(!((((long long)(c0) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
-        float sc[1][8][4];
+        float sc[1][4][4];
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
+          for (int i1 = 0; i1 < 4; ++i1) {
             float fz[4] = {};
+            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              unsigned fb[2];
-              napkin_ldmatrix_x2(fb, (sm1 + stage * 4608) + (i1 * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][i2], fb, fz);
+            for (int i2 = 0; i2 < 2; ++i2) {
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
             }
             #pragma unroll
             for (int i3 = 0; i3 < 4; ++i3) {
@@ -671,7 +691,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 8; ++i1) {
+          for (int i1 = 0; i1 < 4; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
               const int pt5 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
@@ -692,7 +712,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           for (int i1 = 0; i1 < 2; ++i1) {
             float mx = rm[i0][i1];
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
+            for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
@@ -705,7 +725,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             rm[i0][i1] = mx;
             float su = 0.0f;
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
+            for (int i2 = 0; i2 < 4; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
                 sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
@@ -725,18 +745,18 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
+          for (int i1 = 0; i1 < 2; ++i1) {
             unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
-              unsigned fb[2];
-              napkin_ldmatrix_x2_trans(fb, (sm2 + stage * 4608) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + i2 * 8);
-              napkin_mma_m16n8k16_f16(acc[i0][i2], pa, fb, acc[i0][i2]);
+            for (int i2 = 0; i2 < 4; ++i2) {
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
             }
           }
         }
       }
-      __syncthreads();
       stage = stage ^ 1;
     }
     #pragma unroll
