@@ -203,6 +203,7 @@ def _streaming(plan: Plan, kp) -> dict | None:
         given, missing = data_inputs(kp.model.mask)
         out["skips"] = {"condition": shown, "data_conjunct": data,
                         "computed_fraction": float(kp.cost.computed),
+                        "visited_fraction": float(kp.cost.visited),
                         "data_given": list(given), "data_missing": list(missing)}
     return out
 
@@ -246,6 +247,10 @@ def render_text(rep: dict) -> str:
                             f"holding anywhere (--data NAME=FILE.npy plans on them)")
                     lines.append(f"    each block bounds its chunks by {read} first (a "
                                  f"prologue over {st['axis']}): {how}")
+                elif sk.get("visited_fraction", 1.0) < 1.0:
+                    lines.append(f"    each block's chunk loop runs from the first to the last "
+                                 f"chunk the mask may hold in (a prologue over the chunks): "
+                                 f"visits {sk['visited_fraction']:.0%} of the pairs")
         eng = k["engine"]
         if eng["kind"] == "tensor cores":
             what = "FlashAttention-2, " if eng["algorithm"] == "FlashAttention-2" else ""

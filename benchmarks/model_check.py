@@ -124,7 +124,10 @@ def kernel_sass(p, made, index: int) -> dict:
         run = cut * counts["run_cut"] + (computed - cut) * counts["run_inside"]
     else:
         run = computed * counts["run"]
-    per_chunk = run + (1 - computed) * counts["run_hidden"]
+    # the chunk loop visits a share of the chunks (Cost.visited: the mask's first to last
+    # chunk per block, codegen/masks); a visited chunk the mask hides runs the hidden path
+    visited = max(float(kp.cost.visited), computed)
+    per_chunk = run + (visited - computed) * counts["run_hidden"]
     rate = p.target.per_second("schedulers")
     est = blocks * warps * chunks * per_chunk / rate if rate else None
     # the model's own counts per warp per chunk, from its compute terms (issue.py): the

@@ -63,7 +63,8 @@ class ChainLowering(MmaLowering):
         outs = [p.node for p in s.outs]
         kinds = {p.node: "contract" for p in s.outs}
         span = masks.data_span(self, outs, kinds, self.wm * self.wn * 32, s.red,
-                                s.batch)
+                                s.batch) or \
+            masks.index_span(self, outs, kinds, self.wm * self.wn * 32, s.red)
         known = {"#data": span[2]} if span else {}
 
         def skip(start: str, length: str):

@@ -58,7 +58,8 @@ class FlashLowering(MmaLowering):
         # a chunk the diagram's mask hides from every row of the block is neither copied nor
         # computed (causal)
         span = masks.data_span(self, [s.out], {s.out: "pair"}, self.wm * self.wn * 32, s.red,
-                                s.batch)
+                                s.batch) or \
+            masks.index_span(self, [s.out], {s.out: "pair"}, self.wm * self.wn * 32, s.red)
         known = {"#data": span[2]} if span else {}
         self.known, self.run = known, span[3] if span else None
 

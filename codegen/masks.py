@@ -292,6 +292,46 @@ def data_span(lw, reducers, kinds: dict, threads: int, r: str, single):
     return "cfirst", "cend", bounds, ("mrun", "mfirst", "mlast")
 
 
+def index_span(lw, reducers, kinds: dict, threads: int, r: str):
+    """For a mask of indices, sizes and constants (causal's `x <= q`, a window's band): emits
+    the block's prologue and returns (first, end, {}, None) like data_span, else None.
+
+    Every thread tests its share of the chunks along r, the chunk as a whole against the
+    block's index ranges (interval arithmetic, as the skip test does), and the block keeps
+    the first and the last chunk where some reducer's condition may hold: the chunk loop
+    runs from one to the other (its trip count follows the band: a causal block's loop
+    ends at its diagonal, a window's starts at its left edge) and still skips a hidden
+    chunk between them (a mask of several bands). The model counts the same chunks
+    (compiler/fractions.iterated_fraction with the streamed axis)."""
+    if threads % 32:
+        return None
+    chunk = lw.kp.schedule.stream[1]
+    size = f"(long long)({lw.sizes[r]})"
+    left = f"{size} - dc"
+    test = skip_test(lw, reducers, kinds, lw._box(
+        r, "dc", f"({left} < {chunk} ? {left} : {chunk})"))
+    if test is None:
+        return None
+    b = lw.b
+    red = b.fresh("sred")
+    warps = -(-threads // 32)
+    lw.smem.append(P.SharedBuffer(red, "long long", _next(lw), str(2 * warps)))
+    lw.smem_terms.append((16 * warps,))
+    b.emit(P.Decl("long long* const", red, f"reinterpret_cast<long long*>(smem + "
+                                          f"{lw.smem[-1].offset})"))
+    b.emit(P.Decl("long long", "pfirst", size))      # (none: the axis's size, and plast -1)
+    b.emit(P.Decl("long long", "plast", "-1"))
+    b.loop("dc", f"(long long)tid * {chunk}", size, f"{threads * chunk}", lambda: b.emit(P.If(
+        f"!({test})", (P.Set("pfirst", "napkin_min(pfirst, dc)"),
+                       P.Set("plast", "napkin_max(plast, dc)")))), ctype="long long")
+    b.emit(P.Call("napkin_block_range", ("pfirst", "plast", red)))
+    b.emit(P.Decl(f"const {lw.itype}", "cfirst", f"({lw.itype})(plast < 0 ? 0 : pfirst)"))
+    up = f"plast + {chunk}"
+    b.emit(P.Decl(f"const {lw.itype}", "cend", f"({lw.itype})(plast < 0 ? 0 : "
+                  f"({up} < {size} ? {up} : {size}))"))
+    return "cfirst", "cend", {}, None
+
+
 def _scope(lw, single, raws: dict) -> dict:
     """The scope of a read in the prologue: the block's position along the `single` axes,
     each raw index clamped inside its axis."""

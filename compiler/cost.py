@@ -101,6 +101,8 @@ class Cost:
     limit: object = 3             # what limits them: an index into occupancy.LIMITS
     computed: object = 1.0        # the share of (block, chunk) pairs computed: the rest a mask
                                   # hides entirely, and the kernel skips (masking.py)
+    visited: object = 1.0         # the share the chunk loop visits: a tensor-core kernel
+                                  # bounds it by the mask (codegen/masks data_span, index_span)
 
     def level(self, name: str) -> LevelCost:
         return next(lv for lv in self.levels if lv.name == name)
@@ -137,7 +139,8 @@ class Cost:
                    tuple((k, pick(v)) for k, v in self.terms),
                    tuple((k, pick(v)) for k, v in self.compute_parts),
                    None if self.registers is None else pick(self.registers),
-                   pick(self.blocks_per_sm), pick(self.limit), pick(self.computed))
+                   pick(self.blocks_per_sm), pick(self.limit), pick(self.computed),
+                   pick(self.visited))
         return one if one.bound is not None else replace(one, bound=one.name_bound())
 
 
@@ -214,6 +217,11 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         M = 0
         for together in _columns(cols, held, symbolic):
             M = ops.maximum(M, total(held[i] for i in together))
+        if li == 1 and choice.warps and choice.stream and model.mask is not None \
+                and not symbolic and not values:
+            # a tensor-core kernel bounding its chunk loop by the mask reduces the block's
+            # first and last chunk through shared memory (codegen/masks: 16 bytes a warp)
+            M = M + 16 * prod(n for _, n in choice.warps)
         time = H / lv.bandwidth if lv.bandwidth else 0
         results.append(LevelCost(lv.name, lv.capacity_bytes, M, H, units, time))
     flops = _flops(model, covs[0], choice, sizes, fraction)
@@ -225,6 +233,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     # active ones
     threads = active if symbolic or len(covs) < 2 or choice.warps else \
         _launched(model, covs)
+    span = None
     if symbolic or issue.simt_only(target):
         compute = total(amount / _rate(target, engine, bool(choice.warps))
                         for engine, amount in flops.items())
@@ -238,8 +247,13 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
             if choice.stream else {}
         # a mask read from data bounds the chunk loop (codegen/masks.data_span): its chunks
         # outside are not iterated, and its prologue scans the streamed axis once per block
-        span = (iterated_fraction(model.mask, sizes, tiles), sizes[choice.stream[0]]) \
-            if choice.stream and spans(model.mask) else None
+        span = None
+        if choice.stream and spans(model.mask):   # (positions tested, block reductions)
+            span = (iterated_fraction(model.mask, sizes, tiles), sizes[choice.stream[0]], 2)
+        elif choice.stream and choice.warps and model.mask is not None:
+            # a mask of indices bounds the loop by its chunks (codegen/masks.index_span)
+            span = (iterated_fraction(model.mask, sizes, tiles, choice.stream[0]),
+                    NUMBERS.ceil(sizes[choice.stream[0]] / choice.stream[1]), 1)
         parts = issue.compute(model, choice, sizes, target, covs[0],
                               [lc.H for lc in results[1:]], unit_counts,
                               np.ceil(threads / WARP), active / threads, fraction, cut=cut,
@@ -296,7 +310,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     scalar = not any(isinstance(t, np.ndarray) for t in terms + list(parts.values()))
     cost = Cost(tuple(_plain(lc) for lc in results), {k: number(v) for k, v in flops.items()},
                 compute, time, None, util, threads, tuple(named.items()),
-                tuple(parts.items()), regs, per_sm, limit, fraction)
+                tuple(parts.items()), regs, per_sm, limit, fraction,
+                span[0] if span is not None else 1.0)
     return _plain(replace(cost, bound=cost.name_bound()) if scalar else cost)
 
 

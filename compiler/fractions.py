@@ -72,9 +72,12 @@ def cut_fraction(mask, sizes: dict, tiles: dict):
     return computed_fraction(("cut", mask), sizes, tiles)
 
 
-def iterated_fraction(mask, sizes: dict, tiles: dict):
-    """The share of (block, chunk) pairs the chunk loop visits (computed_fraction's)."""
-    return computed_fraction(mask, sizes, tiles, "iterated")
+def iterated_fraction(mask, sizes: dict, tiles: dict, axis: str | None = None):
+    """The share of (block, chunk) pairs the chunk loop visits (computed_fraction's): a mask
+    read from data bounds it by its span (codegen/masks.data_span); a mask of indices, with
+    the streamed `axis` given, by the first and the last chunk it may hold in
+    (codegen/masks.index_span); otherwise every chunk."""
+    return computed_fraction(mask, sizes, tiles, f"iterated:{axis}" if axis else "iterated")
 
 
 def spans(mask) -> bool:
@@ -132,8 +135,17 @@ def _fraction(mask, size_key: tuple, extents: tuple, what: str = "computed") -> 
         held, fails = _holds(mask, box, sizes), True
     held = np.broadcast_to(held, shape) & np.broadcast_to(valid, shape)
     fails = np.broadcast_to(fails, shape) & np.broadcast_to(valid, shape)
-    if what == "iterated" and not stream:
-        return 1.0
+    if what.startswith("iterated") and not stream:
+        along = what.partition(":")[2]
+        if along not in order or not grids:
+            return 1.0
+        # the block runs the chunks from the first to the last the mask may hold in
+        # (codegen/masks.index_span): per block, along the streamed axis's dimension
+        some = np.moveaxis(np.asarray(held), order.index(along), -1)
+        index = np.arange(some.shape[-1])
+        first = np.where(some, index, some.shape[-1]).min(axis=-1, keepdims=True)
+        last = np.where(some, index, -1).max(axis=-1, keepdims=True)
+        return float(np.mean((index >= first) & (index <= last)))
     if stream:
         # the block runs the chunks from the first to the last holding a position where the
         # mask may hold (codegen/masks.data_span), each still tested as a whole without the

@@ -95,10 +95,12 @@ FLASH_PER_HMMA = 0.82
 # A mask read from data (codegen/masks.data_span): the block's prologue tests its share of the
 # streamed axis's positions (the loop, the index test, the load where it may hold, the
 # comparisons, the running least and greatest: per position and lane), then takes the least
-# and greatest over the block twice (shuffles, two barriers, the warps' values: per warp).
-# Counted from the emitted C, not yet from SASS: CALIBRATE (benchmarks/model_check.py).
+# and greatest over the block twice (shuffles, two barriers, the warps' values: per warp,
+# each SPAN_REDUCE). A mask of indices (masks.index_span) tests its share of the chunks the
+# same way, whole chunks, and reduces once. Counted from the emitted C, not yet from SASS:
+# CALIBRATE (benchmarks/model_check.py).
 SPAN_POSITION = 10
-SPAN_REDUCE = 2 * 30
+SPAN_REDUCE = 30
 
 
 def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, units: list,
@@ -186,7 +188,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     if span is not None:            # the prologue of a loop bounded by data, per block
         threads = warps_per_block * WARP
         warp_instr = warp_instr + units[0] * warps_per_block * (
-            NUMBERS.ceil(span[1] / threads) * SPAN_POSITION + SPAN_REDUCE)
+            NUMBERS.ceil(span[1] / threads) * SPAN_POSITION + span[2] * SPAN_REDUCE)
     rate = target.rate(f"tensor_{_tensor_dtype(model)}") if tensor else None
     out = {"tensor": total(tensor_flops) / rate if rate else 0,
            "issue": _per(target, "schedulers", warp_instr),

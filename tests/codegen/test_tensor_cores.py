@@ -24,6 +24,7 @@ from napkin.compiler.plan import plan, with_choices
 from napkin.runtime import compare, reference
 from napkin.pipeline import run_plan
 from napkin.runtime.interpret import interpret
+from napkin.diagrams.diagnostics import Source
 
 from .conftest import library, shape_of
 
@@ -351,6 +352,65 @@ def test_seeded_causal_bugs_give_wrong_values(bug):
     assert all(verdicts(d, p, shape))
     assert CAUSAL_BUGS[bug](source) != source
     assert not all(verdicts(d, p, shape, source_edit=CAUSAL_BUGS[bug]))
+
+
+BAND_BUGS = {
+    # the loop ends at its last chunk's start: the band's last chunk is not run
+    "the band's last chunk dropped": lambda s: re.sub(r"plast \+ \d+", "plast", s),
+    # the loop starts at the band's last chunk: every chunk before it is not run
+    "the band's first chunks dropped": lambda s: s.replace("(plast < 0 ? 0 : pfirst)",
+                                                           "(plast < 0 ? 0 : plast)"),
+}
+
+
+@pytest.mark.parametrize("name", ["causal_attention", "sliding_window_attention"])
+@pytest.mark.parametrize("bug", [None, *BAND_BUGS])
+def test_the_chunk_loop_runs_over_the_masks_band(name, bug):
+    """A mask of indices bounds the chunk loop (codegen/masks.index_span): each block's loop
+    runs from the first to the last chunk the mask may hold in, so its trip count follows
+    the band (causal: ends at the block's diagonal; a window: also starts at its left edge).
+    Against the reference at odd sizes and tile multiples; each bound moved is caught."""
+    d = library(name, "f16", **({"w": 40} if name.startswith("sliding") else {}))
+    p = flash_plan(d)
+    source = render(lower(p))
+    assert re.search(r"for \(int c0 = cfirst; c0 < cfull; c0 \+= \d+\)", source)
+    for q in (300, 256):
+        shape = with_static(d, {"b": 1, "h": 1, "q": q, "x": q})
+        if bug is None:
+            assert all(verdicts(d, p, shape))
+        else:
+            assert BAND_BUGS[bug](source) != source
+            assert not all(verdicts(d, p, shape, source_edit=BAND_BUGS[bug])), q
+
+
+def test_the_model_visits_what_the_loop_runs():
+    """Cost.visited: causal's blocks run the chunks up to their diagonal, the chunks they
+    compute (one band); a mask of two bands runs the hidden chunks between them too, and
+    explain says so."""
+    from napkin.compiler import fractions
+    from napkin.explain import render_text, report
+    causal = flash_plan(library("causal_attention", "f16")).kernels[0]
+    assert causal.cost.visited == pytest.approx(causal.cost.computed)
+    assert causal.cost.visited < 0.6
+    two = napkin.load(Source("<two bands>", """axis b, h, q, x
+axis d = 64
+in Q[b h q d]: f16
+in K[b h x d]: f16
+in V[b h x d]: f16
+S[b h q x] = where(x < 256 or x >= size(x) - 256, Q * K / sqrt(size(d)), -inf)
+P[b h q x] = softmax[x](S)
+O[b h q d] = P * V
+out O: f16"""))
+    p = plan(two, "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
+    (kp,) = p.kernels
+    assert kp.choice.warps and kp.cost.computed < 0.2
+    assert kp.cost.visited == pytest.approx(1.0)     # the first and the last chunk hold
+    mask = kp.model.mask
+    tiles = {**dict(kp.choice.group), kp.choice.stream[0]: kp.choice.stream[1]}
+    assert fractions.iterated_fraction(mask, p.sizes, tiles, "x") == pytest.approx(1.0)
+    assert fractions.iterated_fraction(mask, p.sizes, tiles) == 1.0
+    text = render_text(report(flash_plan(library("causal_attention", "f16"))))
+    assert "each block's chunk loop runs from the first to the last chunk" in text
 
 
 @pytest.mark.parametrize("name", ["mlp", "swiglu"])

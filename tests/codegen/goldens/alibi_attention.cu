@@ -418,42 +418,56 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     }
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4608) * 2 + 15) / 16 * 16));
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4608) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
+    long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (4608) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
+    long long pfirst = (long long)(n3);
+    long long plast = -1;
+    for (long long dc = (long long)tid * 32; dc < (long long)(n3); dc += 4096) {
+      if (!(!(((long long)(dc) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
+        pfirst = napkin_min(pfirst, dc);
+        plast = napkin_max(plast, dc);
+      }
+    }
+    napkin_block_range(pfirst, plast, sred0);
+    const long long cfirst = (long long)(plast < 0 ? 0 : pfirst);
+    const long long cend = (long long)(plast < 0 ? 0 : (plast + 32 < (long long)(n3) ? plast + 32 : (long long)(n3)));
     {
       __syncthreads();
-      const int nlen = (int)((long long)(n3) - ((long long)0) < 32 ? (long long)(n3) - ((long long)0) : 32);
-      if (!(!(((long long)((long long)0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
-        {
-          const int ei = (tid % 8) * 8;
-          const int eo0 = tid / 8;
-          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
-          #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+      const int nlen = (int)((long long)(n3) - (cfirst) < 32 ? (long long)(n3) - (cfirst) : 32);
+      if (cfirst < cend) {
+        if (!(!(((long long)(cfirst) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
+          {
+            const int ei = (tid % 8) * 8;
+            const int eo0 = tid / 8;
+            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            }
           }
-        }
-        {
-          const int ei = (tid % 8) * 8;
-          const int eo0 = tid / 8;
-          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
-          #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          {
+            const int ei = (tid % 8) * 8;
+            const int eo0 = tid / 8;
+            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            }
           }
         }
       }
     }
     napkin_cp_async_commit();
     int stage = 0;
-    const long long cfull = (long long)(n3) / 32 * 32;
-    for (long long c0 = (long long)0; c0 < cfull; c0 += 32) {
+    const long long cfull = cend / 32 * 32;
+    for (long long c0 = cfirst; c0 < cfull; c0 += 32) {
       const int clen = 32;
       napkin_cp_async_wait<0>();
       __syncthreads();
-      if (c0 + 32 < (long long)(n3)) {
+      if (c0 + 32 < cend) {
         const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
         if (!(!(((long long)(c0 + 32) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
           {
@@ -606,12 +620,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       }
       stage = stage ^ 1;
     }
-    if (cfull < (long long)(n3)) {
+    if (cfull < cend && cfirst < cend) {
       const long long c0 = cfull;
       const int clen = (int)((long long)(n3) - (c0) < 32 ? (long long)(n3) - (c0) : 32);
       napkin_cp_async_wait<0>();
       __syncthreads();
-      if (c0 + 32 < (long long)(n3)) {
+      if (c0 + 32 < cend) {
         const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
         if (!(!(((long long)(c0 + 32) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
           {
