@@ -19,6 +19,7 @@ from .builder import Ix
 from .indexing import Layout
 
 VECTOR = 8       # 16-bit values per 16-byte cp.async
+RVECTOR = 4      # f32 values per 16-byte load of a tile rounded as it is staged
 UNROLLED = 8     # copy rounds per thread unrolled whole (more: a loop, as the fallback's 64)
 CHUNK = "chunk"  # a tile axis's origin and bound: the chunk being copied
 # A copy outside the arrays is a cp.async of src-size 0: it writes zeros and reads nothing,
@@ -132,25 +133,27 @@ class SharedTiles:
             self._copy_vector(t, stage, c0, clen)
             return
         aligned = self._aligned(t)
+        width = RVECTOR if t["convert"] else VECTOR
         if isinstance(aligned, str) and vector is not None:
             aligned = True if vector else None          # the size test ran outside the loop
         if aligned is True or aligned is None:
-            self._copy_loop(t, VECTOR if aligned else 1, stage, c0, clen)
+            self._copy_loop(t, width if aligned else 1, stage, c0, clen)
             return
-        b.emit(P.If(aligned, self._scoped(lambda: self._copy_loop(t, VECTOR, stage, c0, clen)),
+        b.emit(P.If(aligned, self._scoped(lambda: self._copy_loop(t, width, stage, c0, clen)),
                     self._scoped(lambda: self._copy_loop(t, 1, stage, c0, clen))))
 
     def _aligned(self, t: dict) -> str | bool | None:
-        """When 16-byte copies are possible: always (True), by a runtime test of a size, or
+        """When 16-byte copies are possible (cp.async of 8 16-bit values; a tile rounded as it
+        is staged: loads of 4 f32 values): always (True), by a runtime test of a size, or
         never (None). Every pointer argument is 16-byte aligned (Program.alignment: the
         launchers see to it), so only the rows' length decides."""
         axes = ir.type_of(self.g, t["node"]).axes
         axis, extent = t["inner"].name, t["inner"].extent
         size = self.sizes[axis]
-        if t["convert"] or axes[-1] != axis or extent % VECTOR or \
-                (size.isdigit() and int(size) % VECTOR):
-            return None         # (a rounded copy goes one value at a time)
-        return True if size.isdigit() else f"{size} % {VECTOR} == 0"
+        width = RVECTOR if t["convert"] else VECTOR
+        if axes[-1] != axis or extent % width or (size.isdigit() and int(size) % width):
+            return None
+        return True if size.isdigit() else f"{size} % {width} == 0"
 
     def _source(self, n: int) -> tuple[int, object]:
         """(the global array operand n is copied from, the split it is a window of or None):
@@ -165,7 +168,7 @@ class SharedTiles:
         inner, outer = t["inner"], t["outer"]
         per_row = inner.extent // vector
         count = outer.extent * per_row
-        if vector > 1 and window is None and self.threads % per_row == 0:
+        if vector > 1 and window is None and self.threads % per_row == 0 and not t["convert"]:
             self._copy_rows(t, per_row, stage, c0, clen)
             return
 
@@ -186,6 +189,12 @@ class SharedTiles:
                 if t["convert"]:
                     value = f"napkin_from_float<{t['ctype']}>({value})"
                 b.emit(P.Set(f"({at})[0]", f"({valid}) ? {value} : {zero}"))
+            elif t["convert"]:  # 4 f32 values in one load, rounded in pairs, one 8-byte store
+                pack = "napkin_pack_half2" if t["ctype"] == "__half" else "napkin_pack_bf162"
+                b.emit(P.Decl("const float4", "cv", f"({valid}) ? *reinterpret_cast<const "
+                              f"float4*>({param} + ({offset})) : make_float4(0.0f, 0.0f, 0.0f, 0.0f)"))
+                b.emit(P.Set(f"*reinterpret_cast<uint2*>({at})",
+                             f"make_uint2({pack}(cv.x, cv.y), {pack}(cv.z, cv.w))"))
             else:   # src-size 0 outside the arrays: zeros, nothing read (see CHUNK)
                 b.emit(P.Call("napkin_cp_async_16", (at, f"{param} + ({offset})",
                                                      f"({valid}) ? 16 : 0")))

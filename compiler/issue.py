@@ -48,6 +48,11 @@ ITERATION_TENSOR = 20
 COPY_SETUP = 10
 COPY_EACH = 6
 COPY_BYTES_TENSOR = 16
+# ... a tile of f32 values rounded to 16 bits as it is staged (tensorcore._rounded: a hidden
+# activation, a cotangent) is loaded 16 bytes at a time into registers, packed in pairs
+# and stored 8 bytes at a time (codegen/tiles: its row's index, test, 64-bit address, LDG,
+# two F2FP, STS per 16 bytes; fitted to mlp's second product, sm_90)
+COPY_ROUNDED = 12
 ITERATION = 12                     # a CUDA-core kernel's chunk: warp instructions per warp
                                    # (barriers, the loop test and branch, pointers)
 # lane instructions per copy into shared memory of one element of a CUDA-core kernel
@@ -158,11 +163,14 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         threads = warps_per_block * WARP
         chunk = dict([choice.stream]) if choice.stream else {}
         per_chunk, once = 0, 0
+        narrow = _tensor_dtype(model) != "f32"
         for a in model.arrays:
             if a.role != "load":
                 continue
             tile = prod(chunk.get(x, level1[x]) for x in a.axes) * a.bytes
-            copy = COPY_SETUP + NUMBERS.ceil(tile / COPY_BYTES_TENSOR / threads) * COPY_EACH
+            rounded = narrow and a.bytes == 4 and len(a.axes) >= 2   # (not a 4-byte vector)
+            copy = COPY_SETUP + NUMBERS.ceil(tile / COPY_BYTES_TENSOR / threads) * (
+                COPY_ROUNDED if rounded else COPY_EACH)
             if a.streamed:
                 per_chunk = per_chunk + copy
             else:

@@ -437,6 +437,34 @@ def test_products_of_a_gradient_with_f32_cotangents_run_on_tensor_cores(name):
         assert v.ok, v.message
 
 
+ROUNDED_BUGS = {
+    # the two values of each packed pair swapped
+    "pairs packed in the wrong order": lambda s: s.replace("(cv.x, cv.y)", "(cv.y, cv.x)"),
+    # the second pair of the four dropped
+    "the second pair dropped": lambda s: s.replace("(cv.z, cv.w)", "(0.0f, 0.0f)"),
+}
+
+
+@pytest.mark.parametrize("bug", [None, *ROUNDED_BUGS])
+def test_a_rounded_tile_is_staged_16_bytes_at_a_time(bug):
+    """mlp's second product stages the f32 hidden activation rounded to f16: four values per
+    16-byte load, packed in pairs, one 8-byte store (codegen/tiles, RVECTOR) where the rows
+    allow it (the size test outside the chunk loop: f a multiple of 4, o of 8), one value at
+    a time where they do not.
+    On the emulator against the reference, both paths; each seeded bug in the packing shows."""
+    d = library("mlp", "f16")
+    p = tc_plan(d)
+    source = render(lower(p))
+    assert "*reinterpret_cast<const float4*>(" in source and "napkin_pack_half2(cv.x, cv.y)" in source
+    for shape in ({"t": 37, "m": 29, "f": 48, "o": 24}, {"t": 37, "m": 29, "f": 45, "o": 24}):
+        shape = {a: v for a, v in shape.items() if a in d.axes and d.axes[a] is None}
+        if bug is None:
+            assert all(verdicts(d, p, shape)), shape
+        elif shape.get("f", 0) % 4 == 0:       # (the scalar path has no pairs to break)
+            assert ROUNDED_BUGS[bug](source) != source
+            assert not all(verdicts(d, p, shape, source_edit=ROUNDED_BUGS[bug]))
+
+
 def test_an_f32_input_is_not_rounded_for_the_tensor_cores():
     """The user's own f32 operand stays f32: its product stays on the CUDA cores."""
     d = napkin.load("axis m, k, n\nin A[m k]: f32\nin B[k n]: f16\nC[m n] = A * B\nout C: f32")

@@ -772,15 +772,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k2(
     float acc[2][4][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (3072) * 2 + 15) / 16 * 16));
-    if (n3 % 8 == 0) {
+    if (n2 % 4 == 0 && n3 % 8 == 0) {
       {
         __syncthreads();
         const int nlen = (int)((int)(n2) - ((int)0) < 16 ? (int)(n2) - ((int)0) : 16);
         #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int eo = tid / 16 + r * 16;
-          const int ei = tid % 16;
-          ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + (((int)0 + ei))]) : napkin_from_float<__half>(0.0f);
+        for (int r = 0; r < 1; ++r) {
+          const int eo = tid / 4 + r * 64;
+          const int ei = (tid % 4) * 4;
+          const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + (((int)0 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          *reinterpret_cast<uint2*>((sm0 + 0 * 1536) + eo * 24 + ei) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
         }
         {
           const int ei = (tid % 16) * 8;
@@ -803,10 +804,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k2(
         if (c0 + 16 < (int)(n2)) {
           const int nlen = (int)((int)(n2) - (c0 + 16) < 16 ? (int)(n2) - (c0 + 16) : 16);
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = tid / 16 + r * 16;
-            const int ei = tid % 16;
-            ((sm0 + (stage ^ 1) * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + ((c0 + 16 + ei))]) : napkin_from_float<__half>(0.0f);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = tid / 4 + r * 64;
+            const int ei = (tid % 4) * 4;
+            const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + ((c0 + 16 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            *reinterpret_cast<uint2*>((sm0 + (stage ^ 1) * 1536) + eo * 24 + ei) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
           }
           {
             const int ei = (tid % 16) * 8;
