@@ -217,11 +217,6 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         M = 0
         for together in _columns(cols, held, symbolic):
             M = ops.maximum(M, total(held[i] for i in together))
-        if li == 1 and choice.warps and choice.stream and model.mask is not None \
-                and not symbolic and not values:
-            # a tensor-core kernel bounding its chunk loop by the mask reduces the block's
-            # first and last chunk through shared memory (codegen/masks: 16 bytes a warp)
-            M = M + 16 * prod(n for _, n in choice.warps)
         time = H / lv.bandwidth if lv.bandwidth else 0
         results.append(LevelCost(lv.name, lv.capacity_bytes, M, H, units, time))
     flops = _flops(model, covs[0], choice, sizes, fraction)
@@ -233,6 +228,14 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     # active ones
     threads = active if symbolic or len(covs) < 2 or choice.warps else \
         _launched(model, covs)
+    if len(results) > 1 and not symbolic and not values and target.processors and \
+            choice.stream and model.mask is not None and (choice.warps or spans(model.mask)):
+        # a kernel bounding its chunk loop by the mask (codegen/masks: data_span on either
+        # engine, index_span on the tensor cores) reduces the block's first and last chunk
+        # through shared memory: 16 bytes a warp
+        sm = results[1]
+        results[1] = LevelCost(sm.name, sm.capacity, sm.M + 16 * np.ceil(threads / WARP), sm.H,
+                               sm.units, sm.time)
     span = None
     if symbolic or issue.simt_only(target):
         compute = total(amount / _rate(target, engine, bool(choice.warps))

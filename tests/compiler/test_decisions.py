@@ -40,7 +40,10 @@ def test_attention_runs_flashattention_2_wherever_there_are_enough_rows(d):
         engines = [kp.schedule.engine for kp in p.kernels]
         if more_than_a_few_tiles(b * h, q, x):
             few_rows += q == FRAGMENT
-            if engines != ["attention"]:
+            # one FlashAttention-2 kernel, or its split over the keys (the partial states on
+            # the tensor cores, then their merge) where the blocks would leave SMs idle
+            split = p.split is not None and engines[0] == "attention" and len(engines) == 2
+            if engines != ["attention"] and not split:
                 wrong.append(((b * h, q, x), engines))
     assert not wrong, wrong
     # b h = 512 with 16 rows a head, at each x of at least 130 (130, 1024, 16384 at scale 2)

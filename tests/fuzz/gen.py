@@ -784,6 +784,13 @@ def diagrams(draw) -> Case:
     return Gen(draw).diagram()
 
 
+def _library_ids(diagram, shape: dict, seed: int) -> dict[str, np.ndarray]:
+    """The integer inputs napkin run draws (commands.run.random_inputs): a position read from
+    an array stays inside the axis it indexes (an embedding's tok over v of size 1 is 0)."""
+    from napkin.commands.run import random_inputs
+    return random_inputs(diagram, shape, seed)
+
+
 def inputs_for(diagram, shape: dict, seed: int) -> dict[str, np.ndarray]:
     """Uniform inputs in [-1, 1] in their storage dtypes (never zero, never constant);
     integers uniform in the range the text's comment gives them, booleans fair coins."""
@@ -800,7 +807,10 @@ def inputs_for(diagram, shape: dict, seed: int) -> dict[str, np.ndarray]:
             out[s.name] = rng.random(dims) < 0.5
             continue
         if s.dtype in INT_DTYPES:
-            lo, hi = ranges.get(s.name, (0, 2))
+            if s.name not in ranges:      # (a library diagram: napkin's own ids, inside the
+                out[s.name] = _library_ids(diagram, shape, seed)[s.name]   # axes they index)
+                continue
+            lo, hi = ranges[s.name]
             out[s.name] = rng.integers(lo, hi, dims).astype(dtypes.numpy_dtype(s.dtype))
             continue
         data = rng.uniform(-1.0, 1.0, dims)
