@@ -70,8 +70,9 @@ class ChainLowering(MmaLowering):
         def skip(start: str, length: str):
             return masks.skip_test(self, outs, kinds,
                                    dict(self._box(s.red, start, length), **known))
-        self._pipeline(list(streamed.values()) + list(self.columns.values()), compute, skip,
-                       peel=True, span=span[:2] if span else None)
+        band = bool(span) and len(span) > 4 and span[4]     # (no chunk inside is hidden)
+        self._pipeline(list(streamed.values()) + list(self.columns.values()), compute,
+                       None if band else skip, peel=True, span=span[:2] if span else None)
         self._finish(fm)
 
     def _score(self, j: int, sc, ta: dict, tb: dict, fm: int, chunk: int) -> None:

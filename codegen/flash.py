@@ -72,7 +72,9 @@ class FlashLowering(MmaLowering):
             self._softmax(fm, chunk, dv)
             self._weighted(vt, fm, chunk, dv)
         # full chunks in the loop, with no bounds test per score; a partial last one after it
-        self._pipeline([kt, vt], compute, skip, peel=True, span=span[:2] if span else None)
+        band = bool(span) and len(span) > 4 and span[4]     # (no chunk inside is hidden)
+        self._pipeline([kt, vt], compute, None if band else skip, peel=True,
+                       span=span[:2] if span else None)
         self._finish(fm, dv)
 
     def _scores(self, kt: dict, fm: int, chunk: int, hk: int, tail: bool) -> None:

@@ -292,17 +292,33 @@ def data_span(lw, reducers, kinds: dict, threads: int, r: str, single):
     return "cfirst", "cend", bounds, ("mrun", "mfirst", "mlast")
 
 
+def one_band(g, n: int) -> bool:
+    """Whether condition n holds on one band along any axis: a conjunction of comparisons
+    (of the affine index expressions interval() reads). Over a block's box the positions
+    along an axis where each comparison may hold are one interval, so are the chunks where
+    the conjunction may: between a bounded loop's first and last chunk none is hidden."""
+    n = through_names(g, n)
+    op = ir.op(g, n)
+    if not isinstance(op, ir.Map):
+        return False
+    if op.fn == "and":
+        return all(one_band(g, a) for a in ir.operands(g, n))
+    return op.fn in ("lt", "le", "gt", "ge", "eq")
+
+
 def index_span(lw, reducers, kinds: dict, threads: int, r: str):
     """For a mask of indices, sizes and constants (causal's `x <= q`, a window's band): emits
-    the block's prologue and returns (first, end, {}, None) like data_span, else None.
+    the block's prologue and returns (first, end, {}, None, band) like data_span, else None;
+    `band`: the mask is one band for every reducer (one_band), so no chunk between first and
+    end is hidden and the loop needs no skip test of its own.
 
     Every thread tests its share of the chunks along r, the chunk as a whole against the
     block's index ranges (interval arithmetic, as the skip test does), and the block keeps
     the first and the last chunk where some reducer's condition may hold: the chunk loop
     runs from one to the other (its trip count follows the band: a causal block's loop
     ends at its diagonal, a window's starts at its left edge) and still skips a hidden
-    chunk between them (a mask of several bands). The model counts the same chunks
-    (compiler/fractions.iterated_fraction with the streamed axis)."""
+    chunk between them (a mask of several bands; one band has none). The model counts the
+    same chunks (compiler/fractions.iterated_fraction with the streamed axis)."""
     if threads % 32:
         return None
     chunk = lw.kp.schedule.stream[1]
@@ -329,7 +345,9 @@ def index_span(lw, reducers, kinds: dict, threads: int, r: str):
     up = f"plast + {chunk}"
     b.emit(P.Decl(f"const {lw.itype}", "cend", f"({lw.itype})(plast < 0 ? 0 : "
                   f"({up} < {size} ? {up} : {size}))"))
-    return "cfirst", "cend", {}, None
+    conds = conditions(lw.g, lw, reducers, kinds)
+    band = len({through_names(lw.g, c) for c in conds}) == 1 and one_band(lw.g, conds[0])
+    return "cfirst", "cend", {}, None, band
 
 
 def _scope(lw, single, raws: dict) -> dict:

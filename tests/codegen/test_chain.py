@@ -146,8 +146,8 @@ def test_explain_names_the_chain_and_why_not():
 
 
 def test_seeded_skip_bug_gives_wrong_values():
-    # the causal skip test one chunk too eager: a chunk holding keys at or below the block's
-    # last query is skipped
+    # the causal test of the chain's prologue (masks.index_span) one chunk too eager: the
+    # last chunk holding keys at or below the block's last query is not run
     d = napkin.grad("causal_attention", wrt=("Q",), saved=True, d=64)
     p = plan(d, "h100", BIG)
     shape = {"b": 1, "h": 1, "q": 150, "x": 150}
@@ -155,8 +155,8 @@ def test_seeded_skip_bug_gives_wrong_values():
     chunk = chains(p)[0].schedule.stream[1]
 
     def edit(src: str) -> str:
-        assert "if (!(!(((long long)(c0) <=" in src
-        return src.replace("if (!(!(((long long)(c0) <=", f"if (!(!(((long long)(c0) + {chunk} <=")
+        assert "if (!(!(((long long)(dc) <=" in src
+        return src.replace("if (!(!(((long long)(dc) <=", f"if (!(!(((long long)(dc) + {chunk} <=")
     out = run_plan(p, inputs, shape, timeout_s=240, edit=edit)
     assert not all(v.ok for v in compare.against_reference(d, inputs, out).values())
 

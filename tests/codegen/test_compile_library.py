@@ -4,6 +4,7 @@ within the plan's estimate; the emitted CUDA is deterministic and reviewed as go
 from __future__ import annotations
 
 import os
+import re
 
 from pathlib import Path
 
@@ -85,13 +86,17 @@ def test_causal_attention_skips_fully_masked_key_chunks(tensor_cores):
     causal = render(lower(plan(napkin.load("causal_attention"), "h100", engine="auto" if tensor_cores else "cuda-cores")))
     plain = render(lower(plan(napkin.load("attention"), "h100", engine="auto" if tensor_cores else "cuda-cores")))
     # the chunk's first key against the block's last query, in 64-bit integers: SIMT skips
-    # the chunk, the tensor-core pipeline skips its mmas and, testing the next chunk, its
-    # prefetch
-    test = "(long long)(c0) <= (long long)("
+    # the chunk in its loop; the tensor-core kernel tests every chunk so in its prologue
+    # (masks.index_span) and its loop runs from the first to the last chunk that may hold,
+    # with no test of its own (one band: none between them is hidden)
+    first = "(long long)(dc)" if tensor_cores else "(long long)(c0)"
+    test = f"{first} <= (long long)("
     assert test in causal and test not in plain
-    assert ("(long long)(c0 + " in causal) == tensor_cores
     skip = "continue;" if not tensor_cores else "if (!(!("
     assert skip in causal and skip not in plain
+    if tensor_cores:
+        assert re.search(r"for \((int|long long) c0 = cfirst; c0 < cfull;", causal)
+        assert not re.search(r"if \(!\(!\(.*\(long long\)\(c0", causal)   # no skip in the loop
 
 
 def test_sliding_window_skips_on_both_sides():
@@ -102,9 +107,10 @@ def test_sliding_window_skips_on_both_sides():
         # (each engine forced: both lowerings skip on both sides)
         source = render(lower(plan(napkin.load(text), "h100", {"b": 1, "h": 8, "q": 8192, "x": 8192},
                                    engine="tensor-cores" if tensor_cores else "cuda-cores")))
-        # one test per chunk loop (the tensor-core kernel also runs a partial last chunk after
-        # its loop of full ones, with the same test)
-        skips = {line.strip() for line in source.splitlines() if "(long long)(c0)" in line
+        # one test per chunk loop (the tensor-core kernel's in its prologue over the chunks,
+        # masks.index_span, which bounds its loop on both sides)
+        chunk = "(long long)(dc)" if tensor_cores else "(long long)(c0)"
+        skips = {line.strip() for line in source.splitlines() if chunk in line
                  and ("if (!(!(" in line or "continue;" in line)}
         (skip,) = skips
         assert "&&" in skip and "256" in skip

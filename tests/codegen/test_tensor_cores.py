@@ -333,17 +333,14 @@ CAUSAL_BUGS = {
     # every full chunk taken for one below the diagonal: the mask is dropped where it cuts
     "the mask dropped in every full chunk": lambda s: re.sub(
         r"if \(\(\(long long\)\(c0 \+ clen - 1\) <= \(long long\)\(org_\d+\)\)\)", "if (true)", s),
-    # the prefetch's skip test read as the chunk's own: a chunk it needs is not copied
-    "the prefetch skipped one chunk early": lambda s: s.replace(
-        "(long long)(c0 + 128) <=", "(long long)(c0 + 256) <=").replace(
-        "(long long)(c0 + 64) <=", "(long long)(c0 + 128) <="),
 }
 
 
 @pytest.mark.parametrize("bug", list(CAUSAL_BUGS))
 def test_seeded_causal_bugs_give_wrong_values(bug):
-    """Causal attention: chunks below the diagonal computed without the mask, hidden chunks
-    neither copied nor computed (blocks of rows at tile multiples and odd sizes)."""
+    """Causal attention: chunks below the diagonal computed without the mask (blocks of
+    rows at tile multiples and odd sizes); the hidden chunks are outside the loop's bounds
+    (test_the_chunk_loop_runs_over_the_masks_band)."""
     d = library("causal_attention", "f16")
     p = flash_plan(d)
     shape = with_static(d, {"b": 1, "h": 1, "q": 300, "x": 300})
@@ -383,6 +380,36 @@ def test_the_chunk_loop_runs_over_the_masks_band(name, bug):
             assert not all(verdicts(d, p, shape, source_edit=BAND_BUGS[bug])), q
 
 
+TWO_BANDS = """axis b, h, q, x
+axis d = 64
+in Q[b h q d]: f16
+in K[b h x d]: f16
+in V[b h x d]: f16
+S[b h q x] = where(x < 256 or x >= size(x) - 256, Q * K / sqrt(size(d)), -inf)
+P[b h q x] = softmax[x](S)
+O[b h q d] = P * V
+out O: f16"""
+
+
+@pytest.mark.parametrize("bug", [False, True])
+def test_a_hidden_chunk_between_two_bands_is_skipped_and_its_prefetch_too(bug):
+    """Two bands: the loop's bounds hold both, and the chunks between them are still tested
+    in the loop, neither copied (the prefetch tests the next chunk) nor computed. Seeded:
+    the prefetch's test read one chunk further on, so a chunk it needs is not copied."""
+    d = napkin.load(Source("<two bands>", TWO_BANDS))
+    p = flash_plan(d)
+    source = render(lower(p))
+    chunk = p.kernels[0].choice.stream[1]
+    assert f"if (!(!((((long long)(c0 + {chunk}) < 256LL)" in source    # the prefetch's test
+    shape = with_static(d, {"b": 1, "h": 1, "q": 37, "x": 600})     # a hidden chunk inside
+    if not bug:
+        assert all(verdicts(d, p, shape))
+        return
+    late = lambda s: s.replace(f"(long long)(c0 + {chunk}) < 256LL",   # noqa: E731
+                               f"(long long)(c0 + {2 * chunk}) < 256LL")
+    assert not all(verdicts(d, p, shape, source_edit=late))
+
+
 def test_the_model_visits_what_the_loop_runs():
     """Cost.visited: causal's blocks run the chunks up to their diagonal, the chunks they
     compute (one band); a mask of two bands runs the hidden chunks between them too, and
@@ -392,15 +419,7 @@ def test_the_model_visits_what_the_loop_runs():
     causal = flash_plan(library("causal_attention", "f16")).kernels[0]
     assert causal.cost.visited == pytest.approx(causal.cost.computed)
     assert causal.cost.visited < 0.6
-    two = napkin.load(Source("<two bands>", """axis b, h, q, x
-axis d = 64
-in Q[b h q d]: f16
-in K[b h x d]: f16
-in V[b h x d]: f16
-S[b h q x] = where(x < 256 or x >= size(x) - 256, Q * K / sqrt(size(d)), -inf)
-P[b h q x] = softmax[x](S)
-O[b h q d] = P * V
-out O: f16"""))
+    two = napkin.load(Source("<two bands>", TWO_BANDS))
     p = plan(two, "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
     (kp,) = p.kernels
     assert kp.choice.warps and kp.cost.computed < 0.2

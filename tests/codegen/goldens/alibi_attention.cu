@@ -434,28 +434,26 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       __syncthreads();
       const int nlen = (int)((long long)(n3) - (cfirst) < 32 ? (long long)(n3) - (cfirst) : 32);
       if (cfirst < cend) {
-        if (!(!(((long long)(cfirst) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
-            }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
-            }
+        }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -469,152 +467,148 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       __syncthreads();
       if (c0 + 32 < cend) {
         const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
-        if (!(!(((long long)(c0 + 32) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
-            }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
-            }
+        }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
       napkin_cp_async_commit();
-      if (!(!(((long long)(c0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
-        float sc[1][4][4];
+      float sc[1][4][4];
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
+        #pragma unroll
+        for (int i1 = 0; i1 < 4; ++i1) {
+          float fz[4] = {};
+          unsigned fb[2][2];
+          #pragma unroll
+          for (int i2 = 0; i2 < 2; ++i2) {
+            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+          }
+          #pragma unroll
+          for (int i3 = 0; i3 < 4; ++i3) {
+            sc[i0][i1][i3] = fz[i3];
+          }
+        }
+      }
+      if (((long long)(c0 + clen - 1) <= (long long)(org_2))) {
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            float fz[4] = {};
-            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 2; ++i2) {
-              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
-            }
-            #pragma unroll
-            for (int i3 = 0; i3 < 4; ++i3) {
-              sc[i0][i1][i3] = fz[i3];
+            for (int i2 = 0; i2 < 4; ++i2) {
+              const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+              const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+#line 10 "napkin-diagram"
+              const float v0 = (sc[i0][i1][i2] * 0.125f);
+              const long long v1 = (-((long long)8));
+              const long long v2 = (((long long)(org_1)) + ((long long)1));
+              const long long v3 = (v1 * v2);
+              const float v4 = (((float)(v3)) / ((float)(((long long)(n1)))));
+              const float v5 = powf(2.0f, v4);
+              const long long v6 = (((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))) - ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
+              const float v7 = (v5 * ((float)(v6)));
+              const float v8 = (v0 + v7);
+              const float v9 = (-NAPKIN_INF);
+              const float v10 = (true ? v8 : v9);
+              sc[i0][i1][i2] = v10;
             }
           }
         }
-        if (((long long)(c0 + clen - 1) <= (long long)(org_2))) {
-          #pragma unroll
-          for (int i0 = 0; i0 < 1; ++i0) {
-            #pragma unroll
-            for (int i1 = 0; i1 < 4; ++i1) {
-              #pragma unroll
-              for (int i2 = 0; i2 < 4; ++i2) {
-                const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-                const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
-#line 10 "napkin-diagram"
-                const float v0 = (sc[i0][i1][i2] * 0.125f);
-                const long long v1 = (-((long long)8));
-                const long long v2 = (((long long)(org_1)) + ((long long)1));
-                const long long v3 = (v1 * v2);
-                const float v4 = (((float)(v3)) / ((float)(((long long)(n1)))));
-                const float v5 = powf(2.0f, v4);
-                const long long v6 = (((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))) - ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
-                const float v7 = (v5 * ((float)(v6)));
-                const float v8 = (v0 + v7);
-                const float v9 = (-NAPKIN_INF);
-                const float v10 = (true ? v8 : v9);
-                sc[i0][i1][i2] = v10;
-              }
-            }
-          }
-        } else {
-          #pragma unroll
-          for (int i0 = 0; i0 < 1; ++i0) {
-            #pragma unroll
-            for (int i1 = 0; i1 < 4; ++i1) {
-              #pragma unroll
-              for (int i2 = 0; i2 < 4; ++i2) {
-                const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-                const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
-#line 10 "napkin-diagram"
-                const bool v11 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
-                const float v12 = (sc[i0][i1][i2] * 0.125f);
-                const long long v13 = (-((long long)8));
-                const long long v14 = (((long long)(org_1)) + ((long long)1));
-                const long long v15 = (v13 * v14);
-                const float v16 = (((float)(v15)) / ((float)(((long long)(n1)))));
-                const float v17 = powf(2.0f, v16);
-                const long long v18 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) - ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
-                const float v19 = (v17 * ((float)(v18)));
-                const float v20 = (v12 + v19);
-                const float v21 = (-NAPKIN_INF);
-                const float v22 = (v11 ? v20 : v21);
-                sc[i0][i1][i2] = v22;
-              }
-            }
-          }
-        }
+      } else {
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            float mx = rm[i0][i1];
+          for (int i1 = 0; i1 < 4; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
-              }
-            }
-            mx = napkin_lanes_max(mx, 4);
-            const float sh = napkin_shift(mx);
-            const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-            const float sl = -sh * 1.442695f;
-            rm[i0][i1] = mx;
-            float su = 0.0f;
-            #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
-                su = su + sc[i0][i2][2 * i1 + i3];
-              }
-            }
-            rl[i0][i1] = rl[i0][i1] * rs + su;
-            #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
-              }
+              const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+              const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+#line 10 "napkin-diagram"
+              const bool v11 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
+              const float v12 = (sc[i0][i1][i2] * 0.125f);
+              const long long v13 = (-((long long)8));
+              const long long v14 = (((long long)(org_1)) + ((long long)1));
+              const long long v15 = (v13 * v14);
+              const float v16 = (((float)(v15)) / ((float)(((long long)(n1)))));
+              const float v17 = powf(2.0f, v16);
+              const long long v18 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) - ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
+              const float v19 = (v17 * ((float)(v18)));
+              const float v20 = (v12 + v19);
+              const float v21 = (-NAPKIN_INF);
+              const float v22 = (v11 ? v20 : v21);
+              sc[i0][i1][i2] = v22;
             }
           }
         }
+      }
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        for (int i1 = 0; i1 < 2; ++i1) {
+          float mx = rm[i0][i1];
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
-            unsigned fb[2][2];
+          for (int i2 = 0; i2 < 4; ++i2) {
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
-              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
-              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
+            for (int i3 = 0; i3 < 2; ++i3) {
+              mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
             }
+          }
+          mx = napkin_lanes_max(mx, 4);
+          const float sh = napkin_shift(mx);
+          const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
+          const float sl = -sh * 1.442695f;
+          rm[i0][i1] = mx;
+          float su = 0.0f;
+          #pragma unroll
+          for (int i2 = 0; i2 < 4; ++i2) {
+            #pragma unroll
+            for (int i3 = 0; i3 < 2; ++i3) {
+              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+              su = su + sc[i0][i2][2 * i1 + i3];
+            }
+          }
+          rl[i0][i1] = rl[i0][i1] * rs + su;
+          #pragma unroll
+          for (int i2 = 0; i2 < 8; ++i2) {
+            #pragma unroll
+            for (int i3 = 0; i3 < 2; ++i3) {
+              acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
+            }
+          }
+        }
+      }
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
+        #pragma unroll
+        for (int i1 = 0; i1 < 2; ++i1) {
+          unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+          unsigned fb[2][2];
+          #pragma unroll
+          for (int i2 = 0; i2 < 4; ++i2) {
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+            napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+            napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
           }
         }
       }
@@ -627,125 +621,121 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       __syncthreads();
       if (c0 + 32 < cend) {
         const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
-        if (!(!(((long long)(c0 + 32) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
-            }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
-            }
+        }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
       napkin_cp_async_commit();
-      if (!(!(((long long)(c0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
-        float sc[1][4][4];
+      float sc[1][4][4];
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        for (int i1 = 0; i1 < 4; ++i1) {
+          float fz[4] = {};
+          unsigned fb[2][2];
           #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
-            float fz[4] = {};
-            unsigned fb[2][2];
-            #pragma unroll
-            for (int i2 = 0; i2 < 2; ++i2) {
-              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
-            }
-            #pragma unroll
-            for (int i3 = 0; i3 < 4; ++i3) {
-              sc[i0][i1][i3] = fz[i3];
-            }
+          for (int i2 = 0; i2 < 2; ++i2) {
+            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+          }
+          #pragma unroll
+          for (int i3 = 0; i3 < 4; ++i3) {
+            sc[i0][i1][i3] = fz[i3];
           }
         }
+      }
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        for (int i1 = 0; i1 < 4; ++i1) {
           #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
-            #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-              const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+          for (int i2 = 0; i2 < 4; ++i2) {
+            const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+            const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
-              const bool v23 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
-              const float v24 = (sc[i0][i1][i2] * 0.125f);
-              const long long v25 = (-((long long)8));
-              const long long v26 = (((long long)(org_1)) + ((long long)1));
-              const long long v27 = (v25 * v26);
-              const float v28 = (((float)(v27)) / ((float)(((long long)(n1)))));
-              const float v29 = powf(2.0f, v28);
-              const long long v30 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) - ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
-              const float v31 = (v29 * ((float)(v30)));
-              const float v32 = (v24 + v31);
-              const float v33 = (-NAPKIN_INF);
-              const float v34 = (v23 ? v32 : v33);
-              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v34 : -NAPKIN_INF;
+            const bool v23 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
+            const float v24 = (sc[i0][i1][i2] * 0.125f);
+            const long long v25 = (-((long long)8));
+            const long long v26 = (((long long)(org_1)) + ((long long)1));
+            const long long v27 = (v25 * v26);
+            const float v28 = (((float)(v27)) / ((float)(((long long)(n1)))));
+            const float v29 = powf(2.0f, v28);
+            const long long v30 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) - ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
+            const float v31 = (v29 * ((float)(v30)));
+            const float v32 = (v24 + v31);
+            const float v33 = (-NAPKIN_INF);
+            const float v34 = (v23 ? v32 : v33);
+            sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v34 : -NAPKIN_INF;
+          }
+        }
+      }
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
+        #pragma unroll
+        for (int i1 = 0; i1 < 2; ++i1) {
+          float mx = rm[i0][i1];
+          #pragma unroll
+          for (int i2 = 0; i2 < 4; ++i2) {
+            #pragma unroll
+            for (int i3 = 0; i3 < 2; ++i3) {
+              mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
+            }
+          }
+          mx = napkin_lanes_max(mx, 4);
+          const float sh = napkin_shift(mx);
+          const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
+          const float sl = -sh * 1.442695f;
+          rm[i0][i1] = mx;
+          float su = 0.0f;
+          #pragma unroll
+          for (int i2 = 0; i2 < 4; ++i2) {
+            #pragma unroll
+            for (int i3 = 0; i3 < 2; ++i3) {
+              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+              su = su + sc[i0][i2][2 * i1 + i3];
+            }
+          }
+          rl[i0][i1] = rl[i0][i1] * rs + su;
+          #pragma unroll
+          for (int i2 = 0; i2 < 8; ++i2) {
+            #pragma unroll
+            for (int i3 = 0; i3 < 2; ++i3) {
+              acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
             }
           }
         }
+      }
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        for (int i1 = 0; i1 < 2; ++i1) {
+          unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+          unsigned fb[2][2];
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            float mx = rm[i0][i1];
-            #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
-              }
-            }
-            mx = napkin_lanes_max(mx, 4);
-            const float sh = napkin_shift(mx);
-            const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-            const float sl = -sh * 1.442695f;
-            rm[i0][i1] = mx;
-            float su = 0.0f;
-            #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
-                su = su + sc[i0][i2][2 * i1 + i3];
-              }
-            }
-            rl[i0][i1] = rl[i0][i1] * rs + su;
-            #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
-              }
-            }
-          }
-        }
-        #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
-          #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
-            unsigned fb[2][2];
-            #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
-              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
-              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
-            }
+          for (int i2 = 0; i2 < 4; ++i2) {
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+            napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+            napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
           }
         }
       }

@@ -437,28 +437,26 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       __syncthreads();
       const int nlen = (int)((long long)(n3) - (cfirst) < 32 ? (long long)(n3) - (cfirst) : 32);
       if (cfirst < cend) {
-        if (!(!(((long long)(cfirst) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
-            }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
-            }
+        }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -472,134 +470,130 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       __syncthreads();
       if (c0 + 32 < cend) {
         const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
-        if (!(!(((long long)(c0 + 32) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
-            }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
-            }
+        }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
       napkin_cp_async_commit();
-      if (!(!(((long long)(c0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
-        float sc[1][4][4];
+      float sc[1][4][4];
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
+        #pragma unroll
+        for (int i1 = 0; i1 < 4; ++i1) {
+          float fz[4] = {};
+          unsigned fb[2][2];
+          #pragma unroll
+          for (int i2 = 0; i2 < 2; ++i2) {
+            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+          }
+          #pragma unroll
+          for (int i3 = 0; i3 < 4; ++i3) {
+            sc[i0][i1][i3] = fz[i3];
+          }
+        }
+      }
+      if (((long long)(c0 + clen - 1) <= (long long)(org_2))) {
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            float fz[4] = {};
-            unsigned fb[2][2];
             #pragma unroll
-            for (int i2 = 0; i2 < 2; ++i2) {
-              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
-            }
-            #pragma unroll
-            for (int i3 = 0; i3 < 4; ++i3) {
-              sc[i0][i1][i3] = fz[i3];
+            for (int i2 = 0; i2 < 4; ++i2) {
+              const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+              const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+#line 10 "napkin-diagram"
+              const float v1 = (-NAPKIN_INF);
+              const float v2 = (true ? sc[i0][i1][i2] : v1);
+              sc[i0][i1][i2] = v2;
             }
           }
         }
-        if (((long long)(c0 + clen - 1) <= (long long)(org_2))) {
-          #pragma unroll
-          for (int i0 = 0; i0 < 1; ++i0) {
-            #pragma unroll
-            for (int i1 = 0; i1 < 4; ++i1) {
-              #pragma unroll
-              for (int i2 = 0; i2 < 4; ++i2) {
-                const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-                const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
-#line 10 "napkin-diagram"
-                const float v1 = (-NAPKIN_INF);
-                const float v2 = (true ? sc[i0][i1][i2] : v1);
-                sc[i0][i1][i2] = v2;
-              }
-            }
-          }
-        } else {
-          #pragma unroll
-          for (int i0 = 0; i0 < 1; ++i0) {
-            #pragma unroll
-            for (int i1 = 0; i1 < 4; ++i1) {
-              #pragma unroll
-              for (int i2 = 0; i2 < 4; ++i2) {
-                const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-                const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
-#line 10 "napkin-diagram"
-                const bool v3 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
-                const float v4 = (-NAPKIN_INF);
-                const float v5 = (v3 ? sc[i0][i1][i2] : v4);
-                sc[i0][i1][i2] = v5;
-              }
-            }
-          }
-        }
+      } else {
         #pragma unroll
         for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            float mx = rm[i0][i1];
+          for (int i1 = 0; i1 < 4; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
-              }
-            }
-            mx = napkin_lanes_max(mx, 4);
-            const float sh = napkin_shift(mx);
-            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
-            const float sl = -sh * qkl;
-            rm[i0][i1] = mx;
-            float su = 0.0f;
-            #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
-                su = su + sc[i0][i2][2 * i1 + i3];
-              }
-            }
-            rl[i0][i1] = rl[i0][i1] * rs + su;
-            #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
-              }
+              const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+              const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+#line 10 "napkin-diagram"
+              const bool v3 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
+              const float v4 = (-NAPKIN_INF);
+              const float v5 = (v3 ? sc[i0][i1][i2] : v4);
+              sc[i0][i1][i2] = v5;
             }
           }
         }
+      }
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        for (int i1 = 0; i1 < 2; ++i1) {
+          float mx = rm[i0][i1];
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
-            unsigned fb[2][2];
+          for (int i2 = 0; i2 < 4; ++i2) {
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
-              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
-              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
+            for (int i3 = 0; i3 < 2; ++i3) {
+              mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
             }
+          }
+          mx = napkin_lanes_max(mx, 4);
+          const float sh = napkin_shift(mx);
+          const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+          const float sl = -sh * qkl;
+          rm[i0][i1] = mx;
+          float su = 0.0f;
+          #pragma unroll
+          for (int i2 = 0; i2 < 4; ++i2) {
+            #pragma unroll
+            for (int i3 = 0; i3 < 2; ++i3) {
+              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
+              su = su + sc[i0][i2][2 * i1 + i3];
+            }
+          }
+          rl[i0][i1] = rl[i0][i1] * rs + su;
+          #pragma unroll
+          for (int i2 = 0; i2 < 8; ++i2) {
+            #pragma unroll
+            for (int i3 = 0; i3 < 2; ++i3) {
+              acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
+            }
+          }
+        }
+      }
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
+        #pragma unroll
+        for (int i1 = 0; i1 < 2; ++i1) {
+          unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+          unsigned fb[2][2];
+          #pragma unroll
+          for (int i2 = 0; i2 < 4; ++i2) {
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+            napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+            napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
           }
         }
       }
@@ -612,116 +606,112 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       __syncthreads();
       if (c0 + 32 < cend) {
         const int nlen = (int)((long long)(n3) - (c0 + 32) < 32 ? (long long)(n3) - (c0 + 32) : 32);
-        if (!(!(((long long)(c0 + 32) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
-            }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
-            }
+        }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 32 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
       napkin_cp_async_commit();
-      if (!(!(((long long)(c0) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
-        float sc[1][4][4];
+      float sc[1][4][4];
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        for (int i1 = 0; i1 < 4; ++i1) {
+          float fz[4] = {};
+          unsigned fb[2][2];
           #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
-            float fz[4] = {};
-            unsigned fb[2][2];
-            #pragma unroll
-            for (int i2 = 0; i2 < 2; ++i2) {
-              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
-            }
-            #pragma unroll
-            for (int i3 = 0; i3 < 4; ++i3) {
-              sc[i0][i1][i3] = fz[i3];
-            }
+          for (int i2 = 0; i2 < 2; ++i2) {
+            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+          }
+          #pragma unroll
+          for (int i3 = 0; i3 < 4; ++i3) {
+            sc[i0][i1][i3] = fz[i3];
           }
         }
+      }
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        for (int i1 = 0; i1 < 4; ++i1) {
           #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
-            #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
-              const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+          for (int i2 = 0; i2 < 4; ++i2) {
+            const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+            const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
-              const bool v6 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
-              const float v7 = (-NAPKIN_INF);
-              const float v8 = (v6 ? sc[i0][i1][i2] : v7);
-              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v8 : -NAPKIN_INF;
+            const bool v6 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
+            const float v7 = (-NAPKIN_INF);
+            const float v8 = (v6 ? sc[i0][i1][i2] : v7);
+            sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v8 : -NAPKIN_INF;
+          }
+        }
+      }
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
+        #pragma unroll
+        for (int i1 = 0; i1 < 2; ++i1) {
+          float mx = rm[i0][i1];
+          #pragma unroll
+          for (int i2 = 0; i2 < 4; ++i2) {
+            #pragma unroll
+            for (int i3 = 0; i3 < 2; ++i3) {
+              mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
+            }
+          }
+          mx = napkin_lanes_max(mx, 4);
+          const float sh = napkin_shift(mx);
+          const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+          const float sl = -sh * qkl;
+          rm[i0][i1] = mx;
+          float su = 0.0f;
+          #pragma unroll
+          for (int i2 = 0; i2 < 4; ++i2) {
+            #pragma unroll
+            for (int i3 = 0; i3 < 2; ++i3) {
+              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
+              su = su + sc[i0][i2][2 * i1 + i3];
+            }
+          }
+          rl[i0][i1] = rl[i0][i1] * rs + su;
+          #pragma unroll
+          for (int i2 = 0; i2 < 8; ++i2) {
+            #pragma unroll
+            for (int i3 = 0; i3 < 2; ++i3) {
+              acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
             }
           }
         }
+      }
+      #pragma unroll
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        for (int i1 = 0; i1 < 2; ++i1) {
+          unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+          unsigned fb[2][2];
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            float mx = rm[i0][i1];
-            #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
-              }
-            }
-            mx = napkin_lanes_max(mx, 4);
-            const float sh = napkin_shift(mx);
-            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
-            const float sl = -sh * qkl;
-            rm[i0][i1] = mx;
-            float su = 0.0f;
-            #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
-                su = su + sc[i0][i2][2 * i1 + i3];
-              }
-            }
-            rl[i0][i1] = rl[i0][i1] * rs + su;
-            #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
-              }
-            }
-          }
-        }
-        #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
-          #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
-            unsigned fb[2][2];
-            #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
-              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
-              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
-            }
+          for (int i2 = 0; i2 < 4; ++i2) {
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+            napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+            napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
           }
         }
       }
