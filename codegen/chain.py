@@ -62,17 +62,15 @@ class ChainLowering(MmaLowering):
         # a chunk the diagram's mask zeroes for every output is neither copied nor computed
         outs = [p.node for p in s.outs]
         kinds = {p.node: "contract" for p in s.outs}
-        span = masks.data_span(self, outs, kinds, self.wm * self.wn * 32, s.red,
-                                s.batch) or \
-            masks.index_span(self, outs, kinds, self.wm * self.wn * 32, s.red)
-        known = {"#data": span[2]} if span else {}
+        span = masks.chunk_span(self, outs, kinds, self.wm * self.wn * 32, s.red, s.batch)
+        known = {"#data": span.bounds} if span else {}
 
         def skip(start: str, length: str):
             return masks.skip_test(self, outs, kinds,
                                    dict(self._box(s.red, start, length), **known))
-        band = bool(span) and len(span) > 4 and span[4]     # (no chunk inside is hidden)
         self._pipeline(list(streamed.values()) + list(self.columns.values()), compute,
-                       None if band else skip, peel=True, span=span[:2] if span else None)
+                       None if span and span.band else skip, peel=True,
+                       span=(span.first, span.end) if span else None)
         self._finish(fm)
 
     def _score(self, j: int, sc, ta: dict, tb: dict, fm: int, chunk: int) -> None:

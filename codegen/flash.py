@@ -57,11 +57,10 @@ class FlashLowering(MmaLowering):
         vt = self._tile(s.v, self.whole(s.dv, s.width), self.chunked(s.red))
         # a chunk the diagram's mask hides from every row of the block is neither copied nor
         # computed (causal)
-        span = masks.data_span(self, [s.out], {s.out: "pair"}, self.wm * self.wn * 32, s.red,
-                                s.batch) or \
-            masks.index_span(self, [s.out], {s.out: "pair"}, self.wm * self.wn * 32, s.red)
-        known = {"#data": span[2]} if span else {}
-        self.known, self.run = known, span[3] if span else None
+        span = masks.chunk_span(self, [s.out], {s.out: "pair"}, self.wm * self.wn * 32, s.red,
+                                s.batch)
+        known = {"#data": span.bounds} if span else {}
+        self.known, self.run = known, span.run if span else None
 
         def skip(start: str, length: str):
             return masks.skip_test(self, [s.out], {s.out: "pair"},
@@ -72,9 +71,8 @@ class FlashLowering(MmaLowering):
             self._softmax(fm, chunk, dv)
             self._weighted(vt, fm, chunk, dv)
         # full chunks in the loop, with no bounds test per score; a partial last one after it
-        band = bool(span) and len(span) > 4 and span[4]     # (no chunk inside is hidden)
-        self._pipeline([kt, vt], compute, None if band else skip, peel=True,
-                       span=span[:2] if span else None)
+        self._pipeline([kt, vt], compute, None if span and span.band else skip, peel=True,
+                       span=(span.first, span.end) if span else None)
         self._finish(fm, dv)
 
     def _scores(self, kt: dict, fm: int, chunk: int, hk: int, tail: bool) -> None:

@@ -224,7 +224,7 @@ class KernelLowering:
         span = None if per_chunk_stores else masks.data_span(
             self, reducers + stats, kinds, self.threads, r,
             [a for a in self.woven if self.tile[a] == 1])
-        known = {"#data": span[2]} if span else {}
+        known = {"#data": span.bounds} if span else {}
         skip = None if per_chunk_stores else masks.skip_test(self, reducers + stats, kinds,
                                                                  dict(self._box(r), **known))
 
@@ -253,7 +253,8 @@ class KernelLowering:
                         self._store(n, scope, pt)
             self.in_chunk, self.serial = False, self.serial - bool(split_r)
 
-        first, end = span[:2] if span else (f"({self.itype})0", f"({self.itype})({self.sizes[r]})")
+        first, end = (span.first, span.end) if span else (f"({self.itype})0",
+                                                          f"({self.itype})({self.sizes[r]})")
         b.loop("c0", first, end, str(chunk), chunk_body, ctype=self.itype)
         for pt_i, pt in enumerate(self.points):
             for n in reducers + stats:   # lanes that split any axis the reducer reduces merge

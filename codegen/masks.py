@@ -13,6 +13,7 @@ value: a fully masked chunk leaves every accumulator as it was.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from ..compiler import ir
 from ..compiler.masking import constant, data_leaf, masked_by, product_mask, through_names
@@ -159,10 +160,15 @@ def conditions(g, lw, reducers, kinds: dict) -> list | None:
 
 def skip_test(lw, reducers, kinds: dict, box: dict) -> str | None:
     """C expression: true when the current chunk is masked for every reducer of the pass."""
-    conds = conditions(lw.g, lw, reducers, kinds)
+    return _hidden(lw.g, conditions(lw.g, lw, reducers, kinds), box)
+
+
+def _hidden(g, conds, box: dict) -> str | None:
+    """C expression: true when none of the conditions `conds` can hold in `box` (None: one
+    of them cannot be tested there, or there are none)."""
     if conds is None:
         return None
-    tests = [can_hold(lw.g, c, box) for c in conds]
+    tests = [can_hold(g, c, box) for c in conds]
     if any(t is None for t in tests):
         return None
     return "!(" + " || ".join(tests) + ")"
@@ -183,9 +189,54 @@ def _leaves(g, n: int, found: dict) -> None:
 LEAST, MOST = "(-9223372036854775807LL - 1)", "9223372036854775807LL"
 
 
+class Span(NamedTuple):
+    """A chunk loop bounded by its mask (data_span, index_span): C names of the first chunk's
+    start and of the end of the chunks to run; `bounds`: the block's intervals of the inputs
+    read over its rows (for the per-chunk test); `run`: (flag, first, last) of the positions
+    where every condition holds for every row, or None; `band`: no chunk between first and
+    end is hidden (the loop needs no skip test of its own)."""
+    first: str
+    end: str
+    bounds: dict
+    run: tuple | None
+    band: bool = False
+
+
+def chunk_span(lw, reducers, kinds: dict, threads: int, r: str, single) -> Span | None:
+    """The bounds of the chunk loop along r by the reducers' mask, its prologue emitted: read
+    from data (data_span) or of indices (index_span); None when the mask bounds nothing."""
+    return data_span(lw, reducers, kinds, threads, r, single) or \
+        index_span(lw, reducers, kinds, threads, r)
+
+
+def _reduction_buffer(lw, threads: int) -> str:
+    """Shared memory for napkin_block_range and napkin_block_sum: two values a warp."""
+    b = lw.b
+    red = b.fresh("sred")
+    warps = -(-threads // 32)
+    lw.smem.append(P.SharedBuffer(red, "long long", _next(lw), str(2 * warps)))
+    lw.smem_terms.append((16 * warps,))
+    b.emit(P.Decl("long long* const", red, f"reinterpret_cast<long long*>(smem + "
+                                          f"{lw.smem[-1].offset})"))
+    return red
+
+
+def _chunk_bounds(lw, size: str, aligned: bool) -> None:
+    """cfirst and cend from the block's pfirst and plast (the first and the last position
+    where the mask may hold, or with `aligned` the first and the last chunk's start;
+    plast < 0: nowhere): a chunk-aligned start, an end that is a chunk multiple or the
+    axis's size."""
+    chunk = lw.kp.schedule.stream[1]
+    first = "pfirst" if aligned else f"pfirst / {chunk} * {chunk}"
+    lw.b.emit(P.Decl(f"const {lw.itype}", "cfirst", f"({lw.itype})(plast < 0 ? 0 : {first})"))
+    up = f"plast + {chunk}" if aligned else f"(plast / {chunk} + 1) * {chunk}"
+    lw.b.emit(P.Decl(f"const {lw.itype}", "cend", f"({lw.itype})(plast < 0 ? 0 : "
+                     f"({up} < {size} ? {up} : {size}))"))
+
+
 def data_span(lw, reducers, kinds: dict, threads: int, r: str, single):
     """For a mask read from integer inputs (varlen's `doc[q] == doc[x]`, a padding mask's
-    `x < len[b]`): emits the block's prologue and returns (first, end, bounds), else None.
+    `x < len[b]`): emits the block's prologue and returns its Span, else None.
 
     The prologue takes each input read over the block's rows and batch axes only (doc[q])
     to its least and greatest value over the block; then every thread tests its share of
@@ -216,12 +267,7 @@ def data_span(lw, reducers, kinds: dict, threads: int, r: str, single):
     if not along and not rows:
         return None
     b = lw.b
-    red = b.fresh("sred")
-    warps = -(-threads // 32)
-    lw.smem.append(P.SharedBuffer(red, "long long", _next(lw), str(2 * warps)))
-    lw.smem_terms.append((16 * warps,))
-    b.emit(P.Decl("long long* const", red, f"reinterpret_cast<long long*>(smem + "
-                                          f"{lw.smem[-1].offset})"))
+    red = _reduction_buffer(lw, threads)
     block = lw._box(r)
     bounds = {}
     for i, (n, lf) in enumerate(rows.items()):
@@ -283,13 +329,8 @@ def data_span(lw, reducers, kinds: dict, threads: int, r: str, single):
     # a run only when every position between its first and last is one (no hole)
     b.emit(P.Decl("const bool", "mrun",
                   f"napkin_block_sum(mcount, {red}) == mlast - mfirst + 1 && mlast >= 0"))
-    chunk = lw.kp.schedule.stream[1]
-    b.emit(P.Decl(f"const {lw.itype}", "cfirst",
-                  f"({lw.itype})(plast < 0 ? 0 : pfirst / {chunk} * {chunk})"))
-    up = f"(plast / {chunk} + 1) * {chunk}"
-    b.emit(P.Decl(f"const {lw.itype}", "cend", f"({lw.itype})(plast < 0 ? 0 : "
-                  f"({up} < {size} ? {up} : {size}))"))
-    return "cfirst", "cend", bounds, ("mrun", "mfirst", "mlast")
+    _chunk_bounds(lw, size, aligned=False)
+    return Span("cfirst", "cend", bounds, ("mrun", "mfirst", "mlast"))
 
 
 def one_band(g, n: int) -> bool:
@@ -308,9 +349,9 @@ def one_band(g, n: int) -> bool:
 
 def index_span(lw, reducers, kinds: dict, threads: int, r: str):
     """For a mask of indices, sizes and constants (causal's `x <= q`, a window's band): emits
-    the block's prologue and returns (first, end, {}, None, band) like data_span, else None;
-    `band`: the mask is one band for every reducer (one_band), so no chunk between first and
-    end is hidden and the loop needs no skip test of its own.
+    the block's prologue and returns its Span, else None; `band`: the mask is one band for
+    every reducer (one_band), so no chunk between first and end is hidden and the loop
+    needs no skip test of its own.
 
     Every thread tests its share of the chunks along r, the chunk as a whole against the
     block's index ranges (interval arithmetic, as the skip test does), and the block keeps
@@ -319,35 +360,26 @@ def index_span(lw, reducers, kinds: dict, threads: int, r: str):
     ends at its diagonal, a window's starts at its left edge) and still skips a hidden
     chunk between them (a mask of several bands; one band has none). The model counts the
     same chunks (compiler/fractions.iterated_fraction with the streamed axis)."""
-    if threads % 32:
+    conds = conditions(lw.g, lw, reducers, kinds)
+    if threads % 32 or conds is None:
         return None
     chunk = lw.kp.schedule.stream[1]
     size = f"(long long)({lw.sizes[r]})"
     left = f"{size} - dc"
-    test = skip_test(lw, reducers, kinds, lw._box(
-        r, "dc", f"({left} < {chunk} ? {left} : {chunk})"))
+    test = _hidden(lw.g, conds, lw._box(r, "dc", f"({left} < {chunk} ? {left} : {chunk})"))
     if test is None:
         return None
     b = lw.b
-    red = b.fresh("sred")
-    warps = -(-threads // 32)
-    lw.smem.append(P.SharedBuffer(red, "long long", _next(lw), str(2 * warps)))
-    lw.smem_terms.append((16 * warps,))
-    b.emit(P.Decl("long long* const", red, f"reinterpret_cast<long long*>(smem + "
-                                          f"{lw.smem[-1].offset})"))
+    red = _reduction_buffer(lw, threads)
     b.emit(P.Decl("long long", "pfirst", size))      # (none: the axis's size, and plast -1)
     b.emit(P.Decl("long long", "plast", "-1"))
     b.loop("dc", f"(long long)tid * {chunk}", size, f"{threads * chunk}", lambda: b.emit(P.If(
         f"!({test})", (P.Set("pfirst", "napkin_min(pfirst, dc)"),
                        P.Set("plast", "napkin_max(plast, dc)")))), ctype="long long")
     b.emit(P.Call("napkin_block_range", ("pfirst", "plast", red)))
-    b.emit(P.Decl(f"const {lw.itype}", "cfirst", f"({lw.itype})(plast < 0 ? 0 : pfirst)"))
-    up = f"plast + {chunk}"
-    b.emit(P.Decl(f"const {lw.itype}", "cend", f"({lw.itype})(plast < 0 ? 0 : "
-                  f"({up} < {size} ? {up} : {size}))"))
-    conds = conditions(lw.g, lw, reducers, kinds)
+    _chunk_bounds(lw, size, aligned=True)
     band = len({through_names(lw.g, c) for c in conds}) == 1 and one_band(lw.g, conds[0])
-    return "cfirst", "cend", {}, None, band
+    return Span("cfirst", "cend", {}, None, band)
 
 
 def _scope(lw, single, raws: dict) -> dict:

@@ -103,3 +103,32 @@ def _operand_arrays(g, node, by_node, arrays) -> list[int]:
         else:
             stack.extend(ir.operands(g, m))
     return found
+
+
+def resident_sets(cols, held: dict, symbolic: bool) -> list[tuple[int, ...]]:
+    """The columns whose totals M is the largest of, as the arrays counted at this level:
+    each distinct set once, and on numbers only the sets no other set contains (sizes are
+    never negative, so a contained set never totals more). Memoised: they depend on the
+    kernel's columns and on which arrays a level counts, not on the sizes."""
+    if not isinstance(cols, tuple):
+        return _resident_sets(cols, held, symbolic)
+    key = (id(cols), tuple(held), symbolic)
+    found = _RESIDENT_SETS.get(key)
+    if found is None or found[0] is not cols:
+        if len(_RESIDENT_SETS) > 4096:
+            _RESIDENT_SETS.clear()
+        found = _RESIDENT_SETS[key] = (cols, _resident_sets(cols, held, symbolic))
+    return found[1]
+
+
+# (id of the columns, arrays counted, symbolic) -> (the columns, their sets): holding the
+# columns keeps their id from being reused while the entry lives
+_RESIDENT_SETS: dict = {}
+
+
+def _resident_sets(cols, held, symbolic: bool) -> list[tuple[int, ...]]:
+    sets = list(dict.fromkeys(tuple(i for i in col.resident if i in held) for col in cols))
+    if symbolic:
+        return sets
+    members = [frozenset(s) for s in sets]
+    return [s for s, m in zip(sets, members) if not any(m < other for other in members)]

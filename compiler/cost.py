@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import issue, occupancy
-from .columns import Column
+from .columns import Column, resident_sets
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
 from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
@@ -215,7 +215,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                 held[i] = size
         helds.append((held, across))
         M = 0
-        for together in _columns(cols, held, symbolic):
+        for together in resident_sets(cols, held, symbolic):
             M = ops.maximum(M, total(held[i] for i in together))
         time = H / lv.bandwidth if lv.bandwidth else 0
         results.append(LevelCost(lv.name, lv.capacity_bytes, M, H, units, time))
@@ -233,9 +233,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         # a kernel bounding its chunk loop by the mask (codegen/masks: data_span on either
         # engine, index_span on the tensor cores) reduces the block's first and last chunk
         # through shared memory: 16 bytes a warp
-        sm = results[1]
-        results[1] = LevelCost(sm.name, sm.capacity, sm.M + 16 * np.ceil(threads / WARP), sm.H,
-                               sm.units, sm.time)
+        results[1] = replace(results[1], M=results[1].M + 16 * np.ceil(threads / WARP))
     span = None
     if symbolic or issue.simt_only(target):
         compute = total(amount / _rate(target, engine, bool(choice.warps))
@@ -316,59 +314,6 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                 tuple(parts.items()), regs, per_sm, limit, fraction,
                 span[0] if span is not None else 1.0)
     return _plain(replace(cost, bound=cost.name_bound()) if scalar else cost)
-
-
-def _columns(cols, held: dict, symbolic: bool) -> list[tuple[int, ...]]:
-    """The columns whose totals M is the largest of, as the arrays counted at this level:
-    each distinct set once, and on numbers only the sets no other set contains (sizes are
-    never negative, so a contained set never totals more). Memoised: they depend on the
-    kernel's columns and on which arrays a level counts, not on the sizes."""
-    if not isinstance(cols, tuple):
-        return _column_sets(cols, held, symbolic)
-    key = (id(cols), tuple(held), symbolic)
-    found = _COLUMN_SETS.get(key)
-    if found is None or found[0] is not cols:
-        if len(_COLUMN_SETS) > 4096:
-            _COLUMN_SETS.clear()
-        found = _COLUMN_SETS[key] = (cols, _column_sets(cols, held, symbolic))
-    return found[1]
-
-
-# (id of the columns, arrays counted, symbolic) -> (the columns, their sets): holding the
-# columns keeps their id from being reused while the entry lives
-_COLUMN_SETS: dict = {}
-
-
-def _column_sets(cols, held, symbolic: bool) -> list[tuple[int, ...]]:
-    sets = list(dict.fromkeys(tuple(i for i in col.resident if i in held) for col in cols))
-    if symbolic:
-        return sets
-    members = [frozenset(s) for s in sets]
-    return [s for s, m in zip(sets, members) if not any(m < other for other in members)]
-
-
-def fastest(cost: Cost, ok, ties, shape: tuple[int, ...]) -> int | None:
-    """The fastest candidate where `ok`, as an index into the candidate set flattened to
-    `shape`, or None when none is: times equal to 15 decimals are broken by `ties` (terms
-    that broadcast to `shape`; the first decides first, the smallest wins, then the
-    earliest candidate), so the search is deterministic."""
-    time = np.round(np.broadcast_to(np.where(ok, cost.time, np.inf), shape).ravel(), 15)
-    tied = np.flatnonzero(time == time.min())
-    if time[tied[0]] == np.inf:
-        return None
-    if len(tied) == 1:
-        return int(tied[0])
-    where = np.unravel_index(tied, shape)
-    keys = [np.broadcast_to(entries(t, where), tied.shape) for t in reversed(ties)]
-    return int(tied[np.lexsort(keys)[0]])
-
-
-def fits(cost: Cost):
-    """Whether every level's footprint fits its capacity (per candidate for a candidate set)."""
-    ok = True
-    for lc in cost.levels[1:]:
-        ok = ok & (lc.M <= lc.capacity)
-    return ok
 
 
 def _plain(record):

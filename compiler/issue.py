@@ -147,9 +147,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         fp32.append(amount * per[0])
         mufu.append(amount * per[1])
         other.append(amount * per[2])
-    chunks = 1
-    if stream is not None:
-        chunks = NUMBERS.ceil(sizes[stream] / choice.stream[1]) * model.streaming.passes
+    chunks = _chunks(model, choice, sizes)
     if tensor and model.streaming.pairs:      # per chunk computed: rescale O, rows' exps
         rows, width = _flash_block(model, choice, sizes)
         per_block = units[0] * chunks * fraction
@@ -161,13 +159,9 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         # every chunk runs the loop's iteration, a chunk the mask does not hide also copies
         # each streamed tile; the loads a block keeps are copied once, before the loop
         threads = warps_per_block * WARP
-        chunk = dict([choice.stream]) if choice.stream else {}
         per_chunk, once = 0, 0
         narrow = _tensor_dtype(model) != "f32"
-        for a in model.arrays:
-            if a.role != "load":
-                continue
-            tile = prod(chunk.get(x, level1[x]) for x in a.axes) * a.bytes
+        for a, tile in tiles(model, choice, level1):
             rounded = narrow and a.bytes == 4 and len(a.axes) >= 2   # (not a 4-byte vector)
             copy = COPY_SETUP + NUMBERS.ceil(tile / COPY_BYTES_TENSOR / threads) * (
                 COPY_ROUNDED if rounded else COPY_EACH)
@@ -249,8 +243,7 @@ def barriers(model, choice, sizes: dict, target: Target, blocks, span=None):
     their many resident blocks hide them)."""
     if not choice.warps or not choice.stream or not target.processors or not target.clock_hz:
         return 0.0
-    visited = NUMBERS.ceil(sizes[choice.stream[0]] / choice.stream[1]) * \
-        model.streaming.passes * (span[0] if span else 1)
+    visited = _chunks(model, choice, sizes) * (span[0] if span else 1)
     return blocks * visited * BARRIERS_PER_CHUNK * BARRIER_CYCLES / \
         (target.clock_hz * target.processors)
 
@@ -262,12 +255,25 @@ def fill(model, choice, target: Target, level1: dict, blocks, per_sm, latency: f
     caller adds it beside the launch, not within what idle SMs stretch."""
     if not target.processors:
         return 0.0
-    chunk = dict([choice.stream]) if choice.stream else {}
-    first = sum(prod(chunk.get(x, level1[x]) for x in a.axes) * a.bytes
-                for a in model.arrays if a.role == "load")
+    first = sum(tile for _, tile in tiles(model, choice, level1))
     bandwidth = target.levels[1].bandwidth if len(target.levels) > 1 else None
     waves = NUMBERS.ceil(blocks / (target.processors * per_sm))
     return waves * (latency + (first / (bandwidth / target.processors) if bandwidth else 0))
+
+
+def tiles(model, choice, level1: dict) -> list:
+    """(load, bytes of the tile a block copies of it at a time: one chunk of a streamed one,
+    its block tile otherwise) for every load of the kernel."""
+    chunk = dict([choice.stream]) if choice.stream else {}
+    return [(a, prod(chunk.get(x, level1[x]) for x in a.axes) * a.bytes)
+            for a in model.arrays if a.role == "load"]
+
+
+def _chunks(model, choice, sizes: dict):
+    """Chunks of the streamed axis a block runs, over every pass (1 with no stream)."""
+    if not choice.stream:
+        return 1
+    return NUMBERS.ceil(sizes[choice.stream[0]] / choice.stream[1]) * model.streaming.passes
 
 
 def _flash_block(model, choice, sizes: dict):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .choices import prod
+from .issue import tiles
 from .target import Target
 
 WARP = 32
@@ -172,9 +173,7 @@ def in_flight(model, choice, level1: dict):
     shared memory (None for the CUDA cores, whose loads are not pipelined)."""
     if not choice.warps or not choice.stream:
         return None
-    chunk = dict([choice.stream])
-    return sum(prod(chunk.get(x, level1[x]) for x in a.axes) * a.bytes
-               for a in model.arrays if a.role == "load" and a.streamed)
+    return sum(tile for a, tile in tiles(model, choice, level1) if a.streamed)
 
 
 def utilization(target: Target, blocks, smem, threads, active=None, regs=None, per_sm=None,

@@ -21,7 +21,8 @@ import functools
 import numpy as np
 
 from .columns import Column
-from .cost import Choice, Choices, Cost, evaluate, fastest, fits
+from .cost import Choice, Choices, Cost, evaluate
+from .pick import fastest, fits
 from .model import Model
 from .target import Target
 

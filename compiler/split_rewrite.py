@@ -11,15 +11,10 @@ from .graph import DiGraph, ancestors
 import numpy as np
 
 from . import ir
-from .canonical import dead_code, through
+from .canonical import dead_code
 from .split_region import Region, redirect
+from .split_merges import Merges
 from .split_statements import separate_copies
-
-_FILL = {"sum": 0.0, "mean": 0.0, "var": 0.0, "max": -np.inf, "logsumexp": -np.inf,
-         "min": np.inf}
-
-INT_FILL = float(2 ** 62)    # beyond any position or i32 value; exact in f64 and i64
-
 
 @dataclass(frozen=True)
 class SplitInfo:
@@ -53,7 +48,7 @@ def share(size: int, parts: int) -> int:
     return -(-int(size) // int(parts))
 
 
-class Rewrite:
+class Rewrite(Merges):
     def __init__(self, g: DiGraph, region: Region, parts: int):
         self.g, self.r, self.parts = g, region, parts
         self.x = region.axis
@@ -268,152 +263,6 @@ class Rewrite:
             if ir.type_of(g, result).axes != t.axes:
                 result = self.add(ir.Assign(self.fresh(f"{name}.merged")), t, [result], merge_stmt)
         redirect(g, n, result)
-
-    def _pair_operand(self, n: int):
-        g = self.g
-        for k, u in enumerate(ir.operands(g, n)):
-            if isinstance(ir.op(g, through(g, u)), ir.Softmax):
-                return k
-        return None
-
-    def _reduce(self, n, op, t, part, merge_stmt, name) -> int:
-        g = self.g
-        src = self._read(ir.operands(g, n)[0], part)
-        axes = tuple(self.s if a == self.x else a for a in op.axes)
-        if op.fn == "var":
-            return self._variance(src, op, axes, t, part, merge_stmt, name)
-        if op.fn in ("argmax", "argmin"):
-            return self._arg(src, op, axes, t, part, merge_stmt, name)
-        if op.fn in ("max", "min") and ir.kind_of_dtype(ir.type_of(g, src).dtype) != "float":
-            # past the axis, a clamped read repeats a real position, but an index of the axis
-            # does not (`max[j](j)`: 98 for j < 97 in parts of 33): those positions take a
-            # value below (max) or above (min) any real one
-            fill = -INT_FILL if op.fn == "max" else INT_FILL
-            partial = self._partial(self.masked(src, fill, part), op.fn, axes, t.dtype, part)
-        else:
-            fn = "sum" if op.fn == "mean" else op.fn
-            partial = self._partial(self.masked(src, _FILL[op.fn], part), fn, axes, t.dtype, part)
-        stored = self._store(partial, f"{name}.part", part)
-        fn = "sum" if op.fn == "mean" else op.fn
-        total = self._merge(fn, stored, t.dtype, merge_stmt)
-        if op.fn == "mean":
-            return self.map("div", [total, self._count(op.axes, merge_stmt)], t.dtype, merge_stmt)
-        return total
-
-    def _arg(self, src, op, axes, t, part, merge_stmt, name) -> int:
-        """argmax (argmin): per split its best value and the position of its first (a NaN
-        beats every number, as in the accumulator); merged by the first split holding the
-        best value (argmax[p] of the values), whose position is read there. Ties keep the
-        smallest position: within a split by argmax's own rule, across splits because an
-        earlier split holds smaller positions; positions past the axis hold a value below
-        (above) any real one, so an empty split is never taken."""
-        g = self.g
-        best = "max" if op.fn == "argmax" else "min"
-        integer = ir.kind_of_dtype(ir.type_of(g, src).dtype) != "float"
-        fill = (-INT_FILL if best == "max" else INT_FILL) if integer else _FILL[best]
-        vals = self.masked(src, fill, part)
-        value_t = ir.type_of(g, vals).dtype
-        value = self._store(self._partial(vals, best, axes, value_t, part), f"{name}.part", part)
-        first = self._partial(vals, op.fn, axes, t.dtype, part)
-        i = ir.INT_INTERMEDIATE
-        p = self.add(ir.Index(self.p), ir.ArrayType((self.p,), "index"), [], part)
-        offset = self.map("mul", [p, self.size(self.s, part)], i, part)
-        where = self._store(self.map("add", [first, offset], t.dtype, part), f"{name}.at", part)
-        chosen = self.add(ir.Reduce(op.fn, (self.p,)),
-                          ir.ArrayType(tuple(a for a in ir.type_of(g, value).axes
-                                             if a != self.p), t.dtype), [value], merge_stmt)
-        labels = tuple(None if a == self.p else a for a in ir.type_of(g, where).axes)
-        return self.add(ir.Gather(labels), ir.ArrayType(ir.gather_axes(
-            labels, [ir.type_of(g, chosen).axes]), t.dtype), [where, chosen], merge_stmt)
-
-    def _partial(self, src: int, fn: str, axes, dtype: str, stmt) -> int:
-        kept = tuple(a for a in ir.type_of(self.g, src).axes if a not in axes)
-        return self.add(ir.Reduce(fn, axes), ir.ArrayType(kept, dtype), [src], stmt)
-
-    def _store(self, n: int, name: str, stmt) -> int:
-        """A partial state as a named array, splits first."""
-        rest = tuple(a for a in ir.type_of(self.g, n).axes if a != self.p)
-        return self.assign(self.fresh(name), n, (self.p,) + rest, stmt)
-
-    def _merge(self, fn: str, stored: int, dtype: str, stmt) -> int:
-        rest = tuple(a for a in ir.type_of(self.g, stored).axes if a != self.p)
-        return self.add(ir.Reduce(fn, (self.p,)), ir.ArrayType(rest, dtype), [stored], stmt)
-
-    def _variance(self, src, op, axes, t, part, merge_stmt, name) -> int:
-        """Per split: its count n_p (from the indices), mean_p and M2_p (two passes over s_x);
-        merged by Chan's rule: mean = sum n_p mean_p / N, M2 = sum M2_p + n_p (mean_p - mean)^2."""
-        f = t.dtype
-        n_p = self._split_count(op.axes, part)
-        total = self._partial(self.masked(src, 0.0, part), "sum", axes, f, part)
-        positive = self.map("gt", [n_p, self.const(0.0, f, part)], "bool", part)
-        safe = self.map("maximum", [n_p, self.const(1.0, f, part)], f, part)
-        mean_p = self.map("where", [positive, self.map("div", [total, safe], f, part),
-                                    self.const(0.0, f, part)], f, part)
-        dev = self.map("sub", [src, mean_p], f, part)
-        m2_p = self._partial(self.masked(self.map("mul", [dev, dev], f, part), 0.0, part), "sum",
-                             axes, f, part)
-        mean_s = self._store(mean_p, f"{name}.mean", part)
-        m2_s = self._store(m2_p, f"{name}.m2", part)
-        m = merge_stmt
-        n_m = self._split_count(op.axes, m)
-        count = self._count(op.axes, m)
-        mean = self.map("div", [self._merge("sum", self.map("mul", [n_m, mean_s], f, m), f, m),
-                                count], f, m)
-        shift = self.map("sub", [mean_s, mean], f, m)
-        spread = self.map("mul", [n_m, self.map("mul", [shift, shift], f, m)], f, m)
-        m2 = self.map("add", [self._merge("sum", m2_s, f, m), self._merge("sum", spread, f, m)],
-                      f, m)
-        return self.map("div", [m2, count], f, m)
-
-    def _split_count(self, axes, stmt) -> int:
-        """Positions of split p_x that lie inside x (times the other reduced axes), as a float
-        over [p_x]: clamp(size(x) - p_x * size(s_x), 0, size(s_x))."""
-        i = ir.INT_INTERMEDIATE
-        p = self.add(ir.Index(self.p), ir.ArrayType((self.p,), "index"), [], stmt)
-        start = self.map("mul", [p, self.size(self.s, stmt)], i, stmt)
-        left = self.map("sub", [self.size(self.x, stmt), start], i, stmt)
-        n = self.map("maximum", [self.map("minimum", [left, self.size(self.s, stmt)], i, stmt),
-                                 self.const(0, i, stmt)], i, stmt)
-        for a in axes:
-            if a != self.x:
-                n = self.map("mul", [n, self.size(a, stmt)], i, stmt)
-        return self.map("float", [n], ir.INTERMEDIATE, stmt)
-
-    def _count(self, axes, stmt) -> int:
-        """The number of positions a mean or variance divides by (the original axes)."""
-        sizes = [self.size(a, stmt) for a in axes]
-        out = sizes[0]
-        for s in sizes[1:]:
-            out = self.map("mul", [out, s], ir.INT_INTERMEDIATE, stmt)
-        return self.map("float", [out], ir.INTERMEDIATE, stmt)
-
-    def _pair(self, n, op, t, part, merge_stmt, name) -> int:
-        """softmax[x](S) V: partial O_p and L_p, merged as softmax[p_x](L_p) O_p."""
-        g = self.g
-        args = ir.operands(g, n)
-        k = self._pair_operand(n)
-        probs = self._read(args[k], part)
-        other = self.masked(self._read(args[1 - k], part), 0.0, part)
-        soft = through(g, probs)
-        scores = ir.operands(g, soft)[0]          # where(valid, S', -inf), built by _prime
-        pair = [probs, other] if k == 0 else [other, probs]
-        union = tuple(dict.fromkeys(ir.type_of(g, pair[0]).axes + ir.type_of(g, pair[1]).axes))
-        o = self.add(ir.Contract((self.s,)), ir.ArrayType(
-            tuple(a for a in union if a != self.s), t.dtype), pair, part)
-        o_axes = (self.p,) + t.axes
-        o_part = self.assign(self.fresh(f"{name}.part"), o, o_axes, part)
-        lse = self.add(ir.Reduce("logsumexp", (self.s,)), ir.ArrayType(
-            tuple(a for a in ir.type_of(g, scores).axes if a != self.s), t.dtype), [scores], part)
-        # stored over O's axes (broadcast along the value axes), so that the partial kernel
-        # stores arrays of one shape: its value axes stay woven (tiled across threads)
-        l_part = self.assign(self.fresh(f"{name}.lse"), lse, o_axes, part)
-        w = self.add(ir.Softmax((self.p,)), ir.type_of(g, l_part), [l_part], merge_stmt)
-        union = tuple(dict.fromkeys(ir.type_of(g, w).axes + o_axes))
-        merged = self.add(ir.Contract((self.p,)), ir.ArrayType(
-            tuple(a for a in union if a != self.p), t.dtype), [w, o_part], merge_stmt)
-        if ir.type_of(g, merged).axes != t.axes:
-            merged = self.add(ir.Assign(self.fresh(f"{name}.merged")), t, [merged], merge_stmt)
-        return merged
 
 
 def _share_axis(g, name: str, source: str, parts: int) -> ir.Axis:

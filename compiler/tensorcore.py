@@ -27,7 +27,8 @@ from . import chain, flash, ir, split, warps
 from .chain import ChainSite
 from .kernels import is_free
 from .memory import ROW_PAD as PAD
-from .cost import Choice, Choices, Cost, evaluate, fits
+from .cost import Choice, Choices, Cost, evaluate
+from .pick import fits
 from .flash import FlashSite
 from .canonical import through
 from .model import Model, kernel_model, storage_dtype

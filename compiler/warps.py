@@ -4,7 +4,8 @@ the fragment, which block-level hints they can honour, and the cheapest tiling t
 
 from __future__ import annotations
 
-from .cost import Choice, Choices, Cost, evaluate, fastest, fits
+from .cost import Choice, Choices, Cost, evaluate
+from .pick import fastest, fits
 from .model import Model
 from .target import Target
 

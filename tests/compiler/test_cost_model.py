@@ -17,7 +17,8 @@ import pytest
 import napkin
 from napkin.compiler import flash, search, tensorcore
 from napkin.compiler.columns import columns
-from napkin.compiler.cost import Choice, Choices, Cost, evaluate, fits
+from napkin.compiler.cost import Choice, Choices, Cost, evaluate
+from napkin.compiler.pick import fits
 from napkin.compiler.model import kernel_model
 from napkin.compiler.plan import plan
 from napkin.diagrams.sources import library_names

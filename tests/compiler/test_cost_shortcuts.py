@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import napkin
-from napkin.compiler import cost, fractions, occupancy
+from napkin.compiler import fractions, occupancy
 from napkin.compiler import target as targets
-from napkin.compiler.columns import columns
+from napkin.compiler.columns import columns, resident_sets
 from napkin.compiler.model import kernel_model
 from napkin.compiler.plan import plan
 
@@ -128,6 +128,6 @@ def test_the_memoised_column_sets_are_the_column_sets(name):
                                                          replace=False)}
                 for symbolic in (False, True):
                     want = column_sets_plain(cols, held, symbolic)
-                    assert cost._columns(cols, held, symbolic) == want   # computed
-                    assert cost._columns(cols, held, symbolic) == want   # memoised
-                    assert cost._columns(list(cols), held, symbolic) == want
+                    assert resident_sets(cols, held, symbolic) == want   # computed
+                    assert resident_sets(cols, held, symbolic) == want   # memoised
+                    assert resident_sets(list(cols), held, symbolic) == want

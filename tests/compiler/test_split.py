@@ -310,7 +310,7 @@ def test_every_library_split_runs_on_the_emulator(name, rng, within_budget):
 @pytest.mark.parametrize("dtype", ["f32", "i32"])
 def test_argmax_splits_and_keeps_the_first_best_position(fn, dtype):
     """argmax/argmin over a split axis: per split the best value and its first position, the
-    merge takes the first split holding the best value (compiler/split_rewrite._arg). Ties
+    merge takes the first split holding the best value (compiler/split_merges.Merges._arg). Ties
     everywhere (a few distinct values), NaN twice in a row (the first wins), a row of -inf,
     odd splits, splits past the chunks and an empty last split; on the interpreter and the
     emulator against NumPy."""
