@@ -235,6 +235,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         # through shared memory: 16 bytes a warp
         results[1] = replace(results[1], M=results[1].M + 16 * np.ceil(threads / WARP))
     span = None
+    loads = issue.tiles(model, choice, covs[0])     # each load's tile a block copies at a time
     if symbolic or issue.simt_only(target):
         compute = total(amount / _rate(target, engine, bool(choice.warps))
                         for engine, amount in flops.items())
@@ -258,7 +259,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         parts = issue.compute(model, choice, sizes, target, covs[0],
                               [lc.H for lc in results[1:]], unit_counts,
                               np.ceil(threads / WARP), active / threads, fraction, cut=cut,
-                              span=span)
+                              span=span, loads=loads)
         compute = functools.reduce(ops.maximum, parts.values())
     if choice.warps and not symbolic:   # fragments padded past the arrays compute all the same
         compute = compute * _padding(choice, sizes)
@@ -286,9 +287,9 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         compute = ops.maximum(compute, chained)
     # each wave of resident blocks waits for its first tiles (issue.fill): beside the launch
     filled = 0.0 if issue.simt_only(target) else issue.fill(
-        model, choice, target, covs[0], unit_counts[0], per_sm, occupancy.LATENCY_SECONDS)
+        loads, target, unit_counts[0], per_sm, occupancy.LATENCY_SECONDS)
     util = occupancy.utilization(target, unit_counts[0], results[1].M, threads, active, regs,
-                                 per_sm, occupancy.in_flight(model, choice, covs[0]))
+                                 per_sm, occupancy.in_flight(choice, loads))
     named = {"compute": compute}
     for lc in results[1:]:
         named[f"{lc.name} bandwidth"] = lc.time

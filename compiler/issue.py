@@ -110,7 +110,7 @@ SPAN_REDUCE = 30
 
 def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, units: list,
             warps_per_block, lane_share, fraction, symbolic: bool = False, cut=None,
-            span=None) -> dict:
+            span=None, loads=None) -> dict:
     """Seconds each compute limit takes: `issue` (every warp instruction), `tensor`, `fp32`,
     `mufu` (their pipes). `H`: bytes into each level below the top, `units`: units of each,
     `warps_per_block`: warps a block runs, `lane_share`: the share of their lanes with work,
@@ -161,7 +161,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         threads = warps_per_block * WARP
         per_chunk, once = 0, 0
         narrow = _tensor_dtype(model) != "f32"
-        for a, tile in tiles(model, choice, level1):
+        for a, tile in loads if loads is not None else tiles(model, choice, level1):
             rounded = narrow and a.bytes == 4 and len(a.axes) >= 2   # (not a 4-byte vector)
             copy = COPY_SETUP + NUMBERS.ceil(tile / COPY_BYTES_TENSOR / threads) * (
                 COPY_ROUNDED if rounded else COPY_EACH)
@@ -248,14 +248,14 @@ def barriers(model, choice, sizes: dict, target: Target, blocks, span=None):
         (target.clock_hz * target.processors)
 
 
-def fill(model, choice, target: Target, level1: dict, blocks, per_sm, latency: float):
+def fill(loads, target: Target, blocks, per_sm, latency: float):
     """Seconds a kernel waits for its blocks' first tiles, on either engine: the memory
     latency, then the tiles at the SM's share of the HBM bandwidth, once per wave of
     resident blocks (the blocks resident together wait together). Wall-clock time: the
-    caller adds it beside the launch, not within what idle SMs stretch."""
+    caller adds it beside the launch, not within what idle SMs stretch. `loads`: tiles()."""
     if not target.processors:
         return 0.0
-    first = sum(tile for _, tile in tiles(model, choice, level1))
+    first = sum(tile for _, tile in loads)
     bandwidth = target.levels[1].bandwidth if len(target.levels) > 1 else None
     waves = NUMBERS.ceil(blocks / (target.processors * per_sm))
     return waves * (latency + (first / (bandwidth / target.processors) if bandwidth else 0))

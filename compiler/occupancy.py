@@ -23,7 +23,6 @@ from __future__ import annotations
 import numpy as np
 
 from .choices import prod
-from .issue import tiles
 from .target import Target
 
 WARP = 32
@@ -168,12 +167,13 @@ def blocks_per_sm(target: Target, smem, threads, regs):
     return np.maximum(fewest, 1)[()], which[()]
 
 
-def in_flight(model, choice, level1: dict):
+def in_flight(choice, loads):
     """Bytes a tensor-core block keeps in flight: one chunk of each tile it streams into
-    shared memory (None for the CUDA cores, whose loads are not pipelined)."""
+    shared memory (None for the CUDA cores, whose loads are not pipelined). `loads`: the
+    kernel's tiles (issue.tiles)."""
     if not choice.warps or not choice.stream:
         return None
-    return sum(tile for a, tile in tiles(model, choice, level1) if a.streamed)
+    return sum(tile for a, tile in loads if a.streamed)
 
 
 def utilization(target: Target, blocks, smem, threads, active=None, regs=None, per_sm=None,
