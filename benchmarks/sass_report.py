@@ -3,7 +3,7 @@
     python benchmarks/sass_report.py [--arch sm_80|sm_90] [--no-triton] [--json PATH]
 
 For each library kernel at a realistic shape (attention and causal attention at
-d = 64 and 128, GQA, matmul 4096^3 and 8192^3, linear_gelu), napkin's cubin is built
+d = 64 and 128, GQA, matmul 4096^3 and 8192^3, linear_gelu, rmsnorm_linear), napkin's cubin is built
 with NVRTC and disassembled with cuobjdump; `runtime/mainloop.py` finds the main loop
 (the innermost backward-branch loop holding the most HMMA) and classifies its
 instructions, once each, both sides of every branch. Beside them, Triton kernels of
@@ -50,6 +50,8 @@ NAPKIN = [
     ("matmul 4096^3", "matmul", {"m": 4096, "n": 4096, "k": 4096}, {}),
     ("matmul 8192^3", "matmul", {"m": 8192, "n": 8192, "k": 8192}, {}),
     ("linear_gelu 4096^3", "linear_gelu", {"t": 4096, "i": 4096, "o": 4096}, {}),
+    # RMSNorm fused into the product: X * g computed as staged, the rows' mean beside it
+    ("rmsnorm_linear 4096^3", "rmsnorm_linear", {"t": 4096, "i": 4096, "o": 4096}, {}),
     # the plain gradient of attention: the forward (with D), the dQ and the dK/dV chains
     ("attention backward d=64", "grad:attention", LONG, {"d": 64}),
 ]

@@ -186,13 +186,21 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
     else:
         result = b.fresh("res")
         b.emit(P.Decl("float", result, None, st.extent))
-        formula = {"mean": "({c}[z] > 0.0f ? {s}[z] / {c}[z] : NAPKIN_NAN)",
-                   "var": "({n}[z] > 0.0f ? {q}[z] / {n}[z] : NAPKIN_NAN)",
-                   "logsumexp": "({m}[z] == NAPKIN_INF ? NAPKIN_INF : "
-                                "logf({s}[z]) + napkin_shift({m}[z]))"}[st.kind]
-        b.loop("z", "0", str(st.extent), "1",
-               lambda: b.emit(P.Set(f"{result}[z]", formula.format(**a))))
+        b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(
+            f"{result}[z]", finished(st.kind, {slot: f"{v}[z]" for slot, v in a.items()}))))
     lw.register(n, point, result, st.extra)
+
+
+# the result of a state whose slots are not the result itself (C, of the slots' values)
+FINISHED = {"mean": "({c} > 0.0f ? {s} / {c} : NAPKIN_NAN)",
+            "var": "({n} > 0.0f ? {q} / {n} : NAPKIN_NAN)",
+            "logsumexp": "({m} == NAPKIN_INF ? NAPKIN_INF : logf({s}) + napkin_shift({m}))"}
+
+
+def finished(kind: str, v: dict) -> str:
+    """The reduction's value from its state's slots (`v`: slot -> C expression), for the
+    kinds whose result is not the running value itself (sum, max, min: slot s)."""
+    return FINISHED[kind].format(**v) if kind in FINISHED else v["s"]
 
 
 def _merge(lw, st: State) -> None:
@@ -222,8 +230,10 @@ def _merge(lw, st: State) -> None:
     b.emit(P.For("off", str(w // 2), "off > 0", "off /= 2", b.close()))
 
 
-def _merge_one(b, st: State, shfl) -> None:
-    v = {slot: f"{var}[z]" for slot, var in st.arrays.items()}
+def _merge_one(b, st: State, shfl, values: dict | None = None) -> None:
+    """Merge into the state's slots (`values`: slot -> C lvalue, else its arrays at z) the
+    state `shfl` reads of each (another lane's)."""
+    v = values if values is not None else {slot: f"{var}[z]" for slot, var in st.arrays.items()}
     o = {slot: shfl(lv, SLOT_CTYPE.get(slot, "float")) for slot, lv in v.items()}
     if st.kind in ("sum", "mean", "contract"):
         for slot in v:

@@ -23,12 +23,13 @@ from . import cexpr
 from . import program as P
 from .builder import Ix
 from .kernel import KernelLowering
+from .rowstats import RowStats
 from .tiles import SharedTiles
 
 FM, FN, FK = tc.FRAGMENT
 
 
-class MmaLowering(SharedTiles, KernelLowering):
+class MmaLowering(RowStats, SharedTiles, KernelLowering):
     def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
         super().__init__(plan, kp, names, sizes, index_type)
         self.site = kp.schedule.site   # compiler/tensorcore.py: what runs on the tensor cores
@@ -78,20 +79,26 @@ class MmaLowering(SharedTiles, KernelLowering):
         b.emit(P.Decl("float", "acc", "{}", shape=(fm, fn, 4)))
         k = self.chunked(s.red)
         tiles = [self._tile(s.a, self.grouped(s.row), k), self._tile(s.b, self.grouped(s.col), k)]
+        stats = self._stats_declare()
+        chunk = self.kp.schedule.stream[1]
 
         def pipeline(vector: bool | None = None):
-            self._pipeline(tiles, lambda tail: b.loop(
-                "kk", "0", str(self.kp.schedule.stream[1] // FK), "1", lambda: self._step(tiles, fm, fn),
-                unroll=True), vector=vector)
+            def compute(tail):
+                self._stats_fold(stats, chunk, vector)
+                b.loop("kk", "0", str(chunk // FK), "1", lambda: self._step(tiles, fm, fn),
+                       unroll=True)
+            self._pipeline(tiles, compute, vector=vector)
         # rows whose length is a runtime size: the size test decides once, outside the chunk
         # loop, which of two loops runs (16-byte copies, or one value at a time)
-        tests = sorted({a for a in map(self._aligned, tiles) if isinstance(a, str)})
+        tests = sorted({a for a in [*map(self._aligned, tiles), *(t.vector for t in stats)]
+                        if isinstance(a, str)})
         if tests:
             b.emit(P.If(" && ".join(tests), self._scoped(lambda: pipeline(True)),
                         self._scoped(lambda: pipeline(False))))
         else:
             pipeline()
-        self._epilogue_mma(fm, fn)
+        self._stats_finish(stats)
+        self._epilogue_mma(fm, fn, stats)
 
     def _pipeline(self, tiles, compute, skip=None, peel: bool = False,
                   vector: bool | None = None, span: tuple[str, str] | None = None) -> None:
@@ -244,15 +251,18 @@ class MmaLowering(SharedTiles, KernelLowering):
         self.b.emit(P.Call(f"napkin_ldmatrix_x{count}{suffix}", (dest, f"{self.at(t)} + {address}")))
 
     # -- epilogue ----------------------------------------------------------------------------
-    def _epilogue_mma(self, fm: int, fn: int) -> None:
-        """Every accumulator element of the lane: its point, the stores of the kernel there."""
+    def _epilogue_mma(self, fm: int, fn: int, stats=()) -> None:
+        """Every accumulator element of the lane: its point, the stores of the kernel there
+        (`stats`: the reductions beside the product, read at the element's row or column)."""
         s = self.site
+        local = {s.row: f"wr * {self.wtm} + i0 * {FM} + fg + (i2 / 2) * 8",
+                 s.col: f"{self._warp_col()} + i1 * {FN} + fq * 2 + i2 % 2"}
 
         def point():
-            scope, valid = self._point({
-                s.row: f"{self._axis_var('org', s.row)} + wr * {self.wtm} + i0 * {FM} + fg + (i2 / 2) * 8",
-                s.col: f"{self._axis_var('org', s.col)} + {self._warp_col()} + i1 * {FN} + fq * 2 + i2 % 2"})
+            scope, valid = self._point({a: f"{self._axis_var('org', a)} + {v}"
+                                        for a, v in local.items()})
             self.values[s.node] = "acc[i0][i1][i2]"
+            self._stats_at(stats, local)
             for n in self.k.stores:
                 self._store(n, scope, {"valid": valid})
             self.values.clear()

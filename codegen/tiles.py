@@ -58,7 +58,10 @@ class SharedTiles:
         stages of it when it holds a chunk (the pipeline), declared once per kernel."""
         axes = ir.type_of(self.g, n).axes
         inner, outer = (frag, k) if axes.index(frag.name) > axes.index(k.name) else (k, frag)
-        _, dtype = self.names[self._source(n)[0]]
+        # an operand computed from loads (tensorcore.Site.computed) is computed at each
+        # element as it is staged, and rounded
+        computed = n in getattr(self.site, "computed", ())
+        _, dtype = ("", "f32") if computed else self.names[self._source(n)[0]]
         # an f32 intermediate beside a 16-bit operand is rounded as it is staged
         # (compiler/tensorcore._rounded): the tile holds the product's dtype
         convert = dtype != self.site.dtype
@@ -75,7 +78,7 @@ class SharedTiles:
                            f"{self.smem[-1].offset})"))
         return {"node": n, "name": name, "inner": inner, "outer": outer, "k": k.name,
                 "pitch": pitch, "count": count, "stages": stages, "ctype": ctype,
-                "convert": convert}
+                "convert": convert, "computed": computed}
 
     def _vector(self, n: int, axis: str) -> dict:
         """Two stages of a chunk of a 4-byte array over the streamed `axis` and the block's
@@ -133,7 +136,7 @@ class SharedTiles:
             self._copy_vector(t, stage, c0, clen)
             return
         aligned = self._aligned(t)
-        width = RVECTOR if t["convert"] else VECTOR
+        width = RVECTOR if t["convert"] and not t["computed"] else VECTOR
         if isinstance(aligned, str) and vector is not None:
             aligned = True if vector else None          # the size test ran outside the loop
         if aligned is True or aligned is None:
@@ -149,6 +152,8 @@ class SharedTiles:
         launchers see to it), so only the rows' length decides."""
         axes = ir.type_of(self.g, t["node"]).axes
         axis, extent = t["inner"].name, t["inner"].extent
+        if t["computed"]:
+            return self.vectorizable(t["node"], axis, extent)
         size = self.sizes[axis]
         width = RVECTOR if t["convert"] else VECTOR
         if axes[-1] != axis or extent % width or (size.isdigit() and int(size) % width):
@@ -164,23 +169,19 @@ class SharedTiles:
     def _copy_loop(self, t: dict, vector: int, stage: str, c0: str, clen: str) -> None:
         b = self.b
         base, window = self._source(t["node"])
-        param, _ = self.names[base]
         inner, outer = t["inner"], t["outer"]
         per_row = inner.extent // vector
         count = outer.extent * per_row
+        if t["computed"]:
+            self._copy_computed(t, vector, stage, c0, clen)
+            return
+        param, _ = self.names[base]
         if vector > 1 and window is None and self.threads % per_row == 0 and not t["convert"]:
             self._copy_rows(t, per_row, stage, c0, clen)
             return
 
         def body():
-            if self.threads % per_row == 0:   # each thread keeps its column: rows step evenly
-                b.emit(P.Decl("const int", "eo", f"tid / {per_row} + r * {self.threads // per_row}"))
-                b.emit(P.Decl("const int", "ei", f"tid % {per_row}" if vector == 1 else
-                              f"(tid % {per_row}) * {vector}"))
-            else:
-                b.emit(P.Decl("const int", "eo", f"e / {per_row}"))
-                b.emit(P.Decl("const int", "ei", f"e % {per_row}" if vector == 1 else
-                              f"(e % {per_row}) * {vector}"))
+            self._thread_element(per_row, vector)
             valid, offset = self._element(t, "eo", "ei", c0, clen, window)
             at = f"{self.at(t, stage)} + eo * {t['pitch']} + ei"
             if vector == 1:
@@ -199,6 +200,90 @@ class SharedTiles:
                 b.emit(P.Call("napkin_cp_async_16", (at, f"{param} + ({offset})",
                                                      f"({valid}) ? 16 : 0")))
         self._each_thread(count, body, index=self.threads % per_row != 0)
+
+    def _thread_element(self, per_row: int, vector: int) -> None:
+        """eo, ei: the local row and column of this thread's element (of `vector` values) in
+        copy round r (index e), `per_row` elements to a row."""
+        b = self.b
+        if self.threads % per_row == 0:   # each thread keeps its column: rows step evenly
+            b.emit(P.Decl("const int", "eo", f"tid / {per_row} + r * {self.threads // per_row}"))
+            b.emit(P.Decl("const int", "ei", f"tid % {per_row}" if vector == 1 else
+                          f"(tid % {per_row}) * {vector}"))
+        else:
+            b.emit(P.Decl("const int", "eo", f"e / {per_row}"))
+            b.emit(P.Decl("const int", "ei", f"e % {per_row}" if vector == 1 else
+                          f"(e % {per_row}) * {vector}"))
+
+    def _copy_computed(self, t: dict, vector: int, stage: str, c0: str, clen: str) -> None:
+        """The tile of an operand computed from loads (tensorcore.Site.computed): its value at
+        each element (the scalar emitter, reading the loads from global memory), rounded, zeros
+        outside; `vector` (8) consecutive elements at a time from one 16-byte load of each load
+        along the tile's inner axis (`_vectored`), stored 16 bytes at a time, or one."""
+        b = self.b
+        per_row = t["inner"].extent // vector
+        pack = "napkin_pack_half2" if t["ctype"] == "__half" else "napkin_pack_bf162"
+
+        def body():
+            self._thread_element(per_row, vector)
+            valid, scope = self._element_scope(t, "eo", "ei", c0, clen)
+            at = f"{self.at(t, stage)} + eo * {t['pitch']} + ei"
+            if vector == 1:
+                zero = P.Set(f"({at})[0]", f"napkin_from_float<{t['ctype']}>(0.0f)")
+            else:
+                zero = P.Set(f"*reinterpret_cast<uint4*>({at})", "make_uint4(0u, 0u, 0u, 0u)")
+
+            def inside():
+                values = self._vectored(t["node"], t["inner"].name, scope, vector)
+                if vector == 1:
+                    b.emit(P.Set(f"({at})[0]", f"napkin_from_float<{t['ctype']}>({values[0]})"))
+                    return
+                words = [f"{pack}({values[i]}, {values[i + 1]})" for i in range(0, vector, 2)]
+                b.emit(P.Set(f"*reinterpret_cast<uint4*>({at})", f"make_uint4({', '.join(words)})"))
+            b.emit(P.If(valid, self._scoped(inside), (zero,)))
+        self._each_thread(t["outer"].extent * per_row, body, index=self.threads % per_row != 0)
+
+    def _vectored(self, n: int, axis: str, scope: dict, width: int) -> list[str]:
+        """n's values (C floats) at `width` consecutive positions of `axis` from scope's: with
+        width 8, each load along `axis` is read by one 16-byte load (`load`), its eight values
+        taken from the registers (`vectorizable` says when that is right)."""
+        if width == 1:
+            return [self.emitter.number(n, scope)]
+        base = scope[axis].expr
+        self.vectored = {"axis": axis, "base": base, "loads": {}}
+        try:
+            out = []
+            for j in range(width):
+                self.vectored["j"] = j
+                out.append(self.emitter.number(n, {**scope, axis: Ix(f"({base} + {j})")}))
+        finally:
+            self.vectored = None
+        return out
+
+    def load(self, n: int, scope: dict) -> str:
+        """A load at a position of `_vectored`'s run: the value from the run's 16-byte load."""
+        v = getattr(self, "vectored", None)
+        axes = ir.type_of(self.g, n).axes
+        if v is None or self.views or not axes or axes[-1] != v["axis"]:
+            return super().load(n, scope)
+        if n not in v["loads"]:
+            param, dtype = self.names[n]
+            offset = Layout(axes, self.sizes, self.itype).offset({**scope, v["axis"]: Ix(v["base"])})
+            v["loads"][n] = (self.b.value("uint4", f"*reinterpret_cast<const uint4*>({param} + "
+                                                   f"({offset}))", "lv"), dtype)
+        var, dtype = v["loads"][n]
+        return f"{'napkin_half_at' if dtype == 'f16' else 'napkin_bf16_at'}({var}, {v['j']})"
+
+    def vectorizable(self, n: int, axis: str, extent: int) -> str | bool | None:
+        """When `_vectored` may read n (computed from loads) along `axis` 8 positions at a time
+        from a run of `extent` of them (compiler/tensorcore.vector_loads, and a run of 8 inside
+        the axis or outside it: extent and size multiples of 8): always (True), by a runtime
+        test of the size (a C condition), or never (None)."""
+        if not tc.vector_loads(self.g, n, axis, self.k.nodes, self.loads):
+            return None
+        size = self.sizes[axis]
+        if extent % VECTOR or (size.isdigit() and int(size) % VECTOR):
+            return None
+        return True if size.isdigit() else f"{size} % {VECTOR} == 0"
 
     def _copy_rows(self, t: dict, per_row: int, stage: str, c0: str, clen: str) -> None:
         """The 16-byte copy when every thread keeps one column of vectors and steps down the
@@ -233,14 +318,8 @@ class SharedTiles:
         local row eo and column ei (C names)."""
         base = self._source(t["node"])[0]
         axes = ir.type_of(self.g, t["node"]).axes
-        scope = {a: Ix(self._axis_var("org", a)) for a in axes if a in self.tile}
-        checks = []
-        for (axis, _, origin, bound), local in ((t["outer"], eo), (t["inner"], ei)):
-            if origin == CHUNK:
-                origin, bound = c0, f"{{}} < {clen}"
-            scope[axis] = Ix(f"({origin} + {local})" if origin else local)
-            if bound:
-                checks.append(bound.format(local))
+        valid, scope = self._element_scope(t, eo, ei, c0, clen)
+        checks = [valid] if valid != "true" else []
         if window is not None:      # the base's row x = p_x * size(s_x) + s_x, zeros past x
             row = (f"(({self.itype}){scope[window.part_axis].expr} * "
                    f"({self.itype})({self.sizes[window.share_axis]}) + "
@@ -249,6 +328,20 @@ class SharedTiles:
             scope = {**scope, window.axis: Ix(row)}
             axes = ir.type_of(self.g, base).axes
         return " && ".join(checks) or "true", Layout(axes, self.sizes, self.itype).offset(scope)
+
+    def _element_scope(self, t: dict, eo: str, ei: str, c0: str, clen: str) -> tuple[str, dict]:
+        """(the in-range test, the index scope of the operand's axes) of the tile's element at
+        local row eo and column ei (C names)."""
+        axes = ir.type_of(self.g, t["node"]).axes
+        scope = {a: Ix(self._axis_var("org", a)) for a in axes if a in self.tile}
+        checks = []
+        for (axis, _, origin, bound), local in ((t["outer"], eo), (t["inner"], ei)):
+            if origin == CHUNK:
+                origin, bound = c0, f"{{}} < {clen}"
+            scope[axis] = Ix(f"({origin} + {local})" if origin else local)
+            if bound:
+                checks.append(bound.format(local))
+        return " && ".join(checks) or "true", scope
 
     def _each_thread(self, count: int, body, index: bool = True) -> None:
         """`body` for e = tid, tid + threads, ... below count, as a loop of a fixed trip count

@@ -106,6 +106,16 @@ FLASH_PER_HMMA = 0.82
 # CALIBRATE (benchmarks/model_check.py).
 SPAN_POSITION = 10
 SPAN_REDUCE = 30
+# A product's operand computed from loads as it is staged, or a reduction beside the product
+# (Model.staged; codegen/tiles._copy_computed, codegen/rowstats.py): per run of a lane (8
+# consecutive positions from one 16-byte load of each load, or one position), its index,
+# test and branch (and an operand's 16-byte or 2-byte store), per load read its address and
+# LDG, per value and load its unpacking to f32, per value of an operand its rounding; the
+# arithmetic is the ops' own (INSTRUCTIONS). Counted from the emitted C, not yet from SASS:
+# CALIBRATE (benchmarks/model_check.py).
+STAGED_RUN = 8
+STAGED_LOAD = 3
+STAGED_VALUE = 1
 
 
 def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, units: list,
@@ -162,6 +172,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         per_chunk, once = 0, 0
         narrow = _tensor_dtype(model) != "f32"
         for a, tile in loads if loads is not None else tiles(model, choice, level1):
+            if a.node in model.direct:      # read where an operand or a statistic is computed
+                continue
             rounded = narrow and a.bytes == 4 and len(a.axes) >= 2   # (not a 4-byte vector)
             copy = COPY_SETUP + NUMBERS.ceil(tile / COPY_BYTES_TENSOR / threads) * (
                 COPY_ROUNDED if rounded else COPY_EACH)
@@ -169,6 +181,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                 per_chunk = per_chunk + copy
             else:
                 once = once + copy
+        per_chunk = per_chunk + staged(model, choice, level1, threads)
         visited = chunks * (span[0] if span else 1)
         copies = units[0] * warps_per_block * (visited * ITERATION_TENSOR + chunks * fraction *
                                                per_chunk + once)
@@ -200,6 +213,19 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         # what waits on the products within a warp (the softmax, a chain's elementwise
         # operands): never more than the issue slots, so no limit of its own (serial())
         out["dependent"] = _per(target, "schedulers", dependent)
+    return out
+
+
+def staged(model, choice, level1: dict, threads):
+    """Warp instructions per warp and chunk of what a product computes as it stages
+    (Model.staged: an operand computed from loads, rounded and stored; a reduction beside
+    the product)."""
+    chunk = dict([choice.stream]) if choice.stream else {}
+    out = 0
+    for _, axes, width, reads, operand in model.staged:
+        runs = NUMBERS.ceil(prod(chunk.get(a, level1[a]) for a in axes) / (threads * width))
+        rounding = max(width // 2, 1) if operand else 0     # F2FP packs two values
+        out = out + runs * (STAGED_RUN + reads * (STAGED_LOAD + width * STAGED_VALUE) + rounding)
     return out
 
 

@@ -155,6 +155,7 @@ class KernelPlanner:
             where = tensorcore.site(self.g, k, model, self.target, self.sizes)
             if where is None:
                 continue
+            model = tensorcore.for_site(self.g, k, model, where, self.sizes)
             found = tensorcore.search_site(model, cols, self.target, self.sizes, where, fixed)
             if found is not None and (best is None or found[1].time < best.cost.time):
                 best = KernelPlan(k, model, cols, found[0], found[1], tuple(used))

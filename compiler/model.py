@@ -85,6 +85,12 @@ class Model:
                                 # tensor cores
     lse: tuple[int, ...] = ()   # attention: logsumexp[x] of its softmax's scores, the
                                 # softmax's final state per row (masking.row_logsumexps)
+    staged: tuple = ()          # a tensor-core product's operands computed from loads as
+                                # they are staged and its reductions beside it
+                                # (tensorcore.for_site): (node, the axes of its tile, the
+                                # values a lane computes per run: 8 or 1, the loads it
+                                # reads, whether it is an operand: rounded and stored)
+    direct: frozenset = frozenset()   # ... the loads only those read, from global memory
 
 
 def array_name(g: DiGraph, n: int) -> str:

@@ -19,7 +19,7 @@ lanes' (cost.py), and the block has `32 wm wn` threads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -61,6 +61,11 @@ class Site:
     red: str
     batch: tuple[str, ...]
     dtype: str              # f16 | bf16
+    computed: tuple[int, ...] = ()   # operands computed from loads as their tiles are staged
+                                     # (`X * g` of a norm fused into the product), not copied
+    stats: tuple[int, ...] = ()      # reductions over `red` beside the product, of a row or
+                                     # column (RMSNorm's `mean[k](X * X)`), computed from
+                                     # loads chunk by chunk and read by the epilogue
 
 
 def has_mma(target: Target) -> bool:
@@ -100,31 +105,51 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     return found
 
 
+# reductions a product kernel computes beside its contraction, chunk by chunk (codegen/
+# rowstats.py): those whose partial states merge in one pass (accumulators.py)
+STAT_KINDS = ("sum", "mean", "max", "min", "var", "logsumexp")
+# what an operand or a statistic's argument computed from loads may be made of: elementwise
+# ops, names, renaming views, constants and indices (codegen's scalar emitter at each element)
+_ELEMENTWISE = (ir.Map, ir.Assign, ir.View, ir.Const, ir.Index, ir.SizeOf)
+
+
 def _product(g, kernel, model: Model, target: Target) -> Site | str:
-    """A plain (batched) matrix product with an epilogue, or why not."""
+    """A plain (batched) matrix product with an epilogue, or why not. An operand may be
+    computed elementwise from loads (rounded to 16 bits as it is staged), and reductions
+    over the streamed axis of a row or a column beside it (`STAT_KINDS`) are computed chunk
+    by chunk for the epilogue: RMSNorm fused into the following matrix product."""
     st = model.streaming
     contractions = [n for n in kernel.nodes if isinstance(ir.op(g, n), ir.Contract)]
     if not contractions:
         return "no contraction"
     others = [n for n in kernel.nodes if isinstance(ir.op(g, n), (ir.Reduce, ir.Softmax))]
-    if len(contractions) > 1 or others:
+    if len(contractions) > 1 or any(isinstance(ir.op(g, n), ir.Softmax) for n in others):
         return (f"the kernel fuses {len(contractions)} contraction(s) with {len(others)} other "
-                "reduction(s); on tensor cores a kernel is one matrix product, an attention, or a "
-                "chain of products with no other reduction")
-    if st.pairs or st.stats or len(st.reducers) != 1 or st.passes != 1:
-        return "the contraction is not streamed"
+                "reduction(s); on tensor cores a kernel is one matrix product (with reductions "
+                "of its rows or columns beside it), an attention, or a chain of products")
     node = contractions[0]
+    if st.pairs or st.stats or st.passes != 1 or \
+            {n for n, _ in st.reducers} != {node, *others}:
+        return "the contraction is not streamed"
     op = ir.op(g, node)
     if st.axis is None or op.axes != (st.axis,) or set(model.reduced) != {st.axis}:
         return "the contraction is not over the one streamed axis"
     masked = ir.operands(g, node)
     x, y = (split.unmasked(g, n) for n in masked)   # a split's windows: zeros past x
     loads = set(kernel.loads)
+    windows = x != masked[0] or y != masked[1] or split.window(g, x) or split.window(g, y)
 
     def loaded(n) -> bool:
         return n in loads or (split.window(g, n) or (None,))[0] in loads
-    if x == y or not loaded(x) or not loaded(y):
-        return "an operand is computed in the kernel, not loaded (tensor cores take staged tiles)"
+    computed = tuple(n for n in (x, y) if not loaded(n))
+    staged = {}                      # node -> the nodes computing it from the loads
+    for n in computed + tuple(others):
+        arg = n if n in computed else ir.operands(g, n)[0]
+        found = from_loads(g, arg, set(kernel.nodes), loads)
+        if found is None or windows or x == y:
+            return ("an operand is computed in the kernel, not loaded or computed elementwise "
+                    "from loads (tensor cores take staged tiles)")
+        staged[n] = found
     dtype, other = storage_dtype(g, x), storage_dtype(g, y)
     dtype, other = _rounded(g, x, dtype, other), _rounded(g, y, other, dtype)
     if dtype != other or dtype not in ("f16", "bf16") or not target.engine_for("contraction", dtype):
@@ -141,15 +166,90 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
     # the output's contiguous one of the two is `col`: a thread stores two adjacent columns
     if out.index(rx) > out.index(ry):
         x, y, rx, ry = y, x, ry, rx
-    skipped = loads | {x, y} | set(masked)
-    windows = x != masked[0] or y != masked[1] or split.window(g, x) or split.window(g, y)
+    batch = tuple(a for a in out if a not in (rx, ry))
+    for n in others:
+        why = _stat(g, n, st.axis, (rx, ry), batch)
+        if why:
+            return why
+    skipped = loads | {x, y} | set(masked) | {m for found in staged.values() for m in found}
+    skipped -= set(kernel.stores)
     for n in set(kernel.nodes) | set(kernel.stores):
         if n in skipped or (windows and is_free(g, n)):      # the windows' position and mask
             continue
         if not set(ir.type_of(g, n).axes) <= set(out):
             return "the kernel computes values over other axes than the product's"
-    batch = tuple(a for a in out if a not in (rx, ry))
-    return Site(node, x, y, rx, ry, st.axis, batch, dtype)
+    return Site(node, x, y, rx, ry, st.axis, batch, dtype, computed, tuple(others))
+
+
+def from_loads(g, n: int, members, loads) -> set | None:
+    """The kernel's nodes computing n elementwise from loads (n included), or None when a
+    reduction, a gather or a scan is on the way."""
+    found, stack = set(), [n]
+    while stack:
+        m = stack.pop()
+        if m in found or m in loads or m not in members:
+            continue
+        if not isinstance(ir.op(g, m), _ELEMENTWISE):
+            return None
+        found.add(m)
+        stack.extend(ir.operands(g, m))
+    return found
+
+
+def vector_loads(g, n: int, axis: str, members, loads) -> bool:
+    """Whether n, computed elementwise from loads, can be computed 8 positions of `axis` at a
+    time from one 16-byte load of each load along it (codegen/tiles._vectored): every such
+    load a 16-bit array with `axis` contiguous, read at its own positions (no view). (The
+    positions' run must also lie inside the axis or outside: its size a multiple of 8.)"""
+    found = from_loads(g, n, members, loads)
+    if found is None or any(isinstance(ir.op(g, m), ir.View) for m in found):
+        return False
+    for u in {u for m in found for u in ir.operands(g, m) if u in loads}:
+        axes = ir.type_of(g, u).axes
+        if axis in axes and (axes[-1] != axis or storage_dtype(g, u) not in ("f16", "bf16")
+                             or split.window(g, u) is not None):
+            return False
+    return True
+
+
+def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
+    """The kernel's model with what a product site computes as it stages (Model.staged: its
+    operands computed from loads, its reductions beside the product) and the loads only
+    those read (Model.direct: read from global memory, not copied into shared memory)."""
+    if not isinstance(where, Site) or not (where.computed or where.stats):
+        return model
+    members, loads = set(kernel.nodes), set(kernel.loads)
+    staged, readers = [], set()
+    for n in where.computed + where.stats:
+        arg = n if n in where.computed else ir.operands(g, n)[0]
+        axes = ir.type_of(g, arg).axes
+        axis = where.red if n in where.stats else \
+            max((a for a in axes if a in (where.row, where.col, where.red)), key=axes.index)
+        found = from_loads(g, arg, members, loads) or set()
+        readers |= found
+        read = {u for m in found for u in ir.operands(g, m) if u in loads}
+        wide = vector_loads(g, arg, axis, members, loads) and not sizes[axis] % 8
+        tile = tuple(a for a in axes if a in (where.row, where.col, where.red))
+        staged.append((n, tile, 8 if wide else 1, len(read), n in where.computed))
+    users = {u: [v for v in g.successors(u) if v in members] for u in loads}
+    direct = frozenset(u for u in loads if u not in (where.a, where.b)
+                       and users[u] and all(v in readers for v in users[u]))
+    return replace(model, staged=tuple(staged), direct=direct)
+
+
+def _stat(g, n: int, red: str, frags: tuple[str, str], batch) -> str | None:
+    """Why reduction n cannot be computed beside the product (None: it can): one of
+    STAT_KINDS over the streamed axis only, of a row or a column of the product's tile."""
+    op, axes = ir.op(g, n), set(ir.type_of(g, n).axes)
+    if op.fn not in STAT_KINDS or op.axes != (red,) or \
+            ir.kind_of_dtype(ir.type_of(g, n).dtype) != "float":
+        return (f"the kernel fuses `{op.fn}[{' '.join(op.axes)}]` with the product; on tensor "
+                f"cores a reduction beside it is a float {', '.join(STAT_KINDS)} over `{red}` "
+                "alone")
+    if len(axes & set(frags)) != 1 or not axes - set(frags) <= set(batch):
+        return (f"the kernel's `{op.fn}[{red}]` is not over the rows or the columns of the "
+                "product (tensor cores compute such reductions beside a product)")
+    return None
 
 
 def _rounded(g, n: int, dtype: str, other: str) -> str:
@@ -256,5 +356,5 @@ def _candidates(sizes: dict, s: Site) -> np.ndarray:
 
 
 __all__ = ["Site", "FlashSite", "ChainSite", "SITES", "site", "examine", "best_site", "search_site", "has_mma", "search",
-           "ranked",
+           "ranked", "for_site", "vector_loads", "from_loads",
            "warp_tile", "FRAGMENT", "PAD"]

@@ -1,5 +1,6 @@
 """Random matrix products on tensor cores: any axis order of the operands and the result,
-batch axes, an epilogue, f16 or bf16, any legal tiling and warp layout, odd sizes.
+batch axes, an epilogue, an operand computed from loads and a reduction over the contracted
+axis beside the product, f16 or bf16, any legal tiling and warp layout, odd sizes.
 
 Each case is forced onto the tensor-core lowering (whatever the planner would pick at
 its sizes), emitted, run by the CPU emulator and compared with the float64 reference
@@ -8,6 +9,7 @@ its sizes), emitted, run by the CPU emulator and compared with the float64 refer
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from hypothesis import strategies as st
 
@@ -26,6 +28,11 @@ from napkin.pipeline import run_plan
 SIZES = st.one_of(st.integers(1, 80), st.sampled_from([8, 16, 24, 40, 64, 72]))
 EPILOGUES = ["{p}", "relu({p})", "gelu({p} + bias)", "where(m >= n, {p}, -2.0)",
              "{p} * 0.5 + bias", "sigmoid({p}) * bias"]
+# the first operand as loaded or computed from loads as it is staged (Site.computed), and a
+# factor reduced over k beside the product (Site.stats: a row's, a column's)
+OPERANDS = ["A", "A", "relu(A)", "A * g", "exp(A * 0.25)"]
+BESIDE = ["", "", " * rsqrt(mean[k](A * A) + 1.0)", " * max[k](abs(B))",
+          " * exp(0.0 - logsumexp[k](A * 0.5))", " * sum[k](B * g)", " * min[k](A)"]
 TILINGS = [(bm, bn, bk, wm, wn) for bm in (16, 32, 64, 128) for bn in (8, 16, 32, 64, 128)
            for bk in (16, 32, 64) for wm in (1, 2, 4) for wn in (1, 2, 4, 8)
            if wm * wn <= 8 and bm % (16 * wm) == 0 and bn % (8 * wn) == 0
@@ -42,12 +49,15 @@ def products(draw):
     c = draw(st.permutations(("m", "n") + batch))
     dtype = draw(st.sampled_from(["f16", "bf16"]))
     out = draw(st.sampled_from(["f16", "bf16", "f32"]))
-    body = draw(st.sampled_from(EPILOGUES)).format(p="A * B")
+    product = f"{draw(st.sampled_from(OPERANDS))} * B{draw(st.sampled_from(BESIDE))}"
+    body = draw(st.sampled_from(EPILOGUES)).format(p=product)
     axes = ", ".join(("m", "k", "n") + batch)
     text = (f"axis {axes}\nin A[{' '.join(a)}]: {dtype}\nin B[{' '.join(b)}]: {dtype}\n"
-            f"in bias[n]: {dtype}\nC[{' '.join(c)}] = {body}\nout C: {out}")
+            f"in bias[n]: {dtype}\nin g[k]: {dtype}\nC[{' '.join(c)}] = {body}\nout C: {out}")
     if "bias" not in body:
         text = text.replace(f"in bias[n]: {dtype}\n", "")
+    if not re.search(r"\bg\b", body):
+        text = text.replace(f"in g[k]: {dtype}\n", "")
     sizes = {"m": draw(SIZES), "k": draw(SIZES), "n": draw(SIZES),
              "b": draw(st.integers(1, 3)), "c": 2}
     return text, {x: s for x, s in sizes.items() if x in ("m", "k", "n") + batch}, \

@@ -45,6 +45,7 @@ def cases(rng):
     Q, K, V = f16(rng, b, h, q, d), f16(rng, b, h, x, d), f16(rng, b, h, x, d)
     A, B = f16(rng, 33, 65), f16(rng, 65, 17)
     X, W, bias = f16(rng, 31, 47), f16(rng, 47, 29), f16(rng, 29)
+    gain = f16(rng, 47)
     R, gamma, beta = f16(rng, 7, 129), f16(rng, 129), f16(rng, 129)
     Qg, Kg, Vg = f16(rng, 2, 3, 4, 9, d), f16(rng, 2, 3, 13, d), f16(rng, 2, 3, 13, d)
     W1, W2 = f16(rng, 47, 63), f16(rng, 63, 5)
@@ -59,6 +60,8 @@ def cases(rng):
         "softmax": (dict(X=R), softmax(R)),
         "layernorm": (dict(X=R, gamma=gamma, beta=beta), (R - mu) / np.sqrt(var + 1e-5) * gamma + beta),
         "rmsnorm": (dict(X=R, g=gamma), R / np.sqrt((R**2).mean(-1, keepdims=True) + 1e-6) * gamma),
+        "rmsnorm_linear": (dict(X=X, g=gain, W=W),
+                           (X / np.sqrt((X**2).mean(-1, keepdims=True) + 1e-6) * gain) @ W),
         "attention": (dict(Q=Q, K=K, V=V), attention(Q, K, V)),
         "attention_manual": (dict(Q=Q, K=K, V=V), attention(Q, K, V)),
         "causal_attention": (dict(Q=Q, K=K, V=V), attention(Q, K, V, causal=True)),
@@ -72,15 +75,16 @@ def cases(rng):
 # against their own formulas on every backend in test_library_11.py.
 VERSION_1 = ["matmul", "batched_matmul", "linear_gelu", "softmax", "layernorm", "rmsnorm",
              "attention", "attention_manual", "causal_attention", "gqa_attention", "mlp", "swiglu"]
+FORMULAS = VERSION_1 + ["rmsnorm_linear"]
 
 
-def test_library_is_the_twenty_one_of_the_language_page():
-    assert library_names() == sorted(VERSION_1 + [
+def test_library_is_the_twenty_two_of_the_language_page():
+    assert library_names() == sorted(FORMULAS + [
         "cross_entropy", "gelu_erf", "softcap_attention", "alibi_attention",
         "sliding_window_attention", "varlen_attention", "embedding", "rope", "paged_attention"])
 
 
-@pytest.mark.parametrize("name", VERSION_1)
+@pytest.mark.parametrize("name", FORMULAS)
 def test_library_diagram_matches_numpy(name, rng):
     inputs, expected = cases(rng)[name]
     d = napkin.load(name)

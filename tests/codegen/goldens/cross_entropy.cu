@@ -63,6 +63,18 @@ __device__ __forceinline__ float2 napkin_unpack_bf162(unsigned v) {
                      __bfloat162float(__ushort_as_bfloat16((unsigned short)(v >> 16))));
 }
 
+// The j-th (a constant) of the eight 16-bit values of one 16-byte load, as a float.
+__device__ __forceinline__ unsigned napkin_word_at(const uint4& v, int j) {
+  const unsigned w = j < 2 ? v.x : j < 4 ? v.y : j < 6 ? v.z : v.w;
+  return j % 2 ? w >> 16 : w & 0xffffu;
+}
+__device__ __forceinline__ float napkin_half_at(const uint4& v, int j) {
+  return __half2float(__ushort_as_half((unsigned short)napkin_word_at(v, j)));
+}
+__device__ __forceinline__ float napkin_bf16_at(const uint4& v, int j) {
+  return __bfloat162float(__ushort_as_bfloat16((unsigned short)napkin_word_at(v, j)));
+}
+
 #ifndef NAPKIN_EMULATE
 // ---- dynamic shared memory: `unsigned char* name`, 128-byte aligned; use inside a function ----
 #define NAPKIN_DYNAMIC_SMEM(name)                                            \

@@ -1,0 +1,144 @@
+"""Work beside a tensor-core product (compiler/tensorcore.Site.computed and .stats): an operand
+computed from loads as its tile is staged (codegen/tiles._copy_computed: `X * g`, `gelu(X)`)
+and reductions of the product's rows or columns over the contracted axis computed chunk by
+chunk for the epilogue (codegen/rowstats.py: RMSNorm's `mean[i](X * X)`, a weight norm's
+`sum[i](W * W)`, an absmax, a logsumexp). Run by the CPU emulator against the float64
+reference at odd sizes (one value at a time) and multiples of 8 (8 values from one 16-byte
+load), on the plan's tiles and on retiled ones; seeded bugs must be caught; the model
+charges what is computed as it is staged."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import napkin
+from napkin.compiler import issue, schedule
+from napkin.compiler.plan import plan
+from napkin.runtime.interpret import interpret
+from napkin.runtime import compare
+from napkin.commands.run import random_inputs
+
+from .conftest import library
+from .test_tensor_cores import assert_close, retiled, tc_plan, verdicts
+
+HEAD = "axis t, i, o\n"
+CASES = {
+    # a column statistic: weight normalisation
+    "weight_norm": HEAD + "in X[t i]: f16\nin W[i o]: f16\nY[t o] = X * W * rsqrt(sum[i](W * W))\nout Y: f16",
+    # a row's absolute maximum (a quantisation scale)
+    "absmax": HEAD + "in X[t i]: f16\nin W[i o]: f16\nY[t o] = X * W / max[i](abs(X))\nout Y: f16",
+    # a row's logsumexp beside a product of a transposed weight, into f32
+    "logsumexp": HEAD + "in X[t i]: bf16\nin W[o i]: bf16\nY[t o] = X * W - logsumexp[i](X)\nout Y: f32",
+    # an operand computed from a load, nothing beside
+    "gelu_operand": HEAD + "in X[t i]: f16\nin W[i o]: f16\nY[t o] = gelu(X) * W\nout Y: f16",
+    # RMSNorm into a batched product, bf16
+    "batched": "axis b, t, i, o\nin X[b t i]: bf16\nin g[i]: bf16\nin W[b i o]: bf16\n"
+               "Y[b t o] = X * g * W * rsqrt(mean[i](X * X) + 1e-6)\nout Y: bf16",
+    # X stored with its rows contiguous: the operand runs 8 rows at a time, the mean one
+    # value at a time
+    "transposed": HEAD + "in X[i t]: f16\nin g[i]: f16\nin W[i o]: f16\n"
+                  "Y[t o] = X * g * W * rsqrt(mean[i](X * X) + 1e-6)\nout Y: f16",
+    # the smallest value of a row, its minimum beside a masked epilogue
+    "min": HEAD + "in X[t i]: f16\nin W[i o]: f16\nY[t o] = where(t >= o, X * W + min[i](X), 0)\nout Y: f16",
+}
+ODD = {"b": 2, "t": 37, "i": 41, "o": 19}
+EIGHTS = {"b": 2, "t": 45, "i": 72, "o": 24}
+
+
+def diagram(name: str):
+    return library(name, "f16") if name == "rmsnorm_linear" else napkin.load(CASES[name])
+
+
+def shape(d, sizes):
+    return {a: s for a, s in sizes.items() if a in d.axes}
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_linear", *CASES])
+def test_beside_the_product_on_tensor_cores_matches_the_reference(name):
+    d = diagram(name)
+    p = tc_plan(d)
+    (kp,) = p.kernels
+    assert kp.schedule.engine == schedule.PRODUCT
+    site = kp.schedule.site
+    assert site.computed or site.stats
+    for sizes in (ODD, EIGHTS):
+        assert_close(d, p, shape(d, sizes))
+
+
+def test_rmsnorm_linear_bf16_and_the_interpreter():
+    d = library("rmsnorm_linear", "bf16")
+    p = tc_plan(d)
+    assert_close(d, p, {"t": 130, "i": 96, "o": 72}, seed=3)
+    inputs = random_inputs(d, {"t": 37, "i": 41, "o": 19}, 1)
+    for v in compare.against_reference(d, inputs, interpret(p, inputs)).values():
+        assert v.ok, v.message
+
+
+@pytest.mark.parametrize("chunk, tiles", [
+    (16, {"t": (32, 1), "o": (16, 1)}),      # one warp, 32 rows a thread's two (T < R)
+    (64, {"t": (64, 2), "o": (32, 2)}),
+    (32, {"t": (16, 1), "o": (64, 4)}),      # 128 threads over 16 rows: 8 lanes a row
+])
+def test_retiled(chunk, tiles):
+    d = library("rmsnorm_linear", "f16")
+    p = retiled(tc_plan(d), chunk, tiles)
+    for sizes in (ODD, EIGHTS):
+        assert_close(d, p, shape(d, sizes))
+
+
+BUGS = {
+    # the lanes of a row never merge: each keeps its share of the mean
+    "merge dropped": lambda s: re.sub(r"(rst\d+\[i6\]) = \1 \+ (v\d+);", r"\1 = \1;", s),
+    # the 16-byte load's values all taken from its first
+    "vector offset": lambda s: re.sub(r"napkin_half_at\((lv\d+), \d\)", r"napkin_half_at(\1, 0)", s),
+    # the gain never multiplies the operand
+    "gain dropped": lambda s: re.sub(r"napkin_half_at\((lv1), (\d)\)", r"1.0f", s),
+    # the mean's fold forgets the chunk's tail: the last chunk's positions past the row's end
+    # (the next row's values) enter it
+    "tail kept": lambda s: s.replace("if (spos < clen && ", "if ("),
+}
+
+
+@pytest.mark.parametrize("bug", list(BUGS))
+def test_seeded_bugs_give_wrong_values(bug):
+    d = library("rmsnorm_linear", "f16")
+    p = retiled(tc_plan(d), 16, {"t": (128, 2), "o": (256, 4)})
+    sizes = {"t": 45, "i": 40, "o": 24}
+    from napkin.codegen.lower import lower
+    from napkin.codegen.render import render
+    source = render(lower(p))
+    assert BUGS[bug](source) != source, bug
+    assert all(v.ok for v in verdicts(d, p, sizes))
+    assert not all(v.ok for v in verdicts(d, p, sizes, source_edit=BUGS[bug])), bug
+
+
+def test_the_model_charges_what_is_computed_as_it_is_staged():
+    """At 4096^3 on h100: on tensor cores, X and g read where the operand and the mean are
+    computed (not copied), their work per chunk in the issue slots: more than the plain
+    matmul issues, less than the CUDA-core plan takes."""
+    sizes = {"t": 4096, "i": 4096, "o": 4096}
+    p = plan(library("rmsnorm_linear", "f16"), "h100", sizes)
+    (kp,) = p.kernels
+    assert kp.schedule.engine == schedule.PRODUCT
+    g = p.graph
+    from napkin.compiler.model import array_name
+    assert sorted(array_name(g, n) for n in kp.model.direct) == ["X", "g"]
+    assert [(width, reads, operand) for _, _, width, reads, operand in kp.model.staged] == \
+        [(8, 2, True), (8, 1, False)]
+    mm = plan(napkin.load("matmul"), "h100", {"m": 4096, "n": 4096, "k": 4096}).kernels[0]
+    issued = dict(kp.cost.compute_parts)["issue"]
+    assert issued > 1.3 * dict(mm.cost.compute_parts)["issue"]
+    assert issue.staged(kp.model, kp.choice, dict(kp.choice.group) | dict([kp.choice.stream]),
+                        kp.schedule.threads) > 0
+    simt = plan(library("rmsnorm_linear", "f16"), "h100", sizes, engine="cuda-cores").kernels[0]
+    assert kp.cost.time < simt.cost.time / 4
+
+
+def test_a_reduction_without_a_merge_beside_the_product_stays_on_cuda_cores():
+    d = napkin.load(HEAD + "in X[t i]: f16\nin W[i o]: f16\nY[t o] = X * W + argmax[i](X)\nout Y: f16")
+    p = tc_plan(d)
+    assert p.kernels[0].schedule.engine == schedule.SIMT
+    from napkin.explain import render_text, report
+    assert "the kernel fuses `argmax[i]` with the product" in render_text(report(p, compare=False))
