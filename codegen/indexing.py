@@ -1,33 +1,9 @@
-"""Array layouts in C: row-major offsets (Horner form), tiles, and the index width.
-
-The index type of a kernel is decided by range analysis: the largest value
-any offset expression can take (every index at its maximum, sizes as planned)
-must stay below 2^31 for `int`, otherwise the kernel indexes with `long long`.
-A launch with larger sizes than planned is refused by the launcher rather
-than overflowing.
-"""
+"""Array layouts in C: row-major offsets (Horner form) and tiles, in the kernel's index type
+(compiler/index_width.py decides it, in the schedule)."""
 
 from __future__ import annotations
 
 from .builder import Ix
-
-INT_MAX = 2**31 - 1
-
-
-def index_type(arrays, sizes: dict[str, int], margin: int = 1, overshoot: int = 0) -> str:
-    """'int' when every offset (and every loop counter) fits, else 'long long'.
-
-    `overshoot`: how far past an axis's size an index may run before a bound stops it (a
-    tile's tail, a chunk loop's last step): sizes within it of 2^31 need 64 bits."""
-    largest = 0
-    for axes in arrays:
-        count = 1
-        for a in axes:
-            count *= max(1, sizes[a])
-        largest = max(largest, count * margin)
-    for a, s in sizes.items():
-        largest = max(largest, s * margin + overshoot)
-    return "int" if largest <= INT_MAX else "long long"
 
 
 class Layout:

@@ -13,7 +13,6 @@ from ..compiler.model import storage_dtype
 from ..compiler.plan import Plan
 from . import cexpr
 from . import program as P
-from .indexing import index_type
 from ..compiler import schedule as schedules
 from .chain import ChainLowering
 from .flash import FlashLowering
@@ -56,11 +55,7 @@ def lower(plan: Plan) -> P.Program:
                                   _array(g, n), ir.type_of(g, n).axes))
         for rep, name in size_params.items():
             params.append(P.Param(name, "long long", "size", rep))
-        arrays = [ir.type_of(g, n).axes for n in kp.kernel.loads + kp.kernel.stores]
-        s = kp.schedule
-        steps = [*s.grouped().values(), *(t for _, t in s.thread)] + \
-            [s.stream[1] if s.stream else 0, s.split[1] if s.split else 0]
-        itype = index_type(arrays, plan.sizes, overshoot=max(steps + [1024]))
+        itype = kp.schedule.index          # compiler/index_width.py, decided in the schedule
         body = _lowering(plan, kp, names, sizes, itype).build(f"napkin_{kp.kernel.name}")
         kernels.append(P.KernelProgram(body.name, tuple(params), body.threads, body.blocks,
                                        body.smem_bytes_formula, body.smem, body.body, itype,

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import issue, occupancy
+from . import index_width, issue, occupancy
 from .columns import Column, resident_sets
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
@@ -259,7 +259,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         parts = issue.compute(model, choice, sizes, target, covs[0],
                               [lc.H for lc in results[1:]], unit_counts,
                               np.ceil(threads / WARP), active / threads, fraction, cut=cut,
-                              span=span, loads=loads)
+                              span=span, loads=loads,
+                              wide=index_width.wide(model.extents, sizes, choice))
         compute = functools.reduce(ops.maximum, parts.values())
     if choice.warps and not symbolic:   # fragments padded past the arrays compute all the same
         compute = compute * _padding(choice, sizes)

@@ -90,6 +90,15 @@ FLASH_SCORE = (3.65, 1.0, 0)       # per score; the scale `Q K / sqrt(d)` is in 
 # IMAD/IADD), the test (ISETP) or its conversion (I2F), a select: per score and lane, fitted
 # to causal attention's main loop (359 instructions over attention's per 64 scores a lane)
 FLASH_INDEX = (0, 0, 5.5)
+# ... and, in a kernel that indexes in 64 bits (Schedule.index, index_width.py), each
+# element's row and key in 64-bit integers: a compare is two ISETP (.U32 and .EX), an index
+# a pair of IADD3/IMAD.X and its clamp a SEL, in every computed chunk (nvcc predicates the
+# cut chunks' mask rather than branching around it, so every chunk issues it): once per
+# score and lane for all the kernel's ops of positions (nvcc shares the indices among
+# them), fitted to causal attention's main loop at b = h = q = x = 4096 (sm_90: 3.9 per
+# score more than at b = 4, h = 16; sliding-window attention 2.6, ALiBi 10.2: its
+# positions are converted to floats in 64 bits)
+FLASH_INDEX_WIDE = (0, 0, 3.9)
 FLASH_RESCALE = 1.65               # FP32 per O element per chunk
 FLASH_ROW_EXPS = 2 / 16            # MUFU per row per lane per chunk (the warp's 32 lanes)
 # ... and the fragments' ldmatrix addresses and LDSM themselves: 0.82 per HMMA beside it
@@ -120,12 +129,13 @@ STAGED_VALUE = 1
 
 def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, units: list,
             warps_per_block, lane_share, fraction, symbolic: bool = False, cut=None,
-            span=None, loads=None) -> dict:
+            span=None, loads=None, wide=False) -> dict:
     """Seconds each compute limit takes: `issue` (every warp instruction), `tensor`, `fp32`,
     `mufu` (their pipes). `H`: bytes into each level below the top, `units`: units of each,
     `warps_per_block`: warps a block runs, `lane_share`: the share of their lanes with work,
     `fraction`: the share of chunks computed (masked chunks skipped), `cut`: the share the
-    mask cuts (computed, not held everywhere: attention evaluates its mask there only)."""
+    mask cuts (computed, not held everywhere: attention evaluates its mask there only),
+    `wide`: the kernel indexes in 64 bits (index_width.wide, per candidate)."""
     tensor = bool(choice.warps)
     # a chain of products on tensor cores (codegen/chain.py: the backward's dQ and dK/dV)
     chain = tensor and not model.streaming.pairs and \
@@ -134,6 +144,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     stream = choice.stream[0] if choice.stream else None
     fp32, mufu, other, tensor_flops = [], [], [], []
     index_axes = {a for a, _ in choice.warps} | ({stream} if stream else set())
+    positional = False
     for w in model.work:
         points = prod(sizes[a] for a in w.axes)
         redo = prod(sizes[a] / level1[a] for a in model.axes if a in grouped and a not in w.axes)
@@ -152,6 +163,9 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             per = FLASH_SCORE
         elif tensor and model.streaming.pairs and w.axes and set(w.axes) <= index_axes:
             per = FLASH_INDEX          # an op of positions only, on the score fragments
+            if not positional:         # their 64-bit indices, once per score (see above)
+                other.append(amount * np.where(wide, FLASH_INDEX_WIDE[2], 0.0))
+                positional = True
             if cut is not None and stream in w.axes and w.node in model.mask_nodes:
                 amount = points * redo * w.times * cut    # the mask: where it cuts the chunk
         fp32.append(amount * per[0])

@@ -91,6 +91,8 @@ class Model:
                                 # values a lane computes per run: 8 or 1, the loads it
                                 # reads, whether it is an operand: rounded and stored)
     direct: frozenset = frozenset()   # ... the loads only those read, from global memory
+    extents: tuple = ()         # the axes of every global array the kernel reads or writes
+                                # (index_width.py: its offsets' range)
 
 
 def array_name(g: DiGraph, n: int) -> str:
@@ -204,7 +206,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                  condition_nodes(g, st, k.loads, k.nodes) if axis is not None else frozenset(),
                  relabelled(g, k, (n for n, _ in st.reducers)),
                  softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else None,
-                 row_logsumexps(g, st) if axis is not None else ())
+                 row_logsumexps(g, st) if axis is not None else (),
+                 extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores))
 
 
 def _used_over(g: DiGraph, n: int, members: set) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import ir
 from .cost import Choice
 from .extents import covered, resident
+from .index_width import index_type
 from .memory import PIPELINE
 from .model import Model
 from .target import Target
@@ -69,6 +70,7 @@ class Schedule:
                                               # (tensor cores: the site's operand tiles instead)
     stages: int = 1                           # pipeline depth of streamed shared tiles
     placements: tuple[Placement, ...] = ()    # every array at every level it lives at
+    index: str = "int"                        # the C type of every index (index_width.py)
 
     @property
     def tensor_cores(self) -> bool:
@@ -105,7 +107,8 @@ def _refuse(kernel: str, rule: str) -> NapkinError:
 def build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target) -> Schedule:
     """The checked schedule of `choice` for `kernel` (see the module docstring)."""
     sched = _build(g, kernel, model, choice, sizes, target)
-    return replace(sched, placements=placements(model, choice, sizes, target))
+    return replace(sched, placements=placements(model, choice, sizes, target),
+                   index=index_type(model.extents, sizes, choice))
 
 
 def placements(model: Model, choice: Choice, sizes: dict, target: Target) -> tuple:

@@ -224,11 +224,11 @@ TENSOR_KERNELS = [
     ("attention", {"d": 64}, {"b": 2, "h": 4, "q": 1024, "x": 1024}),
     ("attention", {"d": 128}, {"b": 2, "h": 4, "q": 1024, "x": 1024}),
     ("causal_attention", {"d": 64}, {"b": 2, "h": 4, "q": 1024, "x": 1024}),
-    pytest.param("alibi_attention", {}, {}, marks=pytest.mark.xfail(
-        strict=True, reason="b and h at the default 1024 make the kernel index in 64 bits: the "
-                            "per-score slope times (x - q) costs more than FLASH_INDEX's 32-bit "
-                            "fit (estimate/model 1.46); the index width is decided in codegen, "
-                            "not in the Schedule the model could read")),
+    # b and h at the default 1024: the kernel indexes in 64 bits (Schedule.index), which the
+    # model charges (issue.FLASH_INDEX_WIDE)
+    ("alibi_attention", {}, {}),
+    ("causal_attention", {"d": 64}, {"b": 4096, "h": 4096, "q": 4096, "x": 4096}),
+    ("rmsnorm_linear", {}, {}), ("rmsnorm_linear", {}, {"t": 4096, "i": 4096, "o": 4096}),
     ("sliding_window_attention", {}, {}),
     ("softcap_attention", {}, {}), ("gqa_attention", {}, {}),
     pytest.param("varlen_attention", {}, {}, marks=pytest.mark.xfail(
@@ -320,3 +320,26 @@ def test_the_products_dependence_overlaps_across_a_schedulers_warps():
     top = max(dict(kp.cost.compute_parts)[k] for k in ("tensor", "issue"))
     assert top < chained <= top + dict(kp.cost.compute_parts)["dependent"]
     assert kp.cost.bound == "the products and what waits on them in each warp"
+
+
+def test_the_index_width_is_the_schedules_and_the_model_charges_it():
+    """The index type is decided once, in the schedule (compiler/index_width.py), and the
+    kernel program declares it; causal attention's tiles at b = h = 4096 index in 64 bits,
+    whose position arithmetic the model charges per score (issue.FLASH_INDEX_WIDE): more
+    issue slots per chunk and warp than the same tiles at b = 4, h = 16."""
+    from napkin.codegen.lower import lower
+    from napkin.compiler.plan import with_choices
+    d = napkin.load("causal_attention", d=64)
+    narrow = plan(d, "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
+    wide = with_choices(plan(d, "h100", {"b": 4096, "h": 4096, "q": 4096, "x": 4096}),
+                        [narrow.kernels[0].choice])
+    assert [kp.schedule.index for kp in narrow.kernels] == ["int"]
+    assert [kp.schedule.index for kp in wide.kernels] == ["long long"]
+    assert [k.index_type for k in lower(wide).kernels] == ["long long"]
+
+    def per_chunk(p):
+        kp = p.kernels[0]
+        blocks = float(kp.cost.levels[1].units)
+        chunks = p.sizes["x"] / kp.choice.stream[1]
+        return dict(kp.cost.compute_parts)["issue"] / (blocks * chunks)
+    assert per_chunk(wide) > 1.05 * per_chunk(narrow)

@@ -4,6 +4,7 @@ independent range analysis, widths.py), and the PTX computes in 64 bits when it 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -13,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import napkin
-from napkin.codegen import lower as lower_mod
 from napkin.codegen.lower import lower
 from napkin.codegen.render import render
 from napkin.compiler.plan import plan
@@ -88,17 +88,21 @@ def test_random_shapes_at_the_edge(case):
     assert not found, (d.name, shape, found[:5])
 
 
+def narrowed(p):
+    """The plan with every kernel's index type forced to `int` (Schedule.index): a seeded
+    overflow where the sizes need 64 bits."""
+    return dataclasses.replace(p, kernels=tuple(
+        dataclasses.replace(kp, schedule=dataclasses.replace(kp.schedule, index="int"))
+        for kp in p.kernels))
+
+
 def _ptx(d, force_int: bool = False) -> str:
     # the CUDA-core kernel: a tensor-core one also widens its 32-bit shared-memory offsets
     # (tiles of a few KiB) into generic pointers, which this PTX test cannot tell apart
     p = plan(d, "h100", {}, engine="cuda-cores")
-    old = lower_mod.index_type
     if force_int:
-        lower_mod.index_type = lambda *a, **k: "int"
-    try:
-        return nvrtc.compile(render(lower(p)), arch="sm_90", want_cubin=False).ptx
-    finally:
-        lower_mod.index_type = old
+        p = narrowed(p)
+    return nvrtc.compile(render(lower(p)), arch="sm_90", want_cubin=False).ptx
 
 
 def test_ptx_computes_offsets_in_64_bits_when_it_must():
@@ -109,19 +113,14 @@ def test_ptx_computes_offsets_in_64_bits_when_it_must():
     d = napkin.load(STATIC_MATMUL.format(m=131072, k=32768))   # a row offset passes 2^31
     found, types = problems_of(d, {})
     assert not found and types == ["long long"]
-    old = lower_mod.index_type
-    lower_mod.index_type = lambda *a, **k: "int"
-    try:
-        p = plan(d, "h100", {})
-        program = lower(p)
-        found = [x for k in program.kernels for x in check_kernel(k, size_values(program, p.sizes))]
-        assert found
-        # on tensor cores, the 16-byte copies' global offsets are checked too: each thread's
-        # first source (`cps = pN + (offset)`) and its steps (call arguments)
-        assert p.kernels[0].choice.warps
-        assert any("cps = " in x or "napkin_cp_async_16 argument" in x for x in found), found
-    finally:
-        lower_mod.index_type = old
+    p = narrowed(plan(d, "h100", {}))
+    program = lower(p)
+    found = [x for k in program.kernels for x in check_kernel(k, size_values(program, p.sizes))]
+    assert found
+    # on tensor cores, the 16-byte copies' global offsets are checked too: each thread's
+    # first source (`cps = pN + (offset)`) and its steps (call arguments)
+    assert p.kernels[0].choice.warps
+    assert any("cps = " in x or "napkin_cp_async_16 argument" in x for x in found), found
     if not nvrtc.available():
         return
     wide = re.compile(r"\b(?:add|mul\.lo|mad\.lo)\.s64\b")
