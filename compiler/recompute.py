@@ -178,6 +178,34 @@ class _Layouts:
                         # through every kernel, one could wait on this consumer
                         if checked or self.valid(cand):
                             yield grown, cand
+        yield from self._together(layout, ks, owner)
+
+    def _together(self, layout: Layout, ks, owner):
+        """(first grown consumer, layout) for every array two or more kernels load from
+        another's: all of them recomputing it through every kernel at once. One alone may lose
+        (the producer stays, for the others); all of them can drop the producer: the d = 128
+        backward of attention, whose dQ and dK kernels each recompute the scores and dS
+        rather than load dS from a kernel that stores P and dS."""
+        readers: dict[int, list[int]] = {}
+        for ci, k in enumerate(ks):
+            for u in k.loads:
+                if owner.get(u) not in (None, ci):
+                    readers.setdefault(u, []).append(ci)
+        for u, cis in sorted(readers.items()):
+            if len(cis) < 2:
+                continue
+            new, first = list(layout), None
+            for ci in cis:
+                c, copies = layout[ci]
+                add = self.deep(layout, c, [u]) | self.upstream(layout[owner[u]][0], [u])
+                if _splits_apart(self.g, c | add):
+                    break
+                new[ci] = (c | add, copies | (add - c))
+                first = first or c | add
+            else:
+                cand = self.pruned(tuple(new))
+                if self.valid(cand):
+                    yield first, cand
 
     def merges(self, layout: Layout):
         """(merged cluster, layout) for the pairs of kernels greedy fusion would try (producer

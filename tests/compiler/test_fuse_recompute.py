@@ -430,3 +430,36 @@ def test_the_gqa_backward_keeps_nothing_n_by_n_in_global_memory(saved, rng, with
     within_budget(grad, inputs, interpret(p, inputs))
     if not saved:
         within_budget(grad, inputs, run_plan(p, inputs, {**sizes, "d": 64}, timeout_s=240))
+
+
+def test_the_d128_attention_backward_recomputes_dS_in_both_of_its_readers(rng, within_budget):
+    """At d = 128 dK and dV's two accumulators of 128 columns exceed a chain kernel's
+    registers, so dK and dV are kernels of their own; dS's two readers (dQ's kernel and dK's)
+    then each lose alone by recomputing it (the kernel storing P and dS stays for the other),
+    and win together (_Layouts._together): four kernels, D and three chains computing S and P
+    from the inputs, nothing N x N in global memory (9.05 ms predicted before, with P and dS
+    stored; 4.6 ms now), H within 3.1x the forward's. Run on odd sizes on the emulator."""
+    from napkin.compiler import schedule
+    from napkin.pipeline import run_plan
+    shape = {"b": 4, "h": 16, "q": 4096, "x": 4096}
+    grad = napkin.grad(napkin.load("attention", d=128), saved=True)
+    p = plan(grad, "h100", shape)
+    assert sorted((kp.schedule.engine, tuple(sorted(array_name(p.graph, n) for n in kp.kernel.stores)))
+                  for kp in p.kernels) == \
+        [(schedule.CHAIN, ("dK",)), (schedule.CHAIN, ("dQ",)), (schedule.CHAIN, ("dV",)),
+         (schedule.SIMT, ("D",))]
+    for kp in p.kernels:
+        for n in kp.kernel.stores:
+            assert not {"q", "x"} <= set(p.graph.nodes[n]["type"].axes), array_name(p.graph, n)
+    forward = plan(napkin.load("attention", d=128), "h100", shape).kernels[0]
+    ratio = sum(kp.cost.levels[1].H for kp in p.kernels) / forward.cost.levels[1].H
+    assert ratio < 3.1, ratio
+    assert sum(kp.cost.time for kp in p.kernels) < 5e-3
+    stats = napkin.statistics(napkin.load("attention", d=128))
+    sizes = {"b": 1, "h": 1, "q": 45, "x": 70, "d": 128}
+    Q, dO = (rng.standard_normal((1, 1, 45, 128)).astype(np.float16) for _ in range(2))
+    K, V = (rng.standard_normal((1, 1, 70, 128)).astype(np.float16) for _ in range(2))
+    saved = reference.evaluate(stats, {"Q": Q, "K": K, "V": V})
+    inputs = {"Q": Q, "K": K, "V": V, "dO": dO, "P_lse": saved["P_lse"].astype(np.float32),
+              "O_saved": saved["O"].astype(np.float16)}
+    within_budget(grad, inputs, run_plan(p, inputs, sizes, timeout_s=240))
