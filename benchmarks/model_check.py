@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sass_loops import copy_trips, kernel_source, loop_counts  # noqa: E402
+from sass_loops import copy_trips, epilogue, kernel_source, loop_counts  # noqa: E402
 
 SEQ = (512, 1024, 2048, 4096, 8192, 16384)
 PUBLISHED = {   # (d, N): {source: TFLOP/s}, FlashAttention-3 paper Figure 5 (non-causal)
@@ -108,8 +108,9 @@ def kernel_sass(p, made, index: int) -> dict:
     from napkin.runtime import sass
     kp = p.kernels[index]
     name = made["program"].kernels[index].name
-    counts = loop_counts(sass.disassemble(made["binary"].cubin), name,
-                         copy_trips(kernel_source(made["cuda"], name)))
+    text = sass.disassemble(made["binary"].cubin)
+    counts = loop_counts(text, name, copy_trips(kernel_source(made["cuda"], name)))
+    after = epilogue(text, name)          # once per block: the epilogue, the stores
     sched = kp.schedule
     chunks = math.ceil(p.sizes[sched.stream[0]] / sched.stream[1]) if sched.stream else 1
     blocks = float(kp.cost.levels[1].units)
@@ -129,7 +130,7 @@ def kernel_sass(p, made, index: int) -> dict:
     visited = max(float(kp.cost.visited), computed)
     per_chunk = run + (visited - computed) * counts["run_hidden"]
     rate = p.target.per_second("schedulers")
-    est = blocks * warps * chunks * per_chunk / rate if rate else None
+    est = blocks * warps * (chunks * per_chunk + after) / rate if rate else None
     # the model's own counts per warp per chunk, from its compute terms (issue.py): the
     # classes per computed chunk, all instructions per chunk
     parts, tgt = dict(kp.cost.compute_parts), p.target
@@ -146,10 +147,11 @@ def kernel_sass(p, made, index: int) -> dict:
     unrolled = round(ratio) if ratio >= 1.99 and abs(ratio - round(ratio)) < 0.01 else 1
     if unrolled > 1:
         per_chunk /= unrolled
-        est = est / unrolled if est is not None else None
+        est = blocks * warps * (chunks * per_chunk + after) / rate if rate else None
         static = {k: v / unrolled if isinstance(v, (int, float)) else v for k, v in static.items()}
         static["unrolled"] = unrolled
     static["per_chunk"] = per_chunk
+    static["epilogue"] = after
     return {"static_loop_instructions": static, "static_issue_seconds": est,
             "model_loop_instructions": model}
 

@@ -44,6 +44,27 @@ def loop_counts(sass_text: str, function: str | None = None, trips: list | None 
     return out
 
 
+def epilogue(sass_text: str, function: str | None = None) -> int:
+    """Instructions a block runs once after its chunk loop (the epilogue over the fragments,
+    the stores, a row statistic's merge): those after the last loop holding HMMA, up to the
+    end of the loop around the main loop (the blocks' grid-stride loop) or of the function,
+    static (every path once). 0 when there is no main loop of tensor instructions."""
+    from napkin.runtime import mainloop
+    funcs = mainloop.functions(sass_text)
+    main = mainloop.main_loop(sass_text, function)
+    if main is None or not main.mma:        # (a CUDA-core kernel's: not estimated here)
+        return 0
+    if function is None:
+        function = next(f for f, ins in funcs.items() if any(i.address == main.start for i in ins))
+    insns = funcs[function]
+    found = mainloop.loops(insns)
+    last = max(lp.end for lp in found if lp.mma)
+    around = [lp.end for lp in found if lp.start <= main.start and main.end <= lp.end
+              and (lp.start, lp.end) != (main.start, main.end) and lp.end > last]
+    end = min(around) if around else insns[-1].address
+    return sum(1 for i in insns if last < i.address <= end)
+
+
 def versions(loop) -> tuple[int, int]:
     """(instructions of the smaller, of the larger) of two alternatives the loop branches
     between, `if (t) {A} else {B}` with no tensor instruction in either (a conditional

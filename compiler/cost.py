@@ -56,7 +56,7 @@ from .columns import Column, resident_sets
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
 from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
-from .memory import allocated, l2_split, sectors
+from .memory import allocated, l2_split, sectors, staged_bytes
 from .model import Model
 from .target import Target
 
@@ -234,6 +234,9 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         # engine, index_span on the tensor cores) reduces the block's first and last chunk
         # through shared memory: 16 bytes a warp
         results[1] = replace(results[1], M=results[1].M + 16 * np.ceil(threads / WARP))
+    if len(results) > 1 and not symbolic and not values and choice.warps and model.staged:
+        results[1] = replace(results[1], M=results[1].M + staged_bytes(
+            model, choice, covs[0], helds[0][0], ops))
     span = None
     loads = issue.tiles(model, choice, covs[0])     # each load's tile a block copies at a time
     if symbolic or issue.simt_only(target):

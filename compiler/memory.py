@@ -48,6 +48,24 @@ def _row_pad(arr, res: dict, ops):
     return ops.where(later, ROW_PAD * arr.bytes * rows, 0)
 
 
+def staged_bytes(model, choice: Choices, level1: dict, held: dict, ops):
+    """Shared memory a product's staged work holds beside its loads' tiles (Model.staged;
+    codegen/tiles._copy_computed, codegen/rowstats.py): each computed operand's padded
+    two-stage 16-bit tile, each statistic's row buffer (4 bytes a row), less the tiles of the
+    loads only those read (Model.direct: read from global memory, never allocated)."""
+    from .model import Array
+    chunk = dict([choice.stream]) if choice.stream else {}
+    out = 0
+    for n, axes, _, _, operand in model.staged:
+        res = {a: chunk.get(a, level1[a]) for a in axes}
+        if operand:
+            tile = Array(n, "", "load", tuple(axes), 2, streamed=True)
+            out = out + allocated(prod(res.values()) * 2, tile, res, choice, ops)
+        else:
+            out = out + prod(res[a] for a in axes if a not in chunk) * 4 + ALIGN_PAD
+    return out - sum(size for i, size in held.items() if model.arrays[i].node in model.direct)
+
+
 def sectors(arr, cov, target: Target):
     """Loads along a row shorter than a 32-byte sector waste the rest of the sector."""
     if not arr.axes or target.coalescing_bytes <= 1 or arr.bytes <= 0:   # (covered: > 0)

@@ -217,10 +217,9 @@ def _need_disassembler():
 TENSOR_KERNELS = [
     ("matmul", {}, {"m": 4096, "k": 4096, "n": 4096}), ("matmul", {}, {}),
     ("batched_matmul", {}, {}),
-    pytest.param("linear_gelu", {}, {}, marks=pytest.mark.xfail(
-        strict=True, reason="the SASS estimate counts the main loop only; at the default sizes "
-                            "(64 chunks) the model's epilogue gelu is a third of its issue slots "
-                            "(estimate/model 0.69)")),
+    # (the estimate counts the epilogue once per block: at the default sizes the model's gelu
+    # is a third of its issue slots; 0.69 when the estimate had the main loop only)
+    ("linear_gelu", {}, {}),
     ("attention", {"d": 64}, {"b": 2, "h": 4, "q": 1024, "x": 1024}),
     ("attention", {"d": 128}, {"b": 2, "h": 4, "q": 1024, "x": 1024}),
     ("causal_attention", {"d": 64}, {"b": 2, "h": 4, "q": 1024, "x": 1024}),

@@ -396,44 +396,41 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const int org_0 = (int)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
     float acc[2][4][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (3072) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (5120) * 2 + 15) / 16 * 16));
     float rst0[1] = {0.0f};
     float rst1[1] = {0.0f};
-    float* const sm2 = reinterpret_cast<float*>(smem + ((((((0) + (3072) * 2 + 15) / 16 * 16)) + (4352) * 2 + 15) / 16 * 16));
+    float* const sm2 = reinterpret_cast<float*>(smem + ((((((0) + (5120) * 2 + 15) / 16 * 16)) + (8704) * 2 + 15) / 16 * 16));
     if (n1 % 8 == 0 && n2 % 8 == 0) {
       {
         __syncthreads();
-        const int nlen = (int)((int)(n1) - ((int)0) < 16 ? (int)(n1) - ((int)0) : 16);
+        const int nlen = (int)((int)(n1) - ((int)0) < 32 ? (int)(n1) - ((int)0) : 32);
         #pragma unroll
         for (int r = 0; r < 1; ++r) {
-          const int e = tid + r * 256;
-          if (e < 128) {
-            const int eo = tid / 2 + r * 128;
-            const int ei = (tid % 2) * 8;
-            if (org_0 + eo < n0 && ei < nlen) {
-              const uint4 lv0 = *reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + eo))) * (n1) + (((int)0 + ei))));
-              const uint4 lv1 = *reinterpret_cast<const uint4*>(p1 + ((int)(((int)0 + ei))));
-              const float v0 = (napkin_half_at(lv0, 0) * napkin_half_at(lv1, 0));
-              const float v1 = (napkin_half_at(lv0, 1) * napkin_half_at(lv1, 1));
-              const float v2 = (napkin_half_at(lv0, 2) * napkin_half_at(lv1, 2));
-              const float v3 = (napkin_half_at(lv0, 3) * napkin_half_at(lv1, 3));
-              const float v4 = (napkin_half_at(lv0, 4) * napkin_half_at(lv1, 4));
-              const float v5 = (napkin_half_at(lv0, 5) * napkin_half_at(lv1, 5));
-              const float v6 = (napkin_half_at(lv0, 6) * napkin_half_at(lv1, 6));
-              const float v7 = (napkin_half_at(lv0, 7) * napkin_half_at(lv1, 7));
-              *reinterpret_cast<uint4*>((sm0 + 0 * 1536) + eo * 24 + ei) = make_uint4(napkin_pack_half2(v0, v1), napkin_pack_half2(v2, v3), napkin_pack_half2(v4, v5), napkin_pack_half2(v6, v7));
-            } else {
-              *reinterpret_cast<uint4*>((sm0 + 0 * 1536) + eo * 24 + ei) = make_uint4(0u, 0u, 0u, 0u);
-            }
+          const int eo = tid / 4 + r * 64;
+          const int ei = (tid % 4) * 8;
+          if (org_0 + eo < n0 && ei < nlen) {
+            const uint4 lv0 = *reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + eo))) * (n1) + (((int)0 + ei))));
+            const uint4 lv1 = *reinterpret_cast<const uint4*>(p1 + ((int)(((int)0 + ei))));
+            const float v0 = (napkin_half_at(lv0, 0) * napkin_half_at(lv1, 0));
+            const float v1 = (napkin_half_at(lv0, 1) * napkin_half_at(lv1, 1));
+            const float v2 = (napkin_half_at(lv0, 2) * napkin_half_at(lv1, 2));
+            const float v3 = (napkin_half_at(lv0, 3) * napkin_half_at(lv1, 3));
+            const float v4 = (napkin_half_at(lv0, 4) * napkin_half_at(lv1, 4));
+            const float v5 = (napkin_half_at(lv0, 5) * napkin_half_at(lv1, 5));
+            const float v6 = (napkin_half_at(lv0, 6) * napkin_half_at(lv1, 6));
+            const float v7 = (napkin_half_at(lv0, 7) * napkin_half_at(lv1, 7));
+            *reinterpret_cast<uint4*>((sm0 + 0 * 2560) + eo * 40 + ei) = make_uint4(napkin_pack_half2(v0, v1), napkin_pack_half2(v2, v3), napkin_pack_half2(v4, v5), napkin_pack_half2(v6, v7));
+          } else {
+            *reinterpret_cast<uint4*>((sm0 + 0 * 2560) + eo * 40 + ei) = make_uint4(0u, 0u, 0u, 0u);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p2 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 0 * 2176) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 0 * 4352) + eo0 * 136 + ei;
           #pragma unroll
-          for (int r = 0; r < 1; ++r) {
+          for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 16;
             napkin_cp_async_16(cpd + r * 2176, cps + ((int)(r * 16) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
@@ -441,42 +438,39 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       }
       napkin_cp_async_commit();
       int stage = 0;
-      for (int c0 = (int)0; c0 < (int)(n1); c0 += 16) {
-        const int clen = (int)((int)(n1) - (c0) < 16 ? (int)(n1) - (c0) : 16);
+      for (int c0 = (int)0; c0 < (int)(n1); c0 += 32) {
+        const int clen = (int)((int)(n1) - (c0) < 32 ? (int)(n1) - (c0) : 32);
         napkin_cp_async_wait<0>();
         __syncthreads();
-        if (c0 + 16 < (int)(n1)) {
-          const int nlen = (int)((int)(n1) - (c0 + 16) < 16 ? (int)(n1) - (c0 + 16) : 16);
+        if (c0 + 32 < (int)(n1)) {
+          const int nlen = (int)((int)(n1) - (c0 + 32) < 32 ? (int)(n1) - (c0 + 32) : 32);
           #pragma unroll
           for (int r = 0; r < 1; ++r) {
-            const int e = tid + r * 256;
-            if (e < 128) {
-              const int eo = tid / 2 + r * 128;
-              const int ei = (tid % 2) * 8;
-              if (org_0 + eo < n0 && ei < nlen) {
-                const uint4 lv2 = *reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + eo))) * (n1) + ((c0 + 16 + ei))));
-                const uint4 lv3 = *reinterpret_cast<const uint4*>(p1 + ((int)((c0 + 16 + ei))));
-                const float v8 = (napkin_half_at(lv2, 0) * napkin_half_at(lv3, 0));
-                const float v9 = (napkin_half_at(lv2, 1) * napkin_half_at(lv3, 1));
-                const float v10 = (napkin_half_at(lv2, 2) * napkin_half_at(lv3, 2));
-                const float v11 = (napkin_half_at(lv2, 3) * napkin_half_at(lv3, 3));
-                const float v12 = (napkin_half_at(lv2, 4) * napkin_half_at(lv3, 4));
-                const float v13 = (napkin_half_at(lv2, 5) * napkin_half_at(lv3, 5));
-                const float v14 = (napkin_half_at(lv2, 6) * napkin_half_at(lv3, 6));
-                const float v15 = (napkin_half_at(lv2, 7) * napkin_half_at(lv3, 7));
-                *reinterpret_cast<uint4*>((sm0 + (stage ^ 1) * 1536) + eo * 24 + ei) = make_uint4(napkin_pack_half2(v8, v9), napkin_pack_half2(v10, v11), napkin_pack_half2(v12, v13), napkin_pack_half2(v14, v15));
-              } else {
-                *reinterpret_cast<uint4*>((sm0 + (stage ^ 1) * 1536) + eo * 24 + ei) = make_uint4(0u, 0u, 0u, 0u);
-              }
+            const int eo = tid / 4 + r * 64;
+            const int ei = (tid % 4) * 8;
+            if (org_0 + eo < n0 && ei < nlen) {
+              const uint4 lv2 = *reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + eo))) * (n1) + ((c0 + 32 + ei))));
+              const uint4 lv3 = *reinterpret_cast<const uint4*>(p1 + ((int)((c0 + 32 + ei))));
+              const float v8 = (napkin_half_at(lv2, 0) * napkin_half_at(lv3, 0));
+              const float v9 = (napkin_half_at(lv2, 1) * napkin_half_at(lv3, 1));
+              const float v10 = (napkin_half_at(lv2, 2) * napkin_half_at(lv3, 2));
+              const float v11 = (napkin_half_at(lv2, 3) * napkin_half_at(lv3, 3));
+              const float v12 = (napkin_half_at(lv2, 4) * napkin_half_at(lv3, 4));
+              const float v13 = (napkin_half_at(lv2, 5) * napkin_half_at(lv3, 5));
+              const float v14 = (napkin_half_at(lv2, 6) * napkin_half_at(lv3, 6));
+              const float v15 = (napkin_half_at(lv2, 7) * napkin_half_at(lv3, 7));
+              *reinterpret_cast<uint4*>((sm0 + (stage ^ 1) * 2560) + eo * 40 + ei) = make_uint4(napkin_pack_half2(v8, v9), napkin_pack_half2(v10, v11), napkin_pack_half2(v12, v13), napkin_pack_half2(v14, v15));
+            } else {
+              *reinterpret_cast<uint4*>((sm0 + (stage ^ 1) * 2560) + eo * 40 + ei) = make_uint4(0u, 0u, 0u, 0u);
             }
           }
           {
             const int ei = (tid % 16) * 8;
             const int eo0 = tid / 16;
-            const __half* const cps = p2 + (((int)((c0 + 16 + eo0))) * (n2) + ((org_1 + ei)));
-            __half* const cpd = (sm1 + (stage ^ 1) * 2176) + eo0 * 136 + ei;
+            const __half* const cps = p2 + (((int)((c0 + 32 + eo0))) * (n2) + ((org_1 + ei)));
+            __half* const cpd = (sm1 + (stage ^ 1) * 4352) + eo0 * 136 + ei;
             #pragma unroll
-            for (int r = 0; r < 1; ++r) {
+            for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 16;
               napkin_cp_async_16(cpd + r * 2176, cps + ((int)(r * 16) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
             }
@@ -519,16 +513,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           }
         }
         #pragma unroll
-        for (int kk = 0; kk < 1; ++kk) {
+        for (int kk = 0; kk < 2; ++kk) {
           unsigned fa[2][4];
           unsigned fb[4][2];
           #pragma unroll
           for (int i0 = 0; i0 < 2; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 32 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 2560) + (wr * 32 + i0 * 16 + lane % 16) * 40 + kk * 16 + (lane / 16) * 8);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 4352) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + (2 * i1) * 8 + (lane / 16) * 8);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 2; ++i0) {
@@ -543,49 +537,49 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     } else {
       {
         __syncthreads();
-        const int nlen = (int)((int)(n1) - ((int)0) < 16 ? (int)(n1) - ((int)0) : 16);
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int eo = tid / 16 + r * 16;
-          const int ei = tid % 16;
-          if (org_0 + eo < n0 && ei < nlen) {
-            const float v24 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))]) * napkin_to_float(p1[(int)(((int)0 + ei))]));
-            ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(v24);
-          } else {
-            ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(0.0f);
-          }
-        }
+        const int nlen = (int)((int)(n1) - ((int)0) < 32 ? (int)(n1) - ((int)0) : 32);
         #pragma unroll
         for (int r = 0; r < 8; ++r) {
+          const int eo = tid / 32 + r * 8;
+          const int ei = tid % 32;
+          if (org_0 + eo < n0 && ei < nlen) {
+            const float v24 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))]) * napkin_to_float(p1[(int)(((int)0 + ei))]));
+            ((sm0 + 0 * 2560) + eo * 40 + ei)[0] = napkin_from_float<__half>(v24);
+          } else {
+            ((sm0 + 0 * 2560) + eo * 40 + ei)[0] = napkin_from_float<__half>(0.0f);
+          }
+        }
+        #pragma unroll 1
+        for (int r = 0; r < 16; ++r) {
           const int eo = tid / 128 + r * 2;
           const int ei = tid % 128;
-          ((sm1 + 0 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 0 * 4352) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
       int stage = 0;
-      for (int c0 = (int)0; c0 < (int)(n1); c0 += 16) {
-        const int clen = (int)((int)(n1) - (c0) < 16 ? (int)(n1) - (c0) : 16);
+      for (int c0 = (int)0; c0 < (int)(n1); c0 += 32) {
+        const int clen = (int)((int)(n1) - (c0) < 32 ? (int)(n1) - (c0) : 32);
         napkin_cp_async_wait<0>();
         __syncthreads();
-        if (c0 + 16 < (int)(n1)) {
-          const int nlen = (int)((int)(n1) - (c0 + 16) < 16 ? (int)(n1) - (c0 + 16) : 16);
-          #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = tid / 16 + r * 16;
-            const int ei = tid % 16;
-            if (org_0 + eo < n0 && ei < nlen) {
-              const float v25 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + ((c0 + 16 + ei))]) * napkin_to_float(p1[(int)((c0 + 16 + ei))]));
-              ((sm0 + (stage ^ 1) * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(v25);
-            } else {
-              ((sm0 + (stage ^ 1) * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(0.0f);
-            }
-          }
+        if (c0 + 32 < (int)(n1)) {
+          const int nlen = (int)((int)(n1) - (c0 + 32) < 32 ? (int)(n1) - (c0 + 32) : 32);
           #pragma unroll
           for (int r = 0; r < 8; ++r) {
+            const int eo = tid / 32 + r * 8;
+            const int ei = tid % 32;
+            if (org_0 + eo < n0 && ei < nlen) {
+              const float v25 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + ((c0 + 32 + ei))]) * napkin_to_float(p1[(int)((c0 + 32 + ei))]));
+              ((sm0 + (stage ^ 1) * 2560) + eo * 40 + ei)[0] = napkin_from_float<__half>(v25);
+            } else {
+              ((sm0 + (stage ^ 1) * 2560) + eo * 40 + ei)[0] = napkin_from_float<__half>(0.0f);
+            }
+          }
+          #pragma unroll 1
+          for (int r = 0; r < 16; ++r) {
             const int eo = tid / 128 + r * 2;
             const int ei = tid % 128;
-            ((sm1 + (stage ^ 1) * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)((c0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm1 + (stage ^ 1) * 4352) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)((c0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
         napkin_cp_async_commit();
@@ -593,7 +587,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         for (int i6 = 0; i6 < 1; ++i6) {
           const int srow = tid / 4 + i6 * 64;
           #pragma unroll
-          for (int i7 = 0; i7 < 4; ++i7) {
+          for (int i7 = 0; i7 < 8; ++i7) {
             const int spos = tid % 4 + i7 * 4;
             if (spos < clen && org_0 + srow < n0) {
               const float v26 = (napkin_to_float(p0[((int)((org_0 + srow))) * (n1) + ((c0 + spos))]) * napkin_to_float(p0[((int)((org_0 + srow))) * (n1) + ((c0 + spos))]));
@@ -603,16 +597,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           }
         }
         #pragma unroll
-        for (int kk = 0; kk < 1; ++kk) {
+        for (int kk = 0; kk < 2; ++kk) {
           unsigned fa[2][4];
           unsigned fb[4][2];
           #pragma unroll
           for (int i0 = 0; i0 < 2; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 32 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 2560) + (wr * 32 + i0 * 16 + lane % 16) * 40 + kk * 16 + (lane / 16) * 8);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 4352) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + (2 * i1) * 8 + (lane / 16) * 8);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 2; ++i0) {
