@@ -151,7 +151,8 @@ def _engine(plan: Plan, kp) -> dict:
             return {"kind": "tensor cores", "algorithm": "FlashAttention-2",
                     "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
                     "rows": found.row, "cols": found.dv, "warps": [wm, 1],
-                    "warp_tile": [tm, found.width], "fragments": [tm // fm, found.width // fn]}
+                    "warp_tile": [tm, found.width], "fragments": [tm // fm, found.width // fn],
+                    "stages": sched.stages}
         if isinstance(found, tensorcore.ChainSite):
             g = plan.graph
             width = max(p.width for p in found.outs)
@@ -161,11 +162,13 @@ def _engine(plan: Plan, kp) -> dict:
                     "warp_tile": [tm, width], "fragments": [tm // fm, width // fn],
                     "streamed": found.red,
                     "scores": [array_name(g, s.node) for s in found.scores],
-                    "outputs": [array_name(g, p.node) for p in found.outs]}
+                    "outputs": [array_name(g, p.node) for p in found.outs],
+                    "stages": sched.stages}
         return {"kind": "tensor cores", "algorithm": "matrix product",
                 "instruction": instruction,
                 "dtype": found.dtype, "accumulate": "f32", "rows": found.row, "cols": found.col,
-                "warps": [wm, wn], "warp_tile": [tm, tn], "fragments": [tm // fm, tn // fn]}
+                "warps": [wm, wn], "warp_tile": [tm, tn], "fragments": [tm // fm, tn // fn],
+                "stages": sched.stages}
     found = tensorcore.best_site(plan.graph, kp.kernel, plan.target, plan.sizes)
     if not isinstance(found, str):
         why = ("tensor cores are off" if not plan.tensor_cores else
@@ -262,7 +265,8 @@ def render_text(rep: dict) -> str:
                          f"{eng['accumulate']}), {eng['warps'][0]} x {eng['warps'][1]} warps "
                          f"over {eng['rows']} x {eng['cols']}, each a {eng['warp_tile'][0]} x "
                          f"{eng['warp_tile'][1]} tile of {eng['fragments'][0]} x "
-                         f"{eng['fragments'][1]} fragments")
+                         f"{eng['fragments'][1]} fragments; chunks copied {eng['stages'] - 1} "
+                         f"ahead by cp.async ({eng['stages']} stages)")
         elif eng["why"] != "no contraction":
             lines.append(f"  on CUDA cores: {eng['why']}")
         for lv in k["levels"]:

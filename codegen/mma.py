@@ -102,15 +102,17 @@ class MmaLowering(RowStats, SharedTiles, KernelLowering):
 
     def _pipeline(self, tiles, compute, skip=None, peel: bool = False,
                   vector: bool | None = None, span: tuple[str, str] | None = None) -> None:
-        """The chunk loop, two stages deep (the schedule's `stages`; this loop is written for
-        two, as compiler/cost.PIPELINE is), one barrier per chunk: each chunk waits for its
-        own copies (cp.async groups: one per chunk, committed even when empty), then the
-        barrier makes every thread's copies visible and says every warp is done with the
-        other stage (the previous chunk), so the copies of the next chunk go there while the
-        block computes on this one. A barrier before the first copies keeps them from
-        overwriting what the block's previous tile still reads. A chunk the mask hides (`skip(start, length)`: the C test that
-        the chunk at `start` of `length` is hidden, or None) is neither copied nor computed:
-        the prefetch tests the next chunk, the compute the current one.
+        """The chunk loop, `S` = the schedule's `stages` deep (compiler/occupancy.stages), one
+        barrier per chunk. Before the loop the first S - 1 chunks' copies are issued, one
+        cp.async group each; chunk c waits until all but the S - 2 most recent groups have
+        landed (its own among them), then the barrier makes every thread's copies visible and
+        says every warp is done with the stage chunk c - 1 used, which the copies of chunk
+        c + S - 1 then fill while the block computes on chunk c (one group per chunk,
+        committed even when empty, so that the count is exact). A barrier before the first
+        copies keeps them from overwriting what the block's previous tile still reads. A
+        chunk the mask hides (`skip(start, length)`: the C test that the chunk at `start` of
+        `length` is hidden, or None) is neither copied nor computed: the prefetch tests its
+        chunk, the compute the current one.
         `vector` (True/False) fixes the copies' width where a size test chose it outside.
 
         `compute(tail)` emits the work on one chunk; `tail` says the chunk may be partial.
@@ -122,6 +124,9 @@ class MmaLowering(RowStats, SharedTiles, KernelLowering):
         b, r = self.b, self.site.red
         chunk, size = self.kp.schedule.stream[1], f"({self.itype})({self.sizes[r]})"
         start0, end = span if span is not None else (f"({self.itype})0", size)
+        depth = self.kp.schedule.stages
+        ahead = (depth - 1) * chunk         # how far ahead of the current chunk the copies run
+        fill = "(stage ^ 1)" if depth == 2 else "fill"   # the stage the copies fill
 
         def length(start: str) -> str:
             left = f"{size} - ({start})"
@@ -142,7 +147,7 @@ class MmaLowering(RowStats, SharedTiles, KernelLowering):
                 b.emit(P.If(f"!({test})", self._scoped(each)))
 
         def first():
-            b.emit(P.Barrier())     # the previous tile's readers are done with both stages
+            b.emit(P.Barrier())     # the previous tile's readers are done with every stage
             b.emit(P.Decl("const int", "nlen", length(start0)))
             if span is None:
                 copies("0", start0, "nlen")
@@ -150,24 +155,38 @@ class MmaLowering(RowStats, SharedTiles, KernelLowering):
                 b.emit(P.If(f"{start0} < {end}", self._scoped(lambda: copies("0", start0, "nlen"))))
         b.emit(P.Block(self._scoped(first)))
         b.emit(P.Call("napkin_cp_async_commit", ()))
+        for i in range(1, depth - 1):       # the other chunks ahead of the first
+            at = f"{start0} + {i * chunk}"
+
+            def more(i=i, at=at):
+                b.emit(P.Decl("const int", "nlen", length(at)))
+                copies(str(i), at, "nlen")
+            b.emit(P.If(f"{at} < {end}", self._scoped(more)))
+            b.emit(P.Call("napkin_cp_async_commit", ()))
         b.emit(P.Decl("int", "stage", "0"))
+        if depth > 2:
+            b.emit(P.Decl("int", "fill", str(depth - 1)))
 
         def body(tail: bool):
             b.emit(P.Decl("const int", "clen", length("c0") if tail else str(chunk)))
 
             def prefetch():
-                b.emit(P.Decl("const int", "nlen", length(f"c0 + {chunk}")))
-                copies("(stage ^ 1)", f"c0 + {chunk}", "nlen")
-            b.emit(P.Call("napkin_cp_async_wait<0>", ()))
+                b.emit(P.Decl("const int", "nlen", length(f"c0 + {ahead}")))
+                copies(fill, f"c0 + {ahead}", "nlen")
+            b.emit(P.Call(f"napkin_cp_async_wait<{depth - 2}>", ()))
             b.emit(P.Barrier())
-            b.emit(P.If(f"c0 + {chunk} < {end}", self._scoped(prefetch)))
+            b.emit(P.If(f"c0 + {ahead} < {end}", self._scoped(prefetch)))
             b.emit(P.Call("napkin_cp_async_commit", ()))
             test = hidden("c0", "clen")
             if test is None:
                 compute(tail)
             else:
                 b.emit(P.If(f"!({test})", self._scoped(lambda: compute(tail))))
-            b.emit(P.Set("stage", "stage ^ 1"))
+            if depth == 2:
+                b.emit(P.Set("stage", "stage ^ 1"))
+            else:
+                b.emit(P.Set("fill", "stage"))      # chunk c's stage: the next chunks' copies
+                b.emit(P.Set("stage", f"(stage == {depth - 1} ? 0 : stage + 1)"))
         if not peel:
             b.loop("c0", start0, end, str(chunk), lambda: body(True), ctype=self.itype)
             return

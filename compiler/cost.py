@@ -56,7 +56,7 @@ from .columns import Column, resident_sets
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
 from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
-from .memory import allocated, l2_split, sectors, staged_bytes
+from .memory import PIPELINE, allocated, l2_split, sectors, stage_bytes, staged_bytes
 from .model import Model
 from .target import Target
 
@@ -103,6 +103,7 @@ class Cost:
                                   # hides entirely, and the kernel skips (masking.py)
     visited: object = 1.0         # the share the chunk loop visits: a tensor-core kernel
                                   # bounds it by the mask (codegen/masks data_span, index_span)
+    stages: object = 2            # a tensor-core kernel's pipeline depth (occupancy.stages)
 
     def level(self, name: str) -> LevelCost:
         return next(lv for lv in self.levels if lv.name == name)
@@ -140,7 +141,7 @@ class Cost:
                    tuple((k, pick(v)) for k, v in self.compute_parts),
                    None if self.registers is None else pick(self.registers),
                    pick(self.blocks_per_sm), pick(self.limit), pick(self.computed),
-                   pick(self.visited))
+                   pick(self.visited), pick(self.stages))
         return one if one.bound is not None else replace(one, bound=one.name_bound())
 
 
@@ -161,6 +162,13 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     # it skips is not read into shared memory nor into registers
     fraction = 1.0 if symbolic or not choice.stream else computed_fraction(
         model.mask, sizes, {**dict(choice.group), choice.stream[0]: choice.stream[1]})
+    loads = issue.tiles(model, choice, covs[0])     # each load's tile a block copies at a time
+    # a tensor-core kernel's cp.async pipeline: its depth (occupancy.stages) and the bytes
+    # one stage of it keeps in flight
+    pipelined = bool(choice.warps) and bool(choice.stream) and not symbolic and not values \
+        and bool(target.processors) and len(levels) > 2
+    flight = occupancy.in_flight(choice, loads)
+    stages = PIPELINE
     for li, lv in enumerate(levels[1:], start=1):
         cov = covs[li - 1]
         across = {a: sizes[a] / cov[a] for a in model.axes}   # units side by side along a
@@ -201,6 +209,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         last = li == len(levels) - 1
         held = {}          # array index -> what one unit holds of it (arrays counted here)
         extents: dict = {}  # the product of resident extents, once per distinct product
+        per_stage = 0      # what a stage more of the streamed tiles adds
         for i, (arr, res) in enumerate(zip(model.arrays, res_of)):
             if last or arr.role == "load":     # (bytes: a power of two)
                 factors = [res[a] for a in arr.axes]
@@ -211,12 +220,17 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                 if not symbolic and not values and target.processors and not last:
                     if arr.unstaged and not choice.warps:   # read from global memory
                         continue
+                    if li == 1 and pipelined and arr.node not in model.direct:
+                        per_stage = per_stage + stage_bytes(size, arr, res, choice, ops)
                     size = allocated(size, arr, res, choice, ops)
                 held[i] = size
         helds.append((held, across))
         M = 0
         for together in resident_sets(cols, held, symbolic):
             M = ops.maximum(M, total(held[i] for i in together))
+        if li == 1 and pipelined:
+            stages = occupancy.stages(target, flight, per_stage, M, lv.capacity_bytes)
+            M = M + (stages - PIPELINE) * per_stage
         time = H / lv.bandwidth if lv.bandwidth else 0
         results.append(LevelCost(lv.name, lv.capacity_bytes, M, H, units, time))
     flops = _flops(model, covs[0], choice, sizes, fraction)
@@ -236,9 +250,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         results[1] = replace(results[1], M=results[1].M + 16 * np.ceil(threads / WARP))
     if len(results) > 1 and not symbolic and not values and choice.warps and model.staged:
         results[1] = replace(results[1], M=results[1].M + staged_bytes(
-            model, choice, covs[0], helds[0][0], ops))
+            model, choice, covs[0], helds[0][0], ops, stages))
     span = None
-    loads = issue.tiles(model, choice, covs[0])     # each load's tile a block copies at a time
     if symbolic or issue.simt_only(target):
         compute = total(amount / _rate(target, engine, bool(choice.warps))
                         for engine, amount in flops.items())
@@ -303,6 +316,11 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         if choice.stream and spans(model.mask):   # the prologue's reads along the axis
             l2 = l2 + unit_counts[0] * sizes[choice.stream[0]] * along_bytes(model.mask) \
                 / target.l2_bandwidth
+        if pipelined:       # what the resident blocks' chunks in flight draw (Little's law)
+            cover_hbm, cover_l2 = occupancy.latency_cover(
+                target, np.minimum(per_sm, np.ceil(unit_counts[0] / target.processors)),
+                flight * (stages - 1))
+            hbm, l2 = hbm / cover_hbm, l2 / cover_l2
         named.pop(f"{results[1].name} bandwidth")
         named = {"compute": compute, "HBM bandwidth": hbm, "L2 bandwidth": l2,
                  **{k: v for k, v in named.items() if k != "compute"}}
@@ -317,7 +335,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     cost = Cost(tuple(_plain(lc) for lc in results), {k: number(v) for k, v in flops.items()},
                 compute, time, None, util, threads, tuple(named.items()),
                 tuple(parts.items()), regs, per_sm, limit, fraction,
-                span[0] if span is not None else 1.0)
+                span[0] if span is not None else 1.0, stages)
     return _plain(replace(cost, bound=cost.name_bound()) if scalar else cost)
 
 

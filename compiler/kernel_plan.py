@@ -45,7 +45,7 @@ class KernelPlan:
 def kernel_plan(g: DiGraph, k: FusedKernel, model: Model, cols, choice: Choice, cost: Cost,
                 hints, sizes: dict, target: Target, sched: Schedule | None = None) -> KernelPlan:
     """A kernel's plan with its checked schedule (N0604 if the choice is not legal)."""
-    sched = sched or schedules.build(g, k, model, choice, sizes, target)
+    sched = sched or schedules.build(g, k, model, choice, sizes, target, int(cost.stages))
     return KernelPlan(k, model, tuple(cols), choice, cost, tuple(hints), sched)
 
 

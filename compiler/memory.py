@@ -22,17 +22,25 @@ ROW_PAD = 8      # values after each row of a tensor-core tile in shared memory 
 L2_SHARE = 0.5   # of L2 a wave's re-used tiles may fill and still hit (the rest streams)
 
 
-def buffer_bytes(values_bytes, arr, res: dict, choice: Choice) -> int:
+def buffer_bytes(values_bytes, arr, res: dict, choice: Choice, stages: int = PIPELINE) -> int:
     """One shared-memory buffer as M counts it (alignment, padded rows, stages)."""
-    return int(allocated(values_bytes, arr, res, Choices.of(choice), NUMBERS))
+    return int(allocated(values_bytes, arr, res, Choices.of(choice), NUMBERS, stages))
 
 
-def allocated(values_bytes, arr, res: dict, choice: Choices, ops):
+def allocated(values_bytes, arr, res: dict, choice: Choices, ops, stages=PIPELINE):
     """A shared-memory buffer as allocated: 16-byte aligned; a tensor-core tile also pads its
-    rows and holds two stages of a streamed input (the next chunk is copied meanwhile)."""
+    rows and holds `stages` of a streamed input (the next chunks are copied meanwhile)."""
     if not choice.warps:
         return values_bytes + ALIGN_PAD
-    return (values_bytes + _row_pad(arr, res, ops)) * (PIPELINE if arr.streamed else 1) + ALIGN_PAD
+    return (values_bytes + _row_pad(arr, res, ops)) * (stages if arr.streamed else 1) + ALIGN_PAD
+
+
+def stage_bytes(values_bytes, arr, res: dict, choice: Choices, ops):
+    """What one more stage of a buffer adds: a tensor-core kernel's streamed input tile, its
+    rows padded; 0 for any other buffer."""
+    if not choice.warps or not arr.streamed or arr.role != "load":
+        return 0
+    return values_bytes + _row_pad(arr, res, ops)
 
 
 def _row_pad(arr, res: dict, ops):
@@ -48,10 +56,10 @@ def _row_pad(arr, res: dict, ops):
     return ops.where(later, ROW_PAD * arr.bytes * rows, 0)
 
 
-def staged_bytes(model, choice: Choices, level1: dict, held: dict, ops):
+def staged_bytes(model, choice: Choices, level1: dict, held: dict, ops, stages=PIPELINE):
     """Shared memory a product's staged work holds beside its loads' tiles (Model.staged;
     codegen/tiles._copy_computed, codegen/rowstats.py): each computed operand's padded
-    two-stage 16-bit tile, each statistic's row buffer (4 bytes a row), less the tiles of the
+    16-bit tile in every stage, each statistic's row buffer (4 bytes a row), less the tiles of the
     loads only those read (Model.direct: read from global memory, never allocated)."""
     from .model import Array
     chunk = dict([choice.stream]) if choice.stream else {}
@@ -60,7 +68,7 @@ def staged_bytes(model, choice: Choices, level1: dict, held: dict, ops):
         res = {a: chunk.get(a, level1[a]) for a in axes}
         if operand:
             tile = Array(n, "", "load", tuple(axes), 2, streamed=True)
-            out = out + allocated(prod(res.values()) * 2, tile, res, choice, ops)
+            out = out + allocated(prod(res.values()) * 2, tile, res, choice, ops, stages)
         else:
             out = out + prod(res[a] for a in axes if a not in chunk) * 4 + ALIGN_PAD
     return out - sum(size for i, size in held.items() if model.arrays[i].node in model.direct)

@@ -39,6 +39,10 @@ LATENCY_THREADS = 256   # active threads per SM that hide memory latency
 # latency is an assumption of the order microbenchmarks report for HBM on A100/H100 (several
 # hundred ns), not a measured figure: CALIBRATE on a GPU (benchmarks/gpu_check.py).
 LATENCY_SECONDS = 700e-9
+# ... and an L2 hit's latency, of the order Luo et al. (arXiv:2402.13499, 2024) measure on
+# H100 (some 260 cycles near, more far): an assumption, CALIBRATE on a GPU.
+L2_LATENCY_SECONDS = 300e-9
+MAX_STAGES = 4            # the deepest cp.async pipeline a tensor-core kernel is given
 LIMITS = ("registers", "shared memory", "threads", "blocks")
 # a tensor-core product's epilogue op that holds registers of its own while the fragments
 # are live: erff's polynomial and its range tests (ptxas, sm_80 and sm_90: gelu_erf at 64x64
@@ -176,12 +180,44 @@ def in_flight(choice, loads):
     return sum(tile for a, tile in loads if a.streamed)
 
 
+def needed_in_flight(target: Target):
+    """(bytes an SM keeps in flight to stream from HBM at its share of the bandwidth, the
+    same from L2): Little's law, each level's latency times its bandwidth per SM."""
+    hbm = target.levels[1].bandwidth if len(target.levels) > 1 else 0
+    procs = target.processors or 1
+    return hbm / procs * LATENCY_SECONDS, target.l2_bandwidth / procs * L2_LATENCY_SECONDS
+
+
+def stages(target: Target, flight, per_stage, held, capacity):
+    """A tensor-core kernel's pipeline depth (per candidate): the fewest stages, 2 to
+    MAX_STAGES, whose chunks in flight ((stages - 1) x `flight`, one chunk of every streamed
+    tile) cover what one block needs in flight (needed_in_flight), as deep as fits the
+    shared memory: `held` bytes with two stages, `per_stage` more for each further one."""
+    need = max(needed_in_flight(target))
+    want = np.where(np.asarray(flight) > 0,
+                    np.clip(1 + np.ceil(need / np.maximum(flight, 1.0)), 2, MAX_STAGES), 2)
+    out = np.full(np.broadcast_shapes(np.shape(want), np.shape(held), np.shape(per_stage)), 2.0)
+    for k in range(3, MAX_STAGES + 1):
+        out = np.where((want >= k) & (held + (k - 2) * per_stage <= capacity), k, out)
+    return out
+
+
+def latency_cover(target: Target, resident, flight):
+    """(HBM, L2): the share of each level's bandwidth the SM's resident blocks can draw with
+    `flight` bytes each in flight (Little's law), at most 1."""
+    hbm, l2 = needed_in_flight(target)
+    have = resident * flight
+    # (nothing streamed in, or no block: nothing to hide)
+    return (np.where(have > 0, np.minimum(1.0, have / max(hbm, 1e-30)), 1.0) if hbm else 1.0,
+            np.where(have > 0, np.minimum(1.0, have / max(l2, 1e-30)), 1.0) if l2 else 1.0)
+
+
 def utilization(target: Target, blocks, smem, threads, active=None, regs=None, per_sm=None,
                 flight=None):
     """Fraction of the machine a launch keeps busy: idle SMs, the last partial wave, and
-    too little memory parallelism per SM to hide latency: fewer than 256 active threads,
-    unless the blocks keep enough bytes in flight (`flight` per block, in_flight; Little's
-    law with LATENCY_SECONDS). `threads`: per block as launched (what the SM's thread slots
+    too little memory parallelism per SM to hide latency: fewer than 256 active threads
+    (a pipelined tensor-core kernel, `flight` given: none; its bytes in flight bound its
+    memory terms instead, latency_cover). `threads`: per block as launched (what the SM's thread slots
     and registers hold), `active`: those with work, `regs`: registers per thread (None: not
     counted)."""
     if not target.processors:
@@ -197,8 +233,8 @@ def utilization(target: Target, blocks, smem, threads, active=None, regs=None, p
     busy = blocks / (waves * np.minimum(slots, np.maximum(blocks, procs)))
     resident = np.minimum(per_sm, np.ceil(blocks / procs))
     occupancy = np.minimum(1.0, resident * active / LATENCY_THREADS)
-    bandwidth = target.levels[1].bandwidth if len(target.levels) > 1 else None
-    if flight is not None and bandwidth:
-        needed = bandwidth / procs * LATENCY_SECONDS
-        occupancy = np.maximum(occupancy, np.minimum(1.0, resident * flight / needed))
+    if flight is not None:
+        # a cp.async pipeline hides latency by its bytes in flight, not by its threads: what
+        # they draw of each level's bandwidth is the memory terms' (latency_cover)
+        occupancy = 1.0
     return np.maximum(busy * occupancy, 1e-6)

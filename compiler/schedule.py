@@ -104,9 +104,13 @@ def _refuse(kernel: str, rule: str) -> NapkinError:
                  help="choose tiles within these rules, or let the planner choose")
 
 
-def build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target) -> Schedule:
-    """The checked schedule of `choice` for `kernel` (see the module docstring)."""
+def build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target,
+          stages: int = PIPELINE) -> Schedule:
+    """The checked schedule of `choice` for `kernel` (see the module docstring); `stages`:
+    the pipeline depth the cost model chose for a tensor-core kernel (Cost.stages)."""
     sched = _build(g, kernel, model, choice, sizes, target)
+    if sched.stages > 1:
+        sched = replace(sched, stages=stages)
     return replace(sched, placements=placements(model, choice, sizes, target),
                    index=index_type(model.extents, sizes, choice))
 

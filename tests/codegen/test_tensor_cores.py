@@ -288,23 +288,57 @@ def test_seeded_attention_bugs_give_wrong_values(bug):
 
 
 PIPELINE_BUGS = {
-    "no wait for the current chunk's copies": lambda s: s.replace("napkin_cp_async_wait<0>();", ""),
-    "stages not swapped": lambda s: s.replace("stage = stage ^ 1;", ""),
-    "next chunk copied into the current stage": lambda s: s.replace("(stage ^ 1) *", "stage *"),
+    "no wait for the current chunk's copies":
+        lambda s: re.sub(r"napkin_cp_async_wait<\d+>\(\);", "", s),
+    "a wait that lets the current chunk's copies pend":
+        lambda s: re.sub(r"napkin_cp_async_wait<(\d+)>\(\);",
+                         lambda m: f"napkin_cp_async_wait<{int(m.group(1)) + 1}>();", s),
+    "stages not advanced": lambda s: re.sub(r"\n\s*stage = [^;]+;", "\n", s),
+    "next chunk copied into the current stage":
+        lambda s: s.replace("(stage ^ 1) *", "stage *").replace("fill *", "stage *"),
 }
 
 
+def with_stages(p, stages: int):
+    """The plan with its tensor-core kernels' pipelines `stages` deep (Schedule.stages)."""
+    return dataclasses.replace(p, kernels=tuple(
+        dataclasses.replace(kp, schedule=dataclasses.replace(kp.schedule, stages=stages))
+        if kp.choice.warps else kp for kp in p.kernels))
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("name", ["matmul", "attention"])
 @pytest.mark.parametrize("bug", list(PIPELINE_BUGS))
-def test_seeded_pipeline_bugs_give_wrong_values(bug, name):
-    """Two stages, one barrier per chunk: chunk c + 1 is copied (cp.async, 16-byte aligned
-    sizes) while c is used."""
+def test_seeded_pipeline_bugs_give_wrong_values(bug, name, stages):
+    """`stages` deep, one barrier per chunk: chunks c + 1 to c + stages - 1 are copied
+    (cp.async, 16-byte aligned sizes) while c is used."""
     d = library(name, "f16")
-    p = tc_plan(d) if name == "matmul" else flash_plan(d)
+    p = with_stages(tc_plan(d) if name == "matmul" else flash_plan(d), stages)
+    # chunks enough that every stage is filled by the loop's prefetch, not only before it
     shape = {"m": 37, "k": 144, "n": 40} if name == "matmul" else \
-        with_static(d, {"b": 1, "h": 2, "q": 37, "x": 200})
+        with_static(d, {"b": 1, "h": 2, "q": 37, "x": 520})
     assert all(verdicts(d, p, shape))
-    assert not all(verdicts(d, p, shape, source_edit=PIPELINE_BUGS[bug]))
+    edit = PIPELINE_BUGS[bug]
+    source = render(lower(p))
+    assert edit(source) != source
+    assert not all(verdicts(d, p, shape, source_edit=edit))
+
+
+def test_the_model_deepens_the_pipeline_where_a_chunk_in_flight_is_too_little():
+    """A chunk of matmul's 128 x 256 tiles at k-step 16 is 12 KiB; an h100 SM keeps some 18
+    KiB in flight to stream at its share of the HBM bandwidth (occupancy.needed_in_flight):
+    three stages, two chunks ahead. At k-step 64 one chunk ahead is enough: two."""
+    from napkin.compiler import occupancy
+    d = library("matmul", "f16")
+    shape = {"m": 4096, "n": 4096, "k": 4096}
+    for chunk, want in ((16, 3), (64, 2)):
+        p = plan(d, "h100", shape, {"stream": {"k": chunk}})
+        (kp,) = p.kernels
+        assert (kp.choice.stream[1], kp.schedule.stages, int(kp.cost.stages)) == (chunk, want, want)
+        source = render(lower(p))
+        assert f"napkin_cp_async_wait<{want - 2}>();" in source
+    need = max(occupancy.needed_in_flight(p.target))
+    assert 12 * 1024 < need < 24 * 1024
 
 
 @pytest.mark.parametrize("name", ["matmul", "attention"])
@@ -321,7 +355,7 @@ def test_the_chunks_barrier_orders_every_threads_copies_before_the_reads(name):
     inputs = random_inputs(d, shape, 0)
     out = run_plan(p, inputs, shape, sanitize="thread", timeout_s=240)
     assert all(v.ok for v in compare.against_reference(d, inputs, out).values())
-    dropped = lambda s: re.sub(r"(napkin_cp_async_wait<0>\(\);)\s*__syncthreads\(\);",  # noqa: E731
+    dropped = lambda s: re.sub(r"(napkin_cp_async_wait<\d+>\(\);)\s*__syncthreads\(\);",  # noqa: E731
                                r"\1", s)
     assert dropped(render(lower(p))) != render(lower(p))
     with pytest.raises(EmulatorError) as exc:
@@ -400,13 +434,14 @@ def test_a_hidden_chunk_between_two_bands_is_skipped_and_its_prefetch_too(bug):
     p = flash_plan(d)
     source = render(lower(p))
     chunk = p.kernels[0].choice.stream[1]
-    assert f"if (!(!((((long long)(c0 + {chunk}) < 256LL)" in source    # the prefetch's test
+    ahead = (p.kernels[0].schedule.stages - 1) * chunk     # the chunk the prefetch copies
+    assert f"if (!(!((((long long)(c0 + {ahead}) < 256LL)" in source    # the prefetch's test
     shape = with_static(d, {"b": 1, "h": 1, "q": 37, "x": 600})     # a hidden chunk inside
     if not bug:
         assert all(verdicts(d, p, shape))
         return
-    late = lambda s: s.replace(f"(long long)(c0 + {chunk}) < 256LL",   # noqa: E731
-                               f"(long long)(c0 + {2 * chunk}) < 256LL")
+    late = lambda s: s.replace(f"(long long)(c0 + {ahead}) < 256LL",   # noqa: E731
+                               f"(long long)(c0 + {ahead + chunk}) < 256LL")
     assert not all(verdicts(d, p, shape, source_edit=late))
 
 

@@ -397,7 +397,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const int org_0 = (int)((((blk) / (((long long)(n3) + 255) / 256)) / (((long long)(n1) + 127) / 128)) % (((long long)(n0) + 0) / 1)) * 1;
     float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (6144) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
     if (n2 % 8 == 0 && n3 % 8 == 0) {
       {
         __syncthreads();
@@ -426,18 +426,45 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         }
       }
       napkin_cp_async_commit();
+      if ((int)0 + 16 < (int)(n2)) {
+        const int nlen = (int)((int)(n2) - ((int)0 + 16) < 16 ? (int)(n2) - ((int)0 + 16) : 16);
+        {
+          const int ei = (tid % 2) * 8;
+          const int eo0 = tid / 2;
+          const __half* const cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (n2) + (((int)0 + 16 + ei)));
+          __half* const cpd = (sm0 + 1 * 3072) + eo0 * 24 + ei;
+          #pragma unroll
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 128;
+            napkin_cp_async_16(cpd + r * 3072, cps + ((int)(r * 128) * (int)(n2)), (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
+          }
+        }
+        {
+          const int ei = (tid % 32) * 8;
+          const int eo0 = tid / 32;
+          const __half* const cps = p1 + ((((int)(org_0)) * (n2) + (((int)0 + 16 + eo0))) * (n3) + ((org_2 + ei)));
+          __half* const cpd = (sm1 + 1 * 4224) + eo0 * 264 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 8;
+            napkin_cp_async_16(cpd + r * 2112, cps + ((int)(r * 8) * (int)(n3)), (eo < nlen && org_2 + ei < n3) ? 16 : 0);
+          }
+        }
+      }
+      napkin_cp_async_commit();
       int stage = 0;
+      int fill = 2;
       for (int c0 = (int)0; c0 < (int)(n2); c0 += 16) {
         const int clen = (int)((int)(n2) - (c0) < 16 ? (int)(n2) - (c0) : 16);
-        napkin_cp_async_wait<0>();
+        napkin_cp_async_wait<1>();
         __syncthreads();
-        if (c0 + 16 < (int)(n2)) {
-          const int nlen = (int)((int)(n2) - (c0 + 16) < 16 ? (int)(n2) - (c0 + 16) : 16);
+        if (c0 + 32 < (int)(n2)) {
+          const int nlen = (int)((int)(n2) - (c0 + 32) < 16 ? (int)(n2) - (c0 + 32) : 16);
           {
             const int ei = (tid % 2) * 8;
             const int eo0 = tid / 2;
-            const __half* const cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (n2) + ((c0 + 16 + ei)));
-            __half* const cpd = (sm0 + (stage ^ 1) * 3072) + eo0 * 24 + ei;
+            const __half* const cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (n2) + ((c0 + 32 + ei)));
+            __half* const cpd = (sm0 + fill * 3072) + eo0 * 24 + ei;
             #pragma unroll
             for (int r = 0; r < 1; ++r) {
               const int eo = eo0 + r * 128;
@@ -447,8 +474,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           {
             const int ei = (tid % 32) * 8;
             const int eo0 = tid / 32;
-            const __half* const cps = p1 + ((((int)(org_0)) * (n2) + ((c0 + 16 + eo0))) * (n3) + ((org_2 + ei)));
-            __half* const cpd = (sm1 + (stage ^ 1) * 4224) + eo0 * 264 + ei;
+            const __half* const cps = p1 + ((((int)(org_0)) * (n2) + ((c0 + 32 + eo0))) * (n3) + ((org_2 + ei)));
+            __half* const cpd = (sm1 + fill * 4224) + eo0 * 264 + ei;
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 8;
@@ -477,7 +504,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             }
           }
         }
-        stage = stage ^ 1;
+        fill = stage;
+        stage = (stage == 2 ? 0 : stage + 1);
       }
     } else {
       {
@@ -497,24 +525,41 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         }
       }
       napkin_cp_async_commit();
+      if ((int)0 + 16 < (int)(n2)) {
+        const int nlen = (int)((int)(n2) - ((int)0 + 16) < 16 ? (int)(n2) - ((int)0 + 16) : 16);
+        #pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int eo = tid / 16 + r * 16;
+          const int ei = tid % 16;
+          ((sm0 + 1 * 3072) + eo * 24 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
+        }
+        #pragma unroll 1
+        for (int r = 0; r < 16; ++r) {
+          const int eo = tid / 256 + r * 1;
+          const int ei = tid % 256;
+          ((sm1 + 1 * 4224) + eo * 264 + ei)[0] = (eo < nlen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + (((int)0 + 16 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
+        }
+      }
+      napkin_cp_async_commit();
       int stage = 0;
+      int fill = 2;
       for (int c0 = (int)0; c0 < (int)(n2); c0 += 16) {
         const int clen = (int)((int)(n2) - (c0) < 16 ? (int)(n2) - (c0) : 16);
-        napkin_cp_async_wait<0>();
+        napkin_cp_async_wait<1>();
         __syncthreads();
-        if (c0 + 16 < (int)(n2)) {
-          const int nlen = (int)((int)(n2) - (c0 + 16) < 16 ? (int)(n2) - (c0 + 16) : 16);
+        if (c0 + 32 < (int)(n2)) {
+          const int nlen = (int)((int)(n2) - (c0 + 32) < 16 ? (int)(n2) - (c0 + 32) : 16);
           #pragma unroll
           for (int r = 0; r < 8; ++r) {
             const int eo = tid / 16 + r * 16;
             const int ei = tid % 16;
-            ((sm0 + (stage ^ 1) * 3072) + eo * 24 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm0 + fill * 3072) + eo * 24 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
           }
           #pragma unroll 1
           for (int r = 0; r < 16; ++r) {
             const int eo = tid / 256 + r * 1;
             const int ei = tid % 256;
-            ((sm1 + (stage ^ 1) * 4224) + eo * 264 + ei)[0] = (eo < nlen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + ((c0 + 16 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm1 + fill * 4224) + eo * 264 + ei)[0] = (eo < nlen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + ((c0 + 32 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
         napkin_cp_async_commit();
@@ -538,7 +583,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             }
           }
         }
-        stage = stage ^ 1;
+        fill = stage;
+        stage = (stage == 2 ? 0 : stage + 1);
       }
     }
     #pragma unroll

@@ -434,7 +434,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     const float qks = 1.0f / (v0);
     const float qkl = qks * 1.442695f;
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
     {
       __syncthreads();
       const int nlen = (int)((long long)(n4) - ((long long)0) < 32 ? (long long)(n4) - ((long long)0) : 32);
@@ -462,19 +462,72 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       }
     }
     napkin_cp_async_commit();
+    if ((long long)0 + 32 < (long long)(n4)) {
+      const int nlen = (int)((long long)(n4) - ((long long)0 + 32) < 32 ? (long long)(n4) - ((long long)0 + 32) : 32);
+      {
+        const int ei = (tid % 8) * 8;
+        const int eo0 = tid / 8;
+        const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + 32 + eo0))) * (64) + (ei));
+        __half* const cpd = (sm1 + 1 * 2304) + eo0 * 72 + ei;
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        }
+      }
+      {
+        const int ei = (tid % 8) * 8;
+        const int eo0 = tid / 8;
+        const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + 32 + eo0))) * (64) + (ei));
+        __half* const cpd = (sm2 + 1 * 2304) + eo0 * 72 + ei;
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        }
+      }
+    }
+    napkin_cp_async_commit();
+    if ((long long)0 + 64 < (long long)(n4)) {
+      const int nlen = (int)((long long)(n4) - ((long long)0 + 64) < 32 ? (long long)(n4) - ((long long)0 + 64) : 32);
+      {
+        const int ei = (tid % 8) * 8;
+        const int eo0 = tid / 8;
+        const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + 64 + eo0))) * (64) + (ei));
+        __half* const cpd = (sm1 + 2 * 2304) + eo0 * 72 + ei;
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        }
+      }
+      {
+        const int ei = (tid % 8) * 8;
+        const int eo0 = tid / 8;
+        const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + 64 + eo0))) * (64) + (ei));
+        __half* const cpd = (sm2 + 2 * 2304) + eo0 * 72 + ei;
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        }
+      }
+    }
+    napkin_cp_async_commit();
     int stage = 0;
+    int fill = 3;
     const long long cfull = (long long)(n4) / 32 * 32;
     for (long long c0 = (long long)0; c0 < cfull; c0 += 32) {
       const int clen = 32;
-      napkin_cp_async_wait<0>();
+      napkin_cp_async_wait<2>();
       __syncthreads();
-      if (c0 + 32 < (long long)(n4)) {
-        const int nlen = (int)((long long)(n4) - (c0 + 32) < 32 ? (long long)(n4) - (c0 + 32) : 32);
+      if (c0 + 96 < (long long)(n4)) {
+        const int nlen = (int)((long long)(n4) - (c0 + 96) < 32 ? (long long)(n4) - (c0 + 96) : 32);
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 32 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 96 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 16;
@@ -484,8 +537,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 32 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 96 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 16;
@@ -576,20 +629,21 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           }
         }
       }
-      stage = stage ^ 1;
+      fill = stage;
+      stage = (stage == 3 ? 0 : stage + 1);
     }
     if (cfull < (long long)(n4)) {
       const long long c0 = cfull;
       const int clen = (int)((long long)(n4) - (c0) < 32 ? (long long)(n4) - (c0) : 32);
-      napkin_cp_async_wait<0>();
+      napkin_cp_async_wait<2>();
       __syncthreads();
-      if (c0 + 32 < (long long)(n4)) {
-        const int nlen = (int)((long long)(n4) - (c0 + 32) < 32 ? (long long)(n4) - (c0 + 32) : 32);
+      if (c0 + 96 < (long long)(n4)) {
+        const int nlen = (int)((long long)(n4) - (c0 + 96) < 32 ? (long long)(n4) - (c0 + 96) : 32);
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 32 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 96 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 16;
@@ -599,8 +653,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 32 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 96 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 16;
@@ -691,7 +745,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           }
         }
       }
-      stage = stage ^ 1;
+      fill = stage;
+      stage = (stage == 3 ? 0 : stage + 1);
     }
     #pragma unroll
     for (int i0 = 0; i0 < 2; ++i0) {

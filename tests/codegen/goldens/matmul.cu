@@ -372,8 +372,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 256 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
+// kernel 0: 64 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     __half* __restrict__ p2,
@@ -385,17 +385,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   (void)smem;
   const int tid = (int)threadIdx.x;
   const int lane = tid % 32;
-  const int wr = (tid / 32) / 4;
-  const int wc = (tid / 32) % 4;
+  const int wr = (tid / 32) / 2;
+  const int wc = (tid / 32) % 2;
   const int fg = lane / 4;
   const int fq = lane % 4;
   const long long nblocks = (((long long)(n0) + 63) / 64) * (((long long)(n2) + 127) / 128);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_1 = (int)((blk) % (((long long)(n2) + 127) / 128)) * 128;
     const int org_0 = (int)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
-    float acc[2][4][4] = {};
+    float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (3072) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (6144) * 2 + 15) / 16 * 16));
     if (n1 % 8 == 0 && n2 % 8 == 0) {
       {
         __syncthreads();
@@ -406,12 +406,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + ei)));
           __half* const cpd = (sm0 + 0 * 1536) + eo0 * 24 + ei;
           #pragma unroll
-          for (int r = 0; r < 1; ++r) {
-            const int e = tid + r * 256;
-            if (e < 128) {
-              const int eo = eo0 + r * 128;
-              napkin_cp_async_16(cpd + r * 3072, cps + ((int)(r * 128) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
-            }
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
@@ -420,139 +417,228 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           const __half* const cps = p1 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
           __half* const cpd = (sm1 + 0 * 2176) + eo0 * 136 + ei;
           #pragma unroll
-          for (int r = 0; r < 1; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 2176, cps + ((int)(r * 16) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          for (int r = 0; r < 4; ++r) {
+            const int eo = eo0 + r * 4;
+            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          }
+        }
+      }
+      napkin_cp_async_commit();
+      if ((int)0 + 16 < (int)(n1)) {
+        const int nlen = (int)((int)(n1) - ((int)0 + 16) < 16 ? (int)(n1) - ((int)0 + 16) : 16);
+        {
+          const int ei = (tid % 2) * 8;
+          const int eo0 = tid / 2;
+          const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + 16 + ei)));
+          __half* const cpd = (sm0 + 1 * 1536) + eo0 * 24 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          }
+        }
+        {
+          const int ei = (tid % 16) * 8;
+          const int eo0 = tid / 16;
+          const __half* const cps = p1 + (((int)(((int)0 + 16 + eo0))) * (n2) + ((org_1 + ei)));
+          __half* const cpd = (sm1 + 1 * 2176) + eo0 * 136 + ei;
+          #pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int eo = eo0 + r * 4;
+            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          }
+        }
+      }
+      napkin_cp_async_commit();
+      if ((int)0 + 32 < (int)(n1)) {
+        const int nlen = (int)((int)(n1) - ((int)0 + 32) < 16 ? (int)(n1) - ((int)0 + 32) : 16);
+        {
+          const int ei = (tid % 2) * 8;
+          const int eo0 = tid / 2;
+          const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + 32 + ei)));
+          __half* const cpd = (sm0 + 2 * 1536) + eo0 * 24 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          }
+        }
+        {
+          const int ei = (tid % 16) * 8;
+          const int eo0 = tid / 16;
+          const __half* const cps = p1 + (((int)(((int)0 + 32 + eo0))) * (n2) + ((org_1 + ei)));
+          __half* const cpd = (sm1 + 2 * 2176) + eo0 * 136 + ei;
+          #pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int eo = eo0 + r * 4;
+            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
       napkin_cp_async_commit();
       int stage = 0;
+      int fill = 3;
       for (int c0 = (int)0; c0 < (int)(n1); c0 += 16) {
         const int clen = (int)((int)(n1) - (c0) < 16 ? (int)(n1) - (c0) : 16);
-        napkin_cp_async_wait<0>();
+        napkin_cp_async_wait<2>();
         __syncthreads();
-        if (c0 + 16 < (int)(n1)) {
-          const int nlen = (int)((int)(n1) - (c0 + 16) < 16 ? (int)(n1) - (c0 + 16) : 16);
+        if (c0 + 48 < (int)(n1)) {
+          const int nlen = (int)((int)(n1) - (c0 + 48) < 16 ? (int)(n1) - (c0 + 48) : 16);
           {
             const int ei = (tid % 2) * 8;
             const int eo0 = tid / 2;
-            const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + ((c0 + 16 + ei)));
-            __half* const cpd = (sm0 + (stage ^ 1) * 1536) + eo0 * 24 + ei;
+            const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + ((c0 + 48 + ei)));
+            __half* const cpd = (sm0 + fill * 1536) + eo0 * 24 + ei;
             #pragma unroll
-            for (int r = 0; r < 1; ++r) {
-              const int e = tid + r * 256;
-              if (e < 128) {
-                const int eo = eo0 + r * 128;
-                napkin_cp_async_16(cpd + r * 3072, cps + ((int)(r * 128) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
-              }
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 32;
+              napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 16) * 8;
             const int eo0 = tid / 16;
-            const __half* const cps = p1 + (((int)((c0 + 16 + eo0))) * (n2) + ((org_1 + ei)));
-            __half* const cpd = (sm1 + (stage ^ 1) * 2176) + eo0 * 136 + ei;
+            const __half* const cps = p1 + (((int)((c0 + 48 + eo0))) * (n2) + ((org_1 + ei)));
+            __half* const cpd = (sm1 + fill * 2176) + eo0 * 136 + ei;
             #pragma unroll
-            for (int r = 0; r < 1; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 2176, cps + ((int)(r * 16) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            for (int r = 0; r < 4; ++r) {
+              const int eo = eo0 + r * 4;
+              napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
             }
           }
         }
         napkin_cp_async_commit();
         #pragma unroll
         for (int kk = 0; kk < 1; ++kk) {
-          unsigned fa[2][4];
-          unsigned fb[4][2];
+          unsigned fa[4][4];
+          unsigned fb[8][2];
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 32 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+          for (int i0 = 0; i0 < 4; ++i0) {
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
           }
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + (2 * i1) * 8 + (lane / 16) * 8);
+          for (int i1 = 0; i1 < 4; ++i1) {
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
           }
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
+          for (int i0 = 0; i0 < 4; ++i0) {
             #pragma unroll
-            for (int i1 = 0; i1 < 4; ++i1) {
+            for (int i1 = 0; i1 < 8; ++i1) {
               napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
             }
           }
         }
-        stage = stage ^ 1;
+        fill = stage;
+        stage = (stage == 3 ? 0 : stage + 1);
       }
     } else {
       {
         __syncthreads();
         const int nlen = (int)((int)(n1) - ((int)0) < 16 ? (int)(n1) - ((int)0) : 16);
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int eo = tid / 16 + r * 16;
+        #pragma unroll 1
+        for (int r = 0; r < 16; ++r) {
+          const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
           ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
-        #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const int eo = tid / 128 + r * 2;
-          const int ei = tid % 128;
+        #pragma unroll 1
+        for (int r = 0; r < 32; ++r) {
+          const int e = tid + r * 64;
+          const int eo = e / 128;
+          const int ei = e % 128;
           ((sm1 + 0 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
+      if ((int)0 + 16 < (int)(n1)) {
+        const int nlen = (int)((int)(n1) - ((int)0 + 16) < 16 ? (int)(n1) - ((int)0 + 16) : 16);
+        #pragma unroll 1
+        for (int r = 0; r < 16; ++r) {
+          const int eo = tid / 16 + r * 4;
+          const int ei = tid % 16;
+          ((sm0 + 1 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
+        }
+        #pragma unroll 1
+        for (int r = 0; r < 32; ++r) {
+          const int e = tid + r * 64;
+          const int eo = e / 128;
+          const int ei = e % 128;
+          ((sm1 + 1 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        }
+      }
+      napkin_cp_async_commit();
+      if ((int)0 + 32 < (int)(n1)) {
+        const int nlen = (int)((int)(n1) - ((int)0 + 32) < 16 ? (int)(n1) - ((int)0 + 32) : 16);
+        #pragma unroll 1
+        for (int r = 0; r < 16; ++r) {
+          const int eo = tid / 16 + r * 4;
+          const int ei = tid % 16;
+          ((sm0 + 2 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
+        }
+        #pragma unroll 1
+        for (int r = 0; r < 32; ++r) {
+          const int e = tid + r * 64;
+          const int eo = e / 128;
+          const int ei = e % 128;
+          ((sm1 + 2 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        }
+      }
+      napkin_cp_async_commit();
       int stage = 0;
+      int fill = 3;
       for (int c0 = (int)0; c0 < (int)(n1); c0 += 16) {
         const int clen = (int)((int)(n1) - (c0) < 16 ? (int)(n1) - (c0) : 16);
-        napkin_cp_async_wait<0>();
+        napkin_cp_async_wait<2>();
         __syncthreads();
-        if (c0 + 16 < (int)(n1)) {
-          const int nlen = (int)((int)(n1) - (c0 + 16) < 16 ? (int)(n1) - (c0 + 16) : 16);
-          #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = tid / 16 + r * 16;
+        if (c0 + 48 < (int)(n1)) {
+          const int nlen = (int)((int)(n1) - (c0 + 48) < 16 ? (int)(n1) - (c0 + 48) : 16);
+          #pragma unroll 1
+          for (int r = 0; r < 16; ++r) {
+            const int eo = tid / 16 + r * 4;
             const int ei = tid % 16;
-            ((sm0 + (stage ^ 1) * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm0 + fill * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
           }
-          #pragma unroll
-          for (int r = 0; r < 8; ++r) {
-            const int eo = tid / 128 + r * 2;
-            const int ei = tid % 128;
-            ((sm1 + (stage ^ 1) * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          #pragma unroll 1
+          for (int r = 0; r < 32; ++r) {
+            const int e = tid + r * 64;
+            const int eo = e / 128;
+            const int ei = e % 128;
+            ((sm1 + fill * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 48 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
         napkin_cp_async_commit();
         #pragma unroll
         for (int kk = 0; kk < 1; ++kk) {
-          unsigned fa[2][4];
-          unsigned fb[4][2];
+          unsigned fa[4][4];
+          unsigned fb[8][2];
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 32 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+          for (int i0 = 0; i0 < 4; ++i0) {
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
           }
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + (2 * i1) * 8 + (lane / 16) * 8);
+          for (int i1 = 0; i1 < 4; ++i1) {
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
           }
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
+          for (int i0 = 0; i0 < 4; ++i0) {
             #pragma unroll
-            for (int i1 = 0; i1 < 4; ++i1) {
+            for (int i1 = 0; i1 < 8; ++i1) {
               napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
             }
           }
         }
-        stage = stage ^ 1;
+        fill = stage;
+        stage = (stage == 3 ? 0 : stage + 1);
       }
     }
     #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       #pragma unroll
-      for (int i1 = 0; i1 < 4; ++i1) {
+      for (int i1 = 0; i1 < 8; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const int pt0 = org_0 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
-          const int pt1 = org_1 + wc * 32 + i1 * 8 + fq * 2 + i2 % 2;
+          const int pt0 = org_0 + wr * 64 + i0 * 16 + fg + (i2 / 2) * 8;
+          const int pt1 = org_1 + wc * 64 + i1 * 8 + fq * 2 + i2 % 2;
 #line 7 "napkin-diagram"
           if ((pt0 < n0) && (pt1 < n2)) {
             p2[((int)((pt0 < (int)(n0 - 1) ? pt0 : (int)(n0 - 1)))) * (n2) + ((pt1 < (int)(n2 - 1) ? pt1 : (int)(n2 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2]);

@@ -372,8 +372,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 256 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
+// kernel 0: 64 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -386,28 +386,28 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   (void)smem;
   const int tid = (int)threadIdx.x;
   const int lane = tid % 32;
-  const int wr = (tid / 32) / 4;
-  const int wc = (tid / 32) % 4;
+  const int wr = (tid / 32) / 2;
+  const int wc = (tid / 32) % 2;
   const int fg = lane / 4;
   const int fq = lane % 4;
   const long long nblocks = (((long long)(n0) + 63) / 64) * (((long long)(n2) + 127) / 128);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_1 = (int)((blk) % (((long long)(n2) + 127) / 128)) * 128;
     const int org_0 = (int)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
-    float acc[2][4][4] = {};
+    float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (5120) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (6144) * 2 + 15) / 16 * 16));
     float rst0[1] = {0.0f};
     float rst1[1] = {0.0f};
-    float* const sm2 = reinterpret_cast<float*>(smem + ((((((0) + (5120) * 2 + 15) / 16 * 16)) + (8704) * 2 + 15) / 16 * 16));
+    float* const sm2 = reinterpret_cast<float*>(smem + ((((((0) + (6144) * 2 + 15) / 16 * 16)) + (8704) * 2 + 15) / 16 * 16));
     if (n1 % 8 == 0 && n2 % 8 == 0) {
       {
         __syncthreads();
-        const int nlen = (int)((int)(n1) - ((int)0) < 32 ? (int)(n1) - ((int)0) : 32);
+        const int nlen = (int)((int)(n1) - ((int)0) < 16 ? (int)(n1) - ((int)0) : 16);
         #pragma unroll
-        for (int r = 0; r < 1; ++r) {
-          const int eo = tid / 4 + r * 64;
-          const int ei = (tid % 4) * 8;
+        for (int r = 0; r < 2; ++r) {
+          const int eo = tid / 2 + r * 32;
+          const int ei = (tid % 2) * 8;
           if (org_0 + eo < n0 && ei < nlen) {
             const uint4 lv0 = *reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + eo))) * (n1) + (((int)0 + ei))));
             const uint4 lv1 = *reinterpret_cast<const uint4*>(p1 + ((int)(((int)0 + ei))));
@@ -419,234 +419,346 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             const float v5 = (napkin_half_at(lv0, 5) * napkin_half_at(lv1, 5));
             const float v6 = (napkin_half_at(lv0, 6) * napkin_half_at(lv1, 6));
             const float v7 = (napkin_half_at(lv0, 7) * napkin_half_at(lv1, 7));
-            *reinterpret_cast<uint4*>((sm0 + 0 * 2560) + eo * 40 + ei) = make_uint4(napkin_pack_half2(v0, v1), napkin_pack_half2(v2, v3), napkin_pack_half2(v4, v5), napkin_pack_half2(v6, v7));
+            *reinterpret_cast<uint4*>((sm0 + 0 * 1536) + eo * 24 + ei) = make_uint4(napkin_pack_half2(v0, v1), napkin_pack_half2(v2, v3), napkin_pack_half2(v4, v5), napkin_pack_half2(v6, v7));
           } else {
-            *reinterpret_cast<uint4*>((sm0 + 0 * 2560) + eo * 40 + ei) = make_uint4(0u, 0u, 0u, 0u);
+            *reinterpret_cast<uint4*>((sm0 + 0 * 1536) + eo * 24 + ei) = make_uint4(0u, 0u, 0u, 0u);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p2 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 0 * 4352) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 0 * 2176) + eo0 * 136 + ei;
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 2176, cps + ((int)(r * 16) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          for (int r = 0; r < 4; ++r) {
+            const int eo = eo0 + r * 4;
+            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          }
+        }
+      }
+      napkin_cp_async_commit();
+      if ((int)0 + 16 < (int)(n1)) {
+        const int nlen = (int)((int)(n1) - ((int)0 + 16) < 16 ? (int)(n1) - ((int)0 + 16) : 16);
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int eo = tid / 2 + r * 32;
+          const int ei = (tid % 2) * 8;
+          if (org_0 + eo < n0 && ei < nlen) {
+            const uint4 lv2 = *reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))));
+            const uint4 lv3 = *reinterpret_cast<const uint4*>(p1 + ((int)(((int)0 + 16 + ei))));
+            const float v8 = (napkin_half_at(lv2, 0) * napkin_half_at(lv3, 0));
+            const float v9 = (napkin_half_at(lv2, 1) * napkin_half_at(lv3, 1));
+            const float v10 = (napkin_half_at(lv2, 2) * napkin_half_at(lv3, 2));
+            const float v11 = (napkin_half_at(lv2, 3) * napkin_half_at(lv3, 3));
+            const float v12 = (napkin_half_at(lv2, 4) * napkin_half_at(lv3, 4));
+            const float v13 = (napkin_half_at(lv2, 5) * napkin_half_at(lv3, 5));
+            const float v14 = (napkin_half_at(lv2, 6) * napkin_half_at(lv3, 6));
+            const float v15 = (napkin_half_at(lv2, 7) * napkin_half_at(lv3, 7));
+            *reinterpret_cast<uint4*>((sm0 + 1 * 1536) + eo * 24 + ei) = make_uint4(napkin_pack_half2(v8, v9), napkin_pack_half2(v10, v11), napkin_pack_half2(v12, v13), napkin_pack_half2(v14, v15));
+          } else {
+            *reinterpret_cast<uint4*>((sm0 + 1 * 1536) + eo * 24 + ei) = make_uint4(0u, 0u, 0u, 0u);
+          }
+        }
+        {
+          const int ei = (tid % 16) * 8;
+          const int eo0 = tid / 16;
+          const __half* const cps = p2 + (((int)(((int)0 + 16 + eo0))) * (n2) + ((org_1 + ei)));
+          __half* const cpd = (sm1 + 1 * 2176) + eo0 * 136 + ei;
+          #pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int eo = eo0 + r * 4;
+            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          }
+        }
+      }
+      napkin_cp_async_commit();
+      if ((int)0 + 32 < (int)(n1)) {
+        const int nlen = (int)((int)(n1) - ((int)0 + 32) < 16 ? (int)(n1) - ((int)0 + 32) : 16);
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int eo = tid / 2 + r * 32;
+          const int ei = (tid % 2) * 8;
+          if (org_0 + eo < n0 && ei < nlen) {
+            const uint4 lv4 = *reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))));
+            const uint4 lv5 = *reinterpret_cast<const uint4*>(p1 + ((int)(((int)0 + 32 + ei))));
+            const float v16 = (napkin_half_at(lv4, 0) * napkin_half_at(lv5, 0));
+            const float v17 = (napkin_half_at(lv4, 1) * napkin_half_at(lv5, 1));
+            const float v18 = (napkin_half_at(lv4, 2) * napkin_half_at(lv5, 2));
+            const float v19 = (napkin_half_at(lv4, 3) * napkin_half_at(lv5, 3));
+            const float v20 = (napkin_half_at(lv4, 4) * napkin_half_at(lv5, 4));
+            const float v21 = (napkin_half_at(lv4, 5) * napkin_half_at(lv5, 5));
+            const float v22 = (napkin_half_at(lv4, 6) * napkin_half_at(lv5, 6));
+            const float v23 = (napkin_half_at(lv4, 7) * napkin_half_at(lv5, 7));
+            *reinterpret_cast<uint4*>((sm0 + 2 * 1536) + eo * 24 + ei) = make_uint4(napkin_pack_half2(v16, v17), napkin_pack_half2(v18, v19), napkin_pack_half2(v20, v21), napkin_pack_half2(v22, v23));
+          } else {
+            *reinterpret_cast<uint4*>((sm0 + 2 * 1536) + eo * 24 + ei) = make_uint4(0u, 0u, 0u, 0u);
+          }
+        }
+        {
+          const int ei = (tid % 16) * 8;
+          const int eo0 = tid / 16;
+          const __half* const cps = p2 + (((int)(((int)0 + 32 + eo0))) * (n2) + ((org_1 + ei)));
+          __half* const cpd = (sm1 + 2 * 2176) + eo0 * 136 + ei;
+          #pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int eo = eo0 + r * 4;
+            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
       napkin_cp_async_commit();
       int stage = 0;
-      for (int c0 = (int)0; c0 < (int)(n1); c0 += 32) {
-        const int clen = (int)((int)(n1) - (c0) < 32 ? (int)(n1) - (c0) : 32);
-        napkin_cp_async_wait<0>();
+      int fill = 3;
+      for (int c0 = (int)0; c0 < (int)(n1); c0 += 16) {
+        const int clen = (int)((int)(n1) - (c0) < 16 ? (int)(n1) - (c0) : 16);
+        napkin_cp_async_wait<2>();
         __syncthreads();
-        if (c0 + 32 < (int)(n1)) {
-          const int nlen = (int)((int)(n1) - (c0 + 32) < 32 ? (int)(n1) - (c0 + 32) : 32);
+        if (c0 + 48 < (int)(n1)) {
+          const int nlen = (int)((int)(n1) - (c0 + 48) < 16 ? (int)(n1) - (c0 + 48) : 16);
           #pragma unroll
-          for (int r = 0; r < 1; ++r) {
-            const int eo = tid / 4 + r * 64;
-            const int ei = (tid % 4) * 8;
+          for (int r = 0; r < 2; ++r) {
+            const int eo = tid / 2 + r * 32;
+            const int ei = (tid % 2) * 8;
             if (org_0 + eo < n0 && ei < nlen) {
-              const uint4 lv2 = *reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + eo))) * (n1) + ((c0 + 32 + ei))));
-              const uint4 lv3 = *reinterpret_cast<const uint4*>(p1 + ((int)((c0 + 32 + ei))));
-              const float v8 = (napkin_half_at(lv2, 0) * napkin_half_at(lv3, 0));
-              const float v9 = (napkin_half_at(lv2, 1) * napkin_half_at(lv3, 1));
-              const float v10 = (napkin_half_at(lv2, 2) * napkin_half_at(lv3, 2));
-              const float v11 = (napkin_half_at(lv2, 3) * napkin_half_at(lv3, 3));
-              const float v12 = (napkin_half_at(lv2, 4) * napkin_half_at(lv3, 4));
-              const float v13 = (napkin_half_at(lv2, 5) * napkin_half_at(lv3, 5));
-              const float v14 = (napkin_half_at(lv2, 6) * napkin_half_at(lv3, 6));
-              const float v15 = (napkin_half_at(lv2, 7) * napkin_half_at(lv3, 7));
-              *reinterpret_cast<uint4*>((sm0 + (stage ^ 1) * 2560) + eo * 40 + ei) = make_uint4(napkin_pack_half2(v8, v9), napkin_pack_half2(v10, v11), napkin_pack_half2(v12, v13), napkin_pack_half2(v14, v15));
+              const uint4 lv6 = *reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))));
+              const uint4 lv7 = *reinterpret_cast<const uint4*>(p1 + ((int)((c0 + 48 + ei))));
+              const float v24 = (napkin_half_at(lv6, 0) * napkin_half_at(lv7, 0));
+              const float v25 = (napkin_half_at(lv6, 1) * napkin_half_at(lv7, 1));
+              const float v26 = (napkin_half_at(lv6, 2) * napkin_half_at(lv7, 2));
+              const float v27 = (napkin_half_at(lv6, 3) * napkin_half_at(lv7, 3));
+              const float v28 = (napkin_half_at(lv6, 4) * napkin_half_at(lv7, 4));
+              const float v29 = (napkin_half_at(lv6, 5) * napkin_half_at(lv7, 5));
+              const float v30 = (napkin_half_at(lv6, 6) * napkin_half_at(lv7, 6));
+              const float v31 = (napkin_half_at(lv6, 7) * napkin_half_at(lv7, 7));
+              *reinterpret_cast<uint4*>((sm0 + fill * 1536) + eo * 24 + ei) = make_uint4(napkin_pack_half2(v24, v25), napkin_pack_half2(v26, v27), napkin_pack_half2(v28, v29), napkin_pack_half2(v30, v31));
             } else {
-              *reinterpret_cast<uint4*>((sm0 + (stage ^ 1) * 2560) + eo * 40 + ei) = make_uint4(0u, 0u, 0u, 0u);
+              *reinterpret_cast<uint4*>((sm0 + fill * 1536) + eo * 24 + ei) = make_uint4(0u, 0u, 0u, 0u);
             }
           }
           {
             const int ei = (tid % 16) * 8;
             const int eo0 = tid / 16;
-            const __half* const cps = p2 + (((int)((c0 + 32 + eo0))) * (n2) + ((org_1 + ei)));
-            __half* const cpd = (sm1 + (stage ^ 1) * 4352) + eo0 * 136 + ei;
+            const __half* const cps = p2 + (((int)((c0 + 48 + eo0))) * (n2) + ((org_1 + ei)));
+            __half* const cpd = (sm1 + fill * 2176) + eo0 * 136 + ei;
             #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 2176, cps + ((int)(r * 16) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            for (int r = 0; r < 4; ++r) {
+              const int eo = eo0 + r * 4;
+              napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
             }
           }
         }
         napkin_cp_async_commit();
         #pragma unroll
         for (int i6 = 0; i6 < 1; ++i6) {
-          const int srow = tid / 4 + i6 * 64;
+          const int srow = tid / 1 + i6 * 64;
           #pragma unroll
-          for (int i7 = 0; i7 < 1; ++i7) {
-            const int spos = (tid % 4) * 8 + i7 * 32;
+          for (int i7 = 0; i7 < 2; ++i7) {
+            const int spos = (tid % 1) * 8 + i7 * 8;
             if (spos < clen && org_0 + srow < n0) {
-              const uint4 lv4 = *reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + srow))) * (n1) + ((c0 + spos))));
-              const float v16 = (napkin_half_at(lv4, 0) * napkin_half_at(lv4, 0));
-              const float v17 = (napkin_half_at(lv4, 1) * napkin_half_at(lv4, 1));
-              const float v18 = (napkin_half_at(lv4, 2) * napkin_half_at(lv4, 2));
-              const float v19 = (napkin_half_at(lv4, 3) * napkin_half_at(lv4, 3));
-              const float v20 = (napkin_half_at(lv4, 4) * napkin_half_at(lv4, 4));
-              const float v21 = (napkin_half_at(lv4, 5) * napkin_half_at(lv4, 5));
-              const float v22 = (napkin_half_at(lv4, 6) * napkin_half_at(lv4, 6));
-              const float v23 = (napkin_half_at(lv4, 7) * napkin_half_at(lv4, 7));
-              rst0[i6] = rst0[i6] + v16;
+              const uint4 lv8 = *reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + srow))) * (n1) + ((c0 + spos))));
+              const float v32 = (napkin_half_at(lv8, 0) * napkin_half_at(lv8, 0));
+              const float v33 = (napkin_half_at(lv8, 1) * napkin_half_at(lv8, 1));
+              const float v34 = (napkin_half_at(lv8, 2) * napkin_half_at(lv8, 2));
+              const float v35 = (napkin_half_at(lv8, 3) * napkin_half_at(lv8, 3));
+              const float v36 = (napkin_half_at(lv8, 4) * napkin_half_at(lv8, 4));
+              const float v37 = (napkin_half_at(lv8, 5) * napkin_half_at(lv8, 5));
+              const float v38 = (napkin_half_at(lv8, 6) * napkin_half_at(lv8, 6));
+              const float v39 = (napkin_half_at(lv8, 7) * napkin_half_at(lv8, 7));
+              rst0[i6] = rst0[i6] + v32;
               rst1[i6] = rst1[i6] + 1.0f;
-              rst0[i6] = rst0[i6] + v17;
+              rst0[i6] = rst0[i6] + v33;
               rst1[i6] = rst1[i6] + 1.0f;
-              rst0[i6] = rst0[i6] + v18;
+              rst0[i6] = rst0[i6] + v34;
               rst1[i6] = rst1[i6] + 1.0f;
-              rst0[i6] = rst0[i6] + v19;
+              rst0[i6] = rst0[i6] + v35;
               rst1[i6] = rst1[i6] + 1.0f;
-              rst0[i6] = rst0[i6] + v20;
+              rst0[i6] = rst0[i6] + v36;
               rst1[i6] = rst1[i6] + 1.0f;
-              rst0[i6] = rst0[i6] + v21;
+              rst0[i6] = rst0[i6] + v37;
               rst1[i6] = rst1[i6] + 1.0f;
-              rst0[i6] = rst0[i6] + v22;
+              rst0[i6] = rst0[i6] + v38;
               rst1[i6] = rst1[i6] + 1.0f;
-              rst0[i6] = rst0[i6] + v23;
+              rst0[i6] = rst0[i6] + v39;
               rst1[i6] = rst1[i6] + 1.0f;
             }
           }
         }
         #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          unsigned fa[2][4];
-          unsigned fb[4][2];
+        for (int kk = 0; kk < 1; ++kk) {
+          unsigned fa[4][4];
+          unsigned fb[8][2];
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 2560) + (wr * 32 + i0 * 16 + lane % 16) * 40 + kk * 16 + (lane / 16) * 8);
+          for (int i0 = 0; i0 < 4; ++i0) {
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
           }
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 4352) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + (2 * i1) * 8 + (lane / 16) * 8);
+          for (int i1 = 0; i1 < 4; ++i1) {
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
           }
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
+          for (int i0 = 0; i0 < 4; ++i0) {
             #pragma unroll
-            for (int i1 = 0; i1 < 4; ++i1) {
+            for (int i1 = 0; i1 < 8; ++i1) {
               napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
             }
           }
         }
-        stage = stage ^ 1;
+        fill = stage;
+        stage = (stage == 3 ? 0 : stage + 1);
       }
     } else {
       {
         __syncthreads();
-        const int nlen = (int)((int)(n1) - ((int)0) < 32 ? (int)(n1) - ((int)0) : 32);
-        #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const int eo = tid / 32 + r * 8;
-          const int ei = tid % 32;
+        const int nlen = (int)((int)(n1) - ((int)0) < 16 ? (int)(n1) - ((int)0) : 16);
+        #pragma unroll 1
+        for (int r = 0; r < 16; ++r) {
+          const int eo = tid / 16 + r * 4;
+          const int ei = tid % 16;
           if (org_0 + eo < n0 && ei < nlen) {
-            const float v24 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))]) * napkin_to_float(p1[(int)(((int)0 + ei))]));
-            ((sm0 + 0 * 2560) + eo * 40 + ei)[0] = napkin_from_float<__half>(v24);
+            const float v40 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))]) * napkin_to_float(p1[(int)(((int)0 + ei))]));
+            ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(v40);
           } else {
-            ((sm0 + 0 * 2560) + eo * 40 + ei)[0] = napkin_from_float<__half>(0.0f);
+            ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(0.0f);
           }
         }
         #pragma unroll 1
+        for (int r = 0; r < 32; ++r) {
+          const int e = tid + r * 64;
+          const int eo = e / 128;
+          const int ei = e % 128;
+          ((sm1 + 0 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        }
+      }
+      napkin_cp_async_commit();
+      if ((int)0 + 16 < (int)(n1)) {
+        const int nlen = (int)((int)(n1) - ((int)0 + 16) < 16 ? (int)(n1) - ((int)0 + 16) : 16);
+        #pragma unroll 1
         for (int r = 0; r < 16; ++r) {
-          const int eo = tid / 128 + r * 2;
-          const int ei = tid % 128;
-          ((sm1 + 0 * 4352) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          const int eo = tid / 16 + r * 4;
+          const int ei = tid % 16;
+          if (org_0 + eo < n0 && ei < nlen) {
+            const float v41 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))]) * napkin_to_float(p1[(int)(((int)0 + 16 + ei))]));
+            ((sm0 + 1 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(v41);
+          } else {
+            ((sm0 + 1 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(0.0f);
+          }
+        }
+        #pragma unroll 1
+        for (int r = 0; r < 32; ++r) {
+          const int e = tid + r * 64;
+          const int eo = e / 128;
+          const int ei = e % 128;
+          ((sm1 + 1 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)(((int)0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        }
+      }
+      napkin_cp_async_commit();
+      if ((int)0 + 32 < (int)(n1)) {
+        const int nlen = (int)((int)(n1) - ((int)0 + 32) < 16 ? (int)(n1) - ((int)0 + 32) : 16);
+        #pragma unroll 1
+        for (int r = 0; r < 16; ++r) {
+          const int eo = tid / 16 + r * 4;
+          const int ei = tid % 16;
+          if (org_0 + eo < n0 && ei < nlen) {
+            const float v42 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))]) * napkin_to_float(p1[(int)(((int)0 + 32 + ei))]));
+            ((sm0 + 2 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(v42);
+          } else {
+            ((sm0 + 2 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(0.0f);
+          }
+        }
+        #pragma unroll 1
+        for (int r = 0; r < 32; ++r) {
+          const int e = tid + r * 64;
+          const int eo = e / 128;
+          const int ei = e % 128;
+          ((sm1 + 2 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)(((int)0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
       int stage = 0;
-      for (int c0 = (int)0; c0 < (int)(n1); c0 += 32) {
-        const int clen = (int)((int)(n1) - (c0) < 32 ? (int)(n1) - (c0) : 32);
-        napkin_cp_async_wait<0>();
+      int fill = 3;
+      for (int c0 = (int)0; c0 < (int)(n1); c0 += 16) {
+        const int clen = (int)((int)(n1) - (c0) < 16 ? (int)(n1) - (c0) : 16);
+        napkin_cp_async_wait<2>();
         __syncthreads();
-        if (c0 + 32 < (int)(n1)) {
-          const int nlen = (int)((int)(n1) - (c0 + 32) < 32 ? (int)(n1) - (c0 + 32) : 32);
-          #pragma unroll
-          for (int r = 0; r < 8; ++r) {
-            const int eo = tid / 32 + r * 8;
-            const int ei = tid % 32;
+        if (c0 + 48 < (int)(n1)) {
+          const int nlen = (int)((int)(n1) - (c0 + 48) < 16 ? (int)(n1) - (c0 + 48) : 16);
+          #pragma unroll 1
+          for (int r = 0; r < 16; ++r) {
+            const int eo = tid / 16 + r * 4;
+            const int ei = tid % 16;
             if (org_0 + eo < n0 && ei < nlen) {
-              const float v25 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + ((c0 + 32 + ei))]) * napkin_to_float(p1[(int)((c0 + 32 + ei))]));
-              ((sm0 + (stage ^ 1) * 2560) + eo * 40 + ei)[0] = napkin_from_float<__half>(v25);
+              const float v43 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))]) * napkin_to_float(p1[(int)((c0 + 48 + ei))]));
+              ((sm0 + fill * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(v43);
             } else {
-              ((sm0 + (stage ^ 1) * 2560) + eo * 40 + ei)[0] = napkin_from_float<__half>(0.0f);
+              ((sm0 + fill * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(0.0f);
             }
           }
           #pragma unroll 1
-          for (int r = 0; r < 16; ++r) {
-            const int eo = tid / 128 + r * 2;
-            const int ei = tid % 128;
-            ((sm1 + (stage ^ 1) * 4352) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)((c0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          for (int r = 0; r < 32; ++r) {
+            const int e = tid + r * 64;
+            const int eo = e / 128;
+            const int ei = e % 128;
+            ((sm1 + fill * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)((c0 + 48 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
         napkin_cp_async_commit();
         #pragma unroll
         for (int i6 = 0; i6 < 1; ++i6) {
-          const int srow = tid / 4 + i6 * 64;
+          const int srow = tid / 1 + i6 * 64;
           #pragma unroll
-          for (int i7 = 0; i7 < 8; ++i7) {
-            const int spos = tid % 4 + i7 * 4;
+          for (int i7 = 0; i7 < 16; ++i7) {
+            const int spos = tid % 1 + i7 * 1;
             if (spos < clen && org_0 + srow < n0) {
-              const float v26 = (napkin_to_float(p0[((int)((org_0 + srow))) * (n1) + ((c0 + spos))]) * napkin_to_float(p0[((int)((org_0 + srow))) * (n1) + ((c0 + spos))]));
-              rst0[i6] = rst0[i6] + v26;
+              const float v44 = (napkin_to_float(p0[((int)((org_0 + srow))) * (n1) + ((c0 + spos))]) * napkin_to_float(p0[((int)((org_0 + srow))) * (n1) + ((c0 + spos))]));
+              rst0[i6] = rst0[i6] + v44;
               rst1[i6] = rst1[i6] + 1.0f;
             }
           }
         }
         #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          unsigned fa[2][4];
-          unsigned fb[4][2];
+        for (int kk = 0; kk < 1; ++kk) {
+          unsigned fa[4][4];
+          unsigned fb[8][2];
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 2560) + (wr * 32 + i0 * 16 + lane % 16) * 40 + kk * 16 + (lane / 16) * 8);
+          for (int i0 = 0; i0 < 4; ++i0) {
+            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
           }
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 4352) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 32 + (2 * i1) * 8 + (lane / 16) * 8);
+          for (int i1 = 0; i1 < 4; ++i1) {
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
           }
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
+          for (int i0 = 0; i0 < 4; ++i0) {
             #pragma unroll
-            for (int i1 = 0; i1 < 4; ++i1) {
+            for (int i1 = 0; i1 < 8; ++i1) {
               napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
             }
           }
         }
-        stage = stage ^ 1;
+        fill = stage;
+        stage = (stage == 3 ? 0 : stage + 1);
       }
     }
     #pragma unroll
     for (int i6 = 0; i6 < 1; ++i6) {
-      for (int off = 2; off > 0; off /= 2) {
-        const float v27 = __shfl_xor_sync(0xffffffffu, rst0[i6], off, 4);
-        const float v28 = __shfl_xor_sync(0xffffffffu, rst1[i6], off, 4);
-        rst0[i6] = rst0[i6] + v27;
-        rst1[i6] = rst1[i6] + v28;
-      }
-      const int srow = tid / 4 + i6 * 64;
-      if (tid % 4 == 0) {
-        sm2[srow] = (rst1[i6] > 0.0f ? rst0[i6] / rst1[i6] : NAPKIN_NAN);
-      }
+      const int srow = tid / 1 + i6 * 64;
+      sm2[srow] = (rst1[i6] > 0.0f ? rst0[i6] / rst1[i6] : NAPKIN_NAN);
     }
     __syncthreads();
     #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       #pragma unroll
-      for (int i1 = 0; i1 < 4; ++i1) {
+      for (int i1 = 0; i1 < 8; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const int pt0 = org_0 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
-          const int pt1 = org_1 + wc * 32 + i1 * 8 + fq * 2 + i2 % 2;
+          const int pt0 = org_0 + wr * 64 + i0 * 16 + fg + (i2 / 2) * 8;
+          const int pt1 = org_1 + wc * 64 + i1 * 8 + fq * 2 + i2 % 2;
 #line 9 "napkin-diagram"
-          const float v29 = (sm2[wr * 32 + i0 * 16 + fg + (i2 / 2) * 8] + 1e-06f);
-          const float v30 = (1.0f / sqrtf(v29));
-          const float v31 = (acc[i0][i1][i2] * v30);
+          const float v45 = (sm2[wr * 64 + i0 * 16 + fg + (i2 / 2) * 8] + 1e-06f);
+          const float v46 = (1.0f / sqrtf(v45));
+          const float v47 = (acc[i0][i1][i2] * v46);
           if ((pt0 < n0) && (pt1 < n2)) {
-            p3[((int)((pt0 < (int)(n0 - 1) ? pt0 : (int)(n0 - 1)))) * (n2) + ((pt1 < (int)(n2 - 1) ? pt1 : (int)(n2 - 1)))] = napkin_from_float<__half>(v31);
+            p3[((int)((pt0 < (int)(n0 - 1) ? pt0 : (int)(n0 - 1)))) * (n2) + ((pt1 < (int)(n2 - 1) ? pt1 : (int)(n2 - 1)))] = napkin_from_float<__half>(v47);
           }
         }
       }

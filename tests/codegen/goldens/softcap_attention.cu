@@ -429,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       }
     }
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (13824) * 2 + 15) / 16 * 16));
     {
       __syncthreads();
       const int nlen = (int)((long long)(n3) - ((long long)0) < 64 ? (long long)(n3) - ((long long)0) : 64);
@@ -457,19 +457,46 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       }
     }
     napkin_cp_async_commit();
+    if ((long long)0 + 64 < (long long)(n3)) {
+      const int nlen = (int)((long long)(n3) - ((long long)0 + 64) < 64 ? (long long)(n3) - ((long long)0 + 64) : 64);
+      {
+        const int ei = (tid % 8) * 8;
+        const int eo0 = tid / 8;
+        const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + 64 + eo0))) * (64) + (ei));
+        __half* const cpd = (sm1 + 1 * 4608) + eo0 * 72 + ei;
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        }
+      }
+      {
+        const int ei = (tid % 8) * 8;
+        const int eo0 = tid / 8;
+        const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + 64 + eo0))) * (64) + (ei));
+        __half* const cpd = (sm2 + 1 * 4608) + eo0 * 72 + ei;
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        }
+      }
+    }
+    napkin_cp_async_commit();
     int stage = 0;
+    int fill = 2;
     const long long cfull = (long long)(n3) / 64 * 64;
     for (long long c0 = (long long)0; c0 < cfull; c0 += 64) {
       const int clen = 64;
-      napkin_cp_async_wait<0>();
+      napkin_cp_async_wait<1>();
       __syncthreads();
-      if (c0 + 64 < (long long)(n3)) {
-        const int nlen = (int)((long long)(n3) - (c0 + 64) < 64 ? (long long)(n3) - (c0 + 64) : 64);
+      if (c0 + 128 < (long long)(n3)) {
+        const int nlen = (int)((long long)(n3) - (c0 + 128) < 64 ? (long long)(n3) - (c0 + 128) : 64);
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + fill * 4608) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
@@ -479,8 +506,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + fill * 4608) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
@@ -575,20 +602,21 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           }
         }
       }
-      stage = stage ^ 1;
+      fill = stage;
+      stage = (stage == 2 ? 0 : stage + 1);
     }
     if (cfull < (long long)(n3)) {
       const long long c0 = cfull;
       const int clen = (int)((long long)(n3) - (c0) < 64 ? (long long)(n3) - (c0) : 64);
-      napkin_cp_async_wait<0>();
+      napkin_cp_async_wait<1>();
       __syncthreads();
-      if (c0 + 64 < (long long)(n3)) {
-        const int nlen = (int)((long long)(n3) - (c0 + 64) < 64 ? (long long)(n3) - (c0 + 64) : 64);
+      if (c0 + 128 < (long long)(n3)) {
+        const int nlen = (int)((long long)(n3) - (c0 + 128) < 64 ? (long long)(n3) - (c0 + 128) : 64);
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + fill * 4608) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
@@ -598,8 +626,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 64 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + (stage ^ 1) * 4608) + eo0 * 72 + ei;
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + fill * 4608) + eo0 * 72 + ei;
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
@@ -694,7 +722,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           }
         }
       }
-      stage = stage ^ 1;
+      fill = stage;
+      stage = (stage == 2 ? 0 : stage + 1);
     }
     #pragma unroll
     for (int i0 = 0; i0 < 1; ++i0) {

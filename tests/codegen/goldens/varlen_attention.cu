@@ -439,8 +439,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     const float qks = 1.0f / (v0);
     const float qkl = qks * 1.442695f;
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4608) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4608) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
-    long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (4608) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16)) + (4608) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
+    long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
     long long dlo0 = 9223372036854775807LL;
     long long dhi0 = (-9223372036854775807LL - 1);
     for (long long dt = (long long)(org_1) + tid; dt < ((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1))) + 1; dt += 128) {
@@ -504,20 +504,77 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       }
     }
     napkin_cp_async_commit();
+    if (cfirst + 32 < cend) {
+      const int nlen = (int)((int)(n1) - (cfirst + 32) < 32 ? (int)(n1) - (cfirst + 32) : 32);
+      if (!(!((((long long)(cfirst + 32) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((cfirst + 32 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + 1 * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
+          }
+        }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((cfirst + 32 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + 1 * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
+          }
+        }
+      }
+    }
+    napkin_cp_async_commit();
+    if (cfirst + 64 < cend) {
+      const int nlen = (int)((int)(n1) - (cfirst + 64) < 32 ? (int)(n1) - (cfirst + 64) : 32);
+      if (!(!((((long long)(cfirst + 64) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((cfirst + 64 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + 2 * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
+          }
+        }
+        {
+          const int ei = (tid % 8) * 8;
+          const int eo0 = tid / 8;
+          const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((cfirst + 64 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + 2 * 2304) + eo0 * 72 + ei;
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1152, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
+          }
+        }
+      }
+    }
+    napkin_cp_async_commit();
     int stage = 0;
+    int fill = 3;
     const int cfull = cend / 32 * 32;
     for (int c0 = cfirst; c0 < cfull; c0 += 32) {
       const int clen = 32;
-      napkin_cp_async_wait<0>();
+      napkin_cp_async_wait<2>();
       __syncthreads();
-      if (c0 + 32 < cend) {
-        const int nlen = (int)((int)(n1) - (c0 + 32) < 32 ? (int)(n1) - (c0 + 32) : 32);
-        if (!(!((((long long)(c0 + 32) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
+      if (c0 + 96 < cend) {
+        const int nlen = (int)((int)(n1) - (c0 + 96) < 32 ? (int)(n1) - (c0 + 96) : 32);
+        if (!(!((((long long)(c0 + 96) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 32 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+            const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 16;
@@ -527,8 +584,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 32 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+            const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 16;
@@ -645,21 +702,22 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           }
         }
       }
-      stage = stage ^ 1;
+      fill = stage;
+      stage = (stage == 3 ? 0 : stage + 1);
     }
     if (cfull < cend && cfirst < cend) {
       const int c0 = cfull;
       const int clen = (int)((int)(n1) - (c0) < 32 ? (int)(n1) - (c0) : 32);
-      napkin_cp_async_wait<0>();
+      napkin_cp_async_wait<2>();
       __syncthreads();
-      if (c0 + 32 < cend) {
-        const int nlen = (int)((int)(n1) - (c0 + 32) < 32 ? (int)(n1) - (c0 + 32) : 32);
-        if (!(!((((long long)(c0 + 32) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
+      if (c0 + 96 < cend) {
+        const int nlen = (int)((int)(n1) - (c0 + 96) < 32 ? (int)(n1) - (c0 + 96) : 32);
+        if (!(!((((long long)(c0 + 96) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 32 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+            const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 16;
@@ -669,8 +727,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
-            const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 32 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + (stage ^ 1) * 2304) + eo0 * 72 + ei;
+            const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 16;
@@ -769,7 +827,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           }
         }
       }
-      stage = stage ^ 1;
+      fill = stage;
+      stage = (stage == 3 ? 0 : stage + 1);
     }
     #pragma unroll
     for (int i0 = 0; i0 < 1; ++i0) {
