@@ -27,6 +27,10 @@ tilings (compiler/tensorcore.ranked) and the chosen one, and reports each kernel
 and measured order, and the regret (the chosen schedule's measured time over the best
 measured one).
 
+It times pipeline depths (`stages`, benchmarks/gpu_stages.py): matmul 4096^3 at k-steps
+16 and 32, rmsnorm_linear and the attention backward's slowest kernel, each 2, 3 and 4
+cp.async stages deep, beside the depth the model chose: what calibrates its latencies.
+
 --dry-run does everything but the launches (plans, CUDA, NVRTC compiles,
 references), on any machine: CI runs it, with --quick --sample.
 
@@ -51,6 +55,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_stages import _print_stages, stages  # noqa: E402
 from gpu_varlen import _print_varlen, varlen  # noqa: E402
 
 ATTENTION_SIZES = (1024, 4096, 16384)
@@ -93,6 +98,10 @@ def main(argv=None) -> int:
     for entry in ranking(args.dry_run):
         report["ranking"].append(entry)
         _print_ranking(entry)
+    report["stages"] = []
+    for entry in stages(args.dry_run, args.quick):
+        report["stages"].append(entry)
+        _print_stages(entry)
     report["seconds"] = time.time() - started
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {args.out / 'gpu_check.json'} in {report['seconds']:.0f} s")

@@ -5,6 +5,12 @@
   `attention_manual` fuses and plans exactly like `attention`.
 - `mean[c]((X - mean[c](X)) * (X - mean[c](X)))` becomes an internal variance
   reduction of `X` (Welford's accumulator streams it in one pass).
+- A contraction's factors that lack every contracted axis leave the sum
+  (`sum[i](N * W)` with `N = X * rsqrt(mean[i](X * X) + eps) * g` is
+  `sum[i](X * g * W) * rsqrt(...)`: distributivity), so RMSNorm written before the
+  product it feeds plans as `rmsnorm_linear` (the product on the tensor cores with the
+  row statistic beside it). Products are looked through names, but not through an
+  intermediate stored in a declared dtype (its rounding is the user's).
 - Ops no output depends on are dropped.
 
 `canonicalize` is a pure function: it returns a new graph.
@@ -24,7 +30,7 @@ def canonicalize(g: DiGraph) -> DiGraph:
     while changed:
         changed = False
         for n in ir.order(g):
-            if n in g and (_softmax(g, n) or _variance(g, n)):
+            if n in g and (_softmax(g, n) or _variance(g, n) or _hoisted(g, n)):
                 changed = True
                 break
     return dead_code(g)
@@ -131,6 +137,50 @@ def _variance(g: DiGraph, n: int) -> bool:
                       span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
     _replace(g, n, new)
     return True
+
+
+def _factors(g: DiGraph, n: int) -> list[int]:
+    """The factors of a product (through names and products of floats; a name with a
+    declared storage dtype, or anything else, is one factor)."""
+    m = n
+    while isinstance(ir.op(g, m), ir.Assign) and ir.op(g, m).dtype is None and \
+            ir.type_of(g, m).axes == ir.type_of(g, ir.operands(g, m)[0]).axes:
+        m = ir.operands(g, m)[0]
+    if _is(g, m, ir.Map, "mul") and ir.kind_of_dtype(ir.type_of(g, m).dtype) == "float":
+        return [f for a in ir.operands(g, m) for f in _factors(g, a)]
+    return [m]
+
+
+def _hoisted(g: DiGraph, n: int) -> bool:
+    """contract[K](A, B) where A (or B) is a product with factors that lack every axis of K
+    becomes contract[K](the other factors, B) times those factors."""
+    if not _is(g, n, ir.Contract):
+        return False
+    op, out = ir.op(g, n), ir.type_of(g, n)
+    span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
+    args = ir.operands(g, n)
+    for i, arg in enumerate(args):
+        factors = _factors(g, arg)
+        kept = [f for f in factors if set(ir.type_of(g, f).axes) & set(op.axes)]
+        left = [f for f in factors if f not in kept]
+        if not left or not kept or not all(set(ir.type_of(g, f).axes) <= set(out.axes)
+                                           for f in left):
+            continue
+        axes = ir.type_of(g, arg).axes
+        product = kept[0]
+        for f in kept[1:]:          # the kept factors' product, over their axes (arg's order)
+            have = set(ir.type_of(g, product).axes) | set(ir.type_of(g, f).axes)
+            product = ir.add_node(g, ir.Map("mul"), ir.ArrayType(
+                tuple(a for a in axes if a in have), ir.INTERMEDIATE), [product, f],
+                span=span, stmt=stmt)
+        new_args = list(args)
+        new_args[i] = product
+        result = ir.add_node(g, op, out, new_args, span=span, stmt=stmt)
+        for f in left:
+            result = ir.add_node(g, ir.Map("mul"), out, [result, f], span=span, stmt=stmt)
+        _replace(g, n, result)
+        return True
+    return False
 
 
 def _replace(g: DiGraph, old: int, new: int) -> None:

@@ -26,7 +26,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
 from . import schedule as schedules
-from . import splitting
+from . import splitting, tensorcore
 from .splitting import SplitChoice
 from .canonical import canonicalize
 from .columns import columns
@@ -254,8 +254,24 @@ def with_choices(plan: Plan, choices) -> Plan:
         model = kernel_model(plan.graph, kp.kernel, axis)
         cols = columns(plan.graph, model)
         sched = schedules.build(plan.graph, kp.kernel, model, choice, plan.sizes, plan.target)
+        if sched.site is not None:     # what the site computes as it stages (as the planner)
+            model = tensorcore.for_site(plan.graph, kp.kernel, model, sched.site, plan.sizes)
         cost = evaluate(model, cols, choice, plan.sizes, plan.target)
+        if sched.stages > 1:           # the pipeline depth the cost model chose
+            sched = replace(sched, stages=int(cost.stages))
         kernels.append(kernel_plan(plan.graph, kp.kernel, model, cols, choice, cost, kp.hints,
                                    plan.sizes, plan.target, sched))
     return Plan(plan.diagram, plan.graph, plan.target, plan.sizes, tuple(kernels), plan.engine,
                 plan.defaulted, plan.hints, plan.split)
+
+
+def with_stages(plan: Plan, stages: int) -> Plan:
+    """The same plan with every tensor-core kernel's cp.async pipeline `stages` deep (2 to
+    occupancy.MAX_STAGES) instead of the depth the cost model chose; for tests and for
+    timing depths on a GPU (benchmarks/gpu_stages.py). The costs stay the model's own."""
+    from .occupancy import MAX_STAGES
+    if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= MAX_STAGES:
+        raise error("N0604", f"a pipeline of {stages!r} stages", help=f"2 to {MAX_STAGES}")
+    return replace(plan, kernels=tuple(
+        replace(kp, schedule=replace(kp.schedule, stages=stages)) if kp.schedule.stages > 1
+        else kp for kp in plan.kernels))

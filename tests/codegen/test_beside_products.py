@@ -142,3 +142,43 @@ def test_a_reduction_without_a_merge_beside_the_product_stays_on_cuda_cores():
     assert p.kernels[0].schedule.engine == schedule.SIMT
     from napkin.explain import render_text, report
     assert "the kernel fuses `argmax[i]` with the product" in render_text(report(p, compare=False))
+
+
+# RMSNorm written as people write it: normalise, then multiply (compiler/canonical._hoisted
+# takes the row's factor out of the sum over i)
+TWO_EQUATIONS = HEAD + """in X[t i]: {dt}
+in g[i]: {dt}
+in W[i o]: {dt}
+N[t i] = X * rsqrt(mean[i](X * X) + 1e-6) * g
+Y[t o] = N * W
+out Y: {dt}"""
+
+
+@pytest.mark.parametrize("text", [
+    TWO_EQUATIONS.format(dt="f16"),
+    # one equation, the factor first: the sum over i is placed around all of it
+    HEAD + "in X[t i]: bf16\nin g[i]: bf16\nin W[i o]: bf16\n"
+           "Y[t o] = X * rsqrt(mean[i](X * X) + 1e-6) * g * W\nout Y: bf16",
+    # N is an output too: its kernel stores N (and the row's factor, which the product's
+    # kernel loads), the product computes X * g again
+    TWO_EQUATIONS.format(dt="f16").replace("out Y: f16", "out Y: f16, N: f16"),
+])
+def test_a_factor_constant_along_the_sum_leaves_it(text):
+    d = napkin.load(text)
+    p = tc_plan(d)
+    (product,) = [kp for kp in p.kernels if kp.schedule.engine == schedule.PRODUCT]
+    assert product.schedule.site.computed
+    if "N: f16" not in text:
+        assert len(p.kernels) == 1 and product.schedule.site.stats
+    for sizes in (ODD, EIGHTS):
+        assert_close(d, p, shape(d, sizes))
+
+
+def test_a_declared_storage_dtype_keeps_its_rounding():
+    """`N[t i]: f16 = ...` asks for N rounded to f16 before the product: the factor stays
+    inside (the product's operand is N, computed in another kernel)."""
+    text = TWO_EQUATIONS.format(dt="f16").replace("N[t i] =", "N[t i]: f16 =")
+    p = tc_plan(napkin.load(text))
+    assert len(p.kernels) == 2
+    (product,) = [kp for kp in p.kernels if kp.schedule.engine == schedule.PRODUCT]
+    assert not product.schedule.site.stats

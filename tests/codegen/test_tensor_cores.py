@@ -20,7 +20,7 @@ import napkin
 from napkin.codegen.lower import lower
 from napkin.codegen.render import render
 from napkin.commands.run import random_inputs
-from napkin.compiler.plan import plan, with_choices
+from napkin.compiler.plan import plan, with_choices, with_stages
 from napkin.runtime import compare, reference
 from napkin.pipeline import run_plan
 from napkin.runtime.interpret import interpret
@@ -297,13 +297,6 @@ PIPELINE_BUGS = {
     "next chunk copied into the current stage":
         lambda s: s.replace("(stage ^ 1) *", "stage *").replace("fill *", "stage *"),
 }
-
-
-def with_stages(p, stages: int):
-    """The plan with its tensor-core kernels' pipelines `stages` deep (Schedule.stages)."""
-    return dataclasses.replace(p, kernels=tuple(
-        dataclasses.replace(kp, schedule=dataclasses.replace(kp.schedule, stages=stages))
-        if kp.choice.warps else kp for kp in p.kernels))
 
 
 @pytest.mark.parametrize("stages", [2, 3, 4])

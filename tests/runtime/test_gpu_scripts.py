@@ -66,6 +66,9 @@ def test_gpu_check_dry_run(tmp_path):
         assert 8 <= len(times) <= 9 and sum(c["chosen"] for c in r["candidates"]) == 1
         assert times[:8] == sorted(times[:8]) and min(times) == next(
             c["predicted_seconds"] for c in r["candidates"] if c["chosen"])
+    # pipeline depths (--quick: the first case): planned, each depth lowered
+    (st,) = report["stages"]
+    assert st["status"] == "planned" and st["chosen"] in (2, 3, 4) and st["chunk"] == 16, st
 
 
 def test_kendall_tau_against_sign_matrices():
