@@ -177,13 +177,20 @@ def test_the_saved_attention_backward_on_tensor_cores_is_flashattention2s(name, 
     (forward,) = plan(stats, "h100", TENSOR_CORES).kernels    # FlashAttention with its lse
     assert forward.schedule.engine == schedule.ATTENTION
     sizes = {"b": 1, "h": 2, "q": 77, "x": 130, "d": 64}
-    Q, dO = (rng.standard_normal((1, 2, 77, 64)).astype(np.float16) for _ in range(2))
-    K, V = (rng.standard_normal((1, 2, 130, 64)).astype(np.float16) for _ in range(2))
-    saved = reference.evaluate(stats, {"Q": Q, "K": K, "V": V})
-    inputs = {"Q": Q, "K": K, "V": V, "dO": dO, "P_lse": saved["P_lse"].astype(np.float32),
-              "O_saved": saved["O"].astype(np.float16)}
+    inputs = saved_inputs(rng, stats, sizes)
     within_budget(grad, inputs, run_plan(p, inputs, sizes, timeout_s=240))
     within_budget(grad, inputs, interpret(p, inputs))
+
+
+def saved_inputs(rng, stats, sizes: dict) -> dict:
+    """Random f16 Q, K, V and dO at `sizes`, and the forward's saved statistics (P_lse, O) of
+    them from the reference: the inputs of a gradient derived with saved=True."""
+    b, h, q, x, d = (sizes[a] for a in "bhqxd")
+    Q, dO = (rng.standard_normal((b, h, q, d)).astype(np.float16) for _ in range(2))
+    K, V = (rng.standard_normal((b, h, x, d)).astype(np.float16) for _ in range(2))
+    saved = reference.evaluate(stats, {"Q": Q, "K": K, "V": V})
+    return {"Q": Q, "K": K, "V": V, "dO": dO, "P_lse": saved["P_lse"].astype(np.float32),
+            "O_saved": saved["O"].astype(np.float16)}
 
 
 @pytest.mark.parametrize("name", ["attention", "causal_attention"])
@@ -457,9 +464,5 @@ def test_the_d128_attention_backward_recomputes_dS_in_both_of_its_readers(rng, w
     assert sum(kp.cost.time for kp in p.kernels) < 5e-3
     stats = napkin.statistics(napkin.load("attention", d=128))
     sizes = {"b": 1, "h": 1, "q": 45, "x": 70, "d": 128}
-    Q, dO = (rng.standard_normal((1, 1, 45, 128)).astype(np.float16) for _ in range(2))
-    K, V = (rng.standard_normal((1, 1, 70, 128)).astype(np.float16) for _ in range(2))
-    saved = reference.evaluate(stats, {"Q": Q, "K": K, "V": V})
-    inputs = {"Q": Q, "K": K, "V": V, "dO": dO, "P_lse": saved["P_lse"].astype(np.float32),
-              "O_saved": saved["O"].astype(np.float16)}
+    inputs = saved_inputs(rng, stats, sizes)
     within_budget(grad, inputs, run_plan(p, inputs, sizes, timeout_s=240))
