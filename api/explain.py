@@ -56,6 +56,7 @@ def report(plan: Plan, compare: bool = True) -> dict:
             "reason": kp.kernel.reason,
             "streaming": _streaming(plan, kp),
             "engine": _engine(plan, kp),
+            "heaviest_first": list(kp.schedule.reversed),
             "levels": levels,
             "buffers": engine_buffers(plan, kp) or buffers(plan, kp),
             "tiles": {name: int(v) for name, v in tile_values(kp.choice).items()},
@@ -267,6 +268,9 @@ def render_text(rep: dict) -> str:
                          f"{eng['warp_tile'][1]} tile of {eng['fragments'][0]} x "
                          f"{eng['fragments'][1]} fragments; chunks copied {eng['stages'] - 1} "
                          f"ahead by cp.async ({eng['stages']} stages)")
+            if k.get("heaviest_first"):
+                lines.append(f"    blocks launch the last {', '.join(k['heaviest_first'])} tiles "
+                             "first (they run the most chunks: the heaviest first)")
         elif eng["why"] != "no contraction":
             lines.append(f"  on CUDA cores: {eng['why']}")
         for lv in k["levels"]:

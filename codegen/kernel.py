@@ -157,13 +157,18 @@ class KernelLowering:
         return f"{prefix}_{self.woven.index(axis)}"
 
     def _origins(self) -> None:
-        """org_i: where this block's tile starts along each woven axis."""
+        """org_i: where this block's tile starts along each woven axis (the last fastest);
+        an axis the schedule reverses (the heaviest blocks first) varies slowest, its tiles
+        from the last to the first."""
         rest = "blk"
-        for a in reversed(self.woven):
+        back = self.kp.schedule.reversed
+        for a in reversed([a for a in self.woven if a in back] +
+                          [a for a in self.woven if a not in back]):
             nb = f"(((long long)({self.sizes[a]}) + {self.tile[a] - 1}) / {self.tile[a]})"
             o = self._axis_var("org", a)
+            index = f"(({rest}) % {nb})" if a not in back else f"({nb} - 1 - ({rest}) % {nb})"
             self.b.emit(P.Decl(f"const {self.itype}", o,
-                               f"({self.itype})(({rest}) % {nb}) * {self.tile[a]}"))
+                               f"({self.itype}){index} * {self.tile[a]}"))
             rest = f"({rest}) / {nb}"
 
     def _block_body(self) -> None:

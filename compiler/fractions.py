@@ -80,6 +80,19 @@ def iterated_fraction(mask, sizes: dict, tiles: dict, axis: str | None = None):
     return computed_fraction(mask, sizes, tiles, f"iterated:{axis}" if axis else "iterated")
 
 
+def later_is_heavier(mask, sizes: dict, tiles: dict, stream: str, row: str) -> bool:
+    """Whether the blocks of the later `row` tiles run more chunks than the earlier ones
+    (a mask of indices bounding the chunk loop, codegen/masks.index_span: causal attention's
+    last query tiles see every key), so that launching them first balances the last wave
+    (FlashAttention's order). `tiles` as computed_fraction's."""
+    if mask is None or spans(mask) or row not in axes_of(mask) or stream not in axes_of(mask):
+        return False
+    axes = axes_of(mask)
+    size_key = tuple(sorted((a, int(v)) for a, v in sizes.items()))
+    extents = tuple((a, int(np.asarray(tiles.get(a, sizes[a])).max())) for a in axes)
+    return _fraction(mask, size_key, extents, f"trend:{stream}:{row}") > 0
+
+
 def spans(mask) -> bool:
     """Whether the kernel of this mask bounds its chunk loop by data (codegen/masks.data_span
     emits its prologue where a leaf of the mask is an integer or boolean input)."""
@@ -135,6 +148,19 @@ def _fraction(mask, size_key: tuple, extents: tuple, what: str = "computed") -> 
         held, fails = _holds(mask, box, sizes), True
     held = np.broadcast_to(held, shape) & np.broadcast_to(valid, shape)
     fails = np.broadcast_to(fails, shape) & np.broadcast_to(valid, shape)
+    if what.startswith("trend:"):          # later `row` tiles' chunks over the earlier ones'
+        _, along, row = what.split(":")
+        if along not in order or row not in order or not grids:
+            return 0.0
+        some = np.moveaxis(np.broadcast_to(held, shape), order.index(along), -1)
+        index = np.arange(some.shape[-1])
+        first = np.where(some, index, some.shape[-1]).min(axis=-1, keepdims=True)
+        last = np.where(some, index, -1).max(axis=-1, keepdims=True)
+        runs = ((index >= first) & (index <= last)).sum(axis=-1)
+        at = [a for a in order if a != along].index(row)
+        runs = np.moveaxis(runs, at, 0).reshape(runs.shape[at], -1).mean(axis=1)
+        half = len(runs) // 2
+        return float(runs[len(runs) - half:].mean() - runs[:half].mean()) if half else 0.0
     if what.startswith("iterated") and not stream:
         along = what.partition(":")[2]
         if along not in order or not grids:

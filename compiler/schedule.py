@@ -22,6 +22,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import ir
 from .cost import Choice
 from .extents import covered, resident
+from .fractions import later_is_heavier
 from .index_width import index_type
 from .memory import PIPELINE
 from .model import Model
@@ -71,6 +72,9 @@ class Schedule:
     stages: int = 1                           # pipeline depth of streamed shared tiles
     placements: tuple[Placement, ...] = ()    # every array at every level it lives at
     index: str = "int"                        # the C type of every index (index_width.py)
+    reversed: tuple[str, ...] = ()            # axes whose block tiles launch last first,
+                                              # the slowest-varying: the heaviest blocks first
+                                              # (fractions.later_is_heavier)
 
     @property
     def tensor_cores(self) -> bool:
@@ -111,6 +115,10 @@ def build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target,
     sched = _build(g, kernel, model, choice, sizes, target)
     if sched.stages > 1:
         sched = replace(sched, stages=stages)
+    if sched.site is not None and choice.stream and later_is_heavier(
+            model.mask, sizes, {**dict(choice.group), choice.stream[0]: choice.stream[1]},
+            choice.stream[0], sched.site.row):
+        sched = replace(sched, reversed=(sched.site.row,))
     return replace(sched, placements=placements(model, choice, sizes, target),
                    index=index_type(model.extents, sizes, choice))
 

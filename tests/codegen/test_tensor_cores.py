@@ -573,3 +573,27 @@ def test_the_softmax_scale_is_folded_into_the_exponent_only_when_positive(scale,
                                 save_for_backward=True)(Q, K, V)
         _, want_lse = napkin.compile(text, save_for_backward=True)(Q, K, V)
         np.testing.assert_allclose(lse, want_lse, atol=2e-3, rtol=0)
+
+
+def test_the_heaviest_blocks_launch_first():
+    """Causal attention's later query tiles run more chunks (their keys reach further): the
+    schedule walks q slowest and from its last tile (Schedule.reversed, FlashAttention's
+    order), so the last wave holds the lightest blocks; plain attention keeps its order.
+    The emulated result is the reference's, at tile multiples and odd sizes."""
+    causal, plain = library("causal_attention", "f16"), library("attention", "f16")
+    shape = {"b": 4, "h": 16, "q": 4096, "x": 4096}
+    (kp,) = plan(causal, "h100", shape).kernels
+    assert kp.schedule.reversed == ("q",)
+    assert plan(plain, "h100", shape).kernels[0].schedule.reversed == ()
+    p = flash_plan(causal)
+    assert p.kernels[0].schedule.reversed == ("q",)
+    source = render(lower(p))
+    assert re.search(r"org_\d+ = \(int\)\(\(\(\(long long\)\(n\d+\) \+ \d+\) / \d+\) - 1 - ", source)
+    for q, x in ((128, 256), (77, 130)):
+        assert all(v.ok for v in verdicts(causal, p, with_static(causal, {"b": 2, "h": 2, "q": q, "x": x})))
+    # seeded: the reversed index one tile off (the first tile never computed)
+    off = lambda s: re.sub(r"(org_\d+ = \(int\)\(\(\(\(long long\)\(n\d+\) \+ \d+\) / \d+\)) - 1 - ",  # noqa: E731
+                           r"\1 - ", s)
+    assert off(source) != source
+    assert not all(v.ok for v in verdicts(causal, p, with_static(causal, {"b": 1, "h": 1, "q": 200, "x": 200}),
+                                          source_edit=off))

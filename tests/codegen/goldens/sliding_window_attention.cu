@@ -392,9 +392,9 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
   const int fq = lane % 4;
   const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 31) / 32);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const long long org_2 = (long long)((blk) % (((long long)(n2) + 31) / 32)) * 32;
-    const long long org_1 = (long long)(((blk) / (((long long)(n2) + 31) / 32)) % (((long long)(n1) + 0) / 1)) * 1;
-    const long long org_0 = (long long)((((blk) / (((long long)(n2) + 31) / 32)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
+    const long long org_1 = (long long)((blk) % (((long long)(n1) + 0) / 1)) * 1;
+    const long long org_0 = (long long)(((blk) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
+    const long long org_2 = (long long)((((long long)(n2) + 31) / 32) - 1 - (((blk) / (((long long)(n1) + 0) / 1)) / (((long long)(n0) + 0) / 1)) % (((long long)(n2) + 31) / 32)) * 32;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
     {
