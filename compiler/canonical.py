@@ -36,6 +36,16 @@ def canonicalize(g: DiGraph) -> DiGraph:
     return dead_code(g)
 
 
+def softmaxes(g: DiGraph) -> DiGraph:
+    """The IR with written-out softmaxes as `softmax` (a copy; nothing else rewritten): what
+    reverse mode differentiates (compiler/grad.py), so that attention written out has
+    FlashAttention's gradient, not one through the row maximum (zero, but computed)."""
+    g = g.copy()
+    while any(n in g and _softmax(g, n) for n in ir.order(g)):
+        pass
+    return dead_code(g)
+
+
 def dead_code(g: DiGraph) -> DiGraph:
     """Drop nodes no output depends on (inputs stay: they are the signature)."""
     live = set()

@@ -33,6 +33,7 @@ from .graph import DiGraph, ancestors, descendants
 from ..diagrams.diagnostics import error
 from . import ir
 from .derivatives import linear, partials
+from .canonical import softmaxes
 from .diagram import Diagram
 from .gradpositions import ungather, unscan, unview
 from .gradstats import plan_statistics, same_axes
@@ -183,8 +184,8 @@ class _Sweep:
 
 def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = False) -> str:
     """The backward diagram of `d` as napkin text (see the module docstring)."""
-    g = d.ir
     sw, active, wrt, cotangents = _setup(d, wrt, saved)
+    g = sw.g
     grads: dict[int, list[Expr]] = {}
     for (c, _, _), n in zip(cotangents, _floating(g).values()):
         if n in active:
@@ -215,7 +216,7 @@ def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = 
 
 
 def _setup(d: Diagram, wrt, saved: bool):
-    g = d.ir
+    g = softmaxes(d.ir)      # a softmax written out differentiates as softmax (canonical.py)
     inputs, outputs = g.graph["inputs"], g.graph["outputs"]
     floats = [name for name, n in inputs.items() if ir.op(g, n).dtype in ir.FLOAT_DTYPES]
     # gradients flow through floats only: not into a `where`'s condition, a comparison or an

@@ -466,3 +466,26 @@ def test_the_d128_attention_backward_recomputes_dS_in_both_of_its_readers(rng, w
     sizes = {"b": 1, "h": 1, "q": 45, "x": 70, "d": 128}
     inputs = saved_inputs(rng, stats, sizes)
     within_budget(grad, inputs, run_plan(p, inputs, sizes, timeout_s=240))
+
+
+def test_attention_written_out_has_flashattentions_gradient(rng, within_budget):
+    """attention_manual (m = max[x](S), E = exp(S - m), l = sum[x](E), O = E * V / l) is
+    differentiated as the softmax it is (canonical.softmaxes): not through the row maximum,
+    whose gradient is zero but was computed (nine kernels, N x N arrays in global memory).
+    Its backward plans as attention's: the forward again with D, then the two chains.
+    Emulated at odd sizes against the float64 reference of the diagram as written."""
+    from napkin.compiler import schedule
+    from napkin.pipeline import run_plan
+    grad = napkin.grad(napkin.load("attention_manual", d=64))
+    assert " max[x](" not in grad.source.text and "softmax[x](S)" in grad.source.text
+    p = plan(grad, "h100", TENSOR_CORES)
+    assert [kp.schedule.engine for kp in p.kernels] == \
+        [schedule.ATTENTION, schedule.CHAIN, schedule.CHAIN]
+    for kp in p.kernels:
+        for n in kp.kernel.stores:
+            assert not {"q", "x"} <= set(p.graph.nodes[n]["type"].axes), array_name(p.graph, n)
+    Q, dO = (rng.standard_normal((1, 2, 45, 64)).astype(np.float16) for _ in range(2))
+    K, V = (rng.standard_normal((1, 2, 70, 64)).astype(np.float16) for _ in range(2))
+    inputs = {"Q": Q, "K": K, "V": V, "dO": dO}
+    within_budget(grad, inputs, run_plan(p, inputs, {"b": 1, "h": 2, "q": 45, "x": 70, "d": 64},
+                                         timeout_s=240))
