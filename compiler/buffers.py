@@ -19,8 +19,11 @@ def buffers(plan, kp) -> list[dict]:
     model = kp.model
     by_node = {arr.node: arr for arr in model.arrays}
     out = []
+    staged = kp.schedule.tensor_cores and model.staged
     for pl in kp.schedule.placements:
         arr = by_node[pl.node]
+        if staged and pl.level == 1 and pl.node in model.direct:
+            continue    # read from global memory where the operand or statistic is computed
         held, cov = dict(pl.held), dict(pl.covered)
         # a grouped axis whose group is 1 (one position per block) is no dimension of a buffer
         ones = {a for a, g in choice.group if g == 1}
@@ -39,6 +42,38 @@ def buffers(plan, kp) -> list[dict]:
             size = buffer_bytes(size, arr, held, choice, kp.schedule.stages)  # rows, stages
         out.append({"name": pl.name, "role": role, "shape": shape,
                     "level": tgt.levels[pl.level].name, "bytes": int(size)})
+    if staged:
+        out[:0] = _staged(plan, kp)
+    return out
+
+
+def _staged(plan, kp) -> list[dict]:
+    """The shared-memory buffers of what a product computes as it stages (Model.staged):
+    each computed operand's tile, each statistic's row buffer, as M counts them
+    (memory.staged_bytes)."""
+    from .choices import Choices, NUMBERS
+    from .memory import ALIGN_PAD, allocated
+    from .model import Array, array_name
+    choice, sizes, g = kp.choice, plan.sizes, plan.graph
+    chunk = dict([choice.stream])
+    group = dict(choice.group)
+    out = []
+    for n, axes, _, _, operand in kp.model.staged:
+        held = {a: chunk.get(a, group.get(a, sizes[a])) for a in axes}
+        rows = [a for a in axes if a not in chunk] if not operand else list(axes)
+        shape = [[_label(a, 1, choice, sizes, held[a], held[a]), _int(held[a])] for a in rows]
+        count = 1
+        for a in rows:
+            count *= held[a]
+        if operand:
+            tile = Array(n, "", "load", tuple(axes), 2, streamed=True)
+            size = allocated(count * 2, tile, held, Choices.of(choice), NUMBERS,
+                             kp.schedule.stages)
+            role = "operand computed as staged"
+        else:
+            size, role = count * 4 + ALIGN_PAD, "row statistic"
+        out.append({"name": array_name(g, n), "role": role, "shape": shape,
+                    "level": plan.target.levels[1].name, "bytes": int(size)})
     return out
 
 

@@ -182,3 +182,17 @@ def test_a_declared_storage_dtype_keeps_its_rounding():
     assert len(p.kernels) == 2
     (product,) = [kp for kp in p.kernels if kp.schedule.engine == schedule.PRODUCT]
     assert not product.schedule.site.stats
+
+
+def test_the_memory_table_shows_what_is_staged():
+    """explain's shared-memory rows are the computed operand's tile and the mean's row buffer
+    beside W's tile (X and g are read from global memory where X * g is computed), and they
+    add up to the level's M."""
+    from napkin.compiler.buffers import buffers
+    p = plan(library("rmsnorm_linear", "f16"), "h100", {"t": 4096, "i": 4096, "o": 4096})
+    (kp,) = p.kernels
+    smem = [r for r in buffers(p, kp) if r["level"] == "smem"]
+    assert [(r["name"], r["role"]) for r in smem] == [
+        ("Y:mul", "operand computed as staged"), ("Y:mean[i]", "row statistic"),
+        ("W", "input tile")]
+    assert sum(r["bytes"] for r in smem) == kp.cost.levels[1].M
