@@ -41,7 +41,8 @@ The concepts it combines live beside it: `choices.py` (the decisions and the ari
 on numbers, arrays and symbols), `issue.py` (compute time from the instructions a kernel
 issues), `occupancy.py` (registers, blocks per SM, the fraction of the GPU busy),
 `memory.py` (shared-memory buffers as allocated; HBM and L2), `masking.py` (chunks a mask
-hides), `extents.py` (the covered and resident extents above).
+hides), `extents.py` (the covered and resident extents above), `flops.py` (FLOPs per engine
+and their rates).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from . import index_width, issue, occupancy
 from .columns import Column, resident_sets
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
+from .flops import rate, work_flops
 from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
 from .memory import PIPELINE, allocated, l2_split, sectors, stage_bytes, staged_bytes
 from .model import Model
@@ -233,7 +235,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
             M = M + (stages - PIPELINE) * per_stage
         time = H / lv.bandwidth if lv.bandwidth else 0
         results.append(LevelCost(lv.name, lv.capacity_bytes, M, H, units, time))
-    flops = _flops(model, covs[0], choice, sizes, fraction)
+    flops = work_flops(model, covs[0], choice, sizes, fraction)
     # with tensor cores the register level's unit is a warp: its 32 lanes hold the fragments
     lanes = WARP if choice.warps else 1
     active = lanes * unit_counts[1] / unit_counts[0] if len(unit_counts) > 1 else 1
@@ -253,7 +255,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
             model, choice, covs[0], helds[0][0], ops, stages))
     span = None
     if symbolic or issue.simt_only(target):
-        compute = total(amount / _rate(target, engine, bool(choice.warps))
+        compute = total(amount / rate(target, engine, bool(choice.warps))
                         for engine, amount in flops.items())
         parts = {"compute": compute}
     else:
@@ -362,33 +364,6 @@ def _step(axis: str, choice: Choices, level: int):
     if level == 2 and choice.inner and choice.inner[0] == axis:
         return choice.inner[1]
     return 1
-
-
-def _flops(model: Model, level1: dict, choice: Choices, sizes: dict, fraction=1.0) -> dict:
-    """FLOPs per (engine, dtype); the work of chunks a mask hides counts `fraction`."""
-    grouped = {a for a, _ in choice.group}
-    stream = choice.stream[0] if choice.stream else None
-    out: dict = {}
-    for w in model.work:
-        points = prod(sizes[a] for a in w.axes)
-        redo = prod(sizes[a] / level1[a] for a in model.axes
-                     if a in grouped and a not in w.axes)
-        key = (w.engine, w.dtype)
-        amount = w.flops_per_point * points * redo
-        amount = amount * w.times if w.times != 1 else amount
-        if stream in w.axes and not (isinstance(fraction, float) and fraction == 1.0):
-            amount = amount * fraction
-        out[key] = out[key] + amount if key in out else amount
-    return out
-
-
-def _rate(target: Target, key, tensor_cores: bool) -> float:
-    engine, dtype = key
-    if tensor_cores and engine == "contraction" and target.engine_for("contraction", dtype):
-        rate = target.rate(f"tensor_{dtype}")
-        if rate:
-            return rate
-    return target.rate("simt_f32") or 1.0
 
 
 def _launched(model: Model, covs: list[dict]):

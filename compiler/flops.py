@@ -1,0 +1,39 @@
+"""FLOPs: what a kernel's ops compute per engine and dtype (a contraction 2 per product term,
+other ops their model.ELEMENT_FLOPS), and the rate each engine runs them at (the target's
+[compute] table): the paper's compute term, which the targets without an issue table (the
+abstract model, the toy) price time by, and which explain prints."""
+
+from __future__ import annotations
+
+from .choices import Choices, prod
+from .model import Model
+from .target import Target
+
+
+def work_flops(model: Model, level1: dict, choice: Choices, sizes: dict, fraction=1.0) -> dict:
+    """FLOPs per (engine, dtype); the work of chunks a mask hides counts `fraction`."""
+    grouped = {a for a, _ in choice.group}
+    stream = choice.stream[0] if choice.stream else None
+    out: dict = {}
+    for w in model.work:
+        points = prod(sizes[a] for a in w.axes)
+        redo = prod(sizes[a] / level1[a] for a in model.axes
+                     if a in grouped and a not in w.axes)
+        key = (w.engine, w.dtype)
+        amount = w.flops_per_point * points * redo
+        amount = amount * w.times if w.times != 1 else amount
+        if stream in w.axes and not (isinstance(fraction, float) and fraction == 1.0):
+            amount = amount * fraction
+        out[key] = out[key] + amount if key in out else amount
+    return out
+
+
+def rate(target: Target, key, tensor_cores: bool) -> float:
+    """FLOP/s of an (engine, dtype): the tensor cores' for a contraction they run, else the
+    CUDA cores' f32 rate."""
+    engine, dtype = key
+    if tensor_cores and engine == "contraction" and target.engine_for("contraction", dtype):
+        found = target.rate(f"tensor_{dtype}")
+        if found:
+            return found
+    return target.rate("simt_f32") or 1.0
