@@ -56,7 +56,10 @@ def softmax_pairs(g: DiGraph, k: FusedKernel, axis: str) -> dict[int, int]:
         op = ir.op(g, n)
         if isinstance(op, ir.Softmax) and axis in op.axes:
             users = _users(g, n, members, stores)
+            # (a contraction: the lowering's online softmax rescales a product's running sum;
+            # a plain sum of probabilities streams their statistics in a pass of their own)
             if users is not None and len(users) == 1 and reduces(g, users[0], axis) \
+                    and isinstance(ir.op(g, users[0]), ir.Contract) \
                     and set(op.axes) <= set(ir.op(g, users[0]).axes):
                 pairs[n] = users[0]
     return pairs

@@ -109,6 +109,13 @@ class _Block(OtherPositions):
             return self._scan(n, op, region)
         if isinstance(op, ir.Gather):
             return self._gather(n, op, region), t.axes
+        r = self.st.axis
+        if r is not None and isinstance(op, (ir.Reduce, ir.Contract)) and r in op.axes and \
+                region.of(r) != slice(0, region.sizes[r]):
+            # a reduction over the streamed axis read inside the chunk loop (through a gather or
+            # a view, by a value stored per chunk), not a reducer's finished state: over the
+            # whole axis, as the kernel's emitter computes it there from global memory
+            return self._compute(n, region.with_(r, slice(0, region.sizes[r])))
         args = [self.value(m, region) for m in ir.operands(g, n)]
         kind = ir.kind_of_dtype(t.dtype)
         if isinstance(op, ir.Const):
@@ -257,7 +264,7 @@ class _Block(OtherPositions):
         """Update each thread share's online-softmax state (m, l, o) with one chunk."""
         g = self.g
         r = self.st.axis
-        s_vals, s_axes = self.value(ir.operands(g, soft)[0], region)
+        s_vals, s_axes = _floats(self.value(ir.operands(g, soft)[0], region))  # (integer scores)
         a_node, b_node = ir.operands(g, n)
         other = b_node if through(g, a_node) == soft else a_node
         v_vals, v_axes = self.value(other, region)
