@@ -115,7 +115,7 @@ def update(lw, n: int, st: State, scope: dict, stats: bool = False) -> None:
                 b.emit(P.Call(f"napkin_{st.kind}_fold", (lv["s"], lv["i"], em.number(args[0], s2),
                                                          f"((long long)({s2[r].expr}))")))
             else:
-                _fold(b, st.kind, lv, em.number(args[0], s2))
+                fold_value(b, st.kind, lv, em.number(args[0], s2))
         em._walk(others, s, fold, args)
     lw._loops(st.extra, scope, at)
 
@@ -139,7 +139,7 @@ def _online_softmax(lw, n: int, st: State, scope: dict) -> None:
     lw._loops(st.extra, scope, add)
 
 
-def _fold(b, kind: str, v: dict, x: str) -> None:
+def fold_value(b, kind: str, v: dict, x: str) -> None:
     if kind == "sum":
         b.emit(P.Set(v["s"], f"{v['s']} + {x}"))
     elif kind in ("max", "min"):
@@ -223,26 +223,26 @@ def _merge(lw, st: State) -> None:
             b.loop("z", "0", str(st.extent), "1",
                    lambda: b.emit(P.Set(f"{o}[z]", f"{o}[z] * {sa} + {shfl(f'{o}[z]')} * {sb}")))
             return
-        b.loop("z", "0", str(st.extent), "1", lambda: _merge_one(b, st, shfl))
+        b.loop("z", "0", str(st.extent), "1", lambda: merge_one(
+            b, st.kind, {slot: f"{var}[z]" for slot, var in st.arrays.items()}, shfl))
 
     b.open()
     step()
     b.emit(P.For("off", str(w // 2), "off > 0", "off /= 2", b.close()))
 
 
-def _merge_one(b, st: State, shfl, values: dict | None = None) -> None:
-    """Merge into the state's slots (`values`: slot -> C lvalue, else its arrays at z) the
-    state `shfl` reads of each (another lane's)."""
-    v = values if values is not None else {slot: f"{var}[z]" for slot, var in st.arrays.items()}
+def merge_one(b, kind: str, v: dict, shfl) -> None:
+    """Merge into a `kind` state's slots (`v`: slot -> C lvalue) the state `shfl` reads of
+    each (another lane's)."""
     o = {slot: shfl(lv, SLOT_CTYPE.get(slot, "float")) for slot, lv in v.items()}
-    if st.kind in ("sum", "mean", "contract"):
+    if kind in ("sum", "mean", "contract"):
         for slot in v:
             b.emit(P.Set(v[slot], f"{v[slot]} + {o[slot]}"))
-    elif st.kind in ("max", "min"):
-        b.emit(P.Set(v["s"], f"napkin_{st.kind}({v['s']}, {o['s']})"))
-    elif st.kind in ir.INDEX_REDUCTIONS:
-        b.emit(P.Call(f"napkin_{st.kind}_fold", (v["s"], v["i"], o["s"], o["i"])))
-    elif st.kind == "var":   # Chan et al.
+    elif kind in ("max", "min"):
+        b.emit(P.Set(v["s"], f"napkin_{kind}({v['s']}, {o['s']})"))
+    elif kind in ir.INDEX_REDUCTIONS:
+        b.emit(P.Call(f"napkin_{kind}_fold", (v["s"], v["i"], o["s"], o["i"])))
+    elif kind == "var":   # Chan et al.
         n2 = b.value("float", f"{v['n']} + {o['n']}")
         safe = b.value("float", f"({n2} > 0.0f ? {n2} : 1.0f)")
         d = b.value("float", f"{o['m']} - {v['m']}")

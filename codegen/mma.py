@@ -37,6 +37,7 @@ class MmaLowering(RowStats, SharedTiles, KernelLowering):
         self.values: dict = {}     # node -> the fragment element it is at the current point
         self.rows: dict = {}       # node -> its row vector (_row_vectors)
         self.row_scope: dict | None = None   # the point the row vectors are registered at
+        self.vectored: dict | None = None    # a run of 8 positions being computed (tiles._vectored)
         self.wm, self.wn, self.wtm, self.wtn = self._warps()
 
     def _warps(self) -> tuple[int, int, int, int]:

@@ -104,7 +104,7 @@ class RowStats:
                 def fold():
                     v = {slot: f"{name}[i6]" for slot, name in st.slots.items()}
                     for value in self._vectored(arg, s.red, scope, width):
-                        accum._fold(b, st.kind, v, value)
+                        accum.fold_value(b, st.kind, v, value)
                 b.emit(P.If(valid, self._scoped(fold)))
             b.loop("i7", "0", str(runs), "1", position, unroll=True)
         b.loop("i6", "0", str(per), "1", row, unroll=True)
@@ -119,13 +119,9 @@ class RowStats:
             def row(st=st, lanes=lanes, step=step):
                 v = {slot: f"{name}[i6]" for slot, name in st.slots.items()}
                 if lanes > 1:
-                    def merge():
-                        state = accum.State(st.kind, {}, {}, 1, [])
-                        accum._merge_one(b, state, lambda x, ctype="float": b.value(
-                            ctype, f"__shfl_xor_sync(0xffffffffu, {x}, off, {lanes})"),
-                            values=v)
                     b.open()
-                    merge()
+                    accum.merge_one(b, st.kind, v, lambda x, ctype="float": b.value(
+                        ctype, f"__shfl_xor_sync(0xffffffffu, {x}, off, {lanes})"))
                     b.emit(P.For("off", str(lanes // 2), "off > 0", "off /= 2", b.close()))
                 b.emit(P.Decl("const int", "srow", f"tid / {lanes} + i6 * {step}"))
                 keep = [f"tid % {lanes} == 0"] if lanes > 1 else []

@@ -261,7 +261,7 @@ class SharedTiles:
 
     def load(self, n: int, scope: dict) -> str:
         """A load at a position of `_vectored`'s run: the value from the run's 16-byte load."""
-        v = getattr(self, "vectored", None)
+        v = self.vectored
         axes = ir.type_of(self.g, n).axes
         if v is None or self.views or not axes or axes[-1] != v["axis"]:
             return super().load(n, scope)

@@ -48,32 +48,20 @@ def buffers(plan, kp) -> list[dict]:
 
 
 def _staged(plan, kp) -> list[dict]:
-    """The shared-memory buffers of what a product computes as it stages (Model.staged):
-    each computed operand's tile, each statistic's row buffer, as M counts them
-    (memory.staged_bytes)."""
+    """The shared-memory buffers of what a product computes as it stages, as M counts them
+    (memory.staged_buffers)."""
     from .choices import Choices, NUMBERS
-    from .memory import ALIGN_PAD, allocated
-    from .model import Array, array_name
-    choice, sizes, g = kp.choice, plan.sizes, plan.graph
-    chunk = dict([choice.stream])
-    group = dict(choice.group)
+    from .memory import staged_buffers
+    from .model import array_name
+    choice, sizes = kp.choice, plan.sizes
+    block = {a: dict(choice.group).get(a, sizes[a]) for a in sizes}
     out = []
-    for n, axes, _, _, operand in kp.model.staged:
-        held = {a: chunk.get(a, group.get(a, sizes[a])) for a in axes}
-        rows = [a for a in axes if a not in chunk] if not operand else list(axes)
-        shape = [[_label(a, 1, choice, sizes, held[a], held[a]), _int(held[a])] for a in rows]
-        count = 1
-        for a in rows:
-            count *= held[a]
-        if operand:
-            tile = Array(n, "", "load", tuple(axes), 2, streamed=True)
-            size = allocated(count * 2, tile, held, Choices.of(choice), NUMBERS,
-                             kp.schedule.stages)
-            role = "operand computed as staged"
-        else:
-            size, role = count * 4 + ALIGN_PAD, "row statistic"
-        out.append({"name": array_name(g, n), "role": role, "shape": shape,
-                    "level": plan.target.levels[1].name, "bytes": int(size)})
+    for n, held, size, operand in staged_buffers(kp.model, Choices.of(choice), block, NUMBERS,
+                                                 kp.schedule.stages):
+        shape = [[_label(a, 1, choice, sizes, e, e), _int(e)] for a, e in held.items()]
+        out.append({"name": array_name(plan.graph, n),
+                    "role": "operand computed as staged" if operand else "row statistic",
+                    "shape": shape, "level": plan.target.levels[1].name, "bytes": int(size)})
     return out
 
 

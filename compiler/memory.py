@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .choices import NUMBERS, Choice, Choices, number, prod
+from .choices import NUMBERS, Choice, Choices, number, prod, total
 from .target import Target
 
 ALIGN_PAD = 16   # bytes of alignment padding a shared-memory buffer may need
@@ -56,22 +56,32 @@ def _row_pad(arr, res: dict, ops):
     return ops.where(later, ROW_PAD * arr.bytes * rows, 0)
 
 
-def staged_bytes(model, choice: Choices, level1: dict, held: dict, ops, stages=PIPELINE):
-    """Shared memory a product's staged work holds beside its loads' tiles (Model.staged;
-    codegen/tiles._copy_computed, codegen/rowstats.py): each computed operand's padded
-    16-bit tile in every stage, each statistic's row buffer (4 bytes a row), less the tiles of the
-    loads only those read (Model.direct: read from global memory, never allocated)."""
+def staged_buffers(model, choice: Choices, level1: dict, ops, stages=PIPELINE) -> list:
+    """(node, what a block holds of each of its axes, bytes as allocated, operand?) of each
+    shared-memory buffer a product's staged work holds (Model.staged; codegen/tiles.
+    _copy_computed, codegen/rowstats.py): a computed operand's padded 16-bit tile in every
+    stage, a statistic's row buffer (4 bytes a row). `level1`: the block's extents."""
     from .model import Array
     chunk = dict([choice.stream]) if choice.stream else {}
-    out = 0
+    out = []
     for n, axes, _, _, operand in model.staged:
-        res = {a: chunk.get(a, level1[a]) for a in axes}
+        held = {a: chunk.get(a, level1[a]) for a in axes}
         if operand:
             tile = Array(n, "", "load", tuple(axes), 2, streamed=True)
-            out = out + allocated(prod(res.values()) * 2, tile, res, choice, ops, stages)
+            size = allocated(prod(held.values()) * 2, tile, held, choice, ops, stages)
         else:
-            out = out + prod(res[a] for a in axes if a not in chunk) * 4 + ALIGN_PAD
-    return out - sum(size for i, size in held.items() if model.arrays[i].node in model.direct)
+            held = {a: e for a, e in held.items() if a not in chunk}
+            size = prod(held.values()) * 4 + ALIGN_PAD
+        out.append((n, held, size, operand))
+    return out
+
+
+def staged_bytes(model, choice: Choices, level1: dict, held: dict, ops, stages=PIPELINE):
+    """Shared memory a product's staged work holds beside its loads' tiles (staged_buffers),
+    less the tiles of the loads only it reads (Model.direct: read from global memory, never
+    allocated)."""
+    return total(size for _, _, size, _ in staged_buffers(model, choice, level1, ops, stages)) \
+        - sum(size for i, size in held.items() if model.arrays[i].node in model.direct)
 
 
 def sectors(arr, cov, target: Target):

@@ -130,8 +130,17 @@ def test_the_model_charges_what_is_computed_as_it_is_staged():
     mm = plan(napkin.load("matmul"), "h100", {"m": 4096, "n": 4096, "k": 4096}).kernels[0]
     issued = dict(kp.cost.compute_parts)["issue"]
     assert issued > 1.3 * dict(mm.cost.compute_parts)["issue"]
-    assert issue.staged(kp.model, kp.choice, dict(kp.choice.group) | dict([kp.choice.stream]),
-                        kp.schedule.threads) > 0
+    # the staged runs are in the issue slots: every warp's, every chunk, every block
+    import dataclasses
+    from napkin.compiler.cost import evaluate
+    per_warp = issue.staged(kp.model, kp.choice, dict(kp.choice.group) | dict([kp.choice.stream]),
+                            kp.schedule.threads)
+    bare = evaluate(dataclasses.replace(kp.model, staged=()), kp.columns, kp.choice, p.sizes,
+                    p.target)
+    runs = float(kp.cost.levels[1].units) * kp.schedule.threads / 32 * (4096 / kp.choice.stream[1])
+    assert per_warp > 50
+    assert issued - dict(bare.compute_parts)["issue"] == pytest.approx(
+        per_warp * runs / p.target.per_second("schedulers"), rel=1e-6)
     simt = plan(library("rmsnorm_linear", "f16"), "h100", sizes, engine="cuda-cores").kernels[0]
     assert kp.cost.time < simt.cost.time / 4
 

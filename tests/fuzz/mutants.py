@@ -171,7 +171,7 @@ def _wrong_stride():
 
 def _f16_accumulation():
     """Sums and contractions accumulate in f16 (rounded at every step)."""
-    old_fold, old_contract = accum._fold, scalar.Emitter._contract
+    old_fold, old_contract = accum.fold_value, scalar.Emitter._contract
 
     def fold(b, kind, v, x):
         if kind in ("sum", "contract", "mean"):
@@ -193,7 +193,7 @@ def _f16_accumulation():
         return acc
 
     stack = contextlib.ExitStack()
-    stack.enter_context(_patched(accum, "_fold", fold))
+    stack.enter_context(_patched(accum, "fold_value", fold))
     stack.enter_context(_patched(scalar.Emitter, "_contract", contract))
     return stack
 
