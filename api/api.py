@@ -29,7 +29,7 @@ def load(diagram, **sizes: int) -> Diagram:
 def compile(diagram, target: str | None = None, arch: str | None = None, backend: str = "auto",
             engine: str = "auto", group: dict | None = None, stream: dict | None = None,
             fusion: bool = True, save_for_backward: bool = False, split: dict | None = None,
-            **sizes: int):
+            merge: str = "auto", **sizes: int):
     """Compile a diagram into a `Kernel` you call on arrays: `napkin.compile("attention")(Q, K, V)`
     returns the tuple of outputs, as `napkin.run` does.
 
@@ -40,7 +40,10 @@ def compile(diagram, target: str | None = None, arch: str | None = None, backend
     cannot) or "cuda-cores". `group={"q": 128}` and `stream={"x": 64}` are schedule hints,
     as `--group`/`--stream` on the command line; `split={"x": 8}` splits a reduced axis
     across 8 blocks and merges their partial states (`--split x=8`; by default the planner
-    splits where it predicts a gain). Other keyword arguments fix axis sizes
+    splits where it predicts a gain); `merge` says where a split's partial states merge:
+    "kernel" (a kernel of their own), "last-block" (the partial kernel's last block of each
+    output tile, `--merge last-block`) or "auto" (the faster by the model). Other keyword
+    arguments fix axis sizes
     (`d=64`). `save_for_backward=True` compiles `napkin.statistics(diagram)`: the outputs, then
     each softmax's row logsumexp, which `napkin.grad(diagram, saved=True)` reads.
     """
@@ -49,7 +52,7 @@ def compile(diagram, target: str | None = None, arch: str | None = None, backend
     from .pipeline import Options
     check_backend(backend)
     options = Options.make(target=target, arch=arch, group=group, stream=stream, engine=engine,
-                           fusion=fusion, split=split)
+                           fusion=fusion, split=split, merge=merge)
     d = load(diagram, **sizes)
     if save_for_backward:
         from .gradient import statistics
@@ -59,12 +62,12 @@ def compile(diagram, target: str | None = None, arch: str | None = None, backend
 
 def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
         engine: str = "auto", group: dict | None = None, stream: dict | None = None,
-        split: dict | None = None, **named) -> tuple:
+        split: dict | None = None, merge: str = "auto", **named) -> tuple:
     """Run a diagram on arrays; returns a tuple of outputs in declaration order.
 
     Inputs go positionally in declaration order or by name; other keyword
     arguments naming axes fix their sizes (`d=128`). `backend`, `target`, `engine` and
-    the schedule hints `group`/`stream`/`split` are as for `napkin.compile`.
+    the schedule hints `group`/`stream`/`split` and `merge` are as for `napkin.compile`.
     """
     import numpy as np
 
@@ -91,6 +94,6 @@ def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
     inputs = {name: np.asarray(stored(name, to_numpy(name, value), declared[name]), order="C")
               for name, value in given.items()}
     kernel = Kernel(d, Options.make(target=target, engine=engine, group=group, stream=stream,
-                                    split=split),
+                                    split=split, merge=merge),
                     backend=backend)
     return kernel(**inputs)

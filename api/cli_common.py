@@ -103,10 +103,17 @@ engine_option = click.option("--engine", type=click.Choice(["auto", "tensor-core
 
 SPLIT_HELP = ("Split a reduced axis across blocks and merge their partial states: "
               "--split x=8 (default: the planner splits when it predicts a gain).")
+MERGE_HELP = ("Where a split's partial states merge: kernel (a kernel of their own), "
+              "last-block (the partial kernel's last block of each output tile), auto (the "
+              "faster by the model).")
+# --merge, as every command that plans takes it
+merge_option = click.option("--merge", type=click.Choice(["auto", "kernel", "last-block"]),
+                            default="auto", show_default=True, help=MERGE_HELP)
 
 
 def planning_options(default_target: str | None = None, arch: str | None = None):
-    """Adds --target, --shape, --group, --stream, --engine, --no-fusion (and --arch when `arch`
+    """Adds --target, --shape, --group, --stream, --split, --merge, --engine, --no-fusion,
+    --data (and --arch when `arch`
     is the help of its default) to a command, which receives them as one checked
     `options: napkin.pipeline.Options` and `planned: bool` (whether any was given)."""
     from .compiler import target as targets
@@ -125,6 +132,7 @@ def planning_options(default_target: str | None = None, arch: str | None = None)
                       help="Fix the streamed axis and its chunk: --stream x=64.")
         @click.option("--split", "splits", multiple=True, metavar="AXIS=COUNT",
                       help=SPLIT_HELP)
+        @merge_option
         @engine_option
         @click.option("--no-fusion", is_flag=True, help="Plan one kernel per equation.")
         @click.option("--data", "data", multiple=True, metavar="NAME=FILE",
@@ -132,11 +140,12 @@ def planning_options(default_target: str | None = None, arch: str | None = None)
                            "with the key NAME): the model counts the chunks a mask read from "
                            "it skips (varlen's document ids): --data doc=docs.npy.")
         @functools.wraps(fn)
-        def wrapper(target_name, shapes, groups, streams, splits, engine, no_fusion, data,
-                    **kwargs):
+        def wrapper(target_name, shapes, groups, streams, splits, merge, engine, no_fusion,
+                    data, **kwargs):
             from .pipeline import Options
             planned = bool(target_name != default_target or shapes or groups or streams
-                           or splits or engine != "auto" or no_fusion or data)
+                           or splits or merge != "auto" or engine != "auto" or no_fusion
+                           or data)
             options = Options.make(
                 target=target_name, arch=kwargs.pop("arch", None),
                 shape=parse_assignments(shapes, "--shape"),
@@ -144,7 +153,7 @@ def planning_options(default_target: str | None = None, arch: str | None = None)
                 group=parse_assignments(groups, "--group"),
                 stream=parse_assignments(streams, "--stream"), engine=engine,
                 fusion=not no_fusion, split=parse_assignments(splits, "--split"),
-                data=read_planning_data(data))
+                data=read_planning_data(data), merge=merge)
             return fn(options=options, planned=planned, **kwargs)
         if arch is not None:
             wrapper = click.option("--arch", default=None, help=arch)(wrapper)

@@ -24,7 +24,7 @@ def report(plan: Plan, compare: bool = True) -> dict:
     (one kernel per equation) and report what fusion saves (explain asks; draw does not)."""
     tgt = plan.target
     kernels = []
-    for kp in plan.kernels:
+    for i, kp in enumerate(plan.kernels):
         fig = figures(kp, tgt)
         levels = []
         for lc, (m_values, h_values, h_bytes) in zip(kp.cost.levels[1:], fig["levels"]):
@@ -49,6 +49,9 @@ def report(plan: Plan, compare: bool = True) -> dict:
         top = kp.cost.levels[1]
         kernels.append({
             "name": kp.kernel.name,
+            # a split's merge run by the partial kernel's last blocks (compiler/last_block.py)
+            "run_by": (plan.kernels[plan.tail.partial].kernel.name
+                       if plan.tail is not None and i in plan.tail.merges else None),
             "equations": [_eq_name(plan, s) for s in kp.kernel.equations],
             # of those, the ones another kernel also computes (and stores): recomputed here
             # from this kernel's loads rather than loaded (compiler/fuse.py)
@@ -118,9 +121,17 @@ def _split(plan: Plan) -> dict | None:
                          "dtype": t.dtype, "level": plan.target.level_names[0],
                          "bytes": int(count * numpy_dtype(t.dtype).itemsize)})
     merging = [kp.kernel.name for kp in plan.kernels if s.part_axis in kp.kernel.reduced(g)]
+    tail = plan.tail
+    last_block = None if tail is None else {
+        "partial": plan.kernels[tail.partial].kernel.name,
+        "merges": [plan.kernels[i].kernel.name for i in tail.merges],
+        "tile": [[a, int(plan.kernels[tail.partial].schedule.block_tile()[a])]
+                 for a in tail.axes],
+        "blocks_per_tile": tail.blocks, "asked": tail.forced,
+        "saved_seconds": float(tail.saved)}
     return {"axis": s.axis, "parts": s.parts, "part_axis": s.part_axis,
             "share_axis": s.share_axis, "share": s.share, "hinted": s.forced,
-            "partials": partials, "merged_by": merging,
+            "partials": partials, "merged_by": merging, "last_block": last_block,
             "estimated_seconds": s.time, "unsplit_estimated_seconds": s.unsplit_time}
 
 
@@ -132,7 +143,16 @@ def _split_lines(sp: dict, fmt) -> list[str]:
         shape = "[" + " ".join(f"{a}={n}" for a, n in b["shape"]) + "]"
         lines.append(f"  partial state  {b['name']:<12} {shape} {b['dtype']} in {b['level']}, "
                      f"{b['bytes']:,} bytes")
-    lines.append(f"  merged by kernel {', '.join(sp['merged_by']) or '(none)'}")
+    lb = sp.get("last_block")
+    if lb is None:
+        lines.append(f"  merged by kernel {', '.join(sp['merged_by']) or '(none)'}")
+    else:
+        tile = " ".join(f"{a}={n}" for a, n in lb["tile"])
+        how = "asked for" if lb["asked"] else f"predicted {fmt(lb['saved_seconds'])} faster " \
+            "than launching the merge"
+        lines.append(f"  merged in kernel {lb['partial']} by the last of the {lb['blocks_per_tile']} "
+                     f"blocks of each output tile [{tile}] to finish (a counter per tile): "
+                     f"{', '.join(lb['merges'])} run there, not launched ({how})")
     if sp["unsplit_estimated_seconds"] is not None:
         t, u = sp["estimated_seconds"], sp["unsplit_estimated_seconds"]
         lines.append(f"  quick estimates: {fmt(t)} split, {fmt(u)} for the best unsplit plan "
@@ -228,7 +248,10 @@ def render_text(rep: dict) -> str:
     for k in rep["kernels"]:
         lines.append("")
         lines.append(f"kernel {k['name']}: computes {', '.join(k['equations'])}")
-        if k["reason"]:
+        if k.get("run_by"):
+            lines.append(f"  run by kernel {k['run_by']}'s last block of each output tile, "
+                         "after its partial states (no launch of its own)")
+        elif k["reason"]:
             lines.append(f"  boundary: {k['reason']}")
         st = k["streaming"]
         if st:
@@ -319,8 +342,10 @@ def render_text(rep: dict) -> str:
                 f"{k['utilization']:.0%} of the GPU busy)" if rep["gpu"] else "")
         lines.append(f"  predicted {fmt(k['predicted_seconds'])}, bound by {k['bound']}{busy}")
     lines.append("")
-    lines.append(f"total: {len(rep['kernels'])} kernel(s), H = {rep['H_bytes']:.4g} bytes, "
-                 f"predicted {fmt(rep['predicted_seconds'])}")
+    launches = sum(1 for k in rep["kernels"] if not k.get("run_by"))
+    launched = f" in {launches} launch(es)" if launches != len(rep["kernels"]) else ""
+    lines.append(f"total: {len(rep['kernels'])} kernel(s){launched}, H = {rep['H_bytes']:.4g} "
+                 f"bytes, predicted {fmt(rep['predicted_seconds'])}")
     u = rep.get("unfused")
     if u is None:
         return "\n".join(lines + ([units] if units else []))

@@ -219,6 +219,10 @@ class Kernel:
                 arr = inputs[array]
             elif array in by_array:
                 arr = by_array[array]
+            elif array in prog.zeroed:     # a last-block merge's counters (codegen/tail.py)
+                arr = self.launcher.to_device(np.zeros(tuple(p.sizes[a] for a in axes),
+                                                       np.int32))
+                self._keep.append(arr)
             else:
                 arr = self.launcher.empty(tuple(p.sizes[a] for a in axes), dtype, template)
                 self._keep.append(arr)

@@ -41,11 +41,13 @@ class Options:
     nvrtc_options: tuple[str, ...] = field(default=())
     data: tuple = ()                                  # (name, masking.PlanningData): values
                                                       # of integer inputs the model plans on
+    merge: str = "auto"                               # a split's merge: auto | kernel |
+                                                      # last-block (compiler/last_block.py)
 
     @classmethod
     def make(cls, target: str | None = None, arch: str | None = None, shape=None, defines=None,
              group=None, stream=None, engine: str = "auto", fusion: bool = True,
-             nvrtc_options=(), split=None, data=None) -> "Options":
+             nvrtc_options=(), split=None, data=None, merge: str = "auto") -> "Options":
         """Options from plain values (dicts of sizes and hints; `data`: input name -> the
         values of an integer or boolean input to plan on), checked."""
         if target is not None:
@@ -56,9 +58,10 @@ class Options:
         from .compiler.masking import PlanningData
         planning = tuple(sorted((k, v if isinstance(v, PlanningData) else PlanningData(k, v))
                                 for k, v in dict(data or {}).items()))
+        from .compiler.last_block import check_mode
         return cls(target, arch, _pairs(shape), _pairs(defines),
                    _pairs(group), _pairs(stream), _pairs(split), check_engine(engine),
-                   bool(fusion), tuple(nvrtc_options), planning)
+                   bool(fusion), tuple(nvrtc_options), planning, check_mode(merge))
 
     def with_shape(self, shape) -> "Options":
         return replace(self, shape=_pairs(shape))
@@ -99,7 +102,7 @@ def _fuse(diagram, options: Options):
 
 def _tile(fused, options: Options):
     from .compiler.plan import tile
-    return tile(fused)
+    return tile(fused, options.merge)
 
 
 def _lower(plan, options: Options):

@@ -58,6 +58,9 @@ class KernelLowering:
         # streamed reductions: their values come from accumulators, never recomputed
         self.stops = {n for n, _ in self.st.reducers} | {n for n, _ in self.st.pairs} | \
             {n for n, _ in self.st.stats}
+        self.smem_prefix = "sm"       # names of the staged buffers
+        self.coherent: set[int] = set()   # read through L2 (another block wrote them: tail.py)
+        self.tail = None              # a split's merge after each block tile (tail.py)
 
     def _order(self, woven) -> list[str]:
         """Woven axes, the contiguous axis of the first store last (fastest across threads)."""
@@ -118,7 +121,12 @@ class KernelLowering:
             buf, layout = self.staged[n]
             return self._as_kind(n, dtype, f"{load}({buf}[{layout.offset(scope, local=True)}])")
         layout = Layout(axes, self.sizes, self.itype)
-        return self._as_kind(n, dtype, f"{load}({param}[{layout.offset(scope)}])")
+        return self._as_kind(n, dtype, f"{load}({self.global_at(n, layout.offset(scope))})")
+
+    def global_at(self, n: int, index: str) -> str:
+        """The element of global array n at `index`, as a read."""
+        param, _ = self.names[n]
+        return f"__ldcg(&{param}[{index}])" if n in self.coherent else f"{param}[{index}]"
 
     def _as_kind(self, n: int, dtype: str, value: str) -> str:
         """An integer result an earlier kernel stored in a float output (`out E: f16`) is read
@@ -147,8 +155,13 @@ class KernelLowering:
         nblocks = " * ".join([f"(((long long)({self.sizes[a]}) + {self.tile[a] - 1}) / {self.tile[a]})"
                               for a in self.woven]) or "1LL"
         b.emit(P.Decl("const long long", "nblocks", nblocks))
-        b.loop("blk", "(long long)blockIdx.x", "nblocks", "(long long)gridDim.x",
-               self._block_body, ctype="long long")
+
+        def tile():
+            self._block_body()
+            if self.tail is not None:
+                self.tail.emit(self)
+        b.loop("blk", "(long long)blockIdx.x", "nblocks", "(long long)gridDim.x", tile,
+               ctype="long long")
         return P.KernelProgram(name, (), self.threads, tuple(
             (self.sizes[a], self.tile[a]) for a in self.woven), tuple(self.smem_terms),
             tuple(self.smem), b.statements, self.itype, self.k.name)

@@ -18,6 +18,9 @@ from .chain import ChainLowering
 from .flash import FlashLowering
 from .kernel import KernelLowering
 from .mma import MmaLowering
+from .tail import Tail
+
+COUNTER = "%tiles"    # the counters of a last-block merge (tail.py): no diagram name has a %
 
 
 def lower(plan: Plan) -> P.Program:
@@ -39,29 +42,54 @@ def lower(plan: Plan) -> P.Program:
     for kp in plan.kernels:
         for n in kp.kernel.stores:
             dtypes[n] = storage_dtype(g, n)
+    tail = plan.tail                       # compiler/last_block.py: merges run by the
+    run_by_partial = set(tail.merges) if tail else set()   # partial kernel's last blocks
     kernels = []
     for i, kp in enumerate(plan.kernels):
-        names = {}
-        params = []
+        if i in run_by_partial:
+            continue
+        names: dict = {}
+        params: list = []
+
+        def add(n: int, role: str) -> None:
+            name = f"p{len(params)}"
+            names[n] = (name, dtypes[n])
+            const = "const " if role == "load" else ""
+            params.append(P.Param(name, f"{const}{cexpr.CTYPE[dtypes[n]]}* __restrict__", role,
+                                  _array(g, n), ir.type_of(g, n).axes))
         for n in kp.kernel.loads:
-            name = f"p{len(params)}"
-            names[n] = (name, dtypes[n])
-            params.append(P.Param(name, f"const {cexpr.CTYPE[dtypes[n]]}* __restrict__", "load",
-                                  _array(g, n), ir.type_of(g, n).axes))
+            add(n, "load")
         for n in kp.kernel.stores:
-            name = f"p{len(params)}"
-            names[n] = (name, dtypes[n])
-            params.append(P.Param(name, f"{cexpr.CTYPE[dtypes[n]]}* __restrict__", "store",
-                                  _array(g, n), ir.type_of(g, n).axes))
+            add(n, "store")
+        merges = []
+        if tail is not None and i == tail.partial:
+            for j in tail.merges:
+                m = plan.kernels[j]
+                for n in m.kernel.loads:
+                    if n not in names:
+                        add(n, "load")
+                for n in m.kernel.stores:
+                    add(n, "store")
+                merges.append((m, {n: names[n] for n in m.kernel.loads + m.kernel.stores}))
+            counter = f"p{len(params)}"
+            params.append(P.Param(counter, "int* __restrict__", "store", COUNTER, tail.axes))
         for rep, name in size_params.items():
             params.append(P.Param(name, "long long", "size", rep))
         itype = kp.schedule.index          # compiler/index_width.py, decided in the schedule
-        body = _lowering(plan, kp, names, sizes, itype).build(f"napkin_{kp.kernel.name}")
+        lowering = _lowering(plan, kp, names, sizes, itype)
+        if merges:
+            lowering.tail = Tail(plan, tail, merges, counter, sizes)
+        body = lowering.build(f"napkin_{kp.kernel.name}")
         kernels.append(P.KernelProgram(body.name, tuple(params), body.threads, body.blocks,
                                        body.smem_bytes_formula, body.smem, body.body, itype,
                                        kp.kernel.name))
     buffers = tuple((_array(g, n), dtypes[n], ir.type_of(g, n).axes) for n in sorted(dtypes))
-    return P.Program(tuple(kernels), tuple((v, k) for k, v in size_params.items()), buffers)
+    zeroed = ()
+    if tail is not None:      # one counter per output tile (sized as the tile's first element)
+        buffers += ((COUNTER, "i32", tail.axes),)
+        zeroed = (COUNTER,)
+    return P.Program(tuple(kernels), tuple((v, k) for k, v in size_params.items()), buffers,
+                     zeroed=zeroed)
 
 
 def _lowering(plan: Plan, kp, names: dict, sizes: dict, itype: str) -> KernelLowering:

@@ -142,6 +142,9 @@ class Program:
     buffers: tuple[tuple[str, str, tuple[str, ...]], ...] = field(default=())
     # (array name, storage dtype, axes) of every global array: inputs, intermediates, outputs
     alignment: int = 16
+    zeroed: tuple[str, ...] = ()
+    # arrays the launchers fill with zeros before the first kernel (a last-block merge's
+    # counters, codegen/tail.py, which its last blocks set back to zero)
     # bytes every pointer argument is aligned to: the 16-byte cp.async copies of the tensor-
     # core kernels rely on it, so the kernels test sizes, never addresses; the launchers stage
     # an array the caller gives at another address through an aligned copy

@@ -20,7 +20,7 @@ def stage(lw, n: int) -> None:
     if n not in lw.staged:
         _allocate(lw, n)
     name, layout = lw.staged[n]
-    param, dtype = lw.names[n]
+    _, dtype = lw.names[n]
     ctype = cexpr.CTYPE[dtype]
     offset = next(s.offset for s in lw.smem if s.name == name)
     b = lw.b
@@ -29,7 +29,7 @@ def stage(lw, n: int) -> None:
     def body():
         coords, valid = layout.unflatten("e", lw.st.axis, "clen")
         scope = {a: Ix(c) for a, c in coords.items()}
-        value = f"{param}[{Layout(layout.axes, lw.sizes, lw.itype).offset(scope)}]"
+        value = lw.global_at(n, Layout(layout.axes, lw.sizes, lw.itype).offset(scope))
         zero = f"napkin_from_float<{ctype}>(0.0f)"
         b.emit(P.Set(f"{name}[e]", f"({valid}) ? {value} : {zero}"))
     b.loop("e", "tid", layout.count(), f"{lw.threads}", body)
@@ -47,7 +47,7 @@ def _allocate(lw, n: int) -> None:
         else:
             extents[a] = lw.sizes[a]
     _, dtype = lw.names[n]
-    name = f"sm{len(lw.staged)}"
+    name = f"{lw.smem_prefix}{len(lw.staged)}"
     count = " * ".join(f"({extents[a]})" for a in axes) or "1"
     lw.smem.append(P.SharedBuffer(name, cexpr.CTYPE[dtype], next_offset(lw.smem), count))
     lw.smem_terms.append(_bytes_term(axes, extents, dtype))

@@ -34,6 +34,7 @@ from .cost import Choice, evaluate
 from .diagram import Diagram
 from .kernel_plan import KernelPlan, KernelPlanner, kernel_plan
 from .kernels import FusedKernel
+from .last_block import Tail, decide as decide_tail
 from .model import kernel_model
 from .target import Target, load
 
@@ -52,6 +53,8 @@ class Plan:
     defaulted: tuple[str, ...] = ()   # dynamic axes planned at DEFAULT_SIZE (no size given)
     hints: tuple = ()            # the resolved schedule hints (baseline() plans with them)
     split: "SplitChoice | None" = None   # a reduced axis split across blocks (splitting.py)
+    tail: "Tail | None" = None   # the split's merge run by the partial kernel's last blocks
+                                 # (last_block.py)
 
     @property
     def time(self) -> float:
@@ -198,25 +201,28 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True) ->
     return replace(found, split=choice)
 
 
-def tile(fused: Fused) -> Plan:
-    """Stage `tile`: every kernel's schedule, cost and hints used."""
+def tile(fused: Fused, merge: str = "auto") -> Plan:
+    """Stage `tile`: every kernel's schedule, cost and hints used; a split's merge in its
+    own kernels or in the partial kernel's last blocks (`merge`: auto, kernel or last-block;
+    last_block.py)."""
     pr = fused.problem
 
     def run():
         plans = tuple(fused.planner.plan(k) for k in fused.kernels)
         hint_mod.check_all_used(list(pr.hints), {h for p in plans for h in p.hints}, pr.graph,
                                 list(fused.kernels))
-        return plans
-    plans = _in_diagram(pr.diagram, run)
+        return decide_tail(pr.graph, plans, fused.split, pr.sizes, pr.target, merge)
+    plans, tail = _in_diagram(pr.diagram, run)
     return Plan(pr.diagram, pr.graph, pr.target, pr.sizes, plans, fused.planner.engine,
-                pr.defaulted, pr.hints, fused.split)
+                pr.defaulted, pr.hints, fused.split, tail)
 
 
 def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,
          overrides: dict | None = None, engine: str = "auto", fusion: bool = True,
-         data: dict | None = None) -> Plan:
+         data: dict | None = None, merge: str = "auto") -> Plan:
     """The plan for a diagram on a target: prepare, fuse, tile (see the module docstring)."""
-    return tile(fuse_kernels(prepare(diagram, target, shape, overrides, data), engine, fusion))
+    return tile(fuse_kernels(prepare(diagram, target, shape, overrides, data), engine, fusion),
+                merge)
 
 
 def baseline(p: Plan) -> tuple[KernelPlan, ...]:
@@ -231,7 +237,9 @@ def baseline(p: Plan) -> tuple[KernelPlan, ...]:
 
 def with_choices(plan: Plan, choices) -> Plan:
     """The same kernels with other decisions, one Choice per kernel, each checked (N0604 when
-    a choice is not a legal schedule of its kernel); for tests, fuzzing and hand tuning."""
+    a choice is not a legal schedule of its kernel); for tests, fuzzing and hand tuning. A
+    split's merge kernels launch on their own (the last-block merge's tiling rules are the
+    planner's: last_block.py)."""
     choices = list(choices)
     if len(choices) != len(plan.kernels):
         raise error("N0604", f"{len(choices)} choice(s) for {len(plan.kernels)} kernel(s)",

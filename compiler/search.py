@@ -131,7 +131,10 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
     """The best Choice for this model (its streamed axis is fixed), or None if nothing fits.
 
     `fine` searches eight sizes per doubling instead of powers of two (for the paper's
-    continuous optima); `quick` searches fewer thread and chunk sizes (fusion's estimates)."""
+    continuous optima); `quick` searches fewer thread and chunk sizes (fusion's estimates).
+    `fixed` holds the hints' decisions ("group", "thread", "stream", "inner") and may cap
+    the threads a block is launched with ("threads": a merge run by another kernel's
+    blocks, last_block.py)."""
     fixed = fixed or {}
     found = _candidate_set(model, target, sizes, fixed, fine, quick)
     if found is None:
@@ -140,7 +143,7 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
     out = evaluate(model, cols, candidates, sizes, target)
     ok = fits(out)
     if len(target.levels) > 2:
-        ok = ok & (out.threads <= target.max_threads_per_block)
+        ok = ok & (out.threads <= fixed.get("threads", target.max_threads_per_block))
         stream = dict([candidates.stream]) if candidates.stream else {}
         for a, ways in candidates.split:     # no more threads share an axis than it has
             ok = ok & (ways <= stream.get(a, float(sizes[a])))

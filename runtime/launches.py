@@ -47,6 +47,8 @@ def make_buffers(program: P.Program, inputs: dict[str, np.ndarray], sizes: dict[
         np_dtype = dtypes.numpy_dtype(dtype)
         if array in input_names:
             out[names[array]] = np.asarray(inputs[array], order="C").astype(np_dtype, copy=False)
+        elif array in program.zeroed:     # a last-block merge's counters (codegen/tail.py)
+            out[names[array]] = np.zeros(tuple(int(sizes[a]) for a in axes), dtype=np_dtype)
         else:
             fill = np.nan if np_dtype.kind == "f" or np_dtype.name == "bfloat16" else \
                 (0 if np_dtype.kind == "b" else np.iinfo(np_dtype).min)   # never computed

@@ -8,7 +8,7 @@ import click
 import numpy as np
 
 from ..cli_common import (REPORT_URL, SPLIT_HELP, diagram_options, engine_option, load_diagram,
-                          parse_assignments)
+                          merge_option, parse_assignments)
 from ..compiler import target as targets
 from ..diagrams.diagnostics import UsageError, did_you_mean, error
 from ..backends import BACKENDS, check_backend
@@ -31,6 +31,7 @@ from ..runtime.npyfiles import load_arrays
 @click.option("--stream", "streams", multiple=True, metavar="AXIS=SIZE,...",
               help="Fix the streamed axis and its chunk: --stream x=64.")
 @click.option("--split", "splits", multiple=True, metavar="AXIS=COUNT", help=SPLIT_HELP)
+@merge_option
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), default=None,
               help=".npz file whose keys are the input names.")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=SIZE,...",
@@ -41,8 +42,8 @@ from ..runtime.npyfiles import load_arrays
 @click.option("--check", is_flag=True,
               help="Also compare each output with the float64 reference under the tolerance "
                    "rule and print its error and budget (exit 101 if one breaks it: a bug).")
-def command(diagram, sizes, backend, target_name, engine, groups, streams, splits, inputs_path,
-            shapes, seed, save_path, check) -> None:
+def command(diagram, sizes, backend, target_name, engine, groups, streams, splits, merge,
+            inputs_path, shapes, seed, save_path, check) -> None:
     """Run a diagram and print each output's shape and checksum."""
     from ..api import run
     check_backend(backend)
@@ -57,7 +58,7 @@ def command(diagram, sizes, backend, target_name, engine, groups, streams, split
         inputs = random_inputs(d, parse_assignments(shapes, "--shape"), seed)
     outputs = run(d, backend=backend, target=target_name, engine=engine,
                   group=parse_assignments(groups, "--group"), stream=parse_assignments(streams, "--stream"),
-                  split=parse_assignments(splits, "--split"),
+                  split=parse_assignments(splits, "--split"), merge=merge,
                   **inputs)
     named = {s.name: out for s, out in zip(d.outputs, outputs)}
     verdicts = compare.against_reference(d, inputs, named) if check else {}

@@ -1,0 +1,176 @@
+"""A split's merge in the partial kernel itself: the last block of each output tile merges it.
+
+A split plan (`split.py`) stores each split's partial state and merges them in a kernel of
+its own. The merge can instead run in the partial kernel: each block, after storing its
+partial states, makes them visible (`__threadfence`) and counts itself in a counter of its
+output tile (one `int` per tile, in global memory, zero before the launch); the block that
+brings the count to the number of blocks per tile (the splits the tile's blocks cover) runs
+the merge kernel's block for that tile, then sets the counter back to zero for the next
+launch (as CUDA's threadFenceReduction sample, FlashAttention's split-KV and CUTLASS's
+serial split-K do). No launch, and the partial states are read while they are in L2.
+
+The merge kernel keeps its own plan (its model, tile search and Schedule), with two rules
+that tie it to the partial kernel's blocks: its block tile is the partial kernel's output
+tile (the partial kernel's group along every axis both weave, the whole axis along an axis
+the partial kernel holds whole), and it has no more threads than the partial kernel
+launches. A merge kernel qualifies when it runs on the CUDA cores, merges over the split's
+part axis, and loads nothing but the partial kernel's stores and the diagram's inputs.
+
+`decide(...)` is the decision, made once in stage `tile`: `"kernel"` keeps the merge
+kernels, `"last-block"` asks for the tail (N0607 when a merge cannot run there), `"auto"`
+takes it when the model predicts it faster. The merge kernels stay in `Plan.kernels` (the
+interpreter runs them after the partial kernel, explain prints them); `Plan.tail` says
+which of them the partial kernel runs instead of a launch, and the lowering
+(`codegen/tail.py`) reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..diagrams.diagnostics import error
+from . import ir
+from . import schedule as schedules
+from .cost import LAUNCH_SECONDS
+from .kernel_plan import KernelPlan, kernel_plan
+from .occupancy import blocks_per_sm
+from .search import search
+
+MODES = ("auto", "kernel", "last-block")
+
+# What the tail adds: before the last tile's merge can start, its last block's stores are
+# made visible and its counter incremented (a fence and an atomic's round trip to L2). An
+# assumption of the model (about a microsecond on Ampere and Hopper), to calibrate on a GPU.
+FENCE_SECONDS = 1e-6
+FLAG_BYTES = 16
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The partial kernel that runs the merges, the merge kernels it runs (plan.kernels
+    indices, in order), its output-tile axes (the counter's index) and the blocks per tile."""
+    partial: int
+    merges: tuple[int, ...]
+    axes: tuple[str, ...]       # the partial kernel's woven axes but the part axis
+    blocks: int                 # blocks of the partial kernel per output tile
+    forced: bool                # asked for (`--merge last-block`), not chosen
+    saved: float                # predicted seconds the tail saves over the merge kernels
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        from ..diagrams.diagnostics import UsageError, did_you_mean
+        raise UsageError(error("N0804", f"unknown merge `{mode}`",
+                               help=did_you_mean(mode, MODES, "merges: " + ", ".join(MODES)))
+                         .diagnostics)
+    return mode
+
+
+def decide(g, plans: tuple[KernelPlan, ...], split, sizes: dict, target,
+           mode: str = "auto") -> tuple[tuple[KernelPlan, ...], Tail | None]:
+    """The plans (the merge kernels replanned for the tail when it is taken) and the Tail,
+    or the plans unchanged and None."""
+    check_mode(mode)
+    if split is None or mode == "kernel":
+        return plans, None
+    found = _tail(g, plans, split, sizes, target)
+    if isinstance(found, str):
+        if mode == "last-block":
+            raise error("N0607", f"the split of `{split.axis}` cannot merge in the last block: "
+                        f"{found}", help="merge in a kernel of its own (`--merge kernel`, the "
+                        "default when the planner finds no gain)")
+        return plans, None
+    partial, replanned = found
+    first = min(replanned)         # the tail's fence and counter, charged to its first merge
+    replanned[first] = replace(replanned[first], cost=replace(
+        replanned[first].cost, time=replanned[first].cost.time + FENCE_SECONDS))
+    before = sum(plans[i].cost.time for i in replanned)
+    after = sum(kp.cost.time for kp in replanned.values())
+    if mode == "auto" and after >= before:
+        return plans, None
+    p = plans[partial]
+    extra = _shared(kp for j, kp in replanned.items() if j != partial)
+    levels = list(p.cost.levels)       # the partial kernel holds the merges' shared buffers
+    levels[1] = replace(levels[1], M=levels[1].M + extra)
+    replanned[partial] = replace(p, cost=replace(p.cost, levels=tuple(levels)))
+    out = tuple(replanned.get(i, kp) for i, kp in enumerate(plans))
+    axes = tuple(a for a in p.schedule.block_tile() if a != split.part_axis)
+    tile = p.schedule.block_tile()[split.part_axis]
+    merges = tuple(sorted(j for j in replanned if j != partial))
+    return out, Tail(partial, merges, axes, -(-split.parts // tile), mode == "last-block",
+                     before - after)
+
+
+def _tail(g, plans, split, sizes, target):
+    """(the partial kernel's index, {merge index: its plan for the tail}) or why not."""
+    part = split.part_axis
+    partials = {g.graph["arrays"][name] for name in split.partials}
+    writers = [i for i, kp in enumerate(plans) if partials & set(kp.kernel.stores)]
+    if len(writers) != 1:
+        return "its partial states are stored by more than one kernel"
+    i = writers[0]
+    p = plans[i]
+    if not target.processors:
+        return "the target has no blocks (a model without a grid)"
+    if part not in p.schedule.block_tile():
+        return f"kernel {p.kernel.name} does not group its blocks by the splits"
+    inputs = set(g.graph["inputs"].values())
+    mine = set(p.kernel.stores)
+    merges = [j for j, kp in enumerate(plans) if set(kp.kernel.loads) & partials]
+    if any(j < i for j in merges):
+        return "a merge kernel launches before the partial kernel"
+    replanned = {}
+    for j in merges:
+        m = plans[j]
+        if part not in m.kernel.reduced(g):
+            return f"kernel {m.kernel.name} reads the partial states without merging them"
+        if not set(m.kernel.loads) <= mine | inputs:
+            return f"kernel {m.kernel.name} also reads what another kernel stores"
+        found = _merge_plan(g, p, m, part, sizes, target)
+        if isinstance(found, str):
+            return f"kernel {m.kernel.name}: {found}"
+        replanned[j] = found
+    if not replanned:
+        return "no kernel merges its partial states"
+    # the merges' shared buffers follow the partial kernel's, and ptxas gives the kernel the
+    # registers of the hungrier part: the partial kernel's occupancy must not drop
+    smem = p.cost.levels[1].M + _shared(replanned.values())
+    regs = [kp.cost.registers for kp in (p, *replanned.values()) if kp.cost.registers is not None]
+    per_sm, _ = blocks_per_sm(target, smem, p.schedule.threads, max(regs) if regs else None)
+    if per_sm < p.cost.blocks_per_sm:
+        return (f"the merges' shared memory and registers would lower kernel "
+                f"{p.kernel.name}'s blocks per SM")
+    return i, replanned
+
+
+def _shared(merges) -> float:
+    """Shared memory the tail adds to the partial kernel: the merges' buffers after its own,
+    and the block's verdict (an int, its 16-byte-aligned slot)."""
+    return sum(kp.cost.levels[1].M for kp in merges) + FLAG_BYTES
+
+
+def _merge_plan(g, p: KernelPlan, m: KernelPlan, part: str, sizes: dict, target):
+    """The merge kernel's plan with the partial kernel's output tile as its block tile and
+    at most its threads, costed without a launch of its own (or why there is none)."""
+    if m.schedule.engine != schedules.SIMT:
+        return "it does not run on the CUDA cores"
+    if m.hints:
+        return "schedule hints fix its tiling"
+    tile = p.schedule.block_tile()
+    group = {}
+    for a in m.model.woven:
+        if a in tile:
+            group[a] = tile[a]
+        elif all(a in ir.type_of(g, n).axes for n in p.kernel.stores):
+            group[a] = sizes[a]            # not woven: each block stores it whole
+        else:
+            return f"its axis `{a}` is not one the partial kernel's blocks tile"
+    if any(a not in group for a in tile if a != part):
+        return "its blocks do not cover the partial kernel's output tiles"
+    fixed = {"group": group, "threads": p.schedule.threads}
+    found = search(m.model, m.columns, target, sizes, fixed)
+    if found is None:
+        return f"no tiling of it fits {p.schedule.threads} threads and the output tile"
+    choice, cost = found
+    cost = replace(cost, time=cost.time - LAUNCH_SECONDS)
+    return kernel_plan(g, m.kernel, m.model, m.columns, choice, cost, m.hints, sizes, target)

@@ -1,0 +1,182 @@
+"""A split's merge run by the partial kernel's last block of each output tile (issue 15 item 1;
+compiler/last_block.py, codegen/tail.py), against the float64 oracle on the emulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.codegen.lower import COUNTER, lower
+from napkin.codegen.render import render
+from napkin.commands.run import random_inputs
+from napkin.compiler.plan import plan
+from napkin.compiler.split import complete_sizes
+from napkin.diagrams.diagnostics import NapkinError
+from napkin.explain import render_text, report
+from napkin.pipeline import run_plan
+from napkin.runtime import emulate
+from napkin.runtime.emulated import signatures
+from napkin.runtime.interpret import interpret
+from napkin.runtime.launches import buffer_names, make_buffers, make_launches
+
+# (diagram, -D sizes, planning shape, split): plans whose merges the partial kernel can run
+# (layernorm: the mean's and the variance's merges, two merge kernels in one tail, on the
+# CUDA cores; attention at d = 32: FlashAttention-2 on tensor cores as the partial kernel;
+# cross_entropy: a logsumexp and a masked sum merged by one kernel)
+LAYERNORM = ("layernorm", {}, {"r": 2, "c": 500000}, {"c": 256})
+CROSS_ENTROPY = ("cross_entropy", {}, {"t": 3, "v": 5000}, {"v": 8})   # integer labels
+ATTENTION = ("attention", {"d": 32}, {"b": 1, "h": 1, "q": 4096, "x": 4096}, {"x": 4})
+
+
+def _plan(case, merge="last-block"):
+    name, defines, shape, split = case
+    d = napkin.load(name, **defines)
+    return d, plan(d, "h100", shape, {"split": split}, merge=merge)
+
+
+def _emulate(p, inputs: dict, sizes: dict, edit=None, grid: int = 16) -> dict:
+    """Every buffer after the launches (the counters included), by array name."""
+    prog = lower(p)
+    source = render(prog)
+    if edit is not None:
+        edited = edit(source)
+        assert edited != source, "the seeded bug did not change the source"
+        source = edited
+    sizes = complete_sizes(p.graph, sizes)
+    buffers = make_buffers(prog, inputs, sizes, set(p.graph.graph["inputs"]))
+    launches = [emulate.Launch(s.kernel, (min(s.grid, grid), 1, 1), (s.block, 1, 1),
+                               s.smem_bytes, s.args) for s in make_launches(prog, sizes)]
+    out = emulate.run(source, signatures(prog), launches, buffers, timeout_s=240)
+    return {array: out[b] for array, b in buffer_names(prog).items()}
+
+
+def test_the_planner_merges_a_long_layernorm_in_the_last_block():
+    """Two rows of 500,000: the planner splits the row in 256 and, by the model, runs the
+    mean's and the variance's merges in the partial kernel (two launches fewer, a fence and
+    a counter more); `--merge kernel` keeps them as kernels, and that plan is slower by what
+    the tail says it saves."""
+    d = napkin.load("layernorm")
+    auto = plan(d, "h100", {"r": 2, "c": 500000})
+    kernels = plan(d, "h100", {"r": 2, "c": 500000}, merge="kernel")
+    assert auto.split is not None and auto.tail is not None and not auto.tail.forced
+    assert kernels.tail is None and kernels.split.parts == auto.split.parts
+    names = [kp.kernel.name for kp in auto.kernels]
+    assert [names[i] for i in auto.tail.merges] == ["k1", "k2"] and auto.tail.partial == 0
+    assert auto.tail.blocks == 256 and auto.tail.axes == ("r",)
+    assert auto.time == pytest.approx(kernels.time - auto.tail.saved)
+    assert auto.tail.saved > 0
+    prog = lower(auto)
+    assert [k.kernel for k in prog.kernels] == ["k0", "k3"]      # k1 and k2 run in k0
+    assert prog.zeroed == (COUNTER,) and (COUNTER, "i32", ("r",)) in prog.buffers
+    text = render_text(report(auto, compare=False))
+    assert "merged in kernel k0 by the last of the 256 blocks of each output tile [r=2]" in text
+    assert text.count("run by kernel k0's last block of each output tile") == 2
+    assert "total: 4 kernel(s) in 2 launch(es)" in text
+    # the partial kernel holds the merges' shared buffers: its M counts them
+    assert auto.kernels[0].cost.levels[1].M > kernels.kernels[0].cost.levels[1].M
+
+
+@pytest.mark.parametrize("case, sizes", [
+    (LAYERNORM, {"r": 5, "c": 1001}),      # 256 splits of 4: the last five empty
+    (LAYERNORM, {"r": 3, "c": 37}),        # most splits empty
+    (ATTENTION, {"b": 2, "h": 3, "q": 77, "x": 130}),   # a tail of rows, odd keys
+    (ATTENTION, {"b": 1, "h": 2, "q": 128, "x": 3}),    # splits past the keys
+    (CROSS_ENTROPY, {"t": 7, "v": 1001}),
+])
+def test_last_block_merges_run_on_the_emulator(case, sizes, within_budget):
+    d, p = _plan(case)
+    assert p.tail is not None and p.tail.forced
+    inputs = random_inputs(d, sizes, 5)
+    out = _emulate(p, inputs, sizes)
+    within_budget(d, inputs, {s.name: out[s.name] for s in d.outputs})
+    # every counter is back at zero: the next launch counts from the start
+    assert not out[COUNTER].any()
+    # the interpreter runs the same plan (the merge kernels after the partial one)
+    within_budget(d, inputs, interpret(p, inputs))
+
+
+def test_a_masked_row_and_nan_stay_where_they_belong_with_the_merge_in_the_tail(within_budget):
+    """Causal attention on the tensor cores, keys split in 4 and merged in the tail: keys
+    past a row's end are masked in every split; a NaN value of one key reaches its column of
+    its head's rows (a masked probability is 0, and 0 * NaN is NaN, as the reference says) and
+    nothing else: no other head, column or split."""
+    d = napkin.load("causal_attention", d=32)
+    p = plan(d, "h100", {"b": 1, "h": 1, "q": 4096, "x": 4096}, {"split": {"x": 4}},
+             merge="last-block")
+    sizes = {"b": 1, "h": 2, "q": 70, "x": 70}
+    inputs = random_inputs(d, sizes, 9)
+    inputs["V"][0, 1, 40, 3] = np.nan
+    out = run_plan(p, inputs, sizes)
+    within_budget(d, inputs, out)
+    nan = np.isnan(out["O"].astype(np.float32))
+    assert nan[0, 1, :, 3].all() and nan.sum() == sizes["q"]
+
+
+SEEDED = {
+    # the counter's target one short: a tile merges before its last split is stored
+    "merges early": lambda s: s.replace("== 255;", "== 254;"),
+    # the counter never set back: the next launch would never merge
+    "no reset": lambda s: s.replace("[napkin_tile] = 0;", "[napkin_tile] = 1;"),
+    # every tile counted in one counter: tiles merge with other tiles' splits missing
+    "one counter": lambda s: s.replace("[napkin_tile]", "[0]"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(SEEDED))
+def test_seeded_tail_bugs_are_caught(bug):
+    d, p = _plan(LAYERNORM)
+    sizes = {"r": 5, "c": 1001}
+    inputs = random_inputs(d, sizes, 5)
+    out = _emulate(p, inputs, sizes, edit=SEEDED[bug])
+    from napkin.runtime import compare
+    ok = all(v.ok for v in compare.against_reference(
+        d, inputs, {s.name: out[s.name] for s in d.outputs}).values())
+    assert not (ok and not out[COUNTER].any()), f"{bug}: not caught"
+
+
+def test_merges_the_tail_cannot_hold_are_refused_or_left_to_a_kernel():
+    """softmax's normalising pass reads whole rows, which a partial block does not cover:
+    `--merge last-block` says why (N0607), auto keeps the merge kernel; a merge whose tile
+    and threads would make the partial kernel slower is left to a kernel by auto."""
+    d = napkin.load("softmax")
+    with pytest.raises(NapkinError) as exc:
+        plan(d, "h100", {"r": 4, "c": 1000000}, merge="last-block")
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0607" and "cannot merge in the last block" in diag.message
+    assert "`c` is not one the partial kernel's blocks tile" in diag.message
+    assert plan(d, "h100", {"r": 4, "c": 1000000}).tail is None
+    # FlashAttention-2 at d = 32 split by 4: 32 output tiles of 128 rows merge slower in the
+    # partial kernel's last blocks than in a kernel of 4,096 blocks (the model's word)
+    _, forced = _plan(ATTENTION)
+    _, auto = _plan(ATTENTION, merge="auto")
+    assert forced.tail.saved < 0 and auto.tail is None
+    assert forced.time > auto.time
+    with pytest.raises(NapkinError):
+        plan(d, "h100", {"r": 4, "c": 1000000}, merge="sometimes")
+
+
+def test_merge_in_the_api_and_on_the_command_line(capsys, within_budget):
+    """cross_entropy's logsumexp and label sum merged by the last block of each row tile:
+    `napkin.compile(..., merge=)`, `napkin run --merge`, `napkin explain --merge`."""
+    from napkin.cli import main
+    d = napkin.load("cross_entropy")
+    sizes = {"t": 3, "v": 5000}
+    inputs = random_inputs(d, sizes, 4)
+    kernel = napkin.compile("cross_entropy", backend="emulate", target="h100", split={"v": 64},
+                            merge="last-block")
+    (L,) = kernel(**inputs)
+    within_budget(d, inputs, {"L": L})
+    code = main(["run", "cross_entropy", "--backend", "emulate", "--target", "h100",
+                 "--shape", "t=3,v=5000", "--split", "v=64", "--merge", "last-block", "--check"])
+    text = capsys.readouterr().out
+    assert code == 0 and "matches the float64 reference" in text
+    code = main(["explain", "cross_entropy", "--target", "h100", "--shape", "t=3,v=5000",
+                 "--split", "v=64", "--merge", "last-block"])
+    text = capsys.readouterr().out
+    assert code == 0 and "by the last of the 64 blocks of each output tile" in text
+    assert "asked for" in text
+    code = main(["explain", "layernorm", "--target", "h100", "--shape", "r=2,c=500000",
+                 "--merge", "kernel"])
+    text = capsys.readouterr().out
+    assert code == 0 and "merged by kernel k1, k2" in text and "run by kernel" not in text
