@@ -152,7 +152,8 @@ def _split_lines(sp: dict, fmt) -> list[str]:
             "than launching the merge"
         lines.append(f"  merged in kernel {lb['partial']} by the last of the {lb['blocks_per_tile']} "
                      f"blocks of each output tile [{tile}] to finish (a counter per tile): "
-                     f"{', '.join(lb['merges'])} run there, not launched ({how})")
+                     f"{', '.join(lb['merges'])} {'runs' if len(lb['merges']) == 1 else 'run'} "
+                     f"there, not launched ({how})")
     if sp["unsplit_estimated_seconds"] is not None:
         t, u = sp["estimated_seconds"], sp["unsplit_estimated_seconds"]
         lines.append(f"  quick estimates: {fmt(t)} split, {fmt(u)} for the best unsplit plan "

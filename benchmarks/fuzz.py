@@ -73,6 +73,7 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
 
     tried = [0]
     splits = [0]            # random plans with a reduced axis split across blocks
+    tails = [0]             # of those, default plans merging in the last blocks
     failures: list = []
     shrinking = [False]
 
@@ -102,6 +103,7 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
             if not shrinking[0]:
                 tried[0] += 1
                 splits[0] += case[2].split is not None
+                tails[0] += case[3].tail is not None
             try:
                 plans.check_plan(case, emulate=emulate)
             except harness.Checked as exc:
@@ -170,7 +172,8 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
         test()
     except Exception:  # noqa: BLE001 - the failure is recorded; keep the shrunk case
         saved = save()
-    return {"kind": kind, "tried": tried[0], "splits": splits[0], "failures": failures,
+    return {"kind": kind, "tried": tried[0], "splits": splits[0], "tails": tails[0],
+            "failures": failures,
             "saved": str(saved) if saved else None}
 
 
@@ -282,6 +285,7 @@ def main() -> None:
     deadline = max(deadline, time.time() + 30)      # the random part runs at least 30 s
     totals = {k: 0 for k in BATCHES}
     split_totals = {k: 0 for k in BATCHES}
+    tail_totals = {k: 0 for k in BATCHES}
     classes = {k: collections.Counter() for k in BATCHES}
     examples, saved = [], []
     spent = {k: 0.0 for k in BATCHES}
@@ -315,6 +319,7 @@ def main() -> None:
                               "saved": None}
                 totals[kind] += result["tried"]
                 split_totals[kind] += result.get("splits", 0)
+                tail_totals[kind] += result.get("tails", 0)
                 for fkind, message, case in result["failures"]:
                     classes[kind][fkind] += 1
                     examples.append(f"[{kind}] {message}\n{case}")
@@ -322,7 +327,9 @@ def main() -> None:
                     saved.append(result["saved"])
     figures["random"] = {k: {"tried": totals[k], "failures": dict(classes[k]),
                              "minutes": round(spent[k] / 60, 1),
-                             **({"split plans": split_totals[k]} if k.startswith("plans") else {})}
+                             **({"split plans": split_totals[k],
+                                 "last-block merges": tail_totals[k]}
+                                if k.startswith("plans") else {})}
                          for k in BATCHES}
     figures["saved regressions"] = saved
     figures["failure examples"] = examples[:10]
@@ -351,7 +358,8 @@ def report(f: dict) -> None:
     for name, x in (("emulated", p_em), ("interpreted", p_in)):
         by = {k: x["failures"].get(k, 0) for k in ("compile", "run", "compare")}
         print(f"random plans {name}: {x['tried']} ({x.get('split plans', 0)} with a split "
-              f"across blocks), failures by class {by}")
+              f"across blocks, {x.get('last-block merges', 0)} of whose default plans merge "
+              f"in the last blocks), failures by class {by}")
     by = {k: hi["failures"].get(k, 0) for k in ("load", "compile", "run", "compare")}
     print(f"random schedule hints: {hi['tried']}, failures by class {by}")
     print(f"random products and attention on tensor cores: {tc['tried']}, failures "

@@ -24,7 +24,7 @@ import napkin
 from napkin import pipeline
 from napkin.compiler.cost import Choice
 from napkin.compiler.plan import with_choices
-from napkin.diagrams.diagnostics import Source
+from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.runtime import compare, reference
 from napkin.runtime.emulate.errors import BUILD, EmulatorError
 from napkin.pipeline import run_plan
@@ -102,14 +102,15 @@ def run_backends(d, p, inputs: dict, sizes: dict, ref: dict, low: dict, *,
 
 def check_case(case: Case, *, target: str = "h100", emulate: bool = True,
                sanitize: str = "none", choices=None, fusion: bool = True,
-               defines: dict | None = None, split: dict | None = None) -> None:
+               defines: dict | None = None, split: dict | None = None,
+               merge: str = "auto") -> None:
     """Load (with -D `defines`), plan (with `choices`: Choice per kernel, else the
-    planner's), interpret, emulate and compare a case (raises Checked)."""
+    planner's; a split's merge as `merge` asks, in a kernel where the plan cannot merge in
+    the last blocks), interpret, emulate and compare a case (raises Checked)."""
     d = load_case(case, defines)
     inputs = inputs_for(d, case.shape, case.seed)
     try:
-        p = pipeline.plan(d, pipeline.Options.make(target=target, shape=case.shape,
-                                                   fusion=fusion, split=split))
+        p = _plan(d, target, case.shape, fusion, split, merge)
         if choices is not None:
             p = with_choices(p, choices)
     except Exception as exc:  # noqa: BLE001 - a NapkinError here is a planning bug too
@@ -117,6 +118,18 @@ def check_case(case: Case, *, target: str = "h100", emulate: bool = True,
     ref = reference.evaluate(d, inputs)
     low = reference.evaluate(d, inputs, precision="lowp")
     run_backends(d, p, inputs, p.sizes, ref, low, emulate=emulate, sanitize=sanitize)
+
+
+def _plan(d, target, shape, fusion, split, merge):
+    def make(merge):
+        return pipeline.plan(d, pipeline.Options.make(target=target, shape=shape,
+                                                      fusion=fusion, split=split, merge=merge))
+    try:
+        return make(merge)
+    except NapkinError as exc:
+        if merge == "auto" or "cannot merge in the last block" not in str(exc):
+            raise
+        return make("auto")
 
 
 def save_regression(case: Case, failure: Failure, folder: Path = REGRESSIONS,
@@ -144,7 +157,7 @@ def load_regression(path: Path) -> tuple[Case, dict]:
                 int(meta.get("seed", 0)))
     options = {"target": meta.get("target", "h100"), "fusion": meta.get("fusion", True),
                "sanitize": meta.get("sanitize", "none"), "defines": meta.get("defines"),
-               "split": meta.get("split")}
+               "split": meta.get("split"), "merge": meta.get("merge", "auto")}
     if meta.get("choices") is not None:
         options["choices"] = [_choice(c) for c in meta["choices"]]
     return case, options
@@ -159,7 +172,8 @@ def _choice(c: dict) -> Choice:
 
 def drawn_split(case: Case) -> dict | None:
     """For one case in three (by its seed), a split of one of the diagram's reduced axes that
-    merge, by 1 to 7 (docs/splits.md); else None."""
+    merge, by 1 to 7 (docs/splits.md); else None. (`drawn_merge`: half of them ask for the
+    merge in the last blocks.)"""
     if case.seed % 3:
         return None
     try:
@@ -186,10 +200,12 @@ class Recorder:
         across blocks (drawn from the case's seed: `drawn_split`)."""
         if splits:
             kw["split"] = drawn_split(case)
+            if kw["split"] and case.seed // 21 % 2:
+                kw["merge"] = "last-block"
         try:
             check_case(case, **kw)
         except Checked as exc:
-            options = {k: kw[k] for k in ("target", "split") if kw.get(k) is not None}
+            options = {k: kw[k] for k in ("target", "split", "merge") if kw.get(k) is not None}
             self.last = (case, exc.failure, options)
             raise
 

@@ -25,7 +25,7 @@ from napkin.compiler.model import kernel_model as build_model
 from napkin.compiler.plan import plan as make_plan
 from napkin.compiler.plan import with_choices
 from napkin.compiler.search import fits
-from napkin.diagrams.diagnostics import Source
+from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.diagrams.sources import library_source
 from napkin.runtime import compare, reference
 from napkin.runtime.interpret import interpret
@@ -111,12 +111,25 @@ def planned(draw, names):
     shape = {a: drawn[reps[a].rep] for a, s in d.axes.items() if s is None}
     fused = draw(st.booleans())
     split = draw(split_hint(d, shape))
-    default = make_plan(d, "h100", shape, {"split": split} if split else None, fusion=fused)
+    merge = draw(st.sampled_from(["auto", "last-block"])) if split else "auto"
+    default = _default_plan(d, shape, split, fused, merge)
     choices = [random_choice(draw, kp, default) for kp in default.kernels]
     # the interpreter walks blocks and chunks in Python: tile 1 over several axes of 33
     # (35,937 blocks x 33 chunks) ran for over an hour in one case
     assume(sum(_steps(c, default.sizes) for c in choices) <= MAX_STEPS)
     return d, shape, with_choices(default, choices), default, draw(st.integers(0, 2**16)), fused
+
+
+def _default_plan(d, shape, split, fused, merge):
+    """The planner's plan; a split's merge in the last blocks when `merge` asks and the plan
+    allows it (compiler/last_block.py refuses most small plans: then the merge kernel)."""
+    overrides = {"split": split} if split else None
+    try:
+        return make_plan(d, "h100", shape, overrides, fusion=fused, merge=merge)
+    except NapkinError as exc:
+        if merge == "auto" or "cannot merge in the last block" not in str(exc):
+            raise
+        return make_plan(d, "h100", shape, overrides, fusion=fused)
 
 
 @st.composite
@@ -148,6 +161,8 @@ def _steps(c, sizes: dict) -> int:
 def describe(case) -> str:
     d, shape, p, _, seed, _ = case
     split = f" split={p.split.axis}:{p.split.parts}" if p.split else ""
+    if case[3].tail is not None:
+        split += " merged in the last blocks (default plan)"
     return (f"{d.name} shape={shape} seed={seed}{split} "
             f"choices={[k.choice for k in p.kernels]} kernels={len(p.kernels)}")
 
@@ -160,6 +175,8 @@ def as_regression(case) -> tuple:
                "fusion": fused}
     if p.split is not None:
         options["split"] = {p.split.axis: p.split.parts}
+    if default.tail is not None:
+        options["merge"] = "last-block"
     return Case(f"# {d.name}\n" + library_text(name, dtype), shape, seed), options
 
 
@@ -170,6 +187,9 @@ def check_plan(case, emulate: bool = True, sanitize: str = "none") -> None:
     ref = reference.evaluate(d, inputs)
     low = reference.evaluate(d, inputs, precision="lowp")
     run_backends(d, p, inputs, p.sizes, ref, low, emulate=emulate, sanitize=sanitize)
+    if default.tail is not None and emulate:    # the random plan's merges launch as kernels:
+        run_backends(d, default, inputs, default.sizes, ref, low, interp=False,   # the tail
+                     sanitize=sanitize)                                           # is here
     try:
         mine, theirs = interpret(p, inputs), interpret(default, inputs)
     except Exception as exc:  # noqa: BLE001
