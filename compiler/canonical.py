@@ -161,6 +161,11 @@ def _factors(g: DiGraph, n: int) -> list[int]:
     return [m]
 
 
+def _within(t: ir.ArrayType, axes: set) -> ir.ArrayType:
+    """t restricted to `axes` (in t's order)."""
+    return ir.ArrayType(tuple(a for a in t.axes if a in axes), t.dtype)
+
+
 def _hoisted(g: DiGraph, n: int) -> bool:
     """contract[K](A, B) where A (or B) is a product with factors that lack every axis of K
     becomes contract[K](the other factors, B) times those factors."""
@@ -185,9 +190,14 @@ def _hoisted(g: DiGraph, n: int) -> bool:
                 span=span, stmt=stmt)
         new_args = list(args)
         new_args[i] = product
-        result = ir.add_node(g, op, out, new_args, span=span, stmt=stmt)
+        # the sum keeps the output axes its operands still have (a factor taken out may be
+        # the only one with some: `sum[l](E0[i] * l)` is `sum[l](l) * E0[i]`)
+        have = {a for m in new_args for a in ir.type_of(g, m).axes}
+        result = ir.add_node(g, op, _within(out, have), new_args, span=span, stmt=stmt)
         for f in left:
-            result = ir.add_node(g, ir.Map("mul"), out, [result, f], span=span, stmt=stmt)
+            have |= set(ir.type_of(g, f).axes)
+            result = ir.add_node(g, ir.Map("mul"), _within(out, have), [result, f], span=span,
+                                 stmt=stmt)
         _replace(g, n, result)
         return True
     return False

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 import napkin
 from napkin.compiler import issue, schedule
 from napkin.compiler.plan import plan
+from napkin.pipeline import run_plan
 from napkin.runtime.interpret import interpret
 from napkin.runtime import compare
 from napkin.commands.run import random_inputs
@@ -181,6 +183,25 @@ def test_a_factor_constant_along_the_sum_leaves_it(text):
         assert len(p.kernels) == 1 and product.schedule.site.stats
     for sizes in (ODD, EIGHTS):
         assert_close(d, p, shape(d, sizes))
+
+
+def test_a_factor_taken_out_of_a_sum_takes_its_axes_with_it(rng, within_budget):
+    """`Y[i] = E * A * B` sums over l: E[i] leaves the sum, and the sum itself has no `i`
+    (it was typed [i], and the interpreter failed on it: a fuzz case of 2026-12-06,
+    tests/regressions/fuzz-c82118e7700e)."""
+    from napkin.compiler.canonical import canonicalize
+    from napkin.compiler import ir
+    d = napkin.load("axis i, l\nin E[i]: f32\nin A[l]: f32\nin B[l]: f32\n"
+                    "Y[i] = E * A * B\nout Y: f32")
+    g = canonicalize(d.ir)
+    (c,) = [n for n in g.nodes if isinstance(ir.op(g, n), ir.Contract)]
+    assert ir.type_of(g, c).axes == ()
+    inputs = {"E": rng.standard_normal(5).astype(np.float32),
+              "A": rng.standard_normal(33).astype(np.float32),
+              "B": rng.standard_normal(33).astype(np.float32)}
+    p = plan(d, "h100", {"i": 5, "l": 33})
+    within_budget(d, inputs, interpret(p, inputs))
+    within_budget(d, inputs, run_plan(p, inputs, p.sizes))
 
 
 def test_a_declared_storage_dtype_keeps_its_rounding():
