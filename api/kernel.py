@@ -57,6 +57,7 @@ class Kernel:
         self.target = targets.load(options.target_name)
         self.arch = options.arch_for(self.target)
         self._compiled: dict = {}
+        self._zeroed: dict = {}            # (array, shape, stream) -> counters kept at zero
         self._last: dict | None = None     # the sizes of the last call (explain() reads them)
 
     @property
@@ -186,8 +187,8 @@ class Kernel:
         launches = make_launches(prog, complete_sizes(p.graph, sizes),
                                  smem_limit=launcher.smem_limit())
         binary = self._loadable(sizes, source)
-        pointers, copy_back = self._buffers(p, prog, on_device, outs, shapes, template)
         st = launcher.stream_for(template, stream)
+        pointers, copy_back = self._buffers(p, prog, on_device, outs, shapes, template, st)
         for spec, kprog in zip(launches, prog.kernels):
             if spec.blocks == 0:
                 continue
@@ -206,9 +207,12 @@ class Kernel:
             return self.binary(sizes).cubin
         return self.launcher.module_from_source(source, self.arch)
 
-    def _buffers(self, p, prog, inputs: dict, outs: list, shapes, template) -> tuple[dict, list]:
+    def _buffers(self, p, prog, inputs: dict, outs: list, shapes, template,
+                 stream=None) -> tuple[dict, list]:
         """(buffer name -> device pointer, [(out= array, its aligned copy)]): inputs, outputs and
-        the intermediates kernels share."""
+        the intermediates kernels share. A last-block merge's counters (codegen/tail.py) are
+        zeroed once per stream and kept: each launch leaves them at zero for the next one on
+        its stream."""
         from .runtime.launches import buffer_names
         names = buffer_names(prog)
         by_array = {s.name: o for s, o in zip(self.diagram.outputs, outs)}
@@ -219,10 +223,12 @@ class Kernel:
                 arr = inputs[array]
             elif array in by_array:
                 arr = by_array[array]
-            elif array in prog.zeroed:     # a last-block merge's counters (codegen/tail.py)
-                arr = self.launcher.to_device(np.zeros(tuple(p.sizes[a] for a in axes),
-                                                       np.int32))
-                self._keep.append(arr)
+            elif array in prog.zeroed:
+                shape = tuple(p.sizes[a] for a in axes)
+                key = (array, shape, getattr(stream, "ptr", stream))
+                if key not in self._zeroed:
+                    self._zeroed[key] = self.launcher.to_device(np.zeros(shape, np.int32))
+                arr = self._zeroed[key]
             else:
                 arr = self.launcher.empty(tuple(p.sizes[a] for a in axes), dtype, template)
                 self._keep.append(arr)

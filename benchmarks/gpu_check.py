@@ -31,6 +31,10 @@ It times pipeline depths (`stages`, benchmarks/gpu_stages.py): matmul 4096^3 at 
 16 and 32, rmsnorm_linear and the attention backward's slowest kernel, each 2, 3 and 4
 cp.async stages deep, beside the depth the model chose: what calibrates its latencies.
 
+It times a split's merge (`merges`, benchmarks/gpu_merges.py) as a kernel of its own and in
+the partial kernel's last blocks (layernorm over 500,000 columns, cross-entropy over a
+million classes), each checked against the reference, beside the model's two predictions.
+
 --dry-run does everything but the launches (plans, CUDA, NVRTC compiles,
 references), on any machine: CI runs it, with --quick --sample.
 
@@ -55,6 +59,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_merges import _print_merges, merges  # noqa: E402
 from gpu_stages import _print_stages, stages  # noqa: E402
 from gpu_varlen import _print_varlen, varlen  # noqa: E402
 
@@ -102,6 +107,10 @@ def main(argv=None) -> int:
     for entry in stages(args.dry_run, args.quick):
         report["stages"].append(entry)
         _print_stages(entry)
+    report["merges"] = []
+    for entry in merges(args.dry_run, args.quick):
+        report["merges"].append(entry)
+        _print_merges(entry)
     report["seconds"] = time.time() - started
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {args.out / 'gpu_check.json'} in {report['seconds']:.0f} s")

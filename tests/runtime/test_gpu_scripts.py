@@ -69,6 +69,12 @@ def test_gpu_check_dry_run(tmp_path):
     # pipeline depths (--quick: the first case): planned, each depth lowered
     (st,) = report["stages"]
     assert st["status"] == "planned" and st["chosen"] in (2, 3, 4) and st["chunk"] == 16, st
+    # a split's merge as a kernel and in the last blocks (--quick: layernorm): one launch less
+    (mg,) = report["merges"]
+    assert mg["status"] == "planned", mg
+    kernel, tail = mg["merges"]["kernel"], mg["merges"]["last-block"]
+    assert tail["launches"] < kernel["launches"] and tail["split"] == kernel["split"]
+    assert tail["predicted_seconds"] < kernel["predicted_seconds"]
 
 
 def test_kendall_tau_against_sign_matrices():

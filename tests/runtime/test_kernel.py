@@ -229,3 +229,23 @@ def test_a_wrong_arch_is_refused_at_compile(arch):
     with pytest.raises(NapkinError) as exc:
         napkin.compile("attention", arch=arch, backend="reference", d=64)
     assert exc.value.diagnostics[0].code == "N0802"
+
+
+def test_a_last_block_merge_launches_once_with_counters_kept_per_stream(tmp_path):
+    """cross_entropy split in 8 with its merge in the partial kernel's last blocks: one launch
+    a call; the counters are allocated zeroed once per stream and passed to every launch on
+    it (each launch leaves them at zero: codegen/tail.py), another stream gets its own."""
+    from napkin.pipeline import Options
+    launcher = FakeLauncher()
+    k = Kernel(napkin.load("cross_entropy"), Options.make(split={"v": 8}, merge="last-block"),
+               backend="cuda", launcher=launcher, cache=Cache(tmp_path / "cache"))
+    Z, label = dev(3, 5000), dev(3, typestr="<i4")
+    k(Z, label)
+    k(Z, label)
+    k(Z, label, stream="other")
+    first, second, third = launcher.launches
+    assert first["name"] == second["name"] == third["name"] == "napkin_k0"
+    from napkin.codegen.lower import COUNTER
+    (kprog,) = k.compiled_for({"t": 3, "v": 5000})[1].kernels
+    (i,) = [i for i, p in enumerate(kprog.params) if p.array == COUNTER]
+    assert first["args"][i] == second["args"][i] != third["args"][i]
