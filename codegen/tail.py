@@ -3,7 +3,7 @@
 After the partial kernel's block body, for the tile it just computed:
 
     __threadfence(); __syncthreads();             // its partial states visible to all
-    if (tid == 0) last = atomicAdd(&count[tile], 1) == blocks - 1;
+    if (tid == 0) { __threadfence(); last = atomicAdd(&count[tile], 1) == blocks - 1; }
     __syncthreads();
     if (last) {                                   // every other split of the tile is stored
       __threadfence();
@@ -77,7 +77,7 @@ class Tail:
         b.emit(P.Decl("const long long", TILE, index))
         b.emit(P.Call("__threadfence", ()))
         b.emit(P.Barrier())
-        b.emit(P.If("threadIdx.x == 0", (P.Set(
+        b.emit(P.If("threadIdx.x == 0", (P.Call("__threadfence", ()), P.Set(
             f"{FLAG}[0]", f"atomicAdd(&{self.counter}[{TILE}], 1) == {self.tail.blocks - 1}"),)))
         b.emit(P.Barrier())
         body = [P.Call("__threadfence", ())]
