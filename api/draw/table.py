@@ -60,6 +60,8 @@ def column_costs(plan, kp) -> list[dict[str, float]]:
 def kernel_line(kr: dict) -> str:
     """`k0: computes S, P, O; streams x; smem g_q=256 s_x=64 d=64; registers t_q=8 d/w_d=8`."""
     parts = [f"{kr['name']}: computes {', '.join(kr['equations'])}"]
+    if kr.get("run_by"):       # a split's merge run by the partial kernel's last blocks
+        parts.append(f"run by {kr['run_by']}'s last blocks")
     if kr["streaming"]:
         parts.append(f"streams {kr['streaming']['axis']}")
     for depth, lv in enumerate(kr["levels"], start=1):

@@ -75,6 +75,10 @@ def test_the_planner_merges_a_long_layernorm_in_the_last_block():
     assert "total: 4 kernel(s) in 2 launch(es)" in text
     # the partial kernel holds the merges' shared buffers: its M counts them
     assert auto.kernels[0].cost.levels[1].M > kernels.kernels[0].cost.levels[1].M
+    # draw --plan's table says it too
+    from napkin.draw.table import rows
+    lines = [r.label for r in rows(auto, report(auto, compare=False)) if r.kind == "kernel"]
+    assert ["run by k0's last blocks" in line for line in lines] == [False, True, True, False]
 
 
 @pytest.mark.parametrize("case, sizes", [
