@@ -44,13 +44,15 @@ def test_the_report_prints_every_figure(fuzz, capsys):
                "huge front-end inputs": {"cases": 22, "escapes": 0, "slow": 1,
                                          "slowest": "x (21.00 s)"},
                "random": {k: {"tried": 7, "failures": {}, "minutes": 0.1,
-                              **({"split plans": 3} if k.startswith("plans") else {})}
+                              **({"split plans": 3, "last-block merges": 2}
+                                 if k.startswith("plans") else {})}
                           for k in fuzz.BATCHES}}
     assert figures["index width"]["overflows"] == 0
     fuzz.report(figures)
     out = capsys.readouterr().out
     for needle in ("random diagrams emulated (and interpreted): 7, mismatches 0",
-                   "random plans emulated: 7 (3 with a split across blocks), failures by class "
+                   "random plans emulated: 7 (3 with a split across blocks, 2 of whose default "
+                   "plans merge in the last blocks), failures by class "
                    "{'compile': 0, 'run': 0, 'compare': 0}",
                    "non-NapkinError escapes 0; slow but clean 1", "leaks 0",
                    "mutation score: 9/10",
