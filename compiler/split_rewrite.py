@@ -144,7 +144,7 @@ class Rewrite(Merges):
                            self.p: ir.Axis(self.p, self.parts, self.p, None),
                            self.s: _share_axis(g, self.s, self.x, self.parts)}
         g = dead_code(g)
-        if separate_copies(g, before, set(self.part_stmt), set(self.part_stmt.values())):
+        if separate_copies(g, before, set(self.part_stmt), set(self.part_stmt.values()), self.x):
             g = dead_code(g)        # what only the moved copy read is computed there now
         g.graph["split"] = SplitInfo(self.x, self.parts, self.p, self.s, tuple(self.partials),
                                      tuple((part, merge) for merge, part in self.part_stmt.items()),

@@ -10,7 +10,7 @@ from . import ir
 from .kernels import is_free
 
 
-def separate_copies(g: DiGraph, before: set, merges: set, parts: set) -> bool:
+def separate_copies(g: DiGraph, before: set, merges: set, parts: set, axis: str) -> bool:
     """A statement that computes both an array still read whole (by the last pass of a
     standalone softmax) and values over the split axes gets a second statement, so that no
     kernel has to store both (they share no axis to tile): outside the partial and merge
@@ -38,6 +38,8 @@ def separate_copies(g: DiGraph, before: set, merges: set, parts: set) -> bool:
             g.nodes[n]["stmt"] = nxt
         if suffix == "split":
             _own_copies(g, moved, stmt, nxt)
+        else:
+            _keep_what_the_partial_reads(g, stmt, nxt, axis)
         info = by_stmt.get(stmt)
         if info is not None:
             eqs.append(ir.EquationInfo(f"{info.name.removesuffix('.part')}.{suffix}", info.axes,
@@ -48,7 +50,18 @@ def separate_copies(g: DiGraph, before: set, merges: set, parts: set) -> bool:
     return bool(set(old) & set(new))
 
 
-def _own_copies(g: DiGraph, moved: list, stmt: int, new: int) -> None:
+def _keep_what_the_partial_reads(g: DiGraph, part: int, whole: int, axis: str) -> None:
+    """The partial statement computes for itself what it read of the whole copy without the
+    split axis (a scalar such as `0.5 + X0` in `softmax[l]((0.5 + X0) * l)`): the whole
+    statement would otherwise store it beside its array over `axis`, and no kernel tiles a
+    scalar and an array together (a fuzz case of 2026-12-06)."""
+    readers = [n for n, d in g.nodes(data=True) if d["stmt"] == part and any(
+        g.nodes[a]["stmt"] == whole and axis not in ir.type_of(g, a).axes
+        for a in ir.operands(g, n))]
+    _own_copies(g, readers, whole, part, keep=lambda u: axis not in ir.type_of(g, u).axes)
+
+
+def _own_copies(g: DiGraph, moved: list, stmt: int, new: int, keep=None) -> None:
     """The moved copy computes for itself what it read of the statement it left (a shared
     scalar such as `X1 / 2`): that statement would otherwise store it beside its array, and
     no kernel tiles a scalar and an array together."""
@@ -61,7 +74,8 @@ def _own_copies(g: DiGraph, moved: list, stmt: int, new: int) -> None:
                                   span=g.nodes[u]["span"], stmt=new)
         return made[u]
     for m in moved:
-        for u in [a for a in ir.operands(g, m) if g.nodes[a]["stmt"] == stmt]:
+        for u in [a for a in ir.operands(g, m) if g.nodes[a]["stmt"] == stmt
+                  and (keep is None or keep(a))]:
             ports = g.edges[u, m]["ports"]
             c = copy(u)
             g.remove_edge(u, m)
