@@ -278,6 +278,28 @@ def test_copy_trips_are_read_off_the_chunk_loop():
     assert _model_check().copy_trips(cuda) == [4, 2]
 
 
+def test_a_chunk_runs_one_version_and_one_side_of_each_if_else_in_it():
+    """Hand-made SASS of a loop: `if (p) {A} else {B}` (the inside and the cut version of
+    the scores), A itself specialised twice (`if (p1) {2 instructions} else {3}`, each
+    jumping past B, as nvcc compiles ALiBi's slope test): the versions count what one pass
+    through each issues (A: 5, B: 6), and a chunk never issues A's shorter side (2)."""
+    import sys
+    from napkin.runtime.mainloop import Instruction, Loop
+    _model_check()
+    sass_loops = sys.modules["sass_loops"]
+    at = lambda k: 0x10 * k       # noqa: E731
+    code = [("HMMA.16816.F32", "", None), ("BRA", "@P0", 9), ("IADD3", "", None),
+            ("BRA", "@P1", 6), ("FMUL", "", None), ("BRA", "", 15), ("FADD", "", None),
+            ("FADD", "", None), ("BRA", "", 15)] + [("ISETP.GE.AND", "", None)] * 6 + \
+        [("FMNMX", "", None), ("BRA", "@!P2", 0)]
+    body = tuple(Instruction(at(k), op, pred, None if t is None else at(t))
+                 for k, (op, pred, t) in enumerate(code))
+    loop = Loop(0, at(len(code) - 1), body)
+    assert sass_loops.versions(loop) == (5, 6)
+    assert sass_loops.versions(loop, nested=True) == (5, 6, 2)
+    assert sass_loops.path(body, 0, len(body)) == 1 + 1 + 6 + 2   # the longest way round
+
+
 @pytest.mark.parametrize("name, shape", [
     ("paged_attention", {"b": 8, "g": 8, "r": 8, "q": 1, "n": 32768}),
     ("embedding", {"t": 4096, "v": 32000, "m": 1024}),
