@@ -60,9 +60,12 @@ def epilogue(sass_text: str, function: str | None = None) -> int:
         function = next(f for f, ins in funcs.items() if any(i.address == main.start for i in ins))
     insns = funcs[function]
     found = mainloop.loops(insns)
-    last = max(lp.end for lp in found if lp.mma)
-    around = [lp.end for lp in found if lp.start <= main.start and main.end <= lp.end
-              and (lp.start, lp.end) != (main.start, main.end) and lp.end > last]
+    # the loops around the main loop (the blocks' grid-stride loop) hold its HMMA too: the
+    # last chunk loop is the last loop holding HMMA that is not one of them
+    around = [lp for lp in found if lp.start <= main.start and main.end <= lp.end
+              and (lp.start, lp.end) != (main.start, main.end)]
+    last = max(lp.end for lp in found if lp.mma and lp not in around)
+    around = [lp.end for lp in around if lp.end > last]
     end = min(around) if around else insns[-1].address
     return sum(1 for i in insns if last < i.address <= end)
 

@@ -53,6 +53,15 @@ COPY_BYTES_TENSOR = 16
 # and stored 8 bytes at a time (codegen/tiles: its row's index, test, 64-bit address, LDG,
 # two F2FP, STS per 16 bytes; fitted to mlp's second product, sm_90)
 COPY_ROUNDED = 12
+# ... and after its chunk loop each lane stores the output fragments it holds, one element at
+# a time (codegen/mma.py's epilogue, the same in codegen/flash.py): the element's row and
+# column, its bounds test on the 64-bit sizes, the clamped 64-bit address, the pack to 16
+# bits and the STG, per element and lane (the epilogue's ops are the table's, INSTRUCTIONS).
+# Counted in the SASS of matmul's epilogue (sm_90, benchmarks/sass_loops.epilogue: 2353
+# instructions for the 128 elements a lane holds of a 64 x 64 warp tile, 18.4 each; an f32
+# store 17.4: no pack; batched_matmul's three axes 22.4, 26.4 where the kernel indexes in
+# 64 bits).
+STORE_ELEMENT = 18
 ITERATION = 12                     # a CUDA-core kernel's chunk: warp instructions per warp
                                    # (barriers, the loop test and branch, pointers)
 # lane instructions per copy into shared memory of one element of a CUDA-core kernel
@@ -222,7 +231,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         per_chunk = per_chunk + staged(model, choice, level1, threads)
         visited = chunks * (span[0] if span else 1)
         copies = units[0] * warps_per_block * (visited * ITERATION_TENSOR + chunks * fraction *
-                                               per_chunk + once)
+                                               per_chunk + once) + stores(model, sizes)
         if model.streaming.pairs:     # the fitted loop of FlashAttention-2 (computed chunks)
             warp_instr = hmma * (1 + FLASH_PER_HMMA) + lanes / WARP + copies
             dependent = lanes / WARP
@@ -266,6 +275,13 @@ def mask_ops(expr, stream) -> float:
         return parts
     return parts + MASK_OP + MASK_SIZE * any(isinstance(e, tuple) and e[0] == "size"
                                              for e in expr[1:])
+
+
+def stores(model, sizes: dict):
+    """Warp instructions of a tensor-core kernel's epilogue stores: STORE_ELEMENT per element
+    of each output, 32 lanes a warp (fragments padded past the arrays: cost._padding)."""
+    return sum(prod(sizes[a] for a in arr.axes) for arr in model.arrays
+               if arr.role == "store") * STORE_ELEMENT / WARP
 
 
 def staged(model, choice, level1: dict, threads):
