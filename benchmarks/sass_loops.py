@@ -115,14 +115,16 @@ def path(body, lo: int, hi: int) -> int:
     its forward branches (an unconditional one does not fall through; one leaving the range
     ends the path there): what one pass issues when each branch inside goes the longer way
     (ALiBi's cut version holds two, specialised on the slope)."""
-    at = {i.address: k for k, i in enumerate(body)}
+    import bisect
+    addresses = [i.address for i in body]
     longest = [0] * (hi - lo + 1)
     for k in range(hi - 1, lo - 1, -1):
         i, nexts = body[k], []
         if not (i.target is not None and not i.predicate) or i.target <= i.address:
             nexts.append(k + 1)
         if i.target is not None and i.target > i.address:
-            nexts.append(at.get(i.target, hi + 1))
+            # (the first counted instruction at or past the target: a NOP is not counted)
+            nexts.append(bisect.bisect_left(addresses, i.target))
         longest[k - lo] = 1 + max((longest[n - lo] for n in nexts if n <= hi), default=0)
     return longest[0]
 
