@@ -26,20 +26,22 @@ def loop_counts(sass_text: str, function: str | None = None, trips: list | None 
                                "mufu": counts["mufu"], "all": len(loop.instructions),
                                "hidden": len(loop.instructions) - len(skipped(loop))})
     # a chunk computes one of two versions of its scores (codegen/flash.py: without the mask
-    # where it holds everywhere, with it where it cuts): each path counts its own version
-    small, large = versions(loop)
+    # where it holds everywhere, with it where it cuts): each path counts its own version,
+    # and of each if/else nvcc specialised within a version (ALiBi's slope tested once per
+    # chunk) one side, the longer: `nested`, the instructions of the other sides
+    small, large, nested = versions(loop, nested=True)
     out["inside_version"], out["cut_version"] = small, large
     found = copy_loops(loop)
     if trips is not None and found and len(found) == len(trips):
         runs = [c["setup"] + t * c["each"] for c, t in zip(found, trips)]
         delta = sum(r - c["static"] for c, r in zip(found, runs))
-        out["run"], out["run_hidden"] = out["all"] + delta, out["hidden"] + delta
+        out["run"], out["run_hidden"] = out["all"] - nested + delta, out["hidden"] + delta
         # a hidden chunk does not prefetch a hidden next one (codegen/mma.py): its copies
         # run where the next chunk is computed, which the computed chunks' count holds
         out["run_hidden"] -= sum(runs)
         out["copy_loops"] = len(found)
     else:                     # no copy loop told apart: the static count stands
-        out["run"], out["run_hidden"] = out["all"], out["hidden"]
+        out["run"], out["run_hidden"] = out["all"] - nested, out["hidden"]
     out["run_cut"], out["run_inside"] = out["run"] - small, out["run"] - large
     return out
 
@@ -58,37 +60,73 @@ def epilogue(sass_text: str, function: str | None = None) -> int:
         function = next(f for f, ins in funcs.items() if any(i.address == main.start for i in ins))
     insns = funcs[function]
     found = mainloop.loops(insns)
-    last = max(lp.end for lp in found if lp.mma)
-    around = [lp.end for lp in found if lp.start <= main.start and main.end <= lp.end
-              and (lp.start, lp.end) != (main.start, main.end) and lp.end > last]
+    # the loops around the main loop (the blocks' grid-stride loop) hold its HMMA too: the
+    # last chunk loop is the last loop holding HMMA that is not one of them
+    around = [lp for lp in found if lp.start <= main.start and main.end <= lp.end
+              and (lp.start, lp.end) != (main.start, main.end)]
+    last = max(lp.end for lp in found if lp.mma and lp not in around)
+    around = [lp.end for lp in around if lp.end > last]
     end = min(around) if around else insns[-1].address
     return sum(1 for i in insns if last < i.address <= end)
 
 
-def versions(loop) -> tuple[int, int]:
+def versions(loop, nested: bool = False) -> tuple:
     """(instructions of the smaller, of the larger) of two alternatives the loop branches
     between, `if (t) {A} else {B}` with no tensor instruction in either (a conditional
     forward branch to B, whose previous instruction branches forward past B), the largest
-    such pair; (0, 0) when there is none."""
+    such pair; (0, 0) when there is none. Each counts the instructions one pass through it
+    issues (`path`: of an if/else nested in it, the longer side). `nested=True` adds a
+    third figure, the instructions of the pair a chunk never issues besides the other
+    alternative (the shorter sides nested in them)."""
     from napkin.runtime import mainloop
     body = loop.instructions
+    best, pair = (0, 0), None
+    for k, t, e in _diamonds(body):
+        if any(i.opcode.split(".")[0] in mainloop.TENSOR for i in body[k + 1:e]):
+            continue
+        if pair is None or e - k - 1 > pair[2] - pair[0] - 1:
+            pair = (k, t, e)
+    if pair is not None:
+        k, t, e = pair
+        best = tuple(sorted((path(body, k + 1, t), path(body, t, e))))
+        static = e - k - 1
+    return (*best, static - sum(best) if pair else 0) if nested else best
+
+
+def _diamonds(body) -> list[tuple[int, int, int]]:
+    """Every `if (t) {A} else {B}` of `body` as (the index of its conditional branch, of B's
+    first instruction, of the first instruction after B: where A's last one jumps)."""
     at = {i.address: k for k, i in enumerate(body)}
-    best = (0, 0)
+    out = []
     for k, b in enumerate(body):
         if b.target is None or b.target <= b.address or not b.predicate or b.target not in at:
             continue
         t = at[b.target]
-        jump = body[t - 1] if t > 0 else None
+        jump = body[t - 1] if t > k + 1 else None
         if jump is None or jump.target is None or jump.target <= jump.address or jump.predicate \
                 or jump.target not in at:
             continue
-        first, second = body[k + 1:t], body[t:at[jump.target]]
-        if any(i.opcode.split(".")[0] in mainloop.TENSOR for i in first + second):
-            continue
-        pair = tuple(sorted((len(first), len(second))))
-        if sum(pair) > sum(best):
-            best = pair
-    return best
+        out.append((k, t, at[jump.target]))
+    return out
+
+
+def path(body, lo: int, hi: int) -> int:
+    """Instructions on the longest path from body[lo] to the end of body[lo:hi], through
+    its forward branches (an unconditional one does not fall through; one leaving the range
+    ends the path there): what one pass issues when each branch inside goes the longer way
+    (ALiBi's cut version holds two, specialised on the slope)."""
+    import bisect
+    addresses = [i.address for i in body]
+    longest = [0] * (hi - lo + 1)
+    for k in range(hi - 1, lo - 1, -1):
+        i, nexts = body[k], []
+        if not (i.target is not None and not i.predicate) or i.target <= i.address:
+            nexts.append(k + 1)
+        if i.target is not None and i.target > i.address:
+            # (the first counted instruction at or past the target: a NOP is not counted)
+            nexts.append(bisect.bisect_left(addresses, i.target))
+        longest[k - lo] = 1 + max((longest[n - lo] for n in nexts if n <= hi), default=0)
+    return longest[0]
 
 
 def copy_loops(loop) -> list[dict]:

@@ -269,7 +269,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         # outside are not iterated, and its prologue scans the streamed axis once per block
         span = None
         if choice.stream and spans(model.mask):   # (positions tested, block reductions)
-            span = (iterated_fraction(model.mask, sizes, tiles), sizes[choice.stream[0]], 2)
+            span = (iterated_fraction(model.mask, sizes, tiles, choice.stream[0]),
+                    sizes[choice.stream[0]], 2)
         elif choice.stream and choice.warps and model.mask is not None:
             # a mask of indices bounds the loop by its chunks (codegen/masks.index_span)
             span = (iterated_fraction(model.mask, sizes, tiles, choice.stream[0]),

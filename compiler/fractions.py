@@ -76,7 +76,10 @@ def iterated_fraction(mask, sizes: dict, tiles: dict, axis: str | None = None):
     """The share of (block, chunk) pairs the chunk loop visits (computed_fraction's): a mask
     read from data bounds it by its span (codegen/masks.data_span); a mask of indices, with
     the streamed `axis` given, by the first and the last chunk it may hold in
-    (codegen/masks.index_span); otherwise every chunk."""
+    (codegen/masks.index_span); otherwise every chunk. A mask read from data whose values
+    are not given holds anywhere in that part, and the rest of it still bounds the span
+    (varlen's `x <= q`: the kernel's last position is at most the block's last row), when
+    `axis` is given."""
     return computed_fraction(mask, sizes, tiles, f"iterated:{axis}" if axis else "iterated")
 
 
@@ -188,7 +191,7 @@ def _fraction(mask, size_key: tuple, extents: tuple, what: str = "computed") -> 
                 chunk[lf] = (-math.inf, math.inf)
         whole = np.broadcast_to(_holds(mask[1] if mask[0] == "cut" else mask, chunk, sizes),
                                 shape)[..., 0]
-        if what == "iterated":
+        if what.startswith("iterated"):
             return float(np.mean((index >= first) & (index <= last)))
         held = (index >= first) & (index <= last) & whole
         # a whole chunk inside the block's run of positions where the mask holds for every

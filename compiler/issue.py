@@ -53,6 +53,15 @@ COPY_BYTES_TENSOR = 16
 # and stored 8 bytes at a time (codegen/tiles: its row's index, test, 64-bit address, LDG,
 # two F2FP, STS per 16 bytes; fitted to mlp's second product, sm_90)
 COPY_ROUNDED = 12
+# ... and after its chunk loop each lane stores the output fragments it holds, one element at
+# a time (codegen/mma.py's epilogue, the same in codegen/flash.py): the element's row and
+# column, its bounds test on the 64-bit sizes, the clamped 64-bit address, the pack to 16
+# bits and the STG, per element and lane (the epilogue's ops are the table's, INSTRUCTIONS).
+# Counted in the SASS of matmul's epilogue (sm_90, benchmarks/sass_loops.epilogue: 2353
+# instructions for the 128 elements a lane holds of a 64 x 64 warp tile, 18.4 each; an f32
+# store 17.4: no pack; batched_matmul's three axes 22.4, 26.4 where the kernel indexes in
+# 64 bits).
+STORE_ELEMENT = 18
 ITERATION = 12                     # a CUDA-core kernel's chunk: warp instructions per warp
                                    # (barriers, the loop test and branch, pointers)
 # lane instructions per copy into shared memory of one element of a CUDA-core kernel
@@ -85,10 +94,11 @@ CHAIN_EXP = (1, 1, 0)              # FMUL by log2(e) and MUFU.EX2 (a chain's ope
 # score + 1.65 per O element the lane holds, MUFU = 1 per score + 2 per 16 rows
 FLASH_SCORE = (3.65, 1.0, 0)       # per score; the scale `Q K / sqrt(d)` is in its FFMA
                                    # (Model.scale: charged nothing), a bias is its own op
-# an op of the row and key positions only (a mask's `x <= q`, ALiBi's `x - q`) evaluated on
-# the score fragments: each element's row and key from the lane and the fragment (integer
-# IMAD/IADD), the test (ISETP) or its conversion (I2F), a select: per score and lane, fitted
-# to causal attention's main loop (359 instructions over attention's per 64 scores a lane)
+# an op of the row and key positions only outside a mask (ALiBi's `x - q`) evaluated on the
+# score fragments in every chunk: each element's row and key from the lane and the fragment
+# (integer IMAD/IADD), the op, its conversion (I2F): per score and lane, fitted to causal
+# attention's main loop when its mask was evaluated in every chunk (359 instructions over
+# attention's per 64 scores a lane); a mask's ops are MASK_* below
 FLASH_INDEX = (0, 0, 5.5)
 # ... and, in a kernel that indexes in 64 bits (Schedule.index, index_width.py), each
 # element's row and key in 64-bit integers: a compare is two ISETP (.U32 and .EX), an index
@@ -99,6 +109,23 @@ FLASH_INDEX = (0, 0, 5.5)
 # score more than at b = 4, h = 16; sliding-window attention 2.6, ALiBi 10.2: its
 # positions are converted to floats in 64 bits)
 FLASH_INDEX_WIDE = (0, 0, 3.9)
+# A mask's condition (Model.mask), evaluated on the score fragments of the chunks it cuts
+# (codegen/flash.py), per score and lane: its ops share each score's row and key (the key
+# clamped to the axis, one VIADDMNMX per key a lane holds: MASK_POSITIONS), each comparison
+# or integer op of positions is one ISETP or IADD (MASK_OP), and one more MASK_SIZE where it
+# reads a size (a kernel parameter of 64 bits: the compare's .EX half and the other side's
+# sign), `and`/`or`/`not` fold into the predicates (ISETP's .AND: nothing), and an integer
+# input read along the streamed axis (varlen's `doc[x]`) costs its LDG and 64-bit address
+# per key (MASK_READ). Counted in the SASS of the masked path (sm_90, int indices; the
+# `where`'s FSEL is the table's): causal attention at b = 4, h = 16, q = x = 4096, 103 for
+# 64 scores (1.6; the model 1.6); varlen attention at the default sizes, 57 for 16 (3.6;
+# model 3.6); sliding-window attention at b = 4, h = 16, q = x = 4096, 100 for 16 (6.25;
+# model 5.1: its row positions are not hoisted). A kernel that indexes in 64 bits adds
+# FLASH_INDEX_WIDE (in every chunk).
+MASK_POSITIONS = 0.6
+MASK_OP = 1.0
+MASK_SIZE = 1.5
+MASK_READ = 1.0
 FLASH_RESCALE = 1.65               # FP32 per O element per chunk
 FLASH_ROW_EXPS = 2 / 16            # MUFU per row per lane per chunk (the warp's 32 lanes)
 # ... and the fragments' ldmatrix addresses and LDSM themselves: 0.82 per HMMA beside it
@@ -111,8 +138,9 @@ FLASH_PER_HMMA = 0.82
 # comparisons, the running least and greatest: per position and lane), then takes the least
 # and greatest over the block twice (shuffles, two barriers, the warps' values: per warp,
 # each SPAN_REDUCE). A mask of indices (masks.index_span) tests its share of the chunks the
-# same way, whole chunks, and reduces once. Counted from the emitted C, not yet from SASS:
-# CALIBRATE (benchmarks/model_check.py).
+# same way, whole chunks, and reduces once. Counted from the emitted C; varlen's SASS (sm_90)
+# issues about 33-43 per position up to the block's last row, 7 past it (the causal test
+# first): not fitted, as the estimate does not count the prologue (a few per cent of it).
 SPAN_POSITION = 10
 SPAN_REDUCE = 30
 # A product's operand computed from loads as it is staged, or a reduction beside the product
@@ -145,7 +173,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     stream = choice.stream[0] if choice.stream else None
     fp32, mufu, other, tensor_flops = [], [], [], []
     index_axes = {a for a, _ in choice.warps} | ({stream} if stream else set())
-    positional = False
+    positional = masked = False
     for w in model.work:
         points = prod(sizes[a] for a in w.axes)
         redo = prod(sizes[a] / level1[a] for a in model.axes if a in grouped and a not in w.axes)
@@ -168,7 +196,12 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                 other.append(amount * np.where(wide, FLASH_INDEX_WIDE[2], 0.0))
                 positional = True
             if cut is not None and stream in w.axes and w.node in model.mask_nodes:
-                amount = points * redo * w.times * cut    # the mask: where it cuts the chunk
+                # the mask, where it cuts the chunk: its ops share the scores' positions
+                amount = points * redo * w.times * cut
+                if not masked:
+                    other.append(amount * (MASK_POSITIONS + mask_ops(model.mask, stream)))
+                    masked = True
+                continue
         fp32.append(amount * per[0])
         mufu.append(amount * per[1])
         other.append(amount * per[2])
@@ -199,7 +232,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         per_chunk = per_chunk + staged(model, choice, level1, threads)
         visited = chunks * (span[0] if span else 1)
         copies = units[0] * warps_per_block * (visited * ITERATION_TENSOR + chunks * fraction *
-                                               per_chunk + once)
+                                               per_chunk + once) + stores(model, sizes)
         if model.streaming.pairs:     # the fitted loop of FlashAttention-2 (computed chunks)
             warp_instr = hmma * (1 + FLASH_PER_HMMA) + lanes / WARP + copies
             dependent = lanes / WARP
@@ -229,6 +262,27 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         # operands): never more than the issue slots, so no limit of its own (serial())
         out["dependent"] = _per(target, "schedulers", dependent)
     return out
+
+
+def mask_ops(expr, stream) -> float:
+    """Lane-instructions per score of a mask's ops past the positions (MASK_* above)."""
+    kind = expr[0]
+    if kind == "data":           # an integer input: loaded per key where read along the axis
+        return MASK_READ if stream in expr[2] else 0.0
+    if kind in ("index", "size", "const", "unknown"):
+        return 0.0
+    parts = sum(mask_ops(e, stream) for e in expr[1:] if isinstance(e, tuple))
+    if kind in ("and", "or", "not"):
+        return parts
+    return parts + MASK_OP + MASK_SIZE * any(isinstance(e, tuple) and e[0] == "size"
+                                             for e in expr[1:])
+
+
+def stores(model, sizes: dict):
+    """Warp instructions of a tensor-core kernel's epilogue stores: STORE_ELEMENT per element
+    of each output, 32 lanes a warp (fragments padded past the arrays: cost._padding)."""
+    return sum(prod(sizes[a] for a in arr.axes) for arr in model.arrays
+               if arr.role == "store") * STORE_ELEMENT / WARP
 
 
 def staged(model, choice, level1: dict, threads):

@@ -372,8 +372,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 128 threads per block, long long indices
-extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
+// kernel 0: 256 threads per block, long long indices
+extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -391,12 +391,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
   const int wr = tid / 32;
   const int fg = lane / 4;
   const int fq = lane % 4;
-  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 0) / 1) * (((long long)(n3) + 127) / 128);
+  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 0) / 1) * (((long long)(n3) + 255) / 256);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const long long org_3 = (long long)((blk) % (((long long)(n3) + 127) / 128)) * 128;
-    const long long org_2 = (long long)(((blk) / (((long long)(n3) + 127) / 128)) % (((long long)(n2) + 0) / 1)) * 1;
-    const long long org_1 = (long long)((((blk) / (((long long)(n3) + 127) / 128)) / (((long long)(n2) + 0) / 1)) % (((long long)(n1) + 0) / 1)) * 1;
-    const long long org_0 = (long long)(((((blk) / (((long long)(n3) + 127) / 128)) / (((long long)(n2) + 0) / 1)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
+    const long long org_3 = (long long)((blk) % (((long long)(n3) + 255) / 256)) * 256;
+    const long long org_2 = (long long)(((blk) / (((long long)(n3) + 255) / 256)) % (((long long)(n2) + 0) / 1)) * 1;
+    const long long org_1 = (long long)((((blk) / (((long long)(n3) + 255) / 256)) / (((long long)(n2) + 0) / 1)) % (((long long)(n1) + 0) / 1)) * 1;
+    const long long org_0 = (long long)(((((blk) / (((long long)(n3) + 255) / 256)) / (((long long)(n2) + 0) / 1)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
     {
@@ -406,8 +406,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       __half* const cpd = sm0 + eo0 * 72 + ei;
       #pragma unroll
       for (int r = 0; r < 8; ++r) {
-        const int eo = eo0 + r * 16;
-        napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (org_3 + eo < n3) ? 16 : 0);
+        const int eo = eo0 + r * 32;
+        napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (org_3 + eo < n3) ? 16 : 0);
       }
     }
     napkin_cp_async_wait_all();
@@ -433,8 +433,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     const float v0 = sqrtf(((float)(((long long)(64)))));
     const float qks = 1.0f / (v0);
     const float qkl = qks * 1.442695f;
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (18432) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (18432) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
     {
       __syncthreads();
       const int nlen = (int)((long long)(n4) - ((long long)0) < 32 ? (long long)(n4) - ((long long)0) : 32);
@@ -444,9 +444,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + eo0))) * (64) + (ei));
         __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
         #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int eo = eo0 + r * 16;
-          napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 1; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
@@ -455,9 +455,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + eo0))) * (64) + (ei));
         __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
         #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int eo = eo0 + r * 16;
-          napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 1; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
@@ -470,9 +470,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + 32 + eo0))) * (64) + (ei));
         __half* const cpd = (sm1 + 1 * 2304) + eo0 * 72 + ei;
         #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int eo = eo0 + r * 16;
-          napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 1; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
@@ -481,9 +481,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + 32 + eo0))) * (64) + (ei));
         __half* const cpd = (sm2 + 1 * 2304) + eo0 * 72 + ei;
         #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int eo = eo0 + r * 16;
-          napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 1; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
@@ -496,9 +496,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + 64 + eo0))) * (64) + (ei));
         __half* const cpd = (sm1 + 2 * 2304) + eo0 * 72 + ei;
         #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int eo = eo0 + r * 16;
-          napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 1; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
@@ -507,9 +507,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + 64 + eo0))) * (64) + (ei));
         __half* const cpd = (sm2 + 2 * 2304) + eo0 * 72 + ei;
         #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int eo = eo0 + r * 16;
-          napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 1; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
@@ -529,9 +529,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 96 + eo0))) * (64) + (ei));
           __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
@@ -540,9 +540,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 96 + eo0))) * (64) + (ei));
           __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -645,9 +645,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 96 + eo0))) * (64) + (ei));
           __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
@@ -656,9 +656,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 96 + eo0))) * (64) + (ei));
           __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1152, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
