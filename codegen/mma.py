@@ -24,7 +24,7 @@ from . import program as P
 from .builder import Ix
 from .kernel import KernelLowering
 from .rowstats import RowStats
-from .tiles import SharedTiles
+from .tiles import SharedTiles, offset
 
 FM, FN, FK = tc.FRAGMENT
 
@@ -66,6 +66,7 @@ class MmaLowering(RowStats, SharedTiles, KernelLowering):
             b.emit(P.Decl("const int", "wc", f"(tid / 32) % {self.wn}"))
         b.emit(P.Decl("const int", "fg", "lane / 4"))
         b.emit(P.Decl("const int", "fq", "lane % 4"))
+        b.hoist_here(("tid", "lane", "wr", "wc", "fg", "fq"))
         return self._grid(name)
 
     def _warp_col(self) -> str:
@@ -244,31 +245,51 @@ class MmaLowering(RowStats, SharedTiles, KernelLowering):
         col = [first] + (["(lane / 16) * 8"] if along == "n" else [])
         kk = [k0] + (["(lane / 16) * 16"] if along == "k" else [])
         if t["inner"].name == t["k"]:
-            row, k = " + ".join(col + ["lane % 8"]), " + ".join(kk + ["((lane / 8) % 2) * 8"])
-            address, suffix = f"({row}) * {t['pitch']} + {k}", ""
+            k = " + ".join(kk + ["((lane / 8) % 2) * 8"])
+            address, suffix = self._fragment_address(t, col[0], " + ".join(col[1:] + ["lane % 8"]),
+                                                    k), ""
         else:
-            trow, tk = " + ".join(col), " + ".join(kk + ["lane % 8", "((lane / 8) % 2) * 8"])
-            address, suffix = f"({tk}) * {t['pitch']} + {trow}", "_trans"
+            trow = " + ".join(col)
+            address, suffix = self._fragment_address(t, kk[0], " + ".join(
+                kk[1:] + ["lane % 8", "((lane / 8) % 2) * 8"]), trow), "_trans"
         self.b.emit(P.Call(f"napkin_ldmatrix_x4_pair{suffix}",
-                           (dest0, dest1, f"{self.at(t)} + {address}")))
+                           (dest0, dest1, address)))
 
     def _ldmatrix(self, t: dict, dest: str, first: str, k0: str, count: int) -> None:
         """Fragments of `count` 8x8 matrices from the tile: this lane's row address.
 
         Lanes 8j..8j+7 address matrix j. A (x4): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15),
         row-block fastest; B (x2): k 0-7 then 8-15 of 8 columns. Stored k-contiguous, a lane
-        addresses a row of the fragment axis; stored the other way, a row of k (.trans)."""
+        addresses a row of the fragment axis; stored the other way, a row of k (.trans).
+        Every row origin (`first`, `k0`) is a multiple of 8, so a swizzled tile's term is
+        the lane's row within its 8: `lane % 8` (tiles.offset)."""
         if count == 4:
-            row, k = f"{first} + lane % 16", f"{k0} + (lane / 16) * 8"
-            trow, tk = f"{first} + ((lane / 8) % 2) * 8", f"{k0} + lane % 8 + (lane / 16) * 8"
+            row, k = "lane % 16", f"{k0} + (lane / 16) * 8"
+            trow, tk = f"{first} + ((lane / 8) % 2) * 8", "lane % 8 + (lane / 16) * 8"
         else:
-            row, k = f"{first} + lane % 8", f"{k0} + ((lane / 8) % 2) * 8"
-            trow, tk = first, f"{k0} + lane % 8 + ((lane / 8) % 2) * 8"
+            row, k = "lane % 8", f"{k0} + ((lane / 8) % 2) * 8"
+            trow, tk = first, "lane % 8 + ((lane / 8) % 2) * 8"
         if t["inner"].name == t["k"]:
-            address, suffix = f"({row}) * {t['pitch']} + {k}", ""
+            address, suffix = self._fragment_address(t, first, row, k), ""
         else:
-            address, suffix = f"({tk}) * {t['pitch']} + {trow}", "_trans"
-        self.b.emit(P.Call(f"napkin_ldmatrix_x{count}{suffix}", (dest, f"{self.at(t)} + {address}")))
+            address, suffix = self._fragment_address(t, k0, tk, trow), "_trans"
+        self.b.emit(P.Call(f"napkin_ldmatrix_x{count}{suffix}", (dest, address)))
+
+    def _fragment_address(self, t: dict, origin: str, lane_row: str, col: str) -> str:
+        """The shared address (C) a lane's ldmatrix row starts at, in the tile's stage in
+        use: row `origin + lane_row` (origin a multiple of 8: a fragment's or a 16 of k's
+        start), column `col` (tiles.offset). In a swizzled tile the lane's part, `lane_row *
+        pitch + (col ^ term)` in bytes, is computed once per thread before every loop
+        (`Builder.invariant`: a table over the unrolled fragment and k-step indices it
+        reads) and added to the origin's row: in the chunk loop, an add per table entry and
+        stage, the rest immediates of the LDSM. A padded or plain tile's address is as it
+        always was."""
+        layout = t["layout"]
+        if not layout.mask:
+            return f"{self.at(t)} + {offset(layout, f'{origin} + {lane_row}', col)}"
+        lane = self.b.invariant("int", f"({offset(layout, lane_row, col, 'lane % 8')}) * 2", "sw")
+        return (f"reinterpret_cast<const char*>({self.at(t)} + ({origin}) * {layout.pitch}) + "
+                f"{lane}")
 
     # -- epilogue ----------------------------------------------------------------------------
     def _epilogue_mma(self, fm: int, fn: int, stats=()) -> None:

@@ -28,6 +28,7 @@ from .memory import PIPELINE
 from .model import Model
 from .target import Target
 from .tensorcore import ChainSite, FlashSite, Site, examine
+from .tilelayout import TileLayout, operand_layouts
 from .warps import FRAGMENT
 
 WARP = 32
@@ -75,6 +76,9 @@ class Schedule:
     reversed: tuple[str, ...] = ()            # axes whose block tiles launch last first,
                                               # the slowest-varying: the heaviest blocks first
                                               # (fractions.later_is_heavier)
+    layouts: tuple[tuple[int, TileLayout], ...] = ()   # tensor cores: each staged operand
+                                              # tile's shared layout, swizzled or padded
+                                              # (compiler/tilelayout.py)
 
     @property
     def tensor_cores(self) -> bool:
@@ -101,6 +105,13 @@ class Schedule:
         if isinstance(s, ChainSite):
             return w[s.row], 1, t[s.row], 0
         return w[s.row], w[s.col], t[s.row], t[s.col]
+
+    def layout(self, node: int, axes: tuple[str, str]) -> TileLayout:
+        """The shared layout of operand `node`'s tile over `axes` (rows, contiguous)."""
+        for n, found in self.layouts:
+            if n == node and found.axes == axes:
+                return found
+        raise KeyError(f"no staged tile of node {node} over {axes}")
 
 
 def _refuse(kernel: str, rule: str) -> NapkinError:
@@ -243,7 +254,8 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
     per_warp = {a: thread.get(a, 1) for a in tile}
     return Schedule(engine, found, tuple(sorted(tile.items())), choice.stream,
                     tuple(sorted(per_warp.items())), None, None, tuple(sorted(warps.items())),
-                    threads, threads, choice, stages=PIPELINE)
+                    threads, threads, choice, stages=PIPELINE,
+                    layouts=operand_layouts(g, found, tile, choice.stream[1]))
 
 
 def _positive(kernel: str, what: str, value) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 from . import chain, flash, ir, split, warps
 from .chain import ChainSite
 from .kernels import is_free
-from .memory import ROW_PAD as PAD
+from .tilelayout import ROW_PAD as PAD
 from .cost import Choice, Choices, Cost, evaluate
 from .pick import fits
 from .flash import FlashSite

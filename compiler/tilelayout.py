@@ -1,0 +1,127 @@
+"""The shared-memory layout of a tensor-core operand tile: XOR-swizzled rows, or padded ones.
+
+A tile is `[outer][inner]` 16-bit values, `inner` the axis contiguous in the array (so the
+copy into it is coalesced). Its rows are read by ldmatrix eight at a time, 16 bytes from
+each (one row of an 8 x 8 matrix), and written by cp.async 16 bytes at a time. Shared memory
+has 32 banks of 4 bytes: a 128-byte line. Eight 16-byte reads are conflict-free when they
+cover the line's eight 16-byte chunks once each.
+
+- **Swizzled** (rows of 2 or 4 chunks, or a multiple of 8 chunks): no padding; the 16-byte
+  chunk `c` of row `r` is stored at chunk `c ^ ((r >> shift) & mask)` of the row. With 8 or
+  more chunks a row (rows of 128 bytes or a multiple) the term is `r % 8` on the chunk's low
+  three bits: eight consecutive rows read at one logical chunk land in eight different
+  chunks of the line. With 4 chunks (64-byte rows) two rows share a line and the term is
+  `(r >> 1) % 4`; with 2 chunks (32 bytes), `(r >> 2) % 2` (CUTLASS's `Swizzle<B, 3, S>`;
+  FlashAttention-2's `Swizzle<3, 3, 3>` for 64-value rows). The term repeats every 8 rows,
+  and every row origin the kernels read from (fragment starts, chunk starts) is a multiple
+  of 8, so a lane's term depends on its own row within the 8 only.
+- **Plain** (rows of an odd number of chunks: 1, 3, 5, ...): neither; consecutive rows start
+  an odd number of chunks apart, so eight of them cover the line's eight chunks.
+- **Padded** (the rest: 6, 10, 12, 14, ... chunks, a value width of 48): each row is
+  followed by `ROW_PAD` values (one chunk), which makes the rows' distance odd.
+
+The rule (`swizzles`) is decided once per tile, in the planner's Schedule (`Schedule.
+layouts`, built by `operand_layouts`), which codegen reads (codegen/tiles.py: every store
+into a tile and every ldmatrix address go through one `offset`), and in the shared-memory
+footprint M (compiler/memory.py), vectorised over the candidates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ir
+
+VALUES = 8       # 16-bit values per 16-byte chunk (one cp.async, one ldmatrix row)
+LINE = 8         # chunks per 128-byte line of the 32 banks
+ROW_PAD = 8      # values after each row of a padded tile (one chunk: the rows' bank shift)
+
+
+def swizzles(inner):
+    """Whether a tile with rows of `inner` 16-bit values is swizzled: rows of 2 or 4 chunks,
+    or a multiple of 8 chunks. Numbers or NumPy arrays (the planner's candidates)."""
+    chunks = inner / VALUES
+    return (inner % VALUES == 0) & ((chunks == 2) | (chunks == 4)
+                                    | (inner % (VALUES * LINE) == 0))
+
+
+def plain(inner):
+    """Whether a tile with rows of `inner` values needs neither swizzle nor padding: rows of
+    an odd number of chunks."""
+    return (inner % VALUES == 0) & ((inner / VALUES) % 2 == 1)
+
+
+def row_pad(inner):
+    """Values after each row of a tile with rows of `inner` values: ROW_PAD where the rows
+    are neither swizzled nor plain, else 0."""
+    return (1 - (swizzles(inner) | plain(inner))) * ROW_PAD
+
+
+@dataclass(frozen=True)
+class TileLayout:
+    """One tile's layout: `[outer][pitch]` values, chunk c of row r at c ^ ((r >> shift) &
+    mask) (mask 0: no XOR, plain or padded rows)."""
+    axes: tuple[str, str]  # (the rows' axis, the contiguous one)
+    outer: int           # rows
+    inner: int           # values a row holds
+    pitch: int           # values from a row to the next: inner, or inner + ROW_PAD
+    shift: int
+    mask: int
+
+    @property
+    def swizzled(self) -> bool:
+        return self.mask > 0
+
+    @property
+    def kind(self) -> str:
+        return "swizzled" if self.mask else "padded" if self.pitch > self.inner else "plain"
+
+    @property
+    def count(self) -> int:
+        """Values one stage of the tile takes."""
+        return self.outer * self.pitch
+
+
+def layout(outer: int, inner: int, axes: tuple[str, str] = ("", "")) -> TileLayout:
+    """The layout of an `outer x inner` tile (the rule above) over `axes` (rows, inner)."""
+    if not swizzles(inner):
+        return TileLayout(axes, outer, inner, inner + int(row_pad(inner)), 0, 0)
+    chunks = inner // VALUES
+    if chunks >= LINE:
+        return TileLayout(axes, outer, inner, inner, 0, LINE - 1)
+    # rows of 2 or 4 chunks: LINE / chunks rows share a line, the term steps once per line
+    return TileLayout(axes, outer, inner, inner, (LINE // chunks).bit_length() - 1, chunks - 1)
+
+
+def operand_tiles(site, tile: dict, chunk: int) -> list[tuple[int, tuple[str, int], tuple[str, int]]]:
+    """(operand, (its fragment or row axis, extent), (its k axis, extent)) of every tile a
+    tensor-core site stages (codegen: MmaLowering, FlashLowering, ChainLowering), once each."""
+    from .chain import ChainSite
+    from .flash import FlashSite
+    if isinstance(site, FlashSite):
+        found = [(site.q, (site.row, tile[site.row]), (site.dk, site.head)),
+                 (site.k, (site.red, chunk), (site.dk, site.head)),
+                 (site.v, (site.dv, site.width), (site.red, chunk))]
+    elif isinstance(site, ChainSite):
+        found = [(sc.a, (site.row, tile[site.row]), (sc.dk, sc.head)) for sc in site.scores]
+        found += [(sc.b, (site.red, chunk), (sc.dk, sc.head)) for sc in site.scores]
+        found += [(p.c, (p.e, p.width), (site.red, chunk)) for p in site.outs]
+    else:
+        found = [(site.a, (site.row, tile[site.row]), (site.red, chunk)),
+                 (site.b, (site.col, tile[site.col]), (site.red, chunk))]
+    return list(dict.fromkeys(found))
+
+
+def operand_layouts(g, site, tile: dict, chunk: int) -> tuple[tuple[int, TileLayout], ...]:
+    """Each staged operand's layout: its inner axis is the one of the two later in the array
+    (contiguous: the copy is coalesced), rows over the other."""
+    out = []
+    for n, frag, k in operand_tiles(site, tile, chunk):
+        axes = ir.type_of(g, n).axes
+        inner, outer = (frag, k) if axes.index(frag[0]) > axes.index(k[0]) else (k, frag)
+        out.append((n, layout(outer[1], inner[1], (outer[0], inner[0]))))
+    return tuple(out)
+
+
+__all__ = ["TileLayout", "layout", "swizzles", "plain", "row_pad", "operand_layouts", "operand_tiles",
+           "ROW_PAD", "VALUES", "LINE"]
