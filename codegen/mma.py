@@ -281,15 +281,18 @@ class MmaLowering(RowStats, SharedTiles, KernelLowering):
         start), column `col` (tiles.offset). In a swizzled tile the lane's part, `lane_row *
         pitch + (col ^ term)` in bytes, is computed once per thread before every loop
         (`Builder.invariant`: a table over the unrolled fragment and k-step indices it
-        reads) and added to the origin's row: in the chunk loop, an add per table entry and
-        stage, the rest immediates of the LDSM. A padded or plain tile's address is as it
-        always was."""
+        reads); the address is the tile's start, plus that entry and the stage's bytes (an
+        add per entry and chunk), plus the origin's rows (an immediate of the LDSM). Written
+        as `(tile + stage * count) + ...` in values, ptxas recomputed the stage's start at
+        each LDSM (an IMAD and a shift). A padded or plain tile's address is as it always
+        was."""
         layout = t["layout"]
         if not layout.mask:
             return f"{self.at(t)} + {offset(layout, f'{origin} + {lane_row}', col)}"
         lane = self.b.invariant("int", f"({offset(layout, lane_row, col, 'lane % 8')}) * 2", "sw")
-        return (f"reinterpret_cast<const char*>({self.at(t)} + ({origin}) * {layout.pitch}) + "
-                f"{lane}")
+        stage = f" + stage * {t['count'] * 2}" if t["stages"] > 1 else ""
+        return (f"reinterpret_cast<const char*>({t['name']}) + ({lane}{stage}) + "
+                f"({origin}) * {layout.pitch * 2}")
 
     # -- epilogue ----------------------------------------------------------------------------
     def _epilogue_mma(self, fm: int, fn: int, stats=()) -> None:

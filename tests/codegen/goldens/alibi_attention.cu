@@ -430,7 +430,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 4; ++i1) {
-        napkin_ldmatrix_x4(qa[i0][i1], reinterpret_cast<const char*>(sm0 + (wr * 16 + i0 * 16) * 64) + sw0[i1]);
+        napkin_ldmatrix_x4(qa[i0][i1], reinterpret_cast<const char*>(sm0) + (sw0[i1]) + (wr * 16 + i0 * 16) * 128);
       }
     }
     float acc[1][8][4] = {};
@@ -580,7 +580,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 2; ++i2) {
-            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>((sm1 + stage * 2048) + (i1 * 8) * 64) + sw1[i2]);
+            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
             napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
             napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
           }
@@ -686,7 +686,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>((sm2 + stage * 2048) + (i1 * 16) * 64) + sw2[i2]);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
           }
@@ -735,7 +735,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 2; ++i2) {
-            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>((sm1 + stage * 2048) + (i1 * 8) * 64) + sw1[i2]);
+            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
             napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
             napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
           }
@@ -814,7 +814,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>((sm2 + stage * 2048) + (i1 * 16) * 64) + sw2[i2]);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
           }

@@ -599,11 +599,11 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>((sm0 + stage * 1024) + (wr * 64 + i0 * 16) * 16) + sw0[kk]);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>((sm1 + stage * 2048) + (kk * 16) * 128) + sw1[i1]);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
@@ -731,11 +731,11 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>((sm0 + stage * 1024) + (wr * 64 + i0 * 16) * 16) + sw0[kk]);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>((sm1 + stage * 2048) + (kk * 16) * 128) + sw1[i1]);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {

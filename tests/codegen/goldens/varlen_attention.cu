@@ -428,7 +428,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 4; ++i1) {
-        napkin_ldmatrix_x4(qa[i0][i1], reinterpret_cast<const char*>(sm0 + (wr * 16 + i0 * 16) * 64) + sw0[i1]);
+        napkin_ldmatrix_x4(qa[i0][i1], reinterpret_cast<const char*>(sm0) + (sw0[i1]) + (wr * 16 + i0 * 16) * 128);
       }
     }
     float acc[1][8][4] = {};
@@ -620,7 +620,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             unsigned fb[2][2];
             #pragma unroll
             for (int i2 = 0; i2 < 2; ++i2) {
-              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>((sm1 + stage * 2048) + (i1 * 8) * 64) + sw1[i2]);
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
               napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
               napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
             }
@@ -710,7 +710,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             unsigned fb[2][2];
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>((sm2 + stage * 2048) + (i1 * 16) * 64) + sw2[i2]);
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
               napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
               napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
             }
@@ -763,7 +763,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             unsigned fb[2][2];
             #pragma unroll
             for (int i2 = 0; i2 < 2; ++i2) {
-              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>((sm1 + stage * 2048) + (i1 * 8) * 64) + sw1[i2]);
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
               napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
               napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
             }
@@ -835,7 +835,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             unsigned fb[2][2];
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>((sm2 + stage * 2048) + (i1 * 16) * 64) + sw2[i2]);
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
               napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
               napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
             }
