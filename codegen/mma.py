@@ -22,6 +22,7 @@ from ..compiler import tensorcore as tc
 from . import cexpr
 from . import program as P
 from .builder import Ix
+from .computed import ComputedTiles
 from .kernel import KernelLowering
 from .rowstats import RowStats
 from .tiles import SharedTiles, offset
@@ -29,7 +30,7 @@ from .tiles import SharedTiles, offset
 FM, FN, FK = tc.FRAGMENT
 
 
-class MmaLowering(RowStats, SharedTiles, KernelLowering):
+class MmaLowering(RowStats, ComputedTiles, SharedTiles, KernelLowering):
     def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
         super().__init__(plan, kp, names, sizes, index_type)
         self.site = kp.schedule.site   # compiler/tensorcore.py: what runs on the tensor cores
@@ -37,7 +38,7 @@ class MmaLowering(RowStats, SharedTiles, KernelLowering):
         self.values: dict = {}     # node -> the fragment element it is at the current point
         self.rows: dict = {}       # node -> its row vector (_row_vectors)
         self.row_scope: dict | None = None   # the point the row vectors are registered at
-        self.vectored: dict | None = None    # a run of 8 positions being computed (tiles._vectored)
+        self.vectored: dict | None = None    # a run of 8 positions being computed (computed._vectored)
         self.wm, self.wn, self.wtm, self.wtn = self._warps()
 
     def _warps(self) -> tuple[int, int, int, int]:

@@ -4,9 +4,10 @@ cp.async (codegen/mma.py, flash.py and chain.py copy through these).
 
 A tile is a dict built once per kernel (`_tile`, `_vector`) and copied per chunk (`_copy`):
 16 bytes at a time where the rows allow it, else one value at a time; zeros outside the
-arrays. Every position in a tile, stored or read by ldmatrix, is `offset`'s. `SharedTiles`
-is a mixin of `MmaLowering`: it reads the lowering's graph, names, sizes, schedule, shared
-buffers and builder.
+arrays. Every position in a tile, stored or read by ldmatrix, is `offset`'s. An operand
+computed as it is staged is codegen/computed.py's. `SharedTiles` is a mixin of
+`MmaLowering`: it reads the lowering's graph, names, sizes, schedule, shared buffers and
+builder.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..compiler import ir, split
-from ..compiler import tensorcore as tc
 from ..compiler.tilelayout import VALUES, TileLayout
 from . import cexpr, staging
 from . import program as P
@@ -131,10 +131,10 @@ class SharedTiles:
         def body():
             scope = {a: Ix(self._axis_var("org", a)) for a in axes if a != t["vector"]}
             scope[t["vector"]] = Ix(f"({c0} + e)")
-            offset = Layout(axes, self.sizes, self.itype).offset(scope)
+            source = Layout(axes, self.sizes, self.itype).offset(scope)
             param = t["param"]
             b.emit(P.Call("napkin_cp_async_4", (f"{self.at(t, stage)} + e",
-                                                f"{param} + ({offset})", f"(e < {clen}) ? 4 : 0")))
+                                                f"{param} + ({source})", f"(e < {clen}) ? 4 : 0")))
         if t["count"] > self.threads:
             self._each_thread(t["count"], body)
             return
@@ -207,7 +207,7 @@ class SharedTiles:
         def body():
             self._thread_element(per_row, vector)
             valid, source = self._element(t, "eo", "ei", c0, clen, window)
-            at = f"{self.at(t, stage)} + {offset(t['layout'], 'eo', 'ei')}"
+            at = f"{self.at(t, stage)} + {offset(t['layout'], 'eo', 'ei', self._row_term(per_row))}"
             if vector == 1:
                 zero = f"napkin_from_float<{t['ctype']}>(0.0f)"
                 value = f"{param}[{source}]"
@@ -225,6 +225,15 @@ class SharedTiles:
                                                      f"({valid}) ? 16 : 0")))
         self._each_thread(count, body, index=self.threads % per_row != 0)
 
+    def _row_term(self, per_row: int) -> str | None:
+        """The row a copy round's swizzle term is computed from, where every round of a
+        thread has the same one (`tiles.offset`'s `lane`): each thread keeps its column and
+        the rounds step by a multiple of 8 rows (the term's period), so the term is its
+        first row's, the same in every round and chunk; else None (each round's own)."""
+        if self.threads % per_row == 0 and (self.threads // per_row) % 8 == 0:
+            return f"tid / {per_row}"
+        return None
+
     def _thread_element(self, per_row: int, vector: int) -> None:
         """eo, ei: the local row and column of this thread's element (of `vector` values) in
         copy round r (index e), `per_row` elements to a row."""
@@ -237,77 +246,6 @@ class SharedTiles:
             b.emit(P.Decl("const int", "eo", f"e / {per_row}"))
             b.emit(P.Decl("const int", "ei", f"e % {per_row}" if vector == 1 else
                           f"(e % {per_row}) * {vector}"))
-
-    def _copy_computed(self, t: dict, vector: int, stage: str, c0: str, clen: str) -> None:
-        """The tile of an operand computed from loads (tensorcore.Site.computed): its value at
-        each element (the scalar emitter, reading the loads from global memory), rounded, zeros
-        outside; `vector` (8) consecutive elements at a time from one 16-byte load of each load
-        along the tile's inner axis (`_vectored`), stored 16 bytes at a time, or one."""
-        b = self.b
-        per_row = t["inner"].extent // vector
-        pack = "napkin_pack_half2" if t["ctype"] == "__half" else "napkin_pack_bf162"
-
-        def body():
-            self._thread_element(per_row, vector)
-            valid, scope = self._element_scope(t, "eo", "ei", c0, clen)
-            at = f"{self.at(t, stage)} + {offset(t['layout'], 'eo', 'ei')}"
-            if vector == 1:
-                zero = P.Set(f"({at})[0]", f"napkin_from_float<{t['ctype']}>(0.0f)")
-            else:
-                zero = P.Set(f"*reinterpret_cast<uint4*>({at})", "make_uint4(0u, 0u, 0u, 0u)")
-
-            def inside():
-                values = self._vectored(t["node"], t["inner"].name, scope, vector)
-                if vector == 1:
-                    b.emit(P.Set(f"({at})[0]", f"napkin_from_float<{t['ctype']}>({values[0]})"))
-                    return
-                words = [f"{pack}({values[i]}, {values[i + 1]})" for i in range(0, vector, 2)]
-                b.emit(P.Set(f"*reinterpret_cast<uint4*>({at})", f"make_uint4({', '.join(words)})"))
-            b.emit(P.If(valid, self._scoped(inside), (zero,)))
-        self._each_thread(t["outer"].extent * per_row, body, index=self.threads % per_row != 0)
-
-    def _vectored(self, n: int, axis: str, scope: dict, width: int) -> list[str]:
-        """n's values (C floats) at `width` consecutive positions of `axis` from scope's: with
-        width 8, each load along `axis` is read by one 16-byte load (`load`), its eight values
-        taken from the registers (`vectorizable` says when that is right)."""
-        if width == 1:
-            return [self.emitter.number(n, scope)]
-        base = scope[axis].expr
-        self.vectored = {"axis": axis, "base": base, "loads": {}}
-        try:
-            out = []
-            for j in range(width):
-                self.vectored["j"] = j
-                out.append(self.emitter.number(n, {**scope, axis: Ix(f"({base} + {j})")}))
-        finally:
-            self.vectored = None
-        return out
-
-    def load(self, n: int, scope: dict) -> str:
-        """A load at a position of `_vectored`'s run: the value from the run's 16-byte load."""
-        v = self.vectored
-        axes = ir.type_of(self.g, n).axes
-        if v is None or self.views or not axes or axes[-1] != v["axis"]:
-            return super().load(n, scope)
-        if n not in v["loads"]:
-            param, dtype = self.names[n]
-            offset = Layout(axes, self.sizes, self.itype).offset({**scope, v["axis"]: Ix(v["base"])})
-            v["loads"][n] = (self.b.value("uint4", f"*reinterpret_cast<const uint4*>({param} + "
-                                                   f"({offset}))", "lv"), dtype)
-        var, dtype = v["loads"][n]
-        return f"{'napkin_half_at' if dtype == 'f16' else 'napkin_bf16_at'}({var}, {v['j']})"
-
-    def vectorizable(self, n: int, axis: str, extent: int) -> str | bool | None:
-        """When `_vectored` may read n (computed from loads) along `axis` 8 positions at a time
-        from a run of `extent` of them (compiler/tensorcore.vector_loads, and a run of 8 inside
-        the axis or outside it: extent and size multiples of 8): always (True), by a runtime
-        test of the size (a C condition), or never (None)."""
-        if not tc.vector_loads(self.g, n, axis, self.k.nodes, self.loads):
-            return None
-        size = self.sizes[axis]
-        if extent % VECTOR or (size.isdigit() and int(size) % VECTOR):
-            return None
-        return True if size.isdigit() else f"{size} % {VECTOR} == 0"
 
     def _copy_rows(self, t: dict, per_row: int, stage: str, c0: str, clen: str) -> None:
         """The 16-byte copy when every thread keeps one column of vectors and steps down the

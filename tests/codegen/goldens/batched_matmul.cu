@@ -525,7 +525,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         for (int r = 0; r < 8; ++r) {
           const int eo = tid / 16 + r * 16;
           const int ei = tid % 16;
-          ((sm0 + 0 * 2048) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 0 * 2048) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 16; ++r) {
@@ -541,7 +541,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         for (int r = 0; r < 8; ++r) {
           const int eo = tid / 16 + r * 16;
           const int ei = tid % 16;
-          ((sm0 + 1 * 2048) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 1 * 2048) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 16; ++r) {
@@ -563,7 +563,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           for (int r = 0; r < 8; ++r) {
             const int eo = tid / 16 + r * 16;
             const int ei = tid % 16;
-            ((sm0 + fill * 2048) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm0 + fill * 2048) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
           }
           #pragma unroll 1
           for (int r = 0; r < 16; ++r) {

@@ -549,7 +549,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         for (int r = 0; r < 8; ++r) {
           const int eo = tid / 16 + r * 8;
           const int ei = tid % 16;
-          ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 16; ++r) {
@@ -565,7 +565,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         for (int r = 0; r < 8; ++r) {
           const int eo = tid / 16 + r * 8;
           const int ei = tid % 16;
-          ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 16; ++r) {
@@ -581,7 +581,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         for (int r = 0; r < 8; ++r) {
           const int eo = tid / 16 + r * 8;
           const int ei = tid % 16;
-          ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 16; ++r) {
@@ -603,7 +603,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           for (int r = 0; r < 8; ++r) {
             const int eo = tid / 16 + r * 8;
             const int ei = tid % 16;
-            ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
           }
           #pragma unroll 1
           for (int r = 0; r < 16; ++r) {

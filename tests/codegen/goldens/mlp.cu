@@ -705,7 +705,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           const int eo = tid / 4 + r * 16;
           const int ei = (tid % 4) * 4;
           const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + (((int)0 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          *reinterpret_cast<uint2*>((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
+          *reinterpret_cast<uint2*>((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 4) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
         }
         {
           const int ei = (tid % 16) * 8;
@@ -727,7 +727,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           const int eo = tid / 4 + r * 16;
           const int ei = (tid % 4) * 4;
           const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + (((int)0 + 16 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          *reinterpret_cast<uint2*>((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
+          *reinterpret_cast<uint2*>((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 4) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
         }
         {
           const int ei = (tid % 16) * 8;
@@ -749,7 +749,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           const int eo = tid / 4 + r * 16;
           const int ei = (tid % 4) * 4;
           const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + (((int)0 + 32 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          *reinterpret_cast<uint2*>((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
+          *reinterpret_cast<uint2*>((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 4) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
         }
         {
           const int ei = (tid % 16) * 8;
@@ -777,7 +777,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
             const int eo = tid / 4 + r * 16;
             const int ei = (tid % 4) * 4;
             const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + ((c0 + 48 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            *reinterpret_cast<uint2*>((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
+            *reinterpret_cast<uint2*>((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((tid / 4) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
           }
           {
             const int ei = (tid % 16) * 8;

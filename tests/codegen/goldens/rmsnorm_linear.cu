@@ -429,9 +429,9 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const float v5 = (napkin_half_at(lv0, 5) * napkin_half_at(lv1, 5));
             const float v6 = (napkin_half_at(lv0, 6) * napkin_half_at(lv1, 6));
             const float v7 = (napkin_half_at(lv0, 7) * napkin_half_at(lv1, 7));
-            *reinterpret_cast<uint4*>((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8))) = make_uint4(napkin_pack_half2(v0, v1), napkin_pack_half2(v2, v3), napkin_pack_half2(v4, v5), napkin_pack_half2(v6, v7));
+            *reinterpret_cast<uint4*>((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(napkin_pack_half2(v0, v1), napkin_pack_half2(v2, v3), napkin_pack_half2(v4, v5), napkin_pack_half2(v6, v7));
           } else {
-            *reinterpret_cast<uint4*>((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8))) = make_uint4(0u, 0u, 0u, 0u);
+            *reinterpret_cast<uint4*>((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(0u, 0u, 0u, 0u);
           }
         }
         {
@@ -464,9 +464,9 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const float v13 = (napkin_half_at(lv2, 5) * napkin_half_at(lv3, 5));
             const float v14 = (napkin_half_at(lv2, 6) * napkin_half_at(lv3, 6));
             const float v15 = (napkin_half_at(lv2, 7) * napkin_half_at(lv3, 7));
-            *reinterpret_cast<uint4*>((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8))) = make_uint4(napkin_pack_half2(v8, v9), napkin_pack_half2(v10, v11), napkin_pack_half2(v12, v13), napkin_pack_half2(v14, v15));
+            *reinterpret_cast<uint4*>((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(napkin_pack_half2(v8, v9), napkin_pack_half2(v10, v11), napkin_pack_half2(v12, v13), napkin_pack_half2(v14, v15));
           } else {
-            *reinterpret_cast<uint4*>((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8))) = make_uint4(0u, 0u, 0u, 0u);
+            *reinterpret_cast<uint4*>((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(0u, 0u, 0u, 0u);
           }
         }
         {
@@ -499,9 +499,9 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const float v21 = (napkin_half_at(lv4, 5) * napkin_half_at(lv5, 5));
             const float v22 = (napkin_half_at(lv4, 6) * napkin_half_at(lv5, 6));
             const float v23 = (napkin_half_at(lv4, 7) * napkin_half_at(lv5, 7));
-            *reinterpret_cast<uint4*>((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8))) = make_uint4(napkin_pack_half2(v16, v17), napkin_pack_half2(v18, v19), napkin_pack_half2(v20, v21), napkin_pack_half2(v22, v23));
+            *reinterpret_cast<uint4*>((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(napkin_pack_half2(v16, v17), napkin_pack_half2(v18, v19), napkin_pack_half2(v20, v21), napkin_pack_half2(v22, v23));
           } else {
-            *reinterpret_cast<uint4*>((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8))) = make_uint4(0u, 0u, 0u, 0u);
+            *reinterpret_cast<uint4*>((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(0u, 0u, 0u, 0u);
           }
         }
         {
@@ -540,9 +540,9 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
               const float v29 = (napkin_half_at(lv6, 5) * napkin_half_at(lv7, 5));
               const float v30 = (napkin_half_at(lv6, 6) * napkin_half_at(lv7, 6));
               const float v31 = (napkin_half_at(lv6, 7) * napkin_half_at(lv7, 7));
-              *reinterpret_cast<uint4*>((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8))) = make_uint4(napkin_pack_half2(v24, v25), napkin_pack_half2(v26, v27), napkin_pack_half2(v28, v29), napkin_pack_half2(v30, v31));
+              *reinterpret_cast<uint4*>((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(napkin_pack_half2(v24, v25), napkin_pack_half2(v26, v27), napkin_pack_half2(v28, v29), napkin_pack_half2(v30, v31));
             } else {
-              *reinterpret_cast<uint4*>((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8))) = make_uint4(0u, 0u, 0u, 0u);
+              *reinterpret_cast<uint4*>((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(0u, 0u, 0u, 0u);
             }
           }
           {
