@@ -28,7 +28,8 @@ from .memory import PIPELINE
 from .model import Model
 from .target import Target
 from .tensorcore import ChainSite, FlashSite, Site, examine
-from .tilelayout import TileLayout, operand_layouts
+from . import tilelayout
+from .tilelayout import TileLayout
 from .warps import FRAGMENT
 
 WARP = 32
@@ -256,6 +257,34 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
                     tuple(sorted(per_warp.items())), None, None, tuple(sorted(warps.items())),
                     threads, threads, choice, stages=PIPELINE,
                     layouts=operand_layouts(g, found, tile, choice.stream[1]))
+
+
+def operand_tiles(site, tile: dict, chunk: int) -> list[tuple[int, tuple[str, int], tuple[str, int]]]:
+    """(operand, (its fragment or row axis, extent), (its k axis, extent)) of every tile a
+    tensor-core site stages (codegen: MmaLowering, FlashLowering, ChainLowering), once each."""
+    if isinstance(site, FlashSite):
+        found = [(site.q, (site.row, tile[site.row]), (site.dk, site.head)),
+                 (site.k, (site.red, chunk), (site.dk, site.head)),
+                 (site.v, (site.dv, site.width), (site.red, chunk))]
+    elif isinstance(site, ChainSite):
+        found = [(sc.a, (site.row, tile[site.row]), (sc.dk, sc.head)) for sc in site.scores]
+        found += [(sc.b, (site.red, chunk), (sc.dk, sc.head)) for sc in site.scores]
+        found += [(p.c, (p.e, p.width), (site.red, chunk)) for p in site.outs]
+    else:
+        found = [(site.a, (site.row, tile[site.row]), (site.red, chunk)),
+                 (site.b, (site.col, tile[site.col]), (site.red, chunk))]
+    return list(dict.fromkeys(found))
+
+
+def operand_layouts(g, site, tile: dict, chunk: int) -> tuple[tuple[int, TileLayout], ...]:
+    """Each staged operand's layout: its inner axis is the one of the two later in the array
+    (contiguous: the copy is coalesced), rows over the other."""
+    out = []
+    for n, frag, k in operand_tiles(site, tile, chunk):
+        axes = ir.type_of(g, n).axes
+        inner, outer = (frag, k) if axes.index(frag[0]) > axes.index(k[0]) else (k, frag)
+        out.append((n, tilelayout.layout(outer[1], inner[1], (outer[0], inner[0]))))
+    return tuple(out)
 
 
 def _positive(kernel: str, what: str, value) -> None:

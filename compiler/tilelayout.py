@@ -20,8 +20,8 @@ cover the line's eight 16-byte chunks once each.
 - **Padded** (the rest: 6, 10, 12, 14, ... chunks, a value width of 48): each row is
   followed by `ROW_PAD` values (one chunk), which makes the rows' distance odd.
 
-The rule (`swizzles`) is decided once per tile, in the planner's Schedule (`Schedule.
-layouts`, built by `operand_layouts`), which codegen reads (codegen/tiles.py: every store
+The rule is decided once per tile, in the planner's Schedule (`Schedule.layouts`, built by
+`schedule.operand_layouts`), which codegen reads (codegen/tiles.py: every store
 into a tile and every ldmatrix address go through one `offset`), and in the shared-memory
 footprint M (compiler/memory.py), vectorised over the candidates.
 """
@@ -29,8 +29,6 @@ footprint M (compiler/memory.py), vectorised over the candidates.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from . import ir
 
 VALUES = 8       # 16-bit values per 16-byte chunk (one cp.async, one ldmatrix row)
 LINE = 8         # chunks per 128-byte line of the 32 banks
@@ -93,35 +91,4 @@ def layout(outer: int, inner: int, axes: tuple[str, str] = ("", "")) -> TileLayo
     return TileLayout(axes, outer, inner, inner, (LINE // chunks).bit_length() - 1, chunks - 1)
 
 
-def operand_tiles(site, tile: dict, chunk: int) -> list[tuple[int, tuple[str, int], tuple[str, int]]]:
-    """(operand, (its fragment or row axis, extent), (its k axis, extent)) of every tile a
-    tensor-core site stages (codegen: MmaLowering, FlashLowering, ChainLowering), once each."""
-    from .chain import ChainSite
-    from .flash import FlashSite
-    if isinstance(site, FlashSite):
-        found = [(site.q, (site.row, tile[site.row]), (site.dk, site.head)),
-                 (site.k, (site.red, chunk), (site.dk, site.head)),
-                 (site.v, (site.dv, site.width), (site.red, chunk))]
-    elif isinstance(site, ChainSite):
-        found = [(sc.a, (site.row, tile[site.row]), (sc.dk, sc.head)) for sc in site.scores]
-        found += [(sc.b, (site.red, chunk), (sc.dk, sc.head)) for sc in site.scores]
-        found += [(p.c, (p.e, p.width), (site.red, chunk)) for p in site.outs]
-    else:
-        found = [(site.a, (site.row, tile[site.row]), (site.red, chunk)),
-                 (site.b, (site.col, tile[site.col]), (site.red, chunk))]
-    return list(dict.fromkeys(found))
-
-
-def operand_layouts(g, site, tile: dict, chunk: int) -> tuple[tuple[int, TileLayout], ...]:
-    """Each staged operand's layout: its inner axis is the one of the two later in the array
-    (contiguous: the copy is coalesced), rows over the other."""
-    out = []
-    for n, frag, k in operand_tiles(site, tile, chunk):
-        axes = ir.type_of(g, n).axes
-        inner, outer = (frag, k) if axes.index(frag[0]) > axes.index(k[0]) else (k, frag)
-        out.append((n, layout(outer[1], inner[1], (outer[0], inner[0]))))
-    return tuple(out)
-
-
-__all__ = ["TileLayout", "layout", "swizzles", "plain", "row_pad", "operand_layouts", "operand_tiles",
-           "ROW_PAD", "VALUES", "LINE"]
+__all__ = ["TileLayout", "layout", "swizzles", "plain", "row_pad", "ROW_PAD", "VALUES", "LINE"]

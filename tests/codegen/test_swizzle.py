@@ -117,6 +117,18 @@ def test_shared_memory_counts_the_padded_tiles():
     assert prog.smem_bytes({}) <= tiles + 2 * 16 and tiles <= kp.cost.levels[1].M
 
 
+def test_explain_prints_each_tiles_layout(capsys):
+    import json
+    from ..compiler.test_explain import run_cli
+    args = ("explain", "attention", "--target", "a100", "--shape", "b=4,h=16,q=4096,x=4096")
+    status, out, _ = run_cli(capsys, *args, "-D", "d=48")
+    assert status == 0 and "shared tiles: Q [64][48] padded (rows of 56)" in out
+    status, out, _ = run_cli(capsys, *args, "--json")
+    tiles = json.loads(out)["kernels"][0]["engine"]["tiles"]
+    assert [(t["array"], t["layout"], t["xor"]) for t in tiles] == \
+        [(a, "swizzled", "16-byte chunk ^= row & 7") for a in "QKV"]
+
+
 # -- on the emulator ---------------------------------------------------------------------------
 
 ODD, MULTIPLE = {"m": 70, "k": 83, "n": 50}, {"m": 128, "k": 128, "n": 256}
