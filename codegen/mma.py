@@ -3,9 +3,9 @@
 The plan's `warps` (compiler/tensorcore.py) split the block's `BM x BN` tile
 into `wm x wn` warp tiles of `FM x FN` fragments (16 x 8 each). Per chunk of
 `BK` along the contracted axis, the block copies both operands' tiles into
-shared memory (rows padded by 8 halves so that ldmatrix's eight row addresses
-fall in different banks; positions outside the arrays are zeros, which add
-nothing), then each warp, per 16 of the chunk, loads its A fragments
+shared memory (in the layout the schedule gives each, compiler/tilelayout.py:
+XOR-swizzled or padded rows, so that ldmatrix's eight row addresses fall in
+different banks; positions outside the arrays are zeros, which add nothing), then each warp, per 16 of the chunk, loads its A fragments
 (`ldmatrix.x4`) and B fragments (`ldmatrix.x2`), transposed when the operand's
 contiguous axis is not the contracted one, and issues `FM x FN` mmas into f32
 accumulators. After the last chunk each lane holds, per fragment, rows `g` and
@@ -34,7 +34,7 @@ class MmaLowering(RowStats, ComputedTiles, SharedTiles, KernelLowering):
     def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
         super().__init__(plan, kp, names, sizes, index_type)
         self.site = kp.schedule.site   # compiler/tensorcore.py: what runs on the tensor cores
-        self.staging = set()       # the operands get their own padded tiles; others: global
+        self.staging = set()       # the operands get their own tiles (tiles.py); others: global
         self.values: dict = {}     # node -> the fragment element it is at the current point
         self.rows: dict = {}       # node -> its row vector (_row_vectors)
         self.row_scope: dict | None = None   # the point the row vectors are registered at
