@@ -26,7 +26,7 @@ class Builder:
         self._loops: list[tuple[str, int | None]] = []   # enclosing loops: (var, static trips)
         self._hoist: int | None = None     # where `invariant` tables go in the top scope
         self._hoisted: list = []
-        self._tables: dict[str, str] = {}
+        self._tables: dict[tuple, str] = {}
         self.fixed: frozenset[str] = frozenset()   # names declared before the hoist point
 
     def fresh(self, prefix: str) -> str:
@@ -92,9 +92,10 @@ class Builder:
         if self._hoist is None or any(n not in self.fixed and trips.get(n) is None
                                       for n in names):
             return expr
-        name = self._tables.get(expr)
+        key = (expr, tuple(used))          # (the same text under loops of other trip counts:
+        name = self._tables.get(key)       # a table of its own)
         if name is None:
-            name = self._tables[expr] = self.fresh(prefix)
+            name = self._tables[key] = self.fresh(prefix)
             cell = name + "".join(f"[{v}]" for v, _ in used)
             body = (P.Set(cell, expr),)
             for v, n in reversed(used):

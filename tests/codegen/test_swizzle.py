@@ -84,6 +84,27 @@ def test_a_seeded_wrong_row_term_is_a_bank_conflict(inner):
     assert len(set(banks(wrong, range(8), 0))) < 8
 
 
+def test_invariant_tables_hoist_what_reads_only_lanes_and_unrolled_indices():
+    from napkin.codegen import program as P
+    from napkin.codegen.builder import Builder
+    b = Builder()
+    b.emit(P.Decl("const int", "lane", "tid % 32"))
+    b.hoist_here(("lane",))
+    got = {}
+
+    def inner(trips):
+        def body():
+            got[trips] = b.invariant("int", "(kk * 16) ^ lane", "sw")
+            got["stage"] = b.invariant("int", "stage * 4 + lane", "sw")
+        b.loop("kk", "0", str(trips), "1", body, unroll=True)
+    b.loop("c0", "0", "n", "16", lambda: (inner(4), inner(2)))
+    assert got[4] == "sw0[kk]" and got[2] == "sw1[kk]"       # the same text, its own trips
+    assert got["stage"] == "stage * 4 + lane"                  # reads a loop's variable
+    top = b.statements
+    assert [type(x).__name__ for x in top] == ["Decl", "Decl", "For", "Decl", "For", "For"]
+    assert top[1].shape == (4,) and top[3].shape == (2,) and top[-1].var == "c0"
+
+
 def tiles_of(p) -> list:
     return [lay for kp in on_tensor_cores(p) for _, lay in kp.schedule.layouts]
 
