@@ -1,4 +1,4 @@
-"""The shared-memory layout of a tensor-core operand tile: XOR-swizzled rows, or padded ones.
+"""The shared-memory layout of a tensor-core operand tile: XOR-swizzled, plain or padded rows.
 
 A tile is `[outer][inner]` 16-bit values, `inner` the axis contiguous in the array (so the
 copy into it is coalesced). Its rows are read by ldmatrix eight at a time, 16 bytes from
@@ -11,7 +11,8 @@ cover the line's eight 16-byte chunks once each.
   more chunks a row (rows of 128 bytes or a multiple) the term is `r % 8` on the chunk's low
   three bits: eight consecutive rows read at one logical chunk land in eight different
   chunks of the line. With 4 chunks (64-byte rows) two rows share a line and the term is
-  `(r >> 1) % 4`; with 2 chunks (32 bytes), `(r >> 2) % 2` (CUTLASS's `Swizzle<B, 3, S>`;
+  `(r >> 1) % 4`; with 2 chunks (32 bytes), `(r >> 2) % 2` (on the value offset, CUTLASS's
+  `Swizzle<B, 3, S>`, B = 1, 2, 3, S = 3 up to 64-value rows, log2(inner) - 3 beyond;
   FlashAttention-2's `Swizzle<3, 3, 3>` for 64-value rows). The term repeats every 8 rows,
   and every row origin the kernels read from (fragment starts, chunk starts) is a multiple
   of 8, so a lane's term depends on its own row within the 8 only.
