@@ -16,7 +16,7 @@ import numpy as np
 
 from .choices import NUMBERS, Choice, Choices, number, prod, total
 from .target import Target
-from .tilelayout import ROW_PAD, row_pad
+from .tilelayout import row_pad
 
 ALIGN_PAD = 16   # bytes of alignment padding a shared-memory buffer may need
 PIPELINE = 2     # stages of a tensor-core kernel's streamed tiles (the Schedule's `stages`)
