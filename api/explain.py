@@ -161,6 +161,20 @@ def _split_lines(sp: dict, fmt) -> list[str]:
     return lines
 
 
+def _tiles(plan: Plan, sched) -> list[dict]:
+    """Each staged operand tile's shared layout (Schedule.layouts, compiler/tilelayout.py):
+    its rows and values a row, swizzled (the XOR's row term), plain or padded."""
+    out = []
+    for n, lay in sched.layouts:
+        one = {"array": array_name(plan.graph, n), "rows": lay.outer, "row_values": lay.inner,
+               "pitch": lay.pitch, "layout": lay.kind}
+        if lay.mask:
+            term = f"(row >> {lay.shift})" if lay.shift else "row"
+            one["xor"] = f"16-byte chunk ^= {term} & {lay.mask}"
+        out.append(one)
+    return out
+
+
 def _engine(plan: Plan, kp) -> dict:
     """What computes the kernel's contraction: tensor cores (how) or CUDA cores (why)."""
     fm, fn, fk = tensorcore.FRAGMENT
@@ -169,12 +183,13 @@ def _engine(plan: Plan, kp) -> dict:
     if sched.tensor_cores:
         found = sched.site
         wm, wn, tm, tn = sched.warp_layout()
+        tiles = _tiles(plan, sched)
         if isinstance(found, tensorcore.FlashSite):
             return {"kind": "tensor cores", "algorithm": "FlashAttention-2",
                     "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
                     "rows": found.row, "cols": found.dv, "warps": [wm, 1],
                     "warp_tile": [tm, found.width], "fragments": [tm // fm, found.width // fn],
-                    "stages": sched.stages}
+                    "stages": sched.stages, "tiles": tiles}
         if isinstance(found, tensorcore.ChainSite):
             g = plan.graph
             width = max(p.width for p in found.outs)
@@ -185,12 +200,12 @@ def _engine(plan: Plan, kp) -> dict:
                     "streamed": found.red,
                     "scores": [array_name(g, s.node) for s in found.scores],
                     "outputs": [array_name(g, p.node) for p in found.outs],
-                    "stages": sched.stages}
+                    "stages": sched.stages, "tiles": tiles}
         return {"kind": "tensor cores", "algorithm": "matrix product",
                 "instruction": instruction,
                 "dtype": found.dtype, "accumulate": "f32", "rows": found.row, "cols": found.col,
                 "warps": [wm, wn], "warp_tile": [tm, tn], "fragments": [tm // fm, tn // fn],
-                "stages": sched.stages}
+                "stages": sched.stages, "tiles": tiles}
     found = tensorcore.best_site(plan.graph, kp.kernel, plan.target, plan.sizes)
     if not isinstance(found, str):
         why = ("tensor cores are off" if not plan.tensor_cores else
@@ -292,6 +307,11 @@ def render_text(rep: dict) -> str:
                          f"{eng['warp_tile'][1]} tile of {eng['fragments'][0]} x "
                          f"{eng['fragments'][1]} fragments; chunks copied {eng['stages'] - 1} "
                          f"ahead by cp.async ({eng['stages']} stages)")
+            lines.append("    shared tiles: " + ", ".join(
+                f"{t['array']} [{t['rows']}][{t['row_values']}] {t['layout']}" +
+                (f" ({t['xor']})" if "xor" in t else
+                 f" (rows of {t['pitch']})" if t["layout"] == "padded" else "")
+                for t in eng["tiles"]))
             if k.get("heaviest_first"):
                 lines.append(f"    blocks launch the last {', '.join(k['heaviest_first'])} tiles "
                              "first (they run the most chunks: the heaviest first)")

@@ -1,7 +1,9 @@
-"""Building statement lists: nested scopes, fresh names, and a value cache per scope."""
+"""Building statement lists: nested scopes, fresh names, a value cache per scope, and values
+hoisted out of every loop (`invariant`)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from . import program as P
@@ -21,6 +23,11 @@ class Builder:
         self._stack: list[list] = [[]]
         self._cache: list[dict] = [{}]
         self._count: dict[str, int] = {}
+        self._loops: list[tuple[str, int | None]] = []   # enclosing loops: (var, static trips)
+        self._hoist: int | None = None     # where `invariant` tables go in the top scope
+        self._hoisted: list = []
+        self._tables: dict[tuple, str] = {}
+        self.fixed: frozenset[str] = frozenset()   # names declared before the hoist point
 
     def fresh(self, prefix: str) -> str:
         n = self._count.get(prefix, 0)
@@ -58,13 +65,51 @@ class Builder:
         """A for-loop whose body `body_fn()` emits into a fresh scope; unrolled when asked,
         or (unroll None) when it counts from 0 to at most 64 by ones."""
         self.open()
-        body_fn()
+        static = start == "0" and step == "1" and stop.isdigit() and unroll is True
+        self._loops.append((var, int(stop) if static else None))
+        try:
+            body_fn()
+        finally:
+            self._loops.pop()
         update = f"++{var}" if step == "1" else f"{var} += {step}"
         if unroll is None:
             unroll = start == "0" and stop.isdigit() and step == "1" and int(stop) <= 64
         self.emit(P.For(var, start, f"{var} < {stop}", update, self.close(), unroll, ctype))
 
+    def hoist_here(self, fixed) -> None:
+        """Tables of `invariant` go here (the top scope), where the names `fixed` are known."""
+        assert len(self._stack) == 1
+        self._hoist, self.fixed = len(self._stack[0]), frozenset(fixed)
+
+    def invariant(self, ctype: str, expr: str, prefix: str) -> str:
+        """`expr` computed once per thread, before every loop: a table over the enclosing
+        unrolled loops of static trip counts whose variables it reads (registers, once
+        unrolled), indexed by them here; `expr` itself where it reads anything else (or no
+        hoist point is set)."""
+        names = set(re.findall(r"[A-Za-z_]\w*", expr))
+        trips = dict(self._loops)
+        used = [(v, trips[v]) for v, _ in self._loops if v in names]
+        if self._hoist is None or any(n not in self.fixed and trips.get(n) is None
+                                      for n in names):
+            return expr
+        key = (expr, tuple(used))          # (the same text under loops of other trip counts:
+        name = self._tables.get(key)       # a table of its own)
+        if name is None:
+            name = self._tables[key] = self.fresh(prefix)
+            cell = name + "".join(f"[{v}]" for v, _ in used)
+            body = (P.Set(cell, expr),)
+            for v, n in reversed(used):
+                body = (P.For(v, "0", f"{v} < {n}", f"++{v}", body, True),)
+            self._hoisted.append(P.Decl(ctype, name, shape=tuple(n for _, n in used))
+                                 if used else P.Decl(f"const {ctype}", name, expr))
+            if used:
+                self._hoisted.extend(body)
+        return name + "".join(f"[{v}]" for v, _ in used)
+
     @property
     def statements(self) -> tuple:
         assert len(self._stack) == 1
-        return tuple(self._stack[0])
+        top = self._stack[0]
+        if self._hoist is None:
+            return tuple(top)
+        return tuple(top[:self._hoist]) + tuple(self._hoisted) + tuple(top[self._hoist:])

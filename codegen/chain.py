@@ -2,7 +2,7 @@
 
 Per block: the stationary operands' tiles (the block's rows) are copied to shared memory
 once. Per chunk of `BC` positions of the streamed axis, every streamed operand is staged
-once (padded rows, zeros outside; an array both a score's B and an output's C is one tile
+once (swizzled or padded rows: compiler/tilelayout.py; zeros outside; an array both a score's B and an output's C is one tile
 read both ways), each warp computes every score tile as C fragments (`FM x BC/8` mmas per
 16 of its contracted axis, the A fragments by ldmatrix.x4 from the stationary tile), and
 then, per output and per 16 of the chunk, the scalar emitter evaluates the output's chunk

@@ -3,9 +3,9 @@
 The plan's `warps` (compiler/tensorcore.py) split the block's `BM x BN` tile
 into `wm x wn` warp tiles of `FM x FN` fragments (16 x 8 each). Per chunk of
 `BK` along the contracted axis, the block copies both operands' tiles into
-shared memory (rows padded by 8 halves so that ldmatrix's eight row addresses
-fall in different banks; positions outside the arrays are zeros, which add
-nothing), then each warp, per 16 of the chunk, loads its A fragments
+shared memory (in the layout the schedule gives each, compiler/tilelayout.py:
+XOR-swizzled or padded rows, so that ldmatrix's eight row addresses fall in
+different banks; positions outside the arrays are zeros, which add nothing), then each warp, per 16 of the chunk, loads its A fragments
 (`ldmatrix.x4`) and B fragments (`ldmatrix.x2`), transposed when the operand's
 contiguous axis is not the contracted one, and issues `FM x FN` mmas into f32
 accumulators. After the last chunk each lane holds, per fragment, rows `g` and
@@ -22,22 +22,23 @@ from ..compiler import tensorcore as tc
 from . import cexpr
 from . import program as P
 from .builder import Ix
+from .computed import ComputedTiles
 from .kernel import KernelLowering
 from .rowstats import RowStats
-from .tiles import SharedTiles
+from .tiles import SharedTiles, offset
 
 FM, FN, FK = tc.FRAGMENT
 
 
-class MmaLowering(RowStats, SharedTiles, KernelLowering):
+class MmaLowering(RowStats, ComputedTiles, SharedTiles, KernelLowering):
     def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
         super().__init__(plan, kp, names, sizes, index_type)
         self.site = kp.schedule.site   # compiler/tensorcore.py: what runs on the tensor cores
-        self.staging = set()       # the operands get their own padded tiles; others: global
+        self.staging = set()       # the operands get their own tiles (tiles.py); others: global
         self.values: dict = {}     # node -> the fragment element it is at the current point
         self.rows: dict = {}       # node -> its row vector (_row_vectors)
         self.row_scope: dict | None = None   # the point the row vectors are registered at
-        self.vectored: dict | None = None    # a run of 8 positions being computed (tiles._vectored)
+        self.vectored: dict | None = None    # a run of 8 positions being computed (computed._vectored)
         self.wm, self.wn, self.wtm, self.wtn = self._warps()
 
     def _warps(self) -> tuple[int, int, int, int]:
@@ -66,6 +67,7 @@ class MmaLowering(RowStats, SharedTiles, KernelLowering):
             b.emit(P.Decl("const int", "wc", f"(tid / 32) % {self.wn}"))
         b.emit(P.Decl("const int", "fg", "lane / 4"))
         b.emit(P.Decl("const int", "fq", "lane % 4"))
+        b.hoist_here(("tid", "lane", "wr", "wc", "fg", "fq"))
         return self._grid(name)
 
     def _warp_col(self) -> str:
@@ -244,31 +246,54 @@ class MmaLowering(RowStats, SharedTiles, KernelLowering):
         col = [first] + (["(lane / 16) * 8"] if along == "n" else [])
         kk = [k0] + (["(lane / 16) * 16"] if along == "k" else [])
         if t["inner"].name == t["k"]:
-            row, k = " + ".join(col + ["lane % 8"]), " + ".join(kk + ["((lane / 8) % 2) * 8"])
-            address, suffix = f"({row}) * {t['pitch']} + {k}", ""
+            k = " + ".join(kk + ["((lane / 8) % 2) * 8"])
+            address, suffix = self._fragment_address(t, col[0], " + ".join(col[1:] + ["lane % 8"]),
+                                                    k), ""
         else:
-            trow, tk = " + ".join(col), " + ".join(kk + ["lane % 8", "((lane / 8) % 2) * 8"])
-            address, suffix = f"({tk}) * {t['pitch']} + {trow}", "_trans"
+            trow = " + ".join(col)
+            address, suffix = self._fragment_address(t, kk[0], " + ".join(
+                kk[1:] + ["lane % 8", "((lane / 8) % 2) * 8"]), trow), "_trans"
         self.b.emit(P.Call(f"napkin_ldmatrix_x4_pair{suffix}",
-                           (dest0, dest1, f"{self.at(t)} + {address}")))
+                           (dest0, dest1, address)))
 
     def _ldmatrix(self, t: dict, dest: str, first: str, k0: str, count: int) -> None:
         """Fragments of `count` 8x8 matrices from the tile: this lane's row address.
 
         Lanes 8j..8j+7 address matrix j. A (x4): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15),
         row-block fastest; B (x2): k 0-7 then 8-15 of 8 columns. Stored k-contiguous, a lane
-        addresses a row of the fragment axis; stored the other way, a row of k (.trans)."""
+        addresses a row of the fragment axis; stored the other way, a row of k (.trans).
+        Every row origin (`first`, `k0`) is a multiple of 8, so a swizzled tile's term is
+        the lane's row within its 8: `lane % 8` (tiles.offset)."""
         if count == 4:
-            row, k = f"{first} + lane % 16", f"{k0} + (lane / 16) * 8"
-            trow, tk = f"{first} + ((lane / 8) % 2) * 8", f"{k0} + lane % 8 + (lane / 16) * 8"
+            row, k = "lane % 16", f"{k0} + (lane / 16) * 8"
+            trow, tk = f"{first} + ((lane / 8) % 2) * 8", "lane % 8 + (lane / 16) * 8"
         else:
-            row, k = f"{first} + lane % 8", f"{k0} + ((lane / 8) % 2) * 8"
-            trow, tk = first, f"{k0} + lane % 8 + ((lane / 8) % 2) * 8"
+            row, k = "lane % 8", f"{k0} + ((lane / 8) % 2) * 8"
+            trow, tk = first, "lane % 8 + ((lane / 8) % 2) * 8"
         if t["inner"].name == t["k"]:
-            address, suffix = f"({row}) * {t['pitch']} + {k}", ""
+            address, suffix = self._fragment_address(t, first, row, k), ""
         else:
-            address, suffix = f"({tk}) * {t['pitch']} + {trow}", "_trans"
-        self.b.emit(P.Call(f"napkin_ldmatrix_x{count}{suffix}", (dest, f"{self.at(t)} + {address}")))
+            address, suffix = self._fragment_address(t, k0, tk, trow), "_trans"
+        self.b.emit(P.Call(f"napkin_ldmatrix_x{count}{suffix}", (dest, address)))
+
+    def _fragment_address(self, t: dict, origin: str, lane_row: str, col: str) -> str:
+        """The shared address (C) a lane's ldmatrix row starts at, in the tile's stage in
+        use: row `origin + lane_row` (origin a multiple of 8: a fragment's or a 16 of k's
+        start), column `col` (tiles.offset). In a swizzled tile the lane's part, `lane_row *
+        pitch + (col ^ term)` in bytes, is computed once per thread before every loop
+        (`Builder.invariant`: a table over the unrolled fragment and k-step indices it
+        reads); the address is the tile's start, plus that entry and the stage's bytes (an
+        add per entry and chunk), plus the origin's rows (an immediate of the LDSM). Written
+        as `(tile + stage * count) + ...` in values, ptxas recomputed the stage's start at
+        each LDSM (an IMAD and a shift). A padded or plain tile's address is as it always
+        was."""
+        layout = t["layout"]
+        if not layout.mask:
+            return f"{self.at(t)} + {offset(layout, f'{origin} + {lane_row}', col)}"
+        lane = self.b.invariant("int", f"({offset(layout, lane_row, col, 'lane % 8')}) * 2", "sw")
+        stage = f" + stage * {t['count'] * 2}" if t["stages"] > 1 else ""
+        return (f"reinterpret_cast<const char*>({t['name']}) + ({lane}{stage}) + "
+                f"({origin}) * {layout.pitch * 2}")
 
     # -- epilogue ----------------------------------------------------------------------------
     def _epilogue_mma(self, fm: int, fn: int, stats=()) -> None:

@@ -34,7 +34,7 @@ class Stat:
     slots: dict            # state slot -> register array (one entry per row the thread takes)
     buffer: str            # shared memory: the finished value of each of the block's rows
     vector: str | bool | None   # the argument read 8 positions at a time: always, by a size
-                                # test (C), never (tiles.vectorizable)
+                                # test (C), never (computed.vectorizable)
 
 
 class RowStats:

@@ -1,10 +1,13 @@
-"""Shared-memory tiles of the tensor-core kernels: the operands' padded tiles and 4-byte
-vectors, staged by cp.async (codegen/mma.py, flash.py and chain.py copy through these).
+"""Shared-memory tiles of the tensor-core kernels: the operands' tiles (swizzled, plain or
+padded rows: the schedule's `layouts`, compiler/tilelayout.py) and 4-byte vectors, staged by
+cp.async (codegen/mma.py, flash.py and chain.py copy through these).
 
 A tile is a dict built once per kernel (`_tile`, `_vector`) and copied per chunk (`_copy`):
 16 bytes at a time where the rows allow it, else one value at a time; zeros outside the
-arrays. `SharedTiles` is a mixin of `MmaLowering`: it reads the lowering's graph, names,
-sizes, schedule, shared buffers and builder.
+arrays. Every position in a tile, stored or read by ldmatrix, is `offset`'s. An operand
+computed as it is staged is codegen/computed.py's. `SharedTiles` is a mixin of
+`MmaLowering`: it reads the lowering's graph, names, sizes, schedule, shared buffers and
+builder.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..compiler import ir, split
-from ..compiler import tensorcore as tc
+from ..compiler.tilelayout import VALUES, TileLayout
 from . import cexpr, staging
 from . import program as P
 from .builder import Ix
@@ -27,6 +30,25 @@ CHUNK = "chunk"  # a tile axis's origin and bound: the chunk being copied
 # async copies do), never dereferenced; the emulator checks that no byte is read there
 # (runtime/emulate: the source is tested only when src-size > 0). Selecting a safe pointer
 # instead cost two SEL and two MOV per copy in the main loop.
+
+
+SHIFT = VALUES.bit_length() - 1   # log2 of the values in a 16-byte chunk
+
+
+def offset(layout: TileLayout, row: str, col: str, lane: str | None = None) -> str:
+    """The position (C, in values from the stage's start) of the value at `row`, `col` of a
+    tile: row * pitch + col, the column's 16-byte chunk XORed with the row's term where the
+    layout is swizzled (compiler/tilelayout.py). The term repeats every 8 rows: `lane`, when
+    given, is the row's part within its 8 (the row less a multiple of 8: a fragment's or a
+    chunk's origin), which the term is computed from, so that it is the same in every chunk
+    and fragment (loop-invariant: computed once per thread)."""
+    at = f"({row}) * {layout.pitch}"
+    if not layout.mask:
+        return f"{at} + {col}"
+    # ((r >> shift) & mask) << SHIFT in two operations (shift <= SHIFT: rows of 2 chunks or more)
+    term = f"(({lane if lane is not None else row}) << {SHIFT - layout.shift}) & " \
+        f"{layout.mask << SHIFT}"
+    return f"{at} + (({col}) ^ ({term}))"
 
 
 class TileAxis(NamedTuple):
@@ -53,11 +75,14 @@ class SharedTiles:
         return TileAxis(axis, extent, None, None)
 
     def _tile(self, n: int, frag: TileAxis, k: TileAxis) -> dict:
-        """A padded shared tile of operand n over a fragment axis and the mma's k axis:
-        [outer][inner + PAD], inner the one of the two that is contiguous in the array; two
-        stages of it when it holds a chunk (the pipeline), declared once per kernel."""
+        """A shared tile of operand n over a fragment axis and the mma's k axis: [outer]
+        [pitch], inner the one of the two that is contiguous in the array, in the layout the
+        schedule gives it (swizzled, plain or padded rows); `stages` of it when it holds a
+        chunk (the pipeline), declared once per kernel."""
         axes = ir.type_of(self.g, n).axes
         inner, outer = (frag, k) if axes.index(frag.name) > axes.index(k.name) else (k, frag)
+        layout = self.kp.schedule.layout(n, (outer.name, inner.name))
+        assert (layout.outer, layout.inner) == (outer.extent, inner.extent), (layout, outer, inner)
         # an operand computed from loads (tensorcore.Site.computed) is computed at each
         # element as it is staged, and rounded
         computed = n in getattr(self.site, "computed", ())
@@ -67,8 +92,7 @@ class SharedTiles:
         convert = dtype != self.site.dtype
         dtype = self.site.dtype
         name = f"sm{len(self.smem)}"
-        pitch = inner.extent + tc.PAD
-        count = outer.extent * pitch
+        count = layout.count
         stages = self.kp.schedule.stages if CHUNK in (inner.origin, outer.origin) else 1
         ctype = cexpr.CTYPE[dtype]
         self.smem.append(P.SharedBuffer(name, ctype, staging.next_offset(self.smem),
@@ -77,7 +101,7 @@ class SharedTiles:
         self.b.emit(P.Decl(f"{ctype}* const", name, f"reinterpret_cast<{ctype}*>(smem + "
                            f"{self.smem[-1].offset})"))
         return {"node": n, "name": name, "inner": inner, "outer": outer, "k": k.name,
-                "pitch": pitch, "count": count, "stages": stages, "ctype": ctype,
+                "layout": layout, "count": count, "stages": stages, "ctype": ctype,
                 "convert": convert, "computed": computed}
 
     def _vector(self, n: int, axis: str) -> dict:
@@ -107,10 +131,10 @@ class SharedTiles:
         def body():
             scope = {a: Ix(self._axis_var("org", a)) for a in axes if a != t["vector"]}
             scope[t["vector"]] = Ix(f"({c0} + e)")
-            offset = Layout(axes, self.sizes, self.itype).offset(scope)
+            source = Layout(axes, self.sizes, self.itype).offset(scope)
             param = t["param"]
             b.emit(P.Call("napkin_cp_async_4", (f"{self.at(t, stage)} + e",
-                                                f"{param} + ({offset})", f"(e < {clen}) ? 4 : 0")))
+                                                f"{param} + ({source})", f"(e < {clen}) ? 4 : 0")))
         if t["count"] > self.threads:
             self._each_thread(t["count"], body)
             return
@@ -182,24 +206,33 @@ class SharedTiles:
 
         def body():
             self._thread_element(per_row, vector)
-            valid, offset = self._element(t, "eo", "ei", c0, clen, window)
-            at = f"{self.at(t, stage)} + eo * {t['pitch']} + ei"
+            valid, source = self._element(t, "eo", "ei", c0, clen, window)
+            at = f"{self.at(t, stage)} + {offset(t['layout'], 'eo', 'ei', self._row_term(per_row))}"
             if vector == 1:
                 zero = f"napkin_from_float<{t['ctype']}>(0.0f)"
-                value = f"{param}[{offset}]"
+                value = f"{param}[{source}]"
                 if t["convert"]:
                     value = f"napkin_from_float<{t['ctype']}>({value})"
                 b.emit(P.Set(f"({at})[0]", f"({valid}) ? {value} : {zero}"))
             elif t["convert"]:  # 4 f32 values in one load, rounded in pairs, one 8-byte store
                 pack = "napkin_pack_half2" if t["ctype"] == "__half" else "napkin_pack_bf162"
                 b.emit(P.Decl("const float4", "cv", f"({valid}) ? *reinterpret_cast<const "
-                              f"float4*>({param} + ({offset})) : make_float4(0.0f, 0.0f, 0.0f, 0.0f)"))
+                              f"float4*>({param} + ({source})) : make_float4(0.0f, 0.0f, 0.0f, 0.0f)"))
                 b.emit(P.Set(f"*reinterpret_cast<uint2*>({at})",
                              f"make_uint2({pack}(cv.x, cv.y), {pack}(cv.z, cv.w))"))
             else:   # src-size 0 outside the arrays: zeros, nothing read (see CHUNK)
-                b.emit(P.Call("napkin_cp_async_16", (at, f"{param} + ({offset})",
+                b.emit(P.Call("napkin_cp_async_16", (at, f"{param} + ({source})",
                                                      f"({valid}) ? 16 : 0")))
         self._each_thread(count, body, index=self.threads % per_row != 0)
+
+    def _row_term(self, per_row: int) -> str | None:
+        """The row a copy round's swizzle term is computed from, where every round of a
+        thread has the same one (`tiles.offset`'s `lane`): each thread keeps its column and
+        the rounds step by a multiple of 8 rows (the term's period), so the term is its
+        first row's, the same in every round and chunk; else None (each round's own)."""
+        if self.threads % per_row == 0 and (self.threads // per_row) % 8 == 0:
+            return f"tid / {per_row}"
+        return None
 
     def _thread_element(self, per_row: int, vector: int) -> None:
         """eo, ei: the local row and column of this thread's element (of `vector` values) in
@@ -214,82 +247,14 @@ class SharedTiles:
             b.emit(P.Decl("const int", "ei", f"e % {per_row}" if vector == 1 else
                           f"(e % {per_row}) * {vector}"))
 
-    def _copy_computed(self, t: dict, vector: int, stage: str, c0: str, clen: str) -> None:
-        """The tile of an operand computed from loads (tensorcore.Site.computed): its value at
-        each element (the scalar emitter, reading the loads from global memory), rounded, zeros
-        outside; `vector` (8) consecutive elements at a time from one 16-byte load of each load
-        along the tile's inner axis (`_vectored`), stored 16 bytes at a time, or one."""
-        b = self.b
-        per_row = t["inner"].extent // vector
-        pack = "napkin_pack_half2" if t["ctype"] == "__half" else "napkin_pack_bf162"
-
-        def body():
-            self._thread_element(per_row, vector)
-            valid, scope = self._element_scope(t, "eo", "ei", c0, clen)
-            at = f"{self.at(t, stage)} + eo * {t['pitch']} + ei"
-            if vector == 1:
-                zero = P.Set(f"({at})[0]", f"napkin_from_float<{t['ctype']}>(0.0f)")
-            else:
-                zero = P.Set(f"*reinterpret_cast<uint4*>({at})", "make_uint4(0u, 0u, 0u, 0u)")
-
-            def inside():
-                values = self._vectored(t["node"], t["inner"].name, scope, vector)
-                if vector == 1:
-                    b.emit(P.Set(f"({at})[0]", f"napkin_from_float<{t['ctype']}>({values[0]})"))
-                    return
-                words = [f"{pack}({values[i]}, {values[i + 1]})" for i in range(0, vector, 2)]
-                b.emit(P.Set(f"*reinterpret_cast<uint4*>({at})", f"make_uint4({', '.join(words)})"))
-            b.emit(P.If(valid, self._scoped(inside), (zero,)))
-        self._each_thread(t["outer"].extent * per_row, body, index=self.threads % per_row != 0)
-
-    def _vectored(self, n: int, axis: str, scope: dict, width: int) -> list[str]:
-        """n's values (C floats) at `width` consecutive positions of `axis` from scope's: with
-        width 8, each load along `axis` is read by one 16-byte load (`load`), its eight values
-        taken from the registers (`vectorizable` says when that is right)."""
-        if width == 1:
-            return [self.emitter.number(n, scope)]
-        base = scope[axis].expr
-        self.vectored = {"axis": axis, "base": base, "loads": {}}
-        try:
-            out = []
-            for j in range(width):
-                self.vectored["j"] = j
-                out.append(self.emitter.number(n, {**scope, axis: Ix(f"({base} + {j})")}))
-        finally:
-            self.vectored = None
-        return out
-
-    def load(self, n: int, scope: dict) -> str:
-        """A load at a position of `_vectored`'s run: the value from the run's 16-byte load."""
-        v = self.vectored
-        axes = ir.type_of(self.g, n).axes
-        if v is None or self.views or not axes or axes[-1] != v["axis"]:
-            return super().load(n, scope)
-        if n not in v["loads"]:
-            param, dtype = self.names[n]
-            offset = Layout(axes, self.sizes, self.itype).offset({**scope, v["axis"]: Ix(v["base"])})
-            v["loads"][n] = (self.b.value("uint4", f"*reinterpret_cast<const uint4*>({param} + "
-                                                   f"({offset}))", "lv"), dtype)
-        var, dtype = v["loads"][n]
-        return f"{'napkin_half_at' if dtype == 'f16' else 'napkin_bf16_at'}({var}, {v['j']})"
-
-    def vectorizable(self, n: int, axis: str, extent: int) -> str | bool | None:
-        """When `_vectored` may read n (computed from loads) along `axis` 8 positions at a time
-        from a run of `extent` of them (compiler/tensorcore.vector_loads, and a run of 8 inside
-        the axis or outside it: extent and size multiples of 8): always (True), by a runtime
-        test of the size (a C condition), or never (None)."""
-        if not tc.vector_loads(self.g, n, axis, self.k.nodes, self.loads):
-            return None
-        size = self.sizes[axis]
-        if extent % VECTOR or (size.isdigit() and int(size) % VECTOR):
-            return None
-        return True if size.isdigit() else f"{size} % {VECTOR} == 0"
-
     def _copy_rows(self, t: dict, per_row: int, stage: str, c0: str, clen: str) -> None:
         """The 16-byte copy when every thread keeps one column of vectors and steps down the
         rows (threads a multiple of the vectors per row): its source and destination are
         computed once, then advance by a constant per round (one 64-bit add, not an index
-        computed anew per cp.async); each round tests only its row."""
+        computed anew per cp.async); each round tests only its row. A swizzled tile's rounds
+        step by a multiple of 8 rows where the threads allow (the swizzle's term repeats
+        every 8 rows: the thread's column is the same in every round), else each round's
+        destination is computed (`offset`)."""
         b = self.b
         param, _ = self.names[t["node"]]
         rows = self.threads // per_row
@@ -302,14 +267,21 @@ class SharedTiles:
             b.emit(P.Decl("const int", "eo0", f"tid / {per_row}"))
             _, first = self._element(t, "eo0", "ei", c0, clen, None)
             b.emit(P.Decl(f"const {t['ctype']}* const", "cps", f"{param} + ({first})"))
-            b.emit(P.Decl(f"{t['ctype']}* const", "cpd", f"{self.at(t, stage)} + eo0 * {t['pitch']} + ei"))
+            layout = t["layout"]
+            stepped = not layout.mask or rows % 8 == 0
+            if stepped:
+                b.emit(P.Decl(f"{t['ctype']}* const", "cpd",
+                              f"{self.at(t, stage)} + {offset(layout, 'eo0', 'ei')}"))
+            else:
+                b.emit(P.Decl(f"{t['ctype']}* const", "cpd", self.at(t, stage)))
 
             def each():
                 b.emit(P.Decl("const int", "eo", f"eo0 + r * {rows}"))
                 valid, _ = self._element(t, "eo", "ei", c0, clen, None)
                 src = f"cps + (({self.itype})(r * {rows}) * {stride})"
-                b.emit(P.Call("napkin_cp_async_16", (f"cpd + r * {rows * t['pitch']}", src,
-                                                     f"({valid}) ? 16 : 0")))
+                dst = f"cpd + r * {rows * layout.pitch}" if stepped else \
+                    f"cpd + {offset(layout, 'eo', 'ei')}"
+                b.emit(P.Call("napkin_cp_async_16", (dst, src, f"({valid}) ? 16 : 0")))
             self._each_thread(t["outer"].extent * per_row, each, index=False)
         b.emit(P.Block(self._scoped(block)))
 

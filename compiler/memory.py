@@ -1,8 +1,9 @@
 """Shared memory as allocated, and where the bytes entering it come from.
 
 - `allocated`: a shared-memory buffer as the lowering allocates it: 16-byte aligned; a
-  tensor-core tile also pads its rows (bank spread) and holds two stages of a streamed
-  input (the next chunk is copied meanwhile);
+  tensor-core tile also pads its rows where they are not swizzled (bank spread:
+  compiler/tilelayout.py) and holds two stages of a streamed input (the next chunk is
+  copied meanwhile);
 - `sectors`: loads along a row shorter than a 32-byte sector waste the rest of it;
 - `l2_split`: of the traffic into shared memory, the unique bytes come from HBM and the
   re-loads from L2 when what a wave of resident blocks holds of the loads fits (the cost
@@ -15,45 +16,49 @@ import numpy as np
 
 from .choices import NUMBERS, Choice, Choices, number, prod, total
 from .target import Target
+from .tilelayout import row_pad
 
 ALIGN_PAD = 16   # bytes of alignment padding a shared-memory buffer may need
 PIPELINE = 2     # stages of a tensor-core kernel's streamed tiles (the Schedule's `stages`)
-ROW_PAD = 8      # values after each row of a tensor-core tile in shared memory (bank spread)
 L2_SHARE = 0.5   # of L2 a wave's re-used tiles may fill and still hit (the rest streams)
 
 
 def buffer_bytes(values_bytes, arr, res: dict, choice: Choice, stages: int = PIPELINE) -> int:
-    """One shared-memory buffer as M counts it (alignment, padded rows, stages)."""
+    """One shared-memory buffer as M counts it (alignment, rows padded where not swizzled,
+    stages)."""
     return int(allocated(values_bytes, arr, res, Choices.of(choice), NUMBERS, stages))
 
 
 def allocated(values_bytes, arr, res: dict, choice: Choices, ops, stages=PIPELINE):
     """A shared-memory buffer as allocated: 16-byte aligned; a tensor-core tile also pads its
-    rows and holds `stages` of a streamed input (the next chunks are copied meanwhile)."""
+    rows where they are not swizzled and holds `stages` of a streamed input (the next chunks
+    are copied meanwhile)."""
     if not choice.warps:
         return values_bytes + ALIGN_PAD
     return (values_bytes + _row_pad(arr, res, ops)) * (stages if arr.streamed else 1) + ALIGN_PAD
 
 
 def stage_bytes(values_bytes, arr, res: dict, choice: Choices, ops):
-    """What one more stage of a buffer adds: a tensor-core kernel's streamed input tile, its
-    rows padded; 0 for any other buffer."""
+    """What one more stage of a buffer adds: a tensor-core kernel's streamed input tile (its
+    rows padded where not swizzled); 0 for any other buffer."""
     if not choice.warps or not arr.streamed or arr.role != "load":
         return 0
     return values_bytes + _row_pad(arr, res, ops)
 
 
 def _row_pad(arr, res: dict, ops):
-    """Bytes a tensor-core tile adds: ROW_PAD values after each row of its contiguous axis
-    (its last axis held more than once: rows are the product of the tiled axes before it)."""
+    """Bytes a tensor-core tile adds: `tilelayout.row_pad` values (ROW_PAD, or 0 where its
+    rows are swizzled) after each row of its contiguous axis (its last axis held more than
+    once, the row's length: rows are the product of the tiled axes before it)."""
     if arr.role != "load":
         return 0
-    rows, later = 1, False
+    rows, later, inner = 1, False, 1
     for a in reversed(arr.axes):
         tiled = res[a] > 1
         rows = ops.where(tiled & later, res[a], 1) * rows
+        inner = ops.where(later, inner, res[a])
         later = later | tiled
-    return ops.where(later, ROW_PAD * arr.bytes * rows, 0)
+    return ops.where(later, row_pad(inner) * arr.bytes * rows, 0)
 
 
 def staged_buffers(model, choice: Choices, level1: dict, ops, stages=PIPELINE) -> list:

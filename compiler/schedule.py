@@ -28,6 +28,8 @@ from .memory import PIPELINE
 from .model import Model
 from .target import Target
 from .tensorcore import ChainSite, FlashSite, Site, examine
+from . import tilelayout
+from .tilelayout import TileLayout
 from .warps import FRAGMENT
 
 WARP = 32
@@ -75,6 +77,9 @@ class Schedule:
     reversed: tuple[str, ...] = ()            # axes whose block tiles launch last first,
                                               # the slowest-varying: the heaviest blocks first
                                               # (fractions.later_is_heavier)
+    layouts: tuple[tuple[int, TileLayout], ...] = ()   # tensor cores: each staged operand
+                                              # tile's shared layout, swizzled or padded
+                                              # (compiler/tilelayout.py)
 
     @property
     def tensor_cores(self) -> bool:
@@ -101,6 +106,13 @@ class Schedule:
         if isinstance(s, ChainSite):
             return w[s.row], 1, t[s.row], 0
         return w[s.row], w[s.col], t[s.row], t[s.col]
+
+    def layout(self, node: int, axes: tuple[str, str]) -> TileLayout:
+        """The shared layout of operand `node`'s tile over `axes` (rows, contiguous)."""
+        for n, found in self.layouts:
+            if n == node and found.axes == axes:
+                return found
+        raise KeyError(f"no staged tile of node {node} over {axes}")
 
 
 def _refuse(kernel: str, rule: str) -> NapkinError:
@@ -243,7 +255,36 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
     per_warp = {a: thread.get(a, 1) for a in tile}
     return Schedule(engine, found, tuple(sorted(tile.items())), choice.stream,
                     tuple(sorted(per_warp.items())), None, None, tuple(sorted(warps.items())),
-                    threads, threads, choice, stages=PIPELINE)
+                    threads, threads, choice, stages=PIPELINE,
+                    layouts=operand_layouts(g, found, tile, choice.stream[1]))
+
+
+def operand_tiles(site, tile: dict, chunk: int) -> list[tuple[int, tuple[str, int], tuple[str, int]]]:
+    """(operand, (its fragment or row axis, extent), (its k axis, extent)) of every tile a
+    tensor-core site stages (codegen: MmaLowering, FlashLowering, ChainLowering), once each."""
+    if isinstance(site, FlashSite):
+        found = [(site.q, (site.row, tile[site.row]), (site.dk, site.head)),
+                 (site.k, (site.red, chunk), (site.dk, site.head)),
+                 (site.v, (site.dv, site.width), (site.red, chunk))]
+    elif isinstance(site, ChainSite):
+        found = [(sc.a, (site.row, tile[site.row]), (sc.dk, sc.head)) for sc in site.scores]
+        found += [(sc.b, (site.red, chunk), (sc.dk, sc.head)) for sc in site.scores]
+        found += [(p.c, (p.e, p.width), (site.red, chunk)) for p in site.outs]
+    else:
+        found = [(site.a, (site.row, tile[site.row]), (site.red, chunk)),
+                 (site.b, (site.col, tile[site.col]), (site.red, chunk))]
+    return list(dict.fromkeys(found))
+
+
+def operand_layouts(g, site, tile: dict, chunk: int) -> tuple[tuple[int, TileLayout], ...]:
+    """Each staged operand's layout: its inner axis is the one of the two later in the array
+    (contiguous: the copy is coalesced), rows over the other."""
+    out = []
+    for n, frag, k in operand_tiles(site, tile, chunk):
+        axes = ir.type_of(g, n).axes
+        inner, outer = (frag, k) if axes.index(frag[0]) > axes.index(k[0]) else (k, frag)
+        out.append((n, tilelayout.layout(outer[1], inner[1], (outer[0], inner[0]))))
+    return tuple(out)
 
 
 def _positive(kernel: str, what: str, value) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 from . import chain, flash, ir, split, warps
 from .chain import ChainSite
 from .kernels import is_free
-from .memory import ROW_PAD as PAD
+from .tilelayout import ROW_PAD as PAD
 from .cost import Choice, Choices, Cost, evaluate
 from .pick import fits
 from .flash import FlashSite
@@ -198,7 +198,7 @@ def from_loads(g, n: int, members, loads) -> set | None:
 
 def vector_loads(g, n: int, axis: str, members, loads) -> bool:
     """Whether n, computed elementwise from loads, can be computed 8 positions of `axis` at a
-    time from one 16-byte load of each load along it (codegen/tiles._vectored): every such
+    time from one 16-byte load of each load along it (codegen/computed._vectored): every such
     load a 16-bit array with `axis` contiguous, read at its own positions (no view). (The
     positions' run must also lie inside the axis or outside: its size a multiple of 8.)"""
     found = from_loads(g, n, members, loads)

@@ -1,5 +1,5 @@
 """Work beside a tensor-core product (compiler/tensorcore.Site.computed and .stats): an operand
-computed from loads as its tile is staged (codegen/tiles._copy_computed: `X * g`, `gelu(X)`)
+computed from loads as its tile is staged (codegen/computed._copy_computed: `X * g`, `gelu(X)`)
 and reductions of the product's rows or columns over the contracted axis computed chunk by
 chunk for the epilogue (codegen/rowstats.py: RMSNorm's `mean[i](X * X)`, a weight norm's
 `sum[i](W * W)`, an absmax, a logsumexp). Run by the CPU emulator against the float64

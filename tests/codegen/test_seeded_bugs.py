@@ -91,3 +91,38 @@ def test_missing_rescale_in_online_softmax_gives_wrong_values():
     def drop(source):
         return re.sub(r"(st\d+\[k\d+\]) = \1 \* (v\d+) \+", r"\1 = \1 +", source)
     assert not all(run(d, shape, drop))
+
+
+# -- the swizzled shared tiles (compiler/tilelayout.py): a read that disagrees with the store --
+
+SWIZZLE_BUGS = {
+    # the ldmatrix tables read the tile as if unswizzled; the copies still swizzle
+    "swizzled on the store, not on the ldmatrix read": lambda s: re.sub(
+        r" \^ \(\(\(lane % 8\) << \d\) & \d+\)", "", s),
+    # the reads XOR with the next row's term
+    "the read's XOR term of the wrong row": lambda s: s.replace("(((lane % 8) <<",
+                                                                "((((lane + 1) % 8) <<"),
+    # rows of 2 chunks read with the term of 8-chunk rows (its shift dropped)
+    "the read's XOR term without its shift": lambda s: s.replace("(((lane % 8) << 1) & 8)",
+                                                                 "(((lane % 8) << 3) & 8)"),
+}
+
+
+@pytest.mark.parametrize("bug", list(SWIZZLE_BUGS))
+def test_seeded_swizzle_bugs_give_wrong_values(bug):
+    from .test_tensor_cores import retiled, tc_plan, verdicts
+    d = library("matmul", "f16")
+    p = retiled(tc_plan(d), 16, {"m": (64, 2), "n": (64, 2)})     # A's rows: 2 chunks
+    for shape in ({"m": 70, "k": 83, "n": 50}, {"m": 64, "k": 64, "n": 64}):
+        assert all(verdicts(d, p, shape))
+        assert not all(verdicts(d, p, shape, source_edit=SWIZZLE_BUGS[bug]))
+
+
+@pytest.mark.parametrize("bug", list(SWIZZLE_BUGS)[:2])
+def test_seeded_swizzle_bugs_in_attention_give_wrong_values(bug):
+    from .test_tensor_cores import flash_plan, verdicts, with_static
+    d = library("attention", "f16")
+    shape = with_static(d, {"b": 1, "h": 2, "q": 37, "x": 70})
+    p = flash_plan(d)
+    assert all(verdicts(d, p, shape))
+    assert not all(verdicts(d, p, shape, source_edit=SWIZZLE_BUGS[bug]))

@@ -115,12 +115,18 @@ def test_block_hints_choose_the_tensor_core_tile_and_thread_hints_keep_simt():
     assert not kp.choice.warps and dict(kp.choice.group)["m"] == 24
 
 
-def test_the_plan_counts_padded_shared_rows_and_the_warp_level_registers():
+def test_the_plan_counts_the_shared_rows_as_laid_out_and_the_warp_level_registers():
     (kp,) = plan(matmul(), "h100", SQUARE).kernels
     group, bk = dict(kp.choice.group), kp.choice.stream[1]
     smem = kp.cost.levels[1].M
-    # A [bm][bk + 8] and B [bk][bn + 8] halves, each 16-byte aligned
-    assert smem >= (group["m"] * (bk + 8) + bk * (group["n"] + 8)) * 2
+    # A [bm][bk] and B [bk][bn] halves, rows swizzled (compiler/tilelayout.py: no padding),
+    # each stage 16-byte aligned
+    layouts = dict(kp.schedule.layouts)
+    assert {lay.kind for lay in layouts.values()} == {"swizzled"}
+    assert sorted((lay.outer, lay.pitch) for lay in layouts.values()) == \
+        sorted([(group["m"], bk), (bk, group["n"])])
+    tiles = (group["m"] * bk + bk * group["n"]) * 2 * kp.schedule.stages
+    assert tiles <= smem < tiles + 64
     # the register level's unit is a warp: its footprint (the accumulators among it) fits
     # when the fragment registers per lane, by the ptxas fit, fit a thread's registers
     regs = kp.cost.levels[2]

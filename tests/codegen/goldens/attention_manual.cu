@@ -372,8 +372,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 256 threads per block, long long indices
-extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
+// kernel 0: 128 threads per block, long long indices
+extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -390,22 +390,37 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   const int wr = tid / 32;
   const int fg = lane / 4;
   const int fq = lane % 4;
-  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 255) / 256);
+  int sw0[4];
+  #pragma unroll
+  for (int i1 = 0; i1 < 4; ++i1) {
+    sw0[i1] = ((lane % 16) * 64 + ((i1 * 16 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
+  int sw1[2];
+  #pragma unroll
+  for (int i2 = 0; i2 < 2; ++i2) {
+    sw1[i2] = ((lane % 8) * 64 + (((2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
+  int sw2[4];
+  #pragma unroll
+  for (int i2 = 0; i2 < 4; ++i2) {
+    sw2[i2] = ((lane % 8 + ((lane / 8) % 2) * 8) * 64 + (((2 * i2) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
+  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 127) / 128);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const long long org_2 = (long long)((blk) % (((long long)(n2) + 255) / 256)) * 256;
-    const long long org_1 = (long long)(((blk) / (((long long)(n2) + 255) / 256)) % (((long long)(n1) + 0) / 1)) * 1;
-    const long long org_0 = (long long)((((blk) / (((long long)(n2) + 255) / 256)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
+    const long long org_2 = (long long)((blk) % (((long long)(n2) + 127) / 128)) * 128;
+    const long long org_1 = (long long)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n1) + 0) / 1)) * 1;
+    const long long org_0 = (long long)((((blk) / (((long long)(n2) + 127) / 128)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
     {
       const int ei = (tid % 8) * 8;
       const int eo0 = tid / 8;
       const __half* const cps = p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo0))) * (64) + (ei));
-      __half* const cpd = sm0 + eo0 * 72 + ei;
+      __half* const cpd = sm0 + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
       #pragma unroll
       for (int r = 0; r < 8; ++r) {
-        const int eo = eo0 + r * 32;
-        napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (org_2 + eo < n2) ? 16 : 0);
+        const int eo = eo0 + r * 16;
+        napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (org_2 + eo < n2) ? 16 : 0);
       }
     }
     napkin_cp_async_wait_all();
@@ -415,7 +430,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     for (int i0 = 0; i0 < 2; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 4; ++i1) {
-        napkin_ldmatrix_x4(qa[i0][i1], sm0 + (wr * 32 + i0 * 16 + lane % 16) * 72 + i1 * 16 + (lane / 16) * 8);
+        napkin_ldmatrix_x4(qa[i0][i1], reinterpret_cast<const char*>(sm0) + (sw0[i1]) + (wr * 32 + i0 * 16) * 128);
       }
     }
     float acc[2][8][4] = {};
@@ -431,8 +446,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const float v0 = sqrtf(((float)(((long long)(64)))));
     const float qks = 1.0f / (v0);
     const float qkl = qks * 1.442695f;
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (18432) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (18432) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (8192) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (8192) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16));
     {
       __syncthreads();
       const int nlen = (int)((long long)(n3) - ((long long)0) < 32 ? (long long)(n3) - ((long long)0) : 32);
@@ -440,22 +455,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm1 + 0 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 1; ++r) {
-          const int eo = eo0 + r * 32;
-          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm2 + 0 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 1; ++r) {
-          const int eo = eo0 + r * 32;
-          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
@@ -466,22 +481,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + 32 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm1 + 1 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm1 + 1 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 1; ++r) {
-          const int eo = eo0 + r * 32;
-          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + 32 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm2 + 1 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm2 + 1 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 1; ++r) {
-          const int eo = eo0 + r * 32;
-          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
@@ -492,22 +507,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + 64 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm1 + 2 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm1 + 2 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 1; ++r) {
-          const int eo = eo0 + r * 32;
-          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + 64 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm2 + 2 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm2 + 2 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 1; ++r) {
-          const int eo = eo0 + r * 32;
-          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
@@ -525,22 +540,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm1 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 1; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm2 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 1; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -554,7 +569,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 2; ++i2) {
-            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
+            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
             napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
             napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
           }
@@ -621,7 +636,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
           }
@@ -641,22 +656,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm1 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 1; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm2 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 1; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -670,7 +685,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 2; ++i2) {
-            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 2304) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
+            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
             napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
             napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
           }
@@ -737,7 +752,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
           }

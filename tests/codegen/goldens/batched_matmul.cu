@@ -390,6 +390,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   const int wc = (tid / 32) % 4;
   const int fg = lane / 4;
   const int fq = lane % 4;
+  int sw0[1];
+  #pragma unroll
+  for (int kk = 0; kk < 1; ++kk) {
+    sw0[kk] = ((lane % 16) * 16 + ((kk * 16 + (lane / 16) * 8) ^ (((lane % 8) << 1) & 8))) * 2;
+  }
+  int sw1[4];
+  #pragma unroll
+  for (int i1 = 0; i1 < 4; ++i1) {
+    sw1[i1] = ((lane % 8 + ((lane / 8) % 2) * 8) * 256 + ((wc * 64 + (2 * i1) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
   const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 127) / 128) * (((long long)(n3) + 255) / 256);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_2 = (int)((blk) % (((long long)(n3) + 255) / 256)) * 256;
@@ -397,7 +407,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const int org_0 = (int)((((blk) / (((long long)(n3) + 255) / 256)) / (((long long)(n1) + 127) / 128)) % (((long long)(n0) + 0) / 1)) * 1;
     float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (9216) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (6144) * 2 + 15) / 16 * 16));
     if (n2 % 8 == 0 && n3 % 8 == 0) {
       {
         __syncthreads();
@@ -406,22 +416,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
           const __half* const cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (n2) + (((int)0 + ei)));
-          __half* const cpd = (sm0 + 0 * 3072) + eo0 * 24 + ei;
+          __half* const cpd = (sm0 + 0 * 2048) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 1; ++r) {
             const int eo = eo0 + r * 128;
-            napkin_cp_async_16(cpd + r * 3072, cps + ((int)(r * 128) * (int)(n2)), (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 2048, cps + ((int)(r * 128) * (int)(n2)), (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 32) * 8;
           const int eo0 = tid / 32;
           const __half* const cps = p1 + ((((int)(org_0)) * (n2) + (((int)0 + eo0))) * (n3) + ((org_2 + ei)));
-          __half* const cpd = (sm1 + 0 * 4224) + eo0 * 264 + ei;
+          __half* const cpd = (sm1 + 0 * 4096) + (eo0) * 256 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 2112, cps + ((int)(r * 8) * (int)(n3)), (eo < nlen && org_2 + ei < n3) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 2048, cps + ((int)(r * 8) * (int)(n3)), (eo < nlen && org_2 + ei < n3) ? 16 : 0);
           }
         }
       }
@@ -432,22 +442,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
           const __half* const cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (n2) + (((int)0 + 16 + ei)));
-          __half* const cpd = (sm0 + 1 * 3072) + eo0 * 24 + ei;
+          __half* const cpd = (sm0 + 1 * 2048) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 1; ++r) {
             const int eo = eo0 + r * 128;
-            napkin_cp_async_16(cpd + r * 3072, cps + ((int)(r * 128) * (int)(n2)), (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 2048, cps + ((int)(r * 128) * (int)(n2)), (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 32) * 8;
           const int eo0 = tid / 32;
           const __half* const cps = p1 + ((((int)(org_0)) * (n2) + (((int)0 + 16 + eo0))) * (n3) + ((org_2 + ei)));
-          __half* const cpd = (sm1 + 1 * 4224) + eo0 * 264 + ei;
+          __half* const cpd = (sm1 + 1 * 4096) + (eo0) * 256 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 2112, cps + ((int)(r * 8) * (int)(n3)), (eo < nlen && org_2 + ei < n3) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 2048, cps + ((int)(r * 8) * (int)(n3)), (eo < nlen && org_2 + ei < n3) ? 16 : 0);
           }
         }
       }
@@ -464,22 +474,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             const int ei = (tid % 2) * 8;
             const int eo0 = tid / 2;
             const __half* const cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (n2) + ((c0 + 32 + ei)));
-            __half* const cpd = (sm0 + fill * 3072) + eo0 * 24 + ei;
+            __half* const cpd = (sm0 + fill * 2048) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
             #pragma unroll
             for (int r = 0; r < 1; ++r) {
               const int eo = eo0 + r * 128;
-              napkin_cp_async_16(cpd + r * 3072, cps + ((int)(r * 128) * (int)(n2)), (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 2048, cps + ((int)(r * 128) * (int)(n2)), (org_1 + eo < n1 && ei < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 32) * 8;
             const int eo0 = tid / 32;
             const __half* const cps = p1 + ((((int)(org_0)) * (n2) + ((c0 + 32 + eo0))) * (n3) + ((org_2 + ei)));
-            __half* const cpd = (sm1 + fill * 4224) + eo0 * 264 + ei;
+            __half* const cpd = (sm1 + fill * 4096) + (eo0) * 256 + ((ei) ^ (((eo0) << 3) & 56));
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 2112, cps + ((int)(r * 8) * (int)(n3)), (eo < nlen && org_2 + ei < n3) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 2048, cps + ((int)(r * 8) * (int)(n3)), (eo < nlen && org_2 + ei < n3) ? 16 : 0);
             }
           }
         }
@@ -490,11 +500,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 3072) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 4096) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 4224) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 264 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 8192) + (kk * 16) * 512);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
@@ -515,13 +525,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         for (int r = 0; r < 8; ++r) {
           const int eo = tid / 16 + r * 16;
           const int ei = tid % 16;
-          ((sm0 + 0 * 3072) + eo * 24 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 0 * 2048) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 256 + r * 1;
           const int ei = tid % 256;
-          ((sm1 + 0 * 4224) + eo * 264 + ei)[0] = (eo < nlen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + (((int)0 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 0 * 4096) + (eo) * 256 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + (((int)0 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -531,13 +541,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         for (int r = 0; r < 8; ++r) {
           const int eo = tid / 16 + r * 16;
           const int ei = tid % 16;
-          ((sm0 + 1 * 3072) + eo * 24 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 1 * 2048) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 256 + r * 1;
           const int ei = tid % 256;
-          ((sm1 + 1 * 4224) + eo * 264 + ei)[0] = (eo < nlen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + (((int)0 + 16 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 1 * 4096) + (eo) * 256 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + (((int)0 + 16 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -553,13 +563,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           for (int r = 0; r < 8; ++r) {
             const int eo = tid / 16 + r * 16;
             const int ei = tid % 16;
-            ((sm0 + fill * 3072) + eo * 24 + ei)[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm0 + fill * 2048) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_1 + eo < n1 && ei < nlen) ? p0[(((int)(org_0)) * (n1) + ((org_1 + eo))) * (n2) + ((c0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
           }
           #pragma unroll 1
           for (int r = 0; r < 16; ++r) {
             const int eo = tid / 256 + r * 1;
             const int ei = tid % 256;
-            ((sm1 + fill * 4224) + eo * 264 + ei)[0] = (eo < nlen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + ((c0 + 32 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm1 + fill * 4096) + (eo) * 256 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_2 + ei < n3) ? p1[(((int)(org_0)) * (n2) + ((c0 + 32 + eo))) * (n3) + ((org_2 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
         napkin_cp_async_commit();
@@ -569,11 +579,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 3072) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 4096) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 4224) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 264 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 8192) + (kk * 16) * 512);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {

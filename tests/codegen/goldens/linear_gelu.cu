@@ -389,13 +389,23 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
   const int wr = tid / 32;
   const int fg = lane / 4;
   const int fq = lane % 4;
+  int sw0[1];
+  #pragma unroll
+  for (int kk = 0; kk < 1; ++kk) {
+    sw0[kk] = ((lane % 16) * 16 + ((kk * 16 + (lane / 16) * 8) ^ (((lane % 8) << 1) & 8))) * 2;
+  }
+  int sw1[4];
+  #pragma unroll
+  for (int i1 = 0; i1 < 4; ++i1) {
+    sw1[i1] = ((lane % 8 + ((lane / 8) % 2) * 8) * 64 + ((0 + (2 * i1) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
   const long long nblocks = (((long long)(n0) + 127) / 128) * (((long long)(n2) + 63) / 64);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_1 = (int)((blk) % (((long long)(n2) + 63) / 64)) * 64;
     const int org_0 = (int)(((blk) / (((long long)(n2) + 63) / 64)) % (((long long)(n0) + 127) / 128)) * 128;
     float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (12288) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (8192) * 2 + 15) / 16 * 16));
     if (n1 % 8 == 0 && n2 % 8 == 0) {
       {
         __syncthreads();
@@ -404,22 +414,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
           const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + ei)));
-          __half* const cpd = (sm0 + 0 * 3072) + eo0 * 24 + ei;
+          __half* const cpd = (sm0 + 0 * 2048) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p1 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 0 * 1152) + eo0 * 72 + ei;
+          __half* const cpd = (sm1 + 0 * 1024) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 8) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -430,22 +440,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
           const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + 16 + ei)));
-          __half* const cpd = (sm0 + 1 * 3072) + eo0 * 24 + ei;
+          __half* const cpd = (sm0 + 1 * 2048) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p1 + (((int)(((int)0 + 16 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 1 * 1152) + eo0 * 72 + ei;
+          __half* const cpd = (sm1 + 1 * 1024) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 8) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -456,22 +466,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
           const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + 32 + ei)));
-          __half* const cpd = (sm0 + 2 * 3072) + eo0 * 24 + ei;
+          __half* const cpd = (sm0 + 2 * 2048) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p1 + (((int)(((int)0 + 32 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 2 * 1152) + eo0 * 72 + ei;
+          __half* const cpd = (sm1 + 2 * 1024) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 8) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -488,22 +498,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const int ei = (tid % 2) * 8;
             const int eo0 = tid / 2;
             const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + ((c0 + 48 + ei)));
-            __half* const cpd = (sm0 + fill * 3072) + eo0 * 24 + ei;
+            __half* const cpd = (sm0 + fill * 2048) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
             const __half* const cps = p1 + (((int)((c0 + 48 + eo0))) * (n2) + ((org_1 + ei)));
-            __half* const cpd = (sm1 + fill * 1152) + eo0 * 72 + ei;
+            __half* const cpd = (sm1 + fill * 1024) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 8) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
             }
           }
         }
@@ -514,11 +524,11 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 3072) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 4096) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 1152) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + 0 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 2048) + (kk * 16) * 128);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
@@ -539,13 +549,13 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         for (int r = 0; r < 32; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 0 * 3072) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 0 * 2048) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 64 + r * 1;
           const int ei = tid % 64;
-          ((sm1 + 0 * 1152) + eo * 72 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 0 * 1024) + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -555,13 +565,13 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         for (int r = 0; r < 32; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 1 * 3072) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 1 * 2048) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 64 + r * 1;
           const int ei = tid % 64;
-          ((sm1 + 1 * 1152) + eo * 72 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 1 * 1024) + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -571,13 +581,13 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         for (int r = 0; r < 32; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 2 * 3072) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 2 * 2048) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 64 + r * 1;
           const int ei = tid % 64;
-          ((sm1 + 2 * 1152) + eo * 72 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 2 * 1024) + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -593,13 +603,13 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           for (int r = 0; r < 32; ++r) {
             const int eo = tid / 16 + r * 4;
             const int ei = tid % 16;
-            ((sm0 + fill * 3072) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm0 + fill * 2048) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
           }
           #pragma unroll 1
           for (int r = 0; r < 16; ++r) {
             const int eo = tid / 64 + r * 1;
             const int ei = tid % 64;
-            ((sm1 + fill * 1152) + eo * 72 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 48 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm1 + fill * 1024) + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 48 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
         napkin_cp_async_commit();
@@ -609,11 +619,11 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 3072) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 4096) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 1152) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + 0 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 2048) + (kk * 16) * 128);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {

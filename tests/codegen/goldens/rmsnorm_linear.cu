@@ -390,16 +390,26 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
   const int wc = (tid / 32) % 2;
   const int fg = lane / 4;
   const int fq = lane % 4;
+  int sw0[1];
+  #pragma unroll
+  for (int kk = 0; kk < 1; ++kk) {
+    sw0[kk] = ((lane % 16) * 16 + ((kk * 16 + (lane / 16) * 8) ^ (((lane % 8) << 1) & 8))) * 2;
+  }
+  int sw1[4];
+  #pragma unroll
+  for (int i1 = 0; i1 < 4; ++i1) {
+    sw1[i1] = ((lane % 8 + ((lane / 8) % 2) * 8) * 128 + ((wc * 64 + (2 * i1) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
   const long long nblocks = (((long long)(n0) + 63) / 64) * (((long long)(n2) + 127) / 128);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_1 = (int)((blk) % (((long long)(n2) + 127) / 128)) * 128;
     const int org_0 = (int)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
     float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (6144) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));
     float rst0[1] = {0.0f};
     float rst1[1] = {0.0f};
-    float* const sm2 = reinterpret_cast<float*>(smem + ((((((0) + (6144) * 2 + 15) / 16 * 16)) + (8704) * 2 + 15) / 16 * 16));
+    float* const sm2 = reinterpret_cast<float*>(smem + ((((((0) + (4096) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16));
     if (n1 % 8 == 0 && n2 % 8 == 0) {
       {
         __syncthreads();
@@ -419,20 +429,20 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const float v5 = (napkin_half_at(lv0, 5) * napkin_half_at(lv1, 5));
             const float v6 = (napkin_half_at(lv0, 6) * napkin_half_at(lv1, 6));
             const float v7 = (napkin_half_at(lv0, 7) * napkin_half_at(lv1, 7));
-            *reinterpret_cast<uint4*>((sm0 + 0 * 1536) + eo * 24 + ei) = make_uint4(napkin_pack_half2(v0, v1), napkin_pack_half2(v2, v3), napkin_pack_half2(v4, v5), napkin_pack_half2(v6, v7));
+            *reinterpret_cast<uint4*>((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(napkin_pack_half2(v0, v1), napkin_pack_half2(v2, v3), napkin_pack_half2(v4, v5), napkin_pack_half2(v6, v7));
           } else {
-            *reinterpret_cast<uint4*>((sm0 + 0 * 1536) + eo * 24 + ei) = make_uint4(0u, 0u, 0u, 0u);
+            *reinterpret_cast<uint4*>((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(0u, 0u, 0u, 0u);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p2 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 0 * 2176) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 0 * 2048);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -454,20 +464,20 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const float v13 = (napkin_half_at(lv2, 5) * napkin_half_at(lv3, 5));
             const float v14 = (napkin_half_at(lv2, 6) * napkin_half_at(lv3, 6));
             const float v15 = (napkin_half_at(lv2, 7) * napkin_half_at(lv3, 7));
-            *reinterpret_cast<uint4*>((sm0 + 1 * 1536) + eo * 24 + ei) = make_uint4(napkin_pack_half2(v8, v9), napkin_pack_half2(v10, v11), napkin_pack_half2(v12, v13), napkin_pack_half2(v14, v15));
+            *reinterpret_cast<uint4*>((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(napkin_pack_half2(v8, v9), napkin_pack_half2(v10, v11), napkin_pack_half2(v12, v13), napkin_pack_half2(v14, v15));
           } else {
-            *reinterpret_cast<uint4*>((sm0 + 1 * 1536) + eo * 24 + ei) = make_uint4(0u, 0u, 0u, 0u);
+            *reinterpret_cast<uint4*>((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(0u, 0u, 0u, 0u);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p2 + (((int)(((int)0 + 16 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 1 * 2176) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 1 * 2048);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -489,20 +499,20 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const float v21 = (napkin_half_at(lv4, 5) * napkin_half_at(lv5, 5));
             const float v22 = (napkin_half_at(lv4, 6) * napkin_half_at(lv5, 6));
             const float v23 = (napkin_half_at(lv4, 7) * napkin_half_at(lv5, 7));
-            *reinterpret_cast<uint4*>((sm0 + 2 * 1536) + eo * 24 + ei) = make_uint4(napkin_pack_half2(v16, v17), napkin_pack_half2(v18, v19), napkin_pack_half2(v20, v21), napkin_pack_half2(v22, v23));
+            *reinterpret_cast<uint4*>((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(napkin_pack_half2(v16, v17), napkin_pack_half2(v18, v19), napkin_pack_half2(v20, v21), napkin_pack_half2(v22, v23));
           } else {
-            *reinterpret_cast<uint4*>((sm0 + 2 * 1536) + eo * 24 + ei) = make_uint4(0u, 0u, 0u, 0u);
+            *reinterpret_cast<uint4*>((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(0u, 0u, 0u, 0u);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p2 + (((int)(((int)0 + 32 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 2 * 2176) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 2 * 2048);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -530,20 +540,20 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
               const float v29 = (napkin_half_at(lv6, 5) * napkin_half_at(lv7, 5));
               const float v30 = (napkin_half_at(lv6, 6) * napkin_half_at(lv7, 6));
               const float v31 = (napkin_half_at(lv6, 7) * napkin_half_at(lv7, 7));
-              *reinterpret_cast<uint4*>((sm0 + fill * 1536) + eo * 24 + ei) = make_uint4(napkin_pack_half2(v24, v25), napkin_pack_half2(v26, v27), napkin_pack_half2(v28, v29), napkin_pack_half2(v30, v31));
+              *reinterpret_cast<uint4*>((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(napkin_pack_half2(v24, v25), napkin_pack_half2(v26, v27), napkin_pack_half2(v28, v29), napkin_pack_half2(v30, v31));
             } else {
-              *reinterpret_cast<uint4*>((sm0 + fill * 1536) + eo * 24 + ei) = make_uint4(0u, 0u, 0u, 0u);
+              *reinterpret_cast<uint4*>((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((tid / 2) << 1) & 8))) = make_uint4(0u, 0u, 0u, 0u);
             }
           }
           {
             const int ei = (tid % 16) * 8;
             const int eo0 = tid / 16;
             const __half* const cps = p2 + (((int)((c0 + 48 + eo0))) * (n2) + ((org_1 + ei)));
-            __half* const cpd = (sm1 + fill * 2176) + eo0 * 136 + ei;
+            __half* const cpd = (sm1 + fill * 2048);
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 4;
-              napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+              napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
             }
           }
         }
@@ -589,11 +599,11 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
@@ -616,9 +626,9 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = tid % 16;
           if (org_0 + eo < n0 && ei < nlen) {
             const float v40 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))]) * napkin_to_float(p1[(int)(((int)0 + ei))]));
-            ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(v40);
+            ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = napkin_from_float<__half>(v40);
           } else {
-            ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(0.0f);
+            ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = napkin_from_float<__half>(0.0f);
           }
         }
         #pragma unroll 1
@@ -626,7 +636,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int e = tid + r * 64;
           const int eo = e / 128;
           const int ei = e % 128;
-          ((sm1 + 0 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 0 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -638,9 +648,9 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = tid % 16;
           if (org_0 + eo < n0 && ei < nlen) {
             const float v41 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))]) * napkin_to_float(p1[(int)(((int)0 + 16 + ei))]));
-            ((sm0 + 1 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(v41);
+            ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = napkin_from_float<__half>(v41);
           } else {
-            ((sm0 + 1 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(0.0f);
+            ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = napkin_from_float<__half>(0.0f);
           }
         }
         #pragma unroll 1
@@ -648,7 +658,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int e = tid + r * 64;
           const int eo = e / 128;
           const int ei = e % 128;
-          ((sm1 + 1 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)(((int)0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 1 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)(((int)0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -660,9 +670,9 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = tid % 16;
           if (org_0 + eo < n0 && ei < nlen) {
             const float v42 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))]) * napkin_to_float(p1[(int)(((int)0 + 32 + ei))]));
-            ((sm0 + 2 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(v42);
+            ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = napkin_from_float<__half>(v42);
           } else {
-            ((sm0 + 2 * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(0.0f);
+            ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = napkin_from_float<__half>(0.0f);
           }
         }
         #pragma unroll 1
@@ -670,7 +680,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int e = tid + r * 64;
           const int eo = e / 128;
           const int ei = e % 128;
-          ((sm1 + 2 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)(((int)0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 2 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)(((int)0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -688,9 +698,9 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const int ei = tid % 16;
             if (org_0 + eo < n0 && ei < nlen) {
               const float v43 = (napkin_to_float(p0[((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))]) * napkin_to_float(p1[(int)((c0 + 48 + ei))]));
-              ((sm0 + fill * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(v43);
+              ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = napkin_from_float<__half>(v43);
             } else {
-              ((sm0 + fill * 1536) + eo * 24 + ei)[0] = napkin_from_float<__half>(0.0f);
+              ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = napkin_from_float<__half>(0.0f);
             }
           }
           #pragma unroll 1
@@ -698,7 +708,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const int e = tid + r * 64;
             const int eo = e / 128;
             const int ei = e % 128;
-            ((sm1 + fill * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)((c0 + 48 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm1 + fill * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p2[((int)((c0 + 48 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
         napkin_cp_async_commit();
@@ -721,11 +731,11 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {

@@ -390,13 +390,23 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
   const int wc = (tid / 32) % 2;
   const int fg = lane / 4;
   const int fq = lane % 4;
+  int sw0[1];
+  #pragma unroll
+  for (int kk = 0; kk < 1; ++kk) {
+    sw0[kk] = ((lane % 16) * 16 + ((kk * 16 + (lane / 16) * 8) ^ (((lane % 8) << 1) & 8))) * 2;
+  }
+  int sw1[4];
+  #pragma unroll
+  for (int i1 = 0; i1 < 4; ++i1) {
+    sw1[i1] = ((lane % 8 + ((lane / 8) % 2) * 8) * 128 + ((wc * 64 + (2 * i1) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
   const long long nblocks = (((long long)(n0) + 63) / 64) * (((long long)(n2) + 127) / 128);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_1 = (int)((blk) % (((long long)(n2) + 127) / 128)) * 128;
     const int org_0 = (int)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
     float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (6144) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));
     if (n1 % 8 == 0 && n2 % 8 == 0) {
       {
         __syncthreads();
@@ -405,22 +415,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
           const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + ei)));
-          __half* const cpd = (sm0 + 0 * 1536) + eo0 * 24 + ei;
+          __half* const cpd = (sm0 + 0 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p1 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 0 * 2176) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 0 * 2048);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -431,22 +441,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
           const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + 16 + ei)));
-          __half* const cpd = (sm0 + 1 * 1536) + eo0 * 24 + ei;
+          __half* const cpd = (sm0 + 1 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p1 + (((int)(((int)0 + 16 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 1 * 2176) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 1 * 2048);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -457,22 +467,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
           const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + 32 + ei)));
-          __half* const cpd = (sm0 + 2 * 1536) + eo0 * 24 + ei;
+          __half* const cpd = (sm0 + 2 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p1 + (((int)(((int)0 + 32 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 2 * 2176) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 2 * 2048);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -489,22 +499,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const int ei = (tid % 2) * 8;
             const int eo0 = tid / 2;
             const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + ((c0 + 48 + ei)));
-            __half* const cpd = (sm0 + fill * 1536) + eo0 * 24 + ei;
+            __half* const cpd = (sm0 + fill * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 16) * 8;
             const int eo0 = tid / 16;
             const __half* const cps = p1 + (((int)((c0 + 48 + eo0))) * (n2) + ((org_1 + ei)));
-            __half* const cpd = (sm1 + fill * 2176) + eo0 * 136 + ei;
+            __half* const cpd = (sm1 + fill * 2048);
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 4;
-              napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+              napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
             }
           }
         }
@@ -515,11 +525,11 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
@@ -540,14 +550,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
           const int e = tid + r * 64;
           const int eo = e / 128;
           const int ei = e % 128;
-          ((sm1 + 0 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 0 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -557,14 +567,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 1 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
           const int e = tid + r * 64;
           const int eo = e / 128;
           const int ei = e % 128;
-          ((sm1 + 1 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 1 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -574,14 +584,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 2 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
           const int e = tid + r * 64;
           const int eo = e / 128;
           const int ei = e % 128;
-          ((sm1 + 2 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 2 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -597,14 +607,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           for (int r = 0; r < 16; ++r) {
             const int eo = tid / 16 + r * 4;
             const int ei = tid % 16;
-            ((sm0 + fill * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
           }
           #pragma unroll 1
           for (int r = 0; r < 32; ++r) {
             const int e = tid + r * 64;
             const int eo = e / 128;
             const int ei = e % 128;
-            ((sm1 + fill * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 48 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm1 + fill * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 48 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
         napkin_cp_async_commit();
@@ -614,11 +624,11 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
@@ -669,13 +679,23 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
   const int wc = (tid / 32) % 2;
   const int fg = lane / 4;
   const int fq = lane % 4;
+  int sw0[1];
+  #pragma unroll
+  for (int kk = 0; kk < 1; ++kk) {
+    sw0[kk] = ((lane % 16) * 16 + ((kk * 16 + (lane / 16) * 8) ^ (((lane % 8) << 1) & 8))) * 2;
+  }
+  int sw1[4];
+  #pragma unroll
+  for (int i1 = 0; i1 < 4; ++i1) {
+    sw1[i1] = ((lane % 8 + ((lane / 8) % 2) * 8) * 128 + ((wc * 64 + (2 * i1) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
   const long long nblocks = (((long long)(n0) + 63) / 64) * (((long long)(n2) + 127) / 128);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_1 = (int)((blk) % (((long long)(n2) + 127) / 128)) * 128;
     const int org_0 = (int)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
     float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (6144) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));
     if (n1 % 8 == 0 && n2 % 8 == 0) {
       {
         __syncthreads();
@@ -684,22 +704,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
           const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + ei)));
-          __half* const cpd = (sm0 + 0 * 1536) + eo0 * 24 + ei;
+          __half* const cpd = (sm0 + 0 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p1 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 0 * 2176) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 0 * 2048);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -710,22 +730,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
           const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + 16 + ei)));
-          __half* const cpd = (sm0 + 1 * 1536) + eo0 * 24 + ei;
+          __half* const cpd = (sm0 + 1 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p1 + (((int)(((int)0 + 16 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 1 * 2176) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 1 * 2048);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -736,22 +756,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
           const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + 32 + ei)));
-          __half* const cpd = (sm0 + 2 * 1536) + eo0 * 24 + ei;
+          __half* const cpd = (sm0 + 2 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p1 + (((int)(((int)0 + 32 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 2 * 2176) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 2 * 2048);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -768,22 +788,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
             const int ei = (tid % 2) * 8;
             const int eo0 = tid / 2;
             const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + ((c0 + 48 + ei)));
-            __half* const cpd = (sm0 + fill * 1536) + eo0 * 24 + ei;
+            __half* const cpd = (sm0 + fill * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 768, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 16) * 8;
             const int eo0 = tid / 16;
             const __half* const cps = p1 + (((int)((c0 + 48 + eo0))) * (n2) + ((org_1 + ei)));
-            __half* const cpd = (sm1 + fill * 2176) + eo0 * 136 + ei;
+            __half* const cpd = (sm1 + fill * 2048);
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 4;
-              napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+              napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
             }
           }
         }
@@ -794,11 +814,11 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
@@ -819,14 +839,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
           const int e = tid + r * 64;
           const int eo = e / 128;
           const int ei = e % 128;
-          ((sm1 + 0 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 0 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -836,14 +856,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 1 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
           const int e = tid + r * 64;
           const int eo = e / 128;
           const int ei = e % 128;
-          ((sm1 + 1 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 1 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -853,14 +873,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 2 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
           const int e = tid + r * 64;
           const int eo = e / 128;
           const int ei = e % 128;
-          ((sm1 + 2 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 2 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -876,14 +896,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           for (int r = 0; r < 16; ++r) {
             const int eo = tid / 16 + r * 4;
             const int ei = tid % 16;
-            ((sm0 + fill * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
           }
           #pragma unroll 1
           for (int r = 0; r < 32; ++r) {
             const int e = tid + r * 64;
             const int eo = e / 128;
             const int ei = e % 128;
-            ((sm1 + fill * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 48 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm1 + fill * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 48 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
         napkin_cp_async_commit();
@@ -893,11 +913,11 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
@@ -949,13 +969,23 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
   const int wc = (tid / 32) % 2;
   const int fg = lane / 4;
   const int fq = lane % 4;
+  int sw0[1];
+  #pragma unroll
+  for (int kk = 0; kk < 1; ++kk) {
+    sw0[kk] = ((lane % 16) * 16 + ((kk * 16 + (lane / 16) * 8) ^ (((lane % 8) << 1) & 8))) * 2;
+  }
+  int sw1[4];
+  #pragma unroll
+  for (int i1 = 0; i1 < 4; ++i1) {
+    sw1[i1] = ((lane % 8 + ((lane / 8) % 2) * 8) * 128 + ((wc * 64 + (2 * i1) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
   const long long nblocks = (((long long)(n0) + 63) / 64) * (((long long)(n3) + 127) / 128);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_1 = (int)((blk) % (((long long)(n3) + 127) / 128)) * 128;
     const int org_0 = (int)(((blk) / (((long long)(n3) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
     float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (6144) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));
     if (n2 % 4 == 0 && n3 % 8 == 0) {
       {
         __syncthreads();
@@ -965,17 +995,17 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
           const int eo = tid / 4 + r * 16;
           const int ei = (tid % 4) * 4;
           const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + (((int)0 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          *reinterpret_cast<uint2*>((sm0 + 0 * 1536) + eo * 24 + ei) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
+          *reinterpret_cast<uint2*>((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 4) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p0 + (((int)(((int)0 + eo0))) * (n3) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 0 * 2176) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 0 * 2048);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
+            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
           }
         }
       }
@@ -987,17 +1017,17 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
           const int eo = tid / 4 + r * 16;
           const int ei = (tid % 4) * 4;
           const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + (((int)0 + 16 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          *reinterpret_cast<uint2*>((sm0 + 1 * 1536) + eo * 24 + ei) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
+          *reinterpret_cast<uint2*>((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 4) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p0 + (((int)(((int)0 + 16 + eo0))) * (n3) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 1 * 2176) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 1 * 2048);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
+            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
           }
         }
       }
@@ -1009,17 +1039,17 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
           const int eo = tid / 4 + r * 16;
           const int ei = (tid % 4) * 4;
           const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + (((int)0 + 32 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          *reinterpret_cast<uint2*>((sm0 + 2 * 1536) + eo * 24 + ei) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
+          *reinterpret_cast<uint2*>((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 4) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p0 + (((int)(((int)0 + 32 + eo0))) * (n3) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 2 * 2176) + eo0 * 136 + ei;
+          __half* const cpd = (sm1 + 2 * 2048);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
+            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
           }
         }
       }
@@ -1037,17 +1067,17 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
             const int eo = tid / 4 + r * 16;
             const int ei = (tid % 4) * 4;
             const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + ((c0 + 48 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            *reinterpret_cast<uint2*>((sm0 + fill * 1536) + eo * 24 + ei) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
+            *reinterpret_cast<uint2*>((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((tid / 4) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
           }
           {
             const int ei = (tid % 16) * 8;
             const int eo0 = tid / 16;
             const __half* const cps = p0 + (((int)((c0 + 48 + eo0))) * (n3) + ((org_1 + ei)));
-            __half* const cpd = (sm1 + fill * 2176) + eo0 * 136 + ei;
+            __half* const cpd = (sm1 + fill * 2048);
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int eo = eo0 + r * 4;
-              napkin_cp_async_16(cpd + r * 544, cps + ((int)(r * 4) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
+              napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
             }
           }
         }
@@ -1058,11 +1088,11 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
@@ -1083,14 +1113,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 0 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + (((int)0 + ei))]) : napkin_from_float<__half>(0.0f);
+          ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + (((int)0 + ei))]) : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
           const int e = tid + r * 64;
           const int eo = e / 128;
           const int ei = e % 128;
-          ((sm1 + 0 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)(((int)0 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 0 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)(((int)0 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -1100,14 +1130,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 1 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 16 + ei))]) : napkin_from_float<__half>(0.0f);
+          ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 16 + ei))]) : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
           const int e = tid + r * 64;
           const int eo = e / 128;
           const int ei = e % 128;
-          ((sm1 + 1 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)(((int)0 + 16 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 1 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)(((int)0 + 16 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -1117,14 +1147,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 2 * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 32 + ei))]) : napkin_from_float<__half>(0.0f);
+          ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 32 + ei))]) : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
           const int e = tid + r * 64;
           const int eo = e / 128;
           const int ei = e % 128;
-          ((sm1 + 2 * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)(((int)0 + 32 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm1 + 2 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)(((int)0 + 32 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -1140,14 +1170,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
           for (int r = 0; r < 16; ++r) {
             const int eo = tid / 16 + r * 4;
             const int ei = tid % 16;
-            ((sm0 + fill * 1536) + eo * 24 + ei)[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + ((c0 + 48 + ei))]) : napkin_from_float<__half>(0.0f);
+            ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + ((c0 + 48 + ei))]) : napkin_from_float<__half>(0.0f);
           }
           #pragma unroll 1
           for (int r = 0; r < 32; ++r) {
             const int e = tid + r * 64;
             const int eo = e / 128;
             const int ei = e % 128;
-            ((sm1 + fill * 2176) + eo * 136 + ei)[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)((c0 + 48 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm1 + fill * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)((c0 + 48 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
         napkin_cp_async_commit();
@@ -1157,11 +1187,11 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
           unsigned fb[8][2];
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], (sm0 + stage * 1536) + (wr * 64 + i0 * 16 + lane % 16) * 24 + kk * 16 + (lane / 16) * 8);
+            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
           }
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], (sm1 + stage * 2176) + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 136 + wc * 64 + (2 * i1) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
           }
           #pragma unroll
           for (int i0 = 0; i0 < 4; ++i0) {
