@@ -372,8 +372,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 128 threads per block, long long indices
-extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
+// kernel 0: 256 threads per block, long long indices
+extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -406,12 +406,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
   for (int i2 = 0; i2 < 4; ++i2) {
     sw2[i2] = ((lane % 8 + ((lane / 8) % 2) * 8) * 64 + (((2 * i2) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
   }
-  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 0) / 1) * (((long long)(n3) + 127) / 128);
+  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 0) / 1) * (((long long)(n3) + 255) / 256);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const long long org_3 = (long long)((blk) % (((long long)(n3) + 127) / 128)) * 128;
-    const long long org_2 = (long long)(((blk) / (((long long)(n3) + 127) / 128)) % (((long long)(n2) + 0) / 1)) * 1;
-    const long long org_1 = (long long)((((blk) / (((long long)(n3) + 127) / 128)) / (((long long)(n2) + 0) / 1)) % (((long long)(n1) + 0) / 1)) * 1;
-    const long long org_0 = (long long)(((((blk) / (((long long)(n3) + 127) / 128)) / (((long long)(n2) + 0) / 1)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
+    const long long org_3 = (long long)((blk) % (((long long)(n3) + 255) / 256)) * 256;
+    const long long org_2 = (long long)(((blk) / (((long long)(n3) + 255) / 256)) % (((long long)(n2) + 0) / 1)) * 1;
+    const long long org_1 = (long long)((((blk) / (((long long)(n3) + 255) / 256)) / (((long long)(n2) + 0) / 1)) % (((long long)(n1) + 0) / 1)) * 1;
+    const long long org_0 = (long long)(((((blk) / (((long long)(n3) + 255) / 256)) / (((long long)(n2) + 0) / 1)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
     {
@@ -421,8 +421,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
       __half* const cpd = sm0 + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
       #pragma unroll
       for (int r = 0; r < 8; ++r) {
-        const int eo = eo0 + r * 16;
-        napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (org_3 + eo < n3) ? 16 : 0);
+        const int eo = eo0 + r * 32;
+        napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (org_3 + eo < n3) ? 16 : 0);
       }
     }
     napkin_cp_async_wait_all();
@@ -448,8 +448,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     const float v0 = sqrtf(((float)(((long long)(64)))));
     const float qks = 1.0f / (v0);
     const float qkl = qks * 1.442695f;
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (8192) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (8192) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (16384) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (16384) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16));
     {
       __syncthreads();
       const int nlen = (int)((long long)(n4) - ((long long)0) < 32 ? (long long)(n4) - ((long long)0) : 32);
@@ -459,9 +459,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + eo0))) * (64) + (ei));
         __half* const cpd = (sm1 + 0 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int eo = eo0 + r * 16;
-          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 1; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
@@ -470,9 +470,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + eo0))) * (64) + (ei));
         __half* const cpd = (sm2 + 0 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int eo = eo0 + r * 16;
-          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 1; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
@@ -485,9 +485,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + 32 + eo0))) * (64) + (ei));
         __half* const cpd = (sm1 + 1 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int eo = eo0 + r * 16;
-          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 1; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
@@ -496,9 +496,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + 32 + eo0))) * (64) + (ei));
         __half* const cpd = (sm2 + 1 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int eo = eo0 + r * 16;
-          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 1; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
@@ -511,9 +511,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + 64 + eo0))) * (64) + (ei));
         __half* const cpd = (sm1 + 2 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int eo = eo0 + r * 16;
-          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 1; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
@@ -522,9 +522,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + (((long long)0 + 64 + eo0))) * (64) + (ei));
         __half* const cpd = (sm2 + 2 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int eo = eo0 + r * 16;
-          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 1; ++r) {
+          const int eo = eo0 + r * 32;
+          napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
@@ -544,9 +544,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 96 + eo0))) * (64) + (ei));
           __half* const cpd = (sm1 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
@@ -555,9 +555,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 96 + eo0))) * (64) + (ei));
           __half* const cpd = (sm2 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -660,9 +660,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 96 + eo0))) * (64) + (ei));
           __half* const cpd = (sm1 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
@@ -671,9 +671,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n4) + ((c0 + 96 + eo0))) * (64) + (ei));
           __half* const cpd = (sm2 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 16;
-            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
