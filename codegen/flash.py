@@ -7,7 +7,8 @@ are staged (padded rows, zeros outside); each warp computes its scores as C frag
 and masks at each element's (row, key) point (keys past the end are -inf), and the online
 softmax runs on the fragments: per row (g and g + 8 of each slice) the chunk's maximum
 across the 4 lanes of a quad, the rescale of the running sum and of the output
-accumulators, then the probabilities, packed to 16 bits, are the A fragments of `P V`
+accumulators (the latter jumped over when no row of the warp changed its maximum), then
+the probabilities, packed to 16 bits, are the A fragments of `P V`
 (the C layout of two 8-key tiles is the A layout of one 16-key tile), multiplied with V's
 B fragments (`ldmatrix.x2`, transposed when V is head-contiguous). After the last chunk
 the quad adds its partial sums and each output element is `o / l` (0 for a fully masked
@@ -134,8 +135,18 @@ class FlashLowering(MmaLowering):
         per score. fmaxf skips a NaN score, which then makes its probability NaN, and through
         the row's sum and P V its whole output row, as the language's NaN rule asks; a score
         the diagram's mask hides is -inf before any of this, so a NaN under a mask stays hidden.
+
+        The output's rescale is skipped when no row of the warp needs it (FlashAttention-4's
+        conditional rescale, exact here): each row's factor 2^((m_old - m_new) log2 e) is
+        exactly 1.0 when its running maximum did not change, and a product by 1.0 is the
+        identity (NaN, infinities and signed zeros included), so the warp votes whether any
+        lane holds a factor other than 1.0 and, if none does, jumps over the FMULs. The vote
+        makes the branch warp-uniform: a lane-divergent one would cost the warp the FMULs
+        whenever any of its lanes took it, and ptxas predicates short divergent bodies.
         """
         b = self.b
+        b.emit(P.Decl("float", "rsc", shape=(fm, 2)))   # each row's rescale factor
+        b.emit(P.Decl("bool", "rch", "false"))          # a factor of the lane's other than 1
 
         def row():
             b.emit(P.Decl("float", "mx", "rm[i0][i1]"))
@@ -146,6 +157,8 @@ class FlashLowering(MmaLowering):
             b.emit(P.Decl("const float", "rs", f"napkin_ex2((rm[i0][i1] - sh) * {self.log2e})"))
             b.emit(P.Decl("const float", "sl", f"-sh * {self.log2e}"))
             b.emit(P.Set("rm[i0][i1]", "mx"))
+            b.emit(P.Set("rsc[i0][i1]", "rs"))
+            b.emit(P.Set("rch", "rch | (rs != 1.0f)"))
             b.emit(P.Decl("float", "su", "0.0f"))
 
             def prob():
@@ -153,9 +166,10 @@ class FlashLowering(MmaLowering):
                 b.emit(P.Set("su", "su + sc[i0][i2][2 * i1 + i3]"))
             self._each([("i2", chunk // FN), ("i3", 2)], prob)
             b.emit(P.Set("rl[i0][i1]", "rl[i0][i1] * rs + su"))
-            self._each([("i2", dv), ("i3", 2)], lambda: b.emit(
-                P.Set("acc[i0][i2][2 * i1 + i3]", "acc[i0][i2][2 * i1 + i3] * rs")))
         self._each([("i0", fm), ("i1", 2)], row)
+        b.emit(P.If("__any_sync(0xffffffffu, rch)", self._scoped(lambda: self._each(
+            [("i0", fm), ("i1", 2), ("i2", dv), ("i3", 2)], lambda: b.emit(
+                P.Set("acc[i0][i2][2 * i1 + i3]", "acc[i0][i2][2 * i1 + i3] * rsc[i0][i1]"))))))
 
     def _weighted(self, vt: dict, fm: int, chunk: int, dv: int) -> None:
         """O += P V: the probabilities packed into A fragments, V's B fragments per 8 columns."""
