@@ -153,7 +153,9 @@ def _engine(plan: Plan, kp) -> dict:
                     "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
                     "rows": found.row, "cols": found.dv, "warps": [wm, 1],
                     "warp_tile": [tm, found.width], "fragments": [tm // fm, found.width // fn],
-                    "stages": sched.stages}
+                    "stages": sched.stages,
+                    # Q's A fragments: held for the key loop, or re-read every chunk
+                    "q_fragments": "shared memory" if sched.reread else "registers"}
         if isinstance(found, tensorcore.ChainSite):
             g = plan.graph
             width = max(p.width for p in found.outs)
@@ -268,6 +270,11 @@ def render_text(rep: dict) -> str:
                          f"{eng['warp_tile'][1]} tile of {eng['fragments'][0]} x "
                          f"{eng['fragments'][1]} fragments; chunks copied {eng['stages'] - 1} "
                          f"ahead by cp.async ({eng['stages']} stages)")
+            if eng.get("q_fragments") == "registers":
+                lines.append("    Q's fragments held in registers for the whole key loop")
+            elif eng.get("q_fragments"):
+                lines.append("    Q re-read from shared memory every chunk (ldmatrix), freeing "
+                             "its fragments' registers")
             if k.get("heaviest_first"):
                 lines.append(f"    blocks launch the last {', '.join(k['heaviest_first'])} tiles "
                              "first (they run the most chunks: the heaviest first)")

@@ -1,7 +1,8 @@
 """Attention on tensor cores: FlashAttention-2 on mma.sync.m16n8k16 (compiler/flash.py).
 
 Per block: the block's rows of Q are copied to shared memory once and each warp keeps
-its `FM` 16-row slices as A fragments (`ldmatrix.x4`). Per chunk of `BC` keys, K and V
+its `FM` 16-row slices as A fragments (`ldmatrix.x4`), or re-reads them from there every
+chunk, 16 of the head at a time (Schedule.reread). Per chunk of `BC` keys, K and V
 are staged (padded rows, zeros outside); each warp computes its scores as C fragments
 (`FM x BC/8` mmas per 16 of the head), the scalar emitter applies the diagram's scale
 and masks at each element's (row, key) point (keys past the end are -inf), and the online
@@ -40,9 +41,11 @@ class FlashLowering(MmaLowering):
         self._copy(qt)
         b.emit(P.Call("napkin_cp_async_wait_all", ()))
         b.emit(P.Barrier())
-        b.emit(P.Decl("unsigned", "qa", shape=(fm, hk, 4)))
-        self._each([("i0", fm), ("i1", hk)], lambda: self._ldmatrix(
-            qt, "qa[i0][i1]", f"wr * {self.wtm} + i0 * {FM}", "i1 * 16", 4))
+        self.qt = qt
+        if not self.kp.schedule.reread:     # Q's A fragments held for the whole key loop
+            b.emit(P.Decl("unsigned", "qa", shape=(fm, hk, 4)))
+            self._each([("i0", fm), ("i1", hk)], lambda: self._ldmatrix(
+                qt, "qa[i0][i1]", f"wr * {self.wtm} + i0 * {FM}", "i1 * 16", 4))
         b.emit(P.Decl("float", "acc", "{}", shape=(fm, dv, 4)))
         b.emit(P.Decl("float", "rm", shape=(fm, 2)))
         b.emit(P.Decl("float", "rl", "{}", shape=(fm, 2)))
@@ -80,7 +83,16 @@ class FlashLowering(MmaLowering):
         """S = Q K on the tensor cores, then the diagram's scale and masks per element (and,
         in a partial chunk, -inf past the last key). A full chunk the mask holds everywhere
         in (below causal's diagonal) takes its condition as `true`: no mask per score."""
-        b, s = self.b, self.site
+        if self.kp.schedule.reread:
+            self._scores_reread(kt, fm, chunk, hk)
+        else:
+            self._scores_held(kt, fm, chunk, hk)
+        self._masked(fm, chunk, tail)
+
+    def _scores_held(self, kt: dict, fm: int, chunk: int, hk: int) -> None:
+        """Each 8-key tile's scores from the Q fragments held in registers (`qa`), K's B
+        fragments two 16-slices of the head per ldmatrix.x4."""
+        b = self.b
         b.emit(P.Decl("float", "sc", shape=(fm, chunk // FN, 4)))
 
         def tile():
@@ -92,6 +104,29 @@ class FlashLowering(MmaLowering):
                                   "fz", f"qa[i0][{i}]", f"fb[{i} % 2]", "fz"))))
             self._each([("i3", 4)], lambda: b.emit(P.Set("sc[i0][i1][i3]", "fz[i3]")))
         self._each([("i0", fm), ("i1", chunk // FN)], tile)
+
+    def _scores_reread(self, kt: dict, fm: int, chunk: int, hk: int) -> None:
+        """Q re-read from shared memory (Schedule.reread): per 16 of the head, the slice's A
+        fragment by one ldmatrix.x4, then every key tile's product with it (K's B fragments
+        two 8-key tiles per ldmatrix.x4), accumulated into the scores: one slice of Q live
+        at a time instead of the whole head."""
+        b = self.b
+        b.emit(P.Decl("float", "sc", "{}", shape=(fm, chunk // FN, 4)))
+
+        def slice_():
+            b.emit(P.Decl("unsigned", "qa", shape=(4,)))
+            self._ldmatrix(self.qt, "qa", f"wr * {self.wtm} + i0 * {FM}", "i2 * 16", 4)
+            b.emit(P.Decl("unsigned", "fb", shape=(2, 2)))
+            self._b_fragments(kt, chunk // FN, lambda i: f"fb[{i} % 2]", lambda i: f"{i} * {FN}",
+                              lambda i: "i2 * 16", "i1",
+                              body=lambda i: b.emit(P.Call(self._mma(), (
+                                  f"sc[i0][{i}]", "qa", f"fb[{i} % 2]", f"sc[i0][{i}]"))))
+        self._each([("i0", fm), ("i2", hk)], slice_)
+
+    def _masked(self, fm: int, chunk: int, tail: bool) -> None:
+        """The diagram's scale and masks on every score (-inf past the last key of a partial
+        chunk); a full chunk the mask holds everywhere in takes its condition as `true`."""
+        b, s = self.b, self.site
         score = ir.operands(self.g, s.soft)[0]
 
         cond = masking.paired_condition(self.g, self.st)
