@@ -44,7 +44,7 @@ MAX_REGISTERS = 128                  # fragment registers per lane (S, O, Q): th
 # Q's A fragments held in registers for the whole key loop, or re-read from shared memory by
 # ldmatrix every chunk (FlashAttention-2 does both: Is_Q_in_regs), a slice of 16 of the head
 # at a time; REREAD_SLICES of them counted live (the next slice's load in flight)
-REREADS = (False,)
+REREADS = (False, True)
 REREAD_SLICES = occupancy.REREAD_SLICES
 ELEMENTWISE = (ir.Map, ir.Assign, ir.Index, ir.Const, ir.SizeOf)
 # (block rows, warps, keys per chunk) in search order: each warp one or two 16-row fragments

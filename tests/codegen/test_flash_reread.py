@@ -86,6 +86,21 @@ def test_q_reread_with_transposed_q_and_a_value_width_of_its_own():
         assert v.ok, v.message
 
 
+def test_a_head_of_512_planned_with_q_re_read_matches_the_reference():
+    """The planner's own choice where Q's fragments cannot be held (tests/compiler/
+    test_flash_reread.py): 32 slices of the head a chunk."""
+    text = ("axis b, h, q, x\naxis d = 512\naxis e = 64\nin Q[b h q d]: bf16\n"
+            "in K[b h x d]: bf16\nin V[b h x e]: bf16\nS[b h q x] = Q * K / sqrt(size(d))\n"
+            "P[b h q x] = softmax[x](S)\nO[b h q e] = P * V\nout O: bf16")
+    d = napkin.load(text)
+    p = plan(d, "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
+    assert [kp.schedule.reread for kp in p.kernels] == [True]
+    shape = {"b": 1, "h": 2, "q": 33, "x": 47}
+    inputs, out = outputs(d, p, shape, 9)
+    for v in compare.against_reference(d, inputs, out).values():
+        assert v.ok, v.message
+
+
 REREAD_BUGS = {
     # every slice read at the head's first 16
     "the slice's head offset dropped": lambda s: s.replace(

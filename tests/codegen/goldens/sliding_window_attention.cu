@@ -410,14 +410,6 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     }
     napkin_cp_async_wait_all();
     __syncthreads();
-    unsigned qa[2][4][4];
-    #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
-      #pragma unroll
-      for (int i1 = 0; i1 < 4; ++i1) {
-        napkin_ldmatrix_x4(qa[i0][i1], sm0 + (wr * 32 + i0 * 16 + lane % 16) * 72 + i1 * 16 + (lane / 16) * 8);
-      }
-    }
     float acc[2][8][4] = {};
     float rm[2][2];
     float rl[2][2] = {};
@@ -559,22 +551,19 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
         }
       }
       napkin_cp_async_commit();
-      float sc[2][2][4];
+      float sc[2][2][4] = {};
       #pragma unroll
       for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 2; ++i1) {
-          float fz[4] = {};
+        for (int i2 = 0; i2 < 4; ++i2) {
+          unsigned qa[4];
+          napkin_ldmatrix_x4(qa, sm0 + (wr * 32 + i0 * 16 + lane % 16) * 72 + i2 * 16 + (lane / 16) * 8);
           unsigned fb[2][2];
           #pragma unroll
-          for (int i2 = 0; i2 < 2; ++i2) {
-            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 1152) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
-            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
-            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
-          }
-          #pragma unroll
-          for (int i3 = 0; i3 < 4; ++i3) {
-            sc[i0][i1][i3] = fz[i3];
+          for (int i1 = 0; i1 < 1; ++i1) {
+            napkin_ldmatrix_x4_pair(fb[(2 * i1) % 2], fb[(2 * i1 + 1) % 2], (sm1 + stage * 1152) + ((2 * i1) * 8 + (lane / 16) * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
+            napkin_mma_m16n8k16_f16(sc[i0][(2 * i1)], qa, fb[(2 * i1) % 2], sc[i0][(2 * i1)]);
+            napkin_mma_m16n8k16_f16(sc[i0][(2 * i1 + 1)], qa, fb[(2 * i1 + 1) % 2], sc[i0][(2 * i1 + 1)]);
           }
         }
       }
@@ -711,22 +700,19 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
         }
       }
       napkin_cp_async_commit();
-      float sc[2][2][4];
+      float sc[2][2][4] = {};
       #pragma unroll
       for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 2; ++i1) {
-          float fz[4] = {};
+        for (int i2 = 0; i2 < 4; ++i2) {
+          unsigned qa[4];
+          napkin_ldmatrix_x4(qa, sm0 + (wr * 32 + i0 * 16 + lane % 16) * 72 + i2 * 16 + (lane / 16) * 8);
           unsigned fb[2][2];
           #pragma unroll
-          for (int i2 = 0; i2 < 2; ++i2) {
-            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm1 + stage * 1152) + (i1 * 8 + lane % 8) * 72 + (2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8);
-            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
-            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
-          }
-          #pragma unroll
-          for (int i3 = 0; i3 < 4; ++i3) {
-            sc[i0][i1][i3] = fz[i3];
+          for (int i1 = 0; i1 < 1; ++i1) {
+            napkin_ldmatrix_x4_pair(fb[(2 * i1) % 2], fb[(2 * i1 + 1) % 2], (sm1 + stage * 1152) + ((2 * i1) * 8 + (lane / 16) * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
+            napkin_mma_m16n8k16_f16(sc[i0][(2 * i1)], qa, fb[(2 * i1) % 2], sc[i0][(2 * i1)]);
+            napkin_mma_m16n8k16_f16(sc[i0][(2 * i1 + 1)], qa, fb[(2 * i1 + 1) % 2], sc[i0][(2 * i1 + 1)]);
           }
         }
       }
