@@ -115,3 +115,16 @@ def test_only_attention_re_reads_q():
     (kp,) = p.kernels
     with pytest.raises(NapkinError, match="re-reads Q from shared memory"):
         with_choices(p, [dataclasses.replace(kp.choice, reread=True)])
+
+
+def test_the_ranked_candidates_keep_the_q_choice():
+    """tensorcore.ranked (what benchmarks/gpu_check.py times) returns each candidate as the
+    search costed it, Q held or re-read: the first is the plan's choice."""
+    from napkin.compiler import tensorcore
+    p = plan(napkin.load("attention", d=64), "a100", LONG)
+    (kp,) = p.kernels
+    ranked = tensorcore.ranked(kp.model, kp.columns, p.target, p.sizes, kp.schedule.site, 16)
+    assert {c.reread for c, _ in ranked} == {False, True}
+    assert ranked[0][0] == kp.choice
+    for c, cost in ranked:
+        assert with_choices(p, [c]).kernels[0].cost.time == pytest.approx(cost.time, rel=1e-9)
