@@ -177,7 +177,7 @@ class FlashLowering(MmaLowering):
         identity (NaN, infinities and signed zeros included), so the warp votes whether any
         lane holds a factor other than 1.0 and, if none does, jumps over the FMULs. The vote
         makes the branch warp-uniform: a lane-divergent one would cost the warp the FMULs
-        whenever any of its lanes took it, and ptxas predicates short divergent bodies.
+        whenever any of its lanes took it, and ptxas wraps it in BSSY/BSYNC (sm_80).
         """
         b = self.b
         b.emit(P.Decl("float", "rsc", shape=(fm, 2)))   # each row's rescale factor
