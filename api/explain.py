@@ -189,7 +189,9 @@ def _engine(plan: Plan, kp) -> dict:
                     "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
                     "rows": found.row, "cols": found.dv, "warps": [wm, 1],
                     "warp_tile": [tm, found.width], "fragments": [tm // fm, found.width // fn],
-                    "stages": sched.stages, "tiles": tiles}
+                    "stages": sched.stages, "tiles": tiles,
+                    # Q's A fragments: held for the key loop, or re-read every chunk
+                    "q_fragments": "shared memory" if sched.reread else "registers"}
         if isinstance(found, tensorcore.ChainSite):
             g = plan.graph
             width = max(p.width for p in found.outs)
@@ -312,6 +314,11 @@ def render_text(rep: dict) -> str:
                 (f" ({t['xor']})" if "xor" in t else
                  f" (rows of {t['pitch']})" if t["layout"] == "padded" else "")
                 for t in eng["tiles"]))
+            if eng.get("q_fragments") == "registers":
+                lines.append("    Q's fragments held in registers for the whole key loop")
+            elif eng.get("q_fragments"):
+                lines.append("    Q re-read from shared memory every chunk (ldmatrix), freeing "
+                             "its fragments' registers")
             if k.get("heaviest_first"):
                 lines.append(f"    blocks launch the last {', '.join(k['heaviest_first'])} tiles "
                              "first (they run the most chunks: the heaviest first)")

@@ -46,7 +46,9 @@ def choice_json(choice: Choice) -> dict:
             "thread": [list(p) for p in choice.thread],
             "split": list(choice.split) if choice.split else None,
             "inner": list(choice.inner) if choice.inner else None,
-            "warps": [list(p) for p in choice.warps]}
+            "warps": [list(p) for p in choice.warps],
+            # attention's Q re-read from shared memory (recorded where chosen only)
+            **({"reread": True} if choice.reread else {})}
 
 
 def record_one(name: str, tname: str, shape_name: str) -> list[dict]:

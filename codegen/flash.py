@@ -1,13 +1,15 @@
 """Attention on tensor cores: FlashAttention-2 on mma.sync.m16n8k16 (compiler/flash.py).
 
 Per block: the block's rows of Q are copied to shared memory once and each warp keeps
-its `FM` 16-row slices as A fragments (`ldmatrix.x4`). Per chunk of `BC` keys, K and V
+its `FM` 16-row slices as A fragments (`ldmatrix.x4`), or re-reads them from there every
+chunk, 16 of the head at a time (Schedule.reread). Per chunk of `BC` keys, K and V
 are staged (padded rows, zeros outside); each warp computes its scores as C fragments
 (`FM x BC/8` mmas per 16 of the head), the scalar emitter applies the diagram's scale
 and masks at each element's (row, key) point (keys past the end are -inf), and the online
 softmax runs on the fragments: per row (g and g + 8 of each slice) the chunk's maximum
 across the 4 lanes of a quad, the rescale of the running sum and of the output
-accumulators, then the probabilities, packed to 16 bits, are the A fragments of `P V`
+accumulators (the latter jumped over when no row of the warp changed its maximum), then
+the probabilities, packed to 16 bits, are the A fragments of `P V`
 (the C layout of two 8-key tiles is the A layout of one 16-key tile), multiplied with V's
 B fragments (`ldmatrix.x2`, transposed when V is head-contiguous). After the last chunk
 the quad adds its partial sums and each output element is `o / l` (0 for a fully masked
@@ -39,9 +41,11 @@ class FlashLowering(MmaLowering):
         self._copy(qt)
         b.emit(P.Call("napkin_cp_async_wait_all", ()))
         b.emit(P.Barrier())
-        b.emit(P.Decl("unsigned", "qa", shape=(fm, hk, 4)))
-        self._each([("i0", fm), ("i1", hk)], lambda: self._ldmatrix(
-            qt, "qa[i0][i1]", f"wr * {self.wtm} + i0 * {FM}", "i1 * 16", 4))
+        self.qt = qt
+        if not self.kp.schedule.reread:     # Q's A fragments held for the whole key loop
+            b.emit(P.Decl("unsigned", "qa", shape=(fm, hk, 4)))
+            self._each([("i0", fm), ("i1", hk)], lambda: self._ldmatrix(
+                qt, "qa[i0][i1]", f"wr * {self.wtm} + i0 * {FM}", "i1 * 16", 4))
         b.emit(P.Decl("float", "acc", "{}", shape=(fm, dv, 4)))
         b.emit(P.Decl("float", "rm", shape=(fm, 2)))
         b.emit(P.Decl("float", "rl", "{}", shape=(fm, 2)))
@@ -79,7 +83,16 @@ class FlashLowering(MmaLowering):
         """S = Q K on the tensor cores, then the diagram's scale and masks per element (and,
         in a partial chunk, -inf past the last key). A full chunk the mask holds everywhere
         in (below causal's diagonal) takes its condition as `true`: no mask per score."""
-        b, s = self.b, self.site
+        if self.kp.schedule.reread:
+            self._scores_reread(kt, fm, chunk, hk)
+        else:
+            self._scores_held(kt, fm, chunk, hk)
+        self._masked(fm, chunk, tail)
+
+    def _scores_held(self, kt: dict, fm: int, chunk: int, hk: int) -> None:
+        """Each 8-key tile's scores from the Q fragments held in registers (`qa`), K's B
+        fragments two 16-slices of the head per ldmatrix.x4."""
+        b = self.b
         b.emit(P.Decl("float", "sc", shape=(fm, chunk // FN, 4)))
 
         def tile():
@@ -91,6 +104,29 @@ class FlashLowering(MmaLowering):
                                   "fz", f"qa[i0][{i}]", f"fb[{i} % 2]", "fz"))))
             self._each([("i3", 4)], lambda: b.emit(P.Set("sc[i0][i1][i3]", "fz[i3]")))
         self._each([("i0", fm), ("i1", chunk // FN)], tile)
+
+    def _scores_reread(self, kt: dict, fm: int, chunk: int, hk: int) -> None:
+        """Q re-read from shared memory (Schedule.reread): per 16 of the head, the slice's A
+        fragment by one ldmatrix.x4, then every key tile's product with it (K's B fragments
+        two 8-key tiles per ldmatrix.x4), accumulated into the scores: one slice of Q live
+        at a time instead of the whole head."""
+        b = self.b
+        b.emit(P.Decl("float", "sc", "{}", shape=(fm, chunk // FN, 4)))
+
+        def slice_():
+            b.emit(P.Decl("unsigned", "qa", shape=(4,)))
+            self._ldmatrix(self.qt, "qa", f"wr * {self.wtm} + i0 * {FM}", "i2 * 16", 4)
+            b.emit(P.Decl("unsigned", "fb", shape=(2, 2)))
+            self._b_fragments(kt, chunk // FN, lambda i: f"fb[{i} % 2]", lambda i: f"{i} * {FN}",
+                              lambda i: "i2 * 16", "i1",
+                              body=lambda i: b.emit(P.Call(self._mma(), (
+                                  f"sc[i0][{i}]", "qa", f"fb[{i} % 2]", f"sc[i0][{i}]"))))
+        self._each([("i0", fm), ("i2", hk)], slice_)
+
+    def _masked(self, fm: int, chunk: int, tail: bool) -> None:
+        """The diagram's scale and masks on every score (-inf past the last key of a partial
+        chunk); a full chunk the mask holds everywhere in takes its condition as `true`."""
+        b, s = self.b, self.site
         score = ir.operands(self.g, s.soft)[0]
 
         cond = masking.paired_condition(self.g, self.st)
@@ -134,8 +170,18 @@ class FlashLowering(MmaLowering):
         per score. fmaxf skips a NaN score, which then makes its probability NaN, and through
         the row's sum and P V its whole output row, as the language's NaN rule asks; a score
         the diagram's mask hides is -inf before any of this, so a NaN under a mask stays hidden.
+
+        The output's rescale is skipped when no row of the warp needs it (FlashAttention-4's
+        conditional rescale, exact here): each row's factor 2^((m_old - m_new) log2 e) is
+        exactly 1.0 when its running maximum did not change, and a product by 1.0 is the
+        identity (NaN, infinities and signed zeros included), so the warp votes whether any
+        lane holds a factor other than 1.0 and, if none does, jumps over the FMULs. The vote
+        makes the branch warp-uniform: a lane-divergent one would cost the warp the FMULs
+        whenever any of its lanes took it, and ptxas wraps it in BSSY/BSYNC (sm_80).
         """
         b = self.b
+        b.emit(P.Decl("float", "rsc", shape=(fm, 2)))   # each row's rescale factor
+        b.emit(P.Decl("bool", "rch", "false"))          # a factor of the lane's other than 1
 
         def row():
             b.emit(P.Decl("float", "mx", "rm[i0][i1]"))
@@ -146,6 +192,8 @@ class FlashLowering(MmaLowering):
             b.emit(P.Decl("const float", "rs", f"napkin_ex2((rm[i0][i1] - sh) * {self.log2e})"))
             b.emit(P.Decl("const float", "sl", f"-sh * {self.log2e}"))
             b.emit(P.Set("rm[i0][i1]", "mx"))
+            b.emit(P.Set("rsc[i0][i1]", "rs"))
+            b.emit(P.Set("rch", "rch | (rs != 1.0f)"))
             b.emit(P.Decl("float", "su", "0.0f"))
 
             def prob():
@@ -153,9 +201,10 @@ class FlashLowering(MmaLowering):
                 b.emit(P.Set("su", "su + sc[i0][i2][2 * i1 + i3]"))
             self._each([("i2", chunk // FN), ("i3", 2)], prob)
             b.emit(P.Set("rl[i0][i1]", "rl[i0][i1] * rs + su"))
-            self._each([("i2", dv), ("i3", 2)], lambda: b.emit(
-                P.Set("acc[i0][i2][2 * i1 + i3]", "acc[i0][i2][2 * i1 + i3] * rs")))
         self._each([("i0", fm), ("i1", 2)], row)
+        b.emit(P.If("__any_sync(0xffffffffu, rch)", self._scoped(lambda: self._each(
+            [("i0", fm), ("i1", 2), ("i2", dv), ("i3", 2)], lambda: b.emit(
+                P.Set("acc[i0][i2][2 * i1 + i3]", "acc[i0][i2][2 * i1 + i3] * rsc[i0][i1]"))))))
 
     def _weighted(self, vt: dict, fm: int, chunk: int, dv: int) -> None:
         """O += P V: the probabilities packed into A fragments, V's B fragments per 8 columns."""

@@ -214,7 +214,7 @@ def candidate_set(sizes: dict, s: ChainSite, fixed: dict):
     """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
     or None: FlashAttention-2's rows and chunks, within the chain's register budget."""
     return flash.row_tilings(sizes, s.row, s.red, s.batch, fixed,
-                             lambda fm, chunk: registers(fm, chunk, s) <= MAX_REGISTERS)
+                             lambda fm, chunk, _: registers(fm, chunk, s) <= MAX_REGISTERS)
 
 
 __all__ = ["ChainSite", "Score", "Product", "examine", "search", "candidate_set", "registers"]

@@ -26,6 +26,9 @@ class Choice:
     split: tuple[str, int] | None = None         # level 2: reduced axis split over threads
     inner: tuple[str, int] | None = None         # level 2: reduced axis streamed by each thread
     warps: tuple[tuple[str, int], ...] = ()      # tensor cores: warps per block along row, col
+    reread: bool = False                         # attention on tensor cores: Q's A fragments
+                                                 # re-read from shared memory every chunk, not
+                                                 # held in registers (flash.py)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class Choices:
     split: tuple[tuple[str, object], ...] = ()
     inner: tuple[str, object] | None = None
     warps: tuple[tuple[str, object], ...] = ()
+    reread: object = False
 
     @classmethod
     def of(cls, choice: Choice | Choices) -> Choices:
@@ -52,13 +56,14 @@ class Choices:
         if isinstance(choice, Choices):
             return choice
         return cls(choice.group, choice.stream, choice.thread,
-                   (choice.split,) if choice.split else (), choice.inner, choice.warps)
+                   (choice.split,) if choice.split else (), choice.inner, choice.warps,
+                   choice.reread)
 
     @functools.cached_property
     def shape(self) -> tuple[int, ...]:
         pairs = self.group + self.thread + self.split + self.warps + \
             tuple(p for p in (self.stream, self.inner) if p)
-        return np.broadcast_shapes(*(np.shape(v) for _, v in pairs))
+        return np.broadcast_shapes(*(np.shape(v) for _, v in pairs), np.shape(self.reread))
 
     def __len__(self) -> int:
         return int(np.prod(self.shape))
@@ -75,7 +80,7 @@ class Choices:
         stream = pairs((self.stream,))[0] if self.stream else None
         inner = pairs((self.inner,))[0] if self.inner else None
         return Choice(pairs(self.group), stream, pairs(self.thread), split, inner,
-                      pairs(self.warps))
+                      pairs(self.warps), bool(entries(self.reread, where)))
 
 
 class _Numbers:

@@ -171,6 +171,11 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         and bool(target.processors) and len(levels) > 2
     flight = occupancy.in_flight(choice, loads)
     stages = PIPELINE
+    # attention's Q re-read from shared memory into registers every computed chunk
+    # (Choice.reread): (its array, the chunks)
+    reread = (occupancy.query_array(model, choice.warps[0][0]),
+              NUMBERS.ceil(sizes[choice.stream[0]] / choice.stream[1]) * fraction) \
+        if choice.reread is not False and not symbolic and model.streaming.pairs else None
     for li, lv in enumerate(levels[1:], start=1):
         cov = covs[li - 1]
         across = {a: sizes[a] / cov[a] for a in model.axes}   # units side by side along a
@@ -200,6 +205,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                 if arr.streamed and fraction is not None \
                         and not (isinstance(fraction, float) and fraction == 1.0):
                     vol = vol * fraction
+                if reread is not None and li == len(levels) - 1 and arr is reread[0]:
+                    vol = ops.where(choice.reread, vol * reread[1], vol)    # every chunk
                 coalesce = 1 if symbolic or values or li > 1 else sectors(arr, cov, target)
                 moved.append(vol * (width * coalesce))     # (width: a power of two)
                 unique.append(once * (width * coalesce))

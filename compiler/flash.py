@@ -14,7 +14,8 @@ the epilogue adds them per row, `FlashSite.epilogue`). `f` holds the scale and
 masks (from axis indices or loaded arrays), `g` the cast and any epilogue.
 
 The block takes `BM` rows (one position of each batch axis); each of its `wm` warps owns
-`BM / wm` rows as `16`-row fragments: their Q fragments stay in registers, the scores
+`BM / wm` rows as `16`-row fragments: their Q fragments stay in registers (or, a choice
+of the search, are re-read from shared memory every chunk: REREADS), the scores
 of a chunk of `BC` keys come out of the tensor cores as C fragments, the online softmax
 runs on them (row statistics across the 4 lanes of a quad), and the probabilities,
 packed to 16 bits, are the A fragments of `P V`. For the cost model the register level's
@@ -27,8 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ir, split, warps
+from . import ir, occupancy, split, warps
 from .canonical import through
+from .choices import NUMBERS
 from .cost import Choice, Choices, Cost
 from .model import Model, storage_dtype
 from .target import Target
@@ -39,6 +41,11 @@ CHUNKS = (16, 32, 64, 128)           # keys per chunk
 WARPS = (1, 2, 4, 8)
 MAX_REGISTERS = 128                  # fragment registers per lane (S, O, Q): the rest of 255 is
                                      # addresses, copies and the softmax (ptxas: no spills)
+# Q's A fragments held in registers for the whole key loop, or re-read from shared memory by
+# ldmatrix every chunk (FlashAttention-2 does both: Is_Q_in_regs), a slice of 16 of the head
+# at a time; REREAD_SLICES of them counted live (the next slice's load in flight)
+REREADS = (False, True)
+REREAD_SLICES = occupancy.REREAD_SLICES
 ELEMENTWISE = (ir.Map, ir.Assign, ir.Index, ir.Const, ir.SizeOf)
 # (block rows, warps, keys per chunk) in search order: each warp one or two 16-row fragments
 TILINGS = np.array([(bm, wm, chunk) for bm in ROWS for wm in WARPS for chunk in CHUNKS
@@ -163,10 +170,12 @@ def _readers(g, n: int, members) -> set:
     return out
 
 
-def registers(fm, chunk, site: FlashSite):
+def registers(fm, chunk, site: FlashSite, reread=False):
     """Fragment registers per lane: scores, output accumulators, Q fragments (per entry of
-    arrays of fragments and chunks)."""
-    return fm * (chunk // 8) * 4 + fm * (site.width // 8) * 4 + fm * (site.head // 16) * 4
+    arrays of fragments, chunks and `reread`): the whole head's held for the key loop, or,
+    re-read from shared memory every chunk, REREAD_SLICES 16-wide slices at a time."""
+    q = NUMBERS.where(reread, min(REREAD_SLICES, site.head // 16), site.head // 16)
+    return fm * (chunk // 8) * 4 + fm * (site.width // 8) * 4 + fm * q * 4
 
 
 def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
@@ -182,29 +191,34 @@ def candidate_set(sizes: dict, s: FlashSite, fixed: dict):
     """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
     or None."""
     return row_tilings(sizes, s.row, s.red, s.batch, fixed,
-                       lambda fm, chunk: registers(fm, chunk, s) <= MAX_REGISTERS)
+                       lambda fm, chunk, reread: registers(fm, chunk, s, reread) <= MAX_REGISTERS,
+                       REREADS)
 
 
-def row_tilings(sizes: dict, row: str, red: str, batch: tuple[str, ...], fixed: dict, fits):
-    """The (block rows, warps, chunk) tilings of a kernel whose warps stack along `row`
-    (attention, chain.py) that the hints allow and whose fragments `fits(fm, chunk)` (per
-    entry), as a candidate set with its tie-breaking keys, or None."""
+def row_tilings(sizes: dict, row: str, red: str, batch: tuple[str, ...], fixed: dict, fits,
+                rereads: tuple[bool, ...] = (False,)):
+    """The (block rows, warps, chunk, Q re-read) tilings of a kernel whose warps stack along
+    `row` (attention, chain.py) that the hints allow and whose fragments `fits(fm, chunk,
+    reread)` (per entry), as a candidate set with its tie-breaking keys (Q held before Q
+    re-read), or None."""
     hints = warps.block_hints(fixed, red, (row,), batch)
     if hints is None:
         return None
     hinted, fixed_chunk = hints
-    bm, wm, chunk = TILINGS.T
+    bm, wm, chunk = np.tile(TILINGS, (len(rereads), 1)).T
+    reread = np.repeat(np.array(rereads, dtype=bool), len(TILINGS))
     keep = warps.matches(hinted.get(row), bm, sizes[row]) & \
         (bm <= warps.pow2_at_least(sizes[row], 16)) & \
-        (fixed_chunk is None or chunk == fixed_chunk) & fits(bm // (16 * wm), chunk)
+        (fixed_chunk is None or chunk == fixed_chunk) & fits(bm // (16 * wm), chunk, reread)
     keep = np.broadcast_to(keep, bm.shape)
     if not keep.any():
         return None
     bm, wm, chunk = (v[keep].astype(float) for v in (bm, wm, chunk))
+    reread = reread[keep] if len(rereads) > 1 else False
     ones = tuple((a, 1) for a in batch)
     candidates = Choices(((row, bm),) + ones, (red, chunk), ((row, bm / wm),) + ones,
-                         (), None, ((row, wm),))
-    return candidates, (-bm, -chunk, wm)
+                         (), None, ((row, wm),), reread)
+    return candidates, (-bm, -chunk, wm, np.asarray(reread, dtype=float))
 
 
 __all__ = ["FlashSite", "examine", "search", "registers", "row_tilings"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import occupancy
 from .choices import NUMBERS, prod, total
 from .target import Target
 
@@ -133,6 +134,12 @@ FLASH_ROW_EXPS = 2 / 16            # MUFU per row per lane per chunk (the warp's
 # its own ldmatrix.x2); the copies and the iteration are COPY_LOOP and ITERATION_TENSOR (FLASH_CHUNK,
 # the fit of the whole rest of the loop per chunk, 463, is their 20 + 2 x 225 for K and V)
 FLASH_PER_HMMA = 0.82
+# Q re-read from shared memory every chunk (Choice.reread): per warp and computed chunk, one
+# ldmatrix.x4 per 16 of its rows and 16 of the head, its address a constant offset from one
+# computed before the loop. The SASS agrees (sm_80, attention d=64 at 64 x 4 warps x 64 keys
+# and 128 x 8 x 128: the main loop re-reading Q has 4 LDSM more and 1 integer op fewer than
+# holding it); a GPU run would say what the loads cost beyond their issue slots
+FLASH_REREAD = 1.0
 # A mask read from data (codegen/masks.data_span): the block's prologue tests its share of the
 # streamed axis's positions (the loop, the index test, the load where it may hold, the
 # comparisons, the running least and greatest: per position and lane), then takes the least
@@ -235,6 +242,11 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                                                per_chunk + once) + stores(model, sizes)
         if model.streaming.pairs:     # the fitted loop of FlashAttention-2 (computed chunks)
             warp_instr = hmma * (1 + FLASH_PER_HMMA) + lanes / WARP + copies
+            if choice.reread is not False:      # Q's fragments loaded again every chunk
+                rows, _ = _flash_block(model, choice, sizes)
+                warp_instr = warp_instr + NUMBERS.where(choice.reread, FLASH_REREAD, 0.0) * (
+                    units[0] * chunks * fraction * rows / 16 *
+                    occupancy.query_slices(model, choice, sizes))
             dependent = lanes / WARP
         else:
             ldsm = (H[1] if len(H) > 1 else 0) / LDSM_BYTES

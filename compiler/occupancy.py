@@ -9,7 +9,8 @@ data are in `benchmarks/model_check.py --registers`):
 - a tensor-core product: `values` = a warp tile's fragment registers per lane
   (accumulators `tm tn / 32`, A `tm / 4`, B `tn / 4`); ptxas: 124 at 48, 150-168 at 88.
   An epilogue op that needs registers of its own adds them (EPILOGUE_REGISTERS: erf).
-- FlashAttention-2: `values` = flash.registers (S, O, Q fragments per lane);
+- FlashAttention-2: `values` = flash.registers (S, O, Q fragments per lane; Q's a slice
+  or two when re-read from shared memory every chunk);
   ptxas: 170 at 80, 186 at 104, 210-244 at 112, 238-255 at 128.
 
 A plan fits the register level when its estimate is at most what a thread may have
@@ -22,10 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .choices import prod
+from .choices import NUMBERS, prod
 from .target import Target
 
 WARP = 32
+REREAD_SLICES = 2       # Q's 16-wide slices live when re-read each chunk (flash.REREAD_SLICES)
 # engine -> (base, slope) of the register estimate (the module docstring)
 REGISTERS = {"cuda cores": (45.0, 1.5), "product": (80.0, 0.9), "attention": (40.0, 1.65),
              "chain": (40.0, 1.65)}
@@ -59,6 +61,20 @@ def engine_of(model, choice) -> str:
     return "product" if len(choice.warps) > 1 else "chain"
 
 
+def query_array(model, row: str):
+    """FlashAttention-2's Q: the load the key loop does not touch over the fragment rows
+    (of those, the one with most axes: a row vector such as varlen's doc[q] is another)."""
+    return max((a for a in model.arrays if a.invariant and row in a.axes),
+               key=lambda a: len(a.axes))
+
+
+def query_slices(model, choice, sizes: dict):
+    """16-wide slices of the head in Q's fragments (its axes beyond the warp's rows)."""
+    thread = dict(choice.thread)
+    (row,) = [a for a, _ in choice.warps]
+    return prod(sizes[a] for a in query_array(model, row).axes if a not in thread) / 16
+
+
 def fragment_values(model, choice, sizes: dict):
     """A tensor-core warp's fragment registers per lane (per candidate)."""
     thread = dict(choice.thread)
@@ -68,10 +84,11 @@ def fragment_values(model, choice, sizes: dict):
         tm = thread[row]
         chunk = choice.stream[1]
         acc = next(a for a in model.arrays if a.role == "accumulator" and a.slots == 1)
-        q = next(a for a in model.arrays if a.invariant and row in a.axes)
         width = prod(sizes[a] for a in acc.axes if a not in thread)
-        head = prod(sizes[a] for a in q.axes if a not in thread)
-        return tm / 16 * (chunk / 8 * 4 + width / 8 * 4 + head / 16 * 4)
+        # Q re-read from shared memory each chunk: a few 16-wide slices live (flash.REREAD_SLICES)
+        head = query_slices(model, choice, sizes)
+        slices = NUMBERS.where(choice.reread, np.minimum(REREAD_SLICES, head), head)
+        return tm / 16 * (chunk / 8 * 4 + width / 8 * 4 + slices * 4)
     if len(warped) == 1 and choice.stream:    # a chain: chain.registers
         (row,) = warped
         outs = {n for n, _ in model.streaming.reducers}

@@ -80,6 +80,8 @@ class Schedule:
     layouts: tuple[tuple[int, TileLayout], ...] = ()   # tensor cores: each staged operand
                                               # tile's shared layout, swizzled or padded
                                               # (compiler/tilelayout.py)
+    reread: bool = False                      # attention: Q's A fragments re-read from shared
+                                              # memory every chunk, not held in registers
 
     @property
     def tensor_cores(self) -> bool:
@@ -201,6 +203,9 @@ def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target)
                       f"{', '.join(map(str, SPLIT_WAYS))}")
     if choice.warps:
         return _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread)
+    if choice.reread:
+        raise _refuse(name, "it re-reads Q from shared memory, a choice of attention on the "
+                      "tensor cores (FlashAttention-2), but gives no warps")
     ways = choice.split[1] if choice.split else 1
     lanes = math.prod(-(-tile[a] // min(thread.get(a, 1), tile[a])) for a in woven) * ways
     threads = max(WARP, -(-lanes // WARP) * WARP)
@@ -249,6 +254,9 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
         raise _refuse(name, f"the streamed chunk must be a multiple of {fk} (the mma's k)")
     engine = ATTENTION if isinstance(found, FlashSite) else CHAIN \
         if isinstance(found, ChainSite) else PRODUCT
+    if choice.reread and engine != ATTENTION:
+        raise _refuse(name, f"it re-reads Q from shared memory, a choice of attention "
+                      f"(FlashAttention-2); this kernel is a {engine}")
     threads = count * WARP
     _threads(name, threads, target)
     # a warp's tile along each woven axis (1 where the choice gives none: batch, value width)
@@ -256,7 +264,8 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
     return Schedule(engine, found, tuple(sorted(tile.items())), choice.stream,
                     tuple(sorted(per_warp.items())), None, None, tuple(sorted(warps.items())),
                     threads, threads, choice, stages=PIPELINE,
-                    layouts=operand_layouts(g, found, tile, choice.stream[1]))
+                    layouts=operand_layouts(g, found, tile, choice.stream[1]),
+                    reread=choice.reread)
 
 
 def operand_tiles(site, tile: dict, chunk: int) -> list[tuple[int, tuple[str, int], tuple[str, int]]]:

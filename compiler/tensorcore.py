@@ -323,7 +323,7 @@ def ranked(model: Model, cols, target: Target, sizes: dict, where, count: int = 
         one = candidates.at(int(i))
         w = dict(one.warps)
         out.append((warps.tiled_choice(dict(one.group), sizes, one.stream, dict(one.thread), w,
-                                       tuple(w)), cost.at(int(i), candidates.shape)))
+                                       tuple(w), one.reread), cost.at(int(i), candidates.shape)))
     return out
 
 

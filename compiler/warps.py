@@ -52,17 +52,18 @@ def cheapest(model: Model, cols, target: Target, sizes: dict, candidates: Choice
     one = candidates.at(best)
     warps = dict(one.warps)
     choice = tiled_choice(dict(one.group), sizes, one.stream, dict(one.thread), warps,
-                          tuple(warps))
+                          tuple(warps), one.reread)
     return choice, cost.at(best, candidates.shape)
 
 
 def tiled_choice(group: dict, sizes: dict, stream: tuple, thread: dict, warps: dict,
-                 keep: tuple[str, ...]) -> Choice:
+                 keep: tuple[str, ...], reread: bool = False) -> Choice:
     """A tensor-core Choice: group sizes (whole axes dropped, except the fragment axes in
-    `keep`, whose tile the lowering needs), the streamed chunk, warp tiles and warps."""
+    `keep`, whose tile the lowering needs), the streamed chunk, warp tiles and warps, and
+    whether attention re-reads Q from shared memory."""
     kept = {a: v for a, v in group.items() if v < sizes[a] or a in keep}
     return Choice(tuple(sorted(kept.items())), stream, tuple(sorted(thread.items())),
-                  warps=tuple(sorted(warps.items())))
+                  warps=tuple(sorted(warps.items())), reread=reread)
 
 
 __all__ = ["FRAGMENT", "block_hints", "matches", "pow2_at_least", "cheapest", "tiled_choice",

@@ -281,7 +281,7 @@ FLASH_BUGS = {
     "row maximum not shared across the quad": lambda s: s.replace("napkin_lanes_max(mx, 4)", "mx"),
     "row sums not added across the quad": lambda s: s.replace("napkin_lanes_sum(rl[i0][i1], 4)",
                                                               "rl[i0][i1]"),
-    "output not rescaled": lambda s: s.replace("acc[i0][i2][2 * i1 + i3] * rs;",
+    "output not rescaled": lambda s: s.replace("acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];",
                                                "acc[i0][i2][2 * i1 + i3];"),
     "P fragments in the wrong order": lambda s: s.replace("[2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]",
                                                           "[2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]"),

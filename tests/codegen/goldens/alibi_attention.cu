@@ -642,6 +642,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           }
         }
       }
+      float rsc[1][2];
+      bool rch = false;
       #pragma unroll
       for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
@@ -659,6 +661,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
           const float sl = -sh * 1.442695f;
           rm[i0][i1] = mx;
+          rsc[i0][i1] = rs;
+          rch = rch | (rs != 1.0f);
           float su = 0.0f;
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
@@ -669,11 +673,19 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             }
           }
           rl[i0][i1] = rl[i0][i1] * rs + su;
+        }
+      }
+      if (__any_sync(0xffffffffu, rch)) {
+        #pragma unroll
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
+          for (int i1 = 0; i1 < 2; ++i1) {
             #pragma unroll
-            for (int i3 = 0; i3 < 2; ++i3) {
-              acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
+            for (int i2 = 0; i2 < 8; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+              }
             }
           }
         }
@@ -770,6 +782,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           }
         }
       }
+      float rsc[1][2];
+      bool rch = false;
       #pragma unroll
       for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
@@ -787,6 +801,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
           const float sl = -sh * 1.442695f;
           rm[i0][i1] = mx;
+          rsc[i0][i1] = rs;
+          rch = rch | (rs != 1.0f);
           float su = 0.0f;
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
@@ -797,11 +813,19 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             }
           }
           rl[i0][i1] = rl[i0][i1] * rs + su;
+        }
+      }
+      if (__any_sync(0xffffffffu, rch)) {
+        #pragma unroll
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
+          for (int i1 = 0; i1 < 2; ++i1) {
             #pragma unroll
-            for (int i3 = 0; i3 < 2; ++i3) {
-              acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
+            for (int i2 = 0; i2 < 8; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+              }
             }
           }
         }

@@ -594,6 +594,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           }
         }
       }
+      float rsc[2][2];
+      bool rch = false;
       #pragma unroll
       for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
@@ -611,6 +613,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
           const float sl = -sh * qkl;
           rm[i0][i1] = mx;
+          rsc[i0][i1] = rs;
+          rch = rch | (rs != 1.0f);
           float su = 0.0f;
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
@@ -621,11 +625,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             }
           }
           rl[i0][i1] = rl[i0][i1] * rs + su;
+        }
+      }
+      if (__any_sync(0xffffffffu, rch)) {
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
+          for (int i1 = 0; i1 < 2; ++i1) {
             #pragma unroll
-            for (int i3 = 0; i3 < 2; ++i3) {
-              acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
+            for (int i2 = 0; i2 < 8; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+              }
             }
           }
         }
@@ -710,6 +722,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           }
         }
       }
+      float rsc[2][2];
+      bool rch = false;
       #pragma unroll
       for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
@@ -727,6 +741,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
           const float sl = -sh * qkl;
           rm[i0][i1] = mx;
+          rsc[i0][i1] = rs;
+          rch = rch | (rs != 1.0f);
           float su = 0.0f;
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
@@ -737,11 +753,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             }
           }
           rl[i0][i1] = rl[i0][i1] * rs + su;
+        }
+      }
+      if (__any_sync(0xffffffffu, rch)) {
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
+          for (int i1 = 0; i1 < 2; ++i1) {
             #pragma unroll
-            for (int i3 = 0; i3 < 2; ++i3) {
-              acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rs;
+            for (int i2 = 0; i2 < 8; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+              }
             }
           }
         }
