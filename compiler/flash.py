@@ -46,6 +46,16 @@ MAX_REGISTERS = 128                  # fragment registers per lane (S, O, Q): th
 # at a time; REREAD_SLICES of them counted live (the next slice's load in flight)
 REREADS = (False, True)
 REREAD_SLICES = occupancy.REREAD_SLICES
+# Re-reading Q is the uncalibrated form (its LDSM per slice and the occupancy it buys have
+# never been timed): the search takes it where the model predicts it at least this much
+# faster than the best tiling that holds Q (a head too wide to hold: 2.6x at d = 512), and
+# FlashAttention-2's held Q within that margin (a100 attention d = 64 was 0.9% faster
+# re-read by the model, at 1.25x Triton's non-MMA instructions per HMMA)
+REREAD_MARGIN = 0.05
+# ... and fewer fragment registers when re-read: ptxas (sm_90, after the swizzled tiles' address
+# tables) spills a head of 512 re-read at 2 fragments a warp and 32-key chunks (112 fragment
+# registers a lane: 255 registers, 44 bytes of spills) and not at 16-key chunks (96: 222)
+REREAD_MAX_REGISTERS = 104
 ELEMENTWISE = (ir.Map, ir.Assign, ir.Index, ir.Const, ir.SizeOf)
 # (block rows, warps, keys per chunk) in search order: each warp one or two 16-row fragments
 TILINGS = np.array([(bm, wm, chunk) for bm in ROWS for wm in WARPS for chunk in CHUNKS
@@ -180,19 +190,27 @@ def registers(fm, chunk, site: FlashSite, reread=False):
 
 def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
            fixed: dict) -> tuple[Choice, Cost] | None:
-    """The fastest FlashAttention-2 tiling that fits, honouring block-level hints."""
+    """The fastest FlashAttention-2 tiling that fits, honouring block-level hints; Q re-read
+    only where that is REREAD_MARGIN faster than holding it."""
     found = candidate_set(sizes, s, fixed)
     if found is None:
         return None
-    return warps.cheapest(model, cols, target, sizes, *found)
+    best = warps.cheapest(model, cols, target, sizes, *found)
+    if best is None or not best[0].reread:
+        return best
+    held = candidate_set(sizes, s, fixed, (False,))
+    held = held and warps.cheapest(model, cols, target, sizes, *held)
+    if held and best[1].time > (1 - REREAD_MARGIN) * held[1].time:
+        return held
+    return best
 
 
-def candidate_set(sizes: dict, s: FlashSite, fixed: dict):
+def candidate_set(sizes: dict, s: FlashSite, fixed: dict, rereads=REREADS):
     """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
     or None."""
     return row_tilings(sizes, s.row, s.red, s.batch, fixed,
-                       lambda fm, chunk, reread: registers(fm, chunk, s, reread) <= MAX_REGISTERS,
-                       REREADS)
+                       lambda fm, chunk, reread: registers(fm, chunk, s, reread) <= NUMBERS.where(
+                           reread, REREAD_MAX_REGISTERS, MAX_REGISTERS), rereads)
 
 
 def row_tilings(sizes: dict, row: str, red: str, batch: tuple[str, ...], fixed: dict, fits,

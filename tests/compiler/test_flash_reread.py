@@ -98,15 +98,23 @@ def rate(p) -> float:
     return p.target.per_second("schedulers")
 
 
-def test_where_registers_limit_the_blocks_the_model_re_reads_q():
-    """attention d=64 on the a100: with Q re-read a 64-row block of 4 warps needs about 159
-    registers a thread (2 blocks per SM), held 172 (also 2) but the larger tiles held are
-    limited to 1; the model plans Q re-read there and holds it on the h100 (whose larger
-    tiles it predicts faster). Figures of the model, not of a GPU."""
+def test_re_reading_q_needs_a_margin_over_holding_it():
+    """The search takes Q re-read only where the model predicts it REREAD_MARGIN faster than
+    the best tiling that holds Q (flash.REREAD_MARGIN: the re-read form is uncalibrated):
+    attention d=64 on the a100, whose best re-read tiling the model puts within the margin,
+    holds Q as FlashAttention-2 does; the wide head, which cannot hold it, re-reads."""
+    from napkin.compiler import tensorcore
     d = napkin.load("attention", d=64)
-    a100, h100 = (plan(d, t, LONG).kernels[0] for t in ("a100", "h100"))
-    assert a100.schedule.reread and not h100.schedule.reread
+    for target in ("a100", "h100"):
+        p = plan(d, target, LONG)
+        (kp,) = p.kernels
+        assert not kp.schedule.reread
+        ranked = tensorcore.ranked(kp.model, kp.columns, p.target, p.sizes, kp.schedule.site, 64)
+        again = [cost.time for c, cost in ranked if c.reread]
+        assert again and min(again) > (1 - flash.REREAD_MARGIN) * kp.cost.time
     assert "Q's fragments held in registers" in render_text(report(plan(d, "h100", LONG)))
+    (wide,) = plan(napkin.load(WIDE), "h100", LONG).kernels
+    assert wide.schedule.reread
 
 
 def test_only_attention_re_reads_q():
@@ -125,6 +133,7 @@ def test_the_ranked_candidates_keep_the_q_choice():
     (kp,) = p.kernels
     ranked = tensorcore.ranked(kp.model, kp.columns, p.target, p.sizes, kp.schedule.site, 16)
     assert {c.reread for c, _ in ranked} == {False, True}
-    assert ranked[0][0] == kp.choice
+    # the plan's choice: the fastest that holds Q (re-read is within the margin here)
+    assert next(c for c, _ in ranked if not c.reread) == kp.choice
     for c, cost in ranked:
         assert with_choices(p, [c]).kernels[0].cost.time == pytest.approx(cost.time, rel=1e-9)

@@ -372,8 +372,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 64 threads per block, long long indices
-extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
+// kernel 0: 128 threads per block, long long indices
+extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -390,6 +390,21 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
   const int wr = tid / 32;
   const int fg = lane / 4;
   const int fq = lane % 4;
+  int sw0[4];
+  #pragma unroll
+  for (int i1 = 0; i1 < 4; ++i1) {
+    sw0[i1] = ((lane % 16) * 64 + ((i1 * 16 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
+  int sw1[2];
+  #pragma unroll
+  for (int i2 = 0; i2 < 2; ++i2) {
+    sw1[i2] = ((lane % 8) * 64 + (((2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
+  int sw2[4];
+  #pragma unroll
+  for (int i2 = 0; i2 < 4; ++i2) {
+    sw2[i2] = ((lane % 8 + ((lane / 8) % 2) * 8) * 64 + (((2 * i2) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
   const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 63) / 64);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const long long org_1 = (long long)((blk) % (((long long)(n1) + 0) / 1)) * 1;
@@ -401,20 +416,28 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       const int ei = (tid % 8) * 8;
       const int eo0 = tid / 8;
       const __half* const cps = p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo0))) * (64) + (ei));
-      __half* const cpd = sm0 + eo0 * 72 + ei;
+      __half* const cpd = sm0 + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
       #pragma unroll
-      for (int r = 0; r < 8; ++r) {
-        const int eo = eo0 + r * 8;
-        napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (org_2 + eo < n2) ? 16 : 0);
+      for (int r = 0; r < 4; ++r) {
+        const int eo = eo0 + r * 16;
+        napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (org_2 + eo < n2) ? 16 : 0);
       }
     }
     napkin_cp_async_wait_all();
     __syncthreads();
-    float acc[2][8][4] = {};
-    float rm[2][2];
-    float rl[2][2] = {};
+    unsigned qa[1][4][4];
     #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 1; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 4; ++i1) {
+        napkin_ldmatrix_x4(qa[i0][i1], reinterpret_cast<const char*>(sm0) + (sw0[i1]) + (wr * 16 + i0 * 16) * 128);
+      }
+    }
+    float acc[1][8][4] = {};
+    float rm[1][2];
+    float rl[1][2] = {};
+    #pragma unroll
+    for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 2; ++i1) {
         rm[i0][i1] = -NAPKIN_INF;
@@ -423,12 +446,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     const float v0 = sqrtf(((float)(((long long)(64)))));
     const float qks = 1.0f / (v0);
     const float qkl = qks * 1.442695f;
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4608) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
-    long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4096) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16));
+    long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (4096) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16));
     long long pfirst = (long long)(n3);
     long long plast = -1;
-    for (long long dc = (long long)tid * 32; dc < (long long)(n3); dc += 2048) {
+    for (long long dc = (long long)tid * 32; dc < (long long)(n3); dc += 4096) {
       if (!(!(((long long)(dc) <= (long long)((org_2 + 63 < (n2 - 1) ? org_2 + 63 : (n2 - 1))))))) {
         pfirst = napkin_min(pfirst, dc);
         plast = napkin_max(plast, dc);
@@ -445,22 +468,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm1 + 0 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm2 + 0 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -472,22 +495,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + 32 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm1 + 1 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm1 + 1 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int eo = eo0 + r * 8;
-          napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + 32 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm2 + 1 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm2 + 1 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int eo = eo0 + r * 8;
-          napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
@@ -498,22 +521,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + 64 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm1 + 2 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm1 + 2 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int eo = eo0 + r * 8;
-          napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + 64 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm2 + 2 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm2 + 2 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int eo = eo0 + r * 8;
-          napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        for (int r = 0; r < 2; ++r) {
+          const int eo = eo0 + r * 16;
+          napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
@@ -531,50 +554,53 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm1 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm2 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
       napkin_cp_async_commit();
-      float sc[2][4][4] = {};
+      float sc[1][4][4];
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i2 = 0; i2 < 4; ++i2) {
-          unsigned qa[4];
-          napkin_ldmatrix_x4(qa, sm0 + (wr * 32 + i0 * 16 + lane % 16) * 72 + i2 * 16 + (lane / 16) * 8);
+        for (int i1 = 0; i1 < 4; ++i1) {
+          float fz[4] = {};
           unsigned fb[2][2];
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            napkin_ldmatrix_x4_pair(fb[(2 * i1) % 2], fb[(2 * i1 + 1) % 2], (sm1 + stage * 2304) + ((2 * i1) * 8 + (lane / 16) * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-            napkin_mma_m16n8k16_f16(sc[i0][(2 * i1)], qa, fb[(2 * i1) % 2], sc[i0][(2 * i1)]);
-            napkin_mma_m16n8k16_f16(sc[i0][(2 * i1 + 1)], qa, fb[(2 * i1 + 1) % 2], sc[i0][(2 * i1 + 1)]);
+          for (int i2 = 0; i2 < 2; ++i2) {
+            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+          }
+          #pragma unroll
+          for (int i3 = 0; i3 < 4; ++i3) {
+            sc[i0][i1][i3] = fz[i3];
           }
         }
       }
       if (((long long)(c0 + clen - 1) <= (long long)(org_2))) {
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              const long long pt0 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+              const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
               const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
               const float v1 = (-NAPKIN_INF);
@@ -585,12 +611,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         }
       } else {
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              const long long pt2 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+              const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
               const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
               const bool v3 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
@@ -601,10 +627,10 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           }
         }
       }
-      float rsc[2][2];
+      float rsc[1][2];
       bool rch = false;
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
         for (int i1 = 0; i1 < 2; ++i1) {
           float mx = rm[i0][i1];
@@ -636,7 +662,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       }
       if (__any_sync(0xffffffffu, rch)) {
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
             #pragma unroll
@@ -650,14 +676,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         }
       }
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
         for (int i1 = 0; i1 < 2; ++i1) {
           unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
           }
@@ -677,49 +703,52 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm1 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm2 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((long long)(r * 16) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
       napkin_cp_async_commit();
-      float sc[2][4][4] = {};
+      float sc[1][4][4];
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i2 = 0; i2 < 4; ++i2) {
-          unsigned qa[4];
-          napkin_ldmatrix_x4(qa, sm0 + (wr * 32 + i0 * 16 + lane % 16) * 72 + i2 * 16 + (lane / 16) * 8);
+        for (int i1 = 0; i1 < 4; ++i1) {
+          float fz[4] = {};
           unsigned fb[2][2];
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            napkin_ldmatrix_x4_pair(fb[(2 * i1) % 2], fb[(2 * i1 + 1) % 2], (sm1 + stage * 2304) + ((2 * i1) * 8 + (lane / 16) * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-            napkin_mma_m16n8k16_f16(sc[i0][(2 * i1)], qa, fb[(2 * i1) % 2], sc[i0][(2 * i1)]);
-            napkin_mma_m16n8k16_f16(sc[i0][(2 * i1 + 1)], qa, fb[(2 * i1 + 1) % 2], sc[i0][(2 * i1 + 1)]);
+          for (int i2 = 0; i2 < 2; ++i2) {
+            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+          }
+          #pragma unroll
+          for (int i3 = 0; i3 < 4; ++i3) {
+            sc[i0][i1][i3] = fz[i3];
           }
         }
       }
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
         for (int i1 = 0; i1 < 4; ++i1) {
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            const long long pt4 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+            const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
             const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
             const bool v6 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
@@ -729,10 +758,10 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           }
         }
       }
-      float rsc[2][2];
+      float rsc[1][2];
       bool rch = false;
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
         for (int i1 = 0; i1 < 2; ++i1) {
           float mx = rm[i0][i1];
@@ -764,7 +793,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       }
       if (__any_sync(0xffffffffu, rch)) {
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
             #pragma unroll
@@ -778,14 +807,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         }
       }
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
         for (int i1 = 0; i1 < 2; ++i1) {
           unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
           }
@@ -795,7 +824,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       stage = (stage == 3 ? 0 : stage + 1);
     }
     #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 2; ++i1) {
         rl[i0][i1] = napkin_lanes_sum(rl[i0][i1], 4);
@@ -803,12 +832,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       }
     }
     #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 8; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const long long pt6 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+          const long long pt6 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
           const long long pt7 = i1 * 8 + fq * 2 + i2 % 2;
 #line 11 "napkin-diagram"
           if ((pt6 < n2) && (pt7 < 64)) {

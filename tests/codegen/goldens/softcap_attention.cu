@@ -390,173 +390,173 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
   const int wr = tid / 32;
   const int fg = lane / 4;
   const int fq = lane % 4;
-  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 255) / 256);
+  int sw0[4];
+  #pragma unroll
+  for (int i1 = 0; i1 < 4; ++i1) {
+    sw0[i1] = ((lane % 16) * 64 + ((i1 * 16 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
+  int sw1[2];
+  #pragma unroll
+  for (int i2 = 0; i2 < 2; ++i2) {
+    sw1[i2] = ((lane % 8) * 64 + (((2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
+  int sw2[4];
+  #pragma unroll
+  for (int i2 = 0; i2 < 4; ++i2) {
+    sw2[i2] = ((lane % 8 + ((lane / 8) % 2) * 8) * 64 + (((2 * i2) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
+  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 127) / 128);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const long long org_2 = (long long)((blk) % (((long long)(n2) + 255) / 256)) * 256;
-    const long long org_1 = (long long)(((blk) / (((long long)(n2) + 255) / 256)) % (((long long)(n1) + 0) / 1)) * 1;
-    const long long org_0 = (long long)((((blk) / (((long long)(n2) + 255) / 256)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
+    const long long org_2 = (long long)((blk) % (((long long)(n2) + 127) / 128)) * 128;
+    const long long org_1 = (long long)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n1) + 0) / 1)) * 1;
+    const long long org_0 = (long long)((((blk) / (((long long)(n2) + 127) / 128)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
     {
       const int ei = (tid % 8) * 8;
       const int eo0 = tid / 8;
       const __half* const cps = p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo0))) * (64) + (ei));
-      __half* const cpd = sm0 + eo0 * 72 + ei;
+      __half* const cpd = sm0 + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
       #pragma unroll
-      for (int r = 0; r < 8; ++r) {
+      for (int r = 0; r < 4; ++r) {
         const int eo = eo0 + r * 32;
-        napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (org_2 + eo < n2) ? 16 : 0);
+        napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (org_2 + eo < n2) ? 16 : 0);
       }
     }
     napkin_cp_async_wait_all();
     __syncthreads();
-    float acc[2][8][4] = {};
-    float rm[2][2];
-    float rl[2][2] = {};
+    unsigned qa[1][4][4];
     #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 1; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 4; ++i1) {
+        napkin_ldmatrix_x4(qa[i0][i1], reinterpret_cast<const char*>(sm0) + (sw0[i1]) + (wr * 16 + i0 * 16) * 128);
+      }
+    }
+    float acc[1][8][4] = {};
+    float rm[1][2];
+    float rl[1][2] = {};
+    #pragma unroll
+    for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 2; ++i1) {
         rm[i0][i1] = -NAPKIN_INF;
       }
     }
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (18432) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (18432) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (8192) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (8192) * 2 + 15) / 16 * 16)) + (12288) * 2 + 15) / 16 * 16));
     {
       __syncthreads();
-      const int nlen = (int)((long long)(n3) - ((long long)0) < 32 ? (long long)(n3) - ((long long)0) : 32);
+      const int nlen = (int)((long long)(n3) - ((long long)0) < 64 ? (long long)(n3) - ((long long)0) : 64);
       {
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm1 + 0 * 4096) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 1; ++r) {
+        for (int r = 0; r < 2; ++r) {
           const int eo = eo0 + r * 32;
-          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm2 + 0 * 4096) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 1; ++r) {
+        for (int r = 0; r < 2; ++r) {
           const int eo = eo0 + r * 32;
-          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
-        }
-      }
-    }
-    napkin_cp_async_commit();
-    if ((long long)0 + 32 < (long long)(n3)) {
-      const int nlen = (int)((long long)(n3) - ((long long)0 + 32) < 32 ? (long long)(n3) - ((long long)0 + 32) : 32);
-      {
-        const int ei = (tid % 8) * 8;
-        const int eo0 = tid / 8;
-        const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + 32 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm1 + 1 * 2304) + eo0 * 72 + ei;
-        #pragma unroll
-        for (int r = 0; r < 1; ++r) {
-          const int eo = eo0 + r * 32;
-          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
-        }
-      }
-      {
-        const int ei = (tid % 8) * 8;
-        const int eo0 = tid / 8;
-        const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + 32 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm2 + 1 * 2304) + eo0 * 72 + ei;
-        #pragma unroll
-        for (int r = 0; r < 1; ++r) {
-          const int eo = eo0 + r * 32;
-          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
     napkin_cp_async_commit();
     if ((long long)0 + 64 < (long long)(n3)) {
-      const int nlen = (int)((long long)(n3) - ((long long)0 + 64) < 32 ? (long long)(n3) - ((long long)0 + 64) : 32);
+      const int nlen = (int)((long long)(n3) - ((long long)0 + 64) < 64 ? (long long)(n3) - ((long long)0 + 64) : 64);
       {
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + 64 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm1 + 2 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm1 + 1 * 4096) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 1; ++r) {
+        for (int r = 0; r < 2; ++r) {
           const int eo = eo0 + r * 32;
-          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + (((long long)0 + 64 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm2 + 2 * 2304) + eo0 * 72 + ei;
+        __half* const cpd = (sm2 + 1 * 4096) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
         #pragma unroll
-        for (int r = 0; r < 1; ++r) {
+        for (int r = 0; r < 2; ++r) {
           const int eo = eo0 + r * 32;
-          napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
     napkin_cp_async_commit();
     int stage = 0;
-    int fill = 3;
-    const long long cfull = (long long)(n3) / 32 * 32;
-    for (long long c0 = (long long)0; c0 < cfull; c0 += 32) {
-      const int clen = 32;
-      napkin_cp_async_wait<2>();
+    int fill = 2;
+    const long long cfull = (long long)(n3) / 64 * 64;
+    for (long long c0 = (long long)0; c0 < cfull; c0 += 64) {
+      const int clen = 64;
+      napkin_cp_async_wait<1>();
       __syncthreads();
-      if (c0 + 96 < (long long)(n3)) {
-        const int nlen = (int)((long long)(n3) - (c0 + 96) < 32 ? (long long)(n3) - (c0 + 96) : 32);
+      if (c0 + 128 < (long long)(n3)) {
+        const int nlen = (int)((long long)(n3) - (c0 + 128) < 64 ? (long long)(n3) - (c0 + 128) : 64);
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + fill * 4096) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 1; ++r) {
+          for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + fill * 4096) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 1; ++r) {
+          for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
       napkin_cp_async_commit();
-      float sc[2][4][4] = {};
+      float sc[1][8][4];
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i2 = 0; i2 < 4; ++i2) {
-          unsigned qa[4];
-          napkin_ldmatrix_x4(qa, sm0 + (wr * 32 + i0 * 16 + lane % 16) * 72 + i2 * 16 + (lane / 16) * 8);
+        for (int i1 = 0; i1 < 8; ++i1) {
+          float fz[4] = {};
           unsigned fb[2][2];
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            napkin_ldmatrix_x4_pair(fb[(2 * i1) % 2], fb[(2 * i1 + 1) % 2], (sm1 + stage * 2304) + ((2 * i1) * 8 + (lane / 16) * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-            napkin_mma_m16n8k16_f16(sc[i0][(2 * i1)], qa, fb[(2 * i1) % 2], sc[i0][(2 * i1)]);
-            napkin_mma_m16n8k16_f16(sc[i0][(2 * i1 + 1)], qa, fb[(2 * i1 + 1) % 2], sc[i0][(2 * i1 + 1)]);
+          for (int i2 = 0; i2 < 2; ++i2) {
+            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 8192) + (i1 * 8) * 128);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+          }
+          #pragma unroll
+          for (int i3 = 0; i3 < 4; ++i3) {
+            sc[i0][i1][i3] = fz[i3];
           }
         }
       }
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 4; ++i1) {
+        for (int i1 = 0; i1 < 8; ++i1) {
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            const long long pt0 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+            const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
             const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
             const float v0 = (sc[i0][i1][i2] * 0.125f);
@@ -567,15 +567,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           }
         }
       }
-      float rsc[2][2];
+      float rsc[1][2];
       bool rch = false;
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
         for (int i1 = 0; i1 < 2; ++i1) {
           float mx = rm[i0][i1];
           #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
+          for (int i2 = 0; i2 < 8; ++i2) {
             #pragma unroll
             for (int i3 = 0; i3 < 2; ++i3) {
               mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
@@ -590,7 +590,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           rch = rch | (rs != 1.0f);
           float su = 0.0f;
           #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
+          for (int i2 = 0; i2 < 8; ++i2) {
             #pragma unroll
             for (int i3 = 0; i3 < 2; ++i3) {
               sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
@@ -602,7 +602,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       }
       if (__any_sync(0xffffffffu, rch)) {
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
             #pragma unroll
@@ -616,76 +616,79 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         }
       }
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 2; ++i1) {
+        for (int i1 = 0; i1 < 4; ++i1) {
           unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 8192) + (i1 * 16) * 128);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
           }
         }
       }
       fill = stage;
-      stage = (stage == 3 ? 0 : stage + 1);
+      stage = (stage == 2 ? 0 : stage + 1);
     }
     if (cfull < (long long)(n3)) {
       const long long c0 = cfull;
-      const int clen = (int)((long long)(n3) - (c0) < 32 ? (long long)(n3) - (c0) : 32);
-      napkin_cp_async_wait<2>();
+      const int clen = (int)((long long)(n3) - (c0) < 64 ? (long long)(n3) - (c0) : 64);
+      napkin_cp_async_wait<1>();
       __syncthreads();
-      if (c0 + 96 < (long long)(n3)) {
-        const int nlen = (int)((long long)(n3) - (c0 + 96) < 32 ? (long long)(n3) - (c0 + 96) : 32);
+      if (c0 + 128 < (long long)(n3)) {
+        const int nlen = (int)((long long)(n3) - (c0 + 128) < 64 ? (long long)(n3) - (c0 + 128) : 64);
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + fill * 4096) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 1; ++r) {
+          for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 128 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + fill * 4096) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 1; ++r) {
+          for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 2304, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
       napkin_cp_async_commit();
-      float sc[2][4][4] = {};
+      float sc[1][8][4];
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i2 = 0; i2 < 4; ++i2) {
-          unsigned qa[4];
-          napkin_ldmatrix_x4(qa, sm0 + (wr * 32 + i0 * 16 + lane % 16) * 72 + i2 * 16 + (lane / 16) * 8);
+        for (int i1 = 0; i1 < 8; ++i1) {
+          float fz[4] = {};
           unsigned fb[2][2];
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            napkin_ldmatrix_x4_pair(fb[(2 * i1) % 2], fb[(2 * i1 + 1) % 2], (sm1 + stage * 2304) + ((2 * i1) * 8 + (lane / 16) * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-            napkin_mma_m16n8k16_f16(sc[i0][(2 * i1)], qa, fb[(2 * i1) % 2], sc[i0][(2 * i1)]);
-            napkin_mma_m16n8k16_f16(sc[i0][(2 * i1 + 1)], qa, fb[(2 * i1 + 1) % 2], sc[i0][(2 * i1 + 1)]);
+          for (int i2 = 0; i2 < 2; ++i2) {
+            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 8192) + (i1 * 8) * 128);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+          }
+          #pragma unroll
+          for (int i3 = 0; i3 < 4; ++i3) {
+            sc[i0][i1][i3] = fz[i3];
           }
         }
       }
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 4; ++i1) {
+        for (int i1 = 0; i1 < 8; ++i1) {
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            const long long pt2 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+            const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
             const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
             const float v4 = (sc[i0][i1][i2] * 0.125f);
@@ -696,15 +699,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           }
         }
       }
-      float rsc[2][2];
+      float rsc[1][2];
       bool rch = false;
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
         for (int i1 = 0; i1 < 2; ++i1) {
           float mx = rm[i0][i1];
           #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
+          for (int i2 = 0; i2 < 8; ++i2) {
             #pragma unroll
             for (int i3 = 0; i3 < 2; ++i3) {
               mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
@@ -719,7 +722,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
           rch = rch | (rs != 1.0f);
           float su = 0.0f;
           #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
+          for (int i2 = 0; i2 < 8; ++i2) {
             #pragma unroll
             for (int i3 = 0; i3 < 2; ++i3) {
               sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
@@ -731,7 +734,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       }
       if (__any_sync(0xffffffffu, rch)) {
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
             #pragma unroll
@@ -745,24 +748,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
         }
       }
       #pragma unroll
-      for (int i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 2; ++i1) {
+        for (int i1 = 0; i1 < 4; ++i1) {
           unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 8192) + (i1 * 16) * 128);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
           }
         }
       }
       fill = stage;
-      stage = (stage == 3 ? 0 : stage + 1);
+      stage = (stage == 2 ? 0 : stage + 1);
     }
     #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 2; ++i1) {
         rl[i0][i1] = napkin_lanes_sum(rl[i0][i1], 4);
@@ -770,12 +773,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       }
     }
     #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 8; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const long long pt4 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+          const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
           const long long pt5 = i1 * 8 + fq * 2 + i2 % 2;
 #line 11 "napkin-diagram"
           if ((pt4 < n2) && (pt5 < 64)) {

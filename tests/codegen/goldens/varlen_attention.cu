@@ -372,8 +372,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 64 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
+// kernel 0: 128 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -389,6 +389,21 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
   const int wr = tid / 32;
   const int fg = lane / 4;
   const int fq = lane % 4;
+  int sw0[4];
+  #pragma unroll
+  for (int i1 = 0; i1 < 4; ++i1) {
+    sw0[i1] = ((lane % 16) * 64 + ((i1 * 16 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
+  int sw1[2];
+  #pragma unroll
+  for (int i2 = 0; i2 < 2; ++i2) {
+    sw1[i2] = ((lane % 8) * 64 + (((2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
+  int sw2[4];
+  #pragma unroll
+  for (int i2 = 0; i2 < 4; ++i2) {
+    sw2[i2] = ((lane % 8 + ((lane / 8) % 2) * 8) * 64 + (((2 * i2) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
   const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 63) / 64);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_1 = (int)((blk) % (((long long)(n1) + 63) / 64)) * 64;
@@ -399,43 +414,51 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       const int ei = (tid % 8) * 8;
       const int eo0 = tid / 8;
       const __half* const cps = p0 + ((((int)(org_0)) * (n1) + ((org_1 + eo0))) * (64) + (ei));
-      __half* const cpd = sm0 + eo0 * 72 + ei;
+      __half* const cpd = sm0 + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
       #pragma unroll
-      for (int r = 0; r < 8; ++r) {
-        const int eo = eo0 + r * 8;
-        napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(64)), (org_1 + eo < n1) ? 16 : 0);
+      for (int r = 0; r < 4; ++r) {
+        const int eo = eo0 + r * 16;
+        napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (org_1 + eo < n1) ? 16 : 0);
       }
     }
     napkin_cp_async_wait_all();
     __syncthreads();
-    float acc[2][8][4] = {};
-    float rm[2][2];
-    float rl[2][2] = {};
+    unsigned qa[1][4][4];
     #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 1; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 4; ++i1) {
+        napkin_ldmatrix_x4(qa[i0][i1], reinterpret_cast<const char*>(sm0) + (sw0[i1]) + (wr * 16 + i0 * 16) * 128);
+      }
+    }
+    float acc[1][8][4] = {};
+    float rm[1][2];
+    float rl[1][2] = {};
+    #pragma unroll
+    for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 2; ++i1) {
         rm[i0][i1] = -NAPKIN_INF;
       }
     }
-    long long rv0[2][2];
+    long long rv0[1][2];
     #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
       for (int i5 = 0; i5 < 2; ++i5) {
-        const int pt0 = org_1 + wr * 32 + i0 * 16 + fg + ((2 * i5) / 2) * 8;
+        const int pt0 = org_1 + wr * 16 + i0 * 16 + fg + ((2 * i5) / 2) * 8;
         rv0[i0][i5] = napkin_to_int(p3[(int)((pt0 < (int)(n1 - 1) ? pt0 : (int)(n1 - 1)))]);
       }
     }
     const float v0 = sqrtf(((float)(((long long)(64)))));
     const float qks = 1.0f / (v0);
     const float qkl = qks * 1.442695f;
-    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4608) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
-    long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (4608) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16)) + (9216) * 2 + 15) / 16 * 16));
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4096) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16));
+    long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (4096) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16));
     long long dlo0 = 9223372036854775807LL;
     long long dhi0 = (-9223372036854775807LL - 1);
-    for (long long dt = (long long)(org_1) + tid; dt < ((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1))) + 1; dt += 64) {
+    for (long long dt = (long long)(org_1) + tid; dt < ((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1))) + 1; dt += 128) {
       const long long dv0 = (long long)(napkin_to_int(p3[(int)(((int)(dt) < (int)(n1 - 1) ? (int)(dt) : (int)(n1 - 1)))]));
       dlo0 = napkin_min(dlo0, dv0);
       dhi0 = napkin_max(dhi0, dv0);
@@ -446,7 +469,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     long long mfirst = (long long)(n1);
     long long mlast = -1;
     long long mcount = 0;
-    for (long long dp = (long long)tid; dp < (long long)(n1); dp += 64) {
+    for (long long dp = (long long)tid; dp < (long long)(n1); dp += 128) {
       if ((((long long)(dp) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))) {
         const long long dv1 = (long long)(napkin_to_int(p3[(int)(((int)(dp) < (int)(n1 - 1) ? (int)(dp) : (int)(n1 - 1)))]));
         if ((((long long)(dlo0) <= (long long)(dv1) && (long long)(dv1) <= (long long)(dhi0)) && ((long long)(dp) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))) {
@@ -474,22 +497,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
             const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((cfirst + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + 0 * 2304) + eo0 * 72 + ei;
+            __half* const cpd = (sm1 + 0 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(64)), (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
             const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((cfirst + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + 0 * 2304) + eo0 * 72 + ei;
+            __half* const cpd = (sm2 + 0 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(64)), (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
             }
           }
         }
@@ -503,22 +526,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((cfirst + 32 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + 1 * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm1 + 1 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((cfirst + 32 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + 1 * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm2 + 1 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -531,22 +554,22 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((cfirst + 64 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + 2 * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm1 + 2 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((cfirst + 64 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + 2 * 2304) + eo0 * 72 + ei;
+          __half* const cpd = (sm2 + 2 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(64)), (eo < nlen) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 16;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -566,52 +589,55 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
             const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
+            __half* const cpd = (sm1 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(64)), (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
             const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
+            __half* const cpd = (sm2 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(64)), (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
             }
           }
         }
       }
       napkin_cp_async_commit();
       if (!(!((((long long)(c0) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
-        float sc[2][4][4] = {};
+        float sc[1][4][4];
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
-            unsigned qa[4];
-            napkin_ldmatrix_x4(qa, sm0 + (wr * 32 + i0 * 16 + lane % 16) * 72 + i2 * 16 + (lane / 16) * 8);
+          for (int i1 = 0; i1 < 4; ++i1) {
+            float fz[4] = {};
             unsigned fb[2][2];
             #pragma unroll
-            for (int i1 = 0; i1 < 2; ++i1) {
-              napkin_ldmatrix_x4_pair(fb[(2 * i1) % 2], fb[(2 * i1 + 1) % 2], (sm1 + stage * 2304) + ((2 * i1) * 8 + (lane / 16) * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-              napkin_mma_m16n8k16_f16(sc[i0][(2 * i1)], qa, fb[(2 * i1) % 2], sc[i0][(2 * i1)]);
-              napkin_mma_m16n8k16_f16(sc[i0][(2 * i1 + 1)], qa, fb[(2 * i1 + 1) % 2], sc[i0][(2 * i1 + 1)]);
+            for (int i2 = 0; i2 < 2; ++i2) {
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+            }
+            #pragma unroll
+            for (int i3 = 0; i3 < 4; ++i3) {
+              sc[i0][i1][i3] = fz[i3];
             }
           }
         }
         if ((mrun && (long long)c0 >= mfirst && (long long)c0 + 31 <= mlast)) {
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
+          for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
             for (int i1 = 0; i1 < 4; ++i1) {
               #pragma unroll
               for (int i2 = 0; i2 < 4; ++i2) {
-                const int pt1 = org_1 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+                const int pt1 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
                 const int pt2 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 12 "napkin-diagram"
                 const float v1 = (-NAPKIN_INF);
@@ -622,12 +648,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           }
         } else {
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
+          for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
             for (int i1 = 0; i1 < 4; ++i1) {
               #pragma unroll
               for (int i2 = 0; i2 < 4; ++i2) {
-                const int pt3 = org_1 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+                const int pt3 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
                 const int pt4 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 12 "napkin-diagram"
                 const bool v3 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt4 < (int)(n1 - 1) ? pt4 : (int)(n1 - 1)))]));
@@ -640,10 +666,10 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             }
           }
         }
-        float rsc[2][2];
+        float rsc[1][2];
         bool rch = false;
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
             float mx = rm[i0][i1];
@@ -675,7 +701,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         }
         if (__any_sync(0xffffffffu, rch)) {
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
+          for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
             for (int i1 = 0; i1 < 2; ++i1) {
               #pragma unroll
@@ -689,14 +715,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           }
         }
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
             unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
             unsigned fb[2][2];
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
               napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
               napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
             }
@@ -718,51 +744,54 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
             const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + fill * 2304) + eo0 * 72 + ei;
+            __half* const cpd = (sm1 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(64)), (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 8) * 8;
             const int eo0 = tid / 8;
             const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + fill * 2304) + eo0 * 72 + ei;
+            __half* const cpd = (sm2 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 8;
-              napkin_cp_async_16(cpd + r * 576, cps + ((int)(r * 8) * (int)(64)), (eo < nlen) ? 16 : 0);
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 16;
+              napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
             }
           }
         }
       }
       napkin_cp_async_commit();
       if (!(!((((long long)(c0) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
-        float sc[2][4][4] = {};
+        float sc[1][4][4];
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
-            unsigned qa[4];
-            napkin_ldmatrix_x4(qa, sm0 + (wr * 32 + i0 * 16 + lane % 16) * 72 + i2 * 16 + (lane / 16) * 8);
+          for (int i1 = 0; i1 < 4; ++i1) {
+            float fz[4] = {};
             unsigned fb[2][2];
             #pragma unroll
-            for (int i1 = 0; i1 < 2; ++i1) {
-              napkin_ldmatrix_x4_pair(fb[(2 * i1) % 2], fb[(2 * i1 + 1) % 2], (sm1 + stage * 2304) + ((2 * i1) * 8 + (lane / 16) * 8 + lane % 8) * 72 + i2 * 16 + ((lane / 8) % 2) * 8);
-              napkin_mma_m16n8k16_f16(sc[i0][(2 * i1)], qa, fb[(2 * i1) % 2], sc[i0][(2 * i1)]);
-              napkin_mma_m16n8k16_f16(sc[i0][(2 * i1 + 1)], qa, fb[(2 * i1 + 1) % 2], sc[i0][(2 * i1 + 1)]);
+            for (int i2 = 0; i2 < 2; ++i2) {
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+            }
+            #pragma unroll
+            for (int i3 = 0; i3 < 4; ++i3) {
+              sc[i0][i1][i3] = fz[i3];
             }
           }
         }
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 4; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              const int pt5 = org_1 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+              const int pt5 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
               const int pt6 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 12 "napkin-diagram"
               const bool v8 = (rv0[i0][i2 / 2] == napkin_to_int(p3[(int)((pt6 < (int)(n1 - 1) ? pt6 : (int)(n1 - 1)))]));
@@ -774,10 +803,10 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             }
           }
         }
-        float rsc[2][2];
+        float rsc[1][2];
         bool rch = false;
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
             float mx = rm[i0][i1];
@@ -809,7 +838,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         }
         if (__any_sync(0xffffffffu, rch)) {
           #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
+          for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
             for (int i1 = 0; i1 < 2; ++i1) {
               #pragma unroll
@@ -823,14 +852,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           }
         }
         #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
             unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
             unsigned fb[2][2];
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], (sm2 + stage * 2304) + (i1 * 16 + lane % 8 + ((lane / 8) % 2) * 8) * 72 + (2 * i2) * 8 + (lane / 16) * 8);
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
               napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
               napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
             }
@@ -841,7 +870,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       stage = (stage == 3 ? 0 : stage + 1);
     }
     #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 2; ++i1) {
         rl[i0][i1] = napkin_lanes_sum(rl[i0][i1], 4);
@@ -849,12 +878,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       }
     }
     #pragma unroll
-    for (int i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 8; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const int pt7 = org_1 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+          const int pt7 = org_1 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
           const int pt8 = i1 * 8 + fq * 2 + i2 % 2;
 #line 13 "napkin-diagram"
           if ((pt7 < n1) && (pt8 < 64)) {
