@@ -201,7 +201,9 @@ def registers_table() -> list[dict]:
         for shape in ({}, {a: 4096 for a in reps}):
             p = plan(d, "h100", shape)
             made = pipeline.through(p, "plan", "binary", options)
-            for kp, kk in zip(p.kernels, made["program"].kernels):
+            by_name = {kp.kernel.name: kp for kp in p.kernels}   # (a merge run by a
+            for kk in made["program"].kernels:                   # partial kernel: none)
+                kp = by_name[kk.kernel]
                 r = made["binary"].resources[kk.name]
                 out.append({"diagram": name, "shape": "default" if not shape else "4096",
                             "kernel": kp.kernel.name, "engine": kp.schedule.engine,

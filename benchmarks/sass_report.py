@@ -81,7 +81,9 @@ def napkin_rows(arch: str, target: str) -> list[dict]:
         binary, program, plan = made["binary"], made["program"], made["plan"]
         text = sass.disassemble(binary.cubin)
         sizes = {param: plan.sizes[axis] for param, axis in program.size_params}
-        for k, kp in zip(program.kernels, plan.kernels):
+        by_name = {kp.kernel.name: kp for kp in plan.kernels}   # (a merge run in a partial
+        for k in program.kernels:                               # kernel has no program)
+            kp = by_name[k.kernel]
             res = binary.resources[k.name]
             smem = res["smem_bytes"] + k.smem_bytes(sizes)
             loop = mainloop.main_loop(text, k.name)
