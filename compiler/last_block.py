@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..diagrams.diagnostics import error
+from ..diagrams.diagnostics import NapkinError, error
 from . import ir
 from . import schedule as schedules
 from .cost import LAUNCH_SECONDS
@@ -160,7 +160,7 @@ def _merge_plan(g, p: KernelPlan, m: KernelPlan, part: str, sizes: dict, target)
     group = {}
     for a in m.model.woven:
         if a in tile:
-            group[a] = tile[a]
+            group[a] = min(tile[a], sizes[a])    # (a fragment's 16 rows over 4 heads: 4)
         elif all(a in ir.type_of(g, n).axes for n in p.kernel.stores):
             group[a] = sizes[a]            # not woven: each block stores it whole
         else:
@@ -173,4 +173,7 @@ def _merge_plan(g, p: KernelPlan, m: KernelPlan, part: str, sizes: dict, target)
         return f"no tiling of it fits {p.schedule.threads} threads and the output tile"
     choice, cost = found
     cost = replace(cost, time=cost.time - LAUNCH_SECONDS)
-    return kernel_plan(g, m.kernel, m.model, m.columns, choice, cost, m.hints, sizes, target)
+    try:
+        return kernel_plan(g, m.kernel, m.model, m.columns, choice, cost, m.hints, sizes, target)
+    except NapkinError as exc:       # a tiling the schedule's rules refuse (N0604)
+        return f"its tiling within the output tile is not legal ({exc.diagnostics[0].message})"

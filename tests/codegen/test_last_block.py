@@ -186,3 +186,32 @@ def test_merge_in_the_api_and_on_the_command_line(capsys, within_budget):
                  "--merge", "kernel"])
     text = capsys.readouterr().out
     assert code == 0 and "merged by kernel k1, k2" in text and "run by kernel" not in text
+
+
+SWEEP = [
+    ("gqa_attention", {"d": 128}, {"b": b, "g": 8, "r": 4, "q": 1, "x": x})
+    for b in (1, 8, 32) for x in (4096, 32768)
+] + [
+    ("attention", {"d": 128}, {"b": 1, "h": 32, "q": 1, "x": 32768}),
+    ("attention", {"d": 64}, {"b": 1, "h": 1, "q": 4096, "x": 4096}),
+    ("matmul", {}, {"m": 16, "n": 512, "k": 65536}),
+    ("rmsnorm", {}, {"r": 2, "c": 500000}),
+    ("softmax", {}, {"r": 4, "c": 1000000}),
+]
+
+
+@pytest.mark.parametrize("name, defines, shape", SWEEP)
+def test_the_tail_decision_never_breaks_a_plan(name, defines, shape):
+    """Pricing the tail runs for every split plan: at decode and long-row shapes it gives a
+    plan or, asked for, N0607; never another error (GQA at b=32 had a fragment's 16 rows over
+    4 query heads as the merge's block tile, a tiling the schedule refused: N0604 from auto)."""
+    d = napkin.load(name, **defines)
+    auto = plan(d, "h200", shape)
+    assert auto.split is not None
+    try:
+        forced = plan(d, "h200", shape, merge="last-block")
+    except NapkinError as exc:
+        assert exc.diagnostics[0].code == "N0607", exc
+    else:
+        assert forced.tail is not None and forced.tail.forced
+        lower(forced)
