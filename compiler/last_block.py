@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..diagrams.diagnostics import NapkinError, error
+from ..diagrams.diagnostics import NapkinError, error, one_of
 from . import ir
 from . import schedule as schedules
 from .cost import LAUNCH_SECONDS
@@ -58,12 +58,7 @@ class Tail:
 
 
 def check_mode(mode: str) -> str:
-    if mode not in MODES:
-        from ..diagrams.diagnostics import UsageError, did_you_mean
-        raise UsageError(error("N0804", f"unknown merge `{mode}`",
-                               help=did_you_mean(mode, MODES, "merges: " + ", ".join(MODES)))
-                         .diagnostics)
-    return mode
+    return one_of(mode, MODES, "merge")
 
 
 def decide(g, plans: tuple[KernelPlan, ...], split, sizes: dict, target,

@@ -143,12 +143,8 @@ def planning_data(diagram: Diagram, sizes: dict, data: dict) -> dict:
 
 
 def check_engine(engine: str) -> str:
-    if engine not in ENGINES:
-        from ..diagrams.diagnostics import UsageError, did_you_mean
-        raise UsageError(error("N0804", f"unknown engine `{engine}`",
-                               help=did_you_mean(engine, ENGINES, "engines: " + ", ".join(ENGINES)))
-                         .diagnostics)
-    return engine
+    from ..diagrams.diagnostics import one_of
+    return one_of(engine, ENGINES, "engine")
 
 
 def _in_diagram(diagram: Diagram, fn):

@@ -206,3 +206,13 @@ def did_you_mean(name: str, candidates, fallback: str | None = None) -> str | No
     import difflib   # on the error path only
     close = difflib.get_close_matches(name, list(candidates), n=1)
     return f"did you mean `{close[0]}`?" if close else fallback
+
+
+def one_of(value: str, allowed, what: str) -> str:
+    """`value` when it is one of `allowed`, else a usage error (N0804) naming them: an
+    option's value given from Python (the command line's choices check their own)."""
+    if value not in allowed:
+        raise UsageError(error("N0804", f"unknown {what} `{value}`",
+                               help=did_you_mean(value, allowed, f"{what}s: " + ", ".join(allowed)))
+                         .diagnostics)
+    return value

@@ -29,3 +29,30 @@ def shape_of(d, **over) -> dict[str, int]:
             rep = axes[a].rep
             out[a] = by_rep.setdefault(rep, over.get(a, SHAPES.get(a, 19)))
     return out
+
+
+def emulate_buffers(p, inputs: dict, sizes: dict, edit=None, grid: int = 16,
+                    sanitize: str = "none") -> dict:
+    """Every global buffer after the plan's launches on the emulator (inputs, intermediates,
+    outputs, a last-block merge's counters), by array name; `edit` seeds a bug into the CUDA
+    text (it must change it); the grid capped at `grid` blocks (the kernels loop over the
+    rest)."""
+    from napkin.codegen.lower import lower
+    from napkin.codegen.render import render
+    from napkin.compiler.split import complete_sizes
+    from napkin.runtime import emulate
+    from napkin.runtime.emulated import signatures
+    from napkin.runtime.launches import buffer_names, make_buffers, make_launches
+    prog = lower(p)
+    source = render(prog)
+    if edit is not None:
+        edited = edit(source)
+        assert edited != source, "the seeded bug did not change the source"
+        source = edited
+    sizes = complete_sizes(p.graph, sizes)
+    buffers = make_buffers(prog, inputs, sizes, set(p.graph.graph["inputs"]))
+    launches = [emulate.Launch(s.kernel, (min(s.grid, grid), 1, 1), (s.block, 1, 1),
+                               s.smem_bytes, s.args) for s in make_launches(prog, sizes)]
+    out = emulate.run(source, signatures(prog), launches, buffers, sanitize=sanitize,
+                      timeout_s=240)
+    return {array: out[b] for array, b in buffer_names(prog).items()}

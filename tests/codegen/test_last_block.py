@@ -11,14 +11,12 @@ from napkin.codegen.lower import COUNTER, lower
 from napkin.codegen.render import render
 from napkin.commands.run import random_inputs
 from napkin.compiler.plan import plan
-from napkin.compiler.split import complete_sizes
 from napkin.diagrams.diagnostics import NapkinError
 from napkin.explain import render_text, report
 from napkin.pipeline import run_plan
-from napkin.runtime import emulate
-from napkin.runtime.emulated import signatures
 from napkin.runtime.interpret import interpret
-from napkin.runtime.launches import buffer_names, make_buffers, make_launches
+
+from .conftest import emulate_buffers
 
 # (diagram, -D sizes, planning shape, split): plans whose merges the partial kernel can run
 # (layernorm: the mean's and the variance's merges, two merge kernels in one tail, on the
@@ -33,22 +31,6 @@ def _plan(case, merge="last-block"):
     name, defines, shape, split = case
     d = napkin.load(name, **defines)
     return d, plan(d, "h100", shape, {"split": split}, merge=merge)
-
-
-def _emulate(p, inputs: dict, sizes: dict, edit=None, grid: int = 16) -> dict:
-    """Every buffer after the launches (the counters included), by array name."""
-    prog = lower(p)
-    source = render(prog)
-    if edit is not None:
-        edited = edit(source)
-        assert edited != source, "the seeded bug did not change the source"
-        source = edited
-    sizes = complete_sizes(p.graph, sizes)
-    buffers = make_buffers(prog, inputs, sizes, set(p.graph.graph["inputs"]))
-    launches = [emulate.Launch(s.kernel, (min(s.grid, grid), 1, 1), (s.block, 1, 1),
-                               s.smem_bytes, s.args) for s in make_launches(prog, sizes)]
-    out = emulate.run(source, signatures(prog), launches, buffers, timeout_s=240)
-    return {array: out[b] for array, b in buffer_names(prog).items()}
 
 
 def test_the_planner_merges_a_long_layernorm_in_the_last_block():
@@ -94,7 +76,7 @@ def test_last_block_merges_run_on_the_emulator(case, sizes, within_budget):
     d, p = _plan(case)
     assert p.tail is not None and p.tail.forced
     inputs = random_inputs(d, sizes, 5)
-    out = _emulate(p, inputs, sizes)
+    out = emulate_buffers(p, inputs, sizes)
     within_budget(d, inputs, {s.name: out[s.name] for s in d.outputs})
     # every counter is back at zero: the next launch counts from the start
     assert not out[COUNTER].any()
@@ -134,7 +116,7 @@ def test_seeded_tail_bugs_are_caught(bug):
     d, p = _plan(LAYERNORM)
     sizes = {"r": 5, "c": 1001}
     inputs = random_inputs(d, sizes, 5)
-    out = _emulate(p, inputs, sizes, edit=SEEDED[bug])
+    out = emulate_buffers(p, inputs, sizes, edit=SEEDED[bug])
     from napkin.runtime import compare
     ok = all(v.ok for v in compare.against_reference(
         d, inputs, {s.name: out[s.name] for s in d.outputs}).values())

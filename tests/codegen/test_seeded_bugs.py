@@ -7,33 +7,19 @@ import re
 
 import pytest
 
-from napkin.codegen.lower import lower
-from napkin.codegen.render import render
 from napkin.commands.run import random_inputs
 from napkin.compiler.plan import plan
 from napkin.diagrams.diagnostics import NapkinError
-from napkin.runtime import compare, emulate, reference
-from napkin.runtime.emulated import signatures
-from napkin.runtime.launches import buffer_names, make_buffers, make_launches
+from napkin.runtime import compare, reference
 
-from .conftest import library, shape_of
+from .conftest import emulate_buffers, library, shape_of
 
 
 def run(d, shape, edit=None, sanitize="none"):
     inputs = random_inputs(d, shape, 1)
     p = plan(d, "h100", shape)
-    prog = lower(p)
-    source = render(prog)
-    if edit is not None:
-        edited = edit(source)
-        assert edited != source, "the seeded bug did not change the source"
-        source = edited
-    buffers = make_buffers(prog, inputs, p.sizes, set(p.graph.graph["inputs"]))
-    launches = [emulate.Launch(s.kernel, (min(s.grid, 8), 1, 1), (s.block, 1, 1), s.smem_bytes, s.args)
-                for s in make_launches(prog, p.sizes)]
-    out = emulate.run(source, signatures(prog), launches, buffers, sanitize=sanitize, timeout_s=240)
-    names = buffer_names(prog)
-    result = {s.name: out[names[s.name]] for s in d.outputs}
+    out = emulate_buffers(p, inputs, p.sizes, edit=edit, grid=8, sanitize=sanitize)
+    result = {s.name: out[s.name] for s in d.outputs}
     ref = reference.evaluate(d, inputs)
     low = reference.evaluate(d, inputs, precision="lowp")
     return [compare.check(result[s.name], ref[s.name], low[s.name], s.dtype) for s in d.outputs]
