@@ -33,6 +33,11 @@ LIBRARY = ["attention", "attention_manual", "causal_attention", "gqa_attention",
 # and one whose split graph the float64 reference cannot evaluate at every count (paged
 # attention fixes x = 4096: split 4,099 ways, its scores take GBs)
 SPLITS = LIBRARY + ["paged_attention"]
+SMALL = {"paged_attention": {"x": 160, "j": 10}}   # its keys fixed at 4096: 160 (-D) here
+# paged_attention's split kernel alone takes g++ about 25 s to build for the emulator: in the
+# default suite it is interpreted, and emulated with NAPKIN_FUZZ_SCALE>=2
+THOROUGH = float(__import__("os").environ.get("NAPKIN_FUZZ_SCALE", "1")) >= 2
+INTERPRETED_ONLY = () if THOROUGH else ("paged_attention",)
 
 
 def _shape(d, rng, low=2, high=9):
@@ -301,9 +306,10 @@ def test_the_list_names_every_library_diagram_that_splits():
 def test_every_library_split_runs_on_the_interpreter_and_the_emulator(name, rng, within_budget):
     """Each library diagram split along its longest axis that splits (a dynamic one first),
     by 5 (which divides none of the sizes), interpreted and emulated and compared with the
-    float64 oracle (issue 15: every library diagram whose reductions merge, in CI)."""
+    float64 oracle (issue 15: every library diagram whose reductions merge, in CI; paged
+    attention emulated in the thorough tier, INTERPRETED_ONLY)."""
     from napkin.pipeline import run_plan
-    d = napkin.load(name)
+    d = napkin.load(name, **SMALL.get(name, {}))
     g = canonicalize(d.ir)
     axes = [a for a in g.graph["axes"] if sp.splittable(g, a) is None]
     axis = max(axes, key=lambda a: (d.axes[a] is None, a))
@@ -315,7 +321,8 @@ def test_every_library_split_runs_on_the_interpreter_and_the_emulator(name, rng,
     assert p.split is not None and p.split.parts == 5
     inputs = random_inputs(d, shape, 7)
     within_budget(d, inputs, interpret(p, inputs))
-    within_budget(d, inputs, run_plan(p, inputs, p.sizes))
+    if name not in INTERPRETED_ONLY:
+        within_budget(d, inputs, run_plan(p, inputs, p.sizes))
 
 
 @pytest.mark.parametrize("fn", ["argmax", "argmin"])
