@@ -123,6 +123,21 @@ def test_seeded_tail_bugs_are_caught(bug):
     assert not (ok and not out[COUNTER].any()), f"{bug}: not caught"
 
 
+def test_the_counter_protocol_under_thread_sanitizer():
+    """The emulator runs blocks on OS threads at once: under ThreadSanitizer the tail (stores,
+    fences, the counter's atomicAdd, the last block's reads) reports no race, and a plain
+    increment of the counter in its place does."""
+    import re
+    d, p = _plan(CROSS_ENTROPY)
+    sizes = {"t": 7, "v": 1001}
+    inputs = random_inputs(d, sizes, 5)
+    emulate_buffers(p, inputs, sizes, sanitize="thread")
+    plain = lambda s: re.sub(r"atomicAdd\(&(p\d+)\[napkin_tile\], 1\)",   # noqa: E731
+                             r"(\1[napkin_tile]++)", s)
+    with pytest.raises(NapkinError, match="data race"):
+        emulate_buffers(p, inputs, sizes, sanitize="thread", edit=plain)
+
+
 def test_merges_the_tail_cannot_hold_are_refused_or_left_to_a_kernel():
     """softmax's normalising pass reads whole rows, which a partial block does not cover:
     `--merge last-block` says why (N0607), auto keeps the merge kernel; a merge whose tile
