@@ -52,6 +52,10 @@ def test_the_planner_merges_a_long_layernorm_in_the_last_block():
     assert [k.kernel for k in prog.kernels] == ["k0", "k3"]      # k1 and k2 run in k0
     from ..fuzz.injection import token_problems     # generated names only (no user's)
     assert token_problems(render(prog)) == []
+    from napkin.runtime import nvrtc                  # NVRTC compiles it, without spills
+    for arch in ("sm_80", "sm_90"):
+        for k, r in nvrtc.compile(render(prog), arch=arch).resources.items():
+            assert r.spill_stores == 0 and r.spill_loads == 0, (arch, k, r)
     assert prog.zeroed == (COUNTER,) and (COUNTER, "i32", ("r",)) in prog.buffers
     text = render_text(report(auto, compare=False))
     assert "merged in kernel k0 by the last of the 256 blocks of each output tile [r=2]" in text
