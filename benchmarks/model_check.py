@@ -17,6 +17,9 @@ and warps the plan launches, over the schedulers' issue rate; beside it the mode
 issue-slot term. It is a check of self-consistency, not a measurement: calibration
 against measured times needs a GPU (benchmarks/gpu_check.py).
 
+--kernels prints every library kernel's model issue slots beside the estimate; a CUDA-core
+kernel's estimate is its block with every loop weighted by its trips (sass_simt.py).
+
 --registers prints ptxas's registers per thread beside occupancy.py's estimate for every
 library kernel (the evidence the estimate was fitted to).
 
