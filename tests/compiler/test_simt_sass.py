@@ -104,20 +104,21 @@ def _block(name: str, shape: dict):
     return p, kp, run
 
 
-def test_a_cuda_core_block_loads_and_stores_what_its_tiles_hold():
-    """rmsnorm at r = c = 4096 (2 rows a block, 32 threads, no stream): weighted by their
-    trips, the block's loops issue one LDG per element of its tiles a thread copies (X's 2 x
-    4096 and g's 4096 over 32 threads: 384) and one STG per element of Y (2 x 4096 / 32 =
-    256; a few more, the stores of the output loops' peeled remainders counted once): the
-    plan's figures, not the SASS's. Counted once, as the main-loop rule did, its blocks' loop
-    holds 16 LDG."""
+@pytest.mark.parametrize("name, vectors", [("rmsnorm", 1), ("layernorm", 2)])
+def test_a_cuda_core_block_loads_and_stores_what_its_tiles_hold(name, vectors):
+    """At r = c = 4096, no stream (rmsnorm: 2 rows a block, 32 threads; layernorm: 4 rows, 64
+    threads): weighted by their trips, the block's loops issue one LDG per element of its
+    tiles a thread copies (X's rows x 4096 and each 4096-vector, g or gamma and beta, over
+    the threads: 384 both) and one STG per element of Y a thread stores (rows x 4096 over
+    the threads, 256; a few more, the stores of the output loops' peeled remainders counted
+    once): the plan's figures, not the SASS's. Counted once, as the main-loop rule did, the
+    blocks' loop holds some 16 LDG, and a tenth of what the block runs."""
     _need_disassembler()
-    p, kp, run = _block("rmsnorm", {"r": 4096, "c": 4096})
+    p, kp, run = _block(name, {"r": 4096, "c": 4096})
     rows, threads = dict(kp.choice.group)["r"], kp.schedule.threads
-    assert run["opcodes"]["LDG"] == pytest.approx((rows + 1) * 4096 / threads, rel=0.02)
+    assert run["opcodes"]["LDG"] == pytest.approx((rows + vectors) * 4096 / threads, rel=0.02)
     assert run["opcodes"]["STG"] == pytest.approx(rows * 4096 / threads, rel=0.05)
-    assert run["opcodes"]["LDS"] > 6 * 4096 * rows / threads / 4     # a read a row twice
-    assert run["run"] > 20 * run["static"]
+    assert run["run"] > 10 * run["static"]
 
 
 def test_a_chunk_loop_runs_once_per_chunk_of_each_pass():
@@ -148,3 +149,17 @@ def test_the_issue_slots_follow_the_sass_of_a_cuda_core_kernel(name, shape):
     row = _module("model_check").kernel_sass(p, made, 0)
     model = dict(p.kernels[0].cost.compute_parts)["issue"]
     assert row["static_issue_seconds"] == pytest.approx(model, rel=0.3)
+
+
+def test_two_versions_of_one_copy_loop_count_once():
+    """cross_entropy at t = v = 4096 (4 rows a block, chunks of 256 along v): nvcc compiles
+    the chunk's copy loop twice, specialised on the sizes; a chunk runs one, so the block
+    loads each element of its rows once (4 x 4096 / 32 = 512 LDG a thread, and the peeled
+    remainders of the unrolled copy, counted in every chunk: within 15%), not twice."""
+    _need_disassembler()
+    p, kp, run = _block("cross_entropy", {"t": 4096, "v": 4096})
+    rows, threads = dict(kp.choice.group)["t"], kp.schedule.threads
+    assert kp.schedule.stream == ("v", 256)
+    assert len(run["loops"]) == 2                     # the copy and the lanes over a chunk
+    assert 512 == rows * 4096 / threads
+    assert 512 <= run["opcodes"]["LDG"] <= 1.15 * 512
