@@ -82,6 +82,10 @@ INSTRUCTIONS = {
     "div": (6, 1, 1), "exp": (6, 1, 2), "exp2": (2, 1, 0), "log": (8, 1, 2),
     "log2": (3, 1, 1), "sqrt": (4, 1, 1), "rsqrt": (2, 1, 0), "tanh": (10, 1, 2),
     "sigmoid": (8, 2, 2), "silu": (9, 2, 2), "gelu": (18, 2, 2),
+    # libdevice's erff, log1pf, expm1f (counted in the SASS of a CUDA-core kernel of each
+    # beside one of a multiply, sm_90, static: every path once; sinf and cosf are left at
+    # DEFAULT: their static count is mostly the slow range reduction a typical argument skips)
+    "erf": (18, 1, 8), "log1p": (18, 0, 12), "expm1": (18, 0, 5),
     "sum": (1, 0, 0.5), "mean": (2, 0, 0.5), "var": (4, 0, 1), "logsumexp": (10, 2, 2),
     # online softmax on CUDA cores per score: max, two rescaling exps, the sum
     "softmax": (16, 2, 4),
