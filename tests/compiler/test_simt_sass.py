@@ -163,3 +163,35 @@ def test_two_versions_of_one_copy_loop_count_once():
     assert len(run["loops"]) == 2                     # the copy and the lanes over a chunk
     assert 512 == rows * 4096 / threads
     assert 512 <= run["opcodes"]["LDG"] <= 1.15 * 512
+
+
+@pytest.mark.parametrize("op", ["erf", "log1p", "expm1"])
+def test_a_library_functions_instructions_are_its_sass(op, tmp_path):
+    """issue.INSTRUCTIONS[op] against the SASS: a CUDA-core kernel `Y = op(H)` beside one of
+    `Y = H * 0.7` (the same copies, stores and loop; 8 elements a thread), their blocks'
+    loops' FP32-pipe, MUFU and other instructions apart, per element (plus the multiply's
+    one FP32), within 30% each (before, each cost one FP32 instruction: DEFAULT)."""
+    _need_disassembler()
+    import collections
+    from napkin import pipeline
+    from napkin.compiler import issue
+    from napkin.runtime import mainloop, sass
+    counts, per = {}, None
+    for name, expr in (("mul", "H * 0.7"), (op, f"{op}(H)")):
+        path = tmp_path / f"{name}.napkin"
+        path.write_text(f"axis t, o\nin H[t o]: f32\nY[t o] = {expr}\nout Y: f16\n")
+        p = plan(napkin.load(str(path)), "h100", {"t": 4096, "o": 4096})
+        (kp,) = p.kernels
+        assert kp.schedule.engine == "cuda cores"
+        per = math.prod(n for _, n in kp.choice.thread)
+        made = pipeline.through(p, "plan", "binary", pipeline.Options.make(target="h100"))
+        text = sass.disassemble(made["binary"].cubin)
+        insns = mainloop.functions(text)[made["program"].kernels[0].name]
+        outer = max(mainloop.loops(insns), key=lambda lp: lp.end - lp.start)
+        c = collections.Counter(outer.counts())
+        counts[name] = (c.pop("fp32", 0), c.pop("mufu", 0), sum(c.values()))
+    assert per == 8
+    found = [(a - b) / per + (1 if k == 0 else 0)
+             for k, (a, b) in enumerate(zip(counts[op], counts["mul"]))]
+    for f, charged in zip(found, issue.INSTRUCTIONS[op]):
+        assert charged == pytest.approx(f, rel=0.3, abs=1.0), (op, found)
