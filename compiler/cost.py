@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import index_width, issue, occupancy
+from . import index_width, issue, occupancy, waits
 from .columns import Column, resident_sets
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
@@ -305,15 +305,15 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         if target.processors else (1, 3)
     if not issue.simt_only(target) and choice.warps:
         # what the tensor pipe waits for in each warp: the products' dependents
-        # (issue.serial) and the chunks' barriers (issue.barriers, less what the other
+        # (waits.serial) and the chunks' barriers (waits.barriers, less what the other
         # resident blocks issue meanwhile): a compute part of its own
-        waits = issue.serial(parts, target, np.ceil(threads / WARP), per_sm) + issue.barriers(
+        waited = waits.serial(parts, target, np.ceil(threads / WARP), per_sm) + waits.barriers(
             model, choice, sizes, target, unit_counts[0], span) / per_sm
-        chained = ops.maximum(parts["tensor"], parts["issue"]) + waits
+        chained = ops.maximum(parts["tensor"], parts["issue"]) + waited
         parts = {**parts, "chained": chained}
         compute = ops.maximum(compute, chained)
-    # each wave of resident blocks waits for its first tiles (issue.fill): beside the launch
-    filled = 0.0 if issue.simt_only(target) else issue.fill(
+    # each wave of resident blocks waits for its first tiles (waits.fill): beside the launch
+    filled = 0.0 if issue.simt_only(target) else waits.fill(
         loads, target, unit_counts[0], per_sm, occupancy.LATENCY_SECONDS)
     util = occupancy.utilization(target, unit_counts[0], results[1].M, threads, active, regs,
                                  per_sm, occupancy.in_flight(choice, loads))

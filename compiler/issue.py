@@ -19,7 +19,8 @@ per clock are in the target's `[issue]` table, the tensor rate in `[compute]`).
 
 The table is static evidence: `benchmarks/model_check.py` compares it with the SASS of
 napkin's own cubins (cuobjdump, no GPU). Calibrate against measured times on a GPU
-(`benchmarks/gpu_check.py`).
+(`benchmarks/gpu_check.py`). What the pipes wait for beyond the issue slots (the products'
+dependence, the barriers, the pipeline fill) is waits.py's.
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ INSTRUCTIONS = {
     "div": (6, 1, 1), "exp": (6, 1, 2), "exp2": (2, 1, 0), "log": (8, 1, 2),
     "log2": (3, 1, 1), "sqrt": (4, 1, 1), "rsqrt": (2, 1, 0), "tanh": (10, 1, 2),
     "sigmoid": (8, 2, 2), "silu": (9, 2, 2), "gelu": (18, 2, 2),
+    # libdevice's erff, log1pf, expm1f (counted in the SASS of a CUDA-core kernel of each
+    # beside one of a multiply, sm_90, static: every path once; sinf and cosf are left at
+    # DEFAULT: their static count is mostly the slow range reduction a typical argument skips)
+    "erf": (18, 1, 8), "log1p": (18, 0, 12), "expm1": (18, 0, 5),
     "sum": (1, 0, 0.5), "mean": (2, 0, 0.5), "var": (4, 0, 1), "logsumexp": (10, 2, 2),
     # online softmax on CUDA cores per score: max, two rescaling exps, the sum
     "softmax": (16, 2, 4),
@@ -212,7 +217,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         fp32.append(amount * per[0])
         mufu.append(amount * per[1])
         other.append(amount * per[2])
-    chunks = _chunks(model, choice, sizes)
+    chunks = chunk_count(model, choice, sizes)
     if tensor and model.streaming.pairs:      # per chunk computed: rescale O, rows' exps
         rows, width = _flash_block(model, choice, sizes)
         per_block = units[0] * chunks * fraction
@@ -271,7 +276,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
            "mufu": _per(target, "mufu_lanes", total(mufu))}
     if tensor and (model.streaming.pairs or chain):
         # what waits on the products within a warp (the softmax, a chain's elementwise
-        # operands): never more than the issue slots, so no limit of its own (serial())
+        # operands): never more than the issue slots, so no limit of its own (waits.serial)
         out["dependent"] = _per(target, "schedulers", dependent)
     return out
 
@@ -310,64 +315,6 @@ def staged(model, choice, level1: dict, threads):
     return out
 
 
-# Within a warp of FlashAttention-2 (and of a chain of products) the softmax waits for the
-# chunk's scores and the next products wait for the softmax: the tensor pipe and the
-# instructions that depend on it overlap only across the warps a scheduler holds. With W
-# warps per scheduler, the model adds min(tensor, dependent) / W to the slower of the two
-# (W = 1: no overlap at all; many warps: almost full). An assumption of the order that
-# FlashAttention-2's published H100 figures imply (282-324 TFLOP/s at d 64 with 2 warps per
-# scheduler, against 543 predicted with full overlap): CALIBRATE on a GPU
-# (benchmarks/gpu_check.py).
-def serial(parts: dict, target: Target, warps_per_block, blocks_per_sm):
-    """Seconds added to the compute time for the products' dependence within a warp."""
-    if "dependent" not in parts:
-        return 0.0
-    schedulers = dict(target.per_clock).get("schedulers", 4)
-    per_scheduler = np.maximum(warps_per_block * blocks_per_sm / schedulers, 1)
-    return np.minimum(parts["tensor"], parts["dependent"]) / per_scheduler
-
-
-# A tensor-core kernel's chunk loop waits at its barriers: the warps of a block meet there,
-# and the tensor pipe idles from the last product before a barrier to the first after it
-# (the barrier itself, then the first fragments' ldmatrix from shared memory, a latency of
-# some 30 cycles on Ampere and Hopper), unless another resident block issues meanwhile. An
-# assumption of the order microbenchmarks report for both latencies (Abdelkhalik et al.,
-# "Demystifying the Nvidia Ampere Architecture through Microbenchmarking", 2022; Luo et al.,
-# arXiv:2402.13499, 2024), not a measured figure: CALIBRATE on a GPU
-# (benchmarks/gpu_check.py). Per barrier of the pipeline (codegen/mma.MmaLowering._pipeline):
-BARRIER_CYCLES = 30
-BARRIERS_PER_CHUNK = 1
-# ... and each block's pipeline fills before its first chunk computes: the loads' first tiles
-# arrive after the memory latency (occupancy.LATENCY_SECONDS) at the SM's share of the HBM
-# bandwidth. Larger chunks pay fewer barriers and a longer fill: the chunk and k-step are a
-# trade-off of the two (issue 13), no longer a tie (`barriers`, `fill`).
-
-
-def barriers(model, choice, sizes: dict, target: Target, blocks, span=None):
-    """Seconds the tensor pipe idles at the chunks' barriers over the whole GPU, as if one
-    block ran per SM at a time (the caller divides by the resident blocks, whose work fills
-    each other's idle time); 0 for the CUDA cores (their barriers are in ITERATION, and
-    their many resident blocks hide them)."""
-    if not choice.warps or not choice.stream or not target.processors or not target.clock_hz:
-        return 0.0
-    visited = _chunks(model, choice, sizes) * (span[0] if span else 1)
-    return blocks * visited * BARRIERS_PER_CHUNK * BARRIER_CYCLES / \
-        (target.clock_hz * target.processors)
-
-
-def fill(loads, target: Target, blocks, per_sm, latency: float):
-    """Seconds a kernel waits for its blocks' first tiles, on either engine: the memory
-    latency, then the tiles at the SM's share of the HBM bandwidth, once per wave of
-    resident blocks (the blocks resident together wait together). Wall-clock time: the
-    caller adds it beside the launch, not within what idle SMs stretch. `loads`: tiles()."""
-    if not target.processors:
-        return 0.0
-    first = sum(tile for _, tile in loads)
-    bandwidth = target.levels[1].bandwidth if len(target.levels) > 1 else None
-    waves = NUMBERS.ceil(blocks / (target.processors * per_sm))
-    return waves * (latency + (first / (bandwidth / target.processors) if bandwidth else 0))
-
-
 def tiles(model, choice, level1: dict) -> list:
     """(load, bytes of the tile a block copies of it at a time: one chunk of a streamed one,
     its block tile otherwise) for every load of the kernel."""
@@ -376,7 +323,7 @@ def tiles(model, choice, level1: dict) -> list:
             for a in model.arrays if a.role == "load"]
 
 
-def _chunks(model, choice, sizes: dict):
+def chunk_count(model, choice, sizes: dict):
     """Chunks of the streamed axis a block runs, over every pass (1 with no stream)."""
     if not choice.stream:
         return 1

@@ -36,7 +36,7 @@ def test_long_attention_is_predicted_on_tensor_cores_between_150_and_500_tflops(
     """FlashAttention-2 (the same instruction mix, mma.sync) measures 282-324 TFLOP/s at d 64
     on H100. With full overlap of the tensor pipe and the softmax the model said 543: within
     a warp the softmax waits for the scores and the next products for the softmax, and a
-    scheduler holding 2 warps overlaps little of it (issue.serial, an assumption to
+    scheduler holding 2 warps overlaps little of it (waits.serial, an assumption to
     calibrate on a GPU)."""
     kp = attention()
     assert kp.schedule.engine == "attention"
@@ -343,16 +343,16 @@ def test_gathered_arrays_hold_no_shared_memory_on_the_cuda_cores(name, shape):
 
 
 def test_the_products_dependence_overlaps_across_a_schedulers_warps():
-    """issue.serial: one warp per scheduler overlaps nothing (the tensor time plus what waits
+    """waits.serial: one warp per scheduler overlaps nothing (the tensor time plus what waits
     on it), more warps overlap more; a kernel with nothing waiting on its products adds
     nothing."""
-    from napkin.compiler import issue
+    from napkin.compiler import waits
     h100 = targets.load("h100")
     parts = {"tensor": 4.0, "issue": 5.0, "dependent": 3.0}
-    assert issue.serial(parts, h100, 4, 1) == pytest.approx(3.0)       # 1 warp per scheduler
-    assert issue.serial(parts, h100, 8, 1) == pytest.approx(1.5)
-    assert issue.serial(parts, h100, 8, 2) == pytest.approx(0.75)
-    assert issue.serial({"tensor": 4.0, "issue": 5.0}, h100, 4, 1) == 0.0
+    assert waits.serial(parts, h100, 4, 1) == pytest.approx(3.0)       # 1 warp per scheduler
+    assert waits.serial(parts, h100, 8, 1) == pytest.approx(1.5)
+    assert waits.serial(parts, h100, 8, 2) == pytest.approx(0.75)
+    assert waits.serial({"tensor": 4.0, "issue": 5.0}, h100, 4, 1) == 0.0
     kp = attention()
     chained = dict(kp.cost.compute_parts)["chained"]
     top = max(dict(kp.cost.compute_parts)[k] for k in ("tensor", "issue"))

@@ -65,7 +65,7 @@ def test_a_recomputing_plan_runs_as_the_reference_says(backend, rng, within_budg
     d = napkin.load(ROWS_AND_COLUMNS)
     X = rng.standard_normal((137, 245)).astype(np.float32)
     # napkin.run plans for the call's sizes: the recomputing plan there too (at 37 x 45 one
-    # kernel is faster: each kernel's blocks wait for their first loads, issue.fill)
+    # kernel is faster: each kernel's blocks wait for their first loads, waits.fill)
     small = plan(d, "h100", {"r": 137, "c": 245})
     assert any(kp.kernel.recomputed for kp in small.kernels)
     s, t = napkin.run(d, X, backend=backend)

@@ -1,0 +1,166 @@
+"""What a block of a CUDA-core kernel runs, from its SASS with each loop weighted by its trips
+(benchmarks/model_check.py's estimate for the CUDA-core kernels).
+
+A CUDA-core kernel (codegen: the blocks' grid-stride loop, in it the chunk loops of each pass,
+in them per-thread loops over elements: the copies `for (e = tid; e < N; e += threads)`, the
+lanes over a row `for (j = lane; j < L; j += 32)`) runs most of its instructions in loops that
+the main-loop rule (runtime/mainloop.py: the largest loop, counted once per chunk) counts once:
+at rmsnorm 4096 a lane's loop over the row runs 128 times, at softmax 4096 the largest loop is
+the blocks' loop itself, both passes' chunk loops in it. Here every instruction of the blocks'
+loop counts the product of the weights of the loops around it inside it:
+
+- a loop holding a barrier is a chunk loop: it runs once per chunk of the plan's stream
+  (`chunks`, a pass's);
+- a loop of stores to shared memory without a load is the zero fill of a tile past the arrays
+  (nvcc's version of a copy loop for an empty row range): no block in range runs it, 0; of
+  two copies of one copy loop nvcc specialised on the sizes, the longer counts, the other 0;
+- every other loop is one of the emitted CUDA's element loops, in source order
+  (`element_loops`): it runs `trip / unroll` times, `trip` the C loop's trips per thread (read
+  off its header with the sizes) and `unroll` how many C iterations nvcc put in one trip of
+  the SASS loop (its memory instructions over those of one C iteration: distinct array
+  reads and writes in the loop's body).
+
+Instructions outside every inner loop (a remainder peeled off an unrolled loop, the row
+statistics' shuffles) count once per pass of what is around them, every path once, as the
+main-loop rule counts them. None when the SASS's loops and the CUDA's do not pair up."""
+
+from __future__ import annotations
+
+import math
+import re
+
+_HEADER = re.compile(r"for \((?:int|long long) (\w+) = ([^;]+); \1 < ([^;]+); ([^)]+)\)")
+
+
+def element_loops(cuda: str, sizes: dict, chunk: int | None) -> list[dict]:
+    """The per-thread loops of a kernel's CUDA in source order: `trip` (per thread, for thread
+    0: a lane-strided loop over L runs ceil(L / 32)) and `accesses` (distinct array reads and
+    writes one iteration makes: `smN[...]` and `pN[...]` expressions indexed by the loop's
+    variable or a name the body derives from it; nvcc hoists the others). A loop nvcc unrolls
+    fully (`#pragma unroll`, the lanes' shuffle reduction over `off`, a constant trip from a
+    constant start, a constant bound within one stride: a copy of one element) and the chunk and blocks' loops are left out. `sizes`: the value of each size parameter (`n0`...), `chunk`: the
+    stream's chunk (`clen` of a full chunk)."""
+    out = []
+    for m in _HEADER.finditer(cuda):
+        var, start, end, step = m.groups()
+        before = cuda[max(0, m.start() - 40):m.start()]
+        if "#pragma unroll" in before or var in ("blk", "off") or re.fullmatch(r"c\d+", var):
+            continue
+        if step.strip() == f"++{var}":
+            stride = 1
+        else:
+            s = re.fullmatch(rf"{var} \+= \(?(\w+)\)?", step.strip())
+            if s is None:
+                return []
+            stride = _value(s.group(1), sizes, chunk)
+        first = _value(start, sizes, chunk)
+        last = _value(end, sizes, chunk)
+        if stride is None or first is None or last is None:
+            return []
+        constant = not re.search(r"[a-z]\w*", re.sub(r"\((?:int|long long)\)", "", end))
+        if constant and (first == 0 and last <= stride or not re.search(r"\b(tid|lane)\b", start)):
+            continue          # a constant bound within one stride: nvcc compiles an `if`;
+                              # a constant trip from a constant start: unrolled whole
+        body = _body(cuda, m.end())
+        # the names that vary with the loop (its variable, what the body derives from it):
+        # an access indexed by none of them is the same every iteration, hoisted by nvcc
+        varying = {var}
+        for name, value in re.findall(r"const \w+ (\w+) = ([^;]+);", body):
+            if set(re.findall(r"\w+", value)) & varying:
+                varying.add(name)
+        accesses = len({a for a in re.findall(r"\b(?:sm|p)\d+\[[^;]*?\](?=[ ;)=]|$)", body)
+                        if set(re.findall(r"\w+", a[a.index("["):])) & varying})
+        out.append({"trip": max(math.ceil((last - first) / stride), 0), "accesses": accesses})
+    return out
+
+
+def _body(cuda: str, at: int) -> str:
+    """The text of the loop body whose header ends at `at` (its braces)."""
+    j = cuda.find("{", at)
+    depth, k = 1, j + 1
+    while depth and k < len(cuda):
+        depth += {"{": 1, "}": -1}.get(cuda[k], 0)
+        k += 1
+    return cuda[j + 1:k - 1]
+
+
+def _value(text: str, sizes: dict, chunk):
+    """A header's integer expression with the sizes put in (C's integer division), the thread
+    0's `tid` and `lane`; None when it reads anything else."""
+    expr = re.sub(r"\((?:int|long long)\)", "", text)
+    names = {"tid": 0, "lane": 0, "clen": chunk, **sizes}
+    if any(n not in names or names[n] is None for n in re.findall(r"[A-Za-z_]\w*", expr)):
+        return None
+    try:
+        return int(eval(expr.replace("/", "//"), {"__builtins__": {}}, names))
+    except (SyntaxError, ZeroDivisionError, TypeError):
+        return None
+
+
+def block_run(sass_text: str, function: str, cuda: str, sizes: dict, chunk: int | None,
+              chunks: int) -> dict | None:
+    """Warp instructions one warp runs per block (`run`; `opcodes`: the same per opcode, LDG,
+    STS...), its blocks' loop counted once (`static`), and the inner loops as paired (`loops`:
+    start, instructions, trip, unroll). `chunks`: the chunks each chunk loop runs."""
+    from napkin.runtime import mainloop
+    insns = mainloop.functions(sass_text)[function]
+    found = mainloop.loops(insns)
+    if not found:
+        return None
+    outer = max(found, key=lambda lp: lp.end - lp.start)      # the blocks' grid-stride loop
+    inner = [lp for lp in found if lp is not outer and outer.start <= lp.start
+             and lp.end <= outer.end]
+    chunked = [lp for lp in inner if any(i.opcode.startswith("BAR") for i in lp.instructions)]
+    rest = [lp for lp in inner if lp not in chunked]
+    fills = [lp for lp in rest if _memory(lp, "STS") and not _memory(lp, "LDS", "LDG")]
+    paired = sorted((lp for lp in rest if lp not in fills), key=lambda lp: lp.start)
+    c_loops = element_loops(cuda, sizes, chunk)
+    weight, loops = {}, []
+    # nvcc may compile a copy loop twice, specialised on a test of the sizes made once: two
+    # copy loops (global loads, shared stores) one after the other, where the CUDA has one;
+    # a pass runs one of them, counted as the longer (as sass_loops.versions counts an
+    # if/else), the other not
+    k = 1
+    while len(paired) > len(c_loops) and k < len(paired):
+        a, b = paired[k - 1], paired[k]
+        if _copy(a) and _copy(b) and _signature(a) == _signature(b):
+            short = min(a, b, key=lambda lp: len(lp.instructions))
+            weight[id(short)] = 0
+            paired.remove(short)
+        else:
+            k += 1
+    if len(paired) != len(c_loops):
+        return None
+    for lp in chunked:
+        weight[id(lp)] = chunks
+    for lp in fills:
+        weight[id(lp)] = 0
+    for lp, c in zip(paired, c_loops):
+        memory = sum(1 for i in lp.instructions if mainloop.classify(i.opcode) in
+                     ("smem", "global"))
+        unroll = max(round(memory / c["accesses"]), 1) if c["accesses"] else 1
+        weight[id(lp)] = c["trip"] / unroll
+        loops.append({"start": lp.start, "instructions": len(lp.instructions),
+                      "trip": c["trip"], "unroll": unroll})
+    run, classes = 0.0, {}
+    for i in outer.instructions:
+        w = 1.0
+        for lp in inner:
+            if lp.start <= i.address <= lp.end:
+                w *= weight[id(lp)]
+        run += w
+        op = i.opcode.split(".")[0]
+        classes[op] = classes.get(op, 0.0) + w
+    return {"run": run, "static": len(outer.instructions), "loops": loops, "opcodes": classes}
+
+
+def _memory(loop, *prefixes: str) -> int:
+    return sum(1 for i in loop.instructions if i.opcode.split(".")[0] in prefixes)
+
+
+def _copy(loop) -> bool:
+    return bool(_memory(loop, "LDG") and _memory(loop, "STS"))
+
+
+def _signature(loop) -> tuple:
+    return tuple(_memory(loop, op) for op in ("LDG", "STG", "LDS", "STS"))

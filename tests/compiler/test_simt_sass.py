@@ -1,0 +1,197 @@
+"""The SASS estimate of a CUDA-core kernel (benchmarks/sass_simt.py): every loop of a block
+weighted by its trips, read off the emitted CUDA and the plan, checked against what the
+plan says a block must load and store."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+import napkin
+from napkin.compiler.plan import plan
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _module(name: str):
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _need_disassembler():
+    from napkin.diagrams.diagnostics import BackendUnavailable
+    from napkin.runtime import sass
+    try:
+        sass.find_tool("cuobjdump")
+    except BackendUnavailable:
+        pytest.skip("cuobjdump is not installed (pip install 'napkin[test]')")
+
+
+CUDA = """
+  for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
+    for (int e = tid; e < (1); e += 32) {
+      sm2[e] = p2[org_0 + e];
+    }
+    #pragma unroll
+    for (int z = 0; z < 4; ++z) {
+      st0[z] = 0.0f;
+    }
+    for (int e = tid; e < (2) * (n1); e += 32) {
+      sm0[e] = (e < n1) ? p0[(e) % (n1)] : napkin_from_float<__half>(0.0f);
+    }
+    for (int c0 = (int)0; c0 < (int)(n1); c0 += 256) {
+      const int clen = (int)((int)(n1) - c0 < 256 ? (int)(n1) - c0 : 256);
+      for (int xl = lane; xl < clen; xl += 8) {
+        const int xg = c0 + xl;
+        const bool v2 = (((long long)(xg)) == napkin_to_int(sm2[(int)(base_0 - org_0)]));
+        st2[0] = st2[0] + (v2 ? napkin_to_float(sm0[(xg - c0)]) : 0.0f);
+      }
+    }
+    for (int off = 16; off > 0; off /= 2) {
+      st0[0] = st0[0] + __shfl_xor_sync(0xffffffffu, st0[0], off, 32);
+    }
+    for (int k0 = 0; k0 < (n1 + 31) / 32; ++k0) {
+      const int j2 = (lane + k0 * 32 < n1 ? lane + k0 * 32 : n1 - 1);
+      p1[j2] = napkin_from_float<__half>(sm0[j2] * sm0[j2]);
+    }
+    for (int k1 = 0; k1 < 4; ++k1) {
+      p1[k1] = 0;
+    }
+  }
+"""
+
+
+def test_element_loops_are_read_off_the_cuda():
+    """Hand-made CUDA of a CUDA-core kernel at n1 = 4096, chunks of 256: the copy of 2 x 4096
+    over 32 threads runs 256 times a thread, the lanes over a chunk with a stride of 8 32
+    times, the output loop over ceil(4096 / 32); the copy of one element (an `if`), the
+    unrolled loops (`#pragma unroll`, a constant trip, the shuffles over `off`) and the chunk
+    and blocks' loops are none of them. Accesses: each distinct array read or written per
+    iteration, not the label read at the block's row (`sm2[base_0 - org_0]`, hoisted), one
+    for `sm0[j2] * sm0[j2]`."""
+    simt = _module("sass_simt")
+    found = simt.element_loops(CUDA, {"n0": 4096, "n1": 4096}, 256)
+    assert found == [{"trip": 256, "accesses": 2}, {"trip": 32, "accesses": 1},
+                     {"trip": 128, "accesses": 2}]
+    # a size not given, or a name the header reads that is not a size: no pairing at all
+    assert simt.element_loops(CUDA, {"n0": 4096}, 256) == []
+
+
+def _block(name: str, shape: dict):
+    from napkin import pipeline
+    from napkin.runtime import sass
+    simt, loops = _module("sass_simt"), _module("sass_loops")
+    p = plan(napkin.load(name), "h100", shape)
+    made = pipeline.through(p, "plan", "binary", pipeline.Options.make(target="h100"))
+    (kp,) = p.kernels
+    sched = kp.schedule
+    assert sched.engine == "cuda cores"
+    kernel = made["program"].kernels[0].name
+    sizes = {n: int(p.sizes[a]) for n, a in made["program"].size_params}
+    chunk = sched.stream[1] if sched.stream else None
+    chunks = math.ceil(p.sizes[sched.stream[0]] / chunk) if sched.stream else 1
+    run = simt.block_run(sass.disassemble(made["binary"].cubin), kernel,
+                         loops.kernel_source(made["cuda"], kernel), sizes, chunk, chunks)
+    return p, kp, run
+
+
+@pytest.mark.parametrize("name, vectors", [("rmsnorm", 1), ("layernorm", 2)])
+def test_a_cuda_core_block_loads_and_stores_what_its_tiles_hold(name, vectors):
+    """At r = c = 4096, no stream (rmsnorm: 2 rows a block, 32 threads; layernorm: 4 rows, 64
+    threads): weighted by their trips, the block's loops issue one LDG per element of its
+    tiles a thread copies (X's rows x 4096 and each 4096-vector, g or gamma and beta, over
+    the threads: 384 both) and one STG per element of Y a thread stores (rows x 4096 over
+    the threads, 256; a few more, the stores of the output loops' peeled remainders counted
+    once): the plan's figures, not the SASS's. Counted once, as the main-loop rule did, the
+    blocks' loop holds some 16 LDG, and a tenth of what the block runs."""
+    _need_disassembler()
+    p, kp, run = _block(name, {"r": 4096, "c": 4096})
+    rows, threads = dict(kp.choice.group)["r"], kp.schedule.threads
+    assert run["opcodes"]["LDG"] == pytest.approx((rows + vectors) * 4096 / threads, rel=0.02)
+    assert run["opcodes"]["STG"] == pytest.approx(rows * 4096 / threads, rel=0.05)
+    assert run["run"] > 10 * run["static"]
+
+
+def test_a_chunk_loop_runs_once_per_chunk_of_each_pass():
+    """softmax at r = c = 4096 streams the row in chunks of 256 over two passes (the
+    statistics, then the output): the block's two chunk loops each run 16 times, so it meets
+    two barriers per chunk and pass (64), and each pass loads every element of its row once
+    (2 x 4096 / 32 = 256 LDG a thread; the estimate counts the peeled remainder copies of
+    the unrolled copy loop in every chunk as well, static, every path once: 352)."""
+    _need_disassembler()
+    p, kp, run = _block("softmax", {"r": 4096, "c": 4096})
+    assert kp.schedule.stream == ("c", 256)
+    assert run["opcodes"]["BAR"] == 2 * 2 * 16
+    assert 256 <= run["opcodes"]["LDG"] <= 1.4 * 256
+
+
+@pytest.mark.xfail(strict=True, reason="issue.py's CUDA-core counts are 4-10x below the "
+                   "weighted SASS (docs/cost-model.md): a copy into shared memory issues "
+                   "20-90 instructions per element, the model charges 3")
+@pytest.mark.parametrize("name, shape", [("rmsnorm", {"r": 4096, "c": 4096}),
+                                         ("softmax", {})])
+def test_the_issue_slots_follow_the_sass_of_a_cuda_core_kernel(name, shape):
+    """The done-when of issue 13 for the CUDA-core kernels: the model's issue-slot time
+    within 30% of the weighted SASS estimate (model_check.kernel_sass)."""
+    _need_disassembler()
+    from napkin import pipeline
+    p = plan(napkin.load(name), "h100", shape)
+    made = pipeline.through(p, "plan", "binary", pipeline.Options.make(target="h100"))
+    row = _module("model_check").kernel_sass(p, made, 0)
+    model = dict(p.kernels[0].cost.compute_parts)["issue"]
+    assert row["static_issue_seconds"] == pytest.approx(model, rel=0.3)
+
+
+def test_two_versions_of_one_copy_loop_count_once():
+    """cross_entropy at t = v = 4096 (4 rows a block, chunks of 256 along v): nvcc compiles
+    the chunk's copy loop twice, specialised on the sizes; a chunk runs one, so the block
+    loads each element of its rows once (4 x 4096 / 32 = 512 LDG a thread, and the peeled
+    remainders of the unrolled copy, counted in every chunk: within 15%), not twice."""
+    _need_disassembler()
+    p, kp, run = _block("cross_entropy", {"t": 4096, "v": 4096})
+    rows, threads = dict(kp.choice.group)["t"], kp.schedule.threads
+    assert kp.schedule.stream == ("v", 256)
+    assert len(run["loops"]) == 2                     # the copy and the lanes over a chunk
+    assert 512 == rows * 4096 / threads
+    assert 512 <= run["opcodes"]["LDG"] <= 1.15 * 512
+
+
+@pytest.mark.parametrize("op", ["erf", "log1p", "expm1"])
+def test_a_library_functions_instructions_are_its_sass(op, tmp_path):
+    """issue.INSTRUCTIONS[op] against the SASS: a CUDA-core kernel `Y = op(H)` beside one of
+    `Y = H * 0.7` (the same copies, stores and loop; 8 elements a thread), their blocks'
+    loops' FP32-pipe, MUFU and other instructions apart, per element (plus the multiply's
+    one FP32), within 30% each (before, each cost one FP32 instruction: DEFAULT)."""
+    _need_disassembler()
+    import collections
+    from napkin import pipeline
+    from napkin.compiler import issue
+    from napkin.runtime import mainloop, sass
+    counts, per = {}, None
+    for name, expr in (("mul", "H * 0.7"), (op, f"{op}(H)")):
+        path = tmp_path / f"{name}.napkin"
+        path.write_text(f"axis t, o\nin H[t o]: f32\nY[t o] = {expr}\nout Y: f16\n")
+        p = plan(napkin.load(str(path)), "h100", {"t": 4096, "o": 4096})
+        (kp,) = p.kernels
+        assert kp.schedule.engine == "cuda cores"
+        per = math.prod(n for _, n in kp.choice.thread)
+        made = pipeline.through(p, "plan", "binary", pipeline.Options.make(target="h100"))
+        text = sass.disassemble(made["binary"].cubin)
+        insns = mainloop.functions(text)[made["program"].kernels[0].name]
+        outer = max(mainloop.loops(insns), key=lambda lp: lp.end - lp.start)
+        c = collections.Counter(outer.counts())
+        counts[name] = (c.pop("fp32", 0), c.pop("mufu", 0), sum(c.values()))
+    assert per == 8
+    found = [(a - b) / per + (1 if k == 0 else 0)
+             for k, (a, b) in enumerate(zip(counts[op], counts["mul"]))]
+    for f, charged in zip(found, issue.INSTRUCTIONS[op]):
+        assert charged == pytest.approx(f, rel=0.3, abs=1.0), (op, found)
