@@ -17,6 +17,7 @@ from .compiler.model import array_name
 from .compiler.formulas import relabelling, tile_values
 from .compiler.plan import Plan, baseline
 from .figures import figures
+from .explain_split import split_lines as _split_lines, split_report as _split
 
 
 def report(plan: Plan, compare: bool = True) -> dict:
@@ -101,64 +102,6 @@ def report(plan: Plan, compare: bool = True) -> dict:
 def _eq_name(plan: Plan, stmt: int) -> str:
     """The equation's name (a split's partial side: `O.part`)."""
     return next((e.name for e in plan.graph.graph["equations"] if e.stmt == stmt), f"#{stmt}")
-
-
-def _split(plan: Plan) -> dict | None:
-    """The split of a reduced axis across blocks: its relabelling, the partial-state arrays
-    (in global memory between the partial and the merge kernels), and what it gained."""
-    s = plan.split
-    if s is None:
-        return None
-    from .runtime.dtypes import numpy_dtype
-    g = plan.graph
-    partials = []
-    for name in s.partials:
-        t = ir.type_of(g, g.graph["arrays"][name])
-        count = 1
-        for a in t.axes:
-            count *= plan.sizes[a]
-        partials.append({"name": name, "shape": [[a, int(plan.sizes[a])] for a in t.axes],
-                         "dtype": t.dtype, "level": plan.target.level_names[0],
-                         "bytes": int(count * numpy_dtype(t.dtype).itemsize)})
-    merging = [kp.kernel.name for kp in plan.kernels if s.part_axis in kp.kernel.reduced(g)]
-    tail = plan.tail
-    last_block = None if tail is None else {
-        "partial": plan.kernels[tail.partial].kernel.name,
-        "merges": [plan.kernels[i].kernel.name for i in tail.merges],
-        "tile": [[a, int(plan.kernels[tail.partial].schedule.block_tile()[a])]
-                 for a in tail.axes],
-        "blocks_per_tile": tail.blocks, "asked": tail.forced,
-        "saved_seconds": float(tail.saved)}
-    return {"axis": s.axis, "parts": s.parts, "part_axis": s.part_axis,
-            "share_axis": s.share_axis, "share": s.share, "hinted": s.forced,
-            "partials": partials, "merged_by": merging, "last_block": last_block,
-            "estimated_seconds": s.time, "unsplit_estimated_seconds": s.unsplit_time}
-
-
-def _split_lines(sp: dict, fmt) -> list[str]:
-    how = "hinted" if sp["hinted"] else "chosen by the planner"
-    lines = [f"split: {sp['axis']} -> {sp['part_axis']} = {sp['parts']} splits x "
-             f"{sp['share_axis']} = {sp['share']} ({how})"]
-    for b in sp["partials"]:
-        shape = "[" + " ".join(f"{a}={n}" for a, n in b["shape"]) + "]"
-        lines.append(f"  partial state  {b['name']:<12} {shape} {b['dtype']} in {b['level']}, "
-                     f"{b['bytes']:,} bytes")
-    lb = sp.get("last_block")
-    if lb is None:
-        lines.append(f"  merged by kernel {', '.join(sp['merged_by']) or '(none)'}")
-    else:
-        tile = " ".join(f"{a}={n}" for a, n in lb["tile"])
-        how = "asked for" if lb["asked"] else f"predicted {fmt(lb['saved_seconds'])} faster " \
-            "than launching the merge"
-        lines.append(f"  merged in kernel {lb['partial']} by the last of the {lb['blocks_per_tile']} "
-                     f"blocks of each output tile [{tile}] to finish (a counter per tile): "
-                     f"{', '.join(lb['merges'])} {'runs' if len(lb['merges']) == 1 else 'run'} "
-                     f"there, not launched ({how})")
-    if sp["unsplit_estimated_seconds"] is not None:
-        t, u = sp["estimated_seconds"], sp["unsplit_estimated_seconds"]
-        lines.append(f"  quick estimates: {fmt(t)} split, {fmt(u)} for the best unsplit plan "
-                     f"({u / max(t, 1e-30):.2f}x)")
-    return lines
 
 
 def _tiles(plan: Plan, sched) -> list[dict]:
