@@ -105,7 +105,7 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
                 splits[0] += case[2].split is not None
                 tails[0] += case[3].tail is not None
             try:
-                plans.check_plan(case, emulate=emulate)
+                plans.check_plan(case, emulate=emulate, tails=True)
             except harness.Checked as exc:
                 last[:] = [case, exc.failure]
                 note(exc.failure.kind, str(exc.failure), plans.describe(case))

@@ -269,6 +269,17 @@ def with_choices(plan: Plan, choices) -> Plan:
                 plan.defaulted, plan.hints, plan.split)
 
 
+def with_merge(plan: Plan, merge: str) -> Plan:
+    """The same plan with its split's merge decided again (`merge`: auto, kernel or
+    last-block; last_block.py): N0607 when `last-block` cannot be; the kernels are kept
+    (a plan whose merge already runs in the last blocks is returned as it is)."""
+    if plan.tail is not None:
+        return plan
+    kernels, tail = _in_diagram(plan.diagram, lambda: decide_tail(
+        plan.graph, plan.kernels, plan.split, plan.sizes, plan.target, merge))
+    return replace(plan, kernels=kernels, tail=tail)
+
+
 def with_stages(plan: Plan, stages: int) -> Plan:
     """The same plan with every tensor-core kernel's cp.async pipeline `stages` deep (2 to
     occupancy.MAX_STAGES) instead of the depth the cost model chose; for tests and for

@@ -23,7 +23,7 @@ from pathlib import Path
 import napkin
 from napkin import pipeline
 from napkin.compiler.cost import Choice
-from napkin.compiler.plan import with_choices
+from napkin.compiler.plan import with_choices, with_merge
 from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.runtime import compare, reference
 from napkin.runtime.emulate.errors import BUILD, EmulatorError
@@ -121,15 +121,16 @@ def check_case(case: Case, *, target: str = "h100", emulate: bool = True,
 
 
 def _plan(d, target, shape, fusion, split, merge):
-    def make(merge):
-        return pipeline.plan(d, pipeline.Options.make(target=target, shape=shape,
-                                                      fusion=fusion, split=split, merge=merge))
+    p = pipeline.plan(d, pipeline.Options.make(target=target, shape=shape, fusion=fusion,
+                                               split=split))
+    if merge == "auto" or p.split is None:
+        return p
     try:
-        return make(merge)
+        return with_merge(p, merge)
     except NapkinError as exc:
-        if merge == "auto" or "cannot merge in the last block" not in str(exc):
+        if "cannot merge in the last block" not in str(exc):
             raise
-        return make("auto")
+        return p
 
 
 def save_regression(case: Case, failure: Failure, folder: Path = REGRESSIONS,

@@ -23,7 +23,7 @@ from napkin.compiler.columns import columns
 from napkin.compiler.cost import Choice, evaluate
 from napkin.compiler.model import kernel_model as build_model
 from napkin.compiler.plan import plan as make_plan
-from napkin.compiler.plan import with_choices
+from napkin.compiler.plan import with_choices, with_merge
 from napkin.compiler.search import fits
 from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.diagrams.sources import library_source
@@ -122,14 +122,16 @@ def planned(draw, names):
 
 def _default_plan(d, shape, split, fused, merge):
     """The planner's plan; a split's merge in the last blocks when `merge` asks and the plan
-    allows it (compiler/last_block.py refuses most small plans: then the merge kernel)."""
-    overrides = {"split": split} if split else None
+    allows it (compiler/last_block.py refuses some small plans: then the merge kernel)."""
+    p = make_plan(d, "h100", shape, {"split": split} if split else None, fusion=fused)
+    if merge == "auto" or p.split is None:
+        return p
     try:
-        return make_plan(d, "h100", shape, overrides, fusion=fused, merge=merge)
+        return with_merge(p, merge)
     except NapkinError as exc:
-        if merge == "auto" or "cannot merge in the last block" not in str(exc):
+        if "cannot merge in the last block" not in str(exc):
             raise
-        return make_plan(d, "h100", shape, overrides, fusion=fused)
+        return p
 
 
 @st.composite
@@ -180,14 +182,20 @@ def as_regression(case) -> tuple:
     return Case(f"# {d.name}\n" + library_text(name, dtype), shape, seed), options
 
 
-def check_plan(case, emulate: bool = True, sanitize: str = "none") -> None:
-    """Interpret and emulate a random plan; compare with the reference and the default plan."""
+TAILS = float(__import__("os").environ.get("NAPKIN_FUZZ_SCALE", "1")) >= 2
+
+
+def check_plan(case, emulate: bool = True, sanitize: str = "none", tails: bool = TAILS) -> None:
+    """Interpret and emulate a random plan; compare with the reference and the default plan
+    (`tails`: emulate the default plan too where its merge runs in the last blocks: the long
+    budgets of benchmarks/fuzz.py and the thorough tier; the default suite's are
+    tests/codegen/test_last_block.py's)."""
     d, shape, p, default, seed, _ = case
     inputs = inputs_for(d, shape, seed)
     ref = reference.evaluate(d, inputs)
     low = reference.evaluate(d, inputs, precision="lowp")
     run_backends(d, p, inputs, p.sizes, ref, low, emulate=emulate, sanitize=sanitize)
-    if default.tail is not None and emulate:    # the random plan's merges launch as kernels:
+    if default.tail is not None and emulate and tails:   # the random plan's merges launch:
         run_backends(d, default, inputs, default.sizes, ref, low, interp=False,   # the tail
                      sanitize=sanitize)                                           # is here
     try:
