@@ -71,7 +71,7 @@ def test_the_planner_merges_a_long_layernorm_in_the_last_block():
 
 @pytest.mark.parametrize("case, sizes", [
     (LAYERNORM, {"r": 5, "c": 1001}),      # 256 splits of 4: the last five empty
-    (LAYERNORM, {"r": 3, "c": 37}),        # most splits empty
+    pytest.param(LAYERNORM, {"r": 3, "c": 37}, marks=pytest.mark.thorough),   # most empty
     (ATTENTION, {"b": 2, "h": 3, "q": 77, "x": 130}),   # a tail of rows, odd keys
     (ATTENTION, {"b": 1, "h": 2, "q": 128, "x": 3}),    # splits past the keys
     (CROSS_ENTROPY, {"t": 7, "v": 1001}),
@@ -186,15 +186,16 @@ def test_merge_in_the_api_and_on_the_command_line(capsys, within_budget):
     assert code == 0 and "merged by kernel k1, k2" in text and "run by kernel" not in text
 
 
-SWEEP = [
-    ("gqa_attention", {"d": 128}, {"b": b, "g": 8, "r": 4, "q": 1, "x": 4096}) for b in (1, 32)
-] + [
+SWEEP = [   # (more in the thorough tier)
+    ("gqa_attention", {"d": 128}, {"b": 32, "g": 8, "r": 4, "q": 1, "x": 4096}),
     ("attention", {"d": 128}, {"b": 1, "h": 32, "q": 1, "x": 32768}),
-    ("attention", {"d": 64}, {"b": 1, "h": 1, "q": 4096, "x": 4096}),
     ("matmul", {}, {"m": 16, "n": 512, "k": 65536}),
+] + [pytest.param(*case, marks=pytest.mark.thorough) for case in [
+    ("gqa_attention", {"d": 128}, {"b": 1, "g": 8, "r": 4, "q": 1, "x": 4096}),
+    ("attention", {"d": 64}, {"b": 1, "h": 1, "q": 4096, "x": 4096}),
     ("rmsnorm", {}, {"r": 2, "c": 500000}),
     ("softmax", {}, {"r": 4, "c": 1000000}),
-]
+]]
 
 
 @pytest.mark.parametrize("name, defines, shape", SWEEP)

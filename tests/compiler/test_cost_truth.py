@@ -263,7 +263,7 @@ def test_the_issue_slots_follow_the_sass_of_each_tensor_core_kernel(name, define
     assert "copy_loops" not in static
 
 
-@pytest.mark.parametrize("name", ["mlp", "swiglu"])
+@pytest.mark.parametrize("name", [pytest.param("mlp", marks=pytest.mark.thorough), "swiglu"])
 def test_every_product_of_a_two_layer_block_follows_its_sass(name):
     """Each kernel of the plan, not only the slowest: the first product of mlp ends in a gelu
     over its 64 x 64 warp tile, unrolled into some 5300 instructions after the chunk loop

@@ -165,7 +165,8 @@ def test_two_versions_of_one_copy_loop_count_once():
     assert 512 <= run["opcodes"]["LDG"] <= 1.15 * 512
 
 
-@pytest.mark.parametrize("op", ["erf", "log1p", "expm1"])
+@pytest.mark.parametrize("op", ["erf", pytest.param("log1p", marks=pytest.mark.thorough),
+                                pytest.param("expm1", marks=pytest.mark.thorough)])
 def test_a_library_functions_instructions_are_its_sass(op, tmp_path):
     """issue.INSTRUCTIONS[op] against the SASS: a CUDA-core kernel `Y = op(H)` beside one of
     `Y = H * 0.7` (the same copies, stores and loop; 8 elements a thread), their blocks'
