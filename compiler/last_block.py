@@ -84,16 +84,15 @@ def decide(g, plans: tuple[KernelPlan, ...], split, sizes: dict, target,
     if mode == "auto" and after >= before:
         return plans, None
     p = plans[partial]
-    extra = _shared(kp for j, kp in replanned.items() if j != partial)
+    merges = tuple(sorted(replanned))
     levels = list(p.cost.levels)       # the partial kernel holds the merges' shared buffers
-    levels[1] = replace(levels[1], M=levels[1].M + extra)
+    levels[1] = replace(levels[1], M=levels[1].M + _shared(replanned.values()))
     replanned[partial] = replace(p, cost=replace(p.cost, levels=tuple(levels)))
     out = tuple(replanned.get(i, kp) for i, kp in enumerate(plans))
-    axes = tuple(a for a in p.schedule.block_tile() if a != split.part_axis)
-    tile = p.schedule.block_tile()[split.part_axis]
-    merges = tuple(sorted(j for j in replanned if j != partial))
-    return out, Tail(partial, merges, axes, -(-split.parts // tile), mode == "last-block",
-                     before - after)
+    tile = p.schedule.block_tile()
+    axes = tuple(a for a in tile if a != split.part_axis)
+    return out, Tail(partial, merges, axes, -(-split.parts // tile[split.part_axis]),
+                     mode == "last-block", before - after)
 
 
 def _tail(g, plans, split, sizes, target):
