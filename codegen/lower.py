@@ -85,7 +85,7 @@ def lower(plan: Plan) -> P.Program:
                                        kp.kernel.name))
     buffers = tuple((_array(g, n), dtypes[n], ir.type_of(g, n).axes) for n in sorted(dtypes))
     zeroed = ()
-    if tail is not None:      # the counters: one int per position of the tiles' axes, at least one per tile
+    if tail is not None:      # the counters: an int per position of the tiles' axes (>= a tile)
         buffers += ((COUNTER, "i32", tail.axes),)
         zeroed = (COUNTER,)
     return P.Program(tuple(kernels), tuple((v, k) for k, v in size_params.items()), buffers,
