@@ -100,12 +100,13 @@ def against_reference(diagram, inputs: dict, outputs: dict, plan=None) -> dict[s
                           s.name, order[s.name]) for s in diagram.outputs}
 
 
-def references(diagram, inputs: dict, plan=None) -> tuple[dict, dict, dict]:
+def references(diagram, inputs: dict, plan=None, bounded: bool = True
+               ) -> tuple[dict, dict, dict | None]:
     """What `check` compares with, by output name: the float64 reference, the naive
     low-precision one and the order-aware bound (`bound.evaluate`; with a `plan`, its longest
-    sequential accumulation caps each reduction's)."""
+    sequential accumulation caps each reduction's; None when not `bounded`)."""
     from . import bound, reference
     longest = bound.longest_accumulation(plan) if plan is not None else None
     return (reference.evaluate(diagram, inputs),
             reference.evaluate(diagram, inputs, precision="lowp"),
-            bound.evaluate(diagram, inputs, longest))
+            bound.evaluate(diagram, inputs, longest) if bounded else None)

@@ -209,9 +209,3 @@ def check_plan(case, emulate: bool = True, sanitize: str = "none", tails: bool =
                 float(np.max(np.abs(a - b), initial=0.0)) > 1e-9 * scale:
             raise Checked(Failure("compare", "interpret vs default plan",
                                   f"{s.name}: max difference {np.max(np.abs(a - b)):.3g}"))
-
-
-def verdicts(d, got: dict, inputs: dict) -> list:
-    ref, low, order = compare.references(d, inputs)
-    return [compare.check(got[s.name], ref[s.name], low[s.name], s.dtype, s.name, order[s.name])
-            for s in d.outputs]
