@@ -66,9 +66,11 @@ def scatter_plan(g: DiGraph, k: FusedKernel, model: Model, cols, sizes: dict, ta
 class KernelPlanner:
     """Plans single kernels, memoised (fusion asks about many candidate kernels)."""
 
-    def __init__(self, g: DiGraph, target: Target, sizes: dict, hints, engine: str = "auto"):
+    def __init__(self, g: DiGraph, target: Target, sizes: dict, hints, engine: str = "auto",
+                 scatter: bool = True):
         self.g, self.target, self.sizes, self.hints = g, target, sizes, list(hints)
         self.engine = engine
+        self.scatter = scatter         # False: masked sums planned dense (explain compares)
         self._memo: dict = {}
         self._models: dict = {}
 
@@ -134,7 +136,7 @@ class KernelPlanner:
                 return _NotOnTensorCores(self._why_not(k, tried))
             if on_tc is not None:
                 best = on_tc
-        if not fixed:          # tiles hinted: the dense plan the hints describe
+        if not fixed and self.scatter:    # tiles hinted: the dense plan the hints describe
             best = self._scatter(k, best) or best
         if best is None:
             return self._infeasible(k, tried, fixed, used)
