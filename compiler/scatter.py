@@ -110,7 +110,7 @@ def site(g, k) -> ScatterSite | None:
     r = _through(g, store)
     op = ir.op(g, r)
     if not (isinstance(op, ir.Reduce) and op.fn == "sum") or r not in k.nodes:
-        return None
+        return None      # (a sum is a float, of integers too: docs/language.md)
     if any(not isinstance(ir.op(g, n), _PLAIN) for n in k.nodes if n != r):
         return None      # a reduction of its own in the value: the kernel's dense plan
     found = _masked(g, ir.operands(g, r)[0])
@@ -180,13 +180,17 @@ def cost(g, k, found: ScatterSite, sizes: dict, target) -> Cost | None:
     hbm = target.levels[1].bandwidth
     # the scratch's lines the atomics touch come from HBM and go back (beyond L2)
     spill = 0.0 if rows * 4 <= target.l2_bytes / 2 else 2 * 4 * touched
-    scatter = max((read + spill) / hbm, positions / target.l2_atomics)
+    # atomics at one address wait for each other: with the indices spread evenly, each
+    # element takes positions / rows of them, one per clock at its L2 slice (an assumption)
+    serial = positions / rows / target.clock_hz
+    scatter = max((read + spill) / hbm, positions / target.l2_atomics, serial)
     out_bytes = BYTES[storage_dtype(g, found.store)]
     finish_bytes = rows * (4 + 4 + out_bytes)        # read the scratch, clear it, write out
     finish = finish_bytes / hbm
     time = scatter + finish + 2 * LAUNCH_SECONDS
     H = read + spill + finish_bytes
-    terms = (("HBM", (read + spill + finish_bytes) / hbm), ("atomics", positions / target.l2_atomics))
+    terms = (("HBM", (read + spill + finish_bytes) / hbm),
+             ("atomics", max(positions / target.l2_atomics, serial)))
     bound = "atomics at L2" if terms[1][1] > terms[0][1] else "HBM"
     levels = [LevelCost(target.levels[0].name, target.levels[0].capacity_bytes, 0.0, 0.0, 1, 0.0)]
     levels.append(LevelCost(target.levels[1].name, target.levels[1].capacity_bytes, 0.0, H,

@@ -21,14 +21,13 @@ def run(block, memory: dict, sizes: dict) -> None:
     matched = [v for v, _ in site.matched]
 
     def over(n, extra=()):
-        return np.broadcast_to(_align(block.value(n, region), axes + tuple(extra)),
-                               shape + tuple(1 for _ in extra)) if not extra else \
-            _align(block.value(n, region), axes + tuple(extra))
+        """Node n over the scatter's axes (and `extra`, size 1 where n lacks one)."""
+        return _align(block.value(n, region), axes + tuple(extra))
 
     valid = np.ones(shape, dtype=bool)
     rows = {}
     for v, idx in site.matched:
-        i = elementwise.as_kind(over(idx), "int").astype(np.int64)
+        i = np.broadcast_to(elementwise.as_kind(over(idx), "int").astype(np.int64), shape)
         valid &= (i >= 0) & (i < sizes[v])
         rows[v] = i
     for c in site.guards:

@@ -210,3 +210,28 @@ def test_paged_attention_gradient_with_scattered_caches_on_the_emulator():
     out = run_plan(p, inputs, shape)
     for name in ("dKc", "dVc"):
         np.testing.assert_allclose(out[name].astype(np.float64), want[name], rtol=2e-2, atol=2e-2)
+
+
+def test_a_scatter_is_refused_where_the_kernel_is_not_one():
+    from napkin.diagrams.diagnostics import NapkinError
+    p = plan(napkin.load("softmax"), "h100")
+    with pytest.raises(NapkinError) as exc:
+        with_choices(p, [Choice(scatter=True)] * len(p.kernels))
+    assert exc.value.diagnostics[0].code == "N0604"
+
+
+def test_a_histogram_scatters_a_constant_and_few_rows_stay_dense():
+    """`sum[t](where(tok == v, 1, 0))`: a value with no axes of its own, run forced; with 7
+    rows for 4M positions the atomics queue at each address (the model's serial term): the
+    dense sum stays."""
+    text = "axis t, v = {}\nin tok[t]: i32\nC[v] = sum[t](where(tok == v, 1, 0))\nout C: f32\n"
+    d = napkin.load(text.format(7))
+    assert plan(d, "h100", {"t": 1 << 22}).kernels[0].schedule.engine != SCATTER
+    wide = napkin.load(text.format(70000))
+    assert plan(wide, "h100", {"t": 1 << 22}).kernels[0].schedule.engine == SCATTER
+    p = with_choices(plan(d, "h100", {"t": 101}), [Choice(scatter=True)])
+    tok = _tokens(np.random.default_rng(1), 101, 7)
+    want = _oracle(d, {"tok": tok})["C"]
+    assert want[2] >= 33
+    np.testing.assert_array_equal(interpret(p, {"tok": tok})["C"], want)
+    np.testing.assert_array_equal(emulate_buffers(p, {"tok": tok}, {"t": 101})["C"], want)
