@@ -195,6 +195,7 @@ def _paged():
     return d, p, shape, inputs, _oracle(d, inputs)
 
 
+@pytest.mark.thorough      # (24 s of the default run's CPU)
 def test_paged_attention_gradient_with_scattered_caches_on_the_interpreter():
     d, p, shape, inputs, want = _paged()
     got = interpret(p, inputs)
