@@ -41,8 +41,11 @@ def scatter_report(plan, kp) -> dict:
                        "H_values_symbolic": (" + ".join(per) + f" + {8 + ob}*{rows_expr} (bytes: "
                                              "loads once, scratch read and cleared, output)"
                                              if top else f"{'*'.join(site.axes)} (atomics)")})
-    buffers = [{"name": n, "role": "input (read once)", "shape": [[a, None] for a in axes.split("*")],
-                "level": "global", "bytes": None} for n, axes, _ in loads]
+    buffers = [{"name": array_name(g, n), "role": "input (read once)",
+                "shape": [[a, sizes[a]] for a in ir.type_of(g, n).axes], "level": "global",
+                "bytes": int(BYTES[storage_dtype(g, n)]
+                             * _prod(sizes[a] for a in ir.type_of(g, n).axes))}
+               for n in kp.kernel.loads]
     buffers.append({"name": out_name + ":scratch", "role": "f32 sums (atomics)",
                     "shape": [[a, sizes[a]] for a in out_axes], "level": "global",
                     "bytes": int(4 * _prod(sizes[a] for a in out_axes))})

@@ -76,6 +76,9 @@ def test_the_gradient_of_embedding_is_recognised_and_chosen_by_the_model():
     assert 5e-3 < rep["kernels"][0]["dense_seconds"] < 5e-2
     text = render_text(rep)
     assert "scatter-add" in text and "atomicAdd" in text and "10.9 ms" in text
+    buffers = {b["name"]: b["bytes"] for b in rep["kernels"][0]["buffers"]}     # its bytes
+    assert buffers == {"tok": 4 * BIG["t"], "dX": 2 * BIG["t"] * BIG["m"],
+                       "dE:scratch": 4 * BIG["v"] * BIG["m"]}
     # a table of four rows: looking at every position is cheaper than two launches
     small = plan(g, "h100", {"t": 64, "v": 4, "m": 64})
     assert small.kernels[0].schedule.engine != SCATTER
