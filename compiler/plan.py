@@ -197,6 +197,26 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True) ->
     return replace(found, split=choice)
 
 
+def _forced_split_said(fused: Fused, fn):
+    """fn(); a kernel no tiling fits (N0603) under a split the user asked for says so, and
+    how to do without it (the split is theirs: the hint's span when it is in the diagram)."""
+    try:
+        return fn()
+    except NapkinError as exc:
+        split = fused.split
+        d = exc.diagnostics[0]
+        if split is None or not split.forced or d.code != "N0603":
+            raise
+        span = next((h.span for h in fused.problem.diagram.hints if h.kind == "split"), None)
+        raise NapkinError(replace(
+            d, span=d.span or span,
+            notes=d.notes + (f"this kernel is the split of `{split.axis}` in {split.parts} "
+                             "that was asked for",),
+            help=f"split `{split.axis}` fewer ways, split another axis, or drop the split "
+                 f"(`split {split.axis} by 1` in the diagram, no --split on the command "
+                 "line)"), exc.source) from None
+
+
 def tile(fused: Fused, merge: str = "auto") -> Plan:
     """Stage `tile`: every kernel's schedule, cost and hints used; a split's merge in its
     own kernels or in the partial kernel's last blocks (`merge`: auto, kernel or last-block;
@@ -204,7 +224,8 @@ def tile(fused: Fused, merge: str = "auto") -> Plan:
     pr = fused.problem
 
     def run():
-        plans = tuple(fused.planner.plan(k) for k in fused.kernels)
+        plans = tuple(_forced_split_said(fused, lambda k=k: fused.planner.plan(k))
+                      for k in fused.kernels)
         hint_mod.check_all_used(list(pr.hints), {h for p in plans for h in p.hints}, pr.graph,
                                 list(fused.kernels))
         return decide_tail(pr.graph, plans, fused.split, pr.sizes, pr.target, merge)

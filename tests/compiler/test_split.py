@@ -233,6 +233,34 @@ def test_split_hint_mistakes_point_at_the_hint(text, code, where):
     assert diag.span is not None and where in text[diag.span.start:diag.span.end]
 
 
+def test_a_split_asked_for_that_leaves_a_kernel_without_tiles_says_so(monkeypatch, capsys):
+    """N0603 (no tiling fits) under a split the user asked for names the split and how to do
+    without it, at the hint when it is in the diagram and after --split on the command line
+    (a kernel made infeasible by hand: the planner's own refusals of splits are bugs, as
+    fuzz-293bd9bb7057 was)."""
+    from napkin.cli import main
+    from napkin.compiler.kernel_plan import KernelPlanner
+    from napkin.diagrams.diagnostics import error
+    real = KernelPlanner.plan
+
+    def refuse(self, k, *args, **kwargs):
+        if any(".part" in e.name for e in self.g.graph["equations"] if e.stmt in k.equations):
+            raise error("N0603", f"kernel {k.name} needs 9,999 bytes of registers",
+                        help="make a whole axis smaller")
+        return real(self, k, *args, **kwargs)
+    monkeypatch.setattr(KernelPlanner, "plan", refuse)
+    text = "axis r, c\nin X[r c]: f32\nsplit c by 6\nY[r] = logsumexp[c](X)\nout Y: f32\n"
+    with pytest.raises(NapkinError) as exc:
+        plan(napkin.load(text), "h100", {"r": 3, "c": 50})
+    diag = exc.value.diagnostics[0]
+    assert diag.code == "N0603" and "split `c` fewer ways" in diag.help
+    assert "split c by 6" in text[diag.span.start:diag.span.end]
+    assert any("split of `c` in 6" in n for n in diag.notes)
+    assert main(["explain", "softmax", "--target", "h100", "--split", "c=8"]) == 1
+    err = capsys.readouterr().err
+    assert "N0603" in err and "split of `c` in 8" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("name, shape, parts", [
     ("gqa_attention", {"b": 1, "g": 2, "r": 5, "q": 1, "x": 77}, 3),     # rows: the heads r
     ("causal_attention", {"b": 1, "h": 1, "q": 40, "x": 100}, 4),
