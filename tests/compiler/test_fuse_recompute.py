@@ -7,6 +7,7 @@ float64 reference on odd sizes."""
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 import pytest
@@ -364,6 +365,8 @@ def test_a_merge_that_a_duplication_makes_legal_is_taken(monkeypatch):
         [["mu", "D", "var", "g11", "dD", "dmu", "dX"], ["D", "dgamma", "dbeta"]]
     assert [[eqs[s] for s in kp.kernel.recomputed] for kp in p.kernels] == [[], ["D"]]
     assert "D" not in {array_name(p.graph, n) for n in p.kernels[1].kernel.loads}
+    if float(os.environ.get("NAPKIN_FUZZ_SCALE", "1")) < 2:
+        return      # greedy fusion's plan of it: half this test's CPU, the thorough tier
     _greedy_only(monkeypatch)
     greedy = plan(d, "h100", shape)
     # (greedy fusion alone: 3 kernels, or the split of dgamma and dbeta over r with its

@@ -21,7 +21,7 @@ from napkin.diagrams.diagnostics import NapkinError, Source
 
 from .gen import diagrams, inputs_for
 
-EXAMPLES = max(1, int(25 * float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))))
+EXAMPLES = max(1, int(15 * float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))))
 
 
 def _read_as_positions(d, size):
