@@ -36,7 +36,15 @@ def wide(extents, sizes: dict, choice):
     for axes in extents:
         largest = max(largest, float(np.prod([max(1.0, float(sizes[a])) for a in axes])))
     top = max((float(s) for s in sizes.values()), default=0.0)
-    return (largest > INT_MAX) | (top + overshoot(choice) > INT_MAX)
+    if largest > INT_MAX:
+        return True
+    # every candidate alike when even the largest step cannot reach 2^31 (the usual case:
+    # no candidate-sized array is built, and the cost model's terms are the same)
+    c = Choices.of(choice)
+    steps = [v for _, v in c.group + c.thread + c.split] + ([c.stream[1]] if c.stream else [])
+    if top + max([float(OVERSHOOT)] + [float(np.max(v)) for v in steps]) <= INT_MAX:
+        return False
+    return top + overshoot(choice) > INT_MAX
 
 
 def index_type(extents, sizes: dict, choice) -> str:
