@@ -6,7 +6,7 @@ so that one file compiles with NVRTC and with the CPU emulator as it is.
 
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass
+from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
 
@@ -29,12 +29,16 @@ def _env():
                               keep_trailing_newline=True, trim_blocks=False, lstrip_blocks=False)
 
 
+_FIELDS = {kind: tuple(f.name for f in fields(kind)) for kind in _KIND}
+
+
 def _plain(x):
     """Statements as dicts with a `kind` (what the template switches on)."""
     if isinstance(x, tuple):
         return [_plain(s) for s in x]
-    if is_dataclass(x) and type(x) in _KIND:
-        out = {f.name: _plain(getattr(x, f.name)) for f in fields(x)}
+    names = _FIELDS.get(type(x))        # (the statement dataclasses' fields, listed once)
+    if names is not None:
+        out = {name: _plain(getattr(x, name)) for name in names}
         out["kind"] = _KIND[type(x)]
         return out
     return x

@@ -156,19 +156,21 @@ def number(v):
 def prod(values):
     """The product, left to right (1 when empty)."""
     values = iter(values)
-    out = next(values, 1)
-    for v in values:
-        out = out * v
-    return out
+    for out in values:      # (the first value as it is; a loop is cheaper than next())
+        for v in values:
+            out = out * v
+        return out
+    return 1
 
 
 def total(values):
     """The sum, left to right (0 when empty)."""
     values = iter(values)
-    out = next(values, 0)
-    for v in values:
-        out = out + v
-    return out
+    for out in values:
+        for v in values:
+            out = out + v
+        return out
+    return 0
 
 
 def any_of(values):

@@ -31,7 +31,7 @@ import numpy as np
 from . import ir, occupancy, split, warps
 from .canonical import through
 from .choices import NUMBERS
-from .cost import Choice, Choices, Cost
+from .cost import Choice, Choices, Cost, evaluate
 from .model import Model, storage_dtype
 from .target import Target
 
@@ -195,11 +195,15 @@ def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
     found = candidate_set(sizes, s, fixed)
     if found is None:
         return None
-    best = warps.cheapest(model, cols, target, sizes, *found)
+    candidates, ties = found
+    cost = evaluate(model, cols, candidates, sizes, target)     # every form, once
+    best = warps.cheapest(model, cols, target, sizes, candidates, ties, cost)
     if best is None or not best[0].reread:
         return best
-    held = candidate_set(sizes, s, fixed, (False,))
-    held = held and warps.cheapest(model, cols, target, sizes, *held)
+    # the best that holds Q, from the same costs: each candidate's cost is its own, and the
+    # held forms come first, in the order a set of them alone has (row_tilings)
+    held = warps.cheapest(model, cols, target, sizes, candidates, ties, cost,
+                          among=np.logical_not(candidates.reread))
     if held and best[1].time > (1 - REREAD_MARGIN) * held[1].time:
         return held
     return best

@@ -91,11 +91,12 @@ class DiGraph(_OverNodes):
         self._node: dict = {}
         self._succ: dict = {}
         self._pred: dict = {}
+        self._nodes = _Nodes(self._node)   # (the node view: built once, read often)
 
     # -- views ---------------------------------------------------------------------------
     @property
     def nodes(self) -> _Nodes:
-        return _Nodes(self._node)
+        return self._nodes
 
     @property
     def edges(self) -> _Edges:

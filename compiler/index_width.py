@@ -12,6 +12,7 @@ that indexes in 64 bits issues more instructions per index (compiler/issue.py).
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -32,11 +33,21 @@ def overshoot(choice):
 def wide(extents, sizes: dict, choice):
     """Whether the kernel indexes in 64 bits (per candidate of a set): `extents`, the axes of
     every global array it reads or writes (Model.extents); `sizes`, every axis's size."""
-    largest = 0.0
+    largest = 0.0     # (products of whole sizes: exact below 2^53, far past INT_MAX)
     for axes in extents:
-        largest = max(largest, float(np.prod([max(1.0, float(sizes[a])) for a in axes])))
+        largest = max(largest, math.prod([max(1.0, float(sizes[a])) for a in axes]))
+    if largest > INT_MAX:
+        return True
     top = max((float(s) for s in sizes.values()), default=0.0)
-    return (largest > INT_MAX) | (top + overshoot(choice) > INT_MAX)
+    # every candidate alike when even the largest step cannot reach 2^31 (the usual case:
+    # no candidate-sized array is built, and the cost model's terms are the same)
+    c = Choices.of(choice)
+    step = float(OVERSHOOT)
+    for _, v in c.group + c.thread + c.split + ((c.stream,) if c.stream else ()):
+        step = max(step, float(v.max() if isinstance(v, np.ndarray) else v))
+    if top + step <= INT_MAX:
+        return False
+    return top + overshoot(choice) > INT_MAX
 
 
 def index_type(extents, sizes: dict, choice) -> str:

@@ -234,18 +234,20 @@ Op = Input | Output | Const | Index | SizeOf | View | Gather | Map | Contract | 
 
 # --- access helpers ------------------------------------------------------------
 
+# (the node's attribute dict read directly: these run some 100,000 times a plan, and
+# `g.nodes[n]` builds a view each time; networkx's DiGraph keeps the same `_node` dict)
 def op(g: DiGraph, n: int):
-    return g.nodes[n]["op"]
+    return g._node[n]["op"]
 
 
 def type_of(g: DiGraph, n: int) -> ArrayType:
-    return g.nodes[n]["type"]
+    return g._node[n]["type"]
 
 
 def operands(g: DiGraph, n: int) -> list[int]:
     """Operand node ids of `n` in port order."""
     slots: dict[int, int] = {}
-    for u, _, data in g.in_edges(n, data=True):
+    for u, data in g._pred[n].items():      # (g.in_edges(n, data=True), without its list)
         for port in data["ports"]:
             slots[port] = u
     return [slots[i] for i in range(len(slots))]

@@ -39,14 +39,17 @@ def pow2_at_least(size: int, least: int) -> int:
     return max(least, 1 << (max(size, 1) - 1).bit_length())
 
 
-def cheapest(model: Model, cols, target: Target, sizes: dict, candidates: Choices, ties):
+def cheapest(model: Model, cols, target: Target, sizes: dict, candidates: Choices, ties,
+             cost: Cost | None = None, among=True):
     """The fastest (Choice, Cost) of a candidate set of tilings whose footprint fits every
     level (shared memory with padded rows and both stages, a warp's registers), or None.
     `ties`: arrays breaking equal times, the first deciding first (smallest wins, then the
     earliest candidate), after the compute time: of two tilings a memory bound predicts
-    equal, the one whose pipes have more slack (fewer barriers, fewer copies) wins."""
-    cost = evaluate(model, cols, candidates, sizes, target)
-    best = fastest(cost, fits(cost), (cost.compute_time, *ties), candidates.shape)
+    equal, the one whose pipes have more slack (fewer barriers, fewer copies) wins. `cost`:
+    the set's costs when already evaluated; `among`: the candidates to choose from (per
+    candidate; all by default)."""
+    cost = cost if cost is not None else evaluate(model, cols, candidates, sizes, target)
+    best = fastest(cost, fits(cost) & among, (cost.compute_time, *ties), candidates.shape)
     if best is None:
         return None
     one = candidates.at(best)
