@@ -218,8 +218,14 @@ class Rewrite(Merges):
         if isinstance(op, ir.Gather) and new_args[0] in self.gathers.values():
             return self._composed(n, op, new_args, stmt)
         if isinstance(op, (ir.View, ir.Gather)) and args[0] in self.inside:
-            old = dict(zip(ir.type_of(g, args[0]).axes, op.labels))
+            old_axes = ir.type_of(g, args[0]).axes
+            old = dict(zip(old_axes, op.labels))
             labels = tuple(a if a in (self.p, self.s) else old[a] for a in new_types[0].axes)
+            if isinstance(op, ir.Gather):   # the positions follow their axes' new order
+                at = dict(zip([a for a in old_axes if old[a] is None], new_args[1:]))
+                new_args = [new_args[0]] + [at[a] for a, lab in zip(new_types[0].axes, labels)
+                                            if lab is None]
+                new_types = [ir.type_of(g, u) for u in new_args]
             op = type(op)(labels)
         if isinstance(op, ir.View):
             axes = tuple(dict.fromkeys(op.labels))
