@@ -34,7 +34,7 @@ BASE = "axis a\nin X[a]: f32\nY[a] = X * 2\nout Y: f32\n"
 KEYWORDS = {"const", "int", "float", "double", "bool", "long", "unsigned", "void", "for", "if", "else",
             "continue", "extern", "reinterpret_cast", "__global__", "__launch_bounds__", "char",
             "__restrict__", "__half", "__nv_bfloat16", "true", "false", "float4", "uint2",
-            "make_float4", "make_uint2"}
+            "make_float4", "make_uint2", "uint4", "make_uint4"}
 BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "x", "__syncthreads",
             "__shfl_xor_sync", "expf", "exp2f", "logf", "log2f", "sqrtf", "tanhf", "fabsf",
             "fmaxf", "fmaf", "erff", "log1pf", "expm1f", "sinf", "cosf", "floorf", "ceilf",
