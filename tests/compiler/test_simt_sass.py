@@ -134,9 +134,6 @@ def test_a_chunk_loop_runs_once_per_chunk_of_each_pass():
     assert 256 <= run["opcodes"]["LDG"] <= 1.4 * 256
 
 
-@pytest.mark.xfail(strict=True, reason="issue.py's CUDA-core counts are 4-10x below the "
-                   "weighted SASS (docs/cost-model.md): a copy into shared memory issues "
-                   "20-90 instructions per element, the model charges 3")
 @pytest.mark.parametrize("name, shape", [("rmsnorm", {"r": 4096, "c": 4096}),
                                          ("softmax", {})])
 def test_the_issue_slots_follow_the_sass_of_a_cuda_core_kernel(name, shape):

@@ -1,0 +1,106 @@
+"""A CUDA-core kernel's issue slots beyond its ops: its copies into shared memory, its reads
+of them, its stores, its chunks (issue.py charges the ops, INSTRUCTIONS).
+
+The constants are counted in, or fitted to, the SASS of the library's CUDA-core kernels
+(sm_90, h100 plans at the default sizes and at 4096, `benchmarks/model_check.py --kernels`:
+each loop of a block weighted by its trips, benchmarks/sass_simt.py; static counts, every
+path once, not a measurement).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .choices import NUMBERS, prod
+from .copies import VECTOR_BYTES
+
+WARP = 32
+# A staged input's copy (codegen/staging.py) walks its tile row by row: per row and warp its
+# source, destination and valid length (the row's coordinates divided out once, its tests),
+# and the remainder nvcc peels off the unrolled copy loop (counted once, static): 55 in
+# rmsnorm's and layernorm's row loops at 4096 (87 with the 4x-unrolled copy loop inside,
+# 32); a row copied by a single round (`if (tid < n)`: softmax's and cross_entropy's chunks
+# of 256 f16 values, 32 vectors for 32 threads) issues some 20.
+COPY_ROW = 40
+# ... then per round of the block's threads one copy of `width` values a thread (16, 8 or 4
+# bytes where compiler/copies.py allows, else one value): the compare with the row's valid
+# length, LDG, STS and the loop's step, 8 per round in the 4x-unrolled loop (32 for 4;
+# rmsnorm, layernorm at 4096: 16 rounds of 16-byte copies a row).
+COPY_EACH = 8
+# ... and a tile whose rows are shorter than the threads copies value by value over its flat
+# index (its coordinates by constant divisions), some 20 per value and lane.
+COPY_FLAT = 20
+# A value read into a register (the model's register-level H): LDS (LDG where not staged),
+# its conversion to f32 where it is 16-bit (HADD2.F32), and the lane loop's share of its
+# index, clamp and step, per value and lane (fitted with STORE: rmsnorm at 4096 within 5%,
+# its reduction loops 68 per 16 values, its output loops 76 per 4).
+READ = 3
+READ_NARROW = 4
+# An output element stored: its index clamped to the array, the in-range test, the 64-bit
+# address and STG (and F2FP to 16 bits), per element and lane, beside its ops: 11 in
+# rmsnorm's output loop at 4096 (76 for 4 elements: 2 LDS and their conversions, 2 FMUL,
+# F2FP, the rest the index and store), fitted with ITERATION and BLOCK below.
+STORE = 11
+# A load read from global memory where it is used (a view's or a gather's source, not
+# staged: schedule._staged), per point of the kernel, pass and lane, beyond its READ: its
+# index clamped to the array and its 64-bit address (embedding's and rope's gathers:
+# fitted within 45%).
+UNSTAGED = 10
+# Per chunk and warp: the two barriers, the chunk's length, the loop test, the lanes' loop
+# over the chunk set up. The SASS issues more (softmax at 4096: some 150 a chunk, the
+# remainder nvcc peels off each unrolled lane loop counted once a chunk), but a larger
+# charge tips cross_entropy at 4096 to a split whose view indexing in 64 bits the model
+# does not see (10x low): kept at the old figure until that is modelled.
+ITERATION = 12
+# Per block and warp: the tile's origins from the block index (64-bit divisions by the
+# tiles per axis), the thread's points and their clamps, the reductions' shuffles (some
+# 40-100 outside every loop in rmsnorm's, layernorm's and softmax's blocks).
+BLOCK = 60
+
+
+def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks, fraction,
+                      H: list, units) -> tuple:
+    """(lane instructions, warp instructions) a CUDA-core kernel issues beyond its ops:
+    reads of shared memory and stores per lane; copies, chunks and blocks per warp."""
+    warps = NUMBERS.ceil(threads / WARP)
+    per_block = 0
+    for a in model.arrays:
+        if a.role != "load" or a.unstaged:
+            continue
+        copy = _copy(a, choice, sizes, level1, threads)
+        per_block = per_block + (chunks * fraction * copy if a.streamed else copy)
+    narrow = min((a.bytes for a in model.arrays if a.role == "load"), default=4)
+    read = (H[1] if len(H) > 1 else 0) / narrow * (READ_NARROW if narrow == 2 else READ)
+    stored = sum(prod(sizes[x] for x in a.axes) for a in model.arrays if a.role == "store")
+    # a load read where it is used, from global memory (a view's or a gather's source)
+    # (at every point of the kernel's largest op, or of its stores where it has none)
+    points = max([prod(sizes[x] for x in w.axes) for w in model.work] or [stored])
+    direct = sum(1 for a in model.arrays if a.role == "load" and a.unstaged) * points * \
+        model.streaming.passes
+    lanes = read + stored * STORE + direct * UNSTAGED
+    warp = units[0] * warps * (per_block + chunks * ITERATION + BLOCK)
+    return lanes, warp
+
+
+def _copy(a, choice, sizes: dict, level1: dict, threads):
+    """Warp instructions per warp of one copy of load `a`'s tile (see COPY_*)."""
+    chunk = dict([choice.stream]) if choice.stream else {}
+    held = [chunk.get(x, level1[x]) for x in a.axes]
+    ones = [bool(np.all(np.asarray(h) == 1)) for h in held]
+    if all(ones):
+        return COPY_ROW
+    inner = max(i for i, one in enumerate(ones) if not one)
+    rows = prod(held[:inner]) * prod(held[inner + 1:])
+    length = held[inner]
+    width = 1
+    if inner == len(a.axes) - 1:
+        for vb in reversed(VECTOR_BYTES):         # the widest that divides, as copies.width
+            w = vb // a.bytes
+            if w >= 2 and vb % a.bytes == 0:
+                fits = (np.mod(length, w) == 0) & (np.mod(sizes[a.axes[inner]], w) == 0)
+                width = NUMBERS.where(fits, w, width)
+    rounds = NUMBERS.ceil(length / (width * threads))
+    rowed = rows * (COPY_ROW + rounds * COPY_EACH)
+    flat = NUMBERS.ceil(rows * length / threads) * COPY_FLAT
+    short = (np.asarray(rows) > 1) & (np.asarray(length) < threads) & (np.asarray(width) == 1)
+    return NUMBERS.where(short, flat, rowed)
