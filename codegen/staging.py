@@ -104,8 +104,8 @@ def _rows(lw, n, name, layout, ctype, inner, rows, vector) -> None:
         within = length if limit is None else f"({limit} < {length} ? {limit} : {length})"
         if checks:
             within = f"({' && '.join(checks)}) ? {within} : 0"
-        b.emit(P.Decl("const int", "nlen", f"(int)({within})" if vector == 1 else
-                      f"(int)({within}) / {vector}"))
+        b.emit(P.Decl(f"const {itype}", "nlen", f"({itype})({within})" if vector == 1 else
+                      f"({itype})({within}) / {vector}"))
         source = Layout(layout.axes, lw.sizes, itype).offset(scope)
         param, _ = lw.names[n]
         b.emit(P.Decl(f"const {vtype}* const", "cps",
@@ -125,18 +125,23 @@ def _rows(lw, n, name, layout, ctype, inner, rows, vector) -> None:
         row()
         return
     # (rolled: each row's setup once, the copy loop inside it nvcc's to unroll)
-    b.loop("eo", "0", count, "1", row, unroll=1)
+    b.loop("eo", "0", count, "1", row, unroll=1, ctype=itype)
 
 
 def _coordinate(lw, layout, a, local) -> tuple[Ix, list]:
-    """The global position of the tile's `local` along axis a, and its in-range tests."""
+    """The global position of the tile's `local` along axis a, clamped to the array (a row
+    past its end computes its source's address all the same, never reading it: within the
+    index type), and its in-range tests."""
     origin = layout.origins.get(a)
     at = f"({origin} + {local})" if origin else local
     checks = []
     if a == lw.st.axis:
         checks.append(f"{local} < clen")
     if origin or not layout.extents[a].isdigit() or a == lw.st.axis:
-        checks.append(f"{at} < {_int(lw, lw.sizes[a])}")
+        size = _int(lw, lw.sizes[a])
+        checks.append(f"{at} < {size}")
+        if local != "0" or a == lw.st.axis:
+            return Ix(f"({at} < {size} ? {at} : {size} - 1)"), checks
     return Ix(at), checks
 
 
@@ -163,11 +168,12 @@ def _each(lw, count: str, body) -> None:
     b = lw.b
     if count.isdigit() and int(count) <= lw.threads:
         def once():
-            b.emit(P.Decl("const int", "e", "tid"))
+            b.emit(P.Decl(f"const {lw.itype}", "e", f"({lw.itype})tid"))
             body()
         b.emit(P.If(f"tid < {count}", _scoped(lw, once)))
         return
-    b.loop("e", "tid", count, f"{lw.threads}", body)
+    b.loop("e", f"({lw.itype})tid" if lw.itype != "int" else "tid", count, f"{lw.threads}",
+           body, ctype=lw.itype)
 
 
 def _allocate(lw, n: int) -> None:

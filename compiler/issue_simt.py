@@ -83,24 +83,28 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
 
 
 def _copy(a, choice, sizes: dict, level1: dict, threads):
-    """Warp instructions per warp of one copy of load `a`'s tile (see COPY_*)."""
+    """Warp instructions per warp of one copy of load `a`'s tile (see COPY_*), per candidate:
+    its inner axis the last it holds more than one position of (copies.inner_axis)."""
     chunk = dict([choice.stream]) if choice.stream else {}
-    held = [chunk.get(x, level1[x]) for x in a.axes]
-    ones = [bool(np.all(np.asarray(h) == 1)) for h in held]
-    if all(ones):
-        return COPY_ROW
-    inner = max(i for i, one in enumerate(ones) if not one)
-    rows = prod(held[:inner]) * prod(held[inner + 1:])
-    length = held[inner]
-    width = 1
-    if inner == len(a.axes) - 1:
-        for vb in reversed(VECTOR_BYTES):         # the widest that divides, as copies.width
-            w = vb // a.bytes
-            if w >= 2 and vb % a.bytes == 0:
-                fits = (np.mod(length, w) == 0) & (np.mod(sizes[a.axes[inner]], w) == 0)
-                width = NUMBERS.where(fits, w, width)
-    rounds = NUMBERS.ceil(length / (width * threads))
+    found, rows, length, size, last = False, 1.0, 1.0, 1.0, False
+    for i in reversed(range(len(a.axes))):
+        h = np.asarray(chunk.get(a.axes[i], level1[a.axes[i]]), dtype=float)
+        take = ~np.asarray(found) & (h != 1)
+        rows = np.where(found, rows * h, rows)
+        length = np.where(take, h, length)
+        size = np.where(take, float(sizes[a.axes[i]]) if np.ndim(sizes[a.axes[i]]) == 0
+                        else sizes[a.axes[i]], size)
+        last = np.where(take, i == len(a.axes) - 1, last)
+        found = np.asarray(found) | take
+    width = np.ones_like(length)
+    for vb in reversed(VECTOR_BYTES):         # the widest that divides, as copies.width
+        w = vb // a.bytes
+        if w >= 2 and vb % a.bytes == 0:
+            fits = last & (np.mod(length, w) == 0) & (np.mod(size, w) == 0)
+            width = np.where(fits, w, width)
+    rounds = np.ceil(length / (width * threads))
     rowed = rows * (COPY_ROW + rounds * COPY_EACH)
-    flat = NUMBERS.ceil(rows * length / threads) * COPY_FLAT
-    short = (np.asarray(rows) > 1) & (np.asarray(length) < threads) & (np.asarray(width) == 1)
-    return NUMBERS.where(short, flat, rowed)
+    flat = np.ceil(rows * length / threads) * COPY_FLAT
+    short = (rows > 1) & (length < threads) & (width == 1)
+    out = np.where(found, np.where(short, flat, rowed), COPY_ROW)
+    return float(out) if np.ndim(out) == 0 else out
