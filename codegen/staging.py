@@ -141,7 +141,8 @@ def _coordinate(lw, layout, a, local) -> tuple[Ix, list]:
         size = _int(lw, lw.sizes[a])
         checks.append(f"{at} < {size}")
         if local != "0" or a == lw.st.axis:
-            return Ix(f"({at} < {size} ? {at} : {size} - 1)"), checks
+            top = f"({lw.itype})({lw.sizes[a]} - 1)"
+            return Ix(f"({at} < {top} ? {at} : {top})"), checks
     return Ix(at), checks
 
 
