@@ -18,6 +18,8 @@ from .compiler.formulas import relabelling, tile_values
 from .compiler.plan import Plan, baseline
 from .figures import figures
 from .explain_split import split_lines as _split_lines, split_report as _split
+from .explain_scatter import scatter_report
+from .compiler.schedule import SCATTER
 
 
 def report(plan: Plan, compare: bool = True) -> dict:
@@ -78,6 +80,8 @@ def report(plan: Plan, compare: bool = True) -> dict:
             "blocks_per_sm": int(kp.cost.blocks_per_sm),
             "occupancy_limit": kp.cost.occupancy_limit,
         })
+        if kp.schedule.engine == SCATTER:    # atomics at the gathered rows (scatter.py)
+            kernels[-1].update(scatter_report(plan, kp))
     out = {
         "diagram": plan.diagram.name,
         "target": tgt.name,
@@ -265,6 +269,8 @@ def render_text(rep: dict) -> str:
             if k.get("heaviest_first"):
                 lines.append(f"    blocks launch the last {', '.join(k['heaviest_first'])} tiles "
                              "first (they run the most chunks: the heaviest first)")
+        elif eng["kind"] == "scatter":
+            lines.extend(f"  {line}" for line in eng["lines"])
         elif eng["why"] != "no contraction":
             lines.append(f"  on CUDA cores: {eng['why']}")
         for lv in k["levels"]:

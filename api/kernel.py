@@ -226,8 +226,9 @@ class Kernel:
             elif array in prog.zeroed:
                 shape = tuple(p.sizes[a] for a in axes)
                 key = (array, shape, getattr(stream, "ptr", stream))
-                if key not in self._zeroed:
-                    self._zeroed[key] = self.launcher.to_device(np.zeros(shape, np.int32))
+                if key not in self._zeroed:     # (and a scatter-add's f32 scratch, which
+                    from .runtime.dtypes import numpy_dtype   # its conversion clears)
+                    self._zeroed[key] = self.launcher.to_device(np.zeros(shape, numpy_dtype(dtype)))
                 arr = self._zeroed[key]
             else:
                 arr = self.launcher.empty(tuple(p.sizes[a] for a in axes), dtype, template)

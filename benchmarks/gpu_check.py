@@ -35,6 +35,10 @@ It times a split's merge (`merges`, benchmarks/gpu_merges.py) as a kernel of its
 the partial kernel's last blocks (layernorm over 500,000 columns, cross-entropy over a
 million classes), each checked against the reference, beside the model's two predictions.
 
+It runs the gradient of a gather (`scatter`, benchmarks/gpu_scatter.py): embedding's dE as a
+scatter-add, checked against the reference with duplicate and out-of-range indices, timed
+beside PyTorch's embedding backward and the model (uniform tokens, and a third on one row).
+
 --dry-run does everything but the launches (plans, CUDA, NVRTC compiles,
 references), on any machine: CI runs it, with --quick --sample.
 
@@ -60,6 +64,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_merges import _print_merges, merges  # noqa: E402
+from gpu_scatter import _print_scatter, scatters  # noqa: E402
 from gpu_ranking import _print_ranking, kendall_tau, ranking  # noqa: E402,F401 (kendall_tau:
 #   tests/runtime/test_gpu_scripts.py reads it here)
 from gpu_stages import _print_stages, stages  # noqa: E402
@@ -113,10 +118,14 @@ def main(argv=None) -> int:
     for entry in merges(args.dry_run, args.quick):
         report["merges"].append(entry)
         _print_merges(entry)
+    report["scatter"] = []
+    for entry in scatters(args.dry_run, args.quick):
+        report["scatter"].append(entry)
+        _print_scatter(entry)
     report["seconds"] = time.time() - started
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {args.out / 'gpu_check.json'} in {report['seconds']:.0f} s")
-    failed = [c for c in report["checks"] if c.get("status") == "wrong"]
+    failed = [c for c in report["checks"] + report["scatter"] if c.get("status") == "wrong"]
     return 1 if failed else 0
 
 

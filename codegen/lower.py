@@ -19,6 +19,7 @@ from .flash import FlashLowering
 from .kernel import KernelLowering
 from .mma import MmaLowering
 from .tail import Tail
+from . import scatter as scatters
 
 COUNTER = "%tiles"    # the counters of a last-block merge (tail.py): no diagram name has a %
 
@@ -44,9 +45,18 @@ def lower(plan: Plan) -> P.Program:
             dtypes[n] = storage_dtype(g, n)
     tail = plan.tail                       # compiler/last_block.py: merges run by the
     run_by_partial = set(tail.merges) if tail else set()   # partial kernel's last blocks
-    kernels = []
+    kernels, scratches = [], []
     for i, kp in enumerate(plan.kernels):
         if i in run_by_partial:
+            continue
+        if kp.schedule.engine == schedules.SCATTER:    # atomics into an f32 scratch, then
+            names = {n: (f"p{j}", dtypes[n])          # its conversion (codegen/scatter.py)
+                     for j, n in enumerate(kp.kernel.loads + kp.kernel.stores)}
+            j = len(names)
+            kernels.extend(scatters.programs(plan, kp, names, sizes, f"p{j}", f"p{j - 1}",
+                                             size_params))
+            scratches.append((scatters.scratch_name(kp), "f32",
+                              ir.type_of(g, kp.kernel.stores[0]).axes))
             continue
         names: dict = {}
         params: list = []
@@ -88,6 +98,8 @@ def lower(plan: Plan) -> P.Program:
     if tail is not None:      # the counters: an int per position of the tiles' axes (>= a tile)
         buffers += ((COUNTER, "i32", tail.axes),)
         zeroed = (COUNTER,)
+    buffers += tuple(scratches)         # a scatter-add's f32 sums, zero between launches
+    zeroed += tuple(name for name, _, _ in scratches)
     return P.Program(tuple(kernels), tuple((v, k) for k, v in size_params.items()), buffers,
                      zeroed=zeroed)
 

@@ -29,6 +29,8 @@ class Choice:
     reread: bool = False                         # attention on tensor cores: Q's A fragments
                                                  # re-read from shared memory every chunk, not
                                                  # held in registers (flash.py)
+    scatter: bool = False                        # a masked sum run as a scatter-add with
+                                                 # atomics (scatter.py); no tiles of its own
 
 
 @dataclass(frozen=True)

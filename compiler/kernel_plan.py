@@ -14,7 +14,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
 from . import schedule as schedules
-from . import tensorcore
+from . import scatter, tensorcore
 from .columns import Column, columns
 from .cost import Choice, Cost, evaluate
 from .kernels import FusedKernel
@@ -49,12 +49,28 @@ def kernel_plan(g: DiGraph, k: FusedKernel, model: Model, cols, choice: Choice, 
     return KernelPlan(k, model, tuple(cols), choice, cost, tuple(hints), sched)
 
 
+def scatter_plan(g: DiGraph, k: FusedKernel, model: Model, cols, sizes: dict, target: Target,
+                 hints=(), with_schedule: bool = False) -> KernelPlan | None:
+    """Kernel k as a scatter-add (scatter.py), costed; None when it is not one or the target
+    has no atomics."""
+    found = scatter.site(g, k)
+    cost = scatter.cost(g, k, found, sizes, target) if found is not None else None
+    if cost is None:
+        return None
+    choice = Choice(scatter=True)
+    if with_schedule:
+        return kernel_plan(g, k, model, cols, choice, cost, hints, sizes, target)
+    return KernelPlan(k, model, tuple(cols), choice, cost, tuple(hints))
+
+
 class KernelPlanner:
     """Plans single kernels, memoised (fusion asks about many candidate kernels)."""
 
-    def __init__(self, g: DiGraph, target: Target, sizes: dict, hints, engine: str = "auto"):
+    def __init__(self, g: DiGraph, target: Target, sizes: dict, hints, engine: str = "auto",
+                 scatter: bool = True):
         self.g, self.target, self.sizes, self.hints = g, target, sizes, list(hints)
         self.engine = engine
+        self.scatter = scatter         # False: masked sums planned dense (explain compares)
         self._memo: dict = {}
         self._models: dict = {}
 
@@ -120,9 +136,23 @@ class KernelPlanner:
                 return _NotOnTensorCores(self._why_not(k, tried))
             if on_tc is not None:
                 best = on_tc
+        if not fixed and self.scatter:    # tiles hinted: the dense plan the hints describe
+            best = self._scatter(k, best) or best
         if best is None:
             return self._infeasible(k, tried, fixed, used)
         return best
+
+    def _scatter(self, k: FusedKernel, best):
+        """The kernel as a scatter-add (scatter.py) when it is one and predicted faster than
+        `best`; else None."""
+        found = scatter.site(self.g, k)
+        if found is None:
+            return None
+        model, cols = self._model(k, None)
+        plan = scatter_plan(self.g, k, model, cols, self.sizes, self.target)
+        if plan is None or (best is not None and plan.cost.time >= best.cost.time):
+            return None
+        return plan
 
     def _has_contraction(self, k: FusedKernel) -> bool:
         """A contraction of the diagram's (a split's merge over its splits does not count:

@@ -155,8 +155,9 @@ def _merge_plan(g, p: KernelPlan, m: KernelPlan, part: str, sizes: dict, target)
     for a in m.model.woven:
         if a in tile:
             group[a] = min(tile[a], sizes[a])    # (a fragment's 16 rows over 4 heads: 4)
-        elif all(a in ir.type_of(g, n).axes for n in p.kernel.stores):
-            group[a] = sizes[a]            # not woven: each block stores it whole
+        elif any(a in ir.type_of(g, n).axes for n in p.kernel.stores):
+            group[a] = sizes[a]            # not tiled: each block stores it whole (where its
+                                           # stores have it: a row's logsumexp has no `d`)
         else:
             return f"its axis `{a}` is not one the partial kernel's blocks tile"
     if any(a not in group for a in tile if a != part):

@@ -14,8 +14,15 @@ def fastest(cost, ok, ties, shape: tuple[int, ...]) -> int | None:
     `shape`, or None when none is: times equal to 15 decimals are broken by `ties` (terms
     that broadcast to `shape`; the first decides first, the smallest wins, then the
     earliest candidate), so the search is deterministic."""
+    import os
+    tol = float(os.environ.get("NAPKIN_TIE", "0"))
     time = np.round(np.broadcast_to(np.where(ok, cost.time, np.inf), shape).ravel(), 15)
-    tied = np.flatnonzero(time == time.min())
+    tied = np.flatnonzero(time <= time.min() * (1 + tol))
+    if tol and len(tied) > 1:
+        h = np.broadcast_to(cost.levels[1].H, shape).ravel()[tied]
+        tied = tied[h <= h.min() * (1 + 1e-12)]
+        t2 = time[tied]
+        tied = tied[t2 == t2.min()]
     if time[tied[0]] == np.inf:
         return None
     if len(tied) == 1:

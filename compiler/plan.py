@@ -32,7 +32,7 @@ from .canonical import canonicalize
 from .columns import columns
 from .cost import Choice, evaluate
 from .diagram import Diagram
-from .kernel_plan import KernelPlan, KernelPlanner, kernel_plan
+from .kernel_plan import KernelPlan, KernelPlanner, kernel_plan, scatter_plan
 from .kernels import FusedKernel
 from .last_block import Tail, decide as decide_tail
 from .model import kernel_model
@@ -249,6 +249,15 @@ def with_choices(plan: Plan, choices) -> Plan:
                                           or len(choice.stream) != 2):
             raise error("N0604", f"kernel {kp.kernel.name}: stream {choice.stream!r} is not "
                         "(axis, chunk)", help="for example stream=('x', 64)")
+        if choice.scatter:            # a scatter-add (scatter.py): no tiles to check
+            model = kernel_model(plan.graph, kp.kernel, None)
+            found = scatter_plan(plan.graph, kp.kernel, model, columns(plan.graph, model),
+                                 plan.sizes, plan.target, kp.hints, with_schedule=True)
+            if found is None:
+                raise error("N0604", f"kernel {kp.kernel.name} cannot be a scatter-add on "
+                            f"{plan.target.name}", help="give it a dense choice")
+            kernels.append(found)
+            continue
         axis = choice.stream[0] if choice.stream else None
         if axis is not None and axis not in kp.kernel.reduced(plan.graph):
             raise error("N0604", f"schedule of kernel {kp.kernel.name} is not legal: it streams "

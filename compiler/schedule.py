@@ -27,6 +27,7 @@ from .index_width import index_type
 from .memory import PIPELINE
 from .model import Model
 from .target import Target
+from .scatter import ScatterSite, blocks as scatter_blocks, site as scatter_site
 from .tensorcore import ChainSite, FlashSite, Site, examine
 from . import tilelayout
 from .tilelayout import TileLayout
@@ -38,6 +39,7 @@ WARP_COUNTS = (1, 2, 4, 8)
 
 SIMT, PRODUCT, ATTENTION, CHAIN = "cuda cores", "tensor-core product", "attention", \
     "chain of products"
+SCATTER = "scatter-add"        # a masked sum as atomics at the gathered rows (scatter.py)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,10 @@ class Schedule:
                                               # memory every chunk, not held in registers
     vectors: tuple[tuple[int, int], ...] = ()  # CUDA cores: values one copy of each staged
                                               # input moves into shared memory (copies.py)
+    scatter: ScatterSite | None = None        # SCATTER: what it adds where; `tile` is then
+                                              # over the scatter's positions (T and K)
+    finish: tuple[tuple[str, int], ...] = ()  # SCATTER: the conversion kernel's block tile
+                                              # over the output's axes
 
     def vector(self, node: int) -> int:
         """Values one copy of staged input `node` moves (1 where not decided: one)."""
@@ -132,6 +138,8 @@ def build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target,
           stages: int = PIPELINE) -> Schedule:
     """The checked schedule of `choice` for `kernel` (see the module docstring); `stages`:
     the pipeline depth the cost model chose for a tensor-core kernel (Cost.stages)."""
+    if choice.scatter:
+        return _scatter(g, kernel, choice, sizes)
     sched = _build(g, kernel, model, choice, sizes, target)
     if sched.stages > 1:
         sched = replace(sched, stages=stages)
@@ -141,6 +149,21 @@ def build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target,
         sched = replace(sched, reversed=(sched.site.row,))
     return replace(sched, placements=placements(model, choice, sizes, target),
                    index=index_type(model.extents, sizes, choice))
+
+
+def _scatter(g, kernel, choice: Choice, sizes: dict) -> Schedule:
+    """A scatter-add's schedule: its site, and blocks over its positions (scatter.py)."""
+    found = scatter_site(g, kernel)
+    if found is None:
+        raise _refuse(kernel.name, "it asks for a scatter-add, but the kernel is not a masked "
+                      "sum matching an integer index to an output axis (compiler/scatter.py)")
+    if choice != Choice(scatter=True):
+        raise _refuse(kernel.name, "a scatter-add takes no tiles, streams, splits or warps")
+    tile = scatter_blocks(found.axes, sizes)
+    lanes = math.prod(t for _, t in tile)
+    return Schedule(SCATTER, None, tile, None, (), None, None, (), -(-lanes // WARP) * WARP,
+                    lanes, choice, index="long long", scatter=found,
+                    finish=scatter_blocks(ir.type_of(g, found.store).axes, sizes))
 
 
 def placements(model: Model, choice: Choice, sizes: dict, target: Target) -> tuple:
@@ -316,4 +339,4 @@ def _threads(kernel: str, threads: int, target: Target) -> None:
         raise _refuse(kernel, f"a block of {threads} threads; {target.name} allows {cap}")
 
 
-__all__ = ["Schedule", "build", "SIMT", "PRODUCT", "ATTENTION", "CHAIN"]
+__all__ = ["Schedule", "build", "SIMT", "PRODUCT", "ATTENTION", "CHAIN", "SCATTER"]

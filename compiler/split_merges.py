@@ -154,9 +154,9 @@ class Merges:
         o_part = self.assign(self.fresh(f"{name}.part"), o, o_axes, part)
         lse = self.add(ir.Reduce("logsumexp", (self.s,)), ir.ArrayType(
             tuple(a for a in ir.type_of(g, scores).axes if a != self.s), t.dtype), [scores], part)
-        # stored over O's axes (broadcast along the value axes), so that the partial kernel
-        # stores arrays of one shape: its value axes stay woven (tiled across threads)
-        l_part = self.assign(self.fresh(f"{name}.lse"), lse, o_axes, part)
+        # stored over O's rows only (the value axes are not the scores')
+        l_part = self.assign(self.fresh(f"{name}.lse"), lse, (self.p,) + tuple(
+            a for a in t.axes if a in ir.type_of(g, lse).axes), part)
         w = self.add(ir.Softmax((self.p,)), ir.type_of(g, l_part), [l_part], merge_stmt)
         union = tuple(dict.fromkeys(ir.type_of(g, w).axes + o_axes))
         merged = self.add(ir.Contract((self.p,)), ir.ArrayType(

@@ -215,6 +215,8 @@ class Rewrite(Merges):
         new_types = [ir.type_of(g, u) for u in new_args]
         t = ir.type_of(g, n)
         union = tuple(dict.fromkeys(a for nt in new_types for a in nt.axes))
+        if isinstance(op, ir.Gather) and new_args[0] in self.gathers.values():
+            return self._composed(n, op, new_args, stmt)
         if isinstance(op, (ir.View, ir.Gather)) and args[0] in self.inside:
             old = dict(zip(ir.type_of(g, args[0]).axes, op.labels))
             labels = tuple(a if a in (self.p, self.s) else old[a] for a in new_types[0].axes)
@@ -236,6 +238,29 @@ class Rewrite(Merges):
         else:                                    # maps, scans, softmax over other axes,
             axes = union                         # pass-through names
         return self.add(op, ir.ArrayType(axes, t.dtype), new_args, stmt, span=g.nodes[n]["span"])
+
+    def _composed(self, n: int, op: ir.Gather, new_args, stmt) -> int:
+        """A gather reading an entry's window (`_entry`: the array at the clamped split
+        position) as one gather of the array itself, the clamped position its index along x:
+        the kernel then reads the elements the gather picks, not the whole window (a paged
+        cache's pages gathered from the window of their head axis held every page)."""
+        g = self.g
+        window = new_args[0]
+        source, clamped = ir.operands(g, window)
+        old = dict(zip(ir.type_of(g, ir.operands(g, n)[0]).axes, op.labels))
+        indices = iter(new_args[1:])
+        labels, operands = [], [source]
+        for a in ir.type_of(g, source).axes:
+            if a == self.x:
+                labels.append(None)
+                operands.append(clamped)
+            else:
+                labels.append(old[a])
+                if old[a] is None:
+                    operands.append(next(indices))
+        axes = ir.gather_axes(labels, [ir.type_of(g, u).axes for u in operands[1:]])
+        return self.add(ir.Gather(tuple(labels)), ir.ArrayType(axes, ir.type_of(g, n).dtype),
+                        operands, stmt, span=g.nodes[n]["span"])
 
     def _read(self, u: int, stmt) -> int:
         if u not in self.inside:

@@ -57,6 +57,7 @@ class Target:
     per_clock: tuple[tuple[str, float], ...] = ()   # [issue]: per SM per clock (instructions)
     l2_bytes: float = 0.0        # [l2]: capacity (0: no L2 modelled)
     l2_bandwidth: float = 0.0    # [l2]: bytes/s from L2 into the SMs
+    l2_atomics: float = 0.0      # [l2]: 4-byte atomic adds per second (0: no scatter-add)
 
     def level(self, name: str) -> Level:
         for lv in self.levels:
@@ -120,7 +121,8 @@ def load(spec: str | None = None) -> Target:
         levels=tuple(levels), engines=engines,
         per_clock=tuple(sorted((k, float(v)) for k, v in data.get("issue", {}).items())),
         l2_bytes=float(data.get("l2", {}).get("capacity_bytes", 0)),
-        l2_bandwidth=float(data.get("l2", {}).get("bandwidth", 0)))
+        l2_bandwidth=float(data.get("l2", {}).get("bandwidth", 0)),
+        l2_atomics=float(data.get("l2", {}).get("atomics", 0)))
 
 
 def _params(spec: str, params: str):

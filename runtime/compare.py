@@ -1,10 +1,13 @@
 """The tolerance rule every backend is held to (testing.md, as FlashAttention's tests do).
 
-    max|out - ref64| <= 2 * max|naive_lowp - ref64| + floor(dtype)
+    |out - ref64| <= 2 * max|naive_lowp - ref64| + floor(dtype) + order   (each element)
 
 where `ref64` is the float64 reference on inputs already rounded to their
-storage dtypes and `naive_lowp` is the reference computed naively in low
-precision. NaN and infinities must appear in exactly the same places.
+storage dtypes, `naive_lowp` is the reference computed naively in low
+precision, and `order` (optional, per element) is the bound `bound.evaluate`
+gives for any f32 evaluation order: NumPy's pairwise sum is one order, a
+kernel's lanes summing sequentially another (Higham's gamma_{n-1} * sum|x_i|).
+NaN and infinities must appear in exactly the same places.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ def floor(dtype: str, scale: float) -> float:
 
 
 def check(out: np.ndarray, ref64: np.ndarray, naive: np.ndarray, dtype: str,
-          name: str = "output") -> Verdict:
+          name: str = "output", order: np.ndarray | None = None) -> Verdict:
+    """The verdict on one output; `order`: the order-aware bound of each element (or None)."""
     if dtype in ("i32", "i64"):       # integers are exact on every backend
         return _exact(np.asarray(out), np.asarray(ref64), name)
     out = np.asarray(out).astype(np.float64)
@@ -51,17 +55,30 @@ def check(out: np.ndarray, ref64: np.ndarray, naive: np.ndarray, dtype: str,
     finite = np.isfinite(ref)
     if not finite.any():
         return Verdict(True, 0.0, 0.0, f"{name}: no finite values; special values match")
-    err = float(np.max(np.abs(out[finite] - ref[finite])))
+    diff = np.where(finite, np.abs(out - np.where(finite, ref, 0)), 0.0)
+    err = float(np.max(diff[finite]))
     naive_err = float(np.max(np.abs(naive[finite] - ref[finite]), initial=0.0)) \
         if np.isfinite(naive[finite]).all() else 0.0
     scale = float(np.max(np.abs(ref[finite])))
-    budget = 2.0 * naive_err + floor(dtype, scale)
-    ok = err <= budget
-    idx = np.unravel_index(np.argmax(np.where(finite, np.abs(out - np.where(finite, ref, 0)), -1)),
-                           out.shape)
-    message = (f"{name}: max error {err:.3g} {'<=' if ok else '>'} budget {budget:.3g} "
-               f"(naive {dtype} error {naive_err:.3g}; worst at {tuple(int(i) for i in idx)})")
+    allowed = np.full(ref.shape, 2.0 * naive_err + floor(dtype, scale))
+    if order is not None:
+        allowed = allowed + np.broadcast_to(np.asarray(order, dtype=np.float64), ref.shape)
+    excess = np.where(finite, diff - allowed, -np.inf)
+    idx = np.unravel_index(int(np.argmax(excess)), ref.shape)
+    ok = bool(excess[idx] <= 0)
+    if ok:      # the largest error, and the budget where it is
+        idx = np.unravel_index(int(np.argmax(diff)), ref.shape)
+    shown, budget = float(diff[idx]), float(allowed[idx])
+    extra = f"; order bound {float(order_at(order, ref.shape, idx)):.3g}" if order is not None \
+        else ""
+    message = (f"{name}: max error {shown:.3g} {'<=' if ok else '>'} budget {budget:.3g} "
+               f"(naive {dtype} error {naive_err:.3g}{extra}; worst at "
+               f"{tuple(int(i) for i in idx)})")
     return Verdict(ok, err, budget, message)
+
+
+def order_at(order, shape, idx) -> float:
+    return float(np.broadcast_to(np.asarray(order, dtype=np.float64), shape)[idx])
 
 
 def _exact(out: np.ndarray, ref: np.ndarray, name: str) -> Verdict:
@@ -75,10 +92,21 @@ def _exact(out: np.ndarray, ref: np.ndarray, name: str) -> Verdict:
     return Verdict(True, 0.0, 0.0, f"{name}: every integer equal")
 
 
-def against_reference(diagram, inputs: dict, outputs: dict) -> dict[str, Verdict]:
-    """Each output's verdict against the float64 reference of `inputs` (by output name)."""
-    from . import reference
-    ref = reference.evaluate(diagram, inputs)
-    low = reference.evaluate(diagram, inputs, precision="lowp")
+def against_reference(diagram, inputs: dict, outputs: dict, plan=None) -> dict[str, Verdict]:
+    """Each output's verdict against the float64 reference of `inputs` (by output name),
+    with the order-aware bound (tighter when the `plan` that computed them is given)."""
+    ref, low, order = references(diagram, inputs, plan)
     return {s.name: check(np.asarray(outputs[s.name]), ref[s.name], low[s.name], s.dtype,
-                          s.name) for s in diagram.outputs}
+                          s.name, order[s.name]) for s in diagram.outputs}
+
+
+def references(diagram, inputs: dict, plan=None, bounded: bool = True
+               ) -> tuple[dict, dict, dict | None]:
+    """What `check` compares with, by output name: the float64 reference, the naive
+    low-precision one and the order-aware bound (`bound.evaluate`; with a `plan`, its longest
+    sequential accumulation caps each reduction's; None when not `bounded`)."""
+    from . import bound, reference
+    longest = bound.longest_accumulation(plan) if plan is not None else None
+    return (reference.evaluate(diagram, inputs),
+            reference.evaluate(diagram, inputs, precision="lowp"),
+            bound.evaluate(diagram, inputs, longest) if bounded else None)

@@ -18,7 +18,8 @@ from ..compiler import accumulators as acc
 from ..compiler import ir
 from ..compiler.canonical import through
 from ..compiler.plan import KernelPlan, Plan
-from . import dtypes, elementwise, labelled
+from . import dtypes, elementwise, labelled, scatter
+from ..compiler.schedule import SCATTER
 from .splits import fold, fold_split, take
 from ..compiler.split import complete_sizes
 from .bind import bind_sizes, to_numpy
@@ -60,6 +61,9 @@ def _run_kernel(g, kp: KernelPlan, memory: dict, sizes: dict) -> None:
             kind = ir.kind_of_dtype(t.dtype)
             memory[n] = elementwise.as_kind(np.full(tuple(sizes[a] for a in t.axes),
                                                     _UNWRITTEN[kind]), kind)
+    if sched.engine == SCATTER:              # atomics at the gathered rows (scatter.py)
+        scatter.run(_Block(g, kp, memory, Region(sizes)), memory, sizes)
+        return
     group = sched.grouped()
     axes = list(group)
     ranges = [[slice(i, min(i + group[a], sizes[a])) for i in range(0, sizes[a], group[a])]

@@ -64,14 +64,14 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
             values[n] = Labelled(np.broadcast_to(gathered(g, n, args[0].data, op.labels, index, labels),
                                              tuple(sizes[a] for a in out.axes)), out.axes)
             continue
-        val = _step(op, out, args, sizes, compute)
+        val = step(op, out, args, sizes, compute)
         if rounding is not None and val.data.dtype.kind == "f" and not isinstance(op, ir.Index):
             val.data = dtypes.round_to(val.data, rounding)
         values[n] = val
     return results
 
 
-def _step(op, out: ir.ArrayType, args: list[Labelled], sizes: dict[str, int], compute) -> Labelled:
+def step(op, out: ir.ArrayType, args: list[Labelled], sizes: dict[str, int], compute) -> Labelled:
     kind = ir.kind_of_dtype(out.dtype)
     if isinstance(op, ir.Const):
         return Labelled(elementwise.as_kind(op.value, kind, compute), ())

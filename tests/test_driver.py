@@ -6,6 +6,7 @@ the structural tests (one caller, the options reaching every command) read the s
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +22,10 @@ ROOT = Path(__file__).parents[1]
 PACKAGE = ("api", "compiler", "codegen", "runtime", "diagrams")
 
 
-def _importers(module: str, name: str) -> list[str]:
-    """Package modules (outside `module` itself) that import `name` from napkin's `module`
-    (a dotted path under the package, e.g. "codegen.lower"), at any depth of the file."""
+@functools.cache
+def _imports() -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """(file, absolute module, names) of every `from ... import` in the package's modules,
+    at any depth of the file (each file parsed once for every test that asks)."""
     out = []
     for top in PACKAGE:
         for path in (ROOT / top).rglob("*.py"):
@@ -39,9 +41,15 @@ def _importers(module: str, name: str) -> list[str]:
                     full = ".".join(base + ([node.module] if node.module else []))
                 else:
                     full = node.module or ""
-                if full == "napkin." + module and any(a.name == name for a in node.names):
-                    out.append(rel.as_posix())
-    return sorted(set(out) - {module.replace(".", "/") + ".py"})
+                out.append((rel.as_posix(), full, tuple(a.name for a in node.names)))
+    return tuple(out)
+
+
+def _importers(module: str, name: str) -> list[str]:
+    """Package modules (outside `module` itself) that import `name` from napkin's `module`
+    (a dotted path under the package, e.g. "codegen.lower")."""
+    out = {f for f, full, names in _imports() if full == "napkin." + module and name in names}
+    return sorted(out - {module.replace(".", "/") + ".py"})
 
 
 def test_plan_lower_render_have_one_caller():

@@ -74,7 +74,7 @@ def test_rmsnorm_linear_bf16_and_the_interpreter():
     p = tc_plan(d)
     assert_close(d, p, {"t": 130, "i": 96, "o": 72}, seed=3)
     inputs = random_inputs(d, {"t": 37, "i": 41, "o": 19}, 1)
-    for v in compare.against_reference(d, inputs, interpret(p, inputs)).values():
+    for v in compare.against_reference(d, inputs, interpret(p, inputs), plan=p).values():
         assert v.ok, v.message
 
 

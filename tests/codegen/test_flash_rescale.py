@@ -54,7 +54,7 @@ def chunk_of(p) -> int:
 
 def check(d, p, inputs, shape, edit=None) -> dict:
     out = run_plan(p, inputs, shape, timeout_s=240, edit=edit)
-    verdicts = compare.against_reference(d, inputs, out)
+    verdicts = compare.against_reference(d, inputs, out, plan=p)
     return out, all(v.ok for v in verdicts.values()), verdicts
 
 

@@ -39,7 +39,7 @@ def tc_plan(d, target="h100", **kw):
 def verdicts(d, p, shape, seed=0, source_edit=None):
     inputs = random_inputs(d, shape, seed)
     out = run_plan(p, inputs, shape, timeout_s=240, edit=source_edit)
-    return list(compare.against_reference(d, inputs, out).values())
+    return list(compare.against_reference(d, inputs, out, plan=p).values())
 
 
 def assert_close(d, p, shape, seed=0):

@@ -130,6 +130,51 @@ def test_layernorm_and_softmax_gradients_are_the_textbook_formulas():
     np.testing.assert_allclose(got["dX"], Y * (dY - (dY * Y).sum(-1, keepdims=True)), rtol=1e-10)
 
 
+def test_rmsnorm_mlp_and_swiglu_gradients_are_the_textbook_formulas():
+    """Written out by hand in NumPy, not derived from the diagram: RMSNorm's
+    dX = r dY g - X r^3 mean(dY g X) with r = rsqrt(mean(X^2) + eps); the MLP's and SwiGLU's
+    chain rule through each product (the language's gelu is the tanh form; silu = x
+    sigmoid(x), whose derivative is sigmoid(x) (1 + x (1 - sigmoid(x))))."""
+    rng = np.random.default_rng(13)
+    X, dY = rng.standard_normal((2, 5, 13))
+    g = rng.standard_normal(13)
+    r = 1 / np.sqrt((X * X).mean(-1, keepdims=True) + 1e-6)
+    dxhat = dY * g                                      # Y = (X r) g
+    dX = r * dxhat - X * r ** 3 * (dxhat * X).mean(-1, keepdims=True)
+    got = evaluate(napkin.grad("rmsnorm"), {"X": X, "g": g, "dY": dY}, exact=True)
+    np.testing.assert_allclose(got["dX"], dX, rtol=1e-9)
+    np.testing.assert_allclose(got["dg"], (dY * X * r).sum(0), rtol=1e-10)
+
+    t, m, f, o = 5, 7, 6, 3
+    X = rng.standard_normal((t, m))
+    W1, Wg, Wu = (rng.standard_normal((m, f)) for _ in range(3))
+    W2 = rng.standard_normal((f, o))
+    dY = rng.standard_normal((t, o))
+    c = np.sqrt(2 / np.pi)
+    A = X @ W1
+    th = np.tanh(c * (A + 0.044715 * A ** 3))
+    H = 0.5 * A * (1 + th)
+    dH = dY @ W2.T
+    dA = dH * (0.5 * (1 + th) + 0.5 * A * (1 - th ** 2) * c * (1 + 3 * 0.044715 * A ** 2))
+    got = evaluate(napkin.grad("mlp"), {"X": X, "W1": W1, "W2": W2, "dY": dY}, exact=True)
+    np.testing.assert_allclose(got["dW2"], H.T @ dY, rtol=1e-10)
+    np.testing.assert_allclose(got["dW1"], X.T @ dA, rtol=1e-9)
+    np.testing.assert_allclose(got["dX"], dA @ W1.T, rtol=1e-9)
+
+    G, U = X @ Wg, X @ Wu
+    sig = 1 / (1 + np.exp(-G))
+    H = G * sig * U
+    dH = dY @ W2.T
+    dG = dH * U * sig * (1 + G * (1 - sig))
+    dU = dH * G * sig
+    got = evaluate(napkin.grad("swiglu"), {"X": X, "Wg": Wg, "Wu": Wu, "Wd": W2, "dY": dY},
+                   exact=True)
+    np.testing.assert_allclose(got["dWd"], H.T @ dY, rtol=1e-10)
+    np.testing.assert_allclose(got["dWg"], X.T @ dG, rtol=1e-9)
+    np.testing.assert_allclose(got["dWu"], X.T @ dU, rtol=1e-9)
+    np.testing.assert_allclose(got["dX"], dG @ Wg.T + dU @ Wu.T, rtol=1e-9)
+
+
 MASKED_LOG = """
 axis r, c
 in X[r c]: f32

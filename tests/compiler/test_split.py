@@ -182,6 +182,11 @@ def test_the_planner_splits_decode_attention_near_the_cost_of_reading_k_and_v():
         assert len(fused) == 1 and len(p.kernels) == 2, name
         if name == "gqa_attention":                  # the heads share K and V
             assert fused[0].schedule.engine == "attention" and fused[0].schedule.site.row == "r"
+        # the partial logsumexp is a row's value: stored over O's rows, not along d
+        g, (o_part, lse) = p.graph, p.split.partials
+        axes = {array: g.nodes[g.graph["arrays"][array]]["type"].axes
+                for array in (o_part, lse)}
+        assert axes[lse] == tuple(a for a in axes[o_part] if a != "d"), axes
 
 
 def test_full_gpus_do_not_split():

@@ -18,7 +18,7 @@ import napkin
 from napkin.compiler.cost import Choice
 from napkin.compiler.plan import plan as make_plan
 from napkin.compiler.plan import with_choices
-from napkin.runtime import compare, dtypes, reference
+from napkin.runtime import bound, compare, dtypes
 from napkin.pipeline import run_plan
 from napkin.runtime.interpret import interpret
 
@@ -151,18 +151,20 @@ def plans(d, shape: dict, streamed: Choice | None, tensor_cores: bool = False):
 def run_all(d, inputs: dict, shape: dict, streamed: Choice | None = None,
             emulate: bool = True, tensor_cores: bool = False) -> dict:
     """Backend name -> outputs (float64), every one checked against the reference."""
-    ref = reference.evaluate(d, inputs)
-    low = reference.evaluate(d, inputs, precision="lowp")
+    ref, low, _ = compare.references(d, inputs, bounded=False)
     results = {"reference": ref}
     sizes = {**shape, **{a: s for a, s in d.axes.items() if s is not None}}
     for label, p in plans(d, shape, streamed, tensor_cores):
+        # its order-aware bound, capped by its own longest sequential accumulation
+        order = bound.evaluate(d, inputs, bound.longest_accumulation(p))
         runs = {f"interpret ({label})": lambda p=p: interpret(p, inputs)}
         if emulate:
             runs[f"emulate ({label})"] = lambda p=p: run_plan(p, inputs, sizes)
         for name, fn in runs.items():
             got = fn()
             for s in d.outputs:
-                verdict = compare.check(got[s.name], ref[s.name], low[s.name], s.dtype, s.name)
+                verdict = compare.check(got[s.name], ref[s.name], low[s.name], s.dtype, s.name,
+                                        order[s.name])
                 assert verdict.ok, f"{name}: {verdict.message}"
             results[name] = {k: np.asarray(v, dtype=np.float64) for k, v in got.items()}
     return results

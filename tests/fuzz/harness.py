@@ -25,7 +25,7 @@ from napkin import pipeline
 from napkin.compiler.cost import Choice
 from napkin.compiler.plan import with_choices, with_merge
 from napkin.diagrams.diagnostics import NapkinError, Source
-from napkin.runtime import compare, reference
+from napkin.runtime import compare
 from napkin.runtime.emulate.errors import BUILD, EmulatorError
 from napkin.pipeline import run_plan
 from napkin.runtime.interpret import interpret
@@ -65,20 +65,23 @@ def load_case(case: Case, defines: dict | None = None):
         raise Checked(Failure("load", "front end", _trace(exc))) from None
 
 
-def compare_outputs(d, got: dict, ref: dict, low: dict, backend: str) -> None:
+def compare_outputs(d, got: dict, ref: dict, low: dict, backend: str,
+                    order: dict | None = None) -> None:
     for s in d.outputs:
         out = got.get(s.name)
         if out is None:
             raise Checked(Failure("compare", backend, f"{s.name}: missing"))
-        verdict = compare.check(out, ref[s.name], low[s.name], s.dtype, s.name)
+        verdict = compare.check(out, ref[s.name], low[s.name], s.dtype, s.name,
+                                None if order is None else order[s.name])
         if not verdict.ok:
             raise Checked(Failure("compare", backend, verdict.message))
 
 
 def run_backends(d, p, inputs: dict, sizes: dict, ref: dict, low: dict, *,
                  emulate: bool = True, interp: bool = True, sanitize: str = "none",
-                 timeout_s: float = 120.0) -> None:
-    """Interpret and emulate one plan; raise Checked on the first failure."""
+                 timeout_s: float = 120.0, order: dict | None = None) -> None:
+    """Interpret and emulate one plan; raise Checked on the first failure (`order`: the
+    order-aware bound by output, compare.references)."""
     try:
         pipeline.lowered(p)
     except Exception as exc:  # noqa: BLE001 - any exception here is a compile error
@@ -88,7 +91,7 @@ def run_backends(d, p, inputs: dict, sizes: dict, ref: dict, low: dict, *,
             got = interpret(p, inputs)
         except Exception as exc:  # noqa: BLE001
             raise Checked(Failure("run", "interpret", _trace(exc))) from None
-        compare_outputs(d, got, ref, low, "interpret")
+        compare_outputs(d, got, ref, low, "interpret", order)
     if emulate:
         try:
             got = run_plan(p, inputs, sizes, sanitize=sanitize, timeout_s=timeout_s)
@@ -97,7 +100,7 @@ def run_backends(d, p, inputs: dict, sizes: dict, ref: dict, low: dict, *,
             raise Checked(Failure(kind, "emulate", _trace(exc)[:3000])) from None
         except Exception as exc:  # noqa: BLE001
             raise Checked(Failure("run", "emulate", _trace(exc))) from None
-        compare_outputs(d, got, ref, low, "emulate")
+        compare_outputs(d, got, ref, low, "emulate", order)
 
 
 def check_case(case: Case, *, target: str = "h100", emulate: bool = True,
@@ -115,9 +118,9 @@ def check_case(case: Case, *, target: str = "h100", emulate: bool = True,
             p = with_choices(p, choices)
     except Exception as exc:  # noqa: BLE001 - a NapkinError here is a planning bug too
         raise Checked(Failure("compile", "plan", _trace(exc))) from None
-    ref = reference.evaluate(d, inputs)
-    low = reference.evaluate(d, inputs, precision="lowp")
-    run_backends(d, p, inputs, p.sizes, ref, low, emulate=emulate, sanitize=sanitize)
+    ref, low, order = compare.references(d, inputs, p)
+    run_backends(d, p, inputs, p.sizes, ref, low, emulate=emulate, sanitize=sanitize,
+                 order=order)
 
 
 def _plan(d, target, shape, fusion, split, merge):

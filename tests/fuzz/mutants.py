@@ -25,7 +25,7 @@ from napkin.compiler.cost import Choice
 from napkin.compiler.plan import plan as make_plan
 from napkin.compiler.plan import with_choices
 from napkin.diagrams.diagnostics import NapkinError
-from napkin.runtime import compare, emulate, reference
+from napkin.runtime import compare, emulate
 from napkin.runtime.emulated import signatures
 from napkin.runtime.launches import buffer_names, make_buffers, make_launches
 
@@ -117,11 +117,10 @@ def run_check(check: Check, mutant: Mutant | None = None, timeout_s: float = 120
     except NapkinError as exc:
         return f"emulator: {str(exc).splitlines()[0][:200]}"
     names = buffer_names(program)
-    ref = reference.evaluate(d, inputs)
-    low = reference.evaluate(d, inputs, precision="lowp")
+    ref, low, order = compare.references(d, inputs, p)
     for s in d.outputs:
         verdict = compare.check(out[names[s.name]].reshape(ref[s.name].shape), ref[s.name],
-                                low[s.name], s.dtype, s.name)
+                                low[s.name], s.dtype, s.name, order[s.name])
         if not verdict.ok:
             return verdict.message
     return ""

@@ -27,7 +27,7 @@ from napkin.compiler.plan import with_choices, with_merge
 from napkin.compiler.search import fits
 from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.diagrams.sources import library_source
-from napkin.runtime import compare, reference
+from napkin.runtime import compare
 from napkin.runtime.interpret import interpret
 
 from .gen import Case, inputs_for
@@ -192,12 +192,12 @@ def check_plan(case, emulate: bool = True, sanitize: str = "none", tails: bool =
     tests/codegen/test_last_block.py's)."""
     d, shape, p, default, seed, _ = case
     inputs = inputs_for(d, shape, seed)
-    ref = reference.evaluate(d, inputs)
-    low = reference.evaluate(d, inputs, precision="lowp")
-    run_backends(d, p, inputs, p.sizes, ref, low, emulate=emulate, sanitize=sanitize)
+    ref, low, order = compare.references(d, inputs, p)
+    run_backends(d, p, inputs, p.sizes, ref, low, emulate=emulate, sanitize=sanitize,
+                 order=order)
     if default.tail is not None and emulate and tails:   # the random plan's merges launch:
         run_backends(d, default, inputs, default.sizes, ref, low, interp=False,   # the tail
-                     sanitize=sanitize)                                           # is here
+                     sanitize=sanitize, order=compare.references(d, inputs, default)[2])
     try:
         mine, theirs = interpret(p, inputs), interpret(default, inputs)
     except Exception as exc:  # noqa: BLE001
@@ -209,10 +209,3 @@ def check_plan(case, emulate: bool = True, sanitize: str = "none", tails: bool =
                 float(np.max(np.abs(a - b), initial=0.0)) > 1e-9 * scale:
             raise Checked(Failure("compare", "interpret vs default plan",
                                   f"{s.name}: max difference {np.max(np.abs(a - b)):.3g}"))
-
-
-def verdicts(d, got: dict, inputs: dict) -> list:
-    ref = reference.evaluate(d, inputs)
-    low = reference.evaluate(d, inputs, precision="lowp")
-    return [compare.check(got[s.name], ref[s.name], low[s.name], s.dtype, s.name)
-            for s in d.outputs]

@@ -161,5 +161,6 @@ def check_attention(case) -> None:
 def _agrees(d, p, sizes: dict, shape: dict, case) -> None:
     """The emulated plan's outputs against the float64 reference, on inputs seeded by shape."""
     inputs = random_inputs(d, sizes, sum(shape.values()))
-    for verdict in compare.against_reference(d, inputs, run_plan(p, inputs, sizes)).values():
+    for verdict in compare.against_reference(d, inputs, run_plan(p, inputs, sizes),
+                                                plan=p).values():
         assert verdict.ok, case + (verdict.message,)

@@ -75,6 +75,10 @@ def test_gpu_check_dry_run(tmp_path):
     kernel, tail = mg["merges"]["kernel"], mg["merges"]["last-block"]
     assert tail["launches"] < kernel["launches"] and tail["split"] == kernel["split"]
     assert tail["predicted_seconds"] < kernel["predicted_seconds"]
+    # the gradient of a gather as a scatter-add (--quick: the uniform tokens): two launches
+    (sc,) = report["scatter"]
+    assert sc["status"] == "planned" and sc["engine"] == ["scatter-add"], sc
+    assert sc["launches"] == 2 and sc["predicted_seconds"] < 1e-3
 
 
 def test_kendall_tau_against_sign_matrices():

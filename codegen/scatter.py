@@ -1,0 +1,148 @@
+"""A scatter-add (compiler/scatter.py, engine SCATTER) as two kernel programs.
+
+The scatter: one thread per position of the site's axes (T, then the value's other axes K,
+the innermost across a block's threads), grid-stride over the blocks:
+
+    if (the position is inside every axis && every guard holds) {
+      ix = index(position)                       // one per matched output axis
+      if (0 <= ix && ix < size(v)) atomicAdd(&scratch[row ix, position's K], value(position));
+    }
+
+An index outside its axis adds nothing (the dense masked sum's `where` never matches there);
+a value read at the matched row (a factor with the axis v) is read at `ix`, inside that test.
+The scratch is f32 (`Program.zeroed`: zero before the first launch). The conversion kernel
+then writes each element in the output's dtype and sets the scratch back to zero, ready for
+the next launch (as a last-block merge's counters are, codegen/tail.py).
+"""
+
+from __future__ import annotations
+
+from ..compiler import ir
+from . import cexpr
+from . import program as P
+from .builder import Builder, Ix
+from .indexing import Layout
+from .kernel import KernelLowering
+from .scalar import Emitter
+
+ITYPE = "long long"
+
+
+def scratch_name(kp) -> str:
+    """The scratch array's name in Program.buffers (no diagram name has a %)."""
+    return f"%scatter_{kp.kernel.name}"
+
+
+class _Context:
+    """What the scalar emitter asks of a kernel: every read from global memory, no staged
+    tiles, no accumulators, no lanes sharing an axis."""
+
+    def __init__(self, g, names: dict, sizes: dict, loads):
+        self.g, self.names, self.sizes = g, names, sizes
+        self.loads, self.stops = set(loads), set()
+        self.views = self.serial = 0
+        self.coherent: set[int] = set()
+
+    def size(self, axis: str) -> str:
+        return self.sizes[axis]
+
+    def walk(self, axis: str):
+        return "0", "1"
+
+    def lanes_over(self, axes) -> int:
+        return 1
+
+    def registered(self, n, scope):
+        return None
+
+    def softmax_stats(self, n, row):
+        return None
+
+    def load(self, n: int, scope) -> str:
+        _, dtype = self.names[n]
+        axes = ir.type_of(self.g, n).axes
+        value = f"{cexpr.LOAD[ir.kind_of_dtype(dtype)]}(" \
+                f"{KernelLowering.global_at(self, n, Layout(axes, self.sizes, ITYPE).offset(scope))})"
+        return KernelLowering._as_kind(self, n, dtype, value)
+
+
+def _positions(b: Builder, axes, tiles: dict, sizes: dict, lanes: int, body) -> tuple:
+    """Blocks grid-stride over the tiles of `axes` (the last fastest), one position per
+    thread; body(scope) emits under the test that the position is inside every axis."""
+    nb = {a: f"(((long long)({sizes[a]}) + {tiles[a] - 1}) / {tiles[a]})" for a in axes}
+    b.emit(P.Decl("const int", "tid", "(int)threadIdx.x"))
+    b.emit(P.Decl("const long long", "nblocks", " * ".join(nb[a] for a in axes) or "1LL"))
+
+    def block():
+        rest, within, scope, inside = "blk", "tid", {}, [f"tid < {lanes}"]
+        for i, a in reversed(list(enumerate(axes))):
+            b.emit(P.Decl(f"const {ITYPE}", f"org_{i}", f"(({rest}) % {nb[a]}) * {tiles[a]}"))
+            b.emit(P.Decl(f"const {ITYPE}", f"base_{i}",
+                          f"org_{i} + ({within}) % {tiles[a]}"))
+            rest, within = f"({rest}) / {nb[a]}", f"({within}) / {tiles[a]}"
+            scope[a] = Ix(f"base_{i}")
+            inside.append(f"base_{i} < {sizes[a]}")
+        b.open()
+        body(scope)
+        b.emit(P.If(" && ".join(inside), b.close()))
+    b.loop("blk", "(long long)blockIdx.x", "nblocks", "(long long)gridDim.x", block,
+           ctype="long long")
+    return tuple((sizes[a], tiles[a]) for a in axes)
+
+
+def programs(plan, kp, names: dict, sizes: dict, scratch: str, out: str,
+             size_params) -> tuple[P.KernelProgram, P.KernelProgram]:
+    """(the scatter, the conversion) of scatter kernel kp; `names`: node -> (param, dtype)
+    of its loads and its store, `scratch`/`out`: the scratch's and the store's params."""
+    g, site, sched = plan.graph, kp.schedule.scatter, kp.schedule
+    tiles = dict(sched.tile)
+    b = Builder()
+    ctx = _Context(g, names, sizes, kp.kernel.loads)
+    em = Emitter(b, g, ctx)
+    store_axes = ir.type_of(g, site.store).axes
+
+    def scatter(scope):
+        checks = [em.value(c, scope) for c in site.guards]
+        rows = {}
+        for v, idx in site.matched:
+            ix = b.value("long long", f"(long long)({em.value(idx, scope)})", "ix")
+            rows[v] = Ix(ix)
+            checks.append(f"{ix} >= 0 && {ix} < (long long)({sizes[v]})")
+        b.open()
+        at = {**scope, **rows}
+        value = " * ".join(em.number(f, at) for f in site.factors)
+        offset = Layout(store_axes, sizes, ITYPE).offset(at)
+        b.emit(P.Call("atomicAdd", (f"&{scratch}[{offset}]", value)))
+        b.emit(P.If(" && ".join(f"({c})" for c in checks), b.close()))
+    blocks = _positions(b, site.axes, tiles, sizes, sched.lanes, scatter)
+    params = [P.Param(p, f"const {cexpr.CTYPE[d]}* __restrict__", "load", _array(g, n),
+                      ir.type_of(g, n).axes) for n, (p, d) in names.items()
+              if n in kp.kernel.loads]
+    sizes_p = [P.Param(name, "long long", "size", rep) for rep, name in size_params.items()]
+    scratch_p = P.Param(scratch, "float* __restrict__", "store", scratch_name(kp), store_axes)
+    first = P.KernelProgram(f"napkin_{kp.kernel.name}", tuple(params + [scratch_p] + sizes_p),
+                            sched.threads, blocks, (), (), b.statements, ITYPE, kp.kernel.name)
+
+    b = Builder()
+    _, dtype = names[site.store]
+    finish_tiles = dict(sched.finish)
+    lanes = 1
+    for t in finish_tiles.values():
+        lanes *= t
+
+    def convert(scope):
+        off = b.value(ITYPE, Layout(store_axes, sizes, ITYPE).offset(scope), "ix")
+        b.emit(P.Store(out, off, f"{scratch}[{off}]", cexpr.CTYPE[dtype],
+                       cexpr.STORE["float"]))
+        b.emit(P.Set(f"{scratch}[{off}]", "0.0f"))
+    blocks = _positions(b, store_axes, finish_tiles, sizes, lanes, convert)
+    out_p = P.Param(out, f"{cexpr.CTYPE[dtype]}* __restrict__", "store", _array(g, site.store),
+                    store_axes)
+    second = P.KernelProgram(f"napkin_{kp.kernel.name}f", (scratch_p, out_p, *sizes_p),
+                             -(-lanes // 32) * 32, blocks, (), (), b.statements, ITYPE,
+                             kp.kernel.name)
+    return first, second
+
+
+def _array(g, n: int) -> str:
+    return getattr(ir.op(g, n), "name", f"%{n}")
