@@ -8,7 +8,11 @@ outside the array and is aligned in global and in shared memory: the inner axis 
 array's contiguous (last) one, and its size and its extent in the tile (a block tile, a
 chunk or the whole axis) are multiples of the width (the row starts, the chunk and tile
 origins and the valid length of every row are then multiples of it; the launchers align
-every array to 16 bytes, codegen/program.Program.alignment). Decided here, once, from the
+every array to 16 bytes, codegen/program.Program.alignment). A tile of several rows each
+shorter than the block's threads is copied one value at a time over its flat index
+(staging._flat) where the model prices that below the row walk, in which every warp issues
+every row's setup for a vector or two (`flat`: a split's merge over partials laid out
+[p_c r], 256 rows of 2 values; attention's chunk of 8 keys by 64 in a block of 256). Decided here, once, from the
 sizes the plan is made for; the lowering and the cost model read it (Schedule.vectors,
 issue_simt). A plan may run at other sizes than it was made for (smaller ones fit its
 index width): where the inner axis's size is a runtime parameter, the kernel tests it once
@@ -16,6 +20,8 @@ per copy and copies one value at a time where it is not a multiple (codegen/stag
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from . import ir
 from .model import BYTES, storage_dtype
@@ -44,23 +50,38 @@ def inner_axis(axes, held: dict):
     return found[-1] if found else None
 
 
-def width(axes, held: dict, sizes: dict, nbytes: int) -> int:
+def width(axes, held: dict, sizes: dict, nbytes: int, threads: int) -> int:
     """Values one copy moves (see the module docstring)."""
     inner = inner_axis(axes, held)
     if inner is None or axes[-1] != inner:
         return 1
+    rows = 1
+    for a in axes[:axes.index(inner)]:
+        rows *= held[a]
     for vb in VECTOR_BYTES:
         w = vb // nbytes
         if w >= 2 and vb % nbytes == 0 and held[inner] % w == 0 and int(sizes[inner]) % w == 0:
-            return w           # (a runtime size is tested again in the kernel: staging.stage)
+            # (a runtime size is tested again in the kernel: staging.stage)
+            return 1 if flat(rows, held[inner], w, threads) else w
     return 1
 
 
-def vectors(g, staged, tile: dict, stream, sizes: dict) -> tuple[tuple[int, int], ...]:
+def flat(rows, length, width, threads):
+    """Whether a tile of `rows` rows of `length` values is copied value by value over its flat
+    index rather than row by row `width` values a copy: rows shorter than the threads, where
+    that issues no more (issue_simt's COPY_* per warp; numpy arrays: per candidate)."""
+    from .issue_simt import COPY_EACH, COPY_FLAT, COPY_ROW
+    rowed = rows * (COPY_ROW + np.ceil(length / (width * threads)) * COPY_EACH)
+    each = np.ceil(rows * length / threads) * COPY_FLAT
+    return (rows > 1) & (length < threads) & ((width == 1) | (each <= rowed))
+
+
+def vectors(g, staged, tile: dict, stream, sizes: dict,
+            threads: int) -> tuple[tuple[int, int], ...]:
     """(node, values per copy) of every staged input of a CUDA-core kernel."""
     out = []
     for n in sorted(staged):
         axes = ir.type_of(g, n).axes
         out.append((n, width(axes, extents(axes, tile, stream, sizes), sizes,
-                             BYTES[storage_dtype(g, n)])))
+                             BYTES[storage_dtype(g, n)], threads)))
     return tuple(out)

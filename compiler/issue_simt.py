@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .choices import NUMBERS, prod
+from . import copies
 from .copies import VECTOR_BYTES
 
 WARP = 32
@@ -69,7 +70,8 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
             continue
         copy = _copy(a, choice, sizes, level1, threads)
         per_block = per_block + (chunks * fraction * copy if a.streamed else copy)
-    narrow = min((a.bytes for a in model.arrays if a.role == "load"), default=4)
+    narrow = min((a.bytes for a in model.arrays if a.role == "load" and a.bytes),
+                 default=4)        # (draw's table prices one array at a time, the rest 0 bytes)
     read = (H[1] if len(H) > 1 else 0) / narrow * (READ_NARROW if narrow == 2 else READ)
     stored = sum(prod(sizes[x] for x in a.axes) for a in model.arrays if a.role == "store")
     # a load read where it is used, from global memory (a view's or a gather's source)
@@ -97,14 +99,14 @@ def _copy(a, choice, sizes: dict, level1: dict, threads):
         last = np.where(take, i == len(a.axes) - 1, last)
         found = np.asarray(found) | take
     width = np.ones_like(length)
-    for vb in reversed(VECTOR_BYTES):         # the widest that divides, as copies.width
-        w = vb // a.bytes
+    for vb in reversed(VECTOR_BYTES if a.bytes else ()):    # the widest that divides, as
+        w = vb // a.bytes                                   # copies.width (0 bytes: draw)
         if w >= 2 and vb % a.bytes == 0:
             fits = last & (np.mod(length, w) == 0) & (np.mod(size, w) == 0)
             width = np.where(fits, w, width)
     rounds = np.ceil(length / (width * threads))
     rowed = rows * (COPY_ROW + rounds * COPY_EACH)
     flat = np.ceil(rows * length / threads) * COPY_FLAT
-    short = (rows > 1) & (length < threads) & (width == 1)
+    short = copies.flat(rows, length, width, threads)     # as copies.width decides
     out = np.where(found, np.where(short, flat, rowed), COPY_ROW)
     return float(out) if np.ndim(out) == 0 else out

@@ -243,7 +243,7 @@ def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target)
     return Schedule(SIMT, None, tuple(sorted(tile.items())), choice.stream,
                     tuple(sorted((a, min(thread.get(a, 1), tile[a])) for a in woven)),
                     choice.split, choice.inner, (), threads, lanes, choice, staged,
-                    vectors=copies.vectors(g, staged, tile, choice.stream, sizes))
+                    vectors=copies.vectors(g, staged, tile, choice.stream, sizes, threads))
 
 
 def _staged(g, kernel) -> frozenset[int]:
