@@ -74,10 +74,12 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
                  default=4)        # (draw's table prices one array at a time, the rest 0 bytes)
     read = (H[1] if len(H) > 1 else 0) / narrow * (READ_NARROW if narrow == 2 else READ)
     stored = sum(prod(sizes[x] for x in a.axes) for a in model.arrays if a.role == "store")
-    # a load read where it is used, from global memory (a view's or a gather's source)
-    # (at every point of the kernel's largest op, or of its stores where it has none)
+    # a load read where it is used, from global memory (a view's or a gather's source): at
+    # every point of the ops reading it (`used_over`: a mask's document ids doc[q] at each
+    # score, not at each score and d), else of the kernel's largest op or its stores
     points = max([prod(sizes[x] for x in w.axes) for w in model.work] or [stored])
-    direct = sum(1 for a in model.arrays if a.role == "load" and a.unstaged) * points * \
+    direct = sum(prod(sizes[x] for x in a.used_over) if a.used_over else points
+                 for a in model.arrays if a.role == "load" and a.unstaged) * \
         model.streaming.passes
     lanes = read + stored * STORE + direct * UNSTAGED
     warp = units[0] * warps * (per_block + chunks * ITERATION + BLOCK)
