@@ -12,8 +12,8 @@ every array to 16 bytes, codegen/program.Program.alignment). A tile of several r
 shorter than the block's threads is copied one value at a time over its flat index
 (staging._flat) where the model prices that below the row walk, in which every warp issues
 every row's setup for a vector or two (`flat`: a split's merge over partials laid out
-[p_c r], 256 rows of 2 values; attention's chunk of 8 keys by 64 in a block of 256). Decided here, once, from the
-sizes the plan is made for; the lowering and the cost model read it (Schedule.vectors,
+[p_c r], 256 rows of 2 values; attention's chunk of 8 keys by 64 in a block of 256).
+Decided here, once, from the sizes the plan is made for; the lowering and the cost model read it (Schedule.vectors,
 issue_simt). A plan may run at other sizes than it was made for (smaller ones fit its
 index width): where the inner axis's size is a runtime parameter, the kernel tests it once
 per copy and copies one value at a time where it is not a multiple (codegen/staging.py).
@@ -27,6 +27,23 @@ from . import ir
 from .model import BYTES, storage_dtype
 
 VECTOR_BYTES = (16, 8, 4)
+# What a copy issues (compiler/issue_simt.py charges it; counted in, or fitted to, the SASS
+# of the library's CUDA-core kernels, sm_90, static):
+# A staged input's copy (codegen/staging.py) walks its tile row by row: per row and warp its
+# source, destination and valid length (the row's coordinates divided out once, its tests),
+# and the remainder nvcc peels off the unrolled copy loop (counted once, static): 55 in
+# rmsnorm's and layernorm's row loops at 4096 (87 with the 4x-unrolled copy loop inside,
+# 32); a row copied by a single round (`if (tid < n)`: softmax's and cross_entropy's chunks
+# of 256 f16 values, 32 vectors for 32 threads) issues some 20.
+COPY_ROW = 40
+# ... then per round of the block's threads one copy of `width` values a thread (16, 8 or 4
+# bytes where compiler/copies.py allows, else one value): the compare with the row's valid
+# length, LDG, STS and the loop's step, 8 per round in the 4x-unrolled loop (32 for 4;
+# rmsnorm, layernorm at 4096: 16 rounds of 16-byte copies a row).
+COPY_EACH = 8
+# ... and a tile whose rows are shorter than the threads copies value by value over its flat
+# index (its coordinates by constant divisions), some 20 per value and lane.
+COPY_FLAT = 20
 
 
 def extents(axes, tile: dict, stream, sizes: dict) -> dict:
@@ -69,8 +86,7 @@ def width(axes, held: dict, sizes: dict, nbytes: int, threads: int) -> int:
 def flat(rows, length, width, threads):
     """Whether a tile of `rows` rows of `length` values is copied value by value over its flat
     index rather than row by row `width` values a copy: rows shorter than the threads, where
-    that issues no more (issue_simt's COPY_* per warp; numpy arrays: per candidate)."""
-    from .issue_simt import COPY_EACH, COPY_FLAT, COPY_ROW
+    that issues no more (COPY_* above per warp; numpy arrays: per candidate)."""
     rowed = rows * (COPY_ROW + np.ceil(length / (width * threads)) * COPY_EACH)
     each = np.ceil(rows * length / threads) * COPY_FLAT
     return (rows > 1) & (length < threads) & ((width == 1) | (each <= rowed))

@@ -13,24 +13,10 @@ import numpy as np
 
 from .choices import NUMBERS, prod
 from . import copies
-from .copies import VECTOR_BYTES
+from .copies import COPY_EACH, COPY_FLAT, COPY_ROW, VECTOR_BYTES
 
 WARP = 32
-# A staged input's copy (codegen/staging.py) walks its tile row by row: per row and warp its
-# source, destination and valid length (the row's coordinates divided out once, its tests),
-# and the remainder nvcc peels off the unrolled copy loop (counted once, static): 55 in
-# rmsnorm's and layernorm's row loops at 4096 (87 with the 4x-unrolled copy loop inside,
-# 32); a row copied by a single round (`if (tid < n)`: softmax's and cross_entropy's chunks
-# of 256 f16 values, 32 vectors for 32 threads) issues some 20.
-COPY_ROW = 40
-# ... then per round of the block's threads one copy of `width` values a thread (16, 8 or 4
-# bytes where compiler/copies.py allows, else one value): the compare with the row's valid
-# length, LDG, STS and the loop's step, 8 per round in the 4x-unrolled loop (32 for 4;
-# rmsnorm, layernorm at 4096: 16 rounds of 16-byte copies a row).
-COPY_EACH = 8
-# ... and a tile whose rows are shorter than the threads copies value by value over its flat
-# index (its coordinates by constant divisions), some 20 per value and lane.
-COPY_FLAT = 20
+# (a copy's COPY_ROW, COPY_EACH and COPY_FLAT: compiler/copies.py, which decides by them)
 # A value read into a register (the model's register-level H): LDS (LDG where not staged),
 # its conversion to f32 where it is 16-bit (HADD2.F32), and the lane loop's share of its
 # index, clamp and step, per value and lane (fitted with STORE: rmsnorm at 4096 within 5%,
