@@ -41,10 +41,12 @@ def element_loops(cuda: str, sizes: dict, chunk: int | None) -> list[dict]:
     constant start, a constant bound within one stride: a copy of one element) and the chunk and blocks' loops are left out. `sizes`: the value of each size parameter (`n0`...), `chunk`: the
     stream's chunk (`clen` of a full chunk)."""
     out = []
+    skipped = _untaken(cuda, sizes)
     for m in _HEADER.finditer(cuda):
         var, start, end, step = m.groups()
         before = cuda[max(0, m.start() - 40):m.start()]
-        if "#pragma unroll" in before or var in ("blk", "off") or re.fullmatch(r"c\d+", var):
+        rolled = "#pragma unroll 1\n" in before     # a loop kept rolled: its trips count
+        if "#pragma unroll" in before and not rolled or var in ("blk", "off") or re.fullmatch(r"c\d+", var):
             continue
         if step.strip() == f"++{var}":
             stride = 1
@@ -58,7 +60,8 @@ def element_loops(cuda: str, sizes: dict, chunk: int | None) -> list[dict]:
         if stride is None or first is None or last is None:
             return []
         constant = not re.search(r"[a-z]\w*", re.sub(r"\((?:int|long long)\)", "", end))
-        if constant and (first == 0 and last <= stride or not re.search(r"\b(tid|lane)\b", start)):
+        if constant and not rolled and (first == 0 and last <= stride or
+                                        not re.search(r"\b(tid|lane)\b", start)):
             continue          # a constant bound within one stride: nvcc compiles an `if`;
                               # a constant trip from a constant start: unrolled whole
         body = _body(cuda, m.end())
@@ -68,9 +71,34 @@ def element_loops(cuda: str, sizes: dict, chunk: int | None) -> list[dict]:
         for name, value in re.findall(r"const \w+ (\w+) = ([^;]+);", body):
             if set(re.findall(r"\w+", value)) & varying:
                 varying.add(name)
-        accesses = len({a for a in re.findall(r"\b(?:sm|p)\d+\[[^;]*?\](?=[ ;)=]|$)", body)
+        accesses = len({a for a in re.findall(r"\b(?:sm\d+|p\d+|cp[sd])\[[^;]*?\](?=[ ;)=]|$)", body)
                         if set(re.findall(r"\w+", a[a.index("["):])) & varying})
-        out.append({"trip": max(math.ceil((last - first) / stride), 0), "accesses": accesses})
+        trip = max(math.ceil((last - first) / stride), 0)
+        if any(lo <= m.start() < hi for lo, hi in skipped):
+            trip = 0          # the branch of a size test the sizes do not take
+        out.append({"trip": trip, "accesses": accesses})
+    return out
+
+
+_SIZE_TEST = re.compile(r"if \(([^;{]*?) % (\d+) == 0\) \{")
+
+
+def _untaken(cuda: str, sizes: dict) -> list[tuple[int, int]]:
+    """(start, end) of the branches of the copies' size tests (`if (n % w == 0) {...} else
+    {...}`, codegen/staging.py) that these sizes do not take."""
+    out = []
+    for m in _SIZE_TEST.finditer(cuda):
+        size = _value(m.group(1), sizes, None)
+        if size is None:
+            continue
+        then_end = m.end() + len(_body(cuda, m.end() - 1)) + 1
+        taken = size % int(m.group(2)) == 0
+        rest = cuda[then_end:then_end + 12]
+        else_end = then_end
+        if rest.lstrip().startswith("else {"):
+            at = cuda.index("{", then_end)
+            else_end = at + len(_body(cuda, at)) + 2
+        out.append((then_end, else_end) if taken else (m.end(), then_end))
     return out
 
 

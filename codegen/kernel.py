@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ..compiler import ir
 from ..compiler.canonical import through
+from ..compiler.schedule import SIMT
 from . import accum, cexpr, masks, staging
 from . import program as P
 from .builder import Builder, Ix
@@ -32,7 +33,12 @@ class KernelLowering:
         self.model = kp.model
         self.st = kp.model.streaming
         self.names = names            # node -> (param name, storage dtype) of global arrays
+        self.params = sizes           # axis -> its size parameter or constant (host formulas)
         self.sizes = sizes            # axis -> C expression of its size
+        if index_type == "int" and kp.schedule.engine == SIMT:
+            # every index fits 32 bits (index_width.py): a CUDA-core kernel reads its `long
+            # long` size parameters as int, so no offset, compare or bound is 64-bit
+            self.sizes = {a: s if s.isdigit() else f"((int)({s}))" for a, s in sizes.items()}
         self.itype = index_type
         self.b = Builder()
         self.emitter = Emitter(self.b, self.g, self)
@@ -163,7 +169,7 @@ class KernelLowering:
         b.loop("blk", "(long long)blockIdx.x", "nblocks", "(long long)gridDim.x", tile,
                ctype="long long")
         return P.KernelProgram(name, (), self.threads, tuple(
-            (self.sizes[a], self.tile[a]) for a in self.woven), tuple(self.smem_terms),
+            (self.params[a], self.tile[a]) for a in self.woven), tuple(self.smem_terms),
             tuple(self.smem), b.statements, self.itype, self.k.name)
 
     def _axis_var(self, prefix: str, axis: str) -> str:

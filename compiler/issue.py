@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import occupancy
+from . import issue_simt, occupancy
 from .choices import NUMBERS, prod, total
 from .target import Target
 
@@ -64,12 +64,7 @@ COPY_ROUNDED = 12
 # store 17.4: no pack; batched_matmul's three axes 22.4, 26.4 where the kernel indexes in
 # 64 bits).
 STORE_ELEMENT = 18
-ITERATION = 12                     # a CUDA-core kernel's chunk: warp instructions per warp
-                                   # (barriers, the loop test and branch, pointers)
-# lane instructions per copy into shared memory of one element of a CUDA-core kernel
-# (address, bound, LDG and STS), and the bytes one copies
-COPY = 6
-COPY_BYTES = 4
+# (a CUDA-core kernel's copies, reads of shared memory, stores and chunks: issue_simt.py)
 
 # lane instructions per element: (fp32, mufu, other). expf is IEEE (no fast math): range
 # reduction by FFMA, MUFU.EX2, the exponent by integer ops; division is MUFU.RCP and a
@@ -90,6 +85,11 @@ INSTRUCTIONS = {
     # online softmax on CUDA cores per score: max, two rescaling exps, the sum
     "softmax": (16, 2, 4),
 }
+# ... and a softmax not paired with a contraction writes each probability: its exp and the
+# division by the row's sum (IEEE expf and division, the table's "exp" and "div"), counted
+# in the output loops of softmax on CUDA cores (sm_90, static: 43 per score and lane with
+# the read and the store, default sizes and 4096)
+SOFTMAX_NORMALISED = (12, 2, 3)
 DEFAULT = (1, 0, 0)
 CHAIN_EXP = (1, 1, 0)              # FMUL by log2(e) and MUFU.EX2 (a chain's operands)
 # FlashAttention-2 on tensor cores (the softmax on C fragments in base 2: FMNMX, FFMA and
@@ -186,6 +186,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     fp32, mufu, other, tensor_flops = [], [], [], []
     index_axes = {a for a, _ in choice.warps} | ({stream} if stream else set())
     positional = masked = False
+    paired = {n for n, _ in model.streaming.pairs}
     for w in model.work:
         points = prod(sizes[a] for a in w.axes)
         redo = prod(sizes[a] / level1[a] for a in model.axes if a in grouped and a not in w.axes)
@@ -202,6 +203,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             per = CHAIN_EXP
         if tensor and model.streaming.pairs and w.op == "softmax":
             per = FLASH_SCORE
+        elif not tensor and w.op == "softmax" and w.node not in paired:
+            per = tuple(x + y for x, y in zip(per, SOFTMAX_NORMALISED))
         elif tensor and model.streaming.pairs and w.axes and set(w.axes) <= index_axes:
             per = FLASH_INDEX          # an op of positions only, on the score fragments
             if not positional:         # their 64-bit indices, once per score (see above)
@@ -258,13 +261,11 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             warp_instr = hmma + ldsm + lanes / (WARP * lane_share) + copies
             dependent = lanes / (WARP * lane_share) if chain else 0
     else:
-        copies = H[0] / COPY_BYTES * COPY
-        lanes = lanes + ((H[1] if len(H) > 1 else 0) / 4)        # LDS of the operands
         if stream is not None:
             chunks = chunks * fraction      # a CUDA-core block skips a hidden chunk whole
-            copies = copies * fraction
-        warp_instr = (lanes + copies) / (WARP * lane_share) \
-            + units[0] * warps_per_block * chunks * ITERATION
+        more, warp = issue_simt.warp_instructions(
+            model, choice, sizes, level1, warps_per_block * WARP, chunks, 1.0, H, units)
+        warp_instr = (lanes + more) / (WARP * lane_share) + warp
     if span is not None:            # the prologue of a loop bounded by data, per block
         threads = warps_per_block * WARP
         warp_instr = warp_instr + units[0] * warps_per_block * (

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
-from . import ir
+from . import copies, ir
 from .cost import Choice
 from .extents import covered, resident
 from .fractions import later_is_heavier
@@ -84,10 +84,16 @@ class Schedule:
                                               # (compiler/tilelayout.py)
     reread: bool = False                      # attention: Q's A fragments re-read from shared
                                               # memory every chunk, not held in registers
+    vectors: tuple[tuple[int, int], ...] = ()  # CUDA cores: values one copy of each staged
+                                              # input moves into shared memory (copies.py)
     scatter: ScatterSite | None = None        # SCATTER: what it adds where; `tile` is then
                                               # over the scatter's positions (T and K)
     finish: tuple[tuple[str, int], ...] = ()  # SCATTER: the conversion kernel's block tile
                                               # over the output's axes
+
+    def vector(self, node: int) -> int:
+        """Values one copy of staged input `node` moves (1 where not decided: one)."""
+        return dict(self.vectors).get(node, 1)
 
     @property
     def tensor_cores(self) -> bool:
@@ -233,9 +239,11 @@ def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target)
     lanes = math.prod(-(-tile[a] // min(thread.get(a, 1), tile[a])) for a in woven) * ways
     threads = max(WARP, -(-lanes // WARP) * WARP)
     _threads(name, threads, target)
+    staged = _staged(g, kernel)
     return Schedule(SIMT, None, tuple(sorted(tile.items())), choice.stream,
                     tuple(sorted((a, min(thread.get(a, 1), tile[a])) for a in woven)),
-                    choice.split, choice.inner, (), threads, lanes, choice, _staged(g, kernel))
+                    choice.split, choice.inner, (), threads, lanes, choice, staged,
+                    vectors=copies.vectors(g, staged, tile, choice.stream, sizes, threads))
 
 
 def _staged(g, kernel) -> frozenset[int]:

@@ -48,7 +48,7 @@ BARRIERS_PER_CHUNK = 1
 def barriers(model, choice, sizes: dict, target: Target, blocks, span=None):
     """Seconds the tensor pipe idles at the chunks' barriers over the whole GPU, as if one
     block ran per SM at a time (the caller divides by the resident blocks, whose work fills
-    each other's idle time); 0 for the CUDA cores (their barriers are in issue.ITERATION, and
+    each other's idle time); 0 for the CUDA cores (their barriers are in issue_simt.ITERATION, and
     their many resident blocks hide them)."""
     if not choice.warps or not choice.stream or not target.processors or not target.clock_hz:
         return 0.0

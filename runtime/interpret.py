@@ -208,7 +208,8 @@ class _Block(OtherPositions):
         for p in range(st.passes):
             states = {n: None for n, q in st.reducers if q == p}
             stats = {n: None for n, q in st.stats if q == p}
-            for start in range(0, size, chunk):
+            # (an empty streamed axis: one empty chunk, the accumulators' identities finalized)
+            for start in range(0, size, chunk) or range(1):
                 region = self.region.with_(r, slice(start, min(start + chunk, size)))
                 for n in states:
                     states[n] = self._update(n, states[n], region, pairs)

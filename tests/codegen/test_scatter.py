@@ -71,11 +71,12 @@ def test_the_gradient_of_embedding_is_recognised_and_chosen_by_the_model():
     site = kp.schedule.scatter
     assert site.summed == ("t",) and site.axes == ("t", "m")
     assert [(v, ir.op(p.graph, n).name) for v, n in site.matched] == [("v", "tok")]
-    assert kp.cost.time < 2e-4          # the dense masked sum: about 10.9 ms
+    assert kp.cost.time < 2e-4          # the dense masked sum: about 13.4 ms (10.9 before
+    # the CUDA-core refit, compiler/issue_simt.py: its reads of shared memory fitted to SASS)
     rep = report(p, compare=False)
     assert 5e-3 < rep["kernels"][0]["dense_seconds"] < 5e-2
     text = render_text(rep)
-    assert "scatter-add" in text and "atomicAdd" in text and "10.9 ms" in text
+    assert "scatter-add" in text and "atomicAdd" in text and "13.4 ms" in text
     buffers = {b["name"]: b["bytes"] for b in rep["kernels"][0]["buffers"]}     # its bytes
     assert buffers == {"tok": 4 * BIG["t"], "dX": 2 * BIG["t"] * BIG["m"],
                        "dE:scratch": 4 * BIG["v"] * BIG["m"]}

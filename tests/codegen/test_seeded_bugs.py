@@ -17,7 +17,7 @@ from .conftest import emulate_buffers, library, shape_of
 
 def run(d, shape, edit=None, sanitize="none"):
     inputs = random_inputs(d, shape, 1)
-    p = plan(d, "h100", shape)
+    p = plan(d, "h100", shape, engine="cuda-cores")     # (the bugs are seeded in its code)
     out = emulate_buffers(p, inputs, p.sizes, edit=edit, grid=8, sanitize=sanitize)
     result = {s.name: out[s.name] for s in d.outputs}
     ref, low, order = compare.references(d, inputs, p)
@@ -53,9 +53,13 @@ def test_dropped_barrier_is_a_race():
 def test_dropped_tail_mask_reads_out_of_bounds():
     d, shape = attention()
 
-    def drop(source):   # stage chunks without checking that the key exists
-        return re.sub(r"sm(\d+)\[e\] = \((.*?)\) \? (p\d+\[.*?\]) : napkin_from_float<__half>\(0\.0f\);",
-                      r"sm\1[e] = \3;", source)
+    def drop(source):   # stage chunks without checking that the key exists: a copy walking
+        # rows (its valid length `nlen`) or one over the tile's flat index (compiler/copies.py
+        # picks by the model; at 19 x 45 in blocks of 256 the chunks of 8 keys go flat)
+        source = re.sub(r"cpd\[e\] = \(e < nlen\) \? (cps\[[^\]]*\]) : [^;]*;", r"cpd[e] = \1;",
+                        source)
+        return re.sub(r"sm(\d+)\[e\] = \((.*?)\) \? (p\d+\[.*?\]) : napkin_from_float<__half>"
+                      r"\(0\.0f\);", r"sm\1[e] = \3;", source)
     with pytest.raises(NapkinError) as exc:
         run(d, shape, drop, sanitize="address")
     assert "AddressSanitizer" in str(exc.value) or "overflow" in str(exc.value)
@@ -66,7 +70,7 @@ def test_stride_shifted_by_one_gives_wrong_values():
     shape = shape_of(d)
 
     def shift(source):   # the output's row stride
-        return source.replace(") * (n2) + (", ") * (n2 + 1) + (", 1)
+        return source.replace(") * (((int)(n2))) + (", ") * (((int)(n2)) + 1) + (", 1)
     verdicts = run(d, shape, shift)
     assert not all(verdicts)
 

@@ -339,8 +339,9 @@ def _greedy_only(monkeypatch):
 
 # (plain attention is not one of them since P V of a stored P is priced on the tensor cores:
 # greedy fusion alone keeps S, P and O apart, and recomputing S then merging reaches
-# FlashAttention, the same final plan)
-@pytest.mark.parametrize("name", ["causal_attention", "layernorm", "mlp", "softmax"])
+# FlashAttention, the same final plan; since the CUDA-core refit, issue_simt.py, causal
+# attention too: greedy keeps S apart, 7.97 s against 4.64 s fused in its reason's units)
+@pytest.mark.parametrize("name", ["layernorm", "mlp", "softmax"])
 def test_plans_recomputation_does_not_help_are_greedy_fusions(name, monkeypatch):
     """Diagrams whose kernels gain nothing from recomputing keep exactly the plan greedy fusion
     makes (benchmarks/record_plans.py checks the whole library at three shapes)."""
@@ -370,8 +371,9 @@ def test_a_merge_that_a_duplication_makes_legal_is_taken(monkeypatch):
     _greedy_only(monkeypatch)
     greedy = plan(d, "h100", shape)
     # (greedy fusion alone: 3 kernels, or the split of dgamma and dbeta over r with its
-    # partials when that is faster than them)
-    assert len(greedy.kernels) >= 3 and p.time < 0.75 * greedy.time
+    # partials when that is faster than them; since the CUDA-core refit, issue_simt.py,
+    # 81 us against 108 us, model: a quarter faster, 0.75 of it before)
+    assert len(greedy.kernels) >= 3 and p.time < 0.8 * greedy.time
 
 
 @pytest.mark.parametrize("name", library_names())

@@ -32,7 +32,9 @@ def test_a_thread_tile_on_an_axis_without_reuse_plans(hint, axis):
     pinned to 1, under the hinted thread tile, and the plan failed with N0603."""
     d, _ = hinted(hint)
     p = plan(d, "h100", SHAPE)
-    assert len(p.kernels) == 1 and thread_tile(p, axis) == 2
+    # (one kernel, or two where S through global memory prices as low: `group b` since the
+    # CUDA-core refit, issue_simt.py, 6.44 us apart against 6.47 fused, model)
+    assert all(dict(kp.choice.thread)[axis] == 2 for kp in p.kernels) and len(p.kernels) <= 2
     rng = np.random.default_rng(5)
     inputs = {n: rng.uniform(-1, 1, s).astype(np.float16) for n, s in
               (("Q", (2, 3, 37, 64)), ("K", (2, 3, 45, 64)), ("V", (2, 3, 45, 64)))}

@@ -107,36 +107,38 @@ def _block(name: str, shape: dict):
 @pytest.mark.parametrize("name, vectors", [("rmsnorm", 1), ("layernorm", 2)])
 def test_a_cuda_core_block_loads_and_stores_what_its_tiles_hold(name, vectors):
     """At r = c = 4096, no stream (rmsnorm: 2 rows a block, 32 threads; layernorm: 4 rows, 64
-    threads): weighted by their trips, the block's loops issue one LDG per element of its
-    tiles a thread copies (X's rows x 4096 and each 4096-vector, g or gamma and beta, over
-    the threads: 384 both) and one STG per element of Y a thread stores (rows x 4096 over
-    the threads, 256; a few more, the stores of the output loops' peeled remainders counted
-    once): the plan's figures, not the SASS's. Counted once, as the main-loop rule did, the
-    blocks' loop holds some 16 LDG, and a tenth of what the block runs."""
+    threads): weighted by their trips, the block's loops issue one 16-byte LDG per 8 values
+    of its tiles a thread copies (X's rows x 4096 and each 4096-vector, g or gamma and beta,
+    over the threads: 48 both), and at most 2.5 times that with the remainders nvcc peels off
+    each unrolled copy loop counted once (static: 84 and 120; one LDG per value before,
+    384), and one STG per element of Y a thread stores (rows x 4096 over the threads, 256; a
+    few more, the stores of the output loops' peeled remainders counted once): the plan's
+    figures, not the SASS's. Counted once, as the main-loop rule did, the blocks' loop holds
+    under a quarter of what the block runs."""
     _need_disassembler()
     p, kp, run = _block(name, {"r": 4096, "c": 4096})
     rows, threads = dict(kp.choice.group)["r"], kp.schedule.threads
-    assert run["opcodes"]["LDG"] == pytest.approx((rows + vectors) * 4096 / threads, rel=0.02)
+    assert kp.schedule.vector(kp.kernel.loads[0]) == 8
+    vectors16 = (rows + vectors) * 4096 / 8 / threads
+    assert vectors16 <= run["opcodes"]["LDG"] <= 2.5 * vectors16
     assert run["opcodes"]["STG"] == pytest.approx(rows * 4096 / threads, rel=0.05)
-    assert run["run"] > 10 * run["static"]
+    assert run["run"] > 4 * run["static"]
 
 
 def test_a_chunk_loop_runs_once_per_chunk_of_each_pass():
     """softmax at r = c = 4096 streams the row in chunks of 256 over two passes (the
     statistics, then the output): the block's two chunk loops each run 16 times, so it meets
-    two barriers per chunk and pass (64), and each pass loads every element of its row once
-    (2 x 4096 / 32 = 256 LDG a thread; the estimate counts the peeled remainder copies of
-    the unrolled copy loop in every chunk as well, static, every path once: 352)."""
+    two barriers per chunk and pass (64), and each pass loads every 16-byte vector of its
+    row once (2 x 4096 / 8 / 32 = 32 LDG a thread); the copy's other branch (one value a
+    copy, where the row's size is not a multiple of 8) is unrolled whole outside every loop
+    and counted, static, in every chunk as well: at most 5x (128)."""
     _need_disassembler()
     p, kp, run = _block("softmax", {"r": 4096, "c": 4096})
     assert kp.schedule.stream == ("c", 256)
     assert run["opcodes"]["BAR"] == 2 * 2 * 16
-    assert 256 <= run["opcodes"]["LDG"] <= 1.4 * 256
+    assert 32 <= run["opcodes"]["LDG"] <= 5 * 32
 
 
-@pytest.mark.xfail(strict=True, reason="issue.py's CUDA-core counts are 4-10x below the "
-                   "weighted SASS (docs/cost-model.md): a copy into shared memory issues "
-                   "20-90 instructions per element, the model charges 3")
 @pytest.mark.parametrize("name, shape", [("rmsnorm", {"r": 4096, "c": 4096}),
                                          ("softmax", {})])
 def test_the_issue_slots_follow_the_sass_of_a_cuda_core_kernel(name, shape):
@@ -151,18 +153,18 @@ def test_the_issue_slots_follow_the_sass_of_a_cuda_core_kernel(name, shape):
     assert row["static_issue_seconds"] == pytest.approx(model, rel=0.3)
 
 
-def test_two_versions_of_one_copy_loop_count_once():
-    """cross_entropy at t = v = 4096 (4 rows a block, chunks of 256 along v): nvcc compiles
-    the chunk's copy loop twice, specialised on the sizes; a chunk runs one, so the block
-    loads each element of its rows once (4 x 4096 / 32 = 512 LDG a thread, and the peeled
-    remainders of the unrolled copy, counted in every chunk: within 15%), not twice."""
+def test_the_branch_of_a_size_test_the_sizes_do_not_take_counts_nothing():
+    """cross_entropy at t = v = 4096 (4 rows a block, chunks of 256 along v): each row of a
+    chunk is copied 16 bytes a copy where v is a multiple of 8 (one round of 32 copies for
+    32 threads, no loop), one value a copy where it is not (a loop of 8 trips): the sizes
+    take the first, so the second's loop counts 0 trips, and the lanes' loop over the chunk
+    32 (4 rows x 256 over 32 threads)."""
     _need_disassembler()
     p, kp, run = _block("cross_entropy", {"t": 4096, "v": 4096})
-    rows, threads = dict(kp.choice.group)["t"], kp.schedule.threads
     assert kp.schedule.stream == ("v", 256)
-    assert len(run["loops"]) == 2                     # the copy and the lanes over a chunk
-    assert 512 == rows * 4096 / threads
-    assert 512 <= run["opcodes"]["LDG"] <= 1.15 * 512
+    trips = [lp["trip"] for lp in run["loops"]]
+    assert trips[0] == dict(kp.choice.group)["t"]          # the rows' loop
+    assert 0 in trips and trips[-1] == 32
 
 
 @pytest.mark.parametrize("op", ["erf", pytest.param("log1p", marks=pytest.mark.thorough),

@@ -245,7 +245,9 @@ MUTANTS = [
     Mutant("dropped chunk-skip guard (start of chunk)", patch=_skip_guard,
            caught_by="causal attention, chunks skipped"),
     Mutant("wrong clamp (to the size, not size - 1)",
-           edit=_sub(r"\? \(base_(\d+) \+ (\d+)\) : \((int|long long)\)\((\w+) - 1\)\)",
+           # (a runtime size in a 32-bit index: `(int)(((int)(n0)) - 1)`)
+           edit=_sub(r"\? \(base_(\d+) \+ (\d+)\) : \((int|long long)\)"
+                     r"\((\w+|\(\(int\)\(\w+\)\)) - 1\)\)",
                      r"? (base_\1 + \2) : (\3)(\4))"),
            caught_by="attention f32"),
 ]

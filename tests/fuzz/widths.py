@@ -258,16 +258,16 @@ def _walk(body, env: dict, problems: list) -> None:
 # An integer computed from data (language 1.1: a load of an integer array, int(...), mod, a
 # gathered position): any 64-bit value, except a position clamped to its axis.
 _DATA = re.compile(r"\bnapkin_\w+\(|\b(?:p|sm)\d+\[")
-_CLAMP = re.compile(r"napkin_clamp_index\((.*), (\w+)\)")
+_CLAMP = re.compile(r"napkin_clamp_index\((.*), (?:\(\(int\)\((\w+)\)\)|(\w+))\)")
 
 
 def _data(text: str, env: dict, name: str, problems: list) -> Val:
     for sub in _subscripts(text):
         _eval(sub, env, f"{name} = subscript", problems)
     m = _CLAMP.fullmatch(text.strip())
-    if m:
-        n = env.get(m.group(2)) or (Val(int(m.group(2)), int(m.group(2)), True)
-                                     if m.group(2).isdigit() else None)
+    if m:               # (a CUDA-core kernel's size read as int: `((int)(nK))`)
+        size = m.group(2) or m.group(3)
+        n = env.get(size) or (Val(int(size), int(size), True) if size.isdigit() else None)
         if n is not None:
             return Val(0, max(0, n.hi - 1), True)
     return Val(-(2**63), 2**63 - 1, True)

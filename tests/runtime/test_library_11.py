@@ -219,6 +219,21 @@ def _varlen(cond: str):
                        "P[h q x] = softmax[x](S)\nO[h q d] = P * V\nout O: f16")
 
 
+def _one_kernel(d, shape, engine):
+    """The plan with every statement in one kernel: on the CUDA cores at 2 x 203 x 203 the
+    model prices S through global memory lower (7.7 us against 8.2 us fused, model figures:
+    the fused kernel reads K and V once per query, issue_simt READ_NARROW, in 51 blocks),
+    and the mask's chunk skipping is what is under test here."""
+    from napkin.compiler.fuse import regroup, unfused_kernels
+    from napkin.compiler.kernel_plan import KernelPlanner
+    from napkin.compiler.plan import Fused, prepare, tile
+    pr = prepare(d, "h100", shape)
+    every = frozenset().union(*(k.equations for k in unfused_kernels(pr.graph)))
+    kernels = tuple(regroup(pr.graph, [(every, frozenset())]))
+    return tile(Fused(pr, kernels, KernelPlanner(pr.graph, pr.target, pr.sizes, pr.hints,
+                                                 engine)))
+
+
 @pytest.mark.parametrize("engine", ["tensor-cores", "cuda-cores"])
 @pytest.mark.parametrize("mask", list(VARLEN_MASKS))
 def test_document_masks_skip_only_what_their_positions_hide(mask, engine, rng):
@@ -234,7 +249,8 @@ def test_document_masks_skip_only_what_their_positions_hide(mask, engine, rng):
     d = _varlen(VARLEN_MASKS[mask])
     n = sum(DOC_LENGTHS)
     shape = {"h": 2, "q": n, "x": n}
-    p = plan(d, "h100", shape, engine=engine)
+    p = plan(d, "h100", shape, engine=engine) if engine == "tensor-cores" else \
+        _one_kernel(d, shape, engine)
     assert [k.schedule.engine for k in p.kernels] == \
         ["attention" if engine == "tensor-cores" else "cuda cores"]
     source = render(lower(p))

@@ -386,79 +386,55 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
   const int lane = tid % 32;
   const int tc_0 = (tid / 32) % 1;
   const bool tvalid = tid < 32;
-  const long long nblocks = (((long long)(n0) + 0) / 1);
+  const long long nblocks = (((long long)(((int)(n0))) + 0) / 1);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_0 = (int)((blk) % (((long long)(n0) + 0) / 1)) * 1;
+    const int org_0 = (int)((blk) % (((long long)(((int)(n0))) + 0) / 1)) * 1;
     const int base_0 = org_0 + tc_0 * 1;
     __syncthreads();
-    int* sm0 = reinterpret_cast<int*>(smem + 0);
-    for (int e = tid; e < (1); e += 32) {
-      sm0[e] = ((org_0 + ((e) % (1))) < n0) ? p1[(int)((org_0 + ((e) % (1))))] : napkin_from_float<int>(0.0f);
+    __half* sm0 = reinterpret_cast<__half*>(smem + 0);
+    if (((int)(n1)) % 8 == 0) {
+      const int nlen = (int)(((org_0 + 0) < (int)(((int)(n0)))) ? (int)(((int)(n1))) : 0) / 8;
+      const uint4* const cps = reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + 0))) * (((int)(n1))) + (0)));
+      uint4* const cpd = reinterpret_cast<uint4*>(sm0);
+      for (int e = tid; e < (int)(((int)(n1))) / 8; e += 32) {
+        cpd[e] = (e < nlen) ? cps[e] : make_uint4(0, 0, 0, 0);
+      }
+    } else {
+      const int nlen = (int)(((org_0 + 0) < (int)(((int)(n0)))) ? (int)(((int)(n1))) : 0);
+      const __half* const cps = reinterpret_cast<const __half*>(p0 + (((int)((org_0 + 0))) * (((int)(n1))) + (0)));
+      __half* const cpd = reinterpret_cast<__half*>(sm0);
+      for (int e = tid; e < (int)(((int)(n1))); e += 32) {
+        cpd[e] = (e < nlen) ? cps[e] : napkin_from_float<__half>(0.0f);
+      }
+    }
+    int* sm1 = reinterpret_cast<int*>(smem + (((0) + ((1) * (((int)(n1)))) * 2 + 15) / 16 * 16));
+    if (tid < 1) {
+      const int e = (int)tid;
+      sm1[e] = ((org_0 + ((e) % (1))) < ((int)(n0))) ? p1[(int)((org_0 + ((e) % (1))))] : napkin_from_float<int>(0.0f);
     }
     __syncthreads();
-    float st0[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st0[z] = -NAPKIN_INF;
-    }
-    float st1[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st1[z] = 0.0f;
-    }
-    float st2[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      st2[z] = 0.0f;
-    }
-    for (int c0 = (int)0; c0 < (int)(n1); c0 += 256) {
-      const int clen = (int)((int)(n1) - c0 < 256 ? (int)(n1) - c0 : 256);
-      __syncthreads();
-      __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + ((1)) * 4 + 15) / 16 * 16));
-      for (int e = tid; e < (1) * (256); e += 32) {
-        sm1[e] = (((e) % (256)) < clen && (c0 + ((e) % (256))) < n1 && (org_0 + ((((e) / (256))) % (1))) < n0) ? p0[((int)((org_0 + ((((e) / (256))) % (1))))) * (n1) + ((c0 + ((e) % (256))))] : napkin_from_float<__half>(0.0f);
-      }
-      __syncthreads();
-      for (int xl = lane; xl < clen; xl += 32) {
-        const int xg = c0 + xl;
 #line 7 "napkin-diagram"
-        const float v0 = napkin_max(st0[0], napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]));
-        const float v1 = napkin_shift(v0);
-        st1[0] = st1[0] * expf(st0[0] - v1) + expf(napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) - v1);
-        st0[0] = v0;
-#line 7 "napkin-diagram"
-        const bool v2 = (((long long)(xg)) == napkin_to_int(sm0[(int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))]));
-        const float v3 = (v2 ? napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((xg - c0))]) : 0.0f);
-        st2[0] = st2[0] + v3;
-      }
+    float acc0 = -NAPKIN_INF;
+    for (int j0 = lane; j0 < ((int)(n1)); j0 += 32) {
+      acc0 = napkin_max(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]));
     }
-    for (int off = 16; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v4 = __shfl_xor_sync(0xffffffffu, st0[z], off, 32);
-        const float v5 = __shfl_xor_sync(0xffffffffu, st1[z], off, 32);
-        const float v6 = napkin_max(st0[z], v4);
-        const float v7 = napkin_shift(v6);
-        st1[z] = st1[z] * expf(st0[z] - v7) + v5 * expf(v4 - v7);
-        st0[z] = v6;
-      }
+    acc0 = napkin_lanes_max(acc0, 32);
+    float acc1 = 0.0f;
+    for (int j1 = lane; j1 < ((int)(n1)); j1 += 32) {
+      acc1 = acc1 + expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - napkin_shift(acc0));
     }
-    float res0[1];
-    #pragma unroll
-    for (int z = 0; z < 1; ++z) {
-      res0[z] = (st0[z] == NAPKIN_INF ? NAPKIN_INF : logf(st1[z]) + napkin_shift(st0[z]));
+    acc1 = napkin_lanes_sum(acc1, 32);
+    const float v0 = (acc0 == NAPKIN_INF ? NAPKIN_INF : logf(acc1) + napkin_shift(acc0));
+    float acc2 = 0.0f;
+    for (int j2 = lane; j2 < ((int)(n1)); j2 += 32) {
+      const bool v1 = (((long long)(j2)) == napkin_to_int(sm1[(int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))]));
+      const float v2 = (v1 ? napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j2)]) : 0.0f);
+      acc2 = (acc2 + v2);
     }
-    for (int off = 16; off > 0; off /= 2) {
-      #pragma unroll
-      for (int z = 0; z < 1; ++z) {
-        const float v8 = __shfl_xor_sync(0xffffffffu, st2[z], off, 32);
-        st2[z] = st2[z] + v8;
-      }
-    }
-#line 7 "napkin-diagram"
-    const float v9 = (res0[0] - st2[0]);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && lane == 0) {
-      p2[(int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))] = napkin_from_float<__half>(v9);
+    acc2 = napkin_lanes_sum(acc2, 32);
+    const float v3 = (v0 - acc2);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && lane == 0) {
+      p2[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))] = napkin_from_float<__half>(v3);
     }
   }
 }

@@ -407,11 +407,21 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const long long base_3 = org_3 + tc_3 * 8;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-    for (int e = tid; e < (1) * (1) * (1) * (16) * (64); e += 32) {
-      sm0[e] = (((e) % (64)) < 64 && (org_3 + ((((e) / (64))) % (16))) < n3 && (org_2 + ((((((e) / (64))) / (16))) % (1))) < n2 && (org_1 + ((((((((e) / (64))) / (16))) / (1))) % (1))) < n1 && (org_0 + ((((((((((e) / (64))) / (16))) / (1))) / (1))) % (1))) < n0) ? p0[(((((long long)((org_0 + ((((((((((e) / (64))) / (16))) / (1))) / (1))) % (1))))) * (n1) + ((org_1 + ((((((((e) / (64))) / (16))) / (1))) % (1))))) * (n2) + ((org_2 + ((((((e) / (64))) / (16))) % (1))))) * (n3) + ((org_3 + ((((e) / (64))) % (16))))) * (64) + (((e) % (64)))] : napkin_from_float<__half>(0.0f);
+    {
+      #pragma unroll 1
+      for (long long eo = 0; eo < (16); ++eo) {
+        const long long nlen = (long long)(((org_3 + eo) < (long long)(n3) && (org_0 + 0) < (long long)(n0) && (org_1 + 0) < (long long)(n1) && (org_2 + 0) < (long long)(n2)) ? 64 : 0) / 8;
+        const uint4* const cps = reinterpret_cast<const uint4*>(p0 + ((((((long long)((org_0 + 0))) * (n1) + ((org_1 + 0))) * (n2) + ((org_2 + 0))) * (n3) + (((org_3 + eo) < (long long)(n3 - 1) ? (org_3 + eo) : (long long)(n3 - 1)))) * (64) + (0)));
+        uint4* const cpd = reinterpret_cast<uint4*>(sm0 + eo * 64);
+        if (tid < 8) {
+          const long long e = (long long)tid;
+          cpd[e] = (e < nlen) ? cps[e] : make_uint4(0, 0, 0, 0);
+        }
+      }
     }
     int* sm1 = reinterpret_cast<int*>(smem + (((0) + ((1) * (1) * (1) * (16) * (64)) * 2 + 15) / 16 * 16));
-    for (int e = tid; e < (1); e += 32) {
+    if (tid < 1) {
+      const long long e = (long long)tid;
       sm1[e] = ((org_0 + ((e) % (1))) < n0) ? p4[(long long)((org_0 + ((e) % (1))))] : napkin_from_float<int>(0.0f);
     }
     __syncthreads();

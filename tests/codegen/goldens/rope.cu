@@ -390,106 +390,113 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
   const int tc_1 = ((tid / 1) / 1) % 32;
   const int tc_0 = (((tid / 1) / 1) / 32) % 1;
   const bool tvalid = tid < 32;
-  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 255) / 256) * (((long long)(n2) + 0) / 1);
+  const long long nblocks = (((long long)(((int)(n0))) + 0) / 1) * (((long long)(((int)(n1))) + 255) / 256) * (((long long)(((int)(n2))) + 0) / 1);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_2 = (int)((blk) % (((long long)(n2) + 0) / 1)) * 1;
-    const int org_1 = (int)(((blk) / (((long long)(n2) + 0) / 1)) % (((long long)(n1) + 255) / 256)) * 256;
-    const int org_0 = (int)((((blk) / (((long long)(n2) + 0) / 1)) / (((long long)(n1) + 255) / 256)) % (((long long)(n0) + 0) / 1)) * 1;
+    const int org_2 = (int)((blk) % (((long long)(((int)(n2))) + 0) / 1)) * 1;
+    const int org_1 = (int)(((blk) / (((long long)(((int)(n2))) + 0) / 1)) % (((long long)(((int)(n1))) + 255) / 256)) * 256;
+    const int org_0 = (int)((((blk) / (((long long)(((int)(n2))) + 0) / 1)) / (((long long)(((int)(n1))) + 255) / 256)) % (((long long)(((int)(n0))) + 0) / 1)) * 1;
     const int base_0 = org_0 + tc_0 * 1;
     const int base_1 = org_1 + tc_1 * 8;
     const int base_2 = org_2 + tc_2 * 1;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-    for (int e = tid; e < (1) * (256) * (1); e += 32) {
-      sm0[e] = ((org_2 + ((e) % (1))) < n2 && (org_1 + ((((e) / (1))) % (256))) < n1 && (org_0 + ((((((e) / (1))) / (256))) % (1))) < n0) ? p0[(((int)((org_0 + ((((((e) / (1))) / (256))) % (1))))) * (n1) + ((org_1 + ((((e) / (1))) % (256))))) * (n2) + ((org_2 + ((e) % (1))))] : napkin_from_float<__half>(0.0f);
+    {
+      const int nlen = (int)(((org_0 + 0) < (int)(((int)(n0))) && (org_2 + 0) < (int)(((int)(n2)))) ? ((int)(((int)(n1))) - org_1 < 256 ? (int)(((int)(n1))) - org_1 : 256) : 0);
+      const __half* const cps = reinterpret_cast<const __half*>(p0 + ((((int)((org_0 + 0))) * (((int)(n1))) + ((org_1 + 0))) * (((int)(n2))) + ((org_2 + 0))));
+      __half* const cpd = reinterpret_cast<__half*>(sm0);
+      for (int e = tid; e < 256; e += 32) {
+        cpd[e] = (e < nlen) ? cps[e * ((int)(((int)(n2))))] : napkin_from_float<__half>(0.0f);
+      }
     }
     __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + ((1) * (256) * (1)) * 2 + 15) / 16 * 16));
-    for (int e = tid; e < (1) * (1); e += 32) {
-      sm1[e] = ((org_2 + ((e) % (1))) < n2 && (org_0 + ((((e) / (1))) % (1))) < n0) ? p1[((int)((org_0 + ((((e) / (1))) % (1))))) * (n2) + ((org_2 + ((e) % (1))))] : napkin_from_float<__half>(0.0f);
+    if (tid < 1) {
+      const int e = (int)tid;
+      sm1[e] = ((org_2 + ((e) % (1))) < ((int)(n2)) && (org_0 + ((((e) / (1))) % (1))) < ((int)(n0))) ? p1[((int)((org_0 + ((((e) / (1))) % (1))))) * (((int)(n2))) + ((org_2 + ((e) % (1))))] : napkin_from_float<__half>(0.0f);
     }
     __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + ((1) * (256) * (1)) * 2 + 15) / 16 * 16)) + ((1) * (1)) * 2 + 15) / 16 * 16));
-    for (int e = tid; e < (1) * (1); e += 32) {
-      sm2[e] = ((org_2 + ((e) % (1))) < n2 && (org_0 + ((((e) / (1))) % (1))) < n0) ? p2[((int)((org_0 + ((((e) / (1))) % (1))))) * (n2) + ((org_2 + ((e) % (1))))] : napkin_from_float<__half>(0.0f);
+    if (tid < 1) {
+      const int e = (int)tid;
+      sm2[e] = ((org_2 + ((e) % (1))) < ((int)(n2)) && (org_0 + ((((e) / (1))) % (1))) < ((int)(n0))) ? p2[((int)((org_0 + ((((e) / (1))) % (1))))) * (((int)(n2))) + ((org_2 + ((e) % (1))))] : napkin_from_float<__half>(0.0f);
     }
     __syncthreads();
 #line 9 "napkin-diagram"
-    const float v0 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
-    const long long v1 = napkin_floordiv(((long long)(n2)), ((long long)2));
-    const bool v2 = (((long long)(((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)))) < v1);
+    const float v0 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (256) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long v1 = napkin_floordiv(((long long)(((int)(n2)))), ((long long)2));
+    const bool v2 = (((long long)(((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))) < v1);
     const long long v3 = (-((long long)1));
     const long long v4 = (v2 ? v3 : ((long long)1));
-    const long long v5 = napkin_floordiv(((long long)(n2)), ((long long)2));
-    const long long v6 = (((long long)(((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)))) + v5);
-    const long long v7 = napkin_mod(v6, ((long long)(n2)));
-    const long long ix0 = napkin_clamp_index(v7, n2);
-    const float v8 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)))) * (n2) + (ix0)]));
-    const float v9 = (v8 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
+    const long long v5 = napkin_floordiv(((long long)(((int)(n2)))), ((long long)2));
+    const long long v6 = (((long long)(((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))) + v5);
+    const long long v7 = napkin_mod(v6, ((long long)(((int)(n2)))));
+    const long long ix0 = napkin_clamp_index(v7, ((int)(n2)));
+    const float v8 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix0)]));
+    const float v9 = (v8 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v10 = (v0 + v9);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 0 < 256) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2)) {
-      p3[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 0) < (int)(n1 - 1) ? (base_1 + 0) : (int)(n1 - 1)))) * (n2) + (((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v10);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 256) && ((base_1 + 0) < ((int)(n1))) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v10);
     }
 #line 9 "napkin-diagram"
-    const float v11 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
-    const long long ix1 = napkin_clamp_index(v7, n2);
-    const float v12 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))) * (n2) + (ix1)]));
-    const float v13 = (v12 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
+    const float v11 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (256) + ((((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix1 = napkin_clamp_index(v7, ((int)(n2)));
+    const float v12 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix1)]));
+    const float v13 = (v12 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v14 = (v11 + v13);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 1 < 256) && ((base_1 + 1) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2)) {
-      p3[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 1) < (int)(n1 - 1) ? (base_1 + 1) : (int)(n1 - 1)))) * (n2) + (((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v14);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 256) && ((base_1 + 1) < ((int)(n1))) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v14);
     }
 #line 9 "napkin-diagram"
-    const float v15 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
-    const long long ix2 = napkin_clamp_index(v7, n2);
-    const float v16 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))) * (n2) + (ix2)]));
-    const float v17 = (v16 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
+    const float v15 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (256) + ((((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix2 = napkin_clamp_index(v7, ((int)(n2)));
+    const float v16 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix2)]));
+    const float v17 = (v16 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v18 = (v15 + v17);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 2 < 256) && ((base_1 + 2) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2)) {
-      p3[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 2) < (int)(n1 - 1) ? (base_1 + 2) : (int)(n1 - 1)))) * (n2) + (((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v18);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 256) && ((base_1 + 2) < ((int)(n1))) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v18);
     }
 #line 9 "napkin-diagram"
-    const float v19 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
-    const long long ix3 = napkin_clamp_index(v7, n2);
-    const float v20 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))) * (n2) + (ix3)]));
-    const float v21 = (v20 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
+    const float v19 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (256) + ((((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix3 = napkin_clamp_index(v7, ((int)(n2)));
+    const float v20 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix3)]));
+    const float v21 = (v20 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v22 = (v19 + v21);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 3 < 256) && ((base_1 + 3) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2)) {
-      p3[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 3) < (int)(n1 - 1) ? (base_1 + 3) : (int)(n1 - 1)))) * (n2) + (((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v22);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 256) && ((base_1 + 3) < ((int)(n1))) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v22);
     }
 #line 9 "napkin-diagram"
-    const float v23 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
-    const long long ix4 = napkin_clamp_index(v7, n2);
-    const float v24 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))) * (n2) + (ix4)]));
-    const float v25 = (v24 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
+    const float v23 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (256) + ((((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix4 = napkin_clamp_index(v7, ((int)(n2)));
+    const float v24 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix4)]));
+    const float v25 = (v24 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v26 = (v23 + v25);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 4 < 256) && ((base_1 + 4) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2)) {
-      p3[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 4) < (int)(n1 - 1) ? (base_1 + 4) : (int)(n1 - 1)))) * (n2) + (((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v26);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 256) && ((base_1 + 4) < ((int)(n1))) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v26);
     }
 #line 9 "napkin-diagram"
-    const float v27 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
-    const long long ix5 = napkin_clamp_index(v7, n2);
-    const float v28 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))) * (n2) + (ix5)]));
-    const float v29 = (v28 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
+    const float v27 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (256) + ((((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix5 = napkin_clamp_index(v7, ((int)(n2)));
+    const float v28 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix5)]));
+    const float v29 = (v28 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v30 = (v27 + v29);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 5 < 256) && ((base_1 + 5) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2)) {
-      p3[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 5) < (int)(n1 - 1) ? (base_1 + 5) : (int)(n1 - 1)))) * (n2) + (((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v30);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 256) && ((base_1 + 5) < ((int)(n1))) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v30);
     }
 #line 9 "napkin-diagram"
-    const float v31 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
-    const long long ix6 = napkin_clamp_index(v7, n2);
-    const float v32 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))) * (n2) + (ix6)]));
-    const float v33 = (v32 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
+    const float v31 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (256) + ((((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix6 = napkin_clamp_index(v7, ((int)(n2)));
+    const float v32 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix6)]));
+    const float v33 = (v32 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v34 = (v31 + v33);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 6 < 256) && ((base_1 + 6) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2)) {
-      p3[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 6) < (int)(n1 - 1) ? (base_1 + 6) : (int)(n1 - 1)))) * (n2) + (((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v34);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 256) && ((base_1 + 6) < ((int)(n1))) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v34);
     }
 #line 9 "napkin-diagram"
-    const float v35 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (256) + ((((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
-    const long long ix7 = napkin_clamp_index(v7, n2);
-    const float v36 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))) * (n2) + (ix7)]));
-    const float v37 = (v36 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)) - org_2))]));
+    const float v35 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (256) + ((((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)) - org_1))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix7 = napkin_clamp_index(v7, ((int)(n2)));
+    const float v36 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix7)]));
+    const float v37 = (v36 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (1) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v38 = (v35 + v37);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 8 + 7 < 256) && ((base_1 + 7) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2)) {
-      p3[(((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (((base_1 + 7) < (int)(n1 - 1) ? (base_1 + 7) : (int)(n1 - 1)))) * (n2) + (((base_2 + 0) < (int)(n2 - 1) ? (base_2 + 0) : (int)(n2 - 1)))] = napkin_from_float<__half>(v38);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 256) && ((base_1 + 7) < ((int)(n1))) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v38);
     }
   }
 }

@@ -385,33 +385,45 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
   const int lane = tid % 32;
   const int tc_0 = (tid / 32) % 1;
   const bool tvalid = tid < 32;
-  const long long nblocks = (((long long)(n0) + 0) / 1);
+  const long long nblocks = (((long long)(((int)(n0))) + 0) / 1);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_0 = (int)((blk) % (((long long)(n0) + 0) / 1)) * 1;
+    const int org_0 = (int)((blk) % (((long long)(((int)(n0))) + 0) / 1)) * 1;
     const int base_0 = org_0 + tc_0 * 1;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-    for (int e = tid; e < (1) * (n1); e += 32) {
-      sm0[e] = (((e) % (n1)) < n1 && (org_0 + ((((e) / (n1))) % (1))) < n0) ? p0[((int)((org_0 + ((((e) / (n1))) % (1))))) * (n1) + (((e) % (n1)))] : napkin_from_float<__half>(0.0f);
+    if (((int)(n1)) % 8 == 0) {
+      const int nlen = (int)(((org_0 + 0) < (int)(((int)(n0)))) ? (int)(((int)(n1))) : 0) / 8;
+      const uint4* const cps = reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + 0))) * (((int)(n1))) + (0)));
+      uint4* const cpd = reinterpret_cast<uint4*>(sm0);
+      for (int e = tid; e < (int)(((int)(n1))) / 8; e += 32) {
+        cpd[e] = (e < nlen) ? cps[e] : make_uint4(0, 0, 0, 0);
+      }
+    } else {
+      const int nlen = (int)(((org_0 + 0) < (int)(((int)(n0)))) ? (int)(((int)(n1))) : 0);
+      const __half* const cps = reinterpret_cast<const __half*>(p0 + (((int)((org_0 + 0))) * (((int)(n1))) + (0)));
+      __half* const cpd = reinterpret_cast<__half*>(sm0);
+      for (int e = tid; e < (int)(((int)(n1))); e += 32) {
+        cpd[e] = (e < nlen) ? cps[e] : napkin_from_float<__half>(0.0f);
+      }
     }
     __syncthreads();
 #line 6 "napkin-diagram"
     float acc0 = -NAPKIN_INF;
-    for (int j0 = lane; j0 < n1; j0 += 32) {
-      acc0 = napkin_max(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (n1) + (j0)]));
+    for (int j0 = lane; j0 < ((int)(n1)); j0 += 32) {
+      acc0 = napkin_max(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]));
     }
     acc0 = napkin_lanes_max(acc0, 32);
     float acc1 = 0.0f;
-    for (int j1 = lane; j1 < n1; j1 += 32) {
-      acc1 = acc1 + expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (n1) + (j1)]) - napkin_shift(acc0));
+    for (int j1 = lane; j1 < ((int)(n1)); j1 += 32) {
+      acc1 = acc1 + expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - napkin_shift(acc0));
     }
     acc1 = napkin_lanes_sum(acc1, 32);
-    for (int k0 = 0; k0 < (n1 + 31) / 32; ++k0) {
-      const int j2 = (lane + k0 * 32 < n1 ? lane + k0 * 32 : n1 - 1);
+    for (int k0 = 0; k0 < (((int)(n1)) + 31) / 32; ++k0) {
+      const int j2 = (lane + k0 * 32 < ((int)(n1)) ? lane + k0 * 32 : ((int)(n1)) - 1);
       {
-        const float v0 = (acc1 == 0.0f ? 0.0f : expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)) - org_0))) * (n1) + (j2)]) - napkin_shift(acc0)) / acc1);
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (lane + k0 * 32 < n1)) {
-          p1[((int)(((base_0 + 0) < (int)(n0 - 1) ? (base_0 + 0) : (int)(n0 - 1)))) * (n1) + (j2)] = napkin_from_float<__half>(v0);
+        const float v0 = (acc1 == 0.0f ? 0.0f : expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j2)]) - napkin_shift(acc0)) / acc1);
+        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (lane + k0 * 32 < ((int)(n1)))) {
+          p1[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (j2)] = napkin_from_float<__half>(v0);
         }
       }
     }

@@ -1,0 +1,103 @@
+"""How a CUDA-core block copies each staged input into shared memory: how many values one
+copy moves (a 16-, 8- or 4-byte vector, or one value).
+
+The copy walks the tile row by row (codegen/staging.py): its inner axis is the last one
+the tile holds more than one position of, its rows every position of the axes before it.
+A row is copied `width` values at a time when every vector lies wholly inside or wholly
+outside the array and is aligned in global and in shared memory: the inner axis is the
+array's contiguous (last) one, and its size and its extent in the tile (a block tile, a
+chunk or the whole axis) are multiples of the width (the row starts, the chunk and tile
+origins and the valid length of every row are then multiples of it; the launchers align
+every array to 16 bytes, codegen/program.Program.alignment). A tile of several rows each
+shorter than the block's threads is copied one value at a time over its flat index
+(staging._flat) where the model prices that below the row walk, in which every warp issues
+every row's setup for a vector or two (`flat`: a split's merge over partials laid out
+[p_c r], 256 rows of 2 values; attention's chunk of 8 keys by 64 in a block of 256).
+Decided here, once, from the sizes the plan is made for; the lowering and the cost model read it (Schedule.vectors,
+issue_simt). A plan may run at other sizes than it was made for (smaller ones fit its
+index width): where the inner axis's size is a runtime parameter, the kernel tests it once
+per copy and copies one value at a time where it is not a multiple (codegen/staging.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import ir
+from .model import BYTES, storage_dtype
+
+VECTOR_BYTES = (16, 8, 4)
+# What a copy issues (compiler/issue_simt.py charges it; counted in, or fitted to, the SASS
+# of the library's CUDA-core kernels, sm_90, static):
+# A staged input's copy (codegen/staging.py) walks its tile row by row: per row and warp its
+# source, destination and valid length (the row's coordinates divided out once, its tests),
+# and the remainder nvcc peels off the unrolled copy loop (counted once, static): 55 in
+# rmsnorm's and layernorm's row loops at 4096 (87 with the 4x-unrolled copy loop inside,
+# 32); a row copied by a single round (`if (tid < n)`: softmax's and cross_entropy's chunks
+# of 256 f16 values, 32 vectors for 32 threads) issues some 20.
+COPY_ROW = 40
+# ... then per round of the block's threads one copy of `width` values a thread (16, 8 or 4
+# bytes where compiler/copies.py allows, else one value): the compare with the row's valid
+# length, LDG, STS and the loop's step, 8 per round in the 4x-unrolled loop (32 for 4;
+# rmsnorm, layernorm at 4096: 16 rounds of 16-byte copies a row).
+COPY_EACH = 8
+# ... and a tile whose rows are shorter than the threads copies value by value over its flat
+# index (its coordinates by constant divisions), some 20 per value and lane.
+COPY_FLAT = 20
+
+
+def extents(axes, tile: dict, stream, sizes: dict) -> dict:
+    """The positions of each axis a block's copy of an array over `axes` holds at once: a
+    block tile, the chunk of the streamed axis, or the whole axis."""
+    out = {}
+    for a in axes:
+        if a in tile:
+            out[a] = int(tile[a])
+        elif stream is not None and a == stream[0]:
+            out[a] = int(stream[1])
+        else:
+            out[a] = int(sizes[a])
+    return out
+
+
+def inner_axis(axes, held: dict):
+    """The axis a copy walks along its rows: the last with more than one position held (None
+    where every extent is 1: one value)."""
+    found = [a for a in axes if held[a] != 1]
+    return found[-1] if found else None
+
+
+def width(axes, held: dict, sizes: dict, nbytes: int, threads: int) -> int:
+    """Values one copy moves (see the module docstring)."""
+    inner = inner_axis(axes, held)
+    if inner is None or axes[-1] != inner:
+        return 1
+    rows = 1
+    for a in axes[:axes.index(inner)]:
+        rows *= held[a]
+    for vb in VECTOR_BYTES:
+        w = vb // nbytes
+        if w >= 2 and vb % nbytes == 0 and held[inner] % w == 0 and int(sizes[inner]) % w == 0:
+            # (a runtime size is tested again in the kernel: staging.stage)
+            return 1 if flat(rows, held[inner], w, threads) else w
+    return 1
+
+
+def flat(rows, length, width, threads):
+    """Whether a tile of `rows` rows of `length` values is copied value by value over its flat
+    index rather than row by row `width` values a copy: rows shorter than the threads, where
+    that issues no more (COPY_* above per warp; numpy arrays: per candidate)."""
+    rowed = rows * (COPY_ROW + np.ceil(length / (width * threads)) * COPY_EACH)
+    each = np.ceil(rows * length / threads) * COPY_FLAT
+    return (rows > 1) & (length < threads) & ((width == 1) | (each <= rowed))
+
+
+def vectors(g, staged, tile: dict, stream, sizes: dict,
+            threads: int) -> tuple[tuple[int, int], ...]:
+    """(node, values per copy) of every staged input of a CUDA-core kernel."""
+    out = []
+    for n in sorted(staged):
+        axes = ir.type_of(g, n).axes
+        out.append((n, width(axes, extents(axes, tile, stream, sizes), sizes,
+                             BYTES[storage_dtype(g, n)], threads)))
+    return tuple(out)

@@ -1,0 +1,100 @@
+"""A CUDA-core kernel's issue slots beyond its ops: its copies into shared memory, its reads
+of them, its stores, its chunks (issue.py charges the ops, INSTRUCTIONS).
+
+The constants are counted in, or fitted to, the SASS of the library's CUDA-core kernels
+(sm_90, h100 plans at the default sizes and at 4096, `benchmarks/model_check.py --kernels`:
+each loop of a block weighted by its trips, benchmarks/sass_simt.py; static counts, every
+path once, not a measurement).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .choices import NUMBERS, prod
+from . import copies
+from .copies import COPY_EACH, COPY_FLAT, COPY_ROW, VECTOR_BYTES
+
+WARP = 32
+# (a copy's COPY_ROW, COPY_EACH and COPY_FLAT: compiler/copies.py, which decides by them)
+# A value read into a register (the model's register-level H): LDS (LDG where not staged),
+# its conversion to f32 where it is 16-bit (HADD2.F32), and the lane loop's share of its
+# index, clamp and step, per value and lane (fitted with STORE: rmsnorm at 4096 within 5%,
+# its reduction loops 68 per 16 values, its output loops 76 per 4).
+READ = 3
+READ_NARROW = 4
+# An output element stored: its index clamped to the array, the in-range test, the 64-bit
+# address and STG (and F2FP to 16 bits), per element and lane, beside its ops: 11 in
+# rmsnorm's output loop at 4096 (76 for 4 elements: 2 LDS and their conversions, 2 FMUL,
+# F2FP, the rest the index and store), fitted with ITERATION and BLOCK below.
+STORE = 11
+# A load read from global memory where it is used (a view's or a gather's source, not
+# staged: schedule._staged), per point of the kernel, pass and lane, beyond its READ: its
+# index clamped to the array and its 64-bit address (embedding's and rope's gathers:
+# fitted within 45%).
+UNSTAGED = 10
+# Per chunk and warp: the two barriers, the chunk's length, the loop test, the lanes' loop
+# over the chunk set up. The SASS issues more (softmax at 4096: some 150 a chunk, the
+# remainder nvcc peels off each unrolled lane loop counted once a chunk), but a larger
+# charge tips cross_entropy at 4096 to a split whose view indexing in 64 bits the model
+# does not see (10x low): kept at the old figure until that is modelled.
+ITERATION = 12
+# Per block and warp: the tile's origins from the block index (64-bit divisions by the
+# tiles per axis), the thread's points and their clamps, the reductions' shuffles (some
+# 40-100 outside every loop in rmsnorm's, layernorm's and softmax's blocks).
+BLOCK = 60
+
+
+def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks, fraction,
+                      H: list, units) -> tuple:
+    """(lane instructions, warp instructions) a CUDA-core kernel issues beyond its ops:
+    reads of shared memory and stores per lane; copies, chunks and blocks per warp."""
+    warps = NUMBERS.ceil(threads / WARP)
+    per_block = 0
+    for a in model.arrays:
+        if a.role != "load" or a.unstaged:
+            continue
+        copy = _copy(a, choice, sizes, level1, threads)
+        per_block = per_block + (chunks * fraction * copy if a.streamed else copy)
+    narrow = min((a.bytes for a in model.arrays if a.role == "load" and a.bytes),
+                 default=4)        # (draw's table prices one array at a time, the rest 0 bytes)
+    read = (H[1] if len(H) > 1 else 0) / narrow * (READ_NARROW if narrow == 2 else READ)
+    stored = sum(prod(sizes[x] for x in a.axes) for a in model.arrays if a.role == "store")
+    # a load read where it is used, from global memory (a view's or a gather's source): at
+    # every point of the ops reading it (`used_over`: a mask's document ids doc[q] at each
+    # score, not at each score and d), else of the kernel's largest op or its stores
+    points = max([prod(sizes[x] for x in w.axes) for w in model.work] or [stored])
+    direct = sum(prod(sizes[x] for x in a.used_over) if a.used_over else points
+                 for a in model.arrays if a.role == "load" and a.unstaged) * \
+        model.streaming.passes
+    lanes = read + stored * STORE + direct * UNSTAGED
+    warp = units[0] * warps * (per_block + chunks * ITERATION + BLOCK)
+    return lanes, warp
+
+
+def _copy(a, choice, sizes: dict, level1: dict, threads):
+    """Warp instructions per warp of one copy of load `a`'s tile (see COPY_*), per candidate:
+    its inner axis the last it holds more than one position of (copies.inner_axis)."""
+    chunk = dict([choice.stream]) if choice.stream else {}
+    found, rows, length, size, last = False, 1.0, 1.0, 1.0, False
+    for i in reversed(range(len(a.axes))):
+        h = np.asarray(chunk.get(a.axes[i], level1[a.axes[i]]), dtype=float)
+        take = ~np.asarray(found) & (h != 1)
+        rows = np.where(found, rows * h, rows)
+        length = np.where(take, h, length)
+        size = np.where(take, float(sizes[a.axes[i]]) if np.ndim(sizes[a.axes[i]]) == 0
+                        else sizes[a.axes[i]], size)
+        last = np.where(take, i == len(a.axes) - 1, last)
+        found = np.asarray(found) | take
+    width = np.ones_like(length)
+    for vb in reversed(VECTOR_BYTES if a.bytes else ()):    # the widest that divides, as
+        w = vb // a.bytes                                   # copies.width (0 bytes: draw)
+        if w >= 2 and vb % a.bytes == 0:
+            fits = last & (np.mod(length, w) == 0) & (np.mod(size, w) == 0)
+            width = np.where(fits, w, width)
+    rounds = np.ceil(length / (width * threads))
+    rowed = rows * (COPY_ROW + rounds * COPY_EACH)
+    flat = np.ceil(rows * length / threads) * COPY_FLAT
+    short = copies.flat(rows, length, width, threads)     # as copies.width decides
+    out = np.where(found, np.where(short, flat, rowed), COPY_ROW)
+    return float(out) if np.ndim(out) == 0 else out
