@@ -17,7 +17,7 @@ SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
 # a slice for CI (NAPKIN_FUZZ_SCALE multiplies it); benchmarks/fuzz.py runs the same
 # strategy for minutes
 EMULATED = max(1, int(5 * SCALE))
-INTERPRETED = max(1, int(20 * SCALE))
+INTERPRETED = max(1, int(14 * SCALE))
 
 
 def _run(examples: int, emulate: bool) -> None:
