@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import ir
+from . import ir, occupancy
 from .cost import LAUNCH_SECONDS, Cost, LevelCost
 from .model import BYTES, storage_dtype
 
@@ -199,5 +199,7 @@ def cost(g, k, found: ScatterSite, sizes: dict, target) -> Cost | None:
         levels.append(LevelCost(lv.name, lv.capacity_bytes, 4.0 * (2 + len(found.matched)),
                                 positions * 4.0, positions, 0.0))
     flops = {"simt_f32": float(positions * len(found.factors))}
+    # its blocks hold no shared memory; registers unestimated (a few: an index, a value)
+    per_sm, limit = occupancy.blocks_per_sm(target, 0, THREADS, None)
     return Cost(tuple(levels), flops, 0.0, time, bound, 1.0, THREADS, terms,
-                registers=None, blocks_per_sm=1)
+                registers=None, blocks_per_sm=per_sm, limit=limit)

@@ -77,6 +77,7 @@ def test_the_gradient_of_embedding_is_recognised_and_chosen_by_the_model():
     assert 5e-3 < rep["kernels"][0]["dense_seconds"] < 5e-2
     text = render_text(rep)
     assert "scatter-add" in text and "atomicAdd" in text and "13.4 ms" in text
+    assert "8 blocks per SM limited by threads" in text     # 256 threads, no shared memory
     buffers = {b["name"]: b["bytes"] for b in rep["kernels"][0]["buffers"]}     # its bytes
     assert buffers == {"tok": 4 * BIG["t"], "dX": 2 * BIG["t"] * BIG["m"],
                        "dE:scratch": 4 * BIG["v"] * BIG["m"]}
