@@ -36,6 +36,9 @@ def ungather(sw, n: int, gr: Expr) -> Expr:
     op, args = ir.op(sw.g, n), ir.operands(sw.g, n)
     mine = sw.axes(args[0])
     kept = {label for label, a in zip(op.labels, mine) if label == a}
+    turned = unrotate(sw, n, gr, kept)
+    if turned is not None:
+        return turned
     summed = [r for r in sw.axes(n) if r not in kept]
     ren = {r: sw.fresh_axis(r) for r in summed if r in mine}
     conds, index = [], iter(args[1:])
@@ -51,6 +54,57 @@ def ungather(sw, n: int, gr: Expr) -> Expr:
     if summed:
         text = f"sum[{' '.join(ren.get(r, r) for r in summed)}]({text})"
     return Expr(text, frozenset(mine))
+
+
+def unrotate(sw, n: int, gr: Expr, kept: set) -> Expr | None:
+    """Cotangent of a read along one axis `a` at a rotation of another, `Y[.. r ..] =
+    A[.. mod(r + c, size(a)) ..]` (rope's rotate-half; `r - c` too), with `r` as large as `a`
+    and `c` an integer over the kept axes only: a permutation of `a` for each kept position,
+    whose adjoint is the inverse permutation, `dA[.. a ..] = dY[.. mod(a - c, size(a)) ..]`,
+    a read rather than the masked sum over `r` (size(a) times the work). None where the read
+    is not one."""
+    op, args = ir.op(sw.g, n), ir.operands(sw.g, n)
+    mine = sw.axes(args[0])
+    computed = [k for k, label in enumerate(op.labels) if label is None]
+    if len(computed) != 1 or len(args) != 2 or \
+            any(label != a for label, a in zip(op.labels, mine) if label is not None):
+        return None
+    a = mine[computed[0]]
+    rest = [r for r in sw.axes(n) if r not in kept]
+    shift = _rotation(sw, args[1], a, rest[0]) if len(rest) == 1 else None
+    if shift is None:
+        return None
+    (summed,) = rest
+    sign, c = shift
+    back = f"mod({a} {'-' if sign > 0 else '+'} {c}, size({a}))"
+    gr = _in_full(sw, n, gr)
+    return Expr(f"{gr.text}[{' '.join(back if u == summed else u for u in gr.layout)}]",
+                frozenset(mine))
+
+
+def _rotation(sw, idx: int, a: str, r: str):
+    """(+1 or -1, the text of c) when index `idx` is `mod(r + c, size(a))`, `mod(c + r, ..)`
+    or `mod(r - c, ..)` with `r` of `a`'s size and `c` free of `r` and `a`; else None."""
+    axes = sw.g.graph["axes"]
+    if axes[r].rep != axes[a].rep:
+        return None
+    op = ir.op(sw.g, idx)
+    if not (isinstance(op, ir.Map) and op.fn == "mod"):
+        return None
+    u, m = ir.operands(sw.g, idx)
+    size = ir.op(sw.g, m)
+    if not (isinstance(size, ir.SizeOf) and axes[size.axis].rep == axes[a].rep):
+        return None
+    plus = ir.op(sw.g, u)
+    if not (isinstance(plus, ir.Map) and plus.fn in ("add", "sub")):
+        return None
+    left, right = ir.operands(sw.g, u)
+    if isinstance(ir.op(sw.g, right), ir.Index) and plus.fn == "add":
+        left, right = right, left
+    if not (isinstance(ir.op(sw.g, left), ir.Index) and ir.op(sw.g, left).axis == r) or \
+            {r, a} & set(sw.axes(right)):
+        return None
+    return (1 if plus.fn == "add" else -1), f"({strip(sw.value(right))})"
 
 
 def _in_full(sw, n: int, gr: Expr) -> Expr:

@@ -289,6 +289,11 @@ SCANS_AND_GATHERS = {
               {"b": 2, "x": 5, "n": 7, "p": 3, "d": 2}),
     "twice": ("axis t, v, m\nin E[v m]: f32\nin tok[t]: i32\nY[v m] = tanh(E)\n"
               "Z[t m] = Y[tok[t] m] * Y[tok[t] (size(m) - 1 - m)]\nout Z: f32", {"t": 7, "v": 4, "m": 3}),
+    "rotation": ("axis a, b\nin X[a b]: f32\nZ[a b] = X[a mod(b + 2, size(b))] * X\nout Z: f32", {}),
+    "rotation_by_row": ("axis a, b\nin X[a b]: f32\nZ[a b] = X[a mod(b - a, size(b))] ** 2\nout Z: f32", {}),
+    "rotation_half": ("axis a, b\nin X[a b]: f32\nZ[b a] = X[a mod(size(b) // 2 + b, size(b))]\nout Z: f32", {}),
+    "rotation_broadcast": ("axis a, b\naxis c = 2\nin X[a b]: f32\nZ[a b c] = X[a mod(b + 1, size(b))]\nout Z: f32", {"c": 2}),
+    "rotation_longer": ("axis a, b\naxis c = 7\nin X[a b]: f32\nZ[a c] = X[a mod(c + 1, size(b))]\nout Z: f32", {"c": 7}),
     "cumsum": ("axis a, b\nin X[a b]: f32\nZ[a b] = cumsum[b](X) * X\nout Z: f32", {}),
     "cumsum_first": ("axis a, b\nin X[a b]: f32\nZ[b a] = cumsum[a](exp(X))\nout Z: f32", {}),
     "cumsum_summed": ("axis a, b\nin X[a b]: f32\nZ[b] = sum[a](cumsum[a](X))\nout Z: f32", {}),
@@ -312,6 +317,25 @@ def test_gradients_through_gathers_and_scans_match_finite_differences(name):
         inputs["tok"][:3] = 1          # a row read three times: its gradient sums them
     cot = {f"d{s.name}": rng.standard_normal([sizes[a] for a in s.axes]) for s in d.outputs}
     _check_against_finite_differences(d, grad, inputs, cot, rng)
+
+
+@pytest.mark.parametrize("name,read", [
+    ("rotation", "mod(b - (2), size(b))"), ("rotation_by_row", "mod(b + (a), size(b))"),
+    ("rotation_half", "mod(b - (size(b) // 2), size(b))"),
+    ("rotation_broadcast", "mod(b - (1), size(b))"), ("rotation_longer", None)])
+def test_the_gradient_of_a_rotation_is_the_inverse_rotation(name, read):
+    """A read at `mod(r + c, size(a))` with `r` as large as `a` and `c` over kept axes is a
+    permutation: its cotangent is read at the inverse one, no masked sum over `r` (rope's
+    rotate-half: size(e) times less work); a broadcast result's cotangent is summed first.
+    Along a longer axis it is no permutation and stays the masked sum (values: the
+    finite-difference test above)."""
+    text, _ = SCANS_AND_GATHERS[name]
+    body = napkin.grad(napkin.load(text)).source.text
+    dX = next(line for line in body.splitlines() if line.startswith("dX["))
+    if read is None:
+        assert "sum[" in dX and "where(" in dX, dX
+    else:
+        assert read in dX and "sum[" not in dX and "where(" not in dX, dX
 
 
 def _rope_gradient_numpy(X, C, S, dR):
