@@ -10,7 +10,8 @@ split, at most `MAX_PARTS` splits): the counts of `COARSE`, the one that would
 fill the GPU's block slots, then the best one's two neighbours. Each is fused
 and priced by the same quick estimates fusion uses (the partial states'
 traffic and the merge kernel included), and the fastest plan wins, unsplit
-included. A hint (`split x by 8`,
+included; a split so chosen is kept only when the final plans (the full search, the merge
+where it runs fastest) agree that it is faster than the unsplit kernels. A hint (`split x by 8`,
 `--split x=8`, `split={"x": 8}`) fixes the split instead; `split x by 1` keeps the plan unsplit.
 """
 
@@ -156,8 +157,26 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
             best, best_time, best_key = fused, t, (axis, here)
     if best_key is None:
         return base, None
-    return best, _choice(best, best_key[0], best_key[1], False,
-                         unsplit if unsplit != float("inf") else None)
+    choice = _choice(best, best_key[0], best_key[1], False,
+                     unsplit if unsplit != float("inf") else None)
+    if final(base, None) <= final(best, choice):
+        return base, None
+    return best, choice
+
+
+def final(fused, choice) -> float:
+    """The fused kernels' time by their final plans (the full search fusion's quick estimates
+    abbreviate: a reduction split over 8 lanes of a warp is one the quick search does not try,
+    and it can beat a split across blocks), a split's merge where it runs fastest (last_block,
+    as `--merge auto`); inf when a kernel has no plan. The final plans are memoised: the
+    stage `tile` reads them again."""
+    from .last_block import decide
+    plans = [fused.planner.plan(k, strict=False) for k in fused.kernels]
+    if any(p is None for p in plans):
+        return float("inf")
+    problem = fused.problem
+    plans, _ = decide(problem.graph, tuple(plans), choice, problem.sizes, problem.target, "auto")
+    return sum(p.cost.time for p in plans)
 
 
 @dataclass(frozen=True)
