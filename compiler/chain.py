@@ -31,13 +31,20 @@ from dataclasses import dataclass
 
 from .graph import ancestors
 
-from . import flash, ir, warps
+from . import flash, ir, occupancy, warps
 from .cost import Choice, Cost
 from .kernels import is_free
 from .model import Model, storage_dtype
 from .target import Target
 
-MAX_REGISTERS = flash.MAX_REGISTERS      # fragment registers per lane: scores and outputs
+# fragment registers per lane (scores, outputs, a packed A fragment): the most ptxas held without
+# spilling in the attention gradients' chains (sm_90: 164 at 7 ops per score, 244-248 registers;
+# 196 spilled or sat at 255 in every kernel tried); below it the estimate within 255
+# (occupancy.py) decides: d = 128's dK and dV in one kernel (148: ptxas 239-242) fit
+MAX_REGISTERS = 164
+# ... and with a mask's ops in the chunk (more than occupancy.CHAIN_OPS: causal's gradient):
+# ptxas held 132 (241-252 registers) and spilled at 148 (224 bytes) and 164 (48-264)
+MASKED_MAX_REGISTERS = 132
 PACKED = 4                               # registers of one packed A fragment of T_i
 
 
@@ -67,6 +74,8 @@ class ChainSite:
     dtype: str
     scores: tuple[Score, ...]
     outs: tuple[Product, ...]
+    ops: int = 0            # elementwise ops per value of the chunk beyond the first
+                            # (occupancy.score_ops: a mask's)
 
 
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
@@ -152,7 +161,8 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     why = _elementwise(g, kernel, loads, chunk_axes, set(batch) | {row}, products)
     if why:
         return why
-    return ChainSite(row, red, batch, dtype, tuple(scored), tuple(products))
+    return ChainSite(row, red, batch, dtype, tuple(scored), tuple(products),
+                     occupancy.ops_along(model, red))
 
 
 def _score(g, n: int, red: str, loads: set):
@@ -213,8 +223,9 @@ def search(model: Model, cols, target: Target, sizes: dict, s: ChainSite,
 def candidate_set(sizes: dict, s: ChainSite, fixed: dict):
     """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
     or None: FlashAttention-2's rows and chunks, within the chain's register budget."""
+    cap = MAX_REGISTERS if s.ops <= occupancy.CHAIN_OPS else MASKED_MAX_REGISTERS
     return flash.row_tilings(sizes, s.row, s.red, s.batch, fixed,
-                             lambda fm, chunk, _: registers(fm, chunk, s) <= MAX_REGISTERS)
+                             lambda fm, chunk, _: registers(fm, chunk, s) <= cap)
 
 
 __all__ = ["ChainSite", "Score", "Product", "examine", "search", "candidate_set", "registers"]

@@ -9,6 +9,10 @@ data are in `benchmarks/model_check.py --registers`):
 - a tensor-core product: `values` = a warp tile's fragment registers per lane
   (accumulators `tm tn / 32`, A `tm / 4`, B `tn / 4`); ptxas: 124 at 48, 150-168 at 88.
   An epilogue op that needs registers of its own adds them (EPILOGUE_REGISTERS: erf).
+- a chain of products: `values` = chain.registers (score tiles, accumulators, one packed
+  A fragment); ptxas compresses near 255, so the estimate is the lower of the FlashAttention
+  line and CHAIN_HIGH, plus the chunk's mask ops and width (below);
+  ptxas: 100-126 at 44-52 (16-key chunks), 153-242 at 68, 189-225 at 100, 239-242 at 148.
 - FlashAttention-2: `values` = flash.registers (S, O, Q fragments per lane; Q's a slice
   or two when re-read from shared memory every chunk);
   ptxas: 170 at 80, 186 at 104, 210-244 at 112, 238-255 at 128.
@@ -31,6 +35,18 @@ REREAD_SLICES = 2       # Q's 16-wide slices live when re-read each chunk (flash
 # engine -> (base, slope) of the register estimate (the module docstring)
 REGISTERS = {"cuda cores": (45.0, 1.5), "product": (80.0, 0.9), "attention": (40.0, 1.65),
              "chain": (40.0, 1.65)}
+# A chain's estimate (chain.py): min(40 + 1.65 v, 120 + 0.70 v) + 4 per elementwise op of the
+# chunk beyond 7 (a mask's comparisons, selects and positions: causal's gradient has 10-11,
+# the plain one 6-7) + 0.75 per key of a chunk beyond 16 (its staging addresses). Fitted to
+# ptxas (NVRTC, sm_90) on 72 unspilled chain kernels of the attention gradients (plain,
+# saved, causal, GQA; d 64 and 128; chunks 16-64; 4 and 8 warps; `benchmarks/chain_registers.py`
+# reruns it): rms 23 registers (ptxas varies by 60 at one fragment count), bias -5;
+# the line alone: rms 34. d = 128's dK and dV in one kernel (148 values, 16-key chunks) is
+# 224 by the estimate, 239-242 by ptxas; causal, 240 against 255 and 224 bytes of spills.
+CHAIN_HIGH = (120.0, 0.70)
+CHAIN_OPS = 7
+CHAIN_OP_REGISTERS = 4.0
+CHAIN_CHUNK_REGISTERS = 0.75
 ALLOCATION = 8          # registers per thread are allocated in units of 8 (256 per warp)
 MAX_BLOCKS = 32         # resident blocks per SM (CC 8.0 and 9.0)
 THREAD_SLOTS = 2048     # resident threads per SM
@@ -110,7 +126,11 @@ SCORE_OP_REGISTERS = 0.2
 def score_ops(model, choice) -> int:
     """Elementwise ops per score beyond the first, on the streamed axis (attention); the
     row logsumexp is the softmax's own state (masking.row_logsumexps), no op per score."""
-    stream = choice.stream[0] if choice.stream else None
+    return ops_along(model, choice.stream[0] if choice.stream else None)
+
+
+def ops_along(model, stream: str | None) -> int:
+    """score_ops with the streamed axis `stream`."""
     ops = [w for w in model.work if stream in w.axes and w.engine != "contraction"
            and w.op not in ("softmax",) and w.node not in model.lse]
     return max(0, len(ops) - 1)
@@ -129,8 +149,6 @@ def _extra(model, choice, engine: str, level_M=0.0):
     if engine == "product":
         return sum(EPILOGUE_REGISTERS.get(w.op, 0.0) for w in model.work
                    if w.engine != "contraction")
-    if engine == "chain":
-        return 0.0
     (row,) = [a for a, _ in choice.warps]
     scores = dict(choice.thread)[row] * choice.stream[1] / WARP
     return SCORE_OP_REGISTERS * score_ops(model, choice) * scores
@@ -140,8 +158,18 @@ def registers(model, choice, sizes: dict, level_M):
     """Estimated registers per thread (per candidate): `level_M` is the register level's M
     (bytes per thread; per warp with tensor cores)."""
     engine = engine_of(model, choice)
-    base, slope = REGISTERS[engine]
     values = level_M / 4 if engine == "cuda cores" else fragment_values(model, choice, sizes)
+    return _estimate(model, choice, engine, values, level_M)
+
+
+def _estimate(model, choice, engine: str, values, level_M=0.0):
+    """Registers per thread from the engine's values (the module docstring)."""
+    base, slope = REGISTERS[engine]
+    if engine == "chain":
+        high, steep = CHAIN_HIGH
+        return (np.minimum(base + slope * values, high + steep * values)
+                + CHAIN_OP_REGISTERS * max(score_ops(model, choice) - CHAIN_OPS, 0)
+                + CHAIN_CHUNK_REGISTERS * (np.asarray(choice.stream[1], dtype=float) - 16))
     return base + slope * values + _extra(model, choice, engine, level_M)
 
 
@@ -160,7 +188,7 @@ def register_capacity(target: Target, model, choice, sizes: dict, level_M, threa
     if engine == "cuda cores":
         paired = PAIRED_SLOPE if model.streaming.pairs else 0.0
         return np.maximum(limit - base, 0) / (slope + paired) * 4
-    est = base + slope * fragment_values(model, choice, sizes) + _extra(model, choice, engine)
+    est = _estimate(model, choice, engine, fragment_values(model, choice, sizes))
     return level_M * limit / est
 
 

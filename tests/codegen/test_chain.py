@@ -86,9 +86,9 @@ def test_the_key_half_stages_the_query_statistics_per_chunk():
     copies = re.findall(r"napkin_cp_async_4\([^;]*?, (p\d+) \+ \([^;]*?\? 4 : 0\)", source)
     # lse and D: the first chunks (one fewer than the stages), then two prefetches (the
     # loop's and the peeled last chunk's)
-    stages = kp.schedule.stages
+    stages, chunk = kp.schedule.stages, kp.choice.stream[1]
     assert len(copies) == 2 * (stages + 1), copies
-    assert source.count("if (tid < 32) {") == 2 * (stages + 1)
+    assert source.count(f"if (tid < {chunk}) {{") == 2 * (stages + 1)    # a thread a query
     # every other read of their parameters is none: only the declaration and the copies
     for param in set(copies):
         assert len(re.findall(rf"\b{param}\b", source)) == 1 + copies.count(param)
