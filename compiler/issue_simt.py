@@ -107,7 +107,11 @@ def lane_loops(model, choice, chunks):
     if choice.stream:
         return chunks
     rows = prod(n for a, n in choice.thread if a not in reduced)
-    loops = sum(LOOPS.get(w.op, 1) for w in model.work
+    # a variance is canonicalised from mean((X - mean(X))^2): where that mean is an op of the
+    # kernel too (layernorm's mu), the variance's mean is its loop (codegen/scalar.py)
+    means = {w.axes for w in model.work if w.op == "mean"}
+    loops = sum(1 if w.op == "var" and w.axes in means else LOOPS.get(w.op, 1)
+                for w in model.work
                 if reduced & set(w.axes) and (w.op in LOOPS or w.op in ir.REDUCTIONS or
                                               w.op == "contract"))
     loops += sum(1 for a in model.arrays if a.role == "store" and reduced & set(a.axes))
