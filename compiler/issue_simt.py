@@ -34,11 +34,9 @@ STORE = 11
 # index clamped to the array and its 64-bit address (embedding's and rope's gathers:
 # fitted within 45%).
 UNSTAGED = 10
-# Per chunk and warp: the two barriers, the chunk's length, the loop test, the lanes' loop
-# over the chunk set up. The SASS issues more (softmax at 4096: some 150 a chunk, the
-# remainder nvcc peels off each unrolled lane loop counted once a chunk), but a larger
-# charge tips cross_entropy at 4096 to a split whose view indexing in 64 bits the model
-# does not see (10x low): kept at the old figure until that is modelled.
+# Per chunk and warp: the two barriers, the chunk's length, the loop test. The chunk's lane
+# loop (its set-up and the remainder nvcc peels off it, some 145 a chunk in softmax's at
+# 4096) is LANE_LOOP's.
 ITERATION = 12
 # In a kernel that indexes in 64 bits (Schedule.index, compiler/index_width.py), each value a
 # lane reads or stores more: its clamps as ISETP pairs (.U32, .EX) and 64-bit SEL, its
