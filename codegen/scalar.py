@@ -212,6 +212,22 @@ class Emitter:
         b = self.b
         if op.fn in ir.INDEX_REDUCTIONS:
             return self._arg_reduce(op, args, scope)
+        # a reduction of one argument over the same axes at the same row is one loop, whether
+        # it is a node of the diagram or a variance's own mean (layernorm's mu and var's mean
+        # of X: a second loop over the row before)
+        row = tuple((a, scope[a].expr) for a in ir.type_of(self.g, args[0]).axes
+                    if a not in op.axes and a in scope)
+        key = ("reduce", op.fn, args[0], tuple(op.axes), row)
+        hit = b.cached(key) if op.fn in ("sum", "max", "min", "mean") else None
+        if hit is not None:
+            return hit
+        out = self._reduce_loop(op, args, scope)
+        if op.fn in ("sum", "max", "min", "mean"):
+            b.remember(key, out)
+        return out
+
+    def _reduce_loop(self, op, args, scope) -> str:
+        b = self.b
         if op.fn in ("sum", "max", "min"):
             acc = b.fresh("acc")
             b.emit(P.Decl("float", acc, cexpr.REDUCE_INIT[op.fn]))

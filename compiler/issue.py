@@ -205,6 +205,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             per = FLASH_SCORE
         elif not tensor and w.op == "softmax" and w.node not in paired:
             per = tuple(x + y for x, y in zip(per, SOFTMAX_NORMALISED))
+        elif not tensor and w.op == "logsumexp" and stream in w.axes:
+            per = INSTRUCTIONS["softmax"]   # streamed: the online update (codegen/accum.py)
         elif tensor and model.streaming.pairs and w.axes and set(w.axes) <= index_axes:
             per = FLASH_INDEX          # an op of positions only, on the score fragments
             if not positional:         # their 64-bit indices, once per score (see above)
@@ -264,7 +266,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         if stream is not None:
             chunks = chunks * fraction      # a CUDA-core block skips a hidden chunk whole
         more, warp = issue_simt.warp_instructions(
-            model, choice, sizes, level1, warps_per_block * WARP, chunks, 1.0, H, units)
+            model, choice, sizes, level1, warps_per_block * WARP, chunks, 1.0, H, units,
+            wide)
         warp_instr = (lanes + more) / (WARP * lane_share) + warp
     if span is not None:            # the prologue of a loop bounded by data, per block
         threads = warps_per_block * WARP

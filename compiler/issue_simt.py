@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import ir
 from .choices import NUMBERS, prod
 from . import copies
 from .copies import COPY_EACH, COPY_FLAT, COPY_ROW, VECTOR_BYTES
@@ -33,12 +34,31 @@ STORE = 11
 # index clamped to the array and its 64-bit address (embedding's and rope's gathers:
 # fitted within 45%).
 UNSTAGED = 10
-# Per chunk and warp: the two barriers, the chunk's length, the loop test, the lanes' loop
-# over the chunk set up. The SASS issues more (softmax at 4096: some 150 a chunk, the
-# remainder nvcc peels off each unrolled lane loop counted once a chunk), but a larger
-# charge tips cross_entropy at 4096 to a split whose view indexing in 64 bits the model
-# does not see (10x low): kept at the old figure until that is modelled.
+# Per chunk and warp: the two barriers, the chunk's length, the loop test. The chunk's lane
+# loop (its set-up and the remainder nvcc peels off it, some 145 a chunk in softmax's at
+# 4096) is LANE_LOOP's.
 ITERATION = 12
+# In a kernel that indexes in 64 bits (Schedule.index, compiler/index_width.py), each value a
+# lane reads or stores more: its clamps as ISETP pairs (.U32, .EX) and 64-bit SEL, its
+# offsets as IMAD.WIDE pairs, per value and lane beside READ, STORE and UNSTAGED; counted in
+# rope's block at 4096 against the same plan at 1024 (sm_90, static: 781 against 598 per
+# warp for 8 points of 5 values each, 4.6 a value; the only library kernel on the CUDA cores
+# that indexes in 64 bits).
+INDEX_WIDE = 4.5
+# Per loop of a lane over a row (a reduction's `for (j = lane; j < n; j += w)`, a streamed
+# chunk's `for (xl = lane; xl < clen; xl += w)`, an output row's `for (k = 0; k < ceil(n / w);
+# ++k)`), per warp: its trip count and the tests of each stage nvcc unrolls it into (by 4, by
+# 16 where the body is short), and the remainder it peels off the unrolled body (up to 3, or
+# 15, bodies), which a static count holds once per run of the loop. Counted in the SASS of
+# the library's CUDA-core kernels (sm_90, static, every path once): 130-180 per loop in
+# cross_entropy's, softmax's and layernorm's blocks at the default sizes (a row of 1024 in
+# one warp), 145 per chunk and pass in softmax's at 4096, 80-100 in rmsnorm's and
+# layernorm's at 4096; 130. At run time the remainder runs `trip mod unroll` bodies only: a
+# dynamic count would be lower (CALIBRATE on a GPU).
+LANE_LOOP = 130
+# the loops a reduction walks over its row (codegen/scalar.py): logsumexp and a softmax's
+# statistics a maximum then a sum of exponentials, a variance its mean then its squares
+LOOPS = {"logsumexp": 2, "var": 2, "softmax": 2}
 # Per block and warp: the tile's origins from the block index (64-bit divisions by the
 # tiles per axis), the thread's points and their clamps, the reductions' shuffles (some
 # 40-100 outside every loop in rmsnorm's, layernorm's and softmax's blocks).
@@ -46,9 +66,10 @@ BLOCK = 60
 
 
 def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks, fraction,
-                      H: list, units) -> tuple:
+                      H: list, units, wide=False) -> tuple:
     """(lane instructions, warp instructions) a CUDA-core kernel issues beyond its ops:
-    reads of shared memory and stores per lane; copies, chunks and blocks per warp."""
+    reads of shared memory and stores per lane; copies, chunks and blocks per warp. `wide`:
+    the kernel indexes in 64 bits (per candidate)."""
     warps = NUMBERS.ceil(threads / WARP)
     per_block = 0
     for a in model.arrays:
@@ -68,8 +89,31 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
                  for a in model.arrays if a.role == "load" and a.unstaged) * \
         model.streaming.passes
     lanes = read + stored * STORE + direct * UNSTAGED
-    warp = units[0] * warps * (per_block + chunks * ITERATION + BLOCK)
+    values = (H[1] if len(H) > 1 else 0) / narrow + stored + direct
+    lanes = lanes + np.where(wide, INDEX_WIDE, 0.0) * values
+    warp = units[0] * warps * (per_block + chunks * ITERATION + BLOCK +
+                               LANE_LOOP * lane_loops(model, choice, chunks))
     return lanes, warp
+
+
+def lane_loops(model, choice, chunks):
+    """Loops over a row each thread runs per block (see LANE_LOOP): with a stream, one per
+    chunk and pass (the chunk's lane loop folds every accumulator); without, one per
+    reduction over the kernel's reduced axes (LOOPS) and one per output along them, for each
+    row a thread holds."""
+    reduced = set(model.reduced)
+    if choice.stream:
+        return chunks
+    rows = prod(n for a, n in choice.thread if a not in reduced)
+    # a variance is canonicalised from mean((X - mean(X))^2): where that mean is an op of the
+    # kernel too (layernorm's mu), the variance's mean is its loop (codegen/scalar.py)
+    means = {w.axes for w in model.work if w.op == "mean"}
+    loops = sum(1 if w.op == "var" and w.axes in means else LOOPS.get(w.op, 1)
+                for w in model.work
+                if reduced & set(w.axes) and (w.op in LOOPS or w.op in ir.REDUCTIONS or
+                                              w.op == "contract"))
+    loops += sum(1 for a in model.arrays if a.role == "store" and reduced & set(a.axes))
+    return rows * loops
 
 
 def _copy(a, choice, sizes: dict, level1: dict, threads):

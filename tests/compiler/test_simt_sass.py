@@ -139,18 +139,30 @@ def test_a_chunk_loop_runs_once_per_chunk_of_each_pass():
     assert 32 <= run["opcodes"]["LDG"] <= 5 * 32
 
 
-@pytest.mark.parametrize("name, shape", [("rmsnorm", {"r": 4096, "c": 4096}),
-                                         ("softmax", {})])
+SQUARE = {"r": 4096, "c": 4096}
+
+
+@pytest.mark.parametrize("name, shape", [
+    ("rmsnorm", SQUARE), ("softmax", {}), ("cross_entropy", {}), ("layernorm", {}),
+    pytest.param("rmsnorm", {}, marks=pytest.mark.thorough),
+    pytest.param("softmax", SQUARE, marks=pytest.mark.thorough),
+    pytest.param("layernorm", SQUARE, marks=pytest.mark.thorough),
+    pytest.param("cross_entropy", {"t": 4096, "v": 4096}, marks=pytest.mark.thorough),
+    pytest.param("rope", {}, marks=pytest.mark.thorough),
+    pytest.param("rope", {"t": 4096, "h": 4096, "e": 4096}, marks=pytest.mark.thorough)])
 def test_the_issue_slots_follow_the_sass_of_a_cuda_core_kernel(name, shape):
-    """The done-when of issue 13 for the CUDA-core kernels: the model's issue-slot time
-    within 30% of the weighted SASS estimate (model_check.kernel_sass)."""
+    """The done-when of issue 13 for the CUDA-core kernels: the weighted SASS estimate
+    (model_check.kernel_sass) over the model's issue-slot time between 0.77 and 1.30. Before
+    the row loops were charged (issue_simt.LANE_LOOP) cross_entropy was 1.61 and layernorm
+    1.47 at the default sizes, softmax 1.49 at 4096; rope at 4096 (64-bit indices,
+    INDEX_WIDE) 1.39."""
     _need_disassembler()
     from napkin import pipeline
     p = plan(napkin.load(name), "h100", shape)
     made = pipeline.through(p, "plan", "binary", pipeline.Options.make(target="h100"))
     row = _module("model_check").kernel_sass(p, made, 0)
     model = dict(p.kernels[0].cost.compute_parts)["issue"]
-    assert row["static_issue_seconds"] == pytest.approx(model, rel=0.3)
+    assert 0.77 <= row["static_issue_seconds"] / model <= 1.30, (row, model)
 
 
 def test_the_branch_of_a_size_test_the_sizes_do_not_take_counts_nothing():
@@ -198,3 +210,30 @@ def test_a_library_functions_instructions_are_its_sass(op, tmp_path):
              for k, (a, b) in enumerate(zip(counts[op], counts["mul"]))]
     for f, charged in zip(found, issue.INSTRUCTIONS[op]):
         assert charged == pytest.approx(f, rel=0.3, abs=1.0), (op, found)
+
+
+@pytest.mark.parametrize("name, shape", [("cross_entropy", {}), ("layernorm", {}),
+                                         ("rmsnorm", {"r": 4096, "c": 4096}),
+                                         ("softmax", {}), ("softmax", {"r": 4096, "c": 4096})])
+def test_the_model_counts_the_row_loops_the_kernel_runs(name, shape):
+    """issue_simt.lane_loops (LANE_LOOP each) against the emitted CUDA: its loops of a lane over
+    a row (`for (int j = lane; ...)`, `for (int xl = lane; ...)` in a chunk loop, the output
+    row's `for (int k = 0; k < (n + 31) / 32; ...)`), a chunk's run once per chunk: cross_entropy
+    3 (the logsumexp's maximum and sum, the label's sum), layernorm 3 (the mean, shared by
+    the variance, the squares, the output), rmsnorm at 4096 two rows a thread of 2, softmax 3,
+    and at 4096 one a chunk and pass (2 x 16)."""
+    import re
+    from napkin import pipeline
+    from napkin.compiler import issue, issue_simt
+    p = plan(napkin.load(name), "h100", shape)
+    (kp,) = p.kernels
+    assert kp.schedule.engine == "cuda cores"
+    cuda = pipeline.through(p, "plan", "cuda", pipeline.Options.make(target="h100"))["cuda"]
+    rows = len(re.findall(r"for \(int j\d+ = lane;", cuda)) + \
+        len(re.findall(r"for \(int k\d+ = 0; k\d+ < \([^;]*\+ 31\) / 32;", cuda))
+    streamed = len(re.findall(r"for \(int xl = lane;", cuda))
+    if kp.choice.stream:
+        rows += streamed * math.ceil(p.sizes[kp.choice.stream[0]] / kp.choice.stream[1])
+    chunks = issue.chunk_count(kp.model, kp.choice, p.sizes)
+    assert rows > 0
+    assert issue_simt.lane_loops(kp.model, kp.choice, chunks) == rows

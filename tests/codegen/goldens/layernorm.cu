@@ -462,24 +462,15 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const float v1 = (cnt1 > 0.0f ? acc1 / cnt1 : NAPKIN_NAN);
     const float v2 = (v1 + 1e-05f);
     const float v3 = (1.0f / sqrtf(v2));
-    float acc2 = 0.0f;
-    float cnt2 = 0.0f;
-    for (int j2 = lane; j2 < ((int)(n1)); j2 += 32) {
-      acc2 = acc2 + napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j2)]);
-      cnt2 = cnt2 + 1.0f;
-    }
-    acc2 = napkin_lanes_sum(acc2, 32);
-    cnt2 = napkin_lanes_sum(cnt2, 32);
-    const float v4 = (cnt2 > 0.0f ? acc2 / cnt2 : NAPKIN_NAN);
     for (int k0 = 0; k0 < (((int)(n1)) + 31) / 32; ++k0) {
-      const int j3 = (lane + k0 * 32 < ((int)(n1)) ? lane + k0 * 32 : ((int)(n1)) - 1);
+      const int j2 = (lane + k0 * 32 < ((int)(n1)) ? lane + k0 * 32 : ((int)(n1)) - 1);
       {
-        const float v5 = (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j3)]) - v4);
-        const float v6 = (v5 * v3);
-        const float v7 = (v6 * napkin_to_float(sm1[(int)(j3)]));
-        const float v8 = (v7 + napkin_to_float(sm2[(int)(j3)]));
+        const float v4 = (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j2)]) - v0);
+        const float v5 = (v4 * v3);
+        const float v6 = (v5 * napkin_to_float(sm1[(int)(j2)]));
+        const float v7 = (v6 + napkin_to_float(sm2[(int)(j2)]));
         if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (lane + k0 * 32 < ((int)(n1)))) {
-          p3[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (j3)] = napkin_from_float<__half>(v8);
+          p3[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (j2)] = napkin_from_float<__half>(v7);
         }
       }
     }

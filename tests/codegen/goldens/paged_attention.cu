@@ -511,10 +511,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     napkin_block_range(pfirst, plast, sred0);
     napkin_block_range(mfirst, mlast, sred0);
     const bool mrun = napkin_block_sum(mcount, sred0) == mlast - mfirst + 1 && mlast >= 0;
-    const long long cfirst = (long long)(plast < 0 ? 0 : pfirst / 64 * 64);
-    const long long cend = (long long)(plast < 0 ? 0 : ((plast / 64 + 1) * 64 < (long long)(4096) ? (plast / 64 + 1) * 64 : (long long)(4096)));
-    for (long long c0 = cfirst; c0 < cend; c0 += 64) {
-      const int clen = (int)((long long)(4096) - c0 < 64 ? (long long)(4096) - c0 : 64);
+    const long long cfirst = (long long)(plast < 0 ? 0 : pfirst / 256 * 256);
+    const long long cend = (long long)(plast < 0 ? 0 : ((plast / 256 + 1) * 256 < (long long)(4096) ? (plast / 256 + 1) * 256 : (long long)(4096)));
+    for (long long c0 = cfirst; c0 < cend; c0 += 256) {
+      const int clen = (int)((long long)(4096) - c0 < 256 ? (long long)(4096) - c0 : 256);
       if (!(((long long)(c0) < (long long)(dhi0)))) continue;
       __syncthreads();
       __syncthreads();
