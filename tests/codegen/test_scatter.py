@@ -5,6 +5,8 @@ at odd sizes; seeded bugs (a wrong row, a scratch left dirty, a scratch never ze
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -76,7 +78,8 @@ def test_the_gradient_of_embedding_is_recognised_and_chosen_by_the_model():
     rep = report(p, compare=False)
     assert 5e-3 < rep["kernels"][0]["dense_seconds"] < 5e-2
     text = render_text(rep)
-    assert "scatter-add" in text and "atomicAdd" in text and "13.4 ms" in text
+    assert "scatter-add" in text and "atomicAdd" in text
+    assert re.search(r"predicted 1\d\.\d ms against 1\d\d us scattered", text), text
     assert "8 blocks per SM limited by threads" in text     # 256 threads, no shared memory
     buffers = {b["name"]: b["bytes"] for b in rep["kernels"][0]["buffers"]}     # its bytes
     assert buffers == {"tok": 4 * BIG["t"], "dX": 2 * BIG["t"] * BIG["m"],
