@@ -32,22 +32,32 @@ def overshoot(choice):
 
 def wide(extents, sizes: dict, choice):
     """Whether the kernel indexes in 64 bits (per candidate of a set): `extents`, the axes of
-    every global array it reads or writes (Model.extents); `sizes`, every axis's size."""
-    largest = 0.0     # (products of whole sizes: exact below 2^53, far past INT_MAX)
-    for axes in extents:
-        largest = max(largest, math.prod([max(1.0, float(sizes[a])) for a in axes]))
-    if largest > INT_MAX:
+    every global array it reads or writes (Model.extents, each in its layout order);
+    `sizes`, every axis's size. An index past its axis's end (by the overshoot) moves an
+    array's offset by that axis's stride, the product of the axes after it: a tile of rows
+    past the last row of a [2^30 - 1, 2] array computes offsets past 2^31 before the bound
+    test stops its loads."""
+    arrays = [[max(1.0, float(sizes[a])) for a in axes] for axes in extents]
+    # (elements, the sum of the strides) per array: products of whole sizes, exact below
+    # 2^53, far past INT_MAX
+    spans = [(math.prod(d), sum(math.prod(d[i + 1:]) for i in range(len(d)))) for d in arrays]
+    if any(elements > INT_MAX for elements, _ in spans):
         return True
     top = max((float(s) for s in sizes.values()), default=0.0)
+
+    def reach(step):
+        """The largest index or offset with every index at most `step` past its axis."""
+        return functools.reduce(np.maximum, [top + step] + [e - 1 + step * strides
+                                                           for e, strides in spans])
     # every candidate alike when even the largest step cannot reach 2^31 (the usual case:
     # no candidate-sized array is built, and the cost model's terms are the same)
     c = Choices.of(choice)
     step = float(OVERSHOOT)
     for _, v in c.group + c.thread + c.split + ((c.stream,) if c.stream else ()):
         step = max(step, float(v.max() if isinstance(v, np.ndarray) else v))
-    if top + step <= INT_MAX:
+    if reach(step) <= INT_MAX:
         return False
-    return top + overshoot(choice) > INT_MAX
+    return reach(overshoot(choice)) > INT_MAX
 
 
 def index_type(extents, sizes: dict, choice) -> str:

@@ -124,3 +124,14 @@ def test_index_width_follows_the_sizes():
     assert large.kernels[0].index_type == "long long"
     ptx = nvrtc.compile(render(large), arch="sm_90").ptx
     assert "mul.lo.s64" in ptx or "mul.wide" in ptx or "mad.lo.s64" in ptx
+
+
+def test_an_index_past_the_last_row_counts_its_stride():
+    """A tile of 256 rows past the last of X [2^30 - 1, 2] computes offsets up to
+    (2^30 + 254) x 2 before the bound test stops its loads: past 2^31, so 64-bit indices,
+    although every array and every axis alone fits in an int; at 2^29 rows it fits."""
+    from napkin.compiler.cost import Choice
+    from napkin.compiler.index_width import wide
+    tile = Choice(group=(("t", 256),))
+    assert wide([("t", "m")], {"t": 2**30 - 1, "m": 2}, tile)
+    assert not wide([("t", "m")], {"t": 2**29, "m": 2}, tile)

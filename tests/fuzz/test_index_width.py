@@ -38,6 +38,8 @@ CASES = [
     ("matmul", {"m": 65536, "k": 32768, "n": 64}), ("matmul", {"m": 46341, "k": 46341, "n": 3}),
     ("softmax", {"r": 2**16, "c": 2**15}), ("softmax", {"r": 2**16 - 1, "c": 2**15 + 1}),
     ("layernorm", {"r": 2**17, "c": 2**14 - 1}), ("layernorm", {"r": 2**20, "c": 2**11}),
+    # a tile of rows past the last row of X [2^30 - 1, 2]: offsets past 2^31 (row x stride)
+    ("swiglu", {"t": 2**30 - 1, "m": 2, "f": 1, "o": 1}), ("rmsnorm", {"r": 2**30 - 1, "c": 2}),
     ("attention", {"b": 1, "h": 1, "q": 2**25, "x": 7}), ("attention", {"b": 2, "h": 4, "q": 2**22 - 1, "x": 9}),
     ("causal_attention", {"b": 1, "h": 2, "q": 2**24, "x": 2**24}),
     ("gqa_attention", {"b": 1, "g": 2, "r": 4, "q": 2**22, "x": 33}),
