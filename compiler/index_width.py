@@ -22,42 +22,54 @@ INT_MAX = 2**31 - 1
 OVERSHOOT = 1024          # the least overshoot assumed (a loop's step past its bound)
 
 
-def overshoot(choice):
-    """How far past an axis's size an index of this choice may run: its largest tile,
-    chunk or split (per candidate of a set), at least OVERSHOOT."""
+def _steps(choice) -> dict:
+    """axis -> its largest tile, chunk or split in the choice (per candidate of a set)."""
     c = Choices.of(choice)
-    steps = [v for _, v in c.group + c.thread + c.split] + ([c.stream[1]] if c.stream else [])
-    return functools.reduce(np.maximum, steps, float(OVERSHOOT))
+    out: dict = {}
+    for a, v in c.group + c.thread + c.split + ((c.stream,) if c.stream else ()):
+        out[a] = np.maximum(out.get(a, 1.0), v)
+    return out
+
+
+def _past(steps: dict, axis: str, bound=max):
+    """How far an index along `axis` may run past the axis's end: nothing when every tile of
+    it is one position (a block or a thread per position), else its largest step, at least
+    OVERSHOOT (a loop's step past its bound); OVERSHOOT for an axis the choice does not
+    tile (a loop over it). `bound`: `max` for the largest over a set's candidates."""
+    s = steps.get(axis)
+    if s is None:
+        return float(OVERSHOOT)
+    if bound is max:
+        s = float(np.max(s))
+        return 0.0 if s <= 1 else max(s, float(OVERSHOOT))
+    return np.where(s > 1, np.maximum(s, float(OVERSHOOT)), 0.0)
 
 
 def wide(extents, sizes: dict, choice):
     """Whether the kernel indexes in 64 bits (per candidate of a set): `extents`, the axes of
     every global array it reads or writes (Model.extents, each in its layout order);
-    `sizes`, every axis's size. An index past its axis's end (by the overshoot) moves an
-    array's offset by that axis's stride, the product of the axes after it: a tile of rows
-    past the last row of a [2^30 - 1, 2] array computes offsets past 2^31 before the bound
-    test stops its loads."""
-    arrays = [[max(1.0, float(sizes[a])) for a in axes] for axes in extents]
-    # (elements, the sum of the strides) per array: products of whole sizes, exact below
-    # 2^53, far past INT_MAX
-    spans = [(math.prod(d), sum(math.prod(d[i + 1:]) for i in range(len(d)))) for d in arrays]
-    if any(elements > INT_MAX for elements, _ in spans):
+    `sizes`, every axis's size. An index past its axis's end moves an array's offset by
+    that axis's stride, the product of the axes after it: a tile of rows past the last row
+    of a [2^30 - 1, 2] array computes offsets past 2^31 before the bound test stops its
+    loads."""
+    arrays = [(axes, [max(1.0, float(sizes[a])) for a in axes]) for axes in extents]
+    # products of whole sizes: exact below 2^53, far past INT_MAX
+    if any(math.prod(d) > INT_MAX for _, d in arrays):
         return True
-    top = max((float(s) for s in sizes.values()), default=0.0)
+    steps = _steps(choice)
 
-    def reach(step):
-        """The largest index or offset with every index at most `step` past its axis."""
-        return functools.reduce(np.maximum, [top + step] + [e - 1 + step * strides
-                                                           for e, strides in spans])
-    # every candidate alike when even the largest step cannot reach 2^31 (the usual case:
+    def reach(bound):
+        """The largest index or offset, every index as far past its axis as it may run."""
+        out = [float(sizes[a]) + _past(steps, a, bound) for a in sizes]
+        for axes, d in arrays:
+            out.append(math.prod(d) - 1 + sum(_past(steps, a, bound) * math.prod(d[i + 1:])
+                                              for i, a in enumerate(axes)))
+        return functools.reduce(np.maximum, out, 0.0)
+    # every candidate alike when even the largest steps cannot reach 2^31 (the usual case:
     # no candidate-sized array is built, and the cost model's terms are the same)
-    c = Choices.of(choice)
-    step = float(OVERSHOOT)
-    for _, v in c.group + c.thread + c.split + ((c.stream,) if c.stream else ()):
-        step = max(step, float(v.max() if isinstance(v, np.ndarray) else v))
-    if reach(step) <= INT_MAX:
+    if reach(max) <= INT_MAX:
         return False
-    return reach(overshoot(choice)) > INT_MAX
+    return reach(None) > INT_MAX
 
 
 def index_type(extents, sizes: dict, choice) -> str:
