@@ -31,6 +31,9 @@ LONG = 4096            # the planner splits reductions at least this long (hints
                        # library at its default sizes (1024) prices no split
 MAX_PARTS = 256
 COARSE = (4, 16, 64, 256)   # split counts priced first; the best one's neighbours next
+MIN_GAIN = 0.02        # an axis is tried when the kernels asking for its split take at least
+                       # this share of the plan's time (paged_attention's gradient: 1e-5,
+                       # 11 s of planning, most of it fusing split candidates)
 
 
 @dataclass(frozen=True)
@@ -80,10 +83,13 @@ def candidates(fused) -> dict[str, int]:
         outputs += count
     few = outputs <= problem.target.processors * FEW_OUTPUTS
     out: dict[str, int] = {}
+    nominated: dict[str, float] = {}    # axis -> the time of the kernels that ask for it
+    whole = 0.0
     for k in fused.kernels:
         est = planner.estimate(k)
         if est is None:
             continue
+        whole += float(est.cost.time)
         group = dict(est.choice.group)
         blocks = 1
         for a in est.model.woven:
@@ -101,7 +107,11 @@ def candidates(fused) -> dict[str, int]:
             if a in g.graph["axes"] and a not in out and splits.splittable(g, a) is None \
                     and problem.sizes[a] >= LONG:
                 out[a] = min(start, _most(problem.sizes[a]))
-    return out
+            if a in out:
+                nominated[a] = nominated.get(a, 0.0) + float(est.cost.time)
+    # a split fills the SMs of the kernels that ask for it: where they take a sliver of the
+    # plan's time it cannot gain more, and pricing it fuses the whole diagram three times
+    return {a: n for a, n in out.items() if nominated[a] >= MIN_GAIN * whole}
 
 
 def _most(size: int) -> int:

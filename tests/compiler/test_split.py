@@ -210,6 +210,21 @@ def test_a_split_the_final_plans_price_slower_is_not_taken():
     assert p.time < forced.time
 
 
+def test_a_split_of_a_sliver_of_the_plan_is_not_priced(monkeypatch):
+    """A split fills the SMs of the kernels that ask for it: paged_attention's gradient at
+    the default sizes has two under-filled kernels taking 1e-5 of its time, and pricing their
+    split fused the whole gradient again three times (13 s of 15 s of CPU, for the same plan):
+    it is not tried. Decode attention, whose one kernel asks, still splits (above)."""
+    from napkin.compiler import splitting
+    tried = []
+    real = splitting.split_problem
+    monkeypatch.setattr(splitting, "split_problem",
+                        lambda *a, **k: tried.append(a[1]) or real(*a, **k))
+    g = napkin.grad("paged_attention", saved=True)
+    p = plan(g, "h100", {})
+    assert tried == [] and p.split is None
+
+
 def test_split_hints_in_the_diagram_on_the_command_line_and_in_the_api(capsys, rng):
     from napkin.cli import main
     hinted = napkin.load("axis r, c\nin X[r c]: f32\nsplit c by 6\nY[r] = logsumexp[c](X)\n"
