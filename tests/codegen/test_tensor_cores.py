@@ -32,9 +32,22 @@ from .conftest import library, shape_of
 BIG = 2048
 
 
+_PLANS: dict = {}
+
+
+def _memo(kind: str, d, args: tuple, make):
+    """A plan these tests (and the codegen tests importing these helpers) read and never
+    change, made once per process for a diagram's text and sizes and the other arguments."""
+    key = (kind, d.source.name, d.source.text, d.overrides, repr(args))
+    if key not in _PLANS:
+        _PLANS[key] = make()
+    return _PLANS[key]
+
+
 def tc_plan(d, target="h100", **kw):
     """The plan at large sizes (eligible products on tensor cores)."""
-    return plan(d, target, {a: BIG for a, s in d.axes.items() if s is None}, **kw)
+    return _memo("tc", d, (target, sorted(kw.items())), lambda: plan(
+        d, target, {a: BIG for a, s in d.axes.items() if s is None}, **kw))
 
 
 def verdicts(d, p, shape, seed=0, source_edit=None):
@@ -198,9 +211,12 @@ ATTENTION_BIG = {"b": 4, "h": 16, "g": 4, "r": 4, "q": 4096, "x": 4096}
 
 
 def flash_plan(d, **kw):
-    p = plan(d, "h100", {a: v for a, v in ATTENTION_BIG.items() if a in d.axes}, **kw)
-    assert on_tensor_cores(p) and "napkin_pack_" in render(lower(p)), [k.choice for k in p.kernels]
-    return p
+    def make():
+        p = plan(d, "h100", {a: v for a, v in ATTENTION_BIG.items() if a in d.axes}, **kw)
+        assert on_tensor_cores(p) and "napkin_pack_" in render(lower(p)), \
+            [k.choice for k in p.kernels]
+        return p
+    return _memo("flash", d, tuple(sorted(kw.items())), make)
 
 
 def with_static(d, shape):
