@@ -27,10 +27,17 @@ CROSS_ENTROPY = ("cross_entropy", {}, {"t": 3, "v": 5000}, {"v": 8})   # integer
 ATTENTION = ("attention", {"d": 32}, {"b": 1, "h": 1, "q": 4096, "x": 4096}, {"x": 4})
 
 
+_PLANS: dict = {}
+
+
 def _plan(case, merge="last-block"):
-    name, defines, shape, split = case
-    d = napkin.load(name, **defines)
-    return d, plan(d, "h100", shape, {"split": split}, merge=merge)
+    """(diagram, plan), made once per process for each case (the tests read them)."""
+    key = (repr(case), merge)
+    if key not in _PLANS:
+        name, defines, shape, split = case
+        d = napkin.load(name, **defines)
+        _PLANS[key] = d, plan(d, "h100", shape, {"split": split}, merge=merge)
+    return _PLANS[key]
 
 
 def test_the_planner_merges_a_long_layernorm_in_the_last_block():

@@ -11,6 +11,7 @@ take are run one by one, and seeded fragment bugs must be caught.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import numpy as np
@@ -31,9 +32,22 @@ from .conftest import library, shape_of
 BIG = 2048
 
 
+_PLANS: dict = {}
+
+
+def _memo(kind: str, d, args: tuple, make):
+    """A plan these tests (and the codegen tests importing these helpers) read and never
+    change, made once per process for a diagram's text and sizes and the other arguments."""
+    key = (kind, d.source.name, d.source.text, d.overrides, repr(args))
+    if key not in _PLANS:
+        _PLANS[key] = make()
+    return _PLANS[key]
+
+
 def tc_plan(d, target="h100", **kw):
     """The plan at large sizes (eligible products on tensor cores)."""
-    return plan(d, target, {a: BIG for a, s in d.axes.items() if s is None}, **kw)
+    return _memo("tc", d, (target, sorted(kw.items())), lambda: plan(
+        d, target, {a: BIG for a, s in d.axes.items() if s is None}, **kw))
 
 
 def verdicts(d, p, shape, seed=0, source_edit=None):
@@ -197,9 +211,12 @@ ATTENTION_BIG = {"b": 4, "h": 16, "g": 4, "r": 4, "q": 4096, "x": 4096}
 
 
 def flash_plan(d, **kw):
-    p = plan(d, "h100", {a: v for a, v in ATTENTION_BIG.items() if a in d.axes}, **kw)
-    assert on_tensor_cores(p) and "napkin_pack_" in render(lower(p)), [k.choice for k in p.kernels]
-    return p
+    def make():
+        p = plan(d, "h100", {a: v for a, v in ATTENTION_BIG.items() if a in d.axes}, **kw)
+        assert on_tensor_cores(p) and "napkin_pack_" in render(lower(p)), \
+            [k.choice for k in p.kernels]
+        return p
+    return _memo("flash", d, tuple(sorted(kw.items())), make)
 
 
 def with_static(d, shape):
@@ -308,18 +325,26 @@ PIPELINE_BUGS = {
 }
 
 
+@functools.cache
+def _pipelined(name: str, stages: int):
+    """(diagram, plan `stages` deep, shape, the unmodified kernel's verdicts): made once per
+    process for the four seeded bugs of each (name, stages) below."""
+    d = library(name, "f16")
+    p = with_stages(tc_plan(d) if name == "matmul" else flash_plan(d), stages)
+    # chunks enough that every stage is filled by the loop's prefetch, not only before it
+    shape = {"m": 37, "k": 144, "n": 40} if name == "matmul" else \
+        with_static(d, {"b": 1, "h": 2, "q": 37, "x": 520})
+    return d, p, shape, verdicts(d, p, shape)
+
+
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("name", ["matmul", "attention"])
 @pytest.mark.parametrize("bug", list(PIPELINE_BUGS))
 def test_seeded_pipeline_bugs_give_wrong_values(bug, name, stages):
     """`stages` deep, one barrier per chunk: chunks c + 1 to c + stages - 1 are copied
     (cp.async, 16-byte aligned sizes) while c is used."""
-    d = library(name, "f16")
-    p = with_stages(tc_plan(d) if name == "matmul" else flash_plan(d), stages)
-    # chunks enough that every stage is filled by the loop's prefetch, not only before it
-    shape = {"m": 37, "k": 144, "n": 40} if name == "matmul" else \
-        with_static(d, {"b": 1, "h": 2, "q": 37, "x": 520})
-    assert all(verdicts(d, p, shape))
+    d, p, shape, clean = _pipelined(name, stages)
+    assert all(v.ok for v in clean), [v.message for v in clean if not v.ok]
     edit = PIPELINE_BUGS[bug]
     source = render(lower(p))
     assert edit(source) != source

@@ -37,6 +37,12 @@ out s, t: f32
 LARGE = {"r": 4096, "c": 4096}
 
 
+@functools.cache
+def _rows_plan():
+    """ROWS_AND_COLUMNS at LARGE, made once for the tests that read it."""
+    return plan(napkin.load(ROWS_AND_COLUMNS), "h100", LARGE)
+
+
 def _stmt(p, name):
     return next(e.stmt for e in p.graph.graph["equations"] if e.name == name)
 
@@ -50,7 +56,7 @@ def _stored(p):
 
 
 def test_a_cheap_intermediate_read_by_two_kernels_is_recomputed_not_stored():
-    p = plan(napkin.load(ROWS_AND_COLUMNS), "h100", LARGE)
+    p = _rows_plan()
     a = _stmt(p, "A")
     assert len(p.kernels) == 2
     assert all(a in kp.kernel.equations for kp in p.kernels)          # both compute A
@@ -82,7 +88,7 @@ def test_a_recomputing_plan_runs_as_the_reference_says(backend, rng, within_budg
 
 
 def test_explain_says_what_a_kernel_recomputes_and_what_it_saves():
-    p = plan(napkin.load(ROWS_AND_COLUMNS), "h100", LARGE)
+    p = _rows_plan()
     text = render_text(report(p))
     line = next(ln for ln in text.splitlines() if "recomputes" in ln)
     assert "recomputes A from X rather than loading A (all kernels " in line
@@ -94,7 +100,7 @@ def test_explain_says_what_a_kernel_recomputes_and_what_it_saves():
 
 def test_the_planned_picture_names_what_a_kernel_recomputes():
     from napkin.draw import draw_plan
-    p = plan(napkin.load(ROWS_AND_COLUMNS), "h100", LARGE)
+    p = _rows_plan()
     name = next(kp.kernel.name for kp in p.kernels if kp.kernel.recomputed)
     assert f"{name} recomputes A" in draw_plan(p)
 
@@ -109,11 +115,18 @@ def _attention_backward(d):
 ATTENTION = {"b": 4, "h": 16, "q": 1024, "x": 1024}
 
 
+@functools.cache
+def _backward_plan():
+    """The d = 4 backward's plan, made once for the tests that read it (the determinism test
+    below plans it twice itself)."""
+    return plan(_attention_backward(4), "h100", ATTENTION, engine="cuda-cores")
+
+
 def test_the_attention_backward_recomputes_the_scores_in_the_dk_dv_kernel():
     """FlashAttention-2's backward: a dQ kernel and a dK, dV kernel, each computing S, P, dP
     and dS from the inputs and the saved statistics (the dK and dV kernels, apart after the
     first duplications, then merge: nothing lies between them any more)."""
-    p = plan(_attention_backward(4), "h100", ATTENTION, engine="cuda-cores")
+    p = _backward_plan()
     eqs = {e.stmt: e.name for e in p.graph.graph["equations"]}
     kernels = [(tuple(eqs[s] for s in kp.kernel.equations),
                 tuple(eqs[s] for s in kp.kernel.recomputed)) for kp in p.kernels]
@@ -327,7 +340,7 @@ def test_the_attention_backward_at_d64_on_cuda_cores_keeps_storing_ds():
 
 
 def test_explain_compares_the_recomputing_plan_with_loading():
-    p = plan(_attention_backward(4), "h100", ATTENTION, engine="cuda-cores")
+    p = _backward_plan()
     reason = p.kernels[1].kernel.reason
     assert reason.startswith("recomputes S, P, dP, D and dS from ")
     assert "rather than loading P and dS (all kernels " in reason
@@ -397,7 +410,7 @@ def test_ownership_stores_what_fusion_stores_for_disjoint_kernels(name):
 def test_regroup_rebuilds_overlapping_kernels():
     """A split priced at another count regroups the statements as the fusion found them
     (compiler/splitting.py): overlapping kernels keep their stores and loads."""
-    p = plan(_attention_backward(4), "h100", ATTENTION, engine="cuda-cores")
+    p = _backward_plan()
     again = fuse.regroup(p.graph, [(kp.kernel.equations, kp.kernel.recomputed)
                                    for kp in p.kernels])
     assert [(k.nodes, k.loads, k.stores, k.recomputed) for k in again] == \

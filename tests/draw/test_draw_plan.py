@@ -21,6 +21,7 @@ NS = "{http://www.w3.org/2000/svg}"
 LIBRARY = library_names()
 TARGETS = ("h100", "two-level")
 CASES = [(n, t) for t in TARGETS for n in LIBRARY]
+THOROUGH = float(__import__("os").environ.get("NAPKIN_FUZZ_SCALE", "1")) >= 2
 FIGURE9 = Path(__file__).parents[2] / "docs" / "examples" / "figure9.napkin"
 
 
@@ -193,10 +194,14 @@ def test_hopper_toy_and_dropped_arrays_draw():
 
 def test_every_planned_picture_renders(planned):
     """resvg renders each to a PNG of the SVG's size with something on it (a blank PNG of this
-    size compresses to well under a kilobyte)."""
+    size compresses to well under a kilobyte). Each diagram's picture on one target, the two
+    in turn (a render is some 0.15 CPU-s); both with NAPKIN_FUZZ_SCALE >= 2."""
     import struct
     import zlib
-    for (name, tgt), (_, _, svg) in planned.items():
+    rendered = [((name, tgt), v) for (name, tgt), v in planned.items()
+                if THOROUGH or TARGETS.index(tgt) == LIBRARY.index(name) % 2]
+    assert {name for (name, _), _ in rendered} == set(LIBRARY)
+    for (name, tgt), (_, _, svg) in rendered:
         root = ET.fromstring(svg)
         png = bytes(resvg_py.svg_to_bytes(svg_string=svg))
         w, h = struct.unpack(">II", png[16:24])

@@ -96,8 +96,11 @@ class Case:
 
 
 class Gen:
-    def __init__(self, draw):
+    def __init__(self, draw, positions: bool = False):
         self.draw = draw
+        # positions: integer inputs always, read as positions wherever a gather can (the
+        # out-of-range test's diagrams); False draws exactly as before
+        self.positions = positions
 
     # -- drawing helpers ----------------------------------------------------------------
     def int(self, lo, hi):
@@ -138,7 +141,7 @@ class Gen:
             dt = self.pick(DTYPES)
             self.dtypes_used.add(dt)
             self.arrays.append(Array(f"X{i}", tuple(axes), bound=1.0, exact=True, dtype=dt))
-        if self.coin(0.35):              # integer inputs: page tables, labels, document ids
+        if self.positions or self.coin(0.35):   # integer inputs: page tables, labels, ids
             for i in range(self.int(1, 2)):
                 axes = self.axes_within(names, ARRAY_BUDGET, 0, 2)
                 lo = self.pick([0, 0, 0, -3])
@@ -271,7 +274,7 @@ class Gen:
                     labels[pos] = self.pick(same)
         plain = self.finish(Node("ref", name=arr.name, labels=tuple(labels), exact=arr.exact,
                                  special=arr.special))
-        if not (gather and labels and self.coin(0.2)):
+        if not (gather and labels and self.coin(0.5 if self.positions else 0.2)):
             return plain
         kids = []                             # a gather: some positions computed
         self.depth += 1
@@ -290,7 +293,7 @@ class Gen:
         direct = [a for a in self.arrays if a.integer and a.irange and a.irange[0] >= 0
                   and a.irange[1] <= n]
         choice = self.int(0, 4)
-        if direct and choice == 0:            # a page table, a token id: read as it is, or
+        if direct and (choice == 0 or self.positions):   # a page table, a token id: as it is, or
             # itself at computed positions, once (a page table read at x // P: paged KV)
             return self.ref(self.pick(direct), gather=self.depth < 2)
         last = self.finish(Node("bin", [self.size_of(axis), self.const(1)], name="-"))
@@ -779,9 +782,10 @@ def _lowest_common(root: Node, axis: str) -> Node:
 
 
 @st.composite
-def diagrams(draw) -> Case:
-    """A random well-typed diagram, its dynamic sizes and an input seed."""
-    return Gen(draw).diagram()
+def diagrams(draw, positions: bool = False) -> Case:
+    """A random well-typed diagram, its dynamic sizes and an input seed (`positions`: biased
+    to integer inputs read as gathers' positions, Gen)."""
+    return Gen(draw, positions).diagram()
 
 
 def _library_ids(diagram, shape: dict, seed: int) -> dict[str, np.ndarray]:

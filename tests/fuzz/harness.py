@@ -79,9 +79,10 @@ def compare_outputs(d, got: dict, ref: dict, low: dict, backend: str,
 
 def run_backends(d, p, inputs: dict, sizes: dict, ref: dict, low: dict, *,
                  emulate: bool = True, interp: bool = True, sanitize: str = "none",
-                 timeout_s: float = 120.0, order: dict | None = None) -> None:
+                 timeout_s: float = 120.0, order: dict | None = None) -> dict | None:
     """Interpret and emulate one plan; raise Checked on the first failure (`order`: the
-    order-aware bound by output, compare.references)."""
+    order-aware bound by output, compare.references). The interpreter's outputs (None
+    without `interp`), for callers that compare them with another plan's."""
     try:
         pipeline.lowered(p)
     except Exception as exc:  # noqa: BLE001 - any exception here is a compile error
@@ -92,6 +93,7 @@ def run_backends(d, p, inputs: dict, sizes: dict, ref: dict, low: dict, *,
         except Exception as exc:  # noqa: BLE001
             raise Checked(Failure("run", "interpret", _trace(exc))) from None
         compare_outputs(d, got, ref, low, "interpret", order)
+    interpreted = got if interp else None
     if emulate:
         try:
             got = run_plan(p, inputs, sizes, sanitize=sanitize, timeout_s=timeout_s)
@@ -101,6 +103,7 @@ def run_backends(d, p, inputs: dict, sizes: dict, ref: dict, low: dict, *,
         except Exception as exc:  # noqa: BLE001
             raise Checked(Failure("run", "emulate", _trace(exc))) from None
         compare_outputs(d, got, ref, low, "emulate", order)
+    return interpreted
 
 
 def check_case(case: Case, *, target: str = "h100", emulate: bool = True,

@@ -193,13 +193,13 @@ def check_plan(case, emulate: bool = True, sanitize: str = "none", tails: bool =
     d, shape, p, default, seed, _ = case
     inputs = inputs_for(d, shape, seed)
     ref, low, order = compare.references(d, inputs, p)
-    run_backends(d, p, inputs, p.sizes, ref, low, emulate=emulate, sanitize=sanitize,
-                 order=order)
+    mine = run_backends(d, p, inputs, p.sizes, ref, low, emulate=emulate, sanitize=sanitize,
+                        order=order)
     if default.tail is not None and emulate and tails:   # the random plan's merges launch:
         run_backends(d, default, inputs, default.sizes, ref, low, interp=False,   # the tail
                      sanitize=sanitize, order=compare.references(d, inputs, default)[2])
     try:
-        mine, theirs = interpret(p, inputs), interpret(default, inputs)
+        theirs = interpret(default, inputs)     # (the random plan's: run_backends')
     except Exception as exc:  # noqa: BLE001
         raise Checked(Failure("run", "interpret", _trace(exc))) from None
     for s in d.outputs:      # both in float64: the schedules must agree far below rounding

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import torch
-
 import napkin
-import napkin.torch as napkin_torch
 
 ATTENTION_F64 = """
 axis b, q, x, d
@@ -20,6 +17,8 @@ out O: f32
 
 
 def test_backward_through_the_op_matches_pytorchs_autograd_and_passes_opcheck():
+    import torch                    # (here: collecting the file does not import PyTorch)
+    import napkin.torch as napkin_torch
     # (torch.autograd.gradcheck needs float64 tensors; napkin's widest dtype is f32, so the
     # oracle is PyTorch's own autograd of the same attention)
     op = napkin_torch.op(napkin.compile(ATTENTION_F64, backend="reference"), "napkin_grad_tests::att")
@@ -43,6 +42,8 @@ def test_backward_through_the_op_matches_pytorchs_autograd_and_passes_opcheck():
 
 
 def test_a_tiny_attention_layer_trains_the_same_as_plain_pytorch():
+    import torch                    # (here: collecting the file does not import PyTorch)
+    import napkin.torch as napkin_torch
     op = napkin_torch.op(napkin.compile(ATTENTION_F64, backend="reference"), "napkin_grad_tests::layer")
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 9, 8, generator=g)
@@ -74,6 +75,8 @@ def test_the_backward_reads_the_forwards_statistics_instead_of_running_it_again(
     """The op runs its statistics forward once (O and the row logsumexp, which autograd
     keeps); the backward is the saved gradient alone, as FlashAttention's: counted at the
     dispatcher, every napkin op the forward and the backward call."""
+    import torch                    # (here: collecting the file does not import PyTorch)
+    import napkin.torch as napkin_torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Calls(TorchDispatchMode):
