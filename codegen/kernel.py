@@ -95,6 +95,8 @@ class KernelLowering:
         self.registered_values[key] = (value, list(extra))
 
     def register_stats(self, n: int, point: dict, m: str, s: str, extra) -> None:
+        """A streamed softmax's row statistics at a point: its max and the reciprocal of its
+        sum (register arrays over `extra`)."""
         op = ir.op(self.g, n)
         rows = [a for a in ir.type_of(self.g, n).axes if a not in op.axes]
         self.stats[self._point_key(n, rows, point)] = (m, s, list(extra))
