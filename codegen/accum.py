@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..compiler import ir
 from . import program as P
+from . import scalar
 
 # kind -> (per-row slots, per-position slots) and their initial values
 SLOTS = {
@@ -23,6 +24,10 @@ SLOTS = {
     "contract": ((), ("a",)), "pair": (("m", "s"), ("o",)),
     "argmax": ((), ("s", "i")), "argmin": ((), ("s", "i")),
 }
+# ... a streamed mean on the CUDA cores keeps its sum only: its count is the sizes of the axes
+# it reduces (whole in a kernel: a split's mean is its split sum over the size,
+# compiler/split.py); codegen/rowstats.py (beside a tensor-core product) still counts
+STREAMED = {**SLOTS, "mean": ((), ("s",))}
 SLOT_CTYPE = {"i": "long long"}     # a position; every other slot is a float
 INIT = {"s": "0.0f", "c": "0.0f", "n": "0.0f", "q": "0.0f", "a": "0.0f", "o": "0.0f"}
 INIT_BY_KIND = {("max", "s"): "-NAPKIN_INF", ("min", "s"): "NAPKIN_INF",
@@ -70,7 +75,7 @@ def declare(lw, n: int, pt: dict, stats: bool = False) -> State:
     extent = 1
     for a in extra:
         extent *= extent_of(lw, a)
-    rows_slots, array_slots = SLOTS[kind]
+    rows_slots, array_slots = STREAMED[kind]
     rows, arrays = {}, {}
     for slot in rows_slots:
         rows[slot] = b.fresh("st")
@@ -139,23 +144,36 @@ def _online_softmax(lw, n: int, st: State, scope: dict) -> None:
     lw._loops(st.extra, scope, add)
 
 
-def fold_value(b, kind: str, v: dict, x: str) -> None:
+def fold_value(b, kind: str, v: dict, x: str, two_exps: bool = False) -> None:
+    """Fold value `x` into a `kind` state's slots (`v`: slot -> C lvalue). A running max and
+    sum takes one exponential per value, of the smaller of the max and the value shifted by
+    the larger: the sum rescaled (s e + 1) when the value is the new max, else added to (s +
+    e); `x - max` adds the NaN of a +inf value (inf - inf) as `exp(x - shift)` did.
+    `two_exps`: the rescale and the value's own exponential, both per value (rowstats's,
+    beside a tensor-core product: kept as issue.py's STAGED_* were fitted to it)."""
     if kind == "sum":
         b.emit(P.Set(v["s"], f"{v['s']} + {x}"))
     elif kind in ("max", "min"):
         b.emit(P.Set(v["s"], f"napkin_{kind}({v['s']}, {x})"))
     elif kind == "mean":
         b.emit(P.Set(v["s"], f"{v['s']} + {x}"))
-        b.emit(P.Set(v["c"], f"{v['c']} + 1.0f"))
+        if "c" in v:          # (a count kept: rowstats's; a streamed mean knows its count)
+            b.emit(P.Set(v["c"], f"{v['c']} + 1.0f"))
     elif kind == "var":   # Welford
         d = b.value("float", f"{x} - {v['m']}")
         b.emit(P.Set(v["n"], f"{v['n']} + 1.0f"))
         b.emit(P.Set(v["m"], f"{v['m']} + {d} / {v['n']}"))
         b.emit(P.Set(v["q"], f"{v['q']} + {d} * ({x} - {v['m']})"))
-    else:                 # logsumexp, softmax statistics: running max and rescaled sum
+    elif two_exps:        # logsumexp, softmax statistics: running max and rescaled sum
         m_new = b.value("float", f"napkin_max({v['m']}, {x})")
         shift = b.value("float", f"napkin_shift({m_new})")
         b.emit(P.Set(v["s"], f"{v['s']} * expf({v['m']} - {shift}) + expf({x} - {shift})"))
+        b.emit(P.Set(v["m"], m_new))
+    else:
+        m_new = b.value("float", f"napkin_max({v['m']}, {x})")
+        e = b.value("float", f"expf(napkin_min({v['m']}, {x}) - napkin_shift({m_new}))")
+        b.emit(P.Set(v["s"], f"({x} > {v['m']} ? {v['s']} * {e} + 1.0f + ({x} - {m_new}) : "
+                             f"{v['s']} + {e})"))
         b.emit(P.Set(v["m"], m_new))
 
 
@@ -166,8 +184,12 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
         _merge(lw, st)
     point = pt["scope"]
     a = st.arrays
-    if st.kind == "stats":
-        lw.register_stats(n, point, a["m"], a["s"], st.extra)
+    if st.kind == "stats":          # the row's max and the reciprocal of its sum
+        inv = b.fresh("res")
+        b.emit(P.Decl("float", inv, None, st.extent))
+        b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(
+            f"{inv}[z]", scalar.reciprocal(f"{a['s']}[z]"))))
+        lw.register_stats(n, point, a["m"], inv, st.extra)
         return
     if st.kind in ("sum", "max", "min"):
         result = a["s"]
@@ -184,10 +206,14 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
         b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(f"{a['o']}[z]", f"{a['o']}[z] * {inv}")))
         result = a["o"]
     else:
+        slots = {slot: f"{v}[z]" for slot, v in a.items()}
+        if st.kind == "mean":        # its sum over its positions, counted by the sizes
+            slots["c"] = "(" + " * ".join(f"(float)({lw.sizes[x]})"
+                                          for x in ir.op(lw.g, n).axes) + ")"
         result = b.fresh("res")
         b.emit(P.Decl("float", result, None, st.extent))
         b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(
-            f"{result}[z]", finished(st.kind, {slot: f"{v}[z]" for slot, v in a.items()}))))
+            f"{result}[z]", finished(st.kind, slots))))
     lw.register(n, point, result, st.extra)
 
 

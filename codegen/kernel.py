@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..compiler import ir
 from ..compiler.canonical import through
 from ..compiler.schedule import SIMT
-from . import accum, cexpr, masks, staging
+from . import accum, cexpr, masks, runs, staging
 from . import program as P
 from .builder import Builder, Ix
 from .indexing import Layout
@@ -95,6 +95,8 @@ class KernelLowering:
         self.registered_values[key] = (value, list(extra))
 
     def register_stats(self, n: int, point: dict, m: str, s: str, extra) -> None:
+        """A streamed softmax's row statistics at a point: its max and the reciprocal of its
+        sum (register arrays over `extra`)."""
         op = ir.op(self.g, n)
         rows = [a for a in ir.type_of(self.g, n).axes if a not in op.axes]
         self.stats[self._point_key(n, rows, point)] = (m, s, list(extra))
@@ -216,18 +218,20 @@ class KernelLowering:
         """The thread's tile points: index expressions (clamped inside the arrays for reading)
         and whether each point is in range (for stores)."""
         ranges = [range(self.ttile[a]) for a in self.woven]
-        points = []
-        for combo in _product(ranges):
-            scope, checks = {}, ["tvalid"]
-            for a, i in zip(self.woven, combo):
-                raw = f"({self._axis_var('base', a)} + {i})"
-                top = f"({self.itype})({self.sizes[a]} - 1)"
-                scope[a] = Ix(f"({raw} < {top} ? {raw} : {top})")
-                within = f"{self._axis_var('tc', a)} * {self.ttile[a]} + {i}"
-                checks.append(f"({within} < {self.tile[a]})")
-                checks.append(f"({raw} < {self.sizes[a]})")
-            points.append({"scope": scope, "valid": " && ".join(checks)})
-        return points
+        return [self.point(dict(zip(self.woven, combo))) for combo in _product(ranges)]
+
+    def point(self, at: dict) -> dict:
+        """The thread's point `at[a]` positions past its base along each woven axis (a number
+        or a C expression): its clamped index expressions and its in-range test."""
+        scope, checks = {}, ["tvalid"]
+        for a in self.woven:
+            raw = f"({self._axis_var('base', a)} + {at[a]})"
+            top = f"({self.itype})({self.sizes[a]} - 1)"
+            scope[a] = Ix(f"({raw} < {top} ? {raw} : {top})")
+            within = f"{self._axis_var('tc', a)} * {self.ttile[a]} + {at[a]}"
+            checks.append(f"({within} < {self.tile[a]})")
+            checks.append(f"({raw} < {self.sizes[a]})")
+        return {"scope": scope, "valid": " && ".join(checks)}
 
     # -- streaming passes ------------------------------------------------------------------
     def _pass(self, p: int) -> None:
@@ -304,6 +308,10 @@ class KernelLowering:
     # -- epilogue and stores ---------------------------------------------------------------
     def _epilogue(self) -> None:
         r = self.st.axis
+        if self.kp.schedule.runs:         # (no stream: compiler/row_runs.py)
+            for n, width in self.kp.schedule.runs:
+                runs.copy(self, n, width)
+            return
         for pt in self.points:
             for n in self.k.stores:
                 if r is None or r not in ir.type_of(self.g, n).axes:

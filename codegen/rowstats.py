@@ -104,7 +104,7 @@ class RowStats:
                 def fold():
                     v = {slot: f"{name}[i6]" for slot, name in st.slots.items()}
                     for value in self._vectored(arg, s.red, scope, width):
-                        accum.fold_value(b, st.kind, v, value)
+                        accum.fold_value(b, st.kind, v, value, two_exps=True)
                 b.emit(P.If(valid, self._scoped(fold)))
             b.loop("i7", "0", str(runs), "1", position, unroll=True)
         b.loop("i6", "0", str(per), "1", row, unroll=True)

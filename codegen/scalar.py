@@ -239,18 +239,15 @@ class Emitter:
             self._merge(op.axes, op.fn, acc)
             return acc
         if op.fn == "mean":
-            total, count = b.fresh("acc"), b.fresh("cnt")
+            total = b.fresh("acc")
             b.emit(P.Decl("float", total, "0.0f"))
-            b.emit(P.Decl("float", count, "0.0f"))
 
             def body(s):
                 v = self.number(args[0], s)
                 b.emit(P.Set(total, f"{total} + {v}"))
-                b.emit(P.Set(count, f"{count} + 1.0f"))
             self._walk(op.axes, scope, body, args)
             self._merge(op.axes, "sum", total)
-            self._merge(op.axes, "sum", count)
-            return b.value("float", f"({count} > 0.0f ? {total} / {count} : NAPKIN_NAN)")
+            return self._over_count(total, op.axes)
         if op.fn == "logsumexp":
             m, s_ = self._lse(args[0], op.axes, scope)
             # a row holding +inf: exp(inf - inf) made the sum NaN; the logsumexp is +inf
@@ -259,19 +256,22 @@ class Emitter:
         if op.fn == "var":
             mean = self._reduce_simple("mean", args[0], op.axes, scope)
             acc = b.fresh("acc")
-            cnt = b.fresh("cnt")
             b.emit(P.Decl("float", acc, "0.0f"))
-            b.emit(P.Decl("float", cnt, "0.0f"))
 
             def body(s):
                 v = self.number(args[0], s)
                 b.emit(P.Set(acc, f"{acc} + ({v} - {mean}) * ({v} - {mean})"))
-                b.emit(P.Set(cnt, f"{cnt} + 1.0f"))
             self._walk(op.axes, scope, body, args)
             self._merge(op.axes, "sum", acc)
-            self._merge(op.axes, "sum", cnt)
-            return b.value("float", f"({cnt} > 0.0f ? {acc} / {cnt} : NAPKIN_NAN)")
+            return self._over_count(acc, op.axes)
         raise TypeError(op.fn)  # pragma: no cover
+
+    def _over_count(self, total: str, axes) -> str:
+        """A mean's sum over the count of its positions, known from the sizes (the loops walk
+        every position of `axes`: a mean over a split axis is the split sum over its size,
+        compiler/split.py), NaN over none: no count kept per element."""
+        count = " * ".join(f"(float)({self.ctx.size(a)})" for a in axes)
+        return self.b.value("float", f"({count} > 0.0f ? {total} / ({count}) : NAPKIN_NAN)")
 
     def _arg_reduce(self, op, args, scope) -> str:
         """argmax/argmin over one whole axis: the best value and its first position."""
@@ -353,17 +353,29 @@ class Emitter:
         return m, s_
 
     def _softmax_row(self, n, op, args, scope) -> tuple[str, str]:
-        """(max, sum of exp) of a softmax's row, computed once per row."""
+        """(max, reciprocal of the sum of exp: 0 where the sum is) of a softmax's row, computed
+        once per row (a streamed softmax's: codegen/accum.finish)."""
         rows = [a for a in ir.type_of(self.g, n).axes if a not in op.axes]
         row = {a: scope[a] for a in rows}
         key = ("softmax-row", n) + tuple((a, row[a].expr) for a in rows)
         stats = self.b.cached(key)
         if stats is None:
-            stats = self.ctx.softmax_stats(n, row) or self._lse(args[0], op.axes, row)
+            stats = self.ctx.softmax_stats(n, row)
+            if stats is None:
+                m, l = self._lse(args[0], op.axes, row)
+                stats = (m, self.b.value("float", reciprocal(l)))
             self.b.remember(key, stats)
         return stats
 
     def _softmax(self, n, op, args, scope) -> str:
-        m, l = self._softmax_row(n, op, args, scope)
+        """A probability: its own exponential times the row's reciprocal (one FMUL a value
+        where an IEEE division is MUFU.RCP, a Newton step and a slow-path test; within an
+        ulp of f32, the output is rounded to its dtype after)."""
+        m, inv = self._softmax_row(n, op, args, scope)
         v = self.number(args[0], scope)
-        return self.b.value("float", f"({l} == 0.0f ? 0.0f : expf({v} - napkin_shift({m})) / {l})")
+        return self.b.value("float", f"(expf({v} - napkin_shift({m})) * {inv})")
+
+
+def reciprocal(total: str) -> str:
+    """1 / a softmax's sum, 0 for a row whose exponentials are all 0 (each probability 0)."""
+    return f"({total} == 0.0f ? 0.0f : 1.0f / {total})"

@@ -81,15 +81,25 @@ INSTRUCTIONS = {
     # beside one of a multiply, sm_90, static: every path once; sinf and cosf are left at
     # DEFAULT: their static count is mostly the slow range reduction a typical argument skips)
     "erf": (18, 1, 8), "log1p": (18, 0, 12), "expm1": (18, 0, 5),
-    "sum": (1, 0, 0.5), "mean": (2, 0, 0.5), "var": (4, 0, 1), "logsumexp": (10, 2, 2),
+    # a mean's and a variance's count is their sizes' on CUDA cores (codegen/scalar.py: one
+    # FADD less per element than when each element counted itself, in the SASS of
+    # layernorm's loops); beside a tensor-core product they count (STAGED_COUNT)
+    "sum": (1, 0, 0.5), "mean": (1, 0, 0.5), "var": (3, 0, 1), "logsumexp": (10, 2, 2),
     # online softmax on CUDA cores per score: max, two rescaling exps, the sum
     "softmax": (16, 2, 4),
 }
-# ... and a softmax not paired with a contraction writes each probability: its exp and the
-# division by the row's sum (IEEE expf and division, the table's "exp" and "div"), counted
-# in the output loops of softmax on CUDA cores (sm_90, static: 43 per score and lane with
-# the read and the store, default sizes and 4096)
-SOFTMAX_NORMALISED = (12, 2, 3)
+# ... and a softmax not paired with a contraction writes each probability: its exp (IEEE
+# expf, the table's "exp") times the row's reciprocal, computed once per row (one FMUL; an
+# IEEE division per probability was 14 more per score and lane: the output loops of softmax
+# on CUDA cores, sm_90, static, 43 per score with the read and the store before, 28 at the
+# default sizes and 20.5 at 4096 after)
+SOFTMAX_NORMALISED = (7, 1, 2)
+# A streamed logsumexp's or softmax's statistics on CUDA cores, per score (codegen/accum.py
+# fold_value): the running max, one exponential (the smaller of the max and the score shifted
+# by the larger), the sum rescaled or added to, selected; two rescaling exps per score were
+# 2 more (sm_90, static: softmax's statistics loop at 4096, 114 instructions per 4 scores
+# before, 106 after; MUFU 2 per score before, 1 after)
+STREAMED_STATS = (15, 1, 4)
 DEFAULT = (1, 0, 0)
 CHAIN_EXP = (1, 1, 0)              # FMUL by log2(e) and MUFU.EX2 (a chain's operands)
 # FlashAttention-2 on tensor cores (the softmax on C fragments in base 2: FMNMX, FFMA and
@@ -166,6 +176,8 @@ SPAN_REDUCE = 30
 STAGED_RUN = 20
 STAGED_LOAD = 3
 STAGED_VALUE = 1
+# ... a mean or a variance there counts its elements (codegen/rowstats.py: FADD per element)
+STAGED_COUNT = 1
 
 
 def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, units: list,
@@ -197,6 +209,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             tensor_flops.append(amount * w.flops_per_point)
             continue
         per = INSTRUCTIONS.get(w.op, DEFAULT)
+        if tensor and w.op in ("mean", "var"):
+            per = (per[0] + STAGED_COUNT,) + per[1:]
         if tensor and (w.node == model.scale or w.node in model.lse):
             continue        # folded into the exponent's FFMA; the softmax's own state
         if chain and w.op == "exp":     # a chain's operand takes exp as ex2.approx (cexpr.FAST)
@@ -204,9 +218,10 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         if tensor and model.streaming.pairs and w.op == "softmax":
             per = FLASH_SCORE
         elif not tensor and w.op == "softmax" and w.node not in paired:
-            per = tuple(x + y for x, y in zip(per, SOFTMAX_NORMALISED))
+            stats = STREAMED_STATS if stream in w.axes else per
+            per = tuple(x + y for x, y in zip(stats, SOFTMAX_NORMALISED))
         elif not tensor and w.op == "logsumexp" and stream in w.axes:
-            per = INSTRUCTIONS["softmax"]   # streamed: the online update (codegen/accum.py)
+            per = STREAMED_STATS            # streamed: the online update (codegen/accum.py)
         elif tensor and model.streaming.pairs and w.axes and set(w.axes) <= index_axes:
             per = FLASH_INDEX          # an op of positions only, on the score fragments
             if not positional:         # their 64-bit indices, once per score (see above)

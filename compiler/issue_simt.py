@@ -34,6 +34,14 @@ STORE = 11
 # index clamped to the array and its 64-bit address (embedding's and rope's gathers:
 # fitted within 45%).
 UNSTAGED = 10
+# A store copying a row of a load in runs (compiler/row_runs.py: embedding), per run of a
+# thread's consecutive points and lane, everything the kernel reads and stores (its only
+# loads are the row's and its position's, nothing staged): the position's load and clamp,
+# the run's in-range test, its source and destination addresses, one 16-byte LDG and STG.
+# Fitted to embedding's SASS (sm_90, static, default sizes and 4096, one run a lane and 32
+# a block: 86 per warp and block with the loop of the fallback the sizes do not take
+# weighted 0, BLOCK's and ITERATION's 72 and 14 the run).
+ROW_RUN = 14
 # Per chunk and warp: the two barriers, the chunk's length, the loop test. The chunk's lane
 # loop (its set-up and the remainder nvcc peels off it, some 145 a chunk in softmax's at
 # 4096) is LANE_LOOP's.
@@ -90,10 +98,30 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
         model.streaming.passes
     lanes = read + stored * STORE + direct * UNSTAGED
     values = (H[1] if len(H) > 1 else 0) / narrow + stored + direct
+    for n, axis, width in model.rows:     # a store copying a row of a load in runs (one a
+        runs = _in_runs(choice, sizes, level1, axis, width)     # kernel): all it does, and
+        lanes = (1 - runs) * lanes + runs * stored / width * ROW_RUN    # nothing staged
+        values = (1 - runs) * values + runs * stored / width * 2
+        per_block = (1 - runs) * per_block
     lanes = lanes + np.where(wide, INDEX_WIDE, 0.0) * values
     warp = units[0] * warps * (per_block + chunks * ITERATION + BLOCK +
                                LANE_LOOP * lane_loops(model, choice, chunks))
     return lanes, warp
+
+
+def _in_runs(choice, sizes, level1, axis, width):
+    """1 where a candidate copies the store in runs of `width` along `axis`, else 0 (as
+    row_runs.runs decides: the thread's tile `width` along it and 1 along the others, the
+    block tile and the axis's size multiples of it, no stream, no split)."""
+    if choice.stream or choice.split or np.mod(sizes[axis], width):
+        return 0.0
+    thread = dict(choice.thread)
+    fits = np.asarray(thread.get(axis, 1)) == width
+    fits = fits & (np.mod(np.asarray(level1[axis]), width) == 0)
+    for a, t in choice.thread:
+        if a != axis:
+            fits = fits & (np.asarray(t) == 1)
+    return np.where(fits, 1.0, 0.0)
 
 
 def lane_loops(model, choice, chunks):

@@ -23,6 +23,7 @@ from . import ir
 from .canonical import through
 from .kernels import FusedKernel, is_free, relabelled
 from .passes import Streaming, stream
+from .row_runs import COPIED, RUN_BYTES
 
 BYTES = {"f32": 4, "f16": 2, "bf16": 2, "bool": 1, "index": 4, "i32": 4, "i64": 8}
 
@@ -93,6 +94,8 @@ class Model:
     direct: frozenset = frozenset()   # ... the loads only those read, from global memory
     extents: tuple = ()         # the axes of every global array the kernel reads or writes
                                 # (index_width.py: its offsets' range)
+    rows: tuple = ()            # CUDA cores: (store, axis, width) of the stores copying a row
+                                # of a load, in runs where the thread's tile allows (row_runs)
 
 
 def array_name(g: DiGraph, n: int) -> str:
@@ -207,7 +210,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                  relabelled(g, k, (n for n, _ in st.reducers)),
                  softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else None,
                  row_logsumexps(g, st) if axis is not None else (),
-                 extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores))
+                 extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
+                 rows=copied_rows(g, k))
 
 
 def _used_over(g: DiGraph, n: int, members: set) -> tuple[str, ...]:
@@ -290,3 +294,27 @@ def _operand_dtype(g: DiGraph, args: list[int]) -> str:
         elif isinstance(op, ir.View):
             found.append(_operand_dtype(g, ir.operands(g, m)))
     return "f32" if "f32" in found or not found else found[0]
+
+
+def copied_rows(g: DiGraph, kernel: FusedKernel) -> tuple[tuple[int, str, int], ...]:
+    """(store, its contiguous axis, values per run) of each store of `kernel` that copies a
+    row of a load (compiler/row_runs.py), whatever the thread's tile."""
+    out = []
+    if len(kernel.stores) != 1:          # (the threads' fastest axis: the store's last)
+        return ()
+    for n in kernel.stores:
+        value = through(g, n)
+        op = ir.op(g, value)
+        if not isinstance(op, (ir.Gather, ir.View)):
+            continue
+        base = ir.operands(g, value)[0]
+        if base not in kernel.loads or not ir.type_of(g, n).axes:
+            continue
+        axis = ir.type_of(g, n).axes[-1]
+        dtype = storage_dtype(g, n)
+        if op.labels[-1] != axis or dtype != storage_dtype(g, base) or dtype not in COPIED:
+            continue
+        if any(axis in ir.type_of(g, i).axes for i in ir.operands(g, value)[1:]):
+            continue          # a position read along the axis: not one row
+        out.append((n, axis, RUN_BYTES // BYTES[dtype]))
+    return tuple(out)

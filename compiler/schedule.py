@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
-from . import copies, ir
+from . import copies, ir, row_runs
 from .cost import Choice
 from .extents import covered, resident
 from .fractions import later_is_heavier
@@ -90,6 +90,8 @@ class Schedule:
                                               # over the scatter's positions (T and K)
     finish: tuple[tuple[str, int], ...] = ()  # SCATTER: the conversion kernel's block tile
                                               # over the output's axes
+    runs: tuple[tuple[int, int], ...] = ()    # CUDA cores: stores each thread writes as
+                                              # runs of its consecutive points (row_runs.py)
 
     def vector(self, node: int) -> int:
         """Values one copy of staged input `node` moves (1 where not decided: one)."""
@@ -243,7 +245,10 @@ def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target)
     return Schedule(SIMT, None, tuple(sorted(tile.items())), choice.stream,
                     tuple(sorted((a, min(thread.get(a, 1), tile[a])) for a in woven)),
                     choice.split, choice.inner, (), threads, lanes, choice, staged,
-                    vectors=copies.vectors(g, staged, tile, choice.stream, sizes, threads))
+                    vectors=copies.vectors(g, staged, tile, choice.stream, sizes, threads),
+                    runs=row_runs.runs(model.rows, sizes, tile, {a: min(thread.get(a, 1), tile[a])
+                                                    for a in woven}, woven, choice.stream,
+                                       choice.split))
 
 
 def _staged(g, kernel) -> frozenset[int]:

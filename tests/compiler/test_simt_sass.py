@@ -144,6 +144,8 @@ SQUARE = {"r": 4096, "c": 4096}
 
 @pytest.mark.parametrize("name, shape", [
     ("rmsnorm", SQUARE), ("softmax", {}), ("cross_entropy", {}), ("layernorm", {}),
+    ("embedding", {}),
+    pytest.param("embedding", {"t": 4096, "v": 4096, "m": 4096}, marks=pytest.mark.thorough),
     pytest.param("rmsnorm", {}, marks=pytest.mark.thorough),
     pytest.param("softmax", SQUARE, marks=pytest.mark.thorough),
     pytest.param("layernorm", SQUARE, marks=pytest.mark.thorough),
@@ -155,7 +157,8 @@ def test_the_issue_slots_follow_the_sass_of_a_cuda_core_kernel(name, shape):
     (model_check.kernel_sass) over the model's issue-slot time between 0.77 and 1.30. Before
     the row loops were charged (issue_simt.LANE_LOOP) cross_entropy was 1.61 and layernorm
     1.47 at the default sizes, softmax 1.49 at 4096; rope at 4096 (64-bit indices,
-    INDEX_WIDE) 1.39."""
+    INDEX_WIDE) 1.39; embedding 0.57 before its rows were copied in 16-byte runs
+    (compiler/row_runs.py, issue_simt.ROW_RUN)."""
     _need_disassembler()
     from napkin import pipeline
     p = plan(napkin.load(name), "h100", shape)

@@ -395,44 +395,22 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const int base_0 = org_0 + tc_0 * 1;
     const int base_1 = org_1 + tc_1 * 8;
 #line 7 "napkin-diagram"
-    const long long ix0 = napkin_clamp_index(napkin_to_int(p1[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))]), ((int)(n1)));
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 256) && ((base_1 + 0) < ((int)(n2)))) {
-      p2[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n2))) + (((base_1 + 0) < (int)(((int)(n2)) - 1) ? (base_1 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(napkin_to_float(p0[((int)(ix0)) * (((int)(n2))) + (((base_1 + 0) < (int)(((int)(n2)) - 1) ? (base_1 + 0) : (int)(((int)(n2)) - 1)))]));
-    }
+    if (((int)(n2)) % 8 == 0) {
+      const long long ix0 = napkin_clamp_index(napkin_to_int(p1[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))]), ((int)(n1)));
+      if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 256) && ((base_1 + 0) < ((int)(n2)))) {
+        const uint4* const cps = reinterpret_cast<const uint4*>(p0 + (((int)(ix0)) * (((int)(n2))) + (base_1)));
+        uint4* const cpd = reinterpret_cast<uint4*>(p2 + (((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n2))) + (base_1)));
+        cpd[0] = cps[0];
+      }
+    } else {
+      #pragma unroll 1
+      for (int k0 = 0; k0 < 8; ++k0) {
 #line 7 "napkin-diagram"
-    const long long ix1 = napkin_clamp_index(napkin_to_int(p1[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))]), ((int)(n1)));
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 256) && ((base_1 + 1) < ((int)(n2)))) {
-      p2[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n2))) + (((base_1 + 1) < (int)(((int)(n2)) - 1) ? (base_1 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(napkin_to_float(p0[((int)(ix1)) * (((int)(n2))) + (((base_1 + 1) < (int)(((int)(n2)) - 1) ? (base_1 + 1) : (int)(((int)(n2)) - 1)))]));
-    }
-#line 7 "napkin-diagram"
-    const long long ix2 = napkin_clamp_index(napkin_to_int(p1[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))]), ((int)(n1)));
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 256) && ((base_1 + 2) < ((int)(n2)))) {
-      p2[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n2))) + (((base_1 + 2) < (int)(((int)(n2)) - 1) ? (base_1 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(napkin_to_float(p0[((int)(ix2)) * (((int)(n2))) + (((base_1 + 2) < (int)(((int)(n2)) - 1) ? (base_1 + 2) : (int)(((int)(n2)) - 1)))]));
-    }
-#line 7 "napkin-diagram"
-    const long long ix3 = napkin_clamp_index(napkin_to_int(p1[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))]), ((int)(n1)));
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 256) && ((base_1 + 3) < ((int)(n2)))) {
-      p2[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n2))) + (((base_1 + 3) < (int)(((int)(n2)) - 1) ? (base_1 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(napkin_to_float(p0[((int)(ix3)) * (((int)(n2))) + (((base_1 + 3) < (int)(((int)(n2)) - 1) ? (base_1 + 3) : (int)(((int)(n2)) - 1)))]));
-    }
-#line 7 "napkin-diagram"
-    const long long ix4 = napkin_clamp_index(napkin_to_int(p1[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))]), ((int)(n1)));
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 256) && ((base_1 + 4) < ((int)(n2)))) {
-      p2[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n2))) + (((base_1 + 4) < (int)(((int)(n2)) - 1) ? (base_1 + 4) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(napkin_to_float(p0[((int)(ix4)) * (((int)(n2))) + (((base_1 + 4) < (int)(((int)(n2)) - 1) ? (base_1 + 4) : (int)(((int)(n2)) - 1)))]));
-    }
-#line 7 "napkin-diagram"
-    const long long ix5 = napkin_clamp_index(napkin_to_int(p1[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))]), ((int)(n1)));
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 256) && ((base_1 + 5) < ((int)(n2)))) {
-      p2[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n2))) + (((base_1 + 5) < (int)(((int)(n2)) - 1) ? (base_1 + 5) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(napkin_to_float(p0[((int)(ix5)) * (((int)(n2))) + (((base_1 + 5) < (int)(((int)(n2)) - 1) ? (base_1 + 5) : (int)(((int)(n2)) - 1)))]));
-    }
-#line 7 "napkin-diagram"
-    const long long ix6 = napkin_clamp_index(napkin_to_int(p1[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))]), ((int)(n1)));
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 256) && ((base_1 + 6) < ((int)(n2)))) {
-      p2[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n2))) + (((base_1 + 6) < (int)(((int)(n2)) - 1) ? (base_1 + 6) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(napkin_to_float(p0[((int)(ix6)) * (((int)(n2))) + (((base_1 + 6) < (int)(((int)(n2)) - 1) ? (base_1 + 6) : (int)(((int)(n2)) - 1)))]));
-    }
-#line 7 "napkin-diagram"
-    const long long ix7 = napkin_clamp_index(napkin_to_int(p1[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))]), ((int)(n1)));
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 256) && ((base_1 + 7) < ((int)(n2)))) {
-      p2[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n2))) + (((base_1 + 7) < (int)(((int)(n2)) - 1) ? (base_1 + 7) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(napkin_to_float(p0[((int)(ix7)) * (((int)(n2))) + (((base_1 + 7) < (int)(((int)(n2)) - 1) ? (base_1 + 7) : (int)(((int)(n2)) - 1)))]));
+        const long long ix1 = napkin_clamp_index(napkin_to_int(p1[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))]), ((int)(n1)));
+        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + k0 < 256) && ((base_1 + k0) < ((int)(n2)))) {
+          p2[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n2))) + (((base_1 + k0) < (int)(((int)(n2)) - 1) ? (base_1 + k0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(napkin_to_float(p0[((int)(ix1)) * (((int)(n2))) + (((base_1 + k0) < (int)(((int)(n2)) - 1) ? (base_1 + k0) : (int)(((int)(n2)) - 1)))]));
+        }
+      }
     }
   }
 }

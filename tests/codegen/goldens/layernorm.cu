@@ -443,23 +443,17 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     __syncthreads();
 #line 11 "napkin-diagram"
     float acc0 = 0.0f;
-    float cnt0 = 0.0f;
     for (int j0 = lane; j0 < ((int)(n1)); j0 += 32) {
       acc0 = acc0 + napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]);
-      cnt0 = cnt0 + 1.0f;
     }
     acc0 = napkin_lanes_sum(acc0, 32);
-    cnt0 = napkin_lanes_sum(cnt0, 32);
-    const float v0 = (cnt0 > 0.0f ? acc0 / cnt0 : NAPKIN_NAN);
+    const float v0 = ((float)(((int)(n1))) > 0.0f ? acc0 / ((float)(((int)(n1)))) : NAPKIN_NAN);
     float acc1 = 0.0f;
-    float cnt1 = 0.0f;
     for (int j1 = lane; j1 < ((int)(n1)); j1 += 32) {
       acc1 = acc1 + (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - v0) * (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - v0);
-      cnt1 = cnt1 + 1.0f;
     }
     acc1 = napkin_lanes_sum(acc1, 32);
-    cnt1 = napkin_lanes_sum(cnt1, 32);
-    const float v1 = (cnt1 > 0.0f ? acc1 / cnt1 : NAPKIN_NAN);
+    const float v1 = ((float)(((int)(n1))) > 0.0f ? acc1 / ((float)(((int)(n1)))) : NAPKIN_NAN);
     const float v2 = (v1 + 1e-05f);
     const float v3 = (1.0f / sqrtf(v2));
     for (int k0 = 0; k0 < (((int)(n1)) + 31) / 32; ++k0) {
