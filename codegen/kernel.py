@@ -22,10 +22,11 @@ from . import accum, cexpr, masks, runs, staging
 from . import program as P
 from .builder import Builder, Ix
 from .indexing import Layout
+from .registers import Registers
 from .scalar import Emitter
 
 
-class KernelLowering:
+class KernelLowering(Registers):
     def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
         self.plan, self.kp = plan, kp
         self.g = plan.graph
@@ -52,8 +53,8 @@ class KernelLowering:
         self.ways = self.split[1] if self.split else 1
         self.tcount = {a: -(-self.tile[a] // self.ttile[a]) for a in self.woven}
         self.threads = sched.threads
-        self.registered_values: dict = {}
-        self.stats: dict = {}
+        self.registered_values: dict = {}    # Registers: finished reductions' values,
+        self.stats: dict = {}                # and streamed softmaxes' statistics
         self.staged: dict[int, tuple] = {}
         self.smem: list[P.SharedBuffer] = []
         self.smem_terms: list[tuple] = []
@@ -85,40 +86,6 @@ class KernelLowering:
 
     def lanes_over(self, axes) -> int:
         return self.ways if self.split and self.split[0] in axes and not self.serial else 1
-
-    def _point_key(self, n: int, axes, scope) -> tuple:
-        return (n,) + tuple((a, scope[a].expr) for a in axes if a in self.woven)
-
-    def register(self, n: int, point: dict, value: str, extra) -> None:
-        """A finished reduction's value at a point: a register array over `extra`."""
-        key = self._point_key(n, ir.type_of(self.g, n).axes, point)
-        self.registered_values[key] = (value, list(extra))
-
-    def register_stats(self, n: int, point: dict, m: str, s: str, extra) -> None:
-        """A streamed softmax's row statistics at a point: its max and the reciprocal of its
-        sum (register arrays over `extra`)."""
-        op = ir.op(self.g, n)
-        rows = [a for a in ir.type_of(self.g, n).axes if a not in op.axes]
-        self.stats[self._point_key(n, rows, point)] = (m, s, list(extra))
-
-    def softmax_stats(self, n: int, row: dict):
-        op = ir.op(self.g, n)
-        rows = [a for a in ir.type_of(self.g, n).axes if a not in op.axes]
-        entry = self.stats.get(self._point_key(n, rows, row))
-        if entry is None:
-            return None
-        m, s, extra = entry
-        idx = accum.local_index(self, extra, row)
-        return f"{m}[{idx}]", f"{s}[{idx}]"
-
-    def registered(self, n: int, scope: dict[str, Ix]):
-        entry = self.registered_values.get(self._point_key(n, ir.type_of(self.g, n).axes, scope))
-        if entry is None:
-            return None
-        value, extra = entry
-        if any(scope.get(a) is None or scope[a].local is None for a in extra):
-            return None
-        return f"{value}[{accum.local_index(self, extra, scope)}]"
 
     def load(self, n: int, scope: dict[str, Ix]) -> str:
         """From its staged tile, or (inside a view, or not staged) from global memory."""

@@ -1,0 +1,51 @@
+"""Values a CUDA-core kernel holds in registers at its thread's points (codegen/kernel.py).
+
+A reduction finished before the epilogue (`register`) and a streamed softmax's row
+statistics, its max and the reciprocal of its sum (`register_stats`), are register arrays
+over the thread's points along `extra` axes; the scalar emitter asks for them by node and
+scope (`registered`, `softmax_stats`) instead of computing them again. Keys: the node and
+the index expressions of its woven axes at the point."""
+
+from __future__ import annotations
+
+from ..compiler import ir
+from . import accum
+from .builder import Ix
+
+
+class Registers:
+    """Mixed into KernelLowering: needs `g`, `woven`, `registered_values` and `stats`."""
+
+    def _point_key(self, n: int, axes, scope) -> tuple:
+        return (n,) + tuple((a, scope[a].expr) for a in axes if a in self.woven)
+
+    def register(self, n: int, point: dict, value: str, extra) -> None:
+        """A finished reduction's value at a point: a register array over `extra`."""
+        key = self._point_key(n, ir.type_of(self.g, n).axes, point)
+        self.registered_values[key] = (value, list(extra))
+
+    def register_stats(self, n: int, point: dict, m: str, s: str, extra) -> None:
+        """A streamed softmax's row statistics at a point: its max and the reciprocal of its
+        sum (register arrays over `extra`)."""
+        op = ir.op(self.g, n)
+        rows = [a for a in ir.type_of(self.g, n).axes if a not in op.axes]
+        self.stats[self._point_key(n, rows, point)] = (m, s, list(extra))
+
+    def softmax_stats(self, n: int, row: dict):
+        op = ir.op(self.g, n)
+        rows = [a for a in ir.type_of(self.g, n).axes if a not in op.axes]
+        entry = self.stats.get(self._point_key(n, rows, row))
+        if entry is None:
+            return None
+        m, s, extra = entry
+        idx = accum.local_index(self, extra, row)
+        return f"{m}[{idx}]", f"{s}[{idx}]"
+
+    def registered(self, n: int, scope: dict[str, Ix]):
+        entry = self.registered_values.get(self._point_key(n, ir.type_of(self.g, n).axes, scope))
+        if entry is None:
+            return None
+        value, extra = entry
+        if any(scope.get(a) is None or scope[a].local is None for a in extra):
+            return None
+        return f"{value}[{accum.local_index(self, extra, scope)}]"
