@@ -169,3 +169,30 @@ def test_the_recorded_plans_are_kept(recording):
     for case in cases:
         assert recording.differences(recorded[recording.key(*case)],
                                      recording.record_one(*case)) == [], case
+
+
+def test_near_ties_go_to_the_tiling_moving_fewer_bytes():
+    """pick.fastest: candidates within NEAR of the fastest predicted time are a tie that the
+    smaller H (global memory's level) wins; a candidate further away never wins on bytes; a
+    candidate that does not fit never wins; exact ties in time and bytes go to the keys."""
+    from types import SimpleNamespace
+    from napkin.compiler.pick import NEAR, fastest
+
+    def cost(times, moved):
+        return SimpleNamespace(time=np.array(times, dtype=float), levels=(
+            None, SimpleNamespace(H=np.array(moved, dtype=float))))
+    ok = np.ones(4, dtype=bool)
+    keys = (np.array([3.0, 2.0, 1.0, 0.0]),)
+    inside = 1 + NEAR / 2
+    # the second is within NEAR and moves half the bytes: it wins
+    assert fastest(cost([1.0, inside, 2.0, 3.0], [8, 4, 1, 1]), ok, keys, (4,)) == 1
+    # ... not when it is further than NEAR from the fastest
+    assert fastest(cost([1.0, 1 + 2 * NEAR, 2.0, 3.0], [8, 4, 1, 1]), ok, keys, (4,)) == 0
+    # ... nor when it does not fit
+    assert fastest(cost([1.0, inside, 2.0, 3.0], [8, 4, 1, 1]), ok & [1, 0, 1, 1], keys,
+                   (4,)) == 0
+    # equal bytes among the near ones: the faster; equal time and bytes: the keys
+    assert fastest(cost([inside, 1.0, 2.0, 3.0], [4, 4, 1, 1]), ok, keys, (4,)) == 1
+    assert fastest(cost([1.0, 1.0, 1.0, 3.0], [4, 4, 4, 1]), ok, keys, (4,)) == 2
+    # nothing fits: None
+    assert fastest(cost([1.0, 1.0, 1.0, 1.0], [1, 1, 1, 1]), ~ok, keys, (4,)) is None

@@ -245,12 +245,13 @@ def test_the_plain_attention_backward_is_flashattention2s_with_its_forward_again
 def test_the_attention_backward_at_the_issues_size_is_three_kernels():
     """Issue 16's case (b=4, h=16, q=x=4096, d=64 on h100): the forward on FlashAttention-2
     with D = sum[d](dO * O) summed in its epilogue (O never stored), then the two chains;
-    nothing N x N in global memory. The recomputed forward plans the forward's own tiles:
-    its row logsumexp is the softmax's state (masking.row_logsumexps), charged no
-    instruction or register per score, so it costs what the forward costs. H is 3.08x the
-    forward's (issue 16 asks 3x; 2.11x with saved statistics): the forward takes
-    FlashAttention-2's 128 query rows per block, dQ's chain 256 rows, dK and dV's 128 key
-    rows (two 16 x 64 accumulators per warp: FlashAttention-2 takes 128 too)."""
+    nothing N x N in global memory. The recomputed forward costs what the forward costs: its
+    row logsumexp is the softmax's state (masking.row_logsumexps), charged no instruction or
+    register per score. H is 2.09x the forward's (issue 16 asks 3x; 1.61x with saved
+    statistics): the planner's near ties (pick.NEAR) go to the tiling that moves fewer
+    bytes, so the recomputed forward takes 256 query rows a block (0.5% slower predicted,
+    half the reads of K and V), dQ's chain 128 rows, dK and dV's chain 256 key rows (8
+    warps of 32; 128 rows predicted 0.1% faster and reading Q and dO twice as often)."""
     from napkin.compiler import schedule
     shape = {"b": 4, "h": 16, "q": 4096, "x": 4096}
     forward = plan(napkin.load("attention", d=64), "h100", shape)
@@ -265,13 +266,12 @@ def test_the_attention_backward_at_the_issues_size_is_three_kernels():
     for kp in p.kernels:
         for n in kp.kernel.stores:
             assert not {"q", "x"} <= set(p.graph.nodes[n]["type"].axes)
-    assert first.choice == forward.kernels[0].choice
     assert first.cost.time < 1.05 * forward.kernels[0].cost.time
     ratio = sum(kp.cost.levels[1].H for kp in p.kernels) / forward.kernels[0].cost.levels[1].H
-    assert 2.8 < ratio < 3.3, ratio
+    assert 1.9 < ratio < 3.0, ratio
     saved = plan(napkin.grad(napkin.load("attention", d=64), saved=True), "h100", shape)
     ratio = sum(kp.cost.levels[1].H for kp in saved.kernels) / forward.kernels[0].cost.levels[1].H
-    assert 1.9 < ratio < 2.3, ratio
+    assert 1.4 < ratio < 2.0, ratio
     assert "total: 3 kernel(s)" in render_text(report(p, compare=False))
     # the rows' values (the logsumexp, D) are written by one lane of the quad that holds them
     from napkin.codegen.lower import lower
