@@ -149,6 +149,8 @@ def _engine(plan: Plan, kp) -> dict:
                     "streamed": found.red,
                     "scores": [array_name(g, s.node) for s in found.scores],
                     "outputs": [array_name(g, p.node) for p in found.outs],
+                    # products over the rows, each block's share added with atomics
+                    "added": [array_name(g, a.store) for a in found.across],
                     "stages": sched.stages, "tiles": tiles}
         return {"kind": "tensor cores", "algorithm": "matrix product",
                 "instruction": instruction,
@@ -247,9 +249,12 @@ def render_text(rep: dict) -> str:
         if eng["kind"] == "tensor cores":
             what = "FlashAttention-2, " if eng["algorithm"] == "FlashAttention-2" else ""
             if eng["algorithm"] == "chain of products":
+                added = "".join(
+                    f"; {a} over the block's {eng['rows']}, each block's share added with "
+                    f"atomics into f32 sums that a kernel after it converts" for a in eng["added"])
                 what = (f"a chain of products (per chunk of {eng['streamed']}: "
                         f"{', '.join(eng['scores'])}, then {', '.join(eng['outputs'])} over "
-                        f"it), ")
+                        f"it{added}), ")
             lines.append(f"  on tensor cores: {what}{eng['instruction']} ({eng['dtype']} -> "
                          f"{eng['accumulate']}), {eng['warps'][0]} x {eng['warps'][1]} warps "
                          f"over {eng['rows']} x {eng['cols']}, each a {eng['warp_tile'][0]} x "

@@ -24,7 +24,10 @@ from ..compiler import ir
 from . import masks
 from . import cexpr
 from . import program as P
+from . import staging
+from .indexing import Layout
 from .mma import FK, FM, FN, MmaLowering
+from .tiles import TileAxis, offset
 
 
 class ChainLowering(MmaLowering):
@@ -36,6 +39,10 @@ class ChainLowering(MmaLowering):
         for sc in s.scores:
             if sc.a not in stationary:
                 stationary[sc.a] = self._tile(sc.a, self.grouped(s.row), self.whole(sc.dk, sc.head))
+        for a in s.across:           # the loaded operands of the products over the rows
+            if a.c not in stationary:
+                stationary[a.c] = self._tile(a.c, self.grouped(s.row), self.whole(a.e, a.width))
+        staged = {a.node: self._stage_tile(a) for a in s.across}
         b.emit(P.Barrier())          # the previous tile's readers are done with shared memory
         for t in stationary.values():
             self._copy(t)
@@ -59,9 +66,11 @@ class ChainLowering(MmaLowering):
                 self._score(j, sc, stationary[sc.a], dict(streamed[sc.b], k=sc.dk), fm, chunk)
             for i, p in enumerate(s.outs):
                 self._output(i, p, dict(streamed[p.c], k=s.red), fm, chunk, tail)
+            for a in s.across:
+                self._across(a, staged[a.node], dict(stationary[a.c], k=s.row), fm, chunk, tail)
         # a chunk the diagram's mask zeroes for every output is neither copied nor computed
-        outs = [p.node for p in s.outs]
-        kinds = {p.node: "contract" for p in s.outs}
+        outs = [p.node for p in s.outs] + [a.node for a in s.across]
+        kinds = {n: "contract" for n in outs}
         span = masks.chunk_span(self, outs, kinds, self.wm * self.wn * 32, s.red, s.batch)
         known = {"#data": span.bounds} if span else {}
 
@@ -90,28 +99,37 @@ class ChainLowering(MmaLowering):
                                   f"{name}[i0][{i}]", "fa", f"fb[{i} % 2]", f"{name}[i0][{i}]"))))
         self._each([("i0", fm), ("i2", sc.head // FK)], step)
 
+    def _chunk_value(self, node: int, t: int, tail: bool, rows: bool = False) -> None:
+        """`tv[2][4]`: chunk value t (of product `node`) at the lane's elements of two 8-wide
+        C tiles (fragment i0, 16 of the chunk i1): 0 past the streamed axis's end in a
+        partial chunk (and, with `rows`, past the rows' end: a product over the rows)."""
+        b, s = self.b, self.site
+        b.emit(P.Decl("float", "tv", shape=(2, 4)))
+
+        def element():
+            key = f"(2 * i1 + i3) * {FN} + fq * 2 + i4 % 2"
+            scope, valid = self._point({s.row: self._row("i4"), s.red: f"c0 + {key}"})
+            for j, sc in enumerate(s.scores):
+                self.values[sc.node] = f"sc{j}[i0][2 * i1 + i3][i4]"
+            self._rows_at(scope, "i4")
+            self.values.update((n, f"{self.at(t)}[{key}]") for n, t in self.columns.items())
+            self.line(node)
+            self.emitter.fast = cexpr.FAST      # (T_i is rounded to 16 bits for the mma)
+            value = self.emitter.value(t, scope)
+            self.emitter.fast = {}
+            self.values.clear()
+            tests = ([f"{key} < clen"] if tail else []) + ([valid.split(" && ")[0]] if rows else [])
+            b.emit(P.Set("tv[i3][i4]", f"({' && '.join(tests)}) ? {value} : 0.0f" if tests
+                         else value))
+        self._each([("i3", 2), ("i4", 4)], element)
+
     def _output(self, i: int, p, tc: dict, fm: int, chunk: int, tail: bool) -> None:
         """O_i += T_i C_i: T_i at the lane's elements of each 16 of the chunk, packed."""
         b, s = self.b, self.site
         pack = "napkin_pack_half2" if s.dtype == "f16" else "napkin_pack_bf162"
 
         def ktile():
-            b.emit(P.Decl("float", "tv", shape=(2, 4)))
-
-            def element():
-                key = f"(2 * i1 + i3) * {FN} + fq * 2 + i4 % 2"
-                scope, _ = self._point({s.row: self._row("i4"), s.red: f"c0 + {key}"})
-                for j, sc in enumerate(s.scores):
-                    self.values[sc.node] = f"sc{j}[i0][2 * i1 + i3][i4]"
-                self._rows_at(scope, "i4")
-                self.values.update((n, f"{self.at(t)}[{key}]") for n, t in self.columns.items())
-                self.line(p.node)
-                self.emitter.fast = cexpr.FAST      # (T_i is rounded to 16 bits for the mma)
-                value = self.emitter.value(p.t, scope)
-                self.emitter.fast = {}
-                self.values.clear()
-                b.emit(P.Set("tv[i3][i4]", f"({key} < clen) ? {value} : 0.0f" if tail else value))
-            self._each([("i3", 2), ("i4", 4)], element)
+            self._chunk_value(p.node, p.t, tail)
             parts = [f"{pack}(tv[{t}][{2 * h}], tv[{t}][{2 * h + 1}])" for t in (0, 1) for h in (0, 1)]
             b.emit(P.Decl("unsigned", "pa", shape=(4,), init="{" + ", ".join(parts) + "}"))
 
@@ -121,6 +139,76 @@ class ChainLowering(MmaLowering):
                               body=lambda j: b.emit(P.Call(self._mma(), (
                                   f"acc{i}[i0][{j}]", "pa", f"fb[{j} % 2]", f"acc{i}[i0][{j}]"))))
         self._each([("i0", fm), ("i1", chunk // FK)], ktile)
+
+    def _stage_tile(self, a) -> dict:
+        """The shared tile of a product over the rows' chunk values: [rows][chunk] 16-bit
+        values in the schedule's layout, one stage (written and read within the chunk)."""
+        s = self.site
+        layout = self.kp.schedule.layout(a.t, (s.row, s.red))
+        ctype = cexpr.CTYPE[s.dtype]
+        name = f"sm{len(self.smem)}"
+        self.smem.append(P.SharedBuffer(name, ctype, staging.next_offset(self.smem),
+                                        str(layout.count)))
+        self.smem_terms.append((layout.count * 2,))
+        self.b.emit(P.Decl(f"{ctype}* const", name, f"reinterpret_cast<{ctype}*>(smem + "
+                           f"{self.smem[-1].offset})"))
+        return {"node": a.t, "name": name, "inner": TileAxis(s.red, layout.inner, None, None),
+                "outer": TileAxis(s.row, layout.outer, None, None), "k": s.row, "layout": layout,
+                "count": layout.count, "stages": 1, "ctype": ctype}
+
+    def _across(self, a, ts: dict, tc: dict, fm: int, chunk: int, tail: bool) -> None:
+        """U += T^T L over the block's rows for this chunk (chain.Across): each warp packs its
+        rows of T into the shared tile; after a barrier the warps share the chunk's 16 x 8
+        tiles of U (tile w, w + warps, ...), each over all the block's rows (ldmatrix.trans
+        of T and of L's stationary tile), and add them into the f32 scratch with atomics."""
+        b, s = self.b, self.site
+        pack = "napkin_pack_half2" if s.dtype == "f16" else "napkin_pack_bf162"
+        layout = ts["layout"]
+
+        def ktile():
+            self._chunk_value(a.node, a.t, tail, rows=True)
+            for t in (0, 1):
+                for h in (0, 1):
+                    row = f"wr * {self.wtm} + i0 * {FM} + fg + {h * 8}"
+                    col = f"(2 * i1 + {t}) * {FN} + fq * 2"
+                    b.emit(P.Set(f"*reinterpret_cast<unsigned*>(&{ts['name']}["
+                                 f"{offset(layout, row, col)}])",
+                                 f"{pack}(tv[{t}][{2 * h}], tv[{t}][{2 * h + 1}])"))
+        self._each([("i0", fm), ("i1", chunk // FK)], ktile)
+        b.emit(P.Barrier())          # every warp's rows of T are in the tile
+        tiles = chunk // FM * (a.width // FN)
+        each = -(-tiles // self.wm)
+        param, _ = self.names[a.store]
+        axes = ir.type_of(self.g, a.store).axes
+        layout_u = Layout(axes, self.sizes, self.itype)
+
+        def tile():
+            b.emit(P.Decl("const int", "ut", f"wr + {self.wm} * j0"))
+
+            def work():
+                b.emit(P.Decl("const int", "um", f"(ut / {a.width // FN}) * {FM}"))
+                b.emit(P.Decl("const int", "un", f"(ut % {a.width // FN}) * {FN}"))
+                b.emit(P.Decl("float", "ua", "{}", shape=(4,)))
+
+                def step():
+                    b.emit(P.Decl("unsigned", "fa", shape=(4,)))
+                    self._ldmatrix(ts, "fa", "um", "kk * 16", 4)
+                    b.emit(P.Decl("unsigned", "fb", shape=(2,)))
+                    self._ldmatrix(tc, "fb", "un", "kk * 16", 2)
+                    b.emit(P.Call(self._mma(), ("ua", "fa", "fb", "ua")))
+                b.loop("kk", "0", str(self.wm * self.wtm // FK), "1", step, unroll=True)
+
+                def add():
+                    scope, valid = self._point({s.red: f"c0 + um + fg + (i2 / 2) * 8",
+                                                a.e: "un + fq * 2 + i2 % 2"})
+                    b.emit(P.If(valid, (P.Call("atomicAdd", (
+                        f"&{param}[{layout_u.offset(scope)}]", "ua[i2]")),)))
+                self._each([("i2", 4)], add)
+            if tiles % self.wm:
+                b.emit(P.If(f"ut < {tiles}", self._scoped(work)))
+            else:
+                work()
+        self._each([("j0", each)], tile)
 
     def _column_vectors(self) -> list[int]:
         """The loads over the streamed axis and batch axes only, of 4-byte values, that the
@@ -151,7 +239,9 @@ class ChainLowering(MmaLowering):
         for e in dict.fromkeys(p.e for p in s.outs):
             outs = [(i, p) for i, p in enumerate(s.outs) if p.e == e]
             width = outs[0][1].width
-            stores = [n for n in self.k.stores if e in ir.type_of(self.g, n).axes]
+            added = {a.store for a in s.across}       # (stored by _across, with atomics)
+            stores = [n for n in self.k.stores
+                      if e in ir.type_of(self.g, n).axes and n not in added]
 
             def point():
                 scope, valid = self._point({s.row: self._row("i2"),

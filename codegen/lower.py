@@ -69,8 +69,14 @@ def lower(plan: Plan) -> P.Program:
                                   _array(g, n), ir.type_of(g, n).axes))
         for n in kp.kernel.loads:
             add(n, "load")
+        added = {a.store for a in getattr(kp.schedule.site, "across", ())}
         for n in kp.kernel.stores:
-            add(n, "store")
+            if n in added:          # a chain's product over its rows: atomics into f32 sums
+                names[n] = (f"p{len(params)}", "f32")
+                params.append(P.Param(names[n][0], "float* __restrict__", "store",
+                                      scatters.scratch_name(kp, n), ir.type_of(g, n).axes))
+            else:
+                add(n, "store")
         merges = []
         if tail is not None and i == tail.partial:
             for j in tail.merges:
@@ -93,6 +99,13 @@ def lower(plan: Plan) -> P.Program:
         kernels.append(P.KernelProgram(body.name, tuple(params), body.threads, body.blocks,
                                        body.smem_bytes_formula, body.smem, body.body, itype,
                                        kp.kernel.name))
+        sizes_p = [q for q in params if q.role == "size"]
+        for n in sorted(added):     # each sum converted into its array (codegen/scatter.py)
+            scratch_p = next(q for q in params if q.name == names[n][0])
+            out = f"p{len(params)}"
+            kernels.append(scatters.conversion(g, kp, n, dtypes[n], kp.schedule.finish, sizes,
+                                               scratch_p, out, sizes_p))
+            scratches.append((scratch_p.array, "f32", ir.type_of(g, n).axes))
     buffers = tuple((_array(g, n), dtypes[n], ir.type_of(g, n).axes) for n in sorted(dtypes))
     zeroed = ()
     if tail is not None:      # the counters: an int per position of the tiles' axes (>= a tile)

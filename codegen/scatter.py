@@ -28,9 +28,10 @@ from .scalar import Emitter
 ITYPE = "long long"
 
 
-def scratch_name(kp) -> str:
-    """The scratch array's name in Program.buffers (no diagram name has a %)."""
-    return f"%scatter_{kp.kernel.name}"
+def scratch_name(kp, store: int | None = None) -> str:
+    """The scratch array's name in Program.buffers (no diagram name has a %): a scatter's,
+    or that of a chain's product over its rows stored at node `store` (chain.Across)."""
+    return f"%scatter_{kp.kernel.name}" if store is None else f"%added_{kp.kernel.name}_{store}"
 
 
 class _Context:
@@ -123,9 +124,20 @@ def programs(plan, kp, names: dict, sizes: dict, scratch: str, out: str,
     first = P.KernelProgram(f"napkin_{kp.kernel.name}", tuple(params + [scratch_p] + sizes_p),
                             sched.threads, blocks, (), (), b.statements, ITYPE, kp.kernel.name)
 
-    b = Builder()
     _, dtype = names[site.store]
-    finish_tiles = dict(sched.finish)
+    return first, conversion(g, kp, site.store, dtype, sched.finish, sizes, scratch_p, out,
+                             sizes_p)
+
+
+def conversion(g, kp, store: int, dtype: str, tiles, sizes: dict, scratch_p: P.Param,
+               out: str, sizes_p, suffix: str = "f") -> P.KernelProgram:
+    """The kernel converting an f32 scratch of sums (a scatter's, or a chain's products
+    over its rows) into `store`'s array of `dtype` (param `out`), setting the scratch back to
+    zero for the next launch; `tiles`: its block tile over the store's axes (Schedule.finish)."""
+    b = Builder()
+    scratch = scratch_p.name
+    store_axes = ir.type_of(g, store).axes
+    finish_tiles = dict(tiles)
     lanes = 1
     for t in finish_tiles.values():
         lanes *= t
@@ -136,12 +148,11 @@ def programs(plan, kp, names: dict, sizes: dict, scratch: str, out: str,
                        cexpr.STORE["float"]))
         b.emit(P.Set(f"{scratch}[{off}]", "0.0f"))
     blocks = _positions(b, store_axes, finish_tiles, sizes, lanes, convert)
-    out_p = P.Param(out, f"{cexpr.CTYPE[dtype]}* __restrict__", "store", _array(g, site.store),
+    out_p = P.Param(out, f"{cexpr.CTYPE[dtype]}* __restrict__", "store", _array(g, store),
                     store_axes)
-    second = P.KernelProgram(f"napkin_{kp.kernel.name}f", (scratch_p, out_p, *sizes_p),
-                             -(-lanes // 32) * 32, blocks, (), (), b.statements, ITYPE,
-                             kp.kernel.name)
-    return first, second
+    return P.KernelProgram(f"napkin_{kp.kernel.name}{suffix}", (scratch_p, out_p, *sizes_p),
+                           -(-lanes // 32) * 32, blocks, (), (), b.statements, ITYPE,
+                           kp.kernel.name)
 
 
 def _array(g, n: int) -> str:

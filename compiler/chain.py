@@ -23,12 +23,24 @@ last position of `red`), packed to 16 bits as the A fragments of `T_i C_i` (the 
 of two 8-wide tiles is the A layout of one 16-wide tile), and accumulated into O_i's f32
 fragments. For the cost model the register level's unit is the warp, as for the other
 tensor-core kernels (cost.py).
+
+A chain may also compute products over its rows, added across blocks (`Across`):
+
+    U_k[batch.. red e_k] = sum over row of T_k[.. row red] * L_k[.. row e_k]      (stored)
+
+FlashAttention-2's dQ += dS K in the dK/dV kernel: each block holds `BM` of the rows, so
+its share of U over the chunk is a partial sum that the blocks add with atomics into an f32
+scratch (zeroed before the first launch), which a second kernel converts to U's dtype and
+clears (codegen/scatter.py's conversion). The model holds `row` woven (the grid's) and the
+stored U as added across blocks (Model.across: 4 bytes a value from every block of rows,
+at the target's `[l2] atomics` rate, cost.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .canonical import through
 from .graph import ancestors
 
 from . import flash, ir, occupancy, warps
@@ -45,6 +57,10 @@ MAX_REGISTERS = 164
 # ... and with a mask's ops in the chunk (more than occupancy.CHAIN_OPS: causal's gradient):
 # ptxas held 132 (241-252 registers) and spilled at 148 (224 bytes) and 164 (48-264)
 MASKED_MAX_REGISTERS = 132
+# ... and with a product over the rows (Across: its chunk values staged, its tiles' fragments,
+# the atomics' addresses live beside the scores): ptxas (sm_90, attention's gradient at
+# d = 64) held 84 in 184-201 registers and spilled at 100 (8 bytes), 132 (224) and 164 (40-56)
+ACROSS_MAX_REGISTERS = 96
 PACKED = 4                               # registers of one packed A fragment of T_i
 
 
@@ -67,6 +83,16 @@ class Product:
 
 
 @dataclass(frozen=True)
+class Across:
+    node: int               # the contraction U_k = T_k L_k over the rows
+    t: int                  # the chunk's value (row, red)
+    c: int                  # the loaded operand (row, e)
+    e: str
+    width: int              # size of e
+    store: int              # U_k's stored node (through names: the contraction)
+
+
+@dataclass(frozen=True)
 class ChainSite:
     row: str                # the fragment rows (woven)
     red: str                # the streamed axis
@@ -76,6 +102,7 @@ class ChainSite:
     outs: tuple[Product, ...]
     ops: int = 0            # elementwise ops per value of the chunk beyond the first
                             # (occupancy.score_ops: a mask's)
+    across: tuple[Across, ...] = ()   # products over the rows, added across blocks
 
 
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
@@ -98,10 +125,17 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
            for n in outs):
         return f"a streamed reduction over `{red}` is not a matrix product"
     loads = set(kernel.loads)
-    scores = [n for n in contractions if n not in outs]
+    if not outs:
+        return "no streamed product"
+    across = [n for n in contractions if n not in outs and _over_rows(g, kernel, n, red, loads)]
+    scores = [n for n in contractions if n not in outs and n not in across]
     if not scores:
         return "no product of the chunk feeds the streamed products"
     woven = set(model.woven)
+    rows_of_across = {ir.op(g, n).axes[0] for n in across}
+    if len(across) > 1:
+        return "more than one product over the rows (one is lowered: dQ's)"
+    woven |= rows_of_across       # the grid's rows: their partial sums added across blocks
     found = [_score(g, n, red, loads) for n in scores]
     if any(isinstance(f, str) for f in found):
         return next(f for f in found if isinstance(f, str))
@@ -113,6 +147,8 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     o_axes = ir.type_of(g, outs[0]).axes
     row = max(candidates, key=lambda a: (min((sizes or {}).get(a, flash.FRAG_ROWS),
                                              flash.FRAG_ROWS), o_axes.index(a)))
+    if rows_of_across and rows_of_across != {row}:
+        return "a product over the rows does not add over the chain's rows"
     axes = g.graph["axes"]
     products = []
     for n in outs:
@@ -158,11 +194,54 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     (dtype,) = dtypes
     if not target.engine_for("contraction", dtype):
         return f"{target.name} has no tensor cores for {dtype}"
-    why = _elementwise(g, kernel, loads, chunk_axes, set(batch) | {row}, products)
+    added = []
+    for n in across:
+        found = _across(g, kernel, n, row, red, batch, loads)
+        if isinstance(found, str):
+            return found
+        if storage_dtype(g, found.c) != dtype:
+            return "a product over the rows takes another dtype than the chain's"
+        added.append(found)
+    why = _elementwise(g, kernel, loads, chunk_axes, set(batch) | {row}, products,
+                       {a.node for a in added})
     if why:
         return why
     return ChainSite(row, red, batch, dtype, tuple(scored), tuple(products),
-                     occupancy.ops_along(model, red))
+                     occupancy.ops_along(model, red), tuple(added))
+
+
+def _over_rows(g, kernel, n: int, red: str, loads: set) -> bool:
+    """Whether contraction n is a product over the rows stored from every block (Across):
+    one contracted axis, a loaded operand without the streamed axis, the other a chunk
+    value with it, the result over the streamed axis and stored as it is."""
+    op = ir.op(g, n)
+    if len(op.axes) != 1:
+        return False
+    u, v = ir.operands(g, n)
+    if v in loads and u not in loads:
+        u, v = v, u
+    if u not in loads or v in loads:
+        return False
+    (a,) = op.axes
+    c_axes, t_axes = ir.type_of(g, u).axes, ir.type_of(g, v).axes
+    return red not in c_axes and red in t_axes and a in t_axes and \
+        red in ir.type_of(g, n).axes and any(through(g, m) == n for m in kernel.stores)
+
+
+def _across(g, kernel, n: int, row: str, red: str, batch, loads) -> Across | str:
+    """Product n over the rows (`_over_rows`) as the lowering takes it, or why not."""
+    u, v = ir.operands(g, n)
+    c, t = (u, v) if u in loads else (v, u)
+    own = set(ir.type_of(g, c).axes) - {row} - set(batch)
+    if len(own) != 1 or not set(ir.type_of(g, t).axes) <= set(batch) | {row, red} or \
+            not set(ir.type_of(g, n).axes) <= set(batch) | {red} | own:
+        return "a product over the rows is not T[.. row red] L[.. row e]"
+    (e,) = own
+    width = g.graph["axes"][e].size
+    if width is None or width % 8:
+        return f"`{e}` must be static and a multiple of 8 (fix it with `axis {e} = 64` or -D)"
+    store = next(m for m in kernel.stores if through(g, m) == n)
+    return Across(n, t, c, e, width, store)
 
 
 def _score(g, n: int, red: str, loads: set):
@@ -178,11 +257,14 @@ def _score(g, n: int, red: str, loads: set):
     return Score(n, u, v, op.axes[0], 0)
 
 
-def _elementwise(g, kernel, loads, chunk_axes, rows, products) -> str | None:
-    """Why the rest of the kernel is not elementwise on the chunk or on the outputs."""
+def _elementwise(g, kernel, loads, chunk_axes, rows, products, across=frozenset()
+                 ) -> str | None:
+    """Why the rest of the kernel is not elementwise on the chunk or on the outputs (the
+    products over the rows, `across`, and the names of them are theirs)."""
     outs = {p.node for p in products}
     for n in kernel.nodes:
-        if n in loads or isinstance(ir.op(g, n), ir.Contract) or is_free(g, n):
+        if n in loads or isinstance(ir.op(g, n), ir.Contract) or is_free(g, n) or \
+                through(g, n) in across:
             continue
         if isinstance(ir.op(g, n), ir.View) and ir.operands(g, n)[0] in loads:
             continue         # a loaded array read at renamed positions (doc[q] beside doc[x])
@@ -193,6 +275,8 @@ def _elementwise(g, kernel, loads, chunk_axes, rows, products) -> str | None:
             return "the kernel computes values over other axes than its products'"
     by_e = {p.node: p.e for p in products}
     for n in kernel.stores:
+        if through(g, n) in across:
+            continue
         axes = ir.type_of(g, n).axes
         own = set(axes) - rows
         if len(own) != 1 or not own <= {p.e for p in products}:
@@ -224,8 +308,10 @@ def candidate_set(sizes: dict, s: ChainSite, fixed: dict):
     """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
     or None: FlashAttention-2's rows and chunks, within the chain's register budget."""
     cap = MAX_REGISTERS if s.ops <= occupancy.CHAIN_OPS else MASKED_MAX_REGISTERS
+    if s.across:
+        cap = min(cap, ACROSS_MAX_REGISTERS)
     return flash.row_tilings(sizes, s.row, s.red, s.batch, fixed,
                              lambda fm, chunk, _: registers(fm, chunk, s) <= cap)
 
 
-__all__ = ["ChainSite", "Score", "Product", "examine", "search", "candidate_set", "registers"]
+__all__ = ["ChainSite", "Score", "Product", "Across", "examine", "search", "candidate_set", "registers"]

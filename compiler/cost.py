@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import index_width, issue, occupancy, waits
+from . import added, index_width, issue, occupancy, waits
 from .columns import Column, resident_sets
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
@@ -176,6 +176,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     reread = (occupancy.query_array(model, choice.warps[0][0]),
               NUMBERS.ceil(sizes[choice.stream[0]] / choice.stream[1]) * fraction) \
         if choice.reread is not False and not symbolic and model.streaming.pairs else None
+    atomics = 0.0       # adds of a chain's products over its rows (chain.Across, added.py)
     for li, lv in enumerate(levels[1:], start=1):
         cov = covs[li - 1]
         across = {a: sizes[a] / cov[a] for a in model.axes}   # units side by side along a
@@ -210,6 +211,11 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                 coalesce = 1 if symbolic or values or li > 1 else sectors(arr, cov, target)
                 moved.append(vol * (width * coalesce))     # (width: a power of two)
                 unique.append(once * (width * coalesce))
+            elif arr.role == "store" and arr.node in model.across:   # (chain.Across)
+                adds, *both = added.traffic(arr, sizes, repeats, model.axes, values)
+                atomics = atomics + adds if li == 1 else atomics
+                moved.append(both[0])
+                unique.append(both[1])
             elif arr.role == "store":
                 moved.append(prod(sizes[a] for a in arr.axes) * width)
                 unique.append(moved[-1])
@@ -257,6 +263,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         # engine, index_span on the tensor cores) reduces the block's first and last chunk
         # through shared memory: 16 bytes a warp
         results[1] = replace(results[1], M=results[1].M + 16 * np.ceil(threads / WARP))
+    if len(results) > 1 and not symbolic and not values and model.across and choice.stream:
+        results[1] = replace(results[1], M=results[1].M + added.staged(model, choice, covs[0]))
     if len(results) > 1 and not symbolic and not values and choice.warps and model.staged:
         results[1] = replace(results[1], M=results[1].M + staged_bytes(
             model, choice, covs[0], helds[0][0], ops, stages))
@@ -336,10 +344,15 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                  **{k: v for k, v in named.items() if k != "compute"}}
         results[1] = LevelCost(results[1].name, results[1].capacity, results[1].M, results[1].H,
                                results[1].units, hbm)
+    overhead = LAUNCH_SECONDS if target.processors else 0.0
+    if model.across and not symbolic and not values and target.processors:
+        named["atomics at L2"] = atomics / target.l2_atomics if target.l2_atomics else np.inf
+        finish = added.finish_bytes(model, sizes)     # the conversion kernel after it
+        results[1] = replace(results[1], H=results[1].H + finish)
+        overhead = overhead + finish / target.levels[1].bandwidth + LAUNCH_SECONDS
     terms = list(named.values())
     worst = functools.reduce(ops.maximum, terms)
     rest = total(terms) - worst
-    overhead = LAUNCH_SECONDS if target.processors else 0.0
     time = (worst + OVERLAP * rest) / util + filled + overhead
     scalar = not any(isinstance(t, np.ndarray) for t in terms + list(parts.values()))
     cost = Cost(tuple(_plain(lc) for lc in results), {k: number(v) for k, v in flops.items()},

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import issue_simt, occupancy
+from . import added, issue_simt, occupancy
 from .choices import NUMBERS, prod, total
 from .target import Target
 
@@ -275,7 +275,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             dependent = lanes / WARP
         else:
             ldsm = (H[1] if len(H) > 1 else 0) / LDSM_BYTES
-            warp_instr = hmma + ldsm + lanes / (WARP * lane_share) + copies
+            warp_instr = hmma + ldsm + lanes / (WARP * lane_share) + copies + \
+                added.issue(model, choice, sizes, level1, units[0] * chunks * fraction)
             dependent = lanes / (WARP * lane_share) if chain else 0
     else:
         if stream is not None:
@@ -318,7 +319,7 @@ def stores(model, sizes: dict):
     """Warp instructions of a tensor-core kernel's epilogue stores: STORE_ELEMENT per element
     of each output, 32 lanes a warp (fragments padded past the arrays: cost._padding)."""
     return sum(prod(sizes[a] for a in arr.axes) for arr in model.arrays
-               if arr.role == "store") * STORE_ELEMENT / WARP
+               if arr.role == "store" and arr.node not in model.across) * STORE_ELEMENT / WARP
 
 
 def staged(model, choice, level1: dict, threads):

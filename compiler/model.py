@@ -96,6 +96,9 @@ class Model:
                                 # (index_width.py: its offsets' range)
     rows: tuple = ()            # CUDA cores: (store, axis, width) of the stores copying a row
                                 # of a load, in runs where the thread's tile allows (row_runs)
+    across: frozenset = frozenset()   # a chain's products over its rows (chain.Across): the
+                                # stored arrays (their contractions) every block of rows adds
+                                # its partial sum into, with atomics (tensorcore.for_site)
 
 
 def array_name(g: DiGraph, n: int) -> str:

@@ -107,7 +107,7 @@ def fragment_values(model, choice, sizes: dict):
         return tm / 16 * (chunk / 8 * 4 + width / 8 * 4 + slices * 4)
     if len(warped) == 1 and choice.stream:    # a chain: chain.registers
         (row,) = warped
-        outs = {n for n, _ in model.streaming.reducers}
+        outs = {n for n, _ in model.streaming.reducers} | model.across
         scores = sum(1 for w in model.work if w.engine == "contraction" and w.node not in outs)
         widths = sum(prod(sizes[a] for a in acc.axes if a not in thread)
                      for acc in model.arrays if acc.role == "accumulator")

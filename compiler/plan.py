@@ -287,9 +287,11 @@ def with_choices(plan: Plan, choices) -> Plan:
                                                   or "nothing (this kernel reduces no axis)"))
         model = kernel_model(plan.graph, kp.kernel, axis)
         cols = columns(plan.graph, model)
+        where = tensorcore.site(plan.graph, kp.kernel, model, plan.target, plan.sizes) \
+            if choice.warps else None
+        if where is not None:   # what the site computes as it stages (as the planner)
+            model = tensorcore.for_site(plan.graph, kp.kernel, model, where, plan.sizes)
         sched = schedules.build(plan.graph, kp.kernel, model, choice, plan.sizes, plan.target)
-        if sched.site is not None:     # what the site computes as it stages (as the planner)
-            model = tensorcore.for_site(plan.graph, kp.kernel, model, sched.site, plan.sizes)
         cost = evaluate(model, cols, choice, plan.sizes, plan.target)
         if sched.stages > 1:           # the pipeline depth the cost model chose
             sched = replace(sched, stages=int(cost.stages))

@@ -88,8 +88,9 @@ class Schedule:
                                               # input moves into shared memory (copies.py)
     scatter: ScatterSite | None = None        # SCATTER: what it adds where; `tile` is then
                                               # over the scatter's positions (T and K)
-    finish: tuple[tuple[str, int], ...] = ()  # SCATTER: the conversion kernel's block tile
-                                              # over the output's axes
+    finish: tuple[tuple[str, int], ...] = ()  # SCATTER (and a chain's product over its rows,
+                                              # chain.Across): the conversion kernel's block
+                                              # tile over the output's axes
     runs: tuple[tuple[int, int], ...] = ()    # CUDA cores: stores each thread writes as
                                               # runs of its consecutive points (row_runs.py)
 
@@ -297,11 +298,14 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
     _threads(name, threads, target)
     # a warp's tile along each woven axis (1 where the choice gives none: batch, value width)
     per_warp = {a: thread.get(a, 1) for a in tile}
+    across = getattr(found, "across", ())
     return Schedule(engine, found, tuple(sorted(tile.items())), choice.stream,
                     tuple(sorted(per_warp.items())), None, None, tuple(sorted(warps.items())),
                     threads, threads, choice, stages=PIPELINE,
                     layouts=operand_layouts(g, found, tile, choice.stream[1]),
-                    reread=choice.reread)
+                    reread=choice.reread,
+                    finish=scatter_blocks(ir.type_of(g, across[0].store).axes, sizes)
+                    if across else ())
 
 
 def operand_tiles(site, tile: dict, chunk: int) -> list[tuple[int, tuple[str, int], tuple[str, int]]]:
@@ -315,6 +319,7 @@ def operand_tiles(site, tile: dict, chunk: int) -> list[tuple[int, tuple[str, in
         found = [(sc.a, (site.row, tile[site.row]), (sc.dk, sc.head)) for sc in site.scores]
         found += [(sc.b, (site.red, chunk), (sc.dk, sc.head)) for sc in site.scores]
         found += [(p.c, (p.e, p.width), (site.red, chunk)) for p in site.outs]
+        found += [(a.c, (site.row, tile[site.row]), (a.e, a.width)) for a in site.across]
     else:
         found = [(site.a, (site.row, tile[site.row]), (site.red, chunk)),
                  (site.b, (site.col, tile[site.col]), (site.red, chunk))]
@@ -329,7 +334,9 @@ def operand_layouts(g, site, tile: dict, chunk: int) -> tuple[tuple[int, TileLay
         axes = ir.type_of(g, n).axes
         inner, outer = (frag, k) if axes.index(frag[0]) > axes.index(k[0]) else (k, frag)
         out.append((n, tilelayout.layout(outer[1], inner[1], (outer[0], inner[0]))))
-    return tuple(out)
+    for a in getattr(site, "across", ()):   # a chain's chunk values over its rows, staged as
+        out.append((a.t, tilelayout.layout(tile[site.row], chunk, (site.row, site.red))))
+    return tuple(dict.fromkeys(out))        # 16 bits for the products over the rows
 
 
 def _positive(kernel: str, what: str, value) -> None:

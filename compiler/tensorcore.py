@@ -98,7 +98,9 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     # the blocks tile the site's rows, columns and batch axes: every array the kernel stores
     # must have them (a kernel also storing `t[q]` beside `S[h q x]` cannot group h or x)
     tiled = {found.row, *found.batch} | ({found.col} if isinstance(found, Site) else set())
-    lacking = sorted(tiled - set(model.woven))
+    # (a chain's products over its rows are added across the blocks of rows: chain.Across)
+    lacking = sorted(tiled - set(model.woven) - ({found.row} if getattr(found, "across", ())
+                                                 else set()))
     if lacking:
         return (f"the kernel also stores arrays without `{lacking[0]}`, which the tensor-core "
                 "blocks tile")
@@ -215,7 +217,14 @@ def vector_loads(g, n: int, axis: str, members, loads) -> bool:
 def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
     """The kernel's model with what a product site computes as it stages (Model.staged: its
     operands computed from loads, its reductions beside the product) and the loads only
-    those read (Model.direct: read from global memory, not copied into shared memory)."""
+    those read (Model.direct: read from global memory, not copied into shared memory); a
+    chain's with its rows woven and its products over them added across blocks
+    (Model.across)."""
+    if isinstance(where, ChainSite) and where.across:
+        # the rows are the grid's: every block adds its rows' share of the products over them
+        return replace(model, woven=tuple(dict.fromkeys(model.woven + (where.row,))),
+                       reduced=tuple(a for a in model.reduced if a != where.row),
+                       across=frozenset(a.node for a in where.across))
     if not isinstance(where, Site) or not (where.computed or where.stats):
         return model
     members, loads = set(kernel.nodes), set(kernel.loads)

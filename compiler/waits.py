@@ -53,8 +53,9 @@ def barriers(model, choice, sizes: dict, target: Target, blocks, span=None):
     if not choice.warps or not choice.stream or not target.processors or not target.clock_hz:
         return 0.0
     visited = chunk_count(model, choice, sizes) * (span[0] if span else 1)
-    return blocks * visited * BARRIERS_PER_CHUNK * BARRIER_CYCLES / \
-        (target.clock_hz * target.processors)
+    per_chunk = BARRIERS_PER_CHUNK + (1 if model.across else 0)   # (a chain's values staged
+    return blocks * visited * per_chunk * BARRIER_CYCLES / \
+        (target.clock_hz * target.processors)                    # for the products over rows)
 
 
 def fill(loads, target: Target, blocks, per_sm, latency: float):

@@ -32,18 +32,19 @@ def shape_of(d, **over) -> dict[str, int]:
 
 
 def emulate_buffers(p, inputs: dict, sizes: dict, edit=None, grid: int = 16,
-                    sanitize: str = "none") -> dict:
+                    sanitize: str = "none", times: int = 1, program=None) -> dict:
     """Every global buffer after the plan's launches on the emulator (inputs, intermediates,
     outputs, a last-block merge's counters), by array name; `edit` seeds a bug into the CUDA
     text (it must change it); the grid capped at `grid` blocks (the kernels loop over the
-    rest)."""
+    rest); the plan's launches run `times` times in a row; `program`: the lowered plan to
+    run instead of lower(p) (one edited)."""
     from napkin.codegen.lower import lower
     from napkin.codegen.render import render
     from napkin.compiler.split import complete_sizes
     from napkin.runtime import emulate
     from napkin.runtime.emulated import signatures
     from napkin.runtime.launches import buffer_names, make_buffers, make_launches
-    prog = lower(p)
+    prog = program if program is not None else lower(p)
     source = render(prog)
     if edit is not None:
         edited = edit(source)
@@ -53,6 +54,6 @@ def emulate_buffers(p, inputs: dict, sizes: dict, edit=None, grid: int = 16,
     buffers = make_buffers(prog, inputs, sizes, set(p.graph.graph["inputs"]))
     launches = [emulate.Launch(s.kernel, (min(s.grid, grid), 1, 1), (s.block, 1, 1),
                                s.smem_bytes, s.args) for s in make_launches(prog, sizes)]
-    out = emulate.run(source, signatures(prog), launches, buffers, sanitize=sanitize,
+    out = emulate.run(source, signatures(prog), launches * times, buffers, sanitize=sanitize,
                       timeout_s=240)
     return {array: out[b] for array, b in buffer_names(prog).items()}

@@ -162,9 +162,6 @@ def test_the_scratch_is_zero_before_and_after_every_launch():
     """Two launches in a row give the same sums (the conversion clears the scratch); without
     the clearing the second doubles them, and a scratch the launchers do not zero is NaN."""
     from dataclasses import replace
-    from napkin.runtime import emulate
-    from napkin.runtime.emulated import signatures
-    from napkin.runtime.launches import buffer_names, make_buffers, make_launches
     g = napkin.grad("embedding")
     t, v, m = 37, 11, 9
     sizes = {"t": t, "v": v, "m": m}
@@ -172,19 +169,13 @@ def test_the_scratch_is_zero_before_and_after_every_launch():
     inputs = _embedding(t, v, m)
     want = _oracle(g, inputs)["dE"]
 
-    def twice(prog, source, times=2):
-        bufs = make_buffers(prog, inputs, sizes, set(p.graph.graph["inputs"]))
-        launches = [emulate.Launch(s.kernel, (min(s.grid, 4), 1, 1), (s.block, 1, 1),
-                                   s.smem_bytes, s.args) for s in make_launches(prog, sizes)]
-        out = emulate.run(source, signatures(prog), launches * times, bufs, timeout_s=240)
-        return out[buffer_names(prog)["dE"]].astype(np.float64)
-    prog = lower(p)
-    source = render(prog)
-    np.testing.assert_allclose(twice(prog, source), want, rtol=2e-3, atol=2e-3)
-    dirty = source.replace("p3[ix0] = 0.0f;", "")
-    assert dirty != source
-    np.testing.assert_allclose(twice(prog, dirty), 2 * want, rtol=4e-3, atol=4e-3)
-    assert np.isnan(twice(replace(prog, zeroed=()), source, times=1)[2]).all()
+    def twice(edit=None, times=2, program=None):
+        return emulate_buffers(p, inputs, sizes, edit=edit, grid=4, times=times,
+                               program=program)["dE"].astype(np.float64)
+    np.testing.assert_allclose(twice(), want, rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(twice(lambda s: s.replace("p3[ix0] = 0.0f;", "")), 2 * want,
+                               rtol=4e-3, atol=4e-3)
+    assert np.isnan(twice(times=1, program=replace(lower(p), zeroed=()))[2]).all()
 
 
 def _paged():

@@ -1,0 +1,135 @@
+"""A chain's product over its rows, added across blocks with atomics (compiler/chain.Across,
+codegen/chain.ChainLowering._across): FlashAttention-2's dQ += dS K in the dK/dV kernel.
+Values against the float64 reference on the emulator and the interpreter, the scratch's
+life between launches, seeded bugs, and the model's charge for the atomics."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.codegen.lower import lower
+from napkin.codegen.render import render
+from napkin.compiler.model import array_name
+from napkin.compiler.plan import plan
+from napkin.compiler.schedule import CHAIN
+from napkin.runtime.interpret import interpret
+from napkin.runtime.reference import evaluate
+
+from .conftest import emulate_buffers
+
+PLANNED = {"b": 2, "h": 4, "q": 2048, "x": 2048}      # where the model adds dQ with atomics
+SIZES = {"b": 1, "h": 2, "q": 45, "x": 300, "d": 64}   # three blocks of 128 keys, the last short
+
+
+@pytest.fixture(scope="module")
+def case():
+    grad = napkin.grad(napkin.load("attention", d=64), saved=True)
+    p = plan(grad, "h100", PLANNED)
+    (k,) = [kp for kp in p.kernels if kp.schedule.engine == CHAIN]
+    (added,) = k.schedule.site.across
+    assert array_name(p.graph, added.store) == "dQ" and dict(k.choice.group)["x"] == 128
+    stats = napkin.statistics(napkin.load("attention", d=64))
+    rng = np.random.default_rng(11)
+    Q, dO = (rng.standard_normal((1, 2, 45, 64)).astype(np.float16) for _ in range(2))
+    K, V = (rng.standard_normal((1, 2, 300, 64)).astype(np.float16) for _ in range(2))
+    saved = evaluate(stats, {"Q": Q, "K": K, "V": V})
+    inputs = {"Q": Q, "K": K, "V": V, "dO": dO, "P_lse": saved["P_lse"].astype(np.float32),
+              "O_saved": saved["O"].astype(np.float16)}
+    want = {k: np.asarray(v, dtype=np.float64)
+            for k, v in evaluate(grad, inputs, exact=True).items()}
+    return grad, p, k, inputs, want
+
+
+def _close(got, want, tol=3e-3):
+    got = np.asarray(got, dtype=np.float64)
+    scale = np.abs(want).max()
+    assert scale > 0.05
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+
+
+def test_dq_adds_over_blocks_of_keys_on_the_interpreter_and_the_emulator(case):
+    grad, p, k, inputs, want = case
+    got = interpret(p, inputs)
+    for name in ("dQ", "dK", "dV"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-9, atol=1e-9)
+    bufs = emulate_buffers(p, inputs, SIZES)
+    for name in ("dQ", "dK", "dV"):
+        _close(bufs[name], want[name])
+    scratch = next(a for a in bufs if a.startswith("%added_"))
+    assert not np.any(bufs[scratch])              # cleared for the next launch
+    from ..fuzz.injection import token_problems
+    assert token_problems(render(lower(p))) == []
+
+
+SEEDED = {
+    # each block stores its share instead of adding it: the last block of keys wins
+    "a store, not an add": lambda s: re.sub(r"atomicAdd\(&(p\d+\[[^\]]*\]), (ua\[i2\])\);",
+                                            r"\1 = \2;", s),
+    # each share added at the next query row
+    "wrong row": lambda s: s.replace("c0 + um + fg + (i2 / 2) * 8", "c0 + um + fg + (i2 / 2) * 8 + 1"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(SEEDED))
+def test_a_seeded_bug_in_the_atomics_is_caught(case, bug):
+    grad, p, k, inputs, want = case
+    got = np.asarray(emulate_buffers(p, inputs, SIZES, edit=SEEDED[bug])["dQ"], dtype=np.float64)
+    assert not np.allclose(got, want["dQ"], rtol=3e-3, atol=3e-3 * np.abs(want["dQ"]).max())
+
+
+def test_the_scratch_is_zero_before_and_after_every_launch(case):
+    """Two launches in a row give the same dQ (the conversion clears the scratch); without
+    the clearing the second adds to the first's sums, and a scratch the launchers do not
+    zero is NaN."""
+    from dataclasses import replace
+    grad, p, k, inputs, want = case
+
+    def run(edit=None, times=2, program=None):
+        return np.asarray(emulate_buffers(p, inputs, SIZES, edit=edit, grid=8, times=times,
+                                          program=program)["dQ"], dtype=np.float64)
+    _close(run(), want["dQ"])
+    _close(run(lambda s: re.sub(r"\n\s*p\d+\[ix\d+\] = 0\.0f;", "", s)) / 2, want["dQ"],
+           tol=6e-3)
+    assert np.isnan(run(times=1, program=replace(lower(p), zeroed=()))).any()
+
+
+def test_the_model_charges_every_block_of_rows_its_atomics(case):
+    """The added array moves 4 bytes a value from every block of rows (H), the L2 completes
+    them at the target's atomics rate (a term of its own), the conversion reads and clears
+    the scratch and writes dQ (in H, and after the kernel)."""
+    grad, p, k, inputs, want = case
+    b, h, q, x, d = 2, 4, 2048, 2048, 64
+    blocks = x // 128
+    adds = b * h * q * d * blocks
+    terms = dict(k.cost.terms)
+    assert terms["atomics at L2"] == pytest.approx(adds / p.target.l2_atomics)
+    store = next(a for a in k.model.arrays if a.role == "store" and a.node in k.model.across)
+    assert store.axes == ("b", "h", "q", "d")
+    # ... and the conversion: read and clear 4 bytes, write 2, a launch after the kernel
+    assert k.cost.levels[1].H >= adds * 4 + b * h * q * d * (4 + 4 + 2)
+
+
+def test_dk_added_over_blocks_of_queries_at_d128(rng=np.random.default_rng(5)):
+    """At d = 128 the model merges the other way round (the plain gradient at the issue's
+    size): dQ's chain over blocks of queries streams the keys and adds each block's share
+    of dK = dS^T Q; dV keeps its own chain. No spills (ptxas), and the emulator against the
+    float64 reference over two blocks of queries."""
+    from napkin.pipeline import run_plan
+    from napkin.runtime import compare, nvrtc
+    grad = napkin.grad(napkin.load("attention", d=128))
+    p = plan(grad, "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
+    found = [(array_name(p.graph, a.store), kp.schedule.site.row)
+             for kp in p.kernels for a in getattr(kp.schedule.site, "across", ())]
+    assert found == [("dK", "q")]
+    for name, r in nvrtc.compile(render(lower(p)), arch="sm_90").resources.items():
+        assert r.spill_stores == 0 and r.spill_loads == 0, (name, r)
+    Q, dO = (rng.standard_normal((1, 1, 150, 128)).astype(np.float16) for _ in range(2))
+    K, V = (rng.standard_normal((1, 1, 45, 128)).astype(np.float16) for _ in range(2))
+    inputs = {"Q": Q, "K": K, "V": V, "dO": dO}
+    out = run_plan(p, inputs, {"b": 1, "h": 1, "q": 150, "x": 45, "d": 128}, timeout_s=240)
+    for name, verdict in compare.against_reference(grad, inputs, out).items():
+        assert verdict.ok, verdict.message
