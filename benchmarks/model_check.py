@@ -172,8 +172,10 @@ def simt_sass(p, made, index: int, text: str) -> dict:
     sizes = {n: int(p.sizes[a]) for n, a in made["program"].size_params}
     chunk = sched.stream[1] if sched.stream else None
     chunks = math.ceil(p.sizes[sched.stream[0]] / chunk) if sched.stream else 1
-    run = block_run(text, name, kernel_source(made["cuda"], name), sizes, chunk, chunks)
     blocks, warps = float(kp.cost.levels[1].units), math.ceil(sched.threads / 32)
+    visited = max(float(kp.cost.visited), float(kp.cost.computed))
+    run = block_run(text, name, kernel_source(made["cuda"], name), sizes, chunk, chunks,
+                    warps, visited, float(kp.cost.computed))
     rate = p.target.per_second("schedulers")
     est = blocks * warps * run["run"] / rate if run and rate else None
     model = dict(kp.cost.compute_parts).get("issue", 0) * rate / (blocks * warps)
