@@ -172,8 +172,10 @@ def simt_sass(p, made, index: int, text: str) -> dict:
     sizes = {n: int(p.sizes[a]) for n, a in made["program"].size_params}
     chunk = sched.stream[1] if sched.stream else None
     chunks = math.ceil(p.sizes[sched.stream[0]] / chunk) if sched.stream else 1
-    run = block_run(text, name, kernel_source(made["cuda"], name), sizes, chunk, chunks)
     blocks, warps = float(kp.cost.levels[1].units), math.ceil(sched.threads / 32)
+    visited = max(float(kp.cost.visited), float(kp.cost.computed))
+    run = block_run(text, name, kernel_source(made["cuda"], name), sizes, chunk, chunks,
+                    warps, visited, float(kp.cost.computed))
     rate = p.target.per_second("schedulers")
     est = blocks * warps * run["run"] / rate if run and rate else None
     model = dict(kp.cost.compute_parts).get("issue", 0) * rate / (blocks * warps)
@@ -185,30 +187,49 @@ def kernels_table(target: str = "h100") -> list[dict]:
     """Every library kernel at the default sizes and at 4096: the model's issue-slot and
     compute time beside the SASS estimate (kernel_sass: the main loop once per chunk, copy
     loops by their trips, for the tensor-core pipelines; a CUDA-core kernel's block with each
-    loop weighted by its trips, simt_sass). `checked`: an estimate exists (a CUDA-core
-    kernel's SASS loops paired with its CUDA's)."""
+    loop weighted by its trips, simt_sass), and attention on the CUDA cores (SIMT_ATTENTION).
+    `checked`: an estimate exists (a CUDA-core kernel's SASS loops paired with its CUDA's,
+    one to one or as trees: sass_align)."""
     import napkin
     from napkin import pipeline
     from napkin.compiler.plan import plan
     from napkin.diagrams.sources import library_names
-    options = pipeline.Options.make(target=target)
     out = []
+    cases = []
     for name in library_names():
         d = napkin.load(name)
         reps = sorted({i.rep for i in d.ir.graph["axes"].values() if i.size is None})
-        for shape in ({}, {a: 4096 for a in reps}):
-            p = plan(d, target, shape)
-            made = pipeline.through(p, "plan", "binary", options)
-            for i, kp in enumerate(p.kernels):
-                r = kernel_sass(p, made, i)
-                issue = dict(kp.cost.compute_parts).get("issue")
-                out.append({"diagram": name, "shape": "default" if not shape else "4096",
-                            "kernel": kp.kernel.name, "engine": kp.schedule.engine,
-                            "model_issue_seconds": issue,
-                            "model_compute_seconds": kp.cost.compute_time,
-                            "static_issue_seconds": r["static_issue_seconds"],
-                            "checked": r["static_issue_seconds"] is not None})
+        cases += [(name, {}, "auto"), (name, {a: 4096 for a in reps}, "auto")]
+    cases += SIMT_ATTENTION
+    for name, shape, engine in cases:
+        d = napkin.load(name)
+        options = pipeline.Options.make(target=target, engine=engine)
+        p = plan(d, target, shape, engine=engine)
+        made = pipeline.through(p, "plan", "binary", options)
+        for i, kp in enumerate(p.kernels):
+            r = kernel_sass(p, made, i)
+            issue = dict(kp.cost.compute_parts).get("issue")
+            label = "default" if not shape else "4096" if set(shape.values()) == {4096} \
+                else ",".join(f"{a}={n}" for a, n in shape.items())
+            out.append({"diagram": name + ("" if engine == "auto" else f" ({engine})"),
+                        "shape": label,
+                        "kernel": kp.kernel.name, "engine": kp.schedule.engine,
+                        "model_issue_seconds": issue,
+                        "model_compute_seconds": kp.cost.compute_time,
+                        "static_issue_seconds": r["static_issue_seconds"],
+                        "checked": r["static_issue_seconds"] is not None})
     return out
+
+
+# attention on the CUDA cores beside the library's plans: forced (--engine cuda-cores), and
+# a decode step small enough that the planner takes them (b = h = q = 1: a split of the keys
+# and its merge)
+SIMT_ATTENTION = [("attention", {}, "cuda-cores"),
+                  ("attention", {"b": 4096, "h": 4096, "q": 4096, "x": 4096}, "cuda-cores"),
+                  ("causal_attention", {}, "cuda-cores"),
+                  ("causal_attention", {"b": 4096, "h": 4096, "q": 4096, "x": 4096},
+                   "cuda-cores"),
+                  ("attention", {"b": 1, "h": 1, "q": 1, "x": 4096}, "auto")]
 
 
 def registers_table() -> list[dict]:
@@ -277,18 +298,18 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.kernels:
         table = kernels_table(args.targets.split(",")[0])
-        print(f"{'diagram':25} {'shape':8} {'kernel':4} {'engine':20} {'model issue us':>14} "
+        print(f"{'diagram':30} {'shape':8} {'kernel':4} {'engine':20} {'model issue us':>14} "
               f"{'model compute us':>16} {'SASS issue us':>13} {'SASS/model':>10}")
         for r in table:
             if not r["checked"]:
-                print(f"{r['diagram']:25} {r['shape']:8} {r['kernel']:4} {r['engine']:20} "
+                print(f"{r['diagram']:30} {r['shape']:8} {r['kernel']:4} {r['engine']:20} "
                       f"{r['model_issue_seconds'] * 1e6:14.3f} "
                       f"{r['model_compute_seconds'] * 1e6:16.3f}   (SASS loops not paired "
                       "with the CUDA's: no estimate)")
                 continue
             ratio = r["static_issue_seconds"] / r["model_issue_seconds"]
             mark = "" if abs(ratio - 1) <= 0.3 else "  > 30%"
-            print(f"{r['diagram']:25} {r['shape']:8} {r['kernel']:4} {r['engine']:20} "
+            print(f"{r['diagram']:30} {r['shape']:8} {r['kernel']:4} {r['engine']:20} "
                   f"{r['model_issue_seconds'] * 1e6:14.3f} {r['model_compute_seconds'] * 1e6:16.3f} "
                   f"{r['static_issue_seconds'] * 1e6:13.3f} {ratio:10.2f}{mark}")
         print("model: napkin's cost model (issue.py); SASS: static, from the cubin without "

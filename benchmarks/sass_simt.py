@@ -126,10 +126,15 @@ def _value(text: str, sizes: dict, chunk):
 
 
 def block_run(sass_text: str, function: str, cuda: str, sizes: dict, chunk: int | None,
-              chunks: int) -> dict | None:
+              chunks: int, warps: int = 1, visited: float = 1.0,
+              computed: float = 1.0) -> dict | None:
     """Warp instructions one warp runs per block (`run`; `opcodes`: the same per opcode, LDG,
     STS...), its blocks' loop counted once (`static`), and the inner loops as paired (`loops`:
-    start, instructions, trip, unroll). `chunks`: the chunks each chunk loop runs."""
+    start, instructions, trip, unroll). `chunks`: the chunks each chunk loop runs, `visited`
+    and `computed` the shares of them a mask lets it visit and compute (Cost.visited,
+    Cost.computed), `warps` the block's. Where the loops do not pair one to one, the two
+    loop trees aligned (sass_align.aligned_run: attention on the CUDA cores, paged
+    attention)."""
     from napkin.runtime import mainloop
     insns = mainloop.functions(sass_text)[function]
     found = mainloop.loops(insns)
@@ -157,8 +162,9 @@ def block_run(sass_text: str, function: str, cuda: str, sizes: dict, chunk: int 
             paired.remove(short)
         else:
             k += 1
-    if len(paired) != len(c_loops):
-        return None
+    if len(paired) != len(c_loops) or visited != computed:
+        from sass_align import aligned_run
+        return aligned_run(outer, inner, cuda, sizes, chunk, chunks, warps, visited, computed)
     for lp in chunked:
         weight[id(lp)] = chunks
     for lp in fills:
