@@ -9,8 +9,12 @@ in the kernel over blocks of keys). cost.evaluate and issue.compute read these.
 - issue slots per block and computed chunk: the values packed and stored to shared memory
   (two 16-bit values a pack and a store), per 16 x 8 tile of the product and 16 of the rows
   an ldmatrix.x4 of them and an x2 of the loaded operand, and per value of the block's share
-  an atomic add with its address and test. Counted from the emitted C (codegen/chain.py);
-  CALIBRATE against the SASS.
+  an atomic add with its address, clamps and test. Fitted to the SASS of the two such
+  kernels of attention's plain gradient at b=4, h=16, q=x=4096 (NVRTC, sm_90, static
+  counts, 2026-12-06; `benchmarks/model_check.kernel_sass`): d = 64's (dQ added) 1.20 ->
+  1.01 of the model's issue slots, d = 128's (dK added) 1.53 -> 1.13, from 1, 2 and 3 as
+  counted in the C (the fragments' addresses are computed per tile, the atomics' indices
+  clamped). CALIBRATE on a GPU.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from .choices import prod
 
 WARP = 32
 STAGE = 1.0
-LDSM = 2.0
-ADD = 3.0
+LDSM = 4.0
+ADD = 12.0
 
 
 def arrays(model):
