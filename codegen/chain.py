@@ -25,6 +25,7 @@ from . import masks
 from . import cexpr
 from . import program as P
 from . import staging
+from .builder import Ix
 from .indexing import Layout
 from .mma import FK, FM, FN, MmaLowering
 from .tiles import TileAxis, offset
@@ -198,10 +199,11 @@ class ChainLowering(MmaLowering):
                     b.emit(P.Call(self._mma(), ("ua", "fa", "fb", "ua")))
                 b.loop("kk", "0", str(self.wm * self.wtm // FK), "1", step, unroll=True)
 
-                def add():
-                    scope, valid = self._point({s.red: f"c0 + um + fg + (i2 / 2) * 8",
-                                                a.e: "un + fq * 2 + i2 % 2"})
-                    b.emit(P.If(valid, (P.Call("atomicAdd", (
+                def add():      # (e is static, a multiple of 8: only the chunk's tail tested)
+                    at = b.value(self.itype, "c0 + um + fg + (i2 / 2) * 8", "pt")
+                    scope = {x: Ix(self._axis_var("org", x)) for x in s.batch}
+                    scope.update({s.red: Ix(at), a.e: Ix("un + fq * 2 + i2 % 2")})
+                    b.emit(P.If(f"{at} < {self.sizes[s.red]}", (P.Call("atomicAdd", (
                         f"&{param}[{layout_u.offset(scope)}]", "ua[i2]")),)))
                 self._each([("i2", 4)], add)
             if tiles % self.wm:

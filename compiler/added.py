@@ -9,12 +9,12 @@ in the kernel over blocks of keys). cost.evaluate and issue.compute read these.
 - issue slots per block and computed chunk: the values packed and stored to shared memory
   (two 16-bit values a pack and a store), per 16 x 8 tile of the product and 16 of the rows
   an ldmatrix.x4 of them and an x2 of the loaded operand, and per value of the block's share
-  an atomic add with its address, clamps and test. Fitted to the SASS of the two such
-  kernels of attention's plain gradient at b=4, h=16, q=x=4096 (NVRTC, sm_90, static
-  counts, 2026-12-06; `benchmarks/model_check.kernel_sass`): d = 64's (dQ added) 1.20 ->
-  1.01 of the model's issue slots, d = 128's (dK added) 1.53 -> 1.13, from 1, 2 and 3 as
-  counted in the C (the fragments' addresses are computed per tile, the atomics' indices
-  clamped). CALIBRATE on a GPU.
+  an atomic add with its address and test. Fitted to the SASS of the two such kernels of
+  attention's plain gradient at b=4, h=16, q=x=4096 (NVRTC, sm_90, static counts,
+  2026-12-06; `benchmarks/model_check.kernel_sass`): SASS over the model's issue slots
+  0.98 at d = 64 (dQ added) and 1.04 at d = 128 (dK added), from 1.20 and 1.53 with the
+  1, 2 and 3 first counted in the C (the fragments' addresses are computed per tile).
+  CALIBRATE on a GPU.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .choices import prod
 WARP = 32
 STAGE = 1.0
 LDSM = 4.0
-ADD = 12.0
+ADD = 9.0
 
 
 def arrays(model):

@@ -139,7 +139,7 @@ def test_dk_added_over_blocks_of_queries_at_d128(rng=np.random.default_rng(5)):
 @pytest.mark.parametrize("d", [64, 128])
 def test_the_issue_slots_follow_the_sass_of_a_chain_adding_across_blocks(d):
     """The model's issue slots (added.issue among them) within 30% of the static SASS estimate
-    (benchmarks/model_check.kernel_sass) of the chain that adds across blocks: 1.01 and 1.13
+    (benchmarks/model_check.kernel_sass) of the chain that adds across blocks: 0.98 and 1.04
     when fitted (NVRTC, sm_90, attention's plain gradient at b=4, h=16, q=x=4096)."""
     from napkin import pipeline
     from ..compiler.test_cost_truth import _model_check, _need_disassembler
