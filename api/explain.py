@@ -15,7 +15,7 @@ from .compiler.buffers import buffers
 from .compiler.engine import engine_buffers
 from .compiler.model import array_name
 from .compiler.formulas import relabelling, tile_values
-from .compiler.plan import Plan, baseline
+from .compiler.plan import Plan, Problem, baseline, fuse_kernels, tile
 from .figures import figures
 from .explain_split import split_lines as _split_lines, split_report as _split
 from .explain_scatter import scatter_report
@@ -100,6 +100,14 @@ def report(plan: Plan, compare: bool = True) -> dict:
         out["unfused"] = {"kernels": len(base),
                           "H_bytes": sum(float(k.cost.levels[1].H) for k in base),
                           "predicted_seconds": sum(float(k.cost.time) for k in base)}
+        added = [name for k in kernels for name in k["engine"].get("added", ())]
+        if added:      # the plan without atomics across blocks (chain.Across), for comparison
+            apart = tile(fuse_kernels(Problem(plan.diagram, plan.graph, plan.target, plan.sizes,
+                                              plan.hints, plan.defaulted), plan.engine,
+                                      across=False))
+            out["apart"] = {"arrays": added, "kernels": len(apart.kernels),
+                            "H_bytes": sum(float(k.cost.levels[1].H) for k in apart.kernels),
+                            "predicted_seconds": float(apart.time)}
     return out
 
 
@@ -331,6 +339,11 @@ def render_text(rep: dict) -> str:
     u = rep.get("unfused")
     if u is None:
         return "\n".join(lines + ([units] if units else []))
+    a = rep.get("apart")
+    if a is not None:
+        lines.append(f"without atomics ({', '.join(a['arrays'])} in kernels of their own): "
+                     f"{a['kernels']} kernel(s), H = {a['H_bytes']:.4g} bytes, predicted "
+                     f"{fmt(a['predicted_seconds'])}")
     lines.append(f"unfused: {u['kernels']} kernel(s), H = {u['H_bytes']:.4g} bytes, "
                  f"predicted {fmt(u['predicted_seconds'])}")
     if u["H_bytes"] > 0:

@@ -67,10 +67,12 @@ class KernelPlanner:
     """Plans single kernels, memoised (fusion asks about many candidate kernels)."""
 
     def __init__(self, g: DiGraph, target: Target, sizes: dict, hints, engine: str = "auto",
-                 scatter: bool = True):
+                 scatter: bool = True, across: bool = True):
         self.g, self.target, self.sizes, self.hints = g, target, sizes, list(hints)
         self.engine = engine
         self.scatter = scatter         # False: masked sums planned dense (explain compares)
+        self.across = across           # False: no chain adds a product over its rows across
+                                       # blocks (chain.Across; explain and gpu_backward compare)
         self._memo: dict = {}
         self._models: dict = {}
 
@@ -183,7 +185,7 @@ class KernelPlanner:
         per streamed axis."""
         for model, cols in tried:
             where = tensorcore.site(self.g, k, model, self.target, self.sizes)
-            if where is None:
+            if where is None or (not self.across and getattr(where, "across", ())):
                 continue
             model = tensorcore.for_site(self.g, k, model, where, self.sizes)
             found = tensorcore.search_site(model, cols, self.target, self.sizes, where, fixed)

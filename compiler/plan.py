@@ -175,7 +175,8 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
     return Problem(diagram, g, tgt, sizes, hints, defaulted)
 
 
-def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True) -> Fused:
+def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
+                 across: bool = True) -> Fused:
     """Stage `fuse`: the kernels (one per equation without fusion), and the split of a reduced
     axis across blocks when one is hinted or predicted faster (splitting.py)."""
     from .fuse import fuse, regroup, unfused_kernels
@@ -184,7 +185,8 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True) ->
     def fused(pr: Problem, like: Fused | None = None) -> Fused:
         """Fusion of `pr`; with `like`, the same statements grouped as in `like` (a split of
         another count: its kernels priced without searching the fusion again)."""
-        planner = KernelPlanner(pr.graph, pr.target, pr.sizes, pr.hints, engine)
+        planner = KernelPlanner(pr.graph, pr.target, pr.sizes, pr.hints, engine,
+                                across=across)
         if like is not None:
             kernels = regroup(pr.graph, [(k.equations, k.recomputed) for k in like.kernels])
         else:
@@ -236,10 +238,11 @@ def tile(fused: Fused, merge: str = "auto") -> Plan:
 
 def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,
          overrides: dict | None = None, engine: str = "auto", fusion: bool = True,
-         data: dict | None = None, merge: str = "auto") -> Plan:
-    """The plan for a diagram on a target: prepare, fuse, tile (see the module docstring)."""
-    return tile(fuse_kernels(prepare(diagram, target, shape, overrides, data), engine, fusion),
-                merge)
+         data: dict | None = None, merge: str = "auto", across: bool = True) -> Plan:
+    """The plan for a diagram on a target: prepare, fuse, tile (see the module docstring);
+    `across=False`: no chain adds a product over its rows across blocks (chain.Across)."""
+    return tile(fuse_kernels(prepare(diagram, target, shape, overrides, data), engine, fusion,
+                             across), merge)
 
 
 def baseline(p: Plan) -> tuple[KernelPlan, ...]:

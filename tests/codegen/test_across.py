@@ -155,7 +155,8 @@ def test_the_issue_slots_follow_the_sass_of_a_chain_adding_across_blocks(d):
 
 @pytest.mark.parametrize("name,target,added", [
     ("causal_attention", "a100", ("dQ", "x")),      # the mask's chunks skipped, shares added
-    ("varlen_attention", "a100", ("dK", "q")),      # a mask read from data bounds the chunks
+    pytest.param("varlen_attention", "a100", ("dK", "q"),   # a mask read from data bounds
+                 marks=pytest.mark.thorough),                # the chunks (7 CPU-s)
 ])
 def test_masked_gradients_add_across_blocks_right(name, target, added):
     """Where the model adds across blocks under a mask (planned at 4096): the chunk loop
@@ -177,3 +178,19 @@ def test_masked_gradients_add_across_blocks_right(name, target, added):
     out = run_plan(p, inputs, {**static, **small}, timeout_s=600)
     for k, verdict in compare.against_reference(g, inputs, out).items():
         assert verdict.ok, verdict.message
+
+
+def test_explain_says_where_the_atomics_go_and_what_they_save(case):
+    """explain names the array added across blocks and prices the plan without atomics
+    (plan(..., across=False): dQ in kernels of its own), slower by the model's own count."""
+    from napkin.explain import render_text, report
+    grad, p, k, inputs, want = case
+    rep = report(p)
+    assert rep["apart"]["arrays"] == ["dQ"] and rep["apart"]["kernels"] == len(p.kernels) + 1
+    assert rep["apart"]["predicted_seconds"] > rep["predicted_seconds"]
+    text = render_text(rep)
+    assert "dQ over the block's x, each block's share added with atomics" in text
+    assert "without atomics (dQ in kernels of their own)" in text
+    apart = plan(grad, "h100", PLANNED, across=False)
+    assert not any(getattr(kp.schedule.site, "across", ()) for kp in apart.kernels)
+    assert apart.time == pytest.approx(rep["apart"]["predicted_seconds"])
