@@ -43,11 +43,14 @@ class Options:
                                                       # of integer inputs the model plans on
     merge: str = "auto"                               # a split's merge: auto | kernel |
                                                       # last-block (compiler/last_block.py)
+    across: bool = True                               # False: no chain adds a product over
+                                                      # its rows across blocks (chain.Across)
 
     @classmethod
     def make(cls, target: str | None = None, arch: str | None = None, shape=None, defines=None,
              group=None, stream=None, engine: str = "auto", fusion: bool = True,
-             nvrtc_options=(), split=None, data=None, merge: str = "auto") -> "Options":
+             nvrtc_options=(), split=None, data=None, merge: str = "auto",
+             across: bool = True) -> "Options":
         """Options from plain values (dicts of sizes and hints; `data`: input name -> the
         values of an integer or boolean input to plan on), checked."""
         if target is not None:
@@ -61,7 +64,8 @@ class Options:
         from .compiler.last_block import check_mode
         return cls(target, arch, _pairs(shape), _pairs(defines),
                    _pairs(group), _pairs(stream), _pairs(split), check_engine(engine),
-                   bool(fusion), tuple(nvrtc_options), planning, check_mode(merge))
+                   bool(fusion), tuple(nvrtc_options), planning, check_mode(merge),
+                   bool(across))
 
     def with_shape(self, shape) -> "Options":
         return replace(self, shape=_pairs(shape))
@@ -97,7 +101,7 @@ def _fuse(diagram, options: Options):
     from .compiler.plan import fuse_kernels, prepare
     problem = prepare(diagram, options.target_name, dict(options.shape), options.overrides,
                       dict(options.data))
-    return fuse_kernels(problem, options.engine, options.fusion)
+    return fuse_kernels(problem, options.engine, options.fusion, options.across)
 
 
 def _tile(fused, options: Options):

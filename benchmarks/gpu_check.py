@@ -39,6 +39,11 @@ It runs the gradient of a gather (`scatter`, benchmarks/gpu_scatter.py): embeddi
 scatter-add, checked against the reference with duplicate and out-of-range indices, timed
 beside PyTorch's embedding backward and the model (uniform tokens, and a third on one row).
 
+It times attention's backward (`backward`, benchmarks/gpu_backward.py): the gradient at
+b=4, h=16, q=x=4096 (d=64 plain and saved, d=128 plain) planned with dQ added across blocks
+by atomics and without (dQ's own chain), each checked against the reference and timed beside
+PyTorch's SDPA backward and the model: what calibrates the atomics' rate.
+
 --dry-run does everything but the launches (plans, CUDA, NVRTC compiles,
 references), on any machine: CI runs it, with --quick --sample.
 
@@ -63,6 +68,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_backward import _print_backward, backward  # noqa: E402
 from gpu_merges import _print_merges, merges  # noqa: E402
 from gpu_scatter import _print_scatter, scatters  # noqa: E402
 from gpu_ranking import _print_ranking, kendall_tau, ranking  # noqa: E402,F401 (kendall_tau:
@@ -122,10 +128,15 @@ def main(argv=None) -> int:
     for entry in scatters(args.dry_run, args.quick):
         report["scatter"].append(entry)
         _print_scatter(entry)
+    report["backward"] = []
+    for entry in backward(args.dry_run, args.quick):
+        report["backward"].append(entry)
+        _print_backward(entry)
     report["seconds"] = time.time() - started
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {args.out / 'gpu_check.json'} in {report['seconds']:.0f} s")
-    failed = [c for c in report["checks"] + report["scatter"] if c.get("status") == "wrong"]
+    failed = [c for c in report["checks"] + report["scatter"] + report["backward"]
+              if c.get("status") == "wrong"]
     return 1 if failed else 0
 
 

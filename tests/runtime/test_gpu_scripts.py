@@ -53,6 +53,11 @@ def test_gpu_check_dry_run(tmp_path):
         for res in c["resources"].values():
             assert res["spill_stores"] == 0
     assert {t["diagram"] for t in report["timings"]} == {"attention", "matmul"}
+    # the backward, planned with dQ added across blocks by atomics and without (--quick: d=64)
+    (bwd,) = report["backward"]
+    assert bwd["status"] == "planned", bwd
+    assert bwd["plans"]["atomics"]["added"] and not bwd["plans"]["apart"]["added"]
+    assert bwd["plans"]["atomics"]["predicted_seconds"] < bwd["plans"]["apart"]["predicted_seconds"]
     assert all(t["status"] == "planned" and t["predicted_seconds"] > 0 for t in report["timings"])
     # decode attention (q = 1, 32 query heads on 8 key-value heads): planned with split keys
     (dec,) = report["decode"]
