@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..compiler import ir
 from ..compiler.canonical import through
 from ..compiler.schedule import SIMT
-from . import accum, cexpr, masks, runs, staging
+from . import accum, cexpr, held, masks, runs, staging
 from . import program as P
 from .builder import Builder, Ix
 from .indexing import Layout
@@ -68,6 +68,7 @@ class KernelLowering(Registers):
         self.smem_prefix = "sm"       # names of the staged buffers
         self.coherent: set[int] = set()   # read through L2 (another block wrote them: tail.py)
         self.tail = None              # a split's merge after each block tile (tail.py)
+        self.held: dict[tuple, str] = {}  # values held across the streamed loop (held.py)
 
     def _order(self, woven) -> list[str]:
         """Woven axes, the contiguous axis of the first store last (fastest across threads)."""
@@ -87,14 +88,31 @@ class KernelLowering(Registers):
     def lanes_over(self, axes) -> int:
         return self.ways if self.split and self.split[0] in axes and not self.serial else 1
 
+    def unrolled(self, axis: str) -> int | None:
+        """Trips of a lane's walk along `axis` the lowering unrolls here (held.py), or None."""
+        return held.unrolled(self, axis)
+
+    def lane_offset(self, k: int) -> str:
+        return held.lane_offset(self, k)
+
     def load(self, n: int, scope: dict[str, Ix]) -> str:
-        """From its staged tile, or (inside a view, or not staged) from global memory."""
+        """From the registers holding it (held.py), its staged tile, or (inside a view, or not
+        staged) from global memory. A streamed value read at a position is named once there,
+        for every point of the thread (held.py)."""
         param, dtype = self.names[n]
         axes = ir.type_of(self.g, n).axes
         load = cexpr.LOAD[ir.kind_of_dtype(dtype)]
+        if not self.views and self.held:
+            found = self.held.get(held.key(n, axes, scope))
+            if found is not None:
+                return found
         if n in self.staged and not self.views and (self.in_chunk or self.st.axis not in axes):
             buf, layout = self.staged[n]
-            return self._as_kind(n, dtype, f"{load}({buf}[{layout.offset(scope, local=True)}])")
+            value = self._as_kind(n, dtype, f"{load}({buf}[{layout.offset(scope, local=True)}])")
+            if self.in_chunk and self.st.axis in axes and len(self.points) > 1:
+                ctype = cexpr.CKIND[ir.kind_of_dtype(ir.type_of(self.g, n).dtype)]
+                return self.b.value(ctype, value, "ld")
+            return value
         layout = Layout(axes, self.sizes, self.itype)
         return self._as_kind(n, dtype, f"{load}({self.global_at(n, layout.offset(scope))})")
 
@@ -177,6 +195,7 @@ class KernelLowering(Registers):
         if self.st.axis is None:
             self._epilogue()
             return
+        held.hold(self)
         for p in range(self.st.passes):
             self._pass(p)
         self._epilogue()
@@ -326,6 +345,15 @@ class KernelLowering(Registers):
             fn(scope)
             return
         a, rest = axes[0], axes[1:]
+        trips = held.unrolled(self, a)
+        if trips:      # each trip at its own constant offset from the lane (held.py), inline
+            for k in range(trips):
+                self.loop_guards.append(None)
+                self.serial += 1
+                self._loops(rest, {**scope, a: Ix(held.lane_offset(self, k), str(k))}, fn)
+                self.serial -= 1
+                self.loop_guards.pop()
+            return
         k, var, size = self.b.fresh("k"), self.b.fresh("j"), self.sizes[a]
         static = size.isdigit()
         w = self.ways if self.split and self.split[0] == a else 1

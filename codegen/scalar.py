@@ -181,6 +181,13 @@ class Emitter:
             body(scope)
             return
         a, rest = axes[0], axes[1:]
+        trips = self.ctx.unrolled(a)
+        if trips:   # the lanes' trips, each at a constant offset from the lane (held.py)
+            for k in range(trips):
+                self.ctx.serial += 1
+                self._walk(rest, {**scope, a: Ix(self.ctx.lane_offset(k), str(k))}, body)
+                self.ctx.serial -= 1
+            return
         var = self.b.fresh("j")
         start, step = self.ctx.walk(a)
         local = var if step == "1" else f"(({var}) / {step})"

@@ -53,6 +53,9 @@ class _Context:
     def lanes_over(self, axes) -> int:
         return 1
 
+    def unrolled(self, axis: str):
+        return None
+
     def registered(self, n, scope):
         return None
 

@@ -425,6 +425,46 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
       sm1[e] = ((org_0 + ((e) % (1))) < n0) ? p4[(long long)((org_0 + ((e) % (1))))] : napkin_from_float<int>(0.0f);
     }
     __syncthreads();
+    const float hq0 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
+    const float hq1 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
+    const float hq2 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
+    const float hq3 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
+    const float hq4 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
+    const float hq5 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
+    const float hq6 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
+    const float hq7 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
+    const float hq8 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
+    const float hq9 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
+    const float hq10 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
+    const float hq11 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
+    const float hq12 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
+    const float hq13 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
+    const float hq14 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
+    const float hq15 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
+    const float hq16 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 4) < (long long)(n3 - 1) ? (base_3 + 4) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
+    const float hq17 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 4) < (long long)(n3 - 1) ? (base_3 + 4) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
+    const float hq18 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 4) < (long long)(n3 - 1) ? (base_3 + 4) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
+    const float hq19 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 4) < (long long)(n3 - 1) ? (base_3 + 4) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
+    const float hq20 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 5) < (long long)(n3 - 1) ? (base_3 + 5) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
+    const float hq21 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 5) < (long long)(n3 - 1) ? (base_3 + 5) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
+    const float hq22 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 5) < (long long)(n3 - 1) ? (base_3 + 5) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
+    const float hq23 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 5) < (long long)(n3 - 1) ? (base_3 + 5) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
+    const float hq24 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 6) < (long long)(n3 - 1) ? (base_3 + 6) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
+    const float hq25 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 6) < (long long)(n3 - 1) ? (base_3 + 6) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
+    const float hq26 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 6) < (long long)(n3 - 1) ? (base_3 + 6) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
+    const float hq27 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 6) < (long long)(n3 - 1) ? (base_3 + 6) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
+    const float hq28 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 7) < (long long)(n3 - 1) ? (base_3 + 7) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
+    const float hq29 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 7) < (long long)(n3 - 1) ? (base_3 + 7) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
+    const float hq30 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 7) < (long long)(n3 - 1) ? (base_3 + 7) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
+    const float hq31 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 7) < (long long)(n3 - 1) ? (base_3 + 7) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
+    const long long hq32 = napkin_to_int(sm1[(long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))]);
+    const long long hq33 = hq32;
+    const long long hq34 = hq33;
+    const long long hq35 = hq34;
+    const long long hq36 = hq35;
+    const long long hq37 = hq36;
+    const long long hq38 = hq37;
+    const long long hq39 = hq38;
     float st0 = -NAPKIN_INF;
     float st1 = 0.0f;
     float st2[4];
@@ -521,16 +561,23 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
       for (int xl = 0; xl < clen; ++xl) {
         const long long xg = c0 + xl;
 #line 19 "napkin-diagram"
-        const bool v0 = (((long long)(xg)) < napkin_to_int(sm1[(long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))]));
+        const bool v0 = (((long long)(xg)) < hq39);
         float acc0 = 0.0f;
         const long long v1 = napkin_mod(((long long)(xg)), ((long long)(16)));
         const long long v2 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
         const long long ix0 = napkin_clamp_index(v2, 256);
-        for (int j0 = lane; j0 < 64; j0 += 16) {
-          const long long ix1 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-          const long long ix2 = napkin_clamp_index(v1, 16);
-          acc0 = acc0 + napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + (j0)]) * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j0)]);
-        }
+        const long long ix1 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
+        const long long ix2 = napkin_clamp_index(v1, 16);
+        acc0 = acc0 + hq0 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        const long long ix3 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
+        const long long ix4 = napkin_clamp_index(v1, 16);
+        acc0 = acc0 + hq1 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        const long long ix5 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
+        const long long ix6 = napkin_clamp_index(v1, 16);
+        acc0 = acc0 + hq2 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        const long long ix7 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
+        const long long ix8 = napkin_clamp_index(v1, 16);
+        acc0 = acc0 + hq3 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
         acc0 = napkin_lanes_sum(acc0, 16);
         const float v3 = (acc0 * 0.125f);
         const float v4 = (-NAPKIN_INF);
@@ -541,25 +588,27 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
         const float v9 = expf(v5 - v7);
         st1 = st1 * v8 + v9;
         st0 = v6;
-        #pragma unroll
-        for (int k0 = 0; k0 < 4; ++k0) {
-          const int j1 = lane + k0 * 16;
-          {
-            const long long v10 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-            const long long ix3 = napkin_clamp_index(v10, 256);
-            const long long ix4 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix3)]), n4);
-            const long long v11 = napkin_mod(((long long)(xg)), ((long long)(16)));
-            const long long ix5 = napkin_clamp_index(v11, 16);
-            st2[k0] = st2[k0] * v8 + v9 * napkin_to_float(p2[((((long long)(ix4)) * (16) + (ix5)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j1)]);
-          }
-        }
+        const long long v10 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
+        const long long ix9 = napkin_clamp_index(v10, 256);
+        const long long ix10 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix9)]), n4);
+        const long long v11 = napkin_mod(((long long)(xg)), ((long long)(16)));
+        const long long ix11 = napkin_clamp_index(v11, 16);
+        st2[0] = st2[0] * v8 + v9 * napkin_to_float(p2[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        const long long ix12 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix9)]), n4);
+        const long long ix13 = napkin_clamp_index(v11, 16);
+        st2[1] = st2[1] * v8 + v9 * napkin_to_float(p2[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        const long long ix14 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix9)]), n4);
+        const long long ix15 = napkin_clamp_index(v11, 16);
+        st2[2] = st2[2] * v8 + v9 * napkin_to_float(p2[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        const long long ix16 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix9)]), n4);
+        const long long ix17 = napkin_clamp_index(v11, 16);
+        st2[3] = st2[3] * v8 + v9 * napkin_to_float(p2[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
 #line 19 "napkin-diagram"
         float acc1 = 0.0f;
-        for (int j2 = lane; j2 < 64; j2 += 16) {
-          const long long ix6 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-          const long long ix7 = napkin_clamp_index(v1, 16);
-          acc1 = acc1 + napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + (j2)]) * napkin_to_float(p1[((((long long)(ix6)) * (16) + (ix7)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j2)]);
-        }
+        acc1 = acc1 + hq4 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc1 = acc1 + hq5 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc1 = acc1 + hq6 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc1 = acc1 + hq7 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
         acc1 = napkin_lanes_sum(acc1, 16);
         const float v12 = (acc1 * 0.125f);
         const float v13 = (v0 ? v12 : v4);
@@ -569,305 +618,243 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
         const float v17 = expf(v13 - v15);
         st4 = st4 * v16 + v17;
         st3 = v14;
-        #pragma unroll
-        for (int k1 = 0; k1 < 4; ++k1) {
-          const int j3 = lane + k1 * 16;
-          {
-            const long long v18 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-            const long long ix8 = napkin_clamp_index(v18, 256);
-            const long long ix9 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix8)]), n4);
-            const long long v19 = napkin_mod(((long long)(xg)), ((long long)(16)));
-            const long long ix10 = napkin_clamp_index(v19, 16);
-            st5[k1] = st5[k1] * v16 + v17 * napkin_to_float(p2[((((long long)(ix9)) * (16) + (ix10)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j3)]);
-          }
-        }
+        st5[0] = st5[0] * v16 + v17 * napkin_to_float(p2[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        st5[1] = st5[1] * v16 + v17 * napkin_to_float(p2[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        st5[2] = st5[2] * v16 + v17 * napkin_to_float(p2[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        st5[3] = st5[3] * v16 + v17 * napkin_to_float(p2[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
 #line 19 "napkin-diagram"
         float acc2 = 0.0f;
-        for (int j4 = lane; j4 < 64; j4 += 16) {
-          const long long ix11 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-          const long long ix12 = napkin_clamp_index(v1, 16);
-          acc2 = acc2 + napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + (j4)]) * napkin_to_float(p1[((((long long)(ix11)) * (16) + (ix12)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j4)]);
-        }
+        acc2 = acc2 + hq8 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc2 = acc2 + hq9 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc2 = acc2 + hq10 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc2 = acc2 + hq11 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
         acc2 = napkin_lanes_sum(acc2, 16);
-        const float v20 = (acc2 * 0.125f);
-        const float v21 = (v0 ? v20 : v4);
-        const float v22 = napkin_max(st6, v21);
-        const float v23 = napkin_shift(v22);
-        const float v24 = expf(st6 - v23);
-        const float v25 = expf(v21 - v23);
-        st7 = st7 * v24 + v25;
-        st6 = v22;
-        #pragma unroll
-        for (int k2 = 0; k2 < 4; ++k2) {
-          const int j5 = lane + k2 * 16;
-          {
-            const long long v26 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-            const long long ix13 = napkin_clamp_index(v26, 256);
-            const long long ix14 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix13)]), n4);
-            const long long v27 = napkin_mod(((long long)(xg)), ((long long)(16)));
-            const long long ix15 = napkin_clamp_index(v27, 16);
-            st8[k2] = st8[k2] * v24 + v25 * napkin_to_float(p2[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j5)]);
-          }
-        }
+        const float v18 = (acc2 * 0.125f);
+        const float v19 = (v0 ? v18 : v4);
+        const float v20 = napkin_max(st6, v19);
+        const float v21 = napkin_shift(v20);
+        const float v22 = expf(st6 - v21);
+        const float v23 = expf(v19 - v21);
+        st7 = st7 * v22 + v23;
+        st6 = v20;
+        st8[0] = st8[0] * v22 + v23 * napkin_to_float(p2[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        st8[1] = st8[1] * v22 + v23 * napkin_to_float(p2[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        st8[2] = st8[2] * v22 + v23 * napkin_to_float(p2[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        st8[3] = st8[3] * v22 + v23 * napkin_to_float(p2[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
 #line 19 "napkin-diagram"
         float acc3 = 0.0f;
-        for (int j6 = lane; j6 < 64; j6 += 16) {
-          const long long ix16 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-          const long long ix17 = napkin_clamp_index(v1, 16);
-          acc3 = acc3 + napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + (j6)]) * napkin_to_float(p1[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j6)]);
-        }
+        acc3 = acc3 + hq12 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc3 = acc3 + hq13 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc3 = acc3 + hq14 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc3 = acc3 + hq15 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
         acc3 = napkin_lanes_sum(acc3, 16);
-        const float v28 = (acc3 * 0.125f);
-        const float v29 = (v0 ? v28 : v4);
-        const float v30 = napkin_max(st9, v29);
-        const float v31 = napkin_shift(v30);
-        const float v32 = expf(st9 - v31);
-        const float v33 = expf(v29 - v31);
-        st10 = st10 * v32 + v33;
-        st9 = v30;
-        #pragma unroll
-        for (int k3 = 0; k3 < 4; ++k3) {
-          const int j7 = lane + k3 * 16;
-          {
-            const long long v34 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-            const long long ix18 = napkin_clamp_index(v34, 256);
-            const long long ix19 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix18)]), n4);
-            const long long v35 = napkin_mod(((long long)(xg)), ((long long)(16)));
-            const long long ix20 = napkin_clamp_index(v35, 16);
-            st11[k3] = st11[k3] * v32 + v33 * napkin_to_float(p2[((((long long)(ix19)) * (16) + (ix20)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j7)]);
-          }
-        }
+        const float v24 = (acc3 * 0.125f);
+        const float v25 = (v0 ? v24 : v4);
+        const float v26 = napkin_max(st9, v25);
+        const float v27 = napkin_shift(v26);
+        const float v28 = expf(st9 - v27);
+        const float v29 = expf(v25 - v27);
+        st10 = st10 * v28 + v29;
+        st9 = v26;
+        st11[0] = st11[0] * v28 + v29 * napkin_to_float(p2[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        st11[1] = st11[1] * v28 + v29 * napkin_to_float(p2[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        st11[2] = st11[2] * v28 + v29 * napkin_to_float(p2[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        st11[3] = st11[3] * v28 + v29 * napkin_to_float(p2[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
 #line 19 "napkin-diagram"
         float acc4 = 0.0f;
-        for (int j8 = lane; j8 < 64; j8 += 16) {
-          const long long ix21 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-          const long long ix22 = napkin_clamp_index(v1, 16);
-          acc4 = acc4 + napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 4) < (long long)(n3 - 1) ? (base_3 + 4) : (long long)(n3 - 1)) - org_3))) * (64) + (j8)]) * napkin_to_float(p1[((((long long)(ix21)) * (16) + (ix22)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j8)]);
-        }
+        acc4 = acc4 + hq16 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc4 = acc4 + hq17 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc4 = acc4 + hq18 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc4 = acc4 + hq19 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
         acc4 = napkin_lanes_sum(acc4, 16);
-        const float v36 = (acc4 * 0.125f);
-        const float v37 = (v0 ? v36 : v4);
-        const float v38 = napkin_max(st12, v37);
-        const float v39 = napkin_shift(v38);
-        const float v40 = expf(st12 - v39);
-        const float v41 = expf(v37 - v39);
-        st13 = st13 * v40 + v41;
-        st12 = v38;
-        #pragma unroll
-        for (int k4 = 0; k4 < 4; ++k4) {
-          const int j9 = lane + k4 * 16;
-          {
-            const long long v42 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-            const long long ix23 = napkin_clamp_index(v42, 256);
-            const long long ix24 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix23)]), n4);
-            const long long v43 = napkin_mod(((long long)(xg)), ((long long)(16)));
-            const long long ix25 = napkin_clamp_index(v43, 16);
-            st14[k4] = st14[k4] * v40 + v41 * napkin_to_float(p2[((((long long)(ix24)) * (16) + (ix25)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j9)]);
-          }
-        }
+        const float v30 = (acc4 * 0.125f);
+        const float v31 = (v0 ? v30 : v4);
+        const float v32 = napkin_max(st12, v31);
+        const float v33 = napkin_shift(v32);
+        const float v34 = expf(st12 - v33);
+        const float v35 = expf(v31 - v33);
+        st13 = st13 * v34 + v35;
+        st12 = v32;
+        st14[0] = st14[0] * v34 + v35 * napkin_to_float(p2[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        st14[1] = st14[1] * v34 + v35 * napkin_to_float(p2[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        st14[2] = st14[2] * v34 + v35 * napkin_to_float(p2[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        st14[3] = st14[3] * v34 + v35 * napkin_to_float(p2[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
 #line 19 "napkin-diagram"
         float acc5 = 0.0f;
-        for (int j10 = lane; j10 < 64; j10 += 16) {
-          const long long ix26 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-          const long long ix27 = napkin_clamp_index(v1, 16);
-          acc5 = acc5 + napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 5) < (long long)(n3 - 1) ? (base_3 + 5) : (long long)(n3 - 1)) - org_3))) * (64) + (j10)]) * napkin_to_float(p1[((((long long)(ix26)) * (16) + (ix27)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j10)]);
-        }
+        acc5 = acc5 + hq20 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc5 = acc5 + hq21 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc5 = acc5 + hq22 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc5 = acc5 + hq23 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
         acc5 = napkin_lanes_sum(acc5, 16);
-        const float v44 = (acc5 * 0.125f);
-        const float v45 = (v0 ? v44 : v4);
-        const float v46 = napkin_max(st15, v45);
-        const float v47 = napkin_shift(v46);
-        const float v48 = expf(st15 - v47);
-        const float v49 = expf(v45 - v47);
-        st16 = st16 * v48 + v49;
-        st15 = v46;
-        #pragma unroll
-        for (int k5 = 0; k5 < 4; ++k5) {
-          const int j11 = lane + k5 * 16;
-          {
-            const long long v50 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-            const long long ix28 = napkin_clamp_index(v50, 256);
-            const long long ix29 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix28)]), n4);
-            const long long v51 = napkin_mod(((long long)(xg)), ((long long)(16)));
-            const long long ix30 = napkin_clamp_index(v51, 16);
-            st17[k5] = st17[k5] * v48 + v49 * napkin_to_float(p2[((((long long)(ix29)) * (16) + (ix30)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j11)]);
-          }
-        }
+        const float v36 = (acc5 * 0.125f);
+        const float v37 = (v0 ? v36 : v4);
+        const float v38 = napkin_max(st15, v37);
+        const float v39 = napkin_shift(v38);
+        const float v40 = expf(st15 - v39);
+        const float v41 = expf(v37 - v39);
+        st16 = st16 * v40 + v41;
+        st15 = v38;
+        st17[0] = st17[0] * v40 + v41 * napkin_to_float(p2[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        st17[1] = st17[1] * v40 + v41 * napkin_to_float(p2[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        st17[2] = st17[2] * v40 + v41 * napkin_to_float(p2[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        st17[3] = st17[3] * v40 + v41 * napkin_to_float(p2[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
 #line 19 "napkin-diagram"
         float acc6 = 0.0f;
-        for (int j12 = lane; j12 < 64; j12 += 16) {
-          const long long ix31 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-          const long long ix32 = napkin_clamp_index(v1, 16);
-          acc6 = acc6 + napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 6) < (long long)(n3 - 1) ? (base_3 + 6) : (long long)(n3 - 1)) - org_3))) * (64) + (j12)]) * napkin_to_float(p1[((((long long)(ix31)) * (16) + (ix32)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j12)]);
-        }
+        acc6 = acc6 + hq24 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc6 = acc6 + hq25 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc6 = acc6 + hq26 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc6 = acc6 + hq27 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
         acc6 = napkin_lanes_sum(acc6, 16);
-        const float v52 = (acc6 * 0.125f);
-        const float v53 = (v0 ? v52 : v4);
-        const float v54 = napkin_max(st18, v53);
-        const float v55 = napkin_shift(v54);
-        const float v56 = expf(st18 - v55);
-        const float v57 = expf(v53 - v55);
-        st19 = st19 * v56 + v57;
-        st18 = v54;
-        #pragma unroll
-        for (int k6 = 0; k6 < 4; ++k6) {
-          const int j13 = lane + k6 * 16;
-          {
-            const long long v58 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-            const long long ix33 = napkin_clamp_index(v58, 256);
-            const long long ix34 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix33)]), n4);
-            const long long v59 = napkin_mod(((long long)(xg)), ((long long)(16)));
-            const long long ix35 = napkin_clamp_index(v59, 16);
-            st20[k6] = st20[k6] * v56 + v57 * napkin_to_float(p2[((((long long)(ix34)) * (16) + (ix35)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j13)]);
-          }
-        }
+        const float v42 = (acc6 * 0.125f);
+        const float v43 = (v0 ? v42 : v4);
+        const float v44 = napkin_max(st18, v43);
+        const float v45 = napkin_shift(v44);
+        const float v46 = expf(st18 - v45);
+        const float v47 = expf(v43 - v45);
+        st19 = st19 * v46 + v47;
+        st18 = v44;
+        st20[0] = st20[0] * v46 + v47 * napkin_to_float(p2[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        st20[1] = st20[1] * v46 + v47 * napkin_to_float(p2[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        st20[2] = st20[2] * v46 + v47 * napkin_to_float(p2[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        st20[3] = st20[3] * v46 + v47 * napkin_to_float(p2[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
 #line 19 "napkin-diagram"
         float acc7 = 0.0f;
-        for (int j14 = lane; j14 < 64; j14 += 16) {
-          const long long ix36 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-          const long long ix37 = napkin_clamp_index(v1, 16);
-          acc7 = acc7 + napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 7) < (long long)(n3 - 1) ? (base_3 + 7) : (long long)(n3 - 1)) - org_3))) * (64) + (j14)]) * napkin_to_float(p1[((((long long)(ix36)) * (16) + (ix37)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j14)]);
-        }
+        acc7 = acc7 + hq28 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc7 = acc7 + hq29 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc7 = acc7 + hq30 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc7 = acc7 + hq31 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
         acc7 = napkin_lanes_sum(acc7, 16);
-        const float v60 = (acc7 * 0.125f);
-        const float v61 = (v0 ? v60 : v4);
-        const float v62 = napkin_max(st21, v61);
-        const float v63 = napkin_shift(v62);
-        const float v64 = expf(st21 - v63);
-        const float v65 = expf(v61 - v63);
-        st22 = st22 * v64 + v65;
-        st21 = v62;
-        #pragma unroll
-        for (int k7 = 0; k7 < 4; ++k7) {
-          const int j15 = lane + k7 * 16;
-          {
-            const long long v66 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-            const long long ix38 = napkin_clamp_index(v66, 256);
-            const long long ix39 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix38)]), n4);
-            const long long v67 = napkin_mod(((long long)(xg)), ((long long)(16)));
-            const long long ix40 = napkin_clamp_index(v67, 16);
-            st23[k7] = st23[k7] * v64 + v65 * napkin_to_float(p2[((((long long)(ix39)) * (16) + (ix40)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (j15)]);
-          }
-        }
+        const float v48 = (acc7 * 0.125f);
+        const float v49 = (v0 ? v48 : v4);
+        const float v50 = napkin_max(st21, v49);
+        const float v51 = napkin_shift(v50);
+        const float v52 = expf(st21 - v51);
+        const float v53 = expf(v49 - v51);
+        st22 = st22 * v52 + v53;
+        st21 = v50;
+        st23[0] = st23[0] * v52 + v53 * napkin_to_float(p2[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        st23[1] = st23[1] * v52 + v53 * napkin_to_float(p2[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        st23[2] = st23[2] * v52 + v53 * napkin_to_float(p2[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        st23[3] = st23[3] * v52 + v53 * napkin_to_float(p2[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
       }
     }
-    const float v68 = (st1 == 0.0f ? 0.0f : 1.0f / st1);
+    const float v54 = (st1 == 0.0f ? 0.0f : 1.0f / st1);
     #pragma unroll
     for (int z = 0; z < 4; ++z) {
-      st2[z] = st2[z] * v68;
+      st2[z] = st2[z] * v54;
     }
-    const float v69 = (st4 == 0.0f ? 0.0f : 1.0f / st4);
+    const float v55 = (st4 == 0.0f ? 0.0f : 1.0f / st4);
     #pragma unroll
     for (int z = 0; z < 4; ++z) {
-      st5[z] = st5[z] * v69;
+      st5[z] = st5[z] * v55;
     }
-    const float v70 = (st7 == 0.0f ? 0.0f : 1.0f / st7);
+    const float v56 = (st7 == 0.0f ? 0.0f : 1.0f / st7);
     #pragma unroll
     for (int z = 0; z < 4; ++z) {
-      st8[z] = st8[z] * v70;
+      st8[z] = st8[z] * v56;
     }
-    const float v71 = (st10 == 0.0f ? 0.0f : 1.0f / st10);
+    const float v57 = (st10 == 0.0f ? 0.0f : 1.0f / st10);
     #pragma unroll
     for (int z = 0; z < 4; ++z) {
-      st11[z] = st11[z] * v71;
+      st11[z] = st11[z] * v57;
     }
-    const float v72 = (st13 == 0.0f ? 0.0f : 1.0f / st13);
+    const float v58 = (st13 == 0.0f ? 0.0f : 1.0f / st13);
     #pragma unroll
     for (int z = 0; z < 4; ++z) {
-      st14[z] = st14[z] * v72;
+      st14[z] = st14[z] * v58;
     }
-    const float v73 = (st16 == 0.0f ? 0.0f : 1.0f / st16);
+    const float v59 = (st16 == 0.0f ? 0.0f : 1.0f / st16);
     #pragma unroll
     for (int z = 0; z < 4; ++z) {
-      st17[z] = st17[z] * v73;
+      st17[z] = st17[z] * v59;
     }
-    const float v74 = (st19 == 0.0f ? 0.0f : 1.0f / st19);
+    const float v60 = (st19 == 0.0f ? 0.0f : 1.0f / st19);
     #pragma unroll
     for (int z = 0; z < 4; ++z) {
-      st20[z] = st20[z] * v74;
+      st20[z] = st20[z] * v60;
     }
-    const float v75 = (st22 == 0.0f ? 0.0f : 1.0f / st22);
+    const float v61 = (st22 == 0.0f ? 0.0f : 1.0f / st22);
     #pragma unroll
     for (int z = 0; z < 4; ++z) {
-      st23[z] = st23[z] * v75;
+      st23[z] = st23[z] * v61;
     }
 #line 19 "napkin-diagram"
     #pragma unroll
-    for (int k8 = 0; k8 < 4; ++k8) {
-      const int j16 = lane + k8 * 16;
+    for (int k0 = 0; k0 < 4; ++k0) {
+      const int j0 = lane + k0 * 16;
       {
         if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 0 < 16) && ((base_3 + 0) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)))) * (64) + (j16)] = napkin_from_float<__half>(st2[k8]);
+          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)))) * (64) + (j0)] = napkin_from_float<__half>(st2[k0]);
         }
       }
     }
 #line 19 "napkin-diagram"
     #pragma unroll
-    for (int k9 = 0; k9 < 4; ++k9) {
-      const int j17 = lane + k9 * 16;
+    for (int k1 = 0; k1 < 4; ++k1) {
+      const int j1 = lane + k1 * 16;
       {
         if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 1 < 16) && ((base_3 + 1) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)))) * (64) + (j17)] = napkin_from_float<__half>(st5[k9]);
+          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)))) * (64) + (j1)] = napkin_from_float<__half>(st5[k1]);
         }
       }
     }
 #line 19 "napkin-diagram"
     #pragma unroll
-    for (int k10 = 0; k10 < 4; ++k10) {
-      const int j18 = lane + k10 * 16;
+    for (int k2 = 0; k2 < 4; ++k2) {
+      const int j2 = lane + k2 * 16;
       {
         if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 2 < 16) && ((base_3 + 2) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)))) * (64) + (j18)] = napkin_from_float<__half>(st8[k10]);
+          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)))) * (64) + (j2)] = napkin_from_float<__half>(st8[k2]);
         }
       }
     }
 #line 19 "napkin-diagram"
     #pragma unroll
-    for (int k11 = 0; k11 < 4; ++k11) {
-      const int j19 = lane + k11 * 16;
+    for (int k3 = 0; k3 < 4; ++k3) {
+      const int j3 = lane + k3 * 16;
       {
         if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 3 < 16) && ((base_3 + 3) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)))) * (64) + (j19)] = napkin_from_float<__half>(st11[k11]);
+          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)))) * (64) + (j3)] = napkin_from_float<__half>(st11[k3]);
         }
       }
     }
 #line 19 "napkin-diagram"
     #pragma unroll
-    for (int k12 = 0; k12 < 4; ++k12) {
-      const int j20 = lane + k12 * 16;
+    for (int k4 = 0; k4 < 4; ++k4) {
+      const int j4 = lane + k4 * 16;
       {
         if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 4 < 16) && ((base_3 + 4) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 4) < (long long)(n3 - 1) ? (base_3 + 4) : (long long)(n3 - 1)))) * (64) + (j20)] = napkin_from_float<__half>(st14[k12]);
+          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 4) < (long long)(n3 - 1) ? (base_3 + 4) : (long long)(n3 - 1)))) * (64) + (j4)] = napkin_from_float<__half>(st14[k4]);
         }
       }
     }
 #line 19 "napkin-diagram"
     #pragma unroll
-    for (int k13 = 0; k13 < 4; ++k13) {
-      const int j21 = lane + k13 * 16;
+    for (int k5 = 0; k5 < 4; ++k5) {
+      const int j5 = lane + k5 * 16;
       {
         if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 5 < 16) && ((base_3 + 5) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 5) < (long long)(n3 - 1) ? (base_3 + 5) : (long long)(n3 - 1)))) * (64) + (j21)] = napkin_from_float<__half>(st17[k13]);
+          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 5) < (long long)(n3 - 1) ? (base_3 + 5) : (long long)(n3 - 1)))) * (64) + (j5)] = napkin_from_float<__half>(st17[k5]);
         }
       }
     }
 #line 19 "napkin-diagram"
     #pragma unroll
-    for (int k14 = 0; k14 < 4; ++k14) {
-      const int j22 = lane + k14 * 16;
+    for (int k6 = 0; k6 < 4; ++k6) {
+      const int j6 = lane + k6 * 16;
       {
         if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 6 < 16) && ((base_3 + 6) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 6) < (long long)(n3 - 1) ? (base_3 + 6) : (long long)(n3 - 1)))) * (64) + (j22)] = napkin_from_float<__half>(st20[k14]);
+          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 6) < (long long)(n3 - 1) ? (base_3 + 6) : (long long)(n3 - 1)))) * (64) + (j6)] = napkin_from_float<__half>(st20[k6]);
         }
       }
     }
 #line 19 "napkin-diagram"
     #pragma unroll
-    for (int k15 = 0; k15 < 4; ++k15) {
-      const int j23 = lane + k15 * 16;
+    for (int k7 = 0; k7 < 4; ++k7) {
+      const int j7 = lane + k7 * 16;
       {
         if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 7 < 16) && ((base_3 + 7) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 7) < (long long)(n3 - 1) ? (base_3 + 7) : (long long)(n3 - 1)))) * (64) + (j23)] = napkin_from_float<__half>(st23[k15]);
+          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 7) < (long long)(n3 - 1) ? (base_3 + 7) : (long long)(n3 - 1)))) * (64) + (j7)] = napkin_from_float<__half>(st23[k7]);
         }
       }
     }

@@ -1,0 +1,103 @@
+"""What a CUDA-core thread holds in registers across its streamed loop, and what its points
+share at each position of it (codegen/kernel.py).
+
+The plan's register level (Schedule.placements) holds the slice of each load a thread
+reads. A load placed there without the streamed axis (attention's Q: the thread's rows and
+its lane's share of the head) is the same at every key of the loop; a streamed load's value
+at one position (K's and V's at a key) is the same for every row of the thread. Where the
+split axis the lanes walk at a point has static trips, a multiple of the lanes and at most
+UNROLL_TRIPS each (`trips`), the lowering walks it unrolled, each trip at a constant offset
+from the lane (`lane_offset`), so that
+
+- a held load's values are read from shared memory once per block tile, before the passes,
+  into named registers (`hold`), which the position body finds by node and index (`key`);
+- a streamed load's value at a position is named once in the position's body and the
+  thread's other points find it in the emitter's cache (KernelLowering.load).
+
+Where the trips are not static (or too many), the walk stays a loop and every point reads
+its own values, as before.
+"""
+
+from __future__ import annotations
+
+from ..compiler import ir
+from . import cexpr
+from .builder import Ix
+
+UNROLL_TRIPS = 8       # trips a lane makes along the split axis at a point, unrolled
+HELD_VALUES = 64       # values a thread holds across the streamed loop, at most
+
+
+def trips(lw, axis: str) -> int | None:
+    """The trips each lane makes along `axis` where the lowering unrolls its walk (the split
+    axis, static, a multiple of the lanes, at most UNROLL_TRIPS each), else None."""
+    if not lw.split or lw.split[0] != axis or lw.ways < 2:
+        return None
+    size = lw.sizes[axis]
+    if not size.isdigit() or int(size) % lw.ways:
+        return None
+    t = int(size) // lw.ways
+    return t if t <= UNROLL_TRIPS else None
+
+
+def unrolled(lw, axis: str) -> int | None:
+    """trips(), inside the streamed position body only (where the points share values), and
+    where the lanes do not already walk another loop (KernelLowering.serial)."""
+    return trips(lw, axis) if lw.in_chunk and not lw.serial else None
+
+
+def lane_offset(lw, k: int) -> str:
+    """The index of a lane's trip `k` along the split axis (the same text everywhere, so that
+    a value read at it is found again by its index)."""
+    return "lane" if k == 0 else f"(lane + {k * lw.ways})"
+
+
+def key(n: int, axes, scope: dict) -> tuple:
+    return (n,) + tuple(scope[a].expr for a in axes)
+
+
+def held_loads(lw) -> list[int]:
+    """Staged loads the schedule places at the register level without the streamed axis
+    whose every other axis is woven or unrolled, when the thread's points hold at most
+    HELD_VALUES of their values."""
+    sched, r = lw.kp.schedule, lw.st.axis
+    if r is None or not sched.placements:
+        return []
+    last = max(p.level for p in sched.placements)
+    placed = {p.node for p in sched.placements
+              if p.role == "load" and p.level == last and r not in dict(p.held)}
+    out, count = [], 0
+    for n in sorted(placed & lw.staging):
+        axes = ir.type_of(lw.g, n).axes
+        if r in axes or not all(a in lw.woven or trips(lw, a) for a in axes):
+            continue
+        values = len(lw.points)
+        for a in axes:
+            values *= 1 if a in lw.woven else trips(lw, a)
+        if count + values > HELD_VALUES:
+            continue
+        out.append(n)
+        count += values
+    return out
+
+
+def hold(lw) -> None:
+    """Read each held load's values at the thread's points into registers (after the block
+    has staged them), and record their names by node and index (`lw.held`)."""
+    for n in held_loads(lw):
+        axes = ir.type_of(lw.g, n).axes
+        walked = [a for a in axes if a not in lw.woven]
+        for pt in lw.points:
+            for scope in _positions(lw, walked, dict(pt["scope"])):
+                value = lw.load(n, scope)
+                ctype = cexpr.CKIND[ir.kind_of_dtype(ir.type_of(lw.g, n).dtype)]
+                lw.held[key(n, axes, scope)] = lw.b.value(ctype, value, "hq")
+
+
+def _positions(lw, axes, scope):
+    if not axes:
+        yield scope
+        return
+    a, rest = axes[0], axes[1:]
+    for k in range(trips(lw, a)):
+        yield from _positions(lw, rest, {**scope, a: Ix(lane_offset(lw, k), str(k))})
