@@ -23,14 +23,11 @@
 
 #include "napkin_emulate_types.h"
 
-#include <atomic>
-#include <chrono>
+// Only what the kernel side needs: every kernel's build loads these headers (precompiled),
+// and each standard header makes that load slower (<atomic>, <thread>, <chrono> and the
+// containers were 2/3 of the 65 MB precompiled header); the runtime's own includes are in
+// napkin_emulate_runtime.cpp.
 #include <cstdarg>
-#include <memory>
-#include <string>
-#include <thread>
-#include <vector>
-#include <sys/mman.h>
 #include <unistd.h>
 #if !defined(__x86_64__)
 #include <ucontext.h>
