@@ -10,9 +10,11 @@ folder that cannot be written (full, read-only) costs a private build and a warn
 
 What every build with the same flags shares is built once and kept beside the
 binaries (`support-<key>/`): `napkin_emulate.h` precompiled (g++ finds the
-`.gch` in the first include folder) and the runtime (block scheduler, host main)
-as an object file. A kernel's build then parses only its own source and links:
-about half the CPU time of compiling everything each time.
+`.gch` in the first include folder) and the runtime (block scheduler, host main, and
+the warp collectives, barriers and errors the kernel side only declares) as an object
+file. A kernel's build then parses only its own source and links (with gold where g++
+has it): about 0.15 s of CPU, where including the headers' standard library and
+compiling the collectives in every build took 0.38 s.
 """
 
 from __future__ import annotations

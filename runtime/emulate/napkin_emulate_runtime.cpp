@@ -13,6 +13,7 @@
 #include <vector>
 #include <sys/mman.h>
 
+#define NAPKIN_EMULATE_RUNTIME 1   // the emulator functions a kernel's build only declares
 #include "napkin_emulate.h"
 
 

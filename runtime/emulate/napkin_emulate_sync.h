@@ -12,12 +12,14 @@ namespace napkin_emu {
 // shared memory only at the issuing thread's wait_group; copies never waited for
 // never land. A kernel that reads before waiting sees the old contents.
 
+// Defined in the runtime's translation unit only (as the warp collectives: napkin_emulate_warp.h).
+#if defined(NAPKIN_EMULATE_RUNTIME)
 // The shared-memory write, instrumented so that ThreadSanitizer sees it (at the wait).
-__attribute__((noinline)) inline void cp_write(unsigned char* dst, const unsigned char* data, int size) {
+__attribute__((noinline)) void cp_write(unsigned char* dst, const unsigned char* data, int size) {
   memcpy(dst, data, size_t(size));
 }
 
-NAPKIN_NO_TSAN inline void cp_push(Thread* t, const CpCopy& c) {
+NAPKIN_NO_TSAN void cp_push(Thread* t, const CpCopy& c) {
   if (t->ncp == t->cpcap) {
     t->cpcap = t->cpcap ? 2 * t->cpcap : 16;
     t->cp = static_cast<CpCopy*>(realloc(t->cp, sizeof(CpCopy) * size_t(t->cpcap)));
@@ -26,7 +28,7 @@ NAPKIN_NO_TSAN inline void cp_push(Thread* t, const CpCopy& c) {
   t->cp[t->ncp++] = c;
 }
 
-NAPKIN_NO_TSAN inline void cp_land(Thread* t, long long below_group) {
+NAPKIN_NO_TSAN void cp_land(Thread* t, long long below_group) {
   int keep = 0;
   for (int i = 0; i < t->ncp; ++i) {
     const CpCopy c = t->cp[i];
@@ -37,7 +39,7 @@ NAPKIN_NO_TSAN inline void cp_land(Thread* t, long long below_group) {
 }
 
 // ---- barriers -------------------------------------------------------------------
-NAPKIN_NO_TSAN inline int barrier(int pred, const char* file, int line) {
+NAPKIN_NO_TSAN int barrier(int pred, const char* file, int line) {
   Thread* t = tl_thread;
   Block* b = tl_block;
   t->state = St::Barrier;
@@ -49,6 +51,12 @@ NAPKIN_NO_TSAN inline int barrier(int pred, const char* file, int line) {
   tsan_acquire(&t->tok_resume);
   return b->bar_result;
 }
+
+#else
+NAPKIN_NO_TSAN void cp_push(Thread* t, const CpCopy& c);
+NAPKIN_NO_TSAN void cp_land(Thread* t, long long below_group);
+NAPKIN_NO_TSAN int barrier(int pred, const char* file, int line);
+#endif  // NAPKIN_EMULATE_RUNTIME
 
 }  // namespace napkin_emu
 
