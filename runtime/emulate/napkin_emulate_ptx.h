@@ -14,7 +14,9 @@
 
 namespace napkin_emu {
 
-NAPKIN_NO_TSAN inline void mma(Op op, float (&d)[4], const unsigned* a, int na, const unsigned* b, int nb,
+// Defined in the runtime's translation unit only (as the warp collectives: napkin_emulate_warp.h).
+#if defined(NAPKIN_EMULATE_RUNTIME)
+NAPKIN_NO_TSAN void mma(Op op, float (&d)[4], const unsigned* a, int na, const unsigned* b, int nb,
                                const float (&c)[4], const char* file, int line) {
   Slot& s = warp_begin(op, kFullMask, file, line);
   for (int i = 0; i < na; ++i) s.in[i] = a[i];
@@ -25,12 +27,18 @@ NAPKIN_NO_TSAN inline void mma(Op op, float (&d)[4], const unsigned* a, int na, 
 }
 
 // Exchange row addresses; returns this lane's slot, whose rows[] say where its halves are.
-NAPKIN_NO_TSAN inline const Slot& ldmatrix_rows(int num, bool trans, const void* row, const char* file, int line) {
+NAPKIN_NO_TSAN const Slot& ldmatrix_rows(int num, bool trans, const void* row, const char* file, int line) {
   Slot& s = warp_begin(Op::Ldm, kFullMask, file, line);
   s.addr = static_cast<const unsigned char*>(row);
   s.arg = num | (trans ? 16 : 0);
   return warp_end(s);
 }
+
+#else
+NAPKIN_NO_TSAN void mma(Op op, float (&d)[4], const unsigned* a, int na, const unsigned* b, int nb,
+                        const float (&c)[4], const char* file, int line);
+NAPKIN_NO_TSAN const Slot& ldmatrix_rows(int num, bool trans, const void* row, const char* file, int line);
+#endif  // NAPKIN_EMULATE_RUNTIME
 
 // The shared-memory reads themselves happen here, in the calling lane, so that
 // ThreadSanitizer sees them.

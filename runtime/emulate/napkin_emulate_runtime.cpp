@@ -5,6 +5,15 @@
 // napkin_emulate_fiber.h. Blocks of a launch are spread
 // over a few OS threads ("workers"); each worker runs its blocks one at a time,
 // the block's threads as fibers (see napkin_emulate_fiber.h).
+// (the standard headers first: napkin_emulate.h ends by defining __noinline__)
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+#include <sys/mman.h>
+
+#define NAPKIN_EMULATE_RUNTIME 1   // the emulator functions a kernel's build only declares
 #include "napkin_emulate.h"
 
 

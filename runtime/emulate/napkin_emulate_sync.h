@@ -3,6 +3,8 @@
 
 #include "napkin_emulate_fiber.h"
 
+#include <time.h>
+
 namespace napkin_emu {
 
 // ---- cp.async (per-thread groups) ----------------------------------------------
@@ -10,12 +12,14 @@ namespace napkin_emu {
 // shared memory only at the issuing thread's wait_group; copies never waited for
 // never land. A kernel that reads before waiting sees the old contents.
 
+// Defined in the runtime's translation unit only (as the warp collectives: napkin_emulate_warp.h).
+#if defined(NAPKIN_EMULATE_RUNTIME)
 // The shared-memory write, instrumented so that ThreadSanitizer sees it (at the wait).
-__attribute__((noinline)) inline void cp_write(unsigned char* dst, const unsigned char* data, int size) {
+__attribute__((noinline)) void cp_write(unsigned char* dst, const unsigned char* data, int size) {
   memcpy(dst, data, size_t(size));
 }
 
-NAPKIN_NO_TSAN inline void cp_push(Thread* t, const CpCopy& c) {
+NAPKIN_NO_TSAN void cp_push(Thread* t, const CpCopy& c) {
   if (t->ncp == t->cpcap) {
     t->cpcap = t->cpcap ? 2 * t->cpcap : 16;
     t->cp = static_cast<CpCopy*>(realloc(t->cp, sizeof(CpCopy) * size_t(t->cpcap)));
@@ -24,7 +28,7 @@ NAPKIN_NO_TSAN inline void cp_push(Thread* t, const CpCopy& c) {
   t->cp[t->ncp++] = c;
 }
 
-NAPKIN_NO_TSAN inline void cp_land(Thread* t, long long below_group) {
+NAPKIN_NO_TSAN void cp_land(Thread* t, long long below_group) {
   int keep = 0;
   for (int i = 0; i < t->ncp; ++i) {
     const CpCopy c = t->cp[i];
@@ -35,7 +39,7 @@ NAPKIN_NO_TSAN inline void cp_land(Thread* t, long long below_group) {
 }
 
 // ---- barriers -------------------------------------------------------------------
-NAPKIN_NO_TSAN inline int barrier(int pred, const char* file, int line) {
+NAPKIN_NO_TSAN int barrier(int pred, const char* file, int line) {
   Thread* t = tl_thread;
   Block* b = tl_block;
   t->state = St::Barrier;
@@ -47,6 +51,12 @@ NAPKIN_NO_TSAN inline int barrier(int pred, const char* file, int line) {
   tsan_acquire(&t->tok_resume);
   return b->bar_result;
 }
+
+#else
+NAPKIN_NO_TSAN void cp_push(Thread* t, const CpCopy& c);
+NAPKIN_NO_TSAN void cp_land(Thread* t, long long below_group);
+NAPKIN_NO_TSAN int barrier(int pred, const char* file, int line);
+#endif  // NAPKIN_EMULATE_RUNTIME
 
 }  // namespace napkin_emu
 
@@ -63,25 +73,55 @@ inline int __syncthreads_and(int pred, const char* file = __builtin_FILE(), int 
 inline int __syncthreads_or(int pred, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   return napkin_emu::barrier(pred, file, line) != 0;
 }
-inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 [[noreturn]] inline void __trap(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   napkin_emu::fail("%s:%d: __trap() called", file, line);
 }
 inline void __nanosleep(unsigned) {}
 inline long long clock64() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec t;   // (steady_clock's source, without <chrono>)
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
 // ---- atomics: real atomics, shared by every OS thread -------------------------------------
 namespace napkin_emu {
-template <class T> inline std::atomic_ref<T> aref(T* p) { return std::atomic_ref<T>(*p); }
-constexpr auto kOrder = std::memory_order_acq_rel;
+// std::atomic_ref's operations on GCC's __atomic builtins (what libstdc++ implements it with,
+// and what ThreadSanitizer intercepts): <atomic> alone made every kernel's build load a
+// precompiled header twice as large.
+constexpr int kOrder = __ATOMIC_ACQ_REL;
+constexpr int kRelaxed = __ATOMIC_RELAXED;
+template <class T> struct AtomicRef {
+  T* p;
+  T load(int order) const { T v; __atomic_load(p, &v, order); return v; }
+  bool compare_exchange_weak(T& expected, T desired, int ok, int failed) {
+    return __atomic_compare_exchange(p, &expected, &desired, true, ok, failed);
+  }
+  bool compare_exchange_strong(T& expected, T desired, int ok, int failed) {
+    return __atomic_compare_exchange(p, &expected, &desired, false, ok, failed);
+  }
+  T exchange(T v, int order) { T old; __atomic_exchange(p, &v, &old, order); return old; }
+  T fetch_add(T v, int order) {
+    if constexpr (std::is_integral_v<T>) {
+      return __atomic_fetch_add(p, v, order);
+    } else {    // floating point: a compare-and-swap loop, as libstdc++'s atomic_ref<float>
+      T old = load(kRelaxed);
+      while (!compare_exchange_weak(old, T(old + v), order, kRelaxed)) {}
+      return old;
+    }
+  }
+  T fetch_sub(T v, int order) { return __atomic_fetch_sub(p, v, order); }
+  T fetch_and(T v, int order) { return __atomic_fetch_and(p, v, order); }
+  T fetch_or(T v, int order) { return __atomic_fetch_or(p, v, order); }
+  T fetch_xor(T v, int order) { return __atomic_fetch_xor(p, v, order); }
+};
+template <class T> inline AtomicRef<T> aref(T* p) { return AtomicRef<T>{p}; }
 template <class T, class F> inline T atomic_update(T* p, F f) {
   auto a = aref(p);
-  T old = a.load(std::memory_order_relaxed);
-  while (!a.compare_exchange_weak(old, f(old), kOrder, std::memory_order_relaxed)) {}
+  T old = a.load(kRelaxed);
+  while (!a.compare_exchange_weak(old, f(old), kOrder, kRelaxed)) {}
   return old;
 }
 }  // namespace napkin_emu
@@ -104,7 +144,7 @@ inline unsigned atomicSub(unsigned* p, unsigned v) { return napkin_emu::aref(p).
   inline T atomicOr(T* p, T v) { return napkin_emu::aref(p).fetch_or(v, napkin_emu::kOrder); }              \
   inline T atomicXor(T* p, T v) { return napkin_emu::aref(p).fetch_xor(v, napkin_emu::kOrder); }            \
   inline T atomicCAS(T* p, T cmp, T v) {                                                                    \
-    napkin_emu::aref(p).compare_exchange_strong(cmp, v, napkin_emu::kOrder, std::memory_order_relaxed);     \
+    napkin_emu::aref(p).compare_exchange_strong(cmp, v, napkin_emu::kOrder, napkin_emu::kRelaxed);          \
     return cmp;                                                                                             \
   }
 NAPKIN_ATOMIC_BITS(int)

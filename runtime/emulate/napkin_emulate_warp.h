@@ -7,7 +7,11 @@
 namespace napkin_emu {
 
 // ---- warp collectives -------------------------------------------------------------
-NAPKIN_NO_TSAN inline Slot& warp_begin(Op op, unsigned mask, const char* file, int line) {
+// Defined in the runtime's translation unit only (napkin_emulate_runtime.cpp defines
+// NAPKIN_EMULATE_RUNTIME): a kernel's build declares them and links runtime.o, instead of
+// compiling them again in every kernel's build.
+#if defined(NAPKIN_EMULATE_RUNTIME)
+NAPKIN_NO_TSAN Slot& warp_begin(Op op, unsigned mask, const char* file, int line) {
   Thread* t = tl_thread;
   if (((mask >> t->lane) & 1u) == 0)
     fail("%s:%d: %s with mask 0x%08x does not name the calling lane %d", file, line, op_name(op), mask, t->lane);
@@ -21,13 +25,13 @@ NAPKIN_NO_TSAN inline Slot& warp_begin(Op op, unsigned mask, const char* file, i
   return s;
 }
 
-NAPKIN_NO_TSAN inline void lane_src_check(const Slot& s, int lane, int src, Thread* const* lanes) {
+NAPKIN_NO_TSAN void lane_src_check(const Slot& s, int lane, int src, Thread* const* lanes) {
   if (!lanes[src])
     fail("%s:%d: %s (mask 0x%08x): lane %d reads lane %d, which does not take part", s.file, s.line,
          op_name(s.op), s.mask, lane, src);
 }
 
-inline double tf32_value(uint32_t u) {
+double tf32_value(uint32_t u) {
   float f = bits_f32(u);
   if (std::isnan(f)) return f;
   return bits_f32(u & 0xffffe000u);  // the tensor core reads 10 mantissa bits
@@ -36,7 +40,7 @@ inline double tf32_value(uint32_t u) {
 // D = A*B + C for one warp: fragments as laid out in the PTX ISA, "Matrix
 // Fragments for mma.m16n8k16 with floating point type" and "for mma.m16n8k8"
 // (.tf32). Products and sums in double, rounded once to float.
-NAPKIN_NO_TSAN inline void mma_compute(Op op, Thread* const* lanes) {
+NAPKIN_NO_TSAN void mma_compute(Op op, Thread* const* lanes) {
   const int K = op == Op::MmaTF32 ? 8 : 16;
   double A[16][16] = {}, B[16][8] = {}, C[16][8] = {};
   for (int l = 0; l < 32; ++l) {
@@ -81,7 +85,7 @@ NAPKIN_NO_TSAN inline void mma_compute(Op op, Thread* const* lanes) {
 // ldmatrix (PTX ISA "Warp-level matrix load instruction: ldmatrix"): lanes 8m..8m+7
 // give the row addresses of matrix m; lane t receives row t/4, columns 2(t%4) and
 // 2(t%4)+1 (or, with .trans, column t/4 of rows 2(t%4) and 2(t%4)+1).
-NAPKIN_NO_TSAN inline void ldm_compute(Thread* const* lanes, int num, bool trans) {
+NAPKIN_NO_TSAN void ldm_compute(Thread* const* lanes, int num, bool trans) {
   const Slot& s0 = lanes[0]->slot;
   for (int r = 0; r < 8 * num; ++r) {
     const unsigned char* a = lanes[r]->slot.addr;
@@ -103,7 +107,7 @@ NAPKIN_NO_TSAN inline void ldm_compute(Thread* const* lanes, int num, bool trans
   }
 }
 
-NAPKIN_NO_TSAN inline void warp_compute(Thread* me, Thread* const* lanes) {
+NAPKIN_NO_TSAN void warp_compute(Thread* me, Thread* const* lanes) {
   const Slot& ms = me->slot;
   const Op op = ms.op;
   if (op == Op::MmaF16 || op == Op::MmaBF16 || op == Op::MmaTF32 || op == Op::Ldm) {
@@ -179,7 +183,7 @@ NAPKIN_NO_TSAN inline void warp_compute(Thread* me, Thread* const* lanes) {
 }
 
 // Complete the collective `me` waits in if every lane of its mask has arrived.
-NAPKIN_NO_TSAN inline bool warp_try_complete(Block* b, Thread* me) {
+NAPKIN_NO_TSAN bool warp_try_complete(Block* b, Thread* me) {
   const Slot& ms = me->slot;
   Thread* lanes[32] = {};
   const int base = me->warp * 32;
@@ -208,7 +212,7 @@ NAPKIN_NO_TSAN inline bool warp_try_complete(Block* b, Thread* me) {
   return true;
 }
 
-NAPKIN_NO_TSAN inline Slot& warp_end(Slot& s) {
+NAPKIN_NO_TSAN Slot& warp_end(Slot& s) {
   Thread* t = tl_thread;
   Block* b = tl_block;
   t->state = St::Warp;
@@ -220,6 +224,16 @@ NAPKIN_NO_TSAN inline Slot& warp_end(Slot& s) {
   return s;
 }
 
+#else
+NAPKIN_NO_TSAN Slot& warp_begin(Op op, unsigned mask, const char* file, int line);
+NAPKIN_NO_TSAN void lane_src_check(const Slot& s, int lane, int src, Thread* const* lanes);
+double tf32_value(uint32_t u);
+NAPKIN_NO_TSAN void mma_compute(Op op, Thread* const* lanes);
+NAPKIN_NO_TSAN void ldm_compute(Thread* const* lanes, int num, bool trans);
+NAPKIN_NO_TSAN void warp_compute(Thread* me, Thread* const* lanes);
+NAPKIN_NO_TSAN bool warp_try_complete(Block* b, Thread* me);
+NAPKIN_NO_TSAN Slot& warp_end(Slot& s);
+#endif  // NAPKIN_EMULATE_RUNTIME
 template <class T>
 inline uint64_t to_u64(T v) {
   static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "warp shuffles move at most 8 bytes");
