@@ -15,7 +15,7 @@ from .compiler.buffers import buffers
 from .compiler.engine import engine_buffers
 from .compiler.model import array_name
 from .compiler.formulas import relabelling, tile_values
-from .compiler.plan import Plan, Problem, baseline, fuse_kernels, tile
+from .compiler.plan import Plan, baseline, without_atomics
 from .figures import figures
 from .explain_split import split_lines as _split_lines, split_report as _split
 from .explain_scatter import scatter_report
@@ -102,9 +102,7 @@ def report(plan: Plan, compare: bool = True) -> dict:
                           "predicted_seconds": sum(float(k.cost.time) for k in base)}
         added = [name for k in kernels for name in k["engine"].get("added", ())]
         if added:      # the plan without atomics across blocks (chain.Across), for comparison
-            apart = tile(fuse_kernels(Problem(plan.diagram, plan.graph, plan.target, plan.sizes,
-                                              plan.hints, plan.defaulted), plan.engine,
-                                      across=False))
+            apart = without_atomics(plan)
             out["apart"] = {"arrays": added, "kernels": len(apart.kernels),
                             "H_bytes": sum(float(k.cost.levels[1].H) for k in apart.kernels),
                             "predicted_seconds": float(apart.time)}

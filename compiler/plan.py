@@ -245,6 +245,13 @@ def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | Non
                              across), merge)
 
 
+def without_atomics(p: Plan) -> Plan:
+    """The same problem planned with no chain adding a product over its rows across blocks
+    (chain.Across), for comparison (explain)."""
+    problem = Problem(p.diagram, p.graph, p.target, p.sizes, p.hints, p.defaulted)
+    return tile(fuse_kernels(problem, p.engine, across=False))
+
+
 def baseline(p: Plan) -> tuple[KernelPlan, ...]:
     """The unfused plan of the same problem (one kernel per equation), for comparison; kernels
     that have no legal tiling on their own are left out."""

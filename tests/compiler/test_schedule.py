@@ -147,7 +147,7 @@ def test_one_choice_per_kernel_and_only_choices(softmax):
     assert "is not a Choice" in exc.value.diagnostics[0].message
 
 
-@pytest.mark.parametrize("target", ["a100", "h100"])
+@pytest.mark.parametrize("target", [pytest.param("a100", marks=pytest.mark.thorough), "h100"])
 def test_the_cost_model_counts_the_threads_the_block_is_launched_with(target):
     from napkin.diagrams.sources import library_names
     for name in library_names():
