@@ -109,7 +109,7 @@ class ChainLowering(MmaLowering):
 
         def element():
             key = f"(2 * i1 + i3) * {FN} + fq * 2 + i4 % 2"
-            scope, valid = self._point({s.row: self._row("i4"), s.red: f"c0 + {key}"})
+            scope, checks = self._checked_point({s.row: self._row("i4"), s.red: f"c0 + {key}"})
             for j, sc in enumerate(s.scores):
                 self.values[sc.node] = f"sc{j}[i0][2 * i1 + i3][i4]"
             self._rows_at(scope, "i4")
@@ -119,7 +119,7 @@ class ChainLowering(MmaLowering):
             value = self.emitter.value(t, scope)
             self.emitter.fast = {}
             self.values.clear()
-            tests = ([f"{key} < clen"] if tail else []) + ([valid.split(" && ")[0]] if rows else [])
+            tests = ([f"{key} < clen"] if tail else []) + ([checks[s.row]] if rows else [])
             b.emit(P.Set("tv[i3][i4]", f"({' && '.join(tests)}) ? {value} : 0.0f" if tests
                          else value))
         self._each([("i3", 2), ("i4", 4)], element)

@@ -341,13 +341,18 @@ class MmaLowering(RowStats, ComputedTiles, SharedTiles, KernelLowering):
     def _point(self, raws: dict) -> tuple[dict, str]:
         """A fragment element's scope (indices clamped inside the arrays) and in-range test,
         from the raw index of each fragment axis; batch axes at the block's position."""
-        scope, checks = {a: Ix(self._axis_var("org", a)) for a in self.site.batch}, []
+        scope, checks = self._checked_point(raws)
+        return scope, " && ".join(checks.values())
+
+    def _checked_point(self, raws: dict) -> tuple[dict, dict]:
+        """_point's scope, and its in-range test of each axis apart."""
+        scope, checks = {a: Ix(self._axis_var("org", a)) for a in self.site.batch}, {}
         for a, raw in raws.items():
             v = self.b.value(self.itype, raw, "pt")
             top = f"({self.itype})({self.sizes[a]} - 1)"
             scope[a] = Ix(f"({v} < {top} ? {v} : {top})")
-            checks.append(f"({v} < {self.sizes[a]})")
-        return scope, " && ".join(checks)
+            checks[a] = f"({v} < {self.sizes[a]})"
+        return scope, checks
 
     def _each(self, loops, body) -> None:
         """Nested unrolled loops over static trip counts (fragment indices)."""
