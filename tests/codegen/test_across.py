@@ -194,3 +194,20 @@ def test_explain_says_where_the_atomics_go_and_what_they_save(case):
     apart = plan(grad, "h100", PLANNED, across=False)
     assert not any(getattr(kp.schedule.site, "across", ()) for kp in apart.kernels)
     assert apart.time == pytest.approx(rep["apart"]["predicted_seconds"])
+
+
+@pytest.mark.thorough
+def test_bf16_adds_across_blocks_right():
+    """The chain in bf16 (its chunk values packed as bf16 pairs for the staged tile)."""
+    from napkin.bench import variant
+    from napkin.commands.run import random_inputs
+    from napkin.pipeline import run_plan
+    from napkin.runtime import compare
+    g = napkin.grad(variant("attention", "bf16", d=64))
+    p = plan(g, "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
+    assert [bool(getattr(kp.schedule.site, "across", ())) for kp in p.kernels] == [False, True]
+    small = {"b": 1, "h": 2, "q": 77, "x": 300}
+    inputs = random_inputs(g, small, 3)
+    out = run_plan(p, inputs, {**small, "d": 64}, timeout_s=600)
+    for name, verdict in compare.against_reference(g, inputs, out).items():
+        assert verdict.ok, verdict.message
