@@ -53,7 +53,8 @@ def test_gpu_check_dry_run(tmp_path):
         for res in c["resources"].values():
             assert res["spill_stores"] == 0
     assert {t["diagram"] for t in report["timings"]} == {"attention", "matmul"}
-    # the backward, planned with dQ added across blocks by atomics and without (--quick: d=64)
+    # the backward, planned with dQ added across blocks by atomics and without (--quick: the
+    # saved gradient at d=64)
     (bwd,) = report["backward"]
     assert bwd["status"] == "planned", bwd
     assert bwd["plans"]["atomics"]["added"] and not bwd["plans"]["apart"]["added"]
