@@ -37,7 +37,7 @@ def backward(dry_run: bool, quick: bool):
                 program, _ = lowered(p)
                 plans["atomics" if across else "apart"] = {
                     "kernels": len(p.kernels), "launches": len(program.kernels),
-                    "added": any(getattr(kp.schedule.site, "across", ()) for kp in p.kernels),
+                    "added": any(kp.schedule.across for kp in p.kernels),
                     "predicted_seconds": p.time}
             entry.update(status="planned", plans=plans)
             if not dry_run:

@@ -69,7 +69,7 @@ def lower(plan: Plan) -> P.Program:
                                   _array(g, n), ir.type_of(g, n).axes))
         for n in kp.kernel.loads:
             add(n, "load")
-        added = {a.store for a in getattr(kp.schedule.site, "across", ())}
+        added = {a.store for a in kp.schedule.across}
         for n in kp.kernel.stores:
             if n in added:          # a chain's product over its rows: atomics into f32 sums
                 names[n] = (f"p{len(params)}", "f32")

@@ -102,6 +102,11 @@ class Schedule:
     def tensor_cores(self) -> bool:
         return self.site is not None
 
+    @property
+    def across(self) -> tuple:
+        """A chain's products over its rows, added across blocks (chain.Across); () else."""
+        return self.site.across if isinstance(self.site, ChainSite) else ()
+
     def block_tile(self) -> dict[str, int]:
         """Every woven axis's block tile (a whole axis: its size)."""
         return dict(self.tile)

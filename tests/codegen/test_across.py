@@ -123,7 +123,7 @@ def test_dk_added_over_blocks_of_queries_at_d128(rng=np.random.default_rng(5)):
     grad = napkin.grad(napkin.load("attention", d=128))
     p = plan(grad, "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
     found = [(array_name(p.graph, a.store), kp.schedule.site.row)
-             for kp in p.kernels for a in getattr(kp.schedule.site, "across", ())]
+             for kp in p.kernels for a in kp.schedule.across]
     assert found == [("dK", "q")]
     for name, r in nvrtc.compile(render(lower(p)), arch="sm_90").resources.items():
         assert r.spill_stores == 0 and r.spill_loads == 0, (name, r)
@@ -147,7 +147,7 @@ def test_the_issue_slots_follow_the_sass_of_a_chain_adding_across_blocks(d):
     p = plan(napkin.grad(napkin.load("attention", d=d)), "h100",
              {"b": 4, "h": 16, "q": 4096, "x": 4096})
     made = pipeline.through(p, "plan", "binary", pipeline.Options.make(target="h100"))
-    (i,) = [i for i, kp in enumerate(p.kernels) if getattr(kp.schedule.site, "across", ())]
+    (i,) = [i for i, kp in enumerate(p.kernels) if kp.schedule.across]
     row = _model_check().kernel_sass(p, made, i)
     model = dict(p.kernels[i].cost.compute_parts)["issue"]
     assert row["static_issue_seconds"] == pytest.approx(model, rel=0.3), (row, model)
@@ -170,7 +170,7 @@ def test_masked_gradients_add_across_blocks_right(name, target, added):
     p = plan(g, target, {a: 4 if a in ("b", "h") else 4096 for a, s in g.axes.items()
                          if s is None})
     assert [(array_name(p.graph, a.store), kp.schedule.site.row) for kp in p.kernels
-            for a in getattr(kp.schedule.site, "across", ())] == [added]
+            for a in kp.schedule.across] == [added]
     small = {a: 2 if a in ("b", "h") else 150 if name == "varlen_attention" or a == "x" else 77
              for a, s in g.axes.items() if s is None}
     inputs = random_inputs(g, small, 3)
@@ -192,7 +192,7 @@ def test_explain_says_where_the_atomics_go_and_what_they_save(case):
     assert "dQ over the block's x, each block's share added with atomics" in text
     assert "without atomics (dQ in kernels of their own)" in text
     apart = plan(grad, "h100", PLANNED, across=False)
-    assert not any(getattr(kp.schedule.site, "across", ()) for kp in apart.kernels)
+    assert not any(kp.schedule.across for kp in apart.kernels)
     assert apart.time == pytest.approx(rep["apart"]["predicted_seconds"])
 
 
@@ -205,7 +205,7 @@ def test_bf16_adds_across_blocks_right():
     from napkin.runtime import compare
     g = napkin.grad(variant("attention", "bf16", d=64))
     p = plan(g, "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
-    assert [bool(getattr(kp.schedule.site, "across", ())) for kp in p.kernels] == [False, True]
+    assert [bool(kp.schedule.across) for kp in p.kernels] == [False, True]
     small = {"b": 1, "h": 2, "q": 77, "x": 300}
     inputs = random_inputs(g, small, 3)
     out = run_plan(p, inputs, {**small, "d": 64}, timeout_s=600)

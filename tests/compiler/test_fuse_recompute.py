@@ -188,7 +188,7 @@ def test_the_saved_attention_backward_on_tensor_cores_is_flashattention2s(name, 
     eqs = {e.stmt: e.name for e in p.graph.graph["equations"]}
     found = [(kp.schedule.engine, [eqs[s] for s in kp.kernel.recomputed],
               sorted(array_name(p.graph, n) for n in kp.kernel.stores),
-              [array_name(p.graph, a.store) for a in getattr(kp.schedule.site, "across", ())])
+              [array_name(p.graph, a.store) for a in kp.schedule.across])
              for kp in p.kernels]
     if name == "attention":
         assert found == [(schedule.SIMT, [], ["D"], []),
