@@ -223,13 +223,15 @@ def kernels_table(target: str = "h100") -> list[dict]:
 
 # attention on the CUDA cores beside the library's plans: forced (--engine cuda-cores), and
 # a decode step small enough that the planner takes them (b = h = q = 1: a split of the keys
-# and its merge)
+# and its merge), and paged attention decoding one token at serving sizes (4 sequences, 8
+# key/value heads of 4 query heads each, a cache of 2048 pages: a split and its merge too)
 SIMT_ATTENTION = [("attention", {}, "cuda-cores"),
                   ("attention", {"b": 4096, "h": 4096, "q": 4096, "x": 4096}, "cuda-cores"),
                   ("causal_attention", {}, "cuda-cores"),
                   ("causal_attention", {"b": 4096, "h": 4096, "q": 4096, "x": 4096},
                    "cuda-cores"),
-                  ("attention", {"b": 1, "h": 1, "q": 1, "x": 4096}, "auto")]
+                  ("attention", {"b": 1, "h": 1, "q": 1, "x": 4096}, "auto"),
+                  ("paged_attention", {"b": 4, "g": 8, "r": 4, "q": 1, "n": 2048}, "auto")]
 
 
 def registers_table() -> list[dict]:

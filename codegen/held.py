@@ -6,7 +6,7 @@ reads. A load placed there without the streamed axis (attention's Q: the thread'
 its lane's share of the head) is the same at every key of the loop; a streamed load's value
 at one position (K's and V's at a key) is the same for every row of the thread. Where the
 split axis the lanes walk at a point has static trips, a multiple of the lanes and at most
-UNROLL_TRIPS each (`trips`), the lowering walks it unrolled, each trip at a constant offset
+compiler/lanes.UNROLL_TRIPS each (`trips`), the lowering walks it unrolled, each trip at a constant offset
 from the lane (`lane_offset`), so that
 
 - a held load's values are read from shared memory once per block tile, before the passes,
@@ -20,24 +20,20 @@ its own values, as before.
 
 from __future__ import annotations
 
-from ..compiler import ir
+from ..compiler import ir, lanes
 from . import cexpr
 from .builder import Ix
 
-UNROLL_TRIPS = 8       # trips a lane makes along the split axis at a point, unrolled
 HELD_VALUES = 64       # values a thread holds across the streamed loop, at most
 
 
 def trips(lw, axis: str) -> int | None:
     """The trips each lane makes along `axis` where the lowering unrolls its walk (the split
     axis, static, a multiple of the lanes, at most UNROLL_TRIPS each), else None."""
-    if not lw.split or lw.split[0] != axis or lw.ways < 2:
+    if not lw.split or lw.split[0] != axis:
         return None
     size = lw.sizes[axis]
-    if not size.isdigit() or int(size) % lw.ways:
-        return None
-    t = int(size) // lw.ways
-    return t if t <= UNROLL_TRIPS else None
+    return lanes.trips(int(size) if size.isdigit() else None, lw.ways)
 
 
 def unrolled(lw, axis: str) -> int | None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import ir
 from .choices import NUMBERS, prod
-from . import copies
+from . import copies, lanes
 from .copies import COPY_EACH, COPY_FLAT, COPY_ROW, VECTOR_BYTES
 
 WARP = 32
@@ -67,6 +67,16 @@ LANE_LOOP = 130
 # the loops a reduction walks over its row (codegen/scalar.py): logsumexp and a softmax's
 # statistics a maximum then a sum of exponentials, a variance its mean then its squares
 LOOPS = {"logsumexp": 2, "var": 2, "softmax": 2}
+# The merge of the lanes' states after a pass whose streamed axis they split (the decode
+# merge kernel's, a streamed softmax's), per butterfly step and state a thread holds: a
+# running max and sum (an online softmax's or a logsumexp's) two SHFL, the larger max and
+# its shift, two rescaling expf (IEEE: the table's "exp", 9 each), the sum's FMUL and FFMA;
+# each element of the rescaled output beside them its SHFL, FMUL and FFMA; a sum's or a
+# max's slot its SHFL and FADD. Counted from codegen/accum._merge and in the SASS of the
+# decode merge kernel (attention, b = h = q = 1, x = 4096, sm_90, static: its five steps).
+MERGE_STATE = 25
+MERGE_RESCALED = 3
+MERGE_VALUE = 2
 # Per block and warp: the tile's origins from the block index (64-bit divisions by the
 # tiles per axis), the thread's points and their clamps, the reductions' shuffles (some
 # 40-100 outside every loop in rmsnorm's, layernorm's and softmax's blocks).
@@ -91,9 +101,11 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
     stored = sum(prod(sizes[x] for x in a.axes) for a in model.arrays if a.role == "store")
     # a load read where it is used, from global memory (a view's or a gather's source): at
     # every point of the ops reading it (`used_over`: a mask's document ids doc[q] at each
-    # score, not at each score and d), else of the kernel's largest op or its stores
-    points = max([prod(sizes[x] for x in w.axes) for w in model.work] or [stored])
-    direct = sum(prod(sizes[x] for x in a.used_over) if a.used_over else points
+    # score, not at each score and d), else of the kernel's largest op or its stores, once
+    # per value a lane reads (`direct_reads`)
+    widest = max(model.work, key=lambda w: prod(sizes[x] for x in w.axes), default=None)
+    over = widest.axes if widest is not None else None
+    direct = sum(direct_reads(model, choice, sizes, a, a.used_over or over, stored)
                  for a in model.arrays if a.role == "load" and a.unstaged) * \
         model.streaming.passes
     lanes = read + stored * STORE + direct * UNSTAGED
@@ -105,8 +117,66 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
         per_block = (1 - runs) * per_block
     lanes = lanes + np.where(wide, INDEX_WIDE, 0.0) * values
     warp = units[0] * warps * (per_block + chunks * ITERATION + BLOCK +
-                               LANE_LOOP * lane_loops(model, choice, chunks))
+                               LANE_LOOP * lane_loops(model, choice, chunks) +
+                               merges(model, choice))
     return lanes, warp
+
+
+def merges(model, choice):
+    """Instructions per warp of the butterfly merges after the passes whose streamed axis the
+    lanes split (codegen/accum._merge: log2(ways) steps, every lane the same), each state a
+    thread holds merged once, after the pass that accumulates it (MERGE_*); 0 where no
+    candidate splits the streamed axis."""
+    if not choice.stream:
+        return 0.0
+    ways = dict(choice.split).get(choice.stream[0], 1.0)
+    steps = np.log2(np.maximum(np.asarray(ways, dtype=float), 1.0))
+    thread = dict(choice.thread)
+    paired = {c for _, c in model.streaming.pairs}
+    per_step = 0.0
+    for a in model.arrays:
+        if a.role != "accumulator":
+            continue
+        held = prod(thread[x] for x in a.axes if x in thread)
+        if a.slots == 2:
+            per_step = per_step + held * MERGE_STATE
+        else:
+            per_step = per_step + held * a.slots * (
+                MERGE_RESCALED if a.node in paired else MERGE_VALUE)
+    return steps * per_step
+
+
+def direct_reads(model, choice, sizes: dict, a, over, stored):
+    """Lane reads of unstaged load `a` (from global memory where used) over the points of
+    `over` (the axes of the ops reading it; None: the kernel's stores, `stored` points): a
+    lane reads each value once for all its points that share it (the emitter names a load
+    once per position and index, nvcc merges the repeated reads of the read-only arrays:
+    paged attention's LDG of a K value per key and lane serves the thread's 8 rows, sm_90,
+    static). A thread shares a value over its tile along the axes `a` does not have, and a
+    lane over its trips along a split axis `a` does not have; where `a` is read inside the
+    walk of a reduced axis (not the streamed one), across the thread's tile only if that
+    walk is unrolled (compiler/lanes.py), else each point walks it for itself."""
+    if over is None:
+        return stored
+    thread = dict(choice.thread)
+    ways = dict(choice.split)       # (a Choices: ways 1 where a candidate splits no axis)
+    walked = True       # every reduced axis of `a` a point walks, walked unrolled
+    for x in a.axes:
+        if x in model.reduced:
+            unrolled = lanes.unrolled(sizes[x], ways.get(x, 1.0), x in model.fixed)
+            if choice.stream and choice.stream[0] == x:     # position by position where
+                unrolled = unrolled | (np.asarray(choice.stream[1]) > 0)    # streamed (chunk 0:
+            walked = walked & unrolled                                   # a set's unstreamed)
+    shared = 1.0
+    for x in over:
+        if x in a.axes:
+            continue
+        if x in thread:
+            shared = shared * np.where(walked, thread[x], 1.0)
+        elif x in ways:         # (ways 1: a set's candidate not splitting it, as none)
+            w = np.asarray(ways[x], dtype=float)
+            shared = shared * np.where(w >= 2, np.ceil(sizes[x] / w), 1.0)
+    return prod(sizes[x] for x in over) / shared
 
 
 def _in_runs(choice, sizes, level1, axis, width):

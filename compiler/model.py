@@ -99,6 +99,8 @@ class Model:
     across: frozenset = frozenset()   # a chain's products over its rows (chain.Across): the
                                 # stored arrays (their contractions) every block of rows adds
                                 # its partial sum into, with atomics (tensorcore.for_site)
+    fixed: frozenset = frozenset()    # axes whose size the diagram fixes (the lowering's
+                                      # constants: compiler/lanes.py unrolls by them)
 
 
 def array_name(g: DiGraph, n: int) -> str:
@@ -214,7 +216,9 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                  softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else None,
                  row_logsumexps(g, st) if axis is not None else (),
                  extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
-                 rows=copied_rows(g, k))
+                 rows=copied_rows(g, k),
+                 fixed=frozenset(a for a, info in g.graph["axes"].items()
+                                 if info.size is not None))
 
 
 def _used_over(g: DiGraph, n: int, members: set) -> tuple[str, ...]:

@@ -56,26 +56,37 @@ def test_a_chunk_the_mask_hides_runs_the_head_of_the_chunk_loop_only():
     assert row["static_loop_instructions"]["opcodes"]["BAR"] == pytest.approx(2 * 16 * 17 / 32 + 2)
 
 
-BAND = [("paged_attention", {}, "auto", 0),
-        ("attention", {}, "cuda-cores", 0),
+BAND = [("attention", {}, "cuda-cores", 0),
         ("causal_attention", {"b": 4096, "h": 4096, "q": 4096, "x": 4096}, "cuda-cores", 0),
         ("attention", {"b": 1, "h": 1, "q": 1, "x": 4096}, "auto", 0)]
+
+
+def _within_band(name, shape, engine, index):
+    _need_disassembler()
+    p, row = _estimate(name, shape, engine, index)
+    model = dict(p.kernels[index].cost.compute_parts)["issue"]
+    assert 0.7 <= row["static_issue_seconds"] / model <= 1.3, (row, model)
+
+
+@pytest.mark.thorough
+def test_the_issue_slots_follow_the_sass_of_paged_attention():
+    """The done-when of issue 13 for the library's paged attention (its key loop bounded by
+    the sequence's length): the SASS estimate over the model's issue slots within 0.7-1.3
+    (static figures; 0.24 while the model charged each gathered read per row of the thread,
+    issue_simt.direct_reads)."""
+    _within_band("paged_attention", {}, "auto", 0)
 
 
 @pytest.mark.thorough
 @pytest.mark.xfail(strict=True, reason=(
     "issue 13, open: with Q held and K, V read once a key (codegen/held.py) the model charges "
     "attention on the CUDA cores 1.7-2.7x fewer issue slots than its SASS (each score's scale "
-    "and online softmax run on all 16 lanes splitting d, the lanes' sum by SHFL and FADD) and "
-    "paged attention 4x more (its gathers charged per column of the page table and of the "
-    "cache, UNSTAGED 10 each); a model that charges the lanes moves the fuser to write S, "
-    "whose kernels' waste is not charged (see docs/cost-model.md)"))
+    "and online softmax run on all 16 lanes splitting d, the lanes' sum by SHFL and FADD); a "
+    "model that charges the lanes moves the fuser to write S, whose kernels' waste is not "
+    "charged (see docs/cost-model.md)"))
 @pytest.mark.parametrize("name, shape, engine, index", BAND)
 def test_the_issue_slots_follow_the_sass_of_attention_on_the_cuda_cores(name, shape, engine,
                                                                        index):
     """The done-when of issue 13 for the kernels whose loops are bounded by data or a mask:
     the SASS estimate over the model's issue slots within 0.7-1.3 (static figures)."""
-    _need_disassembler()
-    p, row = _estimate(name, shape, engine, index)
-    model = dict(p.kernels[index].cost.compute_parts)["issue"]
-    assert 0.7 <= row["static_issue_seconds"] / model <= 1.3, (row, model)
+    _within_band(name, shape, engine, index)

@@ -240,3 +240,99 @@ def test_the_model_counts_the_row_loops_the_kernel_runs(name, shape):
     chunks = issue.chunk_count(kp.model, kp.choice, p.sizes)
     assert rows > 0
     assert issue_simt.lane_loops(kp.model, kp.choice, chunks) == rows
+
+
+def _balanced(text: str, start: int) -> str:
+    """The text from `start` (an opening bracket or brace) to its closing one."""
+    pairs = {"[": "]", "{": "}", "(": ")"}
+    depth, opening = 0, text[start]
+    for i in range(start, len(text)):
+        if text[i] == opening:
+            depth += 1
+        elif text[i] == pairs[opening]:
+            depth -= 1
+            if depth == 0:
+                return text[start:i + 1]
+    raise AssertionError("unbalanced")
+
+
+def _key_loop(cuda: str) -> str:
+    """The body of the position loop of a CUDA-core kernel's chunk (`for (int xl = 0; ...)`)."""
+    at = cuda.index("for (int xl = 0; xl < clen; ++xl)")
+    return _balanced(cuda, cuda.index("{", at))
+
+
+@pytest.mark.parametrize("shape", [{}, {"b": 4, "g": 8, "r": 4, "q": 1, "n": 2048}])
+def test_the_model_reads_a_gathered_value_once_a_lane_for_the_threads_rows(shape):
+    """issue_simt.direct_reads against the emitted CUDA of paged attention: a lane reads each
+    value of the cache it gathers (K and V at a key, the page number) once per key for all the
+    query rows its thread holds: the key loop names each read once (nvcc keeps one LDG for
+    repeated reads of a read-only array; paged attention's SASS, sm_90, static: 8 LDG.U16 a
+    key for 8 rows and 4 positions of d each of K and V). The model charged every read per
+    row before (SASS/model 0.24, now within 30%: test_sass_align)."""
+    import re
+    from napkin import pipeline
+    from napkin.compiler import issue_simt
+    from napkin.compiler.cost import Choices
+    from napkin.compiler.choices import prod
+    p = plan(napkin.load("paged_attention"), "h100", shape)
+    kp = p.kernels[0]
+    cuda = pipeline.through(p, "plan", "cuda", pipeline.Options.make(target="h100"))["cuda"]
+    body = _key_loop(cuda.split("napkin_k0(", 1)[1])
+    sched, s = kp.schedule, p.sizes
+    lanes = prod(s[a] for a in kp.model.woven) / prod(sched.thread_tile().values()) * \
+        (sched.split[1] if sched.split else 1)
+    keys = s[sched.stream[0]]            # the positions each lane visits
+    widest = max(kp.model.work, key=lambda w: prod(s[x] for x in w.axes))
+    charged: dict = {}
+    for a in kp.model.arrays:            # K's and V's gathers each read the page number
+        if a.role == "load" and a.unstaged:
+            base = a.name.split("[")[0]
+            charged[base] = charged.get(base, 0) + issue_simt.direct_reads(
+                kp.model, Choices.of(kp.choice), s, a, a.used_over or widest.axes, 0)
+    assert set(charged) == {"Kc", "Vc", "pages"}
+    for base, model in charged.items():
+        param = _param_of(base)
+        reads = {_balanced(body, m.end() - 1) for m in re.finditer(rf"\b{param}\[", body)}
+        assert model / (lanes * keys) == pytest.approx(len(reads)), (base, reads)
+
+
+def _param_of(name: str) -> str:
+    """The kernel parameter (p0, p1, ...) the launcher passes input `name` as: the order of
+    the diagram's inputs among the parameters (Q, Kc, Vc, pages, len)."""
+    order = ["Q", "Kc", "Vc", "pages", "len"]
+    return f"p{order.index(name)}"
+
+
+@pytest.mark.parametrize("name, shape, index", [
+    ("attention", {"b": 1, "h": 1, "q": 1, "x": 4096}, 1),      # the decode merge kernel
+    ("softmax", {"r": 4096, "c": 4096}, 0)])
+def test_the_model_counts_the_lanes_merge_after_a_pass(name, shape, index):
+    """issue_simt.merges against the emitted CUDA: where the lanes split the streamed axis,
+    after each pass a butterfly loop over log2(ways) steps merges the states each thread holds
+    (codegen/accum._merge), a running max and sum with two rescaling expf a step; the model
+    charges MERGE_STATE per step for each such state (it charged nothing before: the decode
+    merge kernel's SASS was 2.24x its model, 1.64x after)."""
+    import re
+    from napkin import pipeline
+    from napkin.compiler import issue_simt
+    from napkin.compiler.cost import Choices
+    from napkin.compiler.choices import prod
+    p = plan(napkin.load(name), "h100", shape)
+    kp = p.kernels[index]
+    ways = kp.schedule.split[1]
+    assert kp.schedule.split[0] == kp.schedule.stream[0] and ways > 1
+    cuda = pipeline.through(p, "plan", "cuda", pipeline.Options.make(target="h100"))["cuda"]
+    kernel = _balanced(cuda, cuda.index("{", cuda.index(f"napkin_k{index}(")))
+    heads = [m.start() for m in re.finditer(rf"for \(int off = {ways // 2}; off > 0; off /= 2\)",
+                                            kernel)]
+    assert len(heads) == 1            # after the pass accumulating the states (softmax: 1 of 2)
+    exps = sum(_balanced(kernel, kernel.index("{", h)).count("expf(") for h in heads)
+    thread = kp.schedule.thread_tile()
+    states = sum(prod(thread.get(x, 1) for x in a.axes) for a in kp.model.arrays
+                 if a.role == "accumulator" and a.slots == 2)
+    assert exps == 2 * states
+    per_step = issue_simt.merges(kp.model, Choices.of(kp.choice)) / math.log2(ways)
+    assert per_step >= issue_simt.MERGE_STATE * states
+    assert issue_simt.merges(kp.model, Choices.of(kp.choice)) == pytest.approx(
+        math.log2(ways) * per_step) and per_step > 0
