@@ -247,10 +247,11 @@ class KernelLowering(Registers):
             b.emit(P.Decl("const int", "clen", f"(int)({left} < {chunk} ? {left} : {chunk})"))
             if skip is not None:   # the mask hides this whole chunk from the block: skip it
                 b.emit(P.Continue(skip))
-            b.emit(P.Barrier())
-            for n in loads:
-                staging.stage(self, n)
-            b.emit(P.Barrier())
+            if loads:      # (nothing staged a chunk, as paged attention's gathers: no barrier)
+                b.emit(P.Barrier())
+                for n in loads:
+                    staging.stage(self, n)
+                b.emit(P.Barrier())
             start, step = ("lane", str(self.ways)) if split_r else ("0", "1")
             b.loop("xl", start, "clen", step, position_body)
 

@@ -556,8 +556,6 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     for (long long c0 = cfirst; c0 < cend; c0 += 256) {
       const int clen = (int)((long long)(4096) - c0 < 256 ? (long long)(4096) - c0 : 256);
       if (!(((long long)(c0) < (long long)(dhi0)))) continue;
-      __syncthreads();
-      __syncthreads();
       for (int xl = 0; xl < clen; ++xl) {
         const long long xg = c0 + xl;
 #line 19 "napkin-diagram"
