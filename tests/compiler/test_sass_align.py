@@ -64,9 +64,11 @@ BAND = [("paged_attention", {}, "auto", 0),
 
 @pytest.mark.thorough
 @pytest.mark.xfail(strict=True, reason=(
-    "issue 13, open: with Q held and K, V read once a key (codegen/held.py) the model charges "
-    "attention on the CUDA cores 1.7-2.7x fewer issue slots than its SASS (each score's scale "
-    "and online softmax run on all 16 lanes splitting d, the lanes' sum by SHFL and FADD) and "
+    "issue 13, open: with Q held and K, V read once a key (codegen/held.py) and groups of 4 "
+    "keys folded at once (compiler/fold.py) the model charges attention on the CUDA cores "
+    "1.5-1.9x fewer issue slots than its SASS (each score's scale and online softmax run on "
+    "all 16 lanes splitting d, the lanes' sum by SHFL and FADD; READ charges K's and V's "
+    "values per row, the code reads them once for the thread's rows) and "
     "paged attention 4x more (its gathers charged per column of the page table and of the "
     "cache, UNSTAGED 10 each); a model that charges the lanes moves the fuser to write S, "
     "whose kernels' waste is not charged (see docs/cost-model.md)"))
