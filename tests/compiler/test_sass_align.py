@@ -25,10 +25,11 @@ def test_paged_attention_runs_every_key_of_every_chunk():
     lanes a row splitting d = 64): its chunk loop is bounded by the data (the block's first
     and last chunk from len[b]), its prologue has nvcc's loops of a data scan and the
     prelude's block reductions: no one-to-one pairing, the trees aligned. Each chunk runs
-    its keys' loop 256 times (the keys of a chunk, one a trip); in it the lane's 64 / 16 = 4
+    its keys' loop over the keys of a chunk; in it the lane's 64 / 16 = 4
     columns of each of the 8 rows are unrolled by the lowering (codegen/held.py: no loop of
     4 left); the block meets 2 barriers per chunk (16 chunks: Cost.visited is 1 without
-    planning data) beside the prologue's 10."""
+    planning data) beside the prologue's 10. The keys' loop folds groups of 4 (Schedule.fold):
+    64 trips a chunk, then a remainder loop of none."""
     _need_disassembler()
     p, row = _estimate("paged_attention", {}, "auto")
     kp = p.kernels[0]
@@ -36,7 +37,9 @@ def test_paged_attention_runs_every_key_of_every_chunk():
     run = row["static_loop_instructions"]
     assert run["aligned"]
     trips = [(lp["trip"], lp["unroll"]) for lp in run["loops"]]
-    assert (256, 1) in trips and not any(trip == 4 for trip, _ in trips)
+    # the keys in groups of 4 (compiler/fold.py: 64 trips), the remainder none in a whole chunk
+    assert trips[-2:] == [(256 // kp.schedule.fold, 1), (0, 1)], trips
+    assert kp.schedule.fold == 4 and not any(trip == 4 for trip, _ in trips)
     assert run["opcodes"]["BAR"] == 2 * 16 + 10
     assert row["static_issue_seconds"] > 0
 
