@@ -47,7 +47,8 @@ def c_tree(cuda: str, sizes: dict, chunk, warps: int) -> list[dict] | None:
             continue                      # the blocks' loop (the root), loops nvcc unrolls
         if re.fullmatch(r"c\d+", var):
             found.append({"span": span, "chunk": True, "trip": None, "accesses": 0,
-                          "kinds": frozenset(), "children": []})
+                          "kinds": frozenset(), "children": [],
+                          "barrier": "__syncthreads" in body})
             continue
         if step.strip() == f"++{var}":
             stride = 1
@@ -157,6 +158,8 @@ def _align(cs: list, ss: list) -> list[tuple[dict, dict]] | None:
 
 
 def _alike(c: dict, s: dict) -> bool:
+    if c["chunk"] and not c["barrier"]:     # a chunk staging nothing (paged attention's
+        return not s["chunk"] and not s["fill"] and bool(s["children"])   # gathers): no BAR
     if c["chunk"] or s["chunk"]:
         return c["chunk"] and s["chunk"]
     return not s["fill"] and c["kinds"] == s["kinds"]

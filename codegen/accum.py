@@ -97,13 +97,15 @@ def local_index(lw, extra, scope) -> str:
     return expr or "0"
 
 
-def update(lw, n: int, st: State, scope: dict, stats: bool = False) -> None:
-    """Fold the value(s) at `scope` (one position of the streamed axis) into the state."""
+def update(lw, n: int, st: State, scopes: list, stats: bool = False) -> None:
+    """Fold the value(s) at each scope of `scopes` (consecutive positions of the streamed
+    axis, Schedule.fold of them) into the state: a paired online softmax all of them at
+    once (_online_softmax), any other state one position after the other."""
     g, b, em = lw.g, lw.b, lw.emitter
     op = ir.op(g, n)
     r = lw.st.axis
     if st.kind == "pair":
-        _online_softmax(lw, n, st, scope)
+        _online_softmax(lw, n, st, scopes)
         return
     args = ir.operands(g, n)
     others = [a for a in op.axes if a != r]
@@ -122,26 +124,35 @@ def update(lw, n: int, st: State, scope: dict, stats: bool = False) -> None:
             else:
                 fold_value(b, st.kind, lv, em.number(args[0], s2))
         em._walk(others, s, fold, args)
-    lw._loops(st.extra, scope, at)
+    for scope in scopes:
+        lw._loops(st.extra, scope, at)
 
 
-def _online_softmax(lw, n: int, st: State, scope: dict) -> None:
+def _online_softmax(lw, n: int, st: State, scopes: list) -> None:
+    """Fold the scores at `scopes` (one or a group of keys, compiler/fold.py): the running
+    max over them all, ONE rescale of the running sum and of the output row by
+    exp(m_old - m_new), one exponential per score, each score's product with the other
+    operand added to the rescaled row."""
     g, b, em = lw.g, lw.b, lw.emitter
     m, l = st.rows["m"], st.rows["s"]
     soft = lw.paired_softmax(n)
-    score = em.number(ir.operands(g, soft)[0], scope)
-    m_new = b.value("float", f"napkin_max({m}, {score})")
+    r = lw.st.axis
+    scores = [em.number(ir.operands(g, soft)[0], scope) for scope in scopes]
+    m_new = m
+    for score in scores:
+        m_new = b.value("float", f"napkin_max({m_new}, {score})")
     shift = b.value("float", f"napkin_shift({m_new})")
     scale = b.value("float", f"expf({m} - {shift})")
-    p = b.value("float", f"expf({score} - {shift})")
-    b.emit(P.Set(l, f"{l} * {scale} + {p}"))
+    ps = [b.value("float", f"expf({score} - {shift})") for score in scores]
+    b.emit(P.Set(l, " + ".join([f"{l} * {scale}"] + ps)))
     b.emit(P.Set(m, m_new))
     other = lw.other_operand(n, soft)
 
     def add(s):
         o = f"{st.arrays['o']}[{local_index(lw, st.extra, s)}]"
-        b.emit(P.Set(o, f"{o} * {scale} + {p} * {em.number(other, s)}"))
-    lw._loops(st.extra, scope, add)
+        terms = [f"{p} * {em.number(other, {**s, r: scope[r]})}" for p, scope in zip(ps, scopes)]
+        b.emit(P.Set(o, " + ".join([f"{o} * {scale}"] + terms)))
+    lw._loops(st.extra, scopes[0], add)
 
 
 def fold_value(b, kind: str, v: dict, x: str, two_exps: bool = False) -> None:

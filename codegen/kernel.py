@@ -253,19 +253,29 @@ class KernelLowering(Registers):
                     staging.stage(self, n)
                 b.emit(P.Barrier())
             start, step = ("lane", str(self.ways)) if split_r else ("0", "1")
-            b.loop("xl", start, "clen", step, position_body)
+            fold = self.kp.schedule.fold
+            if fold > 1:      # groups of `fold` keys, then the chunk's last keys one by one
+                whole = f"clen / {fold} * {fold}"
+                b.loop("xl", "0", whole, str(fold), lambda: position_body(fold))
+                b.loop("xl", whole, "clen", "1", lambda: position_body(1))
+            else:
+                b.loop("xl", start, "clen", step, lambda: position_body(1))
 
-        def position_body():
+        def position_body(fold):
+            """The keys xg .. xg + fold - 1 (Schedule.fold: a group the online softmax folds
+            at once, compiler/fold.py), for every point of the thread."""
             b.emit(P.Decl(f"const {self.itype}", "xg", "c0 + xl"))
             self.in_chunk, self.serial = True, self.serial + bool(split_r)
+            at = [Ix("xg")] + [Ix(f"(xg + {u})") for u in range(1, fold)]
             for pt_i, pt in enumerate(self.points):
-                scope = {**pt["scope"], r: Ix("xg")}
+                scopes = [{**pt["scope"], r: x} for x in at]
                 for n in reducers + stats:
                     self.line(n)
-                    accum.update(self, n, states[(n, pt_i)], scope, n in stats)
+                    accum.update(self, n, states[(n, pt_i)], scopes, n in stats)
                 for n in self.k.stores:
                     if n in st.per_chunk[p] and r in ir.type_of(self.g, n).axes:
-                        self._store(n, scope, pt)
+                        for scope in scopes:
+                            self._store(n, scope, pt)
             self.in_chunk, self.serial = False, self.serial - bool(split_r)
 
         first, end = (span.first, span.end) if span else (f"({self.itype})0",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
-from . import copies, ir, row_runs
+from . import copies, fold, ir, row_runs
 from .cost import Choice
 from .extents import covered, resident
 from .fractions import later_is_heavier
@@ -93,6 +93,8 @@ class Schedule:
                                               # tile over the output's axes
     runs: tuple[tuple[int, int], ...] = ()    # CUDA cores: stores each thread writes as
                                               # runs of its consecutive points (row_runs.py)
+    fold: int = 1                             # CUDA cores: keys a paired online softmax
+                                              # folds per update (compiler/fold.py)
 
     def vector(self, node: int) -> int:
         """Values one copy of staged input `node` moves (1 where not decided: one)."""
@@ -254,7 +256,8 @@ def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target)
                     vectors=copies.vectors(g, staged, tile, choice.stream, sizes, threads),
                     runs=row_runs.runs(model.rows, sizes, tile, {a: min(thread.get(a, 1), tile[a])
                                                     for a in woven}, woven, choice.stream,
-                                       choice.split))
+                                       choice.split),
+                    fold=int(fold.keys(model, choice)))
 
 
 def _staged(g, kernel) -> frozenset[int]:
