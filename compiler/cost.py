@@ -177,6 +177,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
               NUMBERS.ceil(sizes[choice.stream[0]] / choice.stream[1]) * fraction) \
         if choice.reread is not False and not symbolic and model.streaming.pairs else None
     atomics = 0.0       # adds of a chain's products over its rows (chain.Across, added.py)
+    reads = []          # (load, bytes the register level moves of it: issue_simt.reads)
     for li, lv in enumerate(levels[1:], start=1):
         cov = covs[li - 1]
         across = {a: sizes[a] / cov[a] for a in model.axes}   # units side by side along a
@@ -210,6 +211,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                     vol = ops.where(choice.reread, vol * reread[1], vol)    # every chunk
                 coalesce = 1 if symbolic or values or li > 1 else sectors(arr, cov, target)
                 moved.append(vol * (width * coalesce))     # (width: a power of two)
+                if li == 2:     # (the register level below shared memory: H[1])
+                    reads.append((arr, moved[-1]))
                 unique.append(once * (width * coalesce))
             elif arr.role == "store" and arr.node in model.across:   # (chain.Across)
                 adds, *both = added.traffic(arr, sizes, repeats, model.axes, values)
@@ -293,7 +296,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         parts = issue.compute(model, choice, sizes, target, covs[0],
                               [lc.H for lc in results[1:]], unit_counts,
                               np.ceil(threads / WARP), active / threads, fraction, cut=cut,
-                              span=span, loads=loads,
+                              span=span, loads=loads, reads=reads,
                               wide=index_width.wide(model.extents, sizes, choice))
         compute = functools.reduce(ops.maximum, parts.values())
     if choice.warps and not symbolic:   # fragments padded past the arrays compute all the same

@@ -21,17 +21,27 @@ import numpy as np
 FOLD = 4
 
 
+def splits(choice) -> list:
+    """(axis, ways) of every axis a Choice splits over lanes, or a candidate set (Choices:
+    ways per candidate, 1 where a candidate does not split it) may."""
+    if not choice.split:
+        return []
+    return [choice.split] if isinstance(choice.split[0], str) else list(choice.split)
+
+
 def keys(model, choice):
-    """Keys folded per update (1: one at a time) for a candidate `choice` of a kernel's
-    `model`: FOLD where the kernel is on the CUDA cores, pairs a softmax with a contraction
-    over the streamed axis (online softmax), and its lanes do not split the streamed axis
-    (they would walk it with strides of their own); per candidate where the chunk is an
-    array (the search's candidates: 1 where the chunk is shorter than FOLD)."""
+    """Keys folded per update (1: one at a time) for a kernel's `model` and a `choice` (or
+    candidate set: per candidate): FOLD where the kernel is on the CUDA cores, pairs a
+    softmax with a contraction over the streamed axis (online softmax), its chunk holds a
+    group, and its lanes do not split the streamed axis (they would walk it with strides of
+    their own)."""
     if choice.warps or not model.streaming.pairs or not choice.stream:
         return 1
-    if choice.split and choice.split[0] == choice.stream[0]:
-        return 1
-    chunk = choice.stream[1]
-    if np.ndim(chunk):
-        return np.where(np.asarray(chunk) >= FOLD, FOLD, 1)
-    return FOLD if chunk >= FOLD else 1
+    axis, chunk = choice.stream
+    walked = 1
+    for a, ways in splits(choice):
+        if a == axis:
+            walked = walked * ways
+    if np.ndim(chunk) or np.ndim(walked):
+        return np.where((np.asarray(chunk) >= FOLD) & (np.asarray(walked) == 1), FOLD, 1)
+    return FOLD if chunk >= FOLD and walked == 1 else 1

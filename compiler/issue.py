@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import added, issue_simt, occupancy
+from . import added, fold, issue_pair, issue_simt, occupancy
 from .choices import NUMBERS, prod, total
 from .target import Target
 
@@ -85,7 +85,8 @@ INSTRUCTIONS = {
     # FADD less per element than when each element counted itself, in the SASS of
     # layernorm's loops); beside a tensor-core product they count (STAGED_COUNT)
     "sum": (1, 0, 0.5), "mean": (1, 0, 0.5), "var": (3, 0, 1), "logsumexp": (10, 2, 2),
-    # online softmax on CUDA cores per score: max, two rescaling exps, the sum
+    # online softmax on CUDA cores per score: max, two rescaling exps, the sum (where the
+    # lanes split the streamed axis; folding keys beside a split of d: issue_pair.py)
     "softmax": (16, 2, 4),
 }
 # ... and a softmax not paired with a contraction writes each probability: its exp (IEEE
@@ -182,13 +183,14 @@ STAGED_COUNT = 1
 
 def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, units: list,
             warps_per_block, lane_share, fraction, symbolic: bool = False, cut=None,
-            span=None, loads=None, wide=False) -> dict:
+            span=None, loads=None, wide=False, reads=()) -> dict:
     """Seconds each compute limit takes: `issue` (every warp instruction), `tensor`, `fp32`,
     `mufu` (their pipes). `H`: bytes into each level below the top, `units`: units of each,
     `warps_per_block`: warps a block runs, `lane_share`: the share of their lanes with work,
     `fraction`: the share of chunks computed (masked chunks skipped), `cut`: the share the
     mask cuts (computed, not held everywhere: attention evaluates its mask there only),
-    `wide`: the kernel indexes in 64 bits (index_width.wide, per candidate)."""
+    `wide`: the kernel indexes in 64 bits (index_width.wide, per candidate), `reads`: (load,
+    bytes the register level moves of it) for each load (issue_simt.reads)."""
     tensor = bool(choice.warps)
     # a chain of products on tensor cores (codegen/chain.py: the backward's dQ and dK/dV)
     chain = tensor and not model.streaming.pairs and \
@@ -208,6 +210,10 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         if tensor and w.engine == "contraction":
             tensor_flops.append(amount * w.flops_per_point)
             continue
+        if not tensor:      # a split's lanes summing a product's terms at each key
+            summed = issue_pair.merges(model, choice, sizes, w, amount)
+            fp32.append(summed[0])
+            other.append(summed[1])
         per = INSTRUCTIONS.get(w.op, DEFAULT)
         if tensor and w.op in ("mean", "var"):
             per = (per[0] + STAGED_COUNT,) + per[1:]
@@ -217,6 +223,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             per = CHAIN_EXP
         if tensor and model.streaming.pairs and w.op == "softmax":
             per = FLASH_SCORE
+        elif not tensor and w.node in paired and issue_pair.paired(model, choice):
+            per = issue_pair.softmax(model, choice, sizes, w, fold.keys(model, choice), per)
         elif not tensor and w.op == "softmax" and w.node not in paired:
             stats = STREAMED_STATS if stream in w.axes else per
             per = tuple(x + y for x, y in zip(stats, SOFTMAX_NORMALISED))
@@ -234,6 +242,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                     other.append(amount * (MASK_POSITIONS + mask_ops(model.mask, stream)))
                     masked = True
                 continue
+        if not tensor:      # every lane of a split of an axis the op lacks runs it
+            amount = amount * issue_pair.replicated(model, choice, w)
         fp32.append(amount * per[0])
         mufu.append(amount * per[1])
         other.append(amount * per[2])
@@ -283,7 +293,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             chunks = chunks * fraction      # a CUDA-core block skips a hidden chunk whole
         more, warp = issue_simt.warp_instructions(
             model, choice, sizes, level1, warps_per_block * WARP, chunks, 1.0, H, units,
-            wide)
+            wide, reads)
         warp_instr = (lanes + more) / (WARP * lane_share) + warp
     if span is not None:            # the prologue of a loop bounded by data, per block
         threads = warps_per_block * WARP

@@ -24,6 +24,15 @@ WARP = 32
 # its reduction loops 68 per 16 values, its output loops 76 per 4).
 READ = 3
 READ_NARROW = 4
+# ... but a value read in a walk of the lanes' split axis the lowering unrolls (compiler/
+# lanes.py, codegen/held.py: each trip at a constant offset from the lane, a streamed load's
+# value at a key named once for the thread's rows, a held load's read once before the loop)
+# is its LDS alone, and its HADD2.F32 where it is 16-bit: no index, clamp or step, 32 or 64
+# bits alike. Counted in attention's key loop on the CUDA cores (sm_90, static, h100 plan at
+# the default sizes, 16 lanes splitting d = 64: 32 LDS and 32 HADD2 per group of 4 keys and
+# thread, its 4 + 4 values of K and V a key; READ_NARROW and INDEX_WIDE charged 8.5 each).
+READ_UNROLLED = 1
+READ_CONVERT = 1
 # An output element stored: its index clamped to the array, the in-range test, the 64-bit
 # address and STG (and F2FP to 16 bits), per element and lane, beside its ops: 11 in
 # rmsnorm's output loop at 4096 (76 for 4 elements: 2 LDS and their conversions, 2 FMUL,
@@ -84,10 +93,11 @@ BLOCK = 60
 
 
 def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks, fraction,
-                      H: list, units, wide=False) -> tuple:
+                      H: list, units, wide=False, reads=()) -> tuple:
     """(lane instructions, warp instructions) a CUDA-core kernel issues beyond its ops:
     reads of shared memory and stores per lane; copies, chunks and blocks per warp. `wide`:
-    the kernel indexes in 64 bits (per candidate)."""
+    the kernel indexes in 64 bits (per candidate); `reads`: (load, bytes the register level
+    moves of it), H[1]'s share of each load (see `unrolled_reads`)."""
     warps = NUMBERS.ceil(threads / WARP)
     per_block = 0
     for a in model.arrays:
@@ -97,7 +107,14 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
         per_block = per_block + (chunks * fraction * copy if a.streamed else copy)
     narrow = min((a.bytes for a in model.arrays if a.role == "load" and a.bytes),
                  default=4)        # (draw's table prices one array at a time, the rest 0 bytes)
-    read = (H[1] if len(H) > 1 else 0) / narrow * (READ_NARROW if narrow == 2 else READ)
+    # the values read in an unrolled walk of the split axis at their own cost, the rest of
+    # the register level's H at READ's
+    held_bytes, held_values, held_read = unrolled_reads(model, choice, sizes, reads)
+    # (a load read from global memory where it is used is read per `direct_reads`, below,
+    # not per what the register level moves of it)
+    gathered = sum(vol for a, vol in reads if a.unstaged)
+    rest = (H[1] if len(H) > 1 else 0) - held_bytes - gathered
+    read = rest / narrow * (READ_NARROW if narrow == 2 else READ) + held_read
     stored = sum(prod(sizes[x] for x in a.axes) for a in model.arrays if a.role == "store")
     # a load read where it is used, from global memory (a view's or a gather's source): at
     # every point of the ops reading it (`used_over`: a mask's document ids doc[q] at each
@@ -105,11 +122,15 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
     # per value a lane reads (`direct_reads`)
     widest = max(model.work, key=lambda w: prod(sizes[x] for x in w.axes), default=None)
     over = widest.axes if widest is not None else None
-    direct = sum(direct_reads(model, choice, sizes, a, a.used_over or over, stored)
-                 for a in model.arrays if a.role == "load" and a.unstaged) * \
-        model.streaming.passes
-    lanes = read + stored * STORE + direct * UNSTAGED
-    values = (H[1] if len(H) > 1 else 0) / narrow + stored + direct
+    direct = direct_read = 0.0
+    for a in model.arrays:
+        if a.role == "load" and a.unstaged:
+            n = direct_reads(model, choice, sizes, a, a.used_over or over, stored) * \
+                model.streaming.passes
+            direct = direct + n
+            direct_read = direct_read + n * (UNSTAGED + (READ_NARROW if a.bytes == 2 else READ))
+    lanes = read + stored * STORE + direct_read
+    values = rest / narrow + stored + direct
     for n, axis, width in model.rows:     # a store copying a row of a load in runs (one a
         runs = _in_runs(choice, sizes, level1, axis, width)     # kernel): all it does, and
         lanes = (1 - runs) * lanes + runs * stored / width * ROW_RUN    # nothing staged
@@ -120,6 +141,35 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
                                LANE_LOOP * lane_loops(model, choice, chunks) +
                                merges(model, choice))
     return lanes, warp
+
+
+def unrolled(model, choice, sizes: dict, a):
+    """Per candidate: whether a thread reads staged load `a` in a walk of the lanes' split
+    axis the lowering unrolls (lanes.unrolled: codegen/held.py), streamed or not: the split
+    axis one of `a`'s, not the streamed axis, walked inside the streamed loop."""
+    if a.role != "load" or a.unstaged or not choice.stream or choice.warps:
+        return False
+    out = False
+    for x, ways in choice.split:       # (a Choices: ways 1 where a candidate splits none)
+        if x in a.axes and x != choice.stream[0] and x in model.reduced:
+            out = out | lanes.unrolled(sizes[x], ways, x in model.fixed)
+    return out
+
+
+def unrolled_reads(model, choice, sizes: dict, reads) -> tuple:
+    """(bytes, values, lane instructions) of the register level's reads made in an unrolled
+    walk of the split axis (`unrolled`), READ_UNROLLED and READ_CONVERT per value where
+    16-bit; 0 where a candidate's walk is a loop."""
+    moved = values = lane = 0.0
+    for a, vol in reads:
+        where = unrolled(model, choice, sizes, a)
+        if not np.any(where) or not a.bytes:
+            continue
+        n = np.where(where, vol / a.bytes, 0.0)
+        moved = moved + n * a.bytes
+        values = values + n
+        lane = lane + n * (READ_UNROLLED + (READ_CONVERT if a.bytes == 2 else 0))
+    return moved, values, lane
 
 
 def merges(model, choice):

@@ -20,6 +20,7 @@ import functools
 
 import numpy as np
 
+from . import lanes
 from .columns import Column
 from .cost import Choice, Choices, Cost, evaluate
 from .pick import fastest, fits
@@ -103,11 +104,21 @@ def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bo
                 thread[a] = [fixed["thread"][a]]
             else:
                 thread[a] = [t for t in tiles_ if t <= max(group[a])]
-        ways = QUICK["split"] if quick else SPLITS
         # (an axis a view reads at another's position stays in one lane: kernels.relabelled)
         splits += [(i, w) for i, a in enumerate(model.reduced) if a not in model.relabelled
-                   for w in ways]
+                   for w in (_quick_ways(model, sizes, a) if quick else SPLITS)]
     return group, chunk, thread, splits
+
+
+def _quick_ways(model: Model, sizes: dict, axis: str) -> tuple:
+    """The ways a quick search splits `axis` over: QUICK's, and the fewest lanes that walk it
+    unrolled (compiler/lanes.py: a size the diagram fixes, at most UNROLL_TRIPS trips a lane),
+    where the lowering shares each value a lane reads among the thread's points and the model
+    charges the lanes' replicated work (issue_pair.py): without them fusion priced attention
+    on the CUDA cores at 4 lanes looping over d or 32 each running the softmax."""
+    unrolling = [w for w in SPLITS if axis in model.fixed and
+                 lanes.trips(int(sizes[axis]), w) is not None]
+    return tuple(sorted(set(QUICK["split"]) | set(unrolling[:1])))
 
 
 def _shrink(group: dict, thread: dict, chunk: list, splits: list, limit: int = MAX_POINTS) -> None:
