@@ -59,9 +59,13 @@ def test_a_chunk_the_mask_hides_runs_the_head_of_the_chunk_loop_only():
     assert row["static_loop_instructions"]["opcodes"]["BAR"] == pytest.approx(2 * 16 * 17 / 32 + 2)
 
 
-BAND = [("attention", {}, "cuda-cores", 0),
-        ("causal_attention", {"b": 4096, "h": 4096, "q": 4096, "x": 4096}, "cuda-cores", 0),
-        ("attention", {"b": 1, "h": 1, "q": 1, "x": 4096}, "auto", 0)]
+# within the band since the model charges the key loop per lane (issue_pair.py) and the
+# unrolled reads at their LDS and HADD2 (issue_simt.unrolled_reads): 0.93 and 0.97, h100
+IN_BAND = [("attention", {}, "cuda-cores", 0),
+           ("causal_attention", {"b": 4096, "h": 4096, "q": 4096, "x": 4096}, "cuda-cores", 0)]
+# the decode split's partial now plans without a stream (fewer static instructions than the
+# streamed plan of before, 2.78e-7 against 4.63e-7 s) and is charged 1.5x its SASS (0.66)
+BAND = [("attention", {"b": 1, "h": 1, "q": 1, "x": 4096}, "auto", 0)]
 
 
 def _within_band(name, shape, engine, index):
@@ -78,6 +82,15 @@ def test_the_issue_slots_follow_the_sass_of_paged_attention():
     (static figures; 0.24 while the model charged each gathered read per row of the thread,
     issue_simt.direct_reads)."""
     _within_band("paged_attention", {}, "auto", 0)
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("name, shape, engine, index", IN_BAND)
+def test_the_issue_slots_of_attention_on_the_cuda_cores_follow_its_sass(name, shape, engine,
+                                                                        index):
+    """The done-when of issue 13 for attention on the CUDA cores, fused, forced and causal:
+    the SASS estimate over the model's issue slots within 0.7-1.3 (static figures)."""
+    _within_band(name, shape, engine, index)
 
 
 @pytest.mark.thorough
