@@ -107,11 +107,18 @@ def _sass(p) -> dict:
     return kernel_sass(p, made, p.kernels.index(kp))
 
 
+def program_kernel(made, kp):
+    """The program's kernel that runs plan kernel `kp`: the first of its name (a chain adding
+    across blocks is followed by its conversion kernel, `napkin_k1f` after `napkin_k1`, so
+    the program's kernels do not line up with the plan's by position)."""
+    return next(k for k in made["program"].kernels if k.kernel == kp.kernel.name)
+
+
 def kernel_sass(p, made, index: int) -> dict:
     """_sass for kernel `index` of a plan compiled through to its binary (`made`)."""
     from napkin.runtime import sass
     kp = p.kernels[index]
-    name = made["program"].kernels[index].name
+    name = program_kernel(made, kp).name
     text = sass.disassemble(made["binary"].cubin)
     if kp.schedule.engine == "cuda cores":
         return simt_sass(p, made, index, text)
@@ -168,7 +175,7 @@ def simt_sass(p, made, index: int, text: str) -> dict:
     trips per thread over nvcc's unroll), times warps and blocks, over the schedulers' rate;
     None where the SASS's loops and the CUDA's do not pair up."""
     kp, sched = p.kernels[index], p.kernels[index].schedule
-    name = made["program"].kernels[index].name
+    name = program_kernel(made, kp).name
     sizes = {n: int(p.sizes[a]) for n, a in made["program"].size_params}
     chunk = sched.stream[1] if sched.stream else None
     chunks = math.ceil(p.sizes[sched.stream[0]] / chunk) if sched.stream else 1

@@ -140,7 +140,8 @@ def test_dk_added_over_blocks_of_queries_at_d128(rng=np.random.default_rng(5)):
 def test_the_issue_slots_follow_the_sass_of_a_chain_adding_across_blocks(d):
     """The model's issue slots (added.issue among them) within 30% of the static SASS estimate
     (benchmarks/model_check.kernel_sass) of the chain that adds across blocks: 0.98 and 1.04
-    when fitted (NVRTC, sm_90, attention's plain gradient at b=4, h=16, q=x=4096)."""
+    when fitted (NVRTC, sm_90, attention's plain gradient at b=4, h=16, q=x=4096), and of the
+    gradient's other kernels."""
     from napkin import pipeline
     from ..compiler.test_cost_truth import _model_check, _need_disassembler
     _need_disassembler()
@@ -148,9 +149,14 @@ def test_the_issue_slots_follow_the_sass_of_a_chain_adding_across_blocks(d):
              {"b": 4, "h": 16, "q": 4096, "x": 4096})
     made = pipeline.through(p, "plan", "binary", pipeline.Options.make(target="h100"))
     (i,) = [i for i, kp in enumerate(p.kernels) if kp.schedule.across]
-    row = _model_check().kernel_sass(p, made, i)
-    model = dict(p.kernels[i].cost.compute_parts)["issue"]
-    assert row["static_issue_seconds"] == pytest.approx(model, rel=0.3), (row, model)
+    # every kernel of the gradient, the ones after the chain's conversion kernel included
+    # (model_check.program_kernel: at d = 128 the dV chain's SASS was read off the
+    # conversion kernel, 0.30)
+    assert len(made["program"].kernels) == len(p.kernels) + 1
+    for j in range(len(p.kernels)):
+        row = _model_check().kernel_sass(p, made, j)
+        model = dict(p.kernels[j].cost.compute_parts)["issue"]
+        assert row["static_issue_seconds"] == pytest.approx(model, rel=0.3), (j, row, model)
 
 
 @pytest.mark.parametrize("name,target,added", [
