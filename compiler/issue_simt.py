@@ -127,8 +127,14 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
         if a.role == "load" and a.unstaged:
             n = direct_reads(model, choice, sizes, a, a.used_over or over, stored) * \
                 model.streaming.passes
-            direct = direct + n
-            direct_read = direct_read + n * (UNSTAGED + (READ_NARROW if a.bytes == 2 else READ))
+            # in an unrolled walk of a split axis the load has (paged attention's K at a key:
+            # the lane's 4 positions of d), its values share one address at constant offsets:
+            # UNSTAGED once per address, each value its LDG and conversion
+            trips = walk_trips(model, choice, sizes, a)
+            per = np.where(trips > 1, READ_UNROLLED + (READ_CONVERT if a.bytes == 2 else 0),
+                           READ_NARROW if a.bytes == 2 else READ)
+            direct = direct + n / trips
+            direct_read = direct_read + n / trips * UNSTAGED + n * per
     lanes = read + stored * STORE + direct_read
     values = rest / narrow + stored + direct
     for n, axis, width in model.rows:     # a store copying a row of a load in runs (one a
@@ -141,6 +147,17 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
                                LANE_LOOP * lane_loops(model, choice, chunks) +
                                merges(model, choice))
     return lanes, warp
+
+
+def walk_trips(model, choice, sizes: dict, a):
+    """Per candidate: the trips a lane makes at one position along the split axes of load
+    `a` it walks unrolled (compiler/lanes.py), 1 where none (or the walk is a loop)."""
+    out = np.asarray(1.0)
+    for x, ways in choice.split:       # (a Choices: ways 1 where a candidate splits none)
+        if x in a.axes and x in model.reduced and (not choice.stream or x != choice.stream[0]):
+            w = np.asarray(ways, dtype=float)
+            out = out * np.where(lanes.unrolled(sizes[x], w, x in model.fixed), sizes[x] / w, 1.0)
+    return out
 
 
 def unrolled(model, choice, sizes: dict, a):

@@ -1,6 +1,6 @@
 """Attention on the CUDA cores holds each thread's query rows in registers across the key
 loop and reads each key's K and V values once for all its rows (codegen/held.py): the
-plans at the library's default sizes (8 or 16 rows a thread, 16 or 32 lanes splitting d),
+plans at the library's default sizes (4 or more rows a thread, 8 or more lanes splitting d),
 run on the emulator at odd sizes next to the tiles' multiples, against the float64
 reference."""
 
@@ -48,7 +48,7 @@ def test_held_rows_and_shared_keys_are_exact(name, sizes):
     rows = 1
     for a, t in sched.thread:
         rows *= t
-    assert sched.split and sched.split[0] == "d" and rows >= 8, (sched.thread, sched.split)
+    assert sched.split and sched.split[0] == "d" and rows >= 4, (sched.thread, sched.split)
     source = render(lower(p))
     before, loop = _kernel_body(source)
     trips = 64 // sched.split[1]

@@ -297,6 +297,13 @@ def test_the_model_reads_a_gathered_value_once_a_lane_for_the_threads_rows(shape
         reads = {_balanced(body, m.end() - 1) for m in re.finditer(rf"\b{param}\[", body)}
         fold = kp.schedule.fold           # the loop's body reads a group of keys
         assert model / (lanes * keys) == pytest.approx(len(reads) / fold), (base, reads)
+        # a lane's positions of d at a key read at constant offsets from one address
+        # (issue_simt.walk_trips: UNSTAGED once an address, not once a value)
+        trips = [issue_simt.walk_trips(kp.model, Choices.of(kp.choice), s, a)
+                 for a in kp.model.arrays if a.name.split("[")[0] == base]
+        offsets = {m.group(1) for r in reads
+                   for m in [re.search(r"\(\(?lane(?: \+ (\d+))?\)?\)\]$", r)] if m}
+        assert max(len(offsets), 1) == pytest.approx(float(trips[0])), (base, offsets)
 
 
 def _param_of(name: str) -> str:

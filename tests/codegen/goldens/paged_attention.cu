@@ -389,11 +389,11 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
   NAPKIN_DYNAMIC_SMEM(smem);
   (void)smem;
   const int tid = (int)threadIdx.x;
-  const int lane = tid % 16;
-  const int tc_3 = (tid / 16) % 2;
-  const int tc_2 = ((tid / 16) / 2) % 1;
-  const int tc_1 = (((tid / 16) / 2) / 1) % 1;
-  const int tc_0 = ((((tid / 16) / 2) / 1) / 1) % 1;
+  const int lane = tid % 8;
+  const int tc_3 = (tid / 8) % 4;
+  const int tc_2 = ((tid / 8) / 4) % 1;
+  const int tc_1 = (((tid / 8) / 4) / 1) % 1;
+  const int tc_0 = ((((tid / 8) / 4) / 1) / 1) % 1;
   const bool tvalid = tid < 32;
   const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 0) / 1) * (((long long)(n3) + 15) / 16);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
@@ -404,7 +404,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const long long base_0 = org_0 + tc_0 * 1;
     const long long base_1 = org_1 + tc_1 * 1;
     const long long base_2 = org_2 + tc_2 * 1;
-    const long long base_3 = org_3 + tc_3 * 8;
+    const long long base_3 = org_3 + tc_3 * 4;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
     {
@@ -426,100 +426,68 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     }
     __syncthreads();
     const float hq0 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
-    const float hq1 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
-    const float hq2 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
-    const float hq3 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
-    const float hq4 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
-    const float hq5 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
-    const float hq6 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
-    const float hq7 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
-    const float hq8 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
-    const float hq9 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
-    const float hq10 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
-    const float hq11 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
-    const float hq12 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
-    const float hq13 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
-    const float hq14 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
-    const float hq15 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
-    const float hq16 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 4) < (long long)(n3 - 1) ? (base_3 + 4) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
-    const float hq17 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 4) < (long long)(n3 - 1) ? (base_3 + 4) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
-    const float hq18 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 4) < (long long)(n3 - 1) ? (base_3 + 4) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
-    const float hq19 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 4) < (long long)(n3 - 1) ? (base_3 + 4) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
-    const float hq20 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 5) < (long long)(n3 - 1) ? (base_3 + 5) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
-    const float hq21 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 5) < (long long)(n3 - 1) ? (base_3 + 5) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
-    const float hq22 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 5) < (long long)(n3 - 1) ? (base_3 + 5) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
-    const float hq23 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 5) < (long long)(n3 - 1) ? (base_3 + 5) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
-    const float hq24 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 6) < (long long)(n3 - 1) ? (base_3 + 6) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
-    const float hq25 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 6) < (long long)(n3 - 1) ? (base_3 + 6) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
-    const float hq26 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 6) < (long long)(n3 - 1) ? (base_3 + 6) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
-    const float hq27 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 6) < (long long)(n3 - 1) ? (base_3 + 6) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
-    const float hq28 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 7) < (long long)(n3 - 1) ? (base_3 + 7) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
-    const float hq29 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 7) < (long long)(n3 - 1) ? (base_3 + 7) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
-    const float hq30 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 7) < (long long)(n3 - 1) ? (base_3 + 7) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
-    const float hq31 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 7) < (long long)(n3 - 1) ? (base_3 + 7) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
+    const float hq1 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 8))]);
+    const float hq2 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
+    const float hq3 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 24))]);
+    const float hq4 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
+    const float hq5 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 40))]);
+    const float hq6 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
+    const float hq7 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 56))]);
+    const float hq8 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
+    const float hq9 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 8))]);
+    const float hq10 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
+    const float hq11 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 24))]);
+    const float hq12 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
+    const float hq13 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 40))]);
+    const float hq14 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
+    const float hq15 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 56))]);
+    const float hq16 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
+    const float hq17 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 8))]);
+    const float hq18 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
+    const float hq19 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 24))]);
+    const float hq20 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
+    const float hq21 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 40))]);
+    const float hq22 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
+    const float hq23 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 56))]);
+    const float hq24 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
+    const float hq25 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 8))]);
+    const float hq26 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
+    const float hq27 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 24))]);
+    const float hq28 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
+    const float hq29 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 40))]);
+    const float hq30 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
+    const float hq31 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 56))]);
     const long long hq32 = napkin_to_int(sm1[(long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))]);
     const long long hq33 = hq32;
     const long long hq34 = hq33;
     const long long hq35 = hq34;
-    const long long hq36 = hq35;
-    const long long hq37 = hq36;
-    const long long hq38 = hq37;
-    const long long hq39 = hq38;
     float st0 = -NAPKIN_INF;
     float st1 = 0.0f;
-    float st2[4];
+    float st2[8];
     #pragma unroll
-    for (int z = 0; z < 4; ++z) {
+    for (int z = 0; z < 8; ++z) {
       st2[z] = 0.0f;
     }
     float st3 = -NAPKIN_INF;
     float st4 = 0.0f;
-    float st5[4];
+    float st5[8];
     #pragma unroll
-    for (int z = 0; z < 4; ++z) {
+    for (int z = 0; z < 8; ++z) {
       st5[z] = 0.0f;
     }
     float st6 = -NAPKIN_INF;
     float st7 = 0.0f;
-    float st8[4];
+    float st8[8];
     #pragma unroll
-    for (int z = 0; z < 4; ++z) {
+    for (int z = 0; z < 8; ++z) {
       st8[z] = 0.0f;
     }
     float st9 = -NAPKIN_INF;
     float st10 = 0.0f;
-    float st11[4];
+    float st11[8];
     #pragma unroll
-    for (int z = 0; z < 4; ++z) {
+    for (int z = 0; z < 8; ++z) {
       st11[z] = 0.0f;
-    }
-    float st12 = -NAPKIN_INF;
-    float st13 = 0.0f;
-    float st14[4];
-    #pragma unroll
-    for (int z = 0; z < 4; ++z) {
-      st14[z] = 0.0f;
-    }
-    float st15 = -NAPKIN_INF;
-    float st16 = 0.0f;
-    float st17[4];
-    #pragma unroll
-    for (int z = 0; z < 4; ++z) {
-      st17[z] = 0.0f;
-    }
-    float st18 = -NAPKIN_INF;
-    float st19 = 0.0f;
-    float st20[4];
-    #pragma unroll
-    for (int z = 0; z < 4; ++z) {
-      st20[z] = 0.0f;
-    }
-    float st21 = -NAPKIN_INF;
-    float st22 = 0.0f;
-    float st23[4];
-    #pragma unroll
-    for (int z = 0; z < 4; ++z) {
-      st23[z] = 0.0f;
     }
     long long* const sred0 = reinterpret_cast<long long*>(smem + ((((((0) + ((1) * (1) * (1) * (16) * (64)) * 2 + 15) / 16 * 16)) + ((1)) * 4 + 15) / 16 * 16));
     long long dlo0 = 9223372036854775807LL;
@@ -559,7 +527,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
       for (int xl = 0; xl < clen / 4 * 4; xl += 4) {
         const long long xg = c0 + xl;
 #line 19 "napkin-diagram"
-        const bool v0 = (((long long)(xg)) < hq39);
+        const bool v0 = (((long long)(xg)) < hq35);
         float acc0 = 0.0f;
         const long long v1 = napkin_mod(((long long)(xg)), ((long long)(16)));
         const long long v2 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
@@ -569,75 +537,123 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
         acc0 = acc0 + hq0 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
         const long long ix3 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
         const long long ix4 = napkin_clamp_index(v1, 16);
-        acc0 = acc0 + hq1 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc0 = acc0 + hq1 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
         const long long ix5 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
         const long long ix6 = napkin_clamp_index(v1, 16);
-        acc0 = acc0 + hq2 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc0 = acc0 + hq2 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
         const long long ix7 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
         const long long ix8 = napkin_clamp_index(v1, 16);
-        acc0 = acc0 + hq3 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc0 = napkin_lanes_sum(acc0, 16);
+        acc0 = acc0 + hq3 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        const long long ix9 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
+        const long long ix10 = napkin_clamp_index(v1, 16);
+        acc0 = acc0 + hq4 * napkin_to_float(p1[((((long long)(ix9)) * (16) + (ix10)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        const long long ix11 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
+        const long long ix12 = napkin_clamp_index(v1, 16);
+        acc0 = acc0 + hq5 * napkin_to_float(p1[((((long long)(ix11)) * (16) + (ix12)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        const long long ix13 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
+        const long long ix14 = napkin_clamp_index(v1, 16);
+        acc0 = acc0 + hq6 * napkin_to_float(p1[((((long long)(ix13)) * (16) + (ix14)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        const long long ix15 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
+        const long long ix16 = napkin_clamp_index(v1, 16);
+        acc0 = acc0 + hq7 * napkin_to_float(p1[((((long long)(ix15)) * (16) + (ix16)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc0 = napkin_lanes_sum(acc0, 8);
         const float v3 = (acc0 * 0.125f);
         const float v4 = (-NAPKIN_INF);
         const float v5 = (v0 ? v3 : v4);
-        const bool v6 = (((long long)((xg + 1))) < hq39);
+        const bool v6 = (((long long)((xg + 1))) < hq35);
         float acc1 = 0.0f;
         const long long v7 = napkin_mod(((long long)((xg + 1))), ((long long)(16)));
         const long long v8 = napkin_floordiv(((long long)((xg + 1))), ((long long)(16)));
-        const long long ix9 = napkin_clamp_index(v8, 256);
-        const long long ix10 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix9)]), n4);
-        const long long ix11 = napkin_clamp_index(v7, 16);
-        acc1 = acc1 + hq0 * napkin_to_float(p1[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        const long long ix12 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix9)]), n4);
-        const long long ix13 = napkin_clamp_index(v7, 16);
-        acc1 = acc1 + hq1 * napkin_to_float(p1[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        const long long ix14 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix9)]), n4);
-        const long long ix15 = napkin_clamp_index(v7, 16);
-        acc1 = acc1 + hq2 * napkin_to_float(p1[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        const long long ix16 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix9)]), n4);
-        const long long ix17 = napkin_clamp_index(v7, 16);
-        acc1 = acc1 + hq3 * napkin_to_float(p1[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc1 = napkin_lanes_sum(acc1, 16);
+        const long long ix17 = napkin_clamp_index(v8, 256);
+        const long long ix18 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
+        const long long ix19 = napkin_clamp_index(v7, 16);
+        acc1 = acc1 + hq0 * napkin_to_float(p1[((((long long)(ix18)) * (16) + (ix19)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        const long long ix20 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
+        const long long ix21 = napkin_clamp_index(v7, 16);
+        acc1 = acc1 + hq1 * napkin_to_float(p1[((((long long)(ix20)) * (16) + (ix21)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        const long long ix22 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
+        const long long ix23 = napkin_clamp_index(v7, 16);
+        acc1 = acc1 + hq2 * napkin_to_float(p1[((((long long)(ix22)) * (16) + (ix23)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        const long long ix24 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
+        const long long ix25 = napkin_clamp_index(v7, 16);
+        acc1 = acc1 + hq3 * napkin_to_float(p1[((((long long)(ix24)) * (16) + (ix25)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        const long long ix26 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
+        const long long ix27 = napkin_clamp_index(v7, 16);
+        acc1 = acc1 + hq4 * napkin_to_float(p1[((((long long)(ix26)) * (16) + (ix27)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        const long long ix28 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
+        const long long ix29 = napkin_clamp_index(v7, 16);
+        acc1 = acc1 + hq5 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        const long long ix30 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
+        const long long ix31 = napkin_clamp_index(v7, 16);
+        acc1 = acc1 + hq6 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        const long long ix32 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
+        const long long ix33 = napkin_clamp_index(v7, 16);
+        acc1 = acc1 + hq7 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc1 = napkin_lanes_sum(acc1, 8);
         const float v9 = (acc1 * 0.125f);
         const float v10 = (v6 ? v9 : v4);
-        const bool v11 = (((long long)((xg + 2))) < hq39);
+        const bool v11 = (((long long)((xg + 2))) < hq35);
         float acc2 = 0.0f;
         const long long v12 = napkin_mod(((long long)((xg + 2))), ((long long)(16)));
         const long long v13 = napkin_floordiv(((long long)((xg + 2))), ((long long)(16)));
-        const long long ix18 = napkin_clamp_index(v13, 256);
-        const long long ix19 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix18)]), n4);
-        const long long ix20 = napkin_clamp_index(v12, 16);
-        acc2 = acc2 + hq0 * napkin_to_float(p1[((((long long)(ix19)) * (16) + (ix20)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        const long long ix21 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix18)]), n4);
-        const long long ix22 = napkin_clamp_index(v12, 16);
-        acc2 = acc2 + hq1 * napkin_to_float(p1[((((long long)(ix21)) * (16) + (ix22)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        const long long ix23 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix18)]), n4);
-        const long long ix24 = napkin_clamp_index(v12, 16);
-        acc2 = acc2 + hq2 * napkin_to_float(p1[((((long long)(ix23)) * (16) + (ix24)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        const long long ix25 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix18)]), n4);
-        const long long ix26 = napkin_clamp_index(v12, 16);
-        acc2 = acc2 + hq3 * napkin_to_float(p1[((((long long)(ix25)) * (16) + (ix26)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc2 = napkin_lanes_sum(acc2, 16);
+        const long long ix34 = napkin_clamp_index(v13, 256);
+        const long long ix35 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
+        const long long ix36 = napkin_clamp_index(v12, 16);
+        acc2 = acc2 + hq0 * napkin_to_float(p1[((((long long)(ix35)) * (16) + (ix36)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        const long long ix37 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
+        const long long ix38 = napkin_clamp_index(v12, 16);
+        acc2 = acc2 + hq1 * napkin_to_float(p1[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        const long long ix39 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
+        const long long ix40 = napkin_clamp_index(v12, 16);
+        acc2 = acc2 + hq2 * napkin_to_float(p1[((((long long)(ix39)) * (16) + (ix40)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        const long long ix41 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
+        const long long ix42 = napkin_clamp_index(v12, 16);
+        acc2 = acc2 + hq3 * napkin_to_float(p1[((((long long)(ix41)) * (16) + (ix42)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        const long long ix43 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
+        const long long ix44 = napkin_clamp_index(v12, 16);
+        acc2 = acc2 + hq4 * napkin_to_float(p1[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        const long long ix45 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
+        const long long ix46 = napkin_clamp_index(v12, 16);
+        acc2 = acc2 + hq5 * napkin_to_float(p1[((((long long)(ix45)) * (16) + (ix46)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        const long long ix47 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
+        const long long ix48 = napkin_clamp_index(v12, 16);
+        acc2 = acc2 + hq6 * napkin_to_float(p1[((((long long)(ix47)) * (16) + (ix48)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        const long long ix49 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
+        const long long ix50 = napkin_clamp_index(v12, 16);
+        acc2 = acc2 + hq7 * napkin_to_float(p1[((((long long)(ix49)) * (16) + (ix50)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc2 = napkin_lanes_sum(acc2, 8);
         const float v14 = (acc2 * 0.125f);
         const float v15 = (v11 ? v14 : v4);
-        const bool v16 = (((long long)((xg + 3))) < hq39);
+        const bool v16 = (((long long)((xg + 3))) < hq35);
         float acc3 = 0.0f;
         const long long v17 = napkin_mod(((long long)((xg + 3))), ((long long)(16)));
         const long long v18 = napkin_floordiv(((long long)((xg + 3))), ((long long)(16)));
-        const long long ix27 = napkin_clamp_index(v18, 256);
-        const long long ix28 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix27)]), n4);
-        const long long ix29 = napkin_clamp_index(v17, 16);
-        acc3 = acc3 + hq0 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        const long long ix30 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix27)]), n4);
-        const long long ix31 = napkin_clamp_index(v17, 16);
-        acc3 = acc3 + hq1 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        const long long ix32 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix27)]), n4);
-        const long long ix33 = napkin_clamp_index(v17, 16);
-        acc3 = acc3 + hq2 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        const long long ix34 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix27)]), n4);
-        const long long ix35 = napkin_clamp_index(v17, 16);
-        acc3 = acc3 + hq3 * napkin_to_float(p1[((((long long)(ix34)) * (16) + (ix35)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc3 = napkin_lanes_sum(acc3, 16);
+        const long long ix51 = napkin_clamp_index(v18, 256);
+        const long long ix52 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
+        const long long ix53 = napkin_clamp_index(v17, 16);
+        acc3 = acc3 + hq0 * napkin_to_float(p1[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        const long long ix54 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
+        const long long ix55 = napkin_clamp_index(v17, 16);
+        acc3 = acc3 + hq1 * napkin_to_float(p1[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        const long long ix56 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
+        const long long ix57 = napkin_clamp_index(v17, 16);
+        acc3 = acc3 + hq2 * napkin_to_float(p1[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        const long long ix58 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
+        const long long ix59 = napkin_clamp_index(v17, 16);
+        acc3 = acc3 + hq3 * napkin_to_float(p1[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        const long long ix60 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
+        const long long ix61 = napkin_clamp_index(v17, 16);
+        acc3 = acc3 + hq4 * napkin_to_float(p1[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        const long long ix62 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
+        const long long ix63 = napkin_clamp_index(v17, 16);
+        acc3 = acc3 + hq5 * napkin_to_float(p1[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        const long long ix64 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
+        const long long ix65 = napkin_clamp_index(v17, 16);
+        acc3 = acc3 + hq6 * napkin_to_float(p1[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        const long long ix66 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
+        const long long ix67 = napkin_clamp_index(v17, 16);
+        acc3 = acc3 + hq7 * napkin_to_float(p1[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc3 = napkin_lanes_sum(acc3, 8);
         const float v19 = (acc3 * 0.125f);
         const float v20 = (v16 ? v19 : v4);
         const float v21 = napkin_max(st0, v5);
@@ -653,84 +669,136 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
         st1 = st1 * v26 + v27 + v28 + v29 + v30;
         st0 = v24;
         const long long v31 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-        const long long ix36 = napkin_clamp_index(v31, 256);
-        const long long ix37 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix36)]), n4);
+        const long long ix68 = napkin_clamp_index(v31, 256);
+        const long long ix69 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
         const long long v32 = napkin_mod(((long long)(xg)), ((long long)(16)));
-        const long long ix38 = napkin_clamp_index(v32, 16);
+        const long long ix70 = napkin_clamp_index(v32, 16);
         const long long v33 = napkin_floordiv(((long long)((xg + 1))), ((long long)(16)));
-        const long long ix39 = napkin_clamp_index(v33, 256);
-        const long long ix40 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix39)]), n4);
+        const long long ix71 = napkin_clamp_index(v33, 256);
+        const long long ix72 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
         const long long v34 = napkin_mod(((long long)((xg + 1))), ((long long)(16)));
-        const long long ix41 = napkin_clamp_index(v34, 16);
+        const long long ix73 = napkin_clamp_index(v34, 16);
         const long long v35 = napkin_floordiv(((long long)((xg + 2))), ((long long)(16)));
-        const long long ix42 = napkin_clamp_index(v35, 256);
-        const long long ix43 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix42)]), n4);
+        const long long ix74 = napkin_clamp_index(v35, 256);
+        const long long ix75 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
         const long long v36 = napkin_mod(((long long)((xg + 2))), ((long long)(16)));
-        const long long ix44 = napkin_clamp_index(v36, 16);
+        const long long ix76 = napkin_clamp_index(v36, 16);
         const long long v37 = napkin_floordiv(((long long)((xg + 3))), ((long long)(16)));
-        const long long ix45 = napkin_clamp_index(v37, 256);
-        const long long ix46 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix45)]), n4);
+        const long long ix77 = napkin_clamp_index(v37, 256);
+        const long long ix78 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
         const long long v38 = napkin_mod(((long long)((xg + 3))), ((long long)(16)));
-        const long long ix47 = napkin_clamp_index(v38, 16);
-        st2[0] = st2[0] * v26 + v27 * napkin_to_float(p2[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v28 * napkin_to_float(p2[((((long long)(ix40)) * (16) + (ix41)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v29 * napkin_to_float(p2[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v30 * napkin_to_float(p2[((((long long)(ix46)) * (16) + (ix47)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        const long long ix48 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix36)]), n4);
-        const long long ix49 = napkin_clamp_index(v32, 16);
-        const long long ix50 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix39)]), n4);
-        const long long ix51 = napkin_clamp_index(v34, 16);
-        const long long ix52 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix42)]), n4);
-        const long long ix53 = napkin_clamp_index(v36, 16);
-        const long long ix54 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix45)]), n4);
-        const long long ix55 = napkin_clamp_index(v38, 16);
-        st2[1] = st2[1] * v26 + v27 * napkin_to_float(p2[((((long long)(ix48)) * (16) + (ix49)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v28 * napkin_to_float(p2[((((long long)(ix50)) * (16) + (ix51)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v29 * napkin_to_float(p2[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v30 * napkin_to_float(p2[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        const long long ix56 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix36)]), n4);
-        const long long ix57 = napkin_clamp_index(v32, 16);
-        const long long ix58 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix39)]), n4);
-        const long long ix59 = napkin_clamp_index(v34, 16);
-        const long long ix60 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix42)]), n4);
-        const long long ix61 = napkin_clamp_index(v36, 16);
-        const long long ix62 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix45)]), n4);
-        const long long ix63 = napkin_clamp_index(v38, 16);
-        st2[2] = st2[2] * v26 + v27 * napkin_to_float(p2[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v28 * napkin_to_float(p2[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v29 * napkin_to_float(p2[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v30 * napkin_to_float(p2[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        const long long ix64 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix36)]), n4);
-        const long long ix65 = napkin_clamp_index(v32, 16);
-        const long long ix66 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix39)]), n4);
-        const long long ix67 = napkin_clamp_index(v34, 16);
-        const long long ix68 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix42)]), n4);
-        const long long ix69 = napkin_clamp_index(v36, 16);
-        const long long ix70 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix45)]), n4);
-        const long long ix71 = napkin_clamp_index(v38, 16);
-        st2[3] = st2[3] * v26 + v27 * napkin_to_float(p2[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v28 * napkin_to_float(p2[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v29 * napkin_to_float(p2[((((long long)(ix68)) * (16) + (ix69)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v30 * napkin_to_float(p2[((((long long)(ix70)) * (16) + (ix71)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        const long long ix79 = napkin_clamp_index(v38, 16);
+        st2[0] = st2[0] * v26 + v27 * napkin_to_float(p2[((((long long)(ix69)) * (16) + (ix70)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v28 * napkin_to_float(p2[((((long long)(ix72)) * (16) + (ix73)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v29 * napkin_to_float(p2[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v30 * napkin_to_float(p2[((((long long)(ix78)) * (16) + (ix79)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        const long long ix80 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
+        const long long ix81 = napkin_clamp_index(v32, 16);
+        const long long ix82 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
+        const long long ix83 = napkin_clamp_index(v34, 16);
+        const long long ix84 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
+        const long long ix85 = napkin_clamp_index(v36, 16);
+        const long long ix86 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
+        const long long ix87 = napkin_clamp_index(v38, 16);
+        st2[1] = st2[1] * v26 + v27 * napkin_to_float(p2[((((long long)(ix80)) * (16) + (ix81)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v28 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v29 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v30 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        const long long ix88 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
+        const long long ix89 = napkin_clamp_index(v32, 16);
+        const long long ix90 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
+        const long long ix91 = napkin_clamp_index(v34, 16);
+        const long long ix92 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
+        const long long ix93 = napkin_clamp_index(v36, 16);
+        const long long ix94 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
+        const long long ix95 = napkin_clamp_index(v38, 16);
+        st2[2] = st2[2] * v26 + v27 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v28 * napkin_to_float(p2[((((long long)(ix90)) * (16) + (ix91)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v29 * napkin_to_float(p2[((((long long)(ix92)) * (16) + (ix93)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v30 * napkin_to_float(p2[((((long long)(ix94)) * (16) + (ix95)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        const long long ix96 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
+        const long long ix97 = napkin_clamp_index(v32, 16);
+        const long long ix98 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
+        const long long ix99 = napkin_clamp_index(v34, 16);
+        const long long ix100 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
+        const long long ix101 = napkin_clamp_index(v36, 16);
+        const long long ix102 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
+        const long long ix103 = napkin_clamp_index(v38, 16);
+        st2[3] = st2[3] * v26 + v27 * napkin_to_float(p2[((((long long)(ix96)) * (16) + (ix97)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v28 * napkin_to_float(p2[((((long long)(ix98)) * (16) + (ix99)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v29 * napkin_to_float(p2[((((long long)(ix100)) * (16) + (ix101)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v30 * napkin_to_float(p2[((((long long)(ix102)) * (16) + (ix103)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        const long long ix104 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
+        const long long ix105 = napkin_clamp_index(v32, 16);
+        const long long ix106 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
+        const long long ix107 = napkin_clamp_index(v34, 16);
+        const long long ix108 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
+        const long long ix109 = napkin_clamp_index(v36, 16);
+        const long long ix110 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
+        const long long ix111 = napkin_clamp_index(v38, 16);
+        st2[4] = st2[4] * v26 + v27 * napkin_to_float(p2[((((long long)(ix104)) * (16) + (ix105)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v28 * napkin_to_float(p2[((((long long)(ix106)) * (16) + (ix107)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v29 * napkin_to_float(p2[((((long long)(ix108)) * (16) + (ix109)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v30 * napkin_to_float(p2[((((long long)(ix110)) * (16) + (ix111)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        const long long ix112 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
+        const long long ix113 = napkin_clamp_index(v32, 16);
+        const long long ix114 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
+        const long long ix115 = napkin_clamp_index(v34, 16);
+        const long long ix116 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
+        const long long ix117 = napkin_clamp_index(v36, 16);
+        const long long ix118 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
+        const long long ix119 = napkin_clamp_index(v38, 16);
+        st2[5] = st2[5] * v26 + v27 * napkin_to_float(p2[((((long long)(ix112)) * (16) + (ix113)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v28 * napkin_to_float(p2[((((long long)(ix114)) * (16) + (ix115)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v29 * napkin_to_float(p2[((((long long)(ix116)) * (16) + (ix117)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v30 * napkin_to_float(p2[((((long long)(ix118)) * (16) + (ix119)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        const long long ix120 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
+        const long long ix121 = napkin_clamp_index(v32, 16);
+        const long long ix122 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
+        const long long ix123 = napkin_clamp_index(v34, 16);
+        const long long ix124 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
+        const long long ix125 = napkin_clamp_index(v36, 16);
+        const long long ix126 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
+        const long long ix127 = napkin_clamp_index(v38, 16);
+        st2[6] = st2[6] * v26 + v27 * napkin_to_float(p2[((((long long)(ix120)) * (16) + (ix121)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v28 * napkin_to_float(p2[((((long long)(ix122)) * (16) + (ix123)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v29 * napkin_to_float(p2[((((long long)(ix124)) * (16) + (ix125)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v30 * napkin_to_float(p2[((((long long)(ix126)) * (16) + (ix127)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        const long long ix128 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
+        const long long ix129 = napkin_clamp_index(v32, 16);
+        const long long ix130 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
+        const long long ix131 = napkin_clamp_index(v34, 16);
+        const long long ix132 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
+        const long long ix133 = napkin_clamp_index(v36, 16);
+        const long long ix134 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
+        const long long ix135 = napkin_clamp_index(v38, 16);
+        st2[7] = st2[7] * v26 + v27 * napkin_to_float(p2[((((long long)(ix128)) * (16) + (ix129)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v28 * napkin_to_float(p2[((((long long)(ix130)) * (16) + (ix131)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v29 * napkin_to_float(p2[((((long long)(ix132)) * (16) + (ix133)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v30 * napkin_to_float(p2[((((long long)(ix134)) * (16) + (ix135)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
 #line 19 "napkin-diagram"
         float acc4 = 0.0f;
-        acc4 = acc4 + hq4 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc4 = acc4 + hq5 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc4 = acc4 + hq6 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc4 = acc4 + hq7 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc4 = napkin_lanes_sum(acc4, 16);
+        acc4 = acc4 + hq8 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc4 = acc4 + hq9 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc4 = acc4 + hq10 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc4 = acc4 + hq11 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc4 = acc4 + hq12 * napkin_to_float(p1[((((long long)(ix9)) * (16) + (ix10)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc4 = acc4 + hq13 * napkin_to_float(p1[((((long long)(ix11)) * (16) + (ix12)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc4 = acc4 + hq14 * napkin_to_float(p1[((((long long)(ix13)) * (16) + (ix14)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc4 = acc4 + hq15 * napkin_to_float(p1[((((long long)(ix15)) * (16) + (ix16)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc4 = napkin_lanes_sum(acc4, 8);
         const float v39 = (acc4 * 0.125f);
         const float v40 = (v0 ? v39 : v4);
         float acc5 = 0.0f;
-        acc5 = acc5 + hq4 * napkin_to_float(p1[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc5 = acc5 + hq5 * napkin_to_float(p1[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc5 = acc5 + hq6 * napkin_to_float(p1[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc5 = acc5 + hq7 * napkin_to_float(p1[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc5 = napkin_lanes_sum(acc5, 16);
+        acc5 = acc5 + hq8 * napkin_to_float(p1[((((long long)(ix18)) * (16) + (ix19)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc5 = acc5 + hq9 * napkin_to_float(p1[((((long long)(ix20)) * (16) + (ix21)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc5 = acc5 + hq10 * napkin_to_float(p1[((((long long)(ix22)) * (16) + (ix23)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc5 = acc5 + hq11 * napkin_to_float(p1[((((long long)(ix24)) * (16) + (ix25)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc5 = acc5 + hq12 * napkin_to_float(p1[((((long long)(ix26)) * (16) + (ix27)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc5 = acc5 + hq13 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc5 = acc5 + hq14 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc5 = acc5 + hq15 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc5 = napkin_lanes_sum(acc5, 8);
         const float v41 = (acc5 * 0.125f);
         const float v42 = (v6 ? v41 : v4);
         float acc6 = 0.0f;
-        acc6 = acc6 + hq4 * napkin_to_float(p1[((((long long)(ix19)) * (16) + (ix20)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc6 = acc6 + hq5 * napkin_to_float(p1[((((long long)(ix21)) * (16) + (ix22)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc6 = acc6 + hq6 * napkin_to_float(p1[((((long long)(ix23)) * (16) + (ix24)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc6 = acc6 + hq7 * napkin_to_float(p1[((((long long)(ix25)) * (16) + (ix26)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc6 = napkin_lanes_sum(acc6, 16);
+        acc6 = acc6 + hq8 * napkin_to_float(p1[((((long long)(ix35)) * (16) + (ix36)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc6 = acc6 + hq9 * napkin_to_float(p1[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc6 = acc6 + hq10 * napkin_to_float(p1[((((long long)(ix39)) * (16) + (ix40)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc6 = acc6 + hq11 * napkin_to_float(p1[((((long long)(ix41)) * (16) + (ix42)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc6 = acc6 + hq12 * napkin_to_float(p1[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc6 = acc6 + hq13 * napkin_to_float(p1[((((long long)(ix45)) * (16) + (ix46)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc6 = acc6 + hq14 * napkin_to_float(p1[((((long long)(ix47)) * (16) + (ix48)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc6 = acc6 + hq15 * napkin_to_float(p1[((((long long)(ix49)) * (16) + (ix50)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc6 = napkin_lanes_sum(acc6, 8);
         const float v43 = (acc6 * 0.125f);
         const float v44 = (v11 ? v43 : v4);
         float acc7 = 0.0f;
-        acc7 = acc7 + hq4 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc7 = acc7 + hq5 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc7 = acc7 + hq6 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc7 = acc7 + hq7 * napkin_to_float(p1[((((long long)(ix34)) * (16) + (ix35)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc7 = napkin_lanes_sum(acc7, 16);
+        acc7 = acc7 + hq8 * napkin_to_float(p1[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc7 = acc7 + hq9 * napkin_to_float(p1[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc7 = acc7 + hq10 * napkin_to_float(p1[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc7 = acc7 + hq11 * napkin_to_float(p1[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc7 = acc7 + hq12 * napkin_to_float(p1[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc7 = acc7 + hq13 * napkin_to_float(p1[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc7 = acc7 + hq14 * napkin_to_float(p1[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc7 = acc7 + hq15 * napkin_to_float(p1[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc7 = napkin_lanes_sum(acc7, 8);
         const float v45 = (acc7 * 0.125f);
         const float v46 = (v16 ? v45 : v4);
         const float v47 = napkin_max(st3, v40);
@@ -745,41 +813,61 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
         const float v56 = expf(v46 - v51);
         st4 = st4 * v52 + v53 + v54 + v55 + v56;
         st3 = v50;
-        st5[0] = st5[0] * v52 + v53 * napkin_to_float(p2[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v54 * napkin_to_float(p2[((((long long)(ix40)) * (16) + (ix41)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v55 * napkin_to_float(p2[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v56 * napkin_to_float(p2[((((long long)(ix46)) * (16) + (ix47)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st5[1] = st5[1] * v52 + v53 * napkin_to_float(p2[((((long long)(ix48)) * (16) + (ix49)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v54 * napkin_to_float(p2[((((long long)(ix50)) * (16) + (ix51)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v55 * napkin_to_float(p2[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v56 * napkin_to_float(p2[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st5[2] = st5[2] * v52 + v53 * napkin_to_float(p2[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v54 * napkin_to_float(p2[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v55 * napkin_to_float(p2[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v56 * napkin_to_float(p2[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st5[3] = st5[3] * v52 + v53 * napkin_to_float(p2[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v54 * napkin_to_float(p2[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v55 * napkin_to_float(p2[((((long long)(ix68)) * (16) + (ix69)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v56 * napkin_to_float(p2[((((long long)(ix70)) * (16) + (ix71)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        st5[0] = st5[0] * v52 + v53 * napkin_to_float(p2[((((long long)(ix69)) * (16) + (ix70)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v54 * napkin_to_float(p2[((((long long)(ix72)) * (16) + (ix73)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v55 * napkin_to_float(p2[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v56 * napkin_to_float(p2[((((long long)(ix78)) * (16) + (ix79)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        st5[1] = st5[1] * v52 + v53 * napkin_to_float(p2[((((long long)(ix80)) * (16) + (ix81)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v54 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v55 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v56 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        st5[2] = st5[2] * v52 + v53 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v54 * napkin_to_float(p2[((((long long)(ix90)) * (16) + (ix91)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v55 * napkin_to_float(p2[((((long long)(ix92)) * (16) + (ix93)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v56 * napkin_to_float(p2[((((long long)(ix94)) * (16) + (ix95)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        st5[3] = st5[3] * v52 + v53 * napkin_to_float(p2[((((long long)(ix96)) * (16) + (ix97)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v54 * napkin_to_float(p2[((((long long)(ix98)) * (16) + (ix99)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v55 * napkin_to_float(p2[((((long long)(ix100)) * (16) + (ix101)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v56 * napkin_to_float(p2[((((long long)(ix102)) * (16) + (ix103)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        st5[4] = st5[4] * v52 + v53 * napkin_to_float(p2[((((long long)(ix104)) * (16) + (ix105)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v54 * napkin_to_float(p2[((((long long)(ix106)) * (16) + (ix107)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v55 * napkin_to_float(p2[((((long long)(ix108)) * (16) + (ix109)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v56 * napkin_to_float(p2[((((long long)(ix110)) * (16) + (ix111)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        st5[5] = st5[5] * v52 + v53 * napkin_to_float(p2[((((long long)(ix112)) * (16) + (ix113)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v54 * napkin_to_float(p2[((((long long)(ix114)) * (16) + (ix115)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v55 * napkin_to_float(p2[((((long long)(ix116)) * (16) + (ix117)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v56 * napkin_to_float(p2[((((long long)(ix118)) * (16) + (ix119)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        st5[6] = st5[6] * v52 + v53 * napkin_to_float(p2[((((long long)(ix120)) * (16) + (ix121)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v54 * napkin_to_float(p2[((((long long)(ix122)) * (16) + (ix123)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v55 * napkin_to_float(p2[((((long long)(ix124)) * (16) + (ix125)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v56 * napkin_to_float(p2[((((long long)(ix126)) * (16) + (ix127)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        st5[7] = st5[7] * v52 + v53 * napkin_to_float(p2[((((long long)(ix128)) * (16) + (ix129)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v54 * napkin_to_float(p2[((((long long)(ix130)) * (16) + (ix131)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v55 * napkin_to_float(p2[((((long long)(ix132)) * (16) + (ix133)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v56 * napkin_to_float(p2[((((long long)(ix134)) * (16) + (ix135)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
 #line 19 "napkin-diagram"
         float acc8 = 0.0f;
-        acc8 = acc8 + hq8 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc8 = acc8 + hq9 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc8 = acc8 + hq10 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc8 = acc8 + hq11 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc8 = napkin_lanes_sum(acc8, 16);
+        acc8 = acc8 + hq16 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc8 = acc8 + hq17 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc8 = acc8 + hq18 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc8 = acc8 + hq19 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc8 = acc8 + hq20 * napkin_to_float(p1[((((long long)(ix9)) * (16) + (ix10)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc8 = acc8 + hq21 * napkin_to_float(p1[((((long long)(ix11)) * (16) + (ix12)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc8 = acc8 + hq22 * napkin_to_float(p1[((((long long)(ix13)) * (16) + (ix14)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc8 = acc8 + hq23 * napkin_to_float(p1[((((long long)(ix15)) * (16) + (ix16)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc8 = napkin_lanes_sum(acc8, 8);
         const float v57 = (acc8 * 0.125f);
         const float v58 = (v0 ? v57 : v4);
         float acc9 = 0.0f;
-        acc9 = acc9 + hq8 * napkin_to_float(p1[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc9 = acc9 + hq9 * napkin_to_float(p1[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc9 = acc9 + hq10 * napkin_to_float(p1[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc9 = acc9 + hq11 * napkin_to_float(p1[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc9 = napkin_lanes_sum(acc9, 16);
+        acc9 = acc9 + hq16 * napkin_to_float(p1[((((long long)(ix18)) * (16) + (ix19)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc9 = acc9 + hq17 * napkin_to_float(p1[((((long long)(ix20)) * (16) + (ix21)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc9 = acc9 + hq18 * napkin_to_float(p1[((((long long)(ix22)) * (16) + (ix23)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc9 = acc9 + hq19 * napkin_to_float(p1[((((long long)(ix24)) * (16) + (ix25)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc9 = acc9 + hq20 * napkin_to_float(p1[((((long long)(ix26)) * (16) + (ix27)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc9 = acc9 + hq21 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc9 = acc9 + hq22 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc9 = acc9 + hq23 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc9 = napkin_lanes_sum(acc9, 8);
         const float v59 = (acc9 * 0.125f);
         const float v60 = (v6 ? v59 : v4);
         float acc10 = 0.0f;
-        acc10 = acc10 + hq8 * napkin_to_float(p1[((((long long)(ix19)) * (16) + (ix20)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc10 = acc10 + hq9 * napkin_to_float(p1[((((long long)(ix21)) * (16) + (ix22)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc10 = acc10 + hq10 * napkin_to_float(p1[((((long long)(ix23)) * (16) + (ix24)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc10 = acc10 + hq11 * napkin_to_float(p1[((((long long)(ix25)) * (16) + (ix26)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc10 = napkin_lanes_sum(acc10, 16);
+        acc10 = acc10 + hq16 * napkin_to_float(p1[((((long long)(ix35)) * (16) + (ix36)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc10 = acc10 + hq17 * napkin_to_float(p1[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc10 = acc10 + hq18 * napkin_to_float(p1[((((long long)(ix39)) * (16) + (ix40)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc10 = acc10 + hq19 * napkin_to_float(p1[((((long long)(ix41)) * (16) + (ix42)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc10 = acc10 + hq20 * napkin_to_float(p1[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc10 = acc10 + hq21 * napkin_to_float(p1[((((long long)(ix45)) * (16) + (ix46)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc10 = acc10 + hq22 * napkin_to_float(p1[((((long long)(ix47)) * (16) + (ix48)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc10 = acc10 + hq23 * napkin_to_float(p1[((((long long)(ix49)) * (16) + (ix50)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc10 = napkin_lanes_sum(acc10, 8);
         const float v61 = (acc10 * 0.125f);
         const float v62 = (v11 ? v61 : v4);
         float acc11 = 0.0f;
-        acc11 = acc11 + hq8 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc11 = acc11 + hq9 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc11 = acc11 + hq10 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc11 = acc11 + hq11 * napkin_to_float(p1[((((long long)(ix34)) * (16) + (ix35)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc11 = napkin_lanes_sum(acc11, 16);
+        acc11 = acc11 + hq16 * napkin_to_float(p1[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc11 = acc11 + hq17 * napkin_to_float(p1[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc11 = acc11 + hq18 * napkin_to_float(p1[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc11 = acc11 + hq19 * napkin_to_float(p1[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc11 = acc11 + hq20 * napkin_to_float(p1[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc11 = acc11 + hq21 * napkin_to_float(p1[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc11 = acc11 + hq22 * napkin_to_float(p1[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc11 = acc11 + hq23 * napkin_to_float(p1[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc11 = napkin_lanes_sum(acc11, 8);
         const float v63 = (acc11 * 0.125f);
         const float v64 = (v16 ? v63 : v4);
         const float v65 = napkin_max(st6, v58);
@@ -794,41 +882,61 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
         const float v74 = expf(v64 - v69);
         st7 = st7 * v70 + v71 + v72 + v73 + v74;
         st6 = v68;
-        st8[0] = st8[0] * v70 + v71 * napkin_to_float(p2[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v72 * napkin_to_float(p2[((((long long)(ix40)) * (16) + (ix41)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v73 * napkin_to_float(p2[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v74 * napkin_to_float(p2[((((long long)(ix46)) * (16) + (ix47)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st8[1] = st8[1] * v70 + v71 * napkin_to_float(p2[((((long long)(ix48)) * (16) + (ix49)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v72 * napkin_to_float(p2[((((long long)(ix50)) * (16) + (ix51)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v73 * napkin_to_float(p2[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v74 * napkin_to_float(p2[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st8[2] = st8[2] * v70 + v71 * napkin_to_float(p2[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v72 * napkin_to_float(p2[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v73 * napkin_to_float(p2[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v74 * napkin_to_float(p2[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st8[3] = st8[3] * v70 + v71 * napkin_to_float(p2[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v72 * napkin_to_float(p2[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v73 * napkin_to_float(p2[((((long long)(ix68)) * (16) + (ix69)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v74 * napkin_to_float(p2[((((long long)(ix70)) * (16) + (ix71)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        st8[0] = st8[0] * v70 + v71 * napkin_to_float(p2[((((long long)(ix69)) * (16) + (ix70)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v72 * napkin_to_float(p2[((((long long)(ix72)) * (16) + (ix73)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v73 * napkin_to_float(p2[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v74 * napkin_to_float(p2[((((long long)(ix78)) * (16) + (ix79)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        st8[1] = st8[1] * v70 + v71 * napkin_to_float(p2[((((long long)(ix80)) * (16) + (ix81)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v72 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v73 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v74 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        st8[2] = st8[2] * v70 + v71 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v72 * napkin_to_float(p2[((((long long)(ix90)) * (16) + (ix91)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v73 * napkin_to_float(p2[((((long long)(ix92)) * (16) + (ix93)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v74 * napkin_to_float(p2[((((long long)(ix94)) * (16) + (ix95)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        st8[3] = st8[3] * v70 + v71 * napkin_to_float(p2[((((long long)(ix96)) * (16) + (ix97)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v72 * napkin_to_float(p2[((((long long)(ix98)) * (16) + (ix99)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v73 * napkin_to_float(p2[((((long long)(ix100)) * (16) + (ix101)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v74 * napkin_to_float(p2[((((long long)(ix102)) * (16) + (ix103)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        st8[4] = st8[4] * v70 + v71 * napkin_to_float(p2[((((long long)(ix104)) * (16) + (ix105)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v72 * napkin_to_float(p2[((((long long)(ix106)) * (16) + (ix107)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v73 * napkin_to_float(p2[((((long long)(ix108)) * (16) + (ix109)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v74 * napkin_to_float(p2[((((long long)(ix110)) * (16) + (ix111)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        st8[5] = st8[5] * v70 + v71 * napkin_to_float(p2[((((long long)(ix112)) * (16) + (ix113)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v72 * napkin_to_float(p2[((((long long)(ix114)) * (16) + (ix115)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v73 * napkin_to_float(p2[((((long long)(ix116)) * (16) + (ix117)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v74 * napkin_to_float(p2[((((long long)(ix118)) * (16) + (ix119)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        st8[6] = st8[6] * v70 + v71 * napkin_to_float(p2[((((long long)(ix120)) * (16) + (ix121)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v72 * napkin_to_float(p2[((((long long)(ix122)) * (16) + (ix123)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v73 * napkin_to_float(p2[((((long long)(ix124)) * (16) + (ix125)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v74 * napkin_to_float(p2[((((long long)(ix126)) * (16) + (ix127)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        st8[7] = st8[7] * v70 + v71 * napkin_to_float(p2[((((long long)(ix128)) * (16) + (ix129)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v72 * napkin_to_float(p2[((((long long)(ix130)) * (16) + (ix131)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v73 * napkin_to_float(p2[((((long long)(ix132)) * (16) + (ix133)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v74 * napkin_to_float(p2[((((long long)(ix134)) * (16) + (ix135)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
 #line 19 "napkin-diagram"
         float acc12 = 0.0f;
-        acc12 = acc12 + hq12 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc12 = acc12 + hq13 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc12 = acc12 + hq14 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc12 = acc12 + hq15 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc12 = napkin_lanes_sum(acc12, 16);
+        acc12 = acc12 + hq24 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc12 = acc12 + hq25 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc12 = acc12 + hq26 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc12 = acc12 + hq27 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc12 = acc12 + hq28 * napkin_to_float(p1[((((long long)(ix9)) * (16) + (ix10)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc12 = acc12 + hq29 * napkin_to_float(p1[((((long long)(ix11)) * (16) + (ix12)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc12 = acc12 + hq30 * napkin_to_float(p1[((((long long)(ix13)) * (16) + (ix14)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc12 = acc12 + hq31 * napkin_to_float(p1[((((long long)(ix15)) * (16) + (ix16)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc12 = napkin_lanes_sum(acc12, 8);
         const float v75 = (acc12 * 0.125f);
         const float v76 = (v0 ? v75 : v4);
         float acc13 = 0.0f;
-        acc13 = acc13 + hq12 * napkin_to_float(p1[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc13 = acc13 + hq13 * napkin_to_float(p1[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc13 = acc13 + hq14 * napkin_to_float(p1[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc13 = acc13 + hq15 * napkin_to_float(p1[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc13 = napkin_lanes_sum(acc13, 16);
+        acc13 = acc13 + hq24 * napkin_to_float(p1[((((long long)(ix18)) * (16) + (ix19)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc13 = acc13 + hq25 * napkin_to_float(p1[((((long long)(ix20)) * (16) + (ix21)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc13 = acc13 + hq26 * napkin_to_float(p1[((((long long)(ix22)) * (16) + (ix23)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc13 = acc13 + hq27 * napkin_to_float(p1[((((long long)(ix24)) * (16) + (ix25)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc13 = acc13 + hq28 * napkin_to_float(p1[((((long long)(ix26)) * (16) + (ix27)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc13 = acc13 + hq29 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc13 = acc13 + hq30 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc13 = acc13 + hq31 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc13 = napkin_lanes_sum(acc13, 8);
         const float v77 = (acc13 * 0.125f);
         const float v78 = (v6 ? v77 : v4);
         float acc14 = 0.0f;
-        acc14 = acc14 + hq12 * napkin_to_float(p1[((((long long)(ix19)) * (16) + (ix20)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc14 = acc14 + hq13 * napkin_to_float(p1[((((long long)(ix21)) * (16) + (ix22)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc14 = acc14 + hq14 * napkin_to_float(p1[((((long long)(ix23)) * (16) + (ix24)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc14 = acc14 + hq15 * napkin_to_float(p1[((((long long)(ix25)) * (16) + (ix26)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc14 = napkin_lanes_sum(acc14, 16);
+        acc14 = acc14 + hq24 * napkin_to_float(p1[((((long long)(ix35)) * (16) + (ix36)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc14 = acc14 + hq25 * napkin_to_float(p1[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc14 = acc14 + hq26 * napkin_to_float(p1[((((long long)(ix39)) * (16) + (ix40)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc14 = acc14 + hq27 * napkin_to_float(p1[((((long long)(ix41)) * (16) + (ix42)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc14 = acc14 + hq28 * napkin_to_float(p1[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc14 = acc14 + hq29 * napkin_to_float(p1[((((long long)(ix45)) * (16) + (ix46)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc14 = acc14 + hq30 * napkin_to_float(p1[((((long long)(ix47)) * (16) + (ix48)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc14 = acc14 + hq31 * napkin_to_float(p1[((((long long)(ix49)) * (16) + (ix50)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc14 = napkin_lanes_sum(acc14, 8);
         const float v79 = (acc14 * 0.125f);
         const float v80 = (v11 ? v79 : v4);
         float acc15 = 0.0f;
-        acc15 = acc15 + hq12 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc15 = acc15 + hq13 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc15 = acc15 + hq14 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc15 = acc15 + hq15 * napkin_to_float(p1[((((long long)(ix34)) * (16) + (ix35)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc15 = napkin_lanes_sum(acc15, 16);
+        acc15 = acc15 + hq24 * napkin_to_float(p1[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc15 = acc15 + hq25 * napkin_to_float(p1[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc15 = acc15 + hq26 * napkin_to_float(p1[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc15 = acc15 + hq27 * napkin_to_float(p1[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc15 = acc15 + hq28 * napkin_to_float(p1[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc15 = acc15 + hq29 * napkin_to_float(p1[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc15 = acc15 + hq30 * napkin_to_float(p1[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc15 = acc15 + hq31 * napkin_to_float(p1[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc15 = napkin_lanes_sum(acc15, 8);
         const float v81 = (acc15 * 0.125f);
         const float v82 = (v16 ? v81 : v4);
         const float v83 = napkin_max(st9, v76);
@@ -843,504 +951,224 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
         const float v92 = expf(v82 - v87);
         st10 = st10 * v88 + v89 + v90 + v91 + v92;
         st9 = v86;
-        st11[0] = st11[0] * v88 + v89 * napkin_to_float(p2[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v90 * napkin_to_float(p2[((((long long)(ix40)) * (16) + (ix41)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v91 * napkin_to_float(p2[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v92 * napkin_to_float(p2[((((long long)(ix46)) * (16) + (ix47)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st11[1] = st11[1] * v88 + v89 * napkin_to_float(p2[((((long long)(ix48)) * (16) + (ix49)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v90 * napkin_to_float(p2[((((long long)(ix50)) * (16) + (ix51)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v91 * napkin_to_float(p2[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v92 * napkin_to_float(p2[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st11[2] = st11[2] * v88 + v89 * napkin_to_float(p2[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v90 * napkin_to_float(p2[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v91 * napkin_to_float(p2[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v92 * napkin_to_float(p2[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st11[3] = st11[3] * v88 + v89 * napkin_to_float(p2[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v90 * napkin_to_float(p2[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v91 * napkin_to_float(p2[((((long long)(ix68)) * (16) + (ix69)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v92 * napkin_to_float(p2[((((long long)(ix70)) * (16) + (ix71)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-#line 19 "napkin-diagram"
-        float acc16 = 0.0f;
-        acc16 = acc16 + hq16 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc16 = acc16 + hq17 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc16 = acc16 + hq18 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc16 = acc16 + hq19 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc16 = napkin_lanes_sum(acc16, 16);
-        const float v93 = (acc16 * 0.125f);
-        const float v94 = (v0 ? v93 : v4);
-        float acc17 = 0.0f;
-        acc17 = acc17 + hq16 * napkin_to_float(p1[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc17 = acc17 + hq17 * napkin_to_float(p1[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc17 = acc17 + hq18 * napkin_to_float(p1[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc17 = acc17 + hq19 * napkin_to_float(p1[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc17 = napkin_lanes_sum(acc17, 16);
-        const float v95 = (acc17 * 0.125f);
-        const float v96 = (v6 ? v95 : v4);
-        float acc18 = 0.0f;
-        acc18 = acc18 + hq16 * napkin_to_float(p1[((((long long)(ix19)) * (16) + (ix20)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc18 = acc18 + hq17 * napkin_to_float(p1[((((long long)(ix21)) * (16) + (ix22)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc18 = acc18 + hq18 * napkin_to_float(p1[((((long long)(ix23)) * (16) + (ix24)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc18 = acc18 + hq19 * napkin_to_float(p1[((((long long)(ix25)) * (16) + (ix26)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc18 = napkin_lanes_sum(acc18, 16);
-        const float v97 = (acc18 * 0.125f);
-        const float v98 = (v11 ? v97 : v4);
-        float acc19 = 0.0f;
-        acc19 = acc19 + hq16 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc19 = acc19 + hq17 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc19 = acc19 + hq18 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc19 = acc19 + hq19 * napkin_to_float(p1[((((long long)(ix34)) * (16) + (ix35)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc19 = napkin_lanes_sum(acc19, 16);
-        const float v99 = (acc19 * 0.125f);
-        const float v100 = (v16 ? v99 : v4);
-        const float v101 = napkin_max(st12, v94);
-        const float v102 = napkin_max(v101, v96);
-        const float v103 = napkin_max(v102, v98);
-        const float v104 = napkin_max(v103, v100);
-        const float v105 = napkin_shift(v104);
-        const float v106 = expf(st12 - v105);
-        const float v107 = expf(v94 - v105);
-        const float v108 = expf(v96 - v105);
-        const float v109 = expf(v98 - v105);
-        const float v110 = expf(v100 - v105);
-        st13 = st13 * v106 + v107 + v108 + v109 + v110;
-        st12 = v104;
-        st14[0] = st14[0] * v106 + v107 * napkin_to_float(p2[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v108 * napkin_to_float(p2[((((long long)(ix40)) * (16) + (ix41)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v109 * napkin_to_float(p2[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v110 * napkin_to_float(p2[((((long long)(ix46)) * (16) + (ix47)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st14[1] = st14[1] * v106 + v107 * napkin_to_float(p2[((((long long)(ix48)) * (16) + (ix49)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v108 * napkin_to_float(p2[((((long long)(ix50)) * (16) + (ix51)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v109 * napkin_to_float(p2[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v110 * napkin_to_float(p2[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st14[2] = st14[2] * v106 + v107 * napkin_to_float(p2[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v108 * napkin_to_float(p2[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v109 * napkin_to_float(p2[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v110 * napkin_to_float(p2[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st14[3] = st14[3] * v106 + v107 * napkin_to_float(p2[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v108 * napkin_to_float(p2[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v109 * napkin_to_float(p2[((((long long)(ix68)) * (16) + (ix69)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v110 * napkin_to_float(p2[((((long long)(ix70)) * (16) + (ix71)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-#line 19 "napkin-diagram"
-        float acc20 = 0.0f;
-        acc20 = acc20 + hq20 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc20 = acc20 + hq21 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc20 = acc20 + hq22 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc20 = acc20 + hq23 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc20 = napkin_lanes_sum(acc20, 16);
-        const float v111 = (acc20 * 0.125f);
-        const float v112 = (v0 ? v111 : v4);
-        float acc21 = 0.0f;
-        acc21 = acc21 + hq20 * napkin_to_float(p1[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc21 = acc21 + hq21 * napkin_to_float(p1[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc21 = acc21 + hq22 * napkin_to_float(p1[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc21 = acc21 + hq23 * napkin_to_float(p1[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc21 = napkin_lanes_sum(acc21, 16);
-        const float v113 = (acc21 * 0.125f);
-        const float v114 = (v6 ? v113 : v4);
-        float acc22 = 0.0f;
-        acc22 = acc22 + hq20 * napkin_to_float(p1[((((long long)(ix19)) * (16) + (ix20)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc22 = acc22 + hq21 * napkin_to_float(p1[((((long long)(ix21)) * (16) + (ix22)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc22 = acc22 + hq22 * napkin_to_float(p1[((((long long)(ix23)) * (16) + (ix24)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc22 = acc22 + hq23 * napkin_to_float(p1[((((long long)(ix25)) * (16) + (ix26)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc22 = napkin_lanes_sum(acc22, 16);
-        const float v115 = (acc22 * 0.125f);
-        const float v116 = (v11 ? v115 : v4);
-        float acc23 = 0.0f;
-        acc23 = acc23 + hq20 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc23 = acc23 + hq21 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc23 = acc23 + hq22 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc23 = acc23 + hq23 * napkin_to_float(p1[((((long long)(ix34)) * (16) + (ix35)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc23 = napkin_lanes_sum(acc23, 16);
-        const float v117 = (acc23 * 0.125f);
-        const float v118 = (v16 ? v117 : v4);
-        const float v119 = napkin_max(st15, v112);
-        const float v120 = napkin_max(v119, v114);
-        const float v121 = napkin_max(v120, v116);
-        const float v122 = napkin_max(v121, v118);
-        const float v123 = napkin_shift(v122);
-        const float v124 = expf(st15 - v123);
-        const float v125 = expf(v112 - v123);
-        const float v126 = expf(v114 - v123);
-        const float v127 = expf(v116 - v123);
-        const float v128 = expf(v118 - v123);
-        st16 = st16 * v124 + v125 + v126 + v127 + v128;
-        st15 = v122;
-        st17[0] = st17[0] * v124 + v125 * napkin_to_float(p2[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v126 * napkin_to_float(p2[((((long long)(ix40)) * (16) + (ix41)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v127 * napkin_to_float(p2[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v128 * napkin_to_float(p2[((((long long)(ix46)) * (16) + (ix47)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st17[1] = st17[1] * v124 + v125 * napkin_to_float(p2[((((long long)(ix48)) * (16) + (ix49)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v126 * napkin_to_float(p2[((((long long)(ix50)) * (16) + (ix51)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v127 * napkin_to_float(p2[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v128 * napkin_to_float(p2[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st17[2] = st17[2] * v124 + v125 * napkin_to_float(p2[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v126 * napkin_to_float(p2[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v127 * napkin_to_float(p2[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v128 * napkin_to_float(p2[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st17[3] = st17[3] * v124 + v125 * napkin_to_float(p2[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v126 * napkin_to_float(p2[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v127 * napkin_to_float(p2[((((long long)(ix68)) * (16) + (ix69)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v128 * napkin_to_float(p2[((((long long)(ix70)) * (16) + (ix71)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-#line 19 "napkin-diagram"
-        float acc24 = 0.0f;
-        acc24 = acc24 + hq24 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc24 = acc24 + hq25 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc24 = acc24 + hq26 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc24 = acc24 + hq27 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc24 = napkin_lanes_sum(acc24, 16);
-        const float v129 = (acc24 * 0.125f);
-        const float v130 = (v0 ? v129 : v4);
-        float acc25 = 0.0f;
-        acc25 = acc25 + hq24 * napkin_to_float(p1[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc25 = acc25 + hq25 * napkin_to_float(p1[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc25 = acc25 + hq26 * napkin_to_float(p1[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc25 = acc25 + hq27 * napkin_to_float(p1[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc25 = napkin_lanes_sum(acc25, 16);
-        const float v131 = (acc25 * 0.125f);
-        const float v132 = (v6 ? v131 : v4);
-        float acc26 = 0.0f;
-        acc26 = acc26 + hq24 * napkin_to_float(p1[((((long long)(ix19)) * (16) + (ix20)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc26 = acc26 + hq25 * napkin_to_float(p1[((((long long)(ix21)) * (16) + (ix22)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc26 = acc26 + hq26 * napkin_to_float(p1[((((long long)(ix23)) * (16) + (ix24)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc26 = acc26 + hq27 * napkin_to_float(p1[((((long long)(ix25)) * (16) + (ix26)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc26 = napkin_lanes_sum(acc26, 16);
-        const float v133 = (acc26 * 0.125f);
-        const float v134 = (v11 ? v133 : v4);
-        float acc27 = 0.0f;
-        acc27 = acc27 + hq24 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc27 = acc27 + hq25 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc27 = acc27 + hq26 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc27 = acc27 + hq27 * napkin_to_float(p1[((((long long)(ix34)) * (16) + (ix35)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc27 = napkin_lanes_sum(acc27, 16);
-        const float v135 = (acc27 * 0.125f);
-        const float v136 = (v16 ? v135 : v4);
-        const float v137 = napkin_max(st18, v130);
-        const float v138 = napkin_max(v137, v132);
-        const float v139 = napkin_max(v138, v134);
-        const float v140 = napkin_max(v139, v136);
-        const float v141 = napkin_shift(v140);
-        const float v142 = expf(st18 - v141);
-        const float v143 = expf(v130 - v141);
-        const float v144 = expf(v132 - v141);
-        const float v145 = expf(v134 - v141);
-        const float v146 = expf(v136 - v141);
-        st19 = st19 * v142 + v143 + v144 + v145 + v146;
-        st18 = v140;
-        st20[0] = st20[0] * v142 + v143 * napkin_to_float(p2[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v144 * napkin_to_float(p2[((((long long)(ix40)) * (16) + (ix41)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v145 * napkin_to_float(p2[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v146 * napkin_to_float(p2[((((long long)(ix46)) * (16) + (ix47)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st20[1] = st20[1] * v142 + v143 * napkin_to_float(p2[((((long long)(ix48)) * (16) + (ix49)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v144 * napkin_to_float(p2[((((long long)(ix50)) * (16) + (ix51)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v145 * napkin_to_float(p2[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v146 * napkin_to_float(p2[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st20[2] = st20[2] * v142 + v143 * napkin_to_float(p2[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v144 * napkin_to_float(p2[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v145 * napkin_to_float(p2[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v146 * napkin_to_float(p2[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st20[3] = st20[3] * v142 + v143 * napkin_to_float(p2[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v144 * napkin_to_float(p2[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v145 * napkin_to_float(p2[((((long long)(ix68)) * (16) + (ix69)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v146 * napkin_to_float(p2[((((long long)(ix70)) * (16) + (ix71)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-#line 19 "napkin-diagram"
-        float acc28 = 0.0f;
-        acc28 = acc28 + hq28 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc28 = acc28 + hq29 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc28 = acc28 + hq30 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc28 = acc28 + hq31 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc28 = napkin_lanes_sum(acc28, 16);
-        const float v147 = (acc28 * 0.125f);
-        const float v148 = (v0 ? v147 : v4);
-        float acc29 = 0.0f;
-        acc29 = acc29 + hq28 * napkin_to_float(p1[((((long long)(ix10)) * (16) + (ix11)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc29 = acc29 + hq29 * napkin_to_float(p1[((((long long)(ix12)) * (16) + (ix13)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc29 = acc29 + hq30 * napkin_to_float(p1[((((long long)(ix14)) * (16) + (ix15)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc29 = acc29 + hq31 * napkin_to_float(p1[((((long long)(ix16)) * (16) + (ix17)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc29 = napkin_lanes_sum(acc29, 16);
-        const float v149 = (acc29 * 0.125f);
-        const float v150 = (v6 ? v149 : v4);
-        float acc30 = 0.0f;
-        acc30 = acc30 + hq28 * napkin_to_float(p1[((((long long)(ix19)) * (16) + (ix20)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc30 = acc30 + hq29 * napkin_to_float(p1[((((long long)(ix21)) * (16) + (ix22)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc30 = acc30 + hq30 * napkin_to_float(p1[((((long long)(ix23)) * (16) + (ix24)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc30 = acc30 + hq31 * napkin_to_float(p1[((((long long)(ix25)) * (16) + (ix26)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc30 = napkin_lanes_sum(acc30, 16);
-        const float v151 = (acc30 * 0.125f);
-        const float v152 = (v11 ? v151 : v4);
-        float acc31 = 0.0f;
-        acc31 = acc31 + hq28 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc31 = acc31 + hq29 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc31 = acc31 + hq30 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc31 = acc31 + hq31 * napkin_to_float(p1[((((long long)(ix34)) * (16) + (ix35)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc31 = napkin_lanes_sum(acc31, 16);
-        const float v153 = (acc31 * 0.125f);
-        const float v154 = (v16 ? v153 : v4);
-        const float v155 = napkin_max(st21, v148);
-        const float v156 = napkin_max(v155, v150);
-        const float v157 = napkin_max(v156, v152);
-        const float v158 = napkin_max(v157, v154);
-        const float v159 = napkin_shift(v158);
-        const float v160 = expf(st21 - v159);
-        const float v161 = expf(v148 - v159);
-        const float v162 = expf(v150 - v159);
-        const float v163 = expf(v152 - v159);
-        const float v164 = expf(v154 - v159);
-        st22 = st22 * v160 + v161 + v162 + v163 + v164;
-        st21 = v158;
-        st23[0] = st23[0] * v160 + v161 * napkin_to_float(p2[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v162 * napkin_to_float(p2[((((long long)(ix40)) * (16) + (ix41)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v163 * napkin_to_float(p2[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v164 * napkin_to_float(p2[((((long long)(ix46)) * (16) + (ix47)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st23[1] = st23[1] * v160 + v161 * napkin_to_float(p2[((((long long)(ix48)) * (16) + (ix49)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v162 * napkin_to_float(p2[((((long long)(ix50)) * (16) + (ix51)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v163 * napkin_to_float(p2[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v164 * napkin_to_float(p2[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st23[2] = st23[2] * v160 + v161 * napkin_to_float(p2[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v162 * napkin_to_float(p2[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v163 * napkin_to_float(p2[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v164 * napkin_to_float(p2[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st23[3] = st23[3] * v160 + v161 * napkin_to_float(p2[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v162 * napkin_to_float(p2[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v163 * napkin_to_float(p2[((((long long)(ix68)) * (16) + (ix69)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v164 * napkin_to_float(p2[((((long long)(ix70)) * (16) + (ix71)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        st11[0] = st11[0] * v88 + v89 * napkin_to_float(p2[((((long long)(ix69)) * (16) + (ix70)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v90 * napkin_to_float(p2[((((long long)(ix72)) * (16) + (ix73)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v91 * napkin_to_float(p2[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v92 * napkin_to_float(p2[((((long long)(ix78)) * (16) + (ix79)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        st11[1] = st11[1] * v88 + v89 * napkin_to_float(p2[((((long long)(ix80)) * (16) + (ix81)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v90 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v91 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v92 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        st11[2] = st11[2] * v88 + v89 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v90 * napkin_to_float(p2[((((long long)(ix90)) * (16) + (ix91)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v91 * napkin_to_float(p2[((((long long)(ix92)) * (16) + (ix93)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v92 * napkin_to_float(p2[((((long long)(ix94)) * (16) + (ix95)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        st11[3] = st11[3] * v88 + v89 * napkin_to_float(p2[((((long long)(ix96)) * (16) + (ix97)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v90 * napkin_to_float(p2[((((long long)(ix98)) * (16) + (ix99)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v91 * napkin_to_float(p2[((((long long)(ix100)) * (16) + (ix101)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v92 * napkin_to_float(p2[((((long long)(ix102)) * (16) + (ix103)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        st11[4] = st11[4] * v88 + v89 * napkin_to_float(p2[((((long long)(ix104)) * (16) + (ix105)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v90 * napkin_to_float(p2[((((long long)(ix106)) * (16) + (ix107)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v91 * napkin_to_float(p2[((((long long)(ix108)) * (16) + (ix109)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v92 * napkin_to_float(p2[((((long long)(ix110)) * (16) + (ix111)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        st11[5] = st11[5] * v88 + v89 * napkin_to_float(p2[((((long long)(ix112)) * (16) + (ix113)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v90 * napkin_to_float(p2[((((long long)(ix114)) * (16) + (ix115)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v91 * napkin_to_float(p2[((((long long)(ix116)) * (16) + (ix117)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v92 * napkin_to_float(p2[((((long long)(ix118)) * (16) + (ix119)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        st11[6] = st11[6] * v88 + v89 * napkin_to_float(p2[((((long long)(ix120)) * (16) + (ix121)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v90 * napkin_to_float(p2[((((long long)(ix122)) * (16) + (ix123)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v91 * napkin_to_float(p2[((((long long)(ix124)) * (16) + (ix125)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v92 * napkin_to_float(p2[((((long long)(ix126)) * (16) + (ix127)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        st11[7] = st11[7] * v88 + v89 * napkin_to_float(p2[((((long long)(ix128)) * (16) + (ix129)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v90 * napkin_to_float(p2[((((long long)(ix130)) * (16) + (ix131)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v91 * napkin_to_float(p2[((((long long)(ix132)) * (16) + (ix133)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v92 * napkin_to_float(p2[((((long long)(ix134)) * (16) + (ix135)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
       }
       for (int xl = clen / 4 * 4; xl < clen; ++xl) {
         const long long xg = c0 + xl;
 #line 19 "napkin-diagram"
-        const bool v165 = (((long long)(xg)) < hq39);
-        float acc32 = 0.0f;
-        const long long v166 = napkin_mod(((long long)(xg)), ((long long)(16)));
-        const long long v167 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-        const long long ix72 = napkin_clamp_index(v167, 256);
-        const long long ix73 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix72)]), n4);
-        const long long ix74 = napkin_clamp_index(v166, 16);
-        acc32 = acc32 + hq0 * napkin_to_float(p1[((((long long)(ix73)) * (16) + (ix74)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        const long long ix75 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix72)]), n4);
-        const long long ix76 = napkin_clamp_index(v166, 16);
-        acc32 = acc32 + hq1 * napkin_to_float(p1[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        const long long ix77 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix72)]), n4);
-        const long long ix78 = napkin_clamp_index(v166, 16);
-        acc32 = acc32 + hq2 * napkin_to_float(p1[((((long long)(ix77)) * (16) + (ix78)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        const long long ix79 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix72)]), n4);
-        const long long ix80 = napkin_clamp_index(v166, 16);
-        acc32 = acc32 + hq3 * napkin_to_float(p1[((((long long)(ix79)) * (16) + (ix80)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc32 = napkin_lanes_sum(acc32, 16);
-        const float v168 = (acc32 * 0.125f);
-        const float v169 = (-NAPKIN_INF);
-        const float v170 = (v165 ? v168 : v169);
-        const float v171 = napkin_max(st0, v170);
-        const float v172 = napkin_shift(v171);
-        const float v173 = expf(st0 - v172);
-        const float v174 = expf(v170 - v172);
-        st1 = st1 * v173 + v174;
-        st0 = v171;
-        const long long v175 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-        const long long ix81 = napkin_clamp_index(v175, 256);
-        const long long ix82 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix81)]), n4);
-        const long long v176 = napkin_mod(((long long)(xg)), ((long long)(16)));
-        const long long ix83 = napkin_clamp_index(v176, 16);
-        st2[0] = st2[0] * v173 + v174 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        const long long ix84 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix81)]), n4);
-        const long long ix85 = napkin_clamp_index(v176, 16);
-        st2[1] = st2[1] * v173 + v174 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        const long long ix86 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix81)]), n4);
-        const long long ix87 = napkin_clamp_index(v176, 16);
-        st2[2] = st2[2] * v173 + v174 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        const long long ix88 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix81)]), n4);
-        const long long ix89 = napkin_clamp_index(v176, 16);
-        st2[3] = st2[3] * v173 + v174 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        const bool v93 = (((long long)(xg)) < hq35);
+        float acc16 = 0.0f;
+        const long long v94 = napkin_mod(((long long)(xg)), ((long long)(16)));
+        const long long v95 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
+        const long long ix136 = napkin_clamp_index(v95, 256);
+        const long long ix137 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
+        const long long ix138 = napkin_clamp_index(v94, 16);
+        acc16 = acc16 + hq0 * napkin_to_float(p1[((((long long)(ix137)) * (16) + (ix138)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        const long long ix139 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
+        const long long ix140 = napkin_clamp_index(v94, 16);
+        acc16 = acc16 + hq1 * napkin_to_float(p1[((((long long)(ix139)) * (16) + (ix140)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        const long long ix141 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
+        const long long ix142 = napkin_clamp_index(v94, 16);
+        acc16 = acc16 + hq2 * napkin_to_float(p1[((((long long)(ix141)) * (16) + (ix142)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        const long long ix143 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
+        const long long ix144 = napkin_clamp_index(v94, 16);
+        acc16 = acc16 + hq3 * napkin_to_float(p1[((((long long)(ix143)) * (16) + (ix144)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        const long long ix145 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
+        const long long ix146 = napkin_clamp_index(v94, 16);
+        acc16 = acc16 + hq4 * napkin_to_float(p1[((((long long)(ix145)) * (16) + (ix146)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        const long long ix147 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
+        const long long ix148 = napkin_clamp_index(v94, 16);
+        acc16 = acc16 + hq5 * napkin_to_float(p1[((((long long)(ix147)) * (16) + (ix148)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        const long long ix149 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
+        const long long ix150 = napkin_clamp_index(v94, 16);
+        acc16 = acc16 + hq6 * napkin_to_float(p1[((((long long)(ix149)) * (16) + (ix150)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        const long long ix151 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
+        const long long ix152 = napkin_clamp_index(v94, 16);
+        acc16 = acc16 + hq7 * napkin_to_float(p1[((((long long)(ix151)) * (16) + (ix152)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc16 = napkin_lanes_sum(acc16, 8);
+        const float v96 = (acc16 * 0.125f);
+        const float v97 = (-NAPKIN_INF);
+        const float v98 = (v93 ? v96 : v97);
+        const float v99 = napkin_max(st0, v98);
+        const float v100 = napkin_shift(v99);
+        const float v101 = expf(st0 - v100);
+        const float v102 = expf(v98 - v100);
+        st1 = st1 * v101 + v102;
+        st0 = v99;
+        const long long v103 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
+        const long long ix153 = napkin_clamp_index(v103, 256);
+        const long long ix154 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
+        const long long v104 = napkin_mod(((long long)(xg)), ((long long)(16)));
+        const long long ix155 = napkin_clamp_index(v104, 16);
+        st2[0] = st2[0] * v101 + v102 * napkin_to_float(p2[((((long long)(ix154)) * (16) + (ix155)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        const long long ix156 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
+        const long long ix157 = napkin_clamp_index(v104, 16);
+        st2[1] = st2[1] * v101 + v102 * napkin_to_float(p2[((((long long)(ix156)) * (16) + (ix157)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        const long long ix158 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
+        const long long ix159 = napkin_clamp_index(v104, 16);
+        st2[2] = st2[2] * v101 + v102 * napkin_to_float(p2[((((long long)(ix158)) * (16) + (ix159)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        const long long ix160 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
+        const long long ix161 = napkin_clamp_index(v104, 16);
+        st2[3] = st2[3] * v101 + v102 * napkin_to_float(p2[((((long long)(ix160)) * (16) + (ix161)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        const long long ix162 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
+        const long long ix163 = napkin_clamp_index(v104, 16);
+        st2[4] = st2[4] * v101 + v102 * napkin_to_float(p2[((((long long)(ix162)) * (16) + (ix163)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        const long long ix164 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
+        const long long ix165 = napkin_clamp_index(v104, 16);
+        st2[5] = st2[5] * v101 + v102 * napkin_to_float(p2[((((long long)(ix164)) * (16) + (ix165)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        const long long ix166 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
+        const long long ix167 = napkin_clamp_index(v104, 16);
+        st2[6] = st2[6] * v101 + v102 * napkin_to_float(p2[((((long long)(ix166)) * (16) + (ix167)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        const long long ix168 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
+        const long long ix169 = napkin_clamp_index(v104, 16);
+        st2[7] = st2[7] * v101 + v102 * napkin_to_float(p2[((((long long)(ix168)) * (16) + (ix169)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
 #line 19 "napkin-diagram"
-        float acc33 = 0.0f;
-        acc33 = acc33 + hq4 * napkin_to_float(p1[((((long long)(ix73)) * (16) + (ix74)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc33 = acc33 + hq5 * napkin_to_float(p1[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc33 = acc33 + hq6 * napkin_to_float(p1[((((long long)(ix77)) * (16) + (ix78)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc33 = acc33 + hq7 * napkin_to_float(p1[((((long long)(ix79)) * (16) + (ix80)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc33 = napkin_lanes_sum(acc33, 16);
-        const float v177 = (acc33 * 0.125f);
-        const float v178 = (v165 ? v177 : v169);
-        const float v179 = napkin_max(st3, v178);
-        const float v180 = napkin_shift(v179);
-        const float v181 = expf(st3 - v180);
-        const float v182 = expf(v178 - v180);
-        st4 = st4 * v181 + v182;
-        st3 = v179;
-        st5[0] = st5[0] * v181 + v182 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st5[1] = st5[1] * v181 + v182 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st5[2] = st5[2] * v181 + v182 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st5[3] = st5[3] * v181 + v182 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        float acc17 = 0.0f;
+        acc17 = acc17 + hq8 * napkin_to_float(p1[((((long long)(ix137)) * (16) + (ix138)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc17 = acc17 + hq9 * napkin_to_float(p1[((((long long)(ix139)) * (16) + (ix140)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc17 = acc17 + hq10 * napkin_to_float(p1[((((long long)(ix141)) * (16) + (ix142)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc17 = acc17 + hq11 * napkin_to_float(p1[((((long long)(ix143)) * (16) + (ix144)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc17 = acc17 + hq12 * napkin_to_float(p1[((((long long)(ix145)) * (16) + (ix146)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc17 = acc17 + hq13 * napkin_to_float(p1[((((long long)(ix147)) * (16) + (ix148)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc17 = acc17 + hq14 * napkin_to_float(p1[((((long long)(ix149)) * (16) + (ix150)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc17 = acc17 + hq15 * napkin_to_float(p1[((((long long)(ix151)) * (16) + (ix152)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc17 = napkin_lanes_sum(acc17, 8);
+        const float v105 = (acc17 * 0.125f);
+        const float v106 = (v93 ? v105 : v97);
+        const float v107 = napkin_max(st3, v106);
+        const float v108 = napkin_shift(v107);
+        const float v109 = expf(st3 - v108);
+        const float v110 = expf(v106 - v108);
+        st4 = st4 * v109 + v110;
+        st3 = v107;
+        st5[0] = st5[0] * v109 + v110 * napkin_to_float(p2[((((long long)(ix154)) * (16) + (ix155)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        st5[1] = st5[1] * v109 + v110 * napkin_to_float(p2[((((long long)(ix156)) * (16) + (ix157)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        st5[2] = st5[2] * v109 + v110 * napkin_to_float(p2[((((long long)(ix158)) * (16) + (ix159)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        st5[3] = st5[3] * v109 + v110 * napkin_to_float(p2[((((long long)(ix160)) * (16) + (ix161)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        st5[4] = st5[4] * v109 + v110 * napkin_to_float(p2[((((long long)(ix162)) * (16) + (ix163)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        st5[5] = st5[5] * v109 + v110 * napkin_to_float(p2[((((long long)(ix164)) * (16) + (ix165)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        st5[6] = st5[6] * v109 + v110 * napkin_to_float(p2[((((long long)(ix166)) * (16) + (ix167)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        st5[7] = st5[7] * v109 + v110 * napkin_to_float(p2[((((long long)(ix168)) * (16) + (ix169)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
 #line 19 "napkin-diagram"
-        float acc34 = 0.0f;
-        acc34 = acc34 + hq8 * napkin_to_float(p1[((((long long)(ix73)) * (16) + (ix74)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc34 = acc34 + hq9 * napkin_to_float(p1[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc34 = acc34 + hq10 * napkin_to_float(p1[((((long long)(ix77)) * (16) + (ix78)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc34 = acc34 + hq11 * napkin_to_float(p1[((((long long)(ix79)) * (16) + (ix80)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc34 = napkin_lanes_sum(acc34, 16);
-        const float v183 = (acc34 * 0.125f);
-        const float v184 = (v165 ? v183 : v169);
-        const float v185 = napkin_max(st6, v184);
-        const float v186 = napkin_shift(v185);
-        const float v187 = expf(st6 - v186);
-        const float v188 = expf(v184 - v186);
-        st7 = st7 * v187 + v188;
-        st6 = v185;
-        st8[0] = st8[0] * v187 + v188 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st8[1] = st8[1] * v187 + v188 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st8[2] = st8[2] * v187 + v188 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st8[3] = st8[3] * v187 + v188 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        float acc18 = 0.0f;
+        acc18 = acc18 + hq16 * napkin_to_float(p1[((((long long)(ix137)) * (16) + (ix138)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc18 = acc18 + hq17 * napkin_to_float(p1[((((long long)(ix139)) * (16) + (ix140)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc18 = acc18 + hq18 * napkin_to_float(p1[((((long long)(ix141)) * (16) + (ix142)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc18 = acc18 + hq19 * napkin_to_float(p1[((((long long)(ix143)) * (16) + (ix144)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc18 = acc18 + hq20 * napkin_to_float(p1[((((long long)(ix145)) * (16) + (ix146)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc18 = acc18 + hq21 * napkin_to_float(p1[((((long long)(ix147)) * (16) + (ix148)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc18 = acc18 + hq22 * napkin_to_float(p1[((((long long)(ix149)) * (16) + (ix150)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc18 = acc18 + hq23 * napkin_to_float(p1[((((long long)(ix151)) * (16) + (ix152)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc18 = napkin_lanes_sum(acc18, 8);
+        const float v111 = (acc18 * 0.125f);
+        const float v112 = (v93 ? v111 : v97);
+        const float v113 = napkin_max(st6, v112);
+        const float v114 = napkin_shift(v113);
+        const float v115 = expf(st6 - v114);
+        const float v116 = expf(v112 - v114);
+        st7 = st7 * v115 + v116;
+        st6 = v113;
+        st8[0] = st8[0] * v115 + v116 * napkin_to_float(p2[((((long long)(ix154)) * (16) + (ix155)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        st8[1] = st8[1] * v115 + v116 * napkin_to_float(p2[((((long long)(ix156)) * (16) + (ix157)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        st8[2] = st8[2] * v115 + v116 * napkin_to_float(p2[((((long long)(ix158)) * (16) + (ix159)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        st8[3] = st8[3] * v115 + v116 * napkin_to_float(p2[((((long long)(ix160)) * (16) + (ix161)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        st8[4] = st8[4] * v115 + v116 * napkin_to_float(p2[((((long long)(ix162)) * (16) + (ix163)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        st8[5] = st8[5] * v115 + v116 * napkin_to_float(p2[((((long long)(ix164)) * (16) + (ix165)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        st8[6] = st8[6] * v115 + v116 * napkin_to_float(p2[((((long long)(ix166)) * (16) + (ix167)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        st8[7] = st8[7] * v115 + v116 * napkin_to_float(p2[((((long long)(ix168)) * (16) + (ix169)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
 #line 19 "napkin-diagram"
-        float acc35 = 0.0f;
-        acc35 = acc35 + hq12 * napkin_to_float(p1[((((long long)(ix73)) * (16) + (ix74)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc35 = acc35 + hq13 * napkin_to_float(p1[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc35 = acc35 + hq14 * napkin_to_float(p1[((((long long)(ix77)) * (16) + (ix78)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc35 = acc35 + hq15 * napkin_to_float(p1[((((long long)(ix79)) * (16) + (ix80)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc35 = napkin_lanes_sum(acc35, 16);
-        const float v189 = (acc35 * 0.125f);
-        const float v190 = (v165 ? v189 : v169);
-        const float v191 = napkin_max(st9, v190);
-        const float v192 = napkin_shift(v191);
-        const float v193 = expf(st9 - v192);
-        const float v194 = expf(v190 - v192);
-        st10 = st10 * v193 + v194;
-        st9 = v191;
-        st11[0] = st11[0] * v193 + v194 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st11[1] = st11[1] * v193 + v194 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st11[2] = st11[2] * v193 + v194 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st11[3] = st11[3] * v193 + v194 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-#line 19 "napkin-diagram"
-        float acc36 = 0.0f;
-        acc36 = acc36 + hq16 * napkin_to_float(p1[((((long long)(ix73)) * (16) + (ix74)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc36 = acc36 + hq17 * napkin_to_float(p1[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc36 = acc36 + hq18 * napkin_to_float(p1[((((long long)(ix77)) * (16) + (ix78)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc36 = acc36 + hq19 * napkin_to_float(p1[((((long long)(ix79)) * (16) + (ix80)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc36 = napkin_lanes_sum(acc36, 16);
-        const float v195 = (acc36 * 0.125f);
-        const float v196 = (v165 ? v195 : v169);
-        const float v197 = napkin_max(st12, v196);
-        const float v198 = napkin_shift(v197);
-        const float v199 = expf(st12 - v198);
-        const float v200 = expf(v196 - v198);
-        st13 = st13 * v199 + v200;
-        st12 = v197;
-        st14[0] = st14[0] * v199 + v200 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st14[1] = st14[1] * v199 + v200 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st14[2] = st14[2] * v199 + v200 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st14[3] = st14[3] * v199 + v200 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-#line 19 "napkin-diagram"
-        float acc37 = 0.0f;
-        acc37 = acc37 + hq20 * napkin_to_float(p1[((((long long)(ix73)) * (16) + (ix74)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc37 = acc37 + hq21 * napkin_to_float(p1[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc37 = acc37 + hq22 * napkin_to_float(p1[((((long long)(ix77)) * (16) + (ix78)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc37 = acc37 + hq23 * napkin_to_float(p1[((((long long)(ix79)) * (16) + (ix80)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc37 = napkin_lanes_sum(acc37, 16);
-        const float v201 = (acc37 * 0.125f);
-        const float v202 = (v165 ? v201 : v169);
-        const float v203 = napkin_max(st15, v202);
-        const float v204 = napkin_shift(v203);
-        const float v205 = expf(st15 - v204);
-        const float v206 = expf(v202 - v204);
-        st16 = st16 * v205 + v206;
-        st15 = v203;
-        st17[0] = st17[0] * v205 + v206 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st17[1] = st17[1] * v205 + v206 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st17[2] = st17[2] * v205 + v206 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st17[3] = st17[3] * v205 + v206 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-#line 19 "napkin-diagram"
-        float acc38 = 0.0f;
-        acc38 = acc38 + hq24 * napkin_to_float(p1[((((long long)(ix73)) * (16) + (ix74)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc38 = acc38 + hq25 * napkin_to_float(p1[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc38 = acc38 + hq26 * napkin_to_float(p1[((((long long)(ix77)) * (16) + (ix78)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc38 = acc38 + hq27 * napkin_to_float(p1[((((long long)(ix79)) * (16) + (ix80)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc38 = napkin_lanes_sum(acc38, 16);
-        const float v207 = (acc38 * 0.125f);
-        const float v208 = (v165 ? v207 : v169);
-        const float v209 = napkin_max(st18, v208);
-        const float v210 = napkin_shift(v209);
-        const float v211 = expf(st18 - v210);
-        const float v212 = expf(v208 - v210);
-        st19 = st19 * v211 + v212;
-        st18 = v209;
-        st20[0] = st20[0] * v211 + v212 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st20[1] = st20[1] * v211 + v212 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st20[2] = st20[2] * v211 + v212 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st20[3] = st20[3] * v211 + v212 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-#line 19 "napkin-diagram"
-        float acc39 = 0.0f;
-        acc39 = acc39 + hq28 * napkin_to_float(p1[((((long long)(ix73)) * (16) + (ix74)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc39 = acc39 + hq29 * napkin_to_float(p1[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc39 = acc39 + hq30 * napkin_to_float(p1[((((long long)(ix77)) * (16) + (ix78)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc39 = acc39 + hq31 * napkin_to_float(p1[((((long long)(ix79)) * (16) + (ix80)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc39 = napkin_lanes_sum(acc39, 16);
-        const float v213 = (acc39 * 0.125f);
-        const float v214 = (v165 ? v213 : v169);
-        const float v215 = napkin_max(st21, v214);
-        const float v216 = napkin_shift(v215);
-        const float v217 = expf(st21 - v216);
-        const float v218 = expf(v214 - v216);
-        st22 = st22 * v217 + v218;
-        st21 = v215;
-        st23[0] = st23[0] * v217 + v218 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st23[1] = st23[1] * v217 + v218 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st23[2] = st23[2] * v217 + v218 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st23[3] = st23[3] * v217 + v218 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        float acc19 = 0.0f;
+        acc19 = acc19 + hq24 * napkin_to_float(p1[((((long long)(ix137)) * (16) + (ix138)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        acc19 = acc19 + hq25 * napkin_to_float(p1[((((long long)(ix139)) * (16) + (ix140)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        acc19 = acc19 + hq26 * napkin_to_float(p1[((((long long)(ix141)) * (16) + (ix142)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        acc19 = acc19 + hq27 * napkin_to_float(p1[((((long long)(ix143)) * (16) + (ix144)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        acc19 = acc19 + hq28 * napkin_to_float(p1[((((long long)(ix145)) * (16) + (ix146)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        acc19 = acc19 + hq29 * napkin_to_float(p1[((((long long)(ix147)) * (16) + (ix148)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        acc19 = acc19 + hq30 * napkin_to_float(p1[((((long long)(ix149)) * (16) + (ix150)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        acc19 = acc19 + hq31 * napkin_to_float(p1[((((long long)(ix151)) * (16) + (ix152)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
+        acc19 = napkin_lanes_sum(acc19, 8);
+        const float v117 = (acc19 * 0.125f);
+        const float v118 = (v93 ? v117 : v97);
+        const float v119 = napkin_max(st9, v118);
+        const float v120 = napkin_shift(v119);
+        const float v121 = expf(st9 - v120);
+        const float v122 = expf(v118 - v120);
+        st10 = st10 * v121 + v122;
+        st9 = v119;
+        st11[0] = st11[0] * v121 + v122 * napkin_to_float(p2[((((long long)(ix154)) * (16) + (ix155)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
+        st11[1] = st11[1] * v121 + v122 * napkin_to_float(p2[((((long long)(ix156)) * (16) + (ix157)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
+        st11[2] = st11[2] * v121 + v122 * napkin_to_float(p2[((((long long)(ix158)) * (16) + (ix159)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
+        st11[3] = st11[3] * v121 + v122 * napkin_to_float(p2[((((long long)(ix160)) * (16) + (ix161)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
+        st11[4] = st11[4] * v121 + v122 * napkin_to_float(p2[((((long long)(ix162)) * (16) + (ix163)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
+        st11[5] = st11[5] * v121 + v122 * napkin_to_float(p2[((((long long)(ix164)) * (16) + (ix165)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
+        st11[6] = st11[6] * v121 + v122 * napkin_to_float(p2[((((long long)(ix166)) * (16) + (ix167)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
+        st11[7] = st11[7] * v121 + v122 * napkin_to_float(p2[((((long long)(ix168)) * (16) + (ix169)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
       }
     }
-    const float v219 = (st1 == 0.0f ? 0.0f : 1.0f / st1);
+    const float v123 = (st1 == 0.0f ? 0.0f : 1.0f / st1);
     #pragma unroll
-    for (int z = 0; z < 4; ++z) {
-      st2[z] = st2[z] * v219;
+    for (int z = 0; z < 8; ++z) {
+      st2[z] = st2[z] * v123;
     }
-    const float v220 = (st4 == 0.0f ? 0.0f : 1.0f / st4);
+    const float v124 = (st4 == 0.0f ? 0.0f : 1.0f / st4);
     #pragma unroll
-    for (int z = 0; z < 4; ++z) {
-      st5[z] = st5[z] * v220;
+    for (int z = 0; z < 8; ++z) {
+      st5[z] = st5[z] * v124;
     }
-    const float v221 = (st7 == 0.0f ? 0.0f : 1.0f / st7);
+    const float v125 = (st7 == 0.0f ? 0.0f : 1.0f / st7);
     #pragma unroll
-    for (int z = 0; z < 4; ++z) {
-      st8[z] = st8[z] * v221;
+    for (int z = 0; z < 8; ++z) {
+      st8[z] = st8[z] * v125;
     }
-    const float v222 = (st10 == 0.0f ? 0.0f : 1.0f / st10);
+    const float v126 = (st10 == 0.0f ? 0.0f : 1.0f / st10);
     #pragma unroll
-    for (int z = 0; z < 4; ++z) {
-      st11[z] = st11[z] * v222;
-    }
-    const float v223 = (st13 == 0.0f ? 0.0f : 1.0f / st13);
-    #pragma unroll
-    for (int z = 0; z < 4; ++z) {
-      st14[z] = st14[z] * v223;
-    }
-    const float v224 = (st16 == 0.0f ? 0.0f : 1.0f / st16);
-    #pragma unroll
-    for (int z = 0; z < 4; ++z) {
-      st17[z] = st17[z] * v224;
-    }
-    const float v225 = (st19 == 0.0f ? 0.0f : 1.0f / st19);
-    #pragma unroll
-    for (int z = 0; z < 4; ++z) {
-      st20[z] = st20[z] * v225;
-    }
-    const float v226 = (st22 == 0.0f ? 0.0f : 1.0f / st22);
-    #pragma unroll
-    for (int z = 0; z < 4; ++z) {
-      st23[z] = st23[z] * v226;
+    for (int z = 0; z < 8; ++z) {
+      st11[z] = st11[z] * v126;
     }
 #line 19 "napkin-diagram"
     #pragma unroll
-    for (int k0 = 0; k0 < 4; ++k0) {
-      const int j0 = lane + k0 * 16;
+    for (int k0 = 0; k0 < 8; ++k0) {
+      const int j0 = lane + k0 * 8;
       {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 0 < 16) && ((base_3 + 0) < n3)) {
+        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 4 + 0 < 16) && ((base_3 + 0) < n3)) {
           p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)))) * (64) + (j0)] = napkin_from_float<__half>(st2[k0]);
         }
       }
     }
 #line 19 "napkin-diagram"
     #pragma unroll
-    for (int k1 = 0; k1 < 4; ++k1) {
-      const int j1 = lane + k1 * 16;
+    for (int k1 = 0; k1 < 8; ++k1) {
+      const int j1 = lane + k1 * 8;
       {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 1 < 16) && ((base_3 + 1) < n3)) {
+        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 4 + 1 < 16) && ((base_3 + 1) < n3)) {
           p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)))) * (64) + (j1)] = napkin_from_float<__half>(st5[k1]);
         }
       }
     }
 #line 19 "napkin-diagram"
     #pragma unroll
-    for (int k2 = 0; k2 < 4; ++k2) {
-      const int j2 = lane + k2 * 16;
+    for (int k2 = 0; k2 < 8; ++k2) {
+      const int j2 = lane + k2 * 8;
       {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 2 < 16) && ((base_3 + 2) < n3)) {
+        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 4 + 2 < 16) && ((base_3 + 2) < n3)) {
           p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)))) * (64) + (j2)] = napkin_from_float<__half>(st8[k2]);
         }
       }
     }
 #line 19 "napkin-diagram"
     #pragma unroll
-    for (int k3 = 0; k3 < 4; ++k3) {
-      const int j3 = lane + k3 * 16;
+    for (int k3 = 0; k3 < 8; ++k3) {
+      const int j3 = lane + k3 * 8;
       {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 3 < 16) && ((base_3 + 3) < n3)) {
+        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 4 + 3 < 16) && ((base_3 + 3) < n3)) {
           p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)))) * (64) + (j3)] = napkin_from_float<__half>(st11[k3]);
-        }
-      }
-    }
-#line 19 "napkin-diagram"
-    #pragma unroll
-    for (int k4 = 0; k4 < 4; ++k4) {
-      const int j4 = lane + k4 * 16;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 4 < 16) && ((base_3 + 4) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 4) < (long long)(n3 - 1) ? (base_3 + 4) : (long long)(n3 - 1)))) * (64) + (j4)] = napkin_from_float<__half>(st14[k4]);
-        }
-      }
-    }
-#line 19 "napkin-diagram"
-    #pragma unroll
-    for (int k5 = 0; k5 < 4; ++k5) {
-      const int j5 = lane + k5 * 16;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 5 < 16) && ((base_3 + 5) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 5) < (long long)(n3 - 1) ? (base_3 + 5) : (long long)(n3 - 1)))) * (64) + (j5)] = napkin_from_float<__half>(st17[k5]);
-        }
-      }
-    }
-#line 19 "napkin-diagram"
-    #pragma unroll
-    for (int k6 = 0; k6 < 4; ++k6) {
-      const int j6 = lane + k6 * 16;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 6 < 16) && ((base_3 + 6) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 6) < (long long)(n3 - 1) ? (base_3 + 6) : (long long)(n3 - 1)))) * (64) + (j6)] = napkin_from_float<__half>(st20[k6]);
-        }
-      }
-    }
-#line 19 "napkin-diagram"
-    #pragma unroll
-    for (int k7 = 0; k7 < 4; ++k7) {
-      const int j7 = lane + k7 * 16;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 8 + 7 < 16) && ((base_3 + 7) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 7) < (long long)(n3 - 1) ? (base_3 + 7) : (long long)(n3 - 1)))) * (64) + (j7)] = napkin_from_float<__half>(st23[k7]);
         }
       }
     }
