@@ -74,10 +74,14 @@ def test_a_wrong_group_rescale_is_caught():
 @pytest.mark.thorough
 def test_the_decode_split_folds_its_keys_and_merges():
     """b = h = q = 1 and x = 4097: the planner splits the keys over blocks on the CUDA
-    cores (128 blocks of 33 keys, in chunks of 16, 16 and 1: a partial kernel folding
-    groups, a merge kernel); the output against the reference."""
+    cores (a partial kernel, a merge kernel); its partial streamed in chunks of 16 (33 keys
+    a block: 16, 16 and 1, the planner's own takes each block's keys whole), folding groups;
+    the output against the reference."""
     d = library("attention", "f16")
     shape = shape_of(d, b=1, h=1, q=1, x=4097)
     p = plan(d, "h100", shape)
+    assert len(p.kernels) == 2 and "s_x" in p.kernels[0].model.reduced
+    p = with_choices(p, [replace(p.kernels[0].choice, stream=("s_x", 16))] +
+                     [kp.choice for kp in p.kernels[1:]])
     assert len(p.kernels) == 2 and p.kernels[0].schedule.fold == fold.FOLD
     assert all(v.ok for v in _run(d, p, shape))
