@@ -69,6 +69,7 @@ class KernelLowering(Registers):
         self.coherent: set[int] = set()   # read through L2 (another block wrote them: tail.py)
         self.tail = None              # a split's merge after each block tile (tail.py)
         self.held: dict[tuple, str] = {}  # values held across the streamed loop (held.py)
+        self.pass_loads: frozenset = frozenset()   # streamed loads this pass stages a chunk
 
     def _order(self, woven) -> list[str]:
         """Woven axes, the contiguous axis of the first store last (fastest across threads)."""
@@ -106,7 +107,9 @@ class KernelLowering(Registers):
             found = self.held.get(held.key(n, axes, scope))
             if found is not None:
                 return found
-        if n in self.staged and not self.views and (self.in_chunk or self.st.axis not in axes):
+        streamed = self.st.axis in axes      # (its chunk staged in this pass only)
+        if n in self.staged and not self.views and \
+                (not streamed or (self.in_chunk and n in self.pass_loads)):
             buf, layout = self.staged[n]
             value = self._as_kind(n, dtype, f"{load}({buf}[{layout.offset(scope, local=True)}])")
             if self.in_chunk and self.st.axis in axes and len(self.points) > 1:
@@ -231,6 +234,7 @@ class KernelLowering(Registers):
         chunk = self.kp.schedule.stream[1]
         split_r = self.split and self.split[0] == r
         loads = sorted(n for n in st.loads[p] if n in self.staging)
+        self.pass_loads = frozenset(loads)     # (another pass's chunk is out of scope here)
 
         kinds = {n: accum.kind_of(self, n, n in stats) for n in reducers + stats}
         per_chunk_stores = any(n in st.per_chunk[p] and r in ir.type_of(self.g, n).axes

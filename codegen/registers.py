@@ -38,6 +38,8 @@ class Registers:
         if entry is None:
             return None
         m, s, extra = entry
+        if any(row.get(a) is None or row[a].local is None for a in extra):
+            return None     # read at another axis's position (a view): not this array's walk
         idx = accum.local_index(self, extra, row)
         return f"{m}[{idx}]", f"{s}[{idx}]"
 
