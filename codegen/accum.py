@@ -11,7 +11,7 @@ that split the streamed axis merge their states with butterfly shuffles.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..compiler import ir
 from . import program as P
@@ -44,6 +44,13 @@ class State:
     arrays: dict        # slot -> register array variable
     extent: int         # length of the arrays
     extra: list         # the axes the arrays run over
+    # a paired online softmax's points of one row share (m, l) (row_key): the row's first
+    # point (its leader) computes them and the factors each point's o takes, the others
+    # (its peers: leader set) reuse them
+    leader: "State | None" = None
+    peers: list = field(default_factory=list)
+    factors: tuple = ()     # the leader's (scale, exps) at the current position(s)
+    inv: str = ""           # the leader's 1 / l, after the merge
 
 
 def kind_of(lw, n: int, stats: bool) -> str:
@@ -68,7 +75,16 @@ def extent_of(lw, axis: str) -> int:
     return -(-bound // lw.ways) if lw.split and lw.split[0] == axis else bound
 
 
-def declare(lw, n: int, pt: dict, stats: bool = False) -> State:
+def row_key(lw, n: int, pt: dict) -> tuple:
+    """The row of a paired softmax's point: its offsets along the woven axes of the softmax's
+    rows (its axes but the streamed one; those of `O.stats`, compiler/model.py)."""
+    rows = [a for a in ir.type_of(lw.g, lw.paired_softmax(n)).axes if a != lw.st.axis]
+    return (n,) + tuple(pt["at"][a] for a in lw.woven if a in rows)
+
+
+def declare(lw, n: int, pt: dict, stats: bool = False, leaders: dict | None = None) -> State:
+    """A state for node n at the thread's point `pt`. `leaders` (row_key -> State, filled
+    here): a paired softmax's point whose row an earlier point holds shares that one's (m, l)."""
     b = lw.b
     kind = kind_of(lw, n, stats)
     extra = _extra(lw, n, kind)
@@ -77,6 +93,12 @@ def declare(lw, n: int, pt: dict, stats: bool = False) -> State:
         extent *= extent_of(lw, a)
     rows_slots, array_slots = STREAMED[kind]
     rows, arrays = {}, {}
+    leader = None
+    if kind == "pair" and leaders is not None:
+        key = row_key(lw, n, pt)
+        leader = leaders.get(key)
+        if leader is not None:
+            rows_slots, rows = (), leader.rows
     for slot in rows_slots:
         rows[slot] = b.fresh("st")
         b.emit(P.Decl("float", rows[slot], INIT_BY_KIND.get((kind, slot), INIT.get(slot, "0.0f"))))
@@ -85,7 +107,12 @@ def declare(lw, n: int, pt: dict, stats: bool = False) -> State:
         b.emit(P.Decl(SLOT_CTYPE.get(slot, "float"), arrays[slot], None, extent))
         init = INIT_BY_KIND.get((kind, slot), INIT.get(slot, "0.0f"))
         b.loop("z", "0", str(extent), "1", lambda v=arrays[slot], i=init: b.emit(P.Set(f"{v}[z]", i)))
-    return State(kind, rows, arrays, extent, extra)
+    st = State(kind, rows, arrays, extent, extra, leader)
+    if leader is not None:
+        leader.peers.append(st)
+    elif kind == "pair" and leaders is not None:
+        leaders[key] = st
+    return st
 
 
 def local_index(lw, extra, scope) -> str:
@@ -134,18 +161,22 @@ def _online_softmax(lw, n: int, st: State, scopes: list) -> None:
     exp(m_old - m_new), one exponential per score, each score's product with the other
     operand added to the rescaled row."""
     g, b, em = lw.g, lw.b, lw.emitter
-    m, l = st.rows["m"], st.rows["s"]
     soft = lw.paired_softmax(n)
     r = lw.st.axis
-    scores = [em.number(ir.operands(g, soft)[0], scope) for scope in scopes]
-    m_new = m
-    for score in scores:
-        m_new = b.value("float", f"napkin_max({m_new}, {score})")
-    shift = b.value("float", f"napkin_shift({m_new})")
-    scale = b.value("float", f"expf({m} - {shift})")
-    ps = [b.value("float", f"expf({score} - {shift})") for score in scores]
-    b.emit(P.Set(l, " + ".join([f"{l} * {scale}"] + ps)))
-    b.emit(P.Set(m, m_new))
+    if st.leader is not None:       # the row's leader folded these keys: its factors
+        scale, ps = st.leader.factors
+    else:
+        m, l = st.rows["m"], st.rows["s"]
+        scores = [em.number(ir.operands(g, soft)[0], scope) for scope in scopes]
+        m_new = m
+        for score in scores:
+            m_new = b.value("float", f"napkin_max({m_new}, {score})")
+        shift = b.value("float", f"napkin_shift({m_new})")
+        scale = b.value("float", f"expf({m} - {shift})")    # of the old m: every o reads
+        ps = [b.value("float", f"expf({score} - {shift})") for score in scores]  # these
+        b.emit(P.Set(l, " + ".join([f"{l} * {scale}"] + ps)))   # values, never m itself
+        b.emit(P.Set(m, m_new))
+        st.factors = (scale, ps)
     other = lw.other_operand(n, soft)
 
     def add(s):
@@ -191,7 +222,7 @@ def fold_value(b, kind: str, v: dict, x: str, two_exps: bool = False) -> None:
 def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
     """Merge the lanes' states (when they split the streamed axis) and register the result."""
     b = lw.b
-    if merge and lw.ways > 1:
+    if merge and lw.ways > 1 and st.leader is None:   # (a leader merges its peers' o)
         _merge(lw, st)
     point = pt["scope"]
     a = st.arrays
@@ -212,8 +243,11 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
     elif st.kind == "contract":
         result = a["a"]
     elif st.kind == "pair":
-        l = st.rows["s"]
-        inv = b.value("float", f"({l} == 0.0f ? 0.0f : 1.0f / {l})")
+        if st.leader is not None:       # once per row: the leader's reciprocal
+            inv = st.leader.inv
+        else:
+            l = st.rows["s"]
+            inv = st.inv = b.value("float", f"({l} == 0.0f ? 0.0f : 1.0f / {l})")
         b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(f"{a['o']}[z]", f"{a['o']}[z] * {inv}")))
         result = a["o"]
     else:
@@ -249,7 +283,7 @@ def _merge(lw, st: State) -> None:
 
     def step():
         if st.kind == "pair":
-            m, l, o = st.rows["m"], st.rows["s"], st.arrays["o"]
+            m, l = st.rows["m"], st.rows["s"]     # once per row; each point's o with them
             mo, lo = shfl(m), shfl(l)
             mm = b.value("float", f"napkin_max({m}, {mo})")
             sh = b.value("float", f"napkin_shift({mm})")
@@ -257,8 +291,9 @@ def _merge(lw, st: State) -> None:
             sb = b.value("float", f"expf({mo} - {sh})")
             b.emit(P.Set(l, f"{l} * {sa} + {lo} * {sb}"))
             b.emit(P.Set(m, mm))
-            b.loop("z", "0", str(st.extent), "1",
-                   lambda: b.emit(P.Set(f"{o}[z]", f"{o}[z] * {sa} + {shfl(f'{o}[z]')} * {sb}")))
+            for o in [st.arrays["o"]] + [peer.arrays["o"] for peer in st.peers]:
+                b.loop("z", "0", str(st.extent), "1", lambda o=o: b.emit(
+                    P.Set(f"{o}[z]", f"{o}[z] * {sa} + {shfl(f'{o}[z]')} * {sb}")))
             return
         b.loop("z", "0", str(st.extent), "1", lambda: merge_one(
             b, st.kind, {slot: f"{var}[z]" for slot, var in st.arrays.items()}, shfl))

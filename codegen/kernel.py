@@ -220,17 +220,17 @@ class KernelLowering(Registers):
             within = f"{self._axis_var('tc', a)} * {self.ttile[a]} + {at[a]}"
             checks.append(f"({within} < {self.tile[a]})")
             checks.append(f"({raw} < {self.sizes[a]})")
-        return {"scope": scope, "valid": " && ".join(checks)}
+        return {"scope": scope, "valid": " && ".join(checks), "at": at}
 
     # -- streaming passes ------------------------------------------------------------------
     def _pass(self, p: int) -> None:
         b, st, r = self.b, self.st, self.st.axis
         reducers = [n for n, q in st.reducers if q == p]
         stats = [n for n, q in st.stats if q == p]
-        states = {}
+        states, leaders = {}, {}     # (a paired softmax's points of one row share m, l)
         for pt_i, pt in enumerate(self.points):
             for n in reducers + stats:
-                states[(n, pt_i)] = accum.declare(self, n, pt, n in stats)
+                states[(n, pt_i)] = accum.declare(self, n, pt, n in stats, leaders)
         chunk = self.kp.schedule.stream[1]
         split_r = self.split and self.split[0] == r
         loads = sorted(n for n in st.loads[p] if n in self.staging)

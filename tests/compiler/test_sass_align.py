@@ -99,7 +99,7 @@ def test_the_issue_slots_of_attention_on_the_cuda_cores_follow_its_sass(name, sh
 
 @pytest.mark.thorough
 @pytest.mark.xfail(strict=True, reason=(
-    "issue 13, open: the decode splits' merge kernels issue 1.6-2.9x the model's slots: a "
+    "issue 13, open: the decode splits' merge kernels issue 1.6-2.3x the model's slots: a "
     "block merges a few partials, and its 64-bit origins (divisions by runtime sizes, a call "
     "each) and setup, some 300 instructions a warp, are BLOCK's 60 in the model"))
 @pytest.mark.parametrize("name, shape, engine, index", BAND)
