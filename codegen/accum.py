@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..compiler import ir
+from ..compiler.canonical import through
 from . import program as P
 from . import scalar
 
@@ -67,7 +68,7 @@ def _extra(lw, n: int, kind: str) -> list[str]:
         op = ir.op(lw.g, n)
         rows = [a for a in ir.type_of(lw.g, n).axes if a not in op.axes]
         return [a for a in rows if a not in lw.woven]
-    return lw.extra_axes(n)
+    return [a for a in ir.type_of(lw.g, n).axes if a not in lw.woven]   # (not the point's)
 
 
 def extent_of(lw, axis: str) -> int:
@@ -177,7 +178,7 @@ def _online_softmax(lw, n: int, st: State, scopes: list) -> None:
         b.emit(P.Set(l, " + ".join([f"{l} * {scale}"] + ps)))   # values, never m itself
         b.emit(P.Set(m, m_new))
         st.factors = (scale, ps)
-    other = lw.other_operand(n, soft)
+    other = _other_operand(lw, n, soft)
 
     def add(s):
         o = f"{st.arrays['o']}[{local_index(lw, st.extra, s)}]"
@@ -326,3 +327,9 @@ def merge_one(b, kind: str, v: dict, shfl) -> None:
         sh = b.value("float", f"napkin_shift({mm})")
         b.emit(P.Set(v["s"], f"{v['s']} * expf({v['m']} - {sh}) + {o['s']} * expf({o['m']} - {sh})"))
         b.emit(P.Set(v["m"], mm))
+
+
+def _other_operand(lw, n: int, soft: int) -> int:
+    """The operand of paired contraction `n` that is not its softmax `soft`."""
+    a, b_ = ir.operands(lw.g, n)
+    return b_ if through(lw.g, a) == soft else a

@@ -14,9 +14,9 @@ masked to the points inside the arrays.
 
 from __future__ import annotations
 
+import itertools
 
 from ..compiler import ir
-from ..compiler.canonical import through
 from ..compiler.schedule import SIMT
 from . import accum, cexpr, held, masks, runs, staging
 from . import program as P
@@ -207,7 +207,7 @@ class KernelLowering(Registers):
         """The thread's tile points: index expressions (clamped inside the arrays for reading)
         and whether each point is in range (for stores)."""
         ranges = [range(self.ttile[a]) for a in self.woven]
-        return [self.point(dict(zip(self.woven, combo))) for combo in _product(ranges)]
+        return [self.point(dict(zip(self.woven, combo))) for combo in itertools.product(*ranges)]
 
     def point(self, at: dict) -> dict:
         """The thread's point `at[a]` positions past its base along each woven axis (a number
@@ -394,20 +394,5 @@ class KernelLowering(Registers):
         fn()
         return self.b.close()
 
-    def extra_axes(self, n: int) -> list[str]:
-        """Axes of a reducer's result the thread's point does not fix (held in registers)."""
-        return [a for a in ir.type_of(self.g, n).axes if a not in self.woven]
-
     def paired_softmax(self, n: int):
         return next((s for s, c in self.st.pairs if c == n), None)
-
-    def other_operand(self, n: int, soft: int) -> int:
-        a, b_ = ir.operands(self.g, n)
-        return b_ if through(self.g, a) == soft else a
-
-
-def _product(ranges):
-    out = [()]
-    for r in ranges:
-        out = [prev + (i,) for prev in out for i in r]
-    return out

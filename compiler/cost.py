@@ -396,8 +396,3 @@ def _launched(model: Model, covs: list[dict]):
     count = prod(np.ceil(np.asarray(covs[0][a] / covs[1][a], dtype=float) - 1e-9)
                   for a in model.axes)
     return np.maximum(WARP, np.ceil(count / WARP) * WARP)
-
-
-def utilization(target: Target, blocks, smem, threads, active=None, regs=None):
-    """The fraction of the GPU a launch keeps busy (occupancy.utilization)."""
-    return occupancy.utilization(target, blocks, smem, threads, active, regs)
