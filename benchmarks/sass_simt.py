@@ -71,13 +71,41 @@ def element_loops(cuda: str, sizes: dict, chunk: int | None) -> list[dict]:
         for name, value in re.findall(r"const \w+ (\w+) = ([^;]+);", body):
             if set(re.findall(r"\w+", value)) & varying:
                 varying.add(name)
-        accesses = len({a for a in re.findall(r"\b(?:sm\d+|p\d+|cp[sd])\[[^;]*?\](?=[ ;)=]|$)", body)
-                        if set(re.findall(r"\w+", a[a.index("["):])) & varying})
+        found = {a for a in re.findall(r"\b(?:sm\d+|p\d+|cp[sd])\[[^;]*?\](?=[ ;)=]|$)", body)
+                 if set(re.findall(r"\w+", a[a.index("["):])) & varying}
+        accesses = len(found)
+        width = _widths(cuda)
+        nbytes = sum(width.get(a[:a.index("[")], 4) for a in found)
         trip = max(math.ceil((last - first) / stride), 0)
         if any(lo <= m.start() < hi for lo, hi in skipped):
             trip = 0          # the branch of a size test the sizes do not take
-        out.append({"trip": trip, "accesses": accesses})
+        out.append({"trip": trip, "accesses": accesses, "bytes": nbytes})
     return out
+
+
+# the bytes one element of an array the CUDA names moves, by its C type (a kernel parameter
+# `const __half* __restrict__ p0`, a buffer `float* sm0 = ...`, a copy's `const uint4* const
+# cps`)
+_CTYPE_BYTES = {"float": 4, "int": 4, "unsigned int": 4, "unsigned": 4, "__half": 2,
+                "__nv_bfloat16": 2, "long long": 8, "double": 8, "uint2": 8, "uint4": 16,
+                "signed char": 1, "unsigned char": 1}
+_POINTER = re.compile(r"\b(" + "|".join(sorted(_CTYPE_BYTES, key=len, reverse=True)) +
+                      r")\* (?:__restrict__ |const )?((?:p|sm)\d+|cp[sd])\b")
+
+
+def _widths(cuda: str) -> dict[str, int]:
+    """array name -> the bytes of one of its elements (4 where its type is not found)."""
+    return {name: _CTYPE_BYTES[ctype] for ctype, name in _POINTER.findall(cuda)}
+
+
+def access_bytes(opcode: str) -> int:
+    """The bytes one memory instruction moves a thread: LDS.64 two 32-bit values (nvcc's
+    vector of two adjacent C accesses), LDG.E.128 four, LDS.U16 one 16-bit value."""
+    parts = opcode.split(".")
+    for width, nbytes in (("128", 16), ("64", 8), ("U16", 2), ("S16", 2), ("U8", 1), ("S8", 1)):
+        if width in parts:
+            return nbytes
+    return 4
 
 
 _SIZE_TEST = re.compile(r"if \(([^;{]*?) % (\d+) == 0\) \{")
@@ -170,9 +198,9 @@ def block_run(sass_text: str, function: str, cuda: str, sizes: dict, chunk: int 
     for lp in fills:
         weight[id(lp)] = 0
     for lp, c in zip(paired, c_loops):
-        memory = sum(1 for i in lp.instructions if mainloop.classify(i.opcode) in
-                     ("smem", "global"))
-        unroll = max(round(memory / c["accesses"]), 1) if c["accesses"] else 1
+        memory = sum(access_bytes(i.opcode) for i in lp.instructions
+                     if mainloop.classify(i.opcode) in ("smem", "global"))
+        unroll = max(round(memory / c["bytes"]), 1) if c["bytes"] else 1
         weight[id(lp)] = c["trip"] / unroll
         loops.append({"start": lp.start, "instructions": len(lp.instructions),
                       "trip": c["trip"], "unroll": unroll})

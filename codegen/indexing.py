@@ -10,15 +10,30 @@ class Layout:
     """Offsets into an array stored row-major over `axes`.
 
     With `extents` and `origins` it describes a tile: the local offset of a
-    position is computed from its distance to the tile's origin.
+    position is computed from its distance to the tile's origin. `aligned`: each origin is
+    the block's own (a multiple of the extent, of a tile that starts inside the array:
+    KernelLowering._origins), which `inside` reasons from.
     """
 
-    def __init__(self, axes, sizes: dict[str, str], itype: str, extents=None, origins=None):
+    def __init__(self, axes, sizes: dict[str, str], itype: str, extents=None, origins=None,
+                 aligned: bool = False):
         self.axes = tuple(axes)
         self.sizes = sizes
         self.itype = itype
         self.extents = extents or {a: sizes[a] for a in axes}
         self.origins = origins or {}
+        self.aligned = aligned
+
+    def inside(self, a: str) -> bool:
+        """Whether every position of the tile along `a` is inside the array, so that its
+        in-range test is true and left out: the whole axis (extent = size), or a block's
+        tile of one position (its origin is below the size: the grid has ceil(size / tile)
+        tiles) or one that divides a static size."""
+        extent, size = self.extents[a], self.sizes[a]
+        if a not in self.origins:
+            return extent == size
+        return self.aligned and (extent == "1" or extent.isdigit() and size.isdigit()
+                                 and int(size) % int(extent) == 0)
 
     def offset(self, scope: dict[str, Ix], local: bool = False) -> str:
         if not self.axes:
@@ -36,15 +51,19 @@ class Layout:
         return " * ".join(f"({self.extents[a]})" for a in self.axes) or "1"
 
     def unflatten(self, var: str, stream_axis: str | None, chunk_len: str):
-        """Global coordinates of element `var` of the tile (last axis fastest), and validity."""
+        """Global coordinates of element `var` of the tile (last axis fastest), and validity
+        (an in-range test `inside` proves true left out). The element's position along each
+        axis is divided out unsigned (`var` is never negative, and below the tile's count:
+        a shift and a mask by a power of two, no sign's correction)."""
         coords, checks = {}, []
-        rest = var
+        rest = f"(unsigned)({var})"
         for a in reversed(self.axes):
-            local = f"(({rest}) % ({self.extents[a]}))"
+            local = f"({self.itype})(({rest}) % ({self.extents[a]}))"
             rest = f"(({rest}) / ({self.extents[a]}))"
             origin = self.origins.get(a)
             coords[a] = f"({origin} + {local})" if origin else local
-            if a == stream_axis:
+            if a == stream_axis:     # (the chunk's length ends at the array's end)
                 checks.append(f"{local} < {chunk_len}")
-            checks.append(f"{coords[a]} < {self.sizes[a]}")
+            elif not self.inside(a):
+                checks.append(f"{coords[a]} < {self.sizes[a]}")
         return coords, " && ".join(checks) or "true"

@@ -14,6 +14,8 @@ masked to the points inside the arrays.
 
 from __future__ import annotations
 
+import math
+
 import itertools
 
 from ..compiler import ir
@@ -27,6 +29,8 @@ from .scalar import Emitter
 
 
 class KernelLowering(Registers):
+    grid_origins = True     # org_i from the block index (_origins): a tile inside the array
+
     def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
         self.plan, self.kp = plan, kp
         self.g = plan.graph
@@ -148,22 +152,32 @@ class KernelLowering(Registers):
     def _grid(self, name: str) -> P.KernelProgram:
         """Blocks walk every tile of the woven axes grid-stride (any batch fits the grid)."""
         b = self.b
-        nblocks = " * ".join([f"(((long long)({self.sizes[a]}) + {self.tile[a] - 1}) / {self.tile[a]})"
-                              for a in self.woven]) or "1LL"
-        b.emit(P.Decl("const long long", "nblocks", nblocks))
+        bt = self.kp.schedule.blocks      # (index_width.block_type)
+        along = [self._tiles_along(a) for a in self.woven]
+        known = math.prod(int(n) for n in along if n.isdigit())   # (one C constant, in bt)
+        nblocks = " * ".join([f"({bt}){known}"] + [n for n in along if not n.isdigit()])
+        b.emit(P.Decl(f"const {bt}", "nblocks", nblocks))
 
         def tile():
             self._block_body()
             if self.tail is not None:
                 self.tail.emit(self)
-        b.loop("blk", "(long long)blockIdx.x", "nblocks", "(long long)gridDim.x", tile,
-               ctype="long long")
+        b.loop("blk", f"({bt})blockIdx.x", "nblocks", f"({bt})gridDim.x", tile, ctype=bt)
         return P.KernelProgram(name, (), self.threads, tuple(
             (self.params[a], self.tile[a]) for a in self.woven), tuple(self.smem_terms),
             tuple(self.smem), b.statements, self.itype, self.k.name)
 
     def _axis_var(self, prefix: str, axis: str) -> str:
         return f"{prefix}_{self.woven.index(axis)}"
+
+    def _tiles_along(self, a: str) -> str:
+        """The block tiles along woven axis a, in the block index's type (a number where the
+        size is one)."""
+        size, t = self.params[a], self.tile[a]
+        if size.isdigit():
+            return str(-(-int(size) // t))
+        bt = self.kp.schedule.blocks
+        return f"((({bt})({size}) + {t - 1}) / {t})" if t > 1 else f"(({bt})({size}))"
 
     def _origins(self) -> None:
         """org_i: where this block's tile starts along each woven axis (the last fastest);
@@ -173,7 +187,7 @@ class KernelLowering(Registers):
         back = self.kp.schedule.reversed
         for a in reversed([a for a in self.woven if a in back] +
                           [a for a in self.woven if a not in back]):
-            nb = f"(((long long)({self.sizes[a]}) + {self.tile[a] - 1}) / {self.tile[a]})"
+            nb = self._tiles_along(a)
             o = self._axis_var("org", a)
             index = f"(({rest}) % {nb})" if a not in back else f"({nb} - 1 - ({rest}) % {nb})"
             self.b.emit(P.Decl(f"const {self.itype}", o,

@@ -97,7 +97,7 @@ def _rows(lw, n, name, layout, ctype, inner, rows, vector) -> None:
         # the length of the row inside the array (and the chunk)
         if inner == lw.st.axis:
             limit = "clen"
-        elif inner in layout.origins:
+        elif inner in layout.origins and not layout.inside(inner):
             limit = f"({itype})({lw.sizes[inner]}) - {layout.origins[inner]}"
         else:
             limit = None
@@ -135,11 +135,13 @@ def _coordinate(lw, layout, a, local) -> tuple[Ix, list]:
     origin = layout.origins.get(a)
     at = f"({origin} + {local})" if origin else local
     checks = []
-    if a == lw.st.axis:
+    if a == lw.st.axis:       # (the chunk's length ends at the array's end)
         checks.append(f"{local} < clen")
+    elif layout.inside(a):
+        return Ix(at), checks
     if origin or not layout.extents[a].isdigit() or a == lw.st.axis:
-        size = _int(lw, lw.sizes[a])
-        checks.append(f"{at} < {size}")
+        if a != lw.st.axis:
+            checks.append(f"{at} < {_int(lw, lw.sizes[a])}")
         if local != "0" or a == lw.st.axis:
             top = f"({lw.itype})({lw.sizes[a]} - 1)"
             return Ix(f"({at} < {top} ? {at} : {top})"), checks
@@ -197,7 +199,8 @@ def _allocate(lw, n: int) -> None:
     origins = {a: lw._axis_var("org", a) for a in axes if a in lw.tile}
     if lw.st.axis in axes:
         origins[lw.st.axis] = "c0"
-    lw.staged[n] = (name, Layout(axes, lw.sizes, lw.itype, extents, origins))
+    lw.staged[n] = (name, Layout(axes, lw.sizes, lw.itype, extents, origins,
+                                 aligned=lw.grid_origins))
 
 
 def next_offset(smem: list) -> str:

@@ -33,6 +33,8 @@ TILE = "napkin_tile"       # the output tile's counter index
 class MergeLowering(KernelLowering):
     """One merge kernel's block, inside the partial kernel (no grid loop of its own)."""
 
+    grid_origins = False    # (the partial's block origins, not this block's tiles)
+
     def __init__(self, plan, kp, names, sizes, index_type, partial: KernelLowering,
                  origins: dict[str, str], coherent: set[int]):
         super().__init__(plan, kp, names, sizes, index_type)

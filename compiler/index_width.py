@@ -75,3 +75,13 @@ def wide(extents, sizes: dict, choice):
 def index_type(extents, sizes: dict, choice) -> str:
     """The C index type of one kernel plan ('int' or 'long long')."""
     return "long long" if bool(wide(extents, sizes, choice)) else "int"
+
+
+def block_type(sizes: dict, tile) -> str:
+    """The C type of a kernel's block index (its grid-stride loop over the tiles of the woven
+    axes, `tile`: axis -> block tile): `unsigned` where the tiles number at most 2^31 - 1
+    (a block index and the grid's stride then stay below 2^32), so that the tile's origins
+    are 32-bit divisions nvcc inlines (64-bit ones test the high word and call a routine
+    per division, per block), else `long long`."""
+    tiles = math.prod(-(-max(int(sizes[a]), 1) // int(t)) for a, t in tile)
+    return "unsigned" if tiles <= INT_MAX else "long long"

@@ -36,7 +36,7 @@ READ_CONVERT = 1
 # An output element stored: its index clamped to the array, the in-range test, the 64-bit
 # address and STG (and F2FP to 16 bits), per element and lane, beside its ops: 11 in
 # rmsnorm's output loop at 4096 (76 for 4 elements: 2 LDS and their conversions, 2 FMUL,
-# F2FP, the rest the index and store), fitted with ITERATION and BLOCK below.
+# F2FP, the rest the index and store), fitted with ITERATION and BLOCK_BASE below.
 STORE = 11
 # A load read from global memory where it is used (a view's or a gather's source, not
 # staged: schedule._staged), per point of the kernel, pass and lane, beyond its READ: its
@@ -49,9 +49,10 @@ UNSTAGED = 10
 # the run's in-range test, its source and destination addresses, one 16-byte LDG and STG.
 # Fitted to embedding's SASS (sm_90, static, default sizes and 4096, one run a lane and 32
 # a block: 86 per warp and block with the loop of the fallback the sizes do not take
-# weighted 0, BLOCK's and ITERATION's 72 and 14 the run).
+# weighted 0, the block's and ITERATION's 72 and 14 the run).
 ROW_RUN = 14
-# Per chunk and warp: the two barriers, the chunk's length, the loop test. The chunk's lane
+# Per chunk and warp (a streamed kernel's): the two barriers, the chunk's length, the loop
+# test. The chunk's lane
 # loop (its set-up and the remainder nvcc peels off it, some 145 a chunk in softmax's at
 # 4096) is LANE_LOOP's.
 ITERATION = 12
@@ -86,10 +87,17 @@ LOOPS = {"logsumexp": 2, "var": 2, "softmax": 2}
 MERGE_STATE = 25
 MERGE_RESCALED = 3
 MERGE_VALUE = 2
-# Per block and warp: the tile's origins from the block index (64-bit divisions by the
-# tiles per axis), the thread's points and their clamps, the reductions' shuffles (some
-# 40-100 outside every loop in rmsnorm's, layernorm's and softmax's blocks).
-BLOCK = 60
+# Per block and warp: the thread's points and their clamps, the reductions' shuffles, the
+# blocks' loop (fitted with DIVISION: BLOCK_BASE + DIVISION a runtime-sized woven axis, 45
+# at rmsnorm's, layernorm's and softmax's one axis, 60 at embedding's two less its 26 of
+# rows in runs and loop, 67 and 79 at the decode merges' three and four)...
+BLOCK_BASE = 30
+# ... and the tile's origin along each woven axis whose size is a launch's (not fixed by the
+# diagram): the block index's remainder by the tiles along it and its quotient, a 32-bit
+# division by a runtime divisor (index_width.block_type: I2F, MUFU.RCP, F2I and the
+# correction, some 19 instructions, or 10 where nvcc hoists the reciprocal out of the
+# blocks' loop; counted in the SASS of embedding's and the decode merges' blocks).
+DIVISION = 15
 
 
 def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks, fraction,
@@ -143,7 +151,9 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
         values = (1 - runs) * values + runs * stored / width * 2
         per_block = (1 - runs) * per_block
     lanes = lanes + np.where(wide, INDEX_WIDE, 0.0) * values
-    warp = units[0] * warps * (per_block + chunks * ITERATION + BLOCK +
+    block = BLOCK_BASE + DIVISION * sum(1 for a in model.woven if a not in model.fixed)
+    iteration = ITERATION if choice.stream else 0       # (no chunk loop where unstreamed)
+    warp = units[0] * warps * (per_block + chunks * iteration + block +
                                LANE_LOOP * lane_loops(model, choice, chunks) +
                                merges(model, choice))
     return lanes, warp

@@ -23,7 +23,7 @@ from . import copies, fold, ir, row_runs
 from .cost import Choice
 from .extents import covered, resident
 from .fractions import later_is_heavier
-from .index_width import index_type
+from .index_width import block_type, index_type
 from .memory import PIPELINE
 from .model import Model
 from .target import Target
@@ -76,6 +76,7 @@ class Schedule:
     stages: int = 1                           # pipeline depth of streamed shared tiles
     placements: tuple[Placement, ...] = ()    # every array at every level it lives at
     index: str = "int"                        # the C type of every index (index_width.py)
+    blocks: str = "unsigned"                  # the C type of the block index (index_width.py)
     reversed: tuple[str, ...] = ()            # axes whose block tiles launch last first,
                                               # the slowest-varying: the heaviest blocks first
                                               # (fractions.later_is_heavier)
@@ -158,7 +159,8 @@ def build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target,
             choice.stream[0], sched.site.row):
         sched = replace(sched, reversed=(sched.site.row,))
     return replace(sched, placements=placements(model, choice, sizes, target),
-                   index=index_type(model.extents, sizes, choice))
+                   index=index_type(model.extents, sizes, choice),
+                   blocks=block_type(sizes, sched.tile))
 
 
 def _scatter(g, kernel, choice: Choice, sizes: dict) -> Schedule:
@@ -172,7 +174,8 @@ def _scatter(g, kernel, choice: Choice, sizes: dict) -> Schedule:
     tile = scatter_blocks(found.axes, sizes)
     lanes = math.prod(t for _, t in tile)
     return Schedule(SCATTER, None, tile, None, (), None, None, (), -(-lanes // WARP) * WARP,
-                    lanes, choice, index="long long", scatter=found,
+                    lanes, choice, index="long long", blocks="long long",
+                    scatter=found,
                     finish=scatter_blocks(ir.type_of(g, found.store).axes, sizes))
 
 

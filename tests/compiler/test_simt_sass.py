@@ -37,7 +37,9 @@ def _need_disassembler():
 
 
 CUDA = """
-  for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
+    const __half* __restrict__ p0,
+  __half* sm0 = reinterpret_cast<__half*>(smem + 0);
+  for (unsigned blk = (unsigned)blockIdx.x; blk < nblocks; blk += (unsigned)gridDim.x) {
     for (int e = tid; e < (1); e += 32) {
       sm2[e] = p2[org_0 + e];
     }
@@ -77,11 +79,16 @@ def test_element_loops_are_read_off_the_cuda():
     unrolled loops (`#pragma unroll`, a constant trip, the shuffles over `off`) and the chunk
     and blocks' loops are none of them. Accesses: each distinct array read or written per
     iteration, not the label read at the block's row (`sm2[base_0 - org_0]`, hoisted), one
-    for `sm0[j2] * sm0[j2]`."""
+    for `sm0[j2] * sm0[j2]`; their bytes by the arrays' declared types (p0 and sm0 16-bit,
+    p1 undeclared: 32-bit), which the SASS's memory instructions' bytes are divided by for
+    nvcc's unroll (an LDS.64 two adjacent 32-bit reads)."""
     simt = _module("sass_simt")
     found = simt.element_loops(CUDA, {"n0": 4096, "n1": 4096}, 256)
-    assert found == [{"trip": 256, "accesses": 2}, {"trip": 32, "accesses": 1},
-                     {"trip": 128, "accesses": 2}]
+    assert found == [{"trip": 256, "accesses": 2, "bytes": 4},
+                     {"trip": 32, "accesses": 1, "bytes": 2},
+                     {"trip": 128, "accesses": 2, "bytes": 6}]
+    assert [simt.access_bytes(op) for op in ("LDS.64", "LDG.E.128.CONSTANT", "LDS.U16", "STS",
+                                             "LDG.E.CONSTANT", "STG.E.U16")] == [8, 16, 2, 4, 4, 2]
     # a size not given, or a name the header reads that is not a size: no pairing at all
     assert simt.element_loops(CUDA, {"n0": 4096}, 256) == []
 

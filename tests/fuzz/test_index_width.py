@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import napkin
+from napkin.codegen import program as P
 from napkin.codegen.lower import lower
 from napkin.codegen.render import render
 from napkin.compiler.plan import plan
@@ -132,3 +133,26 @@ def test_ptx_computes_offsets_in_64_bits_when_it_must():
     ptx64, ptx32 = _ptx(d), _ptx(d, force_int=True)
     assert not narrow.search(ptx64) and len(wide.findall(ptx64)) > len(wide.findall(ptx32))
     assert narrow.search(ptx32)
+
+
+def test_the_block_index_is_32_bit_unsigned_while_the_tiles_fit():
+    """index_width.block_type: `unsigned` while a grid's tiles number at most 2^31 - 1 (the
+    index and the grid's stride stay below 2^32), else `long long`; the lowering declares the
+    blocks' loop with it, and the range analysis checks it as unsigned."""
+    from napkin.compiler.index_width import block_type
+    assert block_type({"a": EDGE - 1, "b": 3}, (("a", 1), ("b", 3))) == "unsigned"
+    assert block_type({"a": EDGE - 1, "b": 6}, (("a", 1), ("b", 3))) == "long long"
+    assert block_type({"a": 5 * EDGE}, (("a", 4),)) == "long long"
+    p = plan(napkin.load("attention"), "h100", {"b": 3, "h": 5, "q": 77, "x": 9})
+    program = lower(p)
+    for k, kp in zip(program.kernels, p.kernels):
+        assert kp.schedule.blocks == "unsigned"
+        loop = next(s for s in k.body if isinstance(s, P.For) and s.var == "blk")
+        assert loop.ctype == "unsigned"
+    # forced to unsigned where the tiles pass 2^32, the range analysis finds the overflow
+    long = P.For("blk", "(unsigned)blockIdx.x", "blk < nblocks", "blk += (unsigned)gridDim.x",
+                 (), False, "unsigned")
+    k = dataclasses.replace(program.kernels[0], body=(
+        P.Decl("const long long", "nblocks", "(long long)(n0) * (long long)(n0)"), long))
+    assert not check_kernel(k, {"n0": 2**15})
+    assert any("blk" in x for x in check_kernel(k, {"n0": 2**16 + 1}))

@@ -5,8 +5,9 @@ loop variables (their last value too, one step past the bound) and every
 subscript of a kernel program are parsed (a small C-expression parser) and
 evaluated over intervals, with the runtime sizes at their planned values and
 threadIdx, blockIdx, lanes over their ranges. A 32-bit subexpression (no
-`long long` operand) whose interval leaves [-2^31, 2^31 - 1], or a value cast
-to `int` that does not fit, is an overflow the chosen `index_type` allows.
+`long long` operand) whose interval leaves [-2^31, 2^31 - 1] ([0, 2^32 - 1] where
+an operand is `unsigned`: the block index, index_width.block_type), or a value cast
+to `int` or `unsigned` that does not fit, is an overflow the chosen types allow.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from napkin.codegen import program as P
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+UINT_MAX = 2**32 - 1
 
 _TOKEN = re.compile(r"\s*(?:(\d+)(LL|ll|u|U)?|([A-Za-z_][A-Za-z0-9_.]*)|(<=|>=|==|!=|&&|\|\||[-+*/%()<>?:!]))")
 
@@ -26,9 +28,22 @@ class Val:
     lo: int
     hi: int
     wide: bool        # 64-bit (long long) arithmetic
+    unsigned: bool = False    # 32-bit unsigned arithmetic (where not wide)
 
     def union(self, other: "Val") -> "Val":
-        return Val(min(self.lo, other.lo), max(self.hi, other.hi), self.wide or other.wide)
+        return Val(min(self.lo, other.lo), max(self.hi, other.hi), *_kind(self, other))
+
+
+def _kind(a: Val, b: Val) -> tuple[bool, bool]:
+    """(wide, unsigned) of a binary operation's result (C's usual conversions)."""
+    wide = a.wide or b.wide
+    return wide, (a.unsigned or b.unsigned) and not wide
+
+
+def _fits(v: Val) -> bool:
+    if v.wide:
+        return True
+    return 0 <= v.lo and v.hi <= UINT_MAX if v.unsigned else INT_MIN <= v.lo and v.hi <= INT_MAX
 
 
 def _tokens(text: str) -> list[str]:
@@ -83,7 +98,7 @@ class Evaluator:
             c = cond[1]
             if isinstance(c, tuple) and c[0] in ("<", "<=") and {c[1], c[2]} == {a[1], b[1]}:
                 lo, hi = min(a[0].lo, b[0].lo), min(a[0].hi, b[0].hi)   # min(x, y)
-                return Val(lo, hi, a[0].wide or b[0].wide), ("?", c, a[1], b[1])
+                return Val(lo, hi, *_kind(a[0], b[0])), ("?", c, a[1], b[1])
             return a[0].union(b[0]), ("?", c, a[1], b[1])
         return cond
 
@@ -109,8 +124,8 @@ class Evaluator:
             op = self.take()[1]
             right = self.term()
             a, b = left[0], right[0]
-            v = Val(a.lo + b.lo, a.hi + b.hi, a.wide or b.wide) if op == "+" else \
-                Val(a.lo - b.hi, a.hi - b.lo, a.wide or b.wide)
+            v = Val(a.lo + b.lo, a.hi + b.hi, *_kind(a, b)) if op == "+" else \
+                Val(a.lo - b.hi, a.hi - b.lo, *_kind(a, b))
             left = (self.check(v), (op, left[1], right[1]))
         return left
 
@@ -120,20 +135,20 @@ class Evaluator:
             op = self.take()[1]
             right = self.unary()
             a, b = left[0], right[0]
-            wide = a.wide or b.wide
+            wide = _kind(a, b)
             if op == "*":
                 c = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi]
-                v = Val(min(c), max(c), wide)
+                v = Val(min(c), max(c), *wide)
             elif op == "/":
                 if b.lo <= 0 <= b.hi:
                     raise ValueError(f"division by a range holding 0 in {self.text!r}")
                 c = [int(x / y) for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
-                v = Val(min(c + [0]) if a.lo <= 0 <= a.hi else min(c), max(c), wide)
+                v = Val(min(c + [0]) if a.lo <= 0 <= a.hi else min(c), max(c), *wide)
             else:
                 m = max(abs(b.lo), abs(b.hi)) - 1
-                v = Val(0 if a.lo >= 0 else -m, m if a.hi > 0 else 0, wide)
+                v = Val(0 if a.lo >= 0 else -m, m if a.hi > 0 else 0, *wide)
                 if a.lo >= 0 and a.hi <= m:
-                    v = Val(a.lo, a.hi, wide)
+                    v = Val(a.lo, a.hi, *wide)
             left = (self.check(v), (op, left[1], right[1]))
         return left
 
@@ -142,7 +157,7 @@ class Evaluator:
         if t == ("op", "-"):
             self.take()
             v, ast = self.unary()
-            return self.check(Val(-v.hi, -v.lo, v.wide)), ("neg", ast)
+            return self.check(Val(-v.hi, -v.lo, v.wide, v.unsigned)), ("neg", ast)
         if t == ("op", "!"):
             self.take()
             self.unary()
@@ -162,6 +177,11 @@ class Evaluator:
                     self.problems.append(f"{self.where}: (int) of [{v.lo}, {v.hi}] in "
                                          f"{self.text[:160]}")
                 return Val(v.lo, v.hi, False), ast
+            if kind == "unsigned":
+                if v.lo < 0 or v.hi > UINT_MAX:
+                    self.problems.append(f"{self.where}: (unsigned) of [{v.lo}, {v.hi}] in "
+                                         f"{self.text[:160]}")
+                return Val(v.lo, v.hi, False, True), ast
             return Val(v.lo, v.hi, True), ast
         return self.primary()
 
@@ -180,7 +200,7 @@ class Evaluator:
         raise ValueError(f"unexpected {t} in {self.text!r}")
 
     def check(self, v: Val) -> Val:
-        if not v.wide and (v.lo < INT_MIN or v.hi > INT_MAX):
+        if not _fits(v):
             self.problems.append(f"{self.where}: 32-bit [{v.lo}, {v.hi}] in {self.text[:160]}")
         return v
 
@@ -221,7 +241,9 @@ def _eval(text: str, env, where: str, problems: list, numeric: bool = True) -> V
 def _walk(body, env: dict, problems: list) -> None:
     for s in body:
         if isinstance(s, P.Decl):
-            integer = ("int" in s.ctype.split() or "long" in s.ctype.split()) and "*" not in s.ctype
+            words = s.ctype.split()
+            integer = ("int" in words or "long" in words or "unsigned" in words) and \
+                "*" not in s.ctype and not s.shape      # (not an array: fragments' data)
             if s.init is None:
                 continue
             if integer and _DATA.search(s.init):
@@ -233,10 +255,10 @@ def _walk(body, env: dict, problems: list) -> None:
                 env[s.name] = Val(0, 1, False) if "bool" in s.ctype.split() else \
                     Val(-(2**63), 2**63 - 1, True)
             if integer and value is not None:
-                wide = "long" in s.ctype.split()
-                if not wide and (value.lo < INT_MIN or value.hi > INT_MAX):
-                    problems.append(f"int {s.name} holds [{value.lo}, {value.hi}]")
-                env[s.name] = Val(value.lo, value.hi, wide)
+                held = Val(value.lo, value.hi, "long" in words, "unsigned" in words)
+                if not _fits(held):
+                    problems.append(f"{s.ctype} {s.name} holds [{value.lo}, {value.hi}]")
+                env[s.name] = held
         elif isinstance(s, P.Set):
             _eval(s.target, env, "target", problems, numeric=False)
             _eval(s.value, env, s.target, problems, numeric=False)
@@ -290,7 +312,7 @@ def _as_subscripts(text: str) -> str:
 
 
 def _for(s: P.For, env: dict, problems: list) -> None:
-    wide = "long long" in s.ctype
+    wide, unsigned = "long long" in s.ctype, "unsigned" in s.ctype.split()
     start = _eval(s.start, env, f"{s.var} start", problems)
     m = re.fullmatch(rf"{re.escape(s.var)} (<|>) (.+)", s.cond)
     step = re.fullmatch(rf"(?:\+\+{re.escape(s.var)}|{re.escape(s.var)} \+= (.+)|"
@@ -299,14 +321,15 @@ def _for(s: P.For, env: dict, problems: list) -> None:
         problems.append(f"cannot analyse the loop over {s.var}: {s.cond}; {s.update}")
         return
     if m.group(1) == ">":                       # for (off = w / 2; off > 0; off /= 2)
-        env[s.var] = Val(1, max(1, start.hi), wide)
+        env[s.var] = Val(1, max(1, start.hi), wide, unsigned)
     else:
         bound = _eval(m.group(2), env, f"{s.var} bound", problems)
         inc = _eval(step.group(1), env, f"{s.var} step", problems) if step.group(1) else Val(1, 1, False)
         if bound is None or inc is None:
             return
-        env[s.var] = Val(start.lo, max(start.lo, bound.hi - 1), wide)
+        env[s.var] = Val(start.lo, max(start.lo, bound.hi - 1), wide, unsigned)
         last = bound.hi - 1 + inc.hi             # the value that ends the loop
-        if not wide and last > INT_MAX:
-            problems.append(f"loop {s.var} steps to {last} past INT_MAX ({s.cond})")
+        if not _fits(Val(start.lo, last, wide, unsigned)):
+            problems.append(f"loop {s.var} steps to {last} past its type's largest "
+                            f"({s.ctype}: {s.cond})")
     _walk(s.body, dict(env), problems)

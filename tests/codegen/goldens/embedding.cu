@@ -388,10 +388,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
   const int tc_1 = (tid / 1) % 32;
   const int tc_0 = ((tid / 1) / 32) % 1;
   const bool tvalid = tid < 32;
-  const long long nblocks = (((long long)(((int)(n0))) + 0) / 1) * (((long long)(((int)(n2))) + 255) / 256);
-  for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_1 = (int)((blk) % (((long long)(((int)(n2))) + 255) / 256)) * 256;
-    const int org_0 = (int)(((blk) / (((long long)(((int)(n2))) + 255) / 256)) % (((long long)(((int)(n0))) + 0) / 1)) * 1;
+  const unsigned nblocks = (unsigned)1 * ((unsigned)(n0)) * (((unsigned)(n2) + 255) / 256);
+  for (unsigned blk = (unsigned)blockIdx.x; blk < nblocks; blk += (unsigned)gridDim.x) {
+    const int org_1 = (int)((blk) % (((unsigned)(n2) + 255) / 256)) * 256;
+    const int org_0 = (int)(((blk) / (((unsigned)(n2) + 255) / 256)) % ((unsigned)(n0))) * 1;
     const int base_0 = org_0 + tc_0 * 1;
     const int base_1 = org_1 + tc_1 * 8;
 #line 7 "napkin-diagram"

@@ -387,21 +387,21 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
   const int lane = tid % 32;
   const int tc_0 = (tid / 32) % 1;
   const bool tvalid = tid < 32;
-  const long long nblocks = (((long long)(((int)(n0))) + 0) / 1);
-  for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_0 = (int)((blk) % (((long long)(((int)(n0))) + 0) / 1)) * 1;
+  const unsigned nblocks = (unsigned)1 * ((unsigned)(n0));
+  for (unsigned blk = (unsigned)blockIdx.x; blk < nblocks; blk += (unsigned)gridDim.x) {
+    const int org_0 = (int)((blk) % ((unsigned)(n0))) * 1;
     const int base_0 = org_0 + tc_0 * 1;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
     if (((int)(n1)) % 8 == 0) {
-      const int nlen = (int)(((org_0 + 0) < (int)(((int)(n0)))) ? (int)(((int)(n1))) : 0) / 8;
+      const int nlen = (int)((int)(((int)(n1)))) / 8;
       const uint4* const cps = reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + 0))) * (((int)(n1))) + (0)));
       uint4* const cpd = reinterpret_cast<uint4*>(sm0);
       for (int e = tid; e < (int)(((int)(n1))) / 8; e += 32) {
         cpd[e] = (e < nlen) ? cps[e] : make_uint4(0, 0, 0, 0);
       }
     } else {
-      const int nlen = (int)(((org_0 + 0) < (int)(((int)(n0)))) ? (int)(((int)(n1))) : 0);
+      const int nlen = (int)((int)(((int)(n1))));
       const __half* const cps = reinterpret_cast<const __half*>(p0 + (((int)((org_0 + 0))) * (((int)(n1))) + (0)));
       __half* const cpd = reinterpret_cast<__half*>(sm0);
       for (int e = tid; e < (int)(((int)(n1))); e += 32) {

@@ -395,12 +395,12 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
   const int tc_1 = (((tid / 8) / 4) / 1) % 1;
   const int tc_0 = ((((tid / 8) / 4) / 1) / 1) % 1;
   const bool tvalid = tid < 32;
-  const long long nblocks = (((long long)(n0) + 0) / 1) * (((long long)(n1) + 0) / 1) * (((long long)(n2) + 0) / 1) * (((long long)(n3) + 15) / 16);
+  const long long nblocks = (long long)1 * ((long long)(n0)) * ((long long)(n1)) * ((long long)(n2)) * (((long long)(n3) + 15) / 16);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const long long org_3 = (long long)((blk) % (((long long)(n3) + 15) / 16)) * 16;
-    const long long org_2 = (long long)(((blk) / (((long long)(n3) + 15) / 16)) % (((long long)(n2) + 0) / 1)) * 1;
-    const long long org_1 = (long long)((((blk) / (((long long)(n3) + 15) / 16)) / (((long long)(n2) + 0) / 1)) % (((long long)(n1) + 0) / 1)) * 1;
-    const long long org_0 = (long long)(((((blk) / (((long long)(n3) + 15) / 16)) / (((long long)(n2) + 0) / 1)) / (((long long)(n1) + 0) / 1)) % (((long long)(n0) + 0) / 1)) * 1;
+    const long long org_2 = (long long)(((blk) / (((long long)(n3) + 15) / 16)) % ((long long)(n2))) * 1;
+    const long long org_1 = (long long)((((blk) / (((long long)(n3) + 15) / 16)) / ((long long)(n2))) % ((long long)(n1))) * 1;
+    const long long org_0 = (long long)(((((blk) / (((long long)(n3) + 15) / 16)) / ((long long)(n2))) / ((long long)(n1))) % ((long long)(n0))) * 1;
     const long long base_0 = org_0 + tc_0 * 1;
     const long long base_1 = org_1 + tc_1 * 1;
     const long long base_2 = org_2 + tc_2 * 1;
@@ -410,7 +410,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     {
       #pragma unroll 1
       for (long long eo = 0; eo < (16); ++eo) {
-        const long long nlen = (long long)(((org_3 + eo) < (long long)(n3) && (org_0 + 0) < (long long)(n0) && (org_1 + 0) < (long long)(n1) && (org_2 + 0) < (long long)(n2)) ? 64 : 0) / 8;
+        const long long nlen = (long long)(((org_3 + eo) < (long long)(n3)) ? 64 : 0) / 8;
         const uint4* const cps = reinterpret_cast<const uint4*>(p0 + ((((((long long)((org_0 + 0))) * (n1) + ((org_1 + 0))) * (n2) + ((org_2 + 0))) * (n3) + (((org_3 + eo) < (long long)(n3 - 1) ? (org_3 + eo) : (long long)(n3 - 1)))) * (64) + (0)));
         uint4* const cpd = reinterpret_cast<uint4*>(sm0 + eo * 64);
         if (tid < 8) {
@@ -422,7 +422,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     int* sm1 = reinterpret_cast<int*>(smem + (((0) + ((1) * (1) * (1) * (16) * (64)) * 2 + 15) / 16 * 16));
     if (tid < 1) {
       const long long e = (long long)tid;
-      sm1[e] = ((org_0 + ((e) % (1))) < n0) ? p4[(long long)((org_0 + ((e) % (1))))] : napkin_from_float<int>(0.0f);
+      sm1[e] = (true) ? p4[(long long)((org_0 + (long long)(((unsigned)(e)) % (1))))] : napkin_from_float<int>(0.0f);
     }
     __syncthreads();
     const float hq0 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);

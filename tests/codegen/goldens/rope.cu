@@ -390,18 +390,18 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
   const int tc_1 = ((tid / 1) / 1) % 32;
   const int tc_0 = (((tid / 1) / 1) / 32) % 1;
   const bool tvalid = tid < 32;
-  const long long nblocks = (((long long)(((int)(n0))) + 0) / 1) * (((long long)(((int)(n1))) + 255) / 256) * (((long long)(((int)(n2))) + 0) / 1);
-  for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const int org_2 = (int)((blk) % (((long long)(((int)(n2))) + 0) / 1)) * 1;
-    const int org_1 = (int)(((blk) / (((long long)(((int)(n2))) + 0) / 1)) % (((long long)(((int)(n1))) + 255) / 256)) * 256;
-    const int org_0 = (int)((((blk) / (((long long)(((int)(n2))) + 0) / 1)) / (((long long)(((int)(n1))) + 255) / 256)) % (((long long)(((int)(n0))) + 0) / 1)) * 1;
+  const unsigned nblocks = (unsigned)1 * ((unsigned)(n0)) * (((unsigned)(n1) + 255) / 256) * ((unsigned)(n2));
+  for (unsigned blk = (unsigned)blockIdx.x; blk < nblocks; blk += (unsigned)gridDim.x) {
+    const int org_2 = (int)((blk) % ((unsigned)(n2))) * 1;
+    const int org_1 = (int)(((blk) / ((unsigned)(n2))) % (((unsigned)(n1) + 255) / 256)) * 256;
+    const int org_0 = (int)((((blk) / ((unsigned)(n2))) / (((unsigned)(n1) + 255) / 256)) % ((unsigned)(n0))) * 1;
     const int base_0 = org_0 + tc_0 * 1;
     const int base_1 = org_1 + tc_1 * 8;
     const int base_2 = org_2 + tc_2 * 1;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
     {
-      const int nlen = (int)(((org_0 + 0) < (int)(((int)(n0))) && (org_2 + 0) < (int)(((int)(n2)))) ? ((int)(((int)(n1))) - org_1 < 256 ? (int)(((int)(n1))) - org_1 : 256) : 0);
+      const int nlen = (int)(((int)(((int)(n1))) - org_1 < 256 ? (int)(((int)(n1))) - org_1 : 256));
       const __half* const cps = reinterpret_cast<const __half*>(p0 + ((((int)((org_0 + 0))) * (((int)(n1))) + ((org_1 + 0))) * (((int)(n2))) + ((org_2 + 0))));
       __half* const cpd = reinterpret_cast<__half*>(sm0);
       for (int e = tid; e < 256; e += 32) {
@@ -411,12 +411,12 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + ((1) * (256) * (1)) * 2 + 15) / 16 * 16));
     if (tid < 1) {
       const int e = (int)tid;
-      sm1[e] = ((org_2 + ((e) % (1))) < ((int)(n2)) && (org_0 + ((((e) / (1))) % (1))) < ((int)(n0))) ? p1[((int)((org_0 + ((((e) / (1))) % (1))))) * (((int)(n2))) + ((org_2 + ((e) % (1))))] : napkin_from_float<__half>(0.0f);
+      sm1[e] = (true) ? p1[((int)((org_0 + (int)(((((unsigned)(e)) / (1))) % (1))))) * (((int)(n2))) + ((org_2 + (int)(((unsigned)(e)) % (1))))] : napkin_from_float<__half>(0.0f);
     }
     __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + ((1) * (256) * (1)) * 2 + 15) / 16 * 16)) + ((1) * (1)) * 2 + 15) / 16 * 16));
     if (tid < 1) {
       const int e = (int)tid;
-      sm2[e] = ((org_2 + ((e) % (1))) < ((int)(n2)) && (org_0 + ((((e) / (1))) % (1))) < ((int)(n0))) ? p2[((int)((org_0 + ((((e) / (1))) % (1))))) * (((int)(n2))) + ((org_2 + ((e) % (1))))] : napkin_from_float<__half>(0.0f);
+      sm2[e] = (true) ? p2[((int)((org_0 + (int)(((((unsigned)(e)) / (1))) % (1))))) * (((int)(n2))) + ((org_2 + (int)(((unsigned)(e)) % (1))))] : napkin_from_float<__half>(0.0f);
     }
     __syncthreads();
 #line 9 "napkin-diagram"
