@@ -77,13 +77,16 @@ def variant(name_or_diagram, dtype: str | None, **sizes):
 
 
 def random_inputs(torch, diagram, shape: dict, seed: int = 0) -> dict:
-    axes = diagram.ir.graph["axes"]
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+    """`napkin run`'s random inputs (commands.run.random_inputs: integers in the ranges the
+    diagram reads them in), on the GPU in their storage dtypes."""
+    from .commands.run import random_inputs as drawn
+    tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+           "i32": torch.int32, "i64": torch.int64, "bool": torch.bool}
+    dtypes = {s.name: s.dtype for s in diagram.inputs}
     out = {}
-    for s in diagram.inputs:
-        dims = [axes[a].size if axes[a].size is not None else shape[a] for a in s.axes]
-        out[s.name] = torch.randn(dims, generator=g, device="cuda", dtype=torch.float32).to(tdt[s.dtype])
+    for name, a in drawn(diagram, shape, seed).items():
+        host = torch.from_numpy(a.astype("float32") if dtypes[name] == "bf16" else a)
+        out[name] = host.to(device="cuda", dtype=tdt[dtypes[name]])
     return out
 
 

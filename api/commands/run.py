@@ -9,6 +9,7 @@ import numpy as np
 
 from ..cli_common import (REPORT_URL, SPLIT_HELP, diagram_options, engine_option, load_diagram,
                           merge_option, parse_assignments)
+from ..compiler import ir
 from ..compiler import target as targets
 from ..diagrams.diagnostics import UsageError, did_you_mean, error
 from ..backends import BACKENDS, check_backend
@@ -107,8 +108,9 @@ def read_inputs(path: str, d) -> dict[str, np.ndarray]:
 
 
 def random_inputs(d, shape: dict[str, int], seed: int) -> dict[str, np.ndarray]:
-    """Standard normal inputs in their storage dtypes (integers: uniform below the smallest axis
-    size and 8, booleans: fair coins); dynamic sizes from `shape`."""
+    """Standard normal inputs in their storage dtypes (integers: uniform in the range the
+    diagram reads them in, `ranges`, else below the smallest axis size and 8; booleans: fair
+    coins); dynamic sizes from `shape`."""
     axes = d.ir.graph["axes"]
     for name in shape:
         if name not in axes:
@@ -142,9 +144,74 @@ def random_inputs(d, shape: dict[str, int], seed: int) -> dict[str, np.ndarray]:
     check_fits("the random inputs", [(s.name, s.axes, dims[s.name], 8) for s in d.inputs])
     rng = np.random.default_rng(seed)
     # integers below every axis's size: in range as labels or as positions along any axis
+    # (an integer input the diagram only reads as a position along an axis, or compares with
+    # an axis's position, instead spans that axis: `ranges`)
     high = max(1, min([v for d_ in dims.values() for v in d_] + [a.size for a in axes.values()
                                                                    if a.size is not None] + [8]))
-    return {s.name: _random(rng, s.dtype, dims[s.name], high) for s in d.inputs}
+    size = {a: info.size if info.size is not None else by_class.get(info.rep)
+            for a, info in axes.items()}
+    spans = ranges(d.ir, size)
+    return {s.name: _random(rng, s.dtype, dims[s.name], spans.get(s.name, high))
+            for s in d.inputs}
+
+
+LABELS = 8      # distinct labels drawn for an integer only compared with another
+# a comparison of an integer with an axis's position: the integers that make it vary (a
+# length `x < len[b]` up to the axis's size, a label `v == label[t]` below it)
+_COMPARED = {"lt": 1, "le": 1, "gt": 1, "ge": 1, "eq": 0, "ne": 0}
+
+
+def ranges(g, size: dict) -> dict[str, int]:
+    """integer input -> the bound below which `random_inputs` draws it, where every use the
+    diagram makes of it is one it can bound: read (through views and gathers of it) as a
+    gather's position along an axis (below the axis's size), or compared with an axis's
+    position (up to its size). An input used any other way (in arithmetic, as a value) has
+    none: the common bound then keeps it in range whatever it indexes."""
+    out = {}
+    for n in g.nodes:
+        inp = ir.op(g, n)
+        if not isinstance(inp, ir.Input) or ir.kind_of_dtype(ir.type_of(g, n).dtype) != "int":
+            continue
+        found = _bounds(g, n, size)
+        if found:
+            out[inp.name] = max(1, min(found))
+    return out
+
+
+def _source(g, n: int):
+    """The integer input whose values node n reads unchanged (through views and gathers of
+    it), or None."""
+    while isinstance(ir.op(g, n), (ir.View, ir.Gather)):
+        n = ir.operands(g, n)[0]
+    ok = isinstance(ir.op(g, n), ir.Input) and ir.kind_of_dtype(ir.type_of(g, n).dtype) == "int"
+    return n if ok else None
+
+
+def _bounds(g, n: int, size: dict) -> list | None:
+    """The bounds of every use of node n's values (None where one has none)."""
+    found = []
+    for u in g.successors(n):
+        o, args = ir.op(g, u), ir.operands(g, u)
+        for slot in (k for k, a in enumerate(args) if a == n):
+            if isinstance(o, ir.View) or isinstance(o, ir.Gather) and slot == 0:
+                more = _bounds(g, u, size)           # the same values, moved
+            elif isinstance(o, ir.Gather):
+                axes = ir.type_of(g, args[0]).axes
+                along = [axes[k] for k, label in enumerate(o.labels) if label is None]
+                more = [size.get(along[slot - 1])]
+            elif isinstance(o, ir.Map) and o.fn in _COMPARED and len(args) == 2 and \
+                    isinstance(ir.op(g, args[1 - slot]), ir.Index):
+                axis = ir.op(g, args[1 - slot]).axis
+                more = [size[axis] + _COMPARED[o.fn]] if size.get(axis) is not None else None
+            elif isinstance(o, ir.Map) and o.fn in _COMPARED and len(args) == 2 and \
+                    _source(g, args[1 - slot]) is not None:
+                more = [LABELS]       # labels compared with labels (`doc[q] == doc[x]`)
+            else:
+                more = None
+            if more is None or None in more:
+                return None
+            found += more
+    return found
 
 
 def _random(rng, dtype: str, dims: tuple, high: int) -> np.ndarray:
