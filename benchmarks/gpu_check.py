@@ -1,6 +1,6 @@
 """The GPU check: every library kernel checked on the GPU, attention and matmul timed.
 
-    python benchmarks/gpu_check.py --out DIR [--dry-run] [--quick] [--sample]
+    python benchmarks/gpu_check.py --out DIR [--dry-run] [--quick] [--sample] [--diagrams A,B]
 
 On one H200 it finishes in a few minutes: it compiles every library diagram,
 runs each on the GPU against the float64 reference (random data, odd shapes,
@@ -50,6 +50,9 @@ references), on any machine: CI runs it, with --quick --sample.
 --sample checks each library diagram in one dtype, the dtypes taken in turn (f32, f16,
 bf16, f32, ...): every diagram and every dtype once, 12 checks instead of 36.
 
+--diagrams A,B,... checks those library diagrams only (the timings and the other sections
+run as without it).
+
 On the device machine only Python, CuPy, PyTorch and Triton are installed:
 `bash benchmarks/wheels.sh` here puts napkin's wheel and its dependencies'
 (for Python 3.12) in .whl/; carry that folder and run there
@@ -91,6 +94,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="the smallest timing shapes only")
     ap.add_argument("--sample", action="store_true",
                     help="check each diagram in one dtype (taken in turn), not in all three")
+    ap.add_argument("--diagrams", type=lambda s: tuple(n for n in s.split(",") if n),
+                    help="check these library diagrams only (comma-separated; default: all)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -98,7 +103,7 @@ def main(argv=None) -> int:
               "errors": []}
     gpu = None if args.dry_run else _gpu()
     report["device"] = gpu
-    for entry in checks(args.dry_run, args.sample):
+    for entry in checks(args.dry_run, args.sample, args.diagrams):
         report["checks"].append(entry)
         _print_check(entry)
     for entry in timings(args.dry_run, args.quick):
@@ -158,14 +163,19 @@ def check_cases(names, sample: bool = False) -> list[tuple[str, str]]:
     return [(name, dtype) for name in names for dtype in CHECK_DTYPES]
 
 
-def checks(dry_run: bool, sample: bool = False):
-    """Each library diagram at odd shapes: compile, and (on the GPU) compare with the reference."""
+def checks(dry_run: bool, sample: bool = False, diagrams=None):
+    """Each library diagram (or each of `diagrams`) at odd shapes: compile, and (on the GPU)
+    compare with the reference."""
     import napkin
     from napkin.bench import check, variant
     from napkin.diagrams.sources import library_names
     from napkin.kernel import Kernel
     from napkin.pipeline import Options
-    for name, dtype in check_cases(library_names(), sample):
+    names = library_names()
+    unknown = sorted(set(diagrams or ()) - set(names))
+    if unknown:
+        raise SystemExit(f"--diagrams: no library diagram {', '.join(unknown)}")
+    for name, dtype in check_cases([n for n in names if not diagrams or n in diagrams], sample):
         entry = {"diagram": name, "dtype": dtype}
         try:
             d = variant(name, dtype)

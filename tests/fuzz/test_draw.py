@@ -3,7 +3,6 @@ the generator builds (every construct of the language, any plan the planner pick
 
 from __future__ import annotations
 
-import os
 import xml.dom.minidom
 
 from hypothesis import HealthCheck, given, settings
@@ -13,12 +12,10 @@ from napkin.draw import draw, draw_plan
 from napkin.compiler.plan import plan as make_plan
 from napkin.diagrams.diagnostics import Source
 
+from .budget import examples
 from .gen import diagrams
 
-SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
-
-
-@settings(max_examples=max(1, int(20 * SCALE)), deadline=None, database=None,
+@settings(max_examples=examples(20, 10), deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(diagrams())
 def test_random_diagrams_draw(case):

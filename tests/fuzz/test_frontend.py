@@ -4,23 +4,21 @@ only NapkinError may escape, and every input answers within a bound."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from .budget import THOROUGH, examples
 from .frontend import (BYTES, FRAGMENT_SOUP, PREAMBLE, SOUP, TEXT, escape, grammar_statements,
                        huge_inputs, syntax_error)
 from .injection import cli
 
-SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
-
 
 def budget(n: int) -> settings:
-    """CI's slice (a few seconds each); benchmarks/fuzz.py draws from the same strategies
-    for minutes."""
-    return settings(max_examples=max(1, int(n * SCALE)), deadline=None, database=None,
+    """n examples in the thorough tier, half of them in CI's slice (budget.py: a second or two
+    each); benchmarks/fuzz.py draws from the same strategies for minutes."""
+    return settings(max_examples=examples(n, n // 2), deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
 
 
@@ -58,7 +56,7 @@ def test_random_bytes(data):
 # nesting to 10,000 and 20,000 equations or axes in CI (a super-linear blow-up shows there
 # too), to the documented 50,000 and 100,000 with NAPKIN_FUZZ_SCALE >= 2 and in every
 # benchmarks/fuzz.py run
-HUGE = huge_inputs(50_000, 100_000) if SCALE >= 2 else huge_inputs(10_000, 20_000)
+HUGE = huge_inputs(50_000, 100_000) if THOROUGH else huge_inputs(10_000, 20_000)
 
 
 # A bound that catches a hang or a super-linear blow-up, not a slowdown: the slowest input

@@ -4,15 +4,11 @@ a share of them too)."""
 
 from __future__ import annotations
 
-import os
-
 from hypothesis import HealthCheck, given, settings
 
+from .budget import examples
 from .harness import Checked
 from .hints import check_hinted, hinted
-
-SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
-
 
 def _check(case, emulate: bool) -> None:
     try:
@@ -21,14 +17,14 @@ def _check(case, emulate: bool) -> None:
         raise AssertionError(f"{exc.failure}\n{case[1]}") from None
 
 
-@settings(max_examples=max(1, int(60 * SCALE)), deadline=None, database=None,
+@settings(max_examples=examples(60, 30), deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(hinted())
 def test_hints_interpreted(case):
     _check(case, emulate=False)
 
 
-@settings(max_examples=max(1, int(5 * SCALE)), deadline=None, database=None,
+@settings(max_examples=examples(5, 5), deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(hinted())
 def test_hints_emulated(case):

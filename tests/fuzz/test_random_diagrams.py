@@ -10,19 +10,18 @@ the budgets here).
 
 from __future__ import annotations
 
-import os
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from .budget import examples
 from .gen import diagrams
 from .harness import Recorder
 
-SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
-# a slice for CI (NAPKIN_FUZZ_SCALE multiplies it); benchmarks/fuzz.py runs the same
-# strategy for minutes
-EMULATED = max(1, int(5 * SCALE))         # each builds the emitted CUDA with g++ (~1.5 s)
-INTERPRETED = max(1, int(60 * SCALE))
+# a slice for CI, the full one in the thorough tier (budget.py); benchmarks/fuzz.py runs the
+# same strategy for minutes
+EMULATED = examples(5, 3)                 # each builds the emitted CUDA with g++ (~1.5 s)
+INTERPRETED = examples(60, 30)
 
 
 # the planner's targets; the paper's two-level model has no threads to emulate

@@ -4,7 +4,6 @@ other crosses a kink (relu, abs, max, a mask boundary) and is not a test of the 
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
@@ -13,9 +12,10 @@ import napkin
 from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.runtime.reference import evaluate
 
+from .budget import examples
 from .gen import diagrams, inputs_for
 
-EXAMPLES = max(1, int(40 * float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))))
+EXAMPLES = examples(40, 20)
 
 
 def _directional(d, inputs, cot, name, v, eps):

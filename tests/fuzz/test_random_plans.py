@@ -4,20 +4,18 @@ as a compile, run or compare error, is saved under tests/regressions/ with its c
 
 from __future__ import annotations
 
-import os
-
 from hypothesis import HealthCheck, given, settings
 
 from napkin.diagrams.sources import library_names
 
+from .budget import examples
 from .harness import Checked, save_regression
 from .plans import as_regression, check_plan, describe, planned
 
-SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
-# a slice for CI (NAPKIN_FUZZ_SCALE multiplies it); benchmarks/fuzz.py runs the same
-# strategy for minutes
-EMULATED = max(1, int(5 * SCALE))
-INTERPRETED = max(1, int(14 * SCALE))
+# a slice for CI, the full one in the thorough tier (budget.py); benchmarks/fuzz.py runs the
+# same strategy for minutes. Each interpreted example costs about 0.5 CPU-s, each emulated 1.4
+EMULATED = examples(5, 3)
+INTERPRETED = examples(14, 7)
 
 
 def _run(examples: int, emulate: bool) -> None:

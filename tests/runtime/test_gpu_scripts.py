@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from napkin.cli import main
 from napkin.diagrams.sources import library_names
 
@@ -36,16 +38,27 @@ def test_bench_without_a_gpu_exits_3(capsys):
     assert "N0901" in capsys.readouterr().err
 
 
-def test_gpu_check_dry_run(tmp_path):
-    # --sample: every library diagram and every dtype once (12 NVRTC compiles, not 36; each
-    # library kernel's compile for f16 and f32 is also tests/codegen/test_compile_library's)
+# The default run checks three library diagrams (one per dtype, --sample) and every other
+# section; the thorough tier checks every library diagram too. Each library kernel's compile
+# for f16 and f32 is also tests/codegen/test_compile_library's, its reference evaluation
+# tests/codegen/test_emulated_library's: the dry run's checks of all of them cost 5 of its
+# 11 CPU-s.
+FEW = ("attention", "layernorm", "embedding")
+
+
+@pytest.mark.parametrize("diagrams", [FEW, pytest.param(None, marks=pytest.mark.thorough)],
+                         ids=["three-diagrams", "every-diagram"])
+def test_gpu_check_dry_run(tmp_path, diagrams):
+    # --sample: each diagram checked in one dtype, the dtypes in turn (all three here)
+    few = ["--diagrams", ",".join(diagrams)] if diagrams else []
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run",
-                           "--quick", "--sample", "--out", str(tmp_path)], capture_output=True,
-                          text=True, timeout=600)
+                           "--quick", "--sample", *few, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert report["dry_run"] is True and report["sample"] is True
-    assert [c["diagram"] for c in report["checks"]] == list(library_names())
+    assert [c["diagram"] for c in report["checks"]] == \
+        [n for n in library_names() if diagrams is None or n in diagrams]
     assert {c["dtype"] for c in report["checks"]} == {"f32", "f16", "bf16"}
     assert all(c["status"] == "compiled" for c in report["checks"]), \
         [c for c in report["checks"] if c["status"] != "compiled"][:1]
