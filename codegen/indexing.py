@@ -3,7 +3,23 @@
 
 from __future__ import annotations
 
+import math
+
 from .builder import Ix
+
+
+def tiles_along(size: str, tile: int, ctype: str) -> str:
+    """The tiles of `tile` positions along an axis of `size` (a C expression or a number), in
+    the block index's type `ctype` (a number where the size is one)."""
+    if size.isdigit():
+        return str(-(-int(size) // tile))
+    return f"((({ctype})({size}) + {tile - 1}) / {tile})" if tile > 1 else f"(({ctype})({size}))"
+
+
+def tile_count(along: list[str], ctype: str) -> str:
+    """The product of the tiles along each axis (`along`), its numbers one constant."""
+    known = math.prod(int(n) for n in along if n.isdigit())
+    return " * ".join([f"({ctype}){known}"] + [n for n in along if not n.isdigit()])
 
 
 class Layout:

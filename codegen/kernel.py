@@ -14,7 +14,6 @@ masked to the points inside the arrays.
 
 from __future__ import annotations
 
-import math
 
 import itertools
 
@@ -23,7 +22,7 @@ from ..compiler.schedule import SIMT
 from . import accum, cexpr, held, masks, runs, staging
 from . import program as P
 from .builder import Builder, Ix
-from .indexing import Layout
+from .indexing import Layout, tile_count, tiles_along
 from .registers import Registers
 from .scalar import Emitter
 
@@ -153,9 +152,7 @@ class KernelLowering(Registers):
         """Blocks walk every tile of the woven axes grid-stride (any batch fits the grid)."""
         b = self.b
         bt = self.kp.schedule.blocks      # (index_width.block_type)
-        along = [self._tiles_along(a) for a in self.woven]
-        known = math.prod(int(n) for n in along if n.isdigit())   # (one C constant, in bt)
-        nblocks = " * ".join([f"({bt}){known}"] + [n for n in along if not n.isdigit()])
+        nblocks = tile_count([tiles_along(self.params[a], self.tile[a], bt) for a in self.woven], bt)
         b.emit(P.Decl(f"const {bt}", "nblocks", nblocks))
 
         def tile():
@@ -170,15 +167,6 @@ class KernelLowering(Registers):
     def _axis_var(self, prefix: str, axis: str) -> str:
         return f"{prefix}_{self.woven.index(axis)}"
 
-    def _tiles_along(self, a: str) -> str:
-        """The block tiles along woven axis a, in the block index's type (a number where the
-        size is one)."""
-        size, t = self.params[a], self.tile[a]
-        if size.isdigit():
-            return str(-(-int(size) // t))
-        bt = self.kp.schedule.blocks
-        return f"((({bt})({size}) + {t - 1}) / {t})" if t > 1 else f"(({bt})({size}))"
-
     def _origins(self) -> None:
         """org_i: where this block's tile starts along each woven axis (the last fastest);
         an axis the schedule reverses (the heaviest blocks first) varies slowest, its tiles
@@ -187,7 +175,7 @@ class KernelLowering(Registers):
         back = self.kp.schedule.reversed
         for a in reversed([a for a in self.woven if a in back] +
                           [a for a in self.woven if a not in back]):
-            nb = self._tiles_along(a)
+            nb = tiles_along(self.params[a], self.tile[a], self.kp.schedule.blocks)
             o = self._axis_var("org", a)
             index = f"(({rest}) % {nb})" if a not in back else f"({nb} - 1 - ({rest}) % {nb})"
             self.b.emit(P.Decl(f"const {self.itype}", o,
