@@ -77,11 +77,14 @@ def index_type(extents, sizes: dict, choice) -> str:
     return "long long" if bool(wide(extents, sizes, choice)) else "int"
 
 
-def block_type(sizes: dict, tile) -> str:
+def block_type(sizes: dict, tile, index: str = "int") -> str:
     """The C type of a kernel's block index (its grid-stride loop over the tiles of the woven
-    axes, `tile`: axis -> block tile): `unsigned` where the tiles number at most 2^31 - 1
-    (a block index and the grid's stride then stay below 2^32), so that the tile's origins
-    are 32-bit divisions nvcc inlines (64-bit ones test the high word and call a routine
-    per division, per block), else `long long`."""
+    axes, `tile`: axis -> block tile): `unsigned` where the kernel indexes in 32 bits
+    (`index`) and the tiles number at most 2^31 - 1 (a block index and the grid's stride
+    then stay below 2^32), so that the tile's origins are 32-bit divisions nvcc inlines
+    (64-bit ones test the high word and call a routine per division, per block), else `long
+    long` (a kernel indexing in 64 bits keeps its origins, which its 64-bit offsets start
+    from, in one width: 32-bit origins there cost sliding-window attention's main loop 18
+    instructions a chunk, nvcc's predicates spilled, static sm_90)."""
     tiles = math.prod(-(-max(int(sizes[a]), 1) // int(t)) for a, t in tile)
-    return "unsigned" if tiles <= INT_MAX else "long long"
+    return "unsigned" if index == "int" and tiles <= INT_MAX else "long long"

@@ -158,9 +158,9 @@ def build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target,
             model.mask, sizes, {**dict(choice.group), choice.stream[0]: choice.stream[1]},
             choice.stream[0], sched.site.row):
         sched = replace(sched, reversed=(sched.site.row,))
-    return replace(sched, placements=placements(model, choice, sizes, target),
-                   index=index_type(model.extents, sizes, choice),
-                   blocks=block_type(sizes, sched.tile))
+    index = index_type(model.extents, sizes, choice)
+    return replace(sched, placements=placements(model, choice, sizes, target), index=index,
+                   blocks=block_type(sizes, sched.tile, index))
 
 
 def _scatter(g, kernel, choice: Choice, sizes: dict) -> Schedule:
