@@ -3,13 +3,39 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
-import numpy as np
-import pytest
-from hypothesis import settings
 
-import napkin
-from napkin.runtime import compare
+def _bytecode_outside_the_checkout() -> None:
+    """Where PYTHONDONTWRITEBYTECODE is set (these machines set it: no __pycache__ in the
+    checkouts), every process of a run compiled the sources it imports again: each xdist
+    worker napkin's modules and the tests' (pytest's assertion rewriting: about 3.4 of the
+    6.5 CPU-s a worker spent collecting), and each `python -m napkin` a test starts. The run
+    keeps their bytecode in the user's cache folder instead (PYTHONPYCACHEPREFIX, which the
+    workers and subprocesses inherit), still none in the checkout; a prefix the user chose is
+    theirs, and a folder that is not trusted (runtime/trusted.py) is not used."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX") \
+            or sys.pycache_prefix is not None:
+        return
+    import platformdirs
+    from napkin.runtime import trusted
+    folder = Path(platformdirs.user_cache_dir("napkin")) / "pycache"
+    if trusted.ensure(folder) is not None:
+        return
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
+    sys.dont_write_bytecode = False
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+
+
+_bytecode_outside_the_checkout()
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+import napkin  # noqa: E402
+from napkin.runtime import compare  # noqa: E402
 
 # The default suite's fuzz slices draw the same examples on every run (CI must not pass or
 # fail by the luck of the draw); the long random budgets, with fresh seeds per batch, are

@@ -29,13 +29,21 @@ def more_than_a_few_tiles(bh: int, q: int, x: int) -> bool:
     return q >= FRAGMENT and bh * -(-q // FRAGMENT) >= SMS and x >= 128
 
 
+THOROUGH = float(__import__("os").environ.get("NAPKIN_FUZZ_SCALE", "1")) >= 2
+
+
 @pytest.mark.parametrize("d", [64, 128])
 def test_attention_runs_flashattention_2_wherever_there_are_enough_rows(d):
     """The grid's few-row shapes (q = 1 and 16) are planned too; where the rule above holds
-    the plan is the one FlashAttention-2 kernel, and the grid holds such few-row shapes."""
+    the plan is the one FlashAttention-2 kernel, and the grid holds such few-row shapes.
+    (d = 128 in the default run: the points the rule holds at, the only ones it asserts on;
+    the others, whose plans assert nothing but that they plan, are planned at d = 64 and,
+    with NAPKIN_FUZZ_SCALE >= 2, at d = 128 too: 4 of the test's 6.6 CPU-s at d = 128.)"""
     diagram = napkin.load("attention", d=d)
     wrong, few_rows = [], 0
     for (b, h), q, x in itertools.product(HEADS, LENGTHS, LENGTHS):
+        if d != 64 and not THOROUGH and not more_than_a_few_tiles(b * h, q, x):
+            continue
         p = plan(diagram, "h100", {"b": b, "h": h, "q": q, "x": x})
         engines = [kp.schedule.engine for kp in p.kernels]
         if more_than_a_few_tiles(b * h, q, x):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 
 from hypothesis import HealthCheck, assume, given, settings
@@ -33,7 +34,12 @@ def diagrams(draw_):
     return HEADER + "\n".join(lines) + "\n" + "".join(f"out {o}: f32\n" for o in outs)
 
 
-@settings(max_examples=150, deadline=None, database=None,
+# 75 diagrams in the default run, 150 with NAPKIN_FUZZ_SCALE >= 2 (tests/fuzz/test_draw.py
+# draws the generator's random diagrams, and test_draw.py every library diagram, too)
+EXAMPLES = 150 if float(os.environ.get("NAPKIN_FUZZ_SCALE", "1")) >= 2 else 75
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(diagrams())
 def test_every_checked_diagram_draws(source):

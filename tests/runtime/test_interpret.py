@@ -1,9 +1,9 @@
 """The schedule interpreter against the reference, on random plans and shapes with tails.
 
 Every library diagram, fused and unfused, with random group sizes, streamed
-axes, chunks and thread splits (1, T-1, T+1 and primes next to tiles T):
-20 random plans per library diagram in CI. A wrong rescale, a dropped tail or a bad merge shows up as
-a difference far above float64 rounding.
+axes, chunks and thread splits (1, T-1, T+1 and primes next to tiles T): 3 random plans
+per library diagram in CI, 12 in the thorough tier. A wrong rescale, a dropped tail or a
+bad merge shows up as a difference far above float64 rounding.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from napkin.diagrams.sources import library_names
 from napkin.runtime.interpret import interpret
 from napkin.runtime.reference import evaluate
 
-# 21 library diagrams: 6 random plans each in CI (NAPKIN_FUZZ_SCALE multiplies it;
-# benchmarks/fuzz.py runs random plans for as long as it is given)
-CASES_PER_DIAGRAM = max(1, int(6 * float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))))
+# 22 library diagrams: 3 random plans each in the default run, 6 x NAPKIN_FUZZ_SCALE in the
+# thorough tier (NAPKIN_FUZZ_SCALE >= 2; benchmarks/fuzz.py runs random plans for as long as
+# it is given, and tests/fuzz/test_random_plans.py interprets random plans of the library too)
+SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
+CASES_PER_DIAGRAM = max(1, int((6 if SCALE >= 2 else 3) * SCALE))
 
 
 @st.composite
