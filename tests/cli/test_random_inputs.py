@@ -16,7 +16,7 @@ def test_a_decode_steps_page_table_and_lengths_span_their_axes():
     """Paged attention decoding one token (q = 1): the page table spans the cache's n pages
     and the lengths the x keys (both were 0 under the smallest size, 1: every key masked, one
     page read), and the interpreter's output is the float64 reference's on them."""
-    d = napkin.load("paged_attention")
+    d = napkin.load("paged_attention", x=256, j=16)     # (x <= j * size(P))
     shape = {"b": 3, "g": 2, "r": 2, "q": 1, "n": 37}
     x = d.axes["x"]
     assert ranges(d.ir, {**shape, **{a: s for a, s in d.axes.items() if s}}) == \
