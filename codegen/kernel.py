@@ -14,7 +14,6 @@ masked to the points inside the arrays.
 
 from __future__ import annotations
 
-
 import itertools
 
 from ..compiler import ir

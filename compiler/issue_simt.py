@@ -52,9 +52,8 @@ UNSTAGED = 10
 # weighted 0, the block's and ITERATION's 72 and 14 the run).
 ROW_RUN = 14
 # Per chunk and warp (a streamed kernel's): the two barriers, the chunk's length, the loop
-# test. The chunk's lane
-# loop (its set-up and the remainder nvcc peels off it, some 145 a chunk in softmax's at
-# 4096) is LANE_LOOP's.
+# test. The chunk's lane loop (its set-up and the remainder nvcc peels off it, some 145 a
+# chunk in softmax's at 4096) is LANE_LOOP's.
 ITERATION = 12
 # In a kernel that indexes in 64 bits (Schedule.index, compiler/index_width.py), each value a
 # lane reads or stores more: its clamps as ISETP pairs (.U32, .EX) and 64-bit SEL, its
@@ -88,9 +87,9 @@ MERGE_STATE = 25
 MERGE_RESCALED = 3
 MERGE_VALUE = 2
 # Per block and warp: the thread's points and their clamps, the reductions' shuffles, the
-# blocks' loop (fitted with DIVISION: BLOCK_BASE + DIVISION a runtime-sized woven axis, 45
-# at rmsnorm's, layernorm's and softmax's one axis, 60 at embedding's two less its 26 of
-# rows in runs and loop, 67 and 79 at the decode merges' three and four)...
+# blocks' loop (fitted with DIVISION to the CUDA-core kernels of model_check --kernels,
+# 0.81-1.24 static SASS/model: embedding's block is 60 a warp with two divisions and one
+# run, the decode merges' setup outside their loops some 130 with three and four)...
 BLOCK_BASE = 30
 # ... and the tile's origin along each woven axis whose size is a launch's (not fixed by the
 # diagram): the block index's remainder by the tiles along it and its quotient, a 32-bit
