@@ -79,17 +79,35 @@ def _accesses(body: str, var: str) -> tuple[int, frozenset]:
     for name, value in re.findall(r"(\w+) = ([^;]+);", body):      # (declared or assigned)
         if set(re.findall(r"\w+", value)) & varying:
             varying.add(name)
-    seen, kinds = set(), set()
+    seen, kinds = {}, set()
+    unrolled = _unrolled(body)
     for m in re.finditer(r"\b(sm\d+|p\d+|cp[sd])\[[^;]*?\](?=[ ;)=]|$)", body):
         text = m.group(0)       # (a copy's pointers, cps and cpd, may vary themselves)
         if not set(re.findall(r"\w+", text[text.index("["):])) & varying and \
                 m.group(1) not in varying:
             continue
-        seen.add(text)
+        # an access in a loop nvcc unrolls whole (`#pragma unroll`, a constant trip) is that
+        # many accesses of the iteration
+        seen[text] = max(seen.get(text, 1), math.prod(t for lo, hi, t in unrolled
+                                                      if lo <= m.start() < hi))
         write = re.match(r"\s*=(?!=)", body[m.end():]) is not None
         shared = m.group(1).startswith("sm") or m.group(1) == "cpd"
         kinds.add(("ST" if write else "LD") + ("S" if shared else "G"))
-    return len(seen), frozenset(kinds)
+    return sum(seen.values()), frozenset(kinds)
+
+
+_UNROLLED = re.compile(r"#pragma unroll\n\s*for \(int (\w+) = (\d+); \1 < (\d+); \+\+\1\)")
+
+
+def _unrolled(body: str) -> list[tuple[int, int, int]]:
+    """(start, end, trips) of the loops in `body` nvcc unrolls whole: `#pragma unroll` over
+    a constant range."""
+    out = []
+    for m in _UNROLLED.finditer(body):
+        inner = _body(body, m.end())
+        lo = body.find("{", m.end())
+        out.append((lo, lo + len(inner) + 2, int(m.group(3)) - int(m.group(2))))
+    return out
 
 
 def _nest(items: list, span) -> list:

@@ -116,7 +116,7 @@ class KernelPlanner:
         axes = [None] + list(k.reduced(g))
         if "stream" in fixed:
             axes = [fixed["stream"][0]]
-        best = None
+        best = paired = None
         tried = []
         for axis in axes:
             model, cols = self._model(k, axis)
@@ -126,8 +126,19 @@ class KernelPlanner:
             if found is None:
                 continue
             choice, cost = found
+            plan = KernelPlan(k, model, cols, choice, cost, tuple(used))
             if best is None or (cost.time, axis is not None) < (best.cost.time, best.choice.stream is not None):
-                best = KernelPlan(k, model, cols, choice, cost, tuple(used))
+                best = plan
+            if model.streaming.pairs and (paired is None or cost.time < paired.cost.time):
+                paired = plan
+        if paired is not None and best.choice.stream is None and len(self.target.levels) > 2:
+            # a softmax read by a contraction over its axis, unstreamed, is lowered point by
+            # point: each output element's key loop computes its scores again, whole (64 FMAs
+            # a key and element where the lanes split them), which the model does not
+            # charge (the decode split's partial: 6.7x its issue slots, static SASS); the
+            # online softmax computes each score once (FlashAttention's, FlashDecoding's; a
+            # target of threads: the paper's two-level machine has no such lowering)
+            best = paired
         if self.engine != "cuda-cores":
             # forced onto tensor cores: the final plan of a kernel with a contraction; fusion's
             # quick estimates price candidates as auto does, so a kernel that would ship at

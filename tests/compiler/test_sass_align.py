@@ -104,3 +104,27 @@ def test_the_issue_slots_follow_the_sass_of_the_decode_merges(name, shape, engin
     """The done-when of issue 13 for the decode splits' merge kernels: the SASS estimate over
     the model's issue slots within 0.7-1.3 (static figures)."""
     _within_band(name, shape, engine, index)
+
+
+def test_accesses_in_a_loop_unrolled_whole_count_its_trips():
+    """sass_align reads nvcc's unroll of a loop from its SASS's memory instructions over the
+    C's accesses of one iteration: an access inside a loop nvcc unrolls whole (`#pragma
+    unroll`, a constant trip) is that many accesses (the decode partial's key loop read a
+    64-long dot product as 2 accesses: its loop of 1434 instructions counted 0.2 times a
+    key)."""
+    align = _module("sass_align")
+    body = ("\n  float acc = 0.0f;\n  #pragma unroll\n  for (int j6 = 0; j6 < 64; ++j6) {\n"
+            "    acc = acc + sm0[j6] * p1[k * 64 + j6];\n  }\n  st = st + acc * p2[k];\n")
+    assert align._accesses(body, "k") == (64 + 64 + 1, frozenset({"LDS", "LDG"}))
+    assert align._accesses(body.replace("#pragma unroll\n", ""), "k")[0] == 3
+
+
+def test_the_decode_partial_streams_its_keys():
+    """A softmax read by a contraction over its axis is not planned unstreamed on a GPU
+    target (kernel_plan: the point-by-point lowering computes every score again for each
+    output element, 6.7x the issue slots the model charged, static SASS): the decode split's
+    partial runs the online softmax over its keys. The paper's two-level machine keeps its
+    unstreamed plans (tests/compiler/data/plans.json)."""
+    p = plan(napkin.load("attention"), "h100", {"b": 1, "h": 1, "q": 1, "x": 4096})
+    assert p.split is not None and p.kernels[0].schedule.engine == "cuda cores"
+    assert p.kernels[0].schedule.stream is not None
