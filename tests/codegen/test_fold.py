@@ -39,7 +39,7 @@ def _forced(name, shape, chunk):
 # (diagram, sizes, forced chunk, the fold the schedule takes): a chunk of 32 with a
 # remainder of x (50 = 32 + 18 keys: 4 groups and 2 keys in the last chunk), a chunk of 6
 # (a group and 2 keys in every chunk), of 3 (shorter than a group: one key at a time), causal
-CASES = [("attention", dict(b=1, h=2, q=37, x=50), 32, fold.FOLD),
+CASES = [("attention", dict(b=1, h=1, q=37, x=50), 32, fold.FOLD),
          ("attention", dict(b=1, h=1, q=33, x=47), 6, fold.FOLD),
          ("attention", dict(b=1, h=1, q=17, x=13), 3, 1),
          ("causal_attention", dict(b=1, h=2, q=67, x=67), 6, fold.FOLD)]
