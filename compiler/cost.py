@@ -56,7 +56,7 @@ from . import added, index_width, issue, occupancy, waits
 from .columns import Column, resident_sets
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
-from .flops import rate, work_flops
+from .flops import rate, work_extents, work_flops
 from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
 from .memory import PIPELINE, allocated, l2_split, sectors, stage_bytes, staged_bytes
 from .model import Model
@@ -251,7 +251,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
             M = M + (stages - PIPELINE) * per_stage
         time = H / lv.bandwidth if lv.bandwidth else 0
         results.append(LevelCost(lv.name, lv.capacity_bytes, M, H, units, time))
-    flops = work_flops(model, covs[0], choice, sizes, fraction)
+    extents = work_extents(model, covs[0], choice, sizes)     # (each op's points and redo)
+    flops = work_flops(model, covs[0], choice, sizes, fraction, extents)
     # with tensor cores the register level's unit is a warp: its 32 lanes hold the fragments
     lanes = WARP if choice.warps else 1
     active = lanes * unit_counts[1] / unit_counts[0] if len(unit_counts) > 1 else 1
@@ -297,7 +298,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                               [lc.H for lc in results[1:]], unit_counts,
                               np.ceil(threads / WARP), active / threads, fraction, cut=cut,
                               span=span, loads=loads, reads=reads,
-                              wide=index_width.wide(model.extents, sizes, choice))
+                              wide=index_width.wide(model.extents, sizes, choice),
+                              extents=extents)
         compute = functools.reduce(ops.maximum, parts.values())
     if choice.warps and not symbolic:   # fragments padded past the arrays compute all the same
         compute = compute * _padding(choice, sizes)
