@@ -368,10 +368,12 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
 
 
 def _plain(record):
-    """The record with NumPy scalars as Python numbers (arrays stay arrays)."""
-    kinds = {f: number(getattr(record, f)) for f in record.__dataclass_fields__
-             if f not in ("levels", "flops", "name")}
-    return type(record)(**{**record.__dict__, **kinds})
+    """The record with NumPy scalars as Python numbers (arrays stay arrays); the record itself
+    when it holds none."""
+    kinds = {f: v.item() for f, v in record.__dict__.items()
+             if f not in ("levels", "flops", "name") and (
+                 isinstance(v, np.generic) or isinstance(v, np.ndarray) and v.ndim == 0)}
+    return type(record)(**{**record.__dict__, **kinds}) if kinds else record
 
 
 def _padding(choice: Choices, sizes: dict):

@@ -35,27 +35,37 @@ _LEAVES = (bool, int, complex, bytes, type)
 
 
 def _freeze(x):
-    if isinstance(x, dict):
-        return ("dict", tuple((k, _freeze(v)) for k, v in x.items()))
-    if isinstance(x, (list, tuple)):
-        return (type(x).__name__, tuple(_freeze(v) for v in x))
-    if isinstance(x, (set, frozenset)):
-        return ("set", frozenset(_freeze(v) for v in x))
-    if isinstance(x, np.ndarray):
-        return ("ndarray", x.dtype.str, x.shape, x.tobytes())
-    if x is None or isinstance(x, str):
+    kind = type(x)
+    if kind is str or x is None:
         return x
+    if kind is tuple or kind is list:
+        return (kind, tuple([_freeze(v) for v in x]))
+    if kind is dict:
+        return (dict, tuple([(k, _freeze(v)) for k, v in x.items()]))
+    names = _FIELDS.get(kind)
+    if names is not None:        # a dataclass: its fields (not what it caches beside them)
+        return (kind, tuple([_freeze(getattr(x, f)) for f in names]))
     if isinstance(x, float):            # (typed: 1 == 1.0 == True, and -0.0 == 0.0)
         return (float, x.hex())
-    if isinstance(x, np.generic):
-        return (type(x), x.tobytes())
     if isinstance(x, _LEAVES):
-        return (type(x), x)
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return (type(x), tuple(_freeze(getattr(x, f.name)) for f in dataclasses.fields(x)))
+        return (kind, x)
+    if isinstance(x, (set, frozenset)):
+        return (frozenset, frozenset(_freeze(v) for v in x))
+    if isinstance(x, np.ndarray):
+        return (np.ndarray, x.dtype.str, x.shape, x.tobytes())
+    if isinstance(x, np.generic):
+        return (kind, x.tobytes())
     if isinstance(x, enum.Enum):
-        return (type(x), x.name)
-    raise _Unfrozen(type(x).__name__)
+        return (kind, x.name)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(x))
+        return _freeze(x)
+    if isinstance(x, (tuple, list, dict)):       # (subclasses: as their base, typed)
+        return (kind, _freeze(tuple(x.items()) if isinstance(x, dict) else tuple(x)))
+    raise _Unfrozen(kind.__name__)
+
+
+_FIELDS: dict = {}       # dataclass -> its fields' names
 
 
 def freeze(g: DiGraph) -> tuple:
