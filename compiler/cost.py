@@ -37,8 +37,9 @@ that depend on a few sizes only keep the shape of those (arrays broadcast).
 `fastest` picks a search's winner from a candidate set's costs. sympy is
 imported on the symbolic path only.
 
-The concepts it combines live beside it: `choices.py` (the decisions and the arithmetic
-on numbers, arrays and symbols), `issue.py` (compute time from the instructions a kernel
+The concepts it combines live beside it: `costs.py` (the records it returns: `Cost`,
+`LevelCost`), `choices.py` (the decisions and the arithmetic on numbers, arrays and
+symbols), `issue.py` (compute time from the instructions a kernel
 issues), `occupancy.py` (registers, blocks per SM, the fraction of the GPU busy),
 `memory.py` (shared-memory buffers as allocated; HBM and L2), `masking.py` (chunks a mask
 hides), `extents.py` (the covered and resident extents above), `flops.py` (FLOPs per engine
@@ -48,15 +49,16 @@ and their rates).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
 from . import added, index_width, issue, occupancy, waits
 from .columns import Column, resident_sets
 from .extents import covered, resident, walked
-from .choices import NUMBERS, Choice, Choices, Symbols, any_of, entries, number, prod, total
-from .flops import rate, work_flops
+from .choices import NUMBERS, Choice, Choices, Symbols, any_of, number, prod, total
+from .costs import COMPUTE, Cost, LevelCost
+from .flops import rate, work_extents, work_flops
 from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
 from .memory import PIPELINE, allocated, l2_split, sectors, stage_bytes, staged_bytes
 from .model import Model
@@ -69,84 +71,6 @@ from .target import Target
 OVERLAP = 0.05
 LAUNCH_SECONDS = 2e-6
 WARP = 32
-# the compute limits (compiler/issue.py) by the names `bound` gives them
-COMPUTE = {"compute": "compute", "issue": "issue slots", "tensor": "tensor cores",
-           "fp32": "the FP32 pipe", "mufu": "MUFU (exp, rsqrt, division)",
-           "dependent": "the instructions waiting on the products",
-           "chained": "the products and what waits on them in each warp"}
-
-
-@dataclass(frozen=True)
-class LevelCost:
-    name: str
-    capacity: object   # bytes one unit may hold (per candidate for a candidate set)
-    M: object          # bytes per unit (number, array, or sympy expression)
-    H: object          # bytes crossing in and out, all units
-    units: object      # how many units of this level run the kernel
-    time: object       # H / bandwidth (seconds), 0 for the top level
-
-
-@dataclass(frozen=True)
-class Cost:
-    levels: tuple[LevelCost, ...]
-    flops: dict = field(default_factory=dict)     # engine -> FLOPs
-    compute_time: object = 0
-    time: object = 0                              # predicted seconds
-    bound: str | None = ""                        # the term that bounds the time (its name;
-                                                  # for a candidate set, None: see at())
-    utilization: object = 1.0
-    threads: object = 1
-    terms: tuple = ()             # (name, seconds): compute, then each memory term
-    compute_parts: tuple = ()     # (name, seconds): issue slots and each pipe (issue.py)
-    registers: object = None      # estimated registers per thread (occupancy.py)
-    blocks_per_sm: object = 1     # resident blocks per SM
-    limit: object = 3             # what limits them: an index into occupancy.LIMITS
-    computed: object = 1.0        # the share of (block, chunk) pairs computed: the rest a mask
-                                  # hides entirely, and the kernel skips (masking.py)
-    visited: object = 1.0         # the share the chunk loop visits: a tensor-core kernel
-                                  # bounds it by the mask (codegen/masks data_span, index_span)
-    stages: object = 2            # a tensor-core kernel's pipeline depth (occupancy.stages)
-
-    def level(self, name: str) -> LevelCost:
-        return next(lv for lv in self.levels if lv.name == name)
-
-    @property
-    def occupancy_limit(self) -> str:
-        """What limits the blocks an SM holds: registers, shared memory, threads or blocks."""
-        return occupancy.LIMITS[int(self.limit)]
-
-    def name_bound(self) -> str:
-        """The name of the term that bounds the time (the first of the largest); compute is
-        named by its largest part."""
-        names = [name for name, _ in self.terms]
-        times = [t for _, t in self.terms]
-        name = names[max(range(len(times)), key=lambda i: times[i])] if times else ""
-        if name == "compute" and self.compute_parts:
-            parts = dict(self.compute_parts)
-            name = COMPUTE[max(parts, key=lambda k: parts[k])]
-        return name
-
-    def at(self, i: int, shape: tuple[int, ...]) -> Cost:
-        """The cost of candidate `i` of a candidate set flattened to `shape` (numbers)."""
-        where = np.unravel_index(i, shape)
-
-        def pick(v):
-            return number(entries(v, where))
-
-        def picked(record, skip):
-            return type(record)(**{f: getattr(record, f) if f in skip else
-                                   pick(getattr(record, f)) for f in record.__dataclass_fields__})
-        levels = tuple(picked(lc, ("name",)) for lc in self.levels)
-        one = Cost(levels, {k: pick(v) for k, v in self.flops.items()}, pick(self.compute_time),
-                   pick(self.time), self.bound, pick(self.utilization), pick(self.threads),
-                   tuple((k, pick(v)) for k, v in self.terms),
-                   tuple((k, pick(v)) for k, v in self.compute_parts),
-                   None if self.registers is None else pick(self.registers),
-                   pick(self.blocks_per_sm), pick(self.limit), pick(self.computed),
-                   pick(self.visited), pick(self.stages))
-        return one if one.bound is not None else replace(one, bound=one.name_bound())
-
-
 def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, sizes: dict,
              target: Target, symbolic: bool = False, values: bool = False) -> Cost:
     """Costs of one kernel plan, or of every candidate of a set (the module docstring);
@@ -192,24 +116,40 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                  else None for arr, res in zip(model.arrays, res_of)]
         loops = walked(model, short)
         moved, unique = [], []
+        # (terms loads share, computed once a level: by the axes an array lacks, by the walks
+        # it is read again along, by the row a sector holds)
+        lacking: dict = {}
+        walks: dict = {}
+        sector: dict = {}
         for arr, gaps in zip(model.arrays, short):
             width = 1 if values else arr.bytes
             if arr.role == "load":
                 once = prod(sizes[a] for a in arr.axes) * arr.passes
-                vol = once * prod(repeats[a] for a in model.axes if a not in arr.axes)
+                if arr.axes not in lacking:
+                    lacking[arr.axes] = prod(repeats[a] for a in model.axes
+                                             if a not in arr.axes)
+                vol = once * lacking[arr.axes]
                 # not resident: read again at every step of a walk along an axis it lacks
                 # that the ops reading it iterate over
-                steps = [ops.where(w, cov[a] / _step(a, choice, li), 1)
-                         for a, w in loops.items() if a not in arr.axes
-                         and (not arr.used_over or a in arr.used_over)]
-                if steps:
-                    vol = ops.where(any_of(gaps.values()), vol * prod(steps), vol)
+                along = tuple(a for a in loops if a not in arr.axes
+                              and (not arr.used_over or a in arr.used_over))
+                if along:
+                    if along not in walks:
+                        walks[along] = prod([ops.where(loops[a], cov[a] / _step(a, choice, li),
+                                                       1) for a in along])
+                    vol = ops.where(any_of(gaps.values()), vol * walks[along], vol)
                 if arr.streamed and fraction is not None \
                         and not (isinstance(fraction, float) and fraction == 1.0):
                     vol = vol * fraction
                 if reread is not None and li == len(levels) - 1 and arr is reread[0]:
                     vol = ops.where(choice.reread, vol * reread[1], vol)    # every chunk
-                coalesce = 1 if symbolic or values or li > 1 else sectors(arr, cov, target)
+                if symbolic or values or li > 1:
+                    coalesce = 1
+                else:
+                    row = (arr.axes[-1] if arr.axes else None, arr.bytes)
+                    if row not in sector:
+                        sector[row] = sectors(arr, cov, target)
+                    coalesce = sector[row]
                 moved.append(vol * (width * coalesce))     # (width: a power of two)
                 if li == 2:     # (the register level below shared memory: H[1])
                     reads.append((arr, moved[-1]))
@@ -251,7 +191,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
             M = M + (stages - PIPELINE) * per_stage
         time = H / lv.bandwidth if lv.bandwidth else 0
         results.append(LevelCost(lv.name, lv.capacity_bytes, M, H, units, time))
-    flops = work_flops(model, covs[0], choice, sizes, fraction)
+    extents = work_extents(model, covs[0], choice, sizes)     # (each op's points and redo)
+    flops = work_flops(model, covs[0], choice, sizes, fraction, extents)
     # with tensor cores the register level's unit is a warp: its 32 lanes hold the fragments
     lanes = WARP if choice.warps else 1
     active = lanes * unit_counts[1] / unit_counts[0] if len(unit_counts) > 1 else 1
@@ -297,7 +238,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                               [lc.H for lc in results[1:]], unit_counts,
                               np.ceil(threads / WARP), active / threads, fraction, cut=cut,
                               span=span, loads=loads, reads=reads,
-                              wide=index_width.wide(model.extents, sizes, choice))
+                              wide=index_width.wide(model.extents, sizes, choice),
+                              extents=extents)
         compute = functools.reduce(ops.maximum, parts.values())
     if choice.warps and not symbolic:   # fragments padded past the arrays compute all the same
         compute = compute * _padding(choice, sizes)
@@ -366,10 +308,12 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
 
 
 def _plain(record):
-    """The record with NumPy scalars as Python numbers (arrays stay arrays)."""
-    kinds = {f: number(getattr(record, f)) for f in record.__dataclass_fields__
-             if f not in ("levels", "flops", "name")}
-    return type(record)(**{**record.__dict__, **kinds})
+    """The record with NumPy scalars as Python numbers (arrays stay arrays); the record itself
+    when it holds none."""
+    kinds = {f: v.item() for f, v in record.__dict__.items()
+             if f not in ("levels", "flops", "name") and (
+                 isinstance(v, np.generic) or isinstance(v, np.ndarray) and v.ndim == 0)}
+    return type(record)(**{**record.__dict__, **kinds}) if kinds else record
 
 
 def _padding(choice: Choices, sizes: dict):

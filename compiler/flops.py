@@ -10,15 +10,31 @@ from .model import Model
 from .target import Target
 
 
-def work_flops(model: Model, level1: dict, choice: Choices, sizes: dict, fraction=1.0) -> dict:
-    """FLOPs per (engine, dtype); the work of chunks a mask hides counts `fraction`."""
+def work_extents(model: Model, level1: dict, choice: Choices, sizes: dict) -> list[tuple]:
+    """(points, redo) of each op of model.work: the points it computes, and how many times
+    the blocks compute each (the grouped axes it lacks: every group along them computes it
+    again); the cost model's FLOPs and instruction counts (issue.py) both read them."""
     grouped = {a for a, _ in choice.group}
+    redos: dict = {}        # (the axes of an op) -> its redo: ops over the same axes share it
+    out = []
+    for w in model.work:
+        redo = redos.get(w.axes)
+        if redo is None:
+            redo = redos[w.axes] = prod(sizes[a] / level1[a] for a in model.axes
+                                        if a in grouped and a not in w.axes)
+        out.append((prod(sizes[a] for a in w.axes), redo))
+    return out
+
+
+def work_flops(model: Model, level1: dict, choice: Choices, sizes: dict, fraction=1.0,
+               extents: list | None = None) -> dict:
+    """FLOPs per (engine, dtype); the work of chunks a mask hides counts `fraction`
+    (`extents`: work_extents's, when the caller has them)."""
     stream = choice.stream[0] if choice.stream else None
     out: dict = {}
-    for w in model.work:
-        points = prod(sizes[a] for a in w.axes)
-        redo = prod(sizes[a] / level1[a] for a in model.axes
-                     if a in grouped and a not in w.axes)
+    if extents is None:
+        extents = work_extents(model, level1, choice, sizes)
+    for w, (points, redo) in zip(model.work, extents):
         key = (w.engine, w.dtype)
         amount = w.flops_per_point * points * redo
         amount = amount * w.times if w.times != 1 else amount

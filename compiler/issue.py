@@ -29,6 +29,7 @@ import numpy as np
 
 from . import added, fold, issue_pair, issue_simt, occupancy
 from .choices import NUMBERS, prod, total
+from .flops import work_extents
 from .target import Target
 
 WARP = 32
@@ -183,27 +184,27 @@ STAGED_COUNT = 1
 
 def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, units: list,
             warps_per_block, lane_share, fraction, symbolic: bool = False, cut=None,
-            span=None, loads=None, wide=False, reads=()) -> dict:
+            span=None, loads=None, wide=False, reads=(), extents=None) -> dict:
     """Seconds each compute limit takes: `issue` (every warp instruction), `tensor`, `fp32`,
     `mufu` (their pipes). `H`: bytes into each level below the top, `units`: units of each,
     `warps_per_block`: warps a block runs, `lane_share`: the share of their lanes with work,
     `fraction`: the share of chunks computed (masked chunks skipped), `cut`: the share the
     mask cuts (computed, not held everywhere: attention evaluates its mask there only),
     `wide`: the kernel indexes in 64 bits (index_width.wide, per candidate), `reads`: (load,
-    bytes the register level moves of it) for each load (issue_simt.reads)."""
+    bytes the register level moves of it) for each load (issue_simt.reads), `extents`: each
+    op's (points, redo) (flops.work_extents; computed when not given)."""
     tensor = bool(choice.warps)
     # a chain of products on tensor cores (codegen/chain.py: the backward's dQ and dK/dV)
     chain = tensor and not model.streaming.pairs and \
         sum(w.engine == "contraction" for w in model.work) >= 2
-    grouped = {a for a, _ in choice.group}
     stream = choice.stream[0] if choice.stream else None
     fp32, mufu, other, tensor_flops = [], [], [], []
     index_axes = {a for a, _ in choice.warps} | ({stream} if stream else set())
     positional = masked = False
     paired = {n for n, _ in model.streaming.pairs}
-    for w in model.work:
-        points = prod(sizes[a] for a in w.axes)
-        redo = prod(sizes[a] / level1[a] for a in model.axes if a in grouped and a not in w.axes)
+    if extents is None:
+        extents = work_extents(model, level1, choice, sizes)
+    for w, (points, redo) in zip(model.work, extents):
         amount = points * redo * w.times
         if stream in w.axes:
             amount = amount * fraction

@@ -6,6 +6,7 @@ over all kernels."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from .graph import DiGraph
@@ -14,7 +15,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
 from . import schedule as schedules
-from . import scatter, tensorcore
+from . import fingerprint, scatter, tensorcore
 from .columns import Column, columns
 from .cost import Choice, Cost, evaluate
 from .kernels import FusedKernel
@@ -75,14 +76,15 @@ class KernelPlanner:
                                        # blocks (chain.Across; explain and gpu_backward compare)
         self._memo: dict = {}
         self._models: dict = {}
+        self._graph = fingerprint.token(g)    # (the graph's contents: models are shared)
 
     def _model(self, k: FusedKernel, axis: str | None):
         """The kernel's cost model and columns when `axis` streams (fusion's quick estimate and
-        the final plan of a kernel share them)."""
+        the final plan of a kernel share them, and so do planners of equal graphs: every
+        target and shape a diagram is planned for)."""
         key = (k.nodes, k.loads, k.stores, axis)
         if key not in self._models:
-            model = kernel_model(self.g, k, axis)
-            self._models[key] = (model, columns(self.g, model))
+            self._models[key] = _shared_model(self.g, self._graph, k, axis)
         model, cols = self._models[key]
         if model.kernel != k:          # the same nodes under the kernel's final name
             model = replace(model, kernel=k)
@@ -286,6 +288,27 @@ class KernelPlanner:
         choice = Choice(tuple(sorted((a, g) for a, g in group.items() if g < self.sizes[a])),
                         stream, thread, None, fixed.get("inner"))
         return evaluate(model, cols, choice, self.sizes, self.target)
+
+
+_MODELS: OrderedDict = OrderedDict()     # (graph token, kernel, axis) -> (model, columns)
+_MAX_MODELS = 4096
+
+
+def _shared_model(g: DiGraph, graph: int | None, k: FusedKernel, axis: str | None):
+    """kernel_model and columns of kernel k, memoised on the graph's contents (`graph`: its
+    fingerprint.token; None: not memoised) and what the model reads of the kernel."""
+    key = (graph, k.nodes, k.loads, k.stores, axis)
+    found = _MODELS.get(key) if graph is not None else None
+    if found is None:
+        model = kernel_model(g, k, axis)
+        found = (model, columns(g, model))
+        if graph is not None:
+            _MODELS[key] = found
+            if len(_MODELS) > _MAX_MODELS:
+                _MODELS.popitem(last=False)
+    else:
+        _MODELS.move_to_end(key)
+    return found
 
 
 # which fixed decision of the search a hint sets, by (kind, level: 1 blocks, 2 threads)

@@ -182,11 +182,17 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
     from .fuse import fuse, regroup, unfused_kernels
     check_engine(engine)
 
+    planners: dict = {}     # id(problem) -> (problem, its planner): one per problem fused
+
     def fused(pr: Problem, like: Fused | None = None) -> Fused:
         """Fusion of `pr`; with `like`, the same statements grouped as in `like` (a split of
-        another count: its kernels priced without searching the fusion again)."""
-        planner = KernelPlanner(pr.graph, pr.target, pr.sizes, pr.hints, engine,
-                                across=across)
+        another count: its kernels priced without searching the fusion again). The fusions
+        of one problem share its planner (and so its memoised kernel plans)."""
+        held = planners.get(id(pr))
+        if held is None or held[0] is not pr:
+            held = planners[id(pr)] = (pr, KernelPlanner(pr.graph, pr.target, pr.sizes,
+                                                         pr.hints, engine, across=across))
+        planner = held[1]
         if like is not None:
             kernels = regroup(pr.graph, [(k.equations, k.recomputed) for k in like.kernels])
         else:

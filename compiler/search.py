@@ -186,7 +186,9 @@ def _candidate_set(model: Model, target: Target, sizes: dict, fixed: dict, fine:
                          tuple((a, np.where(split_axis == i, ways, 1.0))
                                for i, a in enumerate(model.reduced) if len(splits) > 1),
                          fixed.get("inner"))
-    shape = np.broadcast_shapes(candidates.shape, (count, len(chunk), len(splits)))
+    # (what np.broadcast_shapes(candidates.shape, ...) gives: every term is one of the mesh's
+    # three dimensions, or a number)
+    shape = (count, len(chunk), len(splits))
     # ties go to smaller tiles, then smaller thread tiles, then fewer ways
     ties = (sum(gvals.values()) + (chunks_ if axis is not None else 0), sum(tvals.values()), ways)
     return candidates, shape, ties

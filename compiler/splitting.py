@@ -152,16 +152,29 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
     unsplit = best_time
     for axis, start in candidates(base).items():
         # the kernels fusion makes of the fewest and the most splits tried, priced at the
-        # other counts (the statements are the same), then fused again at the best count
+        # other counts (the statements are the same), then fused again at the best count;
+        # each count's problem is split once and fused once (its planner, and so its
+        # kernels' estimates, shared by the pricing and the fusion: plan.fuse_kernels)
+        problems: dict[int, object] = {}
+        fusions: dict[int, object] = {}
+
+        def split_at(parts: int):
+            if parts not in problems:
+                problems[parts] = split_problem(problem, axis, parts)
+            return problems[parts]
+
+        def fused_at(parts: int):
+            if parts not in fusions:
+                fusions[parts] = fuse(split_at(parts))
+            return fusions[parts]
         most = _most(problem.sizes[axis])
         coarse = sorted({min(start, most)} | {p for p in COARSE if p <= most})
-        templates = {fuse(split_problem(problem, axis, p)).kernels: p
-                     for p in {coarse[0], coarse[-1]}}
+        templates = {fused_at(p).kernels: p for p in {coarse[0], coarse[-1]}}
         tried: dict[int, float] = {}
 
         def price(parts: int) -> float:
             if parts not in tried:
-                pr = split_problem(problem, axis, parts)
+                pr = split_at(parts)
                 tried[parts] = min(total(fuse(pr, _Like(ks))) for ks in templates)
             return tried[parts]
         here = min(coarse, key=price)
@@ -169,7 +182,7 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
             if 2 <= nxt <= most:
                 price(nxt)
         here = min(tried, key=price)
-        fused = fuse(split_problem(problem, axis, here))
+        fused = fused_at(here)
         t = total(fused)
         if t < best_time * (1 - 1e-9):
             best, best_time, best_key = fused, t, (axis, here)
