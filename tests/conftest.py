@@ -116,3 +116,19 @@ def golden(request):
         assert text == path.read_text(), f"output differs from {path}; review, then --update-goldens"
 
     return check
+
+
+@pytest.fixture(scope="session")
+def compiled():
+    """compiled(source, arch, options) -> NVRTC's `Compiled` for `source` (cubin, PTX, ptxas's
+    resources), through the run's kernel cache (runtime/binaries.py): for tests that read what
+    NVRTC makes of a source and are not about NVRTC or the cache (tests/runtime/test_nvrtc.py
+    and test_cache.py call those directly). A warm cache answers without compiling, and a source
+    two tests read is compiled once."""
+    from napkin.runtime import binaries, nvrtc
+
+    def compile(source: str, arch: str = "sm_90", options: tuple[str, ...] = ()):
+        b = binaries.get(source, arch, options)
+        return nvrtc.Compiled(ptx=b.ptx, cubin=b.cubin, log=b.log, arch=arch, options=tuple(options),
+                              resources=nvrtc.parse_ptxas_report(b.log))
+    return compile

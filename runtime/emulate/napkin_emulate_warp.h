@@ -224,7 +224,19 @@ NAPKIN_NO_TSAN Slot& warp_end(Slot& s) {
   return s;
 }
 
+// A shuffle's or vote's whole exchange: the kernel's build (often -O0) only calls it.
+NAPKIN_NO_TSAN uint64_t exchange(Op op, unsigned mask, uint64_t value, int arg, int width, const char* file,
+                                 int line) {
+  Slot& s = warp_begin(op, mask, file, line);
+  s.value = value;
+  s.arg = arg;
+  s.width = width;
+  return warp_end(s).result;
+}
+
 #else
+NAPKIN_NO_TSAN uint64_t exchange(Op op, unsigned mask, uint64_t value, int arg, int width, const char* file,
+                                 int line);
 NAPKIN_NO_TSAN Slot& warp_begin(Op op, unsigned mask, const char* file, int line);
 NAPKIN_NO_TSAN void lane_src_check(const Slot& s, int lane, int src, Thread* const* lanes);
 double tf32_value(uint32_t u);
@@ -234,33 +246,30 @@ NAPKIN_NO_TSAN void warp_compute(Thread* me, Thread* const* lanes);
 NAPKIN_NO_TSAN bool warp_try_complete(Block* b, Thread* me);
 NAPKIN_NO_TSAN Slot& warp_end(Slot& s);
 #endif  // NAPKIN_EMULATE_RUNTIME
+// (inlined even at -O0: a kernel's shuffles are most of what its build leaves unoptimised)
 template <class T>
-inline uint64_t to_u64(T v) {
+__attribute__((always_inline)) inline uint64_t to_u64(T v) {
   static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "warp shuffles move at most 8 bytes");
   uint64_t u = 0;
-  memcpy(&u, &v, sizeof(T));
+  __builtin_memcpy(&u, &v, sizeof(T));
   return u;
 }
 template <class T>
-inline T from_u64(uint64_t u) {
+__attribute__((always_inline)) inline T from_u64(uint64_t u) {
   T v;
-  memcpy(&v, &u, sizeof(T));
+  __builtin_memcpy(&v, &u, sizeof(T));
   return v;
 }
 
 template <class T>
-NAPKIN_NO_TSAN inline T shuffle(Op op, unsigned mask, T var, int arg, int width, const char* file, int line) {
-  Slot& s = warp_begin(op, mask, file, line);
-  s.value = to_u64(var);
-  s.arg = arg;
-  s.width = width;
-  return from_u64<T>(warp_end(s).result);
+__attribute__((always_inline)) inline T shuffle(Op op, unsigned mask, T var, int arg, int width,
+                                                const char* file, int line) {
+  return from_u64<T>(exchange(op, mask, to_u64(var), arg, width, file, line));
 }
 
-NAPKIN_NO_TSAN inline uint64_t vote(Op op, unsigned mask, uint64_t value, const char* file, int line) {
-  Slot& s = warp_begin(op, mask, file, line);
-  s.value = value;
-  return warp_end(s).result;
+__attribute__((always_inline)) inline uint64_t vote(Op op, unsigned mask, uint64_t value, const char* file,
+                                                    int line) {
+  return exchange(op, mask, value, 0, 32, file, line);
 }
 
 // Lanes run one after another here, so which lanes are "active" (converged) at a
@@ -279,24 +288,29 @@ inline void __syncwarp(unsigned mask = napkin_emu::kFullMask, const char* file =
 }
 
 // ---- warp shuffles and votes ---------------------------------------------------------------
+// (always inlined, at -O0 too: the call left is the runtime's exchange)
 template <class T>
-inline T __shfl_sync(unsigned mask, T var, int srcLane, int width = warpSize, const char* file = __builtin_FILE(),
-                     int line = __builtin_LINE()) {
+__attribute__((always_inline)) inline T __shfl_sync(unsigned mask, T var, int srcLane, int width = warpSize,
+                                                    const char* file = __builtin_FILE(),
+                                                    int line = __builtin_LINE()) {
   return napkin_emu::shuffle(napkin_emu::Op::Idx, mask, var, srcLane, width, file, line);
 }
 template <class T>
-inline T __shfl_up_sync(unsigned mask, T var, unsigned int delta, int width = warpSize,
-                        const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+__attribute__((always_inline)) inline T __shfl_up_sync(unsigned mask, T var, unsigned int delta,
+                                                       int width = warpSize, const char* file = __builtin_FILE(),
+                                                       int line = __builtin_LINE()) {
   return napkin_emu::shuffle(napkin_emu::Op::Up, mask, var, int(delta), width, file, line);
 }
 template <class T>
-inline T __shfl_down_sync(unsigned mask, T var, unsigned int delta, int width = warpSize,
-                          const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+__attribute__((always_inline)) inline T __shfl_down_sync(unsigned mask, T var, unsigned int delta,
+                                                         int width = warpSize, const char* file = __builtin_FILE(),
+                                                         int line = __builtin_LINE()) {
   return napkin_emu::shuffle(napkin_emu::Op::Down, mask, var, int(delta), width, file, line);
 }
 template <class T>
-inline T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width = warpSize,
-                         const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+__attribute__((always_inline)) inline T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width = warpSize,
+                                                        const char* file = __builtin_FILE(),
+                                                        int line = __builtin_LINE()) {
   return napkin_emu::shuffle(napkin_emu::Op::Xor, mask, var, laneMask, width, file, line);
 }
 inline unsigned __ballot_sync(unsigned mask, int pred, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {

@@ -113,19 +113,19 @@ def test_the_model_charges_every_block_of_rows_its_atomics(case):
     assert k.cost.levels[1].H >= adds * 4 + b * h * q * d * (4 + 4 + 2)
 
 
-def test_dk_added_over_blocks_of_queries_at_d128(rng=np.random.default_rng(5)):
+def test_dk_added_over_blocks_of_queries_at_d128(compiled, rng=np.random.default_rng(5)):
     """At d = 128 the model merges the other way round (the plain gradient at the issue's
     size): dQ's chain over blocks of queries streams the keys and adds each block's share
     of dK = dS^T Q; dV keeps its own chain. No spills (ptxas), and the emulator against the
     float64 reference over two blocks of queries."""
     from napkin.pipeline import run_plan
-    from napkin.runtime import compare, nvrtc
+    from napkin.runtime import compare
     grad = napkin.grad(napkin.load("attention", d=128))
     p = plan(grad, "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
     found = [(array_name(p.graph, a.store), kp.schedule.site.row)
              for kp in p.kernels for a in kp.schedule.across]
     assert found == [("dK", "q")]
-    for name, r in nvrtc.compile(render(lower(p)), arch="sm_90").resources.items():
+    for name, r in compiled(render(lower(p)), "sm_90").resources.items():
         assert r.spill_stores == 0 and r.spill_loads == 0, (name, r)
     Q, dO = (rng.standard_normal((1, 1, 150, 128)).astype(np.float16) for _ in range(2))
     K, V = (rng.standard_normal((1, 1, 45, 128)).astype(np.float16) for _ in range(2))

@@ -120,12 +120,12 @@ def test_sliding_window_skips_on_both_sides():
         assert ("continue;" in skip) == (not tensor_cores)
 
 
-def test_index_width_follows_the_sizes():
+def test_index_width_follows_the_sizes(compiled):
     small = lower(plan(napkin.load("matmul"), "h100", {"m": 512, "k": 512, "n": 512}))
     large = lower(plan(napkin.load("matmul"), "h100", {"m": 65536, "k": 65536, "n": 8}))
     assert small.kernels[0].index_type == "int"
     assert large.kernels[0].index_type == "long long"
-    ptx = nvrtc.compile(render(large), arch="sm_90").ptx
+    ptx = compiled(render(large), "sm_90").ptx
     assert "mul.lo.s64" in ptx or "mul.wide" in ptx or "mad.lo.s64" in ptx
 
 

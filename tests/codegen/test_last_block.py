@@ -40,7 +40,7 @@ def _plan(case, merge="last-block"):
     return _PLANS[key]
 
 
-def test_the_planner_merges_a_long_layernorm_in_the_last_block():
+def test_the_planner_merges_a_long_layernorm_in_the_last_block(compiled):
     """Two rows of 500,000: the planner splits the row in 256 and, by the model, runs the
     mean's and the variance's merges in the partial kernel (two launches fewer, a fence and
     a counter more); `--merge kernel` keeps them as kernels, and that plan is slower by what
@@ -59,9 +59,8 @@ def test_the_planner_merges_a_long_layernorm_in_the_last_block():
     assert [k.kernel for k in prog.kernels] == ["k0", "k3"]      # k1 and k2 run in k0
     from ..fuzz.injection import token_problems     # generated names only (no user's)
     assert token_problems(render(prog)) == []
-    from napkin.runtime import nvrtc                  # NVRTC compiles it, without spills
-    for arch in ("sm_80", "sm_90"):
-        for k, r in nvrtc.compile(render(prog), arch=arch).resources.items():
+    for arch in ("sm_80", "sm_90"):                   # NVRTC compiles it, without spills
+        for k, r in compiled(render(prog), arch).resources.items():
             assert r.spill_stores == 0 and r.spill_loads == 0, (arch, k, r)
     assert prog.zeroed == (COUNTER,) and (COUNTER, "i32", ("r",)) in prog.buffers
     text = render_text(report(auto, compare=False))

@@ -8,7 +8,6 @@ import pytest
 
 import napkin
 from napkin.diagrams.diagnostics import NapkinError, NapkinLaunchError
-from napkin.runtime.cache import Cache
 from napkin.kernel import Kernel
 
 from .fake_gpu import DeviceArray, FakeLauncher
@@ -102,18 +101,19 @@ def test_out_argument_on_cpu(qkv):
 
 # -- the launch path, with a fake GPU ------------------------------------------------------
 
-def gpu_kernel(name="attention", tmp_path=None, **kw):
+def gpu_kernel(name="attention", **kw):
+    """A Kernel on the fake GPU; its cubins come through the run's kernel cache (these tests are
+    about launches: test_cache.py tests the cache, and the same attention cubin serves several)."""
     launcher = FakeLauncher(**kw)
-    cache = Cache(tmp_path / "cache") if tmp_path else None
-    return Kernel(napkin.load(name), backend="cuda", launcher=launcher, cache=cache), launcher
+    return Kernel(napkin.load(name), backend="cuda", launcher=launcher), launcher
 
 
 def dev(*shape, typestr="<f2", **kw):
     return DeviceArray(shape, typestr, **kw)
 
 
-def test_launch_passes_pointers_and_sizes_as_64_bit(tmp_path):
-    k, launcher = gpu_kernel(tmp_path=tmp_path)
+def test_launch_passes_pointers_and_sizes_as_64_bit():
+    k, launcher = gpu_kernel()
     Q, K, V = dev(2, 3, 37, 64), dev(2, 3, 50, 64), dev(2, 3, 50, 64)
     (out,) = k(Q, K, V)
     assert isinstance(out, DeviceArray) and out.shape == (2, 3, 37, 64) and out.typestr == "<f2"
@@ -127,10 +127,10 @@ def test_launch_passes_pointers_and_sizes_as_64_bit(tmp_path):
     assert isinstance(launch["binary"], bytes) and launch["binary"][:4] == b"\x7fELF"
 
 
-def test_arrays_off_16_byte_addresses_go_through_aligned_copies(tmp_path):
+def test_arrays_off_16_byte_addresses_go_through_aligned_copies():
     # the kernels' 16-byte cp.async copies assume aligned pointers (Program.alignment): an
     # input or out= array at an element-aligned but not 16-byte-aligned address is staged
-    k, launcher = gpu_kernel(tmp_path=tmp_path)
+    k, launcher = gpu_kernel()
     Q = dev(2, 3, 37, 64, ptr=(1 << 31) + 2)
     K, V = dev(2, 3, 50, 64), dev(2, 3, 50, 64)
     out = dev(2, 3, 37, 64, ptr=(1 << 32) + 6)
@@ -144,8 +144,8 @@ def test_arrays_off_16_byte_addresses_go_through_aligned_copies(tmp_path):
     assert launcher.copies == [(pointers[0], Q.ptr), (out.ptr, pointers[3])]
 
 
-def test_target_and_arch_come_from_the_device(tmp_path):
-    k, _ = gpu_kernel(tmp_path=tmp_path, arch="sm_80", device_name="NVIDIA A100-SXM4-80GB")
+def test_target_and_arch_come_from_the_device():
+    k, _ = gpu_kernel(arch="sm_80", device_name="NVIDIA A100-SXM4-80GB")
     assert k.arch == "sm_80" and k.target.name == "a100"
 
 
@@ -163,8 +163,8 @@ BAD = {
 
 
 @pytest.mark.parametrize("problem", sorted(BAD))
-def test_every_check_fires_before_any_launch(problem, tmp_path):
-    k, launcher = gpu_kernel(tmp_path=tmp_path)
+def test_every_check_fires_before_any_launch(problem):
+    k, launcher = gpu_kernel()
     with pytest.raises(NapkinLaunchError) as exc:
         k(*BAD[problem]())
     assert launcher.launches == []
@@ -172,8 +172,8 @@ def test_every_check_fires_before_any_launch(problem, tmp_path):
 
 
 @pytest.mark.parametrize("problem", ["alias", "shape", "dtype", "count"])
-def test_out_checks(problem, tmp_path):
-    k, launcher = gpu_kernel(tmp_path=tmp_path)
+def test_out_checks(problem):
+    k, launcher = gpu_kernel()
     Q, K, V = dev(2, 3, 37, 64), dev(2, 3, 50, 64), dev(2, 3, 50, 64)
     out = {"alias": DeviceArray((2, 3, 37, 64), "<f2", ptr=Q.ptr + 128),
            "shape": dev(2, 3, 36, 64), "dtype": dev(2, 3, 37, 64, typestr="<f4"),
@@ -183,8 +183,8 @@ def test_out_checks(problem, tmp_path):
     assert launcher.launches == []
 
 
-def test_missing_and_unknown_inputs_are_refused(tmp_path):
-    k, launcher = gpu_kernel(tmp_path=tmp_path)
+def test_missing_and_unknown_inputs_are_refused():
+    k, launcher = gpu_kernel()
     with pytest.raises(NapkinError):
         k(dev(2, 3, 37, 64), dev(2, 3, 50, 64))
     with pytest.raises(NapkinError):
@@ -192,29 +192,29 @@ def test_missing_and_unknown_inputs_are_refused(tmp_path):
     assert launcher.launches == []
 
 
-def test_zero_size_problems_launch_nothing(tmp_path):
-    k, launcher = gpu_kernel(tmp_path=tmp_path)
+def test_zero_size_problems_launch_nothing():
+    k, launcher = gpu_kernel()
     (out,) = k(dev(2, 0, 37, 64), dev(2, 0, 50, 64), dev(2, 0, 50, 64))
     assert out.shape == (2, 0, 37, 64) and launcher.launches == []
 
 
-def test_huge_batches_respect_the_grid_limit(tmp_path):
-    k, launcher = gpu_kernel(tmp_path=tmp_path)
+def test_huge_batches_respect_the_grid_limit():
+    k, launcher = gpu_kernel()
     k(dev(1 << 16, 1 << 15, 1, 64), dev(1 << 16, 1 << 15, 3, 64), dev(1 << 16, 1 << 15, 3, 64))
     assert launcher.launches   # decode shapes may unfuse S (its product on tensor cores)
     for launch in launcher.launches:
         assert 1 <= launch["grid"] <= 2**31 - 1
 
 
-def test_shared_memory_over_the_device_limit_is_refused(tmp_path):
-    k, launcher = gpu_kernel("matmul", tmp_path=tmp_path, smem_limit=1024)
+def test_shared_memory_over_the_device_limit_is_refused():
+    k, launcher = gpu_kernel("matmul", smem_limit=1024)
     with pytest.raises(NapkinError) as exc:
         k(dev(300, 200), dev(200, 100))
     assert exc.value.code == "N0603" and launcher.launches == []
 
 
-def test_multi_kernel_plans_launch_in_order_with_intermediates(tmp_path):
-    k, launcher = gpu_kernel("mlp", tmp_path=tmp_path)
+def test_multi_kernel_plans_launch_in_order_with_intermediates():
+    k, launcher = gpu_kernel("mlp")
     X, W1, W2 = dev(4096, 4096), dev(4096, 16384), dev(16384, 4096)
     k(X, W1, W2)
     assert [l["name"] for l in launcher.launches] == ["napkin_k0", "napkin_k1"]
@@ -231,14 +231,14 @@ def test_a_wrong_arch_is_refused_at_compile(arch):
     assert exc.value.diagnostics[0].code == "N0802"
 
 
-def test_a_last_block_merge_launches_once_with_counters_kept_per_stream(tmp_path):
+def test_a_last_block_merge_launches_once_with_counters_kept_per_stream():
     """cross_entropy split in 8 with its merge in the partial kernel's last blocks: one launch
     a call; the counters are allocated zeroed once per stream and passed to every launch on
     it (each launch leaves them at zero: codegen/tail.py), another stream gets its own."""
     from napkin.pipeline import Options
     launcher = FakeLauncher()
     k = Kernel(napkin.load("cross_entropy"), Options.make(split={"v": 8}, merge="last-block"),
-               backend="cuda", launcher=launcher, cache=Cache(tmp_path / "cache"))
+               backend="cuda", launcher=launcher)
     Z, label = dev(3, 5000), dev(3, typestr="<i4")
     k(Z, label)
     k(Z, label)

@@ -39,8 +39,8 @@ def _kernel_files():
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC (pip install 'napkin[nvrtc]') is not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("name", _kernel_files())
-def test_every_test_kernel_compiles_with_nvrtc(kernel, name, arch):
-    compiled = nvrtc.compile(kernel(name), arch=arch, name=name)
+def test_every_test_kernel_compiles_with_nvrtc(kernel, name, arch, compiled):
+    compiled = compiled(kernel(name), arch)
     assert compiled.cubin and compiled.kernels
     for instruction in EXPECTED_PTX.get(name, ()):
         assert instruction in compiled.ptx, instruction

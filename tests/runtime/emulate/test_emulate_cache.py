@@ -11,6 +11,9 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -243,3 +246,29 @@ def test_a_planted_support_folder_is_replaced_by_a_fresh_one(tmp_path, monkeypat
     assert again == first and len(compiled) == 4 and store.verified_folder(again)
     assert (again / "runtime.o").read_bytes() == b"\x7fELF the emulator runtime"
     assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]    # nothing left aside
+
+
+def test_processes_that_need_the_same_support_folder_build_it_once(tmp_path, monkeypatch):
+    # pytest's workers all start by needing the support folder of -O0 (about 2.5 CPU-s of g++
+    # each): one builds it while the cache folder is locked, the others wait and use it. Here
+    # two threads (each opens its own descriptor, so flock excludes them as it does processes)
+    # and a g++ slow enough that, without the lock, both would compile.
+    texts = emulate_build._emulator_texts()
+    monkeypatch.setattr(emulate_build, "compiler_version", lambda cxx: "g++ (test)")
+    flags = emulate_build.flags_for("none", optimize=False)
+    compiled, started = [], threading.Barrier(2)
+
+    def gxx(cmd, cwd, cxx, what):
+        compiled.append(what)
+        time.sleep(0.3)
+        (Path(cwd) / cmd[cmd.index("-o") + 1]).write_bytes(b"\x7fELF " + what.encode())
+
+    def support():
+        started.wait()
+        return emulate_build._support(tmp_path, flags, "g++", texts)
+    monkeypatch.setattr(emulate_build, "_compile", gxx)
+    with ThreadPoolExecutor(2) as pool:
+        folders = list(pool.map(lambda _: support(), range(2)))
+    assert folders[0] == folders[1] and store.verified_folder(folders[0])
+    assert sorted(compiled) == ["the emulator header", "the emulator runtime"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folders[0].name]  # no lock file left
