@@ -106,11 +106,14 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
     the kernel indexes in 64 bits (per candidate); `reads`: (load, bytes the register level
     moves of it), H[1]'s share of each load (see `unrolled_reads`)."""
     warps = NUMBERS.ceil(threads / WARP)
-    per_block = 0
+    per_block, copied = 0, {}
     for a in model.arrays:
         if a.role != "load" or a.unstaged:
             continue
-        copy = _copy(a, choice, sizes, level1, threads)
+        key = (a.axes, a.bytes)      # (what a copy's cost depends on: K's is V's)
+        if key not in copied:
+            copied[key] = _copy(a, choice, sizes, level1, threads)
+        copy = copied[key]
         per_block = per_block + (chunks * fraction * copy if a.streamed else copy)
     narrow = min((a.bytes for a in model.arrays if a.role == "load" and a.bytes),
                  default=4)        # (draw's table prices one array at a time, the rest 0 bytes)
