@@ -77,7 +77,7 @@ def index_type(extents, sizes: dict, choice) -> str:
     return "long long" if bool(wide(extents, sizes, choice)) else "int"
 
 
-def block_type(sizes: dict, tile, index: str = "int") -> str:
+def block_type(sizes: dict, tile, index: str = "int", tensor_cores: bool = False) -> str:
     """The C type of a kernel's block index (its grid-stride loop over the tiles of the woven
     axes, `tile`: axis -> block tile): `unsigned` where the kernel indexes in 32 bits
     (`index`) and the tiles number at most 2^31 - 1 (a block index and the grid's stride
@@ -85,6 +85,11 @@ def block_type(sizes: dict, tile, index: str = "int") -> str:
     (64-bit ones test the high word and call a routine per division, per block), else `long
     long` (a kernel indexing in 64 bits keeps its origins, which its 64-bit offsets start
     from, in one width: 32-bit origins there cost sliding-window attention's main loop 18
-    instructions a chunk, nvcc's predicates spilled, static sm_90)."""
+    instructions a chunk, nvcc's predicates spilled, static sm_90). A kernel on the tensor
+    cores (`tensor_cores`) keeps `long long` too: its blocks' origins are a few divisions
+    before a long main loop, and the reciprocals nvcc hoists out of inlined 32-bit ones stay
+    live through it, at the register cap (causal attention's d = 128 backward, its dV chain:
+    12 spill stores at 255 registers, ptxas sm_90)."""
     tiles = math.prod(-(-max(int(sizes[a]), 1) // int(t)) for a, t in tile)
-    return "unsigned" if index == "int" and tiles <= INT_MAX else "long long"
+    narrow = index == "int" and tiles <= INT_MAX and not tensor_cores
+    return "unsigned" if narrow else "long long"

@@ -160,7 +160,7 @@ def build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target,
         sched = replace(sched, reversed=(sched.site.row,))
     index = index_type(model.extents, sizes, choice)
     return replace(sched, placements=placements(model, choice, sizes, target), index=index,
-                   blocks=block_type(sizes, sched.tile, index))
+                   blocks=block_type(sizes, sched.tile, index, sched.site is not None))
 
 
 def _scatter(g, kernel, choice: Choice, sizes: dict) -> Schedule:

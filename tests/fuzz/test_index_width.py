@@ -137,15 +137,20 @@ def test_ptx_computes_offsets_in_64_bits_when_it_must():
 
 def test_the_block_index_is_32_bit_unsigned_while_the_tiles_fit():
     """index_width.block_type: `unsigned` while a grid's tiles number at most 2^31 - 1 (the
-    index and the grid's stride stay below 2^32) in a kernel indexing in 32 bits, else `long
-    long`; the lowering declares the
+    index and the grid's stride stay below 2^32) in a kernel indexing in 32 bits on the CUDA
+    cores, else `long long`; the lowering declares the
     blocks' loop with it, and the range analysis checks it as unsigned."""
     from napkin.compiler.index_width import block_type
     assert block_type({"a": EDGE - 1, "b": 3}, (("a", 1), ("b", 3))) == "unsigned"
     assert block_type({"a": EDGE - 1, "b": 6}, (("a", 1), ("b", 3))) == "long long"
     assert block_type({"a": 5 * EDGE}, (("a", 4),)) == "long long"
     assert block_type({"a": 7}, (("a", 1),), "long long") == "long long"
-    p = plan(napkin.load("attention"), "h100", {"b": 3, "h": 5, "q": 77, "x": 9})
+    # tensor-core kernels keep 64-bit origins (hoisted reciprocals spilled a d = 128 chain)
+    assert block_type({"a": 7}, (("a", 1),), "int", tensor_cores=True) == "long long"
+    (mm,) = plan(napkin.load("matmul"), "h100", {"m": 300, "n": 260, "k": 96}).kernels
+    assert mm.schedule.tensor_cores and mm.schedule.blocks == "long long"
+    p = plan(napkin.load("attention"), "h100", {"b": 3, "h": 5, "q": 77, "x": 9},
+             engine="cuda-cores")
     program = lower(p)
     for k, kp in zip(program.kernels, p.kernels):
         assert kp.schedule.blocks == "unsigned"

@@ -400,10 +400,10 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
   for (int i1 = 0; i1 < 4; ++i1) {
     sw1[i1] = ((lane % 8 + ((lane / 8) % 2) * 8) * 128 + ((wc * 64 + (2 * i1) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
   }
-  const unsigned nblocks = (unsigned)1 * (((unsigned)(n0) + 63) / 64) * (((unsigned)(n2) + 127) / 128);
-  for (unsigned blk = (unsigned)blockIdx.x; blk < nblocks; blk += (unsigned)gridDim.x) {
-    const int org_1 = (int)((blk) % (((unsigned)(n2) + 127) / 128)) * 128;
-    const int org_0 = (int)(((blk) / (((unsigned)(n2) + 127) / 128)) % (((unsigned)(n0) + 63) / 64)) * 64;
+  const long long nblocks = (long long)1 * (((long long)(n0) + 63) / 64) * (((long long)(n2) + 127) / 128);
+  for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
+    const int org_1 = (int)((blk) % (((long long)(n2) + 127) / 128)) * 128;
+    const int org_0 = (int)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
     float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));
@@ -689,10 +689,10 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
   for (int i1 = 0; i1 < 4; ++i1) {
     sw1[i1] = ((lane % 8 + ((lane / 8) % 2) * 8) * 128 + ((wc * 64 + (2 * i1) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
   }
-  const unsigned nblocks = (unsigned)1 * (((unsigned)(n0) + 63) / 64) * (((unsigned)(n2) + 127) / 128);
-  for (unsigned blk = (unsigned)blockIdx.x; blk < nblocks; blk += (unsigned)gridDim.x) {
-    const int org_1 = (int)((blk) % (((unsigned)(n2) + 127) / 128)) * 128;
-    const int org_0 = (int)(((blk) / (((unsigned)(n2) + 127) / 128)) % (((unsigned)(n0) + 63) / 64)) * 64;
+  const long long nblocks = (long long)1 * (((long long)(n0) + 63) / 64) * (((long long)(n2) + 127) / 128);
+  for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
+    const int org_1 = (int)((blk) % (((long long)(n2) + 127) / 128)) * 128;
+    const int org_0 = (int)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
     float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));
@@ -979,10 +979,10 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
   for (int i1 = 0; i1 < 4; ++i1) {
     sw1[i1] = ((lane % 8 + ((lane / 8) % 2) * 8) * 128 + ((wc * 64 + (2 * i1) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
   }
-  const unsigned nblocks = (unsigned)1 * (((unsigned)(n0) + 63) / 64) * (((unsigned)(n3) + 127) / 128);
-  for (unsigned blk = (unsigned)blockIdx.x; blk < nblocks; blk += (unsigned)gridDim.x) {
-    const int org_1 = (int)((blk) % (((unsigned)(n3) + 127) / 128)) * 128;
-    const int org_0 = (int)(((blk) / (((unsigned)(n3) + 127) / 128)) % (((unsigned)(n0) + 63) / 64)) * 64;
+  const long long nblocks = (long long)1 * (((long long)(n0) + 63) / 64) * (((long long)(n3) + 127) / 128);
+  for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
+    const int org_1 = (int)((blk) % (((long long)(n3) + 127) / 128)) * 128;
+    const int org_0 = (int)(((blk) / (((long long)(n3) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
     float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));

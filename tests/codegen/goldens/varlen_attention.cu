@@ -404,10 +404,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
   for (int i2 = 0; i2 < 4; ++i2) {
     sw2[i2] = ((lane % 8 + ((lane / 8) % 2) * 8) * 64 + (((2 * i2) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
   }
-  const unsigned nblocks = (unsigned)1 * ((unsigned)(n0)) * (((unsigned)(n1) + 63) / 64);
-  for (unsigned blk = (unsigned)blockIdx.x; blk < nblocks; blk += (unsigned)gridDim.x) {
-    const int org_1 = (int)((blk) % (((unsigned)(n1) + 63) / 64)) * 64;
-    const int org_0 = (int)(((blk) / (((unsigned)(n1) + 63) / 64)) % ((unsigned)(n0))) * 1;
+  const long long nblocks = (long long)1 * ((long long)(n0)) * (((long long)(n1) + 63) / 64);
+  for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
+    const int org_1 = (int)((blk) % (((long long)(n1) + 63) / 64)) * 64;
+    const int org_0 = (int)(((blk) / (((long long)(n1) + 63) / 64)) % ((long long)(n0))) * 1;
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
     {
