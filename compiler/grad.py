@@ -60,6 +60,8 @@ class _Sweep:
     before: dict = field(default_factory=dict)       # forward node -> equations copied before its own
     first: list = field(default_factory=list)        # equations before the backward's own
     new_axes: dict = field(default_factory=dict)     # fresh axis -> the forward axis it copies
+    memo: dict = field(default_factory=dict)         # (expression, axes) -> the name it has
+    copies: dict = field(default_factory=dict)       # (axes, dtype, definition) -> the node copied
 
     def fresh(self, base: str) -> str:
         name = base
@@ -86,6 +88,18 @@ class _Sweep:
                 isinstance(ir.op(self.g, ir.operands(self.g, n)[0]), ir.Input):
             return f"{self.value(ir.operands(self.g, n)[0])}[{' '.join(op.labels)}]"  # no copy
         if n not in self.names and not isinstance(op, _ELEMENTWISE):
+            # a value the forward computes twice (the same gather written in two statements)
+            # is copied once, under one name
+            key = (self.axes(n), ir.type_of(self.g, n).dtype, self.definition(n))
+            m = self.copies.setdefault(key, n)
+            if m != n:
+                order = ir.order(self.g)
+                if order.index(n) < order.index(m):     # the name goes to the first in order
+                    self.names[n] = self.names.pop(m)
+                    self.needed.discard(m)
+                    self.copies[key], m, n = n, n, m
+                self.alias[n] = m
+                return self.value(m)
             self.names[n] = self.fresh(f"t{n}")
         if n in self.names:
             self.needed.add(n)
@@ -153,8 +167,11 @@ class _Sweep:
 
     # --- cotangents ------------------------------------------------------------------
     def named(self, expr: Expr, base: str, axes: tuple[str, ...]) -> Expr:
-        name = self.fresh(base)
-        self.equations.append(f"{name}[{' '.join(axes)}] = {strip(expr.text)}")
+        key = (strip(expr.text), tuple(axes))
+        name = self.memo.get(key)
+        if name is None:
+            name = self.memo[key] = self.fresh(base)
+            self.equations.append(f"{name}[{' '.join(axes)}] = {key[0]}")
         return Expr(name, frozenset(axes), mask=expr.mask, layout=tuple(axes), mask_axes=expr.mask_axes)
 
     def plain(self, text: str, axes, base: str) -> str:
@@ -286,7 +303,7 @@ def _forward(sw: _Sweep) -> list[str]:
         named = [m for m in [n, *g.successors(n)] if isinstance(ir.op(g, m), ir.Assign)
                  and ir.op(g, m).dtype is not None]
         return f": {storage_dtype(g, n)}" if named else ""
-    return [line for n in ir.order(g) if n in texts
+    return [line for n in ir.order(g) if n in texts and n not in sw.alias
             for line in (*sw.before.get(n, ()),
                          f"{sw.names[n]}[{' '.join(sw.axes(n))}]{declared(n)} = {strip(texts[n])}")]
 

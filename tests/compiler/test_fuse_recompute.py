@@ -131,8 +131,8 @@ def test_the_attention_backward_recomputes_the_scores_in_the_dk_dv_kernel():
     kernels = [(tuple(eqs[s] for s in kp.kernel.equations),
                 tuple(eqs[s] for s in kp.kernel.recomputed)) for kp in p.kernels]
     assert kernels == [(("S", "P", "dP", "D", "dS", "g3", "dQ"), ()),
-                       (("S", "P", "dP", "D", "dS", "g3_", "dK", "dV"),
-                        ("S", "P", "dP", "D", "dS"))]
+                       (("S", "P", "dP", "D", "dS", "g3", "dK", "dV"),
+                        ("S", "P", "dP", "D", "dS", "g3"))]
     stored = {p.graph.nodes[n]["op"].name for n in _stored(p)
               if hasattr(p.graph.nodes[n]["op"], "name")}
     assert not {"S", "P", "dP", "dS"} & stored
@@ -177,8 +177,9 @@ def test_the_saved_attention_backward_on_tensor_cores_is_flashattention2s(name, 
     backward FlashAttention-2's: the row statistic D, then (attention) one chain over blocks
     of keys accumulating dK and dV and adding each block's share of dQ with atomics
     (chain.Across), or (causal, where the model prefers it) dQ's chain and dK and dV's, both
-    computing S, P, dP and dS from the inputs (the second recomputing them: reached through
-    every kernel, `_Layouts.deep`); nothing N x N in global memory. Run on odd sizes (two
+    computing S, P, dP and dS from the inputs (the second recomputing them and dS's scaled
+    form g6, which dQ and dK both read: reached through every kernel, `_Layouts.deep`);
+    nothing N x N in global memory. Run on odd sizes (two
     blocks of keys add into dQ) on the emulator and the interpreter."""
     from napkin.compiler import schedule
     from napkin.compiler.model import array_name
@@ -195,7 +196,7 @@ def test_the_saved_attention_backward_on_tensor_cores_is_flashattention2s(name, 
                          (schedule.CHAIN, [], ["dK", "dQ", "dV"], ["dQ"])]
     else:
         assert found == [(schedule.SIMT, [], ["D"], []), (schedule.CHAIN, [], ["dQ"], []),
-                         (schedule.CHAIN, ["S", "P", "dP", "dS"], ["dK", "dV"], [])]
+                         (schedule.CHAIN, ["S", "P", "dP", "dS", "g6"], ["dK", "dV"], [])]
     stats = napkin.statistics(napkin.load(name, d=64))
     (forward,) = plan(stats, "h100", TENSOR_CORES).kernels    # FlashAttention with its lse
     assert forward.schedule.engine == schedule.ATTENTION
@@ -246,7 +247,8 @@ def test_the_plain_attention_backward_is_flashattention2s_with_its_forward_again
     else:
         assert found == [(schedule.ATTENTION, ["D", "P_lse"]),
                          (schedule.CHAIN, ["dQ"]), (schedule.CHAIN, ["dK", "dV"])]
-        assert [eqs[s] for s in p.kernels[2].kernel.recomputed] == ["S", "P", "dP", "dS"]
+        assert [eqs[s] for s in p.kernels[2].kernel.recomputed] == \
+            ["S", "P", "dP", "dS", "g6"]
     for kp in p.kernels:
         for n in kp.kernel.stores:
             assert not {"q", "x"} <= set(p.graph.nodes[n]["type"].axes), array_name(p.graph, n)
@@ -370,11 +372,13 @@ def test_the_three_backward_kernels_are_race_free_and_right():
 
 def test_the_attention_backward_at_d64_on_cuda_cores_keeps_storing_ds():
     """Recomputing S, P, dP and dS in the dQ kernel costs more on CUDA cores at d = 64 than
-    reading dS: the plan is greedy fusion's, dS stored by one kernel and loaded by the other."""
-    p = plan(_attention_backward(64), "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096},
-             engine="cuda-cores")
+    reading the score gradient: the plan is greedy fusion's, g3 = dS / sqrt(size(d)) (the one
+    adjoint dQ and dK both read) stored by one kernel and loaded by the other."""
+    grad = _attention_backward(64)
+    assert "g3[b h q x] = dS / sqrt(size(d))" in grad.source.text.splitlines()
+    p = plan(grad, "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096}, engine="cuda-cores")
     assert not any(kp.kernel.recomputed for kp in p.kernels)
-    ds = _node(p, "dS")
+    ds = _node(p, "g3")
     assert [kp.kernel.name for kp in p.kernels if ds in kp.kernel.stores] == ["k1"]
     assert [kp.kernel.name for kp in p.kernels if ds in kp.kernel.loads] == ["k2"]
     assert "recomputes" not in render_text(report(p))
@@ -477,7 +481,7 @@ def test_the_gqa_backward_keeps_nothing_n_by_n_in_global_memory(saved, rng, with
     from napkin.pipeline import run_plan
     d = napkin.load("gqa_attention", d=64)
     grad = napkin.grad(d, saved=saved)
-    assert "dK_r[b g r x d] = g3_ * Q" in grad.source.text.splitlines()
+    assert "dK_r[b g r x d] = g3 * Q" in grad.source.text.splitlines()
     p = plan(grad, "h100", {"b": 2, "g": 8, "r": 4, "q": 2048, "x": 2048})
     for kp in p.kernels:
         for n in kp.kernel.stores:

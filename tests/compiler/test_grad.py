@@ -51,12 +51,27 @@ def _check_against_finite_differences(d, grad, inputs, cot, rng, eps=1e-6):
         assert abs(fd - exact) <= 1e-6 * max(1.0, abs(fd)), (name, fd, exact)
 
 
+def _repeated(grad) -> list[str]:
+    """Equations of a gradient's text whose axes and right-hand side an earlier one has: a
+    value computed twice under two names (the adjoint dS / sqrt(size(d)) once for dQ and again
+    for dK; a gather the forward writes in two statements)."""
+    seen, repeated = set(), []
+    for line in grad.source.text.splitlines():
+        lhs, eq, rhs = line.partition(" = ")
+        if eq and "[" in lhs and not line.startswith(("#", "axis ")):
+            key = (lhs[lhs.index("["):], rhs)
+            repeated += [line] if key in seen else []
+            seen.add(key)
+    return repeated
+
+
 @pytest.mark.parametrize("name", library_names())
 def test_library_gradients_match_finite_differences(name):
     rng = np.random.default_rng(zlib.crc32(name.encode()))   # the same in every process
     d, sizes = _sized(name)
     grad = napkin.grad(d)
     assert all(w.code == "N0703" for w in grad.warnings), grad.warnings
+    assert not _repeated(grad), _repeated(grad)
     inputs = _random_inputs(d, rng, sizes)
     cot = {f"d{s.name}": rng.standard_normal([sizes[a] for a in s.axes]) for s in d.outputs}
     _check_against_finite_differences(d, grad, inputs, cot, rng)
