@@ -111,6 +111,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         # everything the axis's one unit needs)
         repeats = across if symbolic else {a: np.maximum(r, 1.0) for a, r in across.items()}
         unit_counts.append(units)
+        if li == 1:     # the blocks launched: one at least along each axis (what fills SMs)
+            launched = prod(repeats.values())
         res_of = [resident(arr, li, cov, choice, reduced) for arr in model.arrays]
         short = [{a: ops.differ(res[a], cov[a]) for a in arr.axes} if arr.role == "load"
                  else None for arr, res in zip(model.arrays, res_of)]
@@ -261,27 +263,27 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         # (waits.serial) and the chunks' barriers (waits.barriers, less what the other
         # resident blocks issue meanwhile): a compute part of its own
         waited = waits.serial(parts, target, np.ceil(threads / WARP), per_sm) + waits.barriers(
-            model, choice, sizes, target, unit_counts[0], span) / per_sm
+            model, choice, sizes, target, launched, span) / per_sm
         chained = ops.maximum(parts["tensor"], parts["issue"]) + waited
         parts = {**parts, "chained": chained}
         compute = ops.maximum(compute, chained)
     # each wave of resident blocks waits for its first tiles (waits.fill): beside the launch
     filled = 0.0 if issue.simt_only(target) else waits.fill(
-        loads, target, unit_counts[0], per_sm, occupancy.LATENCY_SECONDS)
-    util = occupancy.utilization(target, unit_counts[0], results[1].M, threads, active, regs,
+        loads, target, launched, per_sm, occupancy.LATENCY_SECONDS)
+    util = occupancy.utilization(target, launched, results[1].M, threads, active, regs,
                                  per_sm, occupancy.in_flight(choice, loads))
     named = {"compute": compute}
     for lc in results[1:]:
         named[f"{lc.name} bandwidth"] = lc.time
     if target.l2_bytes and len(results) > 1:
-        hbm, l2 = l2_split(results[1], uniques[0], helds[0], model, unit_counts[0],
+        hbm, l2 = l2_split(results[1], uniques[0], helds[0], model, launched,
                       target.processors * per_sm, target, ops)
         if choice.stream and spans(model.mask):   # the prologue's reads along the axis
-            l2 = l2 + unit_counts[0] * sizes[choice.stream[0]] * along_bytes(model.mask) \
+            l2 = l2 + launched * sizes[choice.stream[0]] * along_bytes(model.mask) \
                 / target.l2_bandwidth
         if pipelined:       # what the resident blocks' chunks in flight draw (Little's law)
             cover_hbm, cover_l2 = occupancy.latency_cover(
-                target, np.minimum(per_sm, np.ceil(unit_counts[0] / target.processors)),
+                target, np.minimum(per_sm, np.ceil(launched / target.processors)),
                 flight * (stages - 1))
             hbm, l2 = hbm / cover_hbm, l2 / cover_l2
         named.pop(f"{results[1].name} bandwidth")

@@ -7,7 +7,7 @@ accumulator and a merge kernel combines the partial states. The candidates
 are the reduced axes that merge, of the kernels the model predicts under-fill
 the GPU (or of every kernel when the outputs are few), at least `LONG` positions long (or
 4 x `MIN_SHARE` in a kernel whose blocks fill at most 1 / `SPARSE` of the GPU's block
-slots), split into a power of two of parts (at least `MIN_SHARE` positions per
+slots, or of a plan whose outputs are few), split into a power of two of parts (at least `MIN_SHARE` positions per
 split, at most `MAX_PARTS` splits): the counts of `COARSE`, the one that would
 fill the GPU's block slots, then the best one's two neighbours. Each is fused
 and priced by the same quick estimates fusion uses (the partial states'
@@ -35,7 +35,10 @@ SPARSE = 8             # ... and any reduction of at least 4 x MIN_SHARE positio
                        # whose blocks fill at most 1 / SPARSE of the GPU's block slots
                        # (attention at b = 1, h = 8, q = 16, x = 2048: 8 blocks, 19 us
                        # unsplit, 7.8 us with x in 16 parts; the library's default sizes
-                       # fill the GPU and price no split)
+                       # fill the GPU and price no split), or in any kernel of a plan whose
+                       # outputs are few (FEW_OUTPUTS: at q = 4 and 8 the softmax-product
+                       # kernel's 256 blocks are not sparse; unsplit, 11.6 and 13.7 us,
+                       # above q = 16's 7.8; split, 7.6 us)
 MAX_PARTS = 256
 COARSE = (4, 16, 64, 256)   # split counts priced first; the best one's neighbours next
 MIN_GAIN = 0.02        # an axis is tried when the kernels asking for its split take at least
@@ -110,7 +113,7 @@ def candidates(fused) -> dict[str, int]:
         start = 2
         while start * 2 * blocks * 2 <= slots:
             start *= 2
-        long = LONG if blocks * SPARSE > slots else 4 * MIN_SHARE
+        long = LONG if blocks * SPARSE > slots and not few else 4 * MIN_SHARE
         for a in k.reduced(g):
             if a in g.graph["axes"] and a not in out and splits.splittable(g, a) is None \
                     and problem.sizes[a] >= long:

@@ -51,8 +51,11 @@ def test_tensor_cores_are_predicted_faster_than_the_cuda_cores_at_scale():
 
 
 def test_tiny_products_stay_on_the_cuda_cores():
-    """Fragments of 16 x 8 padded around a 3 x 5 product waste most of the tensor cores."""
-    p = plan(matmul(), "h100", {"m": 3, "k": 7, "n": 5})
+    """One 16 x 8 fragment tile padded around a 16 x 5 product is one warp walking k in steps
+    of 16, each product waiting on the last (6.9 us, model); the CUDA cores split k and the
+    columns over their lanes (4.1 us). (At 3 x 7 x 5 both engines are launch-bound, 2.8 and
+    3.0 us: a tie the model settles either way.)"""
+    p = plan(matmul(), "h100", {"m": 16, "k": 1024, "n": 5})
     assert not p.kernels[0].choice.warps
     assert engine(p)["why"] == "predicted faster on the CUDA cores at these sizes"
 
@@ -197,8 +200,11 @@ def test_small_attention_says_the_cuda_cores_are_predicted_faster():
     # flight as hiding latency; since the CUDA-core refit (compiler/issue_simt.py, reads of K
     # and V priced from SASS) so does one head of 16 rows at 130 keys (4.60 us against 5.93,
     # model), and since the model charges the lanes' replicated softmax (issue_pair.py) two
-    # heads of 7 queries (3.50 us); here 3.74 us on the CUDA cores, both launch-bound
-    p = plan(napkin.load("attention"), "h100", {"b": 1, "h": 2, "q": 3, "x": 9})
+    # heads of 7 queries (3.50 us); since a tile larger than its axis counts as one block
+    # (cost.py, `launched`: it counted 3/16 of one) two heads of 3 queries at 9 keys too
+    # (3.13 us against 3.75); here a single key in each 16-key chunk: 6.8 us on the tensor
+    # cores, 3.2 us on the CUDA cores
+    p = plan(napkin.load("attention", d=128), "h100", {"b": 1, "h": 3, "q": 40, "x": 1})
     assert not p.kernels[0].choice.warps
     assert engine(p)["why"] == "predicted faster on the CUDA cores at these sizes"
 
