@@ -314,8 +314,9 @@ class SharedTiles:
                 continue
             # a computed position, clamped into its axis as a gather reads (docs/language.md)
             i = self.emitter.value(position, scope)
-            at[axis] = Ix(self.b.value(self.itype, f"({self.itype})napkin_clamp_index({i}, "
-                                                    f"{self.sizes[axis]})", "ix"))
+            clamped = self.b.value("long long", f"napkin_clamp_index({i}, {self.sizes[axis]})",
+                                   "ix")
+            at[axis] = Ix(f"(({self.itype})({clamped}))")
         return " && ".join(checks) or "true", Layout(base_axes, self.sizes, self.itype).offset(at)
 
     def _element_scope(self, t: dict, eo: str, ei: str, c0: str, clen: str) -> tuple[str, dict]:

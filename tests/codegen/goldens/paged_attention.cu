@@ -497,10 +497,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
               const int ei = (tid % 8) * 8;
               const long long v1 = napkin_floordiv(((long long)((cfirst + eo))), ((long long)(16)));
               const long long ix0 = napkin_clamp_index(v1, 256);
-              const long long ix1 = (long long)napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix0)]), n4);
+              const long long ix1 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix0)]), n4);
               const long long v2 = napkin_mod(((long long)((cfirst + eo))), ((long long)(16)));
-              const long long ix2 = (long long)napkin_clamp_index(v2, 16);
-              napkin_cp_async_16((sm1 + 0 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(ix1)) * (16) + (ix2)) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+              const long long ix2 = napkin_clamp_index(v2, 16);
+              napkin_cp_async_16((sm1 + 0 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix1)))) * (16) + (((long long)(ix2)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
             }
           }
           #pragma unroll
@@ -511,10 +511,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
               const int ei = (tid % 8) * 8;
               const long long v3 = napkin_floordiv(((long long)((cfirst + eo))), ((long long)(16)));
               const long long ix3 = napkin_clamp_index(v3, 256);
-              const long long ix4 = (long long)napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix3)]), n4);
+              const long long ix4 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix3)]), n4);
               const long long v4 = napkin_mod(((long long)((cfirst + eo))), ((long long)(16)));
-              const long long ix5 = (long long)napkin_clamp_index(v4, 16);
-              napkin_cp_async_16((sm2 + 0 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(ix4)) * (16) + (ix5)) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+              const long long ix5 = napkin_clamp_index(v4, 16);
+              napkin_cp_async_16((sm2 + 0 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix4)))) * (16) + (((long long)(ix5)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
             }
           }
         }
@@ -532,10 +532,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             const int ei = (tid % 8) * 8;
             const long long v5 = napkin_floordiv(((long long)((cfirst + 16 + eo))), ((long long)(16)));
             const long long ix6 = napkin_clamp_index(v5, 256);
-            const long long ix7 = (long long)napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix6)]), n4);
+            const long long ix7 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix6)]), n4);
             const long long v6 = napkin_mod(((long long)((cfirst + 16 + eo))), ((long long)(16)));
-            const long long ix8 = (long long)napkin_clamp_index(v6, 16);
-            napkin_cp_async_16((sm1 + 1 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(ix7)) * (16) + (ix8)) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+            const long long ix8 = napkin_clamp_index(v6, 16);
+            napkin_cp_async_16((sm1 + 1 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix7)))) * (16) + (((long long)(ix8)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
           }
         }
         #pragma unroll
@@ -546,10 +546,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             const int ei = (tid % 8) * 8;
             const long long v7 = napkin_floordiv(((long long)((cfirst + 16 + eo))), ((long long)(16)));
             const long long ix9 = napkin_clamp_index(v7, 256);
-            const long long ix10 = (long long)napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix9)]), n4);
+            const long long ix10 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix9)]), n4);
             const long long v8 = napkin_mod(((long long)((cfirst + 16 + eo))), ((long long)(16)));
-            const long long ix11 = (long long)napkin_clamp_index(v8, 16);
-            napkin_cp_async_16((sm2 + 1 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(ix10)) * (16) + (ix11)) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+            const long long ix11 = napkin_clamp_index(v8, 16);
+            napkin_cp_async_16((sm2 + 1 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix10)))) * (16) + (((long long)(ix11)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -566,10 +566,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             const int ei = (tid % 8) * 8;
             const long long v9 = napkin_floordiv(((long long)((cfirst + 32 + eo))), ((long long)(16)));
             const long long ix12 = napkin_clamp_index(v9, 256);
-            const long long ix13 = (long long)napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix12)]), n4);
+            const long long ix13 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix12)]), n4);
             const long long v10 = napkin_mod(((long long)((cfirst + 32 + eo))), ((long long)(16)));
-            const long long ix14 = (long long)napkin_clamp_index(v10, 16);
-            napkin_cp_async_16((sm1 + 2 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(ix13)) * (16) + (ix14)) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+            const long long ix14 = napkin_clamp_index(v10, 16);
+            napkin_cp_async_16((sm1 + 2 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix13)))) * (16) + (((long long)(ix14)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
           }
         }
         #pragma unroll
@@ -580,10 +580,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             const int ei = (tid % 8) * 8;
             const long long v11 = napkin_floordiv(((long long)((cfirst + 32 + eo))), ((long long)(16)));
             const long long ix15 = napkin_clamp_index(v11, 256);
-            const long long ix16 = (long long)napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix15)]), n4);
+            const long long ix16 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix15)]), n4);
             const long long v12 = napkin_mod(((long long)((cfirst + 32 + eo))), ((long long)(16)));
-            const long long ix17 = (long long)napkin_clamp_index(v12, 16);
-            napkin_cp_async_16((sm2 + 2 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(ix16)) * (16) + (ix17)) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+            const long long ix17 = napkin_clamp_index(v12, 16);
+            napkin_cp_async_16((sm2 + 2 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix16)))) * (16) + (((long long)(ix17)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
           }
         }
       }
@@ -607,10 +607,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
               const int ei = (tid % 8) * 8;
               const long long v13 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
               const long long ix18 = napkin_clamp_index(v13, 256);
-              const long long ix19 = (long long)napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix18)]), n4);
+              const long long ix19 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix18)]), n4);
               const long long v14 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
-              const long long ix20 = (long long)napkin_clamp_index(v14, 16);
-              napkin_cp_async_16((sm1 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(ix19)) * (16) + (ix20)) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+              const long long ix20 = napkin_clamp_index(v14, 16);
+              napkin_cp_async_16((sm1 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix19)))) * (16) + (((long long)(ix20)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
             }
           }
           #pragma unroll
@@ -621,10 +621,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
               const int ei = (tid % 8) * 8;
               const long long v15 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
               const long long ix21 = napkin_clamp_index(v15, 256);
-              const long long ix22 = (long long)napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix21)]), n4);
+              const long long ix22 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix21)]), n4);
               const long long v16 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
-              const long long ix23 = (long long)napkin_clamp_index(v16, 16);
-              napkin_cp_async_16((sm2 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(ix22)) * (16) + (ix23)) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+              const long long ix23 = napkin_clamp_index(v16, 16);
+              napkin_cp_async_16((sm2 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix22)))) * (16) + (((long long)(ix23)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
             }
           }
         }
@@ -766,10 +766,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
               const int ei = (tid % 8) * 8;
               const long long v22 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
               const long long ix24 = napkin_clamp_index(v22, 256);
-              const long long ix25 = (long long)napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix24)]), n4);
+              const long long ix25 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix24)]), n4);
               const long long v23 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
-              const long long ix26 = (long long)napkin_clamp_index(v23, 16);
-              napkin_cp_async_16((sm1 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(ix25)) * (16) + (ix26)) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+              const long long ix26 = napkin_clamp_index(v23, 16);
+              napkin_cp_async_16((sm1 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix25)))) * (16) + (((long long)(ix26)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
             }
           }
           #pragma unroll
@@ -780,10 +780,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
               const int ei = (tid % 8) * 8;
               const long long v24 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
               const long long ix27 = napkin_clamp_index(v24, 256);
-              const long long ix28 = (long long)napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix27)]), n4);
+              const long long ix28 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix27)]), n4);
               const long long v25 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
-              const long long ix29 = (long long)napkin_clamp_index(v25, 16);
-              napkin_cp_async_16((sm2 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(ix28)) * (16) + (ix29)) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+              const long long ix29 = napkin_clamp_index(v25, 16);
+              napkin_cp_async_16((sm2 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix28)))) * (16) + (((long long)(ix29)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
             }
           }
         }
