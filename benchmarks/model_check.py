@@ -126,7 +126,10 @@ def kernel_sass(p, made, index: int) -> dict:
     after = epilogue(text, name)          # once per block: the epilogue, the stores
     sched = kp.schedule
     chunks = math.ceil(p.sizes[sched.stream[0]] / sched.stream[1]) if sched.stream else 1
-    blocks = float(kp.cost.levels[1].units)
+    # the blocks launched: whole tiles along each woven axis (the cost's units are fractional
+    # where a tile is larger than its axis: GQA decode's r = 4 query heads in a 16-row
+    # fragment, 1/4 of a unit, read the SASS 4x short of the model, which pads the tile)
+    blocks = float(math.prod(math.ceil(p.sizes[a] / t) for a, t in sched.block_tile().items()))
     warps = math.ceil(sched.threads / 32)
     from napkin.compiler.fractions import cut_fraction
     computed, cut = 1.0, 1.0

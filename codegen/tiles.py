@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..compiler import ir, split
+from ..compiler import ir, rowsource
+from ..compiler.rowsource import RowSource
 from ..compiler.tilelayout import VALUES, TileLayout
 from . import cexpr, staging
 from . import program as P
@@ -184,11 +185,13 @@ class SharedTiles:
             return None
         return True if size.isdigit() else f"{size} % {width} == 0"
 
-    def _source(self, n: int) -> tuple[int, object]:
-        """(the global array operand n is copied from, the split it is a window of or None):
-        a split's window (compiler/split.py) is a tile of its base's rows at p_x * size(s_x)."""
-        found = split.window(self.g, n)
-        return (n, None) if found is None else found
+    def _source(self, n: int) -> tuple[int, RowSource | None]:
+        """(the global array operand n is copied from, its row source or None): a split's
+        window or a gather (compiler/rowsource.py: a paged cache) is a tile of its base's
+        rows at positions computed per row."""
+        found = next((r for r in getattr(self.site, "rows", ()) if r.node == n), None) or \
+            rowsource.window(self.g, n)
+        return (n, None) if found is None else (found.base, found)
 
     def _copy_loop(self, t: dict, vector: int, stage: str, c0: str, clen: str) -> None:
         b = self.b
@@ -285,21 +288,36 @@ class SharedTiles:
             self._each_thread(t["outer"].extent * per_row, each, index=False)
         b.emit(P.Block(self._scoped(block)))
 
-    def _element(self, t: dict, eo: str, ei: str, c0: str, clen: str, window) -> tuple[str, str]:
+    def _element(self, t: dict, eo: str, ei: str, c0: str, clen: str, rows) -> tuple[str, str]:
         """(the in-range test, the offset in the source array) of the tile's element at
-        local row eo and column ei (C names)."""
-        base = self._source(t["node"])[0]
+        local row eo and column ei (C names); `rows`: the tile's row source or None."""
         axes = ir.type_of(self.g, t["node"]).axes
         valid, scope = self._element_scope(t, eo, ei, c0, clen)
         checks = [valid] if valid != "true" else []
-        if window is not None:      # the base's row x = p_x * size(s_x) + s_x, zeros past x
-            row = (f"(({self.itype}){scope[window.part_axis].expr} * "
-                   f"({self.itype})({self.sizes[window.share_axis]}) + "
-                   f"{scope[window.share_axis].expr})")
-            checks.append(f"{row} < ({self.itype})({self.sizes[window.axis]})")
-            scope = {**scope, window.axis: Ix(row)}
-            axes = ir.type_of(self.g, base).axes
-        return " && ".join(checks) or "true", Layout(axes, self.sizes, self.itype).offset(scope)
+        if rows is None:
+            return " && ".join(checks) or "true", Layout(axes, self.sizes, self.itype).offset(scope)
+        row = None
+        if rows.split is not None:  # the key x = p_x * size(s_x) + s_x, zeros past x
+            x, part, share = rows.split
+            row = (f"(({self.itype}){scope[part].expr} * ({self.itype})({self.sizes[share]}) + "
+                   f"{scope[share].expr})")
+            checks.append(f"{row} < ({self.itype})({self.sizes[x]})")
+        at, positions = {}, iter(rows.positions)
+        base_axes = ir.type_of(self.g, rows.base).axes
+        for axis, label in zip(base_axes, rows.labels):
+            if label is not None:
+                at[axis] = scope[label]
+                continue
+            position = next(positions)
+            if position is None:    # a window's row along x
+                at[axis] = Ix(row)
+                continue
+            # a computed position, clamped into its axis as a gather reads (docs/language.md)
+            i = self.emitter.value(position, scope)
+            clamped = self.b.value("long long", f"napkin_clamp_index({i}, {self.sizes[axis]})",
+                                   "ix")
+            at[axis] = Ix(f"(({self.itype})({clamped}))")
+        return " && ".join(checks) or "true", Layout(base_axes, self.sizes, self.itype).offset(at)
 
     def _element_scope(self, t: dict, eo: str, ei: str, c0: str, clen: str) -> tuple[str, dict]:
         """(the in-range test, the index scope of the operand's axes) of the tile's element at

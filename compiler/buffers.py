@@ -24,6 +24,8 @@ def buffers(plan, kp) -> list[dict]:
         arr = by_node[pl.node]
         if staged and pl.level == 1 and pl.node in model.direct:
             continue    # read from global memory where the operand or statistic is computed
+        if kp.schedule.tensor_cores and pl.level == 1 and pl.node in model.positions:
+            continue    # a page table: read per row where its K and V rows are copied
         held, cov = dict(pl.held), dict(pl.covered)
         # a grouped axis whose group is 1 (one position per block) is no dimension of a buffer
         ones = {a for a, g in choice.group if g == 1}

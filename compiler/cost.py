@@ -178,8 +178,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                     extents[key] = prod(factors)
                 size = extents[key] * ((1 if values else arr.bytes) * arr.slots)
                 if not symbolic and not values and target.processors and not last:
-                    if arr.unstaged and not choice.warps:   # read from global memory
-                        continue
+                    if arr.unstaged and not choice.warps or arr.node in model.positions:
+                        continue            # read from global memory (a page table: per row)
                     if li == 1 and pipelined and arr.node not in model.direct:
                         per_stage = per_stage + stage_bytes(size, arr, res, choice, ops)
                     size = allocated(size, arr, res, choice, ops)

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ir, occupancy, split, warps
+from . import ir, occupancy, rowsource, split, warps
 from .canonical import through
 from .choices import NUMBERS
 from .cost import Choice, Choices, Cost, evaluate
 from .model import Model, storage_dtype
+from .rowsource import RowSource
 from .target import Target
 
 ROWS = (16, 32, 64, 128, 256)        # block rows
@@ -82,6 +83,8 @@ class FlashSite:
                                  # partial state: compiler/split.py): m + log l per row
     epilogue: tuple[int, ...] = ()   # sums over dv of O's elementwise functions, after the
                                      # stream (the backward's D = sum[d](dO * O)): per row
+    rows: tuple[RowSource, ...] = ()     # K's and V's rows where read through a split's window
+                                         # or a gather (a paged cache): compiler/rowsource.py
 
 
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
@@ -110,21 +113,23 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     if len(scores) != 1 or others:
         return "the scores are not one contraction (Q K) under elementwise operations"
     scores = scores[0]
+    q, k, v = _operands(g, scores, out, soft, x)
+    strange = []
     for n in kernel.nodes:
         if n in loads or n in (scores, soft, out) or n in lse or n in after or split.window(g, n):
             continue
         if isinstance(ir.op(g, n), ir.View) and ir.operands(g, n)[0] in loads:
             continue         # a loaded array read at renamed positions (doc[q] beside doc[x])
         if not isinstance(ir.op(g, n), ELEMENTWISE):
-            return "a view or another operation sits between the products and the softmax"
-    p_op, v = ir.operands(g, out)
-    if through(g, v) == soft:
-        p_op, v = v, p_op
-    v = split.unmasked(g, v)       # a split's window of V: its rows past x are zero-filled
-    q, k = ir.operands(g, scores)
-    if x in ir.type_of(g, q).axes:
-        q, k = k, q
-    read = {n for n in (q, k, v) if n in loads or (split.window(g, n) or (None,))[0] in loads}
+            strange.append(n)
+    # K and V read through gathers (a paged cache) or a split's windows: their rows copied
+    sources = _row_sources(g, kernel, q, k, v, scores, out, x, sizes)
+    if isinstance(sources, str):
+        return sources
+    covered = {m for src in sources.values() for m in rowsource.nodes(g, src)}
+    if any(n not in covered for n in strange):
+        return "a view or another operation sits between the products and the softmax"
+    read = {n for n in (q, k, v) if n in loads or n in sources}
     if len(ir.op(g, scores).axes) != 1 or read != {q, k, v} or len({q, k, v}) != 3:
         return "Q, K and V must be loaded arrays (one contracted axis in Q K)"
     dtypes = {storage_dtype(g, n) for n in (q, k, v)}
@@ -142,11 +147,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     if x not in ak or x not in av or dk not in ak or not own_q or len(own_v) != 1:
         return "the products are not Q[.. q d] K[.. x d] and P[.. q x] V[.. x e]"
     (dv,) = own_v
-    # the fragment rows: Q's own axis nearest O's contiguous end, unless it is shorter than a
-    # fragment at the planning sizes and another is longer (decode with GQA: the query heads
-    # `r` of one key-value head fill the rows where `q` is 1)
-    row = max(own_q, key=lambda a: (min((sizes or {}).get(a, FRAG_ROWS), FRAG_ROWS),
-                                    o_axes.index(a)))
+    row = _fragment_row(own_q, o_axes, sizes)
     sizes = g.graph["axes"]
     head, width = sizes[dk].size, sizes[dv].size
     if head is None or width is None or head % 16 or width % 8:
@@ -165,7 +166,52 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
         if any(not isinstance(ir.op(g, m), ir.Assign) for m in _readers(g, n, kernel.nodes)):
             return "a sum after the stream is read by other operations than its stores"
     return FlashSite(scores, soft, out, q, k, v, row, x, dk, dv, batch, dtype, head, width, lse,
-                     after)
+                     after, tuple(sources[n] for n in (k, v) if n in sources))
+
+
+def _operands(g, scores: int, out: int, soft: int, x: str) -> tuple[int, int, int]:
+    """(Q, K, V): the scores' operand without x, the one with it, O's other than the
+    probabilities (a split's window of V under its mask: its rows past x are zero-filled)."""
+    p_op, v = ir.operands(g, out)
+    if through(g, v) == soft:
+        p_op, v = v, p_op
+    q, k = ir.operands(g, scores)
+    if x in ir.type_of(g, q).axes:
+        q, k = k, q
+    return q, k, split.unmasked(g, v)
+
+
+def _fragment_row(own_q, o_axes, sizes) -> str:
+    """The fragment rows: Q's own axis nearest O's contiguous end, unless it is shorter than a
+    fragment at the planning sizes and another is longer (decode with GQA: the query heads
+    `r` of one key-value head fill the rows where `q` is 1)."""
+    return max(own_q, key=lambda a: (min((sizes or {}).get(a, FRAG_ROWS), FRAG_ROWS),
+                                     o_axes.index(a)))
+
+
+def _row_sources(g, kernel, q: int, k: int, v: int, scores: int, out: int, x: str,
+                 sizes) -> dict | str:
+    """K's and V's row sources (compiler/rowsource.py: operand -> RowSource) where they are
+    windows or gathers of loads, or why the tile's copy cannot read one; {} where the
+    products are not attention's shape (examine says why after)."""
+    contracted = ir.op(g, scores).axes
+    o_axes = ir.type_of(g, out).axes
+    aq, ak = set(ir.type_of(g, q).axes), set(ir.type_of(g, k).axes)
+    own_v = set(ir.type_of(g, v).axes) - set(ir.type_of(g, scores).axes)
+    own_q = [a for a in aq - ak - set(contracted) if a in o_axes]
+    if len(contracted) != 1 or len(own_v) != 1 or not own_q:
+        return {}
+    (dk,), (dv,) = contracted, own_v
+    row = _fragment_row(own_q, o_axes, sizes)
+    batch = tuple(a for a in o_axes if a not in (row, dv))
+    out_sources = {}
+    for n, inner in ((k, dk), (v, dv)):
+        found = rowsource.of(g, n, kernel.loads, kernel.nodes, x, inner, batch)
+        if isinstance(found, str):
+            return found
+        if found is not None:
+            out_sources[n] = found
+    return out_sources
 
 
 def _readers(g, n: int, members) -> set:

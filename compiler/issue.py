@@ -50,6 +50,14 @@ ITERATION_TENSOR = 20
 # tile the mask hides is made all the same.
 COPY_SETUP = 10
 COPY_EACH = 6
+# ... a K or V tile whose rows come through computed positions (a paged cache's page table:
+# Model.gathered, codegen/tiles._element) computes each copy's row offset instead of
+# stepping a pointer: the row's key, its positions (the page-table LDG, the clamps, a
+# division and a remainder by the page size) and the 64-bit address, per copy and lane; nvcc
+# shares a round's positions between K and V where they are the same expression. Fitted to
+# paged_attention's main loop (sm_90, static: 683 instructions a chunk at d = 128, 16 keys;
+# 724 at d = 64, 32 keys; 9.8 and 10.9 a copy past the plain copies')
+COPY_GATHERED = 10
 COPY_BYTES_TENSOR = 16
 # ... a tile of f32 values rounded to 16 bits as it is staged (tensorcore._rounded: a hidden
 # activation, a cotangent) is loaded 16 bytes at a time into registers, packed in pairs
@@ -263,11 +271,13 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         per_chunk, once = 0, 0
         narrow = _tensor_dtype(model) != "f32"
         for a, tile in loads if loads is not None else tiles(model, choice, level1):
-            if a.node in model.direct:      # read where an operand or a statistic is computed
-                continue
+            if a.node in model.direct or a.node in model.positions:
+                continue            # read where an operand, a statistic or a row is computed
             rounded = narrow and a.bytes == 4 and len(a.axes) >= 2   # (not a 4-byte vector)
-            copy = COPY_SETUP + NUMBERS.ceil(tile / COPY_BYTES_TENSOR / threads) * (
-                COPY_ROUNDED if rounded else COPY_EACH)
+            each = COPY_ROUNDED if rounded else COPY_EACH
+            if a.node in model.gathered:
+                each = each + COPY_GATHERED
+            copy = COPY_SETUP + NUMBERS.ceil(tile / COPY_BYTES_TENSOR / threads) * each
             if a.streamed:
                 per_chunk = per_chunk + copy
             else:

@@ -101,6 +101,11 @@ class Model:
                                 # its partial sum into, with atomics (tensorcore.for_site)
     fixed: frozenset = frozenset()    # axes whose size the diagram fixes (the lowering's
                                       # constants: compiler/lanes.py unrolls by them)
+    gathered: frozenset = frozenset()   # attention on tensor cores: the K and V tiles whose
+                                # rows come through computed positions (a paged cache:
+                                # tensorcore._gathered), each copy computing its row's offset
+    positions: frozenset = frozenset()  # ... and the loads those positions read (the page
+                                # table's gathers): read per row in the copies, never staged
 
 
 def array_name(g: DiGraph, n: int) -> str:

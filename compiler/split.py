@@ -98,16 +98,26 @@ def window(g: DiGraph, n: int):
 
 
 def unmasked(g: DiGraph, n: int) -> int:
-    """The window under a `where(valid, window, 0)` mask (a lowering that zero-fills the rows
-    past the axis needs no mask), else n."""
+    """The window, or the gather of a load over the split's axes (a paged cache's rows:
+    compiler/rowsource.py), under a `where(valid, rows, 0)` mask (a lowering that zero-fills
+    the rows past the axis needs no mask), else n."""
     op = ir.op(g, n)
     if isinstance(op, ir.Map) and op.fn == "where":
         cond, value, fill = ir.operands(g, n)
         from .kernels import is_free
         if is_free(g, cond) and isinstance(ir.op(g, fill), ir.Const) and \
-                ir.op(g, fill).value == 0 and window(g, value) is not None:
+                ir.op(g, fill).value == 0 and (window(g, value) is not None or
+                                               _gathered_rows(g, value)):
             return value
     return n
+
+
+def _gathered_rows(g: DiGraph, n: int) -> bool:
+    """Whether n gathers an input's rows at positions of the split's share axis."""
+    info = g.graph.get("split")
+    return info is not None and isinstance(ir.op(g, n), ir.Gather) and \
+        isinstance(ir.op(g, ir.operands(g, n)[0]), ir.Input) and \
+        info.share_axis in ir.type_of(g, n).axes
 
 
 __all__ = ["split", "splittable", "window", "unmasked", "complete_sizes", "share", "split_axes",

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import chain, flash, ir, split, warps
+from . import chain, flash, ir, rowsource, split, warps
 from .chain import ChainSite
 from .kernels import is_free
 from .tilelayout import ROW_PAD as PAD
@@ -225,6 +225,8 @@ def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
         return replace(model, woven=tuple(dict.fromkeys(model.woven + (where.row,))),
                        reduced=tuple(a for a in model.reduced if a != where.row),
                        across=frozenset(a.node for a in where.across))
+    if isinstance(where, FlashSite):
+        return _gathered(g, model, where)
     if not isinstance(where, Site) or not (where.computed or where.stats):
         return model
     members, loads = set(kernel.nodes), set(kernel.loads)
@@ -244,6 +246,21 @@ def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
     direct = frozenset(u for u in loads if u not in (where.a, where.b)
                        and users[u] and all(v in readers for v in users[u]))
     return replace(model, staged=tuple(staged), direct=direct)
+
+
+def _gathered(g, model: Model, where: FlashSite) -> Model:
+    """The model of an attention whose K or V rows come through computed positions (a paged
+    cache: FlashSite.rows): those tiles' copies compute each row's offset
+    (Model.gathered), and the loads their positions read (the page table) are read there,
+    per row, not copied (Model.positions)."""
+    computed = [r for r in where.rows if r.computed]
+    if not computed:
+        return model
+    inside = {m for r in computed for m in rowsource.nodes(g, r)} - {r.node for r in computed}
+    reads = {r for src in computed for r in src.reads}
+    positions = frozenset(a.node for a in model.arrays if a.role == "load" and (
+        a.node in inside or a.node in reads))
+    return replace(model, gathered=frozenset(r.node for r in computed), positions=positions)
 
 
 def _stat(g, n: int, red: str, frags: tuple[str, str], batch) -> str | None:

@@ -283,9 +283,10 @@ def test_the_model_reads_a_gathered_value_once_a_lane_for_the_threads_rows(shape
     from napkin.compiler import issue_simt
     from napkin.compiler.cost import Choices
     from napkin.compiler.choices import prod
-    p = plan(napkin.load("paged_attention"), "h100", shape)
+    p = plan(napkin.load("paged_attention"), "h100", shape, engine="cuda-cores")
     kp = p.kernels[0]
-    cuda = pipeline.through(p, "plan", "cuda", pipeline.Options.make(target="h100"))["cuda"]
+    cuda = pipeline.through(p, "plan", "cuda",
+                            pipeline.Options.make(target="h100", engine="cuda-cores"))["cuda"]
     body = _key_loop(cuda.split("napkin_k0(", 1)[1])
     sched, s = kp.schedule, p.sizes
     lanes = prod(s[a] for a in kp.model.woven) / prod(sched.thread_tile().values()) * \

@@ -163,8 +163,8 @@ def test_paged_attention_decodes_in_one_fused_kernel_split_over_the_keys():
     """At q=1 (8 sequences, 8 key/value heads of 8 query heads each, 4096 keys in pages of 16
     of a 32k-page cache) split over the keys by 16, the scores and probabilities stay on chip:
     one kernel computes S, A and the partial states of the split (flash-decoding), a second
-    merges them; the gathered keys and values are read from global memory where the block
-    needs them (no shared tile: compiler/schedule._staged), a thread's operand in registers.
+    merges them; the gathered keys and values are copied row by row through the page table
+    into the chunk's tiles (FlashAttention-2 on tensor cores: compiler/rowsource.py).
     Unhinted, the planner's final plans price writing the 8 MB of scores (one row of 4096 per
     query) about as fast (206 against 210 us, model h100), and it takes the faster."""
     from napkin.compiler.model import array_name
@@ -182,8 +182,12 @@ def test_paged_attention_decodes_in_one_fused_kernel_split_over_the_keys():
     levels = {}
     for b in rep["kernels"][0]["buffers"]:
         levels.setdefault(b["name"], set()).add(b["level"])
+    # on tensor cores (the planner's choice at these sizes) the gathered rows are staged as
+    # the chunk's K and V tiles, the page table read where a row is copied, never staged
+    assert p.kernels[0].schedule.engine == "attention"
     for name in ("Kc[* * g d]", "Vc[* * g d]"):
-        assert levels[name] == {"registers"}, levels
+        assert levels[name] == {"smem", "registers"}, levels
+    assert levels["pages[b *]"] == {"registers"}, levels
 
 
 def test_alibi_attention_on_tensor_cores_emulated():

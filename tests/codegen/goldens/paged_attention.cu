@@ -372,8 +372,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 32 threads per block, long long indices
-extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
+// kernel 0: 256 threads per block, long long indices
+extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -389,111 +389,74 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
   NAPKIN_DYNAMIC_SMEM(smem);
   (void)smem;
   const int tid = (int)threadIdx.x;
-  const int lane = tid % 8;
-  const int tc_3 = (tid / 8) % 4;
-  const int tc_2 = ((tid / 8) / 4) % 1;
-  const int tc_1 = (((tid / 8) / 4) / 1) % 1;
-  const int tc_0 = ((((tid / 8) / 4) / 1) / 1) % 1;
-  const bool tvalid = tid < 32;
-  const long long nblocks = (long long)1 * ((long long)(n0)) * ((long long)(n1)) * ((long long)(n2)) * (((long long)(n3) + 15) / 16);
+  const int lane = tid % 32;
+  const int wr = tid / 32;
+  const int fg = lane / 4;
+  const int fq = lane % 4;
+  int sw0[4];
+  #pragma unroll
+  for (int i1 = 0; i1 < 4; ++i1) {
+    sw0[i1] = ((lane % 16) * 64 + ((i1 * 16 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
+  int sw1[2];
+  #pragma unroll
+  for (int i2 = 0; i2 < 2; ++i2) {
+    sw1[i2] = ((lane % 8) * 64 + (((2 * i2) * 16 + (lane / 16) * 16 + ((lane / 8) % 2) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
+  int sw2[4];
+  #pragma unroll
+  for (int i2 = 0; i2 < 4; ++i2) {
+    sw2[i2] = ((lane % 8 + ((lane / 8) % 2) * 8) * 64 + (((2 * i2) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
+  }
+  const long long nblocks = (long long)1 * ((long long)(n0)) * ((long long)(n1)) * ((long long)(n2)) * (((long long)(n3) + 255) / 256);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
-    const long long org_3 = (long long)((blk) % (((long long)(n3) + 15) / 16)) * 16;
-    const long long org_2 = (long long)(((blk) / (((long long)(n3) + 15) / 16)) % ((long long)(n2))) * 1;
-    const long long org_1 = (long long)((((blk) / (((long long)(n3) + 15) / 16)) / ((long long)(n2))) % ((long long)(n1))) * 1;
-    const long long org_0 = (long long)(((((blk) / (((long long)(n3) + 15) / 16)) / ((long long)(n2))) / ((long long)(n1))) % ((long long)(n0))) * 1;
-    const long long base_0 = org_0 + tc_0 * 1;
-    const long long base_1 = org_1 + tc_1 * 1;
-    const long long base_2 = org_2 + tc_2 * 1;
-    const long long base_3 = org_3 + tc_3 * 4;
+    const long long org_3 = (long long)((blk) % (((long long)(n3) + 255) / 256)) * 256;
+    const long long org_2 = (long long)(((blk) / (((long long)(n3) + 255) / 256)) % ((long long)(n2))) * 1;
+    const long long org_1 = (long long)((((blk) / (((long long)(n3) + 255) / 256)) / ((long long)(n2))) % ((long long)(n1))) * 1;
+    const long long org_0 = (long long)(((((blk) / (((long long)(n3) + 255) / 256)) / ((long long)(n2))) / ((long long)(n1))) % ((long long)(n0))) * 1;
+    __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __syncthreads();
-    __half* sm0 = reinterpret_cast<__half*>(smem + 0);
     {
-      #pragma unroll 1
-      for (long long eo = 0; eo < (16); ++eo) {
-        const long long nlen = (long long)(((org_3 + eo) < (long long)(n3)) ? 64 : 0) / 8;
-        const uint4* const cps = reinterpret_cast<const uint4*>(p0 + ((((((long long)((org_0 + 0))) * (n1) + ((org_1 + 0))) * (n2) + ((org_2 + 0))) * (n3) + (((org_3 + eo) < (long long)(n3 - 1) ? (org_3 + eo) : (long long)(n3 - 1)))) * (64) + (0)));
-        uint4* const cpd = reinterpret_cast<uint4*>(sm0 + eo * 64);
-        if (tid < 8) {
-          const long long e = (long long)tid;
-          cpd[e] = (e < nlen) ? cps[e] : make_uint4(0, 0, 0, 0);
-        }
+      const int ei = (tid % 8) * 8;
+      const int eo0 = tid / 8;
+      const __half* const cps = p0 + ((((((long long)(org_0)) * (n1) + (org_1)) * (n2) + (org_2)) * (n3) + ((org_3 + eo0))) * (64) + (ei));
+      __half* const cpd = sm0 + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
+      #pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        const int eo = eo0 + r * 32;
+        napkin_cp_async_16(cpd + r * 2048, cps + ((long long)(r * 32) * (long long)(64)), (org_3 + eo < n3) ? 16 : 0);
       }
     }
-    int* sm1 = reinterpret_cast<int*>(smem + (((0) + ((1) * (1) * (1) * (16) * (64)) * 2 + 15) / 16 * 16));
-    if (tid < 1) {
-      const long long e = (long long)tid;
-      sm1[e] = (true) ? p4[(long long)((org_0 + (long long)(((unsigned)(e)) % (1))))] : napkin_from_float<int>(0.0f);
-    }
+    napkin_cp_async_wait_all();
     __syncthreads();
-    const float hq0 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
-    const float hq1 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 8))]);
-    const float hq2 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
-    const float hq3 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 24))]);
-    const float hq4 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
-    const float hq5 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 40))]);
-    const float hq6 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
-    const float hq7 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 56))]);
-    const float hq8 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
-    const float hq9 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 8))]);
-    const float hq10 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
-    const float hq11 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 24))]);
-    const float hq12 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
-    const float hq13 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 40))]);
-    const float hq14 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
-    const float hq15 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 56))]);
-    const float hq16 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
-    const float hq17 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 8))]);
-    const float hq18 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
-    const float hq19 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 24))]);
-    const float hq20 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
-    const float hq21 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 40))]);
-    const float hq22 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
-    const float hq23 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 56))]);
-    const float hq24 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + (lane)]);
-    const float hq25 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 8))]);
-    const float hq26 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 16))]);
-    const float hq27 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 24))]);
-    const float hq28 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 32))]);
-    const float hq29 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 40))]);
-    const float hq30 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 48))]);
-    const float hq31 = napkin_to_float(sm0[(((((long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))) * (1) + ((((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)) - org_1))) * (1) + ((((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)) - org_2))) * (16) + ((((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)) - org_3))) * (64) + ((lane + 56))]);
-    const long long hq32 = napkin_to_int(sm1[(long long)((((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)) - org_0))]);
-    const long long hq33 = hq32;
-    const long long hq34 = hq33;
-    const long long hq35 = hq34;
-    float st0 = -NAPKIN_INF;
-    float st1 = 0.0f;
-    float st2[8];
+    unsigned qa[2][4][4];
     #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st2[z] = 0.0f;
+    for (int i0 = 0; i0 < 2; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 4; ++i1) {
+        napkin_ldmatrix_x4(qa[i0][i1], reinterpret_cast<const char*>(sm0) + (sw0[i1]) + (wr * 32 + i0 * 16) * 128);
+      }
     }
-    float st3 = -NAPKIN_INF;
-    float st4 = 0.0f;
-    float st5[8];
+    float acc[2][8][4] = {};
+    float rm[2][2];
+    float rl[2][2] = {};
     #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st5[z] = 0.0f;
+    for (int i0 = 0; i0 < 2; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 2; ++i1) {
+        rm[i0][i1] = -NAPKIN_INF;
+      }
     }
-    float st6 = -NAPKIN_INF;
-    float st7 = 0.0f;
-    float st8[8];
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st8[z] = 0.0f;
-    }
-    float st9 = -NAPKIN_INF;
-    float st10 = 0.0f;
-    float st11[8];
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st11[z] = 0.0f;
-    }
-    long long* const sred0 = reinterpret_cast<long long*>(smem + ((((((0) + ((1) * (1) * (1) * (16) * (64)) * 2 + 15) / 16 * 16)) + ((1)) * 4 + 15) / 16 * 16));
+    const float v0 = sqrtf(((float)(((long long)(64)))));
+    const float qks = 1.0f / (v0);
+    const float qkl = qks * 1.442695f;
+    __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (16384) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (16384) * 2 + 15) / 16 * 16)) + (4096) * 2 + 15) / 16 * 16));
+    long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (16384) * 2 + 15) / 16 * 16)) + (4096) * 2 + 15) / 16 * 16)) + (4096) * 2 + 15) / 16 * 16));
     long long dlo0 = 9223372036854775807LL;
     long long dhi0 = (-9223372036854775807LL - 1);
-    for (long long dt = (long long)(0) + tid; dt < 1; dt += 32) {
-      const long long dv0 = (long long)(napkin_to_int(sm1[(long long)((org_0 - org_0))]));
+    for (long long dt = (long long)(0) + tid; dt < 1; dt += 256) {
+      const long long dv0 = (long long)(napkin_to_int(p4[(long long)(org_0)]));
       dlo0 = napkin_min(dlo0, dv0);
       dhi0 = napkin_max(dhi0, dv0);
     }
@@ -503,7 +466,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     long long mfirst = (long long)(4096);
     long long mlast = -1;
     long long mcount = 0;
-    for (long long dp = (long long)tid; dp < (long long)(4096); dp += 32) {
+    for (long long dp = (long long)tid; dp < (long long)(4096); dp += 256) {
       if (((long long)(dp) < (long long)(dhi0))) {
         if (((long long)(dp) < (long long)(dhi0))) {
           pfirst = napkin_min(pfirst, dp);
@@ -519,656 +482,435 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     napkin_block_range(pfirst, plast, sred0);
     napkin_block_range(mfirst, mlast, sred0);
     const bool mrun = napkin_block_sum(mcount, sred0) == mlast - mfirst + 1 && mlast >= 0;
-    const long long cfirst = (long long)(plast < 0 ? 0 : pfirst / 256 * 256);
-    const long long cend = (long long)(plast < 0 ? 0 : ((plast / 256 + 1) * 256 < (long long)(4096) ? (plast / 256 + 1) * 256 : (long long)(4096)));
-    for (long long c0 = cfirst; c0 < cend; c0 += 256) {
-      const int clen = (int)((long long)(4096) - c0 < 256 ? (long long)(4096) - c0 : 256);
-      if (!(((long long)(c0) < (long long)(dhi0)))) continue;
-      for (int xl = 0; xl < clen / 4 * 4; xl += 4) {
-        const long long xg = c0 + xl;
-#line 19 "napkin-diagram"
-        const bool v0 = (((long long)(xg)) < hq35);
-        float acc0 = 0.0f;
-        const long long v1 = napkin_mod(((long long)(xg)), ((long long)(16)));
-        const long long v2 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-        const long long ix0 = napkin_clamp_index(v2, 256);
-        const long long ix1 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-        const long long ix2 = napkin_clamp_index(v1, 16);
-        acc0 = acc0 + hq0 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        const long long ix3 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-        const long long ix4 = napkin_clamp_index(v1, 16);
-        acc0 = acc0 + hq1 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        const long long ix5 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-        const long long ix6 = napkin_clamp_index(v1, 16);
-        acc0 = acc0 + hq2 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        const long long ix7 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-        const long long ix8 = napkin_clamp_index(v1, 16);
-        acc0 = acc0 + hq3 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        const long long ix9 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-        const long long ix10 = napkin_clamp_index(v1, 16);
-        acc0 = acc0 + hq4 * napkin_to_float(p1[((((long long)(ix9)) * (16) + (ix10)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        const long long ix11 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-        const long long ix12 = napkin_clamp_index(v1, 16);
-        acc0 = acc0 + hq5 * napkin_to_float(p1[((((long long)(ix11)) * (16) + (ix12)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        const long long ix13 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-        const long long ix14 = napkin_clamp_index(v1, 16);
-        acc0 = acc0 + hq6 * napkin_to_float(p1[((((long long)(ix13)) * (16) + (ix14)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        const long long ix15 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix0)]), n4);
-        const long long ix16 = napkin_clamp_index(v1, 16);
-        acc0 = acc0 + hq7 * napkin_to_float(p1[((((long long)(ix15)) * (16) + (ix16)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc0 = napkin_lanes_sum(acc0, 8);
-        const float v3 = (acc0 * 0.125f);
-        const float v4 = (-NAPKIN_INF);
-        const float v5 = (v0 ? v3 : v4);
-        const bool v6 = (((long long)((xg + 1))) < hq35);
-        float acc1 = 0.0f;
-        const long long v7 = napkin_mod(((long long)((xg + 1))), ((long long)(16)));
-        const long long v8 = napkin_floordiv(((long long)((xg + 1))), ((long long)(16)));
-        const long long ix17 = napkin_clamp_index(v8, 256);
-        const long long ix18 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
-        const long long ix19 = napkin_clamp_index(v7, 16);
-        acc1 = acc1 + hq0 * napkin_to_float(p1[((((long long)(ix18)) * (16) + (ix19)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        const long long ix20 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
-        const long long ix21 = napkin_clamp_index(v7, 16);
-        acc1 = acc1 + hq1 * napkin_to_float(p1[((((long long)(ix20)) * (16) + (ix21)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        const long long ix22 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
-        const long long ix23 = napkin_clamp_index(v7, 16);
-        acc1 = acc1 + hq2 * napkin_to_float(p1[((((long long)(ix22)) * (16) + (ix23)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        const long long ix24 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
-        const long long ix25 = napkin_clamp_index(v7, 16);
-        acc1 = acc1 + hq3 * napkin_to_float(p1[((((long long)(ix24)) * (16) + (ix25)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        const long long ix26 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
-        const long long ix27 = napkin_clamp_index(v7, 16);
-        acc1 = acc1 + hq4 * napkin_to_float(p1[((((long long)(ix26)) * (16) + (ix27)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        const long long ix28 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
-        const long long ix29 = napkin_clamp_index(v7, 16);
-        acc1 = acc1 + hq5 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        const long long ix30 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
-        const long long ix31 = napkin_clamp_index(v7, 16);
-        acc1 = acc1 + hq6 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        const long long ix32 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix17)]), n4);
-        const long long ix33 = napkin_clamp_index(v7, 16);
-        acc1 = acc1 + hq7 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc1 = napkin_lanes_sum(acc1, 8);
-        const float v9 = (acc1 * 0.125f);
-        const float v10 = (v6 ? v9 : v4);
-        const bool v11 = (((long long)((xg + 2))) < hq35);
-        float acc2 = 0.0f;
-        const long long v12 = napkin_mod(((long long)((xg + 2))), ((long long)(16)));
-        const long long v13 = napkin_floordiv(((long long)((xg + 2))), ((long long)(16)));
-        const long long ix34 = napkin_clamp_index(v13, 256);
-        const long long ix35 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
-        const long long ix36 = napkin_clamp_index(v12, 16);
-        acc2 = acc2 + hq0 * napkin_to_float(p1[((((long long)(ix35)) * (16) + (ix36)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        const long long ix37 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
-        const long long ix38 = napkin_clamp_index(v12, 16);
-        acc2 = acc2 + hq1 * napkin_to_float(p1[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        const long long ix39 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
-        const long long ix40 = napkin_clamp_index(v12, 16);
-        acc2 = acc2 + hq2 * napkin_to_float(p1[((((long long)(ix39)) * (16) + (ix40)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        const long long ix41 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
-        const long long ix42 = napkin_clamp_index(v12, 16);
-        acc2 = acc2 + hq3 * napkin_to_float(p1[((((long long)(ix41)) * (16) + (ix42)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        const long long ix43 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
-        const long long ix44 = napkin_clamp_index(v12, 16);
-        acc2 = acc2 + hq4 * napkin_to_float(p1[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        const long long ix45 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
-        const long long ix46 = napkin_clamp_index(v12, 16);
-        acc2 = acc2 + hq5 * napkin_to_float(p1[((((long long)(ix45)) * (16) + (ix46)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        const long long ix47 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
-        const long long ix48 = napkin_clamp_index(v12, 16);
-        acc2 = acc2 + hq6 * napkin_to_float(p1[((((long long)(ix47)) * (16) + (ix48)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        const long long ix49 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix34)]), n4);
-        const long long ix50 = napkin_clamp_index(v12, 16);
-        acc2 = acc2 + hq7 * napkin_to_float(p1[((((long long)(ix49)) * (16) + (ix50)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc2 = napkin_lanes_sum(acc2, 8);
-        const float v14 = (acc2 * 0.125f);
-        const float v15 = (v11 ? v14 : v4);
-        const bool v16 = (((long long)((xg + 3))) < hq35);
-        float acc3 = 0.0f;
-        const long long v17 = napkin_mod(((long long)((xg + 3))), ((long long)(16)));
-        const long long v18 = napkin_floordiv(((long long)((xg + 3))), ((long long)(16)));
-        const long long ix51 = napkin_clamp_index(v18, 256);
-        const long long ix52 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
-        const long long ix53 = napkin_clamp_index(v17, 16);
-        acc3 = acc3 + hq0 * napkin_to_float(p1[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        const long long ix54 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
-        const long long ix55 = napkin_clamp_index(v17, 16);
-        acc3 = acc3 + hq1 * napkin_to_float(p1[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        const long long ix56 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
-        const long long ix57 = napkin_clamp_index(v17, 16);
-        acc3 = acc3 + hq2 * napkin_to_float(p1[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        const long long ix58 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
-        const long long ix59 = napkin_clamp_index(v17, 16);
-        acc3 = acc3 + hq3 * napkin_to_float(p1[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        const long long ix60 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
-        const long long ix61 = napkin_clamp_index(v17, 16);
-        acc3 = acc3 + hq4 * napkin_to_float(p1[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        const long long ix62 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
-        const long long ix63 = napkin_clamp_index(v17, 16);
-        acc3 = acc3 + hq5 * napkin_to_float(p1[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        const long long ix64 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
-        const long long ix65 = napkin_clamp_index(v17, 16);
-        acc3 = acc3 + hq6 * napkin_to_float(p1[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        const long long ix66 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix51)]), n4);
-        const long long ix67 = napkin_clamp_index(v17, 16);
-        acc3 = acc3 + hq7 * napkin_to_float(p1[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc3 = napkin_lanes_sum(acc3, 8);
-        const float v19 = (acc3 * 0.125f);
-        const float v20 = (v16 ? v19 : v4);
-        const float v21 = napkin_max(st0, v5);
-        const float v22 = napkin_max(v21, v10);
-        const float v23 = napkin_max(v22, v15);
-        const float v24 = napkin_max(v23, v20);
-        const float v25 = napkin_shift(v24);
-        const float v26 = expf(st0 - v25);
-        const float v27 = expf(v5 - v25);
-        const float v28 = expf(v10 - v25);
-        const float v29 = expf(v15 - v25);
-        const float v30 = expf(v20 - v25);
-        st1 = st1 * v26 + v27 + v28 + v29 + v30;
-        st0 = v24;
-        const long long v31 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-        const long long ix68 = napkin_clamp_index(v31, 256);
-        const long long ix69 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
-        const long long v32 = napkin_mod(((long long)(xg)), ((long long)(16)));
-        const long long ix70 = napkin_clamp_index(v32, 16);
-        const long long v33 = napkin_floordiv(((long long)((xg + 1))), ((long long)(16)));
-        const long long ix71 = napkin_clamp_index(v33, 256);
-        const long long ix72 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
-        const long long v34 = napkin_mod(((long long)((xg + 1))), ((long long)(16)));
-        const long long ix73 = napkin_clamp_index(v34, 16);
-        const long long v35 = napkin_floordiv(((long long)((xg + 2))), ((long long)(16)));
-        const long long ix74 = napkin_clamp_index(v35, 256);
-        const long long ix75 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
-        const long long v36 = napkin_mod(((long long)((xg + 2))), ((long long)(16)));
-        const long long ix76 = napkin_clamp_index(v36, 16);
-        const long long v37 = napkin_floordiv(((long long)((xg + 3))), ((long long)(16)));
-        const long long ix77 = napkin_clamp_index(v37, 256);
-        const long long ix78 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
-        const long long v38 = napkin_mod(((long long)((xg + 3))), ((long long)(16)));
-        const long long ix79 = napkin_clamp_index(v38, 16);
-        st2[0] = st2[0] * v26 + v27 * napkin_to_float(p2[((((long long)(ix69)) * (16) + (ix70)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v28 * napkin_to_float(p2[((((long long)(ix72)) * (16) + (ix73)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v29 * napkin_to_float(p2[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v30 * napkin_to_float(p2[((((long long)(ix78)) * (16) + (ix79)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        const long long ix80 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
-        const long long ix81 = napkin_clamp_index(v32, 16);
-        const long long ix82 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
-        const long long ix83 = napkin_clamp_index(v34, 16);
-        const long long ix84 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
-        const long long ix85 = napkin_clamp_index(v36, 16);
-        const long long ix86 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
-        const long long ix87 = napkin_clamp_index(v38, 16);
-        st2[1] = st2[1] * v26 + v27 * napkin_to_float(p2[((((long long)(ix80)) * (16) + (ix81)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v28 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v29 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v30 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        const long long ix88 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
-        const long long ix89 = napkin_clamp_index(v32, 16);
-        const long long ix90 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
-        const long long ix91 = napkin_clamp_index(v34, 16);
-        const long long ix92 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
-        const long long ix93 = napkin_clamp_index(v36, 16);
-        const long long ix94 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
-        const long long ix95 = napkin_clamp_index(v38, 16);
-        st2[2] = st2[2] * v26 + v27 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v28 * napkin_to_float(p2[((((long long)(ix90)) * (16) + (ix91)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v29 * napkin_to_float(p2[((((long long)(ix92)) * (16) + (ix93)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v30 * napkin_to_float(p2[((((long long)(ix94)) * (16) + (ix95)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        const long long ix96 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
-        const long long ix97 = napkin_clamp_index(v32, 16);
-        const long long ix98 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
-        const long long ix99 = napkin_clamp_index(v34, 16);
-        const long long ix100 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
-        const long long ix101 = napkin_clamp_index(v36, 16);
-        const long long ix102 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
-        const long long ix103 = napkin_clamp_index(v38, 16);
-        st2[3] = st2[3] * v26 + v27 * napkin_to_float(p2[((((long long)(ix96)) * (16) + (ix97)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v28 * napkin_to_float(p2[((((long long)(ix98)) * (16) + (ix99)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v29 * napkin_to_float(p2[((((long long)(ix100)) * (16) + (ix101)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v30 * napkin_to_float(p2[((((long long)(ix102)) * (16) + (ix103)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        const long long ix104 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
-        const long long ix105 = napkin_clamp_index(v32, 16);
-        const long long ix106 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
-        const long long ix107 = napkin_clamp_index(v34, 16);
-        const long long ix108 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
-        const long long ix109 = napkin_clamp_index(v36, 16);
-        const long long ix110 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
-        const long long ix111 = napkin_clamp_index(v38, 16);
-        st2[4] = st2[4] * v26 + v27 * napkin_to_float(p2[((((long long)(ix104)) * (16) + (ix105)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v28 * napkin_to_float(p2[((((long long)(ix106)) * (16) + (ix107)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v29 * napkin_to_float(p2[((((long long)(ix108)) * (16) + (ix109)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v30 * napkin_to_float(p2[((((long long)(ix110)) * (16) + (ix111)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        const long long ix112 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
-        const long long ix113 = napkin_clamp_index(v32, 16);
-        const long long ix114 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
-        const long long ix115 = napkin_clamp_index(v34, 16);
-        const long long ix116 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
-        const long long ix117 = napkin_clamp_index(v36, 16);
-        const long long ix118 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
-        const long long ix119 = napkin_clamp_index(v38, 16);
-        st2[5] = st2[5] * v26 + v27 * napkin_to_float(p2[((((long long)(ix112)) * (16) + (ix113)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v28 * napkin_to_float(p2[((((long long)(ix114)) * (16) + (ix115)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v29 * napkin_to_float(p2[((((long long)(ix116)) * (16) + (ix117)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v30 * napkin_to_float(p2[((((long long)(ix118)) * (16) + (ix119)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        const long long ix120 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
-        const long long ix121 = napkin_clamp_index(v32, 16);
-        const long long ix122 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
-        const long long ix123 = napkin_clamp_index(v34, 16);
-        const long long ix124 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
-        const long long ix125 = napkin_clamp_index(v36, 16);
-        const long long ix126 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
-        const long long ix127 = napkin_clamp_index(v38, 16);
-        st2[6] = st2[6] * v26 + v27 * napkin_to_float(p2[((((long long)(ix120)) * (16) + (ix121)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v28 * napkin_to_float(p2[((((long long)(ix122)) * (16) + (ix123)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v29 * napkin_to_float(p2[((((long long)(ix124)) * (16) + (ix125)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v30 * napkin_to_float(p2[((((long long)(ix126)) * (16) + (ix127)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        const long long ix128 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix68)]), n4);
-        const long long ix129 = napkin_clamp_index(v32, 16);
-        const long long ix130 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix71)]), n4);
-        const long long ix131 = napkin_clamp_index(v34, 16);
-        const long long ix132 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix74)]), n4);
-        const long long ix133 = napkin_clamp_index(v36, 16);
-        const long long ix134 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix77)]), n4);
-        const long long ix135 = napkin_clamp_index(v38, 16);
-        st2[7] = st2[7] * v26 + v27 * napkin_to_float(p2[((((long long)(ix128)) * (16) + (ix129)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v28 * napkin_to_float(p2[((((long long)(ix130)) * (16) + (ix131)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v29 * napkin_to_float(p2[((((long long)(ix132)) * (16) + (ix133)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v30 * napkin_to_float(p2[((((long long)(ix134)) * (16) + (ix135)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-#line 19 "napkin-diagram"
-        float acc4 = 0.0f;
-        acc4 = acc4 + hq8 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc4 = acc4 + hq9 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc4 = acc4 + hq10 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc4 = acc4 + hq11 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc4 = acc4 + hq12 * napkin_to_float(p1[((((long long)(ix9)) * (16) + (ix10)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc4 = acc4 + hq13 * napkin_to_float(p1[((((long long)(ix11)) * (16) + (ix12)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc4 = acc4 + hq14 * napkin_to_float(p1[((((long long)(ix13)) * (16) + (ix14)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc4 = acc4 + hq15 * napkin_to_float(p1[((((long long)(ix15)) * (16) + (ix16)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc4 = napkin_lanes_sum(acc4, 8);
-        const float v39 = (acc4 * 0.125f);
-        const float v40 = (v0 ? v39 : v4);
-        float acc5 = 0.0f;
-        acc5 = acc5 + hq8 * napkin_to_float(p1[((((long long)(ix18)) * (16) + (ix19)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc5 = acc5 + hq9 * napkin_to_float(p1[((((long long)(ix20)) * (16) + (ix21)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc5 = acc5 + hq10 * napkin_to_float(p1[((((long long)(ix22)) * (16) + (ix23)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc5 = acc5 + hq11 * napkin_to_float(p1[((((long long)(ix24)) * (16) + (ix25)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc5 = acc5 + hq12 * napkin_to_float(p1[((((long long)(ix26)) * (16) + (ix27)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc5 = acc5 + hq13 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc5 = acc5 + hq14 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc5 = acc5 + hq15 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc5 = napkin_lanes_sum(acc5, 8);
-        const float v41 = (acc5 * 0.125f);
-        const float v42 = (v6 ? v41 : v4);
-        float acc6 = 0.0f;
-        acc6 = acc6 + hq8 * napkin_to_float(p1[((((long long)(ix35)) * (16) + (ix36)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc6 = acc6 + hq9 * napkin_to_float(p1[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc6 = acc6 + hq10 * napkin_to_float(p1[((((long long)(ix39)) * (16) + (ix40)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc6 = acc6 + hq11 * napkin_to_float(p1[((((long long)(ix41)) * (16) + (ix42)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc6 = acc6 + hq12 * napkin_to_float(p1[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc6 = acc6 + hq13 * napkin_to_float(p1[((((long long)(ix45)) * (16) + (ix46)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc6 = acc6 + hq14 * napkin_to_float(p1[((((long long)(ix47)) * (16) + (ix48)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc6 = acc6 + hq15 * napkin_to_float(p1[((((long long)(ix49)) * (16) + (ix50)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc6 = napkin_lanes_sum(acc6, 8);
-        const float v43 = (acc6 * 0.125f);
-        const float v44 = (v11 ? v43 : v4);
-        float acc7 = 0.0f;
-        acc7 = acc7 + hq8 * napkin_to_float(p1[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc7 = acc7 + hq9 * napkin_to_float(p1[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc7 = acc7 + hq10 * napkin_to_float(p1[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc7 = acc7 + hq11 * napkin_to_float(p1[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc7 = acc7 + hq12 * napkin_to_float(p1[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc7 = acc7 + hq13 * napkin_to_float(p1[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc7 = acc7 + hq14 * napkin_to_float(p1[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc7 = acc7 + hq15 * napkin_to_float(p1[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc7 = napkin_lanes_sum(acc7, 8);
-        const float v45 = (acc7 * 0.125f);
-        const float v46 = (v16 ? v45 : v4);
-        const float v47 = napkin_max(st3, v40);
-        const float v48 = napkin_max(v47, v42);
-        const float v49 = napkin_max(v48, v44);
-        const float v50 = napkin_max(v49, v46);
-        const float v51 = napkin_shift(v50);
-        const float v52 = expf(st3 - v51);
-        const float v53 = expf(v40 - v51);
-        const float v54 = expf(v42 - v51);
-        const float v55 = expf(v44 - v51);
-        const float v56 = expf(v46 - v51);
-        st4 = st4 * v52 + v53 + v54 + v55 + v56;
-        st3 = v50;
-        st5[0] = st5[0] * v52 + v53 * napkin_to_float(p2[((((long long)(ix69)) * (16) + (ix70)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v54 * napkin_to_float(p2[((((long long)(ix72)) * (16) + (ix73)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v55 * napkin_to_float(p2[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v56 * napkin_to_float(p2[((((long long)(ix78)) * (16) + (ix79)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st5[1] = st5[1] * v52 + v53 * napkin_to_float(p2[((((long long)(ix80)) * (16) + (ix81)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v54 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v55 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v56 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        st5[2] = st5[2] * v52 + v53 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v54 * napkin_to_float(p2[((((long long)(ix90)) * (16) + (ix91)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v55 * napkin_to_float(p2[((((long long)(ix92)) * (16) + (ix93)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v56 * napkin_to_float(p2[((((long long)(ix94)) * (16) + (ix95)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st5[3] = st5[3] * v52 + v53 * napkin_to_float(p2[((((long long)(ix96)) * (16) + (ix97)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v54 * napkin_to_float(p2[((((long long)(ix98)) * (16) + (ix99)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v55 * napkin_to_float(p2[((((long long)(ix100)) * (16) + (ix101)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v56 * napkin_to_float(p2[((((long long)(ix102)) * (16) + (ix103)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        st5[4] = st5[4] * v52 + v53 * napkin_to_float(p2[((((long long)(ix104)) * (16) + (ix105)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v54 * napkin_to_float(p2[((((long long)(ix106)) * (16) + (ix107)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v55 * napkin_to_float(p2[((((long long)(ix108)) * (16) + (ix109)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v56 * napkin_to_float(p2[((((long long)(ix110)) * (16) + (ix111)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st5[5] = st5[5] * v52 + v53 * napkin_to_float(p2[((((long long)(ix112)) * (16) + (ix113)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v54 * napkin_to_float(p2[((((long long)(ix114)) * (16) + (ix115)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v55 * napkin_to_float(p2[((((long long)(ix116)) * (16) + (ix117)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v56 * napkin_to_float(p2[((((long long)(ix118)) * (16) + (ix119)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        st5[6] = st5[6] * v52 + v53 * napkin_to_float(p2[((((long long)(ix120)) * (16) + (ix121)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v54 * napkin_to_float(p2[((((long long)(ix122)) * (16) + (ix123)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v55 * napkin_to_float(p2[((((long long)(ix124)) * (16) + (ix125)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v56 * napkin_to_float(p2[((((long long)(ix126)) * (16) + (ix127)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        st5[7] = st5[7] * v52 + v53 * napkin_to_float(p2[((((long long)(ix128)) * (16) + (ix129)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v54 * napkin_to_float(p2[((((long long)(ix130)) * (16) + (ix131)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v55 * napkin_to_float(p2[((((long long)(ix132)) * (16) + (ix133)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v56 * napkin_to_float(p2[((((long long)(ix134)) * (16) + (ix135)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-#line 19 "napkin-diagram"
-        float acc8 = 0.0f;
-        acc8 = acc8 + hq16 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc8 = acc8 + hq17 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc8 = acc8 + hq18 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc8 = acc8 + hq19 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc8 = acc8 + hq20 * napkin_to_float(p1[((((long long)(ix9)) * (16) + (ix10)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc8 = acc8 + hq21 * napkin_to_float(p1[((((long long)(ix11)) * (16) + (ix12)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc8 = acc8 + hq22 * napkin_to_float(p1[((((long long)(ix13)) * (16) + (ix14)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc8 = acc8 + hq23 * napkin_to_float(p1[((((long long)(ix15)) * (16) + (ix16)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc8 = napkin_lanes_sum(acc8, 8);
-        const float v57 = (acc8 * 0.125f);
-        const float v58 = (v0 ? v57 : v4);
-        float acc9 = 0.0f;
-        acc9 = acc9 + hq16 * napkin_to_float(p1[((((long long)(ix18)) * (16) + (ix19)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc9 = acc9 + hq17 * napkin_to_float(p1[((((long long)(ix20)) * (16) + (ix21)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc9 = acc9 + hq18 * napkin_to_float(p1[((((long long)(ix22)) * (16) + (ix23)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc9 = acc9 + hq19 * napkin_to_float(p1[((((long long)(ix24)) * (16) + (ix25)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc9 = acc9 + hq20 * napkin_to_float(p1[((((long long)(ix26)) * (16) + (ix27)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc9 = acc9 + hq21 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc9 = acc9 + hq22 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc9 = acc9 + hq23 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc9 = napkin_lanes_sum(acc9, 8);
-        const float v59 = (acc9 * 0.125f);
-        const float v60 = (v6 ? v59 : v4);
-        float acc10 = 0.0f;
-        acc10 = acc10 + hq16 * napkin_to_float(p1[((((long long)(ix35)) * (16) + (ix36)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc10 = acc10 + hq17 * napkin_to_float(p1[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc10 = acc10 + hq18 * napkin_to_float(p1[((((long long)(ix39)) * (16) + (ix40)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc10 = acc10 + hq19 * napkin_to_float(p1[((((long long)(ix41)) * (16) + (ix42)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc10 = acc10 + hq20 * napkin_to_float(p1[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc10 = acc10 + hq21 * napkin_to_float(p1[((((long long)(ix45)) * (16) + (ix46)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc10 = acc10 + hq22 * napkin_to_float(p1[((((long long)(ix47)) * (16) + (ix48)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc10 = acc10 + hq23 * napkin_to_float(p1[((((long long)(ix49)) * (16) + (ix50)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc10 = napkin_lanes_sum(acc10, 8);
-        const float v61 = (acc10 * 0.125f);
-        const float v62 = (v11 ? v61 : v4);
-        float acc11 = 0.0f;
-        acc11 = acc11 + hq16 * napkin_to_float(p1[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc11 = acc11 + hq17 * napkin_to_float(p1[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc11 = acc11 + hq18 * napkin_to_float(p1[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc11 = acc11 + hq19 * napkin_to_float(p1[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc11 = acc11 + hq20 * napkin_to_float(p1[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc11 = acc11 + hq21 * napkin_to_float(p1[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc11 = acc11 + hq22 * napkin_to_float(p1[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc11 = acc11 + hq23 * napkin_to_float(p1[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc11 = napkin_lanes_sum(acc11, 8);
-        const float v63 = (acc11 * 0.125f);
-        const float v64 = (v16 ? v63 : v4);
-        const float v65 = napkin_max(st6, v58);
-        const float v66 = napkin_max(v65, v60);
-        const float v67 = napkin_max(v66, v62);
-        const float v68 = napkin_max(v67, v64);
-        const float v69 = napkin_shift(v68);
-        const float v70 = expf(st6 - v69);
-        const float v71 = expf(v58 - v69);
-        const float v72 = expf(v60 - v69);
-        const float v73 = expf(v62 - v69);
-        const float v74 = expf(v64 - v69);
-        st7 = st7 * v70 + v71 + v72 + v73 + v74;
-        st6 = v68;
-        st8[0] = st8[0] * v70 + v71 * napkin_to_float(p2[((((long long)(ix69)) * (16) + (ix70)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v72 * napkin_to_float(p2[((((long long)(ix72)) * (16) + (ix73)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v73 * napkin_to_float(p2[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v74 * napkin_to_float(p2[((((long long)(ix78)) * (16) + (ix79)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st8[1] = st8[1] * v70 + v71 * napkin_to_float(p2[((((long long)(ix80)) * (16) + (ix81)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v72 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v73 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v74 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        st8[2] = st8[2] * v70 + v71 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v72 * napkin_to_float(p2[((((long long)(ix90)) * (16) + (ix91)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v73 * napkin_to_float(p2[((((long long)(ix92)) * (16) + (ix93)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v74 * napkin_to_float(p2[((((long long)(ix94)) * (16) + (ix95)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st8[3] = st8[3] * v70 + v71 * napkin_to_float(p2[((((long long)(ix96)) * (16) + (ix97)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v72 * napkin_to_float(p2[((((long long)(ix98)) * (16) + (ix99)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v73 * napkin_to_float(p2[((((long long)(ix100)) * (16) + (ix101)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v74 * napkin_to_float(p2[((((long long)(ix102)) * (16) + (ix103)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        st8[4] = st8[4] * v70 + v71 * napkin_to_float(p2[((((long long)(ix104)) * (16) + (ix105)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v72 * napkin_to_float(p2[((((long long)(ix106)) * (16) + (ix107)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v73 * napkin_to_float(p2[((((long long)(ix108)) * (16) + (ix109)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v74 * napkin_to_float(p2[((((long long)(ix110)) * (16) + (ix111)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st8[5] = st8[5] * v70 + v71 * napkin_to_float(p2[((((long long)(ix112)) * (16) + (ix113)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v72 * napkin_to_float(p2[((((long long)(ix114)) * (16) + (ix115)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v73 * napkin_to_float(p2[((((long long)(ix116)) * (16) + (ix117)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v74 * napkin_to_float(p2[((((long long)(ix118)) * (16) + (ix119)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        st8[6] = st8[6] * v70 + v71 * napkin_to_float(p2[((((long long)(ix120)) * (16) + (ix121)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v72 * napkin_to_float(p2[((((long long)(ix122)) * (16) + (ix123)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v73 * napkin_to_float(p2[((((long long)(ix124)) * (16) + (ix125)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v74 * napkin_to_float(p2[((((long long)(ix126)) * (16) + (ix127)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        st8[7] = st8[7] * v70 + v71 * napkin_to_float(p2[((((long long)(ix128)) * (16) + (ix129)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v72 * napkin_to_float(p2[((((long long)(ix130)) * (16) + (ix131)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v73 * napkin_to_float(p2[((((long long)(ix132)) * (16) + (ix133)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v74 * napkin_to_float(p2[((((long long)(ix134)) * (16) + (ix135)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-#line 19 "napkin-diagram"
-        float acc12 = 0.0f;
-        acc12 = acc12 + hq24 * napkin_to_float(p1[((((long long)(ix1)) * (16) + (ix2)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc12 = acc12 + hq25 * napkin_to_float(p1[((((long long)(ix3)) * (16) + (ix4)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc12 = acc12 + hq26 * napkin_to_float(p1[((((long long)(ix5)) * (16) + (ix6)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc12 = acc12 + hq27 * napkin_to_float(p1[((((long long)(ix7)) * (16) + (ix8)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc12 = acc12 + hq28 * napkin_to_float(p1[((((long long)(ix9)) * (16) + (ix10)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc12 = acc12 + hq29 * napkin_to_float(p1[((((long long)(ix11)) * (16) + (ix12)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc12 = acc12 + hq30 * napkin_to_float(p1[((((long long)(ix13)) * (16) + (ix14)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc12 = acc12 + hq31 * napkin_to_float(p1[((((long long)(ix15)) * (16) + (ix16)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc12 = napkin_lanes_sum(acc12, 8);
-        const float v75 = (acc12 * 0.125f);
-        const float v76 = (v0 ? v75 : v4);
-        float acc13 = 0.0f;
-        acc13 = acc13 + hq24 * napkin_to_float(p1[((((long long)(ix18)) * (16) + (ix19)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc13 = acc13 + hq25 * napkin_to_float(p1[((((long long)(ix20)) * (16) + (ix21)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc13 = acc13 + hq26 * napkin_to_float(p1[((((long long)(ix22)) * (16) + (ix23)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc13 = acc13 + hq27 * napkin_to_float(p1[((((long long)(ix24)) * (16) + (ix25)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc13 = acc13 + hq28 * napkin_to_float(p1[((((long long)(ix26)) * (16) + (ix27)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc13 = acc13 + hq29 * napkin_to_float(p1[((((long long)(ix28)) * (16) + (ix29)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc13 = acc13 + hq30 * napkin_to_float(p1[((((long long)(ix30)) * (16) + (ix31)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc13 = acc13 + hq31 * napkin_to_float(p1[((((long long)(ix32)) * (16) + (ix33)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc13 = napkin_lanes_sum(acc13, 8);
-        const float v77 = (acc13 * 0.125f);
-        const float v78 = (v6 ? v77 : v4);
-        float acc14 = 0.0f;
-        acc14 = acc14 + hq24 * napkin_to_float(p1[((((long long)(ix35)) * (16) + (ix36)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc14 = acc14 + hq25 * napkin_to_float(p1[((((long long)(ix37)) * (16) + (ix38)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc14 = acc14 + hq26 * napkin_to_float(p1[((((long long)(ix39)) * (16) + (ix40)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc14 = acc14 + hq27 * napkin_to_float(p1[((((long long)(ix41)) * (16) + (ix42)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc14 = acc14 + hq28 * napkin_to_float(p1[((((long long)(ix43)) * (16) + (ix44)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc14 = acc14 + hq29 * napkin_to_float(p1[((((long long)(ix45)) * (16) + (ix46)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc14 = acc14 + hq30 * napkin_to_float(p1[((((long long)(ix47)) * (16) + (ix48)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc14 = acc14 + hq31 * napkin_to_float(p1[((((long long)(ix49)) * (16) + (ix50)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc14 = napkin_lanes_sum(acc14, 8);
-        const float v79 = (acc14 * 0.125f);
-        const float v80 = (v11 ? v79 : v4);
-        float acc15 = 0.0f;
-        acc15 = acc15 + hq24 * napkin_to_float(p1[((((long long)(ix52)) * (16) + (ix53)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc15 = acc15 + hq25 * napkin_to_float(p1[((((long long)(ix54)) * (16) + (ix55)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc15 = acc15 + hq26 * napkin_to_float(p1[((((long long)(ix56)) * (16) + (ix57)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc15 = acc15 + hq27 * napkin_to_float(p1[((((long long)(ix58)) * (16) + (ix59)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc15 = acc15 + hq28 * napkin_to_float(p1[((((long long)(ix60)) * (16) + (ix61)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc15 = acc15 + hq29 * napkin_to_float(p1[((((long long)(ix62)) * (16) + (ix63)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc15 = acc15 + hq30 * napkin_to_float(p1[((((long long)(ix64)) * (16) + (ix65)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc15 = acc15 + hq31 * napkin_to_float(p1[((((long long)(ix66)) * (16) + (ix67)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc15 = napkin_lanes_sum(acc15, 8);
-        const float v81 = (acc15 * 0.125f);
-        const float v82 = (v16 ? v81 : v4);
-        const float v83 = napkin_max(st9, v76);
-        const float v84 = napkin_max(v83, v78);
-        const float v85 = napkin_max(v84, v80);
-        const float v86 = napkin_max(v85, v82);
-        const float v87 = napkin_shift(v86);
-        const float v88 = expf(st9 - v87);
-        const float v89 = expf(v76 - v87);
-        const float v90 = expf(v78 - v87);
-        const float v91 = expf(v80 - v87);
-        const float v92 = expf(v82 - v87);
-        st10 = st10 * v88 + v89 + v90 + v91 + v92;
-        st9 = v86;
-        st11[0] = st11[0] * v88 + v89 * napkin_to_float(p2[((((long long)(ix69)) * (16) + (ix70)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v90 * napkin_to_float(p2[((((long long)(ix72)) * (16) + (ix73)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v91 * napkin_to_float(p2[((((long long)(ix75)) * (16) + (ix76)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]) + v92 * napkin_to_float(p2[((((long long)(ix78)) * (16) + (ix79)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st11[1] = st11[1] * v88 + v89 * napkin_to_float(p2[((((long long)(ix80)) * (16) + (ix81)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v90 * napkin_to_float(p2[((((long long)(ix82)) * (16) + (ix83)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v91 * napkin_to_float(p2[((((long long)(ix84)) * (16) + (ix85)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]) + v92 * napkin_to_float(p2[((((long long)(ix86)) * (16) + (ix87)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        st11[2] = st11[2] * v88 + v89 * napkin_to_float(p2[((((long long)(ix88)) * (16) + (ix89)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v90 * napkin_to_float(p2[((((long long)(ix90)) * (16) + (ix91)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v91 * napkin_to_float(p2[((((long long)(ix92)) * (16) + (ix93)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]) + v92 * napkin_to_float(p2[((((long long)(ix94)) * (16) + (ix95)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st11[3] = st11[3] * v88 + v89 * napkin_to_float(p2[((((long long)(ix96)) * (16) + (ix97)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v90 * napkin_to_float(p2[((((long long)(ix98)) * (16) + (ix99)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v91 * napkin_to_float(p2[((((long long)(ix100)) * (16) + (ix101)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]) + v92 * napkin_to_float(p2[((((long long)(ix102)) * (16) + (ix103)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        st11[4] = st11[4] * v88 + v89 * napkin_to_float(p2[((((long long)(ix104)) * (16) + (ix105)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v90 * napkin_to_float(p2[((((long long)(ix106)) * (16) + (ix107)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v91 * napkin_to_float(p2[((((long long)(ix108)) * (16) + (ix109)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]) + v92 * napkin_to_float(p2[((((long long)(ix110)) * (16) + (ix111)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st11[5] = st11[5] * v88 + v89 * napkin_to_float(p2[((((long long)(ix112)) * (16) + (ix113)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v90 * napkin_to_float(p2[((((long long)(ix114)) * (16) + (ix115)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v91 * napkin_to_float(p2[((((long long)(ix116)) * (16) + (ix117)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]) + v92 * napkin_to_float(p2[((((long long)(ix118)) * (16) + (ix119)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        st11[6] = st11[6] * v88 + v89 * napkin_to_float(p2[((((long long)(ix120)) * (16) + (ix121)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v90 * napkin_to_float(p2[((((long long)(ix122)) * (16) + (ix123)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v91 * napkin_to_float(p2[((((long long)(ix124)) * (16) + (ix125)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]) + v92 * napkin_to_float(p2[((((long long)(ix126)) * (16) + (ix127)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        st11[7] = st11[7] * v88 + v89 * napkin_to_float(p2[((((long long)(ix128)) * (16) + (ix129)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v90 * napkin_to_float(p2[((((long long)(ix130)) * (16) + (ix131)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v91 * napkin_to_float(p2[((((long long)(ix132)) * (16) + (ix133)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]) + v92 * napkin_to_float(p2[((((long long)(ix134)) * (16) + (ix135)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-      }
-      for (int xl = clen / 4 * 4; xl < clen; ++xl) {
-        const long long xg = c0 + xl;
-#line 19 "napkin-diagram"
-        const bool v93 = (((long long)(xg)) < hq35);
-        float acc16 = 0.0f;
-        const long long v94 = napkin_mod(((long long)(xg)), ((long long)(16)));
-        const long long v95 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-        const long long ix136 = napkin_clamp_index(v95, 256);
-        const long long ix137 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
-        const long long ix138 = napkin_clamp_index(v94, 16);
-        acc16 = acc16 + hq0 * napkin_to_float(p1[((((long long)(ix137)) * (16) + (ix138)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        const long long ix139 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
-        const long long ix140 = napkin_clamp_index(v94, 16);
-        acc16 = acc16 + hq1 * napkin_to_float(p1[((((long long)(ix139)) * (16) + (ix140)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        const long long ix141 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
-        const long long ix142 = napkin_clamp_index(v94, 16);
-        acc16 = acc16 + hq2 * napkin_to_float(p1[((((long long)(ix141)) * (16) + (ix142)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        const long long ix143 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
-        const long long ix144 = napkin_clamp_index(v94, 16);
-        acc16 = acc16 + hq3 * napkin_to_float(p1[((((long long)(ix143)) * (16) + (ix144)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        const long long ix145 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
-        const long long ix146 = napkin_clamp_index(v94, 16);
-        acc16 = acc16 + hq4 * napkin_to_float(p1[((((long long)(ix145)) * (16) + (ix146)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        const long long ix147 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
-        const long long ix148 = napkin_clamp_index(v94, 16);
-        acc16 = acc16 + hq5 * napkin_to_float(p1[((((long long)(ix147)) * (16) + (ix148)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        const long long ix149 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
-        const long long ix150 = napkin_clamp_index(v94, 16);
-        acc16 = acc16 + hq6 * napkin_to_float(p1[((((long long)(ix149)) * (16) + (ix150)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        const long long ix151 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix136)]), n4);
-        const long long ix152 = napkin_clamp_index(v94, 16);
-        acc16 = acc16 + hq7 * napkin_to_float(p1[((((long long)(ix151)) * (16) + (ix152)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc16 = napkin_lanes_sum(acc16, 8);
-        const float v96 = (acc16 * 0.125f);
-        const float v97 = (-NAPKIN_INF);
-        const float v98 = (v93 ? v96 : v97);
-        const float v99 = napkin_max(st0, v98);
-        const float v100 = napkin_shift(v99);
-        const float v101 = expf(st0 - v100);
-        const float v102 = expf(v98 - v100);
-        st1 = st1 * v101 + v102;
-        st0 = v99;
-        const long long v103 = napkin_floordiv(((long long)(xg)), ((long long)(16)));
-        const long long ix153 = napkin_clamp_index(v103, 256);
-        const long long ix154 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
-        const long long v104 = napkin_mod(((long long)(xg)), ((long long)(16)));
-        const long long ix155 = napkin_clamp_index(v104, 16);
-        st2[0] = st2[0] * v101 + v102 * napkin_to_float(p2[((((long long)(ix154)) * (16) + (ix155)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        const long long ix156 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
-        const long long ix157 = napkin_clamp_index(v104, 16);
-        st2[1] = st2[1] * v101 + v102 * napkin_to_float(p2[((((long long)(ix156)) * (16) + (ix157)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        const long long ix158 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
-        const long long ix159 = napkin_clamp_index(v104, 16);
-        st2[2] = st2[2] * v101 + v102 * napkin_to_float(p2[((((long long)(ix158)) * (16) + (ix159)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        const long long ix160 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
-        const long long ix161 = napkin_clamp_index(v104, 16);
-        st2[3] = st2[3] * v101 + v102 * napkin_to_float(p2[((((long long)(ix160)) * (16) + (ix161)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        const long long ix162 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
-        const long long ix163 = napkin_clamp_index(v104, 16);
-        st2[4] = st2[4] * v101 + v102 * napkin_to_float(p2[((((long long)(ix162)) * (16) + (ix163)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        const long long ix164 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
-        const long long ix165 = napkin_clamp_index(v104, 16);
-        st2[5] = st2[5] * v101 + v102 * napkin_to_float(p2[((((long long)(ix164)) * (16) + (ix165)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        const long long ix166 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
-        const long long ix167 = napkin_clamp_index(v104, 16);
-        st2[6] = st2[6] * v101 + v102 * napkin_to_float(p2[((((long long)(ix166)) * (16) + (ix167)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        const long long ix168 = napkin_clamp_index(napkin_to_int(p3[((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (256) + (ix153)]), n4);
-        const long long ix169 = napkin_clamp_index(v104, 16);
-        st2[7] = st2[7] * v101 + v102 * napkin_to_float(p2[((((long long)(ix168)) * (16) + (ix169)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-#line 19 "napkin-diagram"
-        float acc17 = 0.0f;
-        acc17 = acc17 + hq8 * napkin_to_float(p1[((((long long)(ix137)) * (16) + (ix138)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc17 = acc17 + hq9 * napkin_to_float(p1[((((long long)(ix139)) * (16) + (ix140)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc17 = acc17 + hq10 * napkin_to_float(p1[((((long long)(ix141)) * (16) + (ix142)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc17 = acc17 + hq11 * napkin_to_float(p1[((((long long)(ix143)) * (16) + (ix144)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc17 = acc17 + hq12 * napkin_to_float(p1[((((long long)(ix145)) * (16) + (ix146)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc17 = acc17 + hq13 * napkin_to_float(p1[((((long long)(ix147)) * (16) + (ix148)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc17 = acc17 + hq14 * napkin_to_float(p1[((((long long)(ix149)) * (16) + (ix150)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc17 = acc17 + hq15 * napkin_to_float(p1[((((long long)(ix151)) * (16) + (ix152)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc17 = napkin_lanes_sum(acc17, 8);
-        const float v105 = (acc17 * 0.125f);
-        const float v106 = (v93 ? v105 : v97);
-        const float v107 = napkin_max(st3, v106);
-        const float v108 = napkin_shift(v107);
-        const float v109 = expf(st3 - v108);
-        const float v110 = expf(v106 - v108);
-        st4 = st4 * v109 + v110;
-        st3 = v107;
-        st5[0] = st5[0] * v109 + v110 * napkin_to_float(p2[((((long long)(ix154)) * (16) + (ix155)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st5[1] = st5[1] * v109 + v110 * napkin_to_float(p2[((((long long)(ix156)) * (16) + (ix157)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        st5[2] = st5[2] * v109 + v110 * napkin_to_float(p2[((((long long)(ix158)) * (16) + (ix159)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st5[3] = st5[3] * v109 + v110 * napkin_to_float(p2[((((long long)(ix160)) * (16) + (ix161)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        st5[4] = st5[4] * v109 + v110 * napkin_to_float(p2[((((long long)(ix162)) * (16) + (ix163)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st5[5] = st5[5] * v109 + v110 * napkin_to_float(p2[((((long long)(ix164)) * (16) + (ix165)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        st5[6] = st5[6] * v109 + v110 * napkin_to_float(p2[((((long long)(ix166)) * (16) + (ix167)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        st5[7] = st5[7] * v109 + v110 * napkin_to_float(p2[((((long long)(ix168)) * (16) + (ix169)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-#line 19 "napkin-diagram"
-        float acc18 = 0.0f;
-        acc18 = acc18 + hq16 * napkin_to_float(p1[((((long long)(ix137)) * (16) + (ix138)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc18 = acc18 + hq17 * napkin_to_float(p1[((((long long)(ix139)) * (16) + (ix140)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc18 = acc18 + hq18 * napkin_to_float(p1[((((long long)(ix141)) * (16) + (ix142)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc18 = acc18 + hq19 * napkin_to_float(p1[((((long long)(ix143)) * (16) + (ix144)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc18 = acc18 + hq20 * napkin_to_float(p1[((((long long)(ix145)) * (16) + (ix146)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc18 = acc18 + hq21 * napkin_to_float(p1[((((long long)(ix147)) * (16) + (ix148)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc18 = acc18 + hq22 * napkin_to_float(p1[((((long long)(ix149)) * (16) + (ix150)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc18 = acc18 + hq23 * napkin_to_float(p1[((((long long)(ix151)) * (16) + (ix152)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc18 = napkin_lanes_sum(acc18, 8);
-        const float v111 = (acc18 * 0.125f);
-        const float v112 = (v93 ? v111 : v97);
-        const float v113 = napkin_max(st6, v112);
-        const float v114 = napkin_shift(v113);
-        const float v115 = expf(st6 - v114);
-        const float v116 = expf(v112 - v114);
-        st7 = st7 * v115 + v116;
-        st6 = v113;
-        st8[0] = st8[0] * v115 + v116 * napkin_to_float(p2[((((long long)(ix154)) * (16) + (ix155)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st8[1] = st8[1] * v115 + v116 * napkin_to_float(p2[((((long long)(ix156)) * (16) + (ix157)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        st8[2] = st8[2] * v115 + v116 * napkin_to_float(p2[((((long long)(ix158)) * (16) + (ix159)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st8[3] = st8[3] * v115 + v116 * napkin_to_float(p2[((((long long)(ix160)) * (16) + (ix161)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        st8[4] = st8[4] * v115 + v116 * napkin_to_float(p2[((((long long)(ix162)) * (16) + (ix163)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st8[5] = st8[5] * v115 + v116 * napkin_to_float(p2[((((long long)(ix164)) * (16) + (ix165)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        st8[6] = st8[6] * v115 + v116 * napkin_to_float(p2[((((long long)(ix166)) * (16) + (ix167)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        st8[7] = st8[7] * v115 + v116 * napkin_to_float(p2[((((long long)(ix168)) * (16) + (ix169)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-#line 19 "napkin-diagram"
-        float acc19 = 0.0f;
-        acc19 = acc19 + hq24 * napkin_to_float(p1[((((long long)(ix137)) * (16) + (ix138)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        acc19 = acc19 + hq25 * napkin_to_float(p1[((((long long)(ix139)) * (16) + (ix140)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        acc19 = acc19 + hq26 * napkin_to_float(p1[((((long long)(ix141)) * (16) + (ix142)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        acc19 = acc19 + hq27 * napkin_to_float(p1[((((long long)(ix143)) * (16) + (ix144)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        acc19 = acc19 + hq28 * napkin_to_float(p1[((((long long)(ix145)) * (16) + (ix146)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        acc19 = acc19 + hq29 * napkin_to_float(p1[((((long long)(ix147)) * (16) + (ix148)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        acc19 = acc19 + hq30 * napkin_to_float(p1[((((long long)(ix149)) * (16) + (ix150)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        acc19 = acc19 + hq31 * napkin_to_float(p1[((((long long)(ix151)) * (16) + (ix152)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-        acc19 = napkin_lanes_sum(acc19, 8);
-        const float v117 = (acc19 * 0.125f);
-        const float v118 = (v93 ? v117 : v97);
-        const float v119 = napkin_max(st9, v118);
-        const float v120 = napkin_shift(v119);
-        const float v121 = expf(st9 - v120);
-        const float v122 = expf(v118 - v120);
-        st10 = st10 * v121 + v122;
-        st9 = v119;
-        st11[0] = st11[0] * v121 + v122 * napkin_to_float(p2[((((long long)(ix154)) * (16) + (ix155)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + (lane)]);
-        st11[1] = st11[1] * v121 + v122 * napkin_to_float(p2[((((long long)(ix156)) * (16) + (ix157)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 8))]);
-        st11[2] = st11[2] * v121 + v122 * napkin_to_float(p2[((((long long)(ix158)) * (16) + (ix159)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 16))]);
-        st11[3] = st11[3] * v121 + v122 * napkin_to_float(p2[((((long long)(ix160)) * (16) + (ix161)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 24))]);
-        st11[4] = st11[4] * v121 + v122 * napkin_to_float(p2[((((long long)(ix162)) * (16) + (ix163)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 32))]);
-        st11[5] = st11[5] * v121 + v122 * napkin_to_float(p2[((((long long)(ix164)) * (16) + (ix165)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 40))]);
-        st11[6] = st11[6] * v121 + v122 * napkin_to_float(p2[((((long long)(ix166)) * (16) + (ix167)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 48))]);
-        st11[7] = st11[7] * v121 + v122 * napkin_to_float(p2[((((long long)(ix168)) * (16) + (ix169)) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (64) + ((lane + 56))]);
-      }
-    }
-    const float v123 = (st1 == 0.0f ? 0.0f : 1.0f / st1);
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st2[z] = st2[z] * v123;
-    }
-    const float v124 = (st4 == 0.0f ? 0.0f : 1.0f / st4);
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st5[z] = st5[z] * v124;
-    }
-    const float v125 = (st7 == 0.0f ? 0.0f : 1.0f / st7);
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st8[z] = st8[z] * v125;
-    }
-    const float v126 = (st10 == 0.0f ? 0.0f : 1.0f / st10);
-    #pragma unroll
-    for (int z = 0; z < 8; ++z) {
-      st11[z] = st11[z] * v126;
-    }
-#line 19 "napkin-diagram"
-    #pragma unroll
-    for (int k0 = 0; k0 < 8; ++k0) {
-      const int j0 = lane + k0 * 8;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 4 + 0 < 16) && ((base_3 + 0) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 0) < (long long)(n3 - 1) ? (base_3 + 0) : (long long)(n3 - 1)))) * (64) + (j0)] = napkin_from_float<__half>(st2[k0]);
+    const long long cfirst = (long long)(plast < 0 ? 0 : pfirst / 16 * 16);
+    const long long cend = (long long)(plast < 0 ? 0 : ((plast / 16 + 1) * 16 < (long long)(4096) ? (plast / 16 + 1) * 16 : (long long)(4096)));
+    {
+      __syncthreads();
+      const int nlen = (int)((long long)(4096) - (cfirst) < 16 ? (long long)(4096) - (cfirst) : 16);
+      if (cfirst < cend) {
+        if (!(!(((long long)(cfirst) < (long long)(dhi0))))) {
+          #pragma unroll
+          for (int r = 0; r < 1; ++r) {
+            const int e = tid + r * 256;
+            if (e < 128) {
+              const int eo = tid / 8 + r * 32;
+              const int ei = (tid % 8) * 8;
+              const long long v1 = napkin_floordiv(((long long)((cfirst + eo))), ((long long)(16)));
+              const long long ix0 = napkin_clamp_index(v1, 256);
+              const long long ix1 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix0)]), n4);
+              const long long v2 = napkin_mod(((long long)((cfirst + eo))), ((long long)(16)));
+              const long long ix2 = napkin_clamp_index(v2, 16);
+              napkin_cp_async_16((sm1 + 0 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix1)))) * (16) + (((long long)(ix2)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+            }
+          }
+          #pragma unroll
+          for (int r = 0; r < 1; ++r) {
+            const int e = tid + r * 256;
+            if (e < 128) {
+              const int eo = tid / 8 + r * 32;
+              const int ei = (tid % 8) * 8;
+              const long long v3 = napkin_floordiv(((long long)((cfirst + eo))), ((long long)(16)));
+              const long long ix3 = napkin_clamp_index(v3, 256);
+              const long long ix4 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix3)]), n4);
+              const long long v4 = napkin_mod(((long long)((cfirst + eo))), ((long long)(16)));
+              const long long ix5 = napkin_clamp_index(v4, 16);
+              napkin_cp_async_16((sm2 + 0 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix4)))) * (16) + (((long long)(ix5)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+            }
+          }
         }
       }
     }
-#line 19 "napkin-diagram"
-    #pragma unroll
-    for (int k1 = 0; k1 < 8; ++k1) {
-      const int j1 = lane + k1 * 8;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 4 + 1 < 16) && ((base_3 + 1) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 1) < (long long)(n3 - 1) ? (base_3 + 1) : (long long)(n3 - 1)))) * (64) + (j1)] = napkin_from_float<__half>(st5[k1]);
+    napkin_cp_async_commit();
+    if (cfirst + 16 < cend) {
+      const int nlen = (int)((long long)(4096) - (cfirst + 16) < 16 ? (long long)(4096) - (cfirst + 16) : 16);
+      if (!(!(((long long)(cfirst + 16) < (long long)(dhi0))))) {
+        #pragma unroll
+        for (int r = 0; r < 1; ++r) {
+          const int e = tid + r * 256;
+          if (e < 128) {
+            const int eo = tid / 8 + r * 32;
+            const int ei = (tid % 8) * 8;
+            const long long v5 = napkin_floordiv(((long long)((cfirst + 16 + eo))), ((long long)(16)));
+            const long long ix6 = napkin_clamp_index(v5, 256);
+            const long long ix7 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix6)]), n4);
+            const long long v6 = napkin_mod(((long long)((cfirst + 16 + eo))), ((long long)(16)));
+            const long long ix8 = napkin_clamp_index(v6, 16);
+            napkin_cp_async_16((sm1 + 1 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix7)))) * (16) + (((long long)(ix8)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+          }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; ++r) {
+          const int e = tid + r * 256;
+          if (e < 128) {
+            const int eo = tid / 8 + r * 32;
+            const int ei = (tid % 8) * 8;
+            const long long v7 = napkin_floordiv(((long long)((cfirst + 16 + eo))), ((long long)(16)));
+            const long long ix9 = napkin_clamp_index(v7, 256);
+            const long long ix10 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix9)]), n4);
+            const long long v8 = napkin_mod(((long long)((cfirst + 16 + eo))), ((long long)(16)));
+            const long long ix11 = napkin_clamp_index(v8, 16);
+            napkin_cp_async_16((sm2 + 1 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix10)))) * (16) + (((long long)(ix11)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+          }
         }
       }
     }
-#line 19 "napkin-diagram"
-    #pragma unroll
-    for (int k2 = 0; k2 < 8; ++k2) {
-      const int j2 = lane + k2 * 8;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 4 + 2 < 16) && ((base_3 + 2) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 2) < (long long)(n3 - 1) ? (base_3 + 2) : (long long)(n3 - 1)))) * (64) + (j2)] = napkin_from_float<__half>(st8[k2]);
+    napkin_cp_async_commit();
+    if (cfirst + 32 < cend) {
+      const int nlen = (int)((long long)(4096) - (cfirst + 32) < 16 ? (long long)(4096) - (cfirst + 32) : 16);
+      if (!(!(((long long)(cfirst + 32) < (long long)(dhi0))))) {
+        #pragma unroll
+        for (int r = 0; r < 1; ++r) {
+          const int e = tid + r * 256;
+          if (e < 128) {
+            const int eo = tid / 8 + r * 32;
+            const int ei = (tid % 8) * 8;
+            const long long v9 = napkin_floordiv(((long long)((cfirst + 32 + eo))), ((long long)(16)));
+            const long long ix12 = napkin_clamp_index(v9, 256);
+            const long long ix13 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix12)]), n4);
+            const long long v10 = napkin_mod(((long long)((cfirst + 32 + eo))), ((long long)(16)));
+            const long long ix14 = napkin_clamp_index(v10, 16);
+            napkin_cp_async_16((sm1 + 2 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix13)))) * (16) + (((long long)(ix14)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+          }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; ++r) {
+          const int e = tid + r * 256;
+          if (e < 128) {
+            const int eo = tid / 8 + r * 32;
+            const int ei = (tid % 8) * 8;
+            const long long v11 = napkin_floordiv(((long long)((cfirst + 32 + eo))), ((long long)(16)));
+            const long long ix15 = napkin_clamp_index(v11, 256);
+            const long long ix16 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix15)]), n4);
+            const long long v12 = napkin_mod(((long long)((cfirst + 32 + eo))), ((long long)(16)));
+            const long long ix17 = napkin_clamp_index(v12, 16);
+            napkin_cp_async_16((sm2 + 2 * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix16)))) * (16) + (((long long)(ix17)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+          }
         }
       }
     }
-#line 19 "napkin-diagram"
+    napkin_cp_async_commit();
+    int stage = 0;
+    int fill = 3;
+    const long long cfull = cend / 16 * 16;
+    for (long long c0 = cfirst; c0 < cfull; c0 += 16) {
+      const int clen = 16;
+      napkin_cp_async_wait<2>();
+      __syncthreads();
+      if (c0 + 48 < cend) {
+        const int nlen = (int)((long long)(4096) - (c0 + 48) < 16 ? (long long)(4096) - (c0 + 48) : 16);
+        if (!(!(((long long)(c0 + 48) < (long long)(dhi0))))) {
+          #pragma unroll
+          for (int r = 0; r < 1; ++r) {
+            const int e = tid + r * 256;
+            if (e < 128) {
+              const int eo = tid / 8 + r * 32;
+              const int ei = (tid % 8) * 8;
+              const long long v13 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
+              const long long ix18 = napkin_clamp_index(v13, 256);
+              const long long ix19 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix18)]), n4);
+              const long long v14 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
+              const long long ix20 = napkin_clamp_index(v14, 16);
+              napkin_cp_async_16((sm1 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix19)))) * (16) + (((long long)(ix20)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+            }
+          }
+          #pragma unroll
+          for (int r = 0; r < 1; ++r) {
+            const int e = tid + r * 256;
+            if (e < 128) {
+              const int eo = tid / 8 + r * 32;
+              const int ei = (tid % 8) * 8;
+              const long long v15 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
+              const long long ix21 = napkin_clamp_index(v15, 256);
+              const long long ix22 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix21)]), n4);
+              const long long v16 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
+              const long long ix23 = napkin_clamp_index(v16, 16);
+              napkin_cp_async_16((sm2 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix22)))) * (16) + (((long long)(ix23)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+            }
+          }
+        }
+      }
+      napkin_cp_async_commit();
+      if (!(!(((long long)(c0) < (long long)(dhi0))))) {
+        float sc[2][2][4];
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 2; ++i1) {
+            float fz[4] = {};
+            unsigned fb[2][2];
+            #pragma unroll
+            for (int i2 = 0; i2 < 2; ++i2) {
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 2048) + (i1 * 8) * 128);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+            }
+            #pragma unroll
+            for (int i3 = 0; i3 < 4; ++i3) {
+              sc[i0][i1][i3] = fz[i3];
+            }
+          }
+        }
+        if (((long long)(c0 + clen - 1) < (long long)(dlo0))) {
+          #pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 2; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                const long long pt0 = org_3 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+                const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+#line 18 "napkin-diagram"
+                const float v17 = (-NAPKIN_INF);
+                const float v18 = (true ? sc[i0][i1][i2] : v17);
+                sc[i0][i1][i2] = v18;
+              }
+            }
+          }
+        } else {
+          #pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 2; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                const long long pt2 = org_3 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+                const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+#line 18 "napkin-diagram"
+                const bool v19 = (((long long)((pt3 < (long long)(4096 - 1) ? pt3 : (long long)(4096 - 1)))) < napkin_to_int(p4[(long long)(org_0)]));
+                const float v20 = (-NAPKIN_INF);
+                const float v21 = (v19 ? sc[i0][i1][i2] : v20);
+                sc[i0][i1][i2] = v21;
+              }
+            }
+          }
+        }
+        float rsc[2][2];
+        bool rch = false;
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 2; ++i1) {
+            float mx = rm[i0][i1];
+            #pragma unroll
+            for (int i2 = 0; i2 < 2; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
+              }
+            }
+            mx = napkin_lanes_max(mx, 4);
+            const float sh = napkin_shift(mx);
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+            const float sl = -sh * qkl;
+            rm[i0][i1] = mx;
+            rsc[i0][i1] = rs;
+            rch = rch | (rs != 1.0f);
+            float su = 0.0f;
+            #pragma unroll
+            for (int i2 = 0; i2 < 2; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
+                su = su + sc[i0][i2][2 * i1 + i3];
+              }
+            }
+            rl[i0][i1] = rl[i0][i1] * rs + su;
+          }
+        }
+        if (__any_sync(0xffffffffu, rch)) {
+          #pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 2; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 8; ++i2) {
+                #pragma unroll
+                for (int i3 = 0; i3 < 2; ++i3) {
+                  acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+                }
+              }
+            }
+          }
+        }
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 1; ++i1) {
+            unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+            unsigned fb[2][2];
+            #pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) {
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 2048) + (i1 * 16) * 128);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
+            }
+          }
+        }
+      }
+      fill = stage;
+      stage = (stage == 3 ? 0 : stage + 1);
+    }
+    if (cfull < cend && cfirst < cend) {
+      const long long c0 = cfull;
+      const int clen = (int)((long long)(4096) - (c0) < 16 ? (long long)(4096) - (c0) : 16);
+      napkin_cp_async_wait<2>();
+      __syncthreads();
+      if (c0 + 48 < cend) {
+        const int nlen = (int)((long long)(4096) - (c0 + 48) < 16 ? (long long)(4096) - (c0 + 48) : 16);
+        if (!(!(((long long)(c0 + 48) < (long long)(dhi0))))) {
+          #pragma unroll
+          for (int r = 0; r < 1; ++r) {
+            const int e = tid + r * 256;
+            if (e < 128) {
+              const int eo = tid / 8 + r * 32;
+              const int ei = (tid % 8) * 8;
+              const long long v22 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
+              const long long ix24 = napkin_clamp_index(v22, 256);
+              const long long ix25 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix24)]), n4);
+              const long long v23 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
+              const long long ix26 = napkin_clamp_index(v23, 16);
+              napkin_cp_async_16((sm1 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix25)))) * (16) + (((long long)(ix26)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+            }
+          }
+          #pragma unroll
+          for (int r = 0; r < 1; ++r) {
+            const int e = tid + r * 256;
+            if (e < 128) {
+              const int eo = tid / 8 + r * 32;
+              const int ei = (tid % 8) * 8;
+              const long long v24 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
+              const long long ix27 = napkin_clamp_index(v24, 256);
+              const long long ix28 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix27)]), n4);
+              const long long v25 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
+              const long long ix29 = napkin_clamp_index(v25, 16);
+              napkin_cp_async_16((sm2 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix28)))) * (16) + (((long long)(ix29)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+            }
+          }
+        }
+      }
+      napkin_cp_async_commit();
+      if (!(!(((long long)(c0) < (long long)(dhi0))))) {
+        float sc[2][2][4];
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 2; ++i1) {
+            float fz[4] = {};
+            unsigned fb[2][2];
+            #pragma unroll
+            for (int i2 = 0; i2 < 2; ++i2) {
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 2048) + (i1 * 8) * 128);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+            }
+            #pragma unroll
+            for (int i3 = 0; i3 < 4; ++i3) {
+              sc[i0][i1][i3] = fz[i3];
+            }
+          }
+        }
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 2; ++i1) {
+            #pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) {
+              const long long pt4 = org_3 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+              const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+#line 18 "napkin-diagram"
+              const bool v26 = (((long long)((pt5 < (long long)(4096 - 1) ? pt5 : (long long)(4096 - 1)))) < napkin_to_int(p4[(long long)(org_0)]));
+              const float v27 = (-NAPKIN_INF);
+              const float v28 = (v26 ? sc[i0][i1][i2] : v27);
+              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v28 : -NAPKIN_INF;
+            }
+          }
+        }
+        float rsc[2][2];
+        bool rch = false;
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 2; ++i1) {
+            float mx = rm[i0][i1];
+            #pragma unroll
+            for (int i2 = 0; i2 < 2; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                mx = fmaxf(mx, sc[i0][i2][2 * i1 + i3]);
+              }
+            }
+            mx = napkin_lanes_max(mx, 4);
+            const float sh = napkin_shift(mx);
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+            const float sl = -sh * qkl;
+            rm[i0][i1] = mx;
+            rsc[i0][i1] = rs;
+            rch = rch | (rs != 1.0f);
+            float su = 0.0f;
+            #pragma unroll
+            for (int i2 = 0; i2 < 2; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
+                su = su + sc[i0][i2][2 * i1 + i3];
+              }
+            }
+            rl[i0][i1] = rl[i0][i1] * rs + su;
+          }
+        }
+        if (__any_sync(0xffffffffu, rch)) {
+          #pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 2; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 8; ++i2) {
+                #pragma unroll
+                for (int i3 = 0; i3 < 2; ++i3) {
+                  acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+                }
+              }
+            }
+          }
+        }
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 1; ++i1) {
+            unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+            unsigned fb[2][2];
+            #pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) {
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 2048) + (i1 * 16) * 128);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
+            }
+          }
+        }
+      }
+      fill = stage;
+      stage = (stage == 3 ? 0 : stage + 1);
+    }
     #pragma unroll
-    for (int k3 = 0; k3 < 8; ++k3) {
-      const int j3 = lane + k3 * 8;
-      {
-        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < n0) && (tc_1 * 1 + 0 < 1) && ((base_1 + 0) < n1) && (tc_2 * 1 + 0 < 1) && ((base_2 + 0) < n2) && (tc_3 * 4 + 3 < 16) && ((base_3 + 3) < n3)) {
-          p5[(((((long long)(((base_0 + 0) < (long long)(n0 - 1) ? (base_0 + 0) : (long long)(n0 - 1)))) * (n1) + (((base_1 + 0) < (long long)(n1 - 1) ? (base_1 + 0) : (long long)(n1 - 1)))) * (n2) + (((base_2 + 0) < (long long)(n2 - 1) ? (base_2 + 0) : (long long)(n2 - 1)))) * (n3) + (((base_3 + 3) < (long long)(n3 - 1) ? (base_3 + 3) : (long long)(n3 - 1)))) * (64) + (j3)] = napkin_from_float<__half>(st11[k3]);
+    for (int i0 = 0; i0 < 2; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 2; ++i1) {
+        rl[i0][i1] = napkin_lanes_sum(rl[i0][i1], 4);
+        rl[i0][i1] = rl[i0][i1] == 0.0f ? 0.0f : 1.0f / rl[i0][i1];
+      }
+    }
+    #pragma unroll
+    for (int i0 = 0; i0 < 2; ++i0) {
+      #pragma unroll
+      for (int i1 = 0; i1 < 8; ++i1) {
+        #pragma unroll
+        for (int i2 = 0; i2 < 4; ++i2) {
+          const long long pt6 = org_3 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
+          const long long pt7 = i1 * 8 + fq * 2 + i2 % 2;
+#line 19 "napkin-diagram"
+          if ((pt6 < n3) && (pt7 < 64)) {
+            p5[(((((long long)(org_0)) * (n1) + (org_1)) * (n2) + (org_2)) * (n3) + ((pt6 < (long long)(n3 - 1) ? pt6 : (long long)(n3 - 1)))) * (64) + ((pt7 < (long long)(64 - 1) ? pt7 : (long long)(64 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2] * rl[i0][i2 / 2]);
+          }
         }
       }
     }
