@@ -190,7 +190,12 @@ def block_run(sass_text: str, function: str, cuda: str, sizes: dict, chunk: int 
             paired.remove(short)
         else:
             k += 1
-    if len(paired) != len(c_loops) or visited != computed:
+    # a loop around another (a chain's key loop around its inner product's, which nvcc may
+    # split in two where it fully unrolls a short copy loop: the counts agree, the loops do
+    # not pair one to one) is paired as trees
+    nested = any(a is not b and a.start <= b.start and b.end <= a.end
+                 for a in paired for b in paired)
+    if len(paired) != len(c_loops) or visited != computed or nested:
         from sass_align import aligned_run
         return aligned_run(outer, inner, cuda, sizes, chunk, chunks, warps, visited, computed)
     for lp in chunked:
