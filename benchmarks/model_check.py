@@ -126,10 +126,7 @@ def kernel_sass(p, made, index: int) -> dict:
     after = epilogue(text, name)          # once per block: the epilogue, the stores
     sched = kp.schedule
     chunks = math.ceil(p.sizes[sched.stream[0]] / sched.stream[1]) if sched.stream else 1
-    # the blocks launched: whole tiles along each woven axis (the cost's units are fractional
-    # where a tile is larger than its axis: GQA decode's r = 4 query heads in a 16-row
-    # fragment, 1/4 of a unit, read the SASS 4x short of the model, which pads the tile)
-    blocks = float(math.prod(math.ceil(p.sizes[a] / t) for a, t in sched.block_tile().items()))
+    blocks = launched(p, sched)
     warps = math.ceil(sched.threads / 32)
     from napkin.compiler.fractions import cut_fraction
     computed, cut = 1.0, 1.0
@@ -172,6 +169,14 @@ def kernel_sass(p, made, index: int) -> dict:
             "model_loop_instructions": model}
 
 
+def launched(p, sched) -> float:
+    """The blocks a kernel launches: whole tiles along each woven axis (the cost's units are
+    fractional where a tile is larger than its axis: GQA decode's r = 4 query heads in a
+    16-row fragment, 1/4 of a unit, read the SASS 4x short of the model, which pads the
+    tile; cost.py counts the launched blocks for occupancy the same way)."""
+    return float(math.prod(math.ceil(p.sizes[a] / t) for a, t in sched.block_tile().items()))
+
+
 def simt_sass(p, made, index: int, text: str) -> dict:
     """kernel_sass for a CUDA-core kernel: what a warp runs per block, each loop weighted by
     its trips (sass_simt.block_run: chunk loops by the plan's chunks, element loops by their
@@ -182,7 +187,7 @@ def simt_sass(p, made, index: int, text: str) -> dict:
     sizes = {n: int(p.sizes[a]) for n, a in made["program"].size_params}
     chunk = sched.stream[1] if sched.stream else None
     chunks = math.ceil(p.sizes[sched.stream[0]] / chunk) if sched.stream else 1
-    blocks, warps = float(kp.cost.levels[1].units), math.ceil(sched.threads / 32)
+    blocks, warps = launched(p, sched), math.ceil(sched.threads / 32)
     visited = max(float(kp.cost.visited), float(kp.cost.computed))
     run = block_run(text, name, kernel_source(made["cuda"], name), sizes, chunk, chunks,
                     warps, visited, float(kp.cost.computed))

@@ -46,6 +46,12 @@ def c_tree(cuda: str, sizes: dict, chunk, warps: int) -> list[dict] | None:
                                             "#pragma unroll 1\n" not in before):
             continue                      # the blocks' loop (the root), loops nvcc unrolls
         if re.fullmatch(r"c\d+", var):
+            first, last = _value(start, sizes, chunk), _value(end, sizes, chunk)
+            s = re.fullmatch(rf"{var} \+= \(?(\w+)\)?", step.strip())
+            stride = _value(s.group(1), sizes, chunk) if s else None
+            if None not in (first, last, stride) and first == 0 and 0 < last <= stride and \
+                    not re.search(r"[a-z]\w*", re.sub(r"\((?:int|long long)\)", "", end)):
+                continue                  # one chunk of a constant bound: no loop in the SASS
             found.append({"span": span, "chunk": True, "trip": None, "accesses": 0,
                           "kinds": frozenset(), "children": [],
                           "barrier": "__syncthreads" in body})

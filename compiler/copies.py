@@ -87,9 +87,16 @@ def flat(rows, length, width, threads):
     """Whether a tile of `rows` rows of `length` values is copied value by value over its flat
     index rather than row by row `width` values a copy: rows shorter than the threads, where
     that issues no more (COPY_* above per warp; numpy arrays: per candidate)."""
+    return costs(rows, length, width, threads)[2]
+
+
+def costs(rows, length, width, threads):
+    """(warp instructions per warp of the copy row by row, of the copy over its flat index,
+    whether it is copied flat: `flat`), of a tile of `rows` rows of `length` values (the
+    cost model prices the copy `flat` chooses: issue_simt._copy)."""
     rowed = rows * (COPY_ROW + np.ceil(length / (width * threads)) * COPY_EACH)
     each = np.ceil(rows * length / threads) * COPY_FLAT
-    return (rows > 1) & (length < threads) & ((width == 1) | (each <= rowed))
+    return rowed, each, (rows > 1) & (length < threads) & ((width == 1) | (each <= rowed))
 
 
 def vectors(g, staged, tile: dict, stream, sizes: dict,

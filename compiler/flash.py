@@ -127,7 +127,16 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     if isinstance(sources, str):
         return sources
     covered = {m for src in sources.values() for m in rowsource.nodes(g, src)}
-    if any(n not in covered for n in strange):
+    left = [n for n in strange if n not in covered]
+    gathered = [n for n in left if n in (k, v) and isinstance(ir.op(g, n), ir.Gather)]
+    if gathered:        # (K or V gathered at positions along the scores' own axes)
+        rows = gathered[0]
+        extra = [a for a in ir.type_of(g, rows).axes
+                 if a != x and a not in ir.type_of(g, ir.operands(g, rows)[0]).axes]
+        return (f"K or V is gathered at positions that vary along "
+                f"{', '.join(f'`{a}`' for a in extra) or 'the query rows'}: a chunk's tile of "
+                "keys is copied once for all the block's rows")
+    if left:
         return "a view or another operation sits between the products and the softmax"
     read = {n for n in (q, k, v) if n in loads or n in sources}
     if len(ir.op(g, scores).axes) != 1 or read != {q, k, v} or len({q, k, v}) != 3:

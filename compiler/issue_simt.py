@@ -14,7 +14,7 @@ import numpy as np
 from . import ir
 from .choices import NUMBERS, prod
 from . import copies, lanes
-from .copies import COPY_EACH, COPY_FLAT, COPY_ROW, VECTOR_BYTES
+from .copies import COPY_ROW, VECTOR_BYTES
 
 WARP = 32
 # (a copy's COPY_ROW, COPY_EACH and COPY_FLAT: compiler/copies.py, which decides by them)
@@ -313,9 +313,6 @@ def _copy(a, choice, sizes: dict, level1: dict, threads):
         if w >= 2 and vb % a.bytes == 0:
             fits = last & (np.mod(length, w) == 0) & (np.mod(size, w) == 0)
             width = np.where(fits, w, width)
-    rounds = np.ceil(length / (width * threads))
-    rowed = rows * (COPY_ROW + rounds * COPY_EACH)
-    flat = np.ceil(rows * length / threads) * COPY_FLAT
-    short = copies.flat(rows, length, width, threads)     # as copies.width decides
+    rowed, flat, short = copies.costs(rows, length, width, threads)   # as copies.width decides
     out = np.where(found, np.where(short, flat, rowed), COPY_ROW)
     return float(out) if np.ndim(out) == 0 else out

@@ -77,6 +77,13 @@ class KernelPlanner:
         self._memo: dict = {}
         self._models: dict = {}
         self._graph = fingerprint.token(g)    # (the graph's contents: models are shared)
+        # what a kernel's search reads beside the kernel (None: not shared, see _shared_found)
+        self._problem = None if self._graph is None else (
+            self._graph, target, tuple(sizes.items()), tuple(self.hints), engine, scatter, across)
+        try:
+            hash(self._problem)
+        except TypeError:                 # (a size or hint that is not a value)
+            self._problem = None
 
     def _model(self, k: FusedKernel, axis: str | None):
         """The kernel's cost model and columns when `axis` streams (fusion's quick estimate and
@@ -93,7 +100,7 @@ class KernelPlanner:
     def _found(self, k: FusedKernel, quick: bool):
         key = (k.nodes, k.loads, k.stores, quick)
         if key not in self._memo:
-            self._memo[key] = self._plan(k, quick)
+            self._memo[key] = _shared_found(self, k, quick)
         return self._memo[key]
 
     def estimate(self, k: FusedKernel) -> KernelPlan | None:
@@ -308,6 +315,33 @@ def _shared_model(g: DiGraph, graph: int | None, k: FusedKernel, axis: str | Non
                 _MODELS.popitem(last=False)
     else:
         _MODELS.move_to_end(key)
+    return found
+
+
+_FOUND: OrderedDict = OrderedDict()      # (planner's problem, kernel, quick) -> _plan's answer
+_MAX_FOUND = 4096
+
+
+def _shared_found(planner: KernelPlanner, k: FusedKernel, quick: bool):
+    """planner._plan(k, quick), memoised across planners of equal problems (the graph's
+    fingerprint.token, target, sizes, hints, engine, scatter, across: a diagram planned again,
+    by another test or another entry point, at the same target and shape). The answer depends
+    on the kernel's nodes, loads and stores alone, except for the kernel it names: a plan's
+    `kernel` and its model's are `k` itself (another candidate with the same nodes may be named
+    otherwise), so an answer found for another kernel is handed back under `k`, as _plan would
+    have made it. (A NapkinError _plan raises is not memoised: it is raised again.)"""
+    if planner._problem is None:
+        return planner._plan(k, quick)
+    key = (planner._problem, k.nodes, k.loads, k.stores, quick)
+    found = _FOUND.get(key)
+    if found is None:
+        found = _FOUND[key] = planner._plan(k, quick)
+        if len(_FOUND) > _MAX_FOUND:
+            _FOUND.popitem(last=False)
+        return found
+    _FOUND.move_to_end(key)
+    if isinstance(found, KernelPlan) and (found.kernel != k or found.model.kernel != k):
+        found = replace(found, kernel=k, model=replace(found.model, kernel=k))
     return found
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import OrderedDict
 from functools import lru_cache
 
 from lark import Lark, Token, Tree
@@ -46,8 +47,29 @@ def _too_large(size: int, name: str) -> NapkinError:
                  help="split the diagram into smaller ones")
 
 
+_PARSED: OrderedDict = OrderedDict()     # Source -> its Program (least recent first)
+_MAX_PARSED = 256
+_MAX_KEPT_CHARS = 1 << 16                # (a larger text is parsed every time, not kept)
+
+
 def parse(source: Source) -> ast.Program:
-    """Parse a whole diagram; raises NapkinError with every syntax error found."""
+    """Parse a whole diagram; raises NapkinError with every syntax error found. The syntax
+    tree of a text parsed before (the library's diagrams, loaded by every entry point and
+    test) is the one made then: a Program is immutable (frozen dataclasses and tuples), and
+    a text that does not parse raises again."""
+    found = _PARSED.get(source)
+    if found is not None:
+        _PARSED.move_to_end(source)
+        return found
+    program = _parse(source)
+    if len(source.text) <= _MAX_KEPT_CHARS:
+        _PARSED[source] = program
+        if len(_PARSED) > _MAX_PARSED:
+            _PARSED.popitem(last=False)
+    return program
+
+
+def _parse(source: Source) -> ast.Program:
     if len(source.text.encode("utf-8", "surrogatepass")) > limits.MAX_SOURCE_BYTES:
         raise _too_large(len(source.text.encode("utf-8", "surrogatepass")), source.name)
     chunks = split_statements(source.text)

@@ -140,3 +140,18 @@ def test_what_the_copy_cannot_read_stays_on_cuda_cores_with_a_reason(kd, vx, dty
     with pytest.raises(NapkinError) as exc:
         plan(d, "h100", shape, split, engine="tensor-cores")
     assert exc.value.diagnostics[0].code == "N0606" and why in exc.value.diagnostics[0].message
+
+
+def test_keys_gathered_along_the_query_rows_are_refused_with_the_axis():
+    """Keys picked per query (`K[b (idx[q x]) d]`: every row of the block its own keys) have
+    no tile of keys the block's rows share: the reason names the axis, not a generic one."""
+    d = napkin.load("axis b, h, q, x, n\naxis d = 64\nin Q[b h q d]: f16\n"
+                    "in K[b h n d]: f16\nin V[b h n d]: f16\nin idx[q x]: i32\n"
+                    "S[b h q x] = Q * K[b h (idx[q x]) d] / sqrt(size(d))\n"
+                    "O[b h q d] = softmax[x](S) * V[b h (idx[q x]) d]\nout O: f16\n")
+    shape = {"b": 2, "h": 3, "q": 37, "x": 45, "n": 70}
+    with pytest.raises(NapkinError) as exc:
+        plan(d, "h100", shape, engine="tensor-cores")
+    message = exc.value.diagnostics[0].message
+    assert "gathered at positions that vary along `q`" in message, message
+    assert plan(d, "h100", shape).kernels[0].schedule.engine == "cuda cores"

@@ -1,10 +1,13 @@
 """The shortcuts the cost model takes for speed give what the plain computation gives:
 blocks per SM without stacking the four limits, a mask's computed share once per distinct
-combination of extents, the column sets M is the largest of memoised per kernel, and
-utilization given the blocks per SM it would count itself. Each is checked against the
+combination of extents, the column sets M is the largest of memoised per kernel,
+utilization given the blocks per SM it would count itself, and a kernel's search answered
+from an earlier planner of an equal problem. Each is checked against the
 plain form, written out here, on random inputs with many ties and repeats."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +18,7 @@ from napkin.compiler import target as targets
 from napkin.compiler.columns import columns, resident_sets
 from napkin.compiler.model import kernel_model
 from napkin.compiler.plan import plan
+from napkin.diagrams.sources import Source
 
 GPUS = ("a100", "h100", "h200")
 
@@ -131,3 +135,62 @@ def test_the_memoised_column_sets_are_the_column_sets(name):
                     assert resident_sets(cols, held, symbolic) == want   # computed
                     assert resident_sets(cols, held, symbolic) == want   # memoised
                     assert resident_sets(list(cols), held, symbolic) == want
+
+
+# (diagram, target, shape, engine): tensor cores with the online softmax, a split of the keys
+# (its rewritten graph planned too), the CUDA cores at odd sizes, a masked scatter
+REPLANNED = [("attention", "h100", {"q": 77, "x": 130}, "auto"),
+             ("paged_attention", "h100", {}, "auto"),
+             ("layernorm", "a100", {"r": 131, "c": 77}, "cuda-cores"),
+             ("embedding", "h100", {}, "auto"),
+             ("mlp", "two-level", {}, "auto")]
+
+
+def test_a_problem_planned_again_is_planned_as_the_first_time(monkeypatch):
+    """KernelPlanner's answers are shared by the planners of equal problems (kernel_plan's
+    _shared_found), handed back under the kernel that asks: a second plan of each problem, and
+    explain's unfused baseline (its kernels named as fusion did not name them), are the plans
+    the search makes itself, to every field of every kernel's model and schedule and to the
+    CUDA printed; an error is the same error."""
+    from napkin.codegen.lower import lower
+    from napkin.codegen.render import render
+    from napkin.compiler import kernel_plan
+    from napkin.compiler.plan import baseline
+    from napkin.diagrams.diagnostics import NapkinError
+
+    def made(name, target, shape, engine):
+        p = plan(napkin.load(name), target, shape, engine=engine)
+        return (repr(p.kernels), repr(p.split), repr(p.tail), repr(baseline(p)),
+                render(lower(p)) if target != "two-level" else "")
+
+    attention = Path(__file__).parents[2] / "diagrams" / "library" / "attention.napkin"
+    errors = [(attention.read_text() + "group q by 1024 at registers\n", "auto"),     # N0603
+              ("axis t, m, o\nin X[t m]: f32\nin W[m o]: f16\nY[t o] = X * W\nout Y: f32\n",
+               "tensor-cores")]                                                      # N0606
+
+    def error(text, engine):
+        with pytest.raises(NapkinError) as exc:
+            plan(napkin.load(Source("refused.napkin", text)), "h100",
+                 {"b": 4, "h": 16, "q": 4096, "x": 4096}, engine=engine)
+        return str(exc.value)
+
+    shared = kernel_plan._shared_found
+    with monkeypatch.context() as m:          # the search itself, every time
+        m.setattr(kernel_plan, "_shared_found", lambda planner, k, quick: planner._plan(k, quick))
+        plain = [made(*case) for case in REPLANNED]
+        plain_errors = [error(*case) for case in errors]
+    kernel_plan._FOUND.clear()
+    answered, renamed = [0], [0]
+
+    def counted(planner, k, quick):
+        key = (planner._problem, k.nodes, k.loads, k.stores, quick)
+        hit = kernel_plan._FOUND.get(key)
+        if hit is not None:
+            answered[0] += 1
+            renamed[0] += isinstance(hit, kernel_plan.KernelPlan) and hit.kernel != k
+        return shared(planner, k, quick)
+    monkeypatch.setattr(kernel_plan, "_shared_found", counted)
+    for _ in range(2):
+        assert [made(*case) for case in REPLANNED] == plain
+        assert [error(*case) for case in errors] == plain_errors
+    assert answered[0] and renamed[0]        # (the memo answered, some under another name)

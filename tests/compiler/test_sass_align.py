@@ -122,6 +122,22 @@ def test_accesses_in_a_loop_unrolled_whole_count_its_trips():
     assert align._accesses(body.replace("#pragma unroll\n", ""), "k")[0] == 3
 
 
+def test_a_single_chunk_of_a_constant_bound_is_no_loop():
+    """nvcc drops a chunk loop of one trip (`c0 < 8; c0 += 8`: a merge of 8 split partials in
+    one chunk), so the C tree leaves it out and its loops pair with the SASS's directly (the
+    paged decode's merge had no estimate); a chunk loop bounded by a size stays a chunk."""
+    align = _module("sass_align")
+    body = ("  for (unsigned blk = 0; blk < nblocks; blk += 1) {\n"
+            "    for (int c0 = (int)0; c0 < (int)(8); c0 += 8) {\n"
+            "      const int clen = 8;\n      __syncthreads();\n"
+            "      for (int xl = lane; xl < clen; xl += 4) {\n        acc = acc + sm1[xl];\n"
+            "      }\n    }\n  }\n")
+    one = align.c_tree(body, {}, 8, 2)
+    assert [c["chunk"] for c in one] == [False] and one[0]["trip"] == 2
+    many = align.c_tree(body.replace("c0 < (int)(8)", "c0 < (int)(n0)"), {"n0": 40}, 8, 2)
+    assert [c["chunk"] for c in many] == [True] and many[0]["children"][0]["trip"] == 2
+
+
 def test_the_decode_partial_streams_its_keys():
     """A softmax read by a contraction over its axis is not planned unstreamed on a GPU
     target (kernel_plan: the point-by-point lowering computes every score again for each

@@ -166,3 +166,23 @@ def test_a_last_item_without_dtype_is_an_error_at_it():
     d = exc.value.diagnostics[0]
     assert d.code == "N0401" and "`Z`" in d.message and (d.span.line, d.span.col) == (5, 13)
     assert "out Z: f16" in d.help
+
+
+def test_a_text_parsed_again_is_its_tree_under_its_own_name_and_a_bad_one_fails_again():
+    """parser.parse keeps the trees of texts it parsed (the library's, loaded by every entry
+    point): a text parsed again is the tree the parse itself makes, of that Source (its name:
+    spans are shown in it), and a text with an error raises the same error every time."""
+    text = library_source("attention").text + "\naxis z\n"
+    first = parser.parse(Source("a.napkin", text))
+    for name in ("a.napkin", "b.napkin", "a.napkin"):
+        again = parser.parse(Source(name, text))
+        assert again == parser._parse(Source(name, text)) and again.source.name == name
+    assert parser.parse(Source("a.napkin", text)) is first       # (kept, not parsed again)
+    bad = "axis i\nin X[i]: f32\nY[i] = X *\nout Y: f32\n"
+    assert errors(bad) == errors(bad) == list(_raised(lambda: parser._parse(Source("t.napkin", bad))))
+
+
+def _raised(fn) -> tuple:
+    with pytest.raises(NapkinError) as exc:
+        fn()
+    return exc.value.diagnostics
