@@ -69,6 +69,12 @@ def fuse(g: DiGraph, planner) -> list[FusedKernel]:
         # worth fusing whole: pairwise steps through it may each lose, so greedy fusion also
         # starts from it merged, and the cheaper result is kept
         starts.append({seeded} | {frozenset([s]) for s in stmts if s not in seeded})
+    whole = _as_written(g, stmts)
+    if whole is not None:
+        # the statements nested.py cut from one the user wrote start merged as well: greedy
+        # fusion is myopic, and a pairwise step apart from the outer statement may lose where
+        # it only pays whole (FlashAttention's `softmax[x](S) * V`); the cheaper result is kept
+        starts.append(whole)
     results = [_greedy(g, stmts, set(start), time) for start in starts]
     apart = _statistics(g, stmts, planner.sizes)
     if apart:
@@ -83,6 +89,8 @@ def fuse(g: DiGraph, planner) -> list[FusedKernel]:
         # (a first start whose kernels already keep them apart is what the second would give)
         if any(keep_apart(frozenset([s]), c) for c in results[0] for s in c):
             results.append(_greedy(g, stmts, {frozenset([s]) for s in stmts}, time, keep_apart))
+            if whole is not None:
+                results.append(_greedy(g, stmts, set(whole), time, keep_apart))
     lay = _Layouts(g, stmts, kernel, planner)
     layouts = []
     for clusters in dict.fromkeys(frozenset(cs) for cs in results):
@@ -129,6 +137,26 @@ def _partial_side(g, stmts) -> Cluster | None:
             if owner.get(v, cl) != cl:
                 dag.add_edge(cl, owner[v])
     return side if is_dag(dag) else None
+
+
+def _as_written(g, stmts) -> set | None:
+    """The statements as the user wrote them: each with those nested.py cut from it (None:
+    nothing was cut, or merging them would not be a legal start)."""
+    within = dict(g.graph.get("nested", ()))
+    if not any(s in stmts for s in within):
+        return None
+    groups: dict[int, set] = {}
+    for s in stmts:
+        groups.setdefault(within.get(s, s), set()).add(s)
+    clusters = {frozenset(c) for c in groups.values()}
+    owner = {n: cl for cl in clusters for s in cl for n in stmts[s]}
+    dag = DiGraph()
+    for n, cl in owner.items():
+        dag.add_node(cl)
+        for v in g.successors(n):
+            if owner.get(v, cl) != cl:
+                dag.add_edge(cl, owner[v])
+    return clusters if is_dag(dag) else None
 
 
 def _statistics(g, stmts, sizes) -> dict[int, set[int]]:

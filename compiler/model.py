@@ -117,7 +117,10 @@ def array_name(g: DiGraph, n: int) -> str:
         if isinstance(ir.op(g, v), ir.Assign) and through(g, v) == n:
             return ir.op(g, v).name
     stmt = g.nodes[n]["stmt"]
-    eq = next((e.name for e in g.graph["equations"] if e.stmt == stmt), None)
+    info = next((e for e in g.graph["equations"] if e.stmt == stmt), None)
+    if info is not None and info.node == n:      # a statement of its own (nested.py)
+        return info.name
+    eq = info.name if info is not None else None
     what = type(op).__name__.lower()
     if isinstance(op, ir.Map):
         what = op.fn

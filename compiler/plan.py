@@ -29,6 +29,7 @@ from . import schedule as schedules
 from . import splitting, tensorcore
 from .splitting import SplitChoice
 from .canonical import canonicalize
+from .nested import separate_nested
 from .columns import columns
 from .cost import Choice, evaluate
 from .diagram import Diagram
@@ -164,7 +165,7 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
     sizes = planning_sizes(diagram, shape)
 
     def run():
-        g = canonicalize(diagram.ir)
+        g = separate_nested(canonicalize(diagram.ir))
         if data:
             g.graph["data"] = planning_data(diagram, sizes, data)
         return g, tuple(hint_mod.resolve(diagram.hints, overrides or {}, tgt, sizes))

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from ..compiler import ir
 from ..compiler.canonical import through
+from ..compiler.model import array_name
 from .model import Structure, structure
 from .scene import FILL, MARK, TEXT, Curve, Rect, Text
 
@@ -112,6 +113,12 @@ class Placement:
 
     def display(self, v: int) -> str:
         return self.values[v].name or f"%{v}"
+
+    def stored(self, v: int) -> str:
+        """The name of a stored array: the diagram's, else the plan's (`C:gelu(contract[l])`,
+        a statement compiler/nested.py made)."""
+        t = self.plan_node(v)
+        return self.values[v].name or (array_name(self.g, t) if t is not None else f"%{v}")
 
     def where(self, v: int, k: int | None) -> tuple[int | None, str]:
         """(level index, the report's name for it) of array `v` inside kernel `k` (None: outside
@@ -265,7 +272,7 @@ def decorate(scene, s: Structure, placement: Placement, lay, band_top: float) ->
             for v, top in side:
                 if placement.plan_node(v) not in moved:
                     continue
-                level, name = placement.where(v, k) if role == "load" else (0, placement.display(v))
+                level, name = placement.where(v, k) if role == "load" else (0, placement.stored(v))
                 ys = list(lay.wires(v, top).values())
                 into = levels[level] if level is not None else "?"
                 shapes.append(Rect(role, x, ys[0] - 7, 4, ys[-1] - ys[0] + 14, value=v,
