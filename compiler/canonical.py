@@ -11,6 +11,9 @@
   product it feeds plans as `rmsnorm_linear` (the product on the tensor cores with the
   row statistic beside it). Products are looked through names, but not through an
   intermediate stored in a declared dtype (its rounding is the user's).
+- A sum of a product of two arrays over axes both have (`sum[d](Q * K)`) is their
+  contraction, so the product is never made over those axes and runs where contractions
+  run (the tensor cores, FlashAttention's scores).
 - Ops no output depends on are dropped.
 
 `canonicalize` is a pure function: it returns a new graph.
@@ -30,7 +33,8 @@ def canonicalize(g: DiGraph) -> DiGraph:
     while changed:
         changed = False
         for n in ir.order(g):
-            if n in g and (_softmax(g, n) or _variance(g, n) or _hoisted(g, n)):
+            if n in g and (_summed_product(g, n) or _softmax(g, n) or _variance(g, n) or
+                           _hoisted(g, n)):
                 changed = True
                 break
     return dead_code(g)
@@ -201,6 +205,26 @@ def _hoisted(g: DiGraph, n: int) -> bool:
         _replace(g, n, result)
         return True
     return False
+
+
+def _summed_product(g: DiGraph, n: int) -> bool:
+    """sum[K](A * B) becomes contract[K](A, B) where A and B are two different operands of a
+    float product that both have every axis of K (the einsum spelled out); the product stays
+    where something else reads it."""
+    if not _is(g, n, ir.Reduce, "sum"):
+        return False
+    (p,) = ir.operands(g, n)
+    if not _is(g, p, ir.Map, "mul") or ir.kind_of_dtype(ir.type_of(g, p).dtype) != "float":
+        return False
+    args = ir.operands(g, p)
+    axes = set(ir.op(g, n).axes)
+    if len(args) != 2 or args[0] == args[1] or not axes <= set(ir.type_of(g, args[0]).axes) \
+            & set(ir.type_of(g, args[1]).axes):
+        return False
+    result = ir.add_node(g, ir.Contract(ir.op(g, n).axes), ir.type_of(g, n), list(args),
+                         span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
+    _replace(g, n, result)
+    return True
 
 
 def _replace(g: DiGraph, old: int, new: int) -> None:
