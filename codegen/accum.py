@@ -153,6 +153,12 @@ def update(lw, n: int, st: State, scopes: list, stats: bool = False) -> None:
                 fold_value(b, st.kind, lv, em.number(args[0], s2))
         em._walk(others, s, fold, args)
     for scope in scopes:
+        # what the folded values need that does not vary along the state's own axes, before
+        # its loops over them: inside a lane's trip along the split axis a reduction over that
+        # axis runs per lane (serial), where a finished accumulator split across the lanes
+        # (a first pass's O, read by attention's backward D = sum[d](dO * O)) is not whole
+        if st.extra:
+            em._hoist(args, st.extra, scope)
         lw._loops(st.extra, scope, at)
 
 
