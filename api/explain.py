@@ -49,13 +49,17 @@ def report(plan: Plan, compare: bool = True) -> dict:
                 "H_bytes_symbolic": h_bytes,
             })
         flops = float(sum(kp.cost.flops.values()))
+        nested = dict(plan.graph.graph.get("nested", ()))
         top = kp.cost.levels[1]
         kernels.append({
             "name": kp.kernel.name,
             # a split's merge run by the partial kernel's last blocks (compiler/last_block.py)
             "run_by": (plan.kernels[plan.tail.partial].kernel.name
                        if plan.tail is not None and i in plan.tail.merges else None),
-            "equations": [_eq_name(plan, s) for s in kp.kernel.equations],
+            # (a nested reduction's statement, compiler/nested.py, fused back into the kernel
+            # of the statement it was cut from is part of that one: not listed)
+            "equations": [_eq_name(plan, s) for s in kp.kernel.equations
+                          if nested.get(s) not in kp.kernel.equations],
             # of those, the ones another kernel also computes (and stores): recomputed here
             # from this kernel's loads rather than loaded (compiler/fuse.py)
             "recomputes": [_eq_name(plan, s) for s in kp.kernel.recomputed],

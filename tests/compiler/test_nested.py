@@ -210,6 +210,8 @@ def test_attention_in_one_line_with_an_explicit_sum_is_flash_attention():
     assert [kp.schedule.engine for kp in p.kernels] == [schedule.ATTENTION]
     assert p.time == pytest.approx(plan(napkin.load("attention"), "h100", sizes).time,
                                    rel=1e-9)
+    # the statements cut from O and fused back are O's own: explain lists O alone
+    assert "kernel k0: computes O\n" in render_text(report(p))
     small = {"b": 1, "h": 2, "q": 37, "x": 45}
     inputs = random_inputs(d, small, 5)
     out = run_plan(p, inputs, small)
