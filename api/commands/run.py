@@ -165,7 +165,8 @@ def ranges(g, size: dict) -> dict[str, int]:
     """integer input -> the bound below which `random_inputs` draws it, where every use the
     diagram makes of it is one it can bound: read (through views and gathers of it) as a
     gather's position along an axis (below the axis's size), or compared with an axis's
-    position (up to its size). An input used any other way (in arithmetic, as a value) has
+    position (up to its size), also after a shift by positions, sizes and constants (`x <=
+    len[b] - size(q) + q`: up to the size plus the largest shift). An input used any other way (in arithmetic, as a value) has
     none: the common bound then keeps it in range whatever it indexes."""
     out = {}
     for n in g.nodes:
@@ -206,12 +207,40 @@ def _bounds(g, n: int, size: dict) -> list | None:
             elif isinstance(o, ir.Map) and o.fn in _COMPARED and len(args) == 2 and \
                     _source(g, args[1 - slot]) is not None:
                 more = [LABELS]       # labels compared with labels (`doc[q] == doc[x]`)
+            elif isinstance(o, ir.Map) and o.fn in ("add", "sub") and len(args) == 2 and \
+                    _largest(g, args[1 - slot], size) is not None:
+                # shifted by positions, sizes or constants (`x <= len[b] - size(q) + q`): the
+                # shifted values' bounds, widened by the largest shift
+                shift = _largest(g, args[1 - slot], size)
+                within = _bounds(g, u, size)
+                more = None if within is None else [b + shift for b in within]
             else:
                 more = None
             if more is None or None in more:
                 return None
             found += more
     return found
+
+
+def _largest(g, n: int, size: dict) -> int | None:
+    """The largest magnitude node n takes where it reads no input (an axis's position, a
+    size, a constant, their sums, differences and products), else None."""
+    o, args = ir.op(g, n), ir.operands(g, n)
+    if isinstance(o, ir.Index):
+        return None if size.get(o.axis) is None else max(size[o.axis] - 1, 0)
+    if isinstance(o, ir.SizeOf):
+        return size.get(o.axis)
+    if isinstance(o, ir.Const):
+        v = o.value
+        return int(abs(v)) if np.isfinite(v) else None
+    if isinstance(o, (ir.Assign, ir.View)) and len(args) == 1:
+        return _largest(g, args[0], size)
+    if isinstance(o, ir.Map) and o.fn in ("add", "sub", "mul", "neg"):
+        found = [_largest(g, a, size) for a in args]
+        if None in found:
+            return None
+        return int(np.prod(found)) if o.fn == "mul" else sum(found)
+    return None
 
 
 def _random(rng, dtype: str, dims: tuple, high: int) -> np.ndarray:

@@ -49,3 +49,22 @@ def test_labels_positions_and_arithmetic():
     one = napkin.load("axis t, v\nin E[v]: f32\nin tok[t]: i32\nY[t] = E[tok[t]]\nout Y: f32\n")
     drawn = random_inputs(one, {"t": 9, "v": 1}, 1)["tok"]
     assert (drawn == 0).all()
+
+
+def test_a_length_shifted_by_positions_and_sizes_spans_the_shifted_comparison():
+    """`x <= len[b] - size(q) + q` (a causal mask ending at each sequence's length): the
+    length is compared with x's position after a shift by sizes and positions, so it spans
+    x's size plus the largest shift (it was drawn below the smallest size: every row had at
+    most one key and the gradients of such masks came out exactly zero)."""
+    d = napkin.load("axis b, h, q, x\naxis d = 64\nin Q[b h q d]: f16\nin K[b h x d]: f16\n"
+                    "in V[b h x d]: f16\nin len[b]: i32\n"
+                    "S[b h q x] = where(x <= len[b] - size(q) + q, Q * K / sqrt(size(d)), -inf)\n"
+                    "O[b h q d] = softmax[x](S) * V\nout O: f16\n")
+    shape = {"b": 40, "h": 2, "q": 5, "x": 40}
+    assert ranges(d.ir, {**shape, "d": 64}) == {"len": 41 + 5 + 4}
+    lengths = random_inputs(d, shape, 3)["len"]
+    assert lengths.max() > 30 and len(np.unique(lengths)) > 20
+    inputs = random_inputs(d, {**shape, "b": 3}, 3)
+    (got,) = napkin.run(d, *inputs.values(), backend="interpret")
+    verdicts = compare.against_reference(d, inputs, {"O": got})
+    assert all(v.ok for v in verdicts.values()), verdicts
