@@ -129,14 +129,20 @@ def _partial_side(g, stmts) -> Cluster | None:
     if len(side) < 2:
         return None
     rest = {frozenset([s]) for s in stmts if s not in side}
-    owner = {n: cl for cl in rest | {side} for s in cl for n in stmts[s]}
+    return side if _acyclic(g, stmts, rest | {side}) else None
+
+
+def _acyclic(g, stmts, clusters) -> bool:
+    """Whether kernels of these clusters of statements read each other without a cycle (a
+    legal start for greedy fusion)."""
+    owner = {n: cl for cl in clusters for s in cl for n in stmts[s]}
     dag = DiGraph()
     for n, cl in owner.items():
         dag.add_node(cl)
         for v in g.successors(n):
             if owner.get(v, cl) != cl:
                 dag.add_edge(cl, owner[v])
-    return side if is_dag(dag) else None
+    return is_dag(dag)
 
 
 def _as_written(g, stmts) -> set | None:
@@ -149,14 +155,7 @@ def _as_written(g, stmts) -> set | None:
     for s in stmts:
         groups.setdefault(within.get(s, s), set()).add(s)
     clusters = {frozenset(c) for c in groups.values()}
-    owner = {n: cl for cl in clusters for s in cl for n in stmts[s]}
-    dag = DiGraph()
-    for n, cl in owner.items():
-        dag.add_node(cl)
-        for v in g.successors(n):
-            if owner.get(v, cl) != cl:
-                dag.add_edge(cl, owner[v])
-    return clusters if is_dag(dag) else None
+    return clusters if _acyclic(g, stmts, clusters) else None
 
 
 def _statistics(g, stmts, sizes) -> dict[int, set[int]]:

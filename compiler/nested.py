@@ -11,6 +11,7 @@ from .graph import DiGraph
 from . import ir
 from .canonical import dead_code
 from .kernels import is_free
+from .split_region import redirect
 from .split_statements import _own_copies
 
 HEAVY = (ir.Contract, ir.Reduce, ir.Scan, ir.Softmax)   # what is not elementwise
@@ -43,7 +44,7 @@ def separate_nested(g: DiGraph) -> DiGraph:
             cut = True
             key = _key(g, inner, stmt)
             if key in made:     # `mean[c](X)` written again: computed (and stored) once
-                _redirect(g, inner, made[key])
+                redirect(g, inner, made[key])     # (the same value, computed once)
                 continue
             root = _cut(g, inner, stmt, nxt)
             made[key] = inner
@@ -89,17 +90,6 @@ def _key(g: DiGraph, n: int, stmt: int):
     if g.nodes[n]["stmt"] != stmt:
         return n
     return (ir.op(g, n), ir.type_of(g, n), tuple(_key(g, u, stmt) for u in ir.operands(g, n)))
-
-
-def _redirect(g: DiGraph, old: int, new: int) -> None:
-    """Readers of `old` read `new` instead (the same value, computed once)."""
-    for v in list(g.successors(old)):
-        ports = g.edges[old, v]["ports"]
-        g.remove_edge(old, v)
-        if g.has_edge(new, v):
-            g.edges[new, v]["ports"] = g.edges[new, v]["ports"] + ports
-        else:
-            g.add_edge(new, v, array=ir.type_of(g, new), ports=ports)
 
 
 def _cut(g: DiGraph, inner: int, stmt: int, new: int) -> int:
