@@ -11,9 +11,9 @@
   product it feeds plans as `rmsnorm_linear` (the product on the tensor cores with the
   row statistic beside it). Products are looked through names, but not through an
   intermediate stored in a declared dtype (its rounding is the user's).
-- A sum of a product of two arrays over axes both have (`sum[d](Q * K)`) is their
-  contraction, so the product is never made over those axes and runs where contractions
-  run (the tensor cores, FlashAttention's scores).
+- A sum of a product of two loaded arrays over axes both have, each with an axis of its
+  own (`sum[d](Q * K)`), is their contraction, so the product is never made over those
+  axes and runs where contractions run (the tensor cores, FlashAttention's scores).
 - Ops no output depends on are dropped.
 
 `canonicalize` is a pure function: it returns a new graph.
@@ -208,9 +208,9 @@ def _hoisted(g: DiGraph, n: int) -> bool:
 
 
 def _summed_product(g: DiGraph, n: int) -> bool:
-    """sum[K](A * B) becomes contract[K](A, B) where A and B are two different operands of a
-    float product that both have every axis of K (the einsum spelled out); the product stays
-    where something else reads it."""
+    """sum[K](A * B) becomes contract[K](A, B) where A and B are two different loaded arrays
+    multiplied (floats), both with every axis of K and each with an axis of its own (the
+    einsum spelled out); the product stays where something else reads it."""
     if not _is(g, n, ir.Reduce, "sum"):
         return False
     (p,) = ir.operands(g, n)
@@ -218,13 +218,25 @@ def _summed_product(g: DiGraph, n: int) -> bool:
         return False
     args = ir.operands(g, p)
     axes = set(ir.op(g, n).axes)
-    if len(args) != 2 or args[0] == args[1] or not axes <= set(ir.type_of(g, args[0]).axes) \
-            & set(ir.type_of(g, args[1]).axes):
+    if len(args) != 2 or args[0] == args[1] or not all(_loaded(g, a) for a in args):
+        return False
+    a, b = (set(ir.type_of(g, m).axes) for m in args)
+    # a matrix product: K in both, and each operand an axis of its own (a row-wise dot
+    # product such as the backward's D = sum[d](dO * O) stays the reduction its lowerings
+    # expect, and so does a masked sum matched as a scatter)
+    if not axes <= a & b or not a - b - axes or not b - a - axes:
         return False
     result = ir.add_node(g, ir.Contract(ir.op(g, n).axes), ir.type_of(g, n), list(args),
                          span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
     _replace(g, n, result)
     return True
+
+
+def _loaded(g: DiGraph, n: int) -> bool:
+    """Whether n is an input, read as it is or through views and gathers of it."""
+    while isinstance(ir.op(g, n), (ir.View, ir.Gather, ir.Assign)):
+        n = ir.operands(g, n)[0]
+    return isinstance(ir.op(g, n), ir.Input)
 
 
 def _replace(g: DiGraph, old: int, new: int) -> None:
