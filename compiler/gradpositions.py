@@ -1,7 +1,7 @@
 """Cotangents of the reads that move positions (compiler/grad.py's rules for them): a
 renaming, transpose or diagonal (`unview`), a read at computed positions (`ungather`, a
 masked sum: the scatter-add as a reduction) and an inclusive scan (`unscan`). Each takes the
-reverse sweep (`grad._Sweep`: fresh names and axes, forward values, named equations), the
+reverse sweep (`gradsweep.Sweep`: fresh names and axes, forward values, named equations), the
 node and its cotangent, and returns the cotangent of the array read."""
 
 from __future__ import annotations

@@ -1,0 +1,173 @@
+"""The reverse sweep's state (compiler/grad.py): fresh names and axes, the forward values
+the backward reads (copied equations, inlined elementwise text, one name for a value the
+forward computes twice) and the cotangents' named equations (one name for equal ones)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .graph import DiGraph
+
+from . import ir
+from .gradtext import Expr, call, product, strip, wrap
+
+ELEMENTWISE = (ir.Map, ir.Const, ir.Index, ir.SizeOf)
+INLINE_LIMIT = 48           # an adjoint longer than this gets a name of its own
+
+
+@dataclass
+class Sweep:
+    g: DiGraph
+    saved: bool
+    taken: set = field(default_factory=set)
+    names: dict = field(default_factory=dict)        # forward node -> its name in the text
+    alias: dict = field(default_factory=dict)        # node -> the Assign naming the same value
+    needed: set = field(default_factory=set)         # forward nodes whose equations are copied
+    equations: list = field(default_factory=list)    # backward equations, in order
+    extra_inputs: list = field(default_factory=list)  # (name, axes, dtype)
+    lse: dict = field(default_factory=dict)          # softmax node -> its saved logsumexp's name
+    row: dict = field(default_factory=dict)          # softmax node -> its row term from saved values
+    sources: dict = field(default_factory=dict)      # saved input -> the statistics output it is
+    before: dict = field(default_factory=dict)       # forward node -> equations copied before its own
+    first: list = field(default_factory=list)        # equations before the backward's own
+    new_axes: dict = field(default_factory=dict)     # fresh axis -> the forward axis it copies
+    memo: dict = field(default_factory=dict)         # (expression, axes) -> the name it has
+    copies: dict = field(default_factory=dict)       # (axes, dtype, definition) -> the node copied
+
+    def fresh(self, base: str) -> str:
+        name = base
+        while name in self.taken:
+            name += "_"
+        self.taken.add(name)
+        return name
+
+    def fresh_axis(self, axis: str) -> str:
+        """A new axis of the same size as `axis` (a summed copy where a name is taken)."""
+        name = self.fresh(axis)
+        self.new_axes[name] = axis
+        return name
+
+    def axes(self, n: int) -> tuple[str, ...]:
+        return ir.type_of(self.g, n).axes
+
+    # --- forward values ------------------------------------------------------------
+    def value(self, n: int) -> str:
+        """Text of a forward node's value inside a backward expression."""
+        n = self.alias.get(n, n)
+        op = ir.op(self.g, n)
+        if n not in self.names and isinstance(op, ir.View) and \
+                isinstance(ir.op(self.g, ir.operands(self.g, n)[0]), ir.Input):
+            return f"{self.value(ir.operands(self.g, n)[0])}[{' '.join(op.labels)}]"  # no copy
+        if n not in self.names and not isinstance(op, ELEMENTWISE):
+            # a value the forward computes twice (the same gather written in two statements)
+            # is copied once, under one name
+            key = (self.axes(n), ir.type_of(self.g, n).dtype, self.definition(n))
+            m = self.copies.setdefault(key, n)
+            if m != n:
+                order = ir.order(self.g)
+                if order.index(n) < order.index(m):     # the name goes to the first in order
+                    self.names[n] = self.names.pop(m)
+                    self.needed.discard(m)
+                    self.copies[key], m, n = n, n, m
+                self.alias[n] = m
+                return self.value(m)
+            self.names[n] = self.fresh(f"t{n}")
+        if n in self.names:
+            self.needed.add(n)
+            return self.names[n]
+        text = self.inline(n)
+        if len(text) > INLINE_LIMIT and isinstance(op, ir.Map):   # recomputed once, by name
+            self.names[n] = self.fresh(f"t{n}")
+            self.needed.add(n)
+            return self.names[n]
+        return text
+
+    def inline(self, n: int, sub=None) -> str:
+        """Text of an elementwise node, its operands given by `sub` (default: `value`)."""
+        op, args = ir.op(self.g, n), ir.operands(self.g, n)
+        if isinstance(op, ir.Const):
+            v = op.value
+            integer = ir.kind_of_dtype(ir.type_of(self.g, n).dtype) == "int"
+            text = "inf" if v == float("inf") else "-inf" if v == float("-inf") else \
+                str(int(v)) if integer else repr(float(v))
+            return f"({text})" if text.startswith("-") else text
+        if isinstance(op, ir.Index):
+            return op.axis
+        if isinstance(op, ir.SizeOf):
+            return f"size({op.axis})"
+        if isinstance(op, ir.Map):
+            return call(op.fn, [(sub or self.value)(a) for a in args])
+        raise AssertionError(op)  # pragma: no cover - value() names every other node
+
+    def within(self, a: int, stmt) -> str:
+        """Operand text inside a copied forward equation: what the user wrote in the same
+        statement stays inline (so it fuses and contracts as before), the rest by name."""
+        a = self.alias.get(a, a)
+        if a in self.names or ir.op(self.g, a).__class__ is ir.Input or self.g.nodes[a]["stmt"] != stmt:
+            return self.value(a)
+        if isinstance(ir.op(self.g, a), ELEMENTWISE):
+            return self.inline(a, lambda b: self.within(b, stmt))
+        return wrap(self.definition(a))
+
+    def definition(self, n: int) -> str:
+        """The right-hand side of a named forward node's copied equation."""
+        op, args = ir.op(self.g, n), ir.operands(self.g, n)
+        stmt = self.g.nodes[n]["stmt"]
+        sub = lambda a: self.within(a, stmt)     # noqa: E731
+        if isinstance(op, ir.Assign):
+            o = args[0]
+            return self.definition(o) if self.alias.get(o) == n else sub(o)
+        if isinstance(op, ir.Contract):
+            a, b = args
+            return product(sub(a), self.axes(a), sub(b), self.axes(b), self.axes(n)).text
+        if isinstance(op, (ir.Reduce, ir.Scan)):
+            return f"{op.fn}[{' '.join(op.axes)}]({strip(sub(args[0]))})"
+        if isinstance(op, ir.Softmax):
+            x = sub(args[0])
+            if n in self.lse:
+                return f"where({self.lse[n]} == -inf, 0, exp({x} - {self.lse[n]}))"
+            return f"softmax[{' '.join(op.axes)}]({strip(x)})"
+        if isinstance(op, ir.View):
+            return f"{self.value(args[0])}[{' '.join(op.labels)}]"
+        if isinstance(op, ir.Gather):            # computed positions, each parenthesised
+            index = iter(args[1:])
+            positions = [label if label is not None else f"({strip(sub(next(index)))})"
+                         for label in op.labels]
+            return f"{self.value(args[0])}[{' '.join(positions)}]"
+        return self.inline(n, sub)
+
+    # --- cotangents ------------------------------------------------------------------
+    def named(self, expr: Expr, base: str, axes: tuple[str, ...]) -> Expr:
+        key = (strip(expr.text), tuple(axes))
+        name = self.memo.get(key)
+        if name is None:
+            name = self.memo[key] = self.fresh(base)
+            self.equations.append(f"{name}[{' '.join(axes)}] = {key[0]}")
+        return Expr(name, frozenset(axes), mask=expr.mask, layout=tuple(axes), mask_axes=expr.mask_axes)
+
+    def plain(self, text: str, axes, base: str) -> str:
+        """A name for an expression (itself when it is one)."""
+        if text.isidentifier():
+            return text
+        order = [a for a in self.g.graph["axes"] if a in set(axes)]
+        return self.named(Expr(text, frozenset(axes)), base, tuple(order)).text
+
+    def total(self, n: int, parts: list[Expr], base: str, force_name: bool = False,
+              own: bool = False) -> Expr:
+        """The cotangent of node n: the sum of its contributions, named when it must be."""
+        axes = self.axes(n)
+        if len(parts) > 1:
+            parts = [self.named(p, f"g{n}", tuple(a for a in axes if a in p.axes)) if p.sums else p
+                     for p in parts]
+            expr = Expr("(" + " + ".join(p.text for p in parts) + ")", frozenset().union(*(p.axes for p in parts)))
+        else:
+            expr = parts[0]
+        simple = expr.text.isidentifier()
+        if simple and not own and (expr.layout or not force_name):
+            return expr
+        if force_name or (not simple and (expr.sums or len(expr.text) > INLINE_LIMIT)):
+            return self.named(expr, base, axes)
+        return expr
+
+
+__all__ = ["Sweep", "ELEMENTWISE", "INLINE_LIMIT"]
