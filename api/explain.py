@@ -9,6 +9,8 @@ same figures for the unfused plan and what fusion saves.
 
 from __future__ import annotations
 
+import math
+
 from .compiler import ir
 from .compiler import tensorcore
 from .compiler.buffers import buffers
@@ -148,7 +150,11 @@ def _engine(plan: Plan, kp) -> dict:
                     "warp_tile": [tm, found.width], "fragments": [tm // fm, found.width // fn],
                     "stages": sched.stages, "tiles": tiles,
                     # Q's A fragments: held for the key loop, or re-read every chunk
-                    "q_fragments": "shared memory" if sched.reread else "registers"}
+                    "q_fragments": "shared memory" if sched.reread else "registers",
+                    # rows over several axes of Q (compiler/packing.py): [axis, size] each,
+                    # the block's rows
+                    "packed": [[a, int(plan.sizes[a])] for a in found.packed],
+                    "block_rows": int(sched.block_tile()[found.row])}
         if isinstance(found, tensorcore.ChainSite):
             g = plan.graph
             width = max(p.width for p in found.outs)
@@ -276,6 +282,12 @@ def render_text(rep: dict) -> str:
                 (f" ({t['xor']})" if "xor" in t else
                  f" (rows of {t['pitch']})" if t["layout"] == "padded" else "")
                 for t in eng["tiles"]))
+            if eng.get("packed"):
+                sizes = eng["packed"]
+                rows = math.prod(n for _, n in sizes)
+                lines.append(f"    rows packed: {' x '.join(a for a, _ in sizes)} = "
+                             f"{' x '.join(str(n) for _, n in sizes)} = {rows}, in blocks of "
+                             f"{eng['block_rows']} (each chunk of K and V read once for them)")
             if eng.get("q_fragments") == "registers":
                 lines.append("    Q's fragments held in registers for the whole key loop")
             elif eng.get("q_fragments"):

@@ -8,6 +8,8 @@ per class of dynamic axes; static sizes are constants in the code.
 
 from __future__ import annotations
 
+import math
+
 from ..compiler import ir
 from ..compiler.model import storage_dtype
 from ..compiler.plan import Plan
@@ -122,7 +124,18 @@ def _lowering(plan: Plan, kp, names: dict, sizes: dict, itype: str) -> KernelLow
     kernel's schedule names."""
     lowering = {schedules.SIMT: KernelLowering, schedules.PRODUCT: MmaLowering,
                 schedules.ATTENTION: FlashLowering, schedules.CHAIN: ChainLowering}[kp.schedule.engine]
-    return lowering(plan, kp, names, sizes, itype)
+    return lowering(plan, kp, names, packed_sizes(kp.model.packed, sizes), itype)
+
+
+def packed_sizes(packed, sizes: dict) -> dict:
+    """`sizes` with each packed axis's (compiler/packing.py): its axes' sizes' product, a
+    constant where they all are, else `n2*n3` (a C product the host's launch reads too)."""
+    for axis, axes in packed:
+        parts = [sizes[a] for a in axes]
+        static = all(p.isdigit() for p in parts)
+        sizes = {**sizes, axis: cexpr.int_literal(math.prod(int(p) for p in parts)) if static
+                 else "*".join(parts)}
+    return sizes
 
 
 def _array(g, n: int) -> str:

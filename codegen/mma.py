@@ -319,14 +319,15 @@ class MmaLowering(RowStats, ComputedTiles, SharedTiles, KernelLowering):
         lane and row into registers before the chunks, not at every element of every chunk.
         `row(slot)`: the row of a lane's fragment slot (slots 0, 1: row fg; 2, 3: fg + 8)."""
         s = self.site
-        keep = {s.row, *s.batch}
+        rows = set(getattr(s, "row_axes", (s.row,)))
+        keep = {*rows, *s.batch}
         found = [n for n in self.k.loads] + [
             n for n in self.k.nodes if isinstance(ir.op(self.g, n), ir.View)
             and ir.operands(self.g, n)[0] in self.k.loads]
         out: dict[int, str] = {}
         for n in found:
             axes = set(ir.type_of(self.g, n).axes)
-            if s.row not in axes or not axes <= keep:
+            if not axes & rows or not axes <= keep:
                 continue
             name = out[n] = f"rv{len(out)}"
             kind = ir.kind_of_dtype(ir.type_of(self.g, n).dtype)
@@ -352,7 +353,20 @@ class MmaLowering(RowStats, ComputedTiles, SharedTiles, KernelLowering):
             top = f"({self.itype})({self.sizes[a]} - 1)"
             scope[a] = Ix(f"({v} < {top} ? {v} : {top})")
             checks[a] = f"({v} < {self.sizes[a]})"
-        return scope, checks
+        return self.unpacked(scope), checks
+
+    def unpacked(self, scope: dict) -> dict:
+        """`scope` with the axes packed fragment rows run along (compiler/packing.py): row i at
+        (i / size(q), i % size(q)) for rows r x q (Q and O addressed per row)."""
+        packed = getattr(self.site, "packed", ())
+        if not packed or self.site.row not in scope:
+            return scope
+        rest = self.b.value(self.itype, scope[self.site.row].expr, "pk")
+        for a in reversed(packed[1:]):
+            scope[a] = Ix(f"({rest} % ({self.itype})({self.sizes[a]}))")
+            rest = f"({rest} / ({self.itype})({self.sizes[a]}))"
+        scope[packed[0]] = Ix(rest)
+        return scope
 
     def _each(self, loops, body) -> None:
         """Nested unrolled loops over static trip counts (fragment indices)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..compiler import ir, rowsource
+from ..compiler.packing import position
 from ..compiler.rowsource import RowSource
 from ..compiler.tilelayout import VALUES, TileLayout
 from . import cexpr, staging
@@ -81,7 +82,7 @@ class SharedTiles:
         schedule gives it (swizzled, plain or padded rows); `stages` of it when it holds a
         chunk (the pipeline), declared once per kernel."""
         axes = ir.type_of(self.g, n).axes
-        inner, outer = (frag, k) if axes.index(frag.name) > axes.index(k.name) else (k, frag)
+        inner, outer = (frag, k) if position(axes, frag.name) > axes.index(k.name) else (k, frag)
         layout = self.kp.schedule.layout(n, (outer.name, inner.name))
         assert (layout.outer, layout.inner) == (outer.extent, inner.extent), (layout, outer, inner)
         # an operand computed from loads (tensorcore.Site.computed) is computed at each
@@ -262,7 +263,7 @@ class SharedTiles:
         param, _ = self.names[t["node"]]
         rows = self.threads // per_row
         axes = ir.type_of(self.g, t["node"]).axes
-        after = axes[axes.index(t["outer"].name) + 1:]
+        after = axes[position(axes, t["outer"].name) + 1:]   # (packed rows: their inner axis's)
         stride = " * ".join(f"({self.itype})({self.sizes[a]})" for a in after) or f"({self.itype})1"
 
         def block():
@@ -331,7 +332,7 @@ class SharedTiles:
             scope[axis] = Ix(f"({origin} + {local})" if origin else local)
             if bound:
                 checks.append(bound.format(local))
-        return " && ".join(checks) or "true", scope
+        return " && ".join(checks) or "true", self.unpacked(scope)
 
     def _each_thread(self, count: int, body, index: bool = True) -> None:
         """`body` for e = tid, tid + threads, ... below count, as a loop of a fixed trip count

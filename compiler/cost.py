@@ -53,7 +53,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import added, index_width, issue, occupancy, waits
+from . import added, index_width, issue, occupancy, packing, waits
 from .columns import Column, resident_sets
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, number, prod, total
@@ -76,6 +76,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     """Costs of one kernel plan, or of every candidate of a set (the module docstring);
     `values=True` counts values instead of bytes."""
     ops = Symbols() if symbolic else NUMBERS
+    sizes = packing.sized(model.packed, sizes)
     if isinstance(choice, Choices):   # arrays: in floats (a Python int may pass int64's range)
         sizes = {a: float(v) for a, v in sizes.items()}
     choice = Choices.of(choice)

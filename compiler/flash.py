@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ir, occupancy, rowsource, split, warps
+from . import ir, occupancy, packing, rowsource, split, warps
 from .canonical import through
 from .choices import NUMBERS
 from .cost import Choice, Choices, Cost, evaluate
@@ -71,7 +71,7 @@ class FlashSite:
     q: int
     k: int
     v: int
-    row: str                # Q's fragment axis
+    row: str                # Q's fragment axis (packed: `(r q)`, packing.name's)
     red: str                # the streamed axis x (K's and V's)
     dk: str                 # contracted by Q K
     dv: str                 # V's own axis: O's columns
@@ -85,6 +85,13 @@ class FlashSite:
                                      # stream (the backward's D = sum[d](dO * O)): per row
     rows: tuple[RowSource, ...] = ()     # K's and V's rows where read through a split's window
                                          # or a gather (a paged cache): compiler/rowsource.py
+    packed: tuple[str, ...] = ()    # the Q axes the fragment rows flatten, outer to inner
+                                    # (GQA's r x q: compiler/packing.py), () for one axis
+
+    @property
+    def row_axes(self) -> tuple[str, ...]:
+        """The diagram's axes the fragment rows run along (one, or the packed ones)."""
+        return self.packed or (self.row,)
 
 
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
@@ -156,7 +163,8 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     if x not in ak or x not in av or dk not in ak or not own_q or len(own_v) != 1:
         return "the products are not Q[.. q d] K[.. x d] and P[.. q x] V[.. x e]"
     (dv,) = own_v
-    row = _fragment_row(own_q, o_axes, sizes)
+    rows = packing.fragment_rows(g, kernel, own_q, q, out, sizes)
+    row = packing.name(rows)
     sizes = g.graph["axes"]
     head, width = sizes[dk].size, sizes[dv].size
     if head is None or width is None or head % 16 or width % 8:
@@ -166,7 +174,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     for n in kernel.nodes:
         if n not in chunk and n not in loads and not set(ir.type_of(g, n).axes) <= set(o_axes):
             return "the kernel computes values over other axes than O's"
-    batch = tuple(a for a in o_axes if a not in (row, dv))
+    batch = tuple(a for a in o_axes if a not in rows and a != dv)
     for n in after:
         if ir.op(g, n).axes != (dv,) or \
                 tuple(a for a in o_axes if a != dv) != ir.type_of(g, n).axes or \
@@ -175,7 +183,8 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
         if any(not isinstance(ir.op(g, m), ir.Assign) for m in _readers(g, n, kernel.nodes)):
             return "a sum after the stream is read by other operations than its stores"
     return FlashSite(scores, soft, out, q, k, v, row, x, dk, dv, batch, dtype, head, width, lse,
-                     after, tuple(sources[n] for n in (k, v) if n in sources))
+                     after, tuple(sources[n] for n in (k, v) if n in sources),
+                     rows if len(rows) > 1 else ())
 
 
 def _operands(g, scores: int, out: int, soft: int, x: str) -> tuple[int, int, int]:
@@ -188,14 +197,6 @@ def _operands(g, scores: int, out: int, soft: int, x: str) -> tuple[int, int, in
     if x in ir.type_of(g, q).axes:
         q, k = k, q
     return q, k, split.unmasked(g, v)
-
-
-def _fragment_row(own_q, o_axes, sizes) -> str:
-    """The fragment rows: Q's own axis nearest O's contiguous end, unless it is shorter than a
-    fragment at the planning sizes and another is longer (decode with GQA: the query heads
-    `r` of one key-value head fill the rows where `q` is 1)."""
-    return max(own_q, key=lambda a: (min((sizes or {}).get(a, FRAG_ROWS), FRAG_ROWS),
-                                     o_axes.index(a)))
 
 
 def _row_sources(g, kernel, q: int, k: int, v: int, scores: int, out: int, x: str,
@@ -211,8 +212,8 @@ def _row_sources(g, kernel, q: int, k: int, v: int, scores: int, out: int, x: st
     if len(contracted) != 1 or len(own_v) != 1 or not own_q:
         return {}
     (dk,), (dv,) = contracted, own_v
-    row = _fragment_row(own_q, o_axes, sizes)
-    batch = tuple(a for a in o_axes if a not in (row, dv))
+    rows = packing.fragment_rows(g, kernel, own_q, q, out, sizes)
+    batch = tuple(a for a in o_axes if a not in rows and a != dv)
     out_sources = {}
     for n, inner in ((k, dk), (v, dv)):
         found = rowsource.of(g, n, kernel.loads, kernel.nodes, x, inner, batch)
@@ -247,6 +248,7 @@ def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
            fixed: dict) -> tuple[Choice, Cost] | None:
     """The fastest FlashAttention-2 tiling that fits, honouring block-level hints; Q re-read
     only where that is REREAD_MARGIN faster than holding it."""
+    sizes = packing.sized(packing.of_site(s), sizes)
     found = candidate_set(sizes, s, fixed)
     if found is None:
         return None
@@ -267,7 +269,7 @@ def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
 def candidate_set(sizes: dict, s: FlashSite, fixed: dict, rereads=REREADS):
     """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
     or None."""
-    return row_tilings(sizes, s.row, s.red, s.batch, fixed,
+    return row_tilings(packing.sized(packing.of_site(s), sizes), s.row, s.red, s.batch, fixed,
                        lambda fm, chunk, reread: registers(fm, chunk, s, reread) <= NUMBERS.where(
                            reread, REREAD_MAX_REGISTERS, MAX_REGISTERS), rereads)
 

@@ -106,6 +106,9 @@ class Model:
                                 # tensorcore._gathered), each copy computing its row's offset
     positions: frozenset = frozenset()  # ... and the loads those positions read (the page
                                 # table's gathers): read per row in the copies, never staged
+    packed: tuple = ()          # attention on tensor cores: ((its rows' axis, the axes it
+                                # packs),) where the fragment rows are packed (packing.py):
+                                # the arrays name that one axis, of the axes' sizes' product
 
 
 def array_name(g: DiGraph, n: int) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
-from . import copies, fold, ir, row_runs
+from . import copies, fold, ir, packing, row_runs
 from .cost import Choice
 from .extents import covered, resident
 from .fractions import later_is_heavier
@@ -151,6 +151,7 @@ def build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target,
     the pipeline depth the cost model chose for a tensor-core kernel (Cost.stages)."""
     if choice.scatter:
         return _scatter(g, kernel, choice, sizes)
+    sizes = packing.sized(model.packed, sizes)      # packed fragment rows: one axis
     sched = _build(g, kernel, model, choice, sizes, target)
     if sched.stages > 1:
         sched = replace(sched, stages=stages)
@@ -343,7 +344,8 @@ def operand_layouts(g, site, tile: dict, chunk: int) -> tuple[tuple[int, TileLay
     out = []
     for n, frag, k in operand_tiles(site, tile, chunk):
         axes = ir.type_of(g, n).axes
-        inner, outer = (frag, k) if axes.index(frag[0]) > axes.index(k[0]) else (k, frag)
+        inner, outer = (frag, k) if packing.position(axes, frag[0]) > axes.index(k[0]) \
+            else (k, frag)
         out.append((n, tilelayout.layout(outer[1], inner[1], (outer[0], inner[0]))))
     for a in getattr(site, "across", ()):   # a chain's chunk values over its rows, staged as
         out.append((a.t, tilelayout.layout(tile[site.row], chunk, (site.row, site.red))))

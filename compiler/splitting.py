@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..diagrams.diagnostics import error
-from . import ir
+from . import ir, packing
 from . import split as splits
 
 UNDERFILLED = 0.75     # a kernel busy below this fraction of the GPU invites a split,
@@ -102,8 +102,9 @@ def candidates(fused) -> dict[str, int]:
         whole += float(est.cost.time)
         group = dict(est.choice.group)
         blocks = 1
+        sizes = packing.sized(est.model.packed, problem.sizes)    # (packed rows: one axis)
         for a in est.model.woven:
-            blocks *= -(-problem.sizes[a] // group.get(a, problem.sizes[a]))
+            blocks *= -(-sizes[a] // group.get(a, sizes[a]))
         slots = problem.target.processors * max(1, int(est.cost.blocks_per_sm))
         # busy by the model, but in less than one wave of its block slots: small blocks
         # that a split of the reduction could make larger (issue 13's latency hiding by a

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import chain, flash, ir, rowsource, split, warps
+from . import chain, flash, ir, packing, rowsource, split, warps
 from .chain import ChainSite
 from .kernels import is_free
 from .tilelayout import ROW_PAD as PAD
@@ -97,10 +97,11 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
         return found
     # the blocks tile the site's rows, columns and batch axes: every array the kernel stores
     # must have them (a kernel also storing `t[q]` beside `S[h q x]` cannot group h or x)
-    tiled = {found.row, *found.batch} | ({found.col} if isinstance(found, Site) else set())
+    rows = set(getattr(found, "packed", ())) or {found.row}     # (packed: packing.py)
+    tiled = rows | set(found.batch) | ({found.col} if isinstance(found, Site) else set())
     # (a chain's products over its rows are added across the blocks of rows: chain.Across)
-    lacking = sorted(tiled - set(model.woven) - ({found.row} if getattr(found, "across", ())
-                                                 else set()))
+    lacking = sorted(tiled - packing.expand(model.woven, model) - (
+        {found.row} if getattr(found, "across", ()) else set()))
     if lacking:
         return (f"the kernel also stores arrays without `{lacking[0]}`, which the tensor-core "
                 "blocks tile")
@@ -225,8 +226,8 @@ def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
         return replace(model, woven=tuple(dict.fromkeys(model.woven + (where.row,))),
                        reduced=tuple(a for a in model.reduced if a != where.row),
                        across=frozenset(a.node for a in where.across))
-    if isinstance(where, FlashSite):
-        return _gathered(g, model, where)
+    if isinstance(where, FlashSite):       # (its packed rows one axis: packing.py)
+        return _gathered(g, packing.relabel(model, where), where)
     if not isinstance(where, Site) or not (where.computed or where.stats):
         return model
     members, loads = set(kernel.nodes), set(kernel.loads)
