@@ -67,7 +67,10 @@ def _run_kernel(g, kp: KernelPlan, memory: dict, sizes: dict) -> None:
     if sched.engine == SCATTER:              # atomics at the gathered rows (scatter.py)
         scatter.run(_Block(g, kp, memory, Region(sizes)), memory, sizes)
         return
-    group = sched.grouped()
+    # packed attention rows (compiler/packing.py) run whole: the rows are independent, and a
+    # block of the flattened r x q is no box of r and q
+    packed = dict(kp.model.packed)
+    group = {a: n for a, n in sched.grouped().items() if a not in packed}
     axes = list(group)
     ranges = [[slice(i, min(i + group[a], sizes[a])) for i in range(0, sizes[a], group[a])]
               for a in axes]

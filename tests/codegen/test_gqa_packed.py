@@ -118,3 +118,14 @@ def test_explain_says_the_rows_are_packed():
     text = render_text(report(plan(d, "h100", {"b": 8, "g": 8, "r": 4, "q": 4, "x": 4096})))
     assert "rows packed: r x q = 4 x 4 = 16, in blocks of 16" in text
     assert "over (r q) x d" in text
+
+
+def test_the_schedule_interpreter_runs_packed_rows():
+    """runtime/interpret.py runs a packed kernel's rows whole (each row is independent)."""
+    from napkin.runtime.interpret import interpret
+    d = library("gqa_attention", "f16", d=32)
+    interpreted = lambda p, inputs: interpret(p, inputs)["O"]
+    p, verdict = _check(d, {"b": 2, "g": 1, "r": 8, "q": 3, "x": 45}, "f16", out=interpreted,
+                        overrides={"split": {"x": 3}})
+    assert _site(p).packed == ("r", "q") and p.split is not None
+    assert verdict.ok, verdict.message
