@@ -36,7 +36,7 @@ def lower(plan: Plan) -> P.Program:
         if info.size is not None:
             sizes[name] = cexpr.int_literal(info.size)
         elif info.derived is None and info.rep not in bound:
-            continue
+            sizes[name] = cexpr.int_literal(1)     # nothing reads it; no parameter to pass
         else:
             if info.rep not in size_params:
                 size_params[info.rep] = f"n{len(size_params)}"

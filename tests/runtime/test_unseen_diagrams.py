@@ -37,3 +37,8 @@ def test_a_declared_axis_no_array_uses(backend):
     X = np.random.default_rng(1).standard_normal((3, 37)).astype(np.float32)
     (Y,) = run(text, backend, X=X)
     assert_close(Y, X.astype(np.float64).sum(1))
+    # a reduction over three axes walks every axis of the diagram (KeyError in _box)
+    text = "axis a, b, c, u\nin X[a b c]: f32\nT[] = sum[a b c](X)\nout T: f32\n"
+    X = np.random.default_rng(2).standard_normal((3, 5, 17)).astype(np.float32)
+    (T,) = run(text, backend, X=X)
+    assert_close(T, X.astype(np.float64).sum())
