@@ -76,3 +76,32 @@ def test_reductions_over_three_and_four_axes_match_the_oracle(backend):
     for got, want in ((S, x.sum(axes)), (M, x.max(axes)), (N, x.min()), (A, x.mean(axes)),
                       (L, _lse(x, axes))):
         assert_close(got, want, slack=64.0)
+
+
+def _softmax_last_two(S):
+    flat = S.reshape(S.shape[:-2] + (-1,))
+    e = np.exp(flat - flat.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)).reshape(S.shape)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_attention_over_two_key_axes(backend):
+    # softmax[x y] read by a contraction over x and y was paired as an online softmax streaming
+    # one of them, which the lowering keeps to one axis: KeyError 'y' (emulate, CUDA) and 'x'
+    # (interpret). It now streams in two passes (statistics, then the normalised product).
+    text = """axis q, x, y
+axis d = 32
+in Q[q d]: f16
+in K[x y d]: f16
+in V[y x d]: f16
+S[q x y] = Q * K * 0.2
+O[q d] = softmax[x y](S) * V
+out O: f32
+"""
+    rng = np.random.default_rng(4)
+    Q = rng.standard_normal((17, 32)).astype(np.float16)
+    K = rng.standard_normal((9, 5, 32)).astype(np.float16)
+    V = rng.standard_normal((5, 9, 32)).astype(np.float16)
+    (O,) = run(text, backend, Q=Q, K=K, V=V)
+    S = np.einsum("qd,xyd->qxy", Q.astype(np.float64), K.astype(np.float64)) * 0.2
+    assert_close(O, np.einsum("qxy,yxd->qd", _softmax_last_two(S), V.astype(np.float64)), "f16")
