@@ -105,3 +105,23 @@ out O: f32
     (O,) = run(text, backend, Q=Q, K=K, V=V)
     S = np.einsum("qd,xyd->qxy", Q.astype(np.float64), K.astype(np.float64)) * 0.2
     assert_close(O, np.einsum("qxy,yxd->qd", _softmax_last_two(S), V.astype(np.float64)), "f16")
+
+
+@pytest.mark.xfail(strict=True, reason="a kernel streams one normalised axis and splits one "
+                   "more; a softmax over three axes holds the third whole (N0603 at 64^3, 1 MiB "
+                   "of smem). Reductions over three axes nest (canonical._nested_reduction); a "
+                   "softmax does not, and has no split of its own yet")
+def test_a_softmax_over_three_axes_plans_at_64_cubed():
+    text = "axis x, y, z\nin X[x y z]: f32\nY[x y z] = softmax[x y z](X)\nout Y: f32\n"
+    assert "kernel" in napkin.compile(text, backend="interpret").explain(x=64, y=64, z=64)
+
+
+@pytest.mark.xfail(strict=True, reason="--engine tensor-cores prices fusion's candidates as "
+                   "auto does (kernel_plan._plan: forced only when not quick), so at small sizes "
+                   "d=256 attention fuses P and O on the CUDA cores and the forced engine then "
+                   "refuses that kernel (N0606 'the scores are not one contraction'), though "
+                   "S, P, O as three kernels (two on tensor cores) is the plan at scale; forcing "
+                   "the quick estimates too breaks paged attention's forced plans")
+def test_attention_with_d_256_on_forced_tensor_cores_at_small_sizes():
+    k = napkin.compile("attention", backend="interpret", engine="tensor-cores", d=256)
+    assert "tensor cores" in k.explain(b=1, h=2, q=33, x=67)
