@@ -32,9 +32,13 @@ def lower(plan: Plan) -> P.Program:
     axes = g.graph["axes"]
     size_params: dict[str, str] = {}
     sizes: dict[str, str] = {}
+    # a dynamic axis no input has is one no array uses (else N0305): it has no size at run time
+    bound = {axes[a].rep for n in g.graph["inputs"].values() for a in ir.type_of(g, n).axes}
     for name, info in axes.items():
         if info.size is not None:
             sizes[name] = cexpr.int_literal(info.size)
+        elif info.derived is None and info.rep not in bound:
+            sizes[name] = cexpr.int_literal(1)     # nothing reads it; no parameter to pass
         else:
             if info.rep not in size_params:
                 size_params[info.rep] = f"n{len(size_params)}"

@@ -14,6 +14,10 @@
 - A sum of a product of two loaded arrays over axes both have, each with an axis of its
   own (`sum[d](Q * K)`), is their contraction, so the product is never made over those
   axes and runs where contractions run (the tensor cores, FlashAttention's scores).
+- A sum, max, min, mean or logsumexp over three or more axes is that reduction over the
+  operand's last two reduced axes (in its layout), reduced again over the others
+  (`sum[a b c](X)` is `sum[a](sum[b c](X))`): a kernel streams one reduced axis and splits
+  one more across lanes or blocks, so a third held whole did not fit at large sizes (N0603).
 - Ops no output depends on are dropped.
 
 `canonicalize` is a pure function: it returns a new graph.
@@ -37,6 +41,8 @@ def canonicalize(g: DiGraph) -> DiGraph:
                            _hoisted(g, n)):
                 changed = True
                 break
+    for n in ir.order(g):       # after the rewrites above matched their reductions whole
+        _nested_reduction(g, n)
     return dead_code(g)
 
 
@@ -151,6 +157,28 @@ def _variance(g: DiGraph, n: int) -> bool:
                       span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
     _replace(g, n, new)
     return True
+
+
+NESTABLE = ("sum", "max", "min", "mean", "logsumexp")   # f[A B] = f[A](f[B]) for these
+
+
+def _nested_reduction(g: DiGraph, n: int) -> None:
+    """f[K](e) with three or more axes in K becomes f[K - inner](f[inner](e)), `inner` the
+    last two axes of K in e's layout (the outer reduction nested again while it has three)."""
+    op = ir.op(g, n)
+    if not isinstance(op, ir.Reduce) or op.fn not in NESTABLE or len(op.axes) < 3:
+        return
+    (arg,) = ir.operands(g, n)
+    layout = ir.type_of(g, arg).axes
+    inner = tuple(a for a in layout if a in op.axes)[-2:]
+    span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
+    part = ir.add_node(g, ir.Reduce(op.fn, inner), ir.ArrayType(
+        tuple(a for a in layout if a not in inner), ir.INTERMEDIATE), [arg], span=span, stmt=stmt)
+    outer = tuple(a for a in op.axes if a not in inner)
+    new = ir.add_node(g, ir.Reduce(op.fn, outer), ir.type_of(g, n), [part], span=span,
+                      stmt=stmt)
+    _replace(g, n, new)
+    _nested_reduction(g, new)
 
 
 def _factors(g: DiGraph, n: int) -> list[int]:

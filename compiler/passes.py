@@ -54,8 +54,8 @@ def softmax_pairs(g: DiGraph, k: FusedKernel, axis: str) -> dict[int, int]:
     pairs = {}
     for n in k.nodes:
         op = ir.op(g, n)
-        if isinstance(op, ir.Softmax) and axis in op.axes:
-            users = _users(g, n, members, stores)
+        if isinstance(op, ir.Softmax) and op.axes == (axis,):   # (the online softmax's
+            users = _users(g, n, members, stores)              # lowering keeps one axis)
             # (a contraction: the lowering's online softmax rescales a product's running sum;
             # a plain sum of probabilities streams their statistics in a pass of their own)
             if users is not None and len(users) == 1 and reduces(g, users[0], axis) \
