@@ -1,0 +1,75 @@
+"""Gradients of diagrams that are not the library's, run as kernels (interpreter, emulator)
+against float64 oracles written out in NumPy: the cases a sweep of new diagrams broke."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import napkin
+
+SELF_ATTENTION = """
+axis t, d, s
+in X[t d]: f32
+S[t s] = X * X[s d]
+O[t d] = softmax[s](S) * X[s d]
+out O: f32
+"""
+
+
+def _softmax(S, axis=-1):
+    E = np.exp(S - S.max(axis, keepdims=True))
+    return E / E.sum(axis, keepdims=True)
+
+
+def _self_attention_grad(X, dO):
+    """dX of O = softmax(X X^T) X, in float64: X is the queries, the keys and the values."""
+    P = _softmax(X @ X.T)
+    dP = dO @ X.T
+    dS = P * (dP - np.sum(dP * P, -1, keepdims=True))
+    return P.T @ dO + dS @ X + dS.T @ X
+
+
+def _close(got, want, rtol=2e-5):
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("backend", ["interpret", pytest.param("emulate", marks=pytest.mark.thorough)])
+@pytest.mark.parametrize("t,d", [(1, 17), (1, 1), (3, 5)])
+def test_self_attention_gradient_at_one_token(backend, t, d):
+    """At t = 1 the whole gradient fused into one kernel that contracts t (g1[s d] = dS * X),
+    so t is not woven there, and the online softmax paired with O kept one running max and
+    sum for every row of t: the lowering failed (KeyError 't', a traceback from `napkin run`).
+    A softmax pairs with its contraction only when its rows are woven (passes.softmax_pairs)."""
+    rng = np.random.default_rng(t * 100 + d)
+    X, dO = (rng.standard_normal((t, d)).astype(np.float32) for _ in range(2))
+    (dX,) = napkin.run(napkin.grad(SELF_ATTENTION), X, dO, backend=backend)
+    _close(dX, _self_attention_grad(X.astype(np.float64), dO.astype(np.float64)))
+
+
+PER_COLUMN_SOFTMAX = """
+axis t, d, s
+in Q[t d]: f32
+in K[s d]: f32
+in V[s d]: f32
+in dO[t d]: f32
+O[t d] = softmax[s](Q * K) * V
+D[t] = sum[d](dO * O)
+out D: f32, O: f32
+"""
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_a_softmax_whose_rows_a_later_sum_reduces_streams_in_two_passes(backend):
+    """`softmax[s](Q * K)` keeps d (O has it), so each (t, d) is a row; D sums O over d in
+    the same kernel, so d is not woven there, and the pair's one (m, l) per thread served
+    every d (the same KeyError, at d = 4, 8, 32, 64, 128 but not 3 or 5: the plan split d
+    over lanes). Not paired, the softmax's statistics take a pass of their own."""
+    rng = np.random.default_rng(5)
+    Q, dO = (rng.standard_normal((5, 4)).astype(np.float32) for _ in range(2))
+    K, V = (rng.standard_normal((7, 4)).astype(np.float32) for _ in range(2))
+    D, O = napkin.run(PER_COLUMN_SOFTMAX, Q, K, V, dO, backend=backend)
+    P = _softmax(np.einsum("td,sd->tds", Q.astype(np.float64), K.astype(np.float64)))
+    want_O = np.einsum("tds,sd->td", P, V.astype(np.float64))
+    _close(O, want_O)
+    _close(D, np.sum(dO * want_O, -1))
