@@ -85,6 +85,10 @@ def _setup(d: Diagram, wrt, saved: bool):
     out_nodes = set(outputs.values())
     if wrt is None:
         wrt = tuple(name for name in floats if reach[name] & out_nodes)
+    elif not wrt:
+        raise error("N0810", "--wrt names no input", help="inputs: " + ", ".join(
+            floats) if floats else None)
+    wrt = tuple(dict.fromkeys(wrt))     # `--wrt X,X` is X: one gradient, one output dX
     for name in wrt:
         if name not in inputs:
             raise error("N0810", f"`{name}` is not an input of {d.name}",

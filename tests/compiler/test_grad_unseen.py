@@ -73,3 +73,46 @@ def test_a_softmax_whose_rows_a_later_sum_reduces_streams_in_two_passes(backend)
     want_O = np.einsum("tds,sd->td", P, V.astype(np.float64))
     _close(O, want_O)
     _close(D, np.sum(dO * want_O, -1))
+
+
+UNUSED = "axis r, c\nin X[r c]: f32\nin Z[r c]: f32\nY[r c] = X * 2.0\nout Y: f32\n"
+
+
+def test_napkin_grad_prints_each_warning_once(tmp_path, capsys, monkeypatch):
+    """`napkin grad` printed the diagram's warnings twice (load_diagram, then the command)."""
+    from napkin.cli import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "u.napkin").write_text(UNUSED)
+    assert main(["grad", "u.napkin"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning[N0701]: input `Z` is never used") == 1, err
+
+
+def test_wrt_naming_an_input_twice_or_none(tmp_path, capsys, monkeypatch):
+    """`--wrt X,X` failed with N0202 pointing into the generated text (`<grad:...>:14:14`);
+    it is X. `--wrt ""` said no output depends on a float input; it names none."""
+    from napkin.cli import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "u.napkin").write_text(UNUSED)
+    assert main(["grad", "u.napkin", "--wrt", "X,X"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("out dX: f32\n") == 1 and "dZ" not in out
+    assert napkin.grad(UNUSED, wrt=["X", "X"]).source.text == napkin.grad(UNUSED, wrt="X").source.text
+    for wrt in ("", ","):
+        assert main(["grad", "u.napkin", "--wrt", wrt, "-o", "g.napkin"]) == 1
+        err = capsys.readouterr().err
+        assert "error[N0810]: --wrt names no input" in err and "help: inputs: X, Z" in err, err
+        assert "Traceback" not in err and not (tmp_path / "g.napkin").exists()
+
+
+def test_bad_planning_options_are_clear(capsys):
+    """`--target ""` planned for h100 without a word; a hint of size 0 offered the Python
+    API's spelling (`group={'q': 8}`) on the command line."""
+    from napkin.cli import main
+    assert main(["explain", "softmax", "--target", ""]) == 2
+    assert "error[N0605]: the target is empty" in capsys.readouterr().err
+    assert main(["run", "softmax", "--shape", "r=3,c=5", "--group", "r=0",
+                 "--backend", "interpret"]) == 1
+    err = capsys.readouterr().err
+    assert "--group r=0: sizes are whole numbers of at least 1" in err
+    assert "help: for example --group r=8 (group={'r': 8} in napkin.compile)" in err
