@@ -44,14 +44,16 @@ def op(kernel: Kernel, qualname: str, differentiable: bool = True):
         """A kernel returns a tuple; the op's schema has one Tensor for one output."""
         return got[0] if len(outs) == 1 else got
 
+    # a PyTorch op takes any strides (`q.transpose(1, 2)`, autograd's expanded cotangents):
+    # kernels read row-major arrays, so the op hands them contiguous ones
     def on_cpu(*tensors):
-        return single(reference(*tensors))
+        return single(reference(*(t.contiguous() for t in tensors)))
 
     def on_cuda(*tensors):
         if "kernel" not in gpu:
             gpu["kernel"] = kernel if kernel.backend == "cuda" else \
                 Kernel(diagram, kernel.options, backend="cuda")
-        return single(gpu["kernel"](*tensors))
+        return single(gpu["kernel"](*(t.contiguous() for t in tensors)))
 
     def fake(*tensors):
         made = _outputs_like(diagram, tensors)
@@ -96,9 +98,25 @@ def _gradient_op(kernel: Kernel, qualname: str, saved: bool):
         return None, None
     backward = op(Kernel(backward_diagram, kernel.options, backend=kernel.backend),
                   f"{qualname}_backward", differentiable=False)
+    _once_only(f"{qualname}_backward")
     names = [s.name for s in diagram.inputs]
     return backward, [names.index(s.name[1:]) if s.name[1:] in names else None
                       for s in backward_diagram.outputs]
+
+
+def _once_only(qualname: str) -> None:
+    """The backward op's own backward raises: without one, PyTorch only warns and treats it as
+    constant, so a double backward (`create_graph=True`, a gradient penalty) would silently
+    give no second-order term."""
+    def backward_fn(ctx, *cotangents):
+        raise NotImplementedError(
+            f"{qualname}: napkin derives first gradients only; the gradient of a napkin op's "
+            "backward (double backward, create_graph=True) is not supported")
+
+    def setup_context(ctx, inputs, output):
+        pass
+
+    torch.library.register_autograd(qualname, backward_fn, setup_context=setup_context)
 
 
 def _gradients(wrt, got, n_inputs: int) -> tuple:
