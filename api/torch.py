@@ -89,19 +89,21 @@ def _saved_sources(diagram):
 def _gradient_op(kernel: Kernel, qualname: str, saved: bool):
     """The backward op and, per output it returns, the input it is the gradient of (None:
     nothing differentiable, the op has no backward)."""
+    from .compiler.grad import differentiated
     from .diagrams.diagnostics import NapkinError
     from .gradient import grad
     diagram = kernel.diagram
     try:
-        backward_diagram = grad(diagram, saved=saved)
+        wrt = differentiated(diagram)
     except NapkinError:         # nothing differentiable: the op stays without a backward
         return None, None
+    backward_diagram = grad(diagram, wrt=wrt, saved=saved)
     backward = op(Kernel(backward_diagram, kernel.options, backend=kernel.backend),
                   f"{qualname}_backward", differentiable=False)
     _once_only(f"{qualname}_backward")
+    # the gradient's outputs follow wrt, whatever their names (`dX_` where the forward has a dX)
     names = [s.name for s in diagram.inputs]
-    return backward, [names.index(s.name[1:]) if s.name[1:] in names else None
-                      for s in backward_diagram.outputs]
+    return backward, [names.index(w) for w in wrt]
 
 
 def _once_only(qualname: str) -> None:

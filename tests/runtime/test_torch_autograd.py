@@ -149,3 +149,26 @@ def test_a_double_backward_is_refused_not_silently_zero():
     torch.testing.assert_close(gX.detach().double(), want, rtol=1e-5, atol=1e-6)
     with pytest.raises(NotImplementedError, match="double backward"):
         (gX ** 2).sum().backward()
+
+
+def test_gradients_reach_their_inputs_whatever_the_gradients_are_named():
+    """The op matched the backward's outputs to inputs by name (`dX` -> X): where the forward
+    already has a `dX` (an output, or an input), X's gradient is `dX_`, and backward() failed
+    with a TypeError (list indices must be integers, not NoneType)."""
+    import torch
+    import napkin.torch as napkin_torch
+    named_output = "axis r, c\nin X[r c]: f32\ndX[r c] = tanh(X)\nout dX: f32\n"
+    named_input = "axis r, c\nin X[r c]: f32\nin dX[r c]: f32\nY[r c] = tanh(X) * dX\nout Y: f32\n"
+    assert [s.name for s in napkin.grad(named_output).outputs] == ["dX_"]
+    g = torch.Generator().manual_seed(4)
+    X, dX, cot = (torch.randn(3, 5, generator=g) for _ in range(3))
+    op = napkin_torch.op(napkin.compile(named_output, backend="reference"), "napkin_grad_tests::dx_out")
+    X1 = X.clone().requires_grad_()
+    op(X1).backward(cot)
+    op = napkin_torch.op(napkin.compile(named_input, backend="reference"), "napkin_grad_tests::dx_in")
+    X2, dX2 = X.clone().requires_grad_(), dX.clone().requires_grad_()
+    op(X2, dX2).backward(cot)
+    X64, dX64, cot64 = (t.double() for t in (X, dX, cot))
+    torch.testing.assert_close(X1.grad.double(), cot64 * (1 - torch.tanh(X64) ** 2))
+    torch.testing.assert_close(X2.grad.double(), cot64 * dX64 * (1 - torch.tanh(X64) ** 2))
+    torch.testing.assert_close(dX2.grad.double(), cot64 * torch.tanh(X64))
