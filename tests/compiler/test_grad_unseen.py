@@ -131,3 +131,89 @@ def test_the_gradient_keeps_the_forwards_size_equations():
         napkin.run(text, A)
     with pytest.raises(NapkinError, match="N0308"):
         napkin.run(napkin.grad(text), A, dy)
+
+
+# New diagrams beyond the library's (norms over other axes, cross-entropy through a gather,
+# broadcasting, inputs used twice, several outputs, attention variants): the gradient's
+# reference against central differences of the forward in float64; in the thorough tier
+# also its kernels (interpreter and emulator) against the gradient's float64 reference.
+UNSEEN = {
+    "layernorm_over_rows": ({"r": 17, "c": 3}, """
+axis r, c
+in X[r c]: f32
+in g[r]: f32
+mu[c] = mean[r](X)
+D[r c] = X - mu
+Y[r c] = D * rsqrt(mean[r](D * D) + 1e-5) * g
+out Y: f32
+"""),
+    "nll_of_log_softmax": ({"t": 3, "v": 33}, """
+axis t, v
+in Z[t v]: f32
+in W[t]: f32
+in label[t]: i32
+LP[t v] = Z - logsumexp[v](Z)
+L[] = sum[t](-W * LP[t label[t]])
+out L: f32
+"""),
+    "attention_bias_gqa_dv": ({"g": 2, "r": 3, "q": 5, "x": 17, "d": 3, "e": 4}, """
+axis g, r, q, x, d, e
+in Q[g r q d]: f32
+in K[g x d]: f32
+in V[g x e]: f32
+in Bi[q x]: f32
+S[g r q x] = where(x <= q + size(x) - size(q), Q * K * 0.5 + Bi, -inf)
+O[g r q e] = softmax[x](S) * V
+L[g r q] = logsumexp[x](S)
+out O: f32, L: f32
+"""),
+    "broadcast_twice_two_outputs": ({"a": 3, "b": 17, "c": 1}, """
+axis a, b, c
+in X[a b c]: f32
+in u[b]: f32
+in s[]: f32
+H[a b c] = tanh(X * u + s) * X + erf(X) * expm1(u) + pow(u * u + 1.0, X)
+Y[a] = sum[b c](H)
+Z[a b c] = H * H - X / (u * u + 1.0)
+out Y: f32, Z: f32
+"""),
+}
+
+
+def _unseen_case(name, rng):
+    sizes, text = UNSEEN[name]
+    d = napkin.load(text)
+    inputs = {s.name: rng.integers(0, sizes["v"], [sizes[a] for a in s.axes]).astype(np.int32)
+              if s.dtype == "i32" else rng.standard_normal([sizes[a] for a in s.axes])
+              for s in d.inputs}
+    cot = {f"d{s.name}": rng.standard_normal([sizes[a] for a in s.axes]) for s in d.outputs}
+    return d, inputs, cot
+
+
+@pytest.mark.parametrize("name", list(UNSEEN))
+def test_unseen_gradients_match_finite_differences(name):
+    from napkin.runtime.reference import evaluate
+    rng = np.random.default_rng(len(name))
+    d, inputs, cot = _unseen_case(name, rng)
+    got = evaluate(napkin.grad(d), {**inputs, **cot}, exact=True)
+
+    def loss(ins):
+        out = evaluate(d, ins, exact=True)
+        return sum(float(np.sum(out[k] * cot[f"d{k}"])) for k in out)
+    assert set(got) == {f"d{s.name}" for s in d.inputs if s.dtype == "f32"}
+    for key, grad in got.items():
+        x, v = inputs[key[1:]], rng.standard_normal(inputs[key[1:]].shape)
+        fd = (loss({**inputs, key[1:]: x + 1e-6 * v}) - loss({**inputs, key[1:]: x - 1e-6 * v})) / 2e-6
+        assert abs(fd - float(np.sum(grad * v))) <= 1e-6 * max(1.0, abs(fd)), (key, fd)
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+@pytest.mark.parametrize("name", list(UNSEEN))
+def test_unseen_gradient_kernels_match_the_reference(name, backend, within_budget):
+    rng = np.random.default_rng(len(name) + 1)
+    d, inputs, cot = _unseen_case(name, rng)
+    grad = napkin.grad(d)
+    args = {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in {**inputs, **cot}.items()}
+    outs = napkin.run(grad, **args, backend=backend)
+    within_budget(grad, args, dict(zip([s.name for s in grad.outputs], outs)))
