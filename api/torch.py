@@ -44,14 +44,16 @@ def op(kernel: Kernel, qualname: str, differentiable: bool = True):
         """A kernel returns a tuple; the op's schema has one Tensor for one output."""
         return got[0] if len(outs) == 1 else got
 
+    # a PyTorch op takes any strides (`q.transpose(1, 2)`, autograd's expanded cotangents):
+    # kernels read row-major arrays, so the op hands them contiguous ones
     def on_cpu(*tensors):
-        return single(reference(*tensors))
+        return single(reference(*(t.contiguous() for t in tensors)))
 
     def on_cuda(*tensors):
         if "kernel" not in gpu:
             gpu["kernel"] = kernel if kernel.backend == "cuda" else \
                 Kernel(diagram, kernel.options, backend="cuda")
-        return single(gpu["kernel"](*tensors))
+        return single(gpu["kernel"](*(t.contiguous() for t in tensors)))
 
     def fake(*tensors):
         made = _outputs_like(diagram, tensors)
@@ -87,18 +89,36 @@ def _saved_sources(diagram):
 def _gradient_op(kernel: Kernel, qualname: str, saved: bool):
     """The backward op and, per output it returns, the input it is the gradient of (None:
     nothing differentiable, the op has no backward)."""
+    from .compiler.grad import differentiated
     from .diagrams.diagnostics import NapkinError
     from .gradient import grad
     diagram = kernel.diagram
     try:
-        backward_diagram = grad(diagram, saved=saved)
+        wrt = differentiated(diagram)
     except NapkinError:         # nothing differentiable: the op stays without a backward
         return None, None
+    backward_diagram = grad(diagram, wrt=wrt, saved=saved)
     backward = op(Kernel(backward_diagram, kernel.options, backend=kernel.backend),
                   f"{qualname}_backward", differentiable=False)
+    _once_only(f"{qualname}_backward")
+    # the gradient's outputs follow wrt, whatever their names (`dX_` where the forward has a dX)
     names = [s.name for s in diagram.inputs]
-    return backward, [names.index(s.name[1:]) if s.name[1:] in names else None
-                      for s in backward_diagram.outputs]
+    return backward, [names.index(w) for w in wrt]
+
+
+def _once_only(qualname: str) -> None:
+    """The backward op's own backward raises: without one, PyTorch only warns and treats it as
+    constant, so a double backward (`create_graph=True`, a gradient penalty) would silently
+    give no second-order term."""
+    def backward_fn(ctx, *cotangents):
+        raise NotImplementedError(
+            f"{qualname}: napkin derives first gradients only; the gradient of a napkin op's "
+            "backward (double backward, create_graph=True) is not supported")
+
+    def setup_context(ctx, inputs, output):
+        pass
+
+    torch.library.register_autograd(qualname, backward_fn, setup_context=setup_context)
 
 
 def _gradients(wrt, got, n_inputs: int) -> tuple:

@@ -74,8 +74,14 @@ def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = 
     return "\n".join(lines) + "\n"
 
 
-def _setup(d: Diagram, wrt, saved: bool):
-    g = softmaxes(d.ir)      # a softmax written out differentiates as softmax (canonical.py)
+def differentiated(d: Diagram, wrt: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The inputs the gradient differentiates, in the order of its outputs (`d<IN>`, or
+    `d<IN>_` where a name is taken): `wrt` checked (N0810), or every floating-point input
+    some output depends on."""
+    return _wrt(d, softmaxes(d.ir), wrt)[0]
+
+
+def _wrt(d: Diagram, g, wrt):
     inputs, outputs = g.graph["inputs"], g.graph["outputs"]
     floats = [name for name, n in inputs.items() if ir.op(g, n).dtype in ir.FLOAT_DTYPES]
     # gradients flow through floats only: not into a `where`'s condition, a comparison or an
@@ -85,6 +91,10 @@ def _setup(d: Diagram, wrt, saved: bool):
     out_nodes = set(outputs.values())
     if wrt is None:
         wrt = tuple(name for name in floats if reach[name] & out_nodes)
+    elif not wrt:
+        raise error("N0810", "--wrt names no input", help="inputs: " + ", ".join(
+            floats) if floats else None)
+    wrt = tuple(dict.fromkeys(wrt))     # `--wrt X,X` is X: one gradient, one output dX
     for name in wrt:
         if name not in inputs:
             raise error("N0810", f"`{name}` is not an input of {d.name}",
@@ -97,6 +107,13 @@ def _setup(d: Diagram, wrt, saved: bool):
     if not wrt:
         raise error("N0810", f"no output of {d.name} depends on a floating-point input: "
                     "there is nothing to differentiate")
+    return wrt, numbers, reach
+
+
+def _setup(d: Diagram, wrt, saved: bool):
+    g = softmaxes(d.ir)      # a softmax written out differentiates as softmax (canonical.py)
+    inputs, outputs = g.graph["inputs"], g.graph["outputs"]
+    wrt, numbers, reach = _wrt(d, g, wrt)
     sw = Sweep(g, saved)
     sw.taken |= set(g.graph["axes"]) | set(g.graph["arrays"]) | set(inputs) | set(outputs) | _KEYWORDS \
         | ir.BUILTINS

@@ -44,7 +44,8 @@ def resolve(diagram_hints, overrides: dict, target: Target, axes) -> list[Hint]:
                             help=did_you_mean(axis, list(axes), "axes: " + ", ".join(axes)))
             if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
                 raise error("N0304", f"--{kind} {axis}={size!r}: sizes are whole numbers of "
-                            "at least 1", help=f"for example {kind}={{{axis!r}: 8}}")
+                            "at least 1", help=f"for example --{kind} {axis}=8 ({kind}={{{axis!r}: 8}} "
+                                                            "in napkin.compile)")
             for key in [k for k in out if k[0] == kind and k[1] == axis and k[2] == 1]:
                 del out[key]
             out[(kind, axis, 1)] = Hint(kind, axis, size, 1)

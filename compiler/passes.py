@@ -49,8 +49,11 @@ def reduces(g: DiGraph, n: int, axis: str) -> bool:
 def softmax_pairs(g: DiGraph, k: FusedKernel, axis: str) -> dict[int, int]:
     """Softmax nodes over `axis` whose only use (through names) is a contraction over it and
     over every axis the softmax normalises (one it keeps, the output's rows would need the
-    statistics of other rows: the softmax then streams in two passes)."""
+    statistics of other rows: the softmax then streams in two passes). Its rows must be woven:
+    a pair keeps one running max and sum per thread's row, where a row axis the kernel reduces
+    elsewhere (self-attention's gradient fused whole at one token) is a loop inside the state."""
     members, stores = set(k.nodes), set(k.stores)
+    woven = set(k.woven(g))
     pairs = {}
     for n in k.nodes:
         op = ir.op(g, n)
@@ -60,7 +63,8 @@ def softmax_pairs(g: DiGraph, k: FusedKernel, axis: str) -> dict[int, int]:
             # a plain sum of probabilities streams their statistics in a pass of their own)
             if users is not None and len(users) == 1 and reduces(g, users[0], axis) \
                     and isinstance(ir.op(g, users[0]), ir.Contract) \
-                    and set(op.axes) <= set(ir.op(g, users[0]).axes):
+                    and set(op.axes) <= set(ir.op(g, users[0]).axes) \
+                    and set(ir.type_of(g, n).axes) - set(op.axes) <= woven:
                 pairs[n] = users[0]
     return pairs
 

@@ -91,6 +91,9 @@ def names() -> list[str]:
 @lru_cache(maxsize=32)
 def load(spec: str | None = None) -> Target:
     """A target by name, optionally with parameters: `two-level:M=49152`."""
+    if spec is not None and not spec.strip():      # `--target ""`: a mistake, not the default
+        raise UsageError(error("N0605", "the target is empty",
+                               help="targets: " + ", ".join(names())).diagnostics)
     spec = spec or DEFAULT
     name, _, params = spec.partition(":")
     if name not in names():

@@ -21,8 +21,7 @@ from ..runtime.files import write_atomic
 def command(diagram, sizes, wrt, saved, output) -> None:
     """Derive the gradient of a diagram and print it as a diagram (checked, ready to compile)."""
     from ..gradient import grad
-    d = load_diagram(diagram, sizes)
-    OUTPUT.warn(d.warnings)
+    d = load_diagram(diagram, sizes)      # (which prints its warnings)
     g = grad(d, wrt=wrt, saved=saved)
     OUTPUT.warn(g.warnings)
     if output:
