@@ -147,10 +147,10 @@ def test_a_full_folder_warns_and_answers(kernel, tmp_path, monkeypatch, caplog, 
     monkeypatch.setenv("NAPKIN_EMULATOR_CACHE", str(cache))
     real = tempfile.mkdtemp
 
-    def full(*a, dir=None, **k):        # what a full (or read-only) disk does to the build folder
-        if dir is not None and str(dir).startswith(str(cache)):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(*a, dir=dir, **k)
+    def full(suffix=None, prefix=None, dir=None):   # what a full (or read-only) disk does to
+        if dir is not None and str(dir).startswith(str(cache)):   # the build folder (callers
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # pass dir by position too:
+        return real(suffix, prefix, dir)                  # TemporaryDirectory, link_flags' probe)
     monkeypatch.setattr(tempfile, "mkdtemp", full)
     x = rng.standard_normal(N).astype(np.float32)
     with caplog.at_level(logging.WARNING, logger="napkin"):
