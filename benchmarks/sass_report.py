@@ -46,6 +46,10 @@ NAPKIN = [
     ("attention d=128", "attention", LONG, {"d": 128}),
     ("causal d=64", "causal_attention", LONG, {"d": 64}),
     ("causal d=128", "causal_attention", LONG, {"d": 128}),
+    # heads whose O accumulator fills half a lane's registers or more: Q re-read, 16 rows a warp
+    ("attention d=192", "attention", LONG, {"d": 192}),
+    ("attention d=256", "attention", LONG, {"d": 256}),
+    ("causal d=256", "causal_attention", LONG, {"d": 256}),
     ("gqa d=64 (8 kv heads x 4)", "gqa_attention", {"b": 4, "g": 8, "r": 4, "q": 4096, "x": 4096}, {"d": 64}),
     ("matmul 4096^3", "matmul", {"m": 4096, "n": 4096, "k": 4096}, {}),
     ("matmul 8192^3", "matmul", {"m": 8192, "n": 8192, "k": 8192}, {}),

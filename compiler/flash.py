@@ -53,10 +53,20 @@ REREAD_SLICES = occupancy.REREAD_SLICES
 # FlashAttention-2's held Q within that margin (a100 attention d = 64 was 0.9% faster
 # re-read by the model, at 1.25x Triton's non-MMA instructions per HMMA)
 REREAD_MARGIN = 0.05
-# ... and fewer fragment registers when re-read: ptxas (sm_90, after the swizzled tiles' address
-# tables) spills a head of 512 re-read at 2 fragments a warp and 32-key chunks (112 fragment
-# registers a lane: 255 registers, 44 bytes of spills) and not at 16-key chunks (96: 222)
-REREAD_MAX_REGISTERS = 104
+# ... and, re-read, a budget that weighs the chunk's score registers (fm x chunk / 2 a lane)
+# REREAD_SCORE_WEIGHT times: each score also lives as its exponential and, packed, as the A
+# fragment of P V beside V's B fragments, and a chunk's keys have their copies' addresses.
+# ptxas (NVRTC 13, sm_90; fragment registers + 3 x the score registers -> registers):
+#   not spilled: a head of 256 at one fragment a warp and 16- or 32-key chunks (144 + 24, 152 +
+#   48: 244-254, causal too), 192 at 32 keys (120 + 48: 250), dk 192 dv 128 at 64 keys (104 +
+#   96: 236), dk 512 dv 64 at two fragments and 16 keys (96 + 48: 222);
+#   spilled: 256 at 64 keys (168 + 96: 255 and 16-28 bytes at 8 warps), 192 at 64 keys (136 +
+#   96: 12 bytes), dk 512 dv 64 at two fragments and 32 keys (112 + 96: 44 bytes), dk 192 dv
+#   128 at two fragments and 32 keys (176 + 96: 60-116 bytes)
+# (`benchmarks/flash_registers.py` reruns it). Held Q keeps the plain count: d = 192 held at
+# 16-key chunks (152 fragment registers) spills where re-read at 152 does not
+REREAD_SCORE_WEIGHT = 4
+REREAD_MAX_REGISTERS = 200
 ELEMENTWISE = (ir.Map, ir.Assign, ir.Index, ir.Const, ir.SizeOf)
 # (block rows, warps, keys per chunk) in search order: each warp one or two 16-row fragments
 TILINGS = np.array([(bm, wm, chunk) for bm in ROWS for wm in WARPS for chunk in CHUNKS
@@ -270,8 +280,22 @@ def candidate_set(sizes: dict, s: FlashSite, fixed: dict, rereads=REREADS):
     """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
     or None."""
     return row_tilings(packing.sized(packing.of_site(s), sizes), s.row, s.red, s.batch, fixed,
-                       lambda fm, chunk, reread: registers(fm, chunk, s, reread) <= NUMBERS.where(
-                           reread, REREAD_MAX_REGISTERS, MAX_REGISTERS), rereads)
+                       lambda fm, chunk, reread: fits(fm, chunk, s, reread), rereads)
+
+
+def budget(fm, chunk, site: FlashSite, reread=False):
+    """What the register budget counts per lane (per entry): the fragment registers, and,
+    with Q re-read, each score register REREAD_SCORE_WEIGHT times."""
+    scores = fm * chunk / 2
+    return registers(fm, chunk, site, reread) + NUMBERS.where(
+        reread, (REREAD_SCORE_WEIGHT - 1) * scores, 0)
+
+
+def fits(fm, chunk, site: FlashSite, reread=False):
+    """A tiling's fragments fit a lane's registers without spills (per entry): its budget
+    within MAX_REGISTERS with Q held, REREAD_MAX_REGISTERS with Q re-read."""
+    return budget(fm, chunk, site, reread) <= NUMBERS.where(reread, REREAD_MAX_REGISTERS,
+                                                            MAX_REGISTERS)
 
 
 def row_tilings(sizes: dict, row: str, red: str, batch: tuple[str, ...], fixed: dict, fits,
@@ -300,4 +324,4 @@ def row_tilings(sizes: dict, row: str, red: str, batch: tuple[str, ...], fixed: 
     return candidates, (-bm, -chunk, wm, np.asarray(reread, dtype=float))
 
 
-__all__ = ["FlashSite", "examine", "search", "registers", "row_tilings"]
+__all__ = ["FlashSite", "examine", "search", "registers", "budget", "fits", "row_tilings"]

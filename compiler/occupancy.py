@@ -15,7 +15,9 @@ data are in `benchmarks/model_check.py --registers`):
   ptxas: 100-126 at 44-52 (16-key chunks), 153-242 at 68, 189-225 at 100, 239-242 at 148.
 - FlashAttention-2: `values` = flash.registers (S, O, Q fragments per lane; Q's a slice
   or two when re-read from shared memory every chunk);
-  ptxas: 170 at 80, 186 at 104, 210-244 at 112, 238-255 at 128.
+  ptxas: 170 at 80, 186 at 104, 210-244 at 112, 238-255 at 128; ptxas compresses near 255
+  (Q re-read, one fragment a warp: 236 at 104, 250 at 120, 244-254 at 144, 250-254 at 152),
+  so the estimate is the lower of that line and ATTENTION_HIGH, plus the scores' mask ops.
 
 A plan fits the register level when its estimate is at most what a thread may have
 (255, and the register file over the block's threads); on the SM, registers are allocated
@@ -44,6 +46,9 @@ REGISTERS = {"cuda cores": (45.0, 1.5), "product": (80.0, 0.9), "attention": (40
 # the line alone: rms 34. d = 128's dK and dV in one kernel (148 values, 16-key chunks) is
 # 224 by the estimate, 239-242 by ptxas; causal, 240 against 255 and 224 bytes of spills.
 CHAIN_HIGH = (120.0, 0.70)
+# FlashAttention-2's high line (the module docstring; heads of 192 and 256, flash.py's budget
+# data): it meets the line at 123 fragment registers, below which nothing changes
+ATTENTION_HIGH = (200.0, 0.35)
 CHAIN_OPS = 7
 CHAIN_OP_REGISTERS = 4.0
 CHAIN_CHUNK_REGISTERS = 0.75
@@ -170,7 +175,10 @@ def _estimate(model, choice, engine: str, values, level_M=0.0):
         return (np.minimum(base + slope * values, high + steep * values)
                 + CHAIN_OP_REGISTERS * max(score_ops(model, choice) - CHAIN_OPS, 0)
                 + CHAIN_CHUNK_REGISTERS * (np.asarray(choice.stream[1], dtype=float) - 16))
-    return base + slope * values + _extra(model, choice, engine, level_M)
+    line = base + slope * values
+    if engine == "attention":
+        line = np.minimum(line, ATTENTION_HIGH[0] + ATTENTION_HIGH[1] * values)
+    return line + _extra(model, choice, engine, level_M)
 
 
 def register_limit(target: Target, threads):

@@ -116,12 +116,10 @@ def test_a_softmax_over_three_axes_plans_at_64_cubed():
     assert "kernel" in napkin.compile(text, backend="interpret").explain(x=64, y=64, z=64)
 
 
-@pytest.mark.xfail(strict=True, reason="--engine tensor-cores prices fusion's candidates as "
-                   "auto does (kernel_plan._plan: forced only when not quick), so at small sizes "
-                   "d=256 attention fuses P and O on the CUDA cores and the forced engine then "
-                   "refuses that kernel (N0606 'the scores are not one contraction'), though "
-                   "S, P, O as three kernels (two on tensor cores) is the plan at scale; forcing "
-                   "the quick estimates too breaks paged attention's forced plans")
 def test_attention_with_d_256_on_forced_tensor_cores_at_small_sizes():
+    """One FlashAttention-2 kernel with Q re-read (the head's O accumulator fills half a
+    lane's registers), as at scale; before the re-read budget weighed the scores, no d=256
+    tiling fitted and fusion's quick estimates fused P and O on the CUDA cores (N0606)."""
     k = napkin.compile("attention", backend="interpret", engine="tensor-cores", d=256)
-    assert "tensor cores" in k.explain(b=1, h=2, q=33, x=67)
+    text = k.explain(b=1, h=2, q=33, x=67)
+    assert "FlashAttention-2" in text and "Q re-read" in text
