@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import math
 
-from ..compiler import ir, masking
+from types import SimpleNamespace
+
+from ..compiler import ir, masking, packing
 from . import masks
 from . import program as P
 from .cexpr import float_literal
@@ -28,12 +30,19 @@ from .mma import FK, FM, FN, MmaLowering
 
 # exp(x) = 2^(x log2 e): the softmax runs in base 2 (one FFMA and one MUFU.EX2 per score)
 LOG2E = float_literal(math.log2(math.e))
+# packing.spans's operations on C expressions (non-negative indices)
+_C = SimpleNamespace(div=lambda a, b: f"(({a}) / {b})", mod=lambda a, b: f"(({a}) % {b})",
+                     mul=lambda a, b: f"{a} * {b}", same=lambda a, b: f"({a} == {b})",
+                     pick=lambda c, a, b: f"({c} ? {a} : {b})", last=lambda n: f"({n} - 1)")
 
 
 class FlashLowering(MmaLowering):
+    spans: dict = {}        # packed rows: each packed axis's range over the block (_box)
+
     def _block_body(self) -> None:
         b, s = self.b, self.site
         self._origins()
+        self.spans = self._packed_spans()
         fm, chunk = self.wtm // FM, self.kp.schedule.stream[1]
         hk, dv = s.head // FK, s.width // FN
         qt = self._tile(s.q, self.grouped(s.row), self.whole(s.dk, s.head))
@@ -78,6 +87,24 @@ class FlashLowering(MmaLowering):
         self._pipeline([kt, vt], compute, None if span and span.band else skip, peel=True,
                        span=(span.first, span.end) if span else None)
         self._finish(fm, dv)
+
+    def _packed_spans(self) -> dict:
+        """Packed rows under a mask (compiler/packing.py): each packed axis's least and
+        greatest index over the block's rows (packing.spans: all of q for a block wrapping
+        around it), declared once for the chunk skip's tests, or {}."""
+        s = self.site
+        if not s.packed or masking.paired_condition(self.g, self.st) is None:
+            return {}
+        org, top = self._axis_var("org", s.row), f"({self.itype})({self.sizes[s.row]} - 1)"
+        hi = f"{org} + {self.tile[s.row] - 1}"
+        hi = self.b.value(self.itype, f"({hi} < {top} ? {hi} : {top})", "pk")
+        sizes = {a: f"({self.itype})({self.sizes[a]})" for a in s.packed}
+        return {a: tuple(self.b.value(self.itype, e, "pk") for e in ends)
+                for a, ends in packing.spans(org, hi, s.packed, sizes, _C).items()}
+
+    def _box(self, r: str, start: str = "c0", length: str = "clen") -> dict:
+        """KernelLowering._box, a packed axis's range that of the block's rows."""
+        return {**super()._box(r, start, length), **self.spans}
 
     def _scores(self, kt: dict, fm: int, chunk: int, hk: int, tail: bool) -> None:
         """S = Q K on the tensor cores, then the diagram's scale and masks per element (and,

@@ -88,7 +88,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     # the share of (block, chunk) pairs a mask lets the kernel compute (masking.py): a chunk
     # it skips is not read into shared memory nor into registers
     fraction = 1.0 if symbolic or not choice.stream else computed_fraction(
-        model.mask, sizes, {**dict(choice.group), choice.stream[0]: choice.stream[1]})
+        model.mask, sizes, {**dict(choice.group), choice.stream[0]: choice.stream[1]},
+        packed=model.packed)
     loads = issue.tiles(model, choice, covs[0])     # each load's tile a block copies at a time
     # a tensor-core kernel's cp.async pipeline: its depth (occupancy.stages) and the bytes
     # one stage of it keeps in flight
@@ -223,7 +224,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     else:
         # FlashAttention-2 evaluates its mask in the chunks the mask cuts only (codegen/flash.py)
         cut = cut_fraction(model.mask, sizes, {**dict(choice.group),
-                                               choice.stream[0]: choice.stream[1]}) \
+                                               choice.stream[0]: choice.stream[1]},
+                           model.packed) \
             if choice.warps and choice.stream and model.streaming.pairs else None
         tiles = {**dict(choice.group), choice.stream[0]: choice.stream[1]} \
             if choice.stream else {}
@@ -231,11 +233,13 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         # outside are not iterated, and its prologue scans the streamed axis once per block
         span = None
         if choice.stream and spans(model.mask):   # (positions tested, block reductions)
-            span = (iterated_fraction(model.mask, sizes, tiles, choice.stream[0]),
+            span = (iterated_fraction(model.mask, sizes, tiles, choice.stream[0],
+                                      model.packed),
                     sizes[choice.stream[0]], 2)
         elif choice.stream and choice.warps and model.mask is not None:
             # a mask of indices bounds the loop by its chunks (codegen/masks.index_span)
-            span = (iterated_fraction(model.mask, sizes, tiles, choice.stream[0]),
+            span = (iterated_fraction(model.mask, sizes, tiles, choice.stream[0],
+                                      model.packed),
                     NUMBERS.ceil(sizes[choice.stream[0]] / choice.stream[1]), 1)
         parts = issue.compute(model, choice, sizes, target, covs[0],
                               [lc.H for lc in results[1:]], unit_counts,

@@ -104,10 +104,11 @@ class FlashSite:
         return self.packed or (self.row,)
 
 
-def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
-            ) -> FlashSite | str | None:
+def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
+            packed: bool | None = None) -> FlashSite | str | None:
     """The kernel's attention on tensor cores, why not (a string), or None when the kernel
-    is no attention (no online softmax)."""
+    is no attention (no online softmax); `packed`: its fragment rows packed or not where
+    they can be (packing.fragment_rows; None: by default)."""
     st = model.streaming
     if len(st.pairs) != 1 or st.stats or st.passes != 1:
         return None
@@ -140,7 +141,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
         if not isinstance(ir.op(g, n), ELEMENTWISE):
             strange.append(n)
     # K and V read through gathers (a paged cache) or a split's windows: their rows copied
-    sources = _row_sources(g, kernel, q, k, v, scores, out, x, sizes)
+    sources = _row_sources(g, kernel, q, k, v, scores, out, x, sizes, packed)
     if isinstance(sources, str):
         return sources
     covered = {m for src in sources.values() for m in rowsource.nodes(g, src)}
@@ -173,7 +174,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     if x not in ak or x not in av or dk not in ak or not own_q or len(own_v) != 1:
         return "the products are not Q[.. q d] K[.. x d] and P[.. q x] V[.. x e]"
     (dv,) = own_v
-    rows = packing.fragment_rows(g, kernel, own_q, q, out, sizes)
+    rows = packing.fragment_rows(g, kernel, own_q, q, out, sizes, packed)
     row = packing.name(rows)
     sizes = g.graph["axes"]
     head, width = sizes[dk].size, sizes[dv].size
@@ -210,7 +211,7 @@ def _operands(g, scores: int, out: int, soft: int, x: str) -> tuple[int, int, in
 
 
 def _row_sources(g, kernel, q: int, k: int, v: int, scores: int, out: int, x: str,
-                 sizes) -> dict | str:
+                 sizes, packed: bool | None = None) -> dict | str:
     """K's and V's row sources (compiler/rowsource.py: operand -> RowSource) where they are
     windows or gathers of loads, or why the tile's copy cannot read one; {} where the
     products are not attention's shape (examine says why after)."""
@@ -222,7 +223,7 @@ def _row_sources(g, kernel, q: int, k: int, v: int, scores: int, out: int, x: st
     if len(contracted) != 1 or len(own_v) != 1 or not own_q:
         return {}
     (dk,), (dv,) = contracted, own_v
-    rows = packing.fragment_rows(g, kernel, own_q, q, out, sizes)
+    rows = packing.fragment_rows(g, kernel, own_q, q, out, sizes, packed)
     batch = tuple(a for a in o_axes if a not in rows and a != dv)
     out_sources = {}
     for n, inner in ((k, dk), (v, dv)):

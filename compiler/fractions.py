@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import functools
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
+from . import packing
 from .masking import COMPARISONS as _CMP
 
 SAMPLES = 512
+# packing.spans's operations on arrays of block starts and ends
+_NUMPY = SimpleNamespace(div=np.floor_divide, mod=np.mod, mul=lambda a, b: a * b,
+                         same=np.equal, pick=np.where, last=lambda n: n - 1)
 CELLS = 1 << 21          # (block, position) pairs a count by position looks at, at most
 
 
@@ -39,40 +44,50 @@ def axes_of(expr) -> tuple[str, ...]:
     return tuple(sorted({a for e in expr[1:] for a in axes_of(e)}))
 
 
-def computed_fraction(mask, sizes: dict, tiles: dict, what: str = "computed"):
+def computed_fraction(mask, sizes: dict, tiles: dict, what: str = "computed", packed=()):
     """The share of (block, chunk) pairs computed, per candidate: `tiles` gives each masked
     axis's extent per block (a grouped axis's tile, the streamed axis's chunk; a number or
     an array broadcasting to the candidates), an axis not in it is whole. 1.0 without a
     mask. `what="iterated"`: the share the chunk loop visits (the span of a mask read from
-    data, codegen/masks.data_span; every chunk otherwise)."""
+    data, codegen/masks.data_span; every chunk otherwise). `packed`: Model.packed, the
+    fragment rows' axes packed into one (compiler/packing.py): a masked axis among them is
+    tiled by the packed axis's blocks, its range in one the least to the greatest index of
+    its rows (packing.spans), as the kernel's skip test bounds it."""
     if mask is None:
         return 1.0
-    axes = axes_of(mask)
+    axes = _grid(axes_of(mask), packed)
     if not axes:
         return 1.0
+    sizes = packing.sized(packed, sizes)
     values = [np.asarray(tiles.get(a, sizes[a]), dtype=float) for a in axes]
     shape = np.broadcast_shapes(*(v.shape for v in values))
     flat = np.stack([np.broadcast_to(v, shape).ravel() for v in values], axis=1)
     size_key = tuple(sorted((a, int(v)) for a, v in sizes.items()))
     # once per distinct combination of extents (candidates share most of them)
     distinct, inverse = np.unique(flat, axis=0, return_inverse=True)
-    found = np.array([_fraction(mask, size_key, tuple(zip(axes, map(int, t))), what)
-                      for t in distinct], dtype=float)
+    found = np.array([_fraction(mask, size_key, tuple(zip(axes, map(int, t))), what,
+                                tuple(packed)) for t in distinct], dtype=float)
     out = found[inverse.reshape(-1)].reshape(shape)
     return out.item() if out.ndim == 0 else out
 
 
-def cut_fraction(mask, sizes: dict, tiles: dict):
+def _grid(axes, packed) -> tuple[str, ...]:
+    """The axes a mask's blocks tile: each of `axes`, a packed one as the axis packing it."""
+    of = {a: p for p, parts in packed for a in parts}
+    return tuple(dict.fromkeys(of.get(a, a) for a in axes))
+
+
+def cut_fraction(mask, sizes: dict, tiles: dict, packed=()):
     """The share of (block, chunk) pairs the mask cuts: computed, with the condition failing
     somewhere in them (the diagonal of causal attention), per candidate as
     `computed_fraction`; the rest of the computed pairs hold it everywhere (their scores
     need no mask). 1.0 without a mask (every pair evaluates whatever the kernel computes)."""
     if mask is None or not axes_of(mask):
         return 1.0
-    return computed_fraction(("cut", mask), sizes, tiles)
+    return computed_fraction(("cut", mask), sizes, tiles, packed=packed)
 
 
-def iterated_fraction(mask, sizes: dict, tiles: dict, axis: str | None = None):
+def iterated_fraction(mask, sizes: dict, tiles: dict, axis: str | None = None, packed=()):
     """The share of (block, chunk) pairs the chunk loop visits (computed_fraction's): a mask
     read from data bounds it by its span (codegen/masks.data_span); a mask of indices, with
     the streamed `axis` given, by the first and the last chunk it may hold in
@@ -80,7 +95,8 @@ def iterated_fraction(mask, sizes: dict, tiles: dict, axis: str | None = None):
     are not given holds anywhere in that part, and the rest of it still bounds the span
     (varlen's `x <= q`: the kernel's last position is at most the block's last row), when
     `axis` is given."""
-    return computed_fraction(mask, sizes, tiles, f"iterated:{axis}" if axis else "iterated")
+    return computed_fraction(mask, sizes, tiles, f"iterated:{axis}" if axis else "iterated",
+                             packed)
 
 
 def later_is_heavier(mask, sizes: dict, tiles: dict, stream: str, row: str) -> bool:
@@ -110,7 +126,8 @@ def along_bytes(mask) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _fraction(mask, size_key: tuple, extents: tuple, what: str = "computed") -> float:
+def _fraction(mask, size_key: tuple, extents: tuple, what: str = "computed",
+              packed: tuple = ()) -> float:
     sizes, ext = dict(size_key), {a: max(int(e), 1) for a, e in extents}
     leaves = _leaves(mask)
     # with values for a leaf read along the streamed axis, the kernel tests the chunk's
@@ -142,6 +159,9 @@ def _fraction(mask, size_key: tuple, extents: tuple, what: str = "computed") -> 
             box[a] = (point, point)
         else:
             box[a] = (start, np.minimum(start + ext[a], sizes[a]) - 1)
+    for p, parts in packed:         # (its packed axes: the least and greatest of its rows)
+        if p in box:
+            box.update(packing.spans(*box[p], parts, sizes, _NUMPY))
     for lf in leaves:
         box[lf] = _leaf_interval(lf, box, ext, tile_of, stream)
     shape = tuple(dims)

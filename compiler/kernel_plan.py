@@ -203,14 +203,16 @@ class KernelPlanner:
         """The tensor-core plan of an eligible kernel (tensorcore.py) when it beats `best`
         (any, when `best` is None); `tried`: the (model, columns) the SIMT search built, one
         per streamed axis."""
-        for model, cols in tried:
-            where = tensorcore.site(self.g, k, model, self.target, self.sizes)
-            if where is None or (not self.across and getattr(where, "across", ())):
-                continue
-            model = tensorcore.for_site(self.g, k, model, where, self.sizes)
-            found = tensorcore.search_site(model, cols, self.target, self.sizes, where, fixed)
-            if found is not None and (best is None or found[1].time < best.cost.time):
-                best = KernelPlan(k, model, cols, found[0], found[1], tuple(used))
+        for base, cols in tried:
+            # (an attention's rows packed and not, where both can be: the faster is kept)
+            for where in tensorcore.sites(self.g, k, base, self.target, self.sizes):
+                if not self.across and getattr(where, "across", ()):
+                    continue
+                model = tensorcore.for_site(self.g, k, base, where, self.sizes)
+                found = tensorcore.search_site(model, cols, self.target, self.sizes, where,
+                                               fixed)
+                if found is not None and (best is None or found[1].time < best.cost.time):
+                    best = KernelPlan(k, model, cols, found[0], found[1], tuple(used))
         return best
 
     def _infeasible(self, k: FusedKernel, tried, fixed, used) -> "_Infeasible":

@@ -13,10 +13,21 @@ the axis the rows would run along is shorter than a fragment and another axis of
 (absent from K and V) is longer than one. The planner and the cost model see the packed
 rows as one axis (`name`, of size the product: `sized`, `relabel`); the lowering addresses
 Q and O per row through the decomposition (codegen/mma.py `_checked_point`, tiles.py).
-The packed axes must be adjacent and in the same order in Q and O (a row's offset is then
-`i * stride`: Q's tile copy steps along the rows by a constant), and no value of the kernel
-may read some of them without the others (a mask over q alone, causal decoding: the
-block's span of q positions is no interval of its rows; those keep one axis of rows).
+The packed axes must be adjacent and in the same order in Q (a row's offset is then `i *
+stride`: Q's tile copy steps along the rows by a constant; O is stored per element at each
+row's own position, so a split's partial O `[p_x q b g r d]` under a causal mask, whose layout
+the mask's axes lead, packs too), and no loaded array may read
+some of them without the others (a bias `B[q x]`: the model would count it over the packed
+rows). A value of indices reading some of them (causal speculative decoding's `x <= q +
+size(x) - size(q)`) is computed per score at the row's own (r, q), and a block's chunk skip
+bounds each packed axis by the least and greatest index its rows hold (`spans`: a block
+wrapping around q, as every block of 16 rows does at q = 4, spans all of q).
+
+Where the axis the rows would run along is already a fragment long (prefill with GQA), both
+forms are candidates (`options`): the planner searches each and keeps the faster
+(kernel_plan.py), packed rows reading K and V once per (b, g) instead of once per position
+of the other axis. The choice is then the model's (`Model.packed`) and the tiling's (its
+axes name `(r q)`), which later stages read (`from_choice`).
 """
 
 from __future__ import annotations
@@ -40,37 +51,69 @@ def parts(axis: str) -> tuple[str, ...]:
     return tuple(axis[1:-1].split(" ")) if axis.startswith("(") else (axis,)
 
 
-def fragment_rows(g, kernel, own_q, q: int, out: int, sizes) -> tuple[str, ...]:
+def fragment_rows(g, kernel, own_q, q: int, out: int, sizes, packed: bool | None = None
+                  ) -> tuple[str, ...]:
     """The axes the fragment rows run along: Q's own axis nearest O's contiguous end, unless it
     is shorter than a fragment at the planning sizes and another is longer (decode with GQA:
     the query heads `r` of one key-value head fill the rows where `q` is 1); packed with the
     other axes of Q's rows where one of them is longer than 1 and `why_not` finds no reason
-    against it."""
+    against it, by default where that one axis is shorter than a fragment. `packed`: True or
+    False asks for that form (True: where it can be)."""
     o_axes = ir.type_of(g, out).axes
     one = max(own_q, key=lambda a: (min((sizes or {}).get(a, FRAG_ROWS), FRAG_ROWS),
                                     o_axes.index(a)))
-    if sizes is None or sizes.get(one, FRAG_ROWS) >= FRAG_ROWS or \
-            not any(sizes.get(a, 1) > 1 for a in own_q if a != one):
+    if packed is False or sizes is None or \
+            not any(sizes.get(a, 1) > 1 for a in own_q if a != one) or \
+            (packed is None and sizes.get(one, FRAG_ROWS) >= FRAG_ROWS):
         return (one,)
-    rows = tuple(sorted(own_q, key=o_axes.index))
+    rows = tuple(sorted(own_q, key=ir.type_of(g, q).axes.index))     # (Q's order: why_not)
     return (one,) if why_not(g, kernel, rows, q, out) else rows
 
 
 def why_not(g, kernel, rows: tuple[str, ...], q: int, out: int) -> str | None:
     """Why the fragment rows cannot pack `rows` (None: they can)."""
-    for n in (q, out):
-        axes = ir.type_of(g, n).axes
-        at = [axes.index(a) for a in rows]
-        if at != list(range(at[0], at[0] + len(rows))):
-            return f"{', '.join(rows)} are not adjacent, in this order, in Q and O"
+    axes = ir.type_of(g, q).axes        # (O is stored per element, at each row's own)
+    at = [axes.index(a) for a in rows]
+    if at != list(range(at[0], at[0] + len(rows))):
+        return f"{', '.join(rows)} are not adjacent, in this order, in Q"
     wanted = set(rows)
-    for n in (*kernel.nodes, *kernel.loads):
+    loads = set(kernel.loads)
+    read = [*kernel.loads, *(n for n in kernel.nodes if isinstance(ir.op(g, n), ir.View)
+                             and ir.operands(g, n)[0] in loads)]
+    for n in read:
         some = wanted & set(ir.type_of(g, n).axes)
         if some and some != wanted:
-            return (f"a value of the kernel reads `{sorted(some)[0]}` without "
-                    f"`{sorted(wanted - some)[0]}` (a mask over the queries): the block's "
-                    "rows span no interval of it")
+            return (f"a loaded array reads `{sorted(some)[0]}` without "
+                    f"`{sorted(wanted - some)[0]}` (a bias or a mask read from data over the "
+                    "queries): the model would count it over the packed rows")
     return None
+
+
+def spans(lo, hi, axes: tuple[str, ...], sizes: dict, ops) -> dict:
+    """Each packed axis's least and greatest index over the rows lo..hi of a packed axis
+    (`axes` outer to inner, row i at (i / size(q), i % size(q))): the outer axis's from the
+    quotients; an inner axis's from the remainders when the rows stay in one cycle of it,
+    else its whole range. `ops`: `div, mod, mul, same, pick, last` (floor division,
+    remainder, product, equality, select, n - 1) for the kind of expression lo, hi and the
+    sizes are (NumPy: compiler/fractions.py; C strings: codegen/flash.py)."""
+    out, inner = {}, None
+    for a in reversed(axes):
+        ulo, uhi = (lo, hi) if inner is None else (ops.div(lo, inner), ops.div(hi, inner))
+        n = sizes[a]
+        if a == axes[0]:
+            out[a] = (ulo, uhi)
+        else:
+            same = ops.same(ops.div(ulo, n), ops.div(uhi, n))
+            out[a] = (ops.pick(same, ops.mod(ulo, n), 0), ops.pick(same, ops.mod(uhi, n),
+                                                                  ops.last(n)))
+        inner = n if inner is None else ops.mul(inner, n)
+    return out
+
+
+def from_choice(choice) -> bool:
+    """Whether a tensor-core choice's fragment rows are packed: its warps stack along a packed
+    axis (`name`'s)."""
+    return any(len(parts(a)) > 1 for a, _ in choice.warps)
 
 
 def position(axes: tuple[str, ...], axis: str) -> int:
@@ -118,4 +161,4 @@ def expand(axes, model) -> set:
     return {b for a in axes for b in parts.get(a, (a,))}
 
 
-__all__ = ["name", "parts", "position", "fragment_rows", "why_not", "sized", "of_site", "relabel", "expand"]
+__all__ = ["name", "parts", "position", "fragment_rows", "why_not", "spans", "from_choice", "sized", "of_site", "relabel", "expand"]

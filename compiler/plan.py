@@ -26,7 +26,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
 from . import schedule as schedules
-from . import splitting, tensorcore
+from . import packing, splitting, tensorcore
 from .splitting import SplitChoice
 from .canonical import canonicalize
 from .nested import separate_nested
@@ -304,8 +304,8 @@ def with_choices(plan: Plan, choices) -> Plan:
                                                   or "nothing (this kernel reduces no axis)"))
         model = kernel_model(plan.graph, kp.kernel, axis)
         cols = columns(plan.graph, model)
-        where = tensorcore.site(plan.graph, kp.kernel, model, plan.target, plan.sizes) \
-            if choice.warps else None
+        where = tensorcore.site(plan.graph, kp.kernel, model, plan.target, plan.sizes,
+                                packing.from_choice(choice)) if choice.warps else None
         if where is not None:   # what the site computes as it stages (as the planner)
             model = tensorcore.for_site(plan.graph, kp.kernel, model, where, plan.sizes)
         sched = schedules.build(plan.graph, kp.kernel, model, choice, plan.sizes, plan.target)

@@ -275,7 +275,8 @@ def _staged(g, kernel) -> frozenset[int]:
 
 def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Schedule:
     name = kernel.name
-    found = examine(g, kernel, model, target, sizes)
+    # (an attention's rows packed as the planner chose: the model's, packing.py)
+    found = examine(g, kernel, model, target, sizes, bool(model.packed))
     if isinstance(found, str):
         raise _refuse(name, f"it gives warps (tensor cores) but {found}")
     if choice.split is not None or choice.inner is not None:

@@ -76,21 +76,33 @@ def has_mma(target: Target) -> bool:
 SITES = (Site, FlashSite, ChainSite)
 
 
-def site(g, kernel, model: Model, target: Target, sizes: dict | None = None
-         ) -> Site | FlashSite | ChainSite | None:
+def site(g, kernel, model: Model, target: Target, sizes: dict | None = None,
+         packed: bool | None = None) -> Site | FlashSite | ChainSite | None:
     """The kernel's tensor-core product, attention or chain of products, or None when it
-    must stay SIMT."""
-    found = examine(g, kernel, model, target, sizes)
+    must stay SIMT (`packed`: examine's)."""
+    found = examine(g, kernel, model, target, sizes, packed)
     return found if isinstance(found, SITES) else None
 
 
-def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
-            ) -> Site | FlashSite | ChainSite | str:
+def sites(g, kernel, model: Model, target: Target, sizes: dict | None = None) -> tuple:
+    """The sites the planner searches and compares: site's, and for an attention whose rows
+    are not packed by default (their axis a fragment long: prefill with GQA) but can be
+    (compiler/packing.py), the packed form after it (a tie keeps the default)."""
+    found = site(g, kernel, model, target, sizes)
+    if not isinstance(found, FlashSite) or found.packed:
+        return () if found is None else (found,)
+    other = site(g, kernel, model, target, sizes, True)
+    return (found,) if other is None or other == found else (found, other)
+
+
+def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
+            packed: bool | None = None) -> Site | FlashSite | ChainSite | str:
     """The kernel's tensor-core product, attention or chain of products, or why it stays
-    on the CUDA cores (`sizes`: the planning sizes, which choose the fragment rows)."""
+    on the CUDA cores (`sizes`: the planning sizes, which choose the fragment rows, or
+    `packed` does: packing.fragment_rows)."""
     if not has_mma(target):
         return f"{target.name} has no mma.sync m16n8k16 tensor cores"
-    attention = flash.examine(g, kernel, model, target, sizes)
+    attention = flash.examine(g, kernel, model, target, sizes, packed)
     found = attention if attention is not None else chain.examine(g, kernel, model, target, sizes)
     found = found if found is not None else _product(g, kernel, model, target)
     if isinstance(found, str):
@@ -382,6 +394,6 @@ def _candidates(sizes: dict, s: Site) -> np.ndarray:
     return TILINGS[np.all(TILINGS[:, :3] <= top, axis=1)]
 
 
-__all__ = ["Site", "FlashSite", "ChainSite", "SITES", "site", "examine", "best_site", "search_site", "has_mma", "search",
+__all__ = ["Site", "FlashSite", "ChainSite", "SITES", "site", "sites", "examine", "best_site", "search_site", "has_mma", "search",
            "ranked", "for_site", "vector_loads", "from_loads",
            "warp_tile", "FRAGMENT", "PAD"]

@@ -4,7 +4,7 @@ The emitted CUDA runs on the CPU emulator against the float64 reference (the tol
 of test_emulated_library.py), with r x q below, equal to and above a fragment's 16 rows and
 not a multiple of it, keys at odd sizes and at chunk multiples, f16 and bf16, with the keys
 split (decode partials and their merge) and not; a seeded bug in the rows' decomposition
-must fail; a mask over the queries alone keeps one axis of rows.
+must fail; a loaded array over the queries alone keeps one axis of rows.
 """
 
 from __future__ import annotations
@@ -77,16 +77,18 @@ def test_a_seeded_bug_in_the_rows_decomposition_fails():
     assert not verdict.ok
 
 
-CAUSAL = ("axis b, g, r, q, x\naxis d = 32\n"
+BIASED = ("axis b, g, r, q, x\naxis d = 32\n"
           "in Q[b g r q d]: bf16\nin K[b g x d]: bf16\nin V[b g x d]: bf16\n"
-          "S[b g r q x] = where(x <= size(x) - size(q) + q, Q * K / sqrt(size(d)), -inf)\n"
+          "in B[q x]: f32\n"
+          "S[b g r q x] = Q * K / sqrt(size(d)) + B\n"
           "P[b g r q x] = softmax[x](S)\nO[b g r q d] = P * V\nout O: bf16")
 
 
-def test_a_mask_over_the_queries_keeps_one_axis_of_rows():
-    """Causal speculative decoding reads q without r: its rows stay one axis (why_not says
-    so), and the kernel still matches the reference."""
-    d = napkin.load(CAUSAL)
+def test_a_loaded_array_over_the_queries_alone_keeps_one_axis_of_rows():
+    """A bias `B[q x]` read without r: its rows stay one axis (why_not says so: the model
+    would count B over the packed rows), and the kernel still matches the reference. (A mask
+    of indices over q alone packs: test_gqa_packed_causal.py.)"""
+    d = napkin.load(BIASED)
     p, verdict = _check(d, {"b": 1, "g": 2, "r": 4, "q": 3, "x": 37}, "bf16")
     site = _site(p)
     assert site.packed == () and site.row == "r"
