@@ -70,6 +70,7 @@ CODES: dict[str, str] = {
     "N0807": "cannot write output file",
     "N0808": "unknown backend",
     "N0810": "no gradient for this input",
+    "N0811": "output file is one of the command's inputs",
     # backends and runtime
     "N0901": "backend unavailable",
     "N0902": "emulated kernel failed",

@@ -38,7 +38,7 @@ from ..runtime.npyfiles import load_arrays
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=SIZE,...",
               help="Sizes of dynamic axes for random inputs: --shape q=128,x=96.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
-@click.option("--save", "save_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--save", "save_path", type=click.Path(), default=None,
               help="Save the outputs to this .npz file, keyed by output name.")
 @click.option("--check", is_flag=True,
               help="Also compare each output with the float64 reference under the tolerance "
@@ -48,7 +48,8 @@ def command(diagram, sizes, backend, target_name, engine, groups, streams, split
     """Run a diagram and print each output's shape and checksum."""
     from ..api import run
     check_backend(backend)
-    check_output(save_path)
+    check_output(save_path, reads=[("the diagram", diagram),
+                                        ("the --inputs file", inputs_path)])
     d = load_diagram(diagram, sizes)
     if inputs_path:
         if shapes:
@@ -69,7 +70,7 @@ def command(diagram, sizes, backend, target_name, engine, groups, streams, split
             v = verdicts[name]
             click.echo(f"  {'matches' if v.ok else 'DOES NOT MATCH'} the float64 reference: "
                        + v.message.split(": ", 1)[1])
-    if save_path:
+    if save_path is not None:
         save_npz(save_path, named)
     if not all(v.ok for v in verdicts.values()):
         click.echo(f"error: the {backend} backend does not match the float64 reference: this is "
