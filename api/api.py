@@ -69,6 +69,17 @@ def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
     arguments naming axes fix their sizes (`d=128`). `backend`, `target`, `engine` and
     the schedule hints `group`/`stream`/`split` and `merge` are as for `napkin.compile`.
     """
+    kernel, inputs = prepare_run(diagram, arrays, named, backend=backend, target=target,
+                                 engine=engine, group=group, stream=stream, split=split,
+                                 merge=merge)
+    return kernel(**inputs)
+
+
+def prepare_run(diagram, arrays: tuple, named: dict, backend: str = "reference",
+                target: str | None = None, engine: str = "auto", group: dict | None = None,
+                stream: dict | None = None, split: dict | None = None, merge: str = "auto"):
+    """(the Kernel `run` calls, its inputs by name): `napkin run --check` reads the kernel's
+    plan after the call, the order its sums were computed in."""
     import numpy as np
 
     from .backends import check_backend
@@ -96,4 +107,4 @@ def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
     kernel = Kernel(d, Options.make(target=target, engine=engine, group=group, stream=stream,
                                     split=split, merge=merge),
                     backend=backend)
-    return kernel(**inputs)
+    return kernel, inputs

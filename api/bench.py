@@ -103,8 +103,9 @@ def check(kernel, torch, diagram, shape: dict) -> dict:
     got = kernel(**inputs, out=tuple(outs) if len(outs) > 1 else outs[0])
     got = got if isinstance(got, tuple) else (got,)
     host = {n: t.float().cpu().numpy() for n, t in inputs.items()}
-    verdicts = compare.against_reference(
-        diagram, host, {s.name: o.float().cpu().numpy() for s, o in zip(diagram.outputs, got)})
+    verdicts = compare.against_reference(   # held to the order its plan sums in
+        diagram, host, {s.name: o.float().cpu().numpy() for s, o in zip(diagram.outputs, got)},
+        plan=kernel.plan)
     return {n: {"ok": bool(v.ok), "error": v.error, "budget": v.budget, "message": v.message}
             for n, v in verdicts.items()}
 

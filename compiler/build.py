@@ -14,7 +14,7 @@ from ..diagrams import ast, limits
 from ..diagrams.diagnostics import Collector, Label, NapkinError, Span, did_you_mean, error, warning
 from . import ir
 from .declare import Declarations, check_axes_list, declare, dtype_of
-from .einsum import across_functions, place_contractions
+from .einsum import across_functions, kept_under_normalisation, place_contractions
 from .resolve import ArrayInfo, Poisoned, RNode, Scope, resolve, retype
 
 
@@ -103,6 +103,8 @@ def _equation(g: DiGraph, scope: Scope, stmt: ast.Equation, index: int,
             "function", node.op_span or node.span,
             help=f"if each product should contract `{axis}` on its own, rename it in one of them "
                  f"(e.g. `X[t n] * W[n f]`) or split the equation"))
+    notes.extend(_kept_warning(axes, product, norm) for axes, product, norm
+                 in kept_under_normalisation(root))
     result = _emit(g, root, index)
     vkind = root.vkind
     out = ir.ArrayType(lhs, ir.dtype_of_kind(vkind))
@@ -288,3 +290,25 @@ def _broadcast_warnings(g: DiGraph, info: ir.EquationInfo) -> list:
     axes = ", ".join(f"`{a}`" for a in info.broadcast)
     return [warning("N0703", f"`{info.name}` does not depend on {axes}: it is repeated along it",
                     info.span, help="remove the axis from the left-hand side if that is a typo")]
+
+
+def _kept_warning(axes: tuple[str, ...], product: RNode, norm: RNode):
+    """N0705: a product keeps an axis both factors carry, then a softmax or a reduction in the
+    same statement runs along another axis once per position of it (the einsum trap)."""
+    a, b = product.children
+    factors = f"`{a.array}` and `{b.array}`" if a.array and b.array else "both factors"
+    shown = ", ".join(f"`{x}`" for x in axes)
+    one = shown if len(axes) == 1 else "(" + ", ".join(axes) + ")"
+    fn = f"{norm.fn}[{' '.join(norm.axes)}]"
+    verb = "normalises" if norm.kind == "softmax" else "reduces"
+    own = [x for x in a.out + b.out if x not in axes]
+    scores = f"S[{' '.join(dict.fromkeys(own))}] = {a.array} * {b.array}" if a.array and b.array \
+        else f"S[{' '.join(dict.fromkeys(own))}] = ..."
+    return warning(
+        "N0705", f"{shown} {'is' if len(axes) == 1 else 'are'} shared by {factors} in this "
+        f"product but kept, so `{fn}` {verb} separately for each {one}",
+        product.op_span or product.span,
+        labels=[Label(norm.op_span or norm.span, f"one `{norm.fn}` per {one}")],
+        help=f"to sum {shown} in the product (as attention's scores do), compute it in its own "
+             f"equation (`{scores}`) or write `sum[{' '.join(axes)}](...)` around it; to keep "
+             f"one `{norm.fn}` per {one} on purpose, compute the product in its own equation")

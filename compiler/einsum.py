@@ -115,3 +115,44 @@ def _count(node: RNode, axis: str) -> tuple[int, bool]:
         below = under or not (n.kind == "map" and n.fn == "mul")
         stack.extend((c, below) for c in n.children if axis in c.free)
     return leaves, hidden
+
+
+def kept_under_normalisation(root: RNode) -> list[tuple[tuple[str, ...], RNode, RNode]]:
+    """Products that keep an axis both factors carry, normalised (or reduced) in the same
+    statement along an axis only one factor has: `O[q d] = softmax[x](Q * K) * V` with
+    `Q[q d]`, `K[x d]` keeps `d` (it is on the left), so the softmax runs once per `d`: the
+    diagram means that, but a product of two arrays that each bring axes of their own and sum
+    nothing looks like a contraction meant to sum `d`. (axes, product, softmax/reduction) per
+    case; an axis counts when it follows an axis of a factor's own in that factor's layout
+    (`d` in `Q[q d]`; a leading batch axis, `b` in `q[b q] * k[b x]`, does not), and the
+    product sums nothing (`Q[b q h d] * K[b x h d]` summing `d` keeps `h` by design).
+    Elementwise products (`X * X` in a norm, `S * g[x]`, a gate) bring no axis of their own
+    on one side and are never reported."""
+    found = []
+    stack: list[tuple[RNode, tuple[RNode, ...]]] = [(root, ())]
+    while stack:
+        node, outer = stack.pop()
+        if node.kind in ("softmax", "reduce"):
+            outer = outer + (node,)
+        stack.extend((c, outer) for c in node.children)
+        if not outer or node.kind != "map" or node.fn != "mul" or node.contract:
+            continue
+        a, b = (c.out for c in node.children)
+        own_a, own_b = [x for x in a if x not in b], [x for x in b if x not in a]
+        if not own_a or not own_b:
+            continue                        # elementwise, or a scale: nothing of its own
+        for norm in reversed(outer):        # the innermost first
+            along = set(norm.axes)
+            if not along & set(own_a + own_b):
+                continue
+            kept = set(norm.children[0].out)
+            axes = tuple(x for x in a if x in b and x in kept and x not in along
+                         and (_follows_own(x, a, own_a) or _follows_own(x, b, own_b)))
+            if axes:
+                found.append((axes, node, norm))
+                break
+    return found
+
+
+def _follows_own(axis: str, layout: tuple[str, ...], own: list[str]) -> bool:
+    return any(layout.index(o) < layout.index(axis) for o in own)

@@ -10,10 +10,11 @@ from .grad import _forward, _setup
 from .gradtext import header, strip
 
 
-def saved_sources(d: Diagram) -> tuple[tuple[str, str], ...]:
-    """For the saved gradient of every input (`gradient_text(d, None, saved=True)`): each
-    extra input's name and the output of `statistics_text(d)` it takes, in input order."""
-    sw, _, _, _ = _setup(d, None, True)
+def saved_sources(d: Diagram, wrt: tuple[str, ...] | None = None) -> tuple[tuple[str, str], ...]:
+    """For the saved gradient of `wrt` (default: every input; `gradient_text(d, wrt,
+    saved=True)`): each extra input's name and the output of `statistics_text(d)` it takes,
+    in input order."""
+    sw, _, _, _ = _setup(d, wrt, True)
     return tuple((name, sw.sources[name]) for name, _, _ in sw.extra_inputs)
 
 

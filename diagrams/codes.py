@@ -60,6 +60,7 @@ CODES: dict[str, str] = {
     "N0702": "unused array",
     "N0703": "array broadcast along an axis it does not depend on",
     "N0704": "one contraction across a function",
+    "N0705": "shared axis kept through a product and normalised per position",
     # command line and files
     "N0801": "no such diagram",
     "N0802": "unsupported architecture",
@@ -70,6 +71,7 @@ CODES: dict[str, str] = {
     "N0807": "cannot write output file",
     "N0808": "unknown backend",
     "N0810": "no gradient for this input",
+    "N0811": "output file is one of the command's inputs",
     # backends and runtime
     "N0901": "backend unavailable",
     "N0902": "emulated kernel failed",

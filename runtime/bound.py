@@ -41,13 +41,17 @@ _EXACT = {"lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not", "floor", "ceil
           "floordiv"}
 
 
-def evaluate(diagram: Diagram, inputs: dict, longest: int | None = None) -> dict[str, np.ndarray]:
+def evaluate(diagram: Diagram, inputs: dict, longest: int | None = None,
+             confidence: float | None = None) -> dict[str, np.ndarray]:
     """Per output name, the absolute error bound of each element (float64, the output's
-    shape; 0 where the reference is not finite)."""
+    shape; 0 where the reference is not finite). With `confidence` (a failure probability,
+    say 1e-6), the probabilistic bound instead: each sum's d becomes min(d, lam sqrt(d))
+    (`spread`), which holds with probability at least 1 - confidence."""
     g = diagram.ir
     arrays = {name: to_numpy(name, inputs[name], ir.op(g, n).dtype)
               for name, n in g.graph["inputs"].items()}
     sizes = bind_sizes(diagram, {n: a.shape for n, a in arrays.items()})
+    lam = None if confidence is None else lam_for(terms(g, sizes), confidence)
     values: dict[int, Labelled] = {}
     errs: dict[int, Labelled] = {}
     chain: dict[int, int] = {}
@@ -85,7 +89,7 @@ def evaluate(diagram: Diagram, inputs: dict, longest: int | None = None) -> dict
         if ir.kind_of_dtype(typ.dtype) != "float":
             errs[n], chain[n] = Labelled(np.zeros(()), ()), 0    # integers are exact
             continue
-        e, d = _error(op, typ, args, eargs, val, sizes, longest)
+        e, d = _error(op, typ, args, eargs, val, sizes, longest, lam)
         errs[n], chain[n] = e, k + d
     return out
 
@@ -107,7 +111,36 @@ def depth(n: int, longest: int | None) -> int:
     return max(0, min(n - 1, longest if longest is not None else n - 1))
 
 
-def _error(op, typ, args, eargs, val, sizes, longest) -> tuple[Labelled, int]:
+def lam_for(n_terms: int, confidence: float) -> float:
+    """lam such that 2 N exp(-lam^2 (1 - u)^2 / 2) <= confidence: the union bound over the N
+    terms of every sum (each term's error factor theta is bounded with probability
+    1 - 2 exp(-lam^2 (1 - u)^2 / 2), Higham & Mary 2019, Theorem 2.4)."""
+    return math.sqrt(2.0 * math.log(2.0 * max(n_terms, 1) / confidence)) / (1.0 - U)
+
+
+def spread(d: int, lam: float | None) -> float:
+    """The multiple of u sum|x_i| a sum's rounding adds: d in the worst case (Higham's gamma_d);
+    with lam, the probabilistic gamma~_d(lam) = exp(lam sqrt(d) u + d u^2 / (1 - u)) - 1,
+    about lam sqrt(d) u, where it is the smaller (rounding errors independent, of mean zero:
+    Higham & Mary, SIAM J. Sci. Comput. 41(5), 2019)."""
+    if lam is None or d <= 0:
+        return d
+    gamma = math.expm1(lam * math.sqrt(d) * U + d * U * U / (1.0 - U)) / U
+    return min(float(d), gamma)
+
+
+def terms(g, sizes: dict) -> int:
+    """How many terms all the diagram's sums add, over every element (the union bound's N)."""
+    total = 0
+    for n in g.nodes:
+        op = ir.op(g, n)
+        if isinstance(op, (ir.Contract, ir.Reduce, ir.Softmax, ir.Scan)):
+            axes = dict.fromkeys(a for m in ir.operands(g, n) for a in ir.type_of(g, m).axes)
+            total += math.prod(int(sizes[a]) for a in axes)
+    return total
+
+
+def _error(op, typ, args, eargs, val, sizes, longest, lam=None) -> tuple[Labelled, int]:
     """(E of node's value, the additions and roundings it adds to its operands' chains)."""
     axes = typ.axes
     if isinstance(op, ir.Const):
@@ -136,19 +169,21 @@ def _error(op, typ, args, eargs, val, sizes, longest) -> tuple[Labelled, int]:
             n = math.prod(sizes[a] for a in dict.fromkeys(x.axes + b.axes) if a not in axes)
             d = depth(n, longest) + 1
             ax, bx = Labelled(mag(x.data), x.axes), Labelled(mag(b.data), b.axes)
-            e = contract(ex, bx, axes) + contract(ax, eb, axes) + d * contract(ax, bx, axes)
+            e = contract(ex, bx, axes) + contract(ax, eb, axes) \
+                + spread(d, lam) * contract(ax, bx, axes)
             return Labelled(e, axes), d
         dims = tuple(x.axes.index(a) for a in op.axes)
         n = math.prod(x.data.shape[i] for i in dims)
         d = depth(n, longest)
+        w = spread(d, lam)
         if isinstance(op, ir.Reduce):
-            return Labelled(_reduce(op.fn, x.data, ex.data, dims, n, d, val.data), axes), d + 1
+            return Labelled(_reduce(op.fn, x.data, ex.data, dims, n, w, val.data), axes), d + 1
         if isinstance(op, ir.Softmax):
-            return Labelled(_softmax(x.data, ex.data, dims, d, val.data), axes), d + 2
+            return Labelled(_softmax(x.data, ex.data, dims, w, val.data), axes), d + 2
         if isinstance(op, ir.Scan):
             i = dims[0]
             if op.fn == "cumsum":
-                e = np.cumsum(ex.data, axis=i) + d * np.cumsum(mag(x.data), axis=i)
+                e = np.cumsum(ex.data, axis=i) + w * np.cumsum(mag(x.data), axis=i)
             else:
                 e = mag(val.data) * np.cumsum(np.nan_to_num(ex.data / mag(x.data)) + 1, axis=i)
             return Labelled(np.nan_to_num(e, nan=0.0), axes), d + 1

@@ -92,21 +92,28 @@ def _exact(out: np.ndarray, ref: np.ndarray, name: str) -> Verdict:
     return Verdict(True, 0.0, 0.0, f"{name}: every integer equal")
 
 
-def against_reference(diagram, inputs: dict, outputs: dict, plan=None) -> dict[str, Verdict]:
+def against_reference(diagram, inputs: dict, outputs: dict, plan=None,
+                      longest: int | None = None,
+                      confidence: float | None = None) -> dict[str, Verdict]:
     """Each output's verdict against the float64 reference of `inputs` (by output name),
-    with the order-aware bound (tighter when the `plan` that computed them is given)."""
-    ref, low, order = references(diagram, inputs, plan)
+    with the order-aware bound (tighter when the `plan` that computed them is given, or the
+    `longest` sequential accumulation of whatever did: 0 for the float64 reference backend;
+    probabilistic, failing a right result with probability at most `confidence`, when given)."""
+    ref, low, order = references(diagram, inputs, plan, longest=longest, confidence=confidence)
     return {s.name: check(np.asarray(outputs[s.name]), ref[s.name], low[s.name], s.dtype,
                           s.name, order[s.name]) for s in diagram.outputs}
 
 
-def references(diagram, inputs: dict, plan=None, bounded: bool = True
+def references(diagram, inputs: dict, plan=None, bounded: bool = True,
+               longest: int | None = None, confidence: float | None = None
                ) -> tuple[dict, dict, dict | None]:
     """What `check` compares with, by output name: the float64 reference, the naive
     low-precision one and the order-aware bound (`bound.evaluate`; with a `plan`, its longest
-    sequential accumulation caps each reduction's; None when not `bounded`)."""
+    sequential accumulation caps each reduction's, or `longest` when given; None when not
+    `bounded`)."""
     from . import bound, reference
-    longest = bound.longest_accumulation(plan) if plan is not None else None
+    if longest is None and plan is not None:
+        longest = bound.longest_accumulation(plan)
     return (reference.evaluate(diagram, inputs),
             reference.evaluate(diagram, inputs, precision="lowp"),
-            bound.evaluate(diagram, inputs, longest) if bounded else None)
+            bound.evaluate(diagram, inputs, longest, confidence) if bounded else None)

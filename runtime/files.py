@@ -54,12 +54,22 @@ def _where(path: str | os.PathLike) -> tuple[Path, bool]:
     return Path(os.path.realpath(path)), False
 
 
-def check_output(path: str | os.PathLike | None) -> None:
-    """N0807 now, before any work, if `path` cannot be written (a missing or unwritable
-    directory, a directory in the way, a file that cannot be opened for writing)."""
+def check_output(path: str | os.PathLike | None, reads=()) -> None:
+    """N0807 now, before any work, if `path` cannot be written (an empty path, a missing or
+    unwritable directory, a directory in the way, a file that cannot be opened for writing);
+    N0811 if it is one of the files the command `reads`: (what, path) pairs such as
+    ("the diagram", ...), compared as files (through links), not as names."""
     if path is None:
         return
+    if not os.fspath(path):
+        raise error("N0807", "cannot write '': the path is empty",
+                    help="name a file, or leave the option out (-o: to print to standard output)")
     target, in_place = _where(path)
+    for what, source in reads:
+        if _same_file(path, source):
+            alias = "" if os.fspath(source) == os.fspath(path) else f" ({source})"
+            raise error("N0811", f"cannot write {path}: it is {what}{alias}, which this command "
+                        "reads", help="write to another file name")
     if in_place:
         ok = os.access(target, os.W_OK)
     else:
@@ -69,6 +79,16 @@ def check_output(path: str | os.PathLike | None) -> None:
         ok = os.access(parent, os.W_OK | os.X_OK)
     if not ok:
         raise _cannot(path, "permission denied")
+
+
+def _same_file(path, source) -> bool:
+    """Whether `path` is (by any name, link or hard link) the regular file `source`."""
+    if source is None or not os.fspath(source):
+        return False
+    try:
+        return stat.S_ISREG(os.stat(source).st_mode) and os.path.samefile(path, source)
+    except OSError:       # either does not exist (yet): nothing to overwrite
+        return False
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:

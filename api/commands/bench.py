@@ -24,8 +24,8 @@ from ..runtime.files import check_output, write_atomic
 @click.option("--target", "target_name", default=None,
               help="Target to plan for (default: the GPU's).")
 @engine_option
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--csv", "csv_path", type=click.Path(), default=None)
+@click.option("--json", "json_path", type=click.Path(), default=None,
               help="Records (kernel, source, seconds, flops, bytes, ...) for napkin explain --bench.")
 def command(diagram, sizes, shapes, dtype, baseline, reps, target_name, engine, csv_path,
             json_path) -> None:
@@ -33,8 +33,8 @@ def command(diagram, sizes, shapes, dtype, baseline, reps, target_name, engine, 
     from ..bench import bench, variant
     from ..pipeline import Options
     options = Options.make(target=target_name, engine=engine)
-    check_output(json_path)
-    check_output(csv_path)
+    check_output(json_path, reads=[("the diagram", diagram)])
+    check_output(csv_path, reads=[("the diagram", diagram)])
     from ..runtime.cuda import gpu_present, unavailable
     if not gpu_present():
         raise unavailable("napkin bench needs an NVIDIA GPU that CuPy can see")
@@ -50,9 +50,9 @@ def command(diagram, sizes, shapes, dtype, baseline, reps, target_name, engine, 
         tf = f"{r['tflops']:.1f}" if r["tflops"] else "-"
         gb = f"{r['gbps']:.0f}" if r["gbps"] else "-"
         click.echo(f"{r['source']:<12} {r['seconds']:>12.4g} {tf:>9} {gb:>9} {pred:>12}")
-    if json_path:
+    if json_path is not None:
         write_atomic(json_path, json.dumps(result["records"], indent=2))
-    if csv_path:
+    if csv_path is not None:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=sorted({k for r in result["records"] for k in r}))
         writer.writeheader()

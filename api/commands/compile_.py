@@ -19,14 +19,14 @@ from ..runtime.files import check_output, write_atomic
 @planning_options(default_target=targets.DEFAULT,
                   arch="GPU architecture for ptx/cubin (sm_80, sm_86, sm_89, sm_90, sm_90a, ...; "
                        "default: the target's).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", type=click.Path(), default=None,
               help="Write the artifact to this file (atomically) instead of stdout (a device or FIFO is written as it is).")
 def command(diagram, sizes, emit_name, options, planned, output) -> None:
     """Compile a diagram and print the artifact of one stage (default: CUDA C)."""
-    check_output(output)
+    check_output(output, reads=[("the diagram", diagram)])
     artifact, warnings = emit(diagram, emit_name, options)
     OUTPUT.warn(warnings)
-    if output:
+    if output is not None:
         write_atomic(output, artifact)
     elif isinstance(artifact, bytes):
         sys.stdout.buffer.write(artifact)

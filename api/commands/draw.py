@@ -17,7 +17,7 @@ from ..runtime.files import check_output, write_atomic
 
 @click.command("draw")
 @diagram_options
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", type=click.Path(), default=None,
               help="Write the picture to this file (atomically) instead of stdout: .svg, or "
                    ".png (needs pip install 'napkin[plot]').")
 @click.option("--plan", "plan_flag", is_flag=True,
@@ -27,8 +27,8 @@ from ..runtime.files import check_output, write_atomic
 def command(diagram: str, sizes: dict[str, int], output: str | None, plan_flag: bool,
             options, planned: bool) -> None:
     """Draw a diagram as an SVG neural circuit diagram, read left to right."""
+    check_output(output, reads=[("the diagram", diagram)])
     fmt = picture_format(output, "-o", "svg")
-    check_output(output)
     if fmt == "png":        # fail before any work when the picture cannot be written
         from ..draw import png
         png.require()
@@ -38,7 +38,7 @@ def command(diagram: str, sizes: dict[str, int], output: str | None, plan_flag: 
         svg = draw_plan(pipeline.plan(d, options))
     else:
         svg = draw(d)
-    if output:
+    if output is not None:
         write_atomic(output, png.svg_to_png(svg) if fmt == "png" else svg)
     else:
         click.echo(svg, nl=False)

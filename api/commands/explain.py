@@ -28,7 +28,7 @@ from ..runtime.files import check_output, write_atomic
 @click.option("--ptxas", is_flag=True,
               help="Also compile with NVRTC (the target's arch) and show ptxas's registers, "
                    "spills and shared memory per kernel.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", type=click.Path(), default=None,
               help="Draw the kernels on the target's roofline into this PNG "
                    "(needs pip install 'napkin[plot]').")
 @click.option("--bench", "bench_path", type=click.Path(dir_okay=False), default=None,
@@ -42,8 +42,9 @@ def command(diagram, sizes, options, planned, as_json, ptxas, plot_path, bench_p
         raise UsageError(error("N0804", "--bench adds measured points to the roofline: it needs "
                                "--plot", help="for example --plot roofline.png --bench b.json")
                          .diagnostics)
+    check_output(plot_path, reads=[("the diagram", diagram),
+                                        ("the --bench file", bench_path)])
     fmt = picture_format(plot_path, "--plot", "png")
-    check_output(plot_path)
     if plot_path:   # fail before any work when the plot cannot be drawn
         from ..draw import roofline
         roofline.require()

@@ -17,6 +17,12 @@ from ..runtime import compare, dtypes
 from ..runtime.checks import check_fits
 from ..runtime.files import check_output, save_npz
 from ..runtime.npyfiles import load_arrays
+from ..saved_inputs import saved_inputs, statistics_for
+
+
+# the probabilistic budget of --check on napkin's random inputs fails a right result with
+# probability at most this (runtime/bound.py: `spread`, `lam_for`)
+CONFIDENCE = 1e-6
 
 
 @click.command("run")
@@ -38,18 +44,21 @@ from ..runtime.npyfiles import load_arrays
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=SIZE,...",
               help="Sizes of dynamic axes for random inputs: --shape q=128,x=96.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
-@click.option("--save", "save_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--save", "save_path", type=click.Path(), default=None,
               help="Save the outputs to this .npz file, keyed by output name.")
 @click.option("--check", is_flag=True,
               help="Also compare each output with the float64 reference under the tolerance "
-                   "rule and print its error and budget (exit 101 if one breaks it: a bug).")
+                   "rule (its sums held to the order the backend's plan computes them in) and "
+                   "print its error and budget (exit 101 if one breaks it: a bug).")
 def command(diagram, sizes, backend, target_name, engine, groups, streams, splits, merge,
             inputs_path, shapes, seed, save_path, check) -> None:
     """Run a diagram and print each output's shape and checksum."""
-    from ..api import run
+    from ..api import prepare_run
     check_backend(backend)
-    check_output(save_path)
+    check_output(save_path, reads=[("the diagram", diagram), ("the --inputs file", inputs_path)])
     d = load_diagram(diagram, sizes)
+    saved = saved_inputs(d)       # a saved gradient's statistics of its forward
+    random_saved = ()
     if inputs_path:
         if shapes:
             raise UsageError(error("N0804", "--shape is for random inputs; --inputs gives the "
@@ -57,25 +66,61 @@ def command(diagram, sizes, backend, target_name, engine, groups, streams, split
         inputs = read_inputs(inputs_path, d)
     else:
         inputs = random_inputs(d, parse_assignments(shapes, "--shape"), seed)
-    outputs = run(d, backend=backend, target=target_name, engine=engine,
-                  group=parse_assignments(groups, "--group"), stream=parse_assignments(streams, "--stream"),
-                  split=parse_assignments(splits, "--split"), merge=merge,
-                  **inputs)
+        stats = statistics_for(d, inputs) if saved else None
+        if stats:
+            inputs.update(stats)
+        elif saved:
+            random_saved = saved
+            click.echo(f"warning: {_names(saved)} are random, not the statistics of the "
+                       "other inputs: napkin found no forward whose saved gradient this is "
+                       "(its first line names the forward)", err=True)
+    kernel, arrays = prepare_run(d, (), inputs, backend=backend, target=target_name,
+                                 engine=engine, group=parse_assignments(groups, "--group"),
+                                 stream=parse_assignments(streams, "--stream"),
+                                 split=parse_assignments(splits, "--split"), merge=merge)
+    outputs = kernel(**arrays)
     named = {s.name: out for s, out in zip(d.outputs, outputs)}
-    verdicts = compare.against_reference(d, inputs, named) if check else {}
+    verdicts, worst = {}, {}
+    if check:       # held to the order the backend summed in: its plan's, or float64's
+        planned = kernel.backend != "reference"
+        order = dict(plan=kernel.plan if planned else None, longest=None if planned else 0)
+        verdicts = worst = compare.against_reference(d, inputs, named, **order)
+        if not inputs_path and not random_saved:   # napkin's own random inputs
+            verdicts = compare.against_reference(d, inputs, named, confidence=CONFIDENCE,
+                                                 **order)
     for name, out in named.items():
         click.echo(describe(name, out))
         if name in verdicts:
-            v = verdicts[name]
-            click.echo(f"  {'matches' if v.ok else 'DOES NOT MATCH'} the float64 reference: "
-                       + v.message.split(": ", 1)[1])
-    if save_path:
+            v, w = verdicts[name], worst[name]
+            click.echo(f"  {'matches' if v.ok and w.ok else 'DOES NOT MATCH'} the float64 "
+                       "reference: " + v.message.split(": ", 1)[1])
+            if v.budget < w.budget:
+                click.echo(f"  (a probabilistic budget: a right result breaks it with "
+                           f"probability at most {CONFIDENCE:g}; the worst case of the "
+                           f"rounding errors allows {w.budget:.3g})")
+    if save_path is not None:
         save_npz(save_path, named)
-    if not all(v.ok for v in verdicts.values()):
-        click.echo(f"error: the {backend} backend does not match the float64 reference: this is "
-                   f"a bug in napkin; please report it at {REPORT_URL} with the diagram and "
-                   "command", err=True)
+    if not all(v.ok for v in verdicts.values()) or not all(w.ok for w in worst.values()):
+        if random_saved:
+            click.echo(f"error: the outputs do not match the float64 reference on inconsistent "
+                       f"inputs: {_names(random_saved)} are random, not the forward's statistics "
+                       "of the other inputs, so the probabilities the gradient recomputes from "
+                       "them are not probabilities (they may overflow); give consistent ones "
+                       "with --inputs (napkin.statistics of the forward computes them)", err=True)
+            raise click.exceptions.Exit(1)
+        unless = (f" (unless {_names(saved)} in the --inputs file are not the forward's "
+                  "statistics of its other inputs)") if saved else ""
+        if all(w.ok for w in worst.values()):
+            unless += (f" (or, with probability at most {CONFIDENCE:g}, rounding errors as "
+                       "unlucky as the worst case allows)")
+        click.echo(f"error: the {kernel.backend} backend does not match the float64 reference: "
+                   f"this is a bug in napkin{unless}; please report it at {REPORT_URL} with the "
+                   "diagram and command", err=True)
         raise click.exceptions.Exit(101)
+
+
+def _names(names) -> str:
+    return ", ".join(f"`{n}`" for n in names)
 
 
 def describe(name: str, out: np.ndarray) -> str:

@@ -194,12 +194,12 @@ def test_run_check_compares_with_the_reference(capsys):
 
 
 def test_run_check_exits_101_on_a_mismatch(capsys, monkeypatch):
-    import napkin.api
-    real = napkin.api.run
+    from napkin.kernel import Kernel
+    real = Kernel.__call__
 
-    def off_by_a_bit(d, *args, **kw):
-        return tuple(o + 0.5 for o in real(d, *args, **kw))
-    monkeypatch.setattr(napkin.api, "run", off_by_a_bit)
+    def off_by_a_bit(self, *args, **kw):
+        return tuple(o + 0.5 for o in real(self, *args, **kw))
+    monkeypatch.setattr(Kernel, "__call__", off_by_a_bit)
     status, out, err = run_cli(capsys, "run", "softmax", "--shape", "r=3,c=17", "--check")
     assert status == 101
     assert "DOES NOT MATCH the float64 reference: max error 0.5 > budget" in out

@@ -133,6 +133,9 @@ TRIGGERS = {
                                                      cap, 1))[1],
     "N0808": lambda tp, cap, mp: _cli(["run", "matmul", "--backend", "gpu9000"], cap, 2),
     "N0810": lambda tp, cap, mp: _cli(["grad", "softmax", "--wrt", "Z"], cap, 1),
+    "N0811": lambda tp, cap, mp: (mp.chdir(tp), _write(tp, "sm.napkin", "axis r, c\nin X[r c]: f32\n"
+                                                       "Y[r c] = softmax[c](X)\nout Y: f32\n"),
+                                  _cli(["grad", "sm.napkin", "-o", "sm.napkin"], cap, 1))[2],
     "N0901": lambda tp, cap, mp: _no_nvrtc(mp),
     "N0902": lambda tp, cap, mp: _raises(_divergent_barrier),
     "N0903": lambda tp, cap, mp: _raises(lambda: napkin.compile("softmax", backend="reference")(

@@ -1,0 +1,64 @@
+"""Where a command may write (-o, --save, --plot, --json, --csv): never onto a file it reads
+(N0811: `napkin grad X.napkin -o X.napkin` used to replace the diagram by its gradient),
+never into a directory or an empty path (N0807, napkin's message, not click's usage text)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from napkin.cli import main
+
+SOFTMAX = "axis r, c\nin X[r c]: f32\nY[r c] = softmax[c](X)\nout Y: f32\n"
+
+
+def _cli(capsys, *args) -> tuple[int, str]:
+    capsys.readouterr()
+    status = main(list(args))
+    return status, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [("grad",), ("compile",), ("compile", "--emit", "plan"),
+                                     ("draw",)])
+def test_no_command_writes_onto_its_diagram(capsys, tmp_path, command):
+    src = tmp_path / "sm.napkin"
+    src.write_text(SOFTMAX)
+    status, err = _cli(capsys, command[0], str(src), *command[1:], "-o", str(src))
+    assert status == 1 and "error[N0811]" in err and "it is the diagram" in err, err
+    assert src.read_text() == SOFTMAX                  # untouched
+
+
+def test_the_same_file_by_another_name_is_refused(capsys, tmp_path, monkeypatch):
+    src = tmp_path / "sm.napkin"
+    src.write_text(SOFTMAX)
+    os.symlink(src, tmp_path / "link.napkin")
+    os.link(src, tmp_path / "hard.napkin")
+    monkeypatch.chdir(tmp_path)
+    for other in ("link.napkin", "hard.napkin", "./sm.napkin"):
+        status, err = _cli(capsys, "grad", str(src), "-o", other)
+        assert status == 1 and "error[N0811]" in err and f"({src})" in err, err
+    assert src.read_text() == SOFTMAX
+    # another file is written as before
+    assert _cli(capsys, "grad", str(src), "-o", "dsm.napkin")[0] == 0
+    assert "dX[r c]" in (tmp_path / "dsm.napkin").read_text()
+
+
+def test_run_does_not_save_onto_its_inputs_file(capsys, tmp_path):
+    inputs = tmp_path / "in.npz"
+    assert _cli(capsys, "run", "softmax", "--shape", "r=3,c=5", "--save", str(inputs))[0] == 0
+    before = inputs.read_bytes()
+    status, err = _cli(capsys, "run", "softmax", "--inputs", str(inputs), "--save", str(inputs))
+    assert status == 1 and "error[N0811]" in err and "the --inputs file" in err, err
+    assert inputs.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [("grad", "softmax", "-o"), ("compile", "softmax", "-o"),
+                                     ("draw", "softmax", "-o"), ("run", "softmax", "--shape",
+                                                                 "r=2,c=3", "--save")])
+def test_a_directory_or_an_empty_path_is_napkins_n0807(capsys, tmp_path, command):
+    status, err = _cli(capsys, *command, str(tmp_path))
+    assert status == 1 and "error[N0807]" in err and "it is a directory" in err, err
+    assert "Usage:" not in err and "Traceback" not in err
+    status, err = _cli(capsys, *command, "")
+    assert status == 1 and "error[N0807]: cannot write '': the path is empty" in err, err
