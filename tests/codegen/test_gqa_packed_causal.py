@@ -137,11 +137,12 @@ def _seeded(d, shape, pattern, replacement):
 
 def test_a_seeded_bug_the_mask_reading_the_packed_row_fails():
     """The per-score mask compares x with the packed row index i instead of its q = i %
-    size(q): rows past the first r see keys they must not; the emulated output is wrong."""
+    size(q) (the lane's table of its rows, `pr0`, read where its table of q is: codegen/mma.py
+    _lane_rows): rows past the first r see keys they must not; the emulated output is wrong."""
     d = _diagram(DECODE, "f16")
     p, verdict = _seeded(d, {"b": 1, "g": 2, "r": 4, "q": 3, "x": 37},
-                         r"\(\(long long\)\(\((pk\d+) % \(int\)\(n\d+\)\)\)\)",
-                         r"((long long)(\1))")
+                         r"\(\(long long\)\(pr\d+(\[i0\]\[i2 / 2\])\)\)",
+                         r"((long long)(pr0\1))")
     assert _site(p).packed == ("r", "q")
     assert not verdict.ok
 
@@ -210,3 +211,4 @@ def test_explain_says_the_causal_rows_are_packed():
                                                        "x": 4096})
     text = render_text(report(p))
     assert "rows packed: r x q = 4 x 4 = 16, in blocks of 16" in text
+
