@@ -40,6 +40,11 @@ SM = {"sm_80": {"regs": 65536, "smem": 164 * 1024, "threads": 2048, "blocks": 32
       "sm_90": {"regs": 65536, "smem": 228 * 1024, "threads": 2048, "blocks": 32}}
 
 LONG = {"b": 4, "h": 16, "q": 4096, "x": 4096}
+DECODE = {"b": 8, "g": 8, "r": 4, "q": 4, "x": 4096}
+GQA_CAUSAL = ("axis b, g, r, q, x\naxis d = 128\nin Q[b g r q d]: f16\nin K[b g x d]: f16\n"
+              "in V[b g x d]: f16\nS[b g r q x] = where(x <= q + size(x) - size(q), "
+              "Q * K / sqrt(size(d)), -inf)\nP[b g r q x] = softmax[x](S)\nO[b g r q d] = P * V\n"
+              "out O: f16")
 NAPKIN = [
     # label, diagram, shape, -D
     ("attention d=64", "attention", LONG, {"d": 64}),
@@ -51,6 +56,10 @@ NAPKIN = [
     ("attention d=256", "attention", LONG, {"d": 256}),
     ("causal d=256", "causal_attention", LONG, {"d": 256}),
     ("gqa d=64 (8 kv heads x 4)", "gqa_attention", {"b": 4, "g": 8, "r": 4, "q": 4096, "x": 4096}, {"d": 64}),
+    # decoding with GQA, rows packed r x q = 16 (compiler/packing.py), keys split; and under
+    # speculative decoding's causal mask, each row's q read from the lane's table (not divided)
+    ("gqa decode packed d=128", "gqa_attention", DECODE, {"d": 128}),
+    ("gqa decode packed causal d=128", GQA_CAUSAL, DECODE, {}),
     ("matmul 4096^3", "matmul", {"m": 4096, "n": 4096, "k": 4096}, {}),
     ("matmul 8192^3", "matmul", {"m": 8192, "n": 8192, "k": 8192}, {}),
     ("linear_gelu 4096^3", "linear_gelu", {"t": 4096, "i": 4096, "o": 4096}, {}),
@@ -76,7 +85,7 @@ def occupancy(arch: str, registers: int, threads: int, smem: int) -> tuple[int, 
 def napkin_rows(arch: str, target: str) -> list[dict]:
     rows = []
     for label, name, shape, defines in NAPKIN:
-        scored = "attention" in name or "causal" in name       # scores per warp and chunk
+        scored = any(w in f"{label} {name}" for w in ("attention", "causal"))  # scores a warp and chunk
         if name.startswith("grad:"):      # the gradient's diagram text, its sizes set in it
             import napkin
             name, defines = napkin.grad(napkin.load(name[5:], **defines)).source.text, {}

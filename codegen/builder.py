@@ -76,6 +76,16 @@ class Builder:
             unroll = start == "0" and stop.isdigit() and step == "1" and int(stop) <= 64
         self.emit(P.For(var, start, f"{var} < {stop}", update, self.close(), unroll, ctype))
 
+    def mark(self) -> tuple[list, int]:
+        """The current point of the current scope, where `insert` can later put statements."""
+        return self._stack[-1], len(self._stack[-1])
+
+    def insert(self, mark: tuple[list, int], statements: tuple) -> None:
+        """`statements` at a `mark`ed point, its scope still open (emitted after what they
+        precede, once it is known they are read)."""
+        frame, at = mark
+        frame[at:at] = statements
+
     def hoist_here(self, fixed) -> None:
         """Tables of `invariant` go here (the top scope), where the names `fixed` are known."""
         assert len(self._stack) == 1

@@ -59,7 +59,7 @@ class ChainLowering(MmaLowering):
         self.columns = {n: self._vector(n, s.red) for n in self._column_vectors()}
         for i, p in enumerate(s.outs):
             b.emit(P.Decl("float", f"acc{i}", "{}", shape=(fm, p.width // FN, 4)))
-        self.rows = self._row_vectors(fm, self._row)
+        self.rows = self._row_vectors(fm)
         chunk = self.kp.schedule.stream[1]
 
         def compute(tail: bool):
@@ -109,7 +109,7 @@ class ChainLowering(MmaLowering):
 
         def element():
             key = f"(2 * i1 + i3) * {FN} + fq * 2 + i4 % 2"
-            scope, checks = self._checked_point({s.row: self._row("i4"), s.red: f"c0 + {key}"})
+            scope, checks = self._checked_point({s.red: f"c0 + {key}"}, row="i4")
             for j, sc in enumerate(s.scores):
                 self.values[sc.node] = f"sc{j}[i0][2 * i1 + i3][i4]"
             self._rows_at(scope, "i4")
@@ -231,10 +231,6 @@ class ChainLowering(MmaLowering):
             out.append(n)
         return out
 
-    def _row(self, slot: str) -> str:
-        return (f"{self._axis_var('org', self.site.row)} + wr * {self.wtm} + i0 * {FM} + fg + "
-                f"({slot} / 2) * 8")
-
     def _finish(self, fm: int) -> None:
         """Every accumulator element of the lane: the stores over its output's axis there."""
         s = self.site
@@ -246,8 +242,7 @@ class ChainLowering(MmaLowering):
                       if e in ir.type_of(self.g, n).axes and n not in added]
 
             def point():
-                scope, valid = self._point({s.row: self._row("i2"),
-                                            e: f"i1 * {FN} + fq * 2 + i2 % 2"})
+                scope, valid = self._point({e: f"i1 * {FN} + fq * 2 + i2 % 2"}, row="i2")
                 for i, p in outs:
                     self.values[p.node] = f"acc{i}[i0][i1][i2]"
                 self._rows_at(scope, "i2")

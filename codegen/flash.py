@@ -59,7 +59,8 @@ class FlashLowering(MmaLowering):
         b.emit(P.Decl("float", "rm", shape=(fm, 2)))
         b.emit(P.Decl("float", "rl", "{}", shape=(fm, 2)))
         self._each([("i0", fm), ("i1", 2)], lambda: b.emit(P.Set("rm[i0][i1]", "-NAPKIN_INF")))
-        self.rows = self._row_vectors(fm, self._row)
+        self._lane_rows(fm)         # packed rows: each lane's (r, q), once before the chunks
+        self.rows = self._row_vectors(fm)
         self.scaled, self.log2e = self._scale(), LOG2E
         if self.scaled is not None:     # the softmax's positive scale, in its exponent's FFMA
             node, factor = self.scaled
@@ -86,6 +87,7 @@ class FlashLowering(MmaLowering):
         # full chunks in the loop, with no bounds test per score; a partial last one after it
         self._pipeline([kt, vt], compute, None if span and span.band else skip, peel=True,
                        span=(span.first, span.end) if span else None)
+        self._place_lane_rows()     # (where the key loop read them)
         self._finish(fm, dv)
 
     def _packed_spans(self) -> dict:
@@ -160,7 +162,7 @@ class FlashLowering(MmaLowering):
 
         def element(inside: bool):
             key = f"c0 + i1 * {FN} + fq * 2 + i2 % 2"
-            scope, _ = self._point({s.row: self._row(), s.red: key})
+            scope, _ = self._point({s.red: key}, row="i2")
             self.values[s.scores] = "sc[i0][i1][i2]"
             if self.scaled is not None:         # the scores unscaled: qkl scales them below
                 self.values[self.scaled[0]] = "sc[i0][i1][i2]"
@@ -184,10 +186,6 @@ class FlashLowering(MmaLowering):
             elements()
         else:
             b.emit(P.If(whole, self._scoped(lambda: elements(True)), self._scoped(elements)))
-
-    def _row(self, slot: str = "i2") -> str:
-        return (f"{self._axis_var('org', self.site.row)} + wr * {self.wtm} + i0 * {FM} + fg + "
-                f"({slot} / 2) * 8")
 
     def _softmax(self, fm: int, chunk: int, dv: int) -> None:
         """The online softmax on the score fragments: rows g (slots 0, 1) and g + 8 (2, 3).
@@ -271,7 +269,7 @@ class FlashLowering(MmaLowering):
             b.emit(P.Decl("float", name, "{}", shape=(fm, 2)))
 
         def point():
-            scope, valid = self._point({s.row: self._row(), s.dv: f"i1 * {FN} + fq * 2 + i2 % 2"})
+            scope, valid = self._point({s.dv: f"i1 * {FN} + fq * 2 + i2 % 2"}, row="i2")
             self.values[s.out] = "acc[i0][i1][i2] * rl[i0][i2 / 2]"
             for n in s.lse:
                 self.values[n] = "lse[i0][i2 / 2]"
@@ -290,7 +288,7 @@ class FlashLowering(MmaLowering):
         def row():
             for name in sums.values():
                 b.emit(P.Set(f"{name}[i0][i1]", f"napkin_lanes_sum({name}[i0][i1], 4)"))
-            scope, valid = self._point({s.row: self._row("(2 * i1)")})
+            scope, valid = self._point({}, row="(2 * i1)")
             self.values.update((n, f"{name}[i0][i1]") for n, name in sums.items())
             self.values.update((n, "lse[i0][i1]") for n in s.lse)
             for n in sorted(of_rows):   # one lane of the quad writes the row's value (the

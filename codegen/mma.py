@@ -24,13 +24,14 @@ from . import program as P
 from .builder import Ix
 from .computed import ComputedTiles
 from .kernel import KernelLowering
+from .packed import PackedRows
 from .rowstats import RowStats
 from .tiles import SharedTiles, offset
 
 FM, FN, FK = tc.FRAGMENT
 
 
-class MmaLowering(RowStats, ComputedTiles, SharedTiles, KernelLowering):
+class MmaLowering(PackedRows, RowStats, ComputedTiles, SharedTiles, KernelLowering):
     def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
         super().__init__(plan, kp, names, sizes, index_type)
         self.site = kp.schedule.site   # compiler/tensorcore.py: what runs on the tensor cores
@@ -313,11 +314,17 @@ class MmaLowering(RowStats, ComputedTiles, SharedTiles, KernelLowering):
             self.values.clear()
         self._each([("i0", fm), ("i1", fn), ("i2", 4)], point)
 
-    def _row_vectors(self, fm: int, row) -> dict[int, str]:
+    def _row(self, slot: str = "i2") -> str:
+        """The block-wide row (C) of a lane's fragment slot `slot` of fragment i0 (slots 0, 1:
+        row fg; 2, 3: fg + 8)."""
+        return (f"{self._axis_var('org', self.site.row)} + wr * {self.wtm} + i0 * {FM} + fg + "
+                f"({slot} / 2) * 8")
+
+    def _row_vectors(self, fm: int) -> dict[int, str]:
         """Values over the fragment rows and batch axes only that the kernel loads (a saved
         logsumexp, D) or reads at renamed positions of a load (varlen's doc[q]): read once per
-        lane and row into registers before the chunks, not at every element of every chunk.
-        `row(slot)`: the row of a lane's fragment slot (slots 0, 1: row fg; 2, 3: fg + 8)."""
+        lane and row into registers before the chunks, not at every element of every chunk
+        (at each lane's row: `_row`)."""
         s = self.site
         rows = set(getattr(s, "row_axes", (s.row,)))
         keep = {*rows, *s.batch}
@@ -334,39 +341,39 @@ class MmaLowering(RowStats, ComputedTiles, SharedTiles, KernelLowering):
             self.b.emit(P.Decl(cexpr.CKIND[kind], name, shape=(fm, 2)))
 
             def fill(n=n, name=name):
-                scope, _ = self._point({s.row: row("(2 * i5)")})
+                scope, _ = self._point({s.row: self._row("(2 * i5)")})
                 self.b.emit(P.Set(f"{name}[i0][i5]", self.emitter.value(n, scope)))
             self._each([("i0", fm), ("i5", 2)], fill)
         return out
 
-    def _point(self, raws: dict) -> tuple[dict, str]:
+    def _point(self, raws: dict, row: str | None = None) -> tuple[dict, str]:
         """A fragment element's scope (indices clamped inside the arrays) and in-range test,
-        from the raw index of each fragment axis; batch axes at the block's position."""
-        scope, checks = self._checked_point(raws)
+        from the raw index of each fragment axis; batch axes at the block's position. `row`:
+        the fragment rows' index is the lane's row at that slot of fragment i0 (`_row`)."""
+        scope, checks = self._checked_point(raws, row)
         return scope, " && ".join(checks.values())
 
-    def _checked_point(self, raws: dict) -> tuple[dict, dict]:
-        """_point's scope, and its in-range test of each axis apart."""
+    def _checked_point(self, raws: dict, row: str | None = None) -> tuple[dict, dict]:
+        """_point's scope, and its in-range test of each axis apart. A lane's packed row
+        (`row` given, `_lane_rows` declared) reads its clamped index and (r, q) from the
+        lane's tables instead of dividing here."""
+        held = self.lane_rows if row is not None else {}
+        if row is not None:
+            raws = {self.site.row: self._row(row), **raws}
         scope, checks = {a: Ix(self._axis_var("org", a)) for a in self.site.batch}, {}
         for a, raw in raws.items():
+            if a in held:
+                scope[a] = Ix(f"{held[a]}[i0][{row} / 2]")
+                checks[a] = f"({raw} < {self.sizes[a]})"
+                continue
             v = self.b.value(self.itype, raw, "pt")
             top = f"({self.itype})({self.sizes[a]} - 1)"
             scope[a] = Ix(f"({v} < {top} ? {v} : {top})")
             checks[a] = f"({v} < {self.sizes[a]})"
+        if held:
+            scope.update((a, Ix(f"{name}[i0][{row} / 2]")) for a, name in held.items())
+            return scope, checks
         return self.unpacked(scope), checks
-
-    def unpacked(self, scope: dict) -> dict:
-        """`scope` with the axes packed fragment rows run along (compiler/packing.py): row i at
-        (i / size(q), i % size(q)) for rows r x q (Q and O addressed per row)."""
-        packed = getattr(self.site, "packed", ())
-        if not packed or self.site.row not in scope:
-            return scope
-        rest = self.b.value(self.itype, scope[self.site.row].expr, "pk")
-        for a in reversed(packed[1:]):
-            scope[a] = Ix(f"({rest} % ({self.itype})({self.sizes[a]}))")
-            rest = f"({rest} / ({self.itype})({self.sizes[a]}))"
-        scope[packed[0]] = Ix(rest)
-        return scope
 
     def _each(self, loops, body) -> None:
         """Nested unrolled loops over static trip counts (fragment indices)."""

@@ -281,7 +281,7 @@ class SharedTiles:
 
             def each():
                 b.emit(P.Decl("const int", "eo", f"eo0 + r * {rows}"))
-                valid, _ = self._element(t, "eo", "ei", c0, clen, None)
+                valid, _ = self._element_scope(t, "eo", "ei", c0, clen, unpack=False)
                 src = f"cps + (({self.itype})(r * {rows}) * {stride})"
                 dst = f"cpd + r * {rows * layout.pitch}" if stepped else \
                     f"cpd + {offset(layout, 'eo', 'ei')}"
@@ -320,9 +320,11 @@ class SharedTiles:
             at[axis] = Ix(f"(({self.itype})({clamped}))")
         return " && ".join(checks) or "true", Layout(base_axes, self.sizes, self.itype).offset(at)
 
-    def _element_scope(self, t: dict, eo: str, ei: str, c0: str, clen: str) -> tuple[str, dict]:
+    def _element_scope(self, t: dict, eo: str, ei: str, c0: str, clen: str,
+                       unpack: bool = True) -> tuple[str, dict]:
         """(the in-range test, the index scope of the operand's axes) of the tile's element at
-        local row eo and column ei (C names)."""
+        local row eo and column ei (C names); `unpack=False`: packed rows left as their one
+        axis (a caller reading the test alone: no decomposition emitted)."""
         axes = ir.type_of(self.g, t["node"]).axes
         scope = {a: Ix(self._axis_var("org", a)) for a in axes if a in self.tile}
         checks = []
@@ -332,7 +334,7 @@ class SharedTiles:
             scope[axis] = Ix(f"({origin} + {local})" if origin else local)
             if bound:
                 checks.append(bound.format(local))
-        return " && ".join(checks) or "true", self.unpacked(scope)
+        return " && ".join(checks) or "true", self.unpacked(scope) if unpack else scope
 
     def _each_thread(self, count: int, body, index: bool = True) -> None:
         """`body` for e = tid, tid + threads, ... below count, as a loop of a fixed trip count

@@ -12,7 +12,8 @@ The decision is made once, in `flash.examine` (`FlashSite.packed`), at the plann
 the axis the rows would run along is shorter than a fragment and another axis of Q's rows
 (absent from K and V) is longer than one. The planner and the cost model see the packed
 rows as one axis (`name`, of size the product: `sized`, `relabel`); the lowering addresses
-Q and O per row through the decomposition (codegen/mma.py `_checked_point`, tiles.py).
+Q and O per row through the decomposition (codegen/packed.py: a lane's own rows once per block,
+before the key loop, where the loop reads them).
 The packed axes must be adjacent and in the same order in Q (a row's offset is then `i *
 stride`: Q's tile copy steps along the rows by a constant; O is stored per element at each
 row's own position, so a split's partial O `[p_x q b g r d]` under a causal mask, whose layout

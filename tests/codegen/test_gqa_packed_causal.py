@@ -137,11 +137,12 @@ def _seeded(d, shape, pattern, replacement):
 
 def test_a_seeded_bug_the_mask_reading_the_packed_row_fails():
     """The per-score mask compares x with the packed row index i instead of its q = i %
-    size(q): rows past the first r see keys they must not; the emulated output is wrong."""
+    size(q) (the lane's table of its rows, `pr0`, read where its table of q is: codegen/mma.py
+    _lane_rows): rows past the first r see keys they must not; the emulated output is wrong."""
     d = _diagram(DECODE, "f16")
     p, verdict = _seeded(d, {"b": 1, "g": 2, "r": 4, "q": 3, "x": 37},
-                         r"\(\(long long\)\(\((pk\d+) % \(int\)\(n\d+\)\)\)\)",
-                         r"((long long)(\1))")
+                         r"\(\(long long\)\(pr\d+(\[i0\]\[i2 / 2\])\)\)",
+                         r"((long long)(pr0\1))")
     assert _site(p).packed == ("r", "q")
     assert not verdict.ok
 
@@ -210,3 +211,91 @@ def test_explain_says_the_causal_rows_are_packed():
                                                        "x": 4096})
     text = render_text(report(p))
     assert "rows packed: r x q = 4 x 4 = 16, in blocks of 16" in text
+
+
+# -- the rows' decomposition stays out of the key loop ----------------------------------------
+
+def _cuda(d, shape):
+    from napkin import pipeline
+    p = plan(d, "h100", shape)
+    made = pipeline.through(p, "plan", "program", pipeline.Options.make(target="h100"))
+    from napkin.codegen.render import render
+    return p, made["program"], render(made["program"])
+
+
+def _key_loop(cuda: str) -> str:
+    """The first kernel's loop over whole chunks (`for (... c0 = ...; c0 < cfull; ...)`)."""
+    kernel = cuda[cuda.index("__global__"):]
+    at = kernel.index("{", re.search(r"for \([^;]* c0 = [^;]*; c0 < cfull;", kernel).end())
+    depth = 0
+    for i, ch in enumerate(kernel[at:], at):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if depth == 0:
+            return kernel[at:i + 1]
+    raise AssertionError("unbalanced")
+
+
+@pytest.mark.parametrize("q, static", [(4, False), (4, True), (3, True)])
+def test_the_key_loop_divides_by_no_size_of_the_packed_rows(q, static):
+    """Each lane's packed rows are decomposed into (r, q) once per block, before the chunks
+    (codegen/mma.py _lane_rows): the chunk loop of causal speculative decoding reads q from the
+    lane's table and holds no `/` or `%` by size(q), a runtime size (n3) or a constant (q
+    declared `axis q = 4`). Static SASS (sm_90, b=8 g=8 r=4 q=4 x=4096 d=128): the loop was 479
+    instructions for 32 HMMA with the division per score, 441 without (unmasked 411).
+    Without a mask reading q the tables are not declared (nothing in the loop reads them)."""
+    d = _diagram(DECODE, "f16", d=128)
+    shape = {"b": 8, "g": 8, "r": 4, "q": q, "x": 4096}
+    if static:
+        d = napkin.load(d.source.text.replace("axis b, g, r, q, x", f"axis b, g, r, x\naxis q = {q}"))
+        del shape["q"]
+    p, program, cuda = _cuda(d, shape)
+    assert _site(p).packed == ("r", "q")
+    size = str(q) if static else dict((a, n) for n, a in program.size_params)["q"]
+    by_q = re.compile(rf"[/%] \((?:int|long long)\)\({size}\)")
+    loop = _key_loop(cuda)
+    assert not by_q.search(loop), by_q.search(loop)
+    assert re.search(r"\(\(long long\)\(pr\d+\[i0\]\[i2 / 2\]\)\)", loop)   # q, from the table
+    assert by_q.search(cuda[cuda.index("__global__"):])       # (decomposed before the loop)
+    _, _, plain = _cuda(_diagram(None, "f16", d=128), {"b": 8, "g": 8, "r": 4, "q": 4, "x": 4096})
+    assert not re.search(r"\bpr\d+\[", plain)
+
+
+def test_a_packed_row_of_a_static_size_of_q_emulated():
+    """q declared `axis q = 3` (its size a constant in the C: the tables divide by it) under
+    causal speculative decoding, packed rows r x q = 15: the emulated output against the
+    float64 oracle."""
+    text = _diagram(DECODE, "bf16").source.text.replace("axis b, g, r, q, x",
+                                                         "axis b, g, r, x\naxis q = 3")
+    d = napkin.load(text)
+    shape = {"b": 2, "g": 2, "r": 5, "x": 41}
+    p = _packed(plan(d, "h100", shape, engine="tensor-cores"))
+    assert _site(p).packed == ("r", "q")
+    verdict = _verdict(p, d, random_inputs(d, shape, 4), "bf16")
+    assert verdict.ok, verdict.message
+
+
+@THOROUGH
+def test_the_packed_causal_loop_has_no_division_in_its_sass():
+    """Static SASS (sm_90) of the packed causal decode's main loop (b=8 g=8 r=4 q=4 x=4096
+    d=128, h100): no MUFU.RCP (an integer division by a runtime size: I2F.RP, MUFU.RCP, F2I),
+    and within 40 instructions of the unmasked packed loop (the mask's own compares: 441
+    against 411; 479 while each score divided)."""
+    from ..compiler.test_simt_sass import _need_disassembler
+    from napkin import pipeline
+    from napkin.runtime import mainloop, sass
+    _need_disassembler()
+    loops = []
+    for mask in (DECODE, None):
+        p = plan(_diagram(mask, "f16", d=128), "h100", {"b": 8, "g": 8, "r": 4, "q": 4,
+                                                         "x": 4096})
+        assert _site(p).packed == ("r", "q")
+        made = pipeline.through(p, "plan", "binary",
+                                pipeline.Options.make(target="h100", arch="sm_90"))
+        loop = mainloop.main_loop(sass.disassemble(made["binary"].cubin),
+                                  made["program"].kernels[0].name)
+        loops.append(loop)
+    causal, plain = loops
+    assert not [i.opcode for i in causal.instructions if i.opcode.startswith("MUFU.RCP")]
+    assert causal.hmma_16816 == plain.hmma_16816 == 32
+    assert len(causal.instructions) <= len(plain.instructions) + 40, \
+        (len(causal.instructions), len(plain.instructions))
