@@ -263,9 +263,11 @@ def _stored(result: dict, outputs) -> list:
         if n:
             overflowed.append(f"`{s.name}` ({s.dtype}): {n:,} of {o.size:,} values")
     if overflowed:
+        many = len(overflowed) > 1
         log.warning("napkin: %s %s overflowed to inf: finite values past the dtype's largest "
-                    "(65504 for f16) round to inf when stored; declare it f32 or bf16 to keep "
-                    "them", "outputs" if len(overflowed) > 1 else "output", "; ".join(overflowed))
+                    "(65504 for f16) round to inf when stored; declare %s f32 or bf16 to keep "
+                    "them", "outputs" if many else "output", "; ".join(overflowed),
+                    "them" if many else "it")
     return outs
 
 

@@ -68,9 +68,9 @@ def accepts(name: str, dtype) -> bool:
 
 
 def round_to(x: np.ndarray, name: str) -> np.ndarray:
-    """Round to the storage dtype and back to the array's own float dtype."""
-    return np.asarray(x).astype(numpy_dtype(name)).astype(
-        x.dtype if x.dtype.kind == "f" else np.float64)
+    """Round to the storage dtype and back to the array's own float dtype (a value past the
+    dtype's largest becomes inf, as the hardware rounds it: no NumPy overflow warning)."""
+    return stored(x, name)[0].astype(x.dtype if x.dtype.kind == "f" else np.float64)
 
 
 def stored(x, name: str) -> tuple[np.ndarray, int]:

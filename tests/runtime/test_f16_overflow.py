@@ -47,3 +47,16 @@ def test_no_overflow_says_nothing(caplog):
     with caplog.at_level(logging.WARNING, logger="napkin"):
         Y, _ = napkin.run(napkin.load(TEXT), backend="interpret", X=X)
     assert np.isfinite(Y).all() and not caplog.records
+
+
+def test_the_lowp_model_and_run_s_summary_overflow_quietly():
+    # the f16 model of `napkin run --check` rounds every op to f16 (dtypes.round_to), and
+    # `napkin run` prints an output's sum: inf there is meaning, not a NumPy warning
+    from napkin.commands.run import describe
+    from napkin.runtime import dtypes
+    x = np.array([1e5, -1e5, 3.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dtypes.round_to(x, "f16").tolist() == [np.inf, -np.inf, 3.0]
+        assert dtypes.stored(x, "f16")[1] == 2
+        assert "sum=nan" in describe("Y", dtypes.stored(x, "f16")[0])
