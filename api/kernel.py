@@ -162,7 +162,7 @@ class Kernel:
                 result = interpret(p, inputs)
             else:
                 result = pipeline.run_plan(p, inputs, sizes)
-        outs = [result[s.name].astype(dtypes.numpy_dtype(s.dtype)) for s in self.diagram.outputs]
+        outs = _stored(result, self.diagram.outputs)
         if out is not None:
             shapes = {s.name: o.shape for s, o in zip(self.diagram.outputs, outs)}
             targets_ = check_outputs(self.diagram, out, shapes, infos)
@@ -251,6 +251,24 @@ class Kernel:
             return outs
         # NumPy callers get NumPy back
         return [self.launcher.to_host(o, s.dtype) for o, s in zip(outs, self.diagram.outputs)]
+
+
+def _stored(result: dict, outputs) -> list:
+    """The host backends' outputs in their storage dtypes; one warning names those whose finite
+    values overflowed to inf there (a GPU kernel stores the same inf, uncounted)."""
+    outs, overflowed = [], []
+    for s in outputs:
+        o, n = dtypes.stored(result[s.name], s.dtype)
+        outs.append(o)
+        if n:
+            overflowed.append(f"`{s.name}` ({s.dtype}): {n:,} of {o.size:,} values")
+    if overflowed:
+        many = len(overflowed) > 1
+        log.warning("napkin: %s %s overflowed to inf: finite values past the dtype's largest "
+                    "(65504 for f16) round to inf when stored; declare %s f32 or bf16 to keep "
+                    "them", "outputs" if many else "output", "; ".join(overflowed),
+                    "them" if many else "it")
+    return outs
 
 
 def _gpu() -> bool:

@@ -18,6 +18,11 @@
   operand's last two reduced axes (in its layout), reduced again over the others
   (`sum[a b c](X)` is `sum[a](sum[b c](X))`): a kernel streams one reduced axis and splits
   one more across lanes or blocks, so a third held whole did not fit at large sizes (N0603).
+- A softmax over three or more axes is written out into those nestable reductions:
+  `m = max[K](S)`, `E = exp(S - m)`, `l = sum[K](E)`, `E / l`, with the language's fully
+  masked rows (`m = -inf` shifts by 0, `l = 0` gives 0). A softmax over one axis stays one
+  op (attention's online softmax pairs it with its contraction), and so does one over two
+  (a kernel streams one and splits the other).
 - Ops no output depends on are dropped.
 
 `canonicalize` is a pure function: it returns a new graph.
@@ -41,6 +46,8 @@ def canonicalize(g: DiGraph) -> DiGraph:
                            _hoisted(g, n)):
                 changed = True
                 break
+    for n in ir.order(g):       # after the rewrites above matched softmaxes whole
+        _written_softmax(g, n)
     for n in ir.order(g):       # after the rewrites above matched their reductions whole
         _nested_reduction(g, n)
     return dead_code(g)
@@ -179,6 +186,38 @@ def _nested_reduction(g: DiGraph, n: int) -> None:
                       stmt=stmt)
     _replace(g, n, new)
     _nested_reduction(g, new)
+
+
+def _written_softmax(g: DiGraph, n: int) -> None:
+    """softmax[K](S) with three or more axes in K becomes
+    `where(l == 0, 0, E / l)`, `E = exp(S - where(m == -inf, 0, m))`, `m = max[K](S)`,
+    `l = sum[K](E)`: the reference's meaning (elementwise.softmax), in reductions that nest."""
+    op = ir.op(g, n)
+    if not isinstance(op, ir.Softmax) or len(op.axes) < 3:
+        return
+    (s,) = ir.operands(g, n)
+    layout = ir.type_of(g, s).axes
+    rest = tuple(a for a in layout if a not in op.axes)
+    span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
+
+    def add(o, axes, args, dtype=ir.INTERMEDIATE):
+        return ir.add_node(g, o, ir.ArrayType(axes, dtype), args, span=span, stmt=stmt)
+
+    def const(value):
+        return add(ir.Const(value), (), [])
+
+    def zero_where(x, value, axes, otherwise):      # where(x == value, 0, otherwise)
+        test = add(ir.Map("eq"), rest, [x, const(value)], "bool")
+        return add(ir.Map("where"), axes, [test, const(0.0), otherwise])
+
+    m = add(ir.Reduce("max", op.axes), rest, [s],
+            ir.dtype_of_kind(ir.kind_of_dtype(ir.type_of(g, s).dtype)))
+    shift = zero_where(m, float("-inf"), rest, m)
+    e = add(ir.Map("exp"), layout, [add(ir.Map("sub"), layout, [s, shift])])
+    total = add(ir.Reduce("sum", op.axes), rest, [e])
+    new = zero_where(total, 0.0, layout, add(ir.Map("div"), layout, [e, total]))
+    assert ir.type_of(g, n).axes == layout
+    _replace(g, n, new)
 
 
 def _factors(g: DiGraph, n: int) -> list[int]:

@@ -68,9 +68,21 @@ def accepts(name: str, dtype) -> bool:
 
 
 def round_to(x: np.ndarray, name: str) -> np.ndarray:
-    """Round to the storage dtype and back to the array's own float dtype."""
-    return np.asarray(x).astype(numpy_dtype(name)).astype(
-        x.dtype if x.dtype.kind == "f" else np.float64)
+    """Round to the storage dtype and back to the array's own float dtype (a value past the
+    dtype's largest becomes inf, as the hardware rounds it: no NumPy overflow warning)."""
+    return stored(x, name)[0].astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+def stored(x, name: str) -> tuple[np.ndarray, int]:
+    """`x` in storage dtype `name`, and how many of its finite values became infinite there
+    (past f16's largest finite value, 65504: IEEE rounding gives inf, as a GPU's conversion
+    does). NumPy's own "overflow encountered in cast" is silenced: the caller says it."""
+    x = np.asarray(x)
+    with np.errstate(over="ignore"):
+        y = x.astype(numpy_dtype(name))
+    if name not in FLOATS or x.dtype.kind != "f":
+        return y, 0
+    return y, int(np.count_nonzero(np.isinf(y) & np.isfinite(x)))
 
 
 def lowest(names) -> str:

@@ -125,7 +125,8 @@ def _names(names) -> str:
 
 def describe(name: str, out: np.ndarray) -> str:
     digest = hashlib.sha256(np.ascontiguousarray(out).tobytes()).hexdigest()[:16]
-    total = float(np.sum(out.astype(np.float64)))
+    with np.errstate(invalid="ignore"):     # +inf and -inf sum to nan, printed as such
+        total = float(np.sum(out.astype(np.float64)))
     dtype = dtypes.name_of(out.dtype) or str(out.dtype)
     return f"{name}  shape={tuple(out.shape)}  dtype={dtype}  sum={total:.9g}  sha256={digest}"
 
