@@ -205,7 +205,7 @@ class KernelPlanner:
         per streamed axis."""
         for base, cols in tried:
             # (an attention's rows packed and not, where both can be: the faster is kept)
-            for where in tensorcore.sites(self.g, k, base, self.target, self.sizes):
+            for where in tensorcore.sites(self.g, k, base, self.target, self.sizes, fixed):
                 if not self.across and getattr(where, "across", ()):
                     continue
                 model = tensorcore.for_site(self.g, k, base, where, self.sizes)

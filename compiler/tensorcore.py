@@ -40,8 +40,7 @@ COLS = (8, 16, 32, 64, 128, 256)           # ... along col
 CHUNKS = (16, 32, 64)                      # ... along red (the streamed chunk)
 WARPS = (1, 2, 4, 8)
 MAX_ACCUMULATORS = 128                     # f32 accumulator registers per thread
-# rows (bm, bn, bk, wm, wn) in search order: block tiles of whole warp tiles, warp tiles of
-# whole fragments, accumulators within their register budget
+# (bm, bn, bk, wm, wn) in search order: whole warp tiles, whole fragments, accumulators in budget
 TILINGS = np.array([(bm, bn, bk, wm, wn) for bm in ROWS for bn in COLS for bk in CHUNKS
                     for wm in WARPS for wn in WARPS
                     if wm * wn in WARPS and not bm % (wm * FRAGMENT[0])
@@ -84,15 +83,18 @@ def site(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     return found if isinstance(found, SITES) else None
 
 
-def sites(g, kernel, model: Model, target: Target, sizes: dict | None = None) -> tuple:
-    """The sites the planner searches and compares: site's, and for an attention whose rows
-    are not packed by default (their axis a fragment long: prefill with GQA) but can be
-    (compiler/packing.py), the packed form after it (a tie keeps the default)."""
-    found = site(g, kernel, model, target, sizes)
-    if not isinstance(found, FlashSite) or found.packed:
+def sites(g, kernel, model: Model, target: Target, sizes: dict | None = None,
+          fixed: dict | None = None) -> tuple:
+    """The sites the planner compares: site's, and for an attention whose rows are not packed
+    by default (prefill with GQA) but can be (packing.py), the packed form after it (a tie
+    keeps the default); one axis of rows where a hint (`fixed`) tiles a packed axis."""
+    found, one, packed = (site(g, kernel, model, target, sizes, p) for p in (None, False, True))
+    if not isinstance(found, FlashSite):
         return () if found is None else (found,)
-    other = site(g, kernel, model, target, sizes, True)
-    return (found,) if other is None or other == found else (found, other)
+    if {a for key in ("group", "thread") for a in (fixed or {}).get(key, {})} & set(
+            getattr(packed, "packed", ())):
+        return () if one is None else (one,)    # (the hint names its axis as the rows)
+    return (found,) if found.packed or packed in (None, found) else (found, packed)
 
 
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
@@ -120,8 +122,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     return found
 
 
-# reductions a product kernel computes beside its contraction, chunk by chunk (codegen/
-# rowstats.py): those whose partial states merge in one pass (accumulators.py)
+# reductions computed beside a contraction chunk by chunk (rowstats.py), merging in one pass
 STAT_KINDS = ("sum", "mean", "max", "min", "var", "logsumexp")
 # what an operand or a statistic's argument computed from loads may be made of: elementwise
 # ops, names, renaming views, constants and indices (codegen's scalar emitter at each element)
