@@ -1,6 +1,7 @@
 """The GPU check: every library kernel checked on the GPU, attention and matmul timed.
 
     python benchmarks/gpu_check.py --out DIR [--dry-run] [--quick] [--sample] [--diagrams A,B]
+                                   [--features F,G]
 
 On one H200 it finishes in a few minutes: it compiles every library diagram,
 runs each on the GPU against the float64 reference (random data, odd shapes,
@@ -8,6 +9,14 @@ outputs pre-filled with NaN so an unwritten element shows), times attention
 (b=4, h=16, q=x in 1k, 4k, 16k; d=64 and 128; f16 and bf16) against PyTorch's
 SDPA (flash and cuDNN backends) and matmul (4096^3, 8192^3) against cuBLAS,
 and writes DIR/gpu_check.json and a printed table.
+
+It checks the kernels no GPU had run when they landed (`features`, benchmarks/gpu_features.py):
+packed GQA rows (q = 2..8, r * q <= 16, unmasked and causal decode, split over x and not),
+heads of 192 and 256 (Q re-read), a softmax over three axes, paged attention on tensor cores,
+12 checks at odd sizes in f16 and bf16 against the float64 reference, each with the path it
+exists for (packed rows, re-read, split, engine) recorded; and times the tensor-core ones at
+scale (packed decode b=8 g=8 r=4 q=4 x=4k d=128, plain and causal; d=256 and 192 at b=4 h=16
+N=4k; paged decode x=32k) beside the model's prediction, in the timings (`case` names them).
 
 It times decode attention (`decode`: one query per head, h = 32 query heads on 8 key-value
 heads as gqa_attention with r = 4, d = 128, f16, b in 1/8/32, keys x in 4k/32k/128k) against
@@ -51,7 +60,15 @@ references), on any machine: CI runs it, with --quick --sample.
 bf16, f32, ...): every diagram and every dtype once, 12 checks instead of 36.
 
 --diagrams A,B,... checks those library diagrams only (the timings and the other sections
-run as without it).
+run as without it). --features F,G,... checks and times those features only (packed-gqa,
+wide-head, softmax-3-axes, paged-tensor-cores); --sample checks the first case of each,
+--quick times the first of each.
+
+Device time: the whole run must fit one device session (15 minutes, machine start, wheel
+install and a rerun's margin included). Without launches, --dry-run does what the GPU run
+does on the host (planning, NVRTC, the float64 references) and estimates the rest: each
+timing's launches, (warm-up + reps) x (predicted time + the L2 flush) for napkin and each
+baseline, and CUDA and PyTorch's start; it prints the sum as `estimated device seconds`.
 
 On the device machine only Python, CuPy, PyTorch and Triton are installed:
 `bash benchmarks/wheels.sh` here puts napkin's wheel and its dependencies'
@@ -72,6 +89,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_backward import _print_backward, backward  # noqa: E402
+from gpu_budget import estimate  # noqa: E402
+from gpu_features import feature_checks, feature_timings, print_feature_check  # noqa: E402
 from gpu_merges import _print_merges, merges  # noqa: E402
 from gpu_scatter import _print_scatter, scatters  # noqa: E402
 from gpu_ranking import _print_ranking, kendall_tau, ranking  # noqa: E402,F401 (kendall_tau:
@@ -96,6 +115,8 @@ def main(argv=None) -> int:
                     help="check each diagram in one dtype (taken in turn), not in all three")
     ap.add_argument("--diagrams", type=lambda s: tuple(n for n in s.split(",") if n),
                     help="check these library diagrams only (comma-separated; default: all)")
+    ap.add_argument("--features", type=lambda s: tuple(n for n in s.split(",") if n),
+                    help="check and time these new kernels' features only (default: all)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -106,7 +127,12 @@ def main(argv=None) -> int:
     for entry in checks(args.dry_run, args.sample, args.diagrams):
         report["checks"].append(entry)
         _print_check(entry)
-    for entry in timings(args.dry_run, args.quick):
+    report["features"] = []
+    for entry in feature_checks(args.dry_run, args.sample, args.features):
+        report["features"].append(entry)
+        print_feature_check(entry)
+    for entry in [*timings(args.dry_run, args.quick),
+                  *feature_timings(args.dry_run, args.quick, args.features)]:
         report["timings"].append(entry)
         _print_timing(entry)
     report["decode"] = []
@@ -138,10 +164,13 @@ def main(argv=None) -> int:
         report["backward"].append(entry)
         _print_backward(entry)
     report["seconds"] = time.time() - started
+    if args.dry_run:
+        report["estimated_device_seconds"] = estimate(report)
+        print(f"estimated device seconds (this selection): {report['estimated_device_seconds']:.0f}")
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
     print(f"\nwrote {args.out / 'gpu_check.json'} in {report['seconds']:.0f} s")
-    failed = [c for c in report["checks"] + report["scatter"] + report["backward"]
-              if c.get("status") == "wrong"]
+    failed = [c for c in report["checks"] + report["features"] + report["scatter"]
+              + report["backward"] if c.get("status") == "wrong"]
     return 1 if failed else 0
 
 
@@ -329,14 +358,16 @@ def _print_check(e) -> None:
 
 
 def _print_timing(e) -> None:
-    head = (f"time  {e['diagram']:<10} {e['dtype']:<5} {json.dumps(e['shape'])} "
+    head = (f"time  {e.get('case', e['diagram']):<10} {e['dtype']:<5} {json.dumps(e['shape'])} "
             f"[{', '.join(e.get('engines', []))}]")
     if e.get("status") == "planned":
         print(f"{head}  planned, predicted {e['predicted_seconds']:.4g} s")
     elif e.get("status") == "ok":
         for r in e["records"]:
             tf = f"{r['tflops']:.1f} TFLOP/s" if r.get("tflops") else ""
-            print(f"{head}  {r['source']:<11} {r['seconds'] * 1e3:9.3f} ms  {tf}")
+            model = (f"  (model {r['predicted_seconds'] * 1e3:.3f} ms)"
+                     if r.get("predicted_seconds") else "")
+            print(f"{head}  {r['source']:<11} {r['seconds'] * 1e3:9.3f} ms  {tf}{model}")
     else:
         print(f"{head}  {e.get('status')}: {e.get('error', '')[:160]}")
     sys.stdout.flush()

@@ -44,13 +44,56 @@ def test_bench_without_a_gpu_exits_3(capsys):
 # tests/codegen/test_emulated_library's: the dry run's checks of all of them cost 5 of its
 # 11 CPU-s.
 FEW = ("attention", "layernorm", "embedding")
+# The new kernels' section (benchmarks/gpu_features.py): each case's NVRTC compile costs about
+# a CPU-second, so the default run checks one feature, its first case (--sample: paged
+# attention with packed rows and a split, on tensor cores) and times its first (--quick: the
+# paged decode), +2.2 CPU-s; the thorough tier runs the first case of every feature here and
+# every case in test_every_new_kernel_case_is_planned_on_its_path_and_compiled.
+FEW_FEATURES = ("paged-tensor-cores",)
+
+
+def _features_present(checks, timed) -> None:
+    """Each case ran along the path it exists for (packed rows, Q re-read, the split, the
+    engine), compiled without spills, at sizes the GPU's check launches unclamped."""
+    for c in checks:
+        assert c["status"] == "compiled" and c["path_ok"], c
+        assert all(res["spill_stores"] == 0 for res in c["resources"].values()), c
+        assert all(v <= 192 for v in c["shape"].values())      # bench.CHECK_LIMIT
+    for t in timed:
+        assert t["status"] == "planned" and t["path_ok"] and t["predicted_seconds"] > 0, t
+        assert "attention" in t["engines"]
+        assert all(res["spill_stores"] == 0 for res in t["resources"].values()), t
+
+
+@pytest.mark.thorough
+def test_every_new_kernel_case_is_planned_on_its_path_and_compiled():
+    """All of gpu_features' checks (four features, f16 and bf16) and timings, as --dry-run
+    runs them without --features, --sample or --quick."""
+    script = _gpu_features()
+    checks = list(script.feature_checks(True))
+    timed = list(script.feature_timings(True, False))
+    assert [c["case"] for c in checks] == [c[0] for c in script.CHECKS]
+    assert {c["feature"] for c in checks} == {"packed-gqa", "wide-head", "softmax-3-axes",
+                                              "paged-tensor-cores"}
+    assert {c["dtype"] for c in checks} == {"f16", "bf16"}
+    assert [t["case"] for t in timed] == [t[0] for t in script.TIMINGS]
+    _features_present(checks, timed)
+
+
+def _gpu_features():
+    path = ROOT / "benchmarks" / "gpu_features.py"
+    spec = importlib.util.spec_from_file_location("napkin_gpu_features", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.parametrize("diagrams", [FEW, pytest.param(None, marks=pytest.mark.thorough)],
                          ids=["three-diagrams", "every-diagram"])
 def test_gpu_check_dry_run(tmp_path, diagrams):
     # --sample: each diagram checked in one dtype, the dtypes in turn (all three here)
-    few = ["--diagrams", ",".join(diagrams)] if diagrams else []
+    few = ["--diagrams", ",".join(diagrams), "--features", ",".join(FEW_FEATURES)] \
+        if diagrams else []
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run",
                            "--quick", "--sample", *few, "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
@@ -60,12 +103,23 @@ def test_gpu_check_dry_run(tmp_path, diagrams):
     assert [c["diagram"] for c in report["checks"]] == \
         [n for n in library_names() if diagrams is None or n in diagrams]
     assert {c["dtype"] for c in report["checks"]} == {"f32", "f16", "bf16"}
+    # the new kernels: the first case of each feature (--sample, --quick), compiled on its path
+    script = _gpu_features()
+    wanted = FEW_FEATURES if diagrams else None
+    assert [c["case"] for c in report["features"]] == \
+        [c[0] for c in script.firsts(script.chosen(script.CHECKS, wanted))]
+    assert [t["case"] for t in report["timings"] if "case" in t] == \
+        [t[0] for t in script.firsts(script.chosen(script.TIMINGS, wanted))]
+    _features_present(report["features"], [t for t in report["timings"] if "case" in t])
+    if diagrams:
+        assert report["features"][0]["path"]["packed"] == ["r", "q"]
+    assert report["estimated_device_seconds"] > report["seconds"]
     assert all(c["status"] == "compiled" for c in report["checks"]), \
         [c for c in report["checks"] if c["status"] != "compiled"][:1]
     for c in report["checks"]:
         for res in c["resources"].values():
             assert res["spill_stores"] == 0
-    assert {t["diagram"] for t in report["timings"]} == {"attention", "matmul"}
+    assert {t["diagram"] for t in report["timings"] if "case" not in t} == {"attention", "matmul"}
     # the backward, planned with dQ added across blocks by atomics and without (--quick: the
     # saved gradient at d=64)
     (bwd,) = report["backward"]

@@ -1,0 +1,225 @@
+"""benchmarks/gpu_check.py's checks and timings of the kernels no GPU has run yet: packed GQA
+rows (compiler/packing.py: r x q in one fragment's rows, q = 2..8, r * q <= 16, unmasked and
+under causal speculative decoding's `x <= q + size(x) - size(q)`, split over x and not),
+heads of 192 and 256 (FlashAttention-2 with Q re-read: compiler/flash.py's budget), a softmax
+over three axes (written out into nested reductions: compiler/canonical.py), and paged
+attention on tensor cores (K and V rows through the page table: compiler/rowsource.py).
+
+Each check runs at odd sizes, every dynamic axis at most bench.CHECK_LIMIT (so the GPU's
+check plans and launches at the very sizes --dry-run planned), f16 and bf16, against the
+float64 reference with the project's tolerance rule (napkin.bench.check:
+compare.against_reference). Each case names the path it exists to exercise (`expect`: the
+engine, packed rows, Q re-read, the split): --dry-run records the plan's and ptxas' answer
+(`path_ok`), and so does the GPU run, whose target (h100 or h200) may plan otherwise.
+
+The tensor-core ones are timed at scale beside the model's predicted time (napkin.bench.bench:
+SDPA's flash and cuDNN backends beside attention's). --quick times the first of each feature.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+DECODE = "x <= q + size(x) - size(q)"      # speculative decoding: the last q keys causal
+
+
+def _gqa(dtype: str, d: int = 128, mask: str | None = None):
+    """gqa_attention, or (mask) the same with the scores masked (not a library diagram)."""
+    from napkin.bench import variant
+    if mask is None:
+        return variant("gqa_attention", dtype, d=d)
+    import napkin
+    score = f"where({mask}, Q * K / sqrt(size(d)), -inf)"
+    return napkin.load(f"axis b, g, r, q, x\naxis d = {d}\n"
+                       f"in Q[b g r q d]: {dtype}\nin K[b g x d]: {dtype}\n"
+                       f"in V[b g x d]: {dtype}\nS[b g r q x] = {score}\n"
+                       "P[b g r q x] = softmax[x](S)\nO[b g r q d] = P * V\n"
+                       f"out O: {dtype}")
+
+
+def _softmax3(dtype: str):
+    import napkin
+    return napkin.load(f"axis b, x, y, z\nin X[b x y z]: {dtype}\n"
+                       f"Y[b x y z] = softmax[x y z](X)\nout Y: {dtype}")
+
+
+def _library(name: str, **sizes):
+    from napkin.bench import variant
+    return lambda dtype: variant(name, dtype, **sizes)
+
+
+def _paged(x: int, P: int):
+    return _library("paged_attention", x=x, j=-(-x // P), P=P)
+
+
+PACKED = {"engine": "attention", "packed": ["r", "q"]}
+REREAD = {"engine": "attention", "reread": True}
+PAGED = {"engine": "attention"}
+
+# (case, feature, diagram(dtype), dtype, shape, options (Options.make), expected path)
+CHECKS = [
+    ("gqa r=8 q=2", "packed-gqa", lambda t: _gqa(t), "f16",
+     {"b": 2, "g": 3, "r": 8, "q": 2, "x": 191}, {}, PACKED),
+    ("gqa r=3 q=5 split", "packed-gqa", lambda t: _gqa(t), "bf16",
+     {"b": 2, "g": 3, "r": 3, "q": 5, "x": 190}, {"split": {"x": 3}}, {**PACKED, "split": "x"}),
+    ("gqa causal decode r=4 q=4 split", "packed-gqa", lambda t: _gqa(t, mask=DECODE), "f16",
+     {"b": 2, "g": 2, "r": 4, "q": 4, "x": 189}, {"split": {"x": 4}}, {**PACKED, "split": "x"}),
+    ("gqa causal decode r=2 q=7", "packed-gqa", lambda t: _gqa(t, mask=DECODE), "bf16",
+     {"b": 3, "g": 2, "r": 2, "q": 7, "x": 131}, {}, PACKED),
+    ("attention d=256", "wide-head", _library("attention", d=256), "f16",
+     {"b": 2, "h": 3, "q": 77, "x": 130}, {}, REREAD),
+    ("causal_attention d=256", "wide-head", _library("causal_attention", d=256), "bf16",
+     {"b": 1, "h": 2, "q": 131, "x": 131}, {}, REREAD),
+    ("attention d=192", "wide-head", _library("attention", d=192), "bf16",
+     {"b": 2, "h": 3, "q": 130, "x": 191}, {}, REREAD),
+    ("causal_attention d=192", "wide-head", _library("causal_attention", d=192), "f16",
+     {"b": 2, "h": 3, "q": 97, "x": 97}, {}, REREAD),
+    ("softmax[x y z] 17x33x65", "softmax-3-axes", _softmax3, "f16",
+     {"b": 3, "x": 17, "y": 33, "z": 65}, {}, {"kernels_at_least": 2}),
+    ("softmax[x y z] 128x128x129", "softmax-3-axes", _softmax3, "bf16",
+     {"b": 1, "x": 128, "y": 128, "z": 129}, {}, {"kernels_at_least": 2}),
+    ("paged P=8 x=777 q=3 split", "paged-tensor-cores", _paged(777, 8), "bf16",
+     {"b": 1, "g": 2, "r": 4, "q": 3, "n": 101}, {"engine": "tensor-cores", "split": {"x": 5}},
+     {**PAGED, **PACKED, "split": "x"}),
+    ("paged P=16 x=1000", "paged-tensor-cores", _paged(1000, 16), "f16",
+     {"b": 3, "g": 2, "r": 4, "q": 1, "n": 192}, {"engine": "tensor-cores"}, PAGED),
+]
+
+# the tensor-core ones at scale: (case, feature, diagram(dtype), dtype, shape, bench name
+# (its baselines: napkin.bench.baselines), expected path)
+TIMINGS = [
+    ("gqa decode r=4 q=4", "packed-gqa", lambda t: _gqa(t), "f16",
+     {"b": 8, "g": 8, "r": 4, "q": 4, "x": 4096}, "gqa_attention", PACKED),
+    ("gqa causal decode r=4 q=4", "packed-gqa", lambda t: _gqa(t, mask=DECODE), "f16",
+     {"b": 8, "g": 8, "r": 4, "q": 4, "x": 4096}, "gqa_causal_decode", PACKED),
+    ("attention d=256", "wide-head", _library("attention", d=256), "f16",
+     {"b": 4, "h": 16, "q": 4096, "x": 4096}, "attention", REREAD),
+    ("attention d=192", "wide-head", _library("attention", d=192), "bf16",
+     {"b": 4, "h": 16, "q": 4096, "x": 4096}, "attention", REREAD),
+    ("causal_attention d=256", "wide-head", _library("causal_attention", d=256), "f16",
+     {"b": 4, "h": 16, "q": 4096, "x": 4096}, "causal_attention", REREAD),
+    ("paged decode x=32768", "paged-tensor-cores", _paged(32768, 16), "f16",
+     {"b": 8, "g": 8, "r": 4, "q": 1, "n": 8 * 2048}, "paged_attention", PAGED),
+]
+
+
+def firsts(cases) -> list:
+    """The first case of each feature (--sample's checks, --quick's timings)."""
+    seen, out = set(), []
+    for case in cases:
+        if case[1] not in seen:
+            seen.add(case[1])
+            out.append(case)
+    return out
+
+
+def path(p) -> dict:
+    """What the plan chose, in `expect`'s terms."""
+    from napkin.compiler.flash import FlashSite
+    out = {"engines": [kp.schedule.engine for kp in p.kernels], "kernels": len(p.kernels),
+           "split": None if p.split is None else p.split.axis}
+    for kp in p.kernels:
+        if isinstance(kp.schedule.site, FlashSite):
+            out.update(packed=list(kp.schedule.site.packed), reread=bool(kp.schedule.reread))
+    return out
+
+
+def path_ok(got: dict, expect: dict) -> bool:
+    for key, want in expect.items():
+        if key == "engine":
+            ok = want in got["engines"]
+        elif key == "kernels_at_least":
+            ok = got["kernels"] >= want
+        else:
+            ok = got.get(key) == want
+        if not ok:
+            return False
+    return True
+
+
+def chosen(cases, features=None) -> list:
+    """The cases of these features (all without `features`; a feature checked but not timed,
+    the three-axis softmax, has no timing case)."""
+    unknown = sorted(set(features or ()) - {c[1] for c in CHECKS})
+    if unknown:
+        raise SystemExit(f"--features: no feature {', '.join(unknown)}")
+    return [c for c in cases if not features or c[1] in features]
+
+
+def feature_checks(dry_run: bool, sample: bool = False, features=None):
+    """Each case at odd sizes: planned and compiled (--dry-run: for h200, sm_90, its reference
+    evaluated), or run on the GPU against the float64 reference."""
+    import napkin.commands.run
+    import napkin.runtime.reference
+    from napkin.kernel import Kernel
+    from napkin.pipeline import Options
+    cases = chosen(CHECKS, features)
+    for case, feature, make, dtype, shape, options, expect in firsts(cases) if sample else cases:
+        entry = {"case": case, "feature": feature, "dtype": dtype, "shape": shape,
+                 "expect": expect}
+        try:
+            d = make(dtype)
+            if dry_run:
+                k = Kernel(d, Options.make(target="h200", arch="sm_90", **options),
+                           backend="reference")
+                entry["path"] = path(k.compiled_for(shape)[0])
+                entry.update(status="compiled", resources=_resources(k, shape))
+                napkin.runtime.reference.evaluate(
+                    d, napkin.commands.run.random_inputs(d, shape, 1))
+            else:
+                import torch
+                from napkin.bench import check
+                k = Kernel(d, Options.make(**options), backend="cuda")
+                verdicts = check(k, torch, d, shape)
+                entry["path"] = path(k.plan)
+                ok = all(v["ok"] for v in verdicts.values())
+                entry.update(status="ok" if ok else "wrong", verdicts=verdicts)
+            entry["path_ok"] = path_ok(entry["path"], expect)
+        except Exception as exc:   # keep going: one broken kernel must not hide the rest
+            entry.update(status="error", error=f"{type(exc).__name__}: {exc}",
+                         trace=traceback.format_exc()[-2000:])
+        yield entry
+
+
+def feature_timings(dry_run: bool, quick: bool, features=None):
+    """The tensor-core cases at scale: planned and compiled (--dry-run), or checked and timed
+    beside the model's prediction and the baselines napkin.bench has for them."""
+    from napkin.kernel import Kernel
+    from napkin.pipeline import Options
+    cases = chosen(TIMINGS, features)
+    for case, feature, make, dtype, shape, name, expect in firsts(cases) if quick else cases:
+        entry = {"diagram": name, "case": case, "feature": feature, "shape": shape,
+                 "dtype": dtype, "expect": expect}
+        try:
+            d = make(dtype)
+            k = Kernel(d, Options(target="h200", arch="sm_90"), backend="reference")
+            p = k.compiled_for(shape)[0]
+            entry.update(path=path(p), engines=path(p)["engines"], predicted_seconds=p.time,
+                         flops=sum(float(sum(kp.cost.flops.values())) for kp in p.kernels))
+            entry["path_ok"] = path_ok(entry["path"], expect)
+            if dry_run:
+                entry.update(status="planned", resources=_resources(k, shape))
+            else:
+                from napkin.bench import bench
+                result = bench(d, shape, name=name)
+                entry.update(status="ok", correct=result["correct"], records=result["records"],
+                             target=result["target"])
+        except Exception as exc:
+            entry.update(status="error", error=f"{type(exc).__name__}: {exc}",
+                         trace=traceback.format_exc()[-2000:])
+        yield entry
+
+
+def _resources(kernel, shape) -> dict:
+    """NVRTC's ptxas report per kernel for these sizes (no launch)."""
+    from napkin.runtime import nvrtc
+    if not nvrtc.available():
+        return {"nvrtc": "unavailable"}
+    return kernel.binary(shape).resources
+
+
+def print_feature_check(e) -> None:
+    how = "" if e.get("path_ok", True) else "  (not the path it exists for: " + \
+        f"{e.get('path')} against {e['expect']})"
+    print(f"check {e['case']:<32} {e['dtype']:<5} {e.get('status')}{how}"
+          + (f"  {e.get('error', '')[:120]}" if e.get("status") == "error" else ""), flush=True)
