@@ -49,7 +49,10 @@ def canonicalize(g: DiGraph) -> DiGraph:
     for n in ir.order(g):       # after the rewrites above matched softmaxes whole
         _written_softmax(g, n)
     for n in ir.order(g):       # after the rewrites above matched their reductions whole
-        _nested_reduction(g, n)
+        if n in g:
+            _nested_reduction(g, n)
+        if n in g:
+            _nested_contraction(g, n)
     return dead_code(g)
 
 
@@ -184,6 +187,35 @@ def _nested_reduction(g: DiGraph, n: int) -> None:
     outer = tuple(a for a in op.axes if a not in inner)
     new = ir.add_node(g, ir.Reduce(op.fn, outer), ir.type_of(g, n), [part], span=span,
                       stmt=stmt)
+    _replace(g, n, new)
+    _nested_reduction(g, new)
+
+
+INNER = 1     # contracted axes a nested contraction keeps (one: a tensor-core product's)
+
+
+def _nested_contraction(g: DiGraph, n: int) -> None:
+    """contract[K](A, B) with three or more axes in K becomes sum[K - inner](contract[inner](A,
+    B)), `inner` the last INNER axes of K in A's layout: the inner product is a (batched)
+    matrix product over one axis, as the tensor cores take it, and the outer sum nests.
+    A contraction with a softmax operand keeps its axes (attention's online softmax)."""
+    op = ir.op(g, n)
+    if not isinstance(op, ir.Contract) or len(op.axes) < 3:
+        return
+    args = ir.operands(g, n)
+    if any(isinstance(ir.op(g, through(g, a)), ir.Softmax) for a in args):
+        return
+    layout = ir.type_of(g, args[0]).axes
+    inner = tuple(a for a in layout if a in op.axes)[-INNER:]
+    outer = tuple(a for a in op.axes if a not in inner)
+    out = ir.type_of(g, n)
+    span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
+    # the partial products' axes: the outer contracted ones (in A's layout), then the output's
+    part = ir.add_node(g, ir.Contract(inner), ir.ArrayType(
+        tuple(a for a in layout if a in outer) + out.axes,
+        ir.dtype_of_kind(ir.kind_of_dtype(out.dtype))), list(args),
+        span=span, stmt=stmt)
+    new = ir.add_node(g, ir.Reduce("sum", outer), out, [part], span=span, stmt=stmt)
     _replace(g, n, new)
     _nested_reduction(g, new)
 
