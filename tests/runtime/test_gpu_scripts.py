@@ -16,12 +16,17 @@ from napkin.diagrams.sources import library_names
 ROOT = Path(__file__).parents[2]
 
 
-def _gpu_check():
-    path = ROOT / "benchmarks" / "gpu_check.py"
-    spec = importlib.util.spec_from_file_location("napkin_gpu_check", path)
+def _script(name: str):
+    """benchmarks/<name>.py as a module."""
+    path = ROOT / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"napkin_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _gpu_check():
+    return _script("gpu_check")
 
 
 def test_gpu_check_cases_cover_every_diagram_and_dtype():
@@ -81,11 +86,7 @@ def test_every_new_kernel_case_is_planned_on_its_path_and_compiled():
 
 
 def _gpu_features():
-    path = ROOT / "benchmarks" / "gpu_features.py"
-    spec = importlib.util.spec_from_file_location("napkin_gpu_features", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _script("gpu_features")
 
 
 @pytest.mark.parametrize("diagrams", [FEW, pytest.param(None, marks=pytest.mark.thorough)],

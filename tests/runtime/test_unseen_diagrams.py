@@ -9,20 +9,7 @@ import pytest
 
 import napkin
 
-EPS = {"f32": 2.0 ** -23, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}
-
-
-def assert_close(out, want, dtype="f32", slack=8.0):
-    """|out - want| within `slack` roundings of the lowest-precision dtype, at the scale of `want`."""
-    out = np.asarray(out, dtype=np.float64)
-    want = np.asarray(want, dtype=np.float64)
-    assert out.shape == want.shape
-    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
-    finite = np.isfinite(want)
-    np.testing.assert_array_equal(out[~finite], want[~finite])
-    scale = max(1.0, float(np.max(np.abs(want[finite]), initial=0.0)))
-    err = float(np.max(np.abs(out[finite] - want[finite]), initial=0.0))
-    assert err <= (slack * EPS[dtype] + 2e-5) * scale, (err, scale)
+from .close import assert_close
 
 
 def run(text, backend, **inputs):
