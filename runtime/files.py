@@ -81,6 +81,20 @@ def check_output(path: str | os.PathLike | None, reads=()) -> None:
         raise _cannot(path, "permission denied")
 
 
+def check_apart(outputs: dict) -> None:
+    """N0807 now, before any work, if two output options (option -> path, None when not given)
+    name one file (by any name: the second write would replace the first)."""
+    seen: dict = {}
+    for option, path in outputs.items():
+        if path is None or not os.fspath(path):
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise error("N0807", f"cannot write {path} twice: {seen[key]} and {option} name the "
+                        "same file", help=f"give {option} another file name")
+        seen[key] = option
+
+
 def _same_file(path, source) -> bool:
     """Whether `path` is (by any name, link or hard link) the regular file `source`."""
     if source is None or not os.fspath(source):

@@ -9,7 +9,7 @@ import json
 import click
 
 from ..cli_common import diagram_options, engine_option, parse_assignments
-from ..runtime.files import check_output, write_atomic
+from ..runtime.files import check_apart, check_output, write_atomic
 
 
 @click.command("bench")
@@ -35,6 +35,7 @@ def command(diagram, sizes, shapes, dtype, baseline, reps, target_name, engine, 
     options = Options.make(target=target_name, engine=engine)
     check_output(json_path, reads=[("the diagram", diagram)])
     check_output(csv_path, reads=[("the diagram", diagram)])
+    check_apart({"--json": json_path, "--csv": csv_path})
     from ..runtime.cuda import gpu_present, unavailable
     if not gpu_present():
         raise unavailable("napkin bench needs an NVIDIA GPU that CuPy can see")

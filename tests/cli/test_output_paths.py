@@ -62,3 +62,18 @@ def test_a_directory_or_an_empty_path_is_napkins_n0807(capsys, tmp_path, command
     assert "Usage:" not in err and "Traceback" not in err
     status, err = _cli(capsys, *command, "")
     assert status == 1 and "error[N0807]: cannot write '': the path is empty" in err, err
+
+
+def test_bench_refuses_json_and_csv_onto_one_file(capsys, tmp_path, monkeypatch):
+    # checked before any work (here, before bench finds no GPU and exits 3)
+    monkeypatch.chdir(tmp_path)
+    for json_path, csv_path in (("b.out", "b.out"), ("b.out", "./b.out"),
+                                (str(tmp_path / "b.out"), "b.out")):
+        status, err = _cli(capsys, "bench", "softmax", "--shape", "r=4,c=8", "--json", json_path,
+                           "--csv", csv_path)
+        assert status == 1 and "error[N0807]" in err and "--json and --csv name the same" \
+            in err, err
+    assert not (tmp_path / "b.out").exists()
+    status, err = _cli(capsys, "bench", "softmax", "--shape", "r=4,c=8", "--json", "b.json",
+                       "--csv", "b.csv")
+    assert status == 3 and "N0901" in err, err          # apart: on to the missing GPU
