@@ -75,7 +75,7 @@ INDEX_WIDE = 4.5
 LANE_LOOP = 130
 # the loops a reduction walks over its row (codegen/scalar.py): a variance its mean then its
 # squares; a logsumexp and a softmax's statistics one (a running max and rescaled sum)
-LOOPS = {"var": 2}
+LOOPS = {"logsumexp": 1, "softmax": 1, "var": 2}
 # The merge of the lanes' states after a pass whose streamed axis they split (the decode
 # merge kernel's, a streamed softmax's), per butterfly step and state a thread holds: a
 # running max and sum (an online softmax's or a logsumexp's) two SHFL, the larger max and
