@@ -346,17 +346,22 @@ class Emitter:
         return self._reduce(None, ir.Reduce(fn, axes), [arg], scope)
 
     def _lse(self, arg, axes, scope) -> tuple[str, str]:
-        """(max, sum of exp(x - max)) of arg over axes: two loops, merged over lanes."""
+        """(max, sum of exp(x - max)) of arg over axes: ONE loop folding a running max and
+        rescaled sum (accum.fold_value: one exponential a value, as the two-loop form's
+        second loop took), the lanes' pairs merged by shuffles. One pass over the row: the
+        cost model charges what a reduction's loops read once each (issue_simt.LOOPS)."""
+        from .accum import fold_value
         b = self.b
-        m = self._reduce_simple("max", arg, axes, scope)
-        s_ = b.fresh("acc")
+        m, s_ = b.fresh("acc"), b.fresh("acc")
+        b.emit(P.Decl("float", m, "-NAPKIN_INF"))
         b.emit(P.Decl("float", s_, "0.0f"))
 
         def body(s):
-            v = self.number(arg, s)
-            b.emit(P.Set(s_, f"{s_} + expf({v} - napkin_shift({m}))"))
+            fold_value(b, "logsumexp", {"m": m, "s": s_}, self.number(arg, s))
         self._walk(axes, scope, body, [arg])
-        self._merge(axes, "sum", s_)
+        lanes = self.ctx.lanes_over(axes)
+        if lanes > 1:
+            b.emit(P.Call("napkin_lanes_lse", (m, s_, f"{lanes}{self._lane_mask(lanes)}")))
         return m, s_
 
     def _softmax_row(self, n, op, args, scope) -> tuple[str, str]:

@@ -73,9 +73,9 @@ INDEX_WIDE = 4.5
 # layernorm's at 4096; 130. At run time the remainder runs `trip mod unroll` bodies only: a
 # dynamic count would be lower (CALIBRATE on a GPU).
 LANE_LOOP = 130
-# the loops a reduction walks over its row (codegen/scalar.py): logsumexp and a softmax's
-# statistics a maximum then a sum of exponentials, a variance its mean then its squares
-LOOPS = {"logsumexp": 2, "var": 2, "softmax": 2}
+# the loops a reduction walks over its row (codegen/scalar.py): a variance its mean then its
+# squares; a logsumexp and a softmax's statistics one (a running max and rescaled sum)
+LOOPS = {"logsumexp": 1, "softmax": 1, "var": 2}
 # The merge of the lanes' states after a pass whose streamed axis they split (the decode
 # merge kernel's, a streamed softmax's), per butterfly step and state a thread holds: a
 # running max and sum (an online softmax's or a logsumexp's) two SHFL, the larger max and

@@ -323,6 +323,15 @@ __device__ __forceinline__ float napkin_lanes_min(float v, int width, unsigned m
   for (int o = width / 2; o > 0; o /= 2) v = napkin_min(v, __shfl_xor_sync(mask, v, o, width));
   return v;
 }
+// A running max and rescaled sum of exponentials (a logsumexp's, a softmax's statistics).
+__device__ __forceinline__ void napkin_lanes_lse(float& m, float& s, int width, unsigned mask = 0xffffffffu) {
+  for (int o = width / 2; o > 0; o /= 2) {
+    const float mo = __shfl_xor_sync(mask, m, o, width), so = __shfl_xor_sync(mask, s, o, width);
+    const float mm = napkin_max(m, mo), sh = napkin_shift(mm);
+    s = s * expf(m - sh) + so * expf(mo - sh);
+    m = mm;
+  }
+}
 // The block's least `lo` and greatest `hi` (each thread's own first): across each warp by
 // shuffles, then across the warps through `red` (two per warp, shared memory); every thread
 // of the block (whole warps, all of them here) gets both (codegen/masks.data_span).
@@ -415,26 +424,25 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     __syncthreads();
 #line 7 "napkin-diagram"
     float acc0 = -NAPKIN_INF;
-    for (int j0 = lane; j0 < ((int)(n1)); j0 += 32) {
-      acc0 = napkin_max(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]));
-    }
-    acc0 = napkin_lanes_max(acc0, 32);
     float acc1 = 0.0f;
-    for (int j1 = lane; j1 < ((int)(n1)); j1 += 32) {
-      acc1 = acc1 + expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - napkin_shift(acc0));
+    for (int j0 = lane; j0 < ((int)(n1)); j0 += 32) {
+      const float v0 = napkin_max(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]));
+      const float v1 = expf(napkin_min(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)])) - napkin_shift(v0));
+      acc1 = (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]) > acc0 ? acc1 * v1 + 1.0f + (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]) - v0) : acc1 + v1);
+      acc0 = v0;
     }
-    acc1 = napkin_lanes_sum(acc1, 32);
-    const float v0 = (acc0 == NAPKIN_INF ? NAPKIN_INF : logf(acc1) + napkin_shift(acc0));
+    napkin_lanes_lse(acc0, acc1, 32);
+    const float v2 = (acc0 == NAPKIN_INF ? NAPKIN_INF : logf(acc1) + napkin_shift(acc0));
     float acc2 = 0.0f;
-    for (int j2 = lane; j2 < ((int)(n1)); j2 += 32) {
-      const bool v1 = (((long long)(j2)) == napkin_to_int(sm1[(int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))]));
-      const float v2 = (v1 ? napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j2)]) : 0.0f);
-      acc2 = (acc2 + v2);
+    for (int j1 = lane; j1 < ((int)(n1)); j1 += 32) {
+      const bool v3 = (((long long)(j1)) == napkin_to_int(sm1[(int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))]));
+      const float v4 = (v3 ? napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) : 0.0f);
+      acc2 = (acc2 + v4);
     }
     acc2 = napkin_lanes_sum(acc2, 32);
-    const float v3 = (v0 - acc2);
+    const float v5 = (v2 - acc2);
     if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && lane == 0) {
-      p2[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))] = napkin_from_float<__half>(v3);
+      p2[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))] = napkin_from_float<__half>(v5);
     }
   }
 }

@@ -323,6 +323,15 @@ __device__ __forceinline__ float napkin_lanes_min(float v, int width, unsigned m
   for (int o = width / 2; o > 0; o /= 2) v = napkin_min(v, __shfl_xor_sync(mask, v, o, width));
   return v;
 }
+// A running max and rescaled sum of exponentials (a logsumexp's, a softmax's statistics).
+__device__ __forceinline__ void napkin_lanes_lse(float& m, float& s, int width, unsigned mask = 0xffffffffu) {
+  for (int o = width / 2; o > 0; o /= 2) {
+    const float mo = __shfl_xor_sync(mask, m, o, width), so = __shfl_xor_sync(mask, s, o, width);
+    const float mm = napkin_max(m, mo), sh = napkin_shift(mm);
+    s = s * expf(m - sh) + so * expf(mo - sh);
+    m = mm;
+  }
+}
 // The block's least `lo` and greatest `hi` (each thread's own first): across each warp by
 // shuffles, then across the warps through `red` (two per warp, shared memory); every thread
 // of the block (whole warps, all of them here) gets both (codegen/masks.data_span).
@@ -409,22 +418,21 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     __syncthreads();
 #line 6 "napkin-diagram"
     float acc0 = -NAPKIN_INF;
-    for (int j0 = lane; j0 < ((int)(n1)); j0 += 32) {
-      acc0 = napkin_max(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]));
-    }
-    acc0 = napkin_lanes_max(acc0, 32);
     float acc1 = 0.0f;
-    for (int j1 = lane; j1 < ((int)(n1)); j1 += 32) {
-      acc1 = acc1 + expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - napkin_shift(acc0));
+    for (int j0 = lane; j0 < ((int)(n1)); j0 += 32) {
+      const float v0 = napkin_max(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]));
+      const float v1 = expf(napkin_min(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)])) - napkin_shift(v0));
+      acc1 = (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]) > acc0 ? acc1 * v1 + 1.0f + (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]) - v0) : acc1 + v1);
+      acc0 = v0;
     }
-    acc1 = napkin_lanes_sum(acc1, 32);
-    const float v0 = (acc1 == 0.0f ? 0.0f : 1.0f / acc1);
+    napkin_lanes_lse(acc0, acc1, 32);
+    const float v2 = (acc1 == 0.0f ? 0.0f : 1.0f / acc1);
     for (int k0 = 0; k0 < (((int)(n1)) + 31) / 32; ++k0) {
-      const int j2 = (lane + k0 * 32 < ((int)(n1)) ? lane + k0 * 32 : ((int)(n1)) - 1);
+      const int j1 = (lane + k0 * 32 < ((int)(n1)) ? lane + k0 * 32 : ((int)(n1)) - 1);
       {
-        const float v1 = (expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j2)]) - napkin_shift(acc0)) * v0);
+        const float v3 = (expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - napkin_shift(acc0)) * v2);
         if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (lane + k0 * 32 < ((int)(n1)))) {
-          p1[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (j2)] = napkin_from_float<__half>(v1);
+          p1[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (j1)] = napkin_from_float<__half>(v3);
         }
       }
     }
