@@ -34,6 +34,7 @@ class KernelLowering(Registers):
         self.g = plan.graph
         self.k = kp.kernel
         self.model = kp.model
+        self.online = kp.model.online     # reductions folded in one loop (Model.online)
         self.st = kp.model.streaming
         self.names = names            # node -> (param name, storage dtype) of global arrays
         self.params = sizes           # axis -> its size parameter or constant (host formulas)

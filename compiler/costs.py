@@ -18,7 +18,7 @@ COMPUTE = {"compute": "compute", "issue": "issue slots", "tensor": "tensor cores
            "fp32": "the FP32 pipe", "mufu": "MUFU (exp, rsqrt, division)",
            "dependent": "the instructions waiting on the products",
            "chained": "the products and what waits on them in each warp",
-           "L1 wavefronts": "L1 wavefronts (lanes reading other rows: compiler/lsu.py)"}
+           "L1 wavefronts": "the L1 (warp loads touching many lines)"}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ A CUDA-core kernel reads an unstaged load (a split's window of rows, a gather, a
 from global memory at each point, never copied into shared memory) with one value per lane
 per warp instruction. Where the lanes lie along the array's contiguous (last) axis, a
 request touches ceil(32 b / 128) lines of 128 bytes; where each lane reads another row it
-touches up to 32 lines, 2 bytes of each for a 16-bit array. The L1 serves a request one
+touches up to 32 lines, 2 bytes of each for a 16-bit array; lanes along an axis the array
+lacks read one address (a broadcast: one line for all of them). The L1 serves a request one
 wavefront per line it touches (the sectors of one line in one wavefront), whatever the HBM
 then moves: a warp over 32 rows takes 32 wavefronts where the same values along a row take
 one. A staged load is copied by the copy loops (compiler/copies.py: contiguous lanes along
@@ -26,31 +27,42 @@ LINE = 128      # bytes of one L1 line: what one wavefront serves of a request
 WARP = 32
 
 
-def lanes_along(arr, model, choice, level1: dict):
-    """(lanes of one warp along `arr`'s contiguous axis, values apart) per candidate."""
+def request_lines(arr, model, choice, level1: dict):
+    """L1 lines one warp request of `arr` touches, per candidate: the lanes walk the split's
+    ways first (`tid % ways`), then the woven axes, the fastest last (codegen/kernel.py:
+    `_order`, `build`), `thread` points apart. Lanes along an axis `arr` lacks read the same
+    address (a broadcast: no line more); along its contiguous (last) axis they share lines;
+    along another of its axes each reads another row."""
     last = arr.axes[-1]
-    ways = 1.0
+    left = np.asarray(float(WARP))
+    rows, along, apart = np.asarray(1.0), np.asarray(1.0), np.asarray(1.0)
+
+    def walk(axis, lanes):
+        nonlocal rows, along, left
+        lanes = np.minimum(np.maximum(lanes, 1.0), left)
+        if axis == last:
+            along = lanes
+        elif axis in arr.axes:
+            rows = rows * lanes
+        left = np.maximum(left / lanes, 1.0)
+
     for a, w in choice.split:
-        if a == last:
-            return np.asarray(w, dtype=float), 1.0
-        ways = np.asarray(w, dtype=float) if np.ndim(w) or w != 1 else ways
+        walk(a, np.asarray(w, dtype=float))
     stores = [a.axes for a in model.arrays if a.role == "store"]
     layout = stores[0] if stores else ()
     woven = sorted(model.woven, key=lambda a: (layout.index(a) if a in layout else -1, a))
-    if not woven or woven[-1] != last:
-        return np.asarray(1.0), 1.0
-    per = np.asarray(dict(choice.thread).get(last, 1), dtype=float)
-    threads = np.maximum(np.asarray(level1[last], dtype=float) / per, 1.0)
-    return np.minimum(threads, WARP / np.maximum(ways, 1.0)), per
+    per_thread = dict(choice.thread)
+    for a in reversed(woven):
+        per = np.asarray(per_thread.get(a, 1), dtype=float)
+        walk(a, np.asarray(level1[a], dtype=float) / per)
+        if a == last:
+            apart = per
+    return rows * np.minimum(along, np.ceil(along * apart * arr.bytes / LINE))
 
 
 def wavefronts_per_value(arr, model, choice, level1: dict):
     """L1 wavefronts a value read by one lane costs (a request's over its 32 values)."""
-    lanes, apart = lanes_along(arr, model, choice, level1)
-    rows = WARP / lanes
-    span = lanes * apart * arr.bytes
-    lines = np.minimum(lanes, np.ceil(span / LINE))
-    return rows * lines / WARP
+    return request_lines(arr, model, choice, level1) / WARP
 
 
 def seconds(model, choice, level1: dict, reads, target):

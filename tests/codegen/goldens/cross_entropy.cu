@@ -424,25 +424,26 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     __syncthreads();
 #line 7 "napkin-diagram"
     float acc0 = -NAPKIN_INF;
-    float acc1 = 0.0f;
     for (int j0 = lane; j0 < ((int)(n1)); j0 += 32) {
-      const float v0 = napkin_max(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]));
-      const float v1 = expf(napkin_min(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)])) - napkin_shift(v0));
-      acc1 = (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]) > acc0 ? acc1 * v1 + 1.0f + (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]) - v0) : acc1 + v1);
-      acc0 = v0;
+      acc0 = napkin_max(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]));
     }
-    napkin_lanes_lse(acc0, acc1, 32);
-    const float v2 = (acc0 == NAPKIN_INF ? NAPKIN_INF : logf(acc1) + napkin_shift(acc0));
-    float acc2 = 0.0f;
+    acc0 = napkin_lanes_max(acc0, 32);
+    float acc1 = 0.0f;
     for (int j1 = lane; j1 < ((int)(n1)); j1 += 32) {
-      const bool v3 = (((long long)(j1)) == napkin_to_int(sm1[(int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))]));
-      const float v4 = (v3 ? napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) : 0.0f);
-      acc2 = (acc2 + v4);
+      acc1 = acc1 + expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - napkin_shift(acc0));
+    }
+    acc1 = napkin_lanes_sum(acc1, 32);
+    const float v0 = (acc0 == NAPKIN_INF ? NAPKIN_INF : logf(acc1) + napkin_shift(acc0));
+    float acc2 = 0.0f;
+    for (int j2 = lane; j2 < ((int)(n1)); j2 += 32) {
+      const bool v1 = (((long long)(j2)) == napkin_to_int(sm1[(int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))]));
+      const float v2 = (v1 ? napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j2)]) : 0.0f);
+      acc2 = (acc2 + v2);
     }
     acc2 = napkin_lanes_sum(acc2, 32);
-    const float v5 = (v2 - acc2);
+    const float v3 = (v0 - acc2);
     if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && lane == 0) {
-      p2[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))] = napkin_from_float<__half>(v5);
+      p2[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))] = napkin_from_float<__half>(v3);
     }
   }
 }

@@ -418,21 +418,22 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     __syncthreads();
 #line 6 "napkin-diagram"
     float acc0 = -NAPKIN_INF;
-    float acc1 = 0.0f;
     for (int j0 = lane; j0 < ((int)(n1)); j0 += 32) {
-      const float v0 = napkin_max(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]));
-      const float v1 = expf(napkin_min(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)])) - napkin_shift(v0));
-      acc1 = (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]) > acc0 ? acc1 * v1 + 1.0f + (napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]) - v0) : acc1 + v1);
-      acc0 = v0;
+      acc0 = napkin_max(acc0, napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j0)]));
     }
-    napkin_lanes_lse(acc0, acc1, 32);
-    const float v2 = (acc1 == 0.0f ? 0.0f : 1.0f / acc1);
+    acc0 = napkin_lanes_max(acc0, 32);
+    float acc1 = 0.0f;
+    for (int j1 = lane; j1 < ((int)(n1)); j1 += 32) {
+      acc1 = acc1 + expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - napkin_shift(acc0));
+    }
+    acc1 = napkin_lanes_sum(acc1, 32);
+    const float v0 = (acc1 == 0.0f ? 0.0f : 1.0f / acc1);
     for (int k0 = 0; k0 < (((int)(n1)) + 31) / 32; ++k0) {
-      const int j1 = (lane + k0 * 32 < ((int)(n1)) ? lane + k0 * 32 : ((int)(n1)) - 1);
+      const int j2 = (lane + k0 * 32 < ((int)(n1)) ? lane + k0 * 32 : ((int)(n1)) - 1);
       {
-        const float v3 = (expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - napkin_shift(acc0)) * v2);
+        const float v1 = (expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j2)]) - napkin_shift(acc0)) * v0);
         if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (lane + k0 * 32 < ((int)(n1)))) {
-          p1[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (j1)] = napkin_from_float<__half>(v3);
+          p1[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (j2)] = napkin_from_float<__half>(v1);
         }
       }
     }
