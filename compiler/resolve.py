@@ -192,7 +192,8 @@ def split_positions(positions, scope: Scope) -> tuple:
     for p in positions:
         axis = p.axes is None and p.name.text in scope.axes and p.name.text not in scope.arrays \
             if isinstance(p, ast.Ref) else False
-        indexed = isinstance(p, ast.Ref) and p.axes is not None
+        # a reduction (`argmax[v](Z)`) is a call with brackets, not an indexed array
+        indexed = isinstance(p, ast.Ref) and p.axes is not None and p.name.text not in BUILTINS
         if isinstance(p, ast.Ref) and p.args is not None and (axis or indexed):
             if len(p.args) != 1:
                 what = "an axis" if axis else "an indexed array"
