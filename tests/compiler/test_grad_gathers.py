@@ -34,3 +34,15 @@ def test_a_reduction_written_bare_in_a_position_is_one_position():
     dL[rows, lo] = dY * V[rows, hi]
     np.testing.assert_allclose(got["dL"], dL, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(got["dV"], dV, rtol=1e-12, atol=1e-15)
+
+
+def test_napkin_grad_of_a_sum_warns_nothing(tmp_path, capsys, monkeypatch):
+    """The gradient of `Y[r] = sum[x](A)` is `dA[r x] = dY`, a broadcast by its rule; `napkin
+    grad` printed N0703 "`dA` does not depend on `x` ... remove the axis ... if that is a
+    typo" at `<grad:s.napkin>:10:1`, text the user never wrote."""
+    from napkin.cli import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.napkin").write_text("axis r, x\nin A[r x]: f32\nY[r] = sum[x](A)\nout Y: f32\n")
+    assert main(["grad", "s.napkin"]) == 0
+    out, err = capsys.readouterr()
+    assert "dA[r x] = dY\n" in out and err == "", err
