@@ -187,7 +187,8 @@ def _array(e: ast.Ref, info: ArrayInfo, scope: Scope) -> RNode:
 def split_positions(positions, scope: Scope) -> tuple:
     """`b (x // 2)` parses as a call of `b`; an axis is no function: it is the position `b`,
     then the parenthesised position `x // 2`. Likewise `pages[b] (x // 2)`, an indexed array
-    then a parenthesised position: an indexed array is no function either."""
+    then a parenthesised position: an indexed array is no function either. A reduction or a
+    scan is one (`V[t argmax[c](L)]`: one position, the row's argmax)."""
     out = []
     for p in positions:
         axis = p.axes is None and p.name.text in scope.axes and p.name.text not in scope.arrays \
