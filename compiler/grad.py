@@ -100,14 +100,24 @@ def _wrt(d: Diagram, g, wrt):
             raise error("N0810", f"`{name}` is not an input of {d.name}",
                         help="inputs: " + ", ".join(inputs) if inputs else None)
         if name not in floats:
-            raise error("N0810", f"`{name}` is not a floating-point input: it has no gradient")
+            raise error("N0810", f"`{name}` is not a floating-point input: it has no gradient",
+                        help=_differentiable(floats, reach, out_nodes))
         if not reach[name] & out_nodes:
-            raise error("N0810", f"no output of {d.name} depends on `{name}`: its gradient is zero",
-                        help="leave it out of --wrt")
+            raise error("N0810", f"no output of {d.name} depends differentiably on `{name}`: its "
+                        "gradient is zero (it reaches the outputs, if at all, only through "
+                        "integers, comparisons or conditions)", help="leave it out of --wrt")
     if not wrt:
-        raise error("N0810", f"no output of {d.name} depends on a floating-point input: "
-                    "there is nothing to differentiate")
+        raise error("N0810", f"no output of {d.name} depends differentiably on a floating-point "
+                    "input: there is nothing to differentiate",
+                    help="a gradient flows through floating-point values only, not through "
+                         "`int(...)`, `floor`, comparisons, conditions or positions")
     return wrt, numbers, reach
+
+
+def _differentiable(floats, reach, out_nodes) -> str:
+    usable = [name for name in floats if reach[name] & out_nodes]
+    return ("differentiable inputs: " + ", ".join(usable)) if usable else \
+        "no input of this diagram has a gradient"
 
 
 def _setup(d: Diagram, wrt, saved: bool):

@@ -133,21 +133,31 @@ def _most(size: int) -> int:
     return parts
 
 
-def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
-    """(the fused kernels to plan, their SplitChoice or None). `fuse(problem)` is the fusion
-    stage, `fuse(problem, like)` groups the statements as `like` does; `forced` are the
-    split hints: (axis, parts, span)."""
+def forced_split(problem, forced):
+    """The problem split as the split hints `forced` ((axis, parts, span)) say, None where
+    they split nothing (none, or `split x by 1`); N0607 / N0201 where they cannot."""
     if len(forced) > 1:
         raise error("N0607", "one split per diagram: the hints split "
                     + ", ".join(f"`{a}`" for a, _, _ in forced), forced[1][2],
                     help="keep one split hint")
+    if not forced:
+        return None
+    axis, parts, span = forced[0]
+    if axis not in problem.graph.graph["axes"]:
+        raise error("N0201", f"split {axis}: the diagram has no axis `{axis}`", span)
+    return None if parts == 1 else split_problem(problem, axis, parts, span)
+
+
+def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
+    """(the fused kernels to plan, their SplitChoice or None). `fuse(problem)` is the fusion
+    stage, `fuse(problem, like)` groups the statements as `like` does; `forced` are the
+    split hints: (axis, parts, span)."""
+    hinted = forced_split(problem, forced)
     if forced:
         axis, parts, span = forced[0]
-        if axis not in problem.graph.graph["axes"]:
-            raise error("N0201", f"split {axis}: the diagram has no axis `{axis}`", span)
-        if parts == 1:                  # `split x by 1`: one split is no split (and no search)
+        if hinted is None:              # `split x by 1`: one split is no split (and no search)
             return fuse(problem), None
-        fused = fuse(split_problem(problem, axis, parts, span))
+        fused = fuse(hinted)
         unsplit = total(fuse(problem))          # what explain compares the split with
         return fused, _choice(fused, axis, parts, True,
                               unsplit if unsplit != float("inf") else None)

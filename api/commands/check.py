@@ -12,6 +12,9 @@ from ..cli_common import diagram_options, load_diagram
 def command(diagram: str, sizes: dict[str, int]) -> None:
     """Parse and check a diagram, and summarise what it computes."""
     d = load_diagram(diagram, sizes)
+    if any(h.kind == "split" for h in d.hints):   # a split that cannot merge is a mistake too
+        from ..compiler.plan import check_hints   # (the planner's imports, only then: numpy)
+        check_hints(d)
     click.echo(summary(d))
 
 

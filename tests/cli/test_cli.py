@@ -213,3 +213,16 @@ def test_run_takes_schedule_hints(capsys):
     assert "matches the float64 reference" in capsys.readouterr().out
     assert main(args + ["--stream", "q=64"]) == 1
     assert "N0604" in capsys.readouterr().err
+
+
+def test_check_refuses_a_split_hint_no_reduction_can_merge(tmp_path, capsys):
+    """`napkin check` reads split hints as planning does: N0607 at the hint's line (it said
+    `ok` and only explain or run refused it)."""
+    path = tmp_path / "split.napkin"
+    path.write_text("axis r, c\nin X[r c]: f32\nY[r c] = X * 2.0\nsplit r by 4\nout Y: f32\n")
+    capsys.readouterr()
+    assert main(["check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "error[N0607]: cannot split `r`" in err and "split.napkin:4:1" in err
+    path.write_text("axis r, c\nin X[r c]: f32\nY[r] = sum[c](X)\nsplit c by 4\nout Y: f32\n")
+    assert main(["check", str(path)]) == 0
