@@ -66,7 +66,8 @@ def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = 
         results.append((gr.text, ir.op(g, n).dtype))
     lines = header(sw.g, f"The gradient of {d.name}, derived by `napkin grad` (reverse mode on the checked IR).",
                     "Inputs: the forward's inputs, then one cotangent per output"
-                    + (" and the saved statistics." if sw.extra_inputs else "."), sw.new_axes)
+                    + (" and the saved statistics." if sw.extra_inputs else ".")
+                    + _hints_left(d), sw.new_axes)
     for name, axes, dtype in cotangents + sw.extra_inputs:
         lines.append(f"in {name}[{' '.join(axes)}]: {dtype}")
     lines += ["", *_forward(sw), *sw.first, "", *sw.equations, ""]
@@ -112,6 +113,16 @@ def _wrt(d: Diagram, g, wrt):
                     help="a gradient flows through floating-point values only, not through "
                          "`int(...)`, `floor`, comparisons, conditions or positions")
     return wrt, numbers, reach
+
+
+def _hints_left(d: Diagram) -> str:
+    """The subtitle's note on the forward's schedule hints: not carried into the gradient."""
+    if not d.hints:
+        return ""
+    said = "; ".join(f"{h.kind} {h.axis} by {h.size}" + (f" at {h.level}" if h.level else "")
+                     for h in d.hints)
+    return (f"\n# The forward's hints ({said}) are not carried over: the gradient's kernels "
+            "are planned on their own; add hints below to fix their schedule.")
 
 
 def _differentiable(floats, reach, out_nodes) -> str:

@@ -29,3 +29,12 @@ def test_an_output_reached_only_through_an_integer_is_said_so():
     assert "differentiably" in diag.message and "int(...)" in diag.help
     diag = _n0810(ROUNDED, ("W",))
     assert "only through integers" in diag.message
+
+
+def test_the_gradient_says_the_forwards_hints_are_not_carried():
+    text = napkin.grad(napkin.load("axis r, c\nin X[r c]: f32\nY[r] = sum[c](X * X)\n"
+                                   "split c by 4\nout Y: f32\n")).source.text
+    assert "# The forward's hints (split c by 4) are not carried over" in text
+    assert "split" not in text.split("are not carried over")[1].split("\n", 1)[1]
+    assert "not carried" not in napkin.grad(napkin.load(ROUNDED.replace("int(W * 3.0)",
+                                                                        "W * 3.0"))).source.text
