@@ -141,3 +141,62 @@ def test_an_mlp_with_batch_axes_and_a_residual_matches_the_oracle(rng):
     n2, r, w1, w2 = (a.astype(np.float64) for a in (N2, R, W1, W2))
     want = r + _gelu(n2 @ w1) @ w2
     assert_close(Y, want, "f16", slack=8.0)        # the hidden layer rounded to f16 as staged
+
+
+# The whole block, written so that each part takes its engine: d static (FlashAttention), the
+# MLP's first product renamed (`m2`, else `m` is kept: N0705)
+BLOCK_TEXT = """axis b, t, s, m, h, f, m2
+axis d = {d}
+in X[b t m]: f16
+in g1[m]: f16, g2[m]: f16
+in Wq[m h d]: f16, Wk[m h d]: f16, Wv[m h d]: f16, Wo[h d m]: f16
+in W1[m f]: f16, W2[f m]: f16
+N1[b t m] = X * rsqrt(mean[m](X * X) + 1e-6) * g1
+Q[b h t d] = N1 * Wq
+K[b h s d] = N1[b s m] * Wk
+V[b h s d] = N1[b s m] * Wv
+S[b h t s] = where(s <= t, Q * K / sqrt(size(d)), -inf)
+A[b t h d] = softmax[s](S) * V
+R[b t m] = X + A * Wo
+N2[b t m] = R * rsqrt(mean[m](R * R) + 1e-6) * g2
+Y[b t m] = R + gelu(N2[b t m2] * W1[m2 f]) * W2
+out Y: f16
+"""
+
+
+@pytest.mark.thorough
+def test_the_whole_block_matches_the_oracle(rng):
+    b, t, m, h, d, f = (SMALL[a] for a in "btmhdf")
+    X = _f16(rng, (b, t, m))
+    g1, g2 = _f16(rng, (m,), 0.2) + 1, _f16(rng, (m,), 0.2) + 1
+    Wq, Wk, Wv = (_f16(rng, (m, h, d), m ** -0.5) for _ in range(3))
+    Wo = _f16(rng, (h, d, m), (h * d) ** -0.5)
+    W1, W2 = _f16(rng, (m, f), m ** -0.5), _f16(rng, (f, m), f ** -0.5)
+    (Y,) = napkin.run(BLOCK_TEXT.format(d=d), X, g1, g2, Wq, Wk, Wv, Wo, W1, W2,
+                      backend="emulate", s=t, m2=m)
+    x, G1, G2, wq, wk, wv, wo, w1, w2 = (a.astype(np.float64) for a in
+                                          (X, g1, g2, Wq, Wk, Wv, Wo, W1, W2))
+    n1 = _rmsnorm(x, G1)
+    q, k, v = (np.einsum("btm,mhd->bhtd", n1, w) for w in (wq, wk, wv))
+    S = np.einsum("bhtd,bhsd->bhts", q, k) / np.sqrt(d)
+    S = np.where(np.arange(t)[None, :] <= np.arange(t)[:, None], S, -np.inf)
+    P = np.exp(S - S.max(-1, keepdims=True))
+    P /= P.sum(-1, keepdims=True)
+    r = x + np.einsum("bthd,hdm->btm", np.einsum("bhts,bhsd->bthd", P, v), wo)
+    want = r + _gelu(_rmsnorm(r, G2) @ w1) @ w2
+    assert_close(Y, want, "f16", slack=32.0)      # f16 storage of Y; f32 intermediates
+
+
+def test_the_block_at_its_shape():
+    """Q, K, V, the MLP's two products on tensor cores; attention on the CUDA cores while Q, K
+    and V are stored f32 (FlashAttention takes 16-bit loads), FlashAttention once they are
+    declared f16; R = X + A * Wo (a contraction over h and d) on the CUDA cores."""
+    engines, _ = _engines(BLOCK_TEXT.format(d=128))
+    assert engines == [SIMT, PRODUCT, PRODUCT, PRODUCT, SIMT, SIMT, SIMT, PRODUCT, PRODUCT], \
+        engines
+    f16 = BLOCK_TEXT.format(d=128)
+    f16 = f16.replace("Q[b h t d] =", "Q[b h t d]: f16 =").replace(
+        "K[b h s d] =", "K[b h s d]: f16 =").replace("V[b h s d] =", "V[b h s d]: f16 =")
+    engines, _ = _engines(f16)
+    assert engines == [SIMT, PRODUCT, PRODUCT, PRODUCT, ATTENTION, SIMT, SIMT, PRODUCT,
+                       PRODUCT], engines
