@@ -297,7 +297,8 @@ def _not_flash(lay: _Layouts, layout: Layout, i: int) -> str:
     edges = list(_edges(g, stmts, clusters))
     before = [clusters.index(p) for p, q in edges if q == clusters[i]]
     after = [clusters.index(q) for p, q in edges if p == clusters[i]]
-    if len(before) != 1 or len(after) != 1:
+    if len(before) != 1 or len(after) != 1 or before[0] == after[0] or \
+            any(copies for _, copies in layout):
         return ""
     first = _merged(layout, before[0], i)
     rest = [k for k in range(len(layout)) if k not in (before[0], i)]
