@@ -300,18 +300,43 @@ def _broadcast_warnings(g: DiGraph, info: ir.EquationInfo) -> list:
                     info.span, help="remove the axis from the left-hand side if that is a typo")]
 
 
+def _fresh(axes: tuple[str, ...]) -> list[str]:
+    return [f"{x}2" for x in axes]
+
+
+def _renamed(factor: RNode, axes: tuple[str, ...]) -> str:
+    """`N2[b t m2]`: a factor with the kept axes renamed (`X` for a subexpression)."""
+    if not factor.array:
+        return "..."
+    return f"{factor.array}[{' '.join(x + '2' if x in axes else x for x in factor.out)}]"
+
+
 def _kept_warning(axes: tuple[str, ...], product: RNode, norm: RNode):
-    """N0705: a product keeps an axis both factors carry, then a softmax or a reduction in the
-    same statement runs along another axis once per position of it (the einsum trap)."""
+    """N0705: a product keeps an axis both factors carry, then a softmax, a reduction or a
+    contraction in the same statement runs along another axis once per position of it (the
+    einsum trap)."""
     a, b = product.children
     factors = f"`{a.array}` and `{b.array}`" if a.array and b.array else "both factors"
     shown = ", ".join(f"`{x}`" for x in axes)
     one = shown if len(axes) == 1 else "(" + ", ".join(axes) + ")"
-    fn = f"{norm.fn}[{' '.join(norm.axes)}]"
-    verb = "normalises" if norm.kind == "softmax" else "reduces"
     own = [x for x in a.out + b.out if x not in axes]
     scores = f"S[{' '.join(dict.fromkeys(own))}] = {a.array} * {b.array}" if a.array and b.array \
         else f"S[{' '.join(dict.fromkeys(own))}] = ..."
+    if norm.contract:       # a contraction around the product (an MLP's `gelu(X * W1) * W2`)
+        summed = ", ".join(f"`{x}`" for x in norm.contract)
+        return warning(
+            "N0705", f"{shown} {'is' if len(axes) == 1 else 'are'} shared by {factors} in this "
+            f"product but kept (it is on the left), so the product sums nothing and {summed} is "
+            f"contracted separately for each {one}",
+            product.op_span or product.span,
+            labels=[Label(norm.op_span or norm.span, f"contracts {summed} once per {one}")],
+            help=f"to sum {shown} in the product (a linear layer), compute it in its own equation "
+                 f"(`{scores.replace('S[', 'H[', 1)}`, inside its function) or rename {shown} "
+                 f"in the product (`{_renamed(a, axes)} * {_renamed(b, axes)}`, with "
+                 f"`axis {' '.join(_fresh(axes))}`); to keep {one} on purpose, compute the "
+                 "product in its own equation")
+    fn = f"{norm.fn}[{' '.join(norm.axes)}]"
+    verb = "normalises" if norm.kind == "softmax" else "reduces"
     return warning(
         "N0705", f"{shown} {'is' if len(axes) == 1 else 'are'} shared by {factors} in this "
         f"product but kept, so `{fn}` {verb} separately for each {one}",

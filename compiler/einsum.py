@@ -118,34 +118,41 @@ def _count(node: RNode, axis: str) -> tuple[int, bool]:
 
 
 def kept_under_normalisation(root: RNode) -> list[tuple[tuple[str, ...], RNode, RNode]]:
-    """Products that keep an axis both factors carry, normalised (or reduced) in the same
-    statement along an axis only one factor has: `O[q d] = softmax[x](Q * K) * V` with
-    `Q[q d]`, `K[x d]` keeps `d` (it is on the left), so the softmax runs once per `d`: the
-    diagram means that, but a product of two arrays that each bring axes of their own and sum
-    nothing looks like a contraction meant to sum `d`. (axes, product, softmax/reduction) per
+    """Products that keep an axis both factors carry, normalised, reduced or contracted in the
+    same statement along an axis only one factor has: `O[q d] = softmax[x](Q * K) * V` with
+    `Q[q d]`, `K[x d]` keeps `d` (it is on the left), so the softmax runs once per `d`, and
+    `Y[t m] = gelu(X * W1) * W2` with `X[t m]`, `W1[m f]` keeps `m` (no linear layer: `f` is
+    contracted once per `m`, on CUDA cores): the diagram means that, but a product of two arrays that each bring axes of their own and sum
+    nothing looks like a contraction meant to sum `d`. (axes, product, softmax/reduction/
+    contracting product) per
     case; an axis counts when it follows an axis of a factor's own in that factor's layout
     (`d` in `Q[q d]`; a leading batch axis, `b` in `q[b q] * k[b x]`, does not), and the
     product sums nothing (`Q[b q h d] * K[b x h d]` summing `d` keeps `h` by design).
     Elementwise products (`X * X` in a norm, `S * g[x]`, a gate) bring no axis of their own
     on one side and are never reported."""
     found = []
-    stack: list[tuple[RNode, tuple[RNode, ...]]] = [(root, ())]
+    # (node, the enclosing softmaxes, reductions and contractions with what each keeps of the
+    # part holding the node: a softmax's or reduction's operand, a contraction's factor)
+    stack: list[tuple[RNode, tuple]] = [(root, ())]
     while stack:
         node, outer = stack.pop()
         if node.kind in ("softmax", "reduce"):
-            outer = outer + (node,)
+            outer = outer + ((node, set(node.children[0].out)),)
+        if node.contract:       # a contraction around it: `gelu(N2 * W1) * W2` keeping m
+            stack.extend((c, outer + ((node, set(c.out) - set(node.contract)),))
+                         for c in node.children)
+            continue
         stack.extend((c, outer) for c in node.children)
-        if not outer or node.kind != "map" or node.fn != "mul" or node.contract:
+        if not outer or node.kind != "map" or node.fn != "mul":
             continue
         a, b = (c.out for c in node.children)
         own_a, own_b = [x for x in a if x not in b], [x for x in b if x not in a]
         if not own_a or not own_b:
             continue                        # elementwise, or a scale: nothing of its own
-        for norm in reversed(outer):        # the innermost first
-            along = set(norm.axes)
+        for norm, kept in reversed(outer):  # the innermost first
+            along = set(norm.contract or norm.axes)
             if not along & set(own_a + own_b):
                 continue
-            kept = set(norm.children[0].out)
             axes = tuple(x for x in a if x in b and x in kept and x not in along
                          and (_follows_own(x, a, own_a) or _follows_own(x, b, own_b)))
             if axes:

@@ -99,7 +99,7 @@ def fuse(g: DiGraph, planner) -> list[FusedKernel]:
     layout = min(layouts, key=lay.time) if len(layouts) > 1 else layouts[0]
     ks = []
     for i, k in enumerate(lay.kernels(layout)):
-        reason = "; ".join(r for r in (_reasons(lay, layout, i),
+        reason = "; ".join(r for r in (_reasons(lay, layout, i), _not_flash(lay, layout, i),
                                        _recomputes(lay, layout, i)) if r)
         ks.append(replace(k, reason=reason))
     return _named(g, ks)
@@ -282,6 +282,33 @@ def _factor(planner, merged: FusedKernel, pk: FusedKernel, ck: FusedKernel) -> s
     if merged.cost.utilization < 0.5 * min(a.cost.utilization, b.cost.utilization):
         return f" (too few blocks to fill the GPU: {merged.cost.utilization:.0%} busy)"
     return ""
+
+
+def _not_flash(lay: _Layouts, layout: Layout, i: int) -> str:
+    """Why kernel i (a softmax) fused with the kernel before it and the one after it would
+    not be FlashAttention (its head size dynamic, ...), where those three are an attention
+    (an online softmax paired with its contraction); "" otherwise."""
+    from .model import kernel_model
+    from .tensorcore import best_site
+    g, stmts, planner = lay.g, lay.stmts, lay.planner
+    clusters = [c for c, _ in layout]
+    if not any(isinstance(ir.op(g, n), ir.Softmax) for n in lay.kernels(layout)[i].nodes):
+        return ""
+    edges = list(_edges(g, stmts, clusters))
+    before = [clusters.index(p) for p, q in edges if q == clusters[i]]
+    after = [clusters.index(q) for p, q in edges if p == clusters[i]]
+    if len(before) != 1 or len(after) != 1 or before[0] == after[0] or \
+            any(copies for _, copies in layout):
+        return ""
+    first = _merged(layout, before[0], i)
+    rest = [k for k in range(len(layout)) if k not in (before[0], i)]
+    three = _merged(first, 0, 1 + rest.index(after[0]))
+    k = lay.kernels(three)[0]
+    if not any(kernel_model(g, k, a).streaming.pairs for a in k.reduced(g)):
+        return ""
+    why = best_site(g, k, planner.target, planner.sizes)
+    return f"not FlashAttention with the kernels around it: {why}" if isinstance(why, str) \
+        else ""
 
 
 def _units(t: float) -> str:

@@ -295,12 +295,22 @@ def _stat(g, n: int, red: str, frags: tuple[str, str], batch) -> str | None:
 def _rounded(g, n: int, dtype: str, other: str) -> str:
     """The dtype operand n enters the product in: an f32 intermediate (stored by another
     kernel: a gradient's cotangent, a hidden activation) beside a 16-bit operand is rounded
-    to that dtype as it is staged, as the chain's chunk values and FlashAttention's P are;
-    an f32 input is the user's and stays f32 (then the product stays on the CUDA cores)."""
+    to that dtype as it is staged, as the chain's chunk values and FlashAttention's P are,
+    read at its own positions or renamed (`N1[b s m]`); an f32 input is the user's and stays
+    f32, renamed or not (then the product stays on the CUDA cores)."""
     if dtype == "f32" and other in ("f16", "bf16") and \
-            not isinstance(ir.op(g, through(g, n)), (ir.Input, ir.View)):
+            not isinstance(ir.op(g, _renamed_from(g, n)), ir.Input):
         return other
     return dtype
+
+
+def _renamed_from(g, n: int) -> int:
+    """What n reads, through names and renaming views (`N1[b s m]` of the intermediate N1 is
+    N1's, rounded as N1 is; a view of an input is the input's)."""
+    n = through(g, n)
+    while isinstance(ir.op(g, n), ir.View):
+        n = through(g, ir.operands(g, n)[0])
+    return n
 
 
 def best_site(g, kernel, target: Target, sizes: dict | None = None

@@ -104,3 +104,39 @@ def test_what_the_warning_says_is_what_the_diagram_computes(rng):
     A = np.einsum("qd,xd->qx", Q.astype(np.float64), K) * 0.125        # what was meant
     A = np.exp(A - A.max(axis=1, keepdims=True))
     assert not np.allclose(got, (A / A.sum(axis=1, keepdims=True)) @ V, atol=1e-3)
+
+
+# An MLP written in one statement with the model axis on the left (`Y[b t m] = R + gelu(N2 *
+# W1) * W2`): `m` is kept, so `N2 * W1` sums nothing and `f` is contracted once per `m` (a
+# CUDA-core kernel of 15 b t m f FLOPs, not two linear layers on tensor cores)
+MLP_TRAP = ("axis b, t, m, f\nin N2[b t m]: f32, R[b t m]: f32, W1[m f]: f32, W2[f m]: f32\n"
+            "Y[b t m] = R + gelu(N2 * W1) * W2\nout Y: f32\n")
+MLP_RENAMED = MLP_TRAP.replace("axis b, t, m, f", "axis b, t, m, f, m2").replace(
+    "gelu(N2 * W1)", "gelu(N2[b t m2] * W1[m2 f])")
+
+
+def test_a_kept_axis_under_a_contraction_is_warned_about_with_the_rename():
+    (w,) = _warnings(MLP_TRAP)
+    assert (w.span.line, w.span.col) == (3, MLP_TRAP.splitlines()[2].index(" * ") + 2)
+    assert "`m`" in w.message and "`f` is contracted separately for each `m`" in w.message
+    assert "N2[b t m2] * W1[m2 f]" in w.help and "axis m2" in w.help
+    assert _warnings(MLP_RENAMED) == []
+    two = ("axis b, t, m, f\nin N2[b t m]: f32, W1[m f]: f32, W2[f m]: f32\n"
+           "H[b t f] = gelu(N2 * W1)\nY[b t m] = H * W2\nout Y: f32\n")
+    assert _warnings(two) == []
+
+
+def test_the_mlp_trap_computes_one_contraction_per_m_and_the_rename_the_mlp(rng):
+    """float64 oracles: the trap is sum over f of gelu(N2[b t m] W1[m f]) W2[f m]; the renamed
+    statement is the two-layer perceptron."""
+    b, t, m, f = 2, 5, 3, 7
+    N2, R = (rng.standard_normal((b, t, m)) for _ in range(2))
+    W1, W2 = rng.standard_normal((m, f)) * 0.5, rng.standard_normal((f, m)) * 0.5
+    gelu = lambda z: 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+    args = [a.astype(np.float32) for a in (N2, R, W1, W2)]
+    trap = napkin.run(Source("lint.napkin", MLP_TRAP), *args)[0]
+    per_m = R + np.einsum("btmf,fm->btm", gelu(N2[..., None] * W1), W2)
+    np.testing.assert_allclose(trap, per_m, rtol=1e-4, atol=1e-5)
+    mlp = napkin.run(Source("lint.napkin", MLP_RENAMED), *args)[0]
+    np.testing.assert_allclose(mlp, R + gelu(N2 @ W1) @ W2, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(trap, mlp, atol=1e-2)
