@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from .compiler import ir
-from .compiler import tensorcore
+from .compiler import stored16, tensorcore
 from .compiler.buffers import buffers
 from .compiler.engine import engine_buffers
 from .compiler.model import array_name
@@ -98,6 +98,7 @@ def report(plan: Plan, compare: bool = True) -> dict:
         "defaulted": list(plan.defaulted),
         "kernels": kernels,
         "split": _split(plan),
+        "stored16": stored16.said(plan),     # intermediates stored in 16 bits (stored16.py)
         "predicted_seconds": float(plan.time),
         "H_bytes": sum(float(k.cost.levels[1].H) for k in plan.kernels),
     }
@@ -228,6 +229,7 @@ def render_text(rep: dict) -> str:
     lines.append(f"sizes: {sizes}{note}")
     if rep.get("split"):
         lines.extend(_split_lines(rep["split"], fmt))
+    lines.extend(rep.get("stored16", ()))
     for k in rep["kernels"]:
         lines.append("")
         lines.append(f"kernel {k['name']}: computes {', '.join(k['equations'])}")

@@ -141,13 +141,17 @@ def array_name(g: DiGraph, n: int) -> str:
 
 def storage_dtype(g: DiGraph, n: int) -> str:
     """Dtype an array has in global memory: inputs and outputs their own, intermediates their
-    declared one (`H[t f]: bf16 = ...`), else f32 (integer ones i64)."""
+    declared one (`H[t f]: bf16 = ...`) or the 16-bit one the plan chose for an array only
+    tensor-core products read (stored16.py), else f32 (integer ones i64)."""
     op = ir.op(g, n)
     if isinstance(op, ir.Input):
         return op.dtype
     for v in g.successors(n):
         if isinstance(ir.op(g, v), ir.Output):
             return ir.op(g, v).dtype
+    chosen = g.graph.get("stored16")      # read only by tensor-core products (stored16.py)
+    if chosen and through(g, n) in chosen:
+        return chosen[through(g, n)]
     for m in [n, *g.successors(n)]:      # a name with a declared dtype (`H[t f]: bf16 = ...`)
         if isinstance(ir.op(g, m), ir.Assign) and ir.op(g, m).dtype is not None \
                 and through(g, m) == through(g, n):

@@ -26,7 +26,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
 from . import schedule as schedules
-from . import packing, splitting, tensorcore
+from . import packing, splitting, stored16, tensorcore
 from .splitting import SplitChoice
 from .canonical import canonicalize
 from .nested import separate_nested
@@ -242,6 +242,7 @@ def tile(fused: Fused, merge: str = "auto") -> Plan:
     """Stage `tile`: every kernel's schedule, cost and hints used; a split's merge in its
     own kernels or in the partial kernel's last blocks (`merge`: auto, kernel or last-block;
     last_block.py)."""
+    fused = _stored16(fused)
     pr = fused.problem
 
     def run():
@@ -253,6 +254,30 @@ def tile(fused: Fused, merge: str = "auto") -> Plan:
     plans, tail = _in_diagram(pr.diagram, run)
     return Plan(pr.diagram, pr.graph, pr.target, pr.sizes, plans, fused.planner.engine,
                 pr.defaulted, pr.hints, fused.split, tail)
+
+
+def _stored16(fused: Fused) -> Fused:
+    """The fused kernels with the intermediates only tensor-core products read stored in 16
+    bits (stored16.py), on a copy of the graph and a planner of their own; tiled first, a
+    kernel that reads one off the tensor cores undoes it for what it reads."""
+    pr, planner = fused.problem, fused.planner
+    if planner.engine == "cuda-cores":
+        return fused
+    g = pr.graph
+    chosen = _in_diagram(pr.diagram, lambda: stored16.decide(g, fused.kernels, pr.target))
+    while chosen:
+        g2 = stored16.with_decision(g, chosen)
+        planner2 = KernelPlanner(g2, pr.target, pr.sizes, pr.hints, planner.engine,
+                                 across=planner.across)
+        plans = _in_diagram(pr.diagram, lambda: [planner2.plan(k, strict=False)
+                                                 for k in fused.kernels])
+        if any(p is None for p in plans):
+            return fused
+        dropped = stored16.fallen_back(g2, plans, schedules.TENSOR_ENGINES)
+        if not dropped:
+            return replace(fused, problem=replace(pr, graph=g2), planner=planner2)
+        chosen = {v: d for v, d in chosen.items() if v not in dropped}
+    return fused
 
 
 def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,
@@ -267,7 +292,8 @@ def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | Non
 def without_atomics(p: Plan) -> Plan:
     """The same problem planned with no chain adding a product over its rows across blocks
     (chain.Across), for comparison (explain)."""
-    problem = Problem(p.diagram, p.graph, p.target, p.sizes, p.hints, p.defaulted)
+    problem = Problem(p.diagram, stored16.with_decision(p.graph, {}), p.target, p.sizes,
+                      p.hints, p.defaulted)      # (decided again for its own kernels)
     return tile(fuse_kernels(problem, p.engine, across=False))
 
 

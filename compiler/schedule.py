@@ -39,6 +39,7 @@ WARP_COUNTS = (1, 2, 4, 8)
 
 SIMT, PRODUCT, ATTENTION, CHAIN = "cuda cores", "tensor-core product", "attention", \
     "chain of products"
+TENSOR_ENGINES = (PRODUCT, ATTENTION, CHAIN)     # the engines that run on the tensor cores
 SCATTER = "scatter-add"        # a masked sum as atomics at the gathered rows (scatter.py)
 
 

@@ -37,6 +37,8 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
     compute = np.float32 if lowp else np.float64
     declared = [ir.op(g, n).dtype for n in g.nodes if isinstance(ir.op(g, n), ir.Assign)
                 and ir.op(g, n).dtype is not None]     # intermediates stored as declared
+    # (an intermediate a plan stores in 16 bits, compiler/stored16.py, takes one of these
+    # dtypes: the naive reference's rounding already covers it)
     rounding = dtypes.lowest([s.dtype for s in diagram.inputs + diagram.outputs] + declared) \
         if lowp else None
     values: dict[int, Labelled] = {}

@@ -674,7 +674,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const float* __restrict__ p2,
-    float* __restrict__ p3,
+    __half* __restrict__ p3,
     long long n0,
     long long n1,
     long long n2,
@@ -952,7 +952,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           const float v0 = napkin_silu(acc[i0][i1][i2]);
           const float v1 = (v0 * napkin_to_float(p2[((int)((pt0 < (int)(n0 - 1) ? pt0 : (int)(n0 - 1)))) * (n2) + ((pt1 < (int)(n2 - 1) ? pt1 : (int)(n2 - 1)))]));
           if ((pt0 < n0) && (pt1 < n2)) {
-            p3[((int)((pt0 < (int)(n0 - 1) ? pt0 : (int)(n0 - 1)))) * (n2) + ((pt1 < (int)(n2 - 1) ? pt1 : (int)(n2 - 1)))] = napkin_from_float<float>(v1);
+            p3[((int)((pt0 < (int)(n0 - 1) ? pt0 : (int)(n0 - 1)))) * (n2) + ((pt1 < (int)(n2 - 1) ? pt1 : (int)(n2 - 1)))] = napkin_from_float<__half>(v1);
           }
         }
       }
@@ -963,7 +963,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
 // kernel 2: 64 threads per block, int indices
 extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
     const __half* __restrict__ p0,
-    const float* __restrict__ p1,
+    const __half* __restrict__ p1,
     __half* __restrict__ p2,
     long long n0,
     long long n1,
@@ -995,16 +995,20 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
     float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));
-    if (n2 % 4 == 0 && n3 % 8 == 0) {
+    if (n2 % 8 == 0 && n3 % 8 == 0) {
       {
         __syncthreads();
         const int nlen = (int)((int)(n2) - ((int)0) < 16 ? (int)(n2) - ((int)0) : 16);
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int eo = tid / 4 + r * 16;
-          const int ei = (tid % 4) * 4;
-          const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + (((int)0 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          *reinterpret_cast<uint2*>((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 4) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
+        {
+          const int ei = (tid % 2) * 8;
+          const int eo0 = tid / 2;
+          const __half* const cps = p1 + (((int)((org_0 + eo0))) * (n2) + (((int)0 + ei)));
+          __half* const cpd = (sm0 + 0 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          }
         }
         {
           const int ei = (tid % 16) * 8;
@@ -1021,12 +1025,16 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
       napkin_cp_async_commit();
       if ((int)0 + 16 < (int)(n2)) {
         const int nlen = (int)((int)(n2) - ((int)0 + 16) < 16 ? (int)(n2) - ((int)0 + 16) : 16);
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int eo = tid / 4 + r * 16;
-          const int ei = (tid % 4) * 4;
-          const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + (((int)0 + 16 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          *reinterpret_cast<uint2*>((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 4) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
+        {
+          const int ei = (tid % 2) * 8;
+          const int eo0 = tid / 2;
+          const __half* const cps = p1 + (((int)((org_0 + eo0))) * (n2) + (((int)0 + 16 + ei)));
+          __half* const cpd = (sm0 + 1 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          }
         }
         {
           const int ei = (tid % 16) * 8;
@@ -1043,12 +1051,16 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
       napkin_cp_async_commit();
       if ((int)0 + 32 < (int)(n2)) {
         const int nlen = (int)((int)(n2) - ((int)0 + 32) < 16 ? (int)(n2) - ((int)0 + 32) : 16);
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int eo = tid / 4 + r * 16;
-          const int ei = (tid % 4) * 4;
-          const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + (((int)0 + 32 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          *reinterpret_cast<uint2*>((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 4) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
+        {
+          const int ei = (tid % 2) * 8;
+          const int eo0 = tid / 2;
+          const __half* const cps = p1 + (((int)((org_0 + eo0))) * (n2) + (((int)0 + 32 + ei)));
+          __half* const cpd = (sm0 + 2 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          }
         }
         {
           const int ei = (tid % 16) * 8;
@@ -1071,12 +1083,16 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
         __syncthreads();
         if (c0 + 48 < (int)(n2)) {
           const int nlen = (int)((int)(n2) - (c0 + 48) < 16 ? (int)(n2) - (c0 + 48) : 16);
-          #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = tid / 4 + r * 16;
-            const int ei = (tid % 4) * 4;
-            const float4 cv = (org_0 + eo < n0 && ei < nlen) ? *reinterpret_cast<const float4*>(p1 + (((int)((org_0 + eo))) * (n2) + ((c0 + 48 + ei)))) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            *reinterpret_cast<uint2*>((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((tid / 4) << 1) & 8))) = make_uint2(napkin_pack_half2(cv.x, cv.y), napkin_pack_half2(cv.z, cv.w));
+          {
+            const int ei = (tid % 2) * 8;
+            const int eo0 = tid / 2;
+            const __half* const cps = p1 + (((int)((org_0 + eo0))) * (n2) + ((c0 + 48 + ei)));
+            __half* const cpd = (sm0 + fill * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 32;
+              napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            }
           }
           {
             const int ei = (tid % 16) * 8;
@@ -1122,7 +1138,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + (((int)0 + ei))]) : napkin_from_float<__half>(0.0f);
+          ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
@@ -1139,7 +1155,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 16 + ei))]) : napkin_from_float<__half>(0.0f);
+          ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
@@ -1156,7 +1172,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
         for (int r = 0; r < 16; ++r) {
           const int eo = tid / 16 + r * 4;
           const int ei = tid % 16;
-          ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 32 + ei))]) : napkin_from_float<__half>(0.0f);
+          ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
@@ -1179,7 +1195,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k2(
           for (int r = 0; r < 16; ++r) {
             const int eo = tid / 16 + r * 4;
             const int ei = tid % 16;
-            ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? napkin_from_float<__half>(p1[((int)((org_0 + eo))) * (n2) + ((c0 + 48 + ei))]) : napkin_from_float<__half>(0.0f);
+            ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
           }
           #pragma unroll 1
           for (int r = 0; r < 32; ++r) {

@@ -1,0 +1,170 @@
+"""Intermediates stored in 16 bits because only tensor-core products read them (decided once).
+
+An f32 intermediate that one kernel stores and other kernels read only as an operand of a
+contraction beside a 16-bit partner enters those products rounded to 16 bits anyway, as it
+is staged (tensorcore._rounded): stored in that dtype by the kernel that computes it, as if
+the user had written `Q[b h t d]: f16 = ...`, it moves half the bytes, and attention reading
+it is FlashAttention (which takes 16-bit loads). The decision is made once, between fusion
+(which says what is stored) and tiling (which prices it), and recorded on the plan's graph
+(`g.graph["stored16"]`: value node -> dtype) where `model.storage_dtype` reads it for every
+stage after: the model's bytes and engines, the producer's store, the consumer's load, explain.
+
+- candidates: a float array a kernel stores, with no declared storage dtype, not an output,
+  whose every reader in another kernel is a contraction (through names and renaming views);
+- its dtype is the reading products' partner's when that is a 16-bit array (an input, a
+  declared or output dtype). A partner that is itself a candidate (attention's Q and K) links
+  the two; attention's probabilities (a softmax, rounded to 16 bits by FlashAttention) take
+  any. A linked group with no 16-bit partner takes the one 16-bit dtype of the inputs it is
+  computed from; none (an f32 input among them: the user's precision) or two keeps f32;
+- fall back: once tiled, a kernel reading such an array that does not run on the tensor
+  cores (the product stays on the CUDA cores for another reason) undoes it for the arrays it
+  reads, and the kernels are tiled again (the user's f32 inputs are never rounded: they are
+  no candidates).
+"""
+
+from __future__ import annotations
+
+from .graph import DiGraph, ancestors
+
+from . import ir
+from .canonical import through
+
+SIXTEEN = ("f16", "bf16")
+KEY = "stored16"
+
+
+def decided(g: DiGraph) -> dict:
+    """value node -> the 16-bit dtype it is stored in (empty when nothing was decided)."""
+    return g.graph.get(KEY) or {}
+
+
+def with_decision(g: DiGraph, chosen: dict) -> DiGraph:
+    """A copy of g carrying `chosen`, none when it is empty (a new graph: planners memoise by
+    its contents)."""
+    out = g.copy()
+    out.graph.pop(KEY, None)
+    if chosen:
+        out.graph[KEY] = dict(sorted(chosen.items()))
+    return out
+
+
+def decide(g: DiGraph, kernels, target) -> dict:
+    """value node -> 16-bit dtype of every stored intermediate that qualifies (module doc)."""
+    from .model import storage_dtype
+    stored = {}
+    for k in kernels:
+        for s in k.stores:
+            if _candidate(g, s):
+                stored[through(g, s)] = s
+    links: dict = {v: set() for v in stored}
+    concrete: dict = {v: set() for v in stored}
+    bad = set()
+    for v, s in stored.items():
+        readers = [r for k in kernels if s in k.loads for r in (_readers(g, k, s),)]
+        if not readers or any(r is None for r in readers):
+            bad.add(v)
+            continue
+        for c, u in (x for r in readers for x in r):
+            x, y = ir.operands(g, c)
+            if x == y:
+                bad.add(v)
+                break
+            p = _source(g, y if x == u else x)
+            op = ir.op(g, p)
+            if p in stored:
+                links[v].add(p)
+            elif isinstance(op, ir.Softmax):
+                continue                        # attention's probabilities: rounded by FA2
+            elif (isinstance(op, ir.Input) or not _candidate(g, p)) and \
+                    storage_dtype(g, p) in SIXTEEN:
+                concrete[v].add(storage_dtype(g, p))
+            else:
+                bad.add(v)
+                break
+    changed = True
+    while changed:                              # a partner that stays f32 keeps its partners f32
+        changed = False
+        for v in stored:
+            if v not in bad and links[v] & bad:
+                bad.add(v)
+                changed = True
+    chosen, seen = {}, set()
+    for v in stored:
+        if v in bad or v in seen:
+            continue
+        group, stack = set(), [v]
+        while stack:
+            m = stack.pop()
+            if m not in group:
+                group.add(m)
+                stack.extend(links[m] | {o for o in stored if m in links[o]})
+        seen |= group
+        dtypes = set().union(*(concrete[m] for m in group)) or \
+            {_computed_from(g, m) for m in group}
+        if len(dtypes) == 1 and (dt := next(iter(dtypes))) in SIXTEEN and \
+                target.engine_for("contraction", dt):
+            chosen.update(dict.fromkeys(group, dt))
+    return chosen
+
+
+def fallen_back(g: DiGraph, plans, tensor_engines) -> set:
+    """Decided arrays a kernel reads off the tensor cores (to store in f32 after all)."""
+    mine = decided(g)
+    return {through(g, n) for kp in plans if kp.schedule.engine not in tensor_engines
+            for n in kp.kernel.loads if through(g, n) in mine}
+
+
+def said(plan) -> list[str]:
+    """One line per array stored in 16 bits by this decision (explain)."""
+    from .model import array_name
+    g = plan.graph
+    return [f"{array_name(g, n)} stored as {dt}: read only by tensor-core products (rounded "
+            "to it there anyway)" for n, dt in decided(g).items()]
+
+
+def _candidate(g: DiGraph, s: int) -> bool:
+    """A stored float intermediate the user gave no storage dtype, not an output."""
+    if isinstance(ir.op(g, s), (ir.Input, ir.Output)) or ir.type_of(g, s).dtype != "f32":
+        return False
+    for m in [s, *g.successors(s)]:
+        op = ir.op(g, m)
+        if isinstance(op, ir.Output) or (isinstance(op, ir.Assign) and op.dtype is not None):
+            return False
+    return True
+
+
+def _readers(g: DiGraph, k, n: int):
+    """(contraction, operand it reads n as) of everything kernel k computes from its load n,
+    through names and views; None when anything else reads it (or k stores it again)."""
+    members, stores = set(k.nodes), set(k.stores)
+    out, stack = [], [n]
+    while stack:
+        u = stack.pop()
+        if u != n and u in stores:
+            return None
+        for v in g.successors(u):
+            if v not in members:
+                continue
+            op = ir.op(g, v)
+            if isinstance(op, (ir.Assign, ir.View)):
+                stack.append(v)
+            elif isinstance(op, ir.Contract):
+                out.append((v, u))
+            else:
+                return None
+    return out
+
+
+def _source(g: DiGraph, n: int) -> int:
+    """What n reads through names and renaming views."""
+    n = through(g, n)
+    while isinstance(ir.op(g, n), ir.View):
+        n = through(g, ir.operands(g, n)[0])
+    return n
+
+
+def _computed_from(g: DiGraph, n: int) -> str | None:
+    """The one float dtype of the inputs n is computed from, or None."""
+    found = {ir.op(g, m).dtype for m in ancestors(g, n) if isinstance(ir.op(g, m), ir.Input)
+             and ir.kind_of_dtype(ir.op(g, m).dtype) == "float"}
+    return found.pop() if len(found) == 1 else None
