@@ -38,10 +38,12 @@ from __future__ import annotations
 from .graph import DiGraph, ancestors
 
 from . import ir
+from .merge import merge_axes
 
 
-def canonicalize(g: DiGraph) -> DiGraph:
-    """Rewrite the IR into canonical form (a copy)."""
+def canonicalize(g: DiGraph, keep=()) -> DiGraph:
+    """Rewrite the IR into canonical form (a copy); `keep`: axes hinted on the command line
+    (never merged)."""
     g = g.copy()
     changed = True
     while changed:
@@ -51,6 +53,7 @@ def canonicalize(g: DiGraph) -> DiGraph:
                            _hoisted(g, n)):
                 changed = True
                 break
+    g = merge_axes(dead_code(g), keep)    # before nesting: merged axes nest no more
     for n in ir.order(g):       # after the rewrites above matched softmaxes whole
         _written_softmax(g, n)
     for n in ir.order(g):       # after the rewrites above matched their reductions whole

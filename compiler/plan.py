@@ -26,7 +26,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
 from . import schedule as schedules
-from . import packing, splitting, tensorcore
+from . import merge, packing, splitting, tensorcore
 from .splitting import SplitChoice
 from .canonical import canonicalize
 from .nested import separate_nested
@@ -143,6 +143,14 @@ def planning_data(diagram: Diagram, sizes: dict, data: dict) -> dict:
     return out
 
 
+def merged_data(g: DiGraph, data: dict, sizes: dict) -> dict:
+    """Planning data shaped as the IR's inputs (merged axes: merge.py)."""
+    from .masking import PlanningData
+    sizes = merge.sizes_of(g, sizes)
+    return {k: PlanningData(k, merge.shaped(g, v.values, ir.type_of(
+        g, g.graph["inputs"][k]).axes, sizes)) for k, v in data.items()}
+
+
 def check_engine(engine: str) -> str:
     from ..diagrams.diagnostics import one_of
     return one_of(engine, ENGINES, "engine")
@@ -165,11 +173,13 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
     sizes = planning_sizes(diagram, shape)
 
     def run():
-        g = separate_nested(canonicalize(diagram.ir))
+        keep = {a for kind in ("group", "stream", "split") for a in (overrides or {}).get(kind, {})}
+        g = separate_nested(canonicalize(diagram.ir, keep))
         if data:
-            g.graph["data"] = planning_data(diagram, sizes, data)
+            g.graph["data"] = merged_data(g, planning_data(diagram, sizes, data), sizes)
         return g, tuple(hint_mod.resolve(diagram.hints, overrides or {}, tgt, sizes))
     g, hints = _in_diagram(diagram, run)
+    sizes = merge.sizes_of(g, sizes)
     axes = diagram.ir.graph["axes"]
     given = {axes[a].rep for a in (shape or {}) if a in axes}
     defaulted = tuple(a for a, info in axes.items() if info.size is None and info.rep not in given)
