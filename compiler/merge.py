@@ -14,8 +14,12 @@ A chain of axes a1 .. an merges when it is exactly a reshape of every array of t
   by a view or a gather (a renaming, a diagonal `A[i i]`, computed positions), by a scan or
   an index reduction (argmax's result is a position along its axes), or named by a hint
   (`group`/`stream`/`split` in the diagram or `keep`: the command line's).
-Free axes merge too (`X[b t k] * W[k m]`: the rows of one product are b*t), so that a kernel
-never holds or groups two axes where one would do.
+Merging axes an op names is always taken: a kernel then streams, holds or splits one axis where
+it had two (no library plan moves). Free axes merge too (`X[b t k] * W[k m]`: the rows of one
+product are b*t; 385 us -> 26 us at b=64, t=3, k=m=4096 on h100, model), but a merged free axis
+tiles differently (a tile of b*t against a tile of t with b grouped: at odd sizes its tails
+may cost more, gqa and paged attention at 77/130 on two-level 7% and 20%), so fusion
+(`plan.fuse_kernels`) prices the IR with and without the free merges and keeps the faster.
 
 The merged axis is named `(a1 .. an)` (a name no diagram axis has; axis names never reach the
 generated C, where sizes are parameters `n<i>`), its `Axis.merged` holds the chain, and its size
@@ -60,8 +64,9 @@ def _excluded(g: DiGraph, keep) -> set[str]:
     return out
 
 
-def chains(g: DiGraph, keep=()) -> list[tuple[str, ...]]:
-    """The chains of two or more axes that merge (see the module docstring), in first-seen order."""
+def chains(g: DiGraph, keep=(), free: bool = True) -> list[tuple[str, ...]]:
+    """The chains of two or more axes that merge (see the module docstring), in first-seen
+    order; `free=False`: only those an op names (contracted, reduced, normalised)."""
     excluded = _excluded(g, keep)
     where: dict[str, set] = {}          # axis -> nodes whose type has it
     seen: dict[str, None] = {}
@@ -86,6 +91,8 @@ def chains(g: DiGraph, keep=()) -> list[tuple[str, ...]]:
         if b is None or b in excluded or where[b] != where[a] or naming[b] != naming[a]:
             continue
         after[a] = b
+    if not free:
+        after = {a: b for a, b in after.items() if naming[a]}
     first = set(after) - set(after.values())
     out = []
     for a in seen:
@@ -105,9 +112,10 @@ def _sub(axes: tuple[str, ...], merged: dict[str, tuple[str, str]]) -> tuple[str
     return tuple(dict.fromkeys(out))
 
 
-def merge_axes(g: DiGraph, keep=()) -> DiGraph:
-    """The IR with every chain of axes that always travel together merged into one axis."""
-    found = chains(g, keep)
+def merge_axes(g: DiGraph, keep=(), free: bool = True) -> DiGraph:
+    """The IR with every chain of axes that always travel together merged into one axis
+    (`free=False`: only chains an op names)."""
+    found = chains(g, keep, free)
     if not found:
         return g
     g = g.copy()
@@ -133,6 +141,12 @@ def merge_axes(g: DiGraph, keep=()) -> DiGraph:
         for e in g.graph.get("equations", ()))
     g.graph["merged"] = tuple(g.graph.get("merged", ())) + tuple((name(c), c) for c in found)
     return g
+
+
+def has_free(g: DiGraph) -> bool:
+    """Whether a merged axis of g is free (no op names it): `plan.fuse_kernels` prices those."""
+    named = {a for n in g if isinstance(ir.op(g, n), _NAMING) for a in ir.op(g, n).axes}
+    return any(m not in named for m, _ in g.graph.get("merged", ()))
 
 
 def sizes_of(g: DiGraph, sizes: dict) -> dict:

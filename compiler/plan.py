@@ -76,6 +76,7 @@ class Problem:
     sizes: dict
     hints: tuple
     defaulted: tuple[str, ...]
+    unmerged: "Problem | None" = None   # without the free axes merged (merge.py): priced
 
 
 @dataclass(frozen=True, eq=False)
@@ -174,16 +175,20 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
 
     def run():
         keep = {a for kind in ("group", "stream", "split") for a in (overrides or {}).get(kind, {})}
-        g = separate_nested(canonicalize(diagram.ir, keep))
-        if data:
-            g.graph["data"] = merged_data(g, planning_data(diagram, sizes, data), sizes)
-        return g, tuple(hint_mod.resolve(diagram.hints, overrides or {}, tgt, sizes))
-    g, hints = _in_diagram(diagram, run)
-    sizes = merge.sizes_of(g, sizes)
+        graphs = [separate_nested(canonicalize(diagram.ir, keep))]
+        if merge.has_free(graphs[0]):   # priced against the IR without them (fuse_kernels)
+            graphs.append(separate_nested(canonicalize(diagram.ir, keep, free=False)))
+        for g in graphs:
+            if data:
+                g.graph["data"] = merged_data(g, planning_data(diagram, sizes, data), sizes)
+        return graphs, tuple(hint_mod.resolve(diagram.hints, overrides or {}, tgt, sizes))
+    graphs, hints = _in_diagram(diagram, run)
     axes = diagram.ir.graph["axes"]
     given = {axes[a].rep for a in (shape or {}) if a in axes}
     defaulted = tuple(a for a, info in axes.items() if info.size is None and info.rep not in given)
-    return Problem(diagram, g, tgt, sizes, hints, defaulted)
+    problems = [Problem(diagram, g, tgt, merge.sizes_of(g, sizes), hints, defaulted)
+                for g in graphs]
+    return replace(problems[0], unmerged=problems[1]) if len(problems) > 1 else problems[0]
 
 
 def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
@@ -194,6 +199,7 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
     check_engine(engine)
 
     planners: dict = {}     # id(problem) -> (problem, its planner): one per problem fused
+    done: dict = {}         # id(problem) -> its fusion
 
     def fused(pr: Problem, like: Fused | None = None) -> Fused:
         """Fusion of `pr`; with `like`, the same statements grouped as in `like` (a split of
@@ -206,9 +212,16 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
         planner = held[1]
         if like is not None:
             kernels = regroup(pr.graph, [(k.equations, k.recomputed) for k in like.kernels])
-        else:
+            return Fused(pr, tuple(kernels), planner)
+        if id(pr) not in done or done[id(pr)].problem is not pr:   # (priced, then used)
             kernels = fuse(pr.graph, planner) if fusion else unfused_kernels(pr.graph)
-        return Fused(pr, tuple(kernels), planner)
+            done[id(pr)] = Fused(pr, tuple(kernels), planner)
+        return done[id(pr)]
+    if problem.unmerged is not None:    # free axes merged where predicted faster (merge.py);
+        # on a tie the user's axes stay (explain shows them as written)
+        if not splitting.total(fused(problem)) < splitting.total(fused(problem.unmerged)) * \
+                (1 - 1e-9):
+            problem = problem.unmerged
     forced = tuple((h.axis, h.size, h.info.span if h.info else None)
                    for h in problem.hints if h.kind == "split")
     rest = replace(problem, hints=tuple(h for h in problem.hints if h.kind != "split"))
