@@ -44,9 +44,9 @@ from . import ir
 from .merge import merge_axes
 
 
-def canonicalize(g: DiGraph, keep=(), free: bool = True) -> DiGraph:
+def canonicalize(g: DiGraph, keep=(), free: bool = False) -> DiGraph:
     """Rewrite the IR into canonical form (a copy); `keep`: axes hinted on the command line
-    (never merged); `free=False`: only axes an op names are merged (merge.py)."""
+    (never merged); `free`: free axes merged too, else only axes an op names (merge.py)."""
     g = g.copy()
     changed = True
     while changed:
