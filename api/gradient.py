@@ -26,7 +26,10 @@ def grad(diagram, wrt=None, saved: bool = False, **sizes: int) -> Diagram:
     d = front.load(diagram, **sizes)
     names = tuple(w.strip() for w in wrt.split(",") if w.strip()) if isinstance(wrt, str) else \
         tuple(wrt) if wrt is not None else None
-    return _checked(f"grad:{_short(d.name)}", gradient_text(d, names, saved))
+    g = _checked(f"grad:{_short(d.name)}", gradient_text(d, names, saved))
+    # the gradient of a sum is a broadcast (`dA[r x] = dY`): N0703's "if that is a typo"
+    # points into text the user did not write
+    return Diagram(g.ir, g.source, tuple(w for w in g.warnings if w.code != "N0703"), g.overrides)
 
 
 def statistics(diagram, **sizes: int) -> Diagram:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from ..compiler import ir
 from ..compiler.canonical import through
 from . import program as P
-from . import scalar
 
 # kind -> (per-row slots, per-position slots) and their initial values
 SLOTS = {
@@ -193,6 +192,11 @@ def _online_softmax(lw, n: int, st: State, scopes: list) -> None:
     lw._loops(st.extra, scopes[0], add)
 
 
+def reciprocal(total: str) -> str:
+    """1 / a softmax's sum, 0 for a row whose exponentials are all 0 (each probability 0)."""
+    return f"({total} == 0.0f ? 0.0f : 1.0f / {total})"
+
+
 def fold_value(b, kind: str, v: dict, x: str, two_exps: bool = False) -> None:
     """Fold value `x` into a `kind` state's slots (`v`: slot -> C lvalue). A running max and
     sum takes one exponential per value, of the smaller of the max and the value shifted by
@@ -237,7 +241,7 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
         inv = b.fresh("res")
         b.emit(P.Decl("float", inv, None, st.extent))
         b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(
-            f"{inv}[z]", scalar.reciprocal(f"{a['s']}[z]"))))
+            f"{inv}[z]", reciprocal(f"{a['s']}[z]"))))
         lw.register_stats(n, point, a["m"], inv, st.extra)
         return
     if st.kind in ("sum", "max", "min"):

@@ -34,6 +34,7 @@ class KernelLowering(Registers):
         self.g = plan.graph
         self.k = kp.kernel
         self.model = kp.model
+        self.online = kp.model.online     # reductions folded in one loop (Model.online)
         self.st = kp.model.streaming
         self.names = names            # node -> (param name, storage dtype) of global arrays
         self.params = sizes           # axis -> its size parameter or constant (host formulas)
@@ -343,7 +344,7 @@ class KernelLowering(Registers):
         self.line(n)
         if free:
             self.emitter._hoist([n], free, scope)
-        self._loops(free, scope, write)
+        self._loops(free, scope, write, (n,))
 
     def line(self, n: int) -> None:
         """`#line` back to the diagram line of node n (its equation)."""
@@ -351,22 +352,27 @@ class KernelLowering(Registers):
         if span is not None:
             self.b.emit(P.Line(span.line))
 
-    def _loops(self, axes, scope, fn) -> None:
+    def _loops(self, axes, scope, fn, roots=()) -> None:
         """Loops over `axes` at a point, with register-array local indices.
 
         Lanes walk a split axis with stride w, all the same trips (the body may shuffle):
         past the end on a clamped index, `loop_guards` keeping them from storing. Static
-        sizes give static trip counts: unrolled, register arrays stay in registers."""
+        sizes give static trip counts: unrolled, register arrays stay in registers. What the
+        body (`roots`) reduces over the split axis is computed before the lanes walk it: a
+        lane inside holds only its own positions (a logsumexp over x read in a store over x)."""
         if not axes:
             fn(scope)
             return
         a, rest = axes[0], axes[1:]
+        if roots and self.split and self.split[0] == a and not self.serial:
+            self.emitter._hoist(list(roots), axes, scope)
         trips = held.unrolled(self, a)
         if trips:      # each trip at its own constant offset from the lane (held.py), inline
             for k in range(trips):
                 self.loop_guards.append(None)
                 self.serial += 1
-                self._loops(rest, {**scope, a: Ix(held.lane_offset(self, k), str(k))}, fn)
+                self._loops(rest, {**scope, a: Ix(held.lane_offset(self, k), str(k))}, fn,
+                            roots)
                 self.serial -= 1
                 self.loop_guards.pop()
             return
@@ -383,7 +389,7 @@ class KernelLowering(Registers):
             # the lanes stand at different positions of `a` here: a reduction over `a` nested
             # in the body (a view can make it depend on this position) runs per lane
             self.serial += w > 1
-            inner = self._scoped(lambda: self._loops(rest, {**scope, a: Ix(var, k)}, fn))
+            inner = self._scoped(lambda: self._loops(rest, {**scope, a: Ix(var, k)}, fn, roots))
             self.serial -= w > 1
             self.loop_guards.pop()
             self.b.emit(P.Block(inner))

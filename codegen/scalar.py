@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from ..compiler import ir
-from . import cexpr
+from . import accum, cexpr
 from . import program as P
 from .builder import Builder, Ix
 
@@ -228,12 +228,12 @@ class Emitter:
         hit = b.cached(key) if op.fn in ("sum", "max", "min", "mean") else None
         if hit is not None:
             return hit
-        out = self._reduce_loop(op, args, scope)
+        out = self._reduce_loop(n, op, args, scope)
         if op.fn in ("sum", "max", "min", "mean"):
             b.remember(key, out)
         return out
 
-    def _reduce_loop(self, op, args, scope) -> str:
+    def _reduce_loop(self, n, op, args, scope) -> str:
         b = self.b
         if op.fn in ("sum", "max", "min"):
             acc = b.fresh("acc")
@@ -256,7 +256,7 @@ class Emitter:
             self._merge(op.axes, "sum", total)
             return self._over_count(total, op.axes)
         if op.fn == "logsumexp":
-            m, s_ = self._lse(args[0], op.axes, scope)
+            m, s_ = self._lse(n, args[0], op.axes, scope)
             # a row holding +inf: exp(inf - inf) made the sum NaN; the logsumexp is +inf
             return b.value("float", f"({m} == NAPKIN_INF ? NAPKIN_INF : "
                                     f"logf({s_}) + napkin_shift({m}))")
@@ -345,18 +345,33 @@ class Emitter:
     def _reduce_simple(self, fn, arg, axes, scope) -> str:
         return self._reduce(None, ir.Reduce(fn, axes), [arg], scope)
 
-    def _lse(self, arg, axes, scope) -> tuple[str, str]:
-        """(max, sum of exp(x - max)) of arg over axes: two loops, merged over lanes."""
+    def _lse(self, n, arg, axes, scope) -> tuple[str, str]:
+        """(max, sum of exp(x - max)) of arg over axes, merged over lanes. Where the row is
+        read from global memory (Model.online) ONE loop folds a running max and rescaled sum
+        (accum.fold_value: one exponential a value), so the row is read once; over a staged
+        row two loops, the max then the sum of exponentials (fewer instructions a value, and
+        the max is shared with a `max` of the same row)."""
         b = self.b
-        m = self._reduce_simple("max", arg, axes, scope)
-        s_ = b.fresh("acc")
+        if n not in self.ctx.online:
+            m = self._reduce_simple("max", arg, axes, scope)
+            s_ = b.fresh("acc")
+            b.emit(P.Decl("float", s_, "0.0f"))
+
+            def total(s):
+                b.emit(P.Set(s_, f"{s_} + expf({self.number(arg, s)} - napkin_shift({m}))"))
+            self._walk(axes, scope, total, [arg])
+            self._merge(axes, "sum", s_)
+            return m, s_
+        m, s_ = b.fresh("acc"), b.fresh("acc")
+        b.emit(P.Decl("float", m, "-NAPKIN_INF"))
         b.emit(P.Decl("float", s_, "0.0f"))
 
         def body(s):
-            v = self.number(arg, s)
-            b.emit(P.Set(s_, f"{s_} + expf({v} - napkin_shift({m}))"))
+            accum.fold_value(b, "logsumexp", {"m": m, "s": s_}, self.number(arg, s))
         self._walk(axes, scope, body, [arg])
-        self._merge(axes, "sum", s_)
+        lanes = self.ctx.lanes_over(axes)
+        if lanes > 1:
+            b.emit(P.Call("napkin_lanes_lse", (m, s_, f"{lanes}{self._lane_mask(lanes)}")))
         return m, s_
 
     def _softmax_row(self, n, op, args, scope) -> tuple[str, str]:
@@ -369,8 +384,8 @@ class Emitter:
         if stats is None:
             stats = self.ctx.softmax_stats(n, row)
             if stats is None:
-                m, l = self._lse(args[0], op.axes, row)
-                stats = (m, self.b.value("float", reciprocal(l)))
+                m, l = self._lse(n, args[0], op.axes, row)
+                stats = (m, self.b.value("float", accum.reciprocal(l)))
             self.b.remember(key, stats)
         return stats
 
@@ -382,7 +397,3 @@ class Emitter:
         v = self.number(args[0], scope)
         return self.b.value("float", f"(expf({v} - napkin_shift({m})) * {inv})")
 
-
-def reciprocal(total: str) -> str:
-    """1 / a softmax's sum, 0 for a row whose exponentials are all 0 (each probability 0)."""
-    return f"({total} == 0.0f ? 0.0f : 1.0f / {total})"

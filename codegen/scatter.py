@@ -43,6 +43,7 @@ class _Context:
         self.loads, self.stops = set(loads), set()
         self.views = self.serial = 0
         self.coherent: set[int] = set()
+        self.online: frozenset = frozenset()    # (no row is reduced here)
 
     def size(self, axis: str) -> str:
         return self.sizes[axis]

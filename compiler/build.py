@@ -15,7 +15,8 @@ from ..diagrams.diagnostics import Collector, Label, NapkinError, Span, did_you_
 from . import ir
 from .declare import Declarations, check_axes_list, declare, dtype_of
 from .einsum import across_functions, kept_under_normalisation, place_contractions
-from .resolve import ArrayInfo, Poisoned, RNode, Scope, resolve, retype
+from .positions import check_exact, sized_axes
+from .resolve import ArrayInfo, Poisoned, RNode, Scope, resolve, retype, split_positions
 
 
 def build(program: ast.Program, overrides: dict[str, int] | None = None) -> tuple[DiGraph, list]:
@@ -68,8 +69,14 @@ def build(program: ast.Program, overrides: dict[str, int] | None = None) -> tupl
         arrays=arrays,
         hints=tuple(decl.hints),
         equations=tuple(equations),
+        exact=tuple(scope.exact),
     )
     _check_sizes_known(g, decl, errors)
+    static = {a: decl.sizes.size(a) for a in decl.axes if decl.sizes.size(a) is not None}
+    try:
+        check_exact(scope.exact, static)
+    except NapkinError as exc:
+        errors.add(exc)
     errors.raise_if_any()
     return g, notes + _unused(g, decl) + [w for e in equations for w in _broadcast_warnings(g, e)]
 
@@ -87,6 +94,7 @@ def _equation(g: DiGraph, scope: Scope, stmt: ast.Equation, index: int,
         raise error("N0202", f"`{name.text}` is assigned twice", name.span,
                     labels=[Label(scope.arrays[name.text].span, "first defined here")],
                     help="every name is assigned once; give the new array its own name")
+    scope.sized = sized_axes(stmt, scope, split_positions)
     root = resolve(stmt.expr, scope)
     if stmt.axes is None:
         order = tuple(dict.fromkeys(a for a in _occurrences(root) if a in root.free))

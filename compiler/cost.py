@@ -60,6 +60,7 @@ from .choices import NUMBERS, Choice, Choices, Symbols, any_of, number, prod, to
 from .costs import COMPUTE, Cost, LevelCost
 from .flops import rate, work_extents, work_flops
 from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
+from . import lsu
 from .memory import PIPELINE, allocated, l2_split, sectors, stage_bytes, staged_bytes
 from .model import Model
 from .target import Target
@@ -247,6 +248,9 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                               span=span, loads=loads, reads=reads,
                               wide=index_width.wide(model.extents, sizes, choice),
                               extents=extents)
+        if not choice.warps and target.per_second("l1_wavefronts"):
+            # the L1's wavefronts of the direct reads: lanes over rows take one a value
+            parts["L1 wavefronts"] = lsu.seconds(model, choice, covs[0], reads, target)
         compute = functools.reduce(ops.maximum, parts.values())
     if choice.warps and not symbolic:   # fragments padded past the arrays compute all the same
         compute = compute * _padding(choice, sizes)

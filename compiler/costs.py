@@ -17,7 +17,8 @@ from .choices import entries, number
 COMPUTE = {"compute": "compute", "issue": "issue slots", "tensor": "tensor cores",
            "fp32": "the FP32 pipe", "mufu": "MUFU (exp, rsqrt, division)",
            "dependent": "the instructions waiting on the products",
-           "chained": "the products and what waits on them in each warp"}
+           "chained": "the products and what waits on them in each warp",
+           "L1 wavefronts": "the L1 (warp loads touching many lines)"}
 
 
 @dataclass(frozen=True)

@@ -104,8 +104,8 @@ INSTRUCTIONS = {
 # on CUDA cores, sm_90, static, 43 per score with the read and the store before, 28 at the
 # default sizes and 20.5 at 4096 after)
 SOFTMAX_NORMALISED = (7, 1, 2)
-# A streamed logsumexp's or softmax's statistics on CUDA cores, per score (codegen/accum.py
-# fold_value): the running max, one exponential (the smaller of the max and the score shifted
+# A logsumexp's or softmax's statistics on CUDA cores, per score, streamed or over a whole row
+# read from global memory (codegen/accum.py fold_value; Model.online): the running max, one exponential (the smaller of the max and the score shifted
 # by the larger), the sum rescaled or added to, selected; two rescaling exps per score were
 # 2 more (sm_90, static: softmax's statistics loop at 4096, 114 instructions per 4 scores
 # before, 106 after; MUFU 2 per score before, 1 after)
@@ -235,10 +235,10 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         elif not tensor and w.node in paired and issue_pair.paired(model, choice):
             per = issue_pair.softmax(model, choice, sizes, w, fold.keys(model, choice), per)
         elif not tensor and w.op == "softmax" and w.node not in paired:
-            stats = STREAMED_STATS if stream in w.axes else per
+            stats = STREAMED_STATS if stream in w.axes or w.node in model.online else per
             per = tuple(x + y for x, y in zip(stats, SOFTMAX_NORMALISED))
-        elif not tensor and w.op == "logsumexp" and stream in w.axes:
-            per = STREAMED_STATS            # streamed: the online update (codegen/accum.py)
+        elif not tensor and w.op == "logsumexp" and (stream in w.axes or w.node in model.online):
+            per = STREAMED_STATS    # the online update (codegen/accum.py, Model.online)
         elif tensor and model.streaming.pairs and w.axes and set(w.axes) <= index_axes:
             per = FLASH_INDEX          # an op of positions only, on the score fragments
             if not positional:         # their 64-bit indices, once per score (see above)

@@ -73,8 +73,9 @@ INDEX_WIDE = 4.5
 # layernorm's at 4096; 130. At run time the remainder runs `trip mod unroll` bodies only: a
 # dynamic count would be lower (CALIBRATE on a GPU).
 LANE_LOOP = 130
-# the loops a reduction walks over its row (codegen/scalar.py): logsumexp and a softmax's
-# statistics a maximum then a sum of exponentials, a variance its mean then its squares
+# the loops a reduction walks over its row (codegen/scalar.py): a variance its mean then its
+# squares, a logsumexp and a softmax's statistics a maximum then a sum of exponentials; one
+# (a running max and rescaled sum) where the row is read from global memory (Model.online)
 LOOPS = {"logsumexp": 2, "var": 2, "softmax": 2}
 # The merge of the lanes' states after a pass whose streamed axis they split (the decode
 # merge kernel's, a streamed softmax's), per butterfly step and state a thread holds: a
@@ -285,7 +286,8 @@ def lane_loops(model, choice, chunks):
     # a variance is canonicalised from mean((X - mean(X))^2): where that mean is an op of the
     # kernel too (layernorm's mu), the variance's mean is its loop (codegen/scalar.py)
     means = {w.axes for w in model.work if w.op == "mean"}
-    loops = sum(1 if w.op == "var" and w.axes in means else LOOPS.get(w.op, 1)
+    loops = sum(1 if (w.op == "var" and w.axes in means) or w.node in model.online
+                else LOOPS.get(w.op, 1)
                 for w in model.work
                 if reduced & set(w.axes) and (w.op in LOOPS or w.op in ir.REDUCTIONS or
                                               w.op == "contract"))

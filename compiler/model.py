@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .graph import DiGraph
+from .graph import DiGraph, ancestors
 
 from . import ir
 from .canonical import through
@@ -106,6 +106,11 @@ class Model:
                                 # tensorcore._gathered), each copy computing its row's offset
     positions: frozenset = frozenset()  # ... and the loads those positions read (the page
                                 # table's gathers): read per row in the copies, never staged
+    online: frozenset = frozenset()   # CUDA cores: the logsumexps and softmaxes whose row
+                                # reads a load from global memory (unstaged): their
+                                # statistics fold in ONE loop (a running max and rescaled
+                                # sum); over staged rows two loops (max, then the sum of
+                                # exponentials: fewer instructions a value) read shared memory
     packed: tuple = ()          # attention on tensor cores: ((its rows' axis, the axes it
                                 # packs),) where the fragment rows are packed (packing.py):
                                 # the arrays name that one axis, of the axes' sizes' product
@@ -220,6 +225,9 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
     times = {n: max(1, sum(n in p for p in st.per_chunk)) for n in k.nodes}
     work = [w for n in k.nodes for w in _work(g, n, times.get(n, 1) if axis else 1)]
     from .masking import chunk_mask, condition_nodes, row_logsumexps, softmax_scale
+    direct = {a.node for a in arrays if a.unstaged}
+    online = frozenset(w.node for w in work if direct and w.op in ("logsumexp", "softmax")
+                       and direct & ancestors(g, w.node))
     return Model(k, st, tuple(arrays), tuple(work), k.woven(g), k.reduced(g), k.axes(g),
                  chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None,
                  condition_nodes(g, st, k.loads, k.nodes) if axis is not None else frozenset(),
@@ -227,7 +235,7 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                  softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else None,
                  row_logsumexps(g, st) if axis is not None else (),
                  extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
-                 rows=copied_rows(g, k),
+                 rows=copied_rows(g, k), online=online,
                  fixed=frozenset(a for a, info in g.graph["axes"].items()
                                  if info.size is not None))
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ..diagrams import ast, limits
 from ..diagrams.diagnostics import Label, Span, did_you_mean, error
 from .axes import SizeClasses
+from .positions import exact_quotients
 from . import ir
 from .ir import BUILTINS, FUNCTIONS, INDEX_REDUCTIONS, OPERATORS, REDUCTIONS, SCANS, UNARY
 
@@ -56,6 +57,9 @@ class Scope:
     later: dict[str, Span]                # arrays defined further down
     poisoned: set[str]
     sizes: SizeClasses
+    sized: frozenset = frozenset()   # axes read as their sizes in positions (positions.py)
+    in_position: int = 0
+    exact: list = field(default_factory=list)   # quotients of sizes that must divide
 
 
 def resolve(expr: ast.Expr, scope: Scope) -> RNode:
@@ -133,6 +137,8 @@ def _name(e: ast.Ref, scope: Scope) -> RNode:
     if name in scope.poisoned:
         raise Poisoned(name)
     if name in scope.axes:
+        if e.axes is None and scope.in_position and name in scope.sized:
+            return RNode("size", e.span, "int", axes=(name,))
         if e.axes is not None:
             raise error("N0208", f"`{name}` is an axis; its index takes no brackets", e.axes_span,
                         help=f"write `{name}` alone for the index along it")
@@ -153,7 +159,7 @@ def _name(e: ast.Ref, scope: Scope) -> RNode:
 def _array(e: ast.Ref, info: ArrayInfo, scope: Scope) -> RNode:
     if e.axes is None:
         return RNode("array", e.span, info.vkind, array=info.name, axes=info.axes, node=info.node)
-    e = ast.Ref(e.name, _split_positions(e.axes, scope), e.args, e.span, e.axes_span)
+    e = ast.Ref(e.name, split_positions(e.axes, scope), e.args, e.span, e.axes_span)
     if len(e.axes) != len(info.axes):
         raise error("N0302", f"`{info.name}` has {len(info.axes)} axes "
                     f"[{' '.join(info.axes)}], but {len(e.axes)} are named here", e.axes_span,
@@ -178,15 +184,17 @@ def _array(e: ast.Ref, info: ArrayInfo, scope: Scope) -> RNode:
                  node=info.node, positions=tuple(positions))
 
 
-def _split_positions(positions, scope: Scope) -> tuple:
+def split_positions(positions, scope: Scope) -> tuple:
     """`b (x // 2)` parses as a call of `b`; an axis is no function: it is the position `b`,
     then the parenthesised position `x // 2`. Likewise `pages[b] (x // 2)`, an indexed array
-    then a parenthesised position: an indexed array is no function either."""
+    then a parenthesised position: an indexed array is no function either. A reduction or a
+    scan is one (`V[t argmax[c](L)]`: one position, the row's argmax)."""
     out = []
     for p in positions:
         axis = p.axes is None and p.name.text in scope.axes and p.name.text not in scope.arrays \
             if isinstance(p, ast.Ref) else False
-        indexed = isinstance(p, ast.Ref) and p.axes is not None
+        # a reduction (`argmax[v](Z)`) is a call with brackets, not an indexed array
+        indexed = isinstance(p, ast.Ref) and p.axes is not None and p.name.text not in BUILTINS
         if isinstance(p, ast.Ref) and p.args is not None and (axis or indexed):
             if len(p.args) != 1:
                 what = "an axis" if axis else "an indexed array"
@@ -203,15 +211,21 @@ def _split_positions(positions, scope: Scope) -> tuple:
 
 def _position(p: ast.Expr, pos: int, declared: str, info: ArrayInfo, scope: Scope) -> RNode:
     """A computed position of a gather: an integer expression."""
-    child = _resolve(p, scope)
+    scope.in_position += 1
+    try:
+        child = _resolve(p, scope)
+    finally:
+        scope.in_position -= 1
+    exact_quotients(child, scope)
+    retype(child)
     _assign_free(child)
     if child.vkind != "int":
         what = "a boolean" if child.vkind == "bool" else "a floating-point value"
         raise error("N0406", f"position {pos + 1} of `{info.name}` (along `{declared}`) must be "
                     f"an integer, but this is {what}", p.span,
                     help="positions are integers: integer arrays, axis indices, `size`, `mod` "
-                         "and `+ - *` of them; convert a float with `int(...)` (e.g. "
-                         "`floor(x / 2)` or `x // 2`)")
+                         "and `+ - * //` of them, quotients of sizes that divide; convert a "
+                         "float with `int(...)` (e.g. `floor(x / 2)` or `x // 2`)")
     return child
 
 

@@ -85,8 +85,8 @@ def split(g: DiGraph, axis: str, parts: int) -> DiGraph:
 
 def refuse(axis: str, why: str, span=None) -> NapkinError:
     return error("N0607", f"cannot split `{axis}`: {why}", span,
-                 help="split an axis that a sum, max, min, mean, logsumexp, variance or "
-                      "contraction reduces (a softmax over it: only when contracted over it); "
+                 help="split an axis that a sum, max, min, mean, logsumexp, argmax, argmin, "
+                      "variance or contraction reduces (a softmax over it: only when contracted over it); "
                       "or drop the hint and let the planner choose")
 
 

@@ -39,6 +39,7 @@ CODES: dict[str, str] = {
     "N0405": "array has the wrong dtype",
     "N0406": "floating-point value where an integer is needed",
     "N0407": "gathered position out of range",
+    "N0408": "quotient of sizes in a position is no integer",
     # limits
     "N0501": "file too large",
     "N0502": "expression nested too deeply",

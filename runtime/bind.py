@@ -14,6 +14,7 @@ import numpy as np
 from ..compiler import ir
 from . import dtypes
 from ..compiler.diagram import Diagram
+from ..compiler.positions import check_exact
 from ..diagrams import limits
 from ..diagrams.diagnostics import Label, did_you_mean, error
 
@@ -92,6 +93,7 @@ def bind_sizes(diagram: Diagram, shapes: dict[str, tuple[int, ...]]) -> dict[str
             sizes[name] = info.size
         elif info.rep in by_class:
             sizes[name] = by_class[info.rep][0]
+    check_exact(g.graph.get("exact", ()), sizes, source=g.graph["source"])
     return sizes
 
 

@@ -193,8 +193,8 @@ def _error(op, typ, args, eargs, val, sizes, longest, lam=None) -> tuple[Labelle
 def _map(fn: str, a: list, e: list, v: np.ndarray) -> np.ndarray:
     """E of an elementwise function's result from its operands' values `a` and E `e`."""
     av = mag(v)
-    if fn in _EXACT:
-        return np.zeros(())
+    if fn in _EXACT:    # float `//` reaches here: its E must have the value's shape
+        return np.zeros(np.shape(v))
     if fn in ("add", "sub"):
         return e[0] + e[1] + av
     if fn == "mul":

@@ -29,8 +29,8 @@ def _paged(split):
     """paged_attention over 1001 keys at b=4, g=8, r=4, q=1, split in `split` partials."""
     d = library("paged_attention", "f16", x=1001, j=63)
     shape = shape_of(d, **PAGED)
-    return d, plan(d, "h100", shape, overrides={"split": {"x": split}}, engine="cuda-cores"), \
-        shape          # (the merges as they were planned beside a CUDA-core partial)
+    return d, plan(d, "h100", shape, overrides={"split": {"x": split}}, engine="cuda-cores",
+                   merge="kernel"), shape   # (the merges beside a CUDA-core partial, apart)
 
 
 def _decode(d_tile):
@@ -113,8 +113,13 @@ def test_the_decode_merge_computes_each_rows_softmax_once(split, lanes, points):
 
 def test_groups_of_partials_share_the_rows_factors():
     """7 partials (no lanes: the merge streams them in groups of Schedule.fold, then the last
-    3 one by one): a group's max, rescale and exps once per row, each point's row their sum."""
+    3 one by one): a group's max, rescale and exps once per row, each point's row their sum.
+    (The merge's choice is fixed: no lanes, two points along d; the planner's own choice among
+    such small merges moves with the model.)"""
     d, p, shape = _paged(7)
+    merge = p.kernels[-1].choice
+    p = with_choices(p, [kp.choice for kp in p.kernels[:-1]] + [replace(
+        merge, split=None, thread=tuple((a, 2 if a == "d" else t) for a, t in merge.thread))])
     sched, kernel = _merge_kernel(p)
     assert sched.split is None and sched.fold == 4
     rows, points = _rows_and_points(sched)

@@ -103,7 +103,8 @@ def test_matmul_runs_on_tensor_cores_wherever_the_output_is_more_than_a_few_tile
 COMPUTE_NAMES = {"issue": "issue slots", "tensor": "tensor cores", "fp32": "the FP32 pipe",
                  "mufu": "MUFU (exp, rsqrt, division)",
                  "dependent": "the instructions waiting on the products",
-                 "chained": "the products and what waits on them in each warp"}
+                 "chained": "the products and what waits on them in each warp",
+                 "L1 wavefronts": "the L1 (warp loads touching many lines)"}
 
 
 def _largest_term(k: dict) -> str:

@@ -70,7 +70,7 @@ def test_library_gradients_match_finite_differences(name):
     rng = np.random.default_rng(zlib.crc32(name.encode()))   # the same in every process
     d, sizes = _sized(name)
     grad = napkin.grad(d)
-    assert all(w.code == "N0703" for w in grad.warnings), grad.warnings
+    assert not grad.warnings, grad.warnings
     assert not _repeated(grad), _repeated(grad)
     inputs = _random_inputs(d, rng, sizes)
     cot = {f"d{s.name}": rng.standard_normal([sizes[a] for a in s.axes]) for s in d.outputs}

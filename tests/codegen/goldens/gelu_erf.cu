@@ -323,6 +323,15 @@ __device__ __forceinline__ float napkin_lanes_min(float v, int width, unsigned m
   for (int o = width / 2; o > 0; o /= 2) v = napkin_min(v, __shfl_xor_sync(mask, v, o, width));
   return v;
 }
+// A running max and rescaled sum of exponentials (a logsumexp's, a softmax's statistics).
+__device__ __forceinline__ void napkin_lanes_lse(float& m, float& s, int width, unsigned mask = 0xffffffffu) {
+  for (int o = width / 2; o > 0; o /= 2) {
+    const float mo = __shfl_xor_sync(mask, m, o, width), so = __shfl_xor_sync(mask, s, o, width);
+    const float mm = napkin_max(m, mo), sh = napkin_shift(mm);
+    s = s * expf(m - sh) + so * expf(mo - sh);
+    m = mm;
+  }
+}
 // The block's least `lo` and greatest `hi` (each thread's own first): across each warp by
 // shuffles, then across the warps through `red` (two per warp, shared memory); every thread
 // of the block (whole warps, all of them here) gets both (codegen/masks.data_span).
