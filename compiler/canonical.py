@@ -29,8 +29,8 @@
   op (attention's online softmax pairs it with its contraction), and so does one over two
   (a kernel streams one and splits the other).
 - Axes that always travel together (adjacent, in one order, in every array; named whole by
-  every op; never read as values or hinted) become one axis `(h d)` (merge.py), before the
-  nesting above: `O[t h d] * W[h d m]` is one matrix product over `(h d)`.
+  every op; never read as values or hinted) become one axis `(h*d)` (merge.py), before the
+  nesting above: `O[t h d] * W[h d m]` is one matrix product over `(h*d)`.
 - Ops no output depends on are dropped.
 
 `canonicalize` is a pure function: it returns a new graph.

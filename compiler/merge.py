@@ -3,7 +3,7 @@
 `O[t h d] * W[h d m]` contracts over `h d`, adjacent and in the same order in O and W, so its
 memory is exactly that of a matrix product with k = h*d. Held as two axes, a kernel streams
 one and holds or groups the other, and a contraction over two axes runs on the CUDA cores
-(6.29 ms at t=m=4096, h=32, d=128 on h100, model); merged into one axis `(h d)` it is one
+(6.29 ms at t=m=4096, h=32, d=128 on h100, model); merged into one axis `(h*d)` it is one
 tensor-core matrix product (the model's figure of `A[t k] * B[k m]` at k = 4096).
 
 A chain of axes a1 .. an merges when it is exactly a reshape of every array of the IR:
@@ -21,7 +21,11 @@ tiles differently (a tile of b*t against a tile of t with b grouped: at odd size
 may cost more, gqa and paged attention at 77/130 on two-level 7% and 20%), so fusion
 (`plan.fuse_kernels`) prices the IR with and without the free merges and keeps the faster.
 
-The merged axis is named `(a1 .. an)` (a name no diagram axis has; axis names never reach the
+Free axes of an attention's query rows (GQA's `r q`) are left to packing.py, which packs them
+into the fragment rows in the lowering (also under a causal mask over q and in a split
+decode, where a merge could not apply): `_attention_rows`.
+
+The merged axis is named `(a1*..*an)` (a name no diagram axis has, unlike packing's `(r q)`; axis names never reach the
 generated C, where sizes are parameters `n<i>`), its `Axis.merged` holds the chain, and its size
 is the product (static when every part is, else computed per call by `split.complete_sizes`,
 with planning sizes alike). `g.graph["merged"]` lists the merges for `explain`. The runtime
@@ -43,8 +47,34 @@ _NAMING = (ir.Contract, ir.Reduce, ir.Softmax)     # ops whose axes a chain join
 
 
 def name(chain: tuple[str, ...]) -> str:
-    """The merged axis's name: `(h d)`."""
-    return f"({' '.join(chain)})"
+    """The merged axis's name: `(h*d)` (packed fragment rows are `(r q)`, packing.name's: a
+    merged axis among them is one of their parts, never split by packing.parts)."""
+    return f"({'*'.join(chain)})"
+
+
+def _attention_rows(g: DiGraph) -> set[str]:
+    """The free axes of an attention's query rows: axes of a softmax's probabilities that the
+    other factor of a contraction reading them lacks (GQA's `r q` beside `V[b g x d]`).
+    packing.py packs those into the fragment rows where it pays (and under a causal mask over
+    q, and in a split decode), so they are not merged here: one mechanism per idea."""
+    out: set[str] = set()
+    for s in g:
+        if not isinstance(ir.op(g, s), ir.Softmax):
+            continue
+        seen, todo = {s}, [s]
+        while todo:                     # the probabilities, through elementwise operations
+            n = todo.pop()
+            for m in g.successors(n):
+                if m in seen:
+                    continue
+                seen.add(m)
+                if isinstance(ir.op(g, m), ir.Contract):
+                    others = [u for u in ir.operands(g, m) if u not in seen]
+                    for u in others:
+                        out |= set(ir.type_of(g, s).axes) - set(ir.type_of(g, u).axes)
+                elif isinstance(ir.op(g, m), (ir.Map, ir.Assign)):
+                    todo.append(m)
+    return out
 
 
 def _excluded(g: DiGraph, keep) -> set[str]:
@@ -91,8 +121,9 @@ def chains(g: DiGraph, keep=(), free: bool = True) -> list[tuple[str, ...]]:
         if b is None or b in excluded or where[b] != where[a] or naming[b] != naming[a]:
             continue
         after[a] = b
-    if not free:
-        after = {a: b for a, b in after.items() if naming[a]}
+    rows = _attention_rows(g) if free else set()
+    after = {a: b for a, b in after.items()
+             if naming[a] or (free and a not in rows and b not in rows)}
     first = set(after) - set(after.values())
     out = []
     for a in seen:

@@ -52,7 +52,7 @@ from .split_rewrite import Rewrite, SplitInfo, share, split_axes
 
 def complete_sizes(g: DiGraph, sizes: dict) -> dict:
     """`sizes` with every axis of `g` the diagram itself does not size (a split's p_x and
-    s_x, a merged axis `(h d)`): the one place derived sizes are computed (run time and
+    s_x, a merged axis `(h*d)`): the one place derived sizes are computed (run time and
     planning alike)."""
     out = merge.sizes_of(g, sizes)
     for name, info in g.graph["axes"].items():

@@ -16,15 +16,15 @@ from ..runtime import close
 
 OPROJ = "axis t, h, d, m\nin O[t h d]: {dt}\nin W[h d m]: {dt}\nY[t m] = O * W\nout Y: f32\n"
 CASES = {
-    "output projection": (OPROJ.format(dt="f16"), dict(t=17, h=3, d=33, m=17), "(h d)"),
+    "output projection": (OPROJ.format(dt="f16"), dict(t=17, h=3, d=33, m=17), "(h*d)"),
     "three contracted": ("axis i, a, b, c, j\nin A[i a b c]: f32\nin B[a b c j]: f32\n"
                          "C[i j] = A * B\nout C: f32\n", dict(i=17, a=3, b=1, c=17, j=33),
-                         "(a b c)"),
+                         "(a*b*c)"),
     "mean over h w": ("axis b, c, h, w\nin X[b c h w]: f32\nY[b c] = mean[h w](X)\nout Y: f32\n",
-                      dict(b=3, c=17, h=17, w=33), "(h w)"),
+                      dict(b=3, c=17, h=17, w=33), "(h*w)"),
     "softmax over y z": ("axis q, y, z, d, e\nin Q[q d]: f16\nin K[y z d]: f16\n"
                          "in V[y z e]: f16\nS[q y z] = Q * K\nO[q e] = softmax[y z](S) * V\n"
-                         "out O: f32\n", dict(q=33, y=3, z=17, d=17, e=33), "(y z)"),
+                         "out O: f32\n", dict(q=33, y=3, z=17, d=17, e=33), "(y*z)"),
     "free rows": ("axis b, t, k, m\nin X[b t k]: f16\nin W[k m]: f16\nY[b t m] = X * W\n"
                   "out Y: f32\n", dict(b=17, t=3, k=33, m=17), None),
 }
@@ -76,7 +76,7 @@ def test_static_and_empty_sizes():
         "{dt}", "f32")
     d = napkin.load(static)
     g = plan(d, "h100").graph
-    assert g.graph["axes"]["(h d)"].size == 51
+    assert g.graph["axes"]["(h*d)"].size == 51
     _agree(static, dict(t=33, h=3, d=17, m=16))
     text = OPROJ.format(dt="f32")
     _agree(text, dict(t=5, h=0, d=3, m=7))       # an empty sum is 0
@@ -89,7 +89,7 @@ def test_static_and_empty_sizes():
 def test_free_rows_merge_where_predicted_faster():
     d = napkin.load(CASES["free rows"][0])
     small = plan(d, "h100", dict(b=64, t=3, k=4096, m=4096))
-    assert [m for m, _ in small.graph.graph["merged"]] == ["(b t)"]
+    assert [m for m, _ in small.graph.graph["merged"]] == ["(b*t)"]
     held = plan(d, "h100", dict(b=4, t=4096, k=4096, m=4096))   # a tie: the user's axes
     assert not held.graph.graph.get("merged")
 
@@ -108,4 +108,26 @@ def test_explain_says_what_was_merged():
     from napkin.explain import render_text, report
     text = render_text(report(plan(napkin.load(OPROJ.format(dt="f16")), "h100",
                              dict(t=4096, h=32, d=128, m=4096)), compare=False))
-    assert "axes h d merged into one (h d) = 4096: adjacent in every array" in text
+    assert "axes h d merged into one (h*d) = 4096: adjacent in every array" in text
+
+
+def test_merged_names_are_one_part_of_packed_rows():
+    # packing.py's packed rows `(r q)` and a merged axis `(h*d)` (no space) never read alike
+    from napkin.compiler import merge, packing
+    hd = merge.name(("h", "d"))
+    assert hd == "(h*d)" and packing.parts(hd) == (hd,)
+    assert packing.parts(packing.name(("r", "q"))) == ("r", "q")
+    rows = packing.name((hd, "q"))
+    assert packing.parts(rows) == (hd, "q") and packing.position(("t", hd, "q"), rows) == 2
+    assert packing.position(("t", hd, "m"), hd) == 1
+
+
+def test_attention_rows_are_left_to_packing():
+    # GQA's query rows r q: packed by packing.py in the lowering (also under a causal mask and
+    # in a split decode), not merged; its batch axes b g still merge
+    d = napkin.load("gqa_attention", d=128)
+    g = canonicalize(d.ir, free=True)
+    assert [m for m, _ in g.graph["merged"]] == ["(b*g)"]
+    p = plan(d, "h200", {"b": 1, "g": 8, "r": 8, "q": 2, "x": 32768})
+    sites = [kp.schedule.site for kp in p.kernels if kp.schedule.engine == "attention"]
+    assert len(sites) == 1 and sites[0].packed == ("r", "q") and sites[0].row == "(r q)"

@@ -124,11 +124,11 @@ def test_only_contractions_over_three_or_more_axes_are_nested():
 def test_contracted_axes_adjacent_in_one_order_merge_and_do_not_nest():
     # (compiler/merge.py) a reshape: one matrix product over (a b) or (a b c), nothing summed
     two = "axis i, a, b, j\nin A[i a b]: f16\nin B[a b j]: f16\nC[i j] = A * B\nout C: f32\n"
-    assert _contractions(two) == ([("(a b)",)], [])
-    assert _contractions(MERGED.format(dtype="f16")) == ([("(a b c)",)], [])
+    assert _contractions(two) == ([("(a*b)",)], [])
+    assert _contractions(MERGED.format(dtype="f16")) == ([("(a*b*c)",)], [])
     # two of four adjacent in one order in both: (c d) merges, the rest nests around it
     both = PERMUTED.replace("B[d c b j a e]", "B[c d b j a e]")
-    assert _contractions(both) == ([("(c d)",)], [("a", "b")])
+    assert _contractions(both) == ([("(c*d)",)], [("a", "b")])
 
 
 def _total(text, shape, target="h100"):
