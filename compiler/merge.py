@@ -192,3 +192,21 @@ def sizes_of(g: DiGraph, sizes: dict) -> dict:
 def shaped(g: DiGraph, array, axes: tuple[str, ...], sizes: dict):
     """A row-major array of the diagram's shape as the merged axes of `axes` lay it out."""
     return array.reshape(tuple(int(sizes[a]) for a in axes))
+
+
+def diagram_sizes(g: DiGraph, sizes: dict) -> dict:
+    """`sizes` without the merged axes' (explain: the diagram's axes)."""
+    axes = g.graph["axes"]
+    return {a: int(v) for a, v in sizes.items() if a not in axes or axes[a].merged is None}
+
+
+def report(g: DiGraph, sizes: dict) -> list[dict]:
+    """The merges of g for explain's report: each axis, its parts and its size."""
+    return [{"axis": a, "parts": list(parts), "size": int(sizes[a])}
+            for a, parts in g.graph.get("merged", ())]
+
+
+def describe(merged) -> list[str]:
+    """explain's lines for `report`'s entries."""
+    return [f"axes {' '.join(m['parts'])} merged into one {m['axis']} = {m['size']}: "
+            "adjacent in every array" for m in merged]
