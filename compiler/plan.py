@@ -218,9 +218,9 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
             done[id(pr)] = Fused(pr, tuple(kernels), planner)
         return done[id(pr)]
     if problem.unmerged is not None:    # free axes merged where predicted faster (merge.py);
-        # on a tie the user's axes stay (explain shows them as written)
+        # by less than merge.MARGIN the user's axes stay (explain, hints, choices name them)
         if not splitting.total(fused(problem)) < splitting.total(fused(problem.unmerged)) * \
-                (1 - 1e-9):
+                (1 - merge.MARGIN):
             problem = problem.unmerged
     forced = tuple((h.axis, h.size, h.info.span if h.info else None)
                    for h in problem.hints if h.kind == "split")
