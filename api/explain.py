@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .compiler import ir
+from .compiler import ir, merge
 from .compiler import stored16, tensorcore
 from .compiler.buffers import buffers
 from .compiler.engine import engine_buffers
@@ -93,7 +93,8 @@ def report(plan: Plan, compare: bool = True) -> dict:
         "target": tgt.name,
         "target_description": tgt.description,
         "gpu": bool(tgt.processors),
-        "sizes": {a: int(v) for a, v in plan.sizes.items()},
+        "sizes": merge.diagram_sizes(plan.graph, plan.sizes),
+        "merged": merge.report(plan.graph, plan.sizes),
         "dynamic": [a for a, s in plan.diagram.axes.items() if s is None],
         "defaulted": list(plan.defaulted),
         "kernels": kernels,
@@ -227,6 +228,7 @@ def render_text(rep: dict) -> str:
     note = (f" ({', '.join(rep['defaulted'])} at the default planning size; set sizes with --shape)"
             if rep.get("defaulted") else "")
     lines.append(f"sizes: {sizes}{note}")
+    lines.extend(merge.describe(rep.get("merged", ())))
     if rep.get("split"):
         lines.extend(_split_lines(rep["split"], fmt))
     lines.extend(rep.get("stored16", ()))

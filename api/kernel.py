@@ -236,7 +236,9 @@ class Kernel:
             if describe(arr).ptr % prog.alignment:
                 # the kernels read and write at aligned addresses only (Program.alignment):
                 # an array the caller placed elsewhere goes through an aligned copy
-                staged = self.launcher.empty(tuple(p.sizes[a] for a in axes), dtype, template)
+                # (the caller's shape: an input or output over merged axes, compiler/merge.py,
+                # is the same row-major memory)
+                staged = self.launcher.empty(tuple(arr.shape), dtype, template)
                 if array in by_array:
                     copy_back.append((arr, staged))
                 else:

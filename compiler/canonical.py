@@ -28,6 +28,9 @@
   masked rows (`m = -inf` shifts by 0, `l = 0` gives 0). A softmax over one axis stays one
   op (attention's online softmax pairs it with its contraction), and so does one over two
   (a kernel streams one and splits the other).
+- Axes that always travel together (adjacent, in one order, in every array; named whole by
+  every op; never read as values or hinted) become one axis `(h*d)` (merge.py), before the
+  nesting above: `O[t h d] * W[h d m]` is one matrix product over `(h*d)`.
 - Ops no output depends on are dropped.
 
 `canonicalize` is a pure function: it returns a new graph.
@@ -38,10 +41,12 @@ from __future__ import annotations
 from .graph import DiGraph, ancestors
 
 from . import ir
+from .merge import merge_axes
 
 
-def canonicalize(g: DiGraph) -> DiGraph:
-    """Rewrite the IR into canonical form (a copy)."""
+def canonicalize(g: DiGraph, keep=(), free: bool = False) -> DiGraph:
+    """Rewrite the IR into canonical form (a copy); `keep`: axes hinted on the command line
+    (never merged); `free`: free axes merged too, else only axes an op names (merge.py)."""
     g = g.copy()
     changed = True
     while changed:
@@ -51,6 +56,7 @@ def canonicalize(g: DiGraph) -> DiGraph:
                            _hoisted(g, n)):
                 changed = True
                 break
+    g = merge_axes(dead_code(g), keep, free)    # before nesting: merged axes nest no more
     for n in ir.order(g):       # after the rewrites above matched softmaxes whole
         _written_softmax(g, n)
     for n in ir.order(g):       # after the rewrites above matched their reductions whole

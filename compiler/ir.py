@@ -107,6 +107,7 @@ class Axis:
     rep: str               # representative of its size class (axes forced equal)
     span: Span | None
     derived: tuple[str, int] | None = None   # a split's share: ceil(size(source) / parts)
+    merged: tuple[str, ...] | None = None    # axes merged into this one (merge.py): the product
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,19 @@ def name(rows: tuple[str, ...]) -> str:
 
 
 def parts(axis: str) -> tuple[str, ...]:
-    """The axes a fragment rows' axis runs along (`name`'s inverse)."""
-    return tuple(axis[1:-1].split(" ")) if axis.startswith("(") else (axis,)
+    """The axes a fragment rows' axis runs along (`name`'s inverse): split at the spaces
+    outside inner brackets, so a merged axis `(h*d)` (compiler/merge.py, no space) is one
+    axis alone and one part of `((h*d) q)`."""
+    if not (axis.startswith("(") and axis.endswith(")")):
+        return (axis,)
+    out, depth, start = [], 0, 1
+    for i, ch in enumerate(axis[1:-1], 1):
+        depth += (ch == "(") - (ch == ")")
+        if ch == " " and depth == 0:
+            out.append(axis[start:i])
+            start = i + 1
+    out.append(axis[start:-1])
+    return tuple(out) if len(out) > 1 else (axis,)
 
 
 def fragment_rows(g, kernel, own_q, q: int, out: int, sizes, packed: bool | None = None

@@ -26,7 +26,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
 from . import schedule as schedules
-from . import packing, splitting, stored16, tensorcore
+from . import merge, packing, splitting, stored16, tensorcore
 from .splitting import SplitChoice
 from .canonical import canonicalize
 from .nested import separate_nested
@@ -76,6 +76,7 @@ class Problem:
     sizes: dict
     hints: tuple
     defaulted: tuple[str, ...]
+    unmerged: "Problem | None" = None   # without the free axes merged (merge.py): priced
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,6 +144,14 @@ def planning_data(diagram: Diagram, sizes: dict, data: dict) -> dict:
     return out
 
 
+def merged_data(g: DiGraph, data: dict, sizes: dict) -> dict:
+    """Planning data shaped as the IR's inputs (merged axes: merge.py)."""
+    from .masking import PlanningData
+    sizes = merge.sizes_of(g, sizes)
+    return {k: PlanningData(k, merge.shaped(g, v.values, ir.type_of(
+        g, g.graph["inputs"][k]).axes, sizes)) for k, v in data.items()}
+
+
 def check_engine(engine: str) -> str:
     from ..diagrams.diagnostics import one_of
     return one_of(engine, ENGINES, "engine")
@@ -165,15 +174,21 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
     sizes = planning_sizes(diagram, shape)
 
     def run():
-        g = separate_nested(canonicalize(diagram.ir))
-        if data:
-            g.graph["data"] = planning_data(diagram, sizes, data)
-        return g, tuple(hint_mod.resolve(diagram.hints, overrides or {}, tgt, sizes))
-    g, hints = _in_diagram(diagram, run)
+        keep = {a for kind in ("group", "stream", "split") for a in (overrides or {}).get(kind, {})}
+        graphs = [separate_nested(canonicalize(diagram.ir, keep, free=True))]
+        if merge.has_free(graphs[0]):   # priced against the IR without them (fuse_kernels)
+            graphs.append(separate_nested(canonicalize(diagram.ir, keep)))
+        for g in graphs:
+            if data:
+                g.graph["data"] = merged_data(g, planning_data(diagram, sizes, data), sizes)
+        return graphs, tuple(hint_mod.resolve(diagram.hints, overrides or {}, tgt, sizes))
+    graphs, hints = _in_diagram(diagram, run)
     axes = diagram.ir.graph["axes"]
     given = {axes[a].rep for a in (shape or {}) if a in axes}
     defaulted = tuple(a for a, info in axes.items() if info.size is None and info.rep not in given)
-    return Problem(diagram, g, tgt, sizes, hints, defaulted)
+    problems = [Problem(diagram, g, tgt, merge.sizes_of(g, sizes), hints, defaulted)
+                for g in graphs]
+    return replace(problems[0], unmerged=problems[1]) if len(problems) > 1 else problems[0]
 
 
 def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
@@ -184,6 +199,7 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
     check_engine(engine)
 
     planners: dict = {}     # id(problem) -> (problem, its planner): one per problem fused
+    done: dict = {}         # id(problem) -> its fusion
 
     def fused(pr: Problem, like: Fused | None = None) -> Fused:
         """Fusion of `pr`; with `like`, the same statements grouped as in `like` (a split of
@@ -196,9 +212,16 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
         planner = held[1]
         if like is not None:
             kernels = regroup(pr.graph, [(k.equations, k.recomputed) for k in like.kernels])
-        else:
+            return Fused(pr, tuple(kernels), planner)
+        if id(pr) not in done or done[id(pr)].problem is not pr:   # (priced, then used)
             kernels = fuse(pr.graph, planner) if fusion else unfused_kernels(pr.graph)
-        return Fused(pr, tuple(kernels), planner)
+            done[id(pr)] = Fused(pr, tuple(kernels), planner)
+        return done[id(pr)]
+    if problem.unmerged is not None:    # free axes merged where predicted faster (merge.py);
+        # by less than merge.MARGIN the user's axes stay (explain, hints, choices name them)
+        if not splitting.total(fused(problem)) < splitting.total(fused(problem.unmerged)) * \
+                (1 - merge.MARGIN):
+            problem = problem.unmerged
     rest, forced = _split_hints(problem)
     found, choice = _in_diagram(problem.diagram, lambda: splitting.choose(rest, fused, forced))
     return replace(found, split=choice)

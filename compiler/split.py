@@ -45,15 +45,16 @@ from .graph import DiGraph
 import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, error
-from . import ir
+from . import ir, merge
 from .split_region import MERGEABLE, NotSplittable, Region, normalisations
 from .split_rewrite import Rewrite, SplitInfo, share, split_axes
 
 
 def complete_sizes(g: DiGraph, sizes: dict) -> dict:
     """`sizes` with every axis of `g` the diagram itself does not size (a split's p_x and
-    s_x): the one place derived sizes are computed (run time and planning alike)."""
-    out = dict(sizes)
+    s_x, a merged axis `(h*d)`): the one place derived sizes are computed (run time and
+    planning alike)."""
+    out = merge.sizes_of(g, sizes)
     for name, info in g.graph["axes"].items():
         if name in out:
             continue

@@ -22,6 +22,7 @@ from . import dtypes, elementwise, labelled, scatter
 from ..compiler.schedule import SCATTER
 from .splits import fold, fold_split, take
 from ..compiler.split import complete_sizes
+from ..compiler.merge import shaped
 from .bind import bind_sizes, to_numpy
 from .reads import OtherPositions
 from .region import Region, _align, _floats
@@ -36,16 +37,19 @@ def interpret(plan: Plan, inputs: dict[str, object]) -> dict[str, np.ndarray]:
     memory: dict[int, np.ndarray] = {}
     for name, n in g.graph["inputs"].items():
         dtype = ir.op(g, n).dtype
-        stored = arrays[name].astype(dtypes.numpy_dtype(dtype))
+        stored = shaped(g, arrays[name], ir.type_of(g, n).axes, sizes)   # merged axes: merge.py
+        stored = stored.astype(dtypes.numpy_dtype(dtype))
         memory[n] = elementwise.as_kind(stored, ir.kind_of_dtype(dtype))
     for kp in plan.kernels:
         _run_kernel(g, kp, memory, sizes)
     out = {}
+    user = {s.name: s.axes for s in plan.diagram.outputs}
     for name, n in g.graph["outputs"].items():
         src = ir.operands(g, n)[0]
         dtype = ir.op(g, n).dtype
-        out[name] = memory[src].astype(dtypes.numpy_dtype(dtype)) if dtype in ir.INT_DTYPES \
-            else np.array(memory[src], dtype=np.float64)
+        value = shaped(g, memory[src], user[name], sizes)
+        out[name] = value.astype(dtypes.numpy_dtype(dtype)) if dtype in ir.INT_DTYPES \
+            else np.array(value, dtype=np.float64)
     return out
 
 

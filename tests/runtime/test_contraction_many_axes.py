@@ -27,17 +27,22 @@ def assert_close(out, want, dtype="f32", slack=16.0):
     assert err <= slack * EPS[dtype] * scale, (err, scale)
 
 
+# the contracted axes in another order in B: not one axis (adjacent, in one order, they would
+# merge into one, compiler/merge.py, and the product would not nest: MERGED below)
 MATMUL = """axis i, a, b, c, j
 in A[i a b c]: {dtype}
-in B[a b c j]: {dtype}
+in B[a c b j]: {dtype}
 C[i j] = A * B
 out C: f32
 """
 
-# a batch axis e, four contracted axes in different orders in the two operands
+MERGED = MATMUL.replace("B[a c b j]", "B[a b c j]")
+
+# a batch axis e, four contracted axes in different orders in the two operands (no two
+# adjacent in one order in both: compiler/merge.py)
 PERMUTED = """axis e, i, a, b, c, d, j
 in A[e a i b c d]: f32
-in B[c d b j a e]: f32
+in B[d c b j a e]: f32
 C[e i j] = A * B
 out C: f32
 """
@@ -46,7 +51,7 @@ ATTENTION = """axis q, x, y, z
 axis d = 16
 in Q[q d]: {dtype}
 in K[x y z d]: {dtype}
-in V[x y z d]: {dtype}
+in V[y x z d]: {dtype}
 S[q x y z] = Q * K * 0.25
 O[q d] = softmax[x y z](S) * V
 out O: f32
@@ -62,9 +67,9 @@ def run(text, backend, **inputs):
 def test_a_matrix_product_over_three_axes_matches_the_oracle(backend, dtype):
     rng = np.random.default_rng(11)
     A = rng.standard_normal((9, 5, 3, 7)).astype(NP[dtype])
-    B = rng.standard_normal((5, 3, 7, 17)).astype(NP[dtype])
+    B = rng.standard_normal((5, 7, 3, 17)).astype(NP[dtype])
     (C,) = run(MATMUL.format(dtype=dtype), backend, A=A, B=B)
-    want = np.einsum("iabc,abcj->ij", A.astype(np.float64), B.astype(np.float64))
+    want = np.einsum("iabc,acbj->ij", A.astype(np.float64), B.astype(np.float64))
     # f16 operands are multiplied exactly into f32 sums: f32's roundings, at sqrt(105) scale
     assert_close(C, want, "f32", slack=256.0)
 
@@ -74,9 +79,9 @@ def test_a_contraction_over_four_axes_in_two_layouts_with_a_batch_matches_the_or
     rng = np.random.default_rng(12)
     e, i, a, b, c, d, j = 3, 5, 3, 7, 5, 2, 9
     A = rng.standard_normal((e, a, i, b, c, d)).astype(np.float32)
-    B = rng.standard_normal((c, d, b, j, a, e)).astype(np.float32)
+    B = rng.standard_normal((d, c, b, j, a, e)).astype(np.float32)
     (C,) = run(PERMUTED, backend, A=A, B=B)
-    want = np.einsum("eaibcd,cdbjae->eij", A.astype(np.float64), B.astype(np.float64))
+    want = np.einsum("eaibcd,dcbjae->eij", A.astype(np.float64), B.astype(np.float64))
     assert_close(C, want, slack=256.0)
 
 
@@ -86,14 +91,14 @@ def test_attention_over_three_key_axes_matches_the_oracle(backend, dtype):
     rng = np.random.default_rng(13)
     Q = rng.standard_normal((19, 16)).astype(NP[dtype])
     K = rng.standard_normal((5, 3, 7, 16)).astype(NP[dtype])
-    V = rng.standard_normal((5, 3, 7, 16)).astype(NP[dtype])
+    V = rng.standard_normal((3, 5, 7, 16)).astype(NP[dtype])
     (O,) = run(ATTENTION.format(dtype=dtype), backend, Q=Q, K=K, V=V)
     q, k, v = (t.astype(np.float64) for t in (Q, K, V))
     S = np.einsum("qd,xyzd->qxyz", q, k) * 0.25
     e = np.exp(S - S.max((1, 2, 3), keepdims=True))
     P = e / e.sum((1, 2, 3), keepdims=True)
     # f16: the scores and probabilities may be rounded to 16 bits on the way (tensor cores)
-    assert_close(O, np.einsum("qxyz,xyzd->qd", P, v), dtype, slack=16.0)
+    assert_close(O, np.einsum("qxyz,yxzd->qd", P, v), dtype, slack=16.0)
 
 
 def _contractions(text):
@@ -106,7 +111,7 @@ def _contractions(text):
 def test_only_contractions_over_three_or_more_axes_are_nested():
     one = "axis i, k, j\nin A[i k]: f16\nin B[k j]: f16\nC[i j] = A * B\nout C: f32\n"
     assert _contractions(one) == ([("k",)], [])
-    two = "axis i, a, b, j\nin A[i a b]: f16\nin B[a b j]: f16\nC[i j] = A * B\nout C: f32\n"
+    two = "axis i, a, b, j\nin A[i a b]: f16\nin B[b a j]: f16\nC[i j] = A * B\nout C: f32\n"
     assert _contractions(two) == ([("a", "b")], [])
     # three: the product over A's last contracted axis, summed over the other two
     assert _contractions(MATMUL.format(dtype="f16")) == ([("c",)], [("a", "b")])
@@ -114,6 +119,16 @@ def test_only_contractions_over_three_or_more_axes_are_nested():
     assert _contractions(PERMUTED) == ([("d",)], [("a",), ("b", "c")])
     # attention's one key axis keeps its online softmax, paired with its contraction
     assert _contractions("attention")[0] == [("d",), ("x",)]
+
+
+def test_contracted_axes_adjacent_in_one_order_merge_and_do_not_nest():
+    # (compiler/merge.py) a reshape: one matrix product over (a b) or (a b c), nothing summed
+    two = "axis i, a, b, j\nin A[i a b]: f16\nin B[a b j]: f16\nC[i j] = A * B\nout C: f32\n"
+    assert _contractions(two) == ([("(a*b)",)], [])
+    assert _contractions(MERGED.format(dtype="f16")) == ([("(a*b*c)",)], [])
+    # two of four adjacent in one order in both: (c d) merges, the rest nests around it
+    both = PERMUTED.replace("B[d c b j a e]", "B[c d b j a e]")
+    assert _contractions(both) == ([("(c*d)",)], [("a", "b")])
 
 
 def _total(text, shape, target="h100"):
