@@ -158,7 +158,8 @@ def update(lw, n: int, st: State, scopes: list, stats: bool = False) -> None:
         # (a first pass's O, read by attention's backward D = sum[d](dO * O)) is not whole
         if st.extra:
             em._hoist(args, st.extra, scope)
-        lw._loops(st.extra, scope, at)
+        # (and what they reduce over the split axis, before the lanes walk it: _loops)
+        lw._loops(st.extra, scope, at, tuple(args))
 
 
 def _online_softmax(lw, n: int, st: State, scopes: list) -> None:

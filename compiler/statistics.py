@@ -21,8 +21,8 @@ def saved_sources(d: Diagram, wrt: tuple[str, ...] | None = None) -> tuple[tuple
 def statistics_text(d: Diagram) -> str:
     """The forward diagram with, as extra f32 outputs, the row logsumexp of every softmax
     (named as `gradient_text(..., saved=True)` reads them)."""
-    g = d.ir
     sw, _, _, _ = _setup(d, None, True)
+    g = sw.g         # (a softmax written out is one node there, canonical.py: its row is saved)
     lse, sw.lse = sw.lse, {}
     for n in g.nodes:
         if isinstance(ir.op(g, n), ir.Assign):
