@@ -108,7 +108,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     reads = []          # (load, bytes the register level moves of it: issue_simt.reads)
     # a CUDA-core kernel of several passes whose one chunk holds the streamed axis reads
     # its streamed loads from global memory once (passes.staged_once, Schedule.resident)
-    once_staged = staged_once(model.streaming, model.mask, choice.warps, sizes, choice.stream)
+    once_staged = staged_once(model, choice.warps, sizes, choice.stream)
     for li, lv in enumerate(levels[1:], start=1):
         cov = covs[li - 1]
         across = {a: sizes[a] / cov[a] for a in model.axes}   # units side by side along a

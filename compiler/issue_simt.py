@@ -110,7 +110,7 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
     warps = NUMBERS.ceil(threads / WARP)
     per_block, copied = 0, {}
     # a streamed load staged once (passes.staged_once): copied in its first pass's chunk only
-    once = staged_once(model.streaming, model.mask, choice.warps, sizes, choice.stream)
+    once = staged_once(model, choice.warps, sizes, choice.stream)
     copies_of = NUMBERS.where(once, chunks / max(model.streaming.passes, 1), chunks) \
         if once is not False else chunks
     for a in model.arrays:

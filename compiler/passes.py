@@ -52,12 +52,17 @@ def one_chunk(size, chunk):
         return False
 
 
-def staged_once(streaming: Streaming, mask, warps, sizes: dict, stream):
+def staged_once(model, warps, sizes: dict, stream):
     """Whether a CUDA-core kernel (no `warps`) of several passes stages its streamed loads
     once (`one_chunk`; per candidate of a set): the one decision Schedule.resident records,
     the lowering's later passes follow and the cost model's block-level H counts. Not where
-    a mask may skip or shift the chunk (its first pass might not stage it)."""
-    if streaming.passes <= 1 or not stream or warps or mask is not None:
+    a mask may skip or shift the chunk (its first pass might not stage it), nor where a
+    contraction runs along the streamed axis (attention streaming d: kept as it was priced
+    and tested; the rows of softmax, norms and logsumexps are what this serves)."""
+    streaming = model.streaming
+    if streaming.passes <= 1 or not stream or warps or model.mask is not None:
+        return False
+    if any(w.op == "contract" and stream[0] in w.axes for w in model.work):
         return False
     return one_chunk(sizes[stream[0]], stream[1])
 

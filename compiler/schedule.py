@@ -268,7 +268,7 @@ def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target)
                                                     for a in woven}, woven, choice.stream,
                                        choice.split),
                     fold=int(fold.keys(model, choice)),
-                    resident=bool(staged_once(model.streaming, model.mask, choice.warps, sizes,
+                    resident=bool(staged_once(model, choice.warps, sizes,
                                               choice.stream)))
 
 
