@@ -205,6 +205,8 @@ def _streaming(plan: Plan, kp) -> dict | None:
     if st.stats:
         kinds.append("softmax statistics, then a second pass to normalise")
     out = {"axis": st.axis, "passes": st.passes, "accumulators": kinds, "skips": None}
+    if kp.schedule is not None and kp.schedule.resident:    # (Schedule.resident)
+        out["resident"] = True
     if kp.model.mask is not None:      # chunks the mask hides entirely are skipped
         from .compiler.fractions import data_inputs
         from .compiler.masking import describe
@@ -243,6 +245,8 @@ def render_text(rep: dict) -> str:
         st = k["streaming"]
         if st:
             passes = f" in {st['passes']} passes" if st["passes"] > 1 else ""
+            if st.get("resident"):
+                passes += " (one chunk holds it: read once, the later passes read shared memory)"
             lines.append(f"  streams {st['axis']}{passes} through: " + "; ".join(st["accumulators"]))
             sk = st.get("skips")
             if sk:

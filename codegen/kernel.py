@@ -73,6 +73,7 @@ class KernelLowering(Registers):
         self.tail = None              # a split's merge after each block tile (tail.py)
         self.held: dict[tuple, str] = {}  # values held across the streamed loop (held.py)
         self.pass_loads: frozenset = frozenset()   # streamed loads this pass stages a chunk
+        self.shifted = False          # a pass's chunks start past 0 or may be skipped
 
     def _order(self, woven) -> list[str]:
         """Woven axes, the contiguous axis of the first store last (fastest across threads)."""
@@ -237,6 +238,8 @@ class KernelLowering(Registers):
         split_r = self.split and self.split[0] == r
         loads = sorted(n for n in st.loads[p] if n in self.staging)
         self.pass_loads = frozenset(loads)     # (another pass's chunk is out of scope here)
+        kept = [n for n in loads if self.kp.schedule.resident
+                and any(n in st.loads[q] for q in range(p))]
 
         kinds = {n: accum.kind_of(self, n, n in stats) for n in reducers + stats}
         per_chunk_stores = any(n in st.per_chunk[p] and r in ir.type_of(self.g, n).axes
@@ -247,17 +250,24 @@ class KernelLowering(Registers):
         known = {"#data": span.bounds} if span else {}
         skip = None if per_chunk_stores else masks.skip_test(self, reducers + stats, kinds,
                                                                  dict(self._box(r), **known))
+        if span is not None or skip is not None:   # (staged_once excludes masks: a chunk
+            self.shifted = True                      # moved or skipped is not kept)
+        if self.shifted:
+            kept = []
 
         def chunk_body():
             left = f"({self.itype})({self.sizes[r]}) - c0"
             b.emit(P.Decl("const int", "clen", f"(int)({left} < {chunk} ? {left} : {chunk})"))
             if skip is not None:   # the mask hides this whole chunk from the block: skip it
                 b.emit(P.Continue(skip))
-            if loads:      # (nothing staged a chunk, as paged attention's gathers: no barrier)
-                b.emit(P.Barrier())
-                for n in loads:
-                    staging.stage(self, n)
-                b.emit(P.Barrier())
+            fresh = [n for n in loads if n not in kept]
+            for n in kept:        # staged by an earlier pass, its one chunk the whole axis
+                staging.pointer(self, n)
+            if kept:              # (restaged where a launch's axis is longer than planned)
+                b.emit(P.If(f"({self.itype})({self.sizes[r]}) > {chunk}",
+                            self._scoped(lambda: self._copy(kept))))
+            if fresh:      # (nothing staged a chunk, as paged attention's gathers: no barrier)
+                self._copy(fresh)
             start, step = ("lane", str(self.ways)) if split_r else ("0", "1")
             fold = self.kp.schedule.fold
             if fold > 1:      # groups of `fold` keys, then the chunk's last keys one by one
@@ -291,6 +301,19 @@ class KernelLowering(Registers):
             for n in reducers + stats:   # lanes that split any axis the reducer reduces merge
                 merge = bool(self.split) and self.split[0] in ir.op(self.g, n).axes
                 accum.finish(self, n, states[(n, pt_i)], pt, merge)
+
+    def _copy(self, loads) -> None:
+        """Stage each load's chunk, between barriers (the block's readers of the last chunk
+        done before, every copy done after)."""
+        self.b.emit(P.Barrier())
+        for n in loads:
+            staging.stage(self, n)
+        self.b.emit(P.Barrier())
+
+    def _scoped(self, fn) -> tuple:
+        self.b.open()
+        fn()
+        return self.b.close()
 
     def _box(self, r: str, start: str = "c0", length: str = "clen") -> dict:
         """Index ranges the block covers (inclusive), the chunk along r (the current one, or

@@ -24,13 +24,9 @@ def stage(lw, n: int) -> None:
     """Copy this block's tile of input n (its chunk, for a streamed one) to shared memory:
     row by row along its inner axis (`_rows`), `Schedule.vector(n)` values a copy, where a
     row is at least as long as the block's threads; else element by element (`_flat`)."""
-    if n not in lw.staged:
-        _allocate(lw, n)
-    name, layout = lw.staged[n]
+    name, layout = pointer(lw, n)
     _, dtype = lw.names[n]
     ctype = cexpr.CTYPE[dtype]
-    offset = next(s.offset for s in lw.smem if s.name == name)
-    lw.b.emit(P.Decl(f"{ctype}*", name, f"reinterpret_cast<{ctype}*>(smem + {offset})"))
     inner = _inner(layout)
     vector = lw.kp.schedule.vector(n)
     if inner is None:
@@ -51,6 +47,19 @@ def stage(lw, n: int) -> None:
     lw.b.emit(P.If(f"{size} % {vector} == 0",
                    _scoped(lw, lambda: _rows(lw, n, name, layout, ctype, inner, rows, vector)),
                    _scoped(lw, lambda: _rows(lw, n, name, layout, ctype, inner, rows, 1))))
+
+
+def pointer(lw, n: int) -> tuple:
+    """Name input n's buffer in this scope (allocated on first use): (its name, layout). A
+    later pass that reads the chunk an earlier one staged (Schedule.resident) names it
+    without copying."""
+    if n not in lw.staged:
+        _allocate(lw, n)
+    name, layout = lw.staged[n]
+    ctype = cexpr.CTYPE[lw.names[n][1]]
+    offset = next(s.offset for s in lw.smem if s.name == name)
+    lw.b.emit(P.Decl(f"{ctype}*", name, f"reinterpret_cast<{ctype}*>(smem + {offset})"))
+    return name, layout
 
 
 def _inner(layout):

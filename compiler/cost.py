@@ -63,6 +63,7 @@ from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fr
 from . import lsu
 from .memory import PIPELINE, allocated, l2_split, sectors, stage_bytes, staged_bytes
 from .model import Model
+from .passes import global_passes, staged_once
 from .target import Target
 
 
@@ -105,6 +106,9 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         if choice.reread is not False and not symbolic and model.streaming.pairs else None
     atomics = 0.0       # adds of a chain's products over its rows (chain.Across, added.py)
     reads = []          # (load, bytes the register level moves of it: issue_simt.reads)
+    # a CUDA-core kernel of several passes whose one chunk holds the streamed axis reads
+    # its streamed loads from global memory once (passes.staged_once, Schedule.resident)
+    once_staged = staged_once(model, choice.warps, sizes, choice.stream)
     for li, lv in enumerate(levels[1:], start=1):
         cov = covs[li - 1]
         across = {a: sizes[a] / cov[a] for a in model.axes}   # units side by side along a
@@ -129,7 +133,10 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         for arr, gaps in zip(model.arrays, short):
             width = 1 if values else arr.bytes
             if arr.role == "load":
-                once = prod(sizes[a] for a in arr.axes) * arr.passes
+                passes = arr.passes
+                if li == 1 and arr.streamed and not arr.unstaged:   # (a chunk staged once)
+                    passes = global_passes(passes, once_staged, ops.where)
+                once = prod(sizes[a] for a in arr.axes) * passes
                 if arr.axes not in lacking:
                     lacking[arr.axes] = prod(repeats[a] for a in model.axes
                                              if a not in arr.axes)

@@ -8,6 +8,8 @@ A tile of 1 or of the whole axis is written as such, as the paper does.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dataclasses import dataclass
 
 from .cost import Choice, Cost, evaluate
@@ -110,6 +112,11 @@ def symbolic_cost(plan_kernel, target, values: bool = True) -> tuple[Cost, dict]
     model = plan_kernel.model
     sizes = axis_symbols(model.axes)
     choice, tile_values = symbolic_choice(plan_kernel.choice)
+    sched = plan_kernel.schedule
+    if sched is not None and sched.resident:     # the one chunk is the whole axis (the
+        axis = choice.stream[0]                  # schedule's decision: passes.staged_once)
+        tile_values.pop(choice.stream[1], None)
+        choice = replace(choice, stream=(axis, sizes[axis]))
     cost = evaluate(model, plan_kernel.columns, choice, sizes, target, symbolic=True,
                     values=values)
     return cost, tile_values

@@ -15,6 +15,7 @@ from . import ir
 from .choices import NUMBERS, prod
 from . import copies, lanes
 from .copies import COPY_ROW, VECTOR_BYTES
+from .passes import staged_once
 
 WARP = 32
 # (a copy's COPY_ROW, COPY_EACH and COPY_FLAT: compiler/copies.py, which decides by them)
@@ -108,6 +109,10 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
     moves of it), H[1]'s share of each load (see `unrolled_reads`)."""
     warps = NUMBERS.ceil(threads / WARP)
     per_block, copied = 0, {}
+    # a streamed load staged once (passes.staged_once): copied in its first pass's chunk only
+    once = staged_once(model, choice.warps, sizes, choice.stream)
+    copies_of = NUMBERS.where(once, chunks / max(model.streaming.passes, 1), chunks) \
+        if once is not False else chunks
     for a in model.arrays:
         if a.role != "load" or a.unstaged:
             continue
@@ -115,7 +120,7 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
         if key not in copied:
             copied[key] = _copy(a, choice, sizes, level1, threads)
         copy = copied[key]
-        per_block = per_block + (chunks * fraction * copy if a.streamed else copy)
+        per_block = per_block + (copies_of * fraction * copy if a.streamed else copy)
     narrow = min((a.bytes for a in model.arrays if a.role == "load" and a.bytes),
                  default=4)        # (draw's table prices one array at a time, the rest 0 bytes)
     # the values read in an unrolled walk of the split axis at their own cost, the rest of

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .graph import DiGraph
 
 from . import ir
@@ -35,6 +37,42 @@ class Streaming:
 
     def reducer_pass(self) -> dict[int, int]:
         return dict(self.reducers)
+
+
+def one_chunk(size, chunk):
+    """Whether a stream's one chunk holds its whole axis (a number, or per candidate of a set;
+    False where sympy cannot tell): a kernel of several passes then stages each streamed load
+    once, in the first pass that reads it, and the later passes read that staged chunk
+    (Schedule.resident: the lowering's choice, the cost model's H at the block level)."""
+    if isinstance(chunk, np.ndarray) or isinstance(size, np.ndarray):
+        return np.asarray(chunk) >= size
+    try:
+        return bool(chunk >= size)
+    except TypeError:          # (a relation of sympy symbols it cannot decide)
+        return False
+
+
+def staged_once(model, warps, sizes: dict, stream):
+    """Whether a CUDA-core kernel (no `warps`) of several passes stages its streamed loads
+    once (`one_chunk`; per candidate of a set): the one decision Schedule.resident records,
+    the lowering's later passes follow and the cost model's block-level H counts. Not where
+    a mask may skip or shift the chunk (its first pass might not stage it), nor where a
+    contraction runs along the streamed axis (attention streaming d: kept as it was priced
+    and tested; the rows of softmax, norms and logsumexps are what this serves)."""
+    streaming = model.streaming
+    if streaming.passes <= 1 or not stream or warps or model.mask is not None:
+        return False
+    if any(w.op == "contract" and stream[0] in w.axes for w in model.work):
+        return False
+    return one_chunk(sizes[stream[0]], stream[1])
+
+
+def global_passes(passes: int, once, where):
+    """The passes that read a staged streamed load from global memory: every pass using it,
+    or one where its chunk is staged once (`staged_once`, per candidate: `where` selects)."""
+    if passes <= 1 or once is False:
+        return passes
+    return where(once, 1, passes)
 
 
 def carries(g: DiGraph, n: int, axis: str) -> bool:

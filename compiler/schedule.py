@@ -26,6 +26,7 @@ from .fractions import later_is_heavier
 from .index_width import block_type, index_type
 from .memory import PIPELINE
 from .model import Model
+from .passes import staged_once
 from .target import Target
 from .scatter import ScatterSite, blocks as scatter_blocks, site as scatter_site
 from .tensorcore import ChainSite, FlashSite, Site, examine
@@ -97,6 +98,11 @@ class Schedule:
                                               # runs of its consecutive points (row_runs.py)
     fold: int = 1                             # CUDA cores: keys a paired online softmax
                                               # folds per update (compiler/fold.py)
+    resident: bool = False                    # CUDA cores, several passes: the one chunk
+                                              # holds the streamed axis at the planned size,
+                                              # so later passes read the chunk the first
+                                              # staged (passes.staged_once; the lowering
+                                              # restages it if a launch's axis is longer)
 
     def vector(self, node: int) -> int:
         """Values one copy of staged input `node` moves (1 where not decided: one)."""
@@ -262,7 +268,9 @@ def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target)
                     runs=row_runs.runs(model.rows, sizes, tile, {a: min(thread.get(a, 1), tile[a])
                                                     for a in woven}, woven, choice.stream,
                                        choice.split),
-                    fold=int(fold.keys(model, choice)))
+                    fold=int(fold.keys(model, choice)),
+                    resident=bool(staged_once(model, choice.warps, sizes,
+                                              choice.stream)))
 
 
 def _staged(g, kernel) -> frozenset[int]:
