@@ -66,11 +66,15 @@ class ComputedTiles:
         """A load at a position of `_vectored`'s run: the value from the run's 16-byte load."""
         v = self.vectored
         axes = ir.type_of(self.g, n).axes
-        if v is None or self.views or not axes or axes[-1] != v["axis"]:
+        # the load's contiguous axis at the run's position (under the run's axis name or,
+        # through a renaming view, another: `N[t m2]`), and no other axis there (a diagonal)
+        run = f"({v['base']} + {v['j']})" if v is not None else None
+        at = [getattr(scope.get(a), "expr", None) for a in axes]
+        if v is None or not axes or at[-1] != run or run in at[:-1]:
             return super().load(n, scope)
         if n not in v["loads"]:
             param, dtype = self.names[n]
-            offset = Layout(axes, self.sizes, self.itype).offset({**scope, v["axis"]: Ix(v["base"])})
+            offset = Layout(axes, self.sizes, self.itype).offset({**scope, axes[-1]: Ix(v["base"])})
             v["loads"][n] = (self.b.value("uint4", f"*reinterpret_cast<const uint4*>({param} + "
                                                    f"({offset}))", "lv"), dtype)
         var, dtype = v["loads"][n]

@@ -192,7 +192,10 @@ class SharedTiles:
         rows at positions computed per row."""
         found = next((r for r in getattr(self.site, "rows", ()) if r.node == n), None) or \
             rowsource.window(self.g, n)
-        return (n, None) if found is None else (found.base, found)
+        if found is None:   # a view that only renames a load (tensorcore.Site.renamed): its
+            # tile is the load's, at the view's positions (the same memory, other names)
+            return dict(getattr(self.site, "renamed", ())).get(n, n), None
+        return found.base, found
 
     def _copy_loop(self, t: dict, vector: int, stage: str, c0: str, clen: str) -> None:
         b = self.b
@@ -260,7 +263,7 @@ class SharedTiles:
         every 8 rows: the thread's column is the same in every round), else each round's
         destination is computed (`offset`)."""
         b = self.b
-        param, _ = self.names[t["node"]]
+        param, _ = self.names[self._source(t["node"])[0]]
         rows = self.threads // per_row
         axes = ir.type_of(self.g, t["node"]).axes
         after = axes[position(axes, t["outer"].name) + 1:]   # (packed rows: their inner axis's)

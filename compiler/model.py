@@ -315,15 +315,19 @@ def _operand_dtype(g: DiGraph, args: list[int]) -> str:
     """The storage dtype a contraction's operands come in: the least precise input reaching it
     (an intermediate beside a 16-bit input is rounded to it on the tensor cores:
     tensorcore._rounded)."""
-    found = []
-    for m in args:
-        m = through(g, m)
-        op = ir.op(g, m)
-        if isinstance(op, ir.Input):
-            found.append(op.dtype)
-        elif isinstance(op, ir.View):
-            found.append(_operand_dtype(g, ir.operands(g, m)))
+    found = [d for m in args for d in _input_dtypes(g, m)]
     return "f32" if "f32" in found or not found else found[0]
+
+
+def _input_dtypes(g: DiGraph, m: int) -> list[str]:
+    """The dtype of the input operand m is, through names and views (none: computed)."""
+    m = through(g, m)
+    op = ir.op(g, m)
+    if isinstance(op, ir.Input):
+        return [op.dtype]
+    if isinstance(op, ir.View):       # (a view of a computed value: nothing, as the value)
+        return _input_dtypes(g, ir.operands(g, m)[0])
+    return []
 
 
 def copied_rows(g: DiGraph, kernel: FusedKernel) -> tuple[tuple[int, str, int], ...]:

@@ -65,6 +65,9 @@ class Site:
     stats: tuple[int, ...] = ()      # reductions over `red` beside the product, of a row or
                                      # column (RMSNorm's `mean[k](X * X)`), computed from
                                      # loads chunk by chunk and read by the epilogue
+    renamed: tuple[tuple[int, int], ...] = ()   # (operand, the load it renames): a view
+                                     # that only relabels a load's axes (`X[t m2]`) reads the
+                                     # load's memory: its tile is copied from the load
 
 
 def has_mma(target: Target) -> bool:
@@ -156,7 +159,8 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
     windows = x != masked[0] or y != masked[1] or split.window(g, x) or split.window(g, y)
 
     def loaded(n) -> bool:
-        return n in loads or (split.window(g, n) or (None,))[0] in loads
+        return n in loads or (split.window(g, n) or (None,))[0] in loads or \
+            (not windows and renames(g, n) in loads)
     computed = tuple(n for n in (x, y) if not loaded(n))
     staged = {}                      # node -> the nodes computing it from the loads
     for n in computed + tuple(others):
@@ -194,7 +198,24 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
             continue
         if not set(ir.type_of(g, n).axes) <= set(out):
             return "the kernel computes values over other axes than the product's"
-    return Site(node, x, y, rx, ry, st.axis, batch, dtype, computed, tuple(others))
+    renamed = tuple((n, renames(g, n)) for n in (x, y) if n not in loads and loaded(n))
+    return Site(node, x, y, rx, ry, st.axis, batch, dtype, computed, tuple(others), renamed)
+
+
+def renames(g, n: int) -> int | None:
+    """The array a view n only relabels (distinct labels, one per position: `X[t m2]`,
+    `K[b h d x]`), through names and such views, or None. Its values sit at the array's
+    own positions in memory (the view's axes are the array's, renamed and of the same
+    sizes): a tile of it is a tile of the array, under the view's axis names (the tile's
+    contiguous axis is the view's last, so a transposing rename is ldmatrix's `.trans`)."""
+    if not isinstance(ir.op(g, n), ir.View):
+        return None
+    while isinstance(ir.op(g, n), ir.View):
+        labels = ir.op(g, n).labels
+        if len(set(labels)) != len(labels):      # a diagonal reads other positions
+            return None
+        n = ir.operands(g, n)[0]
+    return n
 
 
 def from_loads(g, n: int, members, loads) -> set | None:
@@ -218,14 +239,43 @@ def vector_loads(g, n: int, axis: str, members, loads) -> bool:
     load a 16-bit array with `axis` contiguous, read at its own positions (no view). (The
     positions' run must also lie inside the axis or outside: its size a multiple of 8.)"""
     found = from_loads(g, n, members, loads)
-    if found is None or any(isinstance(ir.op(g, m), ir.View) for m in found):
+    if found is None:
         return False
-    for u in {u for m in found for u in ir.operands(g, m) if u in loads}:
+    reads = set()
+    for m, along in _along(g, n, axis, found):
+        if isinstance(ir.op(g, m), ir.View) and renames(g, m) is None:
+            return False            # a diagonal reads its run at two positions of its base
+        reads |= {(u, _through_view(g, m, along)) for u in ir.operands(g, m) if u in loads}
+    for u, along in reads:
         axes = ir.type_of(g, u).axes
-        if axis in axes and (axes[-1] != axis or storage_dtype(g, u) not in ("f16", "bf16")
-                             or split.window(g, u) is not None):
+        if along in axes and (axes[-1] != along or storage_dtype(g, u) not in ("f16", "bf16")
+                              or split.window(g, u) is not None):
             return False
     return True
+
+
+def _along(g, n: int, axis: str, found: set):
+    """(node, the axis the run of `axis` is along in it) of the nodes of `found` from n
+    down: a renaming view reads its label's position of its base (`N[t m2]`: m2 along N's
+    m); a node the run does not vary in carries None."""
+    out, stack = set(), [(n, axis)]
+    while stack:
+        m, along = stack.pop()
+        if (m, along) in out or m not in found:
+            continue
+        out.add((m, along))
+        stack.extend((u, _through_view(g, m, along)) for u in ir.operands(g, m))
+    return out
+
+
+def _through_view(g, m: int, along: str | None) -> str | None:
+    """The axis of m's operand the run along `along` of m is along (m's own, but for a
+    view: the base's axis at that label's position)."""
+    op = ir.op(g, m)
+    if not isinstance(op, ir.View) or along is None:
+        return along
+    base = ir.type_of(g, ir.operands(g, m)[0]).axes
+    return base[op.labels.index(along)] if along in op.labels else None
 
 
 def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
@@ -406,5 +456,5 @@ def _candidates(sizes: dict, s: Site) -> np.ndarray:
 
 
 __all__ = ["Site", "FlashSite", "ChainSite", "SITES", "site", "sites", "examine", "best_site", "search_site", "has_mma", "search",
-           "ranked", "for_site", "vector_loads", "from_loads",
+           "ranked", "for_site", "vector_loads", "from_loads", "renames",
            "warp_tile", "FRAGMENT", "PAD"]
