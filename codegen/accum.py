@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..compiler import ir
 from ..compiler.canonical import through
+from . import held
 from . import program as P
 
 # kind -> (per-row slots, per-position slots) and their initial values
@@ -159,7 +160,7 @@ def update(lw, n: int, st: State, scopes: list, stats: bool = False) -> None:
         if st.extra:
             em._hoist(args, st.extra, scope)
         # (and what they reduce over the split axis, before the lanes walk it: _loops)
-        lw._loops(st.extra, scope, at, tuple(args))
+        held.loops(lw, st.extra, scope, at, tuple(args))
 
 
 def _online_softmax(lw, n: int, st: State, scopes: list) -> None:
@@ -190,7 +191,7 @@ def _online_softmax(lw, n: int, st: State, scopes: list) -> None:
         o = f"{st.arrays['o']}[{local_index(lw, st.extra, s)}]"
         terms = [f"{p} * {em.number(other, {**s, r: scope[r]})}" for p, scope in zip(ps, scopes)]
         b.emit(P.Set(o, " + ".join([f"{o} * {scale}"] + terms)))
-    lw._loops(st.extra, scopes[0], add)
+    held.loops(lw, st.extra, scopes[0], add)
 
 
 def reciprocal(total: str) -> str:

@@ -9,7 +9,7 @@ padded rows), zeros outside. `ComputedTiles` is a mixin of `MmaLowering`, beside
 from __future__ import annotations
 
 from ..compiler import ir
-from ..compiler import tensorcore as tc
+from ..compiler.operand_reads import vector_loads
 from . import program as P
 from .builder import Ix
 from .indexing import Layout
@@ -82,10 +82,10 @@ class ComputedTiles:
 
     def vectorizable(self, n: int, axis: str, extent: int) -> str | bool | None:
         """When `_vectored` may read n (computed from loads) along `axis` 8 positions at a time
-        from a run of `extent` of them (compiler/tensorcore.vector_loads, and a run of 8 inside
+        from a run of `extent` of them (compiler/operand_reads.vector_loads, and a run of 8 inside
         the axis or outside it: extent and size multiples of 8): always (True), by a runtime
         test of the size (a C condition), or never (None)."""
-        if not tc.vector_loads(self.g, n, axis, self.k.nodes, self.loads):
+        if not vector_loads(self.g, n, axis, self.k.nodes, self.loads):
             return None
         size = self.sizes[axis]
         if extent % VECTOR or (size.isdigit() and int(size) % VECTOR):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from ..compiler import ir, lanes
 from . import cexpr
+from . import program as P
 from .builder import Ix
 
 HELD_VALUES = 64       # values a thread holds across the streamed loop, at most
@@ -97,3 +98,48 @@ def _positions(lw, axes, scope):
     a, rest = axes[0], axes[1:]
     for k in range(trips(lw, a)):
         yield from _positions(lw, rest, {**scope, a: Ix(lane_offset(lw, k), str(k))})
+
+
+def loops(lw, axes, scope, fn, roots=()) -> None:
+    """Loops over `axes` at a point of kernel lowering `lw`, with register-array local indices.
+
+    Lanes walk a split axis with stride w, all the same trips (the body may shuffle):
+    past the end on a clamped index, `loop_guards` keeping them from storing. Static
+    sizes give static trip counts: unrolled, register arrays stay in registers. What the
+    body (`roots`) reduces over the split axis is computed before the lanes walk it: a
+    lane inside holds only its own positions (a logsumexp over x read in a store over x)."""
+    if not axes:
+        fn(scope)
+        return
+    a, rest = axes[0], axes[1:]
+    if roots and lw.split and lw.split[0] == a and not lw.serial:
+        lw.emitter._hoist(list(roots), axes, scope)
+    trips = unrolled(lw, a)
+    if trips:      # each trip at its own constant offset from the lane (held.py), inline
+        for k in range(trips):
+            lw.loop_guards.append(None)
+            lw.serial += 1
+            loops(lw, rest, {**scope, a: Ix(lane_offset(lw, k), str(k))}, fn,
+                        roots)
+            lw.serial -= 1
+            lw.loop_guards.pop()
+        return
+    k, var, size = lw.b.fresh("k"), lw.b.fresh("j"), lw.sizes[a]
+    static = size.isdigit()
+    w = lw.ways if lw.split and lw.split[0] == a else 1
+    raw = f"lane + {k} * {w}" if w > 1 else k
+    ragged = w > 1 and not (static and int(size) % w == 0)
+    index = f"({raw} < {size} ? {raw} : {size} - 1)" if ragged else raw
+
+    def body():
+        lw.b.emit(P.Decl("const int", var, index))
+        lw.loop_guards.append(f"({raw} < {size})" if ragged else None)
+        # the lanes stand at different positions of `a` here: a reduction over `a` nested
+        # in the body (a view can make it depend on this position) runs per lane
+        lw.serial += w > 1
+        inner = lw._scoped(lambda: loops(lw, rest, {**scope, a: Ix(var, k)}, fn, roots))
+        lw.serial -= w > 1
+        lw.loop_guards.pop()
+        lw.b.emit(P.Block(inner))
+    trips = str(-(-int(size) // w)) if static else (f"({size} + {w - 1}) / {w}" if w > 1 else size)
+    lw.b.emit(P.For(k, "0", f"{k} < {trips}", f"++{k}", lw._scoped(body), static, "int"))

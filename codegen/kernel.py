@@ -367,62 +367,13 @@ class KernelLowering(Registers):
         self.line(n)
         if free:
             self.emitter._hoist([n], free, scope)
-        self._loops(free, scope, write, (n,))
+        held.loops(self, free, scope, write, (n,))
 
     def line(self, n: int) -> None:
         """`#line` back to the diagram line of node n (its equation)."""
         span = self.g.nodes[n].get("span")
         if span is not None:
             self.b.emit(P.Line(span.line))
-
-    def _loops(self, axes, scope, fn, roots=()) -> None:
-        """Loops over `axes` at a point, with register-array local indices.
-
-        Lanes walk a split axis with stride w, all the same trips (the body may shuffle):
-        past the end on a clamped index, `loop_guards` keeping them from storing. Static
-        sizes give static trip counts: unrolled, register arrays stay in registers. What the
-        body (`roots`) reduces over the split axis is computed before the lanes walk it: a
-        lane inside holds only its own positions (a logsumexp over x read in a store over x)."""
-        if not axes:
-            fn(scope)
-            return
-        a, rest = axes[0], axes[1:]
-        if roots and self.split and self.split[0] == a and not self.serial:
-            self.emitter._hoist(list(roots), axes, scope)
-        trips = held.unrolled(self, a)
-        if trips:      # each trip at its own constant offset from the lane (held.py), inline
-            for k in range(trips):
-                self.loop_guards.append(None)
-                self.serial += 1
-                self._loops(rest, {**scope, a: Ix(held.lane_offset(self, k), str(k))}, fn,
-                            roots)
-                self.serial -= 1
-                self.loop_guards.pop()
-            return
-        k, var, size = self.b.fresh("k"), self.b.fresh("j"), self.sizes[a]
-        static = size.isdigit()
-        w = self.ways if self.split and self.split[0] == a else 1
-        raw = f"lane + {k} * {w}" if w > 1 else k
-        ragged = w > 1 and not (static and int(size) % w == 0)
-        index = f"({raw} < {size} ? {raw} : {size} - 1)" if ragged else raw
-
-        def body():
-            self.b.emit(P.Decl("const int", var, index))
-            self.loop_guards.append(f"({raw} < {size})" if ragged else None)
-            # the lanes stand at different positions of `a` here: a reduction over `a` nested
-            # in the body (a view can make it depend on this position) runs per lane
-            self.serial += w > 1
-            inner = self._scoped(lambda: self._loops(rest, {**scope, a: Ix(var, k)}, fn, roots))
-            self.serial -= w > 1
-            self.loop_guards.pop()
-            self.b.emit(P.Block(inner))
-        trips = str(-(-int(size) // w)) if static else (f"({size} + {w - 1}) / {w}" if w > 1 else size)
-        self.b.emit(P.For(k, "0", f"{k} < {trips}", f"++{k}", self._scoped(body), static, "int"))
-
-    def _scoped(self, fn) -> tuple:
-        self.b.open()
-        fn()
-        return self.b.close()
 
     def paired_softmax(self, n: int):
         return next((s for s, c in self.st.pairs if c == n), None)

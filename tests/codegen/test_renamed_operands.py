@@ -85,7 +85,7 @@ def test_a_renamed_product_plans_as_the_plain_one():
 def test_a_diagonal_is_not_a_rename():
     """`A[i i]` reads other positions than A's: not a rename (it stays computed)."""
     from napkin.compiler import ir
-    from napkin.compiler.tensorcore import renames
+    from napkin.compiler.operand_reads import renames
     d = napkin.load("axis i, j\nin A[i j]: f16\nin W[i j]: f16\nY[i j] = A[i i] * W\nout Y: f32")
     g = d.ir
     views = [n for n in g.nodes if isinstance(ir.op(g, n), ir.View)]
