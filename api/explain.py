@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from .compiler import ir, merge
+from .explain_units import model_units, seconds_text
 from .compiler import stored16, tensorcore
 from .compiler.buffers import buffers
 from .compiler.engine import engine_buffers
@@ -220,10 +221,10 @@ def _streaming(plan: Plan, kp) -> dict | None:
 
 
 def render_text(rep: dict) -> str:
-    units = _model_units(rep)         # None on a GPU: predicted times are seconds
+    units = model_units(rep)         # None on a GPU: predicted times are seconds
 
     def fmt(seconds: float) -> str:
-        return _fmt(seconds) if units is None else f"{seconds:.3g} model time units"
+        return seconds_text(seconds) if units is None else f"{seconds:.3g} model time units"
 
     lines = [f"napkin explain {rep['diagram']} on {rep['target']} ({rep['target_description']})"]
     sizes = "  ".join(f"{a}={v}" for a, v in rep["sizes"].items())
@@ -374,33 +375,3 @@ def render_text(rep: dict) -> str:
     if units:
         lines.append(units)
     return "\n".join(lines)
-
-
-def _model_units(rep: dict) -> str | None:
-    """What a predicted time means on a target that is not a GPU (no processors: the paper's
-    two-level model), read from the target's data; None on a GPU, where times are seconds."""
-    if rep["gpu"]:
-        return None
-    from .compiler import target as targets
-    from .diagrams.diagnostics import UsageError
-    try:
-        tgt = targets.load(rep["target"])
-    except UsageError:
-        bandwidths = set()
-    else:
-        bandwidths = {lv.bandwidth for lv in tgt.levels if lv.bandwidth is not None}
-    if len(bandwidths) == 1:
-        (bw,) = bandwidths
-        per = "1 byte" if bw == 1 else f"{bw:g} bytes"
-        moved = f"bytes moved / a bandwidth of {per} per unit"
-    else:
-        moved = "bytes moved / each level's bandwidth"
-    return f"times are in model time units ({moved}), not seconds: {rep['target']} has no clock"
-
-
-def _fmt(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.3g} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} us"

@@ -4,6 +4,7 @@ adds where, why the planner took it over the dense masked sum, and its traffic."
 from __future__ import annotations
 
 from .compiler import ir
+from .explain_units import seconds_text
 from .compiler.kernel_plan import KernelPlanner
 from .compiler.model import BYTES, array_name, storage_dtype
 
@@ -24,7 +25,7 @@ def scatter_report(plan, kp) -> dict:
              f"({storage_dtype(g, site.store)}) and sets the scratch back to zero",
              "why: the dense masked sum has every (" + ", ".join(out_axes) + ") look at every "
              f"({', '.join(site.summed)}): " + (
-                 f"predicted {_fmt(dense.cost.time)} against {_fmt(kp.cost.time)} scattered"
+                 f"predicted {seconds_text(dense.cost.time)} against {seconds_text(kp.cost.time)} scattered"
                  if dense is not None else "no dense tiling of it fits")]
     loads = [(array_name(g, n), "*".join(ir.type_of(g, n).axes) or "1",
               BYTES[storage_dtype(g, n)]) for n in kp.kernel.loads]
@@ -64,6 +65,3 @@ def _prod(xs) -> int:
         out *= x
     return out
 
-
-def _fmt(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} us"

@@ -222,22 +222,15 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
         if not splitting.total(fused(problem)) < splitting.total(fused(problem.unmerged)) * \
                 (1 - merge.MARGIN):
             problem = problem.unmerged
-    rest, forced = _split_hints(problem)
+    rest, forced = splitting.split_hints(problem)
     found, choice = _in_diagram(problem.diagram, lambda: splitting.choose(rest, fused, forced))
     return replace(found, split=choice)
-
-
-def _split_hints(problem: Problem):
-    """(the problem without its split hints, those hints as (axis, parts, span))."""
-    forced = tuple((h.axis, h.size, h.info.span if h.info else None)
-                   for h in problem.hints if h.kind == "split")
-    return replace(problem, hints=tuple(h for h in problem.hints if h.kind != "split")), forced
 
 
 def check_hints(diagram: Diagram) -> None:
     """The diagram's hints checked as planning reads them (a split hint splits a reduction:
     N0607 where none can merge), without planning: `napkin check`."""
-    rest, forced = _split_hints(prepare(diagram))
+    rest, forced = splitting.split_hints(prepare(diagram))
     _in_diagram(diagram, lambda: splitting.forced_split(rest, forced))
 
 

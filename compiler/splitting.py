@@ -133,6 +133,13 @@ def _most(size: int) -> int:
     return parts
 
 
+def split_hints(problem):
+    """(the problem without its split hints, those hints as (axis, parts, span))."""
+    forced = tuple((h.axis, h.size, h.info.span if h.info else None)
+                   for h in problem.hints if h.kind == "split")
+    return replace(problem, hints=tuple(h for h in problem.hints if h.kind != "split")), forced
+
+
 def forced_split(problem, forced):
     """The problem split as the split hints `forced` ((axis, parts, span)) say, None where
     they split nothing (none, or `split x by 1`); N0607 / N0201 where they cannot."""
