@@ -2,8 +2,11 @@
 rows (compiler/packing.py: r x q in one fragment's rows, q = 2..8, r * q <= 16, unmasked and
 under causal speculative decoding's `x <= q + size(x) - size(q)`, split over x and not),
 heads of 192 and 256 (FlashAttention-2 with Q re-read: compiler/flash.py's budget), a softmax
-over three axes (written out into nested reductions: compiler/canonical.py), and paged
-attention on tensor cores (K and V rows through the page table: compiler/rowsource.py).
+over three axes (written out into nested reductions: compiler/canonical.py), paged
+attention on tensor cores (K and V rows through the page table: compiler/rowsource.py), an
+output projection over two adjacent axes merged into one (compiler/merge.py), and attention
+fed by its projections in one diagram (Q, K, V stored in 16 bits by the kernels computing
+them: compiler/stored16.py; K and V read X renamed along the keys: compiler/operand_reads.py).
 
 Each check runs at odd sizes, every dynamic axis at most bench.CHECK_LIMIT (so the GPU's
 check plans and launches at the very sizes --dry-run planned), f16 and bf16, against the
@@ -43,6 +46,24 @@ def _softmax3(dtype: str):
                        f"Y[b x y z] = softmax[x y z](X)\nout Y: {dtype}")
 
 
+def _projection(dtype: str):
+    """The output projection: a contraction over h and d, adjacent in both operands."""
+    import napkin
+    return napkin.load(f"axis t, h, d, m\nin A[t h d]: {dtype}\nin W[h d m]: {dtype}\n"
+                       f"Y[t m] = A * W\nout Y: {dtype}")
+
+
+def _projected(dtype: str):
+    """Q, K, V projected from X, then causal attention, in one diagram."""
+    import napkin
+    return napkin.load(f"axis b, t, s, m, h\naxis d = 64\nin X[b t m]: {dtype}\n"
+                       f"in Wq[m h d]: {dtype}, Wk[m h d]: {dtype}, Wv[m h d]: {dtype}\n"
+                       "Q[b h t d] = X * Wq\nK[b h s d] = X[b s m] * Wk\n"
+                       "V[b h s d] = X[b s m] * Wv\n"
+                       "S[b h t s] = where(s <= t, Q * K / sqrt(size(d)), -inf)\n"
+                       f"A[b t h d] = softmax[s](S) * V\nout A: {dtype}")
+
+
 def _library(name: str, **sizes):
     from napkin.bench import variant
     return lambda dtype: variant(name, dtype, **sizes)
@@ -55,6 +76,7 @@ def _paged(x: int, P: int):
 PACKED = {"engine": "attention", "packed": ["r", "q"]}
 REREAD = {"engine": "attention", "reread": True}
 PAGED = {"engine": "attention"}
+PRODUCT = {"engine": "tensor-core product", "kernels": 1}
 
 # (case, feature, diagram(dtype), dtype, shape, options (Options.make), expected path)
 CHECKS = [
@@ -83,6 +105,10 @@ CHECKS = [
      {**PAGED, **PACKED, "split": "x"}),
     ("paged P=16 x=1000", "paged-tensor-cores", _paged(1000, 16), "f16",
      {"b": 3, "g": 2, "r": 4, "q": 1, "n": 192}, {"engine": "tensor-cores"}, PAGED),
+    ("output projection (h*d)", "merged-axes", _projection, "f16",
+     {"t": 77, "h": 3, "d": 40, "m": 72}, {"engine": "tensor-cores"}, PRODUCT),
+    ("projections then attention", "stored-16-bit", _projected, "bf16",
+     {"b": 2, "t": 97, "s": 97, "m": 72, "h": 3}, {}, {"engine": "attention"}),
 ]
 
 # the tensor-core ones at scale: (case, feature, diagram(dtype), dtype, shape, bench name
