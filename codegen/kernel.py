@@ -15,6 +15,7 @@ masked to the points inside the arrays.
 from __future__ import annotations
 
 import itertools
+import re
 
 from ..compiler import ir
 from ..compiler.schedule import SIMT
@@ -65,6 +66,8 @@ class KernelLowering(Registers):
         self.loop_guards: list = []   # in-range conditions of the split loops around a store
         self.views = 0                # > 0 while the emitter evaluates inside a renaming view
         self.serial = 0               # > 0 inside a loop the lanes share with ragged trips
+        self.lane_at: list[str] = []  # C names of the positions lanes stand at in a uniform walk
+        self.lane_read: set[str] = set()   # positions read at them (gathers: scalar._gather)
         # streamed reductions: their values come from accumulators, never recomputed
         self.stops = {n for n, _ in self.st.reducers} | {n for n, _ in self.st.pairs} | \
             {n for n, _ in self.st.stats}
@@ -91,6 +94,24 @@ class KernelLowering(Registers):
 
     def lanes_over(self, axes) -> int:
         return self.ways if self.split and self.split[0] in axes and not self.serial else 1
+
+    def varies(self, expr: str) -> bool:
+        """Whether an index expression differs between the lanes of a group here: it names
+        the lane or a position a uniform walk (_loops) put the lanes at."""
+        names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expr))
+        return bool(names & {"lane", *self.lane_at} or names & self.lane_read)
+
+    def varying(self, name: str) -> None:
+        self.lane_read.add(name)
+
+    def pinned(self, axes, row) -> bool:
+        """A reduction over the split axis runs per lane where its row (the index expressions
+        of its operands' other axes) differs between the lanes: inside a uniform walk, a view
+        reading it at the lane's own position along the walked axis. Any other reduction
+        nested in a uniform walk is split and merged by shuffles, as outside: every lane makes
+        the walk's trips, and its operands are the same for all of them."""
+        return bool(self.split) and self.split[0] in axes and not self.serial and \
+            any(self.varies(e) for e in row)
 
     def unrolled(self, axis: str) -> int | None:
         """Trips of a lane's walk along `axis` the lowering unrolls here (held.py), or None."""
@@ -370,10 +391,10 @@ class KernelLowering(Registers):
         if trips:      # each trip at its own constant offset from the lane (held.py), inline
             for k in range(trips):
                 self.loop_guards.append(None)
-                self.serial += 1
+                self.lane_at.append("lane")
                 self._loops(rest, {**scope, a: Ix(held.lane_offset(self, k), str(k))}, fn,
                             roots)
-                self.serial -= 1
+                self.lane_at.pop()
                 self.loop_guards.pop()
             return
         k, var, size = self.b.fresh("k"), self.b.fresh("j"), self.sizes[a]
@@ -386,11 +407,12 @@ class KernelLowering(Registers):
         def body():
             self.b.emit(P.Decl("const int", var, index))
             self.loop_guards.append(f"({raw} < {size})" if ragged else None)
-            # the lanes stand at different positions of `a` here: a reduction over `a` nested
-            # in the body (a view can make it depend on this position) runs per lane
-            self.serial += w > 1
+            # the lanes stand at different positions of `a` here (every lane makes the same
+            # trips): a reduction over `a` nested in the body whose row depends on this
+            # position (through a view) runs per lane (pinned), any other splits over them
+            self.lane_at.extend([var] if w > 1 else [])
             inner = self._scoped(lambda: self._loops(rest, {**scope, a: Ix(var, k)}, fn, roots))
-            self.serial -= w > 1
+            del self.lane_at[len(self.lane_at) - (w > 1):]
             self.loop_guards.pop()
             self.b.emit(P.Block(inner))
         trips = str(-(-int(size) // w)) if static else (f"({size} + {w - 1}) / {w}" if w > 1 else size)
