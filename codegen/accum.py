@@ -154,12 +154,11 @@ def update(lw, n: int, st: State, scopes: list, stats: bool = False) -> None:
         em._walk(others, s, fold, args)
     for scope in scopes:
         # what the folded values need that does not vary along the state's own axes, before
-        # its loops over them: inside a lane's trip along the split axis a reduction over that
-        # axis runs per lane (serial), where a finished accumulator split across the lanes
-        # (a first pass's O, read by attention's backward D = sum[d](dO * O)) is not whole
+        # its loops over them (once, not at each trip; a reduction over the split axis whose
+        # row is at the lane's own position would run per lane there: KernelLowering.pinned)
         if st.extra:
             em._hoist(args, st.extra, scope)
-        # (and what they reduce over the split axis, before the lanes walk it: _loops)
+        # (and what they reduce over the split axis, before the lanes walk it: held.loops)
         held.loops(lw, st.extra, scope, at, tuple(args))
 
 

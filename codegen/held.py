@@ -118,10 +118,9 @@ def loops(lw, axes, scope, fn, roots=()) -> None:
     if trips:      # each trip at its own constant offset from the lane (held.py), inline
         for k in range(trips):
             lw.loop_guards.append(None)
-            lw.serial += 1
-            loops(lw, rest, {**scope, a: Ix(lane_offset(lw, k), str(k))}, fn,
-                        roots)
-            lw.serial -= 1
+            lw.lane_at.append("lane")
+            loops(lw, rest, {**scope, a: Ix(lane_offset(lw, k), str(k))}, fn, roots)
+            lw.lane_at.pop()
             lw.loop_guards.pop()
         return
     k, var, size = lw.b.fresh("k"), lw.b.fresh("j"), lw.sizes[a]
@@ -134,11 +133,12 @@ def loops(lw, axes, scope, fn, roots=()) -> None:
     def body():
         lw.b.emit(P.Decl("const int", var, index))
         lw.loop_guards.append(f"({raw} < {size})" if ragged else None)
-        # the lanes stand at different positions of `a` here: a reduction over `a` nested
-        # in the body (a view can make it depend on this position) runs per lane
-        lw.serial += w > 1
+        # the lanes stand at different positions of `a` here (every lane makes the same
+        # trips): a reduction over `a` nested in the body whose row depends on this
+        # position (through a view) runs per lane (pinned), any other splits over them
+        lw.lane_at.extend([var] if w > 1 else [])
         inner = lw._scoped(lambda: loops(lw, rest, {**scope, a: Ix(var, k)}, fn, roots))
-        lw.serial -= w > 1
+        del lw.lane_at[len(lw.lane_at) - (w > 1):]
         lw.loop_guards.pop()
         lw.b.emit(P.Block(inner))
     trips = str(-(-int(size) // w)) if static else (f"({size} + {w - 1}) / {w}" if w > 1 else size)

@@ -15,6 +15,7 @@ masked to the points inside the arrays.
 from __future__ import annotations
 
 import itertools
+import re
 
 from ..compiler import ir
 from ..compiler.schedule import SIMT
@@ -65,6 +66,8 @@ class KernelLowering(Registers):
         self.loop_guards: list = []   # in-range conditions of the split loops around a store
         self.views = 0                # > 0 while the emitter evaluates inside a renaming view
         self.serial = 0               # > 0 inside a loop the lanes share with ragged trips
+        self.lane_at: list[str] = []  # C names of the positions lanes stand at in a uniform walk
+        self.lane_read: set[str] = set()   # positions read at them (gathers: scalar._gather)
         # streamed reductions: their values come from accumulators, never recomputed
         self.stops = {n for n, _ in self.st.reducers} | {n for n, _ in self.st.pairs} | \
             {n for n, _ in self.st.stats}
@@ -92,6 +95,24 @@ class KernelLowering(Registers):
 
     def lanes_over(self, axes) -> int:
         return self.ways if self.split and self.split[0] in axes and not self.serial else 1
+
+    def varies(self, expr: str) -> bool:
+        """Whether an index expression differs between the lanes of a group here: it names
+        the lane or a position a uniform walk (held.loops) put the lanes at."""
+        names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expr))
+        return bool(names & {"lane", *self.lane_at} or names & self.lane_read)
+
+    def varying(self, name: str) -> None:
+        self.lane_read.add(name)
+
+    def pinned(self, axes, row) -> bool:
+        """A reduction over the split axis runs per lane where its row (the index expressions
+        of its operands' other axes) differs between the lanes: inside a uniform walk, a view
+        reading it at the lane's own position along the walked axis. Any other reduction
+        nested in a uniform walk is split and merged by shuffles, as outside: every lane makes
+        the walk's trips, and its operands are the same for all of them."""
+        return bool(self.split) and self.split[0] in axes and not self.serial and \
+            any(self.varies(e) for e in row)
 
     def unrolled(self, axis: str) -> int | None:
         """Trips of a lane's walk along `axis` the lowering unrolls here (held.py), or None."""

@@ -10,6 +10,7 @@ so a node used twice at one point is computed once.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -204,7 +205,25 @@ class Emitter:
         if lanes > 1:
             self.b.emit(P.Set(var, f"{cexpr.LANES[kind]}({var}, {lanes}{self._lane_mask(lanes)})"))
 
+    @contextlib.contextmanager
+    def _lanes(self, axes, args, scope):
+        """A reduction over `axes` of `args` at `scope`: per lane where its row differs
+        between the lanes that would split it (KernelLowering.pinned), else as the context
+        walks it."""
+        row = [scope[a].expr for m in args for a in ir.type_of(self.g, m).axes
+               if a not in axes and a in scope]
+        pin = self.ctx.pinned(axes, row)
+        self.ctx.serial += pin
+        try:
+            yield
+        finally:
+            self.ctx.serial -= pin
+
     def _contract(self, n, op, args, scope) -> str:
+        with self._lanes(op.axes, args, scope):
+            return self._contract_loop(op, args, scope)
+
+    def _contract_loop(self, op, args, scope) -> str:
         acc = self.b.fresh("acc")
         self.b.emit(P.Decl("float", acc, "0.0f"))
 
@@ -218,7 +237,8 @@ class Emitter:
     def _reduce(self, n, op, args, scope) -> str:
         b = self.b
         if op.fn in ir.INDEX_REDUCTIONS:
-            return self._arg_reduce(op, args, scope)
+            with self._lanes(op.axes, args, scope):
+                return self._arg_reduce(op, args, scope)
         # a reduction of one argument over the same axes at the same row is one loop, whether
         # it is a node of the diagram or a variance's own mean (layernorm's mu and var's mean
         # of X: a second loop over the row before)
@@ -228,7 +248,8 @@ class Emitter:
         hit = b.cached(key) if op.fn in ("sum", "max", "min", "mean") else None
         if hit is not None:
             return hit
-        out = self._reduce_loop(n, op, args, scope)
+        with self._lanes(op.axes, args, scope):
+            out = self._reduce_loop(n, op, args, scope)
         if op.fn in ("sum", "max", "min", "mean"):
             b.remember(key, out)
         return out
@@ -307,8 +328,11 @@ class Emitter:
                 inner[axis] = scope[label]
             else:
                 i = self.value(next(index), scope)
-                inner[axis] = Ix(self.b.value("long long", f"napkin_clamp_index({i}, "
-                                                           f"{self.ctx.size(axis)})", "ix"))
+                ix = self.b.value("long long", f"napkin_clamp_index({i}, {self.ctx.size(axis)})",
+                                  "ix")
+                if any(self.ctx.varies(s.expr) for s in scope.values()):
+                    self.ctx.varying(ix)     # (a position read from the lane's own row)
+                inner[axis] = Ix(ix)
         self.ctx.views += 1
         try:
             return self.value(base, inner)
@@ -327,14 +351,19 @@ class Emitter:
         def body():
             v = self.number(args[0], {**scope, axis: Ix(var)})
             b.emit(P.Set(acc, cexpr.SCAN_STEP[op.fn].format(acc=acc, v=v)))
+        # the lanes of a uniform walk along `axis` (held.loops) make different trips here:
+        # what the loop reduces over the split axis runs per lane
+        ragged = self.ctx.varies(scope[axis].expr)
         self.ctx.views += 1
         self.scans += 1
+        self.ctx.serial += ragged
         try:
             self._hoist(args, (axis,), scope)
             b.loop(var, "0", f"({scope[axis].expr}) + 1", "1", body, ctype="long long")
         finally:
             self.ctx.views -= 1
             self.scans -= 1
+            self.ctx.serial -= ragged
         return acc
 
     def _lane_mask(self, lanes) -> str:
@@ -384,7 +413,8 @@ class Emitter:
         if stats is None:
             stats = self.ctx.softmax_stats(n, row)
             if stats is None:
-                m, l = self._lse(n, args[0], op.axes, row)
+                with self._lanes(op.axes, args, row):
+                    m, l = self._lse(n, args[0], op.axes, row)
                 stats = (m, self.b.value("float", accum.reciprocal(l)))
             self.b.remember(key, stats)
         return stats

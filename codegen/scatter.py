@@ -54,6 +54,15 @@ class _Context:
     def lanes_over(self, axes) -> int:
         return 1
 
+    def varies(self, expr: str) -> bool:
+        return False
+
+    def varying(self, name: str) -> None:
+        pass
+
+    def pinned(self, axes, row) -> bool:
+        return False
+
     def unrolled(self, axis: str):
         return None
 

@@ -61,13 +61,13 @@ def test_attention_gradient_with_streamed_keys_reads_o_split_over_lanes():
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5, err_msg=name)
 
 
-@pytest.mark.xfail(strict=True, reason="dK's store walks d over the lanes and contracts q "
-                   "inside; D[q] = sum[d](dO * O) depends on q, so it cannot be hoisted before "
-                   "the lanes' walk, and computed inside it each lane reads O (an accumulator "
-                   "split over the lanes along d) at every d serially, past its register array: "
-                   "needs a lane-strided, shuffle-merged reduction inside the uniform walk or a "
-                   "plan that keeps O whole (codegen/kernel._loops, scalar._walk)")
 def test_attention_gradient_with_streamed_keys_dk():
+    """dK's store walks d over the lanes (uniform trips) and contracts q inside; D[q] =
+    sum[d](dO * O) depends on q, so it is computed inside the walk: each lane ran it serially
+    over every d of an O it holds only its share of (past its register array), dK off by up
+    to 2.3. A reduction over the split axis nested in a uniform walk whose row does not
+    depend on the lane's position now splits over the lanes and merges by shuffles, as
+    outside (KernelLowering.pinned)."""
     got, want = _streamed_keys()
     np.testing.assert_allclose(got["dK"], want["dK"], rtol=1e-5, atol=1e-5)
 
