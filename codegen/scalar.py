@@ -16,16 +16,17 @@ import math
 import numpy as np
 
 from ..compiler import ir
-from . import accum, cexpr
+from . import cexpr
 from . import program as P
 from .builder import Builder, Ix
+from .softmax_rows import SoftmaxRows
 
 # what a constant divisor may be made of (folded in f32, as the kernel would compute it)
 _FOLDABLE = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
              "neg": np.negative, "sqrt": np.sqrt, "rsqrt": lambda x: np.float32(1) / np.sqrt(x)}
 
 
-class Emitter:
+class Emitter(SoftmaxRows):
     def __init__(self, b: Builder, g, ctx):
         self.b, self.g, self.ctx = b, g, ctx
         # spellings in force instead of cexpr.MAP's (a tensor-core chain's operands, rounded
@@ -373,57 +374,3 @@ class Emitter:
 
     def _reduce_simple(self, fn, arg, axes, scope) -> str:
         return self._reduce(None, ir.Reduce(fn, axes), [arg], scope)
-
-    def _lse(self, n, arg, axes, scope) -> tuple[str, str]:
-        """(max, sum of exp(x - max)) of arg over axes, merged over lanes. Where the row is
-        read from global memory (Model.online) ONE loop folds a running max and rescaled sum
-        (accum.fold_value: one exponential a value), so the row is read once; over a staged
-        row two loops, the max then the sum of exponentials (fewer instructions a value, and
-        the max is shared with a `max` of the same row)."""
-        b = self.b
-        if n not in self.ctx.online:
-            m = self._reduce_simple("max", arg, axes, scope)
-            s_ = b.fresh("acc")
-            b.emit(P.Decl("float", s_, "0.0f"))
-
-            def total(s):
-                b.emit(P.Set(s_, f"{s_} + expf({self.number(arg, s)} - napkin_shift({m}))"))
-            self._walk(axes, scope, total, [arg])
-            self._merge(axes, "sum", s_)
-            return m, s_
-        m, s_ = b.fresh("acc"), b.fresh("acc")
-        b.emit(P.Decl("float", m, "-NAPKIN_INF"))
-        b.emit(P.Decl("float", s_, "0.0f"))
-
-        def body(s):
-            accum.fold_value(b, "logsumexp", {"m": m, "s": s_}, self.number(arg, s))
-        self._walk(axes, scope, body, [arg])
-        lanes = self.ctx.lanes_over(axes)
-        if lanes > 1:
-            b.emit(P.Call("napkin_lanes_lse", (m, s_, f"{lanes}{self._lane_mask(lanes)}")))
-        return m, s_
-
-    def _softmax_row(self, n, op, args, scope) -> tuple[str, str]:
-        """(max, reciprocal of the sum of exp: 0 where the sum is) of a softmax's row, computed
-        once per row (a streamed softmax's: codegen/accum.finish)."""
-        rows = [a for a in ir.type_of(self.g, n).axes if a not in op.axes]
-        row = {a: scope[a] for a in rows}
-        key = ("softmax-row", n) + tuple((a, row[a].expr) for a in rows)
-        stats = self.b.cached(key)
-        if stats is None:
-            stats = self.ctx.softmax_stats(n, row)
-            if stats is None:
-                with self._lanes(op.axes, args, row):
-                    m, l = self._lse(n, args[0], op.axes, row)
-                stats = (m, self.b.value("float", accum.reciprocal(l)))
-            self.b.remember(key, stats)
-        return stats
-
-    def _softmax(self, n, op, args, scope) -> str:
-        """A probability: its own exponential times the row's reciprocal (one FMUL a value
-        where an IEEE division is MUFU.RCP, a Newton step and a slow-path test; within an
-        ulp of f32, the output is rounded to its dtype after)."""
-        m, inv = self._softmax_row(n, op, args, scope)
-        v = self.number(args[0], scope)
-        return self.b.value("float", f"(expf({v} - napkin_shift({m})) * {inv})")
-
