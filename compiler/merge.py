@@ -182,9 +182,20 @@ def merge_axes(g: DiGraph, keep=(), free: bool = True) -> DiGraph:
 
 
 def has_free(g: DiGraph) -> bool:
-    """Whether a merged axis of g is free (no op names it): `plan.fuse_kernels` prices those."""
+    """Whether a merged axis of g is free (no op names it) and a row or column of a product
+    (in its result and in one operand only: `X[b t k] * W[k m]`'s (b*t), the rows a tile
+    spans): `plan.fuse_kernels` prices those. A merged batch axis of a product (in both
+    operands: attention's (b*h)) or of elementwise work changes the tiles by a few tenths of
+    a percent at most (never past MARGIN), and pricing it fused the diagram twice."""
     named = {a for n in g if isinstance(ir.op(g, n), _NAMING) for a in ir.op(g, n).axes}
-    return any(m not in named for m, _ in g.graph.get("merged", ()))
+    free = {m for m, _ in g.graph.get("merged", ()) if m not in named}
+    for n in g:
+        if free and isinstance(ir.op(g, n), ir.Contract):
+            operands = [set(ir.type_of(g, u).axes) for u in ir.operands(g, n)]
+            for m in free & set(ir.type_of(g, n).axes):
+                if sum(m in axes for axes in operands) == 1:
+                    return True
+    return False
 
 
 def sizes_of(g: DiGraph, sizes: dict) -> dict:

@@ -175,9 +175,10 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
 
     def run():
         keep = {a for kind in ("group", "stream", "split") for a in (overrides or {}).get(kind, {})}
-        graphs = [separate_nested(canonicalize(diagram.ir, keep, free=True))]
-        if merge.has_free(graphs[0]):   # priced against the IR without them (fuse_kernels)
-            graphs.append(separate_nested(canonicalize(diagram.ir, keep)))
+        merged = separate_nested(canonicalize(diagram.ir, keep, free=True))
+        graphs = [separate_nested(canonicalize(diagram.ir, keep))]
+        if merge.has_free(merged):      # priced against the IR without them (fuse_kernels)
+            graphs.insert(0, merged)
         for g in graphs:
             if data:
                 g.graph["data"] = merged_data(g, planning_data(diagram, sizes, data), sizes)

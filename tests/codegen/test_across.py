@@ -113,6 +113,7 @@ def test_the_model_charges_every_block_of_rows_its_atomics(case):
     assert k.cost.levels[1].H >= adds * 4 + b * h * q * d * (4 + 4 + 2)
 
 
+@pytest.mark.thorough     # (5 CPU-s; dQ's adds across blocks and the masked gradients' stay default)
 def test_dk_added_over_blocks_of_queries_at_d128(compiled, rng=np.random.default_rng(5)):
     """At d = 128 the model merges the other way round (the plain gradient at the issue's
     size): dQ's chain over blocks of queries streams the keys and adds each block's share

@@ -33,6 +33,7 @@ def attention():
     return d, shape_of(d, b=1, h=2, q=19, x=45)
 
 
+@pytest.mark.thorough     # (10 CPU-s; each seeded bug's own test runs the same checks)
 def test_unmodified_kernel_passes_every_check():
     d, shape = attention()
     assert all(run(d, shape, sanitize="thread"))

@@ -32,7 +32,7 @@ def more_than_a_few_tiles(bh: int, q: int, x: int) -> bool:
 THOROUGH = float(__import__("os").environ.get("NAPKIN_FUZZ_SCALE", "1")) >= 2
 
 
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [pytest.param(64, marks=pytest.mark.thorough), 128])
 def test_attention_runs_flashattention_2_wherever_there_are_enough_rows(d):
     """The grid's few-row shapes (q = 1 and 16) are planned too; where the rule above holds
     the plan is the one FlashAttention-2 kernel, and the grid holds such few-row shapes.

@@ -90,7 +90,10 @@ def _gpu_features():
     return _script("gpu_features")
 
 
-@pytest.mark.parametrize("diagrams", [FEW, pytest.param(None, marks=pytest.mark.thorough)],
+# (both thorough: the dry run of every section is ~20 CPU-s, a tenth of the default run's
+# growth this session; test_gpu_check_cases_cover_every_diagram_and_dtype stays default)
+@pytest.mark.parametrize("diagrams", [pytest.param(FEW, marks=pytest.mark.thorough),
+                                      pytest.param(None, marks=pytest.mark.thorough)],
                          ids=["three-diagrams", "every-diagram"])
 def test_gpu_check_dry_run(tmp_path, diagrams):
     # --sample: each diagram checked in one dtype, the dtypes in turn (all three here)
