@@ -11,10 +11,10 @@ then moves: a warp over 32 rows takes 32 wavefronts where the same values along 
 one. A staged load is copied by the copy loops (compiler/copies.py: contiguous lanes along
 the row), coalesced by construction, and not counted here.
 
-The lanes along the contiguous axis of a load (codegen/kernel.py's thread layout): the
-split's `ways` lanes when they walk that axis (Schedule.split, `tid % ways`), else, when
-that axis is the threads' fastest woven one (kernel._order: the first store's last axis),
-the threads along it, `thread` points apart; else one. The time is the wavefronts over the
+The lanes' layout is codegen/kernel.py's: the split's `ways` lanes first (Schedule.split,
+`tid % ways`), then the woven axes, the first store's last axis fastest (kernel._order), each
+taking the threads along it (`thread` points apart) until the warp's 32 lanes are placed
+(`request_lines`). The time is the wavefronts over the
 SMs' rate (target `[issue] l1_wavefronts`, per SM per clock: CALIBRATE on a GPU), a compute
 bound beside the issue slots (compiler/cost.py; docs/cost-model.md).
 """
