@@ -28,6 +28,7 @@ from .memory import PIPELINE
 from .model import Model
 from .passes import staged_once
 from .target import Target
+from .search import SPLITS
 from .scatter import ScatterSite, blocks as scatter_blocks, site as scatter_site
 from .tensorcore import ChainSite, FlashSite, Site, examine
 from . import tilelayout
@@ -35,7 +36,7 @@ from .tilelayout import TileLayout
 from .warps import FRAGMENT
 
 WARP = 32
-SPLIT_WAYS = (2, 4, 8, 16, 32)     # lanes of one warp whose partial states merge by shuffles
+SPLIT_WAYS = SPLITS     # lanes of one warp whose partial states merge by shuffles (search.py)
 WARP_COUNTS = (1, 2, 4, 8)
 
 SIMT, PRODUCT, ATTENTION, CHAIN = "cuda cores", "tensor-core product", "attention", \
