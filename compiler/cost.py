@@ -74,9 +74,12 @@ OVERLAP = 0.05
 LAUNCH_SECONDS = 2e-6
 WARP = 32
 def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, sizes: dict,
-             target: Target, symbolic: bool = False, values: bool = False) -> Cost:
+             target: Target, symbolic: bool = False, values: bool = False,
+             beside: tuple[float, float | None] = (0.0, None)) -> Cost:
     """Costs of one kernel plan, or of every candidate of a set (the module docstring);
-    `values=True` counts values instead of bytes."""
+    `values=True` counts values instead of bytes. `beside`: (shared-memory bytes, registers
+    per thread) of code the kernel also runs (a split's merge in its last block,
+    last_block.py): its blocks hold those bytes too, and at least those registers."""
     ops = Symbols() if symbolic else NUMBERS
     sizes = packing.sized(model.packed, sizes)
     if isinstance(choice, Choices):   # arrays: in floats (a Python int may pass int64's range)
@@ -272,6 +275,11 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     if symbolic:
         terms = [compute] + [lc.time for lc in results[1:]]
         return Cost(tuple(results), flops, compute, ops.sympy.Max(*terms), "", 1.0, threads)
+    extra_smem, extra_regs = beside
+    if extra_smem and len(results) > 1:
+        results[1] = replace(results[1], M=results[1].M + extra_smem)
+    if extra_regs is not None and regs is not None:
+        regs = np.maximum(regs, extra_regs)
     per_sm, limit = occupancy.blocks_per_sm(target, results[1].M, threads, regs) \
         if target.processors else (1, 3)
     if not issue.simt_only(target) and choice.warps:

@@ -31,9 +31,8 @@ from dataclasses import dataclass, replace
 from ..diagrams.diagnostics import NapkinError, error, one_of
 from . import ir
 from . import schedule as schedules
-from .cost import LAUNCH_SECONDS
+from .cost import LAUNCH_SECONDS, evaluate
 from .kernel_plan import KernelPlan, kernel_plan
-from .occupancy import blocks_per_sm
 from .search import search
 
 MODES = ("auto", "kernel", "last-block")
@@ -75,19 +74,17 @@ def decide(g, plans: tuple[KernelPlan, ...], split, sizes: dict, target,
                         f"{found}", help="merge in a kernel of its own (`--merge kernel`, the "
                         "default when the planner finds no gain)")
         return plans, None
-    partial, replanned = found
+    partial, replanned, costed = found
     first = min(replanned)         # the tail's fence and counter, charged to its first merge
     replanned[first] = replace(replanned[first], cost=replace(
         replanned[first].cost, time=replanned[first].cost.time + FENCE_SECONDS))
-    before = sum(plans[i].cost.time for i in replanned)
-    after = sum(kp.cost.time for kp in replanned.values())
+    p = plans[partial]
+    before = p.cost.time + sum(plans[i].cost.time for i in replanned)
+    after = costed.cost.time + sum(kp.cost.time for kp in replanned.values())
     if mode == "auto" and after >= before:
         return plans, None
-    p = plans[partial]
     merges = tuple(sorted(replanned))
-    levels = list(p.cost.levels)       # the partial kernel holds the merges' shared buffers
-    levels[1] = replace(levels[1], M=levels[1].M + _shared(replanned.values()))
-    replanned[partial] = replace(p, cost=replace(p.cost, levels=tuple(levels)))
+    replanned[partial] = costed        # (its blocks hold the merges' shared buffers too)
     out = tuple(replanned.get(i, kp) for i, kp in enumerate(plans))
     tile = p.schedule.block_tile()
     axes = tuple(a for a in tile if a != split.part_axis)
@@ -96,7 +93,8 @@ def decide(g, plans: tuple[KernelPlan, ...], split, sizes: dict, target,
 
 
 def _tail(g, plans, split, sizes, target):
-    """(the partial kernel's index, {merge index: its plan for the tail}) or why not."""
+    """(the partial kernel's index, {merge index: its plan for the tail}, the partial
+    kernel's plan costed with the merges in its blocks) or why not."""
     part = split.part_axis
     partials = {g.graph["arrays"][name] for name in split.partials}
     writers = [i for i, kp in enumerate(plans) if partials & set(kp.kernel.stores)]
@@ -127,14 +125,16 @@ def _tail(g, plans, split, sizes, target):
     if not replanned:
         return "no kernel merges its partial states"
     # the merges' shared buffers follow the partial kernel's, and ptxas gives the kernel the
-    # registers of the hungrier part: the partial kernel's occupancy must not drop
-    smem = p.cost.levels[1].M + _shared(replanned.values())
-    regs = [kp.cost.registers for kp in (p, *replanned.values()) if kp.cost.registers is not None]
-    per_sm, _ = blocks_per_sm(target, smem, p.schedule.threads, max(regs) if regs else None)
-    if per_sm < p.cost.blocks_per_sm:
-        return (f"the merges' shared memory and registers would lower kernel "
-                f"{p.kernel.name}'s blocks per SM")
-    return i, replanned
+    # registers of the hungrier part: where that lowers its blocks per SM, the partial
+    # kernel is costed again as it would run (auto takes the tail only if still faster)
+    extra = _shared(replanned.values())
+    if p.cost.levels[1].M + extra > target.levels[1].capacity_bytes:
+        return (f"the merges' shared memory ({extra:,.0f} bytes) does not fit beside kernel "
+                f"{p.kernel.name}'s")
+    regs = [kp.cost.registers for kp in replanned.values() if kp.cost.registers is not None]
+    costed = evaluate(p.model, p.columns, p.choice, sizes, target,
+                      beside=(extra, max(regs) if regs else None))
+    return i, replanned, replace(p, cost=costed)
 
 
 def _shared(merges) -> float:

@@ -25,6 +25,9 @@ from .conftest import emulate_buffers
 LAYERNORM = ("layernorm", {}, {"r": 2, "c": 500000}, {"c": 256})
 CROSS_ENTROPY = ("cross_entropy", {}, {"t": 3, "v": 5000}, {"v": 8})   # integer labels
 ATTENTION = ("attention", {"d": 32}, {"b": 1, "h": 1, "q": 4096, "x": 4096}, {"x": 4})
+# FlashDecoding: one query row a head, the keys split in 8; the merge's shared buffers and
+# registers cost the partial kernel a block per SM (13 -> 12), which the model prices
+DECODE = ("attention", {"d": 32}, {"b": 1, "h": 32, "q": 1, "x": 32768}, {"x": 8})
 
 
 _PLANS: dict = {}
@@ -81,6 +84,7 @@ def test_the_planner_merges_a_long_layernorm_in_the_last_block(compiled):
     (ATTENTION, {"b": 2, "h": 3, "q": 77, "x": 130}),   # a tail of rows, odd keys
     (ATTENTION, {"b": 1, "h": 2, "q": 128, "x": 3}),    # splits past the keys
     (CROSS_ENTROPY, {"t": 7, "v": 1001}),
+    (DECODE, {"b": 2, "h": 3, "q": 1, "x": 300}),
 ])
 def test_last_block_merges_run_on_the_emulator(case, sizes, within_budget):
     d, p = _plan(case)
@@ -92,6 +96,24 @@ def test_last_block_merges_run_on_the_emulator(case, sizes, within_budget):
     assert not out[COUNTER].any()
     # the interpreter runs the same plan (the merge kernels after the partial one)
     within_budget(d, inputs, interpret(p, inputs))
+
+
+def test_a_tail_that_lowers_the_partial_kernels_occupancy_is_priced_not_refused():
+    """The merges' shared memory and registers lower the partial kernel's blocks per SM:
+    asked for, the tail runs and the partial kernel is costed with them (it was refused,
+    N0607, a performance reason refusing a legal request); auto weighs the same figures."""
+    from napkin.compiler.cost import evaluate
+    d, forced = _plan(DECODE)
+    _, kernels = _plan(DECODE, merge="kernel")
+    before, after = kernels.kernels[0].cost, forced.kernels[0].cost
+    assert after.blocks_per_sm < before.blocks_per_sm
+    assert after.levels[1].M > before.levels[1].M
+    kp = forced.kernels[0]
+    alone = evaluate(kp.model, kp.columns, kp.choice, forced.sizes, forced.target)
+    assert alone.time == pytest.approx(before.time) and after.time > alone.time
+    assert forced.time == pytest.approx(kernels.time - forced.tail.saved)
+    auto = plan(d, "h100", DECODE[2], {"split": DECODE[3]}, merge="auto")
+    assert (auto.tail is not None) == (forced.tail.saved > 0)
 
 
 def test_a_masked_row_and_nan_stay_where_they_belong_with_the_merge_in_the_tail(within_budget):
