@@ -13,7 +13,7 @@ import numpy as np
 
 from . import ir
 from .choices import NUMBERS, prod
-from . import copies, lanes
+from . import across_warps, copies, lanes
 from .copies import COPY_ROW, VECTOR_BYTES
 from .passes import staged_once
 
@@ -163,7 +163,7 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
     iteration = ITERATION if choice.stream else 0       # (no chunk loop where unstreamed)
     warp = units[0] * warps * (per_block + chunks * iteration + block +
                                LANE_LOOP * lane_loops(model, choice, chunks) +
-                               merges(model, choice))
+                               merges(model, choice) + across_warps.instructions(model, choice))
     return lanes, warp
 
 

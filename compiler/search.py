@@ -30,8 +30,12 @@ from .target import Target
 MAX_TILE = 256
 CHUNKS = (8, 16, 32, 64, 128, 256)
 THREAD_TILES = (1, 2, 4, 8)
-SPLITS = (2, 4, 8, 16, 32)   # lanes of one warp: partial states merge by shuffles
+# lanes splitting a reduced axis: those of one warp merge their partial states by shuffles,
+# 64 to 1024 (2 to 32 warps) then merge the warps' states through shared memory after a
+# barrier (codegen/across_warps.py)
+SPLITS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MAX_POINTS = 30_000
+WARP_LANES = 32
 
 
 def tiles(size: int, cap: int = MAX_TILE, per_octave: int = 1) -> list[int]:
@@ -68,7 +72,9 @@ def contiguous_axis(model: Model) -> str | None:
     return None
 
 
-QUICK = {"thread": (1, 4), "split": (4, 32), "chunk": (16, 64)}
+# (a quick search splits over one warp or 8 of them: a long row of few rows takes a block
+# of warps in the full search, and fusion's and splitting's estimates should know it)
+QUICK = {"thread": (1, 4), "split": (4, 32, 256), "chunk": (16, 64)}
 
 
 def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bool = False,
@@ -122,9 +128,11 @@ def _quick_ways(model: Model, sizes: dict, axis: str) -> tuple:
 
 
 def _shrink(group: dict, thread: dict, chunk: list, splits: list, limit: int = MAX_POINTS) -> None:
-    """Keep the grid under `limit` points by thinning the longest candidate lists."""
+    """Keep the grid under `limit` points by thinning the longest candidate lists (counting
+    the splits over one warp only: those over several add at most as many points again, and
+    thinning the tiles for them would drop the tiles a kernel without one wants)."""
     def count():
-        n = len(chunk) * len(splits)
+        n = len(chunk) * len([s for s in splits if s[1] <= WARP_LANES])
         for v in list(group.values()) + list(thread.values()):
             n *= len(v)
         return n
