@@ -49,10 +49,12 @@ def groups(choice, axis: str):
     return np.maximum(ways / WARP, 1.0)
 
 
-def sites(model, choice):
-    """(split axis, kind, state variables, the thread's points merging it) for each merge
-    site of the kernel over a split axis: its streamed accumulators after their pass where
-    the lanes split the streamed axis, and its reductions over a whole split axis."""
+def sites(model, choice, sizes: dict):
+    """(split axis, kind, state variables, the merges a thread runs per block tile) for each
+    merge site of the kernel over a split axis: its streamed accumulators after their pass
+    where the lanes split the streamed axis (at each of the thread's points), and its
+    reductions over a whole split axis (at each of the thread's points, and at each position
+    of the streamed axis where they run inside its loop: a score's sum over a split head)."""
     split = [a for a, _ in choice.split]
     thread = dict(choice.thread)
     stream = choice.stream[0] if choice.stream else None
@@ -70,27 +72,28 @@ def sites(model, choice):
             ops = ONLINE if w.node in model.online else SITES.get(w.op, ())
         for axis in split:
             if axis in w.axes and axis != stream:
-                held = prod(thread[x] for x in w.axes if x in thread)
+                held = prod(thread[x] for x in w.axes if x in thread) * \
+                    (sizes[stream] if stream in w.axes else 1)
                 out += [(axis, kind, slots, held) for kind, slots in ops]
     return out
 
 
-def instructions(model, choice):
+def instructions(model, choice, sizes: dict):
     """Instructions each warp issues per block tile to merge the warps' states (0 where no
     candidate splits over more than a warp)."""
     total = 0.0
-    for axis, kind, slots, held in sites(model, choice):
+    for axis, kind, slots, held in sites(model, choice, sizes):
         g = groups(choice, axis)
         total = total + np.where(g > 1, held * (ACROSS_SITE + (g - 1) * (
             slots * ACROSS_READ + STEP[kind])), 0.0)
     return total
 
 
-def cycles(model, choice):
+def cycles(model, choice, sizes: dict):
     """Cycles a block tile waits at its merges across warps (the barriers, the chain of
     shared-memory reads), 0 where none."""
     total = 0.0
-    for axis, _, _, held in sites(model, choice):
+    for axis, _, _, held in sites(model, choice, sizes):
         g = groups(choice, axis)
         total = total + np.where(g > 1, held * (SITE_CYCLES + g * WARP_CYCLES), 0.0)
     return total

@@ -277,7 +277,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     if not choice.warps and "issue" in parts and target.clock_hz:
         # a split over several warps waits at its merges across them (the barriers, the chain
         # of shared-memory reads: across_warps.cycles), less what other resident blocks issue
-        waited = unit_counts[0] * across_warps.cycles(model, choice) / (
+        waited = unit_counts[0] * across_warps.cycles(model, choice, sizes) / (
             target.clock_hz * target.processors) / per_sm
         if np.any(waited):
             parts = {**parts, "merged": parts["issue"] + waited}
