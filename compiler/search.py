@@ -114,6 +114,9 @@ def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bo
         # (an axis a view reads at another's position stays in one lane: kernels.relabelled)
         splits += [(i, w) for i, a in enumerate(model.reduced) if a not in model.relabelled
                    for w in (_quick_ways(model, sizes, a) if quick else SPLITS)]
+        if fixed.get("split") and fixed["split"][0] in model.reduced:   # (--lanes: hints.py)
+            axis, ways = fixed["split"]
+            splits = [(model.reduced.index(axis), ways)]
     return group, chunk, thread, splits
 
 
@@ -152,7 +155,8 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
 
     `fine` searches eight sizes per doubling instead of powers of two (for the paper's
     continuous optima); `quick` searches fewer thread and chunk sizes (fusion's estimates).
-    `fixed` holds the hints' decisions ("group", "thread", "stream", "inner") and may cap
+    `fixed` holds the hints' decisions ("group", "thread", "stream", "inner", "split": the
+    lanes of a reduced axis) and may cap
     the threads a block is launched with ("threads": a merge run by another kernel's
     blocks, last_block.py)."""
     fixed = fixed or {}
@@ -166,7 +170,8 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
         ok = ok & (out.threads <= fixed.get("threads", target.max_threads_per_block))
         stream = dict([candidates.stream]) if candidates.stream else {}
         for a, ways in candidates.split:     # no more threads share an axis than it has
-            ok = ok & (ways <= stream.get(a, float(sizes[a])))
+            if not fixed.get("split"):       # (unless a hint says so)
+                ok = ok & (ways <= stream.get(a, float(sizes[a])))
     best = fastest(out, ok, ties, shape)
     if best is None:
         return None
@@ -193,7 +198,8 @@ def _candidate_set(model: Model, target: Target, sizes: dict, fixed: dict, fine:
     candidates = Choices(tuple(gvals.items()), (axis, chunks_) if axis is not None else None,
                          tuple(tvals.items()),
                          tuple((a, np.where(split_axis == i, ways, 1.0))
-                               for i, a in enumerate(model.reduced) if len(splits) > 1),
+                               for i, a in enumerate(model.reduced)
+                               if any(w > 1 for _, w in splits)),
                          fixed.get("inner"))
     # (what np.broadcast_shapes(candidates.shape, ...) gives: every term is one of the mesh's
     # three dimensions, or a number)

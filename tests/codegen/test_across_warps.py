@@ -178,3 +178,30 @@ def test_a_split_past_1024_lanes_is_refused():
     with pytest.raises(NapkinError) as exc:
         with_choices(p, [dataclasses.replace(p.kernels[0].choice, split=("c", 2048))])
     assert "1024" in str(exc.value)
+
+
+def test_the_lanes_hint_splits_a_reduced_axis_over_warps(rng):
+    """`lanes={"c": 256}` (`--lanes c=256`) fixes the split the search takes (and keeps the
+    row out of a split across blocks); the kernel it makes matches the reference."""
+    d = napkin.load(Source("<softmax>", DIAGRAMS["softmax"]))
+    p = plan(d, "h100", {"r": 5, "c": 1000}, overrides={"lanes": {"c": 256}})
+    (kp,) = p.kernels
+    assert kp.schedule.split == ("c", 256) and kp.schedule.threads == 256
+    x = rng.standard_normal((5, 1000)).astype(np.float32)
+    (y,) = napkin.run(d, x, backend="emulate", lanes={"c": 256})
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_explain_names_the_warps_of_a_split_and_refuses_other_lane_counts(capsys):
+    from napkin.cli import main
+    capsys.readouterr()
+    args = ["explain", "softmax", "--shape", "r=5,c=1000"]
+    assert main(args + ["--lanes", "c=256"]) == 0
+    assert "c split over w_c = 256 threads (8 warps)" in capsys.readouterr().out
+    assert main(args + ["--lanes", "c=48"]) != 0
+    err = capsys.readouterr().err
+    assert "N0304" in err and "1024" in err and "Traceback" not in err
+    assert main(args + ["--lanes", "r=64"]) != 0
+    err = capsys.readouterr().err
+    assert "only reduced axes split over lanes" in err and "Traceback" not in err
