@@ -205,3 +205,14 @@ def test_explain_names_the_warps_of_a_split_and_refuses_other_lane_counts(capsys
     assert main(args + ["--lanes", "r=64"]) != 0
     err = capsys.readouterr().err
     assert "only reduced axes split over lanes" in err and "Traceback" not in err
+
+
+def test_the_longest_accumulation_counts_a_warps_shuffles_then_the_other_warps():
+    """The tolerance's sequential length (runtime/bound.py) of a sum over 1000 split over 256
+    lanes: a lane's 4 terms, at most 32 additions of the warp's shuffles, 7 of the other warps
+    (from 1000 / 32 + 32 = 64 over one warp: 32 + 32)."""
+    from napkin.runtime import bound
+    _, p = forced("lse", 1000, 256)
+    assert bound.longest_accumulation(p) == 4 + 32 + 7
+    _, p = forced("lse", 1000, 32)
+    assert bound.longest_accumulation(p) == 32 + 32
