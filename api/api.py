@@ -29,7 +29,7 @@ def load(diagram, **sizes: int) -> Diagram:
 def compile(diagram, target: str | None = None, arch: str | None = None, backend: str = "auto",
             engine: str = "auto", group: dict | None = None, stream: dict | None = None,
             fusion: bool = True, save_for_backward: bool = False, split: dict | None = None,
-            merge: str = "auto", **sizes: int):
+            merge: str = "auto", lanes: dict | None = None, **sizes: int):
     """Compile a diagram into a `Kernel` you call on arrays: `napkin.compile("attention")(Q, K, V)`
     returns the tuple of outputs, as `napkin.run` does.
 
@@ -40,7 +40,9 @@ def compile(diagram, target: str | None = None, arch: str | None = None, backend
     cannot) or "cuda-cores". `group={"q": 128}` and `stream={"x": 64}` are schedule hints,
     as `--group`/`--stream` on the command line; `split={"x": 8}` splits a reduced axis
     across 8 blocks and merges their partial states (`--split x=8`; by default the planner
-    splits where it predicts a gain); `merge` says where a split's partial states merge:
+    splits where it predicts a gain); `lanes={"c": 256}` splits a reduced axis over 256 of a
+    block's lanes (8 warps: shuffles in each warp, then the warps through shared memory;
+    `--lanes c=256`); `merge` says where a split's partial states merge:
     "kernel" (a kernel of their own), "last-block" (the partial kernel's last block of each
     output tile, `--merge last-block`) or "auto" (the faster by the model). Other keyword
     arguments fix axis sizes
@@ -52,7 +54,7 @@ def compile(diagram, target: str | None = None, arch: str | None = None, backend
     from .pipeline import Options
     check_backend(backend)
     options = Options.make(target=target, arch=arch, group=group, stream=stream, engine=engine,
-                           fusion=fusion, split=split, merge=merge)
+                           fusion=fusion, split=split, merge=merge, lanes=lanes)
     d = load(diagram, **sizes)
     if save_for_backward:
         from .gradient import statistics
@@ -62,22 +64,25 @@ def compile(diagram, target: str | None = None, arch: str | None = None, backend
 
 def run(diagram, *arrays, backend: str = "reference", target: str | None = None,
         engine: str = "auto", group: dict | None = None, stream: dict | None = None,
-        split: dict | None = None, merge: str = "auto", **named) -> tuple:
+        split: dict | None = None, merge: str = "auto", lanes: dict | None = None,
+        **named) -> tuple:
     """Run a diagram on arrays; returns a tuple of outputs in declaration order.
 
     Inputs go positionally in declaration order or by name; other keyword
     arguments naming axes fix their sizes (`d=128`). `backend`, `target`, `engine` and
-    the schedule hints `group`/`stream`/`split` and `merge` are as for `napkin.compile`.
+    the schedule hints `group`/`stream`/`split`/`lanes` and `merge` are as for
+    `napkin.compile`.
     """
     kernel, inputs = prepare_run(diagram, arrays, named, backend=backend, target=target,
                                  engine=engine, group=group, stream=stream, split=split,
-                                 merge=merge)
+                                 merge=merge, lanes=lanes)
     return kernel(**inputs)
 
 
 def prepare_run(diagram, arrays: tuple, named: dict, backend: str = "reference",
                 target: str | None = None, engine: str = "auto", group: dict | None = None,
-                stream: dict | None = None, split: dict | None = None, merge: str = "auto"):
+                stream: dict | None = None, split: dict | None = None, merge: str = "auto",
+                lanes: dict | None = None):
     """(the Kernel `run` calls, its inputs by name): `napkin run --check` reads the kernel's
     plan after the call, the order its sums were computed in."""
     import numpy as np
@@ -105,6 +110,6 @@ def prepare_run(diagram, arrays: tuple, named: dict, backend: str = "reference",
     inputs = {name: np.asarray(stored(name, to_numpy(name, value), declared[name]), order="C")
               for name, value in given.items()}
     kernel = Kernel(d, Options.make(target=target, engine=engine, group=group, stream=stream,
-                                    split=split, merge=merge),
+                                    split=split, merge=merge, lanes=lanes),
                     backend=backend)
     return kernel, inputs

@@ -103,6 +103,9 @@ engine_option = click.option("--engine", type=click.Choice(["auto", "tensor-core
 
 SPLIT_HELP = ("Split a reduced axis across blocks and merge their partial states: "
               "--split x=8 (default: the planner splits when it predicts a gain).")
+LANES_HELP = ("Split a reduced axis over a block's lanes, whose partial states merge by "
+              "shuffles within a warp and across warps through shared memory: --lanes c=256 "
+              "(2 to 1024, a power of two; default: the planner's).")
 MERGE_HELP = ("Where a split's partial states merge: kernel (a kernel of their own), "
               "last-block (the partial kernel's last block of each output tile), auto (the "
               "faster by the model).")
@@ -112,7 +115,7 @@ merge_option = click.option("--merge", type=click.Choice(["auto", "kernel", "las
 
 
 def planning_options(default_target: str | None = None, arch: str | None = None):
-    """Adds --target, --shape, --group, --stream, --split, --merge, --engine, --no-fusion,
+    """Adds --target, --shape, --group, --stream, --split, --lanes, --merge, --engine, --no-fusion,
     --data (and --arch when `arch`
     is the help of its default) to a command, which receives them as one checked
     `options: napkin.pipeline.Options` and `planned: bool` (whether any was given)."""
@@ -132,6 +135,7 @@ def planning_options(default_target: str | None = None, arch: str | None = None)
                       help="Fix the streamed axis and its chunk: --stream x=64.")
         @click.option("--split", "splits", multiple=True, metavar="AXIS=COUNT",
                       help=SPLIT_HELP)
+        @click.option("--lanes", "lanes", multiple=True, metavar="AXIS=COUNT", help=LANES_HELP)
         @merge_option
         @engine_option
         @click.option("--no-fusion", is_flag=True, help="Plan one kernel per equation.")
@@ -140,11 +144,11 @@ def planning_options(default_target: str | None = None, arch: str | None = None)
                            "with the key NAME): the model counts the chunks a mask read from "
                            "it skips (varlen's document ids): --data doc=docs.npy.")
         @functools.wraps(fn)
-        def wrapper(target_name, shapes, groups, streams, splits, merge, engine, no_fusion,
-                    data, **kwargs):
+        def wrapper(target_name, shapes, groups, streams, splits, lanes, merge, engine,
+                    no_fusion, data, **kwargs):
             from .pipeline import Options
             planned = bool(target_name != default_target or shapes or groups or streams
-                           or splits or merge != "auto" or engine != "auto" or no_fusion
+                           or splits or lanes or merge != "auto" or engine != "auto" or no_fusion
                            or data)
             options = Options.make(
                 target=target_name, arch=kwargs.pop("arch", None),
@@ -153,7 +157,8 @@ def planning_options(default_target: str | None = None, arch: str | None = None)
                 group=parse_assignments(groups, "--group"),
                 stream=parse_assignments(streams, "--stream"), engine=engine,
                 fusion=not no_fusion, split=parse_assignments(splits, "--split"),
-                data=read_planning_data(data), merge=merge)
+                data=read_planning_data(data), merge=merge,
+                lanes=parse_assignments(lanes, "--lanes"))
             return fn(options=options, planned=planned, **kwargs)
         if arch is not None:
             wrapper = click.option("--arch", default=None, help=arch)(wrapper)

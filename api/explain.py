@@ -315,7 +315,9 @@ def render_text(rep: dict) -> str:
                 if info["kind"] == "whole":
                     parts.append(f"{a} whole ({info['size']})")
                 elif info.get("merge"):
-                    parts.append(f"{a} split over {info['symbol']} = {info['size']} threads")
+                    warps = f" ({info['size'] // 32} warps)" if info["size"] > 32 else ""
+                    parts.append(f"{a} split over {info['symbol']} = {info['size']} threads"
+                                 + warps)
                 else:
                     parts.append(f"{a} -> {info['symbol']} = {info['size']}")
             if parts:

@@ -45,12 +45,14 @@ class Options:
                                                       # last-block (compiler/last_block.py)
     across: bool = True                               # False: no chain adds a product over
                                                       # its rows across blocks (chain.Across)
+    lanes: tuple[tuple[str, int], ...] = ()           # --lanes hints (a reduced axis split
+                                                      # over a block's lanes, Schedule.split)
 
     @classmethod
     def make(cls, target: str | None = None, arch: str | None = None, shape=None, defines=None,
              group=None, stream=None, engine: str = "auto", fusion: bool = True,
              nvrtc_options=(), split=None, data=None, merge: str = "auto",
-             across: bool = True) -> "Options":
+             across: bool = True, lanes=None) -> "Options":
         """Options from plain values (dicts of sizes and hints; `data`: input name -> the
         values of an integer or boolean input to plan on), checked."""
         if target is not None:
@@ -65,7 +67,7 @@ class Options:
         return cls(target, arch, _pairs(shape), _pairs(defines),
                    _pairs(group), _pairs(stream), _pairs(split), check_engine(engine),
                    bool(fusion), tuple(nvrtc_options), planning, check_mode(merge),
-                   bool(across))
+                   bool(across), _pairs(lanes))
 
     def with_shape(self, shape) -> "Options":
         return replace(self, shape=_pairs(shape))
@@ -73,7 +75,7 @@ class Options:
     @property
     def overrides(self) -> dict:
         return {"group": dict(self.groups), "stream": dict(self.streams),
-                "split": dict(self.splits)}
+                "split": dict(self.splits), "lanes": dict(self.lanes)}
 
     @property
     def target_name(self) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..compiler import ir
 from ..compiler.canonical import through
-from . import held
+from . import across_warps, held
 from . import program as P
 
 # kind -> (per-row slots, per-position slots) and their initial values
@@ -287,32 +287,44 @@ def finished(kind: str, v: dict) -> str:
 
 
 def _merge(lw, st: State) -> None:
-    """Butterfly merge of the `ways` lanes' states (all lanes run it: after the chunk loop)."""
+    """Butterfly merge of the `ways` lanes' states (all lanes run it: after the chunk loop),
+    within each warp; a split over several warps then merges the warps' states through
+    shared memory with the same step (codegen/across_warps.py)."""
     b, w = lw.b, lw.ways
+    width = across_warps.width(w)
 
     def shfl(v, ctype="float"):
-        return b.value(ctype, f"__shfl_xor_sync(0xffffffffu, {v}, off, {w})")
-
-    def step():
-        if st.kind == "pair":
-            m, l = st.rows["m"], st.rows["s"]     # once per row; each point's o with them
-            mo, lo = shfl(m), shfl(l)
-            mm = b.value("float", f"napkin_max({m}, {mo})")
-            sh = b.value("float", f"napkin_shift({mm})")
-            sa = b.value("float", f"expf({m} - {sh})")
-            sb = b.value("float", f"expf({mo} - {sh})")
-            b.emit(P.Set(l, f"{l} * {sa} + {lo} * {sb}"))
-            b.emit(P.Set(m, mm))
-            for o in [st.arrays["o"]] + [peer.arrays["o"] for peer in st.peers]:
-                b.loop("z", "0", str(st.extent), "1", lambda o=o: b.emit(
-                    P.Set(f"{o}[z]", f"{o}[z] * {sa} + {shfl(f'{o}[z]')} * {sb}")))
-            return
-        b.loop("z", "0", str(st.extent), "1", lambda: merge_one(
-            b, st.kind, {slot: f"{var}[z]" for slot, var in st.arrays.items()}, shfl))
+        return b.value(ctype, f"__shfl_xor_sync(0xffffffffu, {v}, off, {width})")
 
     b.open()
-    step()
-    b.emit(P.For("off", str(w // 2), "off > 0", "off /= 2", b.close()))
+    _merge_step(b, st, shfl)
+    b.emit(P.For("off", str(width // 2), "off > 0", "off /= 2", b.close()))
+    if st.kind == "pair":
+        cells = [(v, "float", 0) for v in (st.rows["m"], st.rows["s"])] + \
+            [(p.arrays["o"], "float", st.extent) for p in [st] + st.peers]
+    else:
+        cells = [(v, SLOT_CTYPE.get(slot, "float"), st.extent) for slot, v in st.arrays.items()]
+    across_warps.merge(lw, w, cells, lambda other: _merge_step(b, st, other))
+
+
+def _merge_step(b, st: State, shfl) -> None:
+    """Merge into the state `st` the one `shfl(lvalue, ctype)` reads of each of its variables
+    (another lane's, another warp's)."""
+    if st.kind == "pair":
+        m, l = st.rows["m"], st.rows["s"]     # once per row; each point's o with them
+        mo, lo = shfl(m), shfl(l)
+        mm = b.value("float", f"napkin_max({m}, {mo})")
+        sh = b.value("float", f"napkin_shift({mm})")
+        sa = b.value("float", f"expf({m} - {sh})")
+        sb = b.value("float", f"expf({mo} - {sh})")
+        b.emit(P.Set(l, f"{l} * {sa} + {lo} * {sb}"))
+        b.emit(P.Set(m, mm))
+        for o in [st.arrays["o"]] + [peer.arrays["o"] for peer in st.peers]:
+            b.loop("z", "0", str(st.extent), "1", lambda o=o: b.emit(
+                P.Set(f"{o}[z]", f"{o}[z] * {sa} + {shfl(f'{o}[z]')} * {sb}")))
+        return
+    b.loop("z", "0", str(st.extent), "1", lambda: merge_one(
+        b, st.kind, {slot: f"{var}[z]" for slot, var in st.arrays.items()}, shfl))
 
 
 def merge_one(b, kind: str, v: dict, shfl) -> None:

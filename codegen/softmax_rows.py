@@ -5,7 +5,7 @@ them (codegen/scalar.py's Emitter takes these methods)."""
 from __future__ import annotations
 
 from ..compiler import ir
-from . import accum
+from . import accum, across_warps
 from . import program as P
 
 
@@ -36,7 +36,9 @@ class SoftmaxRows:
         self._walk(axes, scope, body, [arg])
         lanes = self.ctx.lanes_over(axes)
         if lanes > 1:
-            b.emit(P.Call("napkin_lanes_lse", (m, s_, f"{lanes}{self._lane_mask(lanes)}")))
+            b.emit(P.Call("napkin_lanes_lse", (m, s_, f"{across_warps.width(lanes)}"
+                                                      f"{self._lane_mask(lanes)}")))
+            self._across_warps(lanes, "logsumexp", {"m": m, "s": s_})
         return m, s_
 
     def _softmax_row(self, n, op, args, scope) -> tuple[str, str]:

@@ -53,7 +53,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import added, index_width, issue, occupancy, packing, waits
+from . import across_warps, added, index_width, issue, occupancy, packing, waits
 from .columns import Column, resident_sets
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, number, prod, total
@@ -282,6 +282,14 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         regs = np.maximum(regs, extra_regs)
     per_sm, limit = occupancy.blocks_per_sm(target, results[1].M, threads, regs) \
         if target.processors else (1, 3)
+    if not choice.warps and "issue" in parts and target.clock_hz:
+        # a split over several warps waits at its merges across them (the barriers, the chain
+        # of shared-memory reads: across_warps.cycles), less what other resident blocks issue
+        waited = unit_counts[0] * across_warps.cycles(model, choice, sizes) / (
+            target.clock_hz * target.processors) / per_sm
+        if np.any(waited):
+            parts = {**parts, "merged": parts["issue"] + waited}
+            compute = ops.maximum(compute, parts["merged"])
     if not issue.simt_only(target) and choice.warps:
         # what the tensor pipe waits for in each warp: the products' dependents
         # (waits.serial) and the chunks' barriers (waits.barriers, less what the other

@@ -18,7 +18,8 @@ COMPUTE = {"compute": "compute", "issue": "issue slots", "tensor": "tensor cores
            "fp32": "the FP32 pipe", "mufu": "MUFU (exp, rsqrt, division)",
            "dependent": "the instructions waiting on the products",
            "chained": "the products and what waits on them in each warp",
-           "L1 wavefronts": "the L1 (warp loads touching many lines)"}
+           "L1 wavefronts": "the L1 (warp loads touching many lines)",
+           "merged": "issue slots and the merges across warps (barriers, shared memory)"}
 
 
 @dataclass(frozen=True)

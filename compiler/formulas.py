@@ -29,7 +29,8 @@ class Relabel:
         if self.kind == "whole":
             return f"{self.axis} whole"
         if self.kind == "split":
-            return f"{self.axis} split over {self.symbol} = {self.size} threads"
+            warps = f" ({self.size // 32} warps)" if self.size and self.size > 32 else ""
+            return f"{self.axis} split over {self.symbol} = {self.size} threads{warps}"
         return f"{self.axis} -> {self.symbol} = {self.size}"
 
 

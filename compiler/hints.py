@@ -15,6 +15,7 @@ import numpy as np
 
 from ..diagrams.diagnostics import NapkinError, did_you_mean, error
 from .ir import HintInfo
+from .search import SPLITS
 from .kernels import FusedKernel
 from .target import Target
 
@@ -22,6 +23,7 @@ from .target import Target
 @dataclass(frozen=True)
 class Hint:
     kind: str          # group | stream | split (splitting.py reads splits, not the search)
+                       # | lanes (a reduced axis split over lanes: the search's "split")
     axis: str
     size: int
     level: int         # index into target.levels (1: blocks, 2: threads)
@@ -37,7 +39,7 @@ def resolve(diagram_hints, overrides: dict, target: Target, axes) -> list[Hint]:
     for h in diagram_hints:
         level = _level(target, h.level, h)
         out[(h.kind, h.axis, level)] = Hint(h.kind, h.axis, h.size, level, h)
-    for kind in ("group", "stream", "split"):
+    for kind in ("group", "stream", "split", "lanes"):
         for axis, size in overrides.get(kind, {}).items():
             if axis not in axes:
                 raise error("N0201", f"--{kind} {axis}={size}: the diagram has no axis `{axis}`",
@@ -46,6 +48,11 @@ def resolve(diagram_hints, overrides: dict, target: Target, axes) -> list[Hint]:
                 raise error("N0304", f"--{kind} {axis}={size!r}: sizes are whole numbers of "
                             "at least 1", help=f"for example --{kind} {axis}=8 ({kind}={{{axis!r}: 8}} "
                                                             "in napkin.compile)")
+            if kind == "lanes" and size not in SPLITS:
+                raise error("N0304", f"--lanes {axis}={size}: a split's lanes merge by shuffles "
+                            "in a warp, then across warps: they are one of "
+                            + ", ".join(map(str, SPLITS)),
+                            help=f"for example --lanes {axis}=256 (256 threads, 8 warps)")
             for key in [k for k in out if k[0] == kind and k[1] == axis and k[2] == 1]:
                 del out[key]
             out[(kind, axis, 1)] = Hint(kind, axis, size, 1)
@@ -85,6 +92,9 @@ def fixed_for(g: DiGraph, k: FusedKernel, hints: list[Hint],
             else:
                 fixed["inner"] = (h.axis, size)
             used.append(h)
+        elif h.kind == "lanes" and h.axis in reduced:
+            fixed["split"] = (h.axis, h.size)
+            used.append(h)
     return fixed, used
 
 
@@ -100,6 +110,9 @@ def check_all_used(hints: list[Hint], used: set, g: DiGraph, kernels) -> None:
                 roles.append(f"reduced in {k.name}")
         if not roles:
             why, fix = f"no kernel has axis `{h.axis}`", "remove the hint"
+        elif h.kind == "lanes":
+            why = f"`{h.axis}` is " + ", ".join(roles) + ": only reduced axes split over lanes"
+            fix = f"split a reduced axis instead, or remove --lanes {h.axis}={h.size}"
         elif h.kind == "group":
             why = f"`{h.axis}` is " + ", ".join(roles) + ": only woven axes can be grouped"
             fix = f"stream it instead: `stream {h.axis} by {h.size}`"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .across_warps import WARP
 from .fold import splits
 
 # Per score and lane: the running max (napkin_max propagating NaN: 2 FSETP, 2 FSEL), one
@@ -90,5 +91,6 @@ def merges(model, choice, sizes: dict, w, amount) -> tuple:
     for a, ways in splits(choice):
         if a in w.axes and a != choice.stream[0] and a in model.reduced:
             ways = np.asarray(ways, dtype=float)
-            steps = steps + amount / sizes[a] * ways * np.log2(np.maximum(ways, 1.0))
+            # (shuffles within a warp: a split over several merges them as across_warps.py)
+            steps = steps + amount / sizes[a] * ways * np.log2(np.clip(ways, 1.0, WARP))
     return steps * MERGE_STEP[0], steps * MERGE_STEP[2]

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import ir
 from .choices import NUMBERS, prod
-from . import copies, lanes
+from . import across_warps, copies, lanes
 from .copies import COPY_ROW, VECTOR_BYTES
 from .passes import staged_once
 
@@ -163,7 +163,7 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
     iteration = ITERATION if choice.stream else 0       # (no chunk loop where unstreamed)
     warp = units[0] * warps * (per_block + chunks * iteration + block +
                                LANE_LOOP * lane_loops(model, choice, chunks) +
-                               merges(model, choice))
+                               merges(model, choice) + across_warps.instructions(model, choice, sizes))
     return lanes, warp
 
 
@@ -215,7 +215,8 @@ def merges(model, choice):
     if not choice.stream:
         return 0.0
     ways = dict(choice.split).get(choice.stream[0], 1.0)
-    steps = np.log2(np.maximum(np.asarray(ways, dtype=float), 1.0))
+    # (shuffles within a warp: a split over several then merges the warps, across_warps.py)
+    steps = np.log2(np.clip(np.asarray(ways, dtype=float), 1.0, WARP))
     thread = dict(choice.thread)
     paired = {c for _, c in model.streaming.pairs}
     per_step = 0.0

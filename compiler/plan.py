@@ -174,7 +174,7 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
     sizes = planning_sizes(diagram, shape)
 
     def run():
-        keep = {a for kind in ("group", "stream", "split") for a in (overrides or {}).get(kind, {})}
+        keep = {a for kind in ("group", "stream", "split", "lanes") for a in (overrides or {}).get(kind, {})}
         merged = separate_nested(canonicalize(diagram.ir, keep, free=True))
         graphs = [separate_nested(canonicalize(diagram.ir, keep))]
         if merge.has_free(merged):      # priced against the IR without them (fuse_kernels)

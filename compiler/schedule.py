@@ -36,7 +36,7 @@ from .tilelayout import TileLayout
 from .warps import FRAGMENT
 
 WARP = 32
-SPLIT_WAYS = SPLITS     # lanes of one warp whose partial states merge by shuffles (search.py)
+SPLIT_WAYS = SPLITS     # lanes whose partial states merge by shuffles, then across warps
 WARP_COUNTS = (1, 2, 4, 8)
 
 SIMT, PRODUCT, ATTENTION, CHAIN = "cuda cores", "tensor-core product", "attention", \
@@ -250,7 +250,7 @@ def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target)
                       "lane holds")
     if choice.split is not None and choice.split[1] not in SPLIT_WAYS:
         raise _refuse(name, f"split `{choice.split[0]}` over {choice.split[1]} lanes: the lanes "
-                      f"of a split merge by warp shuffles, so they are one of "
+                      f"of a split merge by warp shuffles (then across warps), so they are one of "
                       f"{', '.join(map(str, SPLIT_WAYS))}")
     if choice.warps:
         return _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread)

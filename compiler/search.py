@@ -30,8 +30,12 @@ from .target import Target
 MAX_TILE = 256
 CHUNKS = (8, 16, 32, 64, 128, 256)
 THREAD_TILES = (1, 2, 4, 8)
-SPLITS = (2, 4, 8, 16, 32)   # lanes of one warp: partial states merge by shuffles
+# lanes splitting a reduced axis: those of one warp merge their partial states by shuffles,
+# 64 to 1024 (2 to 32 warps) then merge the warps' states through shared memory after a
+# barrier (codegen/across_warps.py)
+SPLITS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MAX_POINTS = 30_000
+WARP_LANES = 32
 
 
 def tiles(size: int, cap: int = MAX_TILE, per_octave: int = 1) -> list[int]:
@@ -68,6 +72,9 @@ def contiguous_axis(model: Model) -> str | None:
     return None
 
 
+# (a quick search splits within a warp: with 256 lanes among its ways, fusion's estimate
+# fused attention's backward on the CUDA cores into one kernel the full search then priced
+# at 228 us against the two kernels' 176 us, h100, d = 4; the full search takes 64 to 1024)
 QUICK = {"thread": (1, 4), "split": (4, 32), "chunk": (16, 64)}
 
 
@@ -107,6 +114,9 @@ def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bo
         # (an axis a view reads at another's position stays in one lane: kernels.relabelled)
         splits += [(i, w) for i, a in enumerate(model.reduced) if a not in model.relabelled
                    for w in (_quick_ways(model, sizes, a) if quick else SPLITS)]
+        if fixed.get("split") and fixed["split"][0] in model.reduced:   # (--lanes: hints.py)
+            axis, ways = fixed["split"]
+            splits = [(model.reduced.index(axis), ways)]
     return group, chunk, thread, splits
 
 
@@ -122,9 +132,11 @@ def _quick_ways(model: Model, sizes: dict, axis: str) -> tuple:
 
 
 def _shrink(group: dict, thread: dict, chunk: list, splits: list, limit: int = MAX_POINTS) -> None:
-    """Keep the grid under `limit` points by thinning the longest candidate lists."""
+    """Keep the grid under `limit` points by thinning the longest candidate lists (counting
+    the splits over one warp only: those over several add at most as many points again, and
+    thinning the tiles for them would drop the tiles a kernel without one wants)."""
     def count():
-        n = len(chunk) * len(splits)
+        n = len(chunk) * len([s for s in splits if s[1] <= WARP_LANES])
         for v in list(group.values()) + list(thread.values()):
             n *= len(v)
         return n
@@ -143,7 +155,8 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
 
     `fine` searches eight sizes per doubling instead of powers of two (for the paper's
     continuous optima); `quick` searches fewer thread and chunk sizes (fusion's estimates).
-    `fixed` holds the hints' decisions ("group", "thread", "stream", "inner") and may cap
+    `fixed` holds the hints' decisions ("group", "thread", "stream", "inner", "split": the
+    lanes of a reduced axis) and may cap
     the threads a block is launched with ("threads": a merge run by another kernel's
     blocks, last_block.py)."""
     fixed = fixed or {}
@@ -157,7 +170,8 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
         ok = ok & (out.threads <= fixed.get("threads", target.max_threads_per_block))
         stream = dict([candidates.stream]) if candidates.stream else {}
         for a, ways in candidates.split:     # no more threads share an axis than it has
-            ok = ok & (ways <= stream.get(a, float(sizes[a])))
+            if not fixed.get("split"):       # (unless a hint says so)
+                ok = ok & (ways <= stream.get(a, float(sizes[a])))
     best = fastest(out, ok, ties, shape)
     if best is None:
         return None
@@ -184,7 +198,8 @@ def _candidate_set(model: Model, target: Target, sizes: dict, fixed: dict, fine:
     candidates = Choices(tuple(gvals.items()), (axis, chunks_) if axis is not None else None,
                          tuple(tvals.items()),
                          tuple((a, np.where(split_axis == i, ways, 1.0))
-                               for i, a in enumerate(model.reduced) if len(splits) > 1),
+                               for i, a in enumerate(model.reduced)
+                               if any(w > 1 for _, w in splits)),
                          fixed.get("inner"))
     # (what np.broadcast_shapes(candidates.shape, ...) gives: every term is one of the mesh's
     # three dimensions, or a number)

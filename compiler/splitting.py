@@ -171,7 +171,10 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
     base = fuse(problem)
     best, best_time, best_key = base, total(base), None
     unsplit = best_time
+    lanes = {h.axis for h in problem.hints if h.kind == "lanes"}
     for axis, start in candidates(base).items():
+        if axis in lanes:                  # (split over a block's lanes as a hint says)
+            continue
         # the kernels fusion makes of the fewest and the most splits tried, priced at the
         # other counts (the statements are the same), then fused again at the best count;
         # each count's problem is split once and fused once (its planner, and so its

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..compiler import ir
 from ..compiler.diagram import Diagram
+from ..compiler.across_warps import WARP
 from . import dtypes, elementwise, reference
 from .bind import bind_sizes, to_numpy
 from .labelled import Labelled, contract, relabel
@@ -267,8 +268,8 @@ def _softmax(x, ex, dims, d, p) -> np.ndarray:
 def longest_accumulation(plan) -> int:
     """The most additions one term passes through in any accumulation the plan performs:
     a SIMT lane's sequential share of its reduced axes (the axes' product, divided along the
-    axis its lanes split) plus the lanes' merge (at most one addition per lane: shuffles,
-    then the warps in turn) plus a split's partial states merged across blocks; a tensor-core
+    axis its lanes split) plus the lanes' merge (at most one addition per lane of a warp's
+    shuffles, then one per other warp of a split over several: codegen/across_warps.py) plus a split's partial states merged across blocks; a tensor-core
     kernel's contractions count whole (their fragments' order is the hardware's)."""
     g, sizes = plan.graph, plan.sizes
     parts = plan.split.parts if plan.split is not None else 0
@@ -283,7 +284,8 @@ def longest_accumulation(plan) -> int:
             n = math.prod(size.values())
             if s is not None and not s.tensor_cores and s.split and s.split[0] in size:
                 a, ways = s.split
-                n = n // max(size[a], 1) * -(-size[a] // ways) + ways
+                n = n // max(size[a], 1) * -(-size[a] // ways) + min(ways, WARP) + \
+                    max(ways // WARP - 1, 0)
             longest = max(longest, n + parts)
     return longest
 

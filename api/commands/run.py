@@ -7,8 +7,8 @@ import hashlib
 import click
 import numpy as np
 
-from ..cli_common import (REPORT_URL, SPLIT_HELP, diagram_options, engine_option, load_diagram,
-                          merge_option, parse_assignments)
+from ..cli_common import (LANES_HELP, REPORT_URL, SPLIT_HELP, diagram_options, engine_option,
+                          load_diagram, merge_option, parse_assignments)
 from ..compiler import ir
 from ..compiler import target as targets
 from ..diagrams.diagnostics import UsageError, did_you_mean, error
@@ -38,6 +38,7 @@ CONFIDENCE = 1e-6
 @click.option("--stream", "streams", multiple=True, metavar="AXIS=SIZE,...",
               help="Fix the streamed axis and its chunk: --stream x=64.")
 @click.option("--split", "splits", multiple=True, metavar="AXIS=COUNT", help=SPLIT_HELP)
+@click.option("--lanes", "lanes", multiple=True, metavar="AXIS=COUNT", help=LANES_HELP)
 @merge_option
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), default=None,
               help=".npz file whose keys are the input names.")
@@ -50,8 +51,8 @@ CONFIDENCE = 1e-6
               help="Also compare each output with the float64 reference under the tolerance "
                    "rule (its sums held to the order the backend's plan computes them in) and "
                    "print its error and budget (exit 101 if one breaks it: a bug).")
-def command(diagram, sizes, backend, target_name, engine, groups, streams, splits, merge,
-            inputs_path, shapes, seed, save_path, check) -> None:
+def command(diagram, sizes, backend, target_name, engine, groups, streams, splits, lanes,
+            merge, inputs_path, shapes, seed, save_path, check) -> None:
     """Run a diagram and print each output's shape and checksum."""
     from ..api import prepare_run
     check_backend(backend)
@@ -77,7 +78,8 @@ def command(diagram, sizes, backend, target_name, engine, groups, streams, split
     kernel, arrays = prepare_run(d, (), inputs, backend=backend, target=target_name,
                                  engine=engine, group=parse_assignments(groups, "--group"),
                                  stream=parse_assignments(streams, "--stream"),
-                                 split=parse_assignments(splits, "--split"), merge=merge)
+                                 split=parse_assignments(splits, "--split"), merge=merge,
+                                 lanes=parse_assignments(lanes, "--lanes"))
     outputs = kernel(**arrays)
     named = {s.name: out for s, out in zip(d.outputs, outputs)}
     verdicts, worst = {}, {}

@@ -40,13 +40,15 @@ BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "x", "__syncthreads"
             "fmaxf", "fmaf", "erff", "log1pf", "expm1f", "sinf", "cosf", "floorf", "ceilf",
             "powf", "__any_sync", "__threadfence", "atomicAdd", "__ldcg"}
 GENERATED = re.compile(r"(?:p|n|v|st|sm|acc|cnt|res|j|k|z|e|c|i|pt|pos|ix|tc_|org_|base_|napkin_k|"
-                       r"dlo|dhi|dv|sred|rst|lv|sw|to_|rv|sc|es|hq|ld|pk|pr)\d+|smm\d+_\d+|napkin_last|napkin_tile|"
+                       r"dlo|dhi|dv|sred|rst|lv|sw|to_|rv|sc|es|hq|ld|pk|pr|xw|xwf)\d+|smm\d+_\d+|"
+                       r"napkin_last|napkin_tile|xwi|"
                        r"napkin_k\d+f|lse|tv|ut|um|un|ua|"
                        r"e|z|tid|lane|tvalid|nblocks|blk|smem|off|xl|xg|clen|"
                        r"acc|fa|fb|fg|fq|wr|wc|eo|ei|kk|nlen|stage|qa|rm|rl|sc|fz|mx|sh|sl|rs|su|pa|cfull|"
                        r"r|eo0|cps|cpd|qks|qkl|cv|y|w|"
                        r"dt|dp|dc|pfirst|plast|cfirst|cend|mfirst|mlast|mcount|mrun|"
                        r"fill|srow|spos|rsc|rch")
+# (xw, xwf, xwi: the warps' states of a split over several, codegen/across_warps.py)
 # (the last three lines: tensor-core kernels; the span of a mask read from data, masks.data_span;
 # the pipeline's stage being filled, a product's row statistics, codegen/rowstats.py;
 # FlashAttention-2's rescale factors and its vote, codegen/flash._softmax; the swizzled tiles'

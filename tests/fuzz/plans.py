@@ -34,7 +34,7 @@ from .gen import Case, inputs_for
 from .harness import Checked, Failure, _trace, run_backends
 
 SMALL = (1, 2, 3, 5, 7, 9, 13, 17, 33)
-LANES = (2, 4, 8, 16, 32)
+LANES = (2, 4, 8, 16, 32, 64, 256)    # (64 and 256: a split over 2 and 8 warps)
 MAX_THREADS = 1024
 
 

@@ -1,0 +1,99 @@
+"""What a split over several warps costs beyond its shuffles: the merge of the warps' states.
+
+A reduced axis split over more than 32 lanes (search.SPLITS: 64 to 1024, 2 to 32 warps)
+merges each warp's lanes by shuffles, as a split of 32 does (issue_simt.merges, the
+reductions' shuffles in BLOCK_BASE), then the warps' states through shared memory
+(codegen/across_warps.py): at each merge site (a reduction over the split axis, at each of
+the thread's points) every warp passes two barriers, its first lane stores the state, and
+every lane reads its group's `g = ways / 32` warps' states and folds the g - 1 after the
+first into it. Per site and warp that issues ACROSS_SITE (the barriers, the leader's test and
+store, the group's first warp) and, per warp of the group after the first, ACROSS_READ per
+state variable (its LDS) and the merge's own instructions (`STEP`: an FADD or a max, the
+rescaling of a running max and sum, an argmax's comparisons), each after the last: a chain of
+g dependent shared-memory reads, beside the barriers' wait (`cycles`, which the block's other
+resident blocks may fill: cost.py divides it by them). Counted from the emitted C (the
+loop's body is a load and the operator codegen/accum.merge_one emits); not fitted to SASS or
+to a GPU run (CALIBRATE on a GPU: benchmarks/gpu_check.py).
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+WARP = 32
+ACROSS_SITE = 12
+ACROSS_READ = 2
+# per warp after the first: the merge operator's instructions by the state merged
+STEP = {"sum": 1, "max": 1, "min": 1, "argmax": 6, "argmin": 6, "lse": 25, "pair": 25}
+# per site, in cycles: the two barriers (waits.BARRIER_CYCLES each) and, per warp of the
+# group, a shared-memory read's latency and the operator after it
+SITE_CYCLES = 60
+WARP_CYCLES = 40
+# the merge sites of a reduction over the whole split axis (not streamed), by its op: a
+# variance its mean and then its squares, a softmax's or a logsumexp's statistics a max then
+# a sum (one running state where read once, Model.online)
+SITES = {"sum": (("sum", 1),), "mean": (("sum", 1),), "max": (("max", 1),),
+         "min": (("min", 1),), "var": (("sum", 1), ("sum", 1)),
+         "argmax": (("argmax", 2),), "argmin": (("argmin", 2),),
+         "logsumexp": (("max", 1), ("sum", 1)), "softmax": (("max", 1), ("sum", 1)),
+         "contract": (("sum", 1),)}
+ONLINE = (("lse", 2),)
+
+
+def groups(choice, axis: str):
+    """Warps of a split group along `axis` (per candidate of a Choices), 1 where not split
+    over more than a warp."""
+    ways = np.asarray(dict(choice.split).get(axis, 1.0), dtype=float)
+    return np.maximum(ways / WARP, 1.0)
+
+
+def sites(model, choice, sizes: dict):
+    """(split axis, kind, state variables, the merges a thread runs per block tile) for each
+    merge site of the kernel over a split axis: its streamed accumulators after their pass
+    where the lanes split the streamed axis (at each of the thread's points), and its
+    reductions over a whole split axis (at each of the thread's points, and at each position
+    of the streamed axis where they run inside its loop: a score's sum over a split head)."""
+    split = [a for a, _ in choice.split]
+    thread = dict(choice.thread)
+    stream = choice.stream[0] if choice.stream else None
+    paired = {c for _, c in model.streaming.pairs}
+    out = []
+    for a in model.arrays:
+        if a.role == "accumulator" and stream in split:
+            held = prod(thread[x] for x in a.axes if x in thread)
+            kind = "pair" if a.node in paired else ("lse" if a.slots == 2 else "sum")
+            out.append((stream, kind, a.slots, held))
+    for w in model.work:
+        if w.op == "contract" or w.engine == "contraction":
+            ops = SITES["contract"]
+        else:
+            ops = ONLINE if w.node in model.online else SITES.get(w.op, ())
+        for axis in split:
+            if axis in w.axes and axis != stream:
+                held = prod(thread[x] for x in w.axes if x in thread) * \
+                    (sizes[stream] if stream in w.axes else 1)
+                out += [(axis, kind, slots, held) for kind, slots in ops]
+    return out
+
+
+def instructions(model, choice, sizes: dict):
+    """Instructions each warp issues per block tile to merge the warps' states (0 where no
+    candidate splits over more than a warp)."""
+    total = 0.0
+    for axis, kind, slots, held in sites(model, choice, sizes):
+        g = groups(choice, axis)
+        total = total + np.where(g > 1, held * (ACROSS_SITE + (g - 1) * (
+            slots * ACROSS_READ + STEP[kind])), 0.0)
+    return total
+
+
+def cycles(model, choice, sizes: dict):
+    """Cycles a block tile waits at its merges across warps (the barriers, the chain of
+    shared-memory reads), 0 where none."""
+    total = 0.0
+    for axis, _, _, held in sites(model, choice, sizes):
+        g = groups(choice, axis)
+        total = total + np.where(g > 1, held * (SITE_CYCLES + g * WARP_CYCLES), 0.0)
+    return total
