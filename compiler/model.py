@@ -123,6 +123,8 @@ def array_name(g: DiGraph, n: int) -> str:
     op = ir.op(g, n)
     if isinstance(op, (ir.Input, ir.Assign)):
         return op.name
+    if isinstance(op, ir.Reshape):      # (local_merge.py: `A[b t (h*d)]`)
+        return f"{array_name(g, ir.operands(g, n)[0])}[{' '.join(ir.type_of(g, n).axes)}]"
     for v in g.successors(n):
         if isinstance(ir.op(g, v), ir.Assign) and through(g, v) == n:
             return ir.op(g, v).name
