@@ -189,17 +189,48 @@ def test_the_whole_block_matches_the_oracle(rng):
     assert_close(Y, want, "f16", slack=32.0)      # f16 storage of Y; f32 intermediates
 
 
+@pytest.mark.thorough
+def test_the_whole_block_with_its_projection_merged_matches_the_oracle(rng):
+    """engine tensor-cores: R = X + A * Wo one product over (h*d) through reshapes
+    (compiler/local_merge.py; auto keeps the CUDA cores at these sizes), the rest of the block
+    with h and d apart; odd sizes."""
+    b, t, m, h, d, f = 1, 19, 24, 3, 16, 40
+    X = _f16(rng, (b, t, m))
+    g1, g2 = _f16(rng, (m,), 0.2) + 1, _f16(rng, (m,), 0.2) + 1
+    Wq, Wk, Wv = (_f16(rng, (m, h, d), m ** -0.5) for _ in range(3))
+    Wo = _f16(rng, (h, d, m), (h * d) ** -0.5)
+    W1, W2 = _f16(rng, (m, f), m ** -0.5), _f16(rng, (f, m), f ** -0.5)
+    kernel = napkin.compile(BLOCK_TEXT.format(d=d), backend="emulate", engine="tensor-cores",
+                            s=t, m2=m)
+    (Y,) = kernel(X, g1, g2, Wq, Wk, Wv, Wo, W1, W2)
+    assert any(k.model.reduced == ("(h*d)",) for k in kernel.plan.kernels)
+    x, G1, G2, wq, wk, wv, wo, w1, w2 = (a.astype(np.float64) for a in
+                                          (X, g1, g2, Wq, Wk, Wv, Wo, W1, W2))
+    n1 = _rmsnorm(x, G1)
+    q, k, v = (np.einsum("btm,mhd->bhtd", n1, w) for w in (wq, wk, wv))
+    S = np.einsum("bhtd,bhsd->bhts", q, k) / np.sqrt(d)
+    S = np.where(np.arange(t)[None, :] <= np.arange(t)[:, None], S, -np.inf)
+    P = np.exp(S - S.max(-1, keepdims=True))
+    P /= P.sum(-1, keepdims=True)
+    r = x + np.einsum("bthd,hdm->btm", np.einsum("bhts,bhsd->bthd", P, v), wo)
+    want = r + _gelu(_rmsnorm(r, G2) @ w1) @ w2
+    assert_close(Y, want, "f16", slack=32.0)
+
+
 def test_the_block_at_its_shape():
     """Q, K, V, the MLP's two products on tensor cores; attention FlashAttention: Q, K and V,
     read only by tensor-core products, are stored f16 as if declared so (compiler/stored16.py;
     FlashAttention takes 16-bit loads), and declared f16 the plan is the same; R = X + A * Wo
-    (a contraction over h and d) on the CUDA cores, so A stays f32."""
+    (a contraction over h and d, adjacent in A and Wo but not in Q) one tensor-core product
+    over (h*d) read through reshapes (compiler/local_merge.py), so A, read only by it, is
+    stored f16 too."""
     from napkin.compiler import stored16
     engines, p = _engines(BLOCK_TEXT.format(d=128))
-    want = [SIMT, PRODUCT, PRODUCT, PRODUCT, ATTENTION, SIMT, SIMT, PRODUCT, PRODUCT]
+    want = [SIMT, PRODUCT, PRODUCT, PRODUCT, ATTENTION, PRODUCT, SIMT, PRODUCT, PRODUCT]
     assert engines == want, engines
+    assert p.kernels[5].model.reduced == ("(h*d)",)
     names = {line.split()[0] for line in stored16.said(p)}
-    assert {"Q", "K", "V", "N1", "N2"} <= names and "A" not in names, names
+    assert {"Q", "K", "V", "N1", "N2"} <= names, names
     f16 = BLOCK_TEXT.format(d=128)
     f16 = f16.replace("Q[b h t d] =", "Q[b h t d]: f16 =").replace(
         "K[b h s d] =", "K[b h s d]: f16 =").replace("V[b h s d] =", "V[b h s d]: f16 =")
