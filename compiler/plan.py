@@ -77,7 +77,8 @@ class Problem:
     sizes: dict
     hints: tuple
     defaulted: tuple[str, ...]
-    unmerged: "Problem | None" = None   # without the free axes merged (merge.py): priced
+    unmerged: "Problem | None" = None   # without the free axes merged (merge.py), then
+                                        # without the products' own (local_merge.py): priced
 
 
 @dataclass(frozen=True, eq=False)
