@@ -164,56 +164,65 @@ out Y: f16
 """
 
 
+def _block_inputs(rng, b, t, m, h, d, f):
+    """X, g1, g2, Wq, Wk, Wv, Wo, W1, W2 of BLOCK_TEXT, f16, scaled to keep values near 1."""
+    X = _f16(rng, (b, t, m))
+    g1, g2 = _f16(rng, (m,), 0.2) + 1, _f16(rng, (m,), 0.2) + 1
+    Wq, Wk, Wv = (_f16(rng, (m, h, d), m ** -0.5) for _ in range(3))
+    Wo = _f16(rng, (h, d, m), (h * d) ** -0.5)
+    W1, W2 = _f16(rng, (m, f), m ** -0.5), _f16(rng, (f, m), f ** -0.5)
+    return X, g1, g2, Wq, Wk, Wv, Wo, W1, W2
+
+
+def _block_oracle(*arrays):
+    """BLOCK_TEXT's Y in float64 (a causal mask over s <= t, s = t)."""
+    x, G1, G2, wq, wk, wv, wo, w1, w2 = (a.astype(np.float64) for a in arrays)
+    t, d = x.shape[1], wq.shape[2]
+    n1 = _rmsnorm(x, G1)
+    q, k, v = (np.einsum("btm,mhd->bhtd", n1, w) for w in (wq, wk, wv))
+    S = np.einsum("bhtd,bhsd->bhts", q, k) / np.sqrt(d)
+    S = np.where(np.arange(t)[None, :] <= np.arange(t)[:, None], S, -np.inf)
+    P = np.exp(S - S.max(-1, keepdims=True))
+    P /= P.sum(-1, keepdims=True)
+    r = x + np.einsum("bthd,hdm->btm", np.einsum("bhts,bhsd->bthd", P, v), wo)
+    return r + _gelu(_rmsnorm(r, G2) @ w1) @ w2
+
+
 @pytest.mark.thorough
 def test_the_whole_block_matches_the_oracle(rng):
     # (one sequence of 19 over odd widths: 4 minutes at SMALL on an idle machine, past the
     # emulator's time limit on a loaded one)
     b, t, m, h, d, f = 1, 19, 24, 2, 16, 40
-    X = _f16(rng, (b, t, m))
-    g1, g2 = _f16(rng, (m,), 0.2) + 1, _f16(rng, (m,), 0.2) + 1
-    Wq, Wk, Wv = (_f16(rng, (m, h, d), m ** -0.5) for _ in range(3))
-    Wo = _f16(rng, (h, d, m), (h * d) ** -0.5)
-    W1, W2 = _f16(rng, (m, f), m ** -0.5), _f16(rng, (f, m), f ** -0.5)
+    X, g1, g2, Wq, Wk, Wv, Wo, W1, W2 = _block_inputs(rng, b, t, m, h, d, f)
     (Y,) = napkin.run(BLOCK_TEXT.format(d=d), X, g1, g2, Wq, Wk, Wv, Wo, W1, W2,
                       backend="emulate", s=t, m2=m)
-    x, G1, G2, wq, wk, wv, wo, w1, w2 = (a.astype(np.float64) for a in
-                                          (X, g1, g2, Wq, Wk, Wv, Wo, W1, W2))
-    n1 = _rmsnorm(x, G1)
-    q, k, v = (np.einsum("btm,mhd->bhtd", n1, w) for w in (wq, wk, wv))
-    S = np.einsum("bhtd,bhsd->bhts", q, k) / np.sqrt(d)
-    S = np.where(np.arange(t)[None, :] <= np.arange(t)[:, None], S, -np.inf)
-    P = np.exp(S - S.max(-1, keepdims=True))
-    P /= P.sum(-1, keepdims=True)
-    r = x + np.einsum("bthd,hdm->btm", np.einsum("bhts,bhsd->bthd", P, v), wo)
-    want = r + _gelu(_rmsnorm(r, G2) @ w1) @ w2
+    want = _block_oracle(X, g1, g2, Wq, Wk, Wv, Wo, W1, W2)
     assert_close(Y, want, "f16", slack=32.0)      # f16 storage of Y; f32 intermediates
 
 
 @pytest.mark.thorough
-def test_the_whole_block_with_its_projection_merged_matches_the_oracle(rng):
-    """engine tensor-cores: R = X + A * Wo one product over (h*d) through reshapes
-    (compiler/local_merge.py; auto keeps the CUDA cores at these sizes), the rest of the block
-    with h and d apart; odd sizes."""
-    b, t, m, h, d, f = 1, 19, 24, 3, 16, 40
-    X = _f16(rng, (b, t, m))
-    g1, g2 = _f16(rng, (m,), 0.2) + 1, _f16(rng, (m,), 0.2) + 1
-    Wq, Wk, Wv = (_f16(rng, (m, h, d), m ** -0.5) for _ in range(3))
-    Wo = _f16(rng, (h, d, m), (h * d) ** -0.5)
-    W1, W2 = _f16(rng, (m, f), m ** -0.5), _f16(rng, (f, m), f ** -0.5)
-    kernel = napkin.compile(BLOCK_TEXT.format(d=d), backend="emulate", engine="tensor-cores",
-                            s=t, m2=m)
-    (Y,) = kernel(X, g1, g2, Wq, Wk, Wv, Wo, W1, W2)
-    assert any(k.model.reduced == ("(h*d)",) for k in kernel.plan.kernels)
-    x, G1, G2, wq, wk, wv, wo, w1, w2 = (a.astype(np.float64) for a in
-                                          (X, g1, g2, Wq, Wk, Wv, Wo, W1, W2))
-    n1 = _rmsnorm(x, G1)
-    q, k, v = (np.einsum("btm,mhd->bhtd", n1, w) for w in (wq, wk, wv))
-    S = np.einsum("bhtd,bhsd->bhts", q, k) / np.sqrt(d)
-    S = np.where(np.arange(t)[None, :] <= np.arange(t)[:, None], S, -np.inf)
-    P = np.exp(S - S.max(-1, keepdims=True))
-    P /= P.sum(-1, keepdims=True)
-    r = x + np.einsum("bthd,hdm->btm", np.einsum("bhts,bhsd->bthd", P, v), wo)
-    want = r + _gelu(_rmsnorm(r, G2) @ w1) @ w2
+@pytest.mark.parametrize("t, m, f", [(37, 40, 72), (131, 48, 72)])
+def test_the_whole_block_with_its_projection_merged_matches_the_oracle(rng, t, m, f):
+    """R = X + A * Wo one product over (h*d) through reshapes (compiler/local_merge.py), the
+    rest of the block with h and d apart: the merged IR planned here (at these odd sizes the
+    planner keeps the user's axes), its emitted CUDA emulated: at t=37 the projection on the
+    CUDA cores (fused with N2's mean over m: the scalar emitter's reshape), at t=131 a
+    tensor-core product."""
+    from dataclasses import replace
+    from napkin.compiler.plan import fuse_kernels, prepare, tile
+    from napkin.pipeline import run_plan
+    b, h, d = 1, 3, 16
+    X, g1, g2, Wq, Wk, Wv, Wo, W1, W2 = _block_inputs(rng, b, t, m, h, d, f)
+    sizes = dict(b=b, t=t, s=t, m=m, m2=m, h=h, f=f)
+    problem = prepare(napkin.load(BLOCK_TEXT.format(d=d)), "h100", sizes)
+    while not problem.graph.graph.get("local_merged"):
+        problem = problem.unmerged
+    p = tile(fuse_kernels(replace(problem, unmerged=None)))
+    assert (PRODUCT if t > 100 else SIMT) in [k.schedule.engine for k in p.kernels
+                                              if "(h*d)" in k.model.reduced]
+    names = ("X", "g1", "g2", "Wq", "Wk", "Wv", "Wo", "W1", "W2")
+    Y = run_plan(p, dict(zip(names, (X, g1, g2, Wq, Wk, Wv, Wo, W1, W2))), {**sizes, "d": d})["Y"]
+    want = _block_oracle(X, g1, g2, Wq, Wk, Wv, Wo, W1, W2)
     assert_close(Y, want, "f16", slack=32.0)
 
 
