@@ -119,3 +119,41 @@ def test_the_projection_at_its_shapes_is_one_tensor_core_product():
         proj = next(k for k in p.kernels if "(h*d)" in k.model.reduced)
         assert proj.schedule.engine == PRODUCT
         assert "contracts h d as one axis (h*d) in this kernel" in render_text(report(p, compare=False))
+
+
+def test_the_merged_axis_is_not_split_across_blocks():
+    """A split's windows read loads, not reshapes of them: the planner never nominates it."""
+    from napkin.compiler import split
+    g = prepare(napkin.load(_text()), "h100", dict(b=1, t=1, m=64, h=32, d=128)).graph
+    assert "local_merge" in split.splittable(g, "(h*d)")
+
+
+DECODE = """axis b, t, s, h, d, m
+in X[b t m]: f16
+in Q[b h t d]: f16
+in K[b h s d]: f16
+in V[b h s d]: f16
+in Wo[h d m]: f16
+S[b h t s] = Q * K / sqrt(size(d))
+A[b t h d] = softmax[s](S) * V
+R[b t m] = X + A * Wo
+out R: f16
+"""
+
+
+def test_beside_a_split_attention_the_merged_product_agrees(rng):
+    """Decoding: the keys split across blocks (`split s`, split.py rewrites the IR) and the
+    projection read through reshapes, both in one plan (built from the merged IR), emulated
+    against the float64 reference at odd sizes."""
+    sizes = dict(b=1, t=1, s=301, h=3, d=16, m=40)
+    d = napkin.load(DECODE)
+    problem = prepare(d, "h100", sizes, overrides={"split": {"s": 3}})
+    assert _merged(problem.graph)
+    fused = fuse_kernels(replace(problem, unmerged=None))
+    p = tile(fused)
+    assert fused.split.axis == "s"
+    assert PRODUCT in [k.schedule.engine for k in p.kernels if "(h*d)" in k.model.reduced]
+    ins = {s.name: rng.standard_normal(tuple(sizes[a] for a in s.axes)).astype(np.float16)
+           for s in d.inputs}
+    (want,) = napkin.run(d, backend="reference", **ins)
+    assert_close(run_plan(p, ins, sizes)["R"], want, "f16")
