@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .compiler import ir, merge
+from .compiler import ir, local_merge, merge
 from .explain_units import model_units, seconds_text
 from .compiler import stored16, tensorcore
 from .compiler.buffers import buffers
@@ -87,6 +87,9 @@ def report(plan: Plan, compare: bool = True) -> dict:
             "blocks_per_sm": int(kp.cost.blocks_per_sm),
             "occupancy_limit": kp.cost.occupancy_limit,
         })
+        local = local_merge.report(plan.graph, kp.kernel.nodes)
+        if local:               # axes merged for this kernel's product (local_merge.py)
+            kernels[-1]["local_merged"] = local
         if kp.schedule.engine == SCATTER:    # atomics at the gathered rows (scatter.py)
             kernels[-1].update(scatter_report(plan, kp))
     out = {
@@ -238,6 +241,7 @@ def render_text(rep: dict) -> str:
     for k in rep["kernels"]:
         lines.append("")
         lines.append(f"kernel {k['name']}: computes {', '.join(k['equations'])}")
+        lines.extend(f"  {line}" for line in k.get("local_merged", ()))
         if k.get("run_by"):
             lines.append(f"  run by kernel {k['run_by']}'s last block of each output tile, "
                          "after its partial states (no launch of its own)")

@@ -34,6 +34,9 @@ def lower(plan: Plan) -> P.Program:
     sizes: dict[str, str] = {}
     # a dynamic axis no input has is one no array uses (else N0305): it has no size at run time
     bound = {axes[a].rep for n in g.graph["inputs"].values() for a in ir.type_of(g, n).axes}
+    # (an axis merged for one product, compiler/local_merge.py: the product of its parts')
+    bound |= {info.rep for info in axes.values()
+              if info.merged and all(axes[a].rep in bound for a in info.merged)}
     for name, info in axes.items():
         if info.size is not None:
             sizes[name] = cexpr.int_literal(info.size)

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ..compiler import ir
+from ..compiler import ir, local_merge
 from ..diagrams.diagnostics import error
 from . import accum, across_warps, cexpr
 from . import program as P
@@ -95,6 +95,8 @@ class Emitter(SoftmaxRows):
                 return self.value(base, inner)
             finally:
                 self.ctx.views -= 1
+        if isinstance(op, ir.Reshape):
+            return self._reshape(n, args[0], scope)
         if isinstance(op, ir.Gather):
             return self._gather(op, args, scope)
         if isinstance(op, ir.Assign):
@@ -336,6 +338,22 @@ class Emitter(SoftmaxRows):
                                                                 f"{self._lane_mask(lanes)}")))
             self._across_warps(lanes, op.fn, {"s": best, "i": pos})
         return b.value("long long", f"({pos} == NAPKIN_NO_POSITION ? -1LL : {pos})")
+
+    def _reshape(self, n: int, base: int, scope) -> str:
+        """A reshape (compiler/local_merge.py) reads its base at each merged position's parts
+        (`(h*d)` = i: h = i / size(d), d = i % size(d)), from global memory as a view does."""
+        inner = dict(scope)
+        for axis, parts in local_merge.decomposed(self.g, n):
+            rest = scope[axis].expr
+            for a in reversed(parts[1:]):
+                inner[a] = Ix(f"(({rest}) % ({self.ctx.size(a)}))")
+                rest = f"(({rest}) / ({self.ctx.size(a)}))"
+            inner[parts[0]] = Ix(rest)
+        self.ctx.views += 1
+        try:
+            return self.value(base, inner)
+        finally:
+            self.ctx.views -= 1
 
     def _gather(self, op, args, scope) -> str:
         """The array at the positions' values, read as a view reads (from global memory); a

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .graph import DiGraph, has_path, topological_order
 
-from . import ir
+from . import ir, local_merge
 from .kernels import FusedKernel
 
 Cluster = frozenset  # of statement indices
@@ -67,9 +67,11 @@ def _edges(g, stmts, clusters, siblings: bool = False, owned: dict | None = None
 
 def _splits_apart(g, cluster: Cluster) -> bool:
     """A split's partial states and their merge stay in two kernels (split.py): fused, the
-    merge would reduce the splits inside each block, which is the unsplit plan again."""
+    merge would reduce the splits inside each block, which is the unsplit plan again; so do
+    a product read through reshapes and its operands' producers (local_merge.py)."""
     info = g.graph.get("split")
-    return info is not None and any(a in cluster and b in cluster for a, b in info.apart)
+    return (info is not None and any(a in cluster and b in cluster for a, b in info.apart)) \
+        or local_merge.apart(g, cluster)
 
 
 def _creates_cycle(g, stmts, clusters, p: Cluster, c: Cluster, owned: dict | None = None) -> bool:

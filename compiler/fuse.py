@@ -155,6 +155,8 @@ def _as_written(g, stmts) -> set | None:
     for s in stmts:
         groups.setdefault(within.get(s, s), set()).add(s)
     clusters = {frozenset(c) for c in groups.values()}
+    if any(_splits_apart(g, c) for c in clusters):    # (a product read through reshapes)
+        return None
     return clusters if _acyclic(g, stmts, clusters) else None
 
 

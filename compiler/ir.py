@@ -171,6 +171,14 @@ class View:
 
 
 @dataclass(frozen=True)
+class Reshape:
+    """Reads an array with runs of its adjacent axes as one axis each (compiler/local_merge.py:
+    `A[b t h d]` read as `[b t (h*d)]`, position i of `(h*d)` being (i / size(d), i % size(d)));
+    row-major, the same memory. The node's type names the merged axes, the axes table their
+    parts (`Axis.merged`)."""
+
+
+@dataclass(frozen=True)
 class Gather:
     """Reads an array at computed positions (`E[tok[t] m]`): operand 0 is the array, then one
     integer index per computed position, in order. `labels[k]` names the axis position k is
@@ -230,7 +238,7 @@ class Assign:
     dtype: str | None = None    # declared storage dtype (`H[t f]: bf16 = ...`), else f32
 
 
-Op = Input | Output | Const | Index | SizeOf | View | Gather | Map | Contract | Reduce | Scan | Softmax | Assign
+Op = Input | Output | Const | Index | SizeOf | View | Reshape | Gather | Map | Contract | Reduce | Scan | Softmax | Assign
 
 
 # --- access helpers ------------------------------------------------------------

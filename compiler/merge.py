@@ -26,6 +26,9 @@ Free axes of an attention's query rows (GQA's `r q`) are left to packing.py, whi
 into the fragment rows in the lowering (also under a causal mask over q and in a split
 decode, where a merge could not apply): `_attention_rows`.
 
+Axes adjacent in both operands of one contraction but not in every array (`A[b t h d] *
+Wo[h d m]` beside `Q[b h t d]`) are merged for that product alone: local_merge.py.
+
 The merged axis is named `(a1*..*an)` (a name no diagram axis has, unlike packing's `(r q)`; axis names never reach the
 generated C, where sizes are parameters `n<i>`), its `Axis.merged` holds the chain, and its size
 is the product (static when every part is, else computed per call by `split.complete_sizes`,

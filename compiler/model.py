@@ -25,6 +25,8 @@ from .kernels import FusedKernel, is_free, relabelled
 from .passes import Streaming, stream
 from .row_runs import COPIED, RUN_BYTES
 
+# the same array's values at other labels or shapes: a renaming view, a reshape (local_merge.py)
+VIEWS = (ir.View, ir.Reshape)
 BYTES = {"f32": 4, "f16": 2, "bf16": 2, "bool": 1, "index": 4, "i32": 4, "i64": 8}
 
 # FLOPs per element for ops other than contractions (which cost 2 per product term).
@@ -121,6 +123,8 @@ def array_name(g: DiGraph, n: int) -> str:
     op = ir.op(g, n)
     if isinstance(op, (ir.Input, ir.Assign)):
         return op.name
+    if isinstance(op, ir.Reshape):      # (local_merge.py: `A[b t (h*d)]`)
+        return f"{array_name(g, ir.operands(g, n)[0])}[{' '.join(ir.type_of(g, n).axes)}]"
     for v in g.successors(n):
         if isinstance(ir.op(g, v), ir.Assign) and through(g, v) == n:
             return ir.op(g, v).name
@@ -171,7 +175,7 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
     for n in k.loads:
         t = ir.type_of(g, n)
         users = [v for v in g.successors(n) if v in members]
-        if users and all(isinstance(ir.op(g, v), ir.View) or _gathers_from(g, v, n) for v in users):
+        if users and all(isinstance(ir.op(g, v), VIEWS) or _gathers_from(g, v, n) for v in users):
             continue  # only seen through views or gathered: counted there
         streamed = axis is not None and axis in t.axes
         arrays.append(Array(n, array_name(g, n), "load", t.axes, BYTES[storage_dtype(g, n)],
@@ -188,10 +192,11 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
         t = ir.type_of(g, n)
         if isinstance(op, ir.Assign) and through(g, n) != n:
             continue  # a name for a value already counted
-        if isinstance(op, ir.View):
+        if isinstance(op, VIEWS):
             base = _view_base(g, n)
             if base in k.loads:   # the same global array seen along other axes: loaded again
-                arrays.append(Array(n, array_name(g, base) + "[" + " ".join(op.labels) + "]",
+                shown = " ".join(getattr(op, "labels", t.axes))     # (a reshape: its axes)
+                arrays.append(Array(n, f"{array_name(g, base)}[{shown}]",
                                     "load", t.axes, BYTES[storage_dtype(g, base)],
                                     streamed=axis is not None and axis in t.axes,
                                     used_over=_used_over(g, n, members), unstaged=True))
@@ -276,7 +281,7 @@ def _gathers_from(g: DiGraph, v: int, n: int) -> bool:
 
 
 def _view_base(g: DiGraph, n: int) -> int:
-    while isinstance(ir.op(g, n), ir.View):
+    while isinstance(ir.op(g, n), VIEWS):
         n = ir.operands(g, n)[0]
     return n
 
@@ -325,7 +330,7 @@ def _input_dtypes(g: DiGraph, m: int) -> list[str]:
     op = ir.op(g, m)
     if isinstance(op, ir.Input):
         return [op.dtype]
-    if isinstance(op, ir.View):       # (a view of a computed value: nothing, as the value)
+    if isinstance(op, VIEWS):       # (a view of a computed value: nothing, as the value)
         return _input_dtypes(g, ir.operands(g, m)[0])
     return []
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from . import ir, split
 from .canonical import through
-from .model import storage_dtype
+from .model import VIEWS, storage_dtype
 
 ELEMENTWISE = (ir.Map, ir.Assign, ir.View, ir.Const, ir.Index, ir.SizeOf)
 
@@ -17,11 +17,13 @@ def renames(g, n: int) -> int | None:
     `K[b h d x]`), through names and such views, or None. Its values sit at the array's
     own positions in memory (the view's axes are the array's, renamed and of the same
     sizes): a tile of it is a tile of the array, under the view's axis names (the tile's
-    contiguous axis is the view's last, so a transposing rename is ldmatrix's `.trans`)."""
-    if not isinstance(ir.op(g, n), ir.View):
+    contiguous axis is the view's last, so a transposing rename is ldmatrix's `.trans`).
+    A reshape (local_merge.py: `A[b t (h*d)]`) reads the array's own memory too, row-major
+    under its merged axes."""
+    if not isinstance(ir.op(g, n), VIEWS):
         return None
-    while isinstance(ir.op(g, n), ir.View):
-        labels = ir.op(g, n).labels
+    while isinstance(ir.op(g, n), VIEWS):
+        labels = getattr(ir.op(g, n), "labels", ())
         if len(set(labels)) != len(labels):      # a diagonal reads other positions
             return None
         n = ir.operands(g, n)[0]
@@ -92,6 +94,6 @@ def renamed_from(g, n: int) -> int:
     """What n reads, through names and renaming views (`N1[b s m]` of the intermediate N1 is
     N1's, rounded as N1 is; a view of an input is the input's)."""
     n = through(g, n)
-    while isinstance(ir.op(g, n), ir.View):
+    while isinstance(ir.op(g, n), VIEWS):
         n = through(g, ir.operands(g, n)[0])
     return n

@@ -30,6 +30,7 @@ from . import merge, packing, splitting, stored16, tensorcore
 from .splitting import SplitChoice
 from .canonical import canonicalize
 from .nested import separate_nested
+from .local_merge import merge_products
 from .columns import columns
 from .cost import Choice, evaluate
 from .diagram import Diagram
@@ -76,7 +77,8 @@ class Problem:
     sizes: dict
     hints: tuple
     defaulted: tuple[str, ...]
-    unmerged: "Problem | None" = None   # without the free axes merged (merge.py): priced
+    unmerged: "Problem | None" = None   # without the free axes merged (merge.py), then
+                                        # without the products' own (local_merge.py): priced
 
 
 @dataclass(frozen=True, eq=False)
@@ -177,8 +179,11 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
         keep = {a for kind in ("group", "stream", "split", "lanes") for a in (overrides or {}).get(kind, {})}
         merged = separate_nested(canonicalize(diagram.ir, keep, free=True))
         graphs = [separate_nested(canonicalize(diagram.ir, keep))]
+        local = merge_products(graphs[0], keep)     # axes merged for one product alone
+        if local is not graphs[0]:      # priced against the IR without them (fuse_kernels)
+            graphs.insert(0, local)
         if merge.has_free(merged):      # priced against the IR without them (fuse_kernels)
-            graphs.insert(0, merged)
+            graphs.insert(0, merge_products(merged, keep))
         for g in graphs:
             if data:
                 g.graph["data"] = merged_data(g, planning_data(diagram, sizes, data), sizes)
@@ -189,7 +194,9 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
     defaulted = tuple(a for a, info in axes.items() if info.size is None and info.rep not in given)
     problems = [Problem(diagram, g, tgt, merge.sizes_of(g, sizes), hints, defaulted)
                 for g in graphs]
-    return replace(problems[0], unmerged=problems[1]) if len(problems) > 1 else problems[0]
+    for i in range(len(problems) - 2, -1, -1):     # each priced against the next (fuse_kernels)
+        problems[i] = replace(problems[i], unmerged=problems[i + 1])
+    return problems[0]
 
 
 def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
@@ -218,11 +225,17 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
             kernels = fuse(pr.graph, planner) if fusion else unfused_kernels(pr.graph)
             done[id(pr)] = Fused(pr, tuple(kernels), planner)
         return done[id(pr)]
-    if problem.unmerged is not None:    # free axes merged where predicted faster (merge.py);
-        # by less than merge.MARGIN the user's axes stay (explain, hints, choices name them)
-        if not splitting.total(fused(problem)) < splitting.total(fused(problem.unmerged)) * \
+    while problem.unmerged is not None:     # free axes merged where predicted faster (merge.py),
+        # then axes merged for one product (local_merge.py); by less than merge.MARGIN the
+        # user's axes stay (explain, hints, choices name them); with the engine "tensor-cores"
+        # a product merged for itself is kept (without, its kernel is N0606)
+        if engine == "tensor-cores" and problem.graph.graph.get("local_merged") and \
+                not problem.unmerged.graph.graph.get("local_merged"):
+            break
+        if splitting.total(fused(problem)) < splitting.total(fused(problem.unmerged)) * \
                 (1 - merge.MARGIN):
-            problem = problem.unmerged
+            break
+        problem = problem.unmerged
     rest, forced = splitting.split_hints(problem)
     found, choice = _in_diagram(problem.diagram, lambda: splitting.choose(rest, fused, forced))
     return replace(found, split=choice)

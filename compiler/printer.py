@@ -46,6 +46,8 @@ def _op_text(op) -> str:
         return f"size {op.axis}"
     if isinstance(op, ir.View):
         return f"view [{' '.join(op.labels)}]"
+    if isinstance(op, ir.Reshape):
+        return "reshape"
     if isinstance(op, ir.Gather):
         return f"gather [{' '.join(lab or '*' for lab in op.labels)}]"
     if isinstance(op, ir.Map):

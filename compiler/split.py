@@ -68,6 +68,9 @@ def complete_sizes(g: DiGraph, sizes: dict) -> dict:
 
 def splittable(g: DiGraph, axis: str) -> str | None:
     """None when `axis` can be split, else why not."""
+    if any(axis == merged for _, merged, _ in g.graph.get("local_merged", ())):
+        return ("its product reads it through reshapes of the operands (compiler/local_merge.py), "
+                "not the windows of loads a split reads")
     try:
         Region(normalisations(g.copy(), axis), axis)
     except NotSplittable as exc:

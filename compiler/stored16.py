@@ -146,7 +146,7 @@ def _readers(g: DiGraph, k, n: int):
             if v not in members:
                 continue
             op = ir.op(g, v)
-            if isinstance(op, (ir.Assign, ir.View)):
+            if isinstance(op, (ir.Assign, ir.View, ir.Reshape)):
                 stack.append(v)
             elif isinstance(op, ir.Contract):
                 out.append((v, u))
@@ -158,7 +158,7 @@ def _readers(g: DiGraph, k, n: int):
 def _source(g: DiGraph, n: int) -> int:
     """What n reads through names and renaming views."""
     n = through(g, n)
-    while isinstance(ir.op(g, n), ir.View):
+    while isinstance(ir.op(g, n), (ir.View, ir.Reshape)):
         n = through(g, ir.operands(g, n)[0])
     return n
 

@@ -11,7 +11,7 @@ class IRInvariantError(AssertionError):
     """The IR broke an invariant: an internal error, never a user mistake."""
 
 
-_ARITY = {ir.Input: 0, ir.Const: 0, ir.Index: 0, ir.SizeOf: 0, ir.View: 1, ir.Contract: 2,
+_ARITY = {ir.Input: 0, ir.Const: 0, ir.Index: 0, ir.SizeOf: 0, ir.View: 1, ir.Reshape: 1, ir.Contract: 2,
           ir.Reduce: 1, ir.Scan: 1, ir.Softmax: 1, ir.Assign: 1, ir.Output: 1}
 
 
@@ -60,6 +60,9 @@ def _check_op(g, n, op, out: ir.ArrayType, args: list[ir.ArrayType]) -> None:
     elif isinstance(op, ir.View):
         _check(len(op.labels) == len(args[0].axes), f"view {n} rank")
         _check(out.axes == tuple(dict.fromkeys(op.labels)), f"view {n} axes")
+    elif isinstance(op, ir.Reshape):
+        parts = [a for m in out.axes for a in (g.graph["axes"][m].merged or (m,))]
+        _check(tuple(parts) == args[0].axes and out.dtype == args[0].dtype, f"reshape {n} axes")
     elif isinstance(op, ir.Gather):
         computed = [lab for lab in op.labels if lab is None]
         _check(len(op.labels) == len(args[0].axes) and len(computed) == len(args) - 1,

@@ -119,6 +119,8 @@ class _Block(OtherPositions):
             return data, t.axes
         if isinstance(op, ir.View):
             return self._view(n, op, region), t.axes
+        if isinstance(op, ir.Reshape):
+            return self._reshape(n, region), t.axes
         if isinstance(op, ir.Scan):
             return self._scan(n, op, region)
         if isinstance(op, ir.Gather):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..compiler import accumulators as acc
-from ..compiler import ir
+from ..compiler import ir, local_merge
 from . import elementwise, labelled
 from .region import Region, _align, _floats
 
@@ -67,3 +67,19 @@ class OtherPositions:
         cut = tuple(slice(region.of(lab).start - inner[d].start, region.of(lab).stop - inner[d].start)
                     for d, lab in zip(declared, op.labels))
         return labelled.relabel(data[cut], op.labels)
+
+    def _reshape(self, n: int, region: Region) -> np.ndarray:
+        """A reshape (compiler/local_merge.py): the base over the whole of each merged axis's
+        parts, reshaped row-major, then cut to the region's slice of the merged axis."""
+        base = ir.operands(self.g, n)[0]
+        pieces = local_merge.decomposed(self.g, n)
+        inner = {p: slice(0, region.sizes[p]) for _, parts in pieces if len(parts) > 1
+                 for p in parts}
+        read = Region(region.sizes, {**region.slices, **inner})
+        axes = ir.type_of(self.g, base).axes
+        data = np.broadcast_to(_align(self.value(base, read), axes),
+                               tuple(read.extent(a) for a in axes))
+        whole = tuple(region.extent(a) if len(parts) == 1 else
+                      int(np.prod([region.sizes[p] for p in parts])) for a, parts in pieces)
+        cut = tuple(slice(None) if len(parts) == 1 else region.of(a) for a, parts in pieces)
+        return data.reshape(whole)[cut]
