@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..compiler import ir
 from ..compiler.canonical import through
-from . import across_warps, held
+from . import across_warps, cexpr, held
 from . import program as P
 
 # kind -> (per-row slots, per-position slots) and their initial values
@@ -179,8 +179,8 @@ def _online_softmax(lw, n: int, st: State, scopes: list) -> None:
         for score in scores:
             m_new = b.value("float", f"napkin_max({m_new}, {score})")
         shift = b.value("float", f"napkin_shift({m_new})")
-        scale = b.value("float", f"expf({m} - {shift})")    # of the old m: every o reads
-        ps = [b.value("float", f"expf({score} - {shift})") for score in scores]  # these
+        scale = b.value("float", cexpr.shifted_exp(f"{m} - {shift}"))    # of the old m: every o reads
+        ps = [b.value("float", cexpr.shifted_exp(f"{score} - {shift}")) for score in scores]  # these
         b.emit(P.Set(l, " + ".join([f"{l} * {scale}"] + ps)))   # values, never m itself
         b.emit(P.Set(m, m_new))
         st.factors = (scale, ps)
@@ -221,11 +221,12 @@ def fold_value(b, kind: str, v: dict, x: str, two_exps: bool = False) -> None:
     elif two_exps:        # logsumexp, softmax statistics: running max and rescaled sum
         m_new = b.value("float", f"napkin_max({v['m']}, {x})")
         shift = b.value("float", f"napkin_shift({m_new})")
-        b.emit(P.Set(v["s"], f"{v['s']} * expf({v['m']} - {shift}) + expf({x} - {shift})"))
+        rescale, own = cexpr.shifted_exp(f"{v['m']} - {shift}"), cexpr.shifted_exp(f"{x} - {shift}")
+        b.emit(P.Set(v["s"], f"{v['s']} * {rescale} + {own}"))
         b.emit(P.Set(v["m"], m_new))
     else:
         m_new = b.value("float", f"napkin_max({v['m']}, {x})")
-        e = b.value("float", f"expf(napkin_min({v['m']}, {x}) - napkin_shift({m_new}))")
+        e = b.value("float", cexpr.shifted_exp(f"napkin_min({v['m']}, {x}) - napkin_shift({m_new})"))
         b.emit(P.Set(v["s"], f"({x} > {v['m']} ? {v['s']} * {e} + 1.0f + ({x} - {m_new}) : "
                              f"{v['s']} + {e})"))
         b.emit(P.Set(v["m"], m_new))
@@ -315,8 +316,8 @@ def _merge_step(b, st: State, shfl) -> None:
         mo, lo = shfl(m), shfl(l)
         mm = b.value("float", f"napkin_max({m}, {mo})")
         sh = b.value("float", f"napkin_shift({mm})")
-        sa = b.value("float", f"expf({m} - {sh})")
-        sb = b.value("float", f"expf({mo} - {sh})")
+        sa = b.value("float", cexpr.shifted_exp(f"{m} - {sh}"))
+        sb = b.value("float", cexpr.shifted_exp(f"{mo} - {sh}"))
         b.emit(P.Set(l, f"{l} * {sa} + {lo} * {sb}"))
         b.emit(P.Set(m, mm))
         for o in [st.arrays["o"]] + [peer.arrays["o"] for peer in st.peers]:
@@ -348,7 +349,8 @@ def merge_one(b, kind: str, v: dict, shfl) -> None:
     else:                    # running max and rescaled sum
         mm = b.value("float", f"napkin_max({v['m']}, {o['m']})")
         sh = b.value("float", f"napkin_shift({mm})")
-        b.emit(P.Set(v["s"], f"{v['s']} * expf({v['m']} - {sh}) + {o['s']} * expf({o['m']} - {sh})"))
+        b.emit(P.Set(v["s"], f"{v['s']} * {cexpr.shifted_exp(v['m'] + ' - ' + sh)} + "
+                     f"{o['s']} * {cexpr.shifted_exp(o['m'] + ' - ' + sh)}"))
         b.emit(P.Set(v["m"], mm))
 
 

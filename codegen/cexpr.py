@@ -40,6 +40,15 @@ MAP = {
 # where expf is a range reduction of some eight instructions), relative error ~2^-22: for
 # values rounded to 16 bits next (codegen/chain.py's operands of a product)
 FAST = {"exp": "napkin_ex2(({0}) * 1.442695f)"}
+
+
+def shifted_exp(arg: str) -> str:
+    """exp of an argument shifted by its row's max (`x - m <= 0`: a softmax's and a
+    logsumexp's terms and their rescaling factors) as FAST's 2^(x log2 e): within the
+    tolerance rule's exp (runtime/bound.py: 4 u of its own and |x| u from x log2 e, small
+    where e^x is not), -inf -> 0 and NaN -> NaN as expf; an FMUL and a MUFU.EX2 a value
+    where IEEE expf issues some nine instructions (compiler/issue.py's "exp")."""
+    return FAST["exp"].format(arg)
 # Where an integer argument changes the C spelling (the others are overloaded or operators).
 INT_MAP = {"abs": "napkin_abs({0})", "floor": "({0})", "ceil": "({0})"}
 

@@ -5,7 +5,7 @@ them (codegen/scalar.py's Emitter takes these methods)."""
 from __future__ import annotations
 
 from ..compiler import ir
-from . import accum, across_warps
+from . import accum, across_warps, cexpr
 from . import program as P
 
 
@@ -23,7 +23,7 @@ class SoftmaxRows:
             b.emit(P.Decl("float", s_, "0.0f"))
 
             def total(s):
-                b.emit(P.Set(s_, f"{s_} + expf({self.number(arg, s)} - napkin_shift({m}))"))
+                b.emit(P.Set(s_, f"{s_} + " + cexpr.shifted_exp(f"{self.number(arg, s)} - napkin_shift({m})")))
             self._walk(axes, scope, total, [arg])
             self._merge(axes, "sum", s_)
             return m, s_
@@ -63,5 +63,5 @@ class SoftmaxRows:
         ulp of f32, the output is rounded to its dtype after)."""
         m, inv = self._softmax_row(n, op, args, scope)
         v = self.number(args[0], scope)
-        return self.b.value("float", f"(expf({v} - napkin_shift({m})) * {inv})")
+        return self.b.value("float", f"({cexpr.shifted_exp(f'{v} - napkin_shift({m})')} * {inv})")
 

@@ -81,11 +81,12 @@ LOOPS = {"logsumexp": 2, "var": 2, "softmax": 2}
 # The merge of the lanes' states after a pass whose streamed axis they split (the decode
 # merge kernel's, a streamed softmax's), per butterfly step and state a thread holds: a
 # running max and sum (an online softmax's or a logsumexp's) two SHFL, the larger max and
-# its shift, two rescaling expf (IEEE: the table's "exp", 9 each), the sum's FMUL and FFMA;
+# its shift, two rescaling exponentials (cexpr.shifted_exp: FADD, FMUL, MUFU.EX2 each; IEEE
+# expf, 9 each, made it 25), the sum's FMUL and FFMA;
 # each element of the rescaled output beside them its SHFL, FMUL and FFMA; a sum's or a
 # max's slot its SHFL and FADD. Counted from codegen/accum._merge and in the SASS of the
 # decode merge kernel (attention, b = h = q = 1, x = 4096, sm_90, static: its five steps).
-MERGE_STATE = 25
+MERGE_STATE = 13
 MERGE_RESCALED = 3
 MERGE_VALUE = 2
 # Per block and warp: the thread's points and their clamps, the reductions' shuffles, the

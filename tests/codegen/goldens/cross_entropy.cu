@@ -328,7 +328,7 @@ __device__ __forceinline__ void napkin_lanes_lse(float& m, float& s, int width, 
   for (int o = width / 2; o > 0; o /= 2) {
     const float mo = __shfl_xor_sync(mask, m, o, width), so = __shfl_xor_sync(mask, s, o, width);
     const float mm = napkin_max(m, mo), sh = napkin_shift(mm);
-    s = s * expf(m - sh) + so * expf(mo - sh);
+    s = s * napkin_ex2((m - sh) * 1.442695f) + so * napkin_ex2((mo - sh) * 1.442695f);
     m = mm;
   }
 }
@@ -430,7 +430,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     acc0 = napkin_lanes_max(acc0, 32);
     float acc1 = 0.0f;
     for (int j1 = lane; j1 < ((int)(n1)); j1 += 32) {
-      acc1 = acc1 + expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - napkin_shift(acc0));
+      acc1 = acc1 + napkin_ex2((napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - napkin_shift(acc0)) * 1.442695f);
     }
     acc1 = napkin_lanes_sum(acc1, 32);
     const float v0 = (acc0 == NAPKIN_INF ? NAPKIN_INF : logf(acc1) + napkin_shift(acc0));

@@ -328,7 +328,7 @@ __device__ __forceinline__ void napkin_lanes_lse(float& m, float& s, int width, 
   for (int o = width / 2; o > 0; o /= 2) {
     const float mo = __shfl_xor_sync(mask, m, o, width), so = __shfl_xor_sync(mask, s, o, width);
     const float mm = napkin_max(m, mo), sh = napkin_shift(mm);
-    s = s * expf(m - sh) + so * expf(mo - sh);
+    s = s * napkin_ex2((m - sh) * 1.442695f) + so * napkin_ex2((mo - sh) * 1.442695f);
     m = mm;
   }
 }

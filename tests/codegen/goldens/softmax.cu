@@ -328,7 +328,7 @@ __device__ __forceinline__ void napkin_lanes_lse(float& m, float& s, int width, 
   for (int o = width / 2; o > 0; o /= 2) {
     const float mo = __shfl_xor_sync(mask, m, o, width), so = __shfl_xor_sync(mask, s, o, width);
     const float mm = napkin_max(m, mo), sh = napkin_shift(mm);
-    s = s * expf(m - sh) + so * expf(mo - sh);
+    s = s * napkin_ex2((m - sh) * 1.442695f) + so * napkin_ex2((mo - sh) * 1.442695f);
     m = mm;
   }
 }
@@ -424,14 +424,14 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     acc0 = napkin_lanes_max(acc0, 32);
     float acc1 = 0.0f;
     for (int j1 = lane; j1 < ((int)(n1)); j1 += 32) {
-      acc1 = acc1 + expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - napkin_shift(acc0));
+      acc1 = acc1 + napkin_ex2((napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j1)]) - napkin_shift(acc0)) * 1.442695f);
     }
     acc1 = napkin_lanes_sum(acc1, 32);
     const float v0 = (acc1 == 0.0f ? 0.0f : 1.0f / acc1);
     for (int k0 = 0; k0 < (((int)(n1)) + 31) / 32; ++k0) {
       const int j2 = (lane + k0 * 32 < ((int)(n1)) ? lane + k0 * 32 : ((int)(n1)) - 1);
       {
-        const float v1 = (expf(napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j2)]) - napkin_shift(acc0)) * v0);
+        const float v1 = (napkin_ex2((napkin_to_float(sm0[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (((int)(n1))) + (j2)]) - napkin_shift(acc0)) * 1.442695f) * v0);
         if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (lane + k0 * 32 < ((int)(n1)))) {
           p1[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (j2)] = napkin_from_float<__half>(v1);
         }
