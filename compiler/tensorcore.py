@@ -169,7 +169,8 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
             return ("an operand is computed in the kernel, not loaded or computed elementwise "
                     "from loads (tensor cores take staged tiles)")
         staged[n] = found
-    dtype, other = storage_dtype(g, x), storage_dtype(g, y)
+    dtype, other = (_computed_dtype(g, staged[n], loads) if n in computed else
+                    storage_dtype(g, n) for n in (x, y))
     dtype, other = _rounded(g, x, dtype, other), _rounded(g, y, other, dtype)
     if dtype != other or dtype not in ("f16", "bf16") or not target.engine_for("contraction", dtype):
         return (f"operands are {dtype} and {other}; mma.sync m16n8k16 takes two f16 or two bf16 "
@@ -263,6 +264,16 @@ def _stat(g, n: int, red: str, frags: tuple[str, str], batch) -> str | None:
         return (f"the kernel's `{op.fn}[{red}]` is not over the rows or the columns of the "
                 "product (tensor cores compute such reductions beside a product)")
     return None
+
+
+def _computed_dtype(g, found: set, loads) -> str:
+    """The dtype an operand computed from loads (`found`: from_loads's nodes) enters the
+    product in: the one 16-bit dtype of the float loads it reads (`relu(A)` of an f16 `A` is
+    rounded to f16 as it is staged, as the loads' own values are), else f32 (an f32 load
+    among them, or two 16-bit dtypes: beside a 16-bit operand `_rounded` decides)."""
+    read = {storage_dtype(g, u) for m in found for u in ir.operands(g, m) if u in loads}
+    floats = {d for d in read if ir.kind_of_dtype(d) == "float"}
+    return floats.pop() if len(floats) == 1 and floats <= {"f16", "bf16"} else "f32"
 
 
 def _rounded(g, n: int, dtype: str, other: str) -> str:

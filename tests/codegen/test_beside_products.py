@@ -44,6 +44,10 @@ CASES = {
                   "Y[t o] = X * g * W * rsqrt(mean[i](X * X) + 1e-6)\nout Y: f16",
     # the smallest value of a row, its minimum beside a masked epilogue
     "min": HEAD + "in X[t i]: f16\nin W[i o]: f16\nY[t o] = where(t >= o, X * W + min[i](X), 0)\nout Y: f16",
+    # both operands computed from loads: each rounded to its loads' 16-bit dtype
+    "both_computed": HEAD + "in X[t i]: f16\nin W[i o]: f16\nY[t o] = relu(X) * exp(W * 0.1)\nout Y: f16",
+    "both_computed_bf16": HEAD + "in X[t i]: bf16\nin g[i]: bf16\nin W[o i]: bf16\n"
+                          "Y[t o] = gelu(X * g) * sigmoid(W)\nout Y: f32",
 }
 ODD = {"b": 2, "t": 37, "i": 41, "o": 19}
 EIGHTS = {"b": 2, "t": 45, "i": 72, "o": 24}
@@ -145,6 +149,19 @@ def test_the_model_charges_what_is_computed_as_it_is_staged():
         per_warp * runs / p.target.per_second("schedulers"), rel=1e-6)
     simt = plan(library("rmsnorm_linear", "f16"), "h100", sizes, engine="cuda-cores").kernels[0]
     assert kp.cost.time < simt.cost.time / 4
+
+
+@pytest.mark.parametrize("name, dtype", [("both_computed", "f16"), ("both_computed_bf16", "bf16")])
+def test_two_computed_operands_are_priced_in_their_loads_dtype(name, dtype):
+    """`relu(X) * exp(W * 0.1)`: the model's product runs in the loads' 16-bit dtype, as the
+    lowering stages it (tensorcore._computed_dtype), its tensor-core time counted (an f32
+    product has no tensor rate: its time was 0)."""
+    p = plan(napkin.load(CASES[name]), "h100", {"t": 4096, "i": 4096, "o": 4096},
+             engine="tensor-cores")
+    (kp,) = p.kernels
+    assert kp.schedule.site.dtype == dtype and len(kp.schedule.site.computed) == 2
+    assert [w.dtype for w in kp.model.work if w.engine == "contraction"] == [dtype]
+    assert dict(kp.cost.compute_parts)["tensor"] > 0
 
 
 def test_a_reduction_without_a_merge_beside_the_product_stays_on_cuda_cores():
