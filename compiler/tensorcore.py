@@ -165,7 +165,12 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
     for n in computed + tuple(others):
         arg = n if n in computed else ir.operands(g, n)[0]
         found = from_loads(g, arg, set(kernel.nodes), loads)
-        if found is None or windows or x == y:
+        if windows:         # (the user's axis, not its share s_x)
+            axis = (g.graph["axes"][st.axis].derived or (st.axis,))[0]
+            return (f"the contraction over `{axis}` is split (--split) and an operand is "
+                    "computed from loads; on tensor cores a split product's operands are "
+                    "loads (drop the split, or compute the operand in a kernel of its own)")
+        if found is None or x == y:
             return ("an operand is computed in the kernel, not loaded or computed elementwise "
                     "from loads (tensor cores take staged tiles)")
         staged[n] = found

@@ -243,3 +243,19 @@ def test_the_memory_table_shows_what_is_staged():
         ("Y:mul", "operand computed as staged"), ("Y:mean[i]", "row statistic"),
         ("W", "input tile")]
     assert sum(r["bytes"] for r in smem) == kp.cost.levels[1].M
+
+
+def test_a_split_product_of_a_computed_operand_is_refused_naming_the_split_axis():
+    """`(X * g) * W` with the contraction split (--split i=3): tensor cores stage a split's
+    operands as loads only, so --engine tensor-cores says so, naming the user's axis `i` (not
+    its share `s_i`) and the split; the planner keeps the CUDA cores, which compute it."""
+    d = napkin.load(HEAD + "in X[t i]: f16\nin g[i]: f16\nin W[i o]: f16\n"
+                    "Y[t o] = (X * g) * W\nout Y: f16")
+    sizes, split = {"t": 5, "i": 37, "o": 9}, {"split": {"i": 3}}
+    with pytest.raises(napkin.NapkinError) as exc:
+        plan(d, "h100", sizes, split, engine="tensor-cores")
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0606" and "over `i` is split (--split)" in diag.message, diag.message
+    p = plan(d, "h100", sizes, split)
+    assert p.kernels[0].schedule.engine == schedule.SIMT
+    assert_close(d, p, sizes)
