@@ -313,7 +313,7 @@ def row_tilings(sizes: dict, row: str, red: str, batch: tuple[str, ...], fixed: 
     reread = np.repeat(np.array(rereads, dtype=bool), len(TILINGS))
     keep = warps.matches(hinted.get(row), bm, sizes[row]) & \
         (bm <= warps.pow2_at_least(sizes[row], 16)) & \
-        (fixed_chunk is None or chunk == fixed_chunk) & fits(bm // (16 * wm), chunk, reread)
+        warps.matches(fixed_chunk, chunk, sizes[red]) & fits(bm // (16 * wm), chunk, reread)
     keep = np.broadcast_to(keep, bm.shape)
     if not keep.any():
         return None

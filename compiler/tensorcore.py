@@ -366,7 +366,8 @@ def candidate_set(sizes: dict, s: Site, fixed: dict):
     hinted, chunk = hints
     bm, bn, bk, wm, wn = _candidates(sizes, s).T.astype(float)
     keep = warps.matches(hinted.get(s.row), bm, sizes[s.row]) & \
-        warps.matches(hinted.get(s.col), bn, sizes[s.col]) & (chunk is None or bk == chunk)
+        warps.matches(hinted.get(s.col), bn, sizes[s.col]) & \
+        warps.matches(chunk, bk, sizes[s.red])
     keep = np.broadcast_to(keep, bm.shape)
     if not keep.any():
         return None
