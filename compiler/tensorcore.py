@@ -176,7 +176,9 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
         staged[n] = found
     dtype, other = (_computed_dtype(g, staged[n], loads) if n in computed else
                     storage_dtype(g, n) for n in (x, y))
-    dtype, other = _rounded(g, x, dtype, other), _rounded(g, y, other, dtype)
+    reads = {n: [u for m in staged[n] for u in ir.operands(g, m) if u in loads]
+             if n in computed else [n] for n in (x, y)}
+    dtype, other = _rounded(g, reads[x], dtype, other), _rounded(g, reads[y], other, dtype)
     if dtype != other or dtype not in ("f16", "bf16") or not target.engine_for("contraction", dtype):
         return (f"operands are {dtype} and {other}; mma.sync m16n8k16 takes two f16 or two bf16 "
                 "operands")
@@ -281,14 +283,17 @@ def _computed_dtype(g, found: set, loads) -> str:
     return floats.pop() if len(floats) == 1 and floats <= {"f16", "bf16"} else "f32"
 
 
-def _rounded(g, n: int, dtype: str, other: str) -> str:
-    """The dtype operand n enters the product in: an f32 intermediate (stored by another
-    kernel: a gradient's cotangent, a hidden activation) beside a 16-bit operand is rounded
-    to that dtype as it is staged, as the chain's chunk values and FlashAttention's P are,
-    read at its own positions or renamed (`N1[b s m]`); an f32 input is the user's and stays
-    f32, renamed or not (then the product stays on the CUDA cores)."""
-    if dtype == "f32" and other in ("f16", "bf16") and \
-            not isinstance(ir.op(g, renamed_from(g, n)), ir.Input):
+def _rounded(g, reads: list, dtype: str, other: str) -> str:
+    """The dtype an operand enters the product in (`reads`: the operand itself where it is
+    loaded, the loads it is computed from where computed): an f32 intermediate (stored by
+    another kernel: a gradient's cotangent, a hidden activation) beside a 16-bit operand is
+    rounded to that dtype as it is staged, as the chain's chunk values and FlashAttention's P
+    are, read at its own positions or renamed (`N1[b s m]`); an f32 input is the user's and
+    stays f32, renamed or not, and so does a value computed from one (`relu(X)` of an f32
+    `X`): then the product stays on the CUDA cores."""
+    if dtype == "f32" and other in ("f16", "bf16") and not any(
+            storage_dtype(g, u) == "f32" and isinstance(ir.op(g, renamed_from(g, u)), ir.Input)
+            for u in reads):
         return other
     return dtype
 

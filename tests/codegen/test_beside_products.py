@@ -259,3 +259,18 @@ def test_a_split_product_of_a_computed_operand_is_refused_naming_the_split_axis(
     p = plan(d, "h100", sizes, split)
     assert p.kernels[0].schedule.engine == schedule.SIMT
     assert_close(d, p, sizes)
+
+
+@pytest.mark.parametrize("operand", ["relu(X)", "X * g"])
+def test_an_operand_computed_from_an_f32_input_is_never_rounded(operand):
+    """`relu(X)` of an f32 input X beside an f16 weight: the f32 is the user's precision, as
+    X itself would be (tensorcore._rounded), so the product stays on the CUDA cores and
+    --engine tensor-cores says why, where it was rounded to f16 as it was staged."""
+    d = napkin.load(HEAD + f"in X[t i]: f32\nin g[i]: f16\nin W[i o]: f16\n"
+                    f"Y[t o] = {operand} * W\nout Y: f32".replace(
+                        "in g[i]: f16\n", "in g[i]: f16\n" if "g" in operand else ""))
+    sizes = {"t": 2048, "i": 2048, "o": 2048}
+    assert plan(d, "h100", sizes).kernels[0].schedule.engine == schedule.SIMT
+    with pytest.raises(napkin.NapkinError) as exc:
+        plan(d, "h100", sizes, engine="tensor-cores")
+    assert "operands are f32 and f16" in exc.value.diagnostics[0].message
