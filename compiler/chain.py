@@ -142,6 +142,11 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     # the rows: a woven axis of every stationary operand and every output
     candidates = woven.intersection(*(set(ir.type_of(g, s.a).axes) for s in found),
                                     *(set(ir.type_of(g, n).axes) for n in outs))
+    # ... that no operand staged once for all the block's rows has (each score's B, each
+    # streamed product's loaded C: `W2[b f o]` leaves b to the batch)
+    candidates -= set().union(*(set(ir.type_of(g, s.b).axes) for s in found),
+                              *(set(ir.type_of(g, m).axes) for n in outs
+                                for m in ir.operands(g, n) if m in loads))
     if not candidates:
         return "the products share no row axis"
     o_axes = ir.type_of(g, outs[0]).axes

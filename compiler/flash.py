@@ -169,7 +169,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     aq, ak, av = (set(ir.type_of(g, n).axes) for n in (q, k, v))
     o_axes = ir.type_of(g, out).axes
     s_axes = set(ir.type_of(g, scores).axes)
-    own_q = [a for a in aq - ak - {dk} if a in o_axes]
+    own_q = own_rows(g, q, k, v, (dk,), out)
     own_v = av - s_axes
     if x not in ak or x not in av or dk not in ak or not own_q or len(own_v) != 1:
         return "the products are not Q[.. q d] K[.. x d] and P[.. q x] V[.. x e]"
@@ -198,6 +198,16 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
                      rows if len(rows) > 1 else ())
 
 
+def own_rows(g, q: int, k: int, v: int, contracted, out: int) -> list[str]:
+    """The axes of Q that the fragment rows may run along: O's, not contracted, and absent
+    from K and from V (a block stages one tile of keys and one of values for all its rows:
+    rows along an axis V varies along, `Q[h q d]` with `V[h x e]` and `K[x d]`, would each
+    need their own values; such an axis is a batch axis, one position per block)."""
+    others = set(ir.type_of(g, k).axes) | set(ir.type_of(g, v).axes) | set(contracted)
+    o_axes = ir.type_of(g, out).axes
+    return [a for a in ir.type_of(g, q).axes if a not in others and a in o_axes]
+
+
 def _operands(g, scores: int, out: int, soft: int, x: str) -> tuple[int, int, int]:
     """(Q, K, V): the scores' operand without x, the one with it, O's other than the
     probabilities (a split's window of V under its mask: its rows past x are zero-filled)."""
@@ -219,7 +229,7 @@ def _row_sources(g, kernel, q: int, k: int, v: int, scores: int, out: int, x: st
     o_axes = ir.type_of(g, out).axes
     aq, ak = set(ir.type_of(g, q).axes), set(ir.type_of(g, k).axes)
     own_v = set(ir.type_of(g, v).axes) - set(ir.type_of(g, scores).axes)
-    own_q = [a for a in aq - ak - set(contracted) if a in o_axes]
+    own_q = own_rows(g, q, k, v, contracted, out)
     if len(contracted) != 1 or len(own_v) != 1 or not own_q:
         return {}
     (dk,), (dv,) = contracted, own_v
@@ -313,7 +323,7 @@ def row_tilings(sizes: dict, row: str, red: str, batch: tuple[str, ...], fixed: 
     reread = np.repeat(np.array(rereads, dtype=bool), len(TILINGS))
     keep = warps.matches(hinted.get(row), bm, sizes[row]) & \
         (bm <= warps.pow2_at_least(sizes[row], 16)) & \
-        (fixed_chunk is None or chunk == fixed_chunk) & fits(bm // (16 * wm), chunk, reread)
+        warps.matches(fixed_chunk, chunk, sizes[red]) & fits(bm // (16 * wm), chunk, reread)
     keep = np.broadcast_to(keep, bm.shape)
     if not keep.any():
         return None

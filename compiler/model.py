@@ -321,7 +321,28 @@ def _operand_dtype(g: DiGraph, args: list[int]) -> str:
     (an intermediate beside a 16-bit input is rounded to it on the tensor cores:
     tensorcore._rounded)."""
     found = [d for m in args for d in _input_dtypes(g, m)]
+    if not found:        # both computed: `relu(A) * relu(B)` runs in A's and B's 16-bit dtype
+        found = [d for m in args for d in _computed_from(g, m)]    # (tensorcore._computed_dtype)
     return "f32" if "f32" in found or not found else found[0]
+
+
+def _computed_from(g: DiGraph, m: int) -> list[str]:
+    """The float dtypes of the inputs m is computed from elementwise (f32 when a reduction or
+    a gather is on the way: its dtype is not an input's)."""
+    found, stack, seen = [], [m], set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        op = ir.op(g, n)
+        if isinstance(op, ir.Input):
+            found += [op.dtype] if ir.kind_of_dtype(op.dtype) == "float" else []
+        elif isinstance(op, (ir.Map, ir.Assign, ir.View)):
+            stack.extend(ir.operands(g, n))
+        elif not isinstance(op, (ir.Const, ir.Index, ir.SizeOf)):
+            return ["f32"]
+    return found
 
 
 def _input_dtypes(g: DiGraph, m: int) -> list[str]:

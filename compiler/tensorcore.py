@@ -165,12 +165,20 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
     for n in computed + tuple(others):
         arg = n if n in computed else ir.operands(g, n)[0]
         found = from_loads(g, arg, set(kernel.nodes), loads)
-        if found is None or windows or x == y:
+        if windows:         # (the user's axis, not its share s_x)
+            axis = (g.graph["axes"][st.axis].derived or (st.axis,))[0]
+            return (f"the contraction over `{axis}` is split (--split) and an operand is "
+                    "computed from loads; on tensor cores a split product's operands are "
+                    "loads (drop the split, or compute the operand in a kernel of its own)")
+        if found is None or x == y:
             return ("an operand is computed in the kernel, not loaded or computed elementwise "
                     "from loads (tensor cores take staged tiles)")
         staged[n] = found
-    dtype, other = storage_dtype(g, x), storage_dtype(g, y)
-    dtype, other = _rounded(g, x, dtype, other), _rounded(g, y, other, dtype)
+    dtype, other = (_computed_dtype(g, staged[n], loads) if n in computed else
+                    storage_dtype(g, n) for n in (x, y))
+    reads = {n: [u for m in staged[n] for u in ir.operands(g, m) if u in loads]
+             if n in computed else [n] for n in (x, y)}
+    dtype, other = _rounded(g, reads[x], dtype, other), _rounded(g, reads[y], other, dtype)
     if dtype != other or dtype not in ("f16", "bf16") or not target.engine_for("contraction", dtype):
         return (f"operands are {dtype} and {other}; mma.sync m16n8k16 takes two f16 or two bf16 "
                 "operands")
@@ -265,14 +273,27 @@ def _stat(g, n: int, red: str, frags: tuple[str, str], batch) -> str | None:
     return None
 
 
-def _rounded(g, n: int, dtype: str, other: str) -> str:
-    """The dtype operand n enters the product in: an f32 intermediate (stored by another
-    kernel: a gradient's cotangent, a hidden activation) beside a 16-bit operand is rounded
-    to that dtype as it is staged, as the chain's chunk values and FlashAttention's P are,
-    read at its own positions or renamed (`N1[b s m]`); an f32 input is the user's and stays
-    f32, renamed or not (then the product stays on the CUDA cores)."""
-    if dtype == "f32" and other in ("f16", "bf16") and \
-            not isinstance(ir.op(g, renamed_from(g, n)), ir.Input):
+def _computed_dtype(g, found: set, loads) -> str:
+    """The dtype an operand computed from loads (`found`: from_loads's nodes) enters the
+    product in: the one 16-bit dtype of the float loads it reads (`relu(A)` of an f16 `A` is
+    rounded to f16 as it is staged, as the loads' own values are), else f32 (an f32 load
+    among them, or two 16-bit dtypes: beside a 16-bit operand `_rounded` decides)."""
+    read = {storage_dtype(g, u) for m in found for u in ir.operands(g, m) if u in loads}
+    floats = {d for d in read if ir.kind_of_dtype(d) == "float"}
+    return floats.pop() if len(floats) == 1 and floats <= {"f16", "bf16"} else "f32"
+
+
+def _rounded(g, reads: list, dtype: str, other: str) -> str:
+    """The dtype an operand enters the product in (`reads`: the operand itself where it is
+    loaded, the loads it is computed from where computed): an f32 intermediate (stored by
+    another kernel: a gradient's cotangent, a hidden activation) beside a 16-bit operand is
+    rounded to that dtype as it is staged, as the chain's chunk values and FlashAttention's P
+    are, read at its own positions or renamed (`N1[b s m]`); an f32 input is the user's and
+    stays f32, renamed or not, and so does a value computed from one (`relu(X)` of an f32
+    `X`): then the product stays on the CUDA cores."""
+    if dtype == "f32" and other in ("f16", "bf16") and not any(
+            storage_dtype(g, u) == "f32" and isinstance(ir.op(g, renamed_from(g, u)), ir.Input)
+            for u in reads):
         return other
     return dtype
 
@@ -350,7 +371,8 @@ def candidate_set(sizes: dict, s: Site, fixed: dict):
     hinted, chunk = hints
     bm, bn, bk, wm, wn = _candidates(sizes, s).T.astype(float)
     keep = warps.matches(hinted.get(s.row), bm, sizes[s.row]) & \
-        warps.matches(hinted.get(s.col), bn, sizes[s.col]) & (chunk is None or bk == chunk)
+        warps.matches(hinted.get(s.col), bn, sizes[s.col]) & \
+        warps.matches(chunk, bk, sizes[s.red])
     keep = np.broadcast_to(keep, bm.shape)
     if not keep.any():
         return None

@@ -27,8 +27,9 @@ def block_hints(fixed: dict, red: str, tiled: tuple[str, ...], batch: tuple[str,
 
 
 def matches(hint: int | None, tile, size: int):
-    """A block tile honours a group hint: equal, or both cover the whole axis (per entry
-    of an array of tiles)."""
+    """A block tile (or a chunk) honours a group (or stream) hint: equal, or both cover the
+    whole axis (per entry of an array of tiles; hints.fixed_for has cut a hint past the axis
+    to its size, so `stream x by 64` at x = 41 takes a chunk of 64 or more)."""
     if hint is None:
         return True
     return (tile == hint) | ((hint >= size) & (tile >= size))

@@ -44,6 +44,10 @@ CASES = {
                   "Y[t o] = X * g * W * rsqrt(mean[i](X * X) + 1e-6)\nout Y: f16",
     # the smallest value of a row, its minimum beside a masked epilogue
     "min": HEAD + "in X[t i]: f16\nin W[i o]: f16\nY[t o] = where(t >= o, X * W + min[i](X), 0)\nout Y: f16",
+    # both operands computed from loads: each rounded to its loads' 16-bit dtype
+    "both_computed": HEAD + "in X[t i]: f16\nin W[i o]: f16\nY[t o] = relu(X) * exp(W * 0.1)\nout Y: f16",
+    "both_computed_bf16": HEAD + "in X[t i]: bf16\nin g[i]: bf16\nin W[o i]: bf16\n"
+                          "Y[t o] = gelu(X * g) * sigmoid(W)\nout Y: f32",
 }
 ODD = {"b": 2, "t": 37, "i": 41, "o": 19}
 EIGHTS = {"b": 2, "t": 45, "i": 72, "o": 24}
@@ -147,6 +151,19 @@ def test_the_model_charges_what_is_computed_as_it_is_staged():
     assert kp.cost.time < simt.cost.time / 4
 
 
+@pytest.mark.parametrize("name, dtype", [("both_computed", "f16"), ("both_computed_bf16", "bf16")])
+def test_two_computed_operands_are_priced_in_their_loads_dtype(name, dtype):
+    """`relu(X) * exp(W * 0.1)`: the model's product runs in the loads' 16-bit dtype, as the
+    lowering stages it (tensorcore._computed_dtype), its tensor-core time counted (an f32
+    product has no tensor rate: its time was 0)."""
+    p = plan(napkin.load(CASES[name]), "h100", {"t": 4096, "i": 4096, "o": 4096},
+             engine="tensor-cores")
+    (kp,) = p.kernels
+    assert kp.schedule.site.dtype == dtype and len(kp.schedule.site.computed) == 2
+    assert [w.dtype for w in kp.model.work if w.engine == "contraction"] == [dtype]
+    assert dict(kp.cost.compute_parts)["tensor"] > 0
+
+
 def test_a_reduction_without_a_merge_beside_the_product_stays_on_cuda_cores():
     d = napkin.load(HEAD + "in X[t i]: f16\nin W[i o]: f16\nY[t o] = X * W + argmax[i](X)\nout Y: f16")
     p = tc_plan(d)
@@ -226,3 +243,34 @@ def test_the_memory_table_shows_what_is_staged():
         ("Y:mul", "operand computed as staged"), ("Y:mean[i]", "row statistic"),
         ("W", "input tile")]
     assert sum(r["bytes"] for r in smem) == kp.cost.levels[1].M
+
+
+def test_a_split_product_of_a_computed_operand_is_refused_naming_the_split_axis():
+    """`(X * g) * W` with the contraction split (--split i=3): tensor cores stage a split's
+    operands as loads only, so --engine tensor-cores says so, naming the user's axis `i` (not
+    its share `s_i`) and the split; the planner keeps the CUDA cores, which compute it."""
+    d = napkin.load(HEAD + "in X[t i]: f16\nin g[i]: f16\nin W[i o]: f16\n"
+                    "Y[t o] = (X * g) * W\nout Y: f16")
+    sizes, split = {"t": 5, "i": 37, "o": 9}, {"split": {"i": 3}}
+    with pytest.raises(napkin.NapkinError) as exc:
+        plan(d, "h100", sizes, split, engine="tensor-cores")
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0606" and "over `i` is split (--split)" in diag.message, diag.message
+    p = plan(d, "h100", sizes, split)
+    assert p.kernels[0].schedule.engine == schedule.SIMT
+    assert_close(d, p, sizes)
+
+
+@pytest.mark.parametrize("operand", ["relu(X)", "X * g"])
+def test_an_operand_computed_from_an_f32_input_is_never_rounded(operand):
+    """`relu(X)` of an f32 input X beside an f16 weight: the f32 is the user's precision, as
+    X itself would be (tensorcore._rounded), so the product stays on the CUDA cores and
+    --engine tensor-cores says why, where it was rounded to f16 as it was staged."""
+    d = napkin.load(HEAD + f"in X[t i]: f32\nin g[i]: f16\nin W[i o]: f16\n"
+                    f"Y[t o] = {operand} * W\nout Y: f32".replace(
+                        "in g[i]: f16\n", "in g[i]: f16\n" if "g" in operand else ""))
+    sizes = {"t": 2048, "i": 2048, "o": 2048}
+    assert plan(d, "h100", sizes).kernels[0].schedule.engine == schedule.SIMT
+    with pytest.raises(napkin.NapkinError) as exc:
+        plan(d, "h100", sizes, engine="tensor-cores")
+    assert "operands are f32 and f16" in exc.value.diagnostics[0].message

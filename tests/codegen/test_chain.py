@@ -116,6 +116,23 @@ def test_a_two_layer_product_streamed_over_its_hidden_axis():
         assert v.ok, v.message
 
 
+def test_the_rows_skip_an_axis_a_streamed_operand_has():
+    """`W2[b f o]` varies along b: at t = 1 the rows would run along b (the longer axis) and
+    the chain was refused (N0606: 'a streamed product is not T[.. row red] C[.. red e]');
+    they run along t and b is a batch axis, one position per block."""
+    d = napkin.load("axis b, t, f\naxis m = 32\naxis o = 16\nin X[b t m]: f16\n"
+                    "in W1[m f]: f16\nin W2[b f o]: f16\nH[b t f] = gelu(X * W1)\n"
+                    "Y[b t o] = H * W2\nout Y: f16")
+    shape = {"b": 8, "t": 1, "f": 40}
+    p = plan(d, "h100", shape, engine="tensor-cores")
+    (kp,) = chains(p)
+    assert kp.schedule.site.row == "t" and "b" in kp.schedule.site.batch
+    inputs = random_inputs(d, shape, 3)
+    out = run_plan(p, inputs, shape, timeout_s=240)
+    for v in compare.against_reference(d, inputs, out, plan=p).values():
+        assert v.ok, v.message
+
+
 def test_seeded_chain_bug_gives_wrong_values():
     # the two 8-wide C tiles of the chunk value swapped in the packed A fragment
     d = napkin.load(MLP)

@@ -146,3 +146,22 @@ def test_a_hint_on_a_packed_axis_keeps_one_axis_of_rows(hint):
     p, verdict = _check(small, {"b": 1, "g": 2, "r": 3, "q": 4, "x": 37}, "f16", overrides=hint)
     assert _site(p).packed == () and _site(p).row == "q"
     assert verdict.ok, verdict.message
+
+
+@pytest.mark.parametrize("shape", [
+    {"b": 1, "h": 5, "q": 1, "x": 41},      # q = 1: the rows would have run along h
+    {"b": 3, "h": 2, "q": 1, "x": 23},      # ... now along b
+])
+def test_rows_never_run_along_an_axis_the_values_vary_along(shape):
+    """`Q[h b q d]`, `K[x d]`, `V[h x e]`: h is Q's and not K's, but V varies along it, so a
+    block's one tile of values cannot serve rows along h (they took row h's P times head 0's
+    values: max error 3.2 at q = 1). The rows run along Q's axes K and V both lack (b, q;
+    flash.own_rows) and h is a batch axis, one position per block."""
+    d = napkin.load("axis b, h, q, x\naxis d = 16\naxis e = 8\nin Q[h b q d]: f16\n"
+                    "in K[x d]: f16\nin V[h x e]: f16\n"
+                    "S[b h q x] = where(x < q + 3, Q * K, -inf)\nP[b h q x] = softmax[x](S)\n"
+                    "O[b q h e] = P * V\nout O: f16\n")
+    p, verdict = _check(d, shape, "f16")
+    site = _site(p)
+    assert "h" in site.batch and set(packing.parts(site.row)) <= {"b", "q"}
+    assert verdict.ok, verdict.message

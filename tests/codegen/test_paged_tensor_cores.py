@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import napkin
+from napkin.commands.run import random_inputs
 from napkin.compiler import flash, tensorcore
 from napkin.compiler.plan import plan
 from napkin.diagrams.diagnostics import NapkinError
@@ -121,7 +122,6 @@ out O: {dtype}
 
 @pytest.mark.parametrize("kd, vx, dtype, why", [
     ("perm[d]", "x", "f16", "gathered along `d`"),
-    ("d", "x + r", "f16", "positions that vary along `r`"),
     ("d", "x", "f32", "mma.sync takes one 16-bit dtype"),
 ])
 def test_what_the_copy_cannot_read_stays_on_cuda_cores_with_a_reason(kd, vx, dtype, why):
@@ -140,6 +140,21 @@ def test_what_the_copy_cannot_read_stays_on_cuda_cores_with_a_reason(kd, vx, dty
     with pytest.raises(NapkinError) as exc:
         plan(d, "h100", shape, split, engine="tensor-cores")
     assert exc.value.diagnostics[0].code == "N0606" and why in exc.value.diagnostics[0].message
+
+
+def test_values_gathered_along_a_query_axis_make_it_a_batch_axis():
+    """`Vc[... mod(x + r, size(P)) g d]`: the values' rows vary along the query heads r, so
+    the fragment rows run along q alone (flash.own_rows) and r is a batch axis, one position
+    per block, whose gathered tile of values is its own; emulated against the reference."""
+    d = napkin.load(GATHER_D.format(kd="d", vx="x + r", dtype="f16"))
+    shape = dict(b=2, g=2, r=4, q=3, n=9)
+    p = plan(d, "h100", shape, {"split": {"x": 3}}, engine="tensor-cores")
+    site = next(kp.schedule.site for kp in p.kernels if kp.model.streaming.pairs)
+    assert site.row == "q" and "r" in site.batch and not site.packed
+    inputs = random_inputs(d, shape, 5)
+    inputs["pages"] = np.random.default_rng(5).integers(0, 9, (2, 4)).astype(np.int32)
+    for v in compare.against_reference(d, inputs, run_plan(p, inputs, shape), plan=p).values():
+        assert v.ok, v.message
 
 
 def test_keys_gathered_along_the_query_rows_are_refused_with_the_axis():

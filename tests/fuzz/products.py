@@ -1,6 +1,6 @@
 """Random matrix products on tensor cores: any axis order of the operands and the result,
-batch axes, an epilogue, an operand computed from loads and a reduction over the contracted
-axis beside the product, f16 or bf16, any legal tiling and warp layout, odd sizes.
+batch axes, an epilogue, operands computed from loads (either or both) and a reduction over
+the contracted axis beside the product, f16 or bf16, any legal tiling and warp layout, odd sizes.
 
 Each case is forced onto the tensor-core lowering (whatever the planner would pick at
 its sizes), emitted, run by the CPU emulator and compared with the float64 reference
@@ -31,6 +31,8 @@ EPILOGUES = ["{p}", "relu({p})", "gelu({p} + bias)", "where(m >= n, {p}, -2.0)",
 # the first operand as loaded or computed from loads as it is staged (Site.computed), and a
 # factor reduced over k beside the product (Site.stats: a row's, a column's)
 OPERANDS = ["A", "A", "relu(A)", "A * g", "exp(A * 0.25)"]
+# ... and the second: both may be computed (each rounded to its loads' dtype)
+SECOND = ["B", "B", "B", "relu(B)", "exp(B * 0.25)"]
 BESIDE = ["", "", " * rsqrt(mean[k](A * A) + 1.0)", " * max[k](abs(B))",
           " * exp(0.0 - logsumexp[k](A * 0.5))", " * sum[k](B * g)", " * min[k](A)"]
 TILINGS = [(bm, bn, bk, wm, wn) for bm in (16, 32, 64, 128) for bn in (8, 16, 32, 64, 128)
@@ -49,7 +51,8 @@ def products(draw):
     c = draw(st.permutations(("m", "n") + batch))
     dtype = draw(st.sampled_from(["f16", "bf16"]))
     out = draw(st.sampled_from(["f16", "bf16", "f32"]))
-    product = f"{draw(st.sampled_from(OPERANDS))} * B{draw(st.sampled_from(BESIDE))}"
+    product = (f"{draw(st.sampled_from(OPERANDS))} * {draw(st.sampled_from(SECOND))}"
+               f"{draw(st.sampled_from(BESIDE))}")
     body = draw(st.sampled_from(EPILOGUES)).format(p=product)
     axes = ", ".join(("m", "k", "n") + batch)
     text = (f"axis {axes}\nin A[{' '.join(a)}]: {dtype}\nin B[{' '.join(b)}]: {dtype}\n"
@@ -115,7 +118,9 @@ def attentions(draw):
     value = "d" if width == head and draw(st.booleans()) else "e"
     qa = draw(st.permutations(("q", "d") + batch))
     ka = draw(st.permutations(("x", "d") + kv_batch))
-    va = draw(st.permutations(("x", value) + kv_batch))
+    # V may vary along a batch axis K lacks (a batch axis then, never the rows: flash.own_rows)
+    v_batch = tuple(a for a in batch if a in kv_batch or draw(st.booleans()))
+    va = draw(st.permutations(("x", value) + v_batch))
     oa = draw(st.permutations(("q", value) + batch))
     dtype = draw(st.sampled_from(["f16", "bf16"]))
     scale = draw(st.sampled_from(["Q * K", "Q * K / sqrt(size(d))", "Q * K * 0.3"]))
