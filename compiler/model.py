@@ -210,7 +210,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                                          else "*") for lab in op.labels)
                 arrays.append(Array(n, f"{array_name(g, base)}[{shown}]", "load", t.axes,
                                     BYTES[storage_dtype(g, base)],
-                                    streamed=axis is not None and axis in t.axes, unstaged=True))
+                                    streamed=axis is not None and axis in t.axes, unstaged=True,
+                                    used_over=_used_over(g, n, members)))
                 continue
         streamed = axis is not None and axis in t.axes
         if n in pairs.values():   # online softmax: the rescaled output, and (m, l) per row

@@ -193,6 +193,36 @@ def test_the_planner_splits_decode_attention_near_the_cost_of_reading_k_and_v():
         assert axes[lse] == tuple(a for a in axes[o_part] if a != "d"), axes
 
 
+VALUE_AXIS = """axis b, h, q, x
+axis d = 64{e}
+in Q[b h q d]: f16
+in K[b h x d]: f16
+in V[b h x {v}]: f16
+S[b h q x] = Q * K / sqrt(size(d))
+P[b h q x] = softmax[x](S)
+O[b h q {v}] = P * V
+out O: f16
+"""
+
+
+def test_decode_with_a_value_axis_of_its_own_splits_as_with_d():
+    """V[b h x e] with e an axis of its own (as wide as d): a split's K and V are read through
+    gathers (the split's rows of x), whose arrays had no `used_over`, so the model re-read V
+    at every step of the walk over d that Q K contracts (registers H b h q x d e / t_q): the
+    split's partial was predicted register-bound at 269 us and the planner kept three
+    kernels at 133 us. Now the same plan and cost as with V[b h x d] (model, h100)."""
+    shape = {"b": 1, "h": 32, "q": 1, "x": 32768}
+    own, shared = (plan(napkin.load(VALUE_AXIS.format(v=v, e=e)), "h100", shape)
+                   for v, e in (("e", "\naxis e = 64"), ("d", "")))
+    assert own.split is not None and own.split.axis == "x"
+    assert [kp.schedule.engine for kp in own.kernels] == \
+        [kp.schedule.engine for kp in shared.kernels]
+    assert own.kernels[0].schedule.engine == "attention"
+    for a, b in zip(own.kernels[0].cost.levels, shared.kernels[0].cost.levels):
+        assert a.H == pytest.approx(b.H), a.name
+    assert own.time == pytest.approx(shared.time)
+
+
 def test_full_gpus_do_not_split():
     p = plan(napkin.load("attention", d=64), "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
     assert p.split is None
