@@ -74,7 +74,7 @@ def engine_buffers(plan, kp) -> list[dict] | None:
         for operand in (primary, secondary):
             t = ir.type_of(g, operand)
             if operand in loads and stream_axis in t.axes:
-                stream_names.append(ir.op(g, operand).name)
+                stream_names.append(_name(g, operand))
                 other = [x for x in t.axes if x != stream_axis and sizes[x] > 1]
                 extent = 1
                 for x in other:
@@ -84,7 +84,7 @@ def engine_buffers(plan, kp) -> list[dict] | None:
         if operand_width == 4 and (primary in loads or secondary in loads):
             operand_width = bytes_of(primary if primary in loads else secondary)
         if primary in loads and stream_axis not in pt.axes:
-            add(ir.op(g, primary).name, "tensor core primary source",
+            add(_name(g, primary), "tensor core primary source",
                 [[f"w_{row}", row_tile]] + [[x, sizes[x]] for x in red], regs, bytes_of(primary))
         elif primary not in loads:
             add(_name(g, primary), "processed values",
@@ -92,7 +92,7 @@ def engine_buffers(plan, kp) -> list[dict] | None:
         st = ir.type_of(g, secondary)
         if secondary in loads and st.axes and st.axes[-1] in red:
             other = [x for x in st.axes if x not in red and sizes[x] > 1]
-            add(ir.op(g, secondary).name + "^T", "transposed",
+            add(_name(g, secondary) + "^T", "transposed",
                 [[x, sizes[x]] for x in red] + [[_lab(x, stream_axis), _ext(x, stream_axis, chunk, sizes)]
                                                 for x in other], smem, bytes_of(secondary))
         free = [x for x in ir.type_of(g, c).axes if x != row and sizes[x] > 1]
