@@ -221,16 +221,27 @@ def _reduction_buffer(lw, threads: int) -> str:
     return red
 
 
-def _chunk_bounds(lw, size: str, aligned: bool) -> None:
+def _span_names(b) -> dict:
+    """The names of one span prologue's variables (pfirst, plast, mfirst, mlast, mcount,
+    mrun, cfirst, cend): plain in a kernel's first, numbered in the next (a kernel of two
+    passes over a masked axis, an attention backward's, emits one per pass in one scope)."""
+    k = int(b.fresh("span")[len("span"):])
+    return {n: f"{n}{k}" if k else n for n in
+            ("pfirst", "plast", "mfirst", "mlast", "mcount", "mrun", "cfirst", "cend")}
+
+
+def _chunk_bounds(lw, size: str, aligned: bool, v: dict) -> None:
     """cfirst and cend from the block's pfirst and plast (the first and the last position
     where the mask may hold, or with `aligned` the first and the last chunk's start;
     plast < 0: nowhere): a chunk-aligned start, an end that is a chunk multiple or the
-    axis's size."""
+    axis's size (`v`: the prologue's names, _span_names)."""
     chunk = lw.kp.schedule.stream[1]
-    first = "pfirst" if aligned else f"pfirst / {chunk} * {chunk}"
-    lw.b.emit(P.Decl(f"const {lw.itype}", "cfirst", f"({lw.itype})(plast < 0 ? 0 : {first})"))
-    up = f"plast + {chunk}" if aligned else f"(plast / {chunk} + 1) * {chunk}"
-    lw.b.emit(P.Decl(f"const {lw.itype}", "cend", f"({lw.itype})(plast < 0 ? 0 : "
+    pfirst, plast = v["pfirst"], v["plast"]
+    first = pfirst if aligned else f"{pfirst} / {chunk} * {chunk}"
+    lw.b.emit(P.Decl(f"const {lw.itype}", v["cfirst"],
+                     f"({lw.itype})({plast} < 0 ? 0 : {first})"))
+    up = f"{plast} + {chunk}" if aligned else f"({plast} / {chunk} + 1) * {chunk}"
+    lw.b.emit(P.Decl(f"const {lw.itype}", v["cend"], f"({lw.itype})({plast} < 0 ? 0 : "
                      f"({up} < {size} ? {up} : {size}))"))
 
 
@@ -271,7 +282,7 @@ def data_span(lw, reducers, kinds: dict, threads: int, r: str, single):
     block = lw._box(r)
     bounds = {}
     for i, (n, lf) in enumerate(rows.items()):
-        lo, hi = f"dlo{i}", f"dhi{i}"
+        lo, hi = b.fresh("dlo"), b.fresh("dhi")     # (dlo0, dhi0, ...: every pass its own)
         b.emit(P.Decl("long long", lo, MOST))
         b.emit(P.Decl("long long", hi, LEAST))
         (row,) = set(lf[2]) - single or {None}
@@ -286,14 +297,15 @@ def data_span(lw, reducers, kinds: dict, threads: int, r: str, single):
         b.emit(P.Call("napkin_block_range", (lo, hi, red)))
         bounds[n] = (lo, hi)
     size = f"(long long)({lw.sizes[r]})"
-    b.emit(P.Decl("long long", "pfirst", size))      # (none: the axis's size, and plast -1)
-    b.emit(P.Decl("long long", "plast", "-1"))
+    names = _span_names(b)
+    b.emit(P.Decl("long long", names["pfirst"], size))   # (none: the axis's size, plast -1)
+    b.emit(P.Decl("long long", names["plast"], "-1"))
     # ... and where it holds for every row of the block (every reducer's condition): a
     # chunk inside a run of such positions needs no mask per score (FlashAttention's
     # chunks below the diagonal, here inside one document)
-    b.emit(P.Decl("long long", "mfirst", size))
-    b.emit(P.Decl("long long", "mlast", "-1"))
-    b.emit(P.Decl("long long", "mcount", "0"))
+    b.emit(P.Decl("long long", names["mfirst"], size))
+    b.emit(P.Decl("long long", names["mlast"], "-1"))
+    b.emit(P.Decl("long long", names["mcount"], "0"))
 
     def test(box):
         tests = [can_hold(g, c, box) for c in conds]
@@ -312,25 +324,28 @@ def data_span(lw, reducers, kinds: dict, threads: int, r: str, single):
                 here[n] = (v, v)
             box = dict(lw._box(r, "dp", "1"), **{"#data": here})
             b.emit(P.If(test(box) or "true",
-                        (P.Set("pfirst", "napkin_min(pfirst, dp)"),
-                         P.Set("plast", "napkin_max(plast, dp)"))))
+                        (P.Set(names["pfirst"], f"napkin_min({names['pfirst']}, dp)"),
+                         P.Set(names["plast"], f"napkin_max({names['plast']}, dp)"))))
             musts = [must_hold(g, c, box) for c in conds]
             if all(m is not None for m in musts):
                 b.emit(P.If(" && ".join(musts),
-                            (P.Set("mfirst", "napkin_min(mfirst, dp)"),
-                             P.Set("mlast", "napkin_max(mlast, dp)"), P.Set("mcount", "mcount + 1"))))
+                            (P.Set(names["mfirst"], f"napkin_min({names['mfirst']}, dp)"),
+                             P.Set(names["mlast"], f"napkin_max({names['mlast']}, dp)"),
+                             P.Set(names["mcount"], f"{names['mcount']} + 1"))))
         if early is None:
             full()
         else:
             b.emit(P.If(early, lw._scoped(full)))
     b.loop("dp", "(long long)tid", size, str(threads), position, ctype="long long")
-    b.emit(P.Call("napkin_block_range", ("pfirst", "plast", red)))
-    b.emit(P.Call("napkin_block_range", ("mfirst", "mlast", red)))
+    b.emit(P.Call("napkin_block_range", (names["pfirst"], names["plast"], red)))
+    b.emit(P.Call("napkin_block_range", (names["mfirst"], names["mlast"], red)))
     # a run only when every position between its first and last is one (no hole)
-    b.emit(P.Decl("const bool", "mrun",
-                  f"napkin_block_sum(mcount, {red}) == mlast - mfirst + 1 && mlast >= 0"))
-    _chunk_bounds(lw, size, aligned=False)
-    return Span("cfirst", "cend", bounds, ("mrun", "mfirst", "mlast"))
+    b.emit(P.Decl("const bool", names["mrun"],
+                  f"napkin_block_sum({names['mcount']}, {red}) == "
+                  f"{names['mlast']} - {names['mfirst']} + 1 && {names['mlast']} >= 0"))
+    _chunk_bounds(lw, size, aligned=False, v=names)
+    return Span(names["cfirst"], names["cend"], bounds,
+                (names["mrun"], names["mfirst"], names["mlast"]))
 
 
 def one_band(g, n: int) -> bool:
@@ -371,15 +386,17 @@ def index_span(lw, reducers, kinds: dict, threads: int, r: str):
         return None
     b = lw.b
     red = _reduction_buffer(lw, threads)
-    b.emit(P.Decl("long long", "pfirst", size))      # (none: the axis's size, and plast -1)
-    b.emit(P.Decl("long long", "plast", "-1"))
+    v = _span_names(b)
+    pfirst, plast = v["pfirst"], v["plast"]
+    b.emit(P.Decl("long long", pfirst, size))      # (none: the axis's size, and plast -1)
+    b.emit(P.Decl("long long", plast, "-1"))
     b.loop("dc", f"(long long)tid * {chunk}", size, f"{threads * chunk}", lambda: b.emit(P.If(
-        f"!({test})", (P.Set("pfirst", "napkin_min(pfirst, dc)"),
-                       P.Set("plast", "napkin_max(plast, dc)")))), ctype="long long")
-    b.emit(P.Call("napkin_block_range", ("pfirst", "plast", red)))
-    _chunk_bounds(lw, size, aligned=True)
+        f"!({test})", (P.Set(pfirst, f"napkin_min({pfirst}, dc)"),
+                       P.Set(plast, f"napkin_max({plast}, dc)")))), ctype="long long")
+    b.emit(P.Call("napkin_block_range", (pfirst, plast, red)))
+    _chunk_bounds(lw, size, aligned=True, v=v)
     band = len({through_names(lw.g, c) for c in conds}) == 1 and one_band(lw.g, conds[0])
-    return Span("cfirst", "cend", {}, None, band)
+    return Span(v["cfirst"], v["cend"], {}, None, band)
 
 
 def _scope(lw, single, raws: dict) -> dict:

@@ -74,7 +74,7 @@ def engine_buffers(plan, kp) -> list[dict] | None:
         for operand in (primary, secondary):
             t = ir.type_of(g, operand)
             if operand in loads and stream_axis in t.axes:
-                stream_names.append(ir.op(g, operand).name)
+                stream_names.append(_name(g, operand))
                 other = [x for x in t.axes if x != stream_axis and sizes[x] > 1]
                 extent = 1
                 for x in other:
@@ -84,15 +84,15 @@ def engine_buffers(plan, kp) -> list[dict] | None:
         if operand_width == 4 and (primary in loads or secondary in loads):
             operand_width = bytes_of(primary if primary in loads else secondary)
         if primary in loads and stream_axis not in pt.axes:
-            add(ir.op(g, primary).name, "tensor core primary source",
-                [[f"w_{row}", row_tile]] + [[x, sizes[x]] for x in red], regs, bytes_of(primary))
+            add(_name(g, primary), "tensor core primary source",
+                _row("w", row, row_tile) + [[x, sizes[x]] for x in red], regs, bytes_of(primary))
         elif primary not in loads:
             add(_name(g, primary), "processed values",
-                [[f"t_{row}", None], [f"u_{stream_axis}", k_frag]], regs)
+                _row("t", row, None) + [[f"u_{stream_axis}", k_frag]], regs)
         st = ir.type_of(g, secondary)
         if secondary in loads and st.axes and st.axes[-1] in red:
             other = [x for x in st.axes if x not in red and sizes[x] > 1]
-            add(ir.op(g, secondary).name + "^T", "transposed",
+            add(_name(g, secondary) + "^T", "transposed",
                 [[x, sizes[x]] for x in red] + [[_lab(x, stream_axis), _ext(x, stream_axis, chunk, sizes)]
                                                 for x in other], smem, bytes_of(secondary))
         free = [x for x in ir.type_of(g, c).axes if x != row and sizes[x] > 1]
@@ -101,10 +101,10 @@ def engine_buffers(plan, kp) -> list[dict] | None:
             width *= _ext(x, stream_axis, chunk, sizes)
         name = _name(g, c)
         if width <= n_frag:
-            add(name, "transfer cache", [[f"g_{row}", row_tile]]
+            add(name, "transfer cache", _row("g", row, row_tile)
                 + [[_lab(x, stream_axis), _ext(x, stream_axis, chunk, sizes)] for x in free], smem)
         else:
-            add(name, "subloop cache", [[f"g_{row}", row_tile]]
+            add(name, "subloop cache", _row("g", row, row_tile)
                 + [[f"{x}'", n_frag] for x in free[-1:]], smem)
     if stream_names:
         add("/".join(dict.fromkeys(stream_names)), "stream",
@@ -116,9 +116,15 @@ def engine_buffers(plan, kp) -> list[dict] | None:
     for s, cn in kp.model.streaming.pairs:
         out_axes = [x for x in ir.type_of(g, cn).axes if x != row and sizes[x] > 1]
         name = _name(g, cn)
-        add(name + ".state", "auxiliary", [[f"t_{row}", None], ["m l rescale", 3]], regs)
-        add(name, "output", [[f"t_{row}", None]] + [[x, sizes[x]] for x in out_axes], regs)
+        add(name + ".state", "auxiliary", _row("t", row, None) + [["m l rescale", 3]], regs)
+        add(name, "output", _row("t", row, None) + [[x, sizes[x]] for x in out_axes], regs)
     return out
+
+
+def _row(prefix: str, row, tile) -> list:
+    """The rows' dimension of a buffer (`g_q`, `t_q`, `w_q`), none where no woven axis of the
+    kernel is grouped beyond 1 (a bilinear form's second kernel: one output per block)."""
+    return [] if row is None else [[f"{prefix}_{row}", tile]]
 
 
 def _rest(kp, stream_axis, sizes, plan):

@@ -137,11 +137,14 @@ class Sweep:
         return self.inline(n, sub)
 
     # --- cotangents ------------------------------------------------------------------
-    def named(self, expr: Expr, base: str, axes: tuple[str, ...]) -> Expr:
+    def named(self, expr: Expr, base: str, axes: tuple[str, ...], own: bool = False) -> Expr:
+        """A name for `expr` over `axes`: the one an equal expression already has, or (and
+        always with `own`: an output, which no other output may share) a new equation."""
         key = (strip(expr.text), tuple(axes))
-        name = self.memo.get(key)
+        name = None if own else self.memo.get(key)
         if name is None:
-            name = self.memo[key] = self.fresh(base)
+            name = self.fresh(base)
+            self.memo.setdefault(key, name)
             self.equations.append(f"{name}[{' '.join(axes)}] = {key[0]}")
         return Expr(name, frozenset(axes), mask=expr.mask, layout=tuple(axes), mask_axes=expr.mask_axes)
 
@@ -166,7 +169,7 @@ class Sweep:
         if simple and not own and (expr.layout or not force_name):
             return expr
         if force_name or (not simple and (expr.sums or len(expr.text) > INLINE_LIMIT)):
-            return self.named(expr, base, axes)
+            return self.named(expr, base, axes, own)
         return expr
 
 

@@ -150,3 +150,29 @@ def test_every_streamed_reduction_is_named_in_explain(fn, words):
     (kernel,) = report(p)["kernels"]
     assert kernel["streaming"]["axis"] == "v", kernel["streaming"]
     assert kernel["streaming"]["accumulators"] == [words]
+
+
+def test_engine_buffers_name_an_operand_computed_by_an_earlier_kernel():
+    """A bilinear form s[b] = x W y plans on hopper-toy as two kernels: the second streams j
+    through `x W` (a contraction the first stored), and the engine's buffer table read `.name`
+    of that Contract op (AttributeError: an internal error from `napkin explain`). The table
+    names it as the rest of the report does (and its buffers had a dimension `g_None`), and
+    the plan still computes the reference."""
+    import numpy as np
+    from napkin.runtime.compare import references, check
+    from napkin.runtime.interpret import interpret
+    d = napkin.load("axis b, i, j\nin x[b i]: f32\nin W[i j]: f32\nin y[b j]: f32\n"
+                    "s[b] = x * W * y\nout s: f32\n")
+    p = plan(d, "hopper-toy", {"b": 1024, "i": 1024, "j": 1024})
+    assert len(p.kernels) == 2
+    buffers = [buf for k in report(p)["kernels"] for buf in k["buffers"]]
+    assert "y/s:contract[i]" in [buf["name"] for buf in buffers], buffers
+    # the second kernel groups no woven axis beyond 1: its buffers have no rows' dimension
+    assert not any("None" in str(buf["shape"]) for buf in buffers), buffers
+    small = plan(d, "hopper-toy", {"b": 3, "i": 31, "j": 33})
+    rng = np.random.default_rng(5)
+    inputs = {"x": rng.uniform(-1, 1, (3, 31)).astype(np.float32),
+              "W": rng.uniform(-1, 1, (31, 33)).astype(np.float32),
+              "y": rng.uniform(-1, 1, (3, 33)).astype(np.float32)}
+    ref, low, order = references(d, inputs, small)
+    assert check(interpret(small, inputs)["s"], ref["s"], low["s"], "f32", "s", order["s"]).ok

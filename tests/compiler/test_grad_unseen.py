@@ -217,3 +217,34 @@ def test_unseen_gradient_kernels_match_the_reference(name, backend, within_budge
     args = {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in {**inputs, **cot}.items()}
     outs = napkin.run(grad, **args, backend=backend)
     within_budget(grad, args, dict(zip([s.name for s in grad.outputs], outs)))
+
+
+RESIDUAL_RMSNORM = """
+axis t, c
+in X[t c]: f32
+in R[t c]: f32
+in g[c]: f32
+H[t c] = X + R
+Y[t c] = H * rsqrt(mean[c](H * H) + 1e-6) * g
+out Y: f32, H: f32
+"""
+
+
+@pytest.mark.parametrize("t,c", [(1, 1), (3, 31), (2, 33)])
+def test_inputs_with_one_cotangent_get_outputs_of_their_own(t, c):
+    """X and R of a residual add have the same cotangent (dH's total): the sweep named the
+    first output dX, remembered that name for the expression, and gave R's output the same
+    one, so the backward listed `out dX, dX` and did not check (N0202 from `napkin grad`)."""
+    g = napkin.grad(RESIDUAL_RMSNORM)
+    assert [s.name for s in g.outputs] == ["dX", "dR", "dg"]
+    rng = np.random.default_rng(t * 100 + c)
+    X, R, dY, dH = (rng.uniform(-1, 1, (t, c)).astype(np.float32) for _ in range(4))
+    gain = rng.uniform(-1, 1, c).astype(np.float32)
+    dX, dR, dg = napkin.run(g, X, R, gain, dY, dH, backend="interpret")
+    H = X.astype(np.float64) + R
+    r = 1 / np.sqrt(np.mean(H * H, -1, keepdims=True) + 1e-6)
+    a = dY * gain.astype(np.float64)
+    want = dH + a * r - r ** 3 * H / c * np.sum(a * H, -1, keepdims=True)
+    _close(dX, want)
+    _close(dR, want)
+    _close(dg, np.sum(dY * H * r, 0))
