@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..compiler import ir
 from ..compiler.canonical import through
+from ..diagrams.diagnostics import error
 from . import across_warps, cexpr, held
 from . import program as P
 
@@ -179,9 +180,10 @@ def _online_softmax(lw, n: int, st: State, scopes: list) -> None:
         for score in scores:
             m_new = b.value("float", f"napkin_max({m_new}, {score})")
         shift = b.value("float", f"napkin_shift({m_new})")
-        scale = b.value("float", cexpr.shifted_exp(f"{m} - {shift}"))    # of the old m: every o reads
-        ps = [b.value("float", cexpr.shifted_exp(f"{score} - {shift}")) for score in scores]  # these
-        b.emit(P.Set(l, " + ".join([f"{l} * {scale}"] + ps)))   # values, never m itself
+        # of the old m: every o reads these values, never m itself
+        scale = b.value("float", cexpr.shifted_exp(f"{m} - {shift}"))
+        ps = [b.value("float", cexpr.shifted_exp(f"{score} - {shift}")) for score in scores]
+        b.emit(P.Set(l, " + ".join([f"{l} * {scale}"] + ps)))
         b.emit(P.Set(m, m_new))
         st.factors = (scale, ps)
     other = _other_operand(lw, n, soft)
@@ -226,7 +228,8 @@ def fold_value(b, kind: str, v: dict, x: str, two_exps: bool = False) -> None:
         b.emit(P.Set(v["m"], m_new))
     else:
         m_new = b.value("float", f"napkin_max({v['m']}, {x})")
-        e = b.value("float", cexpr.shifted_exp(f"napkin_min({v['m']}, {x}) - napkin_shift({m_new})"))
+        e = b.value("float",
+                    cexpr.shifted_exp(f"napkin_min({v['m']}, {x}) - napkin_shift({m_new})"))
         b.emit(P.Set(v["s"], f"({x} > {v['m']} ? {v['s']} * {e} + 1.0f + ({x} - {m_new}) : "
                              f"{v['s']} + {e})"))
         b.emit(P.Set(v["m"], m_new))
@@ -358,3 +361,18 @@ def _other_operand(lw, n: int, soft: int) -> int:
     """The operand of paired contraction `n` that is not its softmax `soft`."""
     a, b_ = ir.operands(lw.g, n)
     return b_ if through(lw.g, a) == soft else a
+
+
+def merge_warps(lw, lanes: int, kind: str, state: dict, in_scan: bool = False) -> None:
+    """A split over several warps: their `kind` states (`state`: slot -> variable, each warp's
+    lanes merged by shuffles) merged through shared memory by merge_one (across_warps.py);
+    nothing within a warp. Not inside a scan's prefix loop, whose trips differ between the
+    block's threads: the warps merge after a barrier every thread must reach (N0604)."""
+    if lanes <= across_warps.WARP:
+        return
+    if in_scan:
+        raise error("N0604", f"a reduction over {lanes} lanes inside a scan's prefix loop: "
+                    "the warps of a split merge after a barrier, which every thread of "
+                    "the block must reach", help="split the axis over at most 32 lanes")
+    cells = [(v, SLOT_CTYPE.get(slot, "float"), 0) for slot, v in state.items()]
+    across_warps.merge(lw, lanes, cells, lambda other: merge_one(lw.b, kind, state, other))

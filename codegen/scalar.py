@@ -16,7 +16,6 @@ import math
 import numpy as np
 
 from ..compiler import ir, local_merge
-from ..diagrams.diagnostics import error
 from . import accum, across_warps, cexpr
 from . import program as P
 from .builder import Builder, Ix
@@ -209,20 +208,7 @@ class Emitter(SoftmaxRows):
         if lanes > 1:
             width = across_warps.width(lanes)
             self.b.emit(P.Set(var, f"{cexpr.LANES[kind]}({var}, {width}{self._lane_mask(lanes)})"))
-            self._across_warps(lanes, kind, {"s": var})
-
-    def _across_warps(self, lanes: int, kind: str, state: dict) -> None:
-        """A split over several warps: their states (`state`: slot -> variable, each warp's
-        lanes merged) merged through shared memory by accum.merge_one (across_warps.py)."""
-        if lanes <= across_warps.WARP:
-            return
-        if self.scans:     # (a scan's prefix loop: the block's threads make different trips)
-            raise error("N0604", f"a reduction over {lanes} lanes inside a scan's prefix loop: "
-                        "the warps of a split merge after a barrier, which every thread of "
-                        "the block must reach", help="split the axis over at most 32 lanes")
-        cells = [(v, accum.SLOT_CTYPE.get(slot, "float"), 0) for slot, v in state.items()]
-        across_warps.merge(self.ctx, lanes, cells,
-                           lambda other: accum.merge_one(self.b, kind, state, other))
+            accum.merge_warps(self.ctx, lanes, kind, {"s": var}, bool(self.scans))
 
     @contextlib.contextmanager
     def _lanes(self, axes, args, scope):
@@ -336,7 +322,7 @@ class Emitter(SoftmaxRows):
         if lanes > 1:
             b.emit(P.Call(f"napkin_lanes_{op.fn}", (best, pos, f"{across_warps.width(lanes)}"
                                                                 f"{self._lane_mask(lanes)}")))
-            self._across_warps(lanes, op.fn, {"s": best, "i": pos})
+            accum.merge_warps(self.ctx, lanes, op.fn, {"s": best, "i": pos}, bool(self.scans))
         return b.value("long long", f"({pos} == NAPKIN_NO_POSITION ? -1LL : {pos})")
 
     def _reshape(self, n: int, base: int, scope) -> str:

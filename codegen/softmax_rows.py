@@ -23,7 +23,8 @@ class SoftmaxRows:
             b.emit(P.Decl("float", s_, "0.0f"))
 
             def total(s):
-                b.emit(P.Set(s_, f"{s_} + " + cexpr.shifted_exp(f"{self.number(arg, s)} - napkin_shift({m})")))
+                e = cexpr.shifted_exp(f"{self.number(arg, s)} - napkin_shift({m})")
+                b.emit(P.Set(s_, f"{s_} + {e}"))
             self._walk(axes, scope, total, [arg])
             self._merge(axes, "sum", s_)
             return m, s_
@@ -38,7 +39,8 @@ class SoftmaxRows:
         if lanes > 1:
             b.emit(P.Call("napkin_lanes_lse", (m, s_, f"{across_warps.width(lanes)}"
                                                       f"{self._lane_mask(lanes)}")))
-            self._across_warps(lanes, "logsumexp", {"m": m, "s": s_})
+            accum.merge_warps(self.ctx, lanes, "logsumexp", {"m": m, "s": s_},
+                              bool(self.scans))
         return m, s_
 
     def _softmax_row(self, n, op, args, scope) -> tuple[str, str]:

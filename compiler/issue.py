@@ -95,10 +95,8 @@ INSTRUCTIONS = {
     # layernorm's loops); beside a tensor-core product they count (STAGED_COUNT)
     "sum": (1, 0, 0.5), "mean": (1, 0, 0.5), "var": (3, 0, 1), "logsumexp": (7, 1, 1),
     # a logsumexp's and a softmax's statistics over a staged row, per score: the max loop, then
-    # the sum of exponentials shifted by it (codegen/softmax_rows.py; the exponential as
-    # cexpr.shifted_exp, an FADD, FMUL and MUFU.EX2 where IEEE expf was (6, 1, 2) more or
-    # less: (10, 2, 2) and (16, 2, 4) before, refitted against the SASS of cross_entropy's
-    # and softmax's kernels, benchmarks/model_check.py --kernels, 2026-12-07)
+    # the sum of exponentials (cexpr.shifted_exp; with IEEE expf (10, 2, 2) and (16, 2, 4),
+    # refitted to cross_entropy's and softmax's SASS, model_check.py --kernels, 2026-12-07)
     "softmax": (8, 1, 1),
 }
 # ... and a softmax not paired with a contraction writes each probability: its exponential
@@ -108,11 +106,10 @@ INSTRUCTIONS = {
 # with the read and the store before ex2, 38 after)
 SOFTMAX_NORMALISED = (3, 1, 0)
 # A logsumexp's or softmax's statistics on CUDA cores, per score, streamed or over a whole row
-# read from global memory (codegen/accum.py fold_value; Model.online): the running max, one exponential (the smaller of the max and the score shifted
-# by the larger, cexpr.shifted_exp), the sum rescaled or added to, selected; two rescaling
-# exps per score were 2 more (sm_90, static: softmax's statistics loop at 4096, 114
-# instructions per 4 scores before, 106 after; MUFU 2 per score before, 1 after), and IEEE
-# expf 26 more per 4 scores than ex2 (106 -> 80 at c = 32000: (15, 1, 4) before)
+# read from global memory (codegen/accum.py fold_value; Model.online): the running max, one
+# exponential (the smaller of the max and the score shifted by the larger), the sum rescaled
+# or added to, selected (sm_90, static: softmax's statistics loop, 114 instructions per 4
+# scores with two exps, 106 with one, 80 with it as ex2: (15, 1, 4) with IEEE expf)
 STREAMED_STATS = (11, 1, 2)
 DEFAULT = (1, 0, 0)
 CHAIN_EXP = (1, 1, 0)              # FMUL by log2(e) and MUFU.EX2 (a chain's operands)

@@ -225,17 +225,7 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
             kernels = fuse(pr.graph, planner) if fusion else unfused_kernels(pr.graph)
             done[id(pr)] = Fused(pr, tuple(kernels), planner)
         return done[id(pr)]
-    while problem.unmerged is not None:     # free axes merged where predicted faster (merge.py),
-        # then axes merged for one product (local_merge.py); by less than merge.MARGIN the
-        # user's axes stay (explain, hints, choices name them); with the engine "tensor-cores"
-        # a product merged for itself is kept (without, its kernel is N0606)
-        if engine == "tensor-cores" and problem.graph.graph.get("local_merged") and \
-                not problem.unmerged.graph.graph.get("local_merged"):
-            break
-        if splitting.total(fused(problem)) < splitting.total(fused(problem.unmerged)) * \
-                (1 - merge.MARGIN):
-            break
-        problem = problem.unmerged
+    problem = merge.priced(problem, fused, engine)
     rest, forced = splitting.split_hints(problem)
     found, choice = _in_diagram(problem.diagram, lambda: splitting.choose(rest, fused, forced))
     return replace(found, split=choice)
