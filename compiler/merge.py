@@ -233,13 +233,13 @@ def describe(merged) -> list[str]:
             "adjacent in every array" for m in merged]
 
 
-def priced(problem, fused, engine: str):
+def priced(problem, fused, engine: str, total):
     """The problem fusion plans: free axes merged where predicted faster (the problem's own
     IR), then axes merged for one product (local_merge.py), each against the IR without them
     (`Problem.unmerged`, `fused(problem)` its fusion); by less than MARGIN the user's axes
     stay (explain, hints, choices name them); with the engine "tensor-cores" a product merged
-    for itself is kept (without, its kernel is N0606)."""
-    from .splitting import total
+    for itself is kept (without, its kernel is N0606). `total`: a fusion's predicted time
+    (splitting.total)."""
     while problem.unmerged is not None:
         if engine == "tensor-cores" and problem.graph.graph.get("local_merged") and \
                 not problem.unmerged.graph.graph.get("local_merged"):

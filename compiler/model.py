@@ -211,7 +211,9 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                 arrays.append(Array(n, f"{array_name(g, base)}[{shown}]", "load", t.axes,
                                     BYTES[storage_dtype(g, base)],
                                     streamed=axis is not None and axis in t.axes, unstaged=True,
-                                    used_over=_used_over(g, n, members)))
+                                    # a split's window is its load's share: re-read only
+                                    # along the walks its readers make (as a load is)
+                                    used_over=_used_over(g, n, members) if window else ()))
                 continue
         streamed = axis is not None and axis in t.axes
         if n in pairs.values():   # online softmax: the rescaled output, and (m, l) per row

@@ -225,7 +225,7 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
             kernels = fuse(pr.graph, planner) if fusion else unfused_kernels(pr.graph)
             done[id(pr)] = Fused(pr, tuple(kernels), planner)
         return done[id(pr)]
-    problem = merge.priced(problem, fused, engine)
+    problem = merge.priced(problem, fused, engine, splitting.total)
     rest, forced = splitting.split_hints(problem)
     found, choice = _in_diagram(problem.diagram, lambda: splitting.choose(rest, fused, forced))
     return replace(found, split=choice)
