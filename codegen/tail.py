@@ -88,10 +88,25 @@ class Tail:
             body.append(P.Decl("const long long", f"to_{i}", lw._axis_var("org", a)))
             origins[a] = f"to_{i}"
         partials = set(lw.k.stores)
-        for kp, names in self.merges:
+        for j, (kp, names) in enumerate(self.merges):
+            # the merge's block tile is the partial's output tile clamped to the planning
+            # sizes (last_block._merge_plan): where it is smaller (decode planned at q=1, the
+            # partial's 16 fragment rows), its block runs once per piece of the output tile
+            # (run at q=3: rows 1 and 2 merged too), a barrier between (its shared buffers)
+            pieces = {a: f"tm{j}_{i}" for i, a in enumerate(self.tail.axes)
+                      if kp.schedule.block_tile().get(a, lw.tile[a]) < lw.tile[a]}
             merge = MergeLowering(self.plan, kp, names, self.sizes, kp.schedule.index, lw,
-                                  origins, partials)
-            body.append(P.Block(merge.statements()))
+                                  {**origins, **pieces}, partials)
+            block = (P.Block(merge.statements()),)
+            for i, a in reversed(list(enumerate(self.tail.axes))):
+                if a in pieces:
+                    step = kp.schedule.block_tile()[a]
+                    end = f"to_{i} + {lw.tile[a]}"
+                    block = (P.For(pieces[a], f"to_{i}", f"{pieces[a]} < {end} && "
+                                   f"{pieces[a]} < (long long)({self.sizes[a]})",
+                                   f"{pieces[a]} += {step}", block + (P.Barrier(),),
+                                   ctype="long long"),)
+            body.extend(block)
         body.append(P.If("threadIdx.x == 0", (P.Set(f"{self.counter}[{TILE}]", "0"),)))
         b.emit(P.If(f"{FLAG}[0]", tuple(body)))
         b.emit(P.Barrier())

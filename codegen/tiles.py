@@ -182,9 +182,17 @@ class SharedTiles:
             return self.vectorizable(t["node"], axis, extent)
         size = self.sizes[axis]
         width = RVECTOR if t["convert"] else VECTOR
-        if axes[-1] != axis or extent % width or (size.isdigit() and int(size) % width):
+        sizes = [size]
+        base, source = self._source(t["node"])
+        if source is not None:      # a split's window or a gather: its rows are the base's
+            # (A[m k] split along k: a row of the base is k long and a window starts at
+            # p_k * size(s_k); both multiples of the vector, or a copy straddles them)
+            sizes.append(self.sizes[ir.type_of(self.g, base).axes[-1]])
+        if axes[-1] != axis or extent % width or \
+                any(s.isdigit() and int(s) % width for s in sizes):
             return None
-        return True if size.isdigit() else f"{size} % {width} == 0"
+        tests = [f"{s} % {width} == 0" for s in dict.fromkeys(sizes) if not s.isdigit()]
+        return " && ".join(tests) if tests else True
 
     def _source(self, n: int) -> tuple[int, RowSource | None]:
         """(the global array operand n is copied from, its row source or None): a split's

@@ -56,7 +56,22 @@ def resolve(diagram_hints, overrides: dict, target: Target, axes) -> list[Hint]:
             for key in [k for k in out if k[0] == kind and k[1] == axis and k[2] == 1]:
                 del out[key]
             out[(kind, axis, 1)] = Hint(kind, axis, size, 1)
-    return list(out.values())
+    hints = list(out.values())
+    _split_or_lanes(hints)
+    return hints
+
+
+def _split_or_lanes(hints: list[Hint]) -> None:
+    """An axis splits across blocks or over a block's lanes, not both (a split over blocks
+    rewrites the axis into its parts, where the lanes hint found no axis: N0604 said `no
+    kernel has axis`)."""
+    lanes = {h.axis: h for h in hints if h.kind == "lanes"}
+    for h in hints:
+        if h.kind == "split" and h.size > 1 and h.axis in lanes:
+            raise _hint_error(h, f"`{h.axis}` is split across {h.size} blocks and over "
+                                 f"{lanes[h.axis].size} lanes: an axis splits one way",
+                              f"keep one: `split {h.axis} by {h.size}` or --lanes "
+                              f"{h.axis}={lanes[h.axis].size}")
 
 
 def _level(target: Target, name: str | None, h: HintInfo) -> int:
@@ -93,9 +108,24 @@ def fixed_for(g: DiGraph, k: FusedKernel, hints: list[Hint],
                 fixed["inner"] = (h.axis, size)
             used.append(h)
         elif h.kind == "lanes" and h.axis in reduced:
-            fixed["split"] = (h.axis, h.size)
+            fixed["split"] = (h.axis, h.size)      # (one a kernel: lanes_clash)
             used.append(h)
     return fixed, used
+
+
+def lanes_clash(g: DiGraph, k: FusedKernel, hints: list[Hint]) -> NapkinError | None:
+    """The error when lanes hints name two axes kernel k reduces (its search splits one
+    reduced axis over lanes; the second hint was silently dropped): a kernel of one statement
+    (`sum[c e]`) is refused, fusion keeps two statements apart (KernelPlanner)."""
+    reduced = set(k.reduced(g))
+    mine = [h for h in hints if h.kind == "lanes" and h.axis in reduced]
+    if len(mine) < 2:
+        return None
+    a, b = mine[:2]
+    return _hint_error(b, f"`lanes {b.axis} by {b.size}` and `lanes {a.axis} by {a.size}` name "
+                          "two axes one statement reduces: a kernel splits one reduced axis "
+                          "over its lanes", f"keep one: --lanes {a.axis}={a.size} or --lanes "
+                                            f"{b.axis}={b.size}")
 
 
 def check_all_used(hints: list[Hint], used: set, g: DiGraph, kernels) -> None:

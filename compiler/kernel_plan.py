@@ -121,6 +121,11 @@ class KernelPlanner:
 
     def _plan(self, k: FusedKernel, quick: bool = False):
         g = self.g
+        clash = hint_mod.lanes_clash(g, k, self.hints)
+        if clash is not None:        # (two statements: fusion keeps them apart)
+            if len(k.equations) == 1:
+                raise clash
+            return _Infeasible(None, 0, 0, clash.diagnostics[0].help, None)
         fixed, used = hint_mod.fixed_for(g, k, self.hints, self.sizes)
         axes = [None] + list(k.reduced(g))
         if "stream" in fixed:

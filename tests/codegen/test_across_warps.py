@@ -193,6 +193,47 @@ def test_the_lanes_hint_splits_a_reduced_axis_over_warps(rng):
     np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
+TWO_ROWS = ("axis r, c, e\nin X[r c]: f32\nin Y[r e]: f32\nL[r] = sum[c](X)\n"
+            "M[r] = max[e](Y) + L\nout M: f32\n")
+
+
+def test_lanes_hints_on_two_reductions_keep_both(rng):
+    """`--lanes c=64 --lanes e=128` on two statements fusion would join: each keeps its own
+    split (the fused kernel's search took one hint and silently dropped the other), and the
+    two kernels agree with the float64 reference at odd rows."""
+    d = napkin.load(Source("<two>", TWO_ROWS))
+    lanes = {"c": 64, "e": 128}
+    p = plan(d, "h100", {"r": 5, "c": 33, "e": 170}, overrides={"lanes": lanes})
+    assert sorted(kp.schedule.split for kp in p.kernels) == [("c", 64), ("e", 128)]
+    x = (rng.standard_normal((5, 33)) * 3).astype(np.float32)
+    y = (rng.standard_normal((5, 170)) * 3).astype(np.float32)
+    (m,) = napkin.run(d, x, y, backend="emulate", lanes=lanes)
+    want = y.astype(np.float64).max(axis=1) + x.astype(np.float64).sum(axis=1)
+    np.testing.assert_allclose(m, want, rtol=1e-5, atol=1e-5)
+
+
+def test_lanes_on_two_axes_of_one_reduction_or_beside_a_block_split_are_refused():
+    """A kernel splits one reduced axis over lanes: two lanes hints on `sum[c e]` are N0604
+    naming both (the second was dropped without a word); an axis split across blocks and
+    over lanes is N0604 saying so (it said `no kernel has axis k`)."""
+    two = napkin.load(Source("<sum2>", "axis r, c, e\nin X[r c e]: f32\nL[r] = sum[c e](X)\n"
+                                        "out L: f32\n"))
+    with pytest.raises(NapkinError) as exc:
+        plan(two, "h100", {"r": 5, "c": 33, "e": 17}, overrides={"lanes": {"c": 64, "e": 64}})
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0604" and "`lanes e by 64` and `lanes c by 64`" in diag.message
+    mm = napkin.load(Source("<mm>", "axis i, j, k\nin A[i k]: f32\nin B[k j]: f32\n"
+                                    "C[i j] = A * B\nout C: f32\n"))
+    with pytest.raises(NapkinError) as exc:
+        plan(mm, "h100", {"i": 5, "j": 7, "k": 3000},
+             overrides={"lanes": {"k": 64}, "split": {"k": 3}})
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0604" and "split across 3 blocks and over 64 lanes" in diag.message
+    p = plan(mm, "h100", {"i": 5, "j": 7, "k": 3000},       # `split k by 1`: no split
+             overrides={"lanes": {"k": 64}, "split": {"k": 1}})
+    assert p.split is None and p.kernels[0].schedule.split == ("k", 64)
+
+
 def test_explain_names_the_warps_of_a_split_and_refuses_other_lane_counts(capsys):
     from napkin.cli import main
     capsys.readouterr()

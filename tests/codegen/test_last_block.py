@@ -28,6 +28,7 @@ ATTENTION = ("attention", {"d": 32}, {"b": 1, "h": 1, "q": 4096, "x": 4096}, {"x
 # FlashDecoding: one query row a head, the keys split in 8; the merge's shared buffers and
 # registers cost the partial kernel a block per SM (13 -> 12), which the model prices
 DECODE = ("attention", {"d": 32}, {"b": 1, "h": 32, "q": 1, "x": 32768}, {"x": 8})
+GQA_DECODE = ("gqa_attention", {}, {"b": 1, "g": 8, "r": 4, "q": 1, "x": 32768}, {"x": 8})
 
 
 _PLANS: dict = {}
@@ -87,6 +88,10 @@ def test_the_planner_merges_a_long_layernorm_in_the_last_block(compiled):
     (ATTENTION, {"b": 1, "h": 2, "q": 128, "x": 3}),    # splits past the keys
     (CROSS_ENTROPY, {"t": 7, "v": 1001}),
     (DECODE, {"b": 2, "h": 3, "q": 1, "x": 300}),
+    # planned at q=1 (the merge's block one row), run at q=3 within the partial kernel's
+    # 16 fragment rows: the last block merges each row (only the first one was: NaN rows)
+    (DECODE, {"b": 1, "h": 2, "q": 3, "x": 100}),
+    (GQA_DECODE, {"b": 1, "g": 2, "r": 7, "q": 2, "x": 77}),    # (r: 4 when planned)
 ])
 def test_last_block_merges_run_on_the_emulator(case, sizes, within_budget):
     d, p = _plan(case)

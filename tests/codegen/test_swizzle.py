@@ -222,6 +222,17 @@ def test_attention_backward_chains_swizzled_and_padded(head, wrt):
                                    atol=2e-2 * np.abs(want[k]).max())
 
 
+def test_a_split_window_of_whole_vectors_in_rows_of_odd_length():
+    """k=77 in 5 parts: each window is 16 values (two 16-byte vectors) but A's rows are 77
+    long, so a window's vectors start off 16 bytes (the copy took the window's size alone:
+    cp.async misaligned, N0902 on the emulator); k=80 keeps the vector copy, and agrees."""
+    d = library("matmul", "f16")
+    p = plan(d, "h100", {"m": 16, "k": 65536, "n": 512}, {"split": {"k": 5}})
+    assert p.split is not None and p.split.parts == 5
+    for shape in ({"m": 3, "k": 77, "n": 600}, {"m": 3, "k": 80, "n": 61}):
+        assert_close(d, p, shape)
+
+
 def test_split_k_matmul_on_swizzled_tiles():
     """k split across blocks (compiler/split.py): each block's window of k is copied one
     value at a time into the swizzled tile (the window's rows), then the parts merged."""
