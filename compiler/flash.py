@@ -227,7 +227,6 @@ def _row_sources(g, kernel, q: int, k: int, v: int, scores: int, out: int, x: st
     products are not attention's shape (examine says why after)."""
     contracted = ir.op(g, scores).axes
     o_axes = ir.type_of(g, out).axes
-    aq, ak = set(ir.type_of(g, q).axes), set(ir.type_of(g, k).axes)
     own_v = set(ir.type_of(g, v).axes) - set(ir.type_of(g, scores).axes)
     own_q = own_rows(g, q, k, v, contracted, out)
     if len(contracted) != 1 or len(own_v) != 1 or not own_q:
