@@ -65,6 +65,11 @@ def decide(g, plans: tuple[KernelPlan, ...], split, sizes: dict, target,
     """The plans (the merge kernels replanned for the tail when it is taken) and the Tail,
     or the plans unchanged and None."""
     check_mode(mode)
+    if split is None and mode == "last-block":
+        raise error("N0607", "`--merge last-block` has nothing to merge: the plan splits no "
+                    "reduction across blocks", help="ask for a split too (`--split x=8`, "
+                    "split={'x': 8} in napkin.compile), or leave the merge to the planner "
+                    "(`--merge auto`)")
     if split is None or mode == "kernel":
         return plans, None
     found = _tail(g, plans, split, sizes, target)

@@ -195,6 +195,25 @@ def test_merges_the_tail_cannot_hold_are_refused_or_left_to_a_kernel():
         plan(d, "h100", {"r": 4, "c": 1000000}, merge="sometimes")
 
 
+def test_a_last_block_merge_without_a_split_says_there_is_nothing_to_merge(capsys):
+    """`--merge last-block` on a plan that splits nothing across blocks did nothing, silently
+    (napkin.compile(..., lanes=..., merge="last-block") on cross_entropy ran the plain plan):
+    N0607 now says so and how to ask for a split; with one, the merge runs in the tail."""
+    from napkin.cli import main
+    d = napkin.load("cross_entropy")
+    with pytest.raises(NapkinError) as exc:
+        plan(d, "h100", {"t": 4096, "v": 1000}, merge="last-block")
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0607" and "nothing to merge" in diag.message
+    assert "--split" in diag.help
+    assert plan(d, "h100", {"t": 4096, "v": 1000}, {"split": {"v": 4}},
+                merge="last-block").tail is not None
+    code = main(["explain", "cross_entropy", "--target", "h100", "--shape", "t=4096,v=1000",
+                 "--merge", "last-block"])
+    err = capsys.readouterr().err
+    assert code == 1 and "error[N0607]" in err and "Traceback" not in err
+
+
 def test_merge_in_the_api_and_on_the_command_line(capsys, within_budget):
     """cross_entropy's logsumexp and label sum merged by the last block of each row tile:
     `napkin.compile(..., merge=)`, `napkin run --merge`, `napkin explain --merge`."""
