@@ -160,7 +160,7 @@ class KernelPlanner:
             forced = self.engine == "tensor-cores" and not quick
             on_tc = self._tensor_cores(k, tried, fixed, used, None if forced else best)
             if forced and on_tc is None and self._has_contraction(k):
-                return _NotOnTensorCores(self._why_not(k, tried))
+                return _NotOnTensorCores(self._why_not(k, tried), self._product_span(k))
             if on_tc is not None:
                 best = on_tc
         if not fixed and self.scatter:    # tiles hinted: the dense plan the hints describe
@@ -188,6 +188,12 @@ class KernelPlanner:
         return any(isinstance(ir.op(self.g, n), ir.Contract) and
                    (info is None or info.part_axis not in ir.op(self.g, n).axes)
                    for n in k.nodes)
+
+    def _product_span(self, k: FusedKernel):
+        """Where the kernel's first product of the diagram is written (None: none is)."""
+        return next((self.g.nodes[n].get("span") for n in k.nodes
+                     if isinstance(ir.op(self.g, n), ir.Contract)
+                     and self.g.nodes[n].get("span") is not None), None)
 
     def _why_not(self, k: FusedKernel, tried) -> str:
         """Why no tensor-core plan: the reason of the model that comes closest (an attention's
@@ -379,10 +385,11 @@ class _Infeasible:
 @dataclass(frozen=True)
 class _NotOnTensorCores:
     why: str
+    span: object = None         # the kernel's first product, as the diagram writes it
 
     def error(self, k: FusedKernel, target: Target) -> NapkinError:
         return error("N0606", f"kernel {k.name} cannot run on tensor cores: {self.why}",
-                     help="--engine auto lets the planner choose, --engine cuda-cores keeps "
+                     self.span, help="--engine auto lets the planner choose, --engine cuda-cores keeps "
                           "every kernel on the CUDA cores")
 
 

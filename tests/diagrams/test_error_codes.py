@@ -98,8 +98,8 @@ TRIGGERS = {
     "N0603": lambda tp, cap, mp: _raises(lambda: _plan("group q by 1024 at registers\n")),
     "N0604": lambda tp, cap, mp: _raises(lambda: _plan("group x by 64\n")),
     "N0605": lambda tp, cap, mp: _cli(["explain", "attention", "--target", "tpu"], cap, 2),
-    "N0606": lambda tp, cap, mp: _cli(["explain", _write(tp, "mixed.napkin", MIXED), "--engine",
-                                       "tensor-cores"], cap, 1),
+    "N0606": lambda tp, cap, mp: (mp.chdir(tp), _write(tp, "mixed.napkin", MIXED), _cli(
+        ["explain", "mixed.napkin", "--engine", "tensor-cores"], cap, 1))[-1],
     "N0607": lambda tp, cap, mp: _raises(lambda: _plan("split q by 8\n")),
     "N0608": lambda tp, cap, mp: _raises(lambda: __import__("napkin.compiler.plan").compiler.plan
                                          .plan(napkin.load("varlen_attention"), "h100",
