@@ -100,9 +100,9 @@ def fixed_for(g: DiGraph, k: FusedKernel, hints: list[Hint],
         elif h.kind == "stream" and h.axis in reduced:
             if h.level == 1:
                 if "stream" in fixed and fixed["stream"][0] != h.axis:
-                    raise _hint_error(h, f"kernel {k.name} can stream one axis; "
-                                         f"`{fixed['stream'][0]}` is already streamed",
-                                      "remove one of the stream hints")
+                    raise _hint_error(h, f"`stream {h.axis}` and `stream {fixed['stream'][0]}` "
+                                         "name two axes one statement reduces: a kernel "
+                                         "streams one axis", "remove one of the stream hints")
                 fixed["stream"] = (h.axis, size)
             else:
                 fixed["inner"] = (h.axis, size)

@@ -121,12 +121,15 @@ class KernelPlanner:
 
     def _plan(self, k: FusedKernel, quick: bool = False):
         g = self.g
-        clash = hint_mod.lanes_clash(g, k, self.hints)
-        if clash is not None:        # (two statements: fusion keeps them apart)
-            if len(k.equations) == 1:
+        try:            # hints streaming, or splitting over lanes, two axes of the kernel:
+            clash = hint_mod.lanes_clash(g, k, self.hints)     # one statement is refused,
+            if clash is not None:                              # fusion keeps two apart
                 raise clash
-            return _Infeasible(None, 0, 0, clash.diagnostics[0].help, None)
-        fixed, used = hint_mod.fixed_for(g, k, self.hints, self.sizes)
+            fixed, used = hint_mod.fixed_for(g, k, self.hints, self.sizes)
+        except NapkinError as two:
+            if len(k.equations) > 1:
+                return _Infeasible(None, 0, 0, two.diagnostics[0].help, None)
+            raise
         axes = [None] + list(k.reduced(g))
         if "stream" in fixed:
             axes = [fixed["stream"][0]]
@@ -191,9 +194,9 @@ class KernelPlanner:
 
     def _product_span(self, k: FusedKernel):
         """Where the kernel's first product of the diagram is written (None: none is)."""
-        return next((self.g.nodes[n].get("span") for n in k.nodes
-                     if isinstance(ir.op(self.g, n), ir.Contract)
-                     and self.g.nodes[n].get("span") is not None), None)
+        spans = (self.g.nodes[n].get("span") for n in k.nodes
+                 if isinstance(ir.op(self.g, n), ir.Contract))
+        return next((s for s in spans if s is not None), None)
 
     def _why_not(self, k: FusedKernel, tried) -> str:
         """Why no tensor-core plan: the reason of the model that comes closest (an attention's

@@ -79,3 +79,40 @@ def test_a_thread_tile_hint_fixes_its_axis_only():
     d, _ = hinted("group n by 2 at registers", name="matmul")
     p = plan(d, "h100", {"m": 1024, "n": 1024, "k": 1024})
     assert thread_tile(p, "n") == 2 and thread_tile(p, "m") > 1
+
+
+TWO_ROWS = """axis r, c, e
+in X[r c]: f32
+in Z[r e]: f32
+A[r] = sum[c](X)
+B[r] = max[e](Z)
+Y[r] = A + B
+out Y: f32
+stream c by 256
+stream e by 128
+"""
+
+
+def test_stream_hints_on_two_statements_keep_them_apart():
+    """Two statements, each reducing its own axis with its own stream hint: fusion put them in
+    one candidate kernel and the hints' resolution refused it (N0604 "kernel k? can stream one
+    axis"), failing the whole plan. Fusion now keeps them apart, each streamed as hinted, and
+    the plan runs on the emulator against the float64 reference; one statement reducing both
+    hinted axes is refused, naming both hints."""
+    d = napkin.load(TWO_ROWS)
+    p = plan(d, "h100", {"r": 64, "c": 4096, "e": 4096})
+    streamed = {kp.schedule.stream[0] for kp in p.kernels if kp.schedule.stream}
+    assert {"c"} <= streamed and len(p.kernels) >= 2
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((5, 700)).astype(np.float32)
+    Z = rng.standard_normal((5, 300)).astype(np.float32)
+    (Y,) = napkin.run(d, X, Z, backend="emulate", target="h100")
+    want = X.astype(np.float64).sum(1) + Z.astype(np.float64).max(1)
+    np.testing.assert_allclose(Y, want, rtol=1e-5, atol=1e-4)
+    both = napkin.load("axis r, c, e\nin X[r c e]: f32\nY[r] = sum[c e](X)\nout Y: f32\n"
+                       "stream c by 256\nstream e by 128\n")
+    with pytest.raises(NapkinError) as exc:
+        plan(both, "h100", {"r": 64, "c": 512, "e": 512})
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0604" and "`stream e` and `stream c`" in diag.message
+    assert diag.span is not None and "k?" not in diag.message
