@@ -277,11 +277,13 @@ class FlashLowering(MmaLowering):
         for name in sums.values():
             b.emit(P.Decl("float", name, "{}", shape=(fm, 2)))
 
+        # O's columns from the block's first (flash.COLUMNS). Every block along them holds
+        # the rows' statistics and writes what is stored over rows only (the logsumexp), the
+        # same value: a merge in the last block of a tile of columns (compiler/last_block.py)
+        # reads the one its own tile's blocks wrote
         column = f"i1 * {FN} + fq * 2 + i2 % 2"
-        first = ""          # a tile of O's columns: every block along them holds the row's
-        if self._tiled():   # statistics, the first writes what is stored over rows only
-            org = self._axis_var("org", s.dv)
-            column, first = f"{org} + {column}", f" && {org} == 0"
+        if self._tiled():
+            column = f"{self._axis_var('org', s.dv)} + {column}"
 
         def point():
             scope, valid = self._point({s.dv: column}, row="i2")
@@ -307,7 +309,7 @@ class FlashLowering(MmaLowering):
             self.values.update((n, f"{name}[i0][i1]") for n, name in sums.items())
             self.values.update((n, "lse[i0][i1]") for n in s.lse)
             for n in sorted(of_rows):   # one lane of the quad writes the row's value (the
-                self._store(n, scope, {"valid": f"{valid} && fq == 0{first}"})   # 4 lanes hold it)
+                self._store(n, scope, {"valid": f"{valid} && fq == 0"})   # 4 lanes hold it)
             self.values.clear()
         self._each([("i0", fm), ("i1", 2)], row)
 
