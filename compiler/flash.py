@@ -277,7 +277,7 @@ def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
     """The fastest FlashAttention-2 tiling that fits, honouring block-level hints; Q re-read
     only where that is REREAD_MARGIN faster than holding it."""
     sizes = packing.sized(packing.of_site(s), sizes)
-    found = candidate_set(sizes, s, fixed)
+    found = candidate_set(sizes, s, fixed, columns=column_tiles(s, model))
     if found is None:
         return None
     candidates, ties = found
@@ -293,10 +293,12 @@ def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
     return best and (whole_columns(best[0], s), best[1])
 
 
-def column_tiles(s: FlashSite) -> tuple[int, ...]:
+def column_tiles(s: FlashSite, model: Model) -> tuple[int, ...]:
     """O's column tiles a block may take (COLUMNS): the whole head, and, in a split's partial
-    kernel, the COLUMNS narrower than it."""
-    return (s.width,) + (tuple(t for t in COLUMNS if t < s.width) if s.lse else ())
+    kernel whose value axis is woven (its own, not the one Q K contracts), the COLUMNS
+    narrower than it."""
+    tiled = s.lse and s.dv != s.dk and s.dv in model.woven
+    return (s.width,) + (tuple(t for t in COLUMNS if t < s.width) if tiled else ())
 
 
 def whole_columns(choice: Choice, s: FlashSite) -> Choice:
@@ -313,12 +315,13 @@ def columns_of(choice, s: FlashSite):
     return dict(choice.thread).get(s.dv, s.width)
 
 
-def candidate_set(sizes: dict, s: FlashSite, fixed: dict, rereads=REREADS):
+def candidate_set(sizes: dict, s: FlashSite, fixed: dict, rereads=REREADS, columns=()):
     """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
-    or None."""
+    or None; `columns`: column_tiles, where a block may hold a tile of O's columns (more
+    than the whole head)."""
     return row_tilings(packing.sized(packing.of_site(s), sizes), s.row, s.red, s.batch, fixed,
                        lambda fm, chunk, reread, width: fits(fm, chunk, s, reread, width),
-                       rereads, (s.dv, column_tiles(s)))
+                       rereads, (s.dv, columns) if len(columns) > 1 else None)
 
 
 def budget(fm, chunk, site: FlashSite, reread=False, width=None):
