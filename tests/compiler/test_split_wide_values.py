@@ -100,17 +100,21 @@ CASES = [
     (264, None, 1, "padding", "last-block", "tensor-cores"),
     (72, None, 3, "causal", "kernel", "cuda-cores"),
     (40, None, 1, "padding", "last-block", "cuda-cores"),
+    (264, None, 3, "shared", "kernel", "tensor-cores"),          # MLA's cache: rows h x q
+    (136, None, 3, "shared", "last-block", "cuda-cores"),
     pytest.param(264, 32, 3, "causal", "kernel", "tensor-cores", marks=THOROUGH),
     pytest.param(264, None, 3, "padding", "last-block", "cuda-cores", marks=THOROUGH)]
 
 
 @pytest.mark.parametrize("e, tile, q, mask, merge, engine", CASES)
 def test_column_tiles_run_on_the_emulator(e, tile, q, mask, merge, engine, within_budget):
-    """x = 77 in 3 splits (26 keys each, the last 25), d = 16; a tile of e that leaves a
+    """x = 77 in 3 splits (26 keys each, the last 25), d = 16 (48 with K and V shared by 5
+    heads, their rows packed with q's: compiler/packing.py); a tile of e that leaves a
     partial last one (264 = 2 x 128 + 8, 40 = 32 + 8) puts each block's columns at its own
     offset: a wrong offset writes a block's O.part over another's (NaN where none wrote)."""
-    dg = wide(16, e, mask)
-    shape = {"b": 1, "h": 2, "q": q, "x": 77}
+    shared = mask == "shared"         # K and V shared by the heads: 5 heads x q rows
+    dg = wide(48 if shared else 16, e, "" if shared else mask, shared)
+    shape = {"b": 1, "h": 5 if shared else 2, "q": q, "x": 77}
     hints = {"split": {"x": 3}}
     if tile is not None:
         hints["group"] = {"e": tile}
@@ -120,6 +124,7 @@ def test_column_tiles_run_on_the_emulator(e, tile, q, mask, merge, engine, withi
     assert share in partial.kernel.reduced(p.graph)
     if engine == "tensor-cores":
         assert partial.schedule.engine == "attention"
+        assert bool(partial.schedule.site.packed) == shared      # (the heads' rows packed)
     tiled = min(columns(partial, e), int(dict(partial.choice.thread).get("e", e)))
     assert tiled < e, partial.choice
     assert (p.tail is not None) == (merge == "last-block")
