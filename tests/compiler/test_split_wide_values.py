@@ -130,3 +130,26 @@ def test_column_tiles_run_on_the_emulator(e, tile, q, mask, merge, engine, withi
     assert (p.tail is not None) == (merge == "last-block")
     inputs = random_inputs(dg, shape, 7)
     within_budget(dg, inputs, run_plan(p, inputs, p.sizes))
+
+
+@pytest.mark.skipif(not __import__("napkin.runtime.nvrtc", fromlist=["x"]).available(),
+                    reason="NVRTC wheels not installed")
+@pytest.mark.parametrize("d, e, shape, shared", [
+    (64, 256, DECODE, False),
+    pytest.param(576, 512, {"b": 1, "h": 128, "q": 4, "x": 32768}, True, marks=THOROUGH)])
+def test_the_column_tiled_partial_compiles_without_spills(d, e, shape, shared):
+    """ptxas (NVRTC, sm_90), the planner's kernels: d=64 e=256 194 registers, MLA 237 (Q
+    re-read), e=512 200, d=192 e=256 193 (2026-12-07), none spilled, shared memory within
+    the model's M."""
+    from napkin.codegen.lower import lower
+    from napkin.codegen.render import render
+    from napkin.runtime import binaries
+    p = plan(wide(d, e, shared=shared), "h100", shape)
+    assert columns(p.kernels[0], e) < e
+    prog = lower(p)
+    compiled = binaries.get(render(prog), "sm_90")
+    sizes = {param: p.sizes[axis] for param, axis in prog.size_params}
+    for k, kp in zip(prog.kernels, p.kernels):
+        r = compiled.resources[k.name]
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["registers"] <= 255, r
+        assert r["smem_bytes"] + k.smem_bytes(sizes) <= kp.cost.levels[1].M, r
