@@ -135,7 +135,7 @@ class Schedule:
         chain's: every output's whole width, 0 here)."""
         w, t, s = dict(self.warps), dict(self.thread), self.site
         if isinstance(s, FlashSite):
-            return w[s.row], 1, t[s.row], t.get(s.dv, s.width)
+            return w[s.row], 1, t[s.row], dict(self.tile).get(s.dv, s.width)   # (the block's)
         if isinstance(s, ChainSite):
             return w[s.row], 1, t[s.row], 0
         return w[s.row], w[s.col], t[s.row], t[s.col]
