@@ -316,7 +316,7 @@ def candidate_set(sizes: dict, s: ChainSite, fixed: dict):
     if s.across:
         cap = min(cap, ACROSS_MAX_REGISTERS)
     return flash.row_tilings(sizes, s.row, s.red, s.batch, fixed,
-                             lambda fm, chunk, _, __: registers(fm, chunk, s) <= cap)
+                             lambda fm, chunk, _: registers(fm, chunk, s) <= cap)
 
 
 __all__ = ["ChainSite", "Score", "Product", "Across", "examine", "search", "candidate_set", "registers"]

@@ -13,12 +13,13 @@ elementwise functions after the stream, only stored (the backward's `D = sum[d](
 the epilogue adds them per row, `FlashSite.epilogue`). `f` holds the scale and
 masks (from axis indices or loaded arrays), `g` the cast and any epilogue.
 
-The block takes `BM` rows (one position of each batch axis); each of its `wm` warps owns
-`BM / wm` rows as `16`-row fragments: their Q fragments stay in registers (or, a choice
-of the search, are re-read from shared memory every chunk: REREADS), the scores
-of a chunk of `BC` keys come out of the tensor cores as C fragments, the online softmax
-runs on them (row statistics across the 4 lanes of a quad), and the probabilities,
-packed to 16 bits, are the A fragments of `P V`. For the cost model the register level's
+The block takes `BM` rows (one position of each batch axis) and, in a split's partial
+kernel, a tile of O's columns (COLUMNS: each block along them computes the scores again);
+each of its `wm` warps owns `BM / wm` rows as `16`-row fragments: their Q fragments stay
+in registers (or, a choice of the search, are re-read from shared memory every chunk:
+REREADS), the scores of a chunk of `BC` keys come out of the tensor cores as C fragments,
+the online softmax runs on them (row statistics across the 4 lanes of a quad), and the
+probabilities, packed to 16 bits, are the A fragments of `P V`. For the cost model the register level's
 unit is the warp (cost.py), as for a plain product.
 """
 
@@ -73,9 +74,9 @@ TILINGS = np.array([(bm, wm, chunk) for bm in ROWS for wm in WARPS for chunk in 
                     if not bm % (16 * wm) and bm // (16 * wm) <= 2])
 # O's columns a block takes in a split's partial kernel (FlashSite.lse): the whole value
 # head, or one of these below it, the blocks along `dv` each computing the chunk's scores
-# and softmax again (the model's redo, and K re-read by each: cost.py) and the first of them
-# writing the row's logsumexp (codegen/flash.py). A value head wider than a lane's registers
-# hold beside a split's state (MLA's 512, 256 at a split) splits this way.
+# and softmax again (the model's redo, and K re-read by each: cost.py) and each writing the
+# row's logsumexp, the same (codegen/flash.py). A value head wider than a lane's registers
+# hold beside a split's state (MLA's 512, 256 at a split) splits this way (docs/splits.md).
 COLUMNS = (32, 64, 128, 256)
 
 
@@ -310,17 +311,12 @@ def whole_columns(choice: Choice, s: FlashSite) -> Choice:
                    thread=tuple(p for p in choice.thread if p[0] != s.dv))
 
 
-def columns_of(choice, s: FlashSite):
-    """O's columns a block (and its warps) hold under `choice`: its tile of `dv`, or the head."""
-    return dict(choice.thread).get(s.dv, s.width)
-
-
 def candidate_set(sizes: dict, s: FlashSite, fixed: dict, rereads=REREADS, columns=()):
     """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
     or None; `columns`: column_tiles, where a block may hold a tile of O's columns (more
     than the whole head)."""
     return row_tilings(packing.sized(packing.of_site(s), sizes), s.row, s.red, s.batch, fixed,
-                       lambda fm, chunk, reread, width: fits(fm, chunk, s, reread, width),
+                       lambda fm, chunk, reread, width=None: fits(fm, chunk, s, reread, width),
                        rereads, (s.dv, columns) if len(columns) > 1 else None)
 
 
@@ -343,10 +339,11 @@ def row_tilings(sizes: dict, row: str, red: str, batch: tuple[str, ...], fixed: 
                 rereads: tuple[bool, ...] = (False,), columns: tuple | None = None):
     """The (block rows, warps, chunk, Q re-read) tilings of a kernel whose warps stack along
     `row` (attention, chain.py) that the hints allow and whose fragments `fits(fm, chunk,
-    reread, width)` (per entry), as a candidate set with its tie-breaking keys (Q held before
-    Q re-read, then the widest columns), or None. `columns`: (O's column axis, the tiles of it
-    a block may take, the whole first) where blocks may tile it, else every block holds the
-    whole width (None: width)."""
+    reread, width)` (per entry, `width` O's columns), as a candidate set with its
+    tie-breaking keys (Q held before Q re-read, then the widest columns), or None.
+    `columns`: (O's column axis, the tiles of it a block may take, the whole first) where
+    blocks may tile it, else every block holds the whole width (and `fits` is asked
+    `fits(fm, chunk, reread)`)."""
     hinted = warps.block_hints(fixed, red, (row,) + ((columns[0],) if columns else ()), batch)
     if hinted is None:
         return None
@@ -361,7 +358,8 @@ def row_tilings(sizes: dict, row: str, red: str, batch: tuple[str, ...], fixed: 
     keep = warps.matches(hinted.get(row), bm, sizes[row]) & \
         (bm <= warps.pow2_at_least(sizes[row], 16)) & \
         warps.matches(fixed_chunk, chunk, sizes[red]) & \
-        fits(bm // (16 * wm), chunk, reread, width)
+        (fits(bm // (16 * wm), chunk, reread, width) if columns else
+         fits(bm // (16 * wm), chunk, reread))
     if columns:
         keep = keep & warps.matches(hinted.get(columns[0]), width, sizes[columns[0]])
     keep = np.broadcast_to(keep, shape)
@@ -378,4 +376,4 @@ def row_tilings(sizes: dict, row: str, red: str, batch: tuple[str, ...], fixed: 
 
 
 __all__ = ["FlashSite", "examine", "search", "registers", "budget", "fits", "row_tilings",
-           "column_tiles", "columns_of", "whole_columns", "COLUMNS"]
+           "column_tiles", "whole_columns", "COLUMNS"]
