@@ -73,24 +73,21 @@ def test_wide_value_heads_split_at_decode(d, e, shape, shared):
     assert three.split is None and split.time < three.time
 
 
-def test_explain_says_what_the_column_tiles_recompute(capsys):
-    from napkin.cli import main
-    import tempfile, pathlib
-    text = ("axis b, h, q, x\naxis d = 64\naxis e = 256\nin Q[b h q d]: f16\nin K[b h x d]: f16\n"
-            "in V[b h x e]: f16\nS[b h q x] = Q * K / sqrt(size(d))\nP[b h q x] = softmax[x](S)\n"
-            "O[b h q e] = P * V\nout O: f16\n")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = pathlib.Path(tmp) / "wide.napkin"
-        path.write_text(text)
-        assert main(["explain", str(path), "--target", "h100", "--shape",
-                     "b=1,h=32,q=1,x=32768", "--split", "x=16"]) == 0
-    out = capsys.readouterr().out
+def test_explain_says_what_the_column_tiles_recompute():
+    from napkin.explain import render_text, report
+    p = plan(wide(64, 256), "h100", DECODE, {"split": {"x": 16}})
+    found = report(p)
+    text = render_text(found)
     assert "e in tiles of 128 across 2 blocks: each computes its rows' scores and softmax " \
-           "again (2x Q K, K read 2 times)" in out
-    assert "each a 16 x 128 tile of 1 x 16 fragments" in out
+           "again (2x Q K, K read 2 times)" in text
+    assert "each a 16 x 128 tile of 1 x 16 fragments" in text
+    assert found["kernels"][0]["engine"]["column_blocks"] == 2
+    # a block holding the whole head says nothing of it
+    whole = report(plan(wide(64, 64), "h100", DECODE, {"split": {"x": 16}}))
+    assert whole["kernels"][0]["engine"]["column_blocks"] == 1
+    assert "in tiles of" not in render_text(whole)
 
 
-# (e, the tile of e asked for or None: the planner's, q, mask, merge, engine)
 # (a hint fixing a kernel's tiles keeps its merge in a kernel: N0607 with --merge last-block)
 CASES = [
     (40, 32, 1, "", "kernel", "tensor-cores"),
