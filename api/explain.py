@@ -153,7 +153,10 @@ def _engine(plan: Plan, kp) -> dict:
             return {"kind": "tensor cores", "algorithm": "FlashAttention-2",
                     "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
                     "rows": found.row, "cols": found.dv, "warps": [wm, 1],
-                    "warp_tile": [tm, found.width], "fragments": [tm // fm, found.width // fn],
+                    "warp_tile": [tm, tn], "fragments": [tm // fm, tn // fn],
+                    # O's columns in tiles across blocks (flash.COLUMNS): the blocks along
+                    # them each compute the scores again; 1 where a block holds the head
+                    "column_blocks": -(-found.width // tn),
                     "stages": sched.stages, "tiles": tiles,
                     # Q's A fragments: held for the key loop, or re-read every chunk
                     "q_fragments": "shared memory" if sched.reread else "registers",
@@ -301,6 +304,11 @@ def render_text(rep: dict) -> str:
                 lines.append(f"    rows packed: {' x '.join(a for a, _ in sizes)} = "
                              f"{' x '.join(str(n) for _, n in sizes)} = {rows}, in blocks of "
                              f"{eng['block_rows']} (each chunk of K and V read once for them)")
+            if eng.get("column_blocks", 1) > 1:
+                n = eng["column_blocks"]
+                lines.append(f"    {eng['cols']} in tiles of {eng['warp_tile'][1]} across {n} "
+                             f"blocks: each computes its rows' scores and softmax again ({n}x "
+                             f"Q K, K read {n} times) and writes their logsumexp, the same")
             if eng.get("q_fragments") == "registers":
                 lines.append("    Q's fragments held in registers for the whole key loop")
             elif eng.get("q_fragments"):

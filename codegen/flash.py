@@ -44,7 +44,7 @@ class FlashLowering(MmaLowering):
         self._origins()
         self.spans = self._packed_spans()
         fm, chunk = self.wtm // FM, self.kp.schedule.stream[1]
-        hk, dv = s.head // FK, s.width // FN
+        hk, dv = s.head // FK, self.wtn // FN      # O's columns: the block's (flash.COLUMNS)
         qt = self._tile(s.q, self.grouped(s.row), self.whole(s.dk, s.head))
         b.emit(P.Barrier())
         self._copy(qt)
@@ -68,7 +68,7 @@ class FlashLowering(MmaLowering):
             b.emit(P.Decl("const float", "qkl", f"qks * {LOG2E}"))
             self.log2e = "qkl"
         kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head))
-        vt = self._tile(s.v, self.whole(s.dv, s.width), self.chunked(s.red))
+        vt = self._tile(s.v, self._columns(), self.chunked(s.red))
         # a chunk the diagram's mask hides from every row of the block is neither copied nor
         # computed (causal)
         span = masks.chunk_span(self, [s.out], {s.out: "pair"}, self.wm * self.wn * 32, s.red,
@@ -89,6 +89,15 @@ class FlashLowering(MmaLowering):
                        span=(span.first, span.end) if span else None)
         self._place_lane_rows()     # (where the key loop read them)
         self._finish(fm, dv)
+
+    def _tiled(self) -> bool:
+        """Whether the block holds a tile of O's columns (flash.COLUMNS), not the head."""
+        return self.wtn < self.site.width
+
+    def _columns(self):
+        """V's tile axis along O's columns: the block's tile of them, or the whole head."""
+        s = self.site
+        return self.grouped(s.dv) if self._tiled() else self.whole(s.dv, s.width)
 
     def _packed_spans(self) -> dict:
         """Packed rows under a mask (compiler/packing.py): each packed axis's least and
@@ -268,8 +277,16 @@ class FlashLowering(MmaLowering):
         for name in sums.values():
             b.emit(P.Decl("float", name, "{}", shape=(fm, 2)))
 
+        # O's columns from the block's first (flash.COLUMNS). Every block along them holds
+        # the rows' statistics and writes what is stored over rows only (the logsumexp), the
+        # same value: a merge in the last block of a tile of columns (compiler/last_block.py)
+        # reads the one its own tile's blocks wrote
+        column = f"i1 * {FN} + fq * 2 + i2 % 2"
+        if self._tiled():
+            column = f"{self._axis_var('org', s.dv)} + {column}"
+
         def point():
-            scope, valid = self._point({s.dv: f"i1 * {FN} + fq * 2 + i2 % 2"}, row="i2")
+            scope, valid = self._point({s.dv: column}, row="i2")
             self.values[s.out] = "acc[i0][i1][i2] * rl[i0][i2 / 2]"
             for n in s.lse:
                 self.values[n] = "lse[i0][i2 / 2]"

@@ -13,18 +13,19 @@ elementwise functions after the stream, only stored (the backward's `D = sum[d](
 the epilogue adds them per row, `FlashSite.epilogue`). `f` holds the scale and
 masks (from axis indices or loaded arrays), `g` the cast and any epilogue.
 
-The block takes `BM` rows (one position of each batch axis); each of its `wm` warps owns
-`BM / wm` rows as `16`-row fragments: their Q fragments stay in registers (or, a choice
-of the search, are re-read from shared memory every chunk: REREADS), the scores
-of a chunk of `BC` keys come out of the tensor cores as C fragments, the online softmax
-runs on them (row statistics across the 4 lanes of a quad), and the probabilities,
-packed to 16 bits, are the A fragments of `P V`. For the cost model the register level's
+The block takes `BM` rows (one position of each batch axis) and, in a split's partial
+kernel, a tile of O's columns (COLUMNS: each block along them computes the scores again);
+each of its `wm` warps owns `BM / wm` rows as `16`-row fragments: their Q fragments stay
+in registers (or, a choice of the search, are re-read from shared memory every chunk:
+REREADS), the scores of a chunk of `BC` keys come out of the tensor cores as C fragments,
+the online softmax runs on them (row statistics across the 4 lanes of a quad), and the
+probabilities, packed to 16 bits, are the A fragments of `P V`. For the cost model the register level's
 unit is the warp (cost.py), as for a plain product.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -71,6 +72,12 @@ ELEMENTWISE = (ir.Map, ir.Assign, ir.Index, ir.Const, ir.SizeOf)
 # (block rows, warps, keys per chunk) in search order: each warp one or two 16-row fragments
 TILINGS = np.array([(bm, wm, chunk) for bm in ROWS for wm in WARPS for chunk in CHUNKS
                     if not bm % (16 * wm) and bm // (16 * wm) <= 2])
+# O's columns a block takes in a split's partial kernel (FlashSite.lse): the whole value
+# head, or one of these below it, the blocks along `dv` each computing the chunk's scores
+# and softmax again (the model's redo, and K re-read by each: cost.py) and each writing the
+# row's logsumexp, the same (codegen/flash.py). A value head wider than a lane's registers
+# hold beside a split's state (MLA's 512, 256 at a split) splits this way (docs/splits.md).
+COLUMNS = (32, 64, 128, 256)
 
 
 @dataclass(frozen=True)
@@ -256,12 +263,14 @@ def _readers(g, n: int, members) -> set:
     return out
 
 
-def registers(fm, chunk, site: FlashSite, reread=False):
-    """Fragment registers per lane: scores, output accumulators, Q fragments (per entry of
-    arrays of fragments, chunks and `reread`): the whole head's held for the key loop, or,
-    re-read from shared memory every chunk, REREAD_SLICES 16-wide slices at a time."""
+def registers(fm, chunk, site: FlashSite, reread=False, width=None):
+    """Fragment registers per lane: scores, output accumulators (`width` of O's columns, the
+    whole head by default), Q fragments (per entry of arrays of fragments, chunks, `reread`
+    and widths): the whole head's held for the key loop, or, re-read from shared memory every
+    chunk, REREAD_SLICES 16-wide slices at a time."""
     q = NUMBERS.where(reread, min(REREAD_SLICES, site.head // 16), site.head // 16)
-    return fm * (chunk // 8) * 4 + fm * (site.width // 8) * 4 + fm * q * 4
+    width = site.width if width is None else width
+    return fm * (chunk // 8) * 4 + fm * (width // 8) * 4 + fm * q * 4
 
 
 def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
@@ -269,69 +278,102 @@ def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,
     """The fastest FlashAttention-2 tiling that fits, honouring block-level hints; Q re-read
     only where that is REREAD_MARGIN faster than holding it."""
     sizes = packing.sized(packing.of_site(s), sizes)
-    found = candidate_set(sizes, s, fixed)
+    found = candidate_set(sizes, s, fixed, columns=column_tiles(s, model))
     if found is None:
         return None
     candidates, ties = found
     cost = evaluate(model, cols, candidates, sizes, target)     # every form, once
     best = warps.cheapest(model, cols, target, sizes, candidates, ties, cost)
-    if best is None or not best[0].reread:
-        return best
-    # the best that holds Q, from the same costs: each candidate's cost is its own, and the
-    # held forms come first, in the order a set of them alone has (row_tilings)
-    held = warps.cheapest(model, cols, target, sizes, candidates, ties, cost,
-                          among=np.logical_not(candidates.reread))
-    if held and best[1].time > (1 - REREAD_MARGIN) * held[1].time:
-        return held
-    return best
+    if best is not None and best[0].reread:
+        # the best that holds Q, from the same costs: each candidate's cost is its own, and
+        # the held forms come first, in the order a set of them alone has (row_tilings)
+        held = warps.cheapest(model, cols, target, sizes, candidates, ties, cost,
+                              among=np.logical_not(candidates.reread))
+        if held and best[1].time > (1 - REREAD_MARGIN) * held[1].time:
+            best = held
+    return best and (whole_columns(best[0], s), best[1])
 
 
-def candidate_set(sizes: dict, s: FlashSite, fixed: dict, rereads=REREADS):
+def column_tiles(s: FlashSite, model: Model) -> tuple[int, ...]:
+    """O's column tiles a block may take (COLUMNS): the whole head, and, in a split's partial
+    kernel whose value axis is woven (its own, not the one Q K contracts), the COLUMNS
+    narrower than it."""
+    tiled = s.lse and s.dv != s.dk and s.dv in model.woven
+    return (s.width,) + (tuple(t for t in COLUMNS if t < s.width) if tiled else ())
+
+
+def whole_columns(choice: Choice, s: FlashSite) -> Choice:
+    """The choice without O's column tile where it is the whole head (as before tiles of it
+    were candidates: the plan names no tile of a whole axis)."""
+    if dict(choice.thread).get(s.dv, 0) < s.width:
+        return choice
+    return replace(choice, group=tuple(p for p in choice.group if p[0] != s.dv),
+                   thread=tuple(p for p in choice.thread if p[0] != s.dv))
+
+
+def candidate_set(sizes: dict, s: FlashSite, fixed: dict, rereads=REREADS, columns=()):
     """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
-    or None."""
+    or None; `columns`: column_tiles, where a block may hold a tile of O's columns (more
+    than the whole head)."""
     return row_tilings(packing.sized(packing.of_site(s), sizes), s.row, s.red, s.batch, fixed,
-                       lambda fm, chunk, reread: fits(fm, chunk, s, reread), rereads)
+                       lambda fm, chunk, reread, width=None: fits(fm, chunk, s, reread, width),
+                       rereads, (s.dv, columns) if len(columns) > 1 else None)
 
 
-def budget(fm, chunk, site: FlashSite, reread=False):
+def budget(fm, chunk, site: FlashSite, reread=False, width=None):
     """What the register budget counts per lane (per entry): the fragment registers, and,
     with Q re-read, each score register REREAD_SCORE_WEIGHT times."""
     scores = fm * chunk / 2
-    return registers(fm, chunk, site, reread) + NUMBERS.where(
+    return registers(fm, chunk, site, reread, width) + NUMBERS.where(
         reread, (REREAD_SCORE_WEIGHT - 1) * scores, 0)
 
 
-def fits(fm, chunk, site: FlashSite, reread=False):
+def fits(fm, chunk, site: FlashSite, reread=False, width=None):
     """A tiling's fragments fit a lane's registers without spills (per entry): its budget
     within MAX_REGISTERS with Q held, REREAD_MAX_REGISTERS with Q re-read."""
-    return budget(fm, chunk, site, reread) <= NUMBERS.where(reread, REREAD_MAX_REGISTERS,
-                                                            MAX_REGISTERS)
+    return budget(fm, chunk, site, reread, width) <= NUMBERS.where(
+        reread, REREAD_MAX_REGISTERS, MAX_REGISTERS)
 
 
 def row_tilings(sizes: dict, row: str, red: str, batch: tuple[str, ...], fixed: dict, fits,
-                rereads: tuple[bool, ...] = (False,)):
+                rereads: tuple[bool, ...] = (False,), columns: tuple | None = None):
     """The (block rows, warps, chunk, Q re-read) tilings of a kernel whose warps stack along
     `row` (attention, chain.py) that the hints allow and whose fragments `fits(fm, chunk,
-    reread)` (per entry), as a candidate set with its tie-breaking keys (Q held before Q
-    re-read), or None."""
-    hints = warps.block_hints(fixed, red, (row,), batch)
-    if hints is None:
+    reread, width)` (per entry, `width` O's columns), as a candidate set with its
+    tie-breaking keys (Q held before Q re-read, then the widest columns), or None.
+    `columns`: (O's column axis, the tiles of it a block may take, the whole first) where
+    blocks may tile it, else every block holds the whole width (and `fits` is asked
+    `fits(fm, chunk, reread)`)."""
+    hinted = warps.block_hints(fixed, red, (row,) + ((columns[0],) if columns else ()), batch)
+    if hinted is None:
         return None
-    hinted, fixed_chunk = hints
-    bm, wm, chunk = np.tile(TILINGS, (len(rereads), 1)).T
-    reread = np.repeat(np.array(rereads, dtype=bool), len(TILINGS))
+    hinted, fixed_chunk = hinted
+    tiles = columns[1] if columns else (None,)
+    shape = (len(rereads) * len(TILINGS), len(tiles))
+    bm, wm, chunk = (np.repeat(v[:, None], len(tiles), axis=1)
+                     for v in np.tile(TILINGS, (len(rereads), 1)).T)
+    reread = np.broadcast_to(np.repeat(np.array(rereads, dtype=bool), len(TILINGS))[:, None],
+                             shape)
+    width = np.broadcast_to(np.array(tiles, dtype=float)[None, :], shape) if columns else None
     keep = warps.matches(hinted.get(row), bm, sizes[row]) & \
         (bm <= warps.pow2_at_least(sizes[row], 16)) & \
-        warps.matches(fixed_chunk, chunk, sizes[red]) & fits(bm // (16 * wm), chunk, reread)
-    keep = np.broadcast_to(keep, bm.shape)
+        warps.matches(fixed_chunk, chunk, sizes[red]) & \
+        (fits(bm // (16 * wm), chunk, reread, width) if columns else
+         fits(bm // (16 * wm), chunk, reread))
+    if columns:
+        keep = keep & warps.matches(hinted.get(columns[0]), width, sizes[columns[0]])
+    keep = np.broadcast_to(keep, shape)
     if not keep.any():
         return None
     bm, wm, chunk = (v[keep].astype(float) for v in (bm, wm, chunk))
     reread = reread[keep] if len(rereads) > 1 else False
     ones = tuple((a, 1) for a in batch)
-    candidates = Choices(((row, bm),) + ones, (red, chunk), ((row, bm / wm),) + ones,
-                         (), None, ((row, wm),), reread)
-    return candidates, (-bm, -chunk, wm, np.asarray(reread, dtype=float))
+    cols = ((columns[0], width[keep]),) if columns else ()
+    candidates = Choices(((row, bm),) + cols + ones, (red, chunk),
+                         ((row, bm / wm),) + cols + ones, (), None, ((row, wm),), reread)
+    return candidates, (-bm, -chunk, wm, np.asarray(reread, dtype=float)) + tuple(
+        -c for _, c in cols)
 
 
-__all__ = ["FlashSite", "examine", "search", "registers", "budget", "fits", "row_tilings"]
+__all__ = ["FlashSite", "examine", "search", "registers", "budget", "fits", "row_tilings",
+           "column_tiles", "whole_columns", "COLUMNS"]

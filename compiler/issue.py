@@ -374,11 +374,12 @@ def chunk_count(model, choice, sizes: dict):
 
 def _flash_block(model, choice, sizes: dict):
     """(rows, O's width) of a FlashAttention-2 block: the row axis's tile, and the extent of
-    the output accumulator along its other axes (the batch axes hold one position)."""
+    the output accumulator along its other axes (the batch axes hold one position, O's
+    columns the block's tile of them: flash.COLUMNS)."""
     (row,) = [a for a, _ in choice.warps]
     thread = dict(choice.thread)
     acc = next(a for a in model.arrays if a.role == "accumulator" and a.slots == 1)
-    return dict(choice.group)[row], prod(sizes[a] for a in acc.axes if a not in thread)
+    return dict(choice.group)[row], prod(thread.get(a, sizes[a]) for a in acc.axes if a != row)
 
 
 def _per(target: Target, name: str, amount):

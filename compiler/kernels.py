@@ -52,11 +52,28 @@ class FusedKernel:
         return tuple(out)
 
     def woven(self, g: DiGraph) -> tuple[str, ...]:
-        """Axes that can be grouped: in every stored array, reduced nowhere here."""
+        """Axes that can be grouped: in every stored array, reduced nowhere here. A split's
+        partial state over rows only (O.lse beside O.part's value axis) does not count: the
+        tiles along an axis it lacks each compute its value, equal (the model's redo), and
+        write it (docs/splits.md)."""
         reduced = set(self.reduced(g))
-        stored = [set(ir.type_of(g, n).axes) for n in self.stores]
+        states = row_states(g, self.stores)
+        stored = [set(ir.type_of(g, n).axes) for n in self.stores if n not in states]
         return tuple(a for a in self.axes(g)
-                     if a not in reduced and all(a in s for s in stored))
+                     if a not in reduced and stored and all(a in s for s in stored))
+
+
+def row_states(g: DiGraph, stores) -> frozenset:
+    """Of `stores`, a split's partial states (SplitInfo.partials) whose axes another of
+    `stores` has all of: O.lse [p_x b h q] beside O.part [p_x b h q e]."""
+    info = g.graph.get("split")
+    if info is None:
+        return frozenset()
+    arrays = g.graph["arrays"]
+    partial = {arrays[name] for name in info.partials if name in arrays}
+    axes = {n: set(ir.type_of(g, n).axes) for n in stores}
+    return frozenset(n for n in stores if n in partial and any(
+        m != n and axes[n] < axes[m] for m in stores))
 
 
 def relabelled(g: DiGraph, k: FusedKernel, held=()) -> frozenset:

@@ -105,7 +105,7 @@ def fragment_values(model, choice, sizes: dict):
         tm = thread[row]
         chunk = choice.stream[1]
         acc = next(a for a in model.arrays if a.role == "accumulator" and a.slots == 1)
-        width = prod(sizes[a] for a in acc.axes if a not in thread)
+        width = prod(thread.get(a, sizes[a]) for a in acc.axes if a != row)   # (O's columns)
         # Q re-read from shared memory each chunk: a few 16-wide slices live (flash.REREAD_SLICES)
         head = query_slices(model, choice, sizes)
         slices = NUMBERS.where(choice.reread, np.minimum(REREAD_SLICES, head), head)

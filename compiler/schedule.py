@@ -131,11 +131,11 @@ class Schedule:
 
     def warp_layout(self) -> tuple[int, int, int, int]:
         """Tensor cores: (warps along row, along col, warp tile rows, warp tile cols); an
-        attention's warps stack along the rows, each covering the whole value width (a
+        attention's warps stack along the rows, each covering the block's value columns (a
         chain's: every output's whole width, 0 here)."""
         w, t, s = dict(self.warps), dict(self.thread), self.site
         if isinstance(s, FlashSite):
-            return w[s.row], 1, t[s.row], s.width
+            return w[s.row], 1, t[s.row], dict(self.tile).get(s.dv, s.width)   # (the block's)
         if isinstance(s, ChainSite):
             return w[s.row], 1, t[s.row], 0
         return w[s.row], w[s.col], t[s.row], t[s.col]
@@ -337,7 +337,7 @@ def operand_tiles(site, tile: dict, chunk: int) -> list[tuple[int, tuple[str, in
     if isinstance(site, FlashSite):
         found = [(site.q, (site.row, tile[site.row]), (site.dk, site.head)),
                  (site.k, (site.red, chunk), (site.dk, site.head)),
-                 (site.v, (site.dv, site.width), (site.red, chunk))]
+                 (site.v, (site.dv, tile.get(site.dv, site.width)), (site.red, chunk))]
     elif isinstance(site, ChainSite):
         found = [(sc.a, (site.row, tile[site.row]), (sc.dk, sc.head)) for sc in site.scores]
         found += [(sc.b, (site.red, chunk), (sc.dk, sc.head)) for sc in site.scores]

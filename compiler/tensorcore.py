@@ -345,7 +345,8 @@ def ranked(model: Model, cols, target: Target, sizes: dict, where, count: int = 
     benchmarks/gpu_check.py times to check the model's ranking)."""
     module = flash if isinstance(where, FlashSite) else chain if isinstance(where, ChainSite) \
         else None
-    found = (module.candidate_set if module else candidate_set)(sizes, where, fixed or {})
+    more = {"columns": flash.column_tiles(where, model)} if module is flash else {}
+    found = (module.candidate_set if module else candidate_set)(sizes, where, fixed or {}, **more)
     if found is None:
         return []
     candidates, _ = found

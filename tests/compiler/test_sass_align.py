@@ -146,11 +146,15 @@ def test_the_decode_partial_streams_its_keys():
     unstreamed plans (tests/compiler/data/plans.json)."""
     d, shape = napkin.load("attention"), {"b": 1, "h": 1, "q": 1, "x": 4096}
     simt = plan(d, "h100", shape, engine="cuda-cores")
-    assert simt.split is not None and simt.kernels[0].schedule.engine == "cuda cores"
-    assert simt.kernels[0].schedule.stream is not None
+    assert simt.split is not None
+    # (the scores in a kernel of their own, then P and O.part over tiles of d across blocks:
+    # a split's O.lse no longer keeps d from being woven, docs/splits.md)
+    (partial,) = [kp for kp in simt.kernels
+                  if simt.split.share_axis in kp.kernel.reduced(simt.graph)]
+    assert partial.schedule.engine == "cuda cores" and partial.schedule.stream is not None
     # with the tensor cores allowed the partial is FlashAttention-2's (one row padded to a
-    # fragment's 16, as FlashAttention's split-KV kernel pads its tiles): 3.4 us against
-    # 6.6 us on the CUDA cores (model)
+    # fragment's 16, as FlashAttention's split-KV kernel pads its tiles): the plan 6.7 us
+    # against 8.9 us on the CUDA cores (model)
     p = plan(d, "h100", shape)
     assert p.split is not None and p.kernels[0].schedule.engine == "attention"
-    assert p.kernels[0].cost.time < simt.kernels[0].cost.time
+    assert p.time < simt.time
