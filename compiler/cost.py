@@ -57,7 +57,7 @@ from . import across_warps, added, index_width, issue, occupancy, packing, waits
 from .columns import Column, resident_sets
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, number, prod, total
-from .costs import COMPUTE, Cost, LevelCost
+from .costs import Cost, LevelCost
 from .flops import rate, work_extents, work_flops
 from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
 from . import lsu
