@@ -186,7 +186,7 @@ def _emit(g: DiGraph, node: RNode, stmt: int, lhs: tuple[str, ...]) -> int:
         base = node.node
         declared = ir.type_of(g, base)
         if node.children:           # a gather: the array, then an index per computed position
-            return ir.add_node(g, ir.Gather(node.positions), ir.ArrayType(node.out, declared.dtype),
+            return ir.add_node(g, ir.Gather(node.positions), ir.ArrayType(out.axes, declared.dtype),
                                [base] + args, span=node.span, stmt=stmt)
         if node.axes == declared.axes:
             return base
@@ -218,6 +218,8 @@ def _layout(g: DiGraph, node: RNode, args: list[int], lhs: tuple[str, ...]) -> t
         return tuple(a for a in operands[0] if a not in node.axes)
     if node.kind in ("softmax", "scan"):
         return operands[0]
+    if node.kind == "array" and node.children:      # a gather: its positions' axes
+        return ir.gather_axes(node.positions, operands)
     return tuple(node.out)
 
 
