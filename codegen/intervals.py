@@ -77,48 +77,44 @@ def _bounds(g, n: int, box: dict):
 
 def can_hold(g, n: int, box: dict) -> str | None:
     """A C expression true when condition n can hold somewhere in `box` (None: unknown)."""
+    return _holds(g, n, box, everywhere=False)
+
+
+def must_hold(g, n: int, box: dict) -> str | None:
+    """A C expression true when condition n holds everywhere in `box` (None: unknown)."""
+    return _holds(g, n, box, everywhere=True)
+
+
+# a comparison's test over two intervals a = (lo, hi), b = (lo, hi): somewhere, everywhere
+_SOMEWHERE = {"lt": "({a0} < {b1})", "le": "({a0} <= {b1})", "gt": "({a1} > {b0})",
+              "ge": "({a1} >= {b0})", "eq": "({a0} <= {b1} && {b0} <= {a1})"}
+_EVERYWHERE = {"lt": "({a1} < {b0})", "le": "({a1} <= {b0})", "gt": "({a0} > {b1})",
+               "ge": "({a0} >= {b1})", "eq": "({a0} == {a1} && {b0} == {b1} && {a0} == {b0})"}
+
+
+def _holds(g, n: int, box: dict, everywhere: bool) -> str | None:
+    """can_hold (everywhere False) and must_hold (True): duals. A connective whose sides must
+    both be known is `or` somewhere (either may hold) and `and` everywhere; the other keeps
+    its known sides (an unknown side may or may not hold: compiler/masking._condition)."""
     n = through_names(g, n)
     op = ir.op(g, n)
     known = box.get("#data", {}).get(n)      # a boolean input as the condition
-    if known is not None:
+    if known is not None and not everywhere:
         return f"((long long)({known[1]}) > 0)"
     if not isinstance(op, ir.Map):
         return None
     args = ir.operands(g, n)
     if op.fn in ("and", "or"):
-        a, b = (can_hold(g, x, box) for x in args)
-        if op.fn == "and":      # cannot hold where either side cannot: an unknown side may
-            known = [t for t in (a, b) if t is not None]    # (compiler/masking._condition)
-            return None if not known else f"({' && '.join(known)})"
-        return None if a is None or b is None else f"({a} || {b})"
+        a, b = (_holds(g, x, box, everywhere) for x in args)
+        joined = " && " if op.fn == "and" else " || "
+        if op.fn == ("and" if everywhere else "or"):
+            return None if a is None or b is None else f"({a}{joined}{b})"
+        sides = [t for t in (a, b) if t is not None]
+        return f"({joined.join(sides)})" if sides else None
     if op.fn not in ("lt", "le", "gt", "ge", "eq"):
         return None
     a, b = (interval(g, x, box) for x in args)
     if a is None or b is None:
         return None
-    return {"lt": f"({a[0]} < {b[1]})", "le": f"({a[0]} <= {b[1]})",
-            "gt": f"({a[1]} > {b[0]})", "ge": f"({a[1]} >= {b[0]})",
-            "eq": f"({a[0]} <= {b[1]} && {b[0]} <= {a[1]})"}[op.fn]
-
-
-def must_hold(g, n: int, box: dict) -> str | None:
-    """A C expression true when condition n holds everywhere in `box` (None: unknown)."""
-    n = through_names(g, n)
-    op = ir.op(g, n)
-    if not isinstance(op, ir.Map):
-        return None
-    args = ir.operands(g, n)
-    if op.fn in ("and", "or"):
-        a, b = (must_hold(g, x, box) for x in args)
-        if op.fn == "and":
-            return None if a is None or b is None else f"({a} && {b})"
-        known = [t for t in (a, b) if t is not None]
-        return f"({' || '.join(known)})" if known else None
-    if op.fn not in ("lt", "le", "gt", "ge", "eq"):
-        return None
-    a, b = (interval(g, x, box) for x in args)
-    if a is None or b is None:
-        return None
-    return {"lt": f"({a[1]} < {b[0]})", "le": f"({a[1]} <= {b[0]})",
-            "gt": f"({a[0]} > {b[1]})", "ge": f"({a[0]} >= {b[1]})",
-            "eq": f"({a[0]} == {a[1]} && {b[0]} == {b[1]} && {a[0]} == {b[0]})"}[op.fn]
+    rule = (_EVERYWHERE if everywhere else _SOMEWHERE)[op.fn]
+    return rule.format(a0=a[0], a1=a[1], b0=b[0], b1=b[1])

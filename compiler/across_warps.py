@@ -26,7 +26,9 @@ WARP = 32
 ACROSS_SITE = 12
 ACROSS_READ = 2
 # per warp after the first: the merge operator's instructions by the state merged
-STEP = {"sum": 1, "max": 1, "min": 1, "argmax": 6, "argmin": 6, "lse": 25, "pair": 25}
+STEP = {"sum": 1, "max": 1, "min": 1, "argmax": 6, "argmin": 6, "lse": 25, "pair": 25,
+        "mean": 2, "var": 20}       # (a streamed mean's sum and count; Welford's (n, m, q):
+                                    # two divisions, codegen/accum.merge_one)
 # per site, in cycles: the two barriers (waits.BARRIER_CYCLES each) and, per warp of the
 # group, a shared-memory read's latency and the operator after it
 SITE_CYCLES = 60
@@ -40,6 +42,10 @@ SITES = {"sum": (("sum", 1),), "mean": (("sum", 1),), "max": (("max", 1),),
          "logsumexp": (("max", 1), ("sum", 1)), "softmax": (("max", 1), ("sum", 1)),
          "contract": (("sum", 1),)}
 ONLINE = (("lse", 2),)
+# a streamed accumulator's merge by the reduction it runs (else a sum, or the online
+# softmax's (m, l, o) where paired with a contraction)
+_STREAMED = {"argmax": "argmax", "argmin": "argmin", "logsumexp": "lse", "softmax": "lse",
+             "mean": "mean", "var": "var"}
 
 
 def groups(choice, axis: str):
@@ -60,11 +66,12 @@ def sites(model, choice, sizes: dict):
     stream = choice.stream[0] if choice.stream else None
     paired = {c for _, c in model.streaming.pairs}
     out = []
+    op = {w.node: w.op for w in model.work}
     for a in model.arrays:
         if a.role == "accumulator" and stream in split:
             held = prod(thread[x] for x in a.axes if x in thread)
-            kind = "pair" if a.node in paired else ("lse" if a.slots == 2 else "sum")
-            out.append((stream, kind, a.slots, held))
+            out.append((stream, _STREAMED.get(op.get(a.node), "pair" if a.node in paired
+                                              else "sum"), a.slots, held))
     for w in model.work:
         if w.op == "contract" or w.engine == "contraction":
             ops = SITES["contract"]
@@ -76,6 +83,27 @@ def sites(model, choice, sizes: dict):
                     (sizes[stream] if stream in w.axes else 1)
                 out += [(axis, kind, slots, held) for kind, slots in ops]
     return out
+
+
+def exchange_bytes(model, choice, sizes: dict, threads):
+    """Shared memory of the merges across warps (codegen/across_warps.merge): at each merge
+    site, a buffer per state variable holding a value per warp of the block (`threads`
+    launched) -- a streamed accumulator's the thread's points of it (sites: `held`), an
+    argmax's position 8 bytes -- each aligned to 16 bytes as the kernel allocates it; 0
+    where no candidate splits over more than a warp."""
+    warps = np.ceil(np.asarray(threads, dtype=float) / WARP)
+    stream = choice.stream[0] if choice.stream else None
+    total = 0.0
+    for axis, kind, slots, held in sites(model, choice, sizes):
+        points = held if axis == stream else 1.0   # (a reduction's: one value, however often)
+        widths = (4, 8) if kind in ("argmax", "argmin") else (4,) * slots
+        cells = sum(_aligned(warps * points * w) for w in widths)
+        total = total + np.where(groups(choice, axis) > 1, cells, 0.0)
+    return total
+
+
+def _aligned(nbytes):
+    return np.ceil(np.asarray(nbytes, dtype=float) / 16) * 16
 
 
 def instructions(model, choice, sizes: dict):

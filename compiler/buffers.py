@@ -46,6 +46,15 @@ def buffers(plan, kp) -> list[dict]:
                     "level": tgt.levels[pl.level].name, "bytes": int(size)})
     if staged:
         out[:0] = _staged(plan, kp)
+    if not kp.schedule.tensor_cores and tgt.processors and len(tgt.levels) > 2:
+        from .across_warps import WARP, exchange_bytes
+        from .choices import Choices
+        exchanged = float(exchange_bytes(model, Choices.of(choice), sizes, kp.schedule.threads))
+        if exchanged:
+            warps = -(-kp.schedule.threads // WARP)
+            out.append({"name": "warps' states", "role": "merged across warps",
+                        "shape": [["warps", warps]], "level": tgt.levels[1].name,
+                        "bytes": int(exchanged)})
     return out
 
 

@@ -113,7 +113,7 @@ def _equation(g: DiGraph, scope: Scope, stmt: ast.Equation, index: int,
                  f"(e.g. `X[t n] * W[n f]`) or split the equation"))
     notes.extend(_kept_warning(axes, product, norm) for axes, product, norm
                  in kept_under_normalisation(root))
-    result = _emit(g, root, index)
+    result = _emit(g, root, index, lhs)
     vkind = root.vkind
     out = ir.ArrayType(lhs, ir.dtype_of_kind(vkind))
     storage = _storage(stmt, vkind)
@@ -167,10 +167,14 @@ def _summed(root: RNode) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, .
     return tuple(found["contract"]), tuple(found["reduce"]), tuple(found["softmax"])
 
 
-def _emit(g: DiGraph, node: RNode, stmt: int) -> int:
-    """Add the ops of a resolved expression to the graph; returns the root's node id."""
-    args = [_emit(g, c, stmt) for c in node.children]
-    out = ir.ArrayType(node.out, ir.dtype_of_kind(node.vkind))
+def _emit(g: DiGraph, node: RNode, stmt: int, lhs: tuple[str, ...]) -> int:
+    """Add the ops of a resolved expression to the graph; returns the root's node id. An
+    elementwise op over the axes the equation's left-hand side lists takes its layout:
+    broadcasting orders axes as the operands first name them (`where(q >= x, S, -inf)` is
+    [q x b h] for S[b h q x]), and an Assign that only reorders hides the op behind it
+    from the analyses that look through names (a softmax's contraction: FlashAttention)."""
+    args = [_emit(g, c, stmt, lhs) for c in node.children]
+    out = ir.ArrayType(_layout(g, node, args, lhs), ir.dtype_of_kind(node.vkind))
     if node.kind == "const":
         return ir.add_node(g, ir.Const(node.value), out, span=node.span, stmt=stmt)
     if node.kind == "index":
@@ -182,7 +186,7 @@ def _emit(g: DiGraph, node: RNode, stmt: int) -> int:
         base = node.node
         declared = ir.type_of(g, base)
         if node.children:           # a gather: the array, then an index per computed position
-            return ir.add_node(g, ir.Gather(node.positions), ir.ArrayType(node.out, declared.dtype),
+            return ir.add_node(g, ir.Gather(node.positions), ir.ArrayType(out.axes, declared.dtype),
                                [base] + args, span=node.span, stmt=stmt)
         if node.axes == declared.axes:
             return base
@@ -198,6 +202,25 @@ def _emit(g: DiGraph, node: RNode, stmt: int) -> int:
         return ir.add_node(g, ir.Scan(node.fn, node.axes), out, args, span=node.span, stmt=stmt)
     assert node.kind == "softmax"
     return ir.add_node(g, ir.Softmax(node.axes), out, args, span=node.span, stmt=stmt)
+
+
+def _layout(g: DiGraph, node: RNode, args: list[int], lhs: tuple[str, ...]) -> tuple:
+    """The axes of an op in its equation (see _emit), in the order the IR's invariants give
+    its operands' (compiler/verify.py), which an operand in the left-hand side's layout
+    may have changed."""
+    operands = [ir.type_of(g, a).axes for a in args]
+    union = tuple(dict.fromkeys(a for axes in operands for a in axes))
+    if node.kind == "map" and node.contract:
+        return tuple(a for a in union if a not in node.contract)
+    if node.kind == "map":
+        return lhs if set(union) == set(lhs) else union
+    if node.kind == "reduce":
+        return tuple(a for a in operands[0] if a not in node.axes)
+    if node.kind in ("softmax", "scan"):
+        return operands[0]
+    if node.kind == "array" and node.children:      # a gather: its positions' axes
+        return ir.gather_axes(node.positions, operands)
+    return tuple(node.out)
 
 
 def _outputs(g: DiGraph, decl: Declarations, arrays: dict[str, int], poisoned: set[str],

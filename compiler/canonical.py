@@ -9,7 +9,8 @@
   (`sum[i](N * W)` with `N = X * rsqrt(mean[i](X * X) + eps) * g` is
   `sum[i](X * g * W) * rsqrt(...)`: distributivity), so RMSNorm written before the
   product it feeds plans as `rmsnorm_linear` (the product on the tensor cores with the
-  row statistic beside it). Products are looked through names, but not through an
+  row statistic beside it); not attention's scores (a softmax normalises them), whose
+  normalised query and key FlashAttention loads. Products are looked through names, but not through an
   intermediate stored in a declared dtype (its rounding is the user's).
 - A sum of a product of two loaded arrays over axes both have, each with an axis of its
   own (`sum[d](Q * K)`), is their contraction, so the product is never made over those
@@ -283,7 +284,7 @@ def _within(t: ir.ArrayType, axes: set) -> ir.ArrayType:
 def _hoisted(g: DiGraph, n: int) -> bool:
     """contract[K](A, B) where A (or B) is a product with factors that lack every axis of K
     becomes contract[K](the other factors, B) times those factors."""
-    if not _is(g, n, ir.Contract):
+    if not _is(g, n, ir.Contract) or _normalised(g, n):
         return False
     op, out = ir.op(g, n), ir.type_of(g, n)
     span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
@@ -314,6 +315,26 @@ def _hoisted(g: DiGraph, n: int) -> bool:
                                  stmt=stmt)
         _replace(g, n, result)
         return True
+    return False
+
+
+def _normalised(g: DiGraph, n: int) -> bool:
+    """Whether n's values reach a softmax over one of n's axes through elementwise ops only
+    (attention's scores: a row factor such as QK-norm's rsqrt stays in its query and key,
+    which FlashAttention then loads, stored in 16 bits: stored16.py; taken out, it scaled
+    scores no kernel could stream)."""
+    frontier, seen = [n], set()
+    while frontier:
+        m = frontier.pop()
+        for u in g.successors(m):
+            if u in seen:
+                continue
+            seen.add(u)
+            op = ir.op(g, u)
+            if isinstance(op, ir.Softmax) and set(op.axes) & set(ir.type_of(g, n).axes):
+                return True
+            if isinstance(op, (ir.Map, ir.Assign)):
+                frontier.append(u)
     return False
 
 

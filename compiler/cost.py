@@ -57,7 +57,7 @@ from . import across_warps, added, index_width, issue, occupancy, packing, waits
 from .columns import Column, resident_sets
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, number, prod, total
-from .costs import COMPUTE, Cost, LevelCost
+from .costs import Cost, LevelCost
 from .flops import rate, work_extents, work_flops
 from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
 from . import lsu
@@ -224,6 +224,11 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         results[1] = replace(results[1], M=results[1].M + 16 * np.ceil(threads / WARP))
     if len(results) > 1 and not symbolic and not values and model.across and choice.stream:
         results[1] = replace(results[1], M=results[1].M + added.staged(model, choice, covs[0]))
+    if len(results) > 1 and not symbolic and not values and not choice.warps:
+        # the states a split over several warps merges through shared memory
+        exchanged = across_warps.exchange_bytes(model, choice, sizes, threads)
+        if np.any(exchanged):
+            results[1] = replace(results[1], M=results[1].M + exchanged)
     if len(results) > 1 and not symbolic and not values and choice.warps and model.staged:
         results[1] = replace(results[1], M=results[1].M + staged_bytes(
             model, choice, covs[0], helds[0][0], ops, stages))

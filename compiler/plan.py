@@ -222,13 +222,25 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
             kernels = regroup(pr.graph, [(k.equations, k.recomputed) for k in like.kernels])
             return Fused(pr, tuple(kernels), planner)
         if id(pr) not in done or done[id(pr)].problem is not pr:   # (priced, then used)
-            kernels = fuse(pr.graph, planner) if fusion else unfused_kernels(pr.graph)
+            kernels = fuse(pr.graph, _fusion_planner(pr, planner)) if fusion else \
+                unfused_kernels(pr.graph)
             done[id(pr)] = Fused(pr, tuple(kernels), planner)
         return done[id(pr)]
     problem = merge.priced(problem, fused, engine, splitting.total)
     rest, forced = splitting.split_hints(problem)
     found, choice = _in_diagram(problem.diagram, lambda: splitting.choose(rest, fused, forced))
     return replace(found, split=choice)
+
+
+def _fusion_planner(pr: Problem, planner):
+    """The planner fusion prices its candidates with: on the graph with the intermediates
+    that will be stored in 16 bits anticipated (stored16.anticipated), else `planner`."""
+    if planner.engine == "cuda-cores":
+        return planner
+    g = _in_diagram(pr.diagram, lambda: stored16.anticipated(pr.graph, pr.target))
+    if g is pr.graph:
+        return planner
+    return KernelPlanner(g, pr.target, pr.sizes, pr.hints, planner.engine, across=planner.across)
 
 
 def check_hints(diagram: Diagram) -> None:

@@ -6,7 +6,7 @@ streamed axis's chunk; at level 2 (threads), each thread's tile of the reuse
 axes and which reduced axis, if any, is split across how many threads (their
 partial states then merge, as in a warp reduction). Woven axes every load
 has gain nothing from bigger groups, so they stay at 1 (except the contiguous
-axis of an elementwise kernel, for coalescing). Every combination of powers
+axis of a store and the one outside it, for coalescing and whole warps). Every combination of powers
 of two is a candidate: those a block cannot take (a thread's tile larger
 than its group, more threads than a block holds) are left out, the rest form
 one candidate set (`cost.Choices`: the tilings by the chunks by the splits,
@@ -65,11 +65,14 @@ def reuse_axes(model: Model) -> list[str]:
     return [a for a in model.woven if any(a not in arr.axes for arr in loads)]
 
 
-def contiguous_axis(model: Model) -> str | None:
+def contiguous_axes(model: Model) -> list[str]:
+    """The first store's innermost woven axis (coalescing: a block of one position along it
+    reads a sector a value) and the woven axis outside it there (a block of one row of it
+    is a warp or less: blocks per SM, not threads, then limit the resident warps)."""
     for arr in model.arrays:
         if arr.role == "store" and arr.axes and arr.axes[-1] in model.woven:
-            return arr.axes[-1]
-    return None
+            return [a for a in arr.axes if a in model.woven][-2:][::-1]
+    return []
 
 
 # (a quick search splits within a warp: with 256 lanes among its ways, fusion's estimate
@@ -83,9 +86,7 @@ def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bo
     cap = MAX_TILE if target.processors else 1 << 30   # the paper's model has no block limit
     octave = 8 if fine else 1
     reuse = reuse_axes(model)
-    if not reuse:
-        c = contiguous_axis(model)
-        reuse = [c] if c else []
+    reuse += [a for a in contiguous_axes(model) if a not in reuse]
     group = {}
     for a in model.woven:
         if a in fixed.get("group", {}):
@@ -251,4 +252,4 @@ def _choice(model: Model, sizes: dict, one: Choice, fixed: dict) -> Choice:
     return Choice(group, stream, tuple(sorted(one.thread)), one.split, fixed.get("inner"))
 
 
-__all__ = ["search", "tiles", "chunks", "reuse_axes", "fits"]
+__all__ = ["search", "tiles", "chunks", "reuse_axes", "contiguous_axes", "fits"]

@@ -16,6 +16,8 @@ stage after: the model's bytes and engines, the producer's store, the consumer's
   the two; attention's probabilities (a softmax, rounded to 16 bits by FlashAttention) take
   any. A linked group with no 16-bit partner takes the one 16-bit dtype of the inputs it is
   computed from; none (an f32 input among them: the user's precision) or two keeps f32;
+- fusion prices its candidates on the decision made as if every statement were a kernel
+  (`anticipated`): a kernel loading such an array sees it in 16 bits;
 - fall back: once tiled, a kernel reading such an array that does not run on the tensor
   cores (the product stays on the CUDA cores for another reason) undoes it for the arrays it
   reads, and the kernels are tiled again (the user's f32 inputs are never rounded: they are
@@ -105,6 +107,18 @@ def decide(g: DiGraph, kernels, target) -> dict:
                 target.engine_for("contraction", dt):
             chosen.update(dict.fromkeys(group, dt))
     return chosen
+
+
+def anticipated(g: DiGraph, target) -> DiGraph:
+    """The graph fusion prices its candidates on: the decision as if every statement were a
+    kernel of its own (each intermediate stored, read by the products that read it), so that
+    a kernel loading an intermediate the decision will store in 16 bits is priced so (a
+    query computed before attention, `Qr = Q * g`, is FlashAttention's 16-bit load, where
+    priced in f32 it was no attention at all). The decision on the kernels fusion chose is
+    made again after it (`decide`, then `fallen_back`)."""
+    from .fuse import unfused_kernels
+    chosen = decide(g, unfused_kernels(g), target)
+    return with_decision(g, chosen) if chosen else g
 
 
 def fallen_back(g: DiGraph, plans, tensor_engines) -> set:

@@ -70,7 +70,10 @@ def _check_op(g, n, op, out: ir.ArrayType, args: list[ir.ArrayType]) -> None:
         _check(all(ir.kind_of_dtype(t.dtype) == "int" for t in args[1:]), f"gather {n} index kind")
         _check(out.axes == ir.gather_axes(op.labels, [t.axes for t in args[1:]]), f"gather {n} axes")
     elif isinstance(op, ir.Map):
-        _check(out.axes == union, f"map {n} axes {out.axes} != {union}")
+        # (broadcast in the operands' order, or in the layout of the equation's left-hand
+        # side where the axes are those: compiler/build._emit)
+        _check(sorted(out.axes) == sorted(union) and len(out.axes) == len(union),
+               f"map {n} axes {out.axes} != {union}")
         arity = len(ir.FUNCTIONS[op.fn][0]) if op.fn in ir.FUNCTIONS else (
             1 if op.fn in ("neg", "not") else 2)
         _check(len(args) == arity, f"map {n} ({op.fn}) arity")

@@ -103,16 +103,45 @@ def test_a_reduction_split_over_warps_matches_the_reference(name, c, ways, strea
     _ok(check(name, c, ways, stream, rows))
 
 
+def _decode_split_over_warps(ways: int):
+    """Decode attention on the CUDA cores, the keys streamed by 128 and split over `ways`."""
+    d = napkin.load("attention", d=16)
+    p = plan(d, "h100", {"b": 1, "h": 2, "q": 1, "x": 300}, {"stream": {"x": 128}},
+             engine="cuda-cores")
+    k = next(k for k in p.kernels if k.schedule.stream and k.schedule.stream[0] == "x")
+    return d, with_choices(p, [dataclasses.replace(kp.choice, split=("x", ways)) if kp is k
+                               else kp.choice for kp in p.kernels])
+
+
+@pytest.mark.parametrize("name, c, ways, stream, rows", CASES + THOROUGH + [
+    ("decode", 300, 64, 128, 1), ("decode", 300, 256, 128, 1)])
+def test_the_models_shared_memory_holds_the_warps_exchange(name, c, ways, stream, rows):
+    """The model's shared memory (M at level 1) counts the buffers through which the warps'
+    states merge (across_warps.exchange_bytes: a value per warp and state variable, an online
+    softmax's output row per warp, each buffer 16-byte aligned), so it holds what the kernel
+    allocates, and the memory table lists them; before, 8 warps' softmax states were 48
+    bytes past the model's count (the kernel allocated 64,064, the model 64,016 at c = 32000)."""
+    from napkin.codegen.lower import lower
+    from napkin.compiler.buffers import buffers
+    p = _decode_split_over_warps(ways)[1] if name == "decode" else \
+        forced(name, c, ways, stream, rows)[1]
+    prog = lower(p)
+    sizes = {param: p.sizes[axis] for param, axis in prog.size_params}
+    split = [(k, kp) for k, kp in zip(prog.kernels, p.kernels)
+             if kp.choice.split and kp.choice.split[1] > 32]
+    assert split
+    for k, kp in split:
+        allocated, M = k.smem_bytes(sizes), kp.cost.levels[1].M
+        rows_ = [b for b in buffers(p, kp) if b["role"] == "merged across warps"]
+        assert rows_ and rows_[0]["shape"] == [["warps", kp.schedule.threads // 32]]
+        assert allocated <= M <= allocated + 16 * (len(kp.model.arrays) + 4), (allocated, M)
+
+
 @pytest.mark.thorough      # (attention's emulation: some 3 CPU-s)
 def test_an_online_softmax_split_over_warps_along_its_keys():
     """Decode attention on the CUDA cores, the keys streamed and split over 64 lanes (two
     warps): each warp's (m, l) and rescaled output row merge through shared memory."""
-    d = napkin.load("attention", d=16)
-    sizes = {"b": 1, "h": 2, "q": 1, "x": 300}
-    p = plan(d, "h100", sizes, {"stream": {"x": 128}}, engine="cuda-cores")
-    k = next(k for k in p.kernels if k.schedule.stream and k.schedule.stream[0] == "x")
-    p = with_choices(p, [dataclasses.replace(kp.choice, split=("x", 64)) if kp is k
-                         else kp.choice for kp in p.kernels])
+    d, p = _decode_split_over_warps(64)
     from napkin.commands.run import random_inputs
     inputs = random_inputs(d, p.sizes, 3)
     out = run_plan(p, inputs, p.sizes)
