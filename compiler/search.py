@@ -86,7 +86,10 @@ def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bo
     cap = MAX_TILE if target.processors else 1 << 30   # the paper's model has no block limit
     octave = 8 if fine else 1
     reuse = reuse_axes(model)
-    reuse += [a for a in contiguous_axes(model) if a not in reuse]
+    # (not the axis outside the contiguous one where a store copies a load's rows: a thread
+    # copies a row in 16-byte runs where it holds one position of the others, row_runs.py)
+    contiguous = contiguous_axes(model)[: 1 if model.rows else 2]
+    reuse += [a for a in contiguous if a not in reuse]
     group = {}
     for a in model.woven:
         if a in fixed.get("group", {}):

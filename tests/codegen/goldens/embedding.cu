@@ -381,8 +381,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 64 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
+// kernel 0: 32 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const __half* __restrict__ p0,
     const int* __restrict__ p1,
     __half* __restrict__ p2,
@@ -394,19 +394,19 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
   (void)smem;
   const int tid = (int)threadIdx.x;
   const int lane = tid % 1;
-  const int tc_1 = (tid / 1) % 8;
-  const int tc_0 = ((tid / 1) / 8) % 8;
-  const bool tvalid = tid < 64;
-  const unsigned nblocks = (unsigned)1 * (((unsigned)(n0) + 7) / 8) * (((unsigned)(n2) + 63) / 64);
+  const int tc_1 = (tid / 1) % 32;
+  const int tc_0 = ((tid / 1) / 32) % 1;
+  const bool tvalid = tid < 32;
+  const unsigned nblocks = (unsigned)1 * ((unsigned)(n0)) * (((unsigned)(n2) + 255) / 256);
   for (unsigned blk = (unsigned)blockIdx.x; blk < nblocks; blk += (unsigned)gridDim.x) {
-    const int org_1 = (int)((blk) % (((unsigned)(n2) + 63) / 64)) * 64;
-    const int org_0 = (int)(((blk) / (((unsigned)(n2) + 63) / 64)) % (((unsigned)(n0) + 7) / 8)) * 8;
+    const int org_1 = (int)((blk) % (((unsigned)(n2) + 255) / 256)) * 256;
+    const int org_0 = (int)(((blk) / (((unsigned)(n2) + 255) / 256)) % ((unsigned)(n0))) * 1;
     const int base_0 = org_0 + tc_0 * 1;
     const int base_1 = org_1 + tc_1 * 8;
 #line 7 "napkin-diagram"
     if (((int)(n2)) % 8 == 0) {
       const long long ix0 = napkin_clamp_index(napkin_to_int(p1[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))]), ((int)(n1)));
-      if (tvalid && (tc_0 * 1 + 0 < 8) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < ((int)(n2)))) {
+      if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 256) && ((base_1 + 0) < ((int)(n2)))) {
         const uint4* const cps = reinterpret_cast<const uint4*>(p0 + (((int)(ix0)) * (((int)(n2))) + (base_1)));
         uint4* const cpd = reinterpret_cast<uint4*>(p2 + (((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n2))) + (base_1)));
         cpd[0] = cps[0];
@@ -416,7 +416,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       for (int k0 = 0; k0 < 8; ++k0) {
 #line 7 "napkin-diagram"
         const long long ix1 = napkin_clamp_index(napkin_to_int(p1[(int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))]), ((int)(n1)));
-        if (tvalid && (tc_0 * 1 + 0 < 8) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + k0 < 64) && ((base_1 + k0) < ((int)(n2)))) {
+        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + k0 < 256) && ((base_1 + k0) < ((int)(n2)))) {
           p2[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n2))) + (((base_1 + k0) < (int)(((int)(n2)) - 1) ? (base_1 + k0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(napkin_to_float(p0[((int)(ix1)) * (((int)(n2))) + (((base_1 + k0) < (int)(((int)(n2)) - 1) ? (base_1 + k0) : (int)(((int)(n2)) - 1)))]));
         }
       }
