@@ -80,7 +80,7 @@ def merge_products(g: DiGraph, keep=()) -> DiGraph:
         return g
     g = g.copy()
     axes = dict(g.graph["axes"])
-    listed, apart = list(g.graph.get("local_merged", ())), set(g.graph.get("apart", ()))
+    listed = list(g.graph.get("local_merged", ()))
     for c, cs in found.items():
         merged = {a: (name(ch), ch[0]) for ch in cs for a in ch}
         for ch in cs:
@@ -96,12 +96,19 @@ def merge_products(g: DiGraph, keep=()) -> DiGraph:
             ports = g.edges[u, c]["ports"]
             g.remove_edge(u, c)
             g.add_edge(r, c, array=ir.type_of(g, r), ports=ports)
-            if g.nodes[u]["stmt"] is not None:
-                apart.add((g.nodes[u]["stmt"], stmt))
         g.nodes[c]["op"] = replace(ir.op(g, c), axes=_sub(ir.op(g, c).axes, merged))
     g.graph["axes"] = axes
     g.graph["local_merged"] = tuple(listed)
-    g.graph["apart"] = tuple(sorted(apart))
+    return with_apart(g)
+
+
+def with_apart(g: DiGraph) -> DiGraph:
+    """g with `apart` naming, for each reshape, its operand's statement and its own (g
+    changed in place: after merge_products, and again once the statements are cut anew)."""
+    g.graph["apart"] = tuple(sorted({
+        (g.nodes[u]["stmt"], g.nodes[r]["stmt"]) for r in g
+        if isinstance(ir.op(g, r), ir.Reshape) for u in ir.operands(g, r)
+        if g.nodes[u]["stmt"] is not None}))
     return g
 
 
