@@ -104,6 +104,23 @@ def test_merged_runs_agree_with_the_oracle(rng, a):
         assert_close(out["P"], 2 * ins["Q"].astype(np.float64), "f16")
 
 
+def test_a_computed_operand_stays_apart_from_the_nested_product(rng):
+    """`B = tanh(A)` read through a reshape by the product over (h*d), which nesting moved to
+    a statement of its own: `apart` names that statement (fusion never computes B in the
+    kernel that reshapes it), and the plan agrees."""
+    text = _text("b g t h d").replace("R[b t m] = X + A * W",
+                                      "B[b g t h d] = tanh(A)\nR[b t m] = X + B * W")
+    p = _merged_plan(napkin.load(text), SMALL)
+    g = p.graph
+    pairs = {(g.nodes[u]["stmt"], g.nodes[r]["stmt"]) for r in g
+             if isinstance(ir.op(g, r), ir.Reshape) for u in ir.operands(g, r)
+             if g.nodes[u]["stmt"] is not None}
+    assert pairs and set(g.graph["apart"]) == pairs
+    ins = _inputs(rng, "b g t h d")
+    want = _want(dict(ins, A=np.tanh(ins["A"].astype(np.float64))), "b g t h d")
+    assert_close(run_plan(p, ins, SMALL)["R"], want, "f16", slack=16.0)
+
+
 def test_a_merged_run_on_cuda_cores_agrees(rng):
     """The merged IR's product on the CUDA cores (the scalar emitter's reshape), built here."""
     sizes = dict(b=1, t=19, m=24, g=2, h=3, d=8)
