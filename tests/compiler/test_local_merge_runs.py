@@ -180,6 +180,25 @@ def test_the_gradient_writes_one_product_over_a_shared_run():
     assert "dWo[h d m] = sum[b](dWo_b)" in lines
 
 
+def test_a_product_named_and_stored_keeps_its_runs_as_one_axis():
+    """dA[b t h d] = dR[b t m] * Wo[h d m] at d=16 on h100 (model): its rows (b*t) and
+    columns (h*d) one axis each, a 64 x 64 tile where d alone gave 16; an array another
+    statement reads keeps its axes."""
+    from napkin.explain import render_text, report
+    grad = napkin.grad(napkin.load(PROJ.format(a="b t h d")))
+    p = plan(grad, "h100", dict(b=2, t=2048, m=2048, h=32, d=16))
+    (k,) = [k for k in p.kernels if k.model.reduced == ("m",)]
+    assert k.schedule.engine == PRODUCT
+    g = p.graph
+    assert ir.type_of(g, g.graph["outputs"]["dA"]).axes == ("(b*t)", "(h*d)")
+    assert "keeps h d as one axis (h*d) in this kernel" in render_text(report(p, compare=False))
+    read = PROJ.format(a="b t h d").replace("P[b h t d] = Q * 2", "P[b h t d] = Q * 2\n"
+                                            "C[b t h d] = X * Wo\nE[b t h d] = C * 2")
+    read = read.replace("out P: f16", "out P: f16\nout C: f16\nout E: f16")
+    g = prepare(napkin.load(read), "h100", dict(b=2, t=64, m=64, h=4, d=16)).graph
+    assert ir.type_of(g, g.graph["outputs"]["C"]).axes == ("b", "t", "h", "d")
+
+
 def test_the_backward_projection_at_the_block_shape():
     """b=2 t=m=2048 h=16 d=128 on h100 (model): dWo is one tensor-core product over (b*t)
     read through reshapes (Q keeps b and t apart in the rest of the diagram)."""
@@ -193,21 +212,25 @@ def test_the_backward_projection_at_the_block_shape():
         report(p, compare=False))
 
 
-@pytest.mark.parametrize("a", ["b t h d", "t b h d"])
-def test_the_gradient_agrees_with_the_oracle(rng, a):
+@pytest.mark.parametrize("a, engine", [("b t h d", "auto"), ("t b h d", "auto"),
+                                       ("b t h d", "cuda-cores")])
+def test_the_gradient_agrees_with_the_oracle(rng, a, engine):
     """The backward projection emulated at odd sizes against float64 einsums: dWo over (b*t)
     through reshapes (the merged IR planned here: at these sizes the planner may keep the
-    user's axes) on the tensor cores; in the other order, the partial and its sum."""
+    user's axes), dA and dWo stored over (h*d) (and dA over (b*t)), on the tensor cores and
+    on the CUDA cores; in the other order, dWo's partial and its sum."""
     sizes = dict(b=3, t=37, m=40, h=3, d=16)
     grad = napkin.grad(napkin.load(PROJ.format(a=a)))
     one = lambda axes, s=1.0: (rng.standard_normal(   # noqa: E731
         tuple(sizes[x] for x in axes.split())) * s).astype(np.float16)
     ins = dict(X=one("b t m"), A=one(a), Q=one("b h t d"), Wo=one("h d m", 48 ** -0.5),
                dR=one("b t m"), dP=one("b h t d"))
-    p = _merged_plan(grad, sizes)
-    assert bool(p.graph.graph.get("local_merged")) == (a == "b t h d")
+    p = _merged_plan(grad, sizes, engine)
+    merged = [axis for _, axis, _ in p.graph.graph["local_merged"]]
+    assert ("(b*t)" in merged) == (a == "b t h d") and "(h*d)" in merged
     if a == "b t h d":
-        assert [k.schedule.engine for k in p.kernels if "(b*t)" in k.model.reduced] == [PRODUCT]
+        want = PRODUCT if engine == "auto" else SIMT
+        assert [k.schedule.engine for k in p.kernels if "(b*t)" in k.model.reduced] == [want]
     out = run_plan(p, ins, sizes)
     A, Wo, dR = (ins[k].astype(np.float64) for k in ("A", "Wo", "dR"))
     spec = a.replace(" ", "")
