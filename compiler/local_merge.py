@@ -15,6 +15,14 @@ merged operand is a tile copy like any other (no new loop, no new cost formula, 
 product search and lowering), and its chunks run the whole k = h*d (a nesting re-enters the
 pipeline every d: 6% slower than CUDA cores at t=m=4096 h=4 d=16 in an earlier prototype).
 
+A chain is any run of two or more such axes (`(g*h*d)` for `A[b t g h d] * W[g h d m]`):
+plan.py merges before canonical.py nests a contraction over three axes (which would leave
+one contracted axis), and nests what is left after (`canonical.nested_contractions`). A run of
+the product's result axes that one operand holds adjacent (in the result's order) and the
+other lacks merges too (`kept_chains`: `dA[b t h d] = dR[b t m] * Wo[h d m]` as `(b*t)` rows
+and `(h*d)` columns), where the result is only a statement's output: the product, its
+assignment and the outputs are retyped (the same row-major memory, as merge.py's outputs).
+
 `merge_products` (a pure function, after nested.py) rewrites each contraction whose contracted
 axes hold such a chain: each operand is read through an `ir.Reshape` node (in the product's
 statement) whose type names the merged axis, and the contraction sums over it. Where:
