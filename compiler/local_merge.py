@@ -45,7 +45,7 @@ from dataclasses import replace
 from .graph import DiGraph
 
 from . import ir
-from .merge import _sub, name
+from .merge import _attention_rows, _sub, chains, name
 
 
 def chains_of(g: DiGraph, c: int, keep=()) -> list[tuple[str, ...]]:
@@ -62,14 +62,15 @@ def kept_chains(g: DiGraph, c: int, keep=()) -> list[tuple[str, ...]]:
     """The chains of contraction c's result axes that one operand holds adjacent and in the
     result's order and the other lacks (`dA[b t h d] = dR[b t m] * Wo[h d m]`: h d, and b t),
     where the result is only a statement's output (its array, merged, is the diagram's own
-    in memory; an array another statement reads keeps its axes)."""
+    in memory; an array another statement reads keeps its axes). An attention's query rows
+    (GQA's `r q` of `O = P * V`) are packing.py's, as in merge.py."""
     if not isinstance(ir.op(g, c), ir.Contract) or not _both_stored(g, c) or \
             not _output_only(g, c):
         return []
     out = ir.type_of(g, c).axes
     (named,) = g.successors(c)      # its layout may be another order: adjacent there too
     x, y = (ir.type_of(g, u).axes for u in ir.operands(g, c))
-    excluded = _excluded(g, keep)
+    excluded = _excluded(g, keep) | _attention_rows(g)
     return [ch for z, w in ((x, y), (y, x))
             for ch in _runs(out, z, {a for a in z if a not in w} - excluded)
             if _runs(ch, ir.type_of(g, named).axes, set(ch)) == [ch]]
@@ -116,8 +117,12 @@ def _stored(g: DiGraph, u: int, c: int) -> bool:
 
 def merge_products(g: DiGraph, keep=()) -> DiGraph:
     """The IR with each contraction's mergeable chains (`chains_of`, `kept_chains`) read
-    through reshapes; a kept chain's result, its assignment and outputs retyped."""
-    found = {c: chains_of(g, c, keep) + kept_chains(g, c, keep) for c in ir.order(g)}
+    through reshapes; a kept chain's result, its assignment and outputs retyped (not one
+    that merge.py merges in the whole diagram: `X[b t k] * W[k m]`'s (b*t) is its free merge)."""
+    whole = [set(ch) for ch in chains(g, keep)]     # free merges merge.py makes and prices
+    found = {c: chains_of(g, c, keep) + [ch for ch in kept_chains(g, c, keep)
+                                         if not any(set(ch) <= w for w in whole)]
+             for c in ir.order(g)}
     found = {c: cs for c, cs in found.items() if cs}
     if not found:
         return g
