@@ -23,7 +23,9 @@
   contracted axis (in its layout), batched over the others, then summed over them
   (`C[i j] = A[i a b c] * B[a b c j]` is `sum[a b](contract[c](A, B))`, the sum nested as
   above): held whole, a kernel kept two contracted axes whole in shared memory (N0603 at 64
-  per axis in f32), and the inner product now runs on the tensor cores.
+  per axis in f32), and the inner product now runs on the tensor cores. (`nest=False` leaves
+  them whole for local_merge.py, which reads a run of their axes adjacent in both operands
+  as one axis first; `nested_contractions` then nests what is left.)
 - A softmax over three or more axes is written out into those nestable reductions:
   `m = max[K](S)`, `E = exp(S - m)`, `l = sum[K](E)`, `E / l`, with the language's fully
   masked rows (`m = -inf` shifts by 0, `l = 0` gives 0). A softmax over one axis stays one
@@ -45,9 +47,11 @@ from . import ir
 from .merge import merge_axes
 
 
-def canonicalize(g: DiGraph, keep=(), free: bool = False) -> DiGraph:
+def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True) -> DiGraph:
     """Rewrite the IR into canonical form (a copy); `keep`: axes hinted on the command line
-    (never merged); `free`: free axes merged too, else only axes an op names (merge.py)."""
+    (never merged); `free`: free axes merged too, else only axes an op names (merge.py);
+    `nest=False`: contractions over three or more axes are left whole, for local_merge.py to
+    merge runs of their axes first (`nested_contractions` nests what is left)."""
     g = g.copy()
     changed = True
     while changed:
@@ -63,8 +67,25 @@ def canonicalize(g: DiGraph, keep=(), free: bool = False) -> DiGraph:
     for n in ir.order(g):       # after the rewrites above matched their reductions whole
         if n in g:
             _nested_reduction(g, n)
-        if n in g:
+        if n in g and nest:
             _nested_contraction(g, n)
+    return dead_code(g)
+
+
+def nested_contractions(g: DiGraph) -> DiGraph:
+    """The IR with each contraction over three or more axes nested as canonicalize nests
+    them, and each over two that local_merge.py merged from more (`contract[g (h*d)]` was
+    over three, and nests as `sum[g](contract[(h*d)])`, the inner product on the tensor
+    cores); `local_merged` then names the inner product. A copy, or g itself where nothing
+    nests."""
+    merged = {c for c, _, _ in g.graph.get("local_merged", ())}
+    least = {n: 2 if n in merged else 3 for n in ir.order(g) if _is(g, n, ir.Contract)}
+    if all(len(ir.op(g, n).axes) < k for n, k in least.items()):
+        return g
+    g = g.copy()
+    inner = {n: _nested_contraction(g, n, k) for n, k in least.items()}
+    g.graph["local_merged"] = tuple((inner[c] or c, a, ch)
+                                    for c, a, ch in g.graph.get("local_merged", ()))
     return dead_code(g)
 
 
@@ -203,7 +224,7 @@ def _nested_reduction(g: DiGraph, n: int) -> None:
     _nested_reduction(g, new)
 
 
-def _nested_contraction(g: DiGraph, n: int) -> None:
+def _nested_contraction(g: DiGraph, n: int, least: int = 3) -> int | None:
     """contract[K](A, B) with three or more axes in K becomes sum[K - k](contract[k](A, B)),
     `k` the last axis of K in A's layout: the inner product is a matrix product over one axis
     batched over the others, as the tensor cores take it, and the outer sum nests. (Keeping
@@ -212,11 +233,11 @@ def _nested_contraction(g: DiGraph, n: int) -> None:
     1.07 ms at 128, model figures.) A contraction with a softmax operand (over one or two
     axes) keeps its axes: attention's online softmax pairs the two."""
     op = ir.op(g, n)
-    if not isinstance(op, ir.Contract) or len(op.axes) < 3:
-        return
+    if not isinstance(op, ir.Contract) or len(op.axes) < least:
+        return None
     args = ir.operands(g, n)
     if any(isinstance(ir.op(g, through(g, a)), ir.Softmax) for a in args):
-        return
+        return None
     layout = ir.type_of(g, args[0]).axes
     inner = tuple(a for a in layout if a in op.axes)[-1:]
     outer = tuple(a for a in op.axes if a not in inner)
@@ -230,6 +251,7 @@ def _nested_contraction(g: DiGraph, n: int) -> None:
     new = ir.add_node(g, ir.Reduce("sum", outer), out, [part], span=span, stmt=stmt)
     _replace(g, n, new)
     _nested_reduction(g, new)
+    return part
 
 
 def _written_softmax(g: DiGraph, n: int) -> None:

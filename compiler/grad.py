@@ -140,6 +140,7 @@ def _setup(d: Diagram, wrt, saved: bool):
         | ir.BUILTINS
     for name, n in inputs.items():
         sw.names[n] = name
+        sw.loaded[name] = sw.axes(n)
     for n in g.nodes:
         op = ir.op(g, n)
         if isinstance(op, ir.Assign):
@@ -156,6 +157,7 @@ def _setup(d: Diagram, wrt, saved: bool):
     for name, n in floating.items():
         c = cotangent[n] = sw.fresh(f"d{name}")
         cotangents.append((c, sw.axes(n), ir.op(g, n).dtype))
+        sw.loaded[c] = sw.axes(n)
     plan_statistics(sw, active, cotangent)
     return sw, active, wrt, cotangents
 
@@ -277,11 +279,16 @@ def _contribution(sw: Sweep, n: int, mine: int, g_: str, g_axes, o_: str, o_axes
     and the queries q), it is a named partial over the last declared of them, kept along the
     others, and then a sum over those (FlashAttention-2's GQA backward: dK per query head,
     then summed): a kernel can stream one axis through the tensor cores, and fusion may still
-    merge the two statements into one reduction over all of them."""
+    merge the two statements into one reduction over all of them.
+    Where both factors are the backward's inputs and those axes are one run, adjacent and in
+    one order in both (dWo[h d m] = dR[b t m] * A[b t h d], summing b t), it is one product:
+    local_merge.py reads the run as one axis `(b*t)` (a reshape of a loaded array), one
+    tensor-core product with no partial stored. (A computed factor, GQA's P and dS, keeps the
+    partial: FlashAttention's backward computes it in the kernel, where no reshape reads it.)"""
     mine_axes = sw.axes(mine)
     shared = [a for a in sw.g.graph["axes"]
               if a in set(g_axes) & set(o_axes) and a not in mine_axes]
-    if len(shared) < 2:
+    if len(shared) < 2 or _one_run(sw, shared, g_, o_):
         return product(g_, g_axes, o_, o_axes, mine_axes)
     rest = shared[:-1]
     kept = tuple(a for a in sw.g.graph["axes"] if a in set(mine_axes) | set(rest))
@@ -289,3 +296,18 @@ def _contribution(sw: Sweep, n: int, mine: int, g_: str, g_axes, o_: str, o_axes
     partial = sw.named(product(g_, g_axes, o_, o_axes, kept),
                        f"d{label}_{''.join(rest)}" if label else f"g{n}", kept)
     return Expr(f"sum[{' '.join(rest)}]({partial.text})", frozenset(mine_axes))
+
+
+def _one_run(sw: Sweep, axes, *names: str) -> bool:
+    """Whether each name is a backward input whose layout holds `axes` adjacent, all in one
+    order."""
+    runs = set()
+    for name in names:
+        layout = sw.loaded.get(name)
+        if layout is None or not set(axes) <= set(layout):
+            return False
+        at = sorted(layout.index(a) for a in axes)
+        if at[-1] - at[0] != len(at) - 1:
+            return False
+        runs.add(layout[at[0]:at[-1] + 1])
+    return len(runs) == 1

@@ -33,6 +33,7 @@ class Sweep:
     new_axes: dict = field(default_factory=dict)     # fresh axis -> the forward axis it copies
     memo: dict = field(default_factory=dict)         # (expression, axes) -> the name it has
     copies: dict = field(default_factory=dict)       # (axes, dtype, definition) -> the node copied
+    loaded: dict = field(default_factory=dict)       # the backward's input name -> its axes
 
     def fresh(self, base: str) -> str:
         name = base

@@ -15,6 +15,14 @@ merged operand is a tile copy like any other (no new loop, no new cost formula, 
 product search and lowering), and its chunks run the whole k = h*d (a nesting re-enters the
 pipeline every d: 6% slower than CUDA cores at t=m=4096 h=4 d=16 in an earlier prototype).
 
+A chain is any run of two or more such axes (`(g*h*d)` for `A[b t g h d] * W[g h d m]`):
+plan.py merges before canonical.py nests a contraction over three axes (which would leave
+one contracted axis), and nests what is left after (`canonical.nested_contractions`). A run of
+the product's result axes that one operand holds adjacent (in the result's order) and the
+other lacks merges too (`kept_chains`: `dA[b t h d] = dR[b t m] * Wo[h d m]` as `(b*t)` rows
+and `(h*d)` columns), where the result is only a statement's output: the product, its
+assignment and the outputs are retyped (the same row-major memory, as merge.py's outputs).
+
 `merge_products` (a pure function, after nested.py) rewrites each contraction whose contracted
 axes hold such a chain: each operand is read through an `ir.Reshape` node (in the product's
 statement) whose type names the merged axis, and the contraction sums over it. Where:
@@ -37,24 +45,42 @@ from dataclasses import replace
 from .graph import DiGraph
 
 from . import ir
-from .merge import _sub, name
+from .merge import _attention_rows, _sub, chains, name
 
 
 def chains_of(g: DiGraph, c: int, keep=()) -> list[tuple[str, ...]]:
     """The chains of contraction c's contracted axes that its operands both hold adjacent and
     in one order (none where an operand is computed in c's statement or the two are one)."""
     op = ir.op(g, c)
-    if not isinstance(op, ir.Contract) or len(op.axes) < 2:
+    if not isinstance(op, ir.Contract) or len(op.axes) < 2 or not _both_stored(g, c):
         return []
-    args = ir.operands(g, c)
-    if len(args) != 2 or args[0] == args[1] or not all(_stored(g, u, c) for u in args):
+    x, y = (ir.type_of(g, u).axes for u in ir.operands(g, c))
+    return _runs(x, y, set(op.axes) - _excluded(g, keep))
+
+
+def kept_chains(g: DiGraph, c: int, keep=()) -> list[tuple[str, ...]]:
+    """The chains of contraction c's result axes that one operand holds adjacent and in the
+    result's order and the other lacks (`dA[b t h d] = dR[b t m] * Wo[h d m]`: h d, and b t),
+    where the result is only a statement's output (its array, merged, is the diagram's own
+    in memory; an array another statement reads keeps its axes). An attention's query rows
+    (GQA's `r q` of `O = P * V`) are packing.py's, as in merge.py."""
+    if not isinstance(ir.op(g, c), ir.Contract) or not _both_stored(g, c) or \
+            not _output_only(g, c):
         return []
-    excluded = set(keep) | {h.axis for h in g.graph.get("hints", ())}
-    x, y = (ir.type_of(g, u).axes for u in args)
-    contracted = set(op.axes) - excluded
+    out = ir.type_of(g, c).axes
+    (named,) = g.successors(c)      # its layout may be another order: adjacent there too
+    x, y = (ir.type_of(g, u).axes for u in ir.operands(g, c))
+    excluded = _excluded(g, keep) | _attention_rows(g)
+    return [ch for z, w in ((x, y), (y, x))
+            for ch in _runs(out, z, {a for a in z if a not in w} - excluded)
+            if _runs(ch, ir.type_of(g, named).axes, set(ch)) == [ch]]
+
+
+def _runs(x, y, allowed: set) -> list[tuple[str, ...]]:
+    """The runs of two or more `allowed` axes adjacent in x and in y, in one order."""
     after = {}
     for a, b in zip(x, x[1:]):
-        if {a, b} <= contracted and a in y and b in y and y.index(b) == y.index(a) + 1:
+        if {a, b} <= allowed and a in y and b in y and y.index(b) == y.index(a) + 1:
             after[a] = b
     out = []
     for a in x:
@@ -66,6 +92,23 @@ def chains_of(g: DiGraph, c: int, keep=()) -> list[tuple[str, ...]]:
     return out
 
 
+def _excluded(g: DiGraph, keep) -> set[str]:
+    return set(keep) | {h.axis for h in g.graph.get("hints", ())}
+
+
+def _both_stored(g: DiGraph, c: int) -> bool:
+    args = ir.operands(g, c)
+    return len(args) == 2 and args[0] != args[1] and all(_stored(g, u, c) for u in args)
+
+
+def _output_only(g: DiGraph, c: int) -> bool:
+    """Whether c's value is named by one assignment (in any layout) that only outputs read."""
+    (s, *rest) = list(g.successors(c)) or [None]
+    return s is not None and not rest and isinstance(ir.op(g, s), ir.Assign) and \
+        set(ir.type_of(g, s).axes) == set(ir.type_of(g, c).axes) and g.out_degree(s) > 0 and \
+        all(isinstance(ir.op(g, o), ir.Output) for o in g.successors(s))
+
+
 def _stored(g: DiGraph, u: int, c: int) -> bool:
     """Whether operand u of c is read from global memory: an input or another statement's."""
     return isinstance(ir.op(g, u), ir.Input) or (
@@ -73,14 +116,20 @@ def _stored(g: DiGraph, u: int, c: int) -> bool:
 
 
 def merge_products(g: DiGraph, keep=()) -> DiGraph:
-    """The IR with each contraction's mergeable chains (`chains_of`) read through reshapes."""
-    found = {c: chains_of(g, c, keep) for c in ir.order(g)}
+    """The IR with each contraction's mergeable chains (`chains_of`, `kept_chains`) read
+    through reshapes; a kept chain's result, its assignment and outputs retyped (not one
+    that merge.py merges in the whole diagram: `X[b t k] * W[k m]`'s (b*t) is its free merge)."""
+    whole = [set(ch) for ch in chains(g, keep)]     # free merges merge.py makes and prices
+    found = {c: chains_of(g, c, keep) + [ch for ch in kept_chains(g, c, keep)
+                                         if not any(set(ch) <= w for w in whole)]
+             for c in ir.order(g)}
     found = {c: cs for c, cs in found.items() if cs}
     if not found:
         return g
     g = g.copy()
     axes = dict(g.graph["axes"])
-    listed, apart = list(g.graph.get("local_merged", ())), set(g.graph.get("apart", ()))
+    listed = list(g.graph.get("local_merged", ()))
+    eqs = list(g.graph.get("equations", ()))
     for c, cs in found.items():
         merged = {a: (name(ch), ch[0]) for ch in cs for a in ch}
         for ch in cs:
@@ -91,17 +140,40 @@ def merge_products(g: DiGraph, keep=()) -> DiGraph:
         stmt = g.nodes[c]["stmt"]
         for u in dict.fromkeys(ir.operands(g, c)):
             t = ir.type_of(g, u)
+            if _sub(t.axes, merged) == t.axes:
+                continue
             r = ir.add_node(g, ir.Reshape(), ir.ArrayType(_sub(t.axes, merged), t.dtype), [u],
                             g.nodes[c]["span"], stmt)
             ports = g.edges[u, c]["ports"]
             g.remove_edge(u, c)
             g.add_edge(r, c, array=ir.type_of(g, r), ports=ports)
-            if g.nodes[u]["stmt"] is not None:
-                apart.add((g.nodes[u]["stmt"], stmt))
         g.nodes[c]["op"] = replace(ir.op(g, c), axes=_sub(ir.op(g, c).axes, merged))
+        if _sub(ir.type_of(g, c).axes, merged) != ir.type_of(g, c).axes:
+            _retyped(g, c, merged)
+            eqs = [replace(e, axes=_sub(e.axes, merged)) if e.stmt == stmt else e for e in eqs]
     g.graph["axes"] = axes
     g.graph["local_merged"] = tuple(listed)
-    g.graph["apart"] = tuple(sorted(apart))
+    g.graph["equations"] = tuple(eqs)
+    return with_apart(g)
+
+
+def _retyped(g: DiGraph, c: int, merged) -> None:
+    """c, the assignment naming it and the outputs reading that, over the merged axes."""
+    (s,) = g.successors(c)
+    for n in (c, s, *g.successors(s)):
+        t = ir.type_of(g, n)
+        g.nodes[n]["type"] = ir.ArrayType(_sub(t.axes, merged), t.dtype)
+        for _, v in g.out_edges(n):
+            g.edges[n, v]["array"] = g.nodes[n]["type"]
+
+
+def with_apart(g: DiGraph) -> DiGraph:
+    """g with `apart` naming, for each reshape, its operand's statement and its own (g
+    changed in place: after merge_products, and again once the statements are cut anew)."""
+    g.graph["apart"] = tuple(sorted({
+        (g.nodes[u]["stmt"], g.nodes[r]["stmt"]) for r in g
+        if isinstance(ir.op(g, r), ir.Reshape) for u in ir.operands(g, r)
+        if g.nodes[u]["stmt"] is not None}))
     return g
 
 
@@ -126,5 +198,7 @@ def report(g: DiGraph, kernel_nodes) -> list[str]:
     """explain's lines for the contractions of a kernel read through reshapes."""
     nodes = set(kernel_nodes)
     return [f"contracts {' '.join(ch)} as one axis {axis} in this kernel (adjacent in both "
-            "operands; the rest of the diagram keeps them)"
+            "operands; the rest of the diagram keeps them)" if axis in ir.op(g, c).axes else
+            f"keeps {' '.join(ch)} as one axis {axis} in this kernel (adjacent in an operand "
+            "and the output; the rest of the diagram keeps them)"
             for c, axis, ch in g.graph.get("local_merged", ()) if c in nodes]

@@ -28,9 +28,9 @@ from . import ir
 from . import schedule as schedules
 from . import merge, packing, splitting, stored16, tensorcore
 from .splitting import SplitChoice
-from .canonical import canonicalize
+from .canonical import canonicalize, nested_contractions
 from .nested import separate_nested
-from .local_merge import merge_products
+from .local_merge import merge_products, with_apart
 from .columns import columns
 from .cost import Choice, evaluate
 from .diagram import Diagram
@@ -179,11 +179,11 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
         keep = {a for kind in ("group", "stream", "split", "lanes") for a in (overrides or {}).get(kind, {})}
         merged = separate_nested(canonicalize(diagram.ir, keep, free=True))
         graphs = [separate_nested(canonicalize(diagram.ir, keep))]
-        local = merge_products(graphs[0], keep)     # axes merged for one product alone
-        if local is not graphs[0]:      # priced against the IR without them (fuse_kernels)
+        local = _merged_products(diagram, keep, False)   # axes merged for one product alone
+        if local is not None:           # priced against the IR without them (fuse_kernels)
             graphs.insert(0, local)
         if merge.has_free(merged):      # priced against the IR without them (fuse_kernels)
-            graphs.insert(0, merge_products(merged, keep))
+            graphs.insert(0, _merged_products(diagram, keep, True) or merged)
         for g in graphs:
             if data:
                 g.graph["data"] = merged_data(g, planning_data(diagram, sizes, data), sizes)
@@ -197,6 +197,16 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
     for i in range(len(problems) - 2, -1, -1):     # each priced against the next (fuse_kernels)
         problems[i] = replace(problems[i], unmerged=problems[i + 1])
     return problems[0]
+
+
+def _merged_products(diagram: Diagram, keep, free: bool) -> DiGraph | None:
+    """The canonical IR with runs of a product's contracted axes merged for it alone
+    (local_merge.py), or None where no product has one: merged before canonicalize nests a
+    contraction over three or more axes (which would leave one contracted axis), the rest
+    nested after."""
+    flat = separate_nested(canonicalize(diagram.ir, keep, free=free, nest=False))
+    local = merge_products(flat, keep)
+    return None if local is flat else with_apart(separate_nested(nested_contractions(local)))
 
 
 def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
