@@ -341,10 +341,8 @@ def _hoisted(g: DiGraph, n: int) -> bool:
 
 
 def _normalised(g: DiGraph, n: int) -> bool:
-    """Whether n's values reach a softmax over one of n's axes through elementwise ops only
-    (attention's scores: a row factor such as QK-norm's rsqrt stays in its query and key,
-    which FlashAttention then loads, stored in 16 bits: stored16.py; taken out, it scaled
-    scores no kernel could stream)."""
+    """Whether n's values reach a softmax over one of its axes through elementwise ops only
+    (attention's scores: QK-norm's rsqrt stays in the query and key FlashAttention loads)."""
     frontier, seen = [n], set()
     while frontier:
         m = frontier.pop()

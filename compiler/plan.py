@@ -26,11 +26,11 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
 from . import schedule as schedules
-from . import merge, packing, splitting, stored16, tensorcore
+from . import merge, packing, splitting, stored16, stored16_stages, tensorcore
 from .splitting import SplitChoice
-from .canonical import canonicalize, nested_contractions
+from .canonical import canonicalize
 from .nested import separate_nested
-from .local_merge import merge_products, with_apart
+from .local_merge import merged_products
 from .columns import columns
 from .cost import Choice, evaluate
 from .diagram import Diagram
@@ -179,11 +179,11 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
         keep = {a for kind in ("group", "stream", "split", "lanes") for a in (overrides or {}).get(kind, {})}
         merged = separate_nested(canonicalize(diagram.ir, keep, free=True))
         graphs = [separate_nested(canonicalize(diagram.ir, keep))]
-        local = _merged_products(diagram, keep, False)   # axes merged for one product alone
+        local = merged_products(diagram.ir, keep, False)   # axes merged for one product alone
         if local is not None:           # priced against the IR without them (fuse_kernels)
             graphs.insert(0, local)
         if merge.has_free(merged):      # priced against the IR without them (fuse_kernels)
-            graphs.insert(0, _merged_products(diagram, keep, True) or merged)
+            graphs.insert(0, merged_products(diagram.ir, keep, True) or merged)
         for g in graphs:
             if data:
                 g.graph["data"] = merged_data(g, planning_data(diagram, sizes, data), sizes)
@@ -197,16 +197,6 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
     for i in range(len(problems) - 2, -1, -1):     # each priced against the next (fuse_kernels)
         problems[i] = replace(problems[i], unmerged=problems[i + 1])
     return problems[0]
-
-
-def _merged_products(diagram: Diagram, keep, free: bool) -> DiGraph | None:
-    """The canonical IR with runs of a product's contracted axes merged for it alone
-    (local_merge.py), or None where no product has one: merged before canonicalize nests a
-    contraction over three or more axes (which would leave one contracted axis), the rest
-    nested after."""
-    flat = separate_nested(canonicalize(diagram.ir, keep, free=free, nest=False))
-    local = merge_products(flat, keep)
-    return None if local is flat else with_apart(separate_nested(nested_contractions(local)))
 
 
 def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
@@ -232,25 +222,15 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
             kernels = regroup(pr.graph, [(k.equations, k.recomputed) for k in like.kernels])
             return Fused(pr, tuple(kernels), planner)
         if id(pr) not in done or done[id(pr)].problem is not pr:   # (priced, then used)
-            kernels = fuse(pr.graph, _fusion_planner(pr, planner)) if fusion else \
-                unfused_kernels(pr.graph)
+            kernels = fuse(pr.graph, _in_diagram(pr.diagram, lambda: stored16_stages.
+                                                 fusion_planner(pr, planner))) \
+                if fusion else unfused_kernels(pr.graph)
             done[id(pr)] = Fused(pr, tuple(kernels), planner)
         return done[id(pr)]
     problem = merge.priced(problem, fused, engine, splitting.total)
     rest, forced = splitting.split_hints(problem)
     found, choice = _in_diagram(problem.diagram, lambda: splitting.choose(rest, fused, forced))
     return replace(found, split=choice)
-
-
-def _fusion_planner(pr: Problem, planner):
-    """The planner fusion prices its candidates with: on the graph with the intermediates
-    that will be stored in 16 bits anticipated (stored16.anticipated), else `planner`."""
-    if planner.engine == "cuda-cores":
-        return planner
-    g = _in_diagram(pr.diagram, lambda: stored16.anticipated(pr.graph, pr.target))
-    if g is pr.graph:
-        return planner
-    return KernelPlanner(g, pr.target, pr.sizes, pr.hints, planner.engine, across=planner.across)
 
 
 def check_hints(diagram: Diagram) -> None:
@@ -284,7 +264,7 @@ def tile(fused: Fused, merge: str = "auto") -> Plan:
     """Stage `tile`: every kernel's schedule, cost and hints used; a split's merge in its
     own kernels or in the partial kernel's last blocks (`merge`: auto, kernel or last-block;
     last_block.py)."""
-    fused = _stored16(fused)
+    fused = _in_diagram(fused.problem.diagram, lambda: stored16_stages.applied(fused))
     pr = fused.problem
 
     def run():
@@ -296,30 +276,6 @@ def tile(fused: Fused, merge: str = "auto") -> Plan:
     plans, tail = _in_diagram(pr.diagram, run)
     return Plan(pr.diagram, pr.graph, pr.target, pr.sizes, plans, fused.planner.engine,
                 pr.defaulted, pr.hints, fused.split, tail)
-
-
-def _stored16(fused: Fused) -> Fused:
-    """The fused kernels with the intermediates only tensor-core products read stored in 16
-    bits (stored16.py), on a copy of the graph and a planner of their own; tiled first, a
-    kernel that reads one off the tensor cores undoes it for what it reads."""
-    pr, planner = fused.problem, fused.planner
-    if planner.engine == "cuda-cores":
-        return fused
-    g = pr.graph
-    chosen = _in_diagram(pr.diagram, lambda: stored16.decide(g, fused.kernels, pr.target))
-    while chosen:
-        g2 = stored16.with_decision(g, chosen)
-        planner2 = KernelPlanner(g2, pr.target, pr.sizes, pr.hints, planner.engine,
-                                 across=planner.across)
-        plans = _in_diagram(pr.diagram, lambda: [planner2.plan(k, strict=False)
-                                                 for k in fused.kernels])
-        if any(p is None for p in plans):
-            return fused
-        dropped = stored16.fallen_back(g2, plans, schedules.TENSOR_ENGINES)
-        if not dropped:
-            return replace(fused, problem=replace(pr, graph=g2), planner=planner2)
-        chosen = {v: d for v, d in chosen.items() if v not in dropped}
-    return fused
 
 
 def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,
