@@ -203,7 +203,7 @@ def test_the_branch_of_a_size_test_the_sizes_do_not_take_counts_nothing():
                                 pytest.param("expm1", marks=pytest.mark.thorough)])
 def test_a_library_functions_instructions_are_its_sass(op, tmp_path):
     """issue.INSTRUCTIONS[op] against the SASS: a CUDA-core kernel `Y = op(H)` beside one of
-    `Y = H * 0.7` (the same copies, stores and loop; 8 elements a thread), their blocks'
+    `Y = H * 0.7` (the same copies, stores and loop: one thread tile), their blocks'
     loops' FP32-pipe, MUFU and other instructions apart, per element (plus the multiply's
     one FP32), within 30% each (before, each cost one FP32 instruction: DEFAULT)."""
     _need_disassembler()
@@ -211,21 +211,22 @@ def test_a_library_functions_instructions_are_its_sass(op, tmp_path):
     from napkin import pipeline
     from napkin.compiler import issue
     from napkin.runtime import mainloop, sass
-    counts, per = {}, None
+    counts, tiles = {}, set()
     for name, expr in (("mul", "H * 0.7"), (op, f"{op}(H)")):
         path = tmp_path / f"{name}.napkin"
         path.write_text(f"axis t, o\nin H[t o]: f32\nY[t o] = {expr}\nout Y: f16\n")
         p = plan(napkin.load(str(path)), "h100", {"t": 4096, "o": 4096})
         (kp,) = p.kernels
         assert kp.schedule.engine == "cuda cores"
-        per = math.prod(n for _, n in kp.choice.thread)
+        tiles.add(kp.choice.thread)
         made = pipeline.through(p, "plan", "binary", pipeline.Options.make(target="h100"))
         text = sass.disassemble(made["binary"].cubin)
         insns = mainloop.functions(text)[made["program"].kernels[0].name]
         outer = max(mainloop.loops(insns), key=lambda lp: lp.end - lp.start)
         c = collections.Counter(outer.counts())
         counts[name] = (c.pop("fp32", 0), c.pop("mufu", 0), sum(c.values()))
-    assert per == 8
+    assert len(tiles) == 1          # (the same thread tile: the same copies and stores)
+    per = math.prod(n for _, n in tiles.pop())
     found = [(a - b) / per + (1 if k == 0 else 0)
              for k, (a, b) in enumerate(zip(counts[op], counts["mul"]))]
     for f, charged in zip(found, issue.INSTRUCTIONS[op]):
