@@ -70,7 +70,9 @@ def resolve(expr: ast.Expr, scope: Scope) -> RNode:
 
 def _resolve(e: ast.Expr, scope: Scope) -> RNode:
     if isinstance(e, ast.Number):
-        return RNode("const", e.span, "int" if _is_integer(e.text) else "float", value=e.value)
+        if _is_integer(e.text):      # (its value exactly: a float is exact only to 2^53)
+            return RNode("const", e.span, "int", value=int(e.text))
+        return RNode("const", e.span, "float", value=e.value)
     if isinstance(e, ast.Inf):
         return RNode("const", e.span, value=float("inf"))
     if isinstance(e, ast.UnOp):

@@ -259,6 +259,10 @@ class _Converter:
         if not math.isfinite(value):
             raise error("N0505", f"number `{_clip(tok.value)}` is too large for a float",
                         self.span(tok), help="write `inf` for infinity")
+        if str(tok.value).isdigit() and int(tok.value) > limits.MAX_INTEGER:   # (an integer literal)
+            raise error("N0505", f"integer `{_clip(tok.value)}` is past the 64-bit range",
+                        self.span(tok), help=f"integers are computed in 64 bits (at most "
+                        f"{limits.MAX_INTEGER}); write a large number as a float (`1e22`)")
         return ast.Number(value, str(tok.value), self.span(tok))
 
     def rule_inf(self, node, kids):

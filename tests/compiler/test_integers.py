@@ -89,6 +89,27 @@ def test_integer_arithmetic_is_exact_past_float_precision(rng):
     np.testing.assert_array_equal(out, big * 3 - 1)
 
 
+@pytest.mark.parametrize("backend", ["reference", "interpret", "emulate"])
+def test_an_integer_literal_is_exact_past_float_precision(backend):
+    """`2^53 + 1` written in a diagram is that integer: its value was read as a float (the
+    literal's text through float(), exact to 2^53 only) and every backend added 2^53."""
+    k = np.array([0, 5, -3], np.int64)
+    text = "axis a\nin k[a]: i64\nR[a] = k + 9007199254740993 - a\nout R: i64"
+    out = napkin.run(text, k, backend=backend, target="h100")[0]
+    np.testing.assert_array_equal(out, k + 9007199254740993 - np.arange(3))
+
+
+def test_an_integer_literal_past_64_bits_is_an_error():
+    """It was read as a float, and the backends disagreed: the reference and the interpreter
+    converted it to a 64-bit integer (undefined: -2^63), the emitted CUDA multiplied by 1e23."""
+    with pytest.raises(NapkinError) as exc:
+        napkin.load("axis a\nin X[a]: f32\nR[a] = X * 99999999999999999999999\nout R: f32")
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0505" and "64-bit" in diag.message
+    assert (diag.span.line, diag.span.col) == (3, 12) and "1e22" in diag.help
+    napkin.load("axis a\nin X[a]: f32\nR[a] = X * 9223372036854775807\nout R: f32")
+
+
 def test_mod_takes_the_sign_of_the_divisor(rng):
     a = np.array([7, -7, 7, -7, 0, 5], np.int32)
     b = np.array([3, 3, -3, -3, 4, 0], np.int32)
