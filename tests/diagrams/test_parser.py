@@ -104,6 +104,24 @@ def test_friendly_syntax_messages(text, message):
     assert err.help
 
 
+@pytest.mark.parametrize("text, message, help", [
+    # language 1.1 reads a parenthesised expression as a position: the help said "indexing by
+    # numbers is not part of the language", and after a first axis it was a bare token list
+    ("Y[a] = X[a b + 1]", "only axis names", "`X[a (b + 1)]`"),
+    ("Y[a] = X[a 0]", "only axis names", "`X[(0) b]`"),
+    ("Y[a] = X[0]", "only axis names", "in parentheses"),
+    # `split` is a keyword as `group` and `stream` are: it was missing from the list, and
+    # `split[a] = X` was "unexpected `[`"
+    ("split[a] = X", "keyword", "split"),
+    ("in[a] = X", "keyword", "split"),
+    ("in X[a]:", "dtype missing", "i32, i64"),
+])
+def test_syntax_help_for_language_11(text, message, help):
+    (err,) = errors(text)
+    assert err.code in ("N0102", "N0103") and message in err.message, err.message
+    assert help in err.help, err.help
+
+
 def test_unexpected_token_lists_what_was_expected():
     (err,) = errors("axis a b")
     assert err.code == "N0102" and "expected" in err.help
