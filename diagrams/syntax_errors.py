@@ -56,6 +56,14 @@ EXAMPLES: dict[str, tuple[str, str, list[str]]] = {
         "put an expression inside, or remove them",
         ["Y[a] = ()", "Y[a] = X * ()"],
     ),
+    "continued_line": (
+        "a statement cannot start with an operator",
+        "a statement ends at the end of its line unless a `(` or `[` is open: to continue an "
+        "expression on the next line, open a parenthesis before the line break, "
+        "`Y[a] = (X` then `* 2)`",
+        ["* 2", "+ X", "/ 2", "** 2", "// 2", "and X", "or X", "< X", "== X", "<= X", ") * 2",
+         "] = X", ", X"],
+    ),
     "keyword_as_name": (
         "a keyword cannot be used as a name",
         "keywords are axis, in, out, group, stream, split, by, at, and, or, not, inf; rename it",

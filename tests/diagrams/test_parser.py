@@ -115,6 +115,10 @@ def test_friendly_syntax_messages(text, message):
     ("split[a] = X", "keyword", "split"),
     ("in[a] = X", "keyword", "split"),
     ("in X[a]:", "dtype missing", "i32, i64"),
+    # an expression continued on the next line outside brackets: "a keyword cannot be used
+    # as a name" at the operator
+    ("Y[a] = X\n  * 2", "cannot start with an operator", "open a parenthesis"),
+    ("Y[a] = X\n  and Z", "cannot start with an operator", "open a parenthesis"),
 ])
 def test_syntax_help_for_language_11(text, message, help):
     (err,) = errors(text)
