@@ -110,6 +110,46 @@ def test_an_integer_literal_past_64_bits_is_an_error():
     napkin.load("axis a\nin X[a]: f32\nR[a] = X * 9223372036854775807\nout R: f32")
 
 
+WRAPS = ("axis n\nin a[n]: i64, b[n]: i64\nQ[n] = a // b\nM[n] = mod(a, b)\n"
+         "W[n] = a * b + a - b\nN[n] = -a + abs(a) + relu(a)\nout Q, M, W, N: i64")
+_TOP, _BOTTOM = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+_A = np.array([_TOP, _BOTTOM, 7, _BOTTOM, -7, _TOP - 1, 3], np.int64)
+_B = np.array([2, -1, -1, 3, 0, -1, -2], np.int64)
+
+
+def _wrapped(a, b):
+    """Python's integers, wrapped to 64 bits: what docs/language.md says every backend gives."""
+    def wrap(v):
+        return (v + 2 ** 63) % 2 ** 64 - 2 ** 63
+    rows = [(wrap(x // y) if y else 0, x % y if y else 0, wrap(x * y + x - y),
+             wrap(-x + abs(x) + max(x, 0))) for x, y in zip(map(int, a), map(int, b))]
+    return [np.array(col, np.int64) for col in zip(*rows)]
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret", "emulate"])
+def test_integer_arithmetic_wraps_at_the_ends_of_the_range(backend):
+    """-2^63 // -1 and mod(-2^63, -1) overflow a C division: the emulated kernel died of SIGFPE
+    (x86 traps; a GPU does not); `relu` of a 64-bit integer went through a float on the CPU
+    backends (0.0 as its other branch: relu(2^63 - 1) was -2^63)."""
+    with np.errstate(over="ignore", divide="ignore"):
+        got = napkin.run(WRAPS, _A, _B, backend=backend, target="h100")
+    for name, g, want in zip("QMWN", got, _wrapped(_A, _B)):
+        np.testing.assert_array_equal(g, want, err_msg=name)
+
+
+@pytest.mark.thorough
+def test_integer_overflow_is_no_undefined_behaviour_in_the_emitted_cuda():
+    """+ - * and negation of integers wrap by definition (napkin_iadd...: unsigned arithmetic):
+    under UndefinedBehaviorSanitizer the emulated kernel stopped at `signed integer overflow`
+    (C++ leaves it undefined, and a compiler may assume it never happens)."""
+    from napkin import pipeline
+    d = napkin.load(WRAPS)
+    p = pipeline.plan(d, pipeline.Options.make(target="h100", shape={"n": len(_A)}))
+    got = pipeline.run_plan(p, {"a": _A, "b": _B}, {"n": len(_A)}, sanitize="address")
+    for name, want in zip("QMWN", _wrapped(_A, _B)):
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+
+
 def test_mod_takes_the_sign_of_the_divisor(rng):
     a = np.array([7, -7, 7, -7, 0, 5], np.int32)
     b = np.array([3, 3, -3, -3, 4, 0], np.int32)
