@@ -208,3 +208,16 @@ def _raised(fn) -> tuple:
     with pytest.raises(NapkinError) as exc:
         fn()
     return exc.value.diagnostics
+
+
+def test_a_byte_order_mark_is_no_part_of_the_text():
+    """Editors that save UTF-8 with a byte-order mark (EF BB BF) made every such file N0101
+    "unexpected character `\\ufeff`" at 1:1; an invalid byte after it is still N0104 at the
+    offset in the file."""
+    text = "axis a\nin X[a]: f32\nout X: f32\n"
+    src = parser.decode(b"\xef\xbb\xbf" + text.encode(), "bom.napkin")
+    assert src.text == text and len(parser.parse(src).statements) == 3
+    with pytest.raises(NapkinError) as exc:
+        parser.decode(b"\xef\xbb\xbfaxis a\nin X[a]: f\xff32\n", "bad.napkin")
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0104" and "offset 20" in diag.message and diag.span.line == 2
