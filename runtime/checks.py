@@ -92,14 +92,19 @@ def check_outputs(diagram: Diagram, out, shapes: dict, inputs: dict[str, ArrayIn
     for sig, o in zip(sigs, outs):
         info = describe(o)
         if info is None:
-            raise launch_error(f"out= for `{sig.name}` is a {type(o).__name__}, not an array")
+            raise launch_error(f"out= for `{sig.name}` is a {type(o).__name__}, not an array",
+                               help="pass a NumPy or CuPy array or a PyTorch tensor")
         if info.shape != shapes[sig.name]:
             raise launch_error(f"out= for `{sig.name}` has shape {info.shape}; expected "
-                               f"{shapes[sig.name]}")
+                               f"{shapes[sig.name]}", help=f"allocate it with shape "
+                               f"{shapes[sig.name]} ({' '.join(sig.axes) or 'a scalar'})")
         if info.dtype != sig.dtype:
-            raise launch_error(f"out= for `{sig.name}` has dtype {info.dtype_text}; expected {sig.dtype}")
+            raise launch_error(f"out= for `{sig.name}` has dtype {info.dtype_text}; expected "
+                               f"{sig.dtype}", help=f"allocate it as {sig.dtype}, the output's "
+                               "dtype in the diagram")
         if not info.contiguous:
-            raise launch_error(f"out= for `{sig.name}` is not contiguous")
+            raise launch_error(f"out= for `{sig.name}` is not contiguous",
+                               help="pass a freshly allocated (row-major, contiguous) array")
         for name, i in inputs.items():
             if overlaps(info, i):
                 raise launch_error(f"out= for `{sig.name}` overlaps input `{name}`",
