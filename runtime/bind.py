@@ -42,9 +42,12 @@ def match_inputs(diagram: Diagram, args: tuple, named: dict) -> dict[str, object
                         help="pass each input once")
         given[key] = value
     missing = [n for n in names if n not in given]
-    if missing:
+    if missing:      # (at the first missing input's declaration)
+        g = diagram.ir
         raise error("N0309", f"missing input{'s' if len(missing) > 1 else ''}: {', '.join(missing)}",
-                    help="inputs: " + ", ".join(f"{s.name}[{' '.join(s.axes)}]" for s in sigs))
+                    g.nodes[g.graph["inputs"][missing[0]]]["span"],
+                    help="inputs: " + ", ".join(f"{s.name}[{' '.join(s.axes)}]" for s in sigs),
+                    source=g.graph["source"])
     return {n: given[n] for n in names}
 
 
