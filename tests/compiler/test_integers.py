@@ -238,3 +238,18 @@ def test_every_diagram_on_the_language_page_checks():
     for text in blocks:
         napkin.load(text)
     assert CROSS_ENTROPY in blocks and DOCUMENT_MASK in blocks
+
+
+@pytest.mark.parametrize("declared, given, value", [
+    ("i64", np.uint64, 2 ** 63), ("i32", np.uint32, 2 ** 31), ("i32", np.uint64, 2 ** 64 - 1),
+])
+def test_an_unsigned_value_past_the_signed_range_is_refused(declared, given, value):
+    """Unsigned 2^63 became -2^63 as i64 and came back as 2^63: the round trip napkin checks
+    conversions with kept it, and the call computed with -2^63. The signs must agree too."""
+    arr = np.array([1, value], given)
+    with pytest.raises(NapkinError) as exc:
+        napkin.run(f"axis n\nin a[n]: {declared}\nR[n] = a + 1\nout R: i64", arr)
+    assert exc.value.code == "N0405" and str(value) in str(exc.value)
+    out = napkin.run(f"axis n\nin a[n]: {declared}\nR[n] = a + 1\nout R: i64",
+                     np.array([1, 7], given))[0]
+    np.testing.assert_array_equal(out, [2, 8])
