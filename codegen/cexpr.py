@@ -50,7 +50,10 @@ def shifted_exp(arg: str) -> str:
     where IEEE expf issues some nine instructions (compiler/issue.py's "exp")."""
     return FAST["exp"].format(arg)
 # Where an integer argument changes the C spelling (the others are overloaded or operators).
-INT_MAP = {"abs": "napkin_abs({0})", "floor": "({0})", "ceil": "({0})"}
+# + - * and negation of integers wrap around (napkin_iadd: signed overflow is undefined in C++)
+INT_MAP = {"abs": "napkin_abs({0})", "floor": "({0})", "ceil": "({0})",
+           "add": "napkin_iadd({0}, {1})", "sub": "napkin_isub({0}, {1})",
+           "mul": "napkin_imul({0}, {1})", "neg": "napkin_ineg({0})"}
 
 BOOL_RESULT = {"lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not"}
 

@@ -21,7 +21,7 @@ from .cost import Choice, Cost, evaluate
 from .kernels import FusedKernel
 from .model import Model, kernel_model
 from .schedule import Schedule
-from .search import fits, search
+from .search import SPLITS, fits, search
 from .target import Target
 
 
@@ -250,7 +250,7 @@ class KernelPlanner:
             return fits(self._minimal(model, cols, self._with_sizes(fixed, pairs)))
         for h in used:
             size = h.size
-            while size > 1:
+            while size // 2 >= _least(h):
                 size //= 2
                 if fitting([(h, size)]):
                     return _Infeasible(lc.name, lc.M, lc.capacity,
@@ -258,8 +258,8 @@ class KernelPlanner:
                                        "would fit", h)
         if used:                 # no single hint suffices: all of them together?
             sized = [(h, h.size) for h in used]
-            while any(n > 1 for _, n in sized):
-                sized = [(h, max(1, n // 2)) for h, n in sized]
+            while any(n > _least(h) for h, n in sized):
+                sized = [(h, max(_least(h), n // 2)) for h, n in sized]
                 if fitting(sized):
                     return _Infeasible(lc.name, lc.M, lc.capacity, " and ".join(
                         f"`{h.kind} {h.axis} by {n}{self._at(h)}`" for h, n in sized)
@@ -363,7 +363,13 @@ def _shared_found(planner: KernelPlanner, k: FusedKernel, quick: bool):
 
 # which fixed decision of the search a hint sets, by (kind, level: 1 blocks, 2 threads)
 _KEY = {("group", 1): "group", ("group", 2): "thread", ("stream", 1): "stream",
-        ("stream", 2): "inner"}
+        ("stream", 2): "inner", ("lanes", 1): "split"}
+
+
+def _least(h) -> int:
+    """The smallest size a hint of h's kind can ask for: a lanes hint splits over 2 lanes or
+    more (search.SPLITS), the others may be 1."""
+    return SPLITS[0] if h.kind == "lanes" else 1
 
 
 @dataclass(frozen=True)

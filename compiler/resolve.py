@@ -70,7 +70,9 @@ def resolve(expr: ast.Expr, scope: Scope) -> RNode:
 
 def _resolve(e: ast.Expr, scope: Scope) -> RNode:
     if isinstance(e, ast.Number):
-        return RNode("const", e.span, "int" if _is_integer(e.text) else "float", value=e.value)
+        if _is_integer(e.text):      # (its value exactly: a float is exact only to 2^53)
+            return RNode("const", e.span, "int", value=int(e.text))
+        return RNode("const", e.span, "float", value=e.value)
     if isinstance(e, ast.Inf):
         return RNode("const", e.span, value=float("inf"))
     if isinstance(e, ast.UnOp):
@@ -240,6 +242,13 @@ def _axes_in(node: RNode):
 
 
 def _check_axis(a: ast.Name, scope: Scope) -> None:
+    if a.text not in scope.axes and a.text in scope.arrays:     # (not "undeclared axis")
+        info = scope.arrays[a.text]
+        axes = ", ".join(f"`{x}`" for x in info.axes) or "none"
+        read = f"; to read at its values (a gather), index it: `{a.text}[{' '.join(info.axes)}]`" \
+            if info.vkind == "int" else ""
+        raise error("N0208", f"`{a.text}` is an array, not an axis", a.span,
+                    help=f"name an axis here (the axes of `{a.text}`: {axes}){read}")
     if a.text not in scope.axes:
         raise error("N0201", f"undeclared axis `{a.text}`", a.span,
                     help=did_you_mean(a.text, list(scope.axes), f"declare it: `axis {a.text}`"))

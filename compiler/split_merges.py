@@ -149,7 +149,8 @@ class Merges:
         pair = [probs, other] if k == 0 else [other, probs]
         union = tuple(dict.fromkeys(ir.type_of(g, pair[0]).axes + ir.type_of(g, pair[1]).axes))
         o = self.add(ir.Contract((self.s,)), ir.ArrayType(
-            tuple(a for a in union if a != self.s), t.dtype), pair, part)
+            tuple(a for a in union if a != self.s), t.dtype), pair, part,
+            span=g.nodes[n]["span"])             # (the diagram's product: N0606 points there)
         o_axes = (self.p,) + t.axes
         o_part = self.assign(self.fresh(f"{name}.part"), o, o_axes, part)
         lse = self.add(ir.Reduce("logsumexp", (self.s,)), ir.ArrayType(

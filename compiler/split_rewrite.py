@@ -288,8 +288,9 @@ class Rewrite(Merges):
             a, b = (self.masked(self._read(u, part), 0.0, part) for u in ir.operands(g, n))
             axes = tuple(self.s if ax == self.x else ax for ax in op.axes)
             union = tuple(dict.fromkeys(ir.type_of(g, a).axes + ir.type_of(g, b).axes))
-            c = self.add(ir.Contract(axes), ir.ArrayType(
-                tuple(ax for ax in union if ax not in axes), t.dtype), [a, b], part)
+            c = self.add(ir.Contract(axes), ir.ArrayType(     # (the diagram's product, where
+                tuple(ax for ax in union if ax not in axes), t.dtype), [a, b], part,   # an
+                span=g.nodes[n]["span"])          # error about its kernel points: N0606)
             result = self._merge("sum", self._store(c, f"{name}.part", part), t.dtype, merge_stmt)
             if ir.type_of(g, result).axes != t.axes:
                 result = self.add(ir.Assign(self.fresh(f"{name}.merged")), t, [result], merge_stmt)

@@ -11,4 +11,5 @@ MAX_NODES = 50_000               # graph IR nodes for the whole diagram
 MAX_NAME_LENGTH = 128
 MAX_RANK = 16                    # axes of one array
 MAX_SIZE = 1 << 40               # a single axis size
+MAX_INTEGER = (1 << 63) - 1      # an integer literal (integers are computed in 64 bits)
 MAX_ERRORS = 50                  # diagnostics reported in one run

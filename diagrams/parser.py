@@ -30,14 +30,18 @@ def _lark() -> Lark:
 
 
 def decode(data: bytes, name: str = "<input>") -> Source:
-    """Bytes to a Source, or N0104 at the first byte that is not UTF-8."""
+    """Bytes to a Source, or N0104 at the first byte that is not UTF-8. A byte-order mark that
+    some editors write first (EF BB BF) is no part of the text (it was N0101 at 1:1)."""
     if len(data) > limits.MAX_SOURCE_BYTES:
         raise _too_large(len(data), name)
+    skipped = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    data = data[skipped:]
     try:
         return Source(name, data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         good = Source(name, data[: exc.start].decode("utf-8"))
-        raise error("N0104", f"byte 0x{data[exc.start]:02x} at offset {exc.start} is not valid UTF-8",
+        raise error("N0104", f"byte 0x{data[exc.start]:02x} at offset {exc.start + skipped} is "
+                    "not valid UTF-8",
                     good.span(len(good.text), len(good.text)),
                     help="save the diagram as UTF-8 text", source=good) from None
 
@@ -259,6 +263,10 @@ class _Converter:
         if not math.isfinite(value):
             raise error("N0505", f"number `{_clip(tok.value)}` is too large for a float",
                         self.span(tok), help="write `inf` for infinity")
+        if str(tok.value).isdigit() and int(tok.value) > limits.MAX_INTEGER:   # (an integer literal)
+            raise error("N0505", f"integer `{_clip(tok.value)}` is past the 64-bit range",
+                        self.span(tok), help=f"integers are computed in 64 bits (at most "
+                        f"{limits.MAX_INTEGER}); write a large number as a float (`1e22`)")
         return ast.Number(value, str(tok.value), self.span(tok))
 
     def rule_inf(self, node, kids):

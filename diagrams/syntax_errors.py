@@ -56,17 +56,26 @@ EXAMPLES: dict[str, tuple[str, str, list[str]]] = {
         "put an expression inside, or remove them",
         ["Y[a] = ()", "Y[a] = X * ()"],
     ),
+    "continued_line": (
+        "a statement cannot start with an operator",
+        "a statement ends at the end of its line unless a `(` or `[` is open: to continue an "
+        "expression on the next line, open a parenthesis before the line break, "
+        "`Y[a] = (X` then `* 2)`",
+        ["* 2", "+ X", "/ 2", "** 2", "// 2", "and X", "or X", "< X", "== X", "<= X", ") * 2",
+         "] = X", ", X"],
+    ),
     "keyword_as_name": (
         "a keyword cannot be used as a name",
-        "keywords are axis, in, out, group, stream, by, at, and, or, not, inf; rename it",
+        "keywords are axis, in, out, group, stream, split, by, at, and, or, not, inf; rename it",
         ["in[a] = X", "out[a] = X", "axis[a] = X", "group[a] = X", "stream[a] = X", "by[a] = X",
+         "split[a] = X", "axis split", "out split",
          "at[a] = X", "and[a] = X", "or[a] = X", "not[a] = X", "inf[a] = X",
          "axis in", "axis out", "axis by", "in in[a]: f16", "out in", "axis inf"],
     ),
     "unknown_statement": (
         "unknown statement",
         "statements are `axis ...`, `in X[a b]: f16`, `out Y: f16`, `group a by N`, "
-        "`stream a by N`, or an equation `Y[a b] = ...`",
+        "`stream a by N`, `split a by N`, or an equation `Y[a b] = ...`",
         ["input X[a]: f16", "output Y: f16", "axes a, b", "Y X", "let Y[a] = X", "def f"],
     ),
     "missing_size": (
@@ -87,18 +96,21 @@ EXAMPLES: dict[str, tuple[str, str, list[str]]] = {
     ),
     "missing_dtype_after_colon": (
         "dtype missing after `:`",
-        "dtypes are f32, f16, bf16",
+        "dtypes are f32, f16, bf16, i32, i64 (and bool for an input)",
         ["in X[a]:", "out Y:", "in X[a]: ,"],
     ),
     "missing_by": (
         "a schedule hint needs `by` and a size",
-        "write `group q by 128` or `stream x by 64` (optionally followed by `at LEVEL`)",
+        "write `group q by 128`, `stream x by 64` (optionally followed by `at LEVEL`) or "
+        "`split x by 8`",
         ["group q 128", "stream x 64", "group q", "stream x", "group q = 128"],
     ),
     "bad_axis_list": (
         "only axis names may appear between brackets",
-        "write the axes separated by spaces, e.g. `X[a b]`; indexing by numbers is not part of the language",
+        "write the axes separated by spaces, e.g. `X[a b]`; a computed position (a gather) goes "
+        "in parentheses: `X[a (b + 1)]`, `X[(0) b]`",
         ["Y[a] = X[0]", "Y[a] = X[a, b]", "Y[a, b] = X", "in X[a, b]: f16", "Y[a] = X[a + 1]",
+         "Y[a] = X[a b + 1]", "Y[a] = X[a 0]", "Y[a] = X[a b - 1]", "Y[a] = X[a b * 2]",
          "Y[a] = sum[a, b](X)", "Y[1] = X"],
     ),
 }
@@ -106,7 +118,7 @@ EXAMPLES: dict[str, tuple[str, str, list[str]]] = {
 
 # Display names of terminals, for "expected one of" lists.
 TERMINALS: dict[str, str] = {
-    "AXIS": "`axis`", "IN": "`in`", "OUT": "`out`", "GROUP": "`group`", "STREAM": "`stream`",
+    "AXIS": "`axis`", "IN": "`in`", "OUT": "`out`", "GROUP": "`group`", "STREAM": "`stream`", "SPLIT": "`split`",
     "BY": "`by`", "AT": "`at`", "AND": "`and`", "OR": "`or`", "NOT": "`not`", "INF": "`inf`",
     "NAME": "a name", "NUMBER": "a number", "COMPARE": "a comparison", "PLUS": "`+`",
     "MINUS": "`-`", "STAR": "`*`", "POW": "`**`", "FLOORDIV": "`//`", "SLASH": "`/`", "_EQUAL": "`=`", "_COLON": "`:`",

@@ -42,9 +42,12 @@ def match_inputs(diagram: Diagram, args: tuple, named: dict) -> dict[str, object
                         help="pass each input once")
         given[key] = value
     missing = [n for n in names if n not in given]
-    if missing:
+    if missing:      # (at the first missing input's declaration)
+        g = diagram.ir
         raise error("N0309", f"missing input{'s' if len(missing) > 1 else ''}: {', '.join(missing)}",
-                    help="inputs: " + ", ".join(f"{s.name}[{' '.join(s.axes)}]" for s in sigs))
+                    g.nodes[g.graph["inputs"][missing[0]]]["span"],
+                    help="inputs: " + ", ".join(f"{s.name}[{' '.join(s.axes)}]" for s in sigs),
+                    source=g.graph["source"])
     return {n: given[n] for n in names}
 
 
@@ -141,8 +144,10 @@ def stored(name: str, arr: np.ndarray, dtype: str) -> np.ndarray:
         converted = arr.astype(want)
         back = converted.astype(arr.dtype)
         finite = np.isfinite(converted.astype(np.float64)) | ~np.isfinite(arr.astype(np.float64))
-    exact = finite & ((back == arr) | (np.isnan(arr.astype(np.float64))
-                                       & np.isnan(converted.astype(np.float64))))
+        # (a round trip keeps an unsigned 2^63 that became -2^63: the signs must agree too)
+        same_sign = (converted < 0) == (arr < 0)
+    exact = finite & same_sign & ((back == arr) | (np.isnan(arr.astype(np.float64))
+                                                   & np.isnan(converted.astype(np.float64))))
     if not exact.all():
         where = tuple(int(i) for i in np.argwhere(~exact)[0])
         raise error("N0405", f"input `{name}` has dtype {arr.dtype}, and {dtype} cannot hold its "

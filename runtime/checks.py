@@ -3,7 +3,9 @@
 CuPy validates no kernel arguments (a Python float goes in as a double, a
 torch tensor as garbage), so every argument is checked here: dtype, shapes
 consistent per axis and with static sizes, contiguity, device, alignment, and
-no output overlapping an input. Each problem is a NapkinLaunchError naming the
+no output overlapping an input; a gather along an axis of size 0 is the reference's N0407
+(`check_gathers`: the emitted CUDA clamps a position to the nearest row, and an empty axis has
+none). Each problem is a NapkinLaunchError naming the
 argument and what was expected. `check_fits` refuses (N0310) a call whose outputs would not
 fit in the machine's memory, before anything is allocated.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from ..compiler import ir
 from ..compiler.diagram import Diagram
 from ..diagrams.diagnostics import Diagnostic, NapkinError, NapkinLaunchError, error
 from .arrays import ArrayInfo, describe
@@ -54,7 +57,29 @@ def check_inputs(diagram: Diagram, given: dict, device_required: bool) -> tuple[
         sizes = bind_sizes(diagram, {n: i.shape for n, i in infos.items()})
     except NapkinError as exc:
         raise NapkinLaunchError(exc.diagnostics) from None
+    check_gathers(diagram, sizes)
     return infos, sizes
+
+
+def check_gathers(diagram: Diagram, sizes: dict) -> None:
+    """N0407 at a gather that reads at least one point along a computed position whose axis
+    has size 0 (an embedding table of no rows): every position is outside it, which the
+    reference refuses, and the emitted kernels' clamp to the nearest row has no row to read
+    (it read before the array's start, on the GPU and the emulator)."""
+    from .reference import array_name
+    g = diagram.ir
+    for n in g.nodes:
+        op = ir.op(g, n)
+        if not isinstance(op, ir.Gather) or 0 in (sizes.get(a) for a in ir.type_of(g, n).axes):
+            continue
+        base = ir.operands(g, n)[0]
+        for k, (label, axis) in enumerate(zip(op.labels, ir.type_of(g, base).axes)):
+            if label is None and sizes.get(axis) == 0:
+                raise error("N0407", f"position {k + 1} of `{array_name(g, base)}` is read along "
+                            f"its axis `{axis}`, of size 0: every position is outside it",
+                            g.nodes[n]["span"], help=f"give `{array_name(g, base)}` at least "
+                            f"one entry along `{axis}`",
+                            source=g.graph["source"])
 
 
 def check_outputs(diagram: Diagram, out, shapes: dict, inputs: dict[str, ArrayInfo]) -> list:
@@ -67,14 +92,19 @@ def check_outputs(diagram: Diagram, out, shapes: dict, inputs: dict[str, ArrayIn
     for sig, o in zip(sigs, outs):
         info = describe(o)
         if info is None:
-            raise launch_error(f"out= for `{sig.name}` is a {type(o).__name__}, not an array")
+            raise launch_error(f"out= for `{sig.name}` is a {type(o).__name__}, not an array",
+                               help="pass a NumPy or CuPy array or a PyTorch tensor")
         if info.shape != shapes[sig.name]:
             raise launch_error(f"out= for `{sig.name}` has shape {info.shape}; expected "
-                               f"{shapes[sig.name]}")
+                               f"{shapes[sig.name]}", help=f"allocate it with shape "
+                               f"{shapes[sig.name]} ({' '.join(sig.axes) or 'a scalar'})")
         if info.dtype != sig.dtype:
-            raise launch_error(f"out= for `{sig.name}` has dtype {info.dtype_text}; expected {sig.dtype}")
+            raise launch_error(f"out= for `{sig.name}` has dtype {info.dtype_text}; expected "
+                               f"{sig.dtype}", help=f"allocate it as {sig.dtype}, the output's "
+                               "dtype in the diagram")
         if not info.contiguous:
-            raise launch_error(f"out= for `{sig.name}` is not contiguous")
+            raise launch_error(f"out= for `{sig.name}` is not contiguous",
+                               help="pass a freshly allocated (row-major, contiguous) array")
         for name, i in inputs.items():
             if overlaps(info, i):
                 raise launch_error(f"out= for `{sig.name}` overlaps input `{name}`",

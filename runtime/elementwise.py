@@ -58,7 +58,8 @@ MAP = {
     "and": np.logical_and, "or": np.logical_or, "not": np.logical_not,
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh, "sigmoid": _sigmoid,
-    "relu": lambda x: np.where(x > 0, x, np.where(np.isnan(x), x, 0.0)).astype(x.dtype),
+    "relu": lambda x: np.maximum(x, 0) if x.dtype.kind in "iu" else   # (exact: 0.0 made
+            np.where(x > 0, x, np.where(np.isnan(x), x, 0.0)).astype(x.dtype),  # it float64)
     "gelu": _gelu, "silu": lambda x: x * _sigmoid(x), "abs": np.abs,
     "maximum": np.maximum, "minimum": np.minimum,
     "where": np.where,

@@ -8,6 +8,7 @@ from ..codegen import program as P
 from ..compiler.plan import Plan
 from ..compiler.split import complete_sizes
 from . import emulate
+from .checks import check_gathers
 from .launches import buffer_names, make_buffers, make_launches
 
 EMULATOR_GRID = 16   # blocks the emulator launches; kernels loop over the rest
@@ -33,6 +34,7 @@ def run_program(plan: Plan, program: P.Program, source: str, inputs: dict[str, n
     """Outputs by name, as the emitted kernels compute them (in storage dtypes): `program` and
     `source` are the plan's, lowered and rendered by the driver (napkin.pipeline.run_plan)."""
     input_names = set(plan.graph.graph["inputs"])
+    check_gathers(plan.diagram, sizes)            # (no row to clamp a position to)
     sizes = complete_sizes(plan.graph, sizes)     # a split's axes too
     buffers = make_buffers(program, inputs, sizes, input_names)
     launches = [emulate.Launch(s.kernel, (s.grid if s.grid < EMULATOR_GRID else EMULATOR_GRID, 1, 1),

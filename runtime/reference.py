@@ -125,7 +125,7 @@ def gathered(g, n: int, base: np.ndarray, labels, index: list, ranges: list,
         k, value, size, at = exc.args
         out_axes = ir.type_of(g, n).axes
         base_node, *index_nodes = ir.operands(g, n)
-        name = getattr(ir.op(g, base_node), "name", None) or _array_name(g, base_node)
+        name = array_name(g, base_node)
         axis = ir.type_of(g, base_node).axes[k]
         varies = ir.type_of(g, index_nodes[labels[:k].count(None)]).axes   # the index's axes
         shown = ", ".join(f"{a}={int(i) + (offsets or {}).get(a, 0)}"
@@ -137,7 +137,10 @@ def gathered(g, n: int, base: np.ndarray, labels, index: list, ranges: list,
                     source=g.graph["source"]) from None
 
 
-def _array_name(g, n: int) -> str:
+def array_name(g, n: int) -> str:
+    """The name of the array node n holds (an input's, an equation's; else `%n`)."""
+    if getattr(ir.op(g, n), "name", None):
+        return ir.op(g, n).name
     for name, m in g.graph["arrays"].items():
         if m == n:
             return name

@@ -172,3 +172,21 @@ def test_missing_axes_help_lists_the_axes_that_leave_the_box(line, axes):
         napkin.load(f"axis a, b = 5\nin X[a b]: f32\n{line}\nout Y: f32\n")
     d = exc.value.diagnostics[0]
     assert d.code == "N0205" and f"`{axes} = ...`" in d.help
+
+
+@pytest.mark.parametrize("rhs, col, extra", [
+    ("sum[c](X) * size(X)", 25, ""),
+    ("sum[X](X)", 12, ""),
+    ("X[r t]", 12, "`t[r]`"),
+])
+def test_an_array_named_where_an_axis_goes(rhs, col, extra):
+    """`size(X)`, `sum[X](...)` and `X[r t]` (t an integer array: the gather is `X[r t[r]]`)
+    named an array where an axis goes and said "undeclared axis" with `declare it: axis X`,
+    which would make a second meaning of the name (N0202)."""
+    text = f"axis r, c\nin X[r c]: f32\nin t[r]: i32\nY[r] = {rhs}\nout Y: f32\n"
+    with pytest.raises(NapkinError) as exc:
+        napkin.load(text)
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0208" and "is an array, not an axis" in diag.message
+    assert (diag.span.line, diag.span.col) == (4, col) and "declare" not in diag.help
+    assert extra in diag.help

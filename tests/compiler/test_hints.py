@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import napkin
+from napkin import pipeline
 from napkin.compiler.plan import plan
 from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.diagrams.sources import library_source
@@ -116,3 +117,22 @@ def test_stream_hints_on_two_statements_keep_them_apart():
     (diag,) = exc.value.diagnostics
     assert diag.code == "N0604" and "`stream e` and `stream c`" in diag.message
     assert diag.span is not None and "k?" not in diag.message
+
+
+@pytest.mark.parametrize("hints", [{"lanes": {"x": 32}, "stream": {"x": 16}},
+                                   {"lanes": {"d": 256}, "group": {"q": 64}}])
+def test_a_lanes_hint_in_a_fusion_candidate_that_does_not_fit(hints):
+    """A lanes hint in a candidate kernel no tiling fits: the search for a hinted size that
+    would fit halved it too, and had no decision to put it in (KeyError ('lanes', 1) from
+    every plan of attention with `--lanes x=32 --stream x=16`). The candidate is priced
+    infeasible, the plan keeps the hints, and it computes the float64 reference's values."""
+    d = napkin.load("attention")
+    p = pipeline.plan(d, pipeline.Options.make(
+        target="h100", shape={"b": 1, "h": 2, "q": 17, "x": 33}, **hints))
+    (axis, ways), = hints["lanes"].items()
+    assert any(kp.choice.split == (axis, ways) for kp in p.kernels)
+    rng = np.random.default_rng(6)
+    inputs = {n: rng.uniform(-1, 1, s).astype(np.float16) for n, s in
+              (("Q", (1, 2, 17, 64)), ("K", (1, 2, 33, 64)), ("V", (1, 2, 33, 64)))}
+    got, ref = interpret(p, inputs)["O"], reference.evaluate(d, inputs)["O"]
+    np.testing.assert_allclose(got, ref, atol=2e-3)

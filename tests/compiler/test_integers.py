@@ -89,6 +89,67 @@ def test_integer_arithmetic_is_exact_past_float_precision(rng):
     np.testing.assert_array_equal(out, big * 3 - 1)
 
 
+@pytest.mark.parametrize("backend", ["reference", "interpret", "emulate"])
+def test_an_integer_literal_is_exact_past_float_precision(backend):
+    """`2^53 + 1` written in a diagram is that integer: its value was read as a float (the
+    literal's text through float(), exact to 2^53 only) and every backend added 2^53."""
+    k = np.array([0, 5, -3], np.int64)
+    text = "axis a\nin k[a]: i64\nR[a] = k + 9007199254740993 - a\nout R: i64"
+    out = napkin.run(text, k, backend=backend, target="h100")[0]
+    np.testing.assert_array_equal(out, k + 9007199254740993 - np.arange(3))
+
+
+def test_an_integer_literal_past_64_bits_is_an_error():
+    """It was read as a float, and the backends disagreed: the reference and the interpreter
+    converted it to a 64-bit integer (undefined: -2^63), the emitted CUDA multiplied by 1e23."""
+    with pytest.raises(NapkinError) as exc:
+        napkin.load("axis a\nin X[a]: f32\nR[a] = X * 99999999999999999999999\nout R: f32")
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0505" and "64-bit" in diag.message
+    assert (diag.span.line, diag.span.col) == (3, 12) and "1e22" in diag.help
+    napkin.load("axis a\nin X[a]: f32\nR[a] = X * 9223372036854775807\nout R: f32")
+
+
+WRAPS = ("axis n\nin a[n]: i64, b[n]: i64\nQ[n] = a // b\nM[n] = mod(a, b)\n"
+         "W[n] = a * b + a - b\nN[n] = -a + abs(a) + relu(a)\nout Q, M, W, N: i64")
+_TOP, _BOTTOM = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+_A = np.array([_TOP, _BOTTOM, 7, _BOTTOM, -7, _TOP - 1, 3], np.int64)
+_B = np.array([2, -1, -1, 3, 0, -1, -2], np.int64)
+
+
+def _wrapped(a, b):
+    """Python's integers, wrapped to 64 bits: what docs/language.md says every backend gives."""
+    def wrap(v):
+        return (v + 2 ** 63) % 2 ** 64 - 2 ** 63
+    rows = [(wrap(x // y) if y else 0, x % y if y else 0, wrap(x * y + x - y),
+             wrap(-x + abs(x) + max(x, 0))) for x, y in zip(map(int, a), map(int, b))]
+    return [np.array(col, np.int64) for col in zip(*rows)]
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret", "emulate"])
+def test_integer_arithmetic_wraps_at_the_ends_of_the_range(backend):
+    """-2^63 // -1 and mod(-2^63, -1) overflow a C division: the emulated kernel died of SIGFPE
+    (x86 traps; a GPU does not); `relu` of a 64-bit integer went through a float on the CPU
+    backends (0.0 as its other branch: relu(2^63 - 1) was -2^63)."""
+    with np.errstate(over="ignore", divide="ignore"):
+        got = napkin.run(WRAPS, _A, _B, backend=backend, target="h100")
+    for name, g, want in zip("QMWN", got, _wrapped(_A, _B)):
+        np.testing.assert_array_equal(g, want, err_msg=name)
+
+
+@pytest.mark.thorough
+def test_integer_overflow_is_no_undefined_behaviour_in_the_emitted_cuda():
+    """+ - * and negation of integers wrap by definition (napkin_iadd...: unsigned arithmetic):
+    under UndefinedBehaviorSanitizer the emulated kernel stopped at `signed integer overflow`
+    (C++ leaves it undefined, and a compiler may assume it never happens)."""
+    from napkin import pipeline
+    d = napkin.load(WRAPS)
+    p = pipeline.plan(d, pipeline.Options.make(target="h100", shape={"n": len(_A)}))
+    got = pipeline.run_plan(p, {"a": _A, "b": _B}, {"n": len(_A)}, sanitize="address")
+    for name, want in zip("QMWN", _wrapped(_A, _B)):
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+
+
 def test_mod_takes_the_sign_of_the_divisor(rng):
     a = np.array([7, -7, 7, -7, 0, 5], np.int32)
     b = np.array([3, 3, -3, -3, 4, 0], np.int32)
@@ -177,3 +238,18 @@ def test_every_diagram_on_the_language_page_checks():
     for text in blocks:
         napkin.load(text)
     assert CROSS_ENTROPY in blocks and DOCUMENT_MASK in blocks
+
+
+@pytest.mark.parametrize("declared, given, value", [
+    ("i64", np.uint64, 2 ** 63), ("i32", np.uint32, 2 ** 31), ("i32", np.uint64, 2 ** 64 - 1),
+])
+def test_an_unsigned_value_past_the_signed_range_is_refused(declared, given, value):
+    """Unsigned 2^63 became -2^63 as i64 and came back as 2^63: the round trip napkin checks
+    conversions with kept it, and the call computed with -2^63. The signs must agree too."""
+    arr = np.array([1, value], given)
+    with pytest.raises(NapkinError) as exc:
+        napkin.run(f"axis n\nin a[n]: {declared}\nR[n] = a + 1\nout R: i64", arr)
+    assert exc.value.code == "N0405" and str(value) in str(exc.value)
+    out = napkin.run(f"axis n\nin a[n]: {declared}\nR[n] = a + 1\nout R: i64",
+                     np.array([1, 7], given))[0]
+    np.testing.assert_array_equal(out, [2, 8])

@@ -447,3 +447,19 @@ def test_argmax_splits_and_keeps_the_first_best_position(fn, dtype):
         np.testing.assert_array_equal(run_plan(p, {"Z": Z}, p.sizes)["A"], want)
     (out,) = napkin.run(d, Z)          # (the reference: a tuple of the outputs)
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("name, split, shape, line", [
+    ("linear_gelu", "i", {"t": 5, "i": 33, "o": 9}, 8),
+    ("mlp", "m", {"t": 5, "m": 33, "f": 16, "o": 9}, 8),
+])
+def test_a_split_product_refused_on_tensor_cores_points_at_the_product(name, split, shape, line):
+    """The partial kernel's product is the diagram's, rewritten over the split's parts: it had
+    no span, and N0606 for a kernel of a split had no line:column (docs: every diagnostic of a
+    diagram points into it)."""
+    from napkin import pipeline
+    with pytest.raises(NapkinError) as exc:
+        pipeline.plan(napkin.load(name), pipeline.Options.make(
+            target="h100", shape=shape, split={split: 2}, engine="tensor-cores", group={"t": 3}))
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0606" and diag.span is not None and diag.span.line == line

@@ -104,6 +104,28 @@ def test_friendly_syntax_messages(text, message):
     assert err.help
 
 
+@pytest.mark.parametrize("text, message, help", [
+    # language 1.1 reads a parenthesised expression as a position: the help said "indexing by
+    # numbers is not part of the language", and after a first axis it was a bare token list
+    ("Y[a] = X[a b + 1]", "only axis names", "`X[a (b + 1)]`"),
+    ("Y[a] = X[a 0]", "only axis names", "`X[(0) b]`"),
+    ("Y[a] = X[0]", "only axis names", "in parentheses"),
+    # `split` is a keyword as `group` and `stream` are: it was missing from the list, and
+    # `split[a] = X` was "unexpected `[`"
+    ("split[a] = X", "keyword", "split"),
+    ("in[a] = X", "keyword", "split"),
+    ("in X[a]:", "dtype missing", "i32, i64"),
+    # an expression continued on the next line outside brackets: "a keyword cannot be used
+    # as a name" at the operator
+    ("Y[a] = X\n  * 2", "cannot start with an operator", "open a parenthesis"),
+    ("Y[a] = X\n  and Z", "cannot start with an operator", "open a parenthesis"),
+])
+def test_syntax_help_for_language_11(text, message, help):
+    (err,) = errors(text)
+    assert err.code in ("N0102", "N0103") and message in err.message, err.message
+    assert help in err.help, err.help
+
+
 def test_unexpected_token_lists_what_was_expected():
     (err,) = errors("axis a b")
     assert err.code == "N0102" and "expected" in err.help
@@ -186,3 +208,16 @@ def _raised(fn) -> tuple:
     with pytest.raises(NapkinError) as exc:
         fn()
     return exc.value.diagnostics
+
+
+def test_a_byte_order_mark_is_no_part_of_the_text():
+    """Editors that save UTF-8 with a byte-order mark (EF BB BF) made every such file N0101
+    "unexpected character `\\ufeff`" at 1:1; an invalid byte after it is still N0104 at the
+    offset in the file."""
+    text = "axis a\nin X[a]: f32\nout X: f32\n"
+    src = parser.decode(b"\xef\xbb\xbf" + text.encode(), "bom.napkin")
+    assert src.text == text and len(parser.parse(src).statements) == 3
+    with pytest.raises(NapkinError) as exc:
+        parser.decode(b"\xef\xbb\xbfaxis a\nin X[a]: f\xff32\n", "bad.napkin")
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0104" and "offset 20" in diag.message and diag.span.line == 2

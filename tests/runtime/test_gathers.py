@@ -181,3 +181,34 @@ def test_a_gathered_reduction_streamed_in_the_same_kernel(chunk):
         (E4,) = napkin.run(GATHERED_REDUCTION, I0, backend=backend,
                            stream={"i": chunk} if chunk else None)
         np.testing.assert_array_equal(E4, want)
+
+
+EMBED = "axis t, v, m\nin E[v m]: f32\nin tok[t]: i32\nX[t m] = E[tok[t] m]\nout X: f32\n"
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret", "emulate", "cuda"])
+def test_a_gather_along_an_empty_axis_is_an_error_before_launching(backend, rng):
+    """A table of no rows has no position inside it: the reference said N0407, and the emitted
+    CUDA, whose clamp to the nearest row has no row, read before the table's start (a SEGV
+    under the emulator's AddressSanitizer, garbage without it). Every backend now refuses it
+    before anything runs (the GPU's path on a stand-in launcher: nothing is launched); a
+    gather with no point to read is still empty."""
+    from napkin.kernel import Kernel
+    from .fake_gpu import DeviceArray, FakeLauncher
+    E, tok = np.zeros((0, 16), np.float32), rng.integers(0, 5, 3).astype(np.int32)
+    if backend == "cuda":
+        launcher = FakeLauncher()
+        kernel = Kernel(napkin.load(EMBED), backend="cuda", launcher=launcher)
+        E, tok = DeviceArray((0, 16), "<f4"), DeviceArray((3,), "<i4")
+    else:
+        kernel = napkin.compile(EMBED, backend=backend, target="h100")
+    with pytest.raises(NapkinError) as exc:
+        kernel(E, tok)
+    diag = exc.value.diagnostics[0]
+    assert diag.code == "N0407" and "`E`" in diag.message and "`v`, of size 0" in diag.message
+    assert diag.span.line == 4 and diag.help
+    if backend == "cuda":
+        assert launcher.launches == []
+    else:
+        (X,) = kernel(E, np.zeros(0, np.int32))
+        assert X.shape == (0, 16)

@@ -171,16 +171,20 @@ def test_every_check_fires_before_any_launch(problem):
     assert exc.value.diagnostics[0].code in ("N0903", "N0308")
 
 
-@pytest.mark.parametrize("problem", ["alias", "shape", "dtype", "count"])
+@pytest.mark.parametrize("problem", ["alias", "shape", "dtype", "count", "strided", "list"])
 def test_out_checks(problem):
+    """Each refused out= says what to pass instead (shape, dtype, contiguity and a non-array
+    had no help line)."""
     k, launcher = gpu_kernel()
     Q, K, V = dev(2, 3, 37, 64), dev(2, 3, 50, 64), dev(2, 3, 50, 64)
     out = {"alias": DeviceArray((2, 3, 37, 64), "<f2", ptr=Q.ptr + 128),
            "shape": dev(2, 3, 36, 64), "dtype": dev(2, 3, 37, 64, typestr="<f4"),
-           "count": (dev(2, 3, 37, 64), dev(2, 3, 37, 64))}[problem]
-    with pytest.raises(NapkinLaunchError):
+           "count": (dev(2, 3, 37, 64), dev(2, 3, 37, 64)),
+           "strided": dev(2, 3, 37, 64, strides=(2, 12, 444, 1776)), "list": [[0.0]]}[problem]
+    with pytest.raises(NapkinLaunchError) as exc:
         k(Q, K, V, out=out)
     assert launcher.launches == []
+    assert exc.value.diagnostics[0].help
 
 
 def test_missing_and_unknown_inputs_are_refused():

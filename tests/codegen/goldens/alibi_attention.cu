@@ -267,11 +267,23 @@ __device__ __forceinline__ float napkin_gelu(float x) {
 __device__ __forceinline__ long long napkin_max(long long a, long long b) { return a > b ? a : b; }
 __device__ __forceinline__ long long napkin_min(long long a, long long b) { return a < b ? a : b; }
 __device__ __forceinline__ long long napkin_relu(long long x) { return x > 0 ? x : 0; }
-__device__ __forceinline__ long long napkin_abs(long long x) { return x < 0 ? -x : x; }
+// Integer + - * and negation wrap around past the 64-bit range (docs/language.md), computed
+// unsigned: signed overflow is undefined in C++ (UBSan's report, a compiler's assumption).
+__device__ __forceinline__ long long napkin_iadd(long long a, long long b) {
+  return (long long)((unsigned long long)a + (unsigned long long)b);
+}
+__device__ __forceinline__ long long napkin_isub(long long a, long long b) {
+  return (long long)((unsigned long long)a - (unsigned long long)b);
+}
+__device__ __forceinline__ long long napkin_imul(long long a, long long b) {
+  return (long long)((unsigned long long)a * (unsigned long long)b);
+}
+__device__ __forceinline__ long long napkin_ineg(long long a) { return napkin_isub(0, a); }
+__device__ __forceinline__ long long napkin_abs(long long x) { return x < 0 ? napkin_ineg(x) : x; }
 __device__ __forceinline__ float napkin_abs(float x) { return fabsf(x); }
 // mod(a, b) takes the sign of b (Python's %); an integer mod 0 is 0, a float mod 0 NaN.
 __device__ __forceinline__ long long napkin_mod(long long a, long long b) {
-  if (b == 0) return 0;
+  if (b == 0 || b == -1) return 0;     // (-2^63 % -1 overflows: x86 traps, SIGFPE)
   long long r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
@@ -291,6 +303,7 @@ __device__ __forceinline__ void napkin_argmin_fold(float& v, long long& i, float
 // a // b rounds toward -inf (Python's //); an integer // 0 is 0.
 __device__ __forceinline__ long long napkin_floordiv(long long a, long long b) {
   if (b == 0) return 0;
+  if (b == -1) return napkin_ineg(a);  // (-2^63 / -1 overflows: x86 traps; it wraps to -2^63)
   long long q = a / b;
   return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
@@ -610,12 +623,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
               const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 10 "napkin-diagram"
               const float v0 = (sc[i0][i1][i2] * 0.125f);
-              const long long v1 = (-((long long)8));
-              const long long v2 = (((long long)(org_1)) + ((long long)1));
-              const long long v3 = (v1 * v2);
+              const long long v1 = napkin_ineg(((long long)8));
+              const long long v2 = napkin_iadd(((long long)(org_1)), ((long long)1));
+              const long long v3 = napkin_imul(v1, v2);
               const float v4 = (((float)(v3)) / ((float)(((long long)(n1)))));
               const float v5 = powf(2.0f, v4);
-              const long long v6 = (((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))) - ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
+              const long long v6 = napkin_isub(((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))), ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
               const float v7 = (v5 * ((float)(v6)));
               const float v8 = (v0 + v7);
               const float v9 = (-NAPKIN_INF);
@@ -636,12 +649,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
 #line 10 "napkin-diagram"
               const bool v11 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
               const float v12 = (sc[i0][i1][i2] * 0.125f);
-              const long long v13 = (-((long long)8));
-              const long long v14 = (((long long)(org_1)) + ((long long)1));
-              const long long v15 = (v13 * v14);
+              const long long v13 = napkin_ineg(((long long)8));
+              const long long v14 = napkin_iadd(((long long)(org_1)), ((long long)1));
+              const long long v15 = napkin_imul(v13, v14);
               const float v16 = (((float)(v15)) / ((float)(((long long)(n1)))));
               const float v17 = powf(2.0f, v16);
-              const long long v18 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) - ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
+              const long long v18 = napkin_isub(((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))), ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
               const float v19 = (v17 * ((float)(v18)));
               const float v20 = (v12 + v19);
               const float v21 = (-NAPKIN_INF);
@@ -777,12 +790,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
 #line 10 "napkin-diagram"
             const bool v23 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
             const float v24 = (sc[i0][i1][i2] * 0.125f);
-            const long long v25 = (-((long long)8));
-            const long long v26 = (((long long)(org_1)) + ((long long)1));
-            const long long v27 = (v25 * v26);
+            const long long v25 = napkin_ineg(((long long)8));
+            const long long v26 = napkin_iadd(((long long)(org_1)), ((long long)1));
+            const long long v27 = napkin_imul(v25, v26);
             const float v28 = (((float)(v27)) / ((float)(((long long)(n1)))));
             const float v29 = powf(2.0f, v28);
-            const long long v30 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) - ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
+            const long long v30 = napkin_isub(((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))), ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
             const float v31 = (v29 * ((float)(v30)));
             const float v32 = (v24 + v31);
             const float v33 = (-NAPKIN_INF);

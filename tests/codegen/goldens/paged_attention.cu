@@ -267,11 +267,23 @@ __device__ __forceinline__ float napkin_gelu(float x) {
 __device__ __forceinline__ long long napkin_max(long long a, long long b) { return a > b ? a : b; }
 __device__ __forceinline__ long long napkin_min(long long a, long long b) { return a < b ? a : b; }
 __device__ __forceinline__ long long napkin_relu(long long x) { return x > 0 ? x : 0; }
-__device__ __forceinline__ long long napkin_abs(long long x) { return x < 0 ? -x : x; }
+// Integer + - * and negation wrap around past the 64-bit range (docs/language.md), computed
+// unsigned: signed overflow is undefined in C++ (UBSan's report, a compiler's assumption).
+__device__ __forceinline__ long long napkin_iadd(long long a, long long b) {
+  return (long long)((unsigned long long)a + (unsigned long long)b);
+}
+__device__ __forceinline__ long long napkin_isub(long long a, long long b) {
+  return (long long)((unsigned long long)a - (unsigned long long)b);
+}
+__device__ __forceinline__ long long napkin_imul(long long a, long long b) {
+  return (long long)((unsigned long long)a * (unsigned long long)b);
+}
+__device__ __forceinline__ long long napkin_ineg(long long a) { return napkin_isub(0, a); }
+__device__ __forceinline__ long long napkin_abs(long long x) { return x < 0 ? napkin_ineg(x) : x; }
 __device__ __forceinline__ float napkin_abs(float x) { return fabsf(x); }
 // mod(a, b) takes the sign of b (Python's %); an integer mod 0 is 0, a float mod 0 NaN.
 __device__ __forceinline__ long long napkin_mod(long long a, long long b) {
-  if (b == 0) return 0;
+  if (b == 0 || b == -1) return 0;     // (-2^63 % -1 overflows: x86 traps, SIGFPE)
   long long r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
@@ -291,6 +303,7 @@ __device__ __forceinline__ void napkin_argmin_fold(float& v, long long& i, float
 // a // b rounds toward -inf (Python's //); an integer // 0 is 0.
 __device__ __forceinline__ long long napkin_floordiv(long long a, long long b) {
   if (b == 0) return 0;
+  if (b == -1) return napkin_ineg(a);  // (-2^63 / -1 overflows: x86 traps; it wraps to -2^63)
   long long q = a / b;
   return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }

@@ -267,11 +267,23 @@ __device__ __forceinline__ float napkin_gelu(float x) {
 __device__ __forceinline__ long long napkin_max(long long a, long long b) { return a > b ? a : b; }
 __device__ __forceinline__ long long napkin_min(long long a, long long b) { return a < b ? a : b; }
 __device__ __forceinline__ long long napkin_relu(long long x) { return x > 0 ? x : 0; }
-__device__ __forceinline__ long long napkin_abs(long long x) { return x < 0 ? -x : x; }
+// Integer + - * and negation wrap around past the 64-bit range (docs/language.md), computed
+// unsigned: signed overflow is undefined in C++ (UBSan's report, a compiler's assumption).
+__device__ __forceinline__ long long napkin_iadd(long long a, long long b) {
+  return (long long)((unsigned long long)a + (unsigned long long)b);
+}
+__device__ __forceinline__ long long napkin_isub(long long a, long long b) {
+  return (long long)((unsigned long long)a - (unsigned long long)b);
+}
+__device__ __forceinline__ long long napkin_imul(long long a, long long b) {
+  return (long long)((unsigned long long)a * (unsigned long long)b);
+}
+__device__ __forceinline__ long long napkin_ineg(long long a) { return napkin_isub(0, a); }
+__device__ __forceinline__ long long napkin_abs(long long x) { return x < 0 ? napkin_ineg(x) : x; }
 __device__ __forceinline__ float napkin_abs(float x) { return fabsf(x); }
 // mod(a, b) takes the sign of b (Python's %); an integer mod 0 is 0, a float mod 0 NaN.
 __device__ __forceinline__ long long napkin_mod(long long a, long long b) {
-  if (b == 0) return 0;
+  if (b == 0 || b == -1) return 0;     // (-2^63 % -1 overflows: x86 traps, SIGFPE)
   long long r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
@@ -291,6 +303,7 @@ __device__ __forceinline__ void napkin_argmin_fold(float& v, long long& i, float
 // a // b rounds toward -inf (Python's //); an integer // 0 is 0.
 __device__ __forceinline__ long long napkin_floordiv(long long a, long long b) {
   if (b == 0) return 0;
+  if (b == -1) return napkin_ineg(a);  // (-2^63 / -1 overflows: x86 traps; it wraps to -2^63)
   long long q = a / b;
   return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
@@ -470,10 +483,10 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const float v0 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long v1 = napkin_floordiv(((long long)(((int)(n2)))), ((long long)2));
     const bool v2 = (((long long)(((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))) < v1);
-    const long long v3 = (-((long long)1));
+    const long long v3 = napkin_ineg(((long long)1));
     const long long v4 = (v2 ? v3 : ((long long)1));
     const long long v5 = napkin_floordiv(((long long)(((int)(n2)))), ((long long)2));
-    const long long v6 = (((long long)(((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))) + v5);
+    const long long v6 = napkin_iadd(((long long)(((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))), v5);
     const long long v7 = napkin_mod(v6, ((long long)(((int)(n2)))));
     const long long ix0 = napkin_clamp_index(v7, ((int)(n2)));
     const float v8 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix0)]));
