@@ -499,7 +499,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const float v11 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
     const bool v12 = (((long long)(((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))) < v1);
     const long long v13 = (v12 ? v3 : ((long long)1));
-    const long long v14 = (((long long)(((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))) + v5);
+    const long long v14 = napkin_iadd(((long long)(((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))), v5);
     const long long v15 = napkin_mod(v14, ((long long)(((int)(n2)))));
     const long long ix1 = napkin_clamp_index(v15, ((int)(n2)));
     const float v16 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix1)]));
@@ -512,7 +512,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const float v19 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
     const bool v20 = (((long long)(((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))) < v1);
     const long long v21 = (v20 ? v3 : ((long long)1));
-    const long long v22 = (((long long)(((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))) + v5);
+    const long long v22 = napkin_iadd(((long long)(((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))), v5);
     const long long v23 = napkin_mod(v22, ((long long)(((int)(n2)))));
     const long long ix2 = napkin_clamp_index(v23, ((int)(n2)));
     const float v24 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix2)]));
@@ -525,7 +525,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const float v27 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
     const bool v28 = (((long long)(((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))) < v1);
     const long long v29 = (v28 ? v3 : ((long long)1));
-    const long long v30 = (((long long)(((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))) + v5);
+    const long long v30 = napkin_iadd(((long long)(((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))), v5);
     const long long v31 = napkin_mod(v30, ((long long)(((int)(n2)))));
     const long long ix3 = napkin_clamp_index(v31, ((int)(n2)));
     const float v32 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix3)]));
@@ -538,7 +538,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const float v35 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
     const bool v36 = (((long long)(((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)))) < v1);
     const long long v37 = (v36 ? v3 : ((long long)1));
-    const long long v38 = (((long long)(((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)))) + v5);
+    const long long v38 = napkin_iadd(((long long)(((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)))), v5);
     const long long v39 = napkin_mod(v38, ((long long)(((int)(n2)))));
     const long long ix4 = napkin_clamp_index(v39, ((int)(n2)));
     const float v40 = (((float)(v37)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix4)]));
@@ -551,7 +551,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const float v43 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
     const bool v44 = (((long long)(((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)))) < v1);
     const long long v45 = (v44 ? v3 : ((long long)1));
-    const long long v46 = (((long long)(((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)))) + v5);
+    const long long v46 = napkin_iadd(((long long)(((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)))), v5);
     const long long v47 = napkin_mod(v46, ((long long)(((int)(n2)))));
     const long long ix5 = napkin_clamp_index(v47, ((int)(n2)));
     const float v48 = (((float)(v45)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix5)]));
@@ -564,7 +564,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const float v51 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
     const bool v52 = (((long long)(((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)))) < v1);
     const long long v53 = (v52 ? v3 : ((long long)1));
-    const long long v54 = (((long long)(((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)))) + v5);
+    const long long v54 = napkin_iadd(((long long)(((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)))), v5);
     const long long v55 = napkin_mod(v54, ((long long)(((int)(n2)))));
     const long long ix6 = napkin_clamp_index(v55, ((int)(n2)));
     const float v56 = (((float)(v53)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix6)]));
@@ -577,7 +577,7 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const float v59 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
     const bool v60 = (((long long)(((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)))) < v1);
     const long long v61 = (v60 ? v3 : ((long long)1));
-    const long long v62 = (((long long)(((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)))) + v5);
+    const long long v62 = napkin_iadd(((long long)(((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)))), v5);
     const long long v63 = napkin_mod(v62, ((long long)(((int)(n2)))));
     const long long ix7 = napkin_clamp_index(v63, ((int)(n2)));
     const float v64 = (((float)(v61)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix7)]));
