@@ -203,7 +203,7 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
                  across: bool = True) -> Fused:
     """Stage `fuse`: the kernels (one per equation without fusion), and the split of a reduced
     axis across blocks when one is hinted or predicted faster (splitting.py)."""
-    from .fuse import fuse, regroup, unfused_kernels
+    from .fuse import regroup, unfused_kernels
     check_engine(engine)
 
     planners: dict = {}     # id(problem) -> (problem, its planner): one per problem fused
@@ -222,8 +222,7 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
             kernels = regroup(pr.graph, [(k.equations, k.recomputed) for k in like.kernels])
             return Fused(pr, tuple(kernels), planner)
         if id(pr) not in done or done[id(pr)].problem is not pr:   # (priced, then used)
-            kernels = fuse(pr.graph, _in_diagram(pr.diagram, lambda: stored16_stages.
-                                                 fusion_planner(pr, planner))) \
+            kernels = _in_diagram(pr.diagram, lambda: _fused_kernels(pr, planner)) \
                 if fusion else unfused_kernels(pr.graph)
             done[id(pr)] = Fused(pr, tuple(kernels), planner)
         return done[id(pr)]
@@ -231,6 +230,19 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
     rest, forced = splitting.split_hints(problem)
     found, choice = _in_diagram(problem.diagram, lambda: splitting.choose(rest, fused, forced))
     return replace(found, split=choice)
+
+
+def _fused_kernels(pr: Problem, planner):
+    """fuse.fuse priced on the 16-bit storage it anticipates (stored16_stages); again without
+    it where the decision on the kernels it chose leaves one that no tiling fits."""
+    from .fuse import fuse
+    pricing = stored16_stages.fusion_planner(pr, planner)
+    kernels = tuple(fuse(pr.graph, pricing))
+    if pricing is not planner:
+        final = stored16_stages.applied(Fused(pr, kernels, planner)).planner
+        if any(final.plan(k, strict=False) is None for k in kernels):
+            kernels = tuple(fuse(pr.graph, planner))
+    return kernels
 
 
 def check_hints(diagram: Diagram) -> None:

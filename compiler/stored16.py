@@ -118,7 +118,31 @@ def anticipated(g: DiGraph, target) -> DiGraph:
     made again after it (`decide`, then `fallen_back`)."""
     from .fuse import unfused_kernels
     chosen = decide(g, unfused_kernels(g), target)
+    # (only attention's operands: where 16 bits decide the engine, FlashAttention or not; a
+    # plain product reads an f32 operand rounded as it stages it, tensorcore._rounded)
+    chosen = {v: dt for v, dt in chosen.items() if _attention_operand(g, v)}
     return with_decision(g, chosen) if chosen else g
+
+
+def _attention_operand(g: DiGraph, v: int) -> bool:
+    """Whether a contraction reading v (through names and views) is attention's: its scores
+    normalised by a softmax, or a softmax's product with V."""
+    from .canonical import _normalised
+    stack, seen = [v], set()
+    while stack:
+        u = stack.pop()
+        for w in g.successors(u):
+            if w in seen:
+                continue
+            seen.add(w)
+            op = ir.op(g, w)
+            if isinstance(op, (ir.Assign, ir.View, ir.Reshape)):
+                stack.append(w)
+            elif isinstance(op, ir.Contract) and (_normalised(g, w) or any(
+                    isinstance(ir.op(g, _source(g, m)), ir.Softmax)
+                    for m in ir.operands(g, w))):
+                return True
+    return False
 
 
 def fallen_back(g: DiGraph, plans, tensor_engines) -> set:

@@ -99,3 +99,30 @@ def test_an_operand_the_user_keeps_in_f32_is_not_rounded():
     p = plan(d, "h100", BIG)
     assert not stored16.said(p) or not any(s.startswith("Qr") for s in stored16.said(p))
     assert_close(d, p, {"b": 1, "h": 2, "q": 37, "x": 70})
+
+
+def test_fusion_falls_back_where_the_anticipated_storage_leaves_a_kernel_unfit(monkeypatch):
+    """Fusion priced on the anticipated 16-bit storage chose kernels the final decision must
+    tile; where one then fits no tiling (the decision on the chosen kernels fell back to f32
+    for it), fusion runs again without the anticipation (the paged attention gradient was
+    N0603 for a while). Simulated: the final planner fits nothing anticipated fusion chose."""
+    from napkin.compiler import plan as planning
+    from napkin.compiler import stored16_stages
+    d = napkin.load(SCALED)
+    plain = plan(d, "h100", BIG)
+    real = stored16_stages.applied
+    calls = []
+
+    def unfit(fused):
+        out = real(fused)
+        calls.append(len(fused.kernels))
+
+        class Refusing:
+            def plan(self, k, strict=True):
+                return None
+        return type(out)(out.problem, out.kernels, Refusing()) if len(calls) == 1 else out
+    monkeypatch.setattr(stored16_stages, "applied", unfit)
+    p = planning.plan(d, "h100", {**BIG, "b": 3})         # (not the memoised problem)
+    assert calls and _attention(plain)
+    # fused again without anticipation: the query not FlashAttention's 16-bit load
+    assert not _attention(p)
