@@ -113,6 +113,8 @@ class Model:
                                 # statistics fold in ONE loop (a running max and rescaled
                                 # sum); over staged rows two loops (max, then the sum of
                                 # exponentials: fewer instructions a value) read shared memory
+    scans: bool = False         # a scan's prefix loop in the kernel (a split stays within
+                                # a warp: codegen/accum.merge_warps)
     packed: tuple = ()          # attention on tensor cores: ((its rows' axis, the axes it
                                 # packs),) where the fragment rows are packed (packing.py):
                                 # the arrays name that one axis, of the axes' sizes' product
@@ -249,7 +251,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                  extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
                  rows=copied_rows(g, k), online=online,
                  fixed=frozenset(a for a, info in g.graph["axes"].items()
-                                 if info.size is not None))
+                                 if info.size is not None),
+                 scans=any(isinstance(ir.op(g, n), ir.Scan) for n in k.nodes))
 
 
 def _used_over(g: DiGraph, n: int, members: set) -> tuple[str, ...]:
