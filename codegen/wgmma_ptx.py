@@ -44,8 +44,8 @@ class Variant:
 
 COMMON = r"""// ---- Hopper warpgroup MMA (sm_90a): codegen/wgmma_ptx.py ------------------------------------
 #define NAPKIN_WGMMA_SMEM(name)                                              \
-  extern __shared__ __align__(1024) unsigned char napkin_dynamic_smem_[];    \
-  unsigned char* name = napkin_dynamic_smem_
+  extern __shared__ __align__(1024) unsigned char napkin_wgmma_smem_[];      \
+  unsigned char* name = napkin_wgmma_smem_
 // the 64-bit matrix descriptor: start address, leading and stride byte offsets (>> 4), swizzle mode
 __device__ __forceinline__ unsigned long long napkin_wgmma_desc(const void* smem, unsigned lbo, unsigned sbo,
                                                                 unsigned swizzle) {

@@ -35,6 +35,7 @@ from .target import Target
 WARP = 32
 HMMA_FLOPS = 2 * 16 * 8 * 16       # one mma.sync.m16n8k16
 LDSM_BYTES = 512                   # ldmatrix.x4: 32 lanes x 16 bytes
+WGMMA_DESCRIPTORS = 2              # integer ops beside each HGMMA: its two descriptors' adds
 # A tensor-core kernel's chunk, per warp (codegen/mma.py's pipeline), counted in the SASS of
 # the library's matmul and attention main loops (sm_90, benchmarks/model_check.py): the
 # iteration (cp.async commit and wait, the barrier, the stage flip, the loop test) ...
@@ -295,6 +296,12 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                     units[0] * chunks * fraction * rows / 16 *
                     occupancy.query_slices(model, choice, sizes))
             dependent = lanes / WARP
+        elif choice.instruction == "wgmma":
+            # each warp issues one HGMMA per 16 of k (its warpgroup's 64 x N, N / 8 HMMAs'
+            # worth) and two descriptors; the operands never pass through registers (no LDSM)
+            per_warp = prod(v for _, v in choice.thread) / 4 / (16 * 8)   # HMMAs an HGMMA does
+            warp_instr = hmma / per_warp * (1 + WGMMA_DESCRIPTORS) + lanes / WARP + copies
+            dependent = 0
         else:
             ldsm = (H[1] if len(H) > 1 else 0) / LDSM_BYTES
             warp_instr = hmma + ldsm + lanes / (WARP * lane_share) + copies + \
@@ -311,7 +318,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         threads = warps_per_block * WARP
         warp_instr = warp_instr + units[0] * warps_per_block * (
             NUMBERS.ceil(span[1] / threads) * SPAN_POSITION + span[2] * SPAN_REDUCE)
-    rate = target.rate(f"tensor_{_tensor_dtype(model)}") if tensor else None
+    key = "wgmma" if choice.instruction == "wgmma" else "tensor"
+    rate = target.rate(f"{key}_{_tensor_dtype(model)}") if tensor else None
     out = {"tensor": total(tensor_flops) / rate if rate else 0,
            "issue": _per(target, "schedulers", warp_instr),
            "fp32": _per(target, "fp32_lanes", total(fp32)),

@@ -118,6 +118,10 @@ def fragment_values(model, choice, sizes: dict):
                      for acc in model.arrays if acc.role == "accumulator")
         return thread[row] / 16 * (scores * choice.stream[1] / 8 * 4 + widths / 8 * 4) + 4
     tm, tn = (thread[a] for a in warped[:2]) if len(warped) > 1 else (thread[warped[0]], 8)
+    if choice.instruction == "wgmma":
+        # a warpgroup's 64 x N accumulators over its 128 threads; no operand fragments (the
+        # descriptors read shared memory), two 64-bit descriptors
+        return tm * tn / (4 * WARP) + 4
     return tm * tn / WARP + tm / 4 + tn / 4
 
 

@@ -380,9 +380,54 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
+#ifndef NAPKIN_EMULATE
+// ---- Hopper warpgroup MMA (sm_90a): codegen/wgmma_ptx.py ------------------------------------
+#define NAPKIN_WGMMA_SMEM(name)                                              \
+  extern __shared__ __align__(1024) unsigned char napkin_wgmma_smem_[];      \
+  unsigned char* name = napkin_wgmma_smem_
+// the 64-bit matrix descriptor: start address, leading and stride byte offsets (>> 4), swizzle mode
+__device__ __forceinline__ unsigned long long napkin_wgmma_desc(const void* smem, unsigned lbo, unsigned sbo,
+                                                                unsigned swizzle) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+  return (unsigned long long)((a & 0x3ffffu) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3fffu) << 16) |
+         ((unsigned long long)((sbo >> 4) & 0x3fffu) << 32) | ((unsigned long long)(swizzle & 3u) << 62);
+}
+__device__ __forceinline__ void napkin_wgmma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_wgmma_commit() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+template <int N> __device__ __forceinline__ void napkin_wgmma_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void napkin_wgmma_m64n128k16_f16_tb(float (&d)[64], unsigned long long da,
+    unsigned long long db, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(scale_d) : "memory");
+#else
+  __trap();
+#endif
+}
+#endif  // !NAPKIN_EMULATE
 
-// kernel 0: 64 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
+// kernel 0: 128 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     __half* __restrict__ p2,
@@ -391,29 +436,19 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     long long n2,
     long long n3)
 {
-  NAPKIN_DYNAMIC_SMEM(smem);
+  NAPKIN_WGMMA_SMEM(smem);
   (void)smem;
   const int tid = (int)threadIdx.x;
   const int lane = tid % 32;
-  const int wr = (tid / 32) / 2;
-  const int wc = (tid / 32) % 2;
+  const int wr = tid / 32;
   const int fg = lane / 4;
   const int fq = lane % 4;
-  int sw0[1];
-  #pragma unroll
-  for (int kk = 0; kk < 1; ++kk) {
-    sw0[kk] = ((lane % 16) * 16 + ((kk * 16 + (lane / 16) * 8) ^ (((lane % 8) << 1) & 8))) * 2;
-  }
-  int sw1[4];
-  #pragma unroll
-  for (int i1 = 0; i1 < 4; ++i1) {
-    sw1[i1] = ((lane % 8 + ((lane / 8) % 2) * 8) * 128 + ((wc * 64 + (2 * i1) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
-  }
   const long long nblocks = (long long)1 * (((long long)(n0) + 63) / 64) * (((long long)(n2) + 127) / 128);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_1 = (int)((blk) % (((long long)(n2) + 127) / 128)) * 128;
     const int org_0 = (int)(((blk) / (((long long)(n2) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
-    float acc[4][8][4] = {};
+    float acc[1][16][4] = {};
+    auto& accw = *reinterpret_cast<float (*)[64]>(&acc[0][0][0]);
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));
     if (n1 % 8 == 0 && n2 % 8 == 0) {
@@ -426,20 +461,20 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + ei)));
           __half* const cpd = (sm0 + 0 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 64;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 64) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p1 + (((int)(((int)0 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 0 * 2048);
+          __half* const cpd = (sm1 + 0 * 2048) + ((ei) / 64) * 1024 + (eo0) * 64 + (((ei) % 64) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 8;
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 8) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -452,20 +487,20 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + 16 + ei)));
           __half* const cpd = (sm0 + 1 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 64;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 64) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p1 + (((int)(((int)0 + 16 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 1 * 2048);
+          __half* const cpd = (sm1 + 1 * 2048) + ((ei) / 64) * 1024 + (eo0) * 64 + (((ei) % 64) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 8;
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 8) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -478,20 +513,20 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + (((int)0 + 32 + ei)));
           __half* const cpd = (sm0 + 2 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 64;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 64) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p1 + (((int)(((int)0 + 32 + eo0))) * (n2) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 2 * 2048);
+          __half* const cpd = (sm1 + 2 * 2048) + ((ei) / 64) * 1024 + (eo0) * 64 + (((ei) % 64) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 8;
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 8) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
           }
         }
       }
@@ -510,44 +545,33 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             const __half* const cps = p0 + (((int)((org_0 + eo0))) * (n1) + ((c0 + 48 + ei)));
             __half* const cpd = (sm0 + fill * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
             #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            for (int r = 0; r < 1; ++r) {
+              const int eo = eo0 + r * 64;
+              napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 64) * (int)(n1)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 16) * 8;
             const int eo0 = tid / 16;
             const __half* const cps = p1 + (((int)((c0 + 48 + eo0))) * (n2) + ((org_1 + ei)));
-            __half* const cpd = (sm1 + fill * 2048);
+            __half* const cpd = (sm1 + fill * 2048) + ((ei) / 64) * 1024 + (eo0) * 64 + (((ei) % 64) ^ (((eo0) << 3) & 56));
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 4;
-              napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 8;
+              napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 8) * (int)(n2)), (eo < nlen && org_1 + ei < n2) ? 16 : 0);
             }
           }
         }
         napkin_cp_async_commit();
+        napkin_wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < 1; ++kk) {
-          unsigned fa[4][4];
-          unsigned fb[8][2];
-          #pragma unroll
-          for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
-          }
-          #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
-          }
-          #pragma unroll
-          for (int i0 = 0; i0 < 4; ++i0) {
-            #pragma unroll
-            for (int i1 = 0; i1 < 8; ++i1) {
-              napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
-            }
-          }
+          const unsigned long long da = napkin_wgmma_desc(reinterpret_cast<const unsigned char*>((sm0 + stage * 1024)) + kk * 32, 16, 256, 3);
+          const unsigned long long db = napkin_wgmma_desc(reinterpret_cast<const unsigned char*>((sm1 + stage * 2048)) + kk * 2048, 2048, 1024, 1);
+          napkin_wgmma_m64n128k16_f16_tb(accw, da, db, 1);
         }
+        napkin_wgmma_commit();
+        napkin_wgmma_wait<0>();
         fill = stage;
         stage = (stage == 3 ? 0 : stage + 1);
       }
@@ -555,52 +579,49 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       {
         __syncthreads();
         const int nlen = (int)((int)(n1) - ((int)0) < 16 ? (int)(n1) - ((int)0) : 16);
-        #pragma unroll 1
-        for (int r = 0; r < 16; ++r) {
-          const int eo = tid / 16 + r * 4;
+        #pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int eo = tid / 16 + r * 8;
           const int ei = tid % 16;
-          ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
-        for (int r = 0; r < 32; ++r) {
-          const int e = tid + r * 64;
-          const int eo = e / 128;
-          const int ei = e % 128;
-          ((sm1 + 0 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        for (int r = 0; r < 16; ++r) {
+          const int eo = tid / 128 + r * 1;
+          const int ei = tid % 128;
+          ((sm1 + 0 * 2048) + ((ei) / 64) * 1024 + (eo) * 64 + (((ei) % 64) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
       if ((int)0 + 16 < (int)(n1)) {
         const int nlen = (int)((int)(n1) - ((int)0 + 16) < 16 ? (int)(n1) - ((int)0 + 16) : 16);
-        #pragma unroll 1
-        for (int r = 0; r < 16; ++r) {
-          const int eo = tid / 16 + r * 4;
+        #pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int eo = tid / 16 + r * 8;
           const int ei = tid % 16;
-          ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
-        for (int r = 0; r < 32; ++r) {
-          const int e = tid + r * 64;
-          const int eo = e / 128;
-          const int ei = e % 128;
-          ((sm1 + 1 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        for (int r = 0; r < 16; ++r) {
+          const int eo = tid / 128 + r * 1;
+          const int ei = tid % 128;
+          ((sm1 + 1 * 2048) + ((ei) / 64) * 1024 + (eo) * 64 + (((ei) % 64) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 16 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
       if ((int)0 + 32 < (int)(n1)) {
         const int nlen = (int)((int)(n1) - ((int)0 + 32) < 16 ? (int)(n1) - ((int)0 + 32) : 16);
-        #pragma unroll 1
-        for (int r = 0; r < 16; ++r) {
-          const int eo = tid / 16 + r * 4;
+        #pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int eo = tid / 16 + r * 8;
           const int ei = tid % 16;
-          ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
-        for (int r = 0; r < 32; ++r) {
-          const int e = tid + r * 64;
-          const int eo = e / 128;
-          const int ei = e % 128;
-          ((sm1 + 2 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        for (int r = 0; r < 16; ++r) {
+          const int eo = tid / 128 + r * 1;
+          const int ei = tid % 128;
+          ((sm1 + 2 * 2048) + ((ei) / 64) * 1024 + (eo) * 64 + (((ei) % 64) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)(((int)0 + 32 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -612,53 +633,41 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         __syncthreads();
         if (c0 + 48 < (int)(n1)) {
           const int nlen = (int)((int)(n1) - (c0 + 48) < 16 ? (int)(n1) - (c0 + 48) : 16);
-          #pragma unroll 1
-          for (int r = 0; r < 16; ++r) {
-            const int eo = tid / 16 + r * 4;
+          #pragma unroll
+          for (int r = 0; r < 8; ++r) {
+            const int eo = tid / 16 + r * 8;
             const int ei = tid % 16;
-            ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p0[((int)((org_0 + eo))) * (n1) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
           }
           #pragma unroll 1
-          for (int r = 0; r < 32; ++r) {
-            const int e = tid + r * 64;
-            const int eo = e / 128;
-            const int ei = e % 128;
-            ((sm1 + fill * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 48 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          for (int r = 0; r < 16; ++r) {
+            const int eo = tid / 128 + r * 1;
+            const int ei = tid % 128;
+            ((sm1 + fill * 2048) + ((ei) / 64) * 1024 + (eo) * 64 + (((ei) % 64) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n2) ? p1[((int)((c0 + 48 + eo))) * (n2) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
         napkin_cp_async_commit();
+        napkin_wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < 1; ++kk) {
-          unsigned fa[4][4];
-          unsigned fb[8][2];
-          #pragma unroll
-          for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
-          }
-          #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
-          }
-          #pragma unroll
-          for (int i0 = 0; i0 < 4; ++i0) {
-            #pragma unroll
-            for (int i1 = 0; i1 < 8; ++i1) {
-              napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
-            }
-          }
+          const unsigned long long da = napkin_wgmma_desc(reinterpret_cast<const unsigned char*>((sm0 + stage * 1024)) + kk * 32, 16, 256, 3);
+          const unsigned long long db = napkin_wgmma_desc(reinterpret_cast<const unsigned char*>((sm1 + stage * 2048)) + kk * 2048, 2048, 1024, 1);
+          napkin_wgmma_m64n128k16_f16_tb(accw, da, db, 1);
         }
+        napkin_wgmma_commit();
+        napkin_wgmma_wait<0>();
         fill = stage;
         stage = (stage == 3 ? 0 : stage + 1);
       }
     }
     #pragma unroll
-    for (int i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
-      for (int i1 = 0; i1 < 8; ++i1) {
+      for (int i1 = 0; i1 < 16; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const int pt0 = org_0 + wr * 64 + i0 * 16 + fg + (i2 / 2) * 8;
-          const int pt1 = org_1 + wc * 64 + i1 * 8 + fq * 2 + i2 % 2;
+          const int pt0 = org_0 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+          const int pt1 = org_1 + 0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 8 "napkin-diagram"
           const float v0 = napkin_gelu(acc[i0][i1][i2]);
           if ((pt0 < n0) && (pt1 < n2)) {
@@ -670,8 +679,8 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
   }
 }
 
-// kernel 1: 64 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
+// kernel 1: 128 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(128, 1) napkin_k1(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     __half* __restrict__ p2,
@@ -680,29 +689,19 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
     long long n2,
     long long n3)
 {
-  NAPKIN_DYNAMIC_SMEM(smem);
+  NAPKIN_WGMMA_SMEM(smem);
   (void)smem;
   const int tid = (int)threadIdx.x;
   const int lane = tid % 32;
-  const int wr = (tid / 32) / 2;
-  const int wc = (tid / 32) % 2;
+  const int wr = tid / 32;
   const int fg = lane / 4;
   const int fq = lane % 4;
-  int sw0[1];
-  #pragma unroll
-  for (int kk = 0; kk < 1; ++kk) {
-    sw0[kk] = ((lane % 16) * 16 + ((kk * 16 + (lane / 16) * 8) ^ (((lane % 8) << 1) & 8))) * 2;
-  }
-  int sw1[4];
-  #pragma unroll
-  for (int i1 = 0; i1 < 4; ++i1) {
-    sw1[i1] = ((lane % 8 + ((lane / 8) % 2) * 8) * 128 + ((wc * 64 + (2 * i1) * 8 + (lane / 16) * 8) ^ (((lane % 8) << 3) & 56))) * 2;
-  }
   const long long nblocks = (long long)1 * (((long long)(n0) + 63) / 64) * (((long long)(n3) + 127) / 128);
   for (long long blk = (long long)blockIdx.x; blk < nblocks; blk += (long long)gridDim.x) {
     const int org_1 = (int)((blk) % (((long long)(n3) + 127) / 128)) * 128;
     const int org_0 = (int)(((blk) / (((long long)(n3) + 127) / 128)) % (((long long)(n0) + 63) / 64)) * 64;
-    float acc[4][8][4] = {};
+    float acc[1][16][4] = {};
+    auto& accw = *reinterpret_cast<float (*)[64]>(&acc[0][0][0]);
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));
     if (n2 % 8 == 0 && n3 % 8 == 0) {
@@ -715,20 +714,20 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           const __half* const cps = p1 + (((int)((org_0 + eo0))) * (n2) + (((int)0 + ei)));
           __half* const cpd = (sm0 + 0 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 64;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 64) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p0 + (((int)(((int)0 + eo0))) * (n3) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 0 * 2048);
+          __half* const cpd = (sm1 + 0 * 2048) + ((ei) / 64) * 1024 + (eo0) * 64 + (((ei) % 64) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 8;
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 8) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
           }
         }
       }
@@ -741,20 +740,20 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           const __half* const cps = p1 + (((int)((org_0 + eo0))) * (n2) + (((int)0 + 16 + ei)));
           __half* const cpd = (sm0 + 1 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 64;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 64) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p0 + (((int)(((int)0 + 16 + eo0))) * (n3) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 1 * 2048);
+          __half* const cpd = (sm1 + 1 * 2048) + ((ei) / 64) * 1024 + (eo0) * 64 + (((ei) % 64) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 8;
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 8) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
           }
         }
       }
@@ -767,20 +766,20 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           const __half* const cps = p1 + (((int)((org_0 + eo0))) * (n2) + (((int)0 + 32 + ei)));
           __half* const cpd = (sm0 + 2 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+          for (int r = 0; r < 1; ++r) {
+            const int eo = eo0 + r * 64;
+            napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 64) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 16) * 8;
           const int eo0 = tid / 16;
           const __half* const cps = p0 + (((int)(((int)0 + 32 + eo0))) * (n3) + ((org_1 + ei)));
-          __half* const cpd = (sm1 + 2 * 2048);
+          __half* const cpd = (sm1 + 2 * 2048) + ((ei) / 64) * 1024 + (eo0) * 64 + (((ei) % 64) ^ (((eo0) << 3) & 56));
           #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 4;
-            napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 8;
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 8) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
           }
         }
       }
@@ -799,44 +798,33 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
             const __half* const cps = p1 + (((int)((org_0 + eo0))) * (n2) + ((c0 + 48 + ei)));
             __half* const cpd = (sm0 + fill * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
             #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            for (int r = 0; r < 1; ++r) {
+              const int eo = eo0 + r * 64;
+              napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 64) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
             }
           }
           {
             const int ei = (tid % 16) * 8;
             const int eo0 = tid / 16;
             const __half* const cps = p0 + (((int)((c0 + 48 + eo0))) * (n3) + ((org_1 + ei)));
-            __half* const cpd = (sm1 + fill * 2048);
+            __half* const cpd = (sm1 + fill * 2048) + ((ei) / 64) * 1024 + (eo0) * 64 + (((ei) % 64) ^ (((eo0) << 3) & 56));
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int eo = eo0 + r * 4;
-              napkin_cp_async_16(cpd + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)), cps + ((int)(r * 4) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 8;
+              napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 8) * (int)(n3)), (eo < nlen && org_1 + ei < n3) ? 16 : 0);
             }
           }
         }
         napkin_cp_async_commit();
+        napkin_wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < 1; ++kk) {
-          unsigned fa[4][4];
-          unsigned fb[8][2];
-          #pragma unroll
-          for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
-          }
-          #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
-          }
-          #pragma unroll
-          for (int i0 = 0; i0 < 4; ++i0) {
-            #pragma unroll
-            for (int i1 = 0; i1 < 8; ++i1) {
-              napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
-            }
-          }
+          const unsigned long long da = napkin_wgmma_desc(reinterpret_cast<const unsigned char*>((sm0 + stage * 1024)) + kk * 32, 16, 256, 3);
+          const unsigned long long db = napkin_wgmma_desc(reinterpret_cast<const unsigned char*>((sm1 + stage * 2048)) + kk * 2048, 2048, 1024, 1);
+          napkin_wgmma_m64n128k16_f16_tb(accw, da, db, 1);
         }
+        napkin_wgmma_commit();
+        napkin_wgmma_wait<0>();
         fill = stage;
         stage = (stage == 3 ? 0 : stage + 1);
       }
@@ -844,52 +832,49 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
       {
         __syncthreads();
         const int nlen = (int)((int)(n2) - ((int)0) < 16 ? (int)(n2) - ((int)0) : 16);
-        #pragma unroll 1
-        for (int r = 0; r < 16; ++r) {
-          const int eo = tid / 16 + r * 4;
+        #pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int eo = tid / 16 + r * 8;
           const int ei = tid % 16;
-          ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
-        for (int r = 0; r < 32; ++r) {
-          const int e = tid + r * 64;
-          const int eo = e / 128;
-          const int ei = e % 128;
-          ((sm1 + 0 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)(((int)0 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        for (int r = 0; r < 16; ++r) {
+          const int eo = tid / 128 + r * 1;
+          const int ei = tid % 128;
+          ((sm1 + 0 * 2048) + ((ei) / 64) * 1024 + (eo) * 64 + (((ei) % 64) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)(((int)0 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
       if ((int)0 + 16 < (int)(n2)) {
         const int nlen = (int)((int)(n2) - ((int)0 + 16) < 16 ? (int)(n2) - ((int)0 + 16) : 16);
-        #pragma unroll 1
-        for (int r = 0; r < 16; ++r) {
-          const int eo = tid / 16 + r * 4;
+        #pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int eo = tid / 16 + r * 8;
           const int ei = tid % 16;
-          ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
-        for (int r = 0; r < 32; ++r) {
-          const int e = tid + r * 64;
-          const int eo = e / 128;
-          const int ei = e % 128;
-          ((sm1 + 1 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)(((int)0 + 16 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        for (int r = 0; r < 16; ++r) {
+          const int eo = tid / 128 + r * 1;
+          const int ei = tid % 128;
+          ((sm1 + 1 * 2048) + ((ei) / 64) * 1024 + (eo) * 64 + (((ei) % 64) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)(((int)0 + 16 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
       if ((int)0 + 32 < (int)(n2)) {
         const int nlen = (int)((int)(n2) - ((int)0 + 32) < 16 ? (int)(n2) - ((int)0 + 32) : 16);
-        #pragma unroll 1
-        for (int r = 0; r < 16; ++r) {
-          const int eo = tid / 16 + r * 4;
+        #pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int eo = tid / 16 + r * 8;
           const int ei = tid % 16;
-          ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
+          ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
         }
         #pragma unroll 1
-        for (int r = 0; r < 32; ++r) {
-          const int e = tid + r * 64;
-          const int eo = e / 128;
-          const int ei = e % 128;
-          ((sm1 + 2 * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)(((int)0 + 32 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+        for (int r = 0; r < 16; ++r) {
+          const int eo = tid / 128 + r * 1;
+          const int ei = tid % 128;
+          ((sm1 + 2 * 2048) + ((ei) / 64) * 1024 + (eo) * 64 + (((ei) % 64) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)(((int)0 + 32 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
         }
       }
       napkin_cp_async_commit();
@@ -901,53 +886,41 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
         __syncthreads();
         if (c0 + 48 < (int)(n2)) {
           const int nlen = (int)((int)(n2) - (c0 + 48) < 16 ? (int)(n2) - (c0 + 48) : 16);
-          #pragma unroll 1
-          for (int r = 0; r < 16; ++r) {
-            const int eo = tid / 16 + r * 4;
+          #pragma unroll
+          for (int r = 0; r < 8; ++r) {
+            const int eo = tid / 16 + r * 8;
             const int ei = tid % 16;
-            ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
+            ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((tid / 16) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
           }
           #pragma unroll 1
-          for (int r = 0; r < 32; ++r) {
-            const int e = tid + r * 64;
-            const int eo = e / 128;
-            const int ei = e % 128;
-            ((sm1 + fill * 2048) + (eo) * 128 + ((ei) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)((c0 + 48 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
+          for (int r = 0; r < 16; ++r) {
+            const int eo = tid / 128 + r * 1;
+            const int ei = tid % 128;
+            ((sm1 + fill * 2048) + ((ei) / 64) * 1024 + (eo) * 64 + (((ei) % 64) ^ (((eo) << 3) & 56)))[0] = (eo < nlen && org_1 + ei < n3) ? p0[((int)((c0 + 48 + eo))) * (n3) + ((org_1 + ei))] : napkin_from_float<__half>(0.0f);
           }
         }
         napkin_cp_async_commit();
+        napkin_wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < 1; ++kk) {
-          unsigned fa[4][4];
-          unsigned fb[8][2];
-          #pragma unroll
-          for (int i0 = 0; i0 < 4; ++i0) {
-            napkin_ldmatrix_x4(fa[i0], reinterpret_cast<const char*>(sm0) + (sw0[kk] + stage * 2048) + (wr * 64 + i0 * 16) * 32);
-          }
-          #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i1)], fb[(2 * i1 + 1)], reinterpret_cast<const char*>(sm1) + (sw1[i1] + stage * 4096) + (kk * 16) * 256);
-          }
-          #pragma unroll
-          for (int i0 = 0; i0 < 4; ++i0) {
-            #pragma unroll
-            for (int i1 = 0; i1 < 8; ++i1) {
-              napkin_mma_m16n8k16_f16(acc[i0][i1], fa[i0], fb[i1], acc[i0][i1]);
-            }
-          }
+          const unsigned long long da = napkin_wgmma_desc(reinterpret_cast<const unsigned char*>((sm0 + stage * 1024)) + kk * 32, 16, 256, 3);
+          const unsigned long long db = napkin_wgmma_desc(reinterpret_cast<const unsigned char*>((sm1 + stage * 2048)) + kk * 2048, 2048, 1024, 1);
+          napkin_wgmma_m64n128k16_f16_tb(accw, da, db, 1);
         }
+        napkin_wgmma_commit();
+        napkin_wgmma_wait<0>();
         fill = stage;
         stage = (stage == 3 ? 0 : stage + 1);
       }
     }
     #pragma unroll
-    for (int i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 1; ++i0) {
       #pragma unroll
-      for (int i1 = 0; i1 < 8; ++i1) {
+      for (int i1 = 0; i1 < 16; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const int pt0 = org_0 + wr * 64 + i0 * 16 + fg + (i2 / 2) * 8;
-          const int pt1 = org_1 + wc * 64 + i1 * 8 + fq * 2 + i2 % 2;
+          const int pt0 = org_0 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+          const int pt1 = org_1 + 0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 9 "napkin-diagram"
           if ((pt0 < n0) && (pt1 < n3)) {
             p2[((int)((pt0 < (int)(n0 - 1) ? pt0 : (int)(n0 - 1)))) * (n3) + ((pt1 < (int)(n3 - 1) ? pt1 : (int)(n3 - 1)))] = napkin_from_float<__half>(acc[i0][i1][i2]);

@@ -61,7 +61,7 @@ extern "C" __global__ void {name}(const {t}* A, const {t}* B, float* D) {{
   }}
   __syncthreads();
   float d[{n // 2}];
-  const unsigned char* a0 = smem + (tid / 128) * {8 * da.row8};
+  const unsigned char* a0 = smem + (tid / 128) * {da.rows64};
   napkin_wgmma_fence();
   for (int s = 0; s < {chunk // 16}; ++s) {{
     const unsigned long long x = napkin_wgmma_desc(a0 + s * {da.step}, {da.lbo}, {da.sbo}, {modes[da.swizzle]});
