@@ -75,6 +75,15 @@ NAPKIN_NO_TSAN long long wg_offset(uint64_t desc, bool mn_major, int row, int k)
   return off;
 }
 
+// The shared-memory read, instrumented so that ThreadSanitizer sees it (in the lane that
+// completes the wait_group: a copy another warp's thread landed with nothing ordering it
+// before this read, a missing barrier, is a race it reports).
+__attribute__((noinline)) uint16_t wg_read(const unsigned char* at) {
+  uint16_t h;
+  memcpy(&h, at, 2);
+  return h;
+}
+
 NAPKIN_NO_TSAN static double wg_element(const WgOp& op, uint64_t desc, bool mn_major, int row, int k,
                                         const char* which) {
   Block* b = tl_block;
@@ -83,8 +92,7 @@ NAPKIN_NO_TSAN static double wg_element(const WgOp& op, uint64_t desc, bool mn_m
     fail("%s:%d: wgmma.mma_async: %s[%d][k=%d] is at shared byte %lld, outside the %zu bytes of dynamic shared "
          "memory (descriptor 0x%016llx)", op.file, op.line, which, row, k, off, b->smem_bytes,
          (unsigned long long)desc);
-  uint16_t h;
-  memcpy(&h, b->smem + off, 2);
+  const uint16_t h = wg_read(b->smem + off);
   return op.bf16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h);
 }
 

@@ -137,8 +137,8 @@ def test_1_matmul_groups_m_and_n_and_streams_k(cli):
     smem = re.search(r"^  smem .*$", k, re.M).group(0)
     for relabel in ("m -> g_m", "n -> g_n", "k -> s_k"):
         assert relabel in smem
-    assert re.search(r"^  registers .*t_m.*t_n.*\(per warp\)$", k, re.M)
-    assert "on tensor cores: mma.sync" in k
+    assert re.search(r"^  registers .*t_m.*t_n.*\(per warpgroup\)$", k, re.M)
+    assert "on tensor cores: wgmma.mma_async" in k
     assert re.search(r"^    A +input tile .* smem ", k, re.M)
     assert re.search(r"^    B +input tile .* smem ", k, re.M)
     assert re.search(r"^    C +accumulator +\[t_m=\d+ t_n=\d+\] +registers ", k, re.M)
