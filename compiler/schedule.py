@@ -71,6 +71,7 @@ class Schedule:
     split: tuple[str, int] | None             # reduced axis split over `ways` lanes
     inner: tuple[str, int] | None             # reduced axis each thread streams
     warps: tuple[tuple[str, int], ...]        # tensor cores: warps per block along axes
+                                              # (wgmma: warpgroups, compiler/wgmma.py)
     threads: int                              # threads per block, as launched
     lanes: int                                # threads doing distinct work (<= threads)
     choice: Choice                            # what it was built from (KernelPlan checks)

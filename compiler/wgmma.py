@@ -2,9 +2,9 @@
 schedule is.
 
 A tensor-core product's `Choice.instruction` is `mma.sync` (codegen/mma.py) or `wgmma`
-(codegen/wgmma.py), decided once by the planner (tensorcore.search: each instruction's
-fastest tiling, the faster of the two by the model) and checked here when the schedule is
-built. wgmma is considered only on a target whose arch is an `a` one (sm_90a: the only
+(codegen/wgmma.py), decided once by the planner (kernel_plan's tensor-core search: each
+instruction's fastest tiling, `search` here for wgmma, the faster of the two by the model)
+and checked here when the schedule is built (`check`). wgmma is considered only on a target whose arch is an `a` one (sm_90a: the only
 place wgmma runs) with a `wgmma_<dtype>` rate, for a plain product: an epilogue over the
 product's points, operands loaded as they are (no operand computed as it is staged, no
 reduction beside it, no split windows or gathers, no mask). Everything else stays on

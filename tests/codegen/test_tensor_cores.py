@@ -80,7 +80,12 @@ def test_library_products_on_tensor_cores_match_the_reference(name, dtype):
     d = library(name, dtype)
     p = tc_plan(d)
     assert on_tensor_cores(p), [kp.choice for kp in p.kernels]
-    assert "napkin_mma_m16n8k16_" + dtype in render(lower(p))
+    # each product on the instruction its plan chose (h100: wgmma where the model prefers it)
+    text = render(lower(p))
+    for kp in on_tensor_cores(p):
+        wanted = (rf"napkin_wgmma_m64n{dict(kp.choice.thread)[kp.schedule.site.col]}k16_{dtype}"
+                  if kp.choice.instruction == "wgmma" else f"napkin_mma_m16n8k16_{dtype}")
+        assert re.search(wanted, text), wanted
     assert_close(d, p, shape_of(d))
 
 

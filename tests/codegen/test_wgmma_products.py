@@ -173,3 +173,14 @@ def test_h100_matmul_cubin_holds_hgmma(capsys, tmp_path):
     from napkin.runtime import nvrtc
     log = nvrtc.compile(capsys.readouterr().out, arch="sm_90a").log
     assert "C7514" not in log and "C7517" not in log and " 0 bytes spill stores" in log, log
+
+
+def test_the_arch_is_a_target_parameter():
+    from napkin.compiler import target as targets
+    from napkin.diagrams.diagnostics import UsageError
+    assert targets.load("h100").arch == "sm_90a" and targets.load("a100").arch == "sm_80"
+    plain = targets.load("h100:arch=sm_90")
+    assert plain.arch == "sm_90" and plain.name == "h100:arch=sm_90"
+    assert targets.load("two-level:M=49152,arch=sm_80").arch == "sm_80"
+    with pytest.raises(UsageError, match="N0804"):
+        targets.load("h100:arch=hopper")
