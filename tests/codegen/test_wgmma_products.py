@@ -184,3 +184,19 @@ def test_the_arch_is_a_target_parameter():
     assert targets.load("two-level:M=49152,arch=sm_80").arch == "sm_80"
     with pytest.raises(UsageError, match="N0804"):
         targets.load("h100:arch=hopper")
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("name", ["matmul", "linear_gelu", "gelu_erf", "mlp", "swiglu"])
+def test_large_h100_products_compile_without_spills(name):
+    """At 4096 the wgmma tiles are the widest (64 x 256): ptxas (sm_90a) spills nothing and
+    serialises no wgmma (the register estimate charges the epilogue's column vectors and
+    erf: occupancy.fragment_values, WGMMA_EPILOGUE_REGISTERS)."""
+    from napkin.codegen.lower import lower
+    from napkin.codegen.render import render
+    from napkin.runtime import nvrtc
+    d = napkin.load(name)
+    p = plan(d, "h100", {a: 4096 for a, s in d.axes.items() if s is None})
+    out = nvrtc.compile(render(lower(p)), arch="sm_90a")
+    assert all(r.spill_stores == 0 for r in out.resources.values()), out.log
+    assert "C7514" not in out.log
