@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import added, fold, issue_pair, issue_simt, occupancy
+from . import added, fold, issue_pair, issue_simt, occupancy, wgmma
 from .choices import NUMBERS, prod, total
 from .flops import work_extents
 from .target import Target
@@ -35,7 +35,6 @@ from .target import Target
 WARP = 32
 HMMA_FLOPS = 2 * 16 * 8 * 16       # one mma.sync.m16n8k16
 LDSM_BYTES = 512                   # ldmatrix.x4: 32 lanes x 16 bytes
-WGMMA_DESCRIPTORS = 2              # integer ops beside each HGMMA: its two descriptors' adds
 # A tensor-core kernel's chunk, per warp (codegen/mma.py's pipeline), counted in the SASS of
 # the library's matmul and attention main loops (sm_90, benchmarks/model_check.py): the
 # iteration (cp.async commit and wait, the barrier, the stage flip, the loop test) ...
@@ -296,11 +295,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                     units[0] * chunks * fraction * rows / 16 *
                     occupancy.query_slices(model, choice, sizes))
             dependent = lanes / WARP
-        elif choice.instruction == "wgmma":
-            # each warp issues one HGMMA per 16 of k (its warpgroup's 64 x N, N / 8 HMMAs'
-            # worth) and two descriptors; the operands never pass through registers (no LDSM)
-            per_warp = prod(v for _, v in choice.thread) / 4 / (16 * 8)   # HMMAs an HGMMA does
-            warp_instr = hmma / per_warp * (1 + WGMMA_DESCRIPTORS) + lanes / WARP + copies
+        elif choice.instruction == "wgmma":     # HGMMA and descriptors, no LDSM (wgmma.py)
+            warp_instr = wgmma.warp_instructions(hmma, choice) + lanes / WARP + copies
             dependent = 0
         else:
             ldsm = (H[1] if len(H) > 1 else 0) / LDSM_BYTES
@@ -318,8 +314,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         threads = warps_per_block * WARP
         warp_instr = warp_instr + units[0] * warps_per_block * (
             NUMBERS.ceil(span[1] / threads) * SPAN_POSITION + span[2] * SPAN_REDUCE)
-    key = "wgmma" if choice.instruction == "wgmma" else "tensor"
-    rate = target.rate(f"{key}_{_tensor_dtype(model)}") if tensor else None
+    rate = target.rate(wgmma.rate_key(choice, _tensor_dtype(model))) if tensor else None
     out = {"tensor": total(tensor_flops) / rate if rate else 0,
            "issue": _per(target, "schedulers", warp_instr),
            "fp32": _per(target, "fp32_lanes", total(fp32)),

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ir
+from .choices import prod
 from .wgmma_layout import descriptor
 
 INSTRUCTIONS = ("mma.sync", "wgmma")
@@ -36,6 +37,22 @@ GROUPS = (1, 2)               # warpgroups per block
 COLS = (8, 16, 32, 64, 96, 128, 192, 256)    # block columns = N the search considers
 CHUNKS = (16, 32, 64)
 MAX_N = 256
+
+
+DESCRIPTORS = 2               # integer ops beside each HGMMA: its two descriptors' adds
+
+
+def rate_key(choice, dtype: str) -> str:
+    """The target's [compute] rate a tensor-core choice runs its products at."""
+    return f"{'wgmma' if choice.instruction == 'wgmma' else 'tensor'}_{dtype}"
+
+
+def warp_instructions(hmma, choice):
+    """Warp instructions of a wgmma kernel's products, from their HMMA-equivalents `hmma`:
+    each warp issues one HGMMA per 16 of k (its warpgroup's 64 x N tile, N / 8 HMMAs'
+    worth) and its two descriptors; the operands never pass through registers (no LDSM)."""
+    per = prod(v for _, v in choice.thread) / 4 / (16 * 8)
+    return hmma / per * (1 + DESCRIPTORS)
 
 
 def available(target, dtype: str) -> bool:
