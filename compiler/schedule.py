@@ -333,7 +333,8 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
         raise _refuse(name, f"instruction {choice.instruction!r}: one of "
                       f"{', '.join(wgmma.INSTRUCTIONS)}")
     if choice.instruction == "wgmma":
-        why = wgmma.why_not(g, kernel, model, found, target) or wgmma.check(
+        why = ("wgmma runs plain products here, not attention or chains" if engine != PRODUCT
+               else wgmma.why_not(g, kernel, model, found, target)) or wgmma.check(
             g, found, tile, per_warp, warps, choice.stream[1], dict(layouts))
         if why:
             raise _refuse(name, f"it asks for wgmma, but {why}")

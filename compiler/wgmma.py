@@ -3,7 +3,7 @@ schedule is.
 
 A tensor-core product's `Choice.instruction` is `mma.sync` (codegen/mma.py) or `wgmma`
 (codegen/wgmma.py), decided once by the planner (kernel_plan's tensor-core search: each
-instruction's fastest tiling, `search` here for wgmma, the faster of the two by the model)
+instruction's fastest tiling, wgmma_search.py's for wgmma, the faster of the two by the model)
 and checked here when the schedule is built (`check`). wgmma is considered only on a target whose arch is an `a` one (sm_90a: the only
 place wgmma runs) with a `wgmma_<dtype>` rate, for a plain product: an epilogue over the
 product's points, operands loaded as they are (no operand computed as it is staged, no
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ir
+from . import ir, packing
 from .choices import prod
 from .wgmma_layout import descriptor
 
@@ -61,10 +61,8 @@ def available(target, dtype: str) -> bool:
 
 
 def why_not(g, kernel, model, site, target) -> str | None:
-    """Why a product site stays on mma.sync (None: wgmma may run it)."""
-    from .tensorcore import Site
-    if not isinstance(site, Site):
-        return "wgmma runs plain products here (not attention or chains yet)"
+    """Why a product site (tensorcore.Site: the callers keep attention and chains, which
+    wgmma does not run yet, on mma.sync) stays on mma.sync (None: wgmma may run it)."""
     if not available(target, site.dtype):
         return f"{target.name} ({target.arch}) has no wgmma for {site.dtype}"
     if site.computed or site.stats or site.renamed:
@@ -78,7 +76,6 @@ def why_not(g, kernel, model, site, target) -> str | None:
 
 def _inner(g, n: int, frag: str, k: str) -> str:
     """The axis a staged operand tile holds contiguously (schedule.operand_layouts' rule)."""
-    from . import packing
     axes = ir.type_of(g, n).axes
     return frag if packing.position(axes, frag) > axes.index(k) else k
 
@@ -134,30 +131,5 @@ def tilings(g, site, top_rows: int, top_cols: int) -> np.ndarray:
     return found[keep]
 
 
-def search(g, model, cols, target, sizes: dict, s, fixed: dict):
-    """The fastest wgmma tiling of a product site that fits and honours the block-level hints
-    (as tensorcore.search's for mma.sync), or None."""
-    from . import warps
-    from .cost import Choices
-    hints = warps.block_hints(fixed, s.red, (s.row, s.col), s.batch)
-    if hints is None:
-        return None
-    hinted, chunk = hints
-    top = [warps.pow2_at_least(sizes[a], f) for a, f in ((s.row, 16), (s.col, 8))]
-    found = tilings(g, s, *top)
-    bm, bn, bk, wg, _ = found.T
-    keep = warps.matches(hinted.get(s.row), bm, sizes[s.row]) & \
-        warps.matches(hinted.get(s.col), bn, sizes[s.col]) & warps.matches(chunk, bk, sizes[s.red])
-    keep = np.broadcast_to(keep, bm.shape)
-    if not keep.any():
-        return None
-    bm, bn, bk, wg = (v[keep] for v in (bm, bn, bk, wg))
-    ones = tuple((a, 1) for a in s.batch)
-    candidates = Choices(group=((s.row, bm), (s.col, bn)) + ones, stream=(s.red, bk),
-                         thread=((s.row, float(ROWS)), (s.col, bn)) + ones,
-                         warps=((s.row, wg), (s.col, 1.0)), instruction="wgmma")
-    return warps.cheapest(model, cols, target, sizes, candidates, (-(bm * bn), bk, wg))
-
-
 __all__ = ["INSTRUCTIONS", "available", "why_not", "check", "descriptors", "feasible", "tilings",
-           "search"]
+           "rate_key", "warp_instructions"]
