@@ -136,6 +136,8 @@ def _tiles(plan: Plan, sched) -> list[dict]:
         if lay.mask:
             term = f"(row >> {lay.shift})" if lay.shift else "row"
             one["xor"] = f"16-byte chunk ^= {term} & {lay.mask}"
+        if lay.block:       # (a wgmma operand: TileLayout.block)
+            one["xor"] = one.get("xor", "") + f", in blocks of {lay.block} values a row"
         out.append(one)
     return out
 
@@ -176,6 +178,12 @@ def _engine(plan: Plan, kp) -> dict:
                     "outputs": [array_name(g, p.node) for p in found.outs],
                     # products over the rows, each block's share added with atomics
                     "added": [array_name(g, a.store) for a in found.across],
+                    "stages": sched.stages, "tiles": tiles}
+        if sched.instruction == "wgmma":     # (compiler/wgmma.py): warpgroups of 64 x N
+            return {"kind": "tensor cores", "algorithm": "matrix product",
+                    "instruction": f"wgmma.mma_async.sync.aligned.m64n{tn}k16",
+                    "dtype": found.dtype, "accumulate": "f32", "rows": found.row,
+                    "cols": found.col, "warpgroups": wm, "warpgroup_tile": [tm, tn],
                     "stages": sched.stages, "tiles": tiles}
         return {"kind": "tensor cores", "algorithm": "matrix product",
                 "instruction": instruction,
@@ -287,12 +295,21 @@ def render_text(rep: dict) -> str:
                 what = (f"a chain of products (per chunk of {eng['streamed']}: "
                         f"{', '.join(eng['scores'])}, then {', '.join(eng['outputs'])} over "
                         f"it{added}), ")
-            lines.append(f"  on tensor cores: {what}{eng['instruction']} ({eng['dtype']} -> "
-                         f"{eng['accumulate']}), {eng['warps'][0]} x {eng['warps'][1]} warps "
-                         f"over {eng['rows']} x {eng['cols']}, each a {eng['warp_tile'][0]} x "
-                         f"{eng['warp_tile'][1]} tile of {eng['fragments'][0]} x "
-                         f"{eng['fragments'][1]} fragments; chunks copied {eng['stages'] - 1} "
-                         f"ahead by cp.async ({eng['stages']} stages)")
+            if "warpgroups" in eng:     # wgmma (compiler/wgmma.py)
+                lines.append(f"  on tensor cores: {eng['instruction']} ({eng['dtype']} -> "
+                             f"{eng['accumulate']}, Hopper's warpgroup MMA, operands read from "
+                             f"shared memory by descriptors), {eng['warpgroups']} warpgroup(s) "
+                             f"along {eng['rows']}, each a {eng['warpgroup_tile'][0]} x "
+                             f"{eng['warpgroup_tile'][1]} tile of {eng['rows']} x {eng['cols']}; "
+                             f"chunks copied {eng['stages'] - 1} ahead by cp.async "
+                             f"({eng['stages']} stages)")
+            else:
+                lines.append(f"  on tensor cores: {what}{eng['instruction']} ({eng['dtype']} -> "
+                             f"{eng['accumulate']}), {eng['warps'][0]} x {eng['warps'][1]} warps "
+                             f"over {eng['rows']} x {eng['cols']}, each a {eng['warp_tile'][0]} x "
+                             f"{eng['warp_tile'][1]} tile of {eng['fragments'][0]} x "
+                             f"{eng['fragments'][1]} fragments; chunks copied {eng['stages'] - 1} "
+                             f"ahead by cp.async ({eng['stages']} stages)")
             lines.append("    shared tiles: " + ", ".join(
                 f"{t['array']} [{t['rows']}][{t['row_values']}] {t['layout']}" +
                 (f" ({t['xor']})" if "xor" in t else
@@ -334,8 +351,9 @@ def render_text(rep: dict) -> str:
                     parts.append(f"{a} -> {info['symbol']} = {info['size']}")
             if parts:
                 per_warp = eng["kind"] == "tensor cores" and lv is k["levels"][-1]
+                unit = "warpgroup" if "warpgroups" in eng else "warp"     # (wgmma's unit)
                 lines.append(f"  {lv['level']:<10} " + "   ".join(parts)
-                             + ("   (per warp)" if per_warp else ""))
+                             + (f"   (per {unit})" if per_warp else ""))
         lines.append("  memory:")
         lines.append(f"    {'buffer':<14} {'role':<26} {'shape':<36} {'level':<10} {'bytes':>10}")
         for b in k["buffers"]:

@@ -79,7 +79,13 @@ class Options:
 
     @property
     def target_name(self) -> str:
-        return self.target or targets.DEFAULT
+        """The target planned for: the one given, with the arch given when it differs from the
+        target's (`h100:arch=sm_90`: the plan then uses only what that arch has, mma.sync and
+        not wgmma)."""
+        name = self.target or targets.DEFAULT
+        if self.arch and self.arch != targets.load(name).arch:
+            return f"{name}{',' if ':' in name else ':'}arch={self.arch}"
+        return name
 
     def arch_for(self, target) -> str:
         """The arch to compile for: the one given, else the target's (sm_90 for a model)."""

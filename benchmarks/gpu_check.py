@@ -13,7 +13,7 @@ and writes DIR/gpu_check.json and a printed table.
 It checks the kernels no GPU had run when they landed (`features`, benchmarks/gpu_features.py):
 packed GQA rows (q = 2..8, r * q <= 16, unmasked and causal decode, split over x and not),
 heads of 192 and 256 (Q re-read), a softmax over three axes, paged attention on tensor cores,
-12 checks at odd sizes in f16 and bf16 against the float64 reference, each with the path it
+products on wgmma (opt-in: arch sm_90a, never run on a GPU), checks at odd sizes in f16 and bf16 against the float64 reference, each with the path it
 exists for (packed rows, re-read, split, engine) recorded; and times the tensor-core ones at
 scale (packed decode b=8 g=8 r=4 q=4 x=4k d=128, plain and causal; d=256 and 192 at b=4 h=16
 N=4k; paged decode x=32k) beside the model's prediction, in the timings (`case` names them).
@@ -60,7 +60,7 @@ references), on any machine: CI runs it, with --quick --sample.
 bf16, f32, ...): every diagram and every dtype once, 12 checks instead of 36.
 
 --diagrams A,B,... checks those library diagrams only (the timings and the other sections
-run as without it). --features F,G,... checks and times those features only (packed-gqa,
+run as without it). --features F,G,... checks and times those features only (wgmma, packed-gqa,
 wide-head, softmax-3-axes, paged-tensor-cores); --sample checks the first case of each,
 --quick times the first of each.
 

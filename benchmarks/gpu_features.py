@@ -77,6 +77,7 @@ PACKED = {"engine": "attention", "packed": ["r", "q"]}
 REREAD = {"engine": "attention", "reread": True}
 PAGED = {"engine": "attention"}
 PRODUCT = {"engine": "tensor-core product", "kernels": 1}
+WGMMA = {"engine": "tensor-core product", "instruction": "wgmma"}
 
 # (case, feature, diagram(dtype), dtype, shape, options (Options.make), expected path)
 CHECKS = [
@@ -109,6 +110,13 @@ CHECKS = [
      {"t": 77, "h": 3, "d": 40, "m": 72}, {"engine": "tensor-cores"}, PRODUCT),
     ("projections then attention", "stored-16-bit", _projected, "bf16",
      {"b": 2, "t": 97, "s": 97, "m": 72, "h": 3}, {}, {"engine": "attention"}),
+    # wgmma (opt-in with arch sm_90a until these pass on a GPU: docs/tensor-cores.md)
+    ("matmul on wgmma 1000x777x1031", "wgmma", _library("matmul"), "f16",
+     {"m": 1000, "k": 777, "n": 1031}, {"arch": "sm_90a"}, WGMMA),
+    ("matmul on wgmma 2049x1023x517", "wgmma", _library("matmul"), "bf16",
+     {"m": 2049, "k": 1023, "n": 517}, {"arch": "sm_90a"}, WGMMA),
+    ("linear_gelu on wgmma 1031", "wgmma", _library("linear_gelu"), "f16",
+     {"t": 1031, "i": 1031, "o": 1031}, {"arch": "sm_90a"}, WGMMA),
 ]
 
 # the tensor-core ones at scale: (case, feature, diagram(dtype), dtype, shape, bench name
@@ -143,7 +151,8 @@ def path(p) -> dict:
     """What the plan chose, in `expect`'s terms."""
     from napkin.compiler.flash import FlashSite
     out = {"engines": [kp.schedule.engine for kp in p.kernels], "kernels": len(p.kernels),
-           "split": None if p.split is None else p.split.axis}
+           "split": None if p.split is None else p.split.axis,
+           "instructions": [kp.choice.instruction for kp in p.kernels if kp.choice.warps]}
     for kp in p.kernels:
         if isinstance(kp.schedule.site, FlashSite):
             out.update(packed=list(kp.schedule.site.packed), reread=bool(kp.schedule.reread))
@@ -154,6 +163,8 @@ def path_ok(got: dict, expect: dict) -> bool:
     for key, want in expect.items():
         if key == "engine":
             ok = want in got["engines"]
+        elif key == "instruction":
+            ok = want in got["instructions"]
         elif key == "kernels_at_least":
             ok = got["kernels"] >= want
         else:
@@ -186,7 +197,7 @@ def feature_checks(dry_run: bool, sample: bool = False, features=None):
         try:
             d = make(dtype)
             if dry_run:
-                k = Kernel(d, Options.make(target="h200", arch="sm_90", **options),
+                k = Kernel(d, Options.make(**{"target": "h200", "arch": "sm_90", **options}),
                            backend="reference")
                 entry["path"] = path(k.compiled_for(shape)[0])
                 entry.update(status="compiled", resources=_resources(k, shape))

@@ -149,7 +149,14 @@ def kernel_sass(p, made, index: int) -> dict:
     parts, tgt = dict(kp.cost.compute_parts), p.target
     loops = blocks * warps * chunks * computed
     dtype = "bf16" if "bf16" in {w.dtype for w in kp.model.work} else "f16"
-    model = {"tensor": parts.get("tensor", 0) * (tgt.rate(f"tensor_{dtype}") or 0) / 4096 / loops,
+    # an mma.sync kernel's tensor instructions are HMMA (4096 FLOP each); a wgmma kernel's
+    # HGMMA.64xNx16, which each of a warpgroup's 4 warps issues (compiler/wgmma.py)
+    if kp.choice.instruction == "wgmma":
+        n = dict(kp.choice.thread)[sched.site.col]
+        key, per = f"wgmma_{dtype}", 2 * 16 * n * 16
+    else:
+        key, per = f"tensor_{dtype}", 4096
+    model = {"tensor": parts.get("tensor", 0) * (tgt.rate(key) or 0) / per / loops,
              "fp32": parts.get("fp32", 0) * tgt.per_second("fp32_lanes") / 32 / loops,
              "mufu": parts.get("mufu", 0) * tgt.per_second("mufu_lanes") / 32 / loops,
              "issue": parts.get("issue", 0) * rate / (blocks * warps * chunks)}

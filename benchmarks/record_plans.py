@@ -48,7 +48,8 @@ def choice_json(choice: Choice) -> dict:
             "inner": list(choice.inner) if choice.inner else None,
             "warps": [list(p) for p in choice.warps],
             # attention's Q re-read from shared memory (recorded where chosen only)
-            **({"reread": True} if choice.reread else {})}
+            **({"reread": True} if choice.reread else {}),
+            **({"instruction": choice.instruction} if choice.instruction != "mma.sync" else {})}
 
 
 def record_one(name: str, tname: str, shape_name: str) -> list[dict]:

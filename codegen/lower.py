@@ -20,6 +20,7 @@ from .chain import ChainLowering
 from .flash import FlashLowering
 from .kernel import KernelLowering
 from .mma import MmaLowering
+from .wgmma import WgmmaLowering
 from .tail import Tail
 from . import scatter as scatters
 
@@ -107,7 +108,7 @@ def lower(plan: Plan) -> P.Program:
         body = lowering.build(f"napkin_{kp.kernel.name}")
         kernels.append(P.KernelProgram(body.name, tuple(params), body.threads, body.blocks,
                                        body.smem_bytes_formula, body.smem, body.body, itype,
-                                       kp.kernel.name))
+                                       kp.kernel.name, body.wgmma))
         sizes_p = [q for q in params if q.role == "size"]
         for n in sorted(added):     # each sum converted into its array (codegen/scatter.py)
             scratch_p = next(q for q in params if q.name == names[n][0])
@@ -131,6 +132,8 @@ def _lowering(plan: Plan, kp, names: dict, sizes: dict, itype: str) -> KernelLow
     kernel's schedule names."""
     lowering = {schedules.SIMT: KernelLowering, schedules.PRODUCT: MmaLowering,
                 schedules.ATTENTION: FlashLowering, schedules.CHAIN: ChainLowering}[kp.schedule.engine]
+    if kp.schedule.tensor_cores and kp.schedule.instruction == "wgmma":
+        lowering = WgmmaLowering        # (compiler/wgmma.py: plain products only)
     return lowering(plan, kp, names, packed_sizes(kp.model.packed, sizes), itype)
 
 

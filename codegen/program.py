@@ -123,6 +123,9 @@ class KernelProgram:
     body: tuple
     index_type: str                    # "int" or "long long"
     kernel: str = ""                   # the plan's kernel name (k0 ...)
+    wgmma: tuple = ()                  # the wgmma instructions it issues (wgmma_ptx.Variant):
+                                       # their helpers follow the prelude; its dynamic shared
+                                       # memory is 1024-byte aligned (NAPKIN_WGMMA_SMEM)
 
     def smem_bytes(self, sizes: dict[str, int], align: int = 16) -> int:
         """Dynamic shared memory for these runtime sizes: every buffer aligned to `align`."""

@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import program as P
+from . import wgmma_ptx
 from ..diagrams.version import VERSION
 
 HERE = Path(__file__).parent
@@ -49,9 +50,11 @@ def render(program: P.Program) -> str:
     for k in program.kernels:
         kernels.append({"name": k.name, "threads": k.threads, "index_type": k.index_type,
                         "params": [{"name": p.name, "ctype": p.ctype} for p in k.params],
-                        "body": _plain(k.body)})
+                        "body": _plain(k.body), "wgmma": bool(k.wgmma)})
+    variants = [v for k in program.kernels for v in k.wgmma]
     text = _env().get_template("kernels.cu.j2").render(
-        version=VERSION, prelude=PRELUDE.read_text().rstrip("\n"), kernels=kernels)
+        version=VERSION, prelude=PRELUDE.read_text().rstrip("\n"), kernels=kernels,
+        helpers=wgmma_ptx.helpers(variants).rstrip("\n") if variants else "")
     return text
 
 

@@ -45,6 +45,9 @@ def offset(layout: TileLayout, row: str, col: str, lane: str | None = None) -> s
     chunk's origin), which the term is computed from, so that it is the same in every chunk
     and fragment (loop-invariant: computed once per thread)."""
     at = f"({row}) * {layout.pitch}"
+    if layout.block:            # row blocks side by side (a wgmma operand, TileLayout.block)
+        at = f"(({col}) / {layout.block}) * {layout.outer * layout.block} + {at}"
+        col = f"({col}) % {layout.block}"
     if not layout.mask:
         return f"{at} + {col}"
     # ((r >> shift) & mask) << SHIFT in two operations (shift <= SHIFT: rows of 2 chunks or more)

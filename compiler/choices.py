@@ -31,6 +31,8 @@ class Choice:
                                                  # held in registers (flash.py)
     scatter: bool = False                        # a masked sum run as a scatter-add with
                                                  # atomics (scatter.py); no tiles of its own
+    instruction: str = "mma.sync"                # tensor cores: the MMA instruction, mma.sync or
+                                                 # Hopper's wgmma (compiler/wgmma.py)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class Choices:
     inner: tuple[str, object] | None = None
     warps: tuple[tuple[str, object], ...] = ()
     reread: object = False
+    instruction: str = "mma.sync"                # every candidate's (Choice.instruction)
 
     @classmethod
     def of(cls, choice: Choice | Choices) -> Choices:
@@ -59,7 +62,7 @@ class Choices:
             return choice
         return cls(choice.group, choice.stream, choice.thread,
                    (choice.split,) if choice.split else (), choice.inner, choice.warps,
-                   choice.reread)
+                   choice.reread, choice.instruction)
 
     @functools.cached_property
     def shape(self) -> tuple[int, ...]:
@@ -82,7 +85,8 @@ class Choices:
         stream = pairs((self.stream,))[0] if self.stream else None
         inner = pairs((self.inner,))[0] if self.inner else None
         return Choice(pairs(self.group), stream, pairs(self.thread), split, inner,
-                      pairs(self.warps), bool(entries(self.reread, where)))
+                      pairs(self.warps), bool(entries(self.reread, where)),
+                      instruction=self.instruction)
 
 
 class _Numbers:

@@ -209,7 +209,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     extents = work_extents(model, covs[0], choice, sizes)     # (each op's points and redo)
     flops = work_flops(model, covs[0], choice, sizes, fraction, extents)
     # with tensor cores the register level's unit is a warp: its 32 lanes hold the fragments
-    lanes = WARP if choice.warps else 1
+    # (wgmma's: a warpgroup of 128, which reads the operands and issues: compiler/wgmma.py)
+    lanes = (4 * WARP if choice.instruction == "wgmma" else WARP) if choice.warps else 1
     active = lanes * unit_counts[1] / unit_counts[0] if len(unit_counts) > 1 else 1
     # the block as launched (compiler/schedule.py): whole threads per axis, whole warps; the
     # register file and the SM's thread slots are shared by these, latency is hidden by the
@@ -234,7 +235,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
             model, choice, covs[0], helds[0][0], ops, stages))
     span = None
     if symbolic or issue.simt_only(target):
-        compute = total(amount / rate(target, engine, bool(choice.warps))
+        compute = total(amount / rate(target, engine, bool(choice.warps), choice.instruction)
                         for engine, amount in flops.items())
         parts = {"compute": compute}
     else:

@@ -44,12 +44,12 @@ def work_flops(model: Model, level1: dict, choice: Choices, sizes: dict, fractio
     return out
 
 
-def rate(target: Target, key, tensor_cores: bool) -> float:
-    """FLOP/s of an (engine, dtype): the tensor cores' for a contraction they run, else the
-    CUDA cores' f32 rate."""
+def rate(target: Target, key, tensor_cores: bool, instruction: str = "mma.sync") -> float:
+    """FLOP/s of an (engine, dtype): the tensor cores' for a contraction they run (mma.sync's
+    `tensor_<dtype>` or wgmma's `wgmma_<dtype>`), else the CUDA cores' f32 rate."""
     engine, dtype = key
     if tensor_cores and engine == "contraction" and target.engine_for("contraction", dtype):
-        found = target.rate(f"tensor_{dtype}")
+        found = target.rate(f"{'wgmma' if instruction == 'wgmma' else 'tensor'}_{dtype}")
         if found:
             return found
     return target.rate("simt_f32") or 1.0

@@ -105,7 +105,8 @@ def symbolic_choice(choice: Choice) -> tuple[Choice, dict]:
         if choice.split else None
     inner = (choice.inner[0], sym(f"u_{choice.inner[0]}", choice.inner[1])) \
         if choice.inner else None
-    return Choice(group, stream, thread, split, inner, choice.warps), values
+    return Choice(group, stream, thread, split, inner, choice.warps,
+                  instruction=choice.instruction), values
 
 
 def symbolic_cost(plan_kernel, target, values: bool = True) -> tuple[Cost, dict]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import added, fold, issue_pair, issue_simt, occupancy
+from . import added, fold, issue_pair, issue_simt, occupancy, wgmma
 from .choices import NUMBERS, prod, total
 from .flops import work_extents
 from .target import Target
@@ -295,6 +295,9 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                     units[0] * chunks * fraction * rows / 16 *
                     occupancy.query_slices(model, choice, sizes))
             dependent = lanes / WARP
+        elif choice.instruction == "wgmma":     # HGMMA and descriptors, no LDSM (wgmma.py)
+            warp_instr = wgmma.warp_instructions(hmma, choice) + lanes / WARP + copies
+            dependent = 0
         else:
             ldsm = (H[1] if len(H) > 1 else 0) / LDSM_BYTES
             warp_instr = hmma + ldsm + lanes / (WARP * lane_share) + copies + \
@@ -311,7 +314,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         threads = warps_per_block * WARP
         warp_instr = warp_instr + units[0] * warps_per_block * (
             NUMBERS.ceil(span[1] / threads) * SPAN_POSITION + span[2] * SPAN_REDUCE)
-    rate = target.rate(f"tensor_{_tensor_dtype(model)}") if tensor else None
+    rate = target.rate(wgmma.rate_key(choice, _tensor_dtype(model))) if tensor else None
     out = {"tensor": total(tensor_flops) / rate if rate else 0,
            "issue": _per(target, "schedulers", warp_instr),
            "fp32": _per(target, "fp32_lanes", total(fp32)),

@@ -15,7 +15,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
 from . import schedule as schedules
-from . import fingerprint, scatter, tensorcore
+from . import fingerprint, scatter, tensorcore, wgmma, wgmma_search
 from .columns import Column, columns
 from .cost import Choice, Cost, evaluate
 from .kernels import FusedKernel
@@ -225,6 +225,13 @@ class KernelPlanner:
                 model = tensorcore.for_site(self.g, k, base, where, self.sizes)
                 found = tensorcore.search_site(model, cols, self.target, self.sizes, where,
                                                fixed)
+                if isinstance(where, tensorcore.Site) and \
+                        wgmma.why_not(self.g, k, model, where, self.target) is None:
+                    # Hopper: the faster of mma.sync's and wgmma's best tilings (compiler/wgmma.py)
+                    other = wgmma_search.search(self.g, model, cols, self.target, self.sizes, where,
+                                                fixed)
+                    if other is not None and (found is None or other[1].time < found[1].time):
+                        found = other
                 if found is not None and (best is None or found[1].time < best.cost.time):
                     best = KernelPlan(k, model, cols, found[0], found[1], tuple(used))
         return best

@@ -71,6 +71,9 @@ LIMITS = ("registers", "shared memory", "threads", "blocks")
 # are live: erff's polynomial and its range tests (ptxas, sm_80 and sm_90: gelu_erf at 64x64
 # warp tiles uses 255 and spills 20-40 bytes where matmul at the same tiles uses 234)
 EPILOGUE_REGISTERS = {"erf": 32.0}
+# ... on wgmma (compiler/wgmma.py): ptxas (NVRTC 13.5, sm_90a) gives gelu_erf's 64 x 256
+# warpgroup tile 255 registers and 8 bytes of spills where matmul's uses 199 (the estimate)
+WGMMA_EPILOGUE_REGISTERS = {"erf": 64.0}
 
 
 def engine_of(model, choice) -> str:
@@ -118,7 +121,31 @@ def fragment_values(model, choice, sizes: dict):
                      for acc in model.arrays if acc.role == "accumulator")
         return thread[row] / 16 * (scores * choice.stream[1] / 8 * 4 + widths / 8 * 4) + 4
     tm, tn = (thread[a] for a in warped[:2]) if len(warped) > 1 else (thread[warped[0]], 8)
+    if choice.instruction == "wgmma":
+        # a warpgroup's 64 x N accumulators over its 128 threads; no operand fragments (the
+        # descriptors read shared memory), two 64-bit descriptors; and the epilogue's vectors
+        # over the columns (a bias[o]): a lane holds N / 4 columns, a register each
+        return tm * tn / (4 * WARP) + 4 + _column_vectors(model, choice, warped) * thread[
+            _columns(model, warped)] / 4
     return tm * tn / WARP + tm / 4 + tn / 4
+
+
+def _columns(model, warped) -> str:
+    """A product's column axis: of its two fragment axes, the later in what it stores (the
+    contiguous one: tensorcore._product's rule)."""
+    stored = next((a.axes for a in model.arrays if a.role == "store" and set(warped[:2]) <=
+                   set(a.axes)), tuple(warped))
+    return max(warped[:2], key=stored.index)
+
+
+def _column_vectors(model, choice, warped) -> int:
+    """Loads over the product's columns but not its rows nor the streamed axis: vectors the
+    epilogue reads at each column (a bias)."""
+    col = _columns(model, warped)
+    row = next(a for a in warped[:2] if a != col)
+    stream = choice.stream[0] if choice.stream else None
+    return sum(1 for a in model.arrays if a.role == "load" and col in a.axes
+               and row not in a.axes and stream not in a.axes)
 
 
 # FlashAttention-2: registers per score a lane holds, per elementwise op of the scores beyond
@@ -152,8 +179,8 @@ def _extra(model, choice, engine: str, level_M=0.0):
     if engine == "cuda cores":
         return PAIRED_SLOPE * level_M / 4 if model.streaming.pairs else 0.0
     if engine == "product":
-        return sum(EPILOGUE_REGISTERS.get(w.op, 0.0) for w in model.work
-                   if w.engine != "contraction")
+        table = WGMMA_EPILOGUE_REGISTERS if choice.instruction == "wgmma" else EPILOGUE_REGISTERS
+        return sum(table.get(w.op, 0.0) for w in model.work if w.engine != "contraction")
     (row,) = [a for a, _ in choice.warps]
     scores = dict(choice.thread)[row] * choice.stream[1] / WARP
     return SCORE_OP_REGISTERS * score_ops(model, choice) * scores

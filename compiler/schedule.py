@@ -31,7 +31,7 @@ from .target import Target
 from .search import SPLITS
 from .scatter import ScatterSite, blocks as scatter_blocks, site as scatter_site
 from .tensorcore import ChainSite, FlashSite, Site, examine
-from . import tilelayout
+from . import tilelayout, wgmma
 from .tilelayout import TileLayout
 from .warps import FRAGMENT
 
@@ -71,6 +71,7 @@ class Schedule:
     split: tuple[str, int] | None             # reduced axis split over `ways` lanes
     inner: tuple[str, int] | None             # reduced axis each thread streams
     warps: tuple[tuple[str, int], ...]        # tensor cores: warps per block along axes
+                                              # (wgmma: warpgroups, compiler/wgmma.py)
     threads: int                              # threads per block, as launched
     lanes: int                                # threads doing distinct work (<= threads)
     choice: Choice                            # what it was built from (KernelPlan checks)
@@ -112,6 +113,11 @@ class Schedule:
     @property
     def tensor_cores(self) -> bool:
         return self.site is not None
+
+    @property
+    def instruction(self) -> str:
+        """Tensor cores: the MMA instruction, mma.sync or wgmma (compiler/wgmma.py)."""
+        return self.choice.instruction
 
     @property
     def across(self) -> tuple:
@@ -317,15 +323,25 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
     if choice.reread and engine != ATTENTION:
         raise _refuse(name, f"it re-reads Q from shared memory, a choice of attention "
                       f"(FlashAttention-2); this kernel is a {engine}")
-    threads = count * WARP
+    threads = count * (wgmma.WARPGROUP if choice.instruction == "wgmma" else WARP)
     _threads(name, threads, target)
     # a warp's tile along each woven axis (1 where the choice gives none: batch, value width)
     per_warp = {a: thread.get(a, 1) for a in tile}
     across = getattr(found, "across", ())
+    layouts = operand_layouts(g, found, tile, choice.stream[1], choice.instruction)
+    if choice.instruction not in wgmma.INSTRUCTIONS:
+        raise _refuse(name, f"instruction {choice.instruction!r}: one of "
+                      f"{', '.join(wgmma.INSTRUCTIONS)}")
+    if choice.instruction == "wgmma":
+        why = ("wgmma runs plain products here, not attention or chains" if engine != PRODUCT
+               else wgmma.why_not(g, kernel, model, found, target)) or wgmma.check(
+            g, found, tile, per_warp, warps, choice.stream[1], dict(layouts))
+        if why:
+            raise _refuse(name, f"it asks for wgmma, but {why}")
     return Schedule(engine, found, tuple(sorted(tile.items())), choice.stream,
                     tuple(sorted(per_warp.items())), None, None, tuple(sorted(warps.items())),
                     threads, threads, choice, stages=PIPELINE,
-                    layouts=operand_layouts(g, found, tile, choice.stream[1]),
+                    layouts=layouts,
                     reread=choice.reread,
                     finish=scatter_blocks(ir.type_of(g, across[0].store).axes, sizes)
                     if across else ())
@@ -349,15 +365,19 @@ def operand_tiles(site, tile: dict, chunk: int) -> list[tuple[int, tuple[str, in
     return list(dict.fromkeys(found))
 
 
-def operand_layouts(g, site, tile: dict, chunk: int) -> tuple[tuple[int, TileLayout], ...]:
+def operand_layouts(g, site, tile: dict, chunk: int,
+                    instruction: str = "mma.sync") -> tuple[tuple[int, TileLayout], ...]:
     """Each staged operand's layout: its inner axis is the one of the two later in the array
-    (contiguous: the copy is coalesced), rows over the other."""
+    (contiguous: the copy is coalesced), rows over the other; for wgmma, rows of a fragment
+    axis longer than 64 values in blocks of 64 (TileLayout.block: what a descriptor reads)."""
     out = []
     for n, frag, k in operand_tiles(site, tile, chunk):
         axes = ir.type_of(g, n).axes
         inner, outer = (frag, k) if packing.position(axes, frag[0]) > axes.index(k[0]) \
             else (k, frag)
-        out.append((n, tilelayout.layout(outer[1], inner[1], (outer[0], inner[0]))))
+        block = wgmma.BLOCK if instruction == "wgmma" and inner is frag and \
+            inner[1] > wgmma.BLOCK and not inner[1] % wgmma.BLOCK else 0
+        out.append((n, tilelayout.layout(outer[1], inner[1], (outer[0], inner[0]), block)))
     for a in getattr(site, "across", ()):   # a chain's chunk values over its rows, staged as
         out.append((a.t, tilelayout.layout(tile[site.row], chunk, (site.row, site.red))))
     return tuple(dict.fromkeys(out))        # 16 bits for the products over the rows

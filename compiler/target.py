@@ -9,6 +9,8 @@ operands and results live). `--target two-level:M=49152` sets a parameter.
 
 from __future__ import annotations
 
+import re
+
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -103,10 +105,15 @@ def load(spec: str | None = None) -> Target:
     data = tomllib.loads((TARGETS_DIR / f"{name}.toml").read_text())
     levels = [Level(lv["name"], float(lv["capacity_bytes"]), lv.get("bandwidth"), lv.get("unit"),
                     tuple(lv.get("computes", ()))) for lv in data["levels"]]
+    arch = data["arch"]
     for key, value in _params(spec, params):
+        if key == "arch":
+            arch = value
+            continue
         if key != "M" or len(levels) < 2:
             raise UsageError(error("N0605", f"target `{name}` has no parameter `{key}`",
-                                   help="only two-level takes a parameter: two-level:M=BYTES")
+                                   help="two-level takes M=BYTES (two-level:M=49152); any "
+                                        "target takes arch=sm_XX, the arch compiled for")
                              .diagnostics)
         fast = levels[1]
         levels[1] = Level(fast.name, float(value), fast.bandwidth, fast.unit, fast.computes)
@@ -114,7 +121,7 @@ def load(spec: str | None = None) -> Target:
                            tuple(tuple(s) for s in e["shapes"]), e["operands_at"], e["results_at"])
                     for e in data.get("engines", ()))
     return Target(
-        name=spec if params else name, description=data["description"], arch=data["arch"],
+        name=spec if params else name, description=data["description"], arch=arch,
         processors=int(data["processors"]), clock_hz=float(data["clock_hz"]),
         warp_size=int(data["warp_size"]), max_threads_per_block=int(data["max_threads_per_block"]),
         max_registers_per_thread=int(data["max_registers_per_thread"]),
@@ -131,6 +138,13 @@ def load(spec: str | None = None) -> Target:
 def _params(spec: str, params: str):
     for part in filter(None, params.split(",")):
         key, eq, value = part.partition("=")
+        if key.strip() == "arch":       # the arch compiled for (which instructions exist)
+            if not re.fullmatch(r"sm_\d+[af]?", value.strip()):
+                raise UsageError(error("N0804", f"target parameter {part!r} in {spec!r}: "
+                                       "expected arch=sm_XX", help="for example h100:arch=sm_90")
+                                 .diagnostics)
+            yield "arch", value.strip()
+            continue
         try:
             number = float(value)
         except ValueError:

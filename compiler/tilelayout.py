@@ -59,13 +59,17 @@ def row_pad(inner):
 @dataclass(frozen=True)
 class TileLayout:
     """One tile's layout: `[outer][pitch]` values, chunk c of row r at c ^ ((r >> shift) &
-    mask) (mask 0: no XOR, plain or padded rows)."""
+    mask) (mask 0: no XOR, plain or padded rows). `block` (a wgmma schedule's operand whose
+    rows are longer than 64 values, compiler/wgmma.py): the rows are cut into blocks of
+    `block` values, `[inner / block][outer][block]`, each swizzled as a tile of rows of
+    `block` (the PTX ISA's 128-byte swizzle atoms side by side); `pitch` is then `block`."""
     axes: tuple[str, str]  # (the rows' axis, the contiguous one)
     outer: int           # rows
     inner: int           # values a row holds
     pitch: int           # values from a row to the next: inner, or inner + ROW_PAD
     shift: int
     mask: int
+    block: int = 0       # values a row block holds (0: the rows are whole)
 
     @property
     def swizzled(self) -> bool:
@@ -78,11 +82,16 @@ class TileLayout:
     @property
     def count(self) -> int:
         """Values one stage of the tile takes."""
-        return self.outer * self.pitch
+        return self.outer * (self.inner if self.block else self.pitch)
 
 
-def layout(outer: int, inner: int, axes: tuple[str, str] = ("", "")) -> TileLayout:
-    """The layout of an `outer x inner` tile (the rule above) over `axes` (rows, inner)."""
+def layout(outer: int, inner: int, axes: tuple[str, str] = ("", ""),
+           block: int = 0) -> TileLayout:
+    """The layout of an `outer x inner` tile (the rule above) over `axes` (rows, inner);
+    with `block` (a divisor of `inner` smaller than it), in row blocks of that many values."""
+    if block and block < inner:
+        one = layout(outer, block, axes)
+        return TileLayout(axes, outer, inner, block, one.shift, one.mask, block)
     if not swizzles(inner):
         return TileLayout(axes, outer, inner, inner + int(row_pad(inner)), 0, 0)
     chunks = inner // VALUES

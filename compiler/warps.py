@@ -56,18 +56,19 @@ def cheapest(model: Model, cols, target: Target, sizes: dict, candidates: Choice
     one = candidates.at(best)
     warps = dict(one.warps)
     choice = tiled_choice(dict(one.group), sizes, one.stream, dict(one.thread), warps,
-                          tuple(warps), one.reread)
+                          tuple(warps), one.reread, one.instruction)
     return choice, cost.at(best, candidates.shape)
 
 
 def tiled_choice(group: dict, sizes: dict, stream: tuple, thread: dict, warps: dict,
-                 keep: tuple[str, ...], reread: bool = False) -> Choice:
+                 keep: tuple[str, ...], reread: bool = False,
+                 instruction: str = "mma.sync") -> Choice:
     """A tensor-core Choice: group sizes (whole axes dropped, except the fragment axes in
-    `keep`, whose tile the lowering needs), the streamed chunk, warp tiles and warps, and
-    whether attention re-reads Q from shared memory."""
+    `keep`, whose tile the lowering needs), the streamed chunk, warp tiles and warps,
+    whether attention re-reads Q from shared memory, and the MMA instruction."""
     kept = {a: v for a, v in group.items() if v < sizes[a] or a in keep}
     return Choice(tuple(sorted(kept.items())), stream, tuple(sorted(thread.items())),
-                  warps=tuple(sorted(warps.items())), reread=reread)
+                  warps=tuple(sorted(warps.items())), reread=reread, instruction=instruction)
 
 
 __all__ = ["FRAGMENT", "block_hints", "matches", "pow2_at_least", "cheapest", "tiled_choice",

@@ -53,7 +53,8 @@ class CupyLauncher:
         props = cupy.cuda.runtime.getDeviceProperties(dev.id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
         major, minor = dev.compute_capability[0], dev.compute_capability[1:]
-        arch = f"sm_{major}{minor}"
+        # (a compute capability 9.0 GPU runs sm_90a code: wgmma, compiler/wgmma.py)
+        arch = f"sm_{major}{minor}" + ("a" if f"{major}{minor}" == "90" else "")
         target = next((t for key, t in _TARGETS if key in name), "h100" if major >= 9 else "a100")
         return name, arch, target
 

@@ -63,7 +63,7 @@ enum class St : uint8_t { Ready, Running, Barrier, Warp, Exited };
 enum class Op : uint8_t {
   Sync, Idx, Up, Down, Xor, Ballot, Any, All,
   RedAdd, RedMin, RedMax, RedUMin, RedUMax, RedAnd, RedOr, RedXor,
-  MmaF16, MmaBF16, MmaTF32, Ldm,
+  MmaF16, MmaBF16, MmaTF32, Ldm, WgWait,
 };
 
 const char* op_name(Op op);
@@ -88,6 +88,7 @@ const char* op_name(Op op) {
     case Op::MmaBF16: return "mma.sync.m16n8k16.bf16";
     case Op::MmaTF32: return "mma.sync.m16n8k8.tf32";
     case Op::Ldm: return "ldmatrix";
+    case Op::WgWait: return "wgmma.wait_group";
   }
   return "?";
 }
@@ -116,6 +117,19 @@ struct CpCopy {
   unsigned char data[16];
 };
 
+// One wgmma.mma_async a thread issued and no wgmma.wait_group has completed yet
+// (napkin_emulate_wgmma.h): the product runs, reading shared memory and the
+// accumulator, when a wait_group completes its group.
+struct WgOp {
+  float* d;                 // this lane's accumulator registers (n / 2 floats)
+  uint64_t da, db;          // the matrix descriptors
+  long long group;          // the commit group it belongs to
+  const char* file;
+  int line;
+  short n;
+  uint8_t bf16, ta, tb, scale_d;
+};
+
 struct Block;
 
 struct Thread {
@@ -129,6 +143,10 @@ struct Thread {
   CpCopy* cp = nullptr;    // cp.async copies in flight (malloc'd; ncp of cpcap used)
   int ncp = 0, cpcap = 0;
   long long committed = 0; // cp.async groups committed so far
+  WgOp* wg = nullptr;      // wgmma.mma_async in flight (malloc'd; nwg of wgcap used)
+  int nwg = 0, wgcap = 0;
+  long long wg_committed = 0;  // wgmma groups committed so far
+  bool wg_fenced = false;  // a wgmma.fence since the last wgmma.wait_group
   Block* block = nullptr;
   // TSan synchronization objects (only their addresses matter): released when the
   // thread arrives at a barrier or collective, acquired when it resumes from one.

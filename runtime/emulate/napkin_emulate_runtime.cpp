@@ -76,6 +76,10 @@ NAPKIN_NO_TSAN static void thread_body(Thread* t, Block* b) {
   // Copies never waited for are dropped: no correct kernel can observe them (their
   // writes become visible only through the issuing thread's wait_group).
   t->ncp = 0;
+  // A wgmma never waited for is a kernel bug: its accumulator would never be defined.
+  if (t->nwg)
+    fail("%s:%d: the thread exits with %d wgmma.mma_async not completed by a wgmma.wait_group%s", t->wg[0].file,
+         t->wg[0].line, t->nwg, t->wg[t->nwg - 1].group == t->wg_committed ? " (the last not even committed)" : "");
   t->state = St::Exited;
   tsan_release(&b->tok_end);
 }
@@ -148,6 +152,7 @@ NAPKIN_NO_TSAN static void free_fiber(Thread* t) {
 #endif
   munmap(t->map, t->map_size);
   free(t->cp);
+  free(t->wg);
   delete t;
 }
 
@@ -234,6 +239,9 @@ NAPKIN_NO_TSAN static void run_block(Block* b) {
     t->state = St::Ready;
     t->ncp = 0;
     t->committed = 0;
+    t->nwg = 0;
+    t->wg_committed = 0;
+    t->wg_fenced = false;
   }
   for (;;) {
     bool ran = false;

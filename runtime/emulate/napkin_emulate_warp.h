@@ -107,9 +107,17 @@ NAPKIN_NO_TSAN void ldm_compute(Thread* const* lanes, int num, bool trans) {
   }
 }
 
+NAPKIN_NO_TSAN void wgmma_complete(Thread* const* lanes, int pending);  // napkin_emulate_wgmma.h
+
 NAPKIN_NO_TSAN void warp_compute(Thread* me, Thread* const* lanes) {
   const Slot& ms = me->slot;
   const Op op = ms.op;
+  if (op == Op::WgWait) {
+    for (int l = 0; l < 32; ++l)
+      if (!lanes[l]) fail("%s:%d: %s needs all 32 lanes of the warp; lane %d does not exist", ms.file, ms.line, op_name(op), l);
+    wgmma_complete(lanes, ms.arg);
+    return;
+  }
   if (op == Op::MmaF16 || op == Op::MmaBF16 || op == Op::MmaTF32 || op == Op::Ldm) {
     for (int l = 0; l < 32; ++l)
       if (!lanes[l]) fail("%s:%d: %s needs all 32 lanes of the warp; lane %d does not exist", ms.file, ms.line, op_name(op), l);

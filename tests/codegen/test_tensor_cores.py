@@ -80,7 +80,12 @@ def test_library_products_on_tensor_cores_match_the_reference(name, dtype):
     d = library(name, dtype)
     p = tc_plan(d)
     assert on_tensor_cores(p), [kp.choice for kp in p.kernels]
-    assert "napkin_mma_m16n8k16_" + dtype in render(lower(p))
+    # each product on the instruction its plan chose (h100: wgmma where the model prefers it)
+    text = render(lower(p))
+    for kp in on_tensor_cores(p):
+        wanted = (rf"napkin_wgmma_m64n{dict(kp.choice.thread)[kp.schedule.site.col]}k16_{dtype}"
+                  if kp.choice.instruction == "wgmma" else f"napkin_mma_m16n8k16_{dtype}")
+        assert re.search(wanted, text), wanted
     assert_close(d, p, shape_of(d))
 
 
@@ -128,15 +133,17 @@ def test_epilogue_with_bias_masks_and_casts():
 
 
 def retiled(p, chunk: int, tiles: dict):
-    """The plan with its tensor-core kernel retiled: `tiles` gives each fragment axis its
-    (block tile, warps along it); `chunk` the streamed chunk."""
+    """The plan with its tensor-core kernel retiled on mma.sync: `tiles` gives each fragment
+    axis its (block tile, warps along it); `chunk` the streamed chunk (an h100 plan's product
+    may be on wgmma: compiler/wgmma.py)."""
     (kp,) = p.kernels
     c = kp.choice
     group = {**dict(c.group), **{a: t for a, (t, _) in tiles.items()}}
     thread = {**dict(c.thread), **{a: t // w for a, (t, w) in tiles.items()}}
     choice = dataclasses.replace(c, group=tuple(sorted(group.items())),
                                  thread=tuple(sorted(thread.items())), stream=(c.stream[0], chunk),
-                                 warps=tuple(sorted((a, w) for a, (_, w) in tiles.items())))
+                                 warps=tuple(sorted((a, w) for a, (_, w) in tiles.items())),
+                                 instruction="mma.sync")
     return with_choices(p, [choice])
 
 
@@ -191,7 +198,7 @@ def _pair_first(source: str) -> str:
 @pytest.mark.parametrize("bug", list(BUGS))
 def test_seeded_fragment_bugs_give_wrong_values(bug):
     d = library("matmul", "f16")
-    p = tc_plan(d)
+    p = tc_plan(d, "h100:arch=sm_90")       # mma.sync's fragments (sm_90a: wgmma)
     assert not all(verdicts(d, p, {"m": 37, "k": 41, "n": 29}, source_edit=BUGS[bug]))
 
 

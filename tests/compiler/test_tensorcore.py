@@ -16,6 +16,9 @@ from napkin.compiler.plan import plan
 from .test_explain import run_cli
 
 SQUARE = {"m": 4096, "k": 4096, "n": 4096}
+# h100 compiled for plain sm_90: mma.sync's rules (sm_90a plans these products on wgmma:
+# tests/codegen/test_wgmma_products.py)
+MMA = "h100:arch=sm_90"
 
 
 def matmul(dtype="f16", a="A[m k]", b="B[k n]"):
@@ -27,7 +30,7 @@ def engine(p, i=0):
 
 
 def test_a_large_product_runs_on_tensor_cores_within_the_rules():
-    p = plan(matmul(), "h100", SQUARE)
+    p = plan(matmul(), MMA, SQUARE)
     (kp,) = p.kernels
     site = tensorcore.site(p.graph, kp.kernel, kp.model, p.target, p.sizes)
     wm, wn, tm, tn = tensorcore.warp_tile(kp.choice, site, p.sizes)
@@ -119,7 +122,7 @@ def test_block_hints_choose_the_tensor_core_tile_and_thread_hints_keep_simt():
 
 
 def test_the_plan_counts_the_shared_rows_as_laid_out_and_the_warp_level_registers():
-    (kp,) = plan(matmul(), "h100", SQUARE).kernels
+    (kp,) = plan(matmul(), MMA, SQUARE).kernels
     group, bk = dict(kp.choice.group), kp.choice.stream[1]
     smem = kp.cost.levels[1].M
     # A [bm][bk] and B [bk][bn] halves, rows swizzled (compiler/tilelayout.py: no padding),
@@ -142,7 +145,8 @@ def test_the_plan_counts_the_shared_rows_as_laid_out_and_the_warp_level_register
 
 
 def test_explain_prints_the_engine_line(capsys):
-    status, out, _ = run_cli(capsys, "explain", "matmul", "--shape", "m=4096,k=4096,n=4096")
+    status, out, _ = run_cli(capsys, "explain", "matmul", "--shape", "m=4096,k=4096,n=4096",
+                             "--arch", "sm_90")
     assert status == 0 and "on tensor cores: mma.sync.aligned.m16n8k16 (f16 -> f32)" in out
     status, out, _ = run_cli(capsys, "explain", "matmul", "--shape", "m=4096,k=4096,n=4096",
                              "--engine", "cuda-cores", "--json")
@@ -151,7 +155,7 @@ def test_explain_prints_the_engine_line(capsys):
 
 
 def test_compile_emits_mma_unless_told_not_to(capsys):
-    args = ("compile", "matmul", "--shape", "m=4096,k=4096,n=4096")
+    args = ("compile", "matmul", "--shape", "m=4096,k=4096,n=4096", "--arch", "sm_90")
     status, on, _ = run_cli(capsys, *args)
     assert status == 0 and "napkin_mma_m16n8k16_f16(acc" in on and "napkin_ldmatrix_x4(fa" in on
     status, off, _ = run_cli(capsys, *args, "--engine", "cuda-cores")

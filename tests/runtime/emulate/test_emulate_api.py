@@ -38,7 +38,9 @@ def _kernel_files():
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC (pip install 'napkin[nvrtc]') is not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("name", _kernel_files())
+# (wgmma.cu needs the helpers codegen/wgmma_ptx.py prints after the prelude: its NVRTC builds,
+# sm_90a, sm_90 and sm_80, are tests/codegen/test_wgmma_ptx.py's)
+@pytest.mark.parametrize("name", [n for n in _kernel_files() if n != "wgmma.cu"])
 def test_every_test_kernel_compiles_with_nvrtc(kernel, name, arch, compiled):
     compiled = compiled(kernel(name), arch)
     assert compiled.cubin and compiled.kernels
