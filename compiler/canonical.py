@@ -45,6 +45,7 @@ from .graph import DiGraph, ancestors
 
 from . import ir
 from .merge import merge_axes
+from .reach import normalised
 
 
 def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True) -> DiGraph:
@@ -306,7 +307,7 @@ def _within(t: ir.ArrayType, axes: set) -> ir.ArrayType:
 def _hoisted(g: DiGraph, n: int) -> bool:
     """contract[K](A, B) where A (or B) is a product with factors that lack every axis of K
     becomes contract[K](the other factors, B) times those factors."""
-    if not _is(g, n, ir.Contract) or _normalised(g, n):
+    if not _is(g, n, ir.Contract) or normalised(g, n):
         return False
     op, out = ir.op(g, n), ir.type_of(g, n)
     span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
@@ -337,24 +338,6 @@ def _hoisted(g: DiGraph, n: int) -> bool:
                                  stmt=stmt)
         _replace(g, n, result)
         return True
-    return False
-
-
-def _normalised(g: DiGraph, n: int) -> bool:
-    """Whether n's values reach a softmax over one of its axes through elementwise ops only
-    (attention's scores: QK-norm's rsqrt stays in the query and key FlashAttention loads)."""
-    frontier, seen = [n], set()
-    while frontier:
-        m = frontier.pop()
-        for u in g.successors(m):
-            if u in seen:
-                continue
-            seen.add(u)
-            op = ir.op(g, u)
-            if isinstance(op, ir.Softmax) and set(op.axes) & set(ir.type_of(g, n).axes):
-                return True
-            if isinstance(op, (ir.Map, ir.Assign)):
-                frontier.append(u)
     return False
 
 

@@ -16,10 +16,11 @@ from . import hints as hint_mod
 from . import ir
 from . import schedule as schedules
 from . import fingerprint, scatter, tensorcore, wgmma, wgmma_search
-from .columns import Column, columns
+from .columns import Column
 from .cost import Choice, Cost, evaluate
 from .kernels import FusedKernel
-from .model import Model, kernel_model
+from .model import Model
+from .model_memo import _shared_model
 from .schedule import Schedule
 from .search import SPLITS, fits, search
 from .target import Target
@@ -318,27 +319,6 @@ class KernelPlanner:
         choice = Choice(tuple(sorted((a, g) for a, g in group.items() if g < self.sizes[a])),
                         stream, thread, None, fixed.get("inner"))
         return evaluate(model, cols, choice, self.sizes, self.target)
-
-
-_MODELS: OrderedDict = OrderedDict()     # (graph token, kernel, axis) -> (model, columns)
-_MAX_MODELS = 4096
-
-
-def _shared_model(g: DiGraph, graph: int | None, k: FusedKernel, axis: str | None):
-    """kernel_model and columns of kernel k, memoised on the graph's contents (`graph`: its
-    fingerprint.token; None: not memoised) and what the model reads of the kernel."""
-    key = (graph, k.nodes, k.loads, k.stores, axis)
-    found = _MODELS.get(key) if graph is not None else None
-    if found is None:
-        model = kernel_model(g, k, axis)
-        found = (model, columns(g, model))
-        if graph is not None:
-            _MODELS[key] = found
-            if len(_MODELS) > _MAX_MODELS:
-                _MODELS.popitem(last=False)
-    else:
-        _MODELS.move_to_end(key)
-    return found
 
 
 _FOUND: OrderedDict = OrderedDict()      # (planner's problem, kernel, quick) -> _plan's answer

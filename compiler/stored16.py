@@ -30,6 +30,7 @@ from .graph import DiGraph, ancestors
 
 from . import ir
 from .canonical import through
+from .reach import downstream, normalised
 
 SIXTEEN = ("f16", "bf16")
 KEY = "stored16"
@@ -127,22 +128,9 @@ def anticipated(g: DiGraph, target) -> DiGraph:
 def _attention_operand(g: DiGraph, v: int) -> bool:
     """Whether a contraction reading v (through names and views) is attention's: its scores
     normalised by a softmax, or a softmax's product with V."""
-    from .canonical import _normalised
-    stack, seen = [v], set()
-    while stack:
-        u = stack.pop()
-        for w in g.successors(u):
-            if w in seen:
-                continue
-            seen.add(w)
-            op = ir.op(g, w)
-            if isinstance(op, (ir.Assign, ir.View, ir.Reshape)):
-                stack.append(w)
-            elif isinstance(op, ir.Contract) and (_normalised(g, w) or any(
-                    isinstance(ir.op(g, _source(g, m)), ir.Softmax)
-                    for m in ir.operands(g, w))):
-                return True
-    return False
+    return any(isinstance(ir.op(g, w), ir.Contract) and (normalised(g, w) or any(
+        isinstance(ir.op(g, _source(g, m)), ir.Softmax) for m in ir.operands(g, w)))
+        for w in downstream(g, v, (ir.Assign, ir.View, ir.Reshape)))
 
 
 def fallen_back(g: DiGraph, plans, tensor_engines) -> set:

@@ -233,7 +233,7 @@ TENSOR_KERNELS = [
     ("sliding_window_attention", {}, {}),
     ("softcap_attention", {}, {}), ("gqa_attention", {}, {}),
     # its mask's ops share each score's positions and read doc[x] once per key
-    # (issue.MASK_*), and its loop runs to the block's diagonal whatever the ids
+    # (issue_mask.MASK_*), and its loop runs to the block's diagonal whatever the ids
     ("varlen_attention", {}, {}), ("varlen_attention", {}, {"h": 4096, "q": 4096, "x": 4096}),
 ]
 

@@ -1,0 +1,82 @@
+"""explain's engine section of a kernel: what computes its contraction, the tensor cores
+(FlashAttention-2, a chain of products, a matrix product on mma.sync or wgmma: its warps,
+tiles and shared layouts) or the CUDA cores (and why)."""
+
+from __future__ import annotations
+
+from .compiler import tensorcore
+from .compiler.model import array_name
+from .compiler.plan import Plan
+
+
+def _tiles(plan: Plan, sched) -> list[dict]:
+    """Each staged operand tile's shared layout (Schedule.layouts, compiler/tilelayout.py):
+    its rows and values a row, swizzled (the XOR's row term), plain or padded."""
+    out = []
+    for n, lay in sched.layouts:
+        one = {"array": array_name(plan.graph, n), "rows": lay.outer, "row_values": lay.inner,
+               "pitch": lay.pitch, "layout": lay.kind}
+        if lay.mask:
+            term = f"(row >> {lay.shift})" if lay.shift else "row"
+            one["xor"] = f"16-byte chunk ^= {term} & {lay.mask}"
+        if lay.block:       # (a wgmma operand: TileLayout.block)
+            one["xor"] = one.get("xor", "") + f", in blocks of {lay.block} values a row"
+        out.append(one)
+    return out
+
+
+def engine_report(plan: Plan, kp) -> dict:
+    """What computes the kernel's contraction: tensor cores (how) or CUDA cores (why)."""
+    fm, fn, fk = tensorcore.FRAGMENT
+    instruction = f"mma.sync.aligned.m{fm}n{fn}k{fk}"
+    sched = kp.schedule
+    if sched.tensor_cores:
+        found = sched.site
+        wm, wn, tm, tn = sched.warp_layout()
+        tiles = _tiles(plan, sched)
+        if isinstance(found, tensorcore.FlashSite):
+            return {"kind": "tensor cores", "algorithm": "FlashAttention-2",
+                    "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
+                    "rows": found.row, "cols": found.dv, "warps": [wm, 1],
+                    "warp_tile": [tm, tn], "fragments": [tm // fm, tn // fn],
+                    # O's columns in tiles across blocks (flash.COLUMNS): the blocks along
+                    # them each compute the scores again; 1 where a block holds the head
+                    "column_blocks": -(-found.width // tn),
+                    "stages": sched.stages, "tiles": tiles,
+                    # Q's A fragments: held for the key loop, or re-read every chunk
+                    "q_fragments": "shared memory" if sched.reread else "registers",
+                    # rows over several axes of Q (compiler/packing.py): [axis, size] each,
+                    # the block's rows
+                    "packed": [[a, int(plan.sizes[a])] for a in found.packed],
+                    "block_rows": int(sched.block_tile()[found.row])}
+        if isinstance(found, tensorcore.ChainSite):
+            g = plan.graph
+            width = max(p.width for p in found.outs)
+            return {"kind": "tensor cores", "algorithm": "chain of products",
+                    "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
+                    "rows": found.row, "cols": found.outs[0].e, "warps": [wm, 1],
+                    "warp_tile": [tm, width], "fragments": [tm // fm, width // fn],
+                    "streamed": found.red,
+                    "scores": [array_name(g, s.node) for s in found.scores],
+                    "outputs": [array_name(g, p.node) for p in found.outs],
+                    # products over the rows, each block's share added with atomics
+                    "added": [array_name(g, a.store) for a in found.across],
+                    "stages": sched.stages, "tiles": tiles}
+        if sched.instruction == "wgmma":     # (compiler/wgmma.py): warpgroups of 64 x N
+            return {"kind": "tensor cores", "algorithm": "matrix product",
+                    "instruction": f"wgmma.mma_async.sync.aligned.m64n{tn}k16",
+                    "dtype": found.dtype, "accumulate": "f32", "rows": found.row,
+                    "cols": found.col, "warpgroups": wm, "warpgroup_tile": [tm, tn],
+                    "stages": sched.stages, "tiles": tiles}
+        return {"kind": "tensor cores", "algorithm": "matrix product",
+                "instruction": instruction,
+                "dtype": found.dtype, "accumulate": "f32", "rows": found.row, "cols": found.col,
+                "warps": [wm, wn], "warp_tile": [tm, tn], "fragments": [tm // fm, tn // fn],
+                "stages": sched.stages, "tiles": tiles}
+    found = tensorcore.best_site(plan.graph, kp.kernel, plan.target, plan.sizes)
+    if not isinstance(found, str):
+        why = ("tensor cores are off" if not plan.tensor_cores else
+               "predicted faster on the CUDA cores at these sizes")
+    else:
+        why = found
+    return {"kind": "cuda cores", "why": why}
