@@ -157,6 +157,7 @@ def test_the_plan_says_which_instruction(capsys):
     assert p.kernels[0].cost.time < mma.kernels[0].cost.time
 
 
+@pytest.mark.thorough      # (wgmma is opt-in: its SASS checked with the thorough tier)
 @pytest.mark.skipif(not _has_cuobjdump(), reason="cuobjdump wheel not installed (napkin[test])")
 def test_h100_matmul_cubin_holds_hgmma(capsys, tmp_path):
     """`napkin compile matmul --target h100 --emit cubin --arch sm_90a`: the main loop issues

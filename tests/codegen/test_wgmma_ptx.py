@@ -54,6 +54,7 @@ def test_helpers_compile_for_sm90a_and_guard_other_targets():
         assert "wgmma.mma_async" not in nvrtc.compile(source(), arch=arch).ptx
 
 
+@pytest.mark.thorough
 @needs_nvrtc
 @pytest.mark.skipif(not _has_tools(), reason="cuobjdump wheel not installed (napkin[test])")
 def test_sass_holds_each_hgmma_shape():

@@ -54,7 +54,7 @@ def _decode(d: int, e: int, shape: dict, shared: bool = False):
 
 @pytest.mark.parametrize("d, e, shape, shared", [
     (64, 256, DECODE, False),
-    (576, 512, {"b": 1, "h": 128, "q": 1, "x": 32768}, True),
+    pytest.param(576, 512, {"b": 1, "h": 128, "q": 1, "x": 32768}, True, marks=THOROUGH),
     pytest.param(64, 224, DECODE, False, marks=THOROUGH),
     pytest.param(64, 384, DECODE, False, marks=THOROUGH),
     pytest.param(64, 512, DECODE, False, marks=THOROUGH),

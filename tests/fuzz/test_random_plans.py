@@ -15,7 +15,7 @@ from .plans import as_regression, check_plan, describe, planned
 # a slice for CI, the full one in the thorough tier (budget.py); benchmarks/fuzz.py runs the
 # same strategy for minutes. Each interpreted example costs about 0.5 CPU-s, each emulated 1.4
 EMULATED = examples(5, 3)
-INTERPRETED = examples(14, 7)
+INTERPRETED = examples(14, 5)
 
 
 def _run(examples: int, emulate: bool) -> None:
