@@ -89,6 +89,7 @@ def test_the_gradient_of_embedding_is_recognised_and_chosen_by_the_model():
     assert small.kernels[0].schedule.engine != SCATTER
 
 
+@pytest.mark.thorough      # (3-4 CPU-s of planning at scale)
 def test_paged_attentions_cache_gradients_are_scatters_rope_is_not_one_kernel():
     p = plan(napkin.grad("paged_attention"), "h100", {"b": 8, "g": 8, "r": 4, "q": 1, "n": 4096})
     by_store = {ir.op(p.graph, kp.kernel.stores[0]).name: kp for kp in p.kernels}

@@ -413,6 +413,7 @@ def test_plans_recomputation_does_not_help_are_greedy_fusions(name, monkeypatch)
     assert [kp.choice for kp in with_search.kernels] == [kp.choice for kp in without.kernels]
 
 
+@pytest.mark.thorough      # (3-4 CPU-s of planning at scale)
 def test_a_merge_that_a_duplication_makes_legal_is_taken(monkeypatch):
     """layernorm's backward: greedy fusion stops at three kernels (dX's kernel loads dD from
     the dgamma kernel, which loads D from the statistics kernel); once dX's kernel recomputes

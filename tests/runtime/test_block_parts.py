@@ -226,6 +226,7 @@ def test_the_whole_block_with_its_projection_merged_matches_the_oracle(rng, t, m
     assert_close(Y, want, "f16", slack=32.0)
 
 
+@pytest.mark.thorough      # (3-4 CPU-s of planning at scale)
 def test_the_block_at_its_shape():
     """Q, K, V, the MLP's two products on tensor cores; attention FlashAttention: Q, K and V,
     read only by tensor-core products, are stored f16 as if declared so (compiler/stored16.py;

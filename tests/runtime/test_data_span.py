@@ -168,6 +168,7 @@ def test_axes_of_one_size_class_take_one_size(capsys):
     assert "the diagram makes `q` and `x` one size" in capsys.readouterr().err
 
 
+@pytest.mark.thorough      # (3-4 CPU-s of planning at scale)
 def test_packed_documents_are_predicted_as_fast_as_one_by_one(rng):
     """Issue 18's case: 16 documents of mixed lengths packed into 16k tokens (h=16, d=64,
     h100), planned on their ids, within 1.3x of causal attention over the documents one by
