@@ -32,6 +32,10 @@ FM, FN, FK = tc.FRAGMENT
 
 
 class MmaLowering(PackedRows, RowStats, ComputedTiles, SharedTiles, KernelLowering):
+    #: called by every thread after its copies of a chunk land, before the barrier (None:
+    #: nothing; wgmma.py: the proxy fence its async-proxy reads need)
+    LANDED: str | None = None
+
     def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
         super().__init__(plan, kp, names, sizes, index_type)
         self.site = kp.schedule.site   # compiler/tensorcore.py: what runs on the tensor cores
@@ -112,7 +116,8 @@ class MmaLowering(PackedRows, RowStats, ComputedTiles, SharedTiles, KernelLoweri
         landed (its own among them), then the barrier makes every thread's copies visible and
         says every warp is done with the stage chunk c - 1 used, which the copies of chunk
         c + S - 1 then fill while the block computes on chunk c (one group per chunk,
-        committed even when empty, so that the count is exact). A barrier before the first
+        committed even when empty, so that the count is exact; `LANDED`, where a lowering
+        sets it, runs between the wait and the barrier). A barrier before the first
         copies keeps them from overwriting what the block's previous tile still reads. A
         chunk the mask hides (`skip(start, length)`: the C test that the chunk at `start` of
         `length` is hidden, or None) is neither copied nor computed: the prefetch tests its
@@ -178,6 +183,8 @@ class MmaLowering(PackedRows, RowStats, ComputedTiles, SharedTiles, KernelLoweri
                 b.emit(P.Decl("const int", "nlen", length(f"c0 + {ahead}")))
                 copies(fill, f"c0 + {ahead}", "nlen")
             b.emit(P.Call(f"napkin_cp_async_wait<{depth - 2}>", ()))
+            if self.LANDED:
+                b.emit(P.Call(self.LANDED, ()))
             b.emit(P.Barrier())
             b.emit(P.If(f"c0 + {ahead} < {end}", self._scoped(prefetch)))
             b.emit(P.Call("napkin_cp_async_commit", ()))

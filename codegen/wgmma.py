@@ -5,7 +5,9 @@ The block is one or two warpgroups stacked along the rows (64 rows each); every 
 16 rows by all the block's N columns, N / 2 f32 accumulators a thread. The operand tiles
 are staged exactly as mma.sync's (codegen/mma.py `_pipeline`: cp.async, `stages` deep, zeros
 outside the arrays), in the planner's layouts, which wgmma reads through matrix descriptors
-(compiler/wgmma_layout.py): per chunk each warpgroup fences, issues one
+(compiler/wgmma_layout.py): every thread fences its landed copies for the async proxy
+wgmma reads through (fence.proxy.async, before the chunk's barrier); per chunk each
+warpgroup then fences its accumulator (wgmma.fence), issues one
 `wgmma.mma_async.m64nNk16` per 16 of the chunk (A from its 64 rows, B the whole tile), commits
 the group and waits for it before the chunk's stage can be refilled. The accumulator's layout
 is mma.m16n8's fragment repeated every 8 columns (register 4j + i of a lane is fragment j's
@@ -26,6 +28,10 @@ ALIGN = 1024     # the swizzle atom's period: every swizzled tile (and stage) st
 
 
 class WgmmaLowering(MmaLowering):
+    # the tiles are written through the generic proxy (cp.async, or stores), wgmma reads them
+    # through the async proxy: each writer fences after its copies land (PTX ISA, "Async Proxy")
+    LANDED = "napkin_wgmma_proxy_fence"
+
     def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
         super().__init__(plan, kp, names, sizes, index_type)
         s = self.site

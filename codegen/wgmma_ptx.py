@@ -2,7 +2,9 @@
 carries after the prelude.
 
 `helpers(variants)` gives, for a GPU build (`#ifndef NAPKIN_EMULATE`), the descriptor
-builder, `wgmma.fence` / `commit_group` / `wait_group N`, a dynamic shared memory
+builder, `wgmma.fence` / `commit_group` / `wait_group N`, `fence.proxy.async.shared::cta`
+(shared memory written through the generic proxy, as cp.async and st.shared write it, made
+visible to wgmma, which reads through the async proxy: PTX ISA, "Async Proxy"), a dynamic shared memory
 declaration aligned to 1024 bytes (the swizzle patterns repeat every 1024 bytes of the
 shared address), and one inline-PTX wrapper per `Variant` of
 `wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}` (A and B from shared memory through
@@ -56,6 +58,15 @@ __device__ __forceinline__ unsigned long long napkin_wgmma_desc(const void* smem
 __device__ __forceinline__ void napkin_wgmma_fence() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+// shared memory written through the generic proxy (st.shared, cp.async) made visible to wgmma's
+// reads through the async proxy: each writer, after its copies land and before the barrier
+__device__ __forceinline__ void napkin_wgmma_proxy_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #else
   __trap();
 #endif

@@ -147,6 +147,7 @@ struct Thread {
   int nwg = 0, wgcap = 0;
   long long wg_committed = 0;  // wgmma groups committed so far
   bool wg_fenced = false;  // a wgmma.fence since the last wgmma.wait_group
+  unsigned proxy_fences = 0;  // fence.proxy.async executed (napkin_emulate_wgmma.h)
   Block* block = nullptr;
   // TSan synchronization objects (only their addresses matter): released when the
   // thread arrives at a barrier or collective, acquired when it resumes from one.
@@ -172,6 +173,10 @@ struct Block {
   Thread** threads = nullptr;
   unsigned char* smem = nullptr;
   size_t smem_bytes = 0;
+  // per 4-byte word of smem: the cp.async that last landed there, while its thread has not
+  // executed fence.proxy.async since ((thread + 1) << 32 | the thread's proxy_fences then;
+  // 0: none): wgmma (the async proxy) must not read it (napkin_emulate_wgmma.h)
+  uint64_t* cp_marks = nullptr;
   void (*fn)(void* const*) = nullptr;
   void* const* args = nullptr;
   int bar_result = 0;

@@ -228,7 +228,10 @@ NAPKIN_NO_TSAN static bool release_barrier(Block* b) {
 NAPKIN_NO_TSAN static void run_block(Block* b) {
   const int n = b->nthreads;
   const unsigned bx = b->bdim.x, by = b->bdim.y;
-  if (b->smem_bytes) memset(b->smem, 0xff, b->smem_bytes);  // NaN in f32, f16 and bf16
+  if (b->smem_bytes) {
+    memset(b->smem, 0xff, b->smem_bytes);  // NaN in f32, f16 and bf16
+    memset(b->cp_marks, 0, sizeof(uint64_t) * (b->smem_bytes / 4 + 1));
+  }
   tsan_release(&b->tok_start);
   for (int i = 0; i < n; ++i) {
     Thread* t = b->threads[i];
@@ -242,6 +245,7 @@ NAPKIN_NO_TSAN static void run_block(Block* b) {
     t->nwg = 0;
     t->wg_committed = 0;
     t->wg_fenced = false;
+    t->proxy_fences = 0;
   }
   for (;;) {
     bool ran = false;
@@ -291,6 +295,8 @@ NAPKIN_NO_TSAN static void worker_loop(Worker* w, const KernelEntry* k, const La
   void* smem = nullptr;
   if (posix_memalign(&smem, 128, L->smem) != 0) fail("cannot allocate %zu bytes of dynamic shared memory", L->smem);
   b->smem = static_cast<unsigned char*>(smem);
+  b->cp_marks = static_cast<uint64_t*>(malloc(sizeof(uint64_t) * (L->smem / 4 + 1)));
+  if (!b->cp_marks) fail("cannot allocate the marks of %zu bytes of dynamic shared memory", L->smem);
   const int n = int(L->block[0] * L->block[1] * L->block[2]);
   while (int(w->pool.size()) < n) w->pool.push_back(new_fiber(b));
   b->threads = w->pool.data();
@@ -304,6 +310,8 @@ NAPKIN_NO_TSAN static void worker_loop(Worker* w, const KernelEntry* k, const La
   }
   b->nthreads = 0;
   free(b->smem);
+  free(b->cp_marks);
+  b->cp_marks = nullptr;
   tl_block = nullptr;
 }
 

@@ -28,12 +28,22 @@ NAPKIN_NO_TSAN void cp_push(Thread* t, const CpCopy& c) {
   t->cp[t->ncp++] = c;
 }
 
+// A landed copy into dynamic shared memory is marked as a generic-proxy write its thread
+// has not yet fenced for the async proxy (Block::cp_marks; wgmma reads check it).
 NAPKIN_NO_TSAN void cp_land(Thread* t, long long below_group) {
+  Block* b = t->block;
+  const uint64_t mark = (uint64_t(t->linear) + 1) << 32 | t->proxy_fences;
   int keep = 0;
   for (int i = 0; i < t->ncp; ++i) {
     const CpCopy c = t->cp[i];
-    if (c.group < below_group) cp_write(c.dst, c.data, c.size);
-    else t->cp[keep++] = c;
+    if (c.group >= below_group) {
+      t->cp[keep++] = c;
+      continue;
+    }
+    cp_write(c.dst, c.data, c.size);
+    if (b->cp_marks && c.dst >= b->smem && c.dst < b->smem + b->smem_bytes)
+      for (size_t w = size_t(c.dst - b->smem) / 4; w < size_t(c.dst - b->smem + c.size) / 4; ++w)
+        b->cp_marks[w] = mark;
   }
   t->ncp = keep;
 }

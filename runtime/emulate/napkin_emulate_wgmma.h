@@ -6,7 +6,7 @@
 //     D (64 x N, f32) in the warpgroup's registers: warp w % 4 of the warpgroup holds rows
 //     16w..16w+15, lane (g = lane / 4, q = lane % 4) register i at row 16w + g + 8 * ((i / 2) % 2)
 //     and column 8 * (i / 4) + 2q + i % 2 (the layout of mma.m16n8 repeated every 8 columns).
-//   wgmma.fence / commit_group / wait_group N.
+//   wgmma.fence / commit_group / wait_group N; fence.proxy.async.shared::cta.
 //
 // The asynchrony is modelled at its most adversarial legal extreme: an mma_async only
 // records the operation; the product runs when a wait_group completes its group, reading
@@ -17,7 +17,13 @@
 // little stricter than the ISA, which asks for the fence only when the registers were
 // touched in between: CUTLASS fences every batch too), a thread that exits with products
 // not waited for, lanes of a warp that disagree on an operation (.sync.aligned), a
-// descriptor outside dynamic shared memory, a nonzero base-offset field.
+// descriptor outside dynamic shared memory, a nonzero base-offset field, and a read of shared
+// memory that a cp.async landed while its thread has executed no fence.proxy.async since:
+// wgmma reads through the async proxy, cp.async writes through the generic one, and the PTX
+// ISA ("Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions", step 2; "Async
+// Proxy") asks for fence.proxy.async between them. The emulator asks it of the writing thread
+// after its copies land (the CUDA Programming Guide's pattern: the writers fence, then the
+// barrier); plain stores into shared memory are not tracked.
 //
 // Shared addresses are offsets in the block's dynamic shared memory, which stands for a
 // 1024-byte aligned window (the swizzle patterns repeat every 1024 bytes of the address):
@@ -92,6 +98,11 @@ NAPKIN_NO_TSAN static double wg_element(const WgOp& op, uint64_t desc, bool mn_m
     fail("%s:%d: wgmma.mma_async: %s[%d][k=%d] is at shared byte %lld, outside the %zu bytes of dynamic shared "
          "memory (descriptor 0x%016llx)", op.file, op.line, which, row, k, off, b->smem_bytes,
          (unsigned long long)desc);
+  const uint64_t mark = b->cp_marks[off / 4];
+  if (mark && b->threads[(mark >> 32) - 1]->proxy_fences == uint32_t(mark))
+    fail("%s:%d: wgmma.mma_async: %s[%d][k=%d] at shared byte %lld was written by thread %d's cp.async (the generic "
+         "proxy), which has executed no fence.proxy.async (napkin_wgmma_proxy_fence) since: the async proxy "
+         "wgmma reads through may not see it", op.file, op.line, which, row, k, off, int(mark >> 32) - 1);
   const uint16_t h = wg_read(b->smem + off);
   return op.bf16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h);
 }
@@ -201,6 +212,9 @@ inline unsigned long long napkin_wgmma_desc(const void* smem, unsigned lbo, unsi
 }
 
 inline void napkin_wgmma_fence() { napkin_emu::tl_thread->wg_fenced = true; }
+// fence.proxy.async.shared::cta: this thread's generic-proxy writes so far (its landed
+// cp.async copies) are ordered before later async-proxy (wgmma) reads.
+inline void napkin_wgmma_proxy_fence() { ++napkin_emu::tl_thread->proxy_fences; }
 inline void napkin_wgmma_commit() { ++napkin_emu::tl_thread->wg_committed; }
 // wgmma.wait_group N: every committed group but the N most recent is complete.
 template <int N>

@@ -74,6 +74,7 @@ def emulated(p, d, rng):
     ("bf16", 65, 17, 33, 64, 32, 32),        # 64-byte swizzles, a k shorter than a chunk
     ("f16", 1, 257, 8, 64, 8, 16),           # one row; N = 8 (B's rows one chunk, unswizzled)
     ("bf16", 129, 65, 300, 128, 256, 32),    # B's rows in four blocks of 64 (TileLayout.block)
+    ("f16", 200, 136, 136, 128, 64, 64),     # rows a multiple of 8: staged by cp.async, fenced
 ])
 def test_matmul_on_wgmma_matches_float64(rng, dt, m, k, n, bm, bn, bk):
     d = napkin.load(MATMUL.format(dt=dt))

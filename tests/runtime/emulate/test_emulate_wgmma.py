@@ -25,7 +25,8 @@ CF32, F32 = Param("ptr", "float", const=True), Param("ptr", "float")
 PRODUCTS = {  # kernel -> (N, dtype, A M-major, B N-major)
     "wg_n8_f16": (8, "f16", False, False), "wg_n64_f16_tb": (64, "f16", False, True),
     "wg_n64_f16_ta_tb": (64, "f16", True, True), "wg_n136_bf16": (136, "bf16", False, False),
-    "wg_n256_bf16_tb": (256, "bf16", False, True), "wg_n128_f16": (128, "f16", False, False)}
+    "wg_n256_bf16_tb": (256, "bf16", False, True), "wg_n128_f16": (128, "f16", False, False),
+    "wg_n64_f16_tb_staged": (64, "f16", False, True)}   # its image staged by cp.async
 SIG = {**{k: (U8, U32, CF32, F32) for k in PRODUCTS}, "wg_groups": (U8, U32, CF32, F32),
        "wg_misuse": (U32, F32)}
 DTYPE = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
@@ -158,7 +159,8 @@ def matches(D, want, bound) -> bool:
     return bool(not np.isnan(D).any() and (np.abs(D - want) <= 2.0**-20 * bound + 1e-30).all())
 
 
-def run_product(source, rng, name, swizzle_a, swizzle_b, depth, groups, scale_first=1, seeded=None):
+def run_product(source, rng, name, swizzle_a, swizzle_b, depth, groups, scale_first=1, seeded=None,
+                extra=()):
     n = PRODUCTS[name][0]
     A, B, a_ops, b_op, span = build(rng, name, swizzle_a, swizzle_b, depth, groups)
     image = np.zeros(-(-b_op.end() // 1024) * 1024, np.uint8)
@@ -168,7 +170,7 @@ def run_product(source, rng, name, swizzle_a, swizzle_b, depth, groups, scale_fi
     steps, threads = depth // 16, 128 * groups
     C = rng.standard_normal((threads, n // 2)).astype(np.float32)
     out = run(source, SIG, [Launch(name, (1, 1, 1), (threads, 1, 1), image.size, ("image", "p", "C", "D"))],
-              {"image": image, "p": params(a_ops, b_op, span, steps, scale_first, image.size), "C": C,
+              {"image": image, "p": params(a_ops, b_op, span, steps, scale_first, image.size, extra), "C": C,
                "D": np.full((threads, n // 2), np.nan, np.float32)})
     want, bound = expected(A, B, C, n, threads, scale_first)
     return out["D"], want, bound
@@ -209,6 +211,18 @@ def test_seeded_wrong_layout_is_caught(source, rng, seeded):
         assert matches(D, want, bound)
         D = D.reshape(128, -1, 2, 2)[:, :, ::-1, :].reshape(128, -1)
     assert not matches(D, want, bound)
+
+
+def test_cp_async_staged_operands_need_the_proxy_fence(source, rng):
+    """cp.async writes shared memory through the generic proxy, wgmma reads it through the
+    async proxy (PTX ISA, "Async Proxy"): with each writer's fence.proxy.async after its copies
+    land, the product is right (two warpgroups: every warp reads other threads' copies);
+    without it, the read is refused."""
+    args = ("wg_n64_f16_tb_staged", "128B", "128B", 64, 2)
+    D, want, bound = run_product(source, rng, *args, extra=(1,))
+    assert matches(D, want, bound)
+    with pytest.raises(EmulatorError, match="thread .*'s cp.async .* no fence.proxy.async"):
+        run_product(source, rng, *args, extra=(0,))
 
 
 def test_wait_group_completes_older_groups_and_reads_shared_memory_then(source, rng):

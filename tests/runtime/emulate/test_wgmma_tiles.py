@@ -59,6 +59,7 @@ extern "C" __global__ void {name}(const {t}* A, const {t}* B, float* D) {{
     const int r = i / {bi}, c = i % {bi};
     tb[{offset(lb, "r", "c")}] = B[i];
   }}
+  napkin_wgmma_proxy_fence();
   __syncthreads();
   float d[{n // 2}];
   const unsigned char* a0 = smem + (tid / 128) * {da.rows64};

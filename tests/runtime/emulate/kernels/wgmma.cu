@@ -8,15 +8,30 @@
 // p: [0] image bytes, [1] k16 steps, [2] scale-d of the first step,
 //    [3..5] A's leading byte offset, stride byte offset, swizzle mode; [6..8] B's;
 //    [9] bytes between consecutive warpgroups' A operands;
-//    then per step s: A's and B's start offsets in the image at [10 + 2s], [11 + 2s].
+//    then per step s: A's and B's start offsets in the image at [10 + 2s], [11 + 2s];
+//    a kernel STAGED by cp.async: [10 + 2 * steps] whether its threads fence the copies.
 
-#define WG_PRODUCT(NAME, N, MMA)                                                            \
+// The image into shared memory: stored byte by byte (generic proxy), or STAGED by cp.async
+// (generic proxy too), landed by each thread's wait_group; each writer then executes
+// fence.proxy.async (for the async proxy wgmma reads through), unless p says not to.
+__device__ void wg_stage(unsigned char* smem, const unsigned char* image, const unsigned* p, bool staged) {
+  const unsigned tid = threadIdx.x;
+  if (!staged) {
+    for (unsigned i = tid; i < p[0]; i += blockDim.x) smem[i] = image[i];
+  } else {
+    for (unsigned i = 16 * tid; i < p[0]; i += 16 * blockDim.x) napkin_cp_async_16(smem + i, image + i);
+    napkin_cp_async_wait_all();
+  }
+  if (!staged || p[10 + 2 * p[1]]) napkin_wgmma_proxy_fence();
+  __syncthreads();
+}
+
+#define WG_PRODUCT(NAME, N, MMA, STAGED)                                                    \
   extern "C" __global__ void NAME(const unsigned char* image, const unsigned* p, const float* C, \
                                   float* D) {                                                 \
     NAPKIN_WGMMA_SMEM(smem);                                                                  \
     const int tid = threadIdx.x;                                                              \
-    for (unsigned i = tid; i < p[0]; i += blockDim.x) smem[i] = image[i];                     \
-    __syncthreads();                                                                          \
+    wg_stage(smem, image, p, STAGED);                                                         \
     float d[N / 2];                                                                           \
     for (int i = 0; i < N / 2; ++i) d[i] = C[tid * (N / 2) + i];                              \
     const unsigned group_a = (tid / 128) * p[9];                                              \
@@ -31,12 +46,13 @@
     for (int i = 0; i < N / 2; ++i) D[tid * (N / 2) + i] = d[i];                              \
   }
 
-WG_PRODUCT(wg_n8_f16, 8, napkin_wgmma_m64n8k16_f16)
-WG_PRODUCT(wg_n64_f16_tb, 64, napkin_wgmma_m64n64k16_f16_tb)
-WG_PRODUCT(wg_n64_f16_ta_tb, 64, napkin_wgmma_m64n64k16_f16_ta_tb)
-WG_PRODUCT(wg_n136_bf16, 136, napkin_wgmma_m64n136k16_bf16)
-WG_PRODUCT(wg_n256_bf16_tb, 256, napkin_wgmma_m64n256k16_bf16_tb)
-WG_PRODUCT(wg_n128_f16, 128, napkin_wgmma_m64n128k16_f16)
+WG_PRODUCT(wg_n8_f16, 8, napkin_wgmma_m64n8k16_f16, false)
+WG_PRODUCT(wg_n64_f16_tb, 64, napkin_wgmma_m64n64k16_f16_tb, false)
+WG_PRODUCT(wg_n64_f16_ta_tb, 64, napkin_wgmma_m64n64k16_f16_ta_tb, false)
+WG_PRODUCT(wg_n136_bf16, 136, napkin_wgmma_m64n136k16_bf16, false)
+WG_PRODUCT(wg_n256_bf16_tb, 256, napkin_wgmma_m64n256k16_bf16_tb, false)
+WG_PRODUCT(wg_n128_f16, 128, napkin_wgmma_m64n128k16_f16, false)
+WG_PRODUCT(wg_n64_f16_tb_staged, 64, napkin_wgmma_m64n64k16_f16_tb, true)
 
 // Two groups in flight: wait_group 1 completes the first only; the second's operand B is then
 // zeroed in shared memory before wait_group 0, which is when the emulator reads it.
@@ -45,8 +61,7 @@ WG_PRODUCT(wg_n128_f16, 128, napkin_wgmma_m64n128k16_f16)
 extern "C" __global__ void wg_groups(const unsigned char* image, const unsigned* p, const float* C, float* D) {
   NAPKIN_WGMMA_SMEM(smem);
   const int tid = threadIdx.x;
-  for (unsigned i = tid; i < p[0]; i += blockDim.x) smem[i] = image[i];
-  __syncthreads();
+  wg_stage(smem, image, p, false);
   float acc0[32], acc1[32];
   for (int i = 0; i < 32; ++i) acc0[i] = acc1[i] = C[tid * 32 + i];
   napkin_wgmma_fence();
