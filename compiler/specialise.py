@@ -11,7 +11,8 @@ get them. The planner therefore decides, once per plan:
                 another product, and the axes that second product keeps from its other
                 operand (attention's `d` twice, an MLP's input and output widths); only
                 those whose size was given (never a defaulted one: the planning default is
-                no caller's size), a multiple of 8 and at most MAX_SIZE
+                no caller's size), a multiple of 16 (contracted) or 8 (kept) and at most
+                MAX_SIZE
     decide      the diagram checked again with them fixed at those sizes (front.load, as
                 -D does) and planned; that plan is taken when it is predicted at least
                 MARGIN faster, with `Plan.specialised` = {axis: size}
@@ -32,6 +33,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import ir
 
 MAX_SIZE = 512          # the widest head a FlashAttention block holds (MLA's value head)
+CONTRACTED, KEPT = 16, 8   # the multiples flash.py and chain.py take a static axis in
 MARGIN = 0.05           # a specialised plan is taken when this much faster (a compile per size)
 ELEMENTWISE = (ir.Map, ir.Assign, ir.Softmax, ir.Const, ir.Index, ir.SizeOf)
 
@@ -52,28 +54,31 @@ def _feeding_product(g, n: int) -> int | None:
     return None
 
 
-def chained_axes(g) -> set[str]:
-    """Axes of products that feed products (the module docstring's candidates, any size)."""
-    out: set[str] = set()
+def chained_axes(g) -> dict[str, int]:
+    """Axes of products that feed products (the module docstring's candidates, any size),
+    each with the multiple the fragments take it in: 16 where it is contracted (the A and B
+    fragments' k), else 8 (a C fragment's columns)."""
+    out: dict[str, int] = {}
     for n in g.nodes:
-        op = ir.op(g, n)
-        if not isinstance(op, ir.Contract):
+        if not isinstance(ir.op(g, n), ir.Contract):
             continue
         for operand in ir.operands(g, n):
             first = _feeding_product(g, operand)
             if first is None:
                 continue
-            out |= set(ir.op(g, first).axes)
-            out |= set(ir.type_of(g, n).axes) - set(ir.type_of(g, first).axes)
+            for a in ir.op(g, first).axes:
+                out[a] = CONTRACTED
+            for a in set(ir.type_of(g, n).axes) - set(ir.type_of(g, first).axes):
+                out.setdefault(a, KEPT)
     return out
 
 
 def candidates(p) -> dict[str, int]:
     """axis -> size: the dynamic axes of the plan's diagram worth planning static."""
     axes = p.diagram.axes
-    return {a: p.sizes[a] for a in sorted(chained_axes(p.diagram.ir))
+    return {a: p.sizes[a] for a, multiple in sorted(chained_axes(p.diagram.ir).items())
             if axes.get(a, 0) is None and a not in p.defaulted and a in p.sizes
-            and not p.sizes[a] % 8 and p.sizes[a] <= MAX_SIZE}
+            and not p.sizes[a] % multiple and p.sizes[a] <= MAX_SIZE}
 
 
 def decide(p, replan: Callable):

@@ -72,15 +72,20 @@ def test_no_specialisation_where_it_buys_nothing_or_the_size_is_no_callers():
 
 def test_candidates_are_the_axes_of_products_feeding_products():
     attention = napkin.load(DYNAMIC)
-    assert specialise.chained_axes(attention.ir) == {"d"}
+    assert specialise.chained_axes(attention.ir) == {"d": 16}
     two = napkin.load(DYNAMIC.replace("x, d", "x, d, e").replace("V[b h x d]", "V[b h x e]")
                       .replace("O[b h q d]", "O[b h q e]"))
-    assert specialise.chained_axes(two.ir) == {"d", "e"}
+    assert specialise.chained_axes(two.ir) == {"d": 16, "e": 8}
     mlp = napkin.load("axis t, m, f, o\nin X[t m]: f16\nin W1[m f]: f16\nin W2[f o]: f16\n"
                       "Y[t o] = gelu(X * W1) * W2\nout Y: f16")
-    assert specialise.chained_axes(mlp.ir) == {"m", "o"}
+    assert specialise.chained_axes(mlp.ir) == {"m": 16, "o": 8}
     matmul = napkin.load("matmul")
-    assert specialise.chained_axes(matmul.ir) == set()
+    assert specialise.chained_axes(matmul.ir) == {}
+    # planned at d = 24 (no 16-wide fragments), e = 40: only e is worth fixing
+    p = plan(two, "h100", {**SMALL, "d": 24, "e": 40})
+    assert specialise.candidates(p) == {"e": 40}
+    both = plan(two, "h100", {**SMALL, "d": 32, "e": 16})     # FlashAttention with dk != dv
+    assert both.specialised == {"d": 32, "e": 16} and _engines(both) == [ATTENTION]
 
 
 def test_explain_and_the_cuda_header_say_the_specialisation():
