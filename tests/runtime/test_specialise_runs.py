@@ -52,3 +52,14 @@ def test_a_head_the_fragments_cannot_take_falls_back_and_is_correct(rng, within_
     (out,) = kernel(**inputs)
     assert kernel.plan.specialised == {} and kernel.plan.diagram.axes["d"] is None
     within_budget(d, inputs, {"O": out}, plan=kernel.plan)
+
+
+@pytest.mark.thorough
+def test_gradients_of_a_dynamic_head_run_specialised(rng, within_budget):
+    g = napkin.grad(DYNAMIC)
+    kernel = Kernel(g, Options.make(target="h100"), backend="emulate")
+    inputs = {**_inputs(rng, 16), "dO": rng.standard_normal((1, 2, 37, 16)).astype(np.float16)}
+    outs = kernel(**inputs)
+    p = kernel.plan
+    assert p.specialised == {"d": 16} and ATTENTION in [k.schedule.engine for k in p.kernels]
+    within_budget(g, inputs, {s.name: o for s, o in zip(g.outputs, outs)}, plan=p)
