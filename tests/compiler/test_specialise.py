@@ -119,3 +119,17 @@ def test_gradients_specialise_through_the_same_path():
     fixed = plan(napkin.grad("attention"), "h100", shape)
     assert p.specialised == {"d": 64} and _engines(p) == _engines(fixed)
     assert p.time == pytest.approx(fixed.time) and p.unspecialised > p.time
+
+
+def test_the_dynamic_plan_stands_unless_the_fixed_one_is_predicted_faster():
+    from napkin.compiler.plan import fuse_kernels, prepare, tile
+    d, shape = napkin.load(DYNAMIC), {**SMALL, "d": 32}
+    dynamic = tile(fuse_kernels(prepare(d, "h100", shape)))
+    assert dynamic.specialised == {} and specialise.candidates(dynamic) == {"d": 32}
+
+    def on_cuda_cores(fixed):
+        return tile(fuse_kernels(prepare(fixed, "h100", shape), "cuda-cores"))
+    assert on_cuda_cores(napkin.load(d, d=32)).time > dynamic.time * (1 - specialise.MARGIN)
+    assert specialise.decide(dynamic, on_cuda_cores) is dynamic
+    assert specialise.decide(dynamic, lambda fixed: tile(fuse_kernels(prepare(
+        fixed, "h100", shape)))).specialised == {"d": 32}
