@@ -99,8 +99,11 @@ def report(plan: Plan, compare: bool = True) -> dict:
         "gpu": bool(tgt.processors),
         "sizes": merge.diagram_sizes(plan.graph, plan.sizes),
         "merged": merge.report(plan.graph, plan.sizes),
-        "dynamic": [a for a, s in plan.diagram.axes.items() if s is None],
+        "dynamic": [a for a, s in plan.diagram.axes.items()
+                    if s is None or a in plan.specialised],
         "defaulted": list(plan.defaulted),
+        "specialised": dict(plan.specialised),         # (compiler/specialise.py)
+        "unspecialised_seconds": float(plan.unspecialised),
         "kernels": kernels,
         "split": _split(plan),
         "stored16": stored16.said(plan),     # intermediates stored in 16 bits (stored16.py)
@@ -161,6 +164,18 @@ def _streaming(plan: Plan, kp) -> dict | None:
     return out
 
 
+def specialised_lines(rep: dict, fmt) -> list[str]:
+    """What compiler/specialise.py decided: the axes fixed, and the time they buy."""
+    fixed = rep.get("specialised") or {}
+    if not fixed:
+        return []
+    one = len(fixed) == 1
+    said = ", ".join(f"{a} specialised at {v}" for a, v in fixed.items())
+    return [f"{said} (dynamic in the diagram: each {'size' if one else 'combination of sizes'} "
+            f"compiles its own kernel; predicted {fmt(rep['predicted_seconds'])} against "
+            f"{fmt(rep['unspecialised_seconds'])} with {'it' if one else 'them'} dynamic)"]
+
+
 def render_text(rep: dict) -> str:
     units = model_units(rep)         # None on a GPU: predicted times are seconds
 
@@ -172,6 +187,7 @@ def render_text(rep: dict) -> str:
     note = (f" ({', '.join(rep['defaulted'])} at the default planning size; set sizes with --shape)"
             if rep.get("defaulted") else "")
     lines.append(f"sizes: {sizes}{note}")
+    lines.extend(specialised_lines(rep, fmt))
     lines.extend(merge.describe(rep.get("merged", ())))
     if rep.get("split"):
         lines.extend(_split_lines(rep["split"], fmt))

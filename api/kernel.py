@@ -1,8 +1,9 @@
 """`Kernel`: a diagram compiled once, called on arrays many times (what `napkin.compile` returns).
 
 A kernel plans for the sizes of each call (plans take milliseconds; equal
-sources share one compiled binary through the cache), checks every argument
-before launching, and returns outputs in the caller's own array type: NumPy
+sources share one compiled binary through the cache; a dynamic head axis the plan
+specialises, compiler/specialise.py, compiles one kernel per head size), checks
+every argument before launching, and returns outputs in the caller's own array type: NumPy
 for NumPy, CuPy for CuPy, PyTorch tensors (on PyTorch's current stream) for
 PyTorch. Backends: `cuda` (CuPy), `reference`, `interpret`, `emulate`;
 `auto` picks `cuda` when CuPy sees a GPU, else `reference`, and says so once.

@@ -123,8 +123,10 @@ def lower(plan: Plan) -> P.Program:
         zeroed = (COUNTER,)
     buffers += tuple(scratches)         # a scatter-add's f32 sums, zero between launches
     zeroed += tuple(name for name, _, _ in scratches)
+    order = list(plan.diagram.axes)       # (the diagram's declaration order)
     return P.Program(tuple(kernels), tuple((v, k) for k, v in size_params.items()), buffers,
-                     zeroed=zeroed)
+                     zeroed=zeroed, specialised=tuple(sorted(
+                         plan.specialised.items(), key=lambda kv: order.index(kv[0]))))
 
 
 def _lowering(plan: Plan, kp, names: dict, sizes: dict, itype: str) -> KernelLowering:

@@ -151,3 +151,6 @@ class Program:
     # bytes every pointer argument is aligned to: the 16-byte cp.async copies of the tensor-
     # core kernels rely on it, so the kernels test sizes, never addresses; the launchers stage
     # an array the caller gives at another address through an aligned copy
+    specialised: tuple[tuple[str, int], ...] = ()
+    # (axis, size) of the diagram's dynamic axes the plan fixed (compiler/specialise.py): the
+    # launchers refuse other sizes; the CUDA header prints the sizes (not the user's names)

@@ -54,6 +54,7 @@ def render(program: P.Program) -> str:
     variants = [v for k in program.kernels for v in k.wgmma]
     text = _env().get_template("kernels.cu.j2").render(
         version=VERSION, prelude=PRELUDE.read_text().rstrip("\n"), kernels=kernels,
+        specialised=", ".join(str(v) for _, v in program.specialised),
         helpers=wgmma_ptx.helpers(variants).rstrip("\n") if variants else "")
     return text
 

@@ -47,6 +47,7 @@ from . import flash, ir, occupancy, warps
 from .cost import Choice, Cost
 from .kernels import is_free
 from .model import Model, storage_dtype
+from .specialise import fix
 from .target import Target
 
 # fragment registers per lane (scores, outputs, a packed A fragment): the most ptxas held without
@@ -169,7 +170,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
         (e,) = own
         width = axes[e].size
         if width is None or width % 8:
-            return f"`{e}` must be static and a multiple of 8 (fix it with `axis {e} = 64` or -D)"
+            return f"`{e}` must be static and a multiple of 8 {fix(axes, e)}"
         products.append(Product(n, t, c, e, width))
     # the batch axes: one position per block (an output's own axis is whole in the block)
     own_axes = {p.e for p in products}
@@ -188,8 +189,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
             return "a product of the chunk is not A[.. row d] B[.. red d]"
         head = axes[s.dk].size
         if head is None or head % 16:
-            return (f"`{s.dk}` must be static and a multiple of 16 (fix it with "
-                    f"`axis {s.dk} = 64` or -D)")
+            return f"`{s.dk}` must be static and a multiple of 16 {fix(axes, s.dk)}"
         scored.append(Score(s.node, s.a, s.b, s.dk, head))
     dtypes = {storage_dtype(g, n) for s in scored for n in (s.a, s.b)} | \
         {storage_dtype(g, p.c) for p in products}
@@ -244,7 +244,7 @@ def _across(g, kernel, n: int, row: str, red: str, batch, loads) -> Across | str
     (e,) = own
     width = g.graph["axes"][e].size
     if width is None or width % 8:
-        return f"`{e}` must be static and a multiple of 8 (fix it with `axis {e} = 64` or -D)"
+        return f"`{e}` must be static and a multiple of 8 {fix(g.graph['axes'], e)}"
     store = next(m for m in kernel.stores if through(g, m) == n)
     return Across(n, t, c, e, width, store)
 

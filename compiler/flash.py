@@ -35,6 +35,7 @@ from .choices import NUMBERS
 from .cost import Choice, Choices, Cost, evaluate
 from .model import Model, storage_dtype
 from .rowsource import RowSource
+from .specialise import fix
 from .target import Target
 
 ROWS = (16, 32, 64, 128, 256)        # block rows
@@ -188,7 +189,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     if head is None or width is None or head % 16 or width % 8:
         what = (f"`{dk}` must be static and a multiple of 16" if dk == dv else
                 f"`{dk}` and `{dv}` must be static, `{dk}` a multiple of 16 and `{dv}` of 8")
-        return f"the head size {what} (fix it with `axis {dk} = 64` or -D)"
+        return f"the head size {what} {fix(sizes, dk, dv)}"
     for n in kernel.nodes:
         if n not in chunk and n not in loads and not set(ir.type_of(g, n).axes) <= set(o_axes):
             return "the kernel computes values over other axes than O's"

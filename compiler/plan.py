@@ -17,7 +17,7 @@ other stage computes it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .graph import DiGraph
 import numpy as np
@@ -57,6 +57,10 @@ class Plan:
     split: "SplitChoice | None" = None   # a reduced axis split across blocks (splitting.py)
     tail: "Tail | None" = None   # the split's merge run by the partial kernel's last blocks
                                  # (last_block.py)
+    specialised: dict = field(default_factory=dict)   # dynamic axes of the diagram planned
+                                 # fixed at these sizes (specialise.py): `diagram` is the one
+                                 # checked with them, and the program runs at them only
+    unspecialised: float = 0.0   # the predicted time with them dynamic (explain says it)
 
     @property
     def time(self) -> float:
@@ -294,9 +298,14 @@ def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | Non
          overrides: dict | None = None, engine: str = "auto", fusion: bool = True,
          data: dict | None = None, merge: str = "auto", across: bool = True) -> Plan:
     """The plan for a diagram on a target: prepare, fuse, tile (see the module docstring);
-    `across=False`: no chain adds a product over its rows across blocks (chain.Across)."""
-    return tile(fuse_kernels(prepare(diagram, target, shape, overrides, data), engine, fusion,
-                             across), merge)
+    `across=False`: no chain adds a product over its rows across blocks (chain.Across).
+    Dynamic axes that a faster lowering needs static are planned fixed (specialise.py)."""
+    from .specialise import decide
+
+    def planned(d: Diagram) -> Plan:
+        return tile(fuse_kernels(prepare(d, target, shape, overrides, data), engine, fusion,
+                                 across), merge)
+    return decide(planned(diagram), planned)
 
 
 def without_atomics(p: Plan) -> Plan:
@@ -304,7 +313,8 @@ def without_atomics(p: Plan) -> Plan:
     (chain.Across), for comparison (explain)."""
     problem = Problem(p.diagram, stored16.with_decision(p.graph, {}), p.target, p.sizes,
                       p.hints, p.defaulted)      # (decided again for its own kernels)
-    return tile(fuse_kernels(problem, p.engine, across=False))
+    return replace(tile(fuse_kernels(problem, p.engine, across=False)),
+                   specialised=p.specialised, unspecialised=p.unspecialised)
 
 
 def baseline(p: Plan) -> tuple[KernelPlan, ...]:
@@ -363,7 +373,8 @@ def with_choices(plan: Plan, choices) -> Plan:
         kernels.append(kernel_plan(plan.graph, kp.kernel, model, cols, choice, cost, kp.hints,
                                    plan.sizes, plan.target, sched))
     return Plan(plan.diagram, plan.graph, plan.target, plan.sizes, tuple(kernels), plan.engine,
-                plan.defaulted, plan.hints, plan.split)
+                plan.defaulted, plan.hints, plan.split, specialised=plan.specialised,
+                unspecialised=plan.unspecialised)
 
 
 def with_merge(plan: Plan, merge: str) -> Plan:

@@ -59,6 +59,8 @@ def make_buffers(program: P.Program, inputs: dict[str, np.ndarray], sizes: dict[
 
 def make_launches(program: P.Program, sizes: dict[str, int], max_grid: int = MAX_GRID,
                   smem_limit: int | None = None) -> list[LaunchSpec]:
+    from ..compiler.specialise import check
+    check(program.specialised, sizes)       # (N0308: a kernel built for other head sizes)
     names = buffer_names(program)
     values = size_values(program, sizes)
     launches = []

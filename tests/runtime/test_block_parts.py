@@ -105,7 +105,11 @@ def test_attention_stored_in_another_layout_is_flash_attention_at_the_block_shap
     engines, _ = _engines(ATTENTION_BTHD.format(d=128))
     assert engines == [ATTENTION], engines
     dynamic = ATTENTION_BTHD.replace("axis b, t, s, h\naxis d = {d}", "axis b, t, s, h, d")
-    engines, p = _engines(dynamic)
+    engines, p = _engines(dynamic)      # planned at d = 128: specialised (specialise.py)
+    assert engines == [ATTENTION] and p.specialised == {"d": 128}, engines
+    sizes = {a: v for a, v in _sizes(dynamic).items() if a != "d"}
+    p = plan(napkin.load(dynamic), "h100", sizes)       # d defaulted: no caller's size
+    engines = [k.schedule.engine for k in p.kernels]
     assert len(engines) == 3 and ATTENTION not in engines
     reasons = " ".join(k.kernel.reason for k in p.kernels)
     assert "not FlashAttention with the kernels around it: the head size `d` must be static" \

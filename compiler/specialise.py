@@ -1,0 +1,124 @@
+"""Specialisation: dynamic axes planned as if fixed at the planning shape's size (like -D).
+
+FlashAttention (flash.py) and the tensor-core chains (chain.py) need the head axes
+static: a block holds whole rows of the head in its fragments, so their width is a
+number the kernel is built around. A diagram that leaves the head dynamic (`axis d`
+without a size: PyTorch callers bring d = 64 or d = 128 tensors) would otherwise never
+get them. The planner therefore decides, once per plan:
+
+    candidates  the dynamic axes such a lowering would need static: the contracted axis
+                of a product that feeds, through elementwise functions and softmaxes only,
+                another product, and the axes that second product keeps from its other
+                operand (attention's `d` twice, an MLP's input and output widths); only
+                those whose size was given (never a defaulted one: the planning default is
+                no caller's size), a multiple of 16 (contracted) or 8 (kept) and at most
+                MAX_SIZE
+    decide      the diagram checked again with them fixed at those sizes (front.load, as
+                -D does) and planned; that plan is taken when it is predicted at least
+                MARGIN faster, with `Plan.specialised` = {axis: size}
+
+Everything after reads `Plan.specialised` and never decides again: codegen prints it in
+the CUDA file's header (codegen/render.py), explain says it, and the runtime refuses to
+launch a specialised program at other sizes (`check`: N0308). The callers that plan per
+call's sizes (`Kernel.compiled_for`, `napkin run`, the PyTorch op) key their compiled
+kernels by every size, so each head size compiles its own kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from ..diagrams.diagnostics import NapkinError, error
+from . import ir
+
+MAX_SIZE = 512          # the widest head a FlashAttention block holds (MLA's value head)
+CONTRACTED, KEPT = 16, 8   # the multiples flash.py and chain.py take a static axis in
+MARGIN = 0.05           # a specialised plan is taken when this much faster (a compile per size)
+ELEMENTWISE = (ir.Map, ir.Assign, ir.Softmax, ir.Const, ir.Index, ir.SizeOf)
+
+
+def _feeding_product(g, n: int) -> int | None:
+    """The product n is, or computes from through elementwise functions and softmaxes only."""
+    todo, seen = [n], set()
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        op = ir.op(g, m)
+        if isinstance(op, ir.Contract):
+            return m
+        if isinstance(op, ELEMENTWISE):
+            todo.extend(ir.operands(g, m))
+    return None
+
+
+def chained_axes(g) -> dict[str, int]:
+    """Axes of products that feed products (the module docstring's candidates, any size),
+    each with the multiple the fragments take it in: 16 where it is contracted (the A and B
+    fragments' k), else 8 (a C fragment's columns)."""
+    out: dict[str, int] = {}
+    for n in g.nodes:
+        if not isinstance(ir.op(g, n), ir.Contract):
+            continue
+        for operand in ir.operands(g, n):
+            first = _feeding_product(g, operand)
+            if first is None:
+                continue
+            for a in ir.op(g, first).axes:
+                out[a] = CONTRACTED
+            for a in set(ir.type_of(g, n).axes) - set(ir.type_of(g, first).axes):
+                out.setdefault(a, KEPT)
+    return out
+
+
+def candidates(p) -> dict[str, int]:
+    """axis -> size: the dynamic axes of the plan's diagram worth planning static."""
+    axes = p.diagram.axes
+    return {a: p.sizes[a] for a, multiple in sorted(chained_axes(p.diagram.ir).items())
+            if axes.get(a, 0) is None and a not in p.defaulted and a in p.sizes
+            and not p.sizes[a] % multiple and p.sizes[a] <= MAX_SIZE}
+
+
+def decide(p, replan: Callable):
+    """The plan `p`, or the plan of its diagram with the candidates fixed (`replan(diagram)`
+    plans a diagram as `p` was planned) where that is predicted MARGIN faster."""
+    fixed = candidates(p)
+    if not fixed or p.specialised:
+        return p
+    from .front import load
+    try:
+        other = replan(load(p.diagram, **fixed))
+    except NapkinError:     # (fixed, a kernel no tiling fits: the dynamic plan stands)
+        return p
+    if other.time > p.time * (1 - MARGIN):
+        return p
+    return replace(other, specialised=fixed, unspecialised=float(p.time))
+
+
+def fix(axes: dict, *names: str) -> str:
+    """How to make head axes static (flash.py and chain.py say it where they refuse one):
+    a dynamic axis is also specialised when planned at a given size (a multiple of 16)."""
+    dynamic = [a for a in dict.fromkeys(names) if axes[a].size is None]
+    said = f"fix it with `axis {names[0]} = 64` or -D"
+    if dynamic:
+        said += ", or plan for the size (--shape " + ",".join(f"{a}=64" for a in dynamic) + \
+            ": specialised)"
+    return f"({said})"
+
+
+def describe(specialised: dict) -> str:
+    """`d = 64, e = 128` (explain and the CUDA header print it)."""
+    return ", ".join(f"{a} = {v}" for a, v in sorted(specialised.items()))
+
+
+def check(specialised, sizes: dict) -> None:
+    """N0308 where `sizes` give a specialised axis another size than its kernel was built for."""
+    for a, v in sorted(dict(specialised).items()):
+        if a in sizes and int(sizes[a]) != v:
+            raise error("N0308", f"this kernel was specialised for {a} = {v} and is called "
+                        f"with {a} = {int(sizes[a])}",
+                        help=f"`{a}` is dynamic in the diagram: plan for these sizes "
+                        "(napkin.compile's Kernel does, one kernel per size), or fix it "
+                        f"with `axis {a} = {int(sizes[a])}` or -D")

@@ -1,0 +1,135 @@
+"""Dynamic head axes planned fixed at the planning shape's size (compiler/specialise.py).
+
+An attention whose head axis `d` is dynamic plans FlashAttention at a given head size (the
+plan records `specialised`, with the dynamic plan's time), not at a defaulted one nor at a
+size the fragments cannot take (d = 24); the CLI's plan, explain and the CUDA header say
+it; the candidates are the axes of products that feed products; the runtime refuses a
+specialised program at another size. The runs against float64 are
+tests/runtime/test_specialise_runs.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import napkin
+from napkin import pipeline
+from napkin.compiler import specialise
+from napkin.compiler.plan import plan
+from napkin.compiler.schedule import ATTENTION
+from napkin.explain import render_text, report
+from napkin.pipeline import Options
+from napkin.runtime.launches import make_launches
+
+DYNAMIC = """axis b, h, q, x, d
+in Q[b h q d]: f16
+in K[b h x d]: f16
+in V[b h x d]: f16
+S[b h q x] = Q * K / sqrt(size(d))
+P[b h q x] = softmax[x](S)
+O[b h q d] = P * V
+out O: f16
+"""
+SMALL = {"b": 1, "h": 2, "q": 37, "x": 45}
+BIG = {"b": 4, "h": 16, "q": 4096, "x": 4096}
+
+
+def _engines(p):
+    return [kp.schedule.engine for kp in p.kernels]
+
+
+def test_a_dynamic_head_plans_flash_attention_at_the_planning_shape():
+    d = napkin.load(DYNAMIC)
+    p = plan(d, "h100", {**BIG, "d": 64})
+    assert p.specialised == {"d": 64} and _engines(p) == [ATTENTION]
+    assert p.diagram.axes["d"] == 64 and d.axes["d"] is None     # (the caller's stays dynamic)
+    # as fast as the diagram with the head fixed, and faster than the dynamic plan
+    fixed = plan(napkin.load(DYNAMIC.replace("x, d\n", "x\naxis d = 64\n")), "h100", BIG)
+    assert p.time == pytest.approx(fixed.time) and p.unspecialised > 3 * p.time
+    # the driver's plan (napkin explain / compile / Kernel) is the same decision
+    q = pipeline.plan(d, Options.make(target="h100", shape={**BIG, "d": 64}))
+    assert q.specialised == {"d": 64} and _engines(q) == [ATTENTION]
+
+
+@pytest.mark.parametrize("head", [16, 32])
+def test_small_odd_shapes_specialise_each_head_size(head):
+    p = plan(napkin.load(DYNAMIC), "h100", {**SMALL, "d": head})
+    assert p.specialised == {"d": head} and _engines(p) == [ATTENTION]
+    assert p.kernels[0].schedule.site.head == head
+
+
+def test_no_specialisation_where_it_buys_nothing_or_the_size_is_no_callers():
+    d = napkin.load(DYNAMIC)
+    odd = plan(d, "h100", {**SMALL, "d": 24})       # fragments take 16-wide heads only
+    assert odd.specialised == {} and ATTENTION not in _engines(odd)
+    defaulted = plan(d, "h100", BIG)                # d at the planning default: no caller's
+    assert defaulted.specialised == {} and "d" in defaulted.defaulted
+    reasons = " ".join(kp.kernel.reason for kp in defaulted.kernels)
+    assert "or plan for the size (--shape d=64: specialised)" in reasons, reasons
+    static = plan(napkin.load("attention"), "h100", BIG)
+    assert static.specialised == {} and _engines(static) == [ATTENTION]
+
+
+def test_candidates_are_the_axes_of_products_feeding_products():
+    attention = napkin.load(DYNAMIC)
+    assert specialise.chained_axes(attention.ir) == {"d": 16}
+    two = napkin.load(DYNAMIC.replace("x, d", "x, d, e").replace("V[b h x d]", "V[b h x e]")
+                      .replace("O[b h q d]", "O[b h q e]"))
+    assert specialise.chained_axes(two.ir) == {"d": 16, "e": 8}
+    mlp = napkin.load("axis t, m, f, o\nin X[t m]: f16\nin W1[m f]: f16\nin W2[f o]: f16\n"
+                      "Y[t o] = gelu(X * W1) * W2\nout Y: f16")
+    assert specialise.chained_axes(mlp.ir) == {"m": 16, "o": 8}
+    matmul = napkin.load("matmul")
+    assert specialise.chained_axes(matmul.ir) == {}
+    # planned at d = 24 (no 16-wide fragments), e = 40: only e is worth fixing
+    p = plan(two, "h100", {**SMALL, "d": 24, "e": 40})
+    assert specialise.candidates(p) == {"e": 40}
+    both = plan(two, "h100", {**SMALL, "d": 32, "e": 16})     # FlashAttention with dk != dv
+    assert both.specialised == {"d": 32, "e": 16} and _engines(both) == [ATTENTION]
+
+
+def test_explain_and_the_cuda_header_say_the_specialisation():
+    d = napkin.load(DYNAMIC)
+    options = Options.make(target="h100", shape={**BIG, "d": 64})
+    p, _, source = pipeline.source(d, options)
+    text = render_text(report(p))
+    assert "d specialised at 64 (dynamic in the diagram: each size compiles its own kernel; " \
+        "predicted" in text, text
+    assert report(p)["dynamic"] == ["b", "h", "q", "x", "d"]
+    assert "// Specialised: dynamic axes of the diagram fixed at 64 " in source
+    _, _, plain = pipeline.source(d, Options.make(target="h100", shape={**SMALL, "d": 24}))
+    assert "Specialised" not in plain
+    assert "specialised" not in render_text(report(plan(d, "h100", {**SMALL, "d": 24})))
+
+
+def test_a_specialised_program_refuses_other_sizes():
+    d = napkin.load(DYNAMIC)
+    _, program, _ = pipeline.source(d, Options.make(target="h100", shape={**SMALL, "d": 32}))
+    assert program.specialised == (("d", 32),)
+    assert make_launches(program, {**SMALL, "d": 32})
+    with pytest.raises(napkin.NapkinError, match="N0308") as err:
+        make_launches(program, {**SMALL, "d": 16})
+    assert "specialised for d = 32 and is called with d = 16" in str(err.value)
+
+
+@pytest.mark.thorough
+def test_gradients_specialise_through_the_same_path():
+    shape = {**BIG, "d": 64}
+    p = plan(napkin.grad(DYNAMIC), "h100", shape)
+    fixed = plan(napkin.grad("attention"), "h100", shape)
+    assert p.specialised == {"d": 64} and _engines(p) == _engines(fixed)
+    assert p.time == pytest.approx(fixed.time) and p.unspecialised > p.time
+
+
+def test_the_dynamic_plan_stands_unless_the_fixed_one_is_predicted_faster():
+    from napkin.compiler.plan import fuse_kernels, prepare, tile
+    d, shape = napkin.load(DYNAMIC), {**SMALL, "d": 32}
+    dynamic = tile(fuse_kernels(prepare(d, "h100", shape)))
+    assert dynamic.specialised == {} and specialise.candidates(dynamic) == {"d": 32}
+
+    def on_cuda_cores(fixed):
+        return tile(fuse_kernels(prepare(fixed, "h100", shape), "cuda-cores"))
+    assert on_cuda_cores(napkin.load(d, d=32)).time > dynamic.time * (1 - specialise.MARGIN)
+    assert specialise.decide(dynamic, on_cuda_cores) is dynamic
+    assert specialise.decide(dynamic, lambda fixed: tile(fuse_kernels(prepare(
+        fixed, "h100", shape)))).specialised == {"d": 32}
