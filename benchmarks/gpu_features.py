@@ -116,6 +116,10 @@ CHECKS = [
      {"b": 129, "m": 129, "k": 129, "n": 129}, {"arch": "sm_90a"}, WGMMA),
     ("batched_matmul on wgmma 177^4", "wgmma", _library("batched_matmul"), "bf16",
      {"b": 177, "m": 177, "k": 177, "n": 177}, {"arch": "sm_90a"}, WGMMA),
+    # multiples of 8: the operands staged by cp.async (16-byte copies), which the proxy
+    # fence orders before wgmma's reads (the two above stage with plain stores)
+    ("batched_matmul on wgmma 96x184x136x128", "wgmma", _library("batched_matmul"), "f16",
+     {"b": 96, "m": 184, "k": 136, "n": 128}, {"arch": "sm_90a"}, WGMMA),
 ]
 
 # the tensor-core ones at scale: (case, feature, diagram(dtype), dtype, shape, bench name
