@@ -36,6 +36,7 @@ from .diagram import Diagram
 from .gradpositions import ungather, unscan, unview
 from .gradstats import plan_statistics, same_axes
 from .gradsweep import ELEMENTWISE, Sweep
+from .cotangents import cotangent_line
 from .gradtext import Expr, header, product, reduce_to, strip
 
 _KEYWORDS = {"axis", "in", "out", "group", "stream", "split", "by", "at", "and", "or", "not", "inf", "size"}
@@ -65,7 +66,7 @@ def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = 
         gr = sw.total(n, grads[n], f"d{name}", force_name=True, own=True)
         results.append((gr.text, ir.op(g, n).dtype))
     lines = header(sw.g, f"The gradient of {d.name}, derived by `napkin grad` (reverse mode on the checked IR).",
-                    "Inputs: the forward's inputs, then one cotangent per output"
+                    cotangent_line([c for c, _, _ in cotangents])
                     + (" and the saved statistics." if sw.extra_inputs else ".")
                     + _hints_left(d), sw.new_axes)
     for name, axes, dtype in cotangents + sw.extra_inputs:

@@ -18,10 +18,21 @@ stage after: the model's bytes and engines, the producer's store, the consumer's
   computed from; none (an f32 input among them: the user's precision) or two keeps f32;
 - fusion prices its candidates on the decision made as if every statement were a kernel
   (`anticipated`): a kernel loading such an array sees it in 16 bits;
-- fall back: once tiled, a kernel reading such an array that does not run on the tensor
-  cores (the product stays on the CUDA cores for another reason) undoes it for the arrays it
-  reads, and the kernels are tiled again (the user's f32 inputs are never rounded: they are
-  no candidates).
+- fall back: once tiled, a kernel reading such an array into a product that does not run on
+  the tensor cores (the product stays on the CUDA cores for another reason) undoes it for the
+  arrays it reads, and the kernels are tiled again (the user's f32 inputs are never rounded:
+  they are no candidates);
+- a gradient's cotangents (`cotangents`: what is computed from the cotangent inputs a
+  gradient names, compiler/cotangents.py), computed from inputs of one 16-bit dtype, qualify
+  also where other kernels read them elementwise (`dR`, which `dWo = dR * A` and `dA = dR * Wo`
+  read, and `dX = dR + ...` adds): those readers take it rounded, as PyTorch's autocast and
+  FlashAttention's backward keep gradients in the inputs' dtype between kernels; a partner
+  that stays f32 (a forward value) is staged rounded beside it (tensorcore._rounded) and
+  does not keep it f32; and a forward value a product reads beside a cotangent the reading
+  kernel computes (`dK = g15 * Q` in attention's backward chains) takes that partner as
+  16-bit, staged rounded as FlashAttention's P is. This trades precision (one rounding of the cotangent, docs/
+  gradients.md), so stored16_stages takes it only where the model predicts the kernels that
+  store or load what it adds faster; `read_elementwise` records which (explain says so).
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from .reach import downstream, normalised
 
 SIXTEEN = ("f16", "bf16")
 KEY = "stored16"
+COTANGENTS = "stored16_cotangents"
 
 
 def decided(g: DiGraph) -> dict:
@@ -41,18 +53,29 @@ def decided(g: DiGraph) -> dict:
     return g.graph.get(KEY) or {}
 
 
-def with_decision(g: DiGraph, chosen: dict) -> DiGraph:
-    """A copy of g carrying `chosen`, none when it is empty (a new graph: planners memoise by
-    its contents)."""
+def cotangents_decided(g: DiGraph) -> frozenset:
+    """The decided nodes that are cotangents read elementwise too (module doc; explain)."""
+    return frozenset(g.graph.get(COTANGENTS) or ())
+
+
+def with_decision(g: DiGraph, chosen: dict, cotangents=()) -> DiGraph:
+    """A copy of g carrying `chosen` (and which of them are `cotangents` some reader takes
+    rounded, not only tensor-core products), none when it is empty (a new graph: planners
+    memoise by its contents)."""
     out = g.copy()
     out.graph.pop(KEY, None)
+    out.graph.pop(COTANGENTS, None)
     if chosen:
         out.graph[KEY] = dict(sorted(chosen.items()))
+    if chosen and (mine := sorted(set(cotangents) & set(chosen))):
+        out.graph[COTANGENTS] = tuple(mine)
     return out
 
 
-def decide(g: DiGraph, kernels, target) -> dict:
-    """value node -> 16-bit dtype of every stored intermediate that qualifies (module doc)."""
+def decide(g: DiGraph, kernels, target, cotangents: frozenset = frozenset()) -> dict:
+    """value node -> 16-bit dtype of every stored intermediate that qualifies (module doc);
+    `cotangents`: the nodes computed from a gradient's cotangents, which qualify also where
+    other readers read them elementwise (the backward's cotangents, module doc)."""
     from .model import storage_dtype
     stored = {}
     for k in kernels:
@@ -62,8 +85,13 @@ def decide(g: DiGraph, kernels, target) -> dict:
     links: dict = {v: set() for v in stored}
     concrete: dict = {v: set() for v in stored}
     bad = set()
+    loose = {v for v in stored if v in cotangents and _computed_from(g, v) in SIXTEEN}
+    loose_computed = {v for v in cotangents if v not in stored and
+                      _computed_from(g, v) in SIXTEEN} if cotangents else set()
     for v, s in stored.items():
         readers = [r for k in kernels if s in k.loads for r in (_readers(g, k, s),)]
+        if v in loose:
+            readers = [r for r in readers if r]     # its other readers take it rounded
         if not readers or any(r is None for r in readers):
             bad.add(v)
             continue
@@ -76,19 +104,22 @@ def decide(g: DiGraph, kernels, target) -> dict:
             op = ir.op(g, p)
             if p in stored:
                 links[v].add(p)
-            elif isinstance(op, ir.Softmax):
-                continue                        # attention's probabilities: rounded by FA2
+            elif isinstance(op, ir.Softmax) or p in loose_computed:
+                continue                        # attention's probabilities: rounded by FA2;
+                                                # a cotangent the kernel computes: staged rounded
             elif (isinstance(op, ir.Input) or not _candidate(g, p)) and \
                     storage_dtype(g, p) in SIXTEEN:
                 concrete[v].add(storage_dtype(g, p))
+            elif v in loose and not isinstance(op, ir.Input):
+                concrete[v].add(_computed_from(g, v))   # an f32 forward value: staged rounded
             else:
                 bad.add(v)
                 break
     changed = True
     while changed:                              # a partner that stays f32 keeps its partners f32
-        changed = False
+        changed = False                         # (a cotangent's is staged rounded beside it)
         for v in stored:
-            if v not in bad and links[v] & bad:
+            if v not in bad and v not in loose and links[v] & bad:
                 bad.add(v)
                 changed = True
     chosen, seen = {}, set()
@@ -100,7 +131,7 @@ def decide(g: DiGraph, kernels, target) -> dict:
             m = stack.pop()
             if m not in group:
                 group.add(m)
-                stack.extend(links[m] | {o for o in stored if m in links[o]})
+                stack.extend((links[m] | {o for o in stored if m in links[o]}) - bad)
         seen |= group
         dtypes = set().union(*(concrete[m] for m in group)) or \
             {_computed_from(g, m) for m in group}
@@ -133,19 +164,31 @@ def _attention_operand(g: DiGraph, v: int) -> bool:
         for w in downstream(g, v, (ir.Assign, ir.View, ir.Reshape)))
 
 
+def read_elementwise(g: DiGraph, kernels, chosen) -> frozenset:
+    """The decided arrays some kernel reads other than into products (a gradient's cotangents
+    the decision took with `cotangents`: their other readers take them rounded)."""
+    return frozenset(through(g, s) for k in kernels for s in k.loads
+                     if through(g, s) in chosen and _readers(g, k, s) is None)
+
+
 def fallen_back(g: DiGraph, plans, tensor_engines) -> set:
-    """Decided arrays a kernel reads off the tensor cores (to store in f32 after all)."""
+    """Decided arrays a kernel off the tensor cores reads into a product (to store in f32
+    after all; a cotangent's elementwise readers take it rounded wherever they run)."""
     mine = decided(g)
     return {through(g, n) for kp in plans if kp.schedule.engine not in tensor_engines
-            for n in kp.kernel.loads if through(g, n) in mine}
+            for n in kp.kernel.loads if through(g, n) in mine and _into_product(g, kp.kernel, n)}
 
 
 def said(plan) -> list[str]:
     """One line per array stored in 16 bits by this decision (explain)."""
     from .model import array_name
     g = plan.graph
-    return [f"{array_name(g, n)} stored as {dt}: read only by tensor-core products (rounded "
-            "to it there anyway)" for n, dt in decided(g).items()]
+    cot = cotangents_decided(g)
+    return [f"{array_name(g, n)} stored as {dt}: " + (
+        "a cotangent that tensor-core products read (its other readers take it rounded, "
+        "as frameworks keep gradients in the inputs' dtype)" if n in cot else
+        "read only by tensor-core products (rounded to it there anyway)")
+        for n, dt in decided(g).items()]
 
 
 def _candidate(g: DiGraph, s: int) -> bool:
@@ -179,6 +222,22 @@ def _readers(g: DiGraph, k, n: int):
             else:
                 return None
     return out
+
+
+def _into_product(g: DiGraph, k, n: int) -> bool:
+    """Whether kernel k reads its load n (through names and views) as a product's operand."""
+    members, stack, seen = set(k.nodes), [n], set()
+    while stack:
+        u = stack.pop()
+        for v in g.successors(u):
+            if v in members and v not in seen:
+                seen.add(v)
+                op = ir.op(g, v)
+                if isinstance(op, ir.Contract):
+                    return True
+                if isinstance(op, (ir.Assign, ir.View, ir.Reshape)):
+                    stack.append(v)
+    return False
 
 
 def _source(g: DiGraph, n: int) -> int:

@@ -187,6 +187,9 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
     only_x, only_y = ax - ay, ay - ax
     if not only_x or not only_y:
         return "each operand needs an axis of its own (a matrix product, not a matrix-vector one)"
+    if not (only_x | only_y) <= set(out):
+        return ("an operand sums an axis of its own in the product (the output lacks "
+                f"`{sorted((only_x | only_y) - set(out))[0]}`): not a matrix product")
     # each operand's own axis nearest the output's contiguous end is its fragment axis; the
     # rest (in one operand or both) are batch axes, one position per block
     rx, ry = max(only_x, key=out.index), max(only_y, key=out.index)
