@@ -19,7 +19,7 @@ class OtherPositions:
         taken over the whole of each axis read at a computed position, and over the region's
         range of the axis a labelled position names: the block has only its own tile of
         that (a reduction streamed here finished for the block's rows alone)."""
-        from .reference import gathered, positions
+        from .gathers import gathered, positions
         g = self.g
         base, *index = ir.operands(g, n)
         axes = ir.type_of(g, n).axes

@@ -14,7 +14,6 @@ import numpy as np
 from ..compiler import ir
 from ..compiler.diagram import Diagram
 from . import dtypes, elementwise, unused_reads
-from ..diagrams.diagnostics import error
 from .bind import bind_sizes, to_numpy
 from .labelled import Labelled, contract, relabel
 
@@ -108,50 +107,3 @@ def step(op, out: ir.ArrayType, args: list[Labelled], sizes: dict[str, int], com
         full = tuple(sizes[a] for a in out.axes)
         return Labelled(np.asarray(np.broadcast_to(data, full), order="C"), out.axes)
     raise TypeError(f"no reference semantics for {op!r}")  # pragma: no cover
-
-
-def gathered(g, n: int, base: np.ndarray, labels, index: list, ranges: list,
-             offsets: dict | None = None, clamp: bool = False) -> np.ndarray:
-    """Gather node n: `base` at the computed `index` arrays (in order) and the `ranges` of its
-    labelled positions (all aligned to the result's axes); an index out of its axis is N0407
-    at the gather's span, naming the position, the index and where it was computed
-    (`offsets`: the start of each result axis in this region). With `clamp`, such a read takes
-    the nearest row instead (runtime/unused_reads.py decides whether its value is used)."""
-    try:
-        return elementwise.gather(base, positions(labels, index, ranges), clamp)
-    except elementwise.OutOfRange as exc:
-        raise out_of_range(g, n, labels, *exc.args, offsets) from None
-
-
-def positions(labels, index: list, ranges: list) -> list:
-    """A gather's positions in the base's order: computed ones from `index`, named ones from
-    `ranges`."""
-    it, rt = iter(index), iter(ranges)
-    return [next(rt) if lab is not None else next(it) for lab in labels]
-
-
-def out_of_range(g, n: int, labels, k: int, value: int, size: int, at: tuple,
-                 offsets: dict | None = None):
-    """N0407 at gather n: its position k is `value` at point `at` of the result."""
-    out_axes = ir.type_of(g, n).axes
-    base_node, *index_nodes = ir.operands(g, n)
-    name = array_name(g, base_node)
-    axis = ir.type_of(g, base_node).axes[k]
-    varies = ir.type_of(g, index_nodes[labels[:k].count(None)]).axes   # the index's axes
-    shown = ", ".join(f"{a}={int(i) + (offsets or {}).get(a, 0)}"
-                      for a, i in zip(out_axes, at) if a in varies)
-    return error("N0407", f"position {k + 1} of `{name}` is {value} at {shown or 'every point'}"
-                 f", outside its axis `{axis}` of size {size}", g.nodes[n]["span"],
-                 help=f"a gathered position must be in 0..{size - 1}; check the index "
-                      "arrays (on a GPU such a read is clamped to the nearest row)",
-                 source=g.graph["source"])
-
-
-def array_name(g, n: int) -> str:
-    """The name of the array node n holds (an input's, an equation's; else `%n`)."""
-    if getattr(ir.op(g, n), "name", None):
-        return ir.op(g, n).name
-    for name, m in g.graph["arrays"].items():
-        if m == n:
-            return name
-    return f"%{n}"

@@ -20,6 +20,7 @@ import numpy as np
 from ..compiler import ir
 from ..diagrams.diagnostics import NapkinError
 from . import elementwise
+from .gathers import gathered, out_of_range, positions
 from .labelled import Labelled, relabel
 
 # operations through which a value read outside its axis is carried, not used
@@ -34,7 +35,6 @@ class Outside:
 
 def gather(g, n: int, args: list[Labelled], held: list, sizes: dict):
     """(gather n's value, clamped where a position is outside its axis; its Outside or None)."""
-    from .reference import gathered, out_of_range, positions
     op, out = ir.op(g, n), ir.type_of(g, n)
     base = args[0].data
     index = [a.aligned(out.axes) for a in args[1:]]
