@@ -12,16 +12,15 @@ from . import elementwise
 
 
 def gathered(g, n: int, base: np.ndarray, labels, index: list, ranges: list,
-             offsets: dict | None = None, clamp: bool = False) -> np.ndarray:
+             clamp: bool = False) -> np.ndarray:
     """Gather node n: `base` at the computed `index` arrays (in order) and the `ranges` of its
     labelled positions (all aligned to the result's axes); an index out of its axis is N0407
-    at the gather's span, naming the position, the index and where it was computed
-    (`offsets`: the start of each result axis in this region). With `clamp`, such a read takes
+    at the gather's span, naming the position, the index and where it was computed. With `clamp`, such a read takes
     the nearest row instead (runtime/unused_reads.py decides whether its value is used)."""
     try:
         return elementwise.gather(base, positions(labels, index, ranges), clamp)
     except elementwise.OutOfRange as exc:
-        raise out_of_range(g, n, labels, *exc.args, offsets) from None
+        raise out_of_range(g, n, labels, *exc.args) from None
 
 
 def positions(labels, index: list, ranges: list) -> list:
@@ -31,15 +30,14 @@ def positions(labels, index: list, ranges: list) -> list:
     return [next(rt) if lab is not None else next(it) for lab in labels]
 
 
-def out_of_range(g, n: int, labels, k: int, value: int, size: int, at: tuple,
-                 offsets: dict | None = None):
+def out_of_range(g, n: int, labels, k: int, value: int, size: int, at: tuple):
     """N0407 at gather n: its position k is `value` at point `at` of the result."""
     out_axes = ir.type_of(g, n).axes
     base_node, *index_nodes = ir.operands(g, n)
     name = array_name(g, base_node)
     axis = ir.type_of(g, base_node).axes[k]
     varies = ir.type_of(g, index_nodes[labels[:k].count(None)]).axes   # the index's axes
-    shown = ", ".join(f"{a}={int(i) + (offsets or {}).get(a, 0)}"
+    shown = ", ".join(f"{a}={int(i)}"
                       for a, i in zip(out_axes, at) if a in varies)
     return error("N0407", f"position {k + 1} of `{name}` is {value} at {shown or 'every point'}"
                  f", outside its axis `{axis}` of size {size}", g.nodes[n]["span"],
