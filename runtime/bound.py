@@ -32,7 +32,7 @@ import numpy as np
 from ..compiler import ir
 from ..compiler.diagram import Diagram
 from ..compiler.across_warps import WARP
-from . import dtypes, elementwise, reference
+from . import dtypes, elementwise, gathers, reference
 from .bind import bind_sizes, to_numpy
 from .labelled import Labelled, contract, relabel
 
@@ -79,9 +79,9 @@ def evaluate(diagram: Diagram, inputs: dict, longest: int | None = None,
             labels = [Labelled(np.arange(sizes[lab]), (lab,)).aligned(typ.axes)
                       for lab in op.labels if lab is not None]
             full = tuple(sizes[a] for a in typ.axes)
-            v = reference.gathered(g, n, args[0].data, op.labels, index, labels)
+            v = gathers.gathered(g, n, args[0].data, op.labels, index, labels, clamp=True)
             base = np.broadcast_to(eargs[0].data, args[0].data.shape)
-            e = elementwise.gather(base, _full(op.labels, index, labels))
+            e = elementwise.gather(base, gathers.positions(op.labels, index, labels), clamp=True)
             values[n] = Labelled(np.broadcast_to(v, full), typ.axes)
             errs[n], chain[n] = Labelled(np.broadcast_to(e, full), typ.axes), k
             continue
@@ -93,11 +93,6 @@ def evaluate(diagram: Diagram, inputs: dict, longest: int | None = None,
         e, d = _error(op, typ, args, eargs, val, sizes, longest, lam)
         errs[n], chain[n] = e, k + d
     return out
-
-
-def _full(labels, index, ranges) -> list:
-    it, rt = iter(index), iter(ranges)
-    return [next(rt) if lab is not None else next(it) for lab in labels]
 
 
 def mag(x) -> np.ndarray:

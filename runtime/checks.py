@@ -66,7 +66,7 @@ def check_gathers(diagram: Diagram, sizes: dict) -> None:
     has size 0 (an embedding table of no rows): every position is outside it, which the
     reference refuses, and the emitted kernels' clamp to the nearest row has no row to read
     (it read before the array's start, on the GPU and the emulator)."""
-    from .reference import array_name
+    from .gathers import array_name
     g = diagram.ir
     for n in g.nodes:
         op = ir.op(g, n)

@@ -87,15 +87,24 @@ class OutOfRange(Exception):
     """A gathered position outside its axis: (position k, the index, the axis's size, where)."""
 
 
-def gather(base: np.ndarray, index: list[np.ndarray]) -> np.ndarray:
+def gather(base: np.ndarray, index: list[np.ndarray], clamp: bool = False) -> np.ndarray:
     """base[index[0], index[1], ...] (broadcast), every index checked against its axis first:
-    an out-of-range read is an error on the CPU backends, never a wrap or a clamp."""
+    an out-of-range read is an error on the CPU backends, never a wrap. With `clamp`, such a
+    read takes the nearest row, as the emitted CUDA does (the caller decides whether the
+    value is used: runtime/unused_reads.py); along an empty axis there is none."""
     for k, ix in enumerate(index):
-        bad = (ix < 0) | (ix >= base.shape[k])
-        if np.any(bad):
+        bad = outside(ix, base.shape[k])
+        if np.any(bad) and (not clamp or not base.shape[k]):
             at = np.unravel_index(int(np.argmax(bad)), bad.shape)
             raise OutOfRange(k, int(ix[at]), base.shape[k], at)
+    if clamp:
+        index = [np.clip(ix, 0, base.shape[k] - 1) for k, ix in enumerate(index)]
     return base[tuple(index)]
+
+
+def outside(ix: np.ndarray, size: int) -> np.ndarray:
+    """Where positions `ix` fall outside an axis of `size`."""
+    return (ix < 0) | (ix >= size)
 
 
 def apply(fn: str, args: list[np.ndarray]) -> np.ndarray:

@@ -18,7 +18,7 @@ from ..compiler import accumulators as acc
 from ..compiler import ir
 from ..compiler.canonical import through
 from ..compiler.plan import KernelPlan, Plan
-from . import dtypes, elementwise, labelled, scatter
+from . import dtypes, elementwise, labelled, reference, scatter
 from ..compiler.schedule import SCATTER
 from .splits import fold, fold_split, take
 from ..compiler.split import complete_sizes
@@ -40,8 +40,11 @@ def interpret(plan: Plan, inputs: dict[str, object]) -> dict[str, np.ndarray]:
         stored = shaped(g, arrays[name], ir.type_of(g, n).axes, sizes)   # merged axes: merge.py
         stored = stored.astype(dtypes.numpy_dtype(dtype))
         memory[n] = elementwise.as_kind(stored, ir.kind_of_dtype(dtype))
+    outside: set = set()       # gathers that read outside an axis (clamped, as CUDA does)
     for kp in plan.kernels:
-        _run_kernel(g, kp, memory, sizes)
+        _run_kernel(g, kp, memory, sizes, outside)
+    if outside:     # N0407 where such a read is used (runtime/unused_reads.py)
+        reference.evaluate(plan.diagram, inputs)
     out = {}
     user = {s.name: s.axes for s in plan.diagram.outputs}
     for name, n in g.graph["outputs"].items():
@@ -57,7 +60,7 @@ def interpret(plan: Plan, inputs: dict[str, object]) -> dict[str, np.ndarray]:
 _UNWRITTEN = {"float": np.nan, "int": np.iinfo(np.int64).min, "bool": False}
 
 
-def _run_kernel(g, kp: KernelPlan, memory: dict, sizes: dict) -> None:
+def _run_kernel(g, kp: KernelPlan, memory: dict, sizes: dict, outside: set) -> None:
     k, sched = kp.kernel, kp.schedule       # compiler/schedule.py: the planner's decisions
     for a in sched.across:   # a chain's products over its rows: every
         t = ir.type_of(g, a.store)                 # block of rows adds its share (atomics)
@@ -69,7 +72,7 @@ def _run_kernel(g, kp: KernelPlan, memory: dict, sizes: dict) -> None:
             memory[n] = elementwise.as_kind(np.full(tuple(sizes[a] for a in t.axes),
                                                     _UNWRITTEN[kind]), kind)
     if sched.engine == SCATTER:              # atomics at the gathered rows (scatter.py)
-        scatter.run(_Block(g, kp, memory, Region(sizes)), memory, sizes)
+        scatter.run(_Block(g, kp, memory, Region(sizes), outside), memory, sizes)
         return
     # packed attention rows (compiler/packing.py) run whole: the rows are independent, and a
     # block of the flattened r x q is no box of r and q
@@ -80,12 +83,13 @@ def _run_kernel(g, kp: KernelPlan, memory: dict, sizes: dict) -> None:
               for a in axes]
     for tile in itertools.product(*ranges):
         region = Region(sizes, dict(zip(axes, tile)))
-        _Block(g, kp, memory, region).run()
+        _Block(g, kp, memory, region, outside).run()
 
 
 class _Block(OtherPositions):
-    def __init__(self, g, kp: KernelPlan, memory, region: Region):
+    def __init__(self, g, kp: KernelPlan, memory, region: Region, outside: set):
         self.g, self.kp, self.memory, self.region = g, kp, memory, region
+        self.outside = outside      # gathers found reading outside an axis (reads.py)
         self.k = kp.kernel
         self.st = kp.model.streaming
         self.split = kp.schedule.split

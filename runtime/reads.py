@@ -19,7 +19,7 @@ class OtherPositions:
         taken over the whole of each axis read at a computed position, and over the region's
         range of the axis a labelled position names: the block has only its own tile of
         that (a reduction streamed here finished for the block's rows alone)."""
-        from .reference import gathered
+        from .gathers import gathered, positions
         g = self.g
         base, *index = ir.operands(g, n)
         axes = ir.type_of(g, n).axes
@@ -36,8 +36,10 @@ class OtherPositions:
         values = [elementwise.as_kind(_align(self.value(m, region), axes), "int") for m in index]
         ranges = [_align((np.arange(region.of(lab).start, region.of(lab).stop) - start, (lab,)), axes)
                   for lab, start in zip(op.labels, starts) if lab is not None]
-        offsets = {a: region.of(a).start for a in axes}
-        out = gathered(g, n, data, op.labels, values, ranges, offsets)
+        where = positions(op.labels, values, ranges)
+        if any(elementwise.outside(ix, data.shape[k]).any() for k, ix in enumerate(where)):
+            self.outside.add(n)     # clamped: the reference says whether the value is used
+        out = gathered(g, n, data, op.labels, values, ranges, clamp=True)
         return np.broadcast_to(out, tuple(region.extent(a) for a in axes))
 
     def _scan(self, n: int, op, region: Region):

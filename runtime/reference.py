@@ -13,8 +13,7 @@ import numpy as np
 
 from ..compiler import ir
 from ..compiler.diagram import Diagram
-from . import dtypes, elementwise
-from ..diagrams.diagnostics import error
+from . import dtypes, elementwise, unused_reads
 from .bind import bind_sizes, to_numpy
 from .labelled import Labelled, contract, relabel
 
@@ -43,9 +42,13 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
         if lowp else None
     values: dict[int, Labelled] = {}
     results: dict[str, np.ndarray] = {}
+    unused: dict[int, unused_reads.Outside | None] = {}  # reads outside an axis (not an error yet)
     for n in ir.order(g):
         op, out = ir.op(g, n), ir.type_of(g, n)
         args = [values[a] for a in ir.operands(g, n)]
+        held = [unused.get(a) for a in ir.operands(g, n)]
+        if not isinstance(op, ir.Gather):  # (an Output or a reduction of such a read raises)
+            unused[n] = unused_reads.carried(g, n, args, held)
         if isinstance(op, ir.Input):
             exact_values = exact and not lowp and ir.kind_of_dtype(op.dtype) == "float"
             stored = arrays[op.name] if exact_values else \
@@ -60,11 +63,7 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
                 else np.array(data, dtype=np.float64)
             continue
         if isinstance(op, ir.Gather):
-            index = [a.aligned(out.axes) for a in args[1:]]
-            labels = [Labelled(np.arange(sizes[lab]), (lab,)).aligned(out.axes)
-                      for lab in op.labels if lab is not None]
-            values[n] = Labelled(np.broadcast_to(gathered(g, n, args[0].data, op.labels, index, labels),
-                                             tuple(sizes[a] for a in out.axes)), out.axes)
+            values[n], unused[n] = unused_reads.gather(g, n, args, held, sizes)
             continue
         val = step(op, out, args, sizes, compute)
         if rounding is not None and val.data.dtype.kind == "f" and not isinstance(op, ir.Index):
@@ -108,40 +107,3 @@ def step(op, out: ir.ArrayType, args: list[Labelled], sizes: dict[str, int], com
         full = tuple(sizes[a] for a in out.axes)
         return Labelled(np.asarray(np.broadcast_to(data, full), order="C"), out.axes)
     raise TypeError(f"no reference semantics for {op!r}")  # pragma: no cover
-
-
-def gathered(g, n: int, base: np.ndarray, labels, index: list, ranges: list,
-             offsets: dict | None = None) -> np.ndarray:
-    """Gather node n: `base` at the computed `index` arrays (in order) and the `ranges` of its
-    labelled positions (all aligned to the result's axes); an index out of its axis is N0407
-    at the gather's span, naming the position, the index and where it was computed
-    (`offsets`: the start of each result axis in this region)."""
-    it, rt, full = iter(index), iter(ranges), []
-    for lab in labels:
-        full.append(next(rt) if lab is not None else next(it))
-    try:
-        return elementwise.gather(base, full)
-    except elementwise.OutOfRange as exc:
-        k, value, size, at = exc.args
-        out_axes = ir.type_of(g, n).axes
-        base_node, *index_nodes = ir.operands(g, n)
-        name = array_name(g, base_node)
-        axis = ir.type_of(g, base_node).axes[k]
-        varies = ir.type_of(g, index_nodes[labels[:k].count(None)]).axes   # the index's axes
-        shown = ", ".join(f"{a}={int(i) + (offsets or {}).get(a, 0)}"
-                          for a, i in zip(out_axes, at) if a in varies)
-        raise error("N0407", f"position {k + 1} of `{name}` is {value} at {shown or 'every point'}"
-                    f", outside its axis `{axis}` of size {size}", g.nodes[n]["span"],
-                    help=f"a gathered position must be in 0..{size - 1}; check the index "
-                         "arrays (on a GPU such a read is clamped to the nearest row)",
-                    source=g.graph["source"]) from None
-
-
-def array_name(g, n: int) -> str:
-    """The name of the array node n holds (an input's, an equation's; else `%n`)."""
-    if getattr(ir.op(g, n), "name", None):
-        return ir.op(g, n).name
-    for name, m in g.graph["arrays"].items():
-        if m == n:
-            return name
-    return f"%{n}"

@@ -1,0 +1,95 @@
+"""Gathered positions outside their axis where the value read is not used (docs/language.md).
+
+`where(e + 1 < size(e), X[t (e + 1)], 0.0)` reads X one past its last row only where that
+branch is not taken. The reference computes every operand over every point, so it reads such a
+position clamped to the nearest row (as the emitted CUDA does) and carries, next to each value,
+where it holds such a read (`Outside`: a boolean mask over the value's axes and the N0407 of
+the first gather that read outside): through elementwise functions, views, assignments and
+gathers (a position computed from one, or a row read from one); `where` keeps only its taken
+branch's (and its condition's). Any other operation (a reduction, a product, a softmax, a
+scan, an output) that receives such a value uses it: the gather's N0407 is raised there.
+The interpreter clamps too and asks the reference whenever one of its gathers read outside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..compiler import ir
+from ..diagrams.diagnostics import NapkinError
+from . import elementwise
+from .gathers import gathered, out_of_range, positions
+from .labelled import Labelled, relabel
+
+# operations through which a value read outside its axis is carried, not used
+CARRIED = (ir.Map, ir.View, ir.Assign)
+
+
+@dataclass(frozen=True)
+class Outside:
+    mask: Labelled          # where the value holds a read outside an axis (broadcastable)
+    error: NapkinError      # the N0407 of the gather that read there
+
+
+def gather(g, n: int, args: list[Labelled], held: list, sizes: dict):
+    """(gather n's value, clamped where a position is outside its axis; its Outside or None)."""
+    op, out = ir.op(g, n), ir.type_of(g, n)
+    base = args[0].data
+    index = [a.aligned(out.axes) for a in args[1:]]
+    ranges = [Labelled(np.arange(sizes[lab]), (lab,)).aligned(out.axes)
+              for lab in op.labels if lab is not None]
+    full = tuple(sizes[a] for a in out.axes)
+    value = Labelled(np.broadcast_to(gathered(g, n, base, op.labels, index, ranges, clamp=True),
+                                     full), out.axes)
+    where = positions(op.labels, index, ranges)
+    bad = np.zeros((1,) * len(out.axes), dtype=bool)
+    first = None
+    for k, ix in enumerate(where):
+        wrong = np.broadcast_to(elementwise.outside(ix, base.shape[k]), full)
+        if first is None and wrong.any():
+            at = np.unravel_index(int(np.argmax(wrong)), full)
+            first = out_of_range(g, n, op.labels, k, int(np.broadcast_to(ix, full)[at]),
+                                 base.shape[k], at)
+        bad = bad | wrong
+    found = [] if first is None else [Outside(Labelled(bad, out.axes), first)]
+    if held[0] is not None:         # rows of the base that hold such a read, read again
+        mask = np.broadcast_to(held[0].mask.aligned(args[0].axes), base.shape)
+        clipped = [np.clip(ix, 0, max(base.shape[k] - 1, 0)) for k, ix in enumerate(where)]
+        found.append(Outside(Labelled(mask[tuple(clipped)], out.axes), held[0].error))
+    found += [Outside(Labelled(h.mask.aligned(out.axes), out.axes), h.error)
+              for h in held[1:] if h is not None]
+    return value, _joined(found, out.axes)
+
+
+def carried(g, n: int, args: list[Labelled], held: list) -> Outside | None:
+    """Node n's Outside from its operands' (`held`, None for none); raises the N0407 of one
+    that the node uses (anything but an elementwise function, a view or an assignment)."""
+    if all(h is None for h in held):
+        return None
+    op, out = ir.op(g, n), ir.type_of(g, n)
+    if not isinstance(op, CARRIED):
+        raise next(h.error for h in held if h is not None)
+    if isinstance(op, ir.View):
+        (h,), (arg,) = held, args
+        mask = np.broadcast_to(h.mask.aligned(arg.axes), arg.data.shape)
+        return _joined([Outside(Labelled(relabel(mask, op.labels), out.axes), h.error)], out.axes)
+    masks = [None if h is None else h.mask.aligned(out.axes) for h in held]
+    if isinstance(op, ir.Map) and op.fn == "where":     # only the branch taken is used
+        cond = args[0].aligned(out.axes).astype(bool)
+        masks[1] = None if masks[1] is None else masks[1] & cond
+        masks[2] = None if masks[2] is None else masks[2] & ~cond
+    return _joined([Outside(Labelled(m, out.axes), h.error) for m, h in zip(masks, held)
+                    if m is not None], out.axes)
+
+
+def _joined(found: list[Outside], axes: tuple) -> Outside | None:
+    """One Outside for several (the first's error), None where no point holds one."""
+    found = [f for f in found if f.mask.data.any()]
+    if not found:
+        return None
+    mask = found[0].mask.aligned(axes)
+    for f in found[1:]:
+        mask = mask | f.mask.aligned(axes)
+    return Outside(Labelled(mask, axes), found[0].error)

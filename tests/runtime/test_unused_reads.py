@@ -1,0 +1,78 @@
+"""A gathered position outside its axis in the branch of a `where` not taken is no error
+(docs/language.md, runtime/unused_reads.py): the reference and the interpreter read it clamped,
+as the emitted CUDA does, and raise N0407 only where the value is used (an output, a
+reduction, a product, a softmax). Values against NumPy; the emulator agrees."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import napkin
+from napkin.diagrams.diagnostics import NapkinError
+
+BACKENDS = ["reference", "interpret", "emulate"]
+
+SHIFT = """\
+axis t, e
+in X[t e]: f32
+Y[t e] = where(e + 1 < size(e), X[t (e + 1)], 0.0) + where(e > 0, X[t (e - 1)], -X[t e])
+s[t] = sum[e](where(e + 1 < size(e), X[t (e + 1)] - X[t e], 0.0))
+out Y, s: f32
+"""
+
+PADDED = """\
+axis t, v, m
+in E[v m]: f32
+in tok[t]: i32               # -1 pads, and so does any id past the table
+Z[m t] = where(tok[t] >= 0 and tok[t] < size(v), E[tok[t] m], 0.0)
+W[t m] = Z[m t] * 2.0        # read again through a view, in another order
+P[t m] = softmax[m](where(tok[t] >= 0 and tok[t] < size(v), E[tok[t] m], -inf))
+out W, P: f32
+"""
+
+
+def shifted(X):
+    nxt = np.concatenate([X[:, 1:], np.zeros_like(X[:, :1])], axis=1)
+    prev = np.concatenate([-X[:, :1], X[:, :-1]], axis=1)
+    return nxt + prev, (X[:, 1:] - X[:, :-1]).sum(axis=1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_read_outside_in_the_branch_not_taken_is_no_error(backend, rng):
+    X = rng.uniform(-1, 1, (5, 7)).astype(np.float32)
+    Y, s = napkin.run(SHIFT, X, backend=backend)
+    want_y, want_s = shifted(X.astype(np.float64))
+    np.testing.assert_allclose(Y, want_y, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(s, want_s, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_padding_ids_masked_by_where(backend, rng):
+    E = rng.uniform(-1, 1, (6, 5)).astype(np.float32)
+    tok = np.array([0, -1, 5, 6, 2, -3, 9, 1, 4], np.int32)
+    W, P = napkin.run(PADDED, E, tok, backend=backend)
+    ok = (tok >= 0) & (tok < 6)
+    rows = np.where(ok[:, None], E.astype(np.float64)[np.clip(tok, 0, 5)], 0.0)
+    np.testing.assert_allclose(W, 2 * rows, rtol=1e-6, atol=1e-6)
+    e = np.exp(rows - rows.max(axis=1, keepdims=True))
+    assert np.array_equal(P[~ok], np.zeros((int((~ok).sum()), 5)))  # no key: zeros
+    np.testing.assert_allclose(P[ok], (e / e.sum(axis=1, keepdims=True))[ok], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret"])
+@pytest.mark.parametrize("text, line, column", [
+    # the branch taken at the last position reads outside
+    ("Y[t e] = where(e + 1 <= size(e), X[t (e + 1)], 0.0)\nout Y: f32", 3, 34),
+    # summed where it is outside: a reduction uses it
+    ("s[t] = sum[e](X[t (e + 1)])\nout s: f32", 3, 15),
+    # carried through a view and an elementwise function to the output
+    ("Z[t e] = exp(X[t (e + 1)])\nY[e t] = Z[t e] * 2.0\nout Y: f32", 3, 14),
+])
+def test_a_read_outside_that_is_used_is_n0407_at_the_gather(backend, text, line, column, rng):
+    X = rng.uniform(-1, 1, (5, 7)).astype(np.float32)
+    with pytest.raises(NapkinError) as exc:
+        napkin.run("axis t, e\nin X[t e]: f32\n" + text + "\n", X, backend=backend)
+    diag = exc.value.diagnostics[0]
+    assert diag.code == "N0407" and "is 7 at e=6" in diag.message and "size 7" in diag.message
+    assert (diag.span.line, diag.span.col) == (line, column) and diag.help
