@@ -26,7 +26,10 @@ def fusion_planner(pr, planner):
 def applied(fused):
     """The fused kernels with the intermediates only tensor-core products read stored in 16
     bits, on a copy of the graph and a planner of their own; tiled first, a kernel that reads
-    one off the tensor cores undoes it for what it reads."""
+    one off the tensor cores undoes it for what it reads. Made once: a Fused that carries the
+    decision fusion made on the same kernels (Fused.stored16) hands that on."""
+    if fused.stored16 is not None:
+        return replace(fused.stored16, split=fused.split)
     pr, planner = fused.problem, fused.planner
     if planner.engine == "cuda-cores":
         return fused
