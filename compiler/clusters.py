@@ -74,9 +74,22 @@ def _splits_apart(g, cluster: Cluster) -> bool:
         or local_merge.apart(g, cluster)
 
 
-def _creates_cycle(g, stmts, clusters, p: Cluster, c: Cluster, owned: dict | None = None) -> bool:
+def _creates_cycle(g, stmts, clusters, p: Cluster, c: Cluster, owned: dict | None = None,
+                   dag: DiGraph | None = None) -> bool:
     """Merging p and c is illegal if another kernel lies on a path between them (`owned` as
-    for `_edges`)."""
+    for `_edges`; `dag`: cluster_dag of these clusters, built once for the pairs a caller
+    tries)."""
+    if dag is None:
+        dag = cluster_dag(g, stmts, clusters, owned)
+    for path_start in dag.successors(p):
+        if path_start != c and has_path(dag, path_start, c):
+            return True
+    return False
+
+
+def cluster_dag(g, stmts, clusters, owned: dict | None = None) -> DiGraph:
+    """The clusters as nodes, an edge from each to those reading what it computes (`owned`
+    as for `_edges`)."""
     dag = DiGraph()
     for cl in clusters:
         dag.add_node(cl)
@@ -100,7 +113,4 @@ def _creates_cycle(g, stmts, clusters, p: Cluster, c: Cluster, owned: dict | Non
                         for other in where.get(v, ()):
                             if n not in inside[other]:
                                 dag.add_edge(cl, other)
-    for path_start in dag.successors(p):
-        if path_start != c and has_path(dag, path_start, c):
-            return True
-    return False
+    return dag

@@ -35,7 +35,7 @@ from .kernels import FusedKernel, check_stores, fused_kernel
 from .model import array_name
 
 from .clusters import (Cluster, _creates_cycle, _edges, _splits_apart, _statements,
-                       _topological)
+                       _topological, cluster_dag)
 from .recompute import Layout, _Layouts, _merged, _time
 
 
@@ -189,9 +189,11 @@ def _greedy(g, stmts, clusters: set, time, keep_apart=None) -> set:
     (`keep_apart(p, c)`: a pair never to merge)."""
     while True:
         best = None
+        dag = cluster_dag(g, stmts, clusters)       # (one for every pair tried this round)
         for p, c in sorted(_edges(g, stmts, clusters, siblings=True),
                            key=lambda e: (sorted(e[0]), sorted(e[1]))):
-            if _creates_cycle(g, stmts, clusters, p, c) or _creates_cycle(g, stmts, clusters, c, p):
+            if _creates_cycle(g, stmts, clusters, p, c, dag=dag) or \
+                    _creates_cycle(g, stmts, clusters, c, p, dag=dag):
                 continue
             if keep_apart is not None and (keep_apart(p, c) or keep_apart(c, p)):
                 continue
@@ -226,6 +228,7 @@ def _reasons(lay: _Layouts, layout: Layout, i: int) -> str:
     index = {cl: j for j, cl in enumerate(clusters)}
     c = clusters[i]
     parts = []
+    dag = cluster_dag(g, stmts, clusters, owned)
     for p, q in _edges(g, stmts, clusters, owned=owned):
         if q != c:
             continue
@@ -234,7 +237,7 @@ def _reasons(lay: _Layouts, layout: Layout, i: int) -> str:
         verb = "go" if len(stored) > 1 else "goes"
         merged = _merged(layout, j, i)
         t_sep, t_fused = lay.time(layout, j) + lay.time(layout, i), lay.time(merged, 0)
-        if _creates_cycle(g, stmts, clusters, p, c, owned):
+        if _creates_cycle(g, stmts, clusters, p, c, owned, dag):
             why = "another kernel lies between them"
         elif _splits_apart(g, p | c):
             why = "the merge of split partial states is its own kernel"

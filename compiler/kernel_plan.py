@@ -77,6 +77,7 @@ class KernelPlanner:
                                        # blocks (chain.Across; explain and gpu_backward compare)
         self._memo: dict = {}
         self._models: dict = {}
+        self._plans: dict = {}            # kernel -> its KernelPlan (plan: the Schedule built once)
         self._graph = fingerprint.token(g)    # (the graph's contents: models are shared)
         # what a kernel's search reads beside the kernel (None: not shared, see _shared_found)
         self._problem = None if self._graph is None else (
@@ -117,8 +118,10 @@ class KernelPlanner:
             if strict:
                 raise found.error(k, self.target)
             return None
-        return kernel_plan(self.g, k, found.model, found.columns, found.choice, found.cost,
-                           found.hints, self.sizes, self.target)
+        if k not in self._plans:      # (the 16-bit storage decision, its check and tiling)
+            self._plans[k] = kernel_plan(self.g, k, found.model, found.columns, found.choice,
+                                         found.cost, found.hints, self.sizes, self.target)
+        return self._plans[k]
 
     def _plan(self, k: FusedKernel, quick: bool = False):
         g = self.g

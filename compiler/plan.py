@@ -92,6 +92,9 @@ class Fused:
     kernels: tuple[FusedKernel, ...]
     planner: "KernelPlanner"
     split: "SplitChoice | None" = None
+    # these kernels with the 16-bit storage decision applied (stored16_stages.applied), when
+    # fusion made it already (its fallback check): tiling reads it instead of deciding again
+    stored16: "Fused | None" = field(default=None, compare=False, repr=False)
 
 
 def planning_sizes(diagram: Diagram, shape: dict | None = None) -> dict[str, int]:
@@ -226,9 +229,9 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
             kernels = regroup(pr.graph, [(k.equations, k.recomputed) for k in like.kernels])
             return Fused(pr, tuple(kernels), planner)
         if id(pr) not in done or done[id(pr)].problem is not pr:   # (priced, then used)
-            kernels = _in_diagram(pr.diagram, lambda: _fused_kernels(pr, planner)) \
-                if fusion else unfused_kernels(pr.graph)
-            done[id(pr)] = Fused(pr, tuple(kernels), planner)
+            kernels, stored = _in_diagram(pr.diagram, lambda: _fused_kernels(pr, planner)) \
+                if fusion else (unfused_kernels(pr.graph), None)
+            done[id(pr)] = Fused(pr, tuple(kernels), planner, stored16=stored)
         return done[id(pr)]
     problem = merge.priced(problem, fused, engine, splitting.total)
     rest, forced = splitting.split_hints(problem)
@@ -237,16 +240,19 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
 
 
 def _fused_kernels(pr: Problem, planner):
-    """fuse.fuse priced on the 16-bit storage it anticipates (stored16_stages); again without
-    it where the decision on the kernels it chose leaves one that no tiling fits."""
+    """(kernels, their Fused with the 16-bit storage decision applied or None): fuse.fuse
+    priced on the 16-bit storage it anticipates (stored16_stages); again without it where the
+    decision on the kernels it chose leaves one that no tiling fits. The decision checked is
+    handed on (Fused.stored16): tiling reads it rather than making it again."""
     from .fuse import fuse
     pricing = stored16_stages.fusion_planner(pr, planner)
     kernels = tuple(fuse(pr.graph, pricing))
-    if pricing is not planner:
-        final = stored16_stages.applied(Fused(pr, kernels, planner)).planner
-        if any(final.plan(k, strict=False) is None for k in kernels):
-            kernels = tuple(fuse(pr.graph, planner))
-    return kernels
+    if pricing is planner:
+        return kernels, None
+    final = stored16_stages.applied(Fused(pr, kernels, planner))
+    if any(final.planner.plan(k, strict=False) is None for k in kernels):
+        return tuple(fuse(pr.graph, planner)), None
+    return kernels, final
 
 
 def check_hints(diagram: Diagram) -> None:

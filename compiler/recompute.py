@@ -9,7 +9,8 @@ import itertools
 from .graph import DiGraph, is_dag
 
 from . import ir
-from .clusters import Cluster, _creates_cycle, _edges, _splits_apart, _topological
+from .clusters import (Cluster, _creates_cycle, _edges, _splits_apart, _topological,
+                       cluster_dag)
 from .kernels import FusedKernel, fused_kernel, is_free
 
 # A layout: the kernels as (cluster, copies) pairs, `copies` the statements of `cluster` that
@@ -230,10 +231,11 @@ class _Layouts:
                 for p in computed.get(u, ()):
                     if p != c and (c, p) not in pairs:
                         pairs.add((p, c))
+        dag = cluster_dag(self.g, self.stmts, clusters, owned)    # (one for every pair)
         for p, c in sorted(pairs, key=lambda e: (sorted(e[0]), sorted(e[1]))):
             if _splits_apart(self.g, p | c) or \
-                    _creates_cycle(self.g, self.stmts, clusters, p, c, owned) or \
-                    _creates_cycle(self.g, self.stmts, clusters, c, p, owned):
+                    _creates_cycle(self.g, self.stmts, clusters, p, c, owned, dag) or \
+                    _creates_cycle(self.g, self.stmts, clusters, c, p, owned, dag):
                 continue
             merged = self.pruned(_merged(layout, index[p], index[c]))
             if self.valid(merged):

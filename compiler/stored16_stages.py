@@ -32,7 +32,10 @@ def applied(fused):
     one off the tensor cores into a product undoes it for what it reads. A gradient's
     cotangents that a product reads qualify also where other kernels read them elementwise
     (stored16.decide), where the model predicts the kernels that store or load what that adds
-    faster; else the decision without them."""
+    faster; else the decision without them. Made once: a Fused that carries the decision
+    fusion made on the same kernels (Fused.stored16) hands that on."""
+    if fused.stored16 is not None:
+        return replace(fused.stored16, split=fused.split)
     pr, planner = fused.problem, fused.planner
     if planner.engine == "cuda-cores":
         return fused

@@ -83,12 +83,17 @@ def test_tiny_attention_takes_the_engine_that_issues_less():
     assert p.time <= simt.time <= 1.2 * p.time       # launch-bound: within 20%
 
 
-def test_matmul_runs_on_tensor_cores_wherever_the_output_is_more_than_a_few_tiles():
-    """More than a few tiles: both sides at least 128 and 32 tiles of 64 x 64 in all."""
+@pytest.mark.parametrize("k", [130, 8192, pytest.param(16, marks=pytest.mark.thorough),
+                               pytest.param(1024, marks=pytest.mark.thorough)])
+def test_matmul_runs_on_tensor_cores_wherever_the_output_is_more_than_a_few_tiles(k):
+    """More than a few tiles: both sides at least 128 and 32 tiles of 64 x 64 in all. Every
+    output the sizes make (130 x 1024 just past 32 tiles, 130 x 130 short of them), reduced
+    over an odd k and a long one (split-K) in the default run, over 16 and 1024 too in the
+    thorough tier (16 plans each)."""
     d = napkin.load("matmul")
     wrong = []
     sizes = (16, 130, 1024, 8192)
-    for m, k, n in itertools.product(sizes, sizes, sizes):
+    for m, n in itertools.product(sizes, sizes):
         p = plan(d, "h100", {"m": m, "k": k, "n": n})
         assert len(p.kernels) == (2 if p.split else 1)
         kp = p.kernels[0]                 # a split-K plan: its partial products
@@ -96,8 +101,12 @@ def test_matmul_runs_on_tensor_cores_wherever_the_output_is_more_than_a_few_tile
         if big and kp.schedule.engine != "tensor-core product":
             wrong.append(((m, k, n), kp.schedule.engine))
     assert not wrong, wrong
+
+
+def test_a_launch_bound_matmul_keeps_wgmma_where_it_ties_the_cuda_cores():
     # 16^3 is launch-bound: mma.sync's one warp loses to the CUDA cores; wgmma's warpgroup
     # (sm_90a) ties them, 2.90 against 2.96 us (model), and is kept
+    d = napkin.load("matmul")
     (small,) = plan(d, "h100:arch=sm_90", {"m": 16, "k": 16, "n": 16}).kernels
     assert small.schedule.engine == "cuda cores"
     tie = [plan(d, "h100", {"m": 16, "k": 16, "n": 16}, engine=e).time
