@@ -30,7 +30,7 @@ import numpy as np
 from . import added, fold, issue_pair, issue_simt, occupancy, wgmma
 from .choices import NUMBERS, prod, total
 from .flops import work_extents
-from .issue_mask import MASK_POSITIONS, mask_ops
+from .issue_mask import MASK_POSITIONS, key_only, mask_ops, per_key_chunk
 from .target import Target
 
 WARP = 32
@@ -53,12 +53,16 @@ COPY_SETUP = 10
 COPY_EACH = 6
 # ... a K or V tile whose rows come through computed positions (a paged cache's page table:
 # Model.gathered, codegen/tiles._element) computes each copy's row offset instead of
-# stepping a pointer: the row's key, its positions (the page-table LDG, the clamps, a
-# division and a remainder by the page size) and the 64-bit address, per copy and lane; nvcc
-# shares a round's positions between K and V where they are the same expression. Fitted to
-# paged_attention's main loop (sm_90, static: 683 instructions a chunk at d = 128, 16 keys;
-# 724 at d = 64, 32 keys; 9.8 and 10.9 a copy past the plain copies')
-COPY_GATHERED = 10
+# stepping a pointer: the row's key, its positions (the page-table LDG, the clamps, a signed
+# 64-bit division and remainder by the page size, the page clamped to the cache) and the
+# 64-bit address, per round of copies and lane, ONCE for all the gathered tiles: nvcc shares
+# a round's positions between K and V (the same expression; V's copy is two IADD3 and its
+# LDGSTS past K's). Counted in paged_attention's main loop (sm_90, static, h100 plan at the
+# default sizes, one copy a thread of K and of V, 16 keys: 77 instructions for both copies,
+# 32 of them the plain copies'; the positions are long long whatever the kernel indexes in).
+# (It was 10 per gathered copy, K and V each, fitted to 683 and 724 instructions a chunk of
+# older plans: 20 a round, paged_attention 1.28 static SASS/model.)
+COPY_GATHERED = 45
 COPY_BYTES_TENSOR = 16
 # ... a tile of f32 values rounded to 16 bits as it is staged (tensorcore._rounded: a hidden
 # activation, a cotangent) is loaded 16 bytes at a time into registers, packed in pairs
@@ -215,6 +219,13 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             continue        # folded into the exponent's FFMA; the softmax's own state
         if chain and w.op == "exp":     # a chain's operand takes exp as ex2.approx (cexpr.FAST)
             per = CHAIN_EXP
+        if tensor and model.streaming.pairs and cut is not None and key_only(model, choice, w):
+            if not masked:     # the mask of the key alone: per key a lane holds (issue_mask)
+                pairs = np.where(wide, FLASH_INDEX_WIDE[2], 0.0)
+                other.append(units[0] * warps_per_block * chunk_count(model, choice, sizes) *
+                             cut * WARP * per_key_chunk(model, choice, pairs))
+                masked = True
+            continue
         if tensor and model.streaming.pairs and w.op == "softmax":
             per = FLASH_SCORE
         elif not tensor and w.node in paired and issue_pair.paired(model, choice):
@@ -255,19 +266,21 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         threads = warps_per_block * WARP
         per_chunk, once = 0, 0
         narrow = _tensor_dtype(model) != "f32"
+        gathered = 0            # copies a thread makes per round of the gathered tiles
         for a, tile in loads if loads is not None else tiles(model, choice, level1):
             if a.node in model.direct or a.node in model.positions:
                 continue            # read where an operand, a statistic or a row is computed
             rounded = narrow and a.bytes == 4 and len(a.axes) >= 2   # (not a 4-byte vector)
             each = COPY_ROUNDED if rounded else COPY_EACH
-            if a.node in model.gathered:
-                each = each + COPY_GATHERED
-            copy = COPY_SETUP + NUMBERS.ceil(tile / COPY_BYTES_TENSOR / threads) * each
+            rounds = NUMBERS.ceil(tile / COPY_BYTES_TENSOR / threads)
+            copy = COPY_SETUP + rounds * each
+            if a.node in model.gathered:        # the positions, once a round for all of them
+                gathered = NUMBERS.maximum(gathered, rounds)
             if a.streamed:
                 per_chunk = per_chunk + copy
             else:
                 once = once + copy
-        per_chunk = per_chunk + staged(model, choice, level1, threads)
+        per_chunk = per_chunk + gathered * COPY_GATHERED + staged(model, choice, level1, threads)
         visited = chunks * (span[0] if span else 1)
         copies = units[0] * warps_per_block * (visited * ITERATION_TENSOR + chunks * fraction *
                                                per_chunk + once) + stores(model, sizes)

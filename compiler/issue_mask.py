@@ -1,5 +1,6 @@
 """The issue cost of attention's mask on the tensor cores: its ops per score where it cuts a
-chunk (issue.py reads it for FlashAttention-2's score fragments)."""
+chunk, or per key where it reads no row position (issue.py reads it for FlashAttention-2's
+score fragments)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,39 @@ def mask_ops(expr, stream) -> float:
         return parts
     return parts + MASK_OP + MASK_SIZE * any(isinstance(e, tuple) and e[0] == "size"
                                              for e in expr[1:])
+
+
+# A mask of the key alone (no row position: paged attention's `x < len[b]`, b one position
+# a block) is evaluated once per key a lane holds, not per score (a lane holds 2 keys of
+# each 8-key fragment, 4 of 16, for all its rows): per key the key's index from the lane
+# and the chunk and its clamp to the axis (MASK_KEY), the mask's ops (mask_ops), and in a
+# kernel that indexes in 64 bits each of these in pairs (issue.FLASH_INDEX_WIDE, per key);
+# per warp and chunk it cuts, the test whether it cuts the chunk and the branch around it,
+# the data the mask reads (len[b]'s LDG) and its sign (MASK_KEY_CHUNK, warp instructions).
+# Counted in paged_attention's main loop (sm_90, static, h100 plan at the default sizes,
+# 64-bit indices: 39 integer instructions a warp and chunk for its 4 keys a lane, 8 a key
+# (IADD3/IMAD.X, two ISETP and two SEL of the clamp, two ISETP of the compare) and 7 a
+# chunk; the model 4 x 6.9 + 7 = 34.6). Before, the model charged the mask its `lt` per
+# key and block only (its axes b and x are not the fragments' rows and keys): 1.6 a chunk.
+MASK_KEY = 2.0
+MASK_KEY_CHUNK = 7.0
+KEY_SHARE = 4       # a lane holds 2 of each 8-key fragment's columns: a chunk's keys / 4
+
+
+def key_only(model, choice, w) -> bool:
+    """Whether work item `w` is a mask op of the streamed key alone: a mask node along the
+    streamed axis reading no row position (none of the warps' axes: its others, a batch
+    axis, hold one position a block in FlashAttention-2's plans)."""
+    if not choice.stream or w.node not in model.mask_nodes:
+        return False
+    rows = {a for a, _ in choice.warps}
+    return choice.stream[0] in w.axes and not rows & set(w.axes)
+
+
+def per_key_chunk(model, choice, wide_pairs) -> float:
+    """Lane-instructions each lane issues per warp and chunk the mask cuts, for a mask of the
+    key alone: per key it holds (the chunk's keys / KEY_SHARE) MASK_KEY, the mask's ops and
+    `wide_pairs` (64-bit indices: issue.FLASH_INDEX_WIDE, 0 else), and MASK_KEY_CHUNK."""
+    keys = choice.stream[1] / KEY_SHARE
+    return keys * (MASK_KEY + mask_ops(model.mask, choice.stream[0]) + wide_pairs) + \
+        MASK_KEY_CHUNK

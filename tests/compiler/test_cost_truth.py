@@ -231,6 +231,10 @@ TENSOR_KERNELS = [
     ("causal_attention", {"d": 64}, {"b": 4096, "h": 4096, "q": 4096, "x": 4096}),
     ("rmsnorm_linear", {}, {}), ("rmsnorm_linear", {}, {"t": 4096, "i": 4096, "o": 4096}),
     ("sliding_window_attention", {}, {}),
+    # its K and V rows through the page table, their positions computed once a round of
+    # copies for both (issue.COPY_GATHERED); its mask `x < len[b]` once per key a lane holds
+    # (issue_mask.per_key_chunk)
+    ("paged_attention", {}, {}),
     ("softcap_attention", {}, {}), ("gqa_attention", {}, {}),
     # its mask's ops share each score's positions and read doc[x] once per key
     # (issue_mask.MASK_*), and its loop runs to the block's diagonal whatever the ids
@@ -241,6 +245,12 @@ TENSOR_KERNELS = [
 # the default suite checks a sample (one product, one of each attention kernel shape);
 # NAPKIN_FUZZ_SCALE >= 2 (and benchmarks/model_check.py --kernels) checks every kernel
 SAMPLED = ("matmul", "attention", "causal_attention", "gqa_attention", "varlen_attention")
+# held to 15%: they were the two at the band's edge (static SASS/model 1.28 and 1.26, NVRTC
+# 13, sm_90) before the page table's positions were counted once a round for K and V and
+# the key's mask per key (paged: 1.09), and before the estimate stopped counting the partial
+# last chunk's code once per block besides the chunks the main loop is counted for
+# (sass_loops.epilogue; sliding window: 1.06, its few chunks a block made it a fifth)
+TIGHT = {"paged_attention": 0.15, "sliding_window_attention": 0.15}
 CHECKED = TENSOR_KERNELS if float(__import__("os").environ.get("NAPKIN_FUZZ_SCALE", "1")) >= 2 \
     else [k for k in TENSOR_KERNELS if not hasattr(k, "values") and k[0] in SAMPLED]
 
@@ -257,7 +267,8 @@ def test_the_issue_slots_follow_the_sass_of_each_tensor_core_kernel(name, define
     assert kp.schedule.engine in ("attention", "tensor-core product")
     row = _model_check()._sass(p)
     model = dict(kp.cost.compute_parts)["issue"]
-    assert row["static_issue_seconds"] == pytest.approx(model, rel=0.3), (row, model)
+    assert row["static_issue_seconds"] == pytest.approx(model, rel=TIGHT.get(name, 0.3)), \
+        (row, model)
     static, per = row["static_loop_instructions"], row["model_loop_instructions"]
     assert static["tensor"] == pytest.approx(per["tensor"], rel=1e-6)
     # the copies are unrolled (codegen/tiles.py): no copy loop is left in the main loop to
@@ -388,6 +399,49 @@ def test_the_index_width_is_the_schedules_and_the_model_charges_it():
         chunks = p.sizes["x"] / kp.choice.stream[1]
         return dict(kp.cost.compute_parts)["issue"] / (blocks * chunks)
     assert per_chunk(wide) > 1.05 * per_chunk(narrow)
+
+
+def test_a_paged_caches_positions_and_its_key_mask_cost_their_hand_count():
+    """paged_attention's h100 plan at the default sizes (16 keys a chunk, 8 warps of 32 rows,
+    one 16-byte copy a thread of K and of V, 64-bit indices): per warp and chunk the page
+    table's positions cost COPY_GATHERED once for K and V (45, counted in the SASS of the
+    main loop: 77 for both copies, 32 of them plain copies'), and the mask `x < len[b]`,
+    which reads no row, its 4 keys a lane (16 / 4) x (MASK_KEY 2 + the compare 1 + 3.9 for
+    64 bits) + 7 a chunk = 34.6 (the SASS: 39). Each is the model's issue time less the same
+    plan's without the gather or without the mask (a compare charged per key and block
+    then, ~0), per warp and chunk."""
+    from dataclasses import replace
+    from napkin.compiler import issue, issue_mask
+    p = plan(napkin.load("paged_attention"), "h100", {})
+    kp = p.kernels[0]
+    m, c = kp.model, kp.choice
+    assert c.stream == ("x", 16) and c.warps == (("q", 8),) and kp.schedule.index == "long long"
+    assert len(m.gathered) == 2
+    (mask,) = [w for w in m.work if w.node in m.mask_nodes]
+    assert issue_mask.key_only(m, c, mask)
+    assert issue_mask.per_key_chunk(m, c, issue.FLASH_INDEX_WIDE[2]) == pytest.approx(
+        4 * (2 + 1 + 3.9) + 7)
+
+    def per_warp_chunk(model):
+        cost = evaluate(model, kp.columns, c, p.sizes, p.target)
+        blocks = math.prod(math.ceil(p.sizes[a] / t) for a, t in c.group)
+        chunks = p.sizes["x"] / 16
+        return dict(cost.compute_parts)["issue"] * p.target.per_second("schedulers") / (
+            blocks * 8 * chunks)
+    whole = per_warp_chunk(m)
+    assert whole - per_warp_chunk(replace(m, gathered=frozenset())) == pytest.approx(45)
+    assert whole - per_warp_chunk(replace(m, mask_nodes=frozenset())) == pytest.approx(
+        34.6, abs=0.1)
+
+
+def test_a_mask_reading_rows_is_not_charged_per_key():
+    """sliding-window and causal attention's masks read each score's row (q): charged per
+    score (issue_mask.mask_ops), not as a mask of the key alone."""
+    from napkin.compiler import issue_mask
+    for name in ("sliding_window_attention", "causal_attention"):
+        kp = plan(napkin.load(name), "h100", {}).kernels[0]
+        found = [w for w in kp.model.work if w.node in kp.model.mask_nodes]
+        assert found and not any(issue_mask.key_only(kp.model, kp.choice, w) for w in found)
 
 
 def test_without_ids_a_loop_bounded_by_data_runs_to_each_blocks_diagonal():
