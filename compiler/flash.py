@@ -33,7 +33,7 @@ from . import ir, occupancy, packing, rowsource, split, warps
 from .canonical import through
 from .choices import NUMBERS
 from .cost import Choice, Choices, Cost, evaluate
-from .model import Model, storage_dtype
+from .model import Model, array_name, storage_dtype
 from .rowsource import RowSource
 from .target import Target
 
@@ -164,6 +164,9 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     if left:
         return "a view or another operation sits between the products and the softmax"
     read = {n for n in (q, k, v) if n in loads or n in sources}
+    renamed = _renamed(g, [n for n in (q, k, v) if n not in read], loads)
+    if renamed:
+        return renamed
     if len(ir.op(g, scores).axes) != 1 or read != {q, k, v} or len({q, k, v}) != 3:
         return "Q, K and V must be loaded arrays (one contracted axis in Q K)"
     dtypes = {storage_dtype(g, n) for n in (q, k, v)}
@@ -213,6 +216,20 @@ def own_rows(g, q: int, k: int, v: int, contracted, out: int) -> list[str]:
     others = set(ir.type_of(g, k).axes) | set(ir.type_of(g, v).axes) | set(contracted)
     o_axes = ir.type_of(g, out).axes
     return [a for a in ir.type_of(g, q).axes if a not in others and a in o_axes]
+
+
+def _renamed(g, operands: list, loads) -> str | None:
+    """Why an operand read at renamed positions of a loaded array (self-attention's
+    `K[h s d]` of `K[h t d]`) keeps the kernel off FlashAttention, with the rewrite that
+    stores it under the names it is read with; None for none."""
+    for n in operands:
+        if isinstance(ir.op(g, n), ir.View) and ir.operands(g, n)[0] in loads:
+            base = ir.operands(g, n)[0]
+            name, axes = array_name(g, base), " ".join(ir.type_of(g, n).axes)
+            return (f"`{name}` is read renamed as `{name}[{axes}]`, and FlashAttention copies "
+                    f"its tiles as stored: give it these axes where it is declared or "
+                    f"computed (`{name}[{axes}] = ...`, reading the inputs renamed there)")
+    return None
 
 
 def _operands(g, scores: int, out: int, soft: int, x: str) -> tuple[int, int, int]:
