@@ -22,8 +22,8 @@ choice for the cost model, not for this rewrite), where a reader takes a diagona
 the renaming would merge two of the statement's axes, and where a hint groups an axis it
 moves (`--group t=128` fixes how K's statement tiles t: it would lose it; a `stream`,
 `split` or `lanes` hint names a reduced axis, which the renaming never moves). The
-equation keeps its name; `g.graph["renamed"]` records (array, ((new, user's), ...)) so that
-presentation can give the user's names back.
+equation keeps its name; `g.graph["renamed"]` records (array, ((user's, new), ...)), which
+explain says (`said`) so that the user's names can be read back.
 """
 
 from __future__ import annotations
@@ -129,8 +129,7 @@ def _relabel(g: DiGraph, a: int, nodes: list[int], sigma: dict) -> None:
         replace(e, **{f: sub(getattr(e, f)) for f in
                       ("axes", "contracted", "reduced", "normalised", "broadcast")})
         if e.stmt == g.nodes[a]["stmt"] else e for e in g.graph.get("equations", ()))
-    g.graph["renamed"] = tuple(g.graph.get("renamed", ())) + (
-        (name, tuple((y, x) for x, y in sigma.items())),)
+    g.graph["renamed"] = tuple(g.graph.get("renamed", ())) + ((name, tuple(sigma.items())),)
 
 
 def _read_renamed(g: DiGraph, u: int, n: int, sub) -> None:
@@ -142,3 +141,10 @@ def _read_renamed(g: DiGraph, u: int, n: int, sub) -> None:
     ports = g.edges[u, n]["ports"]
     g.remove_edge(u, n)
     g.add_edge(view, n, array=ir.type_of(g, view), ports=ports)
+
+
+def said(g: DiGraph) -> list[str]:
+    """One line per array computed under its readers' names (explain)."""
+    return [f"{name} computed with {', '.join(f'`{y}` where the diagram writes `{x}`' for x, y in moved)}"
+            f", as every reader reads it (its tiles are copied as stored)"
+            for name, moved in g.graph.get("renamed", ())]

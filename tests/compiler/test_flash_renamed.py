@@ -15,6 +15,7 @@ from napkin.compiler.canonical import canonicalize
 from napkin.compiler.flash import examine
 from napkin.compiler.plan import plan
 from napkin.compiler import ir
+from napkin.explain import render_text, report
 
 
 SELF = """\
@@ -63,9 +64,11 @@ def reasons(p) -> list[str]:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_self_attention_read_renamed_plans_flashattention(case):
     p = plan(napkin.load(CASES[case]), "h100", SHAPE)
+    said = render_text(report(p, compare=False))
     if case in FLASH:
         assert len(flash_sites(p)) == 1, reasons(p)
         assert any(kp.schedule.engine == "attention" for kp in p.kernels)
+        assert "K computed with `s` where the diagram writes `t`" in said, said
     else:
         assert not flash_sites(p)
         assert any("`K` is read renamed as `K[h s d]`" in r for r in reasons(p)), reasons(p)
@@ -82,7 +85,7 @@ def test_the_statement_is_relabelled_and_the_readers_read_it_plainly():
         assert [ir.op(g, u).labels for u in x] == [("s", "m")]     # X[s m]
     q = g.graph["arrays"]["Q"]
     assert ir.type_of(g, q).axes == ("h", "t", "d")
-    assert dict(g.graph["renamed"]) == {"K": (("s", "t"),), "V": (("s", "t"),)}   # (new, user's)
+    assert dict(g.graph["renamed"]) == {"K": (("t", "s"),), "V": (("t", "s"),)}   # (user's, new)
     eq = {e.name: e for e in g.graph["equations"]}
     assert eq["K"].axes == ("h", "s", "d") and eq["Q"].axes == ("h", "t", "d")
     both = canonicalize(napkin.load(BOTH).ir)
@@ -113,4 +116,23 @@ def test_emulated_matches_float64(case):
     sizes = {**small, "d": 16, **({"e": 8} if case == "wide_v" else {})}
     out = run_plan(p, inputs, sizes, timeout_s=600)
     for name, v in compare.against_reference(d, inputs, out, plan=p).items():
+        assert v.ok, (name, v.message)
+
+
+@pytest.mark.thorough
+def test_the_gradient_of_self_attention_matches_float64():
+    """`napkin.grad` derives from the diagram as written; its forward reads K and V renamed
+    too (`t10[h s d] = K[h s d]`), and its dV, dK read the cotangents renamed back, which the
+    renaming leaves alone (their statements contract over t). Planned at the shape above,
+    emulated at small odd sizes against the float64 reference."""
+    from napkin.commands.run import random_inputs
+    from napkin.pipeline import run_plan
+    from napkin.runtime import compare
+    g = napkin.grad(napkin.load(SELF, d=16))
+    assert dict(canonicalize(g.ir).graph["renamed"]) == {"K": (("t", "s"),), "V": (("t", "s"),)}
+    p = plan(g, "h100", SHAPE)
+    small = {**SMALL, "s": SMALL["t"]}
+    inputs = random_inputs(g, small, 3)
+    out = run_plan(p, inputs, {**small, "d": 16}, timeout_s=600)
+    for name, v in compare.against_reference(g, inputs, out, plan=p).items():
         assert v.ok, (name, v.message)
