@@ -94,10 +94,20 @@ def test_the_statement_is_relabelled_and_the_readers_read_it_plainly():
 
 
 def test_a_group_hint_on_a_moved_axis_keeps_the_statement_as_written():
-    """`--group t` fixes how K's statement tiles t: the renaming would move it off."""
+    """`--group t` (or `group t by 64` in the diagram) fixes how K's statement tiles t: the
+    renaming would move it off, so K stays as written; `--stream s` names a reduced axis,
+    which the renaming never moves: FlashAttention streams s by 64."""
     d = napkin.load(SELF)
     assert "renamed" not in canonicalize(d.ir, {"t"}, grouped={"t"}).graph
-    assert "renamed" in canonicalize(d.ir, {"s"}).graph       # a stream hint on s
+    hinted = napkin.load(SELF + "group t by 64\n")
+    assert "renamed" not in canonicalize(hinted.ir).graph
+    assert "renamed" in canonicalize(d.ir, {"s"}).graph
+    p = plan(d, "h100", SHAPE, {"stream": {"s": 64}})
+    (site,) = flash_sites(p)
+    (kp,) = [kp for kp in p.kernels if kp.schedule.engine == "attention"]
+    assert kp.schedule.stream == ("s", 64), kp.schedule.stream
+    p = plan(d, "h100", SHAPE, {"group": {"t": 64}})
+    assert not flash_sites(p) and "renamed" not in p.graph.graph
 
 
 @pytest.mark.parametrize("case", [c if c in ("self", "indexed") else
