@@ -110,7 +110,7 @@ def _relabel(g: DiGraph, a: int, nodes: list[int], sigma: dict) -> None:
         elif isinstance(op, ir.View):
             node["op"] = replace(op, labels=sub(op.labels))
         node["type"] = ir.ArrayType(sub(node["type"].axes), node["type"].dtype)
-        for u in ir.operands(g, n):
+        for u in dict.fromkeys(ir.operands(g, n)):      # X * X: one edge, two ports
             if u not in inside and sub(ir.type_of(g, u).axes) != ir.type_of(g, u).axes and \
                     not isinstance(op, ir.View):
                 _read_renamed(g, u, n, sub)

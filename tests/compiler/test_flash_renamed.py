@@ -146,3 +146,21 @@ def test_the_gradient_of_self_attention_matches_float64():
     out = run_plan(p, inputs, {**small, "d": 16}, timeout_s=600)
     for name, v in compare.against_reference(g, inputs, out, plan=p).items():
         assert v.ok, (name, v.message)
+
+
+def test_a_statement_reading_an_input_twice_reads_one_renamed_view(rng):
+    """RMSNorm's `X * X` reads X through one edge with two ports: every read is `X[b s m]`. The
+    normalised rows read by K alone along the keys are computed along them, interpreted
+    against the float64 reference."""
+    text = ("axis b, t, s, m, h, d\nin X[b t m]: f32\nin g[m]: f32\nin Wk[m h d]: f32\n"
+            "N1[b t m] = X * rsqrt(mean[m](X * X) + 1e-6) * g\n"
+            "K[b h s d] = N1[b s m] * Wk\nout K: f32")
+    d = napkin.load(text)
+    g = canonicalize(d.ir)
+    assert dict(g.graph["renamed"]) == {"N1": (("t", "s"),)}
+    x = g.graph["inputs"]["X"]
+    assert {ir.op(g, v).labels for v in g.successors(x)} == {("b", "s", "m")}
+    X, gm, Wk = (rng.standard_normal(shape).astype(np.float32)
+                 for shape in ((2, 7, 12), (12,), (12, 3, 5)))
+    (got,), (want,) = (napkin.run(d, X, gm, Wk, backend=b) for b in ("interpret", "reference"))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
