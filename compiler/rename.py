@@ -85,7 +85,8 @@ def _statement(g: DiGraph, a: int, sigma: dict) -> list[int] | None:
     used = set()
     for n in nodes:
         op = ir.op(g, n)
-        if isinstance(op, (ir.Reshape, ir.Gather)) or (n != a and not set(g.successors(n)) <= inside):
+        if isinstance(op, (ir.Reshape, ir.Gather)) or \
+                (n != a and not set(g.successors(n)) <= inside):
             return None
         used |= set(ir.type_of(g, n).axes) | set(getattr(op, "axes", ()))
         used |= {getattr(op, "axis", None)} - {None}
@@ -145,6 +146,7 @@ def _read_renamed(g: DiGraph, u: int, n: int, sub) -> None:
 
 def said(g: DiGraph) -> list[str]:
     """One line per array computed under its readers' names (explain)."""
-    return [f"{name} computed with {', '.join(f'`{y}` where the diagram writes `{x}`' for x, y in moved)}"
-            f", as every reader reads it (its tiles are copied as stored)"
+    return [f"{name} computed with "
+            + ", ".join(f"`{y}` where the diagram writes `{x}`" for x, y in moved)
+            + ", as every reader reads it (its tiles are copied as stored)"
             for name, moved in g.graph.get("renamed", ())]
