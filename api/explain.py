@@ -13,7 +13,7 @@ import math
 
 from .compiler import ir, local_merge, merge
 from .explain_units import model_units, seconds_text
-from .compiler import stored16
+from .compiler import rename, stored16
 from .compiler.buffers import buffers
 from .compiler.engine import engine_buffers
 from .compiler.formulas import relabelling, tile_values
@@ -107,6 +107,7 @@ def report(plan: Plan, compare: bool = True) -> dict:
         "kernels": kernels,
         "split": _split(plan),
         "stored16": stored16.said(plan),     # intermediates stored in 16 bits (stored16.py)
+        "renamed": rename.said(plan.graph),  # computed under its readers' names (rename.py)
         "predicted_seconds": float(plan.time),
         "H_bytes": sum(float(k.cost.levels[1].H) for k in plan.kernels),
     }
@@ -192,6 +193,7 @@ def render_text(rep: dict) -> str:
     if rep.get("split"):
         lines.extend(_split_lines(rep["split"], fmt))
     lines.extend(rep.get("stored16", ()))
+    lines.extend(rep.get("renamed", ()))
     for k in rep["kernels"]:
         lines.append("")
         lines.append(f"kernel {k['name']}: computes {', '.join(k['equations'])}")

@@ -34,6 +34,9 @@
 - Axes that always travel together (adjacent, in one order, in every array; named whole by
   every op; never read as values or hinted) become one axis `(h*d)` (merge.py), before the
   nesting above: `O[t h d] * W[h d m]` is one matrix product over `(h*d)`.
+- An intermediate every reader reads through one renaming of its axes (self-attention's
+  `K[h s d]` of `K[h t d] = X * Wk`) is computed under the readers' names
+  (`K[h s d] = X[s m] * Wk`), first (rename.py): FlashAttention copies K's tiles as stored.
 - Ops no output depends on are dropped.
 
 `canonicalize` is a pure function: it returns a new graph.
@@ -46,14 +49,18 @@ from .graph import DiGraph, ancestors
 from . import ir
 from .merge import merge_axes
 from .reach import normalised
+from .rename import store_renamed
 
 
-def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True) -> DiGraph:
+def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True,
+                 grouped=()) -> DiGraph:
     """Rewrite the IR into canonical form (a copy); `keep`: axes hinted on the command line
     (never merged); `free`: free axes merged too, else only axes an op names (merge.py);
     `nest=False`: contractions over three or more axes are left whole, for local_merge.py to
-    merge runs of their axes first (`nested_contractions` nests what is left)."""
+    merge runs of their axes first (`nested_contractions` nests what is left); `grouped`: the
+    axes of `keep` a `group` hint names (rename.py never moves them)."""
     g = g.copy()
+    store_renamed(g, grouped)
     changed = True
     while changed:
         changed = False

@@ -222,7 +222,9 @@ def own_rows(g, q: int, k: int, v: int, contracted, out: int) -> list[str]:
 def _renamed(g, operands: list, loads) -> str | None:
     """Why an operand read at renamed positions of a loaded array (self-attention's
     `K[h s d]` of `K[h t d]`) keeps the kernel off FlashAttention, with the rewrite that
-    stores it under the names it is read with; None for none."""
+    stores it under the names it is read with; None for none. (canonicalize makes that
+    rewrite itself where every reader reads the array through one renaming, rename.py: what
+    is left is an array read renamed by one reader and as stored by another.)"""
     for n in operands:
         if isinstance(ir.op(g, n), ir.View) and ir.operands(g, n)[0] in loads:
             base = ir.operands(g, n)[0]

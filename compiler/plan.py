@@ -184,13 +184,14 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
 
     def run():
         keep = {a for kind in ("group", "stream", "split", "lanes") for a in (overrides or {}).get(kind, {})}
-        merged = separate_nested(canonicalize(diagram.ir, keep, free=True))
-        graphs = [separate_nested(canonicalize(diagram.ir, keep))]
-        local = merged_products(diagram.ir, keep, False)   # axes merged for one product alone
+        grouped = set((overrides or {}).get("group", {}))
+        merged = separate_nested(canonicalize(diagram.ir, keep, free=True, grouped=grouped))
+        graphs = [separate_nested(canonicalize(diagram.ir, keep, grouped=grouped))]
+        local = merged_products(diagram.ir, keep, False, grouped)   # merged for one product
         if local is not None:           # priced against the IR without them (fuse_kernels)
             graphs.insert(0, local)
         if merge.has_free(merged):      # priced against the IR without them (fuse_kernels)
-            graphs.insert(0, merged_products(diagram.ir, keep, True) or merged)
+            graphs.insert(0, merged_products(diagram.ir, keep, True, grouped) or merged)
         for g in graphs:
             if data:
                 g.graph["data"] = merged_data(g, planning_data(diagram, sizes, data), sizes)

@@ -22,10 +22,12 @@ CASES = {
                     "Y[t f] = N[t m2] * W[m2 f]\nout Y: f16",
     # a rename that transposes: W stored [f m], read with m first (m and f one size)
     "transposed": "axis t, m, f\nin X[t m]: bf16\nin W[f m]: bf16\nY[t f] = X * W[m f]\nout Y: bf16",
-    # the block's K projection: an RMSNorm's intermediate read along the keys
+    # the block's K projection: an RMSNorm's intermediate read along the keys (and by the Q
+    # projection along the queries: read by K alone, N1 would be computed as N1[b s m],
+    # compiler/rename.py)
     "k_projection": "axis b, t, s, m, h, d\nin X[b t m]: f16\nin g[m]: f16\nin Wk[m h d]: f16\n"
-                    "N1[b t m] = X * rsqrt(mean[m](X * X) + 1e-6) * g\n"
-                    "K[b h s d] = N1[b s m] * Wk\nout K: f16",
+                    "in Wq[m h d]: f16\nN1[b t m] = X * rsqrt(mean[m](X * X) + 1e-6) * g\n"
+                    "K[b h s d] = N1[b s m] * Wk\nQ[b h t d] = N1 * Wq\nout K: f16\nout Q: f16",
     # a computed operand reading a load renamed: vectorised through the view
     "computed": "axis t, m, f, m2\nin X[t m]: f16\nin g[m]: f16\nin W[m f]: f16\n"
                 "Y[t f] = X[t m2] * g[m2] * W[m2 f]\nout Y: f16",

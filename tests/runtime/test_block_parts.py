@@ -30,10 +30,13 @@ NORM_K = """axis b, t, s, m, h, d
 in X[b t m]: f16
 in g1[m]: f16
 in Wk[m h d]: f16
+in Wq[m h d]: f16
 N1[b t m] = X * rsqrt(mean[m](X * X) + 1e-6) * g1
 K[b h s d] = N1[b s m] * Wk
+Q[b h t d] = N1 * Wq
 out K: f16
-"""
+out Q: f16
+"""     # Q reads N1 as stored: read by K alone, N1 would be computed as N1[b s m] (rename.py)
 F32_INPUT_K = """axis b, t, s, m, h, d
 in N1[b t m]: f32
 in Wk[m h d]: f16
@@ -82,7 +85,7 @@ def _f16(rng, shape, scale=1.0):
 
 def test_a_renamed_f32_intermediate_feeds_the_tensor_cores_at_the_block_shape():
     engines, _ = _engines(NORM_K)
-    assert engines == [SIMT, PRODUCT], engines        # N1, then K on mma.sync (was SIMT)
+    assert engines == [SIMT, PRODUCT, PRODUCT], engines    # N1, then K (was SIMT) and Q on mma.sync
     engines, _ = _engines(F32_INPUT_K)                # the user's f32 input is never rounded
     assert engines == [SIMT], engines
 
@@ -91,7 +94,7 @@ def test_a_renamed_f32_intermediate_on_tensor_cores_matches_the_oracle(rng):
     b, t, m, h, d = (SMALL[a] for a in "btmhd")
     X, g1, Wk = _f16(rng, (b, t, m)), _f16(rng, (m,), 0.3) + 1, _f16(rng, (m, h, d), m ** -0.5)
     k = napkin.compile(NORM_K, backend="emulate", engine="tensor-cores", fusion=False, s=t)
-    (K,) = k(X=X, g1=g1, Wk=Wk)
+    K, _ = k(X=X, g1=g1, Wk=Wk, Wq=Wk)
     N1 = _rmsnorm(X.astype(np.float64), g1.astype(np.float64))
     want = np.einsum("bsm,mhd->bhsd", N1, Wk.astype(np.float64))
     # N1 rounded to f16 as it is staged (one rounding of each product's operand), K stored f16

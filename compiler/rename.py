@@ -1,0 +1,152 @@
+"""Intermediates computed under the names their readers give them.
+
+Self-attention computes K and V from the sequence Q comes from and reads them with the key
+axis renamed: `K[h t d] = X * Wk`, then `S = Q * K[h s d]`. FlashAttention copies K's tiles
+as stored, so a K read through a renaming kept attention off it. When every reader of a
+named intermediate reads it through the same renaming of its axes (here t -> s), its
+statement is computed under the readers' names instead, as if the user had written
+`K[h s d] = X[s m] * Wk`, and the readers read it plainly:
+
+- the statement's nodes (its ops up to the operands it reads from other statements) get
+  their axes renamed: their types, the axes a contraction, reduction, scan or softmax names,
+  bare axis indices (`where(s <= t, ...)`), views' labels (a statement that gathers is
+  left alone);
+- an operand from another statement (an input, another array) with a renamed axis is read
+  through a view that renames it (`X[s m]`);
+- the readers' views, now identities, are dropped.
+
+It is exact: a view unified the sizes of every pair of names it renames, and nothing
+outside the statement changes. It is left alone where the readers disagree (K read as
+`K[h s d]` by one and `K[h t d]` by another, an output among them: computing K twice is a
+choice for the cost model, not for this rewrite), where a reader takes a diagonal, where
+the renaming would merge two of the statement's axes, and where a hint groups an axis it
+moves (`--group t=128` fixes how K's statement tiles t: it would lose it; a `stream`,
+`split` or `lanes` hint names a reduced axis, which the renaming never moves). The
+equation keeps its name; `g.graph["renamed"]` records (array, ((user's, new), ...)), which
+explain says (`said`) so that the user's names can be read back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .graph import DiGraph
+
+from . import ir
+
+_AXES_OPS = (ir.Contract, ir.Reduce, ir.Scan, ir.Softmax)
+
+
+def store_renamed(g: DiGraph, grouped=()) -> None:
+    """Rewrite, in place (canonicalize's copy), every intermediate all of whose readers read
+    it through one renaming so that it is computed under the readers' names; `grouped`: axes
+    a `group` hint names (never moved)."""
+    grouped = set(grouped) | {h.axis for h in g.graph.get("hints", ()) if h.kind == "group"}
+    for a in ir.order(g):
+        if a in g and isinstance(ir.op(g, a), ir.Assign):
+            sigma = _renaming(g, a)
+            if sigma and not grouped & (set(sigma) | set(sigma.values())):
+                nodes = _statement(g, a, sigma)
+                if nodes is not None:
+                    _relabel(g, a, nodes, sigma)
+
+
+def _renaming(g: DiGraph, a: int) -> dict | None:
+    """The one renaming every reader of `a` reads it through (old -> new, moved axes only),
+    or None."""
+    axes = ir.type_of(g, a).axes
+    found = set()
+    for r in g.successors(a):
+        op = ir.op(g, r)
+        if not isinstance(op, ir.View) or len(set(op.labels)) != len(op.labels):
+            return None
+        found.add(tuple(op.labels))
+    if len(found) != 1:
+        return None
+    sigma = {x: y for x, y in zip(axes, next(iter(found))) if x != y}
+    table = g.graph["axes"]
+    if not sigma or any(table[x].rep != table[y].rep for x, y in sigma.items()):
+        return None
+    return sigma
+
+
+def _statement(g: DiGraph, a: int, sigma: dict) -> list[int] | None:
+    """The nodes of `a`'s statement that compute it (a first), or None where one of them is
+    read outside it, is a reshape, or the renaming would merge two of its axes."""
+    stmt = g.nodes[a]["stmt"]
+    nodes, todo = [a], [a]
+    while todo:
+        for u in ir.operands(g, todo.pop()):
+            if u not in nodes and g.nodes[u]["stmt"] == stmt and \
+                    not isinstance(ir.op(g, u), (ir.Input, ir.Assign)):
+                nodes.append(u)
+                todo.append(u)
+    inside = set(nodes)
+    used = set()
+    for n in nodes:
+        op = ir.op(g, n)
+        if isinstance(op, (ir.Reshape, ir.Gather)) or \
+                (n != a and not set(g.successors(n)) <= inside):
+            return None
+        used |= set(ir.type_of(g, n).axes) | set(getattr(op, "axes", ()))
+        used |= {getattr(op, "axis", None)} - {None}
+        used |= set(getattr(op, "labels", ())) - {None}
+        used |= {x for u in ir.operands(g, n) for x in ir.type_of(g, u).axes}
+    renamed = [sigma.get(x, x) for x in used]
+    return nodes if len(set(renamed)) == len(renamed) else None
+
+
+def _relabel(g: DiGraph, a: int, nodes: list[int], sigma: dict) -> None:
+    def sub(axes):
+        return tuple(sigma.get(x, x) if x is not None else None for x in axes)
+
+    inside = set(nodes)
+    for n in nodes:
+        node = g.nodes[n]
+        op = node["op"]
+        if isinstance(op, _AXES_OPS):
+            node["op"] = replace(op, axes=sub(op.axes))
+        elif isinstance(op, (ir.Index, ir.SizeOf)):
+            node["op"] = replace(op, axis=sigma.get(op.axis, op.axis))
+        elif isinstance(op, ir.View):
+            node["op"] = replace(op, labels=sub(op.labels))
+        node["type"] = ir.ArrayType(sub(node["type"].axes), node["type"].dtype)
+        for u in dict.fromkeys(ir.operands(g, n)):      # X * X: one edge, two ports
+            if u not in inside and sub(ir.type_of(g, u).axes) != ir.type_of(g, u).axes and \
+                    not isinstance(op, ir.View):
+                _read_renamed(g, u, n, sub)
+    for n in nodes:
+        for v in g.successors(n):
+            g.edges[n, v]["array"] = ir.type_of(g, n)
+    for view in list(g.successors(a)):          # identities now: read a itself
+        for v in list(g.successors(view)):
+            ports = g.edges[view, v]["ports"]
+            if g.has_edge(a, v):
+                ports = tuple(sorted(g.edges[a, v]["ports"] + ports))
+            g.add_edge(a, v, array=ir.type_of(g, a), ports=ports)
+        g.remove_node(view)
+    name = ir.op(g, a).name
+    g.graph["equations"] = tuple(
+        replace(e, **{f: sub(getattr(e, f)) for f in
+                      ("axes", "contracted", "reduced", "normalised", "broadcast")})
+        if e.stmt == g.nodes[a]["stmt"] else e for e in g.graph.get("equations", ()))
+    g.graph["renamed"] = tuple(g.graph.get("renamed", ())) + ((name, tuple(sigma.items())),)
+
+
+def _read_renamed(g: DiGraph, u: int, n: int, sub) -> None:
+    """Make `n` read operand `u` (from another statement) through a view renaming its axes
+    (`X[s m]`), one view for all of n's ports that read u."""
+    t = ir.type_of(g, u)
+    view = ir.add_node(g, ir.View(sub(t.axes)), ir.ArrayType(sub(t.axes), t.dtype), (u,),
+                       span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
+    ports = g.edges[u, n]["ports"]
+    g.remove_edge(u, n)
+    g.add_edge(view, n, array=ir.type_of(g, view), ports=ports)
+
+
+def said(g: DiGraph) -> list[str]:
+    """One line per array computed under its readers' names (explain)."""
+    return [f"{name} computed with "
+            + ", ".join(f"`{y}` where the diagram writes `{x}`" for x, y in moved)
+            + ", as every reader reads it (its tiles are copied as stored)"
+            for name, moved in g.graph.get("renamed", ())]
