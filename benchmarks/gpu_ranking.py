@@ -33,7 +33,8 @@ def ranking(dry_run: bool):
 def _rank(name, defines, shape, dry_run) -> dict:
     from napkin.bench import variant
     from napkin.compiler import tensorcore
-    from napkin.compiler.plan import plan, with_choices
+    from napkin.compiler.plan import plan
+    from napkin.compiler.variants import with_choices
     from napkin.pipeline import lowered
     d = variant(name, "f16", **defines)
     chosen = plan(d, "h200", shape)

@@ -27,7 +27,8 @@ def stages(dry_run: bool, quick: bool):
     """Per case: the chosen depth, the prediction, and (on a GPU) each depth's time."""
     import napkin
     from napkin.bench import variant
-    from napkin.compiler.plan import plan, with_stages
+    from napkin.compiler.plan import plan
+    from napkin.compiler.variants import with_stages
     from napkin.pipeline import lowered
     for label, name, shape, hints in CASES[:1 if quick else None]:
         entry = {"case": label, "shape": shape}

@@ -41,7 +41,7 @@ class KernelPlan:
         # kernel_plan (or with_choices), never a stale one from dataclasses.replace
         if self.schedule is not None and self.schedule.choice != self.choice:
             raise ValueError(f"kernel {self.kernel.name}: the schedule was built for another "
-                             "choice; make plans with plan.with_choices or plan.kernel_plan")
+                             "choice; make plans with variants.with_choices or kernel_plan.kernel_plan")
 
 
 def kernel_plan(g: DiGraph, k: FusedKernel, model: Model, cols, choice: Choice, cost: Cost,

@@ -1,7 +1,7 @@
 """The schedule of one kernel: the one artifact between planning and code generation.
 
 A `Schedule` holds every decision the lowering, the interpreter, the emulator,
-explain and draw need, made once by the planner (or by `plan.with_choices`)
+explain and draw need, made once by the planner (or by `variants.with_choices`)
 and checked when it is built: the engine (CUDA cores, a matrix product on
 tensor cores, attention as FlashAttention-2) and its site, each woven axis's
 block tile (whole axes included), the streamed axis and its chunk, each

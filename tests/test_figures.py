@@ -12,7 +12,7 @@ import pytest
 import napkin
 from napkin import figures, pipeline
 from napkin.compiler.cost import Choice
-from napkin.compiler.plan import with_choices
+from napkin.compiler.variants import with_choices
 from napkin.runtime.cache import Cache
 
 

@@ -6,7 +6,7 @@ sums whole, Welford's state streamed), a logsumexp's and a softmax's running max
 argmax's value and first position, an online softmax's (m, l, o) -- at odd row lengths
 (37, 129, 1000: rows shorter than the lanes, a last warp partly idle), whole rows and streamed
 ones, with rows of -inf, a row holding +inf, and ties of the maximum in different warps.
-Plans are the planner's at these sizes with the split forced (plan.with_choices)."""
+Plans are the planner's at these sizes with the split forced (variants.with_choices)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import napkin
-from napkin.compiler.plan import plan, with_choices
+from napkin.compiler.plan import plan
+from napkin.compiler.variants import with_choices
 from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.pipeline import lowered, run_plan
 from napkin.runtime import compare

@@ -13,7 +13,8 @@ import napkin
 from napkin.codegen.lower import lower
 from napkin.codegen.render import render
 from napkin.commands.run import random_inputs
-from napkin.compiler.plan import plan, with_choices
+from napkin.compiler.plan import plan
+from napkin.compiler.variants import with_choices
 from napkin.pipeline import run_plan
 from napkin.runtime import compare
 

@@ -13,7 +13,8 @@ import pytest
 
 from napkin.commands.run import random_inputs
 from napkin.compiler import fold
-from napkin.compiler.plan import plan, with_choices
+from napkin.compiler.plan import plan
+from napkin.compiler.variants import with_choices
 from napkin.runtime import compare
 
 from .conftest import emulate_buffers, library, shape_of

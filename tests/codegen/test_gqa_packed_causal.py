@@ -23,7 +23,8 @@ from napkin.compiler import packing
 from napkin.compiler.cost import Choice
 from napkin.compiler.flash import FlashSite
 from napkin.compiler.fractions import computed_fraction
-from napkin.compiler.plan import plan, with_choices
+from napkin.compiler.plan import plan
+from napkin.compiler.variants import with_choices
 from napkin.pipeline import run_plan
 from napkin.runtime import compare, reference
 

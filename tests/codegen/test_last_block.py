@@ -258,7 +258,7 @@ def test_the_tail_decision_never_breaks_a_plan(name, defines, shape):
     """Pricing the tail runs for every split plan: at decode and long-row shapes it gives a
     plan or, asked for, N0607; never another error (GQA at b=32 had a fragment's 16 rows over
     4 query heads as the merge's block tile, a tiling the schedule refused: N0604 from auto)."""
-    from napkin.compiler.plan import with_merge
+    from napkin.compiler.variants import with_merge
     d = napkin.load(name, **defines)
     auto = plan(d, "h200", shape)
     assert auto.split is not None

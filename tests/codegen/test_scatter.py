@@ -15,7 +15,8 @@ from napkin.codegen.lower import lower
 from napkin.codegen.render import render
 from napkin.compiler import ir
 from napkin.compiler.cost import Choice
-from napkin.compiler.plan import plan, with_choices
+from napkin.compiler.plan import plan
+from napkin.compiler.variants import with_choices
 from napkin.compiler.schedule import SCATTER
 from napkin.explain import render_text, report
 from napkin.runtime.interpret import interpret

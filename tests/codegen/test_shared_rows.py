@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from napkin.commands.run import random_inputs
-from napkin.compiler.plan import plan, with_choices
+from napkin.compiler.plan import plan
+from napkin.compiler.variants import with_choices
 from napkin.runtime import compare
 
 from .conftest import emulate_buffers, library, shape_of

@@ -22,7 +22,8 @@ from napkin.codegen.lower import lower
 from napkin.codegen.render import render
 from napkin.commands.run import random_inputs
 from napkin.compiler import stored16
-from napkin.compiler.plan import plan, with_choices, with_stages
+from napkin.compiler.plan import plan
+from napkin.compiler.variants import with_choices, with_stages
 from napkin.runtime import compare, reference
 from napkin.pipeline import run_plan
 from napkin.runtime.interpret import interpret

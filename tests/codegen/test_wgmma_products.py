@@ -12,7 +12,8 @@ import pytest
 
 import napkin
 from napkin.compiler.cost import Choice
-from napkin.compiler.plan import plan, with_choices
+from napkin.compiler.plan import plan
+from napkin.compiler.variants import with_choices
 from napkin.diagrams.diagnostics import NapkinError
 
 WGMMA = "h100:arch=sm_90a"

@@ -384,7 +384,7 @@ def test_the_index_width_is_the_schedules_and_the_model_charges_it():
     whose position arithmetic the model charges per score (issue.FLASH_INDEX_WIDE): more
     issue slots per chunk and warp than the same tiles at b = 4, h = 16."""
     from napkin.codegen.lower import lower
-    from napkin.compiler.plan import with_choices
+    from napkin.compiler.variants import with_choices
     d = napkin.load("causal_attention", d=64)
     narrow = plan(d, "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
     wide = with_choices(plan(d, "h100", {"b": 4096, "h": 4096, "q": 4096, "x": 4096}),

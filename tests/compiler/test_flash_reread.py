@@ -12,7 +12,8 @@ import pytest
 import napkin
 from napkin.compiler import flash
 from napkin.compiler.pick import fits
-from napkin.compiler.plan import plan, with_choices
+from napkin.compiler.plan import plan
+from napkin.compiler.variants import with_choices
 from napkin.compiler.schedule import ATTENTION
 from napkin.diagrams.diagnostics import NapkinError
 from napkin.explain import render_text, report

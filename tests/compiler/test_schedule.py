@@ -9,7 +9,8 @@ import pytest
 import napkin
 from napkin.codegen.lower import lower
 from napkin.compiler.cost import Choice
-from napkin.compiler.plan import plan, with_choices
+from napkin.compiler.plan import plan
+from napkin.compiler.variants import with_choices
 from napkin.diagrams.diagnostics import NapkinError
 
 BIG = {"m": 2048, "k": 2048, "n": 2048}

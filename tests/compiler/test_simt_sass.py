@@ -98,7 +98,7 @@ def _block(name: str, shape: dict, overrides=None, choice=None):
     Choice to replace (a plan the test was written for, where the planner now picks another)."""
     import dataclasses
     from napkin import pipeline
-    from napkin.compiler.plan import with_choices
+    from napkin.compiler.variants import with_choices
     from napkin.runtime import sass
     simt, loops = _module("sass_simt"), _module("sass_loops")
     p = plan(napkin.load(name), "h100", shape, overrides)

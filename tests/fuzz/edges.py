@@ -17,7 +17,7 @@ import numpy as np
 import napkin
 from napkin.compiler.cost import Choice
 from napkin.compiler.plan import plan as make_plan
-from napkin.compiler.plan import with_choices
+from napkin.compiler.variants import with_choices
 from napkin.runtime import bound, compare, dtypes
 from napkin.pipeline import run_plan
 from napkin.runtime.interpret import interpret

@@ -23,7 +23,7 @@ from pathlib import Path
 import napkin
 from napkin import pipeline
 from napkin.compiler.cost import Choice
-from napkin.compiler.plan import with_choices, with_merge
+from napkin.compiler.variants import with_choices, with_merge
 from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.runtime import compare
 from napkin.runtime.emulate.errors import BUILD, EmulatorError

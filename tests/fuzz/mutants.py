@@ -23,7 +23,7 @@ from napkin.codegen.lower import lower
 from napkin.codegen.render import render
 from napkin.compiler.cost import Choice
 from napkin.compiler.plan import plan as make_plan
-from napkin.compiler.plan import with_choices
+from napkin.compiler.variants import with_choices
 from napkin.diagrams.diagnostics import NapkinError
 from napkin.runtime import compare, emulate
 from napkin.runtime.emulated import signatures

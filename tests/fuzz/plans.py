@@ -23,7 +23,7 @@ from napkin.compiler.columns import columns
 from napkin.compiler.cost import Choice, evaluate
 from napkin.compiler.model import kernel_model as build_model
 from napkin.compiler.plan import plan as make_plan
-from napkin.compiler.plan import with_choices, with_merge
+from napkin.compiler.variants import with_choices, with_merge
 from napkin.compiler.search import fits
 from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.diagrams.sources import library_source

@@ -73,7 +73,8 @@ def test_the_model_counts_the_chunks_the_blocks_run(rng):
     """The planned fraction of (block, chunk) pairs computed, with the ids given for planning,
     is the rule's count (here, in Python) at the plan's own tiles; without ids it is the
     causal half, and the prediction is lower with them."""
-    from napkin.compiler.plan import plan, with_choices
+    from napkin.compiler.plan import plan
+    from napkin.compiler.variants import with_choices
     lengths = rng.integers(1, 400, 23)
     doc = np.repeat(np.arange(len(lengths)), lengths).astype(np.int32)
     n = len(doc)

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 import napkin
 from napkin.commands.run import random_inputs
 from napkin.compiler.cost import Choice
-from napkin.compiler.plan import plan, with_choices
+from napkin.compiler.plan import plan
+from napkin.compiler.variants import with_choices
 from napkin.diagrams.sources import library_names
 from napkin.runtime.interpret import interpret
 from napkin.runtime.reference import evaluate

@@ -122,7 +122,8 @@ def choices():
 
 @pytest.mark.parametrize("backend", ["interpret", "emulate"])
 def test_argmax_and_argmin_stream_and_merge(backend, rng):
-    from napkin.compiler.plan import plan, with_choices
+    from napkin.compiler.plan import plan
+    from napkin.compiler.variants import with_choices
     from napkin.pipeline import run_plan
     from napkin.runtime.interpret import interpret
     d = napkin.load(ARG)
@@ -161,7 +162,8 @@ def test_scans_on_the_reference_and_interpreter(backend, rng):
 def test_scans_under_tiles_chunks_and_splits(choice, backend, rng):
     """Streamed and split along the scanned axis (and grouped where a kernel weaves it): a
     prefix still reads every position before its block's tile or chunk."""
-    from napkin.compiler.plan import plan, with_choices
+    from napkin.compiler.plan import plan
+    from napkin.compiler.variants import with_choices
     from napkin.compiler.search import Choice
     from napkin.pipeline import run_plan
     from napkin.runtime.interpret import interpret

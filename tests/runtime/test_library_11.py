@@ -248,7 +248,7 @@ def _streamed(p, chunk: int = 32):
     keys whole in a block (the CUDA cores at these sizes, since the model charges the lanes'
     replicated softmax, compiler/issue_pair.py): the chunks a mask skips are under test."""
     from dataclasses import replace
-    from napkin.compiler.plan import with_choices
+    from napkin.compiler.variants import with_choices
     (kp,) = p.kernels
     if kp.choice.stream is not None:
         return p
