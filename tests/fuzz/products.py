@@ -19,7 +19,8 @@ from napkin.compiler import ir, kernels, tensorcore, warps
 from napkin.compiler.columns import columns
 from napkin.compiler.cost import evaluate
 from napkin.compiler.model import kernel_model
-from napkin.compiler.plan import kernel_plan, plan
+from napkin.compiler.kernel_plan import kernel_plan
+from napkin.compiler.plan import plan
 from napkin.diagrams.diagnostics import Source
 from napkin.runtime import compare
 from napkin.pipeline import run_plan
