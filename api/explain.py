@@ -103,8 +103,9 @@ def report(plan: Plan, compare: bool = True) -> dict:
                     if s is None or a in plan.specialised],
         "defaulted": list(plan.defaulted),
         "specialised": dict(plan.specialised),         # (compiler/specialise.py)
-        # (null: the engine asked for refused them dynamic, specialise.refused)
-        "unspecialised_seconds": float(plan.unspecialised) if plan.unspecialised else None,
+        # (null: the engine asked for refused them dynamic, specialise.decided)
+        "unspecialised_seconds": None if plan.specialised and not plan.unspecialised
+        else float(plan.unspecialised),
         "kernels": kernels,
         "split": _split(plan),
         "stored16": stored16.said(plan),     # intermediates stored in 16 bits (stored16.py)

@@ -14,6 +14,7 @@ import pytest
 
 import napkin
 from napkin.compiler.schedule import ATTENTION
+from napkin.explain import report
 from napkin.kernel import Kernel
 from napkin.pipeline import Options, run_plan
 
@@ -92,6 +93,7 @@ def test_the_tensor_cores_engine_specialises_a_head_it_needs_static(text, sizes,
     outputs = kernel(**inputs)
     assert kernel.plan.specialised == fixed
     assert "the engine asked for refuses" in kernel.explain()
+    assert report(kernel.plan)["unspecialised_seconds"] is None
     within_budget(d, inputs, dict(zip([s.name for s in d.outputs], outputs)), plan=kernel.plan)
     odd = {**sizes, **{a: v + 8 for a, v in fixed.items()}}   # (d, i = 24)
     with pytest.raises(napkin.NapkinError, match="N0606"):
