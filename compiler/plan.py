@@ -302,12 +302,11 @@ def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | Non
     Dynamic axes that a faster lowering needs static are planned fixed (specialise.py)."""
     from .specialise import decided
 
-    def planned(d: Diagram) -> Plan:
-        return tile(fuse_kernels(prepare(d, target, shape, overrides, data), engine, fusion,
-                                 across), merge)
+    def planned(pr: Problem) -> Plan:
+        return tile(fuse_kernels(pr, engine, fusion, across), merge)
     problem = prepare(diagram, target, shape, overrides, data)
-    return decided(lambda: tile(fuse_kernels(problem, engine, fusion, across), merge),
-                   problem, planned)
+    return decided(lambda: planned(problem), problem,
+                   lambda d: planned(prepare(d, target, shape, overrides, data)))
 
 
 def without_atomics(p: Plan) -> Plan:
