@@ -103,7 +103,9 @@ def report(plan: Plan, compare: bool = True) -> dict:
                     if s is None or a in plan.specialised],
         "defaulted": list(plan.defaulted),
         "specialised": dict(plan.specialised),         # (compiler/specialise.py)
-        "unspecialised_seconds": float(plan.unspecialised),
+        # (null: the engine asked for refused them dynamic, specialise.decided)
+        "unspecialised_seconds": None if plan.specialised and not plan.unspecialised
+        else float(plan.unspecialised),
         "kernels": kernels,
         "split": _split(plan),
         "stored16": stored16.said(plan),     # intermediates stored in 16 bits (stored16.py)
@@ -172,9 +174,11 @@ def specialised_lines(rep: dict, fmt) -> list[str]:
         return []
     one = len(fixed) == 1
     said = ", ".join(f"{a} specialised at {v}" for a, v in fixed.items())
+    dynamic = rep["unspecialised_seconds"]
+    against = f"against {fmt(dynamic)} with {'it' if one else 'them'} dynamic" if dynamic \
+        else f"(the engine asked for refuses {'it' if one else 'them'} dynamic)"
     return [f"{said} (dynamic in the diagram: each {'size' if one else 'combination of sizes'} "
-            f"compiles its own kernel; predicted {fmt(rep['predicted_seconds'])} against "
-            f"{fmt(rep['unspecialised_seconds'])} with {'it' if one else 'them'} dynamic)"]
+            f"compiles its own kernel; predicted {fmt(rep['predicted_seconds'])} {against})"]
 
 
 def render_text(rep: dict) -> str:

@@ -116,9 +116,9 @@ def _tile(fused, options: Options):
     """The plan of the fused kernels, or of the diagram with the dynamic axes a faster
     lowering needs static fixed (compiler/specialise.py: the plan records which)."""
     from .compiler.plan import tile
-    from .compiler.specialise import decide
-    return decide(tile(fused, options.merge),
-                  lambda diagram: tile(_fuse(diagram, options), options.merge))
+    from .compiler.specialise import decided
+    return decided(lambda: tile(fused, options.merge), fused.problem,
+                   lambda diagram: tile(_fuse(diagram, options), options.merge))
 
 
 def _lower(plan, options: Options):

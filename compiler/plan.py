@@ -303,12 +303,13 @@ def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | Non
     """The plan for a diagram on a target: prepare, fuse, tile (see the module docstring);
     `across=False`: no chain adds a product over its rows across blocks (chain.Across).
     Dynamic axes that a faster lowering needs static are planned fixed (specialise.py)."""
-    from .specialise import decide
+    from .specialise import decided
 
-    def planned(d: Diagram) -> Plan:
-        return tile(fuse_kernels(prepare(d, target, shape, overrides, data), engine, fusion,
-                                 across), merge)
-    return decide(planned(diagram), planned)
+    def planned(pr: Problem) -> Plan:
+        return tile(fuse_kernels(pr, engine, fusion, across), merge)
+    problem = prepare(diagram, target, shape, overrides, data)
+    return decided(lambda: planned(problem), problem,
+                   lambda d: planned(prepare(d, target, shape, overrides, data)))
 
 
 def without_atomics(p: Plan) -> Plan:

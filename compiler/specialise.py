@@ -75,10 +75,15 @@ def chained_axes(g) -> dict[str, int]:
 
 def candidates(p) -> dict[str, int]:
     """axis -> size: the dynamic axes of the plan's diagram worth planning static."""
-    axes = p.diagram.axes
-    return {a: p.sizes[a] for a, multiple in sorted(chained_axes(p.diagram.ir).items())
-            if axes.get(a, 0) is None and a not in p.defaulted and a in p.sizes
-            and not p.sizes[a] % multiple and p.sizes[a] <= MAX_SIZE}
+    return candidates_of(p.diagram, p.sizes, p.defaulted)
+
+
+def candidates_of(diagram, sizes: dict, defaulted) -> dict[str, int]:
+    """axis -> size: the dynamic axes of `diagram` worth planning static at these sizes."""
+    axes = diagram.axes
+    return {a: sizes[a] for a, multiple in sorted(chained_axes(diagram.ir).items())
+            if axes.get(a, 0) is None and a not in defaulted and a in sizes
+            and not sizes[a] % multiple and sizes[a] <= MAX_SIZE}
 
 
 def decide(p, replan: Callable):
@@ -95,6 +100,28 @@ def decide(p, replan: Callable):
     if other.time > p.time * (1 - MARGIN):
         return p
     return replace(other, specialised=fixed, unspecialised=float(p.time))
+
+
+def decided(dynamic: Callable, problem, replan: Callable):
+    """`decide` on the plan `dynamic()` makes of `problem` (plan.Problem); where it raises
+    N0606 (`--engine tensor-cores`: FlashAttention and the chains need the head static, which
+    a given planning size makes it), the plan with the candidates fixed, `unspecialised` 0
+    (no plan with them dynamic); the error again where there are none or that plan is
+    refused too."""
+    try:
+        return decide(dynamic(), replan)
+    except NapkinError as exc:
+        if {d.code for d in exc.diagnostics} != {"N0606"}:
+            raise
+        fixed = candidates_of(problem.diagram, problem.sizes, problem.defaulted)
+        if not fixed:
+            raise
+        from .front import load
+        try:
+            other = replan(load(problem.diagram, **fixed))
+        except NapkinError:
+            raise exc from None
+        return replace(other, specialised=fixed)
 
 
 def fix(axes: dict, *names: str) -> str:

@@ -6,7 +6,9 @@ position clamped to the nearest row (as the emitted CUDA does) and carries, next
 where it holds such a read (`Outside`: a boolean mask over the value's axes and the N0407 of
 the first gather that read outside): through elementwise functions, views, assignments and
 gathers (a position computed from one, or a row read from one); `where` keeps only its taken
-branch's (and its condition's). Any other operation (a reduction, a product, a softmax, a
+branch's (and its condition's, where the branches differ: where they agree the value does
+not depend on it, as in a backward's scatter `where(P[t e_] == e, g[t e_], 0)` whose cotangent
+is 0 where the forward did not use the gathered positions P). Any other operation (a reduction, a product, a softmax, a
 scan, an output) that receives such a value uses it: the gather's N0407 is raised there.
 The interpreter clamps too and asks the reference whenever one of its gathers read outside.
 """
@@ -78,8 +80,12 @@ def carried(g, n: int, args: list[Labelled], held: list) -> Outside | None:
     masks = [None if h is None else h.mask.aligned(out.axes) for h in held]
     if isinstance(op, ir.Map) and op.fn == "where":     # only the branch taken is used
         cond = args[0].aligned(out.axes).astype(bool)
-        masks[1] = None if masks[1] is None else masks[1] & cond
-        masks[2] = None if masks[2] is None else masks[2] & ~cond
+        unsure = False if masks[0] is None else masks[0]   # a condition read outside
+        if masks[0] is not None:    # used only where the branches differ (NaNs differ):
+            same = args[1].aligned(out.axes) == args[2].aligned(out.axes)
+            masks[0] = masks[0] & ~same     # a backward's scatter `where(P == e, g, 0)`
+        masks[1] = None if masks[1] is None else masks[1] & (cond | unsure)
+        masks[2] = None if masks[2] is None else masks[2] & (~cond | unsure)
     return _joined([Outside(Labelled(m, out.axes), h.error) for m, h in zip(masks, held)
                     if m is not None], out.axes)
 

@@ -14,6 +14,7 @@ import pytest
 
 import napkin
 from napkin.compiler.schedule import ATTENTION
+from napkin.explain import report
 from napkin.kernel import Kernel
 from napkin.pipeline import Options, run_plan
 
@@ -63,3 +64,37 @@ def test_gradients_of_a_dynamic_head_run_specialised(rng, within_budget):
     p = kernel.plan
     assert p.specialised == {"d": 16} and ATTENTION in [k.schedule.engine for k in p.kernels]
     within_budget(g, inputs, {s.name: o for s, o in zip(g.outputs, outs)}, plan=p)
+
+
+CHAIN = """axis t, i, f, o
+in X[t i]: f16
+in W1[i f]: f16
+in W2[f o]: f16
+H[t f] = gelu(X * W1)
+Y[t o] = H * W2
+out Y: f16
+"""
+
+
+@pytest.mark.parametrize("text, sizes, fixed", [
+    (DYNAMIC, {**SMALL, "d": 16}, {"d": 16}),
+    (CHAIN, {"t": 33, "i": 16, "f": 24, "o": 8}, {"i": 16, "o": 8}),
+])
+def test_the_tensor_cores_engine_specialises_a_head_it_needs_static(text, sizes, fixed, rng,
+                                                                    within_budget):
+    """--engine tensor-cores with the head dynamic and given (a multiple of 16, of 8 kept):
+    the dynamic plan is refused (N0606, whose help says to plan for the size), so the plan
+    is the specialised one, on the tensor cores at odd sizes against float64 (it was N0606
+    although the size was given); a size the fragments cannot take is still N0606."""
+    d = napkin.load(text)
+    kernel = Kernel(d, Options.make(target="h100", engine="tensor-cores"), backend="emulate")
+    inputs = {s.name: (rng.standard_normal(tuple(sizes[a] for a in s.axes)) * 0.5)
+              .astype(np.float16) for s in d.inputs}
+    outputs = kernel(**inputs)
+    assert kernel.plan.specialised == fixed
+    assert "the engine asked for refuses" in kernel.explain()
+    assert report(kernel.plan)["unspecialised_seconds"] is None
+    within_budget(d, inputs, dict(zip([s.name for s in d.outputs], outputs)), plan=kernel.plan)
+    odd = {**sizes, **{a: v + 8 for a, v in fixed.items()}}   # (d, i = 24)
+    with pytest.raises(napkin.NapkinError, match="N0606"):
+        kernel.compiled_for(odd)

@@ -68,6 +68,8 @@ def test_padding_ids_masked_by_where(backend, rng):
     ("s[t] = sum[e](X[t (e + 1)])\nout s: f32", 3, 15),
     # carried through a view and an elementwise function to the output
     ("Z[t e] = exp(X[t (e + 1)])\nY[e t] = Z[t e] * 2.0\nout Y: f32", 3, 14),
+    # a condition read outside decides between branches that differ there
+    ("Y[t e] = where(X[t (e + 1)] > 0, 1.0, 0.0)\nout Y: f32", 3, 16),
 ])
 def test_a_read_outside_that_is_used_is_n0407_at_the_gather(backend, text, line, column, rng):
     X = rng.uniform(-1, 1, (5, 7)).astype(np.float32)
@@ -76,3 +78,31 @@ def test_a_read_outside_that_is_used_is_n0407_at_the_gather(backend, text, line,
     diag = exc.value.diagnostics[0]
     assert diag.code == "N0407" and "is 7 at e=6" in diag.message and "size 7" in diag.message
     assert (diag.span.line, diag.span.col) == (line, column) and diag.help
+
+
+NESTED = """\
+axis t, e
+in X[t e]: f32
+in I[t e]: i32
+Y[t e] = where(e + 1 < size(e), X[t I[t (e + 1)]], 0.0)
+out Y: f32
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_gradient_of_a_gather_at_positions_read_in_a_branch_not_taken(backend, rng):
+    """The backward scatters the cotangent at the forward's positions, `dX[t e] =
+    sum[e_](where(P[t e_] == e, g[t e_], 0))` with P = I[t (e + 1)] read outside at the last e_,
+    where g is 0: the where's branches agree there, so its condition is not used (it was N0407
+    on the reference and the interpreter, while the emulator gave the right values)."""
+    t, e = 5, 9
+    X = rng.uniform(-1, 1, (t, e)).astype(np.float32)
+    index = rng.integers(0, e, (t, e)).astype(np.int32)
+    dY = rng.uniform(-1, 1, (t, e)).astype(np.float32)
+    grad = napkin.grad(napkin.load(NESTED), wrt=["X"])
+    (dX,) = napkin.run(grad, X, index, dY, backend=backend)
+    want = np.zeros((t, e))
+    for i in range(t):
+        for j in range(e - 1):
+            want[i, index[i, j + 1]] += dY[i, j]
+    np.testing.assert_allclose(dX, want, rtol=1e-6, atol=1e-6)
