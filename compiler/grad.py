@@ -57,6 +57,7 @@ def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = 
         label = sw.names.get(n) if isinstance(op, (ir.Assign, ir.Input)) else None
         gr = sw.total(n, grads.pop(n), f"d{label}" if label else f"g{n}",
                       force_name=isinstance(op, (ir.Assign, ir.View, ir.Gather, ir.Scan)))
+        sw.cotangent[n] = gr.text
         for a, part in _rule(sw, n, gr, active):
             if part is not None:
                 grads.setdefault(a, []).append(reduce_to(part, sw.axes(a)))
@@ -257,6 +258,14 @@ def _rule(sw: Sweep, n: int, gr: Expr, active: set):
     if isinstance(op, ir.Softmax):
         x = args[0]
         y = sw.value(n)
+        if n not in sw.row and n in sw.inner and \
+                sw.cotangent.get(sw.inner[n][0], "").isidentifier():
+            # the one contraction's cotangent dO, named: D = sum[d](dO * O) with O the
+            # forward's value, as for an output (gradstats.py)
+            c, row_axes, other = sw.inner[n]
+            o = sw.value(sw.alias.get(c, c))
+            dot = f"{sw.cotangent[c]} * {o}"
+            sw.row[n] = (sw.fresh("D"), row_axes, f"sum[{' '.join(other)}]({dot})" if other else dot)
         if n in sw.row:     # the saved form, named once: FlashAttention's D
             name, row_axes, text = sw.row.pop(n)
             sw.equations.append(f"{name}[{' '.join(row_axes)}] = {text}")

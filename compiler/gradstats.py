@@ -40,8 +40,12 @@ def plan_statistics(sw, active: set, cotangent: dict[int, str]) -> None:
         c = users[0]
         c_holder = sw.alias.get(c, c)
         outs = list(g.successors(c_holder))
-        if len(outs) != 1 or not isinstance(ir.op(g, outs[0]), ir.Output) or \
-                not same_axes(g, c_holder, c):
+        if not same_axes(g, c_holder, c):
+            continue
+        if len(outs) != 1 or not isinstance(ir.op(g, outs[0]), ir.Output):
+            # O read by the rest of the diagram (a block's `A`, projected by Wo): its
+            # cotangent is computed, D = sum[d](dO * O) from it once swept (grad.py)
+            sw.inner[n] = (c, row, tuple(a for a in sw.axes(c) if a not in sw.axes(n)))
             continue
         out = outs[0]
         if sw.saved:

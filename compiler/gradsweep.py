@@ -27,6 +27,11 @@ class Sweep:
     extra_inputs: list = field(default_factory=list)  # (name, axes, dtype)
     lse: dict = field(default_factory=dict)          # softmax node -> its saved logsumexp's name
     row: dict = field(default_factory=dict)          # softmax node -> its row term from saved values
+    inner: dict = field(default_factory=dict)        # softmax node -> (its one contraction, the
+                                                     # row's axes, the axes D sums): D from the
+                                                     # contraction's computed cotangent, and the
+                                                     # contraction copied with the softmax online
+    cotangent: dict = field(default_factory=dict)    # node -> the text of its cotangent, once swept
     sources: dict = field(default_factory=dict)      # saved input -> the statistics output it is
     before: dict = field(default_factory=dict)       # forward node -> equations copied before its own
     first: list = field(default_factory=list)        # equations before the backward's own
@@ -120,7 +125,11 @@ class Sweep:
             return self.definition(o) if self.alias.get(o) == n else sub(o)
         if isinstance(op, ir.Contract):
             a, b = args
-            return product(sub(a), self.axes(a), sub(b), self.axes(b), self.axes(n)).text
+            online = {self.alias.get(m, m): f"softmax[{' '.join(ir.op(self.g, m).axes)}]"
+                          f"({strip(sub(ir.operands(self.g, m)[0]))})"
+                      for m, (c, _, _) in self.inner.items() if c == n}
+            text = lambda m: online.get(m) or sub(m)        # noqa: E731
+            return product(text(a), self.axes(a), text(b), self.axes(b), self.axes(n)).text
         if isinstance(op, (ir.Reduce, ir.Scan)):
             return f"{op.fn}[{' '.join(op.axes)}]({strip(sub(args[0]))})"
         if isinstance(op, ir.Softmax):

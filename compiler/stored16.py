@@ -100,7 +100,7 @@ def decide(g: DiGraph, kernels, target, cotangents: frozenset = frozenset()) -> 
             if x == y:
                 bad.add(v)
                 break
-            p = _source(g, y if x == u else x)
+            p = _source(g, y if x == u else x, stored)
             op = ir.op(g, p)
             if p in stored:
                 links[v].add(p)
@@ -141,19 +141,35 @@ def decide(g: DiGraph, kernels, target, cotangents: frozenset = frozenset()) -> 
     return chosen
 
 
-def anticipated(g: DiGraph, target) -> DiGraph:
+def anticipated(g: DiGraph, target, cotangents: frozenset = frozenset()) -> DiGraph:
     """The graph fusion prices its candidates on: the decision as if every statement were a
     kernel of its own (each intermediate stored, read by the products that read it), so that
     a kernel loading an intermediate the decision will store in 16 bits is priced so (a
     query computed before attention, `Qr = Q * g`, is FlashAttention's 16-bit load, where
-    priced in f32 it was no attention at all). The decision on the kernels fusion chose is
-    made again after it (`decide`, then `fallen_back`)."""
+    priced in f32 it was no attention at all). `cotangents`: a gradient's (decide), taken
+    where they decide an engine too. The decision on the kernels fusion chose is made again
+    after it (`decide`, then `fallen_back`)."""
     from .fuse import unfused_kernels
-    chosen = decide(g, unfused_kernels(g), target)
-    # (only attention's operands: where 16 bits decide the engine, FlashAttention or not; a
-    # plain product reads an f32 operand rounded as it stages it, tensorcore._rounded)
-    chosen = {v: dt for v, dt in chosen.items() if _attention_operand(g, v)}
-    return with_decision(g, chosen) if chosen else g
+    from .model import storage_dtype
+    chosen = decide(g, unfused_kernels(g), target, cotangents)
+    # only where 16 bits decide the engine: attention's operands (FlashAttention or not), and
+    # a product's operand whose partner is f32 undecided (`dW1_b = g52 * N2`, `dWq_b = dQ *
+    # N1` of the block's gradient: f32 beside f32 stays on the CUDA cores, where fusion then
+    # joins it with anything); beside a 16-bit partner a plain product reads an f32 operand
+    # rounded as it stages it anyway (tensorcore._rounded)
+    chosen = {v: dt for v, dt in chosen.items() if _attention_operand(g, v) or any(
+        storage_dtype(g, p) == "f32" for p in _partners(g, v, chosen))}
+    return with_decision(g, chosen, cotangents) if chosen else g
+
+
+def _partners(g: DiGraph, v: int, chosen: dict):
+    """The other operands of the contractions reading v (through names and views), each the
+    array it reads (stopping at a decided one)."""
+    for w in downstream(g, v, (ir.Assign, ir.View, ir.Reshape)):
+        if isinstance(ir.op(g, w), ir.Contract):
+            x, y = (_source(g, u, chosen) for u in ir.operands(g, w))
+            if x != y and v in (x, y):
+                yield y if x == v else x
 
 
 def _attention_operand(g: DiGraph, v: int) -> bool:
@@ -240,10 +256,11 @@ def _into_product(g: DiGraph, k, n: int) -> bool:
     return False
 
 
-def _source(g: DiGraph, n: int) -> int:
-    """What n reads through names and renaming views."""
+def _source(g: DiGraph, n: int, stored=()) -> int:
+    """What n reads through names and renaming views, stopping at an array in `stored` (a
+    renamed copy another kernel stores, `t50[b t m2] = N2[b t m2]`, is what is loaded)."""
     n = through(g, n)
-    while isinstance(ir.op(g, n), (ir.View, ir.Reshape)):
+    while n not in stored and isinstance(ir.op(g, n), (ir.View, ir.Reshape)):
         n = through(g, ir.operands(g, n)[0])
     return n
 

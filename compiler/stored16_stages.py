@@ -20,7 +20,7 @@ def fusion_planner(pr, planner):
     that will be stored in 16 bits anticipated (stored16.anticipated), else `planner`."""
     if planner.engine == "cuda-cores":
         return planner
-    g = stored16.anticipated(pr.graph, pr.target)
+    g = stored16.anticipated(pr.graph, pr.target, _cotangents(pr))
     if g is pr.graph:
         return planner
     return KernelPlanner(g, pr.target, pr.sizes, pr.hints, planner.engine, across=planner.across)

@@ -467,3 +467,30 @@ def test_an_integer_output_has_no_cotangent_and_a_gathered_condition_is_copied()
     (dX,) = evaluate(grad, {"X": X, "I0": I0, "dY": dY}, exact=True).values()
     keep = np.arange(5) < X[3 // 2] * 4 + 2
     np.testing.assert_allclose(dX, np.where(keep, 2 * X * dY, 0), rtol=1e-12)
+
+
+PROJECTED_ATTENTION = """axis b, t, s, m, h
+axis d = 5
+in Q[b h t d]: f32, K[b h s d]: f32, V[b h s d]: f32, Wo[h d m]: f32
+S[b h t s] = where(s <= t, Q * K / sqrt(size(d)), -inf)
+A[b t h d] = softmax[s](S) * V
+R[b t m] = A * Wo
+out R: f32
+"""
+
+
+def test_attention_projected_by_the_rest_of_the_diagram_gets_flashattentions_row_term():
+    """A feeds `A * Wo`, not an output: its cotangent dA is computed, and D = sum[d](dA * A)
+    from it once swept (compiler/gradstats.py), with A copied with its softmax online (one
+    FlashAttention pass), instead of the row term sum[s](dP * P) over an N x N array."""
+    rng = np.random.default_rng(11)
+    d = napkin.load(PROJECTED_ATTENTION)
+    grad = napkin.grad(d)
+    text = grad.source.text
+    assert "D[b h t] = sum[d](dA * A)" in text, text
+    assert "A[b t h d] = softmax[s](S) * V" in text, text
+    assert "- sum[s](" not in text, text
+    sizes = {"b": 2, "t": 5, "s": 5, "m": 3, "h": 3, "d": 5}
+    inputs = _random_inputs(d, rng, sizes)
+    cot = {"dR": rng.standard_normal((2, 5, 3))}
+    _check_against_finite_differences(d, grad, inputs, cot, rng)
