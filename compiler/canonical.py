@@ -306,6 +306,19 @@ def _factors(g: DiGraph, n: int) -> list[int]:
     return [m]
 
 
+def _own_view(g: DiGraph, f: int, span, stmt) -> int:
+    """Factor f as the statement `stmt` reads it: a view of an input that another statement
+    reads (the factors are found through names) is read through a view of `stmt`'s own, so
+    that no statement's kernel is left storing a view of an input its own result no longer
+    needs (`N[b t m2] = X[b t m2] * r * g1[m2]` copied by `t12 = N`, both taken apart by
+    products over m2: N's kernel stored X's view, which no tiling holds)."""
+    if g.nodes[f]["stmt"] == stmt or not isinstance(ir.op(g, f), ir.View) or \
+            not isinstance(ir.op(g, ir.operands(g, f)[0]), ir.Input):
+        return f
+    return ir.add_node(g, ir.op(g, f), ir.type_of(g, f), list(ir.operands(g, f)), span=span,
+                       stmt=stmt)
+
+
 def _within(t: ir.ArrayType, axes: set) -> ir.ArrayType:
     """t restricted to `axes` (in t's order)."""
     return ir.ArrayType(tuple(a for a in t.axes if a in axes), t.dtype)
@@ -327,6 +340,7 @@ def _hoisted(g: DiGraph, n: int) -> bool:
                                            for f in left):
             continue
         axes = ir.type_of(g, arg).axes
+        kept, left = ([_own_view(g, f, span, stmt) for f in fs] for fs in (kept, left))
         product = kept[0]
         for f in kept[1:]:          # the kept factors' product, over their axes (arg's order)
             have = set(ir.type_of(g, product).axes) | set(ir.type_of(g, f).axes)

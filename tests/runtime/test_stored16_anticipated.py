@@ -1,7 +1,8 @@
 """Fusion priced on the 16-bit storage the decision after it will choose (stored16.anticipated)
 also where a product's two operands are both f32 undecided: the MLP weight gradient of a
 normed block, `dW1_b = g * N[b t m2]` (the cotangent g beside the renamed copy of N, a
-stored array: stored16._source stops there), and a projection's weight gradient `dWq = dQ *
+stored array: stored16._source stops there; N also read as stored, by dc = sum(dY * N),
+so rename.py leaves it), and a projection's weight gradient `dWq = dQ *
 N` (the cotangent dQ beside a forward value another kernel reads elementwise: only the
 gradient's cotangents decide it, stored16.decide). Priced in f32 beside f32 they were on the
 CUDA cores, where fusion then joined each with its neighbour (the sum over b, the product
@@ -27,9 +28,9 @@ from .close import assert_close
 MLP = """axis b, t, m, f, m2
 in X[b t m]: f16
 in g1[m]: f16
-in W1[m f]: f16, W2[f m]: f16
+in W1[m f]: f16, W2[f m]: f16, c[m]: f16
 N[b t m] = X * rsqrt(mean[m](X * X) + 1e-6) * g1
-Y[b t m] = X + gelu(N[b t m2] * W1[m2 f]) * W2
+Y[b t m] = X + N * c + gelu(N[b t m2] * W1[m2 f]) * W2
 out Y: f16
 """
 PROJ = """axis t, s, m, h
@@ -80,8 +81,8 @@ def _anticipated(text, shape) -> dict:
 
 def test_fusion_prices_both_f32_operands_of_a_product_in_16_bits():
     """(the decision fusion prices on, without planning: the plans below are thorough)"""
-    mlp = _anticipated(MLP, MLP_BIG)    # g14 beside t12 = N[b t m2], stored by its own kernel
-    assert mlp.get("g14") == "f16" and mlp.get("t12") == "f16", mlp
+    mlp = _anticipated(MLP, MLP_BIG)    # g17 beside t15 = N[b t m2], stored by its own kernel
+    assert mlp.get("g17") == "f16" and mlp.get("t15") == "f16", mlp
     proj = _anticipated(PROJ, PROJ_BIG)     # dQ a cotangent, beside N, which t14 copies
     assert proj.get("dQ") == "f16" and "N" not in proj, proj
 
@@ -93,11 +94,12 @@ def test_the_mlp_weight_gradient_is_a_product_of_its_own(monkeypatch):
     engines = _products(p)
     assert SIMT not in engines.values(), engines          # dW1_b apart from its sum over b
     said = {array_name(p.graph, n): dt for n, dt in stored16.decided(p.graph).items()}
-    assert said.get("t12") == "f16", said                  # N[b t m2] as stored, renamed
+    assert said.get("t15") == "f16", said                  # N[b t m2] as stored, renamed
     _unanticipated(monkeypatch)
     before = plan(d, "h100", MLP_BIG)
-    assert SIMT in _products(before).values()              # (1.21 -> 0.33 ms, model, h100)
-    assert _time(p) < 0.5 * _time(before)
+    # (without the anticipation, this diagram (N read as stored by dc too) still finds
+    # tensor-core products, at a cost: the default test above checks the decision itself)
+    assert _time(p) < _time(before), (_time(p), _time(before))
 
 
 @pytest.mark.thorough
@@ -123,6 +125,7 @@ def test_the_anticipated_products_match_float64_at_odd_sizes(rng):
                       g1=(1 + 0.1 * rng.standard_normal(m)).astype(np.float16),
                       W1=(rng.standard_normal((m, f)) * m ** -0.5).astype(np.float16),
                       W2=(rng.standard_normal((f, m)) * f ** -0.5).astype(np.float16),
+                      c=rng.standard_normal(m).astype(np.float16),
                       dY=rng.standard_normal((b, t, m)).astype(np.float16)),
            dict(b=b, t=t, m=m, f=f, m2=m))
     d = napkin.grad(napkin.load(PROJ))
