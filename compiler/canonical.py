@@ -307,11 +307,8 @@ def _factors(g: DiGraph, n: int) -> list[int]:
 
 
 def _own_view(g: DiGraph, f: int, span, stmt) -> int:
-    """Factor f as the statement `stmt` reads it: a view of an input that another statement
-    reads (the factors are found through names) is read through a view of `stmt`'s own, so
-    that no statement's kernel is left storing a view of an input its own result no longer
-    needs (`N[b t m2] = X[b t m2] * r * g1[m2]` copied by `t12 = N`, both taken apart by
-    products over m2: N's kernel stored X's view, which no tiling holds)."""
+    """f, or where it is another statement's view of an input (factors are found through
+    names), a view of `stmt`'s own: no kernel is left storing a view of an input."""
     if g.nodes[f]["stmt"] == stmt or not isinstance(ir.op(g, f), ir.View) or \
             not isinstance(ir.op(g, ir.operands(g, f)[0]), ir.Input):
         return f
