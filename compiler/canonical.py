@@ -10,8 +10,8 @@
   `sum[i](X * g * W) * rsqrt(...)`: distributivity), so RMSNorm written before the
   product it feeds plans as `rmsnorm_linear` (the product on the tensor cores with the
   row statistic beside it); not attention's scores (a softmax normalises them), whose
-  normalised query and key FlashAttention loads. Products are looked through names, but not through an
-  intermediate stored in a declared dtype (its rounding is the user's).
+  normalised query and key FlashAttention loads. Products are looked through names (not a
+  declared dtype's: its rounding is the user's); views of inputs are read anew.
 - A sum of a product of two loaded arrays over axes both have, each with an axis of its
   own (`sum[d](Q * K)`), is their contraction, so the product is never made over those
   axes and runs where contractions run (the tensor cores, FlashAttention's scores).
