@@ -309,11 +309,10 @@ def _factors(g: DiGraph, n: int) -> list[int]:
 def _own_view(g: DiGraph, f: int, span, stmt) -> int:
     """f, or where it is another statement's view of an input (factors are found through
     names), a view of `stmt`'s own: no kernel is left storing a view of an input."""
-    if g.nodes[f]["stmt"] == stmt or not isinstance(ir.op(g, f), ir.View) or \
-            not isinstance(ir.op(g, ir.operands(g, f)[0]), ir.Input):
+    u = ir.operands(g, f)[0] if isinstance(ir.op(g, f), ir.View) else None
+    if g.nodes[f]["stmt"] == stmt or u is None or not isinstance(ir.op(g, u), ir.Input):
         return f
-    return ir.add_node(g, ir.op(g, f), ir.type_of(g, f), list(ir.operands(g, f)), span=span,
-                       stmt=stmt)
+    return ir.add_node(g, ir.op(g, f), ir.type_of(g, f), [u], span=span, stmt=stmt)
 
 
 def _within(t: ir.ArrayType, axes: set) -> ir.ArrayType:
