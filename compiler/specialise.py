@@ -90,7 +90,7 @@ def decide(p, replan: Callable):
     """The plan `p`, or the plan of its diagram with the candidates fixed (`replan(diagram)`
     plans a diagram as `p` was planned) where that is predicted MARGIN faster."""
     fixed = candidates(p)
-    if not fixed or p.specialised:
+    if not fixed or p.specialised or p.engine == "cuda-cores":   # (lowerings on tensor cores)
         return p
     from .front import load
     try:

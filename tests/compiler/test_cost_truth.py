@@ -244,7 +244,7 @@ TENSOR_KERNELS = [
 
 # the default suite checks a sample (one product, one of each attention kernel shape);
 # NAPKIN_FUZZ_SCALE >= 2 (and benchmarks/model_check.py --kernels) checks every kernel
-SAMPLED = ("matmul", "attention", "causal_attention", "gqa_attention", "varlen_attention")
+SAMPLED = ("matmul", "attention", "causal_attention", "gqa_attention")  # (all: thorough)
 # held to 15%: they were the two at the band's edge (static SASS/model 1.28 and 1.26, NVRTC
 # 13, sm_90) before the page table's positions were counted once a round for K and V and
 # the key's mask per key (paged: 1.09), and before the estimate stopped counting the partial

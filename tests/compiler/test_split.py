@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ..sampling import sampled
+
 import napkin
 from napkin.commands.run import random_inputs
 from napkin.compiler import split as sp
@@ -400,7 +402,7 @@ def test_the_list_names_every_library_diagram_that_splits():
     assert splits == set(SPLITS)
 
 
-@pytest.mark.parametrize("name", SPLITS)
+@pytest.mark.parametrize("name", sampled(SPLITS))
 def test_every_library_split_runs_on_the_interpreter_and_the_emulator(name, rng, within_budget):
     """Each library diagram split along its longest axis that splits (a dynamic one first),
     by 5 (which divides none of the sizes), interpreted and emulated and compared with the

@@ -21,7 +21,8 @@ from napkin.diagrams.diagnostics import NapkinError, Source
 
 from .gen import diagrams, inputs_for
 
-EXAMPLES = max(1, int(15 * float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))))
+_SCALE = float(os.environ.get("NAPKIN_FUZZ_SCALE", "1"))
+EXAMPLES = 8 if _SCALE < 2 else int(15 * _SCALE)   # (8 by default: the CPU budget)
 
 
 def _read_as_positions(d, size):
