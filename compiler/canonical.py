@@ -36,7 +36,7 @@
   nesting above: `O[t h d] * W[h d m]` is one matrix product over `(h*d)`.
 - An intermediate every reader reads through one renaming of its axes (self-attention's
   `K[h s d]` of `K[h t d] = X * Wk`) is computed under the readers' names
-  (`K[h s d] = X[s m] * Wk`), first (rename.py): FlashAttention copies K's tiles as stored.
+  (`K[h s d] = X[s m] * Wk`, rename.py), after the rewrites above, which views stop.
 - Ops no output depends on are dropped.
 
 `canonicalize` is a pure function: it returns a new graph.
@@ -60,7 +60,6 @@ def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True,
     merge runs of their axes first (`nested_contractions` nests what is left); `grouped`: the
     axes of `keep` a `group` hint names (rename.py never moves them)."""
     g = g.copy()
-    store_renamed(g, grouped)
     changed = True
     while changed:
         changed = False
@@ -69,6 +68,7 @@ def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True,
                            _hoisted(g, n)):
                 changed = True
                 break
+    store_renamed(g, grouped)
     g = merge_axes(dead_code(g), keep, free)    # before nesting: merged axes nest no more
     for n in ir.order(g):       # after the rewrites above matched softmaxes whole
         _written_softmax(g, n)
