@@ -177,6 +177,8 @@ struct Block {
   // executed fence.proxy.async since ((thread + 1) << 32 | the thread's proxy_fences then;
   // 0: none): wgmma (the async proxy) must not read it (napkin_emulate_wgmma.h)
   uint64_t* cp_marks = nullptr;
+  // one record of issued wgmma per warpgroup (napkin_emulate_wgmma.h's WgLog)
+  void* wg_log = nullptr;
   void (*fn)(void* const*) = nullptr;
   void* const* args = nullptr;
   int bar_result = 0;

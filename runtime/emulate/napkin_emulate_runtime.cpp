@@ -232,6 +232,7 @@ NAPKIN_NO_TSAN static void run_block(Block* b) {
     memset(b->smem, 0xff, b->smem_bytes);  // NaN in f32, f16 and bf16
     memset(b->cp_marks, 0, sizeof(uint64_t) * (b->smem_bytes / 4 + 1));
   }
+  wg_log_reset(b, n);
   tsan_release(&b->tok_start);
   for (int i = 0; i < n; ++i) {
     Thread* t = b->threads[i];
@@ -259,6 +260,7 @@ NAPKIN_NO_TSAN static void run_block(Block* b) {
     }
     if (!ran && !release_barrier(b)) break;
   }
+  wg_log_check(b, n);
   tsan_acquire(&b->tok_end);
 }
 
@@ -298,6 +300,7 @@ NAPKIN_NO_TSAN static void worker_loop(Worker* w, const KernelEntry* k, const La
   b->cp_marks = static_cast<uint64_t*>(malloc(sizeof(uint64_t) * (L->smem / 4 + 1)));
   if (!b->cp_marks) fail("cannot allocate the marks of %zu bytes of dynamic shared memory", L->smem);
   const int n = int(L->block[0] * L->block[1] * L->block[2]);
+  b->wg_log = new WgLog[size_t((n + 127) / 128)];
   while (int(w->pool.size()) < n) w->pool.push_back(new_fiber(b));
   b->threads = w->pool.data();
   b->nthreads = n;
@@ -312,6 +315,8 @@ NAPKIN_NO_TSAN static void worker_loop(Worker* w, const KernelEntry* k, const La
   free(b->smem);
   free(b->cp_marks);
   b->cp_marks = nullptr;
+  delete[] static_cast<WgLog*>(b->wg_log);
+  b->wg_log = nullptr;
   tl_block = nullptr;
 }
 

@@ -29,18 +29,83 @@
 // 1024-byte aligned window (the swizzle patterns repeat every 1024 bytes of the address):
 // on a GPU the kernel declares its dynamic shared memory so (NAPKIN_WGMMA_SMEM).
 //
-// Each warp completes its own 16 rows at its wait_group (a warp collective); the four
-// warps of a warpgroup are not checked against each other.
+// Each warp completes its own 16 rows at its wait_group (a warp collective); the four warps of
+// a warpgroup must issue the same operations in the same order (checked as they issue, and
+// their counts at the block's end).
 #pragma once
 
 #include "napkin_emulate_warp.h"
+
+#if defined(NAPKIN_EMULATE_RUNTIME)
+#include <deque>
+#endif
 
 #define NAPKIN_WGMMA_SMEM(name) NAPKIN_DYNAMIC_SMEM(name)
 
 namespace napkin_emu {
 
 #if defined(NAPKIN_EMULATE_RUNTIME)
+static bool wg_same(const WgOp& x, const WgOp& y) {
+  return x.da == y.da && x.db == y.db && x.group == y.group && x.n == y.n && x.bf16 == y.bf16 && x.ta == y.ta &&
+         x.tb == y.tb && x.scale_d == y.scale_d;
+}
+
+// A warpgroup's operations in issue order, each as the first of its four warps to issue it
+// gave it (lane 0 of each warp stands for its warp: the lanes are compared at wait_group),
+// until all four have: wgmma is .aligned over the warpgroup, one instruction with one pair of
+// descriptors, so its warps must issue the same sequence.
+struct WgIssued {
+  WgOp op;
+  int warp, seen;
+};
+struct WgLog {
+  std::deque<WgIssued> ops;
+  long long base = 0, issued[4] = {0, 0, 0, 0};
+};
+
+NAPKIN_NO_TSAN void wg_log_reset(Block* b, int nthreads) {
+  auto* logs = static_cast<WgLog*>(b->wg_log);
+  for (int g = 0; g < (nthreads + 127) / 128; ++g) logs[g] = WgLog();
+}
+
+NAPKIN_NO_TSAN static void wg_log_issue(Thread* t, const WgOp& op) {
+  WgLog& g = static_cast<WgLog*>(tl_block->wg_log)[t->warp / 4];
+  const long long i = g.issued[t->warp % 4]++;
+  if (i == g.base + (long long)g.ops.size()) {
+    g.ops.push_back(WgIssued{op, t->warp, 1});
+    return;
+  }
+  WgIssued& first = g.ops[size_t(i - g.base)];
+  if (!wg_same(first.op, op))
+    fail("%s:%d: wgmma.mma_async: warp %d and warp %d of warpgroup %d issued different operations as their "
+         "wgmma number %lld (descriptors 0x%016llx, 0x%016llx against 0x%016llx, 0x%016llx; commit groups %lld and "
+         "%lld): the instruction is .aligned over the warpgroup, one product for its four warps", op.file, op.line,
+         t->warp, first.warp, t->warp / 4, i, (unsigned long long)op.da, (unsigned long long)op.db,
+         (unsigned long long)first.op.da, (unsigned long long)first.op.db, op.group, first.op.group);
+  if (++first.seen == 4)
+    while (!g.ops.empty() && g.ops.front().seen == 4) {
+      g.ops.pop_front();
+      ++g.base;
+    }
+}
+
+// At the block's end: every warp of a warpgroup issued as many as the others.
+NAPKIN_NO_TSAN void wg_log_check(Block* b, int nthreads) {
+  auto* logs = static_cast<WgLog*>(b->wg_log);
+  for (int g = 0; g < (nthreads + 127) / 128; ++g)
+    if (!logs[g].ops.empty()) {
+      const WgIssued& r = logs[g].ops.front();
+      int fewest = 0;
+      for (int w = 1; w < 4; ++w)
+        if (logs[g].issued[w] < logs[g].issued[fewest]) fewest = w;
+      fail("%s:%d: wgmma.mma_async: warp %d of warpgroup %d issued it as its wgmma number %lld, but warp %d issued "
+           "only %lld in all: the instruction is .aligned over the warpgroup (its four warps issue the same ones)",
+           r.op.file, r.op.line, r.warp, g, logs[g].base, 4 * g + fewest, logs[g].issued[fewest]);
+    }
+}
+
 NAPKIN_NO_TSAN void wg_push(Thread* t, const WgOp& op) {
+  if (t->lane == 0) wg_log_issue(t, op);
   if (t->nwg == t->wgcap) {
     t->wgcap = t->wgcap ? 2 * t->wgcap : 8;
     t->wg = static_cast<WgOp*>(realloc(t->wg, sizeof(WgOp) * size_t(t->wgcap)));
@@ -105,11 +170,6 @@ NAPKIN_NO_TSAN static double wg_element(const WgOp& op, uint64_t desc, bool mn_m
          "wgmma reads through may not see it", op.file, op.line, which, row, k, off, int(mark >> 32) - 1);
   const uint16_t h = wg_read(b->smem + off);
   return op.bf16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h);
-}
-
-static bool wg_same(const WgOp& x, const WgOp& y) {
-  return x.da == y.da && x.db == y.db && x.group == y.group && x.n == y.n && x.bf16 == y.bf16 && x.ta == y.ta &&
-         x.tb == y.tb && x.scale_d == y.scale_d;
 }
 
 // wgmma.wait_group `pending` in one warp: every product of a group but the `pending` most

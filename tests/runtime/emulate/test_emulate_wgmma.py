@@ -252,7 +252,9 @@ def test_wait_group_completes_older_groups_and_reads_shared_memory_then(source, 
 @pytest.mark.parametrize("mode,message", [
     (0, "no wgmma.fence"), (1, "not completed by a wgmma.wait_group"),
     (2, "not in the block's dynamic shared memory"), (3, "issued different operations"),
-    (5, "no wgmma.fence since the thread's last wgmma.wait_group")])
+    (5, "no wgmma.fence since the thread's last wgmma.wait_group"),
+    (6, "warp 1 and warp 0 of warpgroup 0 issued different operations"),
+    (7, "warp 2 issued only 0 in all")])
 def test_wgmma_misuse_is_refused(source, mode, message):
     with pytest.raises(EmulatorError, match=message):
         run(source, SIG, [Launch("wg_misuse", (1, 1, 1), (128, 1, 1), 4096, ("p", "D"))],

@@ -82,8 +82,10 @@ extern "C" __global__ void wg_groups(const unsigned char* image, const unsigned*
 }
 
 // Mistakes the emulator refuses: mode 0 no fence, 1 no wait_group, 2 a descriptor outside
-// dynamic shared memory, 3 lanes disagreeing on a descriptor, 5 no fence after a wait_group
-// (mode 4 is right, for a block that is not a whole warpgroup).
+// dynamic shared memory, 3 lanes disagreeing on a descriptor, 5 no fence after a wait_group,
+// 6 warp 1 of the warpgroup giving another descriptor than warps 0, 2, 3 (each warp's lanes
+// agreeing), 7 warp 2 not issuing the product (mode 4 is right, for a block that is not a
+// whole warpgroup).
 extern "C" __global__ void wg_misuse(const unsigned* p, float* D) {
   NAPKIN_WGMMA_SMEM(smem);
   __shared__ unsigned char fixed[2048];
@@ -91,8 +93,9 @@ extern "C" __global__ void wg_misuse(const unsigned* p, float* D) {
   const unsigned mode = p[0];
   if (mode != 0) napkin_wgmma_fence();
   const unsigned char* a = mode == 2 ? fixed : smem;
-  const unsigned lane_part = mode == 3 ? (threadIdx.x % 32 == 5 ? 16 : 0) : 0;
-  napkin_wgmma_m64n8k16_f16(d, napkin_wgmma_desc(a + lane_part, 128, 256, 0), napkin_wgmma_desc(smem, 128, 256, 0), 0);
+  const unsigned lane_part = mode == 3 ? (threadIdx.x % 32 == 5 ? 16 : 0) : mode == 6 ? (threadIdx.x / 32 == 1 ? 16 : 0) : 0;
+  if (mode != 7 || threadIdx.x / 32 != 2)
+    napkin_wgmma_m64n8k16_f16(d, napkin_wgmma_desc(a + lane_part, 128, 256, 0), napkin_wgmma_desc(smem, 128, 256, 0), 0);
   napkin_wgmma_commit();
   if (mode != 1) napkin_wgmma_wait<0>();
   if (mode == 5) {
