@@ -26,6 +26,7 @@ from __future__ import annotations
 from .choices import NUMBERS
 
 CONTRACTED, KEPT = 16, 8     # m16n8k16: k (a contracted head), n (a kept one)
+VECTOR = 8                   # 16-bit values of a 16-byte cp.async (codegen/tiles.VECTOR)
 
 
 def up(size: int, multiple: int) -> int:
@@ -89,8 +90,13 @@ def describe(site, axis_sizes: dict, work: dict) -> list[str]:
     heads = ", ".join(f"{a} = {axis_sizes[a]} padded to "
                       f"{' and '.join(str(e) for e in sorted(es))}"
                       for a, es in sorted(tiles.items()))
-    return [f"{heads} in shared memory (zeros past the head, only its real columns stored): "
-            f"{more / real:.0%} more tensor work"]
+    out = [f"{heads} in shared memory (zeros past the head, only its real columns stored): "
+           f"{more / real:.0%} more tensor work"]
+    odd = [a for a in sorted(tiles) if axis_sizes[a] % VECTOR]
+    if odd:         # (codegen/tiles._aligned: no 16-byte copy straddles a row's end)
+        out.append(f"rows of {' and '.join(f'{a} = {axis_sizes[a]}' for a in odd)} are no "
+                   "16-byte multiple: their tiles are copied one value at a time")
+    return out
 
 
 __all__ = ["CONTRACTED", "KEPT", "up", "extent", "padded_extent", "decide", "ratio", "fragments", "describe"]

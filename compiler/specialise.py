@@ -11,8 +11,8 @@ get them. The planner therefore decides, once per plan:
                 another product, and the axes that second product keeps from its other
                 operand (attention's `d` twice, an MLP's input and output widths); only
                 those whose size was given (never a defaulted one: the planning default is
-                no caller's size), a multiple of 16 (contracted) or 8 (kept) and at most
-                MAX_SIZE
+                no caller's size) and at most MAX_SIZE (any size: a head that is not a
+                multiple of 16 or 8 is padded in shared memory, headpad.py)
     decide      the diagram checked again with them fixed at those sizes (front.load, as
                 -D does) and planned; that plan is taken when it is predicted at least
                 MARGIN faster, with `Plan.specialised` = {axis: size}
@@ -57,7 +57,7 @@ def _feeding_product(g, n: int) -> int | None:
 def chained_axes(g) -> dict[str, int]:
     """Axes of products that feed products (the module docstring's candidates, any size),
     each with the multiple the fragments take it in: 16 where it is contracted (the A and B
-    fragments' k), else 8 (a C fragment's columns)."""
+    fragments' k), else 8 (a C fragment's columns; another size is padded to it, headpad.py)."""
     out: dict[str, int] = {}
     for n in g.nodes:
         if not isinstance(ir.op(g, n), ir.Contract):
@@ -81,9 +81,9 @@ def candidates(p) -> dict[str, int]:
 def candidates_of(diagram, sizes: dict, defaulted) -> dict[str, int]:
     """axis -> size: the dynamic axes of `diagram` worth planning static at these sizes."""
     axes = diagram.axes
-    return {a: sizes[a] for a, multiple in sorted(chained_axes(diagram.ir).items())
+    return {a: sizes[a] for a in sorted(chained_axes(diagram.ir))
             if axes.get(a, 0) is None and a not in defaulted and a in sizes
-            and not sizes[a] % multiple and sizes[a] <= MAX_SIZE}
+            and sizes[a] <= MAX_SIZE}
 
 
 def decide(p, replan: Callable):
@@ -126,7 +126,7 @@ def decided(dynamic: Callable, problem, replan: Callable):
 
 def fix(axes: dict, *names: str) -> str:
     """How to make head axes static (flash.py and chain.py say it where they refuse one):
-    a dynamic axis is also specialised when planned at a given size (a multiple of 16)."""
+    a dynamic axis is also specialised when planned at a given size."""
     dynamic = [a for a in dict.fromkeys(names) if axes[a].size is None]
     said = f"fix it with `axis {names[0]} = 64` or -D"
     if dynamic:

@@ -1,10 +1,11 @@
 """Dynamic head axes planned fixed at the planning shape's size (compiler/specialise.py).
 
 An attention whose head axis `d` is dynamic plans FlashAttention at a given head size (the
-plan records `specialised`, with the dynamic plan's time), not at a defaulted one nor at a
-size the fragments cannot take (d = 24); the CLI's plan, explain and the CUDA header say
+plan records `specialised`, with the dynamic plan's time), not at a defaulted one nor above
+specialise.MAX_SIZE; the CLI's plan, explain and the CUDA header say
 it; the candidates are the axes of products that feed products; the runtime refuses a
-specialised program at another size. The runs against float64 are
+specialised program at another size. A head the fragments do not take whole (d = 24, 40) is
+padded in shared memory (compiler/headpad.py) and specialised as any other. The runs against float64 are
 tests/runtime/test_specialise_runs.py.
 """
 
@@ -51,17 +52,18 @@ def test_a_dynamic_head_plans_flash_attention_at_the_planning_shape():
     assert q.specialised == {"d": 64} and _engines(q) == [ATTENTION]
 
 
-@pytest.mark.parametrize("head", [16, 32])
-def test_small_odd_shapes_specialise_each_head_size(head):
+@pytest.mark.parametrize("head, padded", [(16, 16), (32, 32), (24, 32), (40, 48)])
+def test_small_odd_shapes_specialise_each_head_size(head, padded):
     p = plan(napkin.load(DYNAMIC), "h100", {**SMALL, "d": head})
     assert p.specialised == {"d": head} and _engines(p) == [ATTENTION]
-    assert p.kernels[0].schedule.site.head == head
+    site = p.kernels[0].schedule.site
+    assert site.head == head and site.head_tile == padded     # (headpad.py: Q K's k)
 
 
 def test_no_specialisation_where_it_buys_nothing_or_the_size_is_no_callers():
     d = napkin.load(DYNAMIC)
-    odd = plan(d, "h100", {**SMALL, "d": 24})       # fragments take 16-wide heads only
-    assert odd.specialised == {} and ATTENTION not in _engines(odd)
+    wide = specialise.MAX_SIZE + 8                  # wider than a block holds a head
+    assert specialise.candidates(plan(d, "h100", {**SMALL, "d": wide})) == {}
     defaulted = plan(d, "h100", BIG)                # d at the planning default: no caller's
     assert defaulted.specialised == {} and "d" in defaulted.defaulted
     reasons = " ".join(kp.kernel.reason for kp in defaulted.kernels)
@@ -81,9 +83,9 @@ def test_candidates_are_the_axes_of_products_feeding_products():
     assert specialise.chained_axes(mlp.ir) == {"m": 16, "o": 8}
     matmul = napkin.load("matmul")
     assert specialise.chained_axes(matmul.ir) == {}
-    # planned at d = 24 (no 16-wide fragments), e = 40: only e is worth fixing
-    p = plan(two, "h100", {**SMALL, "d": 24, "e": 40})
-    assert specialise.candidates(p) == {"e": 40}
+    # planned at d = 24, e = 36 (padded to 32 and 40 in shared memory: headpad.py): both
+    p = plan(two, "h100", {**SMALL, "d": 24, "e": 36})
+    assert specialise.candidates(p) == {"d": 24, "e": 36}
     both = plan(two, "h100", {**SMALL, "d": 32, "e": 16})     # FlashAttention with dk != dv
     assert both.specialised == {"d": 32, "e": 16} and _engines(both) == [ATTENTION]
 
@@ -97,9 +99,9 @@ def test_explain_and_the_cuda_header_say_the_specialisation():
         "predicted" in text, text
     assert report(p)["dynamic"] == ["b", "h", "q", "x", "d"]
     assert "// Specialised: dynamic axes of the diagram fixed at 64 " in source
-    _, _, plain = pipeline.source(d, Options.make(target="h100", shape={**SMALL, "d": 24}))
+    _, _, plain = pipeline.source(d, Options.make(target="h100", shape=SMALL))   # (defaulted)
     assert "Specialised" not in plain
-    assert "specialised" not in render_text(report(plan(d, "h100", {**SMALL, "d": 24})))
+    assert "specialised" not in render_text(report(plan(d, "h100", SMALL)))
 
 
 def test_a_specialised_program_refuses_other_sizes():
