@@ -143,3 +143,20 @@ def test_seeded_store_of_the_padding_columns_is_caught():
         assert src.count(test) == 1 and src.count(clamp) == 1
         return src.replace(test, "(pt5 < 40)").replace(clamp, "pt5")
     assert _seeded(None, 36) and not _seeded(edit, 36)
+
+
+def test_an_mlp_chain_pads_its_contracted_rows_and_kept_columns():
+    """The MLP at m = o = 130 (record_plans' small shape): one chain, X's rows and W1's
+    columns of m padded to 144 (W1's tile is [m][f]: its padded axis the rows), W2's o to
+    136; against the float64 reference."""
+    d = library("mlp", "f16")
+    shape = {"t": 77, "m": 130, "f": 77, "o": 130}
+    p = plan(d, "h100", shape)
+    (kp,) = p.kernels
+    assert kp.schedule.engine == CHAIN and p.specialised == {"m": 130, "o": 130}
+    tiles = {(lay.outer, lay.inner) for _, lay in kp.schedule.layouts}
+    assert {(16, 144), (144, 16), (16, 136)} <= tiles, tiles
+    inputs = random_inputs(p.diagram, shape, 5)
+    out = run_plan(p, inputs, shape, timeout_s=240)
+    for v in compare.against_reference(p.diagram, inputs, out).values():
+        assert v.ok, v.message
