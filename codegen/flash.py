@@ -22,7 +22,7 @@ import math
 
 from types import SimpleNamespace
 
-from ..compiler import ir, masking, packing
+from ..compiler import headpad, ir, masking, packing
 from . import masks
 from . import program as P
 from .cexpr import float_literal
@@ -45,7 +45,7 @@ class FlashLowering(MmaLowering):
         self.spans = self._packed_spans()
         fm, chunk = self.wtm // FM, self.kp.schedule.stream[1]
         # (heads padded in shared memory: compiler/headpad.py)
-        hk, dv = s.head_tile // FK, self.wtn // FN    # O's columns: the block's (flash.COLUMNS)
+        hk, dv = headpad.head_tile(s) // FK, self.wtn // FN    # O's columns: the block's (flash.COLUMNS)
         qt = self._tile(s.q, self.grouped(s.row), self.whole(s.dk, s.head, s.q))
         b.emit(P.Barrier())
         self._copy(qt)

@@ -10,8 +10,9 @@ contraction (the fused attention the planner derives):
 with Q, K, V loads of one 16-bit dtype, `dk` and `dv` static (any size: tiles padded to
 multiples of 16 and 8 with zeros, headpad.py), and no other reduction or store in the
 kernel but sums over `dv` of O's elementwise functions after the stream, only stored (the
-backward's `D = sum[d](dO * O)`: the epilogue adds them per row, `FlashSite.epilogue`). `f` holds the scale and
-masks (from axis indices or loaded arrays), `g` the cast and any epilogue.
+backward's `D = sum[d](dO * O)`: the epilogue adds them per row, `FlashSite.epilogue`).
+`f` holds the scale and masks (from axis indices or loaded arrays), `g` the cast and any
+epilogue.
 
 The block takes `BM` rows (one position of each batch axis) and, in a split's partial
 kernel, a tile of O's columns (COLUMNS: each block along them computes the scores again);
@@ -105,18 +106,7 @@ class FlashSite:
                                          # or a gather (a paged cache): compiler/rowsource.py
     packed: tuple[str, ...] = ()    # the Q axes the fragment rows flatten, outer to inner
                                     # (GQA's r x q: compiler/packing.py), () for one axis
-    padded: tuple = ()      # heads of other sizes than 16's (dk) and 8's (dv) multiples: the
-                            # tiles' and products' padded extents (headpad.decide)
-
-    @property
-    def head_tile(self) -> int:
-        """dk as Q K's fragments cover it (a multiple of 16: headpad.py)."""
-        return headpad.extent(self, self.scores, self.dk, self.head)
-
-    @property
-    def width_tile(self) -> int:
-        """dv as P V's fragments cover it (a multiple of 8: headpad.py)."""
-        return headpad.extent(self, self.out, self.dv, self.width)
+    padded: tuple = ()      # heads padded in shared memory (headpad.py: head_tile, width_tile)
 
     @property
     def row_axes(self) -> tuple[str, ...]:
@@ -202,8 +192,8 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     sizes = g.graph["axes"]
     head, width = sizes[dk].size, sizes[dv].size
     if head is None or width is None:
-        what = f"`{dk}` must be static" if dk == dv else f"`{dk}` and `{dv}` must be static"
-        return f"the head size {what} {fix(sizes, dk, dv)}"
+        return f"the head size {' and '.join(f'`{a}`' for a in dict.fromkeys((dk, dv)))} " \
+            f"must be static {fix(sizes, dk, dv)}"
     for n in kernel.nodes:
         if n not in chunk and n not in loads and not set(ir.type_of(g, n).axes) <= set(o_axes):
             return "the kernel computes values over other axes than O's"
@@ -301,8 +291,8 @@ def registers(fm, chunk, site: FlashSite, reread=False, width=None):
     whole head by default), Q fragments (per entry of arrays of fragments, chunks, `reread`
     and widths): the whole head's held for the key loop, or, re-read from shared memory every
     chunk, REREAD_SLICES 16-wide slices at a time."""
-    slices = site.head_tile // 16
-    q = NUMBERS.where(reread, min(REREAD_SLICES, slices), slices)
+    q = NUMBERS.where(reread, min(REREAD_SLICES, headpad.head_tile(site) // 16),
+                      headpad.head_tile(site) // 16)
     width = site.width if width is None else width
     return fm * (chunk // 8) * 4 + fm * headpad.fragments(width) * 4 + fm * q * 4
 

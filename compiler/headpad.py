@@ -45,6 +45,16 @@ def padded_extent(padded, node: int, axis: str, size):
     return next((e for n, a, e in padded if n == node and a == axis), size)
 
 
+def head_tile(site) -> int:
+    """An attention's dk as Q K's fragments cover it (a multiple of 16; flash.FlashSite)."""
+    return extent(site, site.scores, site.dk, site.head)
+
+
+def width_tile(site) -> int:
+    """An attention's dv as P V's fragments cover it (a multiple of 8; flash.FlashSite)."""
+    return extent(site, site.out, site.dv, site.width)
+
+
 def decide(tiles, products, sizes: dict) -> tuple[tuple[int, str, int], ...]:
     """The site's `padded`: `tiles` (operand node, axis, contracted?) for every tile holding
     a head axis whole, `products` (contraction node, axis, contracted?) for every product
@@ -99,4 +109,4 @@ def describe(site, axis_sizes: dict, work: dict) -> list[str]:
     return out
 
 
-__all__ = ["CONTRACTED", "KEPT", "up", "extent", "padded_extent", "decide", "ratio", "fragments", "describe"]
+__all__ = ["CONTRACTED", "KEPT", "up", "extent", "padded_extent", "head_tile", "width_tile", "decide", "ratio", "fragments", "describe"]

@@ -142,7 +142,7 @@ class Schedule:
         w, t, s = dict(self.warps), dict(self.thread), self.site
         if isinstance(s, FlashSite):
             cols = dict(self.tile).get(s.dv, s.width)       # the block's (flash.COLUMNS)
-            return w[s.row], 1, t[s.row], cols if cols < s.width else s.width_tile
+            return w[s.row], 1, t[s.row], cols if cols < s.width else headpad.width_tile(s)
         if isinstance(s, ChainSite):
             return w[s.row], 1, t[s.row], 0
         return w[s.row], w[s.col], t[s.row], t[s.col]

@@ -42,14 +42,14 @@ def test_a_padded_head_plans_flash_attention_at_scale(head):
     p = long_plan("attention", head)
     (kp,) = p.kernels
     site = kp.schedule.site
+    dk, dv = headpad.head_tile(site), headpad.width_tile(site)
     assert kp.schedule.engine == ATTENTION
-    assert site.head_tile == headpad.up(head, 16) > head and site.width_tile == headpad.up(head, 8)
+    assert dk == headpad.up(head, 16) > head and dv == headpad.up(head, 8)
     tiles = {n: lay.inner for n, lay in kp.schedule.layouts}     # Q and K [..][48], V [..][40]
-    assert (tiles[site.q], tiles[site.k], tiles[site.v]) == (site.head_tile, site.head_tile,
-                                                             site.width_tile)
+    assert (tiles[site.q], tiles[site.k], tiles[site.v]) == (dk, dk, dv)
     text = render_text(report(p))
-    more = (site.head_tile - head) / (2 * head) + (site.width_tile - head) / (2 * head)
-    assert f"d = {head} padded to {site.head_tile} in shared memory" in text, text
+    more = (dk - head) / (2 * head) + (dv - head) / (2 * head)
+    assert f"d = {head} padded to {dk} in shared memory" in text, text
     assert f"{more:.0%} more tensor work" in text
 
 

@@ -15,7 +15,7 @@ import pytest
 
 import napkin
 from napkin import pipeline
-from napkin.compiler import specialise
+from napkin.compiler import headpad, specialise
 from napkin.compiler.plan import plan
 from napkin.compiler.schedule import ATTENTION
 from napkin.explain import render_text, report
@@ -57,7 +57,7 @@ def test_small_odd_shapes_specialise_each_head_size(head, padded):
     p = plan(napkin.load(DYNAMIC), "h100", {**SMALL, "d": head})
     assert p.specialised == {"d": head} and _engines(p) == [ATTENTION]
     site = p.kernels[0].schedule.site
-    assert site.head == head and site.head_tile == padded     # (headpad.py: Q K's k)
+    assert site.head == head and headpad.head_tile(site) == padded     # (headpad.py: Q K's k)
 
 
 def test_no_specialisation_where_it_buys_nothing_or_the_size_is_no_callers():

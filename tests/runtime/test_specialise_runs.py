@@ -14,7 +14,7 @@ import pytest
 
 import napkin
 from napkin import pipeline
-from napkin.compiler import specialise
+from napkin.compiler import headpad, specialise
 from napkin.compiler.schedule import ATTENTION
 from napkin.explain import report
 from napkin.kernel import Kernel
@@ -57,7 +57,7 @@ def test_a_head_of_40_is_specialised_padded_and_correct(rng, within_budget):
     (out,) = kernel(**inputs)
     p = kernel.plan
     assert p.specialised == {"d": 40} and p.kernels[0].schedule.engine == ATTENTION
-    assert p.kernels[0].schedule.site.head_tile == 48
+    assert headpad.head_tile(p.kernels[0].schedule.site) == 48
     within_budget(d, inputs, {"O": out}, plan=p)
 
 
