@@ -265,7 +265,10 @@ class FlashLowering(MmaLowering):
             b.emit(P.Decl("float", "lse", shape=(fm, 2)))
         self._each([("i0", fm), ("i1", 2)], lambda: (
             b.emit(P.Set("rl[i0][i1]", "napkin_lanes_sum(rl[i0][i1], 4)")),
-            s.lse and b.emit(P.Set("lse[i0][i1]", "rl[i0][i1] == 0.0f ? -NAPKIN_INF : "
+            # (a row whose maximum is +inf: +inf, as the CUDA cores' logsumexp, codegen/accum.py;
+            # its sum is NaN, inf - inf in each exponent)
+            s.lse and b.emit(P.Set("lse[i0][i1]", "rl[i0][i1] == 0.0f ? -NAPKIN_INF : rm[i0][i1] "
+                                   "== NAPKIN_INF ? NAPKIN_INF : "
                                    f"rm[i0][i1]{' * qks' if self.scaled else ''} + logf(rl[i0][i1])")),
             b.emit(P.Set("rl[i0][i1]", "rl[i0][i1] == 0.0f ? 0.0f : 1.0f / rl[i0][i1]"))))
 

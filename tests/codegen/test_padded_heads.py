@@ -160,3 +160,19 @@ def test_an_mlp_chain_pads_its_contracted_rows_and_kept_columns():
     out = run_plan(p, inputs, shape, timeout_s=240)
     for v in compare.against_reference(p.diagram, inputs, out).values():
         assert v.ok, v.message
+
+
+def test_a_padded_flash_logsumexp_of_a_row_with_an_infinite_score_is_infinite():
+    """tests/fuzz/edges.py's attention with its logsumexp stored, d = 8 (padded to 16: on
+    FlashAttention now): the row whose query holds +inf has a +inf maximum, its sum NaN
+    (inf - inf in each exponent); its logsumexp is +inf, as the CUDA cores' (was NaN)."""
+    from ..fuzz import edges
+    d = napkin.load(edges.ATTENTION.replace("DT", "f16"))
+    shape = {"b": 1, "q": 6, "x": 23}
+    p = plan(d, "h100", shape)
+    assert [kp.schedule.engine for kp in p.kernels] == [ATTENTION]
+    inputs = edges.attention_inputs(6, 23, "f16")
+    out = run_plan(p, inputs, {**shape, "d": 8}, timeout_s=240)
+    ref, _, _ = compare.references(d, inputs, bounded=False)
+    assert ref["L"][0, 3] == np.inf and out["L"][0, 3] == np.inf
+    np.testing.assert_allclose(out["L"], ref["L"], rtol=1e-3)
