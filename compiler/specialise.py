@@ -14,8 +14,10 @@ get them. The planner therefore decides, once per plan:
                 no caller's size) and at most MAX_SIZE (any size: a head that is not a
                 multiple of 16 or 8 is padded in shared memory, headpad.py)
     decide      the diagram checked again with them fixed at those sizes (front.load, as
-                -D does) and planned; that plan is taken when it is predicted at least
-                MARGIN faster, with `Plan.specialised` = {axis: size}
+                -D does) and planned, then again with only those the winning plan's
+                tensor-core kernels hold whole (`held`: projected attention's `m`, kept by
+                a plain product, stays dynamic); that plan is taken when it is predicted
+                at least MARGIN faster, with `Plan.specialised` = {axis: size}
 
 Everything after reads `Plan.specialised` and never decides again: codegen prints it in
 the CUDA file's header (codegen/render.py), explain says it, and the runtime refuses to
@@ -92,14 +94,43 @@ def decide(p, replan: Callable):
     fixed = candidates(p)
     if not fixed or p.specialised or p.engine == "cuda-cores":   # (lowerings on tensor cores)
         return p
-    from .front import load
     try:
-        other = replan(load(p.diagram, **fixed))
+        other, fixed = _needed(replan, p.diagram, fixed)
     except NapkinError:     # (fixed, a kernel no tiling fits: the dynamic plan stands)
         return p
-    if other.time > p.time * (1 - MARGIN):
+    if not fixed or other.time > p.time * (1 - MARGIN):
         return p
     return replace(other, specialised=fixed, unspecialised=float(p.time))
+
+
+def held(plan) -> set[str]:
+    """The axes the plan's tensor-core kernels hold whole, which their lowerings need static:
+    an attention's heads (flash.py), a chain's contracted and kept axes (chain.py); a plain
+    product streams its contracted axis with a tail and tiles the others (none)."""
+    from .chain import ChainSite
+    from .flash import FlashSite
+    out: set[str] = set()
+    for kp in plan.kernels:
+        s = kp.schedule.site if kp.schedule is not None else None
+        if isinstance(s, FlashSite):
+            out |= {s.dk, s.dv}
+        elif isinstance(s, ChainSite):
+            out |= {sc.dk for sc in s.scores} | {p.e for p in s.outs} | {a.e for a in s.across}
+    return out
+
+
+def _needed(replan: Callable, diagram, fixed: dict) -> tuple:
+    """(the plan of `diagram` with the axes of `fixed` that its tensor-core kernels need
+    static fixed, those axes): planned with all of them, then, where the winning plan holds
+    fewer whole (`held`: projected attention's `m` beside its head `d`, whose product runs
+    on the CUDA cores or as a plain product), planned again with those only (each size of a
+    fixed axis compiles its own kernel), or with none: ({}, the first plan)."""
+    from .front import load
+    plan = replan(load(diagram, **fixed))
+    needed = {a: v for a, v in fixed.items() if a in held(plan)}
+    if needed == fixed or not needed:
+        return plan, needed
+    return replan(load(diagram, **needed)), needed
 
 
 def decided(dynamic: Callable, problem, replan: Callable):
@@ -116,12 +147,11 @@ def decided(dynamic: Callable, problem, replan: Callable):
         fixed = candidates_of(problem.diagram, problem.sizes, problem.defaulted)
         if not fixed:
             raise
-        from .front import load
         try:
-            other = replan(load(problem.diagram, **fixed))
+            other, needed = _needed(replan, problem.diagram, fixed)
         except NapkinError:
             raise exc from None
-        return replace(other, specialised=fixed)
+        return replace(other, specialised=needed or fixed)
 
 
 def fix(axes: dict, *names: str) -> str:

@@ -135,3 +135,41 @@ def test_the_dynamic_plan_stands_unless_the_fixed_one_is_predicted_faster():
     assert specialise.decide(dynamic, on_cuda_cores) is dynamic
     assert specialise.decide(dynamic, lambda fixed: tile(fuse_kernels(prepare(
         fixed, "h100", shape)))).specialised == {"d": 32}
+
+
+PROJECTED = """axis b, t, s, m, h, d
+in Q[b h t d]: f16, K[b h s d]: f16, V[b h s d]: f16, Wo[h d m]: f16
+S[b h t s] = where(s <= t, Q * K / sqrt(size(d)), -inf)
+A[b t h d] = softmax[s](S) * V
+R[b t m] = A * Wo
+out R: f16
+"""
+
+
+def test_only_the_axes_the_tensor_core_kernels_hold_whole_are_specialised():
+    """Projected attention: `m` is a candidate beside the head `d` (R = A * Wo keeps it), but
+    R's kernel is a plain product (it tiles m): only d is fixed, so each m does not compile
+    its own kernel, and the plan is as fast as with both fixed."""
+    d = napkin.load(PROJECTED)
+    shape = {"b": 1, "t": 2048, "s": 2048, "m": 256, "h": 8, "d": 64}
+    assert specialise.candidates_of(d, shape, ()) == {"d": 64, "m": 256}
+    p = plan(d, "h100", shape)
+    assert p.specialised == {"d": 64} and p.diagram.axes["m"] is None
+    assert _engines(p)[0] == ATTENTION and specialise.held(p) == {"d"}
+    both = plan(napkin.load(PROJECTED, d=64, m=256), "h100", shape)
+    assert p.time == pytest.approx(both.time)
+
+
+@pytest.mark.parametrize("text, hint", [
+    (DYNAMIC, "`--stream d=16`"), (DYNAMIC + "stream d by 16\n", "`stream d by 16`")])
+def test_explain_names_a_stream_hint_that_keeps_flash_attention_off(text, hint):
+    """Streaming the head (a hint, on the command line or in the diagram) keeps the kernel
+    off FlashAttention, which streams the keys, whatever the head's size: explain names the
+    hint, not the dynamic head (whose size --shape gave: nothing to specialise for)."""
+    overrides = {"stream": {"d": 16}} if "stream d" not in text else None
+    p = plan(napkin.load(text), "h100", {**BIG, "d": 64}, overrides)
+    assert p.specialised == {} and ATTENTION not in _engines(p)
+    text = render_text(report(p))
+    assert f"not FlashAttention with the kernels around it: the hint {hint} streams `d`, " \
+        "FlashAttention streams `x` (drop the hint)" in text, text
+    assert "plan for the size" not in text
