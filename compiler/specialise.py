@@ -107,14 +107,12 @@ def held(plan) -> set[str]:
     """The axes the plan's tensor-core kernels hold whole, which their lowerings need static:
     an attention's heads (flash.py), a chain's contracted and kept axes (chain.py); a plain
     product streams its contracted axis with a tail and tiles the others (none)."""
-    from .chain import ChainSite
-    from .flash import FlashSite
     out: set[str] = set()
-    for kp in plan.kernels:
-        s = kp.schedule.site if kp.schedule is not None else None
-        if isinstance(s, FlashSite):
+    for kp in plan.kernels:      # (the sites by their fields: flash.py and chain.py import
+        s = kp.schedule.site if kp.schedule is not None else None      # this module)
+        if hasattr(s, "dv"):                            # flash.FlashSite
             out |= {s.dk, s.dv}
-        elif isinstance(s, ChainSite):
+        elif hasattr(s, "outs"):                        # chain.ChainSite
             out |= {sc.dk for sc in s.scores} | {p.e for p in s.outs} | {a.e for a in s.across}
     return out
 
