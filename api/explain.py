@@ -264,6 +264,7 @@ def render_text(rep: dict) -> str:
                 (f" ({t['xor']})" if "xor" in t else
                  f" (rows of {t['pitch']})" if t["layout"] == "padded" else "")
                 for t in eng["tiles"]))
+            lines.extend(f"    {line}" for line in eng.get("padded", ()))
             if eng.get("packed"):
                 sizes = eng["packed"]
                 rows = math.prod(n for _, n in sizes)

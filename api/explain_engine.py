@@ -4,7 +4,9 @@ tiles and shared layouts) or the CUDA cores (and why)."""
 
 from __future__ import annotations
 
-from .compiler import tensorcore
+import math
+
+from .compiler import headpad, tensorcore
 from .compiler.model import array_name
 from .compiler.plan import Plan
 
@@ -23,6 +25,14 @@ def _tiles(plan: Plan, sched) -> list[dict]:
             one["xor"] = one.get("xor", "") + f", in blocks of {lay.block} values a row"
         out.append(one)
     return out
+
+
+def _padded(plan: Plan, kp) -> list[str]:
+    """The heads the site pads in shared memory and the tensor work that adds
+    (compiler/headpad.py): explain's lines."""
+    work = {w.node: w.flops_per_point * math.prod(plan.sizes.get(a, 1) for a in w.axes)
+            for w in kp.model.work if w.engine == "contraction"}
+    return headpad.describe(kp.schedule.site, plan.sizes, work)
 
 
 def engine_report(plan: Plan, kp) -> dict:
@@ -48,10 +58,11 @@ def engine_report(plan: Plan, kp) -> dict:
                     # rows over several axes of Q (compiler/packing.py): [axis, size] each,
                     # the block's rows
                     "packed": [[a, int(plan.sizes[a])] for a in found.packed],
-                    "block_rows": int(sched.block_tile()[found.row])}
+                    "block_rows": int(sched.block_tile()[found.row]),
+                    "padded": _padded(plan, kp)}
         if isinstance(found, tensorcore.ChainSite):
             g = plan.graph
-            width = max(p.width for p in found.outs)
+            width = max(headpad.extent(found, p.node, p.e, p.width) for p in found.outs)
             return {"kind": "tensor cores", "algorithm": "chain of products",
                     "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
                     "rows": found.row, "cols": found.outs[0].e, "warps": [wm, 1],
@@ -61,7 +72,7 @@ def engine_report(plan: Plan, kp) -> dict:
                     "outputs": [array_name(g, p.node) for p in found.outs],
                     # products over the rows, each block's share added with atomics
                     "added": [array_name(g, a.store) for a in found.across],
-                    "stages": sched.stages, "tiles": tiles}
+                    "stages": sched.stages, "tiles": tiles, "padded": _padded(plan, kp)}
         if sched.instruction == "wgmma":     # (compiler/wgmma.py): warpgroups of 64 x N
             return {"kind": "tensor cores", "algorithm": "matrix product",
                     "instruction": f"wgmma.mma_async.sync.aligned.m64n{tn}k16",

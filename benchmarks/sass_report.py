@@ -1,6 +1,7 @@
 """The main loop of napkin's tensor-core kernels beside Triton's, counted in SASS (no GPU).
 
     python benchmarks/sass_report.py [--arch sm_80|sm_90] [--no-triton] [--json PATH]
+                                     [--only LABEL ...]
 
 For each library kernel at a realistic shape (attention and causal attention at
 d = 64 and 128, GQA, matmul 4096^3 and 8192^3, linear_gelu, rmsnorm_linear), napkin's cubin is built
@@ -54,6 +55,10 @@ NAPKIN = [
     # heads whose O accumulator fills half a lane's registers or more: Q re-read, 16 rows a warp
     ("attention d=192", "attention", LONG, {"d": 192}),
     ("attention d=256", "attention", LONG, {"d": 256}),
+    # a head that is no multiple of 16, padded to 48 in shared memory (compiler/headpad.py),
+    # beside the head of 48
+    ("attention d=40", "attention", LONG, {"d": 40}),
+    ("attention d=48", "attention", LONG, {"d": 48}),
     ("causal d=256", "causal_attention", LONG, {"d": 256}),
     ("gqa d=64 (8 kv heads x 4)", "gqa_attention", {"b": 4, "g": 8, "r": 4, "q": 4096, "x": 4096}, {"d": 64}),
     # decoding with GQA, rows packed r x q = 16 (compiler/packing.py), keys split; and under
@@ -82,9 +87,11 @@ def occupancy(arch: str, registers: int, threads: int, smem: int) -> tuple[int, 
     return by[limit], limit
 
 
-def napkin_rows(arch: str, target: str) -> list[dict]:
+def napkin_rows(arch: str, target: str, only=()) -> list[dict]:
     rows = []
     for label, name, shape, defines in NAPKIN:
+        if only and not any(o in label for o in only):
+            continue
         scored = any(w in f"{label} {name}" for w in ("attention", "causal"))  # scores a warp and chunk
         if name.startswith("grad:"):      # the gradient's diagram text, its sizes set in it
             import napkin
@@ -217,10 +224,13 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="sm_80", choices=("sm_80", "sm_90"))
     ap.add_argument("--no-triton", action="store_true")
     ap.add_argument("--json", dest="json_path")
+    ap.add_argument("--only", action="append", default=[],
+                    help="napkin's kernels whose label contains this (repeatable)")
     args = ap.parse_args(argv)
     target = "a100" if args.arch == "sm_80" else "h100"
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    rows = napkin_rows(args.arch, target) + ([] if args.no_triton else triton_rows(args.arch))
+    rows = napkin_rows(args.arch, target, args.only) + \
+        ([] if args.no_triton else triton_rows(args.arch))
     _print(rows, args.arch)
     if args.json_path:
         with open(args.json_path, "w") as fh:

@@ -20,7 +20,7 @@ element and stores it.
 
 from __future__ import annotations
 
-from ..compiler import ir
+from ..compiler import headpad, ir
 from . import masks
 from . import cexpr
 from . import program as P
@@ -39,10 +39,10 @@ class ChainLowering(MmaLowering):
         stationary = {}
         for sc in s.scores:
             if sc.a not in stationary:
-                stationary[sc.a] = self._tile(sc.a, self.grouped(s.row), self.whole(sc.dk, sc.head))
+                stationary[sc.a] = self._tile(sc.a, self.grouped(s.row), self.whole(sc.dk, sc.head, sc.a))
         for a in s.across:           # the loaded operands of the products over the rows
             if a.c not in stationary:
-                stationary[a.c] = self._tile(a.c, self.grouped(s.row), self.whole(a.e, a.width))
+                stationary[a.c] = self._tile(a.c, self.grouped(s.row), self.whole(a.e, a.width, a.c))
         staged = {a.node: self._stage_tile(a) for a in s.across}
         b.emit(P.Barrier())          # the previous tile's readers are done with shared memory
         for t in stationary.values():
@@ -52,13 +52,13 @@ class ChainLowering(MmaLowering):
         streamed: dict[int, dict] = {}
         for sc in s.scores:
             if sc.b not in streamed:
-                streamed[sc.b] = self._tile(sc.b, self.chunked(s.red), self.whole(sc.dk, sc.head))
+                streamed[sc.b] = self._tile(sc.b, self.chunked(s.red), self.whole(sc.dk, sc.head, sc.b))
         for p in s.outs:
             if p.c not in streamed:
-                streamed[p.c] = self._tile(p.c, self.whole(p.e, p.width), self.chunked(s.red))
+                streamed[p.c] = self._tile(p.c, self.whole(p.e, p.width, p.c), self.chunked(s.red))
         self.columns = {n: self._vector(n, s.red) for n in self._column_vectors()}
         for i, p in enumerate(s.outs):
-            b.emit(P.Decl("float", f"acc{i}", "{}", shape=(fm, p.width // FN, 4)))
+            b.emit(P.Decl("float", f"acc{i}", "{}", shape=(fm, self._cover(p.node, p.e, p.width) // FN, 4)))
         self.rows = self._row_vectors(fm)
         chunk = self.kp.schedule.stream[1]
 
@@ -98,7 +98,7 @@ class ChainLowering(MmaLowering):
                               lambda i: "i2 * 16", "i1",
                               body=lambda i: b.emit(P.Call(self._mma(), (
                                   f"{name}[i0][{i}]", "fa", f"fb[{i} % 2]", f"{name}[i0][{i}]"))))
-        self._each([("i0", fm), ("i2", sc.head // FK)], step)
+        self._each([("i0", fm), ("i2", self._cover(sc.node, sc.dk, sc.head) // FK)], step)
 
     def _chunk_value(self, node: int, t: int, tail: bool, rows: bool = False) -> None:
         """`tv[2][4]`: chunk value t (of product `node`) at the lane's elements of two 8-wide
@@ -135,7 +135,7 @@ class ChainLowering(MmaLowering):
             b.emit(P.Decl("unsigned", "pa", shape=(4,), init="{" + ", ".join(parts) + "}"))
 
             b.emit(P.Decl("unsigned", "fb", shape=(2, 2)))
-            self._b_fragments(tc, p.width // FN, lambda j: f"fb[{j} % 2]", lambda j: f"{j} * {FN}",
+            self._b_fragments(tc, self._cover(p.node, p.e, p.width) // FN, lambda j: f"fb[{j} % 2]", lambda j: f"{j} * {FN}",
                               lambda j: "i1 * 16", "i2",
                               body=lambda j: b.emit(P.Call(self._mma(), (
                                   f"acc{i}[i0][{j}]", "pa", f"fb[{j} % 2]", f"acc{i}[i0][{j}]"))))
@@ -177,7 +177,8 @@ class ChainLowering(MmaLowering):
                                  f"{pack}(tv[{t}][{2 * h}], tv[{t}][{2 * h + 1}])"))
         self._each([("i0", fm), ("i1", chunk // FK)], ktile)
         b.emit(P.Barrier())          # every warp's rows of T are in the tile
-        tiles = chunk // FM * (a.width // FN)
+        cols = self._cover(a.node, a.e, a.width) // FN     # (padded: compiler/headpad.py)
+        tiles = chunk // FM * cols
         each = -(-tiles // self.wm)
         param, _ = self.names[a.store]
         axes = ir.type_of(self.g, a.store).axes
@@ -187,8 +188,8 @@ class ChainLowering(MmaLowering):
             b.emit(P.Decl("const int", "ut", f"wr + {self.wm} * j0"))
 
             def work():
-                b.emit(P.Decl("const int", "um", f"(ut / {a.width // FN}) * {FM}"))
-                b.emit(P.Decl("const int", "un", f"(ut % {a.width // FN}) * {FN}"))
+                b.emit(P.Decl("const int", "um", f"(ut / {cols}) * {FM}"))
+                b.emit(P.Decl("const int", "un", f"(ut % {cols}) * {FN}"))
                 b.emit(P.Decl("float", "ua", "{}", shape=(4,)))
 
                 def step():
@@ -199,11 +200,14 @@ class ChainLowering(MmaLowering):
                     b.emit(P.Call(self._mma(), ("ua", "fa", "fb", "ua")))
                 b.loop("kk", "0", str(self.wm * self.wtm // FK), "1", step, unroll=True)
 
-                def add():      # (e is static, a multiple of 8: only the chunk's tail tested)
-                    at = b.value(self.itype, "c0 + um + fg + (i2 / 2) * 8", "pt")
+                def add():      # (e is static: the chunk's tail tested, and the columns
+                    at = b.value(self.itype, "c0 + um + fg + (i2 / 2) * 8", "pt")   # past a
+                    col = "un + fq * 2 + i2 % 2"                    # padded head's: headpad.py)
                     scope = {x: Ix(self._axis_var("org", x)) for x in s.batch}
-                    scope.update({s.red: Ix(at), a.e: Ix("un + fq * 2 + i2 % 2")})
-                    b.emit(P.If(f"{at} < {self.sizes[s.red]}", (P.Call("atomicAdd", (
+                    scope.update({s.red: Ix(at), a.e: Ix(col)})
+                    test = f"{at} < {self.sizes[s.red]}" + (
+                        f" && {col} < {a.width}" if cols * FN > a.width else "")
+                    b.emit(P.If(test, (P.Call("atomicAdd", (
                         f"&{param}[{layout_u.offset(scope)}]", "ua[i2]")),)))
                 self._each([("i2", 4)], add)
             if tiles % self.wm:
@@ -236,7 +240,7 @@ class ChainLowering(MmaLowering):
         s = self.site
         for e in dict.fromkeys(p.e for p in s.outs):
             outs = [(i, p) for i, p in enumerate(s.outs) if p.e == e]
-            width = outs[0][1].width
+            width = self._cover(outs[0][1].node, e, outs[0][1].width)
             added = {a.store for a in s.across}       # (stored by _across, with atomics)
             stores = [n for n in self.k.stores
                       if e in ir.type_of(self.g, n).axes and n not in added]
@@ -250,6 +254,11 @@ class ChainLowering(MmaLowering):
                     self._store(n, scope, {"valid": valid})
                 self.values.clear()
             self._each([("i0", fm), ("i1", width // FN), ("i2", 4)], point)
+
+    def _cover(self, node: int, axis: str, size: int) -> int:
+        """What product `node`'s fragments cover of `axis` (compiler/headpad.py: a head of
+        another size than a multiple of 16 or 8 padded, the columns past it zeros)."""
+        return headpad.extent(self.site, node, axis, size)
 
     def _mma(self) -> str:
         return f"napkin_mma_m16n8k16_{self.site.dtype}"

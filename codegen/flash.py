@@ -22,7 +22,7 @@ import math
 
 from types import SimpleNamespace
 
-from ..compiler import ir, masking, packing
+from ..compiler import headpad, ir, masking, packing
 from . import masks
 from . import program as P
 from .cexpr import float_literal
@@ -44,8 +44,9 @@ class FlashLowering(MmaLowering):
         self._origins()
         self.spans = self._packed_spans()
         fm, chunk = self.wtm // FM, self.kp.schedule.stream[1]
-        hk, dv = s.head // FK, self.wtn // FN      # O's columns: the block's (flash.COLUMNS)
-        qt = self._tile(s.q, self.grouped(s.row), self.whole(s.dk, s.head))
+        # (heads padded in shared memory: compiler/headpad.py)
+        hk, dv = headpad.head_tile(s) // FK, self.wtn // FN    # O's columns: the block's (flash.COLUMNS)
+        qt = self._tile(s.q, self.grouped(s.row), self.whole(s.dk, s.head, s.q))
         b.emit(P.Barrier())
         self._copy(qt)
         b.emit(P.Call("napkin_cp_async_wait_all", ()))
@@ -67,7 +68,7 @@ class FlashLowering(MmaLowering):
             b.emit(P.Decl("const float", "qks", factor))
             b.emit(P.Decl("const float", "qkl", f"qks * {LOG2E}"))
             self.log2e = "qkl"
-        kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head))
+        kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head, s.k))
         vt = self._tile(s.v, self._columns(), self.chunked(s.red))
         # a chunk the diagram's mask hides from every row of the block is neither copied nor
         # computed (causal)
@@ -97,7 +98,7 @@ class FlashLowering(MmaLowering):
     def _columns(self):
         """V's tile axis along O's columns: the block's tile of them, or the whole head."""
         s = self.site
-        return self.grouped(s.dv) if self._tiled() else self.whole(s.dv, s.width)
+        return self.grouped(s.dv) if self._tiled() else self.whole(s.dv, s.width, s.v)
 
     def _packed_spans(self) -> dict:
         """Packed rows under a mask (compiler/packing.py): each packed axis's least and
@@ -264,7 +265,10 @@ class FlashLowering(MmaLowering):
             b.emit(P.Decl("float", "lse", shape=(fm, 2)))
         self._each([("i0", fm), ("i1", 2)], lambda: (
             b.emit(P.Set("rl[i0][i1]", "napkin_lanes_sum(rl[i0][i1], 4)")),
-            s.lse and b.emit(P.Set("lse[i0][i1]", "rl[i0][i1] == 0.0f ? -NAPKIN_INF : "
+            # (a row whose maximum is +inf: +inf, as the CUDA cores' logsumexp, codegen/accum.py;
+            # its sum is NaN, inf - inf in each exponent)
+            s.lse and b.emit(P.Set("lse[i0][i1]", "rl[i0][i1] == 0.0f ? -NAPKIN_INF : rm[i0][i1] "
+                                   "== NAPKIN_INF ? NAPKIN_INF : "
                                    f"rm[i0][i1]{' * qks' if self.scaled else ''} + logf(rl[i0][i1])")),
             b.emit(P.Set("rl[i0][i1]", "rl[i0][i1] == 0.0f ? 0.0f : 1.0f / rl[i0][i1]"))))
 

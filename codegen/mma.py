@@ -238,7 +238,13 @@ class MmaLowering(PackedRows, RowStats, ComputedTiles, SharedTiles, KernelLoweri
             if body is not None:
                 body(i0)
                 body(i1)
-        if pairs:
+        if pairs and odd:       # each pair written out: nvcc (13, sm_90) kept the accumulators
+            for j in range(pairs):  # of an odd count indexed by the pairs' unrolled loop in
+                def one(j=j):       # local memory (P V over 5 fragments: 160 bytes of stack,
+                    self.b.emit(P.Decl("const int", var, str(j)))   # LDL/STL per chunk)
+                    pair()
+                self.b.emit(P.Block(self._scoped(one)))
+        elif pairs:
             self._each([(var, pairs)], pair)
         if odd:
             last = str(count - 1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..compiler import ir, rowsource
+from ..compiler import headpad, ir, rowsource
 from ..compiler.packing import position
 from ..compiler.rowsource import RowSource
 from ..compiler.tilelayout import VALUES, TileLayout
@@ -75,9 +75,12 @@ class SharedTiles:
         """A tile axis covering a chunk of the streamed axis (which one: at the copy)."""
         return TileAxis(axis, self.kp.schedule.stream[1], CHUNK, CHUNK)
 
-    def whole(self, axis: str, extent: int) -> TileAxis:
-        """A tile axis covering all of a static axis."""
-        return TileAxis(axis, extent, None, None)
+    def whole(self, axis: str, size: int, node: int | None = None) -> TileAxis:
+        """A tile axis covering all of a static axis; of node's tile, as wide as the site
+        pads it (compiler/headpad.py), the columns past the axis zeros (their copies test
+        the column: a 16-byte one is all inside or all past a head of a multiple of 8)."""
+        extent = size if node is None else headpad.extent(self.site, node, axis, size)
+        return TileAxis(axis, extent, None, f"{{}} < {size}" if extent > size else None)
 
     def _tile(self, n: int, frag: TileAxis, k: TileAxis) -> dict:
         """A shared tile of operand n over a fragment axis and the mma's k axis: [outer]

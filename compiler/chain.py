@@ -7,9 +7,9 @@ them fed, chunk by chunk, by elementwise functions of products over a static axi
     T_i[batch.. row red] = f_i(S_1, S_2, .., loads, indices)                      elementwise
     O_i[batch.. row e_i] = g_i(sum over red of T_i * C_i[.. red e_i])             (outputs)
 
-with every A, B, C a load of one 16-bit dtype, every `dk` static and a multiple of 16,
-every `e` static and a multiple of 8, and no other reduction (no softmax: attention is
-flash.py's). FlashAttention's backward is this twice: with the keys' rows stationary
+with every A, B, C a load of one 16-bit dtype, every `dk` and `e` static (any size: tiles
+padded to multiples of 16 and 8 with zeros, headpad.py), and no other reduction (no
+softmax: attention is flash.py's). FlashAttention's backward is this twice: with the keys' rows stationary
 (rows `x`, `q` streamed) S^T = K Q, dP^T = V dO, dS^T = P^T (dP^T - D) and dK += dS^T Q,
 dV += P^T dO; with the queries' rows (rows `q`, `x` streamed) the same scores and
 dQ += dS K. So is an MLP streamed over its hidden axis (S = X W1, T = gelu(S), O += T W2).
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from .canonical import through
 from .graph import ancestors
 
-from . import flash, ir, occupancy, warps
+from . import flash, headpad, ir, occupancy, warps
 from .cost import Choice, Cost
 from .kernels import is_free
 from .model import Model, storage_dtype
@@ -104,6 +104,8 @@ class ChainSite:
     ops: int = 0            # elementwise ops per value of the chunk beyond the first
                             # (occupancy.score_ops: a mask's)
     across: tuple[Across, ...] = ()   # products over the rows, added across blocks
+    padded: tuple = ()      # heads of other sizes than 16's (contracted) and 8's (kept)
+                            # multiples: tiles' and products' padded extents (headpad.py)
 
 
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
@@ -169,8 +171,8 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
             return "a streamed product is not T[.. row red] C[.. red e]"
         (e,) = own
         width = axes[e].size
-        if width is None or width % 8:
-            return f"`{e}` must be static and a multiple of 8 {fix(axes, e)}"
+        if width is None:
+            return f"`{e}` must be static {fix(axes, e)}"
         products.append(Product(n, t, c, e, width))
     # the batch axes: one position per block (an output's own axis is whole in the block)
     own_axes = {p.e for p in products}
@@ -188,8 +190,8 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
                 not set(ir.type_of(g, s.b).axes) <= set(batch) | {red, s.dk}:
             return "a product of the chunk is not A[.. row d] B[.. red d]"
         head = axes[s.dk].size
-        if head is None or head % 16:
-            return f"`{s.dk}` must be static and a multiple of 16 {fix(axes, s.dk)}"
+        if head is None:
+            return f"`{s.dk}` must be static {fix(axes, s.dk)}"
         scored.append(Score(s.node, s.a, s.b, s.dk, head))
     dtypes = {storage_dtype(g, n) for s in scored for n in (s.a, s.b)} | \
         {storage_dtype(g, p.c) for p in products}
@@ -212,7 +214,18 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     if why:
         return why
     return ChainSite(row, red, batch, dtype, tuple(scored), tuple(products),
-                     occupancy.ops_along(model, red), tuple(added))
+                     occupancy.ops_along(model, red), tuple(added),
+                     _padded(scored, products, added, {a: axes[a].size for a in axes}))
+
+
+def _padded(scored, products, added, sizes: dict) -> tuple:
+    """ChainSite.padded (headpad.decide): the scores' operands and products over their
+    contracted axes, the outputs' and the products over the rows' over their kept ones."""
+    tiles = [(n, s.dk, True) for s in scored for n in (s.a, s.b)]
+    tiles += [(p.c, p.e, False) for p in products] + [(a.c, a.e, False) for a in added]
+    work = [(s.node, s.dk, True) for s in scored]
+    work += [(p.node, p.e, False) for p in products] + [(a.node, a.e, False) for a in added]
+    return headpad.decide(tiles, work, sizes)
 
 
 def _over_rows(g, kernel, n: int, red: str, loads: set) -> bool:
@@ -243,8 +256,8 @@ def _across(g, kernel, n: int, row: str, red: str, batch, loads) -> Across | str
         return "a product over the rows is not T[.. row red] L[.. row e]"
     (e,) = own
     width = g.graph["axes"][e].size
-    if width is None or width % 8:
-        return f"`{e}` must be static and a multiple of 8 {fix(g.graph['axes'], e)}"
+    if width is None:
+        return f"`{e}` must be static {fix(g.graph['axes'], e)}"
     store = next(m for m in kernel.stores if through(g, m) == n)
     return Across(n, t, c, e, width, store)
 
@@ -297,7 +310,7 @@ def registers(fm, chunk, site: ChainSite):
     """Fragment registers per lane (per entry of arrays of fragments and chunks): every score
     tile of the chunk, every output's accumulators, one packed A fragment."""
     return fm * (len(site.scores) * (chunk // 8) * 4
-                 + sum(p.width // 8 * 4 for p in site.outs)) + PACKED
+                 + sum(headpad.fragments(p.width) * 4 for p in site.outs)) + PACKED
 
 
 def search(model: Model, cols, target: Target, sizes: dict, s: ChainSite,

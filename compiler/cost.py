@@ -59,6 +59,7 @@ from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, number, prod, total
 from .costs import Cost, LevelCost
 from .flops import rate, work_extents, work_flops
+from .headpad import padded_extent as extent
 from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
 from . import lsu
 from .memory import PIPELINE, allocated, l2_split, sectors, stage_bytes, staged_bytes
@@ -185,6 +186,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         per_stage = 0      # what a stage more of the streamed tiles adds
         for i, (arr, res) in enumerate(zip(model.arrays, res_of)):
             if last or arr.role == "load":     # (bytes: a power of two)
+                if li == 1 and model.padded and choice.warps and not symbolic:  # (headpad.py)
+                    res = {a: extent(model.padded, arr.node, a, f) for a, f in res.items()}
                 factors = [res[a] for a in arr.axes]
                 key = tuple(id(f) if isinstance(f, np.ndarray) else f for f in factors)
                 if key not in extents:

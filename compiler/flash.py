@@ -7,11 +7,12 @@ contraction (the fused attention the planner derives):
     P = softmax[x](S)
     O[batch.. row dv] = g(sum over x of P * V[.. x dv])               g elementwise
 
-with Q, K, V loads of one 16-bit dtype, `dk` static and a multiple of 16, `dv` static and
-a multiple of 8, and no other reduction or store in the kernel but sums over `dv` of O's
-elementwise functions after the stream, only stored (the backward's `D = sum[d](dO * O)`:
-the epilogue adds them per row, `FlashSite.epilogue`). `f` holds the scale and
-masks (from axis indices or loaded arrays), `g` the cast and any epilogue.
+with Q, K, V loads of one 16-bit dtype, `dk` and `dv` static (any size: tiles padded to
+multiples of 16 and 8 with zeros, headpad.py), and no other reduction or store in the
+kernel but sums over `dv` of O's elementwise functions after the stream, only stored (the
+backward's `D = sum[d](dO * O)`: the epilogue adds them per row, `FlashSite.epilogue`).
+`f` holds the scale and masks (from axis indices or loaded arrays), `g` the cast and any
+epilogue.
 
 The block takes `BM` rows (one position of each batch axis) and, in a split's partial
 kernel, a tile of O's columns (COLUMNS: each block along them computes the scores again);
@@ -29,7 +30,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import ir, occupancy, packing, rowsource, split, warps
+from . import headpad, ir, occupancy, packing, rowsource, split, warps
 from .canonical import through
 from .choices import NUMBERS
 from .cost import Choice, Choices, Cost, evaluate
@@ -105,6 +106,7 @@ class FlashSite:
                                          # or a gather (a paged cache): compiler/rowsource.py
     packed: tuple[str, ...] = ()    # the Q axes the fragment rows flatten, outer to inner
                                     # (GQA's r x q: compiler/packing.py), () for one axis
+    padded: tuple = ()      # heads padded in shared memory (headpad.py: head_tile, width_tile)
 
     @property
     def row_axes(self) -> tuple[str, ...]:
@@ -189,10 +191,9 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     row = packing.name(rows)
     sizes = g.graph["axes"]
     head, width = sizes[dk].size, sizes[dv].size
-    if head is None or width is None or head % 16 or width % 8:
-        what = (f"`{dk}` must be static and a multiple of 16" if dk == dv else
-                f"`{dk}` and `{dv}` must be static, `{dk}` a multiple of 16 and `{dv}` of 8")
-        return f"the head size {what} {fix(sizes, dk, dv)}"
+    if head is None or width is None:
+        return f"the head size {' and '.join(f'`{a}`' for a in dict.fromkeys((dk, dv)))} " \
+            f"must be static {fix(sizes, dk, dv)}"
     for n in kernel.nodes:
         if n not in chunk and n not in loads and not set(ir.type_of(g, n).axes) <= set(o_axes):
             return "the kernel computes values over other axes than O's"
@@ -204,9 +205,11 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
             return "a sum after the stream is not one over O's columns of O's rows"
         if any(not isinstance(ir.op(g, m), ir.Assign) for m in _readers(g, n, kernel.nodes)):
             return "a sum after the stream is read by other operations than its stores"
+    padded = headpad.decide(((q, dk, True), (k, dk, True), (v, dv, False)),
+                            ((scores, dk, True), (out, dv, False)), {dk: head, dv: width})
     return FlashSite(scores, soft, out, q, k, v, row, x, dk, dv, batch, dtype, head, width, lse,
                      after, tuple(sources[n] for n in (k, v) if n in sources),
-                     rows if len(rows) > 1 else ())
+                     rows if len(rows) > 1 else (), padded)
 
 
 def own_rows(g, q: int, k: int, v: int, contracted, out: int) -> list[str]:
@@ -288,9 +291,10 @@ def registers(fm, chunk, site: FlashSite, reread=False, width=None):
     whole head by default), Q fragments (per entry of arrays of fragments, chunks, `reread`
     and widths): the whole head's held for the key loop, or, re-read from shared memory every
     chunk, REREAD_SLICES 16-wide slices at a time."""
-    q = NUMBERS.where(reread, min(REREAD_SLICES, site.head // 16), site.head // 16)
+    q = NUMBERS.where(reread, min(REREAD_SLICES, headpad.head_tile(site) // 16),
+                      headpad.head_tile(site) // 16)
     width = site.width if width is None else width
-    return fm * (chunk // 8) * 4 + fm * (width // 8) * 4 + fm * q * 4
+    return fm * (chunk // 8) * 4 + fm * headpad.fragments(width) * 4 + fm * q * 4
 
 
 def search(model: Model, cols, target: Target, sizes: dict, s: FlashSite,

@@ -309,8 +309,17 @@ def _not_flash(lay: _Layouts, layout: Layout, i: int) -> str:
     rest = [k for k in range(len(layout)) if k not in (before[0], i)]
     three = _merged(first, 0, 1 + rest.index(after[0]))
     k = lay.kernels(three)[0]
-    if not any(kernel_model(g, k, a).streaming.pairs for a in k.reduced(g)):
+    paired = [a for a in k.reduced(g) if kernel_model(g, k, a).streaming.pairs]
+    if not paired:
         return ""
+    # a hint streaming another axis than the keys keeps the kernel off FlashAttention
+    # whatever the head (`--stream d=16`): say that, not what the head lacks
+    hint = next((h for h in planner.hints if h.kind == "stream" and h.level == 1 and
+                 h.axis in k.reduced(g) and h.axis not in paired), None)
+    if hint is not None:
+        named = f"--stream {hint.axis}={hint.size}" if hint.info is None else hint.describe()
+        return (f"not FlashAttention with the kernels around it: the hint `{named}` streams "
+                f"`{hint.axis}`, FlashAttention streams `{paired[0]}` (drop the hint)")
     why = best_site(g, k, planner.target, planner.sizes)
     return f"not FlashAttention with the kernels around it: {why}" if isinstance(why, str) \
         else ""

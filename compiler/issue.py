@@ -30,6 +30,7 @@ import numpy as np
 from . import added, fold, issue_pair, issue_simt, occupancy, wgmma
 from .choices import NUMBERS, prod, total
 from .flops import work_extents
+from .headpad import fragments, ratio
 from .issue_mask import MASK_POSITIONS, key_only, mask_ops, per_key_chunk
 from .target import Target
 
@@ -205,8 +206,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         amount = points * redo * w.times
         if stream in w.axes:
             amount = amount * fraction
-        if tensor and w.engine == "contraction":
-            tensor_flops.append(amount * w.flops_per_point)
+        if tensor and w.engine == "contraction":     # (over a head padded: headpad.py)
+            tensor_flops.append(amount * w.flops_per_point * ratio(model.padded, w.node, sizes))
             continue
         if not tensor:      # a split's lanes summing a product's terms at each key
             summed = issue_pair.merges(model, choice, sizes, w, amount)
@@ -365,7 +366,8 @@ def _flash_block(model, choice, sizes: dict):
     (row,) = [a for a, _ in choice.warps]
     thread = dict(choice.thread)
     acc = next(a for a in model.arrays if a.role == "accumulator" and a.slots == 1)
-    return dict(choice.group)[row], prod(thread.get(a, sizes[a]) for a in acc.axes if a != row)
+    return dict(choice.group)[row], fragments(prod(thread.get(a, sizes[a])
+                                                   for a in acc.axes if a != row)) * 8
 
 
 def _per(target: Target, name: str, amount):

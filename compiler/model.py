@@ -118,6 +118,9 @@ class Model:
     packed: tuple = ()          # attention on tensor cores: ((its rows' axis, the axes it
                                 # packs),) where the fragment rows are packed (packing.py):
                                 # the arrays name that one axis, of the axes' sizes' product
+    padded: tuple = ()          # tensor cores: ((node, axis, extent),) of the heads padded
+                                # in shared memory (headpad.py): a load's tile, a product's
+                                # fragments cover `extent` of the axis (M and tensor work)
 
 
 def array_name(g: DiGraph, n: int) -> str:

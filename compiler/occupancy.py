@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from .choices import NUMBERS, prod
+from .headpad import fragments
 from .target import Target
 
 WARP = 32
@@ -96,7 +97,8 @@ def query_slices(model, choice, sizes: dict):
     """16-wide slices of the head in Q's fragments (its axes beyond the warp's rows)."""
     thread = dict(choice.thread)
     (row,) = [a for a, _ in choice.warps]
-    return prod(sizes[a] for a in query_array(model, row).axes if a not in thread) / 16
+    return NUMBERS.ceil(prod(sizes[a] for a in query_array(model, row).axes
+                             if a not in thread) / 16)       # (a head padded: headpad.py)
 
 
 def fragment_values(model, choice, sizes: dict):
@@ -108,7 +110,7 @@ def fragment_values(model, choice, sizes: dict):
         tm = thread[row]
         chunk = choice.stream[1]
         acc = next(a for a in model.arrays if a.role == "accumulator" and a.slots == 1)
-        width = prod(thread.get(a, sizes[a]) for a in acc.axes if a != row)   # (O's columns)
+        width = fragments(prod(thread.get(a, sizes[a]) for a in acc.axes if a != row)) * 8
         # Q re-read from shared memory each chunk: a few 16-wide slices live (flash.REREAD_SLICES)
         head = query_slices(model, choice, sizes)
         slices = NUMBERS.where(choice.reread, np.minimum(REREAD_SLICES, head), head)
@@ -117,7 +119,7 @@ def fragment_values(model, choice, sizes: dict):
         (row,) = warped
         outs = {n for n, _ in model.streaming.reducers} | model.across
         scores = sum(1 for w in model.work if w.engine == "contraction" and w.node not in outs)
-        widths = sum(prod(sizes[a] for a in acc.axes if a not in thread)
+        widths = sum(fragments(prod(sizes[a] for a in acc.axes if a not in thread)) * 8
                      for acc in model.arrays if acc.role == "accumulator")
         return thread[row] / 16 * (scores * choice.stream[1] / 8 * 4 + widths / 8 * 4) + 4
     tm, tn = (thread[a] for a in warped[:2]) if len(warped) > 1 else (thread[warped[0]], 8)

@@ -31,7 +31,7 @@ from .target import Target
 from .search import SPLITS
 from .scatter import ScatterSite, blocks as scatter_blocks, site as scatter_site
 from .tensorcore import ChainSite, FlashSite, Site, examine
-from . import tilelayout, wgmma
+from . import headpad, tilelayout, wgmma
 from .tilelayout import TileLayout
 from .warps import FRAGMENT
 
@@ -141,7 +141,8 @@ class Schedule:
         chain's: every output's whole width, 0 here)."""
         w, t, s = dict(self.warps), dict(self.thread), self.site
         if isinstance(s, FlashSite):
-            return w[s.row], 1, t[s.row], dict(self.tile).get(s.dv, s.width)   # (the block's)
+            cols = dict(self.tile).get(s.dv, s.width)       # the block's (flash.COLUMNS)
+            return w[s.row], 1, t[s.row], cols if cols < s.width else headpad.width_tile(s)
         if isinstance(s, ChainSite):
             return w[s.row], 1, t[s.row], 0
         return w[s.row], w[s.col], t[s.row], t[s.col]
@@ -350,15 +351,20 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
 def operand_tiles(site, tile: dict, chunk: int) -> list[tuple[int, tuple[str, int], tuple[str, int]]]:
     """(operand, (its fragment or row axis, extent), (its k axis, extent)) of every tile a
     tensor-core site stages (codegen: MmaLowering, FlashLowering, ChainLowering), once each."""
+    def whole(n: int, axis: str, size: int) -> tuple[str, int]:     # (padded: headpad.py)
+        return axis, headpad.extent(site, n, axis, size)
     if isinstance(site, FlashSite):
-        found = [(site.q, (site.row, tile[site.row]), (site.dk, site.head)),
-                 (site.k, (site.red, chunk), (site.dk, site.head)),
-                 (site.v, (site.dv, tile.get(site.dv, site.width)), (site.red, chunk))]
+        found = [(site.q, (site.row, tile[site.row]), whole(site.q, site.dk, site.head)),
+                 (site.k, (site.red, chunk), whole(site.k, site.dk, site.head)),
+                 (site.v, (site.dv, tile[site.dv]) if tile.get(site.dv, site.width) <
+                  site.width else whole(site.v, site.dv, site.width), (site.red, chunk))]
     elif isinstance(site, ChainSite):
-        found = [(sc.a, (site.row, tile[site.row]), (sc.dk, sc.head)) for sc in site.scores]
-        found += [(sc.b, (site.red, chunk), (sc.dk, sc.head)) for sc in site.scores]
-        found += [(p.c, (p.e, p.width), (site.red, chunk)) for p in site.outs]
-        found += [(a.c, (site.row, tile[site.row]), (a.e, a.width)) for a in site.across]
+        found = [(sc.a, (site.row, tile[site.row]), whole(sc.a, sc.dk, sc.head))
+                 for sc in site.scores]
+        found += [(sc.b, (site.red, chunk), whole(sc.b, sc.dk, sc.head)) for sc in site.scores]
+        found += [(p.c, whole(p.c, p.e, p.width), (site.red, chunk)) for p in site.outs]
+        found += [(a.c, (site.row, tile[site.row]), whole(a.c, a.e, a.width))
+                  for a in site.across]
     else:
         found = [(site.a, (site.row, tile[site.row]), (site.red, chunk)),
                  (site.b, (site.col, tile[site.col]), (site.red, chunk))]

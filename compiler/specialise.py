@@ -11,11 +11,13 @@ get them. The planner therefore decides, once per plan:
                 another product, and the axes that second product keeps from its other
                 operand (attention's `d` twice, an MLP's input and output widths); only
                 those whose size was given (never a defaulted one: the planning default is
-                no caller's size), a multiple of 16 (contracted) or 8 (kept) and at most
-                MAX_SIZE
+                no caller's size) and at most MAX_SIZE (any size: a head that is not a
+                multiple of 16 or 8 is padded in shared memory, headpad.py)
     decide      the diagram checked again with them fixed at those sizes (front.load, as
-                -D does) and planned; that plan is taken when it is predicted at least
-                MARGIN faster, with `Plan.specialised` = {axis: size}
+                -D does) and planned, then again with only those the winning plan's
+                tensor-core kernels hold whole (`held`: projected attention's `m`, kept by
+                a plain product, stays dynamic); that plan is taken when it is predicted
+                at least MARGIN faster, with `Plan.specialised` = {axis: size}
 
 Everything after reads `Plan.specialised` and never decides again: codegen prints it in
 the CUDA file's header (codegen/render.py), explain says it, and the runtime refuses to
@@ -57,7 +59,7 @@ def _feeding_product(g, n: int) -> int | None:
 def chained_axes(g) -> dict[str, int]:
     """Axes of products that feed products (the module docstring's candidates, any size),
     each with the multiple the fragments take it in: 16 where it is contracted (the A and B
-    fragments' k), else 8 (a C fragment's columns)."""
+    fragments' k), else 8 (a C fragment's columns; another size is padded to it, headpad.py)."""
     out: dict[str, int] = {}
     for n in g.nodes:
         if not isinstance(ir.op(g, n), ir.Contract):
@@ -81,9 +83,9 @@ def candidates(p) -> dict[str, int]:
 def candidates_of(diagram, sizes: dict, defaulted) -> dict[str, int]:
     """axis -> size: the dynamic axes of `diagram` worth planning static at these sizes."""
     axes = diagram.axes
-    return {a: sizes[a] for a, multiple in sorted(chained_axes(diagram.ir).items())
+    return {a: sizes[a] for a in sorted(chained_axes(diagram.ir))
             if axes.get(a, 0) is None and a not in defaulted and a in sizes
-            and not sizes[a] % multiple and sizes[a] <= MAX_SIZE}
+            and sizes[a] <= MAX_SIZE}
 
 
 def decide(p, replan: Callable):
@@ -92,14 +94,41 @@ def decide(p, replan: Callable):
     fixed = candidates(p)
     if not fixed or p.specialised or p.engine == "cuda-cores":   # (lowerings on tensor cores)
         return p
-    from .front import load
     try:
-        other = replan(load(p.diagram, **fixed))
+        other, fixed = _needed(replan, p.diagram, fixed)
     except NapkinError:     # (fixed, a kernel no tiling fits: the dynamic plan stands)
         return p
-    if other.time > p.time * (1 - MARGIN):
+    if not fixed or other.time > p.time * (1 - MARGIN):
         return p
     return replace(other, specialised=fixed, unspecialised=float(p.time))
+
+
+def held(plan) -> set[str]:
+    """The axes the plan's tensor-core kernels hold whole, which their lowerings need static:
+    an attention's heads (flash.py), a chain's contracted and kept axes (chain.py); a plain
+    product streams its contracted axis with a tail and tiles the others (none)."""
+    out: set[str] = set()
+    for kp in plan.kernels:      # (the sites by their fields: flash.py and chain.py import
+        s = kp.schedule.site if kp.schedule is not None else None      # this module)
+        if hasattr(s, "dv"):                            # flash.FlashSite
+            out |= {s.dk, s.dv}
+        elif hasattr(s, "outs"):                        # chain.ChainSite
+            out |= {sc.dk for sc in s.scores} | {p.e for p in s.outs} | {a.e for a in s.across}
+    return out
+
+
+def _needed(replan: Callable, diagram, fixed: dict) -> tuple:
+    """(the plan of `diagram` with the axes of `fixed` that its tensor-core kernels need
+    static fixed, those axes): planned with all of them, then, where the winning plan holds
+    fewer whole (`held`: projected attention's `m` beside its head `d`, whose product runs
+    on the CUDA cores or as a plain product), planned again with those only (each size of a
+    fixed axis compiles its own kernel), or with none: ({}, the first plan)."""
+    from .front import load
+    plan = replan(load(diagram, **fixed))
+    needed = {a: v for a, v in fixed.items() if a in held(plan)}
+    if needed == fixed or not needed:
+        return plan, needed
+    return replan(load(diagram, **needed)), needed
 
 
 def decided(dynamic: Callable, problem, replan: Callable):
@@ -116,17 +145,16 @@ def decided(dynamic: Callable, problem, replan: Callable):
         fixed = candidates_of(problem.diagram, problem.sizes, problem.defaulted)
         if not fixed:
             raise
-        from .front import load
         try:
-            other = replan(load(problem.diagram, **fixed))
+            other, needed = _needed(replan, problem.diagram, fixed)
         except NapkinError:
             raise exc from None
-        return replace(other, specialised=fixed)
+        return replace(other, specialised=needed or fixed)
 
 
 def fix(axes: dict, *names: str) -> str:
     """How to make head axes static (flash.py and chain.py say it where they refuse one):
-    a dynamic axis is also specialised when planned at a given size (a multiple of 16)."""
+    a dynamic axis is also specialised when planned at a given size."""
     dynamic = [a for a in dict.fromkeys(names) if axes[a].size is None]
     said = f"fix it with `axis {names[0]} = 64` or -D"
     if dynamic:

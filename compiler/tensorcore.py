@@ -218,6 +218,8 @@ def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
     those read (Model.direct: read from global memory, not copied into shared memory); a
     chain's with its rows woven and its products over them added across blocks
     (Model.across)."""
+    if getattr(where, "padded", ()):      # heads padded in shared memory (headpad.py)
+        model = replace(model, padded=where.padded)
     if isinstance(where, ChainSite) and where.across:
         # the rows are the grid's: every block adds its rows' share of the products over them
         return replace(model, woven=tuple(dict.fromkeys(model.woven + (where.row,))),

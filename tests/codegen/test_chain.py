@@ -28,6 +28,7 @@ from napkin.pipeline import run_plan
 from napkin.runtime import compare
 
 from ..compiler.test_grad import _attention_reference
+from ..compiler.test_specialise import DYNAMIC
 
 BIG = {"b": 2, "h": 4, "q": 2048, "x": 2048}
 
@@ -153,16 +154,26 @@ def test_explain_names_the_chain_and_why_not():
     d = napkin.grad("attention", wrt=("Q",), saved=True, d=64)
     text = render_text(report(plan(d, "h100", BIG)))
     assert "a chain of products (per chunk of x" in text and "then dQ over it" in text
-    # a head size the fragments cannot take: the chain says why not
-    odd = napkin.grad("attention", wrt=("Q",), saved=True, d=40)
-    pr = prepare(odd, "h100", BIG)
-    g = pr.graph
-    stmts = _statements(g)
-    members = set().union(*(nodes for nodes in stmts.values()
-                            if not {array_name(g, n) for n in nodes} & {"D", "D:mul"}))
-    k = fused_kernel(g, "k", members)
-    why = chain.examine(g, k, kernel_model(g, k, "x"), pr.target, pr.sizes)
-    assert why == "`d` must be static and a multiple of 16 (fix it with `axis d = 64` or -D)"
+    # a dynamic head: the chain says why not; d = 40 is a chain, its head padded to 48 in
+    # shared memory (compiler/headpad.py: Q K's k and the tiles read both ways), dQ's
+    # fragments over 40
+
+    def examined(grad):
+        pr = prepare(grad, "h100", BIG)
+        g = pr.graph
+        stmts = _statements(g)
+        members = set().union(*(nodes for nodes in stmts.values()
+                                if not {array_name(g, n) for n in nodes} & {"D", "D:mul"}))
+        k = fused_kernel(g, "k", members)
+        return g, chain.examine(g, k, kernel_model(g, k, "x"), pr.target, pr.sizes)
+    _, why = examined(napkin.grad(DYNAMIC, wrt=("Q",), saved=True))
+    assert why == "`d` must be static (fix it with `axis d = 64` or -D, or plan for the size " \
+        "(--shape d=64: specialised))"
+    g, site = examined(napkin.grad("attention", wrt=("Q",), saved=True, d=40))
+    assert isinstance(site, chain.ChainSite)
+    padded = {(array_name(g, n), e) for n, _, e in site.padded}
+    assert padded == {("Q", 48), ("K", 48), ("V", 48), ("dO", 48), ("S:contract[d]", 48),
+                      ("dP", 48)}, padded      # (not dQ's products: 40 columns, 5 fragments)
 
 
 def test_seeded_skip_bug_gives_wrong_values():

@@ -1,10 +1,11 @@
 """Dynamic head axes planned fixed at the planning shape's size (compiler/specialise.py).
 
 An attention whose head axis `d` is dynamic plans FlashAttention at a given head size (the
-plan records `specialised`, with the dynamic plan's time), not at a defaulted one nor at a
-size the fragments cannot take (d = 24); the CLI's plan, explain and the CUDA header say
+plan records `specialised`, with the dynamic plan's time), not at a defaulted one nor above
+specialise.MAX_SIZE; the CLI's plan, explain and the CUDA header say
 it; the candidates are the axes of products that feed products; the runtime refuses a
-specialised program at another size. The runs against float64 are
+specialised program at another size. A head the fragments do not take whole (d = 24, 40) is
+padded in shared memory (compiler/headpad.py) and specialised as any other. The runs against float64 are
 tests/runtime/test_specialise_runs.py.
 """
 
@@ -14,7 +15,7 @@ import pytest
 
 import napkin
 from napkin import pipeline
-from napkin.compiler import specialise
+from napkin.compiler import headpad, specialise
 from napkin.compiler.plan import plan
 from napkin.compiler.schedule import ATTENTION
 from napkin.explain import render_text, report
@@ -51,17 +52,18 @@ def test_a_dynamic_head_plans_flash_attention_at_the_planning_shape():
     assert q.specialised == {"d": 64} and _engines(q) == [ATTENTION]
 
 
-@pytest.mark.parametrize("head", [16, 32])
-def test_small_odd_shapes_specialise_each_head_size(head):
+@pytest.mark.parametrize("head, padded", [(16, 16), (32, 32), (24, 32), (40, 48)])
+def test_small_odd_shapes_specialise_each_head_size(head, padded):
     p = plan(napkin.load(DYNAMIC), "h100", {**SMALL, "d": head})
     assert p.specialised == {"d": head} and _engines(p) == [ATTENTION]
-    assert p.kernels[0].schedule.site.head == head
+    site = p.kernels[0].schedule.site
+    assert site.head == head and headpad.head_tile(site) == padded     # (headpad.py: Q K's k)
 
 
 def test_no_specialisation_where_it_buys_nothing_or_the_size_is_no_callers():
     d = napkin.load(DYNAMIC)
-    odd = plan(d, "h100", {**SMALL, "d": 24})       # fragments take 16-wide heads only
-    assert odd.specialised == {} and ATTENTION not in _engines(odd)
+    wide = specialise.MAX_SIZE + 8                  # wider than a block holds a head
+    assert specialise.candidates(plan(d, "h100", {**SMALL, "d": wide})) == {}
     defaulted = plan(d, "h100", BIG)                # d at the planning default: no caller's
     assert defaulted.specialised == {} and "d" in defaulted.defaulted
     reasons = " ".join(kp.kernel.reason for kp in defaulted.kernels)
@@ -81,9 +83,9 @@ def test_candidates_are_the_axes_of_products_feeding_products():
     assert specialise.chained_axes(mlp.ir) == {"m": 16, "o": 8}
     matmul = napkin.load("matmul")
     assert specialise.chained_axes(matmul.ir) == {}
-    # planned at d = 24 (no 16-wide fragments), e = 40: only e is worth fixing
-    p = plan(two, "h100", {**SMALL, "d": 24, "e": 40})
-    assert specialise.candidates(p) == {"e": 40}
+    # planned at d = 24, e = 36 (padded to 32 and 40 in shared memory: headpad.py): both
+    p = plan(two, "h100", {**SMALL, "d": 24, "e": 36})
+    assert specialise.candidates(p) == {"d": 24, "e": 36}
     both = plan(two, "h100", {**SMALL, "d": 32, "e": 16})     # FlashAttention with dk != dv
     assert both.specialised == {"d": 32, "e": 16} and _engines(both) == [ATTENTION]
 
@@ -97,9 +99,9 @@ def test_explain_and_the_cuda_header_say_the_specialisation():
         "predicted" in text, text
     assert report(p)["dynamic"] == ["b", "h", "q", "x", "d"]
     assert "// Specialised: dynamic axes of the diagram fixed at 64 " in source
-    _, _, plain = pipeline.source(d, Options.make(target="h100", shape={**SMALL, "d": 24}))
+    _, _, plain = pipeline.source(d, Options.make(target="h100", shape=SMALL))   # (defaulted)
     assert "Specialised" not in plain
-    assert "specialised" not in render_text(report(plan(d, "h100", {**SMALL, "d": 24})))
+    assert "specialised" not in render_text(report(plan(d, "h100", SMALL)))
 
 
 def test_a_specialised_program_refuses_other_sizes():
@@ -133,3 +135,41 @@ def test_the_dynamic_plan_stands_unless_the_fixed_one_is_predicted_faster():
     assert specialise.decide(dynamic, on_cuda_cores) is dynamic
     assert specialise.decide(dynamic, lambda fixed: tile(fuse_kernels(prepare(
         fixed, "h100", shape)))).specialised == {"d": 32}
+
+
+PROJECTED = """axis b, t, s, m, h, d
+in Q[b h t d]: f16, K[b h s d]: f16, V[b h s d]: f16, Wo[h d m]: f16
+S[b h t s] = where(s <= t, Q * K / sqrt(size(d)), -inf)
+A[b t h d] = softmax[s](S) * V
+R[b t m] = A * Wo
+out R: f16
+"""
+
+
+def test_only_the_axes_the_tensor_core_kernels_hold_whole_are_specialised():
+    """Projected attention: `m` is a candidate beside the head `d` (R = A * Wo keeps it), but
+    R's kernel is a plain product (it tiles m): only d is fixed, so each m does not compile
+    its own kernel, and the plan is as fast as with both fixed."""
+    d = napkin.load(PROJECTED)
+    shape = {"b": 1, "t": 2048, "s": 2048, "m": 256, "h": 8, "d": 64}
+    assert specialise.candidates_of(d, shape, ()) == {"d": 64, "m": 256}
+    p = plan(d, "h100", shape)
+    assert p.specialised == {"d": 64} and p.diagram.axes["m"] is None
+    assert _engines(p)[0] == ATTENTION and specialise.held(p) == {"d"}
+    both = plan(napkin.load(PROJECTED, d=64, m=256), "h100", shape)
+    assert p.time == pytest.approx(both.time)
+
+
+@pytest.mark.parametrize("text, hint", [
+    (DYNAMIC, "`--stream d=16`"), (DYNAMIC + "stream d by 16\n", "`stream d by 16`")])
+def test_explain_names_a_stream_hint_that_keeps_flash_attention_off(text, hint):
+    """Streaming the head (a hint, on the command line or in the diagram) keeps the kernel
+    off FlashAttention, which streams the keys, whatever the head's size: explain names the
+    hint, not the dynamic head (whose size --shape gave: nothing to specialise for)."""
+    overrides = {"stream": {"d": 16}} if "stream d" not in text else None
+    p = plan(napkin.load(text), "h100", {**BIG, "d": 64}, overrides)
+    assert p.specialised == {} and ATTENTION not in _engines(p)
+    text = render_text(report(p))
+    assert f"not FlashAttention with the kernels around it: the hint {hint} streams `d`, " \
+        "FlashAttention streams `x` (drop the hint)" in text, text
+    assert "plan for the size" not in text

@@ -71,9 +71,9 @@ def test_tiny_products_stay_on_the_cuda_cores():
      "not a matrix-vector one"),
     (napkin.load("axis m, k, n\nin A[m k]: f16\nin B[k n]: f16\nC[m n] = cumsum[k](A) * B\nout C: f16"),
      "not loaded or computed elementwise from loads"),
-    (napkin.load("axis q, x\naxis d = 72\nin Q[q d]: f16\nin K[x d]: f16\nin V[x d]: f16\n"
+    (napkin.load("axis q, x, d\nin Q[q d]: f16\nin K[x d]: f16\nin V[x d]: f16\n"
                  "S[q x] = Q * K\nP[q x] = softmax[x](S)\nO[q d] = P * V\nout O: f16"),
-     "`d` must be static and a multiple of 16"),
+     "`d` must be static"),
     (napkin.load("axis q, x\naxis d = 64\nin Q[q d]: f32\nin K[x d]: f32\nin V[x d]: f32\n"
                  "S[q x] = Q * K\nP[q x] = softmax[x](S)\nO[q d] = P * V\nout O: f32"),
      "Q, K, V are f32"),

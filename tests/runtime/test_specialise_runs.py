@@ -2,9 +2,9 @@
 
 The emitted CUDA runs on the CPU emulator against the float64 reference at small odd sizes
 (b=1 h=2 q=37 x=45): d = 16 and d = 32 through the same Kernel object give two plans, each
-FlashAttention fixed at its size, and two correct results; d = 24 (no 16-wide fragments)
-falls back to a dynamic plan and is correct too; a specialised plan run at another head
-size is refused (N0308) rather than run.
+FlashAttention fixed at its size, and two correct results; d = 40 (no multiple of 16) is
+specialised too, its head padded to 48 in shared memory (compiler/headpad.py), and is
+correct; a specialised plan run at another head size is refused (N0308) rather than run.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import napkin
+from napkin import pipeline
+from napkin.compiler import headpad, specialise
 from napkin.compiler.schedule import ATTENTION
 from napkin.explain import report
 from napkin.kernel import Kernel
@@ -46,13 +48,17 @@ def test_one_kernel_two_head_sizes_two_specialised_kernels(rng, within_budget):
         run_plan(plans[16], _inputs(rng, 32), {**SMALL, "d": 32})
 
 
-def test_a_head_the_fragments_cannot_take_falls_back_and_is_correct(rng, within_budget):
+def test_a_head_of_40_is_specialised_padded_and_correct(rng, within_budget):
+    """A dynamic d given as 40 (Stable Diffusion's head): FlashAttention at d = 40, Q K over
+    a head padded to 48 with zeros, against float64 at odd sizes."""
     d = napkin.load(DYNAMIC)
     kernel = Kernel(d, Options.make(target="h100"), backend="emulate")
-    inputs = _inputs(rng, 24)
+    inputs = _inputs(rng, 40)
     (out,) = kernel(**inputs)
-    assert kernel.plan.specialised == {} and kernel.plan.diagram.axes["d"] is None
-    within_budget(d, inputs, {"O": out}, plan=kernel.plan)
+    p = kernel.plan
+    assert p.specialised == {"d": 40} and p.kernels[0].schedule.engine == ATTENTION
+    assert headpad.head_tile(p.kernels[0].schedule.site) == 48
+    within_budget(d, inputs, {"O": out}, plan=p)
 
 
 @pytest.mark.thorough
@@ -82,10 +88,11 @@ out Y: f16
 ])
 def test_the_tensor_cores_engine_specialises_a_head_it_needs_static(text, sizes, fixed, rng,
                                                                     within_budget):
-    """--engine tensor-cores with the head dynamic and given (a multiple of 16, of 8 kept):
-    the dynamic plan is refused (N0606, whose help says to plan for the size), so the plan
-    is the specialised one, on the tensor cores at odd sizes against float64 (it was N0606
-    although the size was given); a size the fragments cannot take is still N0606."""
+    """--engine tensor-cores with the head dynamic and given: the dynamic plan is refused
+    (N0606, whose help says to plan for the size), so the plan is the specialised one, on
+    the tensor cores at odd sizes against float64 (it was N0606 although the size was
+    given); a size the fragments do not take whole is specialised too (padded: headpad.py),
+    an attention head wider than a block holds is still N0606."""
     d = napkin.load(text)
     kernel = Kernel(d, Options.make(target="h100", engine="tensor-cores"), backend="emulate")
     inputs = {s.name: (rng.standard_normal(tuple(sizes[a] for a in s.axes)) * 0.5)
@@ -95,6 +102,9 @@ def test_the_tensor_cores_engine_specialises_a_head_it_needs_static(text, sizes,
     assert "the engine asked for refuses" in kernel.explain()
     assert report(kernel.plan)["unspecialised_seconds"] is None
     within_budget(d, inputs, dict(zip([s.name for s in d.outputs], outputs)), plan=kernel.plan)
-    odd = {**sizes, **{a: v + 8 for a, v in fixed.items()}}   # (d, i = 24)
-    with pytest.raises(napkin.NapkinError, match="N0606"):
-        kernel.compiled_for(odd)
+    odd = {a: v + 8 for a, v in fixed.items()}               # (d, i = 24; o = 16)
+    options = Options.make(target="h100", engine="tensor-cores", shape={**sizes, **odd})
+    assert pipeline.plan(d, options).specialised == odd
+    if text is DYNAMIC:     # (the MLP's products run apart on the tensor cores instead)
+        with pytest.raises(napkin.NapkinError, match="N0606"):
+            kernel.compiled_for({**sizes, "d": specialise.MAX_SIZE + 8})
