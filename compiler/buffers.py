@@ -8,6 +8,7 @@ and accumulators live at the lowest level (a thread's registers on a GPU).
 
 from __future__ import annotations
 
+from .headpad import padded_extent
 from .memory import buffer_bytes
 
 ROLE = {"load": "input tile", "value": "intermediate", "accumulator": "accumulator"}
@@ -27,6 +28,9 @@ def buffers(plan, kp) -> list[dict]:
         if kp.schedule.tensor_cores and pl.level == 1 and pl.node in model.positions:
             continue    # a page table: read per row where its K and V rows are copied
         held, cov = dict(pl.held), dict(pl.covered)
+        if pl.level == 1 and model.padded and kp.schedule.tensor_cores:   # as M counts it:
+            held = {a: padded_extent(model.padded, arr.node, a, e)      # a head padded in
+                    for a, e in held.items()}                            # shared memory
         # a grouped axis whose group is 1 (one position per block) is no dimension of a buffer
         ones = {a for a, g in choice.group if g == 1}
         shape = [[_label(a, pl.level, choice, sizes, held[a], cov[a]), _int(held[a])]

@@ -157,14 +157,16 @@ def test_matmul_8192_is_not_bound_by_hbm_reloads():
 @pytest.mark.parametrize("name, target, shape", [
     ("attention", "h100", BIG), ("matmul", "a100", {"m": 77, "k": 130, "n": 77}),
     ("softmax", "h200", {"r": 130, "c": 77}), ("layernorm", "h100", {"r": 4096, "c": 4096}),
-    ("gqa_attention", "h100", {})])
+    ("gqa_attention", "h100", {}), ("attention:d=40", "h100", BIG)])
 def test_the_memory_table_counts_bytes_as_m_does(name, target, shape):
     """Every row's bytes are what M counts of it (16-byte alignment, padded rows and two
     stages of a tensor-core tile), so the rows of the largest column add up to M; no row
     lists an axis grouped by 1. A split over several warps adds their states' exchange
-    (softmax at c = 77 merges 2 warps: two 16-byte buffers)."""
+    (softmax at c = 77 merges 2 warps: two 16-byte buffers). A head padded in shared memory
+    (d = 40 to 48: compiler/headpad.py) is counted padded."""
     from napkin.compiler.buffers import buffers
-    p = plan(napkin.load(name), target, shape)
+    name, _, head = name.partition(":d=")
+    p = plan(napkin.load(name, **({"d": int(head)} if head else {})), target, shape)
     for kp in p.kernels:
         rows = buffers(p, kp)
         ones = {a for a, g in kp.choice.group if g == 1}
