@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import napkin
+from napkin.compiler import stored16
 from napkin.compiler.plan import plan
 from napkin.compiler.schedule import PRODUCT
 from napkin.pipeline import run_plan
@@ -76,6 +77,9 @@ def test_projected_attentions_gradient_at_scale_runs_its_merged_products(rng):
     merged = [k for k in p.kernels if any(a.startswith("(") for a in k.model.reduced)]
     assert len(merged) >= 6 and {k.schedule.engine for k in merged} == {PRODUCT}, \
         [(k.model.reduced, k.schedule.engine) for k in p.kernels]
+    # A stored f16 as FlashAttention's O: the products R and dWo read it so, D rounded
+    said = {line.split()[0]: line for line in stored16.said(p)}
+    assert "FlashAttention's O" in said["A"], said
     b, t, m, h = 1, 37, 40, 3
     inputs = dict(X=rng.standard_normal((b, t, m)).astype(np.float16),
                   **{w: (rng.standard_normal((m, h, 16)) * m ** -0.5).astype(np.float16)
