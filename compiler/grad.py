@@ -36,6 +36,7 @@ from .diagram import Diagram
 from .gradpositions import ungather, unscan, unview
 from .gradstats import plan_statistics, same_axes
 from .gradsweep import ELEMENTWISE, Sweep
+from .reach import normalised
 from .cotangents import cotangent_line
 from .gradtext import Expr, header, product, reduce_to, strip
 
@@ -56,7 +57,8 @@ def gradient_text(d: Diagram, wrt: tuple[str, ...] | None = None, saved: bool = 
         op = ir.op(g, n)
         label = sw.names.get(n) if isinstance(op, (ir.Assign, ir.Input)) else None
         gr = sw.total(n, grads.pop(n), f"d{label}" if label else f"g{n}",
-                      force_name=isinstance(op, (ir.Assign, ir.View, ir.Gather, ir.Scan)))
+                      force_name=isinstance(op, (ir.Assign, ir.View, ir.Gather, ir.Scan)),
+                      layout=_result_layout(sw, n))
         sw.cotangent[n] = gr.text
         for a, part in _rule(sw, n, gr, active):
             if part is not None:
@@ -235,8 +237,14 @@ def _rule(sw: Sweep, n: int, gr: Expr, active: set):
                 ov = sw.value(other)
                 # a factor that is more than a name is named, so the sum is a plain product
                 # (no N0704: the summed axis is not inside a function)
-                g_, o_ = (sw.plain(e, ax, f"g{n}") for e, ax in ((gr.text, gr.axes), (ov, axes(other))))
-                out.append((mine, _contribution(sw, n, mine, g_, tuple(gr.axes), o_, axes(other))))
+                g_ = sw.plain(gr.text, gr.axes, f"g{n}", _result_layout(sw, n))
+                o_ = sw.plain(ov, axes(other), f"g{n}")
+                # FlashAttention's chains compute the scores' cotangent and the probabilities
+                # in the kernel: no product reads them through a reshape (_one_run)
+                inside = {g_} if normalised(g, n) else set()
+                inside |= {o_} if _softmax(g, other) else set()
+                out.append((mine, _contribution(sw, n, mine, g_, tuple(gr.axes), o_, axes(other),
+                                                inside)))
         return out
     if isinstance(op, ir.Reduce):
         x = args[0]
@@ -283,22 +291,25 @@ def _rule(sw: Sweep, n: int, gr: Expr, active: set):
     return []
 
 
-def _contribution(sw: Sweep, n: int, mine: int, g_: str, g_axes, o_: str, o_axes) -> Expr:
+def _contribution(sw: Sweep, n: int, mine: int, g_: str, g_axes, o_: str, o_axes,
+                  inside=frozenset()) -> Expr:
     """The product of a cotangent and the other factor, over the axes `mine` has. Where it
     sums several axes both factors have (dK of grouped-query attention: the query heads r
     and the queries q), it is a named partial over the last declared of them, kept along the
     others, and then a sum over those (FlashAttention-2's GQA backward: dK per query head,
     then summed): a kernel can stream one axis through the tensor cores, and fusion may still
     merge the two statements into one reduction over all of them.
-    Where both factors are the backward's inputs and those axes are one run, adjacent and in
-    one order in both (dWo[h d m] = dR[b t m] * A[b t h d], summing b t), it is one product:
-    local_merge.py reads the run as one axis `(b*t)` (a reshape of a loaded array), one
-    tensor-core product with no partial stored. (A computed factor, GQA's P and dS, keeps the
-    partial: FlashAttention's backward computes it in the kernel, where no reshape reads it.)"""
+    Where each factor is a backward input or a named cotangent and those axes are one run,
+    adjacent and in one order in both (dWo[h d m] = dR[b t m] * A[b t h d], summing b t;
+    `dV[b s h d] * Wv[m h d]`, summing h d, its layout chosen so: _result_layout), it is one
+    product: local_merge.py reads the run as one axis (a reshape of a stored array), one
+    tensor-core product with no partial stored. (`inside`: GQA's P and dS keep the partial,
+    FlashAttention's backward computes them in the kernel, where no reshape reads them; so
+    does a forward value, which canonical.py may compute in its reader.)"""
     mine_axes = sw.axes(mine)
     shared = [a for a in sw.g.graph["axes"]
               if a in set(g_axes) & set(o_axes) and a not in mine_axes]
-    if len(shared) < 2 or _one_run(sw, shared, g_, o_):
+    if len(shared) < 2 or _one_run(sw, shared, inside, g_, o_):
         return product(g_, g_axes, o_, o_axes, mine_axes)
     rest = shared[:-1]
     kept = tuple(a for a in sw.g.graph["axes"] if a in set(mine_axes) | set(rest))
@@ -308,12 +319,12 @@ def _contribution(sw: Sweep, n: int, mine: int, g_: str, g_axes, o_: str, o_axes
     return Expr(f"sum[{' '.join(rest)}]({partial.text})", frozenset(mine_axes))
 
 
-def _one_run(sw: Sweep, axes, *names: str) -> bool:
-    """Whether each name is a backward input whose layout holds `axes` adjacent, all in one
-    order."""
+def _one_run(sw: Sweep, axes, inside, *names: str) -> bool:
+    """Whether each name is a backward input or a named cotangent (none in `inside`) whose
+    layout holds `axes` adjacent, all in one order."""
     runs = set()
     for name in names:
-        layout = sw.loaded.get(name)
+        layout = None if name in inside else sw.layout_of(name)
         if layout is None or not set(axes) <= set(layout):
             return False
         at = sorted(layout.index(a) for a in axes)
@@ -321,3 +332,38 @@ def _one_run(sw: Sweep, axes, *names: str) -> bool:
             return False
         runs.add(layout[at[0]:at[-1] + 1])
     return len(runs) == 1
+
+
+def _result_layout(sw: Sweep, n: int) -> tuple[str, ...] | None:
+    """The layout of a contraction's result cotangent (n the contraction or the statement
+    naming it) that its two products read as runs: dY of `Y = X1 * X2` gives `dX1 = dY * X2`
+    summing the axes Y has and X1 lacks, `dX2 = dY * X1` those X2 lacks; each set, where X2
+    (X1) holds it adjacent, is laid out adjacent in that order, at its first axis's place in
+    Y (`dV[b s h d]` of `V[b h s d] = N1[b s m] * Wv[m h d]`), so both are one product over
+    a run (_contribution, local_merge.py). None where nothing moves (or n is no such value);
+    the scores' cotangent keeps its layout (FlashAttention's chains compute it in the
+    kernel)."""
+    g = sw.g
+    c = ir.operands(g, n)[0] if isinstance(ir.op(g, n), ir.Assign) else n
+    if not isinstance(ir.op(g, c), ir.Contract) or normalised(g, c):
+        return None
+    y = sw.axes(n)
+    runs = []
+    for mine, other in ((sw.axes(a), sw.axes(b)) for a, b in (ir.operands(g, c),
+                                                               ir.operands(g, c)[::-1])):
+        run = tuple(a for a in other if a in set(y) - set(mine))
+        at = [other.index(a) for a in run]
+        if len(run) > 1 and at[-1] - at[0] == len(run) - 1:
+            runs.append(run)
+    out: list[str] = []
+    for a in y:
+        if a not in out:
+            out.extend(next((r for r in runs if a in r), (a,)))
+    return tuple(out) if tuple(out) != y else None
+
+
+def _softmax(g, n: int) -> bool:
+    """Whether n is a softmax's probabilities (through names)."""
+    while isinstance(ir.op(g, n), ir.Assign):
+        n = ir.operands(g, n)[0]
+    return isinstance(ir.op(g, n), ir.Softmax)

@@ -39,6 +39,7 @@ class Sweep:
     memo: dict = field(default_factory=dict)         # (expression, axes) -> the name it has
     copies: dict = field(default_factory=dict)       # (axes, dtype, definition) -> the node copied
     loaded: dict = field(default_factory=dict)       # the backward's input name -> its axes
+    layouts: dict = field(default_factory=dict)      # a named cotangent -> its axes, in order
 
     def fresh(self, base: str) -> str:
         name = base
@@ -156,19 +157,27 @@ class Sweep:
             name = self.fresh(base)
             self.memo.setdefault(key, name)
             self.equations.append(f"{name}[{' '.join(axes)}] = {key[0]}")
+            self.layouts[name] = tuple(axes)
         return Expr(name, frozenset(axes), mask=expr.mask, layout=tuple(axes), mask_axes=expr.mask_axes)
 
-    def plain(self, text: str, axes, base: str) -> str:
-        """A name for an expression (itself when it is one)."""
+    def plain(self, text: str, axes, base: str, layout=None) -> str:
+        """A name for an expression (itself when it is one), over `layout` where given."""
         if text.isidentifier():
             return text
-        order = [a for a in self.g.graph["axes"] if a in set(axes)]
+        order = layout or [a for a in self.g.graph["axes"] if a in set(axes)]
         return self.named(Expr(text, frozenset(axes)), base, tuple(order)).text
 
+    def layout_of(self, name: str):
+        """The axes, in layout order, of an input or a named cotangent of the backward's, or
+        None (a copied forward value may be computed in its reader: canonical.py hoists N1's
+        factors out of `dWq = dQ * N1`, and no reshape reads it)."""
+        return self.loaded.get(name) or self.layouts.get(name)
+
     def total(self, n: int, parts: list[Expr], base: str, force_name: bool = False,
-              own: bool = False) -> Expr:
-        """The cotangent of node n: the sum of its contributions, named when it must be."""
-        axes = self.axes(n)
+              own: bool = False, layout=None) -> Expr:
+        """The cotangent of node n: the sum of its contributions, named when it must be (over
+        `layout`, a permutation of n's axes, where given)."""
+        axes = layout or self.axes(n)
         if len(parts) > 1:
             parts = [self.named(p, f"g{n}", tuple(a for a in axes if a in p.axes)) if p.sums else p
                      for p in parts]

@@ -15,7 +15,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
 from . import schedule as schedules
-from . import fingerprint, scatter, tensorcore, wgmma, wgmma_search
+from . import fingerprint, scatter, stored16, tensorcore, wgmma, wgmma_search
 from .columns import Column
 from .cost import Choice, Cost, evaluate
 from .kernels import FusedKernel
@@ -69,9 +69,9 @@ class KernelPlanner:
     """Plans single kernels, memoised (fusion asks about many candidate kernels)."""
 
     def __init__(self, g: DiGraph, target: Target, sizes: dict, hints, engine: str = "auto",
-                 scatter: bool = True, across: bool = True):
+                 scatter: bool = True, across: bool = True, runnable: bool = False):
         self.g, self.target, self.sizes, self.hints = g, target, sizes, list(hints)
-        self.engine = engine
+        self.engine, self.runnable = engine, runnable     # (runnable: plan.plan's retry)
         self.scatter = scatter         # False: masked sums planned dense (explain compares)
         self.across = across           # False: no chain adds a product over its rows across
                                        # blocks (chain.Across; explain and gpu_backward compare)
@@ -81,7 +81,8 @@ class KernelPlanner:
         self._graph = fingerprint.token(g)    # (the graph's contents: models are shared)
         # what a kernel's search reads beside the kernel (None: not shared, see _shared_found)
         self._problem = None if self._graph is None else (
-            self._graph, target, tuple(sizes.items()), tuple(self.hints), engine, scatter, across)
+            self._graph, target, tuple(sizes.items()), tuple(self.hints), engine, scatter, across,
+            runnable)
         try:
             hash(self._problem)
         except TypeError:                 # (a size or hint that is not a value)
@@ -163,11 +164,13 @@ class KernelPlanner:
         if self.engine != "cuda-cores":
             # forced onto tensor cores: the final plan of a kernel with a contraction; fusion's
             # quick estimates price candidates as auto does, so a kernel that would ship at
-            # scale is the kernel forced at any size
-            forced = self.engine == "tensor-cores" and not quick
+            # scale is the kernel forced at any size (`runnable`: several statements only so)
+            forced = self.engine == "tensor-cores" and (
+                not quick or self.runnable and len(k.equations) > 1)
             on_tc = self._tensor_cores(k, tried, fixed, used, None if forced else best)
             if forced and on_tc is None and self._has_contraction(k):
-                return _NotOnTensorCores(self._why_not(k, tried), self._product_span(k))
+                return _NotOnTensorCores(self._why_not(k, tried) if not quick else "",
+                                         self._product_span(k), stored16.declare(self.g, k))
             if on_tc is not None:
                 best = on_tc
         if not fixed and self.scatter:    # tiles hinted: the dense plan the hints describe
@@ -385,11 +388,12 @@ class _Infeasible:
 class _NotOnTensorCores:
     why: str
     span: object = None         # the kernel's first product, as the diagram writes it
+    fix: str = ""               # what the diagram can declare (stored16.declare)
 
     def error(self, k: FusedKernel, target: Target) -> NapkinError:
         return error("N0606", f"kernel {k.name} cannot run on tensor cores: {self.why}",
-                     self.span, help="--engine auto lets the planner choose, --engine cuda-cores keeps "
-                          "every kernel on the CUDA cores")
+                     self.span, help=self.fix + "--engine auto lets the planner choose, "
+                     "--engine cuda-cores keeps every kernel on the CUDA cores")
 
 
 def _unit(target: Target, level: str) -> str:

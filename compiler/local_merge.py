@@ -28,7 +28,10 @@ axes hold such a chain: each operand is read through an `ir.Reshape` node (in th
 statement) whose type names the merged axis, and the contraction sums over it. Where:
 - the chain's axes are contracted, adjacent and in the same order in both operands;
 - each operand is an input or another statement's array (stored in global memory, where the
-  reshape is free): a value the product's own statement computes is left alone;
+  reshape is free), also read through a view that only renames its axes (`dV[b t h d]` of
+  `dV[b s h d]`, where rename.py computes the statement under its reader's `t`): the reshape
+  reads the array, the view renames the reshape, and an axis the view renames is never
+  merged; a value the product's own statement computes is left alone;
 - none of the chain's axes is hinted (`group`/`stream`/`split`, `keep`).
 The producer's statement and the product's stay in two kernels (`g.graph["apart"]`, read by
 fusion and recomputation: clusters.py): fused, the reshape would read a value the kernel
@@ -55,7 +58,7 @@ def chains_of(g: DiGraph, c: int, keep=()) -> list[tuple[str, ...]]:
     if not isinstance(op, ir.Contract) or len(op.axes) < 2 or not _both_stored(g, c):
         return []
     x, y = (ir.type_of(g, u).axes for u in ir.operands(g, c))
-    return _runs(x, y, set(op.axes) - _excluded(g, keep))
+    return _runs(x, y, set(op.axes) - _excluded(g, keep) - _renamed(g, c))
 
 
 def kept_chains(g: DiGraph, c: int, keep=()) -> list[tuple[str, ...]]:
@@ -70,7 +73,7 @@ def kept_chains(g: DiGraph, c: int, keep=()) -> list[tuple[str, ...]]:
     out = ir.type_of(g, c).axes
     (named,) = g.successors(c)      # its layout may be another order: adjacent there too
     x, y = (ir.type_of(g, u).axes for u in ir.operands(g, c))
-    excluded = _excluded(g, keep) | _attention_rows(g)
+    excluded = _excluded(g, keep) | _attention_rows(g) | _renamed(g, c)
     return [ch for z, w in ((x, y), (y, x))
             for ch in _runs(out, z, {a for a in z if a not in w} - excluded)
             if _runs(ch, ir.type_of(g, named).axes, set(ch)) == [ch]]
@@ -110,9 +113,33 @@ def _output_only(g: DiGraph, c: int) -> bool:
 
 
 def _stored(g: DiGraph, u: int, c: int) -> bool:
-    """Whether operand u of c is read from global memory: an input or another statement's."""
+    """Whether operand u of c is read from global memory: an input or another statement's,
+    also through a view in c's statement that only renames its axes (`dV[b t h d]` of
+    `dV[b s h d]`, where rename.py computes a statement under its reader's names)."""
+    u = _viewed(g, u, c)[0]
     return isinstance(ir.op(g, u), ir.Input) or (
         g.nodes[u]["stmt"] is not None and g.nodes[u]["stmt"] != g.nodes[c]["stmt"])
+
+
+def _viewed(g: DiGraph, u: int, c: int):
+    """(the array operand u of c reads through one renaming view in c's statement, that view
+    or None)."""
+    op = ir.op(g, u)
+    if isinstance(op, ir.View) and g.nodes[u]["stmt"] == g.nodes[c]["stmt"] and \
+            len(set(op.labels)) == len(op.labels):
+        return ir.operands(g, u)[0], u
+    return u, None
+
+
+def _renamed(g: DiGraph, c: int) -> set[str]:
+    """The axes c's operands read under another name than their array's (never merged: the
+    reshape reads the array under its own names, below the view)."""
+    out = set()
+    for u in ir.operands(g, c):
+        base, view = _viewed(g, u, c)
+        if view is not None:
+            out |= {a for a, b in zip(ir.op(g, view).labels, ir.type_of(g, base).axes) if a != b}
+    return out
 
 
 def merge_products(g: DiGraph, keep=()) -> DiGraph:
@@ -142,11 +169,19 @@ def merge_products(g: DiGraph, keep=()) -> DiGraph:
             t = ir.type_of(g, u)
             if _sub(t.axes, merged) == t.axes:
                 continue
-            r = ir.add_node(g, ir.Reshape(), ir.ArrayType(_sub(t.axes, merged), t.dtype), [u],
+            base, view = _viewed(g, u, c)
+            b = ir.type_of(g, base)
+            r = ir.add_node(g, ir.Reshape(), ir.ArrayType(_sub(b.axes, merged), b.dtype), [base],
                             g.nodes[c]["span"], stmt)
+            if view is not None:        # the view renames the reshape (of the array itself)
+                labels = _sub(ir.op(g, view).labels, merged)
+                r = ir.add_node(g, ir.View(labels), ir.ArrayType(_sub(t.axes, merged), t.dtype),
+                                [r], g.nodes[c]["span"], stmt)
             ports = g.edges[u, c]["ports"]
             g.remove_edge(u, c)
             g.add_edge(r, c, array=ir.type_of(g, r), ports=ports)
+            if view is not None and g.out_degree(view) == 0:
+                g.remove_node(view)
         g.nodes[c]["op"] = replace(ir.op(g, c), axes=_sub(ir.op(g, c).axes, merged))
         if _sub(ir.type_of(g, c).axes, merged) != ir.type_of(g, c).axes:
             _retyped(g, c, merged)
@@ -175,6 +210,9 @@ def with_apart(g: DiGraph) -> DiGraph:
         if isinstance(ir.op(g, r), ir.Reshape) for u in ir.operands(g, r)
         if g.nodes[u]["stmt"] is not None}))
     return g
+
+
+
 
 
 def parts(g: DiGraph, axis: str) -> tuple[str, ...]:

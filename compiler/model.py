@@ -155,6 +155,8 @@ def storage_dtype(g: DiGraph, n: int) -> str:
     op = ir.op(g, n)
     if isinstance(op, ir.Input):
         return op.dtype
+    if isinstance(op, VIEWS):           # the array's own memory, relabelled or reshaped
+        return storage_dtype(g, ir.operands(g, n)[0])
     for v in g.successors(n):
         if isinstance(ir.op(g, v), ir.Output):
             return ir.op(g, v).dtype
@@ -199,7 +201,10 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
             continue  # a name for a value already counted
         if isinstance(op, VIEWS):
             base = _view_base(g, n)
-            if base in k.loads:   # the same global array seen along other axes: loaded again
+            seen = [v for v in g.successors(n) if v in members]
+            if seen and all(isinstance(ir.op(g, v), VIEWS) for v in seen):
+                pass        # (seen only through another view, `dV[b s (h*d)]` renamed: there)
+            elif base in k.loads:   # the same global array seen along other axes: loaded again
                 shown = " ".join(getattr(op, "labels", t.axes))     # (a reshape: its axes)
                 arrays.append(Array(n, f"{array_name(g, base)}[{shown}]",
                                     "load", t.axes, BYTES[storage_dtype(g, base)],

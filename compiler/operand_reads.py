@@ -30,6 +30,15 @@ def renames(g, n: int) -> int | None:
     return n
 
 
+def views_of(g, n: int) -> list[int]:
+    """The views n reads its array through (n first; none where n is no view)."""
+    out = []
+    while isinstance(ir.op(g, n), VIEWS):
+        out.append(n)
+        n = ir.operands(g, n)[0]
+    return out
+
+
 def from_loads(g, n: int, members, loads) -> set | None:
     """The kernel's nodes computing n elementwise from loads (n included), or None when a
     reduction, a gather or a scan is on the way."""

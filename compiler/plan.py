@@ -204,9 +204,10 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
 
 
 def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
-                 across: bool = True) -> Fused:
+                 across: bool = True, runnable: bool = False) -> Fused:
     """Stage `fuse`: the kernels (one per equation without fusion), and the split of a reduced
-    axis across blocks when one is hinted or predicted faster (splitting.py)."""
+    axis across blocks when one is hinted or predicted faster (splitting.py); `runnable`: of
+    several statements only kernels the forced engine can run."""
     from .fuse import regroup, unfused_kernels
     check_engine(engine)
 
@@ -220,7 +221,8 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
         held = planners.get(id(pr))
         if held is None or held[0] is not pr:
             held = planners[id(pr)] = (pr, KernelPlanner(pr.graph, pr.target, pr.sizes,
-                                                         pr.hints, engine, across=across))
+                                                         pr.hints, engine, across=across,
+                                                         runnable=runnable))
         planner = held[1]
         if like is not None:
             kernels = regroup(pr.graph, [(k.equations, k.recomputed) for k in like.kernels])
@@ -282,7 +284,25 @@ def _forced_split_said(fused: Fused, fn):
 def tile(fused: Fused, merge: str = "auto") -> Plan:
     """Stage `tile`: every kernel's schedule, cost and hints used; a split's merge in its
     own kernels or in the partial kernel's last blocks (`merge`: auto, kernel or last-block;
-    last_block.py)."""
+    last_block.py). Under `--engine tensor-cores`, a kernel fusion made as auto prices it and
+    the engine refuses (N0606) is fused again of kernels the engine runs (`runnable`); where
+    that fails too, the error whose help names a declaration, else the first."""
+    try:
+        return _tile(fused, merge)
+    except NapkinError as exc:
+        planner = fused.planner
+        if planner.engine != "tensor-cores" or planner.runnable or exc.diagnostics[0].code != \
+                "N0606" or all(len(k.equations) == 1 for k in fused.kernels):
+            raise
+        try:
+            return _tile(fuse_kernels(fused.problem, planner.engine, across=planner.across,
+                                      runnable=True), merge)
+        except NapkinError as again:
+            raise (again if (again.diagnostics[0].help or "").startswith("declare")
+                   else exc) from None
+
+
+def _tile(fused: Fused, merge: str) -> Plan:
     fused = _in_diagram(fused.problem.diagram, lambda: stored16_stages.applied(fused))
     pr = fused.problem
 

@@ -54,15 +54,15 @@ def complete_sizes(g: DiGraph, sizes: dict) -> dict:
     """`sizes` with every axis of `g` the diagram itself does not size (a split's p_x and
     s_x, a merged axis `(h*d)`): the one place derived sizes are computed (run time and
     planning alike)."""
-    out = merge.sizes_of(g, sizes)
+    out = dict(sizes)
+    for name, info in g.graph["axes"].items():      # (static parts first: `(h*d)`, d = 16)
+        if name not in out and info.derived is None and info.size is not None:
+            out[name] = info.size
+    out = merge.sizes_of(g, out)
     for name, info in g.graph["axes"].items():
-        if name in out:
-            continue
-        if info.derived is not None:
+        if name not in out and info.derived is not None:
             source, parts = info.derived
             out[name] = share(out[source], parts)
-        elif info.size is not None:
-            out[name] = info.size
     return out
 
 

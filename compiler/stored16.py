@@ -33,6 +33,9 @@ stage after: the model's bytes and engines, the producer's store, the consumer's
   16-bit, staged rounded as FlashAttention's P is. This trades precision (one rounding of the cotangent, docs/
   gradients.md), so stored16_stages takes it only where the model predicts the kernels that
   store or load what it adds faster; `read_elementwise` records which (explain says so).
+  An attention's output (`A = softmax[s](S) * V`) in a gradient qualifies so too: it is
+  FlashAttention's O, which its backward reads in the inputs' dtype for the row term
+  D = sum[d](dO * O) (the block's A, read by `R = X + A * Wo`, `dWo = dR * A` and D).
 """
 
 from __future__ import annotations
@@ -85,7 +88,8 @@ def decide(g: DiGraph, kernels, target, cotangents: frozenset = frozenset()) -> 
     links: dict = {v: set() for v in stored}
     concrete: dict = {v: set() for v in stored}
     bad = set()
-    loose = {v for v in stored if v in cotangents and _computed_from(g, v) in SIXTEEN}
+    loose = {v for v in stored if (v in cotangents or cotangents and _attention_output(g, v))
+             and _computed_from(g, v) in SIXTEEN}
     loose_computed = {v for v in cotangents if v not in stored and
                       _computed_from(g, v) in SIXTEEN} if cotangents else set()
     for v, s in stored.items():
@@ -172,6 +176,16 @@ def _partners(g: DiGraph, v: int, chosen: dict):
                 yield y if x == v else x
 
 
+def _attention_output(g: DiGraph, v: int) -> bool:
+    """Whether v is an attention's output, a softmax's product with V (in a gradient,
+    FlashAttention's O: stored in the inputs' dtype, its row term D = sum(dO * O) reads it
+    rounded)."""
+    while isinstance(ir.op(g, v), ir.Assign):
+        v = ir.operands(g, v)[0]
+    return isinstance(ir.op(g, v), ir.Contract) and any(
+        isinstance(ir.op(g, _source(g, u)), ir.Softmax) for u in ir.operands(g, v))
+
+
 def _attention_operand(g: DiGraph, v: int) -> bool:
     """Whether a contraction reading v (through names and views) is attention's: its scores
     normalised by a softmax, or a softmax's product with V."""
@@ -201,10 +215,33 @@ def said(plan) -> list[str]:
     g = plan.graph
     cot = cotangents_decided(g)
     return [f"{array_name(g, n)} stored as {dt}: " + (
+        "an attention's output, as FlashAttention's O (its row term D reads it rounded)"
+        if n in cot and _attention_output(g, n) else
         "a cotangent that tensor-core products read (its other readers take it rounded, "
         "as frameworks keep gradients in the inputs' dtype)" if n in cot else
         "read only by tensor-core products (rounded to it there anyway)")
         for n, dt in decided(g).items()]
+
+
+def declare(g: DiGraph, k) -> str:
+    """N0606's fix where kernel k's products read f32 intermediates this decision left f32
+    (a partner of theirs is read elementwise, or computed from an f32 input: a saved
+    statistic): declaring them 16-bit (`Q[b h t d]: f16 = ...`) puts them on the tensor cores;
+    empty where none."""
+    from .model import array_name, storage_dtype
+    found, loads = {}, {through(g, n) for n in k.loads}
+    for c in k.nodes:
+        if isinstance(ir.op(g, c), ir.Contract):
+            for u in ir.operands(g, c):
+                p = _source(g, u)
+                if p in loads and _candidate(g, p) and storage_dtype(g, p) == "f32" and \
+                        array_name(g, p).isidentifier():
+                    found[array_name(g, p)] = ir.type_of(g, p).axes
+    if not found:
+        return ""
+    (name, axes), *_ = found.items()
+    return (f"declare {', '.join(f'`{n}`' for n in found)} 16-bit (`{name}[{' '.join(axes)}]: "
+            "f16 = ...`: the tensor cores read it); ")
 
 
 def _candidate(g: DiGraph, s: int) -> bool:

@@ -23,7 +23,8 @@ def fusion_planner(pr, planner):
     g = stored16.anticipated(pr.graph, pr.target, _cotangents(pr))
     if g is pr.graph:
         return planner
-    return KernelPlanner(g, pr.target, pr.sizes, pr.hints, planner.engine, across=planner.across)
+    return KernelPlanner(g, pr.target, pr.sizes, pr.hints, planner.engine, across=planner.across,
+                          runnable=planner.runnable)
 
 
 def applied(fused):
@@ -66,7 +67,8 @@ def _settled(fused, chosen: dict, cot):
         g2 = stored16.with_decision(pr.graph, chosen, cot and stored16.read_elementwise(
             pr.graph, fused.kernels, chosen))
         planner2 = KernelPlanner(g2, pr.target, pr.sizes, pr.hints, planner.engine,
-                                 across=planner.across)
+                                 across=planner.across,
+                          runnable=planner.runnable)
         plans = [planner2.plan(k, strict=False) for k in fused.kernels]
         if any(p is None for p in plans):
             return None

@@ -31,7 +31,7 @@ from .cost import Choice, Choices, Cost, evaluate
 from .pick import fits
 from .flash import FlashSite
 from .model import Model, kernel_model, storage_dtype
-from .operand_reads import from_loads, renamed_from, renames, vector_loads
+from .operand_reads import from_loads, renamed_from, renames, vector_loads, views_of
 from .target import Target
 from .warps import FRAGMENT
 
@@ -201,8 +201,8 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
         why = _stat(g, n, st.axis, (rx, ry), batch)
         if why:
             return why
-    skipped = loads | {x, y} | set(masked) | {m for found in staged.values() for m in found}
-    skipped -= set(kernel.stores)
+    skipped = (loads | {x, y} | set(masked) | {m for found in staged.values() for m in found} |
+               {m for n in (x, y) if loaded(n) for m in views_of(g, n)}) - set(kernel.stores)
     for n in set(kernel.nodes) | set(kernel.stores):
         if n in skipped or (windows and is_free(g, n)):      # the windows' position and mask
             continue
