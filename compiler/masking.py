@@ -53,6 +53,7 @@ def chunk_mask(g, st, loads=(), nodes=()) -> tuple | None:
         conds.append(expr)
     if not conds:
         return None
+    conds = list(dict.fromkeys(conds))     # (a softmax and a logsumexp of one masked score)
     out = conds[0]
     for c in conds[1:]:
         out = ("or", out, c)
