@@ -5,11 +5,13 @@ branch is not taken. The reference computes every operand over every point, so i
 position clamped to the nearest row (as the emitted CUDA does) and carries, next to each value,
 where it holds such a read (`Outside`: a boolean mask over the value's axes and the N0407 of
 the first gather that read outside): through elementwise functions, views, assignments and
-gathers (a position computed from one, or a row read from one); `where` keeps only its taken
-branch's (and its condition's, where the branches differ: where they agree the value does
-not depend on it, as in a backward's scatter `where(P[t e_] == e, g[t e_], 0)` whose cotangent
-is 0 where the forward did not use the gathered positions P). Any other operation (a reduction, a product, a softmax, a
-scan, an output) that receives such a value uses it: the gather's N0407 is raised there.
+gathers (a position computed from one, or a row read from one), and through reductions,
+products, softmaxes and scans, whose result holds one wherever a position it folds did (so
+`where(ids >= 0, X * W[ids[t] m], 0)` reads rows -1 in a contraction whose result is not
+used); `where` keeps only its taken branch's (and its condition's, where the branches differ:
+where they agree the value does not depend on it, as in a backward's scatter `where(P[t e_] ==
+e, g[t e_], 0)` whose cotangent is 0 where the forward did not use the gathered positions P).
+An output that receives such a value uses it: the gather's N0407 is raised there.
 The interpreter clamps too and asks the reference whenever one of its gathers read outside.
 """
 
@@ -27,6 +29,8 @@ from .labelled import Labelled, relabel
 
 # operations through which a value read outside its axis is carried, not used
 CARRIED = (ir.Map, ir.View, ir.Assign)
+# ... and those that fold it along axes: their result holds it where a position folded did
+FOLDING = (ir.Reduce, ir.Contract, ir.Softmax, ir.Scan)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ def carried(g, n: int, args: list[Labelled], held: list) -> Outside | None:
     if all(h is None for h in held):
         return None
     op, out = ir.op(g, n), ir.type_of(g, n)
+    if isinstance(op, FOLDING):
+        return _folded(op, out.axes, args, held)
     if not isinstance(op, CARRIED):
         raise next(h.error for h in held if h is not None)
     if isinstance(op, ir.View):
@@ -88,6 +94,23 @@ def carried(g, n: int, args: list[Labelled], held: list) -> Outside | None:
         masks[2] = None if masks[2] is None else masks[2] & (~cond | unsure)
     return _joined([Outside(Labelled(m, out.axes), h.error) for m, h in zip(masks, held)
                     if m is not None], out.axes)
+
+
+def _folded(op, axes: tuple, args: list[Labelled], held: list) -> Outside | None:
+    """A reduction's, product's, softmax's or scan's Outside: any over the axes it folds (those
+    of its operands it drops, and a softmax's or scan's own, along which every position
+    depends on the others) for each point of its result."""
+    full = tuple(dict.fromkeys(axes + tuple(a for arg in args for a in arg.axes)))
+    along = set(op.axes) if isinstance(op, (ir.Softmax, ir.Scan)) else set()
+    folded = tuple(i for i, a in enumerate(full) if a not in axes or a in along)
+    kept = tuple(a for a in full if a in axes)
+    found = []
+    for h in held:
+        if h is not None:
+            mask = h.mask.aligned(full).any(axis=folded, keepdims=True)
+            found.append(Outside(Labelled(mask.reshape([mask.shape[full.index(a)] for a in kept]),
+                                          kept), h.error))
+    return _joined(found, axes)
 
 
 def _joined(found: list[Outside], axes: tuple) -> Outside | None:
