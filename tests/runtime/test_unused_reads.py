@@ -158,3 +158,21 @@ def test_a_read_outside_folded_into_a_value_used_is_still_n0407(text, rng):
             napkin.run(head + text + "\n", X, W, idx, backend=backend)
         diag = exc.value.diagnostics[0]
         assert diag.code == "N0407" and "of `W` is -1 at t=1" in diag.message
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret"])
+@pytest.mark.parametrize("text", [
+    "Y[t e] = where(t > 0, W[idx[t] e], 0.0)\nout Y: f32",
+    "Y[t] = where(t > 0, sum[e](W[idx[t] e]), 0.0)\nout Y: f32",
+    "Z[e t] = W[idx[t] e]\nY[t e] = where(t > 0, Z[e t] * 2.0, 0.0)\nout Y: f32",
+])
+def test_n0407_names_a_read_that_is_used(backend, text, rng):
+    """The message gives the first point whose read outside is used (t=2, id 5), not the first
+    the gather made (t=0, id -1, in the branch not taken: no error by itself)."""
+    W = rng.uniform(-1, 1, (4, 3)).astype(np.float32)
+    idx = np.array([-1, 0, 5, 1], np.int32)
+    with pytest.raises(NapkinError) as exc:
+        napkin.run("axis t, e, v\nin W[v e]: f32\nin idx[t]: i32\n" + text + "\n", W, idx,
+                   backend=backend)
+    diag = exc.value.diagnostics[0]
+    assert diag.code == "N0407" and "of `W` is 5 at t=2," in diag.message, diag.message
