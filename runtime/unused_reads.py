@@ -130,6 +130,8 @@ def carried(g, n: int, args: list[Labelled], held: list) -> Outside | None:
         if held[0] is not None:     # used only where the branches differ (NaNs differ):
             keep[0] = ~(args[1].aligned(out.axes) == args[2].aligned(out.axes))
         keep[1], keep[2] = cond | unsure, ~cond | unsure
+    if isinstance(op, ir.Map) and op.fn == "mul":
+        keep = _not_times_zero(args, held, out.axes)
     found = []
     for h, k in zip(held, keep):
         if h is not None:
@@ -146,11 +148,24 @@ def _folded(op, axes: tuple, args: list[Labelled], held: list) -> Outside | None
     along = set(op.axes) if isinstance(op, (ir.Softmax, ir.Scan)) else set()
     folded = tuple(i for i, a in enumerate(full) if a not in axes or a in along)
     kept = tuple(a for a in full if a in axes)
+    keep = _not_times_zero(args, held, full) if isinstance(op, ir.Contract) else [True] * len(held)
 
-    def fold(f: Labelled) -> Labelled:
-        low = f.aligned(full).min(axis=folded, keepdims=True, initial=NONE)
-        return Labelled(low.reshape([low.shape[full.index(a)] for a in kept]), kept)
-    return _joined([p for h in held if h is not None for p in _each(h, fold)])
+    def fold(k):
+        def folded_first(f: Labelled) -> Labelled:
+            low = np.where(k, f.aligned(full), NONE).min(axis=folded, keepdims=True, initial=NONE)
+            return Labelled(low.reshape([low.shape[full.index(a)] for a in kept]), kept)
+        return folded_first
+    return _joined([p for h, k in zip(held, keep) if h is not None for p in _each(h, fold(k))])
+
+
+def _not_times_zero(args: list[Labelled], held: list, axes: tuple) -> list:
+    """Where each factor of a product is used: not where another factor is exactly 0 (and
+    read in bounds), as a backward's `g7 * W[ids[t k] m f]` whose cotangent g7 a where zeroed
+    at the ids read outside (0 times the clamped row is 0, as the emitted CUDA computes it)."""
+    zero = [(a.aligned(axes) == 0) & (True if h is None else ~h.mask(axes))
+            for a, h in zip(args, held)]
+    return [~np.logical_or.reduce([z for j, z in enumerate(zero) if j != i] or [False])
+            for i in range(len(args))]
 
 
 def _joined(found: list[Part]) -> Outside | None:
