@@ -18,6 +18,7 @@ The interpreter clamps too and asks the reference whenever one of its gathers re
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -164,7 +165,7 @@ def _not_times_zero(args: list[Labelled], held: list, axes: tuple) -> list:
     at the ids read outside (0 times the clamped row is 0, as the emitted CUDA computes it)."""
     zero = [(a.aligned(axes) == 0) & (True if h is None else ~h.mask(axes))
             for a, h in zip(args, held)]
-    return [~np.logical_or.reduce([z for j, z in enumerate(zero) if j != i] or [False])
+    return [~functools.reduce(np.logical_or, [z for j, z in enumerate(zero) if j != i], False)
             for i in range(len(args))]
 
 
