@@ -7,7 +7,9 @@ storage dtypes, `naive_lowp` is the reference computed naively in low
 precision, and `order` (optional, per element) is the bound `bound.evaluate`
 gives for any f32 evaluation order: NumPy's pairwise sum is one order, a
 kernel's lanes summing sequentially another (Higham's gamma_{n-1} * sum|x_i|).
-NaN and infinities must appear in exactly the same places.
+NaN and infinities must appear in exactly the same places, the reference's as stored: a finite
+value past the dtype's largest is inf of its sign there (language.md), within the budget of it
+either may be.
 """
 
 from __future__ import annotations
