@@ -153,7 +153,8 @@ def _folded(op, axes: tuple, args: list[Labelled], held: list) -> Outside | None
 
     def fold(k):
         def folded_first(f: Labelled) -> Labelled:
-            low = np.where(k, f.aligned(full), NONE).min(axis=folded, keepdims=True, initial=NONE)
+            first = f.aligned(full) if np.all(k) else np.where(k, f.aligned(full), NONE)
+            low = first.min(axis=folded, keepdims=True, initial=NONE)   # (no product: no copy)
             return Labelled(low.reshape([low.shape[full.index(a)] for a in kept]), kept)
         return folded_first
     return _joined([p for h, k in zip(held, keep) if h is not None for p in _each(h, fold(k))])
