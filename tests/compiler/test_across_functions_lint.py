@@ -1,7 +1,8 @@
 """N0704: one axis contracted once over three or more factors, some inside a function
 (`silu(X * Wg) * (X * Wu)`). A softmax or scan along the contracted axis is one factor: the
 mask and scores inside it are not factors of the product (masked attention in one statement
-was warned about, with a hint to rename `x` that would change what it computes)."""
+was warned about, with a hint to rename `x` that would change what it computes), and so is an
+index of the axis (`A * where(x < len[b], V, 0.0)`, a paged cache's values masked)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def _n0704(line: str):
     "O[t e] = softmax[x](where(kpos[x] <= pos[t], S, -inf)) * V",   # a mask from two arrays
     "O[t e] = softmax[x](where(kpos <= 3, S * U, -inf)) * V",
     "O[t e] = cumsum[x](exp(S) * U) * V",
+    "O[t e] = S * where(x < pos[t], V, 0.0)",              # an index is no factor
+    "O[t e] = S * V * exp(float(x) * 0.5)",
 ])
 def test_a_softmax_or_scan_along_the_axis_is_one_factor(line):
     assert _n0704(line) == []
