@@ -103,12 +103,18 @@ def across_functions(root: RNode) -> list[tuple[str, RNode]]:
 
 
 def _count(node: RNode, axis: str) -> tuple[int, bool]:
-    """(array factors holding `axis` below `node`, whether one is under a non-product)."""
+    """(array factors holding `axis` below `node`, whether one is under a non-product). A
+    softmax or scan along `axis` is one factor, as `_lowest_common` takes it: the masks and
+    scores inside it are not factors of the contraction (`softmax[x](where(kpos[x] <= pos,
+    S, -inf)) * V` is attention, with two factors); an index of the axis is no factor
+    either (`A * where(x < len[b], V, 0.0)` masks V: two factors)."""
     leaves, hidden = 0, False
     stack = [(node, False)]
     while stack:
         n, under = stack.pop()
-        if n.kind in ("array", "index") and axis in n.axes:
+        if n.kind == "index":
+            continue
+        if n.kind in ("array", "softmax", "scan") and axis in n.axes:
             leaves += 1
             hidden = hidden or under
             continue                 # (a gather is one factor, whatever its positions hold)

@@ -53,6 +53,7 @@ def chunk_mask(g, st, loads=(), nodes=()) -> tuple | None:
         conds.append(expr)
     if not conds:
         return None
+    conds = list(dict.fromkeys(conds))     # (a softmax and a logsumexp of one masked score)
     out = conds[0]
     for c in conds[1:]:
         out = ("or", out, c)
@@ -181,14 +182,17 @@ DATA_DTYPES = ("i32", "i64", "bool")
 class PlanningData:
     """An integer or boolean input's values given for planning (`napkin explain --data`): the
     model counts the chunks its mask skips on them. Hashes by content, so plans and the
-    fraction cache key on it."""
+    fraction cache key on it. The values keep the dtype they were given in (plan.planning_data
+    refuses floats with N0608, then converts integers and booleans to int64): a conversion
+    here had made 0.7 a document id 0 before the check could see a float."""
 
     def __init__(self, name: str, values):
         import hashlib
         self.name = name
-        self.values = np.ascontiguousarray(values, dtype=np.int64)
+        self.values = np.ascontiguousarray(values)
         self.values.setflags(write=False)
-        digest = hashlib.sha1(repr(self.values.shape).encode() + self.values.tobytes())
+        digest = hashlib.sha1(repr((self.values.shape, self.values.dtype.str)).encode()
+                              + self.values.tobytes())
         self.digest = digest.hexdigest()
 
     def __hash__(self):

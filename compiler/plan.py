@@ -145,7 +145,7 @@ def planning_data(diagram: Diagram, sizes: dict, data: dict) -> dict:
                         "sizes", diagram.ir.nodes[n].get("span"),
                         help="give integer values of the input's shape at the sizes "
                         "planned for (--shape)")
-        out[name] = PlanningData(name, arr)
+        out[name] = PlanningData(name, arr.astype(np.int64))
     return out
 
 

@@ -75,7 +75,10 @@ def check_output(path: str | os.PathLike | None, reads=()) -> None:
     else:
         parent = target.parent
         if not parent.is_dir():
-            raise _cannot(path, f"the directory {Path(path).parent} does not exist")
+            named = Path(path).parent      # (as written, unless a link leads elsewhere)
+            where = named if os.path.realpath(named) == str(parent) else \
+                f"{parent} (where the link {path} leads)"
+            raise _cannot(path, f"the directory {where} does not exist")
         ok = os.access(parent, os.W_OK | os.X_OK)
     if not ok:
         raise _cannot(path, "permission denied")

@@ -59,7 +59,7 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
         if isinstance(op, ir.Output):
             data = args[0].aligned(out.axes)
             integer = op.dtype in ir.INT_DTYPES
-            results[op.name] = data.astype(dtypes.numpy_dtype(op.dtype)) if lowp or integer \
+            results[op.name] = dtypes.stored(data, op.dtype)[0] if lowp or integer \
                 else np.array(data, dtype=np.float64)
             continue
         if isinstance(op, ir.Gather):

@@ -77,3 +77,16 @@ def test_bench_refuses_json_and_csv_onto_one_file(capsys, tmp_path, monkeypatch)
     status, err = _cli(capsys, "bench", "softmax", "--shape", "r=4,c=8", "--json", "b.json",
                        "--csv", "b.csv")
     assert status == 3 and "N0901" in err, err          # apart: on to the missing GPU
+
+
+def test_a_link_into_a_missing_directory_names_that_directory(capsys, tmp_path):
+    """The directory that is missing is the link's target's, not the link's own (which
+    exists: N0807 said it did not)."""
+    os.symlink(tmp_path / "gone" / "x.cu", tmp_path / "link.cu")
+    status, err = _cli(capsys, "compile", "matmul", "-o", str(tmp_path / "link.cu"))
+    assert status == 1 and "error[N0807]" in err, err
+    assert f"the directory {tmp_path / 'gone'} (where the link {tmp_path / 'link.cu'} leads) " \
+        "does not exist" in err, err
+    status, err = _cli(capsys, "compile", "matmul", "-o", str(tmp_path / "new" / "x.cu"))
+    assert f"the directory {tmp_path / 'new'} does not exist" in err, err
+    assert not os.path.exists(tmp_path / "gone")

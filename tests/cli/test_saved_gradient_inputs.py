@@ -65,8 +65,17 @@ def test_a_saved_gradient_of_a_library_diagram_and_of_some_inputs(tmp_path, caps
 
 
 def test_without_its_forward_the_inputs_are_called_inconsistent_not_a_bug(saved_gradient,
-                                                                         capsys):
+                                                                         capsys, monkeypatch):
     (saved_gradient.parent / "att.napkin").unlink()
+    status, out, err = _cli(capsys, "run", str(saved_gradient), "--shape", "q=9,x=13", "--check")
+    # random statistics overflow f16 in the gradient: the reference as stored overflows alike
+    # (inf is what the diagram means there), so the verdict is a match, with the warning
+    assert status == 0 and "`O_saved` are random" in err, err
+    assert "DOES NOT MATCH" not in out and "bug in napkin" not in err
+    from napkin.commands import run
+    from napkin.runtime.compare import Verdict
+    monkeypatch.setattr(run.compare, "against_reference", lambda d, inputs, named, **kw: {
+        name: Verdict(False, 1.0, 0.0, f"{name}: max error 1 > budget 0") for name in named})
     status, out, err = _cli(capsys, "run", str(saved_gradient), "--shape", "q=9,x=13", "--check")
     assert status == 1, (status, err)
     assert "`O_saved` are random" in err and "inconsistent inputs" in err

@@ -176,3 +176,14 @@ def test_engine_buffers_name_an_operand_computed_by_an_earlier_kernel():
               "y": rng.uniform(-1, 1, (3, 33)).astype(np.float32)}
     ref, low, order = references(d, inputs, small)
     assert check(interpret(small, inputs)["s"], ref["s"], low["s"], "f32", "s", order["s"]).ok
+
+
+def test_a_mask_read_by_a_softmax_and_a_logsumexp_is_named_once():
+    """Both reductions of one masked score skip the same chunks: the condition is one
+    disjunct (it was printed `(c) or (c)`, and the model held it twice)."""
+    d = napkin.load("axis q, x\naxis d = 16\nin Q[q d]: f16, K[x d]: f16, V[x d]: f16\n"
+                    "S[q x] = where(x <= q, Q * K, -inf)\nO[q d] = softmax[x](S) * V\n"
+                    "L[q] = logsumexp[x](S)\nout O: f16, L: f32\n")
+    skips = [k["streaming"]["skips"] for k in report(plan(d, "h100", {"q": 40, "x": 40}))["kernels"]
+             if k["streaming"] and k["streaming"].get("skips")]
+    assert [s["condition"] for s in skips] == ["x <= q"]

@@ -104,6 +104,18 @@ def test_planning_data_is_checked():
         plan(d, "h100", shape, data={"doc": np.zeros(99, np.int32)})
     with pytest.raises(NapkinError, match="N0608.*not an integer or boolean input"):
         plan(d, "h100", shape, data={"Q": np.zeros(100, np.int32)})
+    # floats are refused, not truncated into ids (0.7 had become document 0), whether given
+    # to plan() or through the pipeline's options (napkin explain --data), and the message
+    # names the dtype given
+    ids = np.repeat([0.0, 0.7], 50)
+    with pytest.raises(NapkinError, match="N0608.*dtype float64"):
+        plan(d, "h100", shape, data={"doc": ids})
+    from napkin.pipeline import Options, plan as pipeline_plan
+    with pytest.raises(NapkinError, match="N0608.*dtype float64"):
+        pipeline_plan(d, Options.make(target="h100", shape=shape, data={"doc": ids}))
+    with pytest.raises(NapkinError, match="N0608.*shape \\(99,\\) and dtype int32"):
+        pipeline_plan(d, Options.make(target="h100", shape=shape,
+                                      data={"doc": np.zeros(99, np.int32)}))
 
 
 def test_explain_plans_on_ids_from_a_file(tmp_path, capsys):

@@ -1,7 +1,8 @@
 """A gathered position outside its axis in the branch of a `where` not taken is no error
 (docs/language.md, runtime/unused_reads.py): the reference and the interpreter read it clamped,
-as the emitted CUDA does, and raise N0407 only where the value is used (an output, a
-reduction, a product, a softmax). Values against NumPy; the emulator agrees."""
+as the emitted CUDA does, and raise N0407 only where the value is used (where it reaches an
+output: a reduction, a product, a softmax or a scan folds it into its result, which a where may
+still not use). Values against NumPy; the emulator agrees."""
 
 from __future__ import annotations
 
@@ -106,3 +107,112 @@ def test_the_gradient_of_a_gather_at_positions_read_in_a_branch_not_taken(backen
         for j in range(e - 1):
             want[i, index[i, j + 1]] += dY[i, j]
     np.testing.assert_allclose(dX, want, rtol=1e-6, atol=1e-6)
+
+
+GUARDED = """\
+axis t, e, v
+in X[t e]: f32
+in W[v e]: f32
+in idx[t]: i32               # -1 pads
+Y[t] = where(idx >= 0, X * W[idx[t] e], 0.0)
+s[t] = where(idx >= 0, logsumexp[e](W[idx[t] e]), -inf)
+C[t e] = where(idx >= 0, cumsum[e](W[idx[t] e]), 0.0)
+P[t e] = where(idx >= 0, softmax[e](W[idx[t] e] * X), 0.0)
+out Y, s, C, P: f32
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_read_outside_folded_in_a_branch_not_taken_is_no_error(backend, rng):
+    """A product, reduction, scan or softmax of rows read at -1 in a where's branch not taken
+    folds them into results the where does not use (an MoE's `where(ids >= 0, X * W[ids[t] m],
+    0)`): no error, as on the emulator (the reference and the interpreter raised N0407 at the
+    product, which uses no such value where the where takes its branch)."""
+    X = rng.uniform(-1, 1, (7, 5)).astype(np.float32)
+    W = rng.uniform(-1, 1, (4, 5)).astype(np.float32)
+    idx = np.array([0, -1, 3, -7, 2, 1, -1], np.int32)
+    Y, s, C, P = napkin.run(GUARDED, X, W, idx, backend=backend)
+    ok = idx >= 0
+    rows = W.astype(np.float64)[np.where(ok, idx, 0)]
+    np.testing.assert_allclose(Y, np.where(ok, (X * rows).sum(1), 0), rtol=1e-5, atol=1e-6)
+    lse = np.log(np.exp(rows).sum(1))
+    np.testing.assert_allclose(s, np.where(ok, lse, -np.inf), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(C, np.where(ok[:, None], rows.cumsum(1), 0), rtol=1e-5, atol=1e-6)
+    e = np.exp(rows * X)
+    np.testing.assert_allclose(P, np.where(ok[:, None], e / e.sum(1, keepdims=True), 0),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("text", [
+    "Y[] = sum[t](X * W[idx[t] e])\nout Y: f32",                        # a product
+    "Y[t] = where(idx >= -1, X * W[idx[t] e], 0.0)\nout Y: f32",        # the branch taken
+    "Y[t e] = where(idx >= 0, 0.0, softmax[t](W[idx[t] e]))\nout Y: f32",   # across rows
+])
+def test_a_read_outside_folded_into_a_value_used_is_still_n0407(text, rng):
+    X = rng.uniform(-1, 1, (7, 5)).astype(np.float32)
+    W = rng.uniform(-1, 1, (4, 5)).astype(np.float32)
+    idx = np.array([0, -1, 3, -7, 2, 1, -1], np.int32)
+    head = "axis t, e, v\nin X[t e]: f32\nin W[v e]: f32\nin idx[t]: i32\n"
+    for backend in ("reference", "interpret"):
+        with pytest.raises(NapkinError) as exc:
+            napkin.run(head + text + "\n", X, W, idx, backend=backend)
+        diag = exc.value.diagnostics[0]
+        assert diag.code == "N0407" and "of `W` is -1 at t=1" in diag.message
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret"])
+@pytest.mark.parametrize("text", [
+    "Y[t e] = where(t > 0, W[idx[t] e], 0.0)\nout Y: f32",
+    "Y[t] = where(t > 0, sum[e](W[idx[t] e]), 0.0)\nout Y: f32",
+    "Z[e t] = W[idx[t] e]\nY[t e] = where(t > 0, Z[e t] * 2.0, 0.0)\nout Y: f32",
+])
+def test_n0407_names_a_read_that_is_used(backend, text, rng):
+    """The message gives the first point whose read outside is used (t=2, id 5), not the first
+    the gather made (t=0, id -1, in the branch not taken: no error by itself)."""
+    W = rng.uniform(-1, 1, (4, 3)).astype(np.float32)
+    idx = np.array([-1, 0, 5, 1], np.int32)
+    with pytest.raises(NapkinError) as exc:
+        napkin.run("axis t, e, v\nin W[v e]: f32\nin idx[t]: i32\n" + text + "\n", W, idx,
+                   backend=backend)
+    diag = exc.value.diagnostics[0]
+    assert diag.code == "N0407" and "of `W` is 5 at t=2," in diag.message, diag.message
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_gradient_of_a_guarded_expert_read(backend, rng):
+    """The backward of `where(ids >= 0, W[ids[t k] m f] * X, 0)` multiplies the gathered rows
+    by a cotangent the where zeroed at the ids -1 (`dX_f = g7 * t6`, a contraction over k): 0
+    times the clamped row is no use of it (it was N0407 on the reference and the interpreter
+    for a forward they ran). Values against the reference's own derivative in float64."""
+    from napkin.runtime.reference import evaluate
+    d = napkin.load(MOE)
+    grad = napkin.grad(d)
+    t, m, f, e, k = 6, 5, 4, 3, 2
+    ins = dict(X=rng.standard_normal((t, m)), W=rng.standard_normal((e, m, f)),
+               ids=np.array([[0, -1], [2, 1], [-1, -1], [1, 2], [0, 0], [2, -1]], np.int32),
+               gate=rng.standard_normal((t, k)), dY=rng.standard_normal((t, f)))
+    rows = np.where((ins["ids"] >= 0)[..., None, None], ins["W"][np.maximum(ins["ids"], 0)], 0)
+    H = np.einsum("tkmf,tm->tkf", rows, ins["X"])
+    gh = 0.5 * (1 + np.tanh(0.7978845608028654 * (H + 0.044715 * H ** 3)))
+    gh = gh + 0.5 * H * (1 - np.tanh(0.7978845608028654 * (H + 0.044715 * H ** 3)) ** 2) * (
+        0.7978845608028654 * (1 + 3 * 0.044715 * H * H))
+    dH = ins["dY"][:, None, :] * ins["gate"][..., None] * gh
+    want = np.einsum("tkf,tkmf->tm", dH, rows)
+    args = {a: v.astype(np.float32) if v.dtype == np.float64 else v for a, v in ins.items()}
+    dX, dW, dgate = napkin.run(grad, **args, backend=backend)
+    np.testing.assert_allclose(dX, want, rtol=1e-4, atol=1e-5)
+    exact = evaluate(grad, ins, exact=True)
+    np.testing.assert_allclose(dW, exact["dW"], rtol=1e-4, atol=1e-5)
+    assert not np.isnan(dgate).any()
+
+
+MOE = """\
+axis t, m, f, e, k
+in X[t m]: f32
+in W[e m f]: f32
+in ids[t k]: i32
+in gate[t k]: f32
+H[t k f] = where(ids >= 0, W[ids[t k] m f] * X, 0.0)
+Y[t f] = sum[k](gate * gelu(H))
+out Y: f32
+"""
