@@ -110,6 +110,15 @@ def command(diagram, sizes, backend, target_name, engine, groups, streams, split
                        "them are not probabilities (they may overflow); give consistent ones "
                        "with --inputs (napkin.statistics of the forward computes them)", err=True)
             raise click.exceptions.Exit(1)
+        held = _non_finite(d, inputs)
+        if held and all(v.ok or " in different places " in v.message for v in verdicts.values()):
+            click.echo(f"error: the outputs' NaN or inf are not where the float64 reference's "
+                       f"are, and {_names(held)} {'hold' if len(held) > 1 else 'holds'} NaN or inf: a term a mask makes 0 (a "
+                       "probability of 0 times a NaN value) is NaN in the reference, while the "
+                       "kernels skip whole masked chunks, as FlashAttention does, and leave such "
+                       "terms out (docs/language.md, NaN); give finite inputs to check the "
+                       "values", err=True)
+            raise click.exceptions.Exit(1)
         unless = (f" (unless {_names(saved)} in the --inputs file are not the forward's "
                   "statistics of its other inputs)") if saved else ""
         if all(w.ok for w in worst.values()):
@@ -119,6 +128,16 @@ def command(diagram, sizes, backend, target_name, engine, groups, streams, split
                    f"this is a bug in napkin{unless}; please report it at {REPORT_URL} with the "
                    "diagram and command", err=True)
         raise click.exceptions.Exit(101)
+
+
+def _non_finite(d, inputs: dict) -> list[str]:
+    """The floating-point inputs holding a NaN or an infinity."""
+    held = []
+    for s in d.inputs:
+        a = np.asarray(inputs[s.name])
+        if a.dtype.kind not in "biu" and not np.isfinite(a.astype(np.float64)).all():
+            held.append(s.name)
+    return held
 
 
 def _names(names) -> str:

@@ -1,0 +1,48 @@
+"""`napkin run --check` on inputs holding NaN: the kernels skip whole masked chunks (as
+FlashAttention does), so a NaN value read only where a mask gives probability 0 may not reach
+the output, while the float64 reference's 0 * NaN is NaN (docs/language.md, NaN). The check
+says so and exits 1, not 101 (a bug in napkin); with finite inputs a NaN out of place is
+still a bug."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from napkin.cli import main
+
+
+def _inputs(tmp_path, n: int, d: int, nan_key: int | None):
+    rng = np.random.default_rng(7)
+    Q, K, V = (rng.standard_normal((1, 1, n, d)).astype(np.float16) for _ in range(3))
+    if nan_key is not None:
+        V[0, 0, nan_key, 3] = np.nan      # read with probability 0 by every earlier row
+    path = tmp_path / "qkv.npz"
+    np.savez(path, Q=Q, K=K, V=V)
+    return str(path)
+
+
+def test_a_nan_value_under_a_causal_mask_is_no_bug_report(capsys, tmp_path):
+    path = _inputs(tmp_path, 70, 16, nan_key=66)
+    status = main(["run", "causal_attention", "-D", "d=16", "--inputs", path,
+                   "--backend", "emulate", "--check"])
+    out, err = capsys.readouterr()
+    assert "NaN in different places" in out, out           # rows < 64 skip key 66's chunk
+    assert status == 1, (out, err)
+    assert "`V` holds NaN or inf" in err and "bug" not in err, err
+
+
+def test_a_nan_out_of_place_on_finite_inputs_is_still_a_bug(capsys, tmp_path, monkeypatch):
+    from napkin.kernel import Kernel
+    real = Kernel.__call__
+
+    def nan_first(self, *args, **kw):       # a seeded wrong result: one NaN
+        (o,) = real(self, *args, **kw)
+        o = o.copy()
+        o[0, 0, 0, 0] = np.nan
+        return (o,)
+    monkeypatch.setattr(Kernel, "__call__", nan_first)
+    path = _inputs(tmp_path, 9, 16, nan_key=None)
+    status = main(["run", "causal_attention", "-D", "d=16", "--inputs", path,
+                   "--backend", "interpret", "--check"])
+    out, err = capsys.readouterr()
+    assert status == 101 and "bug in napkin" in err, (out, err)
