@@ -9,7 +9,7 @@ import pytest
 
 import napkin
 from napkin.cli import main
-from napkin.explain import report
+from napkin.explain import render_text, report
 from napkin.compiler.plan import plan
 from napkin.diagrams.sources import library_names
 
@@ -187,3 +187,15 @@ def test_a_mask_read_by_a_softmax_and_a_logsumexp_is_named_once():
     skips = [k["streaming"]["skips"] for k in report(plan(d, "h100", {"q": 40, "x": 40}))["kernels"]
              if k["streaming"] and k["streaming"].get("skips")]
     assert [s["condition"] for s in skips] == ["x <= q"]
+
+
+def test_an_attention_whose_scores_another_kernel_computes_says_so():
+    """V in f32: P V cannot take the tensor cores, so the planner computes S on them in a
+    kernel of its own; the softmax's kernel's reason names that (it said the scores were
+    'not one contraction', which reads as a diagram problem)."""
+    text = ("axis b, h, q, x\naxis d = 64\nin Q[b h q d]: f16\nin K[b h x d]: f16\n"
+            "in V[b h x d]: f32\nS[b h q x] = Q * K / sqrt(size(d))\n"
+            "P[b h q x] = softmax[x](S)\nO[b h q d] = P * V\nout O: f32\n")
+    p = plan(napkin.load(text), "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
+    out = render_text(report(p))
+    assert "the scores are computed by another kernel and read here (S stored)" in out, out
