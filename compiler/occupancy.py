@@ -162,11 +162,11 @@ SCORE_OP_REGISTERS = 0.2
 # where the line said 238. Registers per held slice beyond HELD_SLICES, per 32 scores a
 # lane beyond 32 (none at 64-key chunks of one fragment: there ptxas's counts rise some 10
 # a slice, within the fit's spread, and compress near 255, d = 128's 232). Fitted to ptxas
-# (NVRTC 13, sm_90) on 232 kernels of attention, dk and dv each of 40, 48, 56, 64, 72, 80,
-# 88, 96, 104 (8-column fragments odd and even; dk padded to 16), tilings of 1 fragment a
-# warp and 64 or 128 keys (4 and 8 warps), of 2 and 32 or 64 (`benchmarks/flash_registers.py
-# --padded` reruns it): of the 77 that spill, the line alone let 34 fit; with this term none
-# (27 that do not spill are rejected, 12 before); rms over those that fit 16 registers.
+# (NVRTC 13, sm_90) on 245 kernels of attention, dk and dv each of 40, 56, 64, 72, 80, 96,
+# 104 (8-column fragments odd and even; dk padded to 16), tilings of 1 fragment a warp and
+# 64 or 128 keys (4 and 8 warps), of 2 and 32 or 64 (`benchmarks/flash_registers.py
+# --padded` reruns it): of the 86 that spill, the line alone let 43 fit; with this term none
+# (28 that do not spill are rejected, 12 before); over those that fit, rms 15 registers.
 HELD_SLICES = 4
 HELD_SLICE_REGISTERS = 44.0
 
