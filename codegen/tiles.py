@@ -5,8 +5,9 @@ cp.async (codegen/mma.py, flash.py and chain.py copy through these).
 A tile is a dict built once per kernel (`_tile`, `_vector`) and copied per chunk (`_copy`):
 16 bytes at a time where the rows allow it, else 8 or 4 (rows of a 16-bit array whose
 length is a multiple of 4 or 2 values: compiler/copies.vector_values, which the cost model
-reads too), else one value at a time; zeros outside the arrays. Every position in a tile, stored or read by ldmatrix, is `offset`'s. An operand
-computed as it is staged is codegen/computed.py's. `SharedTiles` is a mixin of
+reads too), else one value at a time; zeros outside the arrays. Every position in a tile,
+stored or read by ldmatrix, is `offset`'s. An operand computed as it is staged is
+codegen/computed.py's. `SharedTiles` is a mixin of
 `MmaLowering`: it reads the lowering's graph, names, sizes, schedule, shared buffers and
 builder.
 """
@@ -165,7 +166,8 @@ class SharedTiles:
         stage) to shared memory, zeros outside: 16 bytes at a time with cp.async when the rows
         allow it (the tile's inner axis is the array's contiguous one, its size a multiple of
         8 and the array 16-byte aligned; then a vector is all inside or all outside the
-        array), else one value at a time. The caller commits and waits."""
+        array), else 8 or 4 bytes where a static size allows (`_narrow`), else one value at
+        a time. The caller commits and waits."""
         b = self.b
         if "vector" in t:
             self._copy_vector(t, stage, c0, clen)
@@ -207,11 +209,10 @@ class SharedTiles:
         return " && ".join(tests) if tests else True
 
     def _narrow(self, t: dict) -> int:
-        """Values a copy moves where no 16-byte one can (`_aligned` None): a 16-bit tile's
-        rows along the array's contiguous axis, of a static size, copied 8 or 4 bytes at a
-        time where their length allows (compiler/copies.vector_values: d = 36's 72-byte
-        rows, 4 values), else 1; a column past a padded head's size is a zero-filled copy
-        (the size a multiple of the width: a vector is all inside or all past it)."""
+        """Values a copy moves where no 16-byte one can (`_aligned` None): rows along the
+        array's contiguous axis of a static size, 8 or 4 bytes where their length allows
+        (copies.vector_values: d = 36's 72-byte rows, 4 values; a vector all inside or all
+        past a padded head), else 1."""
         axes = ir.type_of(self.g, t["node"]).axes
         axis, extent = t["inner"].name, t["inner"].extent
         if t["computed"] or t["convert"] or axes[-1] != axis:
@@ -294,9 +295,9 @@ class SharedTiles:
 
     def _copy_rows(self, t: dict, per_row: int, stage: str, c0: str, clen: str,
                    vector: int = VECTOR) -> None:
-        """The copy of `vector` values (16, 8 or 4 bytes) when every thread keeps one column of vectors and steps down the
-        rows (threads a multiple of the vectors per row): its source and destination are
-        computed once, then advance by a constant per round (one 64-bit add, not an index
+        """The copy of `vector` values (16, 8 or 4 bytes) when every thread keeps one
+        column of vectors and steps down the rows (threads a multiple of the vectors per
+        row): its source and destination are computed once, then advance by a constant per round (one 64-bit add, not an index
         computed anew per cp.async); each round tests only its row. A swizzled tile's rounds
         step by a multiple of 8 rows where the threads allow (the swizzle's term repeats
         every 8 rows: the thread's column is the same in every round), else each round's
