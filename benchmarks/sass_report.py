@@ -59,6 +59,10 @@ NAPKIN = [
     # beside the head of 48
     ("attention d=40", "attention", LONG, {"d": 40}),
     ("attention d=48", "attention", LONG, {"d": 48}),
+    # rows of 72 bytes, copied 8 bytes at a time (compiler/copies.vector_values); and a head
+    # of five 16-wide slices held beside the scores (occupancy.HELD_SLICE_REGISTERS)
+    ("attention d=36", "attention", LONG, {"d": 36}),
+    ("attention d=72", "attention", LONG, {"d": 72}),
     ("causal d=256", "causal_attention", LONG, {"d": 256}),
     ("gqa d=64 (8 kv heads x 4)", "gqa_attention", {"b": 4, "g": 8, "r": 4, "q": 4096, "x": 4096}, {"d": 64}),
     # decoding with GQA, rows packed r x q = 16 (compiler/packing.py), keys split; and under

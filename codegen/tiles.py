@@ -3,9 +3,11 @@ padded rows: the schedule's `layouts`, compiler/tilelayout.py) and 4-byte vector
 cp.async (codegen/mma.py, flash.py and chain.py copy through these).
 
 A tile is a dict built once per kernel (`_tile`, `_vector`) and copied per chunk (`_copy`):
-16 bytes at a time where the rows allow it, else one value at a time; zeros outside the
-arrays. Every position in a tile, stored or read by ldmatrix, is `offset`'s. An operand
-computed as it is staged is codegen/computed.py's. `SharedTiles` is a mixin of
+16 bytes at a time where the rows allow it, else 8 or 4 (rows of a 16-bit array whose
+length is a multiple of 4 or 2 values: compiler/copies.vector_values, which the cost model
+reads too), else one value at a time; zeros outside the arrays. Every position in a tile,
+stored or read by ldmatrix, is `offset`'s. An operand computed as it is staged is
+codegen/computed.py's. `SharedTiles` is a mixin of
 `MmaLowering`: it reads the lowering's graph, names, sizes, schedule, shared buffers and
 builder.
 """
@@ -18,12 +20,14 @@ from ..compiler import headpad, ir, rowsource
 from ..compiler.packing import position
 from ..compiler.rowsource import RowSource
 from ..compiler.tilelayout import VALUES, TileLayout
+from ..compiler import copies
 from . import cexpr, staging
 from . import program as P
 from .builder import Ix
 from .indexing import Layout
 
 VECTOR = 8       # 16-bit values per 16-byte cp.async
+VALUE_BYTES = 16 // VECTOR      # bytes of a tile's value
 RVECTOR = 4      # f32 values per 16-byte load of a tile rounded as it is staged
 UNROLLED = 8     # copy rounds per thread unrolled whole (more: a loop, as the fallback's 64)
 CHUNK = "chunk"  # a tile axis's origin and bound: the chunk being copied
@@ -162,7 +166,8 @@ class SharedTiles:
         stage) to shared memory, zeros outside: 16 bytes at a time with cp.async when the rows
         allow it (the tile's inner axis is the array's contiguous one, its size a multiple of
         8 and the array 16-byte aligned; then a vector is all inside or all outside the
-        array), else one value at a time. The caller commits and waits."""
+        array), else 8 or 4 bytes where a static size allows (`_narrow`), else one value at
+        a time. The caller commits and waits."""
         b = self.b
         if "vector" in t:
             self._copy_vector(t, stage, c0, clen)
@@ -171,8 +176,11 @@ class SharedTiles:
         width = RVECTOR if t["convert"] and not t["computed"] else VECTOR
         if isinstance(aligned, str) and vector is not None:
             aligned = True if vector else None          # the size test ran outside the loop
-        if aligned is True or aligned is None:
-            self._copy_loop(t, width if aligned else 1, stage, c0, clen)
+        if aligned is None:         # no 16-byte copy: 8 or 4 bytes where the rows allow
+            self._copy_loop(t, self._narrow(t), stage, c0, clen)
+            return
+        if aligned is True:
+            self._copy_loop(t, width, stage, c0, clen)
             return
         b.emit(P.If(aligned, self._scoped(lambda: self._copy_loop(t, width, stage, c0, clen)),
                     self._scoped(lambda: self._copy_loop(t, 1, stage, c0, clen))))
@@ -200,6 +208,22 @@ class SharedTiles:
         tests = [f"{s} % {width} == 0" for s in dict.fromkeys(sizes) if not s.isdigit()]
         return " && ".join(tests) if tests else True
 
+    def _narrow(self, t: dict) -> int:
+        """Values a copy moves where no 16-byte one can (`_aligned` None): rows along the
+        array's contiguous axis of a static size, 8 or 4 bytes where their length allows
+        (copies.vector_values: d = 36's 72-byte rows, 4 values; a vector all inside or all
+        past a padded head), else 1."""
+        axes = ir.type_of(self.g, t["node"]).axes
+        axis, extent = t["inner"].name, t["inner"].extent
+        if t["computed"] or t["convert"] or axes[-1] != axis:
+            return 1
+        base, source = self._source(t["node"])
+        sizes = [self.sizes[axis]] + ([self.sizes[ir.type_of(self.g, base).axes[-1]]]
+                                      if source is not None else [])
+        if not all(s.isdigit() for s in sizes):
+            return 1
+        return min(copies.vector_values(int(s), extent, VALUE_BYTES) for s in sizes)
+
     def _source(self, n: int) -> tuple[int, RowSource | None]:
         """(the global array operand n is copied from, its row source or None): a split's
         window or a gather (compiler/rowsource.py: a paged cache) is a tile of its base's
@@ -222,7 +246,7 @@ class SharedTiles:
             return
         param, _ = self.names[base]
         if vector > 1 and window is None and self.threads % per_row == 0 and not t["convert"]:
-            self._copy_rows(t, per_row, stage, c0, clen)
+            self._copy_rows(t, per_row, stage, c0, clen, vector)
             return
 
         def body():
@@ -242,8 +266,9 @@ class SharedTiles:
                 b.emit(P.Set(f"*reinterpret_cast<uint2*>({at})",
                              f"make_uint2({pack}(cv.x, cv.y), {pack}(cv.z, cv.w))"))
             else:   # src-size 0 outside the arrays: zeros, nothing read (see CHUNK)
-                b.emit(P.Call("napkin_cp_async_16", (at, f"{param} + ({source})",
-                                                     f"({valid}) ? 16 : 0")))
+                nb = vector * VALUE_BYTES
+                b.emit(P.Call(f"napkin_cp_async_{nb}", (at, f"{param} + ({source})",
+                                                        f"({valid}) ? {nb} : 0")))
         self._each_thread(count, body, index=self.threads % per_row != 0)
 
     def _row_term(self, per_row: int) -> str | None:
@@ -268,10 +293,11 @@ class SharedTiles:
             b.emit(P.Decl("const int", "ei", f"e % {per_row}" if vector == 1 else
                           f"(e % {per_row}) * {vector}"))
 
-    def _copy_rows(self, t: dict, per_row: int, stage: str, c0: str, clen: str) -> None:
-        """The 16-byte copy when every thread keeps one column of vectors and steps down the
-        rows (threads a multiple of the vectors per row): its source and destination are
-        computed once, then advance by a constant per round (one 64-bit add, not an index
+    def _copy_rows(self, t: dict, per_row: int, stage: str, c0: str, clen: str,
+                   vector: int = VECTOR) -> None:
+        """The copy of `vector` values (16, 8 or 4 bytes) when every thread keeps one
+        column of vectors and steps down the rows (threads a multiple of the vectors per
+        row): its source and destination are computed once, then advance by a constant per round (one 64-bit add, not an index
         computed anew per cp.async); each round tests only its row. A swizzled tile's rounds
         step by a multiple of 8 rows where the threads allow (the swizzle's term repeats
         every 8 rows: the thread's column is the same in every round), else each round's
@@ -284,7 +310,7 @@ class SharedTiles:
         stride = " * ".join(f"({self.itype})({self.sizes[a]})" for a in after) or f"({self.itype})1"
 
         def block():
-            b.emit(P.Decl("const int", "ei", f"(tid % {per_row}) * {VECTOR}"))
+            b.emit(P.Decl("const int", "ei", f"(tid % {per_row}) * {vector}"))
             b.emit(P.Decl("const int", "eo0", f"tid / {per_row}"))
             _, first = self._element(t, "eo0", "ei", c0, clen, None)
             b.emit(P.Decl(f"const {t['ctype']}* const", "cps", f"{param} + ({first})"))
@@ -302,7 +328,8 @@ class SharedTiles:
                 src = f"cps + (({self.itype})(r * {rows}) * {stride})"
                 dst = f"cpd + r * {rows * layout.pitch}" if stepped else \
                     f"cpd + {offset(layout, 'eo', 'ei')}"
-                b.emit(P.Call("napkin_cp_async_16", (dst, src, f"({valid}) ? 16 : 0")))
+                nb = vector * VALUE_BYTES
+                b.emit(P.Call(f"napkin_cp_async_{nb}", (dst, src, f"({valid}) ? {nb} : 0")))
             self._each_thread(t["outer"].extent * per_row, each, index=False)
         b.emit(P.Block(self._scoped(block)))
 

@@ -75,11 +75,22 @@ def width(axes, held: dict, sizes: dict, nbytes: int, threads: int) -> int:
     rows = 1
     for a in axes[:axes.index(inner)]:
         rows *= held[a]
+    w = vector_values(int(sizes[inner]), held[inner], nbytes)
+    # (a runtime size is tested again in the kernel: staging.stage)
+    return 1 if w > 1 and flat(rows, held[inner], w, threads) else w
+
+
+def vector_values(size: int, extent: int, nbytes: int) -> int:
+    """Values one copy moves along rows `size` values long (the array's contiguous axis) of
+    which a tile holds `extent` (a multiple of the width where the rows start at one: a
+    padded head's zeros past `size`): the widest of VECTOR_BYTES that both are multiples of,
+    else 1. A row starts at a multiple of size x nbytes bytes from the array's 16-byte
+    aligned start, so a vector at a multiple of the width is aligned as cp.async and the
+    loads need (d = 36 f16: 72-byte rows, 8-byte copies; d = 18: 4-byte ones)."""
     for vb in VECTOR_BYTES:
         w = vb // nbytes
-        if w >= 2 and vb % nbytes == 0 and held[inner] % w == 0 and int(sizes[inner]) % w == 0:
-            # (a runtime size is tested again in the kernel: staging.stage)
-            return 1 if flat(rows, held[inner], w, threads) else w
+        if w >= 2 and vb % nbytes == 0 and extent % w == 0 and size % w == 0:
+            return w
     return 1
 
 
@@ -108,3 +119,19 @@ def vectors(g, staged, tile: dict, stream, sizes: dict,
         out.append((n, width(axes, extents(axes, tile, stream, sizes), sizes,
                              BYTES[storage_dtype(g, n)], threads)))
     return tuple(out)
+
+
+def tensor_copies(model, a, tile, sizes: dict):
+    """Copies a tensor-core block issues for its tile of load `a` (`tile`: the real bytes
+    a block holds of it, issue.tiles), as codegen/tiles.py emits them: `vector_values`'
+    16, 8 or 4 bytes each (a head of 36 or 20, 16-bit: 8), else one value, over the tile
+    as padded in shared memory (headpad.py: the copies past the head write zeros), where
+    its rows are a padded head (Model.padded); elsewhere 16 bytes."""
+    inner = a.axes[-1] if a.axes else None
+    size = sizes.get(inner) if inner is not None else None
+    if size is None or np.ndim(size) or size != int(size):     # (a symbolic size: 16)
+        return tile / 16
+    extent = next((e for n, x, e in model.padded if n == a.node and x == inner), None)
+    if extent is None:      # (rows of another array: 16 bytes, as charged before heads were
+        return tile / 16    # padded; at a size no multiple of 8 they run one value at a time)
+    return tile * extent / size / (vector_values(int(size), int(extent), a.bytes) * a.bytes)

@@ -10,7 +10,8 @@ Diffusion's 40, 24, 72, 200) is padded, as FlashAttention-2 does for every d <= 
   both ways, a chain's Q as a score's B and an output's C, takes the wider); the copies
   write the real columns and zeros past them (codegen/tiles.py: the tile axis's bound, so
   a 16-byte cp.async where the rows allow, src-size 0 past the head; a head whose rows are
-  not 16-byte multiples, d = 36's 72 bytes, copies one value at a time, as any such row);
+  not 16-byte multiples, d = 36's 72 bytes, by 8- or 4-byte ones where they are multiples
+  of those, copies.vector_values, else one value at a time);
 - the fragments cover the padded width: the zeros add nothing to Q K, and P V's padded
   columns come out 0 and are never stored (every store tests its column against the size);
 - the model charges the padded tensor work and shared memory and the real bytes of HBM.
@@ -24,6 +25,7 @@ explain read it. Specialisation (specialise.py) takes such sizes as it takes 64.
 from __future__ import annotations
 
 from .choices import NUMBERS
+from .copies import vector_values
 
 CONTRACTED, KEPT = 16, 8     # m16n8k16: k (a contracted head), n (a kept one)
 VECTOR = 8                   # 16-bit values of a 16-byte cp.async (codegen/tiles.VECTOR)
@@ -102,10 +104,12 @@ def describe(site, axis_sizes: dict, work: dict) -> list[str]:
                       for a, es in sorted(tiles.items()))
     out = [f"{heads} in shared memory (zeros past the head, only its real columns stored): "
            f"{more / real:.0%} more tensor work"]
-    odd = [a for a in sorted(tiles) if axis_sizes[a] % VECTOR]
-    if odd:         # (codegen/tiles._aligned: no 16-byte copy straddles a row's end)
-        out.append(f"rows of {' and '.join(f'{a} = {axis_sizes[a]}' for a in odd)} are no "
-                   "16-byte multiple: their tiles are copied one value at a time")
+    for a in sorted(tiles):     # (codegen/tiles: no copy straddles a row's end)
+        if axis_sizes[a] % VECTOR:
+            width = vector_values(axis_sizes[a], up(axis_sizes[a], KEPT), 16 // VECTOR)
+            how = f"{width * 16 // VECTOR} bytes" if width > 1 else "one value"
+            out.append(f"rows of {a} = {axis_sizes[a]} are no 16-byte multiple: its tiles "
+                       f"are copied {how} at a time")
     return out
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from . import added, fold, issue_pair, issue_simt, occupancy, wgmma
 from .choices import NUMBERS, prod, total
+from .copies import tensor_copies
 from .flops import work_extents
 from .headpad import fragments, ratio
 from .issue_mask import MASK_POSITIONS, key_only, mask_ops, per_key_chunk
@@ -64,7 +65,6 @@ COPY_EACH = 6
 # (It was 10 per gathered copy, K and V each, fitted to 683 and 724 instructions a chunk of
 # older plans: 20 a round, paged_attention 1.28 static SASS/model.)
 COPY_GATHERED = 45
-COPY_BYTES_TENSOR = 16
 # ... a tile of f32 values rounded to 16 bits as it is staged (tensorcore._rounded: a hidden
 # activation, a cotangent) is loaded 16 bytes at a time into registers, packed in pairs
 # and stored 8 bytes at a time (codegen/tiles: its row's index, test, 64-bit address, LDG,
@@ -273,7 +273,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                 continue            # read where an operand, a statistic or a row is computed
             rounded = narrow and a.bytes == 4 and len(a.axes) >= 2   # (not a 4-byte vector)
             each = COPY_ROUNDED if rounded else COPY_EACH
-            rounds = NUMBERS.ceil(tile / COPY_BYTES_TENSOR / threads)
+            rounds = NUMBERS.ceil(tensor_copies(model, a, tile, sizes) / threads)
             copy = COPY_SETUP + rounds * each
             if a.node in model.gathered:        # the positions, once a round for all of them
                 gathered = NUMBERS.maximum(gathered, rounds)

@@ -17,7 +17,8 @@ data are in `benchmarks/model_check.py --registers`):
   or two when re-read from shared memory every chunk);
   ptxas: 170 at 80, 186 at 104, 210-244 at 112, 238-255 at 128; ptxas compresses near 255
   (Q re-read, one fragment a warp: 236 at 104, 250 at 120, 244-254 at 144, 250-254 at 152),
-  so the estimate is the lower of that line and ATTENTION_HIGH, plus the scores' mask ops.
+  so the estimate is the lower of that line and ATTENTION_HIGH, plus the scores' mask ops,
+  plus Q's held slices beyond 4 beside 64 scores a lane (HELD_SLICE_REGISTERS: d = 72).
 
 A plan fits the register level when its estimate is at most what a thread may have
 (255, and the register file over the block's threads); on the SM, registers are allocated
@@ -155,6 +156,19 @@ def _column_vectors(model, choice, warped) -> int:
 # at 64 scores per lane (sm_90): scale only 194, causal (+2 ops) 255, alibi (+5) 255 with
 # spills, softcap (+3) 255
 SCORE_OP_REGISTERS = 0.2
+# FlashAttention-2 with Q held: ptxas fits Q's fragments of 64 of the head (4 slices of 16)
+# beside 64 scores a lane (one 16-row fragment and 128-key chunks, or two and 64), not a
+# fifth slice: d = 72 (padded to 80) at 128 keys held 255 registers and spilled 232 bytes,
+# where the line said 238. Registers per held slice beyond HELD_SLICES, per 32 scores a
+# lane beyond 32 (none at 64-key chunks of one fragment: there ptxas's counts rise some 10
+# a slice, within the fit's spread, and compress near 255, d = 128's 232). Fitted to ptxas
+# (NVRTC 13, sm_90) on 245 kernels of attention, dk and dv each of 40, 56, 64, 72, 80, 96,
+# 104 (8-column fragments odd and even; dk padded to 16), tilings of 1 fragment a warp and
+# 64 or 128 keys (4 and 8 warps), of 2 and 32 or 64 (`benchmarks/flash_registers.py
+# --padded` reruns it): of the 86 that spill, the line alone let 43 fit; with this term none
+# (28 that do not spill are rejected, 12 before); over those that fit, rms 15 registers.
+HELD_SLICES = 4
+HELD_SLICE_REGISTERS = 44.0
 
 
 def score_ops(model, choice) -> int:
@@ -177,7 +191,17 @@ def ops_along(model, stream: str | None) -> int:
 PAIRED_SLOPE = 1.0
 
 
-def _extra(model, choice, engine: str, level_M=0.0):
+def held_head(model, choice, sizes: dict):
+    """FlashAttention-2's registers for Q's held slices beyond HELD_SLICES beside more than
+    32 scores a lane (HELD_SLICE_REGISTERS; per candidate; 0 with Q re-read)."""
+    (row,) = [a for a, _ in choice.warps]
+    scores = dict(choice.thread)[row] * np.asarray(choice.stream[1], dtype=float) / WARP
+    beyond = np.maximum(query_slices(model, choice, sizes) - HELD_SLICES, 0)
+    extra = HELD_SLICE_REGISTERS * beyond * np.maximum(scores / 32 - 1, 0)
+    return NUMBERS.where(choice.reread, 0.0, extra)
+
+
+def _extra(model, choice, engine: str, level_M=0.0, sizes=None):
     if engine == "cuda cores":
         return PAIRED_SLOPE * level_M / 4 if model.streaming.pairs else 0.0
     if engine == "product":
@@ -185,7 +209,8 @@ def _extra(model, choice, engine: str, level_M=0.0):
         return sum(table.get(w.op, 0.0) for w in model.work if w.engine != "contraction")
     (row,) = [a for a, _ in choice.warps]
     scores = dict(choice.thread)[row] * choice.stream[1] / WARP
-    return SCORE_OP_REGISTERS * score_ops(model, choice) * scores
+    held = held_head(model, choice, sizes) if engine == "attention" and sizes else 0.0
+    return SCORE_OP_REGISTERS * score_ops(model, choice) * scores + held
 
 
 def registers(model, choice, sizes: dict, level_M):
@@ -193,10 +218,10 @@ def registers(model, choice, sizes: dict, level_M):
     (bytes per thread; per warp with tensor cores)."""
     engine = engine_of(model, choice)
     values = level_M / 4 if engine == "cuda cores" else fragment_values(model, choice, sizes)
-    return _estimate(model, choice, engine, values, level_M)
+    return _estimate(model, choice, engine, values, level_M, sizes)
 
 
-def _estimate(model, choice, engine: str, values, level_M=0.0):
+def _estimate(model, choice, engine: str, values, level_M=0.0, sizes=None):
     """Registers per thread from the engine's values (the module docstring)."""
     base, slope = REGISTERS[engine]
     if engine == "chain":
@@ -207,7 +232,7 @@ def _estimate(model, choice, engine: str, values, level_M=0.0):
     line = base + slope * values
     if engine == "attention":
         line = np.minimum(line, ATTENTION_HIGH[0] + ATTENTION_HIGH[1] * values)
-    return line + _extra(model, choice, engine, level_M)
+    return line + _extra(model, choice, engine, level_M, sizes)
 
 
 def register_limit(target: Target, threads):
@@ -225,7 +250,7 @@ def register_capacity(target: Target, model, choice, sizes: dict, level_M, threa
     if engine == "cuda cores":
         paired = PAIRED_SLOPE if model.streaming.pairs else 0.0
         return np.maximum(limit - base, 0) / (slope + paired) * 4
-    est = _estimate(model, choice, engine, fragment_values(model, choice, sizes))
+    est = _estimate(model, choice, engine, fragment_values(model, choice, sizes), sizes=sizes)
     return level_M * limit / est
 
 
