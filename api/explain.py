@@ -109,7 +109,7 @@ def report(plan: Plan, compare: bool = True) -> dict:
         "kernels": kernels,
         "split": _split(plan),
         "stored16": stored16.said(plan),     # intermediates stored in 16 bits (stored16.py)
-        "renamed": rename.said(plan.graph),  # computed under its readers' names (rename.py)
+        "renamed": rename.said(plan.graph) + rename.viewed(plan),   # (rename.py)
         "predicted_seconds": float(plan.time),
         "H_bytes": sum(float(k.cost.levels[1].H) for k in plan.kernels),
     }
