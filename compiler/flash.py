@@ -36,7 +36,7 @@ from .canonical import through
 from .choices import NUMBERS
 from .cost import Choice, Choices, Cost, evaluate
 from .model import Model, storage_dtype
-from .operand_reads import renames
+from .operand_reads import renames, rounded
 from .rowsource import RowSource
 from .specialise import fix
 from .target import Target
@@ -227,13 +227,12 @@ def _entered(g, loads: list) -> set:
     """The dtypes Q, K and V (their loads) enter the products in: an f32 intermediate (K also
     summed in f32 by another reader) beside a 16-bit one is rounded to it as it is staged, as
     a plain product's (tensorcore._rounded); the user's f32 input, or a value of one, is not."""
-    from .tensorcore import _rounded
     stored = [storage_dtype(g, n) for n in loads]
     sixteen = {d for d in stored if d in ("f16", "bf16")}
     if len(sixteen) != 1:
         return set(stored)
     (other,) = sixteen
-    return {_rounded(g, [n], d, other) for n, d in zip(loads, stored)}
+    return {rounded(g, [n], d, other) for n, d in zip(loads, stored)}
 
 
 def _operands(g, scores: int, out: int, soft: int, x: str) -> tuple[int, int, int]:

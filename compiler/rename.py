@@ -21,7 +21,7 @@ outside the statement changes. It is left alone where the readers disagree (K re
 `K[h s d]` by the scores and as `K[h t d]` by another reader: an output, a second
 attention's queries): K is computed once, as written, and FlashAttention reads it through
 its view (flash.FlashSite.renamed: the same memory under other names, no second projection;
-explain says it, `viewed`); also where a reader takes a diagonal, and where the renaming
+explain says it); also where a reader takes a diagonal, and where the renaming
 would merge two of the statement's axes. A hint names the diagram's axes:
 
 - `group t by 64` (or `--group t=64`) with t moved off K's statement tiles t where t
@@ -176,19 +176,6 @@ def _read_renamed(g: DiGraph, u: int, n: int, sub) -> None:
     ports = g.edges[u, n]["ports"]
     g.remove_edge(u, n)
     g.add_edge(view, n, array=ir.type_of(g, view), ports=ports)
-
-
-def viewed(plan) -> list[str]:
-    """One line per array attention reads through a renaming view of its one stored copy,
-    its readers disagreeing on its names (explain; flash.FlashSite.renamed)."""
-    from .model import array_name
-    from .schedule import ATTENTION
-    g = plan.graph
-    return [f"{array_name(g, base)} read as `{array_name(g, base)}"
-            f"[{' '.join(ir.type_of(g, n).axes)}]` by the attention of kernel {kp.kernel.name}: "
-            "computed once, its tiles copied as stored (its readers name its axes differently)"
-            for kp in plan.kernels if kp.schedule.engine == ATTENTION
-            for n, base in getattr(kp.schedule.site, "renamed", ())]
 
 
 def said(g: DiGraph) -> list[str]:
