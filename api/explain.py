@@ -22,7 +22,8 @@ from .figures import figures
 from .explain_split import split_lines as _split_lines, split_report as _split
 from .explain_scatter import scatter_report
 from .explain_engine import engine_report
-from .compiler.schedule import SCATTER
+from .compiler.model import array_name
+from .compiler.schedule import ATTENTION, SCATTER
 
 
 def report(plan: Plan, compare: bool = True) -> dict:
@@ -109,7 +110,7 @@ def report(plan: Plan, compare: bool = True) -> dict:
         "kernels": kernels,
         "split": _split(plan),
         "stored16": stored16.said(plan),     # intermediates stored in 16 bits (stored16.py)
-        "renamed": rename.said(plan.graph),  # computed under its readers' names (rename.py)
+        "renamed": rename.said(plan.graph) + _viewed(plan),   # (rename.py, flash.py)
         "predicted_seconds": float(plan.time),
         "H_bytes": sum(float(k.cost.levels[1].H) for k in plan.kernels),
     }
@@ -125,6 +126,17 @@ def report(plan: Plan, compare: bool = True) -> dict:
                             "H_bytes": sum(float(k.cost.levels[1].H) for k in apart.kernels),
                             "predicted_seconds": float(apart.time)}
     return out
+
+
+def _viewed(plan: Plan) -> list[str]:
+    """One line per array an attention reads through a renaming view of its one stored copy,
+    its readers naming its axes differently (flash.FlashSite.renamed)."""
+    g = plan.graph
+    return [f"{array_name(g, base)} read as `{array_name(g, base)}"
+            f"[{' '.join(ir.type_of(g, n).axes)}]` by the attention of kernel {kp.kernel.name}: "
+            "computed once, its tiles copied as stored (its readers name its axes differently)"
+            for kp in plan.kernels if kp.schedule.engine == ATTENTION
+            for n, base in getattr(kp.schedule.site, "renamed", ())]
 
 
 def _eq_name(plan: Plan, stmt: int) -> str:

@@ -7,12 +7,13 @@ contraction (the fused attention the planner derives):
     P = softmax[x](S)
     O[batch.. row dv] = g(sum over x of P * V[.. x dv])               g elementwise
 
-with Q, K, V loads of one 16-bit dtype, `dk` and `dv` static (any size: tiles padded to
-multiples of 16 and 8 with zeros, headpad.py), and no other reduction or store in the
-kernel but sums over `dv` of O's elementwise functions after the stream, only stored (the
-backward's `D = sum[d](dO * O)`: the epilogue adds them per row, `FlashSite.epilogue`).
-`f` holds the scale and masks (from axis indices or loaded arrays), `g` the cast and any
-epilogue.
+with Q, K, V loads of one 16-bit dtype (or views that only rename a load: `K[h s d]` of
+K[h t d], FlashSite.renamed; an f32 intermediate among them is rounded to the others' dtype
+as it is staged, `_entered`), `dk` and `dv` static (any size: tiles padded to multiples of
+16 and 8 with zeros, headpad.py), and no other reduction or store in the kernel but sums
+over `dv` of O's elementwise functions after the stream, only stored (the backward's
+`D = sum[d](dO * O)`: the epilogue adds them per row, `FlashSite.epilogue`). `f` holds the
+scale and masks (from axis indices or loaded arrays), `g` the cast and any epilogue.
 
 The block takes `BM` rows (one position of each batch axis) and, in a split's partial
 kernel, a tile of O's columns (COLUMNS: each block along them computes the scores again);
@@ -34,7 +35,8 @@ from . import headpad, ir, occupancy, packing, rowsource, split, warps
 from .canonical import through
 from .choices import NUMBERS
 from .cost import Choice, Choices, Cost, evaluate
-from .model import Model, array_name, storage_dtype
+from .model import Model, storage_dtype
+from .operand_reads import renames, rounded
 from .rowsource import RowSource
 from .specialise import fix
 from .target import Target
@@ -107,6 +109,8 @@ class FlashSite:
     packed: tuple[str, ...] = ()    # the Q axes the fragment rows flatten, outer to inner
                                     # (GQA's r x q: compiler/packing.py), () for one axis
     padded: tuple = ()      # heads padded in shared memory (headpad.py: head_tile, width_tile)
+    renamed: tuple[tuple[int, int], ...] = ()   # (Q, K or V, the load it only relabels:
+                                    # `K[h s d]` of K[h t d]), copied from its memory (tiles)
 
     @property
     def row_axes(self) -> tuple[str, ...]:
@@ -168,13 +172,12 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
                 "keys is copied once for all the block's rows")
     if left:
         return "a view or another operation sits between the products and the softmax"
-    read = {n for n in (q, k, v) if n in loads or n in sources}
-    renamed = _renamed(g, [n for n in (q, k, v) if n not in read], loads)
-    if renamed:
-        return renamed
+    renamed = tuple((n, renames(g, n)) for n in dict.fromkeys((q, k, v))
+                    if n not in loads and n not in sources and renames(g, n) in loads)
+    read = {n for n in (q, k, v) if n in loads or n in sources} | {n for n, _ in renamed}
     if len(ir.op(g, scores).axes) != 1 or read != {q, k, v} or len({q, k, v}) != 3:
         return "Q, K and V must be loaded arrays (one contracted axis in Q K)"
-    dtypes = {storage_dtype(g, n) for n in (q, k, v)}
+    dtypes = _entered(g, [dict(renamed).get(n, n) for n in (q, k, v)])
     if len(dtypes) != 1 or not dtypes <= {"f16", "bf16"}:
         return f"Q, K, V are {'/'.join(sorted(dtypes))}; mma.sync takes one 16-bit dtype"
     (dtype,) = dtypes
@@ -211,7 +214,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
                             ((scores, dk, True), (out, dv, False)), {dk: head, dv: width})
     return FlashSite(scores, soft, out, q, k, v, row, x, dk, dv, batch, dtype, head, width, lse,
                      after, tuple(sources[n] for n in (k, v) if n in sources),
-                     rows if len(rows) > 1 else (), padded)
+                     rows if len(rows) > 1 else (), padded, renamed)
 
 
 def own_rows(g, q: int, k: int, v: int, contracted, out: int) -> list[str]:
@@ -224,20 +227,16 @@ def own_rows(g, q: int, k: int, v: int, contracted, out: int) -> list[str]:
     return [a for a in ir.type_of(g, q).axes if a not in others and a in o_axes]
 
 
-def _renamed(g, operands: list, loads) -> str | None:
-    """Why an operand read at renamed positions of a loaded array (self-attention's
-    `K[h s d]` of `K[h t d]`) keeps the kernel off FlashAttention, with the rewrite that
-    stores it under the names it is read with; None for none. (canonicalize makes that
-    rewrite itself where every reader reads the array through one renaming, rename.py: what
-    is left is an array read renamed by one reader and as stored by another.)"""
-    for n in operands:
-        if isinstance(ir.op(g, n), ir.View) and ir.operands(g, n)[0] in loads:
-            base = ir.operands(g, n)[0]
-            name, axes = array_name(g, base), " ".join(ir.type_of(g, n).axes)
-            return (f"`{name}` is read renamed as `{name}[{axes}]`, and FlashAttention copies "
-                    f"its tiles as stored: give it these axes where it is declared or "
-                    f"computed (`{name}[{axes}] = ...`, reading the inputs renamed there)")
-    return None
+def _entered(g, loads: list) -> set:
+    """The dtypes Q, K and V (their loads) enter the products in: an f32 intermediate (K also
+    summed in f32 by another reader) beside a 16-bit one is rounded to it as it is staged, as
+    a plain product's (tensorcore._rounded); the user's f32 input, or a value of one, is not."""
+    stored = [storage_dtype(g, n) for n in loads]
+    sixteen = {d for d in stored if d in ("f16", "bf16")}
+    if len(sixteen) != 1:
+        return set(stored)
+    (other,) = sixteen
+    return {rounded(g, [n], d, other) for n, d in zip(loads, stored)}
 
 
 def _operands(g, scores: int, out: int, soft: int, x: str) -> tuple[int, int, int]:

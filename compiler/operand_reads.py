@@ -106,3 +106,18 @@ def renamed_from(g, n: int) -> int:
     while isinstance(ir.op(g, n), VIEWS):
         n = through(g, ir.operands(g, n)[0])
     return n
+
+
+def rounded(g, reads: list, dtype: str, other: str) -> str:
+    """The dtype an operand enters the product in (`reads`: the operand itself where it is
+    loaded, the loads it is computed from where computed): an f32 intermediate (stored by
+    another kernel: a gradient's cotangent, a hidden activation) beside a 16-bit operand is
+    rounded to that dtype as it is staged, as the chain's chunk values and FlashAttention's P
+    are, read at its own positions or renamed (`N1[b s m]`); an f32 input is the user's and
+    stays f32, renamed or not, and so does a value computed from one (`relu(X)` of an f32
+    `X`): then the product stays on the CUDA cores (tensorcore's `_rounded`; flash's Q, K, V)."""
+    if dtype == "f32" and other in ("f16", "bf16") and not any(
+            storage_dtype(g, u) == "f32" and isinstance(ir.op(g, renamed_from(g, u)), ir.Input)
+            for u in reads):
+        return other
+    return dtype

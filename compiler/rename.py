@@ -1,8 +1,9 @@
 """Intermediates computed under the names their readers give them.
 
 Self-attention computes K and V from the sequence Q comes from and reads them with the key
-axis renamed: `K[h t d] = X * Wk`, then `S = Q * K[h s d]`. FlashAttention copies K's tiles
-as stored, so a K read through a renaming kept attention off it. When every reader of a
+axis renamed: `K[h t d] = X * Wk`, then `S = Q * K[h s d]`. A K read through a renaming
+kept attention off FlashAttention (and its backward's chains, which copy their operands as
+stored, still are kept off by one). When every reader of a
 named intermediate reads it through the same renaming of its axes (here t -> s), its
 statement is computed under the readers' names instead, as if the user had written
 `K[h s d] = X[s m] * Wk`, and the readers read it plainly:
@@ -17,13 +18,25 @@ statement is computed under the readers' names instead, as if the user had writt
 
 It is exact: a view unified the sizes of every pair of names it renames, and nothing
 outside the statement changes. It is left alone where the readers disagree (K read as
-`K[h s d]` by one and `K[h t d]` by another, an output among them: computing K twice is a
-choice for the cost model, not for this rewrite), where a reader takes a diagonal, where
-the renaming would merge two of the statement's axes, and where a hint groups an axis it
-moves (`--group t=128` fixes how K's statement tiles t: it would lose it; a `stream`,
-`split` or `lanes` hint names a reduced axis, which the renaming never moves). The
-equation keeps its name; `g.graph["renamed"]` records (array, ((user's, new), ...)), which
-explain says (`said`) so that the user's names can be read back.
+`K[h s d]` by the scores and as `K[h t d]` by another reader: an output, a second
+attention's queries): K is computed once, as written, and FlashAttention reads it through
+its view (flash.FlashSite.renamed: the same memory under other names, no second projection;
+explain says it); also where a reader takes a diagonal, and where the renaming
+would merge two of the statement's axes. A hint names the diagram's axes:
+
+- `group t by 64` (or `--group t=64`) with t moved off K's statement tiles t where t
+  remains (Q's projection, attention's queries, O); K's statement, computed along s, has no
+  t, and its tiles are the search's, as for any statement without the hinted axis (explain
+  says so on K's line). Where no other statement would keep t (cross-attention's keys and
+  values projected from their own sequence), the hint would apply to nothing: no renaming
+  moves t, K and V stay as written;
+- a group hint on the axis the renaming moves onto the statement (`--group s`) keeps it as
+  written (the hint would tile a statement the user wrote without s);
+- a `stream`, `split` or `lanes` hint names a reduced axis, which the renaming never moves.
+
+The equation keeps its name; `g.graph["renamed"]` records (array, ((user's, new), ...)),
+which explain says (`said`) so that the user's names can be read back, and
+`g.graph["renamed_grouped"]` the hinted axes moved off a statement.
 """
 
 from __future__ import annotations
@@ -40,15 +53,36 @@ _AXES_OPS = (ir.Contract, ir.Reduce, ir.Scan, ir.Softmax)
 def store_renamed(g: DiGraph, grouped=()) -> None:
     """Rewrite, in place (canonicalize's copy), every intermediate all of whose readers read
     it through one renaming so that it is computed under the readers' names; `grouped`: axes
-    a `group` hint names (never moved)."""
+    a `group` hint names (module doc: one the renaming moves off a statement must stay on
+    another, one it moves onto a statement is never moved)."""
     grouped = set(grouped) | {h.axis for h in g.graph.get("hints", ()) if h.kind == "group"}
+    kept = set()                    # hinted axes no renaming moves off: none keeps them
+    while grouped - kept:
+        trial = g.copy()
+        lost = {x for x in _store_renamed(trial, grouped, kept)
+                if not any(x in ir.type_of(trial, n).axes for n in trial
+                           if not isinstance(ir.op(trial, n), ir.Input))}
+        if not lost:
+            break
+        kept |= lost
+    moved = _store_renamed(g, grouped, kept)
+    if moved:
+        g.graph["renamed_grouped"] = tuple(sorted(moved))
+
+
+def _store_renamed(g: DiGraph, grouped: set, kept: set) -> set:
+    """store_renamed's rewrite, never moving an axis in `kept` nor onto one in `grouped`;
+    the hinted axes it moved off statements."""
+    moved = set()
     for a in ir.order(g):
         if a in g and isinstance(ir.op(g, a), ir.Assign):
             sigma = _renaming(g, a)
-            if sigma and not grouped & (set(sigma) | set(sigma.values())):
+            if sigma and not kept & set(sigma) and not grouped & set(sigma.values()):
                 nodes = _statement(g, a, sigma)
                 if nodes is not None:
                     _relabel(g, a, nodes, sigma)
+                    moved |= grouped & set(sigma)
+    return moved
 
 
 def _renaming(g: DiGraph, a: int) -> dict | None:
@@ -146,7 +180,10 @@ def _read_renamed(g: DiGraph, u: int, n: int, sub) -> None:
 
 def said(g: DiGraph) -> list[str]:
     """One line per array computed under its readers' names (explain)."""
+    hinted = set(g.graph.get("renamed_grouped", ()))
     return [f"{name} computed with "
             + ", ".join(f"`{y}` where the diagram writes `{x}`" for x, y in moved)
             + ", as every reader reads it (its tiles are copied as stored)"
+            + "".join(f"; the `group {x}` hint tiles the statements that keep `{x}`"
+                      for x, _ in moved if x in hinted)
             for name, moved in g.graph.get("renamed", ())]

@@ -18,10 +18,13 @@ stage after: the model's bytes and engines, the producer's store, the consumer's
   computed from; none (an f32 input among them: the user's precision) or two keeps f32;
 - fusion prices its candidates on the decision made as if every statement were a kernel
   (`anticipated`): a kernel loading such an array sees it in 16 bits;
-- fall back: once tiled, a kernel reading such an array into a product that does not run on
-  the tensor cores (the product stays on the CUDA cores for another reason) undoes it for the
-  arrays it reads, and the kernels are tiled again (the user's f32 inputs are never rounded:
-  they are no candidates);
+- fall back: once tiled, an array that kernels read into products only off the tensor cores
+  (the products stay on the CUDA cores for another reason) is stored in f32 after all, and
+  the kernels are tiled again (the user's f32 inputs are never rounded: they are no
+  candidates). One that a tensor-core kernel reads stays 16-bit for a CUDA-cores product
+  reading it too: attention's backward recomputes the scores in FlashAttention and its
+  chains and computes their logsumexp on the CUDA cores, from the same rounded Q and K (that
+  kernel undid them, so the projected self-attention's gradient had no FlashAttention);
 - a gradient's cotangents (`cotangents`: what is computed from the cotangent inputs a
   gradient names, compiler/cotangents.py), computed from inputs of one 16-bit dtype, qualify
   also where other kernels read them elementwise (`dR`, which `dWo = dR * A` and `dA = dR * Wo`
@@ -202,11 +205,15 @@ def read_elementwise(g: DiGraph, kernels, chosen) -> frozenset:
 
 
 def fallen_back(g: DiGraph, plans, tensor_engines) -> set:
-    """Decided arrays a kernel off the tensor cores reads into a product (to store in f32
-    after all; a cotangent's elementwise readers take it rounded wherever they run)."""
+    """Decided arrays a kernel off the tensor cores reads into a product and no kernel on them
+    does (to store in f32 after all). One a tensor-core kernel reads stays 16-bit for its
+    other readers too (attention's backward: the logsumexp kernel's scores on the CUDA cores
+    are then those attention and its chains recompute from the same rounded Q and K); a
+    cotangent's elementwise readers take it rounded wherever they run."""
     mine = decided(g)
-    return {through(g, n) for kp in plans if kp.schedule.engine not in tensor_engines
-            for n in kp.kernel.loads if through(g, n) in mine and _into_product(g, kp.kernel, n)}
+    into = [(kp.schedule.engine in tensor_engines, through(g, n)) for kp in plans
+            for n in kp.kernel.loads if through(g, n) in mine and _into_product(g, kp.kernel, n)]
+    return {n for on, n in into if not on} - {n for on, n in into if on}
 
 
 def said(plan) -> list[str]:

@@ -1,6 +1,7 @@
 """The 16-bit storage decision (stored16.py) in the planner's stages: fusion prices its
 candidates on the decision anticipated as if every statement were a kernel, and tiling makes
-it on the kernels fusion chose, undoing it for what a kernel off the tensor cores reads; a
+it on the kernels fusion chose, undoing it for what only kernels off the tensor cores read
+into products; a
 gradient's cotangents also read elementwise are added where the model predicts it faster.
 Errors are the caller's to point into the diagram (plan._in_diagram)."""
 
@@ -29,8 +30,8 @@ def fusion_planner(pr, planner):
 
 def applied(fused):
     """The fused kernels with the intermediates only tensor-core products read stored in 16
-    bits, on a copy of the graph and a planner of their own; tiled first, a kernel that reads
-    one off the tensor cores into a product undoes it for what it reads. A gradient's
+    bits, on a copy of the graph and a planner of their own; tiled first, what only kernels
+    off the tensor cores read into products is undone (stored16.fallen_back). A gradient's
     cotangents that a product reads qualify also where other kernels read them elementwise
     (stored16.decide), where the model predicts the kernels that store or load what that adds
     faster; else the decision without them. Made once: a Fused that carries the decision

@@ -31,7 +31,8 @@ from .cost import Choice, Choices, Cost, evaluate
 from .pick import fits
 from .flash import FlashSite
 from .model import Model, kernel_model, storage_dtype
-from .operand_reads import from_loads, renamed_from, renames, vector_loads, views_of
+from .operand_reads import from_loads, renames, vector_loads, views_of
+from .operand_reads import rounded as _rounded
 from .target import Target
 from .warps import FRAGMENT
 
@@ -286,21 +287,6 @@ def _computed_dtype(g, found: set, loads) -> str:
     read = {storage_dtype(g, u) for m in found for u in ir.operands(g, m) if u in loads}
     floats = {d for d in read if ir.kind_of_dtype(d) == "float"}
     return floats.pop() if len(floats) == 1 and floats <= {"f16", "bf16"} else "f32"
-
-
-def _rounded(g, reads: list, dtype: str, other: str) -> str:
-    """The dtype an operand enters the product in (`reads`: the operand itself where it is
-    loaded, the loads it is computed from where computed): an f32 intermediate (stored by
-    another kernel: a gradient's cotangent, a hidden activation) beside a 16-bit operand is
-    rounded to that dtype as it is staged, as the chain's chunk values and FlashAttention's P
-    are, read at its own positions or renamed (`N1[b s m]`); an f32 input is the user's and
-    stays f32, renamed or not, and so does a value computed from one (`relu(X)` of an f32
-    `X`): then the product stays on the CUDA cores."""
-    if dtype == "f32" and other in ("f16", "bf16") and not any(
-            storage_dtype(g, u) == "f32" and isinstance(ir.op(g, renamed_from(g, u)), ir.Input)
-            for u in reads):
-        return other
-    return dtype
 
 
 def best_site(g, kernel, target: Target, sizes: dict | None = None
