@@ -17,7 +17,7 @@ import pytest
 from ..sampling import sampled
 
 import napkin
-from napkin.compiler import flash, search, tensorcore
+from napkin.compiler import chain, flash, search, tensorcore
 from napkin.compiler.columns import columns
 from napkin.compiler.cost import Choice, Choices, Cost, evaluate
 from napkin.compiler.pick import fits
@@ -85,9 +85,10 @@ def simt_candidates(model, sizes, target, rng, n: int) -> Choices:
 
 
 def tensor_core_candidates(model, sizes, site, rng, n: int) -> Choices:
-    """Random tensor-core tilings of a product or an attention site, as its search builds them."""
+    """Random tensor-core tilings of a product, an attention or a chain site, as its search
+    builds them."""
     ones = tuple((a, 1) for a in site.batch)
-    if isinstance(site, flash.FlashSite):
+    if isinstance(site, (flash.FlashSite, chain.ChainSite)):     # (a chain: FlashAttention's rows)
         bm, wm, chunk = flash.TILINGS[rng.integers(0, len(flash.TILINGS), n)].T.astype(float)
         return Choices(((site.row, bm),) + ones, (site.red, chunk), ((site.row, bm / wm),) + ones,
                        (), None, ((site.row, wm),))

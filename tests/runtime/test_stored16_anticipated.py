@@ -103,17 +103,18 @@ def test_the_mlp_weight_gradient_is_a_product_of_its_own(monkeypatch):
 
 
 @pytest.mark.thorough
-def test_the_projection_weight_gradient_is_a_product_of_its_own(monkeypatch):
+def test_the_projection_weight_gradient_is_a_product_of_its_own():
+    """dWq a tensor-core product of its own, dN's shares one product over (h*d) with the
+    cotangent laid out for it (grad._result_layout), every product on the tensor cores
+    (model, h100: 1.10 ms before the cotangents were anticipated 16-bit, 0.59 after, 0.24
+    with the layout; the layout alone now makes the anticipation moot here)."""
     d = napkin.grad(napkin.load(PROJ))
     p = plan(d, "h100", PROJ_BIG)
     engines = _products(p)
-    assert engines[("dWq",)] == PRODUCT and engines[("dN_h",)] == PRODUCT, engines
-    monkeypatch.setattr(stored16, "anticipated",
-                        lambda g, target, cotangents=frozenset(), f=stored16.anticipated:
-                        f(g, target))                      # without the cotangents
-    before = plan(d, "h100", PROJ_BIG)
-    assert ("dN_h", "dWq") in _products(before)            # (1.10 -> 0.59 ms, model, h100)
-    assert _time(p) < 0.7 * _time(before)
+    (dn,) = [k for k in engines if "dN" in k]
+    assert engines[("dWq",)] == PRODUCT and engines[dn] == PRODUCT, engines
+    assert set(engines.values()) == {PRODUCT}, engines
+    assert _time(p) < 0.3e-3, _time(p)
 
 
 @pytest.mark.thorough

@@ -131,13 +131,14 @@ def test_attention_backward_with_its_projections_on_tensor_cores_matches_float64
     """The backward of projected attention: Q and K, recomputed by their projections, are
     read by the chains that compute dK = g15 * Q and dQ = g15 * K with the cotangent g15
     computed in the kernel (staged rounded, as P is): stored f16 they make the forward again
-    FlashAttention and the backward chains of products (before, all four on the CUDA cores:
-    8.87 -> 2.23 ms at d=128, b=2, t=s=m=2048, h=16, model, h100)."""
+    FlashAttention and the backward a chain of products (before, all four on the CUDA cores:
+    8.87 -> 2.23 ms at d=128, b=2, t=s=m=2048, h=16, model, h100; 0.43 ms with dV, dK, dQ
+    in one chain since Q and K stay 16-bit beside the CUDA cores' readers)."""
     d = napkin.grad(napkin.load(ATTENTION_TEXT))
     p = plan(d, "h100", {"b": 2, "t": 2048, "s": 2048, "m": 2048, "h": 16})
     assert {"Q", "K", "V"} <= set(_stored(p)), stored16.said(p)
     engines = [kp.schedule.engine for kp in p.kernels]
-    assert ATTENTION in engines and engines.count(CHAIN) >= 2, engines
+    assert ATTENTION in engines and CHAIN in engines, engines
     b, t, m, h = 1, 37, 40, 3
     inputs = dict(X=rng.standard_normal((b, t, m)).astype(np.float16),
                   **{w: (rng.standard_normal((m, h, 16)) * m ** -0.5).astype(np.float16)
