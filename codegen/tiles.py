@@ -7,20 +7,18 @@ A tile is a dict built once per kernel (`_tile`, `_vector`) and copied per chunk
 length is a multiple of 4 or 2 values: compiler/copies.vector_values, which the cost model
 reads too), else one value at a time; zeros outside the arrays. Every position in a tile,
 stored or read by ldmatrix, is `offset`'s. An operand computed as it is staged is
-codegen/computed.py's. `SharedTiles` is a mixin of
-`MmaLowering`: it reads the lowering's graph, names, sizes, schedule, shared buffers and
-builder.
+codegen/computed.py's. `SharedTiles` is a mixin of `MmaLowering`: it reads the lowering's
+graph, names, sizes, schedule, shared buffers and builder.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..compiler import headpad, ir, rowsource
+from ..compiler import copies, headpad, ir, rowsource
 from ..compiler.packing import position
 from ..compiler.rowsource import RowSource
 from ..compiler.tilelayout import VALUES, TileLayout
-from ..compiler import copies
 from . import cexpr, staging
 from . import program as P
 from .builder import Ix
@@ -36,8 +34,6 @@ CHUNK = "chunk"  # a tile axis's origin and bound: the chunk being copied
 # async copies do), never dereferenced; the emulator checks that no byte is read there
 # (runtime/emulate: the source is tested only when src-size > 0). Selecting a safe pointer
 # instead cost two SEL and two MOV per copy in the main loop.
-
-
 SHIFT = VALUES.bit_length() - 1   # log2 of the values in a 16-byte chunk
 
 

@@ -9,7 +9,7 @@ contraction (the fused attention the planner derives):
 
 with Q, K, V loads of one 16-bit dtype (or views that only rename a load: `K[h s d]` of
 K[h t d], FlashSite.renamed; an f32 intermediate among them is rounded to the others' dtype
-as it is staged, `_entered`), `dk` and `dv` static (any size: tiles padded to multiples of
+as it is staged, `operand_reads.entered`), `dk` and `dv` static (any size: tiles padded to multiples of
 16 and 8 with zeros, headpad.py), and no other reduction or store in the kernel but sums
 over `dv` of O's elementwise functions after the stream, only stored (the backward's
 `D = sum[d](dO * O)`: the epilogue adds them per row, `FlashSite.epilogue`). `f` holds the
@@ -35,8 +35,8 @@ from . import headpad, ir, occupancy, packing, rowsource, split, warps
 from .canonical import through
 from .choices import NUMBERS
 from .cost import Choice, Choices, Cost, evaluate
-from .model import Model, storage_dtype
-from .operand_reads import renames, rounded
+from .model import Model
+from .operand_reads import entered, renames
 from .rowsource import RowSource
 from .specialise import fix
 from .target import Target
@@ -177,7 +177,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     read = {n for n in (q, k, v) if n in loads or n in sources} | {n for n, _ in renamed}
     if len(ir.op(g, scores).axes) != 1 or read != {q, k, v} or len({q, k, v}) != 3:
         return "Q, K and V must be loaded arrays (one contracted axis in Q K)"
-    dtypes = _entered(g, [dict(renamed).get(n, n) for n in (q, k, v)])
+    dtypes = entered(g, [dict(renamed).get(n, n) for n in (q, k, v)])
     if len(dtypes) != 1 or not dtypes <= {"f16", "bf16"}:
         return f"Q, K, V are {'/'.join(sorted(dtypes))}; mma.sync takes one 16-bit dtype"
     (dtype,) = dtypes
@@ -225,18 +225,6 @@ def own_rows(g, q: int, k: int, v: int, contracted, out: int) -> list[str]:
     others = set(ir.type_of(g, k).axes) | set(ir.type_of(g, v).axes) | set(contracted)
     o_axes = ir.type_of(g, out).axes
     return [a for a in ir.type_of(g, q).axes if a not in others and a in o_axes]
-
-
-def _entered(g, loads: list) -> set:
-    """The dtypes Q, K and V (their loads) enter the products in: an f32 intermediate (K also
-    summed in f32 by another reader) beside a 16-bit one is rounded to it as it is staged, as
-    a plain product's (tensorcore._rounded); the user's f32 input, or a value of one, is not."""
-    stored = [storage_dtype(g, n) for n in loads]
-    sixteen = {d for d in stored if d in ("f16", "bf16")}
-    if len(sixteen) != 1:
-        return set(stored)
-    (other,) = sixteen
-    return {rounded(g, [n], d, other) for n, d in zip(loads, stored)}
 
 
 def _operands(g, scores: int, out: int, soft: int, x: str) -> tuple[int, int, int]:

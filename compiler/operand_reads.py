@@ -115,9 +115,21 @@ def rounded(g, reads: list, dtype: str, other: str) -> str:
     rounded to that dtype as it is staged, as the chain's chunk values and FlashAttention's P
     are, read at its own positions or renamed (`N1[b s m]`); an f32 input is the user's and
     stays f32, renamed or not, and so does a value computed from one (`relu(X)` of an f32
-    `X`): then the product stays on the CUDA cores (tensorcore's `_rounded`; flash's Q, K, V)."""
+    `X`): then the product stays on the CUDA cores (tensorcore's `_rounded`; `entered`: FlashAttention's Q, K, V)."""
     if dtype == "f32" and other in ("f16", "bf16") and not any(
             storage_dtype(g, u) == "f32" and isinstance(ir.op(g, renamed_from(g, u)), ir.Input)
             for u in reads):
         return other
     return dtype
+
+
+def entered(g, loads: list) -> set:
+    """The dtypes Q, K and V (their loads) enter the products in: an f32 intermediate (K also
+    summed in f32 by another reader) beside a 16-bit one is rounded to it as it is staged, as
+    a plain product's (`rounded`); the user's f32 input, or a value of one, is not."""
+    stored = [storage_dtype(g, n) for n in loads]
+    sixteen = {d for d in stored if d in ("f16", "bf16")}
+    if len(sixteen) != 1:
+        return set(stored)
+    (other,) = sixteen
+    return {rounded(g, [n], d, other) for n, d in zip(loads, stored)}

@@ -22,7 +22,7 @@ cover the line's eight 16-byte chunks once each.
   followed by `ROW_PAD` values (one chunk), which makes the rows' distance odd.
 
 The rule is decided once per tile, in the planner's Schedule (`Schedule.layouts`, built by
-`schedule.operand_layouts`), which codegen reads (codegen/tiles.py: every store
+`staged_tiles.operand_layouts`), which codegen reads (codegen/tiles.py: every store
 into a tile and every ldmatrix address go through one `offset`), and in the shared-memory
 footprint M (compiler/memory.py), vectorised over the candidates.
 """

@@ -18,7 +18,7 @@ columns one instruction's N (8 to 256, a multiple of 8: each
 warp's tile is 16 x N, N / 2 f32 accumulators a thread), chunks of 16, 32 or 64 along the
 contracted axis; both operand tiles in a layout a descriptor describes
 (wgmma_layout.descriptor: rows of 16, 32 or 64 values, MN-major rows of 8, or MN-major rows
-of a multiple of 64 in blocks of 64, which schedule.operand_layouts gives a wgmma schedule).
+of a multiple of 64 in blocks of 64, which staged_tiles.operand_layouts gives a wgmma schedule).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def why_not(g, kernel, model, site, target) -> str | None:
 
 
 def _inner(g, n: int, frag: str, k: str) -> str:
-    """The axis a staged operand tile holds contiguously (schedule.operand_layouts' rule)."""
+    """The axis a staged operand tile holds contiguously (staged_tiles.operand_layouts' rule)."""
     axes = ir.type_of(g, n).axes
     return frag if packing.position(axes, frag) > axes.index(k) else k
 

@@ -94,7 +94,7 @@ def test_computed_operands_match_the_reference(text, shape):
 def test_an_operand_the_user_keeps_in_f32_is_not_rounded():
     """Qr also an output (its f32 the user's): stored f32, not in 16 bits; FlashAttention
     rounds it to K's f16 as it stages it, as a plain product rounds an f32 intermediate
-    beside a 16-bit operand (flash._entered; model, h100: 582 -> 100 us), and the plan is
+    beside a 16-bit operand (operand_reads.entered; model, h100: 582 -> 100 us), and the plan is
     right (every output against the float64 reference, emulated)."""
     text = SCALED.replace("out O: f16", "out O: f16\nout Qr: f32")
     d = napkin.load(text)
@@ -128,6 +128,6 @@ def test_fusion_falls_back_where_the_anticipated_storage_leaves_a_kernel_unfit(m
     p = planning.plan(d, "h100", {**BIG, "b": 3})         # (not the memoised problem)
     assert calls and _attention(plain)
     # fused again without anticipation, and that fusion's kernels decided and tiled (the f32
-    # query, beside f16 K and V, is rounded as FlashAttention stages it: flash._entered)
+    # query, beside f16 K and V, is rounded as FlashAttention stages it: operand_reads.entered)
     assert len(calls) == 2, calls
     assert _attention(p) and all(kp.schedule is not None for kp in p.kernels)

@@ -97,7 +97,7 @@ def test_an_intermediate_also_read_elementwise_or_output_keeps_f32():
 def test_an_output_among_attention_operands_keeps_them_f32():
     """Q an f32 output: Q and K, its partner, are stored f32; FlashAttention rounds them to
     V's f16 as it stages them, as a plain product rounds an f32 intermediate beside a 16-bit
-    operand (flash._entered; model, h100: 1.52 ms with P V on the tensor cores and the scores
+    operand (operand_reads.entered; model, h100: 1.52 ms with P V on the tensor cores and the scores
     on the CUDA cores -> 376 us)."""
     text = PROJECTED.format(d=128, x="f16").replace("out A: f16", "out A: f16\nout Q: f32")
     p = _plan(text)
