@@ -6,7 +6,9 @@ over three axes (written out into nested reductions: compiler/canonical.py), pag
 attention on tensor cores (K and V rows through the page table: compiler/rowsource.py), an
 output projection over two adjacent axes merged into one (compiler/merge.py), and attention
 fed by its projections in one diagram (Q, K, V stored in 16 bits by the kernels computing
-them: compiler/stored16.py; K and V read X renamed along the keys: compiler/operand_reads.py).
+them: compiler/stored16.py; K and V read X renamed along the keys: compiler/operand_reads.py),
+heads of 40, 72 and 36 (padded to whole fragments in shared memory: compiler/headpad.py; 36's
+rows copied 8 bytes at a time: compiler/copies.py).
 
 Each check runs at odd sizes, every dynamic axis at most bench.CHECK_LIMIT (so the GPU's
 check plans and launches at the very sizes --dry-run planned), f16 and bf16, against the
@@ -110,6 +112,13 @@ CHECKS = [
      {"t": 77, "h": 3, "d": 40, "m": 72}, {"engine": "tensor-cores"}, PRODUCT),
     ("projections then attention", "stored-16-bit", _projected, "bf16",
      {"b": 2, "t": 97, "s": 97, "m": 72, "h": 3}, {}, {"engine": "attention"}),
+    # heads padded in shared memory (compiler/headpad.py), rows copied 8 bytes at a time (d=36)
+    ("attention d=40", "padded-head", _library("attention", d=40), "f16",
+     {"b": 2, "h": 3, "q": 77, "x": 130}, {}, {"engine": "attention"}),
+    ("causal_attention d=72", "padded-head", _library("causal_attention", d=72), "bf16",
+     {"b": 2, "h": 3, "q": 131, "x": 131}, {}, {"engine": "attention"}),
+    ("attention d=36", "padded-head", _library("attention", d=36), "f16",
+     {"b": 2, "h": 3, "q": 97, "x": 190}, {}, {"engine": "attention"}),
     # wgmma (opt-in with arch sm_90a until these pass on a GPU: docs/tensor-cores.md), at
     # sizes the check launches unclamped (bench.CHECK_LIMIT) where the model takes wgmma
     ("batched_matmul on wgmma 129^4", "wgmma", _library("batched_matmul"), "f16",
@@ -135,6 +144,10 @@ TIMINGS = [
      {"b": 4, "h": 16, "q": 4096, "x": 4096}, "attention", REREAD),
     ("causal_attention d=256", "wide-head", _library("causal_attention", d=256), "f16",
      {"b": 4, "h": 16, "q": 4096, "x": 4096}, "causal_attention", REREAD),
+    ("attention d=40", "padded-head", _library("attention", d=40), "f16",
+     {"b": 4, "h": 16, "q": 4096, "x": 4096}, "attention", {"engine": "attention"}),
+    ("attention d=72", "padded-head", _library("attention", d=72), "bf16",
+     {"b": 4, "h": 16, "q": 4096, "x": 4096}, "attention", {"engine": "attention"}),
     ("paged decode x=32768", "paged-tensor-cores", _paged(32768, 16), "f16",
      {"b": 8, "g": 8, "r": 4, "q": 1, "n": 8 * 2048}, "paged_attention", PAGED),
 ]
