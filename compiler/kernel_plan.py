@@ -69,7 +69,7 @@ class KernelPlanner:
     """Plans single kernels, memoised (fusion asks about many candidate kernels)."""
 
     def __init__(self, g: DiGraph, target: Target, sizes: dict, hints, engine: str = "auto",
-                 scatter: bool = True, across: bool = True):
+                 scatter: bool = True, across: bool = True, token: int | None = None):
         self.g, self.target, self.sizes, self.hints = g, target, sizes, list(hints)
         self.engine = engine
         self.scatter = scatter         # False: masked sums planned dense (explain compares)
@@ -78,7 +78,8 @@ class KernelPlanner:
         self._memo: dict = {}
         self._models: dict = {}
         self._plans: dict = {}            # kernel -> its KernelPlan (plan: the Schedule built once)
-        self._graph = fingerprint.token(g)    # (the graph's contents: models are shared)
+        # the graph's contents (models are shared): `token` where known (fingerprint.derived)
+        self._graph = token if token is not None else fingerprint.token(g)
         # what a kernel's search reads beside the kernel (None: not shared, see _shared_found)
         self._problem = None if self._graph is None else (
             self._graph, target, tuple(sizes.items()), tuple(self.hints), engine, scatter, across)
@@ -172,8 +173,8 @@ class KernelPlanner:
                 best = on_tc
         if not fixed and self.scatter:    # tiles hinted: the dense plan the hints describe
             best = self._scatter(k, best) or best
-        if best is None:
-            return self._infeasible(k, tried, fixed, used)
+        if best is None:     # (why: only a final plan says it; an estimate is None either way)
+            return _NO_TILING if quick else self._infeasible(k, tried, fixed, used)
         return best
 
     def _scatter(self, k: FusedKernel, best):
@@ -379,6 +380,9 @@ class _Infeasible:
         return error("N0603", f"kernel {k.name} needs {int(self.needed):,} bytes of {self.level} "
                      f"per {_unit(target, self.level)} even with the smallest tiles, but "
                      f"{self.level} holds {int(self.capacity):,}", span, help=self.fix)
+
+
+_NO_TILING = _Infeasible(None, 0, 0, "", None)   # fusion's quick estimate found none
 
 
 @dataclass(frozen=True)
