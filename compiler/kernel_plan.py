@@ -15,7 +15,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
 from . import schedule as schedules
-from . import fingerprint, scatter, tensorcore, wgmma, wgmma_search
+from . import scatter, stored16, tensorcore, wgmma, wgmma_search
 from .columns import Column
 from .cost import Choice, Cost, evaluate
 from .kernels import FusedKernel
@@ -79,7 +79,7 @@ class KernelPlanner:
         self._models: dict = {}
         self._plans: dict = {}            # kernel -> its KernelPlan (plan: the Schedule built once)
         # the graph's contents (models are shared): `token` where known (fingerprint.derived)
-        self._graph = token if token is not None else fingerprint.token(g)
+        self._graph = token if token is not None else stored16.planning_token(g)
         # what a kernel's search reads beside the kernel (None: not shared, see _shared_found)
         self._problem = None if self._graph is None else (
             self._graph, target, tuple(sizes.items()), tuple(self.hints), engine, scatter, across)
@@ -331,9 +331,9 @@ _MAX_FOUND = 4096
 
 def _shared_found(planner: KernelPlanner, k: FusedKernel, quick: bool):
     """planner._plan(k, quick), memoised across planners of equal problems (the graph's
-    fingerprint.token, target, sizes, hints, engine, scatter, across: a diagram planned again,
-    by another test or another entry point, at the same target and shape). The answer depends
-    on the kernel's nodes, loads and stores alone, except for the kernel it names: a plan's
+    stored16.planning_token, target, sizes, hints, engine, scatter, across: a diagram planned
+    again, by another test or another entry point, at the same target and shape). The answer
+    depends on the kernel's nodes, loads and stores alone, except for the kernel it names: a plan's
     `kernel` and its model's are `k` itself (another candidate with the same nodes may be named
     otherwise), so an answer found for another kernel is handed back under `k`, as _plan would
     have made it. (A NapkinError _plan raises is not memoised: it is raised again.)"""
