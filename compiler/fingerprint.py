@@ -9,6 +9,12 @@ contents: two graphs get the same token exactly when their frozen contents are e
 graph with an attribute it cannot freeze gets None (nothing memoised for it). The token is
 taken when a planner is made: the planner, like its memo, assumes the graph does not change
 while it plans.
+
+`derived(base, *how)` is the token of a graph made from one whose token is `base` by a
+deterministic change that `how` spells out in full (stored16.decision_token: a copy with
+another 16-bit storage decision), without freezing the new graph: two graphs get the same
+derived token exactly when their bases' tokens and their changes are equal. (Tokens are never
+reused, so `base` stands for the same contents however long ago it was issued.)
 """
 
 from __future__ import annotations
@@ -83,6 +89,11 @@ def token(g: DiGraph) -> int | None:
         key = freeze(g)
     except _Unfrozen:
         return None
+    return _issued(key)
+
+
+def _issued(key) -> int:
+    """The token standing for `key` (a new one the first time it is seen)."""
     found = _TOKENS.get(key)
     if found is None:
         _next[0] += 1
@@ -92,3 +103,14 @@ def token(g: DiGraph) -> int | None:
     else:
         _TOKENS.move_to_end(key)
     return found
+
+
+def derived(base: int | None, *how) -> int | None:
+    """The token of the graph a deterministic change `how` (frozen as attributes are) makes of
+    a graph whose token is `base` (see the module docstring); None where either is None."""
+    if base is None:
+        return None
+    try:
+        return _issued(("derived", base, _freeze(how)))
+    except _Unfrozen:
+        return None

@@ -15,7 +15,7 @@ from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
 from . import schedule as schedules
-from . import fingerprint, scatter, stored16, tensorcore, wgmma, wgmma_search
+from . import scatter, stored16, tensorcore, wgmma, wgmma_search
 from .columns import Column
 from .cost import Choice, Cost, evaluate
 from .kernels import FusedKernel
@@ -69,7 +69,8 @@ class KernelPlanner:
     """Plans single kernels, memoised (fusion asks about many candidate kernels)."""
 
     def __init__(self, g: DiGraph, target: Target, sizes: dict, hints, engine: str = "auto",
-                 scatter: bool = True, across: bool = True, runnable: bool = False):
+                 scatter: bool = True, across: bool = True, runnable: bool = False,
+                 token: int | None = None):
         self.g, self.target, self.sizes, self.hints = g, target, sizes, list(hints)
         self.engine, self.runnable = engine, runnable     # (runnable: plan.plan's retry)
         self.scatter = scatter         # False: masked sums planned dense (explain compares)
@@ -78,7 +79,8 @@ class KernelPlanner:
         self._memo: dict = {}
         self._models: dict = {}
         self._plans: dict = {}            # kernel -> its KernelPlan (plan: the Schedule built once)
-        self._graph = fingerprint.token(g)    # (the graph's contents: models are shared)
+        # the graph's contents (models are shared): `token` where known (fingerprint.derived)
+        self._graph = token if token is not None else stored16.planning_token(g)
         # what a kernel's search reads beside the kernel (None: not shared, see _shared_found)
         self._problem = None if self._graph is None else (
             self._graph, target, tuple(sizes.items()), tuple(self.hints), engine, scatter, across,
@@ -175,8 +177,8 @@ class KernelPlanner:
                 best = on_tc
         if not fixed and self.scatter:    # tiles hinted: the dense plan the hints describe
             best = self._scatter(k, best) or best
-        if best is None:
-            return self._infeasible(k, tried, fixed, used)
+        if best is None:     # (why: only a final plan says it; an estimate is None either way)
+            return _NO_TILING if quick else self._infeasible(k, tried, fixed, used)
         return best
 
     def _scatter(self, k: FusedKernel, best):
@@ -333,9 +335,9 @@ _MAX_FOUND = 4096
 
 def _shared_found(planner: KernelPlanner, k: FusedKernel, quick: bool):
     """planner._plan(k, quick), memoised across planners of equal problems (the graph's
-    fingerprint.token, target, sizes, hints, engine, scatter, across: a diagram planned again,
-    by another test or another entry point, at the same target and shape). The answer depends
-    on the kernel's nodes, loads and stores alone, except for the kernel it names: a plan's
+    stored16.planning_token, target, sizes, hints, engine, scatter, across: a diagram planned
+    again, by another test or another entry point, at the same target and shape). The answer
+    depends on the kernel's nodes, loads and stores alone, except for the kernel it names: a plan's
     `kernel` and its model's are `k` itself (another candidate with the same nodes may be named
     otherwise), so an answer found for another kernel is handed back under `k`, as _plan would
     have made it. (A NapkinError _plan raises is not memoised: it is raised again.)"""
@@ -382,6 +384,9 @@ class _Infeasible:
         return error("N0603", f"kernel {k.name} needs {int(self.needed):,} bytes of {self.level} "
                      f"per {_unit(target, self.level)} even with the smallest tiles, but "
                      f"{self.level} holds {int(self.capacity):,}", span, help=self.fix)
+
+
+_NO_TILING = _Infeasible(None, 0, 0, "", None)   # fusion's quick estimate found none
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ class _Layouts:
         self.outputs = frozenset(u for o in g.graph["outputs"].values()
                                  for u in g.predecessors(o))
         self._overlapping = functools.cache(self._overlapping_kernel)
+        self._upstream = functools.cache(self._upstream_of)   # (asked again every round)
 
     def _overlapping_kernel(self, c: Cluster, copies: Cluster, needed: frozenset) -> FusedKernel:
         nodes = set().union(*(self.stmts[s] for s in c))
@@ -99,6 +100,9 @@ class _Layouts:
     def upstream(self, producer: Cluster, nodes) -> Cluster:
         """The statements of `producer` that compute `nodes`, and those they need from it
         (stopping at what the producer loads; free expressions are recomputed anyway)."""
+        return self._upstream(producer, frozenset(nodes))
+
+    def _upstream_of(self, producer: Cluster, nodes: frozenset) -> Cluster:
         g, stmts = self.g, self.stmts
         inside = {n: s for s in producer for n in stmts[s]}
         todo = sorted({inside[u] for u in nodes})

@@ -78,6 +78,33 @@ def with_decision(g: DiGraph, chosen: dict, cotangents=()) -> DiGraph:
     return out
 
 
+def decision_token(base: int | None, g: DiGraph, out: DiGraph) -> int | None:
+    """fingerprint.token of `out`, a with_decision copy of `g` whose token is `base`, without
+    freezing it: derived from `base` and the decision `out` carries (None: not known, the
+    planner freezes `out`). Only from a graph that carries no decision (a decided graph
+    decided again is frozen), so that a copy with none is `g` itself, as frozen."""
+    from .fingerprint import derived
+    if base is None or KEY in g.graph or COTANGENTS in g.graph:
+        return None
+    chosen, cot = out.graph.get(KEY), out.graph.get(COTANGENTS)
+    if chosen is None and cot is None:
+        return base
+    return derived(base, KEY, chosen, cot)
+
+
+def planning_token(g: DiGraph) -> int | None:
+    """fingerprint.token of g as planners take it: a graph carrying a decision gets the token
+    decision_token derives from its undecided copy's, as the planners tiling made on it did
+    (a planner made on the plan's graph alone, explain's baseline, shares their answers)."""
+    from .fingerprint import token
+    if KEY not in g.graph and COTANGENTS not in g.graph:
+        return token(g)
+    base = g.copy()
+    base.graph.pop(KEY, None)
+    base.graph.pop(COTANGENTS, None)
+    return decision_token(token(base), base, g)
+
+
 def decide(g: DiGraph, kernels, target, cotangents: frozenset = frozenset()) -> dict:
     """value node -> 16-bit dtype of every stored intermediate that qualifies (module doc);
     `cotangents`: the nodes computed from a gradient's cotangents, which qualify also where

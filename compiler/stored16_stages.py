@@ -25,7 +25,7 @@ def fusion_planner(pr, planner):
     if g is pr.graph:
         return planner
     return KernelPlanner(g, pr.target, pr.sizes, pr.hints, planner.engine, across=planner.across,
-                          runnable=planner.runnable)
+                          runnable=planner.runnable, token=_token(planner, pr.graph, g))
 
 
 def applied(fused):
@@ -68,8 +68,8 @@ def _settled(fused, chosen: dict, cot):
         g2 = stored16.with_decision(pr.graph, chosen, cot and stored16.read_elementwise(
             pr.graph, fused.kernels, chosen))
         planner2 = KernelPlanner(g2, pr.target, pr.sizes, pr.hints, planner.engine,
-                                 across=planner.across,
-                          runnable=planner.runnable)
+                                 across=planner.across, runnable=planner.runnable,
+                                 token=_token(planner, pr.graph, g2))
         plans = [planner2.plan(k, strict=False) for k in fused.kernels]
         if any(p is None for p in plans):
             return None
@@ -78,6 +78,12 @@ def _settled(fused, chosen: dict, cot):
             return chosen, g2, planner2
         chosen = {v: d for v, d in chosen.items() if v not in dropped}
     return None
+
+
+def _token(planner, g, decided) -> int | None:
+    """The token of `decided`, a with_decision copy of `g`, from that of `planner`'s graph
+    where that is `g` (stored16.decision_token; None: the new planner freezes it)."""
+    return stored16.decision_token(planner._graph, g, decided) if planner.g is g else None
 
 
 def _faster(fused, more, base) -> bool:
