@@ -9,15 +9,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
-from .graph import DiGraph
-
 from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
-from . import ir
+from . import ir, scatter, stored16, tensorcore, wgmma, wgmma_search
 from . import schedule as schedules
-from . import scatter, stored16, tensorcore, wgmma, wgmma_search
 from .columns import Column
 from .cost import Choice, Cost, evaluate
+from .graph import DiGraph
 from .kernels import FusedKernel
 from .model import Model
 from .model_memo import _shared_model
@@ -73,9 +71,8 @@ class KernelPlanner:
                  token: int | None = None):
         self.g, self.target, self.sizes, self.hints = g, target, sizes, list(hints)
         self.engine, self.runnable = engine, runnable     # (runnable: plan.plan's retry)
-        self.scatter = scatter         # False: masked sums planned dense (explain compares)
-        self.across = across           # False: no chain adds a product over its rows across
-                                       # blocks (chain.Across; explain and gpu_backward compare)
+        # False: masked sums planned dense; no chain adds a product over its rows across
+        self.scatter, self.across = scatter, across     # blocks (chain.Across): explain compares
         self._memo: dict = {}
         self._models: dict = {}
         self._plans: dict = {}            # kernel -> its KernelPlan (plan: the Schedule built once)
@@ -144,8 +141,7 @@ class KernelPlanner:
         tried = []
         for axis in axes:
             model, cols = self._model(k, axis)
-            found = search(model, cols, self.target, self.sizes, fixed,
-                           quick=quick)
+            found = search(model, cols, self.target, self.sizes, fixed, quick=quick)
             tried.append((model, cols))
             if found is None:
                 continue
@@ -184,14 +180,12 @@ class KernelPlanner:
     def _scatter(self, k: FusedKernel, best):
         """The kernel as a scatter-add (scatter.py) when it is one and predicted faster than
         `best`; else None."""
-        found = scatter.site(self.g, k)
-        if found is None:
+        if scatter.site(self.g, k) is None:
             return None
         model, cols = self._model(k, None)
         plan = scatter_plan(self.g, k, model, cols, self.sizes, self.target)
-        if plan is None or (best is not None and plan.cost.time >= best.cost.time):
-            return None
-        return plan
+        return None if plan is None or (best is not None and plan.cost.time >= best.cost.time) \
+            else plan
 
     def _has_contraction(self, k: FusedKernel) -> bool:
         """A contraction of the diagram's (a split's merge over its splits does not count:
