@@ -19,23 +19,13 @@ from napkin.codegen.render import render
 from napkin.commands.run import random_inputs
 from napkin.compiler import copies, headpad, issue
 from napkin.compiler.cost import evaluate
-from napkin.compiler.plan import plan
 from napkin.compiler.schedule import ATTENTION
 from napkin.explain import render_text, report
 from napkin.pipeline import run_plan
 from napkin.runtime import compare
 
-from .conftest import library
+from .test_padded_heads import ODD, long_plan
 
-LONG = {"b": 4, "h": 16, "q": 4096, "x": 4096}
-ODD = {"b": 1, "h": 2, "q": 37, "x": 45}
-_PLANS: dict = {}
-
-
-def long_plan(name: str, head: int, dtype: str = "f16"):
-    if (name, head, dtype) not in _PLANS:
-        _PLANS[name, head, dtype] = plan(library(name, dtype, d=head), "h100", LONG)
-    return _PLANS[name, head, dtype]
 
 
 @pytest.mark.parametrize("head, nbytes", [(36, 8), (20, 8), (44, 8), (18, 4), (37, None),

@@ -12,17 +12,9 @@ from napkin.compiler.fuse import unfused_kernels
 from napkin.compiler.kernel_plan import KernelPlanner
 from napkin.compiler.plan import prepare
 
-PROJECTED = """axis b, t, s, m, h
-axis d = 64
-in X[b t m]: f16
-in Wq[m h d]: f16, Wk[m h d]: f16, Wv[m h d]: f16
-Q[b h t d] = X * Wq
-K[b h s d] = X[b s m] * Wk
-V[b h s d] = X[b s m] * Wv
-S[b h t s] = where(s <= t, Q * K / sqrt(size(d)), -inf)
-A[b t h d] = softmax[s](S) * V
-out A: f16
-"""
+from ..runtime.test_stored16 import PROJECTED as PROJECTED_TEXT
+
+PROJECTED = PROJECTED_TEXT.format(d=64, x="f16")
 SHAPE = {"b": 2, "t": 1024, "s": 1024, "m": 1024, "h": 8}
 
 

@@ -21,6 +21,7 @@ from napkin.explain import render_text, report
 from napkin.pipeline import lowered, run_plan
 
 from .close import assert_close
+from .test_stored16 import PROJECTED
 
 BIG = {"t": 2048, "m": 2048, "h": 16}
 BLOCK = """axis t, m, h
@@ -113,17 +114,7 @@ def test_the_fused_plan_takes_the_cotangent_where_the_model_says_faster():
     assert _kernel(p, "dWo").schedule.engine == PRODUCT
 
 
-ATTENTION_TEXT = """axis b, t, s, m, h
-axis d = 16
-in X[b t m]: f16
-in Wq[m h d]: f16, Wk[m h d]: f16, Wv[m h d]: f16
-Q[b h t d] = X * Wq
-K[b h s d] = X[b s m] * Wk
-V[b h s d] = X[b s m] * Wv
-S[b h t s] = where(s <= t, Q * K / sqrt(size(d)), -inf)
-A[b t h d] = softmax[s](S) * V
-out A: f16
-"""
+ATTENTION_TEXT = PROJECTED.format(d=16, x="f16")
 
 
 @pytest.mark.thorough      # (5 CPU-s of planning at scale)
