@@ -20,9 +20,13 @@ INT_FILL = float(2 ** 62)    # beyond any position or i32 value; exact in f64 an
 
 class Merges:
     def _pair_operand(self, n: int):
+        """Which operand of contraction n is a softmax over the split axis (the pair merged
+        by logsumexps), or None: a softmax over another axis is a plain operand, its value
+        at each position of the split axis its own (`softmax[m](j + m)` summed over j)."""
         g = self.g
         for k, u in enumerate(ir.operands(g, n)):
-            if isinstance(ir.op(g, through(g, u)), ir.Softmax):
+            op = ir.op(g, through(g, u))
+            if isinstance(op, ir.Softmax) and op.axes == (self.x,):
                 return k
         return None
 

@@ -129,6 +129,20 @@ def test_nan_in_one_split_reaches_its_row_only(rng):
     assert np.isnan(out[0, 1]).all() and not np.isnan(out[0, 0]).any()
 
 
+def test_a_softmax_over_another_axis_is_a_plain_operand_of_the_split_product(rng):
+    """`Y[t] = V * softmax[t](A)` sums over j a softmax over t: split over j, each split's
+    share is a plain partial sum (it was merged as an attention's pair by logsumexps over
+    j, weighting the splits by a softmax they do not have: fuzz seed 45's case)."""
+    d = napkin.load("axis j, t\nin V[j]: f32\nin A[j t]: f32\n"
+                    "Y[t] = V * softmax[t](A)\nout Y: f32\n")
+    shape = {"j": 37, "t": 5}
+    inputs = random_inputs(d, shape, 7)
+    p = plan(d, "h100", shape, {"split": {"j": 3}})
+    assert p.split and p.split.parts == 3
+    np.testing.assert_allclose(interpret(p, inputs)["Y"], reference.evaluate(d, inputs)["Y"],
+                               rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("name, axis, parts", [
     ("attention", "x", 3), ("causal_attention", "x", 5), ("gqa_attention", "x", 40),
     ("sliding_window_attention", "x", 4), ("softmax", "c", 3), ("rmsnorm", "c", 7),
