@@ -130,6 +130,12 @@ def decide(g: DiGraph, kernels, target, cotangents: frozenset = frozenset()) -> 
             bad.add(v)
             continue
         for c, u in (x for r in readers for x in r):
+            if c is None:       # a copy another kernel reads: its dtype (exact when 16-bit)
+                if through(g, u) not in stored:
+                    bad.add(v)
+                    break
+                links[v].add(through(g, u))
+                continue
             x, y = ir.operands(g, c)
             if x == y:
                 bad.add(v)
@@ -291,13 +297,15 @@ def _candidate(g: DiGraph, s: int) -> bool:
 
 def _readers(g: DiGraph, k, n: int):
     """(contraction, operand it reads n as) of everything kernel k computes from its load n,
-    through names and views; None when anything else reads it (or k stores it again)."""
+    through names and views, and (None, the copy) where k stores it again (renamed: `t22[b s
+    m] = N1[b s m]`); None when anything else reads it."""
     members, stores = set(k.nodes), set(k.stores)
     out, stack = [], [n]
     while stack:
         u = stack.pop()
         if u != n and u in stores:
-            return None
+            out.append((None, u))
+            continue
         for v in g.successors(u):
             if v not in members:
                 continue
