@@ -11,7 +11,9 @@
   product it feeds plans as `rmsnorm_linear` (the product on the tensor cores with the
   row statistic beside it); not attention's scores (a softmax normalises them), whose
   normalised query and key FlashAttention loads. Products are looked through names (not a
-  declared dtype's: its rounding is the user's); views of inputs are read anew.
+  declared dtype's: its rounding is the user's); views of inputs are read anew. Not out of
+  one local_merge.py reads as it is (`dWq = dQ * N1` over `(b*t)`, `nest=False`): no
+  reshape reads a computed operand, and its two axes stayed on the CUDA cores.
 - A sum of a product of two loaded arrays over axes both have, each with an axis of its
   own (`sum[d](Q * K)`), is their contraction, so the product is never made over those
   axes and runs where contractions run (the tensor cores, FlashAttention's scores).
@@ -47,6 +49,7 @@ from __future__ import annotations
 from .graph import DiGraph, ancestors
 
 from . import ir
+from .local_merge import chains_of
 from .merge import merge_axes
 from .reach import normalised
 from .rename import store_renamed
@@ -56,16 +59,16 @@ def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True,
                  grouped=()) -> DiGraph:
     """Rewrite the IR into canonical form (a copy); `keep`: axes hinted on the command line
     (never merged); `free`: free axes merged too, else only axes an op names (merge.py);
-    `nest=False`: contractions over three or more axes are left whole, for local_merge.py to
-    merge runs of their axes first (`nested_contractions` nests what is left); `grouped`: the
-    axes of `keep` a `group` hint names (rename.py never moves them)."""
+    `nest=False`: contractions over three or more axes are left whole, and the factors of
+    one local_merge.py merges, for it to merge runs of their axes first (`nested_contractions`
+    nests what is left); `grouped`: the axes of `keep` a `group` hint names (never moved)."""
     g = g.copy()
     changed = True
     while changed:
         changed = False
         for n in ir.order(g):
             if n in g and (_summed_product(g, n) or _softmax(g, n) or _variance(g, n) or
-                           _hoisted(g, n)):
+                           (nest or not chains_of(g, n, keep)) and _hoisted(g, n)):
                 changed = True
                 break
     store_renamed(g, grouped)
@@ -109,10 +112,9 @@ def softmaxes(g: DiGraph) -> DiGraph:
 
 def dead_code(g: DiGraph) -> DiGraph:
     """Drop nodes no output depends on (inputs stay: they are the signature)."""
-    live = set()
+    live = set(g.graph["inputs"].values())
     for n in g.graph["outputs"].values():
         live |= ancestors(g, n) | {n}
-    live |= set(g.graph["inputs"].values())
     g.remove_nodes_from([n for n in list(g) if n not in live])
     g.graph["arrays"] = {k: v for k, v in g.graph["arrays"].items() if v in g}
     return g
@@ -226,8 +228,7 @@ def _nested_reduction(g: DiGraph, n: int) -> None:
     part = ir.add_node(g, ir.Reduce(op.fn, inner), ir.ArrayType(
         tuple(a for a in layout if a not in inner), ir.INTERMEDIATE), [arg], span=span, stmt=stmt)
     outer = tuple(a for a in op.axes if a not in inner)
-    new = ir.add_node(g, ir.Reduce(op.fn, outer), ir.type_of(g, n), [part], span=span,
-                      stmt=stmt)
+    new = ir.add_node(g, ir.Reduce(op.fn, outer), ir.type_of(g, n), [part], span=span, stmt=stmt)
     _replace(g, n, new)
     _nested_reduction(g, new)
 
@@ -254,8 +255,7 @@ def _nested_contraction(g: DiGraph, n: int, least: int = 3) -> int | None:
     # the partial products' axes: the outer contracted ones (in A's layout), then the output's
     part = ir.add_node(g, ir.Contract(inner), ir.ArrayType(
         tuple(a for a in layout if a in outer) + out.axes,
-        ir.dtype_of_kind(ir.kind_of_dtype(out.dtype))), list(args),
-        span=span, stmt=stmt)
+        ir.dtype_of_kind(ir.kind_of_dtype(out.dtype))), list(args), span=span, stmt=stmt)
     new = ir.add_node(g, ir.Reduce("sum", outer), out, [part], span=span, stmt=stmt)
     _replace(g, n, new)
     _nested_reduction(g, new)

@@ -299,13 +299,14 @@ def _contribution(sw: Sweep, n: int, mine: int, g_: str, g_axes, o_: str, o_axes
     others, and then a sum over those (FlashAttention-2's GQA backward: dK per query head,
     then summed): a kernel can stream one axis through the tensor cores, and fusion may still
     merge the two statements into one reduction over all of them.
-    Where each factor is a backward input or a named cotangent and those axes are one run,
-    adjacent and in one order in both (dWo[h d m] = dR[b t m] * A[b t h d], summing b t;
-    `dV[b s h d] * Wv[m h d]`, summing h d, its layout chosen so: _result_layout), it is one
-    product: local_merge.py reads the run as one axis (a reshape of a stored array), one
-    tensor-core product with no partial stored. (`inside`: GQA's P and dS keep the partial,
-    FlashAttention's backward computes them in the kernel, where no reshape reads them; so
-    does a forward value, which canonical.py may compute in its reader.)"""
+    Where each factor is a backward input, a named cotangent or a copied forward value and
+    those axes are one run, adjacent and in one order in both (dWo[h d m] = dR[b t m] *
+    A[b t h d], summing b t; `dV[b s h d] * Wv[m h d]`, summing h d, its layout chosen so:
+    _result_layout), it is one product: local_merge.py reads the run as one axis (a reshape
+    of a stored array), one tensor-core product with no partial stored (canonical.py hoists
+    no factor of N1 out of `dWq = dQ * N1` there). (`inside`: GQA's P and dS keep the
+    partial, FlashAttention's backward computes them in the kernel, where no reshape reads
+    them.)"""
     mine_axes = sw.axes(mine)
     shared = [a for a in sw.g.graph["axes"]
               if a in set(g_axes) & set(o_axes) and a not in mine_axes]
@@ -320,8 +321,8 @@ def _contribution(sw: Sweep, n: int, mine: int, g_: str, g_axes, o_: str, o_axes
 
 
 def _one_run(sw: Sweep, axes, inside, *names: str) -> bool:
-    """Whether each name is a backward input or a named cotangent (none in `inside`) whose
-    layout holds `axes` adjacent, all in one order."""
+    """Whether each name is a backward input, a named cotangent or a copied forward value
+    (none in `inside`) whose layout holds `axes` adjacent, all in one order."""
     runs = set()
     for name in names:
         layout = None if name in inside else sw.layout_of(name)

@@ -168,10 +168,11 @@ class Sweep:
         return self.named(Expr(text, frozenset(axes)), base, tuple(order)).text
 
     def layout_of(self, name: str):
-        """The axes, in layout order, of an input or a named cotangent of the backward's, or
-        None (a copied forward value may be computed in its reader: canonical.py hoists N1's
-        factors out of `dWq = dQ * N1`, and no reshape reads it)."""
-        return self.loaded.get(name) or self.layouts.get(name)
+        """The axes, in layout order, of an input, a named cotangent or a copied forward value
+        of the backward's, or None (a forward value's factors stay in a product that
+        local_merge.py reads as it is: canonical.py hoists none out of `dWq = dQ * N1`)."""
+        return self.loaded.get(name) or self.layouts.get(name) or next(
+            (self.axes(n) for n in self.needed if self.names.get(n) == name), None)
 
     def total(self, n: int, parts: list[Expr], base: str, force_name: bool = False,
               own: bool = False, layout=None) -> Expr:
