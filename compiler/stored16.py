@@ -10,7 +10,9 @@ it is FlashAttention (which takes 16-bit loads). The decision is made once, betw
 stage after: the model's bytes and engines, the producer's store, the consumer's load, explain.
 
 - candidates: a float array a kernel stores, with no declared storage dtype, not an output,
-  whose every reader in another kernel is a contraction (through names and renaming views);
+  whose every reader in another kernel is a contraction (through names and renaming views)
+  or a copy that kernel stores, itself a candidate (`t22[b s m] = N1[b s m]`): linked, the
+  two take one dtype (a rounded value copied into a 16-bit array is the same value);
 - its dtype is the reading products' partner's when that is a 16-bit array (an input, a
   declared or output dtype). A partner that is itself a candidate (attention's Q and K) links
   the two; attention's probabilities (a softmax, rounded to 16 bits by FlashAttention) take
