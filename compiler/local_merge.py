@@ -241,13 +241,3 @@ def report(g: DiGraph, kernel_nodes) -> list[str]:
             "and the output; the rest of the diagram keeps them)"
             for c, axis, ch in g.graph.get("local_merged", ()) if c in nodes]
 
-
-def merged_products(ir_graph: DiGraph, keep, free: bool, grouped=()) -> DiGraph | None:
-    """The canonical IR with runs of a product's contracted axes merged for it alone, or None
-    where no product has one: merged before canonicalize nests a contraction over three or
-    more axes (which would leave one contracted axis), the rest nested after."""
-    from .canonical import canonicalize, nested_contractions
-    from .nested import separate_nested
-    flat = separate_nested(canonicalize(ir_graph, keep, free=free, nest=False, grouped=grouped))
-    local = merge_products(flat, keep)
-    return None if local is flat else with_apart(separate_nested(nested_contractions(local)))

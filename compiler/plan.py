@@ -27,9 +27,9 @@ from . import hints as hint_mod
 from . import ir
 from . import merge, splitting, stored16, stored16_stages
 from .splitting import SplitChoice
-from .canonical import canonicalize
+from .canonical import canonicalize, nested_contractions
 from .nested import separate_nested
-from .local_merge import merged_products
+from .local_merge import merge_products, with_apart
 from .diagram import Diagram
 from .kernel_plan import KernelPlan, KernelPlanner
 from .kernels import FusedKernel
@@ -168,6 +168,15 @@ def _in_diagram(diagram: Diagram, fn):
         return fn()
     except NapkinError as exc:
         raise NapkinError(exc.diagnostics, diagram.source) from None
+
+
+def merged_products(ir_graph: DiGraph, keep, free: bool, grouped=()) -> DiGraph | None:
+    """The canonical IR with runs of a product's contracted axes merged for it alone, or None
+    where no product has one: merged before canonicalize nests a contraction over three or
+    more axes (which would leave one contracted axis), the rest nested after."""
+    flat = separate_nested(canonicalize(ir_graph, keep, free=free, nest=False, grouped=grouped))
+    local = merge_products(flat, keep)
+    return None if local is flat else with_apart(separate_nested(nested_contractions(local)))
 
 
 def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,
