@@ -256,13 +256,28 @@ def said(plan) -> list[str]:
     from .model import array_name
     g = plan.graph
     cot = cotangents_decided(g)
+    copies = _copies(g, [kp.kernel for kp in plan.kernels])
     return [f"{array_name(g, n)} stored as {dt}: " + (
         "an attention's output, as FlashAttention's O (its row term D reads it rounded)"
         if n in cot and _attention_output(g, n) else
         "a cotangent that tensor-core products read (its other readers take it rounded, "
         "as frameworks keep gradients in the inputs' dtype)" if n in cot else
-        "read only by tensor-core products (rounded to it there anyway)")
+        "read only by tensor-core products (rounded to it there anyway)" + (
+            " and copied into " + ", ".join(sorted(copies[n])) + " (stored so: the same values)"
+            if copies.get(n) else ""))
         for n, dt in decided(g).items()]
+
+
+def _copies(g: DiGraph, kernels) -> dict:
+    """value node -> names of the arrays a kernel stores it into again (a renamed copy)."""
+    from .model import array_name
+    out: dict = {}
+    for k in kernels:
+        for s in k.loads:
+            for c, u in _readers(g, k, s) or ():
+                if c is None:
+                    out.setdefault(through(g, s), set()).add(array_name(g, u))
+    return out
 
 
 def declare(g: DiGraph, k) -> str:

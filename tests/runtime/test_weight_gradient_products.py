@@ -50,7 +50,9 @@ def test_a_weights_gradient_reads_the_forward_value_in_one_product(rng):
     for name, axis in (("dWq", "(b*t)"), ("dWk", "(b*s)")):
         assert kernels[name].schedule.engine == PRODUCT, name
         assert axis in kernels[name].model.reduced, (name, kernels[name].model.reduced)
-    assert {"N1", "t14"} <= {line.split()[0] for line in stored16.said(p)}
+    said = {line.split()[0]: line for line in stored16.said(p)}
+    assert {"N1", "t14"} <= set(said), said
+    assert "copied into t14" in said["N1"], said      # explain names the copy it also reads
     b, t, m, h = 3, 37, 40, 3
     inputs = dict(X=rng.standard_normal((b, t, m)).astype(np.float16),
                   g1=(1 + 0.25 * rng.standard_normal(m)).astype(np.float16),
