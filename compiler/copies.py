@@ -207,12 +207,11 @@ def tensor_values(a, held: dict, sizes: dict, fixed, padded, rounded: bool):
     runtime size's test fails where no 16-byte copy fits: the kernel copies one value at a
     time (with no test: `vector_values`' 8 or 4 bytes where they fit). (A split window's or
     a gather's base rows are taken to be the axis's own.)"""
-    from .headpad import padded_extent
     axes = [x for x in a.axes if not np.all(np.asarray(held[x]) == 1)]
     if not axes:
         return 1, None, 1, False
-    inner = axes[-1]
-    extent = padded_extent(padded, a.node, inner, held[inner])
+    inner = axes[-1]            # (headpad.padded_extent: headpad reads this module)
+    extent = next((e for n, x, e in padded if n == a.node and x == inner), held[inner])
     if inner != a.axes[-1]:
         return 1, inner, extent, False
     size = int(sizes[inner])
