@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sass_loops import copy_trips, epilogue, kernel_source, loop_counts  # noqa: E402
+from sass_loops import copy_trips, epilogue, kernel_source, loop_counts, scalar_version  # noqa: E402
 from sass_simt import block_run  # noqa: E402
 
 SEQ = (512, 1024, 2048, 4096, 8192, 16384)
@@ -122,7 +122,11 @@ def kernel_sass(p, made, index: int) -> dict:
     text = sass.disassemble(made["binary"].cubin)
     if kp.schedule.engine == "cuda cores":
         return simt_sass(p, made, index, text)
-    counts = loop_counts(text, name, copy_trips(kernel_source(made["cuda"], name)))
+    source = kernel_source(made["cuda"], name)
+    # a chunk loop specialised by a size test: the version the plan's sizes run
+    sizes = {n: int(p.sizes[a]) for n, a in made["program"].size_params}
+    scalar = scalar_version(source, sizes)
+    counts = loop_counts(text, name, copy_trips(source, int(scalar), sizes), scalar)
     after = epilogue(text, name)          # once per block: the epilogue, the stores
     sched = kp.schedule
     chunks = math.ceil(p.sizes[sched.stream[0]] / sched.stream[1]) if sched.stream else 1

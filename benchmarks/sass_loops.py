@@ -7,17 +7,19 @@ from __future__ import annotations
 import collections
 
 
-def loop_counts(sass_text: str, function: str | None = None, trips: list | None = None
-                ) -> collections.Counter:
+def loop_counts(sass_text: str, function: str | None = None, trips: list | None = None,
+                scalar: bool = False) -> collections.Counter:
     """Instruction classes of the main loop, the loop over whole chunks (runtime/mainloop.py's
     rule, issue 14's): tensor (HMMA), fp32 (the FP32 pipe, with F2FP packing), mufu, every
     counted instruction (`all`, static: every path once), `hidden`: those a chunk the mask
     hides runs (all but the compute the kernel branches around, codegen/mma.py's
     `if (!skip)`), and, given `trips` (copies per thread of each copy statement, from the
     CUDA: copy_trips), `run` and `run_hidden`: the same with each copy loop counted as a trip
-    of t copies runs it (setup + t x each, copy_loops) instead of its static code."""
+    of t copies runs it (setup + t x each, copy_loops) instead of its static code. `scalar`:
+    the version of a loop specialised by a size test that copies a value at a time
+    (mainloop.main_loop)."""
     from napkin.runtime import mainloop
-    loop = mainloop.main_loop(sass_text, function)
+    loop = mainloop.main_loop(sass_text, function, scalar)
     if loop is None:
         return collections.Counter()
     counts = loop.counts()
@@ -33,7 +35,13 @@ def loop_counts(sass_text: str, function: str | None = None, trips: list | None 
     out["inside_version"], out["cut_version"] = small, large
     found = copy_loops(loop)
     if trips is not None and found and len(found) == len(trips):
-        runs = [c["setup"] + t * c["each"] for c, t in zip(found, trips)]
+        # (paired in order within each kind: nvcc may place a size test's else branch, the
+        # copies of a value, before the cp.async of its if branch)
+        kinds = {v: iter(c for c in found if c["vector"] == v) for v in (True, False)}
+        found = [next(kinds[v], None) for _, v in trips]
+    if trips is not None and found and len(found) == len(trips) and None not in found:
+        runs = [0 if t is None else c["setup"] + t * c["each"]
+                for c, (t, _) in zip(found, trips)]
         delta = sum(r - c["static"] for c, r in zip(found, runs))
         out["run"], out["run_hidden"] = out["all"] - nested + delta, out["hidden"] + delta
         # a hidden chunk does not prefetch a hidden next one (codegen/mma.py): its copies
@@ -140,13 +148,12 @@ def path(body, lo: int, hi: int) -> int:
 
 
 def copy_loops(loop) -> list[dict]:
-    """The copies into shared memory in `loop`, one per copy statement of the lowering
-    (`for (e = tid; e < N; e += threads)` of cp.async, codegen/mma.py), as nvcc compiles a
-    loop whose trip count it cannot know: up to three peeled copies, then a loop unrolled by
-    four. Per statement: `static`, the instructions of its code (from the end of the one
-    before, or the loop's start, to its unrolled loop's backward branch), `each`, those of
-    one copy (the unrolled loop over its LDGSTS), and `setup`, the rest (static less one
-    `each` per LDGSTS)."""
+    """The copies into shared memory in `loop` that nvcc keeps as loops (codegen/tiles.py's
+    rounds past UNROLLED, `#pragma unroll 1`: cp.async, or a value at a time, LDG and STS),
+    one per copy statement. Per statement: `static`, the instructions of its code (from the
+    end of the one before, or the loop's start, to its loop's backward branch), `each`,
+    those of one copy (the loop's body over its LDGSTS, or STS), and `setup`, the rest
+    (static less one `each` per copy)."""
     from napkin.runtime import mainloop
     body = loop.instructions
     inner = [i for i in body if i.target is not None and i.target <= i.address
@@ -154,17 +161,20 @@ def copy_loops(loop) -> list[dict]:
     out, start = [], loop.start
     for br in sorted(inner, key=lambda i: i.address):
         unrolled = [i for i in body if br.target <= i.address <= br.address]
-        n = sum(1 for i in unrolled if i.opcode.startswith("LDGSTS"))
+        vector = any(i.opcode.startswith("LDGSTS") for i in unrolled)
+        n = sum(1 for i in unrolled if i.opcode.startswith("LDGSTS")) or \
+            sum(1 for i in unrolled if i.opcode.startswith("STS"))
         if not n or any(i.opcode.split(".")[0] in mainloop.TENSOR for i in unrolled):
             continue
         code = [i for i in body if start <= i.address <= br.address]
         if any(i.opcode.split(".")[0] in mainloop.TENSOR for i in code):
             code = [i for i in code if i.address >= max(
                 j.address for j in code if j.opcode.split(".")[0] in mainloop.TENSOR)]
-        ldgsts = sum(1 for i in code if i.opcode.startswith("LDGSTS"))
+        ldgsts = sum(1 for i in code if i.opcode.startswith("LDGSTS")) or \
+            sum(1 for i in code if i.opcode.startswith("STS"))
         each = len(unrolled) / n
         out.append({"static": len(code), "each": each, "setup": len(code) - ldgsts * each,
-                    "ldgsts": ldgsts})
+                    "ldgsts": ldgsts, "vector": vector})
         start = br.address + 1
     return out
 
@@ -179,24 +189,73 @@ def kernel_source(cuda: str, name: str) -> str:
     return cuda[at.start():end if end >= 0 else len(cuda)]
 
 
-def copy_trips(cuda: str) -> list[int]:
-    """Copies each thread makes per chunk, per copy statement of the chunk loop, read off the
-    emitted CUDA: `for (int r = 0; r < R; ++r) { ... }` holding a cp.async
-    (codegen/tiles.py), R."""
+def copy_trips(cuda: str, version: int = 0, sizes: dict | None = None) -> list[tuple]:
+    """Copies each thread makes per chunk, per copy statement of the chunk loop that nvcc
+    keeps as a loop, read off the emitted CUDA: `#pragma unroll 1` then `for (int r = 0; r <
+    R; ++r) { ... }` holding a cp.async or a copy of one value (codegen/tiles.py): (R,
+    whether it is cp.async) (the loops unrolled whole are straight code, counted as they
+    stand). `version`: of a chunk
+    loop specialised by a size test (16-byte or one-value copies), which one (0: the
+    first); `sizes` (the size parameters' values): a copy inside the branch of a tile's own
+    size test (`if (n1 % 8 == 0) {...} else {...}`: FlashAttention's, a chain's) that the
+    sizes do not take runs no trip (None)."""
     import re
-    start = re.search(r"for \((?:int|long long) c0 = ", cuda)
-    if start is None:
+    starts = list(re.finditer(r"for \((?:int|long long) c0 = ", cuda))
+    if len(starts) <= version:
         return []
+    start = starts[version]
     end = cuda.find("napkin_cp_async_commit", start.end())
     text, out = cuda[start.end():end], []
-    for m in re.finditer(r"for \(int r = 0; r < (\d+); \+\+r\) \{", text):
+    untaken = _untaken(text, sizes) if sizes else []
+    for m in re.finditer(r"#pragma unroll 1\s*for \(int r = 0; r < (\d+); \+\+r\) \{", text):
         depth, j = 1, m.end()
         while depth and j < len(text):
             depth += {"{": 1, "}": -1}.get(text[j], 0)
             j += 1
-        if "napkin_cp_async_16" in text[m.end():j]:
-            out.append(int(m[1]))
+        vector = "napkin_cp_async_" in text[m.end():j]
+        if vector or ")[0] = " in text[m.end():j]:
+            out.append((None if any(a <= m.start() < b for a, b in untaken) else int(m[1]),
+                        vector))
     return out
+
+
+def _untaken(text: str, sizes: dict) -> list[tuple[int, int]]:
+    """(start, end) in `text` of each branch of a size test `if (nX % W == 0 ...) {...} else
+    {...}` that `sizes` do not take."""
+    import re
+    out = []
+    for m in re.finditer(r"if \(((?:n\d+ % \d+ == 0(?: && )?)+)\) \{", text):
+        taken = all(sizes[n] % int(w) == 0 for n, w in re.findall(r"(n\d+) % (\d+) == 0", m[1])
+                    if n in sizes)
+        close = _close(text, m.end())
+        other = re.match(r"\s*else \{", text[close:])
+        if taken and other:
+            out.append((close, _close(text, close + other.end())))
+        elif not taken:
+            out.append((m.end(), close))
+    return out
+
+
+def _close(text: str, j: int) -> int:
+    """The position past the brace closing the block opened just before `j`."""
+    depth = 1
+    while depth and j < len(text):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        j += 1
+    return j
+
+
+def scalar_version(cuda: str, sizes: dict) -> bool:
+    """Whether the plan's sizes fail the size test that picks a chunk loop's version
+    (codegen/mma.py: `if (n1 % 8 == 0 && ...)` around the pipeline, 16-byte copies, else
+    one value at a time); `sizes`: the kernel's size parameters' values."""
+    import re
+    found = re.search(r"if \(((?:n\d+ % \d+ == 0(?: && )?)+)\) \{", cuda)
+    loops = [m.start() for m in re.finditer(r"for \((?:int|long long) c0 = ", cuda)]
+    if found is None or len(loops) < 2 or found.start() > loops[0]:
+        return False        # (no test around the chunk loop: a tile's own, inside it)
+    tests = re.findall(r"(n\d+) % (\d+) == 0", found[1])
+    return not all(sizes[n] % int(m) == 0 for n, m in tests if n in sizes)
 
 
 def skipped(loop) -> list:

@@ -4,7 +4,7 @@ cp.async (codegen/mma.py, flash.py and chain.py copy through these).
 
 A tile is a dict built once per kernel (`_tile`, `_vector`) and copied per chunk (`_copy`):
 16 bytes at a time where the rows allow it, else 8 or 4 (rows of a 16-bit array whose
-length is a multiple of 4 or 2 values: compiler/copies.vector_values, which the cost model
+length is a multiple of 4 or 2 values: compiler/copies.row_widths, which the cost model
 reads too), else one value at a time; zeros outside the arrays. Every position in a tile,
 stored or read by ldmatrix, is `offset`'s. An operand computed as it is staged is
 codegen/computed.py's. `SharedTiles` is a mixin of `MmaLowering`: it reads the lowering's
@@ -190,35 +190,36 @@ class SharedTiles:
         axis, extent = t["inner"].name, t["inner"].extent
         if t["computed"]:
             return self.vectorizable(t["node"], axis, extent)
-        size = self.sizes[axis]
         width = RVECTOR if t["convert"] else VECTOR
-        sizes = [size]
-        base, source = self._source(t["node"])
-        if source is not None:      # a split's window or a gather: its rows are the base's
-            # (A[m k] split along k: a row of the base is k long and a window starts at
-            # p_k * size(s_k); both multiples of the vector, or a copy straddles them)
-            sizes.append(self.sizes[ir.type_of(self.g, base).axes[-1]])
-        if axes[-1] != axis or extent % width or \
-                any(s.isdigit() and int(s) % width for s in sizes):
+        sizes = self._row_sizes(t)
+        if axes[-1] != axis or not copies.row_widths(
+                extent, [int(s) if s.isdigit() else None for s in sizes], 16 // width)[0]:
             return None
         tests = [f"{s} % {width} == 0" for s in dict.fromkeys(sizes) if not s.isdigit()]
         return " && ".join(tests) if tests else True
 
+    def _row_sizes(self, t: dict) -> list[str]:
+        """The lengths (C) of the rows a tile's copy reads: its inner axis's, and a split
+        window's or a gather's base's (A[m k] split along k: a window starts at p_k *
+        size(s_k) in rows k long; both multiples of the vector, or a copy straddles them)."""
+        sizes = [self.sizes[t["inner"].name]]
+        base, source = self._source(t["node"])
+        if source is not None:
+            sizes.append(self.sizes[ir.type_of(self.g, base).axes[-1]])
+        return sizes
+
     def _narrow(self, t: dict) -> int:
         """Values a copy moves where no 16-byte one can (`_aligned` None): rows along the
         array's contiguous axis of a static size, 8 or 4 bytes where their length allows
-        (copies.vector_values: d = 36's 72-byte rows, 4 values; a vector all inside or all
+        (copies.row_widths: d = 36's 72-byte rows, 4 values; a vector all inside or all
         past a padded head), else 1."""
         axes = ir.type_of(self.g, t["node"]).axes
         axis, extent = t["inner"].name, t["inner"].extent
-        if t["computed"] or t["convert"] or axes[-1] != axis:
+        if t["computed"] or axes[-1] != axis:
             return 1
-        base, source = self._source(t["node"])
-        sizes = [self.sizes[axis]] + ([self.sizes[ir.type_of(self.g, base).axes[-1]]]
-                                      if source is not None else [])
-        if not all(s.isdigit() for s in sizes):
-            return 1
-        return min(copies.vector_values(int(s), extent, VALUE_BYTES) for s in sizes)
+        return copies.row_widths(extent, [int(s) if s.isdigit() else None
+                                          for s in self._row_sizes(t)],
+                                 VALUE_BYTES, not t["convert"])[1]
 
     def _source(self, n: int) -> tuple[int, RowSource | None]:
         """(the global array operand n is copied from, its row source or None): a split's

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ir
+from .choices import prod
 from .model import BYTES, storage_dtype
 
 VECTOR_BYTES = (16, 8, 4)
@@ -80,20 +81,6 @@ def width(axes, held: dict, sizes: dict, nbytes: int, threads: int) -> int:
     return 1 if w > 1 and flat(rows, held[inner], w, threads) else w
 
 
-def vector_values(size: int, extent: int, nbytes: int) -> int:
-    """Values one copy moves along rows `size` values long (the array's contiguous axis) of
-    which a tile holds `extent` (a multiple of the width where the rows start at one: a
-    padded head's zeros past `size`): the widest of VECTOR_BYTES that both are multiples of,
-    else 1. A row starts at a multiple of size x nbytes bytes from the array's 16-byte
-    aligned start, so a vector at a multiple of the width is aligned as cp.async and the
-    loads need (d = 36 f16: 72-byte rows, 8-byte copies; d = 18: 4-byte ones)."""
-    for vb in VECTOR_BYTES:
-        w = vb // nbytes
-        if w >= 2 and vb % nbytes == 0 and extent % w == 0 and size % w == 0:
-            return w
-    return 1
-
-
 def flat(rows, length, width, threads):
     """Whether a tile of `rows` rows of `length` values is copied value by value over its flat
     index rather than row by row `width` values a copy: rows shorter than the threads, where
@@ -121,17 +108,130 @@ def vectors(g, staged, tile: dict, stream, sizes: dict,
     return tuple(out)
 
 
-def tensor_copies(model, a, tile, sizes: dict):
-    """Copies a tensor-core block issues for its tile of load `a` (`tile`: the real bytes
-    a block holds of it, issue.tiles), as codegen/tiles.py emits them: `vector_values`'
-    16, 8 or 4 bytes each (a head of 36 or 20, 16-bit: 8), else one value, over the tile
-    as padded in shared memory (headpad.py: the copies past the head write zeros), where
-    its rows are a padded head (Model.padded); elsewhere 16 bytes."""
-    inner = a.axes[-1] if a.axes else None
-    size = sizes.get(inner) if inner is not None else None
-    if size is None or np.ndim(size) or size != int(size):     # (a symbolic size: 16)
-        return tile / 16
-    extent = next((e for n, x, e in model.padded if n == a.node and x == inner), None)
-    if extent is None:      # (rows of another array: 16 bytes, as charged before heads were
-        return tile / 16    # padded; at a size no multiple of 8 they run one value at a time)
-    return tile * extent / size / (vector_values(int(size), int(extent), a.bytes) * a.bytes)
+# A tensor-core block's copies of a tile (codegen/tiles.py), per warp, counted in the SASS of
+# the library's matmul and attention main loops (sm_90, benchmarks/model_check.py): `t`
+# rounds of the block's threads, one copy each, cost TENSOR_SETUP + t TENSOR_EACH where
+# every thread keeps one column of vectors and steps down the rows (tiles._copy_rows: the
+# thread's first source and destination, then per copy its row test, the select of its
+# src-size and a constant step; the loop from tid of before cost 15 + 31 t) ...
+TENSOR_SETUP = 10
+TENSOR_EACH = 6
+# ... TENSOR_INDEXED more a round where the threads are no multiple of a row's copies (the
+# element's row and column from its index by a constant division, its address computed
+# anew: attention at d = 36 and 40, 8 and 16 bytes over rows padded to 48, some 12 a round
+# in the SASS) ...
+TENSOR_INDEXED = 6
+# ... and TENSOR_VALUE more a round copying one value (rows no vector divides: an odd head,
+# d = 37; a runtime size the kernel's test finds no multiple of 8, matmul at k = 77): the
+# 64-bit address, LDG, the select of the value or zero, STS.U16, the rolled loop (SASS: 25
+# a round stepping down the rows, matmul's A at k = 77; 30 and 31 by index, attention's K
+# and V at d = 37, matmul's B).
+TENSOR_VALUE = 19
+# ... a tile of f32 values rounded to 16 bits as it is staged (tensorcore._rounded: a hidden
+# activation, a cotangent) is loaded 16 bytes at a time into registers, packed in pairs and
+# stored 8 bytes at a time (its row's index, test, 64-bit address, LDG, two F2FP, STS per
+# 16 bytes; fitted to mlp's second product, sm_90)
+TENSOR_ROUNDED = 12
+
+
+def tensor_copies(model, loads, chunk: dict, level1: dict, sizes: dict, threads,
+                  narrow: bool, joined: bool) -> list:
+    """(load, warp instructions per warp of one copy of its tile, LSU instructions per warp
+    of it: LDGSTS, or LDG and STS a value, copies per thread) of every load a tensor-core
+    block copies into shared memory (`loads`: issue.tiles's (load, bytes of its tile)), at
+    the width `tensor_values` decides. `narrow`: the products run in 16 bits (an f32 tile
+    is rounded as it is staged); `joined`: the kernel tests its runtime sizes once for all
+    its tiles (codegen/mma.py, wgmma.py: where one fails, every tile with a test copies one
+    value at a time; FlashAttention and the chains test each tile's copy)."""
+    found = []
+    for a, tile in loads:
+        held = {x: chunk.get(x, level1[x]) for x in a.axes}
+        rounded = narrow and a.bytes == 4 and len(a.axes) >= 2
+        if a.bytes == 4 and not rounded or not a.bytes:    # (a 4-byte vector: tiles.
+            found.append((a, tile / 16, 1, 1, False, rounded))   # _copy_vector, 16 bytes a
+            continue                                             # copy as charged; 0: draw)
+        values, inner, extent, tested = tensor_values(a, held, sizes, model.fixed,
+                                                      model.padded, rounded)
+        rows = prod(held[x] for x in a.axes if x != inner)
+        found.append((a, rows, extent, values, tested, rounded))
+    failed = False
+    for a, rows, extent, values, tested, rounded in found:
+        if joined and tested:
+            failed = failed | (np.asarray(values) == 1)
+    out = []
+    for a, rows, extent, values, tested, rounded in found:
+        if joined and tested:
+            values = np.where(failed, 1, values)
+        per_row = np.ceil(extent / values)
+        rounds = np.ceil(rows * per_row / threads)
+        one = (np.asarray(values) == 1) & ((a.bytes < 4) | rounded)
+        each = np.where(rounded, TENSOR_ROUNDED, TENSOR_EACH) + \
+            np.where(np.mod(threads, per_row) != 0, TENSOR_INDEXED, 0) + \
+            np.where(one, TENSOR_VALUE, 0)
+        out.append((a, TENSOR_SETUP + rounds * each, rounds * np.where(one | rounded, 2, 1),
+                    rounds))
+    return out
+
+
+def row_widths(extent, sizes, nbytes: int, narrower: bool = True):
+    """(values of a 16-byte copy where the rows allow one, else 0; values of the copy where
+    they do not) of a tensor-core tile's rows `extent` values long (a number, or an array
+    per candidate) along the array's contiguous axis, `sizes` the lengths of the rows it
+    copies from (the axis's; a split window's or a gather's base's too), each a number or
+    None (a runtime size, which the kernel tests: here taken to pass). The one decision
+    codegen/tiles.py emits (`_aligned`, `_narrow`) and the model charges (`tensor_values`):
+    16 bytes where the extent and every size are multiples of 16 bytes' values; else, where
+    every size is known and `narrower` (no tile rounded to 16 bits as it is staged), the
+    widest of `vector_values` that all allow; else one value."""
+    wide = 16 // nbytes
+    ok = np.mod(extent, wide) == 0
+    for s in sizes:
+        if s is not None:
+            ok = ok & (s % wide == 0)
+    known = [s for s in sizes if s is not None]
+    narrow = 1
+    if narrower and known and len(known) == len(sizes):
+        narrow = np.minimum.reduce([np.asarray(vector_values(s, extent, nbytes))
+                                    for s in known])
+    return (int(wide * ok) if np.ndim(ok) == 0 else np.where(ok, wide, 0)), \
+        (int(narrow) if np.ndim(narrow) == 0 else narrow)
+
+
+def tensor_values(a, held: dict, sizes: dict, fixed, padded, rounded: bool):
+    """(values one copy moves, the tile's inner axis, the extent a row of the tile covers
+    along it, whether a runtime size test decides it) of a tensor-core block's tile of load
+    `a` (`held`: each axis's extent in the tile, numbers or arrays per candidate), as
+    codegen/tiles.py copies it at these sizes (`row_widths`): the tile's inner axis is the
+    last it holds more than one position of, padded where the site pads it (headpad.py);
+    rows along another axis than the array's contiguous one are copied a value at a time. A
+    runtime size's test fails where no 16-byte copy fits: the kernel copies one value at a
+    time (with no test: `vector_values`' 8 or 4 bytes where they fit). (A split window's or
+    a gather's base rows are taken to be the axis's own.)"""
+    axes = [x for x in a.axes if not np.all(np.asarray(held[x]) == 1)]
+    if not axes:
+        return 1, None, 1, False
+    inner = axes[-1]            # (headpad.padded_extent: headpad reads this module)
+    extent = next((e for n, x, e in padded if n == a.node and x == inner), held[inner])
+    if inner != a.axes[-1]:
+        return 1, inner, extent, False
+    size = int(sizes[inner])
+    constant = inner in fixed
+    wide, _ = row_widths(extent, [size], a.bytes)
+    _, narrow = row_widths(extent, [size if constant else None], a.bytes, not rounded)
+    return np.where(wide > 0, wide, narrow), inner, extent, not constant
+
+
+def vector_values(size: int, extent, nbytes: int):
+    """Values one copy moves along rows `size` values long (the array's contiguous axis) of
+    which a tile holds `extent` (a multiple of the width where the rows start at one: a
+    padded head's zeros past `size`): the widest of VECTOR_BYTES that both are multiples of,
+    else 1 (`extent` a number, or an array per candidate). A row starts at a multiple of
+    size x nbytes bytes from the array's 16-byte aligned start, so a vector at a multiple
+    of the width is aligned as cp.async and the loads need (d = 36 f16: 72-byte rows,
+    8-byte copies; d = 18: 4-byte ones)."""
+    out = 1
+    for vb in reversed(VECTOR_BYTES):
+        w = vb // nbytes
+        if w >= 2 and vb % nbytes == 0:
+            out = np.where((np.mod(extent, w) == 0) & (size % w == 0), w, out)
+    return int(out) if np.ndim(out) == 0 else out

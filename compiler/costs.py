@@ -19,6 +19,7 @@ COMPUTE = {"compute": "compute", "issue": "issue slots", "tensor": "tensor cores
            "dependent": "the instructions waiting on the products",
            "chained": "the products and what waits on them in each warp",
            "L1 wavefronts": "the L1 (warp loads touching many lines)",
+           "lsu": "the LSU (copies into shared memory, ldmatrix)",
            "merged": "issue slots and the merges across warps (barriers, shared memory)"}
 
 

@@ -42,17 +42,8 @@ LDSM_BYTES = 512                   # ldmatrix.x4: 32 lanes x 16 bytes
 # the library's matmul and attention main loops (sm_90, benchmarks/model_check.py): the
 # iteration (cp.async commit and wait, the barrier, the stage flip, the loop test) ...
 ITERATION_TENSOR = 20
-# ... and each tile copied into shared memory: `t = ceil(N / threads)` 16-byte cp.async per
-# thread in a loop of fixed trip count that nvcc unrolls (codegen/tiles._copy_rows), costing
-# a warp COPY_SETUP + t COPY_EACH instructions: the thread's first source and destination
-# (64-bit pointer, padded shared offset), then per copy its row test, the select of its
-# src-size and a constant step (the source is not selected: codegen/tiles, CHUNK's note).
-# Fitted to the unrolled main loops of matmul and attention (sm_90,
-# benchmarks/model_check.py; the loop from tid of before cost 15 + 31 t: a remainder
-# prologue and an index per copy; two pointer selects per copy cost 8 t). A copy of a
-# tile the mask hides is made all the same.
-COPY_SETUP = 10
-COPY_EACH = 6
+# ... and each tile copied into shared memory: compiler/copies.py's TENSOR_* (per round of
+# the block's threads, by the width and the loop codegen/tiles.py emits) ...
 # ... a K or V tile whose rows come through computed positions (a paged cache's page table:
 # Model.gathered, codegen/tiles._element) computes each copy's row offset instead of
 # stepping a pointer: the row's key, its positions (the page-table LDG, the clamps, a signed
@@ -65,11 +56,6 @@ COPY_EACH = 6
 # (It was 10 per gathered copy, K and V each, fitted to 683 and 724 instructions a chunk of
 # older plans: 20 a round, paged_attention 1.28 static SASS/model.)
 COPY_GATHERED = 45
-# ... a tile of f32 values rounded to 16 bits as it is staged (tensorcore._rounded: a hidden
-# activation, a cotangent) is loaded 16 bytes at a time into registers, packed in pairs
-# and stored 8 bytes at a time (codegen/tiles: its row's index, test, 64-bit address, LDG,
-# two F2FP, STS per 16 bytes; fitted to mlp's second product, sm_90)
-COPY_ROUNDED = 12
 # ... and after its chunk loop each lane stores the output fragments it holds, one element at
 # a time (codegen/mma.py's epilogue, the same in codegen/flash.py): the element's row and
 # column, its bounds test on the 64-bit sizes, the clamped 64-bit address, the pack to 16
@@ -265,26 +251,33 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         # every chunk runs the loop's iteration, a chunk the mask does not hide also copies
         # each streamed tile; the loads a block keeps are copied once, before the loop
         threads = warps_per_block * WARP
-        per_chunk, once = 0, 0
-        narrow = _tensor_dtype(model) != "f32"
+        per_chunk, once, lsu = 0, 0, 0
         gathered = 0            # copies a thread makes per round of the gathered tiles
-        for a, tile in loads if loads is not None else tiles(model, choice, level1):
-            if a.node in model.direct or a.node in model.positions:
-                continue            # read where an operand, a statistic or a row is computed
-            rounded = narrow and a.bytes == 4 and len(a.axes) >= 2   # (not a 4-byte vector)
-            each = COPY_ROUNDED if rounded else COPY_EACH
-            rounds = NUMBERS.ceil(tensor_copies(model, a, tile, sizes) / threads)
-            copy = COPY_SETUP + rounds * each
+        chunk = dict([choice.stream]) if choice.stream else {}
+        kept = [(a, t) for a, t in (loads if loads is not None else tiles(model, choice, level1))
+                if a.node not in model.direct and a.node not in model.positions]
+        # (read where an operand, a statistic or a row is computed: not copied)
+        joined = not model.streaming.pairs and not chain
+        for a, copy, issued, rounds in tensor_copies(
+                model, kept, chunk, level1, sizes, threads, _tensor_dtype(model) != "f32",
+                joined):
             if a.node in model.gathered:        # the positions, once a round for all of them
                 gathered = NUMBERS.maximum(gathered, rounds)
             if a.streamed:
                 per_chunk = per_chunk + copy
+                lsu = lsu + issued * chunks * fraction
             else:
                 once = once + copy
+                lsu = lsu + issued
         per_chunk = per_chunk + gathered * COPY_GATHERED + staged(model, choice, level1, threads)
         visited = chunks * (span[0] if span else 1)
         copies = units[0] * warps_per_block * (visited * ITERATION_TENSOR + chunks * fraction *
                                                per_chunk + once) + stores(model, sizes)
+        # the LSU's warp instructions: the copies' (LDGSTS, or LDG and STS a value) and the
+        # fragments' LDSM (FlashAttention: K's and V's B fragments, half an LDSM per HMMA)
+        lsu = units[0] * warps_per_block * lsu + (
+            hmma / 2 if model.streaming.pairs else 0 if choice.instruction == "wgmma"
+            else (H[1] if len(H) > 1 else 0) / LDSM_BYTES)
         if model.streaming.pairs:     # the fitted loop of FlashAttention-2 (computed chunks)
             warp_instr = hmma * (1 + FLASH_PER_HMMA) + lanes / WARP + copies
             if choice.reread is not False:      # Q's fragments loaded again every chunk
@@ -317,6 +310,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
            "issue": _per(target, "schedulers", warp_instr),
            "fp32": _per(target, "fp32_lanes", total(fp32)),
            "mufu": _per(target, "mufu_lanes", total(mufu))}
+    if tensor and target.per_second("lsu_lanes"):     # a pipe of its own
+        out["lsu"] = _per(target, "lsu_lanes", lsu * WARP)
     if tensor and (model.streaming.pairs or chain):
         # what waits on the products within a warp (the softmax, a chain's elementwise
         # operands): never more than the issue slots, so no limit of its own (waits.serial)

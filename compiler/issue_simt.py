@@ -14,7 +14,7 @@ import numpy as np
 from . import ir
 from .choices import NUMBERS, prod
 from . import across_warps, copies, lanes
-from .copies import COPY_ROW, VECTOR_BYTES
+from .copies import COPY_ROW
 from .passes import staged_once
 
 WARP = 32
@@ -316,12 +316,8 @@ def _copy(a, choice, sizes: dict, level1: dict, threads):
                         else sizes[a.axes[i]], size)
         last = np.where(take, i == len(a.axes) - 1, last)
         found = np.asarray(found) | take
-    width = np.ones_like(length)
-    for vb in reversed(VECTOR_BYTES if a.bytes else ()):    # the widest that divides, as
-        w = vb // a.bytes                                   # copies.width (0 bytes: draw)
-        if w >= 2 and vb % a.bytes == 0:
-            fits = last & (np.mod(length, w) == 0) & (np.mod(size, w) == 0)
-            width = np.where(fits, w, width)
+    width = np.where(last, copies.vector_values(size, length, a.bytes), 1) if a.bytes \
+        else np.ones_like(length)                           # as copies.width (0: draw)
     rowed, flat, short = copies.costs(rows, length, width, threads)   # as copies.width decides
     out = np.where(found, np.where(short, flat, rowed), COPY_ROW)
     return float(out) if np.ndim(out) == 0 else out

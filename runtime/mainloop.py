@@ -144,8 +144,10 @@ def loops(insns: list[Instruction]) -> list[Loop]:
     return found
 
 
-def main_loop(sass: str, function: str | None = None) -> Loop | None:
-    """The main loop of `function` (default: the kernel with the most tensor instructions)."""
+def main_loop(sass: str, function: str | None = None, scalar: bool = False) -> Loop | None:
+    """The main loop of `function` (default: the kernel with the most tensor instructions);
+    `scalar`: of a loop specialised two ways by a size test, the one copying a value at a
+    time (the sizes fail the test), else the one with the cp.async copies."""
     funcs = functions(sass)
     if not funcs:
         return None
@@ -162,6 +164,10 @@ def main_loop(sass: str, function: str | None = None) -> Loop | None:
         inner = [lp for lp in with_mma if not any(o is not lp and lp.start <= o.start and o.end <= lp.end
                                                    for o in with_mma)]
         # a tie is one loop specialised two ways (16-byte or scalar copies, chosen once by a
-        # size test): the one with the cp.async copies is the fast path
+        # size test): the one with the cp.async copies is the fast path; `scalar`: the other
+        # (nvcc may unroll the two differently: the fewest LDGSTS first, then the most mma)
+        if scalar:
+            return max(inner, key=lambda lp: (-lp.counts()["ldgsts"], lp.mma,
+                                              -(lp.end - lp.start)))
         return max(inner, key=lambda lp: (lp.mma, lp.counts()["ldgsts"], -(lp.end - lp.start)))
     return max(candidates, key=lambda lp: (len(lp.instructions), -(lp.end - lp.start)))

@@ -1,10 +1,10 @@
 """Heads whose rows are no multiple of 16 bytes (16-bit d = 36: 72-byte rows; 20, 44; 18:
 36-byte rows) on FlashAttention: their tiles are copied by the widest cp.async a row's
-alignment allows (compiler/copies.vector_values: a row starts at a multiple of d x 2 bytes
+alignment allows (compiler/copies.row_widths: a row starts at a multiple of d x 2 bytes
 from a 16-byte aligned array, codegen/program.Program.alignment), 8 or 4 bytes, zeros past
 the head (was one value at a time); an odd head still copies one value at a time. The
 model charges the copies emitted (copies.tensor_copies: over the padded tile, at their
-width). Emulated against the float64 reference at odd sizes, f16 and bf16, causal or not;
+width; tests/codegen/test_copy_charge.py counts them by hand). Emulated against the float64 reference at odd sizes, f16 and bf16, causal or not;
 a seeded copy of half of each vector fails."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import napkin
 from napkin.codegen.lower import lower
 from napkin.codegen.render import render
 from napkin.commands.run import random_inputs
-from napkin.compiler import copies, headpad, issue
+from napkin.compiler import copies, headpad
 from napkin.compiler.cost import evaluate
 from napkin.compiler.schedule import ATTENTION
 from napkin.explain import render_text, report
@@ -49,10 +49,10 @@ def test_a_head_copies_by_the_widest_cp_async_its_rows_allow(head, nbytes):
     assert copies.vector_values(head, headpad.up(head, 8), 2) * 2 == nbytes
 
 
-def test_the_model_charges_the_narrower_copies_emitted():
+def test_the_model_charges_the_narrower_copies_emitted(monkeypatch):
     """d = 36: 8-byte copies (4 values) over Q's and K's tiles padded to 48 and V's to 40,
-    where 16-byte ones over the real 36 were charged (issue.py: COPY_EACH a copy); d = 18:
-    4-byte ones over 32 and 24; the model's issue time up with them."""
+    where 16-byte ones over the real 36 were charged (copies.tensor_copies); d = 18: 4-byte
+    ones over 32 and 24; the model's issue time up with them."""
     for head, values in ((36, 4), (18, 2)):
         p = long_plan("attention", head)
         (kp,) = p.kernels
@@ -61,24 +61,24 @@ def test_the_model_charges_the_narrower_copies_emitted():
         for a in kp.model.arrays:
             if a.role != "load":
                 continue
-            rows = held[a.axes[-2]]
-            tile = rows * head * a.bytes
             extent = headpad.extent(site, a.node, a.axes[-1], head)
             assert extent > head and extent % 8 == 0
-            assert copies.tensor_copies(kp.model, a, tile, p.sizes) == rows * extent / values
-        old = issue.tensor_copies
-        try:
-            issue.tensor_copies = lambda model, a, tile, sizes: tile / 16
+            found = copies.tensor_values(a, {x: held[x] for x in a.axes}, p.sizes,
+                                         kp.model.fixed, kp.model.padded, False)
+            assert found == (values, a.axes[-1], extent, False)
+        with monkeypatch.context() as m:
+            m.setattr(copies, "tensor_values", lambda a, held, *_: (
+                8, a.axes[-1], held[a.axes[-1]], False))
             before = evaluate(kp.model, kp.columns, kp.choice, p.sizes, p.target)
-        finally:
-            issue.tensor_copies = old
         after = evaluate(kp.model, kp.columns, kp.choice, p.sizes, p.target)
         assert dict(after.compute_parts)["issue"] > 1.02 * dict(before.compute_parts)["issue"]
     # a head of 16-byte rows padded (40: Q and K to 48) is charged over its padded tile too
     p = long_plan("attention", 40)
     (kp,) = p.kernels
     q = next(a for a in kp.model.arrays if a.node == kp.schedule.site.q)
-    assert copies.tensor_copies(kp.model, q, 40 * 2, p.sizes) == 48 / 8
+    held = {**p.sizes, **dict(kp.choice.group)}
+    assert copies.tensor_values(q, {x: held[x] for x in q.axes}, p.sizes, kp.model.fixed,
+                                kp.model.padded, False)[::2] == (8, 48)
 
 
 EMULATED = [("attention", 36, "f16"), ("causal_attention", 20, "bf16"),

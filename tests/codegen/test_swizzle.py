@@ -140,10 +140,15 @@ def test_shared_memory_counts_the_padded_tiles():
 
 def test_explain_prints_each_tiles_layout(capsys):
     import json
+    import re
     from ..compiler.test_explain import run_cli
     args = ("explain", "attention", "--target", "a100", "--shape", "b=4,h=16,q=4096,x=4096")
     status, out, _ = run_cli(capsys, *args, "-D", "d=48")
-    assert status == 0 and "shared tiles: Q [64][48] padded (rows of 56)" in out
+    # (the query rows are the planner's choice: 128 on a100 since the copies of rows of six
+    # 16-byte vectors are charged by their index, copies.TENSOR_INDEXED; the layout is
+    # what is checked)
+    assert status == 0 and re.search(r"shared tiles: Q \[\d+\]\[48\] padded \(rows of 56\)",
+                                     out), out
     status, out, _ = run_cli(capsys, *args, "--json")
     tiles = json.loads(out)["kernels"][0]["engine"]["tiles"]
     assert [(t["array"], t["layout"], t["xor"]) for t in tiles] == \

@@ -302,18 +302,25 @@ def test_every_product_of_a_two_layer_block_follows_its_sass(name):
 
 
 def test_copy_trips_are_read_off_the_chunk_loop():
-    """Hand-made CUDA: the prologue's copy is not the chunk loop's; 1024 over 256 threads is 4
-    copies a thread, 130 over 128 is 2 (the second round tests e)."""
-    cuda = ("for (int r = 0; r < 2; ++r) { const int eo = r; napkin_cp_async_16(a); }\n"
+    """Hand-made CUDA: the prologue's copy is not the chunk loop's, nor is a copy nvcc unrolls
+    whole (`#pragma unroll`: straight code, counted as it stands); a rolled one (`#pragma
+    unroll 1`) runs its rounds, cp.async or a value at a time, and of a tile's own size test
+    only the branch the sizes take (n1 = 77: the copy of a value)."""
+    cuda = ("#pragma unroll 1\nfor (int r = 0; r < 12; ++r) { napkin_cp_async_16(a); }\n"
             "for (long long c0 = (long long)0; c0 < n; c0 += 64) {\n"
             "  {\n    const int eo0 = tid / 8;\n    #pragma unroll\n"
             "    for (int r = 0; r < 4; ++r) {\n      const int eo = eo0 + r * 32;\n"
             "      napkin_cp_async_16(b);\n    }\n  }\n"
-            "  for (int r = 0; r < 2; ++r) { const int e = tid + r * 128; if (e < 130) {\n"
-            "    napkin_cp_async_16(c); } }\n"
-            "  napkin_cp_async_commit();\n"
-            "  for (int r = 0; r < 16; ++r) { napkin_cp_async_16(d); }\n}\n")
-    assert _model_check().copy_trips(cuda) == [4, 2]
+            "  #pragma unroll 1\n  for (int r = 0; r < 16; ++r) { napkin_cp_async_8(c); }\n"
+            "  if (n1 % 8 == 0) {\n    #pragma unroll 1\n"
+            "    for (int r = 0; r < 9; ++r) { napkin_cp_async_16(d); }\n  } else {\n"
+            "    #pragma unroll 1\n    for (int r = 0; r < 72; ++r) { (sm + e)[0] = p[e]; }\n"
+            "  }\n  napkin_cp_async_commit();\n"
+            "  #pragma unroll 1\n  for (int r = 0; r < 16; ++r) { napkin_cp_async_16(f); }\n}\n")
+    assert _model_check().copy_trips(cuda, 0, {"n1": 77}) == [(16, True), (None, True),
+                                                              (72, False)]
+    assert _model_check().copy_trips(cuda, 0, {"n1": 80}) == [(16, True), (9, True),
+                                                              (None, False)]
 
 
 def test_a_chunk_runs_one_version_and_one_side_of_each_if_else_in_it():

@@ -119,6 +119,7 @@ COMPUTE_NAMES = {"issue": "issue slots", "tensor": "tensor cores", "fp32": "the 
                  "dependent": "the instructions waiting on the products",
                  "chained": "the products and what waits on them in each warp",
                  "L1 wavefronts": "the L1 (warp loads touching many lines)",
+                 "lsu": "the LSU (copies into shared memory, ldmatrix)",
                  "merged": "issue slots and the merges across warps (barriers, shared memory)"}
 
 
