@@ -271,9 +271,11 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
             # the L1's wavefronts of the direct reads: lanes over rows take one a value
             parts["L1 wavefronts"] = lsu.seconds(model, choice, covs[0], reads, target)
         compute = functools.reduce(ops.maximum, parts.values())
-    if choice.warps and not symbolic:   # fragments padded past the arrays compute all the same
-        compute = compute * _padding(choice, sizes)
-        parts = {k: v * _padding(choice, sizes) for k, v in parts.items()}
+    if choice.warps and not symbolic and issue.simt_only(target):
+        # fragments padded past the arrays compute all the same (issue.compute counts them
+        # itself: per point, per whole block)
+        compute = compute * issue.padding(choice, sizes)
+        parts = {k: v * issue.padding(choice, sizes) for k, v in parts.items()}
     regs = None
     if len(results) > 2 and target.levels[-1].unit == "thread" and not symbolic \
             and target.registers_per_processor:
@@ -357,15 +359,6 @@ def _plain(record):
              if f not in ("levels", "flops", "name") and (
                  isinstance(v, np.generic) or isinstance(v, np.ndarray) and v.ndim == 0)}
     return type(record)(**{**record.__dict__, **kinds}) if kinds else record
-
-
-def _padding(choice: Choices, sizes: dict):
-    """Work a tensor-core tiling does over the work it needs: whole tiles and chunks."""
-    out = 1.0
-    for a, tile in list(choice.group) + ([choice.stream] if choice.stream else []):
-        if a in dict(choice.warps) or (choice.stream and a == choice.stream[0]):
-            out = out * (NUMBERS.ceil(sizes[a] / tile) * tile / sizes[a])
-    return out
 
 
 def _step(axis: str, choice: Choices, level: int):

@@ -178,6 +178,12 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     bytes the register level moves of it) for each load (issue_simt.reads), `extents`: each
     op's (points, redo) (flops.work_extents; computed when not given)."""
     tensor = bool(choice.warps)
+    # fragments padded past the arrays compute all the same: work counted per point scales
+    # by the padded tiles and chunks, the blocks (fractional in `units`) by whole tiles; the
+    # chunks are counted whole already (chunk_count)
+    per_point = padding(choice, sizes) if tensor else 1.0
+    whole = padding(choice, sizes, stream=False) if tensor else 1.0
+    units = [units[0] * whole] + list(units[1:])
     # a chain of products on tensor cores (codegen/chain.py: the backward's dQ and dK/dV)
     chain = tensor and not model.streaming.pairs and \
         sum(w.engine == "contraction" for w in model.work) >= 2
@@ -189,7 +195,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     if extents is None:
         extents = work_extents(model, level1, choice, sizes)
     for w, (points, redo) in zip(model.work, extents):
-        amount = points * redo * w.times
+        amount = points * redo * w.times * per_point
         if stream in w.axes:
             amount = amount * fraction
         if tensor and w.engine == "contraction":     # (over a head padded: headpad.py)
@@ -229,7 +235,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                 positional = True
             if cut is not None and stream in w.axes and w.node in model.mask_nodes:
                 # the mask, where it cuts the chunk: its ops share the scores' positions
-                amount = points * redo * w.times * cut
+                amount = points * redo * w.times * per_point * cut
                 if not masked:
                     other.append(amount * (MASK_POSITIONS + mask_ops(model.mask, stream)))
                     masked = True
@@ -272,12 +278,13 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         per_chunk = per_chunk + gathered * COPY_GATHERED + staged(model, choice, level1, threads)
         visited = chunks * (span[0] if span else 1)
         copies = units[0] * warps_per_block * (visited * ITERATION_TENSOR + chunks * fraction *
-                                               per_chunk + once) + stores(model, sizes)
+                                               per_chunk + once) + \
+            stores(model, sizes) * whole
         # the LSU's warp instructions: the copies' (LDGSTS, or LDG and STS a value) and the
         # fragments' LDSM (FlashAttention: K's and V's B fragments, half an LDSM per HMMA)
         lsu = units[0] * warps_per_block * lsu + (
             hmma / 2 if model.streaming.pairs else 0 if choice.instruction == "wgmma"
-            else (H[1] if len(H) > 1 else 0) / LDSM_BYTES)
+            else (H[1] if len(H) > 1 else 0) / LDSM_BYTES * per_point)
         if model.streaming.pairs:     # the fitted loop of FlashAttention-2 (computed chunks)
             warp_instr = hmma * (1 + FLASH_PER_HMMA) + lanes / WARP + copies
             if choice.reread is not False:      # Q's fragments loaded again every chunk
@@ -290,7 +297,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             warp_instr = wgmma.warp_instructions(hmma, choice) + lanes / WARP + copies
             dependent = 0
         else:
-            ldsm = (H[1] if len(H) > 1 else 0) / LDSM_BYTES
+            ldsm = (H[1] if len(H) > 1 else 0) / LDSM_BYTES * per_point
             warp_instr = hmma + ldsm + lanes / (WARP * lane_share) + copies + \
                 added.issue(model, choice, sizes, level1, units[0] * chunks * fraction)
             dependent = lanes / (WARP * lane_share) if chain else 0
@@ -321,7 +328,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
 
 def stores(model, sizes: dict):
     """Warp instructions of a tensor-core kernel's epilogue stores: STORE_ELEMENT per element
-    of each output, 32 lanes a warp (fragments padded past the arrays: cost._padding)."""
+    of each output, 32 lanes a warp (fragments padded past the arrays: padding)."""
     return sum(prod(sizes[a] for a in arr.axes) for arr in model.arrays
                if arr.role == "store" and arr.node not in model.across) * STORE_ELEMENT / WARP
 
@@ -345,6 +352,16 @@ def tiles(model, choice, level1: dict) -> list:
     chunk = dict([choice.stream]) if choice.stream else {}
     return [(a, prod(chunk.get(x, level1[x]) for x in a.axes) * a.bytes)
             for a in model.arrays if a.role == "load"]
+
+
+def padding(choice, sizes: dict, stream: bool = True):
+    """Work a tensor-core tiling does over the work it needs: whole tiles along the warps'
+    axes and (`stream`) whole chunks."""
+    out = 1.0
+    for a, tile in list(choice.group) + ([choice.stream] if choice.stream and stream else []):
+        if a in dict(choice.warps) or (choice.stream and a == choice.stream[0]):
+            out = out * (NUMBERS.ceil(sizes[a] / tile) * tile / sizes[a])
+    return out
 
 
 def chunk_count(model, choice, sizes: dict):
