@@ -206,15 +206,22 @@ class Recorder:
         """check_case; with `splits`, one case in three plans a split of a reduced axis
         across blocks (drawn from the case's seed: `drawn_split`)."""
         if splits:
-            kw["split"] = drawn_split(case)
-            if kw["split"] and case.seed // 21 % 2:
-                kw["merge"] = "last-block"
+            kw.update(self.drawn(case))
         try:
             check_case(case, **kw)
         except Checked as exc:
             options = {k: kw[k] for k in ("target", "split", "merge") if kw.get(k) is not None}
             self.last = (case, exc.failure, options)
             raise
+
+    @staticmethod
+    def drawn(case: Case) -> dict:
+        """The split and merge `check(case, splits=True)` plans with (none, one or both), as
+        saved with the case."""
+        split = drawn_split(case)
+        if not split:
+            return {}
+        return {"split": split, **({"merge": "last-block"} if case.seed // 21 % 2 else {})}
 
     def save(self, folder: Path = REGRESSIONS) -> Path | None:
         if self.last is None:
