@@ -110,6 +110,7 @@ def run_batch(kind: str, seed: int, examples: int, *, case_seconds: float | None
     shrinking = [False]
     shrink_until = [None]
     slow: list = []         # (stage, case text, saved path or None)
+    emulate = True          # (the diagrams and plans kinds say)
 
     def note(failure_kind: str, message: str, case_text: str) -> None:
         if not shrinking[0]:
@@ -221,10 +222,11 @@ def run_batch(kind: str, seed: int, examples: int, *, case_seconds: float | None
             where = timeouts.stage(exc)
             failure = harness.Failure("timeout", where, f"{exc} in {where}")
             path = None
-            if saved_as is not None:
+            if saved_as is not None:      # (rerun as the batch ran it: interpreted only)
                 case, options = saved_as(item)
                 path = harness.save_regression(case, failure, time_limit=case_seconds,
-                                               **options)
+                                               **options, **({} if emulate else
+                                                             {"emulate": False}))
             text = describe(item)
             slow.append((where, text[:2000], str(path) if path else None))
             if not shrinking[0]:

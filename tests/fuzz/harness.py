@@ -157,14 +157,16 @@ def save_regression(case: Case, failure: Failure, folder: Path = REGRESSIONS,
 
 
 def load_regression(path: Path) -> tuple[Case, dict]:
-    """A saved case and its options: target, fusion, sanitize, and optionally `choices`
+    """A saved case and its options: target, fusion, sanitize, emulate (a slow case of an
+    interpreted batch is saved without), and optionally `choices`
     (per kernel: group/thread lists of [axis, size], stream/split [axis, size] or null)."""
     meta = json.loads(path.with_suffix(".json").read_text())
     case = Case(path.read_text(), {k: int(v) for k, v in meta.get("shape", {}).items()},
                 int(meta.get("seed", 0)))
     options = {"target": meta.get("target", "h100"), "fusion": meta.get("fusion", True),
                "sanitize": meta.get("sanitize", "none"), "defines": meta.get("defines"),
-               "split": meta.get("split"), "merge": meta.get("merge", "auto")}
+               "split": meta.get("split"), "merge": meta.get("merge", "auto"),
+               "emulate": meta.get("emulate", True)}
     if meta.get("choices") is not None:
         options["choices"] = [_choice(c) for c in meta["choices"]]
     return case, options

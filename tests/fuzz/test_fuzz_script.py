@@ -128,6 +128,7 @@ def test_a_slow_case_is_named_saved_and_ends_its_batch(fuzz, monkeypatch, tmp_pa
     meta = json.loads(Path(path).with_suffix(".json").read_text())
     assert meta["time_limit"] == 0.3 and meta["failure"].startswith("timeout error (plan (")
     case, options = harness.load_regression(Path(path))
+    assert options["emulate"] is False              # as its batch ran it: interpreted
     with pytest.raises(timeouts.CaseTimeout) as exc, timeouts.limit(0.3):
         harness.check_case(case, **options)
     assert timeouts.stage(exc.value) == stage
