@@ -15,6 +15,17 @@ of batches still running (on a loaded machine long emulated batches had otherwis
 looking starved and taken every worker: four kinds ran no example in 25 minutes). A kind
 that still ran no example fails the run (exit status 1). A huge input that ends in a clean error but slowly is counted as
 slow, not as an escape.
+
+Time limits, so that a slow case is named and the run ends within its budget plus a bounded
+margin (at most --case-seconds twice, --shrink-seconds and a minute): each random case runs
+under --case-seconds (120; tests/fuzz/timeouts.py); one past it is a failure of class
+"timeout", reported with the stage it was in (plan, lower, interpret, emulate, ...) and, for
+diagrams and plans, saved under tests/regressions/ with that limit (test_regressions.py
+runs it under the limit again); its batch stops there. A failure's shrinking stops after
+--shrink-seconds (60; Hypothesis's own cap is five minutes) and saves the smallest failing
+case so far. A batch starts no example past the run's deadline once it has tried one. A
+batch still running at the margin's end (stuck where no signal reaches it) has its
+worker processes killed and is reported as hung, with its kind and seed.
 """
 
 from __future__ import annotations
@@ -31,6 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.fuzz.fixed import edge_cases, huge_inputs, index_width, injection, mutation  # noqa: E402
+
 # batch kind -> (share of the remaining time, examples per batch); every share is at least
 # MIN_SHARE
 BATCHES = {
@@ -43,6 +56,22 @@ BATCHES = {
     "front end (grammar, text, bytes)": (0.10, 500),
 }
 MIN_SHARE = 0.05
+CASE_SECONDS = 120.0      # one random case (tests/fuzz/timeouts.py; a loaded machine runs
+                          # a 12 s case past 60 s)
+SHRINK_SECONDS = 60.0     # shrinking one failure
+HUNG_MARGIN = 60.0        # past the other limits: the batch's worker is killed
+
+
+class Stop(BaseException):
+    """Ends a batch's Hypothesis run at once (not a failure to shrink: Hypothesis lets a
+    BaseException through, and so does the harness's `except Exception`)."""
+
+
+def batch_margin(case_seconds: float, shrink_seconds: float) -> float:
+    """Seconds past its `stop_at` (the run's deadline, or its start for a kind's first batch
+    past it) that a batch may still run before it is taken as hung: an example in flight at
+    the deadline, a shrink, a shrunk example in flight at its end, and HUNG_MARGIN."""
+    return 2 * case_seconds + shrink_seconds + HUNG_MARGIN
 
 
 def next_kind(used: dict[str, float], started: dict[str, int]) -> str:
@@ -62,25 +91,33 @@ def starved(random: dict) -> list[str]:
 
 # --- batches (run in worker processes) -----------------------------------------------------
 
-def run_batch(kind: str, seed: int, examples: int) -> dict:
-    """Run one Hypothesis batch; returns examples tried and failures by class."""
+def run_batch(kind: str, seed: int, examples: int, *, case_seconds: float | None = None,
+              shrink_seconds: float | None = None, stop_at: float | None = None) -> dict:
+    """Run one Hypothesis batch; returns examples tried, failures by class and the slow
+    cases (each case under `case_seconds`, a failure's shrinking under `shrink_seconds`, no
+    example started past `stop_at` once one was tried; None: no limit)."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as with_seed
     from hypothesis import strategies as st
 
     from napkin.diagrams.sources import library_names
-    from tests.fuzz import frontend, gen, harness, plans
+    from tests.fuzz import frontend, gen, harness, plans, timeouts
 
     tried = [0]
     splits = [0]            # random plans with a reduced axis split across blocks
     tails = [0]             # of those, default plans merging in the last blocks
     failures: list = []
     shrinking = [False]
+    shrink_until = [None]
+    slow: list = []         # (stage, case text, saved path or None)
+    emulate = True          # (the diagrams and plans kinds say)
 
     def note(failure_kind: str, message: str, case_text: str) -> None:
         if not shrinking[0]:
             failures.append((failure_kind, message[:300], case_text[:2000]))
             shrinking[0] = True
+            if shrink_seconds:
+                shrink_until[0] = time.time() + shrink_seconds
 
     if kind.startswith("diagrams"):
         strategy, emulate = gen.diagrams(), kind.endswith("(emulated)")
@@ -95,6 +132,8 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
                 note(exc.failure.kind, str(exc.failure), case.describe())
                 raise
         save = recorder.save
+        describe = lambda case: case.describe()                      # noqa: E731
+        saved_as = lambda case: (case, recorder.drawn(case))         # noqa: E731
     elif kind.startswith("plans"):
         strategy, emulate = plans.planned(library_names()), kind.endswith("(emulated)")
         last: list = []
@@ -116,6 +155,7 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
                 case, options = plans.as_regression(last[0])
                 return harness.save_regression(case, last[1], **options)
             return None
+        describe, saved_as = plans.describe, plans.as_regression
     elif kind.startswith("tensor cores"):
         from tests.fuzz import products
         strategy = st.one_of(products.products().map(lambda c: (products.check, c)),
@@ -131,6 +171,7 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
                 note("compare" if isinstance(exc, AssertionError) else "run", str(exc), case[0])
                 raise
         save = lambda: None   # noqa: E731 - the failing text, sizes and tiling are in the report
+        describe, saved_as = (lambda item: item[1][0]), None           # noqa: E731
     elif kind.startswith("hints"):
         from tests.fuzz.hints import check_hinted, hinted
         strategy = st.tuples(hinted(), st.integers(0, 9))
@@ -145,6 +186,7 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
                 note(exc.failure.kind, str(exc.failure), case[1])
                 raise
         save = lambda: None   # noqa: E731 - the failing text is in the report
+        describe, saved_as = (lambda item: item[0][1]), None           # noqa: E731
     else:
         strategy = st.one_of(frontend.grammar_statements().map(lambda s: ("grammar", s)),
                              frontend.SOUP.map(lambda s: ("soup", s)),
@@ -162,6 +204,34 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
                 note("escape", problem, repr(data)[:2000])
                 raise AssertionError(problem)
         save = lambda: None   # noqa: E731
+        describe, saved_as = (lambda item: repr(item[1])), None        # noqa: E731
+
+    checked = body
+
+    def body(item):
+        """`checked` under the batch's limits: a slow case is noted, saved and ends the batch."""
+        now = time.time()
+        if shrinking[0] and shrink_until[0] is not None and now > shrink_until[0]:
+            raise Stop("shrink budget spent")
+        if not shrinking[0] and stop_at is not None and tried[0] and now > stop_at:
+            raise Stop("the run's deadline")
+        try:
+            with timeouts.limit(case_seconds):
+                checked(item)
+        except timeouts.CaseTimeout as exc:
+            where = timeouts.stage(exc)
+            failure = harness.Failure("timeout", where, f"{exc} in {where}")
+            path = None
+            if saved_as is not None:      # (rerun as the batch ran it: interpreted only)
+                case, options = saved_as(item)
+                path = harness.save_regression(case, failure, time_limit=case_seconds,
+                                               **options, **({} if emulate else
+                                                             {"emulate": False}))
+            text = describe(item)
+            slow.append((where, text[:2000], str(path) if path else None))
+            if not shrinking[0]:
+                failures.append(("timeout", str(failure)[:300], text[:2000]))
+            raise Stop("a slow case") from None
 
     test = settings(max_examples=examples, deadline=None, database=None,
                     phases=[Phase.generate, Phase.shrink],
@@ -170,97 +240,11 @@ def run_batch(kind: str, seed: int, examples: int) -> dict:
     saved = None
     try:
         test()
-    except Exception:  # noqa: BLE001 - the failure is recorded; keep the shrunk case
-        saved = save()
+    except (Exception, Stop):  # noqa: BLE001 - the failure is recorded; keep the shrunk case
+        saved = save() if shrinking[0] else None
     return {"kind": kind, "tried": tried[0], "splits": splits[0], "tails": tails[0],
-            "failures": failures,
+            "failures": failures, "slow": slow,
             "saved": str(saved) if saved else None}
-
-
-# --- fixed parts ---------------------------------------------------------------------------
-
-def injection() -> dict:
-    from tests.fuzz.injection import FIELDS, attack
-    from tests.fuzz.payloads import corpus
-    payloads = corpus()
-    outcomes = attack(payloads)
-    return {"payloads": len(payloads), "fields": len(FIELDS), "cases": len(outcomes),
-            "rejected": sum(o.rejected for o in outcomes),
-            "accepted": sum(not o.rejected for o in outcomes),
-            "leaks": sum(bool(o.problem) for o in outcomes),
-            "examples": [f"{o.field}: {o.problem}" for o in outcomes if o.problem][:10]}
-
-
-def mutation() -> dict:
-    from tests.fuzz.mutants import MUTANTS, SUITE, run_check, score
-    base = {c.name: run_check(c) for c in SUITE}
-    rows = {m.name: score(m)[0] for m in MUTANTS}
-    return {"suite passes unmutated": all(v == "" for v in base.values()),
-            "caught": sum(v != "not caught" for v in rows.values()), "mutants": len(rows),
-            "by mutant": rows}
-
-
-def edge_cases() -> dict:
-    from napkin.compiler.cost import Choice
-    from tests.fuzz import edges
-    passed = failed = 0
-    notes = []
-    for dtype in ("f32", "f16", "bf16"):
-        runs = []
-        for cols in (37, 1):
-            inputs = edges.softmax_inputs(cols, dtype)
-            streamed = Choice((("r", 3),), ("c", 8), (("r", 1),), ("c", 4)) if cols > 1 else None
-            runs.append((edges.diagram(edges.SOFTMAX, dtype), inputs,
-                         {"r": inputs["X"].shape[0], "c": cols}, streamed,
-                         lambda out, c=cols: edges.softmax_expectations(out, c)))
-        for nq, nx in ((6, 23), (4, 1)):
-            inputs = edges.attention_inputs(nq, nx, dtype)
-            streamed = Choice((("b", 1), ("q", 2)), ("x", 4), (("q", 1),), ("x", 2)) \
-                if nx > 1 else None
-            runs.append((edges.diagram(edges.ATTENTION, dtype), inputs, {"b": 1, "q": nq, "x": nx},
-                         streamed, lambda out, i=inputs, q=nq, x=nx:
-                         edges.attention_expectations(out, i, q, x)))
-        for d, inputs, shape, streamed, expect in runs:
-            try:
-                results = edges.run_all(d, inputs, shape, streamed)
-            except AssertionError as exc:
-                failed += 1
-                notes.append(f"{d.name} {dtype} {shape}: {exc}")
-                continue
-            for name, out in results.items():
-                try:
-                    expect(out)
-                    passed += 1
-                except AssertionError as exc:
-                    failed += 1
-                    notes.append(f"{d.name} {dtype} {shape} {name}: {exc}")
-    return {"passed": passed, "failed": failed, "notes": notes[:10],
-            "what": "(diagram, dtype, shape, backend) runs; each checks every scenario row"}
-
-
-def index_width() -> dict:
-    import napkin
-    from tests.fuzz.test_index_width import CASES, problems_of
-    problems = []
-    for text, shape in CASES:
-        found, _ = problems_of(napkin.load(text), shape)
-        problems += found
-    return {"cases": len(CASES), "overflows": len(problems), "examples": problems[:5]}
-
-
-def huge_inputs() -> dict:
-    from tests.fuzz.frontend import TIME_BOUND_S, huge_inputs as inputs, timed_escape
-    escapes, slow, slowest = [], [], ("", 0.0)
-    cases = inputs()
-    for name, data in cases.items():
-        found, seconds = timed_escape(data)
-        if found:
-            escapes.append(f"{name}: {found}")
-        elif seconds > TIME_BOUND_S:                 # a clean error, but slow: not an escape
-            slow.append(f"{name}: {seconds:.1f} s")
-        slowest = max(slowest, (name, seconds), key=lambda x: x[1])
-    return {"cases": len(cases), "escapes": len(escapes), "slow": len(slow),
-            "examples": escapes + slow, "slowest": f"{slowest[0]} ({slowest[1]:.2f} s)"}
 
 
 # --- the run -------------------------------------------------------------------------------
@@ -271,6 +255,10 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", dest="json_path", default=None, help="also write the figures here")
+    ap.add_argument("--case-seconds", type=float, default=CASE_SECONDS,
+                    help="time limit of one random case (a slower one is saved and reported)")
+    ap.add_argument("--shrink-seconds", type=float, default=SHRINK_SECONDS,
+                    help="time limit of shrinking one failure")
     args = ap.parse_args()
     start = time.time()
     deadline = start + args.minutes * 60
@@ -292,39 +280,73 @@ def main() -> None:
     started = {k: 0 for k in BATCHES}
     counter = 0
 
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        running = {}
+    slow: list = []
+    margin = batch_margin(args.case_seconds, args.shrink_seconds)
+    pool = ProcessPoolExecutor(max_workers=args.jobs)
+    running = {}
+    try:
         while True:
             while len(running) < args.jobs and (time.time() < deadline or not all(started.values())):
                 now = time.time()
                 used = dict(spent)
-                for k, began in running.values():
+                for k, began, _, _ in running.values():
                     used[k] += now - began
                 kind = next_kind(used, started)
                 counter += 1
                 started[kind] += 1
-                fut = pool.submit(run_batch, kind, args.seed * 1_000_003 + counter,
-                                  BATCHES[kind][1])
-                running[fut] = (kind, now)
+                seed = args.seed * 1_000_003 + counter
+                stop_at = max(deadline, now)
+                fut = pool.submit(run_batch, kind, seed, BATCHES[kind][1],
+                                  case_seconds=args.case_seconds,
+                                  shrink_seconds=args.shrink_seconds, stop_at=stop_at)
+                running[fut] = (kind, now, seed, stop_at + margin)
             if not running:
                 break
             done, _ = wait(running, timeout=30, return_when=FIRST_COMPLETED)
+            results = []
             for fut in done:
-                kind, began = running.pop(fut)
-                spent[kind] += time.time() - began
+                kind, began, seed, _ = running.pop(fut)
                 try:
                     result = fut.result()
                 except Exception as exc:  # noqa: BLE001 - a crashed batch is a failure, not the end
                     result = {"tried": 0, "failures": [("batch crashed", repr(exc)[:300], "")],
                               "saved": None}
+                results.append((kind, began, result))
+            if any(time.time() > hung_at for *_, hung_at in running.values()):
+                # stuck where the case's alarm does not reach (in C, or in a child without a
+                # timeout): the pool's workers are killed and its batches reported as hung
+                for kind, began, seed, hung_at in running.values():
+                    what = "batch hung" if time.time() > hung_at else "batch lost"
+                    results.append((kind, began, {"tried": 0, "saved": None, "failures": [(
+                        what, f"batch seed {seed} still running {time.time() - began:.0f} s "
+                        "after it began: its worker was killed", "")]}))
+                    if what == "batch hung":
+                        slow.append({"kind": kind, "stage": f"hung batch (seed {seed})",
+                                     "case": "", "saved": None})
+                kill(pool)
+                running = {}
+                pool = ProcessPoolExecutor(max_workers=args.jobs)
+            for kind, began, result in results:
+                spent[kind] += time.time() - began
                 totals[kind] += result["tried"]
                 split_totals[kind] += result.get("splits", 0)
                 tail_totals[kind] += result.get("tails", 0)
                 for fkind, message, case in result["failures"]:
                     classes[kind][fkind] += 1
                     examples.append(f"[{kind}] {message}\n{case}")
+                for stage, case, path in result.get("slow", ()):
+                    slow.append({"kind": kind, "stage": stage, "case": case, "saved": path})
+                    print(f"slow case [{kind}] past {args.case_seconds:g} s in {stage}"
+                          f"{'; saved as ' + path if path else ''}\n{case}", flush=True)
+                    if path:
+                        saved.append(path)
                 if result["saved"]:
                     saved.append(result["saved"])
+    finally:
+        if running:
+            kill(pool)
+        else:
+            pool.shutdown()
     figures["random"] = {k: {"tried": totals[k], "failures": dict(classes[k]),
                              "minutes": round(spent[k] / 60, 1),
                              **({"split plans": split_totals[k],
@@ -332,6 +354,7 @@ def main() -> None:
                                 if k.startswith("plans") else {})}
                          for k in BATCHES}
     figures["saved regressions"] = saved
+    figures["slow cases"] = slow
     figures["failure examples"] = examples[:10]
     figures["minutes"] = round((time.time() - start) / 60, 1)
     figures["kinds without an example"] = starved(figures["random"])
@@ -340,6 +363,14 @@ def main() -> None:
         Path(args.json_path).write_text(json.dumps(figures, indent=2, default=str) + "\n")
     if figures["kinds without an example"]:
         raise SystemExit(1)
+
+
+def kill(pool: ProcessPoolExecutor) -> None:
+    """End a pool whose worker is stuck: its processes are killed (by their ids), then the
+    pool is shut down without waiting for them."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def report(f: dict) -> None:
@@ -356,11 +387,11 @@ def report(f: dict) -> None:
     print(f"random diagrams interpreted only: {d_in['tried']}, mismatches "
           f"{sum(d_in['failures'].values())} {d_in['failures']}")
     for name, x in (("emulated", p_em), ("interpreted", p_in)):
-        by = {k: x["failures"].get(k, 0) for k in ("compile", "run", "compare")}
+        by = {k: x["failures"].get(k, 0) for k in ("compile", "run", "compare", "timeout")}
         print(f"random plans {name}: {x['tried']} ({x.get('split plans', 0)} with a split "
               f"across blocks, {x.get('last-block merges', 0)} of whose default plans merge "
               f"in the last blocks), failures by class {by}")
-    by = {k: hi["failures"].get(k, 0) for k in ("load", "compile", "run", "compare")}
+    by = {k: hi["failures"].get(k, 0) for k in ("load", "compile", "run", "compare", "timeout")}
     print(f"random schedule hints: {hi['tried']}, failures by class {by}")
     print(f"random products and attention on tensor cores: {tc['tried']}, failures "
           f"{tc['failures']}")
@@ -376,6 +407,9 @@ def report(f: dict) -> None:
     print(f"numeric edge cases: {edge['passed']} passed, {edge['failed']} failed")
     iw = f["index width"]
     print(f"index width: {iw['cases']} cases at 2^31, overflows {iw['overflows']}")
+    print(f"slow cases: {len(f.get('slow cases', ()))}"
+          + "".join(f"\n  [{c['kind']}] {c['stage']}" + (f": saved as {c['saved']}"
+                    if c["saved"] else "") for c in f.get("slow cases", ())))
     print(f"saved regressions: {f['saved regressions'] or 'none'}")
     print(f"total: {f['minutes']} min; reproduce with: {f['command']}")
     for kind in starved(r):

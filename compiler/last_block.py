@@ -14,7 +14,11 @@ that tie it to the partial kernel's blocks: its block tile is the partial kernel
 tile (the partial kernel's group along every axis both weave, the whole axis along an axis
 the partial kernel holds whole), and it has no more threads than the partial kernel
 launches. A merge kernel qualifies when it runs on the CUDA cores, merges over the split's
-part axis, and loads nothing but the partial kernel's stores and the diagram's inputs.
+part axis, loads nothing but the partial kernel's stores and the diagram's inputs, and reads
+what it computes from the partial states only at its own output tile's positions along every
+axis the partial kernel's blocks cut (`_crossing`: a gather at computed positions, a renaming,
+a scan or a softmax along such an axis would read another tile's partial states, which its
+last block may not have stored yet).
 
 `decide(...)` is the decision, made once in stage `tile`: `"kernel"` keeps the merge
 kernels, `"last-block"` asks for the tail (N0607 when a merge cannot run there), `"auto"`
@@ -31,6 +35,7 @@ from dataclasses import dataclass, replace
 from ..diagrams.diagnostics import NapkinError, error, one_of
 from . import ir
 from . import schedule as schedules
+from .graph import descendants
 from .cost import LAUNCH_SECONDS, evaluate
 from .kernel_plan import KernelPlan, kernel_plan
 from .search import search
@@ -167,6 +172,10 @@ def _merge_plan(g, p: KernelPlan, m: KernelPlan, part: str, sizes: dict, target)
             return f"its axis `{a}` is not one the partial kernel's blocks tile"
     if any(a not in group for a in tile if a != part):
         return "its blocks do not cover the partial kernel's output tiles"
+    cut = {a for a in tile if a != part and tile[a] < sizes[a]}
+    crossing = _crossing(g, m, set(p.kernel.stores), cut)
+    if crossing:
+        return crossing
     fixed = {"group": group, "threads": p.schedule.threads}
     found = search(m.model, m.columns, target, sizes, fixed)
     if found is None:
@@ -177,3 +186,30 @@ def _merge_plan(g, p: KernelPlan, m: KernelPlan, part: str, sizes: dict, target)
         return kernel_plan(g, m.kernel, m.model, m.columns, choice, cost, m.hints, sizes, target)
     except NapkinError as exc:       # a tiling the schedule's rules refuse (N0604)
         return f"its tiling within the output tile is not legal ({exc.diagnostics[0].message})"
+
+
+def _crossing(g, m: KernelPlan, stores: set, cut: set) -> str | None:
+    """Why the merge kernel `m` would read the partial kernel's `stores` (or a value computed
+    from them) outside its own output tile along an axis of `cut` (the axes the partial
+    kernel's blocks tile but do not hold whole), or None: each block merges when the blocks
+    of its own tile are done, not the others' (fuzz seed 46: `E4[i] = E2[size(i) - 1 - i]`
+    after the merge read other tiles' partial states before they were stored)."""
+    if not cut:
+        return None
+    mine = set(m.kernel.nodes)
+    reached = set().union(*(descendants(g, s) for s in stores)) & mine
+    for n in sorted(reached):
+        op = ir.op(g, n)
+        if isinstance(op, (ir.Gather, ir.View)):
+            src = ir.type_of(g, ir.operands(g, n)[0]).axes
+            moved = [a for a, label in zip(src, op.labels) if a in cut and label != a]
+        elif isinstance(op, ir.Reshape):
+            moved = [a for a in ir.type_of(g, ir.operands(g, n)[0]).axes if a in cut]
+        elif isinstance(op, (ir.Scan, ir.Softmax, ir.Reduce, ir.Contract)):
+            moved = [a for a in op.axes if a in cut]
+        else:
+            continue
+        if moved:
+            return (f"it reads the partial states across its output tiles along `{moved[0]}` "
+                    f"(a {type(op).__name__.lower()}), which other blocks may not have stored")
+    return None

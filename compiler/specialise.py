@@ -136,7 +136,9 @@ def decided(dynamic: Callable, problem, replan: Callable):
     N0606 (`--engine tensor-cores`: FlashAttention and the chains need the head static, which
     a given planning size makes it), the plan with the candidates fixed, `unspecialised` 0
     (no plan with them dynamic); the error again where there are none or that plan is
-    refused too."""
+    refused too (its own error where it is refused for another reason than N0606: the
+    plan the engine could run asks for what the user's options refuse, `--merge last-block`
+    where its merge cannot run in the tail)."""
     try:
         return decide(dynamic(), replan)
     except NapkinError as exc:
@@ -147,8 +149,9 @@ def decided(dynamic: Callable, problem, replan: Callable):
             raise
         try:
             other, needed = _needed(replan, problem.diagram, fixed)
-        except NapkinError:
-            raise exc from None
+        except NapkinError as again:
+            raise (exc if {d.code for d in again.diagnostics} == {"N0606"} else again) \
+                from None
         return replace(other, specialised=needed or fixed)
 
 

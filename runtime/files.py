@@ -5,7 +5,7 @@ temporary file beside it, which is then moved into place: a reader sees the old 
 new one, never part of one, and a symlink keeps pointing at its (replaced) target. Anything
 else, a device (`/dev/null`, `/dev/stdout`), a FIFO or a socket, is opened and written as it
 is, never replaced. `check_output` says before any work is done whether a path can be
-written at all.
+written at all (`-`, which many tools read as standard output, is refused, not made a file).
 """
 
 from __future__ import annotations
@@ -64,6 +64,10 @@ def check_output(path: str | os.PathLike | None, reads=()) -> None:
     if not os.fspath(path):
         raise error("N0807", "cannot write '': the path is empty",
                     help="name a file, or leave the option out (-o: to print to standard output)")
+    if os.fspath(path) == "-":      # many tools' standard output: never a file named `-`
+        raise error("N0807", "cannot write '-': napkin takes it as no file name",
+                    help="leave the option out to print to standard output (-o), or name the "
+                    "file `./-`")
     target, in_place = _where(path)
     for what, source in reads:
         if _same_file(path, source):

@@ -64,6 +64,18 @@ def test_a_directory_or_an_empty_path_is_napkins_n0807(capsys, tmp_path, command
     assert status == 1 and "error[N0807]: cannot write '': the path is empty" in err, err
 
 
+@pytest.mark.parametrize("command", [("grad", "softmax", "-o"), ("compile", "softmax", "-o"),
+                                     ("run", "softmax", "--shape", "r=2,c=3", "--save")])
+def test_a_dash_is_refused_not_made_a_file(capsys, tmp_path, monkeypatch, command):
+    """`-o -` reads as standard output in many tools; it wrote a file named `-` in the
+    working directory (replacing one there). It is N0807 now; `./-` names such a file."""
+    monkeypatch.chdir(tmp_path)
+    status, err = _cli(capsys, *command, "-")
+    assert status == 1 and "error[N0807]: cannot write '-'" in err and "./-" in err, err
+    assert not (tmp_path / "-").exists()
+    assert _cli(capsys, *command, "./-")[0] == 0 and (tmp_path / "-").exists()
+
+
 def test_bench_refuses_json_and_csv_onto_one_file(capsys, tmp_path, monkeypatch):
     # checked before any work (here, before bench finds no GPU and exits 3)
     monkeypatch.chdir(tmp_path)

@@ -195,6 +195,35 @@ def test_merges_the_tail_cannot_hold_are_refused_or_left_to_a_kernel():
         plan(d, "h100", {"r": 4, "c": 1000000}, merge="sometimes")
 
 
+# a merge kernel that goes on to read the merged values at other rows of their output
+# tiles: reversed (a gather at computed positions) or prefix-summed along the tiled axis
+ACROSS_TILES = """axis i = 300, l = 4, m = 3
+in X[m i]: f32
+E2[i] = sum[l m](X + l)
+E4[i] = {}
+out E4: f32
+"""
+
+
+@pytest.mark.parametrize("rhs, what", [("E2[(size(i) - 1 - i)]", "gather"),
+                                       ("cumsum[i](E2)", "scan")])
+def test_a_merge_that_reads_across_output_tiles_is_left_to_a_kernel(rhs, what, within_budget):
+    """Fuzz seed 46 (benchmarks/fuzz.py): `E4[i] = E2[size(i) - 1 - i]` after a split
+    merge ran in the partial kernel's last block of each tile of i, which read the partial
+    states of other tiles, not all stored yet (NaN where the emulator had not written them;
+    on a GPU, a race). Such a merge cannot run in the tail: N0607 names the axis, auto keeps
+    the merge kernel, and the plan's values are the oracle's."""
+    d = napkin.load(ACROSS_TILES.format(rhs))
+    with pytest.raises(NapkinError) as exc:
+        plan(d, "h100", {}, {"split": {"m": 2}}, merge="last-block")
+    message = exc.value.diagnostics[0].message
+    assert f"across its output tiles along `i` (a {what})" in message
+    p = plan(d, "h100", {}, {"split": {"m": 2}})
+    assert p.split is not None and p.tail is None
+    inputs = random_inputs(d, {}, 3)
+    within_budget(d, inputs, run_plan(p, inputs, p.sizes))
+
+
 def test_a_last_block_merge_without_a_split_says_there_is_nothing_to_merge(capsys):
     """`--merge last-block` on a plan that splits nothing across blocks did nothing, silently
     (napkin.compile(..., lanes=..., merge="last-block") on cross_entropy ran the plain plan):

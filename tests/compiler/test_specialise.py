@@ -173,3 +173,22 @@ def test_explain_names_a_stream_hint_that_keeps_flash_attention_off(text, hint):
     assert f"not FlashAttention with the kernels around it: the hint {hint} streams `d`, " \
         "FlashAttention streams `x` (drop the hint)" in text, text
     assert "plan for the size" not in text
+
+
+def test_a_specialised_plan_refused_for_the_users_merge_says_so():
+    """`--engine tensor-cores --merge last-block` with the head dynamic and given (d = 72):
+    only the plan with d fixed runs on tensor cores, and its merge cannot run in the tail.
+    The error said N0606 at the diagram's softmax (the dynamic plan's scores stored), which
+    was not why; it is that plan's N0607 (as with -D d=72), and engine auto still plans."""
+    d = napkin.load(DYNAMIC)
+    shape = {"b": 1, "h": 2, "q": 17, "x": 301, "d": 72}
+    with pytest.raises(napkin.NapkinError) as exc:
+        plan(d, "h100", shape, {"split": {"x": 3}}, engine="tensor-cores", merge="last-block")
+    (diag,) = exc.value.diagnostics
+    assert diag.code == "N0607" and "cannot merge in the last block" in diag.message
+    fixed = napkin.load(DYNAMIC.replace("x, d\n", "x\naxis d = 72\n"))
+    with pytest.raises(napkin.NapkinError) as same:
+        plan(fixed, "h100", shape, {"split": {"x": 3}}, engine="tensor-cores",
+             merge="last-block")
+    assert same.value.diagnostics[0].message == diag.message
+    assert plan(d, "h100", shape, {"split": {"x": 3}}, merge="last-block").tail is not None

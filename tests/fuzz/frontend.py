@@ -18,6 +18,8 @@ from napkin.diagrams.codes import CODES
 from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.diagrams.parser import GRAMMAR_PATH, parse
 
+from .timeouts import CaseTimeout
+
 # names the preamble declares, so that many generated statements also check
 POOL = ["a", "b", "x", "X", "Y", "W", "f16", "f32", "bf16", "exp", "sum", "softmax", "where",
         "size", "max", "registers", "q_1", "_"]
@@ -62,6 +64,8 @@ def escape(data) -> str | None:
         bad = [d.code for d in exc.diagnostics if d.code not in CODES]
         if not exc.diagnostics or bad:
             return f"NapkinError with unknown codes {bad}"
+    except CaseTimeout:           # the fuzz run's limit on the case, not the front end's
+        raise
     except BaseException as exc:  # noqa: BLE001 - anything else is what this test looks for
         return f"{type(exc).__name__}: {exc}"[:500]
     return None

@@ -157,14 +157,16 @@ def save_regression(case: Case, failure: Failure, folder: Path = REGRESSIONS,
 
 
 def load_regression(path: Path) -> tuple[Case, dict]:
-    """A saved case and its options: target, fusion, sanitize, and optionally `choices`
+    """A saved case and its options: target, fusion, sanitize, emulate (a slow case of an
+    interpreted batch is saved without), and optionally `choices`
     (per kernel: group/thread lists of [axis, size], stream/split [axis, size] or null)."""
     meta = json.loads(path.with_suffix(".json").read_text())
     case = Case(path.read_text(), {k: int(v) for k, v in meta.get("shape", {}).items()},
                 int(meta.get("seed", 0)))
     options = {"target": meta.get("target", "h100"), "fusion": meta.get("fusion", True),
                "sanitize": meta.get("sanitize", "none"), "defines": meta.get("defines"),
-               "split": meta.get("split"), "merge": meta.get("merge", "auto")}
+               "split": meta.get("split"), "merge": meta.get("merge", "auto"),
+               "emulate": meta.get("emulate", True)}
     if meta.get("choices") is not None:
         options["choices"] = [_choice(c) for c in meta["choices"]]
     return case, options
@@ -206,15 +208,22 @@ class Recorder:
         """check_case; with `splits`, one case in three plans a split of a reduced axis
         across blocks (drawn from the case's seed: `drawn_split`)."""
         if splits:
-            kw["split"] = drawn_split(case)
-            if kw["split"] and case.seed // 21 % 2:
-                kw["merge"] = "last-block"
+            kw.update(self.drawn(case))
         try:
             check_case(case, **kw)
         except Checked as exc:
             options = {k: kw[k] for k in ("target", "split", "merge") if kw.get(k) is not None}
             self.last = (case, exc.failure, options)
             raise
+
+    @staticmethod
+    def drawn(case: Case) -> dict:
+        """The split and merge `check(case, splits=True)` plans with (none, one or both), as
+        saved with the case."""
+        split = drawn_split(case)
+        if not split:
+            return {}
+        return {"split": split, **({"merge": "last-block"} if case.seed // 21 % 2 else {})}
 
     def save(self, folder: Path = REGRESSIONS) -> Path | None:
         if self.last is None:

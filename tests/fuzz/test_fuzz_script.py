@@ -4,8 +4,11 @@ reliability page quotes. (The long run itself is `python benchmarks/fuzz.py --mi
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -53,7 +56,7 @@ def test_the_report_prints_every_figure(fuzz, capsys):
     for needle in ("random diagrams emulated (and interpreted): 7, mismatches 0",
                    "random plans emulated: 7 (3 with a split across blocks, 2 of whose default "
                    "plans merge in the last blocks), failures by class "
-                   "{'compile': 0, 'run': 0, 'compare': 0}",
+                   "{'compile': 0, 'run': 0, 'compare': 0, 'timeout': 0}",
                    "non-NapkinError escapes 0; slow but clean 1", "leaks 0",
                    "mutation score: 9/10",
                    "numeric edge cases: 48 passed, 0 failed",
@@ -93,3 +96,97 @@ def test_a_kind_without_an_example_fails_loudly(fuzz, capsys):
                "random": random}
     fuzz.report(figures)
     assert "FAILED: plans (interpreted) ran no example" in capsys.readouterr().err
+
+
+def _slow_canonicalize(monkeypatch, seconds: float) -> None:
+    """Planning made slow where a planner blow-up would be: compiler/plan.py's call of
+    canonicalize sleeps first."""
+    from napkin.compiler import plan as planner
+    original = planner.canonicalize
+
+    def slow(*args, **kw):
+        time.sleep(seconds)
+        return original(*args, **kw)
+    monkeypatch.setattr(planner, "canonicalize", slow)
+
+
+def test_a_slow_case_is_named_saved_and_ends_its_batch(fuzz, monkeypatch, tmp_path):
+    """seed 46's run waited without end on one batch (no limit on a case or a shrink): past
+    --case-seconds a case is a `timeout` failure with its stage, saved like a mismatch (with
+    the limit: test_regressions.py reruns it under it), and its batch stops there."""
+    from tests.fuzz import harness, timeouts
+    monkeypatch.setattr(harness, "save_regression",
+                        functools.partial(harness.save_regression, folder=tmp_path))
+    _slow_canonicalize(monkeypatch, 3.0)
+    began = time.time()
+    result = fuzz.run_batch("diagrams (interpreted)", seed=11, examples=5, case_seconds=0.3)
+    assert time.time() - began < 2.5
+    assert result["tried"] == 1 and result["saved"] is None
+    [(stage, text, path)] = result["slow"]
+    assert stage.startswith("plan (compiler/plan.py:")
+    assert [f[0] for f in result["failures"]] == ["timeout"] and "axis " in text
+    meta = json.loads(Path(path).with_suffix(".json").read_text())
+    assert meta["time_limit"] == 0.3 and meta["failure"].startswith("timeout error (plan (")
+    case, options = harness.load_regression(Path(path))
+    assert options["emulate"] is False              # as its batch ran it: interpreted
+    with pytest.raises(timeouts.CaseTimeout) as exc, timeouts.limit(0.3):
+        harness.check_case(case, **options)
+    assert timeouts.stage(exc.value) == stage
+    monkeypatch.undo()                  # fixed: the saved case passes within its limit
+    with timeouts.limit(meta["time_limit"] * 20):
+        harness.check_case(case, **options)
+
+
+def test_shrinking_stops_at_its_budget_and_keeps_the_case(fuzz, monkeypatch, tmp_path):
+    """Every case fails, slowly: shrinking (up to five minutes in Hypothesis) stops after
+    --shrink-seconds and the smallest failing case so far is saved."""
+    from tests.fuzz import harness
+    calls = []
+
+    def failing(case, **kw):
+        calls.append(case)
+        time.sleep(0.1)
+        raise harness.Checked(harness.Failure("compare", "emulate", "seeded"))
+    monkeypatch.setattr(harness, "check_case", failing)
+    monkeypatch.setattr(harness, "REGRESSIONS", tmp_path)
+    monkeypatch.setattr(harness.Recorder, "save", functools.partialmethod(
+        harness.Recorder.save, folder=tmp_path))
+    result = fuzz.run_batch("diagrams (interpreted)", seed=11, examples=5, shrink_seconds=0.35)
+    assert len(calls) <= 6 and result["saved"]
+    assert Path(result["saved"]).read_text() == calls[-1].text
+
+
+def test_a_hung_pools_workers_are_killed(fuzz):
+    """The main process's backstop for a batch no signal reaches: its worker is killed."""
+    from concurrent.futures import ProcessPoolExecutor
+    pool = ProcessPoolExecutor(max_workers=1)
+    fut = pool.submit(time.sleep, 60)
+    time.sleep(0.5)
+    [proc] = pool._processes.values()
+    fuzz.kill(pool)
+    proc.join(5)
+    assert not proc.is_alive() and fut.done()
+
+
+def test_a_timeouts_stage_is_the_outermost_napkin_frames_past_the_driver():
+    """The interpreter's frame calling a compiler helper (seed 46's slow case: the
+    interpreter in compiler/accumulators.py) is `interpret`, placed at the helper."""
+    from tests.fuzz import timeouts
+
+    def frames(*paths):
+        scope = {"CaseTimeout": timeouts.CaseTimeout}
+        inner = "raise CaseTimeout(1)"
+        for i, path in enumerate(reversed(paths)):
+            code = f"def f{i}():\n    {inner}\n"
+            exec(compile(code, str(timeouts.ROOT / path), "exec"), scope)
+            inner = f"f{i}()"
+        with pytest.raises(timeouts.CaseTimeout) as exc:
+            eval(inner, scope)
+        return timeouts.stage(exc.value)
+    assert frames("api/pipeline.py", "runtime/interpret.py", "compiler/accumulators.py") == \
+        "interpret (compiler/accumulators.py:2 in f0)"
+    assert frames("api/pipeline.py", "compiler/plan.py").startswith("plan (compiler/plan.py:")
+    assert frames("api/pipeline.py", "runtime/emulated.py", "runtime/emulate/process.py") \
+        .startswith("emulate (runtime/emulate/process.py:")
+    assert frames("api/pipeline.py").startswith("driver (")
+    assert frames("tests/fuzz/harness.py") == "harness"

@@ -1,11 +1,16 @@
 """Every case under tests/regressions/ (shrunk fuzz failures and hand-written ones for the
-bugs the fuzzers found): interpreted, emulated and compared with the reference."""
+bugs the fuzzers found): interpreted, emulated and compared with the reference; a case
+saved as too slow (`time_limit` in its .json: benchmarks/fuzz.py's --case-seconds) within
+that limit."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from .harness import REGRESSIONS, check_case, load_regression
+from .timeouts import CaseTimeout, limit, stage
 
 CASES = sorted(REGRESSIONS.glob("*.napkin"))
 
@@ -17,4 +22,9 @@ def test_there_are_regressions():
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_regression(path):
     case, options = load_regression(path)
-    check_case(case, **options)
+    seconds = json.loads(path.with_suffix(".json").read_text()).get("time_limit")
+    try:
+        with limit(seconds):
+            check_case(case, **options)
+    except CaseTimeout as exc:
+        pytest.fail(f"{path.stem}: {exc} in {stage(exc)}")
