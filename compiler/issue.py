@@ -93,8 +93,10 @@ INSTRUCTIONS = {
     "log2": (3, 1, 1), "sqrt": (4, 1, 1), "rsqrt": (2, 1, 0), "tanh": (10, 1, 2),
     "sigmoid": (8, 2, 2), "silu": (9, 2, 2), "gelu": (18, 2, 2),
     # libdevice's erff, log1pf, expm1f (counted in the SASS of a CUDA-core kernel of each
-    # beside one of a multiply, sm_90, static: every path once; sinf and cosf are left at
-    # DEFAULT: their static count is mostly the slow range reduction a typical argument skips)
+    # beside one of a multiply, sm_90, static: every path once; erf in the library's gelu
+    # beside the same arithmetic without it, where nvcc does not move its constants into
+    # registers as it does for erf alone: 8 other then; sinf and cosf are left at DEFAULT:
+    # their static count is mostly the slow range reduction a typical argument skips)
     "erf": (18, 1, 1), "log1p": (18, 0, 12), "expm1": (18, 0, 5),
     # a mean's and a variance's count is their sizes' on CUDA cores (codegen/scalar.py: one
     # FADD less per element than when each element counted itself, in the SASS of
