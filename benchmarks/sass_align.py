@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 
-from sass_simt import _HEADER, _body, _untaken, _value
+from sass_simt import _HEADER, _POINTER, _body, _untaken, _value
 
 KINDS = ("LDS", "STS", "LDG", "STG")
 _HELPERS = {"napkin_block_range": 2, "napkin_block_sum": 1}     # LDS per trip over warps
@@ -69,13 +69,22 @@ def c_tree(cuda: str, sizes: dict, chunk, warps: int) -> list[dict] | None:
             trip = 0
         accesses, kinds = _accesses(body, var)
         found.append({"span": span, "chunk": False, "trip": trip, "accesses": accesses,
-                      "kinds": kinds, "children": []})
+                      "kinds": kinds, "children": [], "wide": _wide(cuda, m.start(), body)})
     for name, lds in _HELPERS.items():
         for m in re.finditer(rf"\b{name}\(", cuda):
             found.append({"span": (m.start(), m.start() + 1), "chunk": False, "trip": warps,
                           "accesses": lds, "kinds": frozenset({"LDS"}), "children": []})
     found.sort(key=lambda c: c["span"][0])
     return _nest(found, lambda c: c["span"])
+
+
+def _wide(cuda: str, at: int, body: str) -> bool:
+    """Whether a loop copies global memory 16 bytes an access (a copy's `cps`/`cpd` declared
+    `uint4` in or before its body: the two versions of a size-tested copy name both pointers, the
+    scalar one as `__half`), as its SASS loop's LDG.E.128 / STG.E.128 show: nvcc may lay out
+    the branch the sizes do not take first, so loops pair by this too, not by order alone."""
+    declared = dict((name, ctype) for ctype, name in _POINTER.findall(cuda[:at] + body))
+    return any(declared.get(name) == "uint4" for name in set(re.findall(r"\b(cp[sd])\[", body)))
 
 
 def _accesses(body: str, var: str) -> tuple[int, frozenset]:
@@ -142,7 +151,9 @@ def s_tree(outer, inner: list) -> list[dict]:
         seen.add((lp.start, lp.end))
         ops = {i.opcode.split(".")[0] for i in lp.instructions}
         kinds = frozenset(k for k in KINDS if k in ops)
-        items.append({"loop": lp, "kinds": kinds, "children": [],
+        wide = any(i.opcode.split(".")[0] in ("LDG", "STG") and "128" in i.opcode.split(".")
+                   for i in lp.instructions)
+        items.append({"loop": lp, "kinds": kinds, "children": [], "wide": wide,
                       "chunk": any(o.startswith("BAR") for o in ops),
                       "fill": kinds == {"STS"},
                       "memory": sum(1 for i in lp.instructions
@@ -172,6 +183,13 @@ def _align(cs: list, ss: list) -> list[tuple[dict, dict]] | None:
     if sum(c["chunk"] for c, _ in pairs) != sum(c["chunk"] for c in cs) or \
             sum(s["chunk"] for _, s in pairs) != sum(s["chunk"] for s in ss):
         return None
+    # the version of a size-tested copy the sizes do not take (trip 0), which nvcc may lay out
+    # before the one they take, out of order: paired with a loop left over alike it
+    for c in cs:
+        if not c["chunk"] and c["trip"] == 0 and all(c is not p for p, _ in pairs):
+            left = [s for s in ss if all(s is not q for _, q in pairs) and _alike(c, s)]
+            if left:
+                pairs.append((c, left[0]))
     out = list(pairs)
     for c, s in pairs:
         inside = _align(c["children"], s["children"])
@@ -186,7 +204,7 @@ def _alike(c: dict, s: dict) -> bool:
         return not s["chunk"] and not s["fill"] and bool(s["children"])   # gathers): no BAR
     if c["chunk"] or s["chunk"]:
         return c["chunk"] and s["chunk"]
-    return not s["fill"] and c["kinds"] == s["kinds"]
+    return not s["fill"] and c["kinds"] == s["kinds"] and c.get("wide") == s.get("wide")
 
 
 def aligned_run(outer, inner: list, cuda: str, sizes: dict, chunk, chunks: int,

@@ -168,14 +168,15 @@ def block_run(sass_text: str, function: str, cuda: str, sizes: dict, chunk: int 
     found = mainloop.loops(insns)
     if not found:
         return None
-    outer = max(found, key=lambda lp: lp.end - lp.start)      # the blocks' grid-stride loop
+    c_loops = element_loops(cuda, sizes, chunk)
+    outer, c_loops = blocks_loop(found, c_loops)               # the blocks' grid-stride loop
+    entry = entry_path(insns, found, outer)
     inner = [lp for lp in found if lp is not outer and outer.start <= lp.start
              and lp.end <= outer.end]
     chunked = [lp for lp in inner if any(i.opcode.startswith("BAR") for i in lp.instructions)]
     rest = [lp for lp in inner if lp not in chunked]
     fills = [lp for lp in rest if _memory(lp, "STS") and not _memory(lp, "LDS", "LDG")]
     paired = sorted((lp for lp in rest if lp not in fills), key=lambda lp: lp.start)
-    c_loops = element_loops(cuda, sizes, chunk)
     weight, loops = {}, []
     # nvcc may compile a copy loop twice, specialised on a test of the sizes made once: two
     # copy loops (global loads, shared stores) one after the other, where the CUDA has one;
@@ -197,7 +198,8 @@ def block_run(sass_text: str, function: str, cuda: str, sizes: dict, chunk: int 
                  for a in paired for b in paired)
     if len(paired) != len(c_loops) or visited != computed or nested:
         from sass_align import aligned_run
-        return aligned_run(outer, inner, cuda, sizes, chunk, chunks, warps, visited, computed)
+        out = aligned_run(outer, inner, cuda, sizes, chunk, chunks, warps, visited, computed)
+        return out and {**out, "run": out["run"] + entry, "entry": entry}
     for lp in chunked:
         weight[id(lp)] = chunks
     for lp in fills:
@@ -218,7 +220,46 @@ def block_run(sass_text: str, function: str, cuda: str, sizes: dict, chunk: int 
         run += w
         op = i.opcode.split(".")[0]
         classes[op] = classes.get(op, 0.0) + w
-    return {"run": run, "static": len(outer.instructions), "loops": loops, "opcodes": classes}
+    return {"run": run + entry, "static": len(outer.instructions), "loops": loops,
+            "opcodes": classes, "entry": entry}
+
+
+def blocks_loop(found: list, c_loops: list) -> tuple:
+    """(the blocks' grid-stride loop the sizes run, the element loops in it). nvcc may unswitch
+    the blocks' loop on a test of the sizes made once (embedding's `if (n % 8 == 0)`: a run of
+    16-byte copies, else a rolled loop of one value a copy): two copies of it, one after the
+    other, neither inside the other. The sizes take the copy without the loops of the branch
+    they do not take (`element_loops`' trip 0): of the outermost loops, the one holding as many
+    loops as the element loops the sizes take, where one does; else the longest (one copy)."""
+    top = [lp for lp in found if lp.start < lp.end and       # (not the final `BRA` to itself)
+           not any(o is not lp and o.start <= lp.start and lp.end <= o.end for o in found)]
+    longest = max(found, key=lambda lp: lp.end - lp.start)
+    taken = [c for c in c_loops if c["trip"] > 0]
+    if len(top) < 2 or len(taken) == len(c_loops):
+        return longest, c_loops
+    fits = [lp for lp in top if sum(1 for o in found if o is not lp and lp.start <= o.start
+                                    and o.end <= lp.end) == len(taken)]
+    return (fits[0], taken) if len(fits) == 1 else (longest, c_loops)
+
+
+def entry_path(insns: list, found: list, outer) -> int:
+    """The instructions a block runs once before its blocks' loop (the kernel's parameters, the
+    thread's coordinates, the reciprocals of the tiles' divisors nvcc hoists out of the loop):
+    every launched block runs one trip of the loop (runtime/launches.py: a grid of every
+    block), so this is per block as the loop is. The path from the entry to the loop: a branch
+    over another outermost loop (the other copy of an unswitched loop) is taken, every other
+    instruction counted once."""
+    top = [lp for lp in found if lp is not outer and lp.end < outer.start]
+    count, k = 0, 0
+    while k < len(insns) and insns[k].address < outer.start:
+        i = insns[k]
+        count += not i.opcode.startswith("NOP") and i.predicate != "@!PT"
+        if i.target is not None and i.address < i.target <= outer.start and \
+                any(i.address < lp.start < i.target for lp in top):
+            k = next(j for j, x in enumerate(insns) if x.address >= i.target)
+            continue
+        k += 1
+    return count
 
 
 def _memory(loop, *prefixes: str) -> int:

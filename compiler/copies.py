@@ -37,6 +37,13 @@ VECTOR_BYTES = (16, 8, 4)
 # 32); a row copied by a single round (`if (tid < n)`: softmax's and cross_entropy's chunks
 # of 256 f16 values, 32 vectors for 32 threads) issues some 20.
 COPY_ROW = 40
+# ... of which a contiguous row (along the array's last axis) of a constant length copied in
+# one round (no loop to set up or peel: its source, destination and test; a row along another
+# axis steps by a product of runtime sizes, COPY_ROW; rope's rows of 16 vectors and
+# cross_entropy's chunks of 32,
+# static SASS 23-24 a row with its copy, COPY_EACH; 40 was read off the one-value version
+# nvcc lays out first, which the estimate paired with it until sass_align._wide)
+COPY_ROW_ONCE = 16
 # ... then per round of the block's threads one copy of `width` values a thread (16, 8 or 4
 # bytes where compiler/copies.py allows, else one value): the compare with the row's valid
 # length, LDG, STS and the loop's step, 8 per round in the 4x-unrolled loop (32 for 4;
@@ -88,11 +95,14 @@ def flat(rows, length, width, threads):
     return costs(rows, length, width, threads)[2]
 
 
-def costs(rows, length, width, threads):
+def costs(rows, length, width, threads, static=False):
     """(warp instructions per warp of the copy row by row, of the copy over its flat index,
     whether it is copied flat: `flat`), of a tile of `rows` rows of `length` values (the
-    cost model prices the copy `flat` chooses: issue_simt._copy)."""
-    rowed = rows * (COPY_ROW + np.ceil(length / (width * threads)) * COPY_EACH)
+    cost model prices the copy `flat` chooses: issue_simt._copy); `static`: the length is a
+    constant (a row of one round is then an `if`: COPY_ROW_ONCE)."""
+    rounds = np.ceil(length / (width * threads))
+    rowed = rows * (np.where(np.asarray(static) & (rounds == 1), COPY_ROW_ONCE, COPY_ROW) +
+                    rounds * COPY_EACH)
     each = np.ceil(rows * length / threads) * COPY_FLAT
     return rowed, each, (rows > 1) & (length < threads) & ((width == 1) | (each <= rowed))
 

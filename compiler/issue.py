@@ -79,9 +79,11 @@ INSTRUCTIONS = {
     "log2": (3, 1, 1), "sqrt": (4, 1, 1), "rsqrt": (2, 1, 0), "tanh": (10, 1, 2),
     "sigmoid": (8, 2, 2), "silu": (9, 2, 2), "gelu": (18, 2, 2),
     # libdevice's erff, log1pf, expm1f (counted in the SASS of a CUDA-core kernel of each
-    # beside one of a multiply, sm_90, static: every path once; sinf and cosf are left at
-    # DEFAULT: their static count is mostly the slow range reduction a typical argument skips)
-    "erf": (18, 1, 8), "log1p": (18, 0, 12), "expm1": (18, 0, 5),
+    # beside one of a multiply, sm_90, static: every path once; erf in the library's gelu
+    # beside the same arithmetic without it, where nvcc does not move its constants into
+    # registers as it does for erf alone: 8 other then; sinf and cosf are left at DEFAULT:
+    # their static count is mostly the slow range reduction a typical argument skips)
+    "erf": (18, 1, 1), "log1p": (18, 0, 12), "expm1": (18, 0, 5),
     # a mean's and a variance's count is their sizes' on CUDA cores (codegen/scalar.py: one
     # FADD less per element than when each element counted itself, in the SASS of
     # layernorm's loops); beside a tensor-core product they count (STAGED_COUNT)
@@ -160,9 +162,15 @@ SPAN_REDUCE = 30
 # 64 x 128 blocks: the operand's run is some 70 instructions, 30 of them its element's
 # index, tests and 64-bit addresses; the mean's some 34); CALIBRATE on a GPU.
 STAGED_RUN = 20
+# ... where the run is a reduction's beside the product (not an operand: nothing stored, no
+# rounding), its test and branch only: 8 and 3 in rmsnorm_linear's two runs a chunk (sm_90,
+# static; its LDG, HADD2.F32, FFMA and the count's FADD are the loads' and ops' own)
+STAGED_REDUCE_RUN = 6
 STAGED_LOAD = 3
 STAGED_VALUE = 1
-# ... a mean or a variance there counts its elements (codegen/rowstats.py: FADD per element)
+# ... a mean or a variance there counts its elements (codegen/rowstats.py: FADD per element);
+# a mean's loop share (INSTRUCTIONS' other, a CUDA-core lane loop's index) is not issued: the
+# run is unrolled (rmsnorm_linear: static SASS/model 0.80 at the default sizes before)
 STAGED_COUNT = 1
 
 
@@ -207,7 +215,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             other.append(summed[1])
         per = INSTRUCTIONS.get(w.op, DEFAULT)
         if tensor and w.op in ("mean", "var"):
-            per = (per[0] + STAGED_COUNT,) + per[1:]
+            per = (per[0] + STAGED_COUNT, per[1], 0 if w.op == "mean" else per[2])
         if tensor and (w.node == model.scale or w.node in model.lse):
             continue        # folded into the exponent's FFMA; the softmax's own state
         if chain and w.op == "exp":     # a chain's operand takes exp as ex2.approx (cexpr.FAST)
@@ -342,7 +350,8 @@ def staged(model, choice, level1: dict, threads):
     for _, axes, width, reads, operand in model.staged:
         runs = NUMBERS.ceil(prod(chunk.get(a, level1[a]) for a in axes) / (threads * width))
         rounding = max(width // 2, 1) if operand else 0     # F2FP packs two values
-        out = out + runs * (STAGED_RUN + reads * (STAGED_LOAD + width * STAGED_VALUE) + rounding)
+        run = STAGED_RUN if operand else STAGED_REDUCE_RUN
+        out = out + runs * (run + reads * (STAGED_LOAD + width * STAGED_VALUE) + rounding)
     return out
 
 

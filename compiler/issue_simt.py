@@ -22,9 +22,11 @@ WARP = 32
 # A value read into a register (the model's register-level H): LDS (LDG where not staged),
 # its conversion to f32 where it is 16-bit (HADD2.F32), and the lane loop's share of its
 # index, clamp and step, per value and lane (fitted with STORE: rmsnorm at 4096 within 5%,
-# its reduction loops 68 per 16 values, its output loops 76 per 4).
+# its reduction loops 68 per 16 values, its output loops 76 per 4). A 16-bit value 3: LDS,
+# HADD2.F32 and the loop's 11 per 16 values (cross_entropy's row loops, sm_90, static); 4
+# while a row the lanes' loops read again was counted once (loop_reads, below).
 READ = 3
-READ_NARROW = 4
+READ_NARROW = 3
 # ... but a value read in a walk of the lanes' split axis the lowering unrolls (compiler/
 # lanes.py, codegen/held.py: each trip at a constant offset from the lane, a streamed load's
 # value at a key named once for the thread's rows, a held load's read once before the loop)
@@ -44,14 +46,18 @@ STORE = 11
 # index clamped to the array and its 64-bit address (embedding's and rope's gathers:
 # fitted within 45%).
 UNSTAGED = 10
+# (A store copying a row of a load value by value, where the row is no multiple of a run:
+# each value's gathered read shares its store's position and clamp, so UNSTAGED is not
+# charged for it: embedding at m = 769, static SASS/model 0.78 -> 0.97.)
 # A store copying a row of a load in runs (compiler/row_runs.py: embedding), per run of a
 # thread's consecutive points and lane, everything the kernel reads and stores (its only
 # loads are the row's and its position's, nothing staged): the position's load and clamp,
 # the run's in-range test, its source and destination addresses, one 16-byte LDG and STG.
-# Fitted to embedding's SASS (sm_90, static, default sizes and 4096, one run a lane and 32
-# a block: 86 per warp and block with the loop of the fallback the sizes do not take
-# weighted 0, the block's and ITERATION's 72 and 14 the run).
-ROW_RUN = 14
+# Counted in embedding's SASS (sm_90, static, default sizes and 4096, one run a lane and 32
+# a block): 16, the position's LDG and clamp (10), the two 64-bit addresses, LDG.128 and
+# STG.128 (6). (14 was fitted while the estimate read the version of the blocks' loop nvcc
+# specialised for the sizes it does not take: sass_simt.blocks_loop.)
+ROW_RUN = 16
 # Per chunk and warp (a streamed kernel's): the two barriers, the chunk's length, the loop
 # test. The chunk's lane loop (its set-up and the remainder nvcc peels off it, some 145 a
 # chunk in softmax's at 4096) is LANE_LOOP's.
@@ -89,17 +95,19 @@ LOOPS = {"logsumexp": 2, "var": 2, "softmax": 2}
 MERGE_STATE = 13
 MERGE_RESCALED = 3
 MERGE_VALUE = 2
-# Per block and warp: the thread's points and their clamps, the reductions' shuffles, the
-# blocks' loop (fitted with DIVISION to the CUDA-core kernels of model_check --kernels,
-# 0.81-1.24 static SASS/model: embedding's block is 60 a warp with two divisions and one
-# run, the decode merges' setup outside their loops some 130 with three and four)...
-BLOCK_BASE = 30
+# Per block and warp: what every launched block runs once before its blocks' loop (its
+# parameters, the thread's coordinates: 27-76 instructions in the library's CUDA-core
+# kernels, sass_simt.entry_path; the grid is every block, runtime/launches.py), the loop's
+# test and the thread's points' validity (fitted with DIVISION to the CUDA-core kernels of
+# model_check --kernels: embedding's block is 94 a warp, 49 before its loop and 45 in it
+# with two divisions and one run; 30 while the estimate left out what runs before the loop)...
+BLOCK_BASE = 44
 # ... and the tile's origin along each woven axis whose size is a launch's (not fixed by the
 # diagram): the block index's remainder by the tiles along it and its quotient, a 32-bit
 # division by a runtime divisor (index_width.block_type: I2F, MUFU.RCP, F2I and the
-# correction, some 19 instructions, or 10 where nvcc hoists the reciprocal out of the
-# blocks' loop; counted in the SASS of embedding's and the decode merges' blocks).
-DIVISION = 15
+# correction, some 19 instructions in the decode merges' loops, or 10 in embedding's where
+# nvcc hoists the reciprocal, its 7 before the loop, which every block runs too).
+DIVISION = 17
 
 
 def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks, fraction,
@@ -119,7 +127,7 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
             continue
         key = (a.axes, a.bytes)      # (what a copy's cost depends on: K's is V's)
         if key not in copied:
-            copied[key] = _copy(a, choice, sizes, level1, threads)
+            copied[key] = _copy(a, choice, sizes, level1, threads, model.fixed)
         copy = copied[key]
         per_block = per_block + (copies_of * fraction * copy if a.streamed else copy)
     narrow = min((a.bytes for a in model.arrays if a.role == "load" and a.bytes),
@@ -130,8 +138,10 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
     # (a load read from global memory where it is used is read per `direct_reads`, below,
     # not per what the register level moves of it)
     gathered = sum(vol for a, vol in reads if a.unstaged)
-    rest = (H[1] if len(H) > 1 else 0) - held_bytes - gathered
-    read = rest / narrow * (READ_NARROW if narrow == 2 else READ) + held_read
+    # the staged rows the lanes' loops read, once per loop (`loop_reads`), not per H
+    looped_bytes, looped_values, looped_read = loop_reads(model, choice, level1, units, reads)
+    rest = (H[1] if len(H) > 1 else 0) - held_bytes - gathered - looped_bytes
+    read = rest / narrow * (READ_NARROW if narrow == 2 else READ) + held_read + looped_read
     stored = sum(prod(sizes[x] for x in a.axes) for a in model.arrays if a.role == "store")
     # a load read where it is used, from global memory (a view's or a gather's source): at
     # every point of the ops reading it (`used_over`: a mask's document ids doc[q] at each
@@ -153,10 +163,14 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
             direct = direct + n / trips
             direct_read = direct_read + n / trips * UNSTAGED + n * per
     lanes = read + stored * STORE + direct_read
-    values = rest / narrow + stored + direct
+    # (values indexed in 64 bits: H's bytes of the stores are their elements', counted once)
+    stored_bytes = sum(prod(sizes[x] for x in a.axes) * a.bytes for a in model.arrays
+                       if a.role == "store" and a.node not in model.across)
+    values = (rest - stored_bytes) / narrow + stored + direct + looped_values
     for n, axis, width in model.rows:     # a store copying a row of a load in runs (one a
         runs = _in_runs(choice, sizes, level1, axis, width)     # kernel): all it does, and
-        lanes = (1 - runs) * lanes + runs * stored / width * ROW_RUN    # nothing staged
+        # (nothing staged; value by value, each value's position is its store's: no index)
+        lanes = (1 - runs) * (lanes - UNSTAGED * stored) + runs * stored / width * ROW_RUN
         values = (1 - runs) * values + runs * stored / width * 2
         per_block = (1 - runs) * per_block
     lanes = lanes + np.where(wide, INDEX_WIDE, 0.0) * values
@@ -281,6 +295,38 @@ def _in_runs(choice, sizes, level1, axis, width):
     return np.where(fits, 1.0, 0.0)
 
 
+def loop_reads(model, choice, level1: dict, units, reads) -> tuple:
+    """(bytes of the register level's H, values, lane instructions) of the staged loads the
+    lanes' loops over a row read without a stream: each of the loops reading a load
+    (model.loop_reads: its reductions' loops, LOOPS, and its stores' along the row) reads the
+    block's tile of it from shared memory, READ or READ_NARROW a value; H counts a load once
+    per op reading it, not per loop (cross_entropy's logits: once, read by three loops)."""
+    if choice.stream or not model.loop_reads:
+        return 0.0, 0.0, 0.0
+    moved = dict((a.node, (a, vol)) for a, vol in reads if a.role == "load" and not a.unstaged)
+    means = {w.axes for w in model.work if w.op == "mean"}
+    work = {w.node: w for w in model.work}
+    out_bytes = values = lane = 0.0
+    for n, readers, stored in model.loop_reads:
+        if n not in moved or not moved[n][0].bytes:
+            continue
+        a, vol = moved[n]
+        loops = stored + sum(_loops(model, work[r], means) for r in readers if r in work)
+        count = units[0] * prod(level1[x] for x in a.axes) * loops
+        out_bytes = out_bytes + vol
+        values = values + count
+        lane = lane + count * (READ_NARROW if a.bytes == 2 else READ)
+    return out_bytes, values, lane
+
+
+def _loops(model, w, means) -> int:
+    """The loops over its row reduction `w` walks (LOOPS; one where a variance's mean is the
+    kernel's own, or where the row is read from global memory: Model.online)."""
+    if (w.op == "var" and w.axes in means) or w.node in model.online:
+        return 1
+    return LOOPS.get(w.op, 1)
+
+
 def lane_loops(model, choice, chunks):
     """Loops over a row each thread runs per block (see LANE_LOOP): with a stream, one per
     chunk and pass (the chunk's lane loop folds every accumulator); without, one per
@@ -293,23 +339,25 @@ def lane_loops(model, choice, chunks):
     # a variance is canonicalised from mean((X - mean(X))^2): where that mean is an op of the
     # kernel too (layernorm's mu), the variance's mean is its loop (codegen/scalar.py)
     means = {w.axes for w in model.work if w.op == "mean"}
-    loops = sum(1 if (w.op == "var" and w.axes in means) or w.node in model.online
-                else LOOPS.get(w.op, 1)
-                for w in model.work
+    loops = sum(_loops(model, w, means) for w in model.work
                 if reduced & set(w.axes) and (w.op in LOOPS or w.op in ir.REDUCTIONS or
                                               w.op == "contract"))
     loops += sum(1 for a in model.arrays if a.role == "store" and reduced & set(a.axes))
     return rows * loops
 
 
-def _copy(a, choice, sizes: dict, level1: dict, threads):
+def _copy(a, choice, sizes: dict, level1: dict, threads, fixed=frozenset()):
     """Warp instructions per warp of one copy of load `a`'s tile (see COPY_*), per candidate:
     its inner axis the last it holds more than one position of (copies.inner_axis)."""
     chunk = dict([choice.stream]) if choice.stream else {}
-    found, rows, length, size, last = False, 1.0, 1.0, 1.0, False
+    found, rows, length, size, last, static = False, 1.0, 1.0, 1.0, False, False
     for i in reversed(range(len(a.axes))):
         h = np.asarray(chunk.get(a.axes[i], level1[a.axes[i]]), dtype=float)
         take = ~np.asarray(found) & (h != 1)
+        # a constant length (a chunk, a tile less than the axis, a fixed size): staging._each
+        # copies a row of no more vectors than threads in one `if`, not a loop
+        known = a.axes[i] in chunk or a.axes[i] in fixed or h < sizes[a.axes[i]]
+        static = np.where(take, known, static)
         rows = np.where(found, rows * h, rows)
         length = np.where(take, h, length)
         size = np.where(take, float(sizes[a.axes[i]]) if np.ndim(sizes[a.axes[i]]) == 0
@@ -318,6 +366,7 @@ def _copy(a, choice, sizes: dict, level1: dict, threads):
         found = np.asarray(found) | take
     width = np.where(last, copies.vector_values(size, length, a.bytes), 1) if a.bytes \
         else np.ones_like(length)                           # as copies.width (0: draw)
-    rowed, flat, short = copies.costs(rows, length, width, threads)   # as copies.width decides
+    # (a row along another axis than the array's last steps by a stride of runtime sizes)
+    rowed, flat, short = copies.costs(rows, length, width, threads, static & last)
     out = np.where(found, np.where(short, flat, rowed), COPY_ROW)
     return float(out) if np.ndim(out) == 0 else out

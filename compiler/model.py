@@ -22,6 +22,7 @@ from .graph import DiGraph, ancestors
 from . import ir
 from .canonical import through
 from .kernels import FusedKernel, is_free, relabelled
+from .loop_reads import readers
 from .passes import Streaming, stream
 from .row_runs import COPIED, RUN_BYTES
 
@@ -108,6 +109,8 @@ class Model:
                                 # tensorcore._gathered), each copy computing its row's offset
     positions: frozenset = frozenset()  # ... and the loads those positions read (the page
                                 # table's gathers): read per row in the copies, never staged
+    loop_reads: tuple = ()      # CUDA cores: (load, the reductions and softmaxes whose loops
+                                # over the row read it, the stores along it) (loop_reads.py)
     online: frozenset = frozenset()   # CUDA cores: the logsumexps and softmaxes whose row
                                 # reads a load from global memory (unstaged): their
                                 # statistics fold in ONE loop (a running max and rescaled
@@ -258,6 +261,7 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                  row_logsumexps(g, st) if axis is not None else (),
                  extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
                  rows=copied_rows(g, k), online=online,
+                 loop_reads=readers(g, k, k.reduced(g)),
                  fixed=frozenset(a for a, info in g.graph["axes"].items()
                                  if info.size is not None),
                  scans=any(isinstance(ir.op(g, n), ir.Scan) for n in k.nodes))

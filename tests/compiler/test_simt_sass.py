@@ -123,8 +123,9 @@ def test_a_cuda_core_block_loads_and_stores_what_its_tiles_hold(name, vectors):
     threads): weighted by their trips, the block's loops issue one 16-byte LDG per 8 values
     of its tiles a thread copies (X's rows x 4096 and each 4096-vector, g or gamma and beta,
     over the threads: 48 both), and at most 2.5 times that with the remainders nvcc peels off
-    each unrolled copy loop counted once (static: 84 and 120; one LDG per value before,
-    384), and one STG per element of Y a thread stores (rows x 4096 over the threads, 256; a
+    each unrolled copy loop counted once (static: 84 and 127; one LDG per value before,
+    384; layernorm's 120 before its 16-byte row copies were paired with their own SASS loop,
+    sass_align._wide, not with the one-value version nvcc lays out first), and one STG per element of Y a thread stores (rows x 4096 over the threads, 256; a
     few more, the stores of the output loops' peeled remainders counted once): the plan's
     figures, not the SASS's. Counted once, as the main-loop rule did, the blocks' loop holds
     under a quarter of what the block runs."""
@@ -136,7 +137,7 @@ def test_a_cuda_core_block_loads_and_stores_what_its_tiles_hold(name, vectors):
     rows, threads = dict(kp.choice.group)["r"], kp.schedule.threads
     assert kp.schedule.vector(kp.kernel.loads[0]) == 8
     vectors16 = (rows + vectors) * 4096 / 8 / threads
-    assert vectors16 <= run["opcodes"]["LDG"] <= 2.5 * vectors16
+    assert vectors16 <= run["opcodes"]["LDG"] <= 2.7 * vectors16
     assert run["opcodes"]["STG"] == pytest.approx(rows * 4096 / threads, rel=0.05)
     assert run["run"] > 4 * run["static"]
 
@@ -171,18 +172,26 @@ SQUARE = {"r": 4096, "c": 4096}
     pytest.param("rope", {"t": 4096, "h": 4096, "e": 4096}, marks=pytest.mark.thorough)])
 def test_the_issue_slots_follow_the_sass_of_a_cuda_core_kernel(name, shape):
     """The done-when of issue 13 for the CUDA-core kernels: the weighted SASS estimate
-    (model_check.kernel_sass) over the model's issue-slot time between 0.77 and 1.30. Before
-    the row loops were charged (issue_simt.LANE_LOOP) cross_entropy was 1.61 and layernorm
-    1.47 at the default sizes, softmax 1.49 at 4096; rope at 4096 (64-bit indices,
-    INDEX_WIDE) 1.39; embedding 0.57 before its rows were copied in 16-byte runs
-    (compiler/row_runs.py, issue_simt.ROW_RUN)."""
+    (model_check.kernel_sass) over the model's issue-slot time between 0.77 and 1.30 (TIGHT:
+    the kernels at the band's edges brought in). Before the row loops were charged
+    (issue_simt.LANE_LOOP) cross_entropy was 1.61 and layernorm 1.47 at the default sizes,
+    softmax 1.49 at 4096; rope at 4096 (64-bit indices, INDEX_WIDE) 1.39; embedding 0.57
+    before its rows were copied in 16-byte runs (compiler/row_runs.py, issue_simt.ROW_RUN).
+    Embedding 0.81 while the estimate read the blocks' loop nvcc specialised for the sizes
+    it does not take, now 1.00; cross_entropy 1.24 while its logits' reads by each lane loop
+    were counted once (loop_reads), now 1.11 at the default sizes, 1.13 at 4096 (static,
+    h100)."""
     _need_disassembler()
     from napkin import pipeline
     p = plan(napkin.load(name), "h100", shape)
     made = pipeline.through(p, "plan", "binary", pipeline.Options.make(target="h100"))
     row = _module("model_check").kernel_sass(p, made, 0)
     model = dict(p.kernels[0].cost.compute_parts)["issue"]
-    assert 0.77 <= row["static_issue_seconds"] / model <= 1.30, (row, model)
+    low, high = TIGHT.get(name, (0.77, 1.30))
+    assert low <= row["static_issue_seconds"] / model <= high, (row, model)
+
+
+TIGHT = {"embedding": (0.95, 1.05), "cross_entropy": (0.95, 1.18)}
 
 
 def test_the_branch_of_a_size_test_the_sizes_do_not_take_counts_nothing():
@@ -196,23 +205,33 @@ def test_the_branch_of_a_size_test_the_sizes_do_not_take_counts_nothing():
     assert kp.schedule.stream == ("v", 256)
     trips = [lp["trip"] for lp in run["loops"]]
     assert trips[0] == dict(kp.choice.group)["t"]          # the rows' loop
-    assert 0 in trips and trips[-1] == 32
+    assert 0 in trips and max(trips) == 32     # (the untaken version's loops paired last)
 
 
-@pytest.mark.parametrize("op", ["erf", pytest.param("log1p", marks=pytest.mark.thorough),
-                                pytest.param("expm1", marks=pytest.mark.thorough)])
-def test_a_library_functions_instructions_are_its_sass(op, tmp_path):
-    """issue.INSTRUCTIONS[op] against the SASS: a CUDA-core kernel `Y = op(H)` beside one of
-    `Y = H * 0.7` (the same copies, stores and loop: one thread tile), their blocks'
-    loops' FP32-pipe, MUFU and other instructions apart, per element (plus the multiply's
-    one FP32), within 30% each (before, each cost one FP32 instruction: DEFAULT)."""
+# erf in the library's gelu (gelu_erf) beside the same arithmetic without it: alone, nvcc
+# moves its polynomial's constants into registers (IMAD.MOV, HFMA2.MMA: 6.6 other a value),
+# which beside the gelu's own arithmetic it does not (1.25); log1p and expm1 alone, beside
+# a multiply (whose one FP32 the found counts add back)
+GELU = "0.5 * H * (1 + {}(H / sqrt(2)))"
+
+
+@pytest.mark.parametrize("op, base, around", [
+    ("erf", GELU.format(""), GELU),
+    pytest.param("log1p", "H * 0.7", "{}(H)", marks=pytest.mark.thorough),
+    pytest.param("expm1", "H * 0.7", "{}(H)", marks=pytest.mark.thorough)])
+def test_a_library_functions_instructions_are_its_sass(op, base, around, tmp_path):
+    """issue.INSTRUCTIONS[op] against the SASS: a CUDA-core kernel computing `op` (`around`)
+    beside one of the same without it (`base`: the same copies, stores and loop: one thread
+    tile), their blocks' loops' FP32-pipe, MUFU and other instructions apart, per element,
+    within 30% each (before, each cost one FP32 instruction: DEFAULT; erf (18, 1, 8) while
+    counted alone, where 8 of its other were moves of constants)."""
     _need_disassembler()
     import collections
     from napkin import pipeline
     from napkin.compiler import issue
     from napkin.runtime import mainloop, sass
     counts, tiles = {}, set()
-    for name, expr in (("mul", "H * 0.7"), (op, f"{op}(H)")):
+    for name, expr in (("base", base), (op, around.format(op))):
         path = tmp_path / f"{name}.napkin"
         path.write_text(f"axis t, o\nin H[t o]: f32\nY[t o] = {expr}\nout Y: f16\n")
         p = plan(napkin.load(str(path)), "h100", {"t": 4096, "o": 4096})
@@ -227,8 +246,9 @@ def test_a_library_functions_instructions_are_its_sass(op, tmp_path):
         counts[name] = (c.pop("fp32", 0), c.pop("mufu", 0), sum(c.values()))
     assert len(tiles) == 1          # (the same thread tile: the same copies and stores)
     per = math.prod(n for _, n in tiles.pop())
-    found = [(a - b) / per + (1 if k == 0 else 0)
-             for k, (a, b) in enumerate(zip(counts[op], counts["mul"]))]
+    replaced = base == "H * 0.7"    # (the multiply the op's kernel lacks: one FP32)
+    found = [(a - b) / per + (1 if k == 0 and replaced else 0)
+             for k, (a, b) in enumerate(zip(counts[op], counts["base"]))]
     for f, charged in zip(found, issue.INSTRUCTIONS[op]):
         assert charged == pytest.approx(f, rel=0.3, abs=1.0), (op, found)
 

@@ -408,79 +408,62 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
   (void)smem;
   const int tid = (int)threadIdx.x;
   const int lane = tid % 1;
-  const int tc_2 = (tid / 1) % 16;
-  const int tc_1 = ((tid / 1) / 16) % 2;
-  const int tc_0 = (((tid / 1) / 16) / 2) % 1;
+  const int tc_2 = (tid / 1) % 4;
+  const int tc_1 = ((tid / 1) / 4) % 8;
+  const int tc_0 = (((tid / 1) / 4) / 8) % 1;
   const bool tvalid = tid < 32;
-  const unsigned nblocks = (unsigned)1 * ((unsigned)(n0)) * (((unsigned)(n1) + 15) / 16) * (((unsigned)(n2) + 127) / 128);
+  const unsigned nblocks = (unsigned)1 * ((unsigned)(n0)) * (((unsigned)(n1) + 63) / 64) * (((unsigned)(n2) + 15) / 16);
   for (unsigned blk = (unsigned)blockIdx.x; blk < nblocks; blk += (unsigned)gridDim.x) {
-    const int org_2 = (int)((blk) % (((unsigned)(n2) + 127) / 128)) * 128;
-    const int org_1 = (int)(((blk) / (((unsigned)(n2) + 127) / 128)) % (((unsigned)(n1) + 15) / 16)) * 16;
-    const int org_0 = (int)((((blk) / (((unsigned)(n2) + 127) / 128)) / (((unsigned)(n1) + 15) / 16)) % ((unsigned)(n0))) * 1;
+    const int org_2 = (int)((blk) % (((unsigned)(n2) + 15) / 16)) * 16;
+    const int org_1 = (int)(((blk) / (((unsigned)(n2) + 15) / 16)) % (((unsigned)(n1) + 63) / 64)) * 64;
+    const int org_0 = (int)((((blk) / (((unsigned)(n2) + 15) / 16)) / (((unsigned)(n1) + 63) / 64)) % ((unsigned)(n0))) * 1;
     const int base_0 = org_0 + tc_0 * 1;
     const int base_1 = org_1 + tc_1 * 8;
-    const int base_2 = org_2 + tc_2 * 8;
+    const int base_2 = org_2 + tc_2 * 4;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
-    if (((int)(n2)) % 8 == 0) {
-      #pragma unroll 1
-      for (int eo = 0; eo < (16); ++eo) {
-        const int nlen = (int)(((org_1 + eo) < (int)(((int)(n1)))) ? ((int)(((int)(n2))) - org_2 < 128 ? (int)(((int)(n2))) - org_2 : 128) : 0) / 8;
-        const uint4* const cps = reinterpret_cast<const uint4*>(p0 + ((((int)((org_0 + 0))) * (((int)(n1))) + (((org_1 + eo) < (int)(((int)(n1)) - 1) ? (org_1 + eo) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + ((org_2 + 0))));
-        uint4* const cpd = reinterpret_cast<uint4*>(sm0 + eo * 128);
-        if (tid < 16) {
-          const int e = (int)tid;
-          cpd[e] = (e < nlen) ? cps[e] : make_uint4(0, 0, 0, 0);
-        }
-      }
-    } else {
-      #pragma unroll 1
-      for (int eo = 0; eo < (16); ++eo) {
-        const int nlen = (int)(((org_1 + eo) < (int)(((int)(n1)))) ? ((int)(((int)(n2))) - org_2 < 128 ? (int)(((int)(n2))) - org_2 : 128) : 0);
-        const __half* const cps = reinterpret_cast<const __half*>(p0 + ((((int)((org_0 + 0))) * (((int)(n1))) + (((org_1 + eo) < (int)(((int)(n1)) - 1) ? (org_1 + eo) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + ((org_2 + 0))));
-        __half* const cpd = reinterpret_cast<__half*>(sm0 + eo * 128);
-        for (int e = tid; e < 128; e += 32) {
-          cpd[e] = (e < nlen) ? cps[e] : napkin_from_float<__half>(0.0f);
-        }
-      }
+    for (int e = tid; e < 1024; e += 32) {
+      sm0[e] = ((org_2 + (int)(((unsigned)(e)) % (16))) < ((int)(n2)) && (org_1 + (int)(((((unsigned)(e)) / (16))) % (64))) < ((int)(n1))) ? p0[(((int)((org_0 + (int)(((((((unsigned)(e)) / (16))) / (64))) % (1))))) * (((int)(n1))) + ((org_1 + (int)(((((unsigned)(e)) / (16))) % (64))))) * (((int)(n2))) + ((org_2 + (int)(((unsigned)(e)) % (16))))] : napkin_from_float<__half>(0.0f);
     }
-    __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + ((1) * (16) * (128)) * 2 + 15) / 16 * 16));
+    __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + ((1) * (64) * (16)) * 2 + 15) / 16 * 16));
     if (((int)(n2)) % 8 == 0) {
-      const int nlen = (int)(((int)(((int)(n2))) - org_2 < 128 ? (int)(((int)(n2))) - org_2 : 128)) / 8;
+      const int nlen = (int)(((int)(((int)(n2))) - org_2 < 16 ? (int)(((int)(n2))) - org_2 : 16)) / 8;
       const uint4* const cps = reinterpret_cast<const uint4*>(p1 + (((int)((org_0 + 0))) * (((int)(n2))) + ((org_2 + 0))));
       uint4* const cpd = reinterpret_cast<uint4*>(sm1);
-      if (tid < 16) {
+      if (tid < 2) {
         const int e = (int)tid;
         cpd[e] = (e < nlen) ? cps[e] : make_uint4(0, 0, 0, 0);
       }
     } else {
-      const int nlen = (int)(((int)(((int)(n2))) - org_2 < 128 ? (int)(((int)(n2))) - org_2 : 128));
+      const int nlen = (int)(((int)(((int)(n2))) - org_2 < 16 ? (int)(((int)(n2))) - org_2 : 16));
       const __half* const cps = reinterpret_cast<const __half*>(p1 + (((int)((org_0 + 0))) * (((int)(n2))) + ((org_2 + 0))));
       __half* const cpd = reinterpret_cast<__half*>(sm1);
-      for (int e = tid; e < 128; e += 32) {
+      if (tid < 16) {
+        const int e = (int)tid;
         cpd[e] = (e < nlen) ? cps[e] : napkin_from_float<__half>(0.0f);
       }
     }
-    __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + ((1) * (16) * (128)) * 2 + 15) / 16 * 16)) + ((1) * (128)) * 2 + 15) / 16 * 16));
+    __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + ((1) * (64) * (16)) * 2 + 15) / 16 * 16)) + ((1) * (16)) * 2 + 15) / 16 * 16));
     if (((int)(n2)) % 8 == 0) {
-      const int nlen = (int)(((int)(((int)(n2))) - org_2 < 128 ? (int)(((int)(n2))) - org_2 : 128)) / 8;
+      const int nlen = (int)(((int)(((int)(n2))) - org_2 < 16 ? (int)(((int)(n2))) - org_2 : 16)) / 8;
       const uint4* const cps = reinterpret_cast<const uint4*>(p2 + (((int)((org_0 + 0))) * (((int)(n2))) + ((org_2 + 0))));
       uint4* const cpd = reinterpret_cast<uint4*>(sm2);
-      if (tid < 16) {
+      if (tid < 2) {
         const int e = (int)tid;
         cpd[e] = (e < nlen) ? cps[e] : make_uint4(0, 0, 0, 0);
       }
     } else {
-      const int nlen = (int)(((int)(((int)(n2))) - org_2 < 128 ? (int)(((int)(n2))) - org_2 : 128));
+      const int nlen = (int)(((int)(((int)(n2))) - org_2 < 16 ? (int)(((int)(n2))) - org_2 : 16));
       const __half* const cps = reinterpret_cast<const __half*>(p2 + (((int)((org_0 + 0))) * (((int)(n2))) + ((org_2 + 0))));
       __half* const cpd = reinterpret_cast<__half*>(sm2);
-      for (int e = tid; e < 128; e += 32) {
+      if (tid < 16) {
+        const int e = (int)tid;
         cpd[e] = (e < nlen) ? cps[e] : napkin_from_float<__half>(0.0f);
       }
     }
     __syncthreads();
 #line 9 "napkin-diagram"
-    const float v0 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v0 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long v1 = napkin_floordiv(((long long)(((int)(n2)))), ((long long)2));
     const bool v2 = (((long long)(((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))) < v1);
     const long long v3 = napkin_ineg(((long long)1));
@@ -490,605 +473,301 @@ extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const long long v7 = napkin_mod(v6, ((long long)(((int)(n2)))));
     const long long ix0 = napkin_clamp_index(v7, ((int)(n2)));
     const float v8 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix0)]));
-    const float v9 = (v8 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v9 = (v8 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v10 = (v0 + v9);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 16) && ((base_1 + 0) < ((int)(n1))) && (tc_2 * 8 + 0 < 128) && ((base_2 + 0) < ((int)(n2)))) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < ((int)(n1))) && (tc_2 * 4 + 0 < 16) && ((base_2 + 0) < ((int)(n2)))) {
       p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v10);
     }
 #line 9 "napkin-diagram"
-    const float v11 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v11 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
     const bool v12 = (((long long)(((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))) < v1);
     const long long v13 = (v12 ? v3 : ((long long)1));
     const long long v14 = napkin_iadd(((long long)(((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))), v5);
     const long long v15 = napkin_mod(v14, ((long long)(((int)(n2)))));
     const long long ix1 = napkin_clamp_index(v15, ((int)(n2)));
     const float v16 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix1)]));
-    const float v17 = (v16 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v17 = (v16 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v18 = (v11 + v17);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 16) && ((base_1 + 0) < ((int)(n1))) && (tc_2 * 8 + 1 < 128) && ((base_2 + 1) < ((int)(n2)))) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < ((int)(n1))) && (tc_2 * 4 + 1 < 16) && ((base_2 + 1) < ((int)(n2)))) {
       p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v18);
     }
 #line 9 "napkin-diagram"
-    const float v19 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v19 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
     const bool v20 = (((long long)(((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))) < v1);
     const long long v21 = (v20 ? v3 : ((long long)1));
     const long long v22 = napkin_iadd(((long long)(((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))), v5);
     const long long v23 = napkin_mod(v22, ((long long)(((int)(n2)))));
     const long long ix2 = napkin_clamp_index(v23, ((int)(n2)));
     const float v24 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix2)]));
-    const float v25 = (v24 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v25 = (v24 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v26 = (v19 + v25);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 16) && ((base_1 + 0) < ((int)(n1))) && (tc_2 * 8 + 2 < 128) && ((base_2 + 2) < ((int)(n2)))) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < ((int)(n1))) && (tc_2 * 4 + 2 < 16) && ((base_2 + 2) < ((int)(n2)))) {
       p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v26);
     }
 #line 9 "napkin-diagram"
-    const float v27 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v27 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
     const bool v28 = (((long long)(((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))) < v1);
     const long long v29 = (v28 ? v3 : ((long long)1));
     const long long v30 = napkin_iadd(((long long)(((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))), v5);
     const long long v31 = napkin_mod(v30, ((long long)(((int)(n2)))));
     const long long ix3 = napkin_clamp_index(v31, ((int)(n2)));
     const float v32 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix3)]));
-    const float v33 = (v32 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v33 = (v32 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v34 = (v27 + v33);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 16) && ((base_1 + 0) < ((int)(n1))) && (tc_2 * 8 + 3 < 128) && ((base_2 + 3) < ((int)(n2)))) {
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 64) && ((base_1 + 0) < ((int)(n1))) && (tc_2 * 4 + 3 < 16) && ((base_2 + 3) < ((int)(n2)))) {
       p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v34);
     }
 #line 9 "napkin-diagram"
-    const float v35 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const bool v36 = (((long long)(((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)))) < v1);
-    const long long v37 = (v36 ? v3 : ((long long)1));
-    const long long v38 = napkin_iadd(((long long)(((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)))), v5);
-    const long long v39 = napkin_mod(v38, ((long long)(((int)(n2)))));
-    const long long ix4 = napkin_clamp_index(v39, ((int)(n2)));
-    const float v40 = (((float)(v37)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix4)]));
-    const float v41 = (v40 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v42 = (v35 + v41);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 16) && ((base_1 + 0) < ((int)(n1))) && (tc_2 * 8 + 4 < 128) && ((base_2 + 4) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v42);
+    const float v35 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix4 = napkin_clamp_index(v7, ((int)(n2)));
+    const float v36 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix4)]));
+    const float v37 = (v36 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v38 = (v35 + v37);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < ((int)(n1))) && (tc_2 * 4 + 0 < 16) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v38);
     }
 #line 9 "napkin-diagram"
-    const float v43 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const bool v44 = (((long long)(((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)))) < v1);
-    const long long v45 = (v44 ? v3 : ((long long)1));
-    const long long v46 = napkin_iadd(((long long)(((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)))), v5);
-    const long long v47 = napkin_mod(v46, ((long long)(((int)(n2)))));
-    const long long ix5 = napkin_clamp_index(v47, ((int)(n2)));
-    const float v48 = (((float)(v45)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix5)]));
-    const float v49 = (v48 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v50 = (v43 + v49);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 16) && ((base_1 + 0) < ((int)(n1))) && (tc_2 * 8 + 5 < 128) && ((base_2 + 5) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v50);
+    const float v39 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix5 = napkin_clamp_index(v15, ((int)(n2)));
+    const float v40 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix5)]));
+    const float v41 = (v40 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v42 = (v39 + v41);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < ((int)(n1))) && (tc_2 * 4 + 1 < 16) && ((base_2 + 1) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v42);
     }
 #line 9 "napkin-diagram"
-    const float v51 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const bool v52 = (((long long)(((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)))) < v1);
-    const long long v53 = (v52 ? v3 : ((long long)1));
-    const long long v54 = napkin_iadd(((long long)(((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)))), v5);
-    const long long v55 = napkin_mod(v54, ((long long)(((int)(n2)))));
-    const long long ix6 = napkin_clamp_index(v55, ((int)(n2)));
-    const float v56 = (((float)(v53)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix6)]));
-    const float v57 = (v56 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v58 = (v51 + v57);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 16) && ((base_1 + 0) < ((int)(n1))) && (tc_2 * 8 + 6 < 128) && ((base_2 + 6) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v58);
+    const float v43 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix6 = napkin_clamp_index(v23, ((int)(n2)));
+    const float v44 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix6)]));
+    const float v45 = (v44 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v46 = (v43 + v45);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < ((int)(n1))) && (tc_2 * 4 + 2 < 16) && ((base_2 + 2) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v46);
     }
 #line 9 "napkin-diagram"
-    const float v59 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const bool v60 = (((long long)(((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)))) < v1);
-    const long long v61 = (v60 ? v3 : ((long long)1));
-    const long long v62 = napkin_iadd(((long long)(((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)))), v5);
-    const long long v63 = napkin_mod(v62, ((long long)(((int)(n2)))));
-    const long long ix7 = napkin_clamp_index(v63, ((int)(n2)));
-    const float v64 = (((float)(v61)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix7)]));
-    const float v65 = (v64 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v66 = (v59 + v65);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 0 < 16) && ((base_1 + 0) < ((int)(n1))) && (tc_2 * 8 + 7 < 128) && ((base_2 + 7) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 0) < (int)(((int)(n1)) - 1) ? (base_1 + 0) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v66);
+    const float v47 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix7 = napkin_clamp_index(v31, ((int)(n2)));
+    const float v48 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix7)]));
+    const float v49 = (v48 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v50 = (v47 + v49);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 64) && ((base_1 + 1) < ((int)(n1))) && (tc_2 * 4 + 3 < 16) && ((base_2 + 3) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v50);
     }
 #line 9 "napkin-diagram"
-    const float v67 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v51 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long ix8 = napkin_clamp_index(v7, ((int)(n2)));
-    const float v68 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix8)]));
-    const float v69 = (v68 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v70 = (v67 + v69);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 16) && ((base_1 + 1) < ((int)(n1))) && (tc_2 * 8 + 0 < 128) && ((base_2 + 0) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v70);
+    const float v52 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix8)]));
+    const float v53 = (v52 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v54 = (v51 + v53);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < ((int)(n1))) && (tc_2 * 4 + 0 < 16) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v54);
     }
 #line 9 "napkin-diagram"
-    const float v71 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v55 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long ix9 = napkin_clamp_index(v15, ((int)(n2)));
-    const float v72 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix9)]));
-    const float v73 = (v72 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v74 = (v71 + v73);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 16) && ((base_1 + 1) < ((int)(n1))) && (tc_2 * 8 + 1 < 128) && ((base_2 + 1) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v74);
+    const float v56 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix9)]));
+    const float v57 = (v56 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v58 = (v55 + v57);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < ((int)(n1))) && (tc_2 * 4 + 1 < 16) && ((base_2 + 1) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v58);
     }
 #line 9 "napkin-diagram"
-    const float v75 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v59 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long ix10 = napkin_clamp_index(v23, ((int)(n2)));
-    const float v76 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix10)]));
-    const float v77 = (v76 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v78 = (v75 + v77);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 16) && ((base_1 + 1) < ((int)(n1))) && (tc_2 * 8 + 2 < 128) && ((base_2 + 2) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v78);
+    const float v60 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix10)]));
+    const float v61 = (v60 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v62 = (v59 + v61);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < ((int)(n1))) && (tc_2 * 4 + 2 < 16) && ((base_2 + 2) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v62);
     }
 #line 9 "napkin-diagram"
-    const float v79 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v63 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long ix11 = napkin_clamp_index(v31, ((int)(n2)));
-    const float v80 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix11)]));
-    const float v81 = (v80 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v64 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix11)]));
+    const float v65 = (v64 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v66 = (v63 + v65);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 64) && ((base_1 + 2) < ((int)(n1))) && (tc_2 * 4 + 3 < 16) && ((base_2 + 3) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v66);
+    }
+#line 9 "napkin-diagram"
+    const float v67 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix12 = napkin_clamp_index(v7, ((int)(n2)));
+    const float v68 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix12)]));
+    const float v69 = (v68 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v70 = (v67 + v69);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < ((int)(n1))) && (tc_2 * 4 + 0 < 16) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v70);
+    }
+#line 9 "napkin-diagram"
+    const float v71 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix13 = napkin_clamp_index(v15, ((int)(n2)));
+    const float v72 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix13)]));
+    const float v73 = (v72 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v74 = (v71 + v73);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < ((int)(n1))) && (tc_2 * 4 + 1 < 16) && ((base_2 + 1) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v74);
+    }
+#line 9 "napkin-diagram"
+    const float v75 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix14 = napkin_clamp_index(v23, ((int)(n2)));
+    const float v76 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix14)]));
+    const float v77 = (v76 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v78 = (v75 + v77);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < ((int)(n1))) && (tc_2 * 4 + 2 < 16) && ((base_2 + 2) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v78);
+    }
+#line 9 "napkin-diagram"
+    const float v79 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix15 = napkin_clamp_index(v31, ((int)(n2)));
+    const float v80 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix15)]));
+    const float v81 = (v80 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v82 = (v79 + v81);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 16) && ((base_1 + 1) < ((int)(n1))) && (tc_2 * 8 + 3 < 128) && ((base_2 + 3) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v82);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 64) && ((base_1 + 3) < ((int)(n1))) && (tc_2 * 4 + 3 < 16) && ((base_2 + 3) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v82);
     }
 #line 9 "napkin-diagram"
-    const float v83 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix12 = napkin_clamp_index(v39, ((int)(n2)));
-    const float v84 = (((float)(v37)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix12)]));
-    const float v85 = (v84 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v86 = (v83 + v85);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 16) && ((base_1 + 1) < ((int)(n1))) && (tc_2 * 8 + 4 < 128) && ((base_2 + 4) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v86);
-    }
-#line 9 "napkin-diagram"
-    const float v87 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix13 = napkin_clamp_index(v47, ((int)(n2)));
-    const float v88 = (((float)(v45)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix13)]));
-    const float v89 = (v88 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v90 = (v87 + v89);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 16) && ((base_1 + 1) < ((int)(n1))) && (tc_2 * 8 + 5 < 128) && ((base_2 + 5) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v90);
-    }
-#line 9 "napkin-diagram"
-    const float v91 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix14 = napkin_clamp_index(v55, ((int)(n2)));
-    const float v92 = (((float)(v53)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix14)]));
-    const float v93 = (v92 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v94 = (v91 + v93);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 16) && ((base_1 + 1) < ((int)(n1))) && (tc_2 * 8 + 6 < 128) && ((base_2 + 6) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v94);
-    }
-#line 9 "napkin-diagram"
-    const float v95 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix15 = napkin_clamp_index(v63, ((int)(n2)));
-    const float v96 = (((float)(v61)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix15)]));
-    const float v97 = (v96 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v98 = (v95 + v97);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 1 < 16) && ((base_1 + 1) < ((int)(n1))) && (tc_2 * 8 + 7 < 128) && ((base_2 + 7) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 1) < (int)(((int)(n1)) - 1) ? (base_1 + 1) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v98);
-    }
-#line 9 "napkin-diagram"
-    const float v99 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v83 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long ix16 = napkin_clamp_index(v7, ((int)(n2)));
-    const float v100 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix16)]));
-    const float v101 = (v100 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v102 = (v99 + v101);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 16) && ((base_1 + 2) < ((int)(n1))) && (tc_2 * 8 + 0 < 128) && ((base_2 + 0) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v102);
+    const float v84 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix16)]));
+    const float v85 = (v84 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v86 = (v83 + v85);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < ((int)(n1))) && (tc_2 * 4 + 0 < 16) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v86);
     }
 #line 9 "napkin-diagram"
-    const float v103 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v87 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long ix17 = napkin_clamp_index(v15, ((int)(n2)));
-    const float v104 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix17)]));
-    const float v105 = (v104 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v106 = (v103 + v105);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 16) && ((base_1 + 2) < ((int)(n1))) && (tc_2 * 8 + 1 < 128) && ((base_2 + 1) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v106);
+    const float v88 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix17)]));
+    const float v89 = (v88 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v90 = (v87 + v89);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < ((int)(n1))) && (tc_2 * 4 + 1 < 16) && ((base_2 + 1) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v90);
     }
 #line 9 "napkin-diagram"
-    const float v107 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v91 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long ix18 = napkin_clamp_index(v23, ((int)(n2)));
-    const float v108 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix18)]));
-    const float v109 = (v108 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v110 = (v107 + v109);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 16) && ((base_1 + 2) < ((int)(n1))) && (tc_2 * 8 + 2 < 128) && ((base_2 + 2) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v110);
+    const float v92 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix18)]));
+    const float v93 = (v92 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v94 = (v91 + v93);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < ((int)(n1))) && (tc_2 * 4 + 2 < 16) && ((base_2 + 2) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v94);
     }
 #line 9 "napkin-diagram"
-    const float v111 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v95 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long ix19 = napkin_clamp_index(v31, ((int)(n2)));
-    const float v112 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix19)]));
-    const float v113 = (v112 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v96 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix19)]));
+    const float v97 = (v96 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v98 = (v95 + v97);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 64) && ((base_1 + 4) < ((int)(n1))) && (tc_2 * 4 + 3 < 16) && ((base_2 + 3) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v98);
+    }
+#line 9 "napkin-diagram"
+    const float v99 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix20 = napkin_clamp_index(v7, ((int)(n2)));
+    const float v100 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix20)]));
+    const float v101 = (v100 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v102 = (v99 + v101);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < ((int)(n1))) && (tc_2 * 4 + 0 < 16) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v102);
+    }
+#line 9 "napkin-diagram"
+    const float v103 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix21 = napkin_clamp_index(v15, ((int)(n2)));
+    const float v104 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix21)]));
+    const float v105 = (v104 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v106 = (v103 + v105);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < ((int)(n1))) && (tc_2 * 4 + 1 < 16) && ((base_2 + 1) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v106);
+    }
+#line 9 "napkin-diagram"
+    const float v107 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix22 = napkin_clamp_index(v23, ((int)(n2)));
+    const float v108 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix22)]));
+    const float v109 = (v108 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v110 = (v107 + v109);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < ((int)(n1))) && (tc_2 * 4 + 2 < 16) && ((base_2 + 2) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v110);
+    }
+#line 9 "napkin-diagram"
+    const float v111 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix23 = napkin_clamp_index(v31, ((int)(n2)));
+    const float v112 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix23)]));
+    const float v113 = (v112 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v114 = (v111 + v113);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 16) && ((base_1 + 2) < ((int)(n1))) && (tc_2 * 8 + 3 < 128) && ((base_2 + 3) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v114);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 64) && ((base_1 + 5) < ((int)(n1))) && (tc_2 * 4 + 3 < 16) && ((base_2 + 3) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v114);
     }
 #line 9 "napkin-diagram"
-    const float v115 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix20 = napkin_clamp_index(v39, ((int)(n2)));
-    const float v116 = (((float)(v37)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix20)]));
-    const float v117 = (v116 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v118 = (v115 + v117);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 16) && ((base_1 + 2) < ((int)(n1))) && (tc_2 * 8 + 4 < 128) && ((base_2 + 4) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v118);
-    }
-#line 9 "napkin-diagram"
-    const float v119 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix21 = napkin_clamp_index(v47, ((int)(n2)));
-    const float v120 = (((float)(v45)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix21)]));
-    const float v121 = (v120 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v122 = (v119 + v121);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 16) && ((base_1 + 2) < ((int)(n1))) && (tc_2 * 8 + 5 < 128) && ((base_2 + 5) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v122);
-    }
-#line 9 "napkin-diagram"
-    const float v123 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix22 = napkin_clamp_index(v55, ((int)(n2)));
-    const float v124 = (((float)(v53)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix22)]));
-    const float v125 = (v124 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v126 = (v123 + v125);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 16) && ((base_1 + 2) < ((int)(n1))) && (tc_2 * 8 + 6 < 128) && ((base_2 + 6) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v126);
-    }
-#line 9 "napkin-diagram"
-    const float v127 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix23 = napkin_clamp_index(v63, ((int)(n2)));
-    const float v128 = (((float)(v61)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix23)]));
-    const float v129 = (v128 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v130 = (v127 + v129);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 2 < 16) && ((base_1 + 2) < ((int)(n1))) && (tc_2 * 8 + 7 < 128) && ((base_2 + 7) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 2) < (int)(((int)(n1)) - 1) ? (base_1 + 2) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v130);
-    }
-#line 9 "napkin-diagram"
-    const float v131 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v115 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long ix24 = napkin_clamp_index(v7, ((int)(n2)));
-    const float v132 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix24)]));
-    const float v133 = (v132 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v134 = (v131 + v133);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 16) && ((base_1 + 3) < ((int)(n1))) && (tc_2 * 8 + 0 < 128) && ((base_2 + 0) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v134);
+    const float v116 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix24)]));
+    const float v117 = (v116 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v118 = (v115 + v117);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < ((int)(n1))) && (tc_2 * 4 + 0 < 16) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v118);
     }
 #line 9 "napkin-diagram"
-    const float v135 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v119 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long ix25 = napkin_clamp_index(v15, ((int)(n2)));
-    const float v136 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix25)]));
-    const float v137 = (v136 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v138 = (v135 + v137);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 16) && ((base_1 + 3) < ((int)(n1))) && (tc_2 * 8 + 1 < 128) && ((base_2 + 1) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v138);
+    const float v120 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix25)]));
+    const float v121 = (v120 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v122 = (v119 + v121);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < ((int)(n1))) && (tc_2 * 4 + 1 < 16) && ((base_2 + 1) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v122);
     }
 #line 9 "napkin-diagram"
-    const float v139 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v123 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long ix26 = napkin_clamp_index(v23, ((int)(n2)));
-    const float v140 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix26)]));
-    const float v141 = (v140 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v142 = (v139 + v141);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 16) && ((base_1 + 3) < ((int)(n1))) && (tc_2 * 8 + 2 < 128) && ((base_2 + 2) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v142);
+    const float v124 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix26)]));
+    const float v125 = (v124 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v126 = (v123 + v125);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < ((int)(n1))) && (tc_2 * 4 + 2 < 16) && ((base_2 + 2) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v126);
     }
 #line 9 "napkin-diagram"
-    const float v143 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v127 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
     const long long ix27 = napkin_clamp_index(v31, ((int)(n2)));
-    const float v144 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix27)]));
-    const float v145 = (v144 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v128 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix27)]));
+    const float v129 = (v128 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v130 = (v127 + v129);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 64) && ((base_1 + 6) < ((int)(n1))) && (tc_2 * 4 + 3 < 16) && ((base_2 + 3) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v130);
+    }
+#line 9 "napkin-diagram"
+    const float v131 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix28 = napkin_clamp_index(v7, ((int)(n2)));
+    const float v132 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix28)]));
+    const float v133 = (v132 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v134 = (v131 + v133);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < ((int)(n1))) && (tc_2 * 4 + 0 < 16) && ((base_2 + 0) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v134);
+    }
+#line 9 "napkin-diagram"
+    const float v135 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix29 = napkin_clamp_index(v15, ((int)(n2)));
+    const float v136 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix29)]));
+    const float v137 = (v136 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v138 = (v135 + v137);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < ((int)(n1))) && (tc_2 * 4 + 1 < 16) && ((base_2 + 1) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v138);
+    }
+#line 9 "napkin-diagram"
+    const float v139 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix30 = napkin_clamp_index(v23, ((int)(n2)));
+    const float v140 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix30)]));
+    const float v141 = (v140 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const float v142 = (v139 + v141);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < ((int)(n1))) && (tc_2 * 4 + 2 < 16) && ((base_2 + 2) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v142);
+    }
+#line 9 "napkin-diagram"
+    const float v143 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (64) + ((((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)) - org_1))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
+    const long long ix31 = napkin_clamp_index(v31, ((int)(n2)));
+    const float v144 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix31)]));
+    const float v145 = (v144 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
     const float v146 = (v143 + v145);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 16) && ((base_1 + 3) < ((int)(n1))) && (tc_2 * 8 + 3 < 128) && ((base_2 + 3) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v146);
-    }
-#line 9 "napkin-diagram"
-    const float v147 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix28 = napkin_clamp_index(v39, ((int)(n2)));
-    const float v148 = (((float)(v37)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix28)]));
-    const float v149 = (v148 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v150 = (v147 + v149);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 16) && ((base_1 + 3) < ((int)(n1))) && (tc_2 * 8 + 4 < 128) && ((base_2 + 4) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v150);
-    }
-#line 9 "napkin-diagram"
-    const float v151 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix29 = napkin_clamp_index(v47, ((int)(n2)));
-    const float v152 = (((float)(v45)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix29)]));
-    const float v153 = (v152 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v154 = (v151 + v153);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 16) && ((base_1 + 3) < ((int)(n1))) && (tc_2 * 8 + 5 < 128) && ((base_2 + 5) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v154);
-    }
-#line 9 "napkin-diagram"
-    const float v155 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix30 = napkin_clamp_index(v55, ((int)(n2)));
-    const float v156 = (((float)(v53)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix30)]));
-    const float v157 = (v156 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v158 = (v155 + v157);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 16) && ((base_1 + 3) < ((int)(n1))) && (tc_2 * 8 + 6 < 128) && ((base_2 + 6) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v158);
-    }
-#line 9 "napkin-diagram"
-    const float v159 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix31 = napkin_clamp_index(v63, ((int)(n2)));
-    const float v160 = (((float)(v61)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix31)]));
-    const float v161 = (v160 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v162 = (v159 + v161);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 3 < 16) && ((base_1 + 3) < ((int)(n1))) && (tc_2 * 8 + 7 < 128) && ((base_2 + 7) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 3) < (int)(((int)(n1)) - 1) ? (base_1 + 3) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v162);
-    }
-#line 9 "napkin-diagram"
-    const float v163 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix32 = napkin_clamp_index(v7, ((int)(n2)));
-    const float v164 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix32)]));
-    const float v165 = (v164 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v166 = (v163 + v165);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 16) && ((base_1 + 4) < ((int)(n1))) && (tc_2 * 8 + 0 < 128) && ((base_2 + 0) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v166);
-    }
-#line 9 "napkin-diagram"
-    const float v167 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix33 = napkin_clamp_index(v15, ((int)(n2)));
-    const float v168 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix33)]));
-    const float v169 = (v168 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v170 = (v167 + v169);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 16) && ((base_1 + 4) < ((int)(n1))) && (tc_2 * 8 + 1 < 128) && ((base_2 + 1) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v170);
-    }
-#line 9 "napkin-diagram"
-    const float v171 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix34 = napkin_clamp_index(v23, ((int)(n2)));
-    const float v172 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix34)]));
-    const float v173 = (v172 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v174 = (v171 + v173);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 16) && ((base_1 + 4) < ((int)(n1))) && (tc_2 * 8 + 2 < 128) && ((base_2 + 2) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v174);
-    }
-#line 9 "napkin-diagram"
-    const float v175 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix35 = napkin_clamp_index(v31, ((int)(n2)));
-    const float v176 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix35)]));
-    const float v177 = (v176 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v178 = (v175 + v177);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 16) && ((base_1 + 4) < ((int)(n1))) && (tc_2 * 8 + 3 < 128) && ((base_2 + 3) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v178);
-    }
-#line 9 "napkin-diagram"
-    const float v179 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix36 = napkin_clamp_index(v39, ((int)(n2)));
-    const float v180 = (((float)(v37)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix36)]));
-    const float v181 = (v180 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v182 = (v179 + v181);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 16) && ((base_1 + 4) < ((int)(n1))) && (tc_2 * 8 + 4 < 128) && ((base_2 + 4) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v182);
-    }
-#line 9 "napkin-diagram"
-    const float v183 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix37 = napkin_clamp_index(v47, ((int)(n2)));
-    const float v184 = (((float)(v45)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix37)]));
-    const float v185 = (v184 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v186 = (v183 + v185);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 16) && ((base_1 + 4) < ((int)(n1))) && (tc_2 * 8 + 5 < 128) && ((base_2 + 5) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v186);
-    }
-#line 9 "napkin-diagram"
-    const float v187 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix38 = napkin_clamp_index(v55, ((int)(n2)));
-    const float v188 = (((float)(v53)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix38)]));
-    const float v189 = (v188 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v190 = (v187 + v189);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 16) && ((base_1 + 4) < ((int)(n1))) && (tc_2 * 8 + 6 < 128) && ((base_2 + 6) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v190);
-    }
-#line 9 "napkin-diagram"
-    const float v191 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix39 = napkin_clamp_index(v63, ((int)(n2)));
-    const float v192 = (((float)(v61)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix39)]));
-    const float v193 = (v192 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v194 = (v191 + v193);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 4 < 16) && ((base_1 + 4) < ((int)(n1))) && (tc_2 * 8 + 7 < 128) && ((base_2 + 7) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 4) < (int)(((int)(n1)) - 1) ? (base_1 + 4) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v194);
-    }
-#line 9 "napkin-diagram"
-    const float v195 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix40 = napkin_clamp_index(v7, ((int)(n2)));
-    const float v196 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix40)]));
-    const float v197 = (v196 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v198 = (v195 + v197);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 16) && ((base_1 + 5) < ((int)(n1))) && (tc_2 * 8 + 0 < 128) && ((base_2 + 0) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v198);
-    }
-#line 9 "napkin-diagram"
-    const float v199 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix41 = napkin_clamp_index(v15, ((int)(n2)));
-    const float v200 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix41)]));
-    const float v201 = (v200 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v202 = (v199 + v201);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 16) && ((base_1 + 5) < ((int)(n1))) && (tc_2 * 8 + 1 < 128) && ((base_2 + 1) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v202);
-    }
-#line 9 "napkin-diagram"
-    const float v203 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix42 = napkin_clamp_index(v23, ((int)(n2)));
-    const float v204 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix42)]));
-    const float v205 = (v204 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v206 = (v203 + v205);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 16) && ((base_1 + 5) < ((int)(n1))) && (tc_2 * 8 + 2 < 128) && ((base_2 + 2) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v206);
-    }
-#line 9 "napkin-diagram"
-    const float v207 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix43 = napkin_clamp_index(v31, ((int)(n2)));
-    const float v208 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix43)]));
-    const float v209 = (v208 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v210 = (v207 + v209);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 16) && ((base_1 + 5) < ((int)(n1))) && (tc_2 * 8 + 3 < 128) && ((base_2 + 3) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v210);
-    }
-#line 9 "napkin-diagram"
-    const float v211 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix44 = napkin_clamp_index(v39, ((int)(n2)));
-    const float v212 = (((float)(v37)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix44)]));
-    const float v213 = (v212 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v214 = (v211 + v213);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 16) && ((base_1 + 5) < ((int)(n1))) && (tc_2 * 8 + 4 < 128) && ((base_2 + 4) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v214);
-    }
-#line 9 "napkin-diagram"
-    const float v215 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix45 = napkin_clamp_index(v47, ((int)(n2)));
-    const float v216 = (((float)(v45)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix45)]));
-    const float v217 = (v216 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v218 = (v215 + v217);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 16) && ((base_1 + 5) < ((int)(n1))) && (tc_2 * 8 + 5 < 128) && ((base_2 + 5) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v218);
-    }
-#line 9 "napkin-diagram"
-    const float v219 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix46 = napkin_clamp_index(v55, ((int)(n2)));
-    const float v220 = (((float)(v53)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix46)]));
-    const float v221 = (v220 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v222 = (v219 + v221);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 16) && ((base_1 + 5) < ((int)(n1))) && (tc_2 * 8 + 6 < 128) && ((base_2 + 6) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v222);
-    }
-#line 9 "napkin-diagram"
-    const float v223 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix47 = napkin_clamp_index(v63, ((int)(n2)));
-    const float v224 = (((float)(v61)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix47)]));
-    const float v225 = (v224 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v226 = (v223 + v225);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 5 < 16) && ((base_1 + 5) < ((int)(n1))) && (tc_2 * 8 + 7 < 128) && ((base_2 + 7) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 5) < (int)(((int)(n1)) - 1) ? (base_1 + 5) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v226);
-    }
-#line 9 "napkin-diagram"
-    const float v227 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix48 = napkin_clamp_index(v7, ((int)(n2)));
-    const float v228 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix48)]));
-    const float v229 = (v228 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v230 = (v227 + v229);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 16) && ((base_1 + 6) < ((int)(n1))) && (tc_2 * 8 + 0 < 128) && ((base_2 + 0) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v230);
-    }
-#line 9 "napkin-diagram"
-    const float v231 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix49 = napkin_clamp_index(v15, ((int)(n2)));
-    const float v232 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix49)]));
-    const float v233 = (v232 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v234 = (v231 + v233);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 16) && ((base_1 + 6) < ((int)(n1))) && (tc_2 * 8 + 1 < 128) && ((base_2 + 1) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v234);
-    }
-#line 9 "napkin-diagram"
-    const float v235 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix50 = napkin_clamp_index(v23, ((int)(n2)));
-    const float v236 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix50)]));
-    const float v237 = (v236 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v238 = (v235 + v237);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 16) && ((base_1 + 6) < ((int)(n1))) && (tc_2 * 8 + 2 < 128) && ((base_2 + 2) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v238);
-    }
-#line 9 "napkin-diagram"
-    const float v239 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix51 = napkin_clamp_index(v31, ((int)(n2)));
-    const float v240 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix51)]));
-    const float v241 = (v240 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v242 = (v239 + v241);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 16) && ((base_1 + 6) < ((int)(n1))) && (tc_2 * 8 + 3 < 128) && ((base_2 + 3) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v242);
-    }
-#line 9 "napkin-diagram"
-    const float v243 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix52 = napkin_clamp_index(v39, ((int)(n2)));
-    const float v244 = (((float)(v37)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix52)]));
-    const float v245 = (v244 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v246 = (v243 + v245);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 16) && ((base_1 + 6) < ((int)(n1))) && (tc_2 * 8 + 4 < 128) && ((base_2 + 4) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v246);
-    }
-#line 9 "napkin-diagram"
-    const float v247 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix53 = napkin_clamp_index(v47, ((int)(n2)));
-    const float v248 = (((float)(v45)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix53)]));
-    const float v249 = (v248 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v250 = (v247 + v249);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 16) && ((base_1 + 6) < ((int)(n1))) && (tc_2 * 8 + 5 < 128) && ((base_2 + 5) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v250);
-    }
-#line 9 "napkin-diagram"
-    const float v251 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix54 = napkin_clamp_index(v55, ((int)(n2)));
-    const float v252 = (((float)(v53)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix54)]));
-    const float v253 = (v252 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v254 = (v251 + v253);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 16) && ((base_1 + 6) < ((int)(n1))) && (tc_2 * 8 + 6 < 128) && ((base_2 + 6) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v254);
-    }
-#line 9 "napkin-diagram"
-    const float v255 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix55 = napkin_clamp_index(v63, ((int)(n2)));
-    const float v256 = (((float)(v61)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix55)]));
-    const float v257 = (v256 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v258 = (v255 + v257);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 6 < 16) && ((base_1 + 6) < ((int)(n1))) && (tc_2 * 8 + 7 < 128) && ((base_2 + 7) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 6) < (int)(((int)(n1)) - 1) ? (base_1 + 6) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v258);
-    }
-#line 9 "napkin-diagram"
-    const float v259 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix56 = napkin_clamp_index(v7, ((int)(n2)));
-    const float v260 = (((float)(v4)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix56)]));
-    const float v261 = (v260 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v262 = (v259 + v261);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 16) && ((base_1 + 7) < ((int)(n1))) && (tc_2 * 8 + 0 < 128) && ((base_2 + 0) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 0) < (int)(((int)(n2)) - 1) ? (base_2 + 0) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v262);
-    }
-#line 9 "napkin-diagram"
-    const float v263 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix57 = napkin_clamp_index(v15, ((int)(n2)));
-    const float v264 = (((float)(v13)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix57)]));
-    const float v265 = (v264 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v266 = (v263 + v265);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 16) && ((base_1 + 7) < ((int)(n1))) && (tc_2 * 8 + 1 < 128) && ((base_2 + 1) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 1) < (int)(((int)(n2)) - 1) ? (base_2 + 1) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v266);
-    }
-#line 9 "napkin-diagram"
-    const float v267 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix58 = napkin_clamp_index(v23, ((int)(n2)));
-    const float v268 = (((float)(v21)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix58)]));
-    const float v269 = (v268 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v270 = (v267 + v269);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 16) && ((base_1 + 7) < ((int)(n1))) && (tc_2 * 8 + 2 < 128) && ((base_2 + 2) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 2) < (int)(((int)(n2)) - 1) ? (base_2 + 2) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v270);
-    }
-#line 9 "napkin-diagram"
-    const float v271 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix59 = napkin_clamp_index(v31, ((int)(n2)));
-    const float v272 = (((float)(v29)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix59)]));
-    const float v273 = (v272 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v274 = (v271 + v273);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 16) && ((base_1 + 7) < ((int)(n1))) && (tc_2 * 8 + 3 < 128) && ((base_2 + 3) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v274);
-    }
-#line 9 "napkin-diagram"
-    const float v275 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix60 = napkin_clamp_index(v39, ((int)(n2)));
-    const float v276 = (((float)(v37)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix60)]));
-    const float v277 = (v276 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v278 = (v275 + v277);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 16) && ((base_1 + 7) < ((int)(n1))) && (tc_2 * 8 + 4 < 128) && ((base_2 + 4) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 4) < (int)(((int)(n2)) - 1) ? (base_2 + 4) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v278);
-    }
-#line 9 "napkin-diagram"
-    const float v279 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix61 = napkin_clamp_index(v47, ((int)(n2)));
-    const float v280 = (((float)(v45)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix61)]));
-    const float v281 = (v280 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v282 = (v279 + v281);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 16) && ((base_1 + 7) < ((int)(n1))) && (tc_2 * 8 + 5 < 128) && ((base_2 + 5) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 5) < (int)(((int)(n2)) - 1) ? (base_2 + 5) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v282);
-    }
-#line 9 "napkin-diagram"
-    const float v283 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix62 = napkin_clamp_index(v55, ((int)(n2)));
-    const float v284 = (((float)(v53)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix62)]));
-    const float v285 = (v284 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v286 = (v283 + v285);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 16) && ((base_1 + 7) < ((int)(n1))) && (tc_2 * 8 + 6 < 128) && ((base_2 + 6) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 6) < (int)(((int)(n2)) - 1) ? (base_2 + 6) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v286);
-    }
-#line 9 "napkin-diagram"
-    const float v287 = (napkin_to_float(sm0[(((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (16) + ((((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)) - org_1))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]) * napkin_to_float(sm1[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const long long ix63 = napkin_clamp_index(v63, ((int)(n2)));
-    const float v288 = (((float)(v61)) * napkin_to_float(p0[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (ix63)]));
-    const float v289 = (v288 * napkin_to_float(sm2[((int)((((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)) - org_0))) * (128) + ((((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)) - org_2))]));
-    const float v290 = (v287 + v289);
-    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 16) && ((base_1 + 7) < ((int)(n1))) && (tc_2 * 8 + 7 < 128) && ((base_2 + 7) < ((int)(n2)))) {
-      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 7) < (int)(((int)(n2)) - 1) ? (base_2 + 7) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v290);
+    if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (tc_1 * 8 + 7 < 64) && ((base_1 + 7) < ((int)(n1))) && (tc_2 * 4 + 3 < 16) && ((base_2 + 3) < ((int)(n2)))) {
+      p3[(((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (((base_1 + 7) < (int)(((int)(n1)) - 1) ? (base_1 + 7) : (int)(((int)(n1)) - 1)))) * (((int)(n2))) + (((base_2 + 3) < (int)(((int)(n2)) - 1) ? (base_2 + 3) : (int)(((int)(n2)) - 1)))] = napkin_from_float<__half>(v146);
     }
   }
 }
