@@ -34,6 +34,7 @@ from .flops import work_extents
 from .headpad import fragments, ratio
 from .issue_mask import MASK_POSITIONS, key_only, mask_ops, per_key_chunk
 from .target import Target
+from .tiled_work import chunk_count, padding, tiles
 
 WARP = 32
 HMMA_FLOPS = 2 * 16 * 8 * 16       # one mma.sync.m16n8k16
@@ -353,31 +354,6 @@ def staged(model, choice, level1: dict, threads):
         run = STAGED_RUN if operand else STAGED_REDUCE_RUN
         out = out + runs * (run + reads * (STAGED_LOAD + width * STAGED_VALUE) + rounding)
     return out
-
-
-def tiles(model, choice, level1: dict) -> list:
-    """(load, bytes of the tile a block copies of it at a time: one chunk of a streamed one,
-    its block tile otherwise) for every load of the kernel."""
-    chunk = dict([choice.stream]) if choice.stream else {}
-    return [(a, prod(chunk.get(x, level1[x]) for x in a.axes) * a.bytes)
-            for a in model.arrays if a.role == "load"]
-
-
-def padding(choice, sizes: dict, stream: bool = True):
-    """Work a tensor-core tiling does over the work it needs: whole tiles along the warps'
-    axes and (`stream`) whole chunks."""
-    out = 1.0
-    for a, tile in list(choice.group) + ([choice.stream] if choice.stream and stream else []):
-        if a in dict(choice.warps) or (choice.stream and a == choice.stream[0]):
-            out = out * (NUMBERS.ceil(sizes[a] / tile) * tile / sizes[a])
-    return out
-
-
-def chunk_count(model, choice, sizes: dict):
-    """Chunks of the streamed axis a block runs, over every pass (1 with no stream)."""
-    if not choice.stream:
-        return 1
-    return NUMBERS.ceil(sizes[choice.stream[0]] / choice.stream[1]) * model.streaming.passes
 
 
 def _flash_block(model, choice, sizes: dict):

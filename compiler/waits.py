@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .choices import NUMBERS
-from .issue import chunk_count
+from .tiled_work import chunk_count
 from .target import Target
 
 
