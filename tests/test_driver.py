@@ -135,23 +135,24 @@ def test_a_hint_no_kernel_can_follow_is_an_error_at_compile_time_options():
     assert exc.value.code == "N0604"
 
 
-# (attention: auto takes the tensor cores from a fragment's 16 rows since the CUDA-core refit,
-# compiler/issue_simt.py, and below it since a tile larger than its axis counts as a whole
-# block (cost.py, `launched`); its auto check is at one key, a sixteenth of a 16-key chunk:
-# 3.18 us on the CUDA cores against 4.48, model)
-@pytest.mark.parametrize("name,shape,small", [
-    ("matmul", {"m": 37, "k": 50, "n": 29}, None),
-    ("attention", {"b": 1, "h": 2, "q": 19, "x": 33}, {"b": 1, "h": 2, "q": 3, "x": 1})])
-def test_engine_tensor_cores_forces_the_tensor_core_lowering_at_small_sizes(name, shape, small):
+# (matmul: auto stays on the CUDA cores at these sizes. attention: auto takes the tensor cores
+# at every f16 size since a tiling's padding is counted once (issue.padding): at 3 queries and
+# one key, 3.05 us against 3.11 on the CUDA cores, model, both the launch; its forced plan is
+# the auto one there, checked against the float64 reference all the same)
+@pytest.mark.parametrize("name,shape,auto_simt", [
+    ("matmul", {"m": 37, "k": 50, "n": 29}, True),
+    ("attention", {"b": 1, "h": 2, "q": 19, "x": 33}, False)])
+def test_engine_tensor_cores_forces_the_tensor_core_lowering_at_small_sizes(name, shape,
+                                                                           auto_simt):
     k = napkin.compile(name, backend="emulate", engine="tensor-cores")
     inputs = _inputs(k.diagram, shape, seed=3)
     outs = k(**inputs)
     assert all(kp.schedule.tensor_cores for kp in k.plan.kernels)
     assert "mma.sync" in k.source
     _check(k.diagram, inputs, outs)
-    auto = napkin.compile(name, backend="interpret")      # at these sizes auto stays SIMT
-    auto(**(inputs if small is None else _inputs(k.diagram, small, seed=3)))
-    assert not any(kp.schedule.tensor_cores for kp in auto.plan.kernels)
+    auto = napkin.compile(name, backend="interpret")
+    auto(**inputs)
+    assert any(kp.schedule.tensor_cores for kp in auto.plan.kernels) is not auto_simt
 
 
 def test_engine_cuda_cores_keeps_products_off_the_tensor_cores():

@@ -237,6 +237,7 @@ def test_4_the_kernel_compiles_and_emulates(cli):
     assert cuda_cores.count("__global__") == 1 and "mma" not in cuda_cores
     assert "napkin_lanes_sum" in cuda_cores                   # partial dot products, by shuffles
     assert "on CUDA cores: predicted faster on the CUDA cores at these sizes" in outputs[small]
+    assert "matmul" in small
     for run in (run_tc, run_cc):
         assert "O  shape=(1, 2, 37, 64)  dtype=f16" in outputs[run]
         assert "matches the float64 reference" in outputs[run]
