@@ -205,7 +205,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     batch = tuple(a for a in o_axes if a not in rows and a != dv)
     for n in after:
         if ir.op(g, n).axes != (dv,) or \
-                tuple(a for a in o_axes if a != dv) != ir.type_of(g, n).axes or \
+                {a for a in o_axes if a != dv} != set(ir.type_of(g, n).axes) or \
                 ir.operands(g, n)[0] in chunk:
             return "a sum after the stream is not one over O's columns of O's rows"
         if any(not isinstance(ir.op(g, m), ir.Assign) for m in _readers(g, n, kernel.nodes)):

@@ -217,7 +217,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         per = INSTRUCTIONS.get(w.op, DEFAULT)
         if tensor and w.op in ("mean", "var"):
             per = (per[0] + STAGED_COUNT, per[1], 0 if w.op == "mean" else per[2])
-        if tensor and (w.node == model.scale or w.node in model.lse):
+        if tensor and (w.node == model.scale or w.node in model.lse_ops):
             continue        # folded into the exponent's FFMA; the softmax's own state
         if chain and w.op == "exp":     # a chain's operand takes exp as ex2.approx (cexpr.FAST)
             per = CHAIN_EXP

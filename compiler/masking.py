@@ -22,6 +22,7 @@ from . import ir
 from .canonical import through
 
 COMPARISONS = ("lt", "le", "gt", "ge", "eq")
+_ELEMENTWISE = (ir.Map, ir.Const, ir.Index, ir.SizeOf)
 
 
 def chunk_mask(g, st, loads=(), nodes=()) -> tuple | None:
@@ -316,14 +317,48 @@ def row_logsumexps(g, st) -> tuple[int, ...]:
     if len(st.pairs) != 1:
         return ()
     soft, out = st.pairs[0]
-    scores = through(g, ir.operands(g, soft)[0])
+    scores = ir.operands(g, soft)[0]
     found = []
     for n, _ in st.reducers:
         op = ir.op(g, n)
         if n != out and isinstance(op, ir.Reduce) and op.fn == "logsumexp" and \
-                op.axes == (st.axis,) and through(g, ir.operands(g, n)[0]) == scores:
+                op.axes == (st.axis,) and same_values(g, ir.operands(g, n)[0], scores):
             found.append(n)
     return tuple(found)
+
+
+def lse_ops(g, st, lse) -> frozenset:
+    """The logsumexps `lse` (row_logsumexps) and the ops only they read that spell the
+    softmax's argument again (same_values): the attention kernel computes none of them (the
+    row's logsumexp is the softmax's state), so the models charge none."""
+    if not lse:
+        return frozenset()
+    arg = ir.operands(g, st.pairs[0][0])[0]
+    shared = ancestors(g, arg) | {arg}
+    found = set().union(*({u} | ancestors(g, u) for n in lse for u in ir.operands(g, n))) - shared
+    out = set(lse) | found
+    while True:       # (an op something else reads too is computed for it)
+        read = {n for n in found if n in out and any(v not in out for v in g.successors(n))}
+        if not read:
+            return frozenset(out)
+        out -= read
+
+
+def same_values(g, a: int, b: int) -> bool:
+    """Whether `a` and `b` hold the same values: one node through names, or one elementwise
+    op (the same result axes and dtype; constants by their repr: -0.0 is not 0.0) of
+    operands that do. A gradient's logsumexp of the
+    masked scores, `logsumexp[s](where(s <= t, S, -inf))`, spells again the argument of the
+    forward's `softmax[s](where(s <= t, S, -inf))`: other nodes, the same values."""
+    a, b = through(g, a), through(g, b)
+    if a == b:
+        return True
+    op, ta, tb = ir.op(g, a), ir.type_of(g, a), ir.type_of(g, b)
+    if not isinstance(op, _ELEMENTWISE) or repr(op) != repr(ir.op(g, b)) or ta.dtype != tb.dtype or \
+            set(ta.axes) != set(tb.axes):
+        return False
+    ua, ub = ir.operands(g, a), ir.operands(g, b)
+    return len(ua) == len(ub) and all(same_values(g, u, v) for u, v in zip(ua, ub))
 
 
 def softmax_scale(g, soft: int) -> int | None:

@@ -89,6 +89,7 @@ class Model:
                                 # tensor cores
     lse: tuple[int, ...] = ()   # attention: logsumexp[x] of its softmax's scores, the
                                 # softmax's final state per row (masking.row_logsumexps)
+    lse_ops: frozenset = frozenset()    # they and the ops only they read (masking.lse_ops)
     staged: tuple = ()          # a tensor-core product's operands computed from loads as
                                 # they are staged and its reductions beside it
                                 # (tensorcore.for_site): (node, the axes of its tile, the
@@ -249,16 +250,17 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                             streamed=axis is not None and axis in t.axes))
     times = {n: max(1, sum(n in p for p in st.per_chunk)) for n in k.nodes}
     work = [w for n in k.nodes for w in _work(g, n, times.get(n, 1) if axis else 1)]
-    from .masking import chunk_mask, condition_nodes, row_logsumexps, softmax_scale
+    from .masking import chunk_mask, condition_nodes, lse_ops, row_logsumexps, softmax_scale
     direct = {a.node for a in arrays if a.unstaged}
     online = frozenset(w.node for w in work if direct and w.op in ("logsumexp", "softmax")
                        and direct & ancestors(g, w.node))
+    lse = row_logsumexps(g, st) if axis is not None else ()
     return Model(k, st, tuple(arrays), tuple(work), k.woven(g), k.reduced(g), k.axes(g),
                  chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None,
                  condition_nodes(g, st, k.loads, k.nodes) if axis is not None else frozenset(),
                  relabelled(g, k, (n for n, _ in st.reducers)),
                  softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else None,
-                 row_logsumexps(g, st) if axis is not None else (),
+                 lse, lse_ops(g, st, lse),
                  extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
                  rows=copied_rows(g, k), online=online,
                  loop_reads=readers(g, k, k.reduced(g)),

@@ -180,7 +180,7 @@ def score_ops(model, choice) -> int:
 def ops_along(model, stream: str | None) -> int:
     """score_ops with the streamed axis `stream`."""
     ops = [w for w in model.work if stream in w.axes and w.engine != "contraction"
-           and w.op not in ("softmax",) and w.node not in model.lse]
+           and w.op not in ("softmax",) and w.node not in model.lse_ops]
     return max(0, len(ops) - 1)
 
 

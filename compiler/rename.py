@@ -68,6 +68,9 @@ def store_renamed(g: DiGraph, grouped=()) -> None:
     moved = _store_renamed(g, grouped, kept)
     if moved:
         g.graph["renamed_grouped"] = tuple(sorted(moved))
+    for a in ir.order(g):
+        if a in g and isinstance(ir.op(g, a), ir.Assign):
+            _alias(g, a)
 
 
 def _store_renamed(g: DiGraph, grouped: set, kept: set) -> set:
@@ -83,6 +86,47 @@ def _store_renamed(g: DiGraph, grouped: set, kept: set) -> set:
                     _relabel(g, a, nodes, sigma)
                     moved |= grouped & set(sigma)
     return moved
+
+
+def _alias(g: DiGraph, a: int) -> None:
+    """Where `a` only renames another intermediate that nothing else reads (`dV[h d t] =
+    g21[h t d]`, a gradient's cotangent of V read along `s`: g21 contracts over t, so its
+    statement cannot be computed under the reader's names), lay that one out in a's order
+    under its own names (`g21[h d s]`) and let a's readers read it through one renaming view
+    (`g21[h d t]`): the same memory, so no kernel copies it (a tensor-core product reads a
+    renamed load as its tile, through a reshape too). Not where either is an output (its
+    layout is the user's), a declares a dtype or the view is no renaming."""
+    (view,) = ir.operands(g, a)
+    stmt = g.nodes[a]["stmt"]
+    op = ir.op(g, view)
+    if not isinstance(op, ir.View) or g.nodes[view]["stmt"] != stmt or \
+            len(set(op.labels)) != len(op.labels) or ir.op(g, a).dtype is not None or \
+            list(g.successors(view)) != [a]:
+        return
+    (b,) = ir.operands(g, view)
+    readers = list(g.successors(a))
+    if not isinstance(ir.op(g, b), ir.Assign) or list(g.successors(b)) != [view] or \
+            any(isinstance(ir.op(g, n), ir.Output) for n in readers + [a]) or not readers:
+        return
+    back = dict(zip(op.labels, ir.type_of(g, b).axes))     # a's name -> b's
+    order = tuple(back[x] for x in ir.type_of(g, a).axes)
+    t = ir.ArrayType(order, ir.type_of(g, b).dtype)
+    g.nodes[b]["type"] = t
+    for v in g.successors(b):
+        g.edges[b, v]["array"] = t
+    labels = ir.type_of(g, a).axes
+    for r in readers:
+        ports = g.edges[a, r]["ports"]
+        seen = ir.add_node(g, ir.View(labels), ir.ArrayType(labels, t.dtype), (b,),
+                           span=g.nodes[r]["span"], stmt=g.nodes[r]["stmt"])
+        g.add_edge(seen, r, array=ir.type_of(g, seen), ports=ports)
+    name, of = ir.op(g, a).name, ir.op(g, b).name
+    g.remove_nodes_from([a, view])
+    g.graph["arrays"] = {k: v for k, v in g.graph["arrays"].items() if v != a}
+    g.graph["equations"] = tuple(
+        replace(e, axes=order) if e.stmt == g.nodes[b]["stmt"] else e
+        for e in g.graph.get("equations", ()) if e.stmt != stmt)
+    g.graph["aliased"] = tuple(g.graph.get("aliased", ())) + ((name, of, order),)
 
 
 def _renaming(g: DiGraph, a: int) -> dict | None:
@@ -186,4 +230,6 @@ def said(g: DiGraph) -> list[str]:
             + ", as every reader reads it (its tiles are copied as stored)"
             + "".join(f"; the `group {x}` hint tiles the statements that keep `{x}`"
                       for x, _ in moved if x in hinted)
-            for name, moved in g.graph.get("renamed", ())]
+            for name, moved in g.graph.get("renamed", ())] + \
+        [f"{name} read as {of} renamed ({of} laid out [{' '.join(order)}] as {name} is: "
+         "no copy)" for name, of, order in g.graph.get("aliased", ())]

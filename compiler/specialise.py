@@ -9,7 +9,9 @@ get them. The planner therefore decides, once per plan:
     candidates  the dynamic axes such a lowering would need static: the contracted axis
                 of a product that feeds, through elementwise functions and softmaxes only,
                 another product, and the axes that second product keeps from its other
-                operand (attention's `d` twice, an MLP's input and output widths); only
+                operand (attention's `d` twice, an MLP's input and output widths), where
+                every axis of such a pair is static or a candidate too (a lowering of the
+                two holds them all whole: one beside an axis left dynamic never is); only
                 those whose size was given (never a defaulted one: the planning default is
                 no caller's size) and at most MAX_SIZE (any size: a head that is not a
                 multiple of 16 or 8 is padded in shared memory, headpad.py)
@@ -56,22 +58,32 @@ def _feeding_product(g, n: int) -> int | None:
     return None
 
 
-def chained_axes(g) -> dict[str, int]:
-    """Axes of products that feed products (the module docstring's candidates, any size),
-    each with the multiple the fragments take it in: 16 where it is contracted (the A and B
-    fragments' k), else 8 (a C fragment's columns; another size is padded to it, headpad.py)."""
-    out: dict[str, int] = {}
+def chained_pairs(g) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """(the axes the first contracts, those the second keeps from its other operand) of every
+    product that feeds another through elementwise functions and softmaxes: what a lowering
+    of the two holds whole (FlashAttention's dk and dv, a chain's dk and e), all of them."""
+    out = []
     for n in g.nodes:
         if not isinstance(ir.op(g, n), ir.Contract):
             continue
         for operand in ir.operands(g, n):
             first = _feeding_product(g, operand)
-            if first is None:
-                continue
-            for a in ir.op(g, first).axes:
-                out[a] = CONTRACTED
-            for a in set(ir.type_of(g, n).axes) - set(ir.type_of(g, first).axes):
-                out.setdefault(a, KEPT)
+            if first is not None:
+                out.append((tuple(ir.op(g, first).axes), tuple(sorted(
+                    set(ir.type_of(g, n).axes) - set(ir.type_of(g, first).axes)))))
+    return out
+
+
+def chained_axes(g) -> dict[str, int]:
+    """Axes of products that feed products (the module docstring's candidates, any size),
+    each with the multiple the fragments take it in: 16 where it is contracted (the A and B
+    fragments' k), else 8 (a C fragment's columns; another size is padded to it, headpad.py)."""
+    out: dict[str, int] = {}
+    for contracted, kept in chained_pairs(g):
+        for a in contracted:
+            out[a] = CONTRACTED
+        for a in kept:
+            out.setdefault(a, KEPT)
     return out
 
 
@@ -83,9 +95,19 @@ def candidates(p) -> dict[str, int]:
 def candidates_of(diagram, sizes: dict, defaulted) -> dict[str, int]:
     """axis -> size: the dynamic axes of `diagram` worth planning static at these sizes."""
     axes = diagram.axes
-    return {a: sizes[a] for a in sorted(chained_axes(diagram.ir))
-            if axes.get(a, 0) is None and a not in defaulted and a in sizes
-            and sizes[a] <= MAX_SIZE}
+    found = {a: sizes[a] for a in sorted(chained_axes(diagram.ir))
+             if axes.get(a, 0) is None and a not in defaulted and a in sizes
+             and sizes[a] <= MAX_SIZE}
+    # a lowering holds every axis of its pair whole: one beside an axis that stays dynamic
+    # (self-attention's gradient at s = 512: the products over s keep m = 1024 or are fed by
+    # one over m) is held by none, and fixing it alone would plan the diagram again for nothing
+    static = {a for a, size in axes.items() if size is not None}
+    pairs = [set(c) | set(k) for c, k in chained_pairs(diagram.ir)]
+    while True:
+        held = {a for pair in pairs if pair <= static | set(found) for a in pair}
+        if set(found) <= held:
+            return found
+        found = {a: v for a, v in found.items() if a in held}
 
 
 def decide(p, replan: Callable):

@@ -83,8 +83,10 @@ def test_fusion_prices_both_f32_operands_of_a_product_in_16_bits():
     """(the decision fusion prices on, without planning: the plans below are thorough)"""
     mlp = _anticipated(MLP, MLP_BIG)    # g17 beside t15 = N[b t m2], stored by its own kernel
     assert mlp.get("g17") == "f16" and mlp.get("t15") == "f16", mlp
-    proj = _anticipated(PROJ, PROJ_BIG)     # dQ a cotangent, beside N, which t14 copies
-    assert proj.get("dQ") == "f16" and "N" not in proj, proj
+    # dQ a cotangent; N read by products alone, through t14's renaming (rename._alias: t14
+    # no longer copies it; model h100 241.8 -> 227.3 us)
+    proj = _anticipated(PROJ, PROJ_BIG)
+    assert proj.get("dQ") == "f16" and proj.get("N") == "f16", proj
 
 
 @pytest.mark.thorough       # (7 CPU-s of planning at scale, each)
