@@ -75,6 +75,12 @@ def fuse(g: DiGraph, planner) -> list[FusedKernel]:
         # fusion is myopic, and a pairwise step apart from the outer statement may lose where
         # it only pays whole (FlashAttention's `softmax[x](S) * V`); the cheaper result is kept
         starts.append(whole)
+    sites = _attention_sites(g, stmts, whole)
+    if sites is not None:
+        # each attention whole (its scores, their logsumexps, the softmax and the product of
+        # the probabilities): a pairwise step may fuse the scores with their operands'
+        # projection first (on the CUDA cores), after which no kernel is FlashAttention
+        starts.append(sites)
     results = [_greedy(g, stmts, set(start), time) for start in starts]
     apart = _statistics(g, stmts, planner.sizes)
     if apart:
@@ -156,6 +162,34 @@ def _as_written(g, stmts) -> set | None:
         groups.setdefault(within.get(s, s), set()).add(s)
     clusters = {frozenset(c) for c in groups.values()}
     if any(_splits_apart(g, c) for c in clusters):    # (a product read through reshapes)
+        return None
+    return clusters if _acyclic(g, stmts, clusters) else None
+
+
+def _attention_sites(g, stmts, whole) -> set | None:
+    """The statements as written (or one each) with each softmax whose probabilities a product
+    reads merged with that product, the statement of the scores it normalises (a product's)
+    and the logsumexps of those scores (None: no such site to add, or not a legal start)."""
+    clusters = set(whole) if whole is not None else {frozenset([s]) for s in stmts}
+    owner = {n: s for s, nodes in stmts.items() for n in nodes}
+    grew = False
+    for s, nodes in stmts.items():
+        for n in nodes:
+            if not isinstance(ir.op(g, n), ir.Softmax):
+                continue
+            readers = {owner[v] for v in g.successors(n) if v in owner and
+                       isinstance(ir.op(g, v), ir.Contract)}
+            scores = owner.get(ir.operands(g, n)[0])
+            if not readers or scores is None or scores == s or not any(
+                    isinstance(ir.op(g, m), ir.Contract) for m in stmts[scores]):
+                continue
+            lses = {owner[v] for m in stmts[scores] for v in g.successors(m) if v in owner
+                    and isinstance(ir.op(g, v), ir.Reduce) and ir.op(g, v).fn == "logsumexp"}
+            site = {s, scores} | readers | lses
+            joined = frozenset().union(*(c for c in clusters if c & site))
+            grew |= joined != next(c for c in clusters if s in c)
+            clusters = {c for c in clusters if not c & site} | {joined}
+    if not grew or any(_splits_apart(g, c) for c in clusters):
         return None
     return clusters if _acyclic(g, stmts, clusters) else None
 

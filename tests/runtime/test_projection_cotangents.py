@@ -77,9 +77,12 @@ def test_projected_attentions_gradient_at_scale_runs_its_merged_products(rng):
     merged = [k for k in p.kernels if any(a.startswith("(") for a in k.model.reduced)]
     assert len(merged) >= 6 and {k.schedule.engine for k in merged} == {PRODUCT}, \
         [(k.model.reduced, k.schedule.engine) for k in p.kernels]
-    # A stored f16 as FlashAttention's O: the products R and dWo read it so, D rounded
+    # A stored f16: the products R and dWo read it so, and D = sum[d](dO * A) is computed in
+    # FlashAttention's kernel beside O (flash.examine: D's rows as a set of O's), not from A
     said = {line.split()[0]: line for line in stored16.said(p)}
-    assert "FlashAttention's O" in said["A"], said
+    assert said["A"].startswith("A stored as f16: read only by tensor-core products"), said
+    (fa,) = [k for k in p.kernels if k.schedule.engine == "attention"]
+    assert "D" in {e.name for e in p.graph.graph["equations"] if e.stmt in fa.kernel.equations}
     b, t, m, h = 1, 37, 40, 3
     inputs = dict(X=rng.standard_normal((b, t, m)).astype(np.float16),
                   **{w: (rng.standard_normal((m, h, 16)) * m ** -0.5).astype(np.float16)
