@@ -52,24 +52,40 @@ def wide(extents, sizes: dict, choice):
     that axis's stride, the product of the axes after it: a tile of rows past the last row
     of a [2^30 - 1, 2] array computes offsets past 2^31 before the bound test stops its
     loads."""
-    arrays = [(axes, [max(1.0, float(sizes[a])) for a in axes]) for axes in extents]
-    # products of whole sizes: exact below 2^53, far past INT_MAX
-    if any(math.prod(d) > INT_MAX for _, d in arrays):
+    arrays = _arrays(tuple(extents), tuple(sizes.items()))
+    if arrays is None:
         return True
     steps = _steps(choice)
 
     def reach(bound):
         """The largest index or offset, every index as far past its axis as it may run."""
-        out = [float(sizes[a]) + _past(steps, a, bound) for a in sizes]
-        for axes, d in arrays:
-            out.append(math.prod(d) - 1 + sum(_past(steps, a, bound) * math.prod(d[i + 1:])
-                                              for i, a in enumerate(axes)))
-        return functools.reduce(np.maximum, out, 0.0)
+        past = {a: _past(steps, a, bound) for a in sizes}
+        out = [float(sizes[a]) + past[a] for a in sizes]
+        for axes, last, strides in arrays:
+            out.append(last + sum(past[a] * stride for a, stride in zip(axes, strides)))
+        # (the numbers' largest first, then the candidates' arrays: the same maximum)
+        numbers = max((v for v in out if not isinstance(v, np.ndarray)), default=0.0)
+        return functools.reduce(np.maximum, (v for v in out if isinstance(v, np.ndarray)),
+                                np.maximum(0.0, numbers))
     # every candidate alike when even the largest steps cannot reach 2^31 (the usual case:
     # no candidate-sized array is built, and the cost model's terms are the same)
     if reach(max) <= INT_MAX:
         return False
     return reach(None) > INT_MAX
+
+
+@functools.lru_cache(maxsize=4096)
+def _arrays(extents: tuple, sizes: tuple):
+    """What `wide` reads of the arrays, the same for every candidate: each array's (axes,
+    its largest offset, each axis's stride: the product of the sizes after it), or None
+    when an array's size alone passes INT_MAX. Products of whole sizes: exact below 2^53,
+    far past INT_MAX."""
+    sized = dict(sizes)
+    arrays = [(axes, [max(1.0, float(sized[a])) for a in axes]) for axes in extents]
+    if any(math.prod(d) > INT_MAX for _, d in arrays):
+        return None
+    return tuple((axes, math.prod(d) - 1, tuple(math.prod(d[i + 1:]) for i in range(len(d))))
+                 for axes, d in arrays)
 
 
 def index_type(extents, sizes: dict, choice) -> str:
