@@ -70,9 +70,13 @@ def columns(g: DiGraph, model: Model) -> tuple[Column, ...]:
         for j in same:
             last[j] = max(last.get(j, 0), len(steps) - 1)
     streaming = model.streaming.axis is not None
+    live_at: list[set] = [set() for _ in steps]   # each array at its first step and until its last
+    for i, s in first.items():
+        for t in range(s, max(s + 1, last[i])):
+            live_at[t].add(i)
     out = []
     for s, (label, ld, made, st) in enumerate(steps):
-        live = {i for i in first if first[i] == s or first[i] <= s < last[i]}
+        live = live_at[s]
         if streaming:
             live |= set(accumulators)
         stored_values = {j for i in st for j in by_node[arrays[i].node] if arrays[j].role != "store"}
@@ -108,21 +112,19 @@ def _operand_arrays(g, node, by_node, arrays) -> list[int]:
 def resident_sets(cols, held: dict, symbolic: bool) -> list[tuple[int, ...]]:
     """The columns whose totals M is the largest of, as the arrays counted at this level:
     each distinct set once, and on numbers only the sets no other set contains (sizes are
-    never negative, so a contained set never totals more). Memoised: they depend on the
-    kernel's columns and on which arrays a level counts, not on the sizes."""
-    if not isinstance(cols, tuple):
-        return _resident_sets(cols, held, symbolic)
-    key = (id(cols), tuple(held), symbolic)
+    never negative, so a contained set never totals more). Memoised on what they depend
+    on: the columns' resident arrays (kernels of one shape share them) and which arrays a
+    level counts, not the sizes."""
+    key = (tuple(col.resident for col in cols), tuple(held), symbolic)
     found = _RESIDENT_SETS.get(key)
-    if found is None or found[0] is not cols:
+    if found is None:
         if len(_RESIDENT_SETS) > 4096:
             _RESIDENT_SETS.clear()
-        found = _RESIDENT_SETS[key] = (cols, _resident_sets(cols, held, symbolic))
-    return found[1]
+        found = _RESIDENT_SETS[key] = _resident_sets(cols, held, symbolic)
+    return found
 
 
-# (id of the columns, arrays counted, symbolic) -> (the columns, their sets): holding the
-# columns keeps their id from being reused while the entry lives
+# (each column's resident arrays, arrays counted, symbolic) -> their sets
 _RESIDENT_SETS: dict = {}
 
 
