@@ -157,6 +157,15 @@ def number(v):
 
 
 
+def multiple_of(x, w: int):
+    """Whether `x` (a number or an array of candidates' values) is a multiple of `w`:
+    np.mod(x, w) == 0, for a power of two at a fraction of its cost (x / w, its floor and
+    that times w are exact for finite x)."""
+    if w <= 0 or w & (w - 1):
+        return np.mod(x, w) == 0
+    return np.floor(x * (1.0 / w)) * w == x
+
+
 def prod(values):
     """The product, left to right (1 when empty)."""
     values = iter(values)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ir
-from .choices import prod
+from .choices import multiple_of, prod
 from .model import BYTES, storage_dtype
 
 VECTOR_BYTES = (16, 8, 4)
@@ -243,5 +243,5 @@ def vector_values(size: int, extent, nbytes: int):
     for vb in reversed(VECTOR_BYTES):
         w = vb // nbytes
         if w >= 2 and vb % nbytes == 0:
-            out = np.where((np.mod(extent, w) == 0) & (size % w == 0), w, out)
+            out = np.where(multiple_of(extent, w) & multiple_of(size, w), w, out)
     return int(out) if np.ndim(out) == 0 else out

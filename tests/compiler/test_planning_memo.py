@@ -157,3 +157,17 @@ def test_merges_across_warps_are_the_direct_computation_on_random_candidates(lse
         split_seen |= bool(np.any(ways > 32))
         unsplit_seen |= not np.any(ways > 32)
     assert split_seen and unsplit_seen
+
+
+def test_multiple_of_is_np_mod_on_random_values():
+    """choices.multiple_of (issue_simt's copy widths) is np.mod(x, w) == 0: whole sizes and
+    tiles near and past 2^31, halves, arrays and numbers, powers of two and not."""
+    from napkin.compiler.choices import multiple_of
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.integers(0, 2**12, 400), rng.integers(2**31 - 64, 2**31 + 64, 100),
+                        rng.integers(0, 2**40, 100)]).astype(float)
+    x = np.concatenate([x, x + 0.5, x * 3]).reshape(4, -1, 1)
+    for w in (1, 2, 4, 8, 16, 3, 6):
+        np.testing.assert_array_equal(multiple_of(x, w), np.mod(x, w) == 0)
+        for v in x.ravel()[::97]:
+            assert bool(multiple_of(float(v), w)) == (float(v) % w == 0)
