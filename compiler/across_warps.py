@@ -111,13 +111,18 @@ def exchange_bytes(model, choice, sizes: dict, threads):
     warps = np.ceil(np.asarray(threads, dtype=float) / WARP)
     stream = choice.stream[0] if choice.stream else None
     total = 0.0
+    reduction: dict = {}        # widths -> a reduction's cells (the same at every site)
     for axis, kind, slots, held in sites(model, choice, sizes):
         split = _split(choice, axis)
         if split is None:
             continue
-        points = held if axis == stream else 1.0   # (a reduction's: one value, however often)
         widths = (4, 8) if kind in ("argmax", "argmin") else (4,) * slots
-        cells = sum(_aligned(warps * points * w) for w in widths)
+        if axis == stream:
+            cells = sum(_aligned(warps * held * w) for w in widths)
+        else:                  # (a reduction's: one value, however often)
+            if widths not in reduction:
+                reduction[widths] = sum(_aligned(warps * 1.0 * w) for w in widths)
+            cells = reduction[widths]
         total = total + np.where(split, cells, 0.0)
     return total
 
