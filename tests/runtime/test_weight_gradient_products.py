@@ -20,6 +20,7 @@ from napkin.compiler.schedule import PRODUCT
 from napkin.pipeline import run_plan
 
 from .close import assert_close
+from .test_block_parts import BLOCK_TEXT
 
 NORMED = """axis b, t, s, m, h
 axis d = 16
@@ -67,23 +68,7 @@ def test_a_weights_gradient_reads_the_forward_value_in_one_product(rng):
         assert_close(out[name], want[name], "f16", slack=3.0)
 
 
-BLOCK = """axis b, t, s, m, h, f, m2
-axis d = 128
-in X[b t m]: f16
-in g1[m]: f16, g2[m]: f16
-in Wq[m h d]: f16, Wk[m h d]: f16, Wv[m h d]: f16, Wo[h d m]: f16
-in W1[m f]: f16, W2[f m]: f16
-N1[b t m] = X * rsqrt(mean[m](X * X) + 1e-6) * g1
-Q[b h t d] = N1 * Wq
-K[b h s d] = N1[b s m] * Wk
-V[b h s d] = N1[b s m] * Wv
-S[b h t s] = where(s <= t, Q * K / sqrt(size(d)), -inf)
-A[b t h d] = softmax[s](S) * V
-R[b t m] = X + A * Wo
-N2[b t m] = R * rsqrt(mean[m](R * R) + 1e-6) * g2
-Y[b t m] = R + gelu(N2[b t m2] * W1[m2 f]) * W2
-out Y: f16
-"""
+BLOCK = BLOCK_TEXT.format(d=128)    # (test_block_parts: each part on its engine)
 
 
 @pytest.mark.thorough       # (26 CPU-s of planning at the block's shape)
