@@ -88,6 +88,25 @@ def test_napkin_grad_prints_each_warning_once(tmp_path, capsys, monkeypatch):
     assert err.count("warning[N0701]: input `Z` is never used") == 1, err
 
 
+def test_a_gradient_read_back_from_its_file_warns_nothing(tmp_path, capsys, monkeypatch):
+    """A gradient takes every forward input by contract (a bias the backward never reads):
+    `napkin grad -o g.napkin` then `napkin check g.napkin` warned N0701 for it, though
+    napkin.grad drops that warning as it derives the text; the file's first line (`# The
+    gradient of ...`) says it is one. Any other diagram still warns (the forward here)."""
+    from napkin.cli import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lin.napkin").write_text("axis b, i, o\nin X[b i]: f32\nin W[i o]: f32\n"
+                                         "in c[o]: f32\nY[b o] = X * W + c\nout Y: f32\n")
+    assert main(["grad", "lin.napkin", "--wrt", "X,W", "-o", "g.napkin"]) == 0
+    capsys.readouterr()
+    assert main(["check", "g.napkin"]) == 0
+    assert "warning[" not in capsys.readouterr().err
+    text = (tmp_path / "g.napkin").read_text()
+    (tmp_path / "plain.napkin").write_text(text.split("\n", 1)[1])   # the title edited away
+    assert main(["check", "plain.napkin"]) == 0
+    assert "warning[N0701]: input `c` is never used" in capsys.readouterr().err
+
+
 def test_wrt_naming_an_input_twice_or_none(tmp_path, capsys, monkeypatch):
     """`--wrt X,X` failed with N0202 pointing into the generated text (`<grad:...>:14:14`);
     it is X. `--wrt ""` said no output depends on a float input; it names none."""
