@@ -104,6 +104,7 @@ def report(plan: Plan, compare: bool = True) -> dict:
                     if s is None or a in plan.specialised],
         "defaulted": list(plan.defaulted),
         "specialised": dict(plan.specialised),         # (compiler/specialise.py)
+        "specialise_refused": plan.refused,
         # (null: the engine asked for refused them dynamic, specialise.decided)
         "unspecialised_seconds": None if plan.specialised and not plan.unspecialised
         else float(plan.unspecialised),
@@ -183,7 +184,8 @@ def specialised_lines(rep: dict, fmt) -> list[str]:
     """What compiler/specialise.py decided: the axes fixed, and the time they buy."""
     fixed = rep.get("specialised") or {}
     if not fixed:
-        return []
+        why = rep.get("specialise_refused")
+        return [why] if why else []
     one = len(fixed) == 1
     said = ", ".join(f"{a} specialised at {v}" for a, v in fixed.items())
     dynamic = rep["unspecialised_seconds"]

@@ -57,6 +57,7 @@ class Plan:
                                  # fixed at these sizes (specialise.py): `diagram` is the one
                                  # checked with them, and the program runs at them only
     unspecialised: float = 0.0   # the predicted time with them dynamic (explain says it)
+    refused: str = ""            # why the plan with them fixed was not taken (an error)
 
     @property
     def time(self) -> float:

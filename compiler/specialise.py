@@ -118,8 +118,12 @@ def decide(p, replan: Callable):
         return p
     try:
         other, fixed = _needed(replan, p.diagram, fixed)
-    except NapkinError:     # (fixed, a kernel no tiling fits: the dynamic plan stands)
-        return p
+    except NapkinError as exc:  # (fixed, a kernel no tiling fits, or the user's options
+        # refuse the plan: the dynamic plan stands, and explain says why)
+        first = exc.diagnostics[0]
+        at = ", ".join(f"{a} = {v}" for a, v in fixed.items())
+        return replace(p, refused=f"{', '.join(fixed)} kept dynamic: planned with {at} fixed, "
+                                  f"{first.message} [{first.code}]")
     if not fixed or other.time > p.time * (1 - MARGIN):
         return p
     return replace(other, specialised=fixed, unspecialised=float(p.time))

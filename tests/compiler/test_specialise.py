@@ -195,7 +195,12 @@ def test_a_specialised_plan_refused_for_the_users_merge_says_so():
         plan(fixed, "h100", shape, {"split": {"x": 3}}, engine="tensor-cores",
              merge="last-block")
     assert same.value.diagnostics[0].message == diag.message
-    assert plan(d, "h100", shape, {"split": {"x": 3}}, merge="last-block").tail is not None
+    p = plan(d, "h100", shape, {"split": {"x": 3}}, merge="last-block")
+    assert p.tail is not None and not p.specialised
+    # engine auto keeps d dynamic there (S stored, no FlashAttention): explain says why
+    from napkin.explain import specialised_lines
+    assert specialised_lines({"specialise_refused": p.refused}, str) == [
+        f"d kept dynamic: planned with d = 72 fixed, {diag.message} [N0607]"]
 
 
 def test_self_attentions_gradient_at_512_is_not_planned_again_for_its_sequence_axis():
