@@ -19,6 +19,8 @@ against measured times needs a GPU (benchmarks/gpu_check.py).
 
 --kernels prints every library kernel's model issue slots beside the estimate; a CUDA-core
 kernel's estimate is its block with every loop weighted by its trips (sass_simt.py).
+--kernels --small does so at record_plans.py's small odd shape (dynamic axes 77 and 130
+alternately) instead of the default and 4096 shapes.
 
 --registers prints ptxas's registers per thread beside occupancy.py's estimate for every
 library kernel (the evidence the estimate was fitted to).
@@ -41,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sass_loops import copy_trips, epilogue, kernel_source, loop_counts, scalar_version  # noqa: E402
 from sass_simt import block_run  # noqa: E402
+from record_plans import shapes  # noqa: E402
 
 SEQ = (512, 1024, 2048, 4096, 8192, 16384)
 PUBLISHED = {   # (d, N): {source: TFLOP/s}, FlashAttention-3 paper Figure 5 (non-causal)
@@ -184,8 +187,12 @@ def launched(p, sched) -> float:
     """The blocks a kernel launches: whole tiles along each woven axis (the cost's units are
     fractional where a tile is larger than its axis: GQA decode's r = 4 query heads in a
     16-row fragment, 1/4 of a unit, read the SASS 4x short of the model, which pads the
-    tile; cost.py counts the launched blocks for occupancy the same way)."""
-    return float(math.prod(math.ceil(p.sizes[a] / t) for a, t in sched.block_tile().items()))
+    tile; cost.py counts the launched blocks for occupancy the same way). A packed axis
+    (`(r q)`, compiler/packing.py) is as long as its axes together."""
+    from napkin.compiler import packing
+    sizes = packing.sized(tuple((a, packing.parts(a)) for a in sched.block_tile()
+                                if a not in p.sizes), p.sizes)
+    return float(math.prod(math.ceil(sizes[a] / t) for a, t in sched.block_tile().items()))
 
 
 def simt_sass(p, made, index: int, text: str) -> dict:
@@ -209,8 +216,9 @@ def simt_sass(p, made, index: int, text: str) -> dict:
             "model_loop_instructions": {"per_block": model}}
 
 
-def kernels_table(target: str = "h100") -> list[dict]:
-    """Every library kernel at the default sizes and at 4096: the model's issue-slot and
+def kernels_table(target: str = "h100", small: bool = False) -> list[dict]:
+    """Every library kernel at the default sizes and at 4096 (`small`: at record_plans.py's
+    small odd shape instead, dynamic axes 77 and 130 alternately): the model's issue-slot and
     compute time beside the SASS estimate (kernel_sass: the main loop once per chunk, copy
     loops by their trips, for the tensor-core pipelines; a CUDA-core kernel's block with each
     loop weighted by its trips, simt_sass), and attention on the CUDA cores (SIMT_ATTENTION).
@@ -224,9 +232,12 @@ def kernels_table(target: str = "h100") -> list[dict]:
     cases = []
     for name in library_names():
         d = napkin.load(name)
+        if small:
+            cases.append((name, shapes(d)["small"], "auto"))
+            continue
         reps = sorted({i.rep for i in d.ir.graph["axes"].values() if i.size is None})
         cases += [(name, {}, "auto"), (name, {a: 4096 for a in reps}, "auto")]
-    cases += SIMT_ATTENTION
+    cases += [] if small else SIMT_ATTENTION
     for name, shape, engine in cases:
         d = napkin.load(name)
         options = pipeline.Options.make(target=target, engine=engine)
@@ -236,7 +247,7 @@ def kernels_table(target: str = "h100") -> list[dict]:
             r = kernel_sass(p, made, i)
             issue = dict(kp.cost.compute_parts).get("issue")
             label = "default" if not shape else "4096" if set(shape.values()) == {4096} \
-                else ",".join(f"{a}={n}" for a, n in shape.items())
+                else "small" if small else ",".join(f"{a}={n}" for a, n in shape.items())
             out.append({"diagram": name + ("" if engine == "auto" else f" ({engine})"),
                         "shape": label,
                         "kernel": kp.kernel.name, "engine": kp.schedule.engine,
@@ -322,10 +333,12 @@ def main(argv=None) -> int:
     ap.add_argument("--registers", action="store_true", help="ptxas registers vs the estimate")
     ap.add_argument("--kernels", action="store_true",
                     help="every library kernel: model issue slots vs the SASS estimate")
+    ap.add_argument("--small", action="store_true",
+                    help="with --kernels: at the small odd shape of record_plans.py (77, 130)")
     ap.add_argument("--json", help="also write the rows as JSON to this file")
     args = ap.parse_args(argv)
     if args.kernels:
-        table = kernels_table(args.targets.split(",")[0])
+        table = kernels_table(args.targets.split(",")[0], args.small)
         print(f"{'diagram':30} {'shape':8} {'kernel':4} {'engine':20} {'model issue us':>14} "
               f"{'model compute us':>16} {'SASS issue us':>13} {'SASS/model':>10}")
         for r in table:

@@ -158,3 +158,15 @@ def test_the_decode_partial_streams_its_keys():
     p = plan(d, "h100", shape)
     assert p.split is not None and p.kernels[0].schedule.engine == "attention"
     assert p.time < simt.time
+
+
+def test_a_packed_axis_launches_blocks_over_its_axes_together():
+    """GQA attention at the small shape packs r = 130 query heads and q = 77 queries into one
+    row axis `(r q)` of 64-row tiles: model_check.launched counts ceil(130 * 77 / 64) tiles of
+    it per (b, g) = (77, 130) block (it looked `(r q)` up among the sizes and failed, so
+    `--kernels --small` stopped there)."""
+    shape = {"b": 77, "g": 130, "q": 77, "r": 130, "x": 77}
+    p = plan(napkin.load("gqa_attention"), "h100", shape)
+    sched = p.kernels[0].schedule
+    assert sched.block_tile() == {"(r q)": 64, "b": 1, "g": 1}
+    assert _module("model_check").launched(p, sched) == -(-130 * 77 // 64) * 77 * 130
