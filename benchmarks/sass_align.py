@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 
-from sass_simt import _HEADER, _POINTER, _body, _untaken, _value
+from sass_simt import _CTYPE_BYTES, _HEADER, _POINTER, _body, _untaken, _value
 
 KINDS = ("LDS", "STS", "LDG", "STG")
 _HELPERS = {"napkin_block_range": 2, "napkin_block_sum": 1}     # LDS per trip over warps
@@ -69,7 +69,8 @@ def c_tree(cuda: str, sizes: dict, chunk, warps: int) -> list[dict] | None:
             trip = 0
         accesses, kinds = _accesses(body, var)
         found.append({"span": span, "chunk": False, "trip": trip, "accesses": accesses,
-                      "kinds": kinds, "children": [], "wide": _wide(cuda, m.start(), body)})
+                      "kinds": kinds, "children": [], "wide": _wide(cuda, m.start(), body),
+                      "narrow": _narrow(cuda, m.start(), body)})
     for name, lds in _HELPERS.items():
         for m in re.finditer(rf"\b{name}\(", cuda):
             found.append({"span": (m.start(), m.start() + 1), "chunk": False, "trip": warps,
@@ -85,6 +86,17 @@ def _wide(cuda: str, at: int, body: str) -> bool:
     the branch the sizes do not take first, so loops pair by this too, not by order alone."""
     declared = dict((name, ctype) for ctype, name in _POINTER.findall(cuda[:at] + body))
     return any(declared.get(name) == "uint4" for name in set(re.findall(r"\b(cp[sd])\[", body)))
+
+
+def _narrow(cuda: str, at: int, body: str) -> bool | None:
+    """Whether a copy reads global memory 2 bytes an access (its `cps` declared `__half` or
+    `__nv_bfloat16`: the scalar version of a size-tested copy, where the other reads pairs of
+    halves as `unsigned int`), as its SASS loop's LDG.E.U16 show; None for a loop that is no
+    copy (`cps` not read in it)."""
+    if not re.search(r"\bcps\[", body):
+        return None
+    declared = dict((name, ctype) for ctype, name in _POINTER.findall(cuda[:at] + body))
+    return _CTYPE_BYTES.get(declared.get("cps"), 4) == 2
 
 
 def _accesses(body: str, var: str) -> tuple[int, frozenset]:
@@ -153,7 +165,10 @@ def s_tree(outer, inner: list) -> list[dict]:
         kinds = frozenset(k for k in KINDS if k in ops)
         wide = any(i.opcode.split(".")[0] in ("LDG", "STG") and "128" in i.opcode.split(".")
                    for i in lp.instructions)
+        narrow = any(i.opcode.split(".")[0] == "LDG" and "U16" in i.opcode.split(".")
+                     for i in lp.instructions)
         items.append({"loop": lp, "kinds": kinds, "children": [], "wide": wide,
+                      "narrow": narrow,
                       "chunk": any(o.startswith("BAR") for o in ops),
                       "fill": kinds == {"STS"},
                       "memory": sum(1 for i in lp.instructions
@@ -204,7 +219,8 @@ def _alike(c: dict, s: dict) -> bool:
         return not s["chunk"] and not s["fill"] and bool(s["children"])   # gathers): no BAR
     if c["chunk"] or s["chunk"]:
         return c["chunk"] and s["chunk"]
-    return not s["fill"] and c["kinds"] == s["kinds"] and c.get("wide") == s.get("wide")
+    return not s["fill"] and c["kinds"] == s["kinds"] and c.get("wide") == s.get("wide") \
+        and c.get("narrow") in (None, s.get("narrow"))
 
 
 def aligned_run(outer, inner: list, cuda: str, sizes: dict, chunk, chunks: int,

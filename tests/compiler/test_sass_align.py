@@ -160,6 +160,36 @@ def test_the_decode_partial_streams_its_keys():
     assert p.time < simt.time
 
 
+def test_a_size_tested_copy_pairs_with_the_version_the_sizes_take():
+    """swiglu's first kernel at the small shape (m = 130, even) copies X's rows two halves
+    an access (`cps` an `unsigned int*`, LDG.E) where m is even, else one (`__half*`,
+    LDG.E.U16), and nvcc lays the one-half version out first: paired in order, the 16 trips
+    of the row copy ran the unused version's loop (89 instructions with its inner loop,
+    against 28) and the estimate read 2.4x the model's issue slots (1.6x paired by width,
+    sass_align._narrow)."""
+    from napkin import pipeline
+    from napkin.runtime import mainloop, sass
+    from napkin.compiler.plan import plan as make_plan
+    _need_disassembler()
+    shape = {"f": 77, "m": 130, "o": 77, "t": 130}
+    p = make_plan(napkin.load("swiglu"), "h100", shape)
+    made = pipeline.through(p, "plan", "binary", pipeline.Options.make(target="h100"))
+    model_check = _module("model_check")
+    name = model_check.program_kernel(made, p.kernels[0]).name
+    assert p.kernels[0].schedule.engine == "cuda cores"
+    insns = mainloop.functions(sass.disassemble(made["binary"].cubin))[name]
+    by_start = {lp.start: lp for lp in mainloop.loops(insns)}
+    run = model_check.kernel_sass(p, made, 0)["static_loop_instructions"]
+    rows = [lp for lp in run["loops"] if lp["trip"] == 16]
+    assert len(rows) == 1
+    loads = [i.opcode for i in by_start[rows[0]["start"]].instructions
+             if i.opcode.startswith("LDG")]
+    assert loads and not any("U16" in op.split(".") for op in loads)
+    unused = [lp for lp in run["loops"] if lp["trip"] == 0]
+    assert any("U16" in i.opcode.split(".") for lp in unused
+               for i in by_start[lp["start"]].instructions if i.opcode.startswith("LDG"))
+
+
 def test_a_packed_axis_launches_blocks_over_its_axes_together():
     """GQA attention at the small shape packs r = 130 query heads and q = 77 queries into one
     row axis `(r q)` of 64-row tiles: model_check.launched counts ceil(130 * 77 / 64) tiles of
