@@ -65,10 +65,10 @@ def c_tree(cuda: str, sizes: dict, chunk, warps: int) -> list[dict] | None:
         if stride is None or first is None or last is None:
             return None
         trip = max(math.ceil((last - first) / stride), 0)
-        if any(lo_ <= m.start() < hi for lo_, hi in skipped):
-            trip = 0
+        untaken = any(lo_ <= m.start() < hi for lo_, hi in skipped)
         accesses, kinds = _accesses(body, var)
-        found.append({"span": span, "chunk": False, "trip": trip, "accesses": accesses,
+        found.append({"span": span, "chunk": False, "trip": 0 if untaken else trip,
+                      "untaken": untaken, "accesses": accesses,
                       "kinds": kinds, "children": [], "wide": _wide(cuda, m.start(), body),
                       "narrow": _narrow(cuda, m.start(), body)})
     for name, lds in _HELPERS.items():
@@ -179,7 +179,12 @@ def s_tree(outer, inner: list) -> list[dict]:
 def _align(cs: list, ss: list) -> list[tuple[dict, dict]] | None:
     """The most pairs (c, s) in order with c and s alike (a chunk loop with a chunk loop, an
     element loop with a loop of its memory kinds), each pair's children aligned in turn;
-    None where a chunk loop is left unpaired."""
+    None where a chunk loop is left unpaired. The version of a size-tested copy the sizes do
+    not take stays out of the order (nvcc may lay it out before the one they take, or its
+    in-order place may hold the next copy's loop: swiglu's), paired after with a loop left
+    over alike it."""
+    every = cs
+    cs = [c for c in cs if not c.get("untaken")]
     n, m = len(cs), len(ss)
     best = [[0] * (m + 1) for _ in range(n + 1)]
     for i in range(n - 1, -1, -1):
@@ -200,7 +205,7 @@ def _align(cs: list, ss: list) -> list[tuple[dict, dict]] | None:
         return None
     # the version of a size-tested copy the sizes do not take (trip 0), which nvcc may lay out
     # before the one they take, out of order: paired with a loop left over alike it
-    for c in cs:
+    for c in every:
         if not c["chunk"] and c["trip"] == 0 and all(c is not p for p, _ in pairs):
             left = [s for s in ss if all(s is not q for _, q in pairs) and _alike(c, s)]
             if left:

@@ -188,6 +188,10 @@ def test_a_size_tested_copy_pairs_with_the_version_the_sizes_take():
     unused = [lp for lp in run["loops"] if lp["trip"] == 0]
     assert any("U16" in i.opcode.split(".") for lp in unused
                for i in by_start[lp["start"]].instructions if i.opcode.startswith("LDG"))
+    # by hand: X's 16 rows a block, W1's and W2's 130 x 4 tiles over 128 threads (ceil(520 /
+    # 128) = 5 each, in their own loops: the unused version once paired in W1's place), a
+    # lane's 130 / 16 positions of m (9); the unused version and its inner loop 0
+    assert sorted(lp["trip"] for lp in run["loops"]) == [0, 0, 5, 5, 9, 16]
 
 
 def test_a_packed_axis_launches_blocks_over_its_axes_together():
