@@ -224,8 +224,10 @@ def _alike(c: dict, s: dict) -> bool:
         return not s["chunk"] and not s["fill"] and bool(s["children"])   # gathers): no BAR
     if c["chunk"] or s["chunk"]:
         return c["chunk"] and s["chunk"]
+    # (a copy's width: `narrow` None where unknown, a loop that is no copy)
+    narrow = c.get("narrow"), s.get("narrow")
     return not s["fill"] and c["kinds"] == s["kinds"] and c.get("wide") == s.get("wide") \
-        and c.get("narrow") in (None, s.get("narrow"))
+        and (None in narrow or narrow[0] == narrow[1])
 
 
 def aligned_run(outer, inner: list, cuda: str, sizes: dict, chunk, chunks: int,
