@@ -93,6 +93,10 @@ class KernelLowering(Registers):
             return "lane", str(self.ways)
         return "0", "1"
 
+    def shares(self, axis: str) -> bool:
+        """Whether the lanes split `axis` (a thread's register arrays hold its share of it)."""
+        return bool(self.split) and self.split[0] == axis and self.ways > 1
+
     def lanes_over(self, axes) -> int:
         return self.ways if self.split and self.split[0] in axes and not self.serial else 1
 

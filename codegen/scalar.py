@@ -194,7 +194,9 @@ class Emitter(SoftmaxRows):
             return
         var = self.b.fresh("j")
         start, step = self.ctx.walk(a)
-        local = var if step == "1" else f"(({var}) / {step})"
+        # a lane's register arrays over the split axis hold its share (accum.extent_of): a
+        # walk of the whole axis (in a loop the lanes already share) indexes none of them
+        local = f"(({var}) / {step})" if step != "1" else None if self.ctx.shares(a) else var
         shared = step != "1"
 
         def inner():

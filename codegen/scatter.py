@@ -51,6 +51,9 @@ class _Context:
     def walk(self, axis: str):
         return "0", "1"
 
+    def shares(self, axis: str) -> bool:
+        return False
+
     def lanes_over(self, axes) -> int:
         return 1
 

@@ -349,13 +349,14 @@ def same_values(g, a: int, b: int) -> bool:
     op (the same result axes and dtype; constants by their repr: -0.0 is not 0.0) of
     operands that do. A gradient's logsumexp of the
     masked scores, `logsumexp[s](where(s <= t, S, -inf))`, spells again the argument of the
-    forward's `softmax[s](where(s <= t, S, -inf))`: other nodes, the same values."""
+    forward's `softmax[s](where(s <= t, S, -inf))`: other nodes, the same values. A view
+    (`doc[t]`, a document id read along the queries) by its labels, as an op."""
     a, b = through(g, a), through(g, b)
     if a == b:
         return True
     op, ta, tb = ir.op(g, a), ir.type_of(g, a), ir.type_of(g, b)
-    if not isinstance(op, _ELEMENTWISE) or repr(op) != repr(ir.op(g, b)) or ta.dtype != tb.dtype or \
-            set(ta.axes) != set(tb.axes):
+    if not isinstance(op, _ELEMENTWISE + (ir.View,)) or repr(op) != repr(ir.op(g, b)) or \
+            ta.dtype != tb.dtype or set(ta.axes) != set(tb.axes):
         return False
     ua, ub = ir.operands(g, a), ir.operands(g, b)
     return len(ua) == len(ub) and all(same_values(g, u, v) for u, v in zip(ua, ub))
