@@ -1,15 +1,13 @@
 """One kernel of a plan as a kernel program: threads, blocks, chunks, passes, accumulators.
 
-The block covers a tile of the grouped (woven) axes; each thread a small tile
-of it (unrolled points), and with a split, a share of one reduced axis walked
-with stride `w` by `w` adjacent lanes that merge their partial states by warp
-shuffles. Blocks loop grid-stride over all tiles, so any batch size fits the
-grid. When the plan streams an axis, each pass walks it chunk by chunk: the
-block stages every streamed input's chunk in shared memory (coalesced, tails
-zero-filled, barriers around; `staging.py`), then each thread folds the chunk's positions
-into its accumulators (online softmax: running max, running sum, rescaled
-output); after the pass the lanes merge and the states finish. Stores are
-masked to the points inside the arrays.
+The block covers a tile of the grouped (woven) axes; each thread a small tile of it (unrolled
+points), and with a split, a share of one reduced axis walked with stride `w` by `w` adjacent
+lanes that merge their partial states by warp shuffles. Blocks loop grid-stride over all tiles,
+so any batch size fits the grid. When the plan streams an axis, each pass walks it chunk by
+chunk: the block stages every streamed input's chunk in shared memory (coalesced, tails
+zero-filled, barriers around; `staging.py`), then each thread folds the chunk's positions into
+its accumulators (online softmax: running max, running sum, rescaled output); after the pass
+the lanes merge and the states finish. Stores are masked to the points inside the arrays.
 """
 
 from __future__ import annotations
@@ -93,8 +91,7 @@ class KernelLowering(Registers):
             return "lane", str(self.ways)
         return "0", "1"
 
-    def shares(self, axis: str) -> bool:
-        """Whether the lanes split `axis` (a thread's register arrays hold its share of it)."""
+    def shares(self, axis: str) -> bool:    # (a thread's register arrays hold its share)
         return bool(self.split) and self.split[0] == axis and self.ways > 1
 
     def lanes_over(self, axes) -> int:
@@ -194,9 +191,8 @@ class KernelLowering(Registers):
         return f"{prefix}_{self.woven.index(axis)}"
 
     def _origins(self) -> None:
-        """org_i: where this block's tile starts along each woven axis (the last fastest);
-        an axis the schedule reverses (the heaviest blocks first) varies slowest, its tiles
-        from the last to the first."""
+        """org_i: where this block's tile starts along each woven axis (the last fastest); an
+        axis the schedule reverses (heaviest blocks first) varies slowest, tiles last to first."""
         rest = "blk"
         back = self.kp.schedule.reversed
         for a in reversed([a for a in self.woven if a in back] +
