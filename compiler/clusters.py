@@ -74,6 +74,14 @@ def _splits_apart(g, cluster: Cluster) -> bool:
         or local_merge.apart(g, cluster)
 
 
+def apart_reason(g, cluster: Cluster) -> str:
+    """Why `_splits_apart` holds for a cluster, in explain's words."""
+    info = g.graph.get("split")
+    if info is not None and any(a in cluster and b in cluster for a, b in info.apart):
+        return "the merge of split partial states is its own kernel"
+    return local_merge.apart_reason(g, cluster)
+
+
 def _creates_cycle(g, stmts, clusters, p: Cluster, c: Cluster, owned: dict | None = None,
                    dag: DiGraph | None = None) -> bool:
     """Merging p and c is illegal if another kernel lies on a path between them (`owned` as

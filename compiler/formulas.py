@@ -43,12 +43,15 @@ def relabelling(choice: Choice, model, sizes: dict, level_names) -> list[Relabel
     out = []
     group = dict(choice.group)
     level1 = level_names[1]
+    # (an axis no array or op of the kernel has, such as the axes a product reads merged into
+    # one, `(h*d)`, or a renamed view's source axis, is not part of the kernel: not listed)
+    used = {a for x in (*model.arrays, *model.work) for a in x.axes}
     for a in model.axes:
         if a in group:
             out.append(Relabel(a, level1, "group", f"g_{a}", group[a]))
         elif choice.stream and choice.stream[0] == a:
             out.append(Relabel(a, level1, "stream", f"s_{a}", choice.stream[1]))
-        else:
+        elif a in used:
             out.append(Relabel(a, level1, "whole", None, sizes[a]))
     if len(level_names) > 2:
         level2 = level_names[2]

@@ -34,7 +34,7 @@ from . import ir
 from .kernels import FusedKernel, check_stores, fused_kernel
 from .model import array_name
 
-from .clusters import (Cluster, _creates_cycle, _edges, _splits_apart, _statements,
+from .clusters import (Cluster, _creates_cycle, _edges, _splits_apart, _statements, apart_reason,
                        _topological, cluster_dag)
 from .recompute import Layout, _Layouts, _merged, _time
 
@@ -274,7 +274,7 @@ def _reasons(lay: _Layouts, layout: Layout, i: int) -> str:
         if _creates_cycle(g, stmts, clusters, p, c, owned, dag):
             why = "another kernel lies between them"
         elif _splits_apart(g, p | c):
-            why = "the merge of split partial states is its own kernel"
+            why = apart_reason(g, p | c)
         elif t_fused == float("inf"):
             why = "no tiling of the fused kernel fits in memory"
         else:

@@ -232,6 +232,15 @@ def apart(g: DiGraph, cluster) -> bool:
     return any(a in cluster and b in cluster for a, b in g.graph.get("apart", ()))
 
 
+def apart_reason(g: DiGraph, cluster) -> str:
+    """explain's reason two kernels stay apart by `apart`: the merged axes the product reads."""
+    pairs = {a: ch for c, a, ch in g.graph.get("local_merged", ())
+             if g.nodes[c]["stmt"] in cluster}
+    said = ", ".join(f"{' '.join(ch)} as one axis {a}" for a, ch in pairs.items())
+    return (f"the product here reads {said}, and a product over merged axes reads its "
+            "operands as stored")
+
+
 def report(g: DiGraph, kernel_nodes) -> list[str]:
     """explain's lines for the contractions of a kernel read through reshapes."""
     nodes = set(kernel_nodes)

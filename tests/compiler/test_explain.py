@@ -199,3 +199,30 @@ def test_an_attention_whose_scores_another_kernel_computes_says_so():
     p = plan(napkin.load(text), "h100", {"b": 4, "h": 16, "q": 4096, "x": 4096})
     out = render_text(report(p))
     assert "the scores are computed by another kernel and read here (S stored)" in out, out
+
+
+MERGED_READ = """axis t, m, h, d
+in A[t m]: f16
+in W[m h d]: f16
+in W2[m h d]: f16
+P[h d t] = A * W
+Y[t m] = P * W2
+Z[h t] = sum[d](P)
+out Y: f16, Z: f32
+"""
+
+
+def test_a_product_over_merged_axes_is_explained_as_such(tmp_path, capsys):
+    """Y contracts h d as one axis (h*d) (local_merge.py) while Z reads P with h and d apart:
+    P goes through global memory, and explain says it is the merged read (not a split's
+    merge), and lists only the axes Y's kernel has (not h and d, which it reads merged)."""
+    path = tmp_path / "merged.napkin"
+    path.write_text(MERGED_READ)
+    status, out, _ = run_cli(capsys, "explain", str(path), "--target", "h100",
+                             "--shape", "t=512,m=256,h=4,d=64")
+    assert status == 0
+    y = out[out.index("computes Y"):out.index("computes Z")]
+    assert "P goes through global memory: the product here reads h d as one axis (h*d)" in y
+    assert "split partial states" not in y
+    (smem,) = [line for line in y.splitlines() if line.startswith("  smem ")]
+    assert "(h*d) -> s_(h*d)" in smem and "h whole" not in smem and "d whole" not in smem
