@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from . import ir, split
 from .canonical import through
-from .model import Model, storage_dtype
-from .operand_reads import renames, views_of
+from .model import Model
+from .operand_reads import entered, renames, views_of
 from .target import Target
 
 
@@ -56,7 +56,8 @@ def examine(g, kernel, model: Model, target: Target, site_type):
                 (x not in loads and renames(g, x) not in loads):
             return ("an operand of a summed product is not a load (a sum of products on "
                     "tensor cores stages loaded tiles)")
-    dtypes = {storage_dtype(g, m) for pair in operands for m in pair}
+    # (an f32 intermediate beside 16-bit operands is rounded as it is staged, as a product's)
+    dtypes = entered(g, [m for pair in operands for m in pair])
     dtype = dtypes.pop() if len(dtypes) == 1 else None
     if dtype not in ("f16", "bf16") or not target.engine_for("contraction", dtype):
         return "the summed products' operands are not all f16 or all bf16"
