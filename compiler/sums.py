@@ -115,3 +115,31 @@ def _root(g, n: int, members: set, stores: set) -> int | None:
 
 
 __all__ = ["examine"]
+
+
+def statements(g, stmts: dict) -> list[set]:
+    """Statements summing products that statements of their own compute, each with those
+    (`dN1 = g22[b t m] + g19[b t m] + g16`, each g a product): greedy fusion also starts from
+    them merged (fuse.py), as its pairwise steps through one product and the sum may each
+    lose where the whole sum in one kernel pays."""
+    owner = {n: s for s, nodes in stmts.items() for n in nodes}
+    found = []
+    for s, nodes in sorted(stmts.items()):
+        terms = set()
+        for n in nodes:
+            if not (isinstance(ir.op(g, n), ir.Map) and ir.op(g, n).fn == "add"):
+                continue
+            for u in ir.operands(g, n):
+                u = renames(g, u) if renames(g, u) is not None else u
+                if owner.get(u, s) != s and _product(g, stmts[owner[u]]):
+                    terms.add(owner[u])
+        if len(terms) >= 2:
+            found.append({s} | terms)
+    return found
+
+
+def _product(g, nodes) -> bool:
+    """Whether a statement's nodes compute one product (and name it)."""
+    kinds = [type(ir.op(g, n)) for n in nodes]
+    return kinds.count(ir.Contract) == 1 and set(kinds) <= {ir.Contract, ir.Assign, ir.View,
+                                                             ir.Reshape}
