@@ -33,6 +33,19 @@ dX[t m] = g0 + g0_ + g0__
 out dX: f16
 """
 
+# dN1 of the transformer block's gradient (tests/runtime/test_block_parts.BLOCK_TEXT): two of
+# its products over the keys' `s`, read renamed along `t` (rename.py computes them under `t`)
+BLOCK = """axis b, t, s, m, h
+axis d = 16
+in dV[b s h d]: f16, dK[b s h d]: f16, dQ[b t h d]: f16
+in Wq[m h d]: f16, Wk[m h d]: f16, Wv[m h d]: f16
+g22[b s m] = dV * Wv
+g19[b s m] = dK * Wk
+g16[b t m] = dQ * Wq
+dN1[b t m] = g22[b t m] + g19[b t m] + g16
+out dN1: f16
+"""
+
 
 def _f16(rng, shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(np.float16)
@@ -62,21 +75,24 @@ def test_a_sum_of_two_products_and_a_bias_is_one_tensor_core_kernel(rng):
     assert_close(out["Z"], f[0] @ f[1] + f[4] + f[2] @ f[3], "f16", slack=4.0)
 
 
-def test_a_cotangent_of_three_projections_is_one_kernel_emulated_at_odd_sizes(rng):
-    d = napkin.load(THREE)
-    big = plan(d, "h100", {"t": 2048, "m": 1024, "h": 16})
+@pytest.mark.parametrize("text, batch", [(THREE, ()), (BLOCK, (2,))], ids=["dX", "dN1"])
+def test_a_cotangent_of_three_projections_is_one_kernel_emulated_at_odd_sizes(text, batch, rng):
+    d = napkin.load(text)
+    big = plan(d, "h100", {"b": 2, "t": 2048, "s": 2048, "m": 1024, "h": 16})
     ((kp, pairs),) = _summed(big)
     assert len(big.kernels) == 1 and len(pairs) == 2 and kp.schedule.engine == PRODUCT
-    sizes = {"t": 37, "m": 37, "h": 3}         # h * d = 48: three chunks of 16 per pair
+    sizes = {"b": 2, "t": 37, "s": 37, "m": 37, "h": 3}    # h * d = 48: 3 chunks of 16 a pair
     p = plan(d, "h100", sizes, engine="tensor-cores")
     ((kp, pairs),) = _summed(p)
     assert len(p.kernels) == 1 and len(pairs) == 2
-    grads = {n: _f16(rng, (3, 16, 37)) for n in ("dV", "dK", "dQ")}
+    cotangent = (3, 16, 37) if not batch else (*batch, 37, 3, 16)
+    grads = {n: _f16(rng, cotangent) for n in ("dV", "dK", "dQ")}
     weights = {n: _f16(rng, (37, 3, 16), 48 ** -0.5) for n in ("Wv", "Wk", "Wq")}
-    out = run_plan(p, {**grads, **weights}, sizes)
-    want = sum(np.einsum("hdt,mhd->tm", grads[g].astype(np.float64), weights[w].astype(
-        np.float64)) for g, w in (("dV", "Wv"), ("dK", "Wk"), ("dQ", "Wq")))
-    assert_close(out["dX"], want, "f16", slack=4.0)
+    out = run_plan(p, {**grads, **weights}, {a: n for a, n in sizes.items() if a in d.axes})
+    spec = "hdt,mhd->tm" if not batch else "bthd,mhd->btm"
+    want = sum(np.einsum(spec, grads[g].astype(np.float64), weights[w].astype(np.float64))
+               for g, w in (("dV", "Wv"), ("dK", "Wk"), ("dQ", "Wq")))
+    assert_close(out["dX" if not batch else "dN1"], want, "f16", slack=4.0)
 
 
 # the products as statements of their own: fusion may put them in one kernel where legal
