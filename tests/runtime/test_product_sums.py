@@ -128,6 +128,9 @@ def test_products_read_otherwise_than_through_a_sum_are_not_summed(text, sign, r
         assert_close(out["P1"], one, "f16", slack=4.0)
 
 
-def test_the_products_apart_are_summed_in_one_kernel():
+def test_the_products_apart_are_summed_in_one_kernel_and_explained():
+    from napkin.explain import render_text, report
     p = plan(napkin.load(APART), "h100", {"t": 2048, "m": 1024, "k": 1024})
     assert len(p.kernels) == 1 and len(_summed(p)) == 1
+    text = render_text(report(p, compare=False))
+    assert "on tensor cores: a sum of 2 products (P1 + P2: each pair's chunks of k" in text, text
