@@ -4,6 +4,7 @@ odd sizes against float64; products read otherwise than through the sum stay apa
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -134,3 +135,26 @@ def test_the_products_apart_are_summed_in_one_kernel_and_explained():
     assert len(p.kernels) == 1 and len(_summed(p)) == 1
     text = render_text(report(p, compare=False))
     assert "on tensor cores: a sum of 2 products (P1 + P2: each pair's chunks of k" in text, text
+
+
+MIXED = """axis t, m, k
+in A1[t k]: bf16, B1[m k]: bf16, A2[k t]: bf16, B2[m k]: bf16
+P1[t m] = A1 * B1
+P2[t m] = A2 * B2
+Z[t m] = relu(P1 + P2)
+out Z: bf16
+"""
+
+
+def test_pairs_of_other_layouts_and_bf16_are_summed(rng):
+    # A2 stored along its rows (ldmatrix .trans for its tile alone), an epilogue after the sum
+    sizes = {"t": 37, "m": 29, "k": 50}
+    p = plan(napkin.load(MIXED), "h100", sizes, engine="tensor-cores")
+    ((kp, pairs),) = _summed(p)
+    assert len(p.kernels) == 1 and kp.schedule.site.dtype == "bf16"
+    arrays = {n: (rng.standard_normal(s) * 0.3).astype(ml_dtypes.bfloat16) for n, s in (
+        ("A1", (37, 50)), ("B1", (29, 50)), ("A2", (50, 37)), ("B2", (29, 50)))}
+    out = run_plan(p, arrays, sizes)
+    f = {n: v.astype(np.float64) for n, v in arrays.items()}
+    want = np.maximum(f["A1"] @ f["B1"].T + f["A2"].T @ f["B2"].T, 0)
+    assert_close(out["Z"], want, "bf16", slack=4.0)
