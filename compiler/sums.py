@@ -56,6 +56,10 @@ def examine(g, kernel, model: Model, target: Target, site_type):
                 (x not in loads and renames(g, x) not in loads):
             return ("an operand of a summed product is not a load (a sum of products on "
                     "tensor cores stages loaded tiles)")
+    read = [x if x in loads else renames(g, x) for pair in operands for x in pair]
+    if len(set(read)) != len(read):
+        return ("two summed products read the same array (the model reads it once; each "
+                "pair would copy its tiles again)")
     # (an f32 intermediate beside 16-bit operands is rounded as it is staged, as a product's)
     dtypes = entered(g, [m for pair in operands for m in pair])
     dtype = dtypes.pop() if len(dtypes) == 1 else None
