@@ -22,6 +22,8 @@ charges them no registers: one accumulator tile is emitted).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from . import ir, split
 from .canonical import through
 from .model import Model
@@ -84,6 +86,16 @@ def examine(g, kernel, model: Model, target: Target, site_type):
                      pairs=pairs)
 
 
+def model_of(model: Model, site) -> Model:
+    """The model of a sum of products (tensorcore.for_site): the further products'
+    accumulators are the first's fragments (codegen/mma.py accumulates every pair into
+    them): no bytes of their own; the pairs' pipelines run one after another (Model.summed)."""
+    further = {n for n, _, _ in site.pairs}
+    return replace(model, arrays=tuple(replace(a, bytes=0) if a.role == "accumulator" and
+                                       a.node in further else a for a in model.arrays),
+                   summed=1 + len(further))
+
+
 def _oriented(g, pair, out) -> tuple[int, int, str, str] | None:
     """(the operand holding the rows, the one holding the columns, rows, columns) of a product
     with output axes `out` (tensorcore._product's rule: each operand's own axis nearest the
@@ -118,8 +130,6 @@ def _root(g, n: int, members: set, stores: set) -> int | None:
     return n if steps else None
 
 
-__all__ = ["examine"]
-
 
 def statements(g, stmts: dict) -> list[set]:
     """Statements summing products that statements of their own compute, each with those
@@ -147,3 +157,6 @@ def _product(g, nodes) -> bool:
     kinds = [type(ir.op(g, n)) for n in nodes]
     return kinds.count(ir.Contract) == 1 and set(kinds) <= {ir.Contract, ir.Assign, ir.View,
                                                              ir.Reshape}
+
+
+__all__ = ["examine", "model_of", "statements"]

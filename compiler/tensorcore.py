@@ -238,7 +238,7 @@ def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
     if isinstance(where, FlashSite):       # (its packed rows one axis: packing.py)
         return _gathered(g, packing.relabel(model, where), where)
     if isinstance(where, Site) and where.pairs:
-        return _summed(model, where)
+        return sums.model_of(model, where)
     if not isinstance(where, Site) or not (where.computed or where.stats):
         return model
     members, loads = set(kernel.nodes), set(kernel.loads)
@@ -258,14 +258,6 @@ def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
     direct = frozenset(u for u in loads if u not in (where.a, where.b)
                        and users[u] and all(v in readers for v in users[u]))
     return replace(model, staged=tuple(staged), direct=direct)
-
-
-def _summed(model: Model, where: Site) -> Model:
-    """The model of a sum of products (sums.py): the further products' accumulators are the
-    first's fragments (codegen/mma.py accumulates every pair into them): no bytes of their own."""
-    further = {n for n, _, _ in where.pairs}
-    return replace(model, arrays=tuple(replace(a, bytes=0) if a.role == "accumulator" and
-                                       a.node in further else a for a in model.arrays))
 
 
 def _gathered(g, model: Model, where: FlashSite) -> Model:
