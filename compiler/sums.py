@@ -16,8 +16,9 @@ node they reach holds the sum whichever product carries it.
 The site is a `tensorcore.Site` whose `pairs` are the further products (node, A, B), each
 pair's operands loads (or views only renaming loads) of the site's dtype, oriented as the
 first pair's: A_i holds the rows, B_i the columns. Their tiles are staged like the first
-pair's (staged_tiles.py), and their accumulators are the first's (tensorcore.for_site
-charges them no registers: one accumulator tile is emitted).
+pair's (staged_tiles.py), and their accumulators are the first's (`model_of` charges them
+no registers: one accumulator tile is emitted). Fusion also starts from each statement summing
+products of statements of their own merged with them (`statements`, fuse.py).
 """
 
 from __future__ import annotations
@@ -121,14 +122,12 @@ def _root(g, n: int, members: set, stores: set) -> int | None:
             break
         v = readers[0]
         op = ir.op(g, v)
+        # (a name of the same axes and no declared dtype: through() looks through it)
         if not (isinstance(op, ir.Map) and op.fn == "add" or
                 isinstance(op, ir.Assign) and op.dtype is None and through(g, v) == through(g, n)):
             break
-        if ir.type_of(g, v).axes != ir.type_of(g, n).axes and isinstance(op, ir.Assign):
-            break
         n, steps = v, steps + 1
     return n if steps else None
-
 
 
 def statements(g, stmts: dict) -> list[set]:
