@@ -258,6 +258,10 @@ def render_text(rep: dict) -> str:
                 what = (f"a chain of products (per chunk of {eng['streamed']}: "
                         f"{', '.join(eng['scores'])}, then {', '.join(eng['outputs'])} over "
                         f"it{added}), ")
+            if eng["algorithm"] == "sum of products":
+                what = (f"a sum of {len(eng['summed'])} products ({' + '.join(eng['summed'])}: "
+                        f"each pair's chunks of {eng['streamed']} in turn into the same "
+                        "accumulators), ")
             if "warpgroups" in eng:     # wgmma (compiler/wgmma.py)
                 lines.append(f"  on tensor cores: {eng['instruction']} ({eng['dtype']} -> "
                              f"{eng['accumulate']}, Hopper's warpgroup MMA, operands read from "

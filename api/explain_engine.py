@@ -79,11 +79,15 @@ def engine_report(plan: Plan, kp) -> dict:
                     "dtype": found.dtype, "accumulate": "f32", "rows": found.row,
                     "cols": found.col, "warpgroups": wm, "warpgroup_tile": [tm, tn],
                     "stages": sched.stages, "tiles": tiles}
-        return {"kind": "tensor cores", "algorithm": "matrix product",
+        # a sum of products (compiler/sums.py): every pair's chunks into the same fragments
+        summed = [array_name(plan.graph, n) for n in (found.node, *(p[0] for p in found.pairs))]
+        return {"kind": "tensor cores",
+                "algorithm": "sum of products" if found.pairs else "matrix product",
                 "instruction": instruction,
                 "dtype": found.dtype, "accumulate": "f32", "rows": found.row, "cols": found.col,
                 "warps": [wm, wn], "warp_tile": [tm, tn], "fragments": [tm // fm, tn // fn],
-                "stages": sched.stages, "tiles": tiles}
+                "stages": sched.stages, "tiles": tiles,
+                **({"summed": summed, "streamed": found.red} if found.pairs else {})}
     found = tensorcore.best_site(plan.graph, kp.kernel, plan.target, plan.sizes)
     if not isinstance(found, str):
         why = ("tensor cores are off" if not plan.tensor_cores else

@@ -86,18 +86,28 @@ class MmaLowering(PackedRows, RowStats, ComputedTiles, SharedTiles, KernelLoweri
         fm, fn = self.wtm // FM, self.wtn // FN
         b.emit(P.Decl("float", "acc", "{}", shape=(fm, fn, 4)))
         k = self.chunked(s.red)
-        tiles = [self._tile(s.a, self.grouped(s.row), k), self._tile(s.b, self.grouped(s.col), k)]
+        # a sum of products (compiler/sums.py): each pair's tiles, its chunk loop after the
+        # last one's, into the same accumulators
+        pairs = [[self._tile(a, self.grouped(s.row), k), self._tile(c, self.grouped(s.col), k)]
+                 for a, c in getattr(s, "operands", ((s.a, s.b),))]
         stats = self._stats_declare()
         chunk = self.kp.schedule.stream[1]
 
         def pipeline(vector: bool | None = None):
-            def compute(tail):
-                self._stats_fold(stats, chunk, vector)
-                b.loop("kk", "0", str(chunk // FK), "1", lambda: self._step(tiles, fm, fn),
-                       unroll=True)
-            self._pipeline(tiles, compute, vector=vector)
+            for tiles in pairs:
+                def compute(tail, tiles=tiles):
+                    self._stats_fold(stats, chunk, vector)
+                    b.loop("kk", "0", str(chunk // FK), "1", lambda: self._step(tiles, fm, fn),
+                           unroll=True)
+                if len(pairs) == 1:
+                    self._pipeline(tiles, compute, vector=vector)
+                else:       # (each pair's loop its own scope: its stage and fill counters)
+                    b.emit(P.Block(self._scoped(
+                        lambda tiles=tiles, compute=compute: self._pipeline(
+                            tiles, compute, vector=vector))))
         # rows whose length is a runtime size: the size test decides once, outside the chunk
         # loop, which of two loops runs (16-byte copies, or one value at a time)
+        tiles = [t for ts in pairs for t in ts]
         tests = sorted({a for a in [*map(self._aligned, tiles), *(t.vector for t in stats)]
                         if isinstance(a, str)})
         if tests:
@@ -321,6 +331,9 @@ class MmaLowering(PackedRows, RowStats, ComputedTiles, SharedTiles, KernelLoweri
             scope, valid = self._point({a: f"{self._axis_var('org', a)} + {v}"
                                         for a, v in local.items()})
             self.values[s.node] = "acc[i0][i1][i2]"
+            # a sum's further products are in acc too: each reaches the stores only through
+            # additions beside the first (compiler/sums.py), so each adds 0 there
+            self.values.update((n, "0.0f") for n, _, _ in getattr(s, "pairs", ()))
             self._stats_at(stats, local)
             for n in self.k.stores:
                 self._store(n, scope, {"valid": valid})

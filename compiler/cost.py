@@ -101,7 +101,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     # one stage of it keeps in flight
     pipelined = bool(choice.warps) and bool(choice.stream) and not symbolic and not values \
         and bool(target.processors) and len(levels) > 2
-    flight = occupancy.in_flight(choice, loads)
+    flight = occupancy.in_flight(choice, loads, model.summed)
     stages = PIPELINE
     # attention's Q re-read from shared memory into registers every computed chunk
     # (Choice.reread): (its array, the chunks)
@@ -311,10 +311,11 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         parts = {**parts, "chained": chained}
         compute = ops.maximum(compute, chained)
     # each wave of resident blocks waits for its first tiles (waits.fill): beside the launch
+    # (a sum of products: for each pair's, as its pipeline starts)
     filled = 0.0 if issue.simt_only(target) else waits.fill(
-        loads, target, launched, per_sm, occupancy.LATENCY_SECONDS)
+        loads, target, launched, per_sm, occupancy.LATENCY_SECONDS * model.summed)
     util = occupancy.utilization(target, launched, results[1].M, threads, active, regs,
-                                 per_sm, occupancy.in_flight(choice, loads))
+                                 per_sm, flight)
     named = {"compute": compute}
     for lc in results[1:]:
         named[f"{lc.name} bandwidth"] = lc.time

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from .graph import DiGraph, is_dag
 
-from . import ir
+from . import ir, sums
 from .kernels import FusedKernel, check_stores, fused_kernel
 from .model import array_name
 
@@ -81,6 +81,11 @@ def fuse(g: DiGraph, planner) -> list[FusedKernel]:
         # the probabilities): a pairwise step may fuse the scores with their operands'
         # projection first (on the CUDA cores), after which no kernel is FlashAttention
         starts.append(sites)
+    summed = _joined(g, stmts, set(starts[-1]), sums.statements(g, stmts))
+    if summed is not None:
+        # each sum of products with the statements computing them (sums.py): a pairwise step
+        # through one product and the sum may lose where the sum in one kernel pays
+        starts.append(summed)
     results = [_greedy(g, stmts, set(start), time) for start in starts]
     apart = _statistics(g, stmts, planner.sizes)
     if apart:
@@ -172,7 +177,7 @@ def _attention_sites(g, stmts, whole) -> set | None:
     and the logsumexps of those scores (None: no such site to add, or not a legal start)."""
     clusters = set(whole) if whole is not None else {frozenset([s]) for s in stmts}
     owner = {n: s for s, nodes in stmts.items() for n in nodes}
-    grew = False
+    sites = []
     for s, nodes in stmts.items():
         for n in nodes:
             if not isinstance(ir.op(g, n), ir.Softmax):
@@ -185,10 +190,18 @@ def _attention_sites(g, stmts, whole) -> set | None:
                 continue
             lses = {owner[v] for m in stmts[scores] for v in g.successors(m) if v in owner
                     and isinstance(ir.op(g, v), ir.Reduce) and ir.op(g, v).fn == "logsumexp"}
-            site = {s, scores} | readers | lses
-            joined = frozenset().union(*(c for c in clusters if c & site))
-            grew |= joined != next(c for c in clusters if s in c)
-            clusters = {c for c in clusters if not c & site} | {joined}
+            sites.append({s, scores} | readers | lses)
+    return _joined(g, stmts, clusters, sites)
+
+
+def _joined(g, stmts, clusters: set, sites) -> set | None:
+    """The clusters with each site's statements (and the clusters holding them) merged, or
+    None where none grew or the result is no legal start."""
+    grew = False
+    for site in sites:
+        joined = frozenset().union(*(c for c in clusters if c & site))
+        grew |= not any(c == joined for c in clusters)
+        clusters = {c for c in clusters if not c & site} | {joined}
     if not grew or any(_splits_apart(g, c) for c in clusters):
         return None
     return clusters if _acyclic(g, stmts, clusters) else None

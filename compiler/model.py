@@ -125,6 +125,7 @@ class Model:
     padded: tuple = ()          # tensor cores: ((node, axis, extent),) of the heads padded
                                 # in shared memory (headpad.py): a load's tile, a product's
                                 # fragments cover `extent` of the axis (M and tensor work)
+    summed: int = 1     # tensor cores: a sum's products (sums.py), pipelined one after another
 
 
 def array_name(g: DiGraph, n: int) -> str:

@@ -278,13 +278,14 @@ def blocks_per_sm(target: Target, smem, threads, regs):
     return np.maximum(fewest, 1)[()], which[()]
 
 
-def in_flight(choice, loads):
+def in_flight(choice, loads, summed: int = 1):
     """Bytes a tensor-core block keeps in flight: one chunk of each tile it streams into
     shared memory (None for the CUDA cores, whose loads are not pipelined). `loads`: the
-    kernel's tiles (issue.tiles)."""
+    kernel's tiles (issue.tiles); `summed`: the pairs of a sum of products (Model.summed),
+    whose pipelines run one at a time, their tiles of one size."""
     if not choice.warps or not choice.stream:
         return None
-    return sum(tile for a, tile in loads if a.streamed)
+    return sum(tile for a, tile in loads if a.streamed) / summed
 
 
 def needed_in_flight(target: Target):

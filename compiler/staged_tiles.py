@@ -30,8 +30,9 @@ def operand_tiles(site, tile: dict, chunk: int) -> list[tuple[int, tuple[str, in
         found += [(a.c, (site.row, tile[site.row]), whole(a.c, a.e, a.width))
                   for a in site.across]
     else:
-        found = [(site.a, (site.row, tile[site.row]), (site.red, chunk)),
-                 (site.b, (site.col, tile[site.col]), (site.red, chunk))]
+        found = [t for a, b in site.operands for t in (        # (a sum's pairs: sums.py)
+            (a, (site.row, tile[site.row]), (site.red, chunk)),
+            (b, (site.col, tile[site.col]), (site.red, chunk)))]
     return list(dict.fromkeys(found))
 
 

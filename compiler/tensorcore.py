@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import chain, flash, ir, packing, rowsource, split, warps
+from . import chain, flash, ir, packing, rowsource, split, sums, warps
 from .chain import ChainSite
 from .kernels import is_free
 from .tilelayout import ROW_PAD as PAD
@@ -69,6 +69,13 @@ class Site:
     renamed: tuple[tuple[int, int], ...] = ()   # (operand, the load it renames): a view
                                      # that only relabels a load's axes (`X[t m2]`) reads the
                                      # load's memory: its tile is copied from the load
+    pairs: tuple[tuple[int, int, int], ...] = ()   # a sum of products (sums.py): the further
+                                     # products (node, A, B) accumulated into node's fragments
+
+    @property
+    def operands(self) -> tuple[tuple[int, int], ...]:
+        """(A, B) of every product the site accumulates, the first pair's first."""
+        return ((self.a, self.b),) + tuple((a, b) for _, a, b in self.pairs)
 
 
 def has_mma(target: Target) -> bool:
@@ -110,6 +117,8 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
         return f"{target.name} has no mma.sync m16n8k16 tensor cores"
     attention = flash.examine(g, kernel, model, target, sizes, packed)
     found = attention if attention is not None else chain.examine(g, kernel, model, target, sizes)
+    summed = sums.examine(g, kernel, model, target, Site) if attention is None else None
+    found = summed if summed is not None else found
     found = found if found is not None else _product(g, kernel, model, target)
     if isinstance(found, str):
         return found
@@ -228,6 +237,8 @@ def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
                        across=frozenset(a.node for a in where.across))
     if isinstance(where, FlashSite):       # (its packed rows one axis: packing.py)
         return _gathered(g, packing.relabel(model, where), where)
+    if isinstance(where, Site) and where.pairs:
+        return sums.model_of(model, where)
     if not isinstance(where, Site) or not (where.computed or where.stats):
         return model
     members, loads = set(kernel.nodes), set(kernel.loads)

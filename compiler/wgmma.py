@@ -65,6 +65,8 @@ def why_not(g, kernel, model, site, target) -> str | None:
     wgmma does not run yet, on mma.sync) stays on mma.sync (None: wgmma may run it)."""
     if not available(target, site.dtype):
         return f"{target.name} ({target.arch}) has no wgmma for {site.dtype}"
+    if site.pairs:
+        return "a sum of products runs on mma.sync (codegen/mma.py: a chunk loop per pair)"
     if site.computed or site.stats or site.renamed:
         return "an operand is computed as it is staged, or a reduction runs beside the product"
     if model.mask is not None:
