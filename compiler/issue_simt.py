@@ -367,6 +367,6 @@ def _copy(a, choice, sizes: dict, level1: dict, threads, fixed=frozenset()):
     width = np.where(last, copies.vector_values(size, length, a.bytes), 1) if a.bytes \
         else np.ones_like(length)                           # as copies.width (0: draw)
     # (a row along another axis than the array's last steps by a stride of runtime sizes)
-    rowed, flat, short = copies.costs(rows, length, width, threads, static & last)
+    rowed, flat, short = copies.costs(rows, length, width, threads, static & last, static)
     out = np.where(found, np.where(short, flat, rowed), COPY_ROW)
     return float(out) if np.ndim(out) == 0 else out

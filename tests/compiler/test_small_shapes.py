@@ -1,0 +1,33 @@
+"""The counts that brought the kernels at record_plans.py's small odd shape (dynamic axes 77 and
+130, `benchmarks/model_check.py --kernels --small`, static SASS over the model's issue slots,
+h100) in: each against a hand count, on hand-made SASS and CUDA where the estimate reads them,
+on the library's diagrams where the model counts them (no compiler)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import napkin
+from napkin.compiler.plan import plan
+
+
+def test_a_row_of_a_runtime_length_is_copied_row_by_row():
+    """copies.costs / issue_simt._copy: codegen/staging.stage copies a tile over its flat index
+    only where its row length is a constant (its coordinates divided out by constants); a row
+    as long as a runtime size is walked row by row whatever its length. RMSNorm at c = 77,
+    r = 130 in blocks of 4 rows and 256 threads copies X's 4 rows of 77 (runtime c) row by row:
+    4 x (COPY_ROW 40 + one round, COPY_EACH 8) = 192 a warp, not the flat copy's 2 rounds of
+    COPY_FLAT 20 = 40 (static SASS/model 1.61 with it); a tile of 4 rows of a constant 77 (a
+    fixed c) is flat."""
+    from napkin.compiler import copies, issue_simt
+    assert copies.costs(4, 77, 1, 256, constant=False)[2] == False  # noqa: E712
+    assert copies.costs(4, 77, 1, 256)[2] == True  # noqa: E712
+    d = napkin.load("rmsnorm")
+    p = plan(d, "h100", {"c": 77, "r": 130})
+    (kp,) = p.kernels
+    (x,) = [a for a in kp.model.arrays if a.role == "load" and a.axes == ("r", "c")]
+    rows = SimpleNamespace(stream=None)
+    assert issue_simt._copy(x, rows, p.sizes, {"r": 4, "c": 77}, 256, kp.model.fixed) == \
+        4 * (40 + 8)
+    assert issue_simt._copy(x, rows, p.sizes, {"r": 4, "c": 77}, 256, frozenset({"c"})) == \
+        2 * 20
