@@ -34,7 +34,7 @@ from .flops import work_extents
 from .headpad import fragments, ratio
 from .issue_mask import MASK_POSITIONS, key_only, mask_ops, per_key_chunk
 from .target import Target
-from .tiled_work import chunk_count, padding, tiles
+from .tiled_work import blocks_padding, chunk_count, padding, tiles
 
 WARP = 32
 HMMA_FLOPS = 2 * 16 * 8 * 16       # one mma.sync.m16n8k16
@@ -189,9 +189,10 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     tensor = bool(choice.warps)
     # fragments padded past the arrays compute all the same: work counted per point scales
     # by the padded tiles and chunks, the blocks (fractional in `units`) by whole tiles; the
-    # chunks are counted whole already (chunk_count)
+    # chunks are counted whole already (chunk_count); a CUDA-core kernel's blocks by whole
+    # block tiles (its per-block terms: tiled_work.blocks_padding)
     per_point = padding(choice, sizes) if tensor else 1.0
-    whole = padding(choice, sizes, stream=False) if tensor else 1.0
+    whole = padding(choice, sizes, stream=False) if tensor else blocks_padding(choice, sizes)
     units = [units[0] * whole] + list(units[1:])
     # a chain of products on tensor cores (codegen/chain.py: the backward's dQ and dK/dV)
     chain = tensor and not model.streaming.pairs and \

@@ -31,3 +31,28 @@ def test_a_row_of_a_runtime_length_is_copied_row_by_row():
         4 * (40 + 8)
     assert issue_simt._copy(x, rows, p.sizes, {"r": 4, "c": 77}, 256, frozenset({"c"})) == \
         2 * 20
+
+
+def test_every_launched_block_runs_its_block(monkeypatch):
+    """issue.compute on the CUDA cores: a block past the arrays' end runs its set-up, copies,
+    loops and merges all the same (tiled_work.blocks_padding).
+    swiglu's first kernel at the small shape (t = 130, f = 77 in blocks of 16 x 4) launches
+    ceil(130 / 16) x ceil(77 / 4) = 9 x 20 = 180 blocks of 4 warps: BLOCK_BASE one more is
+    720 warp instructions more, not the 156.4 fractional blocks' 626 (static SASS/model 1.57
+    with them)."""
+    from napkin.compiler import issue_simt, tiled_work
+    from napkin.compiler.cost import evaluate
+    p = plan(napkin.load("swiglu"), "h100", {"f": 77, "m": 130, "o": 77, "t": 130})
+    kp = p.kernels[0]
+    assert dict(kp.choice.group) == {"f": 4, "t": 16} and kp.schedule.threads == 128
+    assert tiled_work.blocks_padding(kp.choice, p.sizes) == (144 / 130) * (80 / 77)
+
+    def issue(**constants):
+        for name, value in constants.items():
+            monkeypatch.setattr(issue_simt, name, value)
+        cost = evaluate(kp.model, kp.columns, kp.choice, p.sizes, p.target)
+        return dict(cost.compute_parts)["issue"] * p.target.per_second("schedulers")
+    base = issue()
+    assert issue(BLOCK_BASE=issue_simt.BLOCK_BASE + 1) - base == \
+        __import__("pytest").approx(180 * 4)
+
