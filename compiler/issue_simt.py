@@ -139,7 +139,7 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
     # not per what the register level moves of it)
     gathered = sum(vol for a, vol in reads if a.unstaged)
     # the staged rows the lanes' loops read, once per loop (`loop_reads`), not per H
-    looped_bytes, looped_values, looped_read = loop_reads(model, choice, level1, units, reads)
+    looped_bytes, looped_values, looped_read = loop_reads(model, choice, reads)
     rest = (H[1] if len(H) > 1 else 0) - held_bytes - gathered - looped_bytes
     read = rest / narrow * (READ_NARROW if narrow == 2 else READ) + held_read + looped_read
     stored = sum(prod(sizes[x] for x in a.axes) for a in model.arrays if a.role == "store")
@@ -295,12 +295,16 @@ def _in_runs(choice, sizes, level1, axis, width):
     return np.where(fits, 1.0, 0.0)
 
 
-def loop_reads(model, choice, level1: dict, units, reads) -> tuple:
+def loop_reads(model, choice, reads) -> tuple:
     """(bytes of the register level's H, values, lane instructions) of the staged loads the
     lanes' loops over a row read without a stream: each of the loops reading a load
-    (model.loop_reads: its reductions' loops, LOOPS, and its stores' along the row) reads the
-    block's tile of it from shared memory, READ or READ_NARROW a value; H counts a load once
-    per op reading it, not per loop (cross_entropy's logits: once, read by three loops)."""
+    (model.loop_reads: its reductions' loops, LOOPS, and its stores' along the row) reads
+    what the register level moves of it, READ or READ_NARROW a value; H counts a load once,
+    not per loop (cross_entropy's logits: once, read by three loops). What the register
+    level moves is every thread's own reads: a tile read by the threads of other positions
+    along an axis the load lacks is read by each of them (swiglu's first kernel at the small
+    shape: X[t m] by the 8 threads along f of its 8 x 8 block, each a loop over m; counted
+    as the block's tile once a loop, the lanes' loops read 1/8 of it, static SASS/model 1.76)."""
     if choice.stream or not model.loop_reads:
         return 0.0, 0.0, 0.0
     moved = dict((a.node, (a, vol)) for a, vol in reads if a.role == "load" and not a.unstaged)
@@ -312,7 +316,7 @@ def loop_reads(model, choice, level1: dict, units, reads) -> tuple:
             continue
         a, vol = moved[n]
         loops = stored + sum(_loops(model, work[r], means) for r in readers if r in work)
-        count = units[0] * prod(level1[x] for x in a.axes) * loops
+        count = vol / a.bytes * loops
         out_bytes = out_bytes + vol
         values = values + count
         lane = lane + count * (READ_NARROW if a.bytes == 2 else READ)

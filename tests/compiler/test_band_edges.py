@@ -127,8 +127,8 @@ def test_each_lane_loop_reads_the_staged_row_again():
     (kp,) = p.kernels
     (z,) = [a for a in kp.model.arrays if a.role == "load" and "v" in a.axes]
     rows = p.sizes["t"]
-    moved, values, lanes = issue_simt.loop_reads(
-        kp.model, kp.choice, {"t": 1, "v": p.sizes["v"]}, [rows], [(z, 2.0 * rows * 1024)])
+    moved, values, lanes = issue_simt.loop_reads(kp.model, kp.choice,
+                                                 [(z, 2.0 * rows * 1024)])
     assert (moved, values) == (2.0 * rows * 1024, rows * 3 * 1024)
     assert lanes == values * issue_simt.READ_NARROW
 

@@ -56,3 +56,21 @@ def test_every_launched_block_runs_its_block(monkeypatch):
     assert issue(BLOCK_BASE=issue_simt.BLOCK_BASE + 1) - base == \
         __import__("pytest").approx(180 * 4)
 
+
+def test_a_row_read_by_the_threads_along_another_axis_is_read_by_each():
+    """issue_simt.loop_reads: the lanes' loops over a row read what the register level moves
+    of a load, every thread its own reads. swiglu's first kernel unstreamed (blocks of
+    8 x 8 points, one a thread, m split over 2 lanes): X[t m] is read by the gate's and the
+    up projection's loops (2), each point's thread its row of m: at t = 130, f = 77, m = 130,
+    130 x 77 x 130 values a loop, 2 x that in all; counted as the block's tile of X once a
+    loop, the 8 threads along f read 1/8 of it."""
+    from napkin.compiler import issue_simt
+    p = plan(napkin.load("swiglu"), "h100", {"f": 77, "m": 130, "o": 77, "t": 130})
+    kp = p.kernels[0]
+    (x,) = [a for a in kp.model.arrays if a.role == "load" and a.axes == ("t", "m")]
+    (row,) = [r for r in kp.model.loop_reads if r[0] == x.node]
+    assert len(row[1]) == 2 and row[2] == 0
+    values = 130 * 77 * 130
+    moved, read, lanes = issue_simt.loop_reads(kp.model, SimpleNamespace(stream=None),
+                                               [(x, 2.0 * values)])
+    assert (moved, read, lanes) == (2.0 * values, 2 * values, 2 * values * issue_simt.READ_NARROW)
