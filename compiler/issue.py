@@ -106,6 +106,16 @@ SOFTMAX_NORMALISED = (3, 1, 0)
 # or added to, selected (sm_90, static: softmax's statistics loop, 114 instructions per 4
 # scores with two exps, 106 with one, 80 with it as ex2: (15, 1, 4) with IEEE expf)
 STREAMED_STATS = (11, 1, 2)
+# A variance streamed on CUDA cores (Welford's update, codegen/accum.py: the count, the
+# difference from the running mean, the mean moved by it over the count, the sum of squares
+# by its product with the new difference), per value: its IEEE division is MUFU.RCP, five
+# FFMA and FCHK, and the slow path's call set up on every path (BSSY, BSYNC, the branch,
+# three moves and the CALL: a static count holds them), four FADD and an FFMA beside it.
+# Counted in layernorm's lane loop at c = r = 77 x 130 (sm_90, static, h100: 20 a value
+# beside its read and the loop's step, one FADD of them the mean's own); the table's `var`
+# (3, 0, 1) is the squares' mean of a variance walked twice, which made the one-pass
+# streamed form look 5x cheaper than it is.
+STREAMED_VAR = (11, 1, 7)
 DEFAULT = (1, 0, 0)
 CHAIN_EXP = (1, 1, 0)              # FMUL by log2(e) and MUFU.EX2 (a chain's operands)
 # FlashAttention-2 on tensor cores (the softmax on C fragments in base 2: FMNMX, FFMA and
@@ -238,6 +248,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             per = tuple(x + y for x, y in zip(stats, SOFTMAX_NORMALISED))
         elif not tensor and w.op == "logsumexp" and (stream in w.axes or w.node in model.online):
             per = STREAMED_STATS    # the online update (codegen/accum.py, Model.online)
+        elif not tensor and w.op == "var" and (stream in w.axes or w.node in model.online):
+            per = STREAMED_VAR      # Welford's update (codegen/accum.py)
         elif tensor and model.streaming.pairs and w.axes and set(w.axes) <= index_axes:
             per = FLASH_INDEX          # an op of positions only, on the score fragments
             if not positional:         # their 64-bit indices, once per score (see above)

@@ -95,6 +95,14 @@ LOOPS = {"logsumexp": 2, "var": 2, "softmax": 2}
 MERGE_STATE = 13
 MERGE_RESCALED = 3
 MERGE_VALUE = 2
+# ... a variance's (Chan's merge of Welford's count, mean and sum of squares, accum.merge_one):
+# three SHFL, the counts' sum and its guard, the means' difference, two IEEE divisions (each
+# MUFU.RCP, five FFMA, FCHK and its slow path's call, some 14 static) and the FMUL and FFMA
+# around them: 38 a step in layernorm's at the small shape (sm_90, static, h100); charged
+# 3 x MERGE_VALUE = 6 as three plain slots before. A streamed mean merges its sum alone
+# (accum.STREAMED: its count is the sizes'), MERGE_VALUE, not the (max, sum) pair's
+# MERGE_STATE its two model slots drew.
+MERGE_VARIANCE = 38
 # Per block and warp: what every launched block runs once before its blocks' loop (its
 # parameters, the thread's coordinates: 27-76 instructions in the library's CUDA-core
 # kernels, sass_simt.entry_path; the grid is every block, runtime/launches.py), the loop's
@@ -234,12 +242,17 @@ def merges(model, choice):
     steps = np.log2(np.clip(np.asarray(ways, dtype=float), 1.0, WARP))
     thread = dict(choice.thread)
     paired = {c for _, c in model.streaming.pairs}
+    kinds = {w.node: w.op for w in model.work}
     per_step = 0.0
     for a in model.arrays:
         if a.role != "accumulator":
             continue
         held = prod(thread[x] for x in a.axes if x in thread)
-        if a.slots == 2:
+        if kinds.get(a.node) == "var":
+            per_step = per_step + held * MERGE_VARIANCE
+        elif kinds.get(a.node) == "mean":
+            per_step = per_step + held * MERGE_VALUE
+        elif a.slots == 2:
             per_step = per_step + held * MERGE_STATE
         else:
             per_step = per_step + held * a.slots * (

@@ -74,3 +74,29 @@ def test_a_row_read_by_the_threads_along_another_axis_is_read_by_each():
     moved, read, lanes = issue_simt.loop_reads(kp.model, SimpleNamespace(stream=None),
                                                [(x, 2.0 * values)])
     assert (moved, read, lanes) == (2.0 * values, 2 * values, 2 * values * issue_simt.READ_NARROW)
+
+
+def test_a_streamed_variance_is_welfords_update_and_merge(monkeypatch):
+    """issue.STREAMED_VAR and issue_simt.MERGE_VARIANCE: a variance streamed on the CUDA cores
+    is Welford's one-pass update, an IEEE division a value (20 a value in layernorm's lane loop,
+    sm_90, static: its division 14 of them), and its lanes merge by Chan's rule, two divisions
+    a step (38); a streamed mean merges its sum alone, MERGE_VALUE. Layernorm at c = 77 streamed
+    in one chunk of 77 over 32 lanes (4 rows a block of 4 warps): the var's fp32 is 11 a value
+    over its 130 x 77 values, not the table's 3; per warp 5 steps of (38 + 2) merges, not
+    5 x (13 + 6)."""
+    import numpy as np
+    import pytest
+    from napkin.compiler import issue, issue_simt
+    from napkin.compiler.choices import Choices
+    from napkin.compiler.cost import Choice, evaluate
+    p = plan(napkin.load("layernorm"), "h100", {"c": 77, "r": 130})
+    (kp,) = p.kernels
+    streamed = Choice(group=(("r", 4),), stream=("c", 77), thread=(("r", 1),), split=("c", 32))
+    assert float(np.asarray(issue_simt.merges(kp.model, Choices.of(streamed)))) == 5 * (38 + 2)
+
+    def fp32():
+        cost = evaluate(kp.model, kp.columns, streamed, p.sizes, p.target)
+        return dict(cost.compute_parts)["fp32"] * p.target.per_second("fp32_lanes")
+    base = fp32()
+    monkeypatch.setattr(issue, "STREAMED_VAR", (12, 1, 7))
+    assert fp32() - base == pytest.approx(130 * 77)
