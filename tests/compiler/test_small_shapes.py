@@ -100,3 +100,59 @@ def test_a_streamed_variance_is_welfords_update_and_merge(monkeypatch):
     base = fp32()
     monkeypatch.setattr(issue, "STREAMED_VAR", (12, 1, 7))
     assert fp32() - base == pytest.approx(130 * 77)
+
+
+# a blocks' loop (0x20-0xe0) around a size-tested copy: a guard over both versions (0x20, to
+# past the taken one: a block whose row is empty), the test's branch to the version the sizes
+# take (0x30 -> 0xa0), the other version's peeled copy and its loop (0x60-0x80) and the
+# branch past the taken version (0x90 -> 0xd0); the taken version's loop (0xa0-0xc0)
+SIZE_TESTED = ["S2R", "LOP3", "@P4 BRA 0xd0", "@P0 BRA 0xa0", "LDG.E.U16", "STS.U16",
+               "LDG.E.U16", "STS.U16", "@P1 BRA 0x60", "BRA 0xd0", "LDG.E", "STS",
+               "@P2 BRA 0xa0", "IADD3", "@P3 BRA 0x20", "EXIT", "BRA 0x100"]
+
+
+def test_the_branch_of_a_size_test_the_sizes_do_not_take_is_not_run():
+    """sass_simt.skipped: around a loop no block runs (the version of a size-tested copy the
+    sizes do not take), the widest span a forward branch before it jumps over that holds no
+    loop a block runs: the test's branch 0x30 -> 0xa0, whose span (0x40-0x90: the peeled
+    copy, the loop, the branch past the other version) is 6 instructions no block runs; the
+    guard 0x20 -> 0xd0 holds the taken loop; a guard over a taken version of one round (no
+    loop) is entered by the test's branch from outside it. cross_entropy at v = 130 (even: the 4-byte copy)
+    counted the one-value version's peeled copies, some 50 a row (static SASS/model 1.25 ->
+    1.15, h100); layernorm's re-staging `if (n > 77)` at c = 77, some 120."""
+    from napkin.runtime.mainloop import loops
+    from .test_band_edges import _sass
+    from .test_simt_sass import _module
+    simt = _module("sass_simt")
+    insns = _sass(SIZE_TESTED)
+    found = loops(insns)
+    outer = max(found, key=lambda lp: lp.end - lp.start)
+    assert (outer.start, outer.end) == (0x20, 0xe0)
+    inner = [lp for lp in found if lp is not outer and outer.start <= lp.start
+             and lp.end <= outer.end]
+    untaken = next(lp for lp in inner if lp.start == 0x60)
+    taken = next(lp for lp in inner if lp.start == 0xa0)
+    weight = {id(untaken): 0, id(taken): 3.0}
+    assert simt.skipped(outer, inner, weight) == [(0x30, 0xa0)]
+    unrun = [i.address for i in outer.instructions if 0x30 < i.address < 0xa0]
+    assert len(unrun) == 6
+    # a block that runs the other version: nothing skipped
+    assert simt.skipped(outer, inner, {id(untaken): 1.0, id(taken): 3.0}) == []
+    # the taken version one round, no loop (softmax's 16-byte copy at c = 4096): the guard of
+    # the other version's loop jumps to past both (0x30 -> 0xb0), a span the size test's
+    # branch enters (0x20 -> 0x90): not skipped; the test's span (0x30-0x80) is
+    insns = _sass(ONE_ROUND)
+    found = loops(insns)
+    outer = max(found, key=lambda lp: lp.end - lp.start)
+    inner = [lp for lp in found if lp is not outer and outer.start <= lp.start
+             and lp.end <= outer.end]
+    assert [(lp.start, lp.end) for lp in inner] == [(0x50, 0x70)]
+    assert simt.skipped(outer, inner, {id(inner[0]): 0}) == [(0x20, 0x90)]
+
+
+# the size test's branch to the taken version (0x20 -> 0x90), the other version's guard to
+# past both (0x30 -> 0xb0), its peeled copy and loop (0x50-0x70), the branch past the taken
+# version (0x80 -> 0xb0), the taken version's one round (0x90-0xa0), the blocks' loop back
+ONE_ROUND = ["S2R", "LOP3", "@!P0 BRA 0x90", "@P1 BRA 0xb0", "LDG.E.U16", "LDG.E.U16",
+             "STS.U16", "@P2 BRA 0x50", "BRA 0xb0", "LDG.E.128", "STS.128", "IADD3",
+             "@P3 BRA 0x20", "EXIT", "BRA 0xe0"]
