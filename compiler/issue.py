@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import added, fold, issue_pair, issue_simt, occupancy, wgmma
+from . import added, fold, issue_pair, issue_simt, occupancy, packing, wgmma
 from .choices import NUMBERS, prod, total
 from .copies import tensor_copies
 from .flops import work_extents
@@ -301,7 +301,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         visited = chunks * (span[0] if span else 1)
         copies = units[0] * warps_per_block * (visited * ITERATION_TENSOR + chunks * fraction *
                                                per_chunk + once) + \
-            stores(model, sizes) * whole
+            (stores(model, sizes) + packing.unpacking(model, sizes, wide)) * whole
         # the LSU's warp instructions: the copies' (LDGSTS, or LDG and STS a value) and the
         # fragments' LDSM (FlashAttention: K's and V's B fragments, half an LDSM per HMMA)
         lsu = units[0] * warps_per_block * lsu + (

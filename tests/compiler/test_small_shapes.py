@@ -156,3 +156,21 @@ def test_the_branch_of_a_size_test_the_sizes_do_not_take_is_not_run():
 ONE_ROUND = ["S2R", "LOP3", "@!P0 BRA 0x90", "@P1 BRA 0xb0", "LDG.E.U16", "LDG.E.U16",
              "STS.U16", "@P2 BRA 0x50", "BRA 0xb0", "LDG.E.128", "STS.128", "IADD3",
              "@P3 BRA 0x20", "EXIT", "BRA 0xe0"]
+
+
+def test_a_packed_attention_divides_its_stored_rows_out():
+    """packing.unpacking: a packed attention's epilogue divides each stored fragment row out
+    into its packed axes ((r q): the row's quotient and remainder by size(q)), once per two
+    elements: GQA at b = g = 2, r = 4, q = 5 (rows packed, 32-bit indices) stores 2 x 2 x 20 x 64
+    elements, 2560 divisions of UNPACK_ROW 23 (its SASS, static: 945 a warp for 32 elements,
+    18 each beside); 48 each in 64 bits; none where the rows are not packed."""
+    from napkin.compiler import packing
+    p = plan(napkin.load("gqa_attention"), "h100", {"b": 2, "g": 2, "r": 4, "q": 5, "x": 77})
+    (kp,) = p.kernels
+    assert kp.model.packed
+    sizes = packing.sized(kp.model.packed, p.sizes)
+    assert packing.unpacking(kp.model, sizes) == 2560 * 23 / 32
+    assert packing.unpacking(kp.model, sizes, True) == 2560 * 48 / 32
+    q = plan(napkin.load("attention"), "h100", {"b": 2, "h": 2, "q": 77, "x": 77})
+    assert not q.kernels[0].model.packed and packing.unpacking(q.kernels[0].model, q.sizes) == 0
+
