@@ -174,3 +174,22 @@ def test_a_packed_attention_divides_its_stored_rows_out():
     q = plan(napkin.load("attention"), "h100", {"b": 2, "h": 2, "q": 77, "x": 77})
     assert not q.kernels[0].model.packed and packing.unpacking(q.kernels[0].model, q.sizes) == 0
 
+
+def test_positions_only_gathers_read_are_not_staged(monkeypatch):
+    """model.kernel_model: a load read only as a gather's positions (embedding's tok[t]) is
+    read from global memory where used, as schedule._staged leaves it, not copied: the model
+    charged its copy, COPY_ROW 40 a block and warp, in a block of 94 (static SASS/model 0.71
+    at the small shape, m = 77, t = 130, h100, with whole blocks counted)."""
+    from napkin.compiler import copies
+    from napkin.compiler.cost import evaluate
+    p = plan(napkin.load("embedding"), "h100", {"m": 77, "t": 130, "v": 77})
+    (kp,) = p.kernels
+    (tok,) = [a for a in kp.model.arrays if a.name == "tok"]
+    assert tok.unstaged and not kp.schedule.staged
+
+    def issue(**constants):
+        for name, value in constants.items():
+            monkeypatch.setattr(copies, name, value)
+        cost = evaluate(kp.model, kp.columns, kp.choice, p.sizes, p.target)
+        return dict(cost.compute_parts)["issue"]
+    assert issue(COPY_ROW=1000) == issue(COPY_ROW=40)
