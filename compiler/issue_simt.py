@@ -13,7 +13,7 @@ import numpy as np
 
 from . import ir
 from .choices import NUMBERS, prod
-from . import across_warps, copies, lanes
+from . import across_warps, copies, issue_pair, lanes
 from .copies import COPY_ROW
 from .passes import staged_once
 
@@ -150,7 +150,9 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
     looped_bytes, looped_values, looped_read = loop_reads(model, choice, reads)
     rest = (H[1] if len(H) > 1 else 0) - held_bytes - gathered - looped_bytes
     read = rest / narrow * (READ_NARROW if narrow == 2 else READ) + held_read + looped_read
-    stored = sum(prod(sizes[x] for x in a.axes) for a in model.arrays if a.role == "store")
+    # (each element by every lane of a split of an axis it lacks: issue_pair.beside)
+    stored = sum(prod(sizes[x] for x in a.axes) * issue_pair.beside(choice, a.axes)
+                 for a in model.arrays if a.role == "store")
     # a load read where it is used, from global memory (a view's or a gather's source): at
     # every point of the ops reading it (`used_over`: a mask's document ids doc[q] at each
     # score, not at each score and d), else of the kernel's largest op or its stores, once

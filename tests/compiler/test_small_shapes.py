@@ -193,3 +193,30 @@ def test_positions_only_gathers_read_are_not_staged(monkeypatch):
         cost = evaluate(kp.model, kp.columns, kp.choice, p.sizes, p.target)
         return dict(cost.compute_parts)["issue"]
     assert issue(COPY_ROW=1000) == issue(COPY_ROW=40)
+
+
+def test_what_follows_the_lanes_merge_runs_on_every_lane(monkeypatch):
+    """issue_pair.beside / replicated: after the lanes' merge of a split axis each lane holds
+    the merged value and runs what follows (an op or store without the split axis), the store
+    predicated to one lane but issued by the warp. swiglu's first kernel at the small shape,
+    m split over 16 lanes: its silu over (t, f) runs on 16 lanes a point, and STORE one more
+    is 130 x 77 x 16 lane instructions more (one a point before: static SASS/model 1.42)."""
+    import pytest
+    from napkin.compiler import issue_pair, issue_simt
+    from napkin.compiler.cost import Choice, evaluate
+    p = plan(napkin.load("swiglu"), "h100", {"f": 77, "m": 130, "o": 77, "t": 130})
+    kp = p.kernels[0]
+    split = Choice(group=(("f", 4), ("t", 16)), stream=("m", 130), thread=(("f", 2), ("t", 4)),
+                   split=("m", 16))
+    (silu,) = [w for w in kp.model.work if w.op == "silu"]
+    assert issue_pair.replicated(kp.model, split, silu) == 16
+    (gate,) = [w for w in kp.model.work if w.op == "contract"][:1]
+    assert issue_pair.replicated(kp.model, split, gate) == 1
+
+    def lanes(**constants):
+        for name, value in constants.items():
+            monkeypatch.setattr(issue_simt, name, value)
+        cost = evaluate(kp.model, kp.columns, split, p.sizes, p.target)
+        return dict(cost.compute_parts)["issue"] * p.target.per_second("schedulers") * 32
+    base = lanes()
+    assert lanes(STORE=issue_simt.STORE + 1) - base == pytest.approx(130 * 77 * 16)
