@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 
-from sass_simt import _CTYPE_BYTES, _HEADER, _POINTER, _body, _untaken, _value
+from sass_simt import _CTYPE_BYTES, _HEADER, _POINTER, _body, _untaken, _value, skipped
 
 KINDS = ("LDS", "STS", "LDG", "STG")
 _HELPERS = {"napkin_block_range": 2, "napkin_block_sum": 1}     # LDS per trip over warps
@@ -262,9 +262,10 @@ def aligned_run(outer, inner: list, cuda: str, sizes: dict, chunk, chunks: int,
     for s in every(ss):
         weight.setdefault(id(s["loop"]), 0.0 if s["fill"] else 1.0)
     everyone = [s["loop"] for s in every(ss)]
+    unrun = skipped(outer, everyone, weight)
     run, classes = 0.0, {}
     for i in outer.instructions:
-        w = 1.0
+        w = 0.0 if any(lo < i.address < hi for lo, hi in unrun) else 1.0
         for lp in everyone:
             if lp.start <= i.address <= lp.end:
                 w *= weight[id(lp)]

@@ -212,8 +212,9 @@ def block_run(sass_text: str, function: str, cuda: str, sizes: dict, chunk: int 
         loops.append({"start": lp.start, "instructions": len(lp.instructions),
                       "trip": c["trip"], "unroll": unroll})
     run, classes = 0.0, {}
+    unrun = skipped(outer, inner, weight)
     for i in outer.instructions:
-        w = 1.0
+        w = 0.0 if any(lo < i.address < hi for lo, hi in unrun) else 1.0
         for lp in inner:
             if lp.start <= i.address <= lp.end:
                 w *= weight[id(lp)]
@@ -222,6 +223,41 @@ def block_run(sass_text: str, function: str, cuda: str, sizes: dict, chunk: int 
         classes[op] = classes.get(op, 0.0) + w
     return {"run": run + entry, "static": len(outer.instructions), "loops": loops,
             "opcodes": classes, "entry": entry}
+
+
+def skipped(outer, loops: list, weight: dict) -> list[tuple[int, int]]:
+    """(branch, target) of the spans of the blocks' loop no block runs: around each loop no
+    block runs (weight 0: the version of a size-tested copy the sizes do not take, a loop of
+    no trips, a zero fill), the widest span a forward branch before it jumps over to past it
+    that holds no loop a block runs, crosses none, and is entered by no branch from outside
+    it (a guard past both versions of a copy holds the taken one, which the size test's
+    branch enters: softmax's 16-byte copy, one round, no loop). nvcc peels up to three (or fifteen)
+    bodies off a copy loop and sets it up before it, all inside the branch of the size test:
+    counted once with the loop at 0, the one-value version cross_entropy's sizes do not take
+    (v = 130, even: the 4-byte copy) added some 50 a row; layernorm's second pass at the
+    small shape re-stages its row only where the row is longer than the chunk (`if (n > 77)`),
+    some 120. Instructions strictly between branch and target count 0."""
+    out = []
+    for lp in loops:
+        if weight.get(id(lp), 1.0) != 0:
+            continue
+        best = None
+        for i in outer.instructions:
+            if i.target is None or not (i.address < lp.start and lp.end < i.target
+                                        <= outer.end + 16):
+                continue
+            first, last = i.address + 16, i.target - 16
+            entered = any(j.target is not None and first <= j.target <= last and
+                          not first <= j.address <= last for j in outer.instructions)
+            if not entered and all(
+                    m.end < first or m.start > last or m.start <= first and last <= m.end or
+                    first <= m.start and m.end <= last and weight.get(id(m), 1.0) == 0
+                    for m in loops):
+                if best is None or i.target - i.address > best[1] - best[0]:
+                    best = (i.address, i.target)
+        if best is not None:
+            out.append(best)
+    return out
 
 
 def blocks_loop(found: list, c_loops: list) -> tuple:

@@ -95,16 +95,21 @@ def flat(rows, length, width, threads):
     return costs(rows, length, width, threads)[2]
 
 
-def costs(rows, length, width, threads, static=False):
+def costs(rows, length, width, threads, static=False, constant=True):
     """(warp instructions per warp of the copy row by row, of the copy over its flat index,
     whether it is copied flat: `flat`), of a tile of `rows` rows of `length` values (the
     cost model prices the copy `flat` chooses: issue_simt._copy); `static`: the length is a
-    constant (a row of one round is then an `if`: COPY_ROW_ONCE)."""
+    constant along the array's last axis (a row of one round is then an `if`:
+    COPY_ROW_ONCE); `constant`: the length is a constant at all (a tile or chunk less than
+    the axis, a fixed size). A row as long as a runtime size is copied row by row whatever
+    its length (staging.stage flattens a tile of constant extents only: its coordinates
+    divided out by constants), so only a constant length may be copied flat."""
     rounds = np.ceil(length / (width * threads))
     rowed = rows * (np.where(np.asarray(static) & (rounds == 1), COPY_ROW_ONCE, COPY_ROW) +
                     rounds * COPY_EACH)
     each = np.ceil(rows * length / threads) * COPY_FLAT
-    return rowed, each, (rows > 1) & (length < threads) & ((width == 1) | (each <= rowed))
+    return rowed, each, np.asarray(constant) & (rows > 1) & (length < threads) & \
+        ((width == 1) | (each <= rowed))
 
 
 def vectors(g, staged, tile: dict, stream, sizes: dict,

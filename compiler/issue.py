@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import added, fold, issue_pair, issue_simt, occupancy, wgmma
+from . import added, fold, issue_pair, issue_simt, occupancy, packing, wgmma
 from .choices import NUMBERS, prod, total
 from .copies import tensor_copies
 from .flops import work_extents
 from .headpad import fragments, ratio
 from .issue_mask import MASK_POSITIONS, key_only, mask_ops, per_key_chunk
 from .target import Target
-from .tiled_work import chunk_count, padding, tiles
+from .tiled_work import blocks_padding, chunk_count, padding, tiles
 
 WARP = 32
 HMMA_FLOPS = 2 * 16 * 8 * 16       # one mma.sync.m16n8k16
@@ -106,6 +106,16 @@ SOFTMAX_NORMALISED = (3, 1, 0)
 # or added to, selected (sm_90, static: softmax's statistics loop, 114 instructions per 4
 # scores with two exps, 106 with one, 80 with it as ex2: (15, 1, 4) with IEEE expf)
 STREAMED_STATS = (11, 1, 2)
+# A variance streamed on CUDA cores (Welford's update, codegen/accum.py: the count, the
+# difference from the running mean, the mean moved by it over the count, the sum of squares
+# by its product with the new difference), per value: its IEEE division is MUFU.RCP, five
+# FFMA and FCHK, and the slow path's call set up on every path (BSSY, BSYNC, the branch,
+# three moves and the CALL: a static count holds them), four FADD and an FFMA beside it.
+# Counted in layernorm's lane loop at c = r = 77 x 130 (sm_90, static, h100: 20 a value
+# beside its read and the loop's step, one FADD of them the mean's own); the table's `var`
+# (3, 0, 1) is the squares' mean of a variance walked twice, which made the one-pass
+# streamed form look 5x cheaper than it is.
+STREAMED_VAR = (11, 1, 7)
 DEFAULT = (1, 0, 0)
 CHAIN_EXP = (1, 1, 0)              # FMUL by log2(e) and MUFU.EX2 (a chain's operands)
 # FlashAttention-2 on tensor cores (the softmax on C fragments in base 2: FMNMX, FFMA and
@@ -189,9 +199,10 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     tensor = bool(choice.warps)
     # fragments padded past the arrays compute all the same: work counted per point scales
     # by the padded tiles and chunks, the blocks (fractional in `units`) by whole tiles; the
-    # chunks are counted whole already (chunk_count)
+    # chunks are counted whole already (chunk_count); a CUDA-core kernel's blocks by whole
+    # block tiles (its per-block terms: tiled_work.blocks_padding)
     per_point = padding(choice, sizes) if tensor else 1.0
-    whole = padding(choice, sizes, stream=False) if tensor else 1.0
+    whole = padding(choice, sizes, stream=False) if tensor else blocks_padding(choice, sizes)
     units = [units[0] * whole] + list(units[1:])
     # a chain of products on tensor cores (codegen/chain.py: the backward's dQ and dK/dV)
     chain = tensor and not model.streaming.pairs and \
@@ -237,6 +248,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             per = tuple(x + y for x, y in zip(stats, SOFTMAX_NORMALISED))
         elif not tensor and w.op == "logsumexp" and (stream in w.axes or w.node in model.online):
             per = STREAMED_STATS    # the online update (codegen/accum.py, Model.online)
+        elif not tensor and w.op == "var" and (stream in w.axes or w.node in model.online):
+            per = STREAMED_VAR      # Welford's update (codegen/accum.py)
         elif tensor and model.streaming.pairs and w.axes and set(w.axes) <= index_axes:
             per = FLASH_INDEX          # an op of positions only, on the score fragments
             if not positional:         # their 64-bit indices, once per score (see above)
@@ -288,7 +301,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         visited = chunks * (span[0] if span else 1)
         copies = units[0] * warps_per_block * (visited * ITERATION_TENSOR + chunks * fraction *
                                                per_chunk + once) + \
-            stores(model, sizes) * whole
+            (stores(model, sizes) + packing.unpacking(model, sizes, wide)) * whole
         # the LSU's warp instructions: the copies' (LDGSTS, or LDG and STS a value) and the
         # fragments' LDSM (FlashAttention: K's and V's B fragments, half an LDSM per HMMA)
         lsu = units[0] * warps_per_block * lsu + (

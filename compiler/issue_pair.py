@@ -54,12 +54,31 @@ def paired(model, choice) -> bool:
 def replicated(model, choice, w):
     """How many lanes run work item `w` at each key (1, or per candidate): an elementwise op
     or the softmax along the streamed axis runs on every lane of a split of another axis it
-    lacks (the head d: each lane holds the whole score after the lanes' sum)."""
-    if not paired(model, choice) or w.engine != "simt" or choice.stream[0] not in w.axes:
+    lacks (the head d: each lane holds the whole score after the lanes' sum). Outside a
+    paired softmax, what a kernel computes after its lanes' merge (an op without the split
+    axis: swiglu's silu and product of the merged sums, RMSNorm's rsqrt) runs on every lane
+    of the split as well (`beside`)."""
+    if not paired(model, choice):
+        return beside(choice, w.axes)
+    if w.engine != "simt" or choice.stream[0] not in w.axes:
         return 1
     out = 1
     for a, ways in splits(choice):
         if a != choice.stream[0] and a not in w.axes:
+            out = out * ways
+    return out
+
+
+def beside(choice, axes):
+    """Lanes that run a statement over `axes` for each of its points (1, or per candidate):
+    every lane of a split of an axis it lacks (after their merge each holds the whole
+    value; a store among them is predicated to one, but the warp issues it). Counted in
+    swiglu's first kernel at the small shape (16 lanes split m: its 8 silus, products and
+    stores a thread issued by every lane, 469 instructions a warp after the lane loop, sm_90,
+    static; counted once a point they were 158, static SASS/model 1.42)."""
+    out = 1
+    for a, ways in splits(choice):
+        if a not in axes:
             out = out * ways
     return out
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import ir
 from .choices import NUMBERS, prod
-from . import across_warps, copies, lanes
+from . import across_warps, copies, issue_pair, lanes
 from .copies import COPY_ROW
 from .passes import staged_once
 
@@ -95,6 +95,14 @@ LOOPS = {"logsumexp": 2, "var": 2, "softmax": 2}
 MERGE_STATE = 13
 MERGE_RESCALED = 3
 MERGE_VALUE = 2
+# ... a variance's (Chan's merge of Welford's count, mean and sum of squares, accum.merge_one):
+# three SHFL, the counts' sum and its guard, the means' difference, two IEEE divisions (each
+# MUFU.RCP, five FFMA, FCHK and its slow path's call, some 14 static) and the FMUL and FFMA
+# around them: 38 a step in layernorm's at the small shape (sm_90, static, h100); charged
+# 3 x MERGE_VALUE = 6 as three plain slots before. A streamed mean merges its sum alone
+# (accum.STREAMED: its count is the sizes'), MERGE_VALUE, not the (max, sum) pair's
+# MERGE_STATE its two model slots drew.
+MERGE_VARIANCE = 38
 # Per block and warp: what every launched block runs once before its blocks' loop (its
 # parameters, the thread's coordinates: 27-76 instructions in the library's CUDA-core
 # kernels, sass_simt.entry_path; the grid is every block, runtime/launches.py), the loop's
@@ -139,10 +147,12 @@ def warp_instructions(model, choice, sizes: dict, level1: dict, threads, chunks,
     # not per what the register level moves of it)
     gathered = sum(vol for a, vol in reads if a.unstaged)
     # the staged rows the lanes' loops read, once per loop (`loop_reads`), not per H
-    looped_bytes, looped_values, looped_read = loop_reads(model, choice, level1, units, reads)
+    looped_bytes, looped_values, looped_read = loop_reads(model, choice, reads)
     rest = (H[1] if len(H) > 1 else 0) - held_bytes - gathered - looped_bytes
     read = rest / narrow * (READ_NARROW if narrow == 2 else READ) + held_read + looped_read
-    stored = sum(prod(sizes[x] for x in a.axes) for a in model.arrays if a.role == "store")
+    # (each element by every lane of a split of an axis it lacks: issue_pair.beside)
+    stored = sum(prod(sizes[x] for x in a.axes) * issue_pair.beside(choice, a.axes)
+                 for a in model.arrays if a.role == "store")
     # a load read where it is used, from global memory (a view's or a gather's source): at
     # every point of the ops reading it (`used_over`: a mask's document ids doc[q] at each
     # score, not at each score and d), else of the kernel's largest op or its stores, once
@@ -234,12 +244,17 @@ def merges(model, choice):
     steps = np.log2(np.clip(np.asarray(ways, dtype=float), 1.0, WARP))
     thread = dict(choice.thread)
     paired = {c for _, c in model.streaming.pairs}
+    kinds = {w.node: w.op for w in model.work}
     per_step = 0.0
     for a in model.arrays:
         if a.role != "accumulator":
             continue
         held = prod(thread[x] for x in a.axes if x in thread)
-        if a.slots == 2:
+        if kinds.get(a.node) == "var":
+            per_step = per_step + held * MERGE_VARIANCE
+        elif kinds.get(a.node) == "mean":
+            per_step = per_step + held * MERGE_VALUE
+        elif a.slots == 2:
             per_step = per_step + held * MERGE_STATE
         else:
             per_step = per_step + held * a.slots * (
@@ -295,12 +310,16 @@ def _in_runs(choice, sizes, level1, axis, width):
     return np.where(fits, 1.0, 0.0)
 
 
-def loop_reads(model, choice, level1: dict, units, reads) -> tuple:
+def loop_reads(model, choice, reads) -> tuple:
     """(bytes of the register level's H, values, lane instructions) of the staged loads the
     lanes' loops over a row read without a stream: each of the loops reading a load
-    (model.loop_reads: its reductions' loops, LOOPS, and its stores' along the row) reads the
-    block's tile of it from shared memory, READ or READ_NARROW a value; H counts a load once
-    per op reading it, not per loop (cross_entropy's logits: once, read by three loops)."""
+    (model.loop_reads: its reductions' loops, LOOPS, and its stores' along the row) reads
+    what the register level moves of it, READ or READ_NARROW a value; H counts a load once,
+    not per loop (cross_entropy's logits: once, read by three loops). What the register
+    level moves is every thread's own reads: a tile read by the threads of other positions
+    along an axis the load lacks is read by each of them (swiglu's first kernel at the small
+    shape: X[t m] by the 8 threads along f of its 8 x 8 block, each a loop over m; counted
+    as the block's tile once a loop, the lanes' loops read 1/8 of it, static SASS/model 1.76)."""
     if choice.stream or not model.loop_reads:
         return 0.0, 0.0, 0.0
     moved = dict((a.node, (a, vol)) for a, vol in reads if a.role == "load" and not a.unstaged)
@@ -312,7 +331,7 @@ def loop_reads(model, choice, level1: dict, units, reads) -> tuple:
             continue
         a, vol = moved[n]
         loops = stored + sum(_loops(model, work[r], means) for r in readers if r in work)
-        count = units[0] * prod(level1[x] for x in a.axes) * loops
+        count = vol / a.bytes * loops
         out_bytes = out_bytes + vol
         values = values + count
         lane = lane + count * (READ_NARROW if a.bytes == 2 else READ)
@@ -367,6 +386,6 @@ def _copy(a, choice, sizes: dict, level1: dict, threads, fixed=frozenset()):
     width = np.where(last, copies.vector_values(size, length, a.bytes), 1) if a.bytes \
         else np.ones_like(length)                           # as copies.width (0: draw)
     # (a row along another axis than the array's last steps by a stride of runtime sizes)
-    rowed, flat, short = copies.costs(rows, length, width, threads, static & last)
+    rowed, flat, short = copies.costs(rows, length, width, threads, static & last, static)
     out = np.where(found, np.where(short, flat, rowed), COPY_ROW)
     return float(out) if np.ndim(out) == 0 else out

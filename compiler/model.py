@@ -190,9 +190,12 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
         if users and all(isinstance(ir.op(g, v), VIEWS) or _gathers_from(g, v, n) for v in users):
             continue  # only seen through views or gathered: counted there
         streamed = axis is not None and axis in t.axes
+        # positions read only by gathers (embedding's tok[t]) are read where used, from
+        # global memory, as schedule._staged leaves them: not copied into shared memory
+        positions = bool(users) and all(isinstance(ir.op(g, v), ir.Gather) for v in users)
         arrays.append(Array(n, array_name(g, n), "load", t.axes, BYTES[storage_dtype(g, n)],
                             passes=max(1, load_passes[n]) if streamed else 1, streamed=streamed,
-                            used_over=_used_over(g, n, members)))
+                            used_over=_used_over(g, n, members), unstaged=positions))
     reducers = st.reducer_pass()
     free: dict = {}       # is_free's answers (the graph does not change while modelled)
     pairs = dict(st.pairs)

@@ -26,6 +26,20 @@ def padding(choice, sizes: dict, stream: bool = True):
     return out
 
 
+def blocks_padding(choice, sizes: dict):
+    """Blocks a CUDA-core tiling launches over the fractional units the cost counts: whole
+    block tiles along each axis it tiles. Every launched block runs its set-up, copies, row
+    loops and merges (issue_simt's per-block terms; benchmarks/model_check.launched): swiglu's
+    first kernel at t = 130, f = 77 in 16 x 4 blocks launches 9 x 20 = 180 where the units
+    are 156.4. (Its points past the arrays stay uncounted: a value-by-value store skips them
+    by its test, embedding's at m = 769; a reduction over clamped rows runs them, which a
+    static count holds too: left.)"""
+    out = 1.0
+    for a, tile in choice.group:
+        out = out * (NUMBERS.ceil(sizes[a] / tile) * tile / sizes[a])
+    return out
+
+
 def chunk_count(model, choice, sizes: dict):
     """Chunks of the streamed axis a block runs, over every pass (1 with no stream)."""
     if not choice.stream:

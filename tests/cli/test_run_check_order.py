@@ -69,9 +69,10 @@ def test_a_row_off_by_one_percent_is_caught(capsys, tmp_path, monkeypatch):
 
 def test_a_longer_row_off_by_one_percent_is_caught_by_the_probabilistic_budget():
     """100,003 terms a row (the plan's budgets, without running it): the largest row sum
-    (117.8) off by 1.18 passes every order's budget (480) and the plan's worst case (1.44) but
-    not the probabilistic one (0.61), which the right result (the reference rounded to f32)
-    passes."""
+    (117.8) off by 0.71 passes every order's budget (480) and the plan's worst case (0.83) but
+    not the probabilistic one (0.47), which the right result (the reference rounded to f32)
+    passes. (The plan: 128 partial sums of 782 terms over 64 lanes each; 256 of 391 over 32
+    until whole blocks were counted, budgets 1.44 and 0.61, where 1% was the error.)"""
     d = napkin.load(ROWS)
     sizes = {"r": 4, "n": 100003}
     inputs = random_inputs(d, sizes, 0)
@@ -80,12 +81,12 @@ def test_a_longer_row_off_by_one_percent_is_caught_by_the_probabilistic_budget()
     right = ref.astype(np.float32)
     wrong = right.copy()
     i = int(np.argmax(np.abs(ref)))
-    wrong[i] = np.float32(ref[i] * 1.01)
+    wrong[i] = np.float32(ref[i] * 1.006)
     every = compare.against_reference(d, inputs, {"Y": wrong})["Y"]
     worst = compare.against_reference(d, inputs, {"Y": wrong}, plan=p)["Y"]
     likely = compare.against_reference(d, inputs, {"Y": wrong}, plan=p, confidence=1e-6)["Y"]
     assert every.ok and worst.ok and not likely.ok, (every.message, worst.message)
-    assert likely.budget < worst.budget / 2 < every.budget / 500
+    assert likely.budget < worst.budget * 0.6 < every.budget / 500
     assert compare.against_reference(d, inputs, {"Y": right}, plan=p, confidence=1e-6)["Y"]
 
 

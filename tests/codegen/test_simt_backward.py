@@ -23,10 +23,12 @@ from .conftest import emulate_buffers
 ])
 def test_two_pass_backward_reads_the_whole_output_row(name, shape):
     g = napkin.grad(napkin.load(name))
-    # (d over one warp's 32 lanes: over 64, two warps, the planner streams d instead; x in
-    # chunks of 8: unpinned, the planner now takes three kernels at these sizes, the first
-    # one pass over x, since each lane loop's reads and every block's entry are charged)
-    p = plan(g, "h100", shape, {"lanes": {"d": 32}, "stream": {"x": 8}}, engine="cuda-cores")
+    # (d over 16 lanes: over 64, two warps, the planner streams d instead, and over 32 it now
+    # takes the first kernel in one pass over x (since the small-shape counts of 2026-12-07:
+    # launched blocks, replicated stores); x in chunks of 8: unpinned, the planner
+    # takes three kernels at these sizes, the first one pass over x, since each lane loop's
+    # reads and every block's entry are charged)
+    p = plan(g, "h100", shape, {"lanes": {"d": 16}, "stream": {"x": 8}}, engine="cuda-cores")
     k0 = p.kernels[0]
     # the case: two passes over x, the lanes splitting d, dQ folded in the second pass
     assert k0.model.streaming.axis == "x" and k0.model.streaming.passes == 2 and k0.schedule.split[0] == "d", k0.schedule.split

@@ -127,8 +127,8 @@ def test_each_lane_loop_reads_the_staged_row_again():
     (kp,) = p.kernels
     (z,) = [a for a in kp.model.arrays if a.role == "load" and "v" in a.axes]
     rows = p.sizes["t"]
-    moved, values, lanes = issue_simt.loop_reads(
-        kp.model, kp.choice, {"t": 1, "v": p.sizes["v"]}, [rows], [(z, 2.0 * rows * 1024)])
+    moved, values, lanes = issue_simt.loop_reads(kp.model, kp.choice,
+                                                 [(z, 2.0 * rows * 1024)])
     assert (moved, values) == (2.0 * rows * 1024, rows * 3 * 1024)
     assert lanes == values * issue_simt.READ_NARROW
 
@@ -193,7 +193,9 @@ def test_a_copied_row_value_by_value_shares_its_stores_index(monkeypatch):
     """Embedding at m = 769 (no multiple of a 16-byte run: each value gathered and stored by
     itself): per value its STORE (1024 x 769 of them) and its reads, no UNSTAGED of its own:
     its position and clamp are its store's (static SASS/model 0.78 with it, 1.02 without,
-    h100)."""
+    h100). The row's position tok[t] is read from global memory once a thread (8 values),
+    UNSTAGED: a load only gathers read is not staged (schedule._staged; the model copied it,
+    COPY_ROW a block, until 2026-12-07)."""
     from napkin.compiler import issue_simt
     from napkin.compiler.cost import evaluate
     p = plan(napkin.load("embedding"), "h100", {"t": 1024, "v": 1024, "m": 769})
@@ -205,6 +207,7 @@ def test_a_copied_row_value_by_value_shares_its_stores_index(monkeypatch):
             monkeypatch.setattr(issue_simt, name, value)
         cost = evaluate(kp.model, kp.columns, kp.choice, p.sizes, p.target)
         return dict(cost.compute_parts)["issue"] * p.target.per_second("schedulers") * 32
-    base = issue()
-    assert issue(UNSTAGED=100) == pytest.approx(base)
+    base, unstaged = issue(), issue_simt.UNSTAGED
+    assert issue(UNSTAGED=unstaged + 90) - base == pytest.approx(90 * 1024 * 769 / 8)
+    base = issue(UNSTAGED=unstaged)
     assert issue(STORE=issue_simt.STORE + 1) - base == pytest.approx(1024 * 769)

@@ -123,18 +123,26 @@ def test_gradients_specialise_through_the_same_path():
     assert p.time == pytest.approx(fixed.time) and p.unspecialised > p.time
 
 
-def test_the_dynamic_plan_stands_unless_the_fixed_one_is_predicted_faster():
+def test_the_dynamic_plan_stands_unless_the_fixed_one_is_predicted_faster(monkeypatch):
     from napkin.compiler.plan import fuse_kernels, prepare, tile
     d, shape = napkin.load(DYNAMIC), {**SMALL, "d": 32}
     dynamic = tile(fuse_kernels(prepare(d, "h100", shape)))
     assert dynamic.specialised == {} and specialise.candidates(dynamic) == {"d": 32}
 
+    def fixed_plan(fixed):
+        return tile(fuse_kernels(prepare(fixed, "h100", shape)))
+
     def on_cuda_cores(fixed):
         return tile(fuse_kernels(prepare(fixed, "h100", shape), "cuda-cores"))
-    assert on_cuda_cores(napkin.load(d, d=32)).time > dynamic.time * (1 - specialise.MARGIN)
+    faster = fixed_plan(napkin.load(d, d=32))
+    assert faster.time < dynamic.time * (1 - specialise.MARGIN)
+    assert specialise.decide(dynamic, fixed_plan).specialised == {"d": 32}
+    # predicted faster by less than MARGIN: the dynamic plan stands (the CUDA-core plan with d
+    # fixed was once such a plan; since its stores are counted on every lane of its split,
+    # issue_pair.beside, it is faster, but holds no head static: nothing to specialise)
+    monkeypatch.setattr(specialise, "MARGIN", 1 - faster.time / dynamic.time + 0.01)
+    assert specialise.decide(dynamic, fixed_plan) is dynamic
     assert specialise.decide(dynamic, on_cuda_cores) is dynamic
-    assert specialise.decide(dynamic, lambda fixed: tile(fuse_kernels(prepare(
-        fixed, "h100", shape)))).specialised == {"d": 32}
 
 
 PROJECTED = """axis b, t, s, m, h, d

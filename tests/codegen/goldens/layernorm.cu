@@ -394,8 +394,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 64 threads per block, int indices
-extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
+// kernel 0: 32 threads per block, int indices
+extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -407,64 +407,58 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
   (void)smem;
   const int tid = (int)threadIdx.x;
   const int lane = tid % 32;
-  const int tc_0 = (tid / 32) % 2;
-  const bool tvalid = tid < 64;
-  const unsigned nblocks = (unsigned)1 * (((unsigned)(n0) + 1) / 2);
+  const int tc_0 = (tid / 32) % 1;
+  const bool tvalid = tid < 32;
+  const unsigned nblocks = (unsigned)1 * ((unsigned)(n0));
   for (unsigned blk = (unsigned)blockIdx.x; blk < nblocks; blk += (unsigned)gridDim.x) {
-    const int org_0 = (int)((blk) % (((unsigned)(n0) + 1) / 2)) * 2;
+    const int org_0 = (int)((blk) % ((unsigned)(n0))) * 1;
     const int base_0 = org_0 + tc_0 * 1;
     __syncthreads();
     __half* sm0 = reinterpret_cast<__half*>(smem + 0);
     if (((int)(n1)) % 8 == 0) {
-      #pragma unroll 1
-      for (int eo = 0; eo < (2); ++eo) {
-        const int nlen = (int)(((org_0 + eo) < (int)(((int)(n0)))) ? (int)(((int)(n1))) : 0) / 8;
-        const uint4* const cps = reinterpret_cast<const uint4*>(p0 + (((int)(((org_0 + eo) < (int)(((int)(n0)) - 1) ? (org_0 + eo) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (0)));
-        uint4* const cpd = reinterpret_cast<uint4*>(sm0 + eo * (int)(((int)(n1))));
-        for (int e = tid; e < (int)(((int)(n1))) / 8; e += 64) {
-          cpd[e] = (e < nlen) ? cps[e] : make_uint4(0, 0, 0, 0);
-        }
+      const int nlen = (int)((int)(((int)(n1)))) / 8;
+      const uint4* const cps = reinterpret_cast<const uint4*>(p0 + (((int)((org_0 + 0))) * (((int)(n1))) + (0)));
+      uint4* const cpd = reinterpret_cast<uint4*>(sm0);
+      for (int e = tid; e < (int)(((int)(n1))) / 8; e += 32) {
+        cpd[e] = (e < nlen) ? cps[e] : make_uint4(0, 0, 0, 0);
       }
     } else {
-      #pragma unroll 1
-      for (int eo = 0; eo < (2); ++eo) {
-        const int nlen = (int)(((org_0 + eo) < (int)(((int)(n0)))) ? (int)(((int)(n1))) : 0);
-        const __half* const cps = reinterpret_cast<const __half*>(p0 + (((int)(((org_0 + eo) < (int)(((int)(n0)) - 1) ? (org_0 + eo) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (0)));
-        __half* const cpd = reinterpret_cast<__half*>(sm0 + eo * (int)(((int)(n1))));
-        for (int e = tid; e < (int)(((int)(n1))); e += 64) {
-          cpd[e] = (e < nlen) ? cps[e] : napkin_from_float<__half>(0.0f);
-        }
+      const int nlen = (int)((int)(((int)(n1))));
+      const __half* const cps = reinterpret_cast<const __half*>(p0 + (((int)((org_0 + 0))) * (((int)(n1))) + (0)));
+      __half* const cpd = reinterpret_cast<__half*>(sm0);
+      for (int e = tid; e < (int)(((int)(n1))); e += 32) {
+        cpd[e] = (e < nlen) ? cps[e] : napkin_from_float<__half>(0.0f);
       }
     }
-    __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + ((2) * (((int)(n1)))) * 2 + 15) / 16 * 16));
+    __half* sm1 = reinterpret_cast<__half*>(smem + (((0) + ((1) * (((int)(n1)))) * 2 + 15) / 16 * 16));
     if (((int)(n1)) % 8 == 0) {
       const int nlen = (int)((int)(((int)(n1)))) / 8;
       const uint4* const cps = reinterpret_cast<const uint4*>(p1 + ((int)(0)));
       uint4* const cpd = reinterpret_cast<uint4*>(sm1);
-      for (int e = tid; e < (int)(((int)(n1))) / 8; e += 64) {
+      for (int e = tid; e < (int)(((int)(n1))) / 8; e += 32) {
         cpd[e] = (e < nlen) ? cps[e] : make_uint4(0, 0, 0, 0);
       }
     } else {
       const int nlen = (int)((int)(((int)(n1))));
       const __half* const cps = reinterpret_cast<const __half*>(p1 + ((int)(0)));
       __half* const cpd = reinterpret_cast<__half*>(sm1);
-      for (int e = tid; e < (int)(((int)(n1))); e += 64) {
+      for (int e = tid; e < (int)(((int)(n1))); e += 32) {
         cpd[e] = (e < nlen) ? cps[e] : napkin_from_float<__half>(0.0f);
       }
     }
-    __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + ((2) * (((int)(n1)))) * 2 + 15) / 16 * 16)) + ((((int)(n1)))) * 2 + 15) / 16 * 16));
+    __half* sm2 = reinterpret_cast<__half*>(smem + ((((((0) + ((1) * (((int)(n1)))) * 2 + 15) / 16 * 16)) + ((((int)(n1)))) * 2 + 15) / 16 * 16));
     if (((int)(n1)) % 8 == 0) {
       const int nlen = (int)((int)(((int)(n1)))) / 8;
       const uint4* const cps = reinterpret_cast<const uint4*>(p2 + ((int)(0)));
       uint4* const cpd = reinterpret_cast<uint4*>(sm2);
-      for (int e = tid; e < (int)(((int)(n1))) / 8; e += 64) {
+      for (int e = tid; e < (int)(((int)(n1))) / 8; e += 32) {
         cpd[e] = (e < nlen) ? cps[e] : make_uint4(0, 0, 0, 0);
       }
     } else {
       const int nlen = (int)((int)(((int)(n1))));
       const __half* const cps = reinterpret_cast<const __half*>(p2 + ((int)(0)));
       __half* const cpd = reinterpret_cast<__half*>(sm2);
-      for (int e = tid; e < (int)(((int)(n1))); e += 64) {
+      for (int e = tid; e < (int)(((int)(n1))); e += 32) {
         cpd[e] = (e < nlen) ? cps[e] : napkin_from_float<__half>(0.0f);
       }
     }
@@ -491,7 +485,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         const float v5 = (v4 * v3);
         const float v6 = (v5 * napkin_to_float(sm1[(int)(j2)]));
         const float v7 = (v6 + napkin_to_float(sm2[(int)(j2)]));
-        if (tvalid && (tc_0 * 1 + 0 < 2) && ((base_0 + 0) < ((int)(n0))) && (lane + k0 * 32 < ((int)(n1)))) {
+        if (tvalid && (tc_0 * 1 + 0 < 1) && ((base_0 + 0) < ((int)(n0))) && (lane + k0 * 32 < ((int)(n1)))) {
           p3[((int)(((base_0 + 0) < (int)(((int)(n0)) - 1) ? (base_0 + 0) : (int)(((int)(n0)) - 1)))) * (((int)(n1))) + (j2)] = napkin_from_float<__half>(v7);
         }
       }
