@@ -3,7 +3,8 @@
 - Softmax written out (`m = max[x](S)`, `E = exp(S - m)`, `l = sum[x](E)`, then
   `E / l` or `E * V / l`) becomes `softmax[x](S)` (contracted with `V`), so
   `attention_manual` fuses and plans exactly like `attention`.
-- `mean[c]((X - mean[c](X)) * (X - mean[c](X)))` becomes an internal variance
+- `mean[c]((X - mean[c](X)) * (X - mean[c](X)))` (the difference spelt twice or named
+  once: values.same_values) becomes an internal variance
   reduction of `X` (Welford's accumulator streams it in one pass).
 - A contraction's factors that lack every contracted axis leave the sum
   (`sum[i](N * W)` with `N = X * rsqrt(mean[i](X * X) + eps) * g` is
@@ -53,6 +54,7 @@ from .local_merge import chains_of
 from .merge import merge_axes
 from .reach import normalised
 from .rename import store_renamed
+from .values import same_values, through
 
 
 def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True,
@@ -118,14 +120,6 @@ def dead_code(g: DiGraph) -> DiGraph:
     g.remove_nodes_from([n for n in list(g) if n not in live])
     g.graph["arrays"] = {k: v for k, v in g.graph["arrays"].items() if v in g}
     return g
-
-
-def through(g: DiGraph, n: int) -> int:
-    """The node an array really comes from, looking through named arrays (Assign)."""
-    while isinstance(ir.op(g, n), ir.Assign) and ir.type_of(g, n).axes == \
-            ir.type_of(g, ir.operands(g, n)[0]).axes:
-        n = ir.operands(g, n)[0]
-    return n
 
 
 def _is(g, n, kind, fn=None) -> bool:
@@ -197,14 +191,14 @@ def _variance(g: DiGraph, n: int) -> bool:
     if not _is(g, sq, ir.Map, "mul"):
         return False
     a, b = (through(g, x) for x in ir.operands(g, sq))
-    if a != b or not _is(g, a, ir.Map, "sub"):
+    if not same_values(g, a, b) or not _is(g, a, ir.Map, "sub"):
         return False
     x, mu = ir.operands(g, a)
     mu = through(g, mu)
     axes = ir.op(g, n).axes
     if not _is(g, mu, ir.Reduce, "mean") or set(ir.op(g, mu).axes) != set(axes):
         return False
-    if through(g, ir.operands(g, mu)[0]) != through(g, x):
+    if not same_values(g, ir.operands(g, mu)[0], x):
         return False
     new = ir.add_node(g, ir.Reduce("var", axes), ir.type_of(g, n), [x],
                       span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])

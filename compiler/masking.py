@@ -19,10 +19,9 @@ from .graph import ancestors
 import numpy as np
 
 from . import ir
-from .canonical import through
+from .values import same_values
 
 COMPARISONS = ("lt", "le", "gt", "ge", "eq")
-_ELEMENTWISE = (ir.Map, ir.Const, ir.Index, ir.SizeOf)
 
 
 def chunk_mask(g, st, loads=(), nodes=()) -> tuple | None:
@@ -342,24 +341,6 @@ def lse_ops(g, st, lse) -> frozenset:
         if not read:
             return frozenset(out)
         out -= read
-
-
-def same_values(g, a: int, b: int) -> bool:
-    """Whether `a` and `b` hold the same values: one node through names, or one elementwise
-    op (the same result axes and dtype; constants by their repr: -0.0 is not 0.0) of
-    operands that do. A gradient's logsumexp of the
-    masked scores, `logsumexp[s](where(s <= t, S, -inf))`, spells again the argument of the
-    forward's `softmax[s](where(s <= t, S, -inf))`: other nodes, the same values. A view
-    (`doc[t]`, a document id read along the queries) by its labels, as an op."""
-    a, b = through(g, a), through(g, b)
-    if a == b:
-        return True
-    op, ta, tb = ir.op(g, a), ir.type_of(g, a), ir.type_of(g, b)
-    if not isinstance(op, _ELEMENTWISE + (ir.View,)) or repr(op) != repr(ir.op(g, b)) or \
-            ta.dtype != tb.dtype or set(ta.axes) != set(tb.axes):
-        return False
-    ua, ub = ir.operands(g, a), ir.operands(g, b)
-    return len(ua) == len(ub) and all(same_values(g, u, v) for u, v in zip(ua, ub))
 
 
 def softmax_scale(g, soft: int) -> int | None:
