@@ -128,9 +128,10 @@ def _is(g, n, kind, fn=None) -> bool:
 
 
 def _softmax_parts(g: DiGraph, exp_node: int, denominator: int):
-    """(S, axes) when exp_node = exp(S - max[axes](S)) and denominator = sum[axes](exp_node)."""
+    """(S, axes) when exp_node = exp(S - max[axes](S)) and denominator = sum[axes](exp_node)
+    (each of the same values: the exponentials or the scores spelt again, values.py)."""
     den = through(g, denominator)
-    if not _is(g, den, ir.Reduce, "sum") or through(g, ir.operands(g, den)[0]) != exp_node:
+    if not _is(g, den, ir.Reduce, "sum") or not same_values(g, ir.operands(g, den)[0], exp_node):
         return None
     if not _is(g, exp_node, ir.Map, "exp"):
         return None
@@ -142,7 +143,7 @@ def _softmax_parts(g: DiGraph, exp_node: int, denominator: int):
     axes = ir.op(g, den).axes
     if not _is(g, mx, ir.Reduce, "max") or set(ir.op(g, mx).axes) != set(axes):
         return None
-    if through(g, ir.operands(g, mx)[0]) != through(g, s):
+    if not same_values(g, ir.operands(g, mx)[0], s):
         return None
     if ir.type_of(g, exp_node).axes != ir.type_of(g, s).axes:
         return None

@@ -1,7 +1,10 @@
-"""The variance written without naming `X - mu` (canonical._variance): `(X - mu) * (X - mu)`
+"""Canonical forms of computations spelt twice rather than named once (values.same_values):
+the variance written without naming `X - mu` (canonical._variance): `(X - mu) * (X - mu)`
 and `(X - mean[c](X)) * (X - mean[c](X))` spell one difference twice, as two nodes of the
-same values (values.same_values), and stream in one pass as Welford's variance, so a split
-of `c` merges partial states as layernorm's does, against the float64 oracle."""
+same values, and stream in one pass as Welford's variance, so a split of `c` merges partial
+states as layernorm's does; a softmax written out without naming its exponentials,
+`exp(S - m) * V / sum[x](exp(S - m))`, is attention (canonical._softmax_parts): one
+FlashAttention kernel. Each against the float64 oracle."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import napkin
 from napkin.commands.run import random_inputs
 from napkin.compiler import ir
 from napkin.compiler.canonical import canonicalize
+from napkin.compiler.flash import FlashSite
 from napkin.compiler.plan import plan
 from napkin.runtime.interpret import interpret
 
@@ -46,3 +50,24 @@ def test_a_difference_of_other_values_is_no_variance():
     d = _diagram("mu[r] = mean[c](X)\nv[r] = mean[c]((X - mu) * (X - 2 * mu))\nout v: f32\n")
     g = canonicalize(d.ir)
     assert not any(isinstance(ir.op(g, n), ir.Reduce) and ir.op(g, n).fn == "var" for n in g)
+
+
+SOFTMAX = """axis b, q, x
+axis d = 16
+in Q[b q d]: f16
+in K[b x d]: f16
+in V[b x d]: f16
+S[b q x] = where(x <= q, Q * K / 4, -inf)
+O[b q d] = exp(S - max[x](S)) * V / sum[x](exp(S - max[x](S)))
+out O: f16
+"""
+
+
+def test_a_softmax_spelt_without_names_is_flash_attention(within_budget):
+    d = napkin.load(SOFTMAX)
+    shape = {"b": 2, "q": 17, "x": 17}
+    p = plan(d, "h100", shape)
+    sites = [kp.schedule.site for kp in p.kernels]
+    assert len(sites) == 1 and isinstance(sites[0], FlashSite), sites   # without: 3 kernels
+    inputs = random_inputs(d, shape, 3)
+    within_budget(d, inputs, interpret(p, inputs), p)
