@@ -354,9 +354,11 @@ def _hoisted(g: DiGraph, n: int) -> bool:
 
 
 def _summed_product(g: DiGraph, n: int) -> bool:
-    """sum[K](A * B) becomes contract[K](A, B) where A and B are two different loaded arrays
+    """sum[K](A * B) becomes contract[K](A, B) where A and B are two different arrays
     multiplied (floats), both with every axis of K and each with an axis of its own (the
-    einsum spelled out); the product stays where something else reads it."""
+    einsum spelled out: loaded, or computed as the einsum rule's `gelu(A * B) * D` and
+    attention's `sum[x](softmax[x](S) * V)`); the product stays where something else reads
+    it."""
     if not _is(g, n, ir.Reduce, "sum"):
         return False
     (p,) = ir.operands(g, n)
@@ -364,7 +366,7 @@ def _summed_product(g: DiGraph, n: int) -> bool:
         return False
     args = ir.operands(g, p)
     axes = set(ir.op(g, n).axes)
-    if len(args) != 2 or args[0] == args[1] or not all(_loaded(g, a) for a in args):
+    if len(args) != 2 or args[0] == args[1]:
         return False
     a, b = (set(ir.type_of(g, m).axes) for m in args)
     # a matrix product: K in both, and each operand an axis of its own (a row-wise dot
@@ -376,13 +378,6 @@ def _summed_product(g: DiGraph, n: int) -> bool:
                          span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
     _replace(g, n, result)
     return True
-
-
-def _loaded(g: DiGraph, n: int) -> bool:
-    """Whether n is an input, read as it is or through views and gathers of it."""
-    while isinstance(ir.op(g, n), (ir.View, ir.Gather, ir.Assign)):
-        n = ir.operands(g, n)[0]
-    return isinstance(ir.op(g, n), ir.Input)
 
 
 def _replace(g: DiGraph, old: int, new: int) -> None:
