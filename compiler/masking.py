@@ -86,8 +86,9 @@ def through_names(g, n: int) -> int:
 
 
 def masked_by(g, n: int, identity: float):
-    """The condition node when n is where(cond, e, identity) (through names), else None."""
-    n = through_names(g, n)
+    """The condition node when n is where(cond, e, identity) (through names and a positive
+    scale, which keeps 0 and -inf: `where(x <= q, S, -inf) / 8`), else None."""
+    n = unscaled(g, n)
     op = ir.op(g, n)
     if isinstance(op, ir.Map) and op.fn == "where":
         cond, _, other = ir.operands(g, n)
@@ -95,6 +96,21 @@ def masked_by(g, n: int, identity: float):
         if v is not None and v == identity:
             return cond
     return None
+
+
+def unscaled(g, n: int) -> int:
+    """n through names and products or quotients by positive scalars (_positive_scalar)."""
+    n = through_names(g, n)
+    op = ir.op(g, n)
+    while isinstance(op, ir.Map) and op.fn in ("mul", "div"):
+        a, c = ir.operands(g, n)
+        if op.fn == "mul" and _positive_scalar(g, a):
+            a, c = c, a
+        if not _positive_scalar(g, c):
+            break
+        n = through_names(g, a)
+        op = ir.op(g, n)
+    return n
 
 
 def product_mask(g, n: int):
@@ -352,7 +368,7 @@ def softmax_scale(g, soft: int) -> int | None:
     the argument is anything else (a bias added, a cap)."""
     arg = through_names(g, ir.operands(g, soft)[0])
     if masked_by(g, arg, -math.inf) is not None:
-        arg = through_names(g, ir.operands(g, arg)[1])
+        arg = through_names(g, ir.operands(g, unscaled(g, arg))[1])
     op = ir.op(g, arg)
     if not isinstance(op, ir.Map) or op.fn not in ("mul", "div"):
         return None
