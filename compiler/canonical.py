@@ -54,7 +54,9 @@ from .local_merge import chains_of
 from .merge import merge_axes
 from .reach import normalised
 from .rename import store_renamed
-from .values import same_values, through
+from .values import through  # noqa: F401 (read from here by most passes)
+from .written import is_op as _is, logsumexp as _logsumexp, replace as _replace, \
+    softmax as _softmax, variance as _variance
 
 
 def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True,
@@ -70,6 +72,7 @@ def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True,
         changed = False
         for n in ir.order(g):
             if n in g and (_summed_product(g, n) or _softmax(g, n) or _variance(g, n) or
+                           _logsumexp(g, n) or
                            (nest or not chains_of(g, n, keep)) and _hoisted(g, n)):
                 changed = True
                 break
@@ -120,91 +123,6 @@ def dead_code(g: DiGraph) -> DiGraph:
     g.remove_nodes_from([n for n in list(g) if n not in live])
     g.graph["arrays"] = {k: v for k, v in g.graph["arrays"].items() if v in g}
     return g
-
-
-def _is(g, n, kind, fn=None) -> bool:
-    op = ir.op(g, n)
-    return isinstance(op, kind) and (fn is None or getattr(op, "fn", None) == fn)
-
-
-def _softmax_parts(g: DiGraph, exp_node: int, denominator: int):
-    """(S, axes) when exp_node = exp(S - max[axes](S)) and denominator = sum[axes](exp_node)
-    (each of the same values: the exponentials or the scores spelt again, values.py)."""
-    den = through(g, denominator)
-    if not _is(g, den, ir.Reduce, "sum") or not same_values(g, ir.operands(g, den)[0], exp_node):
-        return None
-    if not _is(g, exp_node, ir.Map, "exp"):
-        return None
-    sub = through(g, ir.operands(g, exp_node)[0])
-    if not _is(g, sub, ir.Map, "sub"):
-        return None
-    s, mx = ir.operands(g, sub)
-    mx = through(g, mx)
-    axes = ir.op(g, den).axes
-    if not _is(g, mx, ir.Reduce, "max") or set(ir.op(g, mx).axes) != set(axes):
-        return None
-    if not same_values(g, ir.operands(g, mx)[0], s):
-        return None
-    if ir.type_of(g, exp_node).axes != ir.type_of(g, s).axes:
-        return None
-    return s, axes
-
-
-def _softmax(g: DiGraph, n: int) -> bool:
-    if not _is(g, n, ir.Map, "div"):
-        return False
-    num, den = ir.operands(g, n)
-    span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
-    exp_node = through(g, num)
-    parts = _softmax_parts(g, exp_node, den)
-    if parts is not None:  # E / l
-        s, axes = parts
-        new = ir.add_node(g, ir.Softmax(axes), ir.ArrayType(ir.type_of(g, s).axes, ir.INTERMEDIATE),
-                          [s], span=span, stmt=stmt)
-        _replace(g, n, new)
-        return True
-    contract = through(g, num)
-    if not _is(g, contract, ir.Contract):
-        return False
-    args = ir.operands(g, contract)
-    for i, arg in enumerate(args):
-        parts = _softmax_parts(g, through(g, arg), den)
-        if parts is None or not set(parts[1]) <= set(ir.op(g, contract).axes):
-            continue
-        s, axes = parts
-        soft = ir.add_node(g, ir.Softmax(axes), ir.ArrayType(ir.type_of(g, s).axes, ir.INTERMEDIATE),
-                           [s], span=span, stmt=stmt)
-        new_args = list(args)
-        new_args[i] = soft
-        out = ir.type_of(g, contract)
-        if out.axes != ir.type_of(g, n).axes:
-            return False
-        new = ir.add_node(g, ir.op(g, contract), out, new_args, span=span, stmt=stmt)
-        _replace(g, n, new)
-        return True
-    return False
-
-
-def _variance(g: DiGraph, n: int) -> bool:
-    if not _is(g, n, ir.Reduce, "mean"):
-        return False
-    sq = through(g, ir.operands(g, n)[0])
-    if not _is(g, sq, ir.Map, "mul"):
-        return False
-    a, b = (through(g, x) for x in ir.operands(g, sq))
-    if not same_values(g, a, b) or not _is(g, a, ir.Map, "sub"):
-        return False
-    x, mu = ir.operands(g, a)
-    mu = through(g, mu)
-    axes = ir.op(g, n).axes
-    if not _is(g, mu, ir.Reduce, "mean") or set(ir.op(g, mu).axes) != set(axes):
-        return False
-    if not same_values(g, ir.operands(g, mu)[0], x):
-        return False
-    new = ir.add_node(g, ir.Reduce("var", axes), ir.type_of(g, n), [x],
-                      span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
-    _replace(g, n, new)
-    return True
 
 
 NESTABLE = ("sum", "max", "min", "mean", "logsumexp")   # f[A B] = f[A](f[B]) for these
@@ -378,13 +296,3 @@ def _summed_product(g: DiGraph, n: int) -> bool:
                          span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
     _replace(g, n, result)
     return True
-
-
-def _replace(g: DiGraph, old: int, new: int) -> None:
-    """Point every consumer of `old` at `new`, then drop `old`."""
-    for _, consumer, data in list(g.out_edges(old, data=True)):
-        if g.has_edge(new, consumer):
-            g.edges[new, consumer]["ports"] += data["ports"]
-        else:
-            g.add_edge(new, consumer, array=ir.type_of(g, new), ports=data["ports"])
-    g.remove_node(old)
