@@ -33,6 +33,7 @@ def test_a_scaled_mask_skips_chunks(scale):
     assert kp.cost.computed < 0.6, kp.cost.computed
 
 
+@pytest.mark.thorough       # (g++ builds the kernel: about 2.5 CPU-s)
 def test_a_scaled_mask_emulated_where_chunks_are_skipped(within_budget):
     d = napkin.load(TEXT.replace("SCALE", "/ 4"))
     shape = {"b": 1, "h": 2, "q": 70, "x": 70}
