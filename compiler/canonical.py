@@ -207,16 +207,19 @@ def _written_softmax(g: DiGraph, n: int) -> None:
     _replace(g, n, new)
 
 
-def _factors(g: DiGraph, n: int) -> list[int]:
-    """The factors of a product (through names and products of floats; a name with a
+def _factors(g: DiGraph, n: int, inverse: bool = False) -> list[tuple[int, bool]]:
+    """The factors of a product, each with whether it divides (through names, products and
+    quotients of floats: `X / sqrt(v) * g` is X, sqrt(v) dividing, g; a name with a
     declared storage dtype, or anything else, is one factor)."""
     m = n
     while isinstance(ir.op(g, m), ir.Assign) and ir.op(g, m).dtype is None and \
             ir.type_of(g, m).axes == ir.type_of(g, ir.operands(g, m)[0]).axes:
         m = ir.operands(g, m)[0]
-    if _is(g, m, ir.Map, "mul") and ir.kind_of_dtype(ir.type_of(g, m).dtype) == "float":
-        return [f for a in ir.operands(g, m) for f in _factors(g, a)]
-    return [m]
+    if ir.kind_of_dtype(ir.type_of(g, m).dtype) == "float" and \
+            (_is(g, m, ir.Map, "mul") or _is(g, m, ir.Map, "div")):
+        a, b = ir.operands(g, m)
+        return _factors(g, a, inverse) + _factors(g, b, inverse != _is(g, m, ir.Map, "div"))
+    return [(m, inverse)]
 
 
 def _own_view(g: DiGraph, f: int, span, stmt) -> int:
@@ -235,7 +238,8 @@ def _within(t: ir.ArrayType, axes: set) -> ir.ArrayType:
 
 def _hoisted(g: DiGraph, n: int) -> bool:
     """contract[K](A, B) where A (or B) is a product with factors that lack every axis of K
-    becomes contract[K](the other factors, B) times those factors."""
+    becomes contract[K](the other factors, B) times those factors (divided by those that
+    divide: `X / sqrt(v)`; the first kept factor multiplies)."""
     if not _is(g, n, ir.Contract) or normalised(g, n):
         return False
     op, out = ir.op(g, n), ir.type_of(g, n)
@@ -243,17 +247,17 @@ def _hoisted(g: DiGraph, n: int) -> bool:
     args = ir.operands(g, n)
     for i, arg in enumerate(args):
         factors = _factors(g, arg)
-        kept = [f for f in factors if set(ir.type_of(g, f).axes) & set(op.axes)]
-        left = [f for f in factors if f not in kept]
-        if not left or not kept or not all(set(ir.type_of(g, f).axes) <= set(out.axes)
-                                           for f in left):
+        kept = [(f, d) for f, d in factors if set(ir.type_of(g, f).axes) & set(op.axes)]
+        left = [(f, d) for f, d in factors if (f, d) not in kept]
+        if not left or not kept or kept[0][1] or not all(
+                set(ir.type_of(g, f).axes) <= set(out.axes) for f, _ in left):
             continue
         axes = ir.type_of(g, arg).axes
-        kept, left = ([_own_view(g, f, span, stmt) for f in fs] for fs in (kept, left))
-        product = kept[0]
-        for f in kept[1:]:          # the kept factors' product, over their axes (arg's order)
+        kept, left = ([(_own_view(g, f, span, stmt), d) for f, d in fs] for fs in (kept, left))
+        product = kept[0][0]
+        for f, d in kept[1:]:       # the kept factors' product, over their axes (arg's order)
             have = set(ir.type_of(g, product).axes) | set(ir.type_of(g, f).axes)
-            product = ir.add_node(g, ir.Map("mul"), ir.ArrayType(
+            product = ir.add_node(g, ir.Map("div" if d else "mul"), ir.ArrayType(
                 tuple(a for a in axes if a in have), ir.INTERMEDIATE), [product, f],
                 span=span, stmt=stmt)
         new_args = list(args)
@@ -262,10 +266,10 @@ def _hoisted(g: DiGraph, n: int) -> bool:
         # the only one with some: `sum[l](E0[i] * l)` is `sum[l](l) * E0[i]`)
         have = {a for m in new_args for a in ir.type_of(g, m).axes}
         result = ir.add_node(g, op, _within(out, have), new_args, span=span, stmt=stmt)
-        for f in left:
+        for f, d in left:
             have |= set(ir.type_of(g, f).axes)
-            result = ir.add_node(g, ir.Map("mul"), _within(out, have), [result, f], span=span,
-                                 stmt=stmt)
+            result = ir.add_node(g, ir.Map("div" if d else "mul"), _within(out, have),
+                                 [result, f], span=span, stmt=stmt)
         _replace(g, n, result)
         return True
     return False
