@@ -80,13 +80,20 @@ def softmax(g: DiGraph, n: int) -> bool:
 
 
 def variance(g: DiGraph, n: int) -> bool:
-    """mean[c]((X - mean[c](X)) * (X - mean[c](X))) as Welford's var[c](X), in place."""
+    """mean[c]((X - mean[c](X)) * (X - mean[c](X))) (or `** 2`, `pow(., 2)`) as Welford's
+    var[c](X), in place."""
     if not is_op(g, n, ir.Reduce, "mean"):
         return False
     sq = through(g, ir.operands(g, n)[0])
-    if not is_op(g, sq, ir.Map, "mul"):
+    if is_op(g, sq, ir.Map, "pow"):         # D ** 2, pow(D, 2)
+        base, power = ir.operands(g, sq)
+        if not is_op(g, through(g, power), ir.Const) or ir.op(g, through(g, power)).value != 2:
+            return False
+        a = b = through(g, base)
+    elif is_op(g, sq, ir.Map, "mul"):
+        a, b = (through(g, x) for x in ir.operands(g, sq))
+    else:
         return False
-    a, b = (through(g, x) for x in ir.operands(g, sq))
     if not same_values(g, a, b) or not is_op(g, a, ir.Map, "sub"):
         return False
     x, mu = ir.operands(g, a)
