@@ -86,8 +86,12 @@ def through_names(g, n: int) -> int:
 
 
 def masked_by(g, n: int, identity: float):
-    """The condition node when n is where(cond, e, identity) (through names and a positive
-    scale, which keeps 0 and -inf: `where(x <= q, S, -inf) / 8`), else None."""
+    """The condition node outside of which n is `identity`: n is where(cond, e, identity)
+    (through names and a positive scale, which keeps 0 and -inf: `where(x <= q, S, -inf) /
+    8`), or for -inf a term of it (`S + where(x <= q, 0, -inf)`, for finite other terms:
+    _minus_infinity_unless), else None."""
+    if identity == -math.inf:
+        return _minus_infinity_unless(g, n)
     n = unscaled(g, n)
     op = ir.op(g, n)
     if isinstance(op, ir.Map) and op.fn == "where":
@@ -165,13 +169,8 @@ def _minus_infinity_unless(g, n: int):
     if op.fn in ("add", "sub"):
         return _either(_minus_infinity_unless(g, args[0]), lambda: (
             _minus_infinity_unless(g, args[1]) if op.fn == "add" else None))
-    if op.fn in ("mul", "div"):
-        c = constant(g, args[1])
-        if c is not None and math.isfinite(c) and c > 0:
-            return _minus_infinity_unless(g, args[0])
-        c = constant(g, args[0])
-        if op.fn == "mul" and c is not None and math.isfinite(c) and c > 0:
-            return _minus_infinity_unless(g, args[1])
+    if op.fn in ("mul", "div") and unscaled(g, n) != n:
+        return _minus_infinity_unless(g, unscaled(g, n))
     return None
 
 
@@ -367,8 +366,9 @@ def softmax_scale(g, soft: int) -> int | None:
     (codegen/flash.py) and the issue model charges it nothing (compiler/issue.py). None when
     the argument is anything else (a bias added, a cap)."""
     arg = through_names(g, ir.operands(g, soft)[0])
-    if masked_by(g, arg, -math.inf) is not None:
-        arg = through_names(g, ir.operands(g, unscaled(g, arg))[1])
+    inner = unscaled(g, arg)
+    if masked_by(g, inner, -math.inf) is not None and ir.op(g, inner) == ir.Map("where"):
+        arg = through_names(g, ir.operands(g, inner)[1])
     op = ir.op(g, arg)
     if not isinstance(op, ir.Map) or op.fn not in ("mul", "div"):
         return None
