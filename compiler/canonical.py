@@ -51,6 +51,7 @@ from .graph import DiGraph, ancestors
 
 from . import ir
 from .local_merge import chains_of
+from .masking import constant
 from .merge import merge_axes
 from .reach import normalised
 from .rename import store_renamed
@@ -72,7 +73,7 @@ def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True,
         changed = False
         for n in ir.order(g):
             if n in g and (_summed_product(g, n) or _softmax(g, n) or _variance(g, n) or
-                           _logsumexp(g, n) or
+                           _logsumexp(g, n) or _constant_last(g, n) or
                            (nest or not chains_of(g, n, keep)) and _hoisted(g, n)):
                 changed = True
                 break
@@ -205,6 +206,53 @@ def _written_softmax(g: DiGraph, n: int) -> None:
     new = zero_where(total, 0.0, layout, add(ir.Map("div"), layout, [e, total]))
     assert ir.type_of(g, n).axes == layout
     _replace(g, n, new)
+
+
+_NEGATED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
+
+
+def _constant_last(g: DiGraph, n: int) -> bool:
+    """where(not c, a, b) becomes where(c, b, a), and where(c, k, e) with k a constant and e
+    not becomes where(c', e, k), c' the negation of c where it has one without `not`
+    (_negation): a mask reads `where(cond, S, -inf)` however it was written (`where(x > q,
+    -inf, S)`), and chunks outside it are skipped (masking.py)."""
+    if not _is(g, n, ir.Map, "where"):
+        return False
+    c, a, b = ir.operands(g, n)
+    at = dict(span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
+    if _is(g, through(g, c), ir.Map, "not"):
+        args = [ir.operands(g, through(g, c))[0], b, a]
+    elif constant(g, through(g, a)) is not None and constant(g, through(g, b)) is None:
+        neg = _negation(g, c, at)
+        if neg is None:
+            return False
+        args = [neg, b, a]
+    else:
+        return False
+    _replace(g, n, ir.add_node(g, ir.Map("where"), ir.type_of(g, n), args, **at))
+    return True
+
+
+def _negation(g: DiGraph, c: int, at: dict) -> int | None:
+    """A node for `not c`: a comparison of integers (indices, sizes, integer data) flipped,
+    `and` and `or` by De Morgan, `not e` as e; None otherwise (floats: NaN compares false
+    both ways)."""
+    c = through(g, c)
+    op, args = ir.op(g, c), ir.operands(g, c)
+    if not isinstance(op, ir.Map):
+        return None
+    if op.fn == "not":
+        return args[0]
+    if op.fn in _NEGATED and all(ir.kind_of_dtype(ir.type_of(g, u).dtype) == "int"
+                                 for u in args):
+        return ir.add_node(g, ir.Map(_NEGATED[op.fn]), ir.type_of(g, c), list(args), **at)
+    if op.fn in ("and", "or"):
+        parts = [_negation(g, u, at) for u in args]
+        if None in parts:
+            return None
+        return ir.add_node(g, ir.Map("or" if op.fn == "and" else "and"), ir.type_of(g, c),
+                           parts, **at)
+    return None
 
 
 def _factors(g: DiGraph, n: int, inverse: bool = False) -> list[tuple[int, bool]]:
