@@ -295,7 +295,10 @@ def _hoisted(g: DiGraph, n: int) -> bool:
     args = ir.operands(g, n)
     for i, arg in enumerate(args):
         factors = _factors(g, arg)
-        kept = [(f, d) for f, d in factors if set(ir.type_of(g, f).axes) & set(op.axes)]
+        # (a scalar stays inside: the backward's `dS / sqrt(size(d))` or `dS * 0.125` feeds
+        # dQ and dK, and taken out of both it parted the chain that computes them together)
+        kept = [(f, d) for f, d in factors if set(ir.type_of(g, f).axes) & set(op.axes)
+                or not ir.type_of(g, f).axes]
         left = [(f, d) for f, d in factors if (f, d) not in kept]
         if not left or not kept or kept[0][1] or not all(
                 set(ir.type_of(g, f).axes) <= set(out.axes) for f, _ in left):
