@@ -73,7 +73,7 @@ def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True,
         changed = False
         for n in ir.order(g):
             if n in g and (_summed_product(g, n) or _softmax(g, n) or _variance(g, n) or
-                           _logsumexp(g, n) or _constant_last(g, n) or
+                           _logsumexp(g, n) or _constant_last(g, n) or _abs_bound(g, n) or
                            (nest or not chains_of(g, n, keep)) and _hoisted(g, n)):
                 changed = True
                 break
@@ -230,6 +230,29 @@ def _constant_last(g: DiGraph, n: int) -> bool:
     else:
         return False
     _replace(g, n, ir.add_node(g, ir.Map("where"), ir.type_of(g, n), args, **at))
+    return True
+
+
+def _abs_bound(g: DiGraph, n: int) -> bool:
+    """`abs(a) < b` of integers becomes `a < b and -a < b` (`<=`, and `b > abs(a)`, alike):
+    a window both ways (`abs(q - x) < 128`) reads as the comparisons chunk skipping tests
+    (masking.py)."""
+    op = ir.op(g, n)
+    if not isinstance(op, ir.Map) or op.fn not in _NEGATED:
+        return False
+    a, b = ir.operands(g, n)
+    fn = op.fn
+    if op.fn in ("gt", "ge"):           # b > abs(a) is abs(a) < b
+        a, b, fn = b, a, {"gt": "lt", "ge": "le"}[op.fn]
+    if not _is(g, through(g, a), ir.Map, "abs") or fn not in ("lt", "le"):
+        return False
+    (e,) = ir.operands(g, through(g, a))
+    if any(ir.kind_of_dtype(ir.type_of(g, u).dtype) != "int" for u in (e, b)):
+        return False
+    at = dict(span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
+    neg = ir.add_node(g, ir.Map("neg"), ir.type_of(g, e), [e], **at)
+    parts = [ir.add_node(g, ir.Map(fn), ir.type_of(g, n), [u, b], **at) for u in (e, neg)]
+    _replace(g, n, ir.add_node(g, ir.Map("and"), ir.type_of(g, n), parts, **at))
     return True
 
 
