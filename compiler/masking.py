@@ -308,7 +308,7 @@ def describe(expr) -> tuple[str, bool]:
         return (str(int(v)) if float(v).is_integer() else repr(v)), False
     if kind == "neg":
         inner, left = describe(expr[1])
-        return f"-{inner}", left
+        return (f"-({inner})" if " " in inner else f"-{inner}"), left
     if kind == "cut":
         return describe(expr[1])
     if kind == "data":
@@ -318,8 +318,11 @@ def describe(expr) -> tuple[str, bool]:
     shown = [t for t, _ in parts if t]
     if kind == "and" and len(shown) == 1:
         return shown[0], left
-    inner = f" {_SHOWN[kind]} ".join(f"({t})" if kind in ("and", "or") and " " in t else t
-                                     for t in shown)
+    # a compound operand in parentheses where it binds: and/or, a product, a difference's
+    # right side (`q - (size(q) - 5)` read `q - size(q) - 5`)
+    inner = f" {_SHOWN[kind]} ".join(
+        f"({t})" if " " in t and (kind in ("and", "or", "mul") or kind == "sub" and i) else t
+        for i, t in enumerate(shown))
     return inner, left
 
 

@@ -73,3 +73,15 @@ def test_a_mask_however_written_emulated_where_chunks_are_skipped(spelling, with
     assert p.kernels[0].model.mask is not None
     inputs = random_inputs(d, shape, 9)
     within_budget(d, inputs, run_plan(p, inputs, shape), p)
+
+
+def test_explain_writes_a_compound_operand_in_parentheses():
+    """masking.describe wrote `x <= q - (size(q) - 5)` as `x <= q - size(q) - 5` and
+    `-(q - x)` as `-q - x`: other masks than the diagram's."""
+    from napkin.compiler.masking import describe
+    q, x, size = ("index", "q"), ("index", "x"), ("size", "q")
+    five = ("const", 5.0)
+    assert describe(("le", x, ("sub", q, ("sub", size, five))))[0] == "x <= q - (size(q) - 5)"
+    assert describe(("lt", ("neg", ("sub", q, x)), five))[0] == "-(q - x) < 5"
+    assert describe(("le", x, ("mul", ("const", 2.0), ("add", q, five))))[0] == "x <= 2 * (q + 5)"
+    assert describe(("le", x, ("add", ("sub", q, five), size)))[0] == "x <= q - 5 + size(q)"
