@@ -69,7 +69,9 @@ class FlashLowering(MmaLowering):
             b.emit(P.Decl("const float", "qkl", f"qks * {LOG2E}"))
             self.log2e = "qkl"
         kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head, s.k))
-        vt = self._tile(s.v, self._columns(), self.chunked(s.red))
+        # V read from K's own array (`softmax[x](Q * X) * X`), the whole head: K's tile
+        shared = kt if s.v == s.k and not self._tiled() else None
+        vt = self._tile(s.v, self._columns(), self.chunked(s.red), shared)
         # a chunk the diagram's mask hides from every row of the block is neither copied nor
         # computed (causal)
         span = masks.chunk_span(self, [s.out], {s.out: "pair"}, self.wm * self.wn * 32, s.red,
@@ -86,7 +88,7 @@ class FlashLowering(MmaLowering):
             self._softmax(fm, chunk, dv)
             self._weighted(vt, fm, chunk, dv)
         # full chunks in the loop, with no bounds test per score; a partial last one after it
-        self._pipeline([kt, vt], compute, None if span and span.band else skip, peel=True,
+        self._pipeline([kt] if shared else [kt, vt], compute, None if span and span.band else skip, peel=True,
                        span=(span.first, span.end) if span else None)
         self._place_lane_rows()     # (where the key loop read them)
         self._finish(fm, dv)

@@ -82,11 +82,12 @@ class SharedTiles:
         extent = size if node is None else headpad.extent(self.site, node, axis, size)
         return TileAxis(axis, extent, None, f"{{}} < {size}" if extent > size else None)
 
-    def _tile(self, n: int, frag: TileAxis, k: TileAxis) -> dict:
+    def _tile(self, n: int, frag: TileAxis, k: TileAxis, buffer: dict | None = None) -> dict:
         """A shared tile of operand n over a fragment axis and the mma's k axis: [outer]
         [pitch], inner the one of the two that is contiguous in the array, in the layout the
         schedule gives it (swizzled, plain or padded rows); `stages` of it when it holds a
-        chunk (the pipeline), declared once per kernel."""
+        chunk (the pipeline), declared once per kernel; or, given `buffer` (a tile of the
+        same array in the same layout: attention's K read again as V), that one's memory."""
         axes = ir.type_of(self.g, n).axes
         inner, outer = (frag, k) if position(axes, frag.name) > axes.index(k.name) else (k, frag)
         layout = self.kp.schedule.layout(n, (outer.name, inner.name))
@@ -99,10 +100,13 @@ class SharedTiles:
         # (compiler/tensorcore._rounded): the tile holds the product's dtype
         convert = dtype != self.site.dtype
         dtype = self.site.dtype
-        name = f"sm{len(self.smem)}"
         count = layout.count
         stages = self.kp.schedule.stages if CHUNK in (inner.origin, outer.origin) else 1
         ctype = cexpr.CTYPE[dtype]
+        if buffer is not None:
+            assert (buffer["node"], buffer["layout"], buffer["stages"]) == (n, layout, stages)
+            return {**buffer, "inner": inner, "outer": outer, "k": k.name}
+        name = f"sm{len(self.smem)}"
         self.smem.append(P.SharedBuffer(name, ctype, staging.next_offset(self.smem),
                                         str(count * stages)))
         self.smem_terms.append((count * stages * 2,))

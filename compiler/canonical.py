@@ -3,7 +3,8 @@
 - Softmax written out (`m = max[x](S)`, `E = exp(S - m)`, `l = sum[x](E)`, then
   `E / l` or `E * V / l`) becomes `softmax[x](S)` (contracted with `V`), so
   `attention_manual` fuses and plans exactly like `attention`.
-- `mean[c]((X - mean[c](X)) * (X - mean[c](X)))` becomes an internal variance
+- `mean[c]((X - mean[c](X)) * (X - mean[c](X)))` (the difference spelt twice or named
+  once: values.same_values) becomes an internal variance
   reduction of `X` (Welford's accumulator streams it in one pass).
 - A contraction's factors that lack every contracted axis leave the sum
   (`sum[i](N * W)` with `N = X * rsqrt(mean[i](X * X) + eps) * g` is
@@ -50,9 +51,13 @@ from .graph import DiGraph, ancestors
 
 from . import ir
 from .local_merge import chains_of
+from .masking import constant
 from .merge import merge_axes
 from .reach import normalised
 from .rename import store_renamed
+from .values import through  # noqa: F401 (read from here by most passes)
+from .written import is_op as _is, logsumexp as _logsumexp, replace as _replace, \
+    softmax as _softmax, variance as _variance
 
 
 def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True,
@@ -68,6 +73,7 @@ def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True,
         changed = False
         for n in ir.order(g):
             if n in g and (_summed_product(g, n) or _softmax(g, n) or _variance(g, n) or
+                           _logsumexp(g, n) or _constant_last(g, n) or _abs_bound(g, n) or
                            (nest or not chains_of(g, n, keep)) and _hoisted(g, n)):
                 changed = True
                 break
@@ -118,98 +124,6 @@ def dead_code(g: DiGraph) -> DiGraph:
     g.remove_nodes_from([n for n in list(g) if n not in live])
     g.graph["arrays"] = {k: v for k, v in g.graph["arrays"].items() if v in g}
     return g
-
-
-def through(g: DiGraph, n: int) -> int:
-    """The node an array really comes from, looking through named arrays (Assign)."""
-    while isinstance(ir.op(g, n), ir.Assign) and ir.type_of(g, n).axes == \
-            ir.type_of(g, ir.operands(g, n)[0]).axes:
-        n = ir.operands(g, n)[0]
-    return n
-
-
-def _is(g, n, kind, fn=None) -> bool:
-    op = ir.op(g, n)
-    return isinstance(op, kind) and (fn is None or getattr(op, "fn", None) == fn)
-
-
-def _softmax_parts(g: DiGraph, exp_node: int, denominator: int):
-    """(S, axes) when exp_node = exp(S - max[axes](S)) and denominator = sum[axes](exp_node)."""
-    den = through(g, denominator)
-    if not _is(g, den, ir.Reduce, "sum") or through(g, ir.operands(g, den)[0]) != exp_node:
-        return None
-    if not _is(g, exp_node, ir.Map, "exp"):
-        return None
-    sub = through(g, ir.operands(g, exp_node)[0])
-    if not _is(g, sub, ir.Map, "sub"):
-        return None
-    s, mx = ir.operands(g, sub)
-    mx = through(g, mx)
-    axes = ir.op(g, den).axes
-    if not _is(g, mx, ir.Reduce, "max") or set(ir.op(g, mx).axes) != set(axes):
-        return None
-    if through(g, ir.operands(g, mx)[0]) != through(g, s):
-        return None
-    if ir.type_of(g, exp_node).axes != ir.type_of(g, s).axes:
-        return None
-    return s, axes
-
-
-def _softmax(g: DiGraph, n: int) -> bool:
-    if not _is(g, n, ir.Map, "div"):
-        return False
-    num, den = ir.operands(g, n)
-    span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
-    exp_node = through(g, num)
-    parts = _softmax_parts(g, exp_node, den)
-    if parts is not None:  # E / l
-        s, axes = parts
-        new = ir.add_node(g, ir.Softmax(axes), ir.ArrayType(ir.type_of(g, s).axes, ir.INTERMEDIATE),
-                          [s], span=span, stmt=stmt)
-        _replace(g, n, new)
-        return True
-    contract = through(g, num)
-    if not _is(g, contract, ir.Contract):
-        return False
-    args = ir.operands(g, contract)
-    for i, arg in enumerate(args):
-        parts = _softmax_parts(g, through(g, arg), den)
-        if parts is None or not set(parts[1]) <= set(ir.op(g, contract).axes):
-            continue
-        s, axes = parts
-        soft = ir.add_node(g, ir.Softmax(axes), ir.ArrayType(ir.type_of(g, s).axes, ir.INTERMEDIATE),
-                           [s], span=span, stmt=stmt)
-        new_args = list(args)
-        new_args[i] = soft
-        out = ir.type_of(g, contract)
-        if out.axes != ir.type_of(g, n).axes:
-            return False
-        new = ir.add_node(g, ir.op(g, contract), out, new_args, span=span, stmt=stmt)
-        _replace(g, n, new)
-        return True
-    return False
-
-
-def _variance(g: DiGraph, n: int) -> bool:
-    if not _is(g, n, ir.Reduce, "mean"):
-        return False
-    sq = through(g, ir.operands(g, n)[0])
-    if not _is(g, sq, ir.Map, "mul"):
-        return False
-    a, b = (through(g, x) for x in ir.operands(g, sq))
-    if a != b or not _is(g, a, ir.Map, "sub"):
-        return False
-    x, mu = ir.operands(g, a)
-    mu = through(g, mu)
-    axes = ir.op(g, n).axes
-    if not _is(g, mu, ir.Reduce, "mean") or set(ir.op(g, mu).axes) != set(axes):
-        return False
-    if through(g, ir.operands(g, mu)[0]) != through(g, x):
-        return False
-    new = ir.add_node(g, ir.Reduce("var", axes), ir.type_of(g, n), [x],
-                      span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
-    _replace(g, n, new)
-    return True
 
 
 NESTABLE = ("sum", "max", "min", "mean", "logsumexp")   # f[A B] = f[A](f[B]) for these
@@ -294,16 +208,89 @@ def _written_softmax(g: DiGraph, n: int) -> None:
     _replace(g, n, new)
 
 
-def _factors(g: DiGraph, n: int) -> list[int]:
-    """The factors of a product (through names and products of floats; a name with a
+_NEGATED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
+
+
+def _constant_last(g: DiGraph, n: int) -> bool:
+    """where(not c, a, b) becomes where(c, b, a), and where(c, k, e) with k a constant and e
+    not becomes where(c', e, k), c' the negation of c where it has one without `not`
+    (_negation): a mask reads `where(cond, S, -inf)` however it was written (`where(x > q,
+    -inf, S)`), and chunks outside it are skipped (masking.py)."""
+    if not _is(g, n, ir.Map, "where"):
+        return False
+    c, a, b = ir.operands(g, n)
+    at = dict(span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
+    if _is(g, through(g, c), ir.Map, "not"):
+        args = [ir.operands(g, through(g, c))[0], b, a]
+    elif constant(g, through(g, a)) is not None and constant(g, through(g, b)) is None:
+        neg = _negation(g, c, at)
+        if neg is None:
+            return False
+        args = [neg, b, a]
+    else:
+        return False
+    _replace(g, n, ir.add_node(g, ir.Map("where"), ir.type_of(g, n), args, **at))
+    return True
+
+
+def _abs_bound(g: DiGraph, n: int) -> bool:
+    """`abs(a) < b` of integers becomes `a < b and -a < b` (`<=`, and `b > abs(a)`, alike):
+    a window both ways (`abs(q - x) < 128`) reads as the comparisons chunk skipping tests
+    (masking.py)."""
+    op = ir.op(g, n)
+    if not isinstance(op, ir.Map) or op.fn not in _NEGATED:
+        return False
+    a, b = ir.operands(g, n)
+    fn = op.fn
+    if op.fn in ("gt", "ge"):           # b > abs(a) is abs(a) < b
+        a, b, fn = b, a, {"gt": "lt", "ge": "le"}[op.fn]
+    if not _is(g, through(g, a), ir.Map, "abs") or fn not in ("lt", "le"):
+        return False
+    (e,) = ir.operands(g, through(g, a))
+    if any(ir.kind_of_dtype(ir.type_of(g, u).dtype) != "int" for u in (e, b)):
+        return False
+    at = dict(span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
+    neg = ir.add_node(g, ir.Map("neg"), ir.type_of(g, e), [e], **at)
+    parts = [ir.add_node(g, ir.Map(fn), ir.type_of(g, n), [u, b], **at) for u in (e, neg)]
+    _replace(g, n, ir.add_node(g, ir.Map("and"), ir.type_of(g, n), parts, **at))
+    return True
+
+
+def _negation(g: DiGraph, c: int, at: dict) -> int | None:
+    """A node for `not c`: a comparison of integers (indices, sizes, integer data) flipped,
+    `and` and `or` by De Morgan, `not e` as e; None otherwise (floats: NaN compares false
+    both ways)."""
+    c = through(g, c)
+    op, args = ir.op(g, c), ir.operands(g, c)
+    if not isinstance(op, ir.Map):
+        return None
+    if op.fn == "not":
+        return args[0]
+    if op.fn in _NEGATED and all(ir.kind_of_dtype(ir.type_of(g, u).dtype) == "int"
+                                 for u in args):
+        return ir.add_node(g, ir.Map(_NEGATED[op.fn]), ir.type_of(g, c), list(args), **at)
+    if op.fn in ("and", "or"):
+        parts = [_negation(g, u, at) for u in args]
+        if None in parts:
+            return None
+        return ir.add_node(g, ir.Map("or" if op.fn == "and" else "and"), ir.type_of(g, c),
+                           parts, **at)
+    return None
+
+
+def _factors(g: DiGraph, n: int, inverse: bool = False) -> list[tuple[int, bool]]:
+    """The factors of a product, each with whether it divides (through names, products and
+    quotients of floats: `X / sqrt(v) * g` is X, sqrt(v) dividing, g; a name with a
     declared storage dtype, or anything else, is one factor)."""
     m = n
     while isinstance(ir.op(g, m), ir.Assign) and ir.op(g, m).dtype is None and \
             ir.type_of(g, m).axes == ir.type_of(g, ir.operands(g, m)[0]).axes:
         m = ir.operands(g, m)[0]
-    if _is(g, m, ir.Map, "mul") and ir.kind_of_dtype(ir.type_of(g, m).dtype) == "float":
-        return [f for a in ir.operands(g, m) for f in _factors(g, a)]
-    return [m]
+    if ir.kind_of_dtype(ir.type_of(g, m).dtype) == "float" and \
+            (_is(g, m, ir.Map, "mul") or _is(g, m, ir.Map, "div")):
+        a, b = ir.operands(g, m)
+        return _factors(g, a, inverse) + _factors(g, b, inverse != _is(g, m, ir.Map, "div"))
+    return [(m, inverse)]
 
 
 def _own_view(g: DiGraph, f: int, span, stmt) -> int:
@@ -322,7 +309,8 @@ def _within(t: ir.ArrayType, axes: set) -> ir.ArrayType:
 
 def _hoisted(g: DiGraph, n: int) -> bool:
     """contract[K](A, B) where A (or B) is a product with factors that lack every axis of K
-    becomes contract[K](the other factors, B) times those factors."""
+    becomes contract[K](the other factors, B) times those factors (divided by those that
+    divide: `X / sqrt(v)`; the first kept factor multiplies)."""
     if not _is(g, n, ir.Contract) or normalised(g, n):
         return False
     op, out = ir.op(g, n), ir.type_of(g, n)
@@ -330,17 +318,20 @@ def _hoisted(g: DiGraph, n: int) -> bool:
     args = ir.operands(g, n)
     for i, arg in enumerate(args):
         factors = _factors(g, arg)
-        kept = [f for f in factors if set(ir.type_of(g, f).axes) & set(op.axes)]
-        left = [f for f in factors if f not in kept]
-        if not left or not kept or not all(set(ir.type_of(g, f).axes) <= set(out.axes)
-                                           for f in left):
+        # (a scalar stays inside: the backward's `dS / sqrt(size(d))` or `dS * 0.125` feeds
+        # dQ and dK, and taken out of both it parted the chain that computes them together)
+        kept = [(f, d) for f, d in factors if set(ir.type_of(g, f).axes) & set(op.axes)
+                or not ir.type_of(g, f).axes]
+        left = [(f, d) for f, d in factors if (f, d) not in kept]
+        if not left or not kept or kept[0][1] or not all(
+                set(ir.type_of(g, f).axes) <= set(out.axes) for f, _ in left):
             continue
         axes = ir.type_of(g, arg).axes
-        kept, left = ([_own_view(g, f, span, stmt) for f in fs] for fs in (kept, left))
-        product = kept[0]
-        for f in kept[1:]:          # the kept factors' product, over their axes (arg's order)
+        kept, left = ([(_own_view(g, f, span, stmt), d) for f, d in fs] for fs in (kept, left))
+        product = kept[0][0]
+        for f, d in kept[1:]:       # the kept factors' product, over their axes (arg's order)
             have = set(ir.type_of(g, product).axes) | set(ir.type_of(g, f).axes)
-            product = ir.add_node(g, ir.Map("mul"), ir.ArrayType(
+            product = ir.add_node(g, ir.Map("div" if d else "mul"), ir.ArrayType(
                 tuple(a for a in axes if a in have), ir.INTERMEDIATE), [product, f],
                 span=span, stmt=stmt)
         new_args = list(args)
@@ -349,19 +340,21 @@ def _hoisted(g: DiGraph, n: int) -> bool:
         # the only one with some: `sum[l](E0[i] * l)` is `sum[l](l) * E0[i]`)
         have = {a for m in new_args for a in ir.type_of(g, m).axes}
         result = ir.add_node(g, op, _within(out, have), new_args, span=span, stmt=stmt)
-        for f in left:
+        for f, d in left:
             have |= set(ir.type_of(g, f).axes)
-            result = ir.add_node(g, ir.Map("mul"), _within(out, have), [result, f], span=span,
-                                 stmt=stmt)
+            result = ir.add_node(g, ir.Map("div" if d else "mul"), _within(out, have),
+                                 [result, f], span=span, stmt=stmt)
         _replace(g, n, result)
         return True
     return False
 
 
 def _summed_product(g: DiGraph, n: int) -> bool:
-    """sum[K](A * B) becomes contract[K](A, B) where A and B are two different loaded arrays
+    """sum[K](A * B) becomes contract[K](A, B) where A and B are two different arrays
     multiplied (floats), both with every axis of K and each with an axis of its own (the
-    einsum spelled out); the product stays where something else reads it."""
+    einsum spelled out: loaded, or computed as the einsum rule's `gelu(A * B) * D` and
+    attention's `sum[x](softmax[x](S) * V)`); the product stays where something else reads
+    it."""
     if not _is(g, n, ir.Reduce, "sum"):
         return False
     (p,) = ir.operands(g, n)
@@ -369,7 +362,7 @@ def _summed_product(g: DiGraph, n: int) -> bool:
         return False
     args = ir.operands(g, p)
     axes = set(ir.op(g, n).axes)
-    if len(args) != 2 or args[0] == args[1] or not all(_loaded(g, a) for a in args):
+    if len(args) != 2 or args[0] == args[1]:
         return False
     a, b = (set(ir.type_of(g, m).axes) for m in args)
     # a matrix product: K in both, and each operand an axis of its own (a row-wise dot
@@ -381,20 +374,3 @@ def _summed_product(g: DiGraph, n: int) -> bool:
                          span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
     _replace(g, n, result)
     return True
-
-
-def _loaded(g: DiGraph, n: int) -> bool:
-    """Whether n is an input, read as it is or through views and gathers of it."""
-    while isinstance(ir.op(g, n), (ir.View, ir.Gather, ir.Assign)):
-        n = ir.operands(g, n)[0]
-    return isinstance(ir.op(g, n), ir.Input)
-
-
-def _replace(g: DiGraph, old: int, new: int) -> None:
-    """Point every consumer of `old` at `new`, then drop `old`."""
-    for _, consumer, data in list(g.out_edges(old, data=True)):
-        if g.has_edge(new, consumer):
-            g.edges[new, consumer]["ports"] += data["ports"]
-        else:
-            g.add_edge(new, consumer, array=ir.type_of(g, new), ports=data["ports"])
-    g.remove_node(old)

@@ -175,7 +175,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     renamed = tuple((n, renames(g, n)) for n in dict.fromkeys((q, k, v))
                     if n not in loads and n not in sources and renames(g, n) in loads)
     read = {n for n in (q, k, v) if n in loads or n in sources} | {n for n, _ in renamed}
-    if len(ir.op(g, scores).axes) != 1 or read != {q, k, v} or len({q, k, v}) != 3:
+    if len(ir.op(g, scores).axes) != 1 or read != {q, k, v} or q in (k, v):
         return "Q, K and V must be loaded arrays (one contracted axis in Q K)"
     dtypes = entered(g, [dict(renamed).get(n, n) for n in (q, k, v)])
     if len(dtypes) != 1 or not dtypes <= {"f16", "bf16"}:

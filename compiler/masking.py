@@ -19,10 +19,9 @@ from .graph import ancestors
 import numpy as np
 
 from . import ir
-from .canonical import through
+from .values import same_values
 
 COMPARISONS = ("lt", "le", "gt", "ge", "eq")
-_ELEMENTWISE = (ir.Map, ir.Const, ir.Index, ir.SizeOf)
 
 
 def chunk_mask(g, st, loads=(), nodes=()) -> tuple | None:
@@ -87,8 +86,13 @@ def through_names(g, n: int) -> int:
 
 
 def masked_by(g, n: int, identity: float):
-    """The condition node when n is where(cond, e, identity) (through names), else None."""
-    n = through_names(g, n)
+    """The condition node outside of which n is `identity`: n is where(cond, e, identity)
+    (through names and a positive scale, which keeps 0 and -inf: `where(x <= q, S, -inf) /
+    8`), or for -inf a term of it (`S + where(x <= q, 0, -inf)`, for finite other terms:
+    _minus_infinity_unless), else None."""
+    if identity == -math.inf:
+        return _minus_infinity_unless(g, n)
+    n = unscaled(g, n)
     op = ir.op(g, n)
     if isinstance(op, ir.Map) and op.fn == "where":
         cond, _, other = ir.operands(g, n)
@@ -96,6 +100,21 @@ def masked_by(g, n: int, identity: float):
         if v is not None and v == identity:
             return cond
     return None
+
+
+def unscaled(g, n: int) -> int:
+    """n through names and products or quotients by positive scalars (_positive_scalar)."""
+    n = through_names(g, n)
+    op = ir.op(g, n)
+    while isinstance(op, ir.Map) and op.fn in ("mul", "div"):
+        a, c = ir.operands(g, n)
+        if op.fn == "mul" and _positive_scalar(g, a):
+            a, c = c, a
+        if not _positive_scalar(g, c):
+            break
+        n = through_names(g, a)
+        op = ir.op(g, n)
+    return n
 
 
 def product_mask(g, n: int):
@@ -150,13 +169,8 @@ def _minus_infinity_unless(g, n: int):
     if op.fn in ("add", "sub"):
         return _either(_minus_infinity_unless(g, args[0]), lambda: (
             _minus_infinity_unless(g, args[1]) if op.fn == "add" else None))
-    if op.fn in ("mul", "div"):
-        c = constant(g, args[1])
-        if c is not None and math.isfinite(c) and c > 0:
-            return _minus_infinity_unless(g, args[0])
-        c = constant(g, args[0])
-        if op.fn == "mul" and c is not None and math.isfinite(c) and c > 0:
-            return _minus_infinity_unless(g, args[1])
+    if op.fn in ("mul", "div") and unscaled(g, n) != n:
+        return _minus_infinity_unless(g, unscaled(g, n))
     return None
 
 
@@ -294,7 +308,7 @@ def describe(expr) -> tuple[str, bool]:
         return (str(int(v)) if float(v).is_integer() else repr(v)), False
     if kind == "neg":
         inner, left = describe(expr[1])
-        return f"-{inner}", left
+        return (f"-({inner})" if " " in inner else f"-{inner}"), left
     if kind == "cut":
         return describe(expr[1])
     if kind == "data":
@@ -304,8 +318,11 @@ def describe(expr) -> tuple[str, bool]:
     shown = [t for t, _ in parts if t]
     if kind == "and" and len(shown) == 1:
         return shown[0], left
-    inner = f" {_SHOWN[kind]} ".join(f"({t})" if kind in ("and", "or") and " " in t else t
-                                     for t in shown)
+    # a compound operand in parentheses where it binds: and/or, a product, a difference's
+    # right side (`q - (size(q) - 5)` read `q - size(q) - 5`)
+    inner = f" {_SHOWN[kind]} ".join(
+        f"({t})" if " " in t and (kind in ("and", "or", "mul") or kind == "sub" and i) else t
+        for i, t in enumerate(shown))
     return inner, left
 
 
@@ -344,24 +361,6 @@ def lse_ops(g, st, lse) -> frozenset:
         out -= read
 
 
-def same_values(g, a: int, b: int) -> bool:
-    """Whether `a` and `b` hold the same values: one node through names, or one elementwise
-    op (the same result axes and dtype; constants by their repr: -0.0 is not 0.0) of
-    operands that do. A gradient's logsumexp of the
-    masked scores, `logsumexp[s](where(s <= t, S, -inf))`, spells again the argument of the
-    forward's `softmax[s](where(s <= t, S, -inf))`: other nodes, the same values. A view
-    (`doc[t]`, a document id read along the queries) by its labels, as an op."""
-    a, b = through(g, a), through(g, b)
-    if a == b:
-        return True
-    op, ta, tb = ir.op(g, a), ir.type_of(g, a), ir.type_of(g, b)
-    if not isinstance(op, _ELEMENTWISE + (ir.View,)) or repr(op) != repr(ir.op(g, b)) or \
-            ta.dtype != tb.dtype or set(ta.axes) != set(tb.axes):
-        return False
-    ua, ub = ir.operands(g, a), ir.operands(g, b)
-    return len(ua) == len(ub) and all(same_values(g, u, v) for u, v in zip(ua, ub))
-
-
 def softmax_scale(g, soft: int) -> int | None:
     """The node `X * c` or `X / c` (c a positive scalar: sizes, positive constants, their
     products, quotients and square roots) that a softmax's argument is, maybe under a mask
@@ -370,8 +369,9 @@ def softmax_scale(g, soft: int) -> int | None:
     (codegen/flash.py) and the issue model charges it nothing (compiler/issue.py). None when
     the argument is anything else (a bias added, a cap)."""
     arg = through_names(g, ir.operands(g, soft)[0])
-    if masked_by(g, arg, -math.inf) is not None:
-        arg = through_names(g, ir.operands(g, arg)[1])
+    inner = unscaled(g, arg)
+    if masked_by(g, inner, -math.inf) is not None and ir.op(g, inner) == ir.Map("where"):
+        arg = through_names(g, ir.operands(g, inner)[1])
     op = ir.op(g, arg)
     if not isinstance(op, ir.Map) or op.fn not in ("mul", "div"):
         return None

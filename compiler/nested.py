@@ -1,8 +1,9 @@
 """Nested reductions as statements of their own: fusion's units are statements, so a
 reduction read inside another reduction of the same statement (`gelu(A * B) * D`,
 `softmax[x](S) * V`, `rmsnorm(X) * W` written in one line) gets a statement, as if the
-user had named it; fusion then puts both back in one kernel or stores the inner result,
-whichever its model predicts faster."""
+user had named it, and so does each of two products side by side (`silu(X * Wg) * (X *
+Wu)`: swiglu in one line); fusion then puts them back in one kernel or stores the inner
+result, whichever its model predicts faster."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ def separate_nested(g: DiGraph) -> DiGraph:
         made: dict = {}         # what a cut inner op computes -> that op
         while True:
             inner = _innermost(g, stmt)
+            inner = _sibling_product(g, stmt) if inner is None else inner
             if inner is None:
                 break
             cut = True
@@ -82,6 +84,15 @@ def _innermost(g: DiGraph, stmt: int) -> int | None:
             seen.add(v)
             todo.extend(g.successors(v))
     return None
+
+
+def _sibling_product(g: DiGraph, stmt: int) -> int | None:
+    """The first of two or more products of `stmt` that no heavy op of it reads (siblings:
+    `silu(X * Wg) * (X * Wu)`), else None: a kernel on the tensor cores runs one matrix
+    product (or an attention, a chain), so each gets a statement and fusion decides."""
+    products = [n for n in ir.order(g) if g.nodes[n]["stmt"] == stmt and _heavy(g, n)
+                and isinstance(ir.op(g, n), ir.Contract)]
+    return products[0] if len(products) > 1 else None
 
 
 def _key(g: DiGraph, n: int, stmt: int):

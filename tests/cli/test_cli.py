@@ -215,6 +215,18 @@ def test_run_takes_schedule_hints(capsys):
     assert "N0604" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("hint, code", [("--split=kk=4", "N0201"), ("--lanes=k=3", "N0304"),
+                                        ("--group=m=0", "N0304"), ("--stream=zz=8", "N0201")])
+def test_run_checks_hints_on_the_reference_backend_too(hint, code, capsys):
+    """The reference backend plans nothing: a misspelt or impossible hint ran without a word
+    (exit 0) where the other backends refused it."""
+    args = ["run", "matmul", "--shape", "m=3,k=5,n=2", hint]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert f"error[{code}]" in err and "help:" in err and "Traceback" not in err
+    assert main(["run", "matmul", "--shape", "m=3,k=5,n=2", "--split=k=2"]) == 0
+
+
 def test_check_refuses_a_split_hint_no_reduction_can_merge(tmp_path, capsys):
     """`napkin check` reads split hints as planning does: N0607 at the hint's line (it said
     `ok` and only explain or run refused it)."""

@@ -1,0 +1,146 @@
+"""Row statistics written out, as one op each (canonical form, compiler/canonical.py):
+softmax (`E / sum[x](E)`, E = exp(S - max[x](S))), the variance (`mean[c](D * D)`, D = X -
+mean[c](X)) and logsumexp (`max[x](S) + log(sum[x](exp(S - max[x](S))))`), each matched
+through names and through values spelt twice (values.same_values). Each rewrite edits the
+graph in place and says whether it did. A fully masked row (max -inf) is NaN written out;
+logsumexp keeps it (+ (m - m)), softmax gives the language's 0 (docs/language.md: left as
+it was, and `napkin run --check` reports the difference)."""
+
+from __future__ import annotations
+
+from .graph import DiGraph
+
+from . import ir
+from .values import same_values, through
+
+
+def is_op(g, n, kind, fn=None) -> bool:
+    """Whether n is an op of type `kind` (and function `fn`)."""
+    op = ir.op(g, n)
+    return isinstance(op, kind) and (fn is None or getattr(op, "fn", None) == fn)
+
+
+def softmax_parts(g: DiGraph, exp_node: int, denominator: int):
+    """(S, axes) when exp_node = exp(S - max[axes](S)) and denominator = sum[axes](exp_node)
+    (each of the same values: the exponentials or the scores spelt again, values.py)."""
+    den = through(g, denominator)
+    if not is_op(g, den, ir.Reduce, "sum") or not same_values(g, ir.operands(g, den)[0], exp_node):
+        return None
+    if not is_op(g, exp_node, ir.Map, "exp"):
+        return None
+    sub = through(g, ir.operands(g, exp_node)[0])
+    if not is_op(g, sub, ir.Map, "sub"):
+        return None
+    s, mx = ir.operands(g, sub)
+    mx = through(g, mx)
+    axes = ir.op(g, den).axes
+    if not is_op(g, mx, ir.Reduce, "max") or set(ir.op(g, mx).axes) != set(axes):
+        return None
+    if not same_values(g, ir.operands(g, mx)[0], s):
+        return None
+    if ir.type_of(g, exp_node).axes != ir.type_of(g, s).axes:
+        return None
+    return s, axes
+
+
+def softmax(g: DiGraph, n: int) -> bool:
+    """E / l or E * V / l (E = exp(S - max[x](S)), l = sum[x](E)) as softmax[x](S), in place."""
+    if not is_op(g, n, ir.Map, "div"):
+        return False
+    num, den = ir.operands(g, n)
+    span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
+    exp_node = through(g, num)
+    parts = softmax_parts(g, exp_node, den)
+    if parts is not None:  # E / l
+        s, axes = parts
+        new = ir.add_node(g, ir.Softmax(axes), ir.ArrayType(ir.type_of(g, s).axes, ir.INTERMEDIATE),
+                          [s], span=span, stmt=stmt)
+        replace(g, n, new)
+        return True
+    contract = through(g, num)
+    if not is_op(g, contract, ir.Contract):
+        return False
+    args = ir.operands(g, contract)
+    for i, arg in enumerate(args):
+        parts = softmax_parts(g, through(g, arg), den)
+        if parts is None or not set(parts[1]) <= set(ir.op(g, contract).axes):
+            continue
+        s, axes = parts
+        soft = ir.add_node(g, ir.Softmax(axes), ir.ArrayType(ir.type_of(g, s).axes, ir.INTERMEDIATE),
+                           [s], span=span, stmt=stmt)
+        new_args = list(args)
+        new_args[i] = soft
+        out = ir.type_of(g, contract)
+        if out.axes != ir.type_of(g, n).axes:
+            return False
+        new = ir.add_node(g, ir.op(g, contract), out, new_args, span=span, stmt=stmt)
+        replace(g, n, new)
+        return True
+    return False
+
+
+def variance(g: DiGraph, n: int) -> bool:
+    """mean[c]((X - mean[c](X)) * (X - mean[c](X))) (or `** 2`, `pow(., 2)`) as Welford's
+    var[c](X), in place."""
+    if not is_op(g, n, ir.Reduce, "mean"):
+        return False
+    sq = through(g, ir.operands(g, n)[0])
+    if is_op(g, sq, ir.Map, "pow"):         # D ** 2, pow(D, 2)
+        base, power = ir.operands(g, sq)
+        if not is_op(g, through(g, power), ir.Const) or ir.op(g, through(g, power)).value != 2:
+            return False
+        a = b = through(g, base)
+    elif is_op(g, sq, ir.Map, "mul"):
+        a, b = (through(g, x) for x in ir.operands(g, sq))
+    else:
+        return False
+    if not same_values(g, a, b) or not is_op(g, a, ir.Map, "sub"):
+        return False
+    x, mu = ir.operands(g, a)
+    mu = through(g, mu)
+    axes = ir.op(g, n).axes
+    if not is_op(g, mu, ir.Reduce, "mean") or set(ir.op(g, mu).axes) != set(axes):
+        return False
+    if not same_values(g, ir.operands(g, mu)[0], x):
+        return False
+    new = ir.add_node(g, ir.Reduce("var", axes), ir.type_of(g, n), [x],
+                      span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
+    replace(g, n, new)
+    return True
+
+
+def replace(g: DiGraph, old: int, new: int) -> None:
+    """Point every consumer of `old` at `new`, then drop `old`."""
+    for _, consumer, data in list(g.out_edges(old, data=True)):
+        if g.has_edge(new, consumer):
+            g.edges[new, consumer]["ports"] += data["ports"]
+        else:
+            g.add_edge(new, consumer, array=ir.type_of(g, new), ports=data["ports"])
+    g.remove_node(old)
+
+
+def logsumexp(g: DiGraph, n: int) -> bool:
+    """m + log(l) (m = max[x](S), l = sum[x](exp(S - m)), either order) as logsumexp[x](S),
+    in place."""
+    if not is_op(g, n, ir.Map, "add"):
+        return False
+    for m, lg in (ir.operands(g, n), ir.operands(g, n)[::-1]):
+        lg = through(g, lg)
+        if not is_op(g, lg, ir.Map, "log"):
+            continue
+        den = through(g, ir.operands(g, lg)[0])
+        if not is_op(g, den, ir.Reduce, "sum"):
+            continue
+        exp_node = through(g, ir.operands(g, den)[0])
+        parts = softmax_parts(g, exp_node, den)
+        if parts is None or not same_values(g, m, ir.operands(g, through(g, ir.operands(
+                g, exp_node)[0]))[1]):
+            continue
+        s, axes = parts
+        at = dict(span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
+        lse = ir.add_node(g, ir.Reduce("logsumexp", axes), ir.type_of(g, n), [s], **at)
+        m = through(g, m)       # + (m - m): NaN where m is infinite, as exp(S - m) is
+        nan = ir.add_node(g, ir.Map("sub"), ir.type_of(g, m), [m, m], **at)
+        replace(g, n, ir.add_node(g, ir.Map("add"), ir.type_of(g, n), [lse, nan], **at))
+        return True
+    return False
