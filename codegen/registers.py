@@ -9,6 +9,8 @@ the index expressions of its woven axes at the point."""
 from __future__ import annotations
 
 from ..compiler import ir
+from ..compiler.model import array_name
+from ..diagrams.diagnostics import error
 from . import accum
 from .builder import Ix
 
@@ -38,6 +40,7 @@ class Registers:
         if entry is None:
             return None
         m, s, extra = entry
+        self._not_whole(n, extra, row)
         if any(row.get(a) is None or row[a].local is None for a in extra):
             return None     # read at another axis's position (a view): not this array's walk
         idx = accum.local_index(self, extra, row)
@@ -48,6 +51,18 @@ class Registers:
         if entry is None:
             return None
         value, extra = entry
+        self._not_whole(n, extra, scope)
         if any(scope.get(a) is None or scope[a].local is None for a in extra):
             return None
         return f"{value}[{accum.local_index(self, extra, scope)}]"
+
+    def _not_whole(self, n: int, extra, scope) -> None:
+        """A held value is never read in a lane's walk of all of the axis the lanes split: each
+        lane holds its share of it only (Model.whole_walks: the planner splits no such axis;
+        the value would be computed again at each position, unpriced)."""
+        walked = [a for a in extra if scope.get(a) is not None and scope[a].whole]
+        if walked:
+            raise error("N0604", f"kernel {self.k.name} splits `{walked[0]}` over lanes, and a "
+                        f"reduction over it nested in another reads `{array_name(self.g, n)}` "
+                        f"at every position of `{walked[0]}`, of which each lane holds its share",
+                        help="split another axis over the lanes (--lanes), or none")

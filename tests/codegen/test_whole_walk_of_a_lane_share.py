@@ -1,17 +1,34 @@
 """A value a CUDA-core thread holds in registers over the lanes' split axis is the lane's
-share of it (accum.extent_of): a walk of that whole axis nested in a loop the lanes already
-share (scalar._walk at step 1) cannot index it. Below, one CUDA-core kernel computes Q (a
-streamed contraction over m, held split over d by the lanes), the scores, O and D; O's loop
-over d walks the lanes, and the scores it computes inside summed Q over the whole of d from
-`st0[j]` (one register per lane: read past its end; D NaN or wrong). Found in self-attention's
-gradient planned at t=s=37 m=24 h=2 (dX, dWq, dWk NaN in the emulator). Now that walk reads Q
-otherwise (its value computed again from its operands). Emulated against float64."""
+share of it (accum.extent_of): a reduction over that axis nested in another over it walks the
+whole axis in each lane (scalar._walk at step 1) and cannot read it. Below, one CUDA-core
+kernel computes Q (a contraction over m), the scores, O and D. Streaming m, Q is the streamed
+reduction held over d; O's scores inside D's walk of d sum Q over all of d, so a split of d
+would compute Q again from X and Wq at every score (fuzz19's probe: self-attention's
+gradient at t=s=37 m=24 h=2 read past the register array, then recomputed Q unpriced). The
+planner decides it once (compiler/lanes.whole_walks: it splits no such axis, the schedule
+refuses one, the lowering checks it), and a reduction without the streamed axis that the
+loop reads is computed once before it (compiler/held_values.py), as the model prices it.
+Emulated against float64 at odd sizes."""
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+
+import pytest
+
 import napkin
+from napkin.codegen.lower import lower
+from napkin.codegen.scalar import Emitter
 from napkin.commands.run import random_inputs
+from napkin.compiler import ir
+from napkin.compiler import model as model_mod
+from napkin.compiler.cost import Choice
+from napkin.compiler.model import kernel_model
 from napkin.compiler.plan import plan
+from napkin.compiler.schedule import SIMT
+from napkin.compiler.variants import with_choices
+from napkin.diagrams.diagnostics import NapkinError
 from napkin.pipeline import run_plan
 from napkin.runtime import compare
 
@@ -28,17 +45,111 @@ O[t h d] = softmax[s](where(s <= t, S, -inf)) * V
 D[t h] = sum[d](dO * O)
 out D: f32
 """
+SIZES = {"t": 37, "s": 37, "m": 24, "h": 2}
+# streaming m (Q its streamed reduction), d split over 16 lanes: what fuzz19's plan did
+SPLIT_D = Choice((("h", 1), ("t", 16)), ("m", 24), (("h", 1), ("t", 1)), ("d", 16))
 
 
-def test_scores_summed_over_a_lane_split_head_inside_its_lanes_loop_match_float64():
+@pytest.fixture(scope="module")
+def planned():
     d = napkin.load(TEXT)
-    sizes = {"t": 37, "s": 37, "m": 24, "h": 2}
-    p = plan(d, "h100", sizes)
-    eqs = p.graph.graph["equations"]
-    (kp,) = p.kernels       # (the case: one kernel, Q held over d split by lanes)
-    assert kp.schedule.split and kp.schedule.split[0] == "d", kp.schedule.split
-    assert {e.name for e in eqs if e.stmt in kp.kernel.equations} >= {"Q", "S", "O", "D"}
-    inputs = random_inputs(d, sizes, 3)
-    out = run_plan(p, inputs, {**sizes, "d": 16})
+    return d, plan(d, "h100", SIZES)
+
+
+def _q(p) -> int:
+    """Q's contraction (the node the model prices and the lowering holds)."""
+    eq = next(e for e in p.graph.graph["equations"] if e.name == "Q")
+    return next(n for n in p.kernels[0].kernel.nodes if p.graph.nodes[n]["stmt"] == eq.stmt
+                and isinstance(ir.op(p.graph, n), ir.Contract))
+
+
+def test_the_planner_splits_no_axis_a_nested_reduction_walks_whole(planned):
+    _, p = planned
+    (kp,) = p.kernels
+    g, q = p.graph, _q(p)
+    by_stream = {a: kernel_model(g, kp.kernel, a) for a in ("m", "s")}
+    assert by_stream["m"].whole_walks == {"d"} and by_stream["m"].held_values == ()
+    assert by_stream["s"].whole_walks == frozenset() and by_stream["s"].held_values == (q,)
+    assert kp.schedule.engine == SIMT and kp.schedule.split[0] not in kp.model.whole_walks
+
+
+def test_a_lanes_split_of_such_an_axis_is_refused(planned):
+    with pytest.raises(NapkinError) as exc:
+        with_choices(planned[1], [SPLIT_D])
+    assert exc.value.code == "N0604" and "nested" in exc.value.diagnostics[0].message
+
+
+def test_the_lowering_checks_the_decision(planned, monkeypatch):
+    """With the decision taken away (whole_walks empty), the lowering refuses to read the
+    lanes' shares of Q in a walk of all of d (it computed Q again there, unpriced)."""
+    monkeypatch.setattr(model_mod, "whole_walks", lambda *a, **k: frozenset())
+    p = with_choices(planned[1], [SPLIT_D])
+    with pytest.raises(NapkinError) as exc:
+        lower(p)
+    assert exc.value.code == "N0604" and "holds its share" in exc.value.diagnostics[0].message
+
+
+def _computed(p) -> Counter:
+    """(kernel, node, inside the streamed loop) -> how often the lowering computes it."""
+    counts, compute = Counter(), Emitter._compute
+
+    def counting(self, n, op, scope):
+        k = getattr(self.ctx, "k", None)
+        counts[(k and k.name, n, bool(getattr(self.ctx, "in_chunk", False)))] += 1
+        return compute(self, n, op, scope)
+    Emitter._compute = counting
+    try:
+        lower(p)
+    finally:
+        Emitter._compute = compute
+    return counts
+
+
+def test_the_kernel_computes_q_once_as_the_model_prices_it(planned):
+    """The model prices Q once (its work over t h d m, times 1, no streamed axis); the
+    lowering computes it once per point of the thread, before the streamed loop over the
+    keys, and never inside it (it computed it at every group of keys: ~s/4 times)."""
+    _, p = planned
+    (kp,) = p.kernels
+    q = _q(p)
+    (work,) = [w for w in kp.model.work if w.node == q]
+    assert work.times == 1 and kp.model.streaming.axis not in work.axes
+    counts = _computed(p)
+    points = math.prod(kp.schedule.thread_tile().values())
+    k = kp.kernel.name
+    assert counts[(k, q, True)] == 0 and counts[(k, q, False)] == points, counts
+    states = {n for n, _ in kp.model.streaming.reducers}     # (never computed again)
+    assert not any(n in states for _, n, _ in counts), counts
+
+
+def test_scores_of_a_held_q_inside_the_keys_loop_match_float64(planned):
+    d, p = planned
+    inputs = random_inputs(d, SIZES, 3)
+    out = run_plan(p, inputs, {**SIZES, "d": 16})
     for name, v in compare.against_reference(d, inputs, out, plan=p).items():
+        assert v.ok, (name, v.message)
+
+
+@pytest.mark.thorough       # (planning the gradient at small sizes: some 20 s a variant)
+@pytest.mark.parametrize("variant", ["causal_proj", "full_proj"])
+def test_self_attentions_gradient_at_small_sizes_computes_what_the_model_prices(variant):
+    """fuzz19's probe: self-attention's gradient planned at t=s=37 m=24 h=2 (d=16) fuses Q,
+    the scores, O, D and dQ into one CUDA-core kernel. No kernel splits an axis of its
+    model's whole_walks over lanes; no CUDA-core kernel computes a held reduction inside its
+    streamed loop or a streamed state again (the model prices each once); emulated against
+    float64."""
+    from ..compiler.self_attention import VARIANTS
+    g = napkin.grad(napkin.load(VARIANTS[variant], d=16))
+    p = plan(g, "h100", SIZES)
+    counts = _computed(p)
+    for kp in p.kernels:
+        assert not kp.schedule.split or kp.schedule.split[0] not in kp.model.whole_walks
+        if kp.schedule.engine != SIMT:
+            continue
+        k, states = kp.kernel.name, {n for n, _ in kp.model.streaming.reducers}
+        assert not any(counts[(k, n, True)] for n in kp.model.held_values), (k, counts)
+        assert not any(m == k and n in states for m, n, _ in counts), (k, counts)
+    inputs = random_inputs(g, SIZES, 3)
+    out = run_plan(p, inputs, {**SIZES, "d": 16}, timeout_s=600)
+    for name, v in compare.against_reference(g, inputs, out, plan=p).items():
         assert v.ok, (name, v.message)
