@@ -17,15 +17,13 @@ from the lane (`lane_offset`), so that
 Where the trips are not static (or too many), the walk stays a loop and every point reads
 its own values, as before. A reduction the plan holds (Model.held_values: without the
 streamed axis, from the kernel's loads) is computed once per block tile before the passes,
-into a register array the emitter finds by node and point (`compute`, registers.py).
+into a register array the emitter finds by node and point (registers.py).
 """
 
 from __future__ import annotations
 
-import math
-
 from ..compiler import ir, lanes
-from . import accum, cexpr
+from . import cexpr
 from . import program as P
 from .builder import Ix
 
@@ -83,10 +81,10 @@ def held_loads(lw) -> list[int]:
 
 
 def hold(lw) -> None:
-    """Compute the held reductions (`compute`), read each held load's values at the thread's
-    points into registers (after the block has staged them), and record their names by node
-    and index (`lw.held`)."""
-    compute(lw)
+    """Compute the held reductions (Registers.compute_held), read each held load's values at
+    the thread's points into registers (after the block has staged them), and record their
+    names by node and index (`lw.held`)."""
+    lw.compute_held()
     for n in held_loads(lw):
         axes = ir.type_of(lw.g, n).axes
         walked = [a for a in axes if a not in lw.woven]
@@ -150,38 +148,3 @@ def loops(lw, axes, scope, fn, roots=()) -> None:
     trips = str(-(-int(size) // w)) if static else (f"({size} + {w - 1}) / {w}" if w > 1 else size)
     lw.b.emit(P.For(k, "0", f"{k} < {trips}", f"++{k}", lw._scoped(body), static, "int"))
 
-
-def compute(lw) -> None:
-    """The reductions the plan holds before the streamed loop (Model.held_values), at each of
-    the thread's points: a register array over their axes but the woven ones (the lane's
-    share of a split one, accum.extent_of), registered where the emitter finds them at every
-    position of the loop, each computed once (the model prices each op once)."""
-    b = lw.b
-    for n in lw.model.held_values:
-        extra = [a for a in ir.type_of(lw.g, n).axes if a not in lw.woven]
-        extent = math.prod(accum.extent_of(lw, a) for a in extra)
-        for pt in lw.points:
-            lw.line(n)
-            array = b.fresh("hv")
-            b.emit(P.Decl("float", array, None, extent))
-
-            def at(scope, array=array):
-                value = lw.emitter.number(n, scope)
-                b.emit(P.Set(f"{array}[{accum.local_index(lw, extra, scope)}]", value))
-            _shares(lw, extra, dict(pt["scope"]), at)
-            lw.register(n, pt["scope"], array, extra)
-
-
-def _shares(lw, axes, scope, fn) -> None:
-    """fn(scope) at each position of `axes` a lane holds (its share of a split axis: from the
-    lane by the lanes' stride, clamped into the axis), with register-array local indices."""
-    if not axes:
-        fn(scope)
-        return
-    a, rest = axes[0], axes[1:]
-    z, size = lw.b.fresh("z"), lw.sizes[a]
-    w = lw.ways if lw.split and lw.split[0] == a else 1
-    at = f"lane + {z} * {w}" if w > 1 else z
-    index = f"({at} < {size} ? {at} : {size} - 1)" if w > 1 else at
-    lw.b.loop(z, "0", str(accum.extent_of(lw, a)), "1",
-              lambda: _shares(lw, rest, {**scope, a: Ix(index, z)}, fn))

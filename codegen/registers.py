@@ -3,20 +3,27 @@
 A reduction finished before the epilogue (`register`) and a streamed softmax's row
 statistics, its max and the reciprocal of its sum (`register_stats`), are register arrays
 over the thread's points along `extra` axes; the scalar emitter asks for them by node and
-scope (`registered`, `softmax_stats`) instead of computing them again. Keys: the node and
-the index expressions of its woven axes at the point."""
+scope (`registered`, `softmax_stats`) instead of computing them again. A reduction the plan
+holds before the streamed loop (Model.held_values) is computed into one there
+(`compute_held`); none is read in a lane's walk of all of the lanes' split axis, which
+holds its share of it only (`_not_whole`, Model.whole_walks). Keys: the node and the index
+expressions of its woven axes at the point."""
 
 from __future__ import annotations
+
+import math
 
 from ..compiler import ir
 from ..compiler.model import array_name
 from ..diagrams.diagnostics import error
 from . import accum
+from . import program as P
 from .builder import Ix
 
 
 class Registers:
-    """Mixed into KernelLowering: needs `g`, `woven`, `registered_values` and `stats`."""
+    """Mixed into KernelLowering: needs `g`, `woven`, `registered_values` and `stats` (and to
+    compute held reductions `b`, `emitter`, `model`, `points`, `sizes`, `split`, `ways`)."""
 
     def _point_key(self, n: int, axes, scope) -> tuple:
         return (n,) + tuple((a, scope[a].expr) for a in axes if a in self.woven)
@@ -66,3 +73,37 @@ class Registers:
                         f"reduction over it nested in another reads `{array_name(self.g, n)}` "
                         f"at every position of `{walked[0]}`, of which each lane holds its share",
                         help="split another axis over the lanes (--lanes), or none")
+
+    def compute_held(self) -> None:
+        """The reductions the plan holds before the streamed loop (Model.held_values), at each
+        of the thread's points: a register array over their axes but the woven ones (the
+        lane's share of a split one, accum.extent_of), registered where the emitter finds
+        them at every position of the loop, each computed once (as the model prices it)."""
+        b = self.b
+        for n in self.model.held_values:
+            extra = [a for a in ir.type_of(self.g, n).axes if a not in self.woven]
+            extent = math.prod(accum.extent_of(self, a) for a in extra)
+            for pt in self.points:
+                self.line(n)
+                array = b.fresh("hv")
+                b.emit(P.Decl("float", array, None, extent))
+
+                def at(scope, array=array):
+                    value = self.emitter.number(n, scope)
+                    b.emit(P.Set(f"{array}[{accum.local_index(self, extra, scope)}]", value))
+                self._shares(extra, dict(pt["scope"]), at)
+                self.register(n, pt["scope"], array, extra)
+
+    def _shares(self, axes, scope, fn) -> None:
+        """fn(scope) at each position of `axes` a lane holds (its share of a split axis: from
+        the lane by the lanes' stride, clamped into the axis), with register-array indices."""
+        if not axes:
+            fn(scope)
+            return
+        a, rest = axes[0], axes[1:]
+        z, size = self.b.fresh("z"), self.sizes[a]
+        w = self.ways if self.split and self.split[0] == a else 1
+        at = f"lane + {z} * {w}" if w > 1 else z
+        index = f"({at} < {size} ? {at} : {size} - 1)" if w > 1 else at
+        self.b.loop(z, "0", str(accum.extent_of(self, a)), "1",
+                    lambda: self._shares(rest, {**scope, a: Ix(index, z)}, fn))
