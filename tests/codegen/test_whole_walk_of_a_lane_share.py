@@ -48,6 +48,9 @@ out D: f32
 SIZES = {"t": 37, "s": 37, "m": 24, "h": 2}
 # streaming m (Q its streamed reduction), d split over 16 lanes: what fuzz19's plan did
 SPLIT_D = Choice((("h", 1), ("t", 16)), ("m", 24), (("h", 1), ("t", 1)), ("d", 16))
+# streaming the keys, d = 12 split over 8 lanes (ragged), two rows a thread
+RAGGED = Choice((("h", 1), ("t", 8)), ("s", 16), (("h", 1), ("t", 2)), ("d", 8))
+ODD = {"t": 33, "s": 29, "m": 17, "h": 3}
 
 
 @pytest.fixture(scope="module")
@@ -122,12 +125,21 @@ def test_the_kernel_computes_q_once_as_the_model_prices_it(planned):
     assert not any(n in states for _, n, _ in counts), counts
 
 
-def test_scores_of_a_held_q_inside_the_keys_loop_match_float64(planned):
-    d, p = planned
-    inputs = random_inputs(d, SIZES, 3)
-    out = run_plan(p, inputs, {**SIZES, "d": 16})
-    for name, v in compare.against_reference(d, inputs, out, plan=p).items():
-        assert v.ok, (name, v.message)
+@pytest.mark.parametrize("head, choice", [(16, None), (12, RAGGED)])
+def test_scores_of_a_held_q_inside_the_keys_loop_match_float64(head, choice):
+    """As planned (d = 16 over 16 lanes), and d = 12 over 8 lanes with two rows a thread
+    (each lane holds 2 of Q's values a row, the last lanes' second past d: clamped, never
+    read), run at two odd shapes."""
+    d = napkin.load(TEXT.replace("axis d = 16", f"axis d = {head}"))
+    p = plan(d, "h100", SIZES)
+    p = with_choices(p, [choice]) if choice else p
+    (kp,) = p.kernels
+    assert kp.model.held_values == (_q(p),) and kp.schedule.split == ("d", 16 if choice is None else 8)
+    for seed, sizes in enumerate((SIZES, ODD)):
+        inputs = random_inputs(d, sizes, seed)
+        out = run_plan(p, inputs, {**sizes, "d": head})
+        for name, v in compare.against_reference(d, inputs, out, plan=p).items():
+            assert v.ok, (sizes, name, v.message)
 
 
 @pytest.mark.thorough       # (planning the gradient at small sizes: some 20 s a variant)
