@@ -15,9 +15,8 @@ from the lane (`lane_offset`), so that
   thread's other points find it in the emitter's cache (KernelLowering.load).
 
 Where the trips are not static (or too many), the walk stays a loop and every point reads
-its own values, as before. A reduction the plan holds (Model.held_values: without the
-streamed axis, from the kernel's loads) is computed once per block tile before the passes,
-into a register array the emitter finds by node and point (registers.py).
+its own values, as before. (A reduction the plan holds, Model.held_values, is computed
+before a pass: Registers.compute_held.)
 """
 
 from __future__ import annotations
@@ -81,10 +80,8 @@ def held_loads(lw) -> list[int]:
 
 
 def hold(lw) -> None:
-    """Compute the held reductions (Registers.compute_held), read each held load's values at
-    the thread's points into registers (after the block has staged them), and record their
-    names by node and index (`lw.held`)."""
-    lw.compute_held()
+    """Read each held load's values at the thread's points into registers (after the block
+    has staged them), and record their names by node and index (`lw.held`)."""
     for n in held_loads(lw):
         axes = ir.type_of(lw.g, n).axes
         walked = [a for a in axes if a not in lw.woven]

@@ -74,25 +74,37 @@ class Registers:
                         f"at every position of `{walked[0]}`, of which each lane holds its share",
                         help="split another axis over the lanes (--lanes), or none")
 
-    def compute_held(self) -> None:
-        """The reductions the plan holds before the streamed loop (Model.held_values), at each
-        of the thread's points: a register array over their axes but the woven ones (the
-        lane's share of a split one, accum.extent_of), registered where the emitter finds
-        them at every position of the loop, each computed once (as the model prices it)."""
+    def compute_held(self, p: int) -> None:
+        """The reductions the plan holds from pass `p` on (Model.held_values), at each of the
+        thread's points: register arrays over their axes but the woven ones (a softmax's: its
+        rows'; the lane's share of a split one, accum.extent_of) of their values (a
+        softmax's: its rows' max and reciprocal sum), registered where the emitter finds them
+        at every position of the loop, each computed once (as the model prices it)."""
         b = self.b
-        for n in self.model.held_values:
-            extra = [a for a in ir.type_of(self.g, n).axes if a not in self.woven]
+        for n, q in self.model.held_values:
+            if q != p:
+                continue
+            op = ir.op(self.g, n)
+            soft = isinstance(op, ir.Softmax)
+            extra = [a for a in ir.type_of(self.g, n).axes
+                     if a not in self.woven and not (soft and a in op.axes)]
             extent = math.prod(accum.extent_of(self, a) for a in extra)
             for pt in self.points:
                 self.line(n)
-                array = b.fresh("hv")
-                b.emit(P.Decl("float", array, None, extent))
+                arrays = [b.fresh("hv") for _ in range(1 + soft)]
+                for array in arrays:
+                    b.emit(P.Decl("float", array, None, extent))
 
-                def at(scope, array=array):
-                    value = self.emitter.number(n, scope)
-                    b.emit(P.Set(f"{array}[{accum.local_index(self, extra, scope)}]", value))
+                def at(scope, arrays=arrays):
+                    values = self.emitter._softmax_row(n, op, ir.operands(self.g, n), scope) \
+                        if soft else (self.emitter.number(n, scope),)
+                    for array, value in zip(arrays, values):
+                        b.emit(P.Set(f"{array}[{accum.local_index(self, extra, scope)}]", value))
                 self._shares(extra, dict(pt["scope"]), at)
-                self.register(n, pt["scope"], array, extra)
+                if soft:
+                    self.register_stats(n, pt["scope"], *arrays, extra)
+                else:
+                    self.register(n, pt["scope"], arrays[0], extra)
 
     def _shares(self, axes, scope, fn) -> None:
         """fn(scope) at each position of `axes` a lane holds (its share of a split axis: from

@@ -51,9 +51,9 @@ def whole_walks(g, kernel, st, held=()) -> frozenset:
     value whole in each lane. The search splits none of these axes, the schedule refuses
     such a split (--lanes), the lowering checks it (codegen/registers.py)."""
     members = set(kernel.nodes)
-    values_of = {n: _held_axes(g, n, stats) for stats, pairs in ((False, st.reducers),
-                                                                 (True, st.stats)) for n, _ in pairs}
-    values_of.update((n, _held_axes(g, n, False)) for n in held)
+    values_of = {n: _held_axes(g, n, stats)
+                 for stats, pairs in ((False, st.reducers), (True, st.stats)) for n, _ in pairs}
+    values_of.update((n, _held_axes(g, n, isinstance(ir.op(g, n), ir.Softmax))) for n in held)
     stops = set(values_of) | set(kernel.loads)
     streamed = {n for n, _ in st.reducers}
     walkers = [n for n in kernel.nodes if isinstance(ir.op(g, n), WALKS)]

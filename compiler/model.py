@@ -19,11 +19,9 @@ from dataclasses import dataclass
 
 from .graph import DiGraph, ancestors
 
-from . import ir
+from . import held_values, ir, lanes
 from .canonical import through
 from .kernels import FusedKernel, is_free, relabelled
-from .held_values import held as held_values
-from .lanes import whole_walks
 from .loop_reads import readers
 from .passes import Streaming, stream
 from .row_runs import COPIED, RUN_BYTES
@@ -127,7 +125,7 @@ class Model:
     padded: tuple = ()          # tensor cores: ((node, axis, extent),) of the heads padded
                                 # in shared memory (headpad.py): a load's tile, a product's
                                 # fragments cover `extent` of the axis (M and tensor work)
-    held_values: tuple = ()     # CUDA cores: reductions held before the loop (held_values.py)
+    held_values: tuple = ()     # CUDA cores: (reduction, pass) held before it (held_values.py)
     whole_walks: frozenset = frozenset()  # ... axes never split over lanes (lanes.whole_walks)
 
 
@@ -259,7 +257,7 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
     online = frozenset(w.node for w in work if direct and w.op in ("logsumexp", "softmax")
                        and direct & ancestors(g, w.node))
     lse = row_logsumexps(g, st) if axis is not None else ()
-    held = held_values(g, k, st)
+    held = held_values.held(g, k, st)
     return Model(k, st, tuple(arrays), tuple(work), k.woven(g), k.reduced(g), k.axes(g),
                  chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None,
                  condition_nodes(g, st, k.loads, k.nodes) if axis is not None else frozenset(),
@@ -272,7 +270,7 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                  fixed=frozenset(a for a, info in g.graph["axes"].items()
                                  if info.size is not None),
                  scans=any(isinstance(ir.op(g, n), ir.Scan) for n in k.nodes),
-                 held_values=held, whole_walks=whole_walks(g, k, st, held))
+                 held_values=held, whole_walks=lanes.whole_walks(g, k, st, [n for n, _ in held]))
 
 
 def _used_over(g: DiGraph, n: int, members: set) -> tuple[str, ...]:

@@ -7,7 +7,8 @@ would compute Q again from X and Wq at every score (fuzz19's probe: self-attenti
 gradient at t=s=37 m=24 h=2 read past the register array, then recomputed Q unpriced). The
 planner decides it once (compiler/lanes.whole_walks: it splits no such axis, the schedule
 refuses one, the lowering checks it), and a reduction without the streamed axis that the
-loop reads is computed once before it (compiler/held_values.py), as the model prices it.
+loop reads is computed once before the pass that reads it (compiler/held_values.py), as the
+model prices it.
 Emulated against float64 at odd sizes."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from napkin.codegen.lower import lower
 from napkin.codegen.scalar import Emitter
 from napkin.commands.run import random_inputs
 from napkin.compiler import ir
-from napkin.compiler import model as model_mod
+from napkin.compiler import lanes
 from napkin.compiler.cost import Choice
 from napkin.compiler.model import kernel_model
 from napkin.compiler.plan import plan
@@ -72,7 +73,7 @@ def test_the_planner_splits_no_axis_a_nested_reduction_walks_whole(planned):
     g, q = p.graph, _q(p)
     by_stream = {a: kernel_model(g, kp.kernel, a) for a in ("m", "s")}
     assert by_stream["m"].whole_walks == {"d"} and by_stream["m"].held_values == ()
-    assert by_stream["s"].whole_walks == frozenset() and by_stream["s"].held_values == (q,)
+    assert by_stream["s"].whole_walks == frozenset() and by_stream["s"].held_values == ((q, 0),)
     assert kp.schedule.engine == SIMT and kp.schedule.split[0] not in kp.model.whole_walks
 
 
@@ -85,7 +86,7 @@ def test_a_lanes_split_of_such_an_axis_is_refused(planned):
 def test_the_lowering_checks_the_decision(planned, monkeypatch):
     """With the decision taken away (whole_walks empty), the lowering refuses to read the
     lanes' shares of Q in a walk of all of d (it computed Q again there, unpriced)."""
-    monkeypatch.setattr(model_mod, "whole_walks", lambda *a, **k: frozenset())
+    monkeypatch.setattr(lanes, "whole_walks", lambda *a, **k: frozenset())
     p = with_choices(planned[1], [SPLIT_D])
     with pytest.raises(NapkinError) as exc:
         lower(p)
@@ -93,18 +94,28 @@ def test_the_lowering_checks_the_decision(planned, monkeypatch):
 
 
 def _computed(p) -> Counter:
-    """(kernel, node, inside the streamed loop) -> how often the lowering computes it."""
-    counts, compute = Counter(), Emitter._compute
+    """(kernel, node, inside the streamed loop) -> how often the lowering computes it (a
+    softmax: its row's statistics, not its probabilities)."""
+    counts, compute, lse = Counter(), Emitter._compute, Emitter._lse
 
-    def counting(self, n, op, scope):
+    def count(self, n):
         k = getattr(self.ctx, "k", None)
         counts[(k and k.name, n, bool(getattr(self.ctx, "in_chunk", False)))] += 1
+
+    def computing(self, n, op, scope):
+        if not isinstance(op, ir.Softmax):
+            count(self, n)
         return compute(self, n, op, scope)
-    Emitter._compute = counting
+
+    def row(self, n, arg, axes, scope):
+        if isinstance(ir.op(self.g, n), ir.Softmax):
+            count(self, n)
+        return lse(self, n, arg, axes, scope)
+    Emitter._compute, Emitter._lse = computing, row
     try:
         lower(p)
     finally:
-        Emitter._compute = compute
+        Emitter._compute, Emitter._lse = compute, lse
     return counts
 
 
@@ -134,7 +145,8 @@ def test_scores_of_a_held_q_inside_the_keys_loop_match_float64(head, choice):
     p = plan(d, "h100", SIZES)
     p = with_choices(p, [choice]) if choice else p
     (kp,) = p.kernels
-    assert kp.model.held_values == (_q(p),) and kp.schedule.split == ("d", 16 if choice is None else 8)
+    assert kp.model.held_values == ((_q(p), 0),)
+    assert kp.schedule.split == ("d", 16 if choice is None else 8)
     for seed, sizes in enumerate((SIZES, ODD)):
         inputs = random_inputs(d, sizes, seed)
         out = run_plan(p, inputs, {**sizes, "d": head})
@@ -147,9 +159,11 @@ def test_scores_of_a_held_q_inside_the_keys_loop_match_float64(head, choice):
 def test_self_attentions_gradient_at_small_sizes_computes_what_the_model_prices(variant):
     """fuzz19's probe: self-attention's gradient planned at t=s=37 m=24 h=2 (d=16) fuses Q,
     the scores, O, D and dQ into one CUDA-core kernel. No kernel splits an axis of its
-    model's whole_walks over lanes; no CUDA-core kernel computes a held reduction inside its
-    streamed loop or a streamed state again (the model prices each once); emulated against
-    float64."""
+    model's whole_walks over lanes; no CUDA-core kernel computes a held reduction, or any
+    reduction without its streamed axis, inside its streamed loop, or a streamed state again
+    (the model prices each once); emulated against
+    float64. (Before, in the plan streaming d, a softmax's statistics over the keys were
+    computed again at each position of d in the two later passes.)"""
     from ..compiler.self_attention import VARIANTS
     g = napkin.grad(napkin.load(VARIANTS[variant], d=16))
     p = plan(g, "h100", SIZES)
@@ -159,8 +173,13 @@ def test_self_attentions_gradient_at_small_sizes_computes_what_the_model_prices(
         if kp.schedule.engine != SIMT:
             continue
         k, states = kp.kernel.name, {n for n, _ in kp.model.streaming.reducers}
-        assert not any(counts[(k, n, True)] for n in kp.model.held_values), (k, counts)
+        assert not any(counts[(k, n, True)] for n, _ in kp.model.held_values), (k, counts)
         assert not any(m == k and n in states for m, n, _ in counts), (k, counts)
+        # inside the loop, no reduction without the streamed axis (the model prices it once)
+        r, ir_ = kp.model.streaming.axis, p.graph
+        assert not [n for m, n, inside in counts if m == k and inside and isinstance(
+            ir.op(ir_, n), (ir.Contract, ir.Reduce, ir.Softmax)) and r not in
+            ir.type_of(ir_, n).axes + ir.op(ir_, n).axes], (k, counts)
     inputs = random_inputs(g, SIZES, 3)
     out = run_plan(p, inputs, {**SIZES, "d": 16}, timeout_s=600)
     for name, v in compare.against_reference(g, inputs, out, plan=p).items():
