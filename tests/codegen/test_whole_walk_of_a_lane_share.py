@@ -200,3 +200,20 @@ def test_the_model_issue_slots_follow_the_kernels_sass(planned):
     row = _module("model_check").kernel_sass(p, made, 0)
     model = dict(p.kernels[0].cost.compute_parts)["issue"]
     assert 1 <= row["static_issue_seconds"] / model <= 4.5, (row, model)
+
+
+@pytest.mark.thorough       # (planning GQA at 37, then two emulated runs: some 20 s)
+def test_the_library_kernel_holding_a_reduction_matches_float64():
+    """The one library kernel that holds a reduction (GQA attention in f32 at 37 on every
+    dynamic axis, streaming d in passes: a value of pass 0's states computed before pass 1),
+    emulated at 5 and 3 against float64 (the fuzz corpus's f32 build, tests/fuzz/plans.py)."""
+    from ..fuzz.plans import library
+    d = library("gqa_attention", "f32")
+    p = plan(d, "h100", {a: 37 for a, s in d.axes.items() if s is None})
+    assert any(kp.model.held_values for kp in p.kernels)
+    for n in (5, 3):
+        sizes = {a: n for a, s in d.axes.items() if s is None}
+        inputs = random_inputs(d, sizes, n)
+        out = run_plan(p, inputs, sizes, timeout_s=600)
+        for name, v in compare.against_reference(d, inputs, out, plan=p).items():
+            assert v.ok, (sizes, name, v.message)
