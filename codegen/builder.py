@@ -12,10 +12,12 @@ from . import program as P
 @dataclass(frozen=True)
 class Ix:
     """An axis position in scope: its C index expression and, when it walks a register
-    array (a whole axis held per thread), the array's local index expression."""
+    array (a whole axis held per thread), the array's local index expression; `whole`: a
+    lane's walk of all of the lanes' split axis, which indexes none (they hold shares)."""
 
     expr: str
     local: str | None = None
+    whole: bool = False
 
 
 class Builder:

@@ -15,7 +15,8 @@ from the lane (`lane_offset`), so that
   thread's other points find it in the emitter's cache (KernelLowering.load).
 
 Where the trips are not static (or too many), the walk stays a loop and every point reads
-its own values, as before.
+its own values, as before. (A reduction the plan holds, Model.held_values, is computed
+before a pass: Registers.compute_held.)
 """
 
 from __future__ import annotations
@@ -143,3 +144,4 @@ def loops(lw, axes, scope, fn, roots=()) -> None:
         lw.b.emit(P.Block(inner))
     trips = str(-(-int(size) // w)) if static else (f"({size} + {w - 1}) / {w}" if w > 1 else size)
     lw.b.emit(P.For(k, "0", f"{k} < {trips}", f"++{k}", lw._scoped(body), static, "int"))
+

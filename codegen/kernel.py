@@ -107,11 +107,11 @@ class KernelLowering(Registers):
         self.lane_read.add(name)
 
     def pinned(self, axes, row) -> bool:
-        """A reduction over the split axis runs per lane where its row (the index expressions
-        of its operands' other axes) differs between the lanes: inside a uniform walk, a view
-        reading it at the lane's own position along the walked axis. Any other reduction
-        nested in a uniform walk is split and merged by shuffles, as outside: every lane makes
-        the walk's trips, and its operands are the same for all of them."""
+        """A reduction over the split axis runs per lane where its row (the index expressions of
+        its operands' other axes) differs between the lanes: inside a uniform walk, a view reading
+        it at the lane's own position along the walked axis. Any other reduction nested in a
+        uniform walk splits and merges by shuffles as outside: every lane makes the walk's trips,
+        with the same operands."""
         return bool(self.split) and self.split[0] in axes and not self.serial and \
             any(self.varies(e) for e in row)
 
@@ -249,6 +249,7 @@ class KernelLowering(Registers):
     # -- streaming passes ------------------------------------------------------------------
     def _pass(self, p: int) -> None:
         b, st, r = self.b, self.st, self.st.axis
+        self.compute_held(p)      # (what the plan holds from this pass on: Model.held_values)
         reducers = [n for n, q in st.reducers if q == p]
         stats = [n for n, q in st.stats if q == p]
         states, leaders = {}, {}     # (a paired softmax's points of one row share m, l)
@@ -324,8 +325,7 @@ class KernelLowering(Registers):
                 accum.finish(self, n, states[(n, pt_i)], pt, merge)
 
     def _copy(self, loads) -> None:
-        """Stage each load's chunk, between barriers (the block's readers of the last chunk
-        done before, every copy done after)."""
+        """Stage each load's chunk between barriers (last chunk's readers before, copies after)."""
         self.b.emit(P.Barrier())
         for n in loads:
             staging.stage(self, n)

@@ -194,14 +194,14 @@ class Emitter(SoftmaxRows):
             return
         var = self.b.fresh("j")
         start, step = self.ctx.walk(a)
-        # a lane's register arrays over the split axis hold its share (accum.extent_of): a
-        # walk of the whole axis (in a loop the lanes already share) indexes none of them
-        local = f"(({var}) / {step})" if step != "1" else None if self.ctx.shares(a) else var
-        shared = step != "1"
+        # a lane's register arrays over the split axis hold its share (accum.extent_of): a walk
+        # of all of it (in a loop the lanes share) indexes none (Model.whole_walks: not planned)
+        whole, shared = step == "1" and self.ctx.shares(a), step != "1"
+        local = f"(({var}) / {step})" if shared else None if whole else var
 
         def inner():
             self.ctx.serial += shared     # nested reductions in a lane-strided loop: per lane
-            self._walk(rest, {**scope, a: Ix(var, local)}, body)
+            self._walk(rest, {**scope, a: Ix(var, local, whole)}, body)
             self.ctx.serial -= shared
         self.b.loop(var, start, self.ctx.size(a), step, inner)
 

@@ -1,14 +1,13 @@
-"""Shared-memory tiles of the tensor-core kernels: the operands' tiles (swizzled, plain or
-padded rows: the schedule's `layouts`, compiler/tilelayout.py) and 4-byte vectors, staged by
-cp.async (codegen/mma.py, flash.py and chain.py copy through these).
+"""Shared-memory tiles of the tensor-core kernels: the operands' tiles (swizzled, plain or padded
+rows: the schedule's `layouts`, compiler/tilelayout.py) and 4-byte vectors, staged by cp.async
+(codegen/mma.py, flash.py and chain.py copy through these).
 
-A tile is a dict built once per kernel (`_tile`, `_vector`) and copied per chunk (`_copy`):
-16 bytes at a time where the rows allow it, else 8 or 4 (rows of a 16-bit array whose
-length is a multiple of 4 or 2 values: compiler/copies.row_widths, which the cost model
-reads too), else one value at a time; zeros outside the arrays. Every position in a tile,
-stored or read by ldmatrix, is `offset`'s. An operand computed as it is staged is
-codegen/computed.py's. `SharedTiles` is a mixin of `MmaLowering`: it reads the lowering's
-graph, names, sizes, schedule, shared buffers and builder.
+A tile is a dict built once per kernel (`_tile`, `_vector`) and copied per chunk (`_copy`): 16
+bytes at a time where the rows allow it, else 8 or 4 (rows of a 16-bit array whose length is a
+multiple of 4 or 2 values: compiler/copies.row_widths, which the cost model reads too), else one
+value at a time; zeros outside the arrays. Every position in a tile, stored or read by ldmatrix, is
+`offset`'s. An operand computed as it is staged is codegen/computed.py's. `SharedTiles`, a mixin of
+`MmaLowering`, reads the lowering's graph, names, sizes, schedule, shared buffers and builder.
 """
 
 from __future__ import annotations
@@ -19,8 +18,7 @@ from ..compiler import copies, headpad, ir, rowsource
 from ..compiler.packing import position
 from ..compiler.rowsource import RowSource
 from ..compiler.tilelayout import VALUES, TileLayout
-from . import cexpr, staging
-from . import program as P
+from . import cexpr, program as P, staging
 from .builder import Ix
 from .indexing import Layout
 
@@ -29,11 +27,9 @@ VALUE_BYTES = 16 // VECTOR      # bytes of a tile's value
 RVECTOR = 4      # f32 values per 16-byte load of a tile rounded as it is staged
 UNROLLED = 8     # copy rounds per thread unrolled whole (more: a loop, as the fallback's 64)
 CHUNK = "chunk"  # a tile axis's origin and bound: the chunk being copied
-# A copy outside the arrays is a cp.async of src-size 0: it writes zeros and reads nothing,
-# so its source address is passed as computed, past the array or not (as Triton's masked
-# async copies do), never dereferenced; the emulator checks that no byte is read there
-# (runtime/emulate: the source is tested only when src-size > 0). Selecting a safe pointer
-# instead cost two SEL and two MOV per copy in the main loop.
+# A copy outside the arrays is a cp.async of src-size 0 (writes zeros, reads nothing): its source is
+# passed as computed and never dereferenced (the emulator checks it; as Triton's masked copies do).
+# A safe pointer's select cost two SEL and two MOV per copy in the main loop.
 SHIFT = VALUES.bit_length() - 1   # log2 of the values in a 16-byte chunk
 
 

@@ -179,7 +179,8 @@ def relabel(model, site):
     work = tuple(replace(w, axes=one(w.axes)) for w in model.work)
     return replace(model, arrays=arrays, work=work, woven=one(model.woven),
                    reduced=one(model.reduced), axes=one(model.axes),
-                   relabelled=frozenset(one(tuple(model.relabelled))), packed=packed)
+                   relabelled=frozenset(one(tuple(model.relabelled))),
+                   whole_walks=frozenset(one(tuple(model.whole_walks))), packed=packed)
 
 
 def expand(axes, model) -> set:

@@ -256,6 +256,10 @@ def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target)
         raise _refuse(name, f"split `{choice.split[0]}` over lanes: a view reads the kernel's "
                       f"values at another axis's position of `{choice.split[0]}`, which another "
                       "lane holds")
+    if choice.split is not None and choice.split[0] in model.whole_walks:
+        raise _refuse(name, f"split `{choice.split[0]}` over lanes: a reduction over it nested "
+                      f"in another walks all of `{choice.split[0]}` in each lane, reading a "
+                      "value the thread holds in registers, of which each lane holds its share")
     if choice.split is not None and choice.split[1] not in SPLIT_WAYS:
         raise _refuse(name, f"split `{choice.split[0]}` over {choice.split[1]} lanes: the lanes "
                       f"of a split merge by warp shuffles (then across warps), so they are one of "

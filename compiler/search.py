@@ -118,7 +118,9 @@ def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bo
         # (an axis a view reads at another's position stays in one lane: kernels.relabelled)
         # (a kernel with a scan splits within a warp: a reduction inside the scan's prefix
         # loop cannot merge warps after a barrier, codegen/accum.merge_warps)
-        splits += [(i, w) for i, a in enumerate(model.reduced) if a not in model.relabelled
+        # (nor one a reduction nested in another over it would walk whole: lanes.whole_walks)
+        splits += [(i, w) for i, a in enumerate(model.reduced)
+                   if a not in model.relabelled and a not in model.whole_walks
                    for w in (_quick_ways(model, sizes, a) if quick else SPLITS)
                    if not model.scans or w <= WARP_LANES]
         if fixed.get("split") and fixed["split"][0] in model.reduced:   # (--lanes: hints.py)

@@ -40,7 +40,7 @@ BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "x", "__syncthreads"
             "fmaxf", "fmaf", "erff", "log1pf", "expm1f", "sinf", "cosf", "floorf", "ceilf",
             "powf", "__any_sync", "__threadfence", "atomicAdd", "__ldcg"}
 GENERATED = re.compile(r"(?:p|n|v|st|sm|acc|cnt|res|j|k|z|e|c|i|pt|pos|ix|tc_|org_|base_|napkin_k|"
-                       r"dlo|dhi|dv|sred|rst|lv|sw|to_|rv|sc|es|hq|ld|pk|pr|xw|xwf)\d+|smm\d+_\d+|"
+                       r"dlo|dhi|dv|sred|rst|lv|sw|to_|rv|sc|es|hq|hv|ld|pk|pr|xw|xwf)\d+|smm\d+_\d+|"
                        r"napkin_last|napkin_tile|xwi|"
                        r"napkin_k\d+f|lse|tv|ut|um|un|ua|"
                        r"e|z|tid|lane|tvalid|nblocks|blk|smem|off|xl|xg|clen|"
