@@ -18,11 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .graph import DiGraph, ancestors
-
 from . import ir
 from .canonical import through
 from .kernels import FusedKernel, is_free, relabelled
-from .loop_reads import readers
 from .passes import Streaming, stream
 from .row_runs import COPIED, RUN_BYTES
 
@@ -178,8 +176,9 @@ def storage_dtype(g: DiGraph, n: int) -> str:
     return t if t in ("f32", "f16", "bf16") else "f32"   # masks are stored as 0.0 / 1.0
 
 
-def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
-    """The model of kernel `k` streaming `axis` (None: nothing streams)."""
+def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> Model:
+    """The model of kernel `k` streaming `axis` (None: nothing streams); `shared`: what
+    model_memo.axis_free(g, k) gave another axis's model of k."""
     st = stream(g, k, axis)
     arrays: list[Array] = []
     load_passes = {n: sum(n in p for p in st.loads) for n in k.loads}
@@ -259,15 +258,16 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
     online = frozenset(w.node for w in work if direct and w.op in ("logsumexp", "softmax")
                        and direct & ancestors(g, w.node))
     lse = row_logsumexps(g, st) if axis is not None else ()
-    return Model(k, st, tuple(arrays), tuple(work), k.woven(g), k.reduced(g), k.axes(g),
+    from .model_memo import axis_free      # (the parts every axis's model shares)
+    woven, reduced, axes, rows, loop_reads = shared or axis_free(g, k)
+    return Model(k, st, tuple(arrays), tuple(work), woven, reduced, axes,
                  chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None,
                  condition_nodes(g, st, k.loads, k.nodes) if axis is not None else frozenset(),
                  relabelled(g, k, (n for n, _ in st.reducers)),
                  softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else None,
                  lse, lse_ops(g, st, lse),
                  extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
-                 rows=copied_rows(g, k), online=online,
-                 loop_reads=readers(g, k, k.reduced(g)),
+                 rows=rows, online=online, loop_reads=loop_reads,
                  fixed=frozenset(a for a, info in g.graph["axes"].items()
                                  if info.size is not None),
                  scans=any(isinstance(ir.op(g, n), ir.Scan) for n in k.nodes))

@@ -9,11 +9,21 @@ from .graph import DiGraph
 
 from .columns import columns
 from .kernels import FusedKernel
-from .model import kernel_model
+from .loop_reads import readers
+from .model import copied_rows, kernel_model
 
 
 _MODELS: OrderedDict = OrderedDict()     # (graph token, kernel, axis) -> (model, columns)
 _MAX_MODELS = 4096
+_AXIS_FREE: OrderedDict = OrderedDict()   # (graph token, kernel) -> model.axis_free's answer
+
+
+def axis_free(g: DiGraph, k: FusedKernel) -> tuple:
+    """The parts of kernel k's model that no streamed axis changes (kernel_model asks them
+    for every axis): its woven, reduced and all axes, the rows its stores copy, the loops'
+    readers."""
+    reduced = k.reduced(g)
+    return k.woven(g), reduced, k.axes(g), copied_rows(g, k), readers(g, k, reduced)
 
 
 def _shared_model(g: DiGraph, graph: int | None, k: FusedKernel, axis: str | None):
@@ -22,7 +32,14 @@ def _shared_model(g: DiGraph, graph: int | None, k: FusedKernel, axis: str | Non
     key = (graph, k.nodes, k.loads, k.stores, axis)
     found = _MODELS.get(key) if graph is not None else None
     if found is None:
-        model = kernel_model(g, k, axis)
+        shared = None
+        if graph is not None:         # (the kernel's other axes' models share these)
+            shared = _AXIS_FREE.get(key[:-1])
+            if shared is None:
+                shared = _AXIS_FREE[key[:-1]] = axis_free(g, k)
+                if len(_AXIS_FREE) > _MAX_MODELS:
+                    _AXIS_FREE.popitem(last=False)
+        model = kernel_model(g, k, axis, shared)
         found = (model, columns(g, model))
         if graph is not None:
             _MODELS[key] = found

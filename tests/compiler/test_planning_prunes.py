@@ -1,8 +1,9 @@
 """Planning skips work whose answer is already known, and plans the same: a tile search whose
 candidates' footprints cannot fit stops before the compute terms (cost.evaluate's
 `fitting`), recomputation stops costing a layout once the launches left reach its bound
-(recompute._floor), and a kernel's boundary reason is made when explain first reads it
-(kernels.Reason). Each is checked against the direct computation."""
+(recompute._floor), a kernel's boundary reason is made when explain first reads it
+(kernels.Reason), and a kernel's models of every streamed axis share what no axis changes
+(model_memo.axis_free). Each is checked against the direct computation."""
 
 from __future__ import annotations
 
@@ -129,3 +130,25 @@ def test_a_reason_compares_by_its_text_and_hashes_nothing():
     assert hash(a) == hash(b) == hash(c) and not made
     assert a == b and a != c and a == fuse.replace(k, why="x")
     assert a.reason == "x" and sorted(made) == ["x", "x", "y"]
+
+
+def test_a_models_axis_free_parts_are_shared_by_its_kernels_models_only():
+    """model_memo keeps what no streamed axis changes (axis_free) per kernel and hands it to
+    each axis's model: the models equal kernel_model's own, also for a kernel with the same
+    nodes and other stores (an overlapping kernel's)."""
+    g = napkin.grad(napkin.load("attention")).ir
+    from napkin.compiler.kernels import fused_kernel, is_free
+    from napkin.compiler.model_memo import _shared_model
+    nodes = {n for k in fuse.unfused_kernels(g) for n in k.nodes}
+    whole = fused_kernel(g, "k?", nodes)
+    inner = [n for n in whole.nodes if n not in whole.stores and not is_free(g, n)]
+    more = fused_kernel(g, "k?", nodes, needed=set(whole.stores) | set(inner[-3:]))
+    assert more.nodes == whole.nodes and more.stores != whole.stores
+    token = ("test", id(g))
+    checked = 0
+    for k in (whole, more, *fuse.unfused_kernels(g)):
+        for axis in (None, *k.reduced(g)):
+            model, _ = _shared_model(g, token, k, axis)
+            assert model == kernel_model(g, k, axis), (k.stores, axis)
+            checked += 1
+    assert checked > 10
