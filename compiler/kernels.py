@@ -139,6 +139,9 @@ class Reason:
     def __repr__(self) -> str:
         return repr(str(self))
 
+    def __reduce__(self):         # (pickled or copied: its text)
+        return str, (str(self),)
+
 
 def fused_kernel(g: DiGraph, name: str, members: set[int], reason: str = "",
                  needed: set[int] | frozenset | None = None,

@@ -21,6 +21,7 @@ from .graph import DiGraph, ancestors
 from . import ir
 from .canonical import through
 from .kernels import FusedKernel, is_free, relabelled
+from .loop_reads import readers
 from .passes import Streaming, stream
 from .row_runs import COPIED, RUN_BYTES
 
@@ -83,38 +84,34 @@ class Model:
     relabelled: frozenset = frozenset()   # axes a view reads at another's position
                                           # (kernels.relabelled: never split over lanes)
     scale: int | None = None    # attention: its softmax's positive scale `Q K / sqrt(d)`
-                                # (masking.softmax_scale), folded into the exponent on
-                                # tensor cores
+                                # (masking.softmax_scale), in the exponent on tensor cores
     lse: tuple[int, ...] = ()   # attention: logsumexp[x] of its softmax's scores, the
                                 # softmax's final state per row (masking.row_logsumexps)
     lse_ops: frozenset = frozenset()    # they and the ops only they read (masking.lse_ops)
-    staged: tuple = ()          # a tensor-core product's operands computed from loads as
-                                # they are staged and its reductions beside it
-                                # (tensorcore.for_site): (node, the axes of its tile, the
-                                # values a lane computes per run: 8 or 1, the loads it
-                                # reads, whether it is an operand: rounded and stored)
+    staged: tuple = ()          # a tensor-core product's operands computed from loads as they
+                                # are staged, its reductions beside it (tensorcore.for_site):
+                                # (node, its tile's axes, values a lane computes per run: 8 or
+                                # 1, the loads it reads, whether it is an operand: rounded, stored)
     direct: frozenset = frozenset()   # ... the loads only those read, from global memory
     extents: tuple = ()         # the axes of every global array the kernel reads or writes
                                 # (index_width.py: its offsets' range)
     rows: tuple = ()            # CUDA cores: (store, axis, width) of the stores copying a row
                                 # of a load, in runs where the thread's tile allows (row_runs)
     across: frozenset = frozenset()   # a chain's products over its rows (chain.Across): the
-                                # stored arrays (their contractions) every block of rows adds
-                                # its partial sum into, with atomics (tensorcore.for_site)
+                                # stored arrays every block of rows adds its partial sum into,
+                                # with atomics (tensorcore.for_site)
     fixed: frozenset = frozenset()    # axes whose size the diagram fixes (the lowering's
                                       # constants: compiler/lanes.py unrolls by them)
-    gathered: frozenset = frozenset()   # attention on tensor cores: the K and V tiles whose
-                                # rows come through computed positions (a paged cache:
-                                # tensorcore._gathered), each copy computing its row's offset
+    gathered: frozenset = frozenset()   # attention on tensor cores: K, V tiles whose rows come
+                                # through computed positions (a paged cache: tensorcore._gathered)
     positions: frozenset = frozenset()  # ... and the loads those positions read (the page
                                 # table's gathers): read per row in the copies, never staged
     loop_reads: tuple = ()      # CUDA cores: (load, the reductions and softmaxes whose loops
                                 # over the row read it, the stores along it) (loop_reads.py)
     online: frozenset = frozenset()   # CUDA cores: the logsumexps and softmaxes whose row
-                                # reads a load from global memory (unstaged): their
-                                # statistics fold in ONE loop (a running max and rescaled
-                                # sum); over staged rows two loops (max, then the sum of
-                                # exponentials: fewer instructions a value) read shared memory
+                                # reads a load from global memory (unstaged): their statistics
+                                # fold in ONE loop (a running max and rescaled sum); over staged
+                                # rows two (max, then the sum of exponentials) read shared memory
     scans: bool = False         # a scan's prefix loop in the kernel (a split stays within
                                 # a warp: codegen/accum.merge_warps)
     packed: tuple = ()          # attention on tensor cores: ((its rows' axis, the axes it
@@ -176,9 +173,13 @@ def storage_dtype(g: DiGraph, n: int) -> str:
     return t if t in ("f32", "f16", "bf16") else "f32"   # masks are stored as 0.0 / 1.0
 
 
+def axis_free(g: DiGraph, k: FusedKernel) -> tuple:
+    """What no streamed axis changes in kernel k's model (model_memo keeps it per kernel)."""
+    return k.woven(g), k.reduced(g), k.axes(g), copied_rows(g, k), readers(g, k, k.reduced(g))
+
+
 def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> Model:
-    """The model of kernel `k` streaming `axis` (None: nothing streams); `shared`: what
-    model_memo.axis_free(g, k) gave another axis's model of k."""
+    """The model of kernel `k` streaming `axis` (None: nothing streams; `shared`: axis_free)."""
     st = stream(g, k, axis)
     arrays: list[Array] = []
     load_passes = {n: sum(n in p for p in st.loads) for n in k.loads}
@@ -258,7 +259,6 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
     online = frozenset(w.node for w in work if direct and w.op in ("logsumexp", "softmax")
                        and direct & ancestors(g, w.node))
     lse = row_logsumexps(g, st) if axis is not None else ()
-    from .model_memo import axis_free      # (the parts every axis's model shares)
     woven, reduced, axes, rows, loop_reads = shared or axis_free(g, k)
     return Model(k, st, tuple(arrays), tuple(work), woven, reduced, axes,
                  chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None,

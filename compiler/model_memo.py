@@ -9,21 +9,12 @@ from .graph import DiGraph
 
 from .columns import columns
 from .kernels import FusedKernel
-from .loop_reads import readers
-from .model import copied_rows, kernel_model
+from .model import axis_free, kernel_model
 
 
 _MODELS: OrderedDict = OrderedDict()     # (graph token, kernel, axis) -> (model, columns)
 _MAX_MODELS = 4096
 _AXIS_FREE: OrderedDict = OrderedDict()   # (graph token, kernel) -> model.axis_free's answer
-
-
-def axis_free(g: DiGraph, k: FusedKernel) -> tuple:
-    """The parts of kernel k's model that no streamed axis changes (kernel_model asks them
-    for every axis): its woven, reduced and all axes, the rows its stores copy, the loops'
-    readers."""
-    reduced = k.reduced(g)
-    return k.woven(g), reduced, k.axes(g), copied_rows(g, k), readers(g, k, reduced)
 
 
 def _shared_model(g: DiGraph, graph: int | None, k: FusedKernel, axis: str | None):

@@ -130,6 +130,9 @@ def test_a_reason_compares_by_its_text_and_hashes_nothing():
     assert hash(a) == hash(b) == hash(c) and not made
     assert a == b and a != c and a == fuse.replace(k, why="x")
     assert a.reason == "x" and sorted(made) == ["x", "x", "y"]
+    import copy
+    import pickle
+    assert pickle.loads(pickle.dumps(c)) == copy.deepcopy(c) == c and c.reason == "y"
 
 
 def test_a_models_axis_free_parts_are_shared_by_its_kernels_models_only():
