@@ -76,11 +76,14 @@ LAUNCH_SECONDS = 2e-6
 WARP = 32
 def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, sizes: dict,
              target: Target, symbolic: bool = False, values: bool = False,
-             beside: tuple[float, float | None] = (0.0, None)) -> Cost:
+             beside: tuple[float, float | None] = (0.0, None),
+             fitting: bool = False) -> Cost | None:
     """Costs of one kernel plan, or of every candidate of a set (the module docstring);
     `values=True` counts values instead of bytes. `beside`: (shared-memory bytes, registers
     per thread) of code the kernel also runs (a split's merge in its last block,
-    last_block.py): its blocks hold those bytes too, and at least those registers."""
+    last_block.py): its blocks hold those bytes too, and at least those registers.
+    `fitting`: None as soon as the footprints show that no candidate fits (a search then
+    has none; the compute, occupancy and bandwidth terms are not computed)."""
     ops = Symbols() if symbolic else NUMBERS
     sizes = packing.sized(model.packed, sizes)
     if isinstance(choice, Choices):   # arrays: in floats (a Python int may pass int64's range)
@@ -220,6 +223,12 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     # active ones
     threads = active if symbolic or len(covs) < 2 or choice.warps else \
         _launched(model, covs)
+    # the register level's capacity (what the thread's footprint is compared with: `fits`)
+    per_unit = occupancy.register_capacity(target, model, choice, sizes, results[-1].M, threads) \
+        if len(results) > 2 and target.levels[-1].unit == "thread" and not symbolic \
+        and target.registers_per_processor else None
+    if fitting and not np.any(_may_fit(results, per_unit)):
+        return None       # (what is added to the footprints below only adds to them)
     if len(results) > 1 and not symbolic and not values and target.processors and \
             choice.stream and model.mask is not None and (choice.warps or spans(model.mask)):
         # a kernel bounding its chunk loop by the mask (codegen/masks: data_span on either
@@ -281,7 +290,6 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
             and target.registers_per_processor:
         last = results[-1]
         regs = occupancy.registers(model, choice, sizes, last.M)
-        per_unit = occupancy.register_capacity(target, model, choice, sizes, last.M, threads)
         results[-1] = LevelCost(last.name, per_unit, last.M, last.H, last.units, last.time)
     if symbolic:
         terms = [compute] + [lc.time for lc in results[1:]]
@@ -351,6 +359,16 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                 tuple(parts.items()), regs, per_sm, limit, fraction,
                 span[0] if span is not None else 1.0, stages)
     return _plain(replace(cost, bound=cost.name_bound()) if scalar else cost)
+
+
+def _may_fit(results: list, per_unit):
+    """Per candidate, whether every level's footprint so far is within its capacity (the
+    register level's `per_unit` where known): `pick.fits` before shared memory's additions."""
+    ok = True
+    for i, lc in enumerate(results[1:], start=1):
+        cap = per_unit if per_unit is not None and i == len(results) - 1 else lc.capacity
+        ok = ok & (lc.M <= cap)
+    return ok
 
 
 def _plain(record):

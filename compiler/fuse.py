@@ -31,7 +31,7 @@ from dataclasses import replace
 from .graph import DiGraph, is_dag
 
 from . import ir, sums
-from .kernels import FusedKernel, check_stores, fused_kernel
+from .kernels import FusedKernel, Reason, check_stores, fused_kernel
 from .model import array_name
 
 from .clusters import (Cluster, _creates_cycle, _edges, _splits_apart, _statements, apart_reason,
@@ -108,12 +108,15 @@ def fuse(g: DiGraph, planner) -> list[FusedKernel]:
         layouts.append(lay.settled(lay.recompute(tuple(sorted(((c, frozenset()) for c in clusters),
                                                               key=lambda e: sorted(e[0]))))))
     layout = min(layouts, key=lay.time) if len(layouts) > 1 else layouts[0]
-    ks = []
-    for i, k in enumerate(lay.kernels(layout)):
-        reason = "; ".join(r for r in (_reasons(lay, layout, i), _not_flash(lay, layout, i),
-                                       _recomputes(lay, layout, i)) if r)
-        ks.append(replace(k, reason=reason))
+    ks = [replace(k, why=Reason(functools.partial(_boundary, lay, layout, i)))
+          for i, k in enumerate(lay.kernels(layout))]      # (made when explain reads them)
     return _named(g, ks)
+
+
+def _boundary(lay: _Layouts, layout: Layout, i: int) -> str:
+    """Why kernel `i` of the layout ends where it does (FusedKernel.reason)."""
+    return "; ".join(r for r in (_reasons(lay, layout, i), _not_flash(lay, layout, i),
+                                 _recomputes(lay, layout, i)) if r)
 
 
 def regroup(g: DiGraph, groups) -> list[FusedKernel]:

@@ -95,7 +95,7 @@ class KernelPlanner:
         if key not in self._models:
             self._models[key] = _shared_model(self.g, self._graph, k, axis)
         model, cols = self._models[key]
-        if model.kernel != k:          # the same nodes under the kernel's final name
+        if model.kernel is not k:         # the same nodes under the kernel's final name
             model = replace(model, kernel=k)
         return model, cols
 
@@ -345,7 +345,8 @@ def _shared_found(planner: KernelPlanner, k: FusedKernel, quick: bool):
             _FOUND.popitem(last=False)
         return found
     _FOUND.move_to_end(key)
-    if isinstance(found, KernelPlan) and (found.kernel != k or found.model.kernel != k):
+    # (by identity: an equal kernel's boundary reason is read only when explain asks)
+    if isinstance(found, KernelPlan) and (found.kernel is not k or found.model.kernel is not k):
         found = replace(found, kernel=k, model=replace(found.model, kernel=k))
     return found
 

@@ -9,7 +9,7 @@ across blocks). An axis some op sums, maximises or normalises over is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .graph import DiGraph, ancestors
 
@@ -28,10 +28,16 @@ class FusedKernel:
     loads: tuple[int, ...]       # nodes read from global memory
     stores: tuple[int, ...]      # nodes written to global memory
     equations: tuple[int, ...]   # statement indices fused here
-    reason: str = ""             # why the kernel ends where it does (explain)
+    # why the kernel ends where it does (explain): a str, or a Reason computed when first read
+    # (`reason`); not hashed, compared by its text
+    why: object = field(default="", hash=False)
     recomputed: tuple[int, ...] = ()   # of `equations`, those another kernel also computes
                                        # and stores: computed here from this kernel's loads
                                        # instead of loaded (fuse.py: recomputation)
+
+    @property
+    def reason(self) -> str:
+        return str(self.why)
 
     def axes(self, g: DiGraph) -> tuple[str, ...]:
         seen: dict[str, None] = {}
@@ -106,6 +112,35 @@ def is_free(g: DiGraph, n: int, memo: dict | None = None) -> bool:
     if memo is not None:
         memo[n] = free
     return free
+
+
+class Reason:
+    """A kernel's boundary reason, made when first read: fusion prices many layouts and
+    plans several fusions (merged or not, specialised or not) of which a plan keeps one,
+    and only `explain` reads why its kernels end where they do (fuse._reasons plans the
+    fused neighbours for it)."""
+
+    __slots__ = ("_make", "_text")
+
+    def __init__(self, make):
+        self._make, self._text = make, None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text, self._make = self._make(), None
+        return self._text
+
+    def __eq__(self, other) -> bool:
+        return str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __repr__(self) -> str:
+        return repr(str(self))
+
+    def __reduce__(self):         # (pickled or copied: its text)
+        return str, (str(self),)
 
 
 def fused_kernel(g: DiGraph, name: str, members: set[int], reason: str = "",

@@ -83,38 +83,34 @@ class Model:
     relabelled: frozenset = frozenset()   # axes a view reads at another's position
                                           # (kernels.relabelled: never split over lanes)
     scale: int | None = None    # attention: its softmax's positive scale `Q K / sqrt(d)`
-                                # (masking.softmax_scale), folded into the exponent on
-                                # tensor cores
+                                # (masking.softmax_scale), in the exponent on tensor cores
     lse: tuple[int, ...] = ()   # attention: logsumexp[x] of its softmax's scores, the
                                 # softmax's final state per row (masking.row_logsumexps)
     lse_ops: frozenset = frozenset()    # they and the ops only they read (masking.lse_ops)
-    staged: tuple = ()          # a tensor-core product's operands computed from loads as
-                                # they are staged and its reductions beside it
-                                # (tensorcore.for_site): (node, the axes of its tile, the
-                                # values a lane computes per run: 8 or 1, the loads it
-                                # reads, whether it is an operand: rounded and stored)
+    staged: tuple = ()          # a tensor-core product's operands computed from loads as they
+                                # are staged, its reductions beside it (tensorcore.for_site):
+                                # (node, its tile's axes, values a lane computes per run: 8 or
+                                # 1, the loads it reads, whether it is an operand: rounded, stored)
     direct: frozenset = frozenset()   # ... the loads only those read, from global memory
     extents: tuple = ()         # the axes of every global array the kernel reads or writes
                                 # (index_width.py: its offsets' range)
     rows: tuple = ()            # CUDA cores: (store, axis, width) of the stores copying a row
                                 # of a load, in runs where the thread's tile allows (row_runs)
     across: frozenset = frozenset()   # a chain's products over its rows (chain.Across): the
-                                # stored arrays (their contractions) every block of rows adds
-                                # its partial sum into, with atomics (tensorcore.for_site)
+                                # stored arrays every block of rows adds its partial sum into,
+                                # with atomics (tensorcore.for_site)
     fixed: frozenset = frozenset()    # axes whose size the diagram fixes (the lowering's
                                       # constants: compiler/lanes.py unrolls by them)
-    gathered: frozenset = frozenset()   # attention on tensor cores: the K and V tiles whose
-                                # rows come through computed positions (a paged cache:
-                                # tensorcore._gathered), each copy computing its row's offset
+    gathered: frozenset = frozenset()   # attention on tensor cores: K, V tiles whose rows come
+                                # through computed positions (a paged cache: tensorcore._gathered)
     positions: frozenset = frozenset()  # ... and the loads those positions read (the page
                                 # table's gathers): read per row in the copies, never staged
     loop_reads: tuple = ()      # CUDA cores: (load, the reductions and softmaxes whose loops
                                 # over the row read it, the stores along it) (loop_reads.py)
     online: frozenset = frozenset()   # CUDA cores: the logsumexps and softmaxes whose row
-                                # reads a load from global memory (unstaged): their
-                                # statistics fold in ONE loop (a running max and rescaled
-                                # sum); over staged rows two loops (max, then the sum of
-                                # exponentials: fewer instructions a value) read shared memory
+                                # reads a load from global memory (unstaged): their statistics
+                                # fold in ONE loop (a running max and rescaled sum); over staged
+                                # rows two (max, then the sum of exponentials) read shared memory
     scans: bool = False         # a scan's prefix loop in the kernel (a split stays within
                                 # a warp: codegen/accum.merge_warps)
     packed: tuple = ()          # attention on tensor cores: ((its rows' axis, the axes it
@@ -128,8 +124,13 @@ class Model:
     whole_walks: frozenset = frozenset()  # ... axes never split over lanes (lanes.whole_walks)
 
 
-def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
-    """The model of kernel `k` streaming `axis` (None: nothing streams)."""
+def axis_free(g: DiGraph, k: FusedKernel) -> tuple:
+    """What no streamed axis changes in kernel k's model (model_memo keeps it per kernel)."""
+    return k.woven(g), k.reduced(g), k.axes(g), copied_rows(g, k), readers(g, k, k.reduced(g))
+
+
+def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> Model:
+    """The model of kernel `k` streaming `axis` (None: nothing streams; `shared`: axis_free)."""
     st = stream(g, k, axis)
     arrays: list[Array] = []
     load_passes = {n: sum(n in p for p in st.loads) for n in k.loads}
@@ -210,15 +211,15 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None) -> Model:
                        and direct & ancestors(g, w.node))
     lse = row_logsumexps(g, st) if axis is not None else ()
     held = held_values.held(g, k, st)
-    return Model(k, st, tuple(arrays), tuple(work), k.woven(g), k.reduced(g), k.axes(g),
+    woven, reduced, axes, rows, loop_reads = shared or axis_free(g, k)
+    return Model(k, st, tuple(arrays), tuple(work), woven, reduced, axes,
                  chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None,
                  condition_nodes(g, st, k.loads, k.nodes) if axis is not None else frozenset(),
                  relabelled(g, k, (n for n, _ in st.reducers)),
                  softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else None,
                  lse, lse_ops(g, st, lse),
                  extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
-                 rows=copied_rows(g, k), online=online,
-                 loop_reads=readers(g, k, k.reduced(g)),
+                 rows=rows, online=online, loop_reads=loop_reads,
                  fixed=frozenset(a for a, info in g.graph["axes"].items()
                                  if info.size is not None),
                  scans=any(isinstance(ir.op(g, n), ir.Scan) for n in k.nodes),

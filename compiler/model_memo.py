@@ -9,11 +9,12 @@ from .graph import DiGraph
 
 from .columns import columns
 from .kernels import FusedKernel
-from .model import kernel_model
+from .model import axis_free, kernel_model
 
 
 _MODELS: OrderedDict = OrderedDict()     # (graph token, kernel, axis) -> (model, columns)
 _MAX_MODELS = 4096
+_AXIS_FREE: OrderedDict = OrderedDict()   # (graph token, kernel) -> model.axis_free's answer
 
 
 def _shared_model(g: DiGraph, graph: int | None, k: FusedKernel, axis: str | None):
@@ -22,7 +23,14 @@ def _shared_model(g: DiGraph, graph: int | None, k: FusedKernel, axis: str | Non
     key = (graph, k.nodes, k.loads, k.stores, axis)
     found = _MODELS.get(key) if graph is not None else None
     if found is None:
-        model = kernel_model(g, k, axis)
+        shared = None
+        if graph is not None:         # (the kernel's other axes' models share these)
+            shared = _AXIS_FREE.get(key[:-1])
+            if shared is None:
+                shared = _AXIS_FREE[key[:-1]] = axis_free(g, k)
+                if len(_AXIS_FREE) > _MAX_MODELS:
+                    _AXIS_FREE.popitem(last=False)
+        model = kernel_model(g, k, axis, shared)
         found = (model, columns(g, model))
         if graph is not None:
             _MODELS[key] = found

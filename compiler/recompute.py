@@ -11,6 +11,7 @@ from .graph import DiGraph, is_dag
 from . import ir
 from .clusters import (Cluster, _creates_cycle, _edges, _splits_apart, _topological,
                        cluster_dag)
+from .cost import LAUNCH_SECONDS
 from .kernels import FusedKernel, fused_kernel, is_free
 
 # A layout: the kernels as (cluster, copies) pairs, `copies` the statements of `cluster` that
@@ -22,6 +23,12 @@ RELATIVE = 1e-9      # a recomputation is kept when it saves more than this shar
 def _time(planner, k: FusedKernel) -> float:
     p = planner.estimate(k)
     return float("inf") if p is None else p.cost.time
+
+
+def _floor(planner) -> float:
+    """The least time any kernel's estimate predicts: its launch (cost.evaluate's overhead,
+    scatter.cost's two), on a target of processors; 0 on the paper's machine."""
+    return LAUNCH_SECONDS if planner.target.processors else 0.0
 
 
 class _Layouts:
@@ -274,8 +281,12 @@ class _Layouts:
         total = sum(known[k] for k in ks if k in known)
         fresh = sorted((k for k in ks if k not in known),
                        key=lambda k: -len(first.intersection(k.equations)))
-        for k in fresh:
-            if total >= bound:
+        floor = _floor(self.planner)
+        for i, k in enumerate(fresh):
+            least = total     # (each kernel left takes at least the launch: not estimated)
+            for _ in fresh[i:]:
+                least += floor
+            if least >= bound:
                 return None
             total += _time(self.planner, k)
         return total if total < bound else None

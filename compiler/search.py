@@ -173,7 +173,9 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
     if found is None:
         return None
     candidates, shape, ties = found
-    out = evaluate(model, cols, candidates, sizes, target)
+    out = evaluate(model, cols, candidates, sizes, target, fitting=True)
+    if out is None:                  # (no tiling's footprint fits)
+        return None
     ok = fits(out)
     if len(target.levels) > 2:
         ok = ok & (out.threads <= fixed.get("threads", target.max_threads_per_block))

@@ -49,7 +49,10 @@ def cheapest(model: Model, cols, target: Target, sizes: dict, candidates: Choice
     equal, the one whose pipes have more slack (fewer barriers, fewer copies) wins. `cost`:
     the set's costs when already evaluated; `among`: the candidates to choose from (per
     candidate; all by default)."""
-    cost = cost if cost is not None else evaluate(model, cols, candidates, sizes, target)
+    cost = cost if cost is not None else evaluate(model, cols, candidates, sizes, target,
+                                                  fitting=True)
+    if cost is None:                 # (no tiling's footprint fits)
+        return None
     best = fastest(cost, fits(cost) & among, (cost.compute_time, *ties), candidates.shape)
     if best is None:
         return None
