@@ -28,19 +28,22 @@ def softmax_parts(g: DiGraph, exp_node: int, denominator: int):
         return None
     if not is_op(g, exp_node, ir.Map, "exp"):
         return None
-    sub = through(g, ir.operands(g, exp_node)[0])
-    if not is_op(g, sub, ir.Map, "sub"):
-        return None
-    s, mx = ir.operands(g, sub)
-    mx = through(g, mx)
     axes = ir.op(g, den).axes
-    if not is_op(g, mx, ir.Reduce, "max") or set(ir.op(g, mx).axes) != set(axes):
-        return None
-    if not same_values(g, ir.operands(g, mx)[0], s):
-        return None
-    if ir.type_of(g, exp_node).axes != ir.type_of(g, s).axes:
+    s = centred(g, through(g, ir.operands(g, exp_node)[0]), "max", axes)
+    if s is None or ir.type_of(g, exp_node).axes != ir.type_of(g, s).axes:
         return None
     return s, axes
+
+
+def centred(g: DiGraph, sub: int, fn: str, axes) -> int | None:
+    """X where `sub` is X - fn[axes](X) (X spelt again or not, values.same_values), else None."""
+    if not is_op(g, sub, ir.Map, "sub"):
+        return None
+    x, r = ir.operands(g, sub)
+    r = through(g, r)
+    if not is_op(g, r, ir.Reduce, fn) or set(ir.op(g, r).axes) != set(axes):
+        return None
+    return x if same_values(g, ir.operands(g, r)[0], x) else None
 
 
 def softmax(g: DiGraph, n: int) -> bool:
@@ -94,14 +97,9 @@ def variance(g: DiGraph, n: int) -> bool:
         a, b = (through(g, x) for x in ir.operands(g, sq))
     else:
         return False
-    if not same_values(g, a, b) or not is_op(g, a, ir.Map, "sub"):
-        return False
-    x, mu = ir.operands(g, a)
-    mu = through(g, mu)
     axes = ir.op(g, n).axes
-    if not is_op(g, mu, ir.Reduce, "mean") or set(ir.op(g, mu).axes) != set(axes):
-        return False
-    if not same_values(g, ir.operands(g, mu)[0], x):
+    x = centred(g, a, "mean", axes) if same_values(g, a, b) else None
+    if x is None:
         return False
     new = ir.add_node(g, ir.Reduce("var", axes), ir.type_of(g, n), [x],
                       span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
