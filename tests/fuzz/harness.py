@@ -191,8 +191,9 @@ def drawn_split(case: Case) -> dict | None:
         return None
     from napkin.compiler.canonical import canonicalize
     from napkin.compiler.split import splittable
-    g = canonicalize(d.ir)
-    axes = sorted(a for a in g.graph["axes"] if splittable(g, a) is None)
+    # (each axis as a hint keeps it: canonicalized with it kept, as plan does; a merged axis
+    # such as `(i*j)` of `max[i j]` is no axis a hint may name)
+    axes = sorted(a for a in d.axes if splittable(canonicalize(d.ir, {a}), a) is None)
     if not axes:
         return None
     return {axes[case.seed // 3 % len(axes)]: 1 + case.seed // 7 % 7}

@@ -195,3 +195,19 @@ def test_a_timeouts_stage_is_the_outermost_napkin_frames_past_the_driver():
         .startswith("emulate (runtime/emulate/process.py:")
     assert frames("api/pipeline.py").startswith("driver (")
     assert frames("tests/fuzz/harness.py") == "harness"
+
+
+def test_a_drawn_split_names_an_axis_of_the_diagram():
+    """`max[i j](...)` merges i and j into `(i*j)` in the canonical IR; the split drawn for a
+    case named that (seed 505's two saved 'regressions', which plan refused at the hint with
+    N0201: no axis a user may name). It is drawn among the diagram's axes, each kept as a hint
+    keeps it, and plans."""
+    from tests.fuzz.gen import Case
+    from tests.fuzz.harness import drawn_split, load_case
+    from napkin.compiler.plan import plan
+    text = ("axis i = 2, j = 2, k = 2, l = 2\nin X0[i j k]: f32\n"
+            "E0[l k]: f32 = maximum(max[i j](where((k < 0), X0, -inf)), (-8))\nout E0: f32\n")
+    case = Case(text, {}, 0)
+    split = drawn_split(case)
+    assert split is not None and set(split) <= {"i", "j"}, split
+    plan(load_case(case), "h100", {}, {"split": split})
