@@ -90,7 +90,7 @@ class MmaLowering(FragmentLoads, PackedRows, RowStats, ComputedTiles, SharedTile
         # a sum of products (compiler/sums.py): each pair's tiles, its chunk loop after the
         # last one's, into the same accumulators
         pairs = [[self._tile(a, self.grouped(s.row), k), self._tile(c, self.grouped(s.col), k)]
-                 for a, c in getattr(s, "operands", ((s.a, s.b),))]
+                 for a, c in s.operands]
         stats = self._stats_declare()
         chunk = self.kp.schedule.stream[1]
 
@@ -248,7 +248,7 @@ class MmaLowering(FragmentLoads, PackedRows, RowStats, ComputedTiles, SharedTile
             self.values[s.node] = "acc[i0][i1][i2]"
             # a sum's further products are in acc too: each reaches the stores only through
             # additions beside the first (compiler/sums.py), so each adds 0 there
-            self.values.update((n, "0.0f") for n, _, _ in getattr(s, "pairs", ()))
+            self.values.update((n, "0.0f") for n, _, _ in s.pairs)
             self._stats_at(stats, local)
             for n in self.k.stores:
                 self._store(n, scope, {"valid": valid})
@@ -267,7 +267,7 @@ class MmaLowering(FragmentLoads, PackedRows, RowStats, ComputedTiles, SharedTile
         lane and row into registers before the chunks, not at every element of every chunk
         (at each lane's row: `_row`)."""
         s = self.site
-        rows = set(getattr(s, "row_axes", (s.row,)))
+        rows = set(s.row_axes)
         keep = {*rows, *s.batch}
         found = [n for n in self.k.loads] + [
             n for n in self.k.nodes if isinstance(ir.op(self.g, n), ir.View)

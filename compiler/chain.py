@@ -107,6 +107,11 @@ class ChainSite:
     padded: tuple = ()      # heads of other sizes than 16's (contracted) and 8's (kept)
                             # multiples: tiles' and products' padded extents (headpad.py)
 
+    @property
+    def row_axes(self) -> tuple[str, ...]:
+        """The diagram's axes the fragment rows run along (flash.FlashSite's may be packed)."""
+        return (self.row,)
+
 
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
             ) -> ChainSite | str | None:

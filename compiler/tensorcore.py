@@ -77,6 +77,11 @@ class Site:
         """(A, B) of every product the site accumulates, the first pair's first."""
         return ((self.a, self.b),) + tuple((a, b) for _, a, b in self.pairs)
 
+    @property
+    def row_axes(self) -> tuple[str, ...]:
+        """The diagram's axes the fragment rows run along (flash.FlashSite's may be packed)."""
+        return (self.row,)
+
 
 def has_mma(target: Target) -> bool:
     return any("contraction" in e.computes and tuple(e.shapes[0]) == FRAGMENT
