@@ -22,6 +22,7 @@ if TYPE_CHECKING:   # rich is imported when there is something to print, not wit
 
 _STYLE = {"error": "bold red", "warning": "bold yellow"}
 _TAB = 4
+_WIDTH = 200    # source columns shown of a longer line (a generated diagram's)
 
 
 def _clean(text: str) -> str:
@@ -94,12 +95,15 @@ def _render_one(d: Diagnostic) -> Text:
         t.append(f"{pad} |\n", style="bold blue")
         for line in sorted(set(lines)):
             text = src.line_text(line)
+            on_line = sorted((s for s in spans if s[0].line == line),
+                             key=lambda s: (not s[2], s[0].col))
+            shown, shift = _window(_clean(text), _display_col(text, on_line[0][0].col))
             t.append(f"{line:>{gutter}} | ", style="bold blue")
-            t.append(_clean(text) + "\n")
-            for span, message, primary in sorted((s for s in spans if s[0].line == line),
-                                                 key=lambda s: (not s[2], s[0].col)):
+            t.append(shown + "\n")
+            for span, message, primary in on_line:
                 t.append(f"{pad} | ", style="bold blue")
-                t.append(_underline(text, span, primary, message),
+                t.append(_underline(text, span, primary, message, shift,
+                                    len(shown) if shown != _clean(text) else None),
                          style=_STYLE.get(d.severity) if primary else "bold blue")
                 t.append("\n")
         t.append(f"{pad} |\n", style="bold blue")
@@ -115,10 +119,28 @@ def _render_one(d: Diagnostic) -> Text:
     return t
 
 
-def _underline(text: str, span: Span, primary: bool, message: str | None) -> str:
-    start = _display_col(text, span.col)
+def _window(line: str, col: int) -> tuple[str, int]:
+    """A long source line (a generated diagram's) cut to about _WIDTH columns around display
+    column `col`, elisions marked `...`, and by how much the shown text is shifted left of the
+    line's (underlines are drawn in the shown text's columns)."""
+    if len(line) <= _WIDTH:
+        return line, 0
+    lo = max(min(col - _WIDTH // 3, len(line) - _WIDTH), 0)
+    hi = min(lo + _WIDTH, len(line))
+    head = "..." if lo > 0 else ""
+    return head + line[lo:hi] + ("..." if hi < len(line) else ""), lo - len(head)
+
+
+def _underline(text: str, span: Span, primary: bool, message: str | None, shift: int = 0,
+               shown: int | None = None) -> str:
+    """The span's marks under its line as shown (shifted left by `shift`, at most `shown`
+    columns wide: a mark outside the shown text is drawn at its edge)."""
+    start = _display_col(text, span.col) - shift
     end_col = span.end_col if span.end_line == span.line else len(text) + 1
-    end = max(_display_col(text, end_col), start + 1)
+    end = _display_col(text, end_col) - shift
+    if shown is not None:
+        start, end = min(max(start, 0), shown - 1), min(end, shown)
+    end = max(end, start + 1)
     mark = ("^" if primary else "-") * (end - start)
     return " " * start + mark + (f" {_clean(message)}" if message else "")
 

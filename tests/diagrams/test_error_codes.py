@@ -190,3 +190,21 @@ def test_triggered_fixture(code, tmp_path, capsys, monkeypatch, golden):
     assert f"[{code}]" in text.splitlines()[0], text
     assert "Traceback" not in text
     golden(HERE / f"{code}.expected", text.rstrip("\n") + "\n")
+
+
+@pytest.mark.parametrize("before, after", [(5000, 10), (10, 5000), (3000, 3000)])
+def test_a_long_line_is_shown_around_its_error(before, after):
+    # a generated diagram's line (thousands of columns) is cut to a window around the error,
+    # the elisions marked, with the underline still under the undefined name
+    text = ("axis a\nin X[a]: f32\nY[a] = X +" + " " * before + "Zz * X" + " " * after
+            + "# a comment\nout Y: f32\n")
+    out = _raises(lambda: napkin.load(text))
+    lines = out.splitlines()
+    shown = next(i for i, ln in enumerate(lines) if ln.startswith("3 | "))
+    source, marks = lines[shown][4:], lines[shown + 1][4:]
+    assert max(len(ln) for ln in lines) < 220, max(len(ln) for ln in lines)
+    assert source.startswith("...") == (before > 100)
+    assert source.endswith("...") == (after > 100)
+    col = marks.index("^")
+    assert source[col:col + 2] == "Zz" and marks[col:].rstrip() == "^^"
+    assert ":3:" in out
