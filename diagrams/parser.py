@@ -145,6 +145,16 @@ def _syntax_error(source: Source, chunk: Chunk, text: str, exc: UnexpectedInput)
         message, help_text, _ = EXAMPLES[label]
         code = "N0103" if at_end else "N0102"
         return error(code, message, span, help=help_text, source=source)
+    if label is None and not at_end and token.type in _IN_POSITIONS and \
+            _innermost_open(text, token.start_pos) == "[":
+        # (the examples' parser states are those of a top-level read: `X[a b + 1]` inside a
+        # call, a `where` or after a unary minus reaches other states with the same mistake)
+        message, help_text, _ = EXAMPLES["bad_axis_list"]
+        return error("N0102", message, span, help=help_text, source=source)
+    if label is None and not at_end and token.type in ("NAME", "NUMBER", "_LPAR", "INF") and \
+            "STAR" in exc.expected:
+        message, help_text, _ = EXAMPLES["missing_operator"]     # (nested: `f(X 2)`)
+        return error("N0102", message, span, help=help_text, source=source)
     expected = describe_expected(exc.expected)
     if at_end:
         return error("N0103", "statement ends too early", span,
@@ -152,6 +162,29 @@ def _syntax_error(source: Source, chunk: Chunk, text: str, exc: UnexpectedInput)
     shown = token.value if len(token.value) <= 40 else token.value[:37] + "..."
     return error("N0102", f"unexpected `{shown}`", span,
                  help=f"expected {expected}" if expected else None, source=source)
+
+
+# tokens that are no axis name, met between an array's brackets: a computed position written
+# without its parentheses (`X[a b + 1]`, `X[a 0]`, `X[a, b]`)
+_IN_POSITIONS = {"PLUS", "MINUS", "STAR", "POW", "FLOORDIV", "SLASH", "NUMBER", "_COMMA",
+                 "COMPARE", "_EQUAL"}
+
+
+def _innermost_open(text: str, end: int) -> str | None:
+    """The innermost bracket (`(` or `[`) still open at offset `end` of a statement's text,
+    comments skipped."""
+    stack: list[str] = []
+    comment = False
+    for ch in text[:end]:
+        if comment:
+            comment = ch != "\n"
+        elif ch == "#":
+            comment = True
+        elif ch in "([":
+            stack.append(ch)
+        elif ch in ")]" and stack:
+            stack.pop()
+    return stack[-1] if stack else None
 
 
 def _match(exc: UnexpectedInput) -> str | None:

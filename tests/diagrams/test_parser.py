@@ -104,6 +104,30 @@ def test_friendly_syntax_messages(text, message):
     assert err.help
 
 
+@pytest.mark.parametrize("text, message, col", [
+    # the examples' parser states are a top-level read's: nested, the same mistakes fell to
+    # "unexpected `+`, expected `(`, `[`, `]` or a name"
+    ("Y[a] = where(a < 1, X[a b + 1], 0.0)", "only axis names", 27),
+    ("Y[a] = -X[a b + size(b) / 2]", "only axis names", 15),
+    ("Y[a] = exp(X[a 0]) # a [ comment", "only axis names", 16),
+    ("Y[a] = sum[b](X[a, b])", "only axis names", 18),
+    ("Y[a] = f(X + 1 1)", "missing operator", 16),
+    ("Y[a] = where(a < 1, X Z, 0.0)", "missing operator", 23),
+])
+def test_friendly_syntax_messages_nested(text, message, col):
+    (err,) = errors(text)
+    assert message in err.message and err.help, err.message
+    assert (err.span.line, err.span.col) == (1, col)
+
+
+def test_max_of_two_values_names_the_elementwise_spelling():
+    import napkin
+    with pytest.raises(NapkinError) as exc:
+        napkin.load("axis a\nin X[a]: f32\nY[a] = max(X, 0.0)\nout Y: f32\n")
+    (err,) = exc.value.diagnostics
+    assert err.code == "N0208" and "where(a >= b, a, b)" in err.help, err.help
+
+
 @pytest.mark.parametrize("text, message, help", [
     # language 1.1 reads a parenthesised expression as a position: the help said "indexing by
     # numbers is not part of the language", and after a first axis it was a bare token list
