@@ -189,6 +189,14 @@ class Sweep:
         if simple and not own and (expr.layout or not force_name):
             return expr
         if force_name or (not simple and (expr.sums or len(expr.text) > INLINE_LIMIT)):
+            if not own and expr.axes < frozenset(axes):
+                # a cotangent repeated along axes its text lacks (`dL[t]` of M = sum[t](L) / c
+                # is dM / c) is named over the axes it has, standing for all of n's: the
+                # diagram says no more than it computes (no N0703) and a sum along a missing
+                # axis is a product with its size (gradtext.reduce_to)
+                named = self.named(expr, base, tuple(a for a in axes if a in expr.axes))
+                return Expr(named.text, named.axes, mask=named.mask, layout=named.layout,
+                            mask_axes=named.mask_axes, over=frozenset(axes))
             return self.named(expr, base, axes, own)
         return expr
 

@@ -152,6 +152,27 @@ def test_the_gradient_keeps_the_forwards_size_equations():
         napkin.run(napkin.grad(text), A, dy)
 
 
+MEAN_LOSS = """
+axis t, v
+in Z[t v]: f32
+in label[t]: i32
+L[t] = where(label > 0, logsumexp[v](Z) - Z[t label[t]], 0.0)
+M[] = sum[t](L) / sum[t](where(label > 0, 1.0, 0.0))
+out M: f32
+"""
+
+
+def test_a_cotangent_repeated_along_an_axis_is_named_without_it(tmp_path, capsys, monkeypatch):
+    from napkin.cli import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "loss.napkin").write_text(MEAN_LOSS)
+    assert main(["grad", "loss.napkin", "-o", "g.napkin"]) == 0
+    capsys.readouterr()
+    assert main(["check", "g.napkin"]) == 0
+    assert "warning[" not in capsys.readouterr().err
+    assert "dL[] = " in (tmp_path / "g.napkin").read_text()
+
+
 # New diagrams beyond the library's (norms over other axes, cross-entropy through a gather,
 # broadcasting, inputs used twice, several outputs, attention variants): the gradient's
 # reference against central differences of the forward in float64; in the thorough tier
@@ -186,6 +207,9 @@ O[g r q e] = softmax[x](S) * V
 L[g r q] = logsumexp[x](S)
 out O: f32, L: f32
 """),
+    # a mean over the counted rows (label 0 ignored): L's cotangent is one value repeated
+    # along t, which the gradient names as a scalar (it wrote `dL[t] = dM / c`, N0703)
+    "mean_loss_over_counted_rows": ({"t": 7, "v": 5}, MEAN_LOSS),
     "broadcast_twice_two_outputs": ({"a": 3, "b": 17, "c": 1}, """
 axis a, b, c
 in X[a b c]: f32
