@@ -195,9 +195,10 @@ def _online_softmax(lw, n: int, st: State, scopes: list) -> None:
     held.loops(lw, st.extra, scopes[0], add)
 
 
-def reciprocal(total: str) -> str:
-    """1 / a softmax's sum, 0 for a row whose exponentials are all 0 (each probability 0)."""
-    return f"({total} == 0.0f ? 0.0f : 1.0f / {total})"
+def reciprocal(total: str, soft: ir.Softmax) -> str:
+    """1 / a softmax's sum; for a row whose exponentials are all 0 (fully masked, or no
+    position) ir.empty_row: 0 (each probability 0) or NaN (the written form's 0 / 0)."""
+    return f"({total} == 0.0f ? {cexpr.float_literal(ir.empty_row(soft))} : 1.0f / {total})"
 
 
 def fold_value(b, kind: str, v: dict, x: str, two_exps: bool = False) -> None:
@@ -246,7 +247,7 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
         inv = b.fresh("res")
         b.emit(P.Decl("float", inv, None, st.extent))
         b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(
-            f"{inv}[z]", reciprocal(f"{a['s']}[z]"))))
+            f"{inv}[z]", reciprocal(f"{a['s']}[z]", ir.op(lw.g, n)))))
         lw.register_stats(n, point, a["m"], inv, st.extra)
         return
     if st.kind in ("sum", "max", "min"):
@@ -263,7 +264,7 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
             inv = st.leader.inv
         else:
             l = st.rows["s"]
-            inv = st.inv = b.value("float", f"({l} == 0.0f ? 0.0f : 1.0f / {l})")
+            inv = st.inv = b.value("float", reciprocal(l, ir.op(lw.g, lw.paired_softmax(n))))
         b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(f"{a['o']}[z]", f"{a['o']}[z] * {inv}")))
         result = a["o"]
     else:

@@ -227,7 +227,19 @@ class Scan:
 
 @dataclass(frozen=True)
 class Softmax:
+    """`nan_empty`: a row with no finite maximum (fully masked, or an empty axis) gives NaN,
+    as the written-out form `E / sum[x](E)`, E = exp(S - max[x](S)), computes it (set by
+    compiler/written.py's recognition), not the built-in `softmax`'s 0 (docs/language.md).
+    Every lowering reads it through `empty_row`."""
+
     axes: tuple[str, ...]
+    nan_empty: bool = False
+
+
+def empty_row(op: Softmax) -> float:
+    """What a softmax gives on a row whose sum of exponentials is 0 (every score -inf, or
+    none): the built-in's 0, or the written form's NaN (0 / 0)."""
+    return float("nan") if op.nan_empty else 0.0
 
 
 @dataclass(frozen=True)
