@@ -195,10 +195,15 @@ def _online_softmax(lw, n: int, st: State, scopes: list) -> None:
     held.loops(lw, st.extra, scopes[0], add)
 
 
-def reciprocal(total: str, soft: ir.Softmax) -> str:
-    """1 / a softmax's sum; for a row whose exponentials are all 0 (fully masked, or no
-    position) ir.empty_row: 0 (each probability 0) or NaN (the written form's 0 / 0)."""
-    return f"({total} == 0.0f ? {cexpr.float_literal(ir.empty_row(soft))} : 1.0f / {total})"
+def reciprocal(total: str, soft: ir.Softmax, sizes: dict | None = None) -> str:
+    """1 / a softmax's sum; where the sum is 0, ir.empty_row's: 0 (each probability 0) or
+    NaN (written out, exp(-inf - -inf)) on a fully masked row, and where the row has no
+    position (the C `sizes` of its axes given: a contraction's) the empty row's."""
+    masked, none = (cexpr.float_literal(v) for v in ir.empty_row(soft))
+    if sizes is not None and masked != none:
+        empty = " || ".join(f"{sizes[a]} == 0" for a in soft.axes)
+        masked = f"({empty} ? {none} : {masked})"
+    return f"({total} == 0.0f ? {masked} : 1.0f / {total})"
 
 
 def fold_value(b, kind: str, v: dict, x: str, two_exps: bool = False) -> None:
@@ -264,7 +269,8 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
             inv = st.leader.inv
         else:
             l = st.rows["s"]
-            inv = st.inv = b.value("float", reciprocal(l, ir.op(lw.g, lw.paired_softmax(n))))
+            inv = st.inv = b.value("float", reciprocal(l, ir.op(lw.g, lw.paired_softmax(n)),
+                                                       lw.sizes))
         b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(f"{a['o']}[z]", f"{a['o']}[z] * {inv}")))
         result = a["o"]
     else:

@@ -272,7 +272,8 @@ class FlashLowering(MmaLowering):
             s.lse and b.emit(P.Set("lse[i0][i1]", "rl[i0][i1] == 0.0f ? -NAPKIN_INF : rm[i0][i1] "
                                    "== NAPKIN_INF ? NAPKIN_INF : "
                                    f"rm[i0][i1]{' * qks' if self.scaled else ''} + logf(rl[i0][i1])")),
-            b.emit(P.Set("rl[i0][i1]", accum.reciprocal("rl[i0][i1]", ir.op(self.g, s.soft))))))
+            b.emit(P.Set("rl[i0][i1]", accum.reciprocal("rl[i0][i1]", ir.op(self.g, s.soft),
+                                                        self.sizes)))))
 
         # the sums over O's columns after the stream (D = sum[d](dO * O)): each lane adds its
         # columns of the row, then the quad adds the lanes' (as the row sums above)

@@ -164,8 +164,8 @@ class Merges:
             a for a in t.axes if a in ir.type_of(g, lse).axes), part)
         # (each split's own softmax gives 0 on a chunk with no key: its weight here is 0; the
         # row's NaN, where the softmax was written out, comes from the merge's)
-        nan_empty = ir.op(g, through(g, args[k])).nan_empty
-        w = self.add(ir.Softmax((self.p,), nan_empty), ir.type_of(g, l_part), [l_part], merge_stmt)
+        written = ir.op(g, through(g, args[k])).written
+        w = self.add(ir.Softmax((self.p,), written), ir.type_of(g, l_part), [l_part], merge_stmt)
         union = tuple(dict.fromkeys(ir.type_of(g, w).axes + o_axes))
         merged = self.add(ir.Contract((self.p,)), ir.ArrayType(
             tuple(a for a in union if a != self.p), t.dtype), [w, o_part], merge_stmt)

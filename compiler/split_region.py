@@ -24,7 +24,7 @@ def normalisations(g: DiGraph, axis: str) -> DiGraph:
     L = logsumexp[axis](S): the statistics are then a reduction that splits, and the
     normalisation a pass over the whole rows: exp(S - L), with L taken as +inf where a row
     is masked everywhere (it gives 0, as the reference's softmax does; NaN, L itself, for a
-    softmax recognised from its written form: ir.Softmax's `nan_empty`)."""
+    softmax recognised from its written form: ir.Softmax's `written`)."""
     for n in ir.order(g):
         op = ir.op(g, n)
         if not (isinstance(op, ir.Softmax) and op.axes == (axis,)):
@@ -44,7 +44,7 @@ def normalisations(g: DiGraph, axis: str) -> DiGraph:
         rows = tuple(a for a in st.axes if a != axis)
         lse = add(ir.Reduce("logsumexp", (axis,)), rows, f, [scores])
         shift = lse     # a softmax recognised written out: exp(-inf - -inf), NaN (ir.Softmax)
-        if not op.nan_empty:
+        if not op.written:
             neg, pos = add(ir.Const(-np.inf), (), f, []), add(ir.Const(np.inf), (), f, [])
             empty = add(ir.Map("eq"), rows, "bool", [lse, neg])
             shift = add(ir.Map("where"), rows, f, [empty, pos, lse])     # exp(S - inf) = 0

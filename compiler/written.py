@@ -3,8 +3,9 @@ softmax (`E / sum[x](E)`, E = exp(S - max[x](S))), the variance (`mean[c](D * D)
 mean[c](X)) and logsumexp (`max[x](S) + log(sum[x](exp(S - max[x](S))))`), each matched
 through names and through values spelt twice (values.same_values). Each rewrite edits the
 graph in place and says whether it did. A fully masked row (max -inf) is NaN written out,
-and each rewrite keeps what is written: softmax as an op marked `nan_empty` (ir.Softmax:
-every lowering gives NaN where the built-in gives 0, docs/language.md), logsumexp by adding
+and each rewrite keeps what is written: softmax as an op marked `written` (ir.Softmax:
+every lowering gives NaN where the built-in gives 0, docs/language.md; `E * V / l` also over
+an empty axis, 0 / 0, where `E / l` times V is a sum of nothing, 0), logsumexp by adding
 `m - m` (NaN where m is infinite) except over an empty axis, where the written form's
 `-inf + log(0)` is the built-in's -inf. The variance needs nothing: its written and
 Welford forms agree at sizes 0 (NaN) and 1 (0)."""
@@ -59,7 +60,7 @@ def softmax(g: DiGraph, n: int) -> bool:
     parts = softmax_parts(g, exp_node, den)
     if parts is not None:  # E / l
         s, axes = parts
-        new = _recognised(g, s, axes, span, stmt)
+        new = _recognised(g, s, axes, "div", span, stmt)
         replace(g, n, new)
         return True
     contract = through(g, num)
@@ -71,7 +72,7 @@ def softmax(g: DiGraph, n: int) -> bool:
         if parts is None or not set(parts[1]) <= set(ir.op(g, contract).axes):
             continue
         s, axes = parts
-        soft = _recognised(g, s, axes, span, stmt)
+        soft = _recognised(g, s, axes, "contract", span, stmt)
         new_args = list(args)
         new_args[i] = soft
         out = ir.type_of(g, contract)
@@ -83,9 +84,9 @@ def softmax(g: DiGraph, n: int) -> bool:
     return False
 
 
-def _recognised(g: DiGraph, s: int, axes, span, stmt) -> int:
-    """softmax[axes](s) as written out: NaN on a row with no finite maximum (ir.Softmax)."""
-    return ir.add_node(g, ir.Softmax(axes, nan_empty=True), ir.ArrayType(
+def _recognised(g: DiGraph, s: int, axes, written: str, span, stmt) -> int:
+    """softmax[axes](s) as written out (`written`: "div" or "contract", ir.Softmax)."""
+    return ir.add_node(g, ir.Softmax(axes, written), ir.ArrayType(
         ir.type_of(g, s).axes, ir.INTERMEDIATE), [s], span=span, stmt=stmt)
 
 

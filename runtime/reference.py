@@ -102,7 +102,7 @@ def step(op, out: ir.ArrayType, args: list[Labelled], sizes: dict[str, int], com
         x = args[0]
         dims = tuple(x.axes.index(a) for a in op.axes)
         return Labelled(elementwise.softmax(elementwise.as_kind(x.data, "float", compute), dims,
-                                            ir.empty_row(op)), x.axes)
+                                            ir.empty_row(op)[0]), x.axes)
     if isinstance(op, ir.Assign):
         data = args[0].aligned(out.axes)
         full = tuple(sizes[a] for a in out.axes)
