@@ -195,9 +195,15 @@ def _online_softmax(lw, n: int, st: State, scopes: list) -> None:
     held.loops(lw, st.extra, scopes[0], add)
 
 
-def reciprocal(total: str) -> str:
-    """1 / a softmax's sum, 0 for a row whose exponentials are all 0 (each probability 0)."""
-    return f"({total} == 0.0f ? 0.0f : 1.0f / {total})"
+def reciprocal(total: str, soft: ir.Softmax, sizes: dict | None = None) -> str:
+    """1 / a softmax's sum; where the sum is 0, ir.empty_row's: 0 (each probability 0) or
+    NaN (written out, exp(-inf - -inf)) on a fully masked row, and where the row has no
+    position (the C `sizes` of its axes given: a contraction's) the empty row's."""
+    masked, none = (cexpr.float_literal(v) for v in ir.empty_row(soft))
+    if sizes is not None and masked != none:
+        empty = " || ".join(f"{sizes[a]} == 0" for a in soft.axes)
+        masked = f"({empty} ? {none} : {masked})"
+    return f"({total} == 0.0f ? {masked} : 1.0f / {total})"
 
 
 def fold_value(b, kind: str, v: dict, x: str, two_exps: bool = False) -> None:
@@ -246,7 +252,7 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
         inv = b.fresh("res")
         b.emit(P.Decl("float", inv, None, st.extent))
         b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(
-            f"{inv}[z]", reciprocal(f"{a['s']}[z]"))))
+            f"{inv}[z]", reciprocal(f"{a['s']}[z]", ir.op(lw.g, n)))))
         lw.register_stats(n, point, a["m"], inv, st.extra)
         return
     if st.kind in ("sum", "max", "min"):
@@ -263,7 +269,8 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
             inv = st.leader.inv
         else:
             l = st.rows["s"]
-            inv = st.inv = b.value("float", f"({l} == 0.0f ? 0.0f : 1.0f / {l})")
+            inv = st.inv = b.value("float", reciprocal(l, ir.op(lw.g, lw.paired_softmax(n)),
+                                                       lw.sizes))
         b.loop("z", "0", str(st.extent), "1", lambda: b.emit(P.Set(f"{a['o']}[z]", f"{a['o']}[z] * {inv}")))
         result = a["o"]
     else:

@@ -23,7 +23,7 @@ import math
 from types import SimpleNamespace
 
 from ..compiler import headpad, ir, masking, packing
-from . import masks
+from . import accum, masks
 from . import program as P
 from .cexpr import float_literal
 from .mma import FK, FM, FN, MmaLowering
@@ -272,7 +272,8 @@ class FlashLowering(MmaLowering):
             s.lse and b.emit(P.Set("lse[i0][i1]", "rl[i0][i1] == 0.0f ? -NAPKIN_INF : rm[i0][i1] "
                                    "== NAPKIN_INF ? NAPKIN_INF : "
                                    f"rm[i0][i1]{' * qks' if self.scaled else ''} + logf(rl[i0][i1])")),
-            b.emit(P.Set("rl[i0][i1]", "rl[i0][i1] == 0.0f ? 0.0f : 1.0f / rl[i0][i1]"))))
+            b.emit(P.Set("rl[i0][i1]", accum.reciprocal("rl[i0][i1]", ir.op(self.g, s.soft),
+                                                        self.sizes)))))
 
         # the sums over O's columns after the stream (D = sum[d](dO * O)): each lane adds its
         # columns of the row, then the quad adds the lanes' (as the row sums above)

@@ -55,7 +55,7 @@ class SoftmaxRows:
             if stats is None:
                 with self._lanes(op.axes, args, row):
                     m, l = self._lse(n, args[0], op.axes, row)
-                stats = (m, self.b.value("float", accum.reciprocal(l)))
+                stats = (m, self.b.value("float", accum.reciprocal(l, op)))
             self.b.remember(key, stats)
         return stats
 

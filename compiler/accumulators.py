@@ -205,12 +205,13 @@ SOFTMAX_STATS = Accumulator(
 )
 
 
-def softmax_normalize(x, stats, axis):
-    """Second pass of a standalone softmax: exp(x - m) / l, 0 where the row is fully masked."""
+def softmax_normalize(x, stats, axis, empty: float = 0.0):
+    """Second pass of a standalone softmax: exp(x - m) / l, `empty` (ir.empty_row) where the
+    row is fully masked."""
     m, l = (np.expand_dims(v, axis) for v in stats)
     with np.errstate(all="ignore"):
         p = np.exp(x - _safe(m)) / np.where(l == 0, 1, l)
-        return np.where(l == 0, 0.0, p).astype(x.dtype)
+        return np.where(l == 0, empty, p).astype(x.dtype)
 
 
 # --- the softmax-contraction pair (online softmax, FlashAttention's state) ---------------
@@ -238,10 +239,11 @@ def _sc_merge(a, b):
     return m, a[1] * sa + b[1] * sb, a[2] * _expand_like(sa, a[2]) + b[2] * _expand_like(sb, b[2])
 
 
-def _sc_finalize(st):
+def _sc_finalize(st, empty: float = 0.0):
+    """o / l, `empty` (ir.empty_row) on a row with no key."""
     m, l, o = st
     lo = _expand_like(l, o)
-    return np.where(lo == 0, 0.0, o / np.where(lo == 0, 1, lo)).astype(o.dtype)
+    return np.where(lo == 0, empty, o / np.where(lo == 0, 1, lo)).astype(o.dtype)
 
 
 SOFTMAX_CONTRACT = Accumulator(

@@ -31,7 +31,8 @@
   as one axis first; `nested_contractions` then nests what is left.)
 - A softmax over three or more axes is written out into those nestable reductions:
   `m = max[K](S)`, `E = exp(S - m)`, `l = sum[K](E)`, `E / l`, with the language's fully
-  masked rows (`m = -inf` shifts by 0, `l = 0` gives 0). A softmax over one axis stays one
+  masked rows (`m = -inf` shifts by 0, `l = 0` gives 0, or NaN for a softmax recognised
+  from its written form: ir.Softmax's `written`). A softmax over one axis stays one
   op (attention's online softmax pairs it with its contraction), and so does one over two
   (a kernel streams one and splits the other).
 - Axes that always travel together (adjacent, in one order, in every array; named whole by
@@ -179,7 +180,9 @@ def _nested_contraction(g: DiGraph, n: int, least: int = 3) -> int | None:
 def _written_softmax(g: DiGraph, n: int) -> None:
     """softmax[K](S) with three or more axes in K becomes
     `where(l == 0, 0, E / l)`, `E = exp(S - where(m == -inf, 0, m))`, `m = max[K](S)`,
-    `l = sum[K](E)`: the reference's meaning (elementwise.softmax), in reductions that nest."""
+    `l = sum[K](E)`: the reference's meaning (elementwise.softmax), in reductions that nest;
+    a softmax recognised from its written form (`written`) keeps `E / l`, NaN (0 / 0) where
+    the row is fully masked."""
     op = ir.op(g, n)
     if not isinstance(op, ir.Softmax) or len(op.axes) < 3:
         return
@@ -203,7 +206,9 @@ def _written_softmax(g: DiGraph, n: int) -> None:
     shift = zero_where(m, float("-inf"), rest, m)
     e = add(ir.Map("exp"), layout, [add(ir.Map("sub"), layout, [s, shift])])
     total = add(ir.Reduce("sum", op.axes), rest, [e])
-    new = zero_where(total, 0.0, layout, add(ir.Map("div"), layout, [e, total]))
+    new = add(ir.Map("div"), layout, [e, total])
+    if not op.written:
+        new = zero_where(total, 0.0, layout, new)
     assert ir.type_of(g, n).axes == layout
     _replace(g, n, new)
 

@@ -227,7 +227,22 @@ class Scan:
 
 @dataclass(frozen=True)
 class Softmax:
+    """`written`: recognised from its written-out form (compiler/written.py), whose edge rows
+    it keeps (docs/language.md): "div" from `E / sum[x](E)`, E = exp(S - max[x](S)), NaN on a
+    fully masked row (exp(-inf - -inf)) where the built-in ("") gives 0; "contract" from
+    `E * V / sum[x](E)`, that and NaN (0 / 0) where x is empty too, where a contraction of
+    the probabilities gives 0. Every lowering reads it through `empty_row`."""
+
     axes: tuple[str, ...]
+    written: str = ""       # "" | "div" | "contract"
+
+
+def empty_row(op: Softmax) -> tuple[float, float]:
+    """1 / l where a row's sum of exponentials l is 0: (where the row has positions, all
+    -inf; where it has none, as a contraction of the probabilities reads it). A lowering of a
+    lone softmax reads the first only (an empty row has no probability)."""
+    nan = float("nan")
+    return (nan if op.written else 0.0), (nan if op.written == "contract" else 0.0)
 
 
 @dataclass(frozen=True)

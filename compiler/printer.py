@@ -57,7 +57,7 @@ def _op_text(op) -> str:
     if isinstance(op, (ir.Reduce, ir.Scan)):
         return f"{op.fn}[{' '.join(op.axes)}]"
     if isinstance(op, ir.Softmax):
-        return f"softmax[{' '.join(op.axes)}]"
+        return f"softmax[{' '.join(op.axes)}]" + (f" (written: {op.written})" if op.written else "")
     if isinstance(op, ir.Assign):
         return f"assign {op.name}" + (f" (stored {op.dtype})" if op.dtype else "")
     raise TypeError(op)  # pragma: no cover

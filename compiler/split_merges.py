@@ -162,7 +162,10 @@ class Merges:
         # stored over O's rows only (the value axes are not the scores')
         l_part = self.assign(self.fresh(f"{name}.lse"), lse, (self.p,) + tuple(
             a for a in t.axes if a in ir.type_of(g, lse).axes), part)
-        w = self.add(ir.Softmax((self.p,)), ir.type_of(g, l_part), [l_part], merge_stmt)
+        # (each split's own softmax gives 0 on a chunk with no key: its weight here is 0; the
+        # row's NaN, where the softmax was written out, comes from the merge's)
+        written = ir.op(g, through(g, args[k])).written
+        w = self.add(ir.Softmax((self.p,), written), ir.type_of(g, l_part), [l_part], merge_stmt)
         union = tuple(dict.fromkeys(ir.type_of(g, w).axes + o_axes))
         merged = self.add(ir.Contract((self.p,)), ir.ArrayType(
             tuple(a for a in union if a != self.p), t.dtype), [w, o_part], merge_stmt)

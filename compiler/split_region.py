@@ -23,7 +23,8 @@ def normalisations(g: DiGraph, axis: str) -> DiGraph:
     whose output keeps the axis) becomes where(L == -inf, 0, exp(S - L)) with
     L = logsumexp[axis](S): the statistics are then a reduction that splits, and the
     normalisation a pass over the whole rows: exp(S - L), with L taken as +inf where a row
-    is masked everywhere (it gives 0, as the reference's softmax does)."""
+    is masked everywhere (it gives 0, as the reference's softmax does; NaN, L itself, for a
+    softmax recognised from its written form: ir.Softmax's `written`)."""
     for n in ir.order(g):
         op = ir.op(g, n)
         if not (isinstance(op, ir.Softmax) and op.axes == (axis,)):
@@ -42,9 +43,11 @@ def normalisations(g: DiGraph, axis: str) -> DiGraph:
                                stmt=stmt)
         rows = tuple(a for a in st.axes if a != axis)
         lse = add(ir.Reduce("logsumexp", (axis,)), rows, f, [scores])
-        neg, pos = add(ir.Const(-np.inf), (), f, []), add(ir.Const(np.inf), (), f, [])
-        empty = add(ir.Map("eq"), rows, "bool", [lse, neg])
-        shift = add(ir.Map("where"), rows, f, [empty, pos, lse])     # exp(S - inf) = 0
+        shift = lse     # a softmax recognised written out: exp(-inf - -inf), NaN (ir.Softmax)
+        if not op.written:
+            neg, pos = add(ir.Const(-np.inf), (), f, []), add(ir.Const(np.inf), (), f, [])
+            empty = add(ir.Map("eq"), rows, "bool", [lse, neg])
+            shift = add(ir.Map("where"), rows, f, [empty, pos, lse])     # exp(S - inf) = 0
         shifted = add(ir.Map("sub"), st.axes, f, [scores, shift])
         out = add(ir.Map("exp"), st.axes, f, [shifted])
         redirect(g, n, out)

@@ -2,9 +2,13 @@
 softmax (`E / sum[x](E)`, E = exp(S - max[x](S))), the variance (`mean[c](D * D)`, D = X -
 mean[c](X)) and logsumexp (`max[x](S) + log(sum[x](exp(S - max[x](S))))`), each matched
 through names and through values spelt twice (values.same_values). Each rewrite edits the
-graph in place and says whether it did. A fully masked row (max -inf) is NaN written out;
-logsumexp keeps it (+ (m - m)), softmax gives the language's 0 (docs/language.md: left as
-it was, and `napkin run --check` reports the difference)."""
+graph in place and says whether it did. A fully masked row (max -inf) is NaN written out,
+and each rewrite keeps what is written: softmax as an op marked `written` (ir.Softmax:
+every lowering gives NaN where the built-in gives 0, docs/language.md; `E * V / l` also over
+an empty axis, 0 / 0, where `E / l` times V is a sum of nothing, 0), logsumexp by adding
+`m - m` (NaN where m is infinite) except over an empty axis, where the written form's
+`-inf + log(0)` is the built-in's -inf. The variance needs nothing: its written and
+Welford forms agree at sizes 0 (NaN) and 1 (0)."""
 
 from __future__ import annotations
 
@@ -56,8 +60,7 @@ def softmax(g: DiGraph, n: int) -> bool:
     parts = softmax_parts(g, exp_node, den)
     if parts is not None:  # E / l
         s, axes = parts
-        new = ir.add_node(g, ir.Softmax(axes), ir.ArrayType(ir.type_of(g, s).axes, ir.INTERMEDIATE),
-                          [s], span=span, stmt=stmt)
+        new = _recognised(g, s, axes, "div", span, stmt)
         replace(g, n, new)
         return True
     contract = through(g, num)
@@ -69,8 +72,7 @@ def softmax(g: DiGraph, n: int) -> bool:
         if parts is None or not set(parts[1]) <= set(ir.op(g, contract).axes):
             continue
         s, axes = parts
-        soft = ir.add_node(g, ir.Softmax(axes), ir.ArrayType(ir.type_of(g, s).axes, ir.INTERMEDIATE),
-                           [s], span=span, stmt=stmt)
+        soft = _recognised(g, s, axes, "contract", span, stmt)
         new_args = list(args)
         new_args[i] = soft
         out = ir.type_of(g, contract)
@@ -80,6 +82,12 @@ def softmax(g: DiGraph, n: int) -> bool:
         replace(g, n, new)
         return True
     return False
+
+
+def _recognised(g: DiGraph, s: int, axes, written: str, span, stmt) -> int:
+    """softmax[axes](s) as written out (`written`: "div" or "contract", ir.Softmax)."""
+    return ir.add_node(g, ir.Softmax(axes, written), ir.ArrayType(
+        ir.type_of(g, s).axes, ir.INTERMEDIATE), [s], span=span, stmt=stmt)
 
 
 def variance(g: DiGraph, n: int) -> bool:
@@ -137,8 +145,22 @@ def logsumexp(g: DiGraph, n: int) -> bool:
         s, axes = parts
         at = dict(span=g.nodes[n]["span"], stmt=g.nodes[n]["stmt"])
         lse = ir.add_node(g, ir.Reduce("logsumexp", axes), ir.type_of(g, n), [s], **at)
-        m = through(g, m)       # + (m - m): NaN where m is infinite, as exp(S - m) is
-        nan = ir.add_node(g, ir.Map("sub"), ir.type_of(g, m), [m, m], **at)
+        nan = _nan_where_infinite(g, through(g, m), axes, at)
         replace(g, n, ir.add_node(g, ir.Map("add"), ir.type_of(g, n), [lse, nan], **at))
         return True
     return False
+
+
+def _nan_where_infinite(g: DiGraph, m: int, axes, at: dict) -> int:
+    """`where(size(axes) == 0, 0, m - m)`: NaN where the row's max m is infinite, as
+    exp(S - m) is written, but 0 over empty axes, where the written `-inf + log(0)` is -inf."""
+    def add(op, axes_, dtype, args):
+        return ir.add_node(g, op, ir.ArrayType(axes_, dtype), args, **at)
+    t = ir.type_of(g, m)
+    count = add(ir.SizeOf(axes[0]), (), ir.INT_INTERMEDIATE, [])
+    for a in axes[1:]:
+        count = add(ir.Map("mul"), (), ir.INT_INTERMEDIATE,
+                    [count, add(ir.SizeOf(a), (), ir.INT_INTERMEDIATE, [])])
+    empty = add(ir.Map("eq"), (), "bool", [count, add(ir.Const(0), (), ir.INT_INTERMEDIATE, [])])
+    diff = add(ir.Map("sub"), t.axes, t.dtype, [m, m])
+    return add(ir.Map("where"), t.axes, t.dtype, [empty, add(ir.Const(0.0), (), t.dtype, []), diff])

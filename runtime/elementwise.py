@@ -155,10 +155,11 @@ def scan(fn: str, x: np.ndarray, axis: int) -> np.ndarray:
         return (np.cumsum if fn == "cumsum" else np.cumprod)(x, axis=axis)
 
 
-def softmax(x: np.ndarray, axis: tuple[int, ...]) -> np.ndarray:
+def softmax(x: np.ndarray, axis: tuple[int, ...], empty: float = 0.0) -> np.ndarray:
+    """`empty`: the value on a row whose exponentials sum to 0 (ir.empty_row)."""
     with np.errstate(all="ignore"):
         m = np.max(x, axis=axis, initial=-np.inf, keepdims=True)
         shift = np.where(m == -np.inf, 0.0, m).astype(x.dtype)
         e = np.exp(x - shift)
         s = np.sum(e, axis=axis, keepdims=True)
-        return np.where(s == 0, x.dtype.type(0), e / s)
+        return np.where(s == 0, x.dtype.type(empty), e / s)

@@ -164,12 +164,12 @@ class _Block(OtherPositions):
             dims = tuple(axes.index(a) for a in op.axes)
             if n in self.stats:
                 if self._own_rows(n, region):     # normalise with the earlier pass's statistics
-                    return acc.softmax_normalize(x, self.stats[n], dims), axes
+                    return acc.softmax_normalize(x, self.stats[n], dims, ir.empty_row(op)[0]), axes
                 return self._whole_softmax(n, region)
             if split is None:
-                return elementwise.softmax(x, dims), axes
+                return elementwise.softmax(x, dims, ir.empty_row(op)[0]), axes
             stats = fold_split(acc.SOFTMAX_STATS, x, axes, op.axes, split)
-            return acc.softmax_normalize(x, stats, dims), axes
+            return acc.softmax_normalize(x, stats, dims, ir.empty_row(op)[0]), axes
         if isinstance(op, ir.Reduce):
             x, axes = args[0] if op.fn in ir.INDEX_REDUCTIONS else _floats(args[0])
             dims = tuple(axes.index(a) for a in op.axes)
@@ -205,7 +205,8 @@ class _Block(OtherPositions):
         whole = {a: slice(0, region.sizes[a]) for a in op.axes}
         x, axes = _floats(self.value(ir.operands(self.g, n)[0],
                                      Region(region.sizes, {**region.slices, **whole})))
-        out = elementwise.softmax(x, tuple(axes.index(a) for a in op.axes))
+        out = elementwise.softmax(x, tuple(axes.index(a) for a in op.axes),
+                                  ir.empty_row(op)[0])
         cut = tuple(slice(region.of(a).start, region.of(a).stop) if a in op.axes else slice(None)
                     for a in axes)
         return out[cut], axes
@@ -334,7 +335,9 @@ class _Block(OtherPositions):
             s_axes = ir.type_of(g, ir.operands(g, soft)[0]).axes
             rows = tuple(a for a in s_axes if a not in ir.op(g, soft).axes)
             o_axes = self._o_axes(n, rows)
-            out = acc.SOFTMAX_CONTRACT.finalize(state)
+            masked, none = ir.empty_row(ir.op(g, soft))     # (a row of no position: none)
+            empty = masked if all(self.region.sizes[a] for a in ir.op(g, soft).axes) else none
+            out = acc.SOFTMAX_CONTRACT.finalize(state, empty)
             return np.transpose(out, [o_axes.index(a) for a in ir.type_of(g, n).axes])
         return state[0]
 

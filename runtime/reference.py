@@ -101,7 +101,8 @@ def step(op, out: ir.ArrayType, args: list[Labelled], sizes: dict[str, int], com
     if isinstance(op, ir.Softmax):
         x = args[0]
         dims = tuple(x.axes.index(a) for a in op.axes)
-        return Labelled(elementwise.softmax(elementwise.as_kind(x.data, "float", compute), dims), x.axes)
+        return Labelled(elementwise.softmax(elementwise.as_kind(x.data, "float", compute), dims,
+                                            ir.empty_row(op)[0]), x.axes)
     if isinstance(op, ir.Assign):
         data = args[0].aligned(out.axes)
         full = tuple(sizes[a] for a in out.axes)

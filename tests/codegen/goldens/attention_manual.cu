@@ -812,7 +812,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
       #pragma unroll
       for (int i1 = 0; i1 < 2; ++i1) {
         rl[i0][i1] = napkin_lanes_sum(rl[i0][i1], 4);
-        rl[i0][i1] = rl[i0][i1] == 0.0f ? 0.0f : 1.0f / rl[i0][i1];
+        rl[i0][i1] = (rl[i0][i1] == 0.0f ? NAPKIN_NAN : 1.0f / rl[i0][i1]);
       }
     }
     #pragma unroll
