@@ -19,7 +19,6 @@ import numpy as np
 
 from . import ir, monotone
 from .graph import ancestors
-from .values import same_values
 
 COMPARISONS = ("lt", "le", "gt", "ge", "eq")
 READ = ("neg", "add", "sub", "mul", "and", "or") + COMPARISONS     # (and monotone.py's)
@@ -90,7 +89,7 @@ def masked_by(g, n: int, identity: float):
     """The condition node outside of which n is `identity`: n is where(cond, e, identity)
     (through names and a positive scale, which keeps 0 and -inf: `where(x <= q, S, -inf) /
     8`), or for -inf a term of it (`S + where(x <= q, 0, -inf)`, for finite other terms:
-    _minus_infinity_unless), else None."""
+    _minus_infinity_unless) and for 0 an exp of such a term, else None."""
     if identity == -math.inf:
         return _minus_infinity_unless(g, n)
     n = unscaled(g, n)
@@ -100,6 +99,8 @@ def masked_by(g, n: int, identity: float):
         v = constant(g, other)
         if v is not None and v == identity:
             return cond
+    if identity == 0.0 and op == ir.Map("exp"):     # (a row sum of exp: row_state.py)
+        return _minus_infinity_unless(g, ir.operands(g, n)[0])
     return None
 
 
@@ -328,41 +329,6 @@ def describe(expr) -> tuple[str, bool]:
                                   kind == "sub" and i) else t
         for i, t in enumerate(shown))
     return inner, left
-
-
-def row_logsumexps(g, st) -> tuple[int, ...]:
-    """The streamed reducers that are `logsumexp[x]` of the scores the kernel's one online
-    softmax normalises: their value is the softmax's final state per row (m + log l), so
-    the attention kernel stores it without a reduction of its own (codegen/flash.py) and
-    the issue model charges it nothing per score (compiler/issue.py)."""
-    if len(st.pairs) != 1:
-        return ()
-    soft, out = st.pairs[0]
-    scores = ir.operands(g, soft)[0]
-    found = []
-    for n, _ in st.reducers:
-        op = ir.op(g, n)
-        if n != out and isinstance(op, ir.Reduce) and op.fn == "logsumexp" and \
-                op.axes == (st.axis,) and same_values(g, ir.operands(g, n)[0], scores):
-            found.append(n)
-    return tuple(found)
-
-
-def lse_ops(g, st, lse) -> frozenset:
-    """The logsumexps `lse` (row_logsumexps) and the ops only they read that spell the
-    softmax's argument again (same_values): the attention kernel computes none of them (the
-    row's logsumexp is the softmax's state), so the models charge none."""
-    if not lse:
-        return frozenset()
-    arg = ir.operands(g, st.pairs[0][0])[0]
-    shared = ancestors(g, arg) | {arg}
-    found = set().union(*({u} | ancestors(g, u) for n in lse for u in ir.operands(g, n))) - shared
-    out = set(lse) | found
-    while True:       # (an op something else reads too is computed for it)
-        read = {n for n in found if n in out and any(v not in out for v in g.successors(n))}
-        if not read:
-            return frozenset(out)
-        out -= read
 
 
 def softmax_scale(g, soft: int) -> int | None:
