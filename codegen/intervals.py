@@ -26,14 +26,16 @@ def _real(e: str, whole: bool) -> str:
     return f"(double)({e})" if whole else e
 
 
-# monotone.bounds's operations on C bounds: 64-bit integers (floor and ceil of an integer
-# are itself), doubles
+# monotone.bounds's operations on C bounds: 64-bit integers (floor, ceil, int and float of
+# an integer are itself: the bounds, whole, stay exact), doubles
 _WHOLE = SimpleNamespace(floordiv=lambda a, b: f"napkin_floordiv({a}, {b})",
-                         floor=lambda a: a, ceil=lambda a: a,
+                         floor=lambda a: a, ceil=lambda a: a, int=lambda a: a,
+                         float=lambda a: a,
                          minimum=lambda a, b: f"napkin_min({a}, {b})",
                          maximum=lambda a, b: f"napkin_max({a}, {b})")
 _REAL = SimpleNamespace(floordiv=lambda a, b: f"floor({a} / {b})", div=lambda a, b: f"({a} / {b})",
                         floor=lambda a: f"floor({a})", ceil=lambda a: f"ceil({a})",
+                        int=lambda a: f"trunc({a})", float=lambda a: a,
                         minimum=lambda a, b: f"fmin({a}, {b})",
                         maximum=lambda a, b: f"fmax({a}, {b})")
 

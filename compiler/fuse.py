@@ -193,9 +193,9 @@ def _attention_sites(g, stmts, whole) -> set | None:
             if not readers or scores is None or scores == s or not any(
                     isinstance(ir.op(g, m), ir.Contract) for m in stmts[scores]):
                 continue
-            arg, (axis,) = ir.operands(g, n)[0], ir.op(g, n).axes
+            arg, axes = ir.operands(g, n)[0], ir.op(g, n).axes
             lses = {t for t, ns in stmts.items() if t != s and any(
-                row_state.statistic(g, m, arg, axis) for m in ns)}
+                row_state.statistic(g, m, arg, axes) for m in ns)}
             sites.append({s, scores} | readers | lses)
     return _joined(g, stmts, clusters, sites)
 

@@ -110,9 +110,9 @@ def unscaled(g, n: int) -> int:
     op = ir.op(g, n)
     while isinstance(op, ir.Map) and op.fn in ("mul", "div"):
         a, c = ir.operands(g, n)
-        if op.fn == "mul" and positive_scalar(g, a):
+        if op.fn == "mul" and monotone.positive_scalar(g, a):
             a, c = c, a
-        if not positive_scalar(g, c):
+        if not monotone.positive_scalar(g, c):
             break
         n = through_names(g, a)
         op = ir.op(g, n)
@@ -348,20 +348,7 @@ def softmax_scale(g, soft: int) -> int | None:
     a, c = ir.operands(g, arg)
     if op.fn == "mul" and not isinstance(ir.op(g, through_names(g, a)), ir.Contract):
         a, c = c, a
-    if not isinstance(ir.op(g, through_names(g, a)), ir.Contract) or not positive_scalar(g, c):
+    if not isinstance(ir.op(g, through_names(g, a)), ir.Contract) or \
+            not monotone.positive_scalar(g, c):
         return None
     return arg
-
-
-def positive_scalar(g, n: int) -> bool:
-    if ir.type_of(g, n).axes:
-        return False
-    n = through_names(g, n)
-    op = ir.op(g, n)
-    if isinstance(op, ir.SizeOf):
-        return True
-    if isinstance(op, ir.Const):
-        return math.isfinite(op.value) and op.value > 0
-    if isinstance(op, ir.Map) and op.fn in ("sqrt", "rsqrt", "mul", "div"):
-        return all(positive_scalar(g, m) for m in ir.operands(g, n))
-    return False

@@ -25,11 +25,11 @@ KINDS = ("logsumexp", "max", "sumexp")
 SHOWN = {"logsumexp": "m + log l", "max": "m", "sumexp": "l exp(m)"}     # (explain)
 
 
-def statistic(g, n: int, scores: int, axis: str) -> str | None:
-    """The kind (KINDS) of row statistic along `axis` that reduction n takes of the softmax's
-    argument `scores`, or None when it is none."""
+def statistic(g, n: int, scores: int, axes: tuple[str, ...]) -> str | None:
+    """The kind (KINDS) of row statistic over the softmax's `axes` that reduction n takes of
+    its argument `scores`, or None when it is none."""
     op = ir.op(g, n)
-    if not isinstance(op, ir.Reduce) or op.axes != (axis,):
+    if not isinstance(op, ir.Reduce) or op.axes != tuple(axes):
         return None
     (arg,) = ir.operands(g, n)
     if op.fn in ("logsumexp", "max"):
@@ -49,13 +49,13 @@ def row_statistics(g, st) -> tuple[int, ...]:
     soft, out = st.pairs[0]
     scores = ir.operands(g, soft)[0]
     return tuple(n for n, _ in st.reducers
-                 if n != out and statistic(g, n, scores, st.axis) is not None)
+                 if n != out and statistic(g, n, scores, (st.axis,)) is not None)
 
 
 def kinds(g, st, stats) -> tuple[str, ...]:
     """The kind of each of `stats` (row_statistics), in order."""
     scores = ir.operands(g, st.pairs[0][0])[0]
-    return tuple(statistic(g, n, scores, st.axis) for n in stats)
+    return tuple(statistic(g, n, scores, (st.axis,)) for n in stats)
 
 
 def state_ops(g, st, stats) -> frozenset:

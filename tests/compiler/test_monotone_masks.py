@@ -1,8 +1,8 @@
 """A mask monotone in the indices through floor divisions and the like (compiler/monotone.py):
 block-causal attention, `where(x // 64 <= q // 64, S, -inf)`, skipped no chunk (masking._expr
 read no floor division: 63 us at b=1 h=16 q=x=2048 d=64, h100 model, against 28.1 us for
-causal; now 28.2 us). Its spellings through floor and a quotient, a named boolean mask, and
-minimum and maximum read too; a division by a negative number or by an index is not read
+causal; now 28.2 us). Its spellings through floor or int of a quotient, a named boolean mask,
+and minimum and maximum read too; a division by a negative number or by an index is not read
 (no chunk skipped: the division is not nondecreasing there). The model's count and the
 kernel's chunk loop are the same rule; emulated at odd sizes against the float64 oracle."""
 
@@ -35,6 +35,7 @@ SPELLINGS = {
     "named": ("M", BLOCK),
     "blocks of a window": ("x // 64 <= q // 64 and q // 64 - x // 64 < 4", None),
     "minimum": ("x <= minimum(q, size(x) // 2)", None),
+    "int": ("int(x / 64) <= int(q / 64)", None),
 }
 BIG = {"b": 1, "h": 16, "q": 2048, "x": 2048}
 
@@ -90,7 +91,7 @@ EMULATED = [(spelling, n, hints) for spelling in ("floordiv", "named", "blocks o
 
 @pytest.mark.thorough       # (g++ builds each kernel: about 2.5 CPU-s)
 @pytest.mark.parametrize("spelling, n, hints", EMULATED + [
-    ("minimum", 65, True), ("floor", 37, True), ("x // -16 >= q // -16", 37, True)])
+    ("minimum", 65, True), ("floor", 37, True), ("int", 65, True), ("x // -16 >= q // -16", 37, True)])
 def test_masks_through_floor_divisions_emulated_against_the_oracle(spelling, n, hints,
                                                                    within_budget):
     """Blocks of 16 at odd sizes: with chunks of 16 and blocks of 32 rows (chunks cut by the
