@@ -13,7 +13,7 @@ import math
 
 from .compiler import ir, local_merge, merge
 from .explain_units import model_units, seconds_text
-from .compiler import rename, stored16
+from .compiler import rename, row_state, stored16
 from .compiler.buffers import buffers
 from .compiler.engine import engine_buffers
 from .compiler.formulas import relabelling, tile_values
@@ -294,6 +294,10 @@ def render_text(rep: dict) -> str:
                 lines.append(f"    {eng['cols']} in tiles of {eng['warp_tile'][1]} across {n} "
                              f"blocks: each computes its rows' scores and softmax again ({n}x "
                              f"Q K, K read {n} times) and writes their logsumexp, the same")
+            if eng.get("state"):        # (compiler/row_state.py)
+                lines.append("    from the softmax's final state (maximum m, sum l), no "
+                             "reduction of their own: " + ", ".join(
+                                 f"{a} = {row_state.SHOWN[kind]}" for a, kind in eng["state"]))
             if eng.get("q_fragments") == "registers":
                 lines.append("    Q's fragments held in registers for the whole key loop")
             elif eng.get("q_fragments"):

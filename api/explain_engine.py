@@ -59,7 +59,11 @@ def engine_report(plan: Plan, kp) -> dict:
                     # the block's rows
                     "packed": [[a, int(plan.sizes[a])] for a in found.packed],
                     "block_rows": int(sched.block_tile()[found.row]),
-                    "padded": _padded(plan, kp)}
+                    "padded": _padded(plan, kp),
+                    # row statistics stored from the softmax's final state (row_state.py):
+                    # [array, kind] each
+                    "state": [[array_name(plan.graph, n), kind]
+                              for n, kind in zip(found.lse, found.lse_kinds)]}
         if isinstance(found, tensorcore.ChainSite):
             g = plan.graph
             width = max(headpad.extent(found, p.node, p.e, p.width) for p in found.outs)

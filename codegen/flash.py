@@ -30,6 +30,14 @@ from .mma import FK, FM, FN, MmaLowering
 
 # exp(x) = 2^(x log2 e): the softmax runs in base 2 (one FFMA and one MUFU.EX2 per score)
 LOG2E = float_literal(math.log2(math.e))
+# each row statistic from the state after the last chunk (compiler/row_state.py): m the row's
+# maximum (scaled), l the sum of exp(S - m); l is 0 for a row with no key (and no score
+# above -inf) and NaN where a score is NaN or the maximum +inf (inf - inf in each exponent):
+# a row whose maximum is +inf gives +inf, as the CUDA cores' reductions (codegen/accum.py)
+_STATISTIC = {
+    "logsumexp": "{l} == 0.0f ? -NAPKIN_INF : {m} == NAPKIN_INF ? NAPKIN_INF : {m} + logf({l})",
+    "max": "{m} == NAPKIN_INF ? NAPKIN_INF : {l} != {l} ? NAPKIN_NAN : {m}",
+    "sumexp": "{m} == NAPKIN_INF ? NAPKIN_INF : {l} * expf({m})"}
 # packing.spans's operations on C expressions (non-negative indices)
 _C = SimpleNamespace(div=lambda a, b: f"(({a}) / {b})", mod=lambda a, b: f"(({a}) % {b})",
                      mul=lambda a, b: f"{a} * {b}", same=lambda a, b: f"({a} == {b})",
@@ -263,15 +271,15 @@ class FlashLowering(MmaLowering):
     def _finish(self, fm: int, dv: int) -> None:
         """The quad's sums, then o / l at every output element and the kernel's stores."""
         b, s = self.b, self.site
-        if s.lse:      # the row's logsumexp m + log l (-inf for a row with no key)
-            b.emit(P.Decl("float", "lse", shape=(fm, 2)))
+        # the row statistics stored from the state (compiler/row_state.py), one array each
+        stats = {n: f"lse{j or ''}" for j, n in enumerate(s.lse)}
+        for name in stats.values():
+            b.emit(P.Decl("float", name, shape=(fm, 2)))
+        m = f"rm[i0][i1]{' * qks' if self.scaled else ''}"
         self._each([("i0", fm), ("i1", 2)], lambda: (
             b.emit(P.Set("rl[i0][i1]", "napkin_lanes_sum(rl[i0][i1], 4)")),
-            # (a row whose maximum is +inf: +inf, as the CUDA cores' logsumexp, codegen/accum.py;
-            # its sum is NaN, inf - inf in each exponent)
-            s.lse and b.emit(P.Set("lse[i0][i1]", "rl[i0][i1] == 0.0f ? -NAPKIN_INF : rm[i0][i1] "
-                                   "== NAPKIN_INF ? NAPKIN_INF : "
-                                   f"rm[i0][i1]{' * qks' if self.scaled else ''} + logf(rl[i0][i1])")),
+            [b.emit(P.Set(f"{name}[i0][i1]", _STATISTIC[kind].format(m=m, l="rl[i0][i1]")))
+             for name, kind in zip(stats.values(), s.lse_kinds)],
             b.emit(P.Set("rl[i0][i1]", accum.reciprocal("rl[i0][i1]", ir.op(self.g, s.soft),
                                                         self.sizes)))))
 
@@ -295,8 +303,8 @@ class FlashLowering(MmaLowering):
         def point():
             scope, valid = self._point({s.dv: column}, row="i2")
             self.values[s.out] = "acc[i0][i1][i2] * rl[i0][i2 / 2]"
-            for n in s.lse:
-                self.values[n] = "lse[i0][i2 / 2]"
+            for n, name in stats.items():
+                self.values[n] = f"{name}[i0][i2 / 2]"
             for n, name in sums.items():
                 term = self.emitter.value(ir.operands(self.g, n)[0], scope)
                 b.emit(P.Set(f"{name}[i0][i2 / 2]", f"{name}[i0][i2 / 2] + (({valid}) ? "
@@ -314,7 +322,7 @@ class FlashLowering(MmaLowering):
                 b.emit(P.Set(f"{name}[i0][i1]", f"napkin_lanes_sum({name}[i0][i1], 4)"))
             scope, valid = self._point({}, row="(2 * i1)")
             self.values.update((n, f"{name}[i0][i1]") for n, name in sums.items())
-            self.values.update((n, "lse[i0][i1]") for n in s.lse)
+            self.values.update((n, f"{name}[i0][i1]") for n, name in stats.items())
             for n in sorted(of_rows):   # one lane of the quad writes the row's value (the
                 self._store(n, scope, {"valid": f"{valid} && fq == 0"})   # 4 lanes hold it)
             self.values.clear()

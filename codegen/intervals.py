@@ -5,8 +5,9 @@ hold, anywhere in a box of positions (codegen/masks.py skips and bounds chunks b
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
-from ..compiler import ir
+from ..compiler import ir, monotone
 from ..compiler.masking import constant, through_names
 
 
@@ -23,6 +24,20 @@ def interval(g, n: int, box: dict):
 
 def _real(e: str, whole: bool) -> str:
     return f"(double)({e})" if whole else e
+
+
+# monotone.bounds's operations on C bounds: 64-bit integers (floor, ceil, int and float of
+# an integer are itself: the bounds, whole, stay exact), doubles
+_WHOLE = SimpleNamespace(floordiv=lambda a, b: f"napkin_floordiv({a}, {b})",
+                         floor=lambda a: a, ceil=lambda a: a, int=lambda a: a,
+                         float=lambda a: a,
+                         minimum=lambda a, b: f"napkin_min({a}, {b})",
+                         maximum=lambda a, b: f"napkin_max({a}, {b})")
+_REAL = SimpleNamespace(floordiv=lambda a, b: f"floor({a} / {b})", div=lambda a, b: f"({a} / {b})",
+                        floor=lambda a: f"floor({a})", ceil=lambda a: f"ceil({a})",
+                        int=lambda a: f"trunc({a})", float=lambda a: a,
+                        minimum=lambda a, b: f"fmin({a}, {b})",
+                        maximum=lambda a, b: f"fmax({a}, {b})")
 
 
 def _bounds(g, n: int, box: dict):
@@ -60,6 +75,15 @@ def _bounds(g, n: int, box: dict):
         if op.fn == "add":
             return f"({a0} + {b0})", f"({a1} + {b1})", whole
         return f"({a0} - {b1})", f"({a1} - {b0})", whole
+    if monotone.readable(g, n):       # (`x // 64`: compiler/monotone.py)
+        parts = [_bounds(g, x, box) for x in args]
+        if any(p is None for p in parts):
+            return None
+        whole = all(p[2] for p in parts) and op.fn != "div"
+        ops = _WHOLE if whole else _REAL
+        lo, hi = monotone.bounds(op.fn, [(p[0], p[1]) if whole else (_real(p[0], p[2]), _real(
+            p[1], p[2])) for p in parts], ops)
+        return lo, hi, whole
     if op.fn == "mul":
         for i in (0, 1):
             c = constant(g, args[i])

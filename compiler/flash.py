@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import headpad, ir, occupancy, packing, rowsource, split, warps
+from . import headpad, ir, occupancy, packing, row_state, rowsource, split, warps
 from .canonical import through
 from .choices import NUMBERS
 from .cost import Choice, Choices, Cost, evaluate
@@ -100,8 +100,10 @@ class FlashSite:
     dtype: str
     head: int               # size of dk
     width: int              # size of dv
-    lse: tuple[int, ...] = ()    # logsumexp[x] of the softmax's scores, also stored (a split's
-                                 # partial state: compiler/split.py): m + log l per row
+    lse: tuple[int, ...] = ()    # row statistics of the softmax's scores also stored, its
+                                 # final state (row_state.py): logsumexp[x] (a split's partial
+                                 # state: compiler/split.py), max[x], sum[x] of exp
+    lse_kinds: tuple[str, ...] = ()    # ... the kind of each (row_state.KINDS)
     epilogue: tuple[int, ...] = ()   # sums over dv of O's elementwise functions, after the
                                      # stream (the backward's D = sum[d](dO * O)): per row
     rows: tuple[RowSource, ...] = ()     # K's and V's rows where read through a split's window
@@ -213,7 +215,8 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     padded = headpad.decide(((q, dk, True), (k, dk, True), (v, dv, False)),
                             ((scores, dk, True), (out, dv, False)), {dk: head, dv: width})
     return FlashSite(scores, soft, out, q, k, v, row, x, dk, dv, batch, dtype, head, width, lse,
-                     after, tuple(sources[n] for n in (k, v) if n in sources),
+                     row_state.kinds(g, st, lse), after,
+                     tuple(sources[n] for n in (k, v) if n in sources),
                      rows if len(rows) > 1 else (), padded, renamed)
 
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from . import packing
+from . import monotone, packing
 from .masking import COMPARISONS as _CMP
 
 SAMPLES = 512
@@ -277,6 +277,8 @@ def _interval(e, box: dict, sizes: dict):
     if kind == "neg":
         lo, hi = _interval(e[1], box, sizes)
         return -hi, -lo
+    if kind in monotone.FUNCTIONS:      # (`x // 64`: compiler/monotone.py)
+        return monotone.bounds(kind, [_interval(x, box, sizes) for x in e[1:]], monotone.NUMPY)
     a, b = _interval(e[1], box, sizes), _interval(e[2], box, sizes)
     if kind == "add":
         return a[0] + b[0], a[1] + b[1]

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from .graph import DiGraph, is_dag
 
-from . import ir, sums
+from . import ir, row_state, sums
 from .kernels import FusedKernel, Reason, check_stores, fused_kernel
 from .model import array_name
 
@@ -177,7 +177,9 @@ def _as_written(g, stmts) -> set | None:
 def _attention_sites(g, stmts, whole) -> set | None:
     """The statements as written (or one each) with each softmax whose probabilities a product
     reads merged with that product, the statement of the scores it normalises (a product's)
-    and the logsumexps of those scores (None: no such site to add, or not a legal start)."""
+    and those of row statistics of those scores that are the softmax's final state
+    (row_state.py: a logsumexp, a maximum, a sum of exponentials) (None: no such site to add,
+    or not a legal start)."""
     clusters = set(whole) if whole is not None else {frozenset([s]) for s in stmts}
     owner = {n: s for s, nodes in stmts.items() for n in nodes}
     sites = []
@@ -191,8 +193,9 @@ def _attention_sites(g, stmts, whole) -> set | None:
             if not readers or scores is None or scores == s or not any(
                     isinstance(ir.op(g, m), ir.Contract) for m in stmts[scores]):
                 continue
-            lses = {owner[v] for m in stmts[scores] for v in g.successors(m) if v in owner
-                    and isinstance(ir.op(g, v), ir.Reduce) and ir.op(g, v).fn == "logsumexp"}
+            arg, axes = ir.operands(g, n)[0], ir.op(g, n).axes
+            lses = {t for t, ns in stmts.items() if t != s and any(
+                row_state.statistic(g, m, arg, axes) for m in ns)}
             sites.append({s, scores} | readers | lses)
     return _joined(g, stmts, clusters, sites)
 

@@ -21,6 +21,14 @@ MASK_POSITIONS = 0.6
 MASK_OP = 1.0
 MASK_SIZE = 1.5
 MASK_READ = 1.0
+# A floor division of 64-bit indices (napkin_floordiv, compiler/monotone.py) beyond its
+# MASK_OP: by a power of two a shift and its sign's fix-up, by another constant a multiply by
+# its reciprocal (IMAD.HI pairs) and the fix-up. SASS (sm_90, static, NVRTC 13) of block-causal
+# attention's main loop, h100 b=4 h=16 q=x=4096 d=64 at 128 rows and 64-key chunks (8 warps,
+# 32 scores a lane and chunk), against causal's 462: `x // 64 <= q // 64` 691 (+7.2 a score,
+# two divisions), `x // 48 <= q // 48` 914 (+14.1). A divisor read from a size is charged as
+# another constant's (not counted: a 64-bit division by a run-time value is longer)
+MASK_DIVIDE = {True: 2.6, False: 6.1}      # by a power of two, by another divisor
 
 
 def mask_ops(expr, stream) -> float:
@@ -33,6 +41,9 @@ def mask_ops(expr, stream) -> float:
     parts = sum(mask_ops(e, stream) for e in expr[1:] if isinstance(e, tuple))
     if kind in ("and", "or", "not"):
         return parts
+    if kind == "floordiv":
+        by = expr[2][1] if expr[2][0] == "const" else 3.0
+        parts += MASK_DIVIDE[float(by).is_integer() and by > 0 and not int(by) & (int(by) - 1)]
     return parts + MASK_OP + MASK_SIZE * any(isinstance(e, tuple) and e[0] == "size"
                                              for e in expr[1:])
 

@@ -3,25 +3,25 @@ read from integer inputs), and what the kernel folds into its accumulators (the 
 scale, its row logsumexp).
 
 The lowering skips a chunk of the streamed axis when every streamed reduction folds
-`where(cond, e, identity)` and `cond`, built from axis indices, sizes, constants and integer
-or boolean inputs read at axis positions, cannot hold anywhere in the block's index ranges
-and the chunk's (codegen/masks.py: the tensor-core attention copies such a chunk and does
-not compute it; the CUDA-core kernel skips it whole; a mask read from data bounds the chunk
-loop). `chunk_mask` reads that condition off the IR as a small expression; `fractions.py`
-counts, per candidate tiling, the share of (block, chunk) pairs the kernel computes.
-"""
+`where(cond, e, identity)` and `cond`, built from axis indices, sizes, constants (through
+affine and monotone functions: monotone.py) and integer or boolean inputs read at axis
+positions, cannot hold anywhere in the block's index ranges and the chunk's (codegen/masks.py:
+the tensor-core attention copies such a chunk and does not compute it; the CUDA-core kernel
+skips it whole; a mask read from data bounds the chunk loop). `chunk_mask` reads that
+condition off the IR as a small expression; `fractions.py` counts, per candidate tiling, the
+share of (block, chunk) pairs the kernel computes."""
 
 from __future__ import annotations
 
 import math
 
-from .graph import ancestors
 import numpy as np
 
-from . import ir
-from .values import same_values
+from . import ir, monotone
+from .graph import ancestors
 
 COMPARISONS = ("lt", "le", "gt", "ge", "eq")
+READ = ("neg", "add", "sub", "mul", "and", "or") + COMPARISONS     # (and monotone.py's)
 
 
 def chunk_mask(g, st, loads=(), nodes=()) -> tuple | None:
@@ -89,7 +89,7 @@ def masked_by(g, n: int, identity: float):
     """The condition node outside of which n is `identity`: n is where(cond, e, identity)
     (through names and a positive scale, which keeps 0 and -inf: `where(x <= q, S, -inf) /
     8`), or for -inf a term of it (`S + where(x <= q, 0, -inf)`, for finite other terms:
-    _minus_infinity_unless), else None."""
+    _minus_infinity_unless) and for 0 an exp of such a term, else None."""
     if identity == -math.inf:
         return _minus_infinity_unless(g, n)
     n = unscaled(g, n)
@@ -99,18 +99,20 @@ def masked_by(g, n: int, identity: float):
         v = constant(g, other)
         if v is not None and v == identity:
             return cond
+    if identity == 0.0 and op == ir.Map("exp"):     # (a row sum of exp: row_state.py)
+        return _minus_infinity_unless(g, ir.operands(g, n)[0])
     return None
 
 
 def unscaled(g, n: int) -> int:
-    """n through names and products or quotients by positive scalars (_positive_scalar)."""
+    """n through names and products or quotients by positive scalars (positive_scalar)."""
     n = through_names(g, n)
     op = ir.op(g, n)
     while isinstance(op, ir.Map) and op.fn in ("mul", "div"):
         a, c = ir.operands(g, n)
-        if op.fn == "mul" and _positive_scalar(g, a):
+        if op.fn == "mul" and monotone.positive_scalar(g, a):
             a, c = c, a
-        if not _positive_scalar(g, c):
+        if not monotone.positive_scalar(g, c):
             break
         n = through_names(g, a)
         op = ir.op(g, n)
@@ -279,8 +281,8 @@ def _expr(g, n: int, data: tuple | None = None):
         return ("size", op.axis)
     if isinstance(op, ir.Const):
         return ("const", op.value) if math.isfinite(op.value) else None
-    if not isinstance(op, ir.Map) or op.fn not in ("neg", "add", "sub", "mul", "and", "or") + COMPARISONS:
-        return None
+    if not isinstance(op, ir.Map) or op.fn not in READ and not monotone.readable(g, n):
+        return None             # (`x // 64`: monotone.py)
     args = [_expr(g, m, data) for m in ir.operands(g, n)]
     if any(a is None for a in args):
         return None
@@ -289,8 +291,8 @@ def _expr(g, n: int, data: tuple | None = None):
     return (op.fn, *args)
 
 
-_SHOWN = {"add": "+", "sub": "-", "mul": "*", "and": "and", "or": "or", "lt": "<", "le": "<=",
-          "gt": ">", "ge": ">=", "eq": "=="}
+_SHOWN = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "div": "/", "and": "and",
+          "or": "or", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=="}
 
 
 def describe(expr) -> tuple[str, bool]:
@@ -316,49 +318,17 @@ def describe(expr) -> tuple[str, bool]:
     parts = [describe(e) for e in expr[1:]]
     left = any(lo for _, lo in parts)
     shown = [t for t, _ in parts if t]
+    if kind in monotone.ONE + monotone.BOTH:
+        return f"{kind}({', '.join(shown)})", left
     if kind == "and" and len(shown) == 1:
         return shown[0], left
-    # a compound operand in parentheses where it binds: and/or, a product, a difference's
-    # right side (`q - (size(q) - 5)` read `q - size(q) - 5`)
+    # a compound operand in parentheses where it binds: and/or, a product, a quotient, a
+    # difference's right side (`q - (size(q) - 5)` read `q - size(q) - 5`)
     inner = f" {_SHOWN[kind]} ".join(
-        f"({t})" if " " in t and (kind in ("and", "or", "mul") or kind == "sub" and i) else t
+        f"({t})" if " " in t and (kind in ("and", "or", "mul") + monotone.DIVISIONS or
+                                  kind == "sub" and i) else t
         for i, t in enumerate(shown))
     return inner, left
-
-
-def row_logsumexps(g, st) -> tuple[int, ...]:
-    """The streamed reducers that are `logsumexp[x]` of the scores the kernel's one online
-    softmax normalises: their value is the softmax's final state per row (m + log l), so
-    the attention kernel stores it without a reduction of its own (codegen/flash.py) and
-    the issue model charges it nothing per score (compiler/issue.py)."""
-    if len(st.pairs) != 1:
-        return ()
-    soft, out = st.pairs[0]
-    scores = ir.operands(g, soft)[0]
-    found = []
-    for n, _ in st.reducers:
-        op = ir.op(g, n)
-        if n != out and isinstance(op, ir.Reduce) and op.fn == "logsumexp" and \
-                op.axes == (st.axis,) and same_values(g, ir.operands(g, n)[0], scores):
-            found.append(n)
-    return tuple(found)
-
-
-def lse_ops(g, st, lse) -> frozenset:
-    """The logsumexps `lse` (row_logsumexps) and the ops only they read that spell the
-    softmax's argument again (same_values): the attention kernel computes none of them (the
-    row's logsumexp is the softmax's state), so the models charge none."""
-    if not lse:
-        return frozenset()
-    arg = ir.operands(g, st.pairs[0][0])[0]
-    shared = ancestors(g, arg) | {arg}
-    found = set().union(*({u} | ancestors(g, u) for n in lse for u in ir.operands(g, n))) - shared
-    out = set(lse) | found
-    while True:       # (an op something else reads too is computed for it)
-        read = {n for n in found if n in out and any(v not in out for v in g.successors(n))}
-        if not read:
-            return frozenset(out)
-        out -= read
 
 
 def softmax_scale(g, soft: int) -> int | None:
@@ -378,20 +348,7 @@ def softmax_scale(g, soft: int) -> int | None:
     a, c = ir.operands(g, arg)
     if op.fn == "mul" and not isinstance(ir.op(g, through_names(g, a)), ir.Contract):
         a, c = c, a
-    if not isinstance(ir.op(g, through_names(g, a)), ir.Contract) or not _positive_scalar(g, c):
+    if not isinstance(ir.op(g, through_names(g, a)), ir.Contract) or \
+            not monotone.positive_scalar(g, c):
         return None
     return arg
-
-
-def _positive_scalar(g, n: int) -> bool:
-    if ir.type_of(g, n).axes:
-        return False
-    n = through_names(g, n)
-    op = ir.op(g, n)
-    if isinstance(op, ir.SizeOf):
-        return True
-    if isinstance(op, ir.Const):
-        return math.isfinite(op.value) and op.value > 0
-    if isinstance(op, ir.Map) and op.fn in ("sqrt", "rsqrt", "mul", "div"):
-        return all(_positive_scalar(g, m) for m in ir.operands(g, n))
-    return False

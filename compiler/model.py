@@ -84,9 +84,10 @@ class Model:
                                           # (kernels.relabelled: never split over lanes)
     scale: int | None = None    # attention: its softmax's positive scale `Q K / sqrt(d)`
                                 # (masking.softmax_scale), in the exponent on tensor cores
-    lse: tuple[int, ...] = ()   # attention: logsumexp[x] of its softmax's scores, the
-                                # softmax's final state per row (masking.row_logsumexps)
-    lse_ops: frozenset = frozenset()    # they and the ops only they read (masking.lse_ops)
+    lse: tuple[int, ...] = ()   # attention: logsumexp[x], max[x] or sum[x] of exp of its
+                                # softmax's scores, the softmax's final state per row
+                                # (row_state.row_statistics)
+    lse_ops: frozenset = frozenset()    # they and the ops only they read (row_state.state_ops)
     staged: tuple = ()          # a tensor-core product's operands computed from loads as they
                                 # are staged, its reductions beside it (tensorcore.for_site):
                                 # (node, its tile's axes, values a lane computes per run: 8 or
@@ -205,19 +206,21 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                             streamed=axis is not None and axis in t.axes))
     times = {n: max(1, sum(n in p for p in st.per_chunk)) for n in k.nodes}
     work = [w for n in k.nodes for w in _work(g, n, times.get(n, 1) if axis else 1)]
-    from .masking import chunk_mask, condition_nodes, lse_ops, row_logsumexps, softmax_scale
+    from .masking import chunk_mask, condition_nodes, softmax_scale
+    from .row_state import row_statistics, state_ops
     direct = {a.node for a in arrays if a.unstaged}
     online = frozenset(w.node for w in work if direct and w.op in ("logsumexp", "softmax")
                        and direct & ancestors(g, w.node))
-    lse = row_logsumexps(g, st) if axis is not None else ()
+    lse = row_statistics(g, st) if axis is not None else ()
     held = held_values.held(g, k, st)
     woven, reduced, axes, rows, loop_reads = shared or axis_free(g, k)
-    return Model(k, st, tuple(arrays), tuple(work), woven, reduced, axes,
-                 chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None,
-                 condition_nodes(g, st, k.loads, k.nodes) if axis is not None else frozenset(),
+    mask = chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None
+    return Model(k, st, tuple(arrays), tuple(work), woven, reduced, axes, mask,
+                 # (evaluated at every score where no chunk mask skips: charged as any op)
+                 condition_nodes(g, st, k.loads, k.nodes) if mask is not None else frozenset(),
                  relabelled(g, k, (n for n, _ in st.reducers)),
                  softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else None,
-                 lse, lse_ops(g, st, lse),
+                 lse, state_ops(g, st, lse),
                  extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
                  rows=rows, online=online, loop_reads=loop_reads,
                  fixed=frozenset(a for a, info in g.graph["axes"].items()

@@ -173,7 +173,7 @@ HELD_SLICE_REGISTERS = 44.0
 
 def score_ops(model, choice) -> int:
     """Elementwise ops per score beyond the first, on the streamed axis (attention); the
-    row logsumexp is the softmax's own state (masking.row_logsumexps), no op per score."""
+    row statistics that are the softmax's own state (row_state.py) no op per score."""
     return ops_along(model, choice.stream[0] if choice.stream else None)
 
 

@@ -270,7 +270,7 @@ def test_the_attention_backward_at_the_issues_size_is_flashattention2s(rng, with
     dV and adds each block's share of dQ = dS K into an f32 scratch with atomics (chain.Across;
     a conversion kernel writes dQ in f16 and clears the scratch); nothing N x N in global
     memory. The recomputed forward costs what the forward costs: its row logsumexp is the
-    softmax's state (masking.row_logsumexps), charged no instruction or register per score.
+    softmax's state (row_state.row_statistics), charged no instruction or register per score.
     Predicted 2.43 ms against 2.64 ms with dQ's own chain (the model's atomics rate is an
     assumption to calibrate); H 2.62x the forward's (issue 16 asks 3x), counting the atomics'
     4 bytes a value from every block of keys (2.1 GB)."""

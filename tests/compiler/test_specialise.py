@@ -225,4 +225,7 @@ def test_self_attentions_gradient_at_512_is_not_planned_again_for_its_sequence_a
     assert "s" in specialise.chained_axes(d.ir)
     shape = {"t": 512, "s": 512, "m": 1024, "h": 8}
     assert specialise.candidates_of(d, shape, ()) == {}
-    assert specialise.candidates_of(d, {**shape, "m": 256}, ()) == {"m": 256, "s": 512}
+    # (read off the canonical IR: K = X * Wk stored as read, `[h s d]`, is the product over
+    # m feeding S = Q * K that keeps `t` there, its own name: t too, held by no plan here)
+    assert specialise.candidates_of(d, {**shape, "m": 256}, ()) == {"m": 256, "s": 512,
+                                                                     "t": 512}

@@ -1,9 +1,9 @@
 """A row logsumexp that spells the softmax's argument again is FlashAttention's own state
-(compiler/masking.row_logsumexps, same_values): a gradient's `logsumexp[s](where(s <= t, S,
+(compiler/row_state.row_statistics, same_values): a gradient's `logsumexp[s](where(s <= t, S,
 -inf))` beside the forward's `softmax[s](where(s <= t, S, -inf)) * V` (other nodes, the same
 values) is stored by the attention kernel that recomputes O, not computed from the scores
 again on the CUDA cores; its copy of the argument costs nothing in the models
-(masking.lse_ops). A logsumexp of other values (another mask) stays a reduction of its own.
+(row_state.state_ops). A logsumexp of other values (another mask) stays a reduction of its own.
 Plans asserted; the emulated CUDA at small odd sizes against the float64 reference."""
 
 from __future__ import annotations

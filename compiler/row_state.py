@@ -1,0 +1,76 @@
+"""An online softmax's final state as outputs: the row statistics of the scores an attention
+normalises that its running maximum m and running sum l (of exp(S - m)) already hold.
+
+    logsumexp[x](S)   m + log l        (a gradient's saved statistic, a split's partial state)
+    max[x](S)         m
+    sum[x](exp(S))    l exp(m)
+
+S spelt again (values.same_values: the gradient's `logsumexp[s](where(s <= t, S, -inf))`
+beside the forward's softmax of the same masked scores), the scale as written (`Q * K /
+sqrt(size(d))`: the kernel keeps m unscaled and multiplies it by the scale). FlashAttention
+stores them from its state after the last chunk (codegen/flash.py), with no reduction of its
+own; fusion starts the attention with their statements (fuse._attention_sites); the models
+charge no op per score for them nor for the ops only they read (`state_ops`: issue.py,
+occupancy.py). A statistic of other values (another mask, the unscaled product) is a
+reduction of its own.
+"""
+
+from __future__ import annotations
+
+from . import ir
+from .graph import ancestors
+from .values import same_values, through
+
+KINDS = ("logsumexp", "max", "sumexp")
+SHOWN = {"logsumexp": "m + log l", "max": "m", "sumexp": "l exp(m)"}     # (explain)
+
+
+def statistic(g, n: int, scores: int, axes: tuple[str, ...]) -> str | None:
+    """The kind (KINDS) of row statistic over the softmax's `axes` that reduction n takes of
+    its argument `scores`, or None when it is none."""
+    op = ir.op(g, n)
+    if not isinstance(op, ir.Reduce) or op.axes != tuple(axes):
+        return None
+    (arg,) = ir.operands(g, n)
+    if op.fn in ("logsumexp", "max"):
+        return op.fn if same_values(g, arg, scores) else None
+    inner = through(g, arg)
+    if op.fn == "sum" and ir.op(g, inner) == ir.Map("exp") and \
+            same_values(g, ir.operands(g, inner)[0], scores):
+        return "sumexp"
+    return None
+
+
+def row_statistics(g, st) -> tuple[int, ...]:
+    """The streamed reducers that are row statistics (`statistic`) of the scores the kernel's
+    one online softmax normalises."""
+    if len(st.pairs) != 1:
+        return ()
+    soft, out = st.pairs[0]
+    scores = ir.operands(g, soft)[0]
+    return tuple(n for n, _ in st.reducers
+                 if n != out and statistic(g, n, scores, (st.axis,)) is not None)
+
+
+def kinds(g, st, stats) -> tuple[str, ...]:
+    """The kind of each of `stats` (row_statistics), in order."""
+    scores = ir.operands(g, st.pairs[0][0])[0]
+    return tuple(statistic(g, n, scores, (st.axis,)) for n in stats)
+
+
+def state_ops(g, st, stats) -> frozenset:
+    """The statistics `stats` (row_statistics) and the ops only they read that spell the
+    softmax's argument again (or take its exponential): the attention kernel computes none of
+    them (they are the softmax's state), so the models charge none."""
+    if not stats:
+        return frozenset()
+    arg = ir.operands(g, st.pairs[0][0])[0]
+    shared = ancestors(g, arg) | {arg}
+    found = set().union(*({u} | ancestors(g, u) for n in stats for u in ir.operands(g, n))) - \
+        shared
+    out = set(stats) | found
+    while True:       # (an op something else reads too is computed for it)
+        read = {n for n in found if n in out and any(v not in out for v in g.successors(n))}
+        if not read:
+            return frozenset(out)
+        out -= read
