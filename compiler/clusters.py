@@ -127,9 +127,9 @@ def cluster_dag(g, stmts, clusters, owned: dict | None = None) -> DiGraph:
 def sibling_readers(kernels, eligible) -> list[tuple[int, tuple[int, ...]]]:
     """Kernels that read one array and may share a launch placed where the first of them
     launches (compiler/siblings.py decides whether they do): per array that two or more of the
-    `eligible` kernels (indices in launch order) load, (the array, the first of them and those
-    after it whose every producer launches before that first one). None of them then depends
-    on another (each's producers all launch before any of them)."""
+    `eligible` kernels (indices in launch order) load and per reader of it, (the array, that
+    reader and the readers after it whose every producer launches before it). None of them
+    then depends on another (each's producers all launch before any of them)."""
     storer = {n: i for i, k in enumerate(kernels) for n in k.stores}
     latest = [max((storer[u] for u in k.loads if u in storer), default=-1) for k in kernels]
     readers: dict[int, list[int]] = {}
@@ -138,7 +138,8 @@ def sibling_readers(kernels, eligible) -> list[tuple[int, tuple[int, ...]]]:
             readers.setdefault(u, []).append(i)
     found = []
     for u, ks in readers.items():
-        group = (ks[0],) + tuple(j for j in ks[1:] if latest[j] < ks[0])
-        if len(group) >= 2:
-            found.append((u, group))
+        for i, first in enumerate(ks):
+            group = (first,) + tuple(j for j in ks[i + 1:] if latest[j] < first)
+            if len(group) >= 2:
+                found.append((u, group))
     return found

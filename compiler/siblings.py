@@ -122,7 +122,8 @@ def decide(g, kernels: tuple, sizes: dict, target: Target, tail=None):
     def nbytes(u: int) -> float:
         return BYTES.get(storage_dtype(g, u), 4) * math.prod(
             sizes[a] for a in ir.type_of(g, u).axes)
-    sets = sorted(sibling_readers([kp.kernel for kp in kernels], ok), key=lambda s: -nbytes(s[0]))
+    sets = sorted(sibling_readers([kp.kernel for kp in kernels], ok),
+                  key=lambda s: (-nbytes(s[0]), -len(s[1]), s[1]))
     taken: set[int] = set()
     launches = []
     for u, group in sets:
