@@ -123,3 +123,30 @@ def test_the_shared_launch_is_said_and_its_cuda_compiles():
         pytest.skip("NVRTC wheels not installed")
     res = nvrtc.compile(render(lower(p)), arch="sm_80").resources
     assert list(res) == ["napkin_k0"] and res["napkin_k0"].spill_stores == 0, res
+
+
+# H and G read X too, after Q and K: a second launch of siblings (each reader of X may start
+# one), after the first
+LATER = """axis t, m, n, k
+in X[t m]: f16
+in Wq[m n]: f16, Wk[m k]: f16
+Q[t n] = X * Wq
+K[t k] = X * Wk
+H[n m] = Q[t n] * X[t m]
+G[k m] = K[t k] * X[t m]
+out H: f16, G: f16
+"""
+
+
+def test_later_readers_of_the_shared_array_share_a_launch_of_their_own_emulated(rng):
+    sizes = {"t": 37, "m": 29, "n": 48, "k": 16}
+    p = plan(napkin.load(LATER), "h100", sizes, engine="tensor-cores")
+    assert [la.members for la in p.launches] == [(0, 1), (2, 3)]
+    assert len(lower(p).kernels) == 2
+    x = rng.standard_normal((37, 29)).astype(np.float16)
+    wq = (rng.standard_normal((29, 48)) * 0.2).astype(np.float16)
+    wk = (rng.standard_normal((29, 16)) * 0.2).astype(np.float16)
+    out = run_plan(p, {"X": x, "Wq": wq, "Wk": wk}, sizes)
+    f = x.astype(np.float64)
+    assert_close(out["H"], (f @ wq.astype(np.float64)).T @ f, "f16", slack=8.0)
+    assert_close(out["G"], (f @ wk.astype(np.float64)).T @ f, "f16", slack=8.0)
