@@ -22,6 +22,8 @@ from .figures import figures
 from .explain_split import split_lines as _split_lines, split_report as _split
 from .explain_scatter import scatter_report
 from .explain_engine import engine_report
+from .explain_launch import launch_lines, launch_report
+from .compiler.siblings import launch_of
 from .compiler.model import array_name
 from .compiler.schedule import ATTENTION, SCATTER
 
@@ -88,6 +90,8 @@ def report(plan: Plan, compare: bool = True) -> dict:
             "blocks_per_sm": int(kp.cost.blocks_per_sm),
             "occupancy_limit": kp.cost.occupancy_limit,
         })
+        if launch_of(plan.launches, i) is not None:    # (compiler/siblings.py)
+            kernels[-1]["launch"] = launch_report(plan, i)
         local = local_merge.report(plan.graph, kp.kernel.nodes)
         if local:               # axes merged for this kernel's product (local_merge.py)
             kernels[-1]["local_merged"] = local
@@ -221,6 +225,8 @@ def render_text(rep: dict) -> str:
                          "after its partial states (no launch of its own)")
         elif k["reason"]:
             lines.append(f"  boundary: {k['reason']}")
+        if k.get("launch"):
+            lines.extend(launch_lines(k["name"], k["launch"], fmt))
         st = k["streaming"]
         if st:
             passes = f" in {st['passes']} passes" if st["passes"] > 1 else ""

@@ -13,7 +13,7 @@ import math
 from ..compiler import ir
 from ..compiler.model import storage_dtype
 from ..compiler.plan import Plan
-from . import cexpr
+from . import cexpr, launch
 from . import program as P
 from ..compiler import schedule as schedules
 from .chain import ChainLowering
@@ -56,8 +56,13 @@ def lower(plan: Plan) -> P.Program:
     tail = plan.tail                       # compiler/last_block.py: merges run by the
     run_by_partial = set(tail.merges) if tail else set()   # partial kernel's last blocks
     kernels, scratches = [], []
+    shared = {i: la for la in plan.launches for i in la.members}   # (compiler/siblings.py)
     for i, kp in enumerate(plan.kernels):
-        if i in run_by_partial:
+        if i in run_by_partial or i in shared and i != shared[i].members[0]:
+            continue
+        if i in shared:         # sibling products in one launch (codegen/launch.py)
+            kernels.append(_siblings(plan, [plan.kernels[j] for j in shared[i].members],
+                                     dtypes, sizes, size_params))
             continue
         if kp.schedule.engine == schedules.SCATTER:    # atomics into an f32 scratch, then
             names = {n: (f"p{j}", dtypes[n])          # its conversion (codegen/scatter.py)
@@ -127,6 +132,32 @@ def lower(plan: Plan) -> P.Program:
     return P.Program(tuple(kernels), tuple((v, k) for k, v in size_params.items()), buffers,
                      zeroed=zeroed, specialised=tuple(sorted(
                          plan.specialised.items(), key=lambda kv: order.index(kv[0]))))
+
+
+def _siblings(plan: Plan, kps: list, dtypes: dict, sizes: dict,
+              size_params: dict) -> P.KernelProgram:
+    """Kernels launched as one grid: one parameter per array any of them loads or stores (the
+    array they share one pointer), each lowered with those names (codegen/launch.py)."""
+    g = plan.graph
+    names: dict = {}
+    params: list = []
+    for role, attr in (("load", "loads"), ("store", "stores")):
+        for kp in kps:
+            for n in getattr(kp.kernel, attr):
+                if n in names:
+                    continue
+                names[n] = (f"p{len(params)}", dtypes[n])
+                const = "const " if role == "load" else ""
+                params.append(P.Param(names[n][0], f"{const}{cexpr.CTYPE[dtypes[n]]}* __restrict__",
+                                      role, _array(g, n), ir.type_of(g, n).axes))
+    for rep, name in size_params.items():
+        params.append(P.Param(name, "long long", "size", rep))
+    members = []
+    for kp in kps:
+        mine = {n: names[n] for n in kp.kernel.loads + kp.kernel.stores}
+        members.append(_lowering(plan, kp, mine, sizes, kp.schedule.index).build(
+            f"napkin_{kp.kernel.name}"))
+    return launch.together(members[0].name, tuple(params), members)
 
 
 def _lowering(plan: Plan, kp, names: dict, sizes: dict, itype: str) -> KernelLowering:

@@ -126,16 +126,40 @@ class KernelProgram:
     wgmma: tuple = ()                  # the wgmma instructions it issues (wgmma_ptx.Variant):
                                        # their helpers follow the prelude; its dynamic shared
                                        # memory is 1024-byte aligned (NAPKIN_WGMMA_SMEM)
+    parts: tuple = ()                  # sibling products in one launch (codegen/launch.py):
+                                       # (blocks, smem_bytes_formula) of each, the grid their
+                                       # blocks' sum, the shared memory the largest's
 
     def smem_bytes(self, sizes: dict[str, int], align: int = 16) -> int:
         """Dynamic shared memory for these runtime sizes: every buffer aligned to `align`."""
-        total = 0
-        for term in self.smem_bytes_formula:
-            value = term[0]
-            for name in term[1:]:
-                value *= sizes[name]
-            total = -(-total // align) * align + value
-        return total
+        return max(_smem(f, sizes, align) for f in
+                   ([p[1] for p in self.parts] or [self.smem_bytes_formula]))
+
+    def tiles(self, sizes: dict[str, int]) -> int:
+        """The blocks the kernel covers for these runtime sizes (the launch's grid, capped)."""
+        return sum(_tiles(b, sizes) for b in ([p[0] for p in self.parts] or [self.blocks]))
+
+
+def _smem(formula, sizes: dict[str, int], align: int) -> int:
+    total = 0
+    for term in formula:
+        value = term[0]
+        for name in term[1:]:
+            value *= sizes[name]
+        total = -(-total // align) * align + value
+    return total
+
+
+def _tiles(blocks, values: dict[str, int]) -> int:
+    """Tiles along each grouped axis, multiplied; a size may be a product `n2*n3` (packed
+    rows, codegen/lower.py) or a literal."""
+    out = 1
+    for size, tile in blocks:
+        n = 1
+        for s in size.split("*"):
+            n *= values[s] if s in values else int(s.rstrip("L"))
+        out *= -(-n // tile)
+    return out
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ def show(prog: P.Program) -> str:
     for k in prog.kernels:
         lines.append("")
         lines.append(f"kernel {k.name} ({k.kernel}): {k.threads} threads, {k.index_type} indices")
-        lines.append("  blocks: " + " x ".join(f"ceil({s}/{t})" for s, t in k.blocks))
+        lines.append("  blocks: " + " + ".join(" x ".join(f"ceil({s}/{t})" for s, t in b)
+                                               for b in ([p[0] for p in k.parts] or [k.blocks])))
         for p in k.params:
             lines.append(f"  param {p.name}: {p.ctype} ({p.role} {p.array})")
         for buf in k.smem:

@@ -122,3 +122,24 @@ def cluster_dag(g, stmts, clusters, owned: dict | None = None) -> DiGraph:
                             if n not in inside[other]:
                                 dag.add_edge(cl, other)
     return dag
+
+
+def sibling_readers(kernels, eligible) -> list[tuple[int, tuple[int, ...]]]:
+    """Kernels that read one array and may share a launch placed where the first of them
+    launches (compiler/siblings.py decides whether they do): per array that two or more of the
+    `eligible` kernels (indices in launch order) load and per reader of it, (the array, that
+    reader and the readers after it whose every producer launches before it). None of them
+    then depends on another (each's producers all launch before any of them)."""
+    storer = {n: i for i, k in enumerate(kernels) for n in k.stores}
+    latest = [max((storer[u] for u in k.loads if u in storer), default=-1) for k in kernels]
+    readers: dict[int, list[int]] = {}
+    for i in sorted(eligible):
+        for u in dict.fromkeys(kernels[i].loads):
+            readers.setdefault(u, []).append(i)
+    found = []
+    for u, ks in readers.items():
+        for i, first in enumerate(ks):
+            group = (first,) + tuple(j for j in ks[i + 1:] if latest[j] < first)
+            if len(group) >= 2:
+                found.append((u, group))
+    return found

@@ -320,6 +320,16 @@ def latency_cover(target: Target, resident, flight):
             np.where(have > 0, np.minimum(1.0, have / max(l2, 1e-30)), 1.0) if l2 else 1.0)
 
 
+def busy_share(target: Target, blocks, per_sm):
+    """The share of the SMs' block slots a launch of `blocks` keeps busy: blocks / processors
+    when some SMs idle, 1 when one wave holds them all, else the last wave's share: blocks /
+    (waves * the slots a wave fills)."""
+    procs = target.processors
+    slots = procs * per_sm
+    waves = np.ceil(blocks / slots)
+    return blocks / (waves * np.minimum(slots, np.maximum(blocks, procs)))
+
+
 def utilization(target: Target, blocks, smem, threads, active=None, regs=None, per_sm=None,
                 flight=None):
     """Fraction of the machine a launch keeps busy: idle SMs, the last partial wave, and
@@ -334,11 +344,7 @@ def utilization(target: Target, blocks, smem, threads, active=None, regs=None, p
     if per_sm is None:      # (`per_sm`: blocks_per_sm's count when the caller has it)
         per_sm, _ = blocks_per_sm(target, smem, threads, regs)
     procs = target.processors
-    slots = procs * per_sm
-    waves = np.ceil(blocks / slots)
-    # blocks / procs when some SMs idle, 1 when one wave holds them all, else the last wave's
-    # share: blocks / (waves * the slots a wave fills)
-    busy = blocks / (waves * np.minimum(slots, np.maximum(blocks, procs)))
+    busy = busy_share(target, blocks, per_sm)
     resident = np.minimum(per_sm, np.ceil(blocks / procs))
     occupancy = np.minimum(1.0, resident * active / LATENCY_THREADS)
     if flight is not None:

@@ -25,7 +25,7 @@ import numpy as np
 from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
-from . import merge, splitting, stored16, stored16_stages
+from . import merge, siblings, splitting, stored16, stored16_stages
 from .splitting import SplitChoice
 from .canonical import canonicalize, nested_contractions
 from .nested import separate_nested
@@ -58,6 +58,8 @@ class Plan:
                                  # checked with them, and the program runs at them only
     unspecialised: float = 0.0   # the predicted time with them dynamic (explain says it)
     refused: str = ""            # why the plan with them fixed was not taken (an error)
+    launches: tuple = ()         # independent products reading one array launched as one grid
+                                 # (siblings.Launch: lowering and explain read it)
 
     @property
     def time(self) -> float:
@@ -321,10 +323,11 @@ def _tile(fused: Fused, merge: str) -> Plan:
                       for k in fused.kernels)
         hint_mod.check_all_used(list(pr.hints), {h for p in plans for h in p.hints}, pr.graph,
                                 list(fused.kernels))
-        return decide_tail(pr.graph, plans, fused.split, pr.sizes, pr.target, merge)
-    plans, tail = _in_diagram(pr.diagram, run)
+        plans, tail = decide_tail(pr.graph, plans, fused.split, pr.sizes, pr.target, merge)
+        return (*siblings.decide(pr.graph, plans, pr.sizes, pr.target, tail), tail)
+    plans, launches, tail = _in_diagram(pr.diagram, run)
     return Plan(pr.diagram, pr.graph, pr.target, pr.sizes, plans, fused.planner.engine,
-                pr.defaulted, pr.hints, fused.split, tail)
+                pr.defaulted, pr.hints, fused.split, tail, launches=launches)
 
 
 def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,

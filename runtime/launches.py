@@ -8,7 +8,6 @@ Grids are capped (every kernel loops grid-stride over its blocks).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,11 +64,7 @@ def make_launches(program: P.Program, sizes: dict[str, int], max_grid: int = MAX
     values = size_values(program, sizes)
     launches = []
     for k in program.kernels:
-        blocks = 1
-        for size, tile in k.blocks:     # (a product `n2*n3`: packed rows, codegen/lower.py)
-            n = math.prod(values[s] if s in values else int(s.rstrip("L"))
-                          for s in size.split("*"))
-            blocks *= -(-n // tile)
+        blocks = k.tiles(values)
         smem = k.smem_bytes(values)
         if smem_limit is not None and smem > smem_limit:
             raise error("N0603", f"kernel {k.kernel} needs {smem:,} bytes of shared memory for these "

@@ -1,0 +1,81 @@
+"""The decision to launch sibling products as one grid (compiler/siblings.py), by the model:
+taken for independent products reading one array where one launch of the summed blocks is
+faster, and not where a product reads another's result, where the block shapes differ, or
+where there is no GPU; its price is the kernels' own where nothing is shared."""
+
+from __future__ import annotations
+
+import pytest
+
+import napkin
+from napkin.compiler import siblings
+from napkin.compiler.cost import LAUNCH_SECONDS
+from napkin.compiler.plan import plan
+
+THREE = """axis t, m, n, k
+in X[t m]: f16
+in Wq[m n]: f16, Wk[m k]: f16, Wv[m k]: f16
+Q[t n] = X * Wq
+K[t k] = X * Wk
+V[t k] = X * Wv
+out Q: f16, K: f16, V: f16
+"""
+# H reads Q (Q^T X): it reads X too, but must launch after Q's kernel
+DEPENDENT = """axis t, m, n, k
+in X[t m]: f16
+in Wq[m n]: f16, Wk[m k]: f16
+Q[t n] = X * Wq
+K[t k] = X * Wk
+H[n m] = Q[t n] * X[t m]
+out K: f16, H: f16
+"""
+SCALE = {"t": 4096, "m": 2048, "n": 2048, "k": 512}
+
+
+def _member(p, stored: str) -> int:
+    """The index of the kernel that stores the output `stored`."""
+    return next(i for i, kp in enumerate(p.kernels)
+                if any(getattr(p.graph.nodes[v]["op"], "name", None) == stored
+                       for n in kp.kernel.stores for v in [n, *p.graph.successors(n)]))
+
+
+def test_independent_products_of_one_block_shape_share_a_launch_at_scale():
+    p = plan(napkin.load(THREE), "h100", SCALE)
+    (la,) = p.launches
+    k, v, q = _member(p, "K"), _member(p, "V"), _member(p, "Q")
+    # K and V: one block shape, 128 blocks each (one wave together); Q's blocks have twice
+    # the threads (one kernel's __launch_bounds__): apart
+    assert set(la.members) == {k, v} and q not in la.members
+    assert la.shared == "X" and la.waves == 1 and la.blocks == (128, 128)
+    # one launch saved at least
+    assert la.apart - la.together >= LAUNCH_SECONDS
+    # each member's cost is its share: the plan's time is the launch's plus Q's
+    assert sum(p.kernels[i].cost.time for i in la.members) == pytest.approx(la.together)
+    # X (16 MiB) fits in H100's L2: the second member reads it from there
+    assert la.from_l2 == 4096 * 2048 * 2
+
+
+def test_a_single_kernel_is_priced_as_its_own_launch():
+    """price() of one kernel is its cost (cost.py's terms, utilization, first tiles per wave
+    and launch): what the model charged apart, it charges together."""
+    p = plan(napkin.load(THREE), "h100", SCALE)
+    q = p.kernels[_member(p, "Q")]
+    t, waves, _ = siblings.price([q], [siblings.blocks(q, p.sizes)], 0.0, p.target)
+    assert t == pytest.approx(float(q.cost.time), rel=1e-9) and waves == 2
+
+
+def test_a_product_that_reads_a_siblings_result_keeps_its_own_launch():
+    p = plan(napkin.load(DEPENDENT), "h100", SCALE)
+    h = _member(p, "H")
+    assert all(h not in la.members for la in p.launches)
+    assert all(kp.schedule.engine == "tensor-core product" for kp in p.kernels)
+
+
+def test_a_shared_array_larger_than_the_l2_is_read_from_hbm_by_each():
+    p = plan(napkin.load(THREE), "h100", {**SCALE, "t": 32768})
+    (la,) = p.launches
+    assert len(la.members) == 3 and la.from_l2 == 0.0     # X: 128 MiB
+
+
+def test_no_gpu_no_shared_launch():
+    assert plan(napkin.load(THREE), "two-level", SCALE).launches == ()
