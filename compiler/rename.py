@@ -73,6 +73,29 @@ def store_renamed(g: DiGraph, grouped=()) -> None:
             _alias(g, a)
 
 
+def _read_through(g: DiGraph, a: int, view: int, b: int, readers: list) -> None:
+    """`a` only renames an input (`T[s m] = X[s m]`): a's readers read the input through a
+    renaming view of their own (as `X[s m] * W` does), so no kernel copies it (and a 16-bit
+    input stays a tensor-core operand: T's copy is f32). Not where a reader reads `a` by
+    position (a view, gather or reshape of it: their labels are a's layout's), nor where b is
+    an intermediate: its copy may be the 16-bit one its products read (a gradient's
+    `t22[b s m] = N1[b s m]`, stored16.py), which that decision, made later, keeps."""
+    if not isinstance(ir.op(g, b), ir.Input) or \
+            any(isinstance(ir.op(g, r), (ir.View, ir.Gather, ir.Reshape)) for r in readers):
+        return
+    op, stmt = ir.op(g, view), g.nodes[a]["stmt"]
+    t = ir.ArrayType(tuple(op.labels), ir.type_of(g, b).dtype)
+    for r in readers:
+        seen = ir.add_node(g, op, t, (b,), span=g.nodes[r]["span"], stmt=g.nodes[r]["stmt"])
+        g.add_edge(seen, r, array=t, ports=g.edges[a, r]["ports"])
+    name, of = ir.op(g, a).name, ir.op(g, b).name
+    g.remove_nodes_from([a, view])
+    g.graph["arrays"] = {k: v for k, v in g.graph["arrays"].items() if v != a}
+    g.graph["equations"] = tuple(e for e in g.graph.get("equations", ()) if e.stmt != stmt)
+    g.graph["read_through"] = tuple(g.graph.get("read_through", ())) + (
+        (name, of, tuple(op.labels)),)
+
+
 def _store_renamed(g: DiGraph, grouped: set, kept: set) -> set:
     """store_renamed's rewrite, never moving an axis in `kept` nor onto one in `grouped`;
     the hinted axes it moved off statements."""
@@ -105,8 +128,10 @@ def _alias(g: DiGraph, a: int) -> None:
         return
     (b,) = ir.operands(g, view)
     readers = list(g.successors(a))
-    if not isinstance(ir.op(g, b), ir.Assign) or list(g.successors(b)) != [view] or \
-            any(isinstance(ir.op(g, n), ir.Output) for n in readers + [a]) or not readers:
+    if any(isinstance(ir.op(g, n), ir.Output) for n in readers + [a]) or not readers:
+        return
+    if not isinstance(ir.op(g, b), ir.Assign) or list(g.successors(b)) != [view]:
+        _read_through(g, a, view, b, readers)
         return
     back = dict(zip(op.labels, ir.type_of(g, b).axes))     # a's name -> b's
     order = tuple(back[x] for x in ir.type_of(g, a).axes)
@@ -232,4 +257,6 @@ def said(g: DiGraph) -> list[str]:
                       for x, _ in moved if x in hinted)
             for name, moved in g.graph.get("renamed", ())] + \
         [f"{name} read as {of} renamed ({of} laid out [{' '.join(order)}] as {name} is: "
-         "no copy)" for name, of, order in g.graph.get("aliased", ())]
+         "no copy)" for name, of, order in g.graph.get("aliased", ())] + \
+        [f"{name} is {of}[{' '.join(labels)}]: its readers read {of} through that renaming "
+         "(no copy)" for name, of, labels in g.graph.get("read_through", ())]
