@@ -161,8 +161,10 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
         if isinstance(op, VIEWS):
             base = _view_base(g, n)
             seen = [v for v in g.successors(n) if v in members]
-            if seen and all(isinstance(ir.op(g, v), VIEWS) for v in seen):
-                pass        # (seen only through another view, `dV[b s (h*d)]` renamed: there)
+            if seen and all(isinstance(ir.op(g, v), VIEWS) or _gathers_from(g, v, n)
+                            for v in seen):
+                pass        # (seen only through another view, `dV[b s (h*d)]` renamed, or
+                            # gathered from: there)
             elif base in k.loads:   # the same global array seen along other axes: loaded again
                 shown = " ".join(getattr(op, "labels", t.axes))     # (a reshape: its axes)
                 arrays.append(Array(n, f"{array_name(g, base)}[{shown}]",
@@ -171,7 +173,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                                     used_over=_used_over(g, n, members), unstaged=True))
             continue
         if isinstance(op, ir.Gather):
-            base = ir.operands(g, n)[0]
+            # (from a load, or a view of one: a split's window of `I1[m]`, I1 declared [i])
+            base = _view_base(g, ir.operands(g, n)[0])
             if base in k.loads:   # the rows the positions ask for, each read from global memory
                 info = g.graph.get("split")
                 window = info is not None and n in info.windows    # a split's rows of x
