@@ -198,12 +198,37 @@ class Emitter(SoftmaxRows):
         # of all of it (in a loop the lanes share) indexes none (Model.whole_walks: not planned)
         whole, shared = step == "1" and self.ctx.shares(a), step != "1"
         local = f"(({var}) / {step})" if shared else None if whole else var
+        constant = getattr(self.ctx, "constant_trips", None)    # (a CUDA-core kernel's)
+        trips = None if whole or constant is None else constant(a, int(step))
+        if trips is not None:   # the arrays' planned extent, unrolled (register_arrays.py)
+            self._constant_walk(a, rest, scope, body, var, start, step, trips)
+            return
 
         def inner():
             self.ctx.serial += shared     # nested reductions in a lane-strided loop: per lane
             self._walk(rest, {**scope, a: Ix(var, local, whole)}, body)
             self.ctx.serial -= shared
         self.b.loop(var, start, self.ctx.size(a), step, inner)
+
+    def _constant_walk(self, a, rest, scope, body, var, start, step, trips: int) -> None:
+        """_walk along `a` in `trips` unrolled trips of the lanes' stride, each position
+        guarded by the run-time size: its register arrays' indices are the trip (a constant
+        once unrolled), not a position read at run time (compiler/register_arrays.py)."""
+        k = self.b.fresh("k")
+        shared = step != "1"
+
+        def trip():
+            at = f"{start} + {k} * {step}" if shared else k
+            self.b.emit(P.Decl("const int", var, at))
+
+            def inner():
+                self.ctx.serial += shared
+                self._walk(rest, {**scope, a: Ix(var, k)}, body)
+                self.ctx.serial -= shared
+            self.b.open()
+            inner()
+            self.b.emit(P.If(f"{var} < {self.ctx.size(a)}", self.b.close()))
+        self.b.loop(k, "0", str(trips), "1", trip, unroll=True)
 
     def _merge(self, a_axes, kind: str, var: str) -> None:
         lanes = self.ctx.lanes_over(a_axes)

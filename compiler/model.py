@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .graph import DiGraph, ancestors
 
-from . import held_values, ir, lanes
+from . import held_values, ir, lanes, register_arrays
 from .canonical import through
 from .kernels import FusedKernel, is_free, relabelled
 from .loop_reads import readers
@@ -122,6 +122,7 @@ class Model:
     summed: int = 1     # tensor cores: a sum's products (sums.py), pipelined one after another
     held_values: tuple = ()     # CUDA cores: (reduction, pass) held before it (held_values.py)
     whole_walks: frozenset = frozenset()  # ... axes never split over lanes (lanes.whole_walks)
+    held_axes: frozenset = frozenset()    # ... axes its per-thread arrays run over (register_arrays)
 
 
 def axis_free(g: DiGraph, k: FusedKernel) -> tuple:
@@ -226,7 +227,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                  fixed=frozenset(a for a, info in g.graph["axes"].items()
                                  if info.size is not None),
                  scans=any(isinstance(ir.op(g, n), ir.Scan) for n in k.nodes),
-                 held_values=held, whole_walks=lanes.whole_walks(g, k, st, [n for n, _ in held]))
+                 held_values=held, whole_walks=lanes.whole_walks(g, k, st, [n for n, _ in held]),
+                 held_axes=register_arrays.held_axes(g, k, st, woven, [n for n, _ in held]))
 
 
 def _used_over(g: DiGraph, n: int, members: set) -> tuple[str, ...]:

@@ -1,0 +1,70 @@
+"""Per-thread register arrays of a CUDA-core kernel, and how they are indexed (decided once).
+
+At each of its points a CUDA-core thread holds, in a register array, a value over the axes
+of it the kernel does not weave (codegen/accum._extra, codegen/registers.py): a streamed
+reduction's state (S[t s] = X * Y streamed over m, its scores' logsumexp over s in the
+same kernel: S over all of s, `st0[37]`), a streamed softmax's row statistics, an online
+softmax's rescaled output, a reduction held before a pass (held_values.py). Such an array
+stays in registers only where every index into it is a constant once nvcc has unrolled
+the loops around it. A loop whose trip count is known at run time only (a dynamic axis:
+`for (j = 0; j < n1; ++j) st0[j]`) indexes it at run time, and nvcc places the whole
+array in local memory: every access an LDL or STL through L1/L2, which the model (pricing
+registers) does not see. That logsumexp at s = 37 dynamic, t = 37, m = 64 (f16, h100):
+113 LDL and 119 STL in the kernel's static SASS, its issue count 5.8x the model's.
+
+`held_axes` lists the axes such arrays run over (Model.held_axes): the axes whose walks
+index one. The plan decides for all of them one placement: each walk of such an axis is
+a loop of constant trips, the extent the array was given at planning (the lanes' share of
+a split axis: codegen/accum.extent_of), unrolled, each position guarded by the run-time
+size where the axis is dynamic (codegen/held.loops, scalar._walk: `constant_trips`). No
+per-thread array is then indexed at run time, and the model's register pricing is what
+runs. (A data-dependent gather never reads a per-thread array: its table, a load or a view
+of one, is read from global memory where used, model.kernel_model's unstaged arrays.)
+
+`runtime_indexed` names the arrays a plain loop would have indexed at run time (an axis of
+held_axes the diagram does not size); the lowering checks that every index it writes into
+a register array is a constant of an unrolled loop (accum.local_index, N0604 otherwise).
+"""
+
+from __future__ import annotations
+
+from . import ir
+
+UNROLLED = 64    # trips of a static loop the lowering unrolls by itself (codegen/builder.loop)
+
+
+def held_axes(g, kernel, st, woven, held=()) -> frozenset:
+    """The axes kernel `kernel`'s per-thread register arrays run over (see the module
+    docstring): of its streamed states (reductions and online softmaxes: their result's
+    axes; statistics: their rows') and held reductions, those not woven."""
+    woven = set(woven)
+    out = set()
+    for n, _ in st.reducers:
+        out.update(ir.type_of(g, n).axes)
+    for _, n in st.pairs:       # (the rescaled output; its (m, l) per row: fewer axes)
+        out.update(ir.type_of(g, n).axes)
+    for n, _ in tuple(st.stats) + tuple((h, 0) for h in held):
+        op = ir.op(g, n)
+        axes = ir.type_of(g, n).axes
+        out.update(a for a in axes if not (isinstance(op, ir.Softmax) and a in op.axes))
+    return frozenset(out - woven)
+
+
+def runtime_indexed(model) -> frozenset:
+    """The axes of model.held_axes whose size the diagram does not fix: a loop over one of
+    them to its run-time size would index the arrays over it at run time (local memory);
+    the lowering walks them in constant trips instead (constant_trips)."""
+    return frozenset(a for a in model.held_axes if a not in model.fixed)
+
+
+def constant_trips(model, axis: str, planned: int, ways: int) -> int | None:
+    """The trips of a walk along `axis` that the lowering unrolls at a constant count (the
+    planned extent of the arrays over it, over `ways` lanes), where a plain loop would index
+    a per-thread array at run time: a run-time size (runtime_indexed), a lane's stride (its
+    trip count differs by lane) or more than UNROLLED trips (nvcc's own unrolling stops
+    short); None where the plain loop is unrolled already or indexes no such array."""
+    if axis not in model.held_axes:
+        return None
+    if axis in model.fixed and ways == 1 and int(planned) <= UNROLLED:
+        return None
+    return -(-int(planned) // max(1, ways))
