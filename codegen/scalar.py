@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ..compiler import ir, local_merge
+from ..compiler import ir, local_merge, register_arrays
 from . import accum, across_warps, cexpr
 from . import program as P
 from .builder import Builder, Ix
@@ -208,7 +208,10 @@ class Emitter(SoftmaxRows):
             self.ctx.serial += shared     # nested reductions in a lane-strided loop: per lane
             self._walk(rest, {**scope, a: Ix(var, local, whole)}, body)
             self.ctx.serial -= shared
-        self.b.loop(var, start, self.ctx.size(a), step, inner)
+        size = self.ctx.size(a)
+        with self.b.unrolling(var, shared and size.isdigit() and
+                              register_arrays.static_walk(int(size), int(step))):
+            self.b.loop(var, start, size, step, inner)
 
     def _constant_walk(self, a, rest, scope, body, var, start, step, trips: int) -> None:
         """_walk along `a` in `trips` unrolled trips of the lanes' stride, each position

@@ -28,9 +28,10 @@ a register array is a constant of an unrolled loop (accum.local_index, N0604 oth
 
 from __future__ import annotations
 
-from . import ir
+from . import ir, lanes
 
 UNROLLED = 64    # trips of a static loop the lowering unrolls by itself (codegen/builder.loop)
+FEW = lanes.UNROLL_TRIPS     # ... of a static lane-strided loop whose indices nvcc folds
 
 
 def held_axes(g, kernel, st, woven, held=()) -> frozenset:
@@ -57,14 +58,19 @@ def runtime_indexed(model) -> frozenset:
     return frozenset(a for a in model.held_axes if a not in model.fixed)
 
 
+def static_walk(planned: int, ways: int) -> bool:
+    """Whether a loop along a static axis of `planned` positions over `ways` lanes indexes its
+    register arrays by constants (observed in the SASS: no LDL/STL): by ones at most UNROLLED
+    trips (the lowering unrolls it), or from the lane by the lanes' stride at most FEW."""
+    trips = -(-int(planned) // max(1, ways))
+    return trips <= (FEW if ways > 1 else UNROLLED)
+
+
 def constant_trips(model, axis: str, planned: int, ways: int) -> int | None:
     """The trips of a walk along `axis` that the lowering unrolls at a constant count (the
     planned extent of the arrays over it, over `ways` lanes), where a plain loop would index
-    a per-thread array at run time: a run-time size (runtime_indexed), a lane's stride (its
-    trip count differs by lane) or more than UNROLLED trips (nvcc's own unrolling stops
-    short); None where the plain loop is unrolled already or indexes no such array."""
-    if axis not in model.held_axes:
-        return None
-    if axis in model.fixed and ways == 1 and int(planned) <= UNROLLED:
+    a per-thread array at run time: a run-time size (runtime_indexed), or a static one past
+    static_walk; None where the plain loop indexes no such array or by constants."""
+    if axis not in model.held_axes or (axis in model.fixed and static_walk(planned, ways)):
         return None
     return -(-int(planned) // max(1, ways))

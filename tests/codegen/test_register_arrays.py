@@ -60,6 +60,11 @@ def test_fixed_it_is_indexed_by_static_loops():
     (kp,) = p.kernels
     assert kp.model.held_axes == {"s"} and not register_arrays.runtime_indexed(kp.model)
     assert register_arrays.constant_trips(kp.model, "s", 37, 1) is None   # (unrolled already)
+    # past what a static loop unrolls by itself (64 by ones, 8 by the lanes' stride)
+    assert register_arrays.constant_trips(kp.model, "s", 97, 1) == 97
+    assert register_arrays.constant_trips(kp.model, "s", 37, 32) is None
+    assert register_arrays.constant_trips(kp.model, "s", 300, 32) == 10
+    assert register_arrays.constant_trips(kp.model, "t", 97, 1) is None    # (no array over t)
 
 
 def test_the_lowering_checks_the_decision(planned, monkeypatch):
