@@ -16,8 +16,9 @@ registers) does not see. That logsumexp at s = 37 dynamic, t = 37, m = 64 (f16, 
 index one. The plan decides for all of them one placement: each walk of such an axis is
 a loop of constant trips, the extent the array was given at planning (the lanes' share of
 a split axis: codegen/accum.extent_of), unrolled, each position guarded by the run-time
-size where the axis is dynamic (codegen/held.loops, scalar._walk: `constant_trips`). No
-per-thread array is then indexed at run time, and the model's register pricing is what
+size where the axis is dynamic (codegen/held.loops, scalar._walk: `constant_trips`); the
+launchers refuse a run-time size past the planned one (Program.held, `check`: N0308), which
+overran the arrays before. No per-thread array is then indexed at run time, and the model's register pricing is what
 runs. (A data-dependent gather never reads a per-thread array: its table, a load or a view
 of one, is read from global memory where used, model.kernel_model's unstaged arrays.)
 
@@ -28,6 +29,7 @@ a register array is a constant of an unrolled loop (accum.local_index, N0604 oth
 
 from __future__ import annotations
 
+from ..diagrams.diagnostics import error
 from . import ir, lanes
 
 UNROLLED = 64    # trips of a static loop the lowering unrolls by itself (codegen/builder.loop)
@@ -74,3 +76,25 @@ def constant_trips(model, axis: str, planned: int, ways: int) -> int | None:
     if axis not in model.held_axes or (axis in model.fixed and static_walk(planned, ways)):
         return None
     return -(-int(planned) // max(1, ways))
+
+
+def held_sizes(plan) -> tuple[tuple[str, int], ...]:
+    """(axis, planned size) of every axis of a CUDA-core kernel's runtime_indexed, sorted: its
+    arrays and walks have the planned extent, so a run may be smaller, never larger
+    (`check`)."""
+    out = {}
+    for kp in plan.kernels:
+        if kp.schedule.engine == "cuda cores":
+            out.update((a, int(plan.sizes[a])) for a in runtime_indexed(kp.model))
+    return tuple(sorted(out.items()))
+
+
+def check(held, sizes: dict) -> None:
+    """N0308 where `sizes` give an axis of `held` more positions than its kernel was planned
+    for (its register arrays hold the planned extent)."""
+    for a, v in held:
+        if a in sizes and int(sizes[a]) > v:
+            raise error("N0308", f"this kernel holds `{a}` in registers for {a} <= {v} and is "
+                        f"called with {a} = {int(sizes[a])}",
+                        help=f"plan for these sizes (napkin.compile's Kernel does, one kernel "
+                        f"per size), or fix it with `axis {a} = {int(sizes[a])}` or -D")

@@ -76,6 +76,7 @@ def test_the_lowering_checks_the_decision(planned, monkeypatch):
     assert exc.value.code == "N0604" and "register array over `s`" in exc.value.diagnostics[0].message
 
 
+@pytest.mark.thorough       # (NVRTC and cuobjdump: some 3 s; the lowering's check is the default)
 def test_no_local_memory_in_the_sass(planned):
     """The kernel's static SASS (NVRTC, cuobjdump; no GPU) has no LDL or STL (113 and 119
     before)."""
@@ -90,7 +91,7 @@ def test_no_local_memory_in_the_sass(planned):
 
 
 @pytest.mark.parametrize("sizes, kw", [
-    (SIZES, {}),
+    pytest.param(SIZES, {}, marks=pytest.mark.thorough),    # (run at s = 30 below, by default)
     ({"t": 29, "s": 33, "m": 17}, {}),
     pytest.param({"t": 37, "s": 37, "m": 64}, {"stream": {"m": 16}},   # s over 32 lanes
                  marks=pytest.mark.thorough),
@@ -104,3 +105,20 @@ def test_matches_float64(sizes, kw):
     out = run_plan(p, inputs, dict(sizes))
     for name, v in compare.against_reference(d, inputs, out, plan=p).items():
         assert v.ok, (sizes, name, v.message)
+
+
+def test_a_run_past_the_planned_extent_is_refused(planned):
+    """The arrays hold the planned 37 positions of s: a run at fewer works (above: planned at
+    37, the walks guarded), one at more is refused (N0308; it overran st0 before)."""
+    d, p = planned
+    from napkin.pipeline import lowered
+    assert lowered(p)[0].held == (("s", 37),)
+    sizes = {**SIZES, "s": 41}
+    with pytest.raises(NapkinError) as exc:
+        run_plan(p, random_inputs(d, sizes, 0), sizes)
+    assert exc.value.code == "N0308" and "s = 41" in exc.value.diagnostics[0].message
+    small = {**SIZES, "s": 30}
+    inputs = random_inputs(d, small, 1)
+    out = run_plan(p, inputs, small)
+    for name, v in compare.against_reference(d, inputs, out, plan=p).items():
+        assert v.ok, (name, v.message)
