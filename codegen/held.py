@@ -152,3 +152,16 @@ def loops(lw, axes, scope, fn, roots=()) -> None:
         inner = lw._scoped(body)
     lw.b.emit(P.For(k, "0", f"{k} < {trips}", f"++{k}", inner, unroll, "int"))
 
+
+
+def constant_walk(lw, a: str, var: str, start: str, step: str, trips: int, fn) -> None:
+    """A walk along `a` (scalar.Emitter._walk: from `start` by `step`) in `trips` unrolled
+    trips, each position `var` guarded by the run-time size: fn(Ix) indexes its register
+    arrays by the trip, a constant once unrolled, not by a position read at run time
+    (compiler/register_arrays.py)."""
+    k = lw.b.fresh("k")
+
+    def trip():
+        lw.b.emit(P.Decl("const int", var, f"{start} + {k} * {step}" if step != "1" else k))
+        lw.b.emit(P.If(f"{var} < {lw.size(a)}", lw._scoped(lambda: fn(Ix(var, k)))))
+    lw.b.loop(k, "0", str(trips), "1", trip, unroll=True)

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..compiler import ir, local_merge, register_arrays
-from . import accum, across_warps, cexpr
+from . import accum, across_warps, cexpr, held
 from . import program as P
 from .builder import Builder, Ix
 from .softmax_rows import SoftmaxRows
@@ -201,7 +201,11 @@ class Emitter(SoftmaxRows):
         constant = getattr(self.ctx, "constant_trips", None)    # (a CUDA-core kernel's)
         trips = None if whole or constant is None else constant(a, int(step))
         if trips is not None:   # the arrays' planned extent, unrolled (register_arrays.py)
-            self._constant_walk(a, rest, scope, body, var, start, step, trips)
+            def walked(at):
+                self.ctx.serial += shared
+                self._walk(rest, {**scope, a: at}, body)
+                self.ctx.serial -= shared
+            held.constant_walk(self.ctx, a, var, start, step, trips, walked)
             return
 
         def inner():
@@ -212,26 +216,6 @@ class Emitter(SoftmaxRows):
         with self.b.unrolling(var, shared and size.isdigit() and
                               register_arrays.static_walk(int(size), int(step))):
             self.b.loop(var, start, size, step, inner)
-
-    def _constant_walk(self, a, rest, scope, body, var, start, step, trips: int) -> None:
-        """_walk along `a` in `trips` unrolled trips of the lanes' stride, each position
-        guarded by the run-time size: its register arrays' indices are the trip (a constant
-        once unrolled), not a position read at run time (compiler/register_arrays.py)."""
-        k = self.b.fresh("k")
-        shared = step != "1"
-
-        def trip():
-            at = f"{start} + {k} * {step}" if shared else k
-            self.b.emit(P.Decl("const int", var, at))
-
-            def inner():
-                self.ctx.serial += shared
-                self._walk(rest, {**scope, a: Ix(var, k)}, body)
-                self.ctx.serial -= shared
-            self.b.open()
-            inner()
-            self.b.emit(P.If(f"{var} < {self.ctx.size(a)}", self.b.close()))
-        self.b.loop(k, "0", str(trips), "1", trip, unroll=True)
 
     def _merge(self, a_axes, kind: str, var: str) -> None:
         lanes = self.ctx.lanes_over(a_axes)
