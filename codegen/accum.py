@@ -11,6 +11,7 @@ that split the streamed axis merge their states with butterfly shuffles.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ..compiler import ir
@@ -118,10 +119,19 @@ def declare(lw, n: int, pt: dict, stats: bool = False, leaders: dict | None = No
 
 
 def local_index(lw, extra, scope) -> str:
-    """Index into a per-point register array over `extra` (row-major over local indices)."""
+    """Index into a per-point register array over `extra` (row-major over local indices),
+    each a constant once nvcc unrolls the loops around it: the plan keeps every per-thread
+    array in registers (compiler/register_arrays.py); N0604 where one would be indexed at
+    run time (placed in local memory, unpriced)."""
     expr = None
     for a in extra:
         local = scope[a].local
+        names = set(re.findall(r"[A-Za-z_]\w*", local)) - lw.b.unrolled
+        if names:
+            raise error("N0604", f"kernel {lw.k.name} indexes a register array over `{a}` with "
+                        f"`{local}`, a position known at run time only (local memory), where "
+                        "the plan keeps it in registers (compiler/register_arrays.py)",
+                        help="plan it again (napkin explain); this is a napkin bug")
         expr = local if expr is None else f"({expr}) * {extent_of(lw, a)} + ({local})"
     return expr or "0"
 

@@ -3,6 +3,7 @@ hoisted out of every loop (`invariant`)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 
@@ -30,6 +31,17 @@ class Builder:
         self._hoisted: list = []
         self._tables: dict[tuple, str] = {}
         self.fixed: frozenset[str] = frozenset()   # names declared before the hoist point
+        self.unrolled: frozenset[str] = frozenset()   # enclosing unrolled constant-trip loops' vars
+
+    @contextlib.contextmanager
+    def unrolling(self, var: str, unrolled: bool = True):
+        """Inside a loop over `var` of constant trips that is unrolled (`unrolled`): an index
+        naming it is a constant once nvcc has unrolled it (accum.local_index checks)."""
+        self.unrolled = self.unrolled | {var} if unrolled else self.unrolled
+        try:
+            yield
+        finally:
+            self.unrolled = self.unrolled - {var}
 
     def fresh(self, prefix: str) -> str:
         n = self._count.get(prefix, 0)
@@ -68,14 +80,16 @@ class Builder:
         or (unroll None) when it counts from 0 to at most 64 by ones."""
         self.open()
         static = start == "0" and step == "1" and stop.isdigit() and unroll is True
+        if unroll is None:
+            unroll = start == "0" and stop.isdigit() and step == "1" and int(stop) <= 64
         self._loops.append((var, int(stop) if static else None))
         try:
-            body_fn()
+            with self.unrolling(var, bool(unroll) and start == "0" and stop.isdigit()
+                                and step == "1"):
+                body_fn()
         finally:
             self._loops.pop()
         update = f"++{var}" if step == "1" else f"{var} += {step}"
-        if unroll is None:
-            unroll = start == "0" and stop.isdigit() and step == "1" and int(stop) <= 64
         self.emit(P.For(var, start, f"{var} < {stop}", update, self.close(), unroll, ctype))
 
     def mark(self) -> tuple[list, int]:

@@ -21,7 +21,7 @@ before a pass: Registers.compute_held.)
 
 from __future__ import annotations
 
-from ..compiler import ir, lanes
+from ..compiler import ir, lanes, register_arrays
 from . import cexpr
 from . import program as P
 from .builder import Ix
@@ -127,8 +127,11 @@ def loops(lw, axes, scope, fn, roots=()) -> None:
     k, var, size = lw.b.fresh("k"), lw.b.fresh("j"), lw.sizes[a]
     static = size.isdigit()
     w = lw.ways if lw.split and lw.split[0] == a else 1
+    # a run-time size would index the register arrays over `a` at run time (local memory):
+    # the planned extent's trips instead, unrolled, guarded (compiler/register_arrays.py)
+    fixed = None if static else register_arrays.constant_trips(lw.model, a, lw.plan.sizes[a], w)
     raw = f"lane + {k} * {w}" if w > 1 else k
-    ragged = w > 1 and not (static and int(size) % w == 0)
+    ragged = (w > 1 and not (static and int(size) % w == 0)) or fixed is not None
     index = f"({raw} < {size} ? {raw} : {size} - 1)" if ragged else raw
 
     def body():
@@ -142,6 +145,23 @@ def loops(lw, axes, scope, fn, roots=()) -> None:
         del lw.lane_at[len(lw.lane_at) - (w > 1):]
         lw.loop_guards.pop()
         lw.b.emit(P.Block(inner))
-    trips = str(-(-int(size) // w)) if static else (f"({size} + {w - 1}) / {w}" if w > 1 else size)
-    lw.b.emit(P.For(k, "0", f"{k} < {trips}", f"++{k}", lw._scoped(body), static, "int"))
+    trips = str(-(-int(size) // w)) if static else str(fixed) if fixed is not None else (
+        f"({size} + {w - 1}) / {w}" if w > 1 else size)
+    unroll = static or fixed is not None
+    with lw.b.unrolling(k, unroll):
+        inner = lw._scoped(body)
+    lw.b.emit(P.For(k, "0", f"{k} < {trips}", f"++{k}", inner, unroll, "int"))
 
+
+
+def constant_walk(lw, a: str, var: str, start: str, step: str, trips: int, fn) -> None:
+    """A walk along `a` (scalar.Emitter._walk: from `start` by `step`) in `trips` unrolled
+    trips, each position `var` guarded by the run-time size: fn(Ix) indexes its register
+    arrays by the trip, a constant once unrolled, not by a position read at run time
+    (compiler/register_arrays.py)."""
+    k = lw.b.fresh("k")
+
+    def trip():
+        lw.b.emit(P.Decl("const int", var, f"{start} + {k} * {step}" if step != "1" else k))
+        lw.b.emit(P.If(f"{var} < {lw.size(a)}", lw._scoped(lambda: fn(Ix(var, k)))))
+    lw.b.loop(k, "0", str(trips), "1", trip, unroll=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from ..compiler import ir
+from ..compiler import ir, register_arrays
 from ..compiler.schedule import SIMT
 from . import accum, cexpr, held, masks, runs, staging
 from . import program as P
@@ -114,6 +114,11 @@ class KernelLowering(Registers):
         with the same operands."""
         return bool(self.split) and self.split[0] in axes and not self.serial and \
             any(self.varies(e) for e in row)
+
+    def constant_trips(self, axis: str, ways: int) -> int | None:
+        """The unrolled trips of a walk along `axis` that would index a register array at run
+        time (compiler/register_arrays.constant_trips), or None."""
+        return register_arrays.constant_trips(self.model, axis, self.plan.sizes[axis], ways)
 
     def unrolled(self, axis: str) -> int | None:
         """Trips of a lane's walk along `axis` the lowering unrolls here (held.py), or None."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ..compiler import ir
+from ..compiler import ir, register_arrays
 from ..compiler.model import storage_dtype
 from ..compiler.plan import Plan
 from . import cexpr, launch
@@ -131,7 +131,8 @@ def lower(plan: Plan) -> P.Program:
     order = list(plan.diagram.axes)       # (the diagram's declaration order)
     return P.Program(tuple(kernels), tuple((v, k) for k, v in size_params.items()), buffers,
                      zeroed=zeroed, specialised=tuple(sorted(
-                         plan.specialised.items(), key=lambda kv: order.index(kv[0]))))
+                         plan.specialised.items(), key=lambda kv: order.index(kv[0]))),
+                     held=register_arrays.held_sizes(plan))
 
 
 def _siblings(plan: Plan, kps: list, dtypes: dict, sizes: dict,

@@ -176,5 +176,9 @@ class Program:
     # core kernels rely on it, so the kernels test sizes, never addresses; the launchers stage
     # an array the caller gives at another address through an aligned copy
     specialised: tuple[tuple[str, int], ...] = ()
+    held: tuple[tuple[str, int], ...] = ()
+    # (axis, planned size) of the dynamic axes a CUDA-core kernel holds per-thread register
+    # arrays over, walked in the planned trips (compiler/register_arrays.py): the launchers
+    # refuse larger sizes
     # (axis, size) of the diagram's dynamic axes the plan fixed (compiler/specialise.py): the
     # launchers refuse other sizes; the CUDA header prints the sizes (not the user's names)

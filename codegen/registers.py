@@ -117,5 +117,5 @@ class Registers:
         w = self.ways if self.split and self.split[0] == a else 1
         at = f"lane + {z} * {w}" if w > 1 else z
         index = f"({at} < {size} ? {at} : {size} - 1)" if w > 1 else at
-        self.b.loop(z, "0", str(accum.extent_of(self, a)), "1",
-                    lambda: self._shares(rest, {**scope, a: Ix(index, z)}, fn))
+        self.b.loop(z, "0", str(accum.extent_of(self, a)), "1",     # (unrolled: constant
+                    lambda: self._shares(rest, {**scope, a: Ix(index, z)}, fn), unroll=True)

@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from ..compiler import ir, local_merge
-from . import accum, across_warps, cexpr
+from ..compiler import ir, local_merge, register_arrays
+from . import accum, across_warps, cexpr, held
 from . import program as P
 from .builder import Builder, Ix
 from .softmax_rows import SoftmaxRows
@@ -198,12 +198,24 @@ class Emitter(SoftmaxRows):
         # of all of it (in a loop the lanes share) indexes none (Model.whole_walks: not planned)
         whole, shared = step == "1" and self.ctx.shares(a), step != "1"
         local = f"(({var}) / {step})" if shared else None if whole else var
+        constant = getattr(self.ctx, "constant_trips", None)    # (a CUDA-core kernel's)
+        trips = None if whole or constant is None else constant(a, int(step))
+        if trips is not None:   # the arrays' planned extent, unrolled (register_arrays.py)
+            def walked(at):
+                self.ctx.serial += shared
+                self._walk(rest, {**scope, a: at}, body)
+                self.ctx.serial -= shared
+            held.constant_walk(self.ctx, a, var, start, step, trips, walked)
+            return
 
         def inner():
             self.ctx.serial += shared     # nested reductions in a lane-strided loop: per lane
             self._walk(rest, {**scope, a: Ix(var, local, whole)}, body)
             self.ctx.serial -= shared
-        self.b.loop(var, start, self.ctx.size(a), step, inner)
+        size = self.ctx.size(a)
+        with self.b.unrolling(var, shared and size.isdigit() and
+                              register_arrays.static_walk(int(size), int(step))):
+            self.b.loop(var, start, size, step, inner)
 
     def _merge(self, a_axes, kind: str, var: str) -> None:
         lanes = self.ctx.lanes_over(a_axes)

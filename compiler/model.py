@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .graph import DiGraph, ancestors
 
-from . import held_values, ir, lanes
+from . import held_values, ir, lanes, register_arrays
 from .canonical import through
 from .kernels import FusedKernel, is_free, relabelled
 from .loop_reads import readers
@@ -123,6 +123,7 @@ class Model:
     summed: int = 1     # tensor cores: a sum's products (sums.py), pipelined one after another
     held_values: tuple = ()     # CUDA cores: (reduction, pass) held before it (held_values.py)
     whole_walks: frozenset = frozenset()  # ... axes never split over lanes (lanes.whole_walks)
+    held_axes: frozenset = frozenset()    # ... axes its per-thread arrays run over (register_arrays)
 
 
 def axis_free(g: DiGraph, k: FusedKernel) -> tuple:
@@ -162,8 +163,10 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
         if isinstance(op, VIEWS):
             base = _view_base(g, n)
             seen = [v for v in g.successors(n) if v in members]
-            if seen and all(isinstance(ir.op(g, v), VIEWS) for v in seen):
-                pass        # (seen only through another view, `dV[b s (h*d)]` renamed: there)
+            if seen and all(isinstance(ir.op(g, v), VIEWS) or _gathers_from(g, v, n)
+                            for v in seen):
+                pass        # (seen only through another view, `dV[b s (h*d)]` renamed, or
+                            # gathered from: there)
             elif base in k.loads:   # the same global array seen along other axes: loaded again
                 shown = " ".join(getattr(op, "labels", t.axes))     # (a reshape: its axes)
                 arrays.append(Array(n, f"{array_name(g, base)}[{shown}]",
@@ -172,7 +175,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                                     used_over=_used_over(g, n, members), unstaged=True))
             continue
         if isinstance(op, ir.Gather):
-            base = ir.operands(g, n)[0]
+            # (from a load, or a view of one: a split's window of `I1[m]`, I1 declared [i])
+            base = _view_base(g, ir.operands(g, n)[0])
             if base in k.loads:   # the rows the positions ask for, each read from global memory
                 info = g.graph.get("split")
                 window = info is not None and n in info.windows    # a split's rows of x
@@ -226,7 +230,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                  fixed=frozenset(a for a, info in g.graph["axes"].items()
                                  if info.size is not None),
                  scans=any(isinstance(ir.op(g, n), ir.Scan) for n in k.nodes),
-                 held_values=held, whole_walks=lanes.whole_walks(g, k, st, [n for n, _ in held]))
+                 held_values=held, whole_walks=lanes.whole_walks(g, k, st, [n for n, _ in held]),
+                 held_axes=register_arrays.held_axes(g, k, st, woven, [n for n, _ in held]))
 
 
 def _used_over(g: DiGraph, n: int, members: set) -> tuple[str, ...]:

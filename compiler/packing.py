@@ -180,7 +180,8 @@ def relabel(model, site):
     return replace(model, arrays=arrays, work=work, woven=one(model.woven),
                    reduced=one(model.reduced), axes=one(model.axes),
                    relabelled=frozenset(one(tuple(model.relabelled))),
-                   whole_walks=frozenset(one(tuple(model.whole_walks))), packed=packed)
+                   whole_walks=frozenset(one(tuple(model.whole_walks))),
+                   held_axes=frozenset(one(tuple(model.held_axes))), packed=packed)
 
 
 def expand(axes, model) -> set:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codegen import program as P
+from ..compiler import register_arrays
 from ..diagrams.diagnostics import error
 from . import dtypes
 
@@ -60,6 +61,7 @@ def make_launches(program: P.Program, sizes: dict[str, int], max_grid: int = MAX
                   smem_limit: int | None = None) -> list[LaunchSpec]:
     from ..compiler.specialise import check
     check(program.specialised, sizes)       # (N0308: a kernel built for other head sizes)
+    register_arrays.check(program.held, sizes)     # (N0308: register arrays of fewer)
     names = buffer_names(program)
     values = size_values(program, sizes)
     launches = []
