@@ -220,3 +220,30 @@ def test_what_follows_the_lanes_merge_runs_on_every_lane(monkeypatch):
         return dict(cost.compute_parts)["issue"] * p.target.per_second("schedulers") * 32
     base = lanes()
     assert lanes(STORE=issue_simt.STORE + 1) - base == pytest.approx(130 * 77 * 16)
+
+
+def test_a_sum_of_a_product_is_its_ffma():
+    """issue.SIMT_REDUCE: a sum, mean or variance in a CUDA-core lane loop costs its FADD a
+    value, the loop's share being the value's READ's; a sum or mean of a product the loop
+    computes costs nothing of its own, the product's FMUL and the FADD being one FFMA
+    (Work.summand). In rmsnorm's SASS at 4096 (sm_90, static) the loop over X * X issues 3.9
+    a value, LDS.U16, HADD2.F32 and FFMA and the loop's share; the model priced 5.5 (READ 3,
+    the product 1, the mean's (1, 0, 0.5)). At c = 77, r = 130, hand count of the FP32 lane
+    instructions: rmsnorm's three products a point (the square's FFMA, the two of its output)
+    and a row's add and rsqrt (1 + 2) on each of the 64 lanes splitting c; layernorm's mean,
+    its difference, the variance's FADD and FFMA, the two products and the add a point, and
+    a row's add and rsqrt on each of its 32 lanes."""
+    from napkin.compiler.cost import evaluate
+
+    def fp32(name):
+        p = plan(napkin.load(name), "h100", {"c": 77, "r": 130})
+        (kp,) = p.kernels
+        cost = evaluate(kp.model, kp.columns, kp.choice, p.sizes, p.target)
+        return kp, dict(cost.compute_parts)["fp32"] * p.target.per_second("fp32_lanes")
+    kp, rms = fp32("rmsnorm")
+    assert [(w.op, w.summand) for w in kp.model.work if w.op == "mean"] == [("mean", "mul")]
+    assert dict([kp.choice.split])["c"] == 64
+    assert rms == 77 * 130 * 3 + 130 * 64 * 3
+    kp, ln = fp32("layernorm")
+    assert dict([kp.choice.split])["c"] == 32 and not kp.choice.stream
+    assert ln == 77 * 130 * 7 + 130 * 32 * 3
