@@ -159,18 +159,24 @@ ONE_ROUND = ["S2R", "LOP3", "@!P0 BRA 0x90", "@P1 BRA 0xb0", "LDG.E.U16", "LDG.E
 
 
 def test_a_packed_attention_divides_its_stored_rows_out():
-    """packing.unpacking: a packed attention's epilogue divides each stored fragment row out
-    into its packed axes ((r q): the row's quotient and remainder by size(q)), once per two
-    elements: GQA at b = g = 2, r = 4, q = 5 (rows packed, 32-bit indices) stores 2 x 2 x 20 x 64
-    elements, 2560 divisions of UNPACK_ROW 23 (its SASS, static: 945 a warp for 32 elements,
-    18 each beside); 48 each in 64 bits; none where the rows are not packed."""
+    """packing.unpacking and codegen/packed._place_lane_rows: a packed attention's epilogue
+    reads each stored fragment row's packed axes ((r q): the row's quotient and remainder by
+    size(q)) from the lane's tables, filled after the key loop once for each row a lane holds
+    (the 4 lanes of its quad), not divided per two stored elements (SASS, static, h100, at
+    b = g = 2, r = 4, q = 5: the epilogue 945 -> 579 instructions a warp). GQA there (rows
+    packed, 32-bit indices) stores 2 x 2 x 20 rows, 80 x 4 divisions of UNPACK_ROW 23; 48
+    each in 64 bits; none where the rows are not packed."""
+    from napkin import pipeline
     from napkin.compiler import packing
     p = plan(napkin.load("gqa_attention"), "h100", {"b": 2, "g": 2, "r": 4, "q": 5, "x": 77})
     (kp,) = p.kernels
     assert kp.model.packed
     sizes = packing.sized(kp.model.packed, p.sizes)
-    assert packing.unpacking(kp.model, sizes) == 2560 * 23 / 32
-    assert packing.unpacking(kp.model, sizes, True) == 2560 * 48 / 32
+    assert packing.unpacking(kp.model, sizes) == 80 * 4 * 23 / 32
+    assert packing.unpacking(kp.model, sizes, True) == 80 * 4 * 48 / 32
+    cuda = pipeline.through(p, "plan", "cuda", pipeline.Options.make(target="h100"))["cuda"]
+    store = next(line for line in cuda.splitlines() if "= napkin_from_float<__half>(acc[" in line)
+    assert "[i0][i2 / 2]" in store and "%" not in store and "/ (int)" not in store
     q = plan(napkin.load("attention"), "h100", {"b": 2, "h": 2, "q": 77, "x": 77})
     assert not q.kernels[0].model.packed and packing.unpacking(q.kernels[0].model, q.sizes) == 0
 
