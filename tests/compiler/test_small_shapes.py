@@ -253,3 +253,23 @@ def test_a_sum_of_a_product_is_its_ffma():
     kp, ln = fp32("layernorm")
     assert dict([kp.choice.split])["c"] == 32 and not kp.choice.stream
     assert ln == 77 * 130 * 7 + 130 * 32 * 3
+
+
+def test_a_loop_over_the_chunk_runs_its_mean_trips():
+    """sass_simt.trips: a lane loop whose bound is the chunk's length (`xl < clen`) runs, over
+    the stream, the mean of its trips in each chunk, the last one's short, not a full chunk's
+    trips every chunk. cross_entropy split over v at t = 1024, v = 50257 (the share s_v =
+    1571 in 7 chunks of 256, the last 35; 4 lanes): (6 x 64 + 9) / 7 trips a chunk, where 64
+    counted the partial's 14% more (static SASS/model 1.35 -> 1.18, h100). A bound not the
+    chunk's, or a stream without a partial chunk, as before; the CUDA's loops read alike
+    (sass_simt.element_loops, here on test_simt_sass's hand-made kernel: its lanes over a
+    chunk with a stride of 8, 32 trips a full chunk of 256, (3 x 32 + 13) / 4 with a last
+    chunk of 100)."""
+    from .test_simt_sass import CUDA, _module
+    simt = _module("sass_simt")
+    assert simt.trips("lane", "clen", 4, {}, 256, (7, 35)) == (6 * 64 + 9) / 7
+    assert simt.trips("lane", "clen", 4, {}, 256) == 64
+    assert simt.trips("lane", "clen", 4, {}, 256, (4, 256)) == 64
+    assert simt.trips("tid", "n1", 32, {"n1": 77}, 256, (7, 35)) == 3
+    found = simt.element_loops(CUDA, {"n0": 4096, "n1": 4096}, 256, (4, 100))
+    assert [f["trip"] for f in found] == [256, (3 * 32 + 13) / 4, 128]
