@@ -207,8 +207,10 @@ def simt_sass(p, made, index: int, text: str) -> dict:
     chunks = math.ceil(p.sizes[sched.stream[0]] / chunk) if sched.stream else 1
     blocks, warps = launched(p, sched), math.ceil(sched.threads / 32)
     visited = max(float(kp.cost.visited), float(kp.cost.computed))
+    # (the last chunk's length: a loop over `clen` runs its mean trips, sass_simt.trips)
+    tail = (chunks, int(p.sizes[sched.stream[0]]) - (chunks - 1) * chunk) if chunk else None
     run = block_run(text, name, kernel_source(made["cuda"], name), sizes, chunk, chunks,
-                    warps, visited, float(kp.cost.computed))
+                    warps, visited, float(kp.cost.computed), tail)
     rate = p.target.per_second("schedulers")
     est = blocks * warps * run["run"] / rate if run and rate else None
     model = dict(kp.cost.compute_parts).get("issue", 0) * rate / (blocks * warps)

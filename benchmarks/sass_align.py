@@ -24,13 +24,13 @@ from __future__ import annotations
 import math
 import re
 
-from sass_simt import _CTYPE_BYTES, _HEADER, _POINTER, _body, _untaken, _value, skipped
+from sass_simt import _CTYPE_BYTES, _HEADER, _POINTER, _body, _untaken, _value, skipped, trips
 
 KINDS = ("LDS", "STS", "LDG", "STG")
 _HELPERS = {"napkin_block_range": 2, "napkin_block_sum": 1}     # LDS per trip over warps
 
 
-def c_tree(cuda: str, sizes: dict, chunk, warps: int) -> list[dict] | None:
+def c_tree(cuda: str, sizes: dict, chunk, warps: int, tail=None) -> list[dict] | None:
     """Every loop of a kernel's CUDA inside the blocks' loop, nested: {"trip", "accesses",
     "kinds", "chunk", "children"}; the prelude's block reductions as loops of `warps` trips.
     None where a header reads what is not a size."""
@@ -64,7 +64,7 @@ def c_tree(cuda: str, sizes: dict, chunk, warps: int) -> list[dict] | None:
         first, last = _value(start, sizes, chunk), _value(end, sizes, chunk)
         if stride is None or first is None or last is None:
             return None
-        trip = max(math.ceil((last - first) / stride), 0)
+        trip = trips(start, end, stride, sizes, chunk, tail)
         untaken = any(lo_ <= m.start() < hi for lo_, hi in skipped)
         accesses, kinds = _accesses(body, var)
         found.append({"span": span, "chunk": False, "trip": 0 if untaken else trip,
@@ -231,10 +231,11 @@ def _alike(c: dict, s: dict) -> bool:
 
 
 def aligned_run(outer, inner: list, cuda: str, sizes: dict, chunk, chunks: int,
-                warps: int, visited: float = 1.0, computed: float = 1.0) -> dict | None:
+                warps: int, visited: float = 1.0, computed: float = 1.0,
+                tail=None) -> dict | None:
     """block_run's figures (`run`, `static`, `opcodes`, `loops`) with the trees aligned (see
     the module docstring), or None."""
-    cs, ss = c_tree(cuda, sizes, chunk, warps), s_tree(outer, inner)
+    cs, ss = c_tree(cuda, sizes, chunk, warps, tail), s_tree(outer, inner)
     if cs is None:
         return None
     pairs = _align(cs, ss)

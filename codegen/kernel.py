@@ -130,7 +130,10 @@ class KernelLowering(Registers):
     def load(self, n: int, scope: dict[str, Ix]) -> str:
         """From the registers holding it (held.py), its staged tile, or (inside a view, or not
         staged) from global memory. A streamed value read at a position is named once there,
-        for every point of the thread (held.py)."""
+        for every point of the thread (held.py); in a chunk of several points a thread, a
+        staged streamed value and one read from global memory are named once a point (the
+        latter's index is clamped: read unconditionally, not a predicated LDG in each select
+        reading it: cross_entropy split over v, 2 a value)."""
         param, dtype = self.names[n]
         axes = ir.type_of(self.g, n).axes
         load = cexpr.LOAD[ir.kind_of_dtype(dtype)]
@@ -139,16 +142,18 @@ class KernelLowering(Registers):
             if found is not None:
                 return found
         streamed = self.st.axis in axes      # (its chunk staged in this pass only)
+        once = self.in_chunk and len(self.points) > 1
         if n in self.staged and not self.views and \
                 (not streamed or (self.in_chunk and n in self.pass_loads)):
             buf, layout = self.staged[n]
             value = self._as_kind(n, dtype, f"{load}({buf}[{layout.offset(scope, local=True)}])")
-            if self.in_chunk and self.st.axis in axes and len(self.points) > 1:
-                ctype = cexpr.CKIND[ir.kind_of_dtype(ir.type_of(self.g, n).dtype)]
-                return self.b.value(ctype, value, "ld")
-            return value
-        layout = Layout(axes, self.sizes, self.itype)
-        return self._as_kind(n, dtype, f"{load}({self.global_at(n, layout.offset(scope))})")
+        else:
+            at = self.global_at(n, Layout(axes, self.sizes, self.itype).offset(scope))
+            value, streamed = self._as_kind(n, dtype, f"{load}({at})"), True
+        if once and streamed:
+            ctype = cexpr.CKIND[ir.kind_of_dtype(ir.type_of(self.g, n).dtype)]
+            return self.b.value(ctype, value, "ld")
+        return value
 
     def global_at(self, n: int, index: str) -> str:
         """The element of global array n at `index`, as a read."""

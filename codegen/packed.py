@@ -50,15 +50,15 @@ class PackedRows:
 
     def _place_lane_rows(self) -> None:
         """After the key loop: `_lane_rows`'s tables before the chunks if what was emitted since
-        (the loop) reads one, else none (the epilogue's points divide, once per block)."""
+        (the loop) reads one, else here, after it (no registers held across the loop): the
+        epilogue's points read their row's (r, q) from them, one division a lane's row where
+        each two stored elements divided (compiler/packing.UNPACK_ROW)."""
         if not self.lane_rows:
             return
         (frame, at), tables = self._lane_at
         since = repr(tuple(frame[at:]))
-        if any(f"{name}[" in since for name in self.lane_rows.values()):
-            self.b.insert((frame, at), tables)
-        else:
-            self.lane_rows = {}
+        read = any(f"{name}[" in since for name in self.lane_rows.values())
+        self.b.insert((frame, at) if read else self.b.mark(), tables)
 
     def unpacked(self, scope: dict) -> dict:
         """`scope` with the axes packed fragment rows run along (compiler/packing.py): row i at

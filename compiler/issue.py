@@ -94,6 +94,14 @@ INSTRUCTIONS = {
     # refitted to cross_entropy's and softmax's SASS, model_check.py --kernels, 2026-12-07)
     "softmax": (8, 1, 1),
 }
+# A sum, mean or variance walked on the CUDA cores (codegen/scalar.py's lane loop), per value:
+# its FADD; the loop's index, test and step are the value's READ's share (issue_simt.READ), not
+# the reduction's (INSTRUCTIONS' `other`). A sum or mean of a product the loop computes is one
+# FFMA, the product's (nvcc fuses the FMUL and FADD); a variance of a row walked twice adds the
+# difference from the mean (FADD) and its square (FFMA). Counted in rmsnorm's and layernorm's
+# lane loops (sm_90, static, h100 plans at 4096: 16 values a trip of LDS.U16, HADD2.F32 and
+# the FFMA, or FADD, and some 14 of the loop's, 3.9 a value where the table priced 5.5).
+SIMT_REDUCE = {"sum": (1, 0, 0), "mean": (1, 0, 0), "var": (2, 0, 0)}
 # ... and a softmax not paired with a contraction writes each probability: its exponential
 # (cexpr.shifted_exp: FADD, FMUL, MUFU.EX2) times the row's reciprocal, computed once per row
 # (one FMUL; an IEEE division per probability was 14 more per score and lane, IEEE expf
@@ -250,6 +258,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             per = STREAMED_STATS    # the online update (codegen/accum.py, Model.online)
         elif not tensor and w.op == "var" and (stream in w.axes or w.node in model.online):
             per = STREAMED_VAR      # Welford's update (codegen/accum.py)
+        elif not tensor and w.op in SIMT_REDUCE:
+            per = (0, 0, 0) if w.summand == "mul" and w.op != "var" else SIMT_REDUCE[w.op]
         elif tensor and model.streaming.pairs and w.axes and set(w.axes) <= index_axes:
             per = FLASH_INDEX          # an op of positions only, on the score fragments
             if not positional:         # their 64-bit indices, once per score (see above)

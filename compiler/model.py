@@ -65,6 +65,7 @@ class Work:
     times: int = 1            # recomputed in several passes
     op: str = ""              # what it is, for the instruction table (compiler/issue.py):
                               # contract, softmax, a Map's fn, a Reduce's fn
+    summand: str = ""         # a Reduce's: the fn of the Map the kernel computes its operand by
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                             BYTES[storage_dtype(g, n)],
                             streamed=axis is not None and axis in t.axes))
     times = {n: max(1, sum(n in p for p in st.per_chunk)) for n in k.nodes}
-    work = [w for n in k.nodes for w in _work(g, n, times.get(n, 1) if axis else 1)]
+    work = [w for n in k.nodes for w in _work(g, n, times.get(n, 1) if axis else 1, k.loads)]
     from .masking import chunk_mask, condition_nodes, softmax_scale
     from .row_state import row_statistics, state_ops
     direct = {a.node for a in arrays if a.unstaged}
@@ -281,7 +282,7 @@ def _slots(op) -> int:
     return 1
 
 
-def _work(g: DiGraph, n: int, times: int) -> list[Work]:
+def _work(g: DiGraph, n: int, times: int, loads=()) -> list[Work]:
     op = ir.op(g, n)
     args = ir.operands(g, n)
     if isinstance(op, ir.Contract):
@@ -291,7 +292,9 @@ def _work(g: DiGraph, n: int, times: int) -> list[Work]:
     if isinstance(op, (ir.Reduce, ir.Softmax)):
         per = 5 if isinstance(op, ir.Softmax) or op.fn in ("logsumexp", "var") else 1
         what = "softmax" if isinstance(op, ir.Softmax) else op.fn
-        return [Work(n, ir.type_of(g, args[0]).axes, per, "simt", "f32", times, what)]
+        by = ir.op(g, args[0])
+        summand = by.fn if isinstance(by, ir.Map) and args[0] not in loads else ""
+        return [Work(n, ir.type_of(g, args[0]).axes, per, "simt", "f32", times, what, summand)]
     if isinstance(op, ir.Map):
         fn = op.fn
         if fn == "div" and is_free(g, args[1]) and not ir.type_of(g, args[1]).axes:

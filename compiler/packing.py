@@ -41,19 +41,18 @@ import numpy as np
 from . import ir
 
 FRAG_ROWS = 16      # rows of an mma.sync fragment
-# The epilogue's stores divide each fragment row they store out into the packed axes
-# (codegen/packed.unpacked: the row's remainder and quotient by a runtime size), once per
-# two stored elements (a lane's two adjacent columns of a fragment row share the row), in
-# the kernel's index type: in 32 bits I2F, MUFU.RCP, F2I and the correction, some 23; in
-# 64 bits the same behind a test that both fit 32 bits, and the call of the 64-bit
-# division beside it, some 48 (static: every path once). Counted in gqa_attention's
-# epilogues (sm_90, static, h100: 945 instructions a warp for 32 elements at
-# b = g = 2, r = 4, q = 5, x = 77, 32-bit; 2713 for 64 at the small shape, 64-bit), beside
-# issue.STORE_ELEMENT's 18 an element: at the small shape's 3 chunks the epilogue is 2/3 of
-# the block (static SASS/model 1.57 without it). (Dividing once per row, before the
-# stores, would issue 1/16 of it: left to codegen.)
+# The epilogue's stores read each fragment row's packed axes from the lane's tables
+# (codegen/packed._lane_rows: the row clamped, its remainder and quotient by a runtime size),
+# filled once a block for each row a lane holds (the 4 lanes of a fragment row's quad each),
+# in the kernel's index type: in 32 bits I2F, MUFU.RCP, F2I and the correction, some 23; in
+# 64 bits the same behind a test that both fit 32 bits, and the call of the 64-bit division
+# beside it, some 48 (static: every path once). Counted in gqa_attention's epilogues (sm_90,
+# static, h100) when each two stored elements divided: 945 instructions a warp for 32
+# elements at b = g = 2, r = 4, q = 5, x = 77, 32-bit; 2713 for 64 at the small shape, 64-bit;
+# 579 and 1022 a row (static SASS/model 0.79 and 0.95 with 23 and 48 an element pair).
 UNPACK_ROW = 23
 UNPACK_ROW_WIDE = 48
+QUAD = 4            # lanes of an mma.sync fragment holding one of its rows
 
 
 def name(rows: tuple[str, ...]) -> str:
@@ -195,10 +194,11 @@ __all__ = ["name", "parts", "position", "fragment_rows", "why_not", "spans", "fr
 
 def unpacking(model, sizes: dict, wide=False):
     """Warp instructions of a packed attention's epilogue dividing its stored rows out into
-    the packed axes (UNPACK_ROW*: per two elements of each store, 32 lanes a warp); 0
-    where its rows are not packed. `wide`: the kernel indexes in 64 bits (per candidate)."""
+    the packed axes (UNPACK_ROW*: per row of each store, its axes woven over the blocks, and
+    lane of the row's quad, 32 lanes a warp); 0 where its rows are not packed. `wide`: the
+    kernel indexes in 64 bits (per candidate)."""
     if not model.packed:
         return 0.0
-    elements = sum(math.prod(sizes[a] for a in arr.axes) for arr in model.arrays
-                   if arr.role == "store" and arr.node not in model.across)
-    return elements / 2 * np.where(wide, UNPACK_ROW_WIDE, UNPACK_ROW) / 32
+    rows = sum(math.prod(sizes[a] for a in arr.axes if a in model.woven) for arr in model.arrays
+               if arr.role == "store" and arr.node not in model.across)
+    return rows * QUAD * np.where(wide, UNPACK_ROW_WIDE, UNPACK_ROW) / 32

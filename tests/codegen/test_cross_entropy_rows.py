@@ -103,3 +103,32 @@ def test_lanes_over_other_rows_cost_more_than_lanes_along_the_row():
     assert slow == 32 * fast > 0
     assert kp.choice.split is not None and kp.choice.split[0] == "s_v"
     assert dict(kp.cost.compute_parts)["L1 wavefronts"] < kp.cost.time
+
+
+def test_a_value_two_selects_read_is_loaded_once_a_point():
+    """codegen/kernel.load: in a chunk of several points a thread, a value read from global
+    memory where used is named once a point (its index clamped: read unconditionally), not
+    inlined into each select reading it. cross_entropy split over v (`Z[t (p_v s_v)]`, the
+    positions past v masked `where(v < size(v), Z, -inf)`, the label's `where(v == label, Z,
+    0)`) was two predicated LDG a value, one a select (SASS, static, sm_90, h100 plan at
+    t = 4096, v = 50257: the chunk loop's 594 instructions held 32 LDG for 16 points, which
+    the estimate read as 2 trips unrolled: SASS/model 0.61; now 546 and 16, 1.12). Here 2 x 4
+    points a thread at t = 70, v = 1001 (a split of 4): 8 loads named, each read by both
+    selects, and the loss emulated against the float64 oracle."""
+    from napkin.compiler.cost import Choice
+    from napkin.compiler.variants import with_choices
+    p = plan(napkin.load("cross_entropy"), "h100", {"t": 70, "v": 1001}, {"split": {"v": 4}})
+    chunked = Choice(group=(("p_v", 2), ("t", 16)), stream=("s_v", 64),
+                     thread=(("p_v", 2), ("t", 4)), split=("s_v", 4))
+    p = with_choices(p, [chunked] + [k.choice for k in p.kernels[1:]])
+    _, text = lowered(p)
+    body = text[text.index("napkin_k0("):]
+    body = body[:body.find("\n}\n")]
+    names = re.findall(r"const float (ld\d+) = ", body)
+    assert len(names) == 8
+    assert all(len(re.findall(rf"\b{n}\b", body)) >= 3 for n in names)   # (its two selects)
+    rng = np.random.default_rng(70)
+    Z = (rng.standard_normal((70, 1001)) * 3).astype(np.float16)
+    label = rng.integers(0, 1001, 70).astype(np.int32)
+    out = run_plan(p, {"Z": Z, "label": label}, p.sizes)
+    assert_close(out["L"], _oracle(Z, label), "f16", slack=64)

@@ -159,18 +159,24 @@ ONE_ROUND = ["S2R", "LOP3", "@!P0 BRA 0x90", "@P1 BRA 0xb0", "LDG.E.U16", "LDG.E
 
 
 def test_a_packed_attention_divides_its_stored_rows_out():
-    """packing.unpacking: a packed attention's epilogue divides each stored fragment row out
-    into its packed axes ((r q): the row's quotient and remainder by size(q)), once per two
-    elements: GQA at b = g = 2, r = 4, q = 5 (rows packed, 32-bit indices) stores 2 x 2 x 20 x 64
-    elements, 2560 divisions of UNPACK_ROW 23 (its SASS, static: 945 a warp for 32 elements,
-    18 each beside); 48 each in 64 bits; none where the rows are not packed."""
+    """packing.unpacking and codegen/packed._place_lane_rows: a packed attention's epilogue
+    reads each stored fragment row's packed axes ((r q): the row's quotient and remainder by
+    size(q)) from the lane's tables, filled after the key loop once for each row a lane holds
+    (the 4 lanes of its quad), not divided per two stored elements (SASS, static, h100, at
+    b = g = 2, r = 4, q = 5: the epilogue 945 -> 579 instructions a warp). GQA there (rows
+    packed, 32-bit indices) stores 2 x 2 x 20 rows, 80 x 4 divisions of UNPACK_ROW 23; 48
+    each in 64 bits; none where the rows are not packed."""
+    from napkin import pipeline
     from napkin.compiler import packing
     p = plan(napkin.load("gqa_attention"), "h100", {"b": 2, "g": 2, "r": 4, "q": 5, "x": 77})
     (kp,) = p.kernels
     assert kp.model.packed
     sizes = packing.sized(kp.model.packed, p.sizes)
-    assert packing.unpacking(kp.model, sizes) == 2560 * 23 / 32
-    assert packing.unpacking(kp.model, sizes, True) == 2560 * 48 / 32
+    assert packing.unpacking(kp.model, sizes) == 80 * 4 * 23 / 32
+    assert packing.unpacking(kp.model, sizes, True) == 80 * 4 * 48 / 32
+    cuda = pipeline.through(p, "plan", "cuda", pipeline.Options.make(target="h100"))["cuda"]
+    store = next(line for line in cuda.splitlines() if "= napkin_from_float<__half>(acc[" in line)
+    assert "[i0][i2 / 2]" in store and "%" not in store and "/ (int)" not in store
     q = plan(napkin.load("attention"), "h100", {"b": 2, "h": 2, "q": 77, "x": 77})
     assert not q.kernels[0].model.packed and packing.unpacking(q.kernels[0].model, q.sizes) == 0
 
@@ -220,3 +226,50 @@ def test_what_follows_the_lanes_merge_runs_on_every_lane(monkeypatch):
         return dict(cost.compute_parts)["issue"] * p.target.per_second("schedulers") * 32
     base = lanes()
     assert lanes(STORE=issue_simt.STORE + 1) - base == pytest.approx(130 * 77 * 16)
+
+
+def test_a_sum_of_a_product_is_its_ffma():
+    """issue.SIMT_REDUCE: a sum, mean or variance in a CUDA-core lane loop costs its FADD a
+    value, the loop's share being the value's READ's; a sum or mean of a product the loop
+    computes costs nothing of its own, the product's FMUL and the FADD being one FFMA
+    (Work.summand). In rmsnorm's SASS at 4096 (sm_90, static) the loop over X * X issues 3.9
+    a value, LDS.U16, HADD2.F32 and FFMA and the loop's share; the model priced 5.5 (READ 3,
+    the product 1, the mean's (1, 0, 0.5)). At c = 77, r = 130, hand count of the FP32 lane
+    instructions: rmsnorm's three products a point (the square's FFMA, the two of its output)
+    and a row's add and rsqrt (1 + 2) on each of the 64 lanes splitting c; layernorm's mean,
+    its difference, the variance's FADD and FFMA, the two products and the add a point, and
+    a row's add and rsqrt on each of its 32 lanes."""
+    from napkin.compiler.cost import evaluate
+
+    def fp32(name):
+        p = plan(napkin.load(name), "h100", {"c": 77, "r": 130})
+        (kp,) = p.kernels
+        cost = evaluate(kp.model, kp.columns, kp.choice, p.sizes, p.target)
+        return kp, dict(cost.compute_parts)["fp32"] * p.target.per_second("fp32_lanes")
+    kp, rms = fp32("rmsnorm")
+    assert [(w.op, w.summand) for w in kp.model.work if w.op == "mean"] == [("mean", "mul")]
+    assert dict([kp.choice.split])["c"] == 64
+    assert rms == 77 * 130 * 3 + 130 * 64 * 3
+    kp, ln = fp32("layernorm")
+    assert dict([kp.choice.split])["c"] == 32 and not kp.choice.stream
+    assert ln == 77 * 130 * 7 + 130 * 32 * 3
+
+
+def test_a_loop_over_the_chunk_runs_its_mean_trips():
+    """sass_simt.trips: a lane loop whose bound is the chunk's length (`xl < clen`) runs, over
+    the stream, the mean of its trips in each chunk, the last one's short, not a full chunk's
+    trips every chunk. cross_entropy split over v at t = 1024, v = 50257 (the share s_v =
+    1571 in 7 chunks of 256, the last 35; 4 lanes): (6 x 64 + 9) / 7 trips a chunk, where 64
+    counted the partial's 14% more (static SASS/model 1.35 -> 1.18, h100). A bound not the
+    chunk's, or a stream without a partial chunk, as before; the CUDA's loops read alike
+    (sass_simt.element_loops, here on test_simt_sass's hand-made kernel: its lanes over a
+    chunk with a stride of 8, 32 trips a full chunk of 256, (3 x 32 + 13) / 4 with a last
+    chunk of 100)."""
+    from .test_simt_sass import CUDA, _module
+    simt = _module("sass_simt")
+    assert simt.trips("lane", "clen", 4, {}, 256, (7, 35)) == (6 * 64 + 9) / 7
+    assert simt.trips("lane", "clen", 4, {}, 256) == 64
+    assert simt.trips("lane", "clen", 4, {}, 256, (4, 256)) == 64
+    assert simt.trips("tid", "n1", 32, {"n1": 77}, 256, (7, 35)) == 3
+    found = simt.element_loops(CUDA, {"n0": 4096, "n1": 4096}, 256, (4, 100))
+    assert [f["trip"] for f in found] == [256, (3 * 32 + 13) / 4, 128]

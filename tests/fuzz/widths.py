@@ -226,16 +226,36 @@ def check_kernel(k: P.KernelProgram, sizes: dict[str, int], max_grid: int = 2**3
     env["threadIdx.x"] = Val(0, k.threads - 1, False)
     env["blockIdx.x"] = Val(0, max_grid - 1, False)
     env["gridDim.x"] = Val(1, max_grid, False)
+    env["#tables"] = {}
     problems: list[str] = []
     _walk(k.body, env, problems)
     return problems
 
 
 def _eval(text: str, env, where: str, problems: list, numeric: bool = True) -> Val | None:
-    """Check the subscripts in `text`; when `numeric`, evaluate it (an integer expression)."""
+    """Check the subscripts in `text`; when `numeric`, evaluate it (an integer expression; a
+    read of an integer table, `pr0[i0][i2 / 2]`, is any value its Sets stored: `_tabled`)."""
     for sub in _subscripts(text):
         _eval(sub, env, where + " subscript", problems)
-    return Evaluator(env, where, problems).run(text) if numeric else None
+    if not numeric:
+        return None
+    text, env = _tabled(text, env)
+    return Evaluator(env, where, problems).run(text)
+
+
+def _tabled(text: str, env: dict) -> tuple[str, dict]:
+    """`text` with each read of an integer table (a Decl of a shape and no value: a packed
+    attention's lane rows, codegen/packed.py) as a name bound to the union of what its Sets
+    stored (env["#tables"], shared by every scope)."""
+    tables = env.get("#tables") or {}
+    found = {m.group(1) for m in re.finditer(r"\b(\w+)\[", text) if tables.get(m.group(1))}
+    if not found:
+        return text, env
+    env = dict(env)
+    for name in found:
+        text = re.sub(rf"\b{name}(?:\[[^\[\]]*\])+", f"{name}__table", text)
+        env[f"{name}__table"] = tables[name]
+    return text, env
 
 
 def _walk(body, env: dict, problems: list) -> None:
@@ -245,6 +265,8 @@ def _walk(body, env: dict, problems: list) -> None:
             integer = ("int" in words or "long" in words or "unsigned" in words) and \
                 "*" not in s.ctype and not s.shape      # (not an array: fragments' data)
             if s.init is None:
+                if s.shape and ("int" in words or "long" in words) and "*" not in s.ctype:
+                    env["#tables"][s.name] = None       # an integer table (`_tabled`)
                 continue
             if integer and _DATA.search(s.init):
                 value = _data(s.init, env, s.name, problems)
@@ -261,7 +283,16 @@ def _walk(body, env: dict, problems: list) -> None:
                 env[s.name] = held
         elif isinstance(s, P.Set):
             _eval(s.target, env, "target", problems, numeric=False)
-            _eval(s.value, env, s.target, problems, numeric=False)
+            table = re.match(r"(\w+)\[", s.target)
+            if table and table.group(1) in env["#tables"]:
+                try:
+                    v = _eval(s.value, env, s.target, problems)
+                except ValueError:      # (an expression the evaluator does not read: any)
+                    v = Val(-(2**63), 2**63 - 1, True)
+                old = env["#tables"][table.group(1)]
+                env["#tables"][table.group(1)] = v if old is None else old.union(v)
+            else:
+                _eval(s.value, env, s.target, problems, numeric=False)
         elif isinstance(s, P.Store):
             _eval(s.index, env, f"store {s.ptr}", problems)
             _eval(s.value, env, f"store {s.ptr}", problems, numeric=False)
