@@ -96,15 +96,20 @@ def price(kps, n_blocks, shared_bytes: float, target: Target) -> tuple[float, in
     util = float(busy_share(target, total, per_sm)) * min(1.0, rest)
     slots = target.processors * per_sm
     waves = -(-total // slots)
-    # each wave waits for its first tiles: the slowest of the members it holds
-    wave_fill: dict[int, float] = {}
+    # each wave waits for its first tiles: the slowest of the members it holds. A member's
+    # blocks are consecutive, so only its first and last waves can hold another's blocks:
+    # those are kept per wave, the waves between counted at once (a grid may have billions)
+    edges: dict[int, float] = {}
+    inner = 0.0
     start = 0
     for kp, n in zip(kps, n_blocks):
         f = _fill_per_wave(kp, n, target)
-        for w in range(start // slots, (start + n - 1) // slots + 1):
-            wave_fill[w] = max(wave_fill.get(w, 0.0), f)
+        first, last = start // slots, (start + n - 1) // slots
+        for w in {first, last}:
+            edges[w] = max(edges.get(w, 0.0), f)
+        inner += f * max(0, last - first - 1)
         start += n
-    return busy / util + sum(wave_fill.values()) + LAUNCH_SECONDS, waves, \
+    return busy / util + inner + sum(edges.values()) + LAUNCH_SECONDS, waves, \
         from_l2 * (len(kps) - 1)
 
 
