@@ -21,7 +21,7 @@ element and stores it.
 from __future__ import annotations
 
 from ..compiler import headpad, ir
-from . import masks
+from . import chain_sums, masks
 from . import cexpr
 from . import program as P
 from . import staging
@@ -59,6 +59,7 @@ class ChainLowering(MmaLowering):
         self.columns = {n: self._vector(n, s.red) for n in self._column_vectors()}
         for i, p in enumerate(s.outs):
             b.emit(P.Decl("float", f"acc{i}", "{}", shape=(fm, self._cover(p.node, p.e, p.width) // FN, 4)))
+        chain_sums.declare(self, fm)
         self.rows = self._row_vectors(fm)
         chunk = self.kp.schedule.stream[1]
 
@@ -69,8 +70,11 @@ class ChainLowering(MmaLowering):
                 self._output(i, p, dict(streamed[p.c], k=s.red), fm, chunk, tail)
             for a in s.across:
                 self._across(a, staged[a.node], dict(stationary[a.c], k=s.row), fm, chunk, tail)
+            chain_sums.chunk(self, fm, chunk, tail)
         # a chunk the diagram's mask zeroes for every output is neither copied nor computed
-        outs = [p.node for p in s.outs] + [a.node for a in s.across]
+        # (a stored sum's value: its innermost sum's operand, linear in it: chain_sums.py)
+        outs = [p.node for p in s.outs] + [a.node for a in s.across] + [
+            (m.inner or (m.node,))[-1] for m in s.sums]
         kinds = {n: "contract" for n in outs}
         span = masks.chunk_span(self, outs, kinds, self.wm * self.wn * 32, s.red, s.batch)
         known = {"#data": span.bounds} if span else {}
@@ -82,6 +86,7 @@ class ChainLowering(MmaLowering):
                        None if span and span.band else skip, peel=True,
                        span=(span.first, span.end) if span else None)
         self._finish(fm)
+        chain_sums.finish(self, fm)
 
     def _score(self, j: int, sc, ta: dict, tb: dict, fm: int, chunk: int) -> None:
         """S_j = A_j B_j over its contracted axis: C fragments of the chunk."""
@@ -100,10 +105,13 @@ class ChainLowering(MmaLowering):
                                   f"{name}[i0][{i}]", "fa", f"fb[{i} % 2]", f"{name}[i0][{i}]"))))
         self._each([("i0", fm), ("i2", self._cover(sc.node, sc.dk, sc.head) // FK)], step)
 
-    def _chunk_value(self, node: int, t: int, tail: bool, rows: bool = False) -> None:
+    def _chunk_value(self, node: int, t: int, tail: bool, rows: bool = False, then=None,
+                     inner=()) -> None:
         """`tv[2][4]`: chunk value t (of product `node`) at the lane's elements of two 8-wide
         C tiles (fragment i0, 16 of the chunk i1): 0 past the streamed axis's end in a
-        partial chunk (and, with `rows`, past the rows' end: a product over the rows)."""
+        partial chunk (and, with `rows`, past the rows' end: a product over the rows).
+        `then(scope, checks)` emits after each element; sums nested in t (`inner`, outermost
+        first: chain_sums.Summed) are read as their operands."""
         b, s = self.b, self.site
         b.emit(P.Decl("float", "tv", shape=(2, 4)))
 
@@ -116,12 +124,16 @@ class ChainLowering(MmaLowering):
             self.values.update((n, f"{self.at(t)}[{key}]") for n, t in self.columns.items())
             self.line(node)
             self.emitter.fast = cexpr.FAST      # (T_i is rounded to 16 bits for the mma)
+            for m in reversed(inner):
+                self.values[m] = f"({self.emitter.value(ir.operands(self.g, m)[0], scope)})"
             value = self.emitter.value(t, scope)
             self.emitter.fast = {}
             self.values.clear()
             tests = ([f"{key} < clen"] if tail else []) + ([checks[s.row]] if rows else [])
             b.emit(P.Set("tv[i3][i4]", f"({' && '.join(tests)}) ? {value} : 0.0f" if tests
                          else value))
+            if then is not None:
+                then(scope, checks)
         self._each([("i3", 2), ("i4", 4)], element)
 
     def _output(self, i: int, p, tc: dict, fm: int, chunk: int, tail: bool) -> None:
@@ -241,7 +253,7 @@ class ChainLowering(MmaLowering):
         for e in dict.fromkeys(p.e for p in s.outs):
             outs = [(i, p) for i, p in enumerate(s.outs) if p.e == e]
             width = self._cover(outs[0][1].node, e, outs[0][1].width)
-            added = {a.store for a in s.across}       # (stored by _across, with atomics)
+            added = {a.store for a in s.across + s.sums}    # (added with atomics)
             stores = [n for n in self.k.stores
                       if e in ir.type_of(self.g, n).axes and n not in added]
 
