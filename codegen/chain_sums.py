@@ -1,8 +1,9 @@
 """A chain's stored sums of its chunk values, added across blocks (compiler/chain_sums.py).
 
-Per chunk, each sum's value is evaluated at the lane's elements of the chunk's C tiles (as a
-product's chunk value is, 0 past the streamed axis's and the rows' ends; a nested sum read
-as its operand). A sum keeping the rows and the streamed axis adds each element into the
+Per chunk, each sum's value is evaluated at the lane's elements of the chunk's C tiles, at
+the first output's elements beside its chunk value (so that what they share, dS's exp, is
+computed once: the C compiler's common subexpressions; 0 past the streamed axis's and the
+rows' ends; a nested sum read as its operand). A sum keeping the rows and the streamed axis adds each element into the
 f32 scratch with an atomic (the blocks along the summed batch axes add theirs: dB); one
 keeping the rows only adds the element into the lane's register of its row, and after the
 chunks each lane adds its rows (4 lanes a row); one keeping neither adds it into one
@@ -15,7 +16,6 @@ from __future__ import annotations
 from ..compiler import ir
 from . import program as P
 from .indexing import Layout
-from .mma import FK
 
 
 def kind(site, m) -> str:
@@ -32,27 +32,34 @@ def declare(lw, fm: int) -> None:
             lw.b.emit(P.Decl("float", f"sr{k}", "0.0f"))
 
 
-def chunk(lw, fm: int, size: int, tail: bool) -> None:
-    """Each sum's share of this chunk: added with atomics, or into its registers."""
+def adder(lw, tail: bool):
+    """_chunk_value's `then` at the first output's elements: each sum's value there (its
+    nested sums read as their operands; 0 past the rows' and the streamed axis's ends), added
+    with an atomic or into its registers. At the same element as the output's value, the
+    values they share are one computation (the C compiler's common subexpressions)."""
     b, s = lw.b, lw.site
-    for k, m in enumerate(s.sums):
-        how = kind(s, m)
-        param, _ = lw.names[m.store]
-        layout = Layout(ir.type_of(lw.g, m.store).axes, lw.sizes, lw.itype)
 
-        def then(scope, checks, k=k, how=how, param=param, layout=layout):
+    def then(scope, checks, key):
+        for k, m in enumerate(s.sums):
+            for n in reversed(m.inner):
+                lw.values[n] = f"({lw.emitter.value(ir.operands(lw.g, n)[0], scope)})"
+            value = lw.emitter.value(m.t, scope)
+            for n in m.inner:
+                lw.values.pop(n)
+            tests = ([f"{key} < clen"] if tail else []) + [checks[s.row]]
+            v = b.value("float", f"({' && '.join(tests)}) ? {value} : 0.0f", "sv")
+            how = kind(s, m)
             if how == "each":
-                at = {a: scope[a] for a in ir.type_of(lw.g, m.store).axes}
+                param, _ = lw.names[m.store]
+                axes = ir.type_of(lw.g, m.store).axes
+                at = Layout(axes, lw.sizes, lw.itype).offset({a: scope[a] for a in axes})
                 b.emit(P.If(f"{checks[s.row]} && {checks[s.red]}", (P.Call("atomicAdd", (
-                    f"&{param}[{layout.offset(at)}]", "tv[i3][i4]")),)))
+                    f"&{param}[{at}]", v)),)))
             elif how == "rows":
-                b.emit(P.Set(f"sr{k}[i0][i4 / 2]", f"sr{k}[i0][i4 / 2] + tv[i3][i4]"))
+                b.emit(P.Set(f"sr{k}[i0][i4 / 2]", f"sr{k}[i0][i4 / 2] + {v}"))
             else:
-                b.emit(P.Set(f"sr{k}", f"sr{k} + tv[i3][i4]"))
-
-        def ktile(m=m, then=then):
-            lw._chunk_value(m.node, m.t, tail, rows=True, then=then, inner=m.inner)
-        lw._each([("i0", fm), ("i1", size // FK)], ktile)
+                b.emit(P.Set(f"sr{k}", f"sr{k} + {v}"))
+    return then
 
 
 def finish(lw, fm: int) -> None:
@@ -79,4 +86,4 @@ def finish(lw, fm: int) -> None:
         lw._each([("i0", fm), ("i2", 2)], row)
 
 
-__all__ = ["kind", "declare", "chunk", "finish"]
+__all__ = ["kind", "declare", "adder", "finish"]
