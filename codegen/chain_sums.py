@@ -3,8 +3,9 @@
 Per chunk, each sum's value is evaluated at the lane's elements of the chunk's C tiles, at
 the first output's elements beside its chunk value (so that what they share, dS's exp, is
 computed once: the C compiler's common subexpressions; 0 past the streamed axis's and the
-rows' ends; a nested sum read as its operand). A sum keeping the rows and the streamed axis adds each element into the
-f32 scratch with an atomic (the blocks along the summed batch axes add theirs: dB); one
+rows' ends; a nested sum read as its operand). A sum keeping the rows and the streamed
+axis adds each element into the f32 scratch with an atomic (the blocks along the summed
+batch axes add theirs: dB); one
 keeping the rows only adds the element into the lane's register of its row, and after the
 chunks each lane adds its rows (4 lanes a row); one keeping neither adds it into one
 register, summed over the warp by shuffles after the chunks, and lane 0 of each warp adds it

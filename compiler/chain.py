@@ -34,6 +34,10 @@ scratch (zeroed before the first launch), which a second kernel converts to U's 
 clears (codegen/scatter.py's conversion). The model holds `row` woven (the grid's) and the
 stored U as added across blocks (Model.across: 4 bytes a value from every block of rows,
 at the target's `[l2] atomics` rate, cost.py).
+
+A chain may also store sums of its chunk values over the batch axes, rows and streamed axis
+(`ChainSite.sums`, chain_sums.py): an attention bias's gradient sum[b](dS), added across
+blocks the same way.
 """
 
 from __future__ import annotations

@@ -105,10 +105,14 @@ def examine(g, kernel, nested: dict, row: str, red: str, batch) -> tuple[Summed,
     return tuple(out)
 
 
-def summed_axes(g, sums) -> set:
-    """The chunk's axes the sums add over (the batch axes and rows the blocks tile)."""
-    return set().union(*(ir.op(g, s.node).axes for s in sums),
-                       *(ir.op(g, i).axes for s in sums for i in s.inner))
+def grid(g, site) -> tuple[str, ...]:
+    """The chain's rows and batch axes whose blocks add their shares across (the grid's,
+    reduced by no block): the rows of its products over them (chain.Across), and those its
+    sums add over."""
+    summed = set().union(*(ir.op(g, s.node).axes for s in site.sums),
+                         *(ir.op(g, i).axes for s in site.sums for i in s.inner))
+    return tuple(dict.fromkeys(((site.row,) if site.across else ()) + tuple(
+        a for a in (site.row,) + site.batch if a in summed)))
 
 
-__all__ = ["Summed", "candidates", "examine", "summed_axes"]
+__all__ = ["Summed", "candidates", "examine", "grid"]
