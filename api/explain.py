@@ -124,7 +124,8 @@ def report(plan: Plan, compare: bool = True) -> dict:
         out["unfused"] = {"kernels": len(base),
                           "H_bytes": sum(float(k.cost.levels[1].H) for k in base),
                           "predicted_seconds": sum(float(k.cost.time) for k in base)}
-        added = [name for k in kernels for name in k["engine"].get("added", ())]
+        added = [name for k in kernels for name in k["engine"].get("added", ())] + \
+            [name for k in kernels for name, _ in k["engine"].get("sums", ())]
         if added:      # the plan without atomics across blocks (chain.Across), for comparison
             apart = without_atomics(plan)
             out["apart"] = {"arrays": added, "kernels": len(apart.kernels),
@@ -261,6 +262,8 @@ def render_text(rep: dict) -> str:
                 added = "".join(
                     f"; {a} over the block's {eng['rows']}, each block's share added with "
                     f"atomics into f32 sums that a kernel after it converts" for a in eng["added"])
+                added += "".join(f"; the sum {a}: {how}, into f32 sums that a kernel after it "
+                                 f"converts" for a, how in eng.get("sums", ()))
                 what = (f"a chain of products (per chunk of {eng['streamed']}: "
                         f"{', '.join(eng['scores'])}, then {', '.join(eng['outputs'])} over "
                         f"it{added}), ")

@@ -76,6 +76,8 @@ def engine_report(plan: Plan, kp) -> dict:
                     "outputs": [array_name(g, p.node) for p in found.outs],
                     # products over the rows, each block's share added with atomics
                     "added": [array_name(g, a.store) for a in found.across],
+                    # stored sums of the chunk's values, added the same way (chain_sums.py)
+                    "sums": [[array_name(g, m.store), _sum_kind(found, m)] for m in found.sums],
                     "stages": sched.stages, "tiles": tiles, "padded": _padded(plan, kp)}
         if sched.instruction == "wgmma":     # (compiler/wgmma.py): warpgroups of 64 x N
             return {"kind": "tensor cores", "algorithm": "matrix product",
@@ -99,3 +101,13 @@ def engine_report(plan: Plan, kp) -> dict:
     else:
         why = found
     return {"kind": "cuda cores", "why": why}
+
+
+def _sum_kind(site, m) -> str:
+    """How a chain's stored sum (chain_sums.Summed) is added across blocks, in words."""
+    if site.red in m.axes:
+        return "each chunk's values added with atomics (one add per element of the chunk)"
+    if site.row in m.axes:
+        return "summed over the chunks per row, one add per lane and row"
+    return "summed over the block's chunks in registers and over the warp, one add per warp"
+

@@ -21,7 +21,7 @@ element and stores it.
 from __future__ import annotations
 
 from ..compiler import headpad, ir
-from . import masks
+from . import chain_sums, masks
 from . import cexpr
 from . import program as P
 from . import staging
@@ -59,6 +59,7 @@ class ChainLowering(MmaLowering):
         self.columns = {n: self._vector(n, s.red) for n in self._column_vectors()}
         for i, p in enumerate(s.outs):
             b.emit(P.Decl("float", f"acc{i}", "{}", shape=(fm, self._cover(p.node, p.e, p.width) // FN, 4)))
+        chain_sums.declare(self, fm)
         self.rows = self._row_vectors(fm)
         chunk = self.kp.schedule.stream[1]
 
@@ -66,11 +67,15 @@ class ChainLowering(MmaLowering):
             for j, sc in enumerate(s.scores):
                 self._score(j, sc, stationary[sc.a], dict(streamed[sc.b], k=sc.dk), fm, chunk)
             for i, p in enumerate(s.outs):
-                self._output(i, p, dict(streamed[p.c], k=s.red), fm, chunk, tail)
+                # (the stored sums at the first output's elements: chain_sums.py)
+                self._output(i, p, dict(streamed[p.c], k=s.red), fm, chunk, tail,
+                             chain_sums.adder(self, tail) if i == 0 and s.sums else None)
             for a in s.across:
                 self._across(a, staged[a.node], dict(stationary[a.c], k=s.row), fm, chunk, tail)
         # a chunk the diagram's mask zeroes for every output is neither copied nor computed
-        outs = [p.node for p in s.outs] + [a.node for a in s.across]
+        # (a stored sum's value: its innermost sum's operand, linear in it: chain_sums.py)
+        outs = [p.node for p in s.outs] + [a.node for a in s.across] + [
+            (m.inner or (m.node,))[-1] for m in s.sums]
         kinds = {n: "contract" for n in outs}
         span = masks.chunk_span(self, outs, kinds, self.wm * self.wn * 32, s.red, s.batch)
         known = {"#data": span.bounds} if span else {}
@@ -82,6 +87,7 @@ class ChainLowering(MmaLowering):
                        None if span and span.band else skip, peel=True,
                        span=(span.first, span.end) if span else None)
         self._finish(fm)
+        chain_sums.finish(self, fm)
 
     def _score(self, j: int, sc, ta: dict, tb: dict, fm: int, chunk: int) -> None:
         """S_j = A_j B_j over its contracted axis: C fragments of the chunk."""
@@ -100,10 +106,13 @@ class ChainLowering(MmaLowering):
                                   f"{name}[i0][{i}]", "fa", f"fb[{i} % 2]", f"{name}[i0][{i}]"))))
         self._each([("i0", fm), ("i2", self._cover(sc.node, sc.dk, sc.head) // FK)], step)
 
-    def _chunk_value(self, node: int, t: int, tail: bool, rows: bool = False) -> None:
+    def _chunk_value(self, node: int, t: int, tail: bool, rows: bool = False, then=None
+                     ) -> None:
         """`tv[2][4]`: chunk value t (of product `node`) at the lane's elements of two 8-wide
         C tiles (fragment i0, 16 of the chunk i1): 0 past the streamed axis's end in a
-        partial chunk (and, with `rows`, past the rows' end: a product over the rows)."""
+        partial chunk (and, with `rows`, past the rows' end: a product over the rows).
+        `then(scope, checks, key)` emits more at each element, the same values in scope
+        (the stored sums: chain_sums.adder)."""
         b, s = self.b, self.site
         b.emit(P.Decl("float", "tv", shape=(2, 4)))
 
@@ -117,20 +126,24 @@ class ChainLowering(MmaLowering):
             self.line(node)
             self.emitter.fast = cexpr.FAST      # (T_i is rounded to 16 bits for the mma)
             value = self.emitter.value(t, scope)
-            self.emitter.fast = {}
-            self.values.clear()
             tests = ([f"{key} < clen"] if tail else []) + ([checks[s.row]] if rows else [])
             b.emit(P.Set("tv[i3][i4]", f"({' && '.join(tests)}) ? {value} : 0.0f" if tests
                          else value))
+            if then is not None:
+                then(scope, checks, key)
+            self.emitter.fast = {}
+            self.values.clear()
         self._each([("i3", 2), ("i4", 4)], element)
 
-    def _output(self, i: int, p, tc: dict, fm: int, chunk: int, tail: bool) -> None:
-        """O_i += T_i C_i: T_i at the lane's elements of each 16 of the chunk, packed."""
+    def _output(self, i: int, p, tc: dict, fm: int, chunk: int, tail: bool, then=None
+                ) -> None:
+        """O_i += T_i C_i: T_i at the lane's elements of each 16 of the chunk, packed
+        (`then`: _chunk_value's)."""
         b, s = self.b, self.site
         pack = "napkin_pack_half2" if s.dtype == "f16" else "napkin_pack_bf162"
 
         def ktile():
-            self._chunk_value(p.node, p.t, tail)
+            self._chunk_value(p.node, p.t, tail, then=then)
             parts = [f"{pack}(tv[{t}][{2 * h}], tv[{t}][{2 * h + 1}])" for t in (0, 1) for h in (0, 1)]
             b.emit(P.Decl("unsigned", "pa", shape=(4,), init="{" + ", ".join(parts) + "}"))
 
@@ -241,7 +254,7 @@ class ChainLowering(MmaLowering):
         for e in dict.fromkeys(p.e for p in s.outs):
             outs = [(i, p) for i, p in enumerate(s.outs) if p.e == e]
             width = self._cover(outs[0][1].node, e, outs[0][1].width)
-            added = {a.store for a in s.across}       # (stored by _across, with atomics)
+            added = {a.store for a in s.across + s.sums}    # (added with atomics)
             stores = [n for n in self.k.stores
                       if e in ir.type_of(self.g, n).axes and n not in added]
 

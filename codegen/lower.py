@@ -84,7 +84,7 @@ def lower(plan: Plan) -> P.Program:
                                   _array(g, n), ir.type_of(g, n).axes))
         for n in kp.kernel.loads:
             add(n, "load")
-        added = {a.store for a in kp.schedule.across}
+        added = {a.store for a in kp.schedule.across + kp.schedule.sums}
         for n in kp.kernel.stores:
             if n in added:          # a chain's product over its rows: atomics into f32 sums
                 names[n] = (f"p{len(params)}", "f32")
@@ -115,11 +115,12 @@ def lower(plan: Plan) -> P.Program:
                                        body.smem_bytes_formula, body.smem, body.body, itype,
                                        kp.kernel.name, body.wgmma))
         sizes_p = [q for q in params if q.role == "size"]
-        for n in sorted(added):     # each sum converted into its array (codegen/scatter.py)
+        for j, n in enumerate(sorted(added)):   # each sum converted into its array (scatter.py)
             scratch_p = next(q for q in params if q.name == names[n][0])
             out = f"p{len(params)}"
-            kernels.append(scatters.conversion(g, kp, n, dtypes[n], kp.schedule.finish, sizes,
-                                               scratch_p, out, sizes_p))
+            kernels.append(scatters.conversion(g, kp, n, dtypes[n], kp.schedule.finish_of(n),
+                                               sizes, scratch_p, out, sizes_p,
+                                               f"f{j}" if j else "f"))
             scratches.append((scratch_p.array, "f32", ir.type_of(g, n).axes))
     buffers = tuple((_array(g, n), dtypes[n], ir.type_of(g, n).axes) for n in sorted(dtypes))
     zeroed = ()

@@ -15,6 +15,11 @@ in the kernel over blocks of keys). cost.evaluate and issue.compute read these.
   0.98 at d = 64 (dQ added) and 1.04 at d = 128 (dK added), from 1.20 and 1.53 with the
   1, 2 and 3 first counted in the C (the fragments' addresses are computed per tile).
   CALIBRATE on a GPU.
+
+A chain's stored sums of its chunk values (chain_sums.py, `Model.sums`) are among them with
+no staged tile and no product: per block and computed chunk, each value of the chunk added
+(SUM slots a value: one add), and where the sum keeps the chunk's positions, each value's
+atomic (ADD); a sum over all the block's chunks adds once per warp after them.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ WARP = 32
 STAGE = 1.0
 LDSM = 4.0
 ADD = 9.0
+SUM = 1.0
 
 
 def arrays(model):
@@ -43,7 +49,7 @@ def traffic(arr, sizes: dict, repeats: dict, axes, values: bool = False) -> tupl
 
 def staged(model, choice, level1: dict):
     """Shared memory of the chunk's values staged for the products over the rows."""
-    return len(model.across) * 2 * level1[choice.warps[0][0]] * choice.stream[1]
+    return len(model.across - model.sums) * 2 * level1[choice.warps[0][0]] * choice.stream[1]
 
 
 def finish_bytes(model, sizes: dict):
@@ -60,6 +66,10 @@ def issue(model, choice, sizes: dict, level1: dict, block_chunks):
     rows, chunk = level1[choice.warps[0][0]], choice.stream[1]
     out = 0.0
     for arr in arrays(model):
+        if arr.node in model.sums:      # (chain_sums.py: no product, an add a value)
+            each = ADD if choice.stream[0] in arr.axes else SUM
+            out = out + rows * chunk * each / WARP
+            continue
         width = prod(level1[a] for a in arr.axes if a != choice.stream[0])   # (batch: 1)
         out = out + (rows * chunk * STAGE + chunk * width * ADD) / WARP + \
             chunk / 16 * width / 8 * rows / 16 * LDSM

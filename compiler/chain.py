@@ -34,6 +34,10 @@ scratch (zeroed before the first launch), which a second kernel converts to U's 
 clears (codegen/scatter.py's conversion). The model holds `row` woven (the grid's) and the
 stored U as added across blocks (Model.across: 4 bytes a value from every block of rows,
 at the target's `[l2] atomics` rate, cost.py).
+
+A chain may also store sums of its chunk values over the batch axes, rows and streamed axis
+(`ChainSite.sums`, chain_sums.py): an attention bias's gradient sum[b](dS), added across
+blocks the same way.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from dataclasses import dataclass
 from .canonical import through
 from .graph import ancestors
 
-from . import flash, headpad, ir, occupancy, warps
+from . import chain_sums, flash, headpad, ir, occupancy, warps
 from .cost import Choice, Cost
 from .kernels import is_free
 from .model import Model, storage_dtype
@@ -106,6 +110,8 @@ class ChainSite:
     across: tuple[Across, ...] = ()   # products over the rows, added across blocks
     padded: tuple = ()      # heads of other sizes than 16's (contracted) and 8's (kept)
                             # multiples: tiles' and products' padded extents (headpad.py)
+    sums: tuple = ()        # stored sums of the chunk's values, added across blocks
+                            # (chain_sums.Summed: an attention bias's gradient)
 
     @property
     def row_axes(self) -> tuple[str, ...]:
@@ -117,18 +123,27 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
             ) -> ChainSite | str | None:
     """The kernel's chain of products on tensor cores, why not (a string), or None when
     the kernel is no chain: fewer than two contractions (a product or no product at all),
-    or another reduction beside them (the plain product's reason says so)."""
+    or another reduction beside them (the plain product's reason says so) that is no
+    stored sum of the chunk's values (chain_sums.py), or is one but the chain is not."""
+    nested = chain_sums.candidates(g, kernel)
+    found = _examine(g, kernel, model, target, sizes, nested)
+    return None if nested and isinstance(found, str) else found
+
+
+def _examine(g, kernel, model: Model, target: Target, sizes, nested: dict):
     contractions = [n for n in kernel.nodes if isinstance(ir.op(g, n), ir.Contract)]
     if len(contractions) < 2:
         return None
     st = model.streaming
-    others = [n for n in kernel.nodes if isinstance(ir.op(g, n), (ir.Reduce, ir.Softmax))]
+    summing = set(nested) | {i for inner in nested.values() for i in inner}
+    others = [n for n in kernel.nodes if isinstance(ir.op(g, n), (ir.Reduce, ir.Softmax))
+              and n not in summing]
     if others or st.pairs or st.stats:
         return None                # attention's (flash.py), or no tensor-core kernel at all
     red = st.axis
     if red is None or st.passes != 1:
         return "the kernel's products are not streamed in one pass"
-    outs = [n for n, _ in st.reducers]
+    outs = [n for n, _ in st.reducers if n not in summing]
     if any(not isinstance(ir.op(g, n), ir.Contract) or ir.op(g, n).axes != (red,)
            for n in outs):
         return f"a streamed reduction over `{red}` is not a matrix product"
@@ -144,6 +159,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
     if len(across) > 1:
         return "more than one product over the rows (one is lowered: dQ's)"
     woven |= rows_of_across       # the grid's rows: their partial sums added across blocks
+    woven |= {a for n in summing for a in ir.op(g, n).axes}    # (and those the sums add over)
     found = [_score(g, n, red, loads) for n in scores]
     if any(isinstance(f, str) for f in found):
         return next(f for f in found if isinstance(f, str))
@@ -214,13 +230,16 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None
         if storage_dtype(g, found.c) != dtype:
             return "a product over the rows takes another dtype than the chain's"
         added.append(found)
+    sums = chain_sums.examine(g, kernel, nested, row, red, batch)
+    if isinstance(sums, str):
+        return sums
     why = _elementwise(g, kernel, loads, chunk_axes, set(batch) | {row}, products,
-                       {a.node for a in added})
+                       {a.node for a in added} | summing)
     if why:
         return why
     return ChainSite(row, red, batch, dtype, tuple(scored), tuple(products),
                      occupancy.ops_along(model, red), tuple(added),
-                     _padded(scored, products, added, {a: axes[a].size for a in axes}))
+                     _padded(scored, products, added, {a: axes[a].size for a in axes}), sums)
 
 
 def _padded(scored, products, added, sizes: dict) -> tuple:

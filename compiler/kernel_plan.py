@@ -223,7 +223,7 @@ class KernelPlanner:
         for base, cols in tried:
             # (an attention's rows packed and not, where both can be: the faster is kept)
             for where in tensorcore.sites(self.g, k, base, self.target, self.sizes, fixed):
-                if not self.across and getattr(where, "across", ()):
+                if not self.across and getattr(where, "across", ()) + getattr(where, "sums", ()):
                     continue
                 model = tensorcore.for_site(self.g, k, base, where, self.sizes)
                 found = tensorcore.search_site(model, cols, self.target, self.sizes, where,

@@ -101,6 +101,8 @@ class Model:
     across: frozenset = frozenset()   # a chain's products over its rows (chain.Across): the
                                 # stored arrays every block of rows adds its partial sum into,
                                 # with atomics (tensorcore.for_site)
+    sums: frozenset = frozenset()     # ... those that are sums of a chain's chunk values
+                                # (chain_sums.py): an add a value, no product, no staged tile
     fixed: frozenset = frozenset()    # axes whose size the diagram fixes (the lowering's
                                       # constants: compiler/lanes.py unrolls by them)
     gathered: frozenset = frozenset()   # attention on tensor cores: K, V tiles whose rows come

@@ -97,6 +97,8 @@ class Schedule:
     finish: tuple[tuple[str, int], ...] = ()  # SCATTER (and a chain's product over its rows,
                                               # chain.Across): the conversion kernel's block
                                               # tile over the output's axes
+    finishes: tuple = ()                      # CHAIN: (store, its `finish`) of each array
+                                              # added across blocks (Across, chain_sums)
     runs: tuple[tuple[int, int], ...] = ()    # CUDA cores: stores each thread writes as
                                               # runs of its consecutive points (row_runs.py)
     fold: int = 1                             # CUDA cores: keys a paired online softmax
@@ -124,6 +126,15 @@ class Schedule:
     def across(self) -> tuple:
         """A chain's products over its rows, added across blocks (chain.Across); () else."""
         return self.site.across if isinstance(self.site, ChainSite) else ()
+
+    @property
+    def sums(self) -> tuple:
+        """A chain's stored sums of its chunk values, added across blocks (chain_sums.py)."""
+        return self.site.sums if isinstance(self.site, ChainSite) else ()
+
+    def finish_of(self, store: int) -> tuple:
+        """The conversion kernel's block tile of added array `store` (`finish` for the first)."""
+        return dict(self.finishes).get(store, self.finish)
 
     def block_tile(self) -> dict[str, int]:
         """Every woven axis's block tile (a whole axis: its size)."""
@@ -350,7 +361,9 @@ def _tensor_cores(g, kernel, model, choice, sizes, target, tile, thread) -> Sche
                     layouts=layouts,
                     reread=choice.reread,
                     finish=scatter_blocks(ir.type_of(g, across[0].store).axes, sizes)
-                    if across else ())
+                    if across else (),
+                    finishes=tuple((m.store, scatter_blocks(ir.type_of(g, m.store).axes, sizes))
+                                   for m in across + getattr(found, "sums", ())))
 
 
 def _positive(kernel: str, what: str, value) -> None:

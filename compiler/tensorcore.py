@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import chain, flash, ir, packing, rowsource, split, sums, warps
+from . import chain, chain_sums, flash, ir, packing, rowsource, split, sums, warps
 from .chain import ChainSite
 from .kernels import is_free
 from .tilelayout import ROW_PAD as PAD
@@ -131,9 +131,9 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     # must have them (a kernel also storing `t[q]` beside `S[h q x]` cannot group h or x)
     rows = set(getattr(found, "packed", ())) or {found.row}     # (packed: packing.py)
     tiled = rows | set(found.batch) | ({found.col} if isinstance(found, Site) else set())
-    # (a chain's products over its rows are added across the blocks of rows: chain.Across)
-    lacking = sorted(tiled - packing.expand(model.woven, model) - (
-        {found.row} if getattr(found, "across", ()) else set()))
+    # (a chain's products over its rows and its sums are added across blocks: chain_sums.grid)
+    lacking = sorted(tiled - packing.expand(model.woven, model) - set(
+        chain_sums.grid(g, found) if isinstance(found, ChainSite) else ()))
     if lacking:
         return (f"the kernel also stores arrays without `{lacking[0]}`, which the tensor-core "
                 "blocks tile")
@@ -235,11 +235,13 @@ def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
     (Model.across)."""
     if getattr(where, "padded", ()):      # heads padded in shared memory (headpad.py)
         model = replace(model, padded=where.padded)
-    if isinstance(where, ChainSite) and where.across:
-        # the rows are the grid's: every block adds its rows' share of the products over them
-        return replace(model, woven=tuple(dict.fromkeys(model.woven + (where.row,))),
-                       reduced=tuple(a for a in model.reduced if a != where.row),
-                       across=frozenset(a.node for a in where.across))
+    if isinstance(where, ChainSite) and (where.across or where.sums):
+        # the grid's rows (batch axes): every block adds its share of what is summed over them
+        grid = chain_sums.grid(g, where)
+        return replace(model, woven=tuple(dict.fromkeys(model.woven + grid)),
+                       reduced=tuple(a for a in model.reduced if a not in grid),
+                       across=frozenset(a.node for a in where.across + where.sums),
+                       sums=frozenset(s.node for s in where.sums))
     if isinstance(where, FlashSite):       # (its packed rows one axis: packing.py)
         return _gathered(g, packing.relabel(model, where), where)
     if isinstance(where, Site) and where.pairs:

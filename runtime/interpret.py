@@ -62,7 +62,7 @@ _UNWRITTEN = {"float": np.nan, "int": np.iinfo(np.int64).min, "bool": False}
 
 def _run_kernel(g, kp: KernelPlan, memory: dict, sizes: dict, outside: set) -> None:
     k, sched = kp.kernel, kp.schedule       # compiler/schedule.py: the planner's decisions
-    for a in sched.across:   # a chain's products over its rows: every
+    for a in sched.across + sched.sums:   # a chain's products over its rows (sums): every
         t = ir.type_of(g, a.store)                 # block of rows adds its share (atomics)
         memory[a.store] = np.zeros(tuple(sizes[x] for x in t.axes))
     for n in k.stores:
@@ -348,7 +348,7 @@ class _Block(OtherPositions):
         data = _align((data, axes), t.axes)
         full = tuple(region.extent(a) for a in t.axes)
         at = tuple(region.of(a) for a in t.axes)
-        if any(a.store == n for a in self.kp.schedule.across):
+        if any(a.store == n for a in self.kp.schedule.across + self.kp.schedule.sums):
             self.memory[n][at] += np.broadcast_to(data, full)     # this block's rows' share
             return
         self.memory[n][at] = np.broadcast_to(data, full)
