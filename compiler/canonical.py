@@ -11,9 +11,10 @@
   `sum[i](X * g * W) * rsqrt(...)`: distributivity), so RMSNorm written before the
   product it feeds plans as `rmsnorm_linear` (the product on the tensor cores with the
   row statistic beside it); not attention's scores (a softmax normalises them), whose
-  normalised query and key FlashAttention loads, but for a scalar (`0.125 * Q * K` is
-  `Q * K * 0.125`: FlashAttention's loaded Q and K, its scores scaled). Products are looked through names (not a
-  declared dtype's: its rounding is the user's); views of inputs are read anew. Not out of
+  normalised query and key FlashAttention loads, but for a factor over the axes both
+  operands share (`0.125 * Q * K` is `Q * K * 0.125`, `Q * g[h] * K` is `Q * K * g[h]`:
+  FlashAttention's loaded Q and K, its scores scaled). Products are looked through names
+  (not a declared dtype's: its rounding is the user's); views of inputs are read anew. Not out of
   one local_merge.py reads as it is (`dWq = dQ * N1` over `(b*t)`, `nest=False`): no
   reshape reads a computed operand, and its two axes stayed on the CUDA cores.
 - A sum of a product of two loaded arrays over axes both have, each with an axis of its
@@ -323,15 +324,18 @@ def _hoisted(g: DiGraph, n: int) -> bool:
     op, out = ir.op(g, n), ir.type_of(g, n)
     span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
     args = ir.operands(g, n)
+    batch = set.intersection(*(set(ir.type_of(g, u).axes) for u in args)) - set(op.axes)
     for i, arg in enumerate(args):
         factors = _factors(g, arg)
         # (a scalar stays inside: the backward's `dS / sqrt(size(d))` or `dS * 0.125` feeds
         # dQ and dK, and taken out of both it parted the chain that computes them together;
-        # but a scalar leaves attention's scores, `0.125 * Q * K`, whose Q and K FlashAttention
-        # loads as they are and scales its scores, where all else stays: QK-norm's rsqrt)
-        kept = [(f, d) for f, d in factors if ir.type_of(g, f).axes] if scores else \
-            [(f, d) for f, d in factors if set(ir.type_of(g, f).axes) & set(op.axes)
-             or not ir.type_of(g, f).axes]
+        # but one constant over each score tile leaves attention's scores, `0.125 * Q * K` or
+        # a head's `Q * g[h] * K`, whose Q and K FlashAttention loads as they are and scales
+        # its scores, where a row's factor stays: QK-norm's rsqrt)
+        kept = [(f, d) for f, d in factors if not set(ir.type_of(g, f).axes) <= batch] \
+            if scores else [(f, d) for f, d in factors
+                            if set(ir.type_of(g, f).axes) & set(op.axes)
+                            or not ir.type_of(g, f).axes]
         left = [(f, d) for f, d in factors if (f, d) not in kept]
         if not left or not kept or kept[0][1] or not all(
                 set(ir.type_of(g, f).axes) <= set(out.axes) for f, _ in left):
