@@ -110,11 +110,15 @@ def nested_contractions(g: DiGraph) -> DiGraph:
 
 
 def softmaxes(g: DiGraph) -> DiGraph:
-    """The IR with written-out softmaxes as `softmax` (a copy; nothing else rewritten): what
-    reverse mode differentiates (compiler/grad.py), so that attention written out has
-    FlashAttention's gradient, not one through the row maximum (zero, but computed)."""
+    """The IR with written-out softmaxes as `softmax` and a scale written on a factor of
+    attention's scores after their product (`0.125 * Q * K` as `Q * K * 0.125`: _hoisted),
+    nothing else rewritten (a copy): what reverse mode differentiates (compiler/grad.py), so
+    that attention written out has FlashAttention's gradient, not one through the row maximum
+    (zero, but computed), nor one contracting the cotangent with a scaled Q (not loaded: its
+    products stored the scores, 6 kernels)."""
     g = g.copy()
-    while any(n in g and _softmax(g, n) for n in ir.order(g)):
+    while any(n in g and (_softmax(g, n) or _hoisted(g, n, scores_only=True))
+              for n in ir.order(g)):
         pass
     return dead_code(g)
 
@@ -314,13 +318,16 @@ def _within(t: ir.ArrayType, axes: set) -> ir.ArrayType:
     return ir.ArrayType(tuple(a for a in t.axes if a in axes), t.dtype)
 
 
-def _hoisted(g: DiGraph, n: int) -> bool:
+def _hoisted(g: DiGraph, n: int, scores_only: bool = False) -> bool:
     """contract[K](A, B) where A (or B) is a product with factors that lack every axis of K
     becomes contract[K](the other factors, B) times those factors (divided by those that
-    divide: `X / sqrt(v)`; the first kept factor multiplies)."""
+    divide: `X / sqrt(v)`; the first kept factor multiplies); `scores_only`: attention's
+    scores only (reach.normalised)."""
     if not _is(g, n, ir.Contract):
         return False
     scores = normalised(g, n)
+    if scores_only and not scores:
+        return False
     op, out = ir.op(g, n), ir.type_of(g, n)
     span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
     args = ir.operands(g, n)
