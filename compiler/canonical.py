@@ -11,8 +11,10 @@
   `sum[i](X * g * W) * rsqrt(...)`: distributivity), so RMSNorm written before the
   product it feeds plans as `rmsnorm_linear` (the product on the tensor cores with the
   row statistic beside it); not attention's scores (a softmax normalises them), whose
-  normalised query and key FlashAttention loads. Products are looked through names (not a
-  declared dtype's: its rounding is the user's); views of inputs are read anew. Not out of
+  normalised query and key FlashAttention loads, but for a factor over the axes both
+  operands share (`0.125 * Q * K` is `Q * K * 0.125`, `Q * g[h] * K` is `Q * K * g[h]`:
+  FlashAttention's loaded Q and K, its scores scaled). Products are looked through names
+  (not a declared dtype's: its rounding is the user's); views of inputs are read anew. Not out of
   one local_merge.py reads as it is (`dWq = dQ * N1` over `(b*t)`, `nest=False`): no
   reshape reads a computed operand, and its two axes stayed on the CUDA cores.
 - A sum of a product of two loaded arrays over axes both have, each with an axis of its
@@ -108,11 +110,15 @@ def nested_contractions(g: DiGraph) -> DiGraph:
 
 
 def softmaxes(g: DiGraph) -> DiGraph:
-    """The IR with written-out softmaxes as `softmax` (a copy; nothing else rewritten): what
-    reverse mode differentiates (compiler/grad.py), so that attention written out has
-    FlashAttention's gradient, not one through the row maximum (zero, but computed)."""
+    """The IR with written-out softmaxes as `softmax` and a scale written on a factor of
+    attention's scores after their product (`0.125 * Q * K` as `Q * K * 0.125`: _hoisted),
+    nothing else rewritten (a copy): what reverse mode differentiates (compiler/grad.py), so
+    that attention written out has FlashAttention's gradient, not one through the row maximum
+    (zero, but computed), nor one contracting the cotangent with a scaled Q (not loaded: its
+    products stored the scores, 6 kernels)."""
     g = g.copy()
-    while any(n in g and _softmax(g, n) for n in ir.order(g)):
+    while any(n in g and (_softmax(g, n) or _hoisted(g, n, scores_only=True))
+              for n in ir.order(g)):
         pass
     return dead_code(g)
 
@@ -312,21 +318,31 @@ def _within(t: ir.ArrayType, axes: set) -> ir.ArrayType:
     return ir.ArrayType(tuple(a for a in t.axes if a in axes), t.dtype)
 
 
-def _hoisted(g: DiGraph, n: int) -> bool:
+def _hoisted(g: DiGraph, n: int, scores_only: bool = False) -> bool:
     """contract[K](A, B) where A (or B) is a product with factors that lack every axis of K
     becomes contract[K](the other factors, B) times those factors (divided by those that
-    divide: `X / sqrt(v)`; the first kept factor multiplies)."""
-    if not _is(g, n, ir.Contract) or normalised(g, n):
+    divide: `X / sqrt(v)`; the first kept factor multiplies); `scores_only`: attention's
+    scores only (reach.normalised)."""
+    if not _is(g, n, ir.Contract):
+        return False
+    scores = normalised(g, n)
+    if scores_only and not scores:
         return False
     op, out = ir.op(g, n), ir.type_of(g, n)
     span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
     args = ir.operands(g, n)
+    batch = set.intersection(*(set(ir.type_of(g, u).axes) for u in args)) - set(op.axes)
     for i, arg in enumerate(args):
         factors = _factors(g, arg)
         # (a scalar stays inside: the backward's `dS / sqrt(size(d))` or `dS * 0.125` feeds
-        # dQ and dK, and taken out of both it parted the chain that computes them together)
-        kept = [(f, d) for f, d in factors if set(ir.type_of(g, f).axes) & set(op.axes)
-                or not ir.type_of(g, f).axes]
+        # dQ and dK, and taken out of both it parted the chain that computes them together;
+        # but one constant over each score tile leaves attention's scores, `0.125 * Q * K` or
+        # a head's `Q * g[h] * K`, whose Q and K FlashAttention loads as they are and scales
+        # its scores, where a row's factor stays: QK-norm's rsqrt)
+        kept = [(f, d) for f, d in factors if not set(ir.type_of(g, f).axes) <= batch] \
+            if scores else [(f, d) for f, d in factors
+                            if set(ir.type_of(g, f).axes) & set(op.axes)
+                            or not ir.type_of(g, f).axes]
         left = [(f, d) for f, d in factors if (f, d) not in kept]
         if not left or not kept or kept[0][1] or not all(
                 set(ir.type_of(g, f).axes) <= set(out.axes) for f, _ in left):

@@ -270,11 +270,11 @@ def _call(e: ast.Ref, scope: Scope) -> RNode:
                      op_span=e.name.span, rule=result)
     if name in REDUCTIONS + SCANS or name == "softmax":
         if e.axes is None or not e.axes:
-            pair = {"max": ">=", "min": "<="}.get(name) if len(args) == 2 else None
+            pair = {"max": "larger", "min": "smaller"}.get(name) if len(args) == 2 else None
             raise error("N0208", f"`{name}` needs the axes it works along", e.span,
                         help=f"write `{name}[x](...)`" if pair is None else
-                        f"`{name}[x](...)` reduces along x; the {'larger' if pair == '>=' else 'smaller'}"
-                        f" of two values is `where(a {pair} b, a, b)`")
+                        f"`{name}[x](...)` reduces along x; the {pair} of two values is "
+                        f"`{name}imum(a, b)`")
         _arity(e, 1)
         _names_only(e)
         axes = _distinct_axes(e.axes, scope)

@@ -12,10 +12,15 @@ Welford forms agree at sizes 0 (NaN) and 1 (0)."""
 
 from __future__ import annotations
 
+import math
+
 from .graph import DiGraph
 
 from . import ir
 from .values import same_values, through
+
+EXPS = ("exp", "exp2")      # a softmax's exponentials (base 2 scales its scores by ln 2)
+LN2 = math.log(2.0)
 
 
 def is_op(g, n, kind, fn=None) -> bool:
@@ -24,13 +29,14 @@ def is_op(g, n, kind, fn=None) -> bool:
     return isinstance(op, kind) and (fn is None or getattr(op, "fn", None) == fn)
 
 
-def softmax_parts(g: DiGraph, exp_node: int, denominator: int):
+def softmax_parts(g: DiGraph, exp_node: int, denominator: int, exps=("exp",)):
     """(S, axes) when exp_node = exp(S - max[axes](S)) and denominator = sum[axes](exp_node)
-    (each of the same values: the exponentials or the scores spelt again, values.py)."""
+    (each of the same values: the exponentials or the scores spelt again, values.py); `exps`:
+    the exponentials read (softmax's "exp2" too: its S is then S's base-2 exponents)."""
     den = through(g, denominator)
     if not is_op(g, den, ir.Reduce, "sum") or not same_values(g, ir.operands(g, den)[0], exp_node):
         return None
-    if not is_op(g, exp_node, ir.Map, "exp"):
+    if not any(is_op(g, exp_node, ir.Map, fn) for fn in exps):
         return None
     axes = ir.op(g, den).axes
     s = centred(g, through(g, ir.operands(g, exp_node)[0]), "max", axes)
@@ -57,10 +63,10 @@ def softmax(g: DiGraph, n: int) -> bool:
     num, den = ir.operands(g, n)
     span, stmt = g.nodes[n]["span"], g.nodes[n]["stmt"]
     exp_node = through(g, num)
-    parts = softmax_parts(g, exp_node, den)
+    parts = softmax_parts(g, exp_node, den, EXPS)
     if parts is not None:  # E / l
         s, axes = parts
-        new = _recognised(g, s, axes, "div", span, stmt)
+        new = _recognised(g, s, axes, "div", span, stmt, exp_node)
         replace(g, n, new)
         return True
     contract = through(g, num)
@@ -68,11 +74,11 @@ def softmax(g: DiGraph, n: int) -> bool:
         return False
     args = ir.operands(g, contract)
     for i, arg in enumerate(args):
-        parts = softmax_parts(g, through(g, arg), den)
+        parts = softmax_parts(g, through(g, arg), den, EXPS)
         if parts is None or not set(parts[1]) <= set(ir.op(g, contract).axes):
             continue
         s, axes = parts
-        soft = _recognised(g, s, axes, "contract", span, stmt)
+        soft = _recognised(g, s, axes, "contract", span, stmt, through(g, arg))
         new_args = list(args)
         new_args[i] = soft
         out = ir.type_of(g, contract)
@@ -84,10 +90,16 @@ def softmax(g: DiGraph, n: int) -> bool:
     return False
 
 
-def _recognised(g: DiGraph, s: int, axes, written: str, span, stmt) -> int:
-    """softmax[axes](s) as written out (`written`: "div" or "contract", ir.Softmax)."""
-    return ir.add_node(g, ir.Softmax(axes, written), ir.ArrayType(
-        ir.type_of(g, s).axes, ir.INTERMEDIATE), [s], span=span, stmt=stmt)
+def _recognised(g: DiGraph, s: int, axes, written: str, span, stmt, exp_node: int) -> int:
+    """softmax[axes](s) as written out (`written`: "div" or "contract", ir.Softmax), of
+    `s * ln 2` where `exp_node` is exp2 (2^(S - M) = e^(S ln 2 - M ln 2): base 2 is the
+    natural base's softmax of the scaled scores, the running max of S ln 2 is M ln 2)."""
+    t = ir.ArrayType(ir.type_of(g, s).axes, ir.INTERMEDIATE)
+    if is_op(g, exp_node, ir.Map, "exp2"):
+        ln2 = ir.add_node(g, ir.Const(LN2), ir.ArrayType((), ir.INTERMEDIATE), [],
+                          span=span, stmt=stmt)
+        s = ir.add_node(g, ir.Map("mul"), t, [s, ln2], span=span, stmt=stmt)
+    return ir.add_node(g, ir.Softmax(axes, written), t, [s], span=span, stmt=stmt)
 
 
 def variance(g: DiGraph, n: int) -> bool:
