@@ -69,6 +69,15 @@ ACROSS_MAX_REGISTERS = 96
 PACKED = 4                               # registers of one packed A fragment of T_i
 
 
+class OneRowAxis:
+    """A site whose fragment rows run along one axis of the diagram (flash.FlashSite's may be
+    packed: several)."""
+
+    @property
+    def row_axes(self) -> tuple[str, ...]:
+        return (self.row,)
+
+
 @dataclass(frozen=True)
 class Score:
     node: int               # the contraction S_j = A_j B_j over dk
@@ -98,7 +107,7 @@ class Across:
 
 
 @dataclass(frozen=True)
-class ChainSite:
+class ChainSite(OneRowAxis):
     row: str                # the fragment rows (woven)
     red: str                # the streamed axis
     batch: tuple[str, ...]
@@ -112,11 +121,6 @@ class ChainSite:
                             # multiples: tiles' and products' padded extents (headpad.py)
     sums: tuple = ()        # stored sums of the chunk's values, added across blocks
                             # (chain_sums.Summed: an attention bias's gradient)
-
-    @property
-    def row_axes(self) -> tuple[str, ...]:
-        """The diagram's axes the fragment rows run along (flash.FlashSite's may be packed)."""
-        return (self.row,)
 
 
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None

@@ -187,7 +187,7 @@ def _attention_sites(g, stmts, whole) -> set | None:
         for n in nodes:
             if not isinstance(ir.op(g, n), ir.Softmax):
                 continue
-            readers = {owner[v] for v in _through_names(g, n) if v in owner and
+            readers = {owner[v] for v in ir.readers(g, n) if v in owner and
                        isinstance(ir.op(g, v), ir.Contract)}
             scores = owner.get(ir.operands(g, n)[0])
             if not readers or scores is None or scores == s or not any(
@@ -198,19 +198,6 @@ def _attention_sites(g, stmts, whole) -> set | None:
                 row_state.statistic(g, m, arg, axes) for m in ns)}
             sites.append({s, scores} | readers | lses)
     return _joined(g, stmts, clusters, sites)
-
-
-def _through_names(g, n: int) -> set[int]:
-    """The nodes reading n's values, through the names they are given (`P = softmax[x](S)`
-    read as `P * V`: the product reads P's Assign, not the softmax)."""
-    out, todo = set(), [n]
-    while todo:
-        for v in g.successors(todo.pop()):
-            if isinstance(ir.op(g, v), ir.Assign):
-                todo.append(v)
-            else:
-                out.add(v)
-    return out
 
 
 def _joined(g, stmts, clusters: set, sites) -> set | None:

@@ -296,3 +296,14 @@ def add_node(g: DiGraph, payload, out: ArrayType, args=(), span: Span | None = N
     return n
 
 
+def readers(g, n: int) -> set[int]:
+    """The nodes reading n's values, through the names they are given (`P = softmax[x](S)`
+    read as `P * V`: the product reads P's Assign, not the softmax)."""
+    out, todo = set(), [n]
+    while todo:
+        for v in g.successors(todo.pop()):
+            if isinstance(op(g, v), Assign):
+                todo.append(v)
+            else:
+                out.add(v)
+    return out

@@ -1,12 +1,11 @@
 """Kernels whose contraction runs on tensor cores (mma.sync m16n8k16), and their warp tiling.
 
-A kernel is eligible when it streams the one axis of its only contraction,
-`C[batch.. row col] = sum over red of A[batch.. row red] * B[batch.. red col]`
-(axes in any order; an operand may lack some batch axes, as a weight shared by a
-batch does), whose two operands are loads of the same 16-bit dtype the
-target's engine multiplies (f16 or bf16); everything else in the kernel is
-elementwise over C's axes (an epilogue: bias, GELU, masks, a cast). Any other
-kernel keeps the SIMT path, so every diagram still compiles.
+A kernel is eligible when it streams the one axis of its only contraction, `C[batch.. row
+col] = sum over red of A[batch.. row red] * B[batch.. red col]` (axes in any order; an operand
+may lack some batch axes, as a weight shared by a batch does), whose two operands are loads of
+the same 16-bit dtype the target's engine multiplies (f16 or bf16); everything else in the
+kernel is elementwise over C's axes (an epilogue: bias, GELU, masks, a cast). Any other kernel
+keeps the SIMT path, so every diagram still compiles.
 
 The block takes a `BM x BN` tile of (row, col) and one position of each batch
 axis; its `wm x wn` warps each take a `BM/wm x BN/wn` warp tile of 16 x 8
@@ -24,7 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import chain, chain_sums, flash, ir, packing, rowsource, split, sums, warps
-from .chain import ChainSite
+from .chain import ChainSite, OneRowAxis
 from .kernels import is_free
 from .tilelayout import ROW_PAD as PAD
 from .cost import Choice, Choices, Cost, evaluate
@@ -50,7 +49,7 @@ TILINGS = np.array([(bm, bn, bk, wm, wn) for bm in ROWS for bn in COLS for bk in
 
 
 @dataclass(frozen=True)
-class Site:
+class Site(OneRowAxis):
     """Where the tensor cores apply in a kernel: the contraction and its operands' roles."""
 
     node: int               # the contraction
@@ -76,11 +75,6 @@ class Site:
     def operands(self) -> tuple[tuple[int, int], ...]:
         """(A, B) of every product the site accumulates, the first pair's first."""
         return ((self.a, self.b),) + tuple((a, b) for _, a, b in self.pairs)
-
-    @property
-    def row_axes(self) -> tuple[str, ...]:
-        """The diagram's axes the fragment rows run along (flash.FlashSite's may be packed)."""
-        return (self.row,)
 
 
 def has_mma(target: Target) -> bool:
