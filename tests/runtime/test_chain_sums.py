@@ -82,7 +82,8 @@ def test_the_chain_computing_the_sum_is_faster(name):
 
 @pytest.mark.parametrize("name, dtype", [
     ("dB", "f16"), pytest.param("dB", "bf16", marks=pytest.mark.thorough), ("dslope", "f16"),
-    pytest.param("dslope", "bf16", marks=pytest.mark.thorough), ("key dB", "f16")])
+    pytest.param("dslope", "bf16", marks=pytest.mark.thorough),
+    pytest.param("key dB", "f16", marks=pytest.mark.thorough)])
 def test_the_sums_match_float64_at_odd_sizes(rng, name, dtype):
     diagram, p = _planned(name, dtype)
     d = CASES[name][1]

@@ -28,13 +28,15 @@ def _contracting(p) -> list:
                                         for n in k.kernel.nodes)]
 
 
-def test_a_forced_engine_fuses_only_what_it_can_run():
+@pytest.mark.thorough       # (planning the projected gradient, forced: 15 CPU-s; the test
+def test_a_forced_engine_fuses_only_what_it_can_run():     # below also runs this plan)
     p = plan(napkin.grad(napkin.load(PROJECTED)), "h100", SMALL, engine="tensor-cores")
     kernels = _contracting(p)
     assert len(kernels) > 8 and {k.schedule.engine for k in kernels} <= set(TENSOR_ENGINES), \
         [k.schedule.engine for k in p.kernels]
 
 
+@pytest.mark.thorough       # (planning the saved gradient, forced, to its refusal: 13 CPU-s)
 def test_n0606_names_the_declarations_that_put_a_product_on_tensor_cores():
     text = napkin.grad(napkin.load(PROJECTED), saved=True).source.text
     with pytest.raises(NapkinError) as exc:
