@@ -72,12 +72,15 @@ def test_a_product_over_two_axes_reads_a_renamed_array_through_one_reshape(rng):
 def test_projected_attentions_gradient_at_scale_runs_its_merged_products(rng):
     d = napkin.grad(napkin.load(PROJECTED))
     p = plan(d, "h100", {"b": 1, "t": 2048, "s": 2048, "m": 2048, "h": 16})
-    # dX's three shares over (h*d) in one kernel (a sum of products: compiler/sums.py), dWq
-    # over (b*t), dWk and dWv over (b*s) (dK, dV and X's renamed copy stored f16: a reshape of
-    # a 16-bit array is read as one)
+    # dX's three shares over (h*d) in one kernel (a sum of products: compiler/sums.py), dWq and
+    # dWo over (b*t). dWk and dWv read X through a view renaming t to s (rename._read_through:
+    # no kernel copies X, 247 -> 229 us): local_merge merges no renamed axis, so they contract
+    # s on the tensor cores and sum b after
     merged = [k for k in p.kernels if any(a.startswith("(") for a in k.model.reduced)]
-    assert len(merged) >= 4 and {k.schedule.engine for k in merged} == {PRODUCT}, \
+    assert len(merged) >= 3 and {k.schedule.engine for k in merged} == {PRODUCT}, \
         [(k.model.reduced, k.schedule.engine) for k in p.kernels]
+    assert not any(k.model.reduced == () and k.schedule.engine == "cuda cores"
+                   for k in p.kernels), [(k.model.reduced, k.schedule.engine) for k in p.kernels]
     assert [len(k.schedule.site.pairs) for k in merged if k.schedule.site.pairs] == [2]
     # A stored f16: the products R and dWo read it so, and D = sum[d](dO * A) is computed in
     # FlashAttention's kernel beside O (flash.examine: D's rows as a set of O's), not from A
