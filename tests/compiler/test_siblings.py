@@ -12,14 +12,8 @@ from napkin.compiler import siblings
 from napkin.compiler.cost import LAUNCH_SECONDS
 from napkin.compiler.plan import plan
 
-THREE = """axis t, m, n, k
-in X[t m]: f16
-in Wq[m n]: f16, Wk[m k]: f16, Wv[m k]: f16
-Q[t n] = X * Wq
-K[t k] = X * Wk
-V[t k] = X * Wv
-out Q: f16, K: f16, V: f16
-"""
+from ..runtime.test_sibling_launches import THREE
+
 # H reads Q (Q^T X): it reads X too, but must launch after Q's kernel
 DEPENDENT = """axis t, m, n, k
 in X[t m]: f16

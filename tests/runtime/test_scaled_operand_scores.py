@@ -14,10 +14,10 @@ import pytest
 
 import napkin
 from napkin.commands.run import random_inputs
-from napkin.compiler import flash
 from napkin.compiler.plan import plan
-from napkin.compiler.schedule import ATTENTION
 from napkin.pipeline import run_plan
+
+from .test_flash_row_state import _site
 
 TEXT = """axis b, h, q, x
 axis d = {d}
@@ -35,14 +35,6 @@ out O: f16, M: f32, L: f32
 SPELLINGS = {"0.125 * Q * K": "Q * K * 0.125", "Q * 0.125 * K": "Q * K * 0.125",
              "Q / 8 * K": "Q * K / 8", "Q * (K / sqrt(size(d)))": "Q * K / sqrt(size(d))",
              "Q * g * K": "Q * K * g"}
-
-
-def _site(p) -> flash.FlashSite:
-    (kp,) = p.kernels
-    assert kp.schedule.engine == ATTENTION
-    site = flash.examine(p.graph, kp.kernel, kp.model, p.target, p.sizes)
-    assert isinstance(site, flash.FlashSite), site
-    return site
 
 
 @pytest.mark.parametrize("scores", SPELLINGS)
