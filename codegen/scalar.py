@@ -15,10 +15,11 @@ import math
 
 import numpy as np
 
-from ..compiler import ir, local_merge, register_arrays
+from ..compiler import ir, register_arrays
 from . import accum, across_warps, cexpr, held
 from . import program as P
 from .builder import Builder, Ix
+from .positions import PositionReads
 from .softmax_rows import SoftmaxRows
 
 # what a constant divisor may be made of (folded in f32, as the kernel would compute it)
@@ -26,7 +27,7 @@ _FOLDABLE = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.di
              "neg": np.negative, "sqrt": np.sqrt, "rsqrt": lambda x: np.float32(1) / np.sqrt(x)}
 
 
-class Emitter(SoftmaxRows):
+class Emitter(SoftmaxRows, PositionReads):
     def __init__(self, b: Builder, g, ctx):
         self.b, self.g, self.ctx = b, g, ctx
         # spellings in force instead of cexpr.MAP's (a tensor-core chain's operands, rounded
@@ -338,43 +339,6 @@ class Emitter(SoftmaxRows):
                                                                 f"{self._lane_mask(lanes)}")))
             accum.merge_warps(self.ctx, lanes, op.fn, {"s": best, "i": pos}, bool(self.scans))
         return b.value("long long", f"({pos} == NAPKIN_NO_POSITION ? -1LL : {pos})")
-
-    def _reshape(self, n: int, base: int, scope) -> str:
-        """A reshape (compiler/local_merge.py) reads its base at each merged position's parts
-        (`(h*d)` = i: h = i / size(d), d = i % size(d)), from global memory as a view does."""
-        inner = dict(scope)
-        for axis, parts in local_merge.decomposed(self.g, n):
-            rest = scope[axis].expr
-            for a in reversed(parts[1:]):
-                inner[a] = Ix(f"(({rest}) % ({self.ctx.size(a)}))")
-                rest = f"(({rest}) / ({self.ctx.size(a)}))"
-            inner[parts[0]] = Ix(rest)
-        self.ctx.views += 1
-        try:
-            return self.value(base, inner)
-        finally:
-            self.ctx.views -= 1
-
-    def _gather(self, op, args, scope) -> str:
-        """The array at the positions' values, read as a view reads (from global memory); a
-        position outside its axis is clamped to the nearest row (docs/language.md)."""
-        base, index = args[0], iter(args[1:])
-        inner = dict(scope)
-        for axis, label in zip(ir.type_of(self.g, base).axes, op.labels):
-            if label is not None:
-                inner[axis] = scope[label]
-            else:
-                i = self.value(next(index), scope)
-                ix = self.b.value("long long", f"napkin_clamp_index({i}, {self.ctx.size(axis)})",
-                                  "ix")
-                if any(self.ctx.varies(s.expr) for s in scope.values()):
-                    self.ctx.varying(ix)     # (a position read from the lane's own row)
-                inner[axis] = Ix(ix)
-        self.ctx.views += 1
-        try:
-            return self.value(base, inner)
-        finally:
-            self.ctx.views -= 1
 
     def _scan(self, op, args, scope) -> str:
         """cumsum/cumprod at one position: the fold of every position up to it, read as a view
