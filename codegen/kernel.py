@@ -13,19 +13,19 @@ the lanes merge and the states finish. Stores are masked to the points inside th
 from __future__ import annotations
 
 import itertools
-import re
 
-from ..compiler import ir, register_arrays
+from ..compiler import ir
 from ..compiler.schedule import SIMT
 from . import accum, cexpr, held, masks, runs, staging
 from . import program as P
 from .builder import Builder, Ix
 from .indexing import Layout, tile_count, tiles_along
+from .lane_walks import LaneWalks
 from .registers import Registers
 from .scalar import Emitter
 
 
-class KernelLowering(Registers):
+class KernelLowering(Registers, LaneWalks):
     grid_origins = True     # org_i from the block index (_origins): a tile inside the array
 
     def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
@@ -96,36 +96,6 @@ class KernelLowering(Registers):
 
     def lanes_over(self, axes) -> int:
         return self.ways if self.split and self.split[0] in axes and not self.serial else 1
-
-    def varies(self, expr: str) -> bool:
-        """Whether an index expression differs between the lanes of a group here: it names
-        the lane or a position a uniform walk (held.loops) put the lanes at."""
-        names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expr))
-        return bool(names & {"lane", *self.lane_at} or names & self.lane_read)
-
-    def varying(self, name: str) -> None:
-        self.lane_read.add(name)
-
-    def pinned(self, axes, row) -> bool:
-        """A reduction over the split axis runs per lane where its row (the index expressions of
-        its operands' other axes) differs between the lanes: inside a uniform walk, a view reading
-        it at the lane's own position along the walked axis. Any other reduction nested in a
-        uniform walk splits and merges by shuffles as outside: every lane makes the walk's trips,
-        with the same operands."""
-        return bool(self.split) and self.split[0] in axes and not self.serial and \
-            any(self.varies(e) for e in row)
-
-    def constant_trips(self, axis: str, ways: int) -> int | None:
-        """The unrolled trips of a walk along `axis` that would index a register array at run
-        time (compiler/register_arrays.constant_trips), or None."""
-        return register_arrays.constant_trips(self.model, axis, self.plan.sizes[axis], ways)
-
-    def unrolled(self, axis: str) -> int | None:
-        """Trips of a lane's walk along `axis` the lowering unrolls here (held.py), or None."""
-        return held.unrolled(self, axis)
-
-    def lane_offset(self, k: int) -> str:
-        return held.lane_offset(self, k)
 
     def load(self, n: int, scope: dict[str, Ix]) -> str:
         """From the registers holding it (held.py), its staged tile, or (inside a view, or not
