@@ -4,7 +4,10 @@
 rounded to their storage dtypes: the oracle every compiled form is tested
 against. `precision="lowp"` instead computes each op in f32 and rounds its
 result to the diagram's least precise storage dtype (a naive low-precision
-evaluation, as frameworks do it), for error budgets.
+evaluation, as frameworks do it), for error budgets; `precision="stored"`
+computes in float64 but rounds each named array that global memory may hold in
+16 bits between kernels (`stored`: name -> dtype, `stored_16bit`) as it is read:
+the one rounding the language lets a kernel add (docs/language.md).
 """
 
 from __future__ import annotations
@@ -19,15 +22,18 @@ from .labelled import Labelled, contract, relabel
 
 
 def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64",
-             sizes: dict[str, int] | None = None, exact: bool = False) -> dict[str, np.ndarray]:
-    """Outputs by name: float64 (precision="f64") or storage dtype (precision="lowp").
+             sizes: dict[str, int] | None = None, exact: bool = False,
+             stored: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """Outputs by name: float64 (precision="f64" or "stored": then each array named in
+    `stored` rounded to its dtype where it is read) or storage dtype (precision="lowp").
 
     With `exact` (f64 only) the inputs are taken as the float64 values given instead of
     being rounded to their storage dtype first: the diagram as a function of real
     numbers, what a finite-difference check of its gradient differentiates.
     """
-    if precision not in ("f64", "lowp"):
-        raise ValueError(f"precision must be 'f64' or 'lowp', not {precision!r}")
+    if precision not in ("f64", "lowp", "stored"):
+        raise ValueError(f"precision must be 'f64', 'lowp' or 'stored', not {precision!r}")
+    rounded_at = (stored or {}) if precision == "stored" else {}
     g = diagram.ir
     arrays = {name: to_numpy(name, inputs[name], ir.op(g, n).dtype)
               for name, n in g.graph["inputs"].items()}
@@ -41,6 +47,7 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
     rounding = dtypes.lowest([s.dtype for s in diagram.inputs + diagram.outputs] + declared) \
         if lowp else None
     values: dict[int, Labelled] = {}
+    unrounded: dict[int, Labelled] = {}     # rounded_at's values before rounding
     results: dict[str, np.ndarray] = {}
     unused: dict[int, unused_reads.Outside | None] = {}  # reads outside an axis (not an error yet)
     for n in ir.order(g):
@@ -57,7 +64,7 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
                              out.axes)
             continue
         if isinstance(op, ir.Output):
-            data = args[0].aligned(out.axes)
+            data = unrounded.get(ir.operands(g, n)[0], args[0]).aligned(out.axes)
             integer = op.dtype in ir.INT_DTYPES
             results[op.name] = dtypes.stored(data, op.dtype)[0] if lowp or integer \
                 else np.array(data, dtype=np.float64)
@@ -66,10 +73,29 @@ def evaluate(diagram: Diagram, inputs: dict[str, object], precision: str = "f64"
             values[n], unused[n] = unused_reads.gather(g, n, args, held, sizes)
             continue
         val = step(op, out, args, sizes, compute)
+        if isinstance(op, ir.Assign) and op.name in rounded_at:
+            unrounded[n] = Labelled(val.data, val.axes)     # (its own output: the floor's)
+            val.data = dtypes.round_to(val.data, rounded_at[op.name])
         if rounding is not None and val.data.dtype.kind == "f" and not isinstance(op, ir.Index):
             val.data = dtypes.round_to(val.data, rounding)
         values[n] = val
     return results
+
+
+def stored_16bit(g) -> dict[str, str]:
+    """Named float arrays of graph `g` (a diagram's, or a plan's with its stored16 choices)
+    that global memory holds in 16 bits and another statement reads (not only their output):
+    name -> dtype, what precision="stored" rounds."""
+    from ..compiler.arrays import storage_dtype
+    found = {}
+    for n in g.nodes:
+        op = ir.op(g, n)
+        if isinstance(op, ir.Assign) and any(not isinstance(ir.op(g, v), ir.Output)
+                                             for v in g.successors(n)):
+            dtype = storage_dtype(g, n)
+            if dtype in ("f16", "bf16"):
+                found[op.name] = dtype
+    return found
 
 
 def step(op, out: ir.ArrayType, args: list[Labelled], sizes: dict[str, int], compute) -> Labelled:
