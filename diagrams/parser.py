@@ -16,6 +16,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from . import ast, limits, tables
+from .depth import DepthTree, TooDeep, watch
 from .diagnostics import Collector, Diagnostic, NapkinError, Source, Span, error
 from .split import Chunk, split_statements
 from .syntax_errors import EXAMPLES, describe_expected, match
@@ -25,8 +26,9 @@ GRAMMAR_PATH = tables.GRAMMAR_PATH
 
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
-    # the shipped LALR tables when they match the grammar, else built from it (tables.py)
-    return tables.load()
+    # the shipped LALR tables when they match the grammar, else built from it (tables.py);
+    # its trees count their depth as they are built (depth.py)
+    return tables.load(tree_class=DepthTree)
 
 
 def decode(data: bytes, name: str = "<input>") -> Source:
@@ -98,13 +100,17 @@ def _parse_statement(source: Source, chunk: Chunk) -> ast.Statement:
     line, col = source.position(chunk.start)
     if chunk.max_depth > limits.MAX_DEPTH:
         raise _too_deep(source.span(chunk.deepest), chunk.max_depth)
+    converter = _Converter(source, chunk.start, line, col)
     try:
-        tree = _lark().parse(text)
+        with watch():
+            tree = _lark().parse(text)
+    except TooDeep as exc:
+        raise _too_deep(converter.span(exc.node), exc.node.depth) from None
     except UnexpectedInput as exc:
         raise _syntax_error(source, chunk, text, exc) from None
     except LarkError as exc:  # pragma: no cover - lark raises UnexpectedInput for bad text
         raise error("N0102", f"syntax error: {exc}", source.span(chunk.start, chunk.end)) from None
-    return _Converter(source, chunk.start, line, col).convert(tree)
+    return converter.convert(tree)
 
 
 def _too_deep(span: Span, depth: int) -> NapkinError:

@@ -53,30 +53,36 @@ def _lark_version() -> str:
     return lark.__version__
 
 
-def build(grammar: str | None = None):
-    """The parser built from the grammar (the slow way; writes nothing)."""
+def build(grammar: str | None = None, tree_class=None):
+    """The parser built from the grammar (the slow way; writes nothing), building trees of
+    `tree_class` (lark's Tree when None: what the tables are serialised from)."""
     from lark import Lark
-    return Lark(GRAMMAR_PATH.read_text() if grammar is None else grammar, **OPTIONS)
+    extra = {"tree_class": tree_class} if tree_class is not None else {}
+    return Lark(GRAMMAR_PATH.read_text() if grammar is None else grammar, **OPTIONS, **extra)
 
 
-def load(tables_path: Path = TABLES_PATH, grammar_path: Path = GRAMMAR_PATH):
+def load(tables_path: Path = TABLES_PATH, grammar_path: Path = GRAMMAR_PATH, tree_class=None):
     """The parser for the grammar at `grammar_path`: from the shipped tables when they match
-    it and this lark, else built from the grammar."""
+    it and this lark, else built from the grammar (trees of `tree_class`, as `build`)."""
     grammar = grammar_path.read_text()
-    parser = from_tables(tables_path, grammar)
-    return parser if parser is not None else build(grammar)
+    parser = from_tables(tables_path, grammar, tree_class)
+    return parser if parser is not None else build(grammar, tree_class)
 
 
-def from_tables(tables_path: Path, grammar: str):
+def from_tables(tables_path: Path, grammar: str, tree_class=None):
     """The parser read from the tables file, or None when it is missing, unreadable, or was
-    built for another grammar, other options or another lark version."""
+    built for another grammar, other options or another lark version. (`tree_class` is one of
+    the options lark lets a loaded parser change; `Lark._load_from_dict` is the classmethod
+    lark's own standalone parsers load through: the version check above pins it.)"""
     from lark import Lark
     try:
         shipped = decode(tables_path.read_text(encoding="utf-8"))
         if (shipped.get("format") != FORMAT or shipped.get("grammar") != grammar_hash(grammar)
                 or shipped.get("lark") != _lark_version()):
             return None
-        return Lark.load({"data": shipped["data"], "memo": shipped["memo"]})
+        if tree_class is None:
+            return Lark.load({"data": shipped["data"], "memo": shipped["memo"]})
+        return Lark._load_from_dict(shipped["data"], shipped["memo"], tree_class=tree_class)
     except Exception:  # noqa: BLE001 - any damage to the file means: build from the grammar
         return None
 
