@@ -35,6 +35,9 @@ class DepthTree(Tree):
         first = getattr(_STATE, "first", None)
         if first is not None:
             raise TooDeep(first)
+        if data.startswith("_"):    # lark's helper of a repetition (`(_COMMA expr)*`): its
+            self.depth = 0          # children, one list growing, are spliced into the parent
+            return                  # that counts them (counting here was quadratic)
         self.depth = 1 + max((getattr(c, "depth", 0) for c in children), default=0)
         if self.depth > limits.MAX_DEPTH and getattr(_STATE, "watching", False):
             _STATE.first = self
