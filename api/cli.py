@@ -1,4 +1,4 @@
-"""The `napkin` command line: check, explain, compile, run, bench, draw, grad, cache.
+"""The `napkin` command line: check, explain, compile, run, bench, draw, grad, cache, library.
 
 Diagnostics go to stderr, artifacts to stdout. Exit status: 0 ok, 1 diagram
 errors, 2 usage errors, 3 backend unavailable, 101 internal error.
@@ -20,7 +20,8 @@ from .diagrams.render import render, to_json
 # Each command's module, imported when the command runs (or --help lists them all): `napkin
 # check` does not pay for the planner, NumPy or the drawing code that other commands import.
 COMMANDS = {"check": "check", "compile": "compile_", "explain": "explain", "run": "run",
-            "bench": "bench", "draw": "draw", "cache": "cache", "grad": "grad"}
+            "bench": "bench", "draw": "draw", "cache": "cache", "grad": "grad",
+            "library": "library"}
 
 
 class _LazyGroup(click.Group):
