@@ -30,8 +30,11 @@ statement) whose type names the merged axis, and the contraction sums over it. W
 - each operand is an input or another statement's array (stored in global memory, where the
   reshape is free), also read through a view that only renames its axes (`dV[b t h d]` of
   `dV[b s h d]`, where rename.py computes the statement under its reader's `t`): the reshape
-  reads the array, the view renames the reshape, and an axis the view renames is never
-  merged; a value the product's own statement computes is left alone;
+  reads the array under its own names, the view renames the reshape. A renamed axis merges
+  where the chain's positions in the array are consecutive and in order (`_own`: positions,
+  not names; a view relabels positions): a weight gradient's `dWk[m h d] = dK[b s h d] *
+  X[b s m]` of `X[b t m]` (rename._read_through) reads `X[(b*t) m]` renamed `[(b*s) m]`;
+  a value the product's own statement computes is left alone;
 - none of the chain's axes is hinted (`group`/`stream`/`split`, `keep`).
 The producer's statement and the product's stay in two kernels (`g.graph["apart"]`, read by
 fusion and recomputation: clusters.py): fused, the reshape would read a value the kernel
@@ -58,7 +61,8 @@ def chains_of(g: DiGraph, c: int, keep=()) -> list[tuple[str, ...]]:
     if not isinstance(op, ir.Contract) or len(op.axes) < 2 or not _both_stored(g, c):
         return []
     x, y = (ir.type_of(g, u).axes for u in ir.operands(g, c))
-    return _runs(x, y, set(op.axes) - _excluded(g, keep) - _renamed(g, c))
+    return [ch for ch in _runs(x, y, set(op.axes) - _excluded(g, keep))
+            if all(_own(g, u, c, ch) is not None for u in ir.operands(g, c))]
 
 
 def kept_chains(g: DiGraph, c: int, keep=()) -> list[tuple[str, ...]]:
@@ -73,10 +77,11 @@ def kept_chains(g: DiGraph, c: int, keep=()) -> list[tuple[str, ...]]:
     out = ir.type_of(g, c).axes
     (named,) = g.successors(c)      # its layout may be another order: adjacent there too
     x, y = (ir.type_of(g, u).axes for u in ir.operands(g, c))
-    excluded = _excluded(g, keep) | _attention_rows(g) | _renamed(g, c)
-    return [ch for z, w in ((x, y), (y, x))
+    excluded = _excluded(g, keep) | _attention_rows(g)
+    return [ch for u, z, w in zip(ir.operands(g, c), (x, y), (y, x))
             for ch in _runs(out, z, {a for a in z if a not in w} - excluded)
-            if _runs(ch, ir.type_of(g, named).axes, set(ch)) == [ch]]
+            if _runs(ch, ir.type_of(g, named).axes, set(ch)) == [ch] and
+            _own(g, u, c, ch) is not None]
 
 
 def _runs(x, y, allowed: set) -> list[tuple[str, ...]]:
@@ -131,15 +136,26 @@ def _viewed(g: DiGraph, u: int, c: int):
     return u, None
 
 
-def _renamed(g: DiGraph, c: int) -> set[str]:
-    """The axes c's operands read under another name than their array's (never merged: the
-    reshape reads the array under its own names, below the view)."""
-    out = set()
-    for u in ir.operands(g, c):
-        base, view = _viewed(g, u, c)
-        if view is not None:
-            out |= {a for a, b in zip(ir.op(g, view).labels, ir.type_of(g, base).axes) if a != b}
-    return out
+def _own(g: DiGraph, u: int, c: int, chain: tuple[str, ...]) -> tuple[str, ...] | None:
+    """chain (adjacent in operand u's type, c's names) under the names of the array u reads,
+    where its positions there are consecutive and in order, so one row-major run of memory
+    (a renaming view relabels positions: `X[b s m]` of `X[b t m]` holds `b s` where X holds
+    `b t`); None where they are not. Positions decide, not names."""
+    base, view = _viewed(g, u, c)
+    if view is None:
+        return chain
+    labels = ir.op(g, view).labels
+    at = [labels.index(a) for a in chain]
+    if at != list(range(at[0], at[0] + len(chain))):
+        return None
+    return tuple(ir.type_of(g, base).axes[i] for i in at)
+
+
+def _axis(axes: dict, chain: tuple[str, ...]) -> None:
+    """The merged axis of chain in the axes table (its size the product of its parts')."""
+    parts = [axes[a].size for a in chain]
+    size = math.prod(parts) if all(s is not None for s in parts) else None
+    axes.setdefault(name(chain), ir.Axis(name(chain), size, name(chain), None, merged=chain))
 
 
 def merge_products(g: DiGraph, keep=()) -> DiGraph:
@@ -160,9 +176,7 @@ def merge_products(g: DiGraph, keep=()) -> DiGraph:
     for c, cs in found.items():
         merged = {a: (name(ch), ch[0]) for ch in cs for a in ch}
         for ch in cs:
-            parts = [axes[a].size for a in ch]
-            size = math.prod(parts) if all(s is not None for s in parts) else None
-            axes.setdefault(name(ch), ir.Axis(name(ch), size, name(ch), None, merged=ch))
+            _axis(axes, ch)
             listed.append((c, name(ch), ch))
         stmt = g.nodes[c]["stmt"]
         for u in dict.fromkeys(ir.operands(g, c)):
@@ -171,7 +185,13 @@ def merge_products(g: DiGraph, keep=()) -> DiGraph:
                 continue
             base, view = _viewed(g, u, c)
             b = ir.type_of(g, base)
-            r = ir.add_node(g, ir.Reshape(), ir.ArrayType(_sub(b.axes, merged), b.dtype), [base],
+            own = {}                    # the chains under the array's own names
+            for ch in cs:
+                if ch[0] in t.axes:     # (a chain lies whole in an operand, or not at all)
+                    mine = _own(g, u, c, ch)
+                    _axis(axes, mine)
+                    own.update({a: (name(mine), mine[0]) for a in mine})
+            r = ir.add_node(g, ir.Reshape(), ir.ArrayType(_sub(b.axes, own), b.dtype), [base],
                             g.nodes[c]["span"], stmt)
             if view is not None:        # the view renames the reshape (of the array itself)
                 labels = _sub(ir.op(g, view).labels, merged)

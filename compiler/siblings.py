@@ -166,9 +166,20 @@ def decide(g, kernels: tuple, sizes: dict, target: Target, tail=None):
     return tuple(out), tuple(sorted(launches, key=lambda la: la.members[0]))
 
 
+def unshared(kernels: tuple, launches) -> tuple:
+    """The kernels with each launch member's cost its own again (what `decide` priced), for
+    a plan decided again (variants.with_merge)."""
+    out = list(kernels)
+    for la in launches:
+        for i in la.members:
+            c = kernels[i].cost
+            out[i] = replace(kernels[i], cost=replace(c, time=float(c.time) * la.apart / la.together))
+    return tuple(out)
+
+
 def launch_of(launches, i: int) -> Launch | None:
     """The launch kernel `i` shares, if any."""
     return next((la for la in launches if i in la.members), None)
 
 
-__all__ = ["Launch", "blocks", "decide", "eligible", "launch_of", "price"]
+__all__ = ["Launch", "blocks", "decide", "eligible", "launch_of", "price", "unshared"]

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ..diagrams.diagnostics import error
 from . import schedule as schedules
-from . import packing, tensorcore
+from . import packing, siblings, tensorcore
 from .columns import columns
 from .cost import Choice, evaluate
 from .kernel_plan import kernel_plan, scatter_plan
@@ -21,7 +21,9 @@ def with_choices(plan: Plan, choices) -> Plan:
     """The same kernels with other decisions, one Choice per kernel, each checked (N0604 when
     a choice is not a legal schedule of its kernel); for tests, fuzzing and hand tuning. A
     split's merge kernels launch on their own (the last-block merge's tiling rules are the
-    planner's: last_block.py)."""
+    planner's: last_block.py). Which products share a launch is decided again for these
+    kernels by the planner's rule (siblings.decide: other tiles, other thread counts, other
+    prices), never copied from `plan`."""
     choices = list(choices)
     if len(choices) != len(plan.kernels):
         raise error("N0604", f"{len(choices)} choice(s) for {len(plan.kernels)} kernel(s)",
@@ -62,20 +64,25 @@ def with_choices(plan: Plan, choices) -> Plan:
             sched = replace(sched, stages=int(cost.stages))
         kernels.append(kernel_plan(plan.graph, kp.kernel, model, cols, choice, cost, kp.hints,
                                    plan.sizes, plan.target, sched))
-    return Plan(plan.diagram, plan.graph, plan.target, plan.sizes, tuple(kernels), plan.engine,
+    kernels, launches = siblings.decide(plan.graph, tuple(kernels), plan.sizes, plan.target)
+    return Plan(plan.diagram, plan.graph, plan.target, plan.sizes, kernels, plan.engine,
                 plan.defaulted, plan.hints, plan.split, specialised=plan.specialised,
-                unspecialised=plan.unspecialised)
+                unspecialised=plan.unspecialised, launches=launches)
 
 
 def with_merge(plan: Plan, merge: str) -> Plan:
     """The same plan with its split's merge decided again (`merge`: auto, kernel or
     last-block; last_block.py): N0607 when `last-block` cannot be; the kernels are kept
-    (a plan whose merge already runs in the last blocks is returned as it is)."""
+    (a plan whose merge already runs in the last blocks is returned as it is). The shared
+    launches are decided again after it, as the planner orders the two (a kernel whose last
+    blocks merge launches alone: siblings.eligible)."""
     if plan.tail is not None:
         return plan
+    own = siblings.unshared(plan.kernels, plan.launches)
     kernels, tail = _in_diagram(plan.diagram, lambda: decide_tail(
-        plan.graph, plan.kernels, plan.split, plan.sizes, plan.target, merge))
-    return replace(plan, kernels=kernels, tail=tail)
+        plan.graph, own, plan.split, plan.sizes, plan.target, merge))
+    kernels, launches = siblings.decide(plan.graph, kernels, plan.sizes, plan.target, tail)
+    return replace(plan, kernels=kernels, tail=tail, launches=launches)
 
 
 def with_stages(plan: Plan, stages: int) -> Plan:

@@ -1,17 +1,24 @@
 """The decision to launch sibling products as one grid (compiler/siblings.py), by the model:
 taken for independent products reading one array where one launch of the summed blocks is
 faster, and not where a product reads another's result, where the block shapes differ, or
-where there is no GPU; its price is the kernels' own where nothing is shared."""
+where there is no GPU; its price is the kernels' own where nothing is shared; decided again
+for a plan rebuilt with other choices (variants.with_choices)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
 import napkin
 from napkin.compiler import siblings
 from napkin.compiler.cost import LAUNCH_SECONDS
 from napkin.compiler.plan import plan
+from napkin.compiler.variants import with_choices
+from napkin.pipeline import run_plan
 
+from ..runtime.close import assert_close
 from ..runtime.test_sibling_launches import THREE
 
 # H reads Q (Q^T X): it reads X too, but must launch after Q's kernel
@@ -96,3 +103,54 @@ def test_the_waves_first_tiles_are_the_slowest_members_each(blocks, monkeypatch)
             wave[w] = max(wave.get(w, 0.0), fills[id(kp)])
         start += n
     assert got - base == pytest.approx(sum(wave.values()), rel=1e-9)
+
+
+def _renamed_choice(c, old: str, new: str):
+    """Choice c with axis `old` called `new` (Q's tiling given to K)."""
+    def sub(pairs):
+        return tuple((new if a == old else a, s) for a, s in pairs)
+    return replace(c, group=sub(c.group), thread=sub(c.thread), warps=sub(c.warps))
+
+
+def test_a_plan_with_other_choices_decides_its_launches_again(rng):
+    """variants.with_choices rebuilds every kernel, then siblings.decide decides the shared
+    launches for them: the plan's own choices give the plan's launch (it was lost: each
+    product launched alone), and K tiled as Q (256 threads) leaves V (128) and shares Q's
+    launch instead (a launch copied from the plan would hold K and V of two block shapes)."""
+    p = plan(napkin.load(THREE), "h100", SCALE)
+    same = with_choices(p, [kp.choice for kp in p.kernels])
+    assert same.launches == p.launches and len(p.launches) == 1
+    assert [kp.cost.time for kp in same.kernels] == pytest.approx([kp.cost.time for kp in p.kernels])
+    k, v, q = _member(p, "K"), _member(p, "V"), _member(p, "Q")
+    choices = [kp.choice for kp in p.kernels]
+    choices[k] = _renamed_choice(p.kernels[q].choice, "n", "k")
+    other = with_choices(p, choices)
+    assert other.kernels[k].schedule.threads == other.kernels[q].schedule.threads == 256
+    (la,) = other.launches
+    assert sorted(la.members) == sorted([q, k]) and v not in la.members
+    assert sum(other.kernels[i].cost.time for i in la.members) == pytest.approx(la.together)
+    sizes = {"t": 37, "m": 29, "n": 48, "k": 16}
+    x = rng.standard_normal((37, 29)).astype(np.float16)
+    w = {name: (rng.standard_normal((29, c)) * 0.2).astype(np.float16)
+         for name, c in (("Wq", 48), ("Wk", 16), ("Wv", 16))}
+    out = run_plan(other, {"X": x, **w}, sizes)
+    for o, name in (("Q", "Wq"), ("K", "Wk"), ("V", "Wv")):
+        assert_close(out[o], x.astype(np.float64) @ w[name].astype(np.float64), "f16", slack=4.0)
+
+
+def test_unshared_gives_each_member_its_own_cost_again():
+    """siblings.unshared (variants.with_merge decides the tail, then the launches again, from
+    the kernels' own costs): the members' costs sum to the launch's `apart`, each in the
+    ratio decide scaled them, the others unchanged."""
+    p = plan(napkin.load(THREE), "h100", SCALE)
+    (la,) = p.launches
+    own = siblings.unshared(p.kernels, p.launches)
+    assert sum(own[i].cost.time for i in la.members) == pytest.approx(la.apart, rel=1e-12)
+    for i, (kp, mine) in enumerate(zip(p.kernels, own)):
+        ratio = la.apart / la.together if i in la.members else 1.0
+        assert mine.cost.time == pytest.approx(kp.cost.time * ratio, rel=1e-12)
+    again, launches = siblings.decide(p.graph, own, p.sizes, p.target)
+    (back,) = launches              # the same launch, to the rounding of the ratio
+    assert (back.members, back.blocks) == (la.members, la.blocks)
+    assert (back.apart, back.together) == pytest.approx((la.apart, la.together), rel=1e-12)
+    assert [kp.cost.time for kp in again] == pytest.approx([kp.cost.time for kp in p.kernels])
