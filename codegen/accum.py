@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from ..compiler import ir, row_state
 from ..compiler.canonical import through
 from ..diagrams.diagnostics import error
-from . import across_warps, cexpr, held
+from . import across_warps, cexpr, held, probability_rows
 from . import program as P
 
 # kind -> (per-row slots, per-position slots) and their initial values
@@ -25,16 +25,13 @@ SLOTS = {
     "sum": ((), ("s",)), "max": ((), ("s",)), "min": ((), ("s",)), "mean": ((), ("s", "c")),
     "var": ((), ("n", "m", "q")), "logsumexp": ((), ("m", "s")), "stats": ((), ("m", "s")),
     "contract": ((), ("a",)), "pair": (("m", "s"), ("o",)),
-    # a row sum or maximum of a paired softmax's probabilities: a running max and sum of
-    # exp of its scores (compiler/row_state.of_probabilities), finished as l / l or 1 / l
-    "psum": ((), ("m", "s")), "pmax": ((), ("m", "s")),
+    "psum": ((), ("m", "s")), "pmax": ((), ("m", "s")),     # (probability_rows.py)
     "argmax": ((), ("s", "i")), "argmin": ((), ("s", "i")),
 }
 # ... a streamed mean on the CUDA cores keeps its sum only: its count is the sizes of the axes
 # it reduces (whole in a kernel: a split's mean is its split sum over the size,
 # compiler/split.py); codegen/rowstats.py (beside a tensor-core product) still counts
 STREAMED = {**SLOTS, "mean": ((), ("s",))}
-PROBABILITIES = ("psum", "pmax")
 SLOT_CTYPE = {"i": "long long"}     # a position; every other slot is a float
 INIT = {"s": "0.0f", "c": "0.0f", "n": "0.0f", "q": "0.0f", "a": "0.0f", "o": "0.0f"}
 INIT_BY_KIND = {("max", "s"): "-NAPKIN_INF", ("min", "s"): "NAPKIN_INF",
@@ -153,8 +150,8 @@ def update(lw, n: int, st: State, scopes: list, stats: bool = False) -> None:
         _online_softmax(lw, n, st, scopes)
         return
     args = ir.operands(g, n)
-    if st.kind in PROBABILITIES:    # (the scores the paired softmax normalises)
-        args = (scores_of(lw, n),)
+    if st.kind in probability_rows.KINDS:    # (the scores the paired softmax normalises)
+        args = (probability_rows.scores_of(lw, n),)
     others = [a for a in op.axes if a != r]
 
     def at(s):
@@ -282,17 +279,8 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
             f"{result}[z]", f"({a['i']}[z] == NAPKIN_NO_POSITION ? -1LL : {a['i']}[z])")))
     elif st.kind == "contract":
         result = a["a"]
-    elif st.kind in PROBABILITIES:      # l r or r, r = 1 / l (ir.empty_row's where l is 0)
-        soft = row_state.of_probabilities(lw.g, lw.st, n)[0]
-        result = b.fresh("res")
-        b.emit(P.Decl("float", result, None, st.extent))
-
-        def one():
-            m, s = a["m"] + "[z]", a["s"] + "[z]"
-            inv = reciprocal(s, ir.op(lw.g, soft), lw.sizes)
-            value = f"{s} * {inv}" if st.kind == "psum" else inv
-            b.emit(P.Set(f"{result}[z]", f"({m} == NAPKIN_INF ? NAPKIN_NAN : {value})"))
-        b.loop("z", "0", str(st.extent), "1", one)
+    elif st.kind in probability_rows.KINDS:
+        result = probability_rows.finished(lw, n, st, reciprocal)
     elif st.kind == "pair":
         if st.leader is not None:       # once per row: the leader's reciprocal
             inv = st.leader.inv
@@ -391,11 +379,6 @@ def merge_one(b, kind: str, v: dict, shfl) -> None:
         b.emit(P.Set(v["s"], f"{v['s']} * {cexpr.shifted_exp(v['m'] + ' - ' + sh)} + "
                      f"{o['s']} * {cexpr.shifted_exp(o['m'] + ' - ' + sh)}"))
         b.emit(P.Set(v["m"], mm))
-
-
-def scores_of(lw, n: int) -> int:
-    """The scores whose paired softmax's probabilities reduction n sums or maximises."""
-    return ir.operands(lw.g, row_state.of_probabilities(lw.g, lw.st, n)[0])[0]
 
 
 def _other_operand(lw, n: int, soft: int) -> int:
