@@ -184,6 +184,7 @@ class FlashLowering(MmaLowering):
         score = ir.operands(self.g, s.soft)[0]
 
         cond = masking.paired_condition(self.g, self.st)
+        added = masking.additive_mask(self.g, score)
 
         def element(inside: bool):
             key = f"c0 + i1 * {FN} + fq * 2 + i2 % 2"
@@ -194,6 +195,8 @@ class FlashLowering(MmaLowering):
             self._rows_at(scope, "i2")
             if inside:
                 self.values[cond] = "true"
+                if added is not None:      # X + where(true, 0, -inf): X
+                    self.values[added[0]] = self.emitter.value(added[1], scope)
             self.line(s.soft)
             value = self.emitter.value(score, scope)
             self.values.clear()
