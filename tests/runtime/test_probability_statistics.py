@@ -74,3 +74,30 @@ def test_probability_statistics_emulated_at_an_odd_size(scores, dtype, softmax, 
         assert len(_site(p).lse) == 3
     inputs = random_inputs(d, shape, 7)
     within_budget(d, inputs, run_plan(p, inputs, shape, timeout_s=600), p)
+
+
+GQA = """axis b, g, r, q, x
+axis d = 16
+in Q[b g r q d]: f16
+in K[b g x d]: f16
+in V[b g x d]: f16
+S[b g r q x] = where(x <= q, Q * K / sqrt(size(d)), -inf)
+P[b g r q x] = softmax[x](S)
+O[b g r q d] = P * V
+Z[b g r q] = sum[x](P)
+W[b g r q] = max[x](P)
+out O: f32
+out Z: f32
+out W: f32
+"""
+
+
+def test_probability_statistics_of_packed_gqa_rows(within_budget):
+    """The fragment rows pack r x q (compiler/packing.py): each row's state is its own."""
+    d = napkin.load(GQA)
+    shape = {"b": 1, "g": 2, "r": 4, "q": 3, "x": 77}
+    p = plan(d, "h100", shape)
+    site = _site(p)
+    assert site.packed and sorted(site.lse_kinds) == ["pmax", "psum"], site
+    inputs = random_inputs(d, shape, 11)
+    within_budget(d, inputs, run_plan(p, inputs, shape, timeout_s=600), p)
