@@ -156,9 +156,15 @@ def _streaming(plan: Plan, kp) -> dict | None:
         return None
     g = plan.graph
     kinds = []
+    # statistics FlashAttention reads from its online softmax's final state (row_state.py)
+    site = getattr(kp.schedule, "site", None) if kp.schedule is not None else None
+    state = dict(zip(getattr(site, "lse", ()), getattr(site, "lse_kinds", ())))
     for n, _ in st.reducers:
         op = ir.op(g, n)
-        if n in dict(st.pairs).values():
+        if n in state:
+            kinds.append(f"{array_name(g, n)} = {row_state.SHOWN[state[n]]} read from the "
+                         "final state (no accumulator)")
+        elif n in dict(st.pairs).values():
             kinds.append("online softmax (running max m, running sum l, rescaled output o)")
         elif isinstance(op, ir.Reduce):
             kinds.append({"sum": "running sum", "max": "running max", "min": "running min",

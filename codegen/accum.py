@@ -14,10 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..compiler import ir
+from ..compiler import ir, row_state
 from ..compiler.canonical import through
 from ..diagrams.diagnostics import error
-from . import across_warps, cexpr, held
+from . import across_warps, cexpr, held, probability_rows
 from . import program as P
 
 # kind -> (per-row slots, per-position slots) and their initial values
@@ -25,6 +25,7 @@ SLOTS = {
     "sum": ((), ("s",)), "max": ((), ("s",)), "min": ((), ("s",)), "mean": ((), ("s", "c")),
     "var": ((), ("n", "m", "q")), "logsumexp": ((), ("m", "s")), "stats": ((), ("m", "s")),
     "contract": ((), ("a",)), "pair": (("m", "s"), ("o",)),
+    "psum": ((), ("m", "s")), "pmax": ((), ("m", "s")),     # (probability_rows.py)
     "argmax": ((), ("s", "i")), "argmin": ((), ("s", "i")),
 }
 # ... a streamed mean on the CUDA cores keeps its sum only: its count is the sizes of the axes
@@ -36,6 +37,7 @@ INIT = {"s": "0.0f", "c": "0.0f", "n": "0.0f", "q": "0.0f", "a": "0.0f", "o": "0
 INIT_BY_KIND = {("max", "s"): "-NAPKIN_INF", ("min", "s"): "NAPKIN_INF",
                 ("logsumexp", "m"): "-NAPKIN_INF", ("stats", "m"): "-NAPKIN_INF",
                 ("pair", "m"): "-NAPKIN_INF", ("var", "m"): "0.0f",
+                ("psum", "m"): "-NAPKIN_INF", ("pmax", "m"): "-NAPKIN_INF",
                 ("argmax", "s"): "-NAPKIN_INF", ("argmin", "s"): "NAPKIN_INF",
                 ("argmax", "i"): "NAPKIN_NO_POSITION", ("argmin", "i"): "NAPKIN_NO_POSITION"}
 
@@ -61,7 +63,8 @@ def kind_of(lw, n: int, stats: bool) -> str:
         return "stats"
     op = ir.op(lw.g, n)
     if isinstance(op, ir.Reduce):
-        return op.fn
+        found = row_state.of_probabilities(lw.g, lw.st, n)
+        return found[1] if found else op.fn
     return "pair" if lw.paired_softmax(n) is not None else "contract"
 
 
@@ -147,6 +150,8 @@ def update(lw, n: int, st: State, scopes: list, stats: bool = False) -> None:
         _online_softmax(lw, n, st, scopes)
         return
     args = ir.operands(g, n)
+    if st.kind in probability_rows.KINDS:    # (the scores the paired softmax normalises)
+        args = (probability_rows.scores_of(lw, n),)
     others = [a for a in op.axes if a != r]
 
     def at(s):
@@ -274,6 +279,8 @@ def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
             f"{result}[z]", f"({a['i']}[z] == NAPKIN_NO_POSITION ? -1LL : {a['i']}[z])")))
     elif st.kind == "contract":
         result = a["a"]
+    elif st.kind in probability_rows.KINDS:
+        result = probability_rows.finished(lw, n, st, reciprocal)
     elif st.kind == "pair":
         if st.leader is not None:       # once per row: the leader's reciprocal
             inv = st.leader.inv

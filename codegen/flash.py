@@ -37,7 +37,12 @@ LOG2E = float_literal(math.log2(math.e))
 _STATISTIC = {
     "logsumexp": "{l} == 0.0f ? -NAPKIN_INF : {m} == NAPKIN_INF ? NAPKIN_INF : {m} + logf({l})",
     "max": "{m} == NAPKIN_INF ? NAPKIN_INF : {l} != {l} ? NAPKIN_NAN : {m}",
-    "sumexp": "{m} == NAPKIN_INF ? NAPKIN_INF : {l} * expf({m})"}
+    "sumexp": "{m} == NAPKIN_INF ? NAPKIN_INF : {l} * expf({m})",
+    # ... and of the probabilities P = exp(S - m) / l, `r` the softmax's 1 / l (0 or NaN on
+    # a fully masked row: ir.empty_row), NaN where l is: the sum l r (1 to f32 rounding where
+    # l > 0) and the maximum exp(m - m) r
+    "psum": "{l} * {r}",
+    "pmax": "{r}"}
 # packing.spans's operations on C expressions (non-negative indices)
 _C = SimpleNamespace(div=lambda a, b: f"(({a}) / {b})", mod=lambda a, b: f"(({a}) % {b})",
                      mul=lambda a, b: f"{a} * {b}", same=lambda a, b: f"({a} == {b})",
@@ -179,6 +184,7 @@ class FlashLowering(MmaLowering):
         score = ir.operands(self.g, s.soft)[0]
 
         cond = masking.paired_condition(self.g, self.st)
+        added = masking.additive_mask(self.g, score)
 
         def element(inside: bool):
             key = f"c0 + i1 * {FN} + fq * 2 + i2 % 2"
@@ -189,6 +195,8 @@ class FlashLowering(MmaLowering):
             self._rows_at(scope, "i2")
             if inside:
                 self.values[cond] = "true"
+                if added is not None:      # X + where(true, 0, -inf): X
+                    self.values[added[0]] = self.emitter.value(added[1], scope)
             self.line(s.soft)
             value = self.emitter.value(score, scope)
             self.values.clear()
@@ -276,12 +284,13 @@ class FlashLowering(MmaLowering):
         for name in stats.values():
             b.emit(P.Decl("float", name, shape=(fm, 2)))
         m = f"rm[i0][i1]{' * qks' if self.scaled else ''}"
+        r = accum.reciprocal("rl[i0][i1]", ir.op(self.g, s.soft), self.sizes)
         self._each([("i0", fm), ("i1", 2)], lambda: (
             b.emit(P.Set("rl[i0][i1]", "napkin_lanes_sum(rl[i0][i1], 4)")),
-            [b.emit(P.Set(f"{name}[i0][i1]", _STATISTIC[kind].format(m=m, l="rl[i0][i1]")))
+            [b.emit(P.Set(f"{name}[i0][i1]", _STATISTIC[kind].format(m=m, l="rl[i0][i1]",
+                                                                     r=r)))
              for name, kind in zip(stats.values(), s.lse_kinds)],
-            b.emit(P.Set("rl[i0][i1]", accum.reciprocal("rl[i0][i1]", ir.op(self.g, s.soft),
-                                                        self.sizes)))))
+            b.emit(P.Set("rl[i0][i1]", r))))
 
         # the sums over O's columns after the stream (D = sum[d](dO * O)): each lane adds its
         # columns of the row, then the quad adds the lanes' (as the row sums above)

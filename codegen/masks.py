@@ -15,13 +15,13 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ..compiler import ir
+from ..compiler import ir, row_state
 from ..compiler.masking import data_leaf, masked_by, product_mask, through_names
 from . import program as P
 from .intervals import can_hold, must_hold
 
 IDENTITY = {"max": -math.inf, "logsumexp": -math.inf, "stats": -math.inf, "pair": -math.inf,
-            "sum": 0.0, "contract": 0.0}
+            "sum": 0.0, "contract": 0.0, "psum": -math.inf, "pmax": -math.inf}
 
 
 def conditions(g, lw, reducers, kinds: dict) -> list | None:
@@ -34,6 +34,8 @@ def conditions(g, lw, reducers, kinds: dict) -> list | None:
             arg = ir.operands(g, lw.paired_softmax(n))[0]
         elif kind in ("max", "logsumexp", "sum", "stats"):
             arg = ir.operands(g, n)[0]
+        elif kind in ("psum", "pmax"):   # (a running max and sum of the softmax's scores)
+            arg = ir.operands(g, row_state.of_probabilities(g, lw.st, n)[0])[0]
         elif kind == "contract":         # a product one of whose operands the mask zeroes
             arg = None
         else:

@@ -177,8 +177,9 @@ def _as_written(g, stmts) -> set | None:
 def _attention_sites(g, stmts, whole) -> set | None:
     """The statements as written (or one each) with each softmax whose probabilities a product
     reads merged with that product, the statement of the scores it normalises (a product's)
-    and those of row statistics of those scores that are the softmax's final state
-    (row_state.py: a logsumexp, a maximum, a sum of exponentials) (None: no such site to add,
+    and those of row statistics of those scores or of its probabilities that are the
+    softmax's final state (row_state.py: a logsumexp, a maximum, a sum of exponentials, a sum
+    or maximum of P) (None: no such site to add,
     or not a legal start)."""
     clusters = set(whole) if whole is not None else {frozenset([s]) for s in stmts}
     owner = {n: s for s, nodes in stmts.items() for n in nodes}
@@ -195,7 +196,7 @@ def _attention_sites(g, stmts, whole) -> set | None:
                 continue
             arg, axes = ir.operands(g, n)[0], ir.op(g, n).axes
             lses = {t for t, ns in stmts.items() if t != s and any(
-                row_state.statistic(g, m, arg, axes) for m in ns)}
+                row_state.statistic(g, m, arg, axes, n) for m in ns)}
             sites.append({s, scores} | readers | lses)
     return _joined(g, stmts, clusters, sites)
 

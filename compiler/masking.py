@@ -71,11 +71,31 @@ def paired_condition(g, st) -> int | None:
 
 def condition_nodes(g, st, loads=(), nodes=()) -> frozenset:
     """The ops computing an attention's mask condition (paired_condition and what it is made
-    of, down to indices, sizes and constants)."""
+    of, down to indices, sizes and constants; an additive mask's `where(cond, 0, -inf)`,
+    additive_mask: evaluated where the mask cuts a chunk only, as the condition)."""
     cond = paired_condition(g, st)
     if cond is None or _expr(g, cond, data=(st.axis, frozenset(loads), frozenset(nodes))) is None:
         return frozenset()
-    return frozenset({cond} | ancestors(g, cond))
+    added = additive_mask(g, unscaled(g, ir.operands(g, st.pairs[0][0])[0]))
+    return frozenset({cond} | ancestors(g, cond) | ({added[2]} if added else set()))
+
+
+def additive_mask(g, n: int) -> tuple[int, int, int] | None:
+    """(the sum, its other term X, the mask) where n is `X + where(cond, 0, -inf)` (either
+    order, through names): for a finite X the where-form's `where(cond, X, -inf)`, as
+    masked_by reads it; the attention kernel computes X alone where the mask holds in the
+    whole chunk (codegen/flash.py) and folds X's positive scale (softmax_scale)."""
+    n = through_names(g, n)
+    if ir.op(g, n) != ir.Map("add"):
+        return None
+    a, b = ir.operands(g, n)
+    for other, term in ((a, b), (b, a)):
+        term = through_names(g, term)
+        if ir.op(g, term) == ir.Map("where"):
+            _, then, otherwise = ir.operands(g, term)
+            if constant(g, then) == 0 and constant(g, otherwise) == -math.inf:
+                return n, other, term
+    return None
 
 
 def through_names(g, n: int) -> int:
@@ -342,6 +362,8 @@ def softmax_scale(g, soft: int) -> int | None:
     inner = unscaled(g, arg)
     if masked_by(g, inner, -math.inf) is not None and ir.op(g, inner) == ir.Map("where"):
         arg = through_names(g, ir.operands(g, inner)[1])
+    elif additive_mask(g, arg) is not None:     # (X * c + where(cond, 0, -inf))
+        arg = through_names(g, additive_mask(g, arg)[1])
     op = ir.op(g, arg)
     if not isinstance(op, ir.Map) or op.fn not in ("mul", "div"):
         return None

@@ -20,7 +20,7 @@ import numpy as np
 
 from .graph import DiGraph
 
-from . import ir
+from . import ir, row_state
 from .canonical import through
 from .kernels import FusedKernel
 
@@ -98,7 +98,11 @@ def softmax_pairs(g: DiGraph, k: FusedKernel, axis: str) -> dict[int, int]:
         if isinstance(op, ir.Softmax) and op.axes == (axis,):   # (the online softmax's
             users = _users(g, n, members, stores)              # lowering keeps one axis)
             # (a contraction: the lowering's online softmax rescales a product's running sum;
-            # a plain sum of probabilities streams their statistics in a pass of their own)
+            # a plain sum of probabilities streams their statistics in a pass of their own,
+            # but a row's sum or maximum of P beside the product is the final state's:
+            # row_state.py)
+            users = users and [u for u in users if row_state.statistic(
+                g, u, ir.operands(g, n)[0], op.axes, n) is None]
             if users is not None and len(users) == 1 and reduces(g, users[0], axis) \
                     and isinstance(ir.op(g, users[0]), ir.Contract) \
                     and set(op.axes) <= set(ir.op(g, users[0]).axes) \

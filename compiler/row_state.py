@@ -4,6 +4,8 @@ normalises that its running maximum m and running sum l (of exp(S - m)) already 
     logsumexp[x](S)   m + log l        (a gradient's saved statistic, a split's partial state)
     max[x](S)         m
     sum[x](exp(S))    l exp(m)
+    sum[x](P)         l / l        P = softmax[x](S): 1, or a fully masked row's probability
+    max[x](P)         1 / l        (exp(m - m) / l): ir.empty_row's 0 or NaN where l is 0
 
 S spelt again (values.same_values: the gradient's `logsumexp[s](where(s <= t, S, -inf))`
 beside the forward's softmax of the same masked scores), the scale as written (`Q * K /
@@ -21,17 +23,23 @@ from . import ir
 from .graph import ancestors
 from .values import same_values, through
 
-KINDS = ("logsumexp", "max", "sumexp")
-SHOWN = {"logsumexp": "m + log l", "max": "m", "sumexp": "l exp(m)"}     # (explain)
+KINDS = ("logsumexp", "max", "sumexp", "psum", "pmax")
+SHOWN = {"logsumexp": "m + log l", "max": "m", "sumexp": "l exp(m)",      # (explain)
+         "psum": "l / l", "pmax": "1 / l"}
+OF_PROBABILITIES = {"sum": "psum", "max": "pmax"}    # statistics of P itself
 
 
-def statistic(g, n: int, scores: int, axes: tuple[str, ...]) -> str | None:
+def statistic(g, n: int, scores: int, axes: tuple[str, ...], soft: int | None = None) \
+        -> str | None:
     """The kind (KINDS) of row statistic over the softmax's `axes` that reduction n takes of
-    its argument `scores`, or None when it is none."""
+    its argument `scores` (or, `soft` given, of that softmax's probabilities), or None when
+    it is none."""
     op = ir.op(g, n)
     if not isinstance(op, ir.Reduce) or op.axes != tuple(axes):
         return None
     (arg,) = ir.operands(g, n)
+    if soft is not None and through(g, arg) == soft:
+        return OF_PROBABILITIES.get(op.fn)
     if op.fn in ("logsumexp", "max"):
         return op.fn if same_values(g, arg, scores) else None
     inner = through(g, arg)
@@ -49,13 +57,25 @@ def row_statistics(g, st) -> tuple[int, ...]:
     soft, out = st.pairs[0]
     scores = ir.operands(g, soft)[0]
     return tuple(n for n, _ in st.reducers
-                 if n != out and statistic(g, n, scores, (st.axis,)) is not None)
+                 if n != out and statistic(g, n, scores, (st.axis,), soft) is not None)
+
+
+def of_probabilities(g, st, n: int) -> tuple[int, str] | None:
+    """(the paired softmax, the kind: psum or pmax) where reduction n is a row sum or maximum
+    of the probabilities of one of the kernel's paired softmaxes (passes.softmax_pairs keeps
+    the pair), else None. The CUDA cores keep a running max and sum of its scores for it
+    (codegen/accum.py), FlashAttention reads its own state."""
+    for soft, _ in st.pairs:
+        kind = statistic(g, n, ir.operands(g, soft)[0], (st.axis,), soft)
+        if kind in OF_PROBABILITIES.values():
+            return soft, kind
+    return None
 
 
 def kinds(g, st, stats) -> tuple[str, ...]:
     """The kind of each of `stats` (row_statistics), in order."""
-    scores = ir.operands(g, st.pairs[0][0])[0]
-    return tuple(statistic(g, n, scores, (st.axis,)) for n in stats)
+    soft = st.pairs[0][0]
+    return tuple(statistic(g, n, ir.operands(g, soft)[0], (st.axis,), soft) for n in stats)
 
 
 def state_ops(g, st, stats) -> frozenset:

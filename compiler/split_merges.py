@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ir
+from . import ir, row_state
 from .canonical import through
 
 _FILL = {"sum": 0.0, "mean": 0.0, "var": 0.0, "max": -np.inf, "logsumexp": -np.inf,
@@ -19,6 +19,23 @@ INT_FILL = float(2 ** 62)    # beyond any position or i32 value; exact in f64 an
 
 
 class Merges:
+    def _state_merges(self) -> dict[int, int]:
+        """{sink: the merge statement of the softmax-contraction pair whose scores it is a row
+        statistic of (row_state.py: a logsumexp, a maximum, a sum of exponentials)}: its merge
+        joins that pair's, one kernel merging O and the statistics (each its own merge
+        kernel otherwise), as its partial is read from the partial kernel's state."""
+        g, out = self.g, {}
+        pairs = [n for n in self.r.sinks if not isinstance(ir.op(g, n), ir.Reduce)
+                 and self._pair_operand(n) is not None]
+        for c in pairs:
+            soft = through(g, ir.operands(g, c)[self._pair_operand(c)])
+            scores = ir.operands(g, soft)[0]
+            for n in self.r.sinks:
+                if n not in pairs and row_state.statistic(g, n, scores, (self.x,)) and \
+                        g.nodes[n]["stmt"] != g.nodes[c]["stmt"]:
+                    out.setdefault(n, g.nodes[c]["stmt"])
+        return out
+
     def _pair_operand(self, n: int):
         """Which operand of contraction n is a softmax over the split axis (the pair merged
         by logsumexps), or None: a softmax over another axis is a plain operand, its value
@@ -30,8 +47,19 @@ class Merges:
                 return k
         return None
 
-    def _reduce(self, n, op, t, part, merge_stmt, name) -> int:
+    def _reduce(self, n, op, t, part, merge_stmt, name, state=False) -> int:
+        """`state`: a row statistic of a pair's scores (_state_merges); a sum of exp(S) then
+        masks S with -inf (the paired softmax's scores, as _prime masks them: the partial is
+        the partial kernel's state), not exp(S) with 0 (the same values)."""
         g = self.g
+        arg = through(g, ir.operands(g, n)[0])
+        if state and op.fn == "sum" and ir.op(g, arg) == ir.Map("exp"):
+            inner = self.masked(self._read(ir.operands(g, arg)[0], part), -np.inf, part)
+            src = self.map("exp", [inner], ir.INTERMEDIATE, part)
+            axes = tuple(self.s if a == self.x else a for a in op.axes)
+            partial = self._partial(src, "sum", axes, t.dtype, part)
+            return self._merge("sum", self._store(partial, f"{name}.part", part), t.dtype,
+                               merge_stmt)
         src = self._read(ir.operands(g, n)[0], part)
         axes = tuple(self.s if a == self.x else a for a in op.axes)
         if op.fn == "var":

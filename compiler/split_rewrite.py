@@ -138,8 +138,9 @@ class Rewrite(Merges):
         self._statements()
         for n in self.r.nodes:
             self.primed[n] = self._prime(n)
+        joined = self._state_merges()
         for n in self.r.sinks:
-            self._sink(n)
+            self._sink(n, joined.get(n))
         g.graph["axes"] = {**g.graph["axes"],
                            self.p: ir.Axis(self.p, self.parts, self.p, None),
                            self.s: _share_axis(g, self.s, self.x, self.parts)}
@@ -274,14 +275,17 @@ class Rewrite(Merges):
         v = self.primed[u]
         return self._entry(-1 - v, stmt) if v < 0 else v     # an entry (or a name of one)
 
-    def _sink(self, n: int) -> None:
+    def _sink(self, n: int, joined: int | None = None) -> None:
+        """Rewrite sink n as its partial and its merge, in its statement's merge statement
+        or in `joined` (Merges._state_merges)."""
         g, op = self.g, ir.op(self.g, n)
-        merge_stmt = g.nodes[n]["stmt"]          # the sink stays; what feeds it moved
-        part = self.part_stmt[merge_stmt]
-        name = _equation_name(g, merge_stmt) or "partial"
+        own = g.nodes[n]["stmt"]          # the sink stays; what feeds it moved
+        part = self.part_stmt[own]
+        merge_stmt = own if joined is None else joined
+        name = _equation_name(g, own) or "partial"
         t = ir.type_of(g, n)
         if isinstance(op, ir.Reduce):
-            result = self._reduce(n, op, t, part, merge_stmt, name)
+            result = self._reduce(n, op, t, part, merge_stmt, name, joined is not None)
         elif self._pair_operand(n) is not None:
             result = self._pair(n, op, t, part, merge_stmt, name)
         else:

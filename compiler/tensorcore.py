@@ -24,6 +24,7 @@ import numpy as np
 
 from . import chain, chain_sums, flash, ir, packing, rowsource, split, sums, warps
 from .chain import ChainSite, OneRowAxis
+from .graph import ancestors
 from .kernels import is_free
 from .tilelayout import ROW_PAD as PAD
 from .cost import Choice, Choices, Cost, evaluate
@@ -155,6 +156,10 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
                 "reduction(s); on tensor cores a kernel is one matrix product (with reductions "
                 "of its rows or columns beside it), an attention, or a chain of products")
     node = contractions[0]
+    if st.axis in ir.type_of(g, node).axes and not st.pairs and any(   # (logsumexp[x](Q K))
+            node in ancestors(g, n) for n in others):
+        return (f"the kernel reduces the product's own values over `{st.axis}`: FlashAttention "
+                "without P V (a row statistic of scores alone) is not lowered")
     if st.pairs or st.stats or st.passes != 1 or \
             {n for n, _ in st.reducers} != {node, *others}:
         return "the contraction is not streamed"

@@ -64,6 +64,24 @@ def test_row_statistics_beside_attention_are_its_state(names):
     assert "from the softmax's final state (maximum m, sum l), no reduction of their own" in text
 
 
+def test_explain_says_the_statistics_are_read_from_the_state():
+    """The "streams x through" line names them as the state's values, not running accumulators;
+    on the CUDA cores (f32: no FlashAttention) they stay reductions of their own."""
+    shape = {"b": 1, "h": 2, "q": 64, "x": 64}
+    line = _streams_line(plan(napkin.load(_text("MEL")), "h100", shape))
+    assert "M = m read from the final state" in line, line
+    assert "E = l exp(m) read from the final state" in line, line
+    assert "L = m + log l read from the final state" in line, line
+    assert "running max and sum of exp" not in line and "running max;" not in line, line
+    f32 = _text("L").replace("f16", "f32")
+    line = _streams_line(plan(napkin.load(f32), "h100", shape))
+    assert "running max and sum of exp" in line and "final state" not in line, line
+
+
+def _streams_line(p) -> str:
+    return next(t for t in render_text(report(p)).splitlines() if "streams x" in t)
+
+
 def test_a_maximum_of_other_values_is_a_reduction_of_its_own():
     """The unscaled product's maximum is not the state's (the softmax's argument is scaled)."""
     text = _text("M").replace("M[b h q] = max[x](S)", "M[b h q] = max[x](Q * K)")
@@ -97,3 +115,16 @@ def test_row_statistics_emulated_at_odd_sizes(names, scores, n, within_budget):
     p = plan(d, "h100", shape, {"stream": {"x": 16}, "group": {"q": 16}})
     assert len(_site(p).lse) == len(names)
     _emulated(d, p, shape, within_budget, seed=n)
+
+
+def test_a_statistic_of_scores_alone_says_why_it_stays_on_the_cuda_cores():
+    """`logsumexp[x](Q * K / 4)` with no P V: FlashAttention without its second product is not
+    lowered (380 us at b=1 h=16 q=x=4096 d=16, h100 model); explain says so, not that the
+    contraction is not streamed."""
+    text = "\n".join(line for line in _text("L", d=16).splitlines()
+                     if not line.startswith(("in V", "P[", "O[", "out O")))
+    p = plan(napkin.load(text), "h100", {"b": 1, "h": 2, "q": 64, "x": 64})
+    (kp,) = p.kernels
+    assert kp.schedule.engine != ATTENTION
+    assert "FlashAttention without P V (a row statistic of scores alone) is not lowered" in \
+        render_text(report(p))
