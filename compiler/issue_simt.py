@@ -385,7 +385,11 @@ def _copy(a, choice, sizes: dict, level1: dict, threads, fixed=frozenset()):
         found = np.asarray(found) | take
     width = np.where(last, copies.vector_values(size, length, a.bytes), 1) if a.bytes \
         else np.ones_like(length)                           # as copies.width (0: draw)
+    peel = last & copies.peeled(size, length, a.bytes) if a.bytes else False
+    if np.any(peel):                                        # (16 bytes a copy, peeled)
+        width = np.where(peel, 16 // a.bytes, width)
     # (a row along another axis than the array's last steps by a stride of runtime sizes)
-    rowed, flat, short = copies.costs(rows, length, width, threads, static & last, static)
+    rowed, flat, short = copies.costs(rows, length, width, threads, static & last, static,
+                                      peel)
     out = np.where(found, np.where(short, flat, rowed), COPY_ROW)
     return float(out) if np.ndim(out) == 0 else out
