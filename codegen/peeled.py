@@ -56,7 +56,8 @@ def copy_row(lw, param: str, source: str, dest: str, nlen: str, length: str, w: 
     b.emit(P.Decl("const int", "hd", head_of("src", nbytes)))
     b.emit(P.Decl(f"const {itype}", "m0", f"({itype})((hd == 0) ? 0 : {w} - hd)"))
     # the whole vectors from m0 on, and the first value after them (the tail's)
-    b.emit(P.Decl(f"const {itype}", "nv", f"({nlen} > m0) ? ({nlen} - m0) / {w} : 0"))
+    b.emit(P.Decl(f"const {itype}", "nv",
+                  f"({nlen} > m0) ? ({itype})((unsigned)({nlen} - m0) / {w}) : 0"))
     b.emit(P.Decl(f"const {itype}", "tl", f"m0 + nv * {w}"))
     b.emit(P.Decl(f"const {vtype}* const", "cps",
                   f"reinterpret_cast<const {vtype}*>(src + m0)"))

@@ -11,7 +11,7 @@ origins and the valid length of every row are then multiples of it; the launcher
 every array to 16 bytes, codegen/program.Program.alignment). A tile of several rows each
 shorter than the block's threads is copied one value at a time over its flat index
 (staging._flat) where the model prices that below the row walk, in which every warp issues
-every row's setup for a vector or two (`flat`: a split's merge over partials laid out
+every row's setup for a vector or two (`row_copy`: a split's merge over partials laid out
 [p_c r], 256 rows of 2 values; attention's chunk of 8 keys by 64 in a block of 256).
 Decided here, once, from the sizes the plan is made for; the lowering and the cost model read it (Schedule.vectors,
 issue_simt). A plan may run at other sizes than it was made for (smaller ones fit its
@@ -63,10 +63,12 @@ COPY_EACH = 8
 # ... and a tile whose rows are shorter than the threads copies value by value over its flat
 # index (its coordinates by constant divisions), some 20 per value and lane.
 COPY_FLAT = 20
-# ... and a peeled row (codegen/staging._peeled): its head from the row's address, its first
+# ... and a peeled row (codegen/peeled.py): its head from the row's address, its first
 # aligned value and its whole vectors, and one more round of values (the head's and the
 # tail's, one a lane): COPY_PEEL per row beyond the vector copy's COPY_ROW(_ONCE) + COPY_EACH
-COPY_PEEL = 24
+# (static SASS, sm_90: cross_entropy's row copy of a 256-value chunk at t = 4096, 62
+# instructions a row peeled at v = 50257 against 23 aligned at v = 50256)
+COPY_PEEL = 39
 PEEL_MIN = 4     # vectors a row must hold at least to be peeled (shorter: value by value)
 
 
@@ -91,20 +93,43 @@ def inner_axis(axes, held: dict):
     return found[-1] if found else None
 
 
-def width(axes, held: dict, sizes: dict, nbytes: int, threads: int) -> tuple[int, bool]:
-    """(values one copy moves, whether the rows are peeled) (see the module docstring)."""
+def width(axes, held: dict, sizes: dict, nbytes: int, threads: int,
+          known: bool = False) -> tuple[int, bool]:
+    """(values one copy moves, whether the rows are peeled) (see the module docstring);
+    `known`: the row's length is a constant (a chunk, a tile less than the axis, a fixed
+    size: issue_simt._copy's `static`)."""
     inner = inner_axis(axes, held)
     if inner is None or axes[-1] != inner:
         return 1, False
     rows = 1
     for a in axes[:axes.index(inner)]:
         rows *= held[a]
-    w = vector_values(int(sizes[inner]), held[inner], nbytes)
-    peel = bool(peeled(int(sizes[inner]), held[inner], nbytes))
-    if peel:
-        w = 16 // nbytes
+    w, peel, _ = row_copy(rows, held[inner], int(sizes[inner]), nbytes, threads, True, known,
+                          True)
     # (a runtime size is tested again in the kernel: staging.stage)
-    return (1, False) if w > 1 and flat(rows, held[inner], w, threads, peel) else (w, peel)
+    return int(w), bool(peel)
+
+
+def row_copy(rows, length, size, nbytes: int, threads, last=True, static=False, constant=True):
+    """(values one copy moves, whether the rows are peeled, warp instructions per warp of the
+    copy) of a tile of `rows` rows of `length` values along an array's axis `size` long, its
+    last where `last` (numbers, or arrays per candidate; `static`, `constant`: see `costs`):
+    the widest vector `vector_values` allows, else, where `peeled` allows, 16 bytes a copy
+    peeled where that issues less than a value a copy; one value a copy where the tile is
+    copied flat. The one decision Schedule.vectors records and issue_simt._copy prices."""
+    width = np.where(last, vector_values(size, length, nbytes), 1) if nbytes \
+        else np.ones_like(length)                                  # (0 bytes: draw's table)
+    rowed, each, short = costs(rows, length, width, threads, static & last, constant)
+    plain = np.where(short, each, rowed)
+    peel = last & peeled(size, length, nbytes) if nbytes else False
+    if np.any(peel):
+        rowed_p, _, short_p = costs(rows, length, 16 // nbytes, threads, static & last,
+                                    constant, True)
+        peel = peel & ~short_p & (rowed_p < plain)
+        width = np.where(peel, 16 // nbytes, width)
+        plain = np.where(peel, rowed_p, plain)
+    width = np.where(short, 1, width)
+    return width, peel, plain
 
 
 def peeled(size, length, nbytes: int):
@@ -124,17 +149,10 @@ def peel_pitch(length, w: int):
     return np.ceil(np.asarray(length) / w) * w + w
 
 
-def flat(rows, length, width, threads, peel=False):
-    """Whether a tile of `rows` rows of `length` values is copied value by value over its flat
-    index rather than row by row `width` values a copy: rows shorter than the threads, where
-    that issues no more (COPY_* above per warp; numpy arrays: per candidate)."""
-    return costs(rows, length, width, threads, peel=peel)[2]
-
-
 def costs(rows, length, width, threads, static=False, constant=True, peel=False):
     """(warp instructions per warp of the copy row by row, of the copy over its flat index,
-    whether it is copied flat: `flat`), of a tile of `rows` rows of `length` values (the
-    cost model prices the copy `flat` chooses: issue_simt._copy); `static`: the length is a
+    whether it is copied flat), of a tile of `rows` rows of `length` values (the cost
+    model prices the copy `row_copy` chooses: issue_simt._copy); `static`: the length is a
     constant along the array's last axis (a row of one round is then an `if`:
     COPY_ROW_ONCE); `constant`: the length is a constant at all (a tile or chunk less than
     the axis, a fixed size). A row as long as a runtime size is copied row by row whatever
@@ -149,15 +167,18 @@ def costs(rows, length, width, threads, static=False, constant=True, peel=False)
         ((width == 1) | (each <= rowed))
 
 
-def vectors(g, staged, tile: dict, stream, sizes: dict,
-            threads: int) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
+def vectors(g, staged, tile: dict, stream, sizes: dict, threads: int,
+            fixed=frozenset()) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
     """((node, values per copy) of every staged input of a CUDA-core kernel, the nodes whose
-    rows are peeled)."""
+    rows are peeled); `fixed`: the axes of a fixed size (Model.fixed)."""
     out, peels = [], []
     for n in sorted(staged):
         axes = ir.type_of(g, n).axes
-        w, peel = width(axes, extents(axes, tile, stream, sizes), sizes,
-                        BYTES[storage_dtype(g, n)], threads)
+        held = extents(axes, tile, stream, sizes)
+        inner = inner_axis(axes, held)
+        known = inner is not None and (stream is not None and inner == stream[0] or
+                                       inner in fixed or held[inner] < sizes[inner])
+        w, peel = width(axes, held, sizes, BYTES[storage_dtype(g, n)], threads, known)
         out.append((n, w))
         if peel:
             peels.append(n)

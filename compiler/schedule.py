@@ -292,7 +292,8 @@ def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target)
     threads = max(WARP, -(-lanes // WARP) * WARP)
     _threads(name, threads, target)
     staged = _staged(g, kernel)
-    vectors, peels = copies.vectors(g, staged, tile, choice.stream, sizes, threads)
+    vectors, peels = copies.vectors(g, staged, tile, choice.stream, sizes, threads,
+                                    model.fixed)
     return Schedule(SIMT, None, tuple(sorted(tile.items())), choice.stream,
                     tuple(sorted((a, min(thread.get(a, 1), tile[a])) for a in woven)),
                     choice.split, choice.inner, (), threads, lanes, choice, staged,
