@@ -56,11 +56,10 @@ def copy_row(lw, param: str, source: str, dest: str, nlen: str, length: str, w: 
     b.emit(P.Decl("const int", "hd", head_of("src", nbytes)))
     b.emit(P.Decl(f"const {itype}", "m0", f"({itype})((hd == 0) ? 0 : {w} - hd)"))
     # the whole vectors from m0 on, and the first value after them (the tail's)
-    b.emit(P.Decl(f"const {itype}", "nv",
-                  f"({nlen} > m0) ? ({itype})((unsigned)({nlen} - m0) / {w}) : 0"))
+    b.emit(P.Decl(f"const {itype}", "nv", f"({nlen} > m0) ? ({nlen} - m0) / {w} : 0"))
     b.emit(P.Decl(f"const {itype}", "tl", f"m0 + nv * {w}"))
     b.emit(P.Decl(f"const {vtype}* const", "cps",
-                  f"reinterpret_cast<const {vtype}*>(src + m0)"))
+                  f"reinterpret_cast<const {vtype}*>({param} + ({source}) + m0)"))
     b.emit(P.Decl(f"{ctype}* const", "cpe", f"{dest} + hd"))
     b.emit(P.Decl(f"{vtype}* const", "cpd", f"reinterpret_cast<{vtype}*>(cpe + m0)"))
     slots = str(-(-int(length) // w)) if length.isdigit() else f"(({length}) + {w - 1}) / {w}"

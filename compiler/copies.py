@@ -19,8 +19,9 @@ index width): where the inner axis's size is a runtime parameter, the kernel tes
 per copy and copies one value at a time where it is not a multiple (codegen/staging.py).
 
 Peeling (`peeled`, Schedule.peels): where no vector divides the row's size (cross_entropy's
-v = 50257, a softmax of 37 values), the rows start at addresses no vector width divides, so
-a row of at least PEEL_MIN vectors is copied 16 bytes at a time all the same, peeled: the
+v = 50257, a softmax of 77 values a warp), the rows start at addresses no vector width
+divides, so a row of at least PEEL_MIN vectors, where that issues less than a value a copy
+(`row_copy`), is copied 16 bytes at a time all the same, peeled: the
 row is laid out in shared memory `peel_pitch` values apart (a vector more than its length,
 rounded up) and shifted by its head `hd`, its start's distance in values past the 16-byte
 aligned address before it (computed from the row's address at run time, once a row: an
@@ -66,9 +67,9 @@ COPY_FLAT = 20
 # ... and a peeled row (codegen/peeled.py): its head from the row's address, its first
 # aligned value and its whole vectors, and one more round of values (the head's and the
 # tail's, one a lane): COPY_PEEL per row beyond the vector copy's COPY_ROW(_ONCE) + COPY_EACH
-# (static SASS, sm_90: cross_entropy's row copy of a 256-value chunk at t = 4096, 62
+# (static SASS, sm_90: cross_entropy's row copy of a 256-value chunk at t = 4096, 64
 # instructions a row peeled at v = 50257 against 23 aligned at v = 50256)
-COPY_PEEL = 39
+COPY_PEEL = 41
 PEEL_MIN = 4     # vectors a row must hold at least to be peeled (shorter: value by value)
 
 
