@@ -32,13 +32,17 @@ class Layout:
     """
 
     def __init__(self, axes, sizes: dict[str, str], itype: str, extents=None, origins=None,
-                 aligned: bool = False):
+                 aligned: bool = False, peel=None):
         self.axes = tuple(axes)
         self.sizes = sizes
         self.itype = itype
         self.extents = extents or {a: sizes[a] for a in axes}
         self.origins = origins or {}
         self.aligned = aligned
+        # a tile whose rows are copied peeled (compiler/copies.py): (its rows' pitch, a
+        # function of a scope giving the head of the scope's row); a local offset steps
+        # rows by the pitch and adds the row's head
+        self.peel = peel
 
     def inside(self, a: str) -> bool:
         """Whether every position of the tile along `a` is inside the array, so that its
@@ -55,13 +59,16 @@ class Layout:
         if not self.axes:
             return "0"
         expr = None
+        peel = self.peel if local else None
         for a in self.axes:
             i = scope[a].expr
             if local and a in self.origins:
                 i = f"({i} - {self.origins[a]})"
             extent = self.extents[a] if local else self.sizes[a]
+            if peel and a == self.axes[-1]:
+                extent = peel[0]
             expr = f"({self.itype})({i})" if expr is None else f"({expr}) * ({extent}) + ({i})"
-        return expr
+        return f"{expr} + {peel[1](scope)}" if peel else expr
 
     def count(self) -> str:
         return " * ".join(f"({self.extents[a]})" for a in self.axes) or "1"

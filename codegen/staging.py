@@ -8,7 +8,7 @@ import math
 
 from ..compiler import ir
 from ..compiler.model import BYTES
-from . import cexpr
+from . import cexpr, peeled
 from . import program as P
 from .builder import Ix
 from .indexing import Layout
@@ -38,7 +38,7 @@ def stage(lw, n: int) -> None:
         _flat(lw, n, name, layout, ctype)
         return
     size = lw.sizes[inner]
-    if vector == 1 or size.isdigit():
+    if vector == 1 or size.isdigit() or lw.kp.schedule.peeled(n):   # (peeled: any size)
         lw.b.emit(P.Block(_scoped(lw, lambda: _rows(lw, n, name, layout, ctype, inner, rows,
                                                       vector))))
         return
@@ -89,6 +89,7 @@ def _rows(lw, n, name, layout, ctype, inner, rows, vector) -> None:
     length = _int(lw, layout.extents[inner])
     count = " * ".join(f"({_int(lw, layout.extents[a])})" for a in rows) or "1"
     vtype, vzero = VECTORS[vector * _CBYTES[ctype]] if vector > 1 else (ctype, None)
+    peel = vector > 1 and layout.peel is not None     # (peeled.py: 16 bytes a copy)
 
     def row():
         scope, checks = {}, []
@@ -113,10 +114,16 @@ def _rows(lw, n, name, layout, ctype, inner, rows, vector) -> None:
         within = length if limit is None else f"({limit} < {length} ? {limit} : {length})"
         if checks:
             within = f"({' && '.join(checks)}) ? {within} : 0"
-        b.emit(P.Decl(f"const {itype}", "nlen", f"({itype})({within})" if vector == 1 else
-                      f"({itype})({within}) / {vector}"))
+        b.emit(P.Decl(f"const {itype}", "nlen", f"({itype})({within})" if vector == 1 or peel
+                      else f"({itype})({within}) / {vector}"))
         source = Layout(layout.axes, lw.sizes, itype).offset(scope)
         param, _ = lw.names[n]
+        if peel:
+            at_row = f"{name} + eo * {layout.peel[0]}" if rows else name
+            peeled.copy_row(lw, param, source, at_row, "nlen", length, vector, ctype, vtype,
+                            vzero, lambda ptr, i: f"__ldcg(&{ptr}[{i}])" if n in lw.coherent
+                            else f"{ptr}[{i}]", lambda top, body: _each(lw, top, body))
+            return
         b.emit(P.Decl(f"const {vtype}* const", "cps",
                       f"reinterpret_cast<const {vtype}*>({param} + ({source}))"))
         at_row = f"{name} + eo * {length}" if rows else name
@@ -199,17 +206,25 @@ def _allocate(lw, n: int) -> None:
             extents[a] = str(lw.kp.schedule.stream[1])
         else:
             extents[a] = lw.sizes[a]
-    _, dtype = lw.names[n]
+    param, dtype = lw.names[n]
     name = f"{lw.smem_prefix}{len(lw.staged)}"
-    count = " * ".join(f"({extents[a]})" for a in axes) or "1"
+    w = lw.kp.schedule.peeled(n)
+    held = dict(extents)
+    if w:      # (a peeled row is a pitch long: peeled.py)
+        held[axes[-1]] = peeled.pitch(_int(lw, extents[axes[-1]]), w)
+    count = " * ".join(f"({held[a]})" for a in axes) or "1"
     lw.smem.append(P.SharedBuffer(name, cexpr.CTYPE[dtype], next_offset(lw.smem), count))
-    lw.smem_terms.append(_bytes_term(axes, {a: lw.params[a] if extents[a] == lw.sizes.get(a)
-                                            else extents[a] for a in axes}, dtype))
+    terms = {a: lw.params[a] if extents[a] == lw.sizes.get(a) else extents[a] for a in axes}
+    lw.smem_terms.append(_bytes_term(axes, terms, dtype))
+    if w:     # (what the pitch adds: a vector and the rounding up, bounded by two vectors)
+        lw.smem_terms.append(_bytes_term(axes[:-1], dict(terms), dtype, 2 * w))
     origins = {a: lw._axis_var("org", a) for a in axes if a in lw.tile}
     if lw.st.axis in axes:
         origins[lw.st.axis] = "c0"
+    peel = (held[axes[-1]], peeled.head(param, axes, lw.sizes, lw.itype,
+                                       origins.get(axes[-1], "0"), BYTES[dtype])) if w else None
     lw.staged[n] = (name, Layout(axes, lw.sizes, lw.itype, extents, origins,
-                                 aligned=lw.grid_origins))
+                                 aligned=lw.grid_origins, peel=peel))
 
 
 def next_offset(smem: list) -> str:
@@ -220,10 +235,11 @@ def next_offset(smem: list) -> str:
             f"/ {ALIGN} * {ALIGN})")
 
 
-def _bytes_term(axes, extents, dtype):
-    """(constant bytes, runtime size params...) of one buffer; each buffer starts at a
-    multiple of ALIGN bytes, so the program reserves ALIGN - 1 more per buffer."""
-    factor, params = BYTES[dtype], []
+def _bytes_term(axes, extents, dtype, values=1):
+    """(constant bytes, runtime size params...) of one buffer (of `values` values at each of
+    its positions); each buffer starts at a multiple of ALIGN bytes, so the program reserves
+    ALIGN - 1 more per buffer."""
+    factor, params = BYTES[dtype] * values, []
     for a in axes:
         e = extents[a]
         if e.isdigit():

@@ -45,7 +45,8 @@ def buffers(plan, kp) -> list[dict]:
             role = "input slice" if arr.invariant else "operand (streamed)"
         size = count * pl.bytes * pl.slots
         if tgt.processors and pl.level < len(tgt.levels) - 1:   # as M counts it: aligned,
-            size = buffer_bytes(size, arr, held, choice, kp.schedule.stages)  # rows, stages
+            size = buffer_bytes(size, arr, held, choice, kp.schedule.stages,  # rows,
+                                sizes)                          # stages, peeled rows
         out.append({"name": pl.name, "role": role, "shape": shape,
                     "level": tgt.levels[pl.level].name, "bytes": int(size)})
     if staged:

@@ -11,12 +11,24 @@ origins and the valid length of every row are then multiples of it; the launcher
 every array to 16 bytes, codegen/program.Program.alignment). A tile of several rows each
 shorter than the block's threads is copied one value at a time over its flat index
 (staging._flat) where the model prices that below the row walk, in which every warp issues
-every row's setup for a vector or two (`flat`: a split's merge over partials laid out
+every row's setup for a vector or two (`row_copy`: a split's merge over partials laid out
 [p_c r], 256 rows of 2 values; attention's chunk of 8 keys by 64 in a block of 256).
 Decided here, once, from the sizes the plan is made for; the lowering and the cost model read it (Schedule.vectors,
 issue_simt). A plan may run at other sizes than it was made for (smaller ones fit its
 index width): where the inner axis's size is a runtime parameter, the kernel tests it once
 per copy and copies one value at a time where it is not a multiple (codegen/staging.py).
+
+Peeling (`peeled`, Schedule.peels): where no vector divides the row's size (cross_entropy's
+v = 50257, a softmax of 77 values a warp), the rows start at addresses no vector width
+divides, so a row of at least PEEL_MIN vectors, where that issues less than a value a copy
+(`row_copy`), is copied 16 bytes at a time all the same, peeled: the
+row is laid out in shared memory `peel_pitch` values apart (a vector more than its length,
+rounded up) and shifted by its head `hd`, its start's distance in values past the 16-byte
+aligned address before it (computed from the row's address at run time, once a row: an
+offset pointer, a view's, is handled alike), so that global and shared addresses agree
+modulo 16 bytes; its aligned middle is copied 16 bytes a copy, the values before the first
+aligned one (the head) and after the last whole vector (the tail) one a lane, zeros past
+the row's valid length. The reads of the tile add the row's head (codegen/indexing.Layout).
 """
 
 from __future__ import annotations
@@ -52,6 +64,13 @@ COPY_EACH = 8
 # ... and a tile whose rows are shorter than the threads copies value by value over its flat
 # index (its coordinates by constant divisions), some 20 per value and lane.
 COPY_FLAT = 20
+# ... and a peeled row (codegen/peeled.py): its head from the row's address, its first
+# aligned value and its whole vectors, and one more round of values (the head's and the
+# tail's, one a lane): COPY_PEEL per row beyond the vector copy's COPY_ROW(_ONCE) + COPY_EACH
+# (static SASS, sm_90: cross_entropy's row copy of a 256-value chunk at t = 4096, 64
+# instructions a row peeled at v = 50257 against 23 aligned at v = 50256)
+COPY_PEEL = 41
+PEEL_MIN = 4     # vectors a row must hold at least to be peeled (shorter: value by value)
 
 
 def extents(axes, tile: dict, stream, sizes: dict) -> dict:
@@ -75,52 +94,96 @@ def inner_axis(axes, held: dict):
     return found[-1] if found else None
 
 
-def width(axes, held: dict, sizes: dict, nbytes: int, threads: int) -> int:
-    """Values one copy moves (see the module docstring)."""
+def width(axes, held: dict, sizes: dict, nbytes: int, threads: int,
+          known: bool = False) -> tuple[int, bool]:
+    """(values one copy moves, whether the rows are peeled) (see the module docstring);
+    `known`: the row's length is a constant (a chunk, a tile less than the axis, a fixed
+    size: issue_simt._copy's `static`)."""
     inner = inner_axis(axes, held)
     if inner is None or axes[-1] != inner:
-        return 1
+        return 1, False
     rows = 1
     for a in axes[:axes.index(inner)]:
         rows *= held[a]
-    w = vector_values(int(sizes[inner]), held[inner], nbytes)
+    w, peel, _ = row_copy(rows, held[inner], int(sizes[inner]), nbytes, threads, True, known,
+                          True)
     # (a runtime size is tested again in the kernel: staging.stage)
-    return 1 if w > 1 and flat(rows, held[inner], w, threads) else w
+    return int(w), bool(peel)
 
 
-def flat(rows, length, width, threads):
-    """Whether a tile of `rows` rows of `length` values is copied value by value over its flat
-    index rather than row by row `width` values a copy: rows shorter than the threads, where
-    that issues no more (COPY_* above per warp; numpy arrays: per candidate)."""
-    return costs(rows, length, width, threads)[2]
+def row_copy(rows, length, size, nbytes: int, threads, last=True, static=False, constant=True):
+    """(values one copy moves, whether the rows are peeled, warp instructions per warp of the
+    copy) of a tile of `rows` rows of `length` values along an array's axis `size` long, its
+    last where `last` (numbers, or arrays per candidate; `static`, `constant`: see `costs`):
+    the widest vector `vector_values` allows, else, where `peeled` allows, 16 bytes a copy
+    peeled where that issues less than a value a copy; one value a copy where the tile is
+    copied flat. The one decision Schedule.vectors records and issue_simt._copy prices."""
+    width = np.where(last, vector_values(size, length, nbytes), 1) if nbytes \
+        else np.ones_like(length)                                  # (0 bytes: draw's table)
+    rowed, each, short = costs(rows, length, width, threads, static & last, constant)
+    plain = np.where(short, each, rowed)
+    peel = last & peeled(size, length, nbytes) if nbytes else False
+    if np.any(peel):
+        rowed_p, _, short_p = costs(rows, length, 16 // nbytes, threads, static & last,
+                                    constant, True)
+        peel = peel & ~short_p & (rowed_p < plain)
+        width = np.where(peel, 16 // nbytes, width)
+        plain = np.where(peel, rowed_p, plain)
+    width = np.where(short, 1, width)
+    return width, peel, plain
 
 
-def costs(rows, length, width, threads, static=False, constant=True):
+def peeled(size, length, nbytes: int):
+    """Whether rows `size` values long (the array's contiguous axis) of which a tile holds
+    `length` are copied peeled (module docstring): no vector divides the size, the values
+    are 2 or 4 bytes and the tile's row holds PEEL_MIN 16-byte vectors (numbers, or arrays
+    per candidate)."""
+    if nbytes not in (2, 4):
+        return np.zeros(np.shape(length), bool) if np.ndim(length) else False
+    return (np.asarray(vector_values(size, length, nbytes)) == 1) & \
+        (np.asarray(length) >= PEEL_MIN * 16 // nbytes)
+
+
+def peel_pitch(length, w: int):
+    """Values a peeled row takes in shared memory: its length rounded up to a multiple of the
+    vector's `w` values, and one vector more (room for a head of up to w - 1 values)."""
+    return np.ceil(np.asarray(length) / w) * w + w
+
+
+def costs(rows, length, width, threads, static=False, constant=True, peel=False):
     """(warp instructions per warp of the copy row by row, of the copy over its flat index,
-    whether it is copied flat: `flat`), of a tile of `rows` rows of `length` values (the
-    cost model prices the copy `flat` chooses: issue_simt._copy); `static`: the length is a
+    whether it is copied flat), of a tile of `rows` rows of `length` values (the cost
+    model prices the copy `row_copy` chooses: issue_simt._copy); `static`: the length is a
     constant along the array's last axis (a row of one round is then an `if`:
     COPY_ROW_ONCE); `constant`: the length is a constant at all (a tile or chunk less than
     the axis, a fixed size). A row as long as a runtime size is copied row by row whatever
     its length (staging.stage flattens a tile of constant extents only: its coordinates
-    divided out by constants), so only a constant length may be copied flat."""
+    divided out by constants), so only a constant length may be copied flat. `peel`: the
+    rows are peeled (`peeled`: `width` is then 16 bytes' values; COPY_PEEL more a row)."""
     rounds = np.ceil(length / (width * threads))
     rowed = rows * (np.where(np.asarray(static) & (rounds == 1), COPY_ROW_ONCE, COPY_ROW) +
-                    rounds * COPY_EACH)
+                    rounds * COPY_EACH + np.where(np.asarray(peel), COPY_PEEL, 0))
     each = np.ceil(rows * length / threads) * COPY_FLAT
     return rowed, each, np.asarray(constant) & (rows > 1) & (length < threads) & \
         ((width == 1) | (each <= rowed))
 
 
-def vectors(g, staged, tile: dict, stream, sizes: dict,
-            threads: int) -> tuple[tuple[int, int], ...]:
-    """(node, values per copy) of every staged input of a CUDA-core kernel."""
-    out = []
+def vectors(g, staged, tile: dict, stream, sizes: dict, threads: int,
+            fixed=frozenset()) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
+    """((node, values per copy) of every staged input of a CUDA-core kernel, the nodes whose
+    rows are peeled); `fixed`: the axes of a fixed size (Model.fixed)."""
+    out, peels = [], []
     for n in sorted(staged):
         axes = ir.type_of(g, n).axes
-        out.append((n, width(axes, extents(axes, tile, stream, sizes), sizes,
-                             BYTES[storage_dtype(g, n)], threads)))
-    return tuple(out)
+        held = extents(axes, tile, stream, sizes)
+        inner = inner_axis(axes, held)
+        known = inner is not None and (stream is not None and inner == stream[0] or
+                                       inner in fixed or held[inner] < sizes[inner])
+        w, peel = width(axes, held, sizes, BYTES[storage_dtype(g, n)], threads, known)
+        out.append((n, w))
+        if peel:
+            peels.append(n)
+    return tuple(out), tuple(peels)
 
 
 # A tensor-core block's copies of a tile (codegen/tiles.py), per warp, counted in the SASS of

@@ -201,7 +201,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                         continue            # read from global memory (a page table: per row)
                     if li == 1 and pipelined and arr.node not in model.direct:
                         per_stage = per_stage + stage_bytes(size, arr, res, choice, ops)
-                    size = allocated(size, arr, res, choice, ops)
+                    size = allocated(size, arr, res, choice, ops, sizes=sizes)
                 held[i] = size
         helds.append((held, across))
         M = 0

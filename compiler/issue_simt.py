@@ -383,9 +383,8 @@ def _copy(a, choice, sizes: dict, level1: dict, threads, fixed=frozenset()):
                         else sizes[a.axes[i]], size)
         last = np.where(take, i == len(a.axes) - 1, last)
         found = np.asarray(found) | take
-    width = np.where(last, copies.vector_values(size, length, a.bytes), 1) if a.bytes \
-        else np.ones_like(length)                           # as copies.width (0: draw)
     # (a row along another axis than the array's last steps by a stride of runtime sizes)
-    rowed, flat, short = copies.costs(rows, length, width, threads, static & last, static)
-    out = np.where(found, np.where(short, flat, rowed), COPY_ROW)
+    _, _, copy = copies.row_copy(rows, length, size, a.bytes, threads, last, static & last,
+                                 static)                  # (as copies.width decides it)
+    out = np.where(found, copy, COPY_ROW)
     return float(out) if np.ndim(out) == 0 else out

@@ -23,18 +23,20 @@ PIPELINE = 2     # stages of a tensor-core kernel's streamed tiles (the Schedule
 L2_SHARE = 0.5   # of L2 a wave's re-used tiles may fill and still hit (the rest streams)
 
 
-def buffer_bytes(values_bytes, arr, res: dict, choice: Choice, stages: int = PIPELINE) -> int:
+def buffer_bytes(values_bytes, arr, res: dict, choice: Choice, stages: int = PIPELINE,
+                 sizes=None) -> int:
     """One shared-memory buffer as M counts it (alignment, rows padded where not swizzled,
-    stages)."""
-    return int(allocated(values_bytes, arr, res, Choices.of(choice), NUMBERS, stages))
+    stages, peeled rows)."""
+    return int(allocated(values_bytes, arr, res, Choices.of(choice), NUMBERS, stages, sizes))
 
 
-def allocated(values_bytes, arr, res: dict, choice: Choices, ops, stages=PIPELINE):
+def allocated(values_bytes, arr, res: dict, choice: Choices, ops, stages=PIPELINE, sizes=None):
     """A shared-memory buffer as allocated: 16-byte aligned; a tensor-core tile also pads its
     rows where they are not swizzled and holds `stages` of a streamed input (the next chunks
-    are copied meanwhile)."""
+    are copied meanwhile); a CUDA-core input's rows copied peeled (copies.peeled, at the
+    `sizes` given) are a vector longer, rounded up (copies.peel_pitch)."""
     if not choice.warps:
-        return values_bytes + ALIGN_PAD
+        return values_bytes + ALIGN_PAD + (_peel_pad(arr, res, sizes) if sizes else 0)
     return (values_bytes + _row_pad(arr, res, ops)) * (stages if arr.streamed else 1) + ALIGN_PAD
 
 
@@ -44,6 +46,23 @@ def stage_bytes(values_bytes, arr, res: dict, choice: Choices, ops):
     if not choice.warps or not arr.streamed or arr.role != "load":
         return 0
     return values_bytes + _row_pad(arr, res, ops)
+
+
+def _peel_pad(arr, res: dict, sizes: dict):
+    """Bytes a CUDA-core input's peeled rows add (0 where they are not peeled; the lowering
+    may still copy a short tile flat, unpeeled: then M counts a little more than it holds)."""
+    from . import copies     # (copies reads the model, which this module's readers build)
+    if arr.role != "load" or not arr.axes or not arr.bytes:
+        return 0
+    last = arr.axes[-1]
+    length = np.asarray(res[last], dtype=float)
+    peel = copies.peeled(sizes[last], length, arr.bytes)
+    if not np.any(peel):
+        return 0
+    rows = prod(res[a] for a in arr.axes[:-1])
+    pad = (copies.peel_pitch(length, 16 // arr.bytes) - length) * arr.bytes * rows
+    out = np.where(peel, pad, 0)
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def _row_pad(arr, res: dict, ops):

@@ -92,6 +92,8 @@ class Schedule:
                                               # memory every chunk, not held in registers
     vectors: tuple[tuple[int, int], ...] = ()  # CUDA cores: values one copy of each staged
                                               # input moves into shared memory (copies.py)
+    peels: tuple[int, ...] = ()               # CUDA cores: staged inputs whose rows are
+                                              # copied peeled, 16 bytes a copy (copies.py)
     scatter: ScatterSite | None = None        # SCATTER: what it adds where; `tile` is then
                                               # over the scatter's positions (T and K)
     finish: tuple[tuple[str, int], ...] = ()  # SCATTER (and a chain's product over its rows,
@@ -112,6 +114,11 @@ class Schedule:
     def vector(self, node: int) -> int:
         """Values one copy of staged input `node` moves (1 where not decided: one)."""
         return dict(self.vectors).get(node, 1)
+
+    def peeled(self, node: int) -> int:
+        """Values of the 16-byte vector staged input `node`'s rows are peeled to, or 0 where
+        they are not (copies.peeled)."""
+        return self.vector(node) if node in self.peels else 0
 
     @property
     def tensor_cores(self) -> bool:
@@ -285,10 +292,12 @@ def _build(g, kernel, model: Model, choice: Choice, sizes: dict, target: Target)
     threads = max(WARP, -(-lanes // WARP) * WARP)
     _threads(name, threads, target)
     staged = _staged(g, kernel)
+    vectors, peels = copies.vectors(g, staged, tile, choice.stream, sizes, threads,
+                                    model.fixed)
     return Schedule(SIMT, None, tuple(sorted(tile.items())), choice.stream,
                     tuple(sorted((a, min(thread.get(a, 1), tile[a])) for a in woven)),
                     choice.split, choice.inner, (), threads, lanes, choice, staged,
-                    vectors=copies.vectors(g, staged, tile, choice.stream, sizes, threads),
+                    vectors=vectors, peels=peels,
                     runs=row_runs.runs(model.rows, sizes, tile, {a: min(thread.get(a, 1), tile[a])
                                                     for a in woven}, woven, choice.stream,
                                        choice.split),

@@ -84,6 +84,12 @@ inline void cp_async(void* smem, const void* gmem, int src_bytes, const char* fi
 
 }  // namespace napkin_emu
 
+[[noreturn]] inline void napkin_misaligned_vector(const void* p, int align) {
+  napkin_emu::fail("a %d-byte vector read or written at %p, an address %d does not divide (the GPU faults: "
+       "misaligned address)", align, p, align);
+}
+
+
 inline void napkin_mma_m16n8k16_f16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
                                     const float (&c)[4], const char* file = __builtin_FILE(),
                                     int line = __builtin_LINE()) {

@@ -37,11 +37,28 @@
 constexpr int warpSize = 32;
 
 // ---- vector types (CUDA alignments) ----------------------------------------
+// A vector of 2 or 4 is read and written whole, as one LDG.64/.128 or STS.64/.128, which
+// faults on the GPU at an address its alignment does not divide: its copies check that here
+// (a misaligned 16-byte load is an error, not a silent unaligned read; napkin_emulate_ptx.h
+// defines the failure).
+[[noreturn]] inline void napkin_misaligned_vector(const void* p, int align);
+inline void napkin_vector_at(const void* p, int align) {
+  if (reinterpret_cast<uintptr_t>(p) % align) napkin_misaligned_vector(p, align);
+}
+#define NAPKIN_VEC_COPY(V, A, ...)                                                     \
+  V() = default;                                                                       \
+  V(const V& o) { napkin_vector_at(&o, A); __VA_ARGS__; }                              \
+  V& operator=(const V& o) { napkin_vector_at(this, A); napkin_vector_at(&o, A);       \
+                             __VA_ARGS__; return *this; }
 #define NAPKIN_VEC(T, N, A1, A2, A3, A4)                                              \
   struct __align__(A1) N##1 { T x; };                                                  \
-  struct __align__(A2) N##2 { T x, y; };                                               \
+  struct __align__(A2) N##2 { T x, y;                                                  \
+    constexpr N##2(T x_, T y_) : x(x_), y(y_) {}                                       \
+    NAPKIN_VEC_COPY(N##2, A2, x = o.x; y = o.y) };                                     \
   struct __align__(A3) N##3 { T x, y, z; };                                            \
-  struct __align__(A4) N##4 { T x, y, z, w; };                                         \
+  struct __align__(A4) N##4 { T x, y, z, w;                                            \
+    constexpr N##4(T x_, T y_, T z_, T w_) : x(x_), y(y_), z(z_), w(w_) {}             \
+    NAPKIN_VEC_COPY(N##4, A4, x = o.x; y = o.y; z = o.z; w = o.w) };                   \
   inline N##1 make_##N##1(T x) { return N##1{x}; }                                     \
   inline N##2 make_##N##2(T x, T y) { return N##2{x, y}; }                             \
   inline N##3 make_##N##3(T x, T y, T z) { return N##3{x, y, z}; }                     \
@@ -59,6 +76,7 @@ NAPKIN_VEC(unsigned long long, ulonglong, 8, 16, 8, 16)
 NAPKIN_VEC(float, float, 4, 8, 4, 16)
 NAPKIN_VEC(double, double, 8, 16, 8, 16)
 #undef NAPKIN_VEC
+#undef NAPKIN_VEC_COPY
 
 struct dim3 {
   unsigned int x, y, z;

@@ -239,8 +239,36 @@ def _eval(text: str, env, where: str, problems: list, numeric: bool = True) -> V
         _eval(sub, env, where + " subscript", problems)
     if not numeric:
         return None
+    text, env = _heads(text, env, where, problems)
     text, env = _tabled(text, env)
     return Evaluator(env, where, problems).run(text)
+
+
+_HEAD = "(int)((reinterpret_cast<unsigned long long>("
+
+
+def _heads(text: str, env: dict, where: str, problems: list) -> tuple[str, dict]:
+    """`text` with each row's head (codegen/peeled.head_of: `(int)((reinterpret_cast<unsigned
+    long long>(P) & 15) / N)`, an address's distance past 16 bytes in values) as a name bound
+    to [0, 15 / N], its pointer P's offset checked as a subscript."""
+    if _HEAD not in text:
+        return text, env
+    env = dict(env)
+    while _HEAD in text:
+        start = text.index(_HEAD)
+        depth, j = 1, start + len(_HEAD)
+        while depth:
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+        m = re.match(r" & 15\) / (\d+)\)", text[j:])
+        if not m:
+            raise ValueError(f"cannot parse a row's head in {text[:200]!r}")
+        _eval(_as_subscripts(text[start + len(_HEAD):j - 1]), env, where + " head", problems,
+              numeric=False)
+        name = f"head__{len([k for k in env if k.startswith('head__')])}"
+        env[name] = Val(0, 15 // int(m.group(1)), False)
+        text = text[:start] + name + text[j + m.end():]
+    return text, env
 
 
 def _tabled(text: str, env: dict) -> tuple[str, dict]:

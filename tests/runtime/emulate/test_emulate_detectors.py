@@ -153,3 +153,23 @@ def test_a_hang_is_killed_at_the_timeout(kernel):
     # killed at the timeout rather than left running: ~1.6 s normally; the wall-clock bound
     # (20x) only has to tell a kill from a hang on a loaded machine
     assert time.perf_counter() - start < 30.0
+
+
+VECTOR_SIG = {"vector_copy": (Param("ptr", "__half", const=True), Param("ptr", "__half"),
+                              I32, I32, I32)}
+
+
+@pytest.mark.parametrize("start, end", [(0, 0), (1, 0), (0, 3), (8, 8)])
+def test_a_misaligned_16_byte_access_is_an_error(kernel, rng, start, end):
+    """A uint4 read or written at an address 16 does not divide (a misaligned LDG.128 or
+    STS.128 faults on the GPU) stops the run with an error naming the access, without a
+    sanitizer; aligned ones copy (codegen/peeled.py's copies rely on it being checked)."""
+    x = rng.standard_normal(64).astype(np.float16)
+    launch = Launch("vector_copy", (1, 1, 1), (32, 1, 1), 0, ("x", "y", start, end, 4))
+    bufs = {"x": x, "y": np.zeros(64, np.float16)}
+    if start % 8 or end % 8:
+        with pytest.raises(EmulatorError, match="16-byte vector .* address 16 does not divide"):
+            run(kernel("vector_copy.cu"), VECTOR_SIG, [launch], bufs)
+        return
+    out = run(kernel("vector_copy.cu"), VECTOR_SIG, [launch], bufs)
+    np.testing.assert_array_equal(out["y"][end:end + 32], x[start:start + 32])
