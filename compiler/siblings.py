@@ -49,6 +49,10 @@ class Launch:
     together: float            # seconds, in one launch
     from_l2: float             # bytes of the shared array the members after the first read
                                # from L2 (0: it does not fit there)
+    retiled: tuple[tuple[int, int], ...] = ()   # (member, its threads tiled alone): members
+                               # tiled at the launch's block shape to share it (sibling_tiles.py)
+    alone: float = 0.0         # seconds of the members in the plan as each was tiled alone
+                               # (what the launch beat; 0: no member was tiled again)
 
 
 def eligible(kp, i: int, tail) -> bool:
