@@ -18,7 +18,9 @@ wave + a launch):
                array's bytes for all but the first) / the summed grid's utilization
                + each wave of the summed grid's first tiles + one launch
 
-and keeps a member where that is less than its launch apart. The decision is `Plan.launches`
+and keeps a member where that is less than its launch apart (members of one block shape:
+the planner tiles siblings of different shapes to one first where that is faster,
+sibling_tiles.py). The decision is `Plan.launches`
 (one `Launch` per set), which lowering (codegen/lower.py) and explain read; each member's
 cost is its share of the launch's time (so a plan's time stays the sum of its kernels').
 """
