@@ -25,7 +25,7 @@ import numpy as np
 from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
 from . import ir
-from . import merge, siblings, splitting, stored16, stored16_stages
+from . import merge, sibling_tiles, splitting, stored16, stored16_stages
 from .splitting import SplitChoice
 from .canonical import canonicalize, nested_contractions
 from .nested import separate_nested
@@ -324,7 +324,7 @@ def _tile(fused: Fused, merge: str) -> Plan:
         hint_mod.check_all_used(list(pr.hints), {h for p in plans for h in p.hints}, pr.graph,
                                 list(fused.kernels))
         plans, tail = decide_tail(pr.graph, plans, fused.split, pr.sizes, pr.target, merge)
-        return (*siblings.decide(pr.graph, plans, pr.sizes, pr.target, tail), tail)
+        return (*sibling_tiles.decide(pr.graph, plans, pr.sizes, pr.target, tail), tail)
     plans, launches, tail = _in_diagram(pr.diagram, run)
     return Plan(pr.diagram, pr.graph, pr.target, pr.sizes, plans, fused.planner.engine,
                 pr.defaulted, pr.hints, fused.split, tail, launches=launches)

@@ -18,7 +18,9 @@ wave + a launch):
                array's bytes for all but the first) / the summed grid's utilization
                + each wave of the summed grid's first tiles + one launch
 
-and keeps a member where that is less than its launch apart. The decision is `Plan.launches`
+and keeps a member where that is less than its launch apart (members of one block shape:
+the planner tiles siblings of different shapes to one first where that is faster,
+sibling_tiles.py). The decision is `Plan.launches`
 (one `Launch` per set), which lowering (codegen/lower.py) and explain read; each member's
 cost is its share of the launch's time (so a plan's time stays the sum of its kernels').
 """
@@ -49,6 +51,10 @@ class Launch:
     together: float            # seconds, in one launch
     from_l2: float             # bytes of the shared array the members after the first read
                                # from L2 (0: it does not fit there)
+    retiled: tuple[tuple[int, int], ...] = ()   # (member, its threads tiled alone): members
+                               # tiled at the launch's block shape to share it (sibling_tiles.py)
+    alone: float = 0.0         # seconds of the members in the plan as each was tiled alone
+                               # (what the launch beat; 0: no member was tiled again)
 
 
 def eligible(kp, i: int, tail) -> bool:

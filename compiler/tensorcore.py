@@ -348,9 +348,10 @@ def search(model: Model, cols, target: Target, sizes: dict, s: Site,
 
 
 def ranked(model: Model, cols, target: Target, sizes: dict, where, count: int = 8,
-           fixed: dict | None = None) -> list[tuple[Choice, Cost]]:
+           fixed: dict | None = None, threads: int | None = None) -> list[tuple[Choice, Cost]]:
     """The `count` fastest tilings that fit, fastest first, as the search costs them (what
-    benchmarks/gpu_check.py times to check the model's ranking)."""
+    benchmarks/gpu_check.py times to check the model's ranking); `threads`: only those of
+    blocks of that many threads (a sibling tiled to share a launch: sibling_tiles.py)."""
     module = flash if isinstance(where, FlashSite) else chain if isinstance(where, ChainSite) \
         else None
     more = {"columns": flash.column_tiles(where, model)} if module is flash else {}
@@ -359,7 +360,8 @@ def ranked(model: Model, cols, target: Target, sizes: dict, where, count: int = 
         return []
     candidates, _ = found
     cost = evaluate(model, cols, candidates, sizes, target)
-    time = np.broadcast_to(np.where(fits(cost), cost.time, np.inf), candidates.shape).ravel()
+    ok = fits(cost) if threads is None else fits(cost) & (cost.threads == threads)
+    time = np.broadcast_to(np.where(ok, cost.time, np.inf), candidates.shape).ravel()
     out = []
     for i in np.argsort(time, kind="stable")[:count]:
         if not np.isfinite(time[i]):

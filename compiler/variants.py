@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ..diagrams.diagnostics import error
 from . import schedule as schedules
-from . import packing, siblings, tensorcore
+from . import packing, sibling_tiles, siblings, tensorcore
 from .columns import columns
 from .cost import Choice, evaluate
 from .kernel_plan import kernel_plan, scatter_plan
@@ -23,7 +23,8 @@ def with_choices(plan: Plan, choices) -> Plan:
     split's merge kernels launch on their own (the last-block merge's tiling rules are the
     planner's: last_block.py). Which products share a launch is decided again for these
     kernels by the planner's rule (siblings.decide: other tiles, other thread counts, other
-    prices), never copied from `plan`."""
+    prices), never copied from `plan`; the given tilings are kept (none is tiled again to
+    share a launch: sibling_tiles.py), what `plan` recorded of those tiled so kept too."""
     choices = list(choices)
     if len(choices) != len(plan.kernels):
         raise error("N0604", f"{len(choices)} choice(s) for {len(plan.kernels)} kernel(s)",
@@ -65,6 +66,9 @@ def with_choices(plan: Plan, choices) -> Plan:
         kernels.append(kernel_plan(plan.graph, kp.kernel, model, cols, choice, cost, kp.hints,
                                    plan.sizes, plan.target, sched))
     kernels, launches = siblings.decide(plan.graph, tuple(kernels), plan.sizes, plan.target)
+    # (a member tiled to share its launch, given its plan's choice again, says so still)
+    launches = sibling_tiles.kept(plan.launches, launches,
+                                  lambda i: choices[i] == plan.kernels[i].choice)
     return Plan(plan.diagram, plan.graph, plan.target, plan.sizes, kernels, plan.engine,
                 plan.defaulted, plan.hints, plan.split, specialised=plan.specialised,
                 unspecialised=plan.unspecialised, launches=launches)
@@ -82,7 +86,8 @@ def with_merge(plan: Plan, merge: str) -> Plan:
     kernels, tail = _in_diagram(plan.diagram, lambda: decide_tail(
         plan.graph, own, plan.split, plan.sizes, plan.target, merge))
     kernels, launches = siblings.decide(plan.graph, kernels, plan.sizes, plan.target, tail)
-    return replace(plan, kernels=kernels, tail=tail, launches=launches)
+    return replace(plan, kernels=kernels, tail=tail,
+                   launches=sibling_tiles.kept(plan.launches, launches))
 
 
 def with_stages(plan: Plan, stages: int) -> Plan:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import napkin
-from napkin.compiler import siblings
+from napkin.compiler import sibling_tiles, siblings
 from napkin.compiler.cost import LAUNCH_SECONDS
 from napkin.compiler.plan import plan
 from napkin.compiler.variants import with_choices
@@ -41,26 +41,32 @@ def _member(p, stored: str) -> int:
 
 
 def test_independent_products_of_one_block_shape_share_a_launch_at_scale():
-    p = plan(napkin.load(THREE), "h100", SCALE)
+    # Q's best tiling has 256 threads a block, K's and V's 128 (one kernel's
+    # __launch_bounds__: apart); at t = 16384 K and V tiled at 256 would not be faster
+    # (sibling_tiles.py; tests/compiler/test_sibling_tiles.py), so they share a launch of
+    # their own, 512 blocks each
+    p = plan(napkin.load(THREE), "h100", {**SCALE, "t": 16384, "k": 128})
     (la,) = p.launches
     k, v, q = _member(p, "K"), _member(p, "V"), _member(p, "Q")
-    # K and V: one block shape, 128 blocks each (one wave together); Q's blocks have twice
-    # the threads (one kernel's __launch_bounds__): apart
-    assert set(la.members) == {k, v} and q not in la.members
+    assert set(la.members) == {k, v} and q not in la.members and not la.retiled
+    assert p.kernels[q].schedule.threads == 256 and p.kernels[k].schedule.threads == 128
     assert la.shared == "X" and la.waves == 1 and la.blocks == (128, 128)
     # one launch saved at least
     assert la.apart - la.together >= LAUNCH_SECONDS
     # each member's cost is its share: the plan's time is the launch's plus Q's
     assert sum(p.kernels[i].cost.time for i in la.members) == pytest.approx(la.together)
-    # X (16 MiB) fits in H100's L2: the second member reads it from there
-    assert la.from_l2 == 4096 * 2048 * 2
+    # X (64 MiB) does not fit in half H100's L2: each member reads it from HBM
+    assert la.from_l2 == 0.0
+    # at t = 4096 (X: 16 MiB) it does: the members after the first read it from there
+    (small,) = plan(napkin.load(THREE), "h100", SCALE).launches
+    assert small.from_l2 == 4096 * 2048 * 2 * (len(small.members) - 1)
 
 
 def test_a_single_kernel_is_priced_as_its_own_launch():
     """price() of one kernel is its cost (cost.py's terms, utilization, first tiles per wave
     and launch): what the model charged apart, it charges together."""
     p = plan(napkin.load(THREE), "h100", SCALE)
-    q = p.kernels[_member(p, "Q")]
+    q = siblings.unshared(p.kernels, p.launches)[_member(p, "Q")]     # (its own cost)
     t, waves, _ = siblings.price([q], [siblings.blocks(q, p.sizes)], 0.0, p.target)
     assert t == pytest.approx(float(q.cost.time), rel=1e-9) and waves == 2
 
@@ -115,19 +121,24 @@ def _renamed_choice(c, old: str, new: str):
 def test_a_plan_with_other_choices_decides_its_launches_again(rng):
     """variants.with_choices rebuilds every kernel, then siblings.decide decides the shared
     launches for them: the plan's own choices give the plan's launch (it was lost: each
-    product launched alone), and K tiled as Q (256 threads) leaves V (128) and shares Q's
-    launch instead (a launch copied from the plan would hold K and V of two block shapes)."""
+    product launched alone), with what it recorded of K and V tiled as Q to share it; and V
+    given its own best tiling alone (128 threads) leaves the launch of Q and K (256): a
+    launch copied from the plan would hold members of two block shapes. The given tilings
+    are kept (none is tiled again: sibling_tiles.py)."""
     p = plan(napkin.load(THREE), "h100", SCALE)
     same = with_choices(p, [kp.choice for kp in p.kernels])
     assert same.launches == p.launches and len(p.launches) == 1
+    assert same.launches[0].retiled
     assert [kp.cost.time for kp in same.kernels] == pytest.approx([kp.cost.time for kp in p.kernels])
     k, v, q = _member(p, "K"), _member(p, "V"), _member(p, "Q")
     choices = [kp.choice for kp in p.kernels]
-    choices[k] = _renamed_choice(p.kernels[q].choice, "n", "k")
+    (alone, *_) = sibling_tiles.tiled_at(p.graph, p.kernels[v], 128, p.sizes, p.target)
+    choices[v] = alone.choice
     other = with_choices(p, choices)
     assert other.kernels[k].schedule.threads == other.kernels[q].schedule.threads == 256
+    assert other.kernels[v].schedule.threads == 128 and other.kernels[v].choice == alone.choice
     (la,) = other.launches
-    assert sorted(la.members) == sorted([q, k]) and v not in la.members
+    assert sorted(la.members) == sorted([q, k]) and v not in la.members and not la.retiled
     assert sum(other.kernels[i].cost.time for i in la.members) == pytest.approx(la.together)
     sizes = {"t": 37, "m": 29, "n": 48, "k": 16}
     x = rng.standard_normal((37, 29)).astype(np.float16)
