@@ -31,7 +31,7 @@ ratio (issue 18: within 1.3x), and the packed output against SDPA's per document
 
 It also checks the cost model's ranking (`ranking`, benchmarks/gpu_ranking.py): for attention d=64 and 128 at
 N = 4096 (b=4, h=16, f16) and matmul 4096^3, it times the model's 8 fastest candidate
-tilings (compiler/tensorcore.ranked) and the chosen one, and reports each kernel's error
+tilings (compiler/tiling_rank.ranked) and the chosen one, and reports each kernel's error
 (predicted over measured time, minus 1), the Kendall rank correlation between predicted
 and measured order, and the regret (the chosen schedule's measured time over the best
 measured one).

@@ -32,7 +32,7 @@ def ranking(dry_run: bool):
 
 def _rank(name, defines, shape, dry_run) -> dict:
     from napkin.bench import variant
-    from napkin.compiler import tensorcore
+    from napkin.compiler import tiling_rank
     from napkin.compiler.plan import plan
     from napkin.compiler.variants import with_choices
     from napkin.pipeline import lowered
@@ -41,7 +41,7 @@ def _rank(name, defines, shape, dry_run) -> dict:
     (kp,) = chosen.kernels
     if kp.schedule.site is None:
         return {"status": "error", "error": "the chosen plan is not on tensor cores"}
-    candidates = tensorcore.ranked(kp.model, kp.columns, chosen.target, chosen.sizes,
+    candidates = tiling_rank.ranked(kp.model, kp.columns, chosen.target, chosen.sizes,
                                    kp.schedule.site, RANKED)
     plans = [with_choices(chosen, [c]) for c, _ in candidates]
     if not any(p.kernels[0].choice == kp.choice for p in plans):

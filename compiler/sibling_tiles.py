@@ -14,7 +14,7 @@ siblings.decide alone): per set of candidate siblings (clusters.sibling_readers 
 kernels siblings.eligible takes, mma.sync ones with no hint: a hinted tiling is the user's)
 whose members have more than one thread count, and per thread count one of them has, the
 members of other counts are tiled at that count: each its `KEEP` fastest tilings there
-(tensorcore.ranked at those threads, the candidates its own search priced), tried member by
+(tiling_rank.ranked at those threads, the candidates its own search priced), tried member by
 member beside its own tiling, each kept where the plan's predicted time with the launches
 siblings.decide makes of it (priced by siblings.price) is least. The fastest such option is
 taken where it is faster than the plan as tiled (each option's `time` against its `alone`);
@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..diagrams.diagnostics import NapkinError
-from . import siblings, tensorcore
+from . import siblings, tensorcore, tiling_rank
 from .clusters import sibling_readers
 from .kernel_plan import kernel_plan
 from .pick import NEAR
@@ -75,7 +75,7 @@ def tiled_at(g, kp, threads: int, sizes: dict, target: Target) -> list:
     36.9 us, share Q's launch faster), `KEEP` of them, fastest first, each a KernelPlan with
     its checked schedule."""
     out, counts = [], set()
-    for choice, cost in tensorcore.ranked(kp.model, kp.columns, target, sizes,
+    for choice, cost in tiling_rank.ranked(kp.model, kp.columns, target, sizes,
                                           kp.schedule.site, RANKED, threads=threads):
         if len(out) == KEEP:
             break

@@ -27,8 +27,7 @@ from .chain import ChainSite, OneRowAxis
 from .graph import ancestors
 from .kernels import is_free
 from .tilelayout import ROW_PAD as PAD
-from .cost import Choice, Choices, Cost, evaluate
-from .pick import fits
+from .cost import Choice, Choices, Cost
 from .flash import FlashSite
 from .model import Model, kernel_model, storage_dtype
 from .operand_reads import from_loads, renames, vector_loads, views_of
@@ -347,32 +346,6 @@ def search(model: Model, cols, target: Target, sizes: dict, s: Site,
     return warps.cheapest(model, cols, target, sizes, *found)
 
 
-def ranked(model: Model, cols, target: Target, sizes: dict, where, count: int = 8,
-           fixed: dict | None = None, threads: int | None = None) -> list[tuple[Choice, Cost]]:
-    """The `count` fastest tilings that fit, fastest first, as the search costs them (what
-    benchmarks/gpu_check.py times to check the model's ranking); `threads`: only those of
-    blocks of that many threads (a sibling tiled to share a launch: sibling_tiles.py)."""
-    module = flash if isinstance(where, FlashSite) else chain if isinstance(where, ChainSite) \
-        else None
-    more = {"columns": flash.column_tiles(where, model)} if module is flash else {}
-    found = (module.candidate_set if module else candidate_set)(sizes, where, fixed or {}, **more)
-    if found is None:
-        return []
-    candidates, _ = found
-    cost = evaluate(model, cols, candidates, sizes, target)
-    ok = fits(cost) if threads is None else fits(cost) & (cost.threads == threads)
-    time = np.broadcast_to(np.where(ok, cost.time, np.inf), candidates.shape).ravel()
-    out = []
-    for i in np.argsort(time, kind="stable")[:count]:
-        if not np.isfinite(time[i]):
-            break
-        one = candidates.at(int(i))
-        w = dict(one.warps)
-        out.append((warps.tiled_choice(dict(one.group), sizes, one.stream, dict(one.thread), w,
-                                       tuple(w), one.reread), cost.at(int(i), candidates.shape)))
-    return out
-
-
 def candidate_set(sizes: dict, s: Site, fixed: dict):
     """(the tilings the axes and hints allow as a candidate set, the keys breaking ties),
     or None."""
@@ -403,5 +376,5 @@ def _candidates(sizes: dict, s: Site) -> np.ndarray:
 
 
 __all__ = ["Site", "FlashSite", "ChainSite", "SITES", "site", "sites", "examine", "best_site", "search_site", "has_mma", "search",
-           "ranked", "for_site",
+           "for_site",
            "warp_tile", "FRAGMENT", "PAD"]

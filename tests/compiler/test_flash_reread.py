@@ -104,13 +104,13 @@ def test_re_reading_q_needs_a_margin_over_holding_it():
     the best tiling that holds Q (flash.REREAD_MARGIN: the re-read form is uncalibrated):
     attention d=64 on the a100, whose best re-read tiling the model puts within the margin,
     holds Q as FlashAttention-2 does; the wide head, which cannot hold it, re-reads."""
-    from napkin.compiler import tensorcore
+    from napkin.compiler import tiling_rank
     d = napkin.load("attention", d=64)
     for target in ("a100", "h100"):
         p = plan(d, target, LONG)
         (kp,) = p.kernels
         assert not kp.schedule.reread
-        ranked = tensorcore.ranked(kp.model, kp.columns, p.target, p.sizes, kp.schedule.site, 64)
+        ranked = tiling_rank.ranked(kp.model, kp.columns, p.target, p.sizes, kp.schedule.site, 64)
         again = [cost.time for c, cost in ranked if c.reread]
         assert again and min(again) > (1 - flash.REREAD_MARGIN) * kp.cost.time
     assert "Q's fragments held in registers" in render_text(report(plan(d, "h100", LONG)))
@@ -127,12 +127,12 @@ def test_only_attention_re_reads_q():
 
 
 def test_the_ranked_candidates_keep_the_q_choice():
-    """tensorcore.ranked (what benchmarks/gpu_check.py times) returns each candidate as the
+    """tiling_rank.ranked (what benchmarks/gpu_check.py times) returns each candidate as the
     search costed it, Q held or re-read: the first is the plan's choice."""
-    from napkin.compiler import tensorcore
+    from napkin.compiler import tiling_rank
     p = plan(napkin.load("attention", d=64), "a100", LONG)
     (kp,) = p.kernels
-    ranked = tensorcore.ranked(kp.model, kp.columns, p.target, p.sizes, kp.schedule.site, 16)
+    ranked = tiling_rank.ranked(kp.model, kp.columns, p.target, p.sizes, kp.schedule.site, 16)
     assert {c.reread for c, _ in ranked} == {False, True}
     # the plan's choice: the fastest that holds Q (re-read is within the margin here)
     assert next(c for c, _ in ranked if not c.reread) == kp.choice
