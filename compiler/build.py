@@ -269,7 +269,8 @@ def _outputs(g: DiGraph, decl: Declarations, arrays: dict[str, int], poisoned: s
     if not decl.outputs:
         src = errors.source
         last = len(src.text.rstrip()) if src is not None else 0
-        end = src.span(max(last - 1, 0), last) if src is not None and last else None
+        # (the end of the text; line 1, column 1 of an empty or blank one: a location always)
+        end = None if src is None else src.span(max(last - 1, 0), last) if last else src.span(0, 0)
         errors.add(error("N0207", "the diagram declares no outputs", end,
                          help="add a line such as `out Y: f16`"))
     return outputs

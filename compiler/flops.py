@@ -22,7 +22,10 @@ def work_extents(model: Model, level1: dict, choice: Choices, sizes: dict) -> li
         if redo is None:
             redo = redos[w.axes] = prod(sizes[a] / level1[a] for a in model.axes
                                         if a in grouped and a not in w.axes)
-        out.append((prod(sizes[a] for a in w.axes), redo))
+        points = prod(sizes[a] for a in w.axes)
+        if w.prefix:        # a scan's folds: (size + 1) / 2 a point along its axis
+            points = points * prod((sizes[a] + 1) / 2 for a in w.prefix)
+        out.append((points, redo))
     return out
 
 

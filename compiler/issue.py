@@ -95,6 +95,10 @@ INSTRUCTIONS = {
     # the sum of exponentials (cexpr.shifted_exp; with IEEE expf (10, 2, 2) and (16, 2, 4),
     # refitted to cross_entropy's and softmax's SASS, model_check.py --kernels, 2026-12-07)
     "softmax": (8, 1, 1),
+    # a scan's fold (model.Work.prefix: each of a point's folds): its FADD or FMUL, and the
+    # prefix loop's read of the operand from memory (address, LDG) and index, test and branch;
+    # a model estimate, not fitted to SASS
+    "cumsum": (1, 0, 3), "cumprod": (1, 0, 3),
 }
 # A sum, mean or variance walked on the CUDA cores (codegen/scalar.py's lane loop), per value:
 # its FADD; the loop's index, test and step are the value's READ's share (issue_simt.READ), not

@@ -66,6 +66,8 @@ class Work:
     op: str = ""              # what it is, for the instruction table (compiler/issue.py):
                               # contract, softmax, a Map's fn, a Reduce's fn
     summand: str = ""         # a Reduce's: the fn of the Map the kernel computes its operand by
+    prefix: tuple[str, ...] = ()   # a scan's axis: each point folds the positions up to it
+                                   # along it, (size + 1) / 2 of them on average (_work)
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,12 @@ def _work(g: DiGraph, n: int, times: int, loads=()) -> list[Work]:
         by = ir.op(g, args[0])
         summand = by.fn if isinstance(by, ir.Map) and args[0] not in loads else ""
         return [Work(n, ir.type_of(g, args[0]).axes, per, "simt", "f32", times, what, summand)]
+    if isinstance(op, ir.Scan):
+        # each position folds every position before it, reading the operand where it lies
+        # (codegen's prefix loop: work quadratic in the axis's length, docs/language.md), not
+        # one fold a point: at c = 4096 a cumsum's kernel was priced at 65 us, HBM-bound
+        return [Work(n, ir.type_of(g, n).axes, 1, "simt", "f32", times, op.fn,
+                     prefix=tuple(op.axes))]
     if isinstance(op, ir.Map):
         fn = op.fn
         if fn == "div" and is_free(g, args[1]) and not ir.type_of(g, args[1]).axes:

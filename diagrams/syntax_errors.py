@@ -22,7 +22,10 @@ EXAMPLES: dict[str, tuple[str, str, list[str]]] = {
         "missing operator between two terms",
         "napkin has no implicit multiplication: write `A * B`",
         ["Y[a] = X Z", "Y[a] = 2 X", "Y[a] = X[a] W[a]", "Y[a] = (X) (Z)", "Y[a] = exp(X) Z",
-         "Y[a] = X 2", "Y[a] = sum[a](X) Z", "Y[a] = -X Z", "Y[a] = X * Z W", "Y[a] = inf X"],
+         "Y[a] = X 2", "Y[a] = sum[a](X) Z", "Y[a] = -X Z", "Y[a] = X * Z W", "Y[a] = inf X",
+         # a name as a call's first argument: the state `where(a = b, ...)` fails in, whose
+         # message matches its `=` token only (entries earlier here are the fallback)
+         "Y[a] = f(X Z)", "Y[a] = f(X 2)"],
     ),
     "dangling_operator": (
         "an operator is missing its right-hand side",

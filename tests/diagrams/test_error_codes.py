@@ -208,3 +208,15 @@ def test_a_long_line_is_shown_around_its_error(before, after):
     col = marks.index("^")
     assert source[col:col + 2] == "Zz" and marks[col:].rstrip() == "^^"
     assert ":3:" in out
+
+
+@pytest.mark.parametrize("text", ["", "\n\n  \n"])
+def test_an_empty_diagram_is_told_where(text):
+    # an empty or blank file has no outputs: the error points at line 1, column 1 (it had no
+    # location at all, the one diagram mistake without `file:line:column`)
+    with pytest.raises(NapkinError) as exc:
+        napkin.load(Source("empty.napkin", text))
+    (err,) = exc.value.diagnostics
+    assert err.code == "N0207" and err.span is not None and err.help
+    assert (err.span.line, err.span.col) == (1, 1)
+    assert " --> empty.napkin:1:1" in render_text(exc.value)

@@ -113,6 +113,13 @@ def test_friendly_syntax_messages(text, message):
     ("Y[a] = sum[b](X[a, b])", "only axis names", 18),
     ("Y[a] = f(X + 1 1)", "missing operator", 16),
     ("Y[a] = where(a < 1, X Z, 0.0)", "missing operator", 23),
+    # two terms as a call's first argument: the state of `where(a = b, ...)`, whose `=` message
+    # was given to every token there (`size(r c)` said "`=` inside an expression")
+    ("Y[a] = size(a b)", "missing operator", 15),
+    ("Y[a] = maximum(X X)", "missing operator", 18),
+    ("Y[a] = exp(X 2)", "missing operator", 14),
+    ("Y[a] = f(X, Z W)", "missing operator", 15),
+    ("Y[a] = where(a = b, X, Z)", "`=` inside an expression", 16),
 ])
 def test_friendly_syntax_messages_nested(text, message, col):
     (err,) = errors(text)
