@@ -13,7 +13,7 @@ shuffles; a shuffle reaches the lanes of one warp only, so a split over more tha
    the broadcast the lanes' uses of it need.
 
 The merge operator is the caller's (`step`): the one that merged a shuffled state
-(codegen/accum.merge_one, accum._merge's online softmax), given the other state's variables
+(codegen/lane_merges.merge_one, lane_merges.merge's online softmax), given the other state's variables
 read from shared memory instead of from another lane. A barrier before the writes lets the
 block's reads of the last merge at this site (the blocks' grid-stride loop) finish first.
 The barriers need every thread of the block here: the split's lanes make the same trips (a

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..compiler import ir
-from . import accum, staging
+from . import accum, lane_merges, staging
 from . import program as P
 from .builder import Ix
 
@@ -120,14 +120,14 @@ class RowStats:
                 v = {slot: f"{name}[i6]" for slot, name in st.slots.items()}
                 if lanes > 1:
                     b.open()
-                    accum.merge_one(b, st.kind, v, lambda x, ctype="float": b.value(
+                    lane_merges.merge_one(b, st.kind, v, lambda x, ctype="float": b.value(
                         ctype, f"__shfl_xor_sync(0xffffffffu, {x}, off, {lanes})"))
                     b.emit(P.For("off", str(lanes // 2), "off > 0", "off /= 2", b.close()))
                 b.emit(P.Decl("const int", "srow", f"tid / {lanes} + i6 * {step}"))
                 keep = [f"tid % {lanes} == 0"] if lanes > 1 else []
                 if self.tile[st.axis] % step:
                     keep.append(f"srow < {self.tile[st.axis]}")
-                store = P.Set(f"{st.buffer}[srow]", accum.finished(st.kind, v))
+                store = P.Set(f"{st.buffer}[srow]", lane_merges.finished(st.kind, v))
                 if keep:
                     b.emit(P.If(" && ".join(keep), (store,)))
                 else:

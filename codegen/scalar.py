@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..compiler import ir, register_arrays
-from . import accum, across_warps, cexpr, held
+from . import across_warps, cexpr, held, lane_merges
 from . import program as P
 from .builder import Builder, Ix
 from .positions import PositionReads
@@ -223,7 +223,7 @@ class Emitter(SoftmaxRows, PositionReads):
         if lanes > 1:
             width = across_warps.width(lanes)
             self.b.emit(P.Set(var, f"{cexpr.LANES[kind]}({var}, {width}{self._lane_mask(lanes)})"))
-            accum.merge_warps(self.ctx, lanes, kind, {"s": var}, bool(self.scans))
+            lane_merges.merge_warps(self.ctx, lanes, kind, {"s": var}, bool(self.scans))
 
     @contextlib.contextmanager
     def _lanes(self, axes, args, scope):
@@ -337,7 +337,7 @@ class Emitter(SoftmaxRows, PositionReads):
         if lanes > 1:
             b.emit(P.Call(f"napkin_lanes_{op.fn}", (best, pos, f"{across_warps.width(lanes)}"
                                                                 f"{self._lane_mask(lanes)}")))
-            accum.merge_warps(self.ctx, lanes, op.fn, {"s": best, "i": pos}, bool(self.scans))
+            lane_merges.merge_warps(self.ctx, lanes, op.fn, {"s": best, "i": pos}, bool(self.scans))
         return b.value("long long", f"({pos} == NAPKIN_NO_POSITION ? -1LL : {pos})")
 
     def _scan(self, op, args, scope) -> str:

@@ -5,7 +5,7 @@ them (codegen/scalar.py's Emitter takes these methods)."""
 from __future__ import annotations
 
 from ..compiler import ir
-from . import accum, across_warps, cexpr
+from . import accum, across_warps, cexpr, lane_merges
 from . import program as P
 
 
@@ -39,7 +39,7 @@ class SoftmaxRows:
         if lanes > 1:
             b.emit(P.Call("napkin_lanes_lse", (m, s_, f"{across_warps.width(lanes)}"
                                                       f"{self._lane_mask(lanes)}")))
-            accum.merge_warps(self.ctx, lanes, "logsumexp", {"m": m, "s": s_},
+            lane_merges.merge_warps(self.ctx, lanes, "logsumexp", {"m": m, "s": s_},
                               bool(self.scans))
         return m, s_
 

@@ -12,7 +12,7 @@ state variable (its LDS) and the merge's own instructions (`STEP`: an FADD or a 
 rescaling of a running max and sum, an argmax's comparisons), each after the last: a chain of
 g dependent shared-memory reads, beside the barriers' wait (`cycles`, which the block's other
 resident blocks may fill: cost.py divides it by them). Counted from the emitted C (the
-loop's body is a load and the operator codegen/accum.merge_one emits); not fitted to SASS or
+loop's body is a load and the operator codegen/lane_merges.merge_one emits); not fitted to SASS or
 to a GPU run (CALIBRATE on a GPU: benchmarks/gpu_check.py).
 """
 
@@ -28,7 +28,7 @@ ACROSS_READ = 2
 # per warp after the first: the merge operator's instructions by the state merged
 STEP = {"sum": 1, "max": 1, "min": 1, "argmax": 6, "argmin": 6, "lse": 25, "pair": 25,
         "mean": 2, "var": 20}       # (a streamed mean's sum and count; Welford's (n, m, q):
-                                    # two divisions, codegen/accum.merge_one)
+                                    # two divisions, codegen/lane_merges.merge_one)
 # per site, in cycles: the two barriers (waits.BARRIER_CYCLES each) and, per warp of the
 # group, a shared-memory read's latency and the operator after it
 SITE_CYCLES = 60

@@ -90,12 +90,12 @@ LOOPS = {"logsumexp": 2, "var": 2, "softmax": 2}
 # its shift, two rescaling exponentials (cexpr.shifted_exp: FADD, FMUL, MUFU.EX2 each; IEEE
 # expf, 9 each, made it 25), the sum's FMUL and FFMA;
 # each element of the rescaled output beside them its SHFL, FMUL and FFMA; a sum's or a
-# max's slot its SHFL and FADD. Counted from codegen/accum._merge and in the SASS of the
+# max's slot its SHFL and FADD. Counted from codegen/lane_merges.merge and in the SASS of the
 # decode merge kernel (attention, b = h = q = 1, x = 4096, sm_90, static: its five steps).
 MERGE_STATE = 13
 MERGE_RESCALED = 3
 MERGE_VALUE = 2
-# ... a variance's (Chan's merge of Welford's count, mean and sum of squares, accum.merge_one):
+# ... a variance's (Chan's merge of Welford's count, mean and sum of squares, lane_merges.merge_one):
 # three SHFL, the counts' sum and its guard, the means' difference, two IEEE divisions (each
 # MUFU.RCP, five FFMA, FCHK and its slow path's call, some 14 static) and the FMUL and FFMA
 # around them: 38 a step in layernorm's at the small shape (sm_90, static, h100); charged
@@ -234,7 +234,7 @@ def unrolled_reads(model, choice, sizes: dict, reads) -> tuple:
 
 def merges(model, choice):
     """Instructions per warp of the butterfly merges after the passes whose streamed axis the
-    lanes split (codegen/accum._merge: log2(ways) steps, every lane the same), each state a
+    lanes split (codegen/lane_merges.merge: log2(ways) steps, every lane the same), each state a
     thread holds merged once, after the pass that accumulates it (MERGE_*); 0 where no
     candidate splits the streamed axis."""
     if not choice.stream:

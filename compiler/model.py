@@ -118,7 +118,7 @@ class Model:
                                 # fold in ONE loop (a running max and rescaled sum); over staged
                                 # rows two (max, then the sum of exponentials) read shared memory
     scans: bool = False         # a scan's prefix loop in the kernel (a split stays within
-                                # a warp: codegen/accum.merge_warps)
+                                # a warp: codegen/lane_merges.merge_warps)
     packed: tuple = ()          # attention on tensor cores: ((its rows' axis, the axes it
                                 # packs),) where the fragment rows are packed (packing.py):
                                 # the arrays name that one axis, of the axes' sizes' product

@@ -117,7 +117,7 @@ def _candidates(model: Model, target: Target, sizes: dict, fixed: dict, fine: bo
                 thread[a] = [t for t in tiles_ if t <= max(group[a])]
         # (an axis a view reads at another's position stays in one lane: kernels.relabelled)
         # (a kernel with a scan splits within a warp: a reduction inside the scan's prefix
-        # loop cannot merge warps after a barrier, codegen/accum.merge_warps)
+        # loop cannot merge warps after a barrier, codegen/lane_merges.merge_warps)
         # (nor one a reduction nested in another over it would walk whole: lanes.whole_walks)
         splits += [(i, w) for i, a in enumerate(model.reduced)
                    if a not in model.relabelled and a not in model.whole_walks

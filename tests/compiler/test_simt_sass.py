@@ -359,7 +359,7 @@ def _param_of(name: str) -> str:
 def test_the_model_counts_the_lanes_merge_after_a_pass(name, shape, index):
     """issue_simt.merges against the emitted CUDA: where the lanes split the streamed axis,
     after each pass a butterfly loop over log2(ways) steps merges the states each thread holds
-    (codegen/accum._merge), a running max and sum with two rescaling expf a step; the model
+    (codegen/lane_merges.merge), a running max and sum with two rescaling expf a step; the model
     charges MERGE_STATE per step for each such state (it charged nothing before: the decode
     merge kernel's SASS was 2.24x its model, 1.64x after)."""
     import re
