@@ -1,8 +1,9 @@
 """The shortcuts the cost model takes for speed give what the plain computation gives:
 blocks per SM without stacking the four limits, a mask's computed share once per distinct
 combination of extents, the column sets M is the largest of memoised per kernel,
-utilization given the blocks per SM it would count itself, and a kernel's search answered
-from an earlier planner of an equal problem. Each is checked against the
+utilization given the blocks per SM it would count itself, a kernel's search answered
+from an earlier planner of an equal problem, and a search stopped where no block's footprint
+fits. Each is checked against the
 plain form, written out here, on random inputs with many ties and repeats."""
 
 from __future__ import annotations
@@ -194,3 +195,38 @@ def test_a_problem_planned_again_is_planned_as_the_first_time(monkeypatch):
         assert [made(*case) for case in REPLANNED] == plain
         assert [error(*case) for case in errors] == plain_errors
     assert answered[0] and renamed[0]        # (the memo answered, some under another name)
+
+
+def test_a_search_stopped_at_the_blocks_footprint_finds_what_the_whole_evaluation_finds(
+        monkeypatch):
+    """cost.evaluate(fitting=True) answers None as soon as no candidate's shared-memory
+    footprint fits the blocks' level, before the register level and the time terms: every
+    search of attention's candidate kernels (fusion's quick ones and the final ones, some
+    with no tiling that fits) finds the same choice and cost as the search over
+    the whole evaluation of every candidate (fitting=False), and some searches do stop
+    there."""
+    from napkin.compiler import cost, kernel_plan, search as search_mod
+
+    asked = []
+    real = kernel_plan.search
+    monkeypatch.setattr(kernel_plan, "search", lambda *a, **k: asked.append((a, k)) or
+                        real(*a, **k))
+    plan(napkin.load("attention"), "h100", {"q": 4096, "x": 4096})
+    monkeypatch.undo()
+    stopped = 0
+    whole = cost.evaluate
+    for args, kw in asked:
+        found = search_mod.search(*args, **kw)
+        model, cols, target, sizes = args[:4]
+        fixed = args[4] if len(args) > 4 else None
+        candidates = search_mod._candidate_set(model, target, sizes, fixed or {},
+                                               kw.get("fine", False), kw.get("quick", False))
+        if candidates is not None and cost.evaluate(model, cols, candidates[0], sizes, target,
+                                                    fitting=True) is None:
+            stopped += 1
+        monkeypatch.setattr(search_mod, "evaluate",
+                            lambda *a, fitting=False, **k: whole(*a, **k))
+        plain = search_mod.search(*args, **kw)
+        monkeypatch.undo()
+        assert repr(found) == repr(plain)
+    assert stopped and len(asked) > stopped, (stopped, len(asked))
