@@ -2,8 +2,8 @@
 blocks per SM without stacking the four limits, a mask's computed share once per distinct
 combination of extents, the column sets M is the largest of memoised per kernel,
 utilization given the blocks per SM it would count itself, a kernel's search answered
-from an earlier planner of an equal problem, and a search stopped where no block's footprint
-fits. Each is checked against the
+from an earlier planner of an equal problem, a search stopped where no block's footprint
+fits, and a search answered for an equal model of another kernel. Each is checked against the
 plain form, written out here, on random inputs with many ties and repeats."""
 
 from __future__ import annotations
@@ -205,11 +205,11 @@ def test_a_search_stopped_at_the_blocks_footprint_finds_what_the_whole_evaluatio
     with no tiling that fits) finds the same choice and cost as the search over
     the whole evaluation of every candidate (fitting=False), and some searches do stop
     there."""
-    from napkin.compiler import cost, kernel_plan, search as search_mod
+    from napkin.compiler import cost, search as search_mod
 
     asked = []
-    real = kernel_plan.search
-    monkeypatch.setattr(kernel_plan, "search", lambda *a, **k: asked.append((a, k)) or
+    real = search_mod.search
+    monkeypatch.setattr(search_mod, "search", lambda *a, **k: asked.append((a, k)) or
                         real(*a, **k))
     plan(napkin.load("attention"), "h100", {"q": 4096, "x": 4096})
     monkeypatch.undo()
@@ -230,3 +230,39 @@ def test_a_search_stopped_at_the_blocks_footprint_finds_what_the_whole_evaluatio
         monkeypatch.undo()
         assert repr(found) == repr(plain)
     assert stopped and len(asked) > stopped, (stopped, len(asked))
+
+
+def test_a_search_is_answered_for_an_equal_model_only(monkeypatch):
+    """search.searched memoises search on what it reads: a model equal but for the kernel it
+    names is answered without searching, with what searching it finds; another streamed axis
+    (another model), quick or not, or other fixed decisions are searched again, each finding
+    what search finds."""
+    from collections import OrderedDict
+    from dataclasses import replace
+
+    from napkin.compiler import search as search_mod
+    from napkin.compiler.kernels import FusedKernel
+
+    p = plan(napkin.load("softmax"), "h100", {"r": 77, "c": 130})
+    g, k = p.graph, p.kernels[0].kernel
+    models = {axis: kernel_model(g, k, axis) for axis in (None, *k.reduced(g))}
+    assert len(models) == 2
+    monkeypatch.setattr(search_mod, "_SEARCHED", OrderedDict())     # (none from the plan)
+    searches = []
+    real = search_mod.search
+    monkeypatch.setattr(search_mod, "search",
+                        lambda *a, **kw: searches.append(a[0].streaming.axis) or real(*a, **kw))
+    target, sizes = targets.load("h100"), p.sizes
+    group = next(iter(models[None].woven))
+    asks = [(axis, quick, fixed) for axis in models for quick in (False, True)
+            for fixed in (None, {"group": {group: 1}})]
+    for axis, quick, fixed in asks:
+        model = models[axis]
+        cols = columns(g, model)
+        first = search_mod.searched(model, cols, target, sizes, fixed, quick)
+        renamed = replace(model, kernel=FusedKernel("other", k.nodes, k.loads, k.stores,
+                                                    k.equations))
+        again = search_mod.searched(renamed, cols, target, sizes, fixed, quick)
+        want = real(model, cols, target, sizes, fixed, quick=quick)
+        assert repr(first) == repr(again) == repr(want), (axis, quick, fixed)
+    assert len(searches) == len(asks)     # (each renamed model answered, each other searched)
