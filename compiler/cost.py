@@ -212,6 +212,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
             M = M + (stages - PIPELINE) * per_stage
         time = H / lv.bandwidth if lv.bandwidth else 0
         results.append(LevelCost(lv.name, lv.capacity_bytes, M, H, units, time))
+        if fitting and li == 1 and not np.any(M <= lv.capacity_bytes):
+            return None     # (no candidate's blocks fit: `_may_fit` below would say so too)
     extents = work_extents(model, covs[0], choice, sizes)     # (each op's points and redo)
     flops = work_flops(model, covs[0], choice, sizes, fraction, extents)
     # with tensor cores the register level's unit is a warp: its 32 lanes hold the fragments

@@ -84,7 +84,13 @@ class _Edges:
 
 
 class DiGraph(_OverNodes):
-    """A directed graph with attribute dicts on the graph (`graph`), nodes and edges."""
+    """A directed graph with attribute dicts on the graph (`graph`), nodes and edges.
+
+    `version` counts the changes to its nodes and edges (not to their attribute dicts): a
+    result computed from the structure alone holds while it is unchanged (`ordered`)."""
+
+    version = 0
+    _ordered: tuple | None = None     # (version, the lexicographic topological order)
 
     def __init__(self):
         self.graph: dict = {}
@@ -136,6 +142,7 @@ class DiGraph(_OverNodes):
     def add_node(self, n: Hashable, **attr) -> None:
         if n not in self._node:
             self._node[n], self._succ[n], self._pred[n] = {}, {}, {}
+            self.version += 1
         self._node[n].update(attr)
 
     def add_nodes_from(self, nodes: Iterable) -> None:
@@ -148,6 +155,7 @@ class DiGraph(_OverNodes):
         d = self._succ[u].get(v)
         if d is None:
             d = self._succ[u][v] = self._pred[v][u] = {}
+            self.version += 1
         d.update(attr)
 
     def add_edges_from(self, edges: Iterable) -> None:
@@ -157,6 +165,7 @@ class DiGraph(_OverNodes):
     def remove_edge(self, u, v) -> None:
         del self._succ[u][v]
         del self._pred[v][u]
+        self.version += 1
 
     def remove_node(self, n) -> None:
         for v in self._succ.pop(n):
@@ -164,6 +173,7 @@ class DiGraph(_OverNodes):
         for u in self._pred.pop(n):
             del self._succ[u][n]
         del self._node[n]
+        self.version += 1
 
     def remove_nodes_from(self, nodes: Iterable) -> None:
         for n in list(nodes):
@@ -240,6 +250,15 @@ def topological_order(g: DiGraph, key: Callable | None = None) -> list:
     return order
 
 
+def ordered(g: DiGraph) -> tuple:
+    """`topological_order(g)` (smallest node first), computed once per version of the graph
+    (fusion's candidate kernels list their members in it, thousands a plan)."""
+    found = g._ordered
+    if found is None or found[0] != g.version:
+        found = g._ordered = (g.version, tuple(topological_order(g)))
+    return found[1]
+
+
 def find_cycle(g: DiGraph) -> list | None:
     """The nodes of one directed cycle in order, or None when the graph is acyclic."""
     state: dict = {}
@@ -267,4 +286,4 @@ def is_dag(g: DiGraph) -> bool:
 
 
 __all__ = ["DiGraph", "ancestors", "descendants", "find_cycle", "has_path", "is_dag",
-           "topological_order"]
+           "ordered", "topological_order"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .graph import DiGraph, topological_order
+from .graph import DiGraph, ordered
 
 from ..diagrams.diagnostics import Span
 
@@ -279,7 +279,7 @@ def operands(g: DiGraph, n: int) -> list[int]:
 
 def order(g: DiGraph) -> list[int]:
     """A deterministic topological order (smallest id first among ready nodes)."""
-    return list(topological_order(g))
+    return list(ordered(g))
 
 
 def add_node(g: DiGraph, payload, out: ArrayType, args=(), span: Span | None = None,

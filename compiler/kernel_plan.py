@@ -20,7 +20,7 @@ from .kernels import FusedKernel
 from .model import Model
 from .model_memo import _shared_model
 from .schedule import Schedule
-from .search import SPLITS, fits, search
+from .search import SPLITS, fits, searched
 from .target import Target
 
 
@@ -141,7 +141,7 @@ class KernelPlanner:
         tried = []
         for axis in axes:
             model, cols = self._model(k, axis)
-            found = search(model, cols, self.target, self.sizes, fixed, quick=quick)
+            found = searched(model, cols, self.target, self.sizes, fixed, quick=quick)
             tried.append((model, cols))
             if found is None:
                 continue

@@ -28,6 +28,7 @@ from . import ir
 from . import merge, sibling_tiles, splitting, stored16, stored16_stages
 from .splitting import SplitChoice
 from .canonical import canonicalize, nested_contractions
+from .collect import fewer_full_collections
 from .nested import separate_nested
 from .local_merge import merge_products, with_apart
 from .diagram import Diagram
@@ -215,6 +216,7 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
     return problems[0]
 
 
+@fewer_full_collections()
 def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
                  across: bool = True, runnable: bool = False) -> Fused:
     """Stage `fuse`: the kernels (one per equation without fusion), and the split of a reduced
@@ -293,6 +295,7 @@ def _forced_split_said(fused: Fused, fn):
                  "line)"), exc.source) from None
 
 
+@fewer_full_collections()
 def tile(fused: Fused, merge: str = "auto") -> Plan:
     """Stage `tile`: every kernel's schedule, cost and hints used; a split's merge in its
     own kernels or in the partial kernel's last blocks (`merge`: auto, kernel or last-block;

@@ -42,6 +42,9 @@ class _Layouts:
                                  for u in g.predecessors(o))
         self._overlapping = functools.cache(self._overlapping_kernel)
         self._upstream = functools.cache(self._upstream_of)   # (asked again every round)
+        self._owned = functools.cache(self._owned_nodes)
+        self._needed: dict = {}       # layout -> needed(layout) (pruning, validity and timing
+                                      # ask it of the same layouts again)
 
     def _overlapping_kernel(self, c: Cluster, copies: Cluster, needed: frozenset) -> FusedKernel:
         nodes = set().union(*(self.stmts[s] for s in c))
@@ -49,12 +52,25 @@ class _Layouts:
 
     def owners(self, layout: Layout) -> dict[int, int]:
         """Node -> the kernel owning its statement."""
-        return {n: i for i, (c, copies) in enumerate(layout) for s in c - copies
-                for n in self.stmts[s]}
+        owner: dict = {}
+        for i, entry in enumerate(layout):
+            owner.update(dict.fromkeys(self._owned(entry), i))
+        return owner
+
+    def _owned_nodes(self, entry) -> tuple:
+        """The nodes of the statements a layout's (cluster, copies) owns."""
+        c, copies = entry
+        return tuple(n for s in c - copies for n in self.stmts[s])
 
     def needed(self, layout: Layout) -> list[frozenset]:
         """Per kernel, what it must store: the nodes it owns that an output is, or that a
         kernel not computing them loads."""
+        found = self._needed.get(layout)
+        if found is None:
+            found = self._needed[layout] = self._needed_by(layout)
+        return list(found)
+
+    def _needed_by(self, layout: Layout) -> tuple[frozenset, ...]:
         owner = self.owners(layout)
         need: list[set] = [set() for _ in layout]
         for c, _ in layout:
@@ -64,7 +80,7 @@ class _Layouts:
         for u in self.outputs:
             if u in owner:
                 need[owner[u]].add(u)
-        return [frozenset(x) for x in need]
+        return tuple(frozenset(x) for x in need)
 
     def kernels(self, layout: Layout) -> list[FusedKernel]:
         """The layout's kernels; disjoint ones exactly as fusion builds them (each storing what

@@ -17,6 +17,8 @@ that fits wins, ties going to smaller tiles, so the result is deterministic.
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
+from dataclasses import replace
 
 import numpy as np
 
@@ -189,6 +191,32 @@ def search(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
     return _choice(model, sizes, candidates.at(best, shape), fixed), out.at(best, shape)
 
 
+_SEARCHED: OrderedDict = OrderedDict()    # what `searched` answered, by what search reads
+_MAX_SEARCHED = 4096
+
+
+def searched(model: Model, cols: tuple[Column, ...], target: Target, sizes: dict,
+             fixed: dict | None = None, quick: bool = False):
+    """search(model, cols, target, sizes, fixed, quick=quick), memoised on what it reads:
+    the model but for the kernel it names (fusion's candidate kernels that differ in what
+    the model does not record have equal models: a tenth of the transformer block backward's
+    searches), the columns, target, sizes and fixed decisions. A model that cannot be a key
+    is searched."""
+    try:
+        key = (replace(model, kernel=None), cols, target, tuple(sizes.items()),
+               repr(fixed), quick)
+        found = _SEARCHED.get(key, _SEARCHED)
+    except TypeError:
+        return search(model, cols, target, sizes, fixed, quick=quick)
+    if found is _SEARCHED:
+        found = _SEARCHED[key] = search(model, cols, target, sizes, fixed, quick=quick)
+        if len(_SEARCHED) > _MAX_SEARCHED:
+            _SEARCHED.popitem(last=False)
+    else:
+        _SEARCHED.move_to_end(key)
+    return found
+
+
 def _candidate_set(model: Model, target: Target, sizes: dict, fixed: dict, fine: bool,
                    quick: bool):
     """(the candidates, their shape, the keys breaking ties in time), or None: every tiling
@@ -262,4 +290,4 @@ def _choice(model: Model, sizes: dict, one: Choice, fixed: dict) -> Choice:
     return Choice(group, stream, tuple(sorted(one.thread)), one.split, fixed.get("inner"))
 
 
-__all__ = ["search", "tiles", "chunks", "reuse_axes", "contiguous_axes", "fits"]
+__all__ = ["search", "searched", "tiles", "chunks", "reuse_axes", "contiguous_axes", "fits"]

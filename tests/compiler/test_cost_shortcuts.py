@@ -1,8 +1,9 @@
 """The shortcuts the cost model takes for speed give what the plain computation gives:
 blocks per SM without stacking the four limits, a mask's computed share once per distinct
 combination of extents, the column sets M is the largest of memoised per kernel,
-utilization given the blocks per SM it would count itself, and a kernel's search answered
-from an earlier planner of an equal problem. Each is checked against the
+utilization given the blocks per SM it would count itself, a kernel's search answered
+from an earlier planner of an equal problem, a search stopped where no block's footprint
+fits, and a search answered for an equal model of another kernel. Each is checked against the
 plain form, written out here, on random inputs with many ties and repeats."""
 
 from __future__ import annotations
@@ -194,3 +195,74 @@ def test_a_problem_planned_again_is_planned_as_the_first_time(monkeypatch):
         assert [made(*case) for case in REPLANNED] == plain
         assert [error(*case) for case in errors] == plain_errors
     assert answered[0] and renamed[0]        # (the memo answered, some under another name)
+
+
+def test_a_search_stopped_at_the_blocks_footprint_finds_what_the_whole_evaluation_finds(
+        monkeypatch):
+    """cost.evaluate(fitting=True) answers None as soon as no candidate's shared-memory
+    footprint fits the blocks' level, before the register level and the time terms: every
+    search of attention's candidate kernels (fusion's quick ones and the final ones, some
+    with no tiling that fits) finds the same choice and cost as the search over
+    the whole evaluation of every candidate (fitting=False), and some searches do stop
+    there."""
+    from napkin.compiler import cost, search as search_mod
+
+    asked = []
+    real = search_mod.search
+    monkeypatch.setattr(search_mod, "search", lambda *a, **k: asked.append((a, k)) or
+                        real(*a, **k))
+    plan(napkin.load("attention"), "h100", {"q": 4096, "x": 4096})
+    monkeypatch.undo()
+    stopped = 0
+    whole = cost.evaluate
+    for args, kw in asked:
+        found = search_mod.search(*args, **kw)
+        model, cols, target, sizes = args[:4]
+        fixed = args[4] if len(args) > 4 else None
+        candidates = search_mod._candidate_set(model, target, sizes, fixed or {},
+                                               kw.get("fine", False), kw.get("quick", False))
+        if candidates is not None and cost.evaluate(model, cols, candidates[0], sizes, target,
+                                                    fitting=True) is None:
+            stopped += 1
+        monkeypatch.setattr(search_mod, "evaluate",
+                            lambda *a, fitting=False, **k: whole(*a, **k))
+        plain = search_mod.search(*args, **kw)
+        monkeypatch.undo()
+        assert repr(found) == repr(plain)
+    assert stopped and len(asked) > stopped, (stopped, len(asked))
+
+
+def test_a_search_is_answered_for_an_equal_model_only(monkeypatch):
+    """search.searched memoises search on what it reads: a model equal but for the kernel it
+    names is answered without searching, with what searching it finds; another streamed axis
+    (another model), quick or not, or other fixed decisions are searched again, each finding
+    what search finds."""
+    from collections import OrderedDict
+    from dataclasses import replace
+
+    from napkin.compiler import search as search_mod
+    from napkin.compiler.kernels import FusedKernel
+
+    p = plan(napkin.load("softmax"), "h100", {"r": 77, "c": 130})
+    g, k = p.graph, p.kernels[0].kernel
+    models = {axis: kernel_model(g, k, axis) for axis in (None, *k.reduced(g))}
+    assert len(models) == 2
+    monkeypatch.setattr(search_mod, "_SEARCHED", OrderedDict())     # (none from the plan)
+    searches = []
+    real = search_mod.search
+    monkeypatch.setattr(search_mod, "search",
+                        lambda *a, **kw: searches.append(a[0].streaming.axis) or real(*a, **kw))
+    target, sizes = targets.load("h100"), p.sizes
+    group = next(iter(models[None].woven))
+    asks = [(axis, quick, fixed) for axis in models for quick in (False, True)
+            for fixed in (None, {"group": {group: 1}})]
+    for axis, quick, fixed in asks:
+        model = models[axis]
+        cols = columns(g, model)
+        first = search_mod.searched(model, cols, target, sizes, fixed, quick)
+        renamed = replace(model, kernel=FusedKernel("other", k.nodes, k.loads, k.stores,
+                                                    k.equations))
+        again = search_mod.searched(renamed, cols, target, sizes, fixed, quick)
+        want = real(model, cols, target, sizes, fixed, quick=quick)
+        assert repr(first) == repr(again) == repr(want), (axis, quick, fixed)
+    assert len(searches) == len(asks)     # (each renamed model answered, each other searched)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from napkin.compiler.graph import (DiGraph, ancestors, descendants, find_cycle, has_path,
-                                   is_dag, topological_order)
+                                   is_dag, ordered, topological_order)
 
 
 @st.composite
@@ -74,6 +74,38 @@ def test_topological_order_is_networkx_lexicographic_one(pair):
     key = lambda n: (ours.nodes[n]["w"], -n)  # noqa: E731
     assert topological_order(ours, key=key) == list(
         nx.lexicographical_topological_sort(theirs, key=key))
+
+
+@settings(max_examples=60, deadline=None)
+@given(graphs(acyclic=True), st.data())
+def test_the_remembered_order_follows_every_edit(pair, data):
+    """`ordered` is computed once per version of the graph: after each edit (a node added, an
+    edge added or removed, a node removed) it is the order networkx finds for the edited
+    graph, never the one remembered from before."""
+    ours, theirs = pair
+    assert ordered(ours) == tuple(nx.lexicographical_topological_sort(theirs))
+    for _ in range(4):
+        nodes = list(theirs)
+        edit = data.draw(st.sampled_from(["node", "edge", "unedge", "unnode"]))
+        if edit == "node":
+            n = data.draw(st.integers(0, 99))   # (smaller than every id: first when ready)
+            ours.add_node(n)
+            theirs.add_node(n)
+        elif edit == "edge":
+            u, v = sorted(data.draw(st.permutations(nodes))[:2]) if len(nodes) > 1 else (0, 0)
+            if u == v or nx.has_path(theirs, v, u):
+                continue
+            ours.add_edge(u, v)
+            theirs.add_edge(u, v)
+        elif edit == "unedge" and theirs.number_of_edges():
+            u, v = data.draw(st.sampled_from(list(theirs.edges)))
+            ours.remove_edge(u, v)
+            theirs.remove_edge(u, v)
+        elif edit == "unnode" and len(nodes) > 1:
+            n = data.draw(st.sampled_from(nodes))
+            ours.remove_node(n)
+            theirs.remove_node(n)
+        assert ordered(ours) == tuple(nx.lexicographical_topological_sort(theirs))
 
 
 def test_topological_order_refuses_a_cycle():
