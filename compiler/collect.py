@@ -7,24 +7,39 @@ the memos of earlier plans among them (model_memo, kernel_plan._FOUND): a dozen 
 a tenth of the transformer block backward's planning time. `fewer_full_collections` (a
 decorator of the planning stages, plan.fuse_kernels and plan.tile) raises the oldest
 generation's threshold while a stage runs and restores the thresholds after it; nothing a
-plan computes depends on when memory is reclaimed.
+plan computes depends on when memory is reclaimed. Stages running at once (threads, nested
+stages) raise it once: the first to enter keeps the thresholds, the last to leave restores
+them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 
 # young collections before a full one (Python's default: 10; the youngest two generations'
 # thresholds are left as they are)
 OLDEST = 1000
 
 
+_LOCK = threading.Lock()
+_inside = 0                 # stages running now
+_before: tuple = ()         # the thresholds when the first of them entered
+
+
 @contextlib.contextmanager
 def fewer_full_collections():
-    before = gc.get_threshold()
-    gc.set_threshold(before[0], before[1], max(before[2], OLDEST))
+    global _inside, _before
+    with _LOCK:
+        if _inside == 0:
+            _before = gc.get_threshold()
+            gc.set_threshold(_before[0], _before[1], max(_before[2], OLDEST))
+        _inside += 1
     try:
         yield
     finally:
-        gc.set_threshold(*before)
+        with _LOCK:
+            _inside -= 1
+            if _inside == 0:
+                gc.set_threshold(*_before)

@@ -41,3 +41,16 @@ def test_thresholds_are_restored_when_a_stage_raises(thresholds, monkeypatch):
     with pytest.raises(RuntimeError, match="refused"):
         plan(napkin.load("matmul"), "h100", {})
     assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_overlapping_stages_restore_the_thresholds_the_first_found(thresholds):
+    # two stages at once (threads, or one inside another) leaving in the other order than
+    # they entered: the second must not restore the raised threshold it found
+    a, b = collect.fewer_full_collections(), collect.fewer_full_collections()
+    a.__enter__()
+    b.__enter__()
+    assert gc.get_threshold() == (700, 10, collect.OLDEST)
+    a.__exit__(None, None, None)
+    assert gc.get_threshold() == (700, 10, collect.OLDEST)     # b still runs
+    b.__exit__(None, None, None)
+    assert gc.get_threshold() == (700, 10, 10)
