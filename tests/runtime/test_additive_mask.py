@@ -42,7 +42,7 @@ def _text(mask="causal", dtype="f16", additive=True) -> str:
     return TEXT.format(dtype=dtype, scores=scores)
 
 
-@pytest.mark.parametrize("mask", ["causal", "window"])
+@pytest.mark.parametrize("mask", ["causal", pytest.param("window", marks=pytest.mark.thorough)])
 def test_an_additive_mask_is_priced_as_the_where_form(mask):
     shape = {"b": 1, "h": 16, "q": 4096, "x": 4096}
     added = plan(napkin.load(_text(mask)), "h100", shape)
@@ -53,7 +53,8 @@ def test_an_additive_mask_is_priced_as_the_where_form(mask):
 
 
 @pytest.mark.parametrize("mask,dtype,n", [("causal", "f16", 37), ("strict", "bf16", 65),
-                                          ("window", "f16", 129)])
+                                          pytest.param("window", "f16", 129,
+                                                       marks=pytest.mark.thorough)])
 def test_an_additive_mask_emulated_at_odd_sizes(mask, dtype, n, within_budget):
     d = napkin.load(_text(mask, dtype))
     shape = {"b": 2, "h": 1, "q": n, "x": n + 16}

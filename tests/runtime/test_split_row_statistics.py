@@ -41,7 +41,8 @@ def test_the_statistics_merge_with_o(names):
 
 @pytest.mark.parametrize("names,scores,dtype,sizes,merge", [
     ("MEL", "plain", "f16", dict(b=2, h=3, q=1, x=301), "kernel"),
-    ("MEL", "strict", "bf16", dict(b=1, h=2, q=5, x=129), "kernel"),
+    pytest.param("MEL", "strict", "bf16", dict(b=1, h=2, q=5, x=129), "kernel",
+                 marks=pytest.mark.thorough),
     ("LM", "causal", "f16", dict(b=1, h=2, q=37, x=65), "last-block")])
 def test_split_statistics_emulated_at_odd_sizes(names, scores, dtype, sizes, merge,
                                                  within_budget):
