@@ -17,6 +17,13 @@ from napkin.compiler.schedule import ATTENTION
 from napkin.explain import render_text, report
 from napkin.pipeline import run_plan
 
+# attention's inputs at d = 16 in one dtype, the head the row-statistics tests share
+HEAD16 = """axis b, h, q, x
+axis d = 16
+in Q[b h q d]: {dtype}
+in K[b h x d]: {dtype}
+in V[b h x d]: {dtype}
+"""
 TEXT = """axis b, h, q, x
 axis d = {d}
 in Q[b h q d]: f16

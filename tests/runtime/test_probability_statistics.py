@@ -17,14 +17,9 @@ from napkin.compiler.plan import plan
 from napkin.compiler.schedule import ATTENTION
 from napkin.pipeline import run_plan
 
-from .test_flash_row_state import SCORES, _site
+from .test_flash_row_state import HEAD16, SCORES, _site
 
-TEXT = """axis b, h, q, x
-axis d = 16
-in Q[b h q d]: {dtype}
-in K[b h x d]: {dtype}
-in V[b h x d]: {dtype}
-S[b h q x] = {scores}
+TEXT = HEAD16 + """S[b h q x] = {scores}
 P[b h q x] = {softmax}
 O[b h q d] = P * V
 Z[b h q] = sum[x](P)
