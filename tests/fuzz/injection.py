@@ -47,8 +47,11 @@ GENERATED = re.compile(r"(?:p|n|v|st|sm|acc|cnt|res|j|k|z|e|c|i|pt|pos|ix|tc_|or
                        r"acc|fa|fb|fg|fq|wr|wc|eo|ei|kk|nlen|stage|qa|rm|rl|sc|fz|mx|sh|sl|rs|su|pa|cfull|"
                        r"r|eo0|cps|cpd|qks|qkl|cv|y|w|"
                        r"dt|dp|dc|pfirst|plast|cfirst|cend|mfirst|mlast|mcount|mrun|"
-                       r"fill|srow|spos|rsc|rch")
-# (xw, xwf, xwi: the warps' states of a split over several, codegen/across_warps.py)
+                       r"fill|srow|spos|rsc|rch|"
+                       r"src|hd|m0|nv|tl|cpe|p")
+# (xw, xwf, xwi: the warps' states of a split over several, codegen/across_warps.py; a peeled
+# row's copy, codegen/peeled.py: its source, head, first whole vector, vector count, tail,
+# shifted row and a head or tail position `p`)
 # (the last three lines: tensor-core kernels; the span of a mask read from data, masks.data_span;
 # the pipeline's stage being filled, a product's row statistics, codegen/rowstats.py;
 # FlashAttention-2's rescale factors and its vote, codegen/flash._softmax; the swizzled tiles'
