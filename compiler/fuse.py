@@ -36,6 +36,7 @@ from .model import array_name
 
 from .clusters import (Cluster, _creates_cycle, _edges, _splits_apart, _statements, apart_reason,
                        _topological, cluster_dag)
+from .confirm import Confirm
 from .recompute import Layout, _Layouts, _merged, _time
 
 
@@ -61,6 +62,8 @@ def fuse(g: DiGraph, planner) -> list[FusedKernel]:
 
     def time(c: Cluster) -> float:
         return _time(planner, kernel(c))
+    confirm = Confirm(planner, kernel)      # (a close merge priced again: confirm.py)
+    slower = confirm.slower
 
     starts = [{frozenset([s]) for s in stmts}]
     seeded = _partial_side(g, stmts)
@@ -86,7 +89,7 @@ def fuse(g: DiGraph, planner) -> list[FusedKernel]:
         # each sum of products with the statements computing them (sums.py): a pairwise step
         # through one product and the sum may lose where the sum in one kernel pays
         starts.append(summed)
-    results = [_greedy(g, stmts, set(start), time) for start in starts]
+    results = [_greedy(g, stmts, set(start), time, slower=slower) for start in starts]
     apart = _statistics(g, stmts, planner.sizes)
     if apart:
         # a row statistic (a reduction to far fewer values: a logsumexp, D = sum(dO * O)) that
@@ -99,23 +102,24 @@ def fuse(g: DiGraph, planner) -> list[FusedKernel]:
             return any(v in c for s in p for v in apart.get(s, ()))
         # (a first start whose kernels already keep them apart is what the second would give)
         if any(keep_apart(frozenset([s]), c) for c in results[0] for s in c):
-            results.append(_greedy(g, stmts, {frozenset([s]) for s in stmts}, time, keep_apart))
+            results.append(_greedy(g, stmts, {frozenset([s]) for s in stmts}, time, keep_apart,
+                                   slower))
             if whole is not None:
-                results.append(_greedy(g, stmts, set(whole), time, keep_apart))
+                results.append(_greedy(g, stmts, set(whole), time, keep_apart, slower))
     lay = _Layouts(g, stmts, kernel, planner)
     layouts = []
     for clusters in dict.fromkeys(frozenset(cs) for cs in results):
         layouts.append(lay.settled(lay.recompute(tuple(sorted(((c, frozenset()) for c in clusters),
                                                               key=lambda e: sorted(e[0]))))))
     layout = min(layouts, key=lay.time) if len(layouts) > 1 else layouts[0]
-    ks = [replace(k, why=Reason(functools.partial(_boundary, lay, layout, i)))
+    ks = [replace(k, why=Reason(functools.partial(_boundary, lay, layout, i, confirm.refused)))
           for i, k in enumerate(lay.kernels(layout))]      # (made when explain reads them)
     return _named(g, ks)
 
 
-def _boundary(lay: _Layouts, layout: Layout, i: int) -> str:
+def _boundary(lay: _Layouts, layout: Layout, i: int, refused: dict) -> str:
     """Why kernel `i` of the layout ends where it does (FusedKernel.reason)."""
-    return "; ".join(r for r in (_reasons(lay, layout, i), _not_flash(lay, layout, i),
+    return "; ".join(r for r in (_reasons(lay, layout, i, refused), _not_flash(lay, layout, i),
                                  _recomputes(lay, layout, i)) if r)
 
 
@@ -238,11 +242,12 @@ def _statistics(g, stmts, sizes) -> dict[int, set[int]]:
     return out
 
 
-def _greedy(g, stmts, clusters: set, time, keep_apart=None) -> set:
+def _greedy(g, stmts, clusters: set, time, keep_apart=None, slower=None) -> set:
     """Merge the pair of clusters whose fusion saves the most predicted time, until none does
-    (`keep_apart(p, c)`: a pair never to merge)."""
+    (`keep_apart(p, c)`: a pair never to merge; `slower(p, c, gain, apart)`: whether the full
+    search prices a close merge slower, which is then not made: confirm.py)."""
     while True:
-        best = None
+        gains = []
         dag = cluster_dag(g, stmts, clusters)       # (one for every pair tried this round)
         for p, c in sorted(_edges(g, stmts, clusters, siblings=True),
                            key=lambda e: (sorted(e[0]), sorted(e[1]))):
@@ -259,11 +264,14 @@ def _greedy(g, stmts, clusters: set, time, keep_apart=None) -> set:
                 continue
             gain = apart - together       # infinite when a side has no tiling of its own
             floor = 0.0 if apart == float("inf") else 1e-12 * max(apart, 1e-30)
-            if gain > floor and (best is None or gain > best[0]):
-                best = (gain, p, c)
+            if gain > floor:
+                gains.append((gain, apart, p, c))
+        # the largest gain first (the first found among equal ones) that is not slower
+        best = next(((p, c) for gain, apart, p, c in sorted(gains, key=lambda e: -e[0])
+                     if slower is None or not slower(p, c, gain, apart)), None)
         if best is None:
             break
-        _, p, c = best
+        p, c = best
         clusters -= {p, c}
         clusters.add(p | c)
     return clusters
@@ -273,8 +281,9 @@ def _join(names: list[str]) -> str:
     return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
-def _reasons(lay: _Layouts, layout: Layout, i: int) -> str:
-    """Why kernel `i` of the layout does not also take in its neighbours."""
+def _reasons(lay: _Layouts, layout: Layout, i: int, refused: dict) -> str:
+    """Why kernel `i` of the layout does not also take in its neighbours (`refused`: the
+    full-search times of merges fusion undid, confirm.py)."""
     g, stmts, planner = lay.g, lay.stmts, lay.planner
     clusters = [c for c, _ in layout]
     owned = {c: c - copies for c, copies in layout} if any(cp for _, cp in layout) else None
@@ -297,6 +306,10 @@ def _reasons(lay: _Layouts, layout: Layout, i: int) -> str:
             why = apart_reason(g, p | c)
         elif t_fused == float("inf"):
             why = "no tiling of the fused kernel fits in memory"
+        elif frozenset((p, c)) in refused:
+            fmt = _fmt if planner.target.processors else _units
+            t_fused, t_sep = refused[frozenset((p, c))]
+            why = f"fused it would take {fmt(t_fused)} instead of {fmt(t_sep)} (full tile search)"
         else:
             fmt = _fmt if planner.target.processors else _units
             why = f"fused it would take {fmt(t_fused)} instead of {fmt(t_sep)}" + \

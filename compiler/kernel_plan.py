@@ -123,6 +123,12 @@ class KernelPlanner:
                                          found.cost, found.hints, self.sizes, self.target)
         return self._plans[k]
 
+    def planned(self, ks) -> list[KernelPlan | None]:
+        """The full plan of each kernel (None: no legal tiling on its own): the unfused plan
+        explain compares with (plan.baseline), and fusion's check of a close merge
+        (fuse._greedy)."""
+        return [self.plan(k, strict=False) for k in ks]
+
     def _plan(self, k: FusedKernel, quick: bool = False):
         g = self.g
         try:            # hints streaming, or splitting over lanes, two axes of the kernel:

@@ -362,6 +362,5 @@ def baseline(p: Plan) -> tuple[KernelPlan, ...]:
     that have no legal tiling on their own are left out."""
     from .fuse import unfused_kernels
     planner = KernelPlanner(p.graph, p.target, p.sizes, p.hints, p.engine)
-    found = _in_diagram(p.diagram, lambda: [planner.plan(k, strict=False)
-                                            for k in unfused_kernels(p.graph)])
+    found = _in_diagram(p.diagram, lambda: planner.planned(unfused_kernels(p.graph)))
     return tuple(kp for kp in found if kp is not None)
