@@ -9,7 +9,7 @@ CUDA cores is 7.99 ms fused against 8.02 ms apart by the quick estimate, 6.95 ms
 search of the merged kernel and of its parts (`KernelPlanner.planned`, the code explain's
 unfused figure comes from) and is not made when fused is slower. Only close merges are
 checked, to bound the planning cost; the times of those undone are kept for the boundary's
-reason (fuse._reasons). Recomputation (recompute.py) and the choice among fusion's starts
+reason (boundaries._reasons). Recomputation (recompute.py) and the choice among fusion's starts
 still price by the quick estimate: a consumer recomputing all its producer computes is such
 a merge again (gelu_erf on hopper-toy stays fused, 6.80 ms against 5.79 ms apart by the full
 search, model figures); checking those steps too moves layernorm at r=131072, c=16383 on

@@ -11,16 +11,17 @@ from dataclasses import dataclass, replace
 
 from ..diagrams.diagnostics import NapkinError, error
 from . import hints as hint_mod
-from . import ir, scatter, stored16, tensorcore, wgmma, wgmma_search
+from . import infeasible, ir, scatter, stored16, tensorcore, wgmma, wgmma_search
 from . import schedule as schedules
 from .columns import Column
-from .cost import Choice, Cost, evaluate
+from .cost import Choice, Cost
 from .graph import DiGraph
+from .infeasible import NO_TILING, Infeasible
 from .kernels import FusedKernel
 from .model import Model
 from .model_memo import _shared_model
 from .schedule import Schedule
-from .search import SPLITS, fits, searched
+from .search import searched
 from .target import Target
 
 
@@ -109,12 +110,12 @@ class KernelPlanner:
         """Fusion's quick estimate of one kernel (a smaller search): its model, choice and cost,
         with no Schedule built; None when no tiling fits."""
         found = self._found(k, quick=True)
-        return None if isinstance(found, (_Infeasible, _NotOnTensorCores)) else found
+        return None if isinstance(found, (Infeasible, _NotOnTensorCores)) else found
 
     def plan(self, k: FusedKernel, strict: bool = True) -> KernelPlan | None:
         """The best plan of one kernel, with its checked Schedule."""
         found = self._found(k, quick=False)
-        if isinstance(found, (_Infeasible, _NotOnTensorCores)):
+        if isinstance(found, (Infeasible, _NotOnTensorCores)):
             if strict:
                 raise found.error(k, self.target)
             return None
@@ -138,7 +139,7 @@ class KernelPlanner:
             fixed, used = hint_mod.fixed_for(g, k, self.hints, self.sizes)
         except NapkinError as two:
             if len(k.equations) > 1:
-                return _Infeasible(None, 0, 0, two.diagnostics[0].help, None)
+                return Infeasible(None, 0, 0, two.diagnostics[0].help, None)
             raise
         axes = [None] + list(k.reduced(g))
         if "stream" in fixed:
@@ -180,7 +181,8 @@ class KernelPlanner:
         if not fixed and self.scatter:    # tiles hinted: the dense plan the hints describe
             best = self._scatter(k, best) or best
         if best is None:     # (why: only a final plan says it; an estimate is None either way)
-            return _NO_TILING if quick else self._infeasible(k, tried, fixed, used)
+            return NO_TILING if quick else \
+                infeasible.why(self.target, self.sizes, k, tried, fixed, used)
         return best
 
     def _scatter(self, k: FusedKernel, best):
@@ -245,90 +247,6 @@ class KernelPlanner:
                     best = KernelPlan(k, model, cols, found[0], found[1], tuple(used))
         return best
 
-    def _infeasible(self, k: FusedKernel, tried, fixed, used) -> "_Infeasible":
-        """Why no tiling fits: the smallest footprint found, and a hinted size that would fit."""
-        best = None
-        for model, cols in tried:
-            cost = self._minimal(model, cols, fixed)
-            over = [lc for lc in cost.levels[1:] if lc.M > lc.capacity]
-            if over and (best is None or over[0].M / over[0].capacity < best[1].M / best[1].capacity):
-                best = (model, over[0], cols)
-        if best is None:      # every level fits: the hints contradict the block's rules
-            if used:
-                return _Infeasible(None, 0, 0, (
-                    "a thread's tile (`group a by N at registers`) is at most its block's "
-                    f"group, a block has at most {self.target.max_threads_per_block} threads; "
-                    "relax or drop a hint"), used[0])
-            return _Infeasible(None, 0, 0, "try a larger target", None)
-        model, lc, cols = best
-
-        def fitting(pairs) -> bool:      # with these hinted sizes, do the smallest tiles fit?
-            return fits(self._minimal(model, cols, self._with_sizes(fixed, pairs)))
-        for h in used:
-            size = h.size
-            while size // 2 >= _least(h):
-                size //= 2
-                if fitting([(h, size)]):
-                    return _Infeasible(lc.name, lc.M, lc.capacity,
-                                       f"`{h.kind} {h.axis} by {size}{self._at(h)}` (or less) "
-                                       "would fit", h)
-        if used:                 # no single hint suffices: all of them together?
-            sized = [(h, h.size) for h in used]
-            while any(n > _least(h) for h, n in sized):
-                sized = [(h, max(_least(h), n // 2)) for h, n in sized]
-                if fitting(sized):
-                    return _Infeasible(lc.name, lc.M, lc.capacity, " and ".join(
-                        f"`{h.kind} {h.axis} by {n}{self._at(h)}`" for h, n in sized)
-                        + " (or less) would fit", used[0])
-            return _Infeasible(lc.name, lc.M, lc.capacity,
-                               "relax the schedule hints, make a whole axis smaller with -D, "
-                               "or stream it", used[0])
-        return _Infeasible(lc.name, lc.M, lc.capacity,
-                           "make a whole axis smaller with -D, or stream it", None)
-
-    def _at(self, h) -> str:
-        return f" at {self.target.level_names[h.level]}" if h.level > 1 else ""
-
-    def _with_sizes(self, fixed: dict, pairs) -> dict:
-        """The fixed decisions with these (hint, size) pairs in place (past the axis: whole)."""
-        trial = {**fixed}
-        for h, n in pairs:
-            key, n = _KEY[(h.kind, min(h.level, 2))], min(n, self.sizes[h.axis])
-            if key in ("group", "thread"):
-                trial[key] = {**trial.get(key, {}), h.axis: n}
-            else:
-                trial[key] = (h.axis, n)
-        return trial
-
-    def _minimal(self, model: Model, cols, fixed) -> Cost:
-        """The cost of the smallest tiles the fixed choices allow."""
-        fixed_threads = fixed.get("thread", {})
-        group = {a: max(fixed.get("group", {}).get(a, 1), fixed_threads.get(a, 1))
-                 for a in model.woven}
-        stream = None
-        if model.streaming.axis:
-            stream = fixed["stream"] if fixed.get("stream") else (model.streaming.axis, 1)
-        thread = ()
-        if len(self.target.levels) > 2:
-            cap = self.target.max_threads_per_block
-            block = 1
-            for g in group.values():
-                block *= g
-            t = {a: fixed_threads.get(a, 1) for a in group}
-            for a in sorted(group, key=lambda a: -group[a]):
-                if a in fixed_threads:
-                    continue
-                while block > cap and t[a] < group[a]:
-                    t[a] *= 2
-                    block = 1
-                    for b, g in group.items():
-                        block *= -(-g // t[b])
-            thread = tuple(sorted(t.items()))
-        choice = Choice(tuple(sorted((a, g) for a, g in group.items() if g < self.sizes[a])),
-                        stream, thread, None, fixed.get("inner"))
-        return evaluate(model, cols, choice, self.sizes, self.target)
-
-
 _FOUND: OrderedDict = OrderedDict()      # (planner's problem, kernel, quick) -> _plan's answer
 _MAX_FOUND = 4096
 
@@ -357,39 +275,6 @@ def _shared_found(planner: KernelPlanner, k: FusedKernel, quick: bool):
     return found
 
 
-# which fixed decision of the search a hint sets, by (kind, level: 1 blocks, 2 threads)
-_KEY = {("group", 1): "group", ("group", 2): "thread", ("stream", 1): "stream",
-        ("stream", 2): "inner", ("lanes", 1): "split"}
-
-
-def _least(h) -> int:
-    """The smallest size a hint of h's kind can ask for: a lanes hint splits over 2 lanes or
-    more (search.SPLITS), the others may be 1."""
-    return SPLITS[0] if h.kind == "lanes" else 1
-
-
-@dataclass(frozen=True)
-class _Infeasible:
-    level: str | None
-    needed: float
-    capacity: float
-    fix: str
-    hint: object
-
-    def error(self, k: FusedKernel, target: Target) -> NapkinError:
-        span = self.hint.info.span if self.hint is not None and self.hint.info else None
-        if self.level is None:
-            why = " with these schedule hints" if self.hint is not None else ""
-            return error("N0603", f"no tiling of kernel {k.name} fits the target {target.name}"
-                         f"{why}", span, help=self.fix)
-        return error("N0603", f"kernel {k.name} needs {int(self.needed):,} bytes of {self.level} "
-                     f"per {_unit(target, self.level)} even with the smallest tiles, but "
-                     f"{self.level} holds {int(self.capacity):,}", span, help=self.fix)
-
-
-_NO_TILING = _Infeasible(None, 0, 0, "", None)   # fusion's quick estimate found none
-
-
 @dataclass(frozen=True)
 class _NotOnTensorCores:
     why: str
@@ -400,7 +285,3 @@ class _NotOnTensorCores:
         return error("N0606", f"kernel {k.name} cannot run on tensor cores: {self.why}",
                      self.span, help=self.fix + "--engine auto lets the planner choose, "
                      "--engine cuda-cores keeps every kernel on the CUDA cores")
-
-
-def _unit(target: Target, level: str) -> str:
-    return target.level(level).unit or "unit"

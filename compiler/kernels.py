@@ -117,7 +117,7 @@ def is_free(g: DiGraph, n: int, memo: dict | None = None) -> bool:
 class Reason:
     """A kernel's boundary reason, made when first read: fusion prices many layouts and
     plans several fusions (merged or not, specialised or not) of which a plan keeps one,
-    and only `explain` reads why its kernels end where they do (fuse._reasons plans the
+    and only `explain` reads why its kernels end where they do (boundaries._reasons plans the
     fused neighbours for it)."""
 
     __slots__ = ("_make", "_text")

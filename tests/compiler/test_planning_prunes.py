@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import napkin
-from napkin.compiler import fuse, kernel_plan, model_memo, recompute, search
+from napkin.compiler import boundaries, fuse, kernel_plan, model_memo, recompute, search
 from napkin.compiler.cost import LAUNCH_SECONDS, evaluate
 from napkin.compiler.kernels import Reason
 from napkin.compiler.model import kernel_model
@@ -102,11 +102,11 @@ def test_every_estimate_takes_at_least_the_launch_floor(monkeypatch, name, shape
 
 
 def test_a_boundary_reason_is_made_when_read(monkeypatch):
-    """Planning makes no boundary reason (fuse._reasons plans fused neighbours: fusion's
+    """Planning makes no boundary reason (boundaries._reasons plans fused neighbours: fusion's
     discarded layouts never need it); reading a kernel's reason makes it, once."""
     calls = []
-    real = fuse._reasons
-    monkeypatch.setattr(fuse, "_reasons", lambda *a: calls.append(a) or real(*a))
+    real = boundaries._reasons
+    monkeypatch.setattr(boundaries, "_reasons", lambda *a: calls.append(a) or real(*a))
     _forget()
     p = plan(napkin.load("mlp"), "h100", {"t": 4096, "m": 4096, "f": 16384, "o": 4096})
     assert len(p.kernels) == 2 and not calls
