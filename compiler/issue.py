@@ -117,9 +117,17 @@ SOFTMAX_NORMALISED = (3, 1, 0)
 # A logsumexp's or softmax's statistics on CUDA cores, per score, streamed or over a whole row
 # read from global memory (codegen/accum.py fold_value; Model.online): the running max, one
 # exponential (the smaller of the max and the score shifted by the larger), the sum rescaled
-# or added to, selected (sm_90, static: softmax's statistics loop, 114 instructions per 4
-# scores with two exps, 106 with one, 80 with it as ex2: (15, 1, 4) with IEEE expf)
-STREAMED_STATS = (11, 1, 2)
+# or added to, selected. Counted by class in softmax's streamed statistics loop (sm_90,
+# static, h100, r = c = 4096 with c streamed by 256: 80 instructions per 4 scores, 12 of them
+# the scores' READ_NARROW, LDS, HADD2.F32 and the loop's step): the NaN-propagating
+# napkin_max and napkin_min (FSETP.GT, FSETP.NAN, two FSEL; the min's compare and FSELs
+# beside the shared NaN test) and napkin_shift (FSETP.NEU, FSEL) are 5 FSETP and 5 FSEL, the
+# shifted argument, the new score's difference and the two sums 4 FADD, the exponent's FMUL
+# and the rescale's FFMA: 16 FP32-pipe, one MUFU.EX2, nothing else. (11, 1, 2) before,
+# fitted as if those 80 were 68 (the read left in): cross_entropy's staged kernel at
+# t = 4096, v = 50256 SASS/model 1.14, its lane loop 98 instructions per 4 logits where 80
+# were priced; (15, 1, 4) with IEEE expf, 106 per 4 scores.)
+STREAMED_STATS = (16, 1, 0)
 # A variance streamed on CUDA cores (Welford's update, codegen/accum.py: the count, the
 # difference from the running mean, the mean moved by it over the count, the sum of squares
 # by its product with the new difference), per value: its IEEE division is MUFU.RCP, five

@@ -180,8 +180,9 @@ def test_the_issue_slots_follow_the_sass_of_a_cuda_core_kernel(name, shape):
     before its rows were copied in 16-byte runs (compiler/row_runs.py, issue_simt.ROW_RUN).
     Embedding 0.81 while the estimate read the blocks' loop nvcc specialised for the sizes
     it does not take, now 1.00; cross_entropy 1.24 while its logits' reads by each lane loop
-    were counted once (loop_reads), now 1.11 at the default sizes, 1.13 at 4096 (static,
-    h100)."""
+    were counted once (loop_reads), 1.11 at the default sizes and 1.14 at 4096 while a
+    streamed logsumexp's update was priced 14 of its 17 (issue.STREAMED_STATS), now 1.05
+    and 1.03 (static, h100)."""
     _need_disassembler()
     from napkin import pipeline
     p = plan(napkin.load(name), "h100", shape)
@@ -192,7 +193,7 @@ def test_the_issue_slots_follow_the_sass_of_a_cuda_core_kernel(name, shape):
     assert low <= row["static_issue_seconds"] / model <= high, (row, model)
 
 
-TIGHT = {"embedding": (0.95, 1.05), "cross_entropy": (0.95, 1.18)}
+TIGHT = {"embedding": (0.95, 1.05), "cross_entropy": (0.95, 1.10)}
 
 
 def test_the_branch_of_a_size_test_the_sizes_do_not_take_counts_nothing():
@@ -392,3 +393,4 @@ def test_the_model_counts_the_lanes_merge_after_a_pass(name, shape, index):
     assert issue_simt.merges(kp.model, Choices.of(kp.choice)) == pytest.approx(
         math.log2(width) * (issue_simt.MERGE_STATE * states +
                            issue_simt.MERGE_RESCALED * rescaled))
+
