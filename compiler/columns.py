@@ -6,6 +6,9 @@ that cross into or out of it. M is the largest resident total over columns.
 An array is resident from the column that makes it (a load, a compute) until
 the column that last uses it, which consumes it (the paper's boxes turn their
 inputs into their outputs); a stored array is resident in its store column.
+A value is stored in the column right after the one that computes it, as the
+emitted CUDA stores it, so a stored value lives until then, not to the end of
+the kernel (a streamed accumulator is stored after its loop, at the end).
 When an axis streams, accumulators live through the whole kernel (the loop
 spans the columns).
 """
@@ -39,20 +42,28 @@ def columns(g: DiGraph, model: Model) -> tuple[Column, ...]:
     stores = [i for i, a in enumerate(arrays) if a.role == "store"]
     computed = [i for i, a in enumerate(arrays) if a.role in ("value", "accumulator")]
     steps: list[tuple[str, list[int], list[int], list[int]]] = []
+    streaming = model.streaming.axis is not None
     invariant = [i for i in loads if not arrays[i].streamed]
     streamed = [i for i in loads if arrays[i].streamed]
     if invariant:
         steps.append(("load " + ", ".join(arrays[i].name for i in invariant), invariant, [], []))
     if streamed:
         steps.append(("load " + ", ".join(arrays[i].name for i in streamed), streamed, [], []))
+    stored_at: dict[int, int] = {}       # stored array -> its store step
     for i in computed:
         a = arrays[i]
         if a.name.endswith(".stats"):
             continue
         steps.append((f"compute {a.name}", [], [i] + [j for j in by_node[a.node] if j != i
                                                      and arrays[j].role != "store"], []))
-    if stores:
-        steps.append(("store " + ", ".join(arrays[i].name for i in stores), [], [], stores))
+        now = [j for j in by_node[a.node] if j in stores and j not in stored_at]
+        if now and not (streaming and a.role == "accumulator"):
+            stored_at.update((j, len(steps)) for j in now)
+            steps.append(("store " + ", ".join(arrays[j].name for j in now), [], [], now))
+    rest = [i for i in stores if i not in stored_at]
+    if rest:
+        stored_at.update((j, len(steps)) for j in rest)
+        steps.append(("store " + ", ".join(arrays[i].name for i in rest), [], [], rest))
     # liveness: first and last step each array is touched
     first: dict[int, int] = {}
     last: dict[int, int] = {}
@@ -68,8 +79,7 @@ def columns(g: DiGraph, model: Model) -> tuple[Column, ...]:
     for i in stores:
         same = [j for j in by_node[arrays[i].node] if j != i]
         for j in same:
-            last[j] = max(last.get(j, 0), len(steps) - 1)
-    streaming = model.streaming.axis is not None
+            last[j] = max(last.get(j, 0), stored_at[i])
     live_at: list[set] = [set() for _ in steps]   # each array at its first step and until its last
     for i, s in first.items():
         for t in range(s, max(s + 1, last[i])):

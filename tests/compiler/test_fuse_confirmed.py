@@ -1,11 +1,14 @@
 """Fusion's check of a close merge (compiler/fuse.py, `_greedy`'s `slower`): the quick
 estimate that prices candidates searches fewer thread tiles, so a merge it calls close (within
 fuse.CLOSE) is confirmed by the full tile search of the merged kernel and its parts, and a
-merge that search prices slower is not made. A linear layer with its GELU, both stored: fused
-on the CUDA cores (f32 operands, or bf16 x f16) it is predicted slower than apart (model
-figures, h100); on the tensor cores (all f16) fused is faster and stays. Plans checked against
-explain's unfused figure (plan.baseline), and the plan that changed run by the CPU emulator at
-odd sizes against the float64 reference."""
+merge that search prices slower is not made. A linear layer with its GELU, both stored in
+16 bits from f32 products on the CUDA cores of an A100: the quick estimate saves 0.2% fused,
+the full search prices fused 0.08% slower (model figures), and they stay apart; on the tensor
+cores of an H100 (all f16) fused is faster and stays. Those margins are the model's to move,
+so the check is also held to a disagreement made on purpose: the quick estimate told that a
+linear layer with its rows' sum of squares saves 5% fused, where the full search prices
+fused some 30x slower. Plans checked against explain's unfused figure (plan.baseline), and
+the plan kept apart run by the CPU emulator at odd sizes against the float64 reference."""
 
 from __future__ import annotations
 
@@ -33,25 +36,94 @@ LARGE = {"t": 4096, "m": 4096, "f": 4096}
 
 
 @functools.cache
-def _plan(x, w, o="f32"):
-    return plan(napkin.load(LINEAR_GELU.format(x=x, w=w, o=o)), "h100", LARGE)
+def _plan(x, w, o="f32", target="h100"):
+    return plan(napkin.load(LINEAR_GELU.format(x=x, w=w, o=o)), target, LARGE)
+
+
+# the quick estimate saves a little fused, the full search prices fused slower (a100, model)
+APART = [("f32", "f32", "bf16", "a100"), ("f32", "bf16", "bf16", "a100")]
 
 
 def _unfused_seconds(p):
     return sum(float(kp.cost.time) for kp in baseline(p))
 
 
-@pytest.mark.parametrize("x, w", [("f32", "f32"), ("bf16", "f16")])
-def test_a_close_merge_the_full_search_prices_slower_is_not_made(x, w):
-    p = _plan(x, w)
+def _boundary(p) -> str:
+    return next(ln for ln in render_text(report(p)).splitlines() if "boundary:" in ln)
+
+
+@pytest.mark.parametrize("x, w, o, target", APART)
+def test_a_close_merge_the_full_search_prices_slower_is_not_made(x, w, o, target, monkeypatch):
+    from napkin.compiler import confirm
+    seen = []
+    slower = confirm.Confirm.slower
+
+    def spy(self, p, c, gain, apart):
+        found = slower(self, p, c, gain, apart)
+        seen.append((gain / apart, found, self.refused.get(frozenset((p, c)))))
+        return found
+    monkeypatch.setattr(confirm.Confirm, "slower", spy)
+    _plan.cache_clear()
+    p = _plan(x, w, o, target)
     assert [len(kp.kernel.equations) for kp in p.kernels] == [1, 1]
     assert float(p.time) <= _unfused_seconds(p)
-    # explain says why, with the full search's prices (fused slower than apart)
-    line = next(ln for ln in render_text(report(p)).splitlines() if "boundary:" in ln)
+    # the quick estimate saved a little fused; the full search priced fused slower
+    ((saved, refused, (fused, apart)),) = seen
+    assert 0 < saved < confirm.CLOSE and refused and fused > apart
+    # explain says why, with the full search's prices
+    line = _boundary(p)
+    assert "H goes through global memory: fused it would take " in line
+    assert line.endswith("(full tile search)")
+
+
+ROW_SQUARES = """\
+axis t, m, f
+in X[t m]: f16
+in W[m f]: f16
+in b[f]: f32
+H[t f] = X * W + b
+s[t] = sum[f](H * H)
+out s: f32
+out H: f16
+"""
+
+
+def _seconds(text: str) -> float:
+    """'9.65 ms' -> 0.00965 (explain's figures)."""
+    number, unit = text.split()
+    return float(number) * {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[unit]
+
+
+def _told_close(monkeypatch, saved=0.05):
+    """Fusion's quick estimate told that every merge saves `saved` of the time apart: _greedy
+    prices the two clusters, then their merge (fuse._time of each kernel in turn)."""
+    from napkin.compiler import fuse
+    quick = fuse._time
+    last = []
+
+    def told(planner, k):
+        parts = [(e, t) for e, t in last[-2:] if set(e) < set(k.equations)]
+        if len(parts) == 2 and set(parts[0][0]) | set(parts[1][0]) == set(k.equations):
+            return (1 - saved) * (parts[0][1] + parts[1][1])
+        last.append((k.equations, quick(planner, k)))
+        return last[-1][1]
+    monkeypatch.setattr(fuse, "_time", told)
+
+
+def test_a_merge_told_close_that_the_full_search_prices_slower_is_not_made(monkeypatch):
+    from napkin.compiler import confirm
+    _told_close(monkeypatch)
+    p = plan(napkin.load(ROW_SQUARES), "h100", LARGE)
+    assert [len(kp.kernel.equations) for kp in p.kernels] == [1, 1]
+    line = _boundary(p)
     assert "H goes through global memory: fused it would take " in line
     assert line.endswith("(full tile search)")
     fused, apart = line.split("would take ")[1].split(" (full")[0].split(" instead of ")
-    assert float(fused.split()[0]) > float(apart.split()[0])       # both in ms
+    assert _seconds(fused) > 10 * _seconds(apart)
+    # without the check the merge the quick estimate was told about is made
+    monkeypatch.setattr(confirm, "CLOSE", 0.0)
+    p = plan(napkin.load(ROW_SQUARES), "h100", LARGE)
+    assert [len(kp.kernel.equations) for kp in p.kernels] == [2]
 
 
 def test_a_merge_the_full_search_prices_faster_stays_made():
@@ -60,10 +132,11 @@ def test_a_merge_the_full_search_prices_faster_stays_made():
     assert float(p.time) < _unfused_seconds(p)
 
 
-@pytest.mark.parametrize("x, w", [("f32", "f32"), ("bf16", "f16")])
-def test_the_plan_kept_apart_runs_as_the_reference_says(x, w, rng, within_budget):
+@pytest.mark.parametrize("x, w, o, target", APART)
+def test_the_plan_kept_apart_runs_as_the_reference_says(x, w, o, target, rng, within_budget):
     from napkin.pipeline import run_plan
-    p = _plan(x, w)
+    p = _plan(x, w, o, target)
+    assert len(p.kernels) == 2
     sizes = {"t": 37, "m": 70, "f": 129}           # odd sizes beside tile multiples
     X = rng.standard_normal((sizes["t"], sizes["m"])).astype(np.float32)
     W = rng.standard_normal((sizes["m"], sizes["f"])).astype(np.float32)
