@@ -184,9 +184,12 @@ def test_matmul_operand_layouts_swizzled_both_ways(name):
         assert_close(d, p, shape)
 
 
-@pytest.mark.parametrize("head, kinds", [(64, {"swizzled"}), (128, {"swizzled"}),
-                                         (48, {"padded"})])
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head, kinds, causal", [
+    (64, {"swizzled"}, False), (64, {"swizzled"}, True), (128, {"swizzled"}, False),
+    (48, {"padded"}, False),
+    # (the causal loop of the other heads: the same layouts, the thorough tier's)
+    pytest.param(128, {"swizzled"}, True, marks=pytest.mark.thorough),
+    pytest.param(48, {"padded"}, True, marks=pytest.mark.thorough)])
 def test_attention_swizzled_and_padded(head, kinds, causal):
     d = library("causal_attention" if causal else "attention", "f16", d=head)
     p = flash_plan(d)

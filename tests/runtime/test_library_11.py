@@ -255,8 +255,11 @@ def _streamed(p, chunk: int = 32):
     return with_choices(p, [replace(kp.choice, stream=("x", chunk))])
 
 
-@pytest.mark.parametrize("engine", ["tensor-cores", "cuda-cores"])
-@pytest.mark.parametrize("mask", list(VARLEN_MASKS))
+@pytest.mark.parametrize("mask, engine", [
+    *[(m, "tensor-cores") for m in VARLEN_MASKS], ("documents first", "cuda-cores"),
+    # (the CUDA cores' chunk bounds of the other two: the same rule, the thorough tier's)
+    *[pytest.param(m, "cuda-cores", marks=pytest.mark.thorough) for m in VARLEN_MASKS
+      if m != "documents first"]])
 def test_document_masks_skip_only_what_their_positions_hide(mask, engine, rng):
     """A conjunction skips the chunks its readable part (`x <= q`) hides, whatever the
     unreadable part (a comparison of gathered document ids) says; a disjunction with such a
