@@ -117,10 +117,11 @@ def test_a_slow_case_is_named_saved_and_ends_its_batch(fuzz, monkeypatch, tmp_pa
     from tests.fuzz import harness, timeouts
     monkeypatch.setattr(harness, "save_regression",
                         functools.partial(harness.save_regression, folder=tmp_path))
-    _slow_canonicalize(monkeypatch, 3.0)
+    _slow_canonicalize(monkeypatch, 20.0)
     began = time.time()
     result = fuzz.run_batch("diagrams (interpreted)", seed=11, examples=5, case_seconds=0.3)
-    assert time.time() - began < 2.5
+    # (cut by the 0.3 s limit, not the 20 s sleep; the bound is loose for a loaded machine)
+    assert time.time() - began < 15.0
     assert result["tried"] == 1 and result["saved"] is None
     [(stage, text, path)] = result["slow"]
     assert stage.startswith("plan (compiler/plan.py:")

@@ -251,7 +251,7 @@ def _junk(folder):
     return outside
 
 
-def test_list_answers_on_junk_within_a_second_and_clear_leaves_it(tmp_path, monkeypatch, capsys):
+def test_list_answers_on_junk_without_hanging_and_clear_leaves_it(tmp_path, monkeypatch, capsys):
     folder = tmp_path / "kc"
     outside = _junk(folder)
     monkeypatch.setenv("NAPKIN_CACHE_DIR", str(folder))
@@ -264,9 +264,12 @@ def test_list_answers_on_junk_within_a_second_and_clear_leaves_it(tmp_path, monk
     worker = threading.Thread(target=lambda: done.append(main(["cache", "list"])), daemon=True)
     start = time.monotonic()
     worker.start()
-    worker.join(timeout=10)
+    # (a FIFO opened for reading blocks until a writer comes: a list that opened it would
+    # never answer; the bound only tells a hang from an answer, a loaded machine's seconds
+    # included: CI once took 1.9 s of wall clock for it beside another test run)
+    worker.join(timeout=60)
     elapsed = time.monotonic() - start
-    assert done == [0] and elapsed < 1.0, elapsed
+    assert done == [0], f"cache list did not answer in {elapsed:.0f} s"
     out = capsys.readouterr().out
     assert "\\x1b[31m\\x07" in out and "\x1b" not in out and "\x07" not in out
     assert "4 entries (4 kernel cache, 0 emulator)" in out     # the real one and three damaged
