@@ -9,11 +9,16 @@ projections of self-attention, h100) Q's best tiling has 256 threads a block and
 (model: 114.9 us): each pays a little more alone, the three save two launches, a partial
 wave and two reads of X from HBM.
 
+Siblings of one block shape may share a launch faster at another: at t=512 m=n=k=2048 each
+projection alone is best in blocks of 64 threads (a small grid fills the GPU with small
+blocks), and the three in one launch at 128 threads (192 blocks, one wave) take 36.1 us
+against 54.3 us at 64 (model, h100).
+
 `decide` (the planner's; variants.with_choices keeps the tilings it is given and calls
 siblings.decide alone): per set of candidate siblings (clusters.sibling_readers over the
-kernels siblings.eligible takes, mma.sync ones with no hint: a hinted tiling is the user's)
-whose members have more than one thread count, and per thread count one of them has, the
-members of other counts are tiled at that count: each its `KEEP` fastest tilings there
+kernels siblings.eligible takes, mma.sync ones with no hint: a hinted tiling is the user's),
+and per thread count an mma.sync block can have (`THREADS`; for a set of one count, the
+others), the members of other counts are tiled at that count: each its `KEEP` fastest tilings there
 (tiling_rank.ranked at those threads, the candidates its own search priced), tried member by
 member beside its own tiling, each kept where the plan's predicted time with the launches
 siblings.decide makes of it (priced by siblings.price) is least. The fastest such option is
@@ -23,9 +28,9 @@ members tiled again and their threads alone are recorded on their launch
 (siblings.Launch.retiled, .alone: explain says why a member is not tiled as its own best).
 Lowering reads the kernels' choices and the launches as ever.
 
-Planning cost: nothing where the siblings have one block shape (the usual case); else one
-evaluation of a member's tensor-core candidate set per thread count tried, and a few
-siblings.decide calls (prices of a handful of kernels) per member.
+Planning cost: nothing without siblings; else one evaluation of a member's tensor-core
+candidate set per thread count tried (`THREADS`: four), and at most TRIALS siblings.decide
+calls (prices of a handful of kernels) per count (record_plans: 11.9 CPU-s, as before).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from .pick import NEAR
 from .target import Target
 
 KEEP = 3            # a member's fastest block tiles at a thread count that are tried
+THREADS = tuple(sorted({32 * w for w in tensorcore.WARPS}))   # a block's threads an mma.sync tiling has
 RANKED = 64         # ... among its fastest tilings there (chunks and warps of each tile)
 TRIALS = 64         # the most combinations of members' tilings priced per thread count
 
@@ -92,30 +98,32 @@ def tiled_at(g, kp, threads: int, sizes: dict, target: Target) -> list:
 
 
 def options(g, kernels: tuple, sizes: dict, target: Target, tail=None) -> list[Option]:
-    """The options of the first set of siblings (the most members first) whose members
-    differ in thread count, one per thread count a member has, priced against the plan as
-    tiled; [] where there is none."""
+    """The options of the first set of siblings (the most members first), one per thread
+    count `_priced` tries, priced against the plan as tiled; [] where there is none."""
     groups = _groups(kernels, tail)
     return _priced(g, kernels, groups[0], sizes, target, tail) if groups else []
 
 
 def _priced(g, kernels: tuple, group, sizes: dict, target: Target, tail) -> list[Option]:
-    """`group`'s options, one per thread count a member has (where another can take it)."""
-    return [o for t in sorted({kernels[i].schedule.threads for i in group})
+    """`group`'s options, one per thread count a block of mma.sync warps can have but one
+    every member has (where a member can take it)."""
+    have = {kernels[i].schedule.threads for i in group}
+    counts = sorted(set(THREADS) | have) if len(have) > 1 else sorted(set(THREADS) - have)
+    return [o for t in counts
             if (o := _option(g, kernels, group, t, sizes, target, tail)) is not None]
 
 
 def _groups(kernels: tuple, tail) -> list[tuple[int, ...]]:
-    """The sets of candidate siblings whose re-tileable members differ in thread count."""
+    """The sets of candidate siblings (of re-tileable members), the most members first."""
     ok = {i for i, kp in enumerate(kernels) if siblings.eligible(kp, i, tail)
           and _retileable(kp)}
     if len(ok) < 2:
         return []
-    found = sibling_readers([kp.kernel for kp in kernels], ok)
-    found = sorted(found, key=lambda s: (-len(s[1]), s[1]))
+    found = sorted(sibling_readers([kp.kernel for kp in kernels], ok),
+                   key=lambda s: (-len(s[1]), s[1]))
     out: list[tuple[int, ...]] = []
     for _, group in found:
-        if len({kernels[i].schedule.threads for i in group}) > 1 and group not in out:
+        if group not in out:
             out.append(group)
     return out
 
@@ -152,10 +160,9 @@ def _option(g, kernels: tuple, group, threads: int, sizes: dict, target: Target,
 
 def decide(g, kernels: tuple, sizes: dict, target: Target, tail=None):
     """(the kernels, each launch member's cost its share; the launches), as siblings.decide,
-    with members of sibling sets tiled at another member's thread count where the plan is
-    predicted faster so (module doc): each set once, the most members first, its fastest
-    option taken where faster than the plan before it; a set that then differs in thread
-    count is considered in turn (projected self-attention's gradient at t=s=4096 m=2048
+    with members of sibling sets tiled at another thread count where the plan is predicted
+    faster so (module doc): each set once, the most members first, its fastest option taken
+    where faster than the plan before it, the next set priced with it (projected self-attention's gradient at t=s=4096 m=2048
     h=16: dWq, reading dQ as dX does, tiled at dX's 256 threads, 980.9 -> 979.3 us; then
     dWk and dWv, reading X as dWq does, tiled as it share its launch: 957.2 us, model,
     h100). All of it is kept where the plan is faster than as tiled alone by more than
