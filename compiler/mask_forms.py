@@ -112,9 +112,18 @@ def _constants(g: DiGraph, n: int) -> tuple[int, float, float] | None:
 def _where(g: DiGraph, cond: int, a: float, b: float, like: int, at: dict) -> int:
     f = ir.type_of(g, like).dtype if ir.kind_of_dtype(ir.type_of(g, like).dtype) == "float" \
         else ir.INTERMEDIATE
-    consts = [ir.add_node(g, ir.Const(v), ir.ArrayType((), f), [], **at) for v in (a, b)]
+    consts = [_constant(g, v, f, at) for v in (a, b)]
     return ir.add_node(g, ir.Map("where"), ir.ArrayType(ir.type_of(g, like).axes, f),
                        [cond] + consts, **at)
+
+
+def _constant(g: DiGraph, v: float, f: str, at: dict) -> int:
+    """A constant spelt as the parser spells it (`-inf` the negation of `inf`), so a
+    rewritten mask holds the ops of one written so (and values.same_values matches them)."""
+    if v < 0:
+        inner = ir.add_node(g, ir.Const(-v), ir.ArrayType((), f), [], **at)
+        return ir.add_node(g, ir.Map("neg"), ir.ArrayType((), f), [inner], **at)
+    return ir.add_node(g, ir.Const(v), ir.ArrayType((), f), [], **at)
 
 
 def negation(g: DiGraph, c: int, at: dict) -> int | None:
