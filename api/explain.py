@@ -159,11 +159,15 @@ def _streaming(plan: Plan, kp) -> dict | None:
     # statistics FlashAttention reads from its online softmax's final state (row_state.py)
     site = getattr(kp.schedule, "site", None) if kp.schedule is not None else None
     state = dict(zip(getattr(site, "lse", ()), getattr(site, "lse_kinds", ())))
+    kept = {n: k for n, k in kp.model.shared if n != k}    # (one state: score_states.py)
     for n, _ in st.reducers:
         op = ir.op(g, n)
         if n in state:
             kinds.append(f"{array_name(g, n)} = {row_state.SHOWN[state[n]]} read from the "
                          "final state (no accumulator)")
+        elif n in kept:
+            kinds.append(f"{array_name(g, n)} from {array_name(g, kept[n])}'s running max and "
+                         "sum of exp (no accumulator)")
         elif n in dict(st.pairs).values():
             kinds.append("online softmax (running max m, running sum l, rescaled output o)")
         elif isinstance(op, ir.Reduce):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..compiler import ir, row_state
+from ..compiler import ir, row_state, score_states
 from ..compiler.canonical import through
 from ..diagrams.diagnostics import error
 from . import cexpr, held, lane_merges, probability_rows
@@ -56,6 +56,9 @@ class State:
     peers: list = field(default_factory=list)
     factors: tuple = ()     # the leader's (scale, exps) at the current position(s)
     inv: str = ""           # the leader's 1 / l, after the merge
+    # a row statistic of the scores another reducer keeps the running max and sum of
+    # (compiler/score_states.py): its arrays are that one's, never folded nor merged here
+    source: "State | None" = None
 
 
 def kind_of(lw, n: int, stats: bool) -> str:
@@ -90,13 +93,21 @@ def row_key(lw, n: int, pt: dict) -> tuple:
 
 def declare(lw, n: int, pt: dict, stats: bool = False, leaders: dict | None = None) -> State:
     """A state for node n at the thread's point `pt`. `leaders` (row_key -> State, filled
-    here): a paired softmax's point whose row an earlier point holds shares that one's (m, l)."""
+    here): a paired softmax's point whose row an earlier point holds shares that one's (m, l);
+    a statistic of the scores whose running state another reducer keeps at the point reads
+    that one's (compiler/score_states.shared)."""
     b = lw.b
     kind = kind_of(lw, n, stats)
     extra = _extra(lw, n, kind)
     extent = 1
     for a in extra:
         extent *= extent_of(lw, a)
+    point = ("scores",) + tuple(pt["at"].get(a) for a in lw.woven)
+    kept = {} if stats else score_states.shared(lw.g, lw.st)
+    keeper = kept.get(n, n)
+    if keeper != n and leaders is not None:
+        source = leaders[(keeper,) + point]
+        return State(kind, {}, source.arrays, extent, extra, source=source)
     rows_slots, array_slots = STREAMED[kind]
     rows, arrays = {}, {}
     leader = None
@@ -118,6 +129,8 @@ def declare(lw, n: int, pt: dict, stats: bool = False, leaders: dict | None = No
         leader.peers.append(st)
     elif kind == "pair" and leaders is not None:
         leaders[key] = st
+    elif leaders is not None and n in kept:
+        leaders[(n,) + point] = st        # (its followers' source: score_states.shared)
     return st
 
 
@@ -148,6 +161,8 @@ def update(lw, n: int, st: State, scopes: list, stats: bool = False) -> None:
     r = lw.st.axis
     if st.kind == "pair":
         _online_softmax(lw, n, st, scopes)
+        return
+    if st.source is not None:      # (its source folds the scores)
         return
     args = ir.operands(g, n)
     if st.kind in probability_rows.KINDS:    # (the scores the paired softmax normalises)
@@ -259,7 +274,8 @@ def fold_value(b, kind: str, v: dict, x: str, two_exps: bool = False) -> None:
 def finish(lw, n: int, st: State, pt: dict, merge: bool) -> None:
     """Merge the lanes' states (when they split the streamed axis) and register the result."""
     b = lw.b
-    if merge and lw.ways > 1 and st.leader is None:   # (a leader merges its peers' o)
+    if merge and lw.ways > 1 and st.leader is None and st.source is None:
+        # (a leader merges its peers' o; a source, finished first, the state read here)
         lane_merges.merge(lw, st)
     point = pt["scope"]
     a = st.arrays

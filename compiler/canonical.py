@@ -55,6 +55,8 @@ from .graph import DiGraph, ancestors
 from . import ir
 from .local_merge import chains_of
 from .masking import constant
+from .mask_forms import NEGATED as _NEGATED, additive_form as _additive_form, \
+    negation as _negation
 from .merge import merge_axes
 from .reach import normalised
 from .rename import store_renamed
@@ -77,6 +79,7 @@ def canonicalize(g: DiGraph, keep=(), free: bool = False, nest: bool = True,
         for n in ir.order(g):
             if n in g and (_summed_product(g, n) or _softmax(g, n) or _variance(g, n) or
                            _logsumexp(g, n) or _constant_last(g, n) or _abs_bound(g, n) or
+                           _additive_form(g, n) or
                            (nest or not chains_of(g, n, keep)) and _hoisted(g, n)):
                 changed = True
                 break
@@ -219,7 +222,6 @@ def _written_softmax(g: DiGraph, n: int) -> None:
     _replace(g, n, new)
 
 
-_NEGATED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
 
 
 def _constant_last(g: DiGraph, n: int) -> bool:
@@ -265,28 +267,6 @@ def _abs_bound(g: DiGraph, n: int) -> bool:
     parts = [ir.add_node(g, ir.Map(fn), ir.type_of(g, n), [u, b], **at) for u in (e, neg)]
     _replace(g, n, ir.add_node(g, ir.Map("and"), ir.type_of(g, n), parts, **at))
     return True
-
-
-def _negation(g: DiGraph, c: int, at: dict) -> int | None:
-    """A node for `not c`: a comparison of integers (indices, sizes, integer data) flipped,
-    `and` and `or` by De Morgan, `not e` as e; None otherwise (floats: NaN compares false
-    both ways)."""
-    c = through(g, c)
-    op, args = ir.op(g, c), ir.operands(g, c)
-    if not isinstance(op, ir.Map):
-        return None
-    if op.fn == "not":
-        return args[0]
-    if op.fn in _NEGATED and all(ir.kind_of_dtype(ir.type_of(g, u).dtype) == "int"
-                                 for u in args):
-        return ir.add_node(g, ir.Map(_NEGATED[op.fn]), ir.type_of(g, c), list(args), **at)
-    if op.fn in ("and", "or"):
-        parts = [_negation(g, u, at) for u in args]
-        if None in parts:
-            return None
-        return ir.add_node(g, ir.Map("or" if op.fn == "and" else "and"), ir.type_of(g, c),
-                           parts, **at)
-    return None
 
 
 def _factors(g: DiGraph, n: int, inverse: bool = False) -> list[tuple[int, bool]]:

@@ -198,6 +198,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     index_axes = {a for a, _ in choice.warps} | ({stream} if stream else set())
     positional = masked = False
     paired = {n for n, _ in model.streaming.pairs}
+    running = dict(model.shared)       # (score_states.py: one running state, the first's)
     if extents is None:
         extents = work_extents(model, level1, choice, sizes)
     for w, (points, redo) in zip(model.work, extents):
@@ -214,8 +215,10 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         per = INSTRUCTIONS.get(w.op, DEFAULT)
         if tensor and w.op in ("mean", "var"):
             per = (per[0] + STAGED_COUNT, per[1], 0 if w.op == "mean" else per[2])
-        if tensor and (w.node == model.scale or w.node in model.lse_ops):
-            continue        # folded into the exponent's FFMA; the softmax's own state
+        if tensor and (w.node == model.scale or w.node in model.lse_ops) or \
+                running.get(w.node, w.node) != w.node:
+            continue        # folded into the exponent's FFMA; the softmax's own state;
+                            # another statistic's running state (score_states.py)
         if chain and w.op == "exp":     # a chain's operand takes exp as ex2.approx (cexpr.FAST)
             per = CHAIN_EXP
         if tensor and model.streaming.pairs and cut is not None and key_only(model, choice, w):
@@ -232,8 +235,10 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         elif not tensor and w.op == "softmax" and w.node not in paired:
             stats = STREAMED_STATS if stream in w.axes or w.node in model.online else per
             per = tuple(x + y for x, y in zip(stats, SOFTMAX_NORMALISED))
-        elif not tensor and w.op == "logsumexp" and (stream in w.axes or w.node in model.online):
-            per = STREAMED_STATS    # the online update (codegen/accum.py, Model.online)
+        elif not tensor and (w.op == "logsumexp" or w.node in running) and \
+                (stream in w.axes or w.node in model.online):
+            per = STREAMED_STATS    # the online update (codegen/accum.py, Model.online; a
+                                    # statistic of P keeps one: score_states.py)
         elif not tensor and w.op == "var" and (stream in w.axes or w.node in model.online):
             per = STREAMED_VAR      # Welford's update (codegen/accum.py)
         elif not tensor and w.op in SIMT_REDUCE:

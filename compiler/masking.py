@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from . import ir, monotone
+from . import ir, monotone, row_state
 from .graph import ancestors
 
 COMPARISONS = ("lt", "le", "gt", "ge", "eq")
@@ -33,8 +33,10 @@ def chunk_mask(g, st, loads=(), nodes=()) -> tuple | None:
     conds = []
     for n, _ in st.reducers:
         op = ir.op(g, n)
-        if n in soft_of:
-            cond = masked_by(g, ir.operands(g, soft_of[n])[0], -math.inf)
+        probs = row_state.of_probabilities(g, st, n)
+        if n in soft_of or probs is not None:     # (a sum or max of P: its softmax's state)
+            soft = soft_of[n] if n in soft_of else probs[0]
+            cond = masked_by(g, ir.operands(g, soft)[0], -math.inf)
         elif isinstance(op, ir.Reduce) and op.fn in ("max", "logsumexp", "sum"):
             cond = masked_by(g, ir.operands(g, n)[0], 0.0 if op.fn == "sum" else -math.inf)
         elif isinstance(op, ir.Contract):

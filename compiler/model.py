@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .graph import DiGraph, ancestors
 
-from . import held_values, ir, lanes, register_arrays
+from . import held_values, ir, lanes, register_arrays, score_states
 from .canonical import through
 from .kernels import FusedKernel, is_free, relabelled
 from .loop_reads import readers
@@ -91,6 +91,8 @@ class Model:
                                 # softmax's scores, the softmax's final state per row
                                 # (row_state.row_statistics)
     lse_ops: frozenset = frozenset()    # they and the ops only they read (row_state.state_ops)
+    shared: tuple = ()          # CUDA cores: (reducer, the one whose running max and sum of exp
+                                # it reads: itself where it keeps it), score_states.shared
     staged: tuple = ()          # a tensor-core product's operands computed from loads as they
                                 # are staged, its reductions beside it (tensorcore.for_site):
                                 # (node, its tile's axes, values a lane computes per run: 8 or
@@ -155,6 +157,7 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                             passes=max(1, load_passes[n]) if streamed else 1, streamed=streamed,
                             used_over=_used_over(g, n, members), unstaged=positions))
     reducers = st.reducer_pass()
+    kept = score_states.shared(g, st) if axis is not None else {}    # (one running state)
     free: dict = {}       # is_free's answers (the graph does not change while modelled)
     pairs = dict(st.pairs)
     stats = dict(st.stats)
@@ -201,7 +204,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
             rows = tuple(a for a in t.axes if a in ir.type_of(g, soft).axes)
             arrays.append(Array(n, array_name(g, n) + ".stats", "accumulator", rows, 4, slots=2))
         elif n in reducers or (axis is None and _reduces(op)):
-            arrays.append(Array(n, array_name(g, n), "accumulator", t.axes, 4, slots=_slots(op)))
+            arrays.append(Array(n, array_name(g, n), "accumulator", t.axes, 4,
+                                slots=0 if kept.get(n, n) != n else _slots(op)))
         else:
             arrays.append(Array(n, array_name(g, n), "value", t.axes, BYTES.get(t.dtype, 4),
                                 streamed=streamed))
@@ -229,7 +233,7 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                  condition_nodes(g, st, k.loads, k.nodes) if mask is not None else frozenset(),
                  relabelled(g, k, (n for n, _ in st.reducers)),
                  softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else None,
-                 lse, state_ops(g, st, lse),
+                 lse, state_ops(g, st, lse), shared=tuple(kept.items()),
                  extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
                  rows=rows, online=online, loop_reads=loop_reads,
                  fixed=frozenset(a for a, info in g.graph["axes"].items()

@@ -25,15 +25,18 @@ class Merges:
         joins that pair's, one kernel merging O and the statistics (each its own merge
         kernel otherwise), as its partial is read from the partial kernel's state."""
         g, out = self.g, {}
+        self.paired_with: dict[int, int] = {}       # sink -> the pair it is a statistic of
         pairs = [n for n in self.r.sinks if not isinstance(ir.op(g, n), ir.Reduce)
                  and self._pair_operand(n) is not None]
         for c in pairs:
             soft = through(g, ir.operands(g, c)[self._pair_operand(c)])
             scores = ir.operands(g, soft)[0]
             for n in self.r.sinks:
-                if n not in pairs and row_state.statistic(g, n, scores, (self.x,)) and \
-                        g.nodes[n]["stmt"] != g.nodes[c]["stmt"]:
-                    out.setdefault(n, g.nodes[c]["stmt"])
+                if n not in pairs and n not in self.paired_with and \
+                        row_state.statistic(g, n, scores, (self.x,), soft):
+                    self.paired_with[n] = c
+                    if g.nodes[n]["stmt"] != g.nodes[c]["stmt"]:
+                        out[n] = g.nodes[c]["stmt"]
         return out
 
     def _pair_operand(self, n: int):
@@ -53,6 +56,12 @@ class Merges:
         the partial kernel's state), not exp(S) with 0 (the same values)."""
         g = self.g
         arg = through(g, ir.operands(g, n)[0])
+        if n in self.paired_with and isinstance(ir.op(g, arg), ir.Softmax):    # (P's)
+            return self._probabilities(n, op, t, part, merge_stmt, name)
+        if op.fn == "logsumexp" and n in self.paired_with:      # (the pair's own L_p)
+            l_part, _ = self._pair_state(self.paired_with[n])
+            return self._laid_out(self._merge("logsumexp", l_part, t.dtype, merge_stmt), t,
+                                  name, merge_stmt)
         if state and op.fn == "sum" and ir.op(g, arg) == ir.Map("exp"):
             inner = self.masked(self._read(ir.operands(g, arg)[0], part), -np.inf, part)
             src = self.map("exp", [inner], ir.INTERMEDIATE, part)
@@ -176,8 +185,6 @@ class Merges:
         k = self._pair_operand(n)
         probs = self._read(args[k], part)
         other = self.masked(self._read(args[1 - k], part), 0.0, part)
-        soft = through(g, probs)
-        scores = ir.operands(g, soft)[0]          # where(valid, S', -inf), built by _prime
         pair = [probs, other] if k == 0 else [other, probs]
         union = tuple(dict.fromkeys(ir.type_of(g, pair[0]).axes + ir.type_of(g, pair[1]).axes))
         o = self.add(ir.Contract((self.s,)), ir.ArrayType(
@@ -185,18 +192,66 @@ class Merges:
             span=g.nodes[n]["span"])             # (the diagram's product: N0606 points there)
         o_axes = (self.p,) + t.axes
         o_part = self.assign(self.fresh(f"{name}.part"), o, o_axes, part)
+        _, w = self._pair_state(n)
+        union = tuple(dict.fromkeys(ir.type_of(g, w).axes + o_axes))
+        merged = self.add(ir.Contract((self.p,)), ir.ArrayType(
+            tuple(a for a in union if a != self.p), t.dtype), [w, o_part], merge_stmt)
+        return self._laid_out(merged, t, name, merge_stmt)
+
+    def _pair_state(self, c: int) -> tuple[int, int]:
+        """(L_p, softmax[p_x](L_p)) of pair sink c, built once in its statements: each split's
+        logsumexp of its scores, stored as `O.lse` over O's rows only (the value axes are not
+        the scores'), and the merge's weights. O's merge reads both; a logsumexp of the same
+        scores beside merges from O.lse (one partial, stored once), a row sum or maximum of
+        the probabilities weighs its partials by them (_probabilities)."""
+        if c in self.states:
+            return self.states[c]
+        g = self.g
+        own = g.nodes[c]["stmt"]
+        part, name, t = self.part_stmt[own], equation_name(g, own) or "partial", \
+            ir.type_of(g, c)
+        k = self._pair_operand(c)
+        soft = through(g, self._read(ir.operands(g, c)[k], part))
+        scores = ir.operands(g, soft)[0]          # where(valid, S', -inf), built by _prime
         lse = self.add(ir.Reduce("logsumexp", (self.s,)), ir.ArrayType(
             tuple(a for a in ir.type_of(g, scores).axes if a != self.s), t.dtype), [scores], part)
-        # stored over O's rows only (the value axes are not the scores')
         l_part = self.assign(self.fresh(f"{name}.lse"), lse, (self.p,) + tuple(
             a for a in t.axes if a in ir.type_of(g, lse).axes), part)
         # (each split's own softmax gives 0 on a chunk with no key: its weight here is 0; the
         # row's NaN, where the softmax was written out, comes from the merge's)
-        written = ir.op(g, through(g, args[k])).written
-        w = self.add(ir.Softmax((self.p,), written), ir.type_of(g, l_part), [l_part], merge_stmt)
-        union = tuple(dict.fromkeys(ir.type_of(g, w).axes + o_axes))
-        merged = self.add(ir.Contract((self.p,)), ir.ArrayType(
-            tuple(a for a in union if a != self.p), t.dtype), [w, o_part], merge_stmt)
-        if ir.type_of(g, merged).axes != t.axes:
-            merged = self.add(ir.Assign(self.fresh(f"{name}.merged")), t, [merged], merge_stmt)
+        written = ir.op(g, through(g, ir.operands(g, c)[k])).written
+        w = self.add(ir.Softmax((self.p,), written), ir.type_of(g, l_part), [l_part], own)
+        self.states[c] = l_part, w
+        return l_part, w
+
+    def _probabilities(self, n, op, t, part, merge_stmt, name) -> int:
+        """A row sum or maximum of a pair's probabilities P (row_state's psum, pmax): per split
+        the same of its own P_p = softmax[s_x](S'), exp(S' - L_p) (the partial kernel's
+        state), merged weighed as O is, by softmax[p_x](L_p) = exp(L_p - L): sum[p_x] of
+        the products (a contraction, as O's merge) or their max[p_x], exp(m_p - L) at most,
+        exp(m - L) = max[x](P). A split with no key weighs 0, a row with none gives 0 (NaN
+        where the softmax was written out: the weights' own)."""
+        g = self.g
+        _, w = self._pair_state(self.paired_with[n])
+        probs = self._read(ir.operands(g, n)[0], part)
+        axes = tuple(self.s if a == self.x else a for a in op.axes)
+        stored = self._store(self._partial(probs, op.fn, axes, t.dtype, part),
+                             f"{name}.part", part)
+        union = tuple(dict.fromkeys(ir.type_of(g, w).axes + ir.type_of(g, stored).axes))
+        if op.fn == "sum":
+            merged = self.add(ir.Contract((self.p,)), ir.ArrayType(
+                tuple(a for a in union if a != self.p), t.dtype), [w, stored], merge_stmt)
+        else:
+            weighed = self.map("mul", [w, stored], t.dtype, merge_stmt)
+            merged = self._merge("max", weighed, t.dtype, merge_stmt)
+        return self._laid_out(merged, t, name, merge_stmt)
+
+    def _laid_out(self, merged: int, t: ir.ArrayType, name: str, stmt) -> int:
+        """The merged value in the sink's layout (a name where the merge's differs)."""
+        if ir.type_of(self.g, merged).axes != t.axes:
+            merged = self.add(ir.Assign(self.fresh(f"{name}.merged")), t, [merged], stmt)
         return merged
+
+
+def equation_name(g, stmt) -> str | None:
+    return next((e.name for e in g.graph["equations"] if e.stmt == stmt), None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .graph import DiGraph, ancestors
 import numpy as np
 
-from . import ir
+from . import ir, row_state
 from .canonical import through
 
 MERGEABLE = ("sum", "max", "min", "logsumexp", "mean", "var", "argmax", "argmin")
@@ -110,9 +110,16 @@ class Region:
         if ir.op(g, n).axes != (axis,):
             raise NotSplittable(f"softmax over {' '.join(ir.op(g, n).axes)} before a reduction "
                                 f"(a split normalises over `{axis}` alone)")
-        for v in users_through_assign(g, n):
+        users = users_through_assign(g, n)
+        paired = any(isinstance(ir.op(g, v), ir.Contract) and ir.op(g, v).axes == (axis,)
+                     for v in users)
+        for v in users:
             op = ir.op(g, v)
             if v in inside or v in self.sinks:
+                # (beside the contraction, a row sum or max of P merges as O does: its
+                # partials weighed by softmax[p_x](L_p), split_merges._probabilities)
+                if paired and row_state.statistic(g, v, ir.operands(g, n)[0], (axis,), n):
+                    continue
                 if not (isinstance(op, ir.Contract) and op.axes == (axis,)):
                     raise NotSplittable(f"softmax[{axis}] reaches a reduction other than one "
                                         f"contraction over `{axis}`")

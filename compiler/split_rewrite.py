@@ -13,7 +13,7 @@ import numpy as np
 from . import ir
 from .canonical import dead_code
 from .split_region import Region, redirect
-from .split_merges import Merges
+from .split_merges import Merges, equation_name
 from .split_statements import separate_copies
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class Rewrite(Merges):
         self.gathers: dict[tuple[int, int | None], int] = {}
         self.partials: list[str] = []
         self.part_stmt: dict[int, int] = {}
+        self.states: dict[int, tuple[int, int]] = {}     # (Merges._pair_state)
         # the nodes a gather's computed positions are made of: x read there is clamped into
         # the axis (the rows past it, in the last splits, are masked out; unclamped, a
         # position such as `size(i) - 1 - x` would read outside its array on the CPU
@@ -282,7 +283,7 @@ class Rewrite(Merges):
         own = g.nodes[n]["stmt"]          # the sink stays; what feeds it moved
         part = self.part_stmt[own]
         merge_stmt = own if joined is None else joined
-        name = _equation_name(g, own) or "partial"
+        name = equation_name(g, own) or "partial"
         t = ir.type_of(g, n)
         if isinstance(op, ir.Reduce):
             result = self._reduce(n, op, t, part, merge_stmt, name, joined is not None)
@@ -305,7 +306,3 @@ def _share_axis(g, name: str, source: str, parts: int) -> ir.Axis:
     info = g.graph["axes"][source]
     size = share(info.size, parts) if info.size is not None else None
     return ir.Axis(name, size, name, None, derived=None if size is not None else (source, parts))
-
-
-def _equation_name(g, stmt) -> str | None:
-    return next((e.name for e in g.graph["equations"] if e.stmt == stmt), None)
