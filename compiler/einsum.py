@@ -133,7 +133,8 @@ def kept_under_normalisation(root: RNode) -> list[tuple[tuple[str, ...], RNode, 
     contracting product) per
     case; an axis counts when it follows an axis of a factor's own in that factor's layout
     (`d` in `Q[q d]`; a leading batch axis, `b` in `q[b q] * k[b x]`, does not), and the
-    product sums nothing (`Q[b q h d] * K[b x h d]` summing `d` keeps `h` by design).
+    product sums nothing (`Q[b q h d] * K[b x h d]` summing `d` keeps `h` by design, and so
+    does `sum[d](Q * K)`, the sum written out).
     Elementwise products (`X * X` in a norm, `S * g[x]`, a gate) bring no axis of their own
     on one side and are never reported."""
     found = []
@@ -157,6 +158,9 @@ def kept_under_normalisation(root: RNode) -> list[tuple[tuple[str, ...], RNode, 
             continue                        # elementwise, or a scale: nothing of its own
         for norm, kept in reversed(outer):  # the innermost first
             along = set(norm.contract or norm.axes)
+            if norm.kind == "reduce" and along & set(a) & set(b):
+                break       # the contraction written out, `sum[d](Q * K)`: what it keeps is
+                            # kept by design (the heads `h` of `Q[t h d]`, `K[s h d]`)
             if not along & set(own_a + own_b):
                 continue
             axes = tuple(x for x in a if x in b and x in kept and x not in along

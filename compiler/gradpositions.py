@@ -53,7 +53,11 @@ def ungather(sw, n: int, gr: Expr) -> Expr:
         text = f"where({' and '.join(conds)}, {text}, 0)"
     if summed:
         text = f"sum[{' '.join(ren.get(r, r) for r in summed)}]({text})"
-    return Expr(text, frozenset(mine))
+    # (a masked sum is a reduction: added to another contribution (tied embeddings' dE =
+    # dZ * X + the lookup's), it is named, so that a kernel stores the sum alone, the form
+    # compiler/scatter.py plans as a scatter-add; inlined into the addition it was planned
+    # densely, every (v, m) reading every t: 24.4 ms against 3.13 ms, model, h100)
+    return Expr(text, frozenset(mine), sums=bool(summed))
 
 
 def unrotate(sw, n: int, gr: Expr, kept: set) -> Expr | None:

@@ -315,7 +315,8 @@ def _arity(e: ast.Ref, n: int) -> None:
     got = len(e.args or ())
     if got != n:
         plural = "s" if n != 1 else ""
-        raise error("N0404", f"`{e.name.text}` takes {n} argument{plural}, but {got} were given",
+        raise error("N0404", f"`{e.name.text}` takes {n} argument{plural}, but {got} "
+                    f"{'was' if got == 1 else 'were'} given",
                     e.span, help=_signature(e.name.text))
 
 

@@ -18,7 +18,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, Un
 from . import ast, limits, tables
 from .depth import DepthTree, TooDeep, watch
 from .diagnostics import Collector, Diagnostic, NapkinError, Source, Span, error
-from .split import Chunk, split_statements
+from .split import Chunk, comma_offset, split_statements
 from .syntax_errors import EXAMPLES, describe_expected, match
 
 GRAMMAR_PATH = tables.GRAMMAR_PATH
@@ -84,6 +84,7 @@ def _parse(source: Source) -> ast.Program:
         raise error("N0503", f"the diagram has {len(chunks):,} statements; the limit is "
                     f"{limits.MAX_STATEMENTS:,}", source.span(c.start, c.end),
                     help="split the diagram into smaller ones", source=source)
+    _check_items(source, chunks)
     errors = Collector(source, limits.MAX_ERRORS)
     statements = []
     for chunk in chunks:
@@ -93,6 +94,25 @@ def _parse(source: Source) -> ast.Program:
             errors.add(exc)
     errors.raise_if_any()
     return ast.Program(tuple(statements), source)
+
+
+def _check_items(source: Source, chunks: list[Chunk]) -> None:
+    """Each item of a declaration's list counts as a statement (`axis a, b` declares as much
+    as `axis a` and `axis b`): 100,000 axes on one line took lark 3 CPU-s to read, refused
+    here before it reads any."""
+    total = 0
+    for c in chunks:
+        if total + c.commas + 1 > limits.MAX_STATEMENTS:
+            items = sum(c.commas + 1 for c in chunks)
+            k = limits.MAX_STATEMENTS - total          # the item past the limit follows the
+            start = comma_offset(source.text, c, k) + 1 if k else c.start   # k-th comma
+            start += len(source.text[start:c.end]) - len(source.text[start:c.end].lstrip())
+            end = comma_offset(source.text, c, k + 1) if k < c.commas else c.end
+            raise error("N0503", f"the diagram has {items:,} statements and declared items "
+                        f"(`axis a, b` declares two); the limit is {limits.MAX_STATEMENTS:,}",
+                        source.span(start, end),
+                        help="split the diagram into smaller ones", source=source)
+        total += c.commas + 1
 
 
 def _parse_statement(source: Source, chunk: Chunk) -> ast.Statement:
@@ -141,6 +161,9 @@ def _syntax_error(source: Source, chunk: Chunk, text: str, exc: UnexpectedInput)
     else:
         offset = chunk.start + token.start_pos
         span = source.span(offset, chunk.start + token.end_pos)
+    after = text[:token.start_pos].rstrip()[-1:] if not at_end else ""
+    if token.type == "_LSQB" and after in (")", "]"):
+        return _brackets_after(after, span, source)
     label = _match(exc)
     if at_end and chunk.unclosed is not None:
         opener = source.text[chunk.unclosed]
@@ -168,6 +191,18 @@ def _syntax_error(source: Source, chunk: Chunk, text: str, exc: UnexpectedInput)
     shown = token.value if len(token.value) <= 40 else token.value[:37] + "..."
     return error("N0102", f"unexpected `{shown}`", span,
                  help=f"expected {expected}" if expected else None, source=source)
+
+
+def _brackets_after(closer: str, span: Span, source: Source) -> NapkinError:
+    """`[` after a `)` or a `]`: axes named for something no array's name (LALR's expected
+    tokens there, merged from other states, listed a name)."""
+    if closer == ")":
+        return error("N0102", "axes in brackets follow an array's name, not a call or a "
+                     "parenthesis", span, help="a result has the axes of its equation: name it "
+                     "(`T[r c] = cumsum[c](X)`), then read it as `T[c r]` in the next one",
+                     source=source)
+    return error("N0102", "a second list of axes", span,
+                 help="one bracket names all the axes: `X[c r]`, `sum[r c](X)`", source=source)
 
 
 # tokens that are no axis name, met between an array's brackets: a computed position written

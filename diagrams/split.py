@@ -4,6 +4,9 @@ An open bracket normally joins the following lines into one statement, but a
 following line that clearly starts a new statement (`axis`, `in`, `out`,
 `group`, `stream`, or `NAME[...] =`) ends it, so an unclosed bracket is
 reported where it is, and the rest of the file is still checked.
+
+Each chunk counts its commas outside brackets (a declaration's list items, `axis a, b` being
+two), so the parser bounds the items of all lists before lark reads any (N0503).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ class Chunk:
     max_depth: int
     unclosed: int | None  # offset of the outermost bracket left open, if any
     deepest: int | None   # offset of the first bracket at the deepest nesting
+    commas: int = 0       # commas outside brackets: a declaration's list has commas + 1 items
 
 
 def split_statements(text: str) -> list[Chunk]:
@@ -36,13 +40,16 @@ def split_statements(text: str) -> list[Chunk]:
     max_depth = 0
     opens: list[int] = []
     deepest = None
+    commas = 0
     has_content = False
 
     def flush(end: int) -> None:
-        nonlocal start, depth, max_depth, opens, has_content, deepest
+        nonlocal start, depth, max_depth, opens, has_content, deepest, commas
         if has_content:
-            chunks.append(Chunk(start, end, max_depth, opens[0] if opens else None, deepest))
-        start, depth, max_depth, opens, has_content, deepest = end, 0, 0, [], False, None
+            chunks.append(Chunk(start, end, max_depth, opens[0] if opens else None, deepest,
+                                commas))
+        start, depth, max_depth, opens, has_content, deepest, commas = end, 0, 0, [], False, \
+            None, 0
 
     while i < n:
         ch = text[i]
@@ -65,6 +72,8 @@ def split_statements(text: str) -> list[Chunk]:
             if depth > 0:
                 depth -= 1
                 opens.pop()
+        elif ch == "," and depth == 0:
+            commas += 1
         if not ch.isspace():
             if not has_content:
                 start = i
@@ -72,3 +81,24 @@ def split_statements(text: str) -> list[Chunk]:
         i += 1
     flush(n)
     return chunks
+
+
+def comma_offset(text: str, chunk: Chunk, k: int) -> int:
+    """The offset of the k-th (from 1) comma outside brackets and comments in `chunk`."""
+    depth, i = 0, chunk.start
+    while i < chunk.end:
+        ch = text[i]
+        if ch == "#":
+            j = text.find("\n", i)
+            i = chunk.end if j < 0 else j
+            continue
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            k -= 1
+            if k == 0:
+                return i
+        i += 1
+    raise ValueError("fewer commas than counted")

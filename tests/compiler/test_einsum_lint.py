@@ -58,6 +58,13 @@ LEGIT = {
                      .replace("axis q, x, d", "axis q, x, d, e").replace("V[x d]", "V[x e]"),
     "explicit_sum": "axis q, x, d\nin Q[q d]: f32, K[x d]: f32, V[x d]: f32\n"
                     "O[q d] = softmax[x](sum[d](Q * K)) * V\nout O: f32\n",
+    # the sum written out around per-head scores (QK-norm attention): `h` kept by design, and
+    # the help said to sum it
+    "explicit_sum_heads": "axis t, s, h, d\nin Q[t h d]: f32, K[s h d]: f32, V[s h d]: f32\n"
+                          "O[t h d] = softmax[s](where(s <= t, sum[d](Q * K), -inf)) * V\n"
+                          "out O: f32\n",
+    "max_product_heads": "axis t, s, h, d\nin Q[t h d]: f32, K[s h d]: f32\n"
+                         "P[t h s] = softmax[s](max[d](Q * K))\nout P: f32\n",
     "split_on_purpose": "axis q, x, d\nin Q[q d]: f32, K[x d]: f32\nS[q x d] = Q * K\n"
                         "P[q x d] = softmax[x](S)\nout P: f32\n",
     "heads_summing_d": "axis b, q, x, h, d\nin Q[b q h d]: f32, K[b x h d]: f32\n"

@@ -161,6 +161,43 @@ def test_syntax_help_for_language_11(text, message, help):
     assert help in err.help, err.help
 
 
+@pytest.mark.parametrize("text, message, col", [
+    # axes named after a call or a parenthesis: "unexpected `[`", whose expected tokens
+    # (merged LALR states) listed "a name"
+    ("Y[r c] = cumsum[c](X) [r c]", "follow an array's name", 23),
+    ("Y[r] = sum[c](X)[r]", "follow an array's name", 17),
+    ("Y[r c] = (X)[r c]", "follow an array's name", 13),       # was "missing operator"
+    ("Y[r c] = where(r < 2, exp(X)[r c], 0)", "follow an array's name", 29),
+    ("Y[r c] = X[r c][c r]", "a second list of axes", 16),
+    ("Y[r] = sum[c][r](X)", "a second list of axes", 14),
+])
+def test_brackets_after_a_call_or_brackets_say_what_is_wrong(text, message, col):
+    (err,) = errors(text)
+    assert err.code == "N0102" and message in err.message, err.message
+    assert (err.span.line, err.span.col) == (1, col)
+    assert "a name" not in err.help and ("`T[c r]`" in err.help or "`X[c r]`" in err.help)
+
+
+def test_items_of_declarations_count_against_the_statement_limit(monkeypatch):
+    """100,000 axes on one line: refused before lark reads a statement (it took 3 CPU-s),
+    at the first item past the limit, a declaration's items each counting as a statement."""
+    monkeypatch.setattr(parser, "_lark", lambda: pytest.fail("lark read the text"))
+    names = [f"a{i}" for i in range(100_000)]
+    (err,) = errors("axis " + ", ".join(names))
+    assert err.code == "N0503" and "100,000 statements and declared items" in err.message
+    start = len("axis ") + len(", ".join(names[:10_000])) + 2
+    assert (err.span.col, err.span.end_col) == (start + 1, start + 1 + len("a10000"))
+    # the item past the limit is a statement of its own: the whole statement
+    (err,) = errors("axis a, b\naxis " + ", ".join(names[:9_998]) + "\n# a, b\n in X[a]: f32\n")
+    assert err.code == "N0503" and "10,001 statements" in err.message
+    assert (err.span.line, err.span.col, err.span.end_col) == (4, 2, 14)
+
+
+def test_items_at_the_statement_limit_are_fine():
+    text = "axis " + ", ".join(f"a{i}" for i in range(9_998)) + "\nin X[a0]: f32\nout X: f32\n"
+    assert len(parse(text).statements) == 3
+
+
 def test_unexpected_token_lists_what_was_expected():
     (err,) = errors("axis a b")
     assert err.code == "N0102" and "expected" in err.help
