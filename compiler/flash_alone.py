@@ -30,7 +30,8 @@ OTHER = "the scores are not one contraction (Q K) under elementwise operations"
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
             packed: bool | None = None) -> FlashSite | str | None:
     """The kernel's row statistics of scores alone on tensor cores, why not (a string), or
-    None when the kernel streams no such statistics (Model.alone)."""
+    None when the kernel streams no such statistics (Model.alone) or computes no product
+    (the statistics of loaded values: no tensor-core work)."""
     if model.alone is None:
         return None
     st, x, lse = model.streaming, model.streaming.axis, model.lse
@@ -38,8 +39,8 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
         return "the kernel stores a value of every chunk (S), not only its row statistics"
     loads = set(kernel.loads)
     contractions = [n for n in kernel.nodes if isinstance(ir.op(g, n), ir.Contract)]
-    if not contractions:
-        return "the scores are computed by another kernel and read here (S stored)"
+    if not contractions:        # (a softmax's or cross-entropy's statistics of loaded values)
+        return None
     if len(contractions) != 1:
         return OTHER
     (scores,) = contractions

@@ -84,6 +84,11 @@ def _statistics_alone(g) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         if not isinstance(op, ir.Reduce) or op.fn not in ("logsumexp", "max", "sum"):
             continue
         (arg,) = ir.operands(g, n)
+        if op.fn == "sum":          # (a sum of the exponentials of the scores only)
+            while isinstance(ir.op(g, arg), ir.Assign):
+                arg = ir.operands(g, arg)[0]
+            if ir.op(g, arg) != ir.Map("exp"):
+                continue
         first = _feeding_product(g, arg)
         if first is not None and set(op.axes) <= set(ir.type_of(g, first).axes):
             out.append((tuple(ir.op(g, first).axes), ()))
