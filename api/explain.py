@@ -264,11 +264,7 @@ def render_text(rep: dict) -> str:
         eng = k["engine"]
         if eng["kind"] == "tensor cores":
             what = "FlashAttention-2, " if eng["algorithm"] == "FlashAttention-2" else ""
-            if eng["algorithm"] == "FlashAttention-2 without P V":      # (flash_alone.py)
-                what = (f"FlashAttention-2 without P V (row statistics of the scores alone: per "
-                        f"chunk of {eng['cols']}, S = Q K on the tensor cores and each row's "
-                        f"running maximum m and sum l of exp(S - m) updated on its fragments; "
-                        f"no O, no second product), ")
+            what = eng.get("what", what)        # (statistics alone: explain_engine.py)
             if eng["algorithm"] == "chain of products":
                 added = "".join(
                     f"; {a} over the block's {eng['rows']}, each block's share added with "

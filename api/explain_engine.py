@@ -51,7 +51,11 @@ def engine_report(plan: Plan, kp) -> dict:
                 shown = [tm, sched.stream[1]]
             else:
                 shown = [tm, tn]
-            return {"kind": "tensor cores",
+            what = {"what": f"FlashAttention-2 without P V (row statistics of the scores alone: "
+                            f"per chunk of {found.red}, S = Q K on the tensor cores and each "
+                            "row's running maximum m and sum l of exp(S - m) updated on its "
+                            "fragments; no O, no second product), "} if alone else {}
+            return {"kind": "tensor cores", **what,
                     "algorithm": "FlashAttention-2" + (" without P V" if alone else ""),
                     "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
                     "rows": found.row, "cols": found.red if alone else found.dv,
