@@ -89,15 +89,13 @@ class FlashLowering(MmaLowering):
         # a chunk the diagram's mask hides from every row of the block is neither copied nor
         # computed (causal)
         reducers, kinds = self._skipped()
-        span = masks.chunk_span(self, reducers, kinds, self.wm * self.wn * 32, s.red, s.batch) \
-            if reducers else None
+        span = masks.chunk_span(self, reducers, kinds, self.wm * self.wn * 32, s.red, s.batch)
         known = {"#data": span.bounds} if span else {}
         self.known, self.run = known, span.run if span else None
 
         def skip(start: str, length: str):
             return masks.skip_test(self, reducers, kinds,
-                                   dict(self._box(s.red, start, length), **known)) \
-                if reducers else None
+                                   dict(self._box(s.red, start, length), **known))
 
         def compute(tail: bool):
             self._scores(kt, fm, chunk, hk, tail)
@@ -112,13 +110,12 @@ class FlashLowering(MmaLowering):
 
     def _skipped(self) -> tuple[list, dict]:
         """(the reducers, their kinds) whose mask tells which chunks the block skips: O's
-        paired softmax, or the first logsumexp or maximum of scores alone (the others read
-        the same scores: a chunk hidden from it is hidden from all); ([], {}): none."""
+        paired softmax, or the scores whose row statistics it takes alone (their mask: a
+        chunk hidden from the scores is hidden from every statistic of them)."""
         s = self.site
         if s.out is not None:
             return [s.out], {s.out: "pair"}
-        found = [n for n, kind in zip(s.lse, s.lse_kinds) if kind in ("logsumexp", "max")]
-        return found[:1], {n: "max" for n in found[:1]}
+        return [s.lse[0]], {s.lse[0]: "alone"}
 
     def _tiled(self) -> bool:
         """Whether the block holds a tile of O's columns (flash.COLUMNS), not the head."""

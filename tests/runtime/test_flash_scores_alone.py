@@ -8,9 +8,13 @@ bf16, batch axes, GQA, one query, one key."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import napkin
+from napkin.codegen.lower import lower
+from napkin.codegen.render import render
 from napkin.commands.run import random_inputs
 from napkin.compiler.plan import plan
 from napkin.compiler.schedule import ATTENTION
@@ -125,6 +129,7 @@ def test_row_statistics_of_scores_alone_emulated_at_an_odd_size(within_budget):
     ("MEL", "plain", "f16", {"b": 1, "h": 1, "q": 37, "x": 1, "d": 16}),
     ("MEL", "strict", "f16", {"b": 1, "h": 1, "q": 1, "x": 1, "d": 16}),    # every row empty
     ("MEL", "causal", "f16", {"b": 1, "h": 1, "q": 64, "x": 128, "d": 40}),  # head padded
+    ("E", "causal", "f16", {"b": 1, "h": 1, "q": 130, "x": 200, "d": 16}),   # chunks skipped
 ])
 def test_row_statistics_of_scores_alone_emulated(names, scores, dtype, shape, within_budget):
     _emulated(_text(names, scores, dtype), shape, within_budget, seed=shape["q"])
@@ -175,3 +180,15 @@ def test_statistics_that_are_not_the_state_stay_on_the_cuda_cores(stats):
     p = plan(napkin.load("\n".join(lines) + "\n"), "h100",
              {"b": 1, "h": 2, "q": 64, "x": 64, "d": 16})
     assert all(kp.schedule.engine != ATTENTION for kp in p.kernels)
+
+
+@pytest.mark.parametrize("names", ["E", "L"])
+def test_the_chunk_loop_runs_over_the_masks_band(names):
+    """Causal statistics alone bound their chunk loop by the mask's band as attention does
+    (codegen/masks.index_span, read from the scores' mask: a sum of exp's too), as the model
+    counts it (half the pairs at q = x = 4096)."""
+    p = plan(napkin.load(_text(names, "causal")), "h100",
+             {"b": 1, "h": 1, "q": 4096, "x": 4096, "d": 16})
+    kp = _alone(p)
+    assert 0.45 < float(kp.cost.computed) < 0.55, kp.cost.computed
+    assert re.search(r"for \(int c0 = cfirst; c0 < cfull; c0 \+= \d+\)", render(lower(p)))
