@@ -268,6 +268,7 @@ def render_text(rep: dict) -> str:
         eng = k["engine"]
         if eng["kind"] == "tensor cores":
             what = "FlashAttention-2, " if eng["algorithm"] == "FlashAttention-2" else ""
+            what = eng.get("what", what)        # (statistics alone: explain_engine.py)
             if eng["algorithm"] == "chain of products":
                 added = "".join(
                     f"; {a} over the block's {eng['rows']}, each block's share added with "

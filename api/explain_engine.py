@@ -45,13 +45,25 @@ def engine_report(plan: Plan, kp) -> dict:
         wm, wn, tm, tn = sched.warp_layout()
         tiles = _tiles(plan, sched)
         if isinstance(found, tensorcore.FlashSite):
-            return {"kind": "tensor cores", "algorithm": "FlashAttention-2",
+            alone = found.out is None       # row statistics of scores alone (flash_alone.py)
+            if alone:                       # (a warp's tile: its rows by the chunk's keys)
+                tn = 0
+                shown = [tm, sched.stream[1]]
+            else:
+                shown = [tm, tn]
+            what = {"what": f"FlashAttention-2 without P V (row statistics of the scores alone: "
+                            f"per chunk of {found.red}, S = Q K on the tensor cores and each "
+                            "row's running maximum m and sum l of exp(S - m) updated on its "
+                            "fragments; no O, no second product), "} if alone else {}
+            return {"kind": "tensor cores", **what,
+                    "algorithm": "FlashAttention-2" + (" without P V" if alone else ""),
                     "instruction": instruction, "dtype": found.dtype, "accumulate": "f32",
-                    "rows": found.row, "cols": found.dv, "warps": [wm, 1],
-                    "warp_tile": [tm, tn], "fragments": [tm // fm, tn // fn],
+                    "rows": found.row, "cols": found.red if alone else found.dv,
+                    "warps": [wm, 1],
+                    "warp_tile": shown, "fragments": [shown[0] // fm, shown[1] // fn],
                     # O's columns in tiles across blocks (flash.COLUMNS): the blocks along
                     # them each compute the scores again; 1 where a block holds the head
-                    "column_blocks": -(-found.width // tn),
+                    "column_blocks": -(-found.width // tn) if tn else 1,
                     "stages": sched.stages, "tiles": tiles,
                     # Q's A fragments: held for the key loop, or re-read every chunk
                     "q_fragments": "shared memory" if sched.reread else "registers",

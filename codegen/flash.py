@@ -22,7 +22,7 @@ import math
 
 from types import SimpleNamespace
 
-from ..compiler import headpad, ir, masking, packing
+from ..compiler import headpad, ir, masking, packing, row_state
 from . import accum, masks
 from . import program as P
 from .cexpr import float_literal
@@ -69,7 +69,8 @@ class FlashLowering(MmaLowering):
             b.emit(P.Decl("unsigned", "qa", shape=(fm, hk, 4)))
             self._each([("i0", fm), ("i1", hk)], lambda: self._ldmatrix(
                 qt, "qa[i0][i1]", f"wr * {self.wtm} + i0 * {FM}", "i1 * 16", 4))
-        b.emit(P.Decl("float", "acc", "{}", shape=(fm, dv, 4)))
+        if dv:      # (none for row statistics of scores alone: compiler/flash_alone.py)
+            b.emit(P.Decl("float", "acc", "{}", shape=(fm, dv, 4)))
         b.emit(P.Decl("float", "rm", shape=(fm, 2)))
         b.emit(P.Decl("float", "rl", "{}", shape=(fm, 2)))
         self._each([("i0", fm), ("i1", 2)], lambda: b.emit(P.Set("rm[i0][i1]", "-NAPKIN_INF")))
@@ -83,28 +84,38 @@ class FlashLowering(MmaLowering):
             self.log2e = "qkl"
         kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head, s.k))
         # V read from K's own array (`softmax[x](Q * X) * X`), the whole head: K's tile
-        shared = kt if s.v == s.k and not self._tiled() else None
-        vt = self._tile(s.v, self._columns(), self.chunked(s.red), shared)
+        shared = kt if s.v in (s.k, None) and not self._tiled() else None
+        vt = self._tile(s.v, self._columns(), self.chunked(s.red), shared) if s.v else None
         # a chunk the diagram's mask hides from every row of the block is neither copied nor
         # computed (causal)
-        span = masks.chunk_span(self, [s.out], {s.out: "pair"}, self.wm * self.wn * 32, s.red,
-                                s.batch)
+        reducers, kinds = self._skipped()
+        span = masks.chunk_span(self, reducers, kinds, self.wm * self.wn * 32, s.red, s.batch)
         known = {"#data": span.bounds} if span else {}
         self.known, self.run = known, span.run if span else None
 
         def skip(start: str, length: str):
-            return masks.skip_test(self, [s.out], {s.out: "pair"},
+            return masks.skip_test(self, reducers, kinds,
                                    dict(self._box(s.red, start, length), **known))
 
         def compute(tail: bool):
             self._scores(kt, fm, chunk, hk, tail)
             self._softmax(fm, chunk, dv)
-            self._weighted(vt, fm, chunk, dv)
+            if vt is not None:
+                self._weighted(vt, fm, chunk, dv)
         # full chunks in the loop, with no bounds test per score; a partial last one after it
         self._pipeline([kt] if shared else [kt, vt], compute, None if span and span.band else skip, peel=True,
                        span=(span.first, span.end) if span else None)
         self._place_lane_rows()     # (where the key loop read them)
         self._finish(fm, dv)
+
+    def _skipped(self) -> tuple[list, dict]:
+        """(the reducers, their kinds) whose mask tells which chunks the block skips: O's
+        paired softmax, or the scores whose row statistics it takes alone (their mask: a
+        chunk hidden from the scores is hidden from every statistic of them)."""
+        s = self.site
+        if s.out is not None:
+            return [s.out], {s.out: "pair"}
+        return [s.lse[0]], {s.lse[0]: "alone"}
 
     def _tiled(self) -> bool:
         """Whether the block holds a tile of O's columns (flash.COLUMNS), not the head."""
@@ -181,7 +192,7 @@ class FlashLowering(MmaLowering):
         """The diagram's scale and masks on every score (-inf past the last key of a partial
         chunk); a full chunk the mask holds everywhere in takes its condition as `true`."""
         b, s = self.b, self.site
-        score = ir.operands(self.g, s.soft)[0]
+        score = row_state.scores_of(self.g, self.st)
 
         cond = masking.paired_condition(self.g, self.st)
         added = masking.additive_mask(self.g, score)
@@ -197,7 +208,7 @@ class FlashLowering(MmaLowering):
                 self.values[cond] = "true"
                 if added is not None:      # X + where(true, 0, -inf): X
                     self.values[added[0]] = self.emitter.value(added[1], scope)
-            self.line(s.soft)
+            self.line(s.soft if s.soft is not None else s.lse[0])
             value = self.emitter.value(score, scope)
             self.values.clear()
             b.emit(P.Set("sc[i0][i1][i2]", f"(i1 * {FN} + fq * 2 + i2 % 2 < clen) ? {value} : -NAPKIN_INF"
@@ -233,8 +244,9 @@ class FlashLowering(MmaLowering):
         whenever any of its lanes took it, and ptxas wraps it in BSSY/BSYNC (sm_80).
         """
         b = self.b
-        b.emit(P.Decl("float", "rsc", shape=(fm, 2)))   # each row's rescale factor
-        b.emit(P.Decl("bool", "rch", "false"))          # a factor of the lane's other than 1
+        if dv:      # (no O to rescale: row statistics of scores alone)
+            b.emit(P.Decl("float", "rsc", shape=(fm, 2)))   # each row's rescale factor
+            b.emit(P.Decl("bool", "rch", "false"))          # a factor of the lane's other than 1
 
         def row():
             b.emit(P.Decl("float", "mx", "rm[i0][i1]"))
@@ -245,8 +257,9 @@ class FlashLowering(MmaLowering):
             b.emit(P.Decl("const float", "rs", f"napkin_ex2((rm[i0][i1] - sh) * {self.log2e})"))
             b.emit(P.Decl("const float", "sl", f"-sh * {self.log2e}"))
             b.emit(P.Set("rm[i0][i1]", "mx"))
-            b.emit(P.Set("rsc[i0][i1]", "rs"))
-            b.emit(P.Set("rch", "rch | (rs != 1.0f)"))
+            if dv:
+                b.emit(P.Set("rsc[i0][i1]", "rs"))
+                b.emit(P.Set("rch", "rch | (rs != 1.0f)"))
             b.emit(P.Decl("float", "su", "0.0f"))
 
             def prob():
@@ -255,6 +268,8 @@ class FlashLowering(MmaLowering):
             self._each([("i2", chunk // FN), ("i3", 2)], prob)
             b.emit(P.Set("rl[i0][i1]", "rl[i0][i1] * rs + su"))
         self._each([("i0", fm), ("i1", 2)], row)
+        if not dv:          # (no O to rescale: row statistics of scores alone)
+            return
         b.emit(P.If("__any_sync(0xffffffffu, rch)", self._scoped(lambda: self._each(
             [("i0", fm), ("i1", 2), ("i2", dv), ("i3", 2)], lambda: b.emit(
                 P.Set("acc[i0][i2][2 * i1 + i3]", "acc[i0][i2][2 * i1 + i3] * rsc[i0][i1]"))))))
@@ -284,13 +299,14 @@ class FlashLowering(MmaLowering):
         for name in stats.values():
             b.emit(P.Decl("float", name, shape=(fm, 2)))
         m = f"rm[i0][i1]{' * qks' if self.scaled else ''}"
-        r = accum.reciprocal("rl[i0][i1]", ir.op(self.g, s.soft), self.sizes)
+        r = accum.reciprocal("rl[i0][i1]", ir.op(self.g, s.soft), self.sizes) \
+            if s.soft is not None else None      # (none alone: no probabilities)
         self._each([("i0", fm), ("i1", 2)], lambda: (
             b.emit(P.Set("rl[i0][i1]", "napkin_lanes_sum(rl[i0][i1], 4)")),
             [b.emit(P.Set(f"{name}[i0][i1]", _STATISTIC[kind].format(m=m, l="rl[i0][i1]",
                                                                      r=r)))
              for name, kind in zip(stats.values(), s.lse_kinds)],
-            b.emit(P.Set("rl[i0][i1]", r))))
+            r is not None and b.emit(P.Set("rl[i0][i1]", r))))
 
         # the sums over O's columns after the stream (D = sum[d](dO * O)): each lane adds its
         # columns of the row, then the quad adds the lanes' (as the row sums above)
@@ -322,7 +338,8 @@ class FlashLowering(MmaLowering):
                 if n not in of_rows:
                     self._store(n, scope, {"valid": valid})
             self.values.clear()
-        self._each([("i0", fm), ("i1", dv), ("i2", 4)], point)
+        if dv:
+            self._each([("i0", fm), ("i1", dv), ("i2", 4)], point)
         if not of_rows:
             return
 

@@ -21,6 +21,7 @@ from . import program as P
 from .intervals import can_hold, must_hold
 
 IDENTITY = {"max": -math.inf, "logsumexp": -math.inf, "stats": -math.inf, "pair": -math.inf,
+            "alone": -math.inf,
             "sum": 0.0, "contract": 0.0, "psum": -math.inf, "pmax": -math.inf}
 
 
@@ -34,6 +35,8 @@ def conditions(g, lw, reducers, kinds: dict) -> list | None:
             arg = ir.operands(g, lw.paired_softmax(n))[0]
         elif kind in ("max", "logsumexp", "sum", "stats"):
             arg = ir.operands(g, n)[0]
+        elif kind == "alone":            # row statistics of scores alone: their scores
+            arg = row_state.scores_of(g, lw.st)
         elif kind in ("psum", "pmax"):   # (a running max and sum of the softmax's scores)
             arg = ir.operands(g, row_state.of_probabilities(g, lw.st, n)[0])[0]
         elif kind == "contract":         # a product one of whose operands the mask zeroes

@@ -63,7 +63,7 @@ from .headpad import padded_extent as extent
 from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
 from . import lsu
 from .memory import PIPELINE, allocated, l2_split, sectors, stage_bytes, staged_bytes
-from .model import Model
+from .model import Model, flash_state
 from .passes import global_passes, staged_once
 from .target import Target
 
@@ -110,7 +110,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     # (Choice.reread): (its array, the chunks)
     reread = (occupancy.query_array(model, choice.warps[0][0]),
               NUMBERS.ceil(sizes[choice.stream[0]] / choice.stream[1]) * fraction) \
-        if choice.reread is not False and not symbolic and model.streaming.pairs else None
+        if choice.reread is not False and not symbolic and flash_state(model) else None
     atomics = 0.0       # adds of a chain's products over its rows (chain.Across, added.py)
     reads = []          # (load, bytes the register level moves of it: issue_simt.reads)
     # a CUDA-core kernel of several passes whose one chunk holds the streamed axis reads
@@ -257,7 +257,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         cut = cut_fraction(model.mask, sizes, {**dict(choice.group),
                                                choice.stream[0]: choice.stream[1]},
                            model.packed) \
-            if choice.warps and choice.stream and model.streaming.pairs else None
+            if choice.warps and choice.stream and flash_state(model) else None
         tiles = {**dict(choice.group), choice.stream[0]: choice.stream[1]} \
             if choice.stream else {}
         # a mask read from data bounds the chunk loop (codegen/masks.data_span): its chunks

@@ -31,7 +31,8 @@ from . import added, fold, issue_pair, issue_simt, occupancy, packing, wgmma
 from .choices import NUMBERS, prod, total
 from .copies import tensor_copies
 from .flops import work_extents
-from .headpad import fragments, ratio
+from .model import flash_state
+from .headpad import ratio
 from .issue_flash import (FLASH_INDEX, FLASH_INDEX_WIDE, FLASH_PER_HMMA, FLASH_REREAD,
                           FLASH_RESCALE, FLASH_ROW_EXPS, FLASH_SCORE)
 from .issue_mask import MASK_POSITIONS, key_only, mask_ops, per_key_chunk
@@ -191,7 +192,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     whole = padding(choice, sizes, stream=False) if tensor else blocks_padding(choice, sizes)
     units = [units[0] * whole] + list(units[1:])
     # a chain of products on tensor cores (codegen/chain.py: the backward's dQ and dK/dV)
-    chain = tensor and not model.streaming.pairs and \
+    flash = tensor and flash_state(model)     # FlashAttention-2, or its state alone
+    chain = tensor and not flash and \
         sum(w.engine == "contraction" for w in model.work) >= 2
     stream = choice.stream[0] if choice.stream else None
     fp32, mufu, other, tensor_flops = [], [], [], []
@@ -215,20 +217,23 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         per = INSTRUCTIONS.get(w.op, DEFAULT)
         if tensor and w.op in ("mean", "var"):
             per = (per[0] + STAGED_COUNT, per[1], 0 if w.op == "mean" else per[2])
-        if tensor and (w.node == model.scale or w.node in model.lse_ops) or \
+        # statistics of scores alone (Model.alone): the first is the online softmax's update
+        # per score (as attention's softmax, FLASH_SCORE), the others its state
+        state = flash and model.alone is not None and w.node == model.lse[0]
+        if tensor and not state and (w.node == model.scale or w.node in model.lse_ops) or \
                 running.get(w.node, w.node) != w.node:
             continue        # folded into the exponent's FFMA; the softmax's own state;
                             # another statistic's running state (score_states.py)
         if chain and w.op == "exp":     # a chain's operand takes exp as ex2.approx (cexpr.FAST)
             per = CHAIN_EXP
-        if tensor and model.streaming.pairs and cut is not None and key_only(model, choice, w):
+        if flash and cut is not None and key_only(model, choice, w):
             if not masked:     # the mask of the key alone: per key a lane holds (issue_mask)
                 pairs = np.where(wide, FLASH_INDEX_WIDE[2], 0.0)
                 other.append(units[0] * warps_per_block * chunk_count(model, choice, sizes) *
                              cut * WARP * per_key_chunk(model, choice, pairs))
                 masked = True
             continue
-        if tensor and model.streaming.pairs and w.op == "softmax":
+        if flash and (w.op == "softmax" or state):
             per = FLASH_SCORE
         elif not tensor and w.node in paired and issue_pair.paired(model, choice):
             per = issue_pair.softmax(model, choice, sizes, w, fold.keys(model, choice), per)
@@ -243,7 +248,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             per = STREAMED_VAR      # Welford's update (codegen/accum.py)
         elif not tensor and w.op in SIMT_REDUCE:
             per = (0, 0, 0) if w.summand == "mul" and w.op != "var" else SIMT_REDUCE[w.op]
-        elif tensor and model.streaming.pairs and w.axes and set(w.axes) <= index_axes:
+        elif flash and w.axes and set(w.axes) <= index_axes:
             per = FLASH_INDEX          # an op of positions only, on the score fragments
             if not positional:         # their 64-bit indices, once per score (see above)
                 other.append(amount * np.where(wide, FLASH_INDEX_WIDE[2], 0.0))
@@ -261,7 +266,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         mufu.append(amount * per[1])
         other.append(amount * per[2])
     chunks = chunk_count(model, choice, sizes)
-    if tensor and model.streaming.pairs:      # per chunk computed: rescale O, rows' exps
+    if flash:      # per chunk computed: rescale O (none alone), rows' exps
         rows, width = _flash_block(model, choice, sizes)
         per_block = units[0] * chunks * fraction
         fp32.append(per_block * rows * width * FLASH_RESCALE)
@@ -278,7 +283,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         kept = [(a, t) for a, t in (loads if loads is not None else tiles(model, choice, level1))
                 if a.node not in model.direct and a.node not in model.positions]
         # (read where an operand, a statistic or a row is computed: not copied)
-        joined = not model.streaming.pairs and not chain
+        joined = not flash and not chain
         for a, copy, issued, rounds in tensor_copies(
                 model, kept, chunk, level1, sizes, threads, _tensor_dtype(model) != "f32",
                 joined):
@@ -298,9 +303,9 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         # the LSU's warp instructions: the copies' (LDGSTS, or LDG and STS a value) and the
         # fragments' LDSM (FlashAttention: K's and V's B fragments, half an LDSM per HMMA)
         lsu = units[0] * warps_per_block * lsu + (
-            hmma / 2 if model.streaming.pairs else 0 if choice.instruction == "wgmma"
+            hmma / 2 if flash else 0 if choice.instruction == "wgmma"
             else (H[1] if len(H) > 1 else 0) / LDSM_BYTES * per_point)
-        if model.streaming.pairs:     # the fitted loop of FlashAttention-2 (computed chunks)
+        if flash:     # the fitted loop of FlashAttention-2 (computed chunks)
             warp_instr = hmma * (1 + FLASH_PER_HMMA) + lanes / WARP + copies
             if choice.reread is not False:      # Q's fragments loaded again every chunk
                 rows, _ = _flash_block(model, choice, sizes)
@@ -334,7 +339,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
            "mufu": _per(target, "mufu_lanes", total(mufu))}
     if tensor and target.per_second("lsu_lanes"):     # a pipe of its own
         out["lsu"] = _per(target, "lsu_lanes", lsu * WARP)
-    if tensor and (model.streaming.pairs or chain):
+    if flash or chain:
         # what waits on the products within a warp (the softmax, a chain's elementwise
         # operands): never more than the issue slots, so no limit of its own (waits.serial)
         out["dependent"] = _per(target, "schedulers", dependent)
@@ -365,12 +370,9 @@ def staged(model, choice, level1: dict, threads):
 def _flash_block(model, choice, sizes: dict):
     """(rows, O's width) of a FlashAttention-2 block: the row axis's tile, and the extent of
     the output accumulator along its other axes (the batch axes hold one position, O's
-    columns the block's tile of them: flash.COLUMNS)."""
+    columns the block's tile of them: flash.COLUMNS; 0 for statistics alone: no O)."""
     (row,) = [a for a, _ in choice.warps]
-    thread = dict(choice.thread)
-    acc = next(a for a in model.arrays if a.role == "accumulator" and a.slots == 1)
-    return dict(choice.group)[row], fragments(prod(thread.get(a, sizes[a])
-                                                   for a in acc.axes if a != row)) * 8
+    return dict(choice.group)[row], occupancy.output_width(model, choice, sizes)
 
 
 def _per(target: Target, name: str, amount):

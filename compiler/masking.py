@@ -19,6 +19,7 @@ import numpy as np
 
 from . import ir, monotone, row_state
 from .graph import ancestors
+from .row_state import alone, scores_of
 
 COMPARISONS = ("lt", "le", "gt", "ge", "eq")
 READ = ("neg", "add", "sub", "mul", "and", "or") + COMPARISONS     # (and monotone.py's)
@@ -64,11 +65,11 @@ def chunk_mask(g, st, loads=(), nodes=()) -> tuple | None:
 
 def paired_condition(g, st) -> int | None:
     """The condition node of an online softmax's mask `where(cond, S, -inf)` (the one pair of
-    an attention kernel), or None."""
-    if len(st.pairs) != 1:
+    an attention kernel, or the scores whose row statistics it streams alone:
+    row_state.alone), or None."""
+    if len(st.pairs) != 1 and (st.pairs or alone(g, st) is None):
         return None
-    soft, _ = st.pairs[0]
-    return masked_by(g, ir.operands(g, soft)[0], -math.inf)
+    return masked_by(g, scores_of(g, st), -math.inf)
 
 
 def condition_nodes(g, st, loads=(), nodes=()) -> frozenset:
@@ -78,7 +79,7 @@ def condition_nodes(g, st, loads=(), nodes=()) -> frozenset:
     cond = paired_condition(g, st)
     if cond is None or _expr(g, cond, data=(st.axis, frozenset(loads), frozenset(nodes))) is None:
         return frozenset()
-    added = additive_mask(g, unscaled(g, ir.operands(g, st.pairs[0][0])[0]))
+    added = additive_mask(g, unscaled(g, scores_of(g, st)))
     return frozenset({cond} | ancestors(g, cond) | ({added[2]} if added else set()))
 
 
@@ -354,13 +355,18 @@ def describe(expr) -> tuple[str, bool]:
 
 
 def softmax_scale(g, soft: int) -> int | None:
+    """scores_scale of a softmax's argument."""
+    return scores_scale(g, ir.operands(g, soft)[0])
+
+
+def scores_scale(g, scores: int) -> int | None:
     """The node `X * c` or `X / c` (c a positive scalar: sizes, positive constants, their
     products, quotients and square roots) that a softmax's argument is, maybe under a mask
     `where(cond, ., -inf)`, with X a contraction: FlashAttention's softmax scale. A positive
     factor keeps the row's order, so the attention kernel folds it into its exponent
     (codegen/flash.py) and the issue model charges it nothing (compiler/issue.py). None when
     the argument is anything else (a bias added, a cap)."""
-    arg = through_names(g, ir.operands(g, soft)[0])
+    arg = through_names(g, scores)
     inner = unscaled(g, arg)
     if masked_by(g, inner, -math.inf) is not None and ir.op(g, inner) == ir.Map("where"):
         arg = through_names(g, ir.operands(g, inner)[1])

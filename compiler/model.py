@@ -91,6 +91,9 @@ class Model:
                                 # softmax's scores, the softmax's final state per row
                                 # (row_state.row_statistics)
     lse_ops: frozenset = frozenset()    # they and the ops only they read (row_state.state_ops)
+    alone: int | None = None    # the scores S whose row statistics (`lse`) the kernel streams
+                                # with no softmax nor P V (row_state.alone): FlashAttention's
+                                # state alone on tensor cores
     shared: tuple = ()          # CUDA cores: (reducer, the one whose running max and sum of exp
                                 # it reads: itself where it keeps it), score_states.shared
     staged: tuple = ()          # a tensor-core product's operands computed from loads as they
@@ -131,6 +134,13 @@ class Model:
     held_values: tuple = ()     # CUDA cores: (reduction, pass) held before it (held_values.py)
     whole_walks: frozenset = frozenset()  # ... axes never split over lanes (lanes.whole_walks)
     held_axes: frozenset = frozenset()    # ... axes its per-thread arrays run over (register_arrays)
+
+
+def flash_state(model) -> bool:
+    """Whether the kernel's state is an online softmax's running (m, l) over scores it
+    computes, which on tensor cores is FlashAttention-2: a softmax paired with P V, or row
+    statistics of scores alone (Model.alone: the same kernel without P V)."""
+    return bool(model.streaming.pairs) or model.alone is not None
 
 
 def axis_free(g: DiGraph, k: FusedKernel) -> tuple:
@@ -219,12 +229,13 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                             streamed=axis is not None and axis in t.axes))
     times = {n: max(1, sum(n in p for p in st.per_chunk)) for n in k.nodes}
     work = [w for n in k.nodes for w in _work(g, n, times.get(n, 1) if axis else 1, k.loads)]
-    from .masking import chunk_mask, condition_nodes, softmax_scale
-    from .row_state import row_statistics, state_ops
+    from .masking import chunk_mask, condition_nodes, scores_scale, softmax_scale
+    from .row_state import alone, row_statistics, state_ops
     direct = {a.node for a in arrays if a.unstaged}
     online = frozenset(w.node for w in work if direct and w.op in ("logsumexp", "softmax")
                        and direct & ancestors(g, w.node))
     lse = row_statistics(g, st) if axis is not None else ()
+    scores, lse = alone(g, st) or (None, lse)      # (statistics of scores alone: their state)
     held = held_values.held(g, k, st)
     woven, reduced, axes, rows, loop_reads = shared or axis_free(g, k)
     mask = chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None
@@ -232,8 +243,9 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                  # (evaluated at every score where no chunk mask skips: charged as any op)
                  condition_nodes(g, st, k.loads, k.nodes) if mask is not None else frozenset(),
                  relabelled(g, k, (n for n, _ in st.reducers)),
-                 softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else None,
-                 lse, state_ops(g, st, lse), shared=tuple(kept.items()),
+                 softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else
+                 scores_scale(g, scores) if scores is not None else None,
+                 lse, state_ops(g, st, lse), scores, shared=tuple(kept.items()),
                  extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
                  rows=rows, online=online, loop_reads=loop_reads,
                  fixed=frozenset(a for a, info in g.graph["axes"].items()

@@ -32,6 +32,7 @@ import numpy as np
 
 from .choices import NUMBERS, prod
 from .headpad import fragments
+from .model import flash_state
 from .target import Target
 
 WARP = 32
@@ -81,10 +82,23 @@ WGMMA_EPILOGUE_REGISTERS = {"erf": 64.0}
 def engine_of(model, choice) -> str:
     if not choice.warps:
         return "cuda cores"
-    if model.streaming.pairs:
+    if flash_state(model):       # (statistics of scores alone: the kernel without P V)
         return "attention"
     # a product's warps tile its rows and columns; a chain's (chain.py) stack along the rows
     return "product" if len(choice.warps) > 1 else "chain"
+
+
+def output_width(model, choice, sizes: dict):
+    """O's columns a FlashAttention-2 warp holds (padded to whole 8-wide fragments): the
+    extent of its output accumulator along its axes other than the rows (the batch axes hold
+    one position, O's columns the block's tile of them: flash.COLUMNS); 0 for row
+    statistics of scores alone (Model.alone: no O)."""
+    (row,) = [a for a, _ in choice.warps]
+    thread = dict(choice.thread)
+    acc = next((a for a in model.arrays if a.role == "accumulator" and a.slots == 1
+                and model.alone is None), None)
+    return 0 if acc is None else \
+        fragments(prod(thread.get(a, sizes[a]) for a in acc.axes if a != row)) * 8
 
 
 def query_array(model, row: str):
@@ -106,12 +120,11 @@ def fragment_values(model, choice, sizes: dict):
     """A tensor-core warp's fragment registers per lane (per candidate)."""
     thread = dict(choice.thread)
     warped = [a for a, _ in choice.warps]
-    if model.streaming.pairs:       # FlashAttention-2: S, O and Q fragments (flash.registers)
+    if flash_state(model):          # FlashAttention-2: S, O and Q fragments (flash.registers)
         (row,) = warped
         tm = thread[row]
         chunk = choice.stream[1]
-        acc = next(a for a in model.arrays if a.role == "accumulator" and a.slots == 1)
-        width = fragments(prod(thread.get(a, sizes[a]) for a in acc.axes if a != row)) * 8
+        width = output_width(model, choice, sizes)
         # Q re-read from shared memory each chunk: a few 16-wide slices live (flash.REREAD_SLICES)
         head = query_slices(model, choice, sizes)
         slices = NUMBERS.where(choice.reread, np.minimum(REREAD_SLICES, head), head)

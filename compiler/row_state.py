@@ -11,7 +11,8 @@ S spelt again (values.same_values: the gradient's `logsumexp[s](where(s <= t, S,
 beside the forward's softmax of the same masked scores), the scale as written (`Q * K /
 sqrt(size(d))`: the kernel keeps m unscaled and multiplies it by the scale). FlashAttention
 stores them from its state after the last chunk (codegen/flash.py), with no reduction of its
-own; fusion starts the attention with their statements (fuse._attention_sites); the models
+own; statistics of scores no softmax normalises (`logsumexp[x](Q * K / 4)` alone, no P V:
+`alone`) are the same kernel without its second product, their state the same m and l; fusion starts the attention with their statements (fuse._attention_sites); the models
 charge no op per score for them nor for the ops only they read (`state_ops`: issue.py,
 occupancy.py). A statistic of other values (another mask, the unscaled product) is a
 reduction of its own.
@@ -72,19 +73,47 @@ def of_probabilities(g, st, n: int) -> tuple[int, str] | None:
     return None
 
 
+def alone(g, st) -> tuple[int, tuple[int, ...]] | None:
+    """(S, the statistics) where every reduction the kernel streams over its axis is a row
+    statistic (logsumexp, max, sum of exp) of one array of scores S that no softmax
+    normalises: FlashAttention's state with no P V (its m and l hold them all), the scores'
+    own product over another axis (flash.examine checks it); else None."""
+    if st.axis is None or st.pairs or st.stats or st.passes != 1 or not st.reducers:
+        return None
+    nodes = [n for n, _ in st.reducers]
+    op = ir.op(g, nodes[0])
+    if not isinstance(op, ir.Reduce) or op.axes != (st.axis,):
+        return None
+    (arg,) = ir.operands(g, nodes[0])
+    inner = through(g, arg)
+    scores = ir.operands(g, inner)[0] if op.fn == "sum" and ir.op(g, inner) == ir.Map("exp") \
+        else arg
+    if any(statistic(g, n, scores, (st.axis,)) is None for n in nodes):
+        return None
+    return scores, tuple(nodes)
+
+
+def scores_of(g, st) -> int:
+    """The scores whose row statistics the kernel's state holds: its one paired softmax's
+    argument, or the statistics' own (`alone`)."""
+    if st.pairs:
+        return ir.operands(g, st.pairs[0][0])[0]
+    return alone(g, st)[0]
+
+
 def kinds(g, st, stats) -> tuple[str, ...]:
-    """The kind of each of `stats` (row_statistics), in order."""
-    soft = st.pairs[0][0]
-    return tuple(statistic(g, n, ir.operands(g, soft)[0], (st.axis,), soft) for n in stats)
+    """The kind of each of `stats` (row_statistics, or alone's), in order."""
+    soft = st.pairs[0][0] if st.pairs else None
+    return tuple(statistic(g, n, scores_of(g, st), (st.axis,), soft) for n in stats)
 
 
 def state_ops(g, st, stats) -> frozenset:
-    """The statistics `stats` (row_statistics) and the ops only they read that spell the
+    """The statistics `stats` (row_statistics, or alone's) and the ops only they read that spell the
     softmax's argument again (or take its exponential): the attention kernel computes none of
     them (they are the softmax's state), so the models charge none."""
     if not stats:
         return frozenset()
-    arg = ir.operands(g, st.pairs[0][0])[0]
+    arg = scores_of(g, st)
     shared = ancestors(g, arg) | {arg}
     found = set().union(*({u} | ancestors(g, u) for n in stats for u in ir.operands(g, n))) - \
         shared

@@ -71,6 +71,27 @@ def chained_pairs(g) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
             if first is not None:
                 out.append((tuple(ir.op(g, first).axes), tuple(sorted(
                     set(ir.type_of(g, n).axes) - set(ir.type_of(g, first).axes)))))
+    return out + _statistics_alone(g)
+
+
+def _statistics_alone(g) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """(the axes a product contracts, ()) of every product whose row statistic over an axis
+    it keeps is taken (`logsumexp[x](Q * K / 4)`, max, sum of exp: compiler/flash_alone.py,
+    FlashAttention without P V, holds its contracted head whole)."""
+    out = []
+    for n in g.nodes:
+        op = ir.op(g, n)
+        if not isinstance(op, ir.Reduce) or op.fn not in ("logsumexp", "max", "sum"):
+            continue
+        (arg,) = ir.operands(g, n)
+        if op.fn == "sum":          # (a sum of the exponentials of the scores only)
+            while isinstance(ir.op(g, arg), ir.Assign):
+                arg = ir.operands(g, arg)[0]
+            if ir.op(g, arg) != ir.Map("exp"):
+                continue
+        first = _feeding_product(g, arg)
+        if first is not None and set(op.axes) <= set(ir.type_of(g, first).axes):
+            out.append((tuple(ir.op(g, first).axes), ()))
     return out
 
 
@@ -149,7 +170,7 @@ def held(plan) -> set[str]:
     for kp in plan.kernels:      # (the sites by their fields: flash.py and chain.py import
         s = kp.schedule.site if kp.schedule is not None else None      # this module)
         if hasattr(s, "dv"):                            # flash.FlashSite
-            out |= {s.dk, s.dv}
+            out |= {s.dk, s.dv} - {None}                # (no dv: statistics alone)
         elif hasattr(s, "outs"):                        # chain.ChainSite
             out |= {sc.dk for sc in s.scores} | {p.e for p in s.outs} | {a.e for a in s.across}
     return out

@@ -21,7 +21,8 @@ def operand_tiles(site, tile: dict, chunk: int) -> list[tuple[int, tuple[str, in
         found = [(site.q, (site.row, tile[site.row]), whole(site.q, site.dk, site.head)),
                  (site.k, (site.red, chunk), whole(site.k, site.dk, site.head)),
                  (site.v, (site.dv, tile[site.dv]) if tile.get(site.dv, site.width) <
-                  site.width else whole(site.v, site.dv, site.width), (site.red, chunk))]
+                  site.width else whole(site.v, site.dv, site.width), (site.red, chunk))
+                 ][:3 if site.v is not None else 2]     # (no V: statistics alone)
     elif isinstance(site, ChainSite):
         found = [(sc.a, (site.row, tile[site.row]), whole(sc.a, sc.dk, sc.head))
                  for sc in site.scores]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import chain, chain_sums, flash, ir, packing, rowsource, split, sums, warps
+from . import chain, chain_sums, flash, flash_alone, ir, packing, rowsource, split, sums, warps
 from .chain import ChainSite, OneRowAxis
 from .graph import ancestors
 from .kernels import is_free
@@ -115,6 +115,8 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     if not has_mma(target):
         return f"{target.name} has no mma.sync m16n8k16 tensor cores"
     attention = flash.examine(g, kernel, model, target, sizes, packed)
+    if attention is None:       # (row statistics of scores alone: FlashAttention without P V)
+        attention = flash_alone.examine(g, kernel, model, target, sizes, packed)
     found = attention if attention is not None else chain.examine(g, kernel, model, target, sizes)
     summed = sums.examine(g, kernel, model, target, Site) if attention is None else None
     found = summed if summed is not None else found
@@ -158,7 +160,8 @@ def _product(g, kernel, model: Model, target: Target) -> Site | str:
     if st.axis in ir.type_of(g, node).axes and not st.pairs and any(   # (logsumexp[x](Q K))
             node in ancestors(g, n) for n in others):
         return (f"the kernel reduces the product's own values over `{st.axis}`: FlashAttention "
-                "without P V (a row statistic of scores alone) is not lowered")
+                "without P V takes row statistics of one array of scores that are its state "
+                "(logsumexp, max, sum of exp), not this one")
     if st.pairs or st.stats or st.passes != 1 or \
             {n for n, _ in st.reducers} != {node, *others}:
         return "the contraction is not streamed"

@@ -124,14 +124,12 @@ def test_row_statistics_emulated_at_odd_sizes(names, scores, n, within_budget):
     _emulated(d, p, shape, within_budget, seed=n)
 
 
-def test_a_statistic_of_scores_alone_says_why_it_stays_on_the_cuda_cores():
-    """`logsumexp[x](Q * K / 4)` with no P V: FlashAttention without its second product is not
-    lowered (380 us at b=1 h=16 q=x=4096 d=16, h100 model); explain says so, not that the
-    contraction is not streamed."""
+def test_a_statistic_of_scores_alone_is_flashattention_without_p_v():
+    """`logsumexp[x](Q * K / 4)` with no P V is the attention kernel without its second product
+    (compiler/flash_alone.py; tests/runtime/test_flash_scores_alone.py), not a CUDA-core one."""
     text = "\n".join(line for line in _text("L", d=16).splitlines()
                      if not line.startswith(("in V", "P[", "O[", "out O")))
     p = plan(napkin.load(text), "h100", {"b": 1, "h": 2, "q": 64, "x": 64})
     (kp,) = p.kernels
-    assert kp.schedule.engine != ATTENTION
-    assert "FlashAttention without P V (a row statistic of scores alone) is not lowered" in \
-        render_text(report(p))
+    assert kp.schedule.engine == ATTENTION and kp.schedule.site.out is None
+    assert "FlashAttention-2 without P V" in render_text(report(p))
