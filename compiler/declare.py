@@ -101,7 +101,8 @@ def _override(decl: Declarations, name: str, value: int) -> None:
                     help="sizes must fit in 64-bit index arithmetic")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise error("N0304", f"-D {name}={value}: a size must be a whole number of at least 1",
-                    help="for example -D d=128")
+                    help=f"for example -D {name}=128 ({name}=128 in napkin.load or "
+                         "napkin.compile)")
     decl.sizes.add(name, value, None, why="set by -D")
 
 

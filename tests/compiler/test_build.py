@@ -90,6 +90,8 @@ def test_overrides():
     with pytest.raises(NapkinError) as exc:
         napkin.load("attention", d=0)
     assert exc.value.code == "N0304"
+    # (the help gives both spellings: this one came from Python, not -D)
+    assert "d=128 in napkin.load or napkin.compile" in str(exc.value)
 
 
 @pytest.mark.parametrize("name", library_names())
