@@ -201,3 +201,22 @@ def test_a_shared_row_is_read_relative_to_its_block_origin(monkeypatch):
     assert check_kernel(_row_subscript(k, "org_0", 8, edge + 1), n)
     monkeypatch.setattr(widths, "_relate", lambda s, env, const: None)
     assert check_kernel(_row_subscript(k, "org_0", 8, 2**14 + 8), n)
+
+
+def test_layernorms_statistics_apart_read_their_row_in_range(monkeypatch):
+    """layernorm at r = 2^17, c = 2^14 - 1 on h100: the statistics apart from Y (fusion's full
+    search prices that 5.44 ms against 5.56 ms fused, model figures: confirm.py). Their kernel
+    holds one row of X a block in shared memory, padded to 16392 values, and indexes in 32
+    bits: the row is min(base_0, n0 - 1) - org_0 = 0 (base_0 is org_0, below n0), each
+    subscript below 16392 + 8, which the range analysis proves (and without relating base_0
+    to org_0, flags: [-(n0 - 1), n0 - 1] x 16392 passes 2^31)."""
+    from . import widths
+    p = plan(napkin.load("layernorm"), "h100", {"r": 2**17, "c": 2**14 - 1})
+    program = lower(p)
+    sizes = size_values(program, p.sizes)
+    (stats,) = [k for k in program.kernels
+                if {q.array for q in k.params if q.role == "store"} == {"mu", "var"}]
+    assert stats.index_type == "int" and stats.blocks == (("n0", 1),)
+    assert not check_kernel(stats, sizes)
+    monkeypatch.setattr(widths, "_relate", lambda s, env, const: None)
+    assert any("acc0 subscript: 32-bit" in x for x in check_kernel(stats, sizes))
