@@ -20,7 +20,8 @@ is tried again too (the kernel that lay between them may be gone). FlashAttentio
 backward is the example: its dK, dV kernel recomputes S, P, dP and dS rather than reading
 what the dQ kernel computed. Kernels may then overlap; every statement has one owner, the
 kernel that stores its arrays when an output or another kernel not computing them needs
-them.
+them. Each step prices by the planner's quick estimate; where it calls a merge or a
+duplication close, the full tile search decides (confirm.py).
 """
 
 from __future__ import annotations
@@ -105,11 +106,11 @@ def fuse(g: DiGraph, planner) -> list[FusedKernel]:
                                    slower))
             if whole is not None:
                 results.append(_greedy(g, stmts, set(whole), time, keep_apart, slower))
-    lay = _Layouts(g, stmts, kernel, planner)
+    lay = _Layouts(g, stmts, kernel, planner, confirm.worse)
     layouts = []
     for clusters in dict.fromkeys(frozenset(cs) for cs in results):
-        layouts.append(lay.settled(lay.recompute(tuple(sorted(((c, frozenset()) for c in clusters),
-                                                              key=lambda e: sorted(e[0]))))))
+        start = tuple(sorted(((c, frozenset()) for c in clusters), key=lambda e: sorted(e[0])))
+        layouts.append(lay.settled(lay.recompute(start)))
     layout = min(layouts, key=lay.time) if len(layouts) > 1 else layouts[0]
     ks = [replace(k, why=Reason(functools.partial(boundaries.why, lay, layout, i, confirm.refused)))
           for i, k in enumerate(lay.kernels(layout))]      # (made when explain reads them)

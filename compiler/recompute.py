@@ -35,8 +35,11 @@ class _Layouts:
     """Kernels that may overlap: their stores by ownership, their times, and the search for
     recomputations that pay (see the module docstring)."""
 
-    def __init__(self, g, stmts, kernel, planner):
+    def __init__(self, g, stmts, kernel, planner, worse=None):
         self.g, self.stmts, self.kernel, self.planner = g, stmts, kernel, planner
+        # worse(before, after, gain, current): whether the full search prices a close move's
+        # kernels slower, which `recompute` then does not make (confirm.py)
+        self.worse = worse
         self.free: dict = {}
         self.outputs = frozenset(u for o in g.graph["outputs"].values()
                                  for u in g.predecessors(o))
@@ -271,14 +274,18 @@ class _Layouts:
     def recompute(self, layout: Layout) -> Layout:
         """Duplicate producers' statements into consumers while that lowers the predicted
         total time, the best duplication first (and, once kernels overlap, merge two kernels
-        when that is better still)."""
+        when that is better still); a close move the full search prices slower (`worse`) is
+        not made, the next best looked for instead."""
         current = self.time(layout)
         if current == float("inf"):
             return layout
+        refused: set = set()
         while True:
             known = {k: _time(self.planner, k) for k in self.kernels(layout)}
             best = None
             for grown, cand in itertools.chain(self.candidates(layout), self.merges(layout)):
+                if cand in refused:
+                    continue
                 # the first of equally good moves wins (the candidates' order is fixed)
                 bound = current * (1 - RELATIVE) if best is None else best[0]
                 t = self._total_below(cand, grown, known, bound)
@@ -286,6 +293,10 @@ class _Layouts:
                     best = (t, cand)
             if best is None:
                 return layout
+            if self.worse is not None and self.worse(self.kernels(layout), self.kernels(best[1]),
+                                                     current - best[0], current):
+                refused.add(best[1])
+                continue
             current, layout = best
 
     def _total_below(self, layout: Layout, first: Cluster, known: dict, bound: float):

@@ -163,3 +163,60 @@ def test_the_block_index_is_32_bit_unsigned_while_the_tiles_fit():
         P.Decl("const long long", "nblocks", "(long long)(n0) * (long long)(n0)"), long))
     assert not check_kernel(k, {"n0": 2**15})
     assert any("blk" in x for x in check_kernel(k, {"n0": 2**16 + 1}))
+
+
+def _row_subscript(k, origin: str, rows: int, width: int) -> "P.KernelProgram":
+    """A kernel whose thread reads row min(base_0 + 1, n0 - 1) of a shared tile of `width`
+    columns, relative to `origin`: a block of `rows` rows from org_0 (as kernel.py lowers it:
+    org_0 from the block index, base_0 = org_0 + tc_0 * 1; org_1 another axis's origin)."""
+    clamped = "((base_0 + 1) < (int)(((int)(n0)) - 1) ? (base_0 + 1) : (int)(((int)(n0)) - 1))"
+    read = f"sm0[((int)(({clamped} - {origin}))) * ({width}) + (j0)]"
+    body = (P.Decl("const int", "tc_0", "(int)threadIdx.x % 2"),
+            P.For("blk", "(unsigned)blockIdx.x", "blk < (unsigned)(n0)",
+                  "blk += (unsigned)gridDim.x", (
+                      P.Decl("const int", "org_0",
+                             f"(int)((blk) % ((unsigned)((n0 + {rows - 1}) / {rows}))) * {rows}"),
+                      P.Decl("const int", "org_1", "(int)((blk) % ((unsigned)(n0)))"),
+                      P.Decl("const int", "base_0", "org_0 + tc_0 * 1"),
+                      P.For("j0", "0", f"j0 < {width}", "++j0", (
+                          P.Decl("const float", "x", read),))), False, "unsigned"))
+    return dataclasses.replace(k, body=body)
+
+
+def test_a_shared_row_is_read_relative_to_its_block_origin(monkeypatch):
+    """A shared tile's row is read as (min(base_0 + i, n0 - 1) - org_0) * width + j, base_0 =
+    org_0 + tc_0 * t (kernel.py): its row lies in [0, rows) whatever the block, which the range
+    analysis (widths.py) proves by relating base_0 to org_0; as two unrelated intervals,
+    [-(n0 - 1), n0 - 1] x width passes 2^31 at n0 = 2^17, width 16392 (a false alarm on
+    layernorm's statistics kernel apart from Y at r = 2^17, c = 2^14 - 1, one row a block).
+    Blocks of 8 rows: the row from its block's origin is 0 to 2 (tc_0 0 or 1, plus 1), the
+    subscript at most 3 x width - 1, in range to the last width that keeps it so; a row taken
+    from another axis's origin is not related, and an overflow."""
+    from . import widths
+    k = lower(plan(napkin.load(SUM), "h100", {"a": 1000})).kernels[0]
+    n, edge = {"n0": 2**17}, 2**31 // 3
+    assert not check_kernel(_row_subscript(k, "org_0", 8, 2**14 + 8), n)
+    assert check_kernel(_row_subscript(k, "org_1", 8, 2**14 + 8), n)
+    assert not check_kernel(_row_subscript(k, "org_0", 8, edge), n)
+    assert check_kernel(_row_subscript(k, "org_0", 8, edge + 1), n)
+    monkeypatch.setattr(widths, "_relate", lambda s, env, const: None)
+    assert check_kernel(_row_subscript(k, "org_0", 8, 2**14 + 8), n)
+
+
+def test_layernorms_statistics_apart_read_their_row_in_range(monkeypatch):
+    """layernorm at r = 2^17, c = 2^14 - 1 on h100: the statistics apart from Y (fusion's full
+    search prices that 5.44 ms against 5.56 ms fused, model figures: confirm.py). Their kernel
+    holds one row of X a block in shared memory, padded to 16392 values, and indexes in 32
+    bits: the row is min(base_0, n0 - 1) - org_0 = 0 (base_0 is org_0, below n0), each
+    subscript below 16392 + 8, which the range analysis proves (and without relating base_0
+    to org_0, flags: [-(n0 - 1), n0 - 1] x 16392 passes 2^31)."""
+    from . import widths
+    p = plan(napkin.load("layernorm"), "h100", {"r": 2**17, "c": 2**14 - 1})
+    program = lower(p)
+    sizes = size_values(program, p.sizes)
+    (stats,) = [k for k in program.kernels
+                if {q.array for q in k.params if q.role == "store"} == {"mu", "var"}]
+    assert stats.index_type == "int" and stats.blocks == (("n0", 1),)
+    assert not check_kernel(stats, sizes)
+    monkeypatch.setattr(widths, "_relate", lambda s, env, const: None)
+    assert any("acc0 subscript: 32-bit" in x for x in check_kernel(stats, sizes))

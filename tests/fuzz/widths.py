@@ -8,6 +8,13 @@ threadIdx, blockIdx, lanes over their ranges. A 32-bit subexpression (no
 `long long` operand) whose interval leaves [-2^31, 2^31 - 1] ([0, 2^32 - 1] where
 an operand is `unsigned`: the block index, index_width.block_type), or a value cast
 to `int` or `unsigned` that does not fit, is an overflow the chosen types allow.
+
+One relation is kept beside the intervals: a constant declared as another plus an
+offset (`const int base_0 = org_0 + tc_0 * 4`: a thread's row from its block's
+origin) is that offset from it, so `X - org_0` is evaluated as the offset of X from
+org_0 where X is base_0 plus a term or a minimum of such (a row clamped to the last,
+`min(base_0 + 1, n0 - 1) - org_0`: a shared tile's row, [0, rows) and not
+[-(n0 - 1), n0 - 1] as two unrelated intervals would have it).
 """
 
 from __future__ import annotations
@@ -69,13 +76,49 @@ class Evaluator:
 
     def __init__(self, env: dict[str, Val], where: str, problems: list):
         self.env, self.where, self.problems = env, where, problems
+        self.related = env.get("#related") or {}    # name -> (origin, offset: Val)
+        self.values: dict = {}                      # ast -> its Val (`offset`)
 
     def run(self, text: str) -> Val:
+        return self.parsed(text)[0]
+
+    def parsed(self, text: str) -> tuple:
+        """(Val, ast) of the expression."""
         self.toks, self.i, self.text = _tokens(text), 0, text
         v = self.ternary()
         if self.i != len(self.toks):
             raise ValueError(f"trailing tokens in {text!r}")
-        return v[0]
+        return v
+
+    def offset(self, ast, origin: str) -> Val | None:
+        """The interval of (ast - origin) by the relations (None: none applies): the origin
+        itself 0, a related constant its offset, a sum or difference with a term relative to
+        it, a minimum of two (one relative, the other by intervals)."""
+        if ast == ("id", origin):
+            return Val(0, 0, False)
+        if ast[0] == "id" and self.related.get(ast[1], (None,))[0] == origin:
+            return self.related[ast[1]][1]
+        if ast[0] in ("+", "-"):
+            left = self.offset(ast[1], origin)
+            right = self.values.get(ast[2])
+            if left is not None and right is not None:
+                return Val(left.lo + right.lo, left.hi + right.hi, *_kind(left, right)) \
+                    if ast[0] == "+" else \
+                    Val(left.lo - right.hi, left.hi - right.lo, *_kind(left, right))
+            return None
+        if ast[0] == "min":
+            sides = [self.offset(a, origin) for a in ast[1:]]
+            if all(v is None for v in sides):
+                return None
+            o = self.env[origin]
+            sides = [v if v is not None else Val(w.lo - o.hi, w.hi - o.lo, *_kind(w, o))
+                     for v, w in zip(sides, (self.values[a] for a in ast[1:]))]
+            return Val(min(v.lo for v in sides), min(v.hi for v in sides), *_kind(*sides))
+        return None
+
+    def _seen(self, v: tuple) -> tuple:
+        self.values[v[1]] = v[0]
+        return v
 
     # parser: each returns (Val, ast) where ast is a hashable shape used to spot min(a, b)
     def peek(self):
@@ -96,9 +139,9 @@ class Evaluator:
             self.take(":")
             b = self.ternary()
             c = cond[1]
-            if isinstance(c, tuple) and c[0] in ("<", "<=") and {c[1], c[2]} == {a[1], b[1]}:
+            if isinstance(c, tuple) and c[0] in ("<", "<=") and (c[1], c[2]) == (a[1], b[1]):
                 lo, hi = min(a[0].lo, b[0].lo), min(a[0].hi, b[0].hi)   # min(x, y)
-                return Val(lo, hi, *_kind(a[0], b[0])), ("?", c, a[1], b[1])
+                return self._seen((Val(lo, hi, *_kind(a[0], b[0])), ("min", a[1], b[1])))
             return a[0].union(b[0]), ("?", c, a[1], b[1])
         return cond
 
@@ -126,7 +169,11 @@ class Evaluator:
             a, b = left[0], right[0]
             v = Val(a.lo + b.lo, a.hi + b.hi, *_kind(a, b)) if op == "+" else \
                 Val(a.lo - b.hi, a.hi - b.lo, *_kind(a, b))
-            left = (self.check(v), (op, left[1], right[1]))
+            if op == "-" and right[1][0] == "id" and right[1][1] in self.env:
+                related = self.offset(left[1], right[1][1])     # (X - org_0: see above)
+                if related is not None:
+                    v = Val(max(v.lo, related.lo), min(v.hi, related.hi), *_kind(a, b))
+            left = self._seen((self.check(v), (op, left[1], right[1])))
         return left
 
     def term(self):
@@ -149,7 +196,7 @@ class Evaluator:
                 v = Val(0 if a.lo >= 0 else -m, m if a.hi > 0 else 0, *wide)
                 if a.lo >= 0 and a.hi <= m:
                     v = Val(a.lo, a.hi, *wide)
-            left = (self.check(v), (op, left[1], right[1]))
+            left = self._seen((self.check(v), (op, left[1], right[1])))
         return left
 
     def unary(self):
@@ -188,11 +235,11 @@ class Evaluator:
     def primary(self):
         t = self.take()
         if t[0] == "num":
-            return Val(t[1], t[1], t[2] or t[1] > INT_MAX), ("num", t[1])
+            return self._seen((Val(t[1], t[1], t[2] or t[1] > INT_MAX), ("num", t[1])))
         if t[0] == "id":
             if t[1] not in self.env:
                 raise ValueError(f"unknown variable {t[1]!r} in {self.text!r}")
-            return self.env[t[1]], ("id", t[1])
+            return self._seen((self.env[t[1]], ("id", t[1])))
         if t == ("op", "("):
             v = self.ternary()
             self.take(")")
@@ -309,6 +356,8 @@ def _walk(body, env: dict, problems: list) -> None:
                 if not _fits(held):
                     problems.append(f"{s.ctype} {s.name} holds [{value.lo}, {value.hi}]")
                 env[s.name] = held
+            if integer:
+                _relate(s, env, "const" in words and value is not None)
         elif isinstance(s, P.Set):
             _eval(s.target, env, "target", problems, numeric=False)
             table = re.match(r"(\w+)\[", s.target)
@@ -334,6 +383,29 @@ def _walk(body, env: dict, problems: list) -> None:
         elif isinstance(s, P.Call):   # fragments and copies: `pN + (offset)` is a global offset
             for arg in s.args:
                 _eval(_as_subscripts(arg), env, f"{s.fn} argument", problems, numeric=False)
+
+
+def _relate(s: P.Decl, env: dict, const: bool) -> None:
+    """Keep env["#related"] (Evaluator.offset) for the integer declared by `s`: no relation
+    of or to an earlier one of its name; a constant `NAME + E` of a constant NAME is E from it
+    (env["#const"]: the constants in scope)."""
+    related = {k: r for k, r in (env.get("#related") or {}).items()
+               if k != s.name and r[0] != s.name}
+    consts = (env.get("#const") or frozenset()) - {s.name}
+    if const:
+        m = re.fullmatch(r"(\w+) \+ (.+)", s.init.strip())
+        if m and m.group(1) in consts and not _DATA.search(s.init):
+            evaluator = Evaluator(env, s.name, [])
+            try:
+                _, ast = evaluator.parsed(s.init)
+            except ValueError:
+                ast = None
+            if ast is not None and ast[0] == "+" and ast[1] == ("id", m.group(1)):
+                offset = evaluator.values.get(ast[2])
+                if offset is not None:
+                    related[s.name] = (m.group(1), offset)
+        consts |= {s.name}
+    env["#related"], env["#const"] = related, consts
 
 
 # An integer computed from data (language 1.1: a load of an integer array, int(...), mod, a
