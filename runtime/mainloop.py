@@ -11,6 +11,7 @@ never-executed `@!PT` instructions do not.
 from __future__ import annotations
 
 import collections
+import functools
 import re
 from dataclasses import dataclass
 
@@ -93,7 +94,16 @@ def classify(opcode: str) -> str:
 
 
 def functions(sass: str) -> dict[str, list[Instruction]]:
-    """Each kernel's instructions, by function name, in address order."""
+    """Each kernel's instructions, by function name, in address order (a new dict of new lists
+    at every call: the parse of a text is kept, `_parsed`)."""
+    return {name: list(insns) for name, insns in _parsed(sass).items()}
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(sass: str) -> dict[str, tuple[Instruction, ...]]:
+    """`functions`, kept for the last few texts: a kernel's model check reads one SASS text
+    three times (its main loop's counts, its epilogue and the main loop again: sass_loops.py),
+    and the parse, line by line, was most of the check's own CPU time."""
     out: dict[str, list[Instruction]] = {}
     labels: dict[str, dict[str, int]] = {}
     current = None
@@ -123,14 +133,15 @@ def functions(sass: str) -> dict[str, list[Instruction]]:
             if t:
                 target = int(t.group(1), 16) if t.group(1) else -int(t.group(2)) - 1   # label: resolved below
         out[current].append(Instruction(address, opcode, (m.group(2) or "").strip(), target))
+    parsed: dict[str, tuple[Instruction, ...]] = {}
     for name, insns in out.items():     # nvdisasm's labels to addresses
         resolved = []
         for i in insns:
             if i.target is not None and i.target < 0:
                 i = Instruction(i.address, i.opcode, i.predicate, labels[name].get(str(-i.target - 1)))
             resolved.append(i)
-        out[name] = resolved
-    return out
+        parsed[name] = tuple(resolved)
+    return parsed
 
 
 def loops(insns: list[Instruction]) -> list[Loop]:

@@ -146,6 +146,15 @@ def disassemble(cubin: bytes, *, tool: str | None = None) -> str:
     """
     image = repair_cubin(cubin)
     name, path = find_tool(tool)
+    return _disassembled(image, name, path)
+
+
+@functools.lru_cache(maxsize=32)
+def _disassembled(image: bytes, name: str, path: str) -> str:
+    """`disassemble`'s text, kept for the last few images (a failure is not kept): a
+    disassembler's run costs about 0.4 CPU-s whatever the cubin (cuobjdump and nvdisasm
+    alike), and the model checks read one plan's cubin once per kernel (benchmarks/
+    model_check.kernel_sass; 4 of the 16 runs of test_cost_truth and test_sass_align)."""
     with tempfile.TemporaryDirectory(prefix="napkin-sass-") as tmp:
         file = os.path.join(tmp, "kernel.cubin")
         with open(file, "wb") as fh:

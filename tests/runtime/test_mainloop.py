@@ -59,3 +59,14 @@ def test_a_real_tensor_core_product_loop():
     # whole m16n8k16 fragments per 16-wide k-step, fed by ldmatrix and cp.async, one barrier
     assert loop.mma == counts["mma"] and loop.mma % 16 == 0 and counts["ldsm"] > 0
     assert counts["ldgsts"] > 0 and counts["barrier"] > 0
+
+
+def test_a_text_parsed_again_gives_new_lists_of_the_same_instructions():
+    """The parse of a SASS text is kept (mainloop._parsed): a caller changing the lists it got
+    does not change what the next caller gets."""
+    first = mainloop.functions(SASS)
+    first["k"].pop()
+    first["k"].clear()
+    again = mainloop.functions(SASS)
+    assert len(again["k"]) == 13 and again["k"][8].target == 0x30 and again["k"] is not first["k"]
+    assert mainloop.functions(SASS.replace("MUFU.EX2", "MUFU.RSQ"))["k"][6].opcode == "MUFU.RSQ"

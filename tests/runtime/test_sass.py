@@ -111,3 +111,23 @@ def test_missing_tools_is_backend_unavailable(monkeypatch):
     with pytest.raises(BackendUnavailable) as info:
         sass.disassemble(b"\x7fELF" + b"\x02\x01" + b"\0" * 58)
     assert info.value.code == "N0901" and "napkin[test]" in info.value.diagnostics[0].help
+
+
+@needs_nvrtc
+@needs_tools
+def test_a_cubin_read_again_is_not_disassembled_again(cpa_cubin, monkeypatch):
+    """The text of a cubin disassembled before is kept (sass._disassembled): the tool runs once
+    for it, the text is the same, another cubin or tool runs it again, a failure is not kept."""
+    runs = []
+    real = sass.subprocess.run
+    monkeypatch.setattr(sass.subprocess, "run", lambda argv, **kw: runs.append(argv) or real(argv, **kw))
+    sass._disassembled.cache_clear()
+    first = sass.disassemble(cpa_cubin)
+    assert sass.disassemble(bytearray(cpa_cubin)) == first and len(runs) == 1
+    assert sass.disassemble(cpa_cubin[:-1]) == first and len(runs) == 1    # (repaired: the same)
+    assert "LDGSTS" in sass.disassemble(cpa_cubin, tool="nvdisasm") and len(runs) == 2
+    broken = cpa_cubin[:64] + bytes(len(cpa_cubin) - 64)      # (no sections: the tool fails)
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            sass.disassemble(broken)
+    assert len(runs) == 4          # (the tool ran for each: the failure was not kept)
