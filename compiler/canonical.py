@@ -13,7 +13,10 @@
   row statistic beside it); not attention's scores (a softmax normalises them), whose
   normalised query and key FlashAttention loads, but for a factor over the axes both
   operands share (`0.125 * Q * K` is `Q * K * 0.125`, `Q * g[h] * K` is `Q * K * g[h]`:
-  FlashAttention's loaded Q and K, its scores scaled). Products are looked through names
+  FlashAttention's loaded Q and K, its scores scaled); nor out of another product reading
+  such an operand (QK-norm's backward `dK = dS * Qn`: `gq[d]` taken out of the sum over t
+  left `Q * rsqrt(...)` computed, which no chain of products loads; reach.read_by_scores).
+  Products are looked through names
   (not a declared dtype's: its rounding is the user's); views of inputs are read anew. Not out of
   one local_merge.py reads as it is (`dWq = dQ * N1` over `(b*t)`, `nest=False`): no
   reshape reads a computed operand, and its two axes stayed on the CUDA cores.
@@ -58,7 +61,7 @@ from .masking import constant
 from .mask_forms import NEGATED as _NEGATED, additive_form as _additive_form, \
     negation as _negation
 from .merge import merge_axes
-from .reach import normalised
+from .reach import normalised, read_by_scores
 from .rename import store_renamed
 from .values import through  # noqa: F401 (read from here by most passes)
 from .written import is_op as _is, logsumexp as _logsumexp, replace as _replace, \
@@ -313,6 +316,9 @@ def _hoisted(g: DiGraph, n: int, scores_only: bool = False) -> bool:
     args = ir.operands(g, n)
     batch = set.intersection(*(set(ir.type_of(g, u).axes) for u in args)) - set(op.axes)
     for i, arg in enumerate(args):
+        if not scores and read_by_scores(g, arg):
+            continue    # the scores' loaded operand (QK-norm's Qn): the backward's chains
+                        # load it as they are too, no operand computed beside it
         factors = _factors(g, arg)
         # (a scalar stays inside: the backward's `dS / sqrt(size(d))` or `dS * 0.125` feeds
         # dQ and dK, and taken out of both it parted the chain that computes them together;

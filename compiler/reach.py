@@ -17,6 +17,44 @@ def normalised(g: DiGraph, n: int) -> bool:
                for u in downstream(g, n, (ir.Map, ir.Assign)))
 
 
+def read_by_scores(g: DiGraph, n: int) -> bool:
+    """Whether the array n computes (through names and views) is an operand of attention's
+    scores, a contraction whose values a softmax normalises: QK-norm's `Qn`, which
+    FlashAttention loads as it is (so a kernel stores it) and the backward's chains read
+    again (`dK = dS * Qn`)."""
+    root = _named(g, n)
+    seen = set(_aliases(g, root))
+    return any(isinstance(ir.op(g, c), ir.Contract) and normalised(g, c)
+               for u in seen for c in g.successors(u))
+
+
+def _named(g: DiGraph, n: int) -> int:
+    """n through names and views (the array whose values they are)."""
+    while _same(ir.op(g, n)):
+        n = ir.operands(g, n)[0]
+    return n
+
+
+def _aliases(g: DiGraph, root: int):
+    """root and the names and views that read it as they are, once each."""
+    frontier, seen = [root], {root}
+    while frontier:
+        m = frontier.pop()
+        yield m
+        for u in g.successors(m):
+            if u not in seen and _same(ir.op(g, u)):
+                seen.add(u)
+                frontier.append(u)
+
+
+def _same(op) -> bool:
+    """Whether op reads its operand's values as they are: a name without a declared dtype,
+    a view relabelling each position once (not a diagonal)."""
+    if isinstance(op, ir.View):
+        return len(set(op.labels)) == len(op.labels)
+    return isinstance(op, ir.Assign) and op.dtype is None
+
+
 def downstream(g: DiGraph, n: int, passing: tuple):
     """The nodes n's values reach, once each, walking on through the ops of the types
     `passing` (names, views: the values themselves, or elementwise ops of them)."""
