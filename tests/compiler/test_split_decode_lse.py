@@ -1,12 +1,19 @@
 """Split decoding with the logsumexp L of the scores beside O: the split's merge kernel merges
-O and L (L from O.lse, split_merges._state_merges), its rows' d whole. The quick search split
-the merge's p_x over 4 or 32 lanes only (search._quick_ways), so at 8 or 16 splits each lane
-walked 2 or 4 of them: the quick estimates priced the x splits of paged GQA decode at 21.0
-and 31.1 us against their final plans' 14.1 and 13.7 us, and the planner split d instead
-(3 kernels, no FlashAttention, 15.6 us; h100 model). Now the quick search also takes one lane
-a split, as the full search does: the estimates agree with the final plans, and the planner
-splits x by 16 (FlashAttention-2 and the merge, 13.7 us). Plain GQA and MHA decode with L
-price their x splits the same way."""
+O and L (L from O.lse, split_merges._state_merges). Two things made the planner split d
+instead of the keys of paged GQA decode (3 kernels, no FlashAttention, 15.6 us; b=1 g=8 r=4
+x=1024 d=128, h100 model):
+
+- the quick search split the merge's p_x over 4 or 32 lanes only (search._quick_ways), so at
+  8 or 16 splits each lane walked 2 or 4 of them: the quick estimates priced the x splits at
+  21.0 and 31.1 us against their final plans' 14.1 and 13.7 us. It now also takes one lane
+  a split, as the full search does: the estimates agree with the final plans.
+- L [b g r] lacks d, so the merge kernel kept d whole (16 blocks, 2% of the SMs busy, 9.1 us).
+  L merged from the partial states alone is now a row state as O.lse is
+  (kernels.row_states): each d tile computes it again and writes it, 3.2 us.
+
+Now the planner splits x by 16: FlashAttention-2 and the merge, 7.78 us (7.74 without L).
+Plain GQA and MHA decode with L price their x splits the same way."""
+
 
 from __future__ import annotations
 
@@ -30,6 +37,9 @@ L[b g r] = logsumexp[x](S)
 out O: bf16
 out L: f32
 """
+
+PAGED_WITHOUT_L = PAGED.format(d=128, p=16, x=1024, j=64).replace(
+    "L[b g r] = logsumexp[x](S)\n", "").replace("out L: f32\n", "")
 
 GQA = """axis b, g, r, x, d = 128
 in Q[b g r d]: bf16
@@ -70,6 +80,12 @@ def test_paged_decode_with_its_logsumexp_splits_the_keys():
                  key=lambda q: q.time)
     assert p.time <= 1.01 * forced.time, (p.time, forced.time)
     assert p.time < p.split.unsplit_time
+    # the merge tiles d as without L, and takes about as long
+    merge = p.kernels[1]
+    assert dict(merge.choice.group).get("d", 128) < 128, merge.choice
+    alone = plan(napkin.load(PAGED_WITHOUT_L), "h100", DECODE, {"split": {"x": p.split.parts}})
+    assert merge.cost.time <= 1.1 * alone.kernels[1].cost.time, (merge.cost.time,
+                                                                 alone.kernels[1].cost.time)
 
 
 @pytest.mark.parametrize("text, shape", [
@@ -87,9 +103,9 @@ def test_the_quick_estimate_of_a_split_with_its_logsumexp_is_its_final_plans(tex
 
 
 def test_mha_decode_with_its_logsumexp_prices_the_split_it_finds():
-    """MHA decode, b=1 h=32 x=1024 with L: the x split by 32 (its quick estimate 17.5 us)
-    is priced now that 16 splits are (38 us before: the search stopped at 4 and 8 splits);
-    the final plans: 16.4 us against 16.5 unsplit (h100 model)."""
+    """MHA decode, b=1 h=32 x=1024 with L: unsplit before (16.5 us: the quick estimates of 8
+    and 16 splits 26.4 and 38.0 us, their final plans 20.5 and 20.3); now x split by 8,
+    13.7 us (h100 model)."""
     p = plan(napkin.load(MHA), "h100", {"b": 1, "h": 32, "x": 1024})
     assert p.split is not None and p.split.axis == "x" and p.time < p.split.unsplit_time
 
