@@ -112,13 +112,14 @@ def test_mha_decode_with_its_logsumexp_prices_the_split_it_finds():
 
 def test_the_chosen_form_emulated_at_odd_sizes(within_budget):
     """The chosen plan's form (FlashAttention-2 over a split of the keys through the page
-    table, its O and L merged by one CUDA-core kernel) at b=2 g=2 r=3 with 5 pages of 16
-    rows: one sequence's keys end inside the first split, the other's inside the second, the
-    rest of the 16 splits hold no key (weighed 0)."""
+    table, its O and L merged by one CUDA-core kernel in tiles of d) at b=2 g=2 r=3 with 5
+    pages of 16 rows: one sequence's keys end inside the first split, the other's inside the
+    second, the rest of the 16 splits hold no key (weighed 0)."""
     d = _paged()
     shape = {"b": 2, "g": 2, "r": 3, "n": 5}
     p = plan(d, "h100", shape, {"split": {"x": 16}}, engine="tensor-cores")
     assert [kp.schedule.engine for kp in p.kernels] == ["attention", "cuda cores"]
+    assert dict(p.kernels[1].choice.group).get("d", 128) < 128    # L written by every d tile
     inputs = random_inputs(d, shape, 7)
     inputs["len"] = np.array([37, 70], dtype=np.int32)     # < 5 pages x 16 rows, and < x
     assert (inputs["pages"] < 5).all()
