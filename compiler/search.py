@@ -136,10 +136,16 @@ def _quick_ways(model: Model, sizes: dict, axis: str) -> tuple:
     unrolled (compiler/lanes.py: a size the diagram fixes, at most UNROLL_TRIPS trips a lane),
     where the lowering shares each value a lane reads among the thread's points and the model
     charges the lanes' replicated work (issue_pair.py): without them fusion priced attention
-    on the CUDA cores at 4 lanes looping over d or 32 each running the softmax."""
+    on the CUDA cores at 4 lanes looping over d or 32 each running the softmax. And the most
+    lanes of one warp that walk it unrolled: a split's merge over p_x = 8 or 16 splits, one
+    lane a split, which the full search takes; without it the quick estimate of the merge of
+    O and its logsumexp L (their rows' d whole, 2% of the SMs busy) had 4 lanes each
+    walking 2 or 4 splits, 15.0 and 26.5 us against the final plans' 9.2 and 9.1 (paged GQA
+    decode, b=1 g=8 r=4 x=1024 d=128, h100 model), and the planner kept d split instead."""
     unrolling = [w for w in SPLITS if axis in model.fixed and
                  lanes.trips(int(sizes[axis]), w) is not None]
-    return tuple(sorted(set(QUICK["split"]) | set(unrolling[:1])))
+    warp = [w for w in unrolling if w <= WARP_LANES]
+    return tuple(sorted(set(QUICK["split"]) | set(unrolling[:1]) | set(warp[-1:])))
 
 
 def _shrink(group: dict, thread: dict, chunk: list, splits: list, limit: int = MAX_POINTS) -> None:
