@@ -152,7 +152,7 @@ def test_a_group_hint_and_the_renaming_compose():
            "`t`" in said, said
 
 
-@pytest.mark.parametrize("case", [c if c in ("self", "indexed", "both") else
+@pytest.mark.parametrize("case", [c if c == "self" else
                                   pytest.param(c, marks=pytest.mark.thorough) for c in CASES])
 def test_emulated_matches_float64(case):
     """Planned at the shape above with d=16 (e=8) by -D, FlashAttention where it applies, the

@@ -94,11 +94,11 @@ CASES = [
     (72, 64, 3, "causal", "kernel", "tensor-cores"),
     (264, 128, 3, "padding", "kernel", "tensor-cores"),
     (264, None, 3, "causal", "last-block", "tensor-cores"),
-    (264, None, 1, "padding", "last-block", "tensor-cores"),
+    pytest.param(264, None, 1, "padding", "last-block", "tensor-cores", marks=THOROUGH),
     (72, None, 3, "causal", "kernel", "cuda-cores"),
     (40, None, 1, "padding", "last-block", "cuda-cores"),
     (264, None, 3, "shared", "kernel", "tensor-cores"),          # MLA's cache: rows h x q
-    (136, None, 3, "shared", "last-block", "cuda-cores"),
+    pytest.param(136, None, 3, "shared", "last-block", "cuda-cores", marks=THOROUGH),
     pytest.param(264, 32, 3, "causal", "kernel", "tensor-cores", marks=THOROUGH),
     pytest.param(264, None, 3, "padding", "last-block", "cuda-cores", marks=THOROUGH)]
 

@@ -1,6 +1,6 @@
 """Every case under tests/regressions/ (shrunk fuzz failures and hand-written ones for the
-bugs the fuzzers found): interpreted, emulated and compared with the reference; a case
-saved as too slow (`time_limit` in its .json: benchmarks/fuzz.py's --case-seconds) within
+bugs the fuzzers found): interpreted, emulated and compared with the reference (a case whose
+.json gives `thorough`, its reason, in the thorough tier only); a case saved as too slow (`time_limit` in its .json: benchmarks/fuzz.py's --case-seconds) within
 that limit."""
 
 from __future__ import annotations
@@ -19,7 +19,13 @@ def test_there_are_regressions():
     assert CASES
 
 
-@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def _param(path):
+    """A case, in the thorough tier where its .json says why (`thorough`: its CPU cost)."""
+    why = json.loads(path.with_suffix(".json").read_text()).get("thorough")
+    return pytest.param(path, id=path.stem, marks=[pytest.mark.thorough] if why else [])
+
+
+@pytest.mark.parametrize("path", [_param(p) for p in CASES])
 def test_regression(path):
     case, options = load_regression(path)
     seconds = json.loads(path.with_suffix(".json").read_text()).get("time_limit")

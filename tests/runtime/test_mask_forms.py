@@ -65,7 +65,7 @@ WINDOWS = {"added": ("", "Q * K / 4 + where(x <= q and q - x < size(w), 0, -inf)
                      "(W + Q * K) * 0.25")}
 
 
-@pytest.mark.parametrize("name", ["subtracted", "named"])
+@pytest.mark.parametrize("name", [pytest.param("subtracted", marks=pytest.mark.thorough), "named"])
 def test_every_form_of_a_sliding_window_reaches_one_plan(name):
     def planned(form):
         pre, scores = WINDOWS[form]
