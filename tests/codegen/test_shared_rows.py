@@ -90,7 +90,8 @@ def _rows_and_points(sched):
 
 # (partials, the merge's lanes, its thread's points along d): an odd number of partials over
 # 8 lanes (chunks of 64 and 63), over 16 lanes (one chunk of 129, the lanes ragged)
-@pytest.mark.parametrize("split, lanes, points", [(127, 8, 2), (129, 16, 4)])
+@pytest.mark.parametrize("split, lanes, points", [pytest.param(127, 8, 2, marks=pytest.mark.thorough),
+                                                   (129, 16, 4)])
 def test_the_decode_merge_computes_each_rows_softmax_once(split, lanes, points):
     d, p, shape = _paged(split)
     # (the merge's choice fixed, as the planner took it: since what follows the lanes' merge

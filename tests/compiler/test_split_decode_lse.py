@@ -92,7 +92,7 @@ def test_paged_decode_with_its_logsumexp_splits_the_keys():
     (None, DECODE),
     (GQA, {"b": 1, "g": 8, "r": 4, "x": 1024}),
     (MHA, {"b": 1, "h": 32, "x": 1024})])
-@pytest.mark.parametrize("parts", [8, 16])
+@pytest.mark.parametrize("parts", [pytest.param(8, marks=pytest.mark.thorough), 16])
 def test_the_quick_estimate_of_a_split_with_its_logsumexp_is_its_final_plans(text, shape,
                                                                            parts):
     """What the split decision compares: the quick estimates of a split (SplitChoice.time)
