@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import math
 
-from .compiler import ir, local_merge, merge
+from .compiler import ir, local_merge, merge, rename, row_state, stored16
 from .explain_units import model_units, seconds_text
-from .compiler import rename, row_state, stored16
 from .compiler.buffers import buffers
 from .compiler.engine import engine_buffers
 from .compiler.formulas import relabelling, tile_values
