@@ -36,7 +36,7 @@ from .canonical import through
 from .choices import NUMBERS
 from .cost import Choice, Choices, Cost, evaluate
 from .model import Model
-from .operand_reads import entered, renames
+from .operand_reads import one_dtype, renames
 from .rowsource import RowSource
 from .specialise import fix
 from .target import Target
@@ -120,6 +120,7 @@ class FlashSite:
         return self.packed or (self.row,)
 
 
+
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
             packed: bool | None = None) -> FlashSite | str | None:
     """The kernel's attention on tensor cores, why not (a string), or None when the kernel
@@ -179,12 +180,9 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     read = {n for n in (q, k, v) if n in loads or n in sources} | {n for n, _ in renamed}
     if len(ir.op(g, scores).axes) != 1 or read != {q, k, v} or q in (k, v):
         return "Q, K and V must be loaded arrays (one contracted axis in Q K)"
-    dtypes = entered(g, [dict(renamed).get(n, n) for n in (q, k, v)])
-    if len(dtypes) != 1 or not dtypes <= {"f16", "bf16"}:
-        return f"Q, K, V are {'/'.join(sorted(dtypes))}; mma.sync takes one 16-bit dtype"
-    (dtype,) = dtypes
-    if not target.engine_for("contraction", dtype):
-        return f"{target.name} has no tensor cores for {dtype}"
+    dtype = one_dtype(g, target, (q, k, v), renamed, "Q, K, V")
+    if dtype not in ("f16", "bf16"):
+        return dtype
     (dk,) = ir.op(g, scores).axes
     aq, ak, av = (set(ir.type_of(g, n).axes) for n in (q, k, v))
     o_axes = ir.type_of(g, out).axes

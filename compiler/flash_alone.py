@@ -20,7 +20,7 @@ from __future__ import annotations
 from . import headpad, ir, packing, row_state, split
 from .flash import ELEMENTWISE, FlashSite
 from .model import Model
-from .operand_reads import entered, renames
+from .operand_reads import one_dtype, renames
 from .specialise import fix
 from .target import Target
 
@@ -59,12 +59,9 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     read = {n for n in (q, k) if n in loads} | {n for n, _ in renamed}
     if len(ir.op(g, scores).axes) != 1 or read != {q, k} or q == k:
         return "Q and K must be loaded arrays (one contracted axis in Q K)"
-    dtypes = entered(g, [dict(renamed).get(n, n) for n in (q, k)])
-    if len(dtypes) != 1 or not dtypes <= {"f16", "bf16"}:
-        return f"Q, K are {'/'.join(sorted(dtypes))}; mma.sync takes one 16-bit dtype"
-    (dtype,) = dtypes
-    if not target.engine_for("contraction", dtype):
-        return f"{target.name} has no tensor cores for {dtype}"
+    dtype = one_dtype(g, target, (q, k), renamed, "Q, K")
+    if dtype not in ("f16", "bf16"):
+        return dtype
     (dk,) = ir.op(g, scores).axes
     rows_of = {ir.type_of(g, n).axes for n in lse}
     ak = set(ir.type_of(g, k).axes)

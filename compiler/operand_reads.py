@@ -133,3 +133,15 @@ def entered(g, loads: list) -> set:
         return set(stored)
     (other,) = sixteen
     return {rounded(g, [n], d, other) for n, d in zip(loads, stored)}
+
+
+def one_dtype(g, target, operands, renamed, names: str) -> str:
+    """The one 16-bit dtype the operands (loads, or renamed views of loads) enter as, which
+    the target's tensor cores take; else why not (a string: explain's reason)."""
+    dtypes = entered(g, [dict(renamed).get(n, n) for n in operands])
+    if len(dtypes) != 1 or not dtypes <= {"f16", "bf16"}:
+        return f"{names} are {'/'.join(sorted(dtypes))}; mma.sync takes one 16-bit dtype"
+    (dtype,) = dtypes
+    if not target.engine_for("contraction", dtype):
+        return f"{target.name} has no tensor cores for {dtype}"
+    return dtype

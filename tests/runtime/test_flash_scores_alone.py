@@ -192,3 +192,14 @@ def test_the_chunk_loop_runs_over_the_masks_band(names):
     kp = _alone(p)
     assert 0.45 < float(kp.cost.computed) < 0.55, kp.cost.computed
     assert re.search(r"for \(int c0 = cfirst; c0 < cfull; c0 \+= \d+\)", render(lower(p)))
+
+
+def test_scores_of_mixed_dtypes_stay_on_the_cuda_cores_and_say_why():
+    """Q in f32 and K in f16: mma.sync takes one 16-bit dtype (operand_reads.one_dtype, the
+    check attention's FlashSite makes too): no attention kernel, and explain says why."""
+    text = ("axis b, h, q, x\naxis d = 16\nin Q[b h q d]: f32\nin K[b h x d]: f16\n"
+            "L[b h q] = logsumexp[x](Q * K / 4)\nout L: f32\n")
+    p = plan(napkin.load(text), "h100", {"b": 1, "h": 1, "q": 4096, "x": 4096})
+    assert all(kp.schedule.engine != ATTENTION for kp in p.kernels)
+    said = render_text(report(p, compare=False))
+    assert "on CUDA cores: Q, K are f16/f32; mma.sync takes one 16-bit dtype" in said, said
