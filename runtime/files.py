@@ -2,7 +2,8 @@
 
 Where the path is (or a symlink leads to) a regular file or nothing, the data goes to a
 temporary file beside it, which is then moved into place: a reader sees the old file or the
-new one, never part of one, and a symlink keeps pointing at its (replaced) target. Anything
+new one, never part of one, a symlink keeps pointing at its (replaced) target, and the
+replaced file's permissions are kept; a read-only file is refused, not replaced. Anything
 else, a device (`/dev/null`, `/dev/stdout`), a FIFO or a socket, is opened and written as it
 is, never replaced. `check_output` says before any work is done whether a path can be
 written at all (`-`, which many tools read as standard output, is refused, not made a file).
@@ -77,6 +78,7 @@ def check_output(path: str | os.PathLike | None, reads=()) -> None:
     if in_place:
         ok = os.access(target, os.W_OK)
     else:
+        _refuse_read_only(path, target)
         parent = target.parent
         if not parent.is_dir():
             named = Path(path).parent      # (as written, unless a link leads elsewhere)
@@ -86,6 +88,27 @@ def check_output(path: str | os.PathLike | None, reads=()) -> None:
         ok = os.access(parent, os.W_OK | os.X_OK)
     if not ok:
         raise _cannot(path, "permission denied")
+
+
+def _refuse_read_only(path, target: Path) -> None:
+    """N0807 if `target` is an existing regular file that is read-only: one its owner cannot
+    write, or one with no write permission for anyone (refused even where the process could
+    replace it, as root can: the file's mode says it is not to be replaced)."""
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return                         # nothing there yet
+    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(target, os.W_OK):
+        raise error("N0807", f"cannot write {path}: the file is read-only",
+                    help="make it writable (chmod u+w) or write to another file name")
+
+
+def _mode(target: Path) -> int:
+    """The mode a written file gets: the replaced file's, else what open() would give."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        return 0o666 & ~_UMASK
 
 
 def check_apart(outputs: dict) -> None:
@@ -124,6 +147,8 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
         except OSError as exc:
             raise _cannot(path, exc.strerror or exc) from None
         return
+    _refuse_read_only(path, target)
+    mode = _mode(target)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
                                    dir=target.parent if str(target.parent) else ".")
@@ -131,8 +156,9 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
         raise _cannot(path, exc.strerror or exc) from None
     try:
         with os.fdopen(fd, "wb") as f:
-            # mkstemp creates 0600; give the file the mode open() would (0666 less the umask)
-            os.fchmod(f.fileno(), 0o666 & ~_UMASK)
+            # mkstemp creates 0600; give the file the mode of the one it replaces, or the
+            # mode open() would (0666 less the umask)
+            os.fchmod(f.fileno(), mode)
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())

@@ -140,3 +140,33 @@ def test_nothing_half_written_when_the_disk_fills(tmp_path, monkeypatch):
         write_atomic(path, "x" * 100_000)
     assert exc.value.diagnostics[0].code == "N0807" and "No space left" in str(exc.value)
     assert path.read_text() == "the old file" and [p.name for p in tmp_path.iterdir()] == ["out.cu"]
+
+
+def test_a_read_only_file_is_not_replaced(tmp_path, monkeypatch, capsys):
+    """A file with no write permission is refused before any work and by the write itself
+    (the directory being writable would let an atomic rename replace it): as root too."""
+    import napkin.commands.compile_ as compile_
+    path = tmp_path / "out.cu"
+    path.write_text("the user's file")
+    path.chmod(0o444)
+    monkeypatch.setattr(compile_, "emit", lambda *a, **k: pytest.fail("compiled before checking -o"))
+    assert main(["compile", "softmax", "-o", str(path)]) in (1, 2)
+    assert "read-only" in capsys.readouterr().err
+    with pytest.raises(NapkinError) as exc:
+        write_atomic(path, "new text")
+    assert exc.value.diagnostics[0].code == "N0807" and "chmod" in exc.value.diagnostics[0].help
+    assert path.read_text() == "the user's file" and stat.S_IMODE(path.stat().st_mode) == 0o444
+    assert [p.name for p in tmp_path.iterdir()] == ["out.cu"]
+    link = tmp_path / "link.cu"                 # through a link to it: refused the same way
+    link.symlink_to(path)
+    with pytest.raises(NapkinError):
+        write_atomic(link, "new text")
+    assert path.read_text() == "the user's file"
+
+
+def test_a_replaced_file_keeps_its_mode(tmp_path):
+    path = tmp_path / "run.sh"
+    path.write_text("old")
+    path.chmod(0o751)
+    write_atomic(path, "new")
+    assert path.read_text() == "new" and stat.S_IMODE(path.stat().st_mode) == 0o751
