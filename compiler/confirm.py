@@ -11,20 +11,19 @@ Such a merge is priced again by the full search of the merged kernel and of its 
 fused is slower. Only close merges are checked, to bound the planning cost; the times of
 those undone are kept for the boundary's reason (boundaries._reasons).
 
-Recomputation (recompute.py), which also prices by the quick estimate, is checked alike: a
-close duplication or merge of kernels is made only where the full search of the kernels it
-changes does not price them slower (`worse`); a consumer recomputing all its producer
-computes is a merge again: the exact GELU of an f32 product on an A100, 4096 each, is 11.54
-ms fused against 10.20 ms apart by the full search (the quick estimate saves 0.5% fused),
-gelu_erf on hopper-toy 6.80 against 5.79 ms (model figures).
-
-The choice among the layouts fusion's starts lead to still takes the quickest by the quick
-estimate. Ranking those within CLOSE of it by the full search was tried: it moves no
-recorded plan, takes attention's backward on hopper-toy at q = 77, x = 130 from 29.5 to
-22.0 us, and changes two plans tests pin with schedule hints (the paper's seed table on
-hopper-toy at b = h = 1 stores S apart, 298 against 399 us fused; the CUDA-core two-pass
-backward of causal attention takes one pass, 12.91 against 13.07 us), so it waits on those
-tests' owners.
+The two later decisions that price by the quick estimate are checked alike. Recomputation
+(recompute.py): a close duplication or merge of kernels is made only where the full search
+of the kernels it changes does not price them slower (`worse`); a consumer recomputing all
+its producer computes is a merge again: the exact GELU of an f32 product on an A100, 4096
+each, is 11.54 ms fused against 10.20 ms apart by the full search (the quick estimate saves
+0.5% fused), gelu_erf on hopper-toy 6.80 against 5.79 ms (model figures). And the choice
+among the layouts fusion's starts lead to (`fastest`): those within CLOSE of the quickest are
+ranked by the full search. Attention's backward on hopper-toy at q = 77, x = 130 keeps a
+layout of 22.0 us where the quick estimate's quickest is 29.5 us; attention under the paper's
+hints on hopper-toy at b = h = 1 (128 blocks of 32 queries) stores S apart, 298 against 399
+us fused (the static SASS agrees: 341 against 362 us of issue-bound time; the paper's test
+pins its fused plan); the CUDA-core backward of causal attention at q = 17, x = 21 takes O in
+one pass, 12.91 against 13.07 us two-pass (a tie: 13.96 against 13.86 us by static SASS).
 """
 
 from __future__ import annotations
@@ -39,7 +38,8 @@ class Confirm:
     """`slower(p, c, gain, apart)`: whether fusion should not merge clusters p and c (the
     quick estimate saves `gain` of `apart`); `refused`: {p, c}: (fused, apart) full-search
     seconds of each merge it undid. `worse(before, after, gain, current)`: the same of any
-    change of kernels (recomputation's). `kernel(cluster)` makes a cluster's kernel."""
+    change of kernels (recomputation's); `fastest(layouts)`: of fusion's results, the one to
+    keep. `kernel(cluster)` makes a cluster's kernel."""
 
     def __init__(self, planner, kernel):
         self.planner, self.kernel = planner, kernel
@@ -77,6 +77,20 @@ class Confirm:
             self.changes[old, new] = self.full(sorted(new, key=_order)) > \
                 self.full(sorted(old, key=_order))
         return self.changes[old, new]
+
+    def fastest(self, layouts: list, quick, kernels):
+        """The layout to keep of several (`quick(layout)`: the quick estimate's total,
+        `kernels(layout)`: its kernels): the quickest, unless others come within CLOSE of it,
+        then the fastest of those by the full search (the first of equal ones)."""
+        times = [quick(lay) for lay in layouts]
+        best = min(times)
+        close = [i for i, t in enumerate(times) if t - best < CLOSE * t]
+        if len(close) < 2:
+            return layouts[times.index(best)]
+        full = [self.full(kernels(layouts[i])) for i in close]
+        if min(full) == float("inf"):
+            return layouts[times.index(best)]
+        return layouts[close[full.index(min(full))]]
 
 
 def _order(k) -> tuple:

@@ -20,8 +20,8 @@ is tried again too (the kernel that lay between them may be gone). FlashAttentio
 backward is the example: its dK, dV kernel recomputes S, P, dP and dS rather than reading
 what the dQ kernel computed. Kernels may then overlap; every statement has one owner, the
 kernel that stores its arrays when an output or another kernel not computing them needs
-them. Each step prices by the planner's quick estimate; where it calls a merge or a
-duplication close, the full tile search decides (confirm.py).
+them. Each step prices by the planner's quick estimate; where it calls a merge, a duplication
+or the choice among the starts' layouts close, the full tile search decides (confirm.py).
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ def fuse(g: DiGraph, planner) -> list[FusedKernel]:
     for clusters in dict.fromkeys(frozenset(cs) for cs in results):
         start = tuple(sorted(((c, frozenset()) for c in clusters), key=lambda e: sorted(e[0])))
         layouts.append(lay.settled(lay.recompute(start)))
-    layout = min(layouts, key=lay.time) if len(layouts) > 1 else layouts[0]
+    # the quickest, or of those within confirm.CLOSE of it the fastest by the full search
+    layout = confirm.fastest(layouts, lay.time, lay.kernels) if len(layouts) > 1 else layouts[0]
     ks = [replace(k, why=Reason(functools.partial(boundaries.why, lay, layout, i, confirm.refused)))
           for i, k in enumerate(lay.kernels(layout))]      # (made when explain reads them)
     return _named(g, ks)
