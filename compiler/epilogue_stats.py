@@ -17,13 +17,14 @@ tiling (tiles, pipeline, occupancy, L2 and HBM traffic of H and W) with its stor
 replaced by the partial states ([t] x P x one f32 per statistic) and kernel B's per-element
 work (the exponentials, maxima, compares, sums over v) added to its epilogue; the merge is
 kernel B's own plan over P positions of those states. Blocks that loop over all of v instead
-(no merge) would run `t / g_t` blocks only (32 at t=4096 in 128-row tiles, under a quarter
-of an h100's SMs), so the split form is the one priced.
+(no merge) would run `t / g_t` blocks only (16 at t=4096 in 256-row tiles, for 132 SMs on
+an h100), so the split form is the one priced.
 
 A candidate is: kernel A a tensor-core product (tensorcore.Site, its epilogue elementwise)
 storing one array C over (row, col) that kernel B alone reads; kernel B streaming col, every
 reduction in it a mergeable one over col (logsumexp, max, min, sum) and every array it stores
-without col. explain names it beside the fused CUDA-core figure (boundaries.py).
+without col. explain reports it after the plan's total (`for_plan`, `lines`); the planner
+does not choose it and nothing lowers it yet.
 """
 
 from __future__ import annotations
@@ -83,8 +84,8 @@ def candidate(g, planner, ka: FusedKernel, kb: FusedKernel) -> Candidate | None:
     if len(ka.stores) != 1:
         return None
     (stored,) = ka.stores
-    if set(g.successors(stored)) & set(g.graph["outputs"].values()):
-        return None             # (an output: stored all the same)
+    if any(n not in kb.nodes for n in g.successors(stored)):
+        return None             # (an output, or another kernel reads it: stored all the same)
     pa, pb = planner.plan(ka, strict=False), planner.plan(kb, strict=False)
     if pa is None or pb is None or not pa.choice.warps or pa.choice.instruction != "mma.sync":
         return None
@@ -98,7 +99,7 @@ def candidate(g, planner, ka: FusedKernel, kb: FusedKernel) -> Candidate | None:
     if stats is None:
         return None
     sizes = planner.sizes
-    tile = dict(pa.choice.group)
+    tile = {row: sizes[row], col: sizes[col], **dict(pa.choice.group)}
     parts = -(-sizes[col] // tile[col])
     states = Array(stored, "partial states", "store", (row,), STATE_BYTES * len(stats) * parts)
     arrays = tuple(a for a in pa.model.arrays if not (a.role == "store" and a.node == stored))
@@ -124,16 +125,19 @@ def candidate(g, planner, ka: FusedKernel, kb: FusedKernel) -> Candidate | None:
 
 
 def _stats_after_product(g, kernels) -> bool:
-    """Whether a kernel stores a product that another kernel reduces along one of its axes
-    (the cheap test before fusing the problem again: explain on other diagrams pays nothing)."""
+    """Whether a kernel stores a product that a kernel of statistics alone (no product, no
+    softmax) reduces along one of its axes (the cheap test before fusing the problem again:
+    explain on other diagrams pays nothing)."""
     for ka in kernels:
+        if not any(isinstance(ir.op(g, n), ir.Contract) for n in ka.nodes):
+            continue
         for s in ka.stores:
-            if not any(isinstance(ir.op(g, n), ir.Contract) for n in ka.nodes):
-                continue
             axes = set(ir.type_of(g, s).axes)
             for kb in kernels:
-                if s in kb.loads and any(isinstance(ir.op(g, n), ir.Reduce) and
-                                         set(ir.op(g, n).axes) <= axes for n in kb.nodes):
+                ops = [ir.op(g, n) for n in kb.nodes] if s in kb.loads else []
+                if not any(isinstance(op, (ir.Contract, ir.Softmax)) for op in ops) and any(
+                        isinstance(op, ir.Reduce) and op.fn in MERGEABLE and
+                        len(op.axes) == 1 and op.axes[0] in axes for op in ops):
                     return True
     return False
 
@@ -157,11 +161,8 @@ def for_plan(plan) -> dict | None:
             found = candidate(pr.graph, planner, ka, kb) if ka is not kb else None
             if found is None:
                 continue
-            rest = [planner.plan(k, strict=False) for k in kernels if k not in (ka, kb)]
-            if any(r is None for r in rest):
-                return None
-            total = found.time + sum(float(r.cost.time) for r in rest)
             names = [array_name(pr.graph, n) for n in (*ka.stores, *kb.stores)]
+            total = float(plan.time) - _computing(plan, names) + found.time
             return {"arrays": names, "row": found.row, "col": found.col,
                     "tile": list(found.tile), "parts": found.parts,
                     "statistics": found.statistics, "state_bytes": found.state_bytes,
@@ -186,6 +187,16 @@ def lines(rep: dict, fmt) -> list[str]:
             f"  predicted {fmt(rep['fused_seconds'])} + {fmt(rep['merge_seconds'])} for the "
             f"merge instead of {fmt(rep['apart_seconds'])} for {both} in kernels of their "
             f"own (unsplit): {fmt(rep['predicted_seconds'])} in all, {verdict} than this plan"]
+
+
+def _computing(plan, names) -> float:
+    """The predicted seconds of the plan's kernels computing the equations `names` (a split's
+    partial side `Z.part` counts as `Z`; a merge in the partial kernel's last blocks adds
+    nothing of its own)."""
+    eqs = {e.stmt: e.name.split(".")[0] for e in plan.graph.graph["equations"]}
+    tail = plan.tail.merges if plan.tail is not None else ()
+    return sum(float(kp.cost.time) for i, kp in enumerate(plan.kernels)
+               if any(eqs.get(s) in names for s in kp.kernel.equations) and i not in tail)
 
 
 def _after_loop(plain, fused, choice, stats: int, blocks: int, target) -> float:
