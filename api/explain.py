@@ -1,17 +1,16 @@
 """`napkin explain`: the plan as a report, in the paper's notation (text) or as JSON.
 
-The report holds, per kernel, why it is split from its neighbours, the
-relabelled axes per level (`q -> g_q = 128`), the memory table (every buffer:
-role, shape in relabelled axes, level, bytes), M and H per level (symbolic and
-numeric), FLOPs, arithmetic intensity, predicted time and its bound; then the
-same figures for the unfused plan and what fusion saves.
-"""
+The report holds, per kernel, why it is split from its neighbours, the relabelled axes per
+level (`q -> g_q = 128`), the memory table (every buffer: role, shape in relabelled axes,
+level, bytes), M and H per level (symbolic and numeric), FLOPs, arithmetic intensity,
+predicted time and its bound; the unfused plan's figures, what fusion saves, and a fused plan
+not lowered yet (epilogue_stats.py)."""
 
 from __future__ import annotations
 
 import math
 
-from .compiler import ir, local_merge, merge, rename, row_state, stored16
+from .compiler import epilogue_stats, ir, local_merge, merge, rename, row_state, stored16
 from .explain_units import model_units, seconds_text
 from .compiler.buffers import buffers
 from .compiler.engine import engine_buffers
@@ -118,8 +117,8 @@ def report(plan: Plan, compare: bool = True) -> dict:
         "predicted_seconds": float(plan.time),
         "H_bytes": sum(float(k.cost.levels[1].H) for k in plan.kernels),
     }
-    if compare:
-        base = baseline(plan)
+    if compare:     # (and a fused plan not lowered yet, priced: epilogue_stats.py)
+        base, out["epilogue_statistics"] = baseline(plan), epilogue_stats.for_plan(plan)
         out["unfused"] = {"kernels": len(base),
                           "H_bytes": sum(float(k.cost.levels[1].H) for k in base),
                           "predicted_seconds": sum(float(k.cost.time) for k in base)}
@@ -385,6 +384,7 @@ def render_text(rep: dict) -> str:
     u = rep.get("unfused")
     if u is None:
         return "\n".join(lines + ([units] if units else []))
+    lines += epilogue_stats.lines(rep.get("epilogue_statistics"), fmt)     # (not lowered yet)
     a = rep.get("apart")
     if a is not None:
         lines.append(f"without atomics ({', '.join(a['arrays'])} in kernels of their own): "
