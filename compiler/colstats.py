@@ -1,0 +1,101 @@
+"""Row statistics of a tensor-core product reduced over its columns in the epilogue: which
+fused kernels are one (not used by the planner yet: compiler/epilogue_stats.py prices the
+plan, tests/runtime/emulate/kernels/lmhead_ce.cu is the kernel its lowering should emit).
+
+    Z[batch.. row col] = sum over red of A[.. row red] * B[.. col red]     (tensor cores)
+    S_i[batch.. row] = r_i[col](f_i(Z, loads over row and batch, indices))  r_i mergeable
+
+An LM head and its cross-entropy split over the vocabulary (`--split v=P`: col is the share
+s_v, p_v a batch axis, W read through the split's window) is one: fused, its kernel streams
+m (the product's reduced axis) and holds s_v whole in a block; each `S_i` (a logsumexp, the
+label's logit `sum[s_v](where(.., Z, 0))`) is reduced on chip from the C fragments and stored
+per (p_v, t), which the split's merge then reduces over p_v.
+
+`examine` finds the product with tensorcore.examine on the kernel's part that computes it
+(its operands, windows included, and the contraction), then checks the rest: every other
+reduction is one of MERGEABLE over `col` alone, of a float; everything else is elementwise;
+the other loads run over the rows and batch axes only (read once a row: a label); no value
+over `col` is stored or read by another column statistic (one pass over the fragments per
+statistic, no statistic of another); the kernel streams `red` and reduces `col` and `red` only.
+The block must hold `col` whole (`Columns.whole`: its tile covers the planning size of
+`col`, at most the widest tensor-core tile, tensorcore.COLS), so that the statistics need no
+merge across blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ir
+from .flash import ELEMENTWISE
+from .graph import ancestors
+from .kernels import fused_kernel
+from .model import Model, kernel_model
+from .target import Target
+
+MERGEABLE = ("logsumexp", "max", "min", "sum")
+
+
+@dataclass(frozen=True)
+class Stat:
+    node: int          # the reduction over col
+    kind: str          # logsumexp | max | min | sum
+    arg: int           # its argument: elementwise of the product, row loads and indices
+
+
+@dataclass(frozen=True)
+class Columns:
+    """A product and its row statistics over its columns (module docstring)."""
+    site: object                 # tensorcore.Site of the product alone
+    stats: tuple[Stat, ...]
+    whole: int                   # the planning size of col, held whole by each block
+
+
+def examine(g, kernel, model: Model, target: Target, sizes: dict) -> Columns | str:
+    """The kernel as a product with its row statistics over its columns, or why not."""
+    from . import tensorcore
+    contractions = [n for n in kernel.nodes if isinstance(ir.op(g, n), ir.Contract)]
+    if len(contractions) != 1:
+        return "not one contraction"
+    (node,) = contractions
+    members = set(kernel.nodes)
+    part = (ancestors(g, node) & members) | {node}
+    sub = fused_kernel(g, kernel.name, part)
+    site = tensorcore.examine(g, sub, kernel_model(g, sub, model.streaming.axis), target,
+                              sizes)
+    if not isinstance(site, tensorcore.Site) or site.stats or site.pairs or site.computed:
+        return f"the product alone is not a plain tensor-core product ({site})"
+    col, keep = site.col, {site.row, *site.batch}
+    if set(model.reduced) != {site.red, col} or model.streaming.axis != site.red:
+        return f"the kernel does not stream `{site.red}` and reduce `{col}` alone"
+    stats = []
+    for n in sorted(members - part):
+        op = ir.op(g, n)
+        if isinstance(op, ir.Reduce):
+            if op.axes != (col,) or op.fn not in MERGEABLE or \
+                    ir.kind_of_dtype(ir.type_of(g, n).dtype) != "float":
+                return (f"`{op.fn}[{' '.join(op.axes)}]` is not a float "
+                        f"{', '.join(MERGEABLE)} over `{col}` alone")
+            stats.append(Stat(n, op.fn, ir.operands(g, n)[0]))
+        elif not isinstance(op, ELEMENTWISE):
+            return f"the kernel computes {type(op).__name__} beside the product"
+    if not stats:
+        return "no statistic over the product's columns"
+    for u in kernel.loads:
+        if u not in sub.loads and not set(ir.type_of(g, u).axes) <= keep:
+            return "a load beside the product runs over other axes than its rows"
+    for n in kernel.stores:
+        if col in ir.type_of(g, n).axes or n in part:
+            return f"the kernel stores a value over `{col}` (the product's tile leaves the chip)"
+    for s in stats:
+        inside = ancestors(g, s.arg) | {s.arg}
+        if any(t.node in inside for t in stats):
+            return "a statistic of another statistic (two passes over the columns)"
+    whole = sizes[col]
+    if whole > max(tensorcore.COLS):
+        return (f"`{col}` ({whole}) is wider than a tensor-core block's tile "
+                f"({max(tensorcore.COLS)}): split it (--split) so that a block holds its share")
+    return Columns(site, tuple(stats), whole)
+
+
+__all__ = ["Columns", "Stat", "examine", "MERGEABLE"]
