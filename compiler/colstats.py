@@ -59,6 +59,8 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict) -> Columns | s
         return "not one contraction"
     (node,) = contractions
     members = set(kernel.nodes)
+    if not any(isinstance(ir.op(g, n), ir.Reduce) for n in members):
+        return "no statistic over the product's columns"    # (before the product's own site)
     part = (ancestors(g, node) & members) | {node}
     sub = fused_kernel(g, kernel.name, part)
     site = tensorcore.examine(g, sub, kernel_model(g, sub, model.streaming.axis), target,
