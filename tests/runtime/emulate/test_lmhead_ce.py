@@ -15,9 +15,9 @@ from napkin.runtime import nvrtc
 from napkin.runtime.dtypes import numpy_dtype
 from napkin.runtime.emulate import Launch, Param, run
 
-BM = BN = 64
-BK, THREADS = 32, 128
-SMEM = (BM + BN) * (BK + 8) * 2 + 3 * 2 * BM * 4      # operand tiles, 3 statistics x 2 warps
+from .conftest import KERNELS
+
+TILING = (64, 64, 32, 2, 2)          # the kernel's own: BM, BN, BK, WM, WN
 CTYPE = {"f16": "__half", "bf16": "__nv_bfloat16"}
 F32, CF32 = Param("ptr", "float"), Param("ptr", "float", const=True)
 I64 = Param("i64", "")
@@ -30,7 +30,15 @@ def _signatures(dt: str) -> dict:
             "lmhead_ce_merge": (CF32, CF32, F32, I64, I64)}
 
 
-def _oracle(H, W, label):
+def _source(prelude, tiling) -> str:
+    """The kernel at a tiling (BM x BN block tiles, chunks of BK, WM x WN warps)."""
+    if tiling == TILING:
+        return prelude + "\n" + (KERNELS / "lmhead_ce.cu").read_text()
+    defines = "".join(f"#define {k} {v}\n" for k, v in zip(("BM", "BN", "BK", "WM", "WN"), tiling))
+    return prelude + "\n" + defines + (KERNELS / "lmhead_ce.cu").read_text()
+
+
+def _oracle(H, W, label, BN):
     """(L, the tiles' logsumexps [P][t], the tiles' label logits [P][t]) in float64."""
     z = H.astype(np.float64) @ W.astype(np.float64).T
     t, v = z.shape
@@ -47,7 +55,9 @@ def _oracle(H, W, label):
     return L, lse, sel
 
 
-def _run(kernel, dt, t, m, v, seed, blocks=None):
+def _run(prelude, dt, t, m, v, seed, blocks=None, tiling=TILING):
+    BM, BN, BK, WM, WN = tiling
+    smem = (BM + BN) * (BK + 8) * 2 + 3 * WN * BM * 4    # operand tiles, 3 statistics a warp
     rng = np.random.default_rng(seed)
     store = numpy_dtype(dt)
     H = (rng.standard_normal((t, m)) * 0.5).astype(np.float32).astype(store)
@@ -57,14 +67,14 @@ def _run(kernel, dt, t, m, v, seed, blocks=None):
     parts, tiles = -(-v // BN), -(-t // BM) * -(-v // BN)
     grid = min(tiles, blocks or tiles)              # fewer blocks than tiles: the stride loop
     nan = np.full((parts, t), np.nan, np.float32)
-    out = run(kernel("lmhead_ce.cu"), _signatures(dt),
-              [Launch(f"lmhead_ce_parts_{dt}", (grid, 1, 1), (THREADS, 1, 1), SMEM,
+    out = run(_source(prelude, tiling), _signatures(dt),
+              [Launch(f"lmhead_ce_parts_{dt}", (grid, 1, 1), (32 * WM * WN, 1, 1), smem,
                       ("H", "W", "label", "lse", "sel", t, m, v)),
                Launch("lmhead_ce_merge", (-(-t // 32), 1, 1), (32, 1, 1), 0,
                       ("lse", "sel", "L", t, parts))],
               {"H": H, "W": W, "label": label, "lse": nan, "sel": nan.copy(),
                "L": np.full(t, np.nan, np.float32)})
-    return out, _oracle(H, W, label)
+    return out, _oracle(H, W, label, BN)
 
 
 def _close(got, want, tol):
@@ -74,20 +84,23 @@ def _close(got, want, tol):
     assert err <= tol * max(1.0, np.abs(want).max()), err
 
 
-@pytest.mark.parametrize("dt, t, m, v, blocks", [("f16", 19, 37, 71, 3)] + [
+@pytest.mark.parametrize("dt, t, m, v, blocks, tiling", [("f16", 19, 37, 71, 3, TILING)] + [
     pytest.param(*c, marks=pytest.mark.thorough) for c in
-    [("bf16", 19, 37, 71, None), ("f16", 65, 130, 129, 5), ("bf16", 2, 16, 1, None),
-     ("f16", 64, 64, 64, None), ("bf16", 70, 33, 200, 4)]])
-def test_fused_lm_head_cross_entropy_matches_float64(kernel, dt, t, m, v, blocks):
-    out, (L, lse, sel) = _run(kernel, dt, t, m, v, t * 1000 + v, blocks)
+    [("bf16", 19, 37, 71, None, TILING), ("f16", 65, 130, 129, 5, TILING),
+     ("bf16", 2, 16, 1, None, TILING), ("f16", 64, 64, 64, None, TILING),
+     ("bf16", 70, 33, 200, 4, TILING),
+     # the planner's warp layout (4 x 2 warps, 32 x 32 warp tiles), and 4 warps along v
+     ("f16", 130, 48, 150, None, (128, 64, 16, 4, 2)), ("bf16", 33, 40, 270, 3, (32, 128, 32, 1, 4))]])
+def test_fused_lm_head_cross_entropy_matches_float64(prelude, dt, t, m, v, blocks, tiling):
+    out, (L, lse, sel) = _run(prelude, dt, t, m, v, t * 1000 + v, blocks, tiling)
     # f32 accumulation of exact 16-bit products: the statistics within f32 roundings of |Z|
     _close(out["lse"], lse, 1e-5)
     _close(out["sel"], sel, 1e-5)
     _close(out["L"], L, 1e-5)
 
 
-def test_partial_states_keep_the_label_in_its_own_tile_only(kernel):
-    out, (_, _, sel) = _run(kernel, "f16", 5, 16, 130, 7)
+def test_partial_states_keep_the_label_in_its_own_tile_only(prelude):
+    out, (_, _, sel) = _run(prelude, "f16", 5, 16, 130, 7)
     # each row's label lies in exactly one of the 3 tiles; the others hold 0 exactly
     assert ((out["sel"] == 0.0).sum(axis=0) == 2).all() and ((sel == 0.0).sum(axis=0) == 2).all()
 

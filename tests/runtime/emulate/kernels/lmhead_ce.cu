@@ -13,11 +13,13 @@
 // sel[p][t], p = the tile's position along v (P = ceil(v / BN) per row).
 // Kernel 2 (lmhead_ce_merge): the split's merge, one thread a row:
 //   L[t] = logsumexp[p](lse) - sum[p](sel)
+#ifndef BM                  // (a test may define the tiling before this file)
 #define BM 64
 #define BN 64
 #define BK 32
 #define WM 2
 #define WN 2
+#endif
 #define WTM (BM / WM)
 #define WTN (BN / WN)
 #define FM (WTM / 16)
