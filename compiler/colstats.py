@@ -1,6 +1,7 @@
 """Row statistics of a tensor-core product reduced over its columns in the epilogue: which
-fused kernels are one (not used by the planner yet: compiler/epilogue_stats.py prices the
-plan, tests/runtime/emulate/kernels/lmhead_ce.cu is the kernel its lowering should emit).
+fused kernels are one (tensorcore.examine's `Site.columns`; lowered by codegen/
+column_stats.py, written by hand in tests/runtime/emulate/kernels/lmhead_ce.cu), and the
+splits that make one (splitting.py: `wide_columns`, `tile_counts`).
 
     Z[batch.. row col] = sum over red of A[.. row red] * B[.. col red]     (tensor cores)
     S_i[batch.. row] = r_i[col](f_i(Z, loads over row and batch, indices))  r_i mergeable
@@ -59,16 +60,19 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict) -> Columns | s
         return "not one contraction"
     (node,) = contractions
     members = set(kernel.nodes)
-    if not any(isinstance(ir.op(g, n), ir.Reduce) for n in members):
-        return "no statistic over the product's columns"    # (before the product's own site)
     part = (ancestors(g, node) & members) | {node}
+    # (before the product's own site, which then has no reduction: no recursion through it)
+    if any(isinstance(ir.op(g, n), (ir.Reduce, ir.Softmax)) for n in part):
+        return "the product's operands are reduced in the kernel"
+    if not any(isinstance(ir.op(g, n), ir.Reduce) for n in members):
+        return "no statistic over the product's columns"
     sub = fused_kernel(g, kernel.name, part)
     site = tensorcore.examine(g, sub, kernel_model(g, sub, model.streaming.axis), target,
                               sizes)
     if not isinstance(site, tensorcore.Site) or site.stats or site.pairs or site.computed:
         return f"the product alone is not a plain tensor-core product ({site})"
     col, keep = site.col, {site.row, *site.batch}
-    if set(model.reduced) != {site.red, col} or model.streaming.axis != site.red:
+    if set(model.reduced) - {col} != {site.red} or model.streaming.axis != site.red:
         return f"the kernel does not stream `{site.red}` and reduce `{col}` alone"
     stats = []
     for n in sorted(members - part):
@@ -100,4 +104,32 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict) -> Columns | s
     return Columns(site, tuple(stats), whole)
 
 
-__all__ = ["Columns", "Stat", "examine", "MERGEABLE"]
+def wide_columns(g, kernels, sizes: dict) -> set[str]:
+    """The axes whose split would let a block hold a product's columns whole for its row
+    statistics (compiler/splitting.py prices those splits): the columns of a product one
+    kernel stores that another reduces with statistics alone (MERGEABLE, no product, no
+    softmax), wider than a tensor-core tile."""
+    from .tensorcore import COLS
+    out = set()
+    for ka in kernels:
+        if not any(isinstance(ir.op(g, n), ir.Contract) for n in ka.nodes):
+            continue
+        for st in ka.stores:
+            axes = set(ir.type_of(g, st).axes)
+            for kb in kernels:
+                ops = [ir.op(g, n) for n in kb.nodes] if st in kb.loads else []
+                if any(isinstance(op, (ir.Contract, ir.Softmax)) for op in ops):
+                    continue
+                out |= {op.axes[0] for op in ops if isinstance(op, ir.Reduce) and
+                        op.fn in MERGEABLE and len(op.axes) == 1 and op.axes[0] in axes
+                        and sizes.get(op.axes[0], 0) > max(COLS)}
+    return out
+
+
+def tile_counts(size: int) -> tuple[int, ...]:
+    """Split counts of a wide_columns axis whose shares fill a block's columns exactly (128
+    or 256 of them: no padding columns multiplied), beside the powers of two a split tries."""
+    return tuple(sorted({-(-size // cols) for cols in (128, 256)}))
+
+
+__all__ = ["Columns", "Stat", "examine", "tile_counts", "wide_columns", "MERGEABLE"]

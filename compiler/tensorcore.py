@@ -68,6 +68,8 @@ class Site(OneRowAxis):
     renamed: tuple[tuple[int, int], ...] = ()   # (operand, the load it renames): a view
                                      # that only relabels a load's axes (`X[t m2]`) reads the
                                      # load's memory: its tile is copied from the load
+    columns: tuple[int, ...] = ()    # row statistics over `col` in the epilogue (colstats.py):
+                                     # the reductions; the block holds `col` whole, stores none of C
     pairs: tuple[tuple[int, int, int], ...] = ()   # a sum of products (sums.py): the further
                                      # products (node, A, B) accumulated into node's fragments
 
@@ -121,6 +123,11 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     summed = sums.examine(g, kernel, model, target, Site) if attention is None else None
     found = summed if summed is not None else found
     found = found if found is not None else _product(g, kernel, model, target)
+    if isinstance(found, str) and sizes is not None:      # (a product's row statistics)
+        from . import colstats
+        cs = colstats.examine(g, kernel, model, target, sizes)
+        if not isinstance(cs, str):
+            return replace(cs.site, columns=tuple(x.node for x in cs.stats))
     if isinstance(found, str):
         return found
     # the blocks tile the site's rows, columns and batch axes: every array the kernel stores
@@ -245,6 +252,8 @@ def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
                        sums=frozenset(s.node for s in where.sums))
     if isinstance(where, FlashSite):       # (its packed rows one axis: packing.py)
         return _gathered(g, packing.relabel(model, where), where)
+    if isinstance(where, Site) and where.columns:     # (one block along col: candidate_set)
+        return replace(model, woven=model.woven + (where.col,), reduced=(where.red,))
     if isinstance(where, Site) and where.pairs:
         return sums.model_of(model, where)
     if not isinstance(where, Site) or not (where.computed or where.stats):
@@ -360,6 +369,8 @@ def candidate_set(sizes: dict, s: Site, fixed: dict):
     keep = warps.matches(hinted.get(s.row), bm, sizes[s.row]) & \
         warps.matches(hinted.get(s.col), bn, sizes[s.col]) & \
         warps.matches(chunk, bk, sizes[s.red])
+    if s.columns:                   # the block holds the columns its statistics reduce
+        keep = keep & (bn >= sizes[s.col])
     keep = np.broadcast_to(keep, bm.shape)
     if not keep.any():
         return None
