@@ -27,14 +27,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import ir
-from .flash import ELEMENTWISE
+from . import flash_alone, ir
+from .flash import ELEMENTWISE, FlashSite
 from .graph import ancestors
 from .kernels import fused_kernel
 from .model import Model, kernel_model
 from .target import Target
 
 MERGEABLE = ("logsumexp", "max", "min", "sum")
+WIDEST = 256        # the widest block tile of a tensor-core product (tensorcore.COLS)
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,9 @@ class Columns:
     whole: int                   # the planning size of col, held whole by each block
 
 
-def examine(g, kernel, model: Model, target: Target, sizes: dict) -> Columns | str:
-    """The kernel as a product with its row statistics over its columns, or why not."""
-    from . import tensorcore
+def examine(g, kernel, model: Model, target: Target, sizes: dict, product) -> Columns | str:
+    """The kernel as a product with its row statistics over its columns, or why not
+    (`product`: tensorcore.examine, which finds the product's own site)."""
     contractions = [n for n in kernel.nodes if isinstance(ir.op(g, n), ir.Contract)]
     if len(contractions) != 1:
         return "not one contraction"
@@ -67,9 +68,9 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict) -> Columns | s
     if not any(isinstance(ir.op(g, n), ir.Reduce) for n in members):
         return "no statistic over the product's columns"
     sub = fused_kernel(g, kernel.name, part)
-    site = tensorcore.examine(g, sub, kernel_model(g, sub, model.streaming.axis), target,
-                              sizes)
-    if not isinstance(site, tensorcore.Site) or site.stats or site.pairs or site.computed:
+    site = product(g, sub, kernel_model(g, sub, model.streaming.axis), target, sizes)
+    if isinstance(site, str) or not hasattr(site, "columns") or site.stats or site.pairs or \
+            site.computed:
         return f"the product alone is not a plain tensor-core product ({site})"
     col, keep = site.col, {site.row, *site.batch}
     if set(model.reduced) - {col} != {site.red} or model.streaming.axis != site.red:
@@ -98,31 +99,49 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict) -> Columns | s
         if any(t.node in inside for t in stats):
             return "a statistic of another statistic (two passes over the columns)"
     whole = sizes[col]
-    if whole > max(tensorcore.COLS):
+    if whole > WIDEST:
         return (f"`{col}` ({whole}) is wider than a tensor-core block's tile "
-                f"({max(tensorcore.COLS)}): split it (--split) so that a block holds its share")
+                f"({WIDEST}): split it (--split) so that a block holds its share")
+    # statistics of scores alone are FlashAttention's without P V (flash_alone.py), as they
+    # were before this form: where it fits, or would with its head static (specialise.py)
+    alone = flash_alone.examine(g, kernel, kernel_model(g, kernel, col), target, sizes)
+    if isinstance(alone, FlashSite) or (isinstance(alone, str) and alone.startswith(
+            flash_alone.DYNAMIC_HEAD.format(site.red))):
+        return "FlashAttention without P V takes its statistics (flash_alone.py)"
     return Columns(site, tuple(stats), whole)
 
 
-def wide_columns(g, kernels, sizes: dict) -> set[str]:
-    """The axes whose split would let a block hold a product's columns whole for its row
-    statistics (compiler/splitting.py prices those splits): the columns of a product one
-    kernel stores that another reduces with statistics alone (MERGEABLE, no product, no
-    softmax), wider than a tensor-core tile."""
-    from .tensorcore import COLS
-    out = set()
+def wide_columns(g, kernels, sizes: dict) -> dict[str, tuple]:
+    """axis -> the kernels asking for its split: where a split would let a block hold a
+    product's columns whole for its row statistics (compiler/splitting.py prices those
+    splits), the columns of a product one kernel stores (and nothing else) that one other
+    kernel alone reads and reduces with statistics alone (MERGEABLE over that axis only, not
+    sums alone, no product, no softmax, nothing stored along it), wider than a tensor-core
+    tile (WIDEST)."""
+    out: dict[str, tuple] = {}
+    outputs = set(g.graph["outputs"].values())
     for ka in kernels:
-        if not any(isinstance(ir.op(g, n), ir.Contract) for n in ka.nodes):
+        if not any(isinstance(ir.op(g, n), ir.Contract) for n in ka.nodes) or \
+                len(ka.stores) != 1:
             continue
-        for st in ka.stores:
+        for st in ka.stores:        # (the product, read by one kernel of statistics only)
             axes = set(ir.type_of(g, st).axes)
-            for kb in kernels:
+            readers = [kb for kb in kernels if st in kb.loads]
+            if st in outputs or len(readers) != 1 or \
+                    any(n not in readers[0].nodes for n in g.successors(st)):
+                continue
+            for kb in readers:
                 ops = [ir.op(g, n) for n in kb.nodes] if st in kb.loads else []
-                if any(isinstance(op, (ir.Contract, ir.Softmax)) for op in ops):
-                    continue
-                out |= {op.axes[0] for op in ops if isinstance(op, ir.Reduce) and
-                        op.fn in MERGEABLE and len(op.axes) == 1 and op.axes[0] in axes
-                        and sizes.get(op.axes[0], 0) > max(COLS)}
+                reduced = {op.axes for op in ops if isinstance(op, ir.Reduce)}
+                kinds = {op.fn for op in ops if isinstance(op, ir.Reduce)}
+                if len(reduced) != 1 or not kinds - {"sum"} or any(
+                        isinstance(op, (ir.Contract, ir.Softmax)) or (
+                            isinstance(op, ir.Reduce) and op.fn not in MERGEABLE) for op in ops):
+                    continue        # (sums alone of a product: a product's, GQA's dK over r)
+                (axis,) = reduced
+                if len(axis) == 1 and axis[0] in axes and sizes.get(axis[0], 0) > WIDEST \
+                        and not any(axis[0] in ir.type_of(g, n).axes for n in kb.stores):
+                    out[axis[0]] = out.get(axis[0], ()) + (ka, kb)
     return out
 
 
@@ -132,4 +151,4 @@ def tile_counts(size: int) -> tuple[int, ...]:
     return tuple(sorted({-(-size // cols) for cols in (128, 256)}))
 
 
-__all__ = ["Columns", "Stat", "examine", "tile_counts", "wide_columns", "MERGEABLE"]
+__all__ = ["Columns", "Stat", "examine", "tile_counts", "wide_columns", "MERGEABLE", "WIDEST"]

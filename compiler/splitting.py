@@ -126,9 +126,11 @@ def candidates(fused) -> dict[str, int]:
                 nominated[a] = nominated.get(a, 0.0) + float(est.cost.time)
     # a product's columns reduced by row statistics in a kernel of their own: split, a block
     # holds its share whole and reduces it in the product's epilogue (colstats.py), Z unstored
-    for a in sorted(colstats.wide_columns(g, fused.kernels, problem.sizes)):
+    for a, asking in sorted(colstats.wide_columns(g, fused.kernels, problem.sizes).items()):
         if a in g.graph["axes"] and a not in out and splits.splittable(g, a) is None:
-            out[a], nominated[a] = _most(problem.sizes[a]), whole
+            out[a] = _most(problem.sizes[a])
+            nominated[a] = sum(float(e.cost.time) for e in map(planner.estimate, set(asking))
+                               if e is not None)
     # a split fills the SMs of the kernels that ask for it: where they take a sliver of the
     # plan's time it cannot gain more, and pricing it fuses the whole diagram three times
     return {a: n for a, n in out.items() if nominated[a] >= MIN_GAIN * whole}

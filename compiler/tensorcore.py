@@ -125,7 +125,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     found = found if found is not None else _product(g, kernel, model, target)
     if isinstance(found, str) and sizes is not None:      # (a product's row statistics)
         from . import colstats
-        cs = colstats.examine(g, kernel, model, target, sizes)
+        cs = colstats.examine(g, kernel, model, target, sizes, examine)
         if not isinstance(cs, str):
             return replace(cs.site, columns=tuple(x.node for x in cs.stats))
     if isinstance(found, str):
