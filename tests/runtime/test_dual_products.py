@@ -147,3 +147,29 @@ def test_the_library_dual_kernel_compiles_without_spills():
     r = nvrtc.compile(render(lower(p)), arch="sm_90").resources[f"napkin_{kp.kernel.name}"]
     assert r.spill_stores == 0 and r.spill_loads == 0, r
     assert r.registers <= 255
+
+
+@THOROUGH
+def test_swiglu_gradient_takes_two_dual_kernels_and_is_emulated(rng):
+    # napkin.grad of the library swiglu: G, U, H, dU and dG in one kernel (m streamed, X
+    # shared), dWg and dWu in another (t streamed, X shared); dX = dU Wu^T + dG Wg^T stays a
+    # sum of products (sums.py), dH and dWd plain products
+    d = napkin.grad(napkin.load("swiglu"))
+    big = plan(d, "h100", {"t": 4096, "m": 4096, "f": 11008, "o": 4096})
+    assert len(big.kernels) == 5 and len(_products(big)) == 2
+    sizes = {"t": 37, "m": 50, "f": 29, "o": 23}
+    p = plan(d, "h100", sizes, engine="tensor-cores")
+    assert len(_products(p)) == 2
+    shapes = {"X": (37, 50), "Wg": (50, 29), "Wu": (50, 29), "Wd": (29, 23), "dY": (37, 23)}
+    arrays = {n: (rng.standard_normal(s) * (1.0 if n in ("X", "dY") else 0.2)).astype(
+        np.float16) for n, s in shapes.items()}
+    out = run_plan(p, arrays, sizes)
+    f = {n: v.astype(np.float64) for n, v in arrays.items()}
+    g, u = f["X"] @ f["Wg"], f["X"] @ f["Wu"]
+    sig = 1 / (1 + np.exp(-g))
+    dh = f["dY"] @ f["Wd"].T
+    du, dg = dh * g * sig, dh * u * sig * (1 + g * (1 - sig))
+    want = {"dX": du @ f["Wu"].T + dg @ f["Wg"].T, "dWg": f["X"].T @ dg,
+            "dWu": f["X"].T @ du, "dWd": (g * sig * u).T @ f["dY"]}
+    for name, value in want.items():
+        assert_close(out[name], value, "f16", slack=8.0)
