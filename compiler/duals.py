@@ -12,8 +12,10 @@ once. G and U never leave the registers; X is read once.
 every product over the same output axes and the kernel's one streamed axis `red`, each A_i
 holding the rows, each B_i the columns (tensorcore._product's orientation), operands loads of
 one 16-bit dtype (an A shared by several products, or a B, is one tile), everything else
-elementwise over the output axes. A product's value may reach the stores in any way (a sum
-of products whose terms are read otherwise too is one of these: its epilogue adds them).
+elementwise over the output axes, and some value of the epilogue reads every product (a
+product may also reach the stores in other ways: a sum of products whose terms are read
+otherwise too is one of these, its epilogue adds them). Independent products, each only
+stored, stay kernels of their own (siblings.py shares their launch).
 
 The site is a `tensorcore.Site` whose `duals` are the further products (node, A, B); codegen
 (codegen/mma.py) declares an accumulator tile per product. The model (`model_of`) keeps every
@@ -27,6 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import ir, split
+from .graph import ancestors
 from .sums import _oriented
 from .model import Model
 from .operand_reads import entered
@@ -45,6 +48,11 @@ def examine(g, kernel, model: Model, target: Target, site_type):
     if st.pairs or st.stats or st.passes != 1 or red is None or \
             {n for n, _ in st.reducers} != set(contractions) or set(model.reduced) != {red} or \
             any(ir.op(g, n).axes != (red,) for n in contractions):
+        return None
+    # products the epilogue reads together (SwiGLU's silu(G) * U); independent products of
+    # one operand, each stored alone (projections of one X), share a launch instead
+    # (siblings.py), reading it from L2
+    if not any(set(contractions) <= ancestors(g, n) for n in kernel.nodes):
         return None
     if model.mask is not None:
         return "the products are masked (products with accumulators of their own are not)"

@@ -74,6 +74,14 @@ def test_swiglu_gate_and_up_are_one_tensor_core_kernel_at_scale():
         2 * tm * tn / 32 + tm / 4 + 2 * tn / 4
 
 
+def test_projections_of_one_operand_each_only_stored_are_no_dual_kernel():
+    # K and V of one X, stored apart: siblings sharing a launch (siblings.py), X from L2
+    text = SWIGLU.replace("H[t f] = silu(G) * U\nout H: f16", "out G: f16\nout U: f16")
+    p = plan(napkin.load(text), "h100", {"t": 2048, "m": 1024, "f": 1024})
+    assert len(p.kernels) == 2 and not _products(p)
+    assert all(kp.schedule.engine == PRODUCT for kp in p.kernels)
+
+
 def test_the_dual_kernel_is_explained():
     from napkin.explain import render_text, report
     p = plan(napkin.load(SWIGLU), "h100", {"t": 1024, "m": 1024, "f": 1024})
@@ -150,16 +158,17 @@ def test_the_library_dual_kernel_compiles_without_spills():
 
 
 @THOROUGH
-def test_swiglu_gradient_takes_two_dual_kernels_and_is_emulated(rng):
+def test_swiglu_gradient_takes_a_dual_kernel_and_is_emulated(rng):
     # napkin.grad of the library swiglu: G, U, H, dU and dG in one kernel (m streamed, X
-    # shared), dWg and dWu in another (t streamed, X shared); dX = dU Wu^T + dG Wg^T stays a
-    # sum of products (sums.py), dH and dWd plain products
+    # shared); dX = dU Wu^T + dG Wg^T stays a sum of products (sums.py), dWg and dWu (each
+    # only stored) share a launch (siblings.py), dH and dWd plain products
     d = napkin.grad(napkin.load("swiglu"))
     big = plan(d, "h100", {"t": 4096, "m": 4096, "f": 11008, "o": 4096})
-    assert len(big.kernels) == 5 and len(_products(big)) == 2
+    ((kp, _),) = _products(big)
+    assert len(big.kernels) == 6 and len(kp.kernel.stores) == 3     # H, dU, dG
     sizes = {"t": 37, "m": 50, "f": 29, "o": 23}
     p = plan(d, "h100", sizes, engine="tensor-cores")
-    assert len(_products(p)) == 2
+    assert len(_products(p)) == 1
     shapes = {"X": (37, 50), "Wg": (50, 29), "Wu": (50, 29), "Wd": (29, 23), "dY": (37, 23)}
     arrays = {n: (rng.standard_normal(s) * (1.0 if n in ("X", "dY") else 0.2)).astype(
         np.float16) for n, s in shapes.items()}
