@@ -131,6 +131,8 @@ class Model:
                                 # in shared memory (headpad.py): a load's tile, a product's
                                 # fragments cover `extent` of the axis (M and tensor work)
     summed: int = 1     # tensor cores: a sum's products (sums.py), pipelined one after another
+    products: tuple = ()    # tensor cores: (products, distinct A, distinct B) of products each
+                            # into accumulators of their own (duals.py), () for one
     held_values: tuple = ()     # CUDA cores: (reduction, pass) held before it (held_values.py)
     whole_walks: frozenset = frozenset()  # ... axes never split over lanes (lanes.whole_walks)
     held_axes: frozenset = frozenset()    # ... axes its per-thread arrays run over (register_arrays)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import chain, chain_sums, flash, flash_alone, ir, packing, rowsource, split, sums, warps
+from . import chain, chain_sums, duals, flash, flash_alone, ir, packing, rowsource, split, sums, warps
 from .chain import ChainSite, OneRowAxis
 from .graph import ancestors
 from .kernels import is_free
@@ -70,6 +70,8 @@ class Site(OneRowAxis):
                                      # load's memory: its tile is copied from the load
     pairs: tuple[tuple[int, int, int], ...] = ()   # a sum of products (sums.py): the further
                                      # products (node, A, B) accumulated into node's fragments
+    duals: tuple[tuple[int, int, int], ...] = ()   # products sharing the chunk loop, each
+                                     # (node, A, B) into fragments of its own (duals.py)
 
     @property
     def operands(self) -> tuple[tuple[int, int], ...]:
@@ -119,6 +121,8 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
         attention = flash_alone.examine(g, kernel, model, target, sizes, packed)
     found = attention if attention is not None else chain.examine(g, kernel, model, target, sizes)
     summed = sums.examine(g, kernel, model, target, Site) if attention is None else None
+    if summed is None and attention is None:       # (products with accumulators of their own)
+        summed = duals.examine(g, kernel, model, target, Site)
     found = summed if summed is not None else found
     found = found if found is not None else _product(g, kernel, model, target)
     if isinstance(found, str):
@@ -247,6 +251,8 @@ def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
         return _gathered(g, packing.relabel(model, where), where)
     if isinstance(where, Site) and where.pairs:
         return sums.model_of(model, where)
+    if isinstance(where, Site) and where.duals:
+        return duals.model_of(model, where)
     if not isinstance(where, Site) or not (where.computed or where.stats):
         return model
     members, loads = set(kernel.nodes), set(kernel.loads)
@@ -357,7 +363,9 @@ def candidate_set(sizes: dict, s: Site, fixed: dict):
         return None
     hinted, chunk = hints
     bm, bn, bk, wm, wn = _candidates(sizes, s).T.astype(float)
-    keep = warps.matches(hinted.get(s.row), bm, sizes[s.row]) & \
+    # every product's accumulators within the budget (duals.py: one tile each)
+    keep = (bm / wm) * (bn / wn) / 32 * duals.accumulators(s) <= MAX_ACCUMULATORS
+    keep = keep & warps.matches(hinted.get(s.row), bm, sizes[s.row]) & \
         warps.matches(hinted.get(s.col), bn, sizes[s.col]) & \
         warps.matches(chunk, bk, sizes[s.red])
     keep = np.broadcast_to(keep, bm.shape)
