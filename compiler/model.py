@@ -214,8 +214,11 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
             rows = tuple(a for a in t.axes if a in ir.type_of(g, soft).axes)
             arrays.append(Array(n, array_name(g, n) + ".stats", "accumulator", rows, 4, slots=2))
         elif n in reducers or (axis is None and _reduces(op)):
+            # (a statistic keeping the scores' running state holds its max m and sum l:
+            # score_states.py, a row sum or maximum of P as a logsumexp)
             arrays.append(Array(n, array_name(g, n), "accumulator", t.axes, 4,
-                                slots=0 if kept.get(n, n) != n else _slots(op)))
+                                slots=0 if kept.get(n, n) != n else 2 if n in kept
+                                else _slots(op)))
         else:
             arrays.append(Array(n, array_name(g, n), "value", t.axes, BYTES.get(t.dtype, 4),
                                 streamed=streamed))
