@@ -82,8 +82,8 @@ class FlashLowering(MmaLowering):
             b.emit(P.Decl("const float", "qks", factor))
             b.emit(P.Decl("const float", "qkl", f"qks * {LOG2E}"))
             self.log2e = "qkl"
-        self.bias = bias_fold.lowered(self.g, row_state.scores_of(self.g, self.st),
-                                      self.scaled and self.scaled[0], self.kp.model.folded, s.red)
+        self.bias = bias_fold.lowered(self.g, masking.scores_bias(self.g, row_state.scores_of(
+            self.g, self.st)), self.scaled and self.scaled[0], self.kp.model.folded, s.red)
         if self.bias is not None:       # the bias over the scale, as the scores stay unscaled
             b.emit(P.Decl("const float", "qki", self.scaled[2]))
             product = self.bias[2]      # its factor over the scale, once a block (per head)

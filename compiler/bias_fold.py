@@ -72,12 +72,11 @@ def folded(g, scale: int | None, found, stream: str | None) -> frozenset:
     return frozenset({scale} | ({_through(g, found[2])} if product else set()))
 
 
-def lowered(g, scores: int, scale: int | None, folded: frozenset, stream: str):
+def lowered(g, found, scale: int | None, folded: frozenset, stream: str):
     """(the sum X * c + B, B, B's (a, p) where Model.folded holds B's product, else None) of
-    the scores' bias over the folded scale (`scale`, the lowering's: Model.scale), or None."""
-    from .masking import scores_bias
-    found = scores_bias(g, scores) if scale is not None else None
-    if found is None or found[1] != scale:
+    the scores' bias `found` (masking.scores_bias) over the folded scale (`scale`, the
+    lowering's: Model.scale), or None."""
+    if scale is None or found is None or found[1] != scale:
         return None
     total, _, bias = found
     return total, bias, factor(g, bias, stream) if _through(g, bias) in folded else None
