@@ -220,7 +220,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         # statistics of scores alone (Model.alone): the first is the online softmax's update
         # per score (as attention's softmax, FLASH_SCORE), the others its state
         state = flash and model.alone is not None and w.node == model.lse[0]
-        if tensor and not state and (w.node == model.scale or w.node in model.lse_ops) or \
+        if tensor and not state and (w.node in model.folded or w.node in model.lse_ops) or \
                 running.get(w.node, w.node) != w.node:
             continue        # folded into the exponent's FFMA; the softmax's own state;
                             # another statistic's running state (score_states.py)

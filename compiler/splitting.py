@@ -41,6 +41,11 @@ SPARSE = 8             # ... and any reduction of at least 4 x MIN_SHARE positio
                        # above q = 16's 7.8; split, 7.6 us)
 MAX_PARTS = 256
 COARSE = (4, 16, 64, 256)   # split counts priced first; the best one's neighbours next
+NEAR = 0.02           # a neighbour of the best count this close by the quick estimates is
+                      # compared by its final plans too (their merge where it runs fastest:
+                      # MHA decode b=1 h=32 q=1 x=1024 d=128 with its logsumexp, h100, 8
+                      # splits by the quick estimates at 11.46 us, 4 at 11.56 whose merge runs
+                      # in the last block: 11.05 us by the final plans)
 MIN_GAIN = 0.02        # an axis is tried when the kernels asking for its split take at least
                        # this share of the plan's time (paged_attention's gradient: 1e-5,
                        # 11 s of planning, most of it fusing split candidates)
@@ -199,25 +204,33 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
         templates = {fused_at(p).kernels: p for p in {coarse[0], coarse[-1]}}
         tried: dict[int, float] = {}
 
-        def price(parts: int) -> float:
+        def price(parts: int, own: bool = False) -> float:
             if parts not in tried:
                 pr = split_at(parts)
                 tried[parts] = min(total(fuse(pr, _Like(ks))) for ks in templates)
+            if own:     # ... and by its own fusion (32 splits of MHA decode: 2 kernels)
+                tried[parts] = min(tried[parts], total(fused_at(parts)))
             return tried[parts]
         here = min(coarse, key=price)
-        for nxt in (here // 2, here * 2):          # then the neighbours of the best
-            if 2 <= nxt <= most:
-                price(nxt)
+        for nxt in (here // 2, here * 2):          # then the neighbours of the best, each
+            if 2 <= nxt <= most:                   # by its own grouping too
+                price(nxt, own=True)
         here = min(tried, key=price)
         fused = fused_at(here)
         t = total(fused)
         if t < best_time * (1 - 1e-9):
             best, best_time, best_key = fused, t, (axis, here)
+            # the best count's neighbours within NEAR of it, their final plans compared below
+            near = [(p, fused_at(p)) for p in sorted(tried) if p != here and
+                    p in (here // 2, here * 2) and tried[p] <= tried[here] * (1 + NEAR)]
+            near.insert(0, (here, fused))
     if best_key is None:
         return base, None
-    choice = _choice(best, best_key[0], best_key[1], False,
-                     unsplit if unsplit != float("inf") else None)
-    if final(base, None) <= final(best, choice):
+    known = unsplit if unsplit != float("inf") else None
+    finals = [(final(f, c), f, c) for f, c in
+              ((f, _choice(f, best_key[0], p, False, known)) for p, f in near)]
+    t, best, choice = min(finals, key=lambda o: o[0])
+    if final(base, None) <= t:
         return base, None
     return best, choice
 
