@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..diagrams.diagnostics import error
-from . import ir, packing
+from . import ir, kernel_split, packing
 from . import split as splits
 
 UNDERFILLED = 0.75     # a kernel busy below this fraction of the GPU invites a split,
@@ -58,12 +58,14 @@ class SplitChoice:
     forced: bool                 # given by a hint, not chosen
     time: float                  # predicted (quick estimates) with the split
     unsplit_time: float | None   # the best unsplit plan's, when it has one
+    alone: "kernel_split.Alone | None" = None   # a split of some kernels alone: which, why
 
 
-def split_problem(problem, axis: str, parts: int, span=None):
-    """The problem with `axis` split in `parts` (a NapkinError N0607 when it cannot be)."""
+def split_problem(problem, axis: str, parts: int, span=None, within=None):
+    """The problem with `axis` split in `parts` (in the statements `within` alone: one
+    kernel's, kernel_split.py) (a NapkinError N0607 when it cannot be)."""
     try:
-        g = splits.split(problem.graph, axis, parts)
+        g = splits.split(problem.graph, axis, parts, within)
     except splits.NotSplittable as exc:
         raise splits.refuse(axis, str(exc), span) from None
     info = g.graph["split"]
@@ -213,6 +215,13 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
         t = total(fused)
         if t < best_time * (1 - 1e-9):
             best, best_time, best_key = fused, t, (axis, here)
+    # a split of the kernels asking for it alone (kernel_split.py: checked by the final plans
+    # of the kernels it changes, the others' are the same)
+    one = kernel_split.best(problem, fuse, base, split_problem)
+    if one is not None and total(one[0]) < best_time * (1 - 1e-9):
+        fused, axis, parts, alone = one
+        return fused, replace(_choice(fused, axis, parts, False,
+                                      unsplit if unsplit != float("inf") else None), alone=alone)
     if best_key is None:
         return base, None
     choice = _choice(best, best_key[0], best_key[1], False,
@@ -228,12 +237,17 @@ def final(fused, choice) -> float:
     and it can beat a split across blocks), a split's merge where it runs fastest (last_block,
     as `--merge auto`); inf when a kernel has no plan. The final plans are memoised: the
     stage `tile` reads them again."""
+    return final_of(fused, fused.kernels, choice)
+
+
+def final_of(fused, kernels, split) -> float:
+    """`final` of these kernels of the fusion (`split`: its SplitChoice or SplitInfo)."""
     from .last_block import decide
-    plans = [fused.planner.plan(k, strict=False) for k in fused.kernels]
+    plans = [fused.planner.plan(k, strict=False) for k in kernels]
     if any(p is None for p in plans):
         return float("inf")
     problem = fused.problem
-    plans, _ = decide(problem.graph, tuple(plans), choice, problem.sizes, problem.target, "auto")
+    plans, _ = decide(problem.graph, tuple(plans), split, problem.sizes, problem.target, "auto")
     return sum(p.cost.time for p in plans)
 
 
