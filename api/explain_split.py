@@ -53,7 +53,8 @@ def split_lines(sp: dict, fmt) -> list[str]:
         names = ", ".join(one["arrays"])
         lines.append(f"  in {names} alone, the reductions of kernel "
                      f"{', '.join(one['unsplit_kernels'])} of the unsplit plan ({one['busy']:.0%} "
-                     f"of the GPU busy: few outputs for what it reduces); the other kernels keep "
+                     f"of the GPU busy, fewer blocks than the SMs hold: few outputs for what it "
+                     f"reduces); the other kernels keep "
                      f"their statements; that kernel {fmt(one['unsplit_seconds'])} unsplit, "
                      f"its partial and merge kernels {fmt(one['split_seconds'])} (final plans)")
     for b in sp["partials"]:

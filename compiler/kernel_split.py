@@ -26,6 +26,7 @@ UNDERFILLED = 0.75     # (splitting.UNDERFILLED: a kernel busy below this invite
 MIN_SHARE = 32         # positions of the split axis per split, at least (splitting.MIN_SHARE)
 LONG = 4096            # reductions at least this long (the product of the axes it reduces)
 MAX_PARTS = 256
+MIN_GAIN = 0.02        # the kernels asking take at least this share of the plan's time
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,11 @@ def candidates(fused) -> dict[str, frozenset]:
     if not problem.target.processors or len(fused.kernels) < 2 or g.graph.get("split"):
         return {}
     out: dict[str, set] = {}
+    asking: dict[str, float] = {}       # axis -> the time of the kernels asking for it
+    whole = 0.0
     for k in fused.kernels:
+        est = fused.planner.estimate(k)
+        whole += float(est.cost.time) if est is not None else 0.0
         if not under_filled(fused, k):
             continue
         own = frozenset(k.equations)
@@ -75,8 +80,10 @@ def candidates(fused) -> dict[str, frozenset]:
                     _extent(g, k, a, problem.sizes) >= LONG and \
                     splits.splittable(g, a, own) is None:
                 out.setdefault(a, set()).update(own)
-    return {a: frozenset(s) for a, s in out.items()
-            if splits.splittable(g, a, frozenset(s)) is None}
+                asking[a] = asking.get(a, 0.0) + float(est.cost.time)
+    # (a split cannot gain more than the time of the kernels it fills: splitting.MIN_GAIN)
+    return {a: frozenset(s) for a, s in out.items() if asking[a] >= MIN_GAIN * whole
+            and splits.splittable(g, a, frozenset(s)) is None}
 
 
 def _extent(g, k, axis: str, sizes: dict) -> int:
@@ -110,22 +117,41 @@ def regrouped(base, pr) -> _Like:
     known = {s for k in base.kernels for s in k.equations}
     new = tuple(sorted({d["stmt"] for _, d in g.nodes(data=True)
                         if d["stmt"] is not None and d["stmt"] not in known}))
+    split = _split(base, info)
     groups = []
     for k in base.kernels:
-        if set(k.equations) & info.within and new:
+        if k not in split:
+            groups.append(Group(k.equations, k.recomputed))
+            continue
+        if new:
             groups.append(Group(new))
             new = ()
-        groups.append(Group(k.equations, k.recomputed))
+        # what the kernel recomputed for its reductions alone is the partial kernel's now
+        own = set(k.equations) - set(k.recomputed)
+        kept = _read_by(g, own, set(k.recomputed))
+        groups.append(Group(tuple(s for s in k.equations if s in own or s in kept),
+                            tuple(s for s in k.recomputed if s in kept)))
     return _Like(tuple(groups))
+
+
+def _read_by(g, stmts: set, recomputed: set) -> set:
+    """Of `recomputed`, the statements `stmts` read, directly or through each other."""
+    out: set = set()
+    reading = set(stmts)
+    while reading:
+        found = {g.nodes[u]["stmt"] for n, d in g.nodes(data=True) if d["stmt"] in reading
+                 for u in ir.operands(g, n)} & recomputed
+        reading = found - out
+        out |= found
+    return out
 
 
 def changed(base, fused) -> tuple[tuple, tuple]:
     """(the base's kernels the split replaced, the split fusion's kernels in their place)."""
-    within = fused.problem.graph.graph["split"].within
+    old = _split(base, fused.problem.graph.graph["split"])
 
     def key(k):
         return frozenset(k.equations), frozenset(k.recomputed)
-    old = tuple(k for k in base.kernels if set(k.equations) & within)
     kept = {key(k) for k in base.kernels if k not in old}
     return old, tuple(k for k in fused.kernels if key(k) not in kept)
 
@@ -147,6 +173,12 @@ def decided(base, fused):
                              across=planner.across, runnable=planner.runnable)
     return replace(fused, stored16=replace(fused, problem=replace(pr, graph=g2),
                                            planner=planner2))
+
+
+def _split(base, info) -> tuple:
+    """The base's kernels that the split cuts: those holding a statement it merges in."""
+    merges = {merge for _, merge in info.apart}
+    return tuple(k for k in base.kernels if merges & set(k.equations))
 
 
 def estimated(fused, kernels) -> float:
@@ -179,8 +211,8 @@ def best(problem, fuse, base, split_problem):
     if before <= after:
         return None
     g = base.problem.graph
-    names = tuple(e.name for e in g.graph["equations"] if e.stmt in fused.problem.graph.graph[
-        "split"].within)
+    merges = {merge for _, merge in fused.problem.graph.graph["split"].apart}
+    names = tuple(e.name for e in g.graph["equations"] if e.stmt in merges)
     busy = min(float((base.stored16 or base).planner.plan(k, strict=False).cost.utilization)
                for k in old)
     return fused, axis, parts, Alone(names, tuple(k.name for k in old), busy, before, after)
@@ -189,7 +221,7 @@ def best(problem, fuse, base, split_problem):
 @dataclass(frozen=True)
 class Alone:
     """A split of some kernels of the plan alone (SplitChoice.alone, for explain)."""
-    arrays: tuple[str, ...]      # the statements split (their equations' names)
+    arrays: tuple[str, ...]      # the statements whose reductions split (equations' names)
     kernels: tuple[str, ...]     # the unsplit plan's kernels they were
     busy: float                  # the least of those kernels' share of the GPU busy (final)
     unsplit: float               # their final plans' time, seconds

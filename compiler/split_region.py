@@ -100,8 +100,11 @@ class Region:
             if u in inside:
                 continue
             inside.add(u)
-            if within is None or g.nodes[u]["stmt"] in within:     # (else an entry)
+            if within is None or g.nodes[u]["stmt"] in within:
                 stack.extend(v for v in ir.operands(g, u) if v in carries)
+            elif ir.operands(g, u) and not isinstance(ir.op(g, u), ir.Assign):
+                raise NotSplittable("it reads an unnamed value of another kernel")
+            # (else an entry: an array another kernel stores, read as an input is)
         self.nodes = [n for n in ir.order(g) if n in inside]
         for n in self.nodes:
             op = ir.op(g, n)
