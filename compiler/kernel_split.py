@@ -110,25 +110,28 @@ def counts(size: int) -> list[int]:
 
 def regrouped(base, pr) -> _Like:
     """The base fusion's kernels on the split graph: each kernel split keeps its statements
-    (their merges now), its partial statements (and any a split moved: statements the base
-    does not have) go to a kernel before it."""
+    (their merges now); its partial statements, any a split moved (statements the base does
+    not have) and those of its statements now computed over the split's share (a softmax
+    rebuilt over it) go to a kernel before it."""
     g = pr.graph
     info = g.graph["split"]
     known = {s for k in base.kernels for s in k.equations}
-    new = tuple(sorted({d["stmt"] for _, d in g.nodes(data=True)
-                        if d["stmt"] is not None and d["stmt"] not in known}))
     split = _split(base, info)
-    groups = []
+    mine = {s for k in split for s in k.equations}
+    new = tuple(sorted({d["stmt"] for n, d in g.nodes(data=True) if d["stmt"] is not None and (
+        d["stmt"] not in known or d["stmt"] in mine and info.share_axis in
+        ir.type_of(g, n).axes)}))
+    groups, moved = [], ()
     for k in base.kernels:
         if k not in split:
             groups.append(Group(k.equations, k.recomputed))
             continue
         if new:
             groups.append(Group(new))
-            new = ()
+            new, moved = (), new
         # what the kernel recomputed for its reductions alone is the partial kernel's now
-        own = set(k.equations) - set(k.recomputed)
-        kept = _read_by(g, own, set(k.recomputed))
+        own = set(k.equations) - set(k.recomputed) - set(new) - set(moved)
+        kept = _read_by(g, own, set(k.recomputed)) - set(new) - set(moved)
         groups.append(Group(tuple(s for s in k.equations if s in own or s in kept),
                             tuple(s for s in k.recomputed if s in kept)))
     return _Like(tuple(groups))
@@ -189,11 +192,22 @@ def estimated(fused, kernels) -> float:
         sum(float(t.cost.time) for t in times)
 
 
+def final_of(fused, kernels, split) -> float:
+    """These kernels' time by their final plans, a split's merge where it runs fastest
+    (`split`: its SplitChoice or SplitInfo; splitting.final); inf where one has no plan."""
+    from .last_block import decide
+    plans = [fused.planner.plan(k, strict=False) for k in kernels]
+    if any(p is None for p in plans):
+        return float("inf")
+    problem = fused.problem
+    plans, _ = decide(problem.graph, tuple(plans), split, problem.sizes, problem.target, "auto")
+    return sum(p.cost.time for p in plans)
+
+
 def best(problem, fuse, base, split_problem):
     """(the fusion with one kernel split, its axis, its count, its predicted time by the quick
     estimates) of the best split of a kernel, or None where none is predicted faster: by the
     quick estimates of the kernels it changes, then by their final plans."""
-    from .splitting import final_of
     found = None
     for axis, within in candidates(base).items():
         for parts in counts(problem.sizes[axis]):

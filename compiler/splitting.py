@@ -215,20 +215,24 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
         t = total(fused)
         if t < best_time * (1 - 1e-9):
             best, best_time, best_key = fused, t, (axis, here)
-    # a split of the kernels asking for it alone (kernel_split.py: checked by the final plans
-    # of the kernels it changes, the others' are the same)
+    wide = None
+    if best_key is not None:
+        choice = _choice(best, best_key[0], best_key[1], False,
+                         unsplit if unsplit != float("inf") else None)
+        wide_time = final(best, choice)
+        if final(base, None) > wide_time:
+            wide = (best, choice, wide_time)
+    # a split of the kernels asking for it alone (kernel_split.py: checked against the unsplit
+    # plan by the final plans of the kernels it changes, the others' are the same), against
+    # a split of the whole diagram by the final plans of both
     one = kernel_split.best(problem, fuse, base, split_problem)
-    if one is not None and total(one[0]) < best_time * (1 - 1e-9):
+    if one is not None:
         fused, axis, parts, alone = one
-        return fused, replace(_choice(fused, axis, parts, False,
-                                      unsplit if unsplit != float("inf") else None), alone=alone)
-    if best_key is None:
-        return base, None
-    choice = _choice(best, best_key[0], best_key[1], False,
-                     unsplit if unsplit != float("inf") else None)
-    if final(base, None) <= final(best, choice):
-        return base, None
-    return best, choice
+        choice = replace(_choice(fused, axis, parts, False,
+                                 unsplit if unsplit != float("inf") else None), alone=alone)
+        if wide is None or final(fused, choice) < wide[2]:
+            return fused, choice
+    return (base, None) if wide is None else wide[:2]
 
 
 def final(fused, choice) -> float:
@@ -237,18 +241,7 @@ def final(fused, choice) -> float:
     and it can beat a split across blocks), a split's merge where it runs fastest (last_block,
     as `--merge auto`); inf when a kernel has no plan. The final plans are memoised: the
     stage `tile` reads them again."""
-    return final_of(fused, fused.kernels, choice)
-
-
-def final_of(fused, kernels, split) -> float:
-    """`final` of these kernels of the fusion (`split`: its SplitChoice or SplitInfo)."""
-    from .last_block import decide
-    plans = [fused.planner.plan(k, strict=False) for k in kernels]
-    if any(p is None for p in plans):
-        return float("inf")
-    problem = fused.problem
-    plans, _ = decide(problem.graph, tuple(plans), split, problem.sizes, problem.target, "auto")
-    return sum(p.cost.time for p in plans)
+    return kernel_split.final_of(fused, fused.kernels, choice)
 
 
 @dataclass(frozen=True)

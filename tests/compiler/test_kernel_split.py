@@ -146,3 +146,15 @@ def test_kernel_splits_run_on_the_emulator(source, big, small, within_budget):
     assert p.split is not None and p.split.alone is not None
     inputs = random_inputs(d, small, 21)
     within_budget(d, inputs, run_plan(p, inputs, small))
+
+
+@pytest.mark.thorough
+def test_a_kernel_split_merges_in_its_last_blocks_on_the_emulator(within_budget):
+    """`--merge last-block` on rmsnorm's gradient: dg's merge runs in the partial kernel's
+    last block of each output tile (3 kernels in 2 launches), run at r=70, c=33."""
+    from napkin.pipeline import run_plan
+    d = napkin.grad(napkin.load("rmsnorm"))
+    p = plan(d, "h100", {"r": 16384, "c": 1024}, merge="last-block")
+    assert p.split is not None and p.split.alone is not None and p.tail is not None
+    inputs = random_inputs(d, {"r": 70, "c": 33}, 4)
+    within_budget(d, inputs, run_plan(p, inputs, {"r": 70, "c": 33}))
