@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..diagrams.diagnostics import error
-from . import ir, packing
+from . import ir, kernel_split, packing
 from . import split as splits
 
 UNDERFILLED = 0.75     # a kernel busy below this fraction of the GPU invites a split,
@@ -63,12 +63,14 @@ class SplitChoice:
     forced: bool                 # given by a hint, not chosen
     time: float                  # predicted (quick estimates) with the split
     unsplit_time: float | None   # the best unsplit plan's, when it has one
+    alone: "kernel_split.Alone | None" = None   # a split of some kernels alone: which, why
 
 
-def split_problem(problem, axis: str, parts: int, span=None):
-    """The problem with `axis` split in `parts` (a NapkinError N0607 when it cannot be)."""
+def split_problem(problem, axis: str, parts: int, span=None, within=None):
+    """The problem with `axis` split in `parts` (in the statements `within` alone: one
+    kernel's, kernel_split.py) (a NapkinError N0607 when it cannot be)."""
     try:
-        g = splits.split(problem.graph, axis, parts)
+        g = splits.split(problem.graph, axis, parts, within)
     except splits.NotSplittable as exc:
         raise splits.refuse(axis, str(exc), span) from None
     info = g.graph["split"]
@@ -177,7 +179,7 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
         return fused, _choice(fused, axis, parts, True,
                               unsplit if unsplit != float("inf") else None)
     base = fuse(problem)
-    best, best_time, best_key = base, total(base), None
+    best_time, best_key = total(base), None
     unsplit = best_time
     lanes = {h.axis for h in problem.hints if h.kind == "lanes"}
     for axis, start in candidates(base).items():
@@ -219,20 +221,29 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
         fused = fused_at(here)
         t = total(fused)
         if t < best_time * (1 - 1e-9):
-            best, best_time, best_key = fused, t, (axis, here)
+            best_time, best_key = t, (axis, here)
             # the best count's neighbours within NEAR of it, their final plans compared below
             near = [(p, fused_at(p)) for p in sorted(tried) if p != here and
                     p in (here // 2, here * 2) and tried[p] <= tried[here] * (1 + NEAR)]
             near.insert(0, (here, fused))
-    if best_key is None:
-        return base, None
     known = unsplit if unsplit != float("inf") else None
-    finals = [(final(f, c), f, c) for f, c in
-              ((f, _choice(f, best_key[0], p, False, known)) for p, f in near)]
-    t, best, choice = min(finals, key=lambda o: o[0])
-    if final(base, None) <= t:
-        return base, None
-    return best, choice
+    wide = None
+    if best_key is not None:
+        finals = [(final(f, c), f, c) for f, c in
+                  ((f, _choice(f, best_key[0], p, False, known)) for p, f in near)]
+        t, f, c = min(finals, key=lambda o: o[0])
+        if final(base, None) > t:
+            wide = (f, c, t)
+    # a split of the kernels asking for it alone (kernel_split.py: checked against the unsplit
+    # plan by the final plans of the kernels it changes, the others' are the same), against
+    # a split of the whole diagram by the final plans of both
+    one = kernel_split.best(problem, fuse, base, split_problem)
+    if one is not None:
+        fused, axis, parts, alone = one
+        choice = replace(_choice(fused, axis, parts, False, known), alone=alone)
+        if wide is None or final(fused, choice) < wide[2]:
+            return fused, choice
+    return (base, None) if wide is None else wide[:2]
 
 
 def final(fused, choice) -> float:
@@ -241,13 +252,7 @@ def final(fused, choice) -> float:
     and it can beat a split across blocks), a split's merge where it runs fastest (last_block,
     as `--merge auto`); inf when a kernel has no plan. The final plans are memoised: the
     stage `tile` reads them again."""
-    from .last_block import decide
-    plans = [fused.planner.plan(k, strict=False) for k in fused.kernels]
-    if any(p is None for p in plans):
-        return float("inf")
-    problem = fused.problem
-    plans, _ = decide(problem.graph, tuple(plans), choice, problem.sizes, problem.target, "auto")
-    return sum(p.cost.time for p in plans)
+    return kernel_split.final_of(fused, fused.kernels, choice)
 
 
 @dataclass(frozen=True)
