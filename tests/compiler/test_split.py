@@ -299,6 +299,20 @@ def test_split_hints_in_the_diagram_on_the_command_line_and_in_the_api(capsys, r
     np.testing.assert_allclose(Y.astype(np.float64), want.astype(np.float64), atol=2e-2)
 
 
+def test_a_split_count_past_the_axis_size_splits_it_into_its_positions(rng):
+    """`--split c=100000` of a 5-long `c` planned 100000 partial blocks of nothing (40 s in
+    the interpreter, the CLI timed out): one position per split, as a group past the size
+    is the whole axis; the values stay the reference's."""
+    d = napkin.load("axis r, c\nin X[r c]: f32\nsplit c by 100000\nY[r] = logsumexp[c](X)\n"
+                    "out Y: f32\n")
+    p = plan(d, "h100", {"r": 3, "c": 5})
+    assert p.split.forced and (p.split.axis, p.split.parts, p.split.share) == ("c", 5, 1)
+    X = rng.standard_normal((3, 5)).astype(np.float32)
+    got = interpret(p, {"X": X})["Y"]
+    np.testing.assert_allclose(got, np.log(np.exp(X.astype(np.float64)).sum(1)), rtol=1e-6)
+    assert plan(d, "h100", {"r": 3, "c": 1}).split is None    # one position: no split
+
+
 @pytest.mark.parametrize("text, code, where", [
     ("axis r, c\nin X[r c]: f32\nsplit r by 4\nY[r] = sum[c](X)\nout Y: f32\n", "N0607", "split r"),
     ("axis r, c\nin X[r c]: f32\nsplit c by 4 at smem\nY[r] = sum[c](X)\nout Y: f32\n", "N0602",
