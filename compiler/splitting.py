@@ -145,9 +145,17 @@ def _most(size: int) -> int:
 
 def split_hints(problem):
     """(the problem without its split hints, those hints as (axis, parts, span))."""
-    forced = tuple((h.axis, h.size, h.info.span if h.info else None)
+    forced = tuple((h.axis, _at_most(problem.sizes.get(h.axis), h.size),
+                    h.info.span if h.info else None)
                    for h in problem.hints if h.kind == "split")
     return replace(problem, hints=tuple(h for h in problem.hints if h.kind != "split")), forced
+
+
+def _at_most(size, parts: int) -> int:
+    """A split count past the axis's size splits it into its positions, one per split (as a
+    group past the size is the whole axis): `--split c=100000` of a 5-long `c` planned and
+    interpreted 100000 blocks of nothing (40 s, and memory for each)."""
+    return min(parts, size) if isinstance(size, int) and size >= 1 else parts
 
 
 def forced_split(problem, forced):
