@@ -217,10 +217,9 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
             rows = tuple(a for a in t.axes if a in ir.type_of(g, soft).axes)
             arrays.append(Array(n, array_name(g, n) + ".stats", "accumulator", rows, 4, slots=2))
         elif n in reducers or (axis is None and _reduces(op)):
-            # (the statistic keeping the running state holds m and l: score_states.py)
-            arrays.append(Array(n, array_name(g, n), "accumulator", t.axes, 4,
-                                slots=0 if kept.get(n, n) != n else 2 if n in kept
-                                else _slots(op)))
+            arrays.append(Array(n, array_name(g, n), "accumulator", t.axes, 4,  # (a state
+                                slots=0 if kept.get(n, n) != n else 2 if n in kept  # keeper:
+                                else _slots(op)))             # m and l, score_states.py)
         else:
             arrays.append(Array(n, array_name(g, n), "value", t.axes, BYTES.get(t.dtype, 4),
                                 streamed=streamed))
