@@ -55,15 +55,17 @@ def parse_assignments(values, option: str) -> dict[str, int]:
             name, eq, num = part.partition("=")
             name, num = name.strip(), num.strip()
             # ASCII digits only: str.isdigit() also admits '²' and other digits int() refuses
-            if not eq or not name.isidentifier() or not (num.isascii() and num.isdigit()
-                                                         and len(num) < 19):
+            if not eq or not name.isidentifier() or not (num.isascii() and num.isdigit()):
                 raise UsageError(error(
                     "N0804", f"{option} {part!r}: expected NAME=SIZE with a whole number",
                     help=f"for example {option} d=128" + (",q=256" if option == "--shape" else ""))
                     .diagnostics)
-            if int(num) > MAX_SIZE:
+            # (a whole number of 20 digits is past the limit too, said so; the length is
+            # checked before int() reads the digits: a million of them is no size either)
+            if len(num.lstrip("0")) > len(str(MAX_SIZE)) or int(num) > MAX_SIZE:
+                shown = part if len(part) <= 40 else f"{part[:30]}... ({len(num)} digits)"
                 raise UsageError(error(
-                    "N0804", f"{option} {part!r}: larger than the limit {MAX_SIZE:,} (2^40)",
+                    "N0804", f"{option} {shown!r}: larger than the limit {MAX_SIZE:,} (2^40)",
                     help="sizes must fit in 64-bit index arithmetic").diagnostics)
             if name in out and out[name] != int(num):
                 raise UsageError(error("N0804", f"{option}: `{name}` is given twice",

@@ -105,7 +105,8 @@ def engine_report(plan: Plan, kp) -> dict:
                 "dtype": found.dtype, "accumulate": "f32", "rows": found.row, "cols": found.col,
                 "warps": [wm, wn], "warp_tile": [tm, tn], "fragments": [tm // fm, tn // fn],
                 "stages": sched.stages, "tiles": tiles,
-                **({"summed": summed, "streamed": found.red} if found.pairs else {})}
+                **({"summed": summed, "streamed": found.red} if found.pairs else {}),
+                **(_duals(plan.graph, found) if found.duals else {})}
     found = tensorcore.best_site(plan.graph, kp.kernel, plan.target, plan.sizes)
     if not isinstance(found, str):
         why = ("tensor cores are off" if not plan.tensor_cores else
@@ -113,6 +114,18 @@ def engine_report(plan: Plan, kp) -> dict:
     else:
         why = found
     return {"kind": "cuda cores", "why": why}
+
+
+def _duals(g, site) -> dict:
+    """Products sharing one chunk loop, each into accumulators of its own (compiler/duals.py)."""
+    names = [array_name(g, n) for n in (site.node, *(d[0] for d in site.duals))]
+    shared = [array_name(g, n) for n in dict.fromkeys(
+        x for _, a, b in ((site.node, site.a, site.b),) + site.duals for x in (a, b))
+        if sum(n in (a, b) for _, a, b in ((site.node, site.a, site.b),) + site.duals) > 1]
+    return {"algorithm": "products sharing a chunk loop", "products": names,
+            "what": f"{len(names)} products ({', '.join(names)}) in one chunk loop of "
+                    f"{site.red}, each into accumulators of its own"
+                    + (f" ({', '.join(shared)} staged once for all)" if shared else "") + ", "}
 
 
 def _sum_kind(site, m) -> str:

@@ -37,13 +37,26 @@ def split_report(plan: Plan) -> dict | None:
     return {"axis": s.axis, "parts": s.parts, "part_axis": s.part_axis,
             "share_axis": s.share_axis, "share": s.share, "hinted": s.forced,
             "partials": partials, "merged_by": merging, "last_block": last_block,
-            "estimated_seconds": s.time, "unsplit_estimated_seconds": s.unsplit_time}
+            "estimated_seconds": s.time, "unsplit_estimated_seconds": s.unsplit_time,
+            "alone": None if s.alone is None else {
+                "arrays": list(s.alone.arrays), "unsplit_kernels": list(s.alone.kernels),
+                "busy": s.alone.busy, "unsplit_seconds": s.alone.unsplit,
+                "split_seconds": s.alone.split}}
 
 
 def split_lines(sp: dict, fmt) -> list[str]:
     how = "hinted" if sp["hinted"] else "chosen by the planner"
     lines = [f"split: {sp['axis']} -> {sp['part_axis']} = {sp['parts']} splits x "
              f"{sp['share_axis']} = {sp['share']} ({how})"]
+    one = sp.get("alone")
+    if one is not None:
+        names = ", ".join(one["arrays"])
+        lines.append(f"  in {names} alone, the reductions of kernel "
+                     f"{', '.join(one['unsplit_kernels'])} of the unsplit plan ({one['busy']:.0%} "
+                     f"of the GPU busy, fewer blocks than the SMs hold: few outputs for what it "
+                     f"reduces); the other kernels keep "
+                     f"their statements; that kernel {fmt(one['unsplit_seconds'])} unsplit, "
+                     f"its partial and merge kernels {fmt(one['split_seconds'])} (final plans)")
     for b in sp["partials"]:
         shape = "[" + " ".join(f"{a}={n}" for a, n in b["shape"]) + "]"
         lines.append(f"  partial state  {b['name']:<12} {shape} {b['dtype']} in {b['level']}, "

@@ -22,7 +22,7 @@ import math
 
 from types import SimpleNamespace
 
-from ..compiler import headpad, ir, masking, packing, row_state
+from ..compiler import bias_fold, headpad, ir, masking, packing, row_state
 from . import accum, masks
 from . import program as P
 from .cexpr import float_literal
@@ -78,10 +78,19 @@ class FlashLowering(MmaLowering):
         self.rows = self._row_vectors(fm)
         self.scaled, self.log2e = self._scale(), LOG2E
         if self.scaled is not None:     # the softmax's positive scale, in its exponent's FFMA
-            node, factor = self.scaled
+            node, factor, _ = self.scaled
             b.emit(P.Decl("const float", "qks", factor))
             b.emit(P.Decl("const float", "qkl", f"qks * {LOG2E}"))
             self.log2e = "qkl"
+        self.bias = bias_fold.lowered(self.g, masking.scores_bias(self.g, row_state.scores_of(
+            self.g, self.st)), self.scaled and self.scaled[0], self.kp.model.folded, s.red)
+        if self.bias is not None:       # the bias over the scale, as the scores stay unscaled
+            b.emit(P.Decl("const float", "qki", self.scaled[2]))
+            product = self.bias[2]      # its factor over the scale, once a block (per head)
+            if product is not None and set(ir.type_of(self.g, product[0]).axes) <= set(s.batch):
+                b.emit(P.Decl("const float", "qka", "{} * qki".format(
+                    self.emitter.value(product[0], self._point({})[0]))))
+                self.bias = self.bias[:2] + (("qka", product[1]),)
         kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head, s.k))
         # V read from K's own array (`softmax[x](Q * X) * X`), the whole head: K's tile
         shared = kt if s.v in (s.k, None) and not self._tiled() else None
@@ -203,6 +212,16 @@ class FlashLowering(MmaLowering):
             self.values[s.scores] = "sc[i0][i1][i2]"
             if self.scaled is not None:         # the scores unscaled: qkl scales them below
                 self.values[self.scaled[0]] = "sc[i0][i1][i2]"
+            if self.bias is not None:           # X + B / c (bias_fold.py)
+                total, bias, product = self.bias
+                if product is not None:
+                    a = product[0] if product[0] == "qka" else \
+                        f"{self.emitter.value(product[0], scope)} * qki"
+                    p = self.emitter.value(product[1], scope)
+                    self.values[total] = f"fmaf({a}, (float)({p}), sc[i0][i1][i2])"
+                else:
+                    bias = self.emitter.value(bias, scope)
+                    self.values[total] = f"fmaf((float)({bias}), qki, sc[i0][i1][i2])"
             self._rows_at(scope, "i2")
             if inside:
                 self.values[cond] = "true"
@@ -358,7 +377,7 @@ class FlashLowering(MmaLowering):
         return f"napkin_mma_m16n8k16_{self.site.dtype}"
 
     def _scale(self):
-        """(the node, the C factor) of the softmax's positive scale (compiler/masking.
+        """(the node, the C factor, its inverse) of the softmax's positive scale (compiler/masking.
         softmax_scale, decided on the kernel's model): the scores stay unscaled in registers
         (their row maximum too: a positive factor keeps the order) and the factor joins
         log2(e) in the exponent's one FFMA, one FMUL per score fewer (FlashAttention-2's
@@ -372,4 +391,5 @@ class FlashLowering(MmaLowering):
         if masking.through_names(self.g, a) != self.site.scores:    # (not this site's scores)
             return None
         factor = self.emitter.value(c, {})
-        return node, (f"1.0f / ({factor})" if op.fn == "div" else f"({factor})")
+        return node, (f"1.0f / ({factor})" if op.fn == "div" else f"({factor})"), \
+            (f"({factor})" if op.fn == "div" else f"1.0f / ({factor})")

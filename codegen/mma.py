@@ -87,11 +87,14 @@ class MmaLowering(FragmentLoads, PackedRows, RowStats, ColumnStats, ComputedTile
         self._origins()
         fm, fn = self.wtm // FM, self.wtn // FN
         b.emit(P.Decl("float", "acc", "{}", shape=(fm, fn, 4)))
+        for j in range(1, len(s.duals) + 1):   # (products with accumulators of their own)
+            b.emit(P.Decl("float", f"acc{j}", "{}", shape=(fm, fn, 4)))
         k = self.chunked(s.red)
         # a sum of products (compiler/sums.py): each pair's tiles, its chunk loop after the
-        # last one's, into the same accumulators
+        # last one's, into the same accumulators; products sharing the chunk loop
+        # (compiler/duals.py): one loop over every distinct operand's tile
         pairs = [[self._tile(a, self.grouped(s.row), k), self._tile(c, self.grouped(s.col), k)]
-                 for a, c in s.operands]
+                 for a, c in s.operands] if not s.duals else [self._dual_tiles(k)]
         stats = self._stats_declare()
         chunk = self.kp.schedule.stream[1]
 
@@ -99,8 +102,8 @@ class MmaLowering(FragmentLoads, PackedRows, RowStats, ColumnStats, ComputedTile
             for tiles in pairs:
                 def compute(tail, tiles=tiles):
                     self._stats_fold(stats, chunk, vector)
-                    b.loop("kk", "0", str(chunk // FK), "1", lambda: self._step(tiles, fm, fn),
-                           unroll=True)
+                    b.loop("kk", "0", str(chunk // FK), "1", lambda: self._step(
+                        tiles, fm, fn), unroll=True)
                 if len(pairs) == 1:
                     self._pipeline(tiles, compute, vector=vector)
                 else:       # (each pair's loop its own scope: its stage and fill counters)
@@ -225,18 +228,50 @@ class MmaLowering(FragmentLoads, PackedRows, RowStats, ColumnStats, ComputedTile
         b.emit(P.If(f"cfull < {end}" if span is None else f"cfull < {end} && {start0} < {end}",
                     self._scoped(last)))
 
+    def _dual_tiles(self, k) -> list[dict]:
+        """Every distinct operand's tile of products sharing the chunk loop (duals.py): an A
+        over the rows, a B over the columns, each staged once; `self.products`: (the
+        accumulator, its A tile, its B tile) of each product, the first's `acc`."""
+        s, tiles = self.site, {}
+        for n, side in ((n, side) for _, a, c in self._products() for n, side in
+                        ((a, s.row), (c, s.col))):
+            if n not in tiles:
+                tiles[n] = self._tile(n, self.grouped(side), k)
+        self.products = [("acc" if j == 0 else f"acc{j}", tiles[a], tiles[c])
+                         for j, (_, a, c) in enumerate(self._products())]
+        return list(tiles.values())
+
+    def _products(self) -> tuple:
+        """(node, A, B) of every product with accumulators of its own, the site's first."""
+        s = self.site
+        return ((s.node, s.a, s.b),) + tuple(getattr(s, "duals", ()))
+
     def _step(self, tiles, fm: int, fn: int) -> None:
-        """16 of the chunk: every warp loads its fragments and multiplies them."""
-        b, (ta, tb) = self.b, tiles
-        b.emit(P.Decl("unsigned", "fa", shape=(fm, 4)))
-        b.emit(P.Decl("unsigned", "fb", shape=(fn, 2)))
-        self._each([("i0", fm)], lambda: self._ldmatrix(ta, "fa[i0]", f"wr * {self.wtm} + i0 * {FM}",
-                                                         "kk * 16", 4))
-        self._b_fragments(tb, fn, lambda i: f"fb[{i}]", lambda i: f"{self._warp_col()} + {i} * {FN}",
-                          lambda i: "kk * 16", "i1")
+        """16 of the chunk: every warp loads its fragments and multiplies them (products
+        sharing the loop, duals.py: each distinct operand's fragments once, `fa`, `fa1`..,
+        `fb`, `fb1`.., and each product's mmas into its accumulators)."""
+        b = self.b
+        products = self.products if getattr(self.site, "duals", ()) else [("acc", *tiles)]
+        fa, fb = {}, {}
+        for _, ta, tb in products:
+            for seen, t, name in ((fa, ta, "fa"), (fb, tb, "fb")):
+                seen.setdefault(t["node"], (f"{name}{len(seen) or ''}", t))
+        for name, _ in fa.values():
+            b.emit(P.Decl("unsigned", name, shape=(fm, 4)))
+        for name, _ in fb.values():
+            b.emit(P.Decl("unsigned", name, shape=(fn, 2)))
+        for name, ta in fa.values():
+            self._each([("i0", fm)], lambda name=name, ta=ta: self._ldmatrix(
+                ta, f"{name}[i0]", f"wr * {self.wtm} + i0 * {FM}", "kk * 16", 4))
+        for name, tb in fb.values():
+            self._b_fragments(tb, fn, lambda i, name=name: f"{name}[{i}]",
+                              lambda i: f"{self._warp_col()} + {i} * {FN}",
+                              lambda i: "kk * 16", "i1")
         mma = f"napkin_mma_m16n8k16_{self.site.dtype}"
-        self._each([("i0", fm), ("i1", fn)], lambda: b.emit(
-            P.Call(mma, ("acc[i0][i1]", "fa[i0]", "fb[i1]", "acc[i0][i1]"))))
+        for acc, ta, tb in products:
+            a, c = fa[ta["node"]][0], fb[tb["node"]][0]
+            self._each([("i0", fm), ("i1", fn)], lambda acc=acc, a=a, c=c: b.emit(
+                P.Call(mma, (f"{acc}[i0][i1]", f"{a}[i0]", f"{c}[i1]", f"{acc}[i0][i1]"))))
 
     # -- epilogue ----------------------------------------------------------------------------
     def _epilogue_mma(self, fm: int, fn: int, stats=()) -> None:
@@ -253,6 +288,9 @@ class MmaLowering(FragmentLoads, PackedRows, RowStats, ColumnStats, ComputedTile
             # a sum's further products are in acc too: each reaches the stores only through
             # additions beside the first (compiler/sums.py), so each adds 0 there
             self.values.update((n, "0.0f") for n, _, _ in s.pairs)
+            # products with accumulators of their own (compiler/duals.py): each its own
+            self.values.update((n, f"acc{j}[i0][i1][i2]")
+                               for j, (n, _, _) in enumerate(getattr(s, "duals", ()), 1))
             self._stats_at(stats, local)
             for n in self.k.stores:
                 self._store(n, scope, {"valid": valid})

@@ -157,6 +157,10 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
             continue
         if isinstance(ir.op(g, n), ir.View) and ir.operands(g, n)[0] in loads:
             continue         # a loaded array read at renamed positions (doc[q] beside doc[x])
+        if isinstance(ir.op(g, n), ir.Gather) and n not in (q, k, v) and \
+                ir.operands(g, n)[0] in loads:
+            continue         # ... or at computed ones, a term of the scores (T5's bias table
+                             # B[h (clip(x - q) + 8)]), read by the scalar emitter per score
         if not isinstance(ir.op(g, n), ELEMENTWISE):
             strange.append(n)
     # K and V read through gathers (a paged cache) or a split's windows: their rows copied

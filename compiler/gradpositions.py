@@ -20,11 +20,15 @@ def unview(sw, x: int, labels: tuple[str, ...], n: int, gr: Expr) -> Expr:
             conds.append(f"({first[label]} == {a})")
         else:
             first[label] = a
-    assert gr.layout, gr         # total() names a view's cotangent
-    text = f"{gr.text}[{' '.join(first[u] for u in gr.layout)}]"
+    if gr.axes and not gr.layout:    # (total() names a view's cotangent; a repeated one,
+        gr = _in_full(sw, n, gr)     # `sum[i j](A[j i])`'s dY, may be a scalar's name)
+    held = {first[u] for u in gr.layout}
+    text = f"{gr.text}[{' '.join(first[u] for u in gr.layout)}]" if gr.layout else gr.text
     for c in conds:
         text = f"where({c}, {text}, 0)"
-    return Expr(text, frozenset(mine))
+    if conds or held == set(mine):
+        return Expr(text, frozenset(mine))
+    return Expr(text, frozenset(held), over=frozenset(mine))   # repeated along the rest
 
 
 def ungather(sw, n: int, gr: Expr) -> Expr:

@@ -193,8 +193,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     units = [units[0] * whole] + list(units[1:])
     # a chain of products on tensor cores (codegen/chain.py: the backward's dQ and dK/dV)
     flash = tensor and flash_state(model)     # FlashAttention-2, or its state alone
-    chain = tensor and not flash and \
-        sum(w.engine == "contraction" for w in model.work) >= 2
+    chain = tensor and not flash and not model.products and \
+        sum(w.engine == "contraction" for w in model.work) >= 2   # (duals.py: no chain)
     stream = choice.stream[0] if choice.stream else None
     fp32, mufu, other, tensor_flops = [], [], [], []
     index_axes = {a for a, _ in choice.warps} | ({stream} if stream else set())
@@ -220,7 +220,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         # statistics of scores alone (Model.alone): the first is the online softmax's update
         # per score (as attention's softmax, FLASH_SCORE), the others its state
         state = flash and model.alone is not None and w.node == model.lse[0]
-        if tensor and not state and (w.node == model.scale or w.node in model.lse_ops) or \
+        if tensor and not state and (w.node in model.folded or w.node in model.lse_ops) or \
                 running.get(w.node, w.node) != w.node:
             continue        # folded into the exponent's FFMA; the softmax's own state;
                             # another statistic's running state (score_states.py)

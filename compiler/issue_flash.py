@@ -11,7 +11,8 @@ issue.py reads them under its own names (`issue.FLASH_SCORE`)."""
 # 16 to 128 keys per warp; FP32 within 10%, MUFU exact): per lane and chunk, FP32 = 4.65 per
 # score + 1.65 per O element the lane holds, MUFU = 1 per score + 2 per 16 rows
 FLASH_SCORE = (3.65, 1.0, 0)       # per score; the scale `Q K / sqrt(d)` is in its FFMA
-                                   # (Model.scale: charged nothing), a bias is its own op
+                                   # (Model.folded: charged nothing), a bias its own FFMA
+                                   # (ALiBi's product too: bias_fold.py)
 # an op of the row and key positions only outside a mask (ALiBi's `x - q`) evaluated on the
 # score fragments in every chunk: each element's row and key from the lane and the fragment
 # (integer IMAD/IADD), the op, its conversion (I2F): per score and lane, fitted to causal

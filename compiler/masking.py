@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from . import ir, monotone, row_state
+from . import bias_fold, ir, monotone, row_state
 from .graph import ancestors
 from .row_state import alone, scores_of
 
@@ -362,23 +362,28 @@ def softmax_scale(g, soft: int) -> int | None:
 def scores_scale(g, scores: int) -> int | None:
     """The node `X * c` or `X / c` (c a positive scalar: sizes, positive constants, their
     products, quotients and square roots) that a softmax's argument is, maybe under a mask
-    `where(cond, ., -inf)`, with X a contraction: FlashAttention's softmax scale. A positive
-    factor keeps the row's order, so the attention kernel folds it into its exponent
-    (codegen/flash.py) and the issue model charges it nothing (compiler/issue.py). None when
-    the argument is anything else (a bias added, a cap)."""
+    `where(cond, ., -inf)` and beside a bias `X * c + B` (bias_fold.py), with X a
+    contraction: FlashAttention's softmax scale. A positive factor keeps the row's order, so
+    the attention kernel folds it into its exponent (codegen/flash.py) and the issue model
+    charges it nothing (compiler/issue.py). None when the argument is anything else (a cap)."""
+    arg = _term(g, scores)
+    added = bias_fold.biased(g, arg)
+    if added is not None:
+        return added[1]
+    return arg if bias_fold.scaled(g, arg) else None
+
+
+def scores_bias(g, scores: int) -> tuple[int, int, int] | None:
+    """bias_fold.biased of a softmax's argument (under its mask): (X * c + B, X * c, B)."""
+    return bias_fold.biased(g, _term(g, scores))
+
+
+def _term(g, scores: int) -> int:
+    """A softmax's argument through names, its positive scale and its mask."""
     arg = through_names(g, scores)
     inner = unscaled(g, arg)
     if masked_by(g, inner, -math.inf) is not None and ir.op(g, inner) == ir.Map("where"):
         arg = through_names(g, ir.operands(g, inner)[1])
     elif additive_mask(g, arg) is not None:     # (X * c + where(cond, 0, -inf))
         arg = through_names(g, additive_mask(g, arg)[1])
-    op = ir.op(g, arg)
-    if not isinstance(op, ir.Map) or op.fn not in ("mul", "div"):
-        return None
-    a, c = ir.operands(g, arg)
-    if op.fn == "mul" and not isinstance(ir.op(g, through_names(g, a)), ir.Contract):
-        a, c = c, a
-    if not isinstance(ir.op(g, through_names(g, a)), ir.Contract) or \
-            not monotone.positive_scalar(g, c):
-        return None
     return arg

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .graph import DiGraph, ancestors
 
-from . import held_values, ir, lanes, register_arrays, score_states
+from . import bias_fold, held_values, ir, lanes, register_arrays, score_states
 from .canonical import through
 from .kernels import FusedKernel, is_free, relabelled
 from .loop_reads import readers
@@ -94,6 +94,7 @@ class Model:
     alone: int | None = None    # the scores S whose row statistics (`lse`) the kernel streams
                                 # with no softmax nor P V (row_state.alone): FlashAttention's
                                 # state alone on tensor cores
+    folded: frozenset = frozenset()  # the scale, a bias's product: in the exponent (bias_fold)
     shared: tuple = ()          # CUDA cores: (reducer, the one whose running max and sum of exp
                                 # it reads: itself where it keeps it), score_states.shared
     staged: tuple = ()          # a tensor-core product's operands computed from loads as they
@@ -131,6 +132,8 @@ class Model:
                                 # in shared memory (headpad.py): a load's tile, a product's
                                 # fragments cover `extent` of the axis (M and tensor work)
     summed: int = 1     # tensor cores: a sum's products (sums.py), pipelined one after another
+    products: tuple = ()    # tensor cores: (products, distinct A, distinct B) of products each
+                            # into accumulators of their own (duals.py), () for one
     held_values: tuple = ()     # CUDA cores: (reduction, pass) held before it (held_values.py)
     whole_walks: frozenset = frozenset()  # ... axes never split over lanes (lanes.whole_walks)
     held_axes: frozenset = frozenset()    # ... axes its per-thread arrays run over (register_arrays)
@@ -214,8 +217,9 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
             rows = tuple(a for a in t.axes if a in ir.type_of(g, soft).axes)
             arrays.append(Array(n, array_name(g, n) + ".stats", "accumulator", rows, 4, slots=2))
         elif n in reducers or (axis is None and _reduces(op)):
-            arrays.append(Array(n, array_name(g, n), "accumulator", t.axes, 4,
-                                slots=0 if kept.get(n, n) != n else _slots(op)))
+            arrays.append(Array(n, array_name(g, n), "accumulator", t.axes, 4,  # (a state
+                                slots=0 if kept.get(n, n) != n else 2 if n in kept  # keeper:
+                                else _slots(op)))             # m and l, score_states.py)
         else:
             arrays.append(Array(n, array_name(g, n), "value", t.axes, BYTES.get(t.dtype, 4),
                                 streamed=streamed))
@@ -229,8 +233,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                             streamed=axis is not None and axis in t.axes))
     times = {n: max(1, sum(n in p for p in st.per_chunk)) for n in k.nodes}
     work = [w for n in k.nodes for w in _work(g, n, times.get(n, 1) if axis else 1, k.loads)]
-    from .masking import chunk_mask, condition_nodes, scores_scale, softmax_scale
-    from .row_state import alone, row_statistics, state_ops
+    from .masking import chunk_mask, condition_nodes, scores_bias, scores_scale, softmax_scale
+    from .row_state import alone, row_statistics, scores_of, state_ops
     direct = {a.node for a in arrays if a.unstaged}
     online = frozenset(w.node for w in work if direct and w.op in ("logsumexp", "softmax")
                        and direct & ancestors(g, w.node))
@@ -239,13 +243,15 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
     held = held_values.held(g, k, st)
     woven, reduced, axes, rows, loop_reads = shared or axis_free(g, k)
     mask = chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None
+    scale = softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else \
+        scores_scale(g, scores) if scores is not None else None
     return Model(k, st, tuple(arrays), tuple(work), woven, reduced, axes, mask,
                  # (evaluated at every score where no chunk mask skips: charged as any op)
                  condition_nodes(g, st, k.loads, k.nodes) if mask is not None else frozenset(),
                  relabelled(g, k, (n for n, _ in st.reducers)),
-                 softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else
-                 scores_scale(g, scores) if scores is not None else None,
-                 lse, state_ops(g, st, lse), scores, shared=tuple(kept.items()),
+                 scale, lse, state_ops(g, st, lse), scores, shared=tuple(kept.items()),
+                 folded=bias_fold.folded(g, scale, scale is not None and scores_bias(
+                     g, scores_of(g, st)) or None, axis),
                  extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
                  rows=rows, online=online, loop_reads=loop_reads,
                  fixed=frozenset(a for a, info in g.graph["axes"].items()

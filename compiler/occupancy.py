@@ -143,6 +143,11 @@ def fragment_values(model, choice, sizes: dict):
         # over the columns (a bias[o]): a lane holds N / 4 columns, a register each
         return tm * tn / (4 * WARP) + 4 + _column_vectors(model, choice, warped) * thread[
             _columns(model, warped)] / 4
+    if model.products:      # products with accumulators of their own (duals.py): A's
+        products, a, b = model.products    # fragments over the rows, B's over the columns
+        col = _columns(model, warped)
+        rows, cols = (thread[x] for x in (next(x for x in warped[:2] if x != col), col))
+        return products * rows * cols / WARP + a * rows / 4 + b * cols / 4
     return tm * tn / WARP + tm / 4 + tn / 4
 
 

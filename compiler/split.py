@@ -66,24 +66,26 @@ def complete_sizes(g: DiGraph, sizes: dict) -> dict:
     return out
 
 
-def splittable(g: DiGraph, axis: str) -> str | None:
-    """None when `axis` can be split, else why not."""
+def splittable(g: DiGraph, axis: str, within: frozenset | None = None) -> str | None:
+    """None when `axis` can be split (in the statements `within` alone: Region), else why
+    not."""
     if any(axis == merged for _, merged, _ in g.graph.get("local_merged", ())):
         return ("its product reads it through reshapes of the operands (compiler/local_merge.py), "
                 "not the windows of loads a split reads")
     try:
-        Region(normalisations(g.copy(), axis), axis)
+        Region(normalisations(g.copy(), axis, within), axis, within)
     except NotSplittable as exc:
         return str(exc)
     return None
 
 
-def split(g: DiGraph, axis: str, parts: int) -> DiGraph:
-    """The graph with reduced axis `axis` split in `parts` (see the module docstring)."""
+def split(g: DiGraph, axis: str, parts: int, within: frozenset | None = None) -> DiGraph:
+    """The graph with reduced axis `axis` split in `parts` (see the module docstring); with
+    `within`, the reductions of those statements alone (one kernel's: Region)."""
     if isinstance(parts, bool) or not isinstance(parts, (int, np.integer)) or parts < 1:
         raise NotSplittable(f"a split count is a whole number of at least 1, not {parts!r}")
-    g = normalisations(g.copy(), axis)
-    return Rewrite(g, Region(g, axis), int(parts)).run()
+    g = normalisations(g.copy(), axis, within)
+    return Rewrite(g, Region(g, axis, within), int(parts), within).run()
 
 
 def refuse(axis: str, why: str, span=None) -> NapkinError:

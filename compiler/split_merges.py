@@ -225,25 +225,41 @@ class Merges:
         return l_part, w
 
     def _probabilities(self, n, op, t, part, merge_stmt, name) -> int:
-        """A row sum or maximum of a pair's probabilities P (row_state's psum, pmax): per split
-        the same of its own P_p = softmax[s_x](S'), exp(S' - L_p) (the partial kernel's
-        state), merged weighed as O is, by softmax[p_x](L_p) = exp(L_p - L): sum[p_x] of
-        the products (a contraction, as O's merge) or their max[p_x], exp(m_p - L) at most,
-        exp(m - L) = max[x](P). A split with no key weighs 0, a row with none gives 0 (NaN
-        where the softmax was written out: the weights' own)."""
+        """A row sum or maximum of a pair's probabilities P (row_state's psum, pmax), merged in
+        the one pass over p_x that merges O. The sum: per split the sum of its own
+        P_p = softmax[s_x](S') (the partial kernel's state), merged weighed as O is, by
+        softmax[p_x](L_p) = exp(L_p - L), a softmax of its own (one reader each: each pairs
+        with its product, passes.softmax_pairs; O's and this one's weights shared, both would
+        wait for a second pass). The maximum: per split the maximum m_p of its scores S'
+        (the state's m), merged as exp(max[p_x](m_p) - L), L = logsumexp[p_x](L_p):
+        max[x](P) = exp(max[x](S) - L), reductions that stream beside O's (the weights'
+        products' maximum, max[p_x](softmax[p_x](L_p) P_p), waited for the weights). A split
+        with no key weighs 0 (m_p, L_p -inf), a row with none gives 0 (NaN where the softmax
+        was written out: ir.empty_row)."""
         g = self.g
-        _, w = self._pair_state(self.paired_with[n])
+        l_part, weights = self._pair_state(self.paired_with[n])
+        written = ir.op(g, weights).written         # (O's: a row with no key as O's)
         probs = self._read(ir.operands(g, n)[0], part)
+        soft = through(g, probs)
         axes = tuple(self.s if a == self.x else a for a in op.axes)
-        stored = self._store(self._partial(probs, op.fn, axes, t.dtype, part),
-                             f"{name}.part", part)
-        union = tuple(dict.fromkeys(ir.type_of(g, w).axes + ir.type_of(g, stored).axes))
+        f = t.dtype
         if op.fn == "sum":
+            stored = self._store(self._partial(probs, "sum", axes, f, part), f"{name}.part",
+                                 part)
+            w = self.add(ir.Softmax((self.p,), written), ir.type_of(g, l_part),
+                         [l_part], merge_stmt)
+            union = tuple(dict.fromkeys(ir.type_of(g, w).axes + ir.type_of(g, stored).axes))
             merged = self.add(ir.Contract((self.p,)), ir.ArrayType(
-                tuple(a for a in union if a != self.p), t.dtype), [w, stored], merge_stmt)
-        else:
-            weighed = self.map("mul", [w, stored], t.dtype, merge_stmt)
-            merged = self._merge("max", weighed, t.dtype, merge_stmt)
+                tuple(a for a in union if a != self.p), f), [w, stored], merge_stmt)
+            return self._laid_out(merged, t, name, merge_stmt)
+        scores = ir.operands(g, soft)[0]          # where(valid, S', -inf), built by _prime
+        stored = self._store(self._partial(scores, "max", axes, f, part), f"{name}.part", part)
+        top = self._merge("max", stored, f, merge_stmt)
+        total = self._merge("logsumexp", l_part, f, merge_stmt)
+        empty = self.map("eq", [total, self.const(-np.inf, f, merge_stmt)], "bool", merge_stmt)
+        value = self.map("exp", [self.map("sub", [top, total], f, merge_stmt)], f, merge_stmt)
+        merged = self.map("where", [empty, self.const(ir.empty_row(ir.op(g, weights))[0], f,
+                                                      merge_stmt), value], f, merge_stmt)
         return self._laid_out(merged, t, name, merge_stmt)
 
     def _laid_out(self, merged: int, t: ir.ArrayType, name: str, stmt) -> int:

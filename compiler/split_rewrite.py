@@ -28,6 +28,7 @@ class SplitInfo:
     windows: tuple[int, ...] = ()    # the gathers through which arrays enter the split: each
                                      # reads its base at p_x * size(s_x) + s_x (clamped), a
                                      # window of rows a lowering may copy as a tile instead
+    within: frozenset | None = None  # the statements split (one kernel's), None: the diagram
 
 
 def split_axes(g: DiGraph, axis: str) -> tuple[str, str]:
@@ -49,8 +50,8 @@ def share(size: int, parts: int) -> int:
 
 
 class Rewrite(Merges):
-    def __init__(self, g: DiGraph, region: Region, parts: int):
-        self.g, self.r, self.parts = g, region, parts
+    def __init__(self, g: DiGraph, region: Region, parts: int, within=None):
+        self.g, self.r, self.parts, self.within = g, region, parts, within
         self.x = region.axis
         self.p, self.s = split_axes(g, self.x)
         self.inside = set(region.nodes)
@@ -150,7 +151,8 @@ class Rewrite(Merges):
             g = dead_code(g)        # what only the moved copy read is computed there now
         g.graph["split"] = SplitInfo(self.x, self.parts, self.p, self.s, tuple(self.partials),
                                      tuple((part, merge) for merge, part in self.part_stmt.items()),
-                                     tuple(sorted(n for n in self.gathers.values() if n in g)))
+                                     tuple(sorted(n for n in self.gathers.values() if n in g)),
+                                     self.within)
         return g
 
     def _statements(self) -> None:

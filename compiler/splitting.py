@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..diagrams.diagnostics import error
-from . import colstats, ir, packing
+from . import colstats, ir, kernel_split, packing
 from . import split as splits
 
 UNDERFILLED = 0.75     # a kernel busy below this fraction of the GPU invites a split,
@@ -41,6 +41,11 @@ SPARSE = 8             # ... and any reduction of at least 4 x MIN_SHARE positio
                        # above q = 16's 7.8; split, 7.6 us)
 MAX_PARTS = 256
 COARSE = (4, 16, 64, 256)   # split counts priced first; the best one's neighbours next
+NEAR = 0.02           # a neighbour of the best count this close by the quick estimates is
+                      # compared by its final plans too (their merge where it runs fastest:
+                      # MHA decode b=1 h=32 q=1 x=1024 d=128 with its logsumexp, h100, 8
+                      # splits by the quick estimates at 11.46 us, 4 at 11.56 whose merge runs
+                      # in the last block: 11.05 us by the final plans)
 MIN_GAIN = 0.02        # an axis is tried when the kernels asking for its split take at least
                        # this share of the plan's time (paged_attention's gradient: 1e-5,
                        # 11 s of planning, most of it fusing split candidates)
@@ -58,12 +63,14 @@ class SplitChoice:
     forced: bool                 # given by a hint, not chosen
     time: float                  # predicted (quick estimates) with the split
     unsplit_time: float | None   # the best unsplit plan's, when it has one
+    alone: "kernel_split.Alone | None" = None   # a split of some kernels alone: which, why
 
 
-def split_problem(problem, axis: str, parts: int, span=None):
-    """The problem with `axis` split in `parts` (a NapkinError N0607 when it cannot be)."""
+def split_problem(problem, axis: str, parts: int, span=None, within=None):
+    """The problem with `axis` split in `parts` (in the statements `within` alone: one
+    kernel's, kernel_split.py) (a NapkinError N0607 when it cannot be)."""
     try:
-        g = splits.split(problem.graph, axis, parts)
+        g = splits.split(problem.graph, axis, parts, within)
     except splits.NotSplittable as exc:
         raise splits.refuse(axis, str(exc), span) from None
     info = g.graph["split"]
@@ -145,9 +152,17 @@ def _most(size: int) -> int:
 
 def split_hints(problem):
     """(the problem without its split hints, those hints as (axis, parts, span))."""
-    forced = tuple((h.axis, h.size, h.info.span if h.info else None)
+    forced = tuple((h.axis, _at_most(problem.sizes.get(h.axis), h.size),
+                    h.info.span if h.info else None)
                    for h in problem.hints if h.kind == "split")
     return replace(problem, hints=tuple(h for h in problem.hints if h.kind != "split")), forced
+
+
+def _at_most(size, parts: int) -> int:
+    """A split count past the axis's size splits it into its positions, one per split (as a
+    group past the size is the whole axis): `--split c=100000` of a 5-long `c` planned and
+    interpreted 100000 blocks of nothing (40 s, and memory for each)."""
+    return min(parts, size) if isinstance(size, int) and size >= 1 else parts
 
 
 def forced_split(problem, forced):
@@ -179,7 +194,7 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
         return fused, _choice(fused, axis, parts, True,
                               unsplit if unsplit != float("inf") else None)
     base = fuse(problem)
-    best, best_time, best_key = base, total(base), None
+    best_time, best_key = total(base), None
     unsplit = best_time
     lanes = {h.axis for h in problem.hints if h.kind == "lanes"}
     wide = colstats.wide_columns(problem.graph, base.kernels, problem.sizes)
@@ -208,27 +223,44 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
         templates = {fused_at(p).kernels: p for p in {coarse[0], coarse[-1]}}
         tried: dict[int, float] = {}
 
-        def price(parts: int) -> float:
+        def price(parts: int, own: bool = False) -> float:
             if parts not in tried:
                 pr = split_at(parts)
                 tried[parts] = min(total(fuse(pr, _Like(ks))) for ks in templates)
+            if own:     # ... and by its own fusion (32 splits of MHA decode: 2 kernels)
+                tried[parts] = min(tried[parts], total(fused_at(parts)))
             return tried[parts]
         here = min(coarse, key=price)
-        for nxt in (here // 2, here * 2):          # then the neighbours of the best
-            if 2 <= nxt <= most:
-                price(nxt)
+        for nxt in (here // 2, here * 2):          # then the neighbours of the best, each
+            if 2 <= nxt <= most:                   # by its own grouping too
+                price(nxt, own=True)
         here = min(tried, key=price)
         fused = fused_at(here)
         t = total(fused)
         if t < best_time * (1 - 1e-9):
-            best, best_time, best_key = fused, t, (axis, here)
-    if best_key is None:
-        return base, None
-    choice = _choice(best, best_key[0], best_key[1], False,
-                     unsplit if unsplit != float("inf") else None)
-    if final(base, None) <= final(best, choice):
-        return base, None
-    return best, choice
+            best_time, best_key = t, (axis, here)
+            # the best count's neighbours within NEAR of it, their final plans compared below
+            near = [(p, fused_at(p)) for p in sorted(tried) if p != here and
+                    p in (here // 2, here * 2) and tried[p] <= tried[here] * (1 + NEAR)]
+            near.insert(0, (here, fused))
+    known = unsplit if unsplit != float("inf") else None
+    wide = None
+    if best_key is not None:
+        finals = [(final(f, c), f, c) for f, c in
+                  ((f, _choice(f, best_key[0], p, False, known)) for p, f in near)]
+        t, f, c = min(finals, key=lambda o: o[0])
+        if final(base, None) > t:
+            wide = (f, c, t)
+    # a split of the kernels asking for it alone (kernel_split.py: checked against the unsplit
+    # plan by the final plans of the kernels it changes, the others' are the same), against
+    # a split of the whole diagram by the final plans of both
+    one = kernel_split.best(problem, fuse, base, split_problem)
+    if one is not None:
+        fused, axis, parts, alone = one
+        choice = replace(_choice(fused, axis, parts, False, known), alone=alone)
+        if wide is None or final(fused, choice) < wide[2]:
+            return fused, choice
+    return (base, None) if wide is None else wide[:2]
 
 
 def final(fused, choice) -> float:
@@ -237,13 +269,7 @@ def final(fused, choice) -> float:
     and it can beat a split across blocks), a split's merge where it runs fastest (last_block,
     as `--merge auto`); inf when a kernel has no plan. The final plans are memoised: the
     stage `tile` reads them again."""
-    from .last_block import decide
-    plans = [fused.planner.plan(k, strict=False) for k in fused.kernels]
-    if any(p is None for p in plans):
-        return float("inf")
-    problem = fused.problem
-    plans, _ = decide(problem.graph, tuple(plans), choice, problem.sizes, problem.target, "auto")
-    return sum(p.cost.time for p in plans)
+    return kernel_split.final_of(fused, fused.kernels, choice)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ def operand_tiles(site, tile: dict, chunk: int) -> list[tuple[int, tuple[str, in
         found += [(a.c, (site.row, tile[site.row]), whole(a.c, a.e, a.width))
                   for a in site.across]
     else:
-        found = [t for a, b in site.operands for t in (        # (a sum's pairs: sums.py)
+        products = site.operands + tuple((a, b) for _, a, b in site.duals)   # (duals.py)
+        found = [t for a, b in products for t in (        # (a sum's pairs: sums.py)
             (a, (site.row, tile[site.row]), (site.red, chunk)),
             (b, (site.col, tile[site.col]), (site.red, chunk)))]
     return list(dict.fromkeys(found))

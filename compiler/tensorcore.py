@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import chain, chain_sums, flash, flash_alone, ir, packing, rowsource, split, sums, warps
+from . import (chain, chain_sums, colstats, duals, flash, flash_alone, ir, packing, rowsource,
+               split, sums, warps)
 from .chain import ChainSite, OneRowAxis
 from .graph import ancestors
 from .kernels import is_free
@@ -68,10 +69,11 @@ class Site(OneRowAxis):
     renamed: tuple[tuple[int, int], ...] = ()   # (operand, the load it renames): a view
                                      # that only relabels a load's axes (`X[t m2]`) reads the
                                      # load's memory: its tile is copied from the load
-    columns: tuple[int, ...] = ()    # row statistics over `col` in the epilogue (colstats.py):
-                                     # the reductions; the block holds `col` whole, stores none of C
+    columns: tuple[int, ...] = ()    # row statistics over col in the epilogue (colstats.py)
     pairs: tuple[tuple[int, int, int], ...] = ()   # a sum of products (sums.py): the further
                                      # products (node, A, B) accumulated into node's fragments
+    duals: tuple[tuple[int, int, int], ...] = ()   # products sharing the chunk loop, each
+                                     # (node, A, B) into fragments of its own (duals.py)
 
     @property
     def operands(self) -> tuple[tuple[int, int], ...]:
@@ -121,13 +123,14 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
         attention = flash_alone.examine(g, kernel, model, target, sizes, packed)
     found = attention if attention is not None else chain.examine(g, kernel, model, target, sizes)
     summed = sums.examine(g, kernel, model, target, Site) if attention is None else None
+    if summed is None and attention is None:       # (products with accumulators of their own)
+        summed = duals.examine(g, kernel, model, target, Site)
     found = summed if summed is not None else found
     found = found if found is not None else _product(g, kernel, model, target)
-    if isinstance(found, str) and sizes is not None:      # (a product's row statistics)
-        from . import colstats
-        cs = colstats.examine(g, kernel, model, target, sizes, examine)
-        if not isinstance(cs, str):
-            return replace(cs.site, columns=tuple(x.node for x in cs.stats))
+    cs = colstats.examine(g, kernel, model, target, sizes, examine) if isinstance(
+        found, str) and sizes is not None else "no"      # (a product's row statistics)
+    if not isinstance(cs, str):
+        return replace(cs.site, columns=tuple(x.node for x in cs.stats))
     if isinstance(found, str):
         return found
     # the blocks tile the site's rows, columns and batch axes: every array the kernel stores
@@ -256,6 +259,8 @@ def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
         return replace(model, woven=model.woven + (where.col,), reduced=(where.red,))
     if isinstance(where, Site) and where.pairs:
         return sums.model_of(model, where)
+    if isinstance(where, Site) and where.duals:
+        return duals.model_of(model, where)
     if not isinstance(where, Site) or not (where.computed or where.stats):
         return model
     members, loads = set(kernel.nodes), set(kernel.loads)
@@ -366,11 +371,12 @@ def candidate_set(sizes: dict, s: Site, fixed: dict):
         return None
     hinted, chunk = hints
     bm, bn, bk, wm, wn = _candidates(sizes, s).T.astype(float)
-    keep = warps.matches(hinted.get(s.row), bm, sizes[s.row]) & \
+    # every product's accumulators within the budget (duals.py: one tile each)
+    keep = (bm / wm) * (bn / wn) / 32 * duals.accumulators(s) <= MAX_ACCUMULATORS
+    keep = keep & warps.matches(hinted.get(s.row), bm, sizes[s.row]) & \
         warps.matches(hinted.get(s.col), bn, sizes[s.col]) & \
         warps.matches(chunk, bk, sizes[s.red])
-    if s.columns:                   # the block holds the columns its statistics reduce
-        keep = keep & (bn >= sizes[s.col])
+    keep = keep & (bn >= sizes[s.col]) if s.columns else keep   # (colstats: col held whole)
     keep = np.broadcast_to(keep, bm.shape)
     if not keep.any():
         return None

@@ -67,6 +67,8 @@ def why_not(g, kernel, model, site, target) -> str | None:
         return f"{target.name} ({target.arch}) has no wgmma for {site.dtype}"
     if site.pairs:
         return "a sum of products runs on mma.sync (codegen/mma.py: a chunk loop per pair)"
+    if site.duals:
+        return "products with accumulators of their own run on mma.sync (duals.py)"
     if site.computed or site.stats or site.renamed or getattr(site, "columns", ()):
         return "an operand is computed as it is staged, or a reduction runs beside the product"
     if model.mask is not None:

@@ -67,6 +67,10 @@ def test_shapes_past_memory_or_the_limit_are_refused_naming_the_axis(capsys, mon
     assert "N0804" in err and "1,099,511,627,776" in err
     err = _err(capsys, ["check", "softmax", "-D", "c=1099511627777"], 2)
     assert "N0804" in err and "1,099,511,627,776" in err
+    for digits in ("99999999999999999999", "9" * 100000):     # whole numbers, too large
+        err = _err(capsys, ["run", "softmax", "--shape", f"r={digits},c=4"], 2)
+        assert "N0804" in err and "larger than the limit 1,099,511,627,776" in err
+        assert len(err) < 1000                                  # (the digits not all shown)
     with pytest.raises(NapkinError) as exc:
         napkin.load("softmax", c=2**40 + 1)
     assert exc.value.code == "N0304" and "1,099,511,627,776" in str(exc.value)

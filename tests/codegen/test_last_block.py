@@ -47,21 +47,24 @@ def _plan(case, merge="last-block"):
 def test_the_planner_merges_a_long_layernorm_in_the_last_block(compiled):
     """Two rows of 500,000: the planner splits the row in 128 (256 before the
     small-shape counts of 2026-12-07: Welford's update, launched blocks) and, by the model, runs the
-    mean's and the variance's merges in the partial kernel (two launches fewer, a fence and
-    a counter more); `--merge kernel` keeps them as kernels, and that plan is slower by what
-    the tail says it saves."""
+    mean's and the variance's merges in the partial kernel (a launch fewer, a fence and
+    a counter more); `--merge kernel` keeps them as a kernel, and that plan is slower by what
+    the tail says it saves. The split is of the statistics' kernel alone (kernel_split.py),
+    whose merges of mu and var stay in one kernel: 12.8 us, 13.5 us split across the diagram
+    with a merge kernel each (h100 model); forced splits (below) keep a merge kernel each."""
     d = napkin.load("layernorm")
     auto = plan(d, "h100", {"r": 2, "c": 500000})
     kernels = plan(d, "h100", {"r": 2, "c": 500000}, merge="kernel")
     assert auto.split is not None and auto.tail is not None and not auto.tail.forced
     assert kernels.tail is None and kernels.split.parts == auto.split.parts
     names = [kp.kernel.name for kp in auto.kernels]
-    assert [names[i] for i in auto.tail.merges] == ["k1", "k2"] and auto.tail.partial == 0
+    assert auto.split.alone is not None and auto.split.alone.arrays == ("mu", "var")
+    assert [names[i] for i in auto.tail.merges] == ["k1"] and auto.tail.partial == 0
     assert auto.tail.blocks == 128 and auto.tail.axes == ("r",)
     assert auto.time == pytest.approx(kernels.time - auto.tail.saved)
     assert auto.tail.saved > 0
     prog = lower(auto)
-    assert [k.kernel for k in prog.kernels] == ["k0", "k3"]      # k1 and k2 run in k0
+    assert [k.kernel for k in prog.kernels] == ["k0", "k2"]      # k1 runs in k0
     from ..fuzz.injection import token_problems     # generated names only (no user's)
     assert token_problems(render(prog)) == []
     for arch in ("sm_80", "sm_90"):                   # NVRTC compiles it, without spills
@@ -72,14 +75,14 @@ def test_the_planner_merges_a_long_layernorm_in_the_last_block(compiled):
     rows = dict(auto.kernels[0].schedule.tile)["r"]      # (a row a block: 2 warps split it)
     assert f"merged in kernel k0 by the last of the 128 blocks of each output tile [r={rows}]" \
         in text
-    assert text.count("run by kernel k0's last block of each output tile") == 2
-    assert "total: 4 kernel(s) in 2 launch(es)" in text
+    assert text.count("run by kernel k0's last block of each output tile") == 1
+    assert "total: 3 kernel(s) in 2 launch(es)" in text
     # the partial kernel holds the merges' shared buffers: its M counts them
     assert auto.kernels[0].cost.levels[1].M > kernels.kernels[0].cost.levels[1].M
     # draw --plan's table says it too
     from napkin.draw.table import rows
     lines = [r.label for r in rows(auto, report(auto, compare=False)) if r.kind == "kernel"]
-    assert ["run by k0's last blocks" in line for line in lines] == [False, True, True, False]
+    assert ["run by k0's last blocks" in line for line in lines] == [False, True, False]
 
 
 @pytest.mark.parametrize("case, sizes", [
@@ -267,7 +270,7 @@ def test_merge_in_the_api_and_on_the_command_line(capsys, within_budget):
     code = main(["explain", "layernorm", "--target", "h100", "--shape", "r=2,c=500000",
                  "--merge", "kernel"])
     text = capsys.readouterr().out
-    assert code == 0 and "merged by kernel k1, k2" in text and "run by kernel" not in text
+    assert code == 0 and "merged by kernel k1\n" in text and "run by kernel" not in text
 
 
 SWEEP = [   # (more in the thorough tier; GQA at b = 32 runs unsplit since its 256 blocks count

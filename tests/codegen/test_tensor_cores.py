@@ -603,12 +603,13 @@ out O: f32
 
 
 @pytest.mark.parametrize("scale, folded", [
-    ("/ sqrt(size(d))", True), ("* 0.75", True), ("* (0.0 - 0.5)", False), ("* 1.0 + 0.25", False),
+    ("/ sqrt(size(d))", True), ("* 0.75", True), ("* (0.0 - 0.5)", False), ("* 1.0 + 0.25", True),
 ])
 def test_the_softmax_scale_is_folded_into_the_exponent_only_when_positive(scale, folded):
     """`Q * K / sqrt(size(d))` under a mask: the scores stay unscaled and the factor joins
-    log2(e) in the exponent's FFMA (qkl); a negative factor (it reverses the row's order) or
-    a shift is no factor and is applied per score. Emulated against the float64 reference,
+    log2(e) in the exponent's FFMA (qkl); a negative factor (it reverses the row's order) is
+    no factor and is applied per score; a shift is a bias beside the factor, added to the
+    unscaled scores over it (compiler/bias_fold.py). Emulated against the float64 reference,
     and the statistics forward's logsumexp (the row maximum unscaled: m * scale + log l)."""
     text = SCALED.format(scale=scale)
     d = napkin.load(text)

@@ -292,3 +292,27 @@ def test_inputs_with_one_cotangent_get_outputs_of_their_own(t, c):
     _close(dX, want)
     _close(dR, want)
     _close(dg, np.sum(dY * H * r, 0))
+
+
+VIEWS_IN_FULL_SUMS = """
+axis i, j
+in A[i j]: f32
+in b[i]: f32
+s[] = sum[i j](A[j i])
+tr[] = sum[i](A[i i] * b)
+out s: f32, tr: f32
+"""
+
+
+@pytest.mark.parametrize("i", [1, 7])
+def test_a_transpose_and_a_diagonal_under_a_full_sum_have_gradients(i):
+    """A view (`A[j i]`, `A[i i]`) whose cotangent is a scalar repeated along its axes (the
+    cotangent of a sum over all of them) failed an assertion in `napkin grad` (a traceback:
+    `unview` read the view's cotangent as a named array). dA = ds + diag(dtr * b),
+    db = dtr * diag(A), interpreted."""
+    rng = np.random.default_rng(i)
+    A, b = rng.standard_normal((i, i)).astype(np.float32), rng.standard_normal(i).astype(np.float32)
+    ds, dtr = np.float32(0.75), np.float32(-1.5)
+    dA, db = napkin.run(napkin.grad(VIEWS_IN_FULL_SUMS), A, b, ds, dtr, backend="interpret")
+    _close(dA, ds + np.diag(dtr * b.astype(np.float64)))
+    _close(db, dtr * np.diag(A.astype(np.float64)))

@@ -171,14 +171,15 @@ def test_a_size_tested_copy_pairs_with_the_version_the_sizes_take():
     from napkin.runtime import mainloop, sass
     from napkin.compiler.plan import plan as make_plan
     _need_disassembler()
-    import dataclasses
     from napkin.compiler.variants import with_choices
     shape = {"f": 77, "m": 130, "o": 77, "t": 130}
+    from napkin.compiler.cost import Choice
     p = make_plan(napkin.load("swiglu"), "h100", shape)
     # (the plan this was written for: 16 lanes over m, 2 x 4 points a thread; the planner
-    # takes 8 lanes and 2 x 2 since what follows the lanes' merge is counted on every lane)
-    p = with_choices(p, [dataclasses.replace(p.kernels[0].choice, thread=(("f", 2), ("t", 4)),
-                                             split=("m", 16))] + [k.choice for k in p.kernels[1:]])
+    # took 8 lanes and 2 x 2 since what follows the lanes' merge is counted on every lane,
+    # and now puts the kernel on the tensor cores: compiler/duals.py)
+    simt = Choice((("f", 4), ("t", 16)), ("m", 130), (("f", 2), ("t", 4)), split=("m", 16))
+    p = with_choices(p, [simt] + [k.choice for k in p.kernels[1:]])
     made = pipeline.through(p, "plan", "binary", pipeline.Options.make(target="h100"))
     model_check = _module("model_check")
     name = model_check.program_kernel(made, p.kernels[0]).name

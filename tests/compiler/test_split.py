@@ -299,6 +299,41 @@ def test_split_hints_in_the_diagram_on_the_command_line_and_in_the_api(capsys, r
     np.testing.assert_allclose(Y.astype(np.float64), want.astype(np.float64), atol=2e-2)
 
 
+def test_a_split_count_past_the_axis_size_splits_it_into_its_positions(rng):
+    """`--split c=100000` of a 5-long `c` planned 100000 partial blocks of nothing (40 s in
+    the interpreter, the CLI timed out): one position per split, as a group past the size
+    is the whole axis; the values stay the reference's."""
+    d = napkin.load("axis r, c\nin X[r c]: f32\nsplit c by 100000\nY[r] = logsumexp[c](X)\n"
+                    "out Y: f32\n")
+    p = plan(d, "h100", {"r": 3, "c": 5})
+    assert p.split.forced and (p.split.axis, p.split.parts, p.split.share) == ("c", 5, 1)
+    X = rng.standard_normal((3, 5)).astype(np.float32)
+    got = interpret(p, {"X": X})["Y"]
+    np.testing.assert_allclose(got, np.log(np.exp(X.astype(np.float64)).sum(1)), rtol=1e-6)
+    assert plan(d, "h100", {"r": 3, "c": 1}).split is None    # one position: no split
+
+
+TRANSPOSED_SUM = "axis i, j\nin A[i j]: f32\nin b[i]: f32\ns[] = sum[i j](A[j i] * b[i])\n" \
+    "tr[] = sum[i](A[i i] * b)\nout s: f32, tr: f32\n"
+
+
+@pytest.mark.parametrize("axis, parts", [("i", 3), ("j", 4)])
+def test_a_view_moving_the_split_axis_enters_the_split_as_an_array(rng, axis, parts):
+    """`A[j i]` reads i from A's j: refused before (N0607, `i` is read at other positions),
+    so `sum[i j](A[j i])` ran in one block (178 us against 22.7 us split, model, h100,
+    i=j=1024); the view's values enter the region as an array, gathered at the split
+    positions. A diagonal (`A[i i]`) too; interpreted against a NumPy float64 oracle."""
+    d = napkin.load(TRANSPOSED_SUM)
+    p = plan(d, "h100", {"i": 37}, overrides={"split": {axis: parts}})
+    assert (p.split.axis, p.split.parts) == (axis, parts)
+    A, b = rng.standard_normal((37, 37)).astype(np.float32), rng.standard_normal(37).astype(np.float32)
+    got = interpret(p, {"A": A, "b": b})
+    A64, b64 = A.astype(np.float64), b.astype(np.float64)
+    np.testing.assert_allclose(got["s"], np.sum(A64.T * b64[:, None]), rtol=1e-5)
+    np.testing.assert_allclose(got["tr"], np.sum(np.diag(A64) * b64), rtol=1e-5)
+    assert plan(d, "h100", {"i": 1024}).split is not None     # the planner splits it too
+
+
 @pytest.mark.parametrize("text, code, where", [
     ("axis r, c\nin X[r c]: f32\nsplit r by 4\nY[r] = sum[c](X)\nout Y: f32\n", "N0607", "split r"),
     ("axis r, c\nin X[r c]: f32\nsplit c by 4 at smem\nY[r] = sum[c](X)\nout Y: f32\n", "N0602",

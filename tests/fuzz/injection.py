@@ -45,7 +45,7 @@ GENERATED = re.compile(r"(?:p|n|v|st|sm|acc|cnt|res|j|k|z|e|c|i|pt|pos|ix|tc_|or
                        r"napkin_k\d+f|lse|tv|ut|um|un|ua|"
                        r"e|z|tid|lane|tvalid|nblocks|blk|smem|off|xl|xg|clen|"
                        r"acc|fa|fb|fg|fq|wr|wc|eo|ei|kk|nlen|stage|qa|rm|rl|sc|fz|mx|sh|sl|rs|su|pa|cfull|"
-                       r"r|eo0|cps|cpd|qks|qkl|cv|y|w|"
+                       r"r|eo0|cps|cpd|qks|qkl|qki|qka|cv|y|w|"
                        r"dt|dp|dc|pfirst|plast|cfirst|cend|mfirst|mlast|mcount|mrun|"
                        r"fill|srow|spos|rsc|rch|"
                        r"src|hd|m0|nv|tl|cpe|p")

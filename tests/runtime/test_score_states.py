@@ -75,3 +75,16 @@ def test_shared_state_emulated_at_odd_sizes(scores, shape, first, within_budget)
     assert len(p.kernels) == 1 and sum(n != k for n, k in p.kernels[0].model.shared) == 2
     inputs = random_inputs(d, shape, 9)
     within_budget(d, inputs, run_plan(p, inputs, shape, timeout_s=600), p)
+
+
+def test_the_state_keeper_holds_two_registers_a_row():
+    """The statistic keeping the scores' state (Z here, declared first) holds m and l per
+    row: two slots, as the logsumexp's; the ones reading it none. The model counted Z's state
+    as one slot: at b=2 h=8 q=x=1024 (h100) it put Z beside plain f32 attention at +10
+    registers a thread (230 -> 240), ptxas +27 (123 -> 150); two slots +20 (250)."""
+    p = plan(napkin.load(ZWL), "h100", {"b": 2, "h": 8, "q": 1024, "x": 1024})
+    (kp,) = p.kernels
+    keeper = {k for n, k in kp.model.shared if n == k}
+    slots = {a.node: a.slots for a in kp.model.arrays if a.role == "accumulator"}
+    assert {slots[n] for n in keeper} == {2}
+    assert {slots[n] for n, k in kp.model.shared if n != k} == {0}

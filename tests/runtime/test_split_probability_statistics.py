@@ -6,7 +6,13 @@ same scores merges from O.lse (the pair's own partial), no longer stored again a
 b=1 h=16 q=1 x=8192 d=16 --split x=4 (h100 model): Z, W and L beside O 2 kernels, 15.1 us
 (attention with L alone 14.7 us before, 14.4 us now). Plans asserted; the emulated CUDA at
 odd sizes against the float64 reference: a first row with no key (Z, W 0, NaN where the
-softmax is written out; L -inf), splits with no key, f16, bf16 and f32 (the CUDA cores)."""
+softmax is written out; L -inf), splits with no key, f16, bf16 and f32 (the CUDA cores).
+
+The merge kernel streamed p_x in 2 passes: O's and Z's products and W's maximum read one
+softmax[p_x](L_p), so it paired with neither (statistics first, then the weights). Now Z's
+product weighs by a softmax of its own (a second pair) and W merges the splits' maxima of
+their scores, exp(max[p_x](m_p) - logsumexp[p_x](L_p)): one pass. At DECODE --split x=4
+(h100 model) the merge kernel 2.57 -> 2.26 us, the plan 13.03 -> 12.73 us."""
 
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ def test_probability_statistics_merge_with_o():
     p = plan(napkin.load(_text()), "h100", DECODE, {"split": {"x": 4}})
     assert [kp.schedule.engine == ATTENTION for kp in p.kernels] == [True, False]
     assert _stores(p) == [{"O.part", "O.lse", "Z.part", "W.part"}, {"O", "Z", "W", "L"}]
-    assert p.kernels[0].model.streaming.passes == 1
+    assert [kp.model.streaming.passes for kp in p.kernels] == [1, 1]
     alone = plan(napkin.load("attention", d=16), "h100", DECODE, {"split": {"x": 4}})
     assert p.time <= 1.25 * alone.time, (p.time, alone.time)
 

@@ -465,6 +465,16 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
         rm[i0][i1] = -NAPKIN_INF;
       }
     }
+    const float v0 = sqrtf(((float)(((long long)(64)))));
+    const float qks = 1.0f / (v0);
+    const float qkl = qks * 1.442695f;
+    const float qki = (v0);
+    const long long v1 = napkin_ineg(((long long)8));
+    const long long v2 = napkin_iadd(((long long)(org_1)), ((long long)1));
+    const long long v3 = napkin_imul(v1, v2);
+    const float v4 = (((float)(v3)) / ((float)(((long long)(n1)))));
+    const float v5 = powf(2.0f, v4);
+    const float qka = v5 * qki;
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));
     __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (4096) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16));
     long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (4096) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16));
@@ -621,19 +631,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             for (int i2 = 0; i2 < 4; ++i2) {
               const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
               const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
-#line 10 "napkin-diagram"
-              const float v0 = (sc[i0][i1][i2] * 0.125f);
-              const long long v1 = napkin_ineg(((long long)8));
-              const long long v2 = napkin_iadd(((long long)(org_1)), ((long long)1));
-              const long long v3 = napkin_imul(v1, v2);
-              const float v4 = (((float)(v3)) / ((float)(((long long)(n1)))));
-              const float v5 = powf(2.0f, v4);
               const long long v6 = napkin_isub(((long long)((pt1 < (long long)(n3 - 1) ? pt1 : (long long)(n3 - 1)))), ((long long)((pt0 < (long long)(n2 - 1) ? pt0 : (long long)(n2 - 1)))));
-              const float v7 = (v5 * ((float)(v6)));
-              const float v8 = (v0 + v7);
-              const float v9 = (-NAPKIN_INF);
-              const float v10 = (true ? v8 : v9);
-              sc[i0][i1][i2] = v10;
+#line 10 "napkin-diagram"
+              const float v7 = (-NAPKIN_INF);
+              const float v8 = (true ? fmaf(qka, (float)(v6), sc[i0][i1][i2]) : v7);
+              sc[i0][i1][i2] = v8;
             }
           }
         }
@@ -646,20 +648,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
             for (int i2 = 0; i2 < 4; ++i2) {
               const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
               const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+              const long long v9 = napkin_isub(((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))), ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
 #line 10 "napkin-diagram"
-              const bool v11 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
-              const float v12 = (sc[i0][i1][i2] * 0.125f);
-              const long long v13 = napkin_ineg(((long long)8));
-              const long long v14 = napkin_iadd(((long long)(org_1)), ((long long)1));
-              const long long v15 = napkin_imul(v13, v14);
-              const float v16 = (((float)(v15)) / ((float)(((long long)(n1)))));
-              const float v17 = powf(2.0f, v16);
-              const long long v18 = napkin_isub(((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))), ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
-              const float v19 = (v17 * ((float)(v18)));
-              const float v20 = (v12 + v19);
-              const float v21 = (-NAPKIN_INF);
-              const float v22 = (v11 ? v20 : v21);
-              sc[i0][i1][i2] = v22;
+              const bool v10 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
+              const float v11 = (-NAPKIN_INF);
+              const float v12 = (v10 ? fmaf(qka, (float)(v9), sc[i0][i1][i2]) : v11);
+              sc[i0][i1][i2] = v12;
             }
           }
         }
@@ -680,8 +674,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           }
           mx = napkin_lanes_max(mx, 4);
           const float sh = napkin_shift(mx);
-          const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-          const float sl = -sh * 1.442695f;
+          const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+          const float sl = -sh * qkl;
           rm[i0][i1] = mx;
           rsc[i0][i1] = rs;
           rch = rch | (rs != 1.0f);
@@ -690,7 +684,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           for (int i2 = 0; i2 < 4; ++i2) {
             #pragma unroll
             for (int i3 = 0; i3 < 2; ++i3) {
-              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
               su = su + sc[i0][i2][2 * i1 + i3];
             }
           }
@@ -787,20 +781,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           for (int i2 = 0; i2 < 4; ++i2) {
             const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
             const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
+            const long long v13 = napkin_isub(((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))), ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
 #line 10 "napkin-diagram"
-            const bool v23 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
-            const float v24 = (sc[i0][i1][i2] * 0.125f);
-            const long long v25 = napkin_ineg(((long long)8));
-            const long long v26 = napkin_iadd(((long long)(org_1)), ((long long)1));
-            const long long v27 = napkin_imul(v25, v26);
-            const float v28 = (((float)(v27)) / ((float)(((long long)(n1)))));
-            const float v29 = powf(2.0f, v28);
-            const long long v30 = napkin_isub(((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))), ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
-            const float v31 = (v29 * ((float)(v30)));
-            const float v32 = (v24 + v31);
-            const float v33 = (-NAPKIN_INF);
-            const float v34 = (v23 ? v32 : v33);
-            sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v34 : -NAPKIN_INF;
+            const bool v14 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
+            const float v15 = (-NAPKIN_INF);
+            const float v16 = (v14 ? fmaf(qka, (float)(v13), sc[i0][i1][i2]) : v15);
+            sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v16 : -NAPKIN_INF;
           }
         }
       }
@@ -820,8 +806,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           }
           mx = napkin_lanes_max(mx, 4);
           const float sh = napkin_shift(mx);
-          const float rs = napkin_ex2((rm[i0][i1] - sh) * 1.442695f);
-          const float sl = -sh * 1.442695f;
+          const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+          const float sl = -sh * qkl;
           rm[i0][i1] = mx;
           rsc[i0][i1] = rs;
           rch = rch | (rs != 1.0f);
@@ -830,7 +816,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
           for (int i2 = 0; i2 < 4; ++i2) {
             #pragma unroll
             for (int i3 = 0; i3 < 2; ++i3) {
-              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], 1.442695f, sl));
+              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
               su = su + sc[i0][i2][2 * i1 + i3];
             }
           }
