@@ -4,7 +4,7 @@ The report holds, per kernel, why it is split from its neighbours, the relabelle
 level (`q -> g_q = 128`), the memory table (every buffer: role, shape in relabelled axes,
 level, bytes), M and H per level (symbolic and numeric), FLOPs, arithmetic intensity,
 predicted time and its bound; the unfused plan's figures, what fusion saves, and a fused plan
-not lowered yet (epilogue_stats.py)."""
+not chosen (epilogue_stats.py)."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def report(plan: Plan, compare: bool = True) -> dict:
         "predicted_seconds": float(plan.time),
         "H_bytes": sum(float(k.cost.levels[1].H) for k in plan.kernels),
     }
-    if compare:     # (and a fused plan not lowered yet, priced: epilogue_stats.py)
+    if compare:     # (and a fused plan not chosen, priced: epilogue_stats.py)
         base, out["epilogue_statistics"] = baseline(plan), epilogue_stats.for_plan(plan)
         out["unfused"] = {"kernels": len(base),
                           "H_bytes": sum(float(k.cost.levels[1].H) for k in base),
@@ -384,7 +384,7 @@ def render_text(rep: dict) -> str:
     u = rep.get("unfused")
     if u is None:
         return "\n".join(lines + ([units] if units else []))
-    lines += epilogue_stats.lines(rep.get("epilogue_statistics"), fmt)     # (not lowered yet)
+    lines += epilogue_stats.lines(rep.get("epilogue_statistics"), fmt)     # (not chosen)
     a = rep.get("apart")
     if a is not None:
         lines.append(f"without atomics ({', '.join(a['arrays'])} in kernels of their own): "

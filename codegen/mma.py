@@ -21,6 +21,7 @@ from ..compiler import tensorcore as tc
 from . import cexpr
 from . import program as P
 from .builder import Ix
+from .column_stats import ColumnStats
 from .computed import ComputedTiles
 from .fragment_loads import FragmentLoads
 from .kernel import KernelLowering
@@ -31,7 +32,7 @@ from .tiles import SharedTiles
 FM, FN, FK = tc.FRAGMENT
 
 
-class MmaLowering(FragmentLoads, PackedRows, RowStats, ComputedTiles, SharedTiles,
+class MmaLowering(FragmentLoads, PackedRows, RowStats, ColumnStats, ComputedTiles, SharedTiles,
                   KernelLowering):
     #: called by every thread after its copies of a chunk land, before the barrier (None:
     #: nothing; wgmma.py: the proxy fence its async-proxy reads need)
@@ -120,6 +121,9 @@ class MmaLowering(FragmentLoads, PackedRows, RowStats, ComputedTiles, SharedTile
         else:
             pipeline()
         self._stats_finish(stats)
+        if getattr(s, "columns", ()):       # row statistics over the columns (column_stats.py)
+            self._columns_epilogue(fm, fn)
+            return
         self._epilogue_mma(fm, fn, stats)
 
     def _pipeline(self, tiles, compute, skip=None, peel: bool = False,

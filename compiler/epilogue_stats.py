@@ -1,5 +1,6 @@
 """A product's row statistics in its epilogue: the fused plan of an LM head and its
-cross-entropy, priced (the lowering does not emit it yet).
+cross-entropy, priced where the plan does not run it (the planner lowers it where it splits
+the columns so that a block holds a share whole: compiler/colstats.py).
 
     Z[t v] = H * W                                  (kernel A: tensor cores, streams m)
     L[t] = logsumexp[v](Z) - sum[v](where(v == label, Z, 0))    (kernel B: streams v)
@@ -23,8 +24,8 @@ an h100), so the split form is the one priced.
 A candidate is: kernel A a tensor-core product (tensorcore.Site, its epilogue elementwise)
 storing one array C over (row, col) that kernel B alone reads; kernel B streaming col, every
 reduction in it a mergeable one over col (logsumexp, max, min, sum) and every array it stores
-without col. explain reports it after the plan's total (`for_plan`, `lines`); the planner
-does not choose it and nothing lowers it yet.
+without col. explain reports it after the plan's total (`for_plan`, `lines`) where the plan
+does not run it (no kernel of the plan is a colstats one).
 """
 
 from __future__ import annotations
@@ -150,8 +151,9 @@ def for_plan(plan) -> dict | None:
     from .kernel_plan import KernelPlanner
     from .plan import _fused_kernels, prepare
     if not plan.target.processors or not _stats_after_product(
-            plan.graph, [kp.kernel for kp in plan.kernels]):
-        return None
+            plan.graph, [kp.kernel for kp in plan.kernels]) or any(
+            getattr(kp.schedule.site, "columns", ()) for kp in plan.kernels):
+        return None         # (none, or the plan runs it: compiler/colstats.py)
     shape = {a: plan.sizes[a] for a in plan.diagram.axes if a in plan.sizes}
     pr = prepare(plan.diagram, plan.target, shape)
     planner = KernelPlanner(pr.graph, pr.target, pr.sizes, pr.hints, plan.engine)
@@ -178,7 +180,7 @@ def lines(rep: dict, fmt) -> list[str]:
         return []
     both = " and ".join(rep["arrays"])
     verdict = "faster" if rep["predicted_seconds"] < rep["plan_seconds"] else "slower"
-    return [f"not lowered yet: {both} in one kernel, a matmul with row statistics in its epilogue "
+    return [f"not chosen: {both} in one kernel, a matmul with row statistics in its epilogue "
             f"(each {rep['tile'][0]} x {rep['tile'][1]} tile of the product reduced over "
             f"`{rep['col']}` on chip into {rep['statistics']} partial state(s) per row; "
             f"{rep['parts']} per row merged like a split of `{rep['col']}`, "

@@ -25,6 +25,7 @@ from .specialise import fix
 from .target import Target
 
 OTHER = "the scores are not one contraction (Q K) under elementwise operations"
+DYNAMIC_HEAD = "the head size `{}` must be static"   # (the last test: specialised, it fits)
 
 
 def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
@@ -73,7 +74,7 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     rows = packing.fragment_rows(g, kernel, own_q, q, lse[0], sizes, packed)
     head = g.graph["axes"][dk].size
     if head is None:
-        return f"the head size `{dk}` must be static {fix(g.graph['axes'], dk)}"
+        return f"{DYNAMIC_HEAD.format(dk)} {fix(g.graph['axes'], dk)}"
     chunk = set(st.per_chunk[0])
     for n in kernel.nodes:
         if n not in chunk and n not in loads and not set(ir.type_of(g, n).axes) <= set(l_axes):

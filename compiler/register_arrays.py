@@ -81,12 +81,23 @@ def constant_trips(model, axis: str, planned: int, ways: int) -> int | None:
 def held_sizes(plan) -> tuple[tuple[str, int], ...]:
     """(axis, planned size) of every axis of a CUDA-core kernel's runtime_indexed, sorted: its
     arrays and walks have the planned extent, so a run may be smaller, never larger
-    (`check`)."""
+    (`check`); and (axis, block tile) of the columns a tensor-core kernel's row statistics
+    reduce in its epilogue (colstats.py: one block holds them all)."""
     out = {}
     for kp in plan.kernels:
         if kp.schedule.engine == "cuda cores":
             out.update((a, int(plan.sizes[a])) for a in runtime_indexed(kp.model))
+        col = _columns(kp)
+        if col is not None:     # (a block's fragments hold its statistics' columns whole)
+            out[col] = min(out.get(col, 1 << 62), int(kp.schedule.block_tile()[col]))
     return tuple(sorted(out.items()))
+
+
+def _columns(kp) -> str | None:
+    """The axis a tensor-core kernel's row statistics reduce in its epilogue (colstats.py),
+    whose run-time size its block tile bounds; None for any other kernel."""
+    site = getattr(kp.schedule, "site", None)
+    return site.col if getattr(site, "columns", ()) else None
 
 
 def check(held, sizes: dict) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..diagrams.diagnostics import error
-from . import ir, kernel_split, packing
+from . import colstats, ir, kernel_split, packing
 from . import split as splits
 
 UNDERFILLED = 0.75     # a kernel busy below this fraction of the GPU invites a split,
@@ -131,6 +131,13 @@ def candidates(fused) -> dict[str, int]:
                 out[a] = min(start, _most(problem.sizes[a]))
             if a in out:
                 nominated[a] = nominated.get(a, 0.0) + float(est.cost.time)
+    # a product's columns reduced by row statistics in a kernel of their own: split, a block
+    # holds its share whole and reduces it in the product's epilogue (colstats.py), Z unstored
+    for a, asking in sorted(colstats.wide_columns(g, fused.kernels, problem.sizes).items()):
+        if a in g.graph["axes"] and a not in out and splits.splittable(g, a) is None:
+            out[a] = _most(problem.sizes[a])
+            nominated[a] = sum(float(e.cost.time) for e in map(planner.estimate, set(asking))
+                               if e is not None)
     # a split fills the SMs of the kernels that ask for it: where they take a sliver of the
     # plan's time it cannot gain more, and pricing it fuses the whole diagram three times
     return {a: n for a, n in out.items() if nominated[a] >= MIN_GAIN * whole}
@@ -190,6 +197,7 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
     best_time, best_key = total(base), None
     unsplit = best_time
     lanes = {h.axis for h in problem.hints if h.kind == "lanes"}
+    wide = colstats.wide_columns(problem.graph, base.kernels, problem.sizes)
     for axis, start in candidates(base).items():
         if axis in lanes:                  # (split over a block's lanes as a hint says)
             continue
@@ -210,7 +218,8 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
                 fusions[parts] = fuse(split_at(parts))
             return fusions[parts]
         most = _most(problem.sizes[axis])
-        coarse = sorted({min(start, most)} | {p for p in COARSE if p <= most})
+        coarse = sorted({min(start, most)} | {p for p in COARSE if p <= most} | (
+            set(colstats.tile_counts(problem.sizes[axis])) if axis in wide else set()))
         templates = {fused_at(p).kernels: p for p in {coarse[0], coarse[-1]}}
         tried: dict[int, float] = {}
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import chain, chain_sums, duals, flash, flash_alone, ir, packing, rowsource, split, sums, warps
+from . import (chain, chain_sums, colstats, duals, flash, flash_alone, ir, packing, rowsource,
+               split, sums, warps)
 from .chain import ChainSite, OneRowAxis
 from .graph import ancestors
 from .kernels import is_free
@@ -68,6 +69,7 @@ class Site(OneRowAxis):
     renamed: tuple[tuple[int, int], ...] = ()   # (operand, the load it renames): a view
                                      # that only relabels a load's axes (`X[t m2]`) reads the
                                      # load's memory: its tile is copied from the load
+    columns: tuple[int, ...] = ()    # row statistics over col in the epilogue (colstats.py)
     pairs: tuple[tuple[int, int, int], ...] = ()   # a sum of products (sums.py): the further
                                      # products (node, A, B) accumulated into node's fragments
     duals: tuple[tuple[int, int, int], ...] = ()   # products sharing the chunk loop, each
@@ -125,6 +127,10 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
         summed = duals.examine(g, kernel, model, target, Site)
     found = summed if summed is not None else found
     found = found if found is not None else _product(g, kernel, model, target)
+    cs = colstats.examine(g, kernel, model, target, sizes, examine) if isinstance(
+        found, str) and sizes is not None else "no"      # (a product's row statistics)
+    if not isinstance(cs, str):
+        return replace(cs.site, columns=tuple(x.node for x in cs.stats))
     if isinstance(found, str):
         return found
     # the blocks tile the site's rows, columns and batch axes: every array the kernel stores
@@ -249,6 +255,8 @@ def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
                        sums=frozenset(s.node for s in where.sums))
     if isinstance(where, FlashSite):       # (its packed rows one axis: packing.py)
         return _gathered(g, packing.relabel(model, where), where)
+    if isinstance(where, Site) and where.columns:     # (one block along col: candidate_set)
+        return replace(model, woven=model.woven + (where.col,), reduced=(where.red,))
     if isinstance(where, Site) and where.pairs:
         return sums.model_of(model, where)
     if isinstance(where, Site) and where.duals:
@@ -368,6 +376,7 @@ def candidate_set(sizes: dict, s: Site, fixed: dict):
     keep = keep & warps.matches(hinted.get(s.row), bm, sizes[s.row]) & \
         warps.matches(hinted.get(s.col), bn, sizes[s.col]) & \
         warps.matches(chunk, bk, sizes[s.red])
+    keep = keep & (bn >= sizes[s.col]) if s.columns else keep   # (colstats: col held whole)
     keep = np.broadcast_to(keep, bm.shape)
     if not keep.any():
         return None

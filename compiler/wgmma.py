@@ -69,7 +69,7 @@ def why_not(g, kernel, model, site, target) -> str | None:
         return "a sum of products runs on mma.sync (codegen/mma.py: a chunk loop per pair)"
     if site.duals:
         return "products with accumulators of their own run on mma.sync (duals.py)"
-    if site.computed or site.stats or site.renamed:
+    if site.computed or site.stats or site.renamed or getattr(site, "columns", ()):
         return "an operand is computed as it is staged, or a reduction runs beside the product"
     if model.mask is not None:
         return "the product is masked"

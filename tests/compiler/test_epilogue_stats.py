@@ -26,6 +26,7 @@ CE = HEAD + "Z[t v] = H * W\nL[t] = logsumexp[v](Z) - sum[v](where(v == label, Z
 LSE = "axis t, m, v\nin H[t m]: f16\nin W[v m]: f16\nZ[t v] = H * W\nL[t] = logsumexp[v](Z)\n" \
       "out L: f32\n"
 BIG = {"t": 4096, "m": 4096, "v": 50257}
+UNSPLIT = {"split": {"v": 1}}
 
 
 def _load(text: str, dt: str = "f16"):
@@ -34,7 +35,7 @@ def _load(text: str, dt: str = "f16"):
 
 @pytest.fixture(scope="module")
 def big():
-    p = plan(_load(CE), "h100", BIG)
+    p = plan(_load(CE), "h100", BIG, overrides=UNSPLIT)     # (the planner splits v: below)
     return p, epilogue_stats.for_plan(p)
 
 
@@ -59,20 +60,37 @@ def test_the_fused_plan_is_priced_from_the_products_own_tiling(big):
 
 
 def test_a_logsumexp_alone_has_one_state_and_an_output_product_none():
-    p = plan(_load(LSE), "h100", BIG)
+    p = plan(_load(LSE), "h100", BIG, overrides=UNSPLIT)
     rep = epilogue_stats.for_plan(p)
     assert rep is not None and rep["statistics"] == 1
     kept = LSE.replace("out L: f32", "out L: f32\nout Z: f32")
-    assert epilogue_stats.for_plan(plan(_load(kept), "h100", BIG)) is None
+    assert epilogue_stats.for_plan(plan(_load(kept), "h100", BIG, overrides=UNSPLIT)) is None
 
 
 def test_explain_names_the_fused_plan_and_its_figures(big):
     p, rep = big
     text = render_text(report(p))
-    line = next(x for x in text.splitlines() if x.startswith("not lowered yet"))
+    line = next(x for x in text.splitlines() if x.startswith("not chosen"))
     assert "Z and L in one kernel, a matmul with row statistics in its epilogue" in line
     assert f"{rep['tile'][0]} x {rep['tile'][1]} tile" in line and "no t x v buffer" in line
     assert "faster than this plan" in text
+
+
+def test_the_planner_runs_it_split_over_the_vocabulary(big):
+    """By default the planner splits v so that a block holds a share whole (197 splits of 256
+    columns: compiler/colstats.py) and lowers the product with its statistics in the
+    epilogue: 2 kernels, no t x v buffer, faster than the unsplit plan (model); explain then
+    names no plan of its own."""
+    unsplit, rep = big
+    p = plan(_load(CE), "h100", BIG)
+    assert p.split is not None and (p.split.axis, p.split.parts, p.split.share) == ("v", 197, 256)
+    fused = [kp for kp in p.kernels if kp.schedule.site is not None and kp.schedule.site.columns]
+    assert len(p.kernels) == 2 and len(fused) == 1
+    assert dict(fused[0].choice.group)["s_v"] == 256
+    assert float(p.time) < 0.95 * float(unsplit.time)
+    assert rep["predicted_seconds"] > float(p.time)   # (the unsplit tiling's own figure)
+    assert epilogue_stats.for_plan(p) is None
+    assert "not chosen" not in render_text(report(p))
 
 
 def _oracle(H, W, label):
