@@ -85,7 +85,8 @@ class Confirm:
         times = [quick(lay) for lay in layouts]
         best = min(times)
         close = [i for i, t in enumerate(times) if t - best < CLOSE * t]
-        if len(close) < 2:
+        # (layouts of the same kernels, as fusion's starts often reach, need no full search)
+        if len({frozenset(map(_order, kernels(layouts[i]))) for i in close}) < 2:
             return layouts[times.index(best)]
         full = [self.full(kernels(layouts[i])) for i in close]
         if min(full) == float("inf"):
