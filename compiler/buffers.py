@@ -52,7 +52,8 @@ def buffers(plan, kp) -> list[dict]:
     if staged:
         out[:0] = _staged(plan, kp)
     for arr in model.arrays:      # a gathered table read where used (memory.in_place): global
-        if arr.table and kp.schedule.tensor_cores and in_place(arr, model, choice):
+        if arr.table and kp.schedule.tensor_cores and in_place(arr, model, choice) \
+                and arr.node not in model.positions:
             out.append({"name": arr.name, "role": "read per score via L1/L2",
                         "shape": [[a, sizes[a]] for a, _ in arr.table], "level": tgt.levels[0].name,
                         "bytes": int(arr.bytes * _product(sizes[a] for a, _ in arr.table))})
