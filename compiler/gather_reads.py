@@ -61,7 +61,10 @@ def _reach(arr, res: dict, sizes: dict):
     span of each position, from a box in the middle of the axes: clamps such as
     `maximum(t - k, 0)` narrow it at an edge only), None where a position is read from data."""
     from .fractions import _interval
-    box = {a: (np.floor(sizes[a] / 2), np.floor(sizes[a] / 2) + res[a] - 1) for a in arr.axes}
+    box = {}        # (each end an array where the extent is one per candidate: both alike)
+    for a in arr.axes:
+        lo = np.floor(sizes[a] / 2) + 0 * np.asarray(res[a], dtype=float)
+        box[a] = (lo, lo + res[a] - 1)
     out = 1
     for axis, pos in arr.table:
         if pos is None:

@@ -137,3 +137,17 @@ def test_t5_bias_at_the_tiling_the_planner_now_picks_matches_float64(backend):
     P = np.exp(S - S.max(-1, keepdims=True))
     want = np.einsum("hqx,hxd->hqd", P / P.sum(-1, keepdims=True), Vd)
     np.testing.assert_allclose(O.astype(np.float64), want, atol=2e-2)
+
+
+def test_a_clamped_gather_plans_where_some_extents_are_fixed_and_others_searched():
+    """A position over an axis of fixed size (i = 7, one extent for every candidate) beside
+    searched ones (arrays per candidate): the span's box mixed scalars and arrays and the
+    planner raised (a random diagram of tests/fuzz, hopper-toy); now it plans and runs."""
+    text = ("axis j, k\naxis i = 7\nin E[j k]: f32\n"
+            "Y[i k j] = E[minimum(maximum((j * 3), 0), (size(j) - 1)) k] * i\nout Y: f32\n")
+    rng = np.random.default_rng(8)
+    E = rng.uniform(-1, 1, (7, 129)).astype(np.float32)
+    (Y,) = napkin.run(text, E, backend="interpret", target="hopper-toy")
+    j = np.minimum(np.arange(7) * 3, 6)
+    want = E.astype(np.float64)[j, :].T[None, :, :] * np.arange(7)[:, None, None]
+    np.testing.assert_allclose(Y, want, rtol=1e-6)
