@@ -9,7 +9,7 @@ and accumulators live at the lowest level (a thread's registers on a GPU).
 from __future__ import annotations
 
 from .headpad import padded_extent
-from .memory import buffer_bytes
+from .memory import buffer_bytes, in_place
 
 ROLE = {"load": "input tile", "value": "intermediate", "accumulator": "accumulator"}
 
@@ -51,6 +51,12 @@ def buffers(plan, kp) -> list[dict]:
                     "level": tgt.levels[pl.level].name, "bytes": int(size)})
     if staged:
         out[:0] = _staged(plan, kp)
+    for arr in model.arrays:      # a gathered table read where used (memory.in_place): global
+        if arr.table and kp.schedule.tensor_cores and in_place(arr, model, choice) \
+                and arr.node not in model.positions:
+            out.append({"name": arr.name, "role": "read per score via L1/L2",
+                        "shape": [[a, sizes[a]] for a, _ in arr.table], "level": tgt.levels[0].name,
+                        "bytes": int(arr.bytes * _product(sizes[a] for a, _ in arr.table))})
     if not kp.schedule.tensor_cores and tgt.processors and len(tgt.levels) > 2:
         from .across_warps import WARP, exchange_bytes
         from .choices import Choices
@@ -106,3 +112,10 @@ def _label(axis: str, level: int, choice, sizes, res, cov) -> str:
 
 def _int(v) -> int:
     return int(v) if float(v).is_integer() else v
+
+
+def _product(values) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out

@@ -53,7 +53,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import across_warps, added, index_width, issue, occupancy, packing, waits
+from . import across_warps, added, gather_reads, index_width, issue, occupancy, packing, waits
 from .columns import Column, resident_sets
 from .extents import covered, resident, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, number, prod, total
@@ -62,7 +62,7 @@ from .flops import rate, work_extents, work_flops
 from .headpad import padded_extent as extent
 from .fractions import along_bytes, computed_fraction, cut_fraction, iterated_fraction, spans
 from . import lsu
-from .memory import PIPELINE, allocated, l2_split, sectors, stage_bytes, staged_bytes
+from .memory import PIPELINE, allocated, in_place, l2_split, sectors, stage_bytes, staged_bytes
 from .model import Model, flash_state
 from .passes import global_passes, staged_once
 from .target import Target
@@ -132,12 +132,11 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                  else None for arr, res in zip(model.arrays, res_of)]
         loops = walked(model, short)
         moved, unique = [], []
-        # (terms loads share, computed once a level: by the axes an array lacks, by the walks
-        # it is read again along, by the row a sector holds)
+        # (terms loads share, once a level: axes an array lacks, walks, a sector's row)
         lacking: dict = {}
         walks: dict = {}
         sector: dict = {}
-        for arr, gaps in zip(model.arrays, short):
+        for arr, gaps, res in zip(model.arrays, short, res_of):
             width = 1 if values else arr.bytes
             if arr.role == "load":
                 passes = arr.passes
@@ -148,8 +147,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                     lacking[arr.axes] = prod(repeats[a] for a in model.axes
                                              if a not in arr.axes)
                 vol = once * lacking[arr.axes]
-                # not resident: read again at every step of a walk along an axis it lacks
-                # that the ops reading it iterate over
+                # not resident: read again each step of its readers' walks along an axis it lacks
                 along = tuple(a for a in loops if a not in arr.axes
                               and (not arr.used_over or a in arr.used_over))
                 if along:
@@ -160,6 +158,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                 if arr.streamed and fraction is not None \
                         and not (isinstance(fraction, float) and fraction == 1.0):
                     vol = vol * fraction
+                if arr.table and li == 1 and target.processors and not symbolic:   # (L1 hits)
+                    vol = gather_reads.block_reads(arr, vol, res, cov, launched, sizes)
                 if reread is not None and li == len(levels) - 1 and arr is reread[0]:
                     vol = ops.where(choice.reread, vol * reread[1], vol)    # every chunk
                 if symbolic or values or li > 1:
@@ -172,7 +172,8 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                 moved.append(vol * (width * coalesce))     # (width: a power of two)
                 if li == 2:     # (the register level below shared memory: H[1])
                     reads.append((arr, moved[-1]))
-                unique.append(once * (width * coalesce))
+                unique.append(gather_reads.unique(arr, once, sizes, passes, symbolic)
+                              * (width * coalesce))
             elif arr.role == "store" and arr.node in model.across:   # (chain.Across)
                 adds, *both = added.traffic(arr, sizes, repeats, model.axes, values)
                 atomics = atomics + adds if li == 1 else atomics
@@ -197,7 +198,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                     extents[key] = prod(factors)
                 size = extents[key] * ((1 if values else arr.bytes) * arr.slots)
                 if not symbolic and not values and target.processors and not last:
-                    if arr.unstaged and not choice.warps or arr.node in model.positions:
+                    if in_place(arr, model, choice):
                         continue            # read from global memory (a page table: per row)
                     if li == 1 and pipelined and arr.node not in model.direct:
                         per_stage = per_stage + stage_bytes(size, arr, res, choice, ops)

@@ -7,7 +7,8 @@
 - `sectors`: loads along a row shorter than a 32-byte sector waste the rest of it;
 - `l2_split`: of the traffic into shared memory, the unique bytes come from HBM and the
   re-loads from L2 when what a wave of resident blocks holds of the loads fits (the cost
-  model's L2 level, docs/cost-model.md).
+  model's L2 level, docs/cost-model.md); a gather's unique bytes: compiler/gather_reads.py;
+- `in_place`: loads read from global memory where used, holding no shared memory.
 """
 
 from __future__ import annotations
@@ -134,3 +135,14 @@ def l2_split(lc, unique, placed, model, blocks, slots, target: Target, ops):
     hbm = ops.where(fits_l2, np.minimum(unique, lc.H), lc.H) / hbm_bw
     l2 = ops.where(fits_l2, reloads, 0) / target.l2_bandwidth
     return number(hbm), number(l2)
+
+
+def in_place(arr, model, choice) -> bool:
+    """Whether load `arr` is read from global memory where it is used, holding no shared
+    memory: an unstaged load on CUDA cores (schedule._staged), a page table's positions,
+    and in FlashAttention on tensor cores a gathered table that is no K or V tile (T5's
+    bias, read per score by the scalar emitter: compiler/flash.py)."""
+    from .model import flash_state
+    return (arr.unstaged and not choice.warps or arr.node in model.positions
+            or bool(arr.table) and bool(choice.warps) and flash_state(model)
+            and arr.node not in model.gathered)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .graph import DiGraph, ancestors
 
-from . import bias_fold, held_values, ir, lanes, register_arrays, score_states
+from . import bias_fold, gather_reads, held_values, ir, lanes, register_arrays, score_states
 from .canonical import through
 from .kernels import FusedKernel, is_free, relabelled
 from .loop_reads import readers
@@ -48,6 +48,7 @@ class Array:
     unstaged: bool = False    # loads read at other positions than the block's tile (a view
                               # or a gather): a CUDA-core block reads them from global memory
                               # (schedule._staged), so they hold no shared memory there
+    table: tuple = ()         # a gather of a load: its table's axes, positions (gather_reads)
 
     @property
     def invariant(self) -> bool:
@@ -104,15 +105,13 @@ class Model:
     direct: frozenset = frozenset()   # ... the loads only those read, from global memory
     extents: tuple = ()         # the axes of every global array the kernel reads or writes
                                 # (index_width.py: its offsets' range)
-    rows: tuple = ()            # CUDA cores: (store, axis, width) of the stores copying a row
-                                # of a load, in runs where the thread's tile allows (row_runs)
+    rows: tuple = ()            # CUDA cores: (store, axis, width) of stores copying a load's
+                                # row, in runs where the thread's tile allows (row_runs)
     across: frozenset = frozenset()   # a chain's products over its rows (chain.Across): the
                                 # stored arrays every block of rows adds its partial sum into,
                                 # with atomics (tensorcore.for_site)
-    sums: frozenset = frozenset()     # ... those that are sums of a chain's chunk values
-                                # (chain_sums.py): an add a value, no product, no staged tile
-    fixed: frozenset = frozenset()    # axes whose size the diagram fixes (the lowering's
-                                      # constants: compiler/lanes.py unrolls by them)
+    sums: frozenset = frozenset()     # ... sums of a chain's chunk values (chain_sums.py)
+    fixed: frozenset = frozenset()    # axes of sizes the diagram fixes (lanes.py unrolls them)
     gathered: frozenset = frozenset()   # attention on tensor cores: K, V tiles whose rows come
                                 # through computed positions (a paged cache: tensorcore._gathered)
     positions: frozenset = frozenset()  # ... and the loads those positions read (the page
@@ -186,8 +185,7 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
             seen = [v for v in g.successors(n) if v in members]
             if seen and all(isinstance(ir.op(g, v), VIEWS) or _gathers_from(g, v, n)
                             for v in seen):
-                pass        # (seen only through another view, `dV[b s (h*d)]` renamed, or
-                            # gathered from: there)
+                pass  # (seen only through another view, `dV[b s (h*d)]` renamed, or gathered)
             elif base in k.loads:   # the same global array seen along other axes: loaded again
                 shown = " ".join(getattr(op, "labels", t.axes))     # (a reshape: its axes)
                 arrays.append(Array(n, f"{array_name(g, base)}[{shown}]",
@@ -208,7 +206,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                                     streamed=axis is not None and axis in t.axes, unstaged=True,
                                     # a split's window is its load's share: re-read only
                                     # along the walks its readers make (as a load is)
-                                    used_over=_used_over(g, n, members) if window else ()))
+                                    used_over=_used_over(g, n, members) if window else (),
+                                    table=() if window else gather_reads.table(g, n, base)))
                 continue
         streamed = axis is not None and axis in t.axes
         if n in pairs.values():   # online softmax: the rescaled output, and (m, l) per row

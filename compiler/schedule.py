@@ -24,7 +24,7 @@ from .cost import Choice
 from .extents import covered, resident
 from .fractions import later_is_heavier
 from .index_width import block_type, index_type
-from .memory import PIPELINE
+from .memory import PIPELINE, in_place
 from .model import Model
 from .passes import staged_once
 from .target import Target
@@ -225,8 +225,9 @@ def placements(model: Model, choice: Choice, sizes: dict, target: Target) -> tup
         for arr in model.arrays:
             if arr.role == "store" or (arr.role != "load" and li != nlevels - 1):
                 continue
-            if arr.unstaged and not choice.warps and target.processors and li != nlevels - 1:
-                continue    # a CUDA-core block reads it from global memory (_staged)
+            if in_place(arr, model, choice) and arr.node not in model.positions \
+                    and target.processors and li != nlevels - 1:
+                continue    # read from global memory where used (_staged, memory.in_place)
             res = resident(arr, li, cov, choice, reduced)
             out.append(Placement(arr.node, arr.name, arr.role, li,
                                  tuple((a, res[a]) for a in arr.axes),
