@@ -31,6 +31,12 @@ class SplitInfo:
     within: frozenset | None = None  # the statements split (one kernel's), None: the diagram
 
 
+def infos(g: DiGraph) -> tuple:
+    """The splits of the graph (SplitInfo), in the order made: none, one across the diagram,
+    or several of some kernels alone (compiler/kernel_split.py), each over its own axis."""
+    return tuple(g.graph.get("splits", ()))
+
+
 def split_axes(g: DiGraph, axis: str) -> tuple[str, str]:
     """Fresh names for the two axes of a split of `axis` (`p_x`, `s_x`)."""
     taken = set(g.graph["axes"]) | set(g.graph["arrays"])
@@ -153,6 +159,9 @@ class Rewrite(Merges):
                                      tuple((part, merge) for merge, part in self.part_stmt.items()),
                                      tuple(sorted(n for n in self.gathers.values() if n in g)),
                                      self.within)
+        # every split of the graph, in the order made (kernel_split.py splits several kernels
+        # of a plan, each over its own axis); "split" is the latest
+        g.graph["splits"] = infos(g) + (g.graph["split"],)
         return g
 
     def _statements(self) -> None:
