@@ -7,6 +7,7 @@ from .graph import DiGraph, has_path, topological_order
 
 from . import ir, local_merge
 from .kernels import FusedKernel
+from .split_info import infos
 
 Cluster = frozenset  # of statement indices
 
@@ -73,7 +74,6 @@ def _splits_apart(g, cluster: Cluster) -> bool:
 
 
 def _split_apart(g, cluster: Cluster) -> bool:
-    from .split_rewrite import infos
     return any(a in cluster and b in cluster for info in infos(g) for a, b in info.apart)
 
 

@@ -23,6 +23,7 @@ from .model_memo import _shared_model
 from .schedule import Schedule
 from .search import searched
 from .target import Target
+from .split_info import infos
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,6 @@ class KernelPlanner:
     def _has_contraction(self, k: FusedKernel) -> bool:
         """A contraction of the diagram's (a split's merge over its splits does not count:
         it is napkin's, and too small for the tensor cores)."""
-        from .split_rewrite import infos
         parts = {info.part_axis for info in infos(self.g)}
         return any(isinstance(ir.op(self.g, n), ir.Contract) and
                    not parts & set(ir.op(self.g, n).axes) for n in k.nodes)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from .graph import DiGraph, ancestors
 
 from . import ir
+from .split_info import infos
 
 FREE_LEAVES = (ir.Const, ir.Index, ir.SizeOf)
 
@@ -76,7 +77,6 @@ def row_states(g: DiGraph, stores) -> frozenset:
     beside O.part [p_x b h q e]; L [b h q] beside O [b h q e] in the merge kernel (with d
     whole there, paged GQA decode's merge of O and L, b=1 g=8 r=4 x=1024 d=128 split by 16,
     had 16 blocks, 2% of the SMs busy: 9.1 us; d in 8-wide tiles 3.2 us, h100 model)."""
-    from .split_rewrite import infos
     arrays = g.graph["arrays"]
     axes = {n: set(ir.type_of(g, n).axes) for n in stores}
     out: set = set()

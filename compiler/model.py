@@ -25,7 +25,7 @@ from .kernels import FusedKernel, is_free, relabelled
 from .loop_reads import readers
 from .passes import Streaming, stream
 from .row_runs import COPIED, RUN_BYTES
-from .split_rewrite import infos
+from .split_info import infos
 
 from .arrays import BYTES, VIEWS, array_name, storage_dtype   # (the model's own vocabulary)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import ir
+from .split_info import infos
 
 # what a computed position may be made of (besides loads and reads of them at positions
 # of the same kind): evaluated by the scalar emitter once per row of the chunk
@@ -56,7 +57,6 @@ def of(g, n: int, loads, members, key: str, inner: str, batch) -> RowSource | st
     op = ir.op(g, n)
     if not isinstance(op, ir.Gather) or ir.operands(g, n)[0] not in loads:
         return None
-    from .split_rewrite import infos
     info = next((i for i in infos(g) if n in i.windows), None) or \
         next((i for i in infos(g) if key == i.share_axis), None)
     base, *indices = ir.operands(g, n)
@@ -137,7 +137,6 @@ def nodes(g, source: RowSource) -> set:
 
 def window(g, n: int) -> RowSource | None:
     """A split's window as a row source (SplitInfo.windows), else None."""
-    from .split_rewrite import infos
     info = next((i for i in infos(g) if n in i.windows), None)
     if info is None:
         return None

@@ -5,8 +5,6 @@ in a partial and a merge statement."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .graph import DiGraph, ancestors
 import numpy as np
 
@@ -15,27 +13,7 @@ from .canonical import dead_code
 from .split_region import Region, redirect
 from .split_merges import Merges, equation_name
 from .split_statements import separate_copies
-
-@dataclass(frozen=True)
-class SplitInfo:
-    """The split recorded on the graph (``g.graph["split"]``), for explain and draw."""
-    axis: str          # x
-    parts: int         # P
-    part_axis: str     # p_x
-    share_axis: str    # s_x
-    partials: tuple[str, ...]     # the partial-state arrays (O.part, O.lse, ...)
-    apart: tuple[tuple[int, int], ...] = ()   # (partial statement, its merge's): never fused
-    windows: tuple[int, ...] = ()    # the gathers through which arrays enter the split: each
-                                     # reads its base at p_x * size(s_x) + s_x (clamped), a
-                                     # window of rows a lowering may copy as a tile instead
-    within: frozenset | None = None  # the statements split (one kernel's), None: the diagram
-
-
-def infos(g: DiGraph) -> tuple:
-    """The splits of the graph (SplitInfo), in the order made: none, one across the diagram,
-    or several of some kernels alone (compiler/kernel_split.py), each over its own axis."""
-    return tuple(g.graph.get("splits", ()))
-
+from .split_info import SplitInfo, infos
 
 def split_axes(g: DiGraph, axis: str) -> tuple[str, str]:
     """Fresh names for the two axes of a split of `axis` (`p_x`, `s_x`)."""
