@@ -11,9 +11,15 @@ from .compiler.plan import Plan
 def split_report(plan: Plan) -> dict | None:
     """The split of a reduced axis across blocks: its relabelling, the partial-state arrays
     (in global memory between the partial and the merge kernels), and what it gained."""
-    s = plan.split
-    if s is None:
+    if plan.split is None:
         return None
+    first, *more = (_report(plan, s, plan.tail if i == 0 else None)
+                    for i, s in enumerate(plan.split.each()))
+    # further splits of other kernels alone (compiler/kernel_split.py: each its own axis)
+    return {**first, "also": more} if more else first
+
+
+def _report(plan: Plan, s, tail) -> dict:
     from .runtime.dtypes import numpy_dtype
     g = plan.graph
     partials = []
@@ -26,7 +32,6 @@ def split_report(plan: Plan) -> dict | None:
                          "dtype": t.dtype, "level": plan.target.level_names[0],
                          "bytes": int(count * numpy_dtype(t.dtype).itemsize)})
     merging = [kp.kernel.name for kp in plan.kernels if s.part_axis in kp.kernel.reduced(g)]
-    tail = plan.tail
     last_block = None if tail is None else {
         "partial": plan.kernels[tail.partial].kernel.name,
         "merges": [plan.kernels[i].kernel.name for i in tail.merges],
@@ -45,6 +50,10 @@ def split_report(plan: Plan) -> dict | None:
 
 
 def split_lines(sp: dict, fmt) -> list[str]:
+    return [line for one in (sp, *sp.get("also", ())) for line in _lines(one, fmt)]
+
+
+def _lines(sp: dict, fmt) -> list[str]:
     how = "hinted" if sp["hinted"] else "chosen by the planner"
     lines = [f"split: {sp['axis']} -> {sp['part_axis']} = {sp['parts']} splits x "
              f"{sp['share_axis']} = {sp['share']} ({how})"]

@@ -7,6 +7,7 @@ from .graph import DiGraph, has_path, topological_order
 
 from . import ir, local_merge
 from .kernels import FusedKernel
+from .split_info import infos
 
 Cluster = frozenset  # of statement indices
 
@@ -69,15 +70,16 @@ def _splits_apart(g, cluster: Cluster) -> bool:
     """A split's partial states and their merge stay in two kernels (split.py): fused, the
     merge would reduce the splits inside each block, which is the unsplit plan again; so do
     a product read through reshapes and its operands' producers (local_merge.py)."""
-    info = g.graph.get("split")
-    return (info is not None and any(a in cluster and b in cluster for a, b in info.apart)) \
-        or local_merge.apart(g, cluster)
+    return _split_apart(g, cluster) or local_merge.apart(g, cluster)
+
+
+def _split_apart(g, cluster: Cluster) -> bool:
+    return any(a in cluster and b in cluster for info in infos(g) for a, b in info.apart)
 
 
 def apart_reason(g, cluster: Cluster) -> str:
     """Why `_splits_apart` holds for a cluster, in explain's words."""
-    info = g.graph.get("split")
-    if info is not None and any(a in cluster and b in cluster for a, b in info.apart):
+    if _split_apart(g, cluster):
         return "the merge of split partial states is its own kernel"
     return local_merge.apart_reason(g, cluster)
 

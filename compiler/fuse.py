@@ -134,7 +134,7 @@ def regroup(g: DiGraph, groups) -> list[FusedKernel]:
 
 def _partial_side(g, stmts) -> Cluster | None:
     """The statements computing over a split's share axis, when they form a legal kernel."""
-    info = g.graph.get("split")
+    info = g.graph.get("split")       # (the latest: the side a split just made)
     if info is None:
         return None
     side = frozenset(s for s, nodes in stmts.items()

@@ -23,6 +23,7 @@ from .model_memo import _shared_model
 from .schedule import Schedule
 from .search import searched
 from .target import Target
+from .split_info import infos
 
 
 @dataclass(frozen=True)
@@ -198,10 +199,9 @@ class KernelPlanner:
     def _has_contraction(self, k: FusedKernel) -> bool:
         """A contraction of the diagram's (a split's merge over its splits does not count:
         it is napkin's, and too small for the tensor cores)."""
-        info = self.g.graph.get("split")
+        parts = {info.part_axis for info in infos(self.g)}
         return any(isinstance(ir.op(self.g, n), ir.Contract) and
-                   (info is None or info.part_axis not in ir.op(self.g, n).axes)
-                   for n in k.nodes)
+                   not parts & set(ir.op(self.g, n).axes) for n in k.nodes)
 
     def _product_span(self, k: FusedKernel):
         """Where the kernel's first product of the diagram is written (None: none is)."""

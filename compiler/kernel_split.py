@@ -61,11 +61,15 @@ def candidates(fused) -> dict[str, frozenset]:
     """{axis: the statements of the kernels asking for its split}: of the under-filled
     kernels of a plan of several, each reduced axis that splits within the kernel's own
     statements, whose reductions there reduce at least LONG positions; an axis asked for by
-    several kernels splits in all of them (one split per diagram)."""
+    several kernels splits in all of them (layernorm's dgamma and dbeta). On a plan with
+    kernels split already (best: one more each round), the axes they split are not asked."""
     problem = fused.problem
     g = problem.graph
-    if not problem.target.processors or len(fused.kernels) < 2 or g.graph.get("split"):
+    done = splits.infos(g)
+    if not problem.target.processors or len(fused.kernels) < 2 or \
+            any(info.within is None for info in done):
         return {}
+    taken = {a for info in done for a in (info.axis, info.part_axis, info.share_axis)}
     out: dict[str, set] = {}
     asking: dict[str, float] = {}       # axis -> the time of the kernels asking for it
     whole = 0.0
@@ -76,7 +80,7 @@ def candidates(fused) -> dict[str, frozenset]:
             continue
         own = frozenset(k.equations)
         for a in k.reduced(g):
-            if a in g.graph["axes"] and problem.sizes[a] >= 2 * MIN_SHARE and \
+            if a in g.graph["axes"] and a not in taken and problem.sizes[a] >= 2 * MIN_SHARE and \
                     _extent(g, k, a, problem.sizes) >= LONG and \
                     splits.splittable(g, a, own) is None:
                 out.setdefault(a, set()).update(own)
@@ -204,32 +208,60 @@ def final_of(fused, kernels, split) -> float:
     return sum(p.cost.time for p in plans)
 
 
-def best(problem, fuse, base, split_problem):
-    """(the fusion with one kernel split, its axis, its count, its predicted time by the quick
-    estimates) of the best split of a kernel, or None where none is predicted faster: by the
-    quick estimates of the kernels it changes, then by their final plans."""
-    found = None
+def best(problem, fuse, base, split_problem) -> list:
+    """[(the fusion with one more kernel split, its axis, its count, its Alone), ...]: the
+    best split of a kernel, then, on the plan it makes, the best of the other axes that gained
+    in the first round at the count that gained most there, and so on (greedily, each priced
+    once more: QK-norm attention's gradient splits `dgq` over t, then `dgk` over s); [] where
+    none is predicted faster. Each by the quick estimates of the kernels it changes, then by
+    their final plans (the merge of a later split in its own kernel: the plan's last-block
+    merge is its first split's, last_block.decide)."""
+    rounds: list = []
+    named = {frozenset(k.equations): k.name for k in base.kernels}    # (the unsplit plan's)
+    found, gains = _one(problem, fuse, base, split_problem, None, named)
+    while found is not None:
+        rounds.append(found)
+        fused, axis = found[0], found[1]
+        gains.pop(axis, None)
+        if not gains:
+            break
+        found, _ = _one(fused.problem, fuse, fused, split_problem, gains, named)
+    return rounds
+
+
+def _one(problem, fuse, base, split_problem, only, named):
+    """(the best split of one kernel of `base` or None, {axis: its best count that gained});
+    `only`: {axis: count} to price alone (the later rounds); `named`: the unsplit plan's
+    kernel names by their statements, for explain."""
+    found, gains = None, {}
     for axis, within in candidates(base).items():
-        for parts in counts(problem.sizes[axis]):
+        if only is not None and axis not in only:
+            continue
+        best_gain = 0.0
+        for parts in counts(problem.sizes[axis]) if only is None else (only[axis],):
             pr = split_problem(problem, axis, parts, within=within)
             fused = decided(base, fuse(pr, regrouped(base, pr)))
             old, new = changed(base, fused)
             gain = estimated(base, old) - estimated(fused, new)
+            if gain > best_gain:
+                best_gain, gains[axis] = gain, parts
             if gain > 0 and (found is None or gain > found[0]):
                 found = (gain, fused, axis, parts, old, new)
     if found is None:
-        return None
+        return None, gains
     gain, fused, axis, parts, old, new = found
+    info = fused.problem.graph.graph["split"]
     before = final_of(base.stored16 or base, old, None)
-    after = final_of(fused.stored16 or fused, new, fused.problem.graph.graph["split"])
+    after = final_of(fused.stored16 or fused, new, info if only is None else None)
     if before <= after:
-        return None
+        return None, gains
     g = base.problem.graph
-    merges = {merge for _, merge in fused.problem.graph.graph["split"].apart}
+    merges = {merge for _, merge in info.apart}
     names = tuple(e.name for e in g.graph["equations"] if e.stmt in merges)
     busy = min(float((base.stored16 or base).planner.plan(k, strict=False).cost.utilization)
                for k in old)
-    return fused, axis, parts, Alone(names, tuple(k.name for k in old), busy, before, after)
+    kernels = tuple(named.get(frozenset(k.equations), k.name) for k in old)
+    return (fused, axis, parts, Alone(names, kernels, busy, before, after)), gains
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from .graph import DiGraph, ancestors
 
 from . import ir
+from .split_info import infos
 
 FREE_LEAVES = (ir.Const, ir.Index, ir.SizeOf)
 
@@ -76,15 +77,15 @@ def row_states(g: DiGraph, stores) -> frozenset:
     beside O.part [p_x b h q e]; L [b h q] beside O [b h q e] in the merge kernel (with d
     whole there, paged GQA decode's merge of O and L, b=1 g=8 r=4 x=1024 d=128 split by 16,
     had 16 blocks, 2% of the SMs busy: 9.1 us; d in 8-wide tiles 3.2 us, h100 model)."""
-    info = g.graph.get("split")
-    if info is None:
-        return frozenset()
     arrays = g.graph["arrays"]
-    partial = {arrays[name] for name in info.partials if name in arrays}
     axes = {n: set(ir.type_of(g, n).axes) for n in stores}
-    return frozenset(n for n in stores if (
-        n in partial or _merged_rows(g, n, partial, info.part_axis)) and any(
-        m != n and axes[n] < axes[m] for m in stores))
+    out: set = set()
+    for info in infos(g):            # (each split of several: kernel_split.py)
+        partial = {arrays[name] for name in info.partials if name in arrays}
+        out |= {n for n in stores if (
+            n in partial or _merged_rows(g, n, partial, info.part_axis)) and any(
+            m != n and axes[n] < axes[m] for m in stores)}
+    return frozenset(out)
 
 
 def _merged_rows(g: DiGraph, n: int, partial: set, part_axis: str) -> bool:

@@ -25,6 +25,7 @@ from .kernels import FusedKernel, is_free, relabelled
 from .loop_reads import readers
 from .passes import Streaming, stream
 from .row_runs import COPIED, RUN_BYTES
+from .split_info import infos
 
 from .arrays import BYTES, VIEWS, array_name, storage_dtype   # (the model's own vocabulary)
 
@@ -197,15 +198,13 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
             # (from a load, or a view of one: a split's window of `I1[m]`, I1 declared [i])
             base = _view_base(g, ir.operands(g, n)[0])
             if base in k.loads:   # the rows the positions ask for, each read from global memory
-                info = g.graph.get("split")
-                window = info is not None and n in info.windows    # a split's rows of x
-                shown = " ".join(lab or (f"({info.part_axis} {info.share_axis})" if window
+                window = next((i for i in infos(g) if n in i.windows), None)  # rows of x
+                shown = " ".join(lab or (f"({window.part_axis} {window.share_axis})" if window
                                          else "*") for lab in op.labels)
                 arrays.append(Array(n, f"{array_name(g, base)}[{shown}]", "load", t.axes,
                                     BYTES[storage_dtype(g, base)],
                                     streamed=axis is not None and axis in t.axes, unstaged=True,
-                                    # a split's window is its load's share: re-read only
-                                    # along the walks its readers make (as a load is)
+                                    # a split's window, its load's share: re-read as a load is
                                     used_over=_used_over(g, n, members) if window else (),
                                     table=() if window else gather_reads.table(g, n, base)))
                 continue

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import ir
+from .split_info import infos
 
 # what a computed position may be made of (besides loads and reads of them at positions
 # of the same kind): evaluated by the scalar emitter once per row of the chunk
@@ -53,10 +54,11 @@ def of(g, n: int, loads, members, key: str, inner: str, batch) -> RowSource | st
     when n is no window or gather of a load; why not (a string) when the copy cannot read
     it (a position along `inner`, one that depends on other axes, a base whose contiguous
     axis is not `inner`)."""
-    info = g.graph.get("split")
     op = ir.op(g, n)
     if not isinstance(op, ir.Gather) or ir.operands(g, n)[0] not in loads:
         return None
+    info = next((i for i in infos(g) if n in i.windows), None) or \
+        next((i for i in infos(g) if key == i.share_axis), None)
     base, *indices = ir.operands(g, n)
     split = (info.axis, info.part_axis, info.share_axis) if info is not None and \
         key == info.share_axis else None
@@ -135,8 +137,8 @@ def nodes(g, source: RowSource) -> set:
 
 def window(g, n: int) -> RowSource | None:
     """A split's window as a row source (SplitInfo.windows), else None."""
-    info = g.graph.get("split")
-    if info is None or n not in info.windows:
+    info = next((i for i in infos(g) if n in i.windows), None)
+    if info is None:
         return None
     return RowSource(n, ir.operands(g, n)[0], ir.op(g, n).labels, (None,),
                      (info.axis, info.part_axis, info.share_axis))

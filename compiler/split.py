@@ -47,7 +47,7 @@ import numpy as np
 from ..diagrams.diagnostics import NapkinError, error
 from . import ir, merge
 from .split_region import MERGEABLE, NotSplittable, Region, normalisations
-from .split_rewrite import Rewrite, SplitInfo, share, split_axes
+from .split_rewrite import Rewrite, SplitInfo, infos, share, split_axes
 
 
 def complete_sizes(g: DiGraph, sizes: dict) -> dict:
@@ -97,8 +97,8 @@ def refuse(axis: str, why: str, span=None) -> NapkinError:
 
 def window(g: DiGraph, n: int):
     """(base node, split) when n is a split's window gather (SplitInfo.windows), else None."""
-    info = g.graph.get("split")
-    if info is None or n not in info.windows:
+    info = next((i for i in infos(g) if n in i.windows), None)
+    if info is None:
         return None
     return ir.operands(g, n)[0], info
 
@@ -120,11 +120,10 @@ def unmasked(g: DiGraph, n: int) -> int:
 
 def _gathered_rows(g: DiGraph, n: int) -> bool:
     """Whether n gathers an input's rows at positions of the split's share axis."""
-    info = g.graph.get("split")
-    return info is not None and isinstance(ir.op(g, n), ir.Gather) and \
+    return bool(infos(g)) and isinstance(ir.op(g, n), ir.Gather) and \
         isinstance(ir.op(g, ir.operands(g, n)[0]), ir.Input) and \
-        info.share_axis in ir.type_of(g, n).axes
+        any(info.share_axis in ir.type_of(g, n).axes for info in infos(g))
 
 
-__all__ = ["split", "splittable", "window", "unmasked", "complete_sizes", "share", "split_axes",
+__all__ = ["split", "splittable", "infos", "window", "unmasked", "complete_sizes", "share", "split_axes",
            "SplitInfo", "NotSplittable", "refuse", "MERGEABLE"]

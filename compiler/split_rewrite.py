@@ -5,8 +5,6 @@ in a partial and a merge statement."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .graph import DiGraph, ancestors
 import numpy as np
 
@@ -15,21 +13,7 @@ from .canonical import dead_code
 from .split_region import Region, redirect
 from .split_merges import Merges, equation_name
 from .split_statements import separate_copies
-
-@dataclass(frozen=True)
-class SplitInfo:
-    """The split recorded on the graph (``g.graph["split"]``), for explain and draw."""
-    axis: str          # x
-    parts: int         # P
-    part_axis: str     # p_x
-    share_axis: str    # s_x
-    partials: tuple[str, ...]     # the partial-state arrays (O.part, O.lse, ...)
-    apart: tuple[tuple[int, int], ...] = ()   # (partial statement, its merge's): never fused
-    windows: tuple[int, ...] = ()    # the gathers through which arrays enter the split: each
-                                     # reads its base at p_x * size(s_x) + s_x (clamped), a
-                                     # window of rows a lowering may copy as a tile instead
-    within: frozenset | None = None  # the statements split (one kernel's), None: the diagram
-
+from .split_info import SplitInfo, infos
 
 def split_axes(g: DiGraph, axis: str) -> tuple[str, str]:
     """Fresh names for the two axes of a split of `axis` (`p_x`, `s_x`)."""
@@ -153,6 +137,9 @@ class Rewrite(Merges):
                                      tuple((part, merge) for merge, part in self.part_stmt.items()),
                                      tuple(sorted(n for n in self.gathers.values() if n in g)),
                                      self.within)
+        # every split of the graph, in the order made (kernel_split.py splits several kernels
+        # of a plan, each over its own axis); "split" is the latest
+        g.graph["splits"] = infos(g) + (g.graph["split"],)
         return g
 
     def _statements(self) -> None:

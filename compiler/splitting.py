@@ -64,6 +64,11 @@ class SplitChoice:
     time: float                  # predicted (quick estimates) with the split
     unsplit_time: float | None   # the best unsplit plan's, when it has one
     alone: "kernel_split.Alone | None" = None   # a split of some kernels alone: which, why
+    more: tuple = ()             # further splits of other kernels alone (SplitChoice each)
+
+    def each(self) -> tuple:
+        """This split and the further ones (kernel_split.best: each its own axis)."""
+        return (self,) + self.more
 
 
 def split_problem(problem, axis: str, parts: int, span=None, within=None):
@@ -254,10 +259,14 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
     # a split of the kernels asking for it alone (kernel_split.py: checked against the unsplit
     # plan by the final plans of the kernels it changes, the others' are the same), against
     # a split of the whole diagram by the final plans of both
-    one = kernel_split.best(problem, fuse, base, split_problem)
-    if one is not None:
-        fused, axis, parts, alone = one
-        choice = replace(_choice(fused, axis, parts, False, known), alone=alone)
+    rounds = kernel_split.best(problem, fuse, base, split_problem)
+    if rounds:
+        choices = [replace(_choice(f, axis, parts, False, None), alone=alone)
+                   for f, axis, parts, alone in rounds]
+        fused = rounds[-1][0]
+        # the first split's, with the others after it (SplitChoice.more), the whole plan's time
+        choice = replace(choices[0], more=tuple(choices[1:]), time=total(fused),
+                         unsplit_time=known)
         if wide is None or final(fused, choice) < wide[2]:
             return fused, choice
     return (base, None) if wide is None else wide[:2]

@@ -267,7 +267,7 @@ def longest_accumulation(plan) -> int:
     shuffles, then one per other warp of a split over several: codegen/across_warps.py) plus a split's partial states merged across blocks; a tensor-core
     kernel's contractions count whole (their fragments' order is the hardware's)."""
     g, sizes = plan.graph, plan.sizes
-    parts = plan.split.parts if plan.split is not None else 0
+    parts = max((s.parts for s in plan.split.each()), default=0) if plan.split is not None else 0
     longest = 1
     for kp in plan.kernels:
         s = kp.schedule
