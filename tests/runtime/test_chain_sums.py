@@ -75,9 +75,10 @@ def test_the_chain_computing_the_sum_is_faster(name):
     _, p = _planned(name, "f16")
     _, apart = _planned(name, "f16", across=False)      # (the sum in kernels of its own)
     assert _summing(apart, name)[0][0] != CHAIN
-    # model, h100 (b=2 h=16 q=x=2048; against the plan without atomics): dB 1.30 -> 0.67
-    # ms, dslope 1.55 -> 0.28 ms, key dB 1.15 -> 0.35 ms
-    assert p.time < 0.6 * apart.time
+    # model, h100 (b=2 h=16 q=x=2048; against the plan without atomics): dB 0.96 -> 0.67
+    # ms (1.30 before the plan without atomics took a dual kernel, duals.py), dslope 1.55 ->
+    # 0.28 ms, key dB 1.15 -> 0.35 ms
+    assert p.time < 0.75 * apart.time
 
 
 @pytest.mark.parametrize("name, dtype", [
