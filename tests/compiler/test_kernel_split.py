@@ -23,17 +23,8 @@ from napkin.runtime import reference
 from napkin.runtime.bind import bind_sizes
 from napkin.runtime.interpret import interpret
 
-QK_NORM = """axis t, s, h, d = 64
-in Q[t h d]: f16
-in K[s h d]: f16
-in V[s h d]: f16
-in gq[d]: f16, gk[d]: f16
-Qn[t h d] = Q * rsqrt(mean[d](Q * Q) + 1e-6) * gq
-Kn[s h d] = K * rsqrt(mean[d](K * K) + 1e-6) * gk
-S[h t s] = Qn * Kn[s h d]
-O[t h d] = softmax[s](where(s <= t, S, -inf) / sqrt(size(d))) * V
-out O: f16
-"""
+from ..runtime.test_qk_norm_grad import QK_NORM   # (the diagram of its own tests)
+
 LINEAR = """axis t, i, o
 in X[t i]: f16
 in W[i o]: f16
