@@ -30,9 +30,8 @@ from dataclasses import replace
 
 from . import ir, split
 from .graph import ancestors
-from .sums import _oriented
+from .sums import _oriented, sixteen_bit
 from .model import Model
-from .operand_reads import entered
 from .target import Target
 
 
@@ -66,9 +65,8 @@ def examine(g, kernel, model: Model, target: Target, site_type):
         if x not in loads or split.unmasked(g, x) != x or split.window(g, x):
             return ("an operand of the kernel's products is not a load (products sharing a "
                     "chunk loop stage loaded tiles)")
-    dtypes = entered(g, [m for pair in operands for m in pair])
-    dtype = dtypes.pop() if len(dtypes) == 1 else None
-    if dtype not in ("f16", "bf16") or not target.engine_for("contraction", dtype):
+    dtype = sixteen_bit(g, operands, target)
+    if dtype is None:
         return "the products' operands are not all f16 or all bf16"
     oriented = [_oriented(g, pair, out) for pair in operands]
     if any(o is None for o in oriented):

@@ -64,9 +64,8 @@ def examine(g, kernel, model: Model, target: Target, site_type):
         return ("two summed products read the same array (the model reads it once; each "
                 "pair would copy its tiles again)")
     # (an f32 intermediate beside 16-bit operands is rounded as it is staged, as a product's)
-    dtypes = entered(g, [m for pair in operands for m in pair])
-    dtype = dtypes.pop() if len(dtypes) == 1 else None
-    if dtype not in ("f16", "bf16") or not target.engine_for("contraction", dtype):
+    dtype = sixteen_bit(g, operands, target)
+    if dtype is None:
         return "the summed products' operands are not all f16 or all bf16"
     oriented = [_oriented(g, pair, out) for pair in operands]
     if any(o is None for o in oriented):
@@ -95,6 +94,15 @@ def model_of(model: Model, site) -> Model:
     return replace(model, arrays=tuple(replace(a, bytes=0) if a.role == "accumulator" and
                                        a.node in further else a for a in model.arrays),
                    summed=1 + len(further))
+
+
+def sixteen_bit(g, operands, target: Target) -> str | None:
+    """The one 16-bit dtype the products' operands (pairs) enter in, where the target's tensor
+    engine multiplies it, else None (sums.py's and duals.py's rule)."""
+    dtypes = entered(g, [m for pair in operands for m in pair])
+    dtype = dtypes.pop() if len(dtypes) == 1 else None
+    return dtype if dtype in ("f16", "bf16") and target.engine_for("contraction", dtype) \
+        else None
 
 
 def _oriented(g, pair, out) -> tuple[int, int, str, str] | None:
