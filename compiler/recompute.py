@@ -13,6 +13,7 @@ from .clusters import (Cluster, _creates_cycle, _edges, _splits_apart, _topologi
                        cluster_dag)
 from .cost import LAUNCH_SECONDS
 from .kernels import FusedKernel, fused_kernel, is_free
+from .recompute_moves import moves
 
 # A layout: the kernels as (cluster, copies) pairs, `copies` the statements of `cluster` that
 # another kernel owns (and stores when needed): computed here again rather than loaded.
@@ -274,23 +275,19 @@ class _Layouts:
     def recompute(self, layout: Layout) -> Layout:
         """Duplicate producers' statements into consumers while that lowers the predicted
         total time, the best duplication first (and, once kernels overlap, merge two kernels
-        when that is better still); a close move the full search prices slower (`worse`) is
-        not made, the next best looked for instead."""
+        when that is better still; where neither helps, move a stored statement from one
+        kernel into another: recompute_moves.py); a close move the full search prices slower
+        (`worse`) is not made, the next best looked for instead."""
         current = self.time(layout)
         if current == float("inf"):
             return layout
         refused: set = set()
         while True:
             known = {k: _time(self.planner, k) for k in self.kernels(layout)}
-            best = None
-            for grown, cand in itertools.chain(self.candidates(layout), self.merges(layout)):
-                if cand in refused:
-                    continue
-                # the first of equally good moves wins (the candidates' order is fixed)
-                bound = current * (1 - RELATIVE) if best is None else best[0]
-                t = self._total_below(cand, grown, known, bound)
-                if t is not None:
-                    best = (t, cand)
+            best = self._best(itertools.chain(self.candidates(layout), self.merges(layout)),
+                              known, current, refused)
+            if best is None:    # (moves asked last: they are many, and rarely pay)
+                best = self._best(moves(self, layout), known, current, refused)
             if best is None:
                 return layout
             if self.worse is not None and self.worse(self.kernels(layout), self.kernels(best[1]),
@@ -298,6 +295,19 @@ class _Layouts:
                 refused.add(best[1])
                 continue
             current, layout = best
+
+    def _best(self, moves, known: dict, current: float, refused: set):
+        """(total, layout) of the move saving the most below `current`, or None."""
+        best = None
+        for grown, cand in moves:
+            if cand in refused:
+                continue
+            # the first of equally good moves wins (the candidates' order is fixed)
+            bound = current * (1 - RELATIVE) if best is None else best[0]
+            t = self._total_below(cand, grown, known, bound)
+            if t is not None:
+                best = (t, cand)
+        return best
 
     def _total_below(self, layout: Layout, first: Cluster, known: dict, bound: float):
         """The layout's total time if below `bound`, else None. The kernels it shares with

@@ -24,10 +24,6 @@ from .conftest import emulate_buffers
 PLANNED = {"b": 2, "h": 4, "q": 2048, "x": 2048}      # where the model adds dQ with atomics
 SIZES = {"b": 1, "h": 2, "q": 45, "x": 300, "d": 64}   # three blocks of 128 keys, the last short
 
-REGRESSED = ("duals.py (dual GEMM, 7e8c4b7) moved attention's d=128 backward at b=4 h=16 q=x=4096 (h100) from"
-             " dK added across blocks of queries (4.88 ms, model) to FA2's dK dV kernel (5.01 ms): the planne"
-             "r's choice got 2.7% worse by its own model; open, see the session note")
-
 
 @pytest.fixture(scope="module")
 def case():
@@ -117,7 +113,6 @@ def test_the_model_charges_every_block_of_rows_its_atomics(case):
     assert k.cost.levels[1].H >= adds * 4 + b * h * q * d * (4 + 4 + 2)
 
 
-@pytest.mark.xfail(strict=True, reason=REGRESSED)
 @pytest.mark.thorough     # (5 CPU-s; dQ's adds across blocks and the masked gradients' stay default)
 def test_dk_added_over_blocks_of_queries_at_d128(compiled, rng=np.random.default_rng(5)):
     """At d = 128 the model merges the other way round (the plain gradient at the issue's
@@ -142,8 +137,7 @@ def test_dk_added_over_blocks_of_queries_at_d128(compiled, rng=np.random.default
 
 
 @pytest.mark.thorough
-@pytest.mark.parametrize("d", [64, pytest.param(128, marks=pytest.mark.xfail(strict=True,
-                                                                         reason=REGRESSED))])
+@pytest.mark.parametrize("d", [64, 128])
 def test_the_issue_slots_follow_the_sass_of_a_chain_adding_across_blocks(d):
     """The model's issue slots (added.issue among them) within 30% of the static SASS estimate
     (benchmarks/model_check.kernel_sass) of the chain that adds across blocks: 0.98 and 1.04
