@@ -27,13 +27,16 @@ def build(program: ast.Program, overrides: dict[str, int] | None = None) -> tupl
     scope = Scope(axes=decl.axes, arrays={}, later=dict(decl.equations), poisoned=set(),
                   sizes=decl.sizes)
     inputs: dict[str, int] = {}
+    declared: dict[int, ArrayInfo] = {}     # an input enters the scope at its `in` statement
     for item in decl.inputs:
         axes = tuple(a.text for a in item.axes)
         n = ir.add_node(g, ir.Input(item.name.text, item.dtype.text), ir.ArrayType(axes, item.dtype.text),
                         span=item.name.span)
         inputs[item.name.text] = n
-        scope.arrays[item.name.text] = ArrayInfo(item.name.text, axes,
-                                                 ir.kind_of_dtype(item.dtype.text), item.name.span, n)
+        declared[id(item)] = ArrayInfo(item.name.text, axes, ir.kind_of_dtype(item.dtype.text),
+                                       item.name.span, n)
+        scope.later.setdefault(item.name.text, item.name.span)
+        scope.later_inputs.add(item.name.text)
     failed_inputs = {n.text for s in program.statements if isinstance(s, ast.InputDecl)
                      for n in (i.name for i in s.items)} - set(inputs)
     scope.poisoned |= failed_inputs
@@ -41,6 +44,12 @@ def build(program: ast.Program, overrides: dict[str, int] | None = None) -> tupl
     equations = []
     notes: list = []
     for index, stmt in enumerate(program.statements):
+        if isinstance(stmt, ast.InputDecl):
+            for item in stmt.items:
+                if id(item) in declared:
+                    scope.later.pop(item.name.text, None)
+                    scope.later_inputs.discard(item.name.text)
+                    scope.arrays[item.name.text] = declared[id(item)]
         if not isinstance(stmt, ast.Equation):
             continue
         scope.later.pop(stmt.name.text, None)

@@ -60,6 +60,7 @@ class Scope:
     sized: frozenset = frozenset()   # axes read as their sizes in positions (positions.py)
     in_position: int = 0
     exact: list = field(default_factory=list)   # quotients of sizes that must divide
+    later_inputs: set = field(default_factory=set)   # inputs whose `in` is further down
 
 
 def resolve(expr: ast.Expr, scope: Scope) -> RNode:
@@ -150,6 +151,10 @@ def _name(e: ast.Ref, scope: Scope) -> RNode:
             else f"{name}(...)"
         raise error("N0208", f"`{name}` is a function, not a value", e.span, help=f"call it: `{shape}`")
     if name in scope.later:
+        if name in scope.later_inputs:
+            raise error("N0203", f"input `{name}` is used before its `in` declaration", e.span,
+                        labels=[Label(scope.later[name], "declared here, later")],
+                        help=f"move `in {name}` above the first equation that uses it")
         raise error("N0203", f"`{name}` is used before it is defined", e.span,
                     labels=[Label(scope.later[name], "defined here, later")],
                     help="move this equation below the one that defines it")
