@@ -34,3 +34,23 @@ error[N0203]: input `X` is used before its `in` declaration
 """
     # the same input declared first, and `out` or hints before everything, stay legal
     napkin.load("out Y: f32\naxis r, c\nin X[r c]: f32\nY[r c] = X * 2\n")
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret"])
+def test_a_hint_at_a_level_the_target_lacks_points_into_the_file(backend):
+    """`stream a by 64 at L9` run by `napkin run` (napkin.compile's Kernel checks hints on
+    every backend) said `<input>:5:1` with no line shown: the error lost the diagram's
+    source, where `napkin compile` showed it."""
+    text = "axis a\nin X[a]: f32\nY[a] = X\nout Y: f32\nstream a by 64 at L9\n"
+    d = napkin.load(Source("level.napkin", text))
+    with pytest.raises(NapkinError) as exc:
+        napkin.compile(d, target="h100", backend=backend)
+    assert render_text(exc.value) == """\
+error[N0602]: target `h100` has no memory level `L9`
+ --> level.napkin:5:1
+  |
+5 | stream a by 64 at L9
+  | ^^^^^^^^^^^^^^^^^^^^
+  |
+  = help: levels: smem, registers
+"""
