@@ -40,7 +40,7 @@ CONFIDENCE = 1e-6
 @click.option("--split", "splits", multiple=True, metavar="AXIS=COUNT", help=SPLIT_HELP)
 @click.option("--lanes", "lanes", multiple=True, metavar="AXIS=COUNT", help=LANES_HELP)
 @merge_option
-@click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--inputs", "inputs_path", type=click.Path(), default=None,
               help=".npz file whose keys are the input names.")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=SIZE,...",
               help="Sizes of dynamic axes for random inputs: --shape q=128,x=96.")

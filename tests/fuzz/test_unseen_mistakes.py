@@ -10,6 +10,8 @@ import napkin
 from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.diagrams.render import render_text
 
+from .injection import cli
+
 
 def _message(name: str, text: str) -> str:
     with pytest.raises(NapkinError) as exc:
@@ -54,3 +56,13 @@ error[N0602]: target `h100` has no memory level `L9`
   |
   = help: levels: smem, registers
 """
+
+
+@pytest.mark.parametrize("args", [["run", "matmul", "--inputs", "{dir}"],
+                                  ["explain", "matmul", "--plot", "{dir}/r.png", "--bench", "{dir}"]])
+def test_a_directory_for_a_file_to_read_is_napkins_error(tmp_path, args):
+    """`--inputs DIR` and `--bench DIR` were refused by click's own usage error (exit 2, no
+    code, no hint); now N0806 like any unreadable file, and nothing is written."""
+    status, _, err = cli([a.format(dir=tmp_path) for a in args])
+    assert status == 1 and "error[N0806]" in err and "is a directory" in err.lower() and "help:" in err
+    assert list(tmp_path.iterdir()) == []
