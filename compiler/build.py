@@ -25,7 +25,8 @@ def build(program: ast.Program, overrides: dict[str, int] | None = None) -> tupl
     decl = declare(program, dict(overrides or {}), errors)
     g = DiGraph()
     scope = Scope(axes=decl.axes, arrays={}, later=dict(decl.equations), poisoned=set(),
-                  sizes=decl.sizes)
+                  sizes=decl.sizes, arrays_anywhere=frozenset(decl.equations) |
+                  {item.name.text for item in decl.inputs})
     inputs: dict[str, int] = {}
     declared: dict[int, ArrayInfo] = {}     # an input enters the scope at its `in` statement
     for item in decl.inputs:
@@ -110,7 +111,8 @@ def _equation(g: DiGraph, scope: Scope, stmt: ast.Equation, index: int,
         raise error("N0205", f"`{name.text}` needs the axes that leave the box", name.span,
                     help=f"write `{name.text}[{' '.join(order)}] = ...` (in the layout you want; "
                          "drop the axes you mean to sum)")
-    check_axes_list(stmt.axes, scope.axes, stmt.axes_span, f"the left-hand side of `{name.text}`")
+    check_axes_list(stmt.axes, scope.axes, stmt.axes_span, f"the left-hand side of `{name.text}`",
+                    scope.arrays_anywhere)
     lhs = tuple(a.text for a in stmt.axes)
     place_contractions(root, lhs)
     retype(root)
@@ -141,7 +143,7 @@ def _storage(stmt: ast.Equation, vkind: str) -> str | None:
     if stmt.dtype is None:
         return None
     name = stmt.name
-    dtype = dtype_of(stmt.dtype, name, "output")
+    dtype = dtype_of(stmt.dtype, name, "storage")
     if vkind == "bool":
         raise error("N0405", f"`{name.text}` is a boolean mask and cannot be stored as {dtype}",
                     stmt.dtype.span, help="drop the dtype (a mask is kept as it is), or store "

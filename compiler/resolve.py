@@ -61,6 +61,7 @@ class Scope:
     in_position: int = 0
     exact: list = field(default_factory=list)   # quotients of sizes that must divide
     later_inputs: set = field(default_factory=set)   # inputs whose `in` is further down
+    arrays_anywhere: frozenset = frozenset()   # every array's name (the one being defined too)
 
 
 def resolve(expr: ast.Expr, scope: Scope) -> RNode:
@@ -254,6 +255,9 @@ def _check_axis(a: ast.Name, scope: Scope) -> None:
             if info.vkind == "int" else ""
         raise error("N0208", f"`{a.text}` is an array, not an axis", a.span,
                     help=f"name an axis here (the axes of `{a.text}`: {axes}){read}")
+    if a.text not in scope.axes and a.text in scope.arrays_anywhere:
+        raise error("N0208", f"`{a.text}` is an array, not an axis", a.span,
+                    help=did_you_mean(a.text, list(scope.axes), "name an axis here"))
     if a.text not in scope.axes:
         raise error("N0201", f"undeclared axis `{a.text}`", a.span,
                     help=did_you_mean(a.text, list(scope.axes), f"declare it: `axis {a.text}`"))

@@ -66,3 +66,32 @@ def test_a_directory_for_a_file_to_read_is_napkins_error(tmp_path, args):
     status, _, err = cli([a.format(dir=tmp_path) for a in args])
     assert status == 1 and "error[N0806]" in err and "is a directory" in err.lower() and "help:" in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text, col", [
+    ("axis a\nin X[a]: f32\nY[a] = X * size(Y)\nout Y: f32\n", 17),   # the array being defined
+    ("axis a\nin X[a]: f32\nY[a] = X\nZ[Y] = X\nout Z: f32\n", 3),     # a left-hand side
+])
+def test_an_array_named_where_an_axis_goes_is_not_an_undeclared_axis(text, col):
+    """`size(Y)` in Y's own equation, and an array in a left-hand side, said `undeclared axis
+    Y` with the hint `declare it: axis Y`, which would make an axis shadow the array."""
+    with pytest.raises(NapkinError) as exc:
+        napkin.load(text)
+    (d,) = exc.value.diagnostics
+    assert (d.code, d.message, d.span.col, d.help) == \
+        ("N0208", "`Y` is an array, not an axis", col, "name an axis here")
+
+
+def test_a_boolean_storage_dtype_names_the_array_not_an_output():
+    """`M[a]: bool = X > 0` said 'an output cannot be stored as bool' for an array that is
+    no output, with a hint to convert it to an integer (dropping the dtype is the fix)."""
+    text = "axis a\nin X[a]: f32\nM[a]: bool = X > 0\nY[a] = where(M, X, 0)\nout Y: f32\n"
+    assert _message("mask.napkin", text) == """\
+error[N0401]: `M` cannot be stored as `bool`: storage dtypes are numbers
+ --> mask.napkin:3:7
+  |
+3 | M[a]: bool = X > 0
+  |       ^^^^
+  |
+  = help: drop the dtype: a mask is kept as it is
+"""
