@@ -95,3 +95,13 @@ error[N0401]: `M` cannot be stored as `bool`: storage dtypes are numbers
   |
   = help: drop the dtype: a mask is kept as it is
 """
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "0.5"])
+def test_a_target_capacity_must_be_a_finite_number_of_bytes(value):
+    """`--target two-level:M=inf` crashed `napkin compile --emit plan` (OverflowError, exit
+    101, int(inf) in the report); `M=nan` planned nothing ('no tiling fits'), `M=0.5` said
+    the level holds 0 bytes."""
+    status, out, err = cli(["compile", "matmul", "--target", f"two-level:M={value}", "--emit",
+                            "plan", "--shape", "m=64,n=64,k=64"])
+    assert status == 2 and out == "" and "error[N0804]" in err and "finite" in err, err
