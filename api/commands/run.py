@@ -56,6 +56,9 @@ def command(diagram, sizes, backend, target_name, engine, groups, streams, split
     """Run a diagram and print each output's shape and checksum."""
     from ..api import prepare_run
     check_backend(backend)
+    if seed < 0:       # (NumPy's generators take no negative seed: it crashed, exit 101)
+        raise UsageError(error("N0804", f"--seed {seed}: a seed is a whole number of at least 0",
+                               help="for example --seed 3").diagnostics)
     check_output(save_path, reads=[("the diagram", diagram), ("the --inputs file", inputs_path)])
     d = load_diagram(diagram, sizes)
     saved = saved_inputs(d)       # a saved gradient's statistics of its forward

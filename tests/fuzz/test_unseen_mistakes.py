@@ -105,3 +105,9 @@ def test_a_target_capacity_must_be_a_finite_number_of_bytes(value):
     status, out, err = cli(["compile", "matmul", "--target", f"two-level:M={value}", "--emit",
                             "plan", "--shape", "m=64,n=64,k=64"])
     assert status == 2 and out == "" and "error[N0804]" in err and "finite" in err, err
+
+
+def test_a_negative_seed_is_a_usage_error():
+    """`napkin run matmul --seed -1` crashed in NumPy's generator (exit 101)."""
+    status, out, err = cli(["run", "matmul", "--shape", "m=3,n=3,k=3", "--seed", "-1"])
+    assert status == 2 and out == "" and "error[N0804]" in err and "--seed -1" in err, err
