@@ -11,6 +11,7 @@ from ..cli_common import (LANES_HELP, REPORT_URL, SPLIT_HELP, diagram_options, e
                           load_diagram, merge_option, parse_assignments)
 from ..compiler import ir
 from ..compiler import target as targets
+from ..compiler.shape_option import by_size_class
 from ..diagrams.diagnostics import UsageError, did_you_mean, error
 from ..backends import BACKENDS, check_backend
 from ..runtime import compare, dtypes
@@ -182,26 +183,7 @@ def random_inputs(d, shape: dict[str, int], seed: int) -> dict[str, np.ndarray]:
     diagram reads them in, `ranges`, else below the smallest axis size and 8; booleans: fair
     coins); dynamic sizes from `shape`."""
     axes = d.ir.graph["axes"]
-    for name in shape:
-        if name not in axes:
-            raise UsageError(error("N0804", f"--shape names `{name}`, which is not an axis",
-                                   help=did_you_mean(name, axes, "axes: " + ", ".join(axes)))
-                             .diagnostics)
-    by_class = {}
-    for name, size in shape.items():
-        info = axes[name]
-        if info.size is not None and info.size != size:
-            raise UsageError(error("N0804", f"--shape {name}={size}, but `{name}` is {info.size} "
-                                   "in the diagram", help=f"use -D {name}={size} to change it")
-                             .diagnostics)
-        if info.rep in by_class and by_class[info.rep][0] != size:
-            other = by_class[info.rep][1]
-            raise UsageError(error("N0804", f"--shape {other}={by_class[info.rep][0]} and "
-                                   f"{name}={size}, but the diagram makes `{other}` and "
-                                   f"`{name}` one size", help=f"give `{other}` and `{name}` "
-                                   "one size (or only one of them)").diagnostics)
-        by_class[info.rep] = (size, name)
-    by_class = {rep: size for rep, (size, _) in by_class.items()}
+    by_class = {rep: size for rep, (size, _) in by_size_class(axes, shape).items()}
     needed = sorted({a for s in d.inputs for a in s.axes
                      if axes[a].size is None and axes[a].rep not in by_class})
     if needed:

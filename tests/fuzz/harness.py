@@ -19,6 +19,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 
 import napkin
 from napkin import pipeline
@@ -125,7 +126,8 @@ def check_case(case: Case, *, target: str = "h100", emulate: bool = True,
     ref, low, order = compare.references(d, inputs, p)
     # the inputs' sizes, not the plan's: a plan for an empty axis plans it as 1 (napkin run
     # launches with 0, as Kernel does), and emulating with 1 read past the empty inputs
-    _, sizes = check_inputs(d, inputs, device_required=False)
+    _, sizes = check_inputs(d, {k: np.asarray(v) for k, v in inputs.items()},
+                            device_required=False)      # (a scalar input: a NumPy scalar)
     run_backends(d, p, inputs, sizes, ref, low, emulate=emulate, sanitize=sanitize,
                  order=order)
 

@@ -111,3 +111,15 @@ def test_a_negative_seed_is_a_usage_error():
     """`napkin run matmul --seed -1` crashed in NumPy's generator (exit 101)."""
     status, out, err = cli(["run", "matmul", "--shape", "m=3,n=3,k=3", "--seed", "-1"])
     assert status == 2 and out == "" and "error[N0804]" in err and "--seed -1" in err, err
+
+
+@pytest.mark.parametrize("args, said", [
+    (["compile", "softmax", "--emit", "plan", "--shape", "rr=3"], "--shape names `rr`"),
+    (["explain", "softmax", "-D", "c=48", "--shape", "c=7"], "--shape c=7, but `c` is 48"),
+    (["draw", "softmax", "--plan", "-D", "c=48", "--shape", "r=3,c=7"], "but `c` is 48"),
+])
+def test_a_planning_shape_that_names_no_dynamic_axis_is_refused(args, said):
+    """compile, explain and draw planned at the default size for a misspelt `--shape rr=3`
+    and at the static size for `--shape c=7` where c is 48, silently (run refused both)."""
+    status, out, err = cli(args)
+    assert status == 2 and out == "" and "error[N0804]" in err and said in err, err
