@@ -19,6 +19,7 @@ import numpy as np
 from .compiler import hints as hint_mod
 from .compiler import target as targets
 from .compiler.diagram import Diagram
+from .compiler.plan import in_diagram
 from .compiler.split import complete_sizes
 from .explain import render_text, report
 from .diagrams.diagnostics import did_you_mean, error
@@ -60,7 +61,8 @@ class Kernel:
         self.arch = options.arch_for(self.target)
         # hints are checked on every backend: the reference plans nothing, and ran a misspelt
         # or impossible one (`--split z=4`, `--lanes c=3`) without a word
-        hint_mod.resolve(diagram.hints, options.overrides, self.target, diagram.axes)
+        in_diagram(diagram, lambda: hint_mod.resolve(diagram.hints, options.overrides,
+                                                     self.target, diagram.axes))
         self._compiled: dict = {}
         self._zeroed: dict = {}            # (array, shape, stream) -> counters kept at zero
         self._last: dict | None = None     # the sizes of the last call (explain() reads them)

@@ -107,6 +107,8 @@ def _check(tree, options: Options):
 
 def _fuse(diagram, options: Options):
     from .compiler.plan import fuse_kernels, prepare
+    from .compiler.shape_option import by_size_class
+    by_size_class(diagram.ir.graph["axes"], dict(options.shape))
     problem = prepare(diagram, options.target_name, dict(options.shape), options.overrides,
                       dict(options.data))
     return fuse_kernels(problem, options.engine, options.fusion, options.across)

@@ -248,11 +248,14 @@ class FlashLowering(MmaLowering):
     def _softmax(self, fm: int, chunk: int, dv: int) -> None:
         """The online softmax on the score fragments: rows g (slots 0, 1) and g + 8 (2, 3).
 
-        As FlashAttention-2 does it: the row maximum by fmaxf (one FMNMX per score), the
+        As FlashAttention-2 does it: the row maximum by one FMNMX per score, the
         probabilities as 2^(s log2 e - m log2 e), one FFMA and one MUFU.EX2 (ex2.approx.ftz)
-        per score. fmaxf skips a NaN score, which then makes its probability NaN, and through
-        the row's sum and P V its whole output row, as the language's NaN rule asks; a score
-        the diagram's mask hides is -inf before any of this, so a NaN under a mask stays hidden.
+        per score. The maximum is max.NaN (napkin_max_nan), not fmaxf, which skips a NaN
+        score: a row holding +inf and a NaN then had the maximum +inf, and its max, logsumexp
+        and sum of exponentials statistics (_STATISTIC) +inf where the language's is NaN (the
+        sum l, NaN from inf - inf, cannot tell that row from one with no NaN). A NaN maximum
+        makes the row's probabilities, sum and output NaN, as the NaN rule asks; a score the
+        diagram's mask hides is -inf before any of this, so a NaN under a mask stays hidden.
 
         The output's rescale is skipped when no row of the warp needs it (FlashAttention-4's
         conditional rescale, exact here): each row's factor 2^((m_old - m_new) log2 e) is
@@ -270,7 +273,7 @@ class FlashLowering(MmaLowering):
         def row():
             b.emit(P.Decl("float", "mx", "rm[i0][i1]"))
             self._each([("i2", chunk // FN), ("i3", 2)], lambda: b.emit(
-                P.Set("mx", "fmaxf(mx, sc[i0][i2][2 * i1 + i3])")))
+                P.Set("mx", "napkin_max_nan(mx, sc[i0][i2][2 * i1 + i3])")))
             b.emit(P.Set("mx", "napkin_lanes_max(mx, 4)"))       # the quad holds the row
             b.emit(P.Decl("const float", "sh", "napkin_shift(mx)"))
             b.emit(P.Decl("const float", "rs", f"napkin_ex2((rm[i0][i1] - sh) * {self.log2e})"))

@@ -25,15 +25,19 @@ def build(program: ast.Program, overrides: dict[str, int] | None = None) -> tupl
     decl = declare(program, dict(overrides or {}), errors)
     g = DiGraph()
     scope = Scope(axes=decl.axes, arrays={}, later=dict(decl.equations), poisoned=set(),
-                  sizes=decl.sizes)
+                  sizes=decl.sizes, arrays_anywhere=frozenset(decl.equations) |
+                  {item.name.text for item in decl.inputs})
     inputs: dict[str, int] = {}
+    declared: dict[int, ArrayInfo] = {}     # an input enters the scope at its `in` statement
     for item in decl.inputs:
         axes = tuple(a.text for a in item.axes)
         n = ir.add_node(g, ir.Input(item.name.text, item.dtype.text), ir.ArrayType(axes, item.dtype.text),
                         span=item.name.span)
         inputs[item.name.text] = n
-        scope.arrays[item.name.text] = ArrayInfo(item.name.text, axes,
-                                                 ir.kind_of_dtype(item.dtype.text), item.name.span, n)
+        declared[id(item)] = ArrayInfo(item.name.text, axes, ir.kind_of_dtype(item.dtype.text),
+                                       item.name.span, n)
+        scope.later.setdefault(item.name.text, item.name.span)
+        scope.later_inputs.add(item.name.text)
     failed_inputs = {n.text for s in program.statements if isinstance(s, ast.InputDecl)
                      for n in (i.name for i in s.items)} - set(inputs)
     scope.poisoned |= failed_inputs
@@ -41,6 +45,12 @@ def build(program: ast.Program, overrides: dict[str, int] | None = None) -> tupl
     equations = []
     notes: list = []
     for index, stmt in enumerate(program.statements):
+        if isinstance(stmt, ast.InputDecl):
+            for item in stmt.items:
+                if id(item) in declared:
+                    scope.later.pop(item.name.text, None)
+                    scope.later_inputs.discard(item.name.text)
+                    scope.arrays[item.name.text] = declared[id(item)]
         if not isinstance(stmt, ast.Equation):
             continue
         scope.later.pop(stmt.name.text, None)
@@ -101,7 +111,8 @@ def _equation(g: DiGraph, scope: Scope, stmt: ast.Equation, index: int,
         raise error("N0205", f"`{name.text}` needs the axes that leave the box", name.span,
                     help=f"write `{name.text}[{' '.join(order)}] = ...` (in the layout you want; "
                          "drop the axes you mean to sum)")
-    check_axes_list(stmt.axes, scope.axes, stmt.axes_span, f"the left-hand side of `{name.text}`")
+    check_axes_list(stmt.axes, scope.axes, stmt.axes_span, f"the left-hand side of `{name.text}`",
+                    scope.arrays_anywhere)
     lhs = tuple(a.text for a in stmt.axes)
     place_contractions(root, lhs)
     retype(root)
@@ -132,7 +143,7 @@ def _storage(stmt: ast.Equation, vkind: str) -> str | None:
     if stmt.dtype is None:
         return None
     name = stmt.name
-    dtype = dtype_of(stmt.dtype, name, "output")
+    dtype = dtype_of(stmt.dtype, name, "storage")
     if vkind == "bool":
         raise error("N0405", f"`{name.text}` is a boolean mask and cannot be stored as {dtype}",
                     stmt.dtype.span, help="drop the dtype (a mask is kept as it is), or store "

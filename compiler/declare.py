@@ -123,10 +123,14 @@ def _input(decl: Declarations, item: ast.InputItem) -> None:
 
 
 def check_axes_list(axes: tuple[ast.Name, ...], declared: dict[str, Span], span: Span,
-                    what: str) -> None:
-    """Declared, distinct, and not too many: the axes of an input or a left-hand side."""
+                    what: str, arrays: frozenset = frozenset()) -> None:
+    """Declared, distinct, and not too many: the axes of an input or a left-hand side
+    (`arrays`: the diagram's array names, each N0208 here rather than an undeclared axis)."""
     seen: dict[str, Span] = {}
     for a in axes:
+        if a.text not in declared and a.text in arrays:
+            raise error("N0208", f"`{a.text}` is an array, not an axis", a.span,
+                        help=did_you_mean(a.text, list(declared), "name an axis here"))
         if a.text not in declared:
             raise error("N0201", f"undeclared axis `{a.text}`", a.span,
                         help=did_you_mean(a.text, list(declared), f"declare it: `axis {a.text}`"))
@@ -142,7 +146,9 @@ def check_axes_list(axes: tuple[ast.Name, ...], declared: dict[str, Span], span:
 
 
 def dtype_of(dtype: ast.Name | None, name: ast.Name, role: str) -> str:
-    allowed = OUTPUT_DTYPES if role == "output" else INPUT_DTYPES
+    """The dtype an input, an output or an equation's storage (`role`: "input", "output",
+    "storage") names, checked (N0401)."""
+    allowed = INPUT_DTYPES if role == "input" else OUTPUT_DTYPES
     if dtype is None:
         raise error("N0401", f"{role} `{name.text}` has no dtype", name.span,
                     help=f"give it one: `{'out' if role == 'output' else 'in'} {name.text}"
@@ -154,6 +160,9 @@ def dtype_of(dtype: ast.Name | None, name: ast.Name, role: str) -> str:
     if dtype.text in FUTURE_DTYPES:
         raise error("N0401", f"dtype `{dtype.text}` is not supported yet", dtype.span,
                     help=f"use one of {', '.join(allowed)}")
+    if dtype.text == "bool" and role == "storage":
+        raise error("N0401", f"`{name.text}` cannot be stored as `bool`: storage dtypes are "
+                    "numbers", dtype.span, help="drop the dtype: a mask is kept as it is")
     if dtype.text == "bool":
         raise error("N0401", "an output cannot be stored as `bool`", dtype.span,
                     help=f"store a mask as a number: `{name.text}i[...] = int(M)` with `: i32`")

@@ -146,7 +146,9 @@ def examine(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     others = [n for n in kernel.nodes if isinstance(ir.op(g, n), (ir.Reduce, ir.Softmax))
               and n != soft and n not in lse and n not in after]
     if not scores and not others:
-        return "the scores are computed by another kernel and read here (S stored)"
+        if set(kernel.loads) - set(g.graph["inputs"].values()):
+            return "the scores are computed by another kernel and read here (S stored)"
+        return "the scores sum nothing: they are no contraction of Q and K"
     if len(scores) != 1 or others:
         return "the scores are not one contraction (Q K) under elementwise operations"
     scores = scores[0]

@@ -166,7 +166,7 @@ def check_engine(engine: str) -> str:
     return one_of(engine, ENGINES, "engine")
 
 
-def _in_diagram(diagram: Diagram, fn):
+def in_diagram(diagram: Diagram, fn):
     """Run a stage; its errors point into the diagram's source."""
     try:
         return fn()
@@ -205,7 +205,7 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
             if data:
                 g.graph["data"] = merged_data(g, planning_data(diagram, sizes, data), sizes)
         return graphs, tuple(hint_mod.resolve(diagram.hints, overrides or {}, tgt, sizes))
-    graphs, hints = _in_diagram(diagram, run)
+    graphs, hints = in_diagram(diagram, run)
     axes = diagram.ir.graph["axes"]
     given = {axes[a].rep for a in (shape or {}) if a in axes}
     defaulted = tuple(a for a, info in axes.items() if info.size is None and info.rep not in given)
@@ -242,13 +242,13 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
             kernels = regroup(pr.graph, [(k.equations, k.recomputed) for k in like.kernels])
             return Fused(pr, tuple(kernels), planner)
         if id(pr) not in done or done[id(pr)].problem is not pr:   # (priced, then used)
-            kernels, stored = _in_diagram(pr.diagram, lambda: _fused_kernels(pr, planner)) \
+            kernels, stored = in_diagram(pr.diagram, lambda: _fused_kernels(pr, planner)) \
                 if fusion else (unfused_kernels(pr.graph), None)
             done[id(pr)] = Fused(pr, tuple(kernels), planner, stored16=stored)
         return done[id(pr)]
     problem = merge.priced(problem, fused, engine, splitting.total)
     rest, forced = splitting.split_hints(problem)
-    found, choice = _in_diagram(problem.diagram, lambda: splitting.choose(rest, fused, forced))
+    found, choice = in_diagram(problem.diagram, lambda: splitting.choose(rest, fused, forced))
     return replace(found, split=choice)
 
 
@@ -272,7 +272,7 @@ def check_hints(diagram: Diagram) -> None:
     """The diagram's hints checked as planning reads them (a split hint splits a reduction:
     N0607 where none can merge), without planning: `napkin check`."""
     rest, forced = splitting.split_hints(prepare(diagram))
-    _in_diagram(diagram, lambda: splitting.forced_split(rest, forced))
+    in_diagram(diagram, lambda: splitting.forced_split(rest, forced))
 
 
 def _forced_split_said(fused: Fused, fn):
@@ -318,7 +318,7 @@ def tile(fused: Fused, merge: str = "auto") -> Plan:
 
 
 def _tile(fused: Fused, merge: str) -> Plan:
-    fused = _in_diagram(fused.problem.diagram, lambda: stored16_stages.applied(fused))
+    fused = in_diagram(fused.problem.diagram, lambda: stored16_stages.applied(fused))
     pr = fused.problem
 
     def run():
@@ -328,7 +328,7 @@ def _tile(fused: Fused, merge: str) -> Plan:
                                 list(fused.kernels))
         plans, tail = decide_tail(pr.graph, plans, fused.split, pr.sizes, pr.target, merge)
         return (*sibling_tiles.decide(pr.graph, plans, pr.sizes, pr.target, tail), tail)
-    plans, launches, tail = _in_diagram(pr.diagram, run)
+    plans, launches, tail = in_diagram(pr.diagram, run)
     return Plan(pr.diagram, pr.graph, pr.target, pr.sizes, plans, fused.planner.engine,
                 pr.defaulted, pr.hints, fused.split, tail, launches=launches)
 
@@ -362,5 +362,5 @@ def baseline(p: Plan) -> tuple[KernelPlan, ...]:
     that have no legal tiling on their own are left out."""
     from .fuse import unfused_kernels
     planner = KernelPlanner(p.graph, p.target, p.sizes, p.hints, p.engine)
-    found = _in_diagram(p.diagram, lambda: planner.planned(unfused_kernels(p.graph)))
+    found = in_diagram(p.diagram, lambda: planner.planned(unfused_kernels(p.graph)))
     return tuple(kp for kp in found if kp is not None)

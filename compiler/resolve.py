@@ -60,6 +60,8 @@ class Scope:
     sized: frozenset = frozenset()   # axes read as their sizes in positions (positions.py)
     in_position: int = 0
     exact: list = field(default_factory=list)   # quotients of sizes that must divide
+    later_inputs: set = field(default_factory=set)   # inputs whose `in` is further down
+    arrays_anywhere: frozenset = frozenset()   # every array's name (the one being defined too)
 
 
 def resolve(expr: ast.Expr, scope: Scope) -> RNode:
@@ -150,6 +152,10 @@ def _name(e: ast.Ref, scope: Scope) -> RNode:
             else f"{name}(...)"
         raise error("N0208", f"`{name}` is a function, not a value", e.span, help=f"call it: `{shape}`")
     if name in scope.later:
+        if name in scope.later_inputs:
+            raise error("N0203", f"input `{name}` is used before its `in` declaration", e.span,
+                        labels=[Label(scope.later[name], "declared here, later")],
+                        help=f"move `in {name}` above the first equation that uses it")
         raise error("N0203", f"`{name}` is used before it is defined", e.span,
                     labels=[Label(scope.later[name], "defined here, later")],
                     help="move this equation below the one that defines it")
@@ -249,6 +255,9 @@ def _check_axis(a: ast.Name, scope: Scope) -> None:
             if info.vkind == "int" else ""
         raise error("N0208", f"`{a.text}` is an array, not an axis", a.span,
                     help=f"name an axis here (the axes of `{a.text}`: {axes}){read}")
+    if a.text not in scope.axes and a.text in scope.arrays_anywhere:
+        raise error("N0208", f"`{a.text}` is an array, not an axis", a.span,
+                    help=did_you_mean(a.text, list(scope.axes), "name an axis here"))
     if a.text not in scope.axes:
         raise error("N0201", f"undeclared axis `{a.text}`", a.span,
                     help=did_you_mean(a.text, list(scope.axes), f"declare it: `axis {a.text}`"))

@@ -3,7 +3,7 @@ candidates on the decision anticipated as if every statement were a kernel, and 
 it on the kernels fusion chose, undoing it for what only kernels off the tensor cores read
 into products; a
 gradient's cotangents also read elementwise are added where the model predicts it faster.
-Errors are the caller's to point into the diagram (plan._in_diagram)."""
+Errors are the caller's to point into the diagram (plan.in_diagram)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ operands and results live). `--target two-level:M=49152` sets a parameter.
 
 from __future__ import annotations
 
+import math
 import re
 
 import tomllib
@@ -149,7 +150,8 @@ def _params(spec: str, params: str):
             number = float(value)
         except ValueError:
             number = -1.0
-        if not eq or number <= 0:
-            raise UsageError(error("N0804", f"target parameter {part!r} in {spec!r}: expected KEY=NUMBER",
+        if not eq or not math.isfinite(number) or number < 1:    # (inf and nan were taken)
+            raise UsageError(error("N0804", f"target parameter {part!r} in {spec!r}: expected "
+                                   "KEY=NUMBER, a finite number of at least 1",
                                    help="for example two-level:M=49152").diagnostics)
         yield key.strip(), number

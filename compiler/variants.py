@@ -14,7 +14,7 @@ from .cost import Choice, evaluate
 from .kernel_plan import kernel_plan, scatter_plan
 from .last_block import decide as decide_tail
 from .model import kernel_model
-from .plan import Plan, _in_diagram
+from .plan import Plan, in_diagram
 
 
 def with_choices(plan: Plan, choices) -> Plan:
@@ -83,7 +83,7 @@ def with_merge(plan: Plan, merge: str) -> Plan:
     if plan.tail is not None:
         return plan
     own = siblings.unshared(plan.kernels, plan.launches)
-    kernels, tail = _in_diagram(plan.diagram, lambda: decide_tail(
+    kernels, tail = in_diagram(plan.diagram, lambda: decide_tail(
         plan.graph, own, plan.split, plan.sizes, plan.target, merge))
     kernels, launches = siblings.decide(plan.graph, kernels, plan.sizes, plan.target, tail)
     return replace(plan, kernels=kernels, tail=tail,

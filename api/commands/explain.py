@@ -31,7 +31,7 @@ from ..runtime.files import check_output, write_atomic
 @click.option("--plot", "plot_path", type=click.Path(), default=None,
               help="Draw the kernels on the target's roofline into this PNG "
                    "(needs pip install 'napkin[plot]').")
-@click.option("--bench", "bench_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--bench", "bench_path", type=click.Path(), default=None,
               help="Add measured points to --plot from napkin bench --json results.")
 def command(diagram, sizes, options, planned, as_json, ptxas, plot_path, bench_path) -> None:
     """Explain the plan: kernels, relabelled axes, memory per level, M, H, FLOPs and time."""

@@ -11,6 +11,7 @@ from ..cli_common import (LANES_HELP, REPORT_URL, SPLIT_HELP, diagram_options, e
                           load_diagram, merge_option, parse_assignments)
 from ..compiler import ir
 from ..compiler import target as targets
+from ..compiler.shape_option import by_size_class
 from ..diagrams.diagnostics import UsageError, did_you_mean, error
 from ..backends import BACKENDS, check_backend
 from ..runtime import compare, dtypes
@@ -40,7 +41,7 @@ CONFIDENCE = 1e-6
 @click.option("--split", "splits", multiple=True, metavar="AXIS=COUNT", help=SPLIT_HELP)
 @click.option("--lanes", "lanes", multiple=True, metavar="AXIS=COUNT", help=LANES_HELP)
 @merge_option
-@click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--inputs", "inputs_path", type=click.Path(), default=None,
               help=".npz file whose keys are the input names.")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=SIZE,...",
               help="Sizes of dynamic axes for random inputs: --shape q=128,x=96.")
@@ -56,6 +57,9 @@ def command(diagram, sizes, backend, target_name, engine, groups, streams, split
     """Run a diagram and print each output's shape and checksum."""
     from ..api import prepare_run
     check_backend(backend)
+    if seed < 0:       # (NumPy's generators take no negative seed: it crashed, exit 101)
+        raise UsageError(error("N0804", f"--seed {seed}: a seed is a whole number of at least 0",
+                               help="for example --seed 3").diagnostics)
     check_output(save_path, reads=[("the diagram", diagram), ("the --inputs file", inputs_path)])
     d = load_diagram(diagram, sizes)
     saved = saved_inputs(d)       # a saved gradient's statistics of its forward
@@ -179,26 +183,7 @@ def random_inputs(d, shape: dict[str, int], seed: int) -> dict[str, np.ndarray]:
     diagram reads them in, `ranges`, else below the smallest axis size and 8; booleans: fair
     coins); dynamic sizes from `shape`."""
     axes = d.ir.graph["axes"]
-    for name in shape:
-        if name not in axes:
-            raise UsageError(error("N0804", f"--shape names `{name}`, which is not an axis",
-                                   help=did_you_mean(name, axes, "axes: " + ", ".join(axes)))
-                             .diagnostics)
-    by_class = {}
-    for name, size in shape.items():
-        info = axes[name]
-        if info.size is not None and info.size != size:
-            raise UsageError(error("N0804", f"--shape {name}={size}, but `{name}` is {info.size} "
-                                   "in the diagram", help=f"use -D {name}={size} to change it")
-                             .diagnostics)
-        if info.rep in by_class and by_class[info.rep][0] != size:
-            other = by_class[info.rep][1]
-            raise UsageError(error("N0804", f"--shape {other}={by_class[info.rep][0]} and "
-                                   f"{name}={size}, but the diagram makes `{other}` and "
-                                   f"`{name}` one size", help=f"give `{other}` and `{name}` "
-                                   "one size (or only one of them)").diagnostics)
-        by_class[info.rep] = (size, name)
-    by_class = {rep: size for rep, (size, _) in by_class.items()}
+    by_class = {rep: size for rep, (size, _) in by_size_class(axes, shape).items()}
     needed = sorted({a for s in d.inputs for a in s.axes
                      if axes[a].size is None and axes[a].rep not in by_class})
     if needed:

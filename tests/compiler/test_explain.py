@@ -201,6 +201,17 @@ def test_an_attention_whose_scores_another_kernel_computes_says_so():
     assert "the scores are computed by another kernel and read here (S stored)" in out, out
 
 
+def test_an_attention_whose_scores_sum_nothing_says_so():
+    """`softmax[x](Q * K / 8) * V` with d kept (warning N0705: one softmax per d) runs in one
+    kernel, yet explain said its scores were 'computed by another kernel and read here (S
+    stored)': no kernel computes them, they are no contraction (a sweep of unseen diagrams)."""
+    text = ("axis b, q, x\naxis d = 32\nin Q[b q d]: f16, K[b x d]: f16, V[b x d]: f16\n"
+            "O[b q d] = softmax[x](Q * K / 8) * V\nout O: f16\n")
+    p = plan(napkin.load(text), "h100", {"b": 2, "q": 65, "x": 97})
+    out = render_text(report(p))
+    assert len(p.kernels) == 1 and "the scores sum nothing" in out and "S stored" not in out, out
+
+
 MERGED_READ = """axis t, m, h, d
 in A[t m]: f16
 in W[m h d]: f16

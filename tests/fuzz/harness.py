@@ -19,6 +19,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 
 import napkin
 from napkin import pipeline
@@ -26,6 +27,7 @@ from napkin.compiler.cost import Choice
 from napkin.compiler.variants import with_choices, with_merge
 from napkin.diagrams.diagnostics import NapkinError, Source
 from napkin.runtime import compare
+from napkin.runtime.checks import check_inputs
 from napkin.runtime.emulate.errors import BUILD, EmulatorError
 from napkin.pipeline import run_plan
 from napkin.runtime.interpret import interpret
@@ -122,7 +124,11 @@ def check_case(case: Case, *, target: str = "h100", emulate: bool = True,
     except Exception as exc:  # noqa: BLE001 - a NapkinError here is a planning bug too
         raise Checked(Failure("compile", "plan", _trace(exc))) from None
     ref, low, order = compare.references(d, inputs, p)
-    run_backends(d, p, inputs, p.sizes, ref, low, emulate=emulate, sanitize=sanitize,
+    # the inputs' sizes, not the plan's: a plan for an empty axis plans it as 1 (napkin run
+    # launches with 0, as Kernel does), and emulating with 1 read past the empty inputs
+    _, sizes = check_inputs(d, {k: np.asarray(v) for k, v in inputs.items()},
+                            device_required=False)      # (a scalar input: a NumPy scalar)
+    run_backends(d, p, inputs, sizes, ref, low, emulate=emulate, sanitize=sanitize,
                  order=order)
 
 
