@@ -25,12 +25,13 @@ from . import ir
 HELD = 64       # values of one held reduction a point holds, at most (its non-woven axes)
 
 
-def held(g, kernel, st) -> tuple[tuple[int, int], ...]:
-    """(reduction, the pass it is computed before) of `kernel` streaming `st.axis` (above)."""
+def held(g, kernel, st, woven=None) -> tuple[tuple[int, int], ...]:
+    """(reduction, the pass it is computed before) of `kernel` streaming `st.axis` (above;
+    `woven`: kernel.woven(g) where the caller has it)."""
     r = st.axis
     if r is None:
         return ()
-    members, woven = set(kernel.nodes), set(kernel.woven(g))
+    members, woven = set(kernel.nodes), set(kernel.woven(g) if woven is None else woven)
     states = dict(st.reducers)
     stops = set(states) | {n for n, _ in st.pairs} | {n for n, _ in st.stats}
     sizes = {a: info.size for a, info in g.graph["axes"].items()}

@@ -153,7 +153,8 @@ def axis_free(g: DiGraph, k: FusedKernel) -> tuple:
 
 def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> Model:
     """The model of kernel `k` streaming `axis` (None: nothing streams; `shared`: axis_free)."""
-    st = stream(g, k, axis)
+    shared = shared or axis_free(g, k)      # (its woven axes: stream's and held's too)
+    st = stream(g, k, axis, shared[0])
     arrays: list[Array] = []
     load_passes = {n: sum(n in p for p in st.loads) for n in k.loads}
     members = set(k.nodes)
@@ -238,8 +239,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                        and direct & ancestors(g, w.node))
     lse = row_statistics(g, st) if axis is not None else ()
     scores, lse = alone(g, st) or (None, lse)      # (statistics of scores alone: their state)
-    held = held_values.held(g, k, st)
-    woven, reduced, axes, rows, loop_reads = shared or axis_free(g, k)
+    held = held_values.held(g, k, st, shared[0])
+    woven, reduced, axes, rows, loop_reads = shared
     mask = chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None
     scale = softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else \
         scores_scale(g, scores) if scores is not None else None

@@ -84,14 +84,15 @@ def reduces(g: DiGraph, n: int, axis: str) -> bool:
     return isinstance(op, (ir.Contract, ir.Reduce)) and axis in op.axes
 
 
-def softmax_pairs(g: DiGraph, k: FusedKernel, axis: str) -> dict[int, int]:
+def softmax_pairs(g: DiGraph, k: FusedKernel, axis: str, woven=None) -> dict[int, int]:
     """Softmax nodes over `axis` whose only use (through names) is a contraction over it and
     over every axis the softmax normalises (one it keeps, the output's rows would need the
     statistics of other rows: the softmax then streams in two passes). Its rows must be woven:
     a pair keeps one running max and sum per thread's row, where a row axis the kernel reduces
-    elsewhere (self-attention's gradient fused whole at one token) is a loop inside the state."""
+    elsewhere (self-attention's gradient fused whole at one token) is a loop inside the state.
+    `woven`: k.woven(g) where the caller has it."""
     members, stores = set(k.nodes), set(k.stores)
-    woven = set(k.woven(g))
+    woven = set(k.woven(g) if woven is None else woven)
     pairs = {}
     for n in k.nodes:
         op = ir.op(g, n)
@@ -128,11 +129,12 @@ def _users(g: DiGraph, n: int, members: set[int], stores: set[int]) -> list[int]
     return users
 
 
-def stream(g: DiGraph, k: FusedKernel, axis: str | None) -> Streaming:
-    """The pass structure of kernel `k` when `axis` is streamed (None: nothing streams)."""
+def stream(g: DiGraph, k: FusedKernel, axis: str | None, woven=None) -> Streaming:
+    """The pass structure of kernel `k` when `axis` is streamed (None: nothing streams;
+    `woven`: k.woven(g) where the caller has it)."""
     if axis is None:
         return Streaming(None, 1, (frozenset(),), (frozenset(),), (), (), ())
-    pairs = softmax_pairs(g, k, axis)
+    pairs = softmax_pairs(g, k, axis, woven)
     paired_contracts = set(pairs.values())
     members = set(k.nodes)
     pass_of: dict[int, int] = {}     # axis-carrying node -> pass it is first computable in

@@ -102,9 +102,9 @@ def sites(g, kernel, model: Model, target: Target, sizes: dict | None = None,
     """The sites the planner compares: site's, and for an attention whose rows are not packed
     by default (prefill with GQA) but can be (packing.py), the packed form after it (a tie
     keeps the default); one axis of rows where a hint (`fixed`) tiles a packed axis."""
-    found, one, packed = (site(g, kernel, model, target, sizes, p) for p in (None, False, True))
-    if not isinstance(found, FlashSite):
-        return () if found is None else (found,)
+    if not isinstance(found := site(g, kernel, model, target, sizes), FlashSite):
+        return () if found is None else (found,)     # (packed forms: an attention's only)
+    one, packed = (site(g, kernel, model, target, sizes, p) for p in (False, True))
     if {a for key in ("group", "thread") for a in (fixed or {}).get(key, {})} & set(
             getattr(packed, "packed", ())):
         return () if one is None else (one,)    # (the hint names its axis as the rows)

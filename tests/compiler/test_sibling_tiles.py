@@ -131,3 +131,37 @@ def test_the_weight_gradients_of_projected_attention_share_a_launch_tiled_in_tur
     assert {p.kernels[i].schedule.threads for i in la.members} == {256}
     assert _time(p) == pytest.approx(957.1e-6, abs=1e-7)
     assert la.alone > la.together
+
+
+def test_a_sites_tilings_ranked_at_each_thread_count_are_priced_once(monkeypatch):
+    """tiling_rank.ranked at each thread count (sibling_tiles.tiled_at asks at four) prices
+    the site's candidate set once and gives what pricing it again gives: the same tilings
+    and costs, fastest first, each of the threads asked (fails where a ranking is of another
+    count's blocks, or where the memo keyed on too little hands another site's set)."""
+    from napkin.compiler import tiling_rank
+    p = plan(napkin.load(THREE), "h100", SCALE)
+    kp = p.kernels[_member(p, "K")]
+    args = (kp.model, kp.columns, p.target, p.sizes, kp.schedule.site)
+    direct = {t: _ranked_fresh(tiling_rank, args, t) for t in sibling_tiles.THREADS}
+    calls = []
+    price = tiling_rank._price
+    monkeypatch.setattr(tiling_rank, "_price", lambda *a: calls.append(a) or price(*a))
+    tiling_rank._PRICED.clear()
+    for t in sibling_tiles.THREADS:
+        got = tiling_rank.ranked(*args, sibling_tiles.RANKED, threads=t)
+        assert got == direct[t] and all(float(c.threads) == t for _, c in got)
+    assert len(calls) == 1 and any(direct.values())
+    # another site (Q's, its own model) is priced on its own
+    q = p.kernels[_member(p, "Q")]
+    other = tiling_rank.ranked(q.model, q.columns, p.target, p.sizes, q.schedule.site, 4)
+    assert len(calls) == 2 and other == _ranked_fresh(
+        tiling_rank, (q.model, q.columns, p.target, p.sizes, q.schedule.site), None, 4)
+
+
+def _ranked_fresh(tiling_rank, args, threads, count=sibling_tiles.RANKED):
+    """tiling_rank.ranked with nothing memoised (the memo emptied before and after)."""
+    tiling_rank._PRICED.clear()
+    try:
+        return tiling_rank.ranked(*args, count, threads=threads)
+    finally:
+        tiling_rank._PRICED.clear()
