@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .graph import DiGraph, ancestors
 
-from . import bias_fold, gather_reads, held_values, ir, lanes, register_arrays, score_states
+from . import bias_fold, gather_reads, held_values, ir, lanes, pitch, register_arrays, score_states
 from .canonical import through
 from .kernels import FusedKernel, is_free, relabelled
 from .loop_reads import readers
@@ -137,6 +137,7 @@ class Model:
     held_values: tuple = ()     # CUDA cores: (reduction, pass) held before it (held_values.py)
     whole_walks: frozenset = frozenset()  # ... axes never split over lanes (lanes.whole_walks)
     held_axes: frozenset = frozenset()    # ... axes its per-thread arrays run over (register_arrays)
+    pitches: tuple = ()     # (node, values) of global arrays with rows padded to a multiple (pitch.py)
 
 
 def flash_state(model) -> bool:
@@ -256,7 +257,8 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                                  if info.size is not None),
                  scans=any(isinstance(ir.op(g, n), ir.Scan) for n in k.nodes),
                  held_values=held, whole_walks=lanes.whole_walks(g, k, st, [n for n, _ in held]),
-                 held_axes=register_arrays.held_axes(g, k, st, woven, [n for n, _ in held]))
+                 held_axes=register_arrays.held_axes(g, k, st, woven, [n for n, _ in held]),
+                 pitches=pitch.kernel_pitches(g, k.loads + k.stores))
 
 
 def _used_over(g: DiGraph, n: int, members: set) -> tuple[str, ...]:
