@@ -86,3 +86,29 @@ def kernel_pitches(g: DiGraph, nodes) -> tuple[tuple[int, int], ...]:
             out[n] = w
             out[through(g, n)] = w
     return tuple(sorted(out.items()))
+
+
+def said(plan) -> list[str]:
+    """One line per array whose rows the plan pads at its sizes (explain): the pitch, the
+    padding, and why."""
+    from .arrays import array_name
+    g, found = plan.graph, {}
+    for kp in plan.kernels:
+        for n, values in kp.model.pitches:
+            found.setdefault(through(g, n), values)
+    out = []
+    for v, values in sorted(found.items()):
+        axes = ir.type_of(g, v).axes
+        size = int(plan.sizes[axes[-1]])
+        pitch = pitch_of(size, values)
+        if pitch == size:
+            continue
+        nbytes = BYTES[storage_dtype(g, v)]
+        rows = 1
+        for a in axes[:-1]:
+            rows *= int(plan.sizes[a])
+        out.append(f"{array_name(g, v)} rows {pitch:,} values apart in global memory ({axes[-1]} = "
+                   f"{size:,} padded to {pitch * nbytes:,} bytes, a multiple of {PITCH_BYTES}): "
+                   f"the kernels reading it copy {PITCH_BYTES} bytes at a time "
+                   f"({(pitch - size) * nbytes * rows:,} bytes of padding, never read)")
+    return out
