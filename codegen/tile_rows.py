@@ -69,8 +69,7 @@ class TileRows:
         axis, _, origin, bound = t["inner"]
         if origin == CHUNK:
             left = f"({clen}) - ei"
-        elif bound:
-            left = f"({self.itype})({self.sizes[axis]}) - ({origin} + ei)"
-        else:       # (the whole axis: no origin)
-            left = f"({self.itype})({self.sizes[axis]}) - ei"
+        else:       # (the whole axis, or a head padded past it: no origin)
+            at = f"({origin} + ei)" if origin else "ei"
+            left = f"({self.itype})({self.sizes[axis]}) - {at}"
         return f"({valid}) ? (({left}) < {vector} ? (int)({left}) : {vector}) * {VALUE_BYTES} : 0"
