@@ -116,7 +116,8 @@ def _rows(lw, n, name, layout, ctype, inner, rows, vector) -> None:
             within = f"({' && '.join(checks)}) ? {within} : 0"
         b.emit(P.Decl(f"const {itype}", "nlen", f"({itype})({within})" if vector == 1 or peel
                       else f"({itype})({within}) / {vector}"))
-        source = Layout(layout.axes, lw.sizes, itype, pitch=lw.row_pitch(n)).offset(scope)
+        arrays = Layout(layout.axes, lw.sizes, itype, pitch=lw.row_pitch(n))   # (global)
+        source = arrays.offset(scope)
         param, _ = lw.names[n]
         if peel:
             at_row = f"{name} + eo * {layout.peel[0]}" if rows else name
@@ -128,7 +129,7 @@ def _rows(lw, n, name, layout, ctype, inner, rows, vector) -> None:
                       f"reinterpret_cast<const {vtype}*>({param} + ({source}))"))
         at_row = f"{name} + eo * {length}" if rows else name
         b.emit(P.Decl(f"{vtype}* const", "cpd", f"reinterpret_cast<{vtype}*>({at_row})"))
-        stride = Layout(layout.axes, lw.sizes, itype, pitch=lw.row_pitch(n)).stride(inner)
+        stride = arrays.stride(inner)
         at = f"e * ({stride})" if stride else "e"
         read = f"__ldcg(&cps[{at}])" if n in lw.coherent else f"cps[{at}]"
         zero = vzero or f"napkin_from_float<{ctype}>(0.0f)"

@@ -4,7 +4,8 @@ rows: the schedule's `layouts`, compiler/tilelayout.py) and 4-byte vectors, stag
 
 A tile is a dict built once per kernel (`_tile`, `_vector`) and copied per chunk (`_copy`): 16
 bytes at a time where the rows allow it, else 8 or 4 (rows of a 16-bit array whose length is a
-multiple of 4 or 2 values: compiler/copies.row_widths, which the cost model reads too), else one
+multiple of 4 or 2 values: compiler/copies.row_widths, which the cost model reads too; the rows
+of an array napkin pads, compiler/pitch.py, always allow 16: codegen/tile_rows.py), else one
 value at a time; zeros outside the arrays. Every position in a tile, stored or read by ldmatrix, is
 `offset`'s. An operand computed as it is staged is codegen/computed.py's. `SharedTiles`, a mixin of
 `MmaLowering`, reads the lowering's graph, names, sizes, schedule, shared buffers and builder.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..compiler import copies, headpad, ir, rowsource
+from ..compiler import headpad, ir, rowsource
 from ..compiler.packing import position
 from ..compiler.rowsource import RowSource
 from ..compiler.tilelayout import VALUES, TileLayout

@@ -137,7 +137,7 @@ class Model:
     held_values: tuple = ()     # CUDA cores: (reduction, pass) held before it (held_values.py)
     whole_walks: frozenset = frozenset()  # ... axes never split over lanes (lanes.whole_walks)
     held_axes: frozenset = frozenset()    # ... axes its per-thread arrays run over (register_arrays)
-    pitches: tuple = ()     # (node, values) of global arrays with rows padded to a multiple (pitch.py)
+    pitches: tuple = ()     # (node, values): global arrays with rows padded to a multiple (pitch.py)
 
 
 def flash_state(model) -> bool:

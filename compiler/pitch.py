@@ -1,27 +1,30 @@
 """The row pitch of the arrays napkin itself stores between kernels (decided once, per array).
 
-A 16-byte copy (cp.async, the tensor-core tiles' loads, codegen/tiles.py) needs its global
+A 16-byte copy (cp.async: the tensor-core tiles' loads, codegen/tiles.py) needs its global
 address 16-byte aligned. The launchers align every array's start (Program.alignment), so a
 row starts aligned only where its length in bytes is a multiple of 16: cross_entropy's
 gradient stores dZ[t v] at v = 50257 f16 values a row, and the products reading it (dH =
-dZ * W, dW = dZ * H) copied it one value at a time (8.5 ms each against 3.8 ms aligned, model,
-h100). The user's arrays keep the user's strides, but an intermediate napkin stores and
-reads back itself is laid out by napkin: its rows are `pitch` values apart, the contiguous
-axis's size rounded up to a multiple of PITCH_BYTES (16: the width of cp.async and of the
-widest vector the model prices, copies.VECTOR_BYTES; a 128-byte pitch would only move where
-a row's 32-byte sectors fall, which the model does not price). The padding is never written nor read: a copy straddling
-the row's end moves only the row's bytes (cp.async's src-size, the rest zero-filled).
+dZ * W, dW = dZ * H) copied it one value at a time (8.5 ms each against 3.8 ms aligned,
+model, h100). The user's arrays keep the user's strides, but an intermediate napkin stores
+and reads back itself is laid out by napkin: its rows are `pitch` values apart, the
+contiguous axis's size rounded up to a multiple of PITCH_BYTES (16: cp.async's width and
+the widest copy the model prices, copies.VECTOR_BYTES; a 128-byte pitch would only move
+where a row's 32-byte sectors fall, which nothing here prices). The padding is never
+written nor read: a copy straddling a row's end reads only the row's bytes (cp.async's
+src-size, the rest zero-filled: codegen/tile_rows.py), so the bytes moved (H) are the
+row's; explain names the padding's bytes (`said`).
 
 Which arrays: those stored in 16 bits for tensor-core products (stored16.py: never an
 output, never an input; `pitched` reads that decision) whose every reader reads the array
-itself by name (no view, reshape or gather reading it at other positions or shapes: those
-address the array as dense rows). The decision does not depend on sizes: a pitch equals the
-size where the size is a multiple already (no padding, the same code), and is computed by
-the same rule at run time for a runtime size (`pitch_of`; codegen/indexing.Layout, the
-launchers, runtime/launches.buffer_shape). It is recorded on each kernel's model
-(Model.pitches, made in model.kernel_model), which the cost model (copies.tensor_values),
-the lowering (its offsets and copies, and Program.pitches for the launchers) and explain
-read.
+itself by name (no view, reshape or gather: those address it as dense rows). A CUDA-core
+kernel reading one (a cotangent read elementwise too) addresses it at the pitch and sizes
+its copies by the row's length as before (copies.py: peeled where no vector divides it).
+The decision does not depend on sizes: the pitch equals the size where that is a multiple
+already (no padding), and is computed by the same rule at run time for a runtime size
+(`pitch_of`: codegen/indexing.pitch, runtime/launches.buffer_shape). It is recorded on
+each kernel's model (Model.pitches, made in model.kernel_model), which the cost model
+(copies.tensor_values), the lowering (every global offset, codegen/indexing.Layout; the
+copies; Program.pitches for the launchers) and explain read.
 """
 
 from __future__ import annotations
