@@ -3,7 +3,8 @@ that store them and the tensor-core products that copy them 16 bytes at a time (
 src-size at a row's end; the emulator checks each copy's alignment, and the launchers fill
 the padding with NaN, which a read of it would carry into the outputs) against a float64
 oracle at odd sizes: cross_entropy's gradient (dZ[t v], planned at v = 50257) at v = 61 and
-at multiples of 8, and attention reading padded queries and keys of an odd head size."""
+at multiples of 8, attention reading padded queries and keys of an odd head size, and a
+cotangent that CUDA-core kernels read too."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import numpy as np
 import pytest
 
 import napkin
+from napkin.compiler.model import array_name
 from napkin.compiler.plan import plan
+from napkin.compiler.schedule import PRODUCT, SIMT
 from napkin.pipeline import run_plan
 
 from .close import assert_close
@@ -89,3 +92,27 @@ def test_attention_reading_padded_heads_matches_a_float64_oracle(d):
     P = np.exp(S - S.max(-1, keepdims=True))
     P /= P.sum(-1, keepdims=True)
     assert_close(out["A"], np.einsum("bhts,bhsd->bthd", P, V.astype(np.float64)), "f16", slack=8)
+
+
+@pytest.mark.thorough
+def test_a_cotangent_read_on_the_cuda_cores_too_at_its_pitch(rng):
+    """A residual block's dR[t m], stored in f16 for dWo = dR * A and read elementwise by the
+    norm's gradient on the CUDA cores (stored16.py's cotangents), at m = 37: rows 40 values
+    apart, which the CUDA-core kernels store and stage (peeled) at the pitch."""
+    from .test_stored16_cotangents import _grad, _plan
+    d = _grad()
+    p = _plan(d)
+    readers = [kp.schedule.engine for kp in p.kernels
+               if any(array_name(p.graph, n) == "dR" for n, _ in kp.model.pitches)]
+    assert SIMT in readers and PRODUCT in readers
+    t, m, h = 37, 37, 3
+    inputs = dict(X=rng.standard_normal((t, m)).astype(np.float16),
+                  Wv=(rng.standard_normal((m, h, 16)) * m ** -0.5).astype(np.float16),
+                  Wo=(rng.standard_normal((h, 16, m)) * (16 * h) ** -0.5).astype(np.float16),
+                  g=(1 + 0.1 * rng.standard_normal(m)).astype(np.float16),
+                  dY=rng.standard_normal((t, m)).astype(np.float16))
+    out = run_plan(p, inputs, {"t": t, "m": m, "h": h, "(h*d)": h * 16})
+    want = dict(zip([s.name for s in d.outputs],
+                    napkin.run(d, *inputs.values(), backend="reference")))
+    for name in ("dWo", "dX", "dWv", "dg"):
+        assert_close(out[name], want[name], "f16", slack=2.0)
