@@ -104,8 +104,8 @@ class Model:
                                 # (node, its tile's axes, values a lane computes per run: 8 or
                                 # 1, the loads it reads, whether it is an operand: rounded, stored)
     direct: frozenset = frozenset()   # ... the loads only those read, from global memory
-    extents: tuple = ()         # the axes of every global array the kernel reads or writes
-                                # (index_width.py: its offsets' range)
+    extents: tuple = ()         # (axes, pitch.pitched) of every global array the kernel reads or
+                                # writes (index_width.py: its offsets' range)
     rows: tuple = ()            # CUDA cores: (store, axis, width) of stores copying a load's
                                 # row, in runs where the thread's tile allows (row_runs)
     across: frozenset = frozenset()   # a chain's products over its rows (chain.Across): the
@@ -251,7 +251,7 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                  scale, lse, state_ops(g, st, lse), scores, shared=tuple(kept.items()),
                  folded=bias_fold.folded(g, scale, scale is not None and scores_bias(
                      g, scores_of(g, st)) or None, axis),
-                 extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
+                 extents=pitch.extents(g, k.loads + k.stores),
                  rows=rows, online=online, loop_reads=loop_reads,
                  fixed=frozenset(a for a, info in g.graph["axes"].items()
                                  if info.size is not None),

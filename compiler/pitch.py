@@ -79,6 +79,12 @@ def of(model, n: int) -> int:
     return dict(model.pitches).get(n, 0)
 
 
+def extents(g: DiGraph, nodes) -> tuple:
+    """(axes, values its pitch is a multiple of or 0) of the global arrays `nodes` (a
+    kernel's loads and stores: Model.extents, whose offsets index_width.py bounds)."""
+    return tuple((ir.type_of(g, n).axes, pitched(g, n)) for n in nodes)
+
+
 def kernel_pitches(g: DiGraph, nodes) -> tuple[tuple[int, int], ...]:
     """(node, values its pitch is a multiple of) of the global arrays `nodes` (a kernel's
     loads and stores, as named there and through names) that are pitched."""

@@ -69,6 +69,16 @@ def test_only_the_stored_16_bit_cotangent_is_padded(planned):
     assert buffer_shape(program, "Z", ("t", "v"), sizes) == (37, 61)
 
 
+def test_a_padded_row_widens_the_index_where_its_pitch_passes_2_31():
+    """index_width bounds the offsets at the pitch: 65537 rows of 32767 values end below
+    2^31 dense, past it at a pitch of 32768 (every tile one position: no overshoot)."""
+    from napkin.compiler import index_width
+    from napkin.compiler.choices import Choices
+    sizes, one = {"t": 2**16 + 1, "v": 2**15 - 1}, Choices(group=(("t", 1.0), ("v", 1.0)))
+    assert not index_width.wide(((("t", "v"), 0),), sizes, one)
+    assert index_width.wide(((("t", "v"), 8),), sizes, one)
+
+
 def test_an_array_read_through_a_view_keeps_dense_rows():
     """A renaming view (H[s f]) addresses the array as dense rows: H is stored in 16 bits
     for the products, but not padded, at f = 77."""
