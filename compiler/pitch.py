@@ -40,9 +40,10 @@ PITCH_BYTES = 16
 def pitched(g: DiGraph, n: int) -> int:
     """Values the row pitch of the global array n (through names) is a multiple of, or 0
     where it is dense (see the module docstring)."""
-    from . import stored16
     v = through(g, n)
-    if v not in stored16.decided(g) or not ir.type_of(g, v).axes:
+    # stored16.decided, read from the graph as arrays.storage_dtype does (stored16 imports
+    # the model, which imports this module)
+    if v not in (g.graph.get("stored16") or {}) or not ir.type_of(g, v).axes:
         return 0
     if not _read_by_name(g, v):
         return 0
