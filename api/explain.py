@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from .compiler import epilogue_stats, ir, local_merge, merge, rename, row_state, stored16
+from .compiler import epilogue_stats, ir, local_merge, merge, pitch, rename, row_state, stored16
 from .explain_units import model_units, seconds_text
 from .compiler.buffers import buffers
 from .compiler.engine import engine_buffers
@@ -112,7 +112,7 @@ def report(plan: Plan, compare: bool = True) -> dict:
         else float(plan.unspecialised),
         "kernels": kernels,
         "split": _split(plan),
-        "stored16": stored16.said(plan),     # intermediates stored in 16 bits (stored16.py)
+        "stored16": stored16.said(plan) + pitch.said(plan),   # (stored16.py; their rows, pitch.py)
         "renamed": rename.said(plan.graph) + _viewed(plan),   # (rename.py, flash.py)
         "predicted_seconds": float(plan.time),
         "H_bytes": sum(float(k.cost.levels[1].H) for k in plan.kernels),

@@ -220,7 +220,7 @@ class Kernel:
         the intermediates kernels share. A last-block merge's counters (codegen/tail.py) are
         zeroed once per stream and kept: each launch leaves them at zero for the next one on
         its stream."""
-        from .runtime.launches import buffer_names
+        from .runtime.launches import buffer_names, buffer_shape
         names = buffer_names(prog)
         by_array = {s.name: o for s, o in zip(self.diagram.outputs, outs)}
         self._keep, copy_back = [], []
@@ -238,7 +238,8 @@ class Kernel:
                     self._zeroed[key] = self.launcher.to_device(np.zeros(shape, numpy_dtype(dtype)))
                 arr = self._zeroed[key]
             else:
-                arr = self.launcher.empty(tuple(p.sizes[a] for a in axes), dtype, template)
+                arr = self.launcher.empty(buffer_shape(prog, array, axes, p.sizes), dtype,
+                                          template)
                 self._keep.append(arr)
             if describe(arr).ptr % prog.alignment:
                 # the kernels read and write at aligned addresses only (Program.alignment):

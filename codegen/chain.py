@@ -26,7 +26,6 @@ from . import cexpr
 from . import program as P
 from . import staging
 from .builder import Ix
-from .indexing import Layout
 from .mma import FK, FM, FN, MmaLowering
 from .tiles import TileAxis, offset
 
@@ -195,7 +194,7 @@ class ChainLowering(MmaLowering):
         each = -(-tiles // self.wm)
         param, _ = self.names[a.store]
         axes = ir.type_of(self.g, a.store).axes
-        layout_u = Layout(axes, self.sizes, self.itype)
+        layout_u = self.global_layout(a.store, axes)
 
         def tile():
             b.emit(P.Decl("const int", "ut", f"wr + {self.wm} * j0"))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from ..compiler import ir
 from . import program as P
-from .indexing import Layout
 
 
 def kind(site, m) -> str:
@@ -53,7 +52,7 @@ def adder(lw, tail: bool):
             if how == "each":
                 param, _ = lw.names[m.store]
                 axes = ir.type_of(lw.g, m.store).axes
-                at = Layout(axes, lw.sizes, lw.itype).offset({a: scope[a] for a in axes})
+                at = lw.global_layout(m.store, axes).offset({a: scope[a] for a in axes})
                 b.emit(P.If(f"{checks[s.row]} && {checks[s.red]}", (P.Call("atomicAdd", (
                     f"&{param}[{at}]", v)),)))
             elif how == "rows":
@@ -72,7 +71,7 @@ def finish(lw, fm: int) -> None:
             continue
         param, _ = lw.names[m.store]
         axes = ir.type_of(lw.g, m.store).axes
-        layout = Layout(axes, lw.sizes, lw.itype)
+        layout = lw.global_layout(m.store, axes)
         if how == "all":
             b.emit(P.Set(f"sr{k}", f"napkin_lanes_sum(sr{k}, 32)"))
             scope, _ = lw._checked_point({})

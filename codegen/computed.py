@@ -12,7 +12,6 @@ from ..compiler import ir
 from ..compiler.operand_reads import vector_loads
 from . import program as P
 from .builder import Ix
-from .indexing import Layout
 from .tiles import VECTOR, offset
 
 
@@ -74,7 +73,7 @@ class ComputedTiles:
             return super().load(n, scope)
         if n not in v["loads"]:
             param, dtype = self.names[n]
-            offset = Layout(axes, self.sizes, self.itype).offset({**scope, axes[-1]: Ix(v["base"])})
+            offset = self.global_layout(n, axes).offset({**scope, axes[-1]: Ix(v["base"])})
             v["loads"][n] = (self.b.value("uint4", f"*reinterpret_cast<const uint4*>({param} + "
                                                    f"({offset}))", "lv"), dtype)
         var, dtype = v["loads"][n]

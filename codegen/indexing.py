@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ..compiler.pitch import pitch_of
 from .builder import Ix
 
 
@@ -22,6 +23,17 @@ def tile_count(along: list[str], ctype: str) -> str:
     return " * ".join([f"({ctype}){known}"] + [n for n in along if not n.isdigit()])
 
 
+def pitch(size: str, values: int) -> str | None:
+    """The row pitch (C) of rows `size` values long padded to a multiple of `values`
+    (compiler/pitch.py: a number where the size is one), None where the rows are dense."""
+    if values <= 1:
+        return None
+    if size.isdigit():
+        found = pitch_of(int(size), values)
+        return None if found == int(size) else str(found)
+    return f"((({size}) + {values - 1}) / {values} * {values})"
+
+
 class Layout:
     """Offsets into an array stored row-major over `axes`.
 
@@ -32,7 +44,7 @@ class Layout:
     """
 
     def __init__(self, axes, sizes: dict[str, str], itype: str, extents=None, origins=None,
-                 aligned: bool = False, peel=None):
+                 aligned: bool = False, peel=None, pitch: str | None = None):
         self.axes = tuple(axes)
         self.sizes = sizes
         self.itype = itype
@@ -43,6 +55,9 @@ class Layout:
         # function of a scope giving the head of the scope's row); a local offset steps
         # rows by the pitch and adds the row's head
         self.peel = peel
+        # the array's rows `pitch` values apart in global memory (compiler/pitch.py; None:
+        # its last axis's size): a global offset steps rows by it
+        self.pitch = pitch
 
     def inside(self, a: str) -> bool:
         """Whether every position of the tile along `a` is inside the array, so that its
@@ -67,8 +82,17 @@ class Layout:
             extent = self.extents[a] if local else self.sizes[a]
             if peel and a == self.axes[-1]:
                 extent = peel[0]
+            elif not local and self.pitch and a == self.axes[-1]:
+                extent = self.pitch
             expr = f"({self.itype})({i})" if expr is None else f"({expr}) * ({extent}) + ({i})"
         return f"{expr} + {peel[1](scope)}" if peel else expr
+
+    def stride(self, a: str) -> str:
+        """The global offset between positions of axis `a` one apart (C, in the index type):
+        the product of the sizes after it, the last one the rows' pitch; "" for the last."""
+        after = self.axes[self.axes.index(a) + 1:]
+        steps = [self.pitch if self.pitch and x == self.axes[-1] else self.sizes[x] for x in after]
+        return " * ".join(f"({self.itype})({s})" for s in steps)
 
     def count(self) -> str:
         return " * ".join(f"({self.extents[a]})" for a in self.axes) or "1"

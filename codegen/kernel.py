@@ -15,11 +15,12 @@ from __future__ import annotations
 import itertools
 
 from ..compiler import ir
+from ..compiler.pitch import of as pitch_values
 from ..compiler.schedule import SIMT
 from . import accum, cexpr, held, masks, runs, staging
 from . import program as P
 from .builder import Builder, Ix
-from .indexing import Layout, tile_count, tiles_along
+from .indexing import Layout, pitch, tile_count, tiles_along
 from .lane_walks import LaneWalks
 from .registers import Registers
 from .scalar import Emitter
@@ -118,12 +119,23 @@ class KernelLowering(Registers, LaneWalks):
             buf, layout = self.staged[n]
             value = self._as_kind(n, dtype, f"{load}({buf}[{layout.offset(scope, local=True)}])")
         else:
-            at = self.global_at(n, Layout(axes, self.sizes, self.itype).offset(scope))
+            at = self.global_at(n, self.global_layout(n, axes).offset(scope))
             value, streamed = self._as_kind(n, dtype, f"{load}({at})"), True
         if once and streamed:
             ctype = cexpr.CKIND[ir.kind_of_dtype(ir.type_of(self.g, n).dtype)]
             return self.b.value(ctype, value, "ld")
         return value
+
+    def global_layout(self, n: int, axes=None) -> Layout:
+        """Offsets into global array n (over `axes`: its own where None), its rows at the
+        pitch the plan gave it (compiler/pitch.py)."""
+        axes = ir.type_of(self.g, n).axes if axes is None else axes
+        return Layout(axes, self.sizes, self.itype, pitch=self.row_pitch(n))
+
+    def row_pitch(self, n: int) -> str | None:
+        """Global array n's row pitch (C), None where its rows are dense (pitch.py)."""
+        axes = ir.type_of(self.g, n).axes
+        return pitch(self.sizes[axes[-1]], pitch_values(self.model, n)) if axes else None
 
     def global_at(self, n: int, index: str) -> str:
         """The element of global array n at `index`, as a read."""
@@ -350,7 +362,7 @@ class KernelLowering(Registers, LaneWalks):
         axes = ir.type_of(self.g, n).axes
         free = [a for a in axes if a not in scope]
         param, dtype = self.names[n]
-        layout = Layout(axes, self.sizes, self.itype)
+        layout = self.global_layout(n, axes)
 
         # lanes splitting an axis the array lacks all hold its merged value: one writes it
         valid = pt["valid"] + (" && lane == 0" if self.split and self.split[0] not in axes else "")

@@ -12,6 +12,7 @@ import math
 
 from ..compiler import ir, register_arrays
 from ..compiler.model import storage_dtype
+from ..compiler.pitch import of as pitch_of_model
 from ..compiler.plan import Plan
 from . import cexpr, launch
 from . import program as P
@@ -133,7 +134,19 @@ def lower(plan: Plan) -> P.Program:
     return P.Program(tuple(kernels), tuple((v, k) for k, v in size_params.items()), buffers,
                      zeroed=zeroed, specialised=tuple(sorted(
                          plan.specialised.items(), key=lambda kv: order.index(kv[0]))),
-                     held=register_arrays.held_sizes(plan))
+                     held=register_arrays.held_sizes(plan), pitches=_pitches(plan))
+
+
+def _pitches(plan: Plan) -> tuple[tuple[str, int], ...]:
+    """(array name, values its row pitch is a multiple of) of the global arrays whose rows
+    are padded (compiler/pitch.py), as every kernel storing or loading them has it."""
+    g, found = plan.graph, {}
+    for kp in plan.kernels:
+        for n in kp.kernel.loads + kp.kernel.stores:
+            values = pitch_of_model(kp.model, n)
+            if found.setdefault(_array(g, n), values) != values:
+                raise AssertionError(f"kernels disagree on the row pitch of {_array(g, n)}")
+    return tuple(sorted((a, v) for a, v in found.items() if v > 1))
 
 
 def _siblings(plan: Plan, kps: list, dtypes: dict, sizes: dict,

@@ -34,11 +34,12 @@ def head_of(address: str, nbytes: int) -> str:
     return f"(int)((reinterpret_cast<unsigned long long>({address}) & 15) / {nbytes})"
 
 
-def head(param: str, axes, sizes: dict, itype: str, origin: str, nbytes: int):
+def head(param: str, layout: Layout, origin: str, nbytes: int):
     """A function of a scope giving the head of the row the scope's position is in (the row's
-    first position: its position along the last axis at the tile's `origin`)."""
+    first position: its position along the last axis at the tile's `origin`), in the array's
+    global `layout`."""
     def of(scope: dict) -> str:
-        start = Layout(axes, sizes, itype).offset({**scope, axes[-1]: Ix(origin)})
+        start = layout.offset({**scope, layout.axes[-1]: Ix(origin)})
         return head_of(f"{param} + ({start})", nbytes)
     return of
 

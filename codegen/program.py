@@ -177,6 +177,9 @@ class Program:
     # an array the caller gives at another address through an aligned copy
     specialised: tuple[tuple[str, int], ...] = ()
     held: tuple[tuple[str, int], ...] = ()
+    pitches: tuple[tuple[str, int], ...] = ()
+    # (array name, values) of the intermediates whose rows the launchers allocate padded to a
+    # multiple of `values` (compiler/pitch.py; runtime/launches.buffer_shape)
     # (axis, planned size) of the dynamic axes a CUDA-core kernel holds per-thread register
     # arrays over, walked in the planned trips (compiler/register_arrays.py): the launchers
     # refuse larger sizes

@@ -24,7 +24,6 @@ from ..compiler import ir
 from ..compiler.canonical import through
 from . import program as P
 from .builder import Ix
-from .indexing import Layout
 from .staging import VECTORS
 
 
@@ -62,8 +61,8 @@ def _vector(lw, n: int, axis: str, width: int) -> None:
             i = lw.emitter.value(next(positions), first["scope"])
             inner[a] = Ix(b.value("long long", f"napkin_clamp_index({i}, {lw.sizes[a]})", "ix"))
     vtype, _ = VECTORS[16]
-    source = Layout(ir.type_of(g, base).axes, lw.sizes, lw.itype).offset(inner)
-    dest = Layout(ir.type_of(g, n).axes, lw.sizes, lw.itype).offset(scope)
+    source = lw.global_layout(base).offset(inner)
+    dest = lw.global_layout(n).offset(scope)
 
     def run():
         b.emit(P.Decl(f"const {vtype}* const", "cps",

@@ -18,10 +18,11 @@ the next launch (as a last-block merge's counters are, codegen/tail.py).
 from __future__ import annotations
 
 from ..compiler import ir
+from ..compiler.pitch import of as pitch_values
 from . import cexpr
 from . import program as P
 from .builder import Builder, Ix
-from .indexing import Layout
+from .indexing import Layout, pitch
 from .kernel import KernelLowering
 from .scalar import Emitter
 
@@ -38,8 +39,8 @@ class _Context:
     """What the scalar emitter asks of a kernel: every read from global memory, no staged
     tiles, no accumulators, no lanes sharing an axis."""
 
-    def __init__(self, g, names: dict, sizes: dict, loads):
-        self.g, self.names, self.sizes = g, names, sizes
+    def __init__(self, g, names: dict, sizes: dict, loads, model=None):
+        self.g, self.names, self.sizes, self.model = g, names, sizes, model
         self.loads, self.stops = set(loads), set()
         self.views = self.serial = 0
         self.coherent: set[int] = set()
@@ -78,8 +79,8 @@ class _Context:
     def load(self, n: int, scope) -> str:
         _, dtype = self.names[n]
         axes = ir.type_of(self.g, n).axes
-        value = f"{cexpr.LOAD[ir.kind_of_dtype(dtype)]}(" \
-                f"{KernelLowering.global_at(self, n, Layout(axes, self.sizes, ITYPE).offset(scope))})"
+        at = _layout(self.model, n, axes, self.sizes).offset(scope)
+        value = f"{cexpr.LOAD[ir.kind_of_dtype(dtype)]}({KernelLowering.global_at(self, n, at)})"
         return KernelLowering._as_kind(self, n, dtype, value)
 
 
@@ -114,7 +115,7 @@ def programs(plan, kp, names: dict, sizes: dict, scratch: str, out: str,
     g, site, sched = plan.graph, kp.schedule.scatter, kp.schedule
     tiles = dict(sched.tile)
     b = Builder()
-    ctx = _Context(g, names, sizes, kp.kernel.loads)
+    ctx = _Context(g, names, sizes, kp.kernel.loads, kp.model)
     em = Emitter(b, g, ctx)
     store_axes = ir.type_of(g, site.store).axes
 
@@ -160,7 +161,9 @@ def conversion(g, kp, store: int, dtype: str, tiles, sizes: dict, scratch_p: P.P
 
     def convert(scope):
         off = b.value(ITYPE, Layout(store_axes, sizes, ITYPE).offset(scope), "ix")
-        b.emit(P.Store(out, off, f"{scratch}[{off}]", cexpr.CTYPE[dtype],
+        at = _layout(kp.model, store, store_axes, sizes)    # (the scratch's rows are dense)
+        to = off if at.pitch is None else b.value(ITYPE, at.offset(scope), "ix")
+        b.emit(P.Store(out, to, f"{scratch}[{off}]", cexpr.CTYPE[dtype],
                        cexpr.STORE["float"]))
         b.emit(P.Set(f"{scratch}[{off}]", "0.0f"))
     blocks = _positions(b, store_axes, finish_tiles, sizes, lanes, convert)
@@ -169,6 +172,12 @@ def conversion(g, kp, store: int, dtype: str, tiles, sizes: dict, scratch_p: P.P
     return P.KernelProgram(f"napkin_{kp.kernel.name}{suffix}", (scratch_p, out_p, *sizes_p),
                            -(-lanes // 32) * 32, blocks, (), (), b.statements, ITYPE,
                            kp.kernel.name)
+
+
+def _layout(model, n: int, axes, sizes: dict) -> Layout:
+    """Offsets into global array n, its rows at the plan's pitch (compiler/pitch.py)."""
+    values = pitch_values(model, n) if model is not None and axes else 0
+    return Layout(axes, sizes, ITYPE, pitch=pitch(sizes[axes[-1]], values) if values else None)
 
 
 def _array(g, n: int) -> str:

@@ -9,8 +9,11 @@ def show(prog: P.Program) -> str:
     lines = []
     for name, axis in prog.size_params:
         lines.append(f"size {name} = size of axis {axis}")
+    pitches = dict(prog.pitches)
     for array, dtype, axes in prog.buffers:
-        lines.append(f"buffer {array}[{' '.join(axes)}]: {dtype}")
+        padded = f", rows padded to a multiple of {pitches[array]} values" \
+            if array in pitches else ""
+        lines.append(f"buffer {array}[{' '.join(axes)}]: {dtype}{padded}")
     for k in prog.kernels:
         lines.append("")
         lines.append(f"kernel {k.name} ({k.kernel}): {k.threads} threads, {k.index_type} indices")

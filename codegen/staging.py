@@ -116,7 +116,8 @@ def _rows(lw, n, name, layout, ctype, inner, rows, vector) -> None:
             within = f"({' && '.join(checks)}) ? {within} : 0"
         b.emit(P.Decl(f"const {itype}", "nlen", f"({itype})({within})" if vector == 1 or peel
                       else f"({itype})({within}) / {vector}"))
-        source = Layout(layout.axes, lw.sizes, itype).offset(scope)
+        arrays = Layout(layout.axes, lw.sizes, itype, pitch=lw.row_pitch(n))   # (global)
+        source = arrays.offset(scope)
         param, _ = lw.names[n]
         if peel:
             at_row = f"{name} + eo * {layout.peel[0]}" if rows else name
@@ -128,8 +129,7 @@ def _rows(lw, n, name, layout, ctype, inner, rows, vector) -> None:
                       f"reinterpret_cast<const {vtype}*>({param} + ({source}))"))
         at_row = f"{name} + eo * {length}" if rows else name
         b.emit(P.Decl(f"{vtype}* const", "cpd", f"reinterpret_cast<{vtype}*>({at_row})"))
-        after = layout.axes[layout.axes.index(inner) + 1:]
-        stride = " * ".join(f"({itype})({lw.sizes[a]})" for a in after)
+        stride = arrays.stride(inner)
         at = f"e * ({stride})" if stride else "e"
         read = f"__ldcg(&cps[{at}])" if n in lw.coherent else f"cps[{at}]"
         zero = vzero or f"napkin_from_float<{ctype}>(0.0f)"
@@ -172,7 +172,7 @@ def _flat(lw, n, name, layout, ctype) -> None:
     def body():
         coords, valid = layout.unflatten("e", lw.st.axis, "clen")
         scope = {a: Ix(c) for a, c in coords.items()}
-        value = lw.global_at(n, Layout(layout.axes, lw.sizes, lw.itype).offset(scope))
+        value = lw.global_at(n, lw.global_layout(n, layout.axes).offset(scope))
         zero = f"napkin_from_float<{ctype}>(0.0f)"
         b.emit(P.Set(f"{name}[e]", f"({valid}) ? {value} : {zero}"))
     extents = [layout.extents[a] for a in layout.axes]
@@ -221,7 +221,7 @@ def _allocate(lw, n: int) -> None:
     origins = {a: lw._axis_var("org", a) for a in axes if a in lw.tile}
     if lw.st.axis in axes:
         origins[lw.st.axis] = "c0"
-    peel = (held[axes[-1]], peeled.head(param, axes, lw.sizes, lw.itype,
+    peel = (held[axes[-1]], peeled.head(param, lw.global_layout(n, axes),
                                        origins.get(axes[-1], "0"), BYTES[dtype])) if w else None
     lw.staged[n] = (name, Layout(axes, lw.sizes, lw.itype, extents, origins,
                                  aligned=lw.grid_origins, peel=peel))

@@ -4,7 +4,8 @@ rows: the schedule's `layouts`, compiler/tilelayout.py) and 4-byte vectors, stag
 
 A tile is a dict built once per kernel (`_tile`, `_vector`) and copied per chunk (`_copy`): 16
 bytes at a time where the rows allow it, else 8 or 4 (rows of a 16-bit array whose length is a
-multiple of 4 or 2 values: compiler/copies.row_widths, which the cost model reads too), else one
+multiple of 4 or 2 values: compiler/copies.row_widths, which the cost model reads too; the rows
+of an array napkin pads, compiler/pitch.py, always allow 16: codegen/tile_rows.py), else one
 value at a time; zeros outside the arrays. Every position in a tile, stored or read by ldmatrix, is
 `offset`'s. An operand computed as it is staged is codegen/computed.py's. `SharedTiles`, a mixin of
 `MmaLowering`, reads the lowering's graph, names, sizes, schedule, shared buffers and builder.
@@ -14,19 +15,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..compiler import copies, headpad, ir, rowsource
+from ..compiler import headpad, ir, rowsource
 from ..compiler.packing import position
 from ..compiler.rowsource import RowSource
 from ..compiler.tilelayout import VALUES, TileLayout
 from . import cexpr, program as P, staging
 from .builder import Ix
-from .indexing import Layout
+from .tile_rows import CHUNK, RVECTOR, VALUE_BYTES, VECTOR, TileRows
 
-VECTOR = 8       # 16-bit values per 16-byte cp.async
-VALUE_BYTES = 16 // VECTOR      # bytes of a tile's value
-RVECTOR = 4      # f32 values per 16-byte load of a tile rounded as it is staged
 UNROLLED = 8     # copy rounds per thread unrolled whole (more: a loop, as the fallback's 64)
-CHUNK = "chunk"  # a tile axis's origin and bound: the chunk being copied
 # A copy outside the arrays is a cp.async of src-size 0 (writes zeros, reads nothing): its source is
 # passed as computed and never dereferenced (the emulator checks it; as Triton's masked copies do).
 # A safe pointer's select cost two SEL and two MOV per copy in the main loop.
@@ -61,7 +58,7 @@ class TileAxis(NamedTuple):
     bound: str | None
 
 
-class SharedTiles:
+class SharedTiles(TileRows):
     def grouped(self, axis: str) -> TileAxis:
         """A tile axis covering the block's tile of a woven axis."""
         org = self._axis_var("org", axis)
@@ -139,7 +136,7 @@ class SharedTiles:
         def body():
             scope = {a: Ix(self._axis_var("org", a)) for a in axes if a != t["vector"]}
             scope[t["vector"]] = Ix(f"({c0} + e)")
-            source = Layout(axes, self.sizes, self.itype).offset(scope)
+            source = self.global_layout(t["node"], axes).offset(scope)
             param = t["param"]
             b.emit(P.Call("napkin_cp_async_4", (f"{self.at(t, stage)} + e",
                                                 f"{param} + ({source})", f"(e < {clen}) ? 4 : 0")))
@@ -180,46 +177,6 @@ class SharedTiles:
             return
         b.emit(P.If(aligned, self._scoped(lambda: self._copy_loop(t, width, stage, c0, clen)),
                     self._scoped(lambda: self._copy_loop(t, 1, stage, c0, clen))))
-
-    def _aligned(self, t: dict) -> str | bool | None:
-        """When 16-byte copies are possible (cp.async of 8 16-bit values; a tile rounded as it
-        is staged: loads of 4 f32 values): always (True), by a runtime test of a size, or
-        never (None). Every pointer argument is 16-byte aligned (Program.alignment: the
-        launchers see to it), so only the rows' length decides."""
-        axes = ir.type_of(self.g, t["node"]).axes
-        axis, extent = t["inner"].name, t["inner"].extent
-        if t["computed"]:
-            return self.vectorizable(t["node"], axis, extent)
-        width = RVECTOR if t["convert"] else VECTOR
-        sizes = self._row_sizes(t)
-        if axes[-1] != axis or not copies.row_widths(
-                extent, [int(s) if s.isdigit() else None for s in sizes], 16 // width)[0]:
-            return None
-        tests = [f"{s} % {width} == 0" for s in dict.fromkeys(sizes) if not s.isdigit()]
-        return " && ".join(tests) if tests else True
-
-    def _row_sizes(self, t: dict) -> list[str]:
-        """The lengths (C) of the rows a tile's copy reads: its inner axis's, and a split
-        window's or a gather's base's (A[m k] split along k: a window starts at p_k *
-        size(s_k) in rows k long; both multiples of the vector, or a copy straddles them)."""
-        sizes = [self.sizes[t["inner"].name]]
-        base, source = self._source(t["node"])
-        if source is not None:
-            sizes.append(self.sizes[ir.type_of(self.g, base).axes[-1]])
-        return sizes
-
-    def _narrow(self, t: dict) -> int:
-        """Values a copy moves where no 16-byte one can (`_aligned` None): rows along the
-        array's contiguous axis of a static size, 8 or 4 bytes where their length allows
-        (copies.row_widths: d = 36's 72-byte rows, 4 values; a vector all inside or all
-        past a padded head), else 1."""
-        axes = ir.type_of(self.g, t["node"]).axes
-        axis, extent = t["inner"].name, t["inner"].extent
-        if t["computed"] or axes[-1] != axis:
-            return 1
-        return copies.row_widths(extent, [int(s) if s.isdigit() else None
-                                          for s in self._row_sizes(t)],
-                                 VALUE_BYTES, not t["convert"])[1]
 
     def _source(self, n: int) -> tuple[int, RowSource | None]:
         """(the global array operand n is copied from, its row source or None): a split's
@@ -265,7 +222,8 @@ class SharedTiles:
             else:   # src-size 0 outside the arrays: zeros, nothing read (see CHUNK)
                 nb = vector * VALUE_BYTES
                 b.emit(P.Call(f"napkin_cp_async_{nb}", (at, f"{param} + ({source})",
-                                                        f"({valid}) ? {nb} : 0")))
+                                                        self._src_bytes(t, valid, vector, c0,
+                                                                        clen))))
         self._each_thread(count, body, index=self.threads % per_row != 0)
 
     def _row_term(self, per_row: int) -> str | None:
@@ -304,7 +262,9 @@ class SharedTiles:
         rows = self.threads // per_row
         axes = ir.type_of(self.g, t["node"]).axes
         after = axes[position(axes, t["outer"].name) + 1:]   # (packed rows: their inner axis's)
-        stride = " * ".join(f"({self.itype})({self.sizes[a]})" for a in after) or f"({self.itype})1"
+        pitch = self.row_pitch(t["node"])
+        stride = " * ".join(f"({self.itype})({pitch if pitch and a == axes[-1] else self.sizes[a]})"
+                            for a in after) or f"({self.itype})1"
 
         def block():
             b.emit(P.Decl("const int", "ei", f"(tid % {per_row}) * {vector}"))
@@ -326,7 +286,8 @@ class SharedTiles:
                 dst = f"cpd + r * {rows * layout.pitch}" if stepped else \
                     f"cpd + {offset(layout, 'eo', 'ei')}"
                 nb = vector * VALUE_BYTES
-                b.emit(P.Call(f"napkin_cp_async_{nb}", (dst, src, f"({valid}) ? {nb} : 0")))
+                b.emit(P.Call(f"napkin_cp_async_{nb}", (dst, src, self._src_bytes(
+                    t, valid, vector, c0, clen))))
             self._each_thread(t["outer"].extent * per_row, each, index=False)
         b.emit(P.Block(self._scoped(block)))
 
@@ -337,7 +298,7 @@ class SharedTiles:
         valid, scope = self._element_scope(t, eo, ei, c0, clen)
         checks = [valid] if valid != "true" else []
         if rows is None:
-            return " && ".join(checks) or "true", Layout(axes, self.sizes, self.itype).offset(scope)
+            return " && ".join(checks) or "true", self.global_layout(t["node"], axes).offset(scope)
         row = None
         if rows.split is not None:  # the key x = p_x * size(s_x) + s_x, zeros past x
             x, part, share = rows.split
@@ -359,7 +320,7 @@ class SharedTiles:
             clamped = self.b.value("long long", f"napkin_clamp_index({i}, {self.sizes[axis]})",
                                    "ix")
             at[axis] = Ix(f"(({self.itype})({clamped}))")
-        return " && ".join(checks) or "true", Layout(base_axes, self.sizes, self.itype).offset(at)
+        return " && ".join(checks) or "true", self.global_layout(rows.base, base_axes).offset(at)
 
     def _element_scope(self, t: dict, eo: str, ei: str, c0: str, clen: str,
                        unpack: bool = True) -> tuple[str, dict]:

@@ -38,6 +38,7 @@ import numpy as np
 from . import ir
 from .choices import multiple_of, prod
 from .model import BYTES, storage_dtype
+from .pitch import pitch_of
 
 VECTOR_BYTES = (16, 8, 4)
 # What a copy issues (compiler/issue_simt.py charges it; counted in, or fitted to, the SASS
@@ -229,7 +230,8 @@ def tensor_copies(model, loads, chunk: dict, level1: dict, sizes: dict, threads,
             found.append((a, tile / 16, 1, 1, False, rounded))   # _copy_vector, 16 bytes a
             continue                                             # copy as charged; 0: draw)
         values, inner, extent, tested = tensor_values(a, held, sizes, model.fixed,
-                                                      model.padded, rounded)
+                                                      model.padded, rounded,
+                                                      dict(model.pitches).get(a.node, 0))
         rows = prod(held[x] for x in a.axes if x != inner)
         found.append((a, rows, extent, values, tested, rounded))
     failed = False
@@ -275,7 +277,7 @@ def row_widths(extent, sizes, nbytes: int, narrower: bool = True):
         (int(narrow) if np.ndim(narrow) == 0 else narrow)
 
 
-def tensor_values(a, held: dict, sizes: dict, fixed, padded, rounded: bool):
+def tensor_values(a, held: dict, sizes: dict, fixed, padded, rounded: bool, pitch: int = 0):
     """(values one copy moves, the tile's inner axis, the extent a row of the tile covers
     along it, whether a runtime size test decides it) of a tensor-core block's tile of load
     `a` (`held`: each axis's extent in the tile, numbers or arrays per candidate), as
@@ -284,7 +286,8 @@ def tensor_values(a, held: dict, sizes: dict, fixed, padded, rounded: bool):
     rows along another axis than the array's contiguous one are copied a value at a time. A
     runtime size's test fails where no 16-byte copy fits: the kernel copies one value at a
     time (with no test: `vector_values`' 8 or 4 bytes where they fit). (A split window's or
-    a gather's base rows are taken to be the axis's own.)"""
+    a gather's base rows are taken to be the axis's own.) `pitch`: the array's rows are padded
+    to a multiple of it (compiler/pitch.py): they start aligned at any size, no test."""
     axes = [x for x in a.axes if not np.all(np.asarray(held[x]) == 1)]
     if not axes:
         return 1, None, 1, False
@@ -292,8 +295,8 @@ def tensor_values(a, held: dict, sizes: dict, fixed, padded, rounded: bool):
     extent = next((e for n, x, e in padded if n == a.node and x == inner), held[inner])
     if inner != a.axes[-1]:
         return 1, inner, extent, False
-    size = int(sizes[inner])
-    constant = inner in fixed
+    size = pitch_of(int(sizes[inner]), pitch)
+    constant = inner in fixed or pitch > 1
     wide, _ = row_widths(extent, [size], a.bytes)
     _, narrow = row_widths(extent, [size if constant else None], a.bytes, not rounded)
     return np.where(wide > 0, wide, narrow), inner, extent, not constant

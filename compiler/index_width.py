@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from .choices import Choices
+from .pitch import pitch_of
 
 INT_MAX = 2**31 - 1
 OVERSHOOT = 1024          # the least overshoot assumed (a loop's step past its bound)
@@ -46,8 +47,9 @@ def _past(steps: dict, axis: str, bound=max):
 
 
 def wide(extents, sizes: dict, choice):
-    """Whether the kernel indexes in 64 bits (per candidate of a set): `extents`, the axes of
-    every global array it reads or writes (Model.extents, each in its layout order);
+    """Whether the kernel indexes in 64 bits (per candidate of a set): `extents`, (the axes of
+    every global array it reads or writes, in its layout order; the values its rows' pitch is
+    a multiple of, 0 where they are dense: compiler/pitch.py) (Model.extents);
     `sizes`, every axis's size. An index past its axis's end moves an array's offset by
     that axis's stride, the product of the axes after it: a tile of rows past the last row
     of a [2^30 - 1, 2] array computes offsets past 2^31 before the bound test stops its
@@ -77,11 +79,14 @@ def wide(extents, sizes: dict, choice):
 @functools.lru_cache(maxsize=4096)
 def _arrays(extents: tuple, sizes: tuple):
     """What `wide` reads of the arrays, the same for every candidate: each array's (axes,
-    its largest offset, each axis's stride: the product of the sizes after it), or None
-    when an array's size alone passes INT_MAX. Products of whole sizes: exact below 2^53,
-    far past INT_MAX."""
+    its largest offset, each axis's stride: the product of the sizes after it, the last a
+    padded row's pitch), or None when an array's size alone passes INT_MAX. Products of
+    whole sizes: exact below 2^53, far past INT_MAX."""
     sized = dict(sizes)
-    arrays = [(axes, [max(1.0, float(sized[a])) for a in axes]) for axes in extents]
+    arrays = [(axes, [max(1.0, float(sized[a])) for a in axes]) for axes, _ in extents]
+    for (axes, d), (_, values) in zip(arrays, extents):
+        if axes and values:
+            d[-1] = float(pitch_of(int(d[-1]), values))
     if any(math.prod(d) > INT_MAX for _, d in arrays):
         return None
     return tuple((axes, math.prod(d) - 1, tuple(math.prod(d[i + 1:]) for i in range(len(d))))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .graph import DiGraph, ancestors
 
-from . import bias_fold, gather_reads, held_values, ir, lanes, register_arrays, score_states
+from . import bias_fold, gather_reads, held_values, ir, lanes, pitch, register_arrays, score_states
 from .canonical import through
 from .kernels import FusedKernel, is_free, relabelled
 from .loop_reads import readers
@@ -104,8 +104,8 @@ class Model:
                                 # (node, its tile's axes, values a lane computes per run: 8 or
                                 # 1, the loads it reads, whether it is an operand: rounded, stored)
     direct: frozenset = frozenset()   # ... the loads only those read, from global memory
-    extents: tuple = ()         # the axes of every global array the kernel reads or writes
-                                # (index_width.py: its offsets' range)
+    extents: tuple = ()         # (axes, pitch.pitched) of every global array the kernel reads or
+                                # writes (index_width.py: its offsets' range)
     rows: tuple = ()            # CUDA cores: (store, axis, width) of stores copying a load's
                                 # row, in runs where the thread's tile allows (row_runs)
     across: frozenset = frozenset()   # a chain's products over its rows (chain.Across): the
@@ -137,6 +137,7 @@ class Model:
     held_values: tuple = ()     # CUDA cores: (reduction, pass) held before it (held_values.py)
     whole_walks: frozenset = frozenset()  # ... axes never split over lanes (lanes.whole_walks)
     held_axes: frozenset = frozenset()    # ... axes its per-thread arrays run over (register_arrays)
+    pitches: tuple = ()     # (node, values): global arrays with rows padded to a multiple (pitch.py)
 
 
 def flash_state(model) -> bool:
@@ -251,13 +252,14 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
                  scale, lse, state_ops(g, st, lse), scores, shared=tuple(kept.items()),
                  folded=bias_fold.folded(g, scale, scale is not None and scores_bias(
                      g, scores_of(g, st)) or None, axis),
-                 extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
+                 extents=pitch.extents(g, k.loads + k.stores),
                  rows=rows, online=online, loop_reads=loop_reads,
                  fixed=frozenset(a for a, info in g.graph["axes"].items()
                                  if info.size is not None),
                  scans=any(isinstance(ir.op(g, n), ir.Scan) for n in k.nodes),
                  held_values=held, whole_walks=lanes.whole_walks(g, k, st, [n for n, _ in held]),
-                 held_axes=register_arrays.held_axes(g, k, st, woven, [n for n, _ in held]))
+                 held_axes=register_arrays.held_axes(g, k, st, woven, [n for n, _ in held]),
+                 pitches=pitch.kernel_pitches(g, k.loads + k.stores))
 
 
 def _used_over(g: DiGraph, n: int, members: set) -> tuple[str, ...]:

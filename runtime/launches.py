@@ -14,6 +14,7 @@ import numpy as np
 
 from ..codegen import program as P
 from ..compiler import register_arrays
+from ..compiler.pitch import pitch_of
 from ..diagrams.diagnostics import error
 from . import dtypes
 
@@ -40,6 +41,16 @@ def buffer_names(program: P.Program) -> dict[str, str]:
     return {array: f"b{i}" for i, (array, _, _) in enumerate(program.buffers)}
 
 
+def buffer_shape(program: P.Program, array: str, axes, sizes: dict[str, int]) -> tuple:
+    """The shape a launcher allocates global array `array` over `axes` in: its sizes, the last
+    one its rows' pitch where the plan pads them (Program.pitches, compiler/pitch.py)."""
+    shape = [int(sizes[a]) for a in axes]
+    values = dict(program.pitches).get(array, 0)
+    if shape and values:
+        shape[-1] = pitch_of(shape[-1], values)
+    return tuple(shape)
+
+
 def make_buffers(program: P.Program, inputs: dict[str, np.ndarray], sizes: dict[str, int],
                  input_names) -> dict[str, np.ndarray]:
     names = buffer_names(program)
@@ -53,7 +64,9 @@ def make_buffers(program: P.Program, inputs: dict[str, np.ndarray], sizes: dict[
         else:
             fill = np.nan if np_dtype.kind == "f" or np_dtype.name == "bfloat16" else \
                 (0 if np_dtype.kind == "b" else np.iinfo(np_dtype).min)   # never computed
-            out[names[array]] = np.full(tuple(int(sizes[a]) for a in axes), fill, dtype=np_dtype)
+            # (a padded row's padding too: a kernel reading it would read NaN)
+            out[names[array]] = np.full(buffer_shape(program, array, axes, sizes), fill,
+                                        dtype=np_dtype)
     return out
 
 

@@ -140,5 +140,5 @@ def test_an_index_past_the_last_row_counts_its_stride():
     from napkin.compiler.cost import Choice
     from napkin.compiler.index_width import wide
     tile = Choice(group=(("t", 256),))
-    assert wide([("t", "m")], {"t": 2**30 - 1, "m": 2}, tile)
-    assert not wide([("t", "m")], {"t": 2**29, "m": 2}, tile)
+    assert wide([(("t", "m"), 0)], {"t": 2**30 - 1, "m": 2}, tile)
+    assert not wide([(("t", "m"), 0)], {"t": 2**29, "m": 2}, tile)

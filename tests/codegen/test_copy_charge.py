@@ -94,9 +94,9 @@ def test_a_runtime_size_no_multiple_of_8_copies_a_value_at_a_time():
             "napkin_cp_async_commit")], re.S)] == [(a_rounds, True), (b_rounds, True)]
 
 
-def _old_charge(a, held, sizes, fixed, padded, rounded):
+def _old_charge(a, held, sizes, fixed, padded, rounded, pitch=0):
     """The charge before: 16-byte copies (8 values) over every tile but a padded head's."""
-    values, inner, extent, tested = REAL(a, held, sizes, fixed, padded, rounded)
+    values, inner, extent, tested = REAL(a, held, sizes, fixed, padded, rounded, pitch)
     if any(n == a.node for n, _, _ in padded):
         return values, inner, extent, tested
     return 16 // a.bytes, inner, extent, False

@@ -686,7 +686,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
 #line 8 "napkin-diagram"
           const float v0 = napkin_gelu(acc[i0][i1][i2]);
           if ((pt0 < n0) && (pt1 < n2)) {
-            p2[((int)((pt0 < (int)(n0 - 1) ? pt0 : (int)(n0 - 1)))) * (n2) + ((pt1 < (int)(n2 - 1) ? pt1 : (int)(n2 - 1)))] = napkin_from_float<__half>(v0);
+            p2[((int)((pt0 < (int)(n0 - 1) ? pt0 : (int)(n0 - 1)))) * ((((n2) + 7) / 8 * 8)) + ((pt1 < (int)(n2 - 1) ? pt1 : (int)(n2 - 1)))] = napkin_from_float<__half>(v0);
           }
         }
       }
@@ -729,19 +729,19 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
     float acc[4][8][4] = {};
     __half* const sm0 = reinterpret_cast<__half*>(smem + 0);
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (4096) * 2 + 15) / 16 * 16));
-    if (n2 % 8 == 0 && n3 % 8 == 0) {
+    if (n3 % 8 == 0) {
       {
         __syncthreads();
         const int nlen = (int)((int)(n2) - ((int)0) < 16 ? (int)(n2) - ((int)0) : 16);
         {
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
-          const __half* const cps = p1 + (((int)((org_0 + eo0))) * (n2) + (((int)0 + ei)));
+          const __half* const cps = p1 + (((int)((org_0 + eo0))) * ((((n2) + 7) / 8 * 8)) + (((int)0 + ei)));
           __half* const cpd = (sm0 + 0 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)((((n2) + 7) / 8 * 8))), (org_0 + eo < n0 && ei < nlen) ? (((nlen) - ei) < 8 ? (int)((nlen) - ei) : 8) * 2 : 0);
           }
         }
         {
@@ -762,12 +762,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
         {
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
-          const __half* const cps = p1 + (((int)((org_0 + eo0))) * (n2) + (((int)0 + 16 + ei)));
+          const __half* const cps = p1 + (((int)((org_0 + eo0))) * ((((n2) + 7) / 8 * 8)) + (((int)0 + 16 + ei)));
           __half* const cpd = (sm0 + 1 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)((((n2) + 7) / 8 * 8))), (org_0 + eo < n0 && ei < nlen) ? (((nlen) - ei) < 8 ? (int)((nlen) - ei) : 8) * 2 : 0);
           }
         }
         {
@@ -788,12 +788,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
         {
           const int ei = (tid % 2) * 8;
           const int eo0 = tid / 2;
-          const __half* const cps = p1 + (((int)((org_0 + eo0))) * (n2) + (((int)0 + 32 + ei)));
+          const __half* const cps = p1 + (((int)((org_0 + eo0))) * ((((n2) + 7) / 8 * 8)) + (((int)0 + 32 + ei)));
           __half* const cpd = (sm0 + 2 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
           #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int eo = eo0 + r * 32;
-            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)((((n2) + 7) / 8 * 8))), (org_0 + eo < n0 && ei < nlen) ? (((nlen) - ei) < 8 ? (int)((nlen) - ei) : 8) * 2 : 0);
           }
         }
         {
@@ -820,12 +820,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
           {
             const int ei = (tid % 2) * 8;
             const int eo0 = tid / 2;
-            const __half* const cps = p1 + (((int)((org_0 + eo0))) * (n2) + ((c0 + 48 + ei)));
+            const __half* const cps = p1 + (((int)((org_0 + eo0))) * ((((n2) + 7) / 8 * 8)) + ((c0 + 48 + ei)));
             __half* const cpd = (sm0 + fill * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int eo = eo0 + r * 32;
-              napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)(n2)), (org_0 + eo < n0 && ei < nlen) ? 16 : 0);
+              napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)((((n2) + 7) / 8 * 8))), (org_0 + eo < n0 && ei < nlen) ? (((nlen) - ei) < 8 ? (int)((nlen) - ei) : 8) * 2 : 0);
             }
           }
           {
@@ -868,11 +868,16 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
       {
         __syncthreads();
         const int nlen = (int)((int)(n2) - ((int)0) < 16 ? (int)(n2) - ((int)0) : 16);
-        #pragma unroll 1
-        for (int r = 0; r < 16; ++r) {
-          const int eo = tid / 16 + r * 4;
-          const int ei = tid % 16;
-          ((sm0 + 0 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + (((int)0 + ei))] : napkin_from_float<__half>(0.0f);
+        {
+          const int ei = (tid % 2) * 8;
+          const int eo0 = tid / 2;
+          const __half* const cps = p1 + (((int)((org_0 + eo0))) * ((((n2) + 7) / 8 * 8)) + (((int)0 + ei)));
+          __half* const cpd = (sm0 + 0 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)((((n2) + 7) / 8 * 8))), (org_0 + eo < n0 && ei < nlen) ? (((nlen) - ei) < 8 ? (int)((nlen) - ei) : 8) * 2 : 0);
+          }
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
@@ -885,11 +890,16 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
       napkin_cp_async_commit();
       if ((int)0 + 16 < (int)(n2)) {
         const int nlen = (int)((int)(n2) - ((int)0 + 16) < 16 ? (int)(n2) - ((int)0 + 16) : 16);
-        #pragma unroll 1
-        for (int r = 0; r < 16; ++r) {
-          const int eo = tid / 16 + r * 4;
-          const int ei = tid % 16;
-          ((sm0 + 1 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 16 + ei))] : napkin_from_float<__half>(0.0f);
+        {
+          const int ei = (tid % 2) * 8;
+          const int eo0 = tid / 2;
+          const __half* const cps = p1 + (((int)((org_0 + eo0))) * ((((n2) + 7) / 8 * 8)) + (((int)0 + 16 + ei)));
+          __half* const cpd = (sm0 + 1 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)((((n2) + 7) / 8 * 8))), (org_0 + eo < n0 && ei < nlen) ? (((nlen) - ei) < 8 ? (int)((nlen) - ei) : 8) * 2 : 0);
+          }
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
@@ -902,11 +912,16 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
       napkin_cp_async_commit();
       if ((int)0 + 32 < (int)(n2)) {
         const int nlen = (int)((int)(n2) - ((int)0 + 32) < 16 ? (int)(n2) - ((int)0 + 32) : 16);
-        #pragma unroll 1
-        for (int r = 0; r < 16; ++r) {
-          const int eo = tid / 16 + r * 4;
-          const int ei = tid % 16;
-          ((sm0 + 2 * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + (((int)0 + 32 + ei))] : napkin_from_float<__half>(0.0f);
+        {
+          const int ei = (tid % 2) * 8;
+          const int eo0 = tid / 2;
+          const __half* const cps = p1 + (((int)((org_0 + eo0))) * ((((n2) + 7) / 8 * 8)) + (((int)0 + 32 + ei)));
+          __half* const cpd = (sm0 + 2 * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
+          #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int eo = eo0 + r * 32;
+            napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)((((n2) + 7) / 8 * 8))), (org_0 + eo < n0 && ei < nlen) ? (((nlen) - ei) < 8 ? (int)((nlen) - ei) : 8) * 2 : 0);
+          }
         }
         #pragma unroll 1
         for (int r = 0; r < 32; ++r) {
@@ -925,11 +940,16 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k1(
         __syncthreads();
         if (c0 + 48 < (int)(n2)) {
           const int nlen = (int)((int)(n2) - (c0 + 48) < 16 ? (int)(n2) - (c0 + 48) : 16);
-          #pragma unroll 1
-          for (int r = 0; r < 16; ++r) {
-            const int eo = tid / 16 + r * 4;
-            const int ei = tid % 16;
-            ((sm0 + fill * 1024) + (eo) * 16 + ((ei) ^ (((eo) << 1) & 8)))[0] = (org_0 + eo < n0 && ei < nlen) ? p1[((int)((org_0 + eo))) * (n2) + ((c0 + 48 + ei))] : napkin_from_float<__half>(0.0f);
+          {
+            const int ei = (tid % 2) * 8;
+            const int eo0 = tid / 2;
+            const __half* const cps = p1 + (((int)((org_0 + eo0))) * ((((n2) + 7) / 8 * 8)) + ((c0 + 48 + ei)));
+            __half* const cpd = (sm0 + fill * 1024) + (eo0) * 16 + ((ei) ^ (((eo0) << 1) & 8));
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int eo = eo0 + r * 32;
+              napkin_cp_async_16(cpd + r * 512, cps + ((int)(r * 32) * (int)((((n2) + 7) / 8 * 8))), (org_0 + eo < n0 && ei < nlen) ? (((nlen) - ei) < 8 ? (int)((nlen) - ei) : 8) * 2 : 0);
+            }
           }
           #pragma unroll 1
           for (int r = 0; r < 32; ++r) {
