@@ -61,8 +61,8 @@ bf16, f32, ...): every diagram and every dtype once, 12 checks instead of 36.
 
 --diagrams A,B,... checks those library diagrams only (the timings and the other sections
 run as without it). --features F,G,... checks and times those features only (wgmma, packed-gqa,
-wide-head, softmax-3-axes, paged-tensor-cores); --sample checks the first case of each,
---quick times the first of each.
+wide-head, softmax-3-axes, paged-tensor-cores, padded-head, padded-rows, ...); --sample
+checks the first case of each, --quick times the first of each.
 
 Device time: the whole run must fit one device session (15 minutes, machine start, wheel
 install and a rerun's margin included). Without launches, --dry-run does what the GPU run

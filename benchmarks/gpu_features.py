@@ -71,6 +71,16 @@ def _library(name: str, **sizes):
     return lambda dtype: variant(name, dtype, **sizes)
 
 
+def _ce_gradient(dtype: str):
+    """The LM head's cross-entropy gradient: dZ[t v] stored in 16 bits, rows padded to 16
+    bytes (compiler/pitch.py), read by the products dH = dZ * W and dW = dZ * H."""
+    import napkin
+    return napkin.grad(napkin.load(
+        f"axis t, m, v\nin H[t m]: {dtype}\nin W[v m]: {dtype}\nin label[t]: i32\n"
+        "Z[t v] = H * W\nL[t] = logsumexp[v](Z) - sum[v](where(v == label, Z, 0))\n"
+        "out L: f32"))
+
+
 def _paged(x: int, P: int):
     return _library("paged_attention", x=x, j=-(-x // P), P=P)
 
@@ -119,6 +129,11 @@ CHECKS = [
      {"b": 2, "h": 3, "q": 131, "x": 131}, {}, {"engine": "attention"}),
     ("attention d=36", "padded-head", _library("attention", d=36), "f16",
      {"b": 2, "h": 3, "q": 97, "x": 190}, {}, {"engine": "attention"}),
+    # 16-bit intermediates' rows padded to 16 bytes (compiler/pitch.py): v not a multiple of 8
+    ("cross-entropy gradient v=61", "padded-rows", _ce_gradient, "f16",
+     {"t": 37, "m": 40, "v": 61}, {}, {"pitched": True}),
+    ("cross-entropy gradient v=130", "padded-rows", _ce_gradient, "bf16",
+     {"t": 77, "m": 72, "v": 130}, {}, {"pitched": True}),
     # wgmma (opt-in with arch sm_90a until these pass on a GPU: docs/tensor-cores.md), at
     # sizes the check launches unclamped (bench.CHECK_LIMIT) where the model takes wgmma
     ("batched_matmul on wgmma 129^4", "wgmma", _library("batched_matmul"), "f16",
@@ -165,10 +180,12 @@ def firsts(cases) -> list:
 
 def path(p) -> dict:
     """What the plan chose, in `expect`'s terms."""
+    from napkin.compiler import pitch
     from napkin.compiler.flash import FlashSite
     out = {"engines": [kp.schedule.engine for kp in p.kernels], "kernels": len(p.kernels),
            "split": None if p.split is None else p.split.axis,
-           "instructions": [kp.choice.instruction for kp in p.kernels if kp.choice.warps]}
+           "instructions": [kp.choice.instruction for kp in p.kernels if kp.choice.warps],
+           "pitched": bool(pitch.said(p))}     # (rows padded at these sizes)
     for kp in p.kernels:
         if isinstance(kp.schedule.site, FlashSite):
             out.update(packed=list(kp.schedule.site.packed), reread=bool(kp.schedule.reread))

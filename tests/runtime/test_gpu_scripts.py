@@ -80,7 +80,8 @@ def test_every_new_kernel_case_is_planned_on_its_path_and_compiled():
     assert [c["case"] for c in checks] == [c[0] for c in script.CHECKS]
     assert {c["feature"] for c in checks} == {"packed-gqa", "wide-head", "softmax-3-axes",
                                               "paged-tensor-cores", "merged-axes",
-                                              "stored-16-bit", "wgmma", "padded-head"}
+                                              "stored-16-bit", "wgmma", "padded-head",
+                                              "padded-rows"}
     assert {c["dtype"] for c in checks} == {"f16", "bf16"}
     assert [t["case"] for t in timed] == [t[0] for t in script.TIMINGS]
     _features_present(checks, timed)
