@@ -85,12 +85,15 @@ class FlashLowering(MmaLowering):
         self.bias = bias_fold.lowered(self.g, masking.scores_bias(self.g, row_state.scores_of(
             self.g, self.st)), self.scaled and self.scaled[0], self.kp.model.folded, s.red)
         if self.bias is not None:       # the bias over the scale, as the scores stay unscaled
-            b.emit(P.Decl("const float", "qki", self.scaled[2]))
-            product = self.bias[2]      # its factor over the scale, once a block (per head)
+            total, bias, product, inside, sign = self.bias
+            if not inside:              # X * c + B: t = X + B / c
+                b.emit(P.Decl("const float", "qki", self.scaled[2]))
+            # its factor (over the scale), once a block where it is per head
             if product is not None and set(ir.type_of(self.g, product[0]).axes) <= set(s.batch):
-                b.emit(P.Decl("const float", "qka", "{} * qki".format(
-                    self.emitter.value(product[0], self._point({})[0]))))
-                self.bias = self.bias[:2] + (("qka", product[1]),)
+                b.emit(P.Decl("const float", "qka", self._coefficient(
+                    self.emitter.value(product[0], self._point({})[0]), product[2], inside, sign)))
+                product = ("qka",) + product[1:]
+            self.bias = total, bias, product, inside, sign
         kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head, s.k))
         # V read from K's own array (`softmax[x](Q * X) * X`), the whole head: K's tile
         shared = kt if s.v in (s.k, None) and not self._tiled() else None
@@ -212,16 +215,22 @@ class FlashLowering(MmaLowering):
             self.values[s.scores] = "sc[i0][i1][i2]"
             if self.scaled is not None:         # the scores unscaled: qkl scales them below
                 self.values[self.scaled[0]] = "sc[i0][i1][i2]"
-            if self.bias is not None:           # X + B / c (bias_fold.py)
-                total, bias, product = self.bias
+            if self.bias is not None:           # t = X + B / c, or X + B under the scale
+                total, bias, product, under, sign = self.bias
                 if product is not None:
-                    a = product[0] if product[0] == "qka" else \
-                        f"{self.emitter.value(product[0], scope)} * qki"
+                    a = product[0] if product[0] == "qka" else self._coefficient(
+                        self.emitter.value(product[0], scope), product[2], under, sign)
                     p = self.emitter.value(product[1], scope)
-                    self.values[total] = f"fmaf({a}, (float)({p}), sc[i0][i1][i2])"
+                    t = f"fmaf({a}, (float)({p}), sc[i0][i1][i2])"
+                elif under:
+                    t = f"(sc[i0][i1][i2] {'+' if sign > 0 else '-'} (float)(" \
+                        f"{self.emitter.value(bias, scope)}))"
                 else:
-                    bias = self.emitter.value(bias, scope)
-                    self.values[total] = f"fmaf((float)({bias}), qki, sc[i0][i1][i2])"
+                    t = f"fmaf((float)({self.emitter.value(bias, scope)}), " \
+                        f"{'' if sign > 0 else '-'}qki, sc[i0][i1][i2])"
+                self.values[total] = t
+                if under:                       # (the scale's operand: the sum)
+                    self.values[self.scaled[0]] = t
             self._rows_at(scope, "i2")
             if inside:
                 self.values[cond] = "true"
@@ -376,6 +385,15 @@ class FlashLowering(MmaLowering):
     def _mma(self) -> str:
         return f"napkin_mma_m16n8k16_{self.site.dtype}"
 
+    @staticmethod
+    def _coefficient(a: str, fn: str, under: bool, sign: int) -> str:
+        """The C factor of a bias `a * p` or `p / a` in t's FMA: over the scale (qki) where the
+        bias is beside it, negated where subtracted (compiler/bias_fold.py)."""
+        minus = "" if sign > 0 else "-"
+        if fn == "div":
+            return f"{minus}{'1.0f' if under else 'qki'} / ({a})"
+        return f"{minus}({a})" + ("" if under else " * qki")
+
     def _scale(self):
         """(the node, the C factor, its inverse) of the softmax's positive scale (compiler/masking.
         softmax_scale, decided on the kernel's model): the scores stay unscaled in registers
@@ -385,11 +403,11 @@ class FlashLowering(MmaLowering):
         node = self.kp.model.scale
         if node is None:
             return None
-        op, (a, c) = ir.op(self.g, node), ir.operands(self.g, node)
-        if masking.through_names(self.g, a) != self.site.scores:
-            a, c = c, a
-        if masking.through_names(self.g, a) != self.site.scores:    # (not this site's scores)
-            return None
+        a, c, fn = bias_fold.split(self.g, node)
+        found = masking.scores_bias(self.g, row_state.scores_of(self.g, self.st))
+        under = found is not None and found[1] == node and found[3]   # `(X + B) / c`
+        if masking.through_names(self.g, a) != self.site.scores and not under:
+            return None     # (not this site's scores)
         factor = self.emitter.value(c, {})
-        return node, (f"1.0f / ({factor})" if op.fn == "div" else f"({factor})"), \
-            (f"({factor})" if op.fn == "div" else f"1.0f / ({factor})")
+        return node, (f"1.0f / ({factor})" if fn == "div" else f"({factor})"), \
+            (f"({factor})" if fn == "div" else f"1.0f / ({factor})")
