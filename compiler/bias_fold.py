@@ -107,6 +107,13 @@ def folded(g, scale: int | None, found, stream: str | None) -> frozenset:
     return frozenset({scale} | ({_through(g, found[2])} if product else set()))
 
 
+def positions(g, scale: int | None, found, stream: str | None) -> frozenset:
+    """The operand p of the bias's product `folded` leaves (ALiBi's `x - q`), through names:
+    t's FFMA reads it converted to float (issue.FLASH_BIAS_INDEX)."""
+    product = scale is not None and found is not None and factor(g, found[2], stream)
+    return frozenset({_through(g, product[1])}) if product else frozenset()
+
+
 def lowered(g, found, scale: int | None, folded: frozenset, stream: str):
     """(the sum, B, B's (a, p, fn) where Model.folded holds B's product, else None, whether B
     is under the scale, its sign) of the scores' bias `found` (masking.scores_bias) over the

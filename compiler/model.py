@@ -97,6 +97,8 @@ class Model:
                                 # with no softmax nor P V (row_state.alone): FlashAttention's
                                 # state alone on tensor cores
     folded: frozenset = frozenset()  # the scale, a bias's product: in the exponent (bias_fold)
+    bias_positions: frozenset = frozenset()  # the positions a folded product multiplies
+                                             # (ALiBi's x - q: t's FFMA reads them, bias_fold)
     shared: tuple = ()          # CUDA cores: (reducer, the one whose running max and sum of exp
                                 # it reads: itself where it keeps it), score_states.shared
     staged: tuple = ()          # a tensor-core product's operands computed from loads as they
@@ -243,13 +245,14 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
     mask = chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None
     scale = softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else \
         scores_scale(g, scores) if scores is not None else None
+    found = scale is not None and scores_bias(g, scores_of(g, st)) or None
     return Model(k, st, tuple(arrays), tuple(work), woven, reduced, axes, mask,
                  # (evaluated at every score where no chunk mask skips: charged as any op)
                  condition_nodes(g, st, k.loads, k.nodes) if mask is not None else frozenset(),
                  relabelled(g, k, (n for n, _ in st.reducers)),
                  scale, lse, state_ops(g, st, lse), scores, shared=tuple(kept.items()),
-                 folded=bias_fold.folded(g, scale, scale is not None and scores_bias(
-                     g, scores_of(g, st)) or None, axis),
+                 folded=bias_fold.folded(g, scale, found, axis),
+                 bias_positions=bias_fold.positions(g, scale, found, axis),
                  extents=tuple(ir.type_of(g, n).axes for n in k.loads + k.stores),
                  rows=rows, online=online, loop_reads=loop_reads,
                  fixed=frozenset(a for a, info in g.graph["axes"].items()
