@@ -390,9 +390,10 @@ class FlashLowering(MmaLowering):
         """The C factor of a bias `a * p` or `p / a` in t's FMA: over the scale (qki) where the
         bias is beside it, negated where subtracted (compiler/bias_fold.py)."""
         minus = "" if sign > 0 else "-"
+        a = a if a.isidentifier() else f"({a})"
         if fn == "div":
-            return f"{minus}{'1.0f' if under else 'qki'} / ({a})"
-        return f"{minus}({a})" + ("" if under else " * qki")
+            return f"{minus}{'1.0f' if under else 'qki'} / {a}"
+        return f"{minus}{a}" + ("" if under else " * qki")
 
     def _scale(self):
         """(the node, the C factor, its inverse) of the softmax's positive scale (compiler/masking.
