@@ -23,7 +23,7 @@ import math
 from types import SimpleNamespace
 
 from ..compiler import bias_fold, headpad, ir, masking, packing, row_state
-from . import accum, masks
+from . import accum, flash_bias, masks
 from . import program as P
 from .cexpr import float_literal
 from .mma import FK, FM, FN, MmaLowering
@@ -85,15 +85,7 @@ class FlashLowering(MmaLowering):
         self.bias = bias_fold.lowered(self.g, masking.scores_bias(self.g, row_state.scores_of(
             self.g, self.st)), self.scaled and self.scaled[0], self.kp.model.folded, s.red)
         if self.bias is not None:       # the bias over the scale, as the scores stay unscaled
-            total, bias, product, inside, sign = self.bias
-            if not inside:              # X * c + B: t = X + B / c
-                b.emit(P.Decl("const float", "qki", self.scaled[2]))
-            # its factor (over the scale), once a block where it is per head
-            if product is not None and set(ir.type_of(self.g, product[0]).axes) <= set(s.batch):
-                b.emit(P.Decl("const float", "qka", self._coefficient(
-                    self.emitter.value(product[0], self._point({})[0]), product[2], inside, sign)))
-                product = ("qka",) + product[1:]
-            self.bias = total, bias, product, inside, sign
+            self.bias = flash_bias.declare(self, self.bias, s.batch)
         kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head, s.k))
         # V read from K's own array (`softmax[x](Q * X) * X`), the whole head: K's tile
         shared = kt if s.v in (s.k, None) and not self._tiled() else None
@@ -216,20 +208,9 @@ class FlashLowering(MmaLowering):
             if self.scaled is not None:         # the scores unscaled: qkl scales them below
                 self.values[self.scaled[0]] = "sc[i0][i1][i2]"
             if self.bias is not None:           # t = X + B / c, or X + B under the scale
-                total, bias, product, under, sign = self.bias
-                if product is not None:
-                    a = product[0] if product[0] == "qka" else self._coefficient(
-                        self.emitter.value(product[0], scope), product[2], under, sign)
-                    p = self.emitter.value(product[1], scope)
-                    t = f"fmaf({a}, (float)({p}), sc[i0][i1][i2])"
-                elif under:
-                    t = f"(sc[i0][i1][i2] {'+' if sign > 0 else '-'} (float)(" \
-                        f"{self.emitter.value(bias, scope)}))"
-                else:
-                    t = f"fmaf((float)({self.emitter.value(bias, scope)}), " \
-                        f"{'' if sign > 0 else '-'}qki, sc[i0][i1][i2])"
-                self.values[total] = t
-                if under:                       # (the scale's operand: the sum)
+                t = flash_bias.score(self, self.bias, scope)
+                self.values[self.bias[0]] = t
+                if self.bias[3]:                # (the scale's operand: the sum)
                     self.values[self.scaled[0]] = t
             self._rows_at(scope, "i2")
             if inside:
@@ -384,16 +365,6 @@ class FlashLowering(MmaLowering):
 
     def _mma(self) -> str:
         return f"napkin_mma_m16n8k16_{self.site.dtype}"
-
-    @staticmethod
-    def _coefficient(a: str, fn: str, under: bool, sign: int) -> str:
-        """The C factor of a bias `a * p` or `p / a` in t's FMA: over the scale (qki) where the
-        bias is beside it, negated where subtracted (compiler/bias_fold.py)."""
-        minus = "" if sign > 0 else "-"
-        a = a if a.isidentifier() else f"({a})"
-        if fn == "div":
-            return f"{minus}{'1.0f' if under else 'qki'} / {a}"
-        return f"{minus}{a}" + ("" if under else " * qki")
 
     def _scale(self):
         """(the node, the C factor, its inverse) of the softmax's positive scale (compiler/masking.

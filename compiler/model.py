@@ -97,8 +97,7 @@ class Model:
                                 # with no softmax nor P V (row_state.alone): FlashAttention's
                                 # state alone on tensor cores
     folded: frozenset = frozenset()  # the scale, a bias's product: in the exponent (bias_fold)
-    bias_positions: frozenset = frozenset()  # the positions a folded product multiplies
-                                             # (ALiBi's x - q: t's FFMA reads them, bias_fold)
+    bias_positions: frozenset = frozenset()  # ALiBi's x - q: a folded product's (bias_fold)
     shared: tuple = ()          # CUDA cores: (reducer, the one whose running max and sum of exp
                                 # it reads: itself where it keeps it), score_states.shared
     staged: tuple = ()          # a tensor-core product's operands computed from loads as they
