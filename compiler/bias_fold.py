@@ -8,7 +8,12 @@ than the product: t = fma(a / c, p, X), where a / c is one value per block of ro
 reads none of the positions p reads nor the streamed axis (the slope, per head; declared
 once a block by the lowering): the product's FMUL per score is gone. ALiBi's main loop
 (library diagram, h100 plan at b = 4, h = 16, q = x = 4096; sm_90, static SASS, NVRTC 13):
-1429 -> 764 instructions, 44.7 -> 23.9 a score (the slope's powf had stayed in the loop)."""
+1429 -> 764 instructions, 44.7 -> 23.9 a score (the slope's powf had stayed in the loop).
+The other forms a diagram may write fold the same (`biased`): the bias subtracted
+(`X * c - a * p`: t = fma(-a / c, p, X)), the slope a divisor (`p / a`: 1 / (a c)), the
+scale outside the sum (`(X + B) / c`, `(X - B) * c`: t = X ± B, the exponent takes c):
+ALiBi so written, 1492, 1427 and 2329 -> 764-766 instructions (the same plan, static SASS).
+Not folded: the scale outside the mask (`where(m, X + B, -inf) / c`)."""
 
 from __future__ import annotations
 
