@@ -23,7 +23,7 @@ import math
 from types import SimpleNamespace
 
 from ..compiler import bias_fold, headpad, ir, masking, packing, row_state
-from . import accum, masks
+from . import accum, flash_bias, masks
 from . import program as P
 from .cexpr import float_literal
 from .mma import FK, FM, FN, MmaLowering
@@ -85,12 +85,7 @@ class FlashLowering(MmaLowering):
         self.bias = bias_fold.lowered(self.g, masking.scores_bias(self.g, row_state.scores_of(
             self.g, self.st)), self.scaled and self.scaled[0], self.kp.model.folded, s.red)
         if self.bias is not None:       # the bias over the scale, as the scores stay unscaled
-            b.emit(P.Decl("const float", "qki", self.scaled[2]))
-            product = self.bias[2]      # its factor over the scale, once a block (per head)
-            if product is not None and set(ir.type_of(self.g, product[0]).axes) <= set(s.batch):
-                b.emit(P.Decl("const float", "qka", "{} * qki".format(
-                    self.emitter.value(product[0], self._point({})[0]))))
-                self.bias = self.bias[:2] + (("qka", product[1]),)
+            self.bias = flash_bias.declare(self, self.bias, s.batch)
         kt = self._tile(s.k, self.chunked(s.red), self.whole(s.dk, s.head, s.k))
         # V read from K's own array (`softmax[x](Q * X) * X`), the whole head: K's tile
         shared = kt if s.v in (s.k, None) and not self._tiled() else None
@@ -212,16 +207,11 @@ class FlashLowering(MmaLowering):
             self.values[s.scores] = "sc[i0][i1][i2]"
             if self.scaled is not None:         # the scores unscaled: qkl scales them below
                 self.values[self.scaled[0]] = "sc[i0][i1][i2]"
-            if self.bias is not None:           # X + B / c (bias_fold.py)
-                total, bias, product = self.bias
-                if product is not None:
-                    a = product[0] if product[0] == "qka" else \
-                        f"{self.emitter.value(product[0], scope)} * qki"
-                    p = self.emitter.value(product[1], scope)
-                    self.values[total] = f"fmaf({a}, (float)({p}), sc[i0][i1][i2])"
-                else:
-                    bias = self.emitter.value(bias, scope)
-                    self.values[total] = f"fmaf((float)({bias}), qki, sc[i0][i1][i2])"
+            if self.bias is not None:           # t = X + B / c, or X + B under the scale
+                t = flash_bias.score(self, self.bias, scope)
+                self.values[self.bias[0]] = t
+                if self.bias[3]:                # (the scale's operand: the sum)
+                    self.values[self.scaled[0]] = t
             self._rows_at(scope, "i2")
             if inside:
                 self.values[cond] = "true"
@@ -388,11 +378,11 @@ class FlashLowering(MmaLowering):
         node = self.kp.model.scale
         if node is None:
             return None
-        op, (a, c) = ir.op(self.g, node), ir.operands(self.g, node)
-        if masking.through_names(self.g, a) != self.site.scores:
-            a, c = c, a
-        if masking.through_names(self.g, a) != self.site.scores:    # (not this site's scores)
-            return None
+        a, c, fn = bias_fold.split(self.g, node)
+        found = masking.scores_bias(self.g, row_state.scores_of(self.g, self.st))
+        under = found is not None and found[1] == node and found[3]   # `(X + B) / c`
+        if masking.through_names(self.g, a) != self.site.scores and not under:
+            return None     # (not this site's scores)
         factor = self.emitter.value(c, {})
-        return node, (f"1.0f / ({factor})" if op.fn == "div" else f"({factor})"), \
-            (f"({factor})" if op.fn == "div" else f"1.0f / ({factor})")
+        return node, (f"1.0f / ({factor})" if fn == "div" else f"({factor})"), \
+            (f"({factor})" if fn == "div" else f"1.0f / ({factor})")

@@ -33,7 +33,7 @@ from .copies import tensor_copies
 from .flops import work_extents
 from .model import flash_state
 from .headpad import ratio
-from .issue_flash import (FLASH_INDEX, FLASH_INDEX_WIDE, FLASH_PER_HMMA, FLASH_REREAD,
+from .issue_flash import (FLASH_BIAS_INDEX, FLASH_INDEX, FLASH_INDEX_WIDE, FLASH_PER_HMMA, FLASH_REREAD,
                           FLASH_RESCALE, FLASH_ROW_EXPS, FLASH_SCORE)
 from .issue_mask import MASK_POSITIONS, key_only, mask_ops, per_key_chunk
 from .target import Target
@@ -249,7 +249,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         elif not tensor and w.op in SIMT_REDUCE:
             per = (0, 0, 0) if w.summand == "mul" and w.op != "var" else SIMT_REDUCE[w.op]
         elif flash and w.axes and set(w.axes) <= index_axes:
-            per = FLASH_INDEX          # an op of positions only, on the score fragments
+            # an op of positions only, on the score fragments (a folded bias's: its I2F)
+            per = FLASH_BIAS_INDEX if w.node in model.bias_positions else FLASH_INDEX
             if not positional:         # their 64-bit indices, once per score (see above)
                 other.append(amount * np.where(wide, FLASH_INDEX_WIDE[2], 0.0))
                 positional = True

@@ -19,6 +19,14 @@ FLASH_SCORE = (3.65, 1.0, 0)       # per score; the scale `Q K / sqrt(d)` is in 
 # attention's main loop when its mask was evaluated in every chunk (359 instructions over
 # attention's per 64 scores a lane); a mask's ops are MASK_* below
 FLASH_INDEX = (0, 0, 5.5)
+# ... where the op is the positions a bias's product folded into t's FFMA multiplies
+# (Model.bias_positions: ALiBi's `fmaf(qka, (float)(x - q), s)`, bias_fold.py): the lowering
+# emits per score the difference from the row's and chunk's shared base (one IADD, its
+# fragment offset a constant) and its I2F, the FFMA being the sum's own (INSTRUCTIONS' add).
+# The SASS agrees (ALiBi's h100 plan at the default sizes, sm_90, static: its main loop's
+# version for chunks the mask holds in is 373 instructions a warp, causal attention's with
+# its mask and no bias 375, the mask 51 of them: ALiBi's ops some 3 per score and lane)
+FLASH_BIAS_INDEX = (0, 0, 2.0)
 # ... and, in a kernel that indexes in 64 bits (Schedule.index, index_width.py), each
 # element's row and key in 64-bit integers: a compare is two ISETP (.U32 and .EX), an index
 # a pair of IADD3/IMAD.X and its clamp a SEL, in every computed chunk (nvcc predicates the

@@ -373,8 +373,9 @@ def scores_scale(g, scores: int) -> int | None:
     return arg if bias_fold.scaled(g, arg) else None
 
 
-def scores_bias(g, scores: int) -> tuple[int, int, int] | None:
-    """bias_fold.biased of a softmax's argument (under its mask): (X * c + B, X * c, B)."""
+def scores_bias(g, scores: int) -> tuple[int, int, int, bool, int] | None:
+    """bias_fold.biased of a softmax's argument (under its mask): (the sum, the scale, B,
+    whether B is under the scale, B's sign)."""
     return bias_fold.biased(g, _term(g, scores))
 
 

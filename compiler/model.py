@@ -1,26 +1,24 @@
 """What a kernel holds and moves, independent of tile sizes: the input to the cost model.
 
-For a kernel and the axis it streams (if any), a `Model` lists every array the
-kernel touches with its axes, its bytes per value and its role:
+For a kernel and the axis it streams (if any), a `Model` lists every array the kernel
+touches with its axes, its bytes per value and its role:
 
 - load:        read from global memory (passes: how many times it streams in)
 - store:       written to global memory
 - value:       an intermediate computed in the kernel (resident per chunk)
 - accumulator: the running state of a reduction (one value per state slot)
 
-and the arithmetic of each op (FLOPs = product of the op's axis sizes times a
-per-element cost, on the engine that runs it). The cost model (`cost.py`)
-turns a model and tile sizes into M, H and time per memory level.
-"""
+and the arithmetic of each op (FLOPs = product of the op's axis sizes times a per-element
+cost, on the engine that runs it). The cost model (`cost.py`) turns a model and tile sizes
+into M, H and time per memory level."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .graph import DiGraph, ancestors
-
 from . import bias_fold, gather_reads, held_values, ir, lanes, pitch, register_arrays, score_states
 from .canonical import through
+from .graph import DiGraph, ancestors
 from .kernels import FusedKernel, is_free, relabelled
 from .loop_reads import readers
 from .passes import Streaming, stream
@@ -97,6 +95,7 @@ class Model:
                                 # with no softmax nor P V (row_state.alone): FlashAttention's
                                 # state alone on tensor cores
     folded: frozenset = frozenset()  # the scale, a bias's product: in the exponent (bias_fold)
+    bias_positions: frozenset = frozenset()  # ALiBi's x - q: a folded product's (bias_fold)
     shared: tuple = ()          # CUDA cores: (reducer, the one whose running max and sum of exp
                                 # it reads: itself where it keeps it), score_states.shared
     staged: tuple = ()          # a tensor-core product's operands computed from loads as they
@@ -245,13 +244,14 @@ def kernel_model(g: DiGraph, k: FusedKernel, axis: str | None, shared=None) -> M
     mask = chunk_mask(g, st, k.loads, k.nodes) if axis is not None else None
     scale = softmax_scale(g, st.pairs[0][0]) if len(st.pairs) == 1 else \
         scores_scale(g, scores) if scores is not None else None
+    found = scale is not None and scores_bias(g, scores_of(g, st)) or None
     return Model(k, st, tuple(arrays), tuple(work), woven, reduced, axes, mask,
                  # (evaluated at every score where no chunk mask skips: charged as any op)
                  condition_nodes(g, st, k.loads, k.nodes) if mask is not None else frozenset(),
                  relabelled(g, k, (n for n, _ in st.reducers)),
                  scale, lse, state_ops(g, st, lse), scores, shared=tuple(kept.items()),
-                 folded=bias_fold.folded(g, scale, scale is not None and scores_bias(
-                     g, scores_of(g, st)) or None, axis),
+                 folded=bias_fold.folded(g, scale, found, axis),
+                 bias_positions=bias_fold.positions(g, scale, found, axis),
                  extents=pitch.extents(g, k.loads + k.stores),
                  rows=rows, online=online, loop_reads=loop_reads,
                  fixed=frozenset(a for a, info in g.graph["axes"].items()

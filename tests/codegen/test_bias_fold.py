@@ -36,6 +36,17 @@ out L: f32
 """
 INPUT = "where(x < q, B + Q * K / sqrt(size(d)), -inf)"
 ALIBI = "where(x <= q, Q * K / sqrt(size(d)) + 2 ** (-8 * (h + 1) / size(h)) * (x - q), -inf)"
+SLOPE = "2 ** (-8 * (h + 1) / size(h))"
+# ALiBi's scores as the language lets them be written, each folded as the canonical one
+# (bias_fold.biased): the scale outside the sum, a product by the scale's reciprocal, the
+# bias subtracted, the slope a quotient, the mask added
+FORMS = {
+    "outside": f"where(x <= q, (Q * K + {SLOPE} * (x - q)) / sqrt(size(d)), -inf)",
+    "reciprocal": f"where(x <= q, 0.25 * (Q * K) + (x - q) * {SLOPE}, -inf)",
+    "subtracted": f"where(x <= q, Q * K / sqrt(size(d)) - {SLOPE} * (q - x), -inf)",
+    "quotient": "where(x <= q, (Q * K - (q - x) / 2 ** (8 * (h + 1) / size(h))) * 0.25, -inf)",
+    "added_mask": f"(Q * K + {SLOPE} * (x - q)) / 4 + where(x <= q, 0, -inf)",
+}
 
 
 def _ops(p, kp) -> dict[str, set]:
@@ -61,8 +72,24 @@ def test_the_model_folds_the_scale_and_alibis_product():
     assert "fmaf((float)(" in render(lower(biased))
 
 
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_every_form_of_alibi_folds_as_the_canonical_one(form):
+    """The scale folded into the exponent and the slope's product (quotient) into t's FFMA:
+    the model's folded ops and the lowering's one FFMA per score, as the library diagram's."""
+    shape = {"b": 4, "h": 16, "q": 4096, "x": 4096}
+    p = plan(napkin.load(BIASED.format(dtype="f16", scores=FORMS[form])), "h100", shape)
+    (kp,) = p.kernels
+    assert kp.schedule.engine == ATTENTION and kp.model.scale in kp.model.folded
+    assert len(kp.model.folded) == 2
+    cuda = render(lower(p))
+    assert "const float qka = " in cuda and "fmaf(qka, (float)(" in cuda
+
+
 @pytest.mark.parametrize("scores,dtype", [
     (ALIBI, "f16"),
+    (FORMS["outside"], "f16"),
+    *[pytest.param(FORMS[f], "f16", marks=pytest.mark.thorough)
+      for f in sorted(FORMS) if f != "outside"],
     # (an input bias folded: test_mask_forms' emulated `Q * K / 4 + B + where(...)` too)
     pytest.param(INPUT, "bf16", marks=pytest.mark.thorough)])
 def test_a_folded_bias_emulated_at_odd_sizes(scores, dtype, within_budget):

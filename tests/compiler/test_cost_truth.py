@@ -230,6 +230,7 @@ TENSOR_KERNELS = [
     # b and h at the default 1024: the kernel indexes in 64 bits (Schedule.index), which the
     # model charges (issue.FLASH_INDEX_WIDE)
     ("alibi_attention", {}, {}),
+    ("alibi_attention", {}, {"b": 4096, "h": 4096, "q": 4096, "x": 4096}),
     ("causal_attention", {"d": 64}, {"b": 4096, "h": 4096, "q": 4096, "x": 4096}),
     ("rmsnorm_linear", {}, {}), ("rmsnorm_linear", {}, {"t": 4096, "i": 4096, "o": 4096}),
     ("gelu_erf", {}, {}),
@@ -247,7 +248,7 @@ TENSOR_KERNELS = [
 
 # the default suite checks a sample (one product, one of each attention kernel shape);
 # NAPKIN_FUZZ_SCALE >= 2 (and benchmarks/model_check.py --kernels) checks every kernel
-SAMPLED = ("matmul", "attention", "causal_attention", "gqa_attention")  # (all: thorough)
+SAMPLED = ("matmul", "attention", "causal_attention", "gqa_attention", "alibi_attention")  # (all: thorough)
 # held to 15%: they were the two at the band's edge (static SASS/model 1.28 and 1.26, NVRTC
 # 13, sm_90) before the page table's positions were counted once a round for K and V and
 # the key's mask per key (paged: 1.09), and before the estimate stopped counting the partial
@@ -257,8 +258,11 @@ SAMPLED = ("matmul", "attention", "causal_attention", "gqa_attention")  # (all: 
 # reduction's run cost an operand's and its mean a CUDA-core loop's share, and erf 8 other
 # instructions (nvcc's moves of its constants where it is alone; issue.STAGED_REDUCE_RUN,
 # INSTRUCTIONS): 0.89 and 0.89 (static, h100)
+# ALiBi at 8%: 0.86 (0.82 at 4096) while its positions `x - q` were charged as a mask's
+# (issue.FLASH_INDEX, 5.5 a score) where its folded product's lowering issues an IADD and an
+# I2F (issue.FLASH_BIAS_INDEX): 0.975 (0.957; static, h100)
 TIGHT = {"paged_attention": 0.15, "sliding_window_attention": 0.15, "rmsnorm_linear": 0.15,
-         "gelu_erf": 0.15}
+         "gelu_erf": 0.15, "alibi_attention": 0.08}
 CHECKED = TENSOR_KERNELS if float(__import__("os").environ.get("NAPKIN_FUZZ_SCALE", "1")) >= 2 \
     else [k for k in TENSOR_KERNELS if not hasattr(k, "values") and k[0] in SAMPLED]
 
