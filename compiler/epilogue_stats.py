@@ -32,13 +32,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from . import ir
+from . import column_epilogue, ir
 from .cost import evaluate
 from .kernels import FusedKernel
 from .model import Array, array_name
 
 MERGEABLE = ("logsumexp", "max", "min", "sum")
-STATE_BYTES = 4          # one f32 per statistic per row per tile of col
+STATE_BYTES = column_epilogue.STATE_BYTES     # one f32 per statistic per row per tile of col
 
 
 @dataclass(frozen=True)
@@ -105,22 +105,19 @@ def candidate(g, planner, ka: FusedKernel, kb: FusedKernel) -> Candidate | None:
     states = Array(stored, "partial states", "store", (row,), STATE_BYTES * len(stats) * parts)
     arrays = tuple(a for a in pa.model.arrays if not (a.role == "store" and a.node == stored))
     epilogue = tuple(w for w in pb.model.work if col in w.axes)
-    target = planner.target
-    plain = evaluate(replace(pa.model, arrays=arrays + (states,)), pa.columns, pa.choice,
-                     sizes, target)
-    fused = evaluate(replace(pa.model, arrays=arrays + (states,),
-                             work=pa.model.work + epilogue), pa.columns, pa.choice, sizes, target)
+    # the epilogue after the product's loop priced as the planner prices it (column_epilogue)
+    columns = column_epilogue.columns(g, row, col, stats)
+    fused = evaluate(replace(pa.model, arrays=arrays + (states,), columns=columns,
+                             work=pa.model.work + epilogue), pa.columns, pa.choice, sizes,
+                     planner.target)
     # the merge: kernel B's plan over P positions of the states (one f32 each) per row
     merging = tuple(replace(a, bytes=STATE_BYTES * len(stats)) if a.node == stored else a
                     for a in pb.model.arrays)
     merge = evaluate(replace(pb.model, arrays=merging), pb.columns, pb.choice,
                      {**sizes, col: parts}, planner.target)
-    if fused is None or merge is None or plain is None:
+    if fused is None or merge is None:
         return None
-    blocks = -(-sizes[row] // tile[row]) * parts
-    serial = _after_loop(plain, fused, pa.choice, len(stats), blocks, target)
-    return Candidate(row, col, (tile[row], tile[col]), parts, len(stats),
-                     float(fused.time) + serial,
+    return Candidate(row, col, (tile[row], tile[col]), parts, len(stats), float(fused.time),
                      float(merge.time), float(pa.cost.time + pb.cost.time),
                      STATE_BYTES * len(stats) * parts * sizes[row])
 
@@ -199,23 +196,6 @@ def _computing(plan, names) -> float:
     tail = plan.tail.merges if plan.tail is not None else ()
     return sum(float(kp.cost.time) for i, kp in enumerate(plan.kernels)
                if any(eqs.get(s) in names for s in kp.kernel.equations) and i not in tail)
-
-
-def _after_loop(plain, fused, choice, stats: int, blocks: int, target) -> float:
-    """Seconds the epilogue adds after each block's product loop, which nothing of the block
-    overlaps (only the other blocks resident on its SM): the per-element work's issue slots
-    (the model's `issue` part with the work and without) and the merges of each row's states,
-    across the 4 lanes of a quad (2 shuffle rounds of a shuffle and 3 instructions) and, with
-    warps side by side along the columns, through shared memory (a store, a barrier, a load
-    and 3 instructions), per statistic and row a lane holds, over the GPU's issue rate."""
-    issue = dict(fused.compute_parts).get("issue", 0.0) - dict(plain.compute_parts).get(
-        "issue", 0.0)
-    (rows_axis, wm), (_, wn) = choice.warps
-    rows = dict(choice.thread)[rows_axis] // 8          # (rows a lane holds: 2 a fragment)
-    per_warp = stats * rows * (2 * 4 + (6 if wn > 1 else 0))
-    rate = target.per_second("schedulers") or float("inf")
-    merges = per_warp * wm * wn * blocks / rate
-    return float(issue + merges) / float(max(1, fused.blocks_per_sm))
 
 
 __all__ = ["Candidate", "candidate", "for_plan", "lines", "statistics"]

@@ -137,6 +137,8 @@ class Model:
     held_values: tuple = ()     # CUDA cores: (reduction, pass) held before it (held_values.py)
     whole_walks: frozenset = frozenset()  # ... axes never split over lanes (lanes.whole_walks)
     held_axes: frozenset = frozenset()    # ... axes its per-thread arrays run over (register_arrays)
+    columns: tuple = ()   # tensor cores: row statistics over a product's columns in its epilogue
+                          # (row, col, state slots of each, ops per element): column_epilogue
 
 
 def flash_state(model) -> bool:

@@ -79,7 +79,8 @@ def test_explain_names_the_fused_plan_and_its_figures(big):
 def test_the_planner_runs_it_split_over_the_vocabulary(big):
     """By default the planner splits v so that a block holds a share whole (197 splits of 256
     columns: compiler/colstats.py) and lowers the product with its statistics in the
-    epilogue: 2 kernels, no t x v buffer, faster than the unsplit plan (model); explain then
+    epilogue: 2 kernels, no t x v buffer, faster than the unsplit plan (model: 3.94 against
+    4.11 ms, the epilogue after the product's loop priced: column_epilogue.py); explain then
     names no plan of its own."""
     unsplit, rep = big
     p = plan(_load(CE), "h100", BIG)
@@ -87,7 +88,7 @@ def test_the_planner_runs_it_split_over_the_vocabulary(big):
     fused = [kp for kp in p.kernels if kp.schedule.site is not None and kp.schedule.site.columns]
     assert len(p.kernels) == 2 and len(fused) == 1
     assert dict(fused[0].choice.group)["s_v"] == 256
-    assert float(p.time) < 0.95 * float(unsplit.time)
+    assert float(p.time) < 0.97 * float(unsplit.time)
     assert rep["predicted_seconds"] > float(p.time)   # (the unsplit tiling's own figure)
     assert epilogue_stats.for_plan(p) is None
     assert "not chosen" not in render_text(report(p))
