@@ -8,9 +8,9 @@ kernel touches with its axes, its bytes per value and its role:
 - value:       an intermediate computed in the kernel (resident per chunk)
 - accumulator: the running state of a reduction (one value per state slot)
 
-and the arithmetic of each op (FLOPs = product of the op's axis sizes times a
-per-element cost, on the engine that runs it). The cost model (`cost.py`)
-turns a model and tile sizes into M, H and time per memory level.
+and the arithmetic of each op (FLOPs = product of the op's axis sizes times a per-element
+cost, on its engine). The cost model (`cost.py`) turns a model and tile sizes into M, H and
+time per memory level.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .graph import DiGraph, ancestors
-
 from . import bias_fold, gather_reads, held_values, ir, lanes, register_arrays, score_states
 from .canonical import through
 from .kernels import FusedKernel, is_free, relabelled
@@ -26,7 +25,6 @@ from .loop_reads import readers
 from .passes import Streaming, stream
 from .row_runs import COPIED, RUN_BYTES
 from .split_info import infos
-
 from .arrays import BYTES, VIEWS, array_name, storage_dtype   # (the model's own vocabulary)
 
 # FLOPs per element for ops other than contractions (which cost 2 per product term).
@@ -347,8 +345,8 @@ def _operand_dtype(g: DiGraph, args: list[int]) -> str:
 
 
 def _computed_from(g: DiGraph, m: int) -> list[str]:
-    """The float dtypes of the inputs m is computed from elementwise (f32 when a reduction or
-    a gather is on the way: its dtype is not an input's)."""
+    """The float dtypes of the inputs m is computed from elementwise or gathers from (a split's
+    window `where(.., gather, 0.0)`), f32 where a reduction is on the way."""
     found, stack, seen = [], [m], set()
     while stack:
         n = stack.pop()
@@ -360,6 +358,8 @@ def _computed_from(g: DiGraph, m: int) -> list[str]:
             found += [op.dtype] if ir.kind_of_dtype(op.dtype) == "float" else []
         elif isinstance(op, (ir.Map, ir.Assign, ir.View)):
             stack.extend(ir.operands(g, n))
+        elif isinstance(op, ir.Gather):
+            stack.append(ir.operands(g, n)[0])         # (its values are its table's)
         elif not isinstance(op, (ir.Const, ir.Index, ir.SizeOf)):
             return ["f32"]
     return found
