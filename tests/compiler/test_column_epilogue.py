@@ -114,12 +114,10 @@ def test_a_products_split_reduction_runs_on_the_tensor_cores_of_its_operands_dty
     assert tensor == pytest.approx(2 * 200 * 300 * 100 / p.target.rate("tensor_f16"), rel=0.5)
 
 
-LLAMA3 = [("a100", 4096, 128256)] + [pytest.param(*c, marks=pytest.mark.thorough) for c in [
-    ("h100", 4096, 128256), ("h100", 8192, 128256), ("a100", 8192, 128256),
-    ("h100", 4096, 256000)]]
-
-
-@pytest.mark.parametrize("target, t, v", LLAMA3)
+@pytest.mark.thorough       # (2 plans each at a Llama-3 size: some 1.4 CPU-s)
+@pytest.mark.parametrize("target, t, v", [
+    ("a100", 4096, 128256), ("h100", 4096, 128256), ("h100", 8192, 128256),
+    ("a100", 8192, 128256), ("h100", 4096, 256000)])
 def test_a_large_vocabulary_fuses_in_more_parts(target, t, v):
     """Llama-3's vocabulary (128256) and Gemma's (256000) are wider than MAX_PARTS shares of
     a tile: the planner splits v in as many parts as shares of 128 or 256 columns need (past
