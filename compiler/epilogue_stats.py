@@ -78,27 +78,34 @@ def statistics(g, kb: FusedKernel, stored: int, col: str) -> tuple[int, ...] | N
     return tuple(found)
 
 
-def candidate(g, planner, ka: FusedKernel, kb: FusedKernel) -> Candidate | None:
-    """The fused plan of kernels A and B priced (module docstring), or None where they are
-    not a tensor-core product and row statistics of it alone."""
-    from .tensorcore import Site, site
-    if len(ka.stores) != 1:
+def candidate(g, planner, ka: FusedKernel, kb: FusedKernel) -> Candidate | str | None:
+    """The fused plan of kernels A and B priced (module docstring); why not where kernel B is
+    statistics of kernel A's product (`_pair`) that cannot fuse so; None where it is not."""
+    from .tensorcore import Site, best_site, site
+    if len(ka.stores) != 1 or not _pair(g, next(iter(ka.stores)), kb):
         return None
     (stored,) = ka.stores
+    name = f"`{array_name(g, stored)}`"
     if any(n not in kb.nodes for n in g.successors(stored)):
-        return None             # (an output, or another kernel reads it: stored all the same)
+        return f"{name} is an output or another kernel reads it (stored all the same)"
     pa, pb = planner.plan(ka, strict=False), planner.plan(kb, strict=False)
-    if pa is None or pb is None or not pa.choice.warps or pa.choice.instruction != "mma.sync":
-        return None
+    if pa is None or pb is None:
+        return "no plan of the product or of its statistics alone"
     found = site(g, ka, pa.model, planner.target, planner.sizes)
-    if not isinstance(found, Site) or found.batch or pa.choice.split:
-        return None
+    if not pa.choice.warps or not isinstance(found, Site):
+        why = best_site(g, ka, planner.target, planner.sizes)     # (explain_engine's words)
+        return f"{name} is computed on the CUDA cores: " + (
+            why if isinstance(why, str) else "predicted faster there at these sizes")
+    if pa.choice.instruction != "mma.sync" or found.batch or pa.choice.split:
+        return (f"{name}'s product runs with batch axes, a split or wgmma: the epilogue "
+                "holds row statistics on mma.sync alone (colstats.py)")
     row, col = found.row, found.col
-    if set(ir.type_of(g, stored).axes) != {row, col} or pb.model.streaming.axis != col:
-        return None
+    if pb.model.streaming.axis != col:
+        return f"the statistics of {name} do not stream its columns `{col}`"
     stats = statistics(g, kb, stored, col)
-    if stats is None:
-        return None
+    if stats is None or set(ir.type_of(g, stored).axes) != {row, col}:
+        return (f"the statistics of {name} are not {', '.join(MERGEABLE)} over its columns "
+                "alone, or it stores a value along them")
     sizes = planner.sizes
     tile = {row: sizes[row], col: sizes[col], **dict(pa.choice.group)}
     parts = -(-sizes[col] // tile[col])
@@ -123,21 +130,22 @@ def candidate(g, planner, ka: FusedKernel, kb: FusedKernel) -> Candidate | None:
 
 
 def _stats_after_product(g, kernels) -> bool:
-    """Whether a kernel stores a product that a kernel of statistics alone (no product, no
-    softmax) reduces along one of its axes (the cheap test before fusing the problem again:
-    explain on other diagrams pays nothing)."""
-    for ka in kernels:
-        if not any(isinstance(ir.op(g, n), ir.Contract) for n in ka.nodes):
-            continue
-        for s in ka.stores:
-            axes = set(ir.type_of(g, s).axes)
-            for kb in kernels:
-                ops = [ir.op(g, n) for n in kb.nodes] if s in kb.loads else []
-                if not any(isinstance(op, (ir.Contract, ir.Softmax)) for op in ops) and any(
-                        isinstance(op, ir.Reduce) and op.fn in MERGEABLE and
-                        len(op.axes) == 1 and op.axes[0] in axes for op in ops):
-                    return True
-    return False
+    """Whether a kernel stores a product that a kernel of statistics alone reduces (`_pair`:
+    the cheap test before fusing the problem again: explain on other diagrams pays nothing)."""
+    return any(_pair(g, s, kb) for ka in kernels for s in ka.stores for kb in kernels
+               if any(isinstance(ir.op(g, n), ir.Contract) for n in ka.nodes))
+
+
+def _pair(g, stored: int, kb: FusedKernel) -> bool:
+    """Whether kernel B reads `stored` and reduces along one of its axes with statistics alone
+    (MERGEABLE; no product, no softmax)."""
+    if stored not in kb.loads:
+        return False
+    axes = set(ir.type_of(g, stored).axes)
+    ops = [ir.op(g, n) for n in kb.nodes]
+    return not any(isinstance(op, (ir.Contract, ir.Softmax)) for op in ops) and any(
+        isinstance(op, ir.Reduce) and op.fn in MERGEABLE and len(op.axes) == 1 and
+        op.axes[0] in axes for op in ops)
 
 
 def for_plan(plan) -> dict | None:
@@ -155,12 +163,17 @@ def for_plan(plan) -> dict | None:
     pr = prepare(plan.diagram, plan.target, shape)
     planner = KernelPlanner(pr.graph, pr.target, pr.sizes, pr.hints, plan.engine)
     kernels = _fused_kernels(pr, planner)[0]
+    why = None
     for ka in kernels:
         for kb in kernels:
             found = candidate(pr.graph, planner, ka, kb) if ka is not kb else None
-            if found is None:
-                continue
             names = [array_name(pr.graph, n) for n in (*ka.stores, *kb.stores)]
+            if isinstance(found, str) and any(     # (said where a logsumexp, max or min is)
+                    isinstance(ir.op(pr.graph, n), ir.Reduce) and
+                    ir.op(pr.graph, n).fn != "sum" for n in kb.nodes):
+                why = why or {"arrays": names, "why_not": found}
+            if found is None or isinstance(found, str):
+                continue
             total = float(plan.time) - _computing(plan, names) + found.time
             return {"arrays": names, "row": found.row, "col": found.col,
                     "tile": list(found.tile), "parts": found.parts,
@@ -168,7 +181,7 @@ def for_plan(plan) -> dict | None:
                     "fused_seconds": found.fused, "merge_seconds": found.merge,
                     "apart_seconds": found.apart, "predicted_seconds": total,
                     "plan_seconds": float(plan.time), "lowered": False}
-    return None
+    return why
 
 
 def lines(rep: dict, fmt) -> list[str]:
@@ -176,6 +189,9 @@ def lines(rep: dict, fmt) -> list[str]:
     if not rep:
         return []
     both = " and ".join(rep["arrays"])
+    if "why_not" in rep:
+        return [f"not fused: {both} in one kernel, a matmul with row statistics in its "
+                f"epilogue: {rep['why_not']}"]
     verdict = "faster" if rep["predicted_seconds"] < rep["plan_seconds"] else "slower"
     return [f"not chosen: {both} in one kernel, a matmul with row statistics in its epilogue "
             f"(each {rep['tile'][0]} x {rep['tile'][1]} tile of the product reduced over "
