@@ -302,7 +302,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         terms = [compute] + [lc.time for lc in results[1:]]
         return Cost(tuple(results), flops, compute, ops.sympy.Max(*terms), "", 1.0, threads)
     extra_smem, extra_regs = beside     # (and a product's merges of its column statistics)
-    extra_smem = extra_smem + column_epilogue.shared_bytes(model, choice)
+    extra_smem = extra_smem + (0 if values else column_epilogue.shared_bytes(model, choice))
     if np.any(extra_smem) and len(results) > 1:
         results[1] = replace(results[1], M=results[1].M + extra_smem)
     if extra_regs is not None and regs is not None:
