@@ -50,12 +50,15 @@ class ColumnStats:
         self._columns_across(stats, fm)
 
     def _columns_fold(self, stats, fm: int, fn: int) -> None:
-        """Every accumulator element of the lane folded into its row's states."""
+        """Every accumulator element of the lane folded into its row's states; the loads over
+        the rows alone (the label) read once per lane and row before (mma._row_vectors)."""
         b, s = self.b, self.site
+        self.rows = self._row_vectors(fm)
         col = f"{self._axis_var('org', s.col)} + {self._warp_col()} + i1 * {FN} + fq * 2 + i2 % 2"
 
         def point():
             scope, checks = self._checked_point({s.col: col}, "i2")
+            self._rows_at(scope, "i2")
             self.values[s.node] = "acc[i0][i1][i2]"
 
             def fold():
@@ -67,6 +70,7 @@ class ColumnStats:
             b.emit(P.If(checks[s.col], self._scoped(fold)))
             self.values.clear()
         self._each([("i0", fm), ("i1", fn), ("i2", 4)], point)
+        self.rows, self.row_scope = {}, None
 
     def _columns_across(self, stats, fm: int) -> None:
         """The warps along the columns: each quad's first lane writes its rows' states to

@@ -66,6 +66,15 @@ def buffers(plan, kp) -> list[dict]:
             out.append({"name": "warps' states", "role": "merged across warps",
                         "shape": [["warps", warps]], "level": tgt.levels[1].name,
                         "bytes": int(exchanged)})
+    if kp.schedule.tensor_cores and model.columns and choice.warps:
+        from . import column_epilogue
+        merged = float(column_epilogue.shared_bytes(model, choice))
+        if merged:      # (a product's row statistics over its columns: column_epilogue.py)
+            row, col = model.columns[:2]
+            out.append({"name": "rows' states", "role": "merged across warps",
+                        "shape": [["warps", dict(choice.warps)[col]],
+                                  [row, dict(choice.group)[row]]],
+                        "level": tgt.levels[1].name, "bytes": int(merged)})
     return out
 
 

@@ -53,9 +53,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import across_warps, added, gather_reads, index_width, issue, occupancy, packing, waits
+from . import (across_warps, added, column_epilogue, gather_reads, index_width, issue,
+               occupancy, packing, waits)
 from .columns import Column, resident_sets
-from .extents import covered, resident, walked
+from .extents import covered, launched_threads, resident, step, walked
 from .choices import NUMBERS, Choice, Choices, Symbols, any_of, number, prod, total
 from .costs import Cost, LevelCost
 from .flops import rate, work_extents, work_flops
@@ -152,7 +153,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
                               and (not arr.used_over or a in arr.used_over))
                 if along:
                     if along not in walks:
-                        walks[along] = prod([ops.where(loops[a], cov[a] / _step(a, choice, li),
+                        walks[along] = prod([ops.where(loops[a], cov[a] / step(a, choice, li),
                                                        1) for a in along])
                     vol = ops.where(any_of(gaps.values()), vol * walks[along], vol)
                 if arr.streamed and fraction is not None \
@@ -225,7 +226,7 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     # register file and the SM's thread slots are shared by these, latency is hidden by the
     # active ones
     threads = active if symbolic or len(covs) < 2 or choice.warps else \
-        _launched(model, covs)
+        launched_threads(model, covs)
     # the register level's capacity (what the thread's footprint is compared with: `fits`)
     per_unit = occupancy.register_capacity(target, model, choice, sizes, results[-1].M, threads) \
         if len(results) > 2 and target.levels[-1].unit == "thread" and not symbolic \
@@ -273,12 +274,15 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
             span = (iterated_fraction(model.mask, sizes, tiles, choice.stream[0],
                                       model.packed),
                     NUMBERS.ceil(sizes[choice.stream[0]] / choice.stream[1]), 1)
-        parts = issue.compute(model, choice, sizes, target, covs[0],
-                              [lc.H for lc in results[1:]], unit_counts,
-                              np.ceil(threads / WARP), active / threads, fraction, cut=cut,
-                              span=span, loads=loads, reads=reads,
-                              wide=index_width.wide(model.extents, sizes, choice),
-                              extents=extents)
+        run = functools.partial(
+            issue.compute, choice=choice, sizes=sizes, target=target, level1=covs[0],
+            H=[lc.H for lc in results[1:]], units=unit_counts,
+            warps_per_block=np.ceil(threads / WARP), lane_share=active / threads,
+            fraction=fraction, cut=cut, span=span, loads=loads, reads=reads,
+            wide=index_width.wide(model.extents, sizes, choice))
+        parts = run(model, extents=extents)
+        looped = column_epilogue.loop_issue(model, extents, run) if model.columns and \
+            choice.warps else None      # (the product's loop alone: column_epilogue.seconds)
         if not choice.warps and target.per_second("l1_wavefronts"):
             # the L1's wavefronts of the direct reads: lanes over rows take one a value
             parts["L1 wavefronts"] = lsu.seconds(model, choice, covs[0], reads, target)
@@ -297,8 +301,9 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
     if symbolic:
         terms = [compute] + [lc.time for lc in results[1:]]
         return Cost(tuple(results), flops, compute, ops.sympy.Max(*terms), "", 1.0, threads)
-    extra_smem, extra_regs = beside
-    if extra_smem and len(results) > 1:
+    extra_smem, extra_regs = beside     # (and a product's merges of its column statistics)
+    extra_smem = extra_smem + (0 if values else column_epilogue.shared_bytes(model, choice))
+    if np.any(extra_smem) and len(results) > 1:
         results[1] = replace(results[1], M=results[1].M + extra_smem)
     if extra_regs is not None and regs is not None:
         regs = np.maximum(regs, extra_regs)
@@ -347,6 +352,9 @@ def evaluate(model: Model, cols: tuple[Column, ...], choice: Choice | Choices, s
         results[1] = LevelCost(results[1].name, results[1].capacity, results[1].M, results[1].H,
                                results[1].units, hbm)
     overhead = LAUNCH_SECONDS if target.processors else 0.0
+    if model.columns and choice.warps and "issue" in parts:    # (after the product's loop)
+        overhead = overhead + column_epilogue.seconds(model, choice, target, parts["issue"],
+                                                      looped, launched, per_sm)
     if model.across and not symbolic and not values and target.processors:
         named["atomics at L2"] = atomics / target.l2_atomics if target.l2_atomics else np.inf
         finish = added.finish_bytes(model, sizes)     # the conversion kernel after it
@@ -381,20 +389,3 @@ def _plain(record):
              if f not in ("levels", "flops", "name") and (
                  isinstance(v, np.generic) or isinstance(v, np.ndarray) and v.ndim == 0)}
     return type(record)(**{**record.__dict__, **kinds}) if kinds else record
-
-
-def _step(axis: str, choice: Choices, level: int):
-    """How far one loop step moves along a walked axis."""
-    if level == 1 and choice.stream and choice.stream[0] == axis:
-        return choice.stream[1]
-    if level == 2 and choice.inner and choice.inner[0] == axis:
-        return choice.inner[1]
-    return 1
-
-
-def _launched(model: Model, covs: list[dict]):
-    """Threads per block as launched: each axis's thread count rounded up to whole threads,
-    the block to whole warps (at least one)."""
-    count = prod(np.ceil(np.asarray(covs[0][a] / covs[1][a], dtype=float) - 1e-9)
-                  for a in model.axes)
-    return np.maximum(WARP, np.ceil(count / WARP) * WARP)

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from . import ir
+from . import column_epilogue, ir
 from .cost import evaluate
 from .kernels import FusedKernel
 from .model import Array, array_name
 
 MERGEABLE = ("logsumexp", "max", "min", "sum")
-STATE_BYTES = 4          # one f32 per statistic per row per tile of col
+STATE_BYTES = column_epilogue.STATE_BYTES     # one f32 per statistic per row per tile of col
 
 
 @dataclass(frozen=True)
@@ -78,69 +78,74 @@ def statistics(g, kb: FusedKernel, stored: int, col: str) -> tuple[int, ...] | N
     return tuple(found)
 
 
-def candidate(g, planner, ka: FusedKernel, kb: FusedKernel) -> Candidate | None:
-    """The fused plan of kernels A and B priced (module docstring), or None where they are
-    not a tensor-core product and row statistics of it alone."""
-    from .tensorcore import Site, site
-    if len(ka.stores) != 1:
+def candidate(g, planner, ka: FusedKernel, kb: FusedKernel) -> Candidate | str | None:
+    """The fused plan of kernels A and B priced (module docstring); why not where kernel B is
+    statistics of kernel A's product (`_pair`) that cannot fuse so; None where it is not."""
+    from .tensorcore import Site, best_site, site
+    if len(ka.stores) != 1 or not _pair(g, next(iter(ka.stores)), kb):
         return None
     (stored,) = ka.stores
+    name = f"`{array_name(g, stored)}`"
     if any(n not in kb.nodes for n in g.successors(stored)):
-        return None             # (an output, or another kernel reads it: stored all the same)
+        return f"{name} is an output or another kernel reads it (stored all the same)"
     pa, pb = planner.plan(ka, strict=False), planner.plan(kb, strict=False)
-    if pa is None or pb is None or not pa.choice.warps or pa.choice.instruction != "mma.sync":
-        return None
+    if pa is None or pb is None:
+        return "no plan of the product or of its statistics alone"
     found = site(g, ka, pa.model, planner.target, planner.sizes)
-    if not isinstance(found, Site) or found.batch or pa.choice.split:
-        return None
+    if not pa.choice.warps or not isinstance(found, Site):
+        why = best_site(g, ka, planner.target, planner.sizes)     # (explain_engine's words)
+        return f"{name} is computed on the CUDA cores: " + (
+            why if isinstance(why, str) else "predicted faster there at these sizes")
+    if pa.choice.instruction != "mma.sync" or found.batch or pa.choice.split:
+        return (f"{name}'s product runs with batch axes, a split or wgmma: the epilogue "
+                "holds row statistics on mma.sync alone (colstats.py)")
     row, col = found.row, found.col
-    if set(ir.type_of(g, stored).axes) != {row, col} or pb.model.streaming.axis != col:
-        return None
+    if pb.model.streaming.axis != col:
+        return f"the statistics of {name} do not stream its columns `{col}`"
     stats = statistics(g, kb, stored, col)
-    if stats is None:
-        return None
+    if stats is None or set(ir.type_of(g, stored).axes) != {row, col}:
+        return (f"the statistics of {name} are not {', '.join(MERGEABLE)} over its columns "
+                "alone, or it stores a value along them")
     sizes = planner.sizes
     tile = {row: sizes[row], col: sizes[col], **dict(pa.choice.group)}
     parts = -(-sizes[col] // tile[col])
     states = Array(stored, "partial states", "store", (row,), STATE_BYTES * len(stats) * parts)
     arrays = tuple(a for a in pa.model.arrays if not (a.role == "store" and a.node == stored))
     epilogue = tuple(w for w in pb.model.work if col in w.axes)
-    target = planner.target
-    plain = evaluate(replace(pa.model, arrays=arrays + (states,)), pa.columns, pa.choice,
-                     sizes, target)
-    fused = evaluate(replace(pa.model, arrays=arrays + (states,),
-                             work=pa.model.work + epilogue), pa.columns, pa.choice, sizes, target)
+    # the epilogue after the product's loop priced as the planner prices it (column_epilogue)
+    columns = column_epilogue.columns(g, row, col, stats)
+    fused = evaluate(replace(pa.model, arrays=arrays + (states,), columns=columns,
+                             work=pa.model.work + epilogue), pa.columns, pa.choice, sizes,
+                     planner.target)
     # the merge: kernel B's plan over P positions of the states (one f32 each) per row
     merging = tuple(replace(a, bytes=STATE_BYTES * len(stats)) if a.node == stored else a
                     for a in pb.model.arrays)
     merge = evaluate(replace(pb.model, arrays=merging), pb.columns, pb.choice,
                      {**sizes, col: parts}, planner.target)
-    if fused is None or merge is None or plain is None:
+    if fused is None or merge is None:
         return None
-    blocks = -(-sizes[row] // tile[row]) * parts
-    serial = _after_loop(plain, fused, pa.choice, len(stats), blocks, target)
-    return Candidate(row, col, (tile[row], tile[col]), parts, len(stats),
-                     float(fused.time) + serial,
+    return Candidate(row, col, (tile[row], tile[col]), parts, len(stats), float(fused.time),
                      float(merge.time), float(pa.cost.time + pb.cost.time),
                      STATE_BYTES * len(stats) * parts * sizes[row])
 
 
 def _stats_after_product(g, kernels) -> bool:
-    """Whether a kernel stores a product that a kernel of statistics alone (no product, no
-    softmax) reduces along one of its axes (the cheap test before fusing the problem again:
-    explain on other diagrams pays nothing)."""
-    for ka in kernels:
-        if not any(isinstance(ir.op(g, n), ir.Contract) for n in ka.nodes):
-            continue
-        for s in ka.stores:
-            axes = set(ir.type_of(g, s).axes)
-            for kb in kernels:
-                ops = [ir.op(g, n) for n in kb.nodes] if s in kb.loads else []
-                if not any(isinstance(op, (ir.Contract, ir.Softmax)) for op in ops) and any(
-                        isinstance(op, ir.Reduce) and op.fn in MERGEABLE and
-                        len(op.axes) == 1 and op.axes[0] in axes for op in ops):
-                    return True
-    return False
+    """Whether a kernel stores a product that a kernel of statistics alone reduces (`_pair`:
+    the cheap test before fusing the problem again: explain on other diagrams pays nothing)."""
+    return any(_pair(g, s, kb) for ka in kernels for s in ka.stores for kb in kernels
+               if any(isinstance(ir.op(g, n), ir.Contract) for n in ka.nodes))
+
+
+def _pair(g, stored: int, kb: FusedKernel) -> bool:
+    """Whether kernel B reads `stored` and reduces along one of its axes with statistics alone
+    (MERGEABLE; no product, no softmax)."""
+    if stored not in kb.loads:
+        return False
+    axes = set(ir.type_of(g, stored).axes)
+    ops = [ir.op(g, n) for n in kb.nodes]
+    return not any(isinstance(op, (ir.Contract, ir.Softmax)) for op in ops) and any(
+        isinstance(op, ir.Reduce) and op.fn in MERGEABLE and len(op.axes) == 1 and
+        op.axes[0] in axes for op in ops)
 
 
 def for_plan(plan) -> dict | None:
@@ -158,12 +163,17 @@ def for_plan(plan) -> dict | None:
     pr = prepare(plan.diagram, plan.target, shape)
     planner = KernelPlanner(pr.graph, pr.target, pr.sizes, pr.hints, plan.engine)
     kernels = _fused_kernels(pr, planner)[0]
+    why = None
     for ka in kernels:
         for kb in kernels:
             found = candidate(pr.graph, planner, ka, kb) if ka is not kb else None
-            if found is None:
-                continue
             names = [array_name(pr.graph, n) for n in (*ka.stores, *kb.stores)]
+            if isinstance(found, str) and any(     # (said where a logsumexp, max or min is)
+                    isinstance(ir.op(pr.graph, n), ir.Reduce) and
+                    ir.op(pr.graph, n).fn != "sum" for n in kb.nodes):
+                why = why or {"arrays": names, "why_not": found}
+            if found is None or isinstance(found, str):
+                continue
             total = float(plan.time) - _computing(plan, names) + found.time
             return {"arrays": names, "row": found.row, "col": found.col,
                     "tile": list(found.tile), "parts": found.parts,
@@ -171,7 +181,7 @@ def for_plan(plan) -> dict | None:
                     "fused_seconds": found.fused, "merge_seconds": found.merge,
                     "apart_seconds": found.apart, "predicted_seconds": total,
                     "plan_seconds": float(plan.time), "lowered": False}
-    return None
+    return why
 
 
 def lines(rep: dict, fmt) -> list[str]:
@@ -179,6 +189,9 @@ def lines(rep: dict, fmt) -> list[str]:
     if not rep:
         return []
     both = " and ".join(rep["arrays"])
+    if "why_not" in rep:
+        return [f"not fused: {both} in one kernel, a matmul with row statistics in its "
+                f"epilogue: {rep['why_not']}"]
     verdict = "faster" if rep["predicted_seconds"] < rep["plan_seconds"] else "slower"
     return [f"not chosen: {both} in one kernel, a matmul with row statistics in its epilogue "
             f"(each {rep['tile'][0]} x {rep['tile'][1]} tile of the product reduced over "
@@ -199,23 +212,6 @@ def _computing(plan, names) -> float:
     tail = plan.tail.merges if plan.tail is not None else ()
     return sum(float(kp.cost.time) for i, kp in enumerate(plan.kernels)
                if any(eqs.get(s) in names for s in kp.kernel.equations) and i not in tail)
-
-
-def _after_loop(plain, fused, choice, stats: int, blocks: int, target) -> float:
-    """Seconds the epilogue adds after each block's product loop, which nothing of the block
-    overlaps (only the other blocks resident on its SM): the per-element work's issue slots
-    (the model's `issue` part with the work and without) and the merges of each row's states,
-    across the 4 lanes of a quad (2 shuffle rounds of a shuffle and 3 instructions) and, with
-    warps side by side along the columns, through shared memory (a store, a barrier, a load
-    and 3 instructions), per statistic and row a lane holds, over the GPU's issue rate."""
-    issue = dict(fused.compute_parts).get("issue", 0.0) - dict(plain.compute_parts).get(
-        "issue", 0.0)
-    (rows_axis, wm), (_, wn) = choice.warps
-    rows = dict(choice.thread)[rows_axis] // 8          # (rows a lane holds: 2 a fragment)
-    per_warp = stats * rows * (2 * 4 + (6 if wn > 1 else 0))
-    rate = target.per_second("schedulers") or float("inf")
-    merges = per_warp * wm * wn * blocks / rate
-    return float(issue + merges) / float(max(1, fused.blocks_per_sm))
 
 
 __all__ = ["Candidate", "candidate", "for_plan", "lines", "statistics"]

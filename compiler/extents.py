@@ -5,8 +5,12 @@ two agree by construction."""
 
 from __future__ import annotations
 
-from .choices import Choice, Choices, any_of
+import numpy as np
+
+from .choices import Choice, Choices, any_of, prod
 from .model import Model
+
+WARP = 32
 
 
 def covered(model: Model, choice: Choice | Choices, sizes: dict, nlevels: int) -> list[dict]:
@@ -51,3 +55,20 @@ def walked(model: Model, short: list) -> dict:
         for a, gap in (gaps or {}).items():
             out.setdefault(a, []).append(gap)
     return {a: any_of(out[a]) for a in model.axes if a in out}
+
+
+def step(axis: str, choice: Choices, level: int):
+    """How far one loop step moves along a walked axis."""
+    if level == 1 and choice.stream and choice.stream[0] == axis:
+        return choice.stream[1]
+    if level == 2 and choice.inner and choice.inner[0] == axis:
+        return choice.inner[1]
+    return 1
+
+
+def launched_threads(model: Model, covs: list[dict]):
+    """Threads per block as launched: each axis's thread count rounded up to whole threads,
+    the block to whole warps (at least one)."""
+    count = prod(np.ceil(np.asarray(covs[0][a] / covs[1][a], dtype=float) - 1e-9)
+                 for a in model.axes)
+    return np.maximum(WARP, np.ceil(count / WARP) * WARP)

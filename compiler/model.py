@@ -21,10 +21,10 @@ from .canonical import through
 from .graph import DiGraph, ancestors
 from .kernels import FusedKernel, is_free, relabelled
 from .loop_reads import readers
+from .operand_dtypes import operand_dtype
 from .passes import Streaming, stream
 from .row_runs import COPIED, RUN_BYTES
 from .split_info import infos
-
 from .arrays import BYTES, VIEWS, array_name, storage_dtype   # (the model's own vocabulary)
 
 # FLOPs per element for ops other than contractions (which cost 2 per product term).
@@ -137,6 +137,8 @@ class Model:
     whole_walks: frozenset = frozenset()  # ... axes never split over lanes (lanes.whole_walks)
     held_axes: frozenset = frozenset()    # ... axes its per-thread arrays run over (register_arrays)
     pitches: tuple = ()     # (node, values): global arrays with rows padded to a multiple (pitch.py)
+    columns: tuple = ()   # tensor cores: row statistics over a product's columns in its epilogue
+                          # (row, col, state slots of each, ops per element): column_epilogue
 
 
 def flash_state(model) -> bool:
@@ -314,7 +316,7 @@ def _work(g: DiGraph, n: int, times: int, loads=()) -> list[Work]:
     args = ir.operands(g, n)
     if isinstance(op, ir.Contract):
         axes = tuple(dict.fromkeys(a for m in args for a in ir.type_of(g, m).axes))
-        dtype = _operand_dtype(g, args)
+        dtype = operand_dtype(g, args)
         return [Work(n, axes, 2, "contraction", dtype, times, "contract")]
     if isinstance(op, (ir.Reduce, ir.Softmax)):
         per = 5 if isinstance(op, ir.Softmax) or op.fn in ("logsumexp", "var") else 1
@@ -334,46 +336,6 @@ def _work(g: DiGraph, n: int, times: int, loads=()) -> list[Work]:
             fn = "mul"        # by a constant (a scale): the compiler multiplies by its inverse
         return [Work(n, ir.type_of(g, n).axes, ELEMENT_FLOPS.get(fn, 1), "simt", "f32", times,
                      fn)]
-    return []
-
-
-def _operand_dtype(g: DiGraph, args: list[int]) -> str:
-    """The storage dtype a contraction's operands come in: the least precise input reaching it
-    (an intermediate beside a 16-bit input is rounded to it on the tensor cores:
-    tensorcore._rounded)."""
-    found = [d for m in args for d in _input_dtypes(g, m)]
-    if not found:        # both computed: `relu(A) * relu(B)` runs in A's and B's 16-bit dtype
-        found = [d for m in args for d in _computed_from(g, m)]    # (tensorcore._computed_dtype)
-    return "f32" if "f32" in found or not found else found[0]
-
-
-def _computed_from(g: DiGraph, m: int) -> list[str]:
-    """The float dtypes of the inputs m is computed from elementwise (f32 when a reduction or
-    a gather is on the way: its dtype is not an input's)."""
-    found, stack, seen = [], [m], set()
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        op = ir.op(g, n)
-        if isinstance(op, ir.Input):
-            found += [op.dtype] if ir.kind_of_dtype(op.dtype) == "float" else []
-        elif isinstance(op, (ir.Map, ir.Assign, ir.View)):
-            stack.extend(ir.operands(g, n))
-        elif not isinstance(op, (ir.Const, ir.Index, ir.SizeOf)):
-            return ["f32"]
-    return found
-
-
-def _input_dtypes(g: DiGraph, m: int) -> list[str]:
-    """The dtype of the input operand m is, through names and views (none: computed)."""
-    m = through(g, m)
-    op = ir.op(g, m)
-    if isinstance(op, ir.Input):
-        return [op.dtype]
-    if isinstance(op, VIEWS):       # (a view of a computed value: nothing, as the value)
-        return _input_dtypes(g, ir.operands(g, m)[0])
     return []
 
 

@@ -9,7 +9,8 @@ the GPU (or of every kernel when the outputs are few), at least `LONG` positions
 4 x `MIN_SHARE` in a kernel whose blocks fill at most 1 / `SPARSE` of the GPU's block
 slots, or of a plan whose outputs are few), split into a power of two of parts (at least `MIN_SHARE` positions per
 split, at most `MAX_PARTS` splits): the counts of `COARSE`, the one that would
-fill the GPU's block slots, then the best one's two neighbours. Each is fused
+fill the GPU's block slots, then the best one's two neighbours (a product's columns for its
+row statistics, colstats.wide_columns: also the counts whose shares fill a tile, however many). Each is fused
 and priced by the same quick estimates fusion uses (the partial states'
 traffic and the merge kernel included), and the fastest plan wins, unsplit
 included; a split so chosen is kept only when the final plans (the full search, the merge

@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import (chain, chain_sums, colstats, duals, flash, flash_alone, ir, packing, rowsource,
-               split, sums, warps)
+from . import (chain, chain_sums, colstats, column_epilogue, duals, flash, flash_alone, ir,
+               packing, rowsource, split, sums, warps)
 from .chain import ChainSite, OneRowAxis
 from .graph import ancestors
 from .kernels import is_free
@@ -256,7 +256,8 @@ def for_site(g, kernel, model: Model, where, sizes: dict) -> Model:
     if isinstance(where, FlashSite):       # (its packed rows one axis: packing.py)
         return _gathered(g, packing.relabel(model, where), where)
     if isinstance(where, Site) and where.columns:     # (one block along col: candidate_set)
-        return replace(model, woven=model.woven + (where.col,), reduced=(where.red,))
+        return replace(model, woven=model.woven + (where.col,), reduced=(where.red,),
+                       columns=column_epilogue.columns(g, where.row, where.col, where.columns))
     if isinstance(where, Site) and where.pairs:
         return sums.model_of(model, where)
     if isinstance(where, Site) and where.duals:
@@ -395,6 +396,5 @@ def _candidates(sizes: dict, s: Site) -> np.ndarray:
     return TILINGS[np.all(TILINGS[:, :3] <= top, axis=1)]
 
 
-__all__ = ["Site", "FlashSite", "ChainSite", "SITES", "site", "sites", "examine", "best_site", "search_site", "has_mma", "search",
-           "for_site",
-           "warp_tile", "FRAGMENT", "PAD"]
+__all__ = ["Site", "FlashSite", "ChainSite", "SITES", "site", "sites", "examine", "best_site",
+           "search_site", "has_mma", "search", "for_site", "warp_tile", "FRAGMENT", "PAD"]

@@ -77,3 +77,46 @@ def test_one_kernel_where_v_fits_a_tile_and_a_run_past_its_columns_is_refused():
     with pytest.raises(NapkinError) as exc:
         run_plan(p, _inputs(19, 37, tile + 1, "f16", 5), {"t": 19, "m": 37, "v": tile + 1})
     assert exc.value.code == "N0308" and f"v = {tile + 1}" in exc.value.diagnostics[0].message
+
+
+VARIANTS = {     # (the statements after the head's inputs, what they add to L's oracle)
+    "zloss": "Z[t v] = H * W\nlse[t] = logsumexp[v](Z)\n"
+             "L[t] = lse - sum[v](where(v == label, Z, 0)) + 1e-4 * lse * lse\nout L: f32\n",
+    "f32 Z": "Z[t v]: f32 = H * W\n"
+             "L[t] = logsumexp[v](Z) - sum[v](where(v == label, Z, 0))\nout L: f32\n",
+    "mean": "Z[t v] = H * W\nL[t] = logsumexp[v](Z) - sum[v](where(v == label, Z, 0))\n"
+            "loss[] = mean[t](L)\nout loss: f32\n",
+}
+
+
+def _variant_oracle(name, x):
+    z = x["H"].astype(np.float64) @ x["W"].astype(np.float64).T
+    top = z.max(axis=1)
+    lse = np.log(np.exp(z - top[:, None]).sum(axis=1)) + top
+    loss = lse - z[np.arange(len(z)), x["label"]]
+    if name == "zloss":
+        return {"L": loss + 1e-4 * lse * lse}
+    return {"loss": np.array([loss.mean()])} if name == "mean" else {"L": loss}
+
+
+@pytest.mark.parametrize("name, dt, t, m, v, parts", [("zloss", "f16", 19, 37, 71, None)] + [
+    pytest.param(*c, marks=pytest.mark.thorough) for c in
+    [("zloss", "bf16", 33, 48, 300, None), ("f32 Z", "f16", 19, 37, 71, None),
+     ("f32 Z", "bf16", 67, 40, 700, 3), ("mean", "f16", 19, 37, 71, None),
+     ("mean", "bf16", 130, 48, 500, 2)]])
+def test_a_z_loss_an_f32_product_and_a_mean_over_the_rows_fuse(name, dt, t, m, v, parts):
+    """The cross-entropy's variants keep the product's statistics in its epilogue (one kernel
+    of the product, Z never stored): a z-loss `+ 1e-4 * logsumexp[v](Z)^2` (the logsumexp
+    read twice after the merge), Z declared f32 (the accumulators' dtype already), the mean of
+    L over t (in a kernel after it); emulated against float64, f16 and bf16, v under a tile
+    and split (by the planner at v = 300: 2 shares of 256; by a hint)."""
+    d = napkin.load(Source("<ce>", (HEAD + VARIANTS[name]).format(dt=dt)))
+    p = plan(d, "h100", {"t": t, "m": m, "v": v},
+             overrides={"split": {"v": parts}} if parts else None)
+    _fused(p)
+    x = _inputs(t, m, v, dt, t * 7 + v)
+    want = _variant_oracle(name, x)
+    out = run_plan(p, x, p.sizes)
+    for key, ref in want.items():
+        got = np.asarray(out[key], dtype=np.float64).reshape(ref.shape)
+        assert np.abs(got - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())

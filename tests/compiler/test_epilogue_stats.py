@@ -59,12 +59,23 @@ def test_the_fused_plan_is_priced_from_the_products_own_tiling(big):
     assert rep["predicted_seconds"] < rep["apart_seconds"] == pytest.approx(p.time, rel=0.05)
 
 
-def test_a_logsumexp_alone_has_one_state_and_an_output_product_none():
+def test_a_logsumexp_alone_has_one_state_and_an_output_product_says_why_not():
     p = plan(_load(LSE), "h100", BIG, overrides=UNSPLIT)
     rep = epilogue_stats.for_plan(p)
     assert rep is not None and rep["statistics"] == 1
     kept = LSE.replace("out L: f32", "out L: f32\nout Z: f32")
-    assert epilogue_stats.for_plan(plan(_load(kept), "h100", BIG, overrides=UNSPLIT)) is None
+    rep = epilogue_stats.for_plan(plan(_load(kept), "h100", BIG, overrides=UNSPLIT))
+    assert rep == {"arrays": ["Z", "L"],
+                   "why_not": "`Z` is an output or another kernel reads it (stored all the same)"}
+
+
+def test_explain_says_why_f32_operands_do_not_fuse():
+    """f32 operands have no tensor-core product on these targets: explain says so where it
+    would price the fused plan (Z through global memory, L in a kernel of its own)."""
+    p = plan(_load(CE, "f32"), "h100", {"t": 64, "m": 64, "v": 50257}, overrides=UNSPLIT)
+    (line,) = epilogue_stats.lines(epilogue_stats.for_plan(p), str)      # (explain's words)
+    assert "Z and L in one kernel" in line and "`Z` is computed on the CUDA cores: " \
+        "operands are f32 and f32; mma.sync m16n8k16 takes two f16 or two bf16" in line
 
 
 def test_explain_names_the_fused_plan_and_its_figures(big):
@@ -79,7 +90,8 @@ def test_explain_names_the_fused_plan_and_its_figures(big):
 def test_the_planner_runs_it_split_over_the_vocabulary(big):
     """By default the planner splits v so that a block holds a share whole (197 splits of 256
     columns: compiler/colstats.py) and lowers the product with its statistics in the
-    epilogue: 2 kernels, no t x v buffer, faster than the unsplit plan (model); explain then
+    epilogue: 2 kernels, no t x v buffer, faster than the unsplit plan (model: 3.94 against
+    4.11 ms, the epilogue after the product's loop priced: column_epilogue.py); explain then
     names no plan of its own."""
     unsplit, rep = big
     p = plan(_load(CE), "h100", BIG)
@@ -87,7 +99,7 @@ def test_the_planner_runs_it_split_over_the_vocabulary(big):
     fused = [kp for kp in p.kernels if kp.schedule.site is not None and kp.schedule.site.columns]
     assert len(p.kernels) == 2 and len(fused) == 1
     assert dict(fused[0].choice.group)["s_v"] == 256
-    assert float(p.time) < 0.95 * float(unsplit.time)
+    assert float(p.time) < 0.97 * float(unsplit.time)
     assert rep["predicted_seconds"] > float(p.time)   # (the unsplit tiling's own figure)
     assert epilogue_stats.for_plan(p) is None
     assert "not chosen" not in render_text(report(p))
