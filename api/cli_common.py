@@ -45,7 +45,8 @@ OUTPUT = _Output()
 
 
 def parse_assignments(values, option: str) -> dict[str, int]:
-    """`d=128` or `q=128,x=96` (repeatable) to {"d": 128, ...}."""
+    """`d=128` or `q=128,x=96` (repeatable) to {"d": 128, ...}; --split's names may be
+    ARRAY:AXIS (`dg:r=8`, a split of the kernel computing dg alone)."""
     out: dict[str, int] = {}
     for value in values:
         for part in value.split(","):
@@ -55,11 +56,15 @@ def parse_assignments(values, option: str) -> dict[str, int]:
             name, eq, num = part.partition("=")
             name, num = name.strip(), num.strip()
             # ASCII digits only: str.isdigit() also admits '²' and other digits int() refuses
-            if not eq or not name.isidentifier() or not (num.isascii() and num.isdigit()):
+            names = name.split(":", 1) if option == "--split" else [name]
+            if not eq or not all(n.isidentifier() for n in names) or \
+                    not (num.isascii() and num.isdigit()):
                 raise UsageError(error(
-                    "N0804", f"{option} {part!r}: expected NAME=SIZE with a whole number",
-                    help=f"for example {option} d=128" + (",q=256" if option == "--shape" else ""))
-                    .diagnostics)
+                    "N0804", f"{option} {part!r}: expected "
+                    f"{'[ARRAY:]AXIS=COUNT' if option == '--split' else 'NAME=SIZE'} with a "
+                    "whole number", help=f"for example {option} d=128" + (
+                        ",q=256" if option == "--shape" else " or --split dg:r=8 (the kernel "
+                        "computing dg alone)" if option == "--split" else "")).diagnostics)
             # (a whole number of 20 digits is past the limit too, said so; the length is
             # checked before int() reads the digits: a million of them is no size either)
             if len(num.lstrip("0")) > len(str(MAX_SIZE)) or int(num) > MAX_SIZE:
@@ -104,7 +109,9 @@ engine_option = click.option("--engine", type=click.Choice(["auto", "tensor-core
 
 
 SPLIT_HELP = ("Split a reduced axis across blocks and merge their partial states: "
-              "--split x=8 (default: the planner splits when it predicts a gain).")
+              "--split x=8 across the diagram, or --split dg:r=8 in the kernel computing dg "
+              "alone, the other kernels unchanged (repeatable, one axis each; default: the "
+              "planner splits when it predicts a gain).")
 LANES_HELP = ("Split a reduced axis over a block's lanes, whose partial states merge by "
               "shuffles within a warp and across warps through shared memory: --lanes c=256 "
               "(2 to 1024, a power of two; default: the planner's).")
@@ -135,7 +142,7 @@ def planning_options(default_target: str | None = None, arch: str | None = None)
                       help="Fix group sizes at the block level: --group q=128.")
         @click.option("--stream", "streams", multiple=True, metavar="AXIS=SIZE,...",
                       help="Fix the streamed axis and its chunk: --stream x=64.")
-        @click.option("--split", "splits", multiple=True, metavar="AXIS=COUNT",
+        @click.option("--split", "splits", multiple=True, metavar="[ARRAY:]AXIS=COUNT",
                       help=SPLIT_HELP)
         @click.option("--lanes", "lanes", multiple=True, metavar="AXIS=COUNT", help=LANES_HELP)
         @merge_option

@@ -58,8 +58,8 @@ def report(plan: Plan, compare: bool = True) -> dict:
         kernels.append({
             "name": kp.kernel.name,
             # a split's merge run by the partial kernel's last blocks (compiler/last_block.py)
-            "run_by": (plan.kernels[plan.tail.partial].kernel.name
-                       if plan.tail is not None and i in plan.tail.merges else None),
+            "run_by": next((plan.kernels[t.partial].kernel.name for t in plan.tails
+                            if i in t.merges), None),
             # (a nested reduction's statement, compiler/nested.py, fused back into the kernel
             # of the statement it was cut from is part of that one: not listed)
             "equations": [_eq_name(plan, s) for s in kp.kernel.equations

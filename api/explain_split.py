@@ -13,8 +13,8 @@ def split_report(plan: Plan) -> dict | None:
     (in global memory between the partial and the merge kernels), and what it gained."""
     if plan.split is None:
         return None
-    first, *more = (_report(plan, s, plan.tail if i == 0 else None)
-                    for i, s in enumerate(plan.split.each()))
+    first, *more = (_report(plan, s, next((t for t in plan.tails if t.axis == s.axis), None))
+                    for s in plan.split.each())
     # further splits of other kernels alone (compiler/kernel_split.py: each its own axis)
     return {**first, "also": more} if more else first
 
@@ -60,10 +60,11 @@ def _lines(sp: dict, fmt) -> list[str]:
     one = sp.get("alone")
     if one is not None:
         names = ", ".join(one["arrays"])
+        why = "as hinted" if sp["hinted"] else "fewer blocks than the SMs hold: few " \
+            "outputs for what it reduces"
         lines.append(f"  in {names} alone, the reductions of kernel "
                      f"{', '.join(one['unsplit_kernels'])} of the unsplit plan ({one['busy']:.0%} "
-                     f"of the GPU busy, fewer blocks than the SMs hold: few outputs for what it "
-                     f"reduces); the other kernels keep "
+                     f"of the GPU busy, {why}); the other kernels keep "
                      f"their statements; that kernel {fmt(one['unsplit_seconds'])} unsplit, "
                      f"its partial and merge kernels {fmt(one['split_seconds'])} (final plans)")
     for b in sp["partials"]:

@@ -100,6 +100,7 @@ def run_batch(kind: str, seed: int, examples: int, *, case_seconds: float | None
     tried = [0]
     splits = [0]            # random plans with a reduced axis split across blocks
     tails = [0]             # of those, default plans merging in the last blocks
+    alone = [0]             # of those, splits of some kernels alone (compiler/named_split.py)
     failures: list = []
     shrinking = [False]
     shrink_until = [None]
@@ -136,7 +137,8 @@ def run_batch(kind: str, seed: int, examples: int, *, case_seconds: float | None
             if not shrinking[0]:
                 tried[0] += 1
                 splits[0] += case[2].split is not None
-                tails[0] += case[3].tail is not None
+                tails[0] += bool(case[3].tails)
+                alone[0] += case[2].split is not None and case[2].split.alone is not None
             try:
                 plans.check_plan(case, emulate=emulate, tails=True)
             except harness.Checked as exc:
@@ -237,6 +239,7 @@ def run_batch(kind: str, seed: int, examples: int, *, case_seconds: float | None
     except (Exception, Stop):  # noqa: BLE001 - the failure is recorded; keep the shrunk case
         saved = save() if shrinking[0] else None
     return {"kind": kind, "tried": tried[0], "splits": splits[0], "tails": tails[0],
+            "alone": alone[0],
             "failures": failures, "slow": slow,
             "saved": str(saved) if saved else None}
 
@@ -268,6 +271,7 @@ def main() -> None:
     totals = {k: 0 for k in BATCHES}
     split_totals = {k: 0 for k in BATCHES}
     tail_totals = {k: 0 for k in BATCHES}
+    alone_totals = {k: 0 for k in BATCHES}
     classes = {k: collections.Counter() for k in BATCHES}
     examples, saved = [], []
     spent = {k: 0.0 for k in BATCHES}
@@ -325,6 +329,7 @@ def main() -> None:
                 totals[kind] += result["tried"]
                 split_totals[kind] += result.get("splits", 0)
                 tail_totals[kind] += result.get("tails", 0)
+                alone_totals[kind] += result.get("alone", 0)
                 for fkind, message, case in result["failures"]:
                     classes[kind][fkind] += 1
                     examples.append(f"[{kind}] {message}\n{case}")
@@ -344,7 +349,8 @@ def main() -> None:
     figures["random"] = {k: {"tried": totals[k], "failures": dict(classes[k]),
                              "minutes": round(spent[k] / 60, 1),
                              **({"split plans": split_totals[k],
-                                 "last-block merges": tail_totals[k]}
+                                 "last-block merges": tail_totals[k],
+                                 "splits of kernels alone": alone_totals[k]}
                                 if k.startswith("plans") else {})}
                          for k in BATCHES}
     figures["saved regressions"] = saved

@@ -54,8 +54,9 @@ def lower(plan: Plan) -> P.Program:
     for kp in plan.kernels:
         for n in kp.kernel.stores:
             dtypes[n] = storage_dtype(g, n)
-    tail = plan.tail                       # compiler/last_block.py: merges run by the
-    run_by_partial = set(tail.merges) if tail else set()   # partial kernel's last blocks
+    tails = {t.partial: (t, COUNTER + (str(j) if j else ""))     # compiler/last_block.py:
+             for j, t in enumerate(plan.tails)}      # merges run by partial kernels' last blocks
+    run_by_partial = {i for t in plan.tails for i in t.merges}   # (each its counters)
     kernels, scratches = [], []
     shared = {i: la for la in plan.launches for i in la.members}   # (compiler/siblings.py)
     for i, kp in enumerate(plan.kernels):
@@ -94,7 +95,8 @@ def lower(plan: Plan) -> P.Program:
             else:
                 add(n, "store")
         merges = []
-        if tail is not None and i == tail.partial:
+        if i in tails:
+            tail, array = tails[i]
             for j in tail.merges:
                 m = plan.kernels[j]
                 for n in m.kernel.loads:
@@ -104,13 +106,13 @@ def lower(plan: Plan) -> P.Program:
                     add(n, "store")
                 merges.append((m, {n: names[n] for n in m.kernel.loads + m.kernel.stores}))
             counter = f"p{len(params)}"
-            params.append(P.Param(counter, "int* __restrict__", "store", COUNTER, tail.axes))
+            params.append(P.Param(counter, "int* __restrict__", "store", array, tail.axes))
         for rep, name in size_params.items():
             params.append(P.Param(name, "long long", "size", rep))
         itype = kp.schedule.index          # compiler/index_width.py, decided in the schedule
         lowering = _lowering(plan, kp, names, sizes, itype)
         if merges:
-            lowering.tail = Tail(plan, tail, merges, counter, sizes)
+            lowering.tail = Tail(plan, tails[i][0], merges, counter, sizes)
         body = lowering.build(f"napkin_{kp.kernel.name}")
         kernels.append(P.KernelProgram(body.name, tuple(params), body.threads, body.blocks,
                                        body.smem_bytes_formula, body.smem, body.body, itype,
@@ -124,10 +126,10 @@ def lower(plan: Plan) -> P.Program:
                                                f"f{j}" if j else "f"))
             scratches.append((scratch_p.array, "f32", ir.type_of(g, n).axes))
     buffers = tuple((_array(g, n), dtypes[n], ir.type_of(g, n).axes) for n in sorted(dtypes))
-    zeroed = ()
-    if tail is not None:      # the counters: an int per position of the tiles' axes (>= a tile)
-        buffers += ((COUNTER, "i32", tail.axes),)
-        zeroed = (COUNTER,)
+    # the counters: an int per position of the tiles' axes (>= a tile), for each tail
+    counters = tuple((array, "i32", tail.axes) for tail, array in tails.values())
+    buffers += counters
+    zeroed = tuple(name for name, _, _ in counters)
     buffers += tuple(scratches)         # a scatter-add's f32 sums, zero between launches
     zeroed += tuple(name for name, _, _ in scratches)
     order = list(plan.diagram.axes)       # (the diagram's declaration order)

@@ -209,7 +209,7 @@ def _computing(plan, names) -> float:
     partial side `Z.part` counts as `Z`; a merge in the partial kernel's last blocks adds
     nothing of its own)."""
     eqs = {e.stmt: e.name.split(".")[0] for e in plan.graph.graph["equations"]}
-    tail = plan.tail.merges if plan.tail is not None else ()
+    tail = {i for t in plan.tails for i in t.merges}
     return sum(float(kp.cost.time) for i, kp in enumerate(plan.kernels)
                if any(eqs.get(s) in names for s in kp.kernel.equations) and i not in tail)
 

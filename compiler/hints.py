@@ -28,9 +28,12 @@ class Hint:
     size: int
     level: int         # index into target.levels (1: blocks, 2: threads)
     info: HintInfo | None = None
+    array: str | None = None   # a split of the kernel computing this array alone
+                               # (`--split dg:r=8`, kernel_split.hinted), None: the diagram's
 
     def describe(self) -> str:
-        return f"{self.kind} {self.axis} by {self.size}"
+        of = f" in the kernel computing {self.array}" if self.array else ""
+        return f"{self.kind} {self.axis} by {self.size}{of}"
 
 
 def resolve(diagram_hints, overrides: dict, target: Target, axes) -> list[Hint]:
@@ -40,22 +43,27 @@ def resolve(diagram_hints, overrides: dict, target: Target, axes) -> list[Hint]:
         level = _level(target, h.level, h)
         out[(h.kind, h.axis, level)] = Hint(h.kind, h.axis, h.size, level, h)
     for kind in ("group", "stream", "split", "lanes"):
-        for axis, size in overrides.get(kind, {}).items():
+        for key, size in overrides.get(kind, {}).items():
+            array, _, axis = key.rpartition(":") if kind == "split" else ("", "", key)
             if axis not in axes:
-                raise error("N0201", f"--{kind} {axis}={size}: the diagram has no axis `{axis}`",
+                raise error("N0201", f"--{kind} {key}={size}: the diagram has no axis `{axis}`",
                             help=did_you_mean(axis, list(axes), "axes: " + ", ".join(axes)))
+            if array and not array.isidentifier():
+                raise error("N0804", f"--split {key}={size}: expected ARRAY:AXIS=COUNT, "
+                            "an array's name before the colon", help=f"for example --split "
+                            f"dg:{axis}=8 (the kernel computing dg splits `{axis}` in 8)")
             if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-                raise error("N0304", f"--{kind} {axis}={size!r}: sizes are whole numbers of "
-                            "at least 1", help=f"for example --{kind} {axis}=8 ({kind}={{{axis!r}: 8}} "
+                raise error("N0304", f"--{kind} {key}={size!r}: sizes are whole numbers of "
+                            "at least 1", help=f"for example --{kind} {key}=8 ({kind}={{{key!r}: 8}} "
                                                             "in napkin.compile)")
             if kind == "lanes" and size not in SPLITS:
                 raise error("N0304", f"--lanes {axis}={size}: a split's lanes merge by shuffles "
                             "in a warp, then across warps: they are one of "
                             + ", ".join(map(str, SPLITS)),
                             help=f"for example --lanes {axis}=256 (256 threads, 8 warps)")
-            for key in [k for k in out if k[0] == kind and k[1] == axis and k[2] == 1]:
-                del out[key]
-            out[(kind, axis, 1)] = Hint(kind, axis, size, 1)
+            for old in [k for k in out if k[0] == kind and k[1] == key and k[2] == 1]:
+                del out[old]
+            out[(kind, key, 1)] = Hint(kind, axis, size, 1, array=array or None)
     hints = list(out.values())
     _split_or_lanes(hints)
     return hints

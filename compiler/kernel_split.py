@@ -211,11 +211,11 @@ def final_of(fused, kernels, split) -> float:
 def best(problem, fuse, base, split_problem) -> list:
     """[(the fusion with one more kernel split, its axis, its count, its Alone), ...]: the
     best split of a kernel, then, on the plan it makes, the best of the other axes that gained
-    in the first round at the count that gained most there, and so on (greedily, each priced
-    once more: QK-norm attention's gradient splits `dgq` over t, then `dgk` over s); [] where
+    in the first round, each priced again from the count that gained most there and its
+    neighbours (_walk), and so on (greedily: QK-norm attention's gradient splits `dgq` over
+    t, then `dgk` over s); [] where
     none is predicted faster. Each by the quick estimates of the kernels it changes, then by
-    their final plans (the merge of a later split in its own kernel: the plan's last-block
-    merge is its first split's, last_block.decide)."""
+    their final plans (each split's merge where it runs fastest, last_block.decide)."""
     rounds: list = []
     named = {frozenset(k.equations): k.name for k in base.kernels}    # (the unsplit plan's)
     found, gains = _one(problem, fuse, base, split_problem, None, named)
@@ -231,37 +231,63 @@ def best(problem, fuse, base, split_problem) -> list:
 
 def _one(problem, fuse, base, split_problem, only, named):
     """(the best split of one kernel of `base` or None, {axis: its best count that gained});
-    `only`: {axis: count} to price alone (the later rounds); `named`: the unsplit plan's
-    kernel names by their statements, for explain."""
+    `only`: {axis: the count that gained most in the first round} for the later rounds, which
+    price that count and its neighbours, then the best one's until both of its neighbours
+    are priced (the first round prices every count); `named`: the unsplit plan's kernel names
+    by their statements, for explain."""
     found, gains = None, {}
     for axis, within in candidates(base).items():
         if only is not None and axis not in only:
             continue
-        best_gain = 0.0
-        for parts in counts(problem.sizes[axis]) if only is None else (only[axis],):
+        options = counts(problem.sizes[axis])
+        priced: dict[int, float] = {}
+        for parts in _walk(options, only and only[axis], priced):
             pr = split_problem(problem, axis, parts, within=within)
             fused = decided(base, fuse(pr, regrouped(base, pr)))
             old, new = changed(base, fused)
-            gain = estimated(base, old) - estimated(fused, new)
-            if gain > best_gain:
-                best_gain, gains[axis] = gain, parts
+            priced[parts] = gain = estimated(base, old) - estimated(fused, new)
+            if gain > gains.get(axis, (0.0, 0))[0]:
+                gains[axis] = (gain, parts)
             if gain > 0 and (found is None or gain > found[0]):
                 found = (gain, fused, axis, parts, old, new)
+    gains = {a: parts for a, (_, parts) in gains.items()}
     if found is None:
         return None, gains
     gain, fused, axis, parts, old, new = found
     info = fused.problem.graph.graph["split"]
     before = final_of(base.stored16 or base, old, None)
-    after = final_of(fused.stored16 or fused, new, info if only is None else None)
+    after = final_of(fused.stored16 or fused, new, info)
     if before <= after:
         return None, gains
+    return (fused, axis, parts, alone(base, info, old, before, after, named)), gains
+
+
+def _walk(options: list, start, priced: dict):
+    """The counts to price: every one of `options` without `start`; with it, `start` and
+    then the unpriced neighbours (half, twice) of the best priced so far, until it has none
+    (`priced`: {count: gain}, filled by the caller as each is priced)."""
+    if not start:
+        yield from options
+        return
+    yield start
+    while True:
+        here = max(priced, key=lambda p: (priced[p], -p))
+        nxt = [p for p in (here // 2, here * 2) if p in options and p not in priced]
+        if not nxt:
+            return
+        yield from nxt
+
+
+def alone(base, info, old, before: float, after: float, named) -> "Alone":
+    """What explain says of a split of `base`'s kernels `old` alone (`info`: its SplitInfo;
+    `before`, `after`: their final plans' time unsplit and split)."""
     g = base.problem.graph
     merges = {merge for _, merge in info.apart}
     names = tuple(e.name for e in g.graph["equations"] if e.stmt in merges)
     busy = min(float((base.stored16 or base).planner.plan(k, strict=False).cost.utilization)
                for k in old)
     kernels = tuple(named.get(frozenset(k.equations), k.name) for k in old)
-    return (fused, axis, parts, Alone(names, kernels, busy, before, after)), gains
+    return Alone(names, kernels, busy, before, after)
 
 
 @dataclass(frozen=True)

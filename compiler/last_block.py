@@ -20,12 +20,14 @@ axis the partial kernel's blocks cut (`_crossing`: a gather at computed position
 a scan or a softmax along such an axis would read another tile's partial states, which its
 last block may not have stored yet).
 
-`decide(...)` is the decision, made once in stage `tile`: `"kernel"` keeps the merge
-kernels, `"last-block"` asks for the tail (N0607 when a merge cannot run there), `"auto"`
-takes it when the model predicts it faster. The merge kernels stay in `Plan.kernels` (the
-interpreter runs them after the partial kernel, explain prints them); `Plan.tail` says
-which of them the partial kernel runs instead of a launch, and the lowering
-(`codegen/tail.py`) reads it.
+`decide(...)` is the decision, made once in stage `tile`, for every split of the plan in the
+order made (a plan of per-kernel splits, kernel_split.py, has one per split kernel, each its
+own partial kernel, merges and counters; a kernel runs the tail of one split at most):
+`"kernel"` keeps the merge kernels, `"last-block"` asks for the tails (N0607 when a merge
+cannot run there), `"auto"` takes each where the model predicts it faster. The merge kernels
+stay in `Plan.kernels` (the interpreter runs them after the partial kernel, explain prints
+them); `Plan.tails` says which of them each partial kernel runs instead of a launch, and the
+lowering (`codegen/tail.py`) reads it.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Tail:
     blocks: int                 # blocks of the partial kernel per output tile
     forced: bool                # asked for (`--merge last-block`), not chosen
     saved: float                # predicted seconds the tail saves over the merge kernels
+    axis: str = ""              # the split's axis (SplitInfo.axis: which split it merges)
 
 
 def check_mode(mode: str) -> str:
@@ -66,9 +69,10 @@ def check_mode(mode: str) -> str:
 
 
 def decide(g, plans: tuple[KernelPlan, ...], split, sizes: dict, target,
-           mode: str = "auto") -> tuple[tuple[KernelPlan, ...], Tail | None]:
-    """The plans (the merge kernels replanned for the tail when it is taken) and the Tail,
-    or the plans unchanged and None."""
+           mode: str = "auto") -> tuple[tuple[KernelPlan, ...], tuple[Tail, ...]]:
+    """The plans (the merge kernels replanned for the tails taken) and the Tails, one per
+    split whose merge runs in its partial kernel's last blocks, in the order the splits were
+    made (`split`: a SplitChoice or SplitInfo, each of `split.each()`; None: no split)."""
     check_mode(mode)
     if split is None and mode == "last-block":
         raise error("N0607", "`--merge last-block` has nothing to merge: the plan splits no "
@@ -76,8 +80,21 @@ def decide(g, plans: tuple[KernelPlan, ...], split, sizes: dict, target,
                     "split={'x': 8} in napkin.compile), or leave the merge to the planner "
                     "(`--merge auto`)")
     if split is None or mode == "kernel":
-        return plans, None
+        return plans, ()
+    tails: list[Tail] = []
+    for one in split.each():
+        plans, tail = _decide_one(g, plans, one, sizes, target, mode, tails)
+        if tail is not None:
+            tails.append(tail)
+    return plans, tuple(tails)
+
+
+def _decide_one(g, plans, split, sizes, target, mode, taken: list):
+    """(the plans, the Tail or None) for one split; `taken`: the tails decided before it."""
     found = _tail(g, plans, split, sizes, target)
+    busy = {i for t in taken for i in (t.partial, *t.merges)}
+    if not isinstance(found, str) and (found[0] in busy or busy & set(found[1])):
+        found = "its kernels already run another split's merge in their last blocks"
     if isinstance(found, str):
         if mode == "last-block":
             raise error("N0607", f"the split of `{split.axis}` cannot merge in the last block: "
@@ -99,7 +116,7 @@ def decide(g, plans: tuple[KernelPlan, ...], split, sizes: dict, target,
     tile = p.schedule.block_tile()
     axes = tuple(a for a in tile if a != split.part_axis)
     return out, Tail(partial, merges, axes, -(-split.parts // tile[split.part_axis]),
-                     mode == "last-block", before - after)
+                     mode == "last-block", before - after, split.axis)
 
 
 def _tail(g, plans, split, sizes, target):

@@ -52,8 +52,8 @@ class Plan:
     defaulted: tuple[str, ...] = ()   # dynamic axes planned at DEFAULT_SIZE (no size given)
     hints: tuple = ()            # the resolved schedule hints (baseline() plans with them)
     split: "SplitChoice | None" = None   # a reduced axis split across blocks (splitting.py)
-    tail: "Tail | None" = None   # the split's merge run by the partial kernel's last blocks
-                                 # (last_block.py)
+    tails: "tuple[Tail, ...]" = ()   # the splits' merges run by their partial kernels' last
+                                 # blocks (last_block.py), in the order the splits were made
     specialised: dict = field(default_factory=dict)   # dynamic axes of the diagram planned
                                  # fixed at these sizes (specialise.py): `diagram` is the one
                                  # checked with them, and the program runs at them only
@@ -61,6 +61,11 @@ class Plan:
     refused: str = ""            # why the plan with them fixed was not taken (an error)
     launches: tuple = ()         # independent products reading one array launched as one grid
                                  # (siblings.Launch: lowering and explain read it)
+
+    @property
+    def tail(self) -> "Tail | None":
+        """The first split's last-block merge (`tails[0]`), None where no merge runs so."""
+        return self.tails[0] if self.tails else None
 
     @property
     def time(self) -> float:
@@ -192,7 +197,8 @@ def prepare(diagram: Diagram, target: Target | str | None = None, shape: dict | 
     sizes = planning_sizes(diagram, shape)
 
     def run():
-        keep = {a for kind in ("group", "stream", "split", "lanes") for a in (overrides or {}).get(kind, {})}
+        keep = {a.rpartition(":")[2] for kind in ("group", "stream", "split", "lanes")
+                for a in (overrides or {}).get(kind, {})}       # (`--split dg:r=8`: r)
         grouped = set((overrides or {}).get("group", {}))
         merged = separate_nested(canonicalize(diagram.ir, keep, free=True, grouped=grouped))
         graphs = [separate_nested(canonicalize(diagram.ir, keep, grouped=grouped))]
@@ -326,11 +332,11 @@ def _tile(fused: Fused, merge: str) -> Plan:
                       for k in fused.kernels)
         hint_mod.check_all_used(list(pr.hints), {h for p in plans for h in p.hints}, pr.graph,
                                 list(fused.kernels))
-        plans, tail = decide_tail(pr.graph, plans, fused.split, pr.sizes, pr.target, merge)
-        return (*sibling_tiles.decide(pr.graph, plans, pr.sizes, pr.target, tail), tail)
-    plans, launches, tail = in_diagram(pr.diagram, run)
+        plans, tails = decide_tail(pr.graph, plans, fused.split, pr.sizes, pr.target, merge)
+        return (*sibling_tiles.decide(pr.graph, plans, pr.sizes, pr.target, tails), tails)
+    plans, launches, tails = in_diagram(pr.diagram, run)
     return Plan(pr.diagram, pr.graph, pr.target, pr.sizes, plans, fused.planner.engine,
-                pr.defaulted, pr.hints, fused.split, tail, launches=launches)
+                pr.defaulted, pr.hints, fused.split, tails, launches=launches)
 
 
 def plan(diagram: Diagram, target: Target | str | None = None, shape: dict | None = None,

@@ -62,9 +62,9 @@ class Option:
     kernels: tuple                  # the plan's kernels with them (their own costs)
 
 
-def _total(g, kernels, sizes: dict, target: Target, tail) -> float:
+def _total(g, kernels, sizes: dict, target: Target, tails) -> float:
     """The plan's predicted seconds with these kernels, its launches decided for them."""
-    shared, _ = siblings.decide(g, tuple(kernels), sizes, target, tail)
+    shared, _ = siblings.decide(g, tuple(kernels), sizes, target, tails)
     return sum(float(kp.cost.time) for kp in shared)
 
 
@@ -97,25 +97,25 @@ def tiled_at(g, kp, threads: int, sizes: dict, target: Target) -> list:
     return out
 
 
-def options(g, kernels: tuple, sizes: dict, target: Target, tail=None) -> list[Option]:
+def options(g, kernels: tuple, sizes: dict, target: Target, tails=()) -> list[Option]:
     """The options of the first set of siblings (the most members first), one per thread
     count `_priced` tries, priced against the plan as tiled; [] where there is none."""
-    groups = _groups(kernels, tail)
-    return _priced(g, kernels, groups[0], sizes, target, tail) if groups else []
+    groups = _groups(kernels, tails)
+    return _priced(g, kernels, groups[0], sizes, target, tails) if groups else []
 
 
-def _priced(g, kernels: tuple, group, sizes: dict, target: Target, tail) -> list[Option]:
+def _priced(g, kernels: tuple, group, sizes: dict, target: Target, tails) -> list[Option]:
     """`group`'s options, one per thread count a block of mma.sync warps can have but one
     every member has (where a member can take it)."""
     have = {kernels[i].schedule.threads for i in group}
     counts = sorted(set(THREADS) | have) if len(have) > 1 else sorted(set(THREADS) - have)
     return [o for t in counts
-            if (o := _option(g, kernels, group, t, sizes, target, tail)) is not None]
+            if (o := _option(g, kernels, group, t, sizes, target, tails)) is not None]
 
 
-def _groups(kernels: tuple, tail) -> list[tuple[int, ...]]:
+def _groups(kernels: tuple, tails) -> list[tuple[int, ...]]:
     """The sets of candidate siblings (of re-tileable members), the most members first."""
-    ok = {i for i, kp in enumerate(kernels) if siblings.eligible(kp, i, tail)
+    ok = {i for i, kp in enumerate(kernels) if siblings.eligible(kp, i, tails)
           and _retileable(kp)}
     if len(ok) < 2:
         return []
@@ -128,7 +128,7 @@ def _groups(kernels: tuple, tail) -> list[tuple[int, ...]]:
     return out
 
 
-def _option(g, kernels: tuple, group, threads: int, sizes: dict, target: Target, tail):
+def _option(g, kernels: tuple, group, threads: int, sizes: dict, target: Target, tails):
     """The members of `group` not of `threads` tiled at it, each one of its few tilings
     there or its own, one at least tiled again: the combination of least predicted plan
     time (faster than the plan as tiled or not); None where none can be."""
@@ -148,17 +148,17 @@ def _option(g, kernels: tuple, group, threads: int, sizes: dict, target: Target,
         other = list(kernels)
         for j, kp in zip(alts, picked):
             other[j] = kp
-        t = _total(g, other, sizes, target, tail)
+        t = _total(g, other, sizes, target, tails)
         if t < time:
             time, trial = t, other
     if trial is None:
         return None
     retiled = tuple(j for j in alts if trial[j] is not kernels[j])
-    alone = _total(g, kernels, sizes, target, tail)
+    alone = _total(g, kernels, sizes, target, tails)
     return Option(threads, retiled, time, alone, tuple(trial))
 
 
-def decide(g, kernels: tuple, sizes: dict, target: Target, tail=None):
+def decide(g, kernels: tuple, sizes: dict, target: Target, tails=()):
     """(the kernels, each launch member's cost its share; the launches), as siblings.decide,
     with members of sibling sets tiled at another thread count where the plan is predicted
     faster so (module doc): each set once, the most members first, its fastest option taken
@@ -173,22 +173,22 @@ def decide(g, kernels: tuple, sizes: dict, target: Target, tail=None):
     retiled: set[int] = set()
     done: list[tuple[int, ...]] = []
     while True:
-        group = next((s for s in _groups(kernels, tail) if s not in done), None)
+        group = next((s for s in _groups(kernels, tails) if s not in done), None)
         if group is None:
             break
         done.append(group)
-        best = min(_priced(g, kernels, group, sizes, target, tail), key=lambda o: o.time,
+        best = min(_priced(g, kernels, group, sizes, target, tails), key=lambda o: o.time,
                    default=None)
         if best is not None and best.time < best.alone:
             retiled.update(best.retiled)
             kernels = best.kernels
-    own, launches = siblings.decide(g, alone, sizes, target, tail)
+    own, launches = siblings.decide(g, alone, sizes, target, tails)
     if not retiled:
         return own, launches
-    shared, launches = siblings.decide(g, kernels, sizes, target, tail)
+    shared, launches = siblings.decide(g, kernels, sizes, target, tails)
     if sum(float(kp.cost.time) for kp in shared) >= \
             sum(float(kp.cost.time) for kp in own) * (1 - NEAR):
-        return siblings.decide(g, alone, sizes, target, tail)
+        return siblings.decide(g, alone, sizes, target, tails)
     threads = {j: alone[j].schedule.threads for j in retiled}
     return shared, tuple(_recorded(la, threads, own) for la in launches)
 

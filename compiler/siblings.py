@@ -57,11 +57,11 @@ class Launch:
                                # (what the launch beat; 0: no member was tiled again)
 
 
-def eligible(kp, i: int, tail) -> bool:
+def eligible(kp, i: int, tails) -> bool:
     """A plain tensor-core product kernel: its own launch, no atomics across blocks, no split's
     merge run by its last blocks (those add code and counters to its grid)."""
     s = kp.schedule
-    in_tail = tail is not None and (i == tail.partial or i in tail.merges)
+    in_tail = any(i == t.partial or i in t.merges for t in tails or ())
     return s.engine == PRODUCT and s.tensor_cores and not s.across and not in_tail
 
 
@@ -119,13 +119,13 @@ def price(kps, n_blocks, shared_bytes: float, target: Target) -> tuple[float, in
         from_l2 * (len(kps) - 1)
 
 
-def decide(g, kernels: tuple, sizes: dict, target: Target, tail=None):
+def decide(g, kernels: tuple, sizes: dict, target: Target, tails=()):
     """(the kernels, each member's cost its share of its launch; the launches), greedily:
     per array read by candidate siblings (the largest first), each sibling kept where the
     launch with it is faster than the launch without it and its own apart."""
     if not target.processors or len(kernels) < 2:
         return kernels, ()
-    ok = {i for i, kp in enumerate(kernels) if eligible(kp, i, tail)}
+    ok = {i for i, kp in enumerate(kernels) if eligible(kp, i, tails)}
     if len(ok) < 2:
         return kernels, ()
     n_blocks = {i: blocks(kernels[i], sizes) for i in ok}

@@ -22,6 +22,10 @@ class SplitInfo:
                                      # window of rows a lowering may copy as a tile instead
     within: frozenset | None = None  # the statements split (one kernel's), None: the diagram
 
+    def each(self) -> tuple:
+        """This split (as SplitChoice.each: the splits a merge is decided for)."""
+        return (self,)
+
 
 def infos(g) -> tuple:
     """The splits of the graph (SplitInfo), in the order made: none, one across the diagram,

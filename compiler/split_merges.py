@@ -42,11 +42,14 @@ class Merges:
     def _pair_operand(self, n: int):
         """Which operand of contraction n is a softmax over the split axis (the pair merged
         by logsumexps), or None: a softmax over another axis is a plain operand, its value
-        at each position of the split axis its own (`softmax[m](j + m)` summed over j)."""
-        g = self.g
+        at each position of the split axis its own (`softmax[m](j + m)` summed over j), and
+        so is one another kernel computes and stores (a split of some kernels alone: P of
+        `O = P * V`, P its own statement, enters as an input does)."""
+        g, within = self.g, self.r.within
         for k, u in enumerate(ir.operands(g, n)):
-            op = ir.op(g, through(g, u))
-            if isinstance(op, ir.Softmax) and op.axes == (self.x,):
+            soft = through(g, u)
+            if isinstance(ir.op(g, soft), ir.Softmax) and ir.op(g, soft).axes == (self.x,) \
+                    and (within is None or g.nodes[soft]["stmt"] in within):
                 return k
         return None
 

@@ -80,7 +80,7 @@ class Region:
         compiler/kernel_split.py), None for the whole diagram. Only their reductions over
         `axis` split, and the region stops at the arrays other statements compute (stored
         by their kernels): those enter through gathers as the diagram's inputs do."""
-        self.g, self.axis = g, axis
+        self.g, self.axis, self.within = g, axis, within
         if axis not in g.graph["axes"]:
             raise NotSplittable(f"the diagram has no axis `{axis}`")
         carries = {n for n in g if axis in ir.type_of(g, n).axes}

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..diagrams.diagnostics import error
-from . import colstats, ir, kernel_split, packing
+from . import colstats, ir, kernel_split, named_split, packing
 from . import split as splits
 
 UNDERFILLED = 0.75     # a kernel busy below this fraction of the GPU invites a split,
@@ -157,9 +157,10 @@ def _most(size: int) -> int:
 
 
 def split_hints(problem):
-    """(the problem without its split hints, those hints as (axis, parts, span))."""
+    """(the problem without its split hints, those hints as (axis, parts, span, array):
+    `array` names the kernel split alone (`--split dg:r=8`), None for the diagram's)."""
     forced = tuple((h.axis, _at_most(problem.sizes.get(h.axis), h.size),
-                    h.info.span if h.info else None)
+                    h.info.span if h.info else None, h.array)
                    for h in problem.hints if h.kind == "split")
     return replace(problem, hints=tuple(h for h in problem.hints if h.kind != "split")), forced
 
@@ -172,27 +173,36 @@ def _at_most(size, parts: int) -> int:
 
 
 def forced_split(problem, forced):
-    """The problem split as the split hints `forced` ((axis, parts, span)) say, None where
-    they split nothing (none, or `split x by 1`); N0607 / N0201 where they cannot."""
+    """The problem split as the split hints `forced` ((axis, parts, span, array)) say, None
+    where they split nothing (none, `split x by 1`, or splits of kernels alone: their names
+    checked here, kernel_split.hinted splits them); N0607 / N0201 where they cannot."""
+    if any(f[3] is not None for f in forced):
+        named_split.check(problem.graph, forced)
+        return None
     if len(forced) > 1:
         raise error("N0607", "one split per diagram: the hints split "
-                    + ", ".join(f"`{a}`" for a, _, _ in forced), forced[1][2],
-                    help="keep one split hint")
+                    + ", ".join(f"`{a}`" for a, *_ in forced), forced[1][2],
+                    help="keep one split hint, or split kernels alone: --split ARRAY:AXIS=COUNT "
+                         "for each (`--split dg:r=8`, the kernel computing dg)")
     if not forced:
         return None
-    axis, parts, span = forced[0]
+    axis, parts, span, _ = forced[0]
     if axis not in problem.graph.graph["axes"]:
         raise error("N0201", f"split {axis}: the diagram has no axis `{axis}`", span)
     return None if parts == 1 else split_problem(problem, axis, parts, span)
 
 
-def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
+def choose(problem, fuse, forced: tuple = ()):
     """(the fused kernels to plan, their SplitChoice or None). `fuse(problem)` is the fusion
     stage, `fuse(problem, like)` groups the statements as `like` does; `forced` are the
-    split hints: (axis, parts, span)."""
+    split hints: (axis, parts, span, array)."""
     hinted = forced_split(problem, forced)
+    if forced and forced[0][3] is not None:      # splits of kernels alone, as hinted
+        base = fuse(problem)
+        rounds = named_split.hinted(problem, fuse, base, split_problem, forced)
+        return (base, None) if not rounds else _alone_choice(rounds, total(base), True)
     if forced:
-        axis, parts, span = forced[0]
+        axis, parts, span, _ = forced[0]
         if hinted is None:              # `split x by 1`: one split is no split (and no search)
             return fuse(problem), None
         fused = fuse(hinted)
@@ -262,15 +272,20 @@ def choose(problem, fuse, forced: tuple[tuple[str, int, object], ...] = ()):
     # a split of the whole diagram by the final plans of both
     rounds = kernel_split.best(problem, fuse, base, split_problem)
     if rounds:
-        choices = [replace(_choice(f, axis, parts, False, None), alone=alone)
-                   for f, axis, parts, alone in rounds]
-        fused = rounds[-1][0]
-        # the first split's, with the others after it (SplitChoice.more), the whole plan's time
-        choice = replace(choices[0], more=tuple(choices[1:]), time=total(fused),
-                         unsplit_time=known)
+        fused, choice = _alone_choice(rounds, unsplit, False)
         if wide is None or final(fused, choice) < wide[2]:
             return fused, choice
     return (base, None) if wide is None else wide[:2]
+
+
+def _alone_choice(rounds, unsplit, forced: bool):
+    """(the fusion with every split of kernels alone, its SplitChoice): the first split's,
+    with the others after it (SplitChoice.more), the whole plan's time."""
+    choices = [replace(_choice(f, axis, parts, forced, None), alone=alone)
+               for f, axis, parts, alone in rounds]
+    fused = rounds[-1][0]
+    return fused, replace(choices[0], more=tuple(choices[1:]), time=total(fused),
+                          unsplit_time=unsplit if unsplit != float("inf") else None)
 
 
 def final(fused, choice) -> float:

@@ -75,18 +75,18 @@ def with_choices(plan: Plan, choices) -> Plan:
 
 
 def with_merge(plan: Plan, merge: str) -> Plan:
-    """The same plan with its split's merge decided again (`merge`: auto, kernel or
+    """The same plan with its splits' merges decided again (`merge`: auto, kernel or
     last-block; last_block.py): N0607 when `last-block` cannot be; the kernels are kept
-    (a plan whose merge already runs in the last blocks is returned as it is). The shared
+    (a plan whose merges already run in the last blocks is returned as it is). The shared
     launches are decided again after it, as the planner orders the two (a kernel whose last
     blocks merge launches alone: siblings.eligible)."""
-    if plan.tail is not None:
+    if plan.tails:
         return plan
     own = siblings.unshared(plan.kernels, plan.launches)
-    kernels, tail = in_diagram(plan.diagram, lambda: decide_tail(
+    kernels, tails = in_diagram(plan.diagram, lambda: decide_tail(
         plan.graph, own, plan.split, plan.sizes, plan.target, merge))
-    kernels, launches = siblings.decide(plan.graph, kernels, plan.sizes, plan.target, tail)
-    return replace(plan, kernels=kernels, tail=tail,
+    kernels, launches = siblings.decide(plan.graph, kernels, plan.sizes, plan.target, tails)
+    return replace(plan, kernels=kernels, tails=tails,
                    launches=sibling_tiles.kept(plan.launches, launches))
 
 

@@ -38,7 +38,8 @@ CONFIDENCE = 1e-6
               help="Fix group sizes at the block level: --group q=128.")
 @click.option("--stream", "streams", multiple=True, metavar="AXIS=SIZE,...",
               help="Fix the streamed axis and its chunk: --stream x=64.")
-@click.option("--split", "splits", multiple=True, metavar="AXIS=COUNT", help=SPLIT_HELP)
+@click.option("--split", "splits", multiple=True, metavar="[ARRAY:]AXIS=COUNT",
+              help=SPLIT_HELP)
 @click.option("--lanes", "lanes", multiple=True, metavar="AXIS=COUNT", help=LANES_HELP)
 @merge_option
 @click.option("--inputs", "inputs_path", type=click.Path(), default=None,

@@ -19,6 +19,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 import napkin
+from napkin.compiler import packing
 from napkin.compiler.columns import columns
 from napkin.compiler.cost import Choice, evaluate
 from napkin.compiler.model import kernel_model as build_model
@@ -45,7 +46,8 @@ def library(name: str, dtype: str, **sizes):
 
 def random_choice(draw, kp, plan) -> Choice:
     """A random choice for kernel `kp` of `plan` within the target's capacities."""
-    model, sizes = kp.model, plan.sizes
+    model = kp.model          # (packed rows, GQA's `(r q)`: one axis of their sizes' product)
+    sizes = packing.sized(model.packed, plan.sizes)
     woven, reduced = list(model.woven), list(model.reduced)
     group, thread = [], []
     for a in woven:
@@ -71,6 +73,9 @@ def random_choice(draw, kp, plan) -> Choice:
             a = max(woven, key=lambda x: -(-tiles[x] // per[x]))
             per[a] = min(tiles[a], per[a] * 2)
         choice = Choice(tuple(sorted(tiles.items())), stream, tuple(sorted(per.items())), split)
+        if split is not None and not _lanes_legal(plan, kp, choice):
+            split, ways = None, 1       # (a reduction over it nested in another: N0604)
+            continue
         if fits(cost_of(plan, kp, choice)):
             return choice
         # over a capacity (registers, shared memory): halve the largest group tile
@@ -81,6 +86,18 @@ def random_choice(draw, kp, plan) -> Choice:
         tiles[a] = max(1, tiles[a] // 2)
         per[a] = min(per[a], tiles[a])
     return kp.choice          # nothing smaller fits: the planner's own choice
+
+
+def _lanes_legal(plan, kp, choice: Choice) -> bool:
+    """Whether the schedule's rules allow the choice's split over lanes (schedule.build
+    refuses one nested in another reduction over it: a merge of a split before a softmax)."""
+    from napkin.compiler import schedule
+    model = build_model(plan.graph, kp.kernel, choice.stream[0] if choice.stream else None)
+    try:
+        schedule.build(plan.graph, kp.kernel, model, choice, plan.sizes, plan.target)
+    except NapkinError as exc:
+        return "over lanes" not in exc.diagnostics[0].message
+    return True
 
 
 def cost_of(plan, kp, choice: Choice):
@@ -111,12 +128,15 @@ def planned(draw, names):
     shape = {a: drawn[reps[a].rep] for a, s in d.axes.items() if s is None}
     fused = draw(st.booleans())
     split = draw(split_hint(d, shape))
+    if split is None and draw(st.booleans()):   # or splits of some kernels alone, named on
+        split = draw(kernel_split_hint(make_plan(d, "h100", shape, fusion=fused)))  # the plan
     merge = draw(st.sampled_from(["auto", "last-block"])) if split else "auto"
     default = _default_plan(d, shape, split, fused, merge)
     choices = [random_choice(draw, kp, default) for kp in default.kernels]
     # the interpreter walks blocks and chunks in Python: tile 1 over several axes of 33
     # (35,937 blocks x 33 chunks) ran for over an hour in one case
-    assume(sum(_steps(c, default.sizes) for c in choices) <= MAX_STEPS)
+    assume(sum(_steps(c, packing.sized(kp.model.packed, default.sizes))
+               for c, kp in zip(choices, default.kernels)) <= MAX_STEPS)
     return d, shape, with_choices(default, choices), default, draw(st.integers(0, 2**16)), fused
 
 
@@ -132,6 +152,40 @@ def _default_plan(d, shape, split, fused, merge):
         if "cannot merge in the last block" not in str(exc):
             raise
         return p
+
+
+@st.composite
+def kernel_split_hint(draw, unsplit):
+    """Splits of kernels alone (compiler/named_split.py) on the unsplit plan's kernels: one
+    or two kernels, each an axis it reduces that splits within its statements, named by an
+    array it computes (`{"dg:r": 3}`), by counts that do not divide the axis, equal it or
+    pass it; None where no kernel has such an axis (or the plan split already)."""
+    from napkin.compiler.split import splittable
+    if unsplit.split is not None:
+        return None
+    g = unsplit.graph
+    names = {e.stmt: e.name for e in g.graph["equations"]}
+    options = []
+    for kp in unsplit.kernels:
+        k, own = kp.kernel, frozenset(kp.kernel.equations)
+        computed = [names[s] for s in k.equations if s not in k.recomputed and s in names
+                    and names[s].isidentifier()]      # (the diagram's, not `O:softmax[x]`)
+        axes = [a for a in k.reduced(g) if a in g.graph["axes"] and
+                splittable(g, a, own) is None]
+        if computed and axes:
+            options.append((computed, axes))
+    if not options:
+        return None
+    out: dict = {}
+    for computed, axes in draw(st.lists(st.sampled_from(options), min_size=1, max_size=2,
+                                        unique_by=lambda o: o[0][0])):
+        axes = [a for a in axes if a not in {key.split(":")[1] for key in out}]
+        if axes:        # (one split per axis)
+            axis = draw(st.sampled_from(axes))
+            n = unsplit.sizes[axis]
+            out[f"{draw(st.sampled_from(computed))}:{axis}"] = draw(
+                st.sampled_from([2, 3, 5, n, n + 2]))
+    return out
 
 
 @st.composite
@@ -162,8 +216,10 @@ def _steps(c, sizes: dict) -> int:
 
 def describe(case) -> str:
     d, shape, p, _, seed, _ = case
-    split = f" split={p.split.axis}:{p.split.parts}" if p.split else ""
-    if case[3].tail is not None:
+    split = "".join(f" split={s.axis}:{s.parts}" + (f" in {s.alone.arrays[0]}'s kernel"
+                                                    if s.alone else "")
+                    for s in (p.split.each() if p.split else ()))
+    if case[3].tails:
         split += " merged in the last blocks (default plan)"
     return (f"{d.name} shape={shape} seed={seed}{split} "
             f"choices={[k.choice for k in p.kernels]} kernels={len(p.kernels)}")
@@ -175,9 +231,10 @@ def as_regression(case) -> tuple:
     name, dtype = d.name.strip("<>").split(":")[1:3]
     options = {"choices": [k.choice for k in p.kernels], "defines": dict(d.overrides) or None,
                "fusion": fused}
-    if p.split is not None:
-        options["split"] = {p.split.axis: p.split.parts}
-    if default.tail is not None:
+    if p.split is not None:        # (a kernel's alone: named by an array it computes)
+        options["split"] = {(f"{s.alone.arrays[0]}:" if s.alone else "") + s.axis: s.parts
+                            for s in p.split.each()}
+    if default.tails:
         options["merge"] = "last-block"
     return Case(f"# {d.name}\n" + library_text(name, dtype), shape, seed), options
 
@@ -195,7 +252,7 @@ def check_plan(case, emulate: bool = True, sanitize: str = "none", tails: bool =
     ref, low, order = compare.references(d, inputs, p)
     mine = run_backends(d, p, inputs, p.sizes, ref, low, emulate=emulate, sanitize=sanitize,
                         order=order)
-    if default.tail is not None and emulate and tails:   # the random plan's merges launch:
+    if default.tails and emulate and tails:   # the random plan's merges launch:
         run_backends(d, default, inputs, default.sizes, ref, low, interp=False,   # the tail
                      sanitize=sanitize, order=compare.references(d, inputs, default)[2])
     try:
