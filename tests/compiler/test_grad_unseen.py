@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import napkin
+from napkin.diagrams.diagnostics import NapkinError
 
 SELF_ATTENTION = """
 axis t, d, s
@@ -109,15 +110,22 @@ def test_a_gradient_read_back_from_its_file_warns_nothing(tmp_path, capsys, monk
 
 
 def test_wrt_naming_an_input_twice_or_none(tmp_path, capsys, monkeypatch):
-    """`--wrt X,X` failed with N0202 pointing into the generated text (`<grad:...>:14:14`);
-    it is X. `--wrt ""` said no output depends on a float input; it names none."""
+    """`--wrt X,X` failed with N0202 pointing into the generated text (`<grad:...>:14:14`),
+    then was read as X silently (a slip such as `--wrt Q,Q` for `Q,K` went unsaid): it is
+    N0810 with the list named once. `--wrt ""` said no output depends on a float input; it
+    names none."""
     from napkin.cli import main
     monkeypatch.chdir(tmp_path)
     (tmp_path / "u.napkin").write_text(UNUSED)
-    assert main(["grad", "u.napkin", "--wrt", "X,X"]) == 0
-    out = capsys.readouterr().out
-    assert out.count("out dX: f32\n") == 1 and "dZ" not in out
-    assert napkin.grad(UNUSED, wrt=["X", "X"]).source.text == napkin.grad(UNUSED, wrt="X").source.text
+    assert main(["grad", "u.napkin", "--wrt", "X,X", "-o", "g.napkin"]) == 1
+    err = capsys.readouterr().err
+    assert "error[N0810]: --wrt names `X` twice" in err, err
+    assert "help: name each input once: --wrt X (inputs: X, Z)" in err, err
+    assert not (tmp_path / "g.napkin").exists()
+    with pytest.raises(NapkinError, match="names `X` twice"):
+        napkin.grad(UNUSED, wrt=["X", "Z", "X"])
+    assert main(["grad", "u.napkin", "--wrt", "Y"]) == 1          # unknown: an error already
+    assert "error[N0810]: `Y` is not an input" in capsys.readouterr().err
     for wrt in ("", ","):
         assert main(["grad", "u.napkin", "--wrt", wrt, "-o", "g.napkin"]) == 1
         err = capsys.readouterr().err
