@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from .diagrams.diagnostics import UsageError, did_you_mean, error
+from .diagrams.diagnostics import UsageError, error
 
 
 def from_click(exc: click.UsageError, fallback: click.Context | None = None) -> UsageError:
@@ -20,30 +20,34 @@ def from_click(exc: click.UsageError, fallback: click.Context | None = None) -> 
     listing = f"`{command} --help` lists its options"
     reason = _sentence(exc.message)
     if ctx is not None and isinstance(ctx.command, click.Group):     # `napkin chek`
-        names = ctx.command.list_commands(ctx)
-        listing = "commands: " + ", ".join(names)
-        if reason.startswith("no such command"):
-            listing = did_you_mean(reason.split("'")[1] if "'" in reason else "", names, listing)
+        listing = "commands: " + ", ".join(ctx.command.list_commands(ctx))
     if isinstance(exc, click.MissingParameter) and exc.param is not None:
         what = "argument" if isinstance(exc.param, click.Argument) else "option"
         message, help = f"missing {what} {_shown(exc.param, ctx)}", _help(exc.param, ctx)
     elif isinstance(exc, click.BadParameter) and exc.param is not None:
         message, help = f"{_shown(exc.param, ctx)}: {reason}", _help(exc.param, ctx)
     elif isinstance(exc, click.NoSuchOption):
-        near = exc.possibilities or []
         message = f"{command} has no option {exc.option_name}"
-        help = f"did you mean {near[0]}?" if near else listing
+        help = _nearest(exc) or listing
     elif isinstance(exc, click.BadOptionUsage):
         param = _option(ctx, exc.option_name)
         message = reason
         help = _help(param, ctx) if param is not None else listing
-    else:
-        message, help = reason, listing
+    else:       # an unknown command (click's NoSuchCommand has the nearest), extra arguments
+        message, help = reason, _nearest(exc) or listing
     return UsageError(error("N0804", message, help=help).diagnostics)
 
 
+def _nearest(exc) -> str | None:
+    """click's suggestions, napkin's way: "did you mean `check`?"."""
+    near = [f"`{n}`" for n in getattr(exc, "possibilities", None) or []]   # nearest first
+    if not near:
+        return None
+    return "did you mean " + (", ".join(near[:-1]) + " or " if near[1:] else "") + near[-1] + "?"
+
+
 def _sentence(text: str) -> str:
-    """click's message as napkin words one: no capital (but an acronym's), no final period."""
+    """click's message worded as napkin's: no capital (but an acronym's), no final period."""
     text = text.strip().rstrip(".")
     return text if text[1:2].isupper() else text[:1].lower() + text[1:]
 

@@ -33,7 +33,7 @@ def _err(capsys, args) -> str:
      "error[N0804]: napkin run has no option --timeout\n"
      "  = help: `napkin run --help` lists its options\n"),
     (["run", "softmax", "--sed", "3"],
-     "error[N0804]: napkin run has no option --sed\n  = help: did you mean --seed?\n"),
+     "error[N0804]: napkin run has no option --sed\n  = help: did you mean `--seed`, `--save` or `--shape`?\n"),
     (["run", "softmax", "--seed"],
      "error[N0804]: option '--seed' requires an argument\n"
      "  = help: --seed INTEGER: Seed of the random inputs.\n"),
@@ -41,7 +41,7 @@ def _err(capsys, args) -> str:
      "error[N0804]: missing argument FILE|NAME\n"
      "  = help: give it: napkin check FILE|NAME (`napkin check --help`)\n"),
     (["chek", "softmax"],
-     "error[N0804]: no such command 'chek'\n  = help: did you mean `check`?\n"),
+     "error[N0804]: no such command 'chek'\n  = help: did you mean `check` or `cache`?\n"),
 ])
 def test_click_usage_errors_are_napkins(capsys, args, expected):
     assert _err(capsys, args) == expected
