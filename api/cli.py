@@ -83,9 +83,10 @@ def _main(argv) -> int:
         return 1
     except click.UsageError as exc:   # click's own (`--seed abc`): napkin's N0804, exit 2
         from .usage_errors import from_click
-        if _asks_json(argv if argv is not None else sys.argv[1:]):
+        args = argv if argv is not None else sys.argv[1:]
+        if _asks_json(args):
             OUTPUT.format = "json"     # (click stopped before it read --diagnostics)
-        OUTPUT.fail(from_click(exc, _context(argv if argv is not None else sys.argv[1:])))
+        OUTPUT.fail(from_click(exc, _context(args)))
         OUTPUT.flush(err)
         return 2
     except click.ClickException as exc:
