@@ -81,6 +81,14 @@ def _main(argv) -> int:
     except click.exceptions.Abort:
         err.print("aborted")
         return 1
+    except click.UsageError as exc:   # click's own (`--seed abc`): napkin's N0804, exit 2
+        from .usage_errors import from_click
+        args = argv if argv is not None else sys.argv[1:]
+        if _asks_json(args):
+            OUTPUT.format = "json"     # (click stopped before it read --diagnostics)
+        OUTPUT.fail(from_click(exc, _context(args)))
+        OUTPUT.flush(err)
+        return 2
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
@@ -95,6 +103,18 @@ def _main(argv) -> int:
         err.print(f"error: internal error in napkin {__version__}: this is a bug; please report it "
                   f"at {REPORT_URL} with the diagram and command that caused it", markup=False)
         return 101
+
+
+def _context(argv) -> click.Context:
+    """The context of the command `argv` names (else the group's)."""
+    top = click.Context(cli, info_name="napkin")
+    command = cli.get_command(top, argv[0]) if argv and argv[0] in COMMANDS else None
+    return top if command is None else click.Context(command, info_name=argv[0], parent=top)
+
+
+def _asks_json(argv) -> bool:
+    return "--diagnostics=json" in argv or any(
+        a == "--diagnostics" and b == "json" for a, b in zip(argv, argv[1:]))
 
 
 __all__ = ["cli", "main", "diagram_options", "load_diagram", "render", "to_json"]

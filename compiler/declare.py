@@ -34,6 +34,11 @@ def declare(program: ast.Program, overrides: dict[str, int], errors: Collector) 
                 _guard(errors, _axis, decl, item)
     for name, value in overrides.items():
         _guard(errors, _override, decl, name, value)
+    for stmt in program.statements:        # (after -D: `-D j=5` meets `axis j = size(i)`)
+        if isinstance(stmt, ast.AxisDecl):
+            for item in stmt.items:
+                if item.same is not None:
+                    _guard(errors, _same_size, decl, item.name, item.same)
     for stmt in program.statements:
         if isinstance(stmt, ast.InputDecl):
             for item in stmt.items:
@@ -70,6 +75,24 @@ def _axis(decl: Declarations, item: ast.AxisItem) -> None:
     decl.axes[name.text] = name.span
     size = parse_size(item.size) if item.size is not None else None
     decl.sizes.add(name.text, size, item.size.span if item.size else None)
+
+
+def _same_size(decl: Declarations, name: ast.Name, same: ast.SizeOf) -> None:
+    """`axis j = size(i)`: j in i's size class (i declared before it)."""
+    if same.fn.text != "size":
+        raise error("N0102", f"an axis's size is a whole number or `size(AXIS)`, not "
+                    f"`{same.fn.text}(...)`", same.fn.span,
+                    help=f"write `axis {name.text} = size({same.axis.text})`")
+    other = same.axis.text
+    if other == name.text:
+        raise error("N0201", f"axis `{other}` is given its own size", same.axis.span,
+                    help="name an axis declared before it, or a whole number")
+    declared = list(decl.axes)
+    if other not in decl.axes or declared.index(other) > declared.index(name.text):
+        raise error("N0201", f"undeclared axis `{other}`", same.axis.span,
+                    help=f"declare `{other}` before `{name.text}`: `axis {other}, "
+                         f"{name.text} = size({other})`")
+    decl.sizes.union(name.text, other, same.span, f"`axis {name.text} = size({other})`")
 
 
 def parse_size(lit: ast.SizeLit) -> int:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from .graph import ancestors, descendants
 
-from ..diagrams.diagnostics import error
+from ..diagrams.diagnostics import did_you_mean, error
 from . import ir
 from .derivatives import linear, partials
 from .canonical import softmaxes
@@ -99,11 +99,16 @@ def _wrt(d: Diagram, g, wrt):
     elif not wrt:
         raise error("N0810", "--wrt names no input", help="inputs: " + ", ".join(
             floats) if floats else None)
-    wrt = tuple(dict.fromkeys(wrt))     # `--wrt X,X` is X: one gradient, one output dX
+    twice = next((name for k, name in enumerate(wrt) if name in wrt[:k]), None)
+    if twice is not None:       # (a slip, as `--wrt Q,Q` for `--wrt Q,K` may be)
+        once = ",".join(dict.fromkeys(wrt))
+        raise error("N0810", f"--wrt names `{twice}` twice", help=f"name each input once: "
+                    f"--wrt {once} (inputs: {', '.join(floats)})")
     for name in wrt:
         if name not in inputs:
             raise error("N0810", f"`{name}` is not an input of {d.name}",
-                        help="inputs: " + ", ".join(inputs) if inputs else None)
+                        help=did_you_mean(name, inputs, "inputs: " + ", ".join(inputs))
+                        if inputs else None)
         if name not in floats:
             raise error("N0810", f"`{name}` is not a floating-point input: it has no gradient",
                         help=_differentiable(floats, reach, out_nodes))

@@ -78,14 +78,23 @@ def strip(text: str) -> str:
     return text
 
 
+def _size(name: str, info, axes: dict) -> str:
+    """An axis's size in the header: its static size, else `= size(i)` where a dynamic axis
+    `i` declared before it is in its size class (the forward's size equation, which the
+    derived text may no longer read: `A[i i]`'s gradient reads no A), else nothing."""
+    if info.size is not None:
+        return f" = {info.size}"
+    first = next(a for a, other in axes.items() if other.rep == info.rep)
+    return f" = size({first})" if first != name else ""
+
+
 def header(g, title: str, subtitle: str, copies: dict | None = None) -> list[str]:
     """A derived diagram's opening lines: comments, its axes (static sizes kept; `copies`:
     new axes, each as large as the axis it names), its inputs."""
     lines = [f"# {title}"] + ([f"# {subtitle}"] if subtitle else []) + [""]
     axes = dict(g.graph["axes"])
     axes.update({new: axes[old] for new, old in (copies or {}).items()})
-    lines.append("axis " + ", ".join(name + (f" = {a.size}" if a.size is not None else "")
-                                     for name, a in axes.items()))
+    lines.append("axis " + ", ".join(name + _size(name, a, axes) for name, a in axes.items()))
     lines.append("")
     for name, n in g.graph["inputs"].items():
         lines.append(f"in {name}[{' '.join(ir.type_of(g, n).axes)}]: {ir.op(g, n).dtype}")

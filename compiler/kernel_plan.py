@@ -43,6 +43,14 @@ class KernelPlan:
             raise ValueError(f"kernel {self.kernel.name}: the schedule was built for another "
                              "choice; make plans with variants.with_choices or kernel_plan.kernel_plan")
 
+    @property
+    def leaves_masked_terms_out(self) -> bool:
+        """Whether the kernel leaves out terms a mask makes 0 rather than computing them (a NaN
+        or inf read only there may not reach the output, docs/language.md, NaN): it skips the
+        chunks a mask hides (masking.chunk_mask), or adds a masked sum's kept terms alone (a
+        scatter-add, scatter.py)."""
+        return self.model.mask is not None or self.choice.scatter
+
 
 def kernel_plan(g: DiGraph, k: FusedKernel, model: Model, cols, choice: Choice, cost: Cost,
                 hints, sizes: dict, target: Target, sched: Schedule | None = None) -> KernelPlan:

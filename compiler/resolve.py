@@ -177,8 +177,8 @@ def _array(e: ast.Ref, info: ArrayInfo, scope: Scope) -> RNode:
     for pos, (declared, p) in enumerate(zip(info.axes, e.axes)):
         if isinstance(p, ast.Name):
             _check_axis(p, scope)
-            scope.sizes.union(p.text, declared, p.span,
-                              f"naming position {pos + 1} of `{info.name}` (`{declared}`) as `{p.text}`")
+            scope.sizes.union(p.text, declared, p.span, f"naming dimension {pos} of "
+                              f"`{info.name}` (`{declared}`) as `{p.text}`")
             positions.append(p.text)
         else:
             children.append(_position(p, pos, declared, info, scope))
@@ -229,8 +229,8 @@ def _position(p: ast.Expr, pos: int, declared: str, info: ArrayInfo, scope: Scop
     _assign_free(child)
     if child.vkind != "int":
         what = "a boolean" if child.vkind == "bool" else "a floating-point value"
-        raise error("N0406", f"position {pos + 1} of `{info.name}` (along `{declared}`) must be "
-                    f"an integer, but this is {what}", p.span,
+        raise error("N0406", f"the position along dimension {pos} of `{info.name}` "
+                    f"(`{declared}`) must be an integer, but this is {what}", p.span,
                     help="positions are integers: integer arrays, axis indices, `size`, `mod` "
                          "and `+ - * //` of them, quotients of sizes that divide; convert a "
                          "float with `int(...)` (e.g. `floor(x / 2)` or `x // 2`)")

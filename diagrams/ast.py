@@ -76,9 +76,18 @@ Expr = Number | Inf | Ref | BinOp | UnOp
 # --- statements --------------------------------------------------------------
 
 @dataclass(frozen=True)
+class SizeOf:
+    """`size(i)` as an axis's size: as large as the axis `i` (`fn` the name written)."""
+    fn: Name
+    axis: Name
+    span: Span
+
+
+@dataclass(frozen=True)
 class AxisItem:
     name: Name
     size: SizeLit | None
+    same: SizeOf | None = None        # `axis j = size(i)`
 
 
 @dataclass(frozen=True)

@@ -284,7 +284,13 @@ class _Converter:
         return ast.AxisDecl(tuple(kids[1:]), self.span(node))
 
     def rule_axis_item(self, node, kids):
-        return ast.AxisItem(self.name(kids[0]), kids[1] if len(kids) > 1 else None)
+        given = kids[1] if len(kids) > 1 else None
+        if isinstance(given, ast.SizeOf):
+            return ast.AxisItem(self.name(kids[0]), None, given)
+        return ast.AxisItem(self.name(kids[0]), given)
+
+    def rule_size_of(self, node, kids):
+        return ast.SizeOf(self.name(kids[0]), self.name(kids[1]), self.span(node))
 
     def rule_size(self, node, kids):
         negative = len(kids) == 2

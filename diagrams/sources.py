@@ -23,6 +23,8 @@ def library_source(name: str) -> Source:
 
 def read_file(path: str | os.PathLike) -> Source:
     p = Path(path)
+    if _is_dir(p):
+        raise directory(str(path))
     try:
         size = p.stat().st_size
         if size > limits.MAX_SOURCE_BYTES:
@@ -52,8 +54,29 @@ def resolve(arg) -> Source:
         return read_file(arg)
     if arg in library_names():
         return library_source(arg)
+    if len(arg) < 4096 and _is_dir(arg):
+        raise directory(arg)
     hint = did_you_mean(arg, library_names(),
                         "library diagrams: " + ", ".join(library_names()))
     if arg.endswith(".napkin") or os.sep in arg:
         raise error("N0801", f"no such file: {arg[:200]}", help=hint)
     raise error("N0801", f"`{arg[:200]}` is neither a file nor a library diagram", help=hint)
+
+
+def directory(path: str):
+    """N0801 for a directory given where a diagram file goes, naming the diagrams it holds."""
+    try:
+        held = sorted(p.name for p in Path(path).glob("*.napkin"))[:5]
+    except OSError:
+        held = []
+    where = path.rstrip("/\\") or path
+    hint = ("give one of its diagrams: " + ", ".join(f"{where}/{n}" for n in held)) if held \
+        else "give a .napkin file or a library name: " + ", ".join(library_names())
+    return error("N0801", f"{path[:200]} is a directory, not a diagram file", help=hint)
+
+
+def _is_dir(path) -> bool:
+    try:
+        return os.path.isdir(path)
+    except ValueError:      # a NUL in the path: read_file says so
+        return False

@@ -88,7 +88,8 @@ EXAMPLES: dict[str, tuple[str, str, list[str]]] = {
     ),
     "bad_axis_size": (
         "an axis size must be a whole number",
-        "write `axis d = 64`; sizes cannot be expressions or names",
+        "write `axis d = 64` (or `axis e = size(d)`: as large as `d`); sizes cannot be "
+        "other expressions",
         ["axis d = x", "axis d = 2 * 32", "axis d = (64)", "axis d = inf", "group q by x",
          "stream x by 2 * 32", "group q by", "stream x by"],
     ),

@@ -75,8 +75,9 @@ def check_gathers(diagram: Diagram, sizes: dict) -> None:
         base = ir.operands(g, n)[0]
         for k, (label, axis) in enumerate(zip(op.labels, ir.type_of(g, base).axes)):
             if label is None and sizes.get(axis) == 0:
-                raise error("N0407", f"position {k + 1} of `{array_name(g, base)}` is read along "
-                            f"its axis `{axis}`, of size 0: every position is outside it",
+                raise error("N0407", f"dimension {k} of `{array_name(g, base)}` is read at "
+                            f"computed positions along its axis `{axis}`, of size 0: every "
+                            "position is outside it",
                             g.nodes[n]["span"], help=f"give `{array_name(g, base)}` at least "
                             f"one entry along `{axis}`",
                             source=g.graph["source"])

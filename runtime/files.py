@@ -35,8 +35,8 @@ def _read_umask() -> int:
 _UMASK = _read_umask()
 
 
-def _cannot(target, why) -> Exception:
-    return error("N0807", f"cannot write {target}: {why}", help=HELP)
+def _cannot(target, why, help: str = HELP) -> Exception:
+    return error("N0807", f"cannot write {target}: {why}", help=help)
 
 
 def _where(path: str | os.PathLike) -> tuple[Path, bool]:
@@ -49,7 +49,8 @@ def _where(path: str | os.PathLike) -> tuple[Path, bool]:
     except OSError as exc:
         raise _cannot(path, exc.strerror or exc) from None
     if stat.S_ISDIR(st.st_mode):
-        raise _cannot(path, "it is a directory")
+        raise _cannot(path, "it is a directory", help="name a file in it (or elsewhere): "
+                      f"{os.path.join(os.fspath(path), 'NAME')}")
     if not stat.S_ISREG(st.st_mode):
         return Path(path), True       # a device or FIFO, reached through any links
     return Path(os.path.realpath(path)), False

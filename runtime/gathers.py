@@ -39,8 +39,9 @@ def out_of_range(g, n: int, labels, k: int, value: int, size: int, at: tuple):
     varies = ir.type_of(g, index_nodes[labels[:k].count(None)]).axes   # the index's axes
     shown = ", ".join(f"{a}={int(i)}"
                       for a, i in zip(out_axes, at) if a in varies)
-    return error("N0407", f"position {k + 1} of `{name}` is {value} at {shown or 'every point'}"
-                 f", outside its axis `{axis}` of size {size}", g.nodes[n]["span"],
+    return error("N0407", f"the position read along dimension {k} of `{name}` is {value} at "
+                 f"{shown or 'every point'}, outside its axis `{axis}` of size {size}",
+                 g.nodes[n]["span"],
                  help=f"a gathered position must be in 0..{size - 1}; check the index "
                       "arrays (on a GPU such a read is clamped to the nearest row)",
                  source=g.graph["source"])

@@ -118,7 +118,7 @@ def test_warnings_go_to_stderr_and_do_not_fail(capsys, tmp_path):
 
 def test_usage_error_exits_2(capsys):
     status, _, err = run_cli(capsys, "compile", "matmul", "--emit", "nonsense")
-    assert status == 2 and "Invalid value" in err
+    assert status == 2 and "error[N0804]: --emit: 'nonsense' is not one of" in err, err
 
 
 def test_internal_error_exits_101_with_please_report(capsys, monkeypatch):

@@ -79,7 +79,8 @@ def test_a_misspelt_command_is_answered_with_the_nearest(capsys):
     err = capsys.readouterr().err
     # the suggestions come from every command, as when all were imported up front
     assert status == 2
-    assert "No such command 'chek'. (Did you mean one of: 'cache', 'check'?)" in err
+    assert "error[N0804]: no such command 'chek'\n  = help: did you mean `check` or `cache`?" \
+        in err, err
 
 
 @pytest.mark.parametrize("text", ["axis d = 4\nin X[a]: f16\nout Y\nY[a] = X +\n",

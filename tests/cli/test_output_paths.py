@@ -58,7 +58,9 @@ def test_run_does_not_save_onto_its_inputs_file(capsys, tmp_path):
                                                                  "r=2,c=3", "--save")])
 def test_a_directory_or_an_empty_path_is_napkins_n0807(capsys, tmp_path, command):
     status, err = _cli(capsys, *command, str(tmp_path))
-    assert status == 1 and "error[N0807]" in err and "it is a directory" in err, err
+    assert err == (f"error[N0807]: cannot write {tmp_path}: it is a directory\n"
+                   f"  = help: name a file in it (or elsewhere): {tmp_path}/NAME\n"), err
+    assert status == 1
     assert "Usage:" not in err and "Traceback" not in err
     status, err = _cli(capsys, *command, "")
     assert status == 1 and "error[N0807]: cannot write '': the path is empty" in err, err
@@ -102,3 +104,23 @@ def test_a_link_into_a_missing_directory_names_that_directory(capsys, tmp_path):
     status, err = _cli(capsys, "compile", "matmul", "-o", str(tmp_path / "new" / "x.cu"))
     assert f"the directory {tmp_path / 'new'} does not exist" in err, err
     assert not os.path.exists(tmp_path / "gone")
+
+
+@pytest.mark.parametrize("command", [["check"], ["compile"], ["explain"], ["draw"], ["grad"],
+                                     ["run", "--shape", "r=2,c=3"]])
+def test_a_directory_given_as_the_diagram_is_said_to_be_one(capsys, tmp_path, monkeypatch,
+                                                            command):
+    """`napkin check DIR` said "neither a file nor a library diagram" (`no such file` with a
+    slash): it is a directory, and the hint names the diagrams in it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "sm.napkin").write_text(SOFTMAX)
+    (tmp_path / "empty").mkdir()
+    for given in ("models", "models/"):
+        status, err = _cli(capsys, command[0], given, *command[1:])
+        assert err == (f"error[N0801]: {given} is a directory, not a diagram file\n"
+                       "  = help: give one of its diagrams: models/sm.napkin\n"), err
+        assert status == 1
+    status, err = _cli(capsys, command[0], "empty", *command[1:])
+    assert err.startswith("error[N0801]: empty is a directory, not a diagram file\n  = help: "
+                          "give a .napkin file or a library name: alibi_attention,"), err

@@ -120,7 +120,7 @@ def test_a_position_must_be_an_integer(position, culprit):
     with pytest.raises(NapkinError) as exc:
         napkin.load(text)
     diag = exc.value.diagnostics[0]
-    assert diag.code == "N0406" and "position 1 of `E`" in diag.message and "int(" in diag.help
+    assert diag.code == "N0406" and "dimension 0 of `E`" in diag.message and "int(" in diag.help
     line = text.splitlines()[3]
     assert line[diag.span.col - 1:].startswith(culprit)
 
