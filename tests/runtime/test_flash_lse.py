@@ -29,6 +29,9 @@ out O: f16
 FORWARD = ATTENTION_TEXT.format(lse="L[h t] = logsumexp[s](where(s <= t, S, -inf))\n",
                                 out="out L: f32\n")
 SMALL = {"t": 37, "s": 37, "h": 2}
+# the gradients planned at two tiles of rows: at SMALL the exchange move (recompute_moves.py)
+# finds dQ on the CUDA cores beside the logsumexp and D cheaper (7.4 against 8.2 us, model)
+GRADIENT = {"t": 128, "s": 128, "h": 2}
 
 
 def _names(p, kp) -> list[str]:
@@ -104,7 +107,7 @@ def test_the_gradient_of_attention_stores_its_logsumexp_from_flashattention(mask
     d = napkin.grad(napkin.load(text))
     line = ("_lse[t h] = logsumexp[s](where(s <= t, S, -inf))" if masked else "D[h t] = sum[d]")
     assert line in d.source.text, d.source.text
-    p = plan(d, "h100", SMALL)
+    p = plan(d, "h100", GRADIENT)
     names, lse = _flash_lse(p)
     assert {"S", "O", "D"} <= set(names) and len(lse) == 1, names
     _emulated(d, p, SMALL)
@@ -119,7 +122,7 @@ def test_a_document_mask_read_through_a_view_is_the_same_values():
     text = text.replace("where(s <= t,", "where(doc[t] == doc and s <= t,")
     text = text.replace("in V[h s d]: f16", "in V[h s d]: f16\nin doc[s]: i32")
     d = napkin.grad(napkin.load(text))
-    p = plan(d, "h100", SMALL)
+    p = plan(d, "h100", GRADIENT)
     names, lse = _flash_lse(p)
     assert {"S", "O", "D"} <= set(names) and len(lse) == 1, names
     _emulated(d, p, SMALL)
