@@ -199,6 +199,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     fp32, mufu, other, tensor_flops = [], [], [], []
     index_axes = {a for a, _ in choice.warps} | ({stream} if stream else set())
     positional = masked = False
+    wide_at = None          # the scores whose positions are 64-bit integers (FLASH_INDEX_WIDE)
     paired = {n for n, _ in model.streaming.pairs}
     running = dict(model.shared)       # (score_states.py: one running state, the first's)
     if extents is None:
@@ -250,9 +251,12 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
             per = (0, 0, 0) if w.summand == "mul" and w.op != "var" else SIMT_REDUCE[w.op]
         elif flash and w.axes and set(w.axes) <= index_axes:
             per = FLASH_INDEX          # an op of positions only, on the score fragments
-            if not positional:         # their 64-bit indices, once per score (see above)
-                other.append(amount * np.where(wide, FLASH_INDEX_WIDE[2], 0.0))
-                positional = True
+            cuts = cut is not None and stream in w.axes and w.node in model.mask_nodes
+            if not positional:         # their 64-bit indices, once per score (see above):
+                # a mask's in the chunks it cuts, an op in every chunk (ALiBi's) in every one
+                wide_at = (points * redo * w.times * per_point * cut) if cuts else amount
+                if not cuts:
+                    positional = True
             if cut is not None and stream in w.axes and w.node in model.mask_nodes:
                 # the mask, where it cuts the chunk: its ops share the scores' positions
                 amount = points * redo * w.times * per_point * cut
@@ -260,11 +264,17 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                     other.append(amount * (MASK_POSITIONS + mask_ops(model.mask, stream)))
                     masked = True
                 continue
+        if flash and cut is not None and w.op == "where" and stream in w.axes:
+            # the mask's select on the scores: in the chunks it cuts only (codegen/mma.py
+            # runs the chunks it holds everywhere in a loop of their own, with no select)
+            amount = points * redo * w.times * per_point * cut
         if not tensor:      # every lane of a split of an axis the op lacks runs it
             amount = amount * issue_pair.replicated(model, choice, w)
         fp32.append(amount * per[0])
         mufu.append(amount * per[1])
         other.append(amount * per[2])
+    if wide_at is not None:
+        other.append(wide_at * np.where(wide, FLASH_INDEX_WIDE[2], 0.0))
     chunks = chunk_count(model, choice, sizes)
     if flash:      # per chunk computed: rescale O (none alone), rows' exps
         rows, width = _flash_block(model, choice, sizes)
