@@ -242,7 +242,8 @@ class SharedTiles:
             return
         param, _ = self.names[base]
         if vector > 1 and self.threads % per_row == 0 and not t["convert"] and (
-                window is None or window.split is not None and not window.computed):
+                window is None or window.split is not None and not window.computed
+                and window.split[2] == t["outer"].name):     # (rows of keys, not columns)
             self._copy_rows(t, per_row, stage, c0, clen, vector, window)
             return
 

@@ -264,10 +264,6 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
                     other.append(amount * (MASK_POSITIONS + mask_ops(model.mask, stream)))
                     masked = True
                 continue
-        if flash and cut is not None and w.op == "where" and stream in w.axes:
-            # the mask's select on the scores: in the chunks it cuts only (codegen/mma.py
-            # runs the chunks it holds everywhere in a loop of their own, with no select)
-            amount = points * redo * w.times * per_point * cut
         if not tensor:      # every lane of a split of an axis the op lacks runs it
             amount = amount * issue_pair.replicated(model, choice, w)
         fp32.append(amount * per[0])
