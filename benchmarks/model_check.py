@@ -129,7 +129,8 @@ def kernel_sass(p, made, index: int) -> dict:
     # a chunk loop specialised by a size test: the version the plan's sizes run
     sizes = {n: int(p.sizes[a]) for n, a in made["program"].size_params}
     scalar = scalar_version(source, sizes)
-    counts = loop_counts(text, name, copy_trips(source, int(scalar), sizes), scalar)
+    counts = loop_counts(text, name, copy_trips(source, int(scalar), sizes), scalar,
+                         split="for (; c0 < cfull && (" in source)
     after = epilogue(text, name)          # once per block: the epilogue, the stores
     sched = kp.schedule
     chunks = math.ceil(p.sizes[sched.stream[0]] / sched.stream[1]) if sched.stream else 1

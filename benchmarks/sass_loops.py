@@ -8,7 +8,7 @@ import collections
 
 
 def loop_counts(sass_text: str, function: str | None = None, trips: list | None = None,
-                scalar: bool = False) -> collections.Counter:
+                scalar: bool = False, split: bool = False) -> collections.Counter:
     """Instruction classes of the main loop, the loop over whole chunks (runtime/mainloop.py's
     rule, issue 14's): tensor (HMMA), fp32 (the FP32 pipe, with F2FP packing), mufu, every
     counted instruction (`all`, static: every path once), `hidden`: those a chunk the mask
@@ -17,7 +17,10 @@ def loop_counts(sass_text: str, function: str | None = None, trips: list | None 
     CUDA: copy_trips), `run` and `run_hidden`: the same with each copy loop counted as a trip
     of t copies runs it (setup + t x each, copy_loops) instead of its static code. `scalar`:
     the version of a loop specialised by a size test that copies a value at a time
-    (mainloop.main_loop)."""
+    (mainloop.main_loop). `split`: the chunks the mask holds everywhere in run in a loop of
+    their own (codegen/mma.py), the main loop, inside the chunk loop that runs the others
+    masked: `run_inside` is the main loop's, `run_cut` the chunk loop's besides it
+    (masked_chunk)."""
     from napkin.runtime import mainloop
     loop = mainloop.main_loop(sass_text, function, scalar)
     if loop is None:
@@ -51,7 +54,27 @@ def loop_counts(sass_text: str, function: str | None = None, trips: list | None 
     else:                     # no copy loop told apart: the static count stands
         out["run"], out["run_hidden"] = out["all"] - nested, out["hidden"]
     out["run_cut"], out["run_inside"] = out["run"] - small, out["run"] - large
+    if split and function is not None:
+        cut = masked_chunk(sass_text, function, loop)
+        if cut is not None:
+            out["inside_version"], out["cut_version"] = out["all"], cut
+            out["run_cut"], out["run_inside"] = cut, out["run"]
     return out
+
+
+def masked_chunk(sass_text: str, function: str, loop) -> int | None:
+    """Instructions a chunk the mask cuts runs where the unmasked chunks have a loop of their
+    own (`loop`, codegen/mma.py: `for (; c0 < cfull && whole; ...)`) inside the chunk loop:
+    the innermost loop around it, less its instructions (the masked chunk's body and the
+    loops' tests); None when no loop holds it."""
+    from napkin.runtime import mainloop
+    found = mainloop.loops(mainloop.functions(sass_text)[function])
+    around = [lp for lp in found if lp.start <= loop.start and loop.end <= lp.end
+              and (lp.start, lp.end) != (loop.start, loop.end)]
+    if not around:
+        return None
+    outer = min(around, key=lambda lp: lp.end - lp.start)
+    return len(outer.instructions) - len(loop.instructions)
 
 
 def epilogue(sass_text: str, function: str | None = None) -> int:

@@ -225,15 +225,27 @@ class FlashLowering(MmaLowering):
 
         def elements(inside: bool = False):
             self._each([("i0", fm), ("i1", chunk // FN), ("i2", 4)], lambda: element(inside))
-        whole = None if cond is None or tail else \
-            masks.must_hold(self.g, cond, dict(self._box(s.red), **self.known))
-        if whole is None and self.run is not None and cond is not None and not tail:
-            run, first, last = self.run     # a chunk inside the block's run (masks.data_span)
-            whole = f"({run} && (long long)c0 >= {first} && (long long)c0 + {chunk - 1} <= {last})"
-        if whole is None:
+        whole = None if tail else self.whole_chunk(chunk)
+        if whole is None or self.inside is False:
             elements()
+        elif self.inside:           # (the pipeline's loop over such chunks: mma._pipeline)
+            elements(True)
         else:
             b.emit(P.If(whole, self._scoped(lambda: elements(True)), self._scoped(elements)))
+
+    def whole_chunk(self, chunk: int) -> str | None:
+        """MmaLowering.whole_chunk: the diagram's condition must hold over the chunk at c0 (by
+        the block's index intervals: below causal's diagonal), or the chunk lies inside the
+        block's run (masks.data_span: one document of varlen's)."""
+        s = self.site
+        cond = masking.paired_condition(self.g, self.st)
+        if cond is None:
+            return None
+        whole = masks.must_hold(self.g, cond, dict(self._box(s.red, "c0", str(chunk)), **self.known))
+        if whole is None and self.run is not None:
+            run, first, last = self.run
+            whole = f"({run} && (long long)c0 >= {first} && (long long)c0 + {chunk - 1} <= {last})"
+        return whole
 
     def _softmax(self, fm: int, chunk: int, dv: int) -> None:
         """The online softmax on the score fragments: rows g (slots 0, 1) and g + 8 (2, 3).

@@ -37,6 +37,14 @@ class MmaLowering(FragmentLoads, PackedRows, RowStats, ColumnStats, ComputedTile
     #: called by every thread after its copies of a chunk land, before the barrier (None:
     #: nothing; wgmma.py: the proxy fence its async-proxy reads need)
     LANDED: str | None = None
+    #: which full chunks the body being emitted masks per score: None, both (a test per
+    #: chunk); True, the chunks the mask holds everywhere in (no mask); False, the others
+    inside: bool | None = None
+
+    def whole_chunk(self, chunk: int) -> str | None:
+        """C test that the full chunk at c0 lies where the mask holds everywhere (no mask per
+        score there), or None: no such chunks (a lowering with a mask per score says)."""
+        return None
 
     def __init__(self, plan, kp, names: dict, sizes: dict[str, str], index_type: str):
         super().__init__(plan, kp, names, sizes, index_type)
@@ -220,7 +228,18 @@ class MmaLowering(FragmentLoads, PackedRows, RowStats, ColumnStats, ComputedTile
             b.loop("c0", start0, end, str(chunk), lambda: body(True), ctype=self.itype)
             return
         b.emit(P.Decl(f"const {self.itype}", "cfull", f"{end} / {chunk} * {chunk}"))
-        b.loop("c0", start0, "cfull", str(chunk), lambda: body(False), ctype=self.itype)
+        whole = self.whole_chunk(chunk)
+        if whole is None:
+            b.loop("c0", start0, "cfull", str(chunk), lambda: body(False), ctype=self.itype)
+        else:       # the chunks the mask holds everywhere in, a loop of their own (unmasked)
+            def masked_after_run():
+                self.inside = True
+                run = self._scoped(lambda: body(False))
+                b.emit(P.For("c0", "", f"c0 < cfull && ({whole})", f"c0 += {chunk}", run))
+                self.inside = False
+                b.emit(P.If("c0 < cfull", self._scoped(lambda: body(False))))
+                self.inside = None
+            b.loop("c0", start0, "cfull", str(chunk), masked_after_run, ctype=self.itype)
 
         def last():
             b.emit(P.Decl(f"const {self.itype}", "c0", "cfull"))

@@ -40,7 +40,8 @@ class Set:
 
 @dataclass(frozen=True)
 class For:
-    """for (ctype var = start; cond; update) { body }"""
+    """for (ctype var = start; cond; update) { body }; start "": `for (; cond; update)`, var
+    declared before"""
     var: str
     start: str
     cond: str

@@ -199,8 +199,10 @@ class SharedTiles(TileRows):
             self._copy_computed(t, vector, stage, c0, clen)
             return
         param, _ = self.names[base]
-        if vector > 1 and window is None and self.threads % per_row == 0 and not t["convert"]:
-            self._copy_rows(t, per_row, stage, c0, clen, vector)
+        if vector > 1 and self.threads % per_row == 0 and not t["convert"] and (
+                window is None or window.split is not None and not window.computed
+                and window.split[2] == t["outer"].name):     # (rows of keys, not columns)
+            self._copy_rows(t, per_row, stage, c0, clen, vector, window)
             return
 
         def body():
@@ -249,19 +251,19 @@ class SharedTiles(TileRows):
                           f"(e % {per_row}) * {vector}"))
 
     def _copy_rows(self, t: dict, per_row: int, stage: str, c0: str, clen: str,
-                   vector: int = VECTOR) -> None:
-        """The copy of `vector` values (16, 8 or 4 bytes) when every thread keeps one
-        column of vectors and steps down the rows (threads a multiple of the vectors per
-        row): its source and destination are computed once, then advance by a constant per round (one 64-bit add, not an index
-        computed anew per cp.async); each round tests only its row. A swizzled tile's rounds
-        step by a multiple of 8 rows where the threads allow (the swizzle's term repeats
-        every 8 rows: the thread's column is the same in every round), else each round's
-        destination is computed (`offset`)."""
+                   vector: int = VECTOR, window=None) -> None:
+        """Copies of `vector` values (16, 8 or 4 bytes), each thread one column of vectors
+        down the rows: source and destination computed once, then a constant step a round
+        (each round tests its row; a split's `window`, consecutive rows of its base's, its
+        key too); a swizzled tile's rounds step by 8 rows or a multiple where the threads
+        allow (the swizzle's period), else each round's destination is computed."""
         b = self.b
         param, _ = self.names[self._source(t["node"])[0]]
         rows = self.threads // per_row
         axes = ir.type_of(self.g, t["node"]).axes
         after = axes[position(axes, t["outer"].name) + 1:]   # (packed rows: their inner axis's)
+        if window is not None:      # the base's axes after its row's (the label None)
+            after = ir.type_of(self.g, window.base).axes[list(window.labels).index(None) + 1:]
         pitch = self.row_pitch(t["node"])
         stride = " * ".join(f"({self.itype})({pitch if pitch and a == axes[-1] else self.sizes[a]})"
                             for a in after) or f"({self.itype})1"
@@ -269,7 +271,7 @@ class SharedTiles(TileRows):
         def block():
             b.emit(P.Decl("const int", "ei", f"(tid % {per_row}) * {vector}"))
             b.emit(P.Decl("const int", "eo0", f"tid / {per_row}"))
-            _, first = self._element(t, "eo0", "ei", c0, clen, None)
+            _, first = self._element(t, "eo0", "ei", c0, clen, window)
             b.emit(P.Decl(f"const {t['ctype']}* const", "cps", f"{param} + ({first})"))
             layout = t["layout"]
             stepped = not layout.mask or rows % 8 == 0
@@ -281,7 +283,8 @@ class SharedTiles(TileRows):
 
             def each():
                 b.emit(P.Decl("const int", "eo", f"eo0 + r * {rows}"))
-                valid, _ = self._element_scope(t, "eo", "ei", c0, clen, unpack=False)
+                valid = self._element_scope(t, "eo", "ei", c0, clen, unpack=False)[0] \
+                    if window is None else self._element(t, "eo", "ei", c0, clen, window)[0]
                 src = f"cps + (({self.itype})(r * {rows}) * {stride})"
                 dst = f"cpd + r * {rows * layout.pitch}" if stepped else \
                     f"cpd + {offset(layout, 'eo', 'ei')}"

@@ -199,6 +199,7 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
     fp32, mufu, other, tensor_flops = [], [], [], []
     index_axes = {a for a, _ in choice.warps} | ({stream} if stream else set())
     positional = masked = False
+    wide_at = None          # the scores whose positions are 64-bit integers (FLASH_INDEX_WIDE)
     paired = {n for n, _ in model.streaming.pairs}
     running = dict(model.shared)       # (score_states.py: one running state, the first's)
     if extents is None:
@@ -251,9 +252,12 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         elif flash and w.axes and set(w.axes) <= index_axes:
             # an op of positions only, on the score fragments (a folded bias's: its I2F)
             per = FLASH_BIAS_INDEX if w.node in model.bias_positions else FLASH_INDEX
-            if not positional:         # their 64-bit indices, once per score (see above)
-                other.append(amount * np.where(wide, FLASH_INDEX_WIDE[2], 0.0))
-                positional = True
+            cuts = cut is not None and stream in w.axes and w.node in model.mask_nodes
+            if not positional:         # their 64-bit indices, once per score (see above):
+                # a mask's in the chunks it cuts, an op in every chunk (ALiBi's) in every one
+                wide_at = (points * redo * w.times * per_point * cut) if cuts else amount
+                if not cuts:
+                    positional = True
             if cut is not None and stream in w.axes and w.node in model.mask_nodes:
                 # the mask, where it cuts the chunk: its ops share the scores' positions
                 amount = points * redo * w.times * per_point * cut
@@ -266,6 +270,8 @@ def compute(model, choice, sizes: dict, target: Target, level1: dict, H: list, u
         fp32.append(amount * per[0])
         mufu.append(amount * per[1])
         other.append(amount * per[2])
+    if wide_at is not None:
+        other.append(wide_at * np.where(wide, FLASH_INDEX_WIDE[2], 0.0))
     chunks = chunk_count(model, choice, sizes)
     if flash:      # per chunk computed: rescale O (none alone), rows' exps
         rows, width = _flash_block(model, choice, sizes)

@@ -29,12 +29,14 @@ FLASH_INDEX = (0, 0, 5.5)
 FLASH_BIAS_INDEX = (0, 0, 2.0)
 # ... and, in a kernel that indexes in 64 bits (Schedule.index, index_width.py), each
 # element's row and key in 64-bit integers: a compare is two ISETP (.U32 and .EX), an index
-# a pair of IADD3/IMAD.X and its clamp a SEL, in every computed chunk (nvcc predicates the
-# cut chunks' mask rather than branching around it, so every chunk issues it): once per
-# score and lane for all the kernel's ops of positions (nvcc shares the indices among
-# them), fitted to causal attention's main loop at b = h = q = x = 4096 (sm_90: 3.9 per
-# score more than at b = 4, h = 16; sliding-window attention 2.6, ALiBi 10.2: its
-# positions are converted to floats in 64 bits)
+# a pair of IADD3/IMAD.X and its clamp a SEL: once per score and lane for all the kernel's
+# ops of positions (nvcc shares the indices among them), in the chunks the mask cuts where
+# they are a mask's only (codegen/mma.py runs the others in a loop of their own, without
+# it: causal attention's at b = h = q = x = 4096 is 631 instructions a warp, 625 at b = 4,
+# h = 16, sm_90), in every computed chunk for an op used outside a mask (ALiBi's `x - q`);
+# fitted to causal attention's main loop at b = h = q = x = 4096 when it evaluated its mask
+# in every chunk (3.9 per score more than at b = 4, h = 16; sliding-window attention 2.6,
+# ALiBi 10.2: its positions are converted to floats in 64 bits)
 FLASH_INDEX_WIDE = (0, 0, 3.9)
 FLASH_RESCALE = 1.65               # FP32 per O element per chunk
 FLASH_ROW_EXPS = 2 / 16            # MUFU per row per lane per chunk (the warp's 32 lanes)

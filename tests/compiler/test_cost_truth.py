@@ -261,7 +261,12 @@ SAMPLED = ("matmul", "attention", "causal_attention", "gqa_attention", "alibi_at
 # ALiBi at 8%: 0.86 (0.82 at 4096) while its positions `x - q` were charged as a mask's
 # (issue.FLASH_INDEX, 5.5 a score) where its folded product's lowering issues an IADD and an
 # I2F (issue.FLASH_BIAS_INDEX): 0.975 (0.957; static, h100)
-TIGHT = {"paged_attention": 0.15, "sliding_window_attention": 0.15, "rmsnorm_linear": 0.15,
+# sliding-window attention at 20% since the chunks its mask holds everywhere in run a loop of
+# their own (codegen/mma.py): the static count is no longer both score versions in every
+# chunk (451 a warp) but the unmasked loop's 336 and the cut chunks' 604 at their shares,
+# 0.84 static/model (h100, NVRTC 13, sm_90): the model's charge per chunk of its 32 x 16
+# single-warp tile is high, as the static count showed once it stopped counting the mask
+TIGHT = {"paged_attention": 0.15, "sliding_window_attention": 0.2, "rmsnorm_linear": 0.15,
          "gelu_erf": 0.15, "alibi_attention": 0.08}
 CHECKED = TENSOR_KERNELS if float(__import__("os").environ.get("NAPKIN_FUZZ_SCALE", "1")) >= 2 \
     else [k for k in TENSOR_KERNELS if not hasattr(k, "values") and k[0] in SAMPLED]
@@ -400,8 +405,10 @@ def test_the_products_dependence_overlaps_across_a_schedulers_warps():
 def test_the_index_width_is_the_schedules_and_the_model_charges_it():
     """The index type is decided once, in the schedule (compiler/index_width.py), and the
     kernel program declares it; causal attention's tiles at b = h = 4096 index in 64 bits,
-    whose position arithmetic the model charges per score (issue.FLASH_INDEX_WIDE): more
-    issue slots per chunk and warp than the same tiles at b = 4, h = 16."""
+    whose position arithmetic the model charges per score (issue.FLASH_INDEX_WIDE) in the
+    chunks the mask cuts: more issue slots per chunk and warp than the same tiles at b = 4,
+    h = 16, by 2% (one chunk of 32 a block cuts; the unmasked loop's SASS, sm_90: 631
+    instructions a warp wide, 625 narrow, the cut chunks' 1080)."""
     from napkin.codegen.lower import lower
     from napkin.compiler.variants import with_choices
     d = napkin.load("causal_attention", d=64)
@@ -417,7 +424,7 @@ def test_the_index_width_is_the_schedules_and_the_model_charges_it():
         blocks = float(kp.cost.levels[1].units)
         chunks = p.sizes["x"] / kp.choice.stream[1]
         return dict(kp.cost.compute_parts)["issue"] / (blocks * chunks)
-    assert per_chunk(wide) > 1.05 * per_chunk(narrow)
+    assert 1.01 * per_chunk(narrow) < per_chunk(wide) < 1.05 * per_chunk(narrow)
 
 
 def test_a_paged_caches_positions_and_its_key_mask_cost_their_hand_count():

@@ -444,8 +444,10 @@ def _as_subscripts(text: str) -> str:
 
 def _for(s: P.For, env: dict, problems: list) -> None:
     wide, unsigned = "long long" in s.ctype, "unsigned" in s.ctype.split()
-    start = _eval(s.start, env, f"{s.var} start", problems)
-    m = re.fullmatch(rf"{re.escape(s.var)} (<|>) (.+)", s.cond)
+    # (no start: the loop goes on from the variable's value before it, codegen/mma.py's
+    # unmasked loop; a test after the bound only ends the loop sooner)
+    start = _eval(s.start, env, f"{s.var} start", problems) if s.start else env.get(s.var)
+    m = re.fullmatch(rf"{re.escape(s.var)} (<|>) (.+)", s.cond.split(" && ", 1)[0])
     step = re.fullmatch(rf"(?:\+\+{re.escape(s.var)}|{re.escape(s.var)} \+= (.+)|"
                         rf"{re.escape(s.var)} /= 2)", s.update)
     if start is None or m is None or step is None:

@@ -626,64 +626,64 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
     int fill = 3;
     const long long cfull = cend / 16 * 16;
     for (long long c0 = cfirst; c0 < cfull; c0 += 16) {
-      const int clen = 16;
-      napkin_cp_async_wait<2>();
-      __syncthreads();
-      if (c0 + 48 < cend) {
-        const int nlen = (int)((long long)(4096) - (c0 + 48) < 16 ? (long long)(4096) - (c0 + 48) : 16);
-        if (!(!(((long long)(c0 + 48) < (long long)(dhi0))))) {
-          #pragma unroll
-          for (int r = 0; r < 1; ++r) {
-            const int e = tid + r * 256;
-            if (e < 128) {
-              const int eo = tid / 8 + r * 32;
-              const int ei = (tid % 8) * 8;
-              const long long v13 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
-              const long long ix18 = napkin_clamp_index(v13, 256);
-              const long long ix19 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix18)]), n4);
-              const long long v14 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
-              const long long ix20 = napkin_clamp_index(v14, 16);
-              napkin_cp_async_16((sm1 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix19)))) * (16) + (((long long)(ix20)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+      for (; c0 < cfull && (((long long)(c0 + 16 - 1) < (long long)(dlo0))); c0 += 16) {
+        const int clen = 16;
+        napkin_cp_async_wait<2>();
+        __syncthreads();
+        if (c0 + 48 < cend) {
+          const int nlen = (int)((long long)(4096) - (c0 + 48) < 16 ? (long long)(4096) - (c0 + 48) : 16);
+          if (!(!(((long long)(c0 + 48) < (long long)(dhi0))))) {
+            #pragma unroll
+            for (int r = 0; r < 1; ++r) {
+              const int e = tid + r * 256;
+              if (e < 128) {
+                const int eo = tid / 8 + r * 32;
+                const int ei = (tid % 8) * 8;
+                const long long v13 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
+                const long long ix18 = napkin_clamp_index(v13, 256);
+                const long long ix19 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix18)]), n4);
+                const long long v14 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
+                const long long ix20 = napkin_clamp_index(v14, 16);
+                napkin_cp_async_16((sm1 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix19)))) * (16) + (((long long)(ix20)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+              }
             }
-          }
-          #pragma unroll
-          for (int r = 0; r < 1; ++r) {
-            const int e = tid + r * 256;
-            if (e < 128) {
-              const int eo = tid / 8 + r * 32;
-              const int ei = (tid % 8) * 8;
-              const long long v15 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
-              const long long ix21 = napkin_clamp_index(v15, 256);
-              const long long ix22 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix21)]), n4);
-              const long long v16 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
-              const long long ix23 = napkin_clamp_index(v16, 16);
-              napkin_cp_async_16((sm2 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix22)))) * (16) + (((long long)(ix23)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+            #pragma unroll
+            for (int r = 0; r < 1; ++r) {
+              const int e = tid + r * 256;
+              if (e < 128) {
+                const int eo = tid / 8 + r * 32;
+                const int ei = (tid % 8) * 8;
+                const long long v15 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
+                const long long ix21 = napkin_clamp_index(v15, 256);
+                const long long ix22 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix21)]), n4);
+                const long long v16 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
+                const long long ix23 = napkin_clamp_index(v16, 16);
+                napkin_cp_async_16((sm2 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix22)))) * (16) + (((long long)(ix23)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+              }
             }
           }
         }
-      }
-      napkin_cp_async_commit();
-      if (!(!(((long long)(c0) < (long long)(dhi0))))) {
-        float sc[2][2][4];
-        #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
+        napkin_cp_async_commit();
+        if (!(!(((long long)(c0) < (long long)(dhi0))))) {
+          float sc[2][2][4];
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            float fz[4] = {};
-            unsigned fb[2][2];
+          for (int i0 = 0; i0 < 2; ++i0) {
             #pragma unroll
-            for (int i2 = 0; i2 < 2; ++i2) {
-              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 2048) + (i1 * 8) * 128);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
-            }
-            #pragma unroll
-            for (int i3 = 0; i3 < 4; ++i3) {
-              sc[i0][i1][i3] = fz[i3];
+            for (int i1 = 0; i1 < 2; ++i1) {
+              float fz[4] = {};
+              unsigned fb[2][2];
+              #pragma unroll
+              for (int i2 = 0; i2 < 2; ++i2) {
+                napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 2048) + (i1 * 8) * 128);
+                napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+                napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+              }
+              #pragma unroll
+              for (int i3 = 0; i3 < 4; ++i3) {
+                sc[i0][i1][i3] = fz[i3];
+              }
             }
           }
-        }
-        if (((long long)(c0 + clen - 1) < (long long)(dlo0))) {
           #pragma unroll
           for (int i0 = 0; i0 < 2; ++i0) {
             #pragma unroll
@@ -699,7 +699,130 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
               }
             }
           }
-        } else {
+          float rsc[2][2];
+          bool rch = false;
+          #pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 2; ++i1) {
+              float mx = rm[i0][i1];
+              #pragma unroll
+              for (int i2 = 0; i2 < 2; ++i2) {
+                #pragma unroll
+                for (int i3 = 0; i3 < 2; ++i3) {
+                  mx = napkin_max_nan(mx, sc[i0][i2][2 * i1 + i3]);
+                }
+              }
+              mx = napkin_lanes_max(mx, 4);
+              const float sh = napkin_shift(mx);
+              const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+              const float sl = -sh * qkl;
+              rm[i0][i1] = mx;
+              rsc[i0][i1] = rs;
+              rch = rch | (rs != 1.0f);
+              float su = 0.0f;
+              #pragma unroll
+              for (int i2 = 0; i2 < 2; ++i2) {
+                #pragma unroll
+                for (int i3 = 0; i3 < 2; ++i3) {
+                  sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
+                  su = su + sc[i0][i2][2 * i1 + i3];
+                }
+              }
+              rl[i0][i1] = rl[i0][i1] * rs + su;
+            }
+          }
+          if (__any_sync(0xffffffffu, rch)) {
+            #pragma unroll
+            for (int i0 = 0; i0 < 2; ++i0) {
+              #pragma unroll
+              for (int i1 = 0; i1 < 2; ++i1) {
+                #pragma unroll
+                for (int i2 = 0; i2 < 8; ++i2) {
+                  #pragma unroll
+                  for (int i3 = 0; i3 < 2; ++i3) {
+                    acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+                  }
+                }
+              }
+            }
+          }
+          #pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 1; ++i1) {
+              unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+              unsigned fb[2][2];
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 2048) + (i1 * 16) * 128);
+                napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+                napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
+              }
+            }
+          }
+        }
+        fill = stage;
+        stage = (stage == 3 ? 0 : stage + 1);
+      }
+      if (c0 < cfull) {
+        const int clen = 16;
+        napkin_cp_async_wait<2>();
+        __syncthreads();
+        if (c0 + 48 < cend) {
+          const int nlen = (int)((long long)(4096) - (c0 + 48) < 16 ? (long long)(4096) - (c0 + 48) : 16);
+          if (!(!(((long long)(c0 + 48) < (long long)(dhi0))))) {
+            #pragma unroll
+            for (int r = 0; r < 1; ++r) {
+              const int e = tid + r * 256;
+              if (e < 128) {
+                const int eo = tid / 8 + r * 32;
+                const int ei = (tid % 8) * 8;
+                const long long v19 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
+                const long long ix24 = napkin_clamp_index(v19, 256);
+                const long long ix25 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix24)]), n4);
+                const long long v20 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
+                const long long ix26 = napkin_clamp_index(v20, 16);
+                napkin_cp_async_16((sm1 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix25)))) * (16) + (((long long)(ix26)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+              }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; ++r) {
+              const int e = tid + r * 256;
+              if (e < 128) {
+                const int eo = tid / 8 + r * 32;
+                const int ei = (tid % 8) * 8;
+                const long long v21 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
+                const long long ix27 = napkin_clamp_index(v21, 256);
+                const long long ix28 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix27)]), n4);
+                const long long v22 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
+                const long long ix29 = napkin_clamp_index(v22, 16);
+                napkin_cp_async_16((sm2 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix28)))) * (16) + (((long long)(ix29)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+              }
+            }
+          }
+        }
+        napkin_cp_async_commit();
+        if (!(!(((long long)(c0) < (long long)(dhi0))))) {
+          float sc[2][2][4];
+          #pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 2; ++i1) {
+              float fz[4] = {};
+              unsigned fb[2][2];
+              #pragma unroll
+              for (int i2 = 0; i2 < 2; ++i2) {
+                napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 2048) + (i1 * 8) * 128);
+                napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+                napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+              }
+              #pragma unroll
+              for (int i3 = 0; i3 < 4; ++i3) {
+                sc[i0][i1][i3] = fz[i3];
+              }
+            }
+          }
           #pragma unroll
           for (int i0 = 0; i0 < 2; ++i0) {
             #pragma unroll
@@ -709,79 +832,79 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
                 const long long pt2 = org_3 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
                 const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 18 "napkin-diagram"
-                const bool v19 = (((long long)((pt3 < (long long)(4096 - 1) ? pt3 : (long long)(4096 - 1)))) < napkin_to_int(p4[(long long)(org_0)]));
-                const float v20 = (-NAPKIN_INF);
-                const float v21 = (v19 ? sc[i0][i1][i2] : v20);
-                sc[i0][i1][i2] = v21;
+                const bool v23 = (((long long)((pt3 < (long long)(4096 - 1) ? pt3 : (long long)(4096 - 1)))) < napkin_to_int(p4[(long long)(org_0)]));
+                const float v24 = (-NAPKIN_INF);
+                const float v25 = (v23 ? sc[i0][i1][i2] : v24);
+                sc[i0][i1][i2] = v25;
               }
             }
           }
-        }
-        float rsc[2][2];
-        bool rch = false;
-        #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
-          #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            float mx = rm[i0][i1];
-            #pragma unroll
-            for (int i2 = 0; i2 < 2; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                mx = napkin_max_nan(mx, sc[i0][i2][2 * i1 + i3]);
-              }
-            }
-            mx = napkin_lanes_max(mx, 4);
-            const float sh = napkin_shift(mx);
-            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
-            const float sl = -sh * qkl;
-            rm[i0][i1] = mx;
-            rsc[i0][i1] = rs;
-            rch = rch | (rs != 1.0f);
-            float su = 0.0f;
-            #pragma unroll
-            for (int i2 = 0; i2 < 2; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
-                su = su + sc[i0][i2][2 * i1 + i3];
-              }
-            }
-            rl[i0][i1] = rl[i0][i1] * rs + su;
-          }
-        }
-        if (__any_sync(0xffffffffu, rch)) {
+          float rsc[2][2];
+          bool rch = false;
           #pragma unroll
           for (int i0 = 0; i0 < 2; ++i0) {
             #pragma unroll
             for (int i1 = 0; i1 < 2; ++i1) {
+              float mx = rm[i0][i1];
               #pragma unroll
-              for (int i2 = 0; i2 < 8; ++i2) {
+              for (int i2 = 0; i2 < 2; ++i2) {
                 #pragma unroll
                 for (int i3 = 0; i3 < 2; ++i3) {
-                  acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+                  mx = napkin_max_nan(mx, sc[i0][i2][2 * i1 + i3]);
+                }
+              }
+              mx = napkin_lanes_max(mx, 4);
+              const float sh = napkin_shift(mx);
+              const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+              const float sl = -sh * qkl;
+              rm[i0][i1] = mx;
+              rsc[i0][i1] = rs;
+              rch = rch | (rs != 1.0f);
+              float su = 0.0f;
+              #pragma unroll
+              for (int i2 = 0; i2 < 2; ++i2) {
+                #pragma unroll
+                for (int i3 = 0; i3 < 2; ++i3) {
+                  sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
+                  su = su + sc[i0][i2][2 * i1 + i3];
+                }
+              }
+              rl[i0][i1] = rl[i0][i1] * rs + su;
+            }
+          }
+          if (__any_sync(0xffffffffu, rch)) {
+            #pragma unroll
+            for (int i0 = 0; i0 < 2; ++i0) {
+              #pragma unroll
+              for (int i1 = 0; i1 < 2; ++i1) {
+                #pragma unroll
+                for (int i2 = 0; i2 < 8; ++i2) {
+                  #pragma unroll
+                  for (int i3 = 0; i3 < 2; ++i3) {
+                    acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+                  }
                 }
               }
             }
           }
-        }
-        #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 1; ++i1) {
-            unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
-            unsigned fb[2][2];
+          for (int i0 = 0; i0 < 2; ++i0) {
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 2048) + (i1 * 16) * 128);
-              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
-              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
+            for (int i1 = 0; i1 < 1; ++i1) {
+              unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+              unsigned fb[2][2];
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 2048) + (i1 * 16) * 128);
+                napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+                napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
+              }
             }
           }
         }
+        fill = stage;
+        stage = (stage == 3 ? 0 : stage + 1);
       }
-      fill = stage;
-      stage = (stage == 3 ? 0 : stage + 1);
     }
     if (cfull < cend && cfirst < cend) {
       const long long c0 = cfull;
@@ -797,12 +920,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             if (e < 128) {
               const int eo = tid / 8 + r * 32;
               const int ei = (tid % 8) * 8;
-              const long long v22 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
-              const long long ix24 = napkin_clamp_index(v22, 256);
-              const long long ix25 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix24)]), n4);
-              const long long v23 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
-              const long long ix26 = napkin_clamp_index(v23, 16);
-              napkin_cp_async_16((sm1 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix25)))) * (16) + (((long long)(ix26)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+              const long long v26 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
+              const long long ix30 = napkin_clamp_index(v26, 256);
+              const long long ix31 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix30)]), n4);
+              const long long v27 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
+              const long long ix32 = napkin_clamp_index(v27, 16);
+              napkin_cp_async_16((sm1 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p1 + (((((long long)(((long long)(ix31)))) * (16) + (((long long)(ix32)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
             }
           }
           #pragma unroll
@@ -811,12 +934,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
             if (e < 128) {
               const int eo = tid / 8 + r * 32;
               const int ei = (tid % 8) * 8;
-              const long long v24 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
-              const long long ix27 = napkin_clamp_index(v24, 256);
-              const long long ix28 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix27)]), n4);
-              const long long v25 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
-              const long long ix29 = napkin_clamp_index(v25, 16);
-              napkin_cp_async_16((sm2 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix28)))) * (16) + (((long long)(ix29)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
+              const long long v28 = napkin_floordiv(((long long)((c0 + 48 + eo))), ((long long)(16)));
+              const long long ix33 = napkin_clamp_index(v28, 256);
+              const long long ix34 = napkin_clamp_index(napkin_to_int(p3[((long long)(org_0)) * (256) + (ix33)]), n4);
+              const long long v29 = napkin_mod(((long long)((c0 + 48 + eo))), ((long long)(16)));
+              const long long ix35 = napkin_clamp_index(v29, 16);
+              napkin_cp_async_16((sm2 + fill * 1024) + (eo) * 64 + ((ei) ^ (((tid / 8) << 3) & 56)), p2 + (((((long long)(((long long)(ix34)))) * (16) + (((long long)(ix35)))) * (n1) + (org_1)) * (64) + (ei)), (eo < nlen) ? 16 : 0);
             }
           }
         }
@@ -851,10 +974,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) napkin_k0(
               const long long pt4 = org_3 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
               const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 18 "napkin-diagram"
-              const bool v26 = (((long long)((pt5 < (long long)(4096 - 1) ? pt5 : (long long)(4096 - 1)))) < napkin_to_int(p4[(long long)(org_0)]));
-              const float v27 = (-NAPKIN_INF);
-              const float v28 = (v26 ? sc[i0][i1][i2] : v27);
-              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v28 : -NAPKIN_INF;
+              const bool v30 = (((long long)((pt5 < (long long)(4096 - 1) ? pt5 : (long long)(4096 - 1)))) < napkin_to_int(p4[(long long)(org_0)]));
+              const float v31 = (-NAPKIN_INF);
+              const float v32 = (v30 ? sc[i0][i1][i2] : v31);
+              sc[i0][i1][i2] = (i1 * 8 + fq * 2 + i2 % 2 < clen) ? v32 : -NAPKIN_INF;
             }
           }
         }

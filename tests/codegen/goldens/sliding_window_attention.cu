@@ -405,8 +405,8 @@ __device__ __forceinline__ float napkin_lanes_get(float v, int lane_mask) {
 #endif  // NAPKIN_PRELUDE_CUH
 // ---- end of napkin prelude ---------------------------------------------------------------------
 
-// kernel 0: 64 threads per block, long long indices
-extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
+// kernel 0: 32 threads per block, long long indices
+extern "C" __global__ void __launch_bounds__(32, 1) napkin_k0(
     const __half* __restrict__ p0,
     const __half* __restrict__ p1,
     const __half* __restrict__ p2,
@@ -449,28 +449,28 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       const int ei = (tid % 8) * 8;
       const int eo0 = tid / 8;
       const __half* const cps = p0 + (((((long long)(org_0)) * (n1) + (org_1)) * (n2) + ((org_2 + eo0))) * (64) + (ei));
-      __half* const cpd = sm0 + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
+      __half* const cpd = sm0;
       #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int eo = eo0 + r * 8;
-        napkin_cp_async_16(cpd + r * 512, cps + ((long long)(r * 8) * (long long)(64)), (org_2 + eo < n2) ? 16 : 0);
+      for (int r = 0; r < 8; ++r) {
+        const int eo = eo0 + r * 4;
+        napkin_cp_async_16(cpd + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)), cps + ((long long)(r * 4) * (long long)(64)), (org_2 + eo < n2) ? 16 : 0);
       }
     }
     napkin_cp_async_wait_all();
     __syncthreads();
-    unsigned qa[1][4][4];
+    unsigned qa[2][4][4];
     #pragma unroll
-    for (int i0 = 0; i0 < 1; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 4; ++i1) {
-        napkin_ldmatrix_x4(qa[i0][i1], reinterpret_cast<const char*>(sm0) + (sw0[i1]) + (wr * 16 + i0 * 16) * 128);
+        napkin_ldmatrix_x4(qa[i0][i1], reinterpret_cast<const char*>(sm0) + (sw0[i1]) + (wr * 32 + i0 * 16) * 128);
       }
     }
-    float acc[1][8][4] = {};
-    float rm[1][2];
-    float rl[1][2] = {};
+    float acc[2][8][4] = {};
+    float rm[2][2];
+    float rl[2][2] = {};
     #pragma unroll
-    for (int i0 = 0; i0 < 1; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 2; ++i1) {
         rm[i0][i1] = -NAPKIN_INF;
@@ -480,160 +480,160 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
     const float qks = 1.0f / (v0);
     const float qkl = qks * 1.442695f;
     __half* const sm1 = reinterpret_cast<__half*>(smem + (((0) + (2048) * 2 + 15) / 16 * 16));
-    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (2048) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16));
-    long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (2048) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16)) + (8192) * 2 + 15) / 16 * 16));
+    __half* const sm2 = reinterpret_cast<__half*>(smem + ((((((0) + (2048) * 2 + 15) / 16 * 16)) + (4096) * 2 + 15) / 16 * 16));
+    long long* const sred0 = reinterpret_cast<long long*>(smem + (((((((((0) + (2048) * 2 + 15) / 16 * 16)) + (4096) * 2 + 15) / 16 * 16)) + (4096) * 2 + 15) / 16 * 16));
     long long pfirst = (long long)(n3);
     long long plast = -1;
-    for (long long dc = (long long)tid * 32; dc < (long long)(n3); dc += 2048) {
-      if (!(!((((long long)(dc) <= (long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1)))) && (((long long)(org_2) - (long long)(dc + ((long long)(n3) - dc < 32 ? (long long)(n3) - dc : 32) - 1)) < (long long)(128)))))) {
+    for (long long dc = (long long)tid * 16; dc < (long long)(n3); dc += 512) {
+      if (!(!((((long long)(dc) <= (long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1)))) && (((long long)(org_2) - (long long)(dc + ((long long)(n3) - dc < 16 ? (long long)(n3) - dc : 16) - 1)) < (long long)(128)))))) {
         pfirst = napkin_min(pfirst, dc);
         plast = napkin_max(plast, dc);
       }
     }
     napkin_block_range(pfirst, plast, sred0);
     const long long cfirst = (long long)(plast < 0 ? 0 : pfirst);
-    const long long cend = (long long)(plast < 0 ? 0 : (plast + 32 < (long long)(n3) ? plast + 32 : (long long)(n3)));
+    const long long cend = (long long)(plast < 0 ? 0 : (plast + 16 < (long long)(n3) ? plast + 16 : (long long)(n3)));
     {
       __syncthreads();
-      const int nlen = (int)((long long)(n3) - (cfirst) < 32 ? (long long)(n3) - (cfirst) : 32);
+      const int nlen = (int)((long long)(n3) - (cfirst) < 16 ? (long long)(n3) - (cfirst) : 16);
       if (cfirst < cend) {
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + 0 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
+          __half* const cpd = (sm1 + 0 * 1024);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 512, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            const int eo = eo0 + r * 4;
+            napkin_cp_async_16(cpd + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)), cps + ((long long)(r * 4) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
           const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + 0 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
+          __half* const cpd = (sm2 + 0 * 1024);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 512, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            const int eo = eo0 + r * 4;
+            napkin_cp_async_16(cpd + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)), cps + ((long long)(r * 4) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
     }
     napkin_cp_async_commit();
+    if (cfirst + 16 < cend) {
+      const int nlen = (int)((long long)(n3) - (cfirst + 16) < 16 ? (long long)(n3) - (cfirst + 16) : 16);
+      {
+        const int ei = (tid % 8) * 8;
+        const int eo0 = tid / 8;
+        const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + 16 + eo0))) * (64) + (ei));
+        __half* const cpd = (sm1 + 1 * 1024);
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int eo = eo0 + r * 4;
+          napkin_cp_async_16(cpd + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)), cps + ((long long)(r * 4) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        }
+      }
+      {
+        const int ei = (tid % 8) * 8;
+        const int eo0 = tid / 8;
+        const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + 16 + eo0))) * (64) + (ei));
+        __half* const cpd = (sm2 + 1 * 1024);
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int eo = eo0 + r * 4;
+          napkin_cp_async_16(cpd + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)), cps + ((long long)(r * 4) * (long long)(64)), (eo < nlen) ? 16 : 0);
+        }
+      }
+    }
+    napkin_cp_async_commit();
     if (cfirst + 32 < cend) {
-      const int nlen = (int)((long long)(n3) - (cfirst + 32) < 32 ? (long long)(n3) - (cfirst + 32) : 32);
+      const int nlen = (int)((long long)(n3) - (cfirst + 32) < 16 ? (long long)(n3) - (cfirst + 32) : 16);
       {
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + 32 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm1 + 1 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
+        __half* const cpd = (sm1 + 2 * 1024);
         #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          const int eo = eo0 + r * 8;
-          napkin_cp_async_16(cpd + r * 512, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          const int eo = eo0 + r * 4;
+          napkin_cp_async_16(cpd + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)), cps + ((long long)(r * 4) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
       {
         const int ei = (tid % 8) * 8;
         const int eo0 = tid / 8;
         const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + 32 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm2 + 1 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
+        __half* const cpd = (sm2 + 2 * 1024);
         #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          const int eo = eo0 + r * 8;
-          napkin_cp_async_16(cpd + r * 512, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
-        }
-      }
-    }
-    napkin_cp_async_commit();
-    if (cfirst + 64 < cend) {
-      const int nlen = (int)((long long)(n3) - (cfirst + 64) < 32 ? (long long)(n3) - (cfirst + 64) : 32);
-      {
-        const int ei = (tid % 8) * 8;
-        const int eo0 = tid / 8;
-        const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + 64 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm1 + 2 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int eo = eo0 + r * 8;
-          napkin_cp_async_16(cpd + r * 512, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
-        }
-      }
-      {
-        const int ei = (tid % 8) * 8;
-        const int eo0 = tid / 8;
-        const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((cfirst + 64 + eo0))) * (64) + (ei));
-        __half* const cpd = (sm2 + 2 * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int eo = eo0 + r * 8;
-          napkin_cp_async_16(cpd + r * 512, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+          const int eo = eo0 + r * 4;
+          napkin_cp_async_16(cpd + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)), cps + ((long long)(r * 4) * (long long)(64)), (eo < nlen) ? 16 : 0);
         }
       }
     }
     napkin_cp_async_commit();
     int stage = 0;
     int fill = 3;
-    const long long cfull = cend / 32 * 32;
-    for (long long c0 = cfirst; c0 < cfull; c0 += 32) {
-      const int clen = 32;
-      napkin_cp_async_wait<2>();
-      __syncthreads();
-      if (c0 + 96 < cend) {
-        const int nlen = (int)((long long)(n3) - (c0 + 96) < 32 ? (long long)(n3) - (c0 + 96) : 32);
-        {
-          const int ei = (tid % 8) * 8;
-          const int eo0 = tid / 8;
-          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
-          #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 512, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+    const long long cfull = cend / 16 * 16;
+    for (long long c0 = cfirst; c0 < cfull; c0 += 16) {
+      for (; c0 < cfull && ((((long long)(c0 + 16 - 1) <= (long long)(org_2)) && (((long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1))) - (long long)(c0)) < (long long)(128)))); c0 += 16) {
+        const int clen = 16;
+        napkin_cp_async_wait<2>();
+        __syncthreads();
+        if (c0 + 48 < cend) {
+          const int nlen = (int)((long long)(n3) - (c0 + 48) < 16 ? (long long)(n3) - (c0 + 48) : 16);
+          {
+            const int ei = (tid % 8) * 8;
+            const int eo0 = tid / 8;
+            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 48 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + fill * 1024);
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const int eo = eo0 + r * 4;
+              napkin_cp_async_16(cpd + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)), cps + ((long long)(r * 4) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            }
+          }
+          {
+            const int ei = (tid % 8) * 8;
+            const int eo0 = tid / 8;
+            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 48 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + fill * 1024);
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const int eo = eo0 + r * 4;
+              napkin_cp_async_16(cpd + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)), cps + ((long long)(r * 4) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            }
           }
         }
-        {
-          const int ei = (tid % 8) * 8;
-          const int eo0 = tid / 8;
-          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
-          #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 512, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
-          }
-        }
-      }
-      napkin_cp_async_commit();
-      float sc[1][4][4];
-      #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
+        napkin_cp_async_commit();
+        float sc[2][2][4];
         #pragma unroll
-        for (int i1 = 0; i1 < 4; ++i1) {
-          float fz[4] = {};
-          unsigned fb[2][2];
+        for (int i0 = 0; i0 < 2; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 2; ++i2) {
-            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
-            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
-            napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
-          }
-          #pragma unroll
-          for (int i3 = 0; i3 < 4; ++i3) {
-            sc[i0][i1][i3] = fz[i3];
+          for (int i1 = 0; i1 < 2; ++i1) {
+            float fz[4] = {};
+            unsigned fb[2][2];
+            #pragma unroll
+            for (int i2 = 0; i2 < 2; ++i2) {
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 2048) + (i1 * 8) * 128);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+            }
+            #pragma unroll
+            for (int i3 = 0; i3 < 4; ++i3) {
+              sc[i0][i1][i3] = fz[i3];
+            }
           }
         }
-      }
-      if ((((long long)(c0 + clen - 1) <= (long long)(org_2)) && (((long long)((org_2 + 31 < (n2 - 1) ? org_2 + 31 : (n2 - 1))) - (long long)(c0)) < (long long)(128)))) {
         #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        for (int i0 = 0; i0 < 2; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
+          for (int i1 = 0; i1 < 2; ++i1) {
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              const long long pt0 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+              const long long pt0 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
               const long long pt1 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 11 "napkin-diagram"
               const float v1 = (-NAPKIN_INF);
@@ -642,14 +642,127 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             }
           }
         }
-      } else {
+        float rsc[2][2];
+        bool rch = false;
         #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        for (int i0 = 0; i0 < 2; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
+          for (int i1 = 0; i1 < 2; ++i1) {
+            float mx = rm[i0][i1];
+            #pragma unroll
+            for (int i2 = 0; i2 < 2; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                mx = napkin_max_nan(mx, sc[i0][i2][2 * i1 + i3]);
+              }
+            }
+            mx = napkin_lanes_max(mx, 4);
+            const float sh = napkin_shift(mx);
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+            const float sl = -sh * qkl;
+            rm[i0][i1] = mx;
+            rsc[i0][i1] = rs;
+            rch = rch | (rs != 1.0f);
+            float su = 0.0f;
+            #pragma unroll
+            for (int i2 = 0; i2 < 2; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
+                su = su + sc[i0][i2][2 * i1 + i3];
+              }
+            }
+            rl[i0][i1] = rl[i0][i1] * rs + su;
+          }
+        }
+        if (__any_sync(0xffffffffu, rch)) {
+          #pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 2; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 8; ++i2) {
+                #pragma unroll
+                for (int i3 = 0; i3 < 2; ++i3) {
+                  acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+                }
+              }
+            }
+          }
+        }
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 1; ++i1) {
+            unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+            unsigned fb[2][2];
             #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) {
-              const long long pt2 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 2048) + (i1 * 16) * 128);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
+            }
+          }
+        }
+        fill = stage;
+        stage = (stage == 3 ? 0 : stage + 1);
+      }
+      if (c0 < cfull) {
+        const int clen = 16;
+        napkin_cp_async_wait<2>();
+        __syncthreads();
+        if (c0 + 48 < cend) {
+          const int nlen = (int)((long long)(n3) - (c0 + 48) < 16 ? (long long)(n3) - (c0 + 48) : 16);
+          {
+            const int ei = (tid % 8) * 8;
+            const int eo0 = tid / 8;
+            const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 48 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm1 + fill * 1024);
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const int eo = eo0 + r * 4;
+              napkin_cp_async_16(cpd + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)), cps + ((long long)(r * 4) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            }
+          }
+          {
+            const int ei = (tid % 8) * 8;
+            const int eo0 = tid / 8;
+            const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 48 + eo0))) * (64) + (ei));
+            __half* const cpd = (sm2 + fill * 1024);
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const int eo = eo0 + r * 4;
+              napkin_cp_async_16(cpd + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)), cps + ((long long)(r * 4) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            }
+          }
+        }
+        napkin_cp_async_commit();
+        float sc[2][2][4];
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 2; ++i1) {
+            float fz[4] = {};
+            unsigned fb[2][2];
+            #pragma unroll
+            for (int i2 = 0; i2 < 2; ++i2) {
+              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 2048) + (i1 * 8) * 128);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+            }
+            #pragma unroll
+            for (int i3 = 0; i3 < 4; ++i3) {
+              sc[i0][i1][i3] = fz[i3];
+            }
+          }
+        }
+        #pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          #pragma unroll
+          for (int i1 = 0; i1 < 2; ++i1) {
+            #pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) {
+              const long long pt2 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
               const long long pt3 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 11 "napkin-diagram"
               const bool v3 = (((long long)((pt3 < (long long)(n3 - 1) ? pt3 : (long long)(n3 - 1)))) <= ((long long)((pt2 < (long long)(n2 - 1) ? pt2 : (long long)(n2 - 1)))));
@@ -662,113 +775,113 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
             }
           }
         }
-      }
-      float rsc[1][2];
-      bool rch = false;
-      #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
+        float rsc[2][2];
+        bool rch = false;
         #pragma unroll
-        for (int i1 = 0; i1 < 2; ++i1) {
-          float mx = rm[i0][i1];
-          #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
-            #pragma unroll
-            for (int i3 = 0; i3 < 2; ++i3) {
-              mx = napkin_max_nan(mx, sc[i0][i2][2 * i1 + i3]);
-            }
-          }
-          mx = napkin_lanes_max(mx, 4);
-          const float sh = napkin_shift(mx);
-          const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
-          const float sl = -sh * qkl;
-          rm[i0][i1] = mx;
-          rsc[i0][i1] = rs;
-          rch = rch | (rs != 1.0f);
-          float su = 0.0f;
-          #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
-            #pragma unroll
-            for (int i3 = 0; i3 < 2; ++i3) {
-              sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
-              su = su + sc[i0][i2][2 * i1 + i3];
-            }
-          }
-          rl[i0][i1] = rl[i0][i1] * rs + su;
-        }
-      }
-      if (__any_sync(0xffffffffu, rch)) {
-        #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        for (int i0 = 0; i0 < 2; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
+            float mx = rm[i0][i1];
             #pragma unroll
-            for (int i2 = 0; i2 < 8; ++i2) {
+            for (int i2 = 0; i2 < 2; ++i2) {
               #pragma unroll
               for (int i3 = 0; i3 < 2; ++i3) {
-                acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+                mx = napkin_max_nan(mx, sc[i0][i2][2 * i1 + i3]);
+              }
+            }
+            mx = napkin_lanes_max(mx, 4);
+            const float sh = napkin_shift(mx);
+            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+            const float sl = -sh * qkl;
+            rm[i0][i1] = mx;
+            rsc[i0][i1] = rs;
+            rch = rch | (rs != 1.0f);
+            float su = 0.0f;
+            #pragma unroll
+            for (int i2 = 0; i2 < 2; ++i2) {
+              #pragma unroll
+              for (int i3 = 0; i3 < 2; ++i3) {
+                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
+                su = su + sc[i0][i2][2 * i1 + i3];
+              }
+            }
+            rl[i0][i1] = rl[i0][i1] * rs + su;
+          }
+        }
+        if (__any_sync(0xffffffffu, rch)) {
+          #pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 2; ++i1) {
+              #pragma unroll
+              for (int i2 = 0; i2 < 8; ++i2) {
+                #pragma unroll
+                for (int i3 = 0; i3 < 2; ++i3) {
+                  acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+                }
               }
             }
           }
         }
-      }
-      #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 2; ++i1) {
-          unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
-          unsigned fb[2][2];
+        for (int i0 = 0; i0 < 2; ++i0) {
           #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
-            napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
-            napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
+          for (int i1 = 0; i1 < 1; ++i1) {
+            unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+            unsigned fb[2][2];
+            #pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) {
+              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 2048) + (i1 * 16) * 128);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
+            }
           }
         }
+        fill = stage;
+        stage = (stage == 3 ? 0 : stage + 1);
       }
-      fill = stage;
-      stage = (stage == 3 ? 0 : stage + 1);
     }
     if (cfull < cend && cfirst < cend) {
       const long long c0 = cfull;
-      const int clen = (int)((long long)(n3) - (c0) < 32 ? (long long)(n3) - (c0) : 32);
+      const int clen = (int)((long long)(n3) - (c0) < 16 ? (long long)(n3) - (c0) : 16);
       napkin_cp_async_wait<2>();
       __syncthreads();
-      if (c0 + 96 < cend) {
-        const int nlen = (int)((long long)(n3) - (c0 + 96) < 32 ? (long long)(n3) - (c0 + 96) : 32);
+      if (c0 + 48 < cend) {
+        const int nlen = (int)((long long)(n3) - (c0 + 48) < 16 ? (long long)(n3) - (c0 + 48) : 16);
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm1 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
+          const __half* const cps = p1 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 48 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm1 + fill * 1024);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 512, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            const int eo = eo0 + r * 4;
+            napkin_cp_async_16(cpd + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)), cps + ((long long)(r * 4) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
         {
           const int ei = (tid % 8) * 8;
           const int eo0 = tid / 8;
-          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 96 + eo0))) * (64) + (ei));
-          __half* const cpd = (sm2 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
+          const __half* const cps = p2 + (((((long long)(org_0)) * (n1) + (org_1)) * (n3) + ((c0 + 48 + eo0))) * (64) + (ei));
+          __half* const cpd = (sm2 + fill * 1024);
           #pragma unroll
           for (int r = 0; r < 4; ++r) {
-            const int eo = eo0 + r * 8;
-            napkin_cp_async_16(cpd + r * 512, cps + ((long long)(r * 8) * (long long)(64)), (eo < nlen) ? 16 : 0);
+            const int eo = eo0 + r * 4;
+            napkin_cp_async_16(cpd + (eo) * 64 + ((ei) ^ (((eo) << 3) & 56)), cps + ((long long)(r * 4) * (long long)(64)), (eo < nlen) ? 16 : 0);
           }
         }
       }
       napkin_cp_async_commit();
-      float sc[1][4][4];
+      float sc[2][2][4];
       #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 4; ++i1) {
+        for (int i1 = 0; i1 < 2; ++i1) {
           float fz[4] = {};
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 2; ++i2) {
-            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
+            napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 2048) + (i1 * 8) * 128);
             napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
             napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
           }
@@ -779,12 +892,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         }
       }
       #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 4; ++i1) {
+        for (int i1 = 0; i1 < 2; ++i1) {
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            const long long pt4 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+            const long long pt4 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
             const long long pt5 = c0 + i1 * 8 + fq * 2 + i2 % 2;
 #line 11 "napkin-diagram"
             const bool v9 = (((long long)((pt5 < (long long)(n3 - 1) ? pt5 : (long long)(n3 - 1)))) <= ((long long)((pt4 < (long long)(n2 - 1) ? pt4 : (long long)(n2 - 1)))));
@@ -797,15 +910,15 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           }
         }
       }
-      float rsc[1][2];
+      float rsc[2][2];
       bool rch = false;
       #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
         for (int i1 = 0; i1 < 2; ++i1) {
           float mx = rm[i0][i1];
           #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
+          for (int i2 = 0; i2 < 2; ++i2) {
             #pragma unroll
             for (int i3 = 0; i3 < 2; ++i3) {
               mx = napkin_max_nan(mx, sc[i0][i2][2 * i1 + i3]);
@@ -820,7 +933,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
           rch = rch | (rs != 1.0f);
           float su = 0.0f;
           #pragma unroll
-          for (int i2 = 0; i2 < 4; ++i2) {
+          for (int i2 = 0; i2 < 2; ++i2) {
             #pragma unroll
             for (int i3 = 0; i3 < 2; ++i3) {
               sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
@@ -832,7 +945,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       }
       if (__any_sync(0xffffffffu, rch)) {
         #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        for (int i0 = 0; i0 < 2; ++i0) {
           #pragma unroll
           for (int i1 = 0; i1 < 2; ++i1) {
             #pragma unroll
@@ -846,14 +959,14 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
         }
       }
       #pragma unroll
-      for (int i0 = 0; i0 < 1; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         #pragma unroll
-        for (int i1 = 0; i1 < 2; ++i1) {
+        for (int i1 = 0; i1 < 1; ++i1) {
           unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
           unsigned fb[2][2];
           #pragma unroll
           for (int i2 = 0; i2 < 4; ++i2) {
-            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
+            napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 2048) + (i1 * 16) * 128);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
             napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
           }
@@ -863,7 +976,7 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       stage = (stage == 3 ? 0 : stage + 1);
     }
     #pragma unroll
-    for (int i0 = 0; i0 < 1; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 2; ++i1) {
         rl[i0][i1] = napkin_lanes_sum(rl[i0][i1], 4);
@@ -871,12 +984,12 @@ extern "C" __global__ void __launch_bounds__(64, 1) napkin_k0(
       }
     }
     #pragma unroll
-    for (int i0 = 0; i0 < 1; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       #pragma unroll
       for (int i1 = 0; i1 < 8; ++i1) {
         #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
-          const long long pt6 = org_2 + wr * 16 + i0 * 16 + fg + (i2 / 2) * 8;
+          const long long pt6 = org_2 + wr * 32 + i0 * 16 + fg + (i2 / 2) * 8;
           const long long pt7 = i1 * 8 + fq * 2 + i2 % 2;
 #line 12 "napkin-diagram"
           if ((pt6 < n2) && (pt7 < 64)) {

@@ -612,58 +612,58 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
     int fill = 3;
     const int cfull = cend / 32 * 32;
     for (int c0 = cfirst; c0 < cfull; c0 += 32) {
-      const int clen = 32;
-      napkin_cp_async_wait<2>();
-      __syncthreads();
-      if (c0 + 96 < cend) {
-        const int nlen = (int)((int)(n1) - (c0 + 96) < 32 ? (int)(n1) - (c0 + 96) : 32);
-        if (!(!((((long long)(c0 + 96) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm1 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
+      for (; c0 < cfull && ((mrun && (long long)c0 >= mfirst && (long long)c0 + 31 <= mlast)); c0 += 32) {
+        const int clen = 32;
+        napkin_cp_async_wait<2>();
+        __syncthreads();
+        if (c0 + 96 < cend) {
+          const int nlen = (int)((int)(n1) - (c0 + 96) < 32 ? (int)(n1) - (c0 + 96) : 32);
+          if (!(!((((long long)(c0 + 96) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
+            {
+              const int ei = (tid % 8) * 8;
+              const int eo0 = tid / 8;
+              const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
+              __half* const cpd = (sm1 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
+              #pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                const int eo = eo0 + r * 16;
+                napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
+              }
             }
-          }
-          {
-            const int ei = (tid % 8) * 8;
-            const int eo0 = tid / 8;
-            const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
-            __half* const cpd = (sm2 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int eo = eo0 + r * 16;
-              napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
+            {
+              const int ei = (tid % 8) * 8;
+              const int eo0 = tid / 8;
+              const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
+              __half* const cpd = (sm2 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
+              #pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                const int eo = eo0 + r * 16;
+                napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
+              }
             }
           }
         }
-      }
-      napkin_cp_async_commit();
-      if (!(!((((long long)(c0) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
-        float sc[1][4][4];
-        #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
+        napkin_cp_async_commit();
+        if (!(!((((long long)(c0) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
+          float sc[1][4][4];
           #pragma unroll
-          for (int i1 = 0; i1 < 4; ++i1) {
-            float fz[4] = {};
-            unsigned fb[2][2];
+          for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
-            for (int i2 = 0; i2 < 2; ++i2) {
-              napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
-              napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
-            }
-            #pragma unroll
-            for (int i3 = 0; i3 < 4; ++i3) {
-              sc[i0][i1][i3] = fz[i3];
+            for (int i1 = 0; i1 < 4; ++i1) {
+              float fz[4] = {};
+              unsigned fb[2][2];
+              #pragma unroll
+              for (int i2 = 0; i2 < 2; ++i2) {
+                napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
+                napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+                napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+              }
+              #pragma unroll
+              for (int i3 = 0; i3 < 4; ++i3) {
+                sc[i0][i1][i3] = fz[i3];
+              }
             }
           }
-        }
-        if ((mrun && (long long)c0 >= mfirst && (long long)c0 + 31 <= mlast)) {
           #pragma unroll
           for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
@@ -679,7 +679,124 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
               }
             }
           }
-        } else {
+          float rsc[1][2];
+          bool rch = false;
+          #pragma unroll
+          for (int i0 = 0; i0 < 1; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 2; ++i1) {
+              float mx = rm[i0][i1];
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                #pragma unroll
+                for (int i3 = 0; i3 < 2; ++i3) {
+                  mx = napkin_max_nan(mx, sc[i0][i2][2 * i1 + i3]);
+                }
+              }
+              mx = napkin_lanes_max(mx, 4);
+              const float sh = napkin_shift(mx);
+              const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+              const float sl = -sh * qkl;
+              rm[i0][i1] = mx;
+              rsc[i0][i1] = rs;
+              rch = rch | (rs != 1.0f);
+              float su = 0.0f;
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                #pragma unroll
+                for (int i3 = 0; i3 < 2; ++i3) {
+                  sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
+                  su = su + sc[i0][i2][2 * i1 + i3];
+                }
+              }
+              rl[i0][i1] = rl[i0][i1] * rs + su;
+            }
+          }
+          if (__any_sync(0xffffffffu, rch)) {
+            #pragma unroll
+            for (int i0 = 0; i0 < 1; ++i0) {
+              #pragma unroll
+              for (int i1 = 0; i1 < 2; ++i1) {
+                #pragma unroll
+                for (int i2 = 0; i2 < 8; ++i2) {
+                  #pragma unroll
+                  for (int i3 = 0; i3 < 2; ++i3) {
+                    acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+                  }
+                }
+              }
+            }
+          }
+          #pragma unroll
+          for (int i0 = 0; i0 < 1; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 2; ++i1) {
+              unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+              unsigned fb[2][2];
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
+                napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+                napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
+              }
+            }
+          }
+        }
+        fill = stage;
+        stage = (stage == 3 ? 0 : stage + 1);
+      }
+      if (c0 < cfull) {
+        const int clen = 32;
+        napkin_cp_async_wait<2>();
+        __syncthreads();
+        if (c0 + 96 < cend) {
+          const int nlen = (int)((int)(n1) - (c0 + 96) < 32 ? (int)(n1) - (c0 + 96) : 32);
+          if (!(!((((long long)(c0 + 96) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
+            {
+              const int ei = (tid % 8) * 8;
+              const int eo0 = tid / 8;
+              const __half* const cps = p1 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
+              __half* const cpd = (sm1 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
+              #pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                const int eo = eo0 + r * 16;
+                napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
+              }
+            }
+            {
+              const int ei = (tid % 8) * 8;
+              const int eo0 = tid / 8;
+              const __half* const cps = p2 + ((((int)(org_0)) * (n1) + ((c0 + 96 + eo0))) * (64) + (ei));
+              __half* const cpd = (sm2 + fill * 2048) + (eo0) * 64 + ((ei) ^ (((eo0) << 3) & 56));
+              #pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                const int eo = eo0 + r * 16;
+                napkin_cp_async_16(cpd + r * 1024, cps + ((int)(r * 16) * (int)(64)), (eo < nlen) ? 16 : 0);
+              }
+            }
+          }
+        }
+        napkin_cp_async_commit();
+        if (!(!((((long long)(c0) <= (long long)((org_1 + 63 < (n1 - 1) ? org_1 + 63 : (n1 - 1)))))))) {
+          float sc[1][4][4];
+          #pragma unroll
+          for (int i0 = 0; i0 < 1; ++i0) {
+            #pragma unroll
+            for (int i1 = 0; i1 < 4; ++i1) {
+              float fz[4] = {};
+              unsigned fb[2][2];
+              #pragma unroll
+              for (int i2 = 0; i2 < 2; ++i2) {
+                napkin_ldmatrix_x4_pair(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm1) + (sw1[i2] + stage * 4096) + (i1 * 8) * 128);
+                napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2)], fb[(2 * i2) % 2], fz);
+                napkin_mma_m16n8k16_f16(fz, qa[i0][(2 * i2 + 1)], fb[(2 * i2 + 1) % 2], fz);
+              }
+              #pragma unroll
+              for (int i3 = 0; i3 < 4; ++i3) {
+                sc[i0][i1][i3] = fz[i3];
+              }
+            }
+          }
           #pragma unroll
           for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
@@ -698,72 +815,72 @@ extern "C" __global__ void __launch_bounds__(128, 1) napkin_k0(
               }
             }
           }
-        }
-        float rsc[1][2];
-        bool rch = false;
-        #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
-          #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            float mx = rm[i0][i1];
-            #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                mx = napkin_max_nan(mx, sc[i0][i2][2 * i1 + i3]);
-              }
-            }
-            mx = napkin_lanes_max(mx, 4);
-            const float sh = napkin_shift(mx);
-            const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
-            const float sl = -sh * qkl;
-            rm[i0][i1] = mx;
-            rsc[i0][i1] = rs;
-            rch = rch | (rs != 1.0f);
-            float su = 0.0f;
-            #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              #pragma unroll
-              for (int i3 = 0; i3 < 2; ++i3) {
-                sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
-                su = su + sc[i0][i2][2 * i1 + i3];
-              }
-            }
-            rl[i0][i1] = rl[i0][i1] * rs + su;
-          }
-        }
-        if (__any_sync(0xffffffffu, rch)) {
+          float rsc[1][2];
+          bool rch = false;
           #pragma unroll
           for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
             for (int i1 = 0; i1 < 2; ++i1) {
+              float mx = rm[i0][i1];
               #pragma unroll
-              for (int i2 = 0; i2 < 8; ++i2) {
+              for (int i2 = 0; i2 < 4; ++i2) {
                 #pragma unroll
                 for (int i3 = 0; i3 < 2; ++i3) {
-                  acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+                  mx = napkin_max_nan(mx, sc[i0][i2][2 * i1 + i3]);
+                }
+              }
+              mx = napkin_lanes_max(mx, 4);
+              const float sh = napkin_shift(mx);
+              const float rs = napkin_ex2((rm[i0][i1] - sh) * qkl);
+              const float sl = -sh * qkl;
+              rm[i0][i1] = mx;
+              rsc[i0][i1] = rs;
+              rch = rch | (rs != 1.0f);
+              float su = 0.0f;
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                #pragma unroll
+                for (int i3 = 0; i3 < 2; ++i3) {
+                  sc[i0][i2][2 * i1 + i3] = napkin_ex2(fmaf(sc[i0][i2][2 * i1 + i3], qkl, sl));
+                  su = su + sc[i0][i2][2 * i1 + i3];
+                }
+              }
+              rl[i0][i1] = rl[i0][i1] * rs + su;
+            }
+          }
+          if (__any_sync(0xffffffffu, rch)) {
+            #pragma unroll
+            for (int i0 = 0; i0 < 1; ++i0) {
+              #pragma unroll
+              for (int i1 = 0; i1 < 2; ++i1) {
+                #pragma unroll
+                for (int i2 = 0; i2 < 8; ++i2) {
+                  #pragma unroll
+                  for (int i3 = 0; i3 < 2; ++i3) {
+                    acc[i0][i2][2 * i1 + i3] = acc[i0][i2][2 * i1 + i3] * rsc[i0][i1];
+                  }
                 }
               }
             }
           }
-        }
-        #pragma unroll
-        for (int i0 = 0; i0 < 1; ++i0) {
           #pragma unroll
-          for (int i1 = 0; i1 < 2; ++i1) {
-            unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
-            unsigned fb[2][2];
+          for (int i0 = 0; i0 < 1; ++i0) {
             #pragma unroll
-            for (int i2 = 0; i2 < 4; ++i2) {
-              napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
-              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
-              napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
+            for (int i1 = 0; i1 < 2; ++i1) {
+              unsigned pa[4] = {napkin_pack_half2(sc[i0][2 * i1 + 0][0], sc[i0][2 * i1 + 0][1]), napkin_pack_half2(sc[i0][2 * i1 + 0][2], sc[i0][2 * i1 + 0][3]), napkin_pack_half2(sc[i0][2 * i1 + 1][0], sc[i0][2 * i1 + 1][1]), napkin_pack_half2(sc[i0][2 * i1 + 1][2], sc[i0][2 * i1 + 1][3])};
+              unsigned fb[2][2];
+              #pragma unroll
+              for (int i2 = 0; i2 < 4; ++i2) {
+                napkin_ldmatrix_x4_pair_trans(fb[(2 * i2) % 2], fb[(2 * i2 + 1) % 2], reinterpret_cast<const char*>(sm2) + (sw2[i2] + stage * 4096) + (i1 * 16) * 128);
+                napkin_mma_m16n8k16_f16(acc[i0][(2 * i2)], pa, fb[(2 * i2) % 2], acc[i0][(2 * i2)]);
+                napkin_mma_m16n8k16_f16(acc[i0][(2 * i2 + 1)], pa, fb[(2 * i2 + 1) % 2], acc[i0][(2 * i2 + 1)]);
+              }
             }
           }
         }
+        fill = stage;
+        stage = (stage == 3 ? 0 : stage + 1);
       }
-      fill = stage;
-      stage = (stage == 3 ? 0 : stage + 1);
     }
     if (cfull < cend && cfirst < cend) {
       const int c0 = cfull;
