@@ -69,7 +69,10 @@ def test_gradients_of_a_dynamic_head_run_specialised(rng, within_budget):
     inputs = {**_inputs(rng, 16), "dO": rng.standard_normal((1, 2, 37, 16)).astype(np.float16)}
     outs = kernel(**inputs)
     p = kernel.plan
-    assert p.specialised == {"d": 16} and ATTENTION in [k.schedule.engine for k in p.kernels]
+    # (on tensor cores: FlashAttention, or at these sizes the chains of the gradient with dQ
+    # beside the logsumexp on the CUDA cores, which the exchange move finds cheaper)
+    assert p.specialised == {"d": 16} and \
+        any(k.schedule.engine in TENSOR_ENGINES for k in p.kernels)
     within_budget(g, inputs, {s.name: o for s, o in zip(g.outputs, outs)}, plan=p)
 
 
