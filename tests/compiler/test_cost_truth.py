@@ -271,7 +271,8 @@ SAMPLED = ("matmul", "attention", "causal_attention", "gqa_attention", "alibi_at
 TIGHT = {"paged_attention": 0.15, "sliding_window_attention": 0.2, "rmsnorm_linear": 0.15,
          "gelu_erf": 0.15, "alibi_attention": 0.12}
 CHECKED = TENSOR_KERNELS if float(__import__("os").environ.get("NAPKIN_FUZZ_SCALE", "1")) >= 2 \
-    else [k for k in TENSOR_KERNELS if not hasattr(k, "values") and k[0] in SAMPLED]
+    else [k for k in TENSOR_KERNELS if not hasattr(k, "values") and k[0] in SAMPLED
+          and 4096 not in k[2].values()]      # (the sampled ones at the default sizes)
 
 
 @pytest.mark.parametrize("name, defines, shape", CHECKED)
