@@ -118,10 +118,12 @@ def fuse(g: DiGraph, planner) -> list[FusedKernel]:
     return _named(g, ks)
 
 
-def regroup(g: DiGraph, groups) -> list[FusedKernel]:
+def regroup(g: DiGraph, groups) -> list[FusedKernel] | None:
     """Kernels of these statement groups (another fusion's, on a graph with the same
     statements), named in launch order; no boundary reasons (for pricing only). A group is
-    (a kernel's statements, those of them it recomputes: `FusedKernel.recomputed`)."""
+    (a kernel's statements, those of them it recomputes: `FusedKernel.recomputed`). None
+    where the groups cannot launch in any order on this graph (a split of another count
+    rewrote it otherwise: the caller fuses it afresh)."""
     stmts = _statements(g)
     layout = tuple((frozenset(s for s in eqs if s in stmts),
                     frozenset(s for s in copies if s in stmts)) for eqs, copies in groups)
@@ -129,7 +131,8 @@ def regroup(g: DiGraph, groups) -> list[FusedKernel]:
     @functools.cache
     def kernel(c: Cluster) -> FusedKernel:
         return fused_kernel(g, "k?", set().union(*(stmts[s] for s in c)))
-    return _named(g, _Layouts(g, stmts, kernel, None).kernels(layout))
+    lay = _Layouts(g, stmts, kernel, None)
+    return _named(g, lay.kernels(layout)) if lay.valid(layout) else None
 
 
 def _partial_side(g, stmts) -> Cluster | None:

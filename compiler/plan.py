@@ -244,8 +244,9 @@ def fuse_kernels(problem: Problem, engine: str = "auto", fusion: bool = True,
                                                          pr.hints, engine, across=across,
                                                          runnable=runnable))
         planner = held[1]
-        if like is not None:
-            kernels = regroup(pr.graph, [(k.equations, k.recomputed) for k in like.kernels])
+        kernels = None if like is None else regroup(
+            pr.graph, [(k.equations, k.recomputed) for k in like.kernels])
+        if kernels is not None:
             return Fused(pr, tuple(kernels), planner)
         if id(pr) not in done or done[id(pr)].problem is not pr:   # (priced, then used)
             kernels, stored = in_diagram(pr.diagram, lambda: _fused_kernels(pr, planner)) \
